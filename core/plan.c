@@ -1,0 +1,535 @@
+/* plan.c — see plan.h. */
+#define _GNU_SOURCE
+#include "plan.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+/* One axis of the product: a dimension or a swept option. */
+typedef struct axis {
+    int is_option;
+    tb_dim dim;          /* !is_option */
+    const double *nums;  /* !is_option: the values */
+    uint32_t opt;        /* is_option: index in the declarations */
+    tb_option_value *vals; /* is_option: parsed values (owned) */
+    size_t n;
+} axis;
+
+static void add_note(tb_plan_backend *pb, char *note)
+{
+    pb->notes = tb_xrealloc(pb->notes, (pb->n_notes + 1) * sizeof(char *));
+    pb->notes[pb->n_notes++] = note;
+}
+
+static void err_at(tb_str *errs, tb_loc loc, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void err_at(tb_str *errs, tb_loc loc, const char *key, const char *fmt, ...)
+{
+    tb_str_appendf(errs, "%s:%d: %s: ", loc.file, loc.line, key);
+    va_list ap;
+    va_start(ap, fmt);
+    tb_str_vappendf(errs, fmt, ap);
+    va_end(ap);
+    tb_str_append(errs, "\n");
+}
+
+static char *known_options(const tb_plugin *pl)
+{
+    tb_str b = {0};
+    for (uint32_t i = 0; i < pl->ops->n_options; i++)
+        tb_str_appendf(&b, "%s%s", i ? ", " : "", pl->ops->options[i].name);
+    if (!b.len)
+        tb_str_append(&b, "none");
+    return tb_str_take(&b);
+}
+
+/* Parse the items of a setting as values of `decl` (string options are
+ * one item: the whole text). Returns the count, or 0 after an error. */
+static size_t parse_values(const tb_option_decl *decl, const tb_list *l, tb_option_value **out,
+                           tb_str *errs, const char *key)
+{
+    char *const *items = l->items;
+    size_t n = l->n;
+    char **split = NULL;
+    char *copy = NULL;
+    if (decl->type != TB_OPT_STRING && n == 1 && strchr(l->raw, ',')) {
+        /* Backend settings arrive unsplit (type unknown at parse time). */
+        copy = tb_xstrdup(l->raw);
+        n = 0;
+        for (char *s = copy;;) {
+            char *comma = strchr(s, ',');
+            if (comma)
+                *comma = '\0';
+            split = tb_xrealloc(split, (n + 1) * sizeof(char *));
+            split[n++] = tb_trim(s);
+            if (!comma)
+                break;
+            s = comma + 1;
+        }
+        items = split;
+    } else if (decl->type == TB_OPT_STRING) {
+        items = &l->raw;
+        n = 1;
+    }
+    *out = tb_xcalloc(n, sizeof(tb_option_value));
+    size_t ok = n;
+    for (size_t i = 0; i < n; i++) {
+        char *why = NULL;
+        if (tb_option_parse(decl, items[i], &(*out)[i], &why) != 0) {
+            err_at(errs, l->loc, key, "%s", why);
+            free(why);
+            ok = 0;
+            break;
+        }
+        for (size_t j = 0; j < i; j++)
+            if (strcmp((*out)[j].text, (*out)[i].text) == 0) {
+                err_at(errs, l->loc, key, "value %s is listed twice", items[i]);
+                ok = 0;
+                break;
+            }
+        if (!ok)
+            break;
+    }
+    if (!ok) {
+        for (size_t i = 0; i < n; i++)
+            free((char *)(*out)[i].text);
+        free(*out);
+        *out = NULL;
+    }
+    free(split);
+    free(copy);
+    return ok;
+}
+
+static const char *dim_requires(tb_dim d, uint32_t *cap)
+{
+    switch (d) {
+    case TB_DIM_CONCURRENCY:
+        *cap = TB_CAP_CONCURRENCY;
+        return "concurrency";
+    case TB_DIM_REQUEST_RATE:
+        *cap = TB_CAP_REQUEST_RATE;
+        return "request_rate";
+    case TB_DIM_STEPS:
+        *cap = TB_CAP_STEPS;
+        return "steps";
+    case TB_DIM_BLOCK_LENGTH:
+        *cap = TB_CAP_BLOCKS;
+        return "blocks";
+    default:
+        *cap = 0;
+        return NULL;
+    }
+}
+
+static const double default_prompt = 128, default_new = 128, default_batch = 1;
+
+static char *values_json(const tb_option_value *vals, uint32_t n, const int *mask)
+{
+    cJSON *o = cJSON_CreateObject();
+    for (uint32_t i = 0; i < n; i++)
+        if (!mask || mask[i])
+            cJSON_AddStringToObject(o, vals[i].name, vals[i].text);
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    char *r = tb_xstrdup(s ? s : "{}");
+    free(s);
+    return r;
+}
+
+static int expand_backend(tb_plan *plan, size_t bi, tb_str *errs)
+{
+    tb_suite *s = plan->suite;
+    tb_plan_backend *pb = &plan->backends[bi];
+    const tb_suite_backend *sb = pb->sb;
+    const tb_backend_ops *ops = pb->plugin.ops;
+    uint32_t nopt = ops->n_options;
+    size_t errs_before = errs->len;
+
+    /* Base values: defaults, then single values of the backend section. */
+    tb_option_value *base = tb_xcalloc(nopt ? nopt : 1, sizeof *base);
+    for (uint32_t i = 0; i < nopt; i++) {
+        char *why = NULL;
+        tb_option_parse(&ops->options[i], ops->options[i].default_value, &base[i], &why);
+        free(why); /* defaults were checked at load */
+    }
+    axis *axes = NULL;
+    size_t n_axes = 0;
+    int *swept = tb_xcalloc(nopt ? nopt : 1, sizeof(int));
+    int *set_by_backend = tb_xcalloc(nopt ? nopt : 1, sizeof(int));
+
+    axis *opt_axes = NULL; /* gathered first, ordered after */
+    size_t n_opt_axes = 0;
+    for (size_t k = 0; k < sb->n_settings; k++) {
+        const tb_setting *st = &sb->settings[k];
+        const tb_option_decl *d = tb_plugin_option(&pb->plugin, st->key);
+        if (!d) {
+            char *known = known_options(&pb->plugin);
+            err_at(errs, st->value.loc, st->key, "unknown option of plugin %s (its options: %s; or a dimension: prompt_tokens, max_new_tokens, batch, concurrency, request_rate, steps, block_length)",
+                   ops->name, known);
+            free(known);
+            continue;
+        }
+        uint32_t oi = (uint32_t)(d - ops->options);
+        set_by_backend[oi] = 1;
+        tb_option_value *vals = NULL;
+        size_t n = parse_values(d, &st->value, &vals, errs, st->key);
+        if (!n)
+            continue;
+        if (n == 1) {
+            free((char *)base[oi].text);
+            base[oi] = vals[0];
+            free(vals);
+        } else {
+            opt_axes = tb_xrealloc(opt_axes, (n_opt_axes + 1) * sizeof *opt_axes);
+            opt_axes[n_opt_axes++] = (axis){.is_option = 1, .opt = oi, .vals = vals, .n = n};
+            swept[oi] = 1;
+        }
+    }
+    for (size_t k = 0; k < s->n_sweeps; k++) {
+        const tb_setting *st = &s->sweeps[k];
+        const tb_option_decl *d = tb_plugin_option(&pb->plugin, st->key);
+        if (!d) {
+            add_note(pb, tb_xasprintf("%s = %s not applied: plugin %s has no such option", st->key,
+                                      st->value.raw, ops->name));
+            continue;
+        }
+        uint32_t oi = (uint32_t)(d - ops->options);
+        if (set_by_backend[oi])
+            continue; /* the backend's own setting wins */
+        tb_option_value *vals = NULL;
+        size_t n = parse_values(d, &st->value, &vals, errs, st->key);
+        if (!n)
+            continue;
+        opt_axes = tb_xrealloc(opt_axes, (n_opt_axes + 1) * sizeof *opt_axes);
+        opt_axes[n_opt_axes++] = (axis){.is_option = 1, .opt = oi, .vals = vals, .n = n};
+        swept[oi] = 1;
+    }
+    if (errs->len != errs_before)
+        goto done;
+
+    /* Order: load-time option sweeps, dimensions, per-case option sweeps. */
+    axes = tb_xcalloc(n_opt_axes + TB_N_DIMS, sizeof *axes);
+    for (size_t k = 0; k < n_opt_axes; k++)
+        if (ops->options[opt_axes[k].opt].flags & TB_OPTF_LOAD)
+            axes[n_axes++] = opt_axes[k];
+    for (int d = 0; d < TB_N_DIMS; d++) {
+        const tb_list *l = sb->dims[d].n ? &sb->dims[d] : &s->dims[d];
+        axis a = {.dim = (tb_dim)d};
+        if (sb->dims[d].none) {
+            if (s->dims[d].n)
+                add_note(pb, tb_xasprintf("%s = %s not applied: [backend %s] says %s = none", tb_dim_name((tb_dim)d),
+                                          s->dims[d].raw, sb->label, tb_dim_name((tb_dim)d)));
+            continue;
+        }
+        if (l->n) {
+            a.nums = l->num;
+            a.n = l->n;
+        } else if (d == TB_DIM_PROMPT_TOKENS) {
+            a.nums = &default_prompt, a.n = 1;
+        } else if (d == TB_DIM_MAX_NEW_TOKENS) {
+            a.nums = &default_new, a.n = 1;
+        } else if (d == TB_DIM_BATCH) {
+            a.nums = &default_batch, a.n = 1;
+        } else {
+            continue; /* not swept: 0 = not applicable */
+        }
+        uint32_t cap;
+        const char *capname = dim_requires((tb_dim)d, &cap);
+        if (capname && !(ops->capabilities & cap)) {
+            add_note(pb, tb_xasprintf("%s = %s not applied: plugin %s has no %s capability",
+                                      tb_dim_name((tb_dim)d), l->raw, ops->name, capname));
+            continue;
+        }
+        axes[n_axes++] = a;
+    }
+    for (size_t k = 0; k < n_opt_axes; k++)
+        if (!(ops->options[opt_axes[k].opt].flags & TB_OPTF_LOAD))
+            axes[n_axes++] = opt_axes[k];
+
+    /* Odometer over the axes, last axis fastest. */
+    size_t *idx = tb_xcalloc(n_axes + 1, sizeof(size_t));
+    for (;;) {
+        plan->cases = tb_xrealloc(plan->cases, (plan->n_cases + 1) * sizeof *plan->cases);
+        tb_case *c = &plan->cases[plan->n_cases];
+        memset(c, 0, sizeof *c);
+        c->ordinal = ++plan->n_cases;
+        c->backend = bi;
+        c->n_options = nopt;
+        c->options = tb_xcalloc(nopt ? nopt : 1, sizeof(tb_option_value));
+        for (uint32_t i = 0; i < nopt; i++) {
+            c->options[i] = base[i];
+            c->options[i].text = tb_xstrdup(base[i].text);
+        }
+        for (size_t a = 0; a < n_axes; a++) {
+            const axis *ax = &axes[a];
+            if (ax->is_option) {
+                free((char *)c->options[ax->opt].text);
+                c->options[ax->opt] = ax->vals[idx[a]];
+                c->options[ax->opt].text = tb_xstrdup(ax->vals[idx[a]].text);
+                continue;
+            }
+            double v = ax->nums[idx[a]];
+            switch (ax->dim) {
+            case TB_DIM_PROMPT_TOKENS: c->prompt_tokens = (uint32_t)v; break;
+            case TB_DIM_MAX_NEW_TOKENS: c->max_new_tokens = (uint32_t)v; break;
+            case TB_DIM_BATCH: c->batch = (uint32_t)v; break;
+            case TB_DIM_CONCURRENCY: c->concurrency = (uint32_t)v; break;
+            case TB_DIM_REQUEST_RATE: c->request_rate = v; break;
+            case TB_DIM_STEPS: c->steps = (uint32_t)v; break;
+            case TB_DIM_BLOCK_LENGTH: c->block_length = (uint32_t)v; break;
+            default: break;
+            }
+        }
+        c->swept_json = values_json(c->options, nopt, swept);
+        tb_str key = {0};
+        for (uint32_t i = 0; i < nopt; i++)
+            if (ops->options[i].flags & TB_OPTF_LOAD)
+                tb_str_appendf(&key, "%s=%s;", ops->options[i].name, c->options[i].text);
+        c->load_key = tb_str_take(&key);
+        if (c->batch > 1 && !(ops->capabilities & TB_CAP_BATCH))
+            c->skip_reason = tb_xasprintf("batch %u needs the batch capability, which plugin %s lacks",
+                                          c->batch, ops->name);
+
+        size_t a = n_axes;
+        while (a > 0) {
+            a--;
+            if (++idx[a] < axes[a].n)
+                break;
+            idx[a] = 0;
+            if (a == 0) {
+                a = SIZE_MAX;
+                break;
+            }
+        }
+        if (a == SIZE_MAX || n_axes == 0)
+            break;
+    }
+    free(idx);
+    pb->options_json = values_json(base, nopt, NULL);
+
+done:
+    for (size_t k = 0; k < n_opt_axes; k++) {
+        for (size_t j = 0; j < opt_axes[k].n; j++)
+            free((char *)opt_axes[k].vals[j].text);
+        free(opt_axes[k].vals);
+    }
+    free(opt_axes);
+    free(axes);
+    for (uint32_t i = 0; i < nopt; i++)
+        free((char *)base[i].text);
+    free(base);
+    free(swept);
+    free(set_by_backend);
+    return errs->len == errs_before ? 0 : -1;
+}
+
+int tb_plan_build(tb_suite *suite, tb_plan *plan, char **err)
+{
+    memset(plan, 0, sizeof *plan);
+    plan->suite = suite;
+    plan->n_backends = suite->n_backends;
+    plan->backends = tb_xcalloc(suite->n_backends ? suite->n_backends : 1, sizeof *plan->backends);
+    tb_str errs = {0};
+    for (size_t i = 0; i < suite->n_backends; i++) {
+        tb_plan_backend *pb = &plan->backends[i];
+        pb->sb = &suite->backends[i];
+        char *why = NULL;
+        if (tb_plugin_open(pb->sb->plugin, &pb->plugin, &why) != 0) {
+            err_at(&errs, pb->sb->plugin_loc, "plugin", "%s", why);
+            free(why);
+            continue;
+        }
+    }
+    /* A [matrix] key must be a dimension or some backend's option. */
+    for (size_t k = 0; k < suite->n_sweeps && !errs.len; k++) {
+        int known = 0;
+        for (size_t i = 0; i < plan->n_backends; i++)
+            if (tb_plugin_option(&plan->backends[i].plugin, suite->sweeps[k].key))
+                known = 1;
+        if (!known)
+            err_at(&errs, suite->sweeps[k].value.loc, suite->sweeps[k].key,
+                   "unknown key in [matrix] (expected a dimension — prompt_tokens, max_new_tokens, batch, concurrency, request_rate, steps, block_length — or an option of one of the suite's plugins)");
+    }
+    for (size_t i = 0; i < plan->n_backends && !errs.len; i++)
+        expand_backend(plan, i, &errs);
+    if (errs.len) {
+        *err = tb_str_take(&errs);
+        tb_plan_free(plan);
+        return -1;
+    }
+    *err = NULL;
+    return 0;
+}
+
+static void case_free(tb_case *c)
+{
+    for (uint32_t i = 0; i < c->n_options; i++)
+        free((char *)c->options[i].text);
+    free(c->options);
+    free(c->swept_json);
+    free(c->load_key);
+    free(c->skip_reason);
+}
+
+/* Does case c match filter key = one of vals? -1: unknown key. */
+static int case_matches(const tb_plan *plan, const tb_case *c, const char *key, char **vals, size_t nv)
+{
+    const tb_plan_backend *pb = &plan->backends[c->backend];
+    const char *text = NULL;
+    char buf[64];
+    tb_dim d = tb_dim_from_name(key);
+    if (strcmp(key, "backend") == 0) {
+        text = pb->sb->label;
+    } else if (d != TB_N_DIMS) {
+        double v = 0;
+        switch (d) {
+        case TB_DIM_PROMPT_TOKENS: v = c->prompt_tokens; break;
+        case TB_DIM_MAX_NEW_TOKENS: v = c->max_new_tokens; break;
+        case TB_DIM_BATCH: v = c->batch; break;
+        case TB_DIM_CONCURRENCY: v = c->concurrency; break;
+        case TB_DIM_REQUEST_RATE: v = c->request_rate; break;
+        case TB_DIM_STEPS: v = c->steps; break;
+        case TB_DIM_BLOCK_LENGTH: v = c->block_length; break;
+        default: break;
+        }
+        for (size_t i = 0; i < nv; i++) {
+            char *end;
+            double w = strtod(vals[i], &end);
+            if (end != vals[i] && !*end && w == v)
+                return 1;
+        }
+        return 0;
+    } else {
+        const tb_option_decl *decl = tb_plugin_option(&pb->plugin, key);
+        if (!decl)
+            return 0; /* a backend without that option does not match */
+        text = c->options[decl - pb->plugin.ops->options].text;
+    }
+    (void)buf;
+    for (size_t i = 0; i < nv; i++)
+        if (strcmp(text, vals[i]) == 0)
+            return 1;
+    return 0;
+}
+
+int tb_plan_filter(tb_plan *plan, char *const *filters, size_t n, char **err)
+{
+    *err = NULL;
+    for (size_t f = 0; f < n; f++) {
+        char *copy = tb_xstrdup(filters[f]);
+        char *eq = strchr(copy, '=');
+        if (!eq || eq == copy || !eq[1]) {
+            *err = tb_xasprintf("--filter \"%s\": expected KEY=VALUE[,VALUE...]", filters[f]);
+            free(copy);
+            return -1;
+        }
+        *eq = '\0';
+        char *key = tb_trim(copy);
+        int known = strcmp(key, "backend") == 0 || tb_dim_from_name(key) != TB_N_DIMS;
+        for (size_t i = 0; i < plan->n_backends && !known; i++)
+            if (tb_plugin_option(&plan->backends[i].plugin, key))
+                known = 1;
+        if (!known) {
+            *err = tb_xasprintf("--filter \"%s\": unknown key \"%s\" (expected backend, a dimension or a backend option)",
+                                filters[f], key);
+            free(copy);
+            return -1;
+        }
+        char **vals = NULL;
+        size_t nv = 0;
+        for (char *s = eq + 1;;) {
+            char *comma = strchr(s, ',');
+            if (comma)
+                *comma = '\0';
+            vals = tb_xrealloc(vals, (nv + 1) * sizeof(char *));
+            vals[nv++] = tb_trim(s);
+            if (!comma)
+                break;
+            s = comma + 1;
+        }
+        size_t kept = 0;
+        for (size_t i = 0; i < plan->n_cases; i++) {
+            if (case_matches(plan, &plan->cases[i], key, vals, nv))
+                plan->cases[kept++] = plan->cases[i];
+            else
+                case_free(&plan->cases[i]);
+        }
+        plan->n_cases = kept;
+        free(vals);
+        free(copy);
+    }
+    return 0;
+}
+
+char *tb_case_label(const tb_plan *plan, const tb_case *c)
+{
+    (void)plan;
+    tb_str b = {0};
+    tb_str_appendf(&b, "prompt_tokens=%u max_new_tokens=%u batch=%u", c->prompt_tokens,
+                   c->max_new_tokens, c->batch);
+    if (c->concurrency)
+        tb_str_appendf(&b, " concurrency=%u", c->concurrency);
+    if (c->request_rate > 0)
+        tb_str_appendf(&b, " request_rate=%g", c->request_rate);
+    if (c->steps)
+        tb_str_appendf(&b, " steps=%u", c->steps);
+    if (c->block_length)
+        tb_str_appendf(&b, " block_length=%u", c->block_length);
+    cJSON *sw = cJSON_Parse(c->swept_json);
+    cJSON *it;
+    cJSON_ArrayForEach(it, sw) tb_str_appendf(&b, " %s=%s", it->string, cJSON_GetStringValue(it));
+    cJSON_Delete(sw);
+    return tb_str_take(&b);
+}
+
+void tb_plan_print(const tb_plan *plan, FILE *out)
+{
+    const tb_suite *s = plan->suite;
+    size_t skipped = 0;
+    for (size_t i = 0; i < plan->n_cases; i++)
+        skipped += plan->cases[i].skip_reason != NULL;
+    fprintf(out, "suite %s (%s): %zu cases (%zu to skip), warmup %d, repeat %d, seed %llu\n", s->name,
+            s->path, plan->n_cases, skipped, s->warmup, s->repeat, (unsigned long long)s->seed);
+    for (size_t bi = 0; bi < plan->n_backends; bi++) {
+        const tb_plan_backend *pb = &plan->backends[bi];
+        char *caps = tb_caps_string(pb->plugin.ops->capabilities);
+        fprintf(out, "\nbackend %s: plugin %s %s (%s), model \"%s\", capabilities %s\n", pb->sb->label,
+                pb->plugin.ops->name, pb->plugin.ops->version, pb->plugin.path, pb->sb->model, caps);
+        free(caps);
+        fprintf(out, "  options %s\n", pb->options_json ? pb->options_json : "{}");
+        for (size_t k = 0; k < pb->n_notes; k++)
+            fprintf(out, "  note: %s\n", pb->notes[k]);
+        for (size_t i = 0; i < plan->n_cases; i++) {
+            const tb_case *c = &plan->cases[i];
+            if (c->backend != bi)
+                continue;
+            char *label = tb_case_label(plan, c);
+            fprintf(out, "  #%-4zu %s%s%s%s\n", c->ordinal, label, c->skip_reason ? "  [skip: " : "",
+                    c->skip_reason ? c->skip_reason : "", c->skip_reason ? "]" : "");
+            free(label);
+        }
+    }
+}
+
+void tb_plan_free(tb_plan *plan)
+{
+    for (size_t i = 0; i < plan->n_cases; i++)
+        case_free(&plan->cases[i]);
+    free(plan->cases);
+    for (size_t i = 0; i < plan->n_backends; i++) {
+        tb_plan_backend *pb = &plan->backends[i];
+        if (pb->plugin.handle)
+            tb_plugin_close(&pb->plugin);
+        for (size_t k = 0; k < pb->n_notes; k++)
+            free(pb->notes[k]);
+        free(pb->notes);
+        free(pb->options_json);
+    }
+    free(plan->backends);
+    memset(plan, 0, sizeof *plan);
+}

@@ -1,0 +1,68 @@
+/* plan.h — a suite expanded into cases, with its plugins opened.
+ *
+ * Per backend, the matrix is a Cartesian product of: swept load-time
+ * options (outermost, so a context is rebuilt as rarely as possible), the
+ * dimensions in tb_dim order, then swept per-case options (innermost).
+ * A backend section's own dimension or option values override [matrix].
+ * Values are split on commas, except for string options (taken whole).
+ *
+ * Capabilities decide what a backend gets: concurrency, request_rate,
+ * steps and block_length are not applied to a backend without the matching
+ * capability (the reason is kept as a note); batch values above 1 on a
+ * backend without TB_CAP_BATCH become skipped cases with the reason. */
+#ifndef TB_PLAN_H
+#define TB_PLAN_H
+
+#include <stdio.h>
+
+#include "plugin.h"
+#include "suite.h"
+
+typedef struct tb_plan_backend {
+    const tb_suite_backend *sb; /* the suite section */
+    tb_plugin plugin;
+    char **notes; /* dimensions not applied, and why */
+    size_t n_notes;
+    char *options_json; /* every option's value for this backend, JSON */
+} tb_plan_backend;
+
+typedef struct tb_case {
+    size_t ordinal;  /* 1-based position in the plan */
+    size_t backend;  /* index into tb_plan.backends */
+    uint32_t prompt_tokens, max_new_tokens, batch;
+    uint32_t concurrency, steps, block_length; /* 0: not applicable */
+    double request_rate;                       /* 0: not applicable */
+    tb_option_value *options; /* every declared option, declaration order */
+    uint32_t n_options;
+    char *swept_json; /* {"name":"value",...}: options the matrix swept */
+    char *load_key;   /* values of TB_OPTF_LOAD options: equal keys share
+                         one backend context */
+    char *skip_reason; /* NULL: run it */
+} tb_case;
+
+typedef struct tb_plan {
+    tb_suite *suite; /* borrowed */
+    tb_plan_backend *backends;
+    size_t n_backends;
+    tb_case *cases;
+    size_t n_cases;
+} tb_plan;
+
+/* Open every backend's plugin, check its options, expand the matrix.
+ * Returns 0, or -1 with a malloc'd message (file:line: key: reason). */
+int tb_plan_build(tb_suite *suite, tb_plan *plan, char **err);
+
+/* Keep only cases matching every filter "KEY=V1[,V2...]", KEY being
+ * "backend", a dimension or an option name. Ordinals are kept. Returns 0,
+ * or -1 with *err for a malformed filter. */
+int tb_plan_filter(tb_plan *plan, char *const *filters, size_t n, char **err);
+
+/* "prompt_tokens=128 max_new_tokens=64 batch=1 steps=8 sampler=random". */
+char *tb_case_label(const tb_plan *plan, const tb_case *c);
+
+/* The expanded plan, human-readable (what --dry-run prints). */
+void tb_plan_print(const tb_plan *plan, FILE *out);
+
+void tb_plan_free(tb_plan *plan);
+
+#endif

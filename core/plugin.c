@@ -1,0 +1,438 @@
+/* plugin.c — see plugin.h. */
+#define _GNU_SOURCE
+#include "plugin.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tb_config.h"
+#include "util.h"
+
+static int is_file(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static int is_dir(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* The folder holding the running executable (malloc'd), or NULL. */
+static char *exe_dir(void)
+{
+    char buf[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+    if (n <= 0)
+        return NULL;
+    buf[n] = '\0';
+    char *slash = strrchr(buf, '/');
+    if (!slash)
+        return NULL;
+    *slash = '\0';
+    return tb_xstrdup(buf);
+}
+
+/* The build tree's plugin folder when running from it, else NULL. */
+static char *build_plugin_dir(void)
+{
+    char *dir = exe_dir();
+    if (!dir)
+        return NULL;
+    char *pd = tb_xasprintf("%s/plugins", dir);
+    free(dir);
+    if (!is_dir(pd)) {
+        free(pd);
+        return NULL;
+    }
+    return pd;
+}
+
+static int try_path(tb_str *tried, const char *path)
+{
+    if (tried->len)
+        tb_str_append(tried, ", ");
+    tb_str_append(tried, path);
+    return is_file(path);
+}
+
+char *tb_plugin_find(const char *name, char **tried_out)
+{
+    size_t n = strlen(name);
+    if (strchr(name, '/') || (n > 3 && strcmp(name + n - 3, ".so") == 0)) {
+        if (tried_out)
+            *tried_out = tb_xstrdup(name);
+        return is_file(name) ? tb_xstrdup(name) : NULL;
+    }
+    tb_str tried = {0};
+    char *found = NULL;
+
+    const char *env = getenv("TOKBENCH_PLUGIN_PATH");
+    if (env && *env) {
+        char *copy = tb_xstrdup(env), *save = NULL;
+        for (char *dir = strtok_r(copy, ":", &save); dir && !found; dir = strtok_r(NULL, ":", &save)) {
+            char *a = tb_xasprintf("%s/%s.so", dir, name);
+            char *b = tb_xasprintf("%s/%s/%s.so", dir, name, name);
+            if (try_path(&tried, a))
+                found = tb_xstrdup(a);
+            else if (try_path(&tried, b))
+                found = tb_xstrdup(b);
+            free(a);
+            free(b);
+        }
+        free(copy);
+    }
+    if (!found) {
+        char *bd = build_plugin_dir();
+        if (bd) {
+            char *a = tb_xasprintf("%s/%s/%s.so", bd, name, name);
+            if (try_path(&tried, a))
+                found = tb_xstrdup(a);
+            free(a);
+            free(bd);
+        }
+    }
+    if (!found) {
+        char *a = tb_xasprintf("%s/%s.so", TB_PLUGIN_INSTALL_DIR, name);
+        if (try_path(&tried, a))
+            found = tb_xstrdup(a);
+        free(a);
+    }
+    if (tried_out)
+        *tried_out = tb_str_take(&tried);
+    else
+        tb_str_free(&tried);
+    return found;
+}
+
+static int valid_option_name(const char *s)
+{
+    if (!s || !*s)
+        return 0;
+    for (; *s; s++)
+        if (!(islower((unsigned char)*s) || isdigit((unsigned char)*s) || *s == '_'))
+            return 0;
+    return 1;
+}
+
+/* Check the ops table; returns a malloc'd reason or NULL when it is fine. */
+static char *check_ops(const tb_backend_ops *o)
+{
+    if (o->abi_major != TB_ABI_MAJOR)
+        return tb_xasprintf("built for plugin ABI %u, this tokbench speaks ABI %d (rebuild the plugin against this tokbench's backend.h)",
+                            o->abi_major, TB_ABI_MAJOR);
+    if (o->struct_size < TB_OPS_MIN_SIZE)
+        return tb_xasprintf("ops table is %u bytes, smaller than the %zu bytes of ABI %d (struct_size must be sizeof(tb_backend_ops))",
+                            o->struct_size, (size_t)TB_OPS_MIN_SIZE, TB_ABI_MAJOR);
+    if (!o->name || !valid_option_name(o->name))
+        return tb_xstrdup("no name, or a name that is not [a-z0-9_]+");
+    if (!o->version)
+        return tb_xstrdup("no version string");
+    const char *missing = !o->create ? "create()" : !o->destroy ? "destroy()"
+                        : !o->generate ? "generate()" : !o->last_error ? "last_error()" : NULL;
+    if (missing)
+        return tb_xasprintf("required method %s is missing", missing);
+    if ((o->capabilities & TB_CAP_TOKENIZER) && (!o->tokenize || !o->detokenize))
+        return tb_xstrdup("claims the tokenizer capability but lacks tokenize() or detokenize()");
+    if (o->n_options && !o->options)
+        return tb_xasprintf("declares %u options but no option table", o->n_options);
+    for (uint32_t i = 0; i < o->n_options; i++) {
+        const tb_option_decl *d = &o->options[i];
+        if (!valid_option_name(d->name))
+            return tb_xasprintf("option %u has no name or a name that is not [a-z0-9_]+", i);
+        for (uint32_t j = 0; j < i; j++)
+            if (strcmp(o->options[j].name, d->name) == 0)
+                return tb_xasprintf("option \"%s\" is declared twice", d->name);
+        if (!strcmp(d->name, "plugin") || !strcmp(d->name, "model") || !strcmp(d->name, "include"))
+            return tb_xasprintf("option \"%s\" collides with a suite key", d->name);
+        if (d->type < TB_OPT_BOOL || d->type > TB_OPT_ENUM)
+            return tb_xasprintf("option \"%s\" has unknown type %d", d->name, (int)d->type);
+        if (d->type == TB_OPT_ENUM && (!d->choices || !*d->choices))
+            return tb_xasprintf("enum option \"%s\" has no choices", d->name);
+        if (!d->default_value)
+            return tb_xasprintf("option \"%s\" has no default value", d->name);
+        tb_option_value v;
+        char *why = NULL;
+        if (tb_option_parse(d, d->default_value, &v, &why) != 0) {
+            char *r = tb_xasprintf("option \"%s\": default \"%s\" is invalid: %s", d->name, d->default_value, why);
+            free(why);
+            return r;
+        }
+        free((char *)v.text);
+    }
+    return NULL;
+}
+
+int tb_plugin_open(const char *name, tb_plugin *out, char **err)
+{
+    memset(out, 0, sizeof *out);
+    char *tried = NULL;
+    char *path = tb_plugin_find(name, &tried);
+    if (!path) {
+        *err = tb_xasprintf("plugin %s: not found (looked at %s; set TOKBENCH_PLUGIN_PATH or give a path)", name, tried);
+        free(tried);
+        return -1;
+    }
+    free(tried);
+    /* dlopen needs a '/' to take a path literally rather than search. */
+    char *dl_path = strchr(path, '/') ? tb_xstrdup(path) : tb_xasprintf("./%s", path);
+    void *h = dlopen(dl_path, RTLD_NOW | RTLD_LOCAL);
+    free(dl_path);
+    if (!h) {
+        *err = tb_xasprintf("plugin %s (%s): cannot load: %s", name, path, dlerror());
+        free(path);
+        return -1;
+    }
+    dlerror();
+    void *sym = dlsym(h, TB_BACKEND_ENTRY_SYMBOL);
+    if (!sym) {
+        *err = tb_xasprintf("plugin %s (%s): no entry symbol %s() (a backend exports exactly that function)",
+                            name, path, TB_BACKEND_ENTRY_SYMBOL);
+        dlclose(h);
+        free(path);
+        return -1;
+    }
+    tb_backend_entry_fn entry;
+    memcpy(&entry, &sym, sizeof entry); /* object → function pointer, POSIX */
+    const tb_backend_ops *ops = entry();
+    char *why = ops ? check_ops(ops) : tb_xstrdup("entry function returned NULL");
+    if (why) {
+        *err = tb_xasprintf("plugin %s (%s): %s", ops && ops->abi_major == TB_ABI_MAJOR && ops->name ? ops->name : name,
+                            path, why);
+        free(why);
+        dlclose(h);
+        free(path);
+        return -1;
+    }
+    out->path = path;
+    out->handle = h;
+    out->ops = ops;
+    return 0;
+}
+
+void tb_plugin_close(tb_plugin *p)
+{
+    if (p->handle)
+        dlclose(p->handle);
+    free(p->path);
+    memset(p, 0, sizeof *p);
+}
+
+static int has_path(char **paths, size_t n, const char *base)
+{
+    for (size_t i = 0; i < n; i++) {
+        const char *b = strrchr(paths[i], '/');
+        if (strcmp(b ? b + 1 : paths[i], base) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+static void scan_dir(const char *dir, int nested, char ***paths, size_t *n)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    /* readdir order is arbitrary: collect then sort for stable listings */
+    char **found = NULL;
+    size_t nf = 0;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char *full;
+        if (nested) /* build tree: plugins/NAME/NAME.so */
+            full = tb_xasprintf("%s/%s/%s.so", dir, e->d_name, e->d_name);
+        else {
+            size_t l = strlen(e->d_name);
+            if (l < 4 || strcmp(e->d_name + l - 3, ".so") != 0)
+                continue;
+            full = tb_xasprintf("%s/%s", dir, e->d_name);
+        }
+        if (!is_file(full)) {
+            free(full);
+            continue;
+        }
+        found = tb_xrealloc(found, (nf + 1) * sizeof *found);
+        found[nf++] = full;
+    }
+    closedir(d);
+    for (size_t i = 1; i < nf; i++)
+        for (size_t j = i; j > 0 && strcmp(found[j - 1], found[j]) > 0; j--) {
+            char *t = found[j];
+            found[j] = found[j - 1];
+            found[j - 1] = t;
+        }
+    for (size_t i = 0; i < nf; i++) {
+        const char *base = strrchr(found[i], '/') + 1;
+        if (has_path(*paths, *n, base)) {
+            free(found[i]);
+            continue;
+        }
+        *paths = tb_xrealloc(*paths, (*n + 1) * sizeof **paths);
+        (*paths)[(*n)++] = found[i];
+    }
+    free(found);
+}
+
+size_t tb_plugin_scan(char ***paths)
+{
+    *paths = NULL;
+    size_t n = 0;
+    const char *env = getenv("TOKBENCH_PLUGIN_PATH");
+    if (env && *env) {
+        char *copy = tb_xstrdup(env), *save = NULL;
+        for (char *dir = strtok_r(copy, ":", &save); dir; dir = strtok_r(NULL, ":", &save))
+            scan_dir(dir, 0, paths, &n);
+        free(copy);
+    }
+    char *bd = build_plugin_dir();
+    if (bd) {
+        scan_dir(bd, 1, paths, &n);
+        free(bd);
+    }
+    scan_dir(TB_PLUGIN_INSTALL_DIR, 0, paths, &n);
+    return n;
+}
+
+const tb_option_decl *tb_plugin_option(const tb_plugin *p, const char *name)
+{
+    for (uint32_t i = 0; i < p->ops->n_options; i++)
+        if (strcmp(p->ops->options[i].name, name) == 0)
+            return &p->ops->options[i];
+    return NULL;
+}
+
+static int bounded(const tb_option_decl *d)
+{
+    return d->min <= d->max;
+}
+
+char *tb_option_describe_type(const tb_option_decl *d)
+{
+    switch (d->type) {
+    case TB_OPT_BOOL:
+        return tb_xstrdup("bool (true/false)");
+    case TB_OPT_INT:
+        return bounded(d) ? tb_xasprintf("int in [%.17g, %.17g]", d->min, d->max) : tb_xstrdup("int");
+    case TB_OPT_FLOAT:
+        return bounded(d) ? tb_xasprintf("float in [%.17g, %.17g]", d->min, d->max) : tb_xstrdup("float");
+    case TB_OPT_STRING:
+        return tb_xstrdup("string");
+    case TB_OPT_ENUM:
+        return tb_xasprintf("one of %s", d->choices ? d->choices : "?");
+    }
+    return tb_xstrdup("?");
+}
+
+static int enum_has(const char *choices, const char *v)
+{
+    size_t n = strlen(v);
+    const char *c = choices;
+    while (c && *c) {
+        const char *bar = strchr(c, '|');
+        size_t len = bar ? (size_t)(bar - c) : strlen(c);
+        if (len == n && strncmp(c, v, n) == 0)
+            return 1;
+        c = bar ? bar + 1 : NULL;
+    }
+    return 0;
+}
+
+int tb_option_parse(const tb_option_decl *d, const char *text, tb_option_value *out, char **err)
+{
+    memset(out, 0, sizeof *out);
+    out->name = d->name;
+    char *end;
+    errno = 0;
+    switch (d->type) {
+    case TB_OPT_BOOL: {
+        static const char *const yes[] = {"true", "yes", "on", "1"};
+        static const char *const no[] = {"false", "no", "off", "0"};
+        for (size_t i = 0; i < 4; i++) {
+            if (strcasecmp(text, yes[i]) == 0) {
+                out->i = 1;
+                out->f = 1;
+                out->text = tb_xstrdup("true");
+                return 0;
+            }
+            if (strcasecmp(text, no[i]) == 0) {
+                out->text = tb_xstrdup("false");
+                return 0;
+            }
+        }
+        *err = tb_xasprintf("expected a bool (true/false, yes/no, on/off, 1/0), got \"%s\"", text);
+        return -1;
+    }
+    case TB_OPT_INT: {
+        long long v = strtoll(text, &end, 10);
+        if (end == text || *end || errno || (bounded(d) && (v < d->min || v > d->max))) {
+            char *t = tb_option_describe_type(d);
+            *err = tb_xasprintf("expected an %s, got \"%s\"", t, text);
+            free(t);
+            return -1;
+        }
+        out->i = v;
+        out->f = (double)v;
+        out->text = tb_xasprintf("%lld", v);
+        return 0;
+    }
+    case TB_OPT_FLOAT: {
+        double v = strtod(text, &end);
+        if (end == text || *end || errno || !isfinite(v) || (bounded(d) && (v < d->min || v > d->max))) {
+            char *t = tb_option_describe_type(d);
+            *err = tb_xasprintf("expected a %s, got \"%s\"", t, text);
+            free(t);
+            return -1;
+        }
+        out->f = v;
+        out->i = (int64_t)v;
+        out->text = tb_xasprintf("%.17g", v);
+        return 0;
+    }
+    case TB_OPT_STRING:
+        out->text = tb_xstrdup(text);
+        return 0;
+    case TB_OPT_ENUM:
+        if (!enum_has(d->choices, text)) {
+            *err = tb_xasprintf("expected one of %s, got \"%s\"", d->choices, text);
+            return -1;
+        }
+        out->text = tb_xstrdup(text);
+        return 0;
+    }
+    *err = tb_xstrdup("unknown option type");
+    return -1;
+}
+
+char *tb_caps_string(uint32_t caps)
+{
+    static const struct { uint32_t bit; const char *name; } names[] = {
+        {TB_CAP_BATCH, "batch"},       {TB_CAP_CONCURRENCY, "concurrency"},
+        {TB_CAP_STEPS, "steps"},       {TB_CAP_BLOCKS, "blocks"},
+        {TB_CAP_STREAMING, "streaming"}, {TB_CAP_TOKENIZER, "tokenizer"},
+        {TB_CAP_DEVICE_MEMORY, "device_memory"}, {TB_CAP_ENERGY, "energy"},
+        {TB_CAP_REQUEST_RATE, "request_rate"},
+    };
+    tb_str b = {0};
+    for (size_t i = 0; i < TB_ARRAY_LEN(names); i++)
+        if (caps & names[i].bit) {
+            if (b.len)
+                tb_str_append(&b, ",");
+            tb_str_append(&b, names[i].name);
+        }
+    if (!b.len)
+        tb_str_append(&b, "none");
+    return tb_str_take(&b);
+}

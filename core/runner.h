@@ -1,0 +1,35 @@
+/* runner.h — runs a plan: one worker process per backend (worker.h), a
+ * deadline per load and per case, every finished case stored at once.
+ *
+ * A worker that crashes (signal or unexpected exit), overruns its deadline
+ * (killed with SIGKILL) or is killed for memory fails the case in flight
+ * with the reason; the next case of that backend gets a fresh worker. Ctrl-C
+ * (SIGINT) or SIGTERM stops after the case in flight (5 s grace, then it is
+ * killed and recorded as interrupted); finished cases stay stored. */
+#ifndef TB_RUNNER_H
+#define TB_RUNNER_H
+
+#include "plan.h"
+#include "store.h"
+
+typedef enum tb_run_outcome {
+    TB_RUN_COMPLETED = 0,   /* every case ran (some may have failed) */
+    TB_RUN_INTERRUPTED = 1, /* stopped by a signal */
+    TB_RUN_STORE_FAILED = 2 /* the database refused a write */
+} tb_run_outcome;
+
+typedef struct tb_run_summary {
+    size_t ok, failed, skipped;
+    size_t noisy;      /* cases whose aggregate tokens/s CV > 10% */
+    size_t mismatched; /* cases with re-count mismatches */
+} tb_run_summary;
+
+/* Run every case of `plan`, storing into session `session_id`;
+ * backend_ids[i] is the stored row of plan->backends[i]. */
+tb_run_outcome tb_runner_run(tb_plan *plan, tb_store *store, int64_t session_id,
+                             const int64_t *backend_ids, tb_run_summary *summary);
+
+/* The CV above which a case is flagged as noisy. */
+#define TB_NOISE_CV 0.10
+
+#endif

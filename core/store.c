@@ -1,0 +1,457 @@
+/* store.c — see store.h. */
+#define _GNU_SOURCE
+#include "store.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "git_version.h"
+#include "tb_config.h"
+#include "util.h"
+
+extern const char *const tb_migrations[];
+extern const size_t tb_n_migrations;
+
+struct tb_store {
+    sqlite3 *db;
+};
+
+const char *tb_store_default_path(void)
+{
+    const char *env = getenv("TOKBENCH_DB");
+    return env && *env ? env : "tokbench.db";
+}
+
+int tb_store_schema_version(void)
+{
+    return (int)tb_n_migrations;
+}
+
+static int user_version(sqlite3 *db)
+{
+    sqlite3_stmt *q;
+    int v = -1;
+    if (sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &q, NULL) == SQLITE_OK &&
+        sqlite3_step(q) == SQLITE_ROW)
+        v = sqlite3_column_int(q, 0);
+    sqlite3_finalize(q);
+    return v;
+}
+
+int tb_store_migrate(sqlite3 *db, int target, char **err)
+{
+    int v = user_version(db);
+    if (v < 0) {
+        *err = tb_xasprintf("cannot read the schema version: %s", sqlite3_errmsg(db));
+        return -1;
+    }
+    if (v > (int)tb_n_migrations) {
+        *err = tb_xasprintf("database schema version %d is newer than this tokbench knows (%d); use a newer tokbench",
+                            v, (int)tb_n_migrations);
+        return -1;
+    }
+    for (int i = v; i < target && i < (int)tb_n_migrations; i++) {
+        /* BEGIN IMMEDIATE: two processes opening a fresh file at once must
+         * not both apply the same migration. Re-check inside the lock. */
+        char *msg = NULL;
+        if (sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, &msg) != SQLITE_OK) {
+            *err = tb_xasprintf("cannot lock the database to migrate: %s", msg ? msg : sqlite3_errmsg(db));
+            sqlite3_free(msg);
+            return -1;
+        }
+        if (user_version(db) != i) {
+            sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
+            i = user_version(db) - 1;
+            continue;
+        }
+        char pragma[64];
+        snprintf(pragma, sizeof pragma, "PRAGMA user_version = %d", i + 1);
+        if (sqlite3_exec(db, tb_migrations[i], NULL, NULL, &msg) != SQLITE_OK ||
+            sqlite3_exec(db, pragma, NULL, NULL, &msg) != SQLITE_OK) {
+            *err = tb_xasprintf("migration %d failed: %s", i + 1, msg ? msg : sqlite3_errmsg(db));
+            sqlite3_free(msg);
+            sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+            return -1;
+        }
+        if (sqlite3_exec(db, "COMMIT", NULL, NULL, &msg) != SQLITE_OK) {
+            *err = tb_xasprintf("migration %d: commit failed: %s", i + 1, msg ? msg : sqlite3_errmsg(db));
+            sqlite3_free(msg);
+            sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int tb_store_open(const char *path, tb_store **out, char **err)
+{
+    *out = NULL;
+    sqlite3 *db = NULL;
+    int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
+    if (rc != SQLITE_OK) {
+        *err = tb_xasprintf("%s: cannot open database: %s", path, db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+        sqlite3_close(db);
+        return -1;
+    }
+    sqlite3_busy_timeout(db, 10000);
+    char *msg = NULL;
+    /* Reading the header catches "not a database" before anything else. */
+    if (sqlite3_exec(db, "PRAGMA journal_mode = WAL", NULL, NULL, &msg) != SQLITE_OK ||
+        sqlite3_exec(db, "PRAGMA foreign_keys = ON", NULL, NULL, &msg) != SQLITE_OK) {
+        *err = tb_xasprintf("%s: %s", path, msg ? msg : sqlite3_errmsg(db));
+        sqlite3_free(msg);
+        sqlite3_close(db);
+        return -1;
+    }
+    char *why = NULL;
+    if (tb_store_migrate(db, (int)tb_n_migrations, &why) != 0) {
+        *err = tb_xasprintf("%s: %s", path, why);
+        free(why);
+        sqlite3_close(db);
+        return -1;
+    }
+    tb_store *st = tb_xcalloc(1, sizeof *st);
+    st->db = db;
+    *out = st;
+    return 0;
+}
+
+void tb_store_close(tb_store *st)
+{
+    if (!st)
+        return;
+    sqlite3_close(st->db);
+    free(st);
+}
+
+sqlite3 *tb_store_db(tb_store *st)
+{
+    return st->db;
+}
+
+/* --------------------------------------------------------- binding */
+
+static void bind_text(sqlite3_stmt *q, int i, const char *s)
+{
+    if (s)
+        sqlite3_bind_text(q, i, s, -1, SQLITE_TRANSIENT);
+    else
+        sqlite3_bind_null(q, i);
+}
+
+/* NaN and infinities are stored as NULL: "not measured". */
+static void bind_real(sqlite3_stmt *q, int i, double v)
+{
+    if (isfinite(v))
+        sqlite3_bind_double(q, i, v);
+    else
+        sqlite3_bind_null(q, i);
+}
+
+/* Negative values mean "unknown" for these columns. */
+static void bind_opt_int(sqlite3_stmt *q, int i, int64_t v)
+{
+    if (v >= 0)
+        sqlite3_bind_int64(q, i, v);
+    else
+        sqlite3_bind_null(q, i);
+}
+
+static int64_t exec_insert(tb_store *st, sqlite3_stmt *q)
+{
+    int rc = sqlite3_step(q);
+    sqlite3_finalize(q);
+    if (rc != SQLITE_DONE)
+        return -1;
+    return sqlite3_last_insert_rowid(st->db);
+}
+
+static sqlite3_stmt *prepare(tb_store *st, const char *sql)
+{
+    sqlite3_stmt *q = NULL;
+    if (sqlite3_prepare_v2(st->db, sql, -1, &q, NULL) != SQLITE_OK) {
+        fprintf(stderr, "tokbench: internal SQL error: %s\n  in: %s\n", sqlite3_errmsg(st->db), sql);
+        return NULL;
+    }
+    return q;
+}
+
+int64_t tb_store_machine(tb_store *st, const tb_machine_info *m)
+{
+    sqlite3_stmt *q = prepare(st, "SELECT id FROM machine WHERE fingerprint = ?");
+    if (!q)
+        return -1;
+    bind_text(q, 1, m->fingerprint);
+    int64_t id = -1;
+    if (sqlite3_step(q) == SQLITE_ROW)
+        id = sqlite3_column_int64(q, 0);
+    sqlite3_finalize(q);
+    if (id >= 0)
+        return id;
+    q = prepare(st, "INSERT INTO machine (fingerprint, hostname, cpu_model, cpu_cores, ram_bytes, os, kernel, arch,"
+                    " gpu_count, gpu_name, gpu_memory_bytes, gpu_driver, cuda_driver_version, compute_capability,"
+                    " nvml_status, info_json) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+    if (!q)
+        return -1;
+    char *json = tb_machine_info_json(m);
+    int g = m->gpu_count > 0;
+    bind_text(q, 1, m->fingerprint);
+    bind_text(q, 2, m->hostname);
+    bind_text(q, 3, m->cpu_model);
+    sqlite3_bind_int(q, 4, m->cpu_cores);
+    sqlite3_bind_int64(q, 5, (int64_t)m->ram_bytes);
+    bind_text(q, 6, m->os);
+    bind_text(q, 7, m->kernel);
+    bind_text(q, 8, m->arch);
+    sqlite3_bind_int(q, 9, m->gpu_count);
+    bind_text(q, 10, g ? m->gpus[0].name : NULL);
+    if (g)
+        sqlite3_bind_int64(q, 11, (int64_t)m->gpus[0].memory_bytes);
+    bind_text(q, 12, m->gpu_driver[0] ? m->gpu_driver : NULL);
+    bind_text(q, 13, m->cuda_driver_version[0] ? m->cuda_driver_version : NULL);
+    bind_text(q, 14, g ? m->gpus[0].compute_capability : NULL);
+    bind_text(q, 15, m->nvml_status);
+    bind_text(q, 16, json ? json : "{}");
+    free(json);
+    return exec_insert(st, q);
+}
+
+/* A random (version 4) UUID: sessions keep it when databases are merged. */
+static void random_uuid(char out[40])
+{
+    unsigned char b[16];
+    if (getrandom(b, sizeof b, 0) != (ssize_t)sizeof b) {
+        uint64_t t = (uint64_t)tb_now_ns();
+        for (int i = 0; i < 16; i++)
+            b[i] = (unsigned char)(t >> ((i % 8) * 8)) ^ (unsigned char)(i * 37);
+    }
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    snprintf(out, 40, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2],
+             b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+}
+
+int64_t tb_store_session_begin(tb_store *st, const tb_session_info *si)
+{
+    sqlite3_stmt *q = prepare(st, "INSERT INTO session (uuid, machine_id, suite_name, suite_path, suite_sha256,"
+                                  " suite_text, tokbench_version, git_commit, compiler, cuda_build_version,"
+                                  " command_line, started_at, status, warmup, repeat, seed)"
+                                  " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,'running',?,?,?)");
+    if (!q)
+        return -1;
+    char uuid[40], now[32], sha[65];
+    random_uuid(uuid);
+    tb_utc_timestamp(now);
+    const tb_suite *s = si->suite;
+    tb_sha256_hex(s->text, strlen(s->text), sha);
+    bind_text(q, 1, uuid);
+    sqlite3_bind_int64(q, 2, si->machine_id);
+    bind_text(q, 3, s->name);
+    bind_text(q, 4, s->path);
+    bind_text(q, 5, sha);
+    bind_text(q, 6, s->text);
+    bind_text(q, 7, TB_VERSION);
+    bind_text(q, 8, TB_GIT_COMMIT);
+    bind_text(q, 9, "gcc " __VERSION__);
+    bind_text(q, 10, TB_CUDA_BUILD_VERSION);
+    bind_text(q, 11, si->command_line);
+    bind_text(q, 12, now);
+    sqlite3_bind_int(q, 13, s->warmup);
+    sqlite3_bind_int(q, 14, s->repeat);
+    sqlite3_bind_int64(q, 15, (int64_t)s->seed);
+    return exec_insert(st, q);
+}
+
+int tb_store_session_end(tb_store *st, int64_t session, const char *status)
+{
+    sqlite3_stmt *q = prepare(st, "UPDATE session SET status = ?, finished_at = ? WHERE id = ?");
+    if (!q)
+        return -1;
+    char now[32];
+    tb_utc_timestamp(now);
+    bind_text(q, 1, status);
+    bind_text(q, 2, now);
+    sqlite3_bind_int64(q, 3, session);
+    int rc = sqlite3_step(q);
+    sqlite3_finalize(q);
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
+int64_t tb_store_backend(tb_store *st, int64_t session, const tb_plan_backend *pb)
+{
+    sqlite3_stmt *q = prepare(st, "INSERT INTO backend (session_id, label, plugin, plugin_path, plugin_version,"
+                                  " abi_major, capabilities, model, options_json) VALUES (?,?,?,?,?,?,?,?,?)");
+    if (!q)
+        return -1;
+    char *caps = tb_caps_string(pb->plugin.ops->capabilities);
+    sqlite3_bind_int64(q, 1, session);
+    bind_text(q, 2, pb->sb->label);
+    bind_text(q, 3, pb->plugin.ops->name);
+    bind_text(q, 4, pb->plugin.path);
+    bind_text(q, 5, pb->plugin.ops->version);
+    sqlite3_bind_int(q, 6, (int)pb->plugin.ops->abi_major);
+    bind_text(q, 7, caps);
+    bind_text(q, 8, pb->sb->model);
+    bind_text(q, 9, pb->options_json ? pb->options_json : "{}");
+    free(caps);
+    return exec_insert(st, q);
+}
+
+int tb_store_backend_info(tb_store *st, int64_t backend_id, const char *info_json)
+{
+    /* json() normalizes, and rejects text that is not JSON. */
+    sqlite3_stmt *q = prepare(st, "UPDATE backend SET info_json = CASE WHEN json_valid(?1) THEN json(?1)"
+                                  " ELSE json_object('invalid_describe', ?1) END WHERE id = ?2");
+    if (!q)
+        return -1;
+    bind_text(q, 1, info_json);
+    sqlite3_bind_int64(q, 2, backend_id);
+    int rc = sqlite3_step(q);
+    sqlite3_finalize(q);
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
+static int insert_samples(tb_store *st, int64_t case_id, const tb_case_record *rec)
+{
+    sqlite3_stmt *qs = prepare(st, "INSERT INTO sample (case_id, repetition, warmup, n_requests, wall_ns, prefill_ns,"
+                                   " decode_ns, output_tokens, recount_tokens, aggregate_tps, decode_tps, forward_passes,"
+                                   " tokens_per_forward, peak_device_bytes, energy_mj, n_emissions, runner_ns)"
+                                   " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+    sqlite3_stmt *qr = prepare(st, "INSERT INTO request (sample_id, idx, status, error, submit_offset_ns, ttft_ns,"
+                                   " e2e_ns, tpot_ns, tps, requested_tokens, output_tokens, recount_tokens,"
+                                   " count_mismatch, steps_done, output_hash, emissions_json)"
+                                   " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+    int ok = qs && qr;
+    for (size_t i = 0; ok && i < rec->n_samples; i++) {
+        const tb_sample_record *s = &rec->samples[i];
+        sqlite3_reset(qs);
+        sqlite3_bind_int64(qs, 1, case_id);
+        sqlite3_bind_int(qs, 2, (int)s->repetition);
+        sqlite3_bind_int(qs, 3, s->warmup);
+        sqlite3_bind_int(qs, 4, (int)s->n_requests);
+        sqlite3_bind_int64(qs, 5, s->m.wall_ns);
+        bind_opt_int(qs, 6, s->prefill_ns);
+        bind_opt_int(qs, 7, s->decode_ns);
+        sqlite3_bind_int64(qs, 8, (int64_t)s->m.output_tokens);
+        bind_opt_int(qs, 9, s->recount_tokens);
+        bind_real(qs, 10, s->m.aggregate_tps);
+        bind_real(qs, 11, s->m.decode_tps);
+        bind_opt_int(qs, 12, s->forward_passes > 0 ? s->forward_passes : -1);
+        bind_real(qs, 13, s->m.tokens_per_forward);
+        bind_opt_int(qs, 14, s->peak_device_bytes);
+        bind_opt_int(qs, 15, s->energy_mj);
+        sqlite3_bind_int(qs, 16, (int)s->n_emissions);
+        sqlite3_bind_int64(qs, 17, s->runner_ns);
+        if (sqlite3_step(qs) != SQLITE_DONE) {
+            ok = 0;
+            break;
+        }
+        int64_t sample_id = sqlite3_last_insert_rowid(st->db);
+        for (uint32_t r = 0; r < s->n_requests; r++) {
+            const tb_request_record *q = &s->requests[r];
+            char hash[17];
+            snprintf(hash, sizeof hash, "%016llx", (unsigned long long)q->output_hash);
+            sqlite3_reset(qr);
+            sqlite3_bind_int64(qr, 1, sample_id);
+            sqlite3_bind_int(qr, 2, (int)r);
+            bind_text(qr, 3, q->status == 0 ? "ok" : "failed");
+            bind_text(qr, 4, q->error);
+            sqlite3_bind_int64(qr, 5, q->submit_offset_ns);
+            sqlite3_bind_int64(qr, 6, q->m.ttft_ns);
+            sqlite3_bind_int64(qr, 7, q->m.e2e_ns);
+            bind_real(qr, 8, q->m.tpot_ns);
+            bind_real(qr, 9, q->m.tps);
+            sqlite3_bind_int(qr, 10, (int)rec->c->max_new_tokens);
+            sqlite3_bind_int(qr, 11, (int)q->n_out);
+            bind_opt_int(qr, 12, q->recount);
+            sqlite3_bind_int(qr, 13, q->recount >= 0 && (uint32_t)q->recount != q->n_out);
+            bind_opt_int(qr, 14, q->steps_done ? (int64_t)q->steps_done : -1);
+            bind_text(qr, 15, q->output_hash ? hash : NULL);
+            bind_text(qr, 16, q->emissions_json ? q->emissions_json : "[]");
+            if (sqlite3_step(qr) != SQLITE_DONE) {
+                ok = 0;
+                break;
+            }
+        }
+    }
+    sqlite3_finalize(qs);
+    sqlite3_finalize(qr);
+    return ok ? 0 : -1;
+}
+
+static int insert_metrics(tb_store *st, int64_t case_id, const tb_case_record *rec)
+{
+    sqlite3_stmt *q = prepare(st, "INSERT INTO metric (case_id, name, unit, n, median, p5, p95, mean, stdev, cv,"
+                                  " min, max, ci_lo, ci_hi) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+    if (!q)
+        return -1;
+    for (size_t i = 0; i < rec->n_metrics; i++) {
+        const tb_metric_record *m = &rec->metrics[i];
+        if (m->st.n == 0)
+            continue;
+        sqlite3_reset(q);
+        sqlite3_bind_int64(q, 1, case_id);
+        bind_text(q, 2, m->name);
+        bind_text(q, 3, m->unit);
+        sqlite3_bind_int64(q, 4, (int64_t)m->st.n);
+        const double v[] = {m->st.median, m->st.p5, m->st.p95, m->st.mean, m->st.stdev,
+                            m->st.cv, m->st.min, m->st.max, m->st.ci_lo, m->st.ci_hi};
+        for (int k = 0; k < 10; k++)
+            bind_real(q, 5 + k, v[k]);
+        if (sqlite3_step(q) != SQLITE_DONE) {
+            sqlite3_finalize(q);
+            return -1;
+        }
+    }
+    sqlite3_finalize(q);
+    return 0;
+}
+
+int64_t tb_store_case(tb_store *st, const tb_case_record *rec, char **err)
+{
+    *err = NULL;
+    if (sqlite3_exec(st->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
+        *err = tb_xasprintf("cannot start a transaction: %s", sqlite3_errmsg(st->db));
+        return -1;
+    }
+    const tb_case *c = rec->c;
+    sqlite3_stmt *q = prepare(st, "INSERT INTO bench_case (session_id, backend_id, ordinal, prompt_tokens,"
+                                  " max_new_tokens, batch, concurrency, steps, block_length, request_rate, options_json,"
+                                  " status, error, started_at, finished_at, case_wall_ns, host_peak_rss_bytes)"
+                                  " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+    int64_t case_id = -1;
+    if (q) {
+        sqlite3_bind_int64(q, 1, rec->session_id);
+        sqlite3_bind_int64(q, 2, rec->backend_id);
+        sqlite3_bind_int64(q, 3, (int64_t)c->ordinal);
+        sqlite3_bind_int(q, 4, (int)c->prompt_tokens);
+        sqlite3_bind_int(q, 5, (int)c->max_new_tokens);
+        sqlite3_bind_int(q, 6, (int)c->batch);
+        bind_opt_int(q, 7, c->concurrency ? (int64_t)c->concurrency : -1);
+        bind_opt_int(q, 8, c->steps ? (int64_t)c->steps : -1);
+        bind_opt_int(q, 9, c->block_length ? (int64_t)c->block_length : -1);
+        bind_real(q, 10, c->request_rate > 0 ? c->request_rate : NAN);
+        bind_text(q, 11, c->swept_json);
+        bind_text(q, 12, rec->status);
+        bind_text(q, 13, rec->error);
+        bind_text(q, 14, rec->started_at);
+        bind_text(q, 15, rec->finished_at);
+        bind_opt_int(q, 16, rec->case_wall_ns);
+        bind_opt_int(q, 17, rec->host_peak_rss);
+        case_id = exec_insert(st, q);
+    }
+    if (case_id < 0 || insert_samples(st, case_id, rec) != 0 || insert_metrics(st, case_id, rec) != 0) {
+        *err = tb_xasprintf("storing case #%zu failed: %s", c->ordinal, sqlite3_errmsg(st->db));
+        sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+        return -1;
+    }
+    if (sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
+        *err = tb_xasprintf("storing case #%zu: commit failed: %s", c->ordinal, sqlite3_errmsg(st->db));
+        sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+        return -1;
+    }
+    return case_id;
+}

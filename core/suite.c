@@ -1,0 +1,640 @@
+/* suite.c — parse suites; see suite.h for the format.
+ *
+ * inih's handler is not told line numbers (Debian builds it without
+ * INI_HANDLER_LINENO), so files are fed through ini_parse_stream with our
+ * own line reader, which counts lines: when the handler runs, the reader's
+ * count is the line of the key being handled. */
+#define _GNU_SOURCE
+#include "suite.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <ini.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+#define MAX_INCLUDE_DEPTH 8
+#define MAX_ERRORS 20
+
+static const char *const dim_names[TB_N_DIMS] = {
+    [TB_DIM_PROMPT_TOKENS] = "prompt_tokens",
+    [TB_DIM_MAX_NEW_TOKENS] = "max_new_tokens",
+    [TB_DIM_BATCH] = "batch",
+    [TB_DIM_CONCURRENCY] = "concurrency",
+    [TB_DIM_REQUEST_RATE] = "request_rate",
+    [TB_DIM_STEPS] = "steps",
+    [TB_DIM_BLOCK_LENGTH] = "block_length",
+};
+
+const char *tb_dim_name(tb_dim d)
+{
+    return d < TB_N_DIMS ? dim_names[d] : "?";
+}
+
+tb_dim tb_dim_from_name(const char *name)
+{
+    for (int d = 0; d < TB_N_DIMS; d++)
+        if (strcmp(dim_names[d], name) == 0)
+            return (tb_dim)d;
+    return TB_N_DIMS;
+}
+
+int tb_dim_parse_value(tb_dim d, const char *text, double *out, char **err)
+{
+    char *end;
+    errno = 0;
+    if (d == TB_DIM_REQUEST_RATE) {
+        double v = strtod(text, &end);
+        if (end == text || *end || errno || !isfinite(v) || v <= 0) {
+            *err = tb_xasprintf("expected a rate in requests/s > 0, got \"%s\"", text);
+            return -1;
+        }
+        *out = v;
+        return 0;
+    }
+    long long v = strtoll(text, &end, 10);
+    long long lo = d == TB_DIM_PROMPT_TOKENS ? 0 : 1;
+    if (end == text || *end || errno || v < lo || v > 1000000000LL) {
+        *err = tb_xasprintf("expected an integer %s%lld, got \"%s\"",
+                            lo ? ">= " : ">= ", lo, text);
+        return -1;
+    }
+    *out = (double)v;
+    return 0;
+}
+
+/* ------------------------------------------------------------ parsing */
+
+typedef enum { SEC_NONE, SEC_SUITE, SEC_MATRIX, SEC_BACKEND } section_kind;
+
+/* One file being read: the in-memory text and the reader's position. */
+typedef struct file_reader {
+    const char *file; /* owned by suite->files */
+    const char *pos, *end;
+    int line;          /* lines handed to inih so far */
+    int too_long_line; /* first line over inih's limit, or 0 */
+} file_reader;
+
+typedef struct parser {
+    tb_suite *s;
+    tb_str errors;
+    int n_errors;
+    int depth;
+    file_reader *rd; /* the file inih is reading now */
+    section_kind sec;
+    tb_suite_backend *be; /* current backend section */
+    char **stack;         /* realpaths of files being read (cycle check) */
+    size_t n_stack;
+    /* keys seen in the current section of the suite: for duplicates */
+    struct seen { char *section; char *key; tb_loc loc; } *seen;
+    size_t n_seen;
+    char *cur_section; /* name of the current section as written */
+    int have_suite_name;
+} parser;
+
+static void add_error(parser *p, tb_loc loc, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void add_error(parser *p, tb_loc loc, const char *key, const char *fmt, ...)
+{
+    if (++p->n_errors > MAX_ERRORS)
+        return;
+    if (loc.line > 0)
+        tb_str_appendf(&p->errors, "%s:%d: ", loc.file, loc.line);
+    else
+        tb_str_appendf(&p->errors, "%s: ", loc.file);
+    if (key)
+        tb_str_appendf(&p->errors, "%s: ", key);
+    va_list ap;
+    va_start(ap, fmt);
+    tb_str_vappendf(&p->errors, fmt, ap);
+    va_end(ap);
+    tb_str_append(&p->errors, "\n");
+}
+
+static char *reader_fn(char *str, int num, void *stream)
+{
+    file_reader *rd = stream;
+    if (rd->pos >= rd->end)
+        return NULL;
+    const char *nl = memchr(rd->pos, '\n', (size_t)(rd->end - rd->pos));
+    size_t len = nl ? (size_t)(nl - rd->pos) + 1 : (size_t)(rd->end - rd->pos);
+    rd->line++;
+    if (len > (size_t)num - 1) {
+        if (!rd->too_long_line)
+            rd->too_long_line = rd->line;
+        len = (size_t)num - 1; /* inih sees a truncated line; we report it */
+    }
+    memcpy(str, rd->pos, len);
+    str[len] = '\0';
+    rd->pos = nl ? nl + 1 : rd->end;
+    return str;
+}
+
+static tb_loc here(parser *p)
+{
+    return (tb_loc){p->rd->file, p->rd->line};
+}
+
+/* Expand ${VAR} and ${VAR:-default}. Returns malloc'd text or NULL with an
+ * error recorded. */
+static char *expand_env(parser *p, const char *key, const char *v)
+{
+    tb_str out = {0};
+    while (*v) {
+        if (v[0] == '$' && v[1] == '{') {
+            const char *close = strchr(v + 2, '}');
+            if (!close) {
+                add_error(p, here(p), key, "unterminated \"${\" (expected ${NAME} or ${NAME:-default})");
+                tb_str_free(&out);
+                return NULL;
+            }
+            char *inner = tb_xstrndup(v + 2, (size_t)(close - v - 2));
+            char *dflt = strstr(inner, ":-");
+            if (dflt) {
+                *dflt = '\0';
+                dflt += 2;
+            }
+            int ok = inner[0] != '\0';
+            for (char *c = inner; *c; c++)
+                if (!(isalnum((unsigned char)*c) || *c == '_'))
+                    ok = 0;
+            if (!ok) {
+                add_error(p, here(p), key, "bad environment reference \"${%s}\" (expected a name of letters, digits and _)", inner);
+                free(inner);
+                tb_str_free(&out);
+                return NULL;
+            }
+            const char *val = getenv(inner);
+            if (!val && !dflt) {
+                add_error(p, here(p), key, "environment variable %s is not set (write ${%s:-default} for a fallback)", inner, inner);
+                free(inner);
+                tb_str_free(&out);
+                return NULL;
+            }
+            tb_str_append(&out, val ? val : dflt);
+            free(inner);
+            v = close + 1;
+        } else {
+            tb_str_appendn(&out, v, 1);
+            v++;
+        }
+    }
+    return tb_str_take(&out);
+}
+
+static void list_split(tb_list *l, const char *value, tb_loc loc, int split)
+{
+    l->raw = tb_xstrdup(value);
+    l->loc = loc;
+    l->items = NULL;
+    l->n = 0;
+    char *copy = tb_xstrdup(value);
+    if (!split) {
+        l->items = tb_xmalloc(sizeof(char *));
+        l->items[l->n++] = tb_xstrdup(tb_trim(copy));
+        free(copy);
+        return;
+    }
+    /* strtok_r would merge empty items; walk commas by hand so "1,,2"
+     * becomes an empty item the caller rejects. */
+    char *start = copy;
+    for (;;) {
+        char *comma = strchr(start, ',');
+        if (comma)
+            *comma = '\0';
+        l->items = tb_xrealloc(l->items, (l->n + 1) * sizeof(char *));
+        l->items[l->n++] = tb_xstrdup(tb_trim(start));
+        if (!comma)
+            break;
+        start = comma + 1;
+    }
+    free(copy);
+}
+
+static void list_free(tb_list *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        free(l->items[i]);
+    free(l->items);
+    free(l->raw);
+    free(l->num);
+    memset(l, 0, sizeof *l);
+}
+
+static int parse_dim_list(parser *p, tb_dim d, tb_list *l, const char *key)
+{
+    l->num = tb_xcalloc(l->n, sizeof(double));
+    for (size_t i = 0; i < l->n; i++) {
+        if (!l->items[i][0]) {
+            add_error(p, l->loc, key, "empty list item in \"%s\" (expected comma-separated values)", l->raw);
+            return -1;
+        }
+        char *msg = NULL;
+        if (tb_dim_parse_value(d, l->items[i], &l->num[i], &msg) != 0) {
+            add_error(p, l->loc, key, "%s", msg);
+            free(msg);
+            return -1;
+        }
+        for (size_t j = 0; j < i; j++)
+            if (l->num[j] == l->num[i]) {
+                add_error(p, l->loc, key, "value %s is listed twice", l->items[i]);
+                return -1;
+            }
+    }
+    return 0;
+}
+
+static int parse_int_key(parser *p, const char *key, const char *v, long long lo,
+                         long long hi, long long *out)
+{
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (end == v || *end || errno || x < lo || x > hi) {
+        add_error(p, here(p), key, "expected an integer in [%lld, %lld], got \"%s\"", lo, hi, v);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+static int parse_seconds_key(parser *p, const char *key, const char *v, double *out)
+{
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (end == v || *end || errno || !isfinite(x) || x <= 0 || x > 7 * 24 * 3600.0) {
+        add_error(p, here(p), key, "expected a duration in seconds > 0, got \"%s\"", v);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+static int check_duplicate(parser *p, const char *key)
+{
+    for (size_t i = 0; i < p->n_seen; i++)
+        if (strcmp(p->seen[i].section, p->cur_section) == 0 &&
+            strcmp(p->seen[i].key, key) == 0) {
+            add_error(p, here(p), key, "set twice in [%s] (first at %s:%d)",
+                      p->cur_section, p->seen[i].loc.file, p->seen[i].loc.line);
+            return -1;
+        }
+    p->seen = tb_xrealloc(p->seen, (p->n_seen + 1) * sizeof *p->seen);
+    p->seen[p->n_seen++] = (struct seen){tb_xstrdup(p->cur_section), tb_xstrdup(key), here(p)};
+    return 0;
+}
+
+static int parse_file(parser *p, const char *path, tb_loc from);
+
+static int valid_label(const char *s)
+{
+    if (!*s)
+        return 0;
+    for (; *s; s++)
+        if (!(isalnum((unsigned char)*s) || *s == '_' || *s == '-' || *s == '.'))
+            return 0;
+    return 1;
+}
+
+/* Enter section `name` (as written between brackets). */
+static void enter_section(parser *p, const char *name)
+{
+    free(p->cur_section);
+    p->cur_section = tb_xstrdup(name);
+    p->be = NULL;
+    if (strcmp(name, "suite") == 0) {
+        p->sec = SEC_SUITE;
+    } else if (strcmp(name, "matrix") == 0) {
+        p->sec = SEC_MATRIX;
+    } else if (strncmp(name, "backend", 7) == 0 &&
+               (name[7] == ' ' || name[7] == '\t' || name[7] == '\0')) {
+        p->sec = SEC_BACKEND;
+        char *orig = tb_xstrdup(name + 7);
+        char *label = tb_trim(orig);
+        if (!valid_label(label)) {
+            add_error(p, here(p), NULL, "[%s]: expected [backend LABEL] with a label of letters, digits, '_', '-' or '.'", name);
+            p->sec = SEC_NONE;
+            free(orig);
+            return;
+        }
+        tb_suite *s = p->s;
+        for (size_t i = 0; i < s->n_backends; i++)
+            if (strcmp(s->backends[i].label, label) == 0) {
+                add_error(p, here(p), NULL, "[backend %s] is defined twice (first at %s:%d)", label,
+                          s->backends[i].loc.file, s->backends[i].loc.line);
+                p->sec = SEC_NONE;
+                free(orig);
+                return;
+            }
+        s->backends = tb_xrealloc(s->backends, (s->n_backends + 1) * sizeof *s->backends);
+        p->be = &s->backends[s->n_backends++];
+        memset(p->be, 0, sizeof *p->be);
+        p->be->label = tb_xstrdup(label);
+        p->be->model = tb_xstrdup("");
+        p->be->loc = here(p);
+        free(orig);
+    } else {
+        add_error(p, here(p), NULL, "unknown section [%s] (expected [suite], [matrix] or [backend LABEL])", name);
+        p->sec = SEC_NONE;
+    }
+}
+
+static void handle_suite_key(parser *p, const char *key, const char *v)
+{
+    tb_suite *s = p->s;
+    long long x;
+    if (strcmp(key, "name") == 0) {
+        if (!*v) {
+            add_error(p, here(p), key, "expected a non-empty name");
+            return;
+        }
+        free(s->name);
+        s->name = tb_xstrdup(v);
+        p->have_suite_name = 1;
+    } else if (strcmp(key, "description") == 0) {
+        free(s->description);
+        s->description = tb_xstrdup(v);
+    } else if (strcmp(key, "warmup") == 0) {
+        if (parse_int_key(p, key, v, 0, 1000, &x) == 0)
+            s->warmup = (int)x;
+    } else if (strcmp(key, "repeat") == 0) {
+        if (parse_int_key(p, key, v, 1, 100000, &x) == 0)
+            s->repeat = (int)x;
+    } else if (strcmp(key, "seed") == 0) {
+        if (parse_int_key(p, key, v, 0, LLONG_MAX, &x) == 0)
+            s->seed = (uint64_t)x;
+    } else if (strcmp(key, "case_timeout") == 0) {
+        parse_seconds_key(p, key, v, &s->case_timeout_s);
+    } else if (strcmp(key, "load_timeout") == 0) {
+        parse_seconds_key(p, key, v, &s->load_timeout_s);
+    } else {
+        add_error(p, here(p), key, "unknown key in [suite] (expected name, description, warmup, repeat, seed, case_timeout, load_timeout or include)");
+    }
+}
+
+static int handler(void *user, const char *section, const char *name, const char *value)
+{
+    parser *p = user;
+    if (!p->cur_section || strcmp(p->cur_section, section) != 0)
+        enter_section(p, section);
+
+    char *v = expand_env(p, name, value);
+    if (!v)
+        return 1;
+
+    if (strcmp(name, "include") == 0) {
+        /* parse_file saves and restores the current section. */
+        parse_file(p, v, here(p));
+        free(v);
+        return 1;
+    }
+    if (section[0] == '\0') {
+        add_error(p, here(p), name, "key outside any section (expected [suite], [matrix] or [backend LABEL] first)");
+        free(v);
+        return 1;
+    }
+    if (p->sec == SEC_NONE) {
+        free(v);
+        return 1; /* the section's own error was reported */
+    }
+    if (check_duplicate(p, name) != 0) {
+        free(v);
+        return 1;
+    }
+
+    tb_dim d = tb_dim_from_name(name);
+    switch (p->sec) {
+    case SEC_SUITE:
+        handle_suite_key(p, name, v);
+        break;
+    case SEC_MATRIX:
+        if (d != TB_N_DIMS) {
+            list_split(&p->s->dims[d], v, here(p), 1);
+            parse_dim_list(p, d, &p->s->dims[d], name);
+        } else {
+            tb_suite *s = p->s;
+            s->sweeps = tb_xrealloc(s->sweeps, (s->n_sweeps + 1) * sizeof *s->sweeps);
+            tb_setting *st = &s->sweeps[s->n_sweeps++];
+            st->key = tb_xstrdup(name);
+            list_split(&st->value, v, here(p), 1);
+        }
+        break;
+    case SEC_BACKEND: {
+        tb_suite_backend *be = p->be;
+        if (strcmp(name, "plugin") == 0) {
+            if (!*v)
+                add_error(p, here(p), name, "expected a plugin name or path");
+            free(be->plugin);
+            be->plugin = tb_xstrdup(v);
+            be->plugin_loc = here(p);
+        } else if (strcmp(name, "model") == 0) {
+            free(be->model);
+            be->model = tb_xstrdup(v);
+        } else if (d != TB_N_DIMS) {
+            list_split(&be->dims[d], v, here(p), 1);
+            if (strcmp(v, "none") == 0 && d != TB_DIM_PROMPT_TOKENS && d != TB_DIM_MAX_NEW_TOKENS &&
+                d != TB_DIM_BATCH) {
+                be->dims[d].none = 1;
+                be->dims[d].n = 0;
+                free(be->dims[d].items[0]);
+            } else {
+                parse_dim_list(p, d, &be->dims[d], name);
+            }
+        } else {
+            /* A plugin option; split later, once its type is known. */
+            be->settings = tb_xrealloc(be->settings, (be->n_settings + 1) * sizeof *be->settings);
+            tb_setting *st = &be->settings[be->n_settings++];
+            st->key = tb_xstrdup(name);
+            list_split(&st->value, v, here(p), 0);
+        }
+        break;
+    }
+    default:
+        break;
+    }
+    free(v);
+    return 1;
+}
+
+static int parse_file(parser *p, const char *path, tb_loc from)
+{
+    tb_suite *s = p->s;
+    char *full;
+    if (path[0] != '/' && from.file) {
+        const char *slash = strrchr(from.file, '/');
+        full = slash ? tb_xasprintf("%.*s/%s", (int)(slash - from.file), from.file, path)
+                     : tb_xstrdup(path);
+    } else {
+        full = tb_xstrdup(path);
+    }
+    if (p->depth >= MAX_INCLUDE_DEPTH) {
+        add_error(p, from, "include", "includes nested deeper than %d (expected no cycles)", MAX_INCLUDE_DEPTH);
+        free(full);
+        return -1;
+    }
+    char *real = realpath(full, NULL);
+    size_t len = 0;
+    char *text = real ? tb_read_file(full, &len) : NULL;
+    if (!text) {
+        if (from.file)
+            add_error(p, from, "include", "cannot read \"%s\": %s", full, strerror(errno));
+        else
+            add_error(p, (tb_loc){full, 0}, NULL, "cannot read suite: %s", strerror(errno));
+        free(real);
+        free(full);
+        return -1;
+    }
+    for (size_t i = 0; i < p->n_stack; i++)
+        if (strcmp(p->stack[i], real) == 0) {
+            add_error(p, from, "include", "\"%s\" includes itself (cycle)", full);
+            free(real);
+            free(full);
+            free(text);
+            return -1;
+        }
+    if (strlen(text) != len) {
+        add_error(p, (tb_loc){full, 0}, NULL, "contains a NUL byte (expected a text file)");
+        free(real);
+        free(full);
+        free(text);
+        return -1;
+    }
+
+    s->files = tb_xrealloc(s->files, (s->n_files + 1) * sizeof(char *));
+    s->files[s->n_files++] = full;
+    p->stack = tb_xrealloc(p->stack, (p->n_stack + 1) * sizeof(char *));
+    p->stack[p->n_stack++] = real;
+
+    tb_str all = {0};
+    if (s->text)
+        tb_str_append(&all, s->text);
+    free(s->text);
+    tb_str_appendf(&all, "%s# ---- %s\n%s", all.len ? "\n" : "", full, text);
+    s->text = tb_str_take(&all);
+
+    file_reader rd = {.file = full, .pos = text, .end = text + len};
+    file_reader *outer = p->rd;
+    char *outer_section = p->cur_section ? tb_xstrdup(p->cur_section) : NULL;
+    section_kind outer_sec = p->sec;
+    tb_suite_backend *outer_be = p->be;
+    free(p->cur_section);
+    p->cur_section = NULL;
+    p->sec = SEC_NONE;
+    p->rd = &rd;
+    p->depth++;
+
+    int rc = ini_parse_stream(reader_fn, &rd, handler, p);
+    if (rd.too_long_line)
+        add_error(p, (tb_loc){full, rd.too_long_line}, NULL, "line longer than %d characters", INI_MAX_LINE - 2);
+    else if (rc > 0)
+        add_error(p, (tb_loc){full, rc}, NULL, "expected \"key = value\", \"[section]\" or a comment");
+
+    p->depth--;
+    p->rd = outer;
+    free(p->cur_section);
+    p->cur_section = outer_section;
+    p->sec = outer_sec;
+    p->be = outer_be;
+    p->n_stack--;
+    free(p->stack[p->n_stack]);
+    free(text);
+    return 0;
+}
+
+static void check_complete(parser *p)
+{
+    tb_suite *s = p->s;
+    tb_loc top = {s->files ? s->files[0] : s->path, 0};
+    if (s->n_backends == 0)
+        add_error(p, top, NULL, "no [backend LABEL] section (expected at least one)");
+    for (size_t i = 0; i < s->n_backends; i++) {
+        tb_suite_backend *be = &s->backends[i];
+        if (!be->plugin)
+            add_error(p, be->loc, "plugin", "[backend %s] has no plugin = NAME", be->label);
+    }
+    if (!p->have_suite_name) {
+        /* Default the name to the file's base name without ".ini". */
+        const char *base = strrchr(s->path, '/');
+        base = base ? base + 1 : s->path;
+        size_t n = strlen(base);
+        if (n > 4 && strcmp(base + n - 4, ".ini") == 0)
+            n -= 4;
+        free(s->name);
+        s->name = tb_xstrndup(base, n);
+    }
+}
+
+int tb_suite_load(const char *path, tb_suite *s, char **err)
+{
+    memset(s, 0, sizeof *s);
+    s->path = tb_xstrdup(path);
+    s->description = tb_xstrdup("");
+    s->warmup = 1;
+    s->repeat = 5;
+    s->seed = 0;
+    s->case_timeout_s = 600;
+    s->load_timeout_s = 600;
+
+    parser p = {.s = s};
+    parse_file(&p, path, (tb_loc){NULL, 0});
+    if (p.n_errors == 0)
+        check_complete(&p);
+    if (p.n_errors > MAX_ERRORS)
+        tb_str_appendf(&p.errors, "... and %d more errors\n", p.n_errors - MAX_ERRORS);
+
+    for (size_t i = 0; i < p.n_seen; i++) {
+        free(p.seen[i].section);
+        free(p.seen[i].key);
+    }
+    free(p.seen);
+    free(p.stack);
+    free(p.cur_section);
+    if (p.n_errors) {
+        *err = tb_str_take(&p.errors);
+        tb_suite_free(s);
+        return -1;
+    }
+    tb_str_free(&p.errors);
+    *err = NULL;
+    return 0;
+}
+
+static void settings_free(tb_setting *st, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        free(st[i].key);
+        list_free(&st[i].value);
+    }
+    free(st);
+}
+
+void tb_suite_free(tb_suite *s)
+{
+    free(s->path);
+    free(s->name);
+    free(s->description);
+    for (int d = 0; d < TB_N_DIMS; d++)
+        list_free(&s->dims[d]);
+    settings_free(s->sweeps, s->n_sweeps);
+    for (size_t i = 0; i < s->n_backends; i++) {
+        tb_suite_backend *be = &s->backends[i];
+        free(be->label);
+        free(be->plugin);
+        free(be->model);
+        for (int d = 0; d < TB_N_DIMS; d++)
+            list_free(&be->dims[d]);
+        settings_free(be->settings, be->n_settings);
+    }
+    free(s->backends);
+    for (size_t i = 0; i < s->n_files; i++)
+        free(s->files[i]);
+    free(s->files);
+    free(s->text);
+    memset(s, 0, sizeof *s);
+}

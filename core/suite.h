@@ -1,0 +1,101 @@
+/* suite.h — declarative benchmark suites (INI, parsed with inih).
+ *
+ *   [suite]                 name, description, warmup, repeat, seed,
+ *                           case_timeout, load_timeout (seconds)
+ *   [matrix]                list-valued dimensions (prompt_tokens,
+ *                           max_new_tokens, batch, concurrency, steps,
+ *                           block_length, request_rate) and option sweeps
+ *   [backend LABEL]         plugin, model, the plugin's options, and
+ *                           per-backend overrides of matrix dimensions
+ *                           ("steps = none": this backend does not get
+ *                           that dimension)
+ *   include = other.ini     anywhere; path relative to the including file
+ *   ${VAR}, ${VAR:-dflt}    environment expansion in every value
+ *
+ * This module only parses and checks what it can without plugins: syntax,
+ * known sections and keys, value types of the suite and the dimensions.
+ * Plugin options are checked against the plugin's declarations in plan.c.
+ * Every error names file:line, the key and what was expected. */
+#ifndef TB_SUITE_H
+#define TB_SUITE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Core matrix dimensions, in the order cases are expanded. */
+typedef enum tb_dim {
+    TB_DIM_PROMPT_TOKENS,
+    TB_DIM_MAX_NEW_TOKENS,
+    TB_DIM_BATCH,
+    TB_DIM_CONCURRENCY,
+    TB_DIM_REQUEST_RATE,
+    TB_DIM_STEPS,
+    TB_DIM_BLOCK_LENGTH,
+    TB_N_DIMS
+} tb_dim;
+
+const char *tb_dim_name(tb_dim d);
+/* TB_N_DIMS when `name` is not a dimension. */
+tb_dim tb_dim_from_name(const char *name);
+
+/* Where a value was written. */
+typedef struct tb_loc {
+    const char *file; /* owned by the suite's file list */
+    int line;
+} tb_loc;
+
+/* A list value as written: items split on commas and trimmed. */
+typedef struct tb_list {
+    char **items;
+    size_t n;
+    char *raw; /* the whole value after ${} expansion */
+    double *num; /* dimensions only: items parsed, checked */
+    int none;    /* a backend's dimension written as "none": not applied */
+    tb_loc loc;
+} tb_list;
+
+/* key = value in a backend section or an option sweep in [matrix]. */
+typedef struct tb_setting {
+    char *key;
+    tb_list value;
+} tb_setting;
+
+typedef struct tb_suite_backend {
+    char *label;
+    char *plugin; /* name or path */
+    char *model;  /* "" when not given */
+    tb_loc loc;   /* the section header */
+    tb_loc plugin_loc;
+    tb_list dims[TB_N_DIMS]; /* overrides; n == 0: use the matrix */
+    tb_setting *settings;    /* plugin options as written */
+    size_t n_settings;
+} tb_suite_backend;
+
+typedef struct tb_suite {
+    char *path;
+    char *name;
+    char *description;
+    int warmup;            /* warm-up calls per case, excluded */
+    int repeat;            /* measured repetitions per case */
+    uint64_t seed;
+    double case_timeout_s; /* one whole case, warm-ups included */
+    double load_timeout_s; /* create(): model load */
+    tb_list dims[TB_N_DIMS];   /* [matrix]; n == 0: not swept */
+    tb_setting *sweeps;        /* [matrix] keys that are not dimensions */
+    size_t n_sweeps;
+    tb_suite_backend *backends;
+    size_t n_backends;
+    char **files;  /* every file read, main first (owns tb_loc.file) */
+    size_t n_files;
+    char *text;    /* every file's text, for hashing and storing */
+} tb_suite;
+
+/* Parse `path`. On failure returns -1 and a malloc'd message in *err
+ * (one line per problem, each "file:line: key: what was expected"). */
+int tb_suite_load(const char *path, tb_suite *suite, char **err);
+void tb_suite_free(tb_suite *suite);
+
+/* Parse one list item of a dimension; returns 0 or -1 with *err set. */
+int tb_dim_parse_value(tb_dim d, const char *text, double *out, char **err);
+
+#endif

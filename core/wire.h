@@ -1,0 +1,74 @@
+/* wire.h — messages between the runner and a backend's worker process.
+ *
+ * Both ends are the same executable (the worker is a fork of the runner),
+ * so payloads are plain structs copied byte for byte. A frame is
+ * {uint32 type, uint32 length} followed by `length` payload bytes. */
+#ifndef TB_WIRE_H
+#define TB_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "metrics.h"
+#include "util.h"
+
+typedef enum tb_msg {
+    /* runner → worker */
+    TB_MSG_CASE = 1, /* payload: uint32 index into plan->cases */
+    TB_MSG_QUIT = 2, /* no payload: destroy and exit */
+    /* worker → runner */
+    TB_MSG_PROBE = 10,     /* tb_wire_status: can the backend run here */
+    TB_MSG_LOADED = 11,    /* tb_wire_status, then describe() JSON text */
+    TB_MSG_RESULT = 12,    /* tb_wire_case + calls, see below */
+    TB_MSG_CASE_ERROR = 13 /* tb_wire_status: the case failed */
+} tb_msg;
+
+typedef struct tb_wire_status {
+    int32_t status;   /* tb_status; TB_OK = fine */
+    int32_t reused;   /* LOADED: 1 if the existing context was kept */
+    int64_t load_ns;  /* LOADED: time create() took */
+    char message[1024];
+} tb_wire_status;
+
+/* RESULT payload: one tb_wire_case, then for each call a tb_wire_call
+ * followed by its n_requests tb_wire_request and n_emissions tb_emission. */
+typedef struct tb_wire_case {
+    uint32_t n_calls;       /* warm-ups first, then measured repetitions */
+    uint32_t pad;
+    int64_t host_peak_rss;  /* worker's peak RSS so far, bytes */
+} tb_wire_case;
+
+typedef struct tb_wire_call {
+    uint32_t is_warmup;
+    uint32_t n_requests;
+    uint32_t n_emissions;
+    uint32_t pad;
+    int64_t t_call_ns;   /* host clock just before generate() */
+    int64_t t_return_ns; /* just after it returned */
+    int64_t runner_ns;   /* worker time spent around the call (setup,
+                            re-counting), outside generate() */
+    int64_t prefill_ns, decode_ns, forward_passes, peak_device_bytes, energy_mj;
+} tb_wire_call;
+
+typedef struct tb_wire_request {
+    int64_t t_submit_ns; /* resolved: 0 from the plugin → t_call_ns */
+    int64_t t_done_ns;   /* as reported (0: unknown) */
+    int32_t status;
+    uint32_t n_output_tokens;
+    int32_t recount;     /* detokenize → tokenize count; -1: no tokenizer */
+    uint32_t steps_done;
+    uint64_t output_hash; /* FNV-1a of output ids (or text); 0: none */
+    char error[128];
+} tb_wire_request;
+
+/* Write a whole frame; 0 or -1 (errno set). */
+int tb_wire_send(int fd, uint32_t type, const void *payload, size_t len);
+
+/* Read one frame, waiting at most until deadline_ns (tb_now_ns clock; 0 =
+ * forever) and giving up early when *interrupted becomes nonzero.
+ * Returns 0 (payload in *buf, malloc'd, length *len), 1 on EOF, 2 on
+ * timeout, 3 when interrupted, -1 on error. */
+int tb_wire_recv(int fd, int64_t deadline_ns, volatile int *interrupted, uint32_t *type,
+                 char **buf, size_t *len);
+
+#endif

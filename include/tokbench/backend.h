@@ -1,0 +1,317 @@
+/*
+ * tokbench/backend.h — the one header a tokbench backend plugin sees.
+ *
+ * A backend is a shared object that exports exactly one symbol,
+ * TB_BACKEND_ENTRY_SYMBOL ("tokbench_backend_entry"), of type
+ * tb_backend_entry_fn. It returns a pointer to a static, const tb_backend_ops
+ * table. Everything else crosses the boundary through that table (plugin →
+ * host) and through tb_host (host → plugin), so a plugin never links against
+ * the runner.
+ *
+ * Versioning has two axes, as in SQLite's sqlite3_vfs.iVersion:
+ *   - abi_major must equal TB_ABI_MAJOR exactly: a different major means the
+ *     layout of existing members changed, and the plugin is refused.
+ *   - struct_size is sizeof(tb_backend_ops) as the plugin was compiled.
+ *     Members are only ever appended; the host reads a member only when
+ *     struct_size covers it (TB_OPS_HAS). A table smaller than the first
+ *     ABI-1 layout is refused.
+ * The same rule holds for tb_host, tb_request and tb_result: each starts with
+ * its own struct_size, set by whoever allocates it.
+ *
+ * Lifetime: probe() → create() → [generate()]* → destroy(). The host calls
+ * these from one thread, in a process of its own for each backend (a crash or
+ * hang in a plugin fails the case in flight, never the runner). A plugin must
+ * never call exit(), never write to stdout, and never unload itself.
+ *
+ * Errors are values: a method returns tb_status; the text of the last failure
+ * is available from last_error(ctx) until the next call on that ctx.
+ *
+ * Clock: every timestamp is the host's monotonic clock in nanoseconds, read
+ * through tb_host.now_ns, so host and plugin timestamps compare directly.
+ */
+#ifndef TOKBENCH_BACKEND_H
+#define TOKBENCH_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Exact-match major version of this ABI. */
+#define TB_ABI_MAJOR 1
+
+/* The one symbol a plugin exports. */
+#define TB_BACKEND_ENTRY_SYMBOL "tokbench_backend_entry"
+
+/* Whether a struct that starts with `uint32_t struct_size` is large enough to
+ * hold `member` (i.e. the writer of the struct knew about that member). */
+#define TB_STRUCT_HAS(ptr, type, member)                                       \
+    ((ptr)->struct_size >= offsetof(type, member) + sizeof(((type *)0)->member))
+
+/* ---------------------------------------------------------------- status */
+
+typedef enum tb_status {
+    TB_OK = 0,
+    TB_ERR = 1,             /* unspecified failure; last_error says more */
+    TB_ERR_INVALID = 2,     /* a request or option the backend rejects */
+    TB_ERR_UNSUPPORTED = 3, /* valid, but this backend cannot do it */
+    TB_ERR_NO_MEMORY = 4,   /* host or device memory exhausted */
+    TB_ERR_IO = 5,          /* file, network or device I/O failed */
+    TB_ERR_MODEL = 6,       /* the model is missing, malformed or unsupported */
+    TB_ERR_CANCELLED = 7,   /* stopped because tb_host.cancelled() said so */
+    TB_ERR_TIMEOUT = 8,     /* an operation inside the backend timed out */
+} tb_status;
+
+/* ---------------------------------------------------------- capabilities */
+
+/* Bits of tb_backend_ops.capabilities. The runner skips, with the reason
+ * shown, cases that need a capability the backend lacks. */
+enum {
+    /* generate() takes n_requests > 1 and runs them as one batch. */
+    TB_CAP_BATCH = 1u << 0,
+    /* generate() keeps tb_request.concurrency requests in flight at once
+     * (closed-loop serving); each request has its own submit time. */
+    TB_CAP_CONCURRENCY = 1u << 1,
+    /* Honors tb_request.steps (denoising steps of a diffusion sampler). */
+    TB_CAP_STEPS = 1u << 2,
+    /* Honors tb_request.block_length (semi-autoregressive blocks). */
+    TB_CAP_BLOCKS = 1u << 3,
+    /* Emits tokens before the request completes (AR decode steps, SSE
+     * chunks, diffusion commits). Without it, the only emission is the
+     * final one and TTFT equals E2E. */
+    TB_CAP_STREAMING = 1u << 4,
+    /* tokenize() and detokenize() are present: the runner re-counts every
+     * output by detokenize → tokenize and flags a mismatch. */
+    TB_CAP_TOKENIZER = 1u << 5,
+    /* Reports peak device memory in tb_result.peak_device_bytes. */
+    TB_CAP_DEVICE_MEMORY = 1u << 6,
+    /* Reports energy in tb_result.energy_mj. */
+    TB_CAP_ENERGY = 1u << 7,
+    /* Honors tb_request.request_rate (open-loop arrivals). */
+    TB_CAP_REQUEST_RATE = 1u << 8,
+};
+
+/* --------------------------------------------------------------- options */
+
+typedef enum tb_option_type {
+    TB_OPT_BOOL = 1,   /* true/false, yes/no, on/off, 1/0 */
+    TB_OPT_INT = 2,    /* 64-bit signed integer, range [min, max] */
+    TB_OPT_FLOAT = 3,  /* double, range [min, max] */
+    TB_OPT_STRING = 4, /* any text */
+    TB_OPT_ENUM = 5,   /* one of `choices` */
+} tb_option_type;
+
+/* Option flags. */
+enum {
+    /* The option shapes what create() loads (model, device, dtype...):
+     * cases that differ in it need a fresh context. Options without this
+     * flag may differ from case to case on one context; the runner passes
+     * each case's values in tb_request.options. */
+    TB_OPTF_LOAD = 1u << 0,
+};
+
+/* One option a backend declares. The host checks every option a suite sets
+ * against these declarations (unknown name, wrong type, out of range, not a
+ * choice) before the backend sees it, and fills in defaults. */
+typedef struct tb_option_decl {
+    const char *name;          /* [a-z0-9_]+, unique within the backend */
+    tb_option_type type;
+    const char *default_value; /* as it would be written in a suite */
+    const char *help;          /* one line, for `tokbench plugins NAME` */
+    const char *choices;       /* TB_OPT_ENUM: "a|b|c"; NULL otherwise */
+    double min, max;           /* INT/FLOAT bounds, inclusive; min > max
+                                  means unbounded */
+    uint32_t flags;            /* TB_OPTF_* */
+} tb_option_decl;
+
+/* An option's value as the host parsed it. Exactly the declared options
+ * are passed, in declaration order, defaults filled in. */
+typedef struct tb_option_value {
+    const char *name; /* the declaration's name */
+    const char *text; /* normalized text ("true"/"false" for BOOL) */
+    int64_t i;        /* BOOL (0/1) and INT */
+    double f;         /* FLOAT (and INT, converted) */
+} tb_option_value;
+
+/* ------------------------------------------------------------- host API */
+
+typedef enum tb_log_level {
+    TB_LOG_ERROR = 0,
+    TB_LOG_WARN = 1,
+    TB_LOG_INFO = 2,
+    TB_LOG_DEBUG = 3,
+} tb_log_level;
+
+/* Services the host hands to the plugin at create(). Valid until destroy().
+ * Functions may be called from the thread that called into the plugin only,
+ * except now_ns() and cancelled(), which are safe from any thread. */
+typedef struct tb_host {
+    uint32_t struct_size; /* sizeof(tb_host) as the host compiled it */
+    uint32_t abi_major;   /* TB_ABI_MAJOR of the host */
+
+    /* Monotonic clock, nanoseconds (CLOCK_MONOTONIC). */
+    int64_t (*now_ns)(const struct tb_host *host);
+
+    /* Log a line (no trailing newline needed) to the runner's log. */
+    void (*log)(const struct tb_host *host, tb_log_level level,
+                const char *fmt, ...)
+#if defined(__GNUC__)
+        __attribute__((format(printf, 3, 4)))
+#endif
+        ;
+
+    /* Record an emission: `n_tokens` new output tokens of request `request`
+     * (index into tb_request's requests) became available at `t_ns`
+     * (read from now_ns when they became available on the host).
+     * AR: once per decode step per request; diffusion: once per denoising
+     * step that committed tokens; HTTP: once per streamed chunk. Cheap: it
+     * appends to a preallocated buffer and never blocks. */
+    void (*emit)(const struct tb_host *host, uint32_t request,
+                 uint32_t n_tokens, int64_t t_ns);
+
+    /* Nonzero once the runner wants the plugin to stop (Ctrl-C, deadline).
+     * Long loops should poll it and return TB_ERR_CANCELLED. */
+    int (*cancelled)(const struct tb_host *host);
+
+    void *host_data; /* the host's own; plugins must not touch it */
+} tb_host;
+
+/* -------------------------------------------------------------- requests */
+
+/* One generate() call: a batch of n_requests requests that share the case's
+ * dimensions. Dimensions a backend has no capability for are 0. */
+typedef struct tb_request {
+    uint32_t struct_size;     /* sizeof(tb_request) as the host compiled it */
+    uint32_t n_requests;      /* requests in this call (>= 1) */
+    uint32_t prompt_tokens;   /* exact prompt length, tokens */
+    uint32_t max_new_tokens;  /* output tokens to produce per request */
+    uint32_t batch;           /* batch size (== n_requests unless serving) */
+    uint32_t concurrency;     /* requests in flight (TB_CAP_CONCURRENCY), 0 */
+    uint32_t steps;           /* denoising steps (TB_CAP_STEPS), else 0 */
+    uint32_t block_length;    /* block length (TB_CAP_BLOCKS), else 0 */
+    double request_rate;      /* requests/s (TB_CAP_REQUEST_RATE), else 0 */
+    uint64_t seed;            /* per-call seed: suite seed, case, repetition */
+    uint32_t repetition;      /* 0-based index within the case */
+    uint32_t is_warmup;       /* nonzero for warm-up calls */
+    /* Prompts: NULL means "synthesize a deterministic prompt of exactly
+     * prompt_tokens tokens from `seed`" (each request its own). Otherwise
+     * n_requests UTF-8 strings. */
+    const char *const *prompt_text;
+    /* This case's values of every declared option, declaration order. */
+    const tb_option_value *options;
+    uint32_t n_options;
+} tb_request;
+
+/* What the plugin reports of one request. The host allocates the array and
+ * zeroes it; the plugin fills each element. */
+typedef struct tb_request_result {
+    /* Host clock, ns: when the request was sent (for batch backends, the
+     * start of the generate() call; for serving backends, the scheduled
+     * send time, so a slow client cannot hide a slow server). 0 = the host
+     * uses the time it called generate(). */
+    int64_t t_submit_ns;
+    /* Host clock, ns: when the last output token was available. 0 = the
+     * host uses the request's last emission. */
+    int64_t t_done_ns;
+    tb_status status;            /* TB_OK, or why this request failed */
+    uint32_t n_output_tokens;    /* output tokens, as the engine counts */
+    /* Output token ids (TB_CAP_TOKENIZER backends) or NULL; owned by the
+     * plugin, valid until the next generate() or destroy(). */
+    const int32_t *output_ids;
+    uint32_t n_output_ids;
+    uint32_t steps_done;         /* denoising steps actually run, or 0 */
+    /* Output text or NULL; same ownership as output_ids. */
+    const char *output_text;
+    char error[128];             /* short failure text when status != OK */
+} tb_request_result;
+
+/* Figures of one generate() call. Fields not measured stay at their zeroed
+ * value (-1 where a 0 would be a real measurement). */
+typedef struct tb_result {
+    uint32_t struct_size;        /* sizeof(tb_result) as the host compiled */
+    uint32_t n_requests;         /* == tb_request.n_requests */
+    tb_request_result *requests; /* n_requests elements, host-allocated */
+    /* Phase times of the whole call, ns. prefill: prompt-only work (prompt
+     * forward, KV/prefix-cache build); decode: decode steps or denoising
+     * steps. -1 when the backend cannot split phases. */
+    int64_t prefill_ns;
+    int64_t decode_ns;
+    int64_t forward_passes;      /* model forward evaluations (NFE) */
+    int64_t peak_device_bytes;   /* -1 if unknown */
+    int64_t energy_mj;           /* millijoules over the call, -1 unknown */
+} tb_result;
+
+/* ------------------------------------------------------------ ops table */
+
+typedef struct tb_backend_ops {
+    /* --- ABI 1, required --------------------------------------------- */
+    uint32_t abi_major;   /* TB_ABI_MAJOR */
+    uint32_t struct_size; /* sizeof(tb_backend_ops) */
+    const char *name;     /* short name: what `plugin =` in a suite says */
+    const char *version;  /* the plugin's own version, free form */
+    const char *description; /* one line */
+    uint32_t capabilities;   /* TB_CAP_* bits */
+    const tb_option_decl *options; /* declared options (may be NULL if 0) */
+    uint32_t n_options;
+
+    /* Optional (may be NULL = can always run). Whether the backend can run
+     * on this host; on failure writes a reason (e.g. "no CUDA device")
+     * into why[why_size]. Called in the process that will run the cases. */
+    tb_status (*probe)(char *why, size_t why_size);
+
+    /* Required. Load `model` (path, preset name or URL: the backend's
+     * business) with `options` (every declared option, declaration order).
+     * On failure returns a status and, when *ctx_out could not be made,
+     * writes a message into err[err_size]. */
+    tb_status (*create)(const tb_host *host, const char *model,
+                        const tb_option_value *options, uint32_t n_options,
+                        void **ctx_out, char *err, size_t err_size);
+
+    /* Required. Release everything create() made. */
+    void (*destroy)(void *ctx);
+
+    /* Required. Run one batch of requests to completion, emitting tokens
+     * through host->emit and filling `result`. Must honor host->cancelled()
+     * in long loops. */
+    tb_status (*generate)(void *ctx, const tb_request *request,
+                          tb_result *result);
+
+    /* Required. Text of the last failure on `ctx` ("" if none). */
+    const char *(*last_error)(void *ctx);
+
+    /* Optional. A JSON object describing what was loaded, stored with the
+     * run: {"model_name":..., "dtype":"bf16", "device":"NVIDIA H200",
+     * "random_weights":true, "engine_version":..., "params":8030261248}.
+     * Owned by ctx. Keys "dtype", "device" and "random_weights" are shown
+     * in reports. */
+    const char *(*describe)(void *ctx);
+
+    /* Optional (TB_CAP_TOKENIZER). Tokenize `text` (no special tokens
+     * added) into ids[cap]; returns the token count (which may exceed cap:
+     * call again with more room), or -1 with last_error set. ids may be
+     * NULL when cap is 0 (the host asks for the count only). */
+    int64_t (*tokenize)(void *ctx, const char *text, int32_t *ids,
+                        size_t cap);
+
+    /* Optional (TB_CAP_TOKENIZER). Decode ids into out[cap] as UTF-8,
+     * NUL-terminated when cap > 0; returns the byte length needed without
+     * the NUL (which may be >= cap: call again), or -1. out may be NULL
+     * when cap is 0. */
+    int64_t (*detokenize)(void *ctx, const int32_t *ids, size_t n,
+                          char *out, size_t cap);
+} tb_backend_ops;
+
+/* The smallest ops table the host accepts: ABI 1 through `detokenize`. */
+#define TB_OPS_MIN_SIZE                                                       \
+    (offsetof(tb_backend_ops, detokenize) + sizeof(void *))
+
+/* The entry point a plugin exports under TB_BACKEND_ENTRY_SYMBOL. */
+typedef const tb_backend_ops *(*tb_backend_entry_fn)(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TOKBENCH_BACKEND_H */

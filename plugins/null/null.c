@@ -1,0 +1,669 @@
+/*
+ * null.c — the "null" backend: no model; latencies, token counts and faults
+ * are scripted by options.
+ *
+ * Two uses:
+ *   - runner overhead: with every delay at 0, a case's measured time is the
+ *     runner's own cost (process, emit buffer, statistics);
+ *   - failure handling: fail_at / crash_at / hang_at / fail_on_create /
+ *     crash_on_create / count_skew script the faults the runner must survive
+ *     and flag.
+ *
+ * Time model of one generate() call (n = max_new_tokens, R = n_requests):
+ *   prefill: prefill_us + prefill_us_per_token * (prompt tokens of all R)
+ *   AR (steps == 0): ceil(n / tokens_per_step) decode steps; each step emits
+ *     min(tokens_per_step, left) tokens for every request;
+ *   steps mode (steps > 0): `steps` denoising steps; step i commits
+ *     n/steps + (i < n%steps) tokens per request (LLaDA's schedule), and a
+ *     step that commits nothing emits nothing;
+ *   one step: step_us + step_us_per_seq * R.
+ * Each delay is scaled by (1 + jitter*u), u uniform in [-1, 1] from a PRNG
+ * seeded by tb_request.seed. Delays are kept against absolute deadlines
+ * counted from the start of each phase, so the cost of emitting (and of
+ * waking up late) does not accumulate from step to step.
+ *
+ * Tokenizer: id k is the word "w<k>"; text is words joined by one space.
+ * Any other word maps to a stable hash in [0, 1000).
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <tokbench/backend.h>
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define NULL_VERSION "1.0.0"
+
+/* Longest single sleep (or spin) between cancellation polls, ns. */
+#define NULL_POLL_NS 10000000LL
+
+/* The word detokenize() appends count_skew times; tokenize() maps it to 0. */
+#define NULL_SKEW_WORD "w0"
+
+/* ---------------------------------------------------------------- options */
+
+enum {
+    OPT_PREFILL_US,
+    OPT_PREFILL_US_PER_TOKEN,
+    OPT_STEP_US,
+    OPT_STEP_US_PER_SEQ,
+    OPT_TOKENS_PER_STEP,
+    OPT_JITTER,
+    OPT_SPIN,
+    OPT_MAX_BATCH,
+    OPT_FAIL_AT,
+    OPT_CRASH_AT,
+    OPT_HANG_AT,
+    OPT_FAIL_ON_CREATE,
+    OPT_CRASH_ON_CREATE,
+    OPT_COUNT_SKEW,
+    N_OPTS
+};
+
+/* One hour in µs: the longest scripted delay. */
+#define NULL_MAX_US 3.6e9
+
+static const tb_option_decl null_options[N_OPTS] = {
+    [OPT_PREFILL_US] = {"prefill_us", TB_OPT_INT, "1000",
+                        "prompt-phase time of one generate() call, us", NULL,
+                        0, NULL_MAX_US, 0},
+    [OPT_PREFILL_US_PER_TOKEN] = {"prefill_us_per_token", TB_OPT_FLOAT, "0",
+                                  "extra prompt-phase us per prompt token of "
+                                  "each request",
+                                  NULL, 0, 1e6, 0},
+    [OPT_STEP_US] = {"step_us", TB_OPT_INT, "200",
+                     "time of one decode step (AR) or denoising step "
+                     "(steps > 0), us",
+                     NULL, 0, NULL_MAX_US, 0},
+    [OPT_STEP_US_PER_SEQ] = {"step_us_per_seq", TB_OPT_FLOAT, "0",
+                             "extra us per step per request in the batch",
+                             NULL, 0, 1e6, 0},
+    [OPT_TOKENS_PER_STEP] = {"tokens_per_step", TB_OPT_INT, "1",
+                             "tokens each request gets per AR decode step",
+                             NULL, 1, 1e6, 0},
+    [OPT_JITTER] = {"jitter", TB_OPT_FLOAT, "0",
+                    "scale each delay by 1 + jitter*u, u uniform in [-1,1] "
+                    "(seeded by the request seed)",
+                    NULL, 0, 1, 0},
+    [OPT_SPIN] = {"spin", TB_OPT_BOOL, "false",
+                  "busy-wait instead of sleeping", NULL, 1, 0, 0},
+    [OPT_MAX_BATCH] = {"max_batch", TB_OPT_INT, "0",
+                       "refuse calls with more requests (TB_ERR_UNSUPPORTED); "
+                       "0 = unlimited",
+                       NULL, 0, 1e9, 0},
+    [OPT_FAIL_AT] = {"fail_at", TB_OPT_INT, "0",
+                     "the Nth generate() call on a context fails (TB_ERR); "
+                     "0 = never",
+                     NULL, 0, 1e9, TB_OPTF_LOAD},
+    [OPT_CRASH_AT] = {"crash_at", TB_OPT_INT, "0",
+                      "the Nth generate() call on a context dies of SIGSEGV; "
+                      "0 = never",
+                      NULL, 0, 1e9, TB_OPTF_LOAD},
+    [OPT_HANG_AT] = {"hang_at", TB_OPT_INT, "0",
+                     "the Nth generate() call on a context never returns, "
+                     "ignoring cancellation; 0 = never",
+                     NULL, 0, 1e9, TB_OPTF_LOAD},
+    [OPT_FAIL_ON_CREATE] = {"fail_on_create", TB_OPT_BOOL, "false",
+                            "create() fails (TB_ERR)", NULL, 1, 0,
+                            TB_OPTF_LOAD},
+    [OPT_CRASH_ON_CREATE] = {"crash_on_create", TB_OPT_BOOL, "false",
+                             "create() dies of SIGSEGV", NULL, 1, 0,
+                             TB_OPTF_LOAD},
+    [OPT_COUNT_SKEW] = {"count_skew", TB_OPT_INT, "0",
+                        "detokenized text carries this many extra words "
+                        "(negative: drops words), so re-counts disagree",
+                        NULL, -1e6, 1e6, 0},
+};
+
+typedef struct null_config {
+    int64_t prefill_us;
+    double prefill_us_per_token;
+    int64_t step_us;
+    double step_us_per_seq;
+    int64_t tokens_per_step;
+    double jitter;
+    int spin;
+    int64_t max_batch;
+    int64_t fail_at, crash_at, hang_at; /* 1-based call numbers, 0 = never */
+    int fail_on_create, crash_on_create;
+    int64_t count_skew;
+} null_config;
+
+static const null_config null_defaults = {
+    .prefill_us = 1000,
+    .step_us = 200,
+    .tokens_per_step = 1,
+};
+
+/* Apply option values (matched by name; unknown names are ignored: the host
+ * has already checked them against the declarations). */
+static void config_apply(null_config *c, const tb_option_value *v, uint32_t n)
+{
+    for (uint32_t k = 0; v && k < n; k++) {
+        if (!v[k].name)
+            continue;
+        int opt = -1;
+        for (int j = 0; j < N_OPTS; j++) {
+            if (strcmp(v[k].name, null_options[j].name) == 0) {
+                opt = j;
+                break;
+            }
+        }
+        switch (opt) {
+        case OPT_PREFILL_US: c->prefill_us = v[k].i; break;
+        case OPT_PREFILL_US_PER_TOKEN: c->prefill_us_per_token = v[k].f; break;
+        case OPT_STEP_US: c->step_us = v[k].i; break;
+        case OPT_STEP_US_PER_SEQ: c->step_us_per_seq = v[k].f; break;
+        case OPT_TOKENS_PER_STEP: c->tokens_per_step = v[k].i; break;
+        case OPT_JITTER: c->jitter = v[k].f; break;
+        case OPT_SPIN: c->spin = v[k].i != 0; break;
+        case OPT_MAX_BATCH: c->max_batch = v[k].i; break;
+        case OPT_FAIL_AT: c->fail_at = v[k].i; break;
+        case OPT_CRASH_AT: c->crash_at = v[k].i; break;
+        case OPT_HANG_AT: c->hang_at = v[k].i; break;
+        case OPT_FAIL_ON_CREATE: c->fail_on_create = v[k].i != 0; break;
+        case OPT_CRASH_ON_CREATE: c->crash_on_create = v[k].i != 0; break;
+        case OPT_COUNT_SKEW: c->count_skew = v[k].i; break;
+        default: break;
+        }
+    }
+    /* The host enforces the bounds; stay safe if a caller did not. */
+    if (c->tokens_per_step < 1)
+        c->tokens_per_step = 1;
+    if (c->jitter < 0)
+        c->jitter = 0;
+    if (c->jitter > 1)
+        c->jitter = 1;
+}
+
+/* ---------------------------------------------------------------- context */
+
+typedef struct null_ctx {
+    const tb_host *host;
+    null_config base;   /* from create() */
+    null_config active; /* of the latest generate(); detokenize() reads it */
+    uint64_t calls;     /* generate() calls so far, warm-ups included */
+    int32_t *ids;       /* [n_requests][max_new_tokens] of the last call */
+    size_t ids_cap;     /* elements allocated in ids */
+    char error[256];
+} null_ctx;
+
+static void set_error(null_ctx *ctx, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void set_error(null_ctx *ctx, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx->error, sizeof ctx->error, fmt, ap);
+    va_end(ap);
+}
+
+/* ------------------------------------------------------------ randomness */
+
+static uint64_t splitmix64(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [-1, 1]. */
+static double uniform_pm1(uint64_t *state)
+{
+    return (double)(splitmix64(state) >> 11) * (2.0 / 9007199254740991.0) -
+           1.0;
+}
+
+/* Output id of request r at position pos: in [100, 1000). */
+static int32_t output_id(uint64_t seed, uint32_t r, uint32_t pos)
+{
+    uint64_t s = seed ^ ((uint64_t)r << 32 | pos);
+    return (int32_t)(100 + splitmix64(&s) % 900);
+}
+
+/* ----------------------------------------------------------------- timing */
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void sleep_until(int64_t t_ns)
+{
+    struct timespec ts = {.tv_sec = t_ns / 1000000000LL,
+                          .tv_nsec = t_ns % 1000000000LL};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+        ;
+}
+
+/* Wait until `deadline` (CLOCK_MONOTONIC ns), sleeping or spinning. Waits
+ * longer than NULL_POLL_NS poll host->cancelled() every NULL_POLL_NS.
+ * Returns 0, or -1 if cancelled. */
+static int wait_until(const tb_host *host, int64_t deadline, int spin)
+{
+    for (;;) {
+        int64_t now = mono_ns();
+        if (now >= deadline)
+            return 0;
+        int64_t until =
+            deadline - now > NULL_POLL_NS ? now + NULL_POLL_NS : deadline;
+        if (spin) {
+            while (mono_ns() < until)
+                ;
+        } else {
+            sleep_until(until);
+        }
+        if (until < deadline && host->cancelled(host))
+            return -1;
+    }
+}
+
+/* A delay of `us` microseconds in ns, scaled by the jitter factor. */
+static int64_t delay_ns(double us, double jitter, uint64_t *rng)
+{
+    double ns = us * 1000.0;
+    if (jitter > 0)
+        ns *= 1.0 + jitter * uniform_pm1(rng);
+    return ns > 0 ? (int64_t)(ns + 0.5) : 0;
+}
+
+/* ----------------------------------------------------------------- faults */
+
+/* SIGSEGV: a volatile store (it cannot be dropped) through a pointer the
+ * compiler cannot see is NULL (so it cannot become a trap instruction,
+ * which would be SIGILL). Under ASan, ASan's SEGV handler turns the signal
+ * into exit status 1 unless ASAN_OPTIONS has handle_segv=0. */
+#if defined(__GNUC__)
+__attribute__((no_sanitize("undefined"))) /* the store is the point */
+#endif
+static void crash_now(void)
+{
+    volatile int *volatile p = NULL;
+    *p = 42;
+}
+
+/* A wedged engine: never returns, never looks at cancellation. */
+static _Noreturn void hang_forever(void)
+{
+    for (;;) {
+        struct timespec ts = {.tv_sec = 1, .tv_nsec = 0};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* -------------------------------------------------------------- tokenizer */
+
+static int is_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' ||
+           c == '\f';
+}
+
+static int32_t word_id(const char *w, size_t n)
+{
+    if (n >= 2 && w[0] == 'w') {
+        int64_t v = 0;
+        size_t i = 1;
+        while (i < n && w[i] >= '0' && w[i] <= '9' && v <= INT32_MAX) {
+            v = v * 10 + (w[i] - '0');
+            i++;
+        }
+        if (i == n && v <= INT32_MAX)
+            return (int32_t)v;
+    }
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+    for (size_t i = 0; i < n; i++) {
+        h ^= (unsigned char)w[i];
+        h *= 0x100000001b3ull;
+    }
+    return (int32_t)(h % 1000);
+}
+
+/* Words in text: what tokenize() would return. */
+static uint64_t count_words(const char *s)
+{
+    uint64_t n = 0;
+    while (*s) {
+        while (is_space(*s))
+            s++;
+        if (!*s)
+            break;
+        n++;
+        while (*s && !is_space(*s))
+            s++;
+    }
+    return n;
+}
+
+static int64_t null_tokenize(void *vctx, const char *text, int32_t *ids,
+                             size_t cap)
+{
+    null_ctx *ctx = vctx;
+    if (!text || (cap > 0 && !ids)) {
+        set_error(ctx, "tokenize: %s is NULL", text ? "ids" : "text");
+        return -1;
+    }
+    int64_t n = 0;
+    const char *s = text;
+    while (*s) {
+        while (is_space(*s))
+            s++;
+        if (!*s)
+            break;
+        const char *w = s;
+        while (*s && !is_space(*s))
+            s++;
+        if ((size_t)n < cap)
+            ids[n] = word_id(w, (size_t)(s - w));
+        n++;
+    }
+    return n;
+}
+
+/* Appends to out[cap] without ever writing past it, counting every byte. */
+typedef struct text_out {
+    char *out;
+    size_t cap;
+    size_t len; /* bytes the whole text needs, without the NUL */
+} text_out;
+
+static void text_put(text_out *t, const char *s, size_t n)
+{
+    if (t->cap > 0 && t->len < t->cap - 1) {
+        size_t room = t->cap - 1 - t->len;
+        memcpy(t->out + t->len, s, n < room ? n : room);
+    }
+    t->len += n;
+}
+
+static void text_word(text_out *t, int32_t id)
+{
+    char buf[16];
+    int k = snprintf(buf, sizeof buf, "%sw%d", t->len ? " " : "", (int)id);
+    text_put(t, buf, (size_t)k);
+}
+
+static int64_t null_detokenize(void *vctx, const int32_t *ids, size_t n,
+                               char *out, size_t cap)
+{
+    null_ctx *ctx = vctx;
+    if ((n > 0 && !ids) || (cap > 0 && !out)) {
+        set_error(ctx, "detokenize: %s is NULL", ids ? "out" : "ids");
+        return -1;
+    }
+    int64_t skew = ctx->active.count_skew;
+    if (skew < 0)
+        n = (uint64_t)-skew >= n ? 0 : n - (size_t)-skew;
+    text_out t = {out, cap, 0};
+    for (size_t i = 0; i < n; i++)
+        text_word(&t, ids[i]);
+    for (int64_t i = 0; i < skew; i++)
+        text_put(&t, t.len ? " " NULL_SKEW_WORD : NULL_SKEW_WORD,
+                 strlen(NULL_SKEW_WORD) + (t.len ? 1 : 0));
+    if (cap > 0)
+        out[t.len < cap ? t.len : cap - 1] = '\0';
+    return (int64_t)t.len;
+}
+
+/* -------------------------------------------------------------- lifecycle */
+
+static tb_status null_create(const tb_host *host, const char *model,
+                             const tb_option_value *options,
+                             uint32_t n_options, void **ctx_out, char *err,
+                             size_t err_size)
+{
+    (void)model; /* nothing to load */
+    if (ctx_out)
+        *ctx_out = NULL;
+    if (!ctx_out || !host || host->abi_major != TB_ABI_MAJOR ||
+        !TB_STRUCT_HAS(host, tb_host, cancelled) || !host->now_ns ||
+        !host->emit || !host->cancelled) {
+        if (err && err_size)
+            snprintf(err, err_size, "null: host table missing or too old");
+        return TB_ERR_INVALID;
+    }
+    null_config cfg = null_defaults;
+    config_apply(&cfg, options, n_options);
+    if (cfg.crash_on_create)
+        crash_now();
+    if (cfg.fail_on_create) {
+        if (err && err_size)
+            snprintf(err, err_size, "scripted failure in create()");
+        return TB_ERR;
+    }
+    null_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) {
+        if (err && err_size)
+            snprintf(err, err_size, "null: out of memory");
+        return TB_ERR_NO_MEMORY;
+    }
+    ctx->host = host;
+    ctx->base = cfg;
+    ctx->active = cfg;
+    *ctx_out = ctx;
+    return TB_OK;
+}
+
+static void null_destroy(void *vctx)
+{
+    null_ctx *ctx = vctx;
+    if (!ctx)
+        return;
+    free(ctx->ids);
+    free(ctx);
+}
+
+static const char *null_last_error(void *vctx)
+{
+    null_ctx *ctx = vctx;
+    return ctx ? ctx->error : "";
+}
+
+static const char *null_describe(void *vctx)
+{
+    (void)vctx;
+    return "{\"model_name\":\"null\",\"dtype\":\"none\",\"device\":\"cpu\","
+           "\"random_weights\":false,\"engine_version\":\"tokbench-null "
+           NULL_VERSION "\"}";
+}
+
+/* Prompt tokens of request r: words of its text, or prompt_tokens when the
+ * host leaves prompts to us. */
+static uint64_t prompt_len(const tb_request *req, uint32_t r)
+{
+    if (req->prompt_text && req->prompt_text[r])
+        return count_words(req->prompt_text[r]);
+    return req->prompt_tokens;
+}
+
+/* Tokens each request gets at step i, `done` tokens in. */
+static uint32_t step_tokens(const tb_request *req, const null_config *cfg,
+                            uint32_t i, uint32_t done)
+{
+    uint32_t n = req->max_new_tokens;
+    if (req->steps > 0)
+        return n / req->steps + (i < n % req->steps);
+    uint32_t left = n - done;
+    return (uint64_t)left < (uint64_t)cfg->tokens_per_step
+               ? left
+               : (uint32_t)cfg->tokens_per_step;
+}
+
+static tb_status null_generate(void *vctx, const tb_request *req,
+                               tb_result *res)
+{
+    null_ctx *ctx = vctx;
+    const tb_host *host = ctx->host;
+    uint64_t call = ++ctx->calls;
+    ctx->error[0] = '\0';
+
+    if (!req || !res || !TB_STRUCT_HAS(req, tb_request, n_options) ||
+        !TB_STRUCT_HAS(res, tb_result, energy_mj)) {
+        set_error(ctx, "generate: request or result missing or too small");
+        return TB_ERR_INVALID;
+    }
+    null_config cfg = ctx->base;
+    config_apply(&cfg, req->options, req->n_options);
+    ctx->active = cfg;
+
+    if (cfg.crash_at && (uint64_t)cfg.crash_at == call)
+        crash_now();
+    if (cfg.hang_at && (uint64_t)cfg.hang_at == call)
+        hang_forever();
+    if (cfg.fail_at && (uint64_t)cfg.fail_at == call) {
+        set_error(ctx, "scripted failure at call %llu",
+                  (unsigned long long)call);
+        return TB_ERR;
+    }
+
+    uint32_t R = req->n_requests, n = req->max_new_tokens;
+    if (R == 0 || !res->requests || res->n_requests < R) {
+        set_error(ctx, "generate: %u requests, result room for %u", R,
+                  res->n_requests);
+        return TB_ERR_INVALID;
+    }
+    if (cfg.max_batch > 0 && R > cfg.max_batch) {
+        set_error(ctx, "batch of %u requests exceeds max_batch = %lld", R,
+                  (long long)cfg.max_batch);
+        return TB_ERR_UNSUPPORTED;
+    }
+    size_t need = (size_t)R * n;
+    if (need > SIZE_MAX / sizeof(int32_t)) {
+        set_error(ctx, "%u requests of %u tokens: too many ids", R, n);
+        return TB_ERR_NO_MEMORY;
+    }
+    if (need > ctx->ids_cap) {
+        int32_t *ids = realloc(ctx->ids, need * sizeof *ids);
+        if (!ids) {
+            set_error(ctx, "out of memory for %zu output ids", need);
+            return TB_ERR_NO_MEMORY;
+        }
+        ctx->ids = ids;
+        ctx->ids_cap = need;
+    }
+
+    uint64_t per_step = (uint64_t)cfg.tokens_per_step;
+    uint32_t n_steps = req->steps > 0
+                           ? req->steps
+                           : (uint32_t)(((uint64_t)n + per_step - 1) / per_step);
+    uint64_t prompt_total = 0;
+    for (uint32_t r = 0; r < R; r++)
+        prompt_total += prompt_len(req, r);
+    uint64_t rng = req->seed;
+    double step_us = (double)cfg.step_us + cfg.step_us_per_seq * R;
+
+    res->prefill_ns = -1;
+    res->decode_ns = -1;
+    res->forward_passes = 0;
+    res->peak_device_bytes = -1;
+    res->energy_mj = -1;
+
+    tb_status st = TB_OK;
+    uint32_t done = 0; /* tokens each request has so far */
+    int64_t t0 = host->now_ns(host);
+    int64_t deadline = mono_ns();
+    int64_t t_prefill = t0;
+
+    deadline += delay_ns((double)cfg.prefill_us +
+                             cfg.prefill_us_per_token * (double)prompt_total,
+                         cfg.jitter, &rng);
+    if (wait_until(host, deadline, cfg.spin) != 0) {
+        st = TB_ERR_CANCELLED;
+        goto out;
+    }
+    t_prefill = host->now_ns(host);
+    res->prefill_ns = t_prefill - t0;
+    res->forward_passes = 1;
+    /* Decode deadlines count from the real end of prefill: a late wake-up
+     * there must not shorten the decode phase. */
+    deadline = mono_ns();
+
+    for (uint32_t i = 0; i < n_steps; i++) {
+        if (host->cancelled(host)) {
+            st = TB_ERR_CANCELLED;
+            goto out;
+        }
+        uint32_t k = step_tokens(req, &cfg, i, done);
+        /* Make this step's ids while "the step runs": the cost hides in
+         * the wait instead of adding to it. */
+        for (uint32_t r = 0; r < R; r++)
+            for (uint32_t p = done; p < done + k; p++)
+                ctx->ids[(size_t)r * n + p] = output_id(req->seed, r, p);
+        deadline += delay_ns(step_us, cfg.jitter, &rng);
+        if (wait_until(host, deadline, cfg.spin) != 0) {
+            st = TB_ERR_CANCELLED;
+            goto out;
+        }
+        res->forward_passes++;
+        if (k > 0) {
+            int64_t t = host->now_ns(host);
+            for (uint32_t r = 0; r < R; r++)
+                host->emit(host, r, k, t);
+            done += k;
+        }
+    }
+    res->decode_ns = host->now_ns(host) - t_prefill;
+
+out:
+    if (st == TB_ERR_CANCELLED)
+        set_error(ctx, "cancelled after %u of %u tokens", done, n);
+    for (uint32_t r = 0; r < R; r++) {
+        tb_request_result *rr = &res->requests[r];
+        rr->status = st;
+        rr->n_output_tokens = done;
+        rr->output_ids = done ? ctx->ids + (size_t)r * n : NULL;
+        rr->n_output_ids = done;
+        rr->steps_done =
+            req->steps > 0 && res->forward_passes > 0
+                ? (uint32_t)(res->forward_passes - 1)
+                : 0;
+        rr->output_text = NULL;
+        if (st != TB_OK) {
+            size_t len = strnlen(ctx->error, sizeof rr->error - 1);
+            memcpy(rr->error, ctx->error, len);
+            rr->error[len] = '\0';
+        }
+    }
+    return st;
+}
+
+/* ------------------------------------------------------------------ entry */
+
+static const tb_backend_ops null_ops = {
+    .abi_major = TB_ABI_MAJOR,
+    .struct_size = sizeof(tb_backend_ops),
+    .name = "null",
+    .version = NULL_VERSION,
+    .description = "no model: scripted latencies and faults (runner "
+                   "overhead, failure tests)",
+    .capabilities = TB_CAP_BATCH | TB_CAP_STEPS | TB_CAP_STREAMING |
+                    TB_CAP_TOKENIZER,
+    .options = null_options,
+    .n_options = N_OPTS,
+    .probe = NULL, /* runs anywhere */
+    .create = null_create,
+    .destroy = null_destroy,
+    .generate = null_generate,
+    .last_error = null_last_error,
+    .describe = null_describe,
+    .tokenize = null_tokenize,
+    .detokenize = null_detokenize,
+};
+
+__attribute__((visibility("default"))) const tb_backend_ops *
+tokbench_backend_entry(void);
+
+__attribute__((visibility("default"))) const tb_backend_ops *
+tokbench_backend_entry(void)
+{
+    return &null_ops;
+}

@@ -1,0 +1,342 @@
+/* text.c — terminal reports: the session list and one session's results
+ * (every case in detail, then the backends side by side). Everything is
+ * read back from the database, so `run` and `show` print the same thing. */
+#define _GNU_SOURCE
+#include "text.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runner.h"
+#include "table.h"
+#include "util.h"
+
+static const char *col_text(sqlite3_stmt *q, int i)
+{
+    const unsigned char *t = sqlite3_column_text(q, i);
+    return t ? (const char *)t : "";
+}
+
+static double col_num(sqlite3_stmt *q, int i)
+{
+    return sqlite3_column_type(q, i) == SQLITE_NULL ? NAN : sqlite3_column_double(q, i);
+}
+
+int64_t tb_report_resolve_session(sqlite3 *db, const char *spec, char **err)
+{
+    *err = NULL;
+    if (!spec || strcmp(spec, "last") == 0 || strcmp(spec, "--last") == 0) {
+        sqlite3_stmt *q;
+        int64_t id = -1;
+        if (sqlite3_prepare_v2(db, "SELECT max(id) FROM session", -1, &q, NULL) == SQLITE_OK &&
+            sqlite3_step(q) == SQLITE_ROW && sqlite3_column_type(q, 0) != SQLITE_NULL)
+            id = sqlite3_column_int64(q, 0);
+        sqlite3_finalize(q);
+        if (id < 0)
+            *err = tb_xstrdup("the database has no sessions yet (run a suite first: tokbench run SUITE)");
+        return id;
+    }
+    char *end;
+    long long v = strtoll(spec, &end, 10);
+    sqlite3_stmt *q;
+    int64_t id = -1;
+    /* A number is an id; anything else may be a (prefix of a) uuid. */
+    if (sqlite3_prepare_v2(db, "SELECT id FROM session WHERE id = ?1 OR uuid LIKE ?2 || '%' ORDER BY id LIMIT 2",
+                           -1, &q, NULL) == SQLITE_OK) {
+        sqlite3_bind_int64(q, 1, (*end == '\0' && end != spec) ? v : -1);
+        sqlite3_bind_text(q, 2, spec, -1, SQLITE_TRANSIENT);
+        int n = 0;
+        while (sqlite3_step(q) == SQLITE_ROW) {
+            id = sqlite3_column_int64(q, 0);
+            n++;
+        }
+        if (n > 1) {
+            *err = tb_xasprintf("session \"%s\" is ambiguous (give more of the uuid)", spec);
+            id = -1;
+        }
+    }
+    sqlite3_finalize(q);
+    if (id < 0 && !*err)
+        *err = tb_xasprintf("no session \"%s\" (see tokbench sessions)", spec);
+    return id;
+}
+
+int tb_report_sessions(sqlite3 *db, int limit, FILE *out)
+{
+    sqlite3_stmt *q;
+    const char *sql =
+        "SELECT s.id, s.started_at, s.suite_name, s.status,"
+        " (SELECT count(*) FROM bench_case c WHERE c.session_id = s.id AND c.status = 'ok'),"
+        " (SELECT count(*) FROM bench_case c WHERE c.session_id = s.id AND c.status = 'failed'),"
+        " (SELECT count(*) FROM bench_case c WHERE c.session_id = s.id AND c.status = 'skipped'),"
+        " m.hostname, coalesce(m.gpu_name, 'no GPU'), s.git_commit"
+        " FROM session s JOIN machine m ON m.id = s.machine_id ORDER BY s.id DESC LIMIT ?";
+    if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK)
+        return -1;
+    sqlite3_bind_int(q, 1, limit > 0 ? limit : -1);
+    static const char *const head[] = {"session", "started (UTC)", "suite", "status", "ok", "failed", "skipped",
+                                       "host", "gpu", "commit"};
+    tb_table *t = tb_table_new(10);
+    tb_table_header(t, head);
+    int rows = 0;
+    while (sqlite3_step(q) == SQLITE_ROW) {
+        rows++;
+        for (int i = 0; i < 10; i++)
+            tb_table_cell(t, col_text(q, i));
+    }
+    sqlite3_finalize(q);
+    if (rows)
+        tb_table_print(t, out);
+    else
+        fprintf(out, "no sessions yet\n");
+    tb_table_free(t);
+    return 0;
+}
+
+static void print_header(sqlite3 *db, int64_t session, FILE *out)
+{
+    sqlite3_stmt *q;
+    const char *sql =
+        "SELECT s.id, s.uuid, s.suite_name, s.suite_path, s.started_at, coalesce(s.finished_at, ''), s.status,"
+        " s.tokbench_version, s.git_commit, s.warmup, s.repeat, s.seed, m.hostname, m.cpu_model, m.cpu_cores,"
+        " m.ram_bytes, m.os, m.kernel, m.gpu_count, coalesce(m.gpu_name, ''), coalesce(m.gpu_driver, ''),"
+        " coalesce(m.cuda_driver_version, ''), s.cuda_build_version, m.nvml_status, substr(s.suite_sha256, 1, 12)"
+        " FROM session s JOIN machine m ON m.id = s.machine_id WHERE s.id = ?";
+    if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK)
+        return;
+    sqlite3_bind_int64(q, 1, session);
+    if (sqlite3_step(q) == SQLITE_ROW) {
+        fprintf(out, "session %s  %s  suite %s (%s, sha256 %s…)\n", col_text(q, 0), col_text(q, 1), col_text(q, 2),
+                col_text(q, 3), col_text(q, 24));
+        fprintf(out, "  %s .. %s  status %s  tokbench %s (%s)  warm-up %s, %s repetitions, seed %s\n",
+                col_text(q, 4), col_text(q, 5), col_text(q, 6), col_text(q, 7), col_text(q, 8), col_text(q, 9),
+                col_text(q, 10), col_text(q, 11));
+        fprintf(out, "  machine %s: %s (%s CPUs), %.1f GiB RAM, %s, kernel %s\n", col_text(q, 12), col_text(q, 13),
+                col_text(q, 14), sqlite3_column_double(q, 15) / (1u << 30), col_text(q, 16), col_text(q, 17));
+        if (sqlite3_column_int(q, 18) > 0)
+            fprintf(out, "  GPU %d x %s, driver %s, CUDA driver %s, CUDA build %s\n", sqlite3_column_int(q, 18),
+                    col_text(q, 19), col_text(q, 20), col_text(q, 21), col_text(q, 22));
+        else
+            fprintf(out, "  GPU none (%s); CUDA build %s\n", col_text(q, 23), col_text(q, 22));
+    }
+    sqlite3_finalize(q);
+
+    if (sqlite3_prepare_v2(db,
+                           "SELECT label, plugin, plugin_version, model, capabilities,"
+                           " coalesce(json_extract(info_json, '$.dtype'), '?'),"
+                           " coalesce(json_extract(info_json, '$.device'), '?'),"
+                           " json_extract(info_json, '$.random_weights')"
+                           " FROM backend WHERE session_id = ? ORDER BY id",
+                           -1, &q, NULL) != SQLITE_OK)
+        return;
+    sqlite3_bind_int64(q, 1, session);
+    while (sqlite3_step(q) == SQLITE_ROW)
+        fprintf(out, "  backend %s: %s %s, model \"%s\", dtype %s, device %s%s; capabilities %s\n", col_text(q, 0),
+                col_text(q, 1), col_text(q, 2), col_text(q, 3), col_text(q, 5), col_text(q, 6),
+                sqlite3_column_int(q, 7) == 1 ? ", RANDOM WEIGHTS (speed only, no quality)" : "", col_text(q, 4));
+    sqlite3_finalize(q);
+}
+
+/* Which optional dimension columns carry a value in this session. */
+static int column_used(sqlite3 *db, int64_t session, const char *expr)
+{
+    char *sql = tb_xasprintf("SELECT count(*) FROM summary WHERE session = ? AND %s", expr);
+    sqlite3_stmt *q;
+    int n = 0;
+    if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) == SQLITE_OK) {
+        sqlite3_bind_int64(q, 1, session);
+        if (sqlite3_step(q) == SQLITE_ROW)
+            n = sqlite3_column_int(q, 0);
+    }
+    sqlite3_finalize(q);
+    free(sql);
+    return n > 0;
+}
+
+/* The dimensions of a summary row as one key (for the side-by-side). */
+static char *dims_key(sqlite3_stmt *q, int use_conc, int use_steps, int use_block, int use_opts)
+{
+    tb_str b = {0};
+    tb_str_appendf(&b, "%s\t%s\t%s", col_text(q, 1), col_text(q, 2), col_text(q, 3));
+    if (use_conc)
+        tb_str_appendf(&b, "\t%s", col_text(q, 4));
+    if (use_steps)
+        tb_str_appendf(&b, "\t%s", col_text(q, 5));
+    if (use_block)
+        tb_str_appendf(&b, "\t%s", col_text(q, 6));
+    if (use_opts)
+        tb_str_appendf(&b, "\t%s", col_text(q, 7));
+    return tb_str_take(&b);
+}
+
+int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
+{
+    print_header(db, session, out);
+    int use_conc = column_used(db, session, "concurrency IS NOT NULL");
+    int use_steps = column_used(db, session, "steps IS NOT NULL");
+    int use_block = column_used(db, session, "block_length IS NOT NULL");
+    int use_opts = column_used(db, session, "swept_options <> '{}'");
+
+    /* Columns 0..7 are the case's identity, then the figures. */
+    const char *sql =
+        "SELECT backend, prompt_tokens, max_new_tokens, batch, concurrency, steps, block_length, swept_options,"
+        " status, median_tps, p95_tps, aggregate_tps, decode_tps, ttft_ms, tpot_ms, e2e_ms, e2e_p95_ms, nfe,"
+        " tokens_per_forward, agg_tps_cv, runs, count_mismatches, error, peak_device_mib"
+        " FROM summary WHERE session = ? ORDER BY rowid";
+    sqlite3_stmt *q;
+    if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK) {
+        fprintf(stderr, "tokbench: %s\n", sqlite3_errmsg(db));
+        return -1;
+    }
+    sqlite3_bind_int64(q, 1, session);
+
+    const char *head[32];
+    int nh = 0;
+    head[nh++] = "backend";
+    head[nh++] = "prompt";
+    head[nh++] = "new";
+    head[nh++] = "batch";
+    if (use_conc)
+        head[nh++] = "conc";
+    if (use_steps)
+        head[nh++] = "steps";
+    if (use_block)
+        head[nh++] = "block";
+    if (use_opts)
+        head[nh++] = "options";
+    static const char *const figs[] = {"status", "tok/s/req", "p95 tok/s", "agg tok/s", "decode tok/s", "TTFT ms",
+                                       "TPOT ms", "E2E ms", "E2E p95", "NFE", "tok/fwd", "CV", "runs", "dev MiB"};
+    for (size_t i = 0; i < TB_ARRAY_LEN(figs); i++)
+        head[nh++] = figs[i];
+    tb_table *t = tb_table_new(nh);
+    tb_table_header(t, head);
+
+    /* Side-by-side: distinct case keys × backends → aggregate tok/s. */
+    char **keys = NULL, **backends = NULL, ***cells = NULL; /* cells[key][backend] */
+    size_t n_keys = 0, n_backends = 0;
+    tb_str warnings = {0};
+    sqlite3_stmt *qb;
+    if (sqlite3_prepare_v2(db, "SELECT label FROM backend WHERE session_id = ? ORDER BY id", -1, &qb, NULL) == SQLITE_OK) {
+        sqlite3_bind_int64(qb, 1, session);
+        while (sqlite3_step(qb) == SQLITE_ROW) {
+            backends = tb_xrealloc(backends, (n_backends + 1) * sizeof *backends);
+            backends[n_backends++] = tb_xstrdup(col_text(qb, 0));
+        }
+    }
+    sqlite3_finalize(qb);
+
+    while (sqlite3_step(q) == SQLITE_ROW) {
+        const char *backend = col_text(q, 0), *status = col_text(q, 8);
+        tb_table_cell(t, backend);
+        for (int i = 1; i <= 3; i++)
+            tb_table_cell(t, col_text(q, i));
+        if (use_conc)
+            tb_table_cell(t, sqlite3_column_type(q, 4) == SQLITE_NULL ? "-" : col_text(q, 4));
+        if (use_steps)
+            tb_table_cell(t, sqlite3_column_type(q, 5) == SQLITE_NULL ? "-" : col_text(q, 5));
+        if (use_block)
+            tb_table_cell(t, sqlite3_column_type(q, 6) == SQLITE_NULL ? "-" : col_text(q, 6));
+        if (use_opts)
+            tb_table_cell(t, strcmp(col_text(q, 7), "{}") ? col_text(q, 7) : "-");
+        tb_table_cell(t, status);
+        for (int i = 9; i <= 12; i++) /* tokens/s */
+            tb_table_num(t, col_num(q, i), 1);
+        for (int i = 13; i <= 16; i++) /* ms */
+            tb_table_num(t, col_num(q, i), 2);
+        tb_table_num(t, col_num(q, 17), 0);
+        tb_table_num(t, col_num(q, 18), 2);
+        double cv = col_num(q, 19);
+        if (isfinite(cv))
+            tb_table_cellf(t, "%.1f%%%s", cv * 100, cv > TB_NOISE_CV ? "!" : "");
+        else
+            tb_table_cell(t, "-");
+        tb_table_cell(t, sqlite3_column_type(q, 20) == SQLITE_NULL ? "-" : col_text(q, 20));
+        tb_table_num(t, col_num(q, 23), 0);
+
+        if (strcmp(status, "ok") != 0)
+            tb_str_appendf(&warnings, "  %s %s [%s/%s/%s]: %s\n", backend, status, col_text(q, 1), col_text(q, 2),
+                           col_text(q, 3), col_text(q, 22));
+        if (isfinite(cv) && cv > TB_NOISE_CV)
+            tb_str_appendf(&warnings, "  %s [%s/%s/%s]: noisy, aggregate tok/s CV %.1f%% > %.0f%%; check the environment first\n",
+                           backend, col_text(q, 1), col_text(q, 2), col_text(q, 3), cv * 100, TB_NOISE_CV * 100);
+        if (sqlite3_column_int(q, 21) > 0)
+            tb_str_appendf(&warnings, "  %s [%s/%s/%s]: %d requests re-count to a different output length than the engine reports\n",
+                           backend, col_text(q, 1), col_text(q, 2), col_text(q, 3), sqlite3_column_int(q, 21));
+
+        char *key = dims_key(q, use_conc, use_steps, use_block, use_opts);
+        size_t ki = 0, bi = 0;
+        while (ki < n_keys && strcmp(keys[ki], key) != 0)
+            ki++;
+        if (ki == n_keys) {
+            keys = tb_xrealloc(keys, (n_keys + 1) * sizeof *keys);
+            cells = tb_xrealloc(cells, (n_keys + 1) * sizeof *cells);
+            keys[n_keys] = tb_xstrdup(key);
+            cells[n_keys] = tb_xcalloc(n_backends ? n_backends : 1, sizeof **cells);
+            n_keys++;
+        }
+        free(key);
+        while (bi < n_backends && strcmp(backends[bi], backend) != 0)
+            bi++;
+        if (bi < n_backends && !cells[ki][bi]) {
+            double agg = col_num(q, 11);
+            cells[ki][bi] = strcmp(status, "ok") == 0
+                                ? (isfinite(agg) ? tb_xasprintf("%.1f", agg) : tb_xstrdup("-"))
+                                : tb_xstrdup(status);
+        }
+    }
+    sqlite3_finalize(q);
+    fprintf(out, "\n");
+    tb_table_print(t, out);
+    tb_table_free(t);
+
+    if (n_backends > 1) {
+        const char *sh[32];
+        int ns = 0;
+        sh[ns++] = "prompt";
+        sh[ns++] = "new";
+        sh[ns++] = "batch";
+        if (use_conc)
+            sh[ns++] = "conc";
+        if (use_steps)
+            sh[ns++] = "steps";
+        if (use_block)
+            sh[ns++] = "block";
+        if (use_opts)
+            sh[ns++] = "options";
+        int nd = ns;
+        for (size_t b = 0; b < n_backends && ns < 32; b++)
+            sh[ns++] = backends[b];
+        tb_table *s = tb_table_new(ns);
+        tb_table_header(s, sh);
+        for (size_t k = 0; k < n_keys; k++) {
+            char *copy = tb_xstrdup(keys[k]), *save = NULL;
+            int d = 0;
+            for (char *f = strtok_r(copy, "\t", &save); d < nd; f = strtok_r(NULL, "\t", &save), d++)
+                tb_table_cell(s, f && *f && strcmp(f, "{}") ? f : "-");
+            free(copy);
+            for (size_t b = 0; b < n_backends && (int)(nd + b) < ns; b++)
+                tb_table_cell(s, cells[k][b] ? cells[k][b] : "");
+        }
+        fprintf(out, "\nside by side: aggregate output tokens/s (median over repetitions)\n");
+        tb_table_print(s, out);
+        tb_table_free(s);
+    }
+    if (warnings.len)
+        fprintf(out, "\nwarnings:\n%s", warnings.s);
+    fprintf(out, "\ntok/s/req: per-request tokens/s (median); p95 tok/s: the rate 95%% of requests reach (5th percentile);"
+                 "\nagg: all output tokens / batch wall time; decode: excludes prefill. Definitions: docs/METRICS.md\n");
+    tb_str_free(&warnings);
+    for (size_t k = 0; k < n_keys; k++) {
+        for (size_t b = 0; b < n_backends; b++)
+            free(cells[k][b]);
+        free(cells[k]);
+        free(keys[k]);
+    }
+    free(cells);
+    free(keys);
+    for (size_t b = 0; b < n_backends; b++)
+        free(backends[b]);
+    free(backends);
+    return 0;
+}
