@@ -189,6 +189,7 @@ static char *expand_env(parser *p, const char *key, const char *v)
 
 static void list_split(tb_list *l, const char *value, tb_loc loc, int split)
 {
+    memset(l, 0, sizeof *l); /* callers hand in fresh, uninitialized slots */
     l->raw = tb_xstrdup(value);
     l->loc = loc;
     l->items = NULL;

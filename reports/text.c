@@ -170,6 +170,26 @@ static char *dims_key(sqlite3_stmt *q, int use_conc, int use_steps, int use_bloc
     return tb_str_take(&b);
 }
 
+/* Tab-separated keys: does `general` equal `specific` wherever `general`
+ * has a value, with at least one field empty in `general` only? */
+static int key_generalizes(const char *general, const char *specific)
+{
+    int wider = 0;
+    for (;;) {
+        size_t lg = strcspn(general, "\t"), ls = strcspn(specific, "\t");
+        if (lg == 0 && ls > 0)
+            wider = 1;
+        else if (lg != ls || strncmp(general, specific, lg) != 0)
+            return 0;
+        general += lg;
+        specific += ls;
+        if (!*general || !*specific)
+            return wider && !*general && !*specific;
+        general++;
+        specific++;
+    }
+}
+
 int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
 {
     print_header(db, session, out);
@@ -290,6 +310,19 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
     tb_table_print(t, out);
     tb_table_free(t);
 
+    /* A backend without a dimension (an AR engine has no steps) is a
+     * reference for every value of it: fill its figure into the rows that
+     * differ only there, and drop the row it came from. */
+    int *covered = tb_xcalloc(n_keys ? n_keys : 1, sizeof(int));
+    for (size_t a = 0; a < n_keys; a++)
+        for (size_t k = 0; k < n_keys; k++)
+            if (k != a && key_generalizes(keys[a], keys[k])) {
+                covered[a] = 1;
+                for (size_t b = 0; b < n_backends; b++)
+                    if (!cells[k][b] && cells[a][b])
+                        cells[k][b] = tb_xstrdup(cells[a][b]);
+            }
+
     if (n_backends > 1) {
         const char *sh[32];
         int ns = 0;
@@ -310,6 +343,8 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
         tb_table *s = tb_table_new(ns);
         tb_table_header(s, sh);
         for (size_t k = 0; k < n_keys; k++) {
+            if (covered[k])
+                continue;
             char *copy = tb_xstrdup(keys[k]), *save = NULL;
             int d = 0;
             for (char *f = strtok_r(copy, "\t", &save); d < nd; f = strtok_r(NULL, "\t", &save), d++)
@@ -322,6 +357,7 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
         tb_table_print(s, out);
         tb_table_free(s);
     }
+    free(covered);
     if (warnings.len)
         fprintf(out, "\nwarnings:\n%s", warnings.s);
     fprintf(out, "\ntok/s/req: per-request tokens/s (median); p95 tok/s: the rate 95%% of requests reach (5th percentile);"

@@ -1,0 +1,185 @@
+#!/usr/bin/env bash
+# End-to-end: the real `tokbench` on real suites into real SQLite files,
+# then queried with sqlite3. Covers the default suite, failing plugins
+# (crash, hang, error, crash while loading), Ctrl-C, bad input, noise and
+# token-count warnings, sessions/show/export.
+#
+# usage: test_run.sh BUILD_DIR SOURCE_DIR
+set -uo pipefail
+
+build=$1
+src=$2
+tb="$build/tokbench"
+null="$build/plugins/null/null.so"
+command -v sqlite3 >/dev/null || { echo "SKIP: sqlite3 not installed"; exit 77; }
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+pass() { echo "ok: $*"; }
+q() { sqlite3 -batch -noheader "$1" "$2"; }
+
+# 1. The default suite: every case stored, summary with machine metadata.
+db="$tmp/quick.db"
+if "$tb" run "$src/suites/quick.ini" --db "$db" >"$tmp/quick.out" 2>"$tmp/quick.err"; then
+    pass "quick suite ran"
+else
+    fail "quick suite exit $?"; cat "$tmp/quick.err"
+fi
+grep -q "side by side" "$tmp/quick.out" || fail "no side-by-side table in run output"
+n=$(q "$db" "select count(*) from summary where status = 'ok'")
+expected=$("$tb" run "$src/suites/quick.ini" --dry-run | grep -c '^  #')
+[ "$n" = "$expected" ] && [ "$n" -gt 0 ] || fail "summary has $n ok rows, plan had $expected cases"
+[ "$(q "$db" "select count(*) from summary where cpu = '' or gpu is null or median_tps is null or p95_tps > median_tps")" = 0 ] \
+    || fail "summary rows lack machine metadata or figures"
+[ "$(q "$db" "select status from session")" = completed ] || fail "session not completed"
+# every measured sample is stored, warm-ups flagged
+reps=$(q "$db" "select count(*) from sample where warmup = 0")
+warm=$(q "$db" "select count(*) from sample where warmup = 1")
+[ "$reps" = $((expected * 5)) ] && [ "$warm" = "$expected" ] || fail "samples: $reps measured, $warm warm-up"
+# steps reach only the diffusion-like backend; AR-like has none
+[ "$(q "$db" "select count(*) from summary where backend = 'ar-like' and steps is not null")" = 0 ] \
+    || fail "ar-like got a steps dimension"
+# The AR-like null backend: 64 decode steps of 400+20*batch us after a 2 ms
+# prefill; the measured E2E must be at least that (sleeps never end early).
+e2e=$(q "$db" "select min(e2e_ms) from summary where backend = 'ar-like' and batch = 1")
+awk -v e="$e2e" 'BEGIN { exit !(e >= 2 + 64 * 0.42 && e < 2 * (2 + 64 * 0.42)) }' \
+    || fail "ar-like batch-1 E2E $e2e ms, expected about 28.9 ms"
+pass "quick: $n cases, $reps samples, ar-like E2E $e2e ms"
+
+"$tb" sessions --db "$db" | grep -q quick || fail "sessions does not list the run"
+"$tb" show last --db "$db" >"$tmp/show.out" || fail "show last"
+cmp -s <(sed -n '/^backend  /,$p' "$tmp/show.out") <(sed -n '/^backend  /,$p' "$tmp/quick.out") \
+    || fail "show prints something else than run did"
+"$tb" export 1 --format csv --db "$db" -o "$tmp/x.csv" || fail "export csv"
+[ "$(wc -l <"$tmp/x.csv")" = $((expected + 1)) ] || fail "csv has $(wc -l <"$tmp/x.csv") lines"
+"$tb" export 1 --format json --db "$db" -o "$tmp/x.json" || fail "export json"
+[ "$(sqlite3 :memory: "select json_valid(readfile('$tmp/x.json')) and json_array_length(readfile('$tmp/x.json'), '\$.cases') = $expected")" = 1 ] \
+    || fail "json export invalid or incomplete"
+"$tb" export 1 --format xml --db "$db" 2>/dev/null && fail "export accepted --format xml"
+"$tb" show 999 --db "$db" 2>"$tmp/e" && fail "show of a missing session succeeded"
+grep -q 'no session "999"' "$tmp/e" || fail "missing session message: $(cat "$tmp/e")"
+
+# 2. Failing plugins: each fails its own case only, with the reason stored.
+cat >"$tmp/faults.ini" <<EOF
+[suite]
+name = faults
+warmup = 1
+repeat = 2
+case_timeout = 3
+load_timeout = 3
+
+[matrix]
+prompt_tokens = 8
+max_new_tokens = 4
+
+[backend crash]
+plugin = $null
+step_us = 0
+crash_at = 2, 0
+
+[backend hang]
+plugin = $null
+hang_at = 1
+
+[backend error]
+plugin = $null
+fail_at = 3
+
+[backend loadcrash]
+plugin = $null
+crash_on_create = true
+
+[backend good]
+plugin = $null
+step_us = 100
+EOF
+"$tb" run "$tmp/faults.ini" --db "$tmp/f.db" >"$tmp/f.out" 2>"$tmp/f.err"
+rc=$?
+[ $rc = 1 ] || fail "faults suite exit $rc, expected 1 (some cases failed)"
+status() { q "$tmp/f.db" "select c.status || '|' || coalesce(c.error, '') from bench_case c join backend b on b.id = c.backend_id where b.label = '$1' order by c.ordinal limit 1 offset ${2:-0}"; }
+case "$(status crash 0)" in "failed|backend process crashed: killed by signal 11"*) pass "segfault recorded";;
+    *) fail "crash case: $(status crash 0)";; esac
+case "$(status crash 1)" in "ok|") pass "next case after a crash ran in a fresh process";;
+    *) fail "case after crash: $(status crash 1)";; esac
+case "$(status hang)" in "failed|timed out: the case did not finish within case_timeout"*) pass "hang recorded";;
+    *) fail "hang case: $(status hang)";; esac
+case "$(status error)" in "failed|generate() failed at repetition 2"*"scripted failure"*) pass "error recorded";;
+    *) fail "error case: $(status error)";; esac
+case "$(status loadcrash)" in "failed|backend process crashed"*) pass "crash in create() recorded";;
+    *) fail "loadcrash case: $(status loadcrash)";; esac
+case "$(status good)" in "ok|") pass "healthy backend after the faulty ones";;
+    *) fail "good case: $(status good)";; esac
+[ "$(q "$tmp/f.db" "select status from session")" = completed ] || fail "faults session not completed"
+
+# 3. Ctrl-C: finished cases stay, the session is marked interrupted.
+cat >"$tmp/long.ini" <<EOF
+[suite]
+warmup = 0
+repeat = 1
+[matrix]
+max_new_tokens = 10
+batch = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20
+[backend slow]
+plugin = $null
+step_us = 20000
+EOF
+"$tb" run "$tmp/long.ini" --db "$tmp/l.db" >/dev/null 2>"$tmp/l.err" &
+pid=$!
+sleep 1.5
+kill -INT $pid
+wait $pid
+rc=$?
+[ $rc = 130 ] || fail "interrupted run exit $rc, expected 130"
+[ "$(q "$tmp/l.db" "select status from session")" = interrupted ] || fail "session not marked interrupted"
+done_cases=$(q "$tmp/l.db" "select count(*) from bench_case where status = 'ok'")
+[ "$done_cases" -ge 1 ] && [ "$done_cases" -lt 20 ] || fail "$done_cases cases stored after Ctrl-C"
+pass "Ctrl-C: $done_cases finished cases kept, session interrupted"
+
+# 4. Bad input: exit 2, file:line:key in the message, the database untouched.
+printf '[suite]\nrepeat = zero\n[backend a]\nplugin = null\n' >"$tmp/bad.ini"
+before=$(q "$db" "select count(*) from bench_case")
+"$tb" run "$tmp/bad.ini" --db "$db" >/dev/null 2>"$tmp/bad.err"
+[ $? = 2 ] || fail "bad suite did not exit 2"
+grep -q "bad.ini:2: repeat: expected an integer" "$tmp/bad.err" || fail "bad suite message: $(cat "$tmp/bad.err")"
+printf '[suite]\n[backend a]\nplugin = %s\nno_such_option = 1\n' "$null" >"$tmp/bad2.ini"
+"$tb" run "$tmp/bad2.ini" --db "$db" >/dev/null 2>"$tmp/bad2.err"
+grep -q "bad2.ini:4: no_such_option: unknown option of plugin null" "$tmp/bad2.err" || fail "unknown option message: $(cat "$tmp/bad2.err")"
+[ "$(q "$db" "select count(*) from bench_case")" = "$before" ] || fail "bad input changed the database"
+"$tb" run "$tmp/missing.ini" --db "$db" >/dev/null 2>"$tmp/m.err"
+grep -q "missing.ini: cannot read suite" "$tmp/m.err" || fail "missing suite message: $(cat "$tmp/m.err")"
+pass "bad input rejected with file:line"
+
+# 5. Warnings: noisy repetitions, engine vs re-counted output length.
+cat >"$tmp/warn.ini" <<EOF
+[suite]
+warmup = 0
+repeat = 8
+[matrix]
+max_new_tokens = 8
+[backend noisy]
+plugin = $null
+max_new_tokens = 1
+prefill_us = 5000
+jitter = 0.9
+[backend skewed]
+plugin = $null
+count_skew = 2
+EOF
+"$tb" run "$tmp/warn.ini" --db "$tmp/w.db" >"$tmp/w.out" 2>"$tmp/w.err" || fail "warn suite failed"
+grep -q "noisy, aggregate tok/s CV" "$tmp/w.out" || fail "no noise warning"
+grep -q "re-count to a different output length" "$tmp/w.out" || fail "no count mismatch warning"
+[ "$(q "$tmp/w.db" "select count_mismatches from summary where backend = 'skewed'")" = 8 ] || fail "mismatches not counted"
+[ "$(q "$tmp/w.db" "select count(*) from request r join sample s on s.id = r.sample_id join bench_case c on c.id = s.case_id join backend b on b.id = c.backend_id where b.label = 'skewed' and r.recount_tokens = r.output_tokens + 2")" = 8 ] \
+    || fail "recount not stored"
+pass "noise and count-mismatch warnings"
+
+# 6. Plugins listing and options.
+"$tb" plugins | grep -q "null" || fail "plugins does not list null"
+"$tb" plugins null | grep -q "step_us" || fail "plugins null does not show options"
+"$tb" plugins "$build/tests/plugins/bad_abi.so" >/dev/null 2>"$tmp/abi.err" && fail "bad ABI plugin accepted"
+grep -q "built for plugin ABI 2" "$tmp/abi.err" || fail "bad ABI message: $(cat "$tmp/abi.err")"
+
+[ $failures = 0 ] || { echo "$failures failures"; exit 1; }
+echo "PASS"
