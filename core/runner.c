@@ -283,7 +283,7 @@ static int build_record(const tb_plan *plan, const tb_case *c, const char *buf, 
         tb_metric_record *mr = &rec->metrics[rec->n_metrics++];
         mr->name = metric_defs[k].name;
         mr->unit = metric_defs[k].unit;
-        tb_stats_compute(m[k].v, m[k].n, plan->suite->seed, &mr->st);
+        tb_stats_compute_ci(m[k].v, m[k].n, plan->suite->seed, k != M_ITL, &mr->st);
         free(m[k].v);
     }
     free(em_t);

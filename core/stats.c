@@ -266,6 +266,11 @@ static void bootstrap_median_ci(const double *sorted, size_t n, uint64_t seed,
 
 int tb_stats_compute(const double *x, size_t n, uint64_t seed, tb_stats *out)
 {
+    return tb_stats_compute_ci(x, n, seed, 1, out);
+}
+
+int tb_stats_compute_ci(const double *x, size_t n, uint64_t seed, int with_ci, tb_stats *out)
+{
     /* Start from the empty result, which is also what out holds on -1. */
     out->n = 0;
     out->median = out->p5 = out->p95 = NAN;
@@ -283,8 +288,8 @@ int tb_stats_compute(const double *x, size_t n, uint64_t seed, tb_stats *out)
         return -1;
 
     double *s = malloc(m * sizeof *s);    /* sorted usable samples */
-    double *buf = malloc(m * sizeof *buf); /* one bootstrap resample */
-    double *meds = malloc(TB_BOOTSTRAP_RESAMPLES * sizeof *meds);
+    double *buf = malloc((with_ci ? m : 1) * sizeof *buf); /* one bootstrap resample */
+    double *meds = malloc((with_ci ? TB_BOOTSTRAP_RESAMPLES : 1) * sizeof *meds);
     if (!s || !buf || !meds) {
         free(s);
         free(buf);
@@ -330,7 +335,8 @@ int tb_stats_compute(const double *x, size_t n, uint64_t seed, tb_stats *out)
     out->cv = mean == 0 ? NAN : stdev / fabs(mean);
     out->min = min;
     out->max = max;
-    bootstrap_median_ci(s, m, seed, buf, meds, &out->ci_lo, &out->ci_hi);
+    if (with_ci)
+        bootstrap_median_ci(s, m, seed, buf, meds, &out->ci_lo, &out->ci_hi);
 
     free(s);
     free(buf);

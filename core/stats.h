@@ -43,4 +43,10 @@ double tb_median_select(double *x, size_t n);
  * memory. */
 int tb_stats_compute(const double *x, size_t n, uint64_t seed, tb_stats *out);
 
+/* The same; with_ci == 0 skips the bootstrap (ci_lo, ci_hi stay NaN).
+ * Used for pooled samples that are not independent (inter-token
+ * latencies within a request), where a bootstrap CI would mislead and is
+ * the dominant cost. */
+int tb_stats_compute_ci(const double *x, size_t n, uint64_t seed, int with_ci, tb_stats *out);
+
 #endif

@@ -87,6 +87,10 @@ hang_at = 1
 plugin = $null
 fail_at = 3
 
+[backend oom]
+plugin = $null
+oom_at = 2
+
 [backend loadcrash]
 plugin = $null
 crash_on_create = true
@@ -107,6 +111,8 @@ case "$(status hang)" in "failed|timed out: the case did not finish within case_
     *) fail "hang case: $(status hang)";; esac
 case "$(status error)" in "failed|generate() failed at repetition 2"*"scripted failure"*) pass "error recorded";;
     *) fail "error case: $(status error)";; esac
+case "$(status oom)" in "failed|generate() failed at repetition 1 (out of memory): out of memory"*) pass "out of memory recorded";;
+    *) fail "oom case: $(status oom)";; esac
 case "$(status loadcrash)" in "failed|backend process crashed"*) pass "crash in create() recorded";;
     *) fail "loadcrash case: $(status loadcrash)";; esac
 case "$(status good)" in "ok|") pass "healthy backend after the faulty ones";;

@@ -57,6 +57,7 @@ enum {
     OPT_SPIN,
     OPT_MAX_BATCH,
     OPT_FAIL_AT,
+    OPT_OOM_AT,
     OPT_CRASH_AT,
     OPT_HANG_AT,
     OPT_FAIL_ON_CREATE,
@@ -100,6 +101,11 @@ static const tb_option_decl null_options[N_OPTS] = {
                      "the Nth generate() call on a context fails (TB_ERR); "
                      "0 = never",
                      NULL, 0, 1e9, TB_OPTF_LOAD},
+    [OPT_OOM_AT] = {"oom_at", TB_OPT_INT, "0",
+                    "the Nth generate() call on a context runs out of memory "
+                    "(a real allocation of 2^50 bytes fails: TB_ERR_NO_MEMORY); "
+                    "0 = never",
+                    NULL, 0, 1e9, TB_OPTF_LOAD},
     [OPT_CRASH_AT] = {"crash_at", TB_OPT_INT, "0",
                       "the Nth generate() call on a context dies of SIGSEGV; "
                       "0 = never",
@@ -129,7 +135,7 @@ typedef struct null_config {
     double jitter;
     int spin;
     int64_t max_batch;
-    int64_t fail_at, crash_at, hang_at; /* 1-based call numbers, 0 = never */
+    int64_t fail_at, oom_at, crash_at, hang_at; /* 1-based call numbers, 0 = never */
     int fail_on_create, crash_on_create;
     int64_t count_skew;
 } null_config;
@@ -164,6 +170,7 @@ static void config_apply(null_config *c, const tb_option_value *v, uint32_t n)
         case OPT_SPIN: c->spin = v[k].i != 0; break;
         case OPT_MAX_BATCH: c->max_batch = v[k].i; break;
         case OPT_FAIL_AT: c->fail_at = v[k].i; break;
+        case OPT_OOM_AT: c->oom_at = v[k].i; break;
         case OPT_CRASH_AT: c->crash_at = v[k].i; break;
         case OPT_HANG_AT: c->hang_at = v[k].i; break;
         case OPT_FAIL_ON_CREATE: c->fail_on_create = v[k].i != 0; break;
@@ -519,6 +526,16 @@ static tb_status null_generate(void *vctx, const tb_request *req,
         crash_now();
     if (cfg.hang_at && (uint64_t)cfg.hang_at == call)
         hang_forever();
+    if (cfg.oom_at && (uint64_t)cfg.oom_at == call) {
+        /* volatile size: the compiler may not fold away a failing malloc */
+        volatile size_t huge = (size_t)1 << 50;
+        void *p = malloc(huge);
+        if (!p) {
+            set_error(ctx, "out of memory: cannot allocate %zu bytes for the batch", (size_t)huge);
+            return TB_ERR_NO_MEMORY;
+        }
+        free(p); /* overcommit let it through: behave as a normal call */
+    }
     if (cfg.fail_at && (uint64_t)cfg.fail_at == call) {
         set_error(ctx, "scripted failure at call %llu",
                   (unsigned long long)call);
