@@ -355,8 +355,10 @@ int tb_plan_build(tb_suite *suite, tb_plan *plan, char **err)
             err_at(&errs, suite->sweeps[k].value.loc, suite->sweeps[k].key,
                    "unknown key in [matrix] (expected a dimension — prompt_tokens, max_new_tokens, batch, concurrency, request_rate, steps, block_length — or an option of one of the suite's plugins)");
     }
-    for (size_t i = 0; i < plan->n_backends && !errs.len; i++)
-        expand_backend(plan, i, &errs);
+    /* Every backend's option errors, not just the first backend's. */
+    if (!errs.len)
+        for (size_t i = 0; i < plan->n_backends; i++)
+            expand_backend(plan, i, &errs);
     if (errs.len) {
         *err = tb_str_take(&errs);
         tb_plan_free(plan);
@@ -376,16 +378,18 @@ static void case_free(tb_case *c)
     free(c->skip_reason);
 }
 
-/* Does case c match filter key = one of vals? -1: unknown key. */
+/* Does case c match filter key = one of vals? */
 static int case_matches(const tb_plan *plan, const tb_case *c, const char *key, char **vals, size_t nv)
 {
     const tb_plan_backend *pb = &plan->backends[c->backend];
-    const char *text = NULL;
-    char buf[64];
     tb_dim d = tb_dim_from_name(key);
     if (strcmp(key, "backend") == 0) {
-        text = pb->sb->label;
-    } else if (d != TB_N_DIMS) {
+        for (size_t i = 0; i < nv; i++)
+            if (strcmp(pb->sb->label, vals[i]) == 0)
+                return 1;
+        return 0;
+    }
+    if (d != TB_N_DIMS) {
         double v = 0;
         switch (d) {
         case TB_DIM_PROMPT_TOKENS: v = c->prompt_tokens; break;
@@ -404,16 +408,27 @@ static int case_matches(const tb_plan *plan, const tb_case *c, const char *key, 
                 return 1;
         }
         return 0;
-    } else {
-        const tb_option_decl *decl = tb_plugin_option(&pb->plugin, key);
-        if (!decl)
-            return 0; /* a backend without that option does not match */
-        text = c->options[decl - pb->plugin.ops->options].text;
     }
-    (void)buf;
-    for (size_t i = 0; i < nv; i++)
-        if (strcmp(text, vals[i]) == 0)
+    const tb_option_decl *decl = tb_plugin_option(&pb->plugin, key);
+    if (!decl)
+        return 0; /* a backend without that option does not match */
+    const char *text = c->options[decl - pb->plugin.ops->options].text;
+    for (size_t i = 0; i < nv; i++) {
+        /* Compare values normalized as the suite's were ("yes" is "true",
+         * "020" is "20"); a value the option cannot take matches as text. */
+        tb_option_value v;
+        char *why = NULL;
+        int match;
+        if (tb_option_parse(decl, vals[i], &v, &why) == 0) {
+            match = strcmp(v.text, text) == 0;
+            free((char *)v.text);
+        } else {
+            free(why);
+            match = strcmp(vals[i], text) == 0;
+        }
+        if (match)
             return 1;
+    }
     return 0;
 }
 

@@ -3,7 +3,13 @@
  * inih's handler is not told line numbers (Debian builds it without
  * INI_HANDLER_LINENO), so files are fed through ini_parse_stream with our
  * own line reader, which counts lines: when the handler runs, the reader's
- * count is the line of the key being handled. */
+ * count is the line of the key being handled.
+ *
+ * Nor is the handler told of section headers (no
+ * INI_CALL_HANDLER_ON_NEW_SECTION): it only sees each key's section name,
+ * which hides sections without keys and a section repeated back to back.
+ * So the reader spots header lines itself, the way inih reads them, and
+ * enters each section at its own line. */
 #define _GNU_SOURCE
 #include "suite.h"
 
@@ -59,8 +65,7 @@ int tb_dim_parse_value(tb_dim d, const char *text, double *out, char **err)
     long long v = strtoll(text, &end, 10);
     long long lo = d == TB_DIM_PROMPT_TOKENS ? 0 : 1;
     if (end == text || *end || errno || v < lo || v > 1000000000LL) {
-        *err = tb_xasprintf("expected an integer %s%lld, got \"%s\"",
-                            lo ? ">= " : ">= ", lo, text);
+        *err = tb_xasprintf("expected an integer >= %lld, got \"%s\"", lo, text);
         return -1;
     }
     *out = (double)v;
@@ -71,12 +76,18 @@ int tb_dim_parse_value(tb_dim d, const char *text, double *out, char **err)
 
 typedef enum { SEC_NONE, SEC_SUITE, SEC_MATRIX, SEC_BACKEND } section_kind;
 
+struct parser;
+
 /* One file being read: the in-memory text and the reader's position. */
 typedef struct file_reader {
+    struct parser *p;
     const char *file; /* owned by suite->files */
     const char *pos, *end;
     int line;          /* lines handed to inih so far */
     int too_long_line; /* first line over inih's limit, or 0 */
+    int prev_key;      /* a key was read since the last header (inih's
+                          prev_name: an indented line continues it) */
+    int continuation;  /* the current line is such a continuation */
 } file_reader;
 
 typedef struct parser {
@@ -86,7 +97,8 @@ typedef struct parser {
     int depth;
     file_reader *rd; /* the file inih is reading now */
     section_kind sec;
-    tb_suite_backend *be; /* current backend section */
+    tb_suite_backend *be; /* current backend section (into s->backends,
+                             which an include may move: see parse_file) */
     char **stack;         /* realpaths of files being read (cycle check) */
     size_t n_stack;
     /* keys seen in the current section of the suite: for duplicates */
@@ -116,6 +128,45 @@ static void add_error(parser *p, tb_loc loc, const char *key, const char *fmt, .
     tb_str_append(&p->errors, "\n");
 }
 
+static void enter_section(struct parser *p, const char *name);
+
+/* Classify a line as inih will (ini_parse_stream in inih r55): a comment
+ * or blank line, a continuation of the previous key (indented, after a
+ * key), or a "[section]" header, which is entered here. */
+static void scan_line(file_reader *rd, const char *line)
+{
+    rd->continuation = 0;
+    const char *s = line;
+    if (rd->line == 1 && (unsigned char)s[0] == 0xEF && (unsigned char)s[1] == 0xBB &&
+        (unsigned char)s[2] == 0xBF)
+        s += 3; /* INI_ALLOW_BOM */
+    const char *start = s;
+    while (*start && isspace((unsigned char)*start))
+        start++;
+    if (!*start || *start == ';' || *start == '#')
+        return;
+    if (rd->prev_key && start > line) {
+        rd->continuation = 1;
+        return;
+    }
+    if (*start != '[')
+        return;
+    /* Up to ']', or to an inline comment (';' after a space): then inih
+     * reports the line as malformed and stays in the current section. */
+    const char *end = start + 1;
+    int was_space = 0;
+    while (*end && *end != ']' && !(was_space && *end == ';')) {
+        was_space = isspace((unsigned char)*end);
+        end++;
+    }
+    if (*end != ']')
+        return;
+    char *name = tb_xstrndup(start + 1, (size_t)(end - start - 1));
+    rd->prev_key = 0;
+    enter_section(rd->p, name);
+    free(name);
+}
+
 static char *reader_fn(char *str, int num, void *stream)
 {
     file_reader *rd = stream;
@@ -132,6 +183,7 @@ static char *reader_fn(char *str, int num, void *stream)
     memcpy(str, rd->pos, len);
     str[len] = '\0';
     rd->pos = nl ? nl + 1 : rd->end;
+    scan_line(rd, str);
     return str;
 }
 
@@ -303,7 +355,7 @@ static int valid_label(const char *s)
     return 1;
 }
 
-/* Enter section `name` (as written between brackets). */
+/* Enter section `name` (as written between brackets), at its header line. */
 static void enter_section(parser *p, const char *name)
 {
     free(p->cur_section);
@@ -382,8 +434,13 @@ static void handle_suite_key(parser *p, const char *key, const char *v)
 static int handler(void *user, const char *section, const char *name, const char *value)
 {
     parser *p = user;
-    if (!p->cur_section || strcmp(p->cur_section, section) != 0)
-        enter_section(p, section);
+    (void)section; /* the reader entered it (inih truncates long names) */
+    p->rd->prev_key = name[0] != '\0'; /* as inih's prev_name */
+    if (p->rd->continuation) {
+        add_error(p, here(p), name, "indented line continues the value of %s (expected each key = value at the start of its line)",
+                  name);
+        return 1;
+    }
 
     char *v = expand_env(p, name, value);
     if (!v)
@@ -395,7 +452,7 @@ static int handler(void *user, const char *section, const char *name, const char
         free(v);
         return 1;
     }
-    if (section[0] == '\0') {
+    if (!p->cur_section) {
         add_error(p, here(p), name, "key outside any section (expected [suite], [matrix] or [backend LABEL] first)");
         free(v);
         return 1;
@@ -519,11 +576,12 @@ static int parse_file(parser *p, const char *path, tb_loc from)
     tb_str_appendf(&all, "%s# ---- %s\n%s", all.len ? "\n" : "", full, text);
     s->text = tb_str_take(&all);
 
-    file_reader rd = {.file = full, .pos = text, .end = text + len};
+    file_reader rd = {.p = p, .file = full, .pos = text, .end = text + len};
     file_reader *outer = p->rd;
     char *outer_section = p->cur_section ? tb_xstrdup(p->cur_section) : NULL;
     section_kind outer_sec = p->sec;
-    tb_suite_backend *outer_be = p->be;
+    /* An index, not a pointer: backends added by this file move the array. */
+    size_t outer_be = p->be ? (size_t)(p->be - s->backends) : SIZE_MAX;
     free(p->cur_section);
     p->cur_section = NULL;
     p->sec = SEC_NONE;
@@ -541,7 +599,7 @@ static int parse_file(parser *p, const char *path, tb_loc from)
     free(p->cur_section);
     p->cur_section = outer_section;
     p->sec = outer_sec;
-    p->be = outer_be;
+    p->be = outer_be != SIZE_MAX ? &s->backends[outer_be] : NULL;
     p->n_stack--;
     free(p->stack[p->n_stack]);
     free(text);
