@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -208,8 +209,10 @@ int tb_plugin_open(const char *name, tb_plugin *out, char **err)
     const tb_backend_ops *ops = entry();
     char *why = ops ? check_ops(ops) : tb_xstrdup("entry function returned NULL");
     if (why) {
-        *err = tb_xasprintf("plugin %s (%s): %s", ops && ops->abi_major == TB_ABI_MAJOR && ops->name ? ops->name : name,
-                            path, why);
+        /* Name the plugin by its own name only when its table is one we
+         * can read that far: same ABI, and struct_size covers `name`. */
+        int named = ops && ops->abi_major == TB_ABI_MAJOR && TB_STRUCT_HAS(ops, tb_backend_ops, name) && ops->name;
+        *err = tb_xasprintf("plugin %s (%s): %s", named ? ops->name : name, path, why);
         free(why);
         dlclose(h);
         free(path);
@@ -319,15 +322,43 @@ static int bounded(const tb_option_decl *d)
     return d->min <= d->max;
 }
 
+/* The shortest %g text that reads back as the same double: "0.1", not
+ * %.17g's "0.10000000000000001" (this text lands in case labels and the
+ * database). Whole numbers below 1e17 print in full, as %.17g did
+ * ("3600000000", not "3.6e+09"). */
+static char *fmt_double(double v)
+{
+    if (v == floor(v) && fabs(v) < 1e17)
+        return tb_xasprintf("%.0f", v);
+    for (int prec = 1; prec < 17; prec++) {
+        char buf[64];
+        snprintf(buf, sizeof buf, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v)
+            return tb_xstrdup(buf);
+    }
+    return tb_xasprintf("%.17g", v);
+}
+
+static char *describe_range(const char *type, const tb_option_decl *d)
+{
+    if (!bounded(d))
+        return tb_xstrdup(type);
+    char *lo = fmt_double(d->min), *hi = fmt_double(d->max);
+    char *s = tb_xasprintf("%s in [%s, %s]", type, lo, hi);
+    free(lo);
+    free(hi);
+    return s;
+}
+
 char *tb_option_describe_type(const tb_option_decl *d)
 {
     switch (d->type) {
     case TB_OPT_BOOL:
         return tb_xstrdup("bool (true/false)");
     case TB_OPT_INT:
-        return bounded(d) ? tb_xasprintf("int in [%.17g, %.17g]", d->min, d->max) : tb_xstrdup("int");
+        return describe_range("int", d);
     case TB_OPT_FLOAT:
-        return bounded(d) ? tb_xasprintf("float in [%.17g, %.17g]", d->min, d->max) : tb_xstrdup("float");
+        return describe_range("float", d);
     case TB_OPT_STRING:
         return tb_xstrdup("string");
     case TB_OPT_ENUM:
@@ -397,8 +428,9 @@ int tb_option_parse(const tb_option_decl *d, const char *text, tb_option_value *
             return -1;
         }
         out->f = v;
-        out->i = (int64_t)v;
-        out->text = tb_xasprintf("%.17g", v);
+        /* Saturate: converting a double outside int64's range is UB. */
+        out->i = v >= 0x1p63 ? INT64_MAX : v < -0x1p63 ? INT64_MIN : (int64_t)v;
+        out->text = fmt_double(v);
         return 0;
     }
     case TB_OPT_STRING:

@@ -216,8 +216,10 @@ static int build_record(const tb_plan *plan, const tb_case *c, const char *buf, 
                     }
                     em_t[ne++] = ev[e].t_ns;
                 }
-            tb_request_metrics_compute(wr[r].t_submit_ns, wr[r].t_done_ns, wr[r].n_output_tokens, em_t, ne,
-                                       &rm[r]);
+            /* Neither emissions nor a done time: the request ended, at the
+             * latest, when generate() returned. */
+            int64_t done = wr[r].t_done_ns || ne ? wr[r].t_done_ns : call.t_return_ns;
+            tb_request_metrics_compute(wr[r].t_submit_ns, done, wr[r].n_output_tokens, em_t, ne, &rm[r]);
             n_out[r] = wr[r].n_output_tokens;
             ok[r] = wr[r].status == TB_OK;
             tb_request_record *q = &s->requests[r];

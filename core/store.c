@@ -30,18 +30,60 @@ int tb_store_schema_version(void)
     return (int)tb_n_migrations;
 }
 
-static int user_version(sqlite3 *db)
+/* How long a writer waits for another process's transaction. */
+#define BUSY_TIMEOUT_MS 10000
+
+static int is_busy(int rc)
 {
-    sqlite3_stmt *q;
-    int v = -1;
-    if (sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &q, NULL) == SQLITE_OK &&
-        sqlite3_step(q) == SQLITE_ROW)
-        v = sqlite3_column_int(q, 0);
-    sqlite3_finalize(q);
-    return v;
+    return (rc & 0xff) == SQLITE_BUSY || (rc & 0xff) == SQLITE_LOCKED;
 }
 
-int tb_store_migrate(sqlite3 *db, int target, char **err)
+/* sqlite3_exec, retried while the database is busy, up to the busy
+ * timeout. Not every lock wait goes through the busy handler: while
+ * another process creates or converts the same new file, PRAGMA
+ * journal_mode = WAL (and reading the schema) fail with SQLITE_BUSY at
+ * once. */
+static int exec_retry(sqlite3 *db, const char *sql, char **msg)
+{
+    int64_t deadline = tb_now_ns() + (int64_t)BUSY_TIMEOUT_MS * 1000000;
+    for (;;) {
+        int rc = sqlite3_exec(db, sql, NULL, NULL, msg);
+        if (!is_busy(rc) || tb_now_ns() >= deadline)
+            return rc;
+        sqlite3_free(*msg);
+        *msg = NULL;
+        sqlite3_sleep(1);
+    }
+}
+
+static int user_version_cb(void *out, int n, char **v, char **names)
+{
+    (void)names;
+    *(int *)out = n > 0 && v[0] ? atoi(v[0]) : -1;
+    return 0;
+}
+
+/* PRAGMA user_version, or -1 (sqlite3_errmsg says why). */
+static int user_version(sqlite3 *db)
+{
+    int v = -1;
+    char *msg = NULL;
+    int64_t deadline = tb_now_ns() + (int64_t)BUSY_TIMEOUT_MS * 1000000;
+    for (;;) {
+        int rc = sqlite3_exec(db, "PRAGMA user_version", user_version_cb, &v, &msg);
+        sqlite3_free(msg);
+        msg = NULL;
+        if (rc == SQLITE_OK)
+            return v;
+        if (!is_busy(rc) || tb_now_ns() >= deadline)
+            return -1;
+        sqlite3_sleep(1);
+    }
+}
+
+/* The database's schema version if this tokbench can use it, else -1
+ * with *err. Reading it is also what catches "not a database". */
+static int usable_version(sqlite3 *db, char **err)
 {
     int v = user_version(db);
     if (v < 0) {
@@ -53,7 +95,15 @@ int tb_store_migrate(sqlite3 *db, int target, char **err)
                             v, (int)tb_n_migrations);
         return -1;
     }
-    for (int i = v; i < target && i < (int)tb_n_migrations; i++) {
+    return v;
+}
+
+int tb_store_migrate(sqlite3 *db, int target, char **err)
+{
+    int v = usable_version(db, err);
+    if (v < 0)
+        return -1;
+    while (v < target && v < (int)tb_n_migrations) {
         /* BEGIN IMMEDIATE: two processes opening a fresh file at once must
          * not both apply the same migration. Re-check inside the lock. */
         char *msg = NULL;
@@ -62,26 +112,30 @@ int tb_store_migrate(sqlite3 *db, int target, char **err)
             sqlite3_free(msg);
             return -1;
         }
-        if (user_version(db) != i) {
-            sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
-            i = user_version(db) - 1;
+        int now = usable_version(db, err);
+        if (now != v) { /* another process migrated (or broke) it meanwhile */
+            sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+            if (now < 0)
+                return -1;
+            v = now;
             continue;
         }
         char pragma[64];
-        snprintf(pragma, sizeof pragma, "PRAGMA user_version = %d", i + 1);
-        if (sqlite3_exec(db, tb_migrations[i], NULL, NULL, &msg) != SQLITE_OK ||
+        snprintf(pragma, sizeof pragma, "PRAGMA user_version = %d", v + 1);
+        if (sqlite3_exec(db, tb_migrations[v], NULL, NULL, &msg) != SQLITE_OK ||
             sqlite3_exec(db, pragma, NULL, NULL, &msg) != SQLITE_OK) {
-            *err = tb_xasprintf("migration %d failed: %s", i + 1, msg ? msg : sqlite3_errmsg(db));
+            *err = tb_xasprintf("migration %d failed: %s", v + 1, msg ? msg : sqlite3_errmsg(db));
             sqlite3_free(msg);
             sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
             return -1;
         }
         if (sqlite3_exec(db, "COMMIT", NULL, NULL, &msg) != SQLITE_OK) {
-            *err = tb_xasprintf("migration %d: commit failed: %s", i + 1, msg ? msg : sqlite3_errmsg(db));
+            *err = tb_xasprintf("migration %d: commit failed: %s", v + 1, msg ? msg : sqlite3_errmsg(db));
             sqlite3_free(msg);
             sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
             return -1;
         }
+        v++;
     }
     return 0;
 }
@@ -96,17 +150,25 @@ int tb_store_open(const char *path, tb_store **out, char **err)
         sqlite3_close(db);
         return -1;
     }
-    sqlite3_busy_timeout(db, 10000);
+    sqlite3_busy_timeout(db, BUSY_TIMEOUT_MS);
+    /* Check the version before anything writes: a newer database, or a
+     * file that is not one, is refused untouched (switching to WAL would
+     * already rewrite the header and leave -wal/-shm files). */
+    char *why = NULL;
+    if (usable_version(db, &why) < 0) {
+        *err = tb_xasprintf("%s: %s", path, why);
+        free(why);
+        sqlite3_close(db);
+        return -1;
+    }
     char *msg = NULL;
-    /* Reading the header catches "not a database" before anything else. */
-    if (sqlite3_exec(db, "PRAGMA journal_mode = WAL", NULL, NULL, &msg) != SQLITE_OK ||
+    if (exec_retry(db, "PRAGMA journal_mode = WAL", &msg) != SQLITE_OK ||
         sqlite3_exec(db, "PRAGMA foreign_keys = ON", NULL, NULL, &msg) != SQLITE_OK) {
         *err = tb_xasprintf("%s: %s", path, msg ? msg : sqlite3_errmsg(db));
         sqlite3_free(msg);
         sqlite3_close(db);
         return -1;
     }
-    char *why = NULL;
     if (tb_store_migrate(db, (int)tb_n_migrations, &why) != 0) {
         *err = tb_xasprintf("%s: %s", path, why);
         free(why);
@@ -179,21 +241,30 @@ static sqlite3_stmt *prepare(tb_store *st, const char *sql)
     return q;
 }
 
-int64_t tb_store_machine(tb_store *st, const tb_machine_info *m)
+static int64_t machine_id(tb_store *st, const char *fingerprint)
 {
     sqlite3_stmt *q = prepare(st, "SELECT id FROM machine WHERE fingerprint = ?");
     if (!q)
         return -1;
-    bind_text(q, 1, m->fingerprint);
+    bind_text(q, 1, fingerprint);
     int64_t id = -1;
     if (sqlite3_step(q) == SQLITE_ROW)
         id = sqlite3_column_int64(q, 0);
     sqlite3_finalize(q);
+    return id;
+}
+
+int64_t tb_store_machine(tb_store *st, const tb_machine_info *m)
+{
+    int64_t id = machine_id(st, m->fingerprint);
     if (id >= 0)
         return id;
-    q = prepare(st, "INSERT INTO machine (fingerprint, hostname, cpu_model, cpu_cores, ram_bytes, os, kernel, arch,"
-                    " gpu_count, gpu_name, gpu_memory_bytes, gpu_driver, cuda_driver_version, compute_capability,"
-                    " nvml_status, info_json) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+    /* ON CONFLICT DO NOTHING: another process may insert the same machine
+     * between our SELECT and INSERT; then its row is ours too. */
+    sqlite3_stmt *q = prepare(st, "INSERT INTO machine (fingerprint, hostname, cpu_model, cpu_cores, ram_bytes, os,"
+                                  " kernel, arch, gpu_count, gpu_name, gpu_memory_bytes, gpu_driver,"
+                                  " cuda_driver_version, compute_capability, nvml_status, info_json)"
+                                  " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (fingerprint) DO NOTHING");
     if (!q)
         return -1;
     char *json = tb_machine_info_json(m);
@@ -216,7 +287,9 @@ int64_t tb_store_machine(tb_store *st, const tb_machine_info *m)
     bind_text(q, 15, m->nvml_status);
     bind_text(q, 16, json ? json : "{}");
     free(json);
-    return exec_insert(st, q);
+    int rc = sqlite3_step(q);
+    sqlite3_finalize(q);
+    return rc == SQLITE_DONE ? machine_id(st, m->fingerprint) : -1;
 }
 
 /* A random (version 4) UUID: sessions keep it when databases are merged. */
@@ -255,7 +328,11 @@ int64_t tb_store_session_begin(tb_store *st, const tb_session_info *si)
     bind_text(q, 6, s->text);
     bind_text(q, 7, TB_VERSION);
     bind_text(q, 8, TB_GIT_COMMIT);
+#ifdef __clang__
+    bind_text(q, 9, "clang " __clang_version__);
+#else
     bind_text(q, 9, "gcc " __VERSION__);
+#endif
     bind_text(q, 10, TB_CUDA_BUILD_VERSION);
     bind_text(q, 11, si->command_line);
     bind_text(q, 12, now);
@@ -277,7 +354,8 @@ int tb_store_session_end(tb_store *st, int64_t session, const char *status)
     sqlite3_bind_int64(q, 3, session);
     int rc = sqlite3_step(q);
     sqlite3_finalize(q);
-    return rc == SQLITE_DONE ? 0 : -1;
+    /* No row changed: no such session, which the caller should hear. */
+    return rc == SQLITE_DONE && sqlite3_changes(st->db) == 1 ? 0 : -1;
 }
 
 int64_t tb_store_backend(tb_store *st, int64_t session, const tb_plan_backend *pb)
@@ -311,10 +389,17 @@ int tb_store_backend_info(tb_store *st, int64_t backend_id, const char *info_jso
     sqlite3_bind_int64(q, 2, backend_id);
     int rc = sqlite3_step(q);
     sqlite3_finalize(q);
-    return rc == SQLITE_DONE ? 0 : -1;
+    return rc == SQLITE_DONE && sqlite3_changes(st->db) == 1 ? 0 : -1;
 }
 
-static int insert_samples(tb_store *st, int64_t case_id, const tb_case_record *rec)
+/* SQLite's message for the statement that just failed, copied at once:
+ * finalizing any other statement afterwards resets it ("not an error"). */
+static char *db_error(tb_store *st)
+{
+    return tb_xstrdup(sqlite3_errmsg(st->db));
+}
+
+static int insert_samples(tb_store *st, int64_t case_id, const tb_case_record *rec, char **why)
 {
     sqlite3_stmt *qs = prepare(st, "INSERT INTO sample (case_id, repetition, warmup, n_requests, wall_ns, prefill_ns,"
                                    " decode_ns, output_tokens, recount_tokens, aggregate_tps, decode_tps, forward_passes,"
@@ -325,6 +410,8 @@ static int insert_samples(tb_store *st, int64_t case_id, const tb_case_record *r
                                    " count_mismatch, steps_done, output_hash, emissions_json)"
                                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
     int ok = qs && qr;
+    if (!ok)
+        *why = db_error(st);
     for (size_t i = 0; ok && i < rec->n_samples; i++) {
         const tb_sample_record *s = &rec->samples[i];
         sqlite3_reset(qs);
@@ -346,6 +433,7 @@ static int insert_samples(tb_store *st, int64_t case_id, const tb_case_record *r
         sqlite3_bind_int(qs, 16, (int)s->n_emissions);
         sqlite3_bind_int64(qs, 17, s->runner_ns);
         if (sqlite3_step(qs) != SQLITE_DONE) {
+            *why = db_error(st);
             ok = 0;
             break;
         }
@@ -372,6 +460,7 @@ static int insert_samples(tb_store *st, int64_t case_id, const tb_case_record *r
             bind_text(qr, 15, q->output_hash ? hash : NULL);
             bind_text(qr, 16, q->emissions_json ? q->emissions_json : "[]");
             if (sqlite3_step(qr) != SQLITE_DONE) {
+                *why = db_error(st);
                 ok = 0;
                 break;
             }
@@ -382,12 +471,14 @@ static int insert_samples(tb_store *st, int64_t case_id, const tb_case_record *r
     return ok ? 0 : -1;
 }
 
-static int insert_metrics(tb_store *st, int64_t case_id, const tb_case_record *rec)
+static int insert_metrics(tb_store *st, int64_t case_id, const tb_case_record *rec, char **why)
 {
     sqlite3_stmt *q = prepare(st, "INSERT INTO metric (case_id, name, unit, n, median, p5, p95, mean, stdev, cv,"
                                   " min, max, ci_lo, ci_hi) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
-    if (!q)
+    if (!q) {
+        *why = db_error(st);
         return -1;
+    }
     for (size_t i = 0; i < rec->n_metrics; i++) {
         const tb_metric_record *m = &rec->metrics[i];
         if (m->st.n == 0)
@@ -402,6 +493,7 @@ static int insert_metrics(tb_store *st, int64_t case_id, const tb_case_record *r
         for (int k = 0; k < 10; k++)
             bind_real(q, 5 + k, v[k]);
         if (sqlite3_step(q) != SQLITE_DONE) {
+            *why = db_error(st);
             sqlite3_finalize(q);
             return -1;
         }
@@ -423,6 +515,7 @@ int64_t tb_store_case(tb_store *st, const tb_case_record *rec, char **err)
                                   " status, error, started_at, finished_at, case_wall_ns, host_peak_rss_bytes)"
                                   " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
     int64_t case_id = -1;
+    char *why = NULL;
     if (q) {
         sqlite3_bind_int64(q, 1, rec->session_id);
         sqlite3_bind_int64(q, 2, rec->backend_id);
@@ -441,10 +534,17 @@ int64_t tb_store_case(tb_store *st, const tb_case_record *rec, char **err)
         bind_text(q, 15, rec->finished_at);
         bind_opt_int(q, 16, rec->case_wall_ns);
         bind_opt_int(q, 17, rec->host_peak_rss);
-        case_id = exec_insert(st, q);
+        if (sqlite3_step(q) == SQLITE_DONE)
+            case_id = sqlite3_last_insert_rowid(st->db);
+        else
+            why = db_error(st);
+        sqlite3_finalize(q);
+    } else {
+        why = db_error(st);
     }
-    if (case_id < 0 || insert_samples(st, case_id, rec) != 0 || insert_metrics(st, case_id, rec) != 0) {
-        *err = tb_xasprintf("storing case #%zu failed: %s", c->ordinal, sqlite3_errmsg(st->db));
+    if (case_id < 0 || insert_samples(st, case_id, rec, &why) != 0 || insert_metrics(st, case_id, rec, &why) != 0) {
+        *err = tb_xasprintf("storing case #%zu failed: %s", c->ordinal, why ? why : "?");
+        free(why);
         sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
         return -1;
     }

@@ -116,7 +116,7 @@ CREATE TABLE request (
     id              INTEGER PRIMARY KEY,
     sample_id       INTEGER NOT NULL REFERENCES sample(id) ON DELETE CASCADE,
     idx             INTEGER NOT NULL,
-    status          TEXT NOT NULL,              -- 'ok' or the tb_status name
+    status          TEXT NOT NULL,              -- 'ok' or 'failed' (error: why)
     error           TEXT,
     submit_offset_ns INTEGER NOT NULL,          -- submit - sample start
     ttft_ns         INTEGER,

@@ -1,0 +1,414 @@
+/* ar.c — the autoregressive backend: a Llama/Qwen2 model from a Hugging
+ * Face folder (or a preset with random weights) on tokbench's own engine.
+ *
+ * One generate() call = one batch: prefill every prompt in one forward,
+ * then one forward per decode step for the whole batch. Each decode step's
+ * token is an emission; benchmarks default to fixed output lengths
+ * (ignore_eos = true), so every request produces exactly max_new_tokens. */
+#define _GNU_SOURCE
+#include <cjson/cJSON.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <tokbench/backend.h>
+
+#include "cpu_forward.h"
+#include "model.h"
+#include "sampling.h"
+#include "tokenizer.h"
+
+#define AR_VERSION "0.1.0"
+
+enum { OPT_DEVICE, OPT_THREADS, OPT_TEMPERATURE, OPT_TOP_K, OPT_TOP_P, OPT_IGNORE_EOS, OPT_PRESET_SEED, N_OPTS };
+
+static const tb_option_decl ar_options[N_OPTS] = {
+    [OPT_DEVICE] = {"device", TB_OPT_ENUM, "cpu", "where the model runs (the CUDA path is its own issue)", "cpu", 1, 0,
+                    TB_OPTF_LOAD},
+    [OPT_THREADS] = {"threads", TB_OPT_INT, "0", "CPU threads for GEMMs and attention; 0 = every online CPU", NULL, 0,
+                     4096, 0},
+    [OPT_TEMPERATURE] = {"temperature", TB_OPT_FLOAT, "0", "0 = greedy; > 0 samples from softmax(logits / T)", NULL, 0,
+                         100, 0},
+    [OPT_TOP_K] = {"top_k", TB_OPT_INT, "0", "sample among the k most likely tokens; 0 = off", NULL, 0, 1e9, 0},
+    [OPT_TOP_P] = {"top_p", TB_OPT_FLOAT, "1", "sample among the smallest set with this much mass; 1 = off", NULL,
+                   1e-6, 1, 0},
+    [OPT_IGNORE_EOS] = {"ignore_eos", TB_OPT_BOOL, "true",
+                        "keep generating past EOS so every request yields max_new_tokens (fixed-length benchmarks)",
+                        NULL, 1, 0, 0},
+    [OPT_PRESET_SEED] = {"preset_seed", TB_OPT_INT, "0", "seed of a preset's random weights", NULL, 0, 1e18,
+                         TB_OPTF_LOAD},
+};
+
+typedef struct ar_ctx {
+    const tb_host *host;
+    tb_model model;
+    tb_tokenizer *tok;     /* NULL for presets */
+    tb_cpu_state st;       /* grown on demand */
+    int threads;
+    int32_t *prompt;       /* [R][P] */
+    int32_t *out;          /* [R][N] generated ids */
+    int32_t *next;         /* [R] the tokens of the next step */
+    float *logits;         /* [R][vocab] */
+    float *scratch;        /* [2 vocab] for sampling */
+    size_t cap_r, cap_n, cap_p;
+    char *describe_json;
+    char error[512];
+} ar_ctx;
+
+static void set_error(ar_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_error(ar_ctx *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->error, sizeof c->error, fmt, ap);
+    va_end(ap);
+}
+
+static const tb_option_value *opt(const tb_option_value *v, uint32_t n, int which)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (strcmp(v[i].name, ar_options[which].name) == 0)
+            return &v[i];
+    return NULL;
+}
+
+static int64_t opt_i(const tb_option_value *v, uint32_t n, int which)
+{
+    const tb_option_value *o = opt(v, n, which);
+    return o ? o->i : strtoll(ar_options[which].default_value, NULL, 10);
+}
+
+static double opt_f(const tb_option_value *v, uint32_t n, int which)
+{
+    const tb_option_value *o = opt(v, n, which);
+    return o ? o->f : strtod(ar_options[which].default_value, NULL);
+}
+
+static char *make_description(const ar_ctx *c)
+{
+    const tb_model_config *cfg = &c->model.cfg;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "model_name", c->model.name);
+    cJSON_AddStringToObject(o, "architecture", cfg->arch_name);
+    cJSON_AddStringToObject(o, "dtype", "f32");
+    cJSON_AddStringToObject(o, "checkpoint_dtype", c->model.source_dtype);
+    cJSON_AddStringToObject(o, "device", "cpu");
+    cJSON_AddBoolToObject(o, "random_weights", cfg->random_weights);
+    cJSON_AddNumberToObject(o, "params", (double)c->model.n_params);
+    cJSON_AddNumberToObject(o, "layers", cfg->n_layers);
+    cJSON_AddNumberToObject(o, "hidden_size", cfg->hidden_size);
+    cJSON_AddNumberToObject(o, "threads", c->st.n_threads ? c->st.n_threads : c->threads);
+    cJSON_AddStringToObject(o, "engine_version", AR_VERSION);
+    cJSON_AddStringToObject(o, "blas", "OpenBLAS");
+    cJSON_AddBoolToObject(o, "tokenizer", c->tok != NULL);
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+static void ar_destroy(void *p)
+{
+    ar_ctx *c = p;
+    if (!c)
+        return;
+    tb_cpu_state_free(&c->st);
+    tb_model_free(&c->model);
+    tb_tokenizer_free(c->tok);
+    free(c->prompt);
+    free(c->out);
+    free(c->next);
+    free(c->logits);
+    free(c->scratch);
+    free(c->describe_json);
+    free(c);
+}
+
+static tb_status ar_create(const tb_host *host, const char *model, const tb_option_value *options, uint32_t n_options,
+                           void **ctx_out, char *err, size_t err_size)
+{
+    *ctx_out = NULL;
+    ar_ctx *c = calloc(1, sizeof *c);
+    if (!c) {
+        snprintf(err, err_size, "out of memory");
+        return TB_ERR_NO_MEMORY;
+    }
+    c->host = host;
+    c->threads = (int)opt_i(options, n_options, OPT_THREADS);
+    if (!model || !*model) {
+        snprintf(err, err_size, "no model: set model = a Hugging Face folder or preset:NAME");
+        free(c);
+        return TB_ERR_MODEL;
+    }
+    int rc;
+    if (strncmp(model, "preset:", 7) == 0) {
+        rc = tb_model_preset(model + 7, (uint64_t)opt_i(options, n_options, OPT_PRESET_SEED), &c->model, err,
+                             err_size);
+    } else {
+        rc = tb_model_load(model, &c->model, err, err_size);
+        if (rc == 0) {
+            char path[4096];
+            struct stat sb;
+            snprintf(path, sizeof path, "%s/tokenizer.json", model);
+            if (stat(path, &sb) == 0 && tb_tokenizer_load(path, &c->tok, err, err_size) != 0)
+                rc = -1;
+        }
+    }
+    if (rc != 0) {
+        ar_destroy(c);
+        return strstr(err, "out of memory") ? TB_ERR_NO_MEMORY : TB_ERR_MODEL;
+    }
+    c->describe_json = make_description(c);
+    host->log(host, TB_LOG_INFO, "loaded %s: %s, %lld parameters%s", c->model.name, c->model.cfg.arch_name,
+              (long long)c->model.n_params, c->model.cfg.random_weights ? " (random weights)" : "");
+    *ctx_out = c;
+    return TB_OK;
+}
+
+/* Make room for R requests of P prompt and N new tokens. */
+static tb_status reserve(ar_ctx *c, size_t R, size_t P, size_t N)
+{
+    const tb_model_config *cfg = &c->model.cfg;
+    if (R > c->cap_r || P > c->cap_p || N > c->cap_n) {
+        size_t r = R > c->cap_r ? R : c->cap_r, p = P > c->cap_p ? P : c->cap_p, n = N > c->cap_n ? N : c->cap_n;
+        tb_cpu_state_free(&c->st);
+        free(c->prompt);
+        free(c->out);
+        free(c->next);
+        free(c->logits);
+        c->prompt = malloc(r * p * sizeof(int32_t));
+        c->out = malloc(r * n * sizeof(int32_t));
+        c->next = malloc(r * sizeof(int32_t));
+        c->logits = malloc(r * (size_t)cfg->vocab_size * sizeof(float));
+        if (!c->scratch)
+            c->scratch = malloc(2 * (size_t)cfg->vocab_size * sizeof(float));
+        c->cap_r = c->cap_p = c->cap_n = 0;
+        if (!c->prompt || !c->out || !c->next || !c->logits || !c->scratch) {
+            set_error(c, "out of memory for a batch of %zu x %zu tokens", r, p + n);
+            return TB_ERR_NO_MEMORY;
+        }
+        if (tb_cpu_state_init(&c->st, &c->model, (int)r, (int)(p + n), (int)(r * p), c->threads, c->error,
+                              sizeof c->error) != 0)
+            return TB_ERR_NO_MEMORY;
+        c->cap_r = r, c->cap_p = p, c->cap_n = n;
+    }
+    return TB_OK;
+}
+
+/* A deterministic prompt of exactly P tokens for request r: BOS (if the
+ * model has one) then ids drawn from the ordinary vocabulary, never EOS. */
+static void synth_prompt(const ar_ctx *c, uint64_t seed, uint32_t r, int32_t *ids, size_t P)
+{
+    const tb_model_config *cfg = &c->model.cfg;
+    uint64_t rng = seed ^ (0xD1B54A32D192ED03ULL * (r + 1));
+    int32_t range = cfg->vocab_size;
+    if (c->tok) { /* stay below the added/special tokens */
+        int32_t lowest_special = tb_tokenizer_token_id(c->tok, "<|begin_of_text|>");
+        if (lowest_special > 0 && lowest_special < range)
+            range = lowest_special;
+    }
+    for (size_t i = 0; i < P; i++) {
+        if (i == 0 && cfg->bos_id >= 0) {
+            ids[i] = cfg->bos_id;
+            continue;
+        }
+        int32_t t;
+        int is_eos;
+        do {
+            t = (int32_t)(tb_rng_uniform(&rng) * range);
+            is_eos = t == cfg->bos_id;
+            for (int e = 0; e < cfg->n_eos; e++)
+                is_eos |= t == cfg->eos_ids[e];
+        } while (is_eos);
+        ids[i] = t;
+    }
+}
+
+static int is_eos(const tb_model_config *cfg, int32_t t)
+{
+    for (int e = 0; e < cfg->n_eos; e++)
+        if (cfg->eos_ids[e] == t)
+            return 1;
+    return 0;
+}
+
+static tb_status ar_generate(void *ctx, const tb_request *req, tb_result *res)
+{
+    ar_ctx *c = ctx;
+    const tb_host *host = c->host;
+    const tb_model_config *cfg = &c->model.cfg;
+    c->error[0] = '\0';
+    uint32_t R = req->n_requests, N = req->max_new_tokens;
+    size_t P = req->prompt_tokens;
+    tb_sampling smp = {opt_f(req->options, req->n_options, OPT_TEMPERATURE),
+                       (int)opt_i(req->options, req->n_options, OPT_TOP_K),
+                       opt_f(req->options, req->n_options, OPT_TOP_P)};
+    int ignore_eos = opt_i(req->options, req->n_options, OPT_IGNORE_EOS) != 0;
+    int threads = (int)opt_i(req->options, req->n_options, OPT_THREADS);
+
+    /* Prompts: given text (tokenized: all must have one length, the
+     * batch shares positions), or synthetic of exactly P tokens. */
+    if (req->prompt_text) {
+        if (!c->tok) {
+            set_error(c, "text prompts need a tokenizer.json; this model has none");
+            return TB_ERR_UNSUPPORTED;
+        }
+        int64_t n0 = tb_tokenizer_encode(c->tok, req->prompt_text[0], strlen(req->prompt_text[0]), NULL, 0);
+        if (n0 <= 0) {
+            set_error(c, "prompt 0 tokenizes to %lld tokens", (long long)n0);
+            return TB_ERR_INVALID;
+        }
+        P = (size_t)n0;
+    }
+    if (P < 1 || N < 1) {
+        set_error(c, "prompt_tokens and max_new_tokens must be >= 1 (got %zu, %u)", P, N);
+        return TB_ERR_INVALID;
+    }
+    if (P + N > (size_t)cfg->max_position_embeddings && cfg->max_position_embeddings > 0)
+        host->log(host, TB_LOG_WARN, "prompt + output = %zu positions exceeds the model's %d", P + N,
+                  cfg->max_position_embeddings);
+    tb_status st = reserve(c, R, P, N);
+    if (st != TB_OK)
+        return st;
+    if (threads > 0)
+        tb_cpu_set_threads(&c->st, threads);
+    for (uint32_t r = 0; r < R; r++) {
+        int32_t *ids = c->prompt + (size_t)r * P;
+        if (req->prompt_text) {
+            int64_t n = tb_tokenizer_encode(c->tok, req->prompt_text[r], strlen(req->prompt_text[r]), ids, P);
+            if (n != (int64_t)P) {
+                set_error(c, "prompt %u has %lld tokens, prompt 0 has %zu: a batch shares one length", r,
+                          (long long)n, P);
+                return TB_ERR_INVALID;
+            }
+        } else {
+            synth_prompt(c, req->seed, r, ids, P);
+        }
+    }
+
+    uint64_t rng = req->seed ^ 0xA0761D6478BD642FULL;
+    tb_cpu_state_reset(&c->st);
+    int64_t t0 = host->now_ns(host);
+    if (tb_cpu_forward(&c->st, c->prompt, (int)R, (int)P, 1, 0, c->logits) != 0) {
+        set_error(c, "forward failed (batch %u x %zu tokens)", R, P);
+        return TB_ERR;
+    }
+    uint32_t *n_out = calloc(R, sizeof *n_out);
+    int *done = calloc(R, sizeof *done), *fresh = calloc(R, sizeof *fresh);
+    if (!n_out || !done || !fresh) {
+        free(n_out);
+        free(done);
+        free(fresh);
+        set_error(c, "out of memory");
+        return TB_ERR_NO_MEMORY;
+    }
+    int64_t forwards = 1, t_prefill_end = 0;
+    tb_status rc = TB_OK;
+    for (uint32_t step = 0; step < N; step++) {
+        if (step > 0) {
+            if (host->cancelled(host)) {
+                set_error(c, "cancelled after %u of %u decode steps", step, N);
+                rc = TB_ERR_CANCELLED;
+                break;
+            }
+            if (tb_cpu_forward(&c->st, c->next, (int)R, 1, 1, 0, c->logits) != 0) {
+                set_error(c, "forward failed at decode step %u", step);
+                rc = TB_ERR;
+                break;
+            }
+            forwards++;
+        }
+        int active = 0;
+        for (uint32_t r = 0; r < R; r++) {
+            int32_t t = tb_sample(c->logits + (size_t)r * cfg->vocab_size, cfg->vocab_size, &smp, &rng, c->scratch);
+            c->next[r] = t;
+            fresh[r] = !done[r];
+            if (done[r])
+                continue; /* still computed with the batch, not counted */
+            c->out[(size_t)r * N + n_out[r]++] = t;
+            if (!ignore_eos && is_eos(cfg, t))
+                done[r] = 1;
+            active += !done[r];
+        }
+        int64_t now = host->now_ns(host);
+        if (step == 0)
+            t_prefill_end = now;
+        for (uint32_t r = 0; r < R; r++)
+            if (fresh[r])
+                host->emit(host, r, 1, now);
+        if (!active)
+            break;
+    }
+    int64_t t_end = host->now_ns(host);
+    res->prefill_ns = t_prefill_end ? t_prefill_end - t0 : -1;
+    res->decode_ns = t_prefill_end ? t_end - t_prefill_end : -1;
+    res->forward_passes = forwards;
+    res->peak_device_bytes = -1;
+    for (uint32_t r = 0; r < R; r++) {
+        tb_request_result *q = &res->requests[r];
+        q->n_output_tokens = n_out[r];
+        q->output_ids = c->out + (size_t)r * N;
+        q->n_output_ids = n_out[r];
+        q->status = rc;
+    }
+    free(n_out);
+    free(done);
+    free(fresh);
+    return rc;
+}
+
+static const char *ar_last_error(void *ctx)
+{
+    return ((ar_ctx *)ctx)->error;
+}
+
+static const char *ar_describe(void *ctx)
+{
+    return ((ar_ctx *)ctx)->describe_json;
+}
+
+static int64_t ar_tokenize(void *ctx, const char *text, int32_t *ids, size_t cap)
+{
+    ar_ctx *c = ctx;
+    if (!c->tok) {
+        set_error(c, "this model has no tokenizer.json");
+        return -1;
+    }
+    return tb_tokenizer_encode(c->tok, text, strlen(text), ids, cap);
+}
+
+static int64_t ar_detokenize(void *ctx, const int32_t *ids, size_t n, char *out, size_t cap)
+{
+    ar_ctx *c = ctx;
+    if (!c->tok) {
+        set_error(c, "this model has no tokenizer.json");
+        return -1;
+    }
+    return tb_tokenizer_decode(c->tok, ids, n, out, cap);
+}
+
+static const tb_backend_ops ar_ops = {
+    .abi_major = TB_ABI_MAJOR,
+    .struct_size = sizeof(tb_backend_ops),
+    .name = "ar",
+    .version = AR_VERSION,
+    .description = "autoregressive Llama/Qwen2 on tokbench's engine (Hugging Face folders or presets)",
+    .capabilities = TB_CAP_BATCH | TB_CAP_STREAMING | TB_CAP_TOKENIZER,
+    .options = ar_options,
+    .n_options = N_OPTS,
+    .probe = NULL,
+    .create = ar_create,
+    .destroy = ar_destroy,
+    .generate = ar_generate,
+    .last_error = ar_last_error,
+    .describe = ar_describe,
+    .tokenize = ar_tokenize,
+    .detokenize = ar_detokenize,
+};
+
+__attribute__((visibility("default"))) const tb_backend_ops *tokbench_backend_entry(void);
+__attribute__((visibility("default"))) const tb_backend_ops *tokbench_backend_entry(void)
+{
+    return &ar_ops;
+}

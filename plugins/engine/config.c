@@ -1,0 +1,542 @@
+/* config.c — config.json → tb_model_config; see config.h.
+ *
+ * Missing optional fields take the defaults of the matching transformers
+ * config class (LlamaConfig, Qwen2Config, DreamConfig) or of LLaDA's
+ * ModelConfig, so a config behaves here as it does in Python. A JSON null
+ * counts as absent, as it does there. */
+#define _GNU_SOURCE
+#include "config.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "util.h"
+
+/* Limits that keep every product the engine forms (hidden x vocab, ...)
+ * far inside int64 and every count inside int. */
+#define MAX_VOCAB (1 << 24)
+#define MAX_WIDTH (1 << 20)
+#define MAX_COUNT 4096
+#define MAX_POS (1 << 30)
+
+typedef struct ctx {
+    const char *path;
+    char *err;
+    size_t err_size;
+} ctx;
+
+static const struct arch_info {
+    const char *arch;       /* "architectures"[0] */
+    const char *model_type; /* fallback, compared ignoring case */
+    tb_arch id;
+} archs[] = {
+    {"LlamaForCausalLM", "llama", TB_ARCH_LLAMA},
+    {"Qwen2ForCausalLM", "qwen2", TB_ARCH_QWEN2},
+    {"LLaDAModelLM", "llada", TB_ARCH_LLADA},
+    {"DreamModel", "dream", TB_ARCH_DREAM},
+};
+
+/* A short rendering of a JSON value for "got ..." (never NULL). */
+static void describe(const cJSON *v, char *out, size_t size)
+{
+    if (!v)
+        snprintf(out, size, "nothing");
+    else if (cJSON_IsNull(v))
+        snprintf(out, size, "null");
+    else if (cJSON_IsBool(v))
+        snprintf(out, size, "%s", cJSON_IsTrue(v) ? "true" : "false");
+    else if (cJSON_IsNumber(v))
+        snprintf(out, size, "%.17g", v->valuedouble);
+    else if (cJSON_IsString(v))
+        snprintf(out, size, "\"%.40s%s\"", v->valuestring,
+                 strlen(v->valuestring) > 40 ? "..." : "");
+    else if (cJSON_IsArray(v))
+        snprintf(out, size, "an array");
+    else
+        snprintf(out, size, "an object");
+}
+
+static int fail(ctx *c, const char *field, const char *expected, const cJSON *got)
+{
+    char g[64];
+    describe(got, g, sizeof g);
+    snprintf(c->err, c->err_size, "%s: field %s: expected %s, got %s", c->path, field,
+             expected, g);
+    return -1;
+}
+
+/* The value under the first of names[] present and not null; *which gets
+ * that name (or names[0] when none is). */
+static const cJSON *lookup(const cJSON *obj, const char *const *names, const char **which)
+{
+    *which = names[0];
+    for (; *names; names++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, *names);
+        if (v && !cJSON_IsNull(v)) {
+            *which = *names;
+            return v;
+        }
+    }
+    return NULL;
+}
+
+#define NAMES(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+/* An integer in [lo, hi]. Returns 1 when read, 0 when absent (and not
+ * required), -1 with err set. */
+static int get_int(ctx *c, const cJSON *obj, const char *const *names, long long lo,
+                   long long hi, int required, int *out)
+{
+    const char *name;
+    const cJSON *v = lookup(obj, names, &name);
+    if (!v && !required)
+        return 0;
+    if (!v)
+        v = cJSON_GetObjectItemCaseSensitive(obj, name); /* null: say so */
+    char want[80];
+    snprintf(want, sizeof want, "an integer in [%lld, %lld]", lo, hi);
+    if (!v || !cJSON_IsNumber(v))
+        return fail(c, name, want, v);
+    double d = v->valuedouble;
+    if (!isfinite(d) || d != floor(d) || d < (double)lo || d > (double)hi)
+        return fail(c, name, want, v);
+    *out = (int)d;
+    return 1;
+}
+
+/* A finite number in (lo, hi). */
+static int get_num(ctx *c, const cJSON *obj, const char *const *names, double lo, double hi,
+                   double *out)
+{
+    const char *name;
+    const cJSON *v = lookup(obj, names, &name);
+    if (!v)
+        return 0;
+    char want[80];
+    snprintf(want, sizeof want, "a number in (%g, %g)", lo, hi);
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble <= lo ||
+        v->valuedouble >= hi)
+        return fail(c, name, want, v);
+    *out = v->valuedouble;
+    return 1;
+}
+
+static int get_bool(ctx *c, const cJSON *obj, const char *const *names, int *out)
+{
+    const char *name;
+    const cJSON *v = lookup(obj, names, &name);
+    if (!v)
+        return 0;
+    if (!cJSON_IsBool(v))
+        return fail(c, name, "true or false", v);
+    *out = cJSON_IsTrue(v);
+    return 1;
+}
+
+/* A setting the engine does not implement: absent, or exactly `want`. */
+static int require_bool(ctx *c, const cJSON *obj, const char *name, int want, const char *why)
+{
+    int b;
+    int r = get_bool(c, obj, NAMES(name), &b);
+    if (r <= 0)
+        return r;
+    if (b != want) {
+        char e[160];
+        snprintf(e, sizeof e, "%s (%s)", want ? "true" : "false", why);
+        return fail(c, name, e, cJSON_GetObjectItemCaseSensitive(obj, name));
+    }
+    return 0;
+}
+
+static int require_str(ctx *c, const cJSON *obj, const char *name, const char *want,
+                       const char *why)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
+    if (!v || cJSON_IsNull(v))
+        return 0;
+    if (!cJSON_IsString(v) || strcmp(v->valuestring, want) != 0) {
+        char e[160];
+        snprintf(e, sizeof e, "\"%s\" (%s)", want, why);
+        return fail(c, name, e, v);
+    }
+    return 0;
+}
+
+/* A token id or, for eos, a list of them; each in [0, vocab). */
+static int get_ids(ctx *c, const cJSON *obj, const char *name, int vocab, int32_t *ids,
+                   int max, int *n)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
+    *n = 0;
+    if (!v || cJSON_IsNull(v))
+        return 0;
+    char want[96];
+    snprintf(want, sizeof want, "a token id in [0, %d)%s", vocab,
+             max > 1 ? " or a list of them" : "");
+    const cJSON *one = v;
+    int count = 1;
+    if (cJSON_IsArray(v) && max > 1) {
+        count = cJSON_GetArraySize(v);
+        if (count < 1 || count > max) {
+            char e[96];
+            snprintf(e, sizeof e, "a list of 1 to %d token ids", max);
+            return fail(c, name, e, v);
+        }
+        one = v->child;
+    }
+    for (int i = 0; i < count; i++, one = one->next) {
+        double d = cJSON_IsNumber(one) ? one->valuedouble : -1;
+        if (!cJSON_IsNumber(one) || d != floor(d) || d < 0 || d >= vocab)
+            return fail(c, name, want, one);
+        ids[i] = (int32_t)d;
+    }
+    *n = count;
+    return 1;
+}
+
+/* "rope_parameters" (transformers >= 5) or "rope_scaling": llama3 or none. */
+static int parse_rope(ctx *c, const cJSON *root, tb_model_config *cfg)
+{
+    const char *key;
+    const cJSON *rp = lookup(root, NAMES("rope_parameters", "rope_scaling"), &key);
+    cfg->rope_theta = 10000.0; /* every class's default */
+    if (get_num(c, root, NAMES("rope_theta"), 0, 1e12, &cfg->rope_theta) < 0)
+        return -1;
+    if (!rp)
+        return 0;
+    char field[96];
+    if (!cJSON_IsObject(rp))
+        return fail(c, key, "an object or null", rp);
+    snprintf(field, sizeof field, "%s.rope_theta", key);
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(rp, "rope_theta");
+    if (t && !cJSON_IsNull(t)) {
+        if (!cJSON_IsNumber(t) || !(t->valuedouble > 0) || !(t->valuedouble < 1e12))
+            return fail(c, field, "a number in (0, 1e+12)", t);
+        cfg->rope_theta = t->valuedouble;
+    }
+    const char *tkey;
+    const cJSON *type = lookup(rp, NAMES("rope_type", "type"), &tkey);
+    snprintf(field, sizeof field, "%s.%s", key, tkey);
+    if (!type)
+        return 0; /* rope_type null: the default rope */
+    if (!cJSON_IsString(type))
+        return fail(c, field, "a string", type);
+    if (strcmp(type->valuestring, "default") == 0)
+        return 0;
+    if (strcmp(type->valuestring, "llama3") != 0)
+        return fail(c, field, "\"llama3\" or \"default\" (unsupported rope scaling)", type);
+
+    cfg->rope_llama3 = 1;
+    static const char *const nums[] = {"factor", "low_freq_factor", "high_freq_factor"};
+    double *dst[] = {&cfg->rope_factor, &cfg->rope_low_freq_factor,
+                     &cfg->rope_high_freq_factor};
+    for (int i = 0; i < 3; i++) {
+        snprintf(field, sizeof field, "%s.%s", key, nums[i]);
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(rp, nums[i]);
+        if (!cJSON_IsNumber(v) || !(v->valuedouble > 0) || !(v->valuedouble < 1e6))
+            return fail(c, field, "a number in (0, 1e+06)", v);
+        *dst[i] = v->valuedouble;
+    }
+    /* the wavelength bands divide by (high - low) */
+    if (!(cfg->rope_high_freq_factor > cfg->rope_low_freq_factor)) {
+        snprintf(field, sizeof field, "%s.high_freq_factor", key);
+        return fail(c, field, "a number above low_freq_factor",
+                    cJSON_GetObjectItemCaseSensitive(rp, "high_freq_factor"));
+    }
+    snprintf(field, sizeof field, "%s.original_max_position_embeddings", key);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(rp, "original_max_position_embeddings");
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 1 ||
+        v->valuedouble > MAX_POS)
+        return fail(c, field, "an integer in [1, 1073741824]", v);
+    cfg->rope_original_max_pos = (int)v->valuedouble;
+    return 0;
+}
+
+static int parse_arch(ctx *c, const cJSON *root, tb_model_config *cfg)
+{
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(root, "architectures");
+    const char *names = "LlamaForCausalLM, Qwen2ForCausalLM, LLaDAModelLM or DreamModel";
+    if (list && !cJSON_IsNull(list)) {
+        const cJSON *a = cJSON_IsArray(list) ? list->child : NULL;
+        if (!cJSON_IsString(a))
+            return fail(c, "architectures", "a list of names", list);
+        for (size_t i = 0; i < TB_ARRAY_LEN(archs); i++)
+            if (strcmp(a->valuestring, archs[i].arch) == 0) {
+                cfg->arch = archs[i].id;
+                tb_strlcpy(cfg->arch_name, a->valuestring, sizeof cfg->arch_name);
+                return 0;
+            }
+        return fail(c, "architectures", names, a);
+    }
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+    if (cJSON_IsString(mt))
+        for (size_t i = 0; i < TB_ARRAY_LEN(archs); i++)
+            if (strcasecmp(mt->valuestring, archs[i].model_type) == 0) {
+                cfg->arch = archs[i].id;
+                tb_strlcpy(cfg->arch_name, mt->valuestring, sizeof cfg->arch_name);
+                return 0;
+            }
+    return fail(c, "architectures", names, mt);
+}
+
+/* LLaDA's config is OLMo's ModelConfig: check the options that would
+ * change its block away from the LLaMA block the engine runs. */
+static int check_llada(ctx *c, const cJSON *root)
+{
+    if (require_str(c, root, "block_type", "llama", "only LLaMA blocks are supported") ||
+        require_str(c, root, "activation_type", "silu", "only SwiGLU is supported") ||
+        require_str(c, root, "layer_norm_type", "rms", "only RMSNorm is supported") ||
+        require_bool(c, root, "rope", 1, "only RoPE positions are supported") ||
+        require_bool(c, root, "alibi", 0, "ALiBi is not supported") ||
+        require_bool(c, root, "include_bias", 0, "biases outside q, k, v are not supported") ||
+        require_bool(c, root, "attention_layer_norm", 0, "q/k norms are not supported") ||
+        require_bool(c, root, "input_emb_norm", 0, "embedding norm is not supported") ||
+        require_bool(c, root, "scale_logits", 0, "logit scaling is not supported"))
+        return -1;
+    return 0;
+}
+
+static int check_hf(ctx *c, const cJSON *root, const tb_model_config *cfg)
+{
+    if (require_str(c, root, "hidden_act", "silu", "only SwiGLU is supported") ||
+        require_bool(c, root, "mlp_bias", 0, "MLP biases are not supported"))
+        return -1;
+    if (cfg->arch != TB_ARCH_LLAMA &&
+        require_bool(c, root, "use_sliding_window", 0, "sliding window attention is not supported"))
+        return -1;
+    return 0;
+}
+
+static int cmp_names(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Python's json keeps the last of two equal keys, cJSON finds the first:
+ * refuse rather than read a value transformers would not. */
+static int check_duplicates(ctx *c, const cJSON *obj, const char *prefix)
+{
+    size_t n = 0;
+    for (const cJSON *e = obj->child; e; e = e->next)
+        n++;
+    if (n < 2)
+        return 0;
+    const char **names = tb_xmalloc(n * sizeof *names);
+    n = 0;
+    for (const cJSON *e = obj->child; e; e = e->next)
+        names[n++] = e->string;
+    qsort(names, n, sizeof *names, cmp_names);
+    int rc = 0;
+    for (size_t i = 1; i < n && !rc; i++)
+        if (strcmp(names[i - 1], names[i]) == 0) {
+            snprintf(c->err, c->err_size, "%s: field %s%s: expected one value, got it twice",
+                     c->path, prefix, names[i]);
+            rc = -1;
+        }
+    free(names);
+    return rc;
+}
+
+static int parse_root(ctx *c, const cJSON *root, tb_model_config *cfg)
+{
+    if (check_duplicates(c, root, ""))
+        return -1;
+    for (const char *const *k = NAMES("rope_scaling", "rope_parameters"); *k; k++) {
+        const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, *k);
+        char prefix[32];
+        snprintf(prefix, sizeof prefix, "%s.", *k);
+        if (cJSON_IsObject(rp) && check_duplicates(c, rp, prefix))
+            return -1;
+    }
+    if (parse_arch(c, root, cfg))
+        return -1;
+    int llada = cfg->arch == TB_ARCH_LLADA;
+    int diffusion = llada || cfg->arch == TB_ARCH_DREAM;
+    if (llada ? check_llada(c, root) : check_hf(c, root, cfg))
+        return -1;
+
+    /* LLaDA spells the shapes its own way; released LLaDA-style configs
+     * converted to HF names exist too, so both are read. */
+#define KEY(llada_name, hf_name) (llada ? NAMES(llada_name, hf_name) : NAMES(hf_name))
+    if (get_int(c, root, KEY("d_model", "hidden_size"), 1, MAX_WIDTH, 1, &cfg->hidden_size) < 0 ||
+        get_int(c, root, KEY("n_layers", "num_hidden_layers"), 1, MAX_COUNT, 1,
+                &cfg->n_layers) < 0 ||
+        get_int(c, root, KEY("n_heads", "num_attention_heads"), 1, MAX_COUNT, 1,
+                &cfg->n_heads) < 0)
+        return -1;
+
+    /* vocab: LLaDA's embedding_size is the padded vocab, the row count of
+     * wte and ff_out, so the logits width; vocab_size may be smaller. */
+    int tok_vocab = 0;
+    if (get_int(c, root, NAMES("vocab_size"), 1, MAX_VOCAB, !llada, &tok_vocab) < 0)
+        return -1;
+    cfg->vocab_size = tok_vocab;
+    if (llada) {
+        int r = get_int(c, root, NAMES("embedding_size"), 1, MAX_VOCAB, tok_vocab == 0,
+                        &cfg->vocab_size);
+        if (r < 0)
+            return -1;
+        if (r > 0 && tok_vocab > cfg->vocab_size)
+            return fail(c, "embedding_size", "at least vocab_size",
+                        cJSON_GetObjectItemCaseSensitive(root, "embedding_size"));
+    }
+
+    /* SwiGLU width; LLaDA falls back to mlp_ratio x d_model like OLMo */
+    int r = get_int(c, root, KEY("mlp_hidden_size", "intermediate_size"), 1, MAX_WIDTH, !llada,
+                    &cfg->intermediate_size);
+    if (r < 0)
+        return -1;
+    if (r == 0) {
+        int ratio = 4;
+        if (get_int(c, root, NAMES("mlp_ratio"), 1, 64, 0, &ratio) < 0)
+            return -1;
+        if ((long long)ratio * cfg->hidden_size > MAX_WIDTH)
+            return fail(c, "mlp_ratio", "mlp_ratio x d_model <= 1048576",
+                        cJSON_GetObjectItemCaseSensitive(root, "mlp_ratio"));
+        cfg->intermediate_size = ratio * cfg->hidden_size;
+    }
+
+    /* GQA: absent means multi-head (OLMo: multi_query_attention means 1) */
+    const char *kvname;
+    lookup(root, KEY("n_kv_heads", "num_key_value_heads"), &kvname);
+    r = get_int(c, root, KEY("n_kv_heads", "num_key_value_heads"), 1, MAX_COUNT, 0,
+                &cfg->n_kv_heads);
+    if (r < 0)
+        return -1;
+    if (r == 0) {
+        int mqa = 0;
+        if (llada && get_bool(c, root, NAMES("multi_query_attention"), &mqa) < 0)
+            return -1;
+        cfg->n_kv_heads = mqa ? 1 : cfg->n_heads;
+    }
+    if (cfg->n_heads % cfg->n_kv_heads != 0) {
+        char e[96];
+        snprintf(e, sizeof e, "a divisor of %d (the number of heads)", cfg->n_heads);
+        return fail(c, kvname, e, cJSON_GetObjectItemCaseSensitive(root, kvname));
+    }
+
+    /* head_dim: Llama and Qwen2 read an explicit one (transformers does);
+     * LLaDA and Dream always split d_model across the heads. */
+    r = 0;
+    if (!diffusion && (r = get_int(c, root, NAMES("head_dim"), 1, MAX_COUNT, 0,
+                                   &cfg->head_dim)) < 0)
+        return -1;
+    const char *hname = llada ? "d_model" : "hidden_size";
+    if (r == 0) {
+        if (cfg->hidden_size % cfg->n_heads != 0) {
+            char e[96];
+            snprintf(e, sizeof e, "a multiple of the number of heads (%d)", cfg->n_heads);
+            return fail(c, hname, e, cJSON_GetObjectItemCaseSensitive(root, hname));
+        }
+        cfg->head_dim = cfg->hidden_size / cfg->n_heads;
+    }
+    if (cfg->head_dim % 2 != 0) { /* half-split RoPE pairs i with i + head_dim/2 */
+        char e[96];
+        snprintf(e, sizeof e, "an even head size (hidden / heads = %d is odd)", cfg->head_dim);
+        return fail(c, r ? "head_dim" : hname, e,
+                    cJSON_GetObjectItemCaseSensitive(root, r ? "head_dim" : hname));
+    }
+
+    cfg->rms_eps = llada ? 1e-5 : 1e-6;
+    if (get_num(c, root, llada ? NAMES("rms_norm_eps", "layer_norm_eps") : NAMES("rms_norm_eps"),
+                0, 1, &cfg->rms_eps) < 0)
+        return -1;
+    if (parse_rope(c, root, cfg))
+        return -1;
+
+    cfg->max_position_embeddings = llada ? 1024 : cfg->arch == TB_ARCH_LLAMA ? 2048 : 32768;
+    if (get_int(c, root, KEY("max_sequence_length", "max_position_embeddings"), 1, MAX_POS, 0,
+                &cfg->max_position_embeddings) < 0)
+        return -1;
+    if (get_bool(c, root, KEY("weight_tying", "tie_word_embeddings"),
+                 &cfg->tie_word_embeddings) < 0)
+        return -1;
+
+    /* Qwen2 and Dream hard-wire q/k/v biases; Llama's attention_bias puts
+     * one on o_proj as well. */
+    int attn_bias = cfg->arch == TB_ARCH_QWEN2 || cfg->arch == TB_ARCH_DREAM;
+    if (get_bool(c, root, llada ? NAMES("include_qkv_bias") : NAMES("attention_bias"),
+                 &attn_bias) < 0)
+        return -1;
+    cfg->qkv_bias = attn_bias;
+    cfg->o_bias = cfg->arch == TB_ARCH_LLAMA && attn_bias;
+
+    int n_bos = 0;
+    if (get_ids(c, root, "eos_token_id", cfg->vocab_size, cfg->eos_ids, TB_MAX_EOS,
+                &cfg->n_eos) < 0 ||
+        get_ids(c, root, "bos_token_id", cfg->vocab_size, &cfg->bos_id, 1, &n_bos) < 0 ||
+        get_ids(c, root, "mask_token_id", cfg->vocab_size, &cfg->mask_id, 1, &r) < 0)
+        return -1;
+    if (!n_bos)
+        cfg->bos_id = -1;
+    if (!r) {
+        cfg->mask_id = -1;
+        if (diffusion) /* the sampler cannot run without it */
+            return fail(c, "mask_token_id", "a token id (diffusion models need one)", NULL);
+    }
+
+    const char *dname;
+    const cJSON *dt = lookup(root, NAMES("torch_dtype", "dtype"), &dname);
+    if (dt && !cJSON_IsString(dt))
+        return fail(c, dname, "a string", dt);
+    if (dt)
+        tb_strlcpy(cfg->torch_dtype, dt->valuestring, sizeof cfg->torch_dtype);
+    if (get_bool(c, root, NAMES("tokbench_random_weights"), &cfg->random_weights) < 0)
+        return -1;
+    return 0;
+#undef KEY
+}
+
+int tb_config_parse(const char *json, const char *path, tb_model_config *cfg, char *err,
+                    size_t err_size)
+{
+    ctx c = {path, err, err_size};
+    memset(cfg, 0, sizeof *cfg);
+    if (err_size)
+        err[0] = '\0';
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithOpts(json, &end, 1);
+    if (!root) {
+        /* cJSON reports where it stopped; a NULL end means out of memory */
+        snprintf(err, err_size, "%s: not valid JSON (at byte %td)", path,
+                 end ? end - json : (ptrdiff_t)0);
+        return -1;
+    }
+    int rc;
+    if (!cJSON_IsObject(root)) {
+        snprintf(err, err_size, "%s: expected a JSON object", path);
+        rc = -1;
+    } else {
+        rc = parse_root(&c, root, cfg);
+    }
+    cJSON_Delete(root);
+    if (rc)
+        memset(cfg, 0, sizeof *cfg);
+    return rc;
+}
+
+int tb_config_load(const char *path, tb_model_config *cfg, char *err, size_t err_size)
+{
+    size_t len;
+    char *text = tb_read_file(path, &len);
+    if (!text) {
+        memset(cfg, 0, sizeof *cfg);
+        snprintf(err, err_size, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    size_t nul = strlen(text);
+    if (nul != len) { /* cJSON would stop at the NUL */
+        free(text);
+        memset(cfg, 0, sizeof *cfg);
+        snprintf(err, err_size, "%s: not valid JSON (NUL byte at %zu)", path, nul);
+        return -1;
+    }
+    int rc = tb_config_parse(text, path, cfg, err, err_size);
+    free(text);
+    return rc;
+}

@@ -1,0 +1,62 @@
+/* config.h — a model's config.json (Hugging Face layout) as the engine
+ * needs it. Architectures: LlamaForCausalLM, Qwen2ForCausalLM (AR),
+ * LLaDA (LLaMA blocks, bidirectional) and Dream (Qwen2 blocks,
+ * bidirectional) for the diffusion backend. */
+#ifndef TB_ENGINE_CONFIG_H
+#define TB_ENGINE_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum tb_arch {
+    TB_ARCH_LLAMA = 1,  /* LlamaForCausalLM */
+    TB_ARCH_QWEN2 = 2,  /* Qwen2ForCausalLM: QKV bias */
+    TB_ARCH_LLADA = 3,  /* LLaDAModelLM: LLaMA blocks, no causal mask */
+    TB_ARCH_DREAM = 4,  /* DreamModel: Qwen2 blocks, no causal mask */
+} tb_arch;
+
+#define TB_MAX_EOS 8
+
+typedef struct tb_model_config {
+    tb_arch arch;
+    char arch_name[64];        /* "LlamaForCausalLM", ... as written */
+    int vocab_size;
+    int hidden_size;           /* d_model */
+    int intermediate_size;     /* SwiGLU hidden width */
+    int n_layers;
+    int n_heads;
+    int n_kv_heads;            /* GQA: n_heads % n_kv_heads == 0 */
+    int head_dim;              /* config's head_dim, else hidden/heads */
+    double rms_eps;
+    double rope_theta;
+    /* llama3 rope scaling ("rope_scaling" or "rope_parameters" with
+     * rope_type "llama3"); rope_llama3 = 0 when absent or "default". */
+    int rope_llama3;
+    double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    int rope_original_max_pos;
+    int max_position_embeddings;
+    int tie_word_embeddings;
+    int qkv_bias;              /* Qwen2 / Dream: q, k, v projections have bias */
+    int o_bias;                /* Llama attention_bias: o_proj has one too */
+    int32_t eos_ids[TB_MAX_EOS]; /* eos_token_id: an int or a list */
+    int n_eos;
+    int32_t bos_id;            /* -1: none */
+    int32_t mask_id;           /* diffusion mask token, -1: none */
+    char torch_dtype[16];      /* "bfloat16", "float32", ... or "" */
+    int random_weights;        /* presets, or "tokbench_random_weights": true */
+} tb_model_config;
+
+/* Parse config.json text; `path` only names the file in errors. Checks
+ * every field it reads (types, > 0, divisibility) and refuses settings the
+ * engine would silently compute wrong (other activations, sliding window,
+ * rope scaling other than llama3, LLaDA options beyond its 8B layout).
+ * Returns 0 or -1 with "PATH: field NAME: expected ..., got ..." in err.
+ * LLaDA's own keys (d_model, n_layers, n_heads, n_kv_heads,
+ * mlp_hidden_size, max_sequence_length, embedding_size, weight_tying,
+ * include_qkv_bias) are read first, then the Hugging Face names. */
+int tb_config_parse(const char *json, const char *path, tb_model_config *cfg, char *err,
+                    size_t err_size);
+/* Read and parse a file. */
+int tb_config_load(const char *path, tb_model_config *cfg, char *err, size_t err_size);
+
+#endif

@@ -1,0 +1,265 @@
+/* cpu_forward.c — see cpu_forward.h. The reference for every GPU kernel:
+ * plain loops and sgemm, in the order transformers computes. */
+#define _GNU_SOURCE
+#include "cpu_forward.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int kv_dim(const tb_model_config *c)
+{
+    return c->n_kv_heads * c->head_dim;
+}
+
+static int qkv_dim(const tb_model_config *c)
+{
+    return (c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
+}
+
+int tb_cpu_state_init(tb_cpu_state *st, const tb_model *m, int max_seqs, int max_len, int max_rows,
+                      int n_threads, char *err, size_t err_size)
+{
+    memset(st, 0, sizeof *st);
+    const tb_model_config *c = &m->cfg;
+    st->m = m;
+    st->max_seqs = max_seqs;
+    st->max_len = max_len;
+    st->max_rows = max_rows;
+    if (n_threads <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        n_threads = n > 0 ? (int)n : 1;
+    }
+    st->n_threads = n_threads;
+    omp_set_num_threads(n_threads);
+    openblas_set_num_threads(n_threads);
+
+    size_t cache = (size_t)c->n_layers * (size_t)max_seqs * (size_t)max_len * (size_t)kv_dim(c);
+    size_t rows = (size_t)max_rows, h = (size_t)c->hidden_size;
+    size_t sizes[] = {cache, cache, rows * h, rows * h, rows * (size_t)qkv_dim(c),
+                      rows * (size_t)(c->n_heads * c->head_dim), rows * 2 * (size_t)c->intermediate_size,
+                      (size_t)n_threads * (size_t)max_len};
+    float **ptrs[] = {&st->k_cache, &st->v_cache, &st->x, &st->xn, &st->qkv, &st->att, &st->gu, &st->scores};
+    st->seq_len = calloc((size_t)max_seqs, sizeof(int));
+    int ok = st->seq_len != NULL;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        *ptrs[i] = ok ? malloc(sizes[i] * sizeof(float) + 1) : NULL;
+        ok = ok && *ptrs[i];
+        st->bytes += sizes[i] * sizeof(float);
+    }
+    if (!ok) {
+        snprintf(err, err_size, "out of memory: KV cache and buffers need %.2f GB (%d sequences x %d positions)",
+                 (double)st->bytes / 1e9, max_seqs, max_len);
+        tb_cpu_state_free(st);
+        return -1;
+    }
+    return 0;
+}
+
+void tb_cpu_set_threads(tb_cpu_state *st, int n_threads)
+{
+    if (n_threads == st->n_threads || n_threads < 1)
+        return;
+    /* the per-thread score rows were sized for st->n_threads */
+    float *s = realloc(st->scores, (size_t)n_threads * (size_t)st->max_len * sizeof(float) + 1);
+    if (!s)
+        return;
+    st->scores = s;
+    st->n_threads = n_threads;
+    omp_set_num_threads(n_threads);
+    openblas_set_num_threads(n_threads);
+}
+
+void tb_cpu_state_reset(tb_cpu_state *st)
+{
+    memset(st->seq_len, 0, (size_t)st->max_seqs * sizeof(int));
+}
+
+void tb_cpu_state_free(tb_cpu_state *st)
+{
+    free(st->k_cache);
+    free(st->v_cache);
+    free(st->seq_len);
+    free(st->x);
+    free(st->xn);
+    free(st->qkv);
+    free(st->att);
+    free(st->gu);
+    free(st->scores);
+    memset(st, 0, sizeof *st);
+}
+
+/* y[r] = x[r] / rms(x[r]) * w, over rows of width n (as transformers'
+ * LlamaRMSNorm: mean of squares in float32, then rsqrt(. + eps)). */
+static void rmsnorm(float *y, const float *x, const float *w, int rows, int n, double eps)
+{
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + (size_t)r * n;
+        float *yr = y + (size_t)r * n;
+        float ss = 0;
+        for (int i = 0; i < n; i++)
+            ss += xr[i] * xr[i];
+        float inv = 1.0f / sqrtf(ss / (float)n + (float)eps);
+        for (int i = 0; i < n; i++)
+            yr[i] = w[i] * (xr[i] * inv);
+    }
+}
+
+/* C[rows][out] (+)= A[rows][in] · W[out][in]^T */
+static void matmul_t(float *c, const float *a, const float *w, int rows, int out, int in, int accumulate)
+{
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out, in, 1.0f, a, in, w, in,
+                accumulate ? 1.0f : 0.0f, c, out);
+}
+
+/* Half-split (NeoX) rotary embedding of one head vector at position pos:
+ * x' = x cos + rotate_half(x) sin, rotate_half(x) = [-x2, x1]. */
+static void rope(float *v, int head_dim, int pos, const float *inv_freq)
+{
+    int half = head_dim / 2;
+    for (int i = 0; i < half; i++) {
+        float angle = (float)pos * inv_freq[i]; /* float32, as transformers */
+        float cs = cosf(angle), sn = sinf(angle);
+        float a = v[i], b = v[i + half];
+        v[i] = a * cs - b * sn;
+        v[i + half] = b * cs + a * sn;
+    }
+}
+
+static void layer_forward(tb_cpu_state *st, int l, int n_seqs, int n_new, int causal)
+{
+    const tb_model *m = st->m;
+    const tb_model_config *c = &m->cfg;
+    const tb_layer *L = &m->layers[l];
+    int rows = n_seqs * n_new, h = c->hidden_size, hd = c->head_dim;
+    int nq = c->n_heads * hd, kvd = kv_dim(c), qkvd = qkv_dim(c), inter = c->intermediate_size;
+    int group = c->n_heads / c->n_kv_heads;
+    size_t layer_off = (size_t)l * (size_t)st->max_seqs * (size_t)st->max_len * (size_t)kvd;
+
+    /* attention block */
+    rmsnorm(st->xn, st->x, L->attn_norm, rows, h, c->rms_eps);
+    matmul_t(st->qkv, st->xn, L->wqkv, rows, qkvd, h, 0);
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++) {
+        float *q = st->qkv + (size_t)r * qkvd;
+        int b = r / n_new, pos = st->seq_len[b] + r % n_new;
+        if (L->bqkv)
+            for (int i = 0; i < qkvd; i++)
+                q[i] += L->bqkv[i];
+        for (int hh = 0; hh < c->n_heads; hh++)
+            rope(q + hh * hd, hd, pos, m->rope_inv_freq);
+        for (int hh = 0; hh < c->n_kv_heads; hh++)
+            rope(q + nq + hh * hd, hd, pos, m->rope_inv_freq);
+        /* append k, v to this sequence's cache */
+        size_t at = layer_off + ((size_t)b * st->max_len + (size_t)pos) * kvd;
+        memcpy(st->k_cache + at, q + nq, (size_t)kvd * sizeof(float));
+        memcpy(st->v_cache + at, q + nq + kvd, (size_t)kvd * sizeof(float));
+    }
+    float scale = 1.0f / sqrtf((float)hd);
+#pragma omp parallel for collapse(2) schedule(dynamic)
+    for (int r = 0; r < rows; r++)
+        for (int hh = 0; hh < c->n_heads; hh++) {
+            int b = r / n_new, pos = st->seq_len[b] + r % n_new;
+            int n_keys = causal ? pos + 1 : st->seq_len[b] + n_new;
+            const float *q = st->qkv + (size_t)r * qkvd + hh * hd;
+            int kvh = hh / group;
+            const float *kbase = st->k_cache + layer_off + (size_t)b * st->max_len * kvd + kvh * hd;
+            const float *vbase = st->v_cache + layer_off + (size_t)b * st->max_len * kvd + kvh * hd;
+            float *s = st->scores + (size_t)omp_get_thread_num() * st->max_len;
+            float mx = -INFINITY;
+            for (int j = 0; j < n_keys; j++) {
+                const float *k = kbase + (size_t)j * kvd;
+                float dot = 0;
+                for (int i = 0; i < hd; i++)
+                    dot += q[i] * k[i];
+                s[j] = dot * scale;
+                if (s[j] > mx)
+                    mx = s[j];
+            }
+            float sum = 0;
+            for (int j = 0; j < n_keys; j++) {
+                s[j] = expf(s[j] - mx);
+                sum += s[j];
+            }
+            float *o = st->att + (size_t)r * nq + hh * hd;
+            memset(o, 0, (size_t)hd * sizeof(float));
+            for (int j = 0; j < n_keys; j++) {
+                const float *v = vbase + (size_t)j * kvd;
+                float p = s[j] / sum;
+                for (int i = 0; i < hd; i++)
+                    o[i] += p * v[i];
+            }
+        }
+    matmul_t(st->x, st->att, L->wo, rows, h, nq, 1); /* residual add */
+
+    /* MLP block: x += down(silu(gate(xn)) * up(xn)) */
+    rmsnorm(st->xn, st->x, L->mlp_norm, rows, h, c->rms_eps);
+    matmul_t(st->gu, st->xn, L->w_gate_up, rows, 2 * inter, h, 0);
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++) {
+        float *g = st->gu + (size_t)r * 2 * inter, *u = g + inter;
+        for (int i = 0; i < inter; i++)
+            g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    }
+    /* the activations sit in the first half of each gu row: lda = 2 inter */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, h, inter, 1.0f, st->gu, 2 * inter, L->w_down,
+                inter, 1.0f, st->x, h);
+}
+
+static int check_fit(const tb_cpu_state *st, int n_seqs, int n_new)
+{
+    if (n_seqs < 1 || n_new < 1 || n_seqs > st->max_seqs || n_seqs * n_new > st->max_rows)
+        return -1;
+    for (int b = 0; b < n_seqs; b++)
+        if (st->seq_len[b] + n_new > st->max_len)
+            return -1;
+    return 0;
+}
+
+int tb_cpu_forward_hidden(tb_cpu_state *st, const int32_t *tokens, int n_seqs, int n_new, int causal,
+                          int n_layers)
+{
+    const tb_model_config *c = &st->m->cfg;
+    if (check_fit(st, n_seqs, n_new) != 0)
+        return -1;
+    int rows = n_seqs * n_new, h = c->hidden_size;
+    for (int r = 0; r < rows; r++) {
+        int32_t t = tokens[r];
+        if (t < 0 || t >= c->vocab_size)
+            return -1;
+        memcpy(st->x + (size_t)r * h, st->m->embed + (size_t)t * h, (size_t)h * sizeof(float));
+    }
+    for (int l = 0; l < n_layers && l < c->n_layers; l++)
+        layer_forward(st, l, n_seqs, n_new, causal);
+    return 0;
+}
+
+int tb_cpu_forward(tb_cpu_state *st, const int32_t *tokens, int n_seqs, int n_new, int causal, int all_logits,
+                   float *logits)
+{
+    const tb_model *m = st->m;
+    const tb_model_config *c = &m->cfg;
+    if (tb_cpu_forward_hidden(st, tokens, n_seqs, n_new, causal, c->n_layers) != 0)
+        return -1;
+    int h = c->hidden_size;
+    for (int b = 0; b < n_seqs; b++)
+        st->seq_len[b] += n_new;
+    if (all_logits) {
+        int rows = n_seqs * n_new;
+        rmsnorm(st->xn, st->x, m->final_norm, rows, h, c->rms_eps);
+        matmul_t(logits, st->xn, m->lm_head, rows, c->vocab_size, h, 0);
+    } else {
+        /* only each sequence's last position: gather, norm, one GEMM */
+        for (int b = 0; b < n_seqs; b++)
+            memcpy(st->xn + (size_t)b * h, st->x + ((size_t)b * n_new + (size_t)n_new - 1) * h,
+                   (size_t)h * sizeof(float));
+        rmsnorm(st->xn, st->xn, m->final_norm, n_seqs, h, c->rms_eps);
+        matmul_t(logits, st->xn, m->lm_head, n_seqs, c->vocab_size, h, 0);
+    }
+    return 0;
+}

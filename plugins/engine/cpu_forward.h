@@ -1,0 +1,52 @@
+/* cpu_forward.h — the transformer forward pass on the CPU: float32,
+ * OpenBLAS for every matrix product, OpenMP across heads and rows.
+ *
+ * A state holds the KV cache of up to max_seqs sequences of up to max_len
+ * positions and the scratch buffers for one call. A call appends n_new
+ * tokens to each of n_seqs sequences (the same count for all: the runner's
+ * batches share lengths) and returns logits. Attention is causal (AR) or
+ * bidirectional (diffusion: every position sees every position). */
+#ifndef TB_ENGINE_CPU_FORWARD_H
+#define TB_ENGINE_CPU_FORWARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model.h"
+
+typedef struct tb_cpu_state {
+    const tb_model *m;
+    int max_seqs, max_len, max_rows; /* rows = n_seqs * n_new per call */
+    float *k_cache, *v_cache; /* [n_layers][max_seqs][max_len][kv_dim] */
+    int *seq_len;             /* [max_seqs]: positions held */
+    float *x;       /* [rows][hidden]: the residual stream */
+    float *xn;      /* [rows][hidden]: normalized */
+    float *qkv;     /* [rows][(n_heads + 2 n_kv) head_dim] */
+    float *att;     /* [rows][n_heads head_dim]: attention output */
+    float *gu;      /* [rows][2 intermediate]: gate | up, then silu(g) u */
+    float *scores;  /* [threads][max_len]: one head's attention row */
+    int n_threads;
+    size_t bytes;   /* allocated, for reporting */
+} tb_cpu_state;
+
+/* n_threads <= 0: all online CPUs. */
+int tb_cpu_state_init(tb_cpu_state *st, const tb_model *m, int max_seqs, int max_len,
+                      int max_rows, int n_threads, char *err, size_t err_size);
+/* Threads for OpenBLAS and OpenMP from now on. */
+void tb_cpu_set_threads(tb_cpu_state *st, int n_threads);
+/* Forget every sequence (lengths to 0). */
+void tb_cpu_state_reset(tb_cpu_state *st);
+void tb_cpu_state_free(tb_cpu_state *st);
+
+/* tokens: [n_seqs][n_new]. logits: [n_seqs][all_logits ? n_new : 1][vocab].
+ * Returns 0, or -1 when the call does not fit the state. */
+int tb_cpu_forward(tb_cpu_state *st, const int32_t *tokens, int n_seqs, int n_new, int causal,
+                   int all_logits, float *logits);
+
+/* The layers without the LM head: after the call st->x holds the final
+ * hidden states (before the final norm) of the n_seqs * n_new rows. For
+ * tests that compare per-layer states: stop after `n_layers` layers. */
+int tb_cpu_forward_hidden(tb_cpu_state *st, const int32_t *tokens, int n_seqs, int n_new,
+                          int causal, int n_layers);
+
+#endif

@@ -1,0 +1,316 @@
+/* model.c — see model.h. */
+#define _GNU_SOURCE
+#include "model.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "safetensors.h"
+
+/* ------------------------------------------------------------- sizes */
+
+static int64_t qkv_rows(const tb_model_config *c)
+{
+    return (int64_t)(c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
+}
+
+/* Floats of one layer in the fused CPU layout. */
+static size_t layer_floats(const tb_model_config *c)
+{
+    size_t h = (size_t)c->hidden_size, q = (size_t)c->n_heads * (size_t)c->head_dim;
+    size_t inter = (size_t)c->intermediate_size, rows = (size_t)qkv_rows(c);
+    return h + rows * h + (c->qkv_bias ? rows : 0) + h * q + h + 2 * inter * h + h * inter;
+}
+
+static size_t model_floats(const tb_model_config *c)
+{
+    size_t vh = (size_t)c->vocab_size * (size_t)c->hidden_size;
+    return vh * (c->tie_word_embeddings ? 1 : 2) + (size_t)c->hidden_size +
+           (size_t)c->n_layers * layer_floats(c) + (size_t)c->head_dim / 2;
+}
+
+size_t tb_model_cpu_bytes(const tb_model_config *cfg)
+{
+    return model_floats(cfg) * sizeof(float);
+}
+
+int64_t tb_config_n_params(const tb_model_config *c)
+{
+    /* rope_inv_freq is not a parameter */
+    return (int64_t)(model_floats(c) - (size_t)c->head_dim / 2);
+}
+
+/* Carve the arena into the model's arrays. */
+static int layout(tb_model *m, char *err, size_t err_size)
+{
+    const tb_model_config *c = &m->cfg;
+    m->arena_floats = model_floats(c);
+    m->arena = malloc(m->arena_floats * sizeof(float));
+    m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
+    if (!m->arena || !m->layers) {
+        snprintf(err, err_size, "out of memory: the model needs %.2f GB as float32 on the CPU",
+                 (double)m->arena_floats * 4 / 1e9);
+        free(m->arena);
+        free(m->layers);
+        m->arena = NULL;
+        m->layers = NULL;
+        return -1;
+    }
+    float *p = m->arena;
+    size_t h = (size_t)c->hidden_size, vh = (size_t)c->vocab_size * h;
+    size_t q = (size_t)c->n_heads * (size_t)c->head_dim, inter = (size_t)c->intermediate_size;
+    size_t rows = (size_t)qkv_rows(c);
+    m->embed = p, p += vh;
+    m->lm_head = c->tie_word_embeddings ? m->embed : (p += vh, p - vh);
+    m->final_norm = p, p += h;
+    for (int l = 0; l < c->n_layers; l++) {
+        tb_layer *L = &m->layers[l];
+        L->attn_norm = p, p += h;
+        L->wqkv = p, p += rows * h;
+        L->bqkv = c->qkv_bias ? (p += rows, p - rows) : NULL;
+        L->wo = p, p += h * q;
+        L->mlp_norm = p, p += h;
+        L->w_gate_up = p, p += 2 * inter * h;
+        L->w_down = p, p += h * inter;
+    }
+    m->rope_inv_freq = p, p += (size_t)c->head_dim / 2;
+    m->n_params = tb_config_n_params(c);
+    return 0;
+}
+
+void tb_rope_inv_freq(const tb_model_config *c, float *out)
+{
+    int half = c->head_dim / 2;
+    for (int i = 0; i < half; i++) {
+        /* transformers: 1 / theta^(arange(0, dim, 2) / dim), in float32 */
+        float f = (float)(1.0 / pow(c->rope_theta, (double)(2 * i) / c->head_dim));
+        if (c->rope_llama3) {
+            double old = c->rope_original_max_pos;
+            double low_wavelen = old / c->rope_low_freq_factor;
+            double high_wavelen = old / c->rope_high_freq_factor;
+            double wavelen = 2 * M_PI / f;
+            if (wavelen > low_wavelen) {
+                f = (float)(f / c->rope_factor);
+            } else if (wavelen >= high_wavelen) {
+                double smooth = (old / wavelen - c->rope_low_freq_factor) /
+                                (c->rope_high_freq_factor - c->rope_low_freq_factor);
+                f = (float)((1 - smooth) * f / c->rope_factor + smooth * f);
+            }
+        }
+        out[i] = f;
+    }
+}
+
+/* ------------------------------------------------------------ loading */
+
+/* Copy tensor `name` (shape rows x cols, or a vector when cols == 0) into
+ * dst as float32. */
+static int take(const tb_weights *w, const char *name, int64_t rows, int64_t cols, float *dst,
+                char *err, size_t err_size)
+{
+    int64_t shape[2] = {rows, cols};
+    if (tb_weights_expect(w, name, cols ? 2 : 1, shape, err, err_size) != 0)
+        return -1;
+    const tb_tensor *t = tb_weights_find(w, name);
+    tb_to_f32(t->dtype, t->data, dst, (size_t)t->n_elements);
+    return 0;
+}
+
+int tb_model_load(const char *dir, tb_model *m, char *err, size_t err_size)
+{
+    memset(m, 0, sizeof *m);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (tb_config_load(path, &m->cfg, err, err_size) != 0)
+        return -1;
+    const tb_model_config *c = &m->cfg;
+    if (c->arch != TB_ARCH_LLAMA && c->arch != TB_ARCH_QWEN2) {
+        snprintf(err, err_size, "%s: architecture %s is not an autoregressive model this engine loads (LlamaForCausalLM, Qwen2ForCausalLM)",
+                 path, c->arch_name);
+        return -1;
+    }
+    tb_weights *w = NULL;
+    if (tb_weights_open(dir, &w, err, err_size) != 0)
+        return -1;
+    if (layout(m, err, err_size) != 0) {
+        tb_weights_close(w);
+        return -1;
+    }
+    const char *base = strrchr(dir, '/');
+    snprintf(m->name, sizeof m->name, "%s", base && base[1] ? base + 1 : dir);
+    const tb_tensor *emb = tb_weights_find(w, "model.embed_tokens.weight");
+    snprintf(m->source_dtype, sizeof m->source_dtype, "%s", emb ? tb_dtype_name(emb->dtype) : "?");
+
+    int64_t h = c->hidden_size, hd = c->head_dim, inter = c->intermediate_size;
+    int64_t qd = (int64_t)c->n_heads * hd, kvd = (int64_t)c->n_kv_heads * hd;
+    int rc = take(w, "model.embed_tokens.weight", c->vocab_size, h, m->embed, err, err_size);
+    if (!rc && !c->tie_word_embeddings)
+        rc = take(w, "lm_head.weight", c->vocab_size, h, m->lm_head, err, err_size);
+    if (!rc)
+        rc = take(w, "model.norm.weight", h, 0, m->final_norm, err, err_size);
+    for (int l = 0; l < c->n_layers && !rc; l++) {
+        tb_layer *L = &m->layers[l];
+        char n[160];
+#define T(suffix, rows, cols, dst)                                                     \
+    (snprintf(n, sizeof n, "model.layers.%d.%s", l, suffix),                          \
+     take(w, n, rows, cols, dst, err, err_size))
+        rc = T("input_layernorm.weight", h, 0, L->attn_norm) ||
+             T("self_attn.q_proj.weight", qd, h, L->wqkv) ||
+             T("self_attn.k_proj.weight", kvd, h, L->wqkv + qd * h) ||
+             T("self_attn.v_proj.weight", kvd, h, L->wqkv + (qd + kvd) * h) ||
+             T("self_attn.o_proj.weight", h, qd, L->wo) ||
+             T("post_attention_layernorm.weight", h, 0, L->mlp_norm) ||
+             T("mlp.gate_proj.weight", inter, h, L->w_gate_up) ||
+             T("mlp.up_proj.weight", inter, h, L->w_gate_up + inter * h) ||
+             T("mlp.down_proj.weight", h, inter, L->w_down);
+        if (!rc && c->qkv_bias)
+            rc = T("self_attn.q_proj.bias", qd, 0, L->bqkv) ||
+                 T("self_attn.k_proj.bias", kvd, 0, L->bqkv + qd) ||
+                 T("self_attn.v_proj.bias", kvd, 0, L->bqkv + qd + kvd);
+#undef T
+    }
+    tb_weights_close(w);
+    if (rc) {
+        rc = -1;
+        tb_model_free(m);
+        return -1;
+    }
+    tb_rope_inv_freq(c, m->rope_inv_freq);
+    return 0;
+}
+
+/* ------------------------------------------------------------- presets */
+
+typedef struct preset {
+    const char *name;
+    tb_model_config cfg;
+} preset;
+
+#define LLAMA3_ROPE .rope_llama3 = 1, .rope_factor = 8, .rope_low_freq_factor = 1, \
+                    .rope_high_freq_factor = 4, .rope_original_max_pos = 8192
+
+static const preset presets[] = {
+    {"llama-3-8b", {.arch = TB_ARCH_LLAMA, .arch_name = "LlamaForCausalLM", .vocab_size = 128256,
+                    .hidden_size = 4096, .intermediate_size = 14336, .n_layers = 32, .n_heads = 32,
+                    .n_kv_heads = 8, .head_dim = 128, .rms_eps = 1e-5, .rope_theta = 500000, LLAMA3_ROPE,
+                    .max_position_embeddings = 131072, .eos_ids = {128001, 128009}, .n_eos = 2,
+                    .bos_id = 128000, .mask_id = -1, .torch_dtype = "bfloat16"}},
+    {"llama-3.2-1b", {.arch = TB_ARCH_LLAMA, .arch_name = "LlamaForCausalLM", .vocab_size = 128256,
+                      .hidden_size = 2048, .intermediate_size = 8192, .n_layers = 16, .n_heads = 32,
+                      .n_kv_heads = 8, .head_dim = 64, .rms_eps = 1e-5, .rope_theta = 500000, .rope_llama3 = 1,
+                      .rope_factor = 32, .rope_low_freq_factor = 1, .rope_high_freq_factor = 4,
+                      .rope_original_max_pos = 8192, .max_position_embeddings = 131072,
+                      .tie_word_embeddings = 1, .eos_ids = {128001}, .n_eos = 1, .bos_id = 128000,
+                      .mask_id = -1, .torch_dtype = "bfloat16"}},
+    {"qwen2.5-7b", {.arch = TB_ARCH_QWEN2, .arch_name = "Qwen2ForCausalLM", .vocab_size = 152064,
+                    .hidden_size = 3584, .intermediate_size = 18944, .n_layers = 28, .n_heads = 28,
+                    .n_kv_heads = 4, .head_dim = 128, .rms_eps = 1e-6, .rope_theta = 1000000,
+                    .max_position_embeddings = 32768, .qkv_bias = 1, .eos_ids = {151643, 151645}, .n_eos = 2,
+                    .bos_id = -1, .mask_id = -1, .torch_dtype = "bfloat16"}},
+    {"qwen2.5-0.5b", {.arch = TB_ARCH_QWEN2, .arch_name = "Qwen2ForCausalLM", .vocab_size = 151936,
+                      .hidden_size = 896, .intermediate_size = 4864, .n_layers = 24, .n_heads = 14,
+                      .n_kv_heads = 2, .head_dim = 64, .rms_eps = 1e-6, .rope_theta = 1000000,
+                      .max_position_embeddings = 32768, .tie_word_embeddings = 1, .qkv_bias = 1,
+                      .eos_ids = {151643}, .n_eos = 1, .bos_id = -1, .mask_id = -1, .torch_dtype = "bfloat16"}},
+    {"llada-8b", {.arch = TB_ARCH_LLADA, .arch_name = "LLaDAModelLM", .vocab_size = 126464,
+                  .hidden_size = 4096, .intermediate_size = 12288, .n_layers = 32, .n_heads = 32,
+                  .n_kv_heads = 32, .head_dim = 128, .rms_eps = 1e-5, .rope_theta = 500000,
+                  .max_position_embeddings = 4096, .eos_ids = {126081}, .n_eos = 1, .bos_id = 126080,
+                  .mask_id = 126336, .torch_dtype = "bfloat16"}},
+    {"dream-7b", {.arch = TB_ARCH_DREAM, .arch_name = "DreamModel", .vocab_size = 152064,
+                  .hidden_size = 3584, .intermediate_size = 18944, .n_layers = 28, .n_heads = 28,
+                  .n_kv_heads = 4, .head_dim = 128, .rms_eps = 1e-6, .rope_theta = 1000000,
+                  .max_position_embeddings = 131072, .qkv_bias = 1, .eos_ids = {151643}, .n_eos = 1,
+                  .bos_id = 151643, .mask_id = 151666, .torch_dtype = "bfloat16"}},
+    {"tiny-llama", {.arch = TB_ARCH_LLAMA, .arch_name = "LlamaForCausalLM", .vocab_size = 512,
+                    .hidden_size = 64, .intermediate_size = 160, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2,
+                    .head_dim = 16, .rms_eps = 1e-5, .rope_theta = 10000, .max_position_embeddings = 2048,
+                    .eos_ids = {1}, .n_eos = 1, .bos_id = 0, .mask_id = -1, .torch_dtype = "float32"}},
+    {"tiny-qwen2", {.arch = TB_ARCH_QWEN2, .arch_name = "Qwen2ForCausalLM", .vocab_size = 512,
+                    .hidden_size = 64, .intermediate_size = 128, .n_layers = 2, .n_heads = 4, .n_kv_heads = 1,
+                    .head_dim = 16, .rms_eps = 1e-6, .rope_theta = 1000000, .max_position_embeddings = 2048,
+                    .qkv_bias = 1, .eos_ids = {1}, .n_eos = 1, .bos_id = -1, .mask_id = -1,
+                    .torch_dtype = "float32"}},
+};
+
+int tb_preset_config(const char *name, tb_model_config *cfg, char *err, size_t err_size)
+{
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
+        if (strcmp(presets[i].name, name) == 0) {
+            *cfg = presets[i].cfg;
+            cfg->random_weights = 1;
+            return 0;
+        }
+    int n = snprintf(err, err_size, "unknown preset \"%s\" (presets:", name);
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0] && n > 0 && (size_t)n < err_size; i++)
+        n += snprintf(err + n, err_size - (size_t)n, " %s", presets[i].name);
+    if (n > 0 && (size_t)n < err_size)
+        snprintf(err + n, err_size - (size_t)n, ")");
+    return -1;
+}
+
+/* splitmix64: a seeded stream of 64-bit values. */
+static uint64_t mix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [-a, a] with a = std sqrt(3): speed does not depend on the
+ * distribution, only on the values being ordinary (no zeros, no NaN). */
+static void fill_random(float *p, size_t n, double std, uint64_t *s)
+{
+    float a = (float)(std * sqrt(3.0));
+    for (size_t i = 0; i < n; i++)
+        p[i] = a * (2.0f * (float)(mix(s) >> 40) / (float)(1 << 24) - 1.0f);
+}
+
+static void fill_const(float *p, size_t n, float v)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = v;
+}
+
+int tb_model_preset(const char *name, uint64_t seed, tb_model *m, char *err, size_t err_size)
+{
+    memset(m, 0, sizeof *m);
+    if (tb_preset_config(name, &m->cfg, err, err_size) != 0)
+        return -1;
+    if (layout(m, err, err_size) != 0)
+        return -1;
+    snprintf(m->name, sizeof m->name, "preset:%s", name);
+    snprintf(m->source_dtype, sizeof m->source_dtype, "random");
+    const tb_model_config *c = &m->cfg;
+    uint64_t s = seed ^ 0x746F6B62656E6368ULL; /* "tokbench" */
+    size_t h = (size_t)c->hidden_size, inter = (size_t)c->intermediate_size;
+    size_t q = (size_t)c->n_heads * (size_t)c->head_dim, rows = (size_t)qkv_rows(c);
+    fill_random(m->embed, (size_t)c->vocab_size * h, 0.02, &s);
+    if (!c->tie_word_embeddings)
+        fill_random(m->lm_head, (size_t)c->vocab_size * h, 0.02, &s);
+    fill_const(m->final_norm, h, 1.0f);
+    for (int l = 0; l < c->n_layers; l++) {
+        tb_layer *L = &m->layers[l];
+        fill_const(L->attn_norm, h, 1.0f);
+        fill_const(L->mlp_norm, h, 1.0f);
+        fill_random(L->wqkv, rows * h, 0.02, &s);
+        if (L->bqkv)
+            fill_random(L->bqkv, rows, 0.02, &s);
+        fill_random(L->wo, h * q, 0.02, &s);
+        fill_random(L->w_gate_up, 2 * inter * h, 0.02, &s);
+        fill_random(L->w_down, h * inter, 0.02, &s);
+    }
+    tb_rope_inv_freq(c, m->rope_inv_freq);
+    return 0;
+}
+
+void tb_model_free(tb_model *m)
+{
+    free(m->arena);
+    free(m->layers);
+    memset(m, 0, sizeof *m);
+}

@@ -1,0 +1,60 @@
+/* model.h — a transformer's weights in the layout the CPU path computes
+ * with, loaded from a Hugging Face folder or made from a preset.
+ *
+ * CPU weights are float32, fused where it saves a GEMM: Q, K and V
+ * projections in one matrix, gate and up projections in another. Matrices
+ * keep PyTorch's [out][in] row-major layout, so y = x W^T. */
+#ifndef TB_ENGINE_MODEL_H
+#define TB_ENGINE_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+
+typedef struct tb_layer {
+    float *attn_norm; /* [hidden] */
+    float *wqkv;      /* [(n_heads + 2 n_kv) head_dim][hidden]: q rows, k rows, v rows */
+    float *bqkv;      /* [(n_heads + 2 n_kv) head_dim], NULL without QKV bias */
+    float *wo;        /* [hidden][n_heads head_dim] */
+    float *mlp_norm;  /* [hidden] */
+    float *w_gate_up; /* [2 intermediate][hidden]: gate rows, then up rows */
+    float *w_down;    /* [hidden][intermediate] */
+} tb_layer;
+
+typedef struct tb_model {
+    tb_model_config cfg;
+    char name[256];      /* folder base name or "preset:NAME" */
+    float *embed;        /* [vocab][hidden] */
+    float *final_norm;   /* [hidden] */
+    float *lm_head;      /* [vocab][hidden]; == embed when tied */
+    tb_layer *layers;    /* [n_layers] */
+    float *rope_inv_freq; /* [head_dim / 2], llama3 scaling applied */
+    float *arena;        /* every float above lives here */
+    size_t arena_floats;
+    int64_t n_params;    /* parameters as the checkpoint counts them */
+    char source_dtype[8]; /* dtype of the checkpoint ("BF16", ...) */
+} tb_model;
+
+/* Load config.json + safetensors from a Hugging Face folder. Returns 0 or
+ * -1 with a message naming the file and tensor. */
+int tb_model_load(const char *dir, tb_model *m, char *err, size_t err_size);
+
+/* The config of a preset (deterministic random weights): "llama-3-8b",
+ * "qwen2.5-7b", "llada-8b", "dream-7b", and tiny ones for tests
+ * ("tiny-llama", "tiny-qwen2"). -1 with the list of presets when unknown. */
+int tb_preset_config(const char *name, tb_model_config *cfg, char *err, size_t err_size);
+/* Build a preset model on the CPU (float32, seeded random weights). */
+int tb_model_preset(const char *name, uint64_t seed, tb_model *m, char *err, size_t err_size);
+
+/* Bytes the CPU model needs (float32 weights). */
+size_t tb_model_cpu_bytes(const tb_model_config *cfg);
+int64_t tb_config_n_params(const tb_model_config *cfg);
+
+void tb_model_free(tb_model *m);
+
+/* RoPE inverse frequencies for cfg (head_dim / 2 of them), llama3 scaling
+ * applied as transformers does. */
+void tb_rope_inv_freq(const tb_model_config *cfg, float *out);
+
+#endif

@@ -1,0 +1,36 @@
+/* tokenizer.h — Hugging Face tokenizer.json, byte-level BPE (the Llama 3 /
+ * Qwen2 / GPT-2 family): vocab; merges written as "a b" strings or
+ * ["a", "b"] pairs; ignore_merges; added and special tokens split out
+ * before pre-tokenization; Split pre-tokenizers (regex run with PCRE2,
+ * UTF-8, JIT) and ByteLevel; the byte-to-unicode map; decode.
+ *
+ * encode() must equal tokenizers' Tokenizer.encode(text,
+ * add_special_tokens=False).ids on any input, invalid UTF-8 included
+ * (tests/data/tokenizer golden files). */
+#ifndef TB_ENGINE_TOKENIZER_H
+#define TB_ENGINE_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct tb_tokenizer tb_tokenizer;
+
+/* Load; 0 or -1 with "PATH: what is wrong" in err. */
+int tb_tokenizer_load(const char *path, tb_tokenizer **out, char *err, size_t err_size);
+void tb_tokenizer_free(tb_tokenizer *t);
+
+/* Encode len bytes of text into ids[cap]; returns the token count (may
+ * exceed cap: nothing past cap is written), or -1 on internal failure. */
+int64_t tb_tokenizer_encode(const tb_tokenizer *t, const char *text, size_t len, int32_t *ids,
+                            size_t cap);
+/* Decode ids into out[cap] (NUL-terminated when cap > 0; skips nothing:
+ * special tokens decode to their text); returns the byte length without
+ * the NUL (may be >= cap), or -1 for an id outside the vocabulary. */
+int64_t tb_tokenizer_decode(const tb_tokenizer *t, const int32_t *ids, size_t n, char *out,
+                            size_t cap);
+
+size_t tb_tokenizer_vocab_size(const tb_tokenizer *t); /* max id + 1 */
+/* id of a token string (vocab or added), or -1. */
+int32_t tb_tokenizer_token_id(const tb_tokenizer *t, const char *token);
+
+#endif

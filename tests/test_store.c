@@ -1,0 +1,1206 @@
+/* test_store.c — core/store.c against real SQLite files in a temporary
+ * folder: creation and migration, refusal of newer and non-database files,
+ * a whole session written through the API and read back with SQL (NULLs
+ * for unknowns, the summary view), failed writes rolled back, and two
+ * processes writing one file at once.
+ *
+ * Environment (set by tests/meson.build): TB_NULL_PLUGIN = null.so (a
+ * backend row needs an opened plugin), TB_SOURCE_ROOT (to count db/
+ * migrations independently of the embedded list). */
+#define _GNU_SOURCE
+#include "store.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "tb_config.h"
+#include "util.h"
+
+static char tmp_root[PATH_MAX];
+static const char *null_path;
+
+#define NO_VALUE INT64_MIN /* q_int: NULL or no row */
+
+static void die(const char *what)
+{
+    fprintf(stderr, "test_store: %s: %s\n", what, strerror(errno));
+    exit(2);
+}
+
+static char *tmp_path(const char *name)
+{
+    return tb_xasprintf("%s/%s", tmp_root, name);
+}
+
+/* ------------------------------------------------------ SQL helpers */
+
+/* First column of the first row of a printf-formatted query, as an
+ * integer; NO_VALUE for NULL, no row, or an error. */
+static int64_t q_int(sqlite3 *db, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *sql = sqlite3_vmprintf(fmt, ap);
+    va_end(ap);
+    sqlite3_stmt *q = NULL;
+    int64_t v = NO_VALUE;
+    if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK)
+        fprintf(stderr, "  q_int: %s\n  in: %s\n", sqlite3_errmsg(db), sql);
+    else if (sqlite3_step(q) == SQLITE_ROW && sqlite3_column_type(q, 0) != SQLITE_NULL)
+        v = sqlite3_column_int64(q, 0);
+    sqlite3_finalize(q);
+    sqlite3_free(sql);
+    return v;
+}
+
+/* As q_int, as a double; NaN for NULL/no row/error. */
+static double q_real(sqlite3 *db, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *sql = sqlite3_vmprintf(fmt, ap);
+    va_end(ap);
+    sqlite3_stmt *q = NULL;
+    double v = NAN;
+    if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK)
+        fprintf(stderr, "  q_real: %s\n  in: %s\n", sqlite3_errmsg(db), sql);
+    else if (sqlite3_step(q) == SQLITE_ROW && sqlite3_column_type(q, 0) != SQLITE_NULL)
+        v = sqlite3_column_double(q, 0);
+    sqlite3_finalize(q);
+    sqlite3_free(sql);
+    return v;
+}
+
+/* As q_int, as text (malloc'd); NULL for NULL/no row/error. */
+static char *q_text(sqlite3 *db, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *sql = sqlite3_vmprintf(fmt, ap);
+    va_end(ap);
+    sqlite3_stmt *q = NULL;
+    char *v = NULL;
+    if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK)
+        fprintf(stderr, "  q_text: %s\n  in: %s\n", sqlite3_errmsg(db), sql);
+    else if (sqlite3_step(q) == SQLITE_ROW && sqlite3_column_type(q, 0) != SQLITE_NULL)
+        v = tb_xstrdup((const char *)sqlite3_column_text(q, 0));
+    sqlite3_finalize(q);
+    sqlite3_free(sql);
+    return v;
+}
+
+/* 1 when the first column of the first row is NULL (a row must exist). */
+static int q_is_null(sqlite3 *db, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *sql = sqlite3_vmprintf(fmt, ap);
+    va_end(ap);
+    sqlite3_stmt *q = NULL;
+    int v = 0;
+    if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK)
+        fprintf(stderr, "  q_is_null: %s\n  in: %s\n", sqlite3_errmsg(db), sql);
+    else if (sqlite3_step(q) == SQLITE_ROW)
+        v = sqlite3_column_type(q, 0) == SQLITE_NULL;
+    sqlite3_finalize(q);
+    sqlite3_free(sql);
+    return v;
+}
+
+#define CHECK_TEXT(db, want, ...)                                             \
+    do {                                                                      \
+        char *t_ = q_text((db), __VA_ARGS__);                                 \
+        CHECK_STR(t_, (want));                                                \
+        free(t_);                                                             \
+    } while (0)
+
+static sqlite3 *raw_open(const char *path)
+{
+    sqlite3 *db = NULL;
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) != SQLITE_OK) {
+        fprintf(stderr, "test_store: %s: %s\n", path, db ? sqlite3_errmsg(db) : "?");
+        exit(2);
+    }
+    return db;
+}
+
+static void raw_exec(sqlite3 *db, const char *sql)
+{
+    char *msg = NULL;
+    if (sqlite3_exec(db, sql, NULL, NULL, &msg) != SQLITE_OK) {
+        fprintf(stderr, "test_store: SQL failed: %s\n  in: %s\n", msg, sql);
+        exit(2);
+    }
+}
+
+static char *read_all(const char *path, size_t *len)
+{
+    char *s = tb_read_file(path, len);
+    if (!s)
+        die(path);
+    return s;
+}
+
+static int exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+/* Migrations in db/ counted from the source tree: schema.sql is 1, then
+ * migrations/NNNN_*.sql must be numbered 0002, 0003, ... without gaps. */
+static int count_migration_files(void)
+{
+    const char *root = getenv("TB_SOURCE_ROOT");
+    if (!root)
+        return -1;
+    char *dir = tb_xasprintf("%s/db/migrations", root);
+    DIR *d = opendir(dir);
+    free(dir);
+    if (!d)
+        return -1;
+    int seen[1000] = {0}, n = 0, max = 1;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int num = 0;
+        size_t l = strlen(e->d_name);
+        if (l > 9 && sscanf(e->d_name, "%4d_", &num) == 1 && strcmp(e->d_name + l - 4, ".sql") == 0 && num > 1 &&
+            num < 1000) {
+            seen[num]++;
+            n++;
+            if (num > max)
+                max = num;
+        }
+    }
+    closedir(d);
+    for (int i = 2; i <= max; i++)
+        if (seen[i] != 1)
+            return -1; /* a gap or a duplicate number */
+    return n + 1;
+}
+
+/* ----------------------------------------------------- record fixtures */
+
+static void fill_machine(tb_machine_info *m, const char *fingerprint)
+{
+    memset(m, 0, sizeof *m);
+    tb_strlcpy(m->hostname, "testhost", sizeof m->hostname);
+    tb_strlcpy(m->cpu_model, "Test CPU 9000", sizeof m->cpu_model);
+    m->cpu_cores = 16;
+    m->ram_bytes = UINT64_C(137438953472); /* 128 GiB */
+    tb_strlcpy(m->os, "TestOS 1", sizeof m->os);
+    tb_strlcpy(m->kernel, "6.1.0-test", sizeof m->kernel);
+    tb_strlcpy(m->arch, "x86_64", sizeof m->arch);
+    m->gpu_count = 1;
+    tb_strlcpy(m->gpus[0].name, "Test GPU", sizeof m->gpus[0].name);
+    tb_strlcpy(m->gpus[0].uuid, "GPU-0000", sizeof m->gpus[0].uuid);
+    tb_strlcpy(m->gpus[0].compute_capability, "9.0", sizeof m->gpus[0].compute_capability);
+    m->gpus[0].memory_bytes = UINT64_C(150754820096);
+    tb_strlcpy(m->gpu_driver, "570.1", sizeof m->gpu_driver);
+    tb_strlcpy(m->cuda_driver_version, "12.8", sizeof m->cuda_driver_version);
+    tb_strlcpy(m->nvml_status, "ok", sizeof m->nvml_status);
+    tb_strlcpy(m->fingerprint, fingerprint, sizeof m->fingerprint);
+}
+
+#define SUITE_TEXT "[suite]\nname = unit\n"
+/* sha256sum of SUITE_TEXT, computed outside this program. */
+#define SUITE_SHA "f8915ccd6d5a982f9fd1f1ea69b5bf45a1892ab52e7ef57563b2a18fbd084d0b"
+
+static tb_suite test_suite = {
+    .path = "/suites/unit.ini",
+    .name = "unit",
+    .warmup = 1,
+    .repeat = 1,
+    .seed = 42,
+    .text = SUITE_TEXT,
+};
+
+static tb_suite_backend test_sb = {.label = "nullb", .plugin = "null", .model = "preset:none"};
+
+static void fill_case(tb_case *c, size_t ordinal)
+{
+    memset(c, 0, sizeof *c);
+    c->ordinal = ordinal;
+    c->prompt_tokens = 16;
+    c->max_new_tokens = 3;
+    c->batch = 2;
+    c->swept_json = "{}";
+}
+
+/* A small valid case: one measured sample of one request, one metric.
+ * Returns tb_store_case's result. */
+static int64_t write_small_case(tb_store *st, int64_t session, int64_t backend, size_t ordinal, char **err)
+{
+    tb_case c;
+    fill_case(&c, ordinal);
+    c.batch = 1;
+    const int64_t em[] = {3000, 4000, 6000};
+    tb_request_record rq = {.status = 0, .n_out = 3, .recount = 3, .emissions_json = "[[2,1],[3,1],[5,1]]"};
+    tb_request_metrics_compute(1000, 0, 3, em, 3, &rq.m);
+    tb_sample_record s = {.repetition = 0, .n_requests = 1, .prefill_ns = 100, .decode_ns = 4900,
+                          .forward_passes = 3, .peak_device_bytes = -1, .energy_mj = -1, .recount_tokens = 3,
+                          .n_emissions = 3, .runner_ns = 10, .requests = &rq};
+    const uint32_t n_out = 3;
+    const int ok = 1;
+    tb_rep_metrics_compute(&rq.m, &n_out, &ok, 1, s.prefill_ns, s.forward_passes, &s.m);
+    tb_metric_record mr = {.name = "agg_tps", .unit = "tokens/s",
+                           .st = {.n = 1, .median = s.m.aggregate_tps, .p5 = s.m.aggregate_tps,
+                                  .p95 = s.m.aggregate_tps, .mean = s.m.aggregate_tps, .stdev = 0, .cv = 0,
+                                  .min = s.m.aggregate_tps, .max = s.m.aggregate_tps,
+                                  .ci_lo = s.m.aggregate_tps, .ci_hi = s.m.aggregate_tps}};
+    tb_case_record rec = {.session_id = session, .backend_id = backend, .c = &c, .status = "ok",
+                          .started_at = "2025-01-01T00:00:00.000Z", .finished_at = "2025-01-01T00:00:01.000Z",
+                          .case_wall_ns = 5000, .host_peak_rss = 1 << 20, .samples = &s, .n_samples = 1,
+                          .metrics = &mr, .n_metrics = 1};
+    return tb_store_case(st, &rec, err);
+}
+
+/* Machine + session + backend in `st`; the plugin stays open in *pb. */
+static int setup_session(tb_store *st, tb_plan_backend *pb, int64_t *machine, int64_t *session, int64_t *backend)
+{
+    tb_machine_info mi;
+    fill_machine(&mi, "fp-session");
+    *machine = tb_store_machine(st, &mi);
+    tb_session_info si = {.machine_id = *machine, .suite = &test_suite, .command_line = "tokbench run unit.ini"};
+    *session = tb_store_session_begin(st, &si);
+    memset(pb, 0, sizeof *pb);
+    pb->sb = &test_sb;
+    pb->options_json = "{\"step_us\":\"200\"}";
+    char *err = NULL;
+    if (tb_plugin_open(null_path, &pb->plugin, &err) != 0) {
+        fprintf(stderr, "test_store: cannot open the null plugin: %s\n", err);
+        free(err);
+        return -1;
+    }
+    *backend = tb_store_backend(st, *session, pb);
+    return *machine >= 0 && *session >= 0 && *backend >= 0 ? 0 : -1;
+}
+
+/* ------------------------------------------------------------- tests */
+
+static const char *const tables[] = {"machine", "session", "backend", "bench_case", "sample", "request", "metric"};
+
+static void test_fresh(void)
+{
+    int want_version = count_migration_files();
+    CHECK(want_version >= 2);
+    CHECK(tb_store_schema_version() == want_version);
+
+    char *path = tmp_path("fresh.db");
+    tb_store *st = NULL;
+    char *err = NULL;
+    CHECK(tb_store_open(path, &st, &err) == 0);
+    if (!st) {
+        fprintf(stderr, "  %s\n", err);
+        free(err);
+        free(path);
+        return;
+    }
+    sqlite3 *db = tb_store_db(st);
+    CHECK(q_int(db, "PRAGMA user_version") == tb_store_schema_version());
+    for (size_t i = 0; i < TB_ARRAY_LEN(tables); i++)
+        CHECK(q_int(db, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = %Q", tables[i]) == 1);
+    CHECK(q_int(db, "SELECT count(*) FROM sqlite_master WHERE type = 'view' AND name = 'summary'") == 1);
+    CHECK(q_int(db, "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name IN"
+                    " ('case_by_session', 'sample_by_case', 'request_by_sample')") == 3);
+    for (size_t i = 0; i < TB_ARRAY_LEN(tables); i++)
+        CHECK(q_int(db, "SELECT count(*) FROM %s", tables[i]) == 0);
+    CHECK(q_int(db, "SELECT count(*) FROM summary") == 0); /* the view runs */
+    CHECK_TEXT(db, "wal", "PRAGMA journal_mode");
+    CHECK(q_int(db, "PRAGMA foreign_keys") == 1);
+    CHECK(q_int(db, "PRAGMA busy_timeout") >= 1000);
+    CHECK_TEXT(db, "ok", "PRAGMA integrity_check");
+    tb_store_close(st);
+    tb_store_close(NULL); /* harmless */
+    free(path);
+}
+
+static void test_reopen(void)
+{
+    char *path = tmp_path("reopen.db");
+    tb_store *st = NULL;
+    char *err = NULL;
+    CHECK(tb_store_open(path, &st, &err) == 0);
+    if (!st) {
+        free(err);
+        free(path);
+        return;
+    }
+    tb_machine_info mi;
+    fill_machine(&mi, "fp-reopen");
+    int64_t id = tb_store_machine(st, &mi);
+    CHECK(id > 0);
+    int64_t objects = q_int(tb_store_db(st), "SELECT count(*) FROM sqlite_master");
+    char *schema = q_text(tb_store_db(st), "SELECT group_concat(sql, ';') FROM sqlite_master");
+    tb_store_close(st);
+
+    st = NULL;
+    CHECK(tb_store_open(path, &st, &err) == 0);
+    if (st) {
+        sqlite3 *db = tb_store_db(st);
+        CHECK(q_int(db, "PRAGMA user_version") == tb_store_schema_version());
+        CHECK(q_int(db, "SELECT count(*) FROM sqlite_master") == objects); /* nothing applied twice */
+        char *again = q_text(db, "SELECT group_concat(sql, ';') FROM sqlite_master");
+        CHECK(again && schema && strcmp(again, schema) == 0);
+        free(again);
+        CHECK(q_int(db, "SELECT count(*) FROM machine") == 1); /* the data stays */
+        CHECK(tb_store_machine(st, &mi) == id);
+        CHECK(q_int(db, "SELECT count(*) FROM machine") == 1);
+        tb_store_close(st);
+    } else {
+        fprintf(stderr, "  %s\n", err);
+        free(err);
+    }
+    free(schema);
+    free(path);
+}
+
+static void test_migration_path(void)
+{
+    char *path = tmp_path("old.db");
+    sqlite3 *db = raw_open(path);
+    char *err = NULL;
+
+    /* Target 0 on an empty file: nothing to do. */
+    CHECK(tb_store_migrate(db, 0, &err) == 0);
+    CHECK(q_int(db, "PRAGMA user_version") == 0);
+    CHECK(q_int(db, "SELECT count(*) FROM sqlite_master") == 0);
+
+    /* Schema version 1 only: the tables, not the summary view. */
+    CHECK(tb_store_migrate(db, 1, &err) == 0);
+    CHECK(q_int(db, "PRAGMA user_version") == 1);
+    CHECK(q_int(db, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'bench_case'") == 1);
+    CHECK(q_int(db, "SELECT count(*) FROM sqlite_master WHERE name = 'summary'") == 0);
+    CHECK(tb_store_migrate(db, 1, &err) == 0); /* again: a no-op */
+    CHECK(q_int(db, "PRAGMA user_version") == 1);
+
+    /* Data written by a version-1 tokbench. */
+    raw_exec(db, "INSERT INTO machine (id, fingerprint, hostname, cpu_model, cpu_cores, ram_bytes, os, kernel, arch,"
+                 " gpu_count, nvml_status, info_json) VALUES (7, 'fp-old', 'oldhost', 'Old CPU', 4, 1024, 'OldOS',"
+                 " '5.0', 'x86_64', 0, 'no NVML', '{}');"
+                 "INSERT INTO session (id, uuid, machine_id, suite_name, suite_path, suite_sha256, suite_text,"
+                 " tokbench_version, git_commit, compiler, cuda_build_version, command_line, started_at, status,"
+                 " warmup, repeat, seed) VALUES (3, 'u-old', 7, 'oldsuite', '/old.ini', 'x', 'text', '0.0.1', 'abc',"
+                 " 'gcc', 'none', 'tokbench run', '2024-01-01T00:00:00.000Z', 'completed', 0, 1, 0);"
+                 "INSERT INTO backend (id, session_id, label, plugin, plugin_path, plugin_version, abi_major,"
+                 " capabilities, model, options_json) VALUES (5, 3, 'oldb', 'null', '/null.so', '0.9', 1, 'batch',"
+                 " 'm', '{}');"
+                 "INSERT INTO bench_case (id, session_id, backend_id, ordinal, prompt_tokens, max_new_tokens, batch,"
+                 " options_json, status) VALUES (11, 3, 5, 1, 32, 8, 1, '{}', 'ok');");
+    sqlite3_close(db);
+
+    tb_store *st = NULL;
+    CHECK(tb_store_open(path, &st, &err) == 0);
+    if (!st) {
+        fprintf(stderr, "  %s\n", err);
+        free(err);
+        free(path);
+        return;
+    }
+    db = tb_store_db(st);
+    CHECK(q_int(db, "PRAGMA user_version") == tb_store_schema_version());
+    CHECK(q_int(db, "SELECT count(*) FROM sqlite_master WHERE type = 'view' AND name = 'summary'") == 1);
+    CHECK_TEXT(db, "oldhost", "SELECT hostname FROM machine WHERE id = 7");
+    CHECK_TEXT(db, "oldsuite", "SELECT suite_name FROM session WHERE id = 3");
+    CHECK(q_int(db, "SELECT count(*) FROM summary") == 1);
+    CHECK_TEXT(db, "oldb", "SELECT backend FROM summary");
+    CHECK_TEXT(db, "null 0.9", "SELECT plugin FROM summary");
+    CHECK_TEXT(db, "none", "SELECT gpu FROM summary");
+    CHECK(q_int(db, "SELECT session FROM summary") == 3);
+    CHECK(q_int(db, "SELECT prompt_tokens FROM summary") == 32);
+    CHECK(q_is_null(db, "SELECT median_tps FROM summary"));
+    CHECK(q_int(db, "SELECT count_mismatches FROM summary") == 0);
+    /* `SELECT *` works: every column of the view resolves. */
+    sqlite3_stmt *q = NULL;
+    CHECK(sqlite3_prepare_v2(db, "SELECT * FROM summary", -1, &q, NULL) == SQLITE_OK);
+    CHECK(q && sqlite3_step(q) == SQLITE_ROW);
+    CHECK(q && sqlite3_column_count(q) >= 30);
+    sqlite3_finalize(q);
+    tb_store_close(st);
+    free(path);
+}
+
+static void test_newer_refused(void)
+{
+    char *path = tmp_path("newer.db");
+    sqlite3 *db = raw_open(path);
+    char *sql = sqlite3_mprintf("CREATE TABLE future (x); INSERT INTO future VALUES (1); PRAGMA user_version = %d",
+                                tb_store_schema_version() + 1);
+    raw_exec(db, sql);
+    sqlite3_free(sql);
+    char *err = NULL;
+    /* Through the raw migrate call... */
+    CHECK(tb_store_migrate(db, tb_store_schema_version(), &err) == -1);
+    CHECK_CONTAINS(err, "newer");
+    free(err);
+    err = NULL;
+    sqlite3_close(db);
+
+    size_t len0, len1;
+    char *before = read_all(path, &len0);
+    /* ...and through open. */
+    static char poison_;
+    tb_store *st = (tb_store *)&poison_; /* tb_store_open must reset it to NULL */
+    CHECK(tb_store_open(path, &st, &err) == -1);
+    CHECK(st == NULL);
+    CHECK_CONTAINS(err, "newer");
+    CHECK_CONTAINS(err, path);
+    char *vers = tb_xasprintf("version %d", tb_store_schema_version() + 1);
+    CHECK_CONTAINS(err, vers);
+    free(vers);
+    free(err);
+
+    /* Not modified: same bytes (journal mode included: switching to WAL
+     * rewrites the header), no WAL file left, same user_version. */
+    char *after = read_all(path, &len1);
+    CHECK(len0 == len1 && memcmp(before, after, len0) == 0);
+    char *wal = tb_xasprintf("%s-wal", path);
+    CHECK(!exists(wal));
+    free(wal);
+    db = raw_open(path);
+    CHECK(q_int(db, "PRAGMA user_version") == tb_store_schema_version() + 1);
+    CHECK_TEXT(db, "delete", "PRAGMA journal_mode");
+    CHECK(q_int(db, "SELECT count(*) FROM sqlite_master WHERE name = 'machine'") == 0);
+    sqlite3_close(db);
+    free(before);
+    free(after);
+    free(path);
+}
+
+static void test_not_a_database(void)
+{
+    char *path = tmp_path("garbage.db");
+    FILE *f = fopen(path, "w");
+    if (!f)
+        die(path);
+    for (int i = 0; i < 1024; i++)
+        fputs("garbage!", f);
+    fclose(f);
+    size_t len0, len1;
+    char *before = read_all(path, &len0);
+
+    tb_store *st = NULL;
+    char *err = NULL;
+    CHECK(tb_store_open(path, &st, &err) == -1);
+    CHECK(st == NULL);
+    CHECK_CONTAINS(err, path);
+    CHECK_CONTAINS(err, "not a database");
+    free(err);
+    char *after = read_all(path, &len1);
+    CHECK(len0 == len1 && memcmp(before, after, len0) == 0);
+    free(before);
+    free(after);
+    free(path);
+
+    /* A folder that does not exist. */
+    path = tmp_path("no/such/dir/x.db");
+    err = NULL;
+    CHECK(tb_store_open(path, &st, &err) == -1);
+    CHECK(st == NULL);
+    CHECK_CONTAINS(err, path);
+    CHECK_CONTAINS(err, "cannot open");
+    free(err);
+    free(path);
+
+    /* An empty file is an empty database: it gets the schema. */
+    path = tmp_path("empty.db");
+    f = fopen(path, "w");
+    if (!f)
+        die(path);
+    fclose(f);
+    err = NULL;
+    CHECK(tb_store_open(path, &st, &err) == 0);
+    if (st) {
+        CHECK(q_int(tb_store_db(st), "PRAGMA user_version") == tb_store_schema_version());
+        tb_store_close(st);
+    } else {
+        free(err);
+    }
+    free(path);
+}
+
+static void test_machine(void)
+{
+    char *path = tmp_path("machine.db");
+    tb_store *st = NULL;
+    char *err = NULL;
+    CHECK(tb_store_open(path, &st, &err) == 0);
+    if (!st) {
+        free(err);
+        free(path);
+        return;
+    }
+    sqlite3 *db = tb_store_db(st);
+    tb_machine_info a, b;
+    fill_machine(&a, "fp-a");
+    int64_t ida = tb_store_machine(st, &a);
+    CHECK(ida > 0);
+    /* Same fingerprint, other details (a later hostname change, say):
+     * still the same row, first record kept. */
+    tb_strlcpy(a.hostname, "renamed", sizeof a.hostname);
+    CHECK(tb_store_machine(st, &a) == ida);
+    fill_machine(&b, "fp-b");
+    b.gpu_count = 0;
+    b.cuda_driver_version[0] = '\0';
+    b.gpu_driver[0] = '\0';
+    tb_strlcpy(b.nvml_status, "libnvidia-ml.so.1 not found", sizeof b.nvml_status);
+    int64_t idb = tb_store_machine(st, &b);
+    CHECK(idb > 0 && idb != ida);
+    CHECK(q_int(db, "SELECT count(*) FROM machine") == 2);
+
+    CHECK_TEXT(db, "testhost", "SELECT hostname FROM machine WHERE id = %lld", (long long)ida);
+    CHECK_TEXT(db, "Test CPU 9000", "SELECT cpu_model FROM machine WHERE id = %lld", (long long)ida);
+    CHECK(q_int(db, "SELECT cpu_cores FROM machine WHERE id = %lld", (long long)ida) == 16);
+    CHECK(q_int(db, "SELECT ram_bytes FROM machine WHERE id = %lld", (long long)ida) == INT64_C(137438953472));
+    CHECK(q_int(db, "SELECT gpu_count FROM machine WHERE id = %lld", (long long)ida) == 1);
+    CHECK_TEXT(db, "Test GPU", "SELECT gpu_name FROM machine WHERE id = %lld", (long long)ida);
+    CHECK(q_int(db, "SELECT gpu_memory_bytes FROM machine WHERE id = %lld", (long long)ida) ==
+          INT64_C(150754820096));
+    CHECK_TEXT(db, "570.1", "SELECT gpu_driver FROM machine WHERE id = %lld", (long long)ida);
+    CHECK_TEXT(db, "12.8", "SELECT cuda_driver_version FROM machine WHERE id = %lld", (long long)ida);
+    CHECK_TEXT(db, "9.0", "SELECT compute_capability FROM machine WHERE id = %lld", (long long)ida);
+    CHECK(q_int(db, "SELECT json_valid(info_json) FROM machine WHERE id = %lld", (long long)ida) == 1);
+    CHECK_TEXT(db, "Test GPU", "SELECT json_extract(info_json, '$.gpus[0].name') FROM machine WHERE id = %lld",
+               (long long)ida);
+    /* No GPU: NULLs, not empty strings or zeros. */
+    CHECK(q_is_null(db, "SELECT gpu_name FROM machine WHERE id = %lld", (long long)idb));
+    CHECK(q_is_null(db, "SELECT gpu_memory_bytes FROM machine WHERE id = %lld", (long long)idb));
+    CHECK(q_is_null(db, "SELECT gpu_driver FROM machine WHERE id = %lld", (long long)idb));
+    CHECK(q_is_null(db, "SELECT cuda_driver_version FROM machine WHERE id = %lld", (long long)idb));
+    CHECK(q_is_null(db, "SELECT compute_capability FROM machine WHERE id = %lld", (long long)idb));
+    CHECK_TEXT(db, "libnvidia-ml.so.1 not found", "SELECT nvml_status FROM machine WHERE id = %lld",
+               (long long)idb);
+    tb_store_close(st);
+    free(path);
+}
+
+/* The worked example of test_metrics.c, through the store. */
+static void test_full_session(void)
+{
+    char *path = tmp_path("session.db");
+    tb_store *st = NULL;
+    char *err = NULL;
+    CHECK(tb_store_open(path, &st, &err) == 0);
+    if (!st) {
+        fprintf(stderr, "  %s\n", err);
+        free(err);
+        free(path);
+        return;
+    }
+    sqlite3 *db = tb_store_db(st);
+    tb_plan_backend pb;
+    int64_t machine, session, backend;
+    int ok = setup_session(st, &pb, &machine, &session, &backend);
+    CHECK(ok == 0);
+    if (ok != 0) {
+        tb_plugin_close(&pb.plugin);
+        tb_store_close(st);
+        free(path);
+        return;
+    }
+
+    /* session row */
+    CHECK(q_int(db, "SELECT machine_id FROM session WHERE id = %lld", (long long)session) == machine);
+    CHECK_TEXT(db, "running", "SELECT status FROM session WHERE id = %lld", (long long)session);
+    CHECK(q_is_null(db, "SELECT finished_at FROM session WHERE id = %lld", (long long)session));
+    CHECK_TEXT(db, "unit", "SELECT suite_name FROM session WHERE id = %lld", (long long)session);
+    CHECK_TEXT(db, "/suites/unit.ini", "SELECT suite_path FROM session WHERE id = %lld", (long long)session);
+    CHECK_TEXT(db, SUITE_TEXT, "SELECT suite_text FROM session WHERE id = %lld", (long long)session);
+    CHECK_TEXT(db, SUITE_SHA, "SELECT suite_sha256 FROM session WHERE id = %lld", (long long)session);
+    CHECK_TEXT(db, TB_VERSION, "SELECT tokbench_version FROM session WHERE id = %lld", (long long)session);
+    CHECK_TEXT(db, TB_CUDA_BUILD_VERSION, "SELECT cuda_build_version FROM session WHERE id = %lld",
+               (long long)session);
+    CHECK_TEXT(db, "tokbench run unit.ini", "SELECT command_line FROM session WHERE id = %lld", (long long)session);
+    CHECK(q_int(db, "SELECT warmup FROM session WHERE id = %lld", (long long)session) == 1);
+    CHECK(q_int(db, "SELECT repeat FROM session WHERE id = %lld", (long long)session) == 1);
+    CHECK(q_int(db, "SELECT seed FROM session WHERE id = %lld", (long long)session) == 42);
+    /* a version-4 UUID: 8-4-4-4-12 hex, version nibble 4, variant 8..b */
+    CHECK(q_int(db, "SELECT length(uuid) = 36 AND substr(uuid, 15, 1) = '4' AND substr(uuid, 20, 1) IN"
+                    " ('8','9','a','b') AND uuid GLOB '[0-9a-f]*-*-*-*-*' FROM session WHERE id = %lld",
+                (long long)session) == 1);
+    CHECK(q_int(db, "SELECT started_at GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]T*Z' FROM session"
+                    " WHERE id = %lld", (long long)session) == 1);
+    /* A second session gets another UUID. */
+    tb_session_info si2 = {.machine_id = machine, .suite = &test_suite, .command_line = "again"};
+    int64_t session2 = tb_store_session_begin(st, &si2);
+    CHECK(session2 > session);
+    CHECK(q_int(db, "SELECT count(DISTINCT uuid) FROM session") == 2);
+
+    /* backend row */
+    CHECK_TEXT(db, "nullb", "SELECT label FROM backend WHERE id = %lld", (long long)backend);
+    CHECK_TEXT(db, "null", "SELECT plugin FROM backend WHERE id = %lld", (long long)backend);
+    CHECK_TEXT(db, null_path, "SELECT plugin_path FROM backend WHERE id = %lld", (long long)backend);
+    CHECK_TEXT(db, "1.0.0", "SELECT plugin_version FROM backend WHERE id = %lld", (long long)backend);
+    CHECK(q_int(db, "SELECT abi_major FROM backend WHERE id = %lld", (long long)backend) == TB_ABI_MAJOR);
+    CHECK_TEXT(db, "batch,steps,streaming,tokenizer", "SELECT capabilities FROM backend WHERE id = %lld",
+               (long long)backend);
+    CHECK_TEXT(db, "preset:none", "SELECT model FROM backend WHERE id = %lld", (long long)backend);
+    CHECK_TEXT(db, "{\"step_us\":\"200\"}", "SELECT options_json FROM backend WHERE id = %lld", (long long)backend);
+    CHECK(q_is_null(db, "SELECT info_json FROM backend WHERE id = %lld", (long long)backend));
+    /* describe() text: invalid JSON is kept, wrapped; valid JSON normalized */
+    CHECK(tb_store_backend_info(st, backend, "not json {") == 0);
+    CHECK_TEXT(db, "not json {", "SELECT json_extract(info_json, '$.invalid_describe') FROM backend WHERE id = %lld",
+               (long long)backend);
+    CHECK(tb_store_backend_info(st, backend, "{ \"dtype\" : \"f32\", \"device\":\"cpu\", \"random_weights\":true }") ==
+          0);
+    CHECK_TEXT(db, "{\"dtype\":\"f32\",\"device\":\"cpu\",\"random_weights\":true}",
+               "SELECT info_json FROM backend WHERE id = %lld", (long long)backend);
+    CHECK(tb_store_backend_info(st, 999999, "{}") == -1); /* no such backend */
+
+    /* ---- case 1: one warm-up and one measured sample of two requests */
+    tb_case c1;
+    fill_case(&c1, 1);
+    tb_request_record w[2] = {0}, r[2] = {0};
+    tb_sample_record s[2] = {0};
+    const int64_t em[] = {3000, 4000, 6000};
+    /* warm-up: both ok; request 0 re-counted 9 of 3 (a mismatch, but in a
+     * warm-up), request 1 re-counted 3 of 3 (none) */
+    tb_request_metrics_compute(1000, 0, 3, em, 3, &w[0].m);
+    tb_request_metrics_compute(1000, 0, 3, em, 3, &w[1].m);
+    w[0].n_out = 3, w[0].recount = 9;
+    w[1].n_out = 3, w[1].recount = 3;
+    s[0] = (tb_sample_record){.repetition = 0, .warmup = 1, .n_requests = 2, .prefill_ns = 1000, .decode_ns = 2000,
+                              .forward_passes = 3, .peak_device_bytes = INT64_C(5) << 30, .energy_mj = 42,
+                              .recount_tokens = 12, .n_emissions = 6, .runner_ns = 100, .requests = w};
+    {
+        const uint32_t n_out[] = {3, 3};
+        const int okr[] = {1, 1};
+        tb_rep_metrics_compute((tb_request_metrics[]){w[0].m, w[1].m}, n_out, okr, 2, 1000, 3, &s[0].m);
+    }
+    /* measured: request 0 = submit 1000, tokens at 3000/4000/6000,
+     * re-counted 4 of 3; request 1 failed after 1 token, non-streaming */
+    tb_request_metrics_compute(1000, 0, 3, em, 3, &r[0].m);
+    r[0].n_out = 3, r[0].recount = 4, r[0].output_hash = 0xabc, r[0].emissions_json = "[[2,1],[3,1],[5,1]]";
+    tb_request_metrics_compute(1500, 2500, 1, NULL, 0, &r[1].m);
+    r[1].status = 1 /* TB_ERR */, r[1].error = "boom", r[1].submit_offset_ns = 500;
+    r[1].n_out = 1, r[1].recount = -1, r[1].steps_done = 5;
+    s[1] = (tb_sample_record){.repetition = 1, .warmup = 0, .n_requests = 2, .prefill_ns = -1, .decode_ns = 3000,
+                              .forward_passes = 0, .peak_device_bytes = 2 << 20, .energy_mj = -1,
+                              .recount_tokens = -1, .n_emissions = 3, .runner_ns = 200, .requests = r};
+    {
+        const uint32_t n_out[] = {3, 1};
+        const int okr[] = {1, 0};
+        /* wall 6000 - 1000 = 5000; 3 tokens (request 1 failed) */
+        tb_rep_metrics_compute((tb_request_metrics[]){r[0].m, r[1].m}, n_out, okr, 2, -1, 0, &s[1].m);
+    }
+    CHECK(s[1].m.wall_ns == 5000 && s[1].m.output_tokens == 3);
+    tb_metric_record mets[] = {
+        {"req_tps", "tokens/s", {.n = 3, .median = 600000, .p5 = 500000, .p95 = 700000, .mean = 600000,
+                                 .stdev = 100000, .cv = NAN, .min = 500000, .max = 700000, .ci_lo = 550000,
+                                 .ci_hi = 650000}},
+        {"agg_tps", "tokens/s", {.n = 1, .median = 1e6, .p5 = 1e6, .p95 = 1e6, .mean = 1e6, .stdev = 0,
+                                 .cv = 0.05, .min = 1e6, .max = 1e6, .ci_lo = 1e6, .ci_hi = 1e6}},
+        {"e2e_ms", "ms", {.n = 2, .median = 5, .p5 = 4.1, .p95 = 6, .mean = 5, .stdev = 1, .cv = 0.2,
+                          .min = 4, .max = 6, .ci_lo = INFINITY, .ci_hi = -INFINITY}},
+        /* nothing measured: not stored at all */
+        {"ttft_ms", "ms", {.n = 0, .median = NAN, .p5 = NAN, .p95 = NAN, .mean = NAN, .stdev = NAN, .cv = NAN,
+                           .min = NAN, .max = NAN, .ci_lo = NAN, .ci_hi = NAN}},
+    };
+    tb_case_record rec1 = {.session_id = session, .backend_id = backend, .c = &c1, .status = "ok",
+                           .started_at = "2025-01-01T00:00:00.000Z", .finished_at = "2025-01-01T00:00:02.000Z",
+                           .case_wall_ns = 123456789, .host_peak_rss = 3 << 20, .samples = s, .n_samples = 2,
+                           .metrics = mets, .n_metrics = TB_ARRAY_LEN(mets)};
+    err = NULL;
+    int64_t case1 = tb_store_case(st, &rec1, &err);
+    CHECK(case1 > 0);
+    CHECK(err == NULL);
+    if (err) {
+        fprintf(stderr, "  %s\n", err);
+        free(err);
+    }
+
+    /* ---- case 2: skipped, nothing run; dimensions that apply */
+    tb_case c2;
+    fill_case(&c2, 2);
+    c2.batch = 4, c2.concurrency = 2, c2.steps = 8, c2.block_length = 4, c2.request_rate = 1.5;
+    c2.swept_json = "{\"jitter\":\"0.1\"}";
+    tb_case_record rec2 = {.session_id = session, .backend_id = backend, .c = &c2, .status = "skipped",
+                           .error = "needs batch", .case_wall_ns = -1, .host_peak_rss = -1};
+    err = NULL;
+    int64_t case2 = tb_store_case(st, &rec2, &err);
+    CHECK(case2 > case1);
+    free(err);
+
+    CHECK(tb_store_session_end(st, session, "completed") == 0);
+    CHECK_TEXT(db, "completed", "SELECT status FROM session WHERE id = %lld", (long long)session);
+    CHECK(q_int(db, "SELECT finished_at >= started_at FROM session WHERE id = %lld", (long long)session) == 1);
+    CHECK_TEXT(db, "running", "SELECT status FROM session WHERE id = %lld", (long long)session2); /* untouched */
+
+    /* bench_case rows */
+    long long k1 = (long long)case1, k2 = (long long)case2;
+    CHECK(q_int(db, "SELECT session_id FROM bench_case WHERE id = %lld", k1) == session);
+    CHECK(q_int(db, "SELECT backend_id FROM bench_case WHERE id = %lld", k1) == backend);
+    CHECK(q_int(db, "SELECT ordinal FROM bench_case WHERE id = %lld", k1) == 1);
+    CHECK(q_int(db, "SELECT prompt_tokens FROM bench_case WHERE id = %lld", k1) == 16);
+    CHECK(q_int(db, "SELECT max_new_tokens FROM bench_case WHERE id = %lld", k1) == 3);
+    CHECK(q_int(db, "SELECT batch FROM bench_case WHERE id = %lld", k1) == 2);
+    CHECK(q_is_null(db, "SELECT concurrency FROM bench_case WHERE id = %lld", k1)); /* 0: not applicable */
+    CHECK(q_is_null(db, "SELECT steps FROM bench_case WHERE id = %lld", k1));
+    CHECK(q_is_null(db, "SELECT block_length FROM bench_case WHERE id = %lld", k1));
+    CHECK(q_is_null(db, "SELECT request_rate FROM bench_case WHERE id = %lld", k1));
+    CHECK_TEXT(db, "{}", "SELECT options_json FROM bench_case WHERE id = %lld", k1);
+    CHECK_TEXT(db, "ok", "SELECT status FROM bench_case WHERE id = %lld", k1);
+    CHECK(q_is_null(db, "SELECT error FROM bench_case WHERE id = %lld", k1));
+    CHECK_TEXT(db, "2025-01-01T00:00:02.000Z", "SELECT finished_at FROM bench_case WHERE id = %lld", k1);
+    CHECK(q_int(db, "SELECT case_wall_ns FROM bench_case WHERE id = %lld", k1) == 123456789);
+    CHECK(q_int(db, "SELECT host_peak_rss_bytes FROM bench_case WHERE id = %lld", k1) == 3 << 20);
+    CHECK(q_int(db, "SELECT concurrency FROM bench_case WHERE id = %lld", k2) == 2);
+    CHECK(q_int(db, "SELECT steps FROM bench_case WHERE id = %lld", k2) == 8);
+    CHECK(q_int(db, "SELECT block_length FROM bench_case WHERE id = %lld", k2) == 4);
+    CHECK(q_real(db, "SELECT request_rate FROM bench_case WHERE id = %lld", k2) == 1.5);
+    CHECK_TEXT(db, "skipped", "SELECT status FROM bench_case WHERE id = %lld", k2);
+    CHECK_TEXT(db, "needs batch", "SELECT error FROM bench_case WHERE id = %lld", k2);
+    CHECK(q_is_null(db, "SELECT case_wall_ns FROM bench_case WHERE id = %lld", k2));
+    CHECK(q_is_null(db, "SELECT host_peak_rss_bytes FROM bench_case WHERE id = %lld", k2));
+    CHECK(q_is_null(db, "SELECT started_at FROM bench_case WHERE id = %lld", k2));
+
+    /* sample rows */
+    CHECK(q_int(db, "SELECT count(*) FROM sample WHERE case_id = %lld", k1) == 2);
+    CHECK(q_int(db, "SELECT count(*) FROM sample WHERE case_id = %lld", k2) == 0);
+#define SW(col) "SELECT " col " FROM sample WHERE case_id = %lld AND repetition = 0", k1
+#define SM(col) "SELECT " col " FROM sample WHERE case_id = %lld AND repetition = 1", k1
+    CHECK(q_int(db, SW("warmup")) == 1);
+    CHECK(q_int(db, SW("prefill_ns")) == 1000);
+    CHECK(q_int(db, SW("forward_passes")) == 3);
+    CHECK(q_int(db, SW("peak_device_bytes")) == INT64_C(5) << 30);
+    CHECK(q_int(db, SW("energy_mj")) == 42);
+    CHECK(q_int(db, SW("recount_tokens")) == 12);
+    CHECK(q_int(db, SW("output_tokens")) == 6);
+    CHECK(q_real(db, SW("tokens_per_forward")) == 2); /* 6 / 3 */
+    CHECK(q_int(db, SM("warmup")) == 0);
+    CHECK(q_int(db, SM("n_requests")) == 2);
+    CHECK(q_int(db, SM("wall_ns")) == 5000);
+    CHECK(q_is_null(db, SM("prefill_ns")));        /* -1: unknown */
+    CHECK(q_int(db, SM("decode_ns")) == 3000);
+    CHECK(q_int(db, SM("output_tokens")) == 3);
+    CHECK(q_is_null(db, SM("recount_tokens")));    /* -1 */
+    CHECK_NEAR(q_real(db, SM("aggregate_tps")), 600000, 1e-6); /* 3 / 5e-6 */
+    CHECK(q_is_null(db, SM("decode_tps")));        /* NaN: prefill unknown */
+    CHECK(q_is_null(db, SM("forward_passes")));    /* 0: not reported */
+    CHECK(q_is_null(db, SM("tokens_per_forward"))); /* NaN */
+    CHECK(q_int(db, SM("peak_device_bytes")) == 2 << 20);
+    CHECK(q_is_null(db, SM("energy_mj")));         /* -1 */
+    CHECK(q_int(db, SM("n_emissions")) == 3);
+    CHECK(q_int(db, SM("runner_ns")) == 200);
+#undef SW
+#undef SM
+
+    /* request rows of the measured sample */
+#define RQ(col, idx)                                                                                             \
+    "SELECT r." col " FROM request r JOIN sample s ON r.sample_id = s.id WHERE s.case_id = %lld AND"             \
+    " s.repetition = 1 AND r.idx = " #idx, k1
+    CHECK_TEXT(db, "ok", RQ("status", 0));
+    CHECK(q_is_null(db, RQ("error", 0)));
+    CHECK(q_int(db, RQ("submit_offset_ns", 0)) == 0);
+    CHECK(q_int(db, RQ("ttft_ns", 0)) == 2000);
+    CHECK(q_int(db, RQ("e2e_ns", 0)) == 5000);
+    CHECK(q_real(db, RQ("tpot_ns", 0)) == 1500);
+    CHECK_NEAR(q_real(db, RQ("tps", 0)), 600000, 1e-6);
+    CHECK(q_int(db, RQ("requested_tokens", 0)) == 3);
+    CHECK(q_int(db, RQ("output_tokens", 0)) == 3);
+    CHECK(q_int(db, RQ("recount_tokens", 0)) == 4);
+    CHECK(q_int(db, RQ("count_mismatch", 0)) == 1); /* 4 != 3 */
+    CHECK(q_is_null(db, RQ("steps_done", 0)));      /* 0: not a diffusion request */
+    CHECK_TEXT(db, "0000000000000abc", RQ("output_hash", 0));
+    CHECK_TEXT(db, "[[2,1],[3,1],[5,1]]", RQ("emissions_json", 0));
+    CHECK_TEXT(db, "failed", RQ("status", 1));
+    CHECK_TEXT(db, "boom", RQ("error", 1));
+    CHECK(q_int(db, RQ("submit_offset_ns", 1)) == 500);
+    CHECK(q_int(db, RQ("ttft_ns", 1)) == 1000);
+    CHECK(q_int(db, RQ("e2e_ns", 1)) == 1000);
+    CHECK(q_is_null(db, RQ("tpot_ns", 1)));         /* NaN: one token */
+    CHECK_NEAR(q_real(db, RQ("tps", 1)), 1e6, 1e-6);
+    CHECK(q_is_null(db, RQ("recount_tokens", 1)));  /* -1 */
+    CHECK(q_int(db, RQ("count_mismatch", 1)) == 0); /* not re-counted: no mismatch */
+    CHECK(q_int(db, RQ("steps_done", 1)) == 5);
+    CHECK(q_is_null(db, RQ("output_hash", 1)));     /* 0: no hash */
+    CHECK_TEXT(db, "[]", RQ("emissions_json", 1));
+#undef RQ
+    CHECK(q_int(db, "SELECT sum(r.count_mismatch) FROM request r JOIN sample s ON r.sample_id = s.id"
+                    " WHERE s.case_id = %lld AND s.warmup = 1", k1) == 1); /* 9 != 3, 3 == 3 */
+
+    /* metric rows: n == 0 is not stored; NaN and infinities are NULL */
+    CHECK(q_int(db, "SELECT count(*) FROM metric WHERE case_id = %lld", k1) == 3);
+    CHECK(q_int(db, "SELECT count(*) FROM metric WHERE case_id = %lld AND name = 'ttft_ms'", k1) == 0);
+    CHECK_TEXT(db, "tokens/s", "SELECT unit FROM metric WHERE case_id = %lld AND name = 'req_tps'", k1);
+    CHECK(q_int(db, "SELECT n FROM metric WHERE case_id = %lld AND name = 'req_tps'", k1) == 3);
+    CHECK(q_real(db, "SELECT p95 FROM metric WHERE case_id = %lld AND name = 'req_tps'", k1) == 700000);
+    CHECK(q_real(db, "SELECT stdev FROM metric WHERE case_id = %lld AND name = 'req_tps'", k1) == 100000);
+    CHECK(q_real(db, "SELECT ci_lo FROM metric WHERE case_id = %lld AND name = 'req_tps'", k1) == 550000);
+    CHECK(q_is_null(db, "SELECT cv FROM metric WHERE case_id = %lld AND name = 'req_tps'", k1));
+    CHECK(q_is_null(db, "SELECT ci_lo FROM metric WHERE case_id = %lld AND name = 'e2e_ms'", k1));
+    CHECK(q_is_null(db, "SELECT ci_hi FROM metric WHERE case_id = %lld AND name = 'e2e_ms'", k1));
+    CHECK(q_real(db, "SELECT p5 FROM metric WHERE case_id = %lld AND name = 'e2e_ms'", k1) == 4.1);
+
+    /* the summary view */
+    CHECK(q_int(db, "SELECT count(*) FROM summary WHERE session = %lld", (long long)session) == 2);
+    /* Rows come ORDER BY session, ordinal: offset 0 is case 1. */
+#define SV(col, ord)                                                                                              \
+    "SELECT " col " FROM (SELECT * FROM summary WHERE session = %lld) LIMIT 1 OFFSET " #ord, (long long)session
+    CHECK_TEXT(db, "unit", SV("suite", 0));
+    CHECK_TEXT(db, "nullb", SV("backend", 0));
+    CHECK_TEXT(db, "preset:none", SV("model", 0));
+    CHECK_TEXT(db, "null 1.0.0", SV("plugin", 0));
+    CHECK_TEXT(db, "f32", SV("dtype", 0));
+    CHECK_TEXT(db, "yes", SV("random_weights", 0));
+    CHECK_TEXT(db, "cpu", SV("device", 0));
+    CHECK_TEXT(db, "Test GPU", SV("gpu", 0));
+    CHECK(q_int(db, SV("gpus", 0)) == 1);
+    CHECK_TEXT(db, "12.8", SV("cuda_driver", 0));
+    CHECK_TEXT(db, TB_CUDA_BUILD_VERSION, SV("cuda_build", 0));
+    CHECK_TEXT(db, "Test CPU 9000", SV("cpu", 0));
+    CHECK(q_int(db, SV("prompt_tokens", 0)) == 16);
+    CHECK(q_int(db, SV("max_new_tokens", 0)) == 3);
+    CHECK(q_int(db, SV("batch", 0)) == 2);
+    CHECK(q_is_null(db, SV("concurrency", 0)));
+    CHECK(q_is_null(db, SV("steps", 0)));
+    CHECK_TEXT(db, "ok", SV("status", 0));
+    CHECK(q_int(db, SV("runs", 0)) == 1);                /* n of agg_tps */
+    CHECK(q_real(db, SV("median_tps", 0)) == 600000);    /* req_tps median */
+    CHECK(q_real(db, SV("p95_tps", 0)) == 500000);       /* req_tps p5: the slow tail */
+    CHECK(q_real(db, SV("aggregate_tps", 0)) == 1e6);
+    CHECK(q_is_null(db, SV("decode_tps", 0)));           /* no such metric */
+    CHECK(q_is_null(db, SV("ttft_ms", 0)));              /* n == 0: not stored */
+    CHECK(q_real(db, SV("e2e_ms", 0)) == 5);
+    CHECK(q_real(db, SV("e2e_p95_ms", 0)) == 6);
+    CHECK(q_real(db, SV("agg_tps_cv", 0)) == 0.05);
+    CHECK(q_real(db, SV("peak_device_mib", 0)) == 2.0);  /* warm-up's 5 GiB excluded */
+    CHECK(q_real(db, SV("host_peak_rss_mib", 0)) == 3.0);
+    CHECK(q_int(db, SV("count_mismatches", 0)) == 1);    /* measured only */
+    CHECK_TEXT(db, "skipped", SV("status", 1));
+    CHECK_TEXT(db, "needs batch", SV("error", 1));
+    CHECK(q_int(db, SV("steps", 1)) == 8);
+    CHECK(q_int(db, SV("concurrency", 1)) == 2);
+    CHECK_TEXT(db, "{\"jitter\":\"0.1\"}", SV("swept_options", 1));
+    CHECK(q_is_null(db, SV("runs", 1)));
+    CHECK(q_is_null(db, SV("median_tps", 1)));
+    CHECK(q_is_null(db, SV("peak_device_mib", 1)));
+    CHECK(q_is_null(db, SV("host_peak_rss_mib", 1)));
+    CHECK(q_int(db, SV("count_mismatches", 1)) == 0);
+#undef SV
+
+    tb_plugin_close(&pb.plugin);
+    tb_store_close(st);
+    free(path);
+}
+
+static void counts(sqlite3 *db, int64_t out[4])
+{
+    out[0] = q_int(db, "SELECT count(*) FROM bench_case");
+    out[1] = q_int(db, "SELECT count(*) FROM sample");
+    out[2] = q_int(db, "SELECT count(*) FROM request");
+    out[3] = q_int(db, "SELECT count(*) FROM metric");
+}
+
+/* A failed write returns -1 with a reason and leaves nothing behind; the
+ * store stays usable (no transaction left open). */
+static void test_failures(void)
+{
+    char *path = tmp_path("fail.db");
+    tb_store *st = NULL;
+    char *err = NULL;
+    CHECK(tb_store_open(path, &st, &err) == 0);
+    if (!st) {
+        free(err);
+        free(path);
+        return;
+    }
+    sqlite3 *db = tb_store_db(st);
+    tb_plan_backend pb;
+    int64_t machine, session, backend;
+    CHECK(setup_session(st, &pb, &machine, &session, &backend) == 0);
+    int64_t before[4], after[4];
+    CHECK(write_small_case(st, session, backend, 1, &err) > 0);
+    counts(db, before);
+    CHECK(before[0] == 1 && before[1] == 1 && before[2] == 1 && before[3] == 1);
+
+    /* 1. A backend that does not exist: the first insert fails. */
+    err = NULL;
+    CHECK(write_small_case(st, session, 424242, 2, &err) == -1);
+    CHECK_CONTAINS(err, "storing case #2 failed");
+    CHECK_CONTAINS(err, "FOREIGN KEY");
+    free(err);
+    counts(db, after);
+    CHECK(memcmp(before, after, sizeof before) == 0);
+    CHECK(sqlite3_get_autocommit(db) != 0); /* rolled back, not left open */
+
+    /* 2. A duplicate repetition: the case row and the first sample (and
+     * its requests) were written before the failure, and must go. */
+    tb_case c;
+    fill_case(&c, 3);
+    tb_request_record rq[2] = {0};
+    const int64_t em[] = {10, 20};
+    tb_request_metrics_compute(0, 0, 2, em, 2, &rq[0].m);
+    tb_request_metrics_compute(0, 0, 2, em, 2, &rq[1].m);
+    rq[0].n_out = rq[1].n_out = 2;
+    rq[0].recount = rq[1].recount = -1;
+    tb_sample_record s[2] = {
+        {.repetition = 0, .n_requests = 2, .prefill_ns = -1, .decode_ns = -1, .peak_device_bytes = -1,
+         .energy_mj = -1, .recount_tokens = -1, .requests = rq},
+        {.repetition = 0, .n_requests = 2, .prefill_ns = -1, .decode_ns = -1, .peak_device_bytes = -1,
+         .energy_mj = -1, .recount_tokens = -1, .requests = rq},
+    };
+    tb_case_record rec = {.session_id = session, .backend_id = backend, .c = &c, .status = "ok",
+                          .case_wall_ns = -1, .host_peak_rss = -1, .samples = s, .n_samples = 2};
+    err = NULL;
+    CHECK(tb_store_case(st, &rec, &err) == -1);
+    CHECK_CONTAINS(err, "UNIQUE");
+    free(err);
+    counts(db, after);
+    CHECK(memcmp(before, after, sizeof before) == 0);
+
+    /* 3. A duplicate metric name: fails at the very last insert. */
+    s[1].repetition = 1;
+    tb_metric_record m[2] = {{"agg_tps", "tokens/s", {.n = 1, .median = 1}},
+                             {"agg_tps", "tokens/s", {.n = 1, .median = 2}}};
+    rec.metrics = m;
+    rec.n_metrics = 2;
+    err = NULL;
+    CHECK(tb_store_case(st, &rec, &err) == -1);
+    CHECK(err != NULL);
+    free(err);
+    counts(db, after);
+    CHECK(memcmp(before, after, sizeof before) == 0);
+
+    /* 4. A status the schema does not allow (CHECK constraint). */
+    rec.n_metrics = 1;
+    rec.status = "maybe";
+    err = NULL;
+    CHECK(tb_store_case(st, &rec, &err) == -1);
+    CHECK_CONTAINS(err, "CHECK");
+    free(err);
+    counts(db, after);
+    CHECK(memcmp(before, after, sizeof before) == 0);
+
+    /* 5. The same ordinal twice in a session. */
+    err = NULL;
+    CHECK(write_small_case(st, session, backend, 1, &err) == -1);
+    CHECK_CONTAINS(err, "UNIQUE");
+    free(err);
+    counts(db, after);
+    CHECK(memcmp(before, after, sizeof before) == 0);
+
+    /* After all that, the fixed record goes in whole. */
+    rec.status = "ok";
+    err = NULL;
+    int64_t id = tb_store_case(st, &rec, &err);
+    CHECK(id > 0);
+    free(err);
+    counts(db, after);
+    CHECK(after[0] == before[0] + 1 && after[1] == before[1] + 2 && after[2] == before[2] + 4 &&
+          after[3] == before[3] + 1);
+
+    /* Session and backend errors. */
+    CHECK(tb_store_session_end(st, session, "bogus") == -1); /* CHECK constraint */
+    CHECK_TEXT(db, "running", "SELECT status FROM session WHERE id = %lld", (long long)session);
+    CHECK(q_is_null(db, "SELECT finished_at FROM session WHERE id = %lld", (long long)session));
+    CHECK(tb_store_session_end(st, 987654, "completed") == -1); /* no such session */
+    CHECK(tb_store_backend(st, session, &pb) == -1);            /* label taken in this session */
+    CHECK(tb_store_backend(st, 987654, &pb) == -1);             /* no such session */
+    CHECK(q_int(db, "SELECT count(*) FROM backend") == 1);
+    tb_session_info si = {.machine_id = 987654, .suite = &test_suite, .command_line = "x"};
+    CHECK(tb_store_session_begin(st, &si) == -1); /* no such machine */
+    CHECK(q_int(db, "SELECT count(*) FROM session") == 1);
+
+    tb_plugin_close(&pb.plugin);
+    tb_store_close(st);
+    free(path);
+}
+
+/* ----------------------------------------------------- two processes */
+
+enum { N_EACH = 200 };
+
+/* One writer: 200 machines shared by name with the other writer (the same
+ * fingerprints, racing), then 200 cases of its own. Returns failures. */
+static int writer(const char *path, int64_t session, int64_t backend, size_t first_ordinal, int go_fd)
+{
+    tb_store *st = NULL;
+    char *err = NULL;
+    int fails = 0;
+    if (tb_store_open(path, &st, &err) != 0) {
+        fprintf(stderr, "  writer %zu: open: %s\n", first_ordinal, err);
+        free(err);
+        return 1;
+    }
+    char go;
+    if (go_fd >= 0 && read(go_fd, &go, 1) != 1)
+        fails++;
+    for (int i = 0; i < N_EACH; i++) {
+        tb_machine_info mi;
+        char fp[32];
+        snprintf(fp, sizeof fp, "race-%d", i);
+        fill_machine(&mi, fp);
+        if (tb_store_machine(st, &mi) < 0) {
+            if (fails++ < 3)
+                fprintf(stderr, "  writer %zu: machine %s: %s\n", first_ordinal, fp, sqlite3_errmsg(tb_store_db(st)));
+        }
+        err = NULL;
+        if (write_small_case(st, session, backend, first_ordinal + (size_t)i, &err) < 0) {
+            if (fails++ < 3)
+                fprintf(stderr, "  writer %zu: case %d: %s\n", first_ordinal, i, err);
+            free(err);
+        }
+    }
+    tb_store_close(st);
+    return fails;
+}
+
+static void test_two_writers(void)
+{
+    char *path = tmp_path("shared.db");
+    tb_store *st = NULL;
+    char *err = NULL;
+    CHECK(tb_store_open(path, &st, &err) == 0);
+    if (!st) {
+        free(err);
+        free(path);
+        return;
+    }
+    tb_plan_backend pb;
+    int64_t machine, session, backend;
+    CHECK(setup_session(st, &pb, &machine, &session, &backend) == 0);
+    tb_plugin_close(&pb.plugin);
+    /* No SQLite connection may cross fork(): close before, reopen after. */
+    tb_store_close(st);
+
+    int go[2];
+    if (pipe(go) != 0)
+        die("pipe");
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0)
+        die("fork");
+    if (pid == 0) {
+        close(go[1]);
+        int fails = writer(path, session, backend, 10001, go[0]);
+        _exit(fails ? 1 : 0);
+    }
+    close(go[0]);
+    /* Parent: open, then release both writers at once. */
+    if (write(go[1], "g", 1) != 1)
+        die("write");
+    close(go[1]);
+    int fails = writer(path, session, backend, 1, -1);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(fails == 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+
+    CHECK(tb_store_open(path, &st, &err) == 0);
+    if (st) {
+        sqlite3 *db = tb_store_db(st);
+        CHECK(q_int(db, "SELECT count(*) FROM bench_case WHERE session_id = %lld", (long long)session) ==
+              2 * N_EACH);
+        CHECK(q_int(db, "SELECT count(*) FROM bench_case WHERE ordinal BETWEEN 1 AND %d", N_EACH) == N_EACH);
+        CHECK(q_int(db, "SELECT count(*) FROM bench_case WHERE ordinal BETWEEN 10001 AND %d", 10000 + N_EACH) ==
+              N_EACH);
+        CHECK(q_int(db, "SELECT count(*) FROM sample") == 2 * N_EACH);
+        CHECK(q_int(db, "SELECT count(*) FROM request") == 2 * N_EACH);
+        CHECK(q_int(db, "SELECT count(*) FROM metric") == 2 * N_EACH);
+        CHECK(q_int(db, "SELECT count(*) FROM machine WHERE fingerprint LIKE 'race-%%'") == N_EACH);
+        CHECK(q_int(db, "SELECT count(*) FROM machine") == N_EACH + 1);
+        CHECK_TEXT(db, "ok", "PRAGMA integrity_check");
+        tb_store_close(st);
+    } else {
+        free(err);
+    }
+    free(path);
+}
+
+/* Several processes open one fresh file at the same instant: each must
+ * succeed, and the schema must be applied exactly once. */
+static void test_concurrent_create(void)
+{
+    enum { PROCS = 6, ROUNDS = 20 };
+    int bad = 0;
+    for (int round = 0; round < ROUNDS; round++) {
+        char name[64];
+        snprintf(name, sizeof name, "race%d.db", round);
+        char *path = tmp_path(name);
+        int go[2];
+        if (pipe(go) != 0)
+            die("pipe");
+        fflush(NULL);
+        pid_t pids[PROCS];
+        for (int i = 0; i < PROCS; i++) {
+            pids[i] = fork();
+            if (pids[i] < 0)
+                die("fork");
+            if (pids[i] == 0) {
+                close(go[1]);
+                char c;
+                if (read(go[0], &c, 1) != 0) /* EOF when the parent closes */
+                    _exit(3);
+                tb_store *st = NULL;
+                char *err = NULL;
+                if (tb_store_open(path, &st, &err) != 0) {
+                    fprintf(stderr, "  concurrent open %d/%d: %s\n", round, i, err);
+                    _exit(1);
+                }
+                tb_machine_info mi;
+                fill_machine(&mi, "same");
+                int rc = tb_store_machine(st, &mi) > 0 ? 0 : 2;
+                tb_store_close(st);
+                _exit(rc);
+            }
+        }
+        close(go[0]);
+        close(go[1]); /* release them all */
+        for (int i = 0; i < PROCS; i++) {
+            int status = 0;
+            waitpid(pids[i], &status, 0);
+            if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+                bad++;
+        }
+        sqlite3 *db = raw_open(path);
+        if (q_int(db, "PRAGMA user_version") != tb_store_schema_version() ||
+            q_int(db, "SELECT count(*) FROM sqlite_master WHERE name = 'summary'") != 1 ||
+            q_int(db, "SELECT count(*) FROM machine") != 1)
+            bad++;
+        sqlite3_close(db);
+        free(path);
+    }
+    CHECK(bad == 0);
+}
+
+int main(void)
+{
+    null_path = getenv("TB_NULL_PLUGIN");
+    if (!null_path || !getenv("TB_SOURCE_ROOT")) {
+        fprintf(stderr, "test_store: TB_NULL_PLUGIN and TB_SOURCE_ROOT must be set (run through meson test)\n");
+        return 1;
+    }
+    const char *tmp = getenv("TMPDIR");
+    snprintf(tmp_root, sizeof tmp_root, "%s/tb_store_test.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(tmp_root))
+        die("mkdtemp");
+    unsetenv("TOKBENCH_DB");
+
+    test_fresh();
+    test_reopen();
+    test_migration_path();
+    test_newer_refused();
+    test_not_a_database();
+    test_machine();
+    test_full_session();
+    test_failures();
+    test_two_writers();
+    test_concurrent_create();
+
+    char *cmd = tb_xasprintf("rm -rf '%s'", tmp_root);
+    if (system(cmd) != 0)
+        fprintf(stderr, "test_store: could not remove %s\n", tmp_root);
+    free(cmd);
+    return check_done();
+}
