@@ -13,7 +13,7 @@ cd "$(dirname "$0")"
 
 packages=(meson ninja-build pkg-config gcc libc6-dev python3 make
           libinih-dev libsqlite3-dev libcjson-dev libssl-dev sqlite3
-          libpcre2-dev libcurl4-openssl-dev libopenblas-dev libmicrohttpd-dev)
+          libpcre2-dev libutf8proc-dev libcurl4-openssl-dev libopenblas-dev libmicrohttpd-dev)
 
 install_packages() {
     [ "${TOKBENCH_NO_INSTALL:-0}" = 1 ] && return 0

@@ -5,7 +5,6 @@
 
 #include <cblas.h>
 #include <math.h>
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,14 +34,13 @@ int tb_cpu_state_init(tb_cpu_state *st, const tb_model *m, int max_seqs, int max
         n_threads = n > 0 ? (int)n : 1;
     }
     st->n_threads = n_threads;
-    omp_set_num_threads(n_threads);
     openblas_set_num_threads(n_threads);
 
     size_t cache = (size_t)c->n_layers * (size_t)max_seqs * (size_t)max_len * (size_t)kv_dim(c);
     size_t rows = (size_t)max_rows, h = (size_t)c->hidden_size;
     size_t sizes[] = {cache, cache, rows * h, rows * h, rows * (size_t)qkv_dim(c),
                       rows * (size_t)(c->n_heads * c->head_dim), rows * 2 * (size_t)c->intermediate_size,
-                      (size_t)n_threads * (size_t)max_len};
+                      (size_t)max_rows * (size_t)max_len};
     float **ptrs[] = {&st->k_cache, &st->v_cache, &st->x, &st->xn, &st->qkv, &st->att, &st->gu, &st->scores};
     st->seq_len = calloc((size_t)max_seqs, sizeof(int));
     int ok = st->seq_len != NULL;
@@ -64,13 +62,7 @@ void tb_cpu_set_threads(tb_cpu_state *st, int n_threads)
 {
     if (n_threads == st->n_threads || n_threads < 1)
         return;
-    /* the per-thread score rows were sized for st->n_threads */
-    float *s = realloc(st->scores, (size_t)n_threads * (size_t)st->max_len * sizeof(float) + 1);
-    if (!s)
-        return;
-    st->scores = s;
     st->n_threads = n_threads;
-    omp_set_num_threads(n_threads);
     openblas_set_num_threads(n_threads);
 }
 
@@ -97,7 +89,6 @@ void tb_cpu_state_free(tb_cpu_state *st)
  * LlamaRMSNorm: mean of squares in float32, then rsqrt(. + eps)). */
 static void rmsnorm(float *y, const float *x, const float *w, int rows, int n, double eps)
 {
-#pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; r++) {
         const float *xr = x + (size_t)r * n;
         float *yr = y + (size_t)r * n;
@@ -144,7 +135,6 @@ static void layer_forward(tb_cpu_state *st, int l, int n_seqs, int n_new, int ca
     /* attention block */
     rmsnorm(st->xn, st->x, L->attn_norm, rows, h, c->rms_eps);
     matmul_t(st->qkv, st->xn, L->wqkv, rows, qkvd, h, 0);
-#pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; r++) {
         float *q = st->qkv + (size_t)r * qkvd;
         int b = r / n_new, pos = st->seq_len[b] + r % n_new;
@@ -160,47 +150,46 @@ static void layer_forward(tb_cpu_state *st, int l, int n_seqs, int n_new, int ca
         memcpy(st->k_cache + at, q + nq, (size_t)kvd * sizeof(float));
         memcpy(st->v_cache + at, q + nq + kvd, (size_t)kvd * sizeof(float));
     }
+    /* Attention per (sequence, head) as two GEMMs, so OpenBLAS's threads
+     * do the work: S = Q K^T / sqrt(hd), masked and softmaxed per row, then
+     * O = S V. Q rows are strided by the fused qkv width, K and V rows by
+     * the cache's kv width; O lands in its head's columns of att. */
     float scale = 1.0f / sqrtf((float)hd);
-#pragma omp parallel for collapse(2) schedule(dynamic)
-    for (int r = 0; r < rows; r++)
+    for (int b = 0; b < n_seqs; b++) {
+        int start = st->seq_len[b], n_keys = start + n_new;
+        const float *kb = st->k_cache + layer_off + (size_t)b * st->max_len * kvd;
+        const float *vb = st->v_cache + layer_off + (size_t)b * st->max_len * kvd;
         for (int hh = 0; hh < c->n_heads; hh++) {
-            int b = r / n_new, pos = st->seq_len[b] + r % n_new;
-            int n_keys = causal ? pos + 1 : st->seq_len[b] + n_new;
-            const float *q = st->qkv + (size_t)r * qkvd + hh * hd;
             int kvh = hh / group;
-            const float *kbase = st->k_cache + layer_off + (size_t)b * st->max_len * kvd + kvh * hd;
-            const float *vbase = st->v_cache + layer_off + (size_t)b * st->max_len * kvd + kvh * hd;
-            float *s = st->scores + (size_t)omp_get_thread_num() * st->max_len;
-            float mx = -INFINITY;
-            for (int j = 0; j < n_keys; j++) {
-                const float *k = kbase + (size_t)j * kvd;
-                float dot = 0;
-                for (int i = 0; i < hd; i++)
-                    dot += q[i] * k[i];
-                s[j] = dot * scale;
-                if (s[j] > mx)
-                    mx = s[j];
+            const float *q = st->qkv + (size_t)b * n_new * qkvd + (size_t)hh * hd;
+            float *s = st->scores; /* [n_new][n_keys] */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n_new, n_keys, hd, scale, q, qkvd,
+                        kb + (size_t)kvh * hd, kvd, 0.0f, s, n_keys);
+            for (int t = 0; t < n_new; t++) {
+                float *row = s + (size_t)t * n_keys;
+                int visible = causal ? start + t + 1 : n_keys;
+                float mx = -INFINITY, sum = 0;
+                for (int j = 0; j < visible; j++)
+                    mx = row[j] > mx ? row[j] : mx;
+                for (int j = 0; j < visible; j++) {
+                    row[j] = expf(row[j] - mx);
+                    sum += row[j];
+                }
+                float inv = 1.0f / sum;
+                for (int j = 0; j < visible; j++)
+                    row[j] *= inv;
+                for (int j = visible; j < n_keys; j++)
+                    row[j] = 0.0f; /* masked: the future of a causal row */
             }
-            float sum = 0;
-            for (int j = 0; j < n_keys; j++) {
-                s[j] = expf(s[j] - mx);
-                sum += s[j];
-            }
-            float *o = st->att + (size_t)r * nq + hh * hd;
-            memset(o, 0, (size_t)hd * sizeof(float));
-            for (int j = 0; j < n_keys; j++) {
-                const float *v = vbase + (size_t)j * kvd;
-                float p = s[j] / sum;
-                for (int i = 0; i < hd; i++)
-                    o[i] += p * v[i];
-            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n_new, hd, n_keys, 1.0f, s, n_keys,
+                        vb + (size_t)kvh * hd, kvd, 0.0f, st->att + (size_t)b * n_new * nq + (size_t)hh * hd, nq);
         }
+    }
     matmul_t(st->x, st->att, L->wo, rows, h, nq, 1); /* residual add */
 
     /* MLP block: x += down(silu(gate(xn)) * up(xn)) */
     rmsnorm(st->xn, st->x, L->mlp_norm, rows, h, c->rms_eps);
     matmul_t(st->gu, st->xn, L->w_gate_up, rows, 2 * inter, h, 0);
-#pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; r++) {
         float *g = st->gu + (size_t)r * 2 * inter, *u = g + inter;
         for (int i = 0; i < inter; i++)

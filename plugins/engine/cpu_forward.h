@@ -1,5 +1,7 @@
 /* cpu_forward.h — the transformer forward pass on the CPU: float32,
- * OpenBLAS for every matrix product, OpenMP across heads and rows.
+ * OpenBLAS for every matrix product (attention included), so its threads
+ * are the only ones; the element-wise steps are single-threaded and cost
+ * O(rows x hidden) against the GEMMs' O(rows x hidden^2).
  *
  * A state holds the KV cache of up to max_seqs sequences of up to max_len
  * positions and the scratch buffers for one call. A call appends n_new
@@ -24,7 +26,7 @@ typedef struct tb_cpu_state {
     float *qkv;     /* [rows][(n_heads + 2 n_kv) head_dim] */
     float *att;     /* [rows][n_heads head_dim]: attention output */
     float *gu;      /* [rows][2 intermediate]: gate | up, then silu(g) u */
-    float *scores;  /* [threads][max_len]: one head's attention row */
+    float *scores;  /* [max_rows][max_len]: one head's attention matrix */
     int n_threads;
     size_t bytes;   /* allocated, for reporting */
 } tb_cpu_state;

@@ -316,10 +316,14 @@ static int map_file(tb_weights *w, const char *path, errbuf *err)
     if (fd < 0)
         return set_err(err, "%s: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(fd, &st) != 0) {
         int e = errno;
         close(fd);
-        return set_err(err, "%s: %s", path, e ? strerror(e) : "not a regular file");
+        return set_err(err, "%s: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return set_err(err, "%s: not a regular file", path);
     }
     f->len = (size_t)st.st_size;
     if (f->len >= 8) { /* mmap refuses 0 bytes; parse_file reports short files */

@@ -569,10 +569,11 @@ static pcre2_code *compile_regex(const char *pattern, size_t len, bool literal, 
                                  size_t msg_size)
 {
     char *rewritten = NULL;
-    uint32_t opts = PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK;
+    uint32_t opts = PCRE2_UTF | PCRE2_NO_UTF_CHECK;
     if (literal)
-        opts |= PCRE2_LITERAL;
+        opts |= PCRE2_LITERAL; /* which takes no UCP */
     else {
+        opts |= PCRE2_UCP;
         rewritten = rewrite_pattern(pattern);
         pattern = rewritten;
         len = strlen(rewritten);
