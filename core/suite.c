@@ -20,6 +20,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "util.h"
 
@@ -345,6 +346,21 @@ static int check_duplicate(parser *p, const char *key)
 
 static int parse_file(parser *p, const char *path, tb_loc from);
 
+/* A relative path that exists next to the file being read is taken from
+ * there (suites ship with their models); otherwise it is kept as written
+ * (relative to the working directory). */
+static char *relative_to_file(parser *p, const char *v)
+{
+    const char *slash = strrchr(p->rd->file, '/');
+    if (v[0] == '/' || !v[0] || !slash)
+        return tb_xstrdup(v);
+    char *near = tb_xasprintf("%.*s/%s", (int)(slash - p->rd->file), p->rd->file, v);
+    if (access(near, F_OK) == 0)
+        return near;
+    free(near);
+    return tb_xstrdup(v);
+}
+
 static int valid_label(const char *s)
 {
     if (!*s)
@@ -489,11 +505,11 @@ static int handler(void *user, const char *section, const char *name, const char
             if (!*v)
                 add_error(p, here(p), name, "expected a plugin name or path");
             free(be->plugin);
-            be->plugin = tb_xstrdup(v);
+            be->plugin = strchr(v, '/') ? relative_to_file(p, v) : tb_xstrdup(v);
             be->plugin_loc = here(p);
         } else if (strcmp(name, "model") == 0) {
             free(be->model);
-            be->model = tb_xstrdup(v);
+            be->model = strchr(v, ':') ? tb_xstrdup(v) : relative_to_file(p, v);
         } else if (d != TB_N_DIMS) {
             list_split(&be->dims[d], v, here(p), 1);
             if (strcmp(v, "none") == 0 && d != TB_DIM_PROMPT_TOKENS && d != TB_DIM_MAX_NEW_TOKENS &&

@@ -20,16 +20,28 @@ fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 pass() { echo "ok: $*"; }
 q() { sqlite3 -batch -noheader "$1" "$2"; }
 
-# 1. The default suite: every case stored, summary with machine metadata.
+# 0. The default suite (the README's first command) runs the AR engine.
+if "$tb" run "$src/suites/quick.ini" --db "$tmp/default.db" >"$tmp/default.out" 2>"$tmp/default.err"; then
+    pass "default suite ran"
+else
+    fail "default suite exit $?"; cat "$tmp/default.err"
+fi
+[ "$(q "$tmp/default.db" "select count(*) from summary where status = 'ok' and plugin like 'ar %' and random_weights = 'yes' and aggregate_tps > 0")" = 4 ] \
+    || fail "default suite: expected 4 ok AR cases with random weights flagged"
+[ "$(q "$tmp/default.db" "select count(*) from request r join sample s on s.id = r.sample_id where s.warmup = 0 and (r.output_tokens <> 64 or r.recount_tokens is null)")" = 0 ] \
+    || fail "default suite: every request must produce 64 tokens and be re-counted"
+
+# 1. A scripted suite: every case stored, summary with machine metadata.
+quick="$src/tests/data/suites/null-quick.ini"
 db="$tmp/quick.db"
-if "$tb" run "$src/suites/quick.ini" --db "$db" >"$tmp/quick.out" 2>"$tmp/quick.err"; then
+if "$tb" run "$quick" --db "$db" >"$tmp/quick.out" 2>"$tmp/quick.err"; then
     pass "quick suite ran"
 else
     fail "quick suite exit $?"; cat "$tmp/quick.err"
 fi
 grep -q "side by side" "$tmp/quick.out" || fail "no side-by-side table in run output"
 n=$(q "$db" "select count(*) from summary where status = 'ok'")
-expected=$("$tb" run "$src/suites/quick.ini" --dry-run | grep -c '^  #')
+expected=$("$tb" run "$quick" --dry-run | grep -c '^  #')
 [ "$n" = "$expected" ] && [ "$n" -gt 0 ] || fail "summary has $n ok rows, plan had $expected cases"
 [ "$(q "$db" "select count(*) from summary where cpu = '' or gpu is null or median_tps is null or p95_tps > median_tps")" = 0 ] \
     || fail "summary rows lack machine metadata or figures"

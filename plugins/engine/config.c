@@ -426,7 +426,8 @@ static int parse_root(ctx *c, const cJSON *root, tb_model_config *cfg)
     if (!diffusion && (r = get_int(c, root, NAMES("head_dim"), 1, MAX_COUNT, 0,
                                    &cfg->head_dim)) < 0)
         return -1;
-    const char *hname = llada ? "d_model" : "hidden_size";
+    const char *hname;
+    lookup(root, KEY("d_model", "hidden_size"), &hname);
     if (r == 0) {
         if (cfg->hidden_size % cfg->n_heads != 0) {
             char e[96];

@@ -132,6 +132,10 @@ int tb_model_load(const char *dir, tb_model *m, char *err, size_t err_size)
                  path, c->arch_name);
         return -1;
     }
+    if (c->o_bias) {
+        snprintf(err, err_size, "%s: attention_bias = true (a bias on o_proj too) is not supported by this engine", path);
+        return -1;
+    }
     tb_weights *w = NULL;
     if (tb_weights_open(dir, &w, err, err_size) != 0)
         return -1;

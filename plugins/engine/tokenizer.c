@@ -1133,6 +1133,84 @@ static void push_pair(encoder *e, size_t *hn, size_t pos)
         heap_push(e, hn, (merge_cand){.rank = m->rank, .pos = (uint32_t)pos, .id = m->id});
 }
 
+/* The library's Word::merge_all: a heap of (rank, position) candidates;
+ * an entry is stale when its pair has changed since it was pushed, which
+ * the library detects by the merged id alone (a pair can only change by
+ * its symbols growing, so the merged id cannot match by accident). */
+static void merge_heap(encoder *e, symbol *sym, size_t ns)
+{
+    const tb_tokenizer *t = e->t;
+    size_t hn = 0;
+    for (size_t i = 0; i + 1 < ns; i++)
+        push_pair(e, &hn, i);
+    while (hn) {
+        merge_cand top = heap_pop(e, &hn);
+        symbol *l = &sym[top.pos];
+        if (l->gone || l->next < 0)
+            continue;
+        symbol *r = &sym[l->next];
+        const pair_slot *m = pairmap_get(&t->merges, l->id, r->id);
+        if (!m || m->id != top.id)
+            continue;
+        l->id = top.id;
+        r->gone = true;
+        l->next = r->next;
+        if (l->next >= 0)
+            sym[l->next].prev = (int32_t)top.pos;
+        if (l->prev >= 0)
+            push_pair(e, &hn, (size_t)l->prev);
+        if (l->next >= 0)
+            push_pair(e, &hn, top.pos);
+    }
+    for (size_t i = 0; i < ns; i++)
+        if (!sym[i].gone)
+            emit(e, sym[i].id);
+}
+
+#ifndef SMALL_WORD
+#define SMALL_WORD 64 /* symbols; up to this many, merge_small (-D for tests) */
+#endif
+
+/* The same result as merge_heap for short words, cheaper: repeatedly
+ * merge the adjacent pair of lowest rank, leftmost on ties (which is the
+ * order the heap pops valid entries in), over a compact array. */
+static void merge_small(encoder *e, const symbol *sym, size_t ns)
+{
+    const pairmap *pm = &e->t->merges;
+    int32_t id[SMALL_WORD], to[SMALL_WORD];
+    uint32_t rank[SMALL_WORD]; /* of the pair (i, i + 1); UINT32_MAX: none */
+    for (size_t i = 0; i < ns; i++)
+        id[i] = sym[i].id;
+    for (size_t i = 0; i + 1 < ns; i++) {
+        const pair_slot *m = pairmap_get(pm, id[i], id[i + 1]);
+        rank[i] = m ? m->rank : UINT32_MAX;
+        to[i] = m ? m->id : -1;
+    }
+    while (ns > 1) {
+        size_t best = 0;
+        for (size_t i = 1; i + 1 < ns; i++)
+            if (rank[i] < rank[best])
+                best = i;
+        if (rank[best] == UINT32_MAX)
+            break;
+        id[best] = to[best];
+        ns--;
+        size_t tail = ns - best - 1; /* symbols after the merged one */
+        memmove(id + best + 1, id + best + 2, tail * sizeof *id);
+        if (tail > 1) {
+            memmove(rank + best + 1, rank + best + 2, (tail - 1) * sizeof *rank);
+            memmove(to + best + 1, to + best + 2, (tail - 1) * sizeof *to);
+        }
+        for (size_t i = best ? best - 1 : 0; i <= best && i + 1 < ns; i++) {
+            const pair_slot *m = pairmap_get(pm, id[i], id[i + 1]);
+            rank[i] = m ? m->rank : UINT32_MAX;
+            to[i] = m ? m->id : -1;
+        }
+    }
+    for (size_t i = 0; i < ns; i++)
+        emit(e, id[i]);
+}
+
 /* BPE over one pre-token s[0, n) (valid UTF-8, n > 0). */
 static void bpe(encoder *e, const char *s, size_t n)
 {
@@ -1171,34 +1249,10 @@ static void bpe(encoder *e, const char *s, size_t n)
         ns++;
     }
     sym[ns - 1].next = -1;
-
-    size_t hn = 0;
-    for (size_t i = 0; i + 1 < ns; i++)
-        push_pair(e, &hn, i);
-    while (hn) {
-        merge_cand top = heap_pop(e, &hn);
-        symbol *l = &sym[top.pos];
-        if (l->gone || l->next < 0)
-            continue;
-        symbol *r = &sym[l->next];
-        /* Stale when the pair there now merges into something else (the
-         * library compares only the merged id, not the rank). */
-        const pair_slot *m = pairmap_get(&t->merges, l->id, r->id);
-        if (!m || m->id != top.id)
-            continue;
-        l->id = top.id;
-        r->gone = true;
-        l->next = r->next;
-        if (l->next >= 0)
-            sym[l->next].prev = (int32_t)top.pos;
-        if (l->prev >= 0)
-            push_pair(e, &hn, (size_t)l->prev);
-        if (l->next >= 0)
-            push_pair(e, &hn, top.pos);
-    }
-    for (size_t i = 0; i < ns; i++)
-        if (!sym[i].gone)
-            emit(e, sym[i].id);
+    if (ns <= SMALL_WORD)
+        merge_small(e, sym, ns);
+    else
+        merge_heap(e, sym, ns);
 }
 
 static void pretok(encoder *e, size_t step, const char *s, size_t n);
