@@ -31,7 +31,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (size_t i = 0; i < tb_weights_count(w); i++) {
         const tb_tensor *t = tb_weights_at(w, i);
         const uint8_t *p = t->data;
-        if (p < data || t->n_bytes > (size_t)(data + size - p) || tb_weights_find(w, t->name) != t ||
+        if (p < data || t->n_bytes > (size_t)(data + size - p) ||
+            tb_weights_find(w, t->name) != t ||
             t->n_bytes != (size_t)t->n_elements * tb_dtype_size(t->dtype) ||
             tb_weights_expect(w, t->name, t->ndim, t->shape, err, sizeof err) != 0)
             abort();

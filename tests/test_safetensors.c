@@ -322,6 +322,7 @@ static void test_malformed(void)
     CHECK_FAIL("absent.safetensors", "No such file", "");
     CHECK(tb_weights_open_file(dir, &w, err, sizeof err) == -1); /* a folder */
     CHECK_CONTAINS(err, dir);
+    CHECK_CONTAINS(err, "not a regular file");
 
     /* in memory: short and empty buffers */
     CHECK(tb_weights_open_memory("", 0, "m0", &w, err, sizeof err) == -1);
