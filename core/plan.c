@@ -328,6 +328,42 @@ done:
     return errs->len == errs_before ? 0 : -1;
 }
 
+/* The plugin's own check of each case's parameter combination (e.g.
+ * gen_length a multiple of block_length), at suite load. */
+static void validate_cases(tb_plan *plan, tb_str *errs)
+{
+    size_t reported = 0;
+    for (size_t i = 0; i < plan->n_cases && reported < 20; i++) {
+        const tb_case *c = &plan->cases[i];
+        const tb_plan_backend *pb = &plan->backends[c->backend];
+        const tb_backend_ops *ops = pb->plugin.ops;
+        if (c->skip_reason || !TB_STRUCT_HAS(ops, tb_backend_ops, validate) || !ops->validate)
+            continue;
+        tb_request req = {
+            .struct_size = sizeof req,
+            .n_requests = c->batch,
+            .prompt_tokens = c->prompt_tokens,
+            .max_new_tokens = c->max_new_tokens,
+            .batch = c->batch,
+            .concurrency = c->concurrency,
+            .steps = c->steps,
+            .block_length = c->block_length,
+            .request_rate = c->request_rate,
+            .seed = plan->suite->seed,
+            .options = c->options,
+            .n_options = c->n_options,
+        };
+        char why[512] = "";
+        if (ops->validate(&req, why, sizeof why) != TB_OK) {
+            char *label = tb_case_label(plan, c);
+            err_at(errs, pb->sb->loc, "backend", "[backend %s] case %s: %s", pb->sb->label, label,
+                   why[0] ? why : "rejected by the plugin");
+            free(label);
+            reported++;
+        }
+    }
+}
+
 int tb_plan_build(tb_suite *suite, tb_plan *plan, char **err)
 {
     memset(plan, 0, sizeof *plan);
@@ -359,6 +395,8 @@ int tb_plan_build(tb_suite *suite, tb_plan *plan, char **err)
     if (!errs.len)
         for (size_t i = 0; i < plan->n_backends; i++)
             expand_backend(plan, i, &errs);
+    if (!errs.len)
+        validate_cases(plan, &errs);
     if (errs.len) {
         *err = tb_str_take(&errs);
         tb_plan_free(plan);

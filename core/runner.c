@@ -123,7 +123,7 @@ static void dvec_push(dvec *d, double x)
 
 enum {
     M_REQ_TPS, M_AGG_TPS, M_DECODE_TPS, M_TTFT, M_TPOT, M_E2E, M_ITL, M_PREFILL, M_DECODE,
-    M_WALL, M_NFE, M_TPF, M_STEPS, M_RUNNER, M_COUNT
+    M_WALL, M_NFE, M_TPF, M_STEPS, M_ANSWER, M_RUNNER, M_COUNT
 };
 static const struct { const char *name, *unit; } metric_defs[M_COUNT] = {
     [M_REQ_TPS] = {"req_tps", "tokens/s"},
@@ -139,6 +139,7 @@ static const struct { const char *name, *unit; } metric_defs[M_COUNT] = {
     [M_NFE] = {"forward_passes", "count"},
     [M_TPF] = {"tokens_per_forward", "tokens"},
     [M_STEPS] = {"steps_done", "count"},
+    [M_ANSWER] = {"answer_tokens", "tokens"},
     [M_RUNNER] = {"runner_us", "us"},
 };
 
@@ -230,6 +231,7 @@ static int build_record(const tb_plan *plan, const tb_case *c, const char *buf, 
             q->n_out = wr[r].n_output_tokens;
             q->recount = wr[r].recount;
             q->steps_done = wr[r].steps_done;
+            q->answer_tokens = wr[r].answer_tokens;
             q->output_hash = wr[r].output_hash;
             if (q->recount < 0 || s->recount_tokens < 0)
                 s->recount_tokens = -1;
@@ -251,6 +253,8 @@ static int build_record(const tb_plan *plan, const tb_case *c, const char *buf, 
                 dvec_push(&m[M_E2E], (double)rm[r].e2e_ns * 1e-6);
                 if (q->steps_done)
                     dvec_push(&m[M_STEPS], q->steps_done);
+                if (q->answer_tokens != TB_UNKNOWN_COUNT)
+                    dvec_push(&m[M_ANSWER], q->answer_tokens);
                 for (size_t e = 1; e < ne; e++)
                     dvec_push(&m[M_ITL], (double)(em_t[e] - em_t[e - 1]) * 1e-6);
             }

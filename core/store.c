@@ -407,8 +407,8 @@ static int insert_samples(tb_store *st, int64_t case_id, const tb_case_record *r
                                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
     sqlite3_stmt *qr = prepare(st, "INSERT INTO request (sample_id, idx, status, error, submit_offset_ns, ttft_ns,"
                                    " e2e_ns, tpot_ns, tps, requested_tokens, output_tokens, recount_tokens,"
-                                   " count_mismatch, steps_done, output_hash, emissions_json)"
-                                   " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+                                   " count_mismatch, steps_done, answer_tokens, output_hash, emissions_json)"
+                                   " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
     int ok = qs && qr;
     if (!ok)
         *why = db_error(st);
@@ -457,8 +457,9 @@ static int insert_samples(tb_store *st, int64_t case_id, const tb_case_record *r
             bind_opt_int(qr, 12, q->recount);
             sqlite3_bind_int(qr, 13, q->recount >= 0 && (uint32_t)q->recount != q->n_out);
             bind_opt_int(qr, 14, q->steps_done ? (int64_t)q->steps_done : -1);
-            bind_text(qr, 15, q->output_hash ? hash : NULL);
-            bind_text(qr, 16, q->emissions_json ? q->emissions_json : "[]");
+            bind_opt_int(qr, 15, q->answer_tokens != TB_UNKNOWN_COUNT ? (int64_t)q->answer_tokens : -1);
+            bind_text(qr, 16, q->output_hash ? hash : NULL);
+            bind_text(qr, 17, q->emissions_json ? q->emissions_json : "[]");
             if (sqlite3_step(qr) != SQLITE_DONE) {
                 *why = db_error(st);
                 ok = 0;

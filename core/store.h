@@ -65,6 +65,7 @@ typedef struct tb_request_record {
     uint32_t n_out;          /* engine's count */
     int32_t recount;         /* -1: not re-counted */
     uint32_t steps_done;
+    uint32_t answer_tokens;  /* TB_UNKNOWN_COUNT: not reported */
     uint64_t output_hash;
     char *emissions_json;    /* [[ms since submit, tokens], ...] */
 } tb_request_record;

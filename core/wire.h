@@ -57,6 +57,8 @@ typedef struct tb_wire_request {
     uint32_t n_output_tokens;
     int32_t recount;     /* detokenize → tokenize count; -1: no tokenizer */
     uint32_t steps_done;
+    uint32_t answer_tokens; /* before the first EOS; TB_UNKNOWN_COUNT */
+    uint32_t pad;
     uint64_t output_hash; /* FNV-1a of output ids (or text); 0: none */
     char error[128];
 } tb_wire_request;

@@ -242,6 +242,8 @@ static void run_case(worker *w, const tb_case *c)
             .n_options = c->n_options,
         };
         memset(rr, 0, n_req * sizeof *rr);
+        for (uint32_t i = 0; i < n_req; i++)
+            rr[i].n_answer_tokens = TB_UNKNOWN_COUNT;
         tb_result res = {.struct_size = sizeof res, .n_requests = n_req, .requests = rr,
                          .prefill_ns = -1, .decode_ns = -1, .forward_passes = 0,
                          .peak_device_bytes = -1, .energy_mj = -1};
@@ -274,6 +276,7 @@ static void run_case(worker *w, const tb_case *c)
             q->status = r->status;
             q->n_output_tokens = r->n_output_tokens;
             q->steps_done = r->steps_done;
+            q->answer_tokens = r->n_answer_tokens;
             q->recount = r->status == TB_OK ? recount(w, r) : -1;
             if (r->output_ids)
                 q->output_hash = fnv1a(1469598103934665603ULL, r->output_ids,

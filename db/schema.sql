@@ -128,6 +128,8 @@ CREATE TABLE request (
     recount_tokens  INTEGER,                    -- detokenize -> tokenize
     count_mismatch  INTEGER NOT NULL DEFAULT 0, -- 1: recount != engine count
     steps_done      INTEGER,
+    answer_tokens   INTEGER,                    -- before the first EOS (diffusion
+                                                -- canvases); NULL: = output_tokens
     output_hash     TEXT,                       -- FNV-1a of output ids: equal
                                                 -- outputs across repetitions
     -- [[t_ms_since_submit, n_tokens], ...]: every emission, for ITL plots.

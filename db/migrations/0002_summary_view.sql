@@ -41,6 +41,8 @@ SELECT
     (SELECT p95 FROM metric WHERE case_id = c.id AND name = 'e2e_ms') AS e2e_p95_ms,
     (SELECT median FROM metric WHERE case_id = c.id AND name = 'forward_passes') AS nfe,
     (SELECT median FROM metric WHERE case_id = c.id AND name = 'tokens_per_forward') AS tokens_per_forward,
+    (SELECT median FROM metric WHERE case_id = c.id AND name = 'steps_done') AS steps_done,
+    (SELECT median FROM metric WHERE case_id = c.id AND name = 'answer_tokens') AS answer_tokens,
     (SELECT cv FROM metric WHERE case_id = c.id AND name = 'agg_tps') AS agg_tps_cv,
     (SELECT max(peak_device_bytes) / 1048576.0 FROM sample
          WHERE case_id = c.id AND warmup = 0) AS peak_device_mib,

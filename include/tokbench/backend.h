@@ -204,8 +204,13 @@ typedef struct tb_request {
     uint32_t n_options;
 } tb_request;
 
+/* A count the backend did not report. */
+#define TB_UNKNOWN_COUNT UINT32_MAX
+
 /* What the plugin reports of one request. The host allocates the array and
- * zeroes it; the plugin fills each element. */
+ * zeroes it; the plugin fills each element. Because it is an array element,
+ * this struct never grows within a major version: a change here bumps
+ * TB_ABI_MAJOR. */
 typedef struct tb_request_result {
     /* Host clock, ns: when the request was sent (for batch backends, the
      * start of the generate() call; for serving backends, the scheduled
@@ -222,6 +227,10 @@ typedef struct tb_request_result {
     const int32_t *output_ids;
     uint32_t n_output_ids;
     uint32_t steps_done;         /* denoising steps actually run, or 0 */
+    /* Output tokens before the first EOS (the answer a user reads), for
+     * backends that fill fixed-length canvases (diffusion). The host sets
+     * it to TB_UNKNOWN_COUNT before the call; leave it when not known. */
+    uint32_t n_answer_tokens;
     /* Output text or NULL; same ownership as output_ids. */
     const char *output_text;
     char error[128];             /* short failure text when status != OK */
@@ -301,6 +310,16 @@ typedef struct tb_backend_ops {
      * when cap is 0. */
     int64_t (*detokenize)(void *ctx, const int32_t *ids, size_t n,
                           char *out, size_t cap);
+
+    /* --- appended in ABI 1; read only when TB_STRUCT_HAS says so ------ */
+
+    /* Optional. Check one case before anything runs (at suite load, in the
+     * runner's process, without a context): `request` carries the case's
+     * dimensions and options (n_requests = batch, no prompts). Returns
+     * TB_OK, or TB_ERR_INVALID with the reason in why[why_size] — e.g.
+     * "gen_length 100 is not a multiple of block_length 32". */
+    tb_status (*validate)(const tb_request *request, char *why,
+                          size_t why_size);
 } tb_backend_ops;
 
 /* The smallest ops table the host accepts: ABI 1 through `detokenize`. */

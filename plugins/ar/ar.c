@@ -145,8 +145,17 @@ static tb_status ar_create(const tb_host *host, const char *model, const tb_opti
     if (strncmp(model, "preset:", 7) == 0) {
         rc = tb_model_preset(model + 7, (uint64_t)opt_i(options, n_options, OPT_PRESET_SEED), &c->model, err,
                              err_size);
+        if (rc == 0 && tb_arch_is_diffusion(c->model.cfg.arch)) {
+            snprintf(err, err_size, "%s is a diffusion model: use plugin = diffusion", model);
+            rc = -1;
+        }
     } else {
         rc = tb_model_load(model, &c->model, err, err_size);
+        if (rc == 0 && tb_arch_is_diffusion(c->model.cfg.arch)) {
+            snprintf(err, err_size, "%s: %s is a diffusion model: use plugin = diffusion", model,
+                     c->model.cfg.arch_name);
+            rc = -1;
+        }
         if (rc == 0) {
             char path[4096];
             struct stat sb;

@@ -122,7 +122,9 @@ static void rope(float *v, int head_dim, int pos, const float *inv_freq)
     }
 }
 
-static void layer_forward(tb_cpu_state *st, int l, int n_seqs, int n_new, int causal)
+/* One layer for rows at positions [pos0, pos0 + n_new) of each sequence,
+ * attending to [0, n_attend) (causal: up to the row's own position). */
+static void layer_forward(tb_cpu_state *st, int l, int n_seqs, int pos0, int n_new, int n_attend, int causal)
 {
     const tb_model *m = st->m;
     const tb_model_config *c = &m->cfg;
@@ -137,7 +139,7 @@ static void layer_forward(tb_cpu_state *st, int l, int n_seqs, int n_new, int ca
     matmul_t(st->qkv, st->xn, L->wqkv, rows, qkvd, h, 0);
     for (int r = 0; r < rows; r++) {
         float *q = st->qkv + (size_t)r * qkvd;
-        int b = r / n_new, pos = st->seq_len[b] + r % n_new;
+        int b = r / n_new, pos = pos0 + r % n_new;
         if (L->bqkv)
             for (int i = 0; i < qkvd; i++)
                 q[i] += L->bqkv[i];
@@ -156,7 +158,7 @@ static void layer_forward(tb_cpu_state *st, int l, int n_seqs, int n_new, int ca
      * the cache's kv width; O lands in its head's columns of att. */
     float scale = 1.0f / sqrtf((float)hd);
     for (int b = 0; b < n_seqs; b++) {
-        int start = st->seq_len[b], n_keys = start + n_new;
+        int start = pos0, n_keys = n_attend;
         const float *kb = st->k_cache + layer_off + (size_t)b * st->max_len * kvd;
         const float *vb = st->v_cache + layer_off + (size_t)b * st->max_len * kvd;
         for (int hh = 0; hh < c->n_heads; hh++) {
@@ -200,21 +202,18 @@ static void layer_forward(tb_cpu_state *st, int l, int n_seqs, int n_new, int ca
                 inter, 1.0f, st->x, h);
 }
 
-static int check_fit(const tb_cpu_state *st, int n_seqs, int n_new)
+static int check_fit(const tb_cpu_state *st, int n_seqs, int pos0, int n_new, int n_attend)
 {
-    if (n_seqs < 1 || n_new < 1 || n_seqs > st->max_seqs || n_seqs * n_new > st->max_rows)
+    if (n_seqs < 1 || n_new < 1 || pos0 < 0 || n_seqs > st->max_seqs || n_seqs * n_new > st->max_rows)
         return -1;
-    for (int b = 0; b < n_seqs; b++)
-        if (st->seq_len[b] + n_new > st->max_len)
-            return -1;
-    return 0;
+    return pos0 + n_new <= st->max_len && n_attend <= st->max_len && n_attend >= pos0 + n_new ? 0 : -1;
 }
 
-int tb_cpu_forward_hidden(tb_cpu_state *st, const int32_t *tokens, int n_seqs, int n_new, int causal,
-                          int n_layers)
+static int forward_hidden(tb_cpu_state *st, const int32_t *tokens, int n_seqs, int pos0, int n_new, int n_attend,
+                          int causal, int n_layers)
 {
     const tb_model_config *c = &st->m->cfg;
-    if (check_fit(st, n_seqs, n_new) != 0)
+    if (check_fit(st, n_seqs, pos0, n_new, n_attend) != 0)
         return -1;
     int rows = n_seqs * n_new, h = c->hidden_size;
     for (int r = 0; r < rows; r++) {
@@ -224,20 +223,23 @@ int tb_cpu_forward_hidden(tb_cpu_state *st, const int32_t *tokens, int n_seqs, i
         memcpy(st->x + (size_t)r * h, st->m->embed + (size_t)t * h, (size_t)h * sizeof(float));
     }
     for (int l = 0; l < n_layers && l < c->n_layers; l++)
-        layer_forward(st, l, n_seqs, n_new, causal);
+        layer_forward(st, l, n_seqs, pos0, n_new, n_attend, causal);
     return 0;
 }
 
-int tb_cpu_forward(tb_cpu_state *st, const int32_t *tokens, int n_seqs, int n_new, int causal, int all_logits,
-                   float *logits)
+int tb_cpu_forward_hidden(tb_cpu_state *st, const int32_t *tokens, int n_seqs, int n_new, int causal,
+                          int n_layers)
+{
+    int pos0 = st->seq_len[0];
+    return forward_hidden(st, tokens, n_seqs, pos0, n_new, pos0 + n_new, causal, n_layers);
+}
+
+/* Final norm and LM head over the rows computed last. */
+static void head(tb_cpu_state *st, int n_seqs, int n_new, int all_logits, float *logits)
 {
     const tb_model *m = st->m;
     const tb_model_config *c = &m->cfg;
-    if (tb_cpu_forward_hidden(st, tokens, n_seqs, n_new, causal, c->n_layers) != 0)
-        return -1;
     int h = c->hidden_size;
-    for (int b = 0; b < n_seqs; b++)
-        st->seq_len[b] += n_new;
     if (all_logits) {
         int rows = n_seqs * n_new;
         rmsnorm(st->xn, st->x, m->final_norm, rows, h, c->rms_eps);
@@ -250,5 +252,25 @@ int tb_cpu_forward(tb_cpu_state *st, const int32_t *tokens, int n_seqs, int n_ne
         rmsnorm(st->xn, st->xn, m->final_norm, n_seqs, h, c->rms_eps);
         matmul_t(logits, st->xn, m->lm_head, n_seqs, c->vocab_size, h, 0);
     }
+}
+
+int tb_cpu_forward(tb_cpu_state *st, const int32_t *tokens, int n_seqs, int n_new, int causal, int all_logits,
+                   float *logits)
+{
+    int pos0 = st->seq_len[0];
+    if (forward_hidden(st, tokens, n_seqs, pos0, n_new, pos0 + n_new, causal, st->m->cfg.n_layers) != 0)
+        return -1;
+    for (int b = 0; b < n_seqs; b++)
+        st->seq_len[b] = pos0 + n_new;
+    head(st, n_seqs, n_new, all_logits, logits);
+    return 0;
+}
+
+int tb_cpu_forward_at(tb_cpu_state *st, const int32_t *tokens, int n_seqs, int pos0, int n_new, int n_attend,
+                      float *logits)
+{
+    if (forward_hidden(st, tokens, n_seqs, pos0, n_new, n_attend, 0, st->m->cfg.n_layers) != 0)
+        return -1;
+    head(st, n_seqs, n_new, 1, logits);
     return 0;
 }

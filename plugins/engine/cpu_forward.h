@@ -40,10 +40,20 @@ void tb_cpu_set_threads(tb_cpu_state *st, int n_threads);
 void tb_cpu_state_reset(tb_cpu_state *st);
 void tb_cpu_state_free(tb_cpu_state *st);
 
-/* tokens: [n_seqs][n_new]. logits: [n_seqs][all_logits ? n_new : 1][vocab].
- * Returns 0, or -1 when the call does not fit the state. */
+/* Autoregressive step: tokens [n_seqs][n_new] appended after what the
+ * cache holds (every sequence holds the same length). logits:
+ * [n_seqs][all_logits ? n_new : 1][vocab]. Returns 0, or -1 when the call
+ * does not fit the state. */
 int tb_cpu_forward(tb_cpu_state *st, const int32_t *tokens, int n_seqs, int n_new, int causal,
                    int all_logits, float *logits);
+
+/* Bidirectional forward of a span, for diffusion: the n_new tokens of each
+ * sequence sit at positions [pos0, pos0 + n_new); their keys and values
+ * overwrite the cache there; every row attends to positions [0, n_attend),
+ * the rest taken from the cache (a prefix or dual cache). All rows' logits:
+ * [n_seqs][n_new][vocab]. The state's sequence lengths are not used. */
+int tb_cpu_forward_at(tb_cpu_state *st, const int32_t *tokens, int n_seqs, int pos0, int n_new, int n_attend,
+                      float *logits);
 
 /* The layers without the LM head: after the call st->x holds the final
  * hidden states (before the final norm) of the n_seqs * n_new rows. For

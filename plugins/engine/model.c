@@ -119,6 +119,28 @@ static int take(const tb_weights *w, const char *name, int64_t rows, int64_t col
     return 0;
 }
 
+/* Tensor names of one architecture family ("%d" = layer index). */
+typedef struct weight_names {
+    const char *embed, *final_norm, *lm_head, *layer;
+    const char *attn_norm, *q, *k, *v, *o, *mlp_norm, *gate, *up, *down, *qb, *kb, *vb;
+} weight_names;
+
+/* Llama, Qwen2 and Dream (Qwen2 blocks) use transformers' names. */
+static const weight_names hf_names = {
+    "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight", "model.layers.%d.",
+    "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+    "self_attn.o_proj.weight", "post_attention_layernorm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
+    "mlp.down_proj.weight", "self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias",
+};
+
+/* LLaDA keeps OLMo's names: ff_proj is the gate, ff_out the down proj. */
+static const weight_names llada_names = {
+    "model.transformer.wte.weight", "model.transformer.ln_f.weight", "model.transformer.ff_out.weight",
+    "model.transformer.blocks.%d.", "attn_norm.weight", "q_proj.weight", "k_proj.weight", "v_proj.weight",
+    "attn_out.weight", "ff_norm.weight", "ff_proj.weight", "up_proj.weight", "ff_out.weight", "q_proj.bias",
+    "k_proj.bias", "v_proj.bias",
+};
+
 int tb_model_load(const char *dir, tb_model *m, char *err, size_t err_size)
 {
     memset(m, 0, sizeof *m);
@@ -127,15 +149,11 @@ int tb_model_load(const char *dir, tb_model *m, char *err, size_t err_size)
     if (tb_config_load(path, &m->cfg, err, err_size) != 0)
         return -1;
     const tb_model_config *c = &m->cfg;
-    if (c->arch != TB_ARCH_LLAMA && c->arch != TB_ARCH_QWEN2) {
-        snprintf(err, err_size, "%s: architecture %s is not an autoregressive model this engine loads (LlamaForCausalLM, Qwen2ForCausalLM)",
-                 path, c->arch_name);
-        return -1;
-    }
     if (c->o_bias) {
         snprintf(err, err_size, "%s: attention_bias = true (a bias on o_proj too) is not supported by this engine", path);
         return -1;
     }
+    const weight_names *nm = c->arch == TB_ARCH_LLADA ? &llada_names : &hf_names;
     tb_weights *w = NULL;
     if (tb_weights_open(dir, &w, err, err_size) != 0)
         return -1;
@@ -145,45 +163,44 @@ int tb_model_load(const char *dir, tb_model *m, char *err, size_t err_size)
     }
     const char *base = strrchr(dir, '/');
     snprintf(m->name, sizeof m->name, "%s", base && base[1] ? base + 1 : dir);
-    const tb_tensor *emb = tb_weights_find(w, "model.embed_tokens.weight");
+    const tb_tensor *emb = tb_weights_find(w, nm->embed);
     snprintf(m->source_dtype, sizeof m->source_dtype, "%s", emb ? tb_dtype_name(emb->dtype) : "?");
 
     int64_t h = c->hidden_size, hd = c->head_dim, inter = c->intermediate_size;
     int64_t qd = (int64_t)c->n_heads * hd, kvd = (int64_t)c->n_kv_heads * hd;
-    int rc = take(w, "model.embed_tokens.weight", c->vocab_size, h, m->embed, err, err_size);
+    int rc = take(w, nm->embed, c->vocab_size, h, m->embed, err, err_size);
     if (!rc && !c->tie_word_embeddings)
-        rc = take(w, "lm_head.weight", c->vocab_size, h, m->lm_head, err, err_size);
+        rc = take(w, nm->lm_head, c->vocab_size, h, m->lm_head, err, err_size);
     if (!rc)
-        rc = take(w, "model.norm.weight", h, 0, m->final_norm, err, err_size);
+        rc = take(w, nm->final_norm, h, 0, m->final_norm, err, err_size);
     for (int l = 0; l < c->n_layers && !rc; l++) {
         tb_layer *L = &m->layers[l];
-        char n[160];
-#define T(suffix, rows, cols, dst)                                                     \
-    (snprintf(n, sizeof n, "model.layers.%d.%s", l, suffix),                          \
-     take(w, n, rows, cols, dst, err, err_size))
-        rc = T("input_layernorm.weight", h, 0, L->attn_norm) ||
-             T("self_attn.q_proj.weight", qd, h, L->wqkv) ||
-             T("self_attn.k_proj.weight", kvd, h, L->wqkv + qd * h) ||
-             T("self_attn.v_proj.weight", kvd, h, L->wqkv + (qd + kvd) * h) ||
-             T("self_attn.o_proj.weight", h, qd, L->wo) ||
-             T("post_attention_layernorm.weight", h, 0, L->mlp_norm) ||
-             T("mlp.gate_proj.weight", inter, h, L->w_gate_up) ||
-             T("mlp.up_proj.weight", inter, h, L->w_gate_up + inter * h) ||
-             T("mlp.down_proj.weight", h, inter, L->w_down);
+        char prefix[64], n[192];
+        snprintf(prefix, sizeof prefix, nm->layer, l);
+#define T(suffix, rows, cols, dst) \
+    (snprintf(n, sizeof n, "%s%s", prefix, suffix), take(w, n, rows, cols, dst, err, err_size))
+        rc = T(nm->attn_norm, h, 0, L->attn_norm) || T(nm->q, qd, h, L->wqkv) ||
+             T(nm->k, kvd, h, L->wqkv + qd * h) || T(nm->v, kvd, h, L->wqkv + (qd + kvd) * h) ||
+             T(nm->o, h, qd, L->wo) || T(nm->mlp_norm, h, 0, L->mlp_norm) ||
+             T(nm->gate, inter, h, L->w_gate_up) || T(nm->up, inter, h, L->w_gate_up + inter * h) ||
+             T(nm->down, h, inter, L->w_down);
         if (!rc && c->qkv_bias)
-            rc = T("self_attn.q_proj.bias", qd, 0, L->bqkv) ||
-                 T("self_attn.k_proj.bias", kvd, 0, L->bqkv + qd) ||
-                 T("self_attn.v_proj.bias", kvd, 0, L->bqkv + qd + kvd);
+            rc = T(nm->qb, qd, 0, L->bqkv) || T(nm->kb, kvd, 0, L->bqkv + qd) ||
+                 T(nm->vb, kvd, 0, L->bqkv + qd + kvd);
 #undef T
     }
     tb_weights_close(w);
     if (rc) {
-        rc = -1;
         tb_model_free(m);
         return -1;
     }
     tb_rope_inv_freq(c, m->rope_inv_freq);
     return 0;
+}
+
+int tb_arch_is_diffusion(tb_arch a)
+{
+    return a == TB_ARCH_LLADA || a == TB_ARCH_DREAM;
 }
 
 /* ------------------------------------------------------------- presets */
@@ -238,6 +255,14 @@ static const preset presets[] = {
                     .head_dim = 16, .rms_eps = 1e-6, .rope_theta = 1000000, .max_position_embeddings = 2048,
                     .qkv_bias = 1, .eos_ids = {1}, .n_eos = 1, .bos_id = -1, .mask_id = -1,
                     .torch_dtype = "float32"}},
+    {"tiny-llada", {.arch = TB_ARCH_LLADA, .arch_name = "LLaDAModelLM", .vocab_size = 512, .hidden_size = 64,
+                    .intermediate_size = 160, .n_layers = 2, .n_heads = 4, .n_kv_heads = 4, .head_dim = 16,
+                    .rms_eps = 1e-5, .rope_theta = 500000, .max_position_embeddings = 4096, .eos_ids = {508},
+                    .n_eos = 1, .bos_id = 507, .mask_id = 510, .torch_dtype = "float32"}},
+    {"tiny-dream", {.arch = TB_ARCH_DREAM, .arch_name = "DreamModel", .vocab_size = 512, .hidden_size = 64,
+                    .intermediate_size = 128, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .head_dim = 16,
+                    .rms_eps = 1e-6, .rope_theta = 1000000, .max_position_embeddings = 4096, .qkv_bias = 1,
+                    .eos_ids = {508}, .n_eos = 1, .bos_id = 507, .mask_id = 510, .torch_dtype = "float32"}},
 };
 
 int tb_preset_config(const char *name, tb_model_config *cfg, char *err, size_t err_size)

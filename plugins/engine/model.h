@@ -36,8 +36,9 @@ typedef struct tb_model {
     char source_dtype[8]; /* dtype of the checkpoint ("BF16", ...) */
 } tb_model;
 
-/* Load config.json + safetensors from a Hugging Face folder. Returns 0 or
- * -1 with a message naming the file and tensor. */
+/* Load config.json + safetensors from a Hugging Face folder (Llama, Qwen2,
+ * Dream: transformers' tensor names; LLaDA: its own). Returns 0 or -1 with
+ * a message naming the file and tensor. */
 int tb_model_load(const char *dir, tb_model *m, char *err, size_t err_size);
 
 /* The config of a preset (deterministic random weights): "llama-3-8b",
@@ -52,6 +53,9 @@ size_t tb_model_cpu_bytes(const tb_model_config *cfg);
 int64_t tb_config_n_params(const tb_model_config *cfg);
 
 void tb_model_free(tb_model *m);
+
+/* LLaDA and Dream: masked-diffusion models (bidirectional attention). */
+int tb_arch_is_diffusion(tb_arch a);
 
 /* RoPE inverse frequencies for cfg (head_dim / 2 of them), llama3 scaling
  * applied as transformers does. */

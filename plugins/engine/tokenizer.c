@@ -14,9 +14,12 @@
  *      (regex or literal, "Isolated": matches and gaps both become pieces)
  *      and ByteLevel (prefix space, the GPT-2 split, bytes to characters).
  *   4. Each piece goes through BPE: the whole piece when ignore_merges and
- *      it is in the vocabulary, else one symbol per character merged by
- *      rank with the library's own priority-queue algorithm (Word::merge_all),
- *      stale-entry check and all, so ties and odd merge tables agree too.
+ *      it is in the vocabulary, else one symbol per character, merged by
+ *      rank, leftmost first among equal ranks: the library's priority-queue
+ *      algorithm (Word::merge_all) for long words (merge_heap), a plain
+ *      scan for short ones (merge_small); both give the library's result,
+ *      also for merge tables with several pairs per token (tiktoken
+ *      conversions such as Llama 3's).
  *
  * Regexes run under PCRE2 (UTF, UCP, JIT when available). The library uses
  * Oniguruma with Ruby syntax; the differences that matter are patched when
@@ -290,7 +293,7 @@ static bool strmap_put(strmap *m, const char *k, size_t n, int32_t val)
 {
     if ((m->n + 1) * 2 > m->mask + 1) {
         strmap old = *m;
-        strmap_init(m, old.n + 1);
+        strmap_init(m, 2 * (old.n + 1));
         for (size_t i = 0; i <= old.mask; i++) {
             strmap_slot *o = &old.slots[i];
             if (o->key)
@@ -611,12 +614,14 @@ static bool json_bool(const cJSON *obj, const char *key, bool dflt, bool *out)
     return true;
 }
 
+#define MAX_ID ((1 << 24) - 1) /* ids index dense tables: keep them sane */
+
 static bool json_id(const cJSON *v, int32_t *out)
 {
     if (!cJSON_IsNumber(v))
         return false;
     double d = v->valuedouble;
-    if (!(d >= 0 && d < 2147483647.0) || d != (double)(int64_t)d)
+    if (!(d >= 0 && d <= MAX_ID) || d != (double)(int64_t)d)
         return false;
     *out = (int32_t)d;
     return true;
@@ -788,7 +793,8 @@ static int load_model(tb_tokenizer *t, const cJSON *model, const char *path, cha
             return FAIL("model.%s: not supported (must be null)", affixes[i]);
     }
     const cJSON *dropout = cJSON_GetObjectItemCaseSensitive(model, "dropout");
-    if (dropout && !cJSON_IsNull(dropout) && !(cJSON_IsNumber(dropout) && dropout->valuedouble == 0))
+    if (dropout && !cJSON_IsNull(dropout) &&
+        !(cJSON_IsNumber(dropout) && dropout->valuedouble == 0))
         return FAIL("model.dropout: not supported (must be null)");
 
     const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
@@ -798,7 +804,8 @@ static int load_model(tb_tokenizer *t, const cJSON *model, const char *path, cha
     for (const cJSON *e = vocab->child; e; e = e->next) {
         int32_t id;
         if (!json_id(e, &id))
-            return FAIL("model.vocab[\"%s\"]: expected an id (integer >= 0)", e->string);
+            return FAIL("model.vocab[\"%s\"]: expected an id (integer 0..%d)", e->string,
+                        MAX_ID);
         strmap_put(&t->vocab, e->string, strlen(e->string), id);
         if ((size_t)id + 1 > t->vocab_size)
             t->vocab_size = (size_t)id + 1;
@@ -871,8 +878,8 @@ static int load_added(tb_tokenizer *t, const cJSON *list, const char *path, char
         added_token a = {0};
         if (!cJSON_IsObject(e) || !cJSON_IsString(content) ||
             !json_id(cJSON_GetObjectItemCaseSensitive(e, "id"), &a.id))
-            return FAIL("added_tokens[%d]: expected {\"id\": integer, \"content\": string, ...}",
-                        i);
+            return FAIL("added_tokens[%d]: expected {\"id\": integer 0..%d, \"content\": "
+                        "string, ...}", i, MAX_ID);
         if (!json_bool(e, "special", false, &a.special) ||
             !json_bool(e, "single_word", false, &a.single_word) ||
             !json_bool(e, "lstrip", false, &a.lstrip) ||
@@ -1065,6 +1072,20 @@ typedef struct merge_cand {
     int32_t id;   /* the merged token */
 } merge_cand;
 
+typedef struct step_buf {
+    char *p;
+    size_t cap;
+} step_buf;
+
+static char *step_buf_reserve(step_buf *b, size_t n)
+{
+    if (n > b->cap) {
+        b->cap = n > 2 * b->cap ? n : 2 * b->cap;
+        b->p = tb_xrealloc(b->p, b->cap);
+    }
+    return b->p;
+}
+
 typedef struct encoder {
     const tb_tokenizer *t;
     int32_t *ids;
@@ -1072,7 +1093,7 @@ typedef struct encoder {
     int64_t n;
     bool failed;
     pcre2_match_data *md;
-    tb_str *bufs; /* [n_steps]: the text one step hands on */
+    step_buf *bufs; /* [n_steps]: the text one step hands on */
     symbol *syms;
     size_t syms_cap;
     merge_cand *heap;
@@ -1306,7 +1327,9 @@ static void pretok(encoder *e, size_t step, const char *s, size_t n)
         return;
     }
     const pretok_step *st = &t->steps[step];
-    tb_str *buf = &e->bufs[step];
+    step_buf *buf = &e->bufs[step];
+    char *o;
+    size_t k = 0;
     switch (st->kind) {
     case STEP_SPLIT:
         split_isolated(e, st->re, step + 1, s, n);
@@ -1314,18 +1337,20 @@ static void pretok(encoder *e, size_t step, const char *s, size_t n)
     case STEP_PREFIX_SPACE:
         if (s[0] == ' ')
             break;
-        buf->len = 0;
-        tb_str_appendn(buf, " ", 1);
-        tb_str_appendn(buf, s, n);
-        pretok(e, step + 1, buf->s, buf->len);
+        o = step_buf_reserve(buf, n + 1);
+        o[0] = ' ';
+        memcpy(o + 1, s, n);
+        pretok(e, step + 1, o, n + 1);
         return;
     case STEP_BYTES:
-        buf->len = 0;
+        o = step_buf_reserve(buf, 2 * n);
         for (size_t i = 0; i < n; i++) {
             unsigned char b = (unsigned char)s[i];
-            tb_str_appendn(buf, t->bytes.utf8[b], t->bytes.len[b]);
+            o[k] = t->bytes.utf8[b][0];
+            o[k + 1] = t->bytes.utf8[b][1];
+            k += t->bytes.len[b];
         }
-        pretok(e, step + 1, buf->s, buf->len);
+        pretok(e, step + 1, o, k);
         return;
     }
     pretok(e, step + 1, s, n);
@@ -1438,7 +1463,7 @@ int64_t tb_tokenizer_encode(const tb_tokenizer *t, const char *text, size_t len,
     else
         split_added(&e, 0, text, len);
     for (size_t i = 0; i <= t->n_steps; i++)
-        tb_str_free(&e.bufs[i]);
+        free(e.bufs[i].p);
     free(e.bufs);
     free(e.syms);
     free(e.heap);

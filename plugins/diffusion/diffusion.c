@@ -1,0 +1,456 @@
+/* diffusion.c — the masked-diffusion backend: LLaDA and Dream models (a
+ * Hugging Face folder or a preset with random weights) on tokbench's
+ * engine with bidirectional attention, sampled by sampler.c.
+ *
+ * One generate() call = one batch of canvases (prompt + gen_length masks,
+ * gen_length = max_new_tokens) denoised together. Every step's committed
+ * tokens are an emission, so time to first commit, the commit curve and
+ * time to the full answer come from the runner's usual metrics. */
+#define _GNU_SOURCE
+#include <cjson/cJSON.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <tokbench/backend.h>
+
+#include "cpu_forward.h"
+#include "model.h"
+#include "sampler.h"
+#include "sampling.h"
+#include "tokenizer.h"
+
+#define DIFFUSION_VERSION "0.1.0"
+
+enum {
+    OPT_DEVICE, OPT_THREADS, OPT_SAMPLER, OPT_THRESHOLD, OPT_CACHE, OPT_CFG_SCALE, OPT_TEMPERATURE, OPT_TOP_K,
+    OPT_ALG_TEMP, OPT_EPS, OPT_MASK_ID, OPT_PRESET_SEED, N_OPTS
+};
+
+#define SAMPLERS "low_confidence|random|threshold|origin|maskgit_plus|topk_margin|entropy"
+
+static const tb_option_decl diffusion_options[N_OPTS] = {
+    [OPT_DEVICE] = {"device", TB_OPT_ENUM, "cpu", "where the model runs (the CUDA path is its own issue)", "cpu", 1, 0,
+                    TB_OPTF_LOAD},
+    [OPT_THREADS] = {"threads", TB_OPT_INT, "0", "CPU threads for the GEMMs; 0 = every online CPU", NULL, 0, 4096, 0},
+    [OPT_SAMPLER] = {"sampler", TB_OPT_ENUM, "low_confidence",
+                     "LLaDA remasking (low_confidence, random), Fast-dLLM threshold, or Dream's origin, "
+                     "maskgit_plus, topk_margin, entropy",
+                     SAMPLERS, 1, 0, 0},
+    [OPT_THRESHOLD] = {"threshold", TB_OPT_FLOAT, "0.9",
+                       "threshold sampler: commit every masked position of the block this confident (0, 1]", NULL,
+                       -1e9, 1e9, 0},
+    [OPT_CACHE] = {"cache", TB_OPT_ENUM, "none",
+                   "Fast-dLLM KV cache: prefix (block + suffix over cached prefix) or dual (block alone)",
+                   "none|prefix|dual", 1, 0, 0},
+    [OPT_CFG_SCALE] = {"cfg_scale", TB_OPT_FLOAT, "0", "classifier-free guidance scale; 0 = off", NULL, 0, 100, 0},
+    [OPT_TEMPERATURE] = {"temperature", TB_OPT_FLOAT, "0",
+                         "0 = deterministic; > 0: Gumbel-max (LLaDA family) or sampling (Dream algorithms)", NULL, 0,
+                         100, 0},
+    [OPT_TOP_K] = {"top_k", TB_OPT_INT, "0", "Dream algorithms: sample among the k most likely; 0 = off", NULL, 0,
+                   1e9, 0},
+    [OPT_ALG_TEMP] = {"alg_temp", TB_OPT_FLOAT, "0",
+                      "Dream algorithms: 0 = commit the most confident, > 0 = draw positions by softmax(conf / T)",
+                      NULL, 0, 100, 0},
+    [OPT_EPS] = {"eps", TB_OPT_FLOAT, "0.001", "Dream algorithms: the last timestep of linspace(1, eps, steps + 1)",
+                 NULL, 1e-9, 0.999, 0},
+    [OPT_MASK_ID] = {"mask_id", TB_OPT_INT, "-1", "mask token id; -1 = the model's mask_token_id", NULL, -1, 1e9,
+                     TB_OPTF_LOAD},
+    [OPT_PRESET_SEED] = {"preset_seed", TB_OPT_INT, "0", "seed of a preset's random weights", NULL, 0, 1e18,
+                         TB_OPTF_LOAD},
+};
+
+typedef struct dctx {
+    const tb_host *host;
+    tb_model model;
+    tb_tokenizer *tok;
+    tb_cpu_state st;
+    int threads;
+    int shifted;      /* Dream: position i is predicted from i - 1 */
+    int32_t mask_id;
+    int cap_seqs, cap_len;
+    int32_t *canvas;  /* [B][L] */
+    int32_t *rows;    /* [2B][L]: tokens of one forward's span */
+    float *scratch;   /* [2B][L][V]: unshifted logits */
+    int *steps_of;    /* [B] */
+    char *describe_json;
+    char error[512];
+} dctx;
+
+static void set_error(dctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_error(dctx *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->error, sizeof c->error, fmt, ap);
+    va_end(ap);
+}
+
+static const tb_option_value *opt(const tb_option_value *v, uint32_t n, int which)
+{
+    for (uint32_t i = 0; v && i < n; i++)
+        if (strcmp(v[i].name, diffusion_options[which].name) == 0)
+            return &v[i];
+    return NULL;
+}
+
+static int64_t opt_i(const tb_option_value *v, uint32_t n, int which)
+{
+    const tb_option_value *o = opt(v, n, which);
+    return o ? o->i : strtoll(diffusion_options[which].default_value, NULL, 10);
+}
+
+static double opt_f(const tb_option_value *v, uint32_t n, int which)
+{
+    const tb_option_value *o = opt(v, n, which);
+    return o ? o->f : strtod(diffusion_options[which].default_value, NULL);
+}
+
+static int enum_index(const char *const *names, const char *text)
+{
+    for (int i = 0; names[i]; i++)
+        if (strcmp(names[i], text) == 0)
+            return i;
+    return 0;
+}
+
+/* The sampler parameters of a request (dimensions + options). */
+static tb_dllm_params params_of(const tb_request *req, int32_t mask_id)
+{
+    const tb_option_value *s = opt(req->options, req->n_options, OPT_SAMPLER);
+    const tb_option_value *cache = opt(req->options, req->n_options, OPT_CACHE);
+    tb_dllm_params p = {
+        .sampler = (tb_dllm_sampler)enum_index(tb_dllm_sampler_names, s ? s->text : "low_confidence"),
+        .gen_length = (int)req->max_new_tokens,
+        .block_length = req->block_length ? (int)req->block_length : (int)req->max_new_tokens,
+        .steps = req->steps ? (int)req->steps : (int)req->max_new_tokens,
+        .threshold = opt_f(req->options, req->n_options, OPT_THRESHOLD),
+        .cache = (tb_dllm_cache)enum_index(tb_dllm_cache_names, cache ? cache->text : "none"),
+        .cfg_scale = opt_f(req->options, req->n_options, OPT_CFG_SCALE),
+        .temperature = opt_f(req->options, req->n_options, OPT_TEMPERATURE),
+        .top_p = 1,
+        .top_k = (int)opt_i(req->options, req->n_options, OPT_TOP_K),
+        .alg_temp = opt_f(req->options, req->n_options, OPT_ALG_TEMP),
+        .eps = opt_f(req->options, req->n_options, OPT_EPS),
+        .mask_id = mask_id,
+    };
+    return p;
+}
+
+static tb_status diffusion_validate(const tb_request *req, char *why, size_t why_size)
+{
+    tb_dllm_params p = params_of(req, 0);
+    return tb_dllm_validate(&p, why, why_size) == 0 ? TB_OK : TB_ERR_INVALID;
+}
+
+static char *make_description(const dctx *c)
+{
+    const tb_model_config *cfg = &c->model.cfg;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "model_name", c->model.name);
+    cJSON_AddStringToObject(o, "architecture", cfg->arch_name);
+    cJSON_AddStringToObject(o, "dtype", "f32");
+    cJSON_AddStringToObject(o, "checkpoint_dtype", c->model.source_dtype);
+    cJSON_AddStringToObject(o, "device", "cpu");
+    cJSON_AddBoolToObject(o, "random_weights", cfg->random_weights);
+    cJSON_AddNumberToObject(o, "params", (double)c->model.n_params);
+    cJSON_AddNumberToObject(o, "mask_id", c->mask_id);
+    cJSON_AddBoolToObject(o, "shifted_logits", c->shifted);
+    cJSON_AddStringToObject(o, "engine_version", DIFFUSION_VERSION);
+    cJSON_AddBoolToObject(o, "tokenizer", c->tok != NULL);
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+static void diffusion_destroy(void *p)
+{
+    dctx *c = p;
+    if (!c)
+        return;
+    tb_cpu_state_free(&c->st);
+    tb_model_free(&c->model);
+    tb_tokenizer_free(c->tok);
+    free(c->canvas);
+    free(c->rows);
+    free(c->scratch);
+    free(c->steps_of);
+    free(c->describe_json);
+    free(c);
+}
+
+static tb_status diffusion_create(const tb_host *host, const char *model, const tb_option_value *options,
+                                  uint32_t n_options, void **ctx_out, char *err, size_t err_size)
+{
+    *ctx_out = NULL;
+    dctx *c = calloc(1, sizeof *c);
+    if (!c) {
+        snprintf(err, err_size, "out of memory");
+        return TB_ERR_NO_MEMORY;
+    }
+    c->host = host;
+    c->threads = (int)opt_i(options, n_options, OPT_THREADS);
+    if (!model || !*model) {
+        snprintf(err, err_size, "no model: set model = a LLaDA/Dream folder or preset:llada-8b, preset:dream-7b");
+        free(c);
+        return TB_ERR_MODEL;
+    }
+    int rc;
+    if (strncmp(model, "preset:", 7) == 0) {
+        rc = tb_model_preset(model + 7, (uint64_t)opt_i(options, n_options, OPT_PRESET_SEED), &c->model, err,
+                             err_size);
+    } else {
+        rc = tb_model_load(model, &c->model, err, err_size);
+        if (rc == 0) {
+            char path[4096];
+            struct stat sb;
+            snprintf(path, sizeof path, "%s/tokenizer.json", model);
+            if (stat(path, &sb) == 0 && tb_tokenizer_load(path, &c->tok, err, err_size) != 0)
+                rc = -1;
+        }
+    }
+    if (rc == 0 && !tb_arch_is_diffusion(c->model.cfg.arch)) {
+        snprintf(err, err_size, "%s: %s is not a diffusion model (LLaDA or Dream): use plugin = ar", model,
+                 c->model.cfg.arch_name);
+        rc = -1;
+    }
+    if (rc != 0) {
+        diffusion_destroy(c);
+        return strstr(err, "out of memory") ? TB_ERR_NO_MEMORY : TB_ERR_MODEL;
+    }
+    c->shifted = c->model.cfg.arch == TB_ARCH_DREAM;
+    int64_t mask = opt_i(options, n_options, OPT_MASK_ID);
+    c->mask_id = mask >= 0 ? (int32_t)mask : c->model.cfg.mask_id;
+    if (c->mask_id < 0 || c->mask_id >= c->model.cfg.vocab_size) {
+        snprintf(err, err_size, "mask id %d is outside the vocabulary (set mask_id)", c->mask_id);
+        diffusion_destroy(c);
+        return TB_ERR_MODEL;
+    }
+    c->describe_json = make_description(c);
+    host->log(host, TB_LOG_INFO, "loaded %s: %s, %lld parameters, mask id %d%s", c->model.name,
+              c->model.cfg.arch_name, (long long)c->model.n_params, c->mask_id,
+              c->model.cfg.random_weights ? " (random weights)" : "");
+    *ctx_out = c;
+    return TB_OK;
+}
+
+static tb_status reserve(dctx *c, int seqs, int len)
+{
+    if (seqs <= c->cap_seqs && len <= c->cap_len)
+        return TB_OK;
+    seqs = seqs > c->cap_seqs ? seqs : c->cap_seqs;
+    len = len > c->cap_len ? len : c->cap_len;
+    tb_cpu_state_free(&c->st);
+    free(c->canvas);
+    free(c->rows);
+    free(c->scratch);
+    free(c->steps_of);
+    size_t V = (size_t)c->model.cfg.vocab_size;
+    c->canvas = malloc((size_t)seqs * len * sizeof(int32_t));
+    c->rows = malloc((size_t)seqs * len * sizeof(int32_t));
+    c->scratch = malloc((size_t)seqs * len * V * sizeof(float));
+    c->steps_of = calloc((size_t)seqs, sizeof(int));
+    c->cap_seqs = c->cap_len = 0;
+    if (!c->canvas || !c->rows || !c->scratch || !c->steps_of) {
+        set_error(c, "out of memory for %d canvases of %d positions", seqs, len);
+        return TB_ERR_NO_MEMORY;
+    }
+    if (tb_cpu_state_init(&c->st, &c->model, seqs, len, seqs * len, c->threads, c->error, sizeof c->error) != 0)
+        return TB_ERR_NO_MEMORY;
+    c->cap_seqs = seqs, c->cap_len = len;
+    return TB_OK;
+}
+
+/* The sampler's forward on the CPU engine; applies Dream's shift. */
+static int cpu_dllm_forward(void *ctx, const int32_t *canvas, int B, int L, int pos0, int n, int n_attend,
+                            float *logits)
+{
+    dctx *c = ctx;
+    int V = c->model.cfg.vocab_size;
+    if (c->shifted && pos0 != 0)
+        return -1; /* caches run only on unshifted models (checked earlier) */
+    for (int b = 0; b < B; b++)
+        memcpy(c->rows + (size_t)b * n, canvas + (size_t)b * L + pos0, (size_t)n * sizeof(int32_t));
+    float *out = c->shifted ? c->scratch : logits;
+    if (tb_cpu_forward_at(&c->st, c->rows, B, pos0, n, n_attend, out) != 0)
+        return -1;
+    if (c->shifted) /* logits[i] = out[i - 1], logits[0] = out[0] */
+        for (int b = 0; b < B; b++) {
+            const float *src = out + (size_t)b * n * V;
+            float *dst = logits + (size_t)b * n * V;
+            memcpy(dst, src, (size_t)V * sizeof(float));
+            memcpy(dst + V, src, (size_t)(n - 1) * V * sizeof(float));
+        }
+    return 0;
+}
+
+typedef struct hook_ctx {
+    dctx *c;
+} hook_ctx;
+
+static void on_commit(void *ctx, int b, int n_tokens)
+{
+    dctx *c = ((hook_ctx *)ctx)->c;
+    c->host->emit(c->host, (uint32_t)b, (uint32_t)n_tokens, c->host->now_ns(c->host));
+}
+
+static int on_cancel(void *ctx)
+{
+    dctx *c = ((hook_ctx *)ctx)->c;
+    return c->host->cancelled(c->host);
+}
+
+/* A deterministic prompt of exactly P tokens, never the mask or EOS. */
+static void synth_prompt(const dctx *c, uint64_t seed, uint32_t r, int32_t *ids, int P)
+{
+    const tb_model_config *cfg = &c->model.cfg;
+    uint64_t rng = seed ^ (0xD1B54A32D192ED03ULL * (r + 1));
+    for (int i = 0; i < P; i++) {
+        if (i == 0 && cfg->bos_id >= 0) {
+            ids[i] = cfg->bos_id;
+            continue;
+        }
+        int32_t t;
+        int bad;
+        do {
+            t = (int32_t)(tb_rng_uniform(&rng) * cfg->vocab_size);
+            bad = t == c->mask_id || t == cfg->bos_id;
+            for (int e = 0; e < cfg->n_eos; e++)
+                bad |= t == cfg->eos_ids[e];
+        } while (bad);
+        ids[i] = t;
+    }
+}
+
+static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result *res)
+{
+    dctx *c = ctx;
+    const tb_host *host = c->host;
+    const tb_model_config *cfg = &c->model.cfg;
+    c->error[0] = '\0';
+    int64_t t0 = host->now_ns(host);
+    tb_dllm_params p = params_of(req, c->mask_id);
+    if (tb_dllm_validate(&p, c->error, sizeof c->error) != 0)
+        return TB_ERR_INVALID;
+    if (c->shifted && p.cache != TB_DLLM_CACHE_NONE) {
+        set_error(c, "cache = %s needs a model with unshifted logits (LLaDA); %s shifts them",
+                  tb_dllm_cache_names[p.cache], cfg->arch_name);
+        return TB_ERR_UNSUPPORTED;
+    }
+    int B = (int)req->n_requests, P = (int)req->prompt_tokens;
+    if (req->prompt_text) {
+        set_error(c, "text prompts are not supported yet by the diffusion backend");
+        return TB_ERR_UNSUPPORTED;
+    }
+    int L = P + p.gen_length;
+    int seqs = p.cfg_scale > 0 ? 2 * B : B;
+    tb_status st = reserve(c, seqs, L);
+    if (st != TB_OK)
+        return st;
+    int threads = (int)opt_i(req->options, req->n_options, OPT_THREADS);
+    if (threads > 0)
+        tb_cpu_set_threads(&c->st, threads);
+    for (int b = 0; b < B; b++) {
+        int32_t *x = c->canvas + (size_t)b * L;
+        synth_prompt(c, req->seed, (uint32_t)b, x, P);
+        for (int i = P; i < L; i++)
+            x[i] = c->mask_id;
+    }
+    tb_dllm_engine eng = {.ctx = c, .vocab = cfg->vocab_size, .forward = cpu_dllm_forward};
+    hook_ctx hc = {c};
+    tb_dllm_hooks hooks = {.ctx = &hc, .on_commit = on_commit, .cancelled = on_cancel};
+    tb_dllm_stats stats;
+    int64_t t_denoise = host->now_ns(host);
+    int rc = tb_dllm_generate(&eng, &p, c->canvas, B, P, req->seed, &hooks, &stats, c->error, sizeof c->error);
+    int64_t t_end = host->now_ns(host);
+    if (rc == 1) {
+        set_error(c, "cancelled after %d steps", stats.steps);
+        return TB_ERR_CANCELLED;
+    }
+    if (rc != 0)
+        return TB_ERR;
+    /* prompt-only work: building the canvases (no forward runs on the
+     * prompt alone in these samplers) */
+    res->prefill_ns = t_denoise - t0;
+    res->decode_ns = t_end - t_denoise;
+    res->forward_passes = stats.forwards;
+    res->peak_device_bytes = -1;
+    for (int b = 0; b < B; b++) {
+        tb_request_result *q = &res->requests[b];
+        const int32_t *gen = c->canvas + (size_t)b * L + P;
+        uint32_t answer = (uint32_t)p.gen_length;
+        for (int i = 0; i < p.gen_length; i++) {
+            int eos = 0;
+            for (int e = 0; e < cfg->n_eos; e++)
+                eos |= gen[i] == cfg->eos_ids[e];
+            if (eos) {
+                answer = (uint32_t)i;
+                break;
+            }
+        }
+        q->n_output_tokens = (uint32_t)p.gen_length;
+        q->n_answer_tokens = answer;
+        q->output_ids = gen;
+        q->n_output_ids = (uint32_t)p.gen_length;
+        q->steps_done = (uint32_t)stats.steps;
+        q->status = TB_OK;
+    }
+    return TB_OK;
+}
+
+static const char *diffusion_last_error(void *ctx)
+{
+    return ((dctx *)ctx)->error;
+}
+
+static const char *diffusion_describe(void *ctx)
+{
+    return ((dctx *)ctx)->describe_json;
+}
+
+static int64_t diffusion_tokenize(void *ctx, const char *text, int32_t *ids, size_t cap)
+{
+    dctx *c = ctx;
+    if (!c->tok) {
+        set_error(c, "this model has no tokenizer.json");
+        return -1;
+    }
+    return tb_tokenizer_encode(c->tok, text, strlen(text), ids, cap);
+}
+
+static int64_t diffusion_detokenize(void *ctx, const int32_t *ids, size_t n, char *out, size_t cap)
+{
+    dctx *c = ctx;
+    if (!c->tok) {
+        set_error(c, "this model has no tokenizer.json");
+        return -1;
+    }
+    return tb_tokenizer_decode(c->tok, ids, n, out, cap);
+}
+
+static const tb_backend_ops diffusion_ops = {
+    .abi_major = TB_ABI_MAJOR,
+    .struct_size = sizeof(tb_backend_ops),
+    .name = "diffusion",
+    .version = DIFFUSION_VERSION,
+    .description = "masked-diffusion LLaDA/Dream on tokbench's engine: LLaDA, Fast-dLLM and Dream samplers",
+    .capabilities = TB_CAP_BATCH | TB_CAP_STEPS | TB_CAP_BLOCKS | TB_CAP_STREAMING | TB_CAP_TOKENIZER,
+    .options = diffusion_options,
+    .n_options = N_OPTS,
+    .create = diffusion_create,
+    .destroy = diffusion_destroy,
+    .generate = diffusion_generate,
+    .last_error = diffusion_last_error,
+    .describe = diffusion_describe,
+    .tokenize = diffusion_tokenize,
+    .detokenize = diffusion_detokenize,
+    .validate = diffusion_validate,
+};
+
+__attribute__((visibility("default"))) const tb_backend_ops *tokbench_backend_entry(void);
+__attribute__((visibility("default"))) const tb_backend_ops *tokbench_backend_entry(void)
+{
+    return &diffusion_ops;
+}

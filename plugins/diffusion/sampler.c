@@ -1,0 +1,455 @@
+/* sampler.c — see sampler.h. Transcribed from the algorithms' published
+ * descriptions (LLaDA's generate, Fast-dLLM's threshold and caches, Dream's
+ * _sample); tests/test_diffusion.c checks every step against a PyTorch
+ * reference (tools/make_diffusion_golden.py). */
+#define _GNU_SOURCE
+#include "sampler.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *const tb_dllm_sampler_names[] = {"low_confidence", "random", "threshold", "origin",
+                                             "maskgit_plus", "topk_margin", "entropy", NULL};
+const char *const tb_dllm_cache_names[] = {"none", "prefix", "dual", NULL};
+
+static int llada_family(tb_dllm_sampler s)
+{
+    return s == TB_DLLM_LOW_CONFIDENCE || s == TB_DLLM_RANDOM || s == TB_DLLM_THRESHOLD;
+}
+
+int tb_dllm_validate(const tb_dllm_params *p, char *why, size_t n)
+{
+    if (p->gen_length < 1) {
+        snprintf(why, n, "gen_length (max_new_tokens) must be >= 1");
+        return -1;
+    }
+    if (p->steps < 1) {
+        snprintf(why, n, "steps must be >= 1");
+        return -1;
+    }
+    if (llada_family(p->sampler)) {
+        if (p->block_length < 1 || p->gen_length % p->block_length != 0) {
+            snprintf(why, n, "gen_length %d is not a multiple of block_length %d", p->gen_length, p->block_length);
+            return -1;
+        }
+        int blocks = p->gen_length / p->block_length;
+        if (p->sampler != TB_DLLM_THRESHOLD && p->steps % blocks != 0) {
+            snprintf(why, n, "steps %d is not a multiple of the block count %d (gen_length %d / block_length %d)",
+                     p->steps, blocks, p->gen_length, p->block_length);
+            return -1;
+        }
+    } else {
+        if (p->block_length != p->gen_length) {
+            snprintf(why, n, "sampler %s has no blocks: block_length must equal gen_length (or be left unset)",
+                     tb_dllm_sampler_names[p->sampler]);
+            return -1;
+        }
+        if (p->cache != TB_DLLM_CACHE_NONE) {
+            snprintf(why, n, "cache = %s needs a LLaDA-family sampler (low_confidence, random, threshold)",
+                     tb_dllm_cache_names[p->cache]);
+            return -1;
+        }
+        if (p->steps > p->gen_length) {
+            snprintf(why, n, "steps %d exceeds gen_length %d", p->steps, p->gen_length);
+            return -1;
+        }
+    }
+    if (p->sampler == TB_DLLM_THRESHOLD && !(p->threshold > 0 && p->threshold <= 1)) {
+        snprintf(why, n, "threshold %g is outside (0, 1]", p->threshold);
+        return -1;
+    }
+    if (p->cfg_scale > 0 && (!llada_family(p->sampler) || p->cache != TB_DLLM_CACHE_NONE)) {
+        snprintf(why, n, "cfg_scale > 0 needs a LLaDA-family sampler without cache");
+        return -1;
+    }
+    if (p->temperature < 0 || p->eps <= 0 || p->eps >= 1) {
+        snprintf(why, n, "temperature must be >= 0 and eps in (0, 1)");
+        return -1;
+    }
+    return 0;
+}
+
+void tb_dllm_llada_schedule(int n, int S, int *out)
+{
+    for (int i = 0; i < S; i++)
+        out[i] = n / S + (i < n % S);
+}
+
+/* torch.linspace(1, eps, points) in float32, element i: the first half
+ * counts up from start, the second half down from end. */
+static float linspace_f32(float start, float end, int points, int i)
+{
+    float step = (end - start) / (float)(points - 1);
+    return i < points / 2 ? start + step * (float)i : end - step * (float)(points - 1 - i);
+}
+
+int tb_dllm_dream_transfer(int n, int i, int steps, double eps)
+{
+    if (i >= steps - 1)
+        return n;
+    float t = linspace_f32(1.0f, (float)eps, steps + 1, i), s = linspace_f32(1.0f, (float)eps, steps + 1, i + 1);
+    float frac = 1.0f - s / t;
+    return (int)((float)n * frac);
+}
+
+/* ------------------------------------------------------------ rng */
+
+static double uniform(uint64_t *rng)
+{
+    uint64_t z = (*rng += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    z ^= z >> 31;
+    return ((double)(z >> 11) + 0.5) * 0x1.0p-53; /* (0, 1): log() is finite */
+}
+
+/* --------------------------------------------------- per-position picks */
+
+/* LLaDA: x0 = argmax(logits) or Gumbel-max argmax(exp(l) / (-log u)^T) in
+ * float64; confidence = softmax probability of x0 (float64) or uniform. */
+static void llada_pick(const float *logits, int V, const tb_dllm_params *p, uint64_t *rng, int32_t *x0,
+                       double *conf)
+{
+    int best = 0;
+    if (p->temperature > 0) {
+        double bv = -1;
+        for (int v = 0; v < V; v++) {
+            double g = exp((double)logits[v]) / pow(-log(uniform(rng)), p->temperature);
+            if (g > bv)
+                bv = g, best = v;
+        }
+    } else {
+        for (int v = 1; v < V; v++)
+            if (logits[v] > logits[best])
+                best = v;
+    }
+    *x0 = best;
+    if (p->sampler == TB_DLLM_RANDOM) {
+        *conf = uniform(rng);
+        return;
+    }
+    double mx = logits[0];
+    for (int v = 1; v < V; v++)
+        if (logits[v] > mx)
+            mx = logits[v];
+    double sum = 0;
+    for (int v = 0; v < V; v++)
+        sum += exp((double)logits[v] - mx);
+    *conf = exp((double)logits[best] - mx) / sum;
+}
+
+/* Dream's sample_tokens: probabilities in float32 after temperature,
+ * top-p and top-k; x0 = argmax (T = 0) or a draw; confidence = p(x0),
+ * top-1 minus top-2 margin, or negative entropy. */
+static void dream_pick(const float *logits, int V, const tb_dllm_params *p, uint64_t *rng, float *prob,
+                       int32_t *x0, double *conf)
+{
+    float T = p->temperature > 0 ? (float)p->temperature : 1.0f;
+    float mx = -INFINITY;
+    for (int v = 0; v < V; v++) {
+        prob[v] = logits[v] / T;
+        mx = prob[v] > mx ? prob[v] : mx;
+    }
+    float sum = 0;
+    for (int v = 0; v < V; v++) {
+        prob[v] = expf(prob[v] - mx);
+        sum += prob[v];
+    }
+    for (int v = 0; v < V; v++)
+        prob[v] /= sum;
+    if (p->top_k > 0 && p->top_k < V) { /* keep the k largest */
+        float *tmp = malloc((size_t)V * sizeof *tmp);
+        memcpy(tmp, prob, (size_t)V * sizeof *tmp);
+        for (int k = 0; k < p->top_k; k++) { /* k is small in practice */
+            int b = 0;
+            for (int v = 1; v < V; v++)
+                if (tmp[v] > tmp[b])
+                    b = v;
+            tmp[b] = -1;
+        }
+        float z = 0;
+        for (int v = 0; v < V; v++) {
+            if (tmp[v] >= 0)
+                prob[v] = 0;
+            z += prob[v];
+        }
+        for (int v = 0; v < V; v++)
+            prob[v] /= z;
+        free(tmp);
+    }
+    int best = 0;
+    for (int v = 1; v < V; v++)
+        if (prob[v] > prob[best])
+            best = v;
+    if (p->temperature > 0) {
+        double u = uniform(rng), acc = 0;
+        best = V - 1;
+        for (int v = 0; v < V; v++) {
+            acc += prob[v];
+            if (u < acc) {
+                best = v;
+                break;
+            }
+        }
+    }
+    *x0 = best;
+    if (p->sampler == TB_DLLM_TOPK_MARGIN) {
+        float a = -1, b = -1;
+        for (int v = 0; v < V; v++) {
+            if (prob[v] > a)
+                b = a, a = prob[v];
+            else if (prob[v] > b)
+                b = prob[v];
+        }
+        *conf = (double)(a - b);
+    } else if (p->sampler == TB_DLLM_ENTROPY) {
+        float h = 0;
+        for (int v = 0; v < V; v++)
+            h += prob[v] * logf(prob[v] + 1e-10f);
+        *conf = h;
+    } else {
+        *conf = prob[best];
+    }
+}
+
+/* Indices of the k largest conf[] among candidates (conf = -inf excluded),
+ * ties broken by the lower index. Returns how many were chosen. */
+static int top_k_indices(const double *conf, int n, int k, int *out)
+{
+    int chosen = 0;
+    char *used = calloc((size_t)n, 1);
+    for (; chosen < k; chosen++) {
+        int best = -1;
+        for (int i = 0; i < n; i++)
+            if (!used[i] && conf[i] > -INFINITY && (best < 0 || conf[i] > conf[best]))
+                best = i;
+        if (best < 0)
+            break;
+        used[best] = 1;
+        out[chosen] = best;
+    }
+    free(used);
+    return chosen;
+}
+
+/* ------------------------------------------------------------ driver */
+
+typedef struct run {
+    const tb_dllm_engine *e;
+    const tb_dllm_params *p;
+    const tb_dllm_hooks *h;
+    int32_t *canvas;
+    int B, L, P, V;
+    float *logits; /* [2B][L][V] (CFG doubles the batch) */
+    int32_t *x0;   /* [B][L] */
+    double *conf;  /* [B][L] */
+    int *pick;     /* [L] */
+    float *prob;   /* [V] */
+    int32_t *cfg_canvas; /* [2B][L] */
+    uint64_t rng;
+    tb_dllm_stats *stats;
+    char *why;
+    size_t why_size;
+} run;
+
+static int do_forward(run *r, int pos0, int n, int n_attend)
+{
+    r->stats->forwards++;
+    if (r->p->cfg_scale > 0) {
+        /* conditional canvases, then the same with the prompt masked */
+        int B = r->B, L = r->L, V = r->V;
+        memcpy(r->cfg_canvas, r->canvas, (size_t)B * L * sizeof(int32_t));
+        memcpy(r->cfg_canvas + (size_t)B * L, r->canvas, (size_t)B * L * sizeof(int32_t));
+        for (int b = 0; b < B; b++)
+            for (int i = 0; i < r->P; i++)
+                r->cfg_canvas[(size_t)(B + b) * L + i] = r->p->mask_id;
+        if (r->e->forward(r->e->ctx, r->cfg_canvas, 2 * B, L, pos0, n, n_attend, r->logits) != 0)
+            goto fail;
+        size_t half = (size_t)B * n * V;
+        float s = (float)r->p->cfg_scale;
+        for (size_t i = 0; i < half; i++) {
+            float c = r->logits[i], u = r->logits[half + i];
+            r->logits[i] = u + (s + 1) * (c - u);
+        }
+        return 0;
+    }
+    if (r->e->forward(r->e->ctx, r->canvas, r->B, r->L, pos0, n, n_attend, r->logits) != 0)
+        goto fail;
+    return 0;
+fail:
+    snprintf(r->why, r->why_size, "forward failed (positions %d..%d of %d, batch %d)", pos0, pos0 + n, r->L, r->B);
+    return -1;
+}
+
+/* One LLaDA-family step over the logits of span [pos0, pos0 + n): for every
+ * request, commit among masked positions of [bs, be) either want[b] tokens
+ * or (threshold) every confident one plus the best. */
+static void llada_commit(run *r, int pos0, int n, int bs, int be, const int *want)
+{
+    const tb_dllm_params *p = r->p;
+    int L = r->L, V = r->V;
+    for (int b = 0; b < r->B; b++) {
+        int32_t *x = r->canvas + (size_t)b * L;
+        double *conf = r->conf + (size_t)b * L;
+        int masked = 0;
+        for (int i = 0; i < L; i++) {
+            conf[i] = -INFINITY;
+            if (i < bs || i >= be || x[i] != p->mask_id)
+                continue;
+            llada_pick(r->logits + ((size_t)b * n + (size_t)(i - pos0)) * V, V, p, &r->rng, &r->x0[(size_t)b * L + i],
+                       &conf[i]);
+            masked++;
+        }
+        int k = p->sampler == TB_DLLM_THRESHOLD ? masked : want[b];
+        int got = top_k_indices(conf, L, k, r->pick);
+        int committed = 0;
+        for (int j = 0; j < got; j++) {
+            if (p->sampler == TB_DLLM_THRESHOLD && j > 0 && conf[r->pick[j]] < p->threshold)
+                continue; /* the best one always goes in */
+            x[r->pick[j]] = r->x0[(size_t)b * L + r->pick[j]];
+            committed++;
+        }
+        if (committed && r->h && r->h->on_commit)
+            r->h->on_commit(r->h->ctx, b, committed);
+    }
+}
+
+static int block_has_mask(const run *r, int bs, int be)
+{
+    for (int b = 0; b < r->B; b++)
+        for (int i = bs; i < be; i++)
+            if (r->canvas[(size_t)b * r->L + i] == r->p->mask_id)
+                return 1;
+    return 0;
+}
+
+static int step_done(run *r)
+{
+    r->stats->steps++;
+    if (r->h && r->h->on_step)
+        r->h->on_step(r->h->ctx, r->stats->steps, r->canvas, r->B, r->L);
+    return r->h && r->h->cancelled && r->h->cancelled(r->h->ctx) ? 1 : 0;
+}
+
+static int run_llada(run *r)
+{
+    const tb_dllm_params *p = r->p;
+    int blocks = p->gen_length / p->block_length;
+    int S = p->sampler == TB_DLLM_THRESHOLD ? 0 : p->steps / blocks;
+    int *sched = calloc((size_t)r->B * (S > 0 ? S : 1), sizeof(int)), *want = calloc((size_t)r->B, sizeof(int));
+    int rc = 0;
+    for (int k = 0; k < blocks && rc == 0; k++) {
+        int bs = r->P + k * p->block_length, be = bs + p->block_length;
+        for (int b = 0; b < r->B && S > 0; b++) {
+            int n = 0;
+            for (int i = bs; i < be; i++)
+                n += r->canvas[(size_t)b * r->L + i] == p->mask_id;
+            tb_dllm_llada_schedule(n, S, sched + (size_t)b * S);
+        }
+        for (int i = 0; rc == 0; i++) {
+            if (S > 0 && i >= S)
+                break; /* the schedule committed the whole block */
+            if (!block_has_mask(r, bs, be))
+                break;
+            for (int b = 0; b < r->B; b++)
+                want[b] = S > 0 ? sched[(size_t)b * S + i] : 0;
+            /* what to run: the whole canvas, or (after a block's first
+             * step) block + suffix over the cached prefix, or the block
+             * alone over cached prefix and suffix */
+            int pos0 = 0, n = r->L;
+            if (i > 0 && p->cache == TB_DLLM_CACHE_PREFIX)
+                pos0 = bs, n = r->L - bs;
+            else if (i > 0 && p->cache == TB_DLLM_CACHE_DUAL)
+                pos0 = bs, n = p->block_length;
+            if (do_forward(r, pos0, n, r->L) != 0) {
+                rc = -1;
+                break;
+            }
+            llada_commit(r, pos0, n, bs, be, want);
+            rc = step_done(r);
+        }
+    }
+    free(sched);
+    free(want);
+    return rc;
+}
+
+static int run_dream(run *r)
+{
+    const tb_dllm_params *p = r->p;
+    int L = r->L, V = r->V, rc = 0;
+    for (int i = 0; i < p->steps && rc == 0; i++) {
+        if (do_forward(r, 0, L, L) != 0)
+            return -1;
+        for (int b = 0; b < r->B; b++) {
+            int32_t *x = r->canvas + (size_t)b * L;
+            double *conf = r->conf + (size_t)b * L;
+            int masked = 0;
+            for (int j = 0; j < L; j++)
+                masked += x[j] == p->mask_id;
+            int committed = 0;
+            if (p->sampler == TB_DLLM_ORIGIN) {
+                float t = linspace_f32(1.0f, (float)p->eps, p->steps + 1, i);
+                float s = linspace_f32(1.0f, (float)p->eps, p->steps + 1, i + 1);
+                double p_transfer = i < p->steps - 1 ? 1.0 - (double)(s / t) : 1.0;
+                for (int j = 0; j < L; j++) {
+                    if (x[j] != p->mask_id || uniform(&r->rng) >= p_transfer)
+                        continue;
+                    double c;
+                    dream_pick(r->logits + ((size_t)b * L + j) * V, V, p, &r->rng, r->prob, &x[j], &c);
+                    committed++;
+                }
+            } else {
+                for (int j = 0; j < L; j++) {
+                    conf[j] = -INFINITY;
+                    if (x[j] == p->mask_id)
+                        dream_pick(r->logits + ((size_t)b * L + j) * V, V, p, &r->rng, r->prob,
+                                   &r->x0[(size_t)b * L + j], &conf[j]);
+                }
+                int k = tb_dllm_dream_transfer(masked, i, p->steps, p->eps);
+                int got = top_k_indices(conf, L, k, r->pick);
+                for (int j = 0; j < got; j++)
+                    x[r->pick[j]] = r->x0[(size_t)b * L + r->pick[j]];
+                committed = got;
+            }
+            if (committed && r->h && r->h->on_commit)
+                r->h->on_commit(r->h->ctx, b, committed);
+        }
+        rc = step_done(r);
+    }
+    return rc;
+}
+
+int tb_dllm_generate(const tb_dllm_engine *e, const tb_dllm_params *p, int32_t *canvas, int B, int prompt_len,
+                     uint64_t seed, const tb_dllm_hooks *h, tb_dllm_stats *stats, char *why, size_t why_size)
+{
+    memset(stats, 0, sizeof *stats);
+    if (tb_dllm_validate(p, why, why_size) != 0)
+        return -1;
+    run r = {.e = e, .p = p, .h = h, .canvas = canvas, .B = B, .L = prompt_len + p->gen_length, .P = prompt_len,
+             .V = e->vocab, .rng = seed ^ 0x5DEECE66DULL, .stats = stats, .why = why, .why_size = why_size};
+    int cfg = p->cfg_scale > 0 ? 2 : 1;
+    r.logits = malloc((size_t)cfg * B * r.L * r.V * sizeof(float));
+    r.x0 = malloc((size_t)B * r.L * sizeof(int32_t));
+    r.conf = malloc((size_t)B * r.L * sizeof(double));
+    r.pick = malloc((size_t)r.L * sizeof(int));
+    r.prob = malloc((size_t)r.V * sizeof(float));
+    r.cfg_canvas = cfg > 1 ? malloc((size_t)2 * B * r.L * sizeof(int32_t)) : NULL;
+    int rc;
+    if (!r.logits || !r.x0 || !r.conf || !r.pick || !r.prob || (cfg > 1 && !r.cfg_canvas)) {
+        snprintf(why, why_size, "out of memory for %d canvases of %d positions x %d logits", cfg * B, r.L, r.V);
+        rc = -1;
+    } else {
+        rc = llada_family(p->sampler) ? run_llada(&r) : run_dream(&r);
+    }
+    free(r.logits);
+    free(r.x0);
+    free(r.conf);
+    free(r.pick);
+    free(r.prob);
+    free(r.cfg_canvas);
+    return rc;
+}

@@ -1,0 +1,111 @@
+/* sampler.h — masked-diffusion samplers over a canvas of token ids, written
+ * once and driven by any engine through a forward callback (the CPU path
+ * now, the CUDA path later).
+ *
+ * The canvas of request b is prompt + gen_length positions, the generated
+ * part starting as mask_id. Samplers:
+ *   low_confidence, random  LLaDA: gen_length in blocks of block_length,
+ *       steps / n_blocks steps per block, step i of a block commits
+ *       n / S + (i < n % S) of its n masked positions: those with the highest
+ *       confidence (softmax probability of the argmax, in float64) or a
+ *       random score; committed tokens are never re-masked.
+ *   threshold  Fast-dLLM: per block, commit every masked position of the
+ *       block whose confidence >= threshold, and always the most confident
+ *       one; steps are then an outcome.
+ *   origin, maskgit_plus, topk_margin, entropy  Dream: the whole generated
+ *       span at once, timesteps linspace(1, eps, steps + 1) in float32, step
+ *       i commits int(n_mask (1 - s/t)) positions (all at the last step),
+ *       chosen by max probability, top-1 minus top-2 margin, or negative
+ *       entropy; origin commits each masked position with probability
+ *       1 - s/t.
+ * Caches (LLaDA-family samplers, Fast-dLLM): prefix — each block's first
+ * forward runs the whole canvas, later steps run block + suffix over the
+ * cached prefix keys/values; dual — later steps run the block alone over
+ * cached prefix and suffix. Temperature > 0: Gumbel-max in float64 as LLaDA
+ * does (logits.exp() / (-log u)^T), or sampling for the Dream algorithms.
+ * Classifier-free guidance (cfg_scale > 0, LLaDA family, no cache): logits
+ * = u + (cfg + 1)(c - u) with u from the canvas with its prompt masked. */
+#ifndef TB_DIFFUSION_SAMPLER_H
+#define TB_DIFFUSION_SAMPLER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum tb_dllm_sampler {
+    TB_DLLM_LOW_CONFIDENCE,
+    TB_DLLM_RANDOM,
+    TB_DLLM_THRESHOLD,
+    TB_DLLM_ORIGIN,
+    TB_DLLM_MASKGIT_PLUS,
+    TB_DLLM_TOPK_MARGIN,
+    TB_DLLM_ENTROPY,
+} tb_dllm_sampler;
+
+typedef enum tb_dllm_cache { TB_DLLM_CACHE_NONE, TB_DLLM_CACHE_PREFIX, TB_DLLM_CACHE_DUAL } tb_dllm_cache;
+
+/* Names as suites write them; NULL-terminated lists for option choices. */
+extern const char *const tb_dllm_sampler_names[];
+extern const char *const tb_dllm_cache_names[];
+
+typedef struct tb_dllm_params {
+    tb_dllm_sampler sampler;
+    int gen_length;     /* generated positions per request */
+    int block_length;   /* LLaDA family; gen_length = one block */
+    int steps;          /* total steps (LLaDA: over all blocks) */
+    double threshold;   /* threshold sampler, in (0, 1] */
+    tb_dllm_cache cache;
+    double cfg_scale;   /* 0: off */
+    double temperature; /* 0: deterministic */
+    double top_p;       /* Dream algorithms; 1: off */
+    int top_k;          /* Dream algorithms; 0: off */
+    double alg_temp;    /* Dream: 0 = top-k choice, > 0 = sampled choice */
+    double eps;         /* Dream's final timestep (1e-3) */
+    int32_t mask_id;
+} tb_dllm_params;
+
+/* What the sampler needs from an engine. forward() computes logits for
+ * positions [pos0, pos0 + n) of each of B canvases ([B][L] ids), keys and
+ * values of those positions replacing the cache's, attention over
+ * [0, n_attend) (the rest from the cache); logits [B][n][vocab], already
+ * shifted for models that predict position i from i - 1 (Dream). Returns 0
+ * or -1. */
+typedef struct tb_dllm_engine {
+    void *ctx;
+    int vocab;
+    int (*forward)(void *ctx, const int32_t *canvas, int B, int L, int pos0, int n, int n_attend, float *logits);
+} tb_dllm_engine;
+
+typedef struct tb_dllm_hooks {
+    void *ctx;
+    /* request b got n_tokens committed in this step (n_tokens > 0). */
+    void (*on_commit)(void *ctx, int b, int n_tokens);
+    /* after every step, the canvases (tests compare them with goldens) */
+    void (*on_step)(void *ctx, int step, const int32_t *canvas, int B, int L);
+    int (*cancelled)(void *ctx);
+} tb_dllm_hooks;
+
+typedef struct tb_dllm_stats {
+    int steps;    /* denoising steps run (the batch moves together) */
+    int forwards; /* forward() calls (CFG runs 2B canvases per call) */
+} tb_dllm_stats;
+
+/* Check a parameter set against a prompt length. 0, or -1 with the reason
+ * ("gen_length 100 is not a multiple of block_length 32"). */
+int tb_dllm_validate(const tb_dllm_params *p, char *why, size_t why_size);
+
+/* Run the sampler on canvas [B][prompt_len + gen_length] (prompts filled,
+ * the rest mask_id). Returns 0, -1 on a forward failure (why set), or 1
+ * when cancelled. */
+int tb_dllm_generate(const tb_dllm_engine *e, const tb_dllm_params *p, int32_t *canvas, int B, int prompt_len,
+                     uint64_t seed, const tb_dllm_hooks *h, tb_dllm_stats *stats, char *why, size_t why_size);
+
+/* The transfer counts of one LLaDA block: n masked positions over S steps,
+ * out[i] = n / S + (i < n % S). */
+void tb_dllm_llada_schedule(int n, int S, int *out);
+
+/* Dream's count for step i of `steps`, n masked positions: float32
+ * int(n * (1 - s / t)), t, s = linspace(1, eps, steps + 1)[i], [i + 1];
+ * all n at the last step. */
+int tb_dllm_dream_transfer(int n, int i, int steps, double eps);
+
+#endif
