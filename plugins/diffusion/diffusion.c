@@ -16,7 +16,7 @@
 
 #include <tokbench/backend.h>
 
-#include "cpu_forward.h"
+#include "cpu_engine.h"
 #include "model.h"
 #include "sampler.h"
 #include "sampling.h"
@@ -66,15 +66,12 @@ typedef struct dctx {
     const tb_host *host;
     tb_model model;
     tb_tokenizer *tok;
-    tb_cpu_state st;
+    tb_dllm_cpu engine;
     int threads;
     int shifted;      /* Dream: position i is predicted from i - 1 */
     int32_t mask_id;
-    int cap_seqs, cap_len;
     int32_t *canvas;  /* [B][L] */
-    int32_t *rows;    /* [2B][L]: tokens of one forward's span */
-    float *scratch;   /* [2B][L][V]: unshifted logits */
-    int *steps_of;    /* [B] */
+    size_t canvas_cap;
     char *describe_json;
     char error[512];
 } dctx;
@@ -170,13 +167,10 @@ static void diffusion_destroy(void *p)
     dctx *c = p;
     if (!c)
         return;
-    tb_cpu_state_free(&c->st);
+    tb_dllm_cpu_free(&c->engine);
     tb_model_free(&c->model);
     tb_tokenizer_free(c->tok);
     free(c->canvas);
-    free(c->rows);
-    free(c->scratch);
-    free(c->steps_of);
     free(c->describe_json);
     free(c);
 }
@@ -221,6 +215,7 @@ static tb_status diffusion_create(const tb_host *host, const char *model, const 
         return strstr(err, "out of memory") ? TB_ERR_NO_MEMORY : TB_ERR_MODEL;
     }
     c->shifted = c->model.cfg.arch == TB_ARCH_DREAM;
+    tb_dllm_cpu_init(&c->engine, &c->model, c->threads);
     int64_t mask = opt_i(options, n_options, OPT_MASK_ID);
     c->mask_id = mask >= 0 ? (int32_t)mask : c->model.cfg.mask_id;
     if (c->mask_id < 0 || c->mask_id >= c->model.cfg.vocab_size) {
@@ -234,56 +229,6 @@ static tb_status diffusion_create(const tb_host *host, const char *model, const 
               c->model.cfg.random_weights ? " (random weights)" : "");
     *ctx_out = c;
     return TB_OK;
-}
-
-static tb_status reserve(dctx *c, int seqs, int len)
-{
-    if (seqs <= c->cap_seqs && len <= c->cap_len)
-        return TB_OK;
-    seqs = seqs > c->cap_seqs ? seqs : c->cap_seqs;
-    len = len > c->cap_len ? len : c->cap_len;
-    tb_cpu_state_free(&c->st);
-    free(c->canvas);
-    free(c->rows);
-    free(c->scratch);
-    free(c->steps_of);
-    size_t V = (size_t)c->model.cfg.vocab_size;
-    c->canvas = malloc((size_t)seqs * len * sizeof(int32_t));
-    c->rows = malloc((size_t)seqs * len * sizeof(int32_t));
-    c->scratch = malloc((size_t)seqs * len * V * sizeof(float));
-    c->steps_of = calloc((size_t)seqs, sizeof(int));
-    c->cap_seqs = c->cap_len = 0;
-    if (!c->canvas || !c->rows || !c->scratch || !c->steps_of) {
-        set_error(c, "out of memory for %d canvases of %d positions", seqs, len);
-        return TB_ERR_NO_MEMORY;
-    }
-    if (tb_cpu_state_init(&c->st, &c->model, seqs, len, seqs * len, c->threads, c->error, sizeof c->error) != 0)
-        return TB_ERR_NO_MEMORY;
-    c->cap_seqs = seqs, c->cap_len = len;
-    return TB_OK;
-}
-
-/* The sampler's forward on the CPU engine; applies Dream's shift. */
-static int cpu_dllm_forward(void *ctx, const int32_t *canvas, int B, int L, int pos0, int n, int n_attend,
-                            float *logits)
-{
-    dctx *c = ctx;
-    int V = c->model.cfg.vocab_size;
-    if (c->shifted && pos0 != 0)
-        return -1; /* caches run only on unshifted models (checked earlier) */
-    for (int b = 0; b < B; b++)
-        memcpy(c->rows + (size_t)b * n, canvas + (size_t)b * L + pos0, (size_t)n * sizeof(int32_t));
-    float *out = c->shifted ? c->scratch : logits;
-    if (tb_cpu_forward_at(&c->st, c->rows, B, pos0, n, n_attend, out) != 0)
-        return -1;
-    if (c->shifted) /* logits[i] = out[i - 1], logits[0] = out[0] */
-        for (int b = 0; b < B; b++) {
-            const float *src = out + (size_t)b * n * V;
-            float *dst = logits + (size_t)b * n * V;
-            memcpy(dst, src, (size_t)V * sizeof(float));
-            memcpy(dst + V, src, (size_t)(n - 1) * V * sizeof(float));
-        }
-    return 0;
 }
 
 typedef struct hook_ctx {
@@ -346,19 +291,27 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
     }
     int L = P + p.gen_length;
     int seqs = p.cfg_scale > 0 ? 2 * B : B;
-    tb_status st = reserve(c, seqs, L);
-    if (st != TB_OK)
-        return st;
+    if (tb_dllm_cpu_reserve(&c->engine, seqs, L, c->error, sizeof c->error) != 0)
+        return TB_ERR_NO_MEMORY;
+    if ((size_t)B * L > c->canvas_cap) {
+        free(c->canvas);
+        c->canvas = malloc((size_t)B * L * sizeof(int32_t));
+        c->canvas_cap = c->canvas ? (size_t)B * L : 0;
+        if (!c->canvas) {
+            set_error(c, "out of memory for %d canvases", B);
+            return TB_ERR_NO_MEMORY;
+        }
+    }
     int threads = (int)opt_i(req->options, req->n_options, OPT_THREADS);
     if (threads > 0)
-        tb_cpu_set_threads(&c->st, threads);
+        tb_cpu_set_threads(&c->engine.st, threads);
     for (int b = 0; b < B; b++) {
         int32_t *x = c->canvas + (size_t)b * L;
         synth_prompt(c, req->seed, (uint32_t)b, x, P);
         for (int i = P; i < L; i++)
             x[i] = c->mask_id;
     }
-    tb_dllm_engine eng = {.ctx = c, .vocab = cfg->vocab_size, .forward = cpu_dllm_forward};
+    tb_dllm_engine eng = tb_dllm_cpu_engine(&c->engine);
     hook_ctx hc = {c};
     tb_dllm_hooks hooks = {.ctx = &hc, .on_commit = on_commit, .cancelled = on_cancel};
     tb_dllm_stats stats;

@@ -334,6 +334,12 @@ static int step_done(run *r)
     return r->h && r->h->cancelled && r->h->cancelled(r->h->ctx) ? 1 : 0;
 }
 
+/* Fixed schedule without cache (LLaDA's generate): exactly S forwards of
+ * the whole canvas per block. Threshold without cache (Fast-dLLM): whole-
+ * canvas forwards until the block has no mask. With a cache (Fast-dLLM):
+ * one whole-canvas forward, then block + suffix (prefix cache) or the
+ * block alone (dual cache) until the block has no mask — at least once,
+ * as the reference loop checks after its forward. */
 static int run_llada(run *r)
 {
     const tb_dllm_params *p = r->p;
@@ -350,15 +356,8 @@ static int run_llada(run *r)
             tb_dllm_llada_schedule(n, S, sched + (size_t)b * S);
         }
         for (int i = 0; rc == 0; i++) {
-            if (S > 0 && i >= S)
-                break; /* the schedule committed the whole block */
-            if (!block_has_mask(r, bs, be))
-                break;
             for (int b = 0; b < r->B; b++)
-                want[b] = S > 0 ? sched[(size_t)b * S + i] : 0;
-            /* what to run: the whole canvas, or (after a block's first
-             * step) block + suffix over the cached prefix, or the block
-             * alone over cached prefix and suffix */
+                want[b] = S > 0 && i < S ? sched[(size_t)b * S + i] : 0;
             int pos0 = 0, n = r->L;
             if (i > 0 && p->cache == TB_DLLM_CACHE_PREFIX)
                 pos0 = bs, n = r->L - bs;
@@ -370,6 +369,12 @@ static int run_llada(run *r)
             }
             llada_commit(r, pos0, n, bs, be, want);
             rc = step_done(r);
+            if (p->cache == TB_DLLM_CACHE_NONE && S > 0) {
+                if (i + 1 == S)
+                    break;
+            } else if ((p->cache == TB_DLLM_CACHE_NONE || i > 0) && !block_has_mask(r, bs, be)) {
+                break;
+            }
         }
     }
     free(sched);

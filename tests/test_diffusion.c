@@ -1,0 +1,263 @@
+/* test_diffusion.c — the diffusion samplers against a PyTorch reference.
+ *
+ * tests/data/golden-diffusion/ (tools/make_diffusion_golden.py) holds tiny
+ * random LLaDA and Dream models and, for every sampler configuration at
+ * temperature 0, the canvas after every step as the reference code
+ * (LLaDA's generate, Fast-dLLM's threshold and caches, Dream's _sample)
+ * produced it. The C samplers must match token for token at every step,
+ * with the same number of steps and forwards; the bidirectional logits of
+ * one forward must match within LOGIT_TOL (relative to max |logit|). */
+#define _GNU_SOURCE
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "cpu_engine.h"
+#include "model.h"
+#include "sampler.h"
+#include "util.h"
+
+#define LOGIT_TOL 2e-5
+
+static char root[4096];
+
+/* Canvases seen by the on_step hook. */
+typedef struct trace {
+    int32_t *canvases; /* [steps][L] */
+    int n, cap, L;
+} trace;
+
+static void on_step(void *ctx, int step, const int32_t *canvas, int B, int L)
+{
+    (void)step;
+    (void)B;
+    trace *t = ctx;
+    if (t->n == t->cap) {
+        t->cap = t->cap ? 2 * t->cap : 64;
+        t->canvases = realloc(t->canvases, (size_t)t->cap * L * sizeof(int32_t));
+    }
+    memcpy(t->canvases + (size_t)t->n * L, canvas, (size_t)L * sizeof(int32_t));
+    t->n++;
+    t->L = L;
+}
+
+static int json_int(const cJSON *o, const char *key, int dflt)
+{
+    const cJSON *v = cJSON_GetObjectItem(o, key);
+    return cJSON_IsNumber(v) ? v->valueint : dflt;
+}
+
+static double json_num(const cJSON *o, const char *key, double dflt)
+{
+    const cJSON *v = cJSON_GetObjectItem(o, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : dflt;
+}
+
+static const char *json_str(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItem(o, key);
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+/* The parameters a golden case was run with. */
+static tb_dllm_params params_of(const cJSON *c)
+{
+    tb_dllm_params p = {.gen_length = json_int(c, "gen_length", 0), .steps = json_int(c, "steps", 0),
+                        .cfg_scale = json_num(c, "cfg_scale", 0), .temperature = 0, .top_p = 1,
+                        .eps = json_num(c, "eps", 1e-3), .mask_id = json_int(c, "mask_id", -1)};
+    p.block_length = json_int(c, "block_length", p.gen_length);
+    const cJSON *th = cJSON_GetObjectItem(c, "threshold");
+    const char *alg = json_str(c, "alg"), *cache = json_str(c, "cache");
+    if (*alg) {
+        p.sampler = !strcmp(alg, "maskgit_plus") ? TB_DLLM_MASKGIT_PLUS
+                    : !strcmp(alg, "topk_margin") ? TB_DLLM_TOPK_MARGIN
+                    : !strcmp(alg, "entropy")     ? TB_DLLM_ENTROPY
+                                                  : TB_DLLM_ORIGIN;
+    } else if (cJSON_IsNumber(th)) {
+        p.sampler = TB_DLLM_THRESHOLD;
+        p.threshold = th->valuedouble;
+    } else {
+        p.sampler = !strcmp(json_str(c, "remasking"), "random") ? TB_DLLM_RANDOM : TB_DLLM_LOW_CONFIDENCE;
+    }
+    p.cache = !strcmp(cache, "prefix") ? TB_DLLM_CACHE_PREFIX
+              : !strcmp(cache, "dual") ? TB_DLLM_CACHE_DUAL
+                                       : TB_DLLM_CACHE_NONE;
+    return p;
+}
+
+static void check_forward(const char *name, tb_model *m, const cJSON *fwd)
+{
+    const cJSON *ids = cJSON_GetObjectItem(fwd, "input_ids"), *ref = cJSON_GetObjectItem(fwd, "logits");
+    int L = cJSON_GetArraySize(ids), V = m->cfg.vocab_size;
+    int32_t *canvas = malloc((size_t)L * sizeof *canvas);
+    for (int i = 0; i < L; i++)
+        canvas[i] = cJSON_GetArrayItem(ids, i)->valueint;
+    tb_dllm_cpu e;
+    char err[256];
+    tb_dllm_cpu_init(&e, m, 1);
+    CHECK(tb_dllm_cpu_reserve(&e, 1, L, err, sizeof err) == 0);
+    tb_dllm_engine eng = tb_dllm_cpu_engine(&e);
+    float *logits = malloc((size_t)L * V * sizeof(float));
+    CHECK(eng.forward(eng.ctx, canvas, 1, L, 0, L, L, logits) == 0);
+    double max_ref = 0, max_diff = 0;
+    for (int t = 0; t < L; t++) {
+        const cJSON *row = cJSON_GetArrayItem(ref, t);
+        for (int v = 0; v < V; v++) {
+            double r = cJSON_GetArrayItem(row, v)->valuedouble, d = fabs(r - logits[(size_t)t * V + v]);
+            max_ref = fabs(r) > max_ref ? fabs(r) : max_ref;
+            max_diff = d > max_diff || isnan(d) ? (isnan(d) ? INFINITY : d) : max_diff;
+        }
+    }
+    fprintf(stderr, "%s forward: %d positions, max |logit| %.4f, max diff %.3g\n", name, L, max_ref, max_diff);
+    CHECK(max_diff <= LOGIT_TOL * (max_ref > 1 ? max_ref : 1));
+    free(logits);
+    free(canvas);
+    tb_dllm_cpu_free(&e);
+}
+
+static void check_case(const char *model_name, tb_model *m, const cJSON *c)
+{
+    const char *name = json_str(c, "name");
+    tb_dllm_params p = params_of(c);
+    const cJSON *prompt = cJSON_GetObjectItem(c, "prompt_ids");
+    int P = cJSON_GetArraySize(prompt), L = P + p.gen_length;
+    int32_t *canvas = malloc((size_t)L * sizeof *canvas);
+    for (int i = 0; i < L; i++)
+        canvas[i] = i < P ? cJSON_GetArrayItem(prompt, i)->valueint : p.mask_id;
+    tb_dllm_cpu e;
+    char err[256] = "";
+    tb_dllm_cpu_init(&e, m, 1);
+    CHECK(tb_dllm_cpu_reserve(&e, p.cfg_scale > 0 ? 2 : 1, L, err, sizeof err) == 0);
+    tb_dllm_engine eng = tb_dllm_cpu_engine(&e);
+    trace tr = {0};
+    tb_dllm_hooks hooks = {.ctx = &tr, .on_step = on_step};
+    tb_dllm_stats st;
+    int rc = tb_dllm_generate(&eng, &p, canvas, 1, P, 0, &hooks, &st, err, sizeof err);
+    if (rc != 0)
+        fprintf(stderr, "%s/%s: %s\n", model_name, name, err);
+    CHECK(rc == 0);
+
+    const cJSON *steps = cJSON_GetObjectItem(c, "per_step");
+    int want_steps = cJSON_GetArraySize(steps), first_bad = -1;
+    for (int s = 0; s < want_steps && s < tr.n && first_bad < 0; s++) {
+        const cJSON *cv = cJSON_GetObjectItem(cJSON_GetArrayItem(steps, s), "canvas");
+        for (int i = 0; i < L; i++)
+            if (cJSON_GetArrayItem(cv, i)->valueint != tr.canvases[(size_t)s * L + i]) {
+                first_bad = s;
+                fprintf(stderr, "%s/%s: step %d position %d: got %d, reference %d\n", model_name, name, s + 1, i,
+                        tr.canvases[(size_t)s * L + i], cJSON_GetArrayItem(cv, i)->valueint);
+                break;
+            }
+    }
+    CHECK(first_bad < 0);
+    if (tr.n != want_steps || st.forwards != json_int(c, "nfe", -1))
+        fprintf(stderr, "%s/%s: %d steps, %d forwards; reference %d steps, %d forwards\n", model_name, name, tr.n,
+                st.forwards, want_steps, json_int(c, "nfe", -1));
+    CHECK(tr.n == want_steps);
+    CHECK(st.steps == json_int(c, "steps_taken", -1));
+    CHECK(st.forwards == json_int(c, "nfe", -1));
+    free(tr.canvases);
+    free(canvas);
+    tb_dllm_cpu_free(&e);
+}
+
+static void check_model(const char *key, const char *dir_name, const cJSON *all)
+{
+    char dir[8192], err[1024];
+    snprintf(dir, sizeof dir, "%s/%s", root, dir_name);
+    tb_model m;
+    int rc = tb_model_load(dir, &m, err, sizeof err);
+    if (rc != 0)
+        fprintf(stderr, "%s: %s\n", dir, err);
+    CHECK(rc == 0);
+    if (rc != 0)
+        return;
+    const cJSON *g = cJSON_GetObjectItem(all, key);
+    check_forward(key, &m, cJSON_GetObjectItem(g, "forward"));
+    const cJSON *cases = cJSON_GetObjectItem(g, "cases"), *c;
+    int n = 0;
+    cJSON_ArrayForEach(c, cases)
+    {
+        check_case(key, &m, c);
+        n++;
+    }
+    fprintf(stderr, "%s: %d sampler cases\n", key, n);
+    CHECK(n > 0);
+    tb_model_free(&m);
+}
+
+static void check_validation(void)
+{
+    char why[256];
+    tb_dllm_params p = {.sampler = TB_DLLM_LOW_CONFIDENCE, .gen_length = 100, .block_length = 32, .steps = 8,
+                        .eps = 1e-3, .top_p = 1};
+    CHECK(tb_dllm_validate(&p, why, sizeof why) != 0);
+    CHECK_CONTAINS(why, "not a multiple of block_length");
+    p.gen_length = 128;
+    p.steps = 6;
+    CHECK(tb_dllm_validate(&p, why, sizeof why) != 0);
+    CHECK_CONTAINS(why, "block count 4");
+    p.steps = 8;
+    CHECK(tb_dllm_validate(&p, why, sizeof why) == 0);
+    p.sampler = TB_DLLM_THRESHOLD;
+    p.threshold = 0;
+    CHECK(tb_dllm_validate(&p, why, sizeof why) != 0);
+    CHECK_CONTAINS(why, "outside (0, 1]");
+    p.threshold = 1.5;
+    CHECK(tb_dllm_validate(&p, why, sizeof why) != 0);
+    p.threshold = 1;
+    CHECK(tb_dllm_validate(&p, why, sizeof why) == 0);
+    p.sampler = TB_DLLM_ENTROPY;
+    CHECK(tb_dllm_validate(&p, why, sizeof why) != 0); /* Dream algorithms have no blocks */
+    p.block_length = 128;
+    p.cache = TB_DLLM_CACHE_PREFIX;
+    CHECK(tb_dllm_validate(&p, why, sizeof why) != 0);
+    CHECK_CONTAINS(why, "LLaDA-family");
+
+    /* LLaDA's schedule: 10 masks over 4 steps = 3, 3, 2, 2 */
+    int s[4];
+    tb_dllm_llada_schedule(10, 4, s);
+    CHECK(s[0] == 3 && s[1] == 3 && s[2] == 2 && s[3] == 2);
+}
+
+/* Dream's per-step counts must equal the reference's float32 values. */
+static void check_dream_schedules(const cJSON *all)
+{
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(cJSON_GetObjectItem(all, "dream"), "cases"))
+    {
+        const cJSON *sch = cJSON_GetObjectItem(c, "schedule"), *row;
+        int steps = json_int(c, "steps", 0);
+        cJSON_ArrayForEach(row, sch)
+        {
+            int i = json_int(row, "i", -1), n = (int)json_num(row, "num_mask_token", -1);
+            CHECK(tb_dllm_dream_transfer(n, i, steps, json_num(c, "eps", 1e-3)) ==
+                  json_int(row, "number_transfer_tokens", -2));
+        }
+    }
+}
+
+int main(void)
+{
+    const char *src = getenv("TB_SOURCE_ROOT");
+    snprintf(root, sizeof root, "%s/tests/data/golden-diffusion", src ? src : ".");
+    char path[8192];
+    snprintf(path, sizeof path, "%s/expected.json", root);
+    char *text = tb_read_file(path, NULL);
+    CHECK(text != NULL);
+    if (!text) {
+        fprintf(stderr, "%s missing\n", path);
+        return check_done();
+    }
+    cJSON *all = cJSON_Parse(text);
+    free(text);
+    check_validation();
+    check_dream_schedules(all);
+    check_model("llada", "llada-tiny", all);
+    check_model("dream", "dream-tiny", all);
+    cJSON_Delete(all);
+    return check_done();
+}
