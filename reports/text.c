@@ -190,6 +190,34 @@ static int key_generalizes(const char *general, const char *specific)
     }
 }
 
+/* "prompt 32, new 64, batch 4, steps 8": the case's dimensions. */
+static char *case_where(sqlite3_stmt *q)
+{
+    static const char *const names[] = {NULL, "prompt", "new", "batch", "conc", "steps", "block"};
+    tb_str b = {0};
+    for (int i = 1; i <= 6; i++)
+        if (sqlite3_column_type(q, i) != SQLITE_NULL)
+            tb_str_appendf(&b, "%s%s %s", b.len ? ", " : "", names[i], col_text(q, i));
+    if (strcmp(col_text(q, 7), "{}") != 0)
+        tb_str_appendf(&b, ", %s", col_text(q, 7));
+    return tb_str_take(&b);
+}
+
+static int backend_random(sqlite3 *db, int64_t session, const char *label)
+{
+    sqlite3_stmt *q;
+    int r = 0;
+    if (sqlite3_prepare_v2(db, "SELECT json_extract(info_json, '$.random_weights') FROM backend"
+                               " WHERE session_id = ? AND label = ?", -1, &q, NULL) == SQLITE_OK) {
+        sqlite3_bind_int64(q, 1, session);
+        sqlite3_bind_text(q, 2, label, -1, SQLITE_TRANSIENT);
+        if (sqlite3_step(q) == SQLITE_ROW)
+            r = sqlite3_column_int(q, 0) == 1;
+    }
+    sqlite3_finalize(q);
+    return r;
+}
+
 int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
 {
     print_header(db, session, out);
@@ -245,6 +273,8 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
         }
     }
     sqlite3_finalize(qb);
+    int *mismatched = tb_xcalloc(n_backends ? n_backends : 1, sizeof(int));
+    int *mismatched_cases = tb_xcalloc(n_backends ? n_backends : 1, sizeof(int));
 
     while (sqlite3_step(q) == SQLITE_ROW) {
         const char *backend = col_text(q, 0), *status = col_text(q, 8);
@@ -274,15 +304,22 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
         tb_table_cell(t, sqlite3_column_type(q, 20) == SQLITE_NULL ? "-" : col_text(q, 20));
         tb_table_num(t, col_num(q, 23), 0);
 
+        char *where = case_where(q);
         if (strcmp(status, "ok") != 0)
-            tb_str_appendf(&warnings, "  %s %s [%s/%s/%s]: %s\n", backend, status, col_text(q, 1), col_text(q, 2),
-                           col_text(q, 3), col_text(q, 22));
+            tb_str_appendf(&warnings, "  %s %s [%s]: %s\n", backend, status, where, col_text(q, 22));
         if (isfinite(cv) && cv > TB_NOISE_CV)
-            tb_str_appendf(&warnings, "  %s [%s/%s/%s]: noisy, aggregate tok/s CV %.1f%% > %.0f%%; check the environment first\n",
-                           backend, col_text(q, 1), col_text(q, 2), col_text(q, 3), cv * 100, TB_NOISE_CV * 100);
-        if (sqlite3_column_int(q, 21) > 0)
-            tb_str_appendf(&warnings, "  %s [%s/%s/%s]: %d requests re-count to a different output length than the engine reports\n",
-                           backend, col_text(q, 1), col_text(q, 2), col_text(q, 3), sqlite3_column_int(q, 21));
+            tb_str_appendf(&warnings, "  %s [%s]: noisy, aggregate tok/s CV %.1f%% > %.0f%%; check the environment first\n",
+                           backend, where, cv * 100, TB_NOISE_CV * 100);
+        free(where);
+        if (sqlite3_column_int(q, 21) > 0) { /* summed per backend below */
+            size_t bi = 0;
+            while (bi < n_backends && strcmp(backends[bi], backend) != 0)
+                bi++;
+            if (bi < n_backends) {
+                mismatched[bi] += sqlite3_column_int(q, 21);
+                mismatched_cases[bi]++;
+            }
+        }
 
         char *key = dims_key(q, use_conc, use_steps, use_block, use_opts);
         size_t ki = 0, bi = 0;
@@ -358,6 +395,17 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
         tb_table_free(s);
     }
     free(covered);
+    for (size_t b = 0; b < n_backends; b++)
+        if (mismatched[b])
+            tb_str_appendf(&warnings,
+                           "  %s: %d requests in %d cases re-count (detokenize -> tokenize) to a different output length "
+                           "than the engine reports%s\n",
+                           backends[b], mismatched[b], mismatched_cases[b],
+                           backend_random(db, session, backends[b])
+                               ? " (random weights emit arbitrary token sequences, which rarely survive the round trip)"
+                               : "; see docs/METRICS.md");
+    free(mismatched);
+    free(mismatched_cases);
     if (warnings.len)
         fprintf(out, "\nwarnings:\n%s", warnings.s);
     fprintf(out, "\ntok/s/req: per-request tokens/s (median); p95 tok/s: the rate 95%% of requests reach (5th percentile);"

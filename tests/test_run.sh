@@ -26,8 +26,12 @@ if "$tb" run "$src/suites/quick.ini" --db "$tmp/default.db" >"$tmp/default.out" 
 else
     fail "default suite exit $?"; cat "$tmp/default.err"
 fi
-[ "$(q "$tmp/default.db" "select count(*) from summary where status = 'ok' and plugin like 'ar %' and random_weights = 'yes' and aggregate_tps > 0")" = 4 ] \
-    || fail "default suite: expected 4 ok AR cases with random weights flagged"
+[ "$(q "$tmp/default.db" "select count(*) from summary where status = 'ok' and plugin like 'ar %' and random_weights = 'yes' and aggregate_tps > 0 and steps is null")" = 2 ] \
+    || fail "default suite: expected 2 ok AR cases with random weights flagged"
+# diffusion rows carry steps, NFE = steps (one forward per step), tokens per forward
+[ "$(q "$tmp/default.db" "select count(*) from summary where status = 'ok' and plugin like 'diffusion %' and steps in (8, 16, 64) and nfe = steps and steps_done = steps and abs(tokens_per_forward - 64.0 * batch / steps) < 1e-9")" = 6 ] \
+    || fail "default suite: diffusion rows lack steps/NFE/tokens per forward"
+grep -q "side by side" "$tmp/default.out" || fail "default suite: no side-by-side table"
 [ "$(q "$tmp/default.db" "select count(*) from request r join sample s on s.id = r.sample_id where s.warmup = 0 and (r.output_tokens <> 64 or r.recount_tokens is null)")" = 0 ] \
     || fail "default suite: every request must produce 64 tokens and be re-counted"
 
@@ -187,11 +191,27 @@ count_skew = 2
 EOF
 "$tb" run "$tmp/warn.ini" --db "$tmp/w.db" >"$tmp/w.out" 2>"$tmp/w.err" || fail "warn suite failed"
 grep -q "noisy, aggregate tok/s CV" "$tmp/w.out" || fail "no noise warning"
-grep -q "re-count to a different output length" "$tmp/w.out" || fail "no count mismatch warning"
+grep -q "to a different output length" "$tmp/w.out" || fail "no count mismatch warning"
 [ "$(q "$tmp/w.db" "select count_mismatches from summary where backend = 'skewed'")" = 8 ] || fail "mismatches not counted"
 [ "$(q "$tmp/w.db" "select count(*) from request r join sample s on s.id = r.sample_id join bench_case c on c.id = s.case_id join backend b on b.id = c.backend_id where b.label = 'skewed' and r.recount_tokens = r.output_tokens + 2")" = 8 ] \
     || fail "recount not stored"
 pass "noise and count-mismatch warnings"
+
+# 5b. Bad sampler parameters are rejected at suite load with file:line.
+model="$src/models/tiny-llada-random"
+bad_sampler() { # $1: extra backend lines, $2: expected message
+    printf '[suite]\nrepeat = 1\n[matrix]\nmax_new_tokens = 64\nsteps = 8\n[backend d]\nplugin = diffusion\nmodel = %s\n%b\n' "$model" "$1" >"$tmp/bs.ini"
+    "$tb" run "$tmp/bs.ini" --db "$tmp/bs.db" >/dev/null 2>"$tmp/bs.err"
+    local rc=$?
+    [ $rc = 2 ] || fail "bad sampler ($1): exit $rc, expected 2"
+    grep -q "$2" "$tmp/bs.err" || fail "bad sampler ($1): message $(cat "$tmp/bs.err")"
+    [ ! -s "$tmp/bs.db" ] || [ "$(q "$tmp/bs.db" "select count(*) from session")" = 0 ] || fail "bad sampler ($1) stored a session"
+}
+bad_sampler "block_length = 48" "bs.ini:6: backend: \[backend d\] case .*gen_length 64 is not a multiple of block_length 48"
+bad_sampler "block_length = 16\nsteps = 6" "bs.ini:6: backend: .*steps 6 is not a multiple of the block count 4"
+bad_sampler "sampler = threshold\nthreshold = 1.5" "threshold 1.5 is outside (0, 1\]"
+bad_sampler "sampler = greedy" "bs.ini:9: sampler: expected one of low_confidence|random|threshold"
+pass "bad sampler parameters rejected at suite load"
 
 # 6. Plugins listing and options.
 "$tb" plugins | grep -q "null" || fail "plugins does not list null"
