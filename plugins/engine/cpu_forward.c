@@ -104,6 +104,10 @@ static void rmsnorm(float *y, const float *x, const float *w, int rows, int n, d
 /* C[rows][out] (+)= A[rows][in] · W[out][in]^T */
 static void matmul_t(float *c, const float *a, const float *w, int rows, int out, int in, int accumulate)
 {
+    if (rows == 1) { /* batch-1 decode: a GEMV streams W once, as fast as memory allows */
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, out, in, 1.0f, w, in, a, 1, accumulate ? 1.0f : 0.0f, c, 1);
+        return;
+    }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out, in, 1.0f, a, in, w, in,
                 accumulate ? 1.0f : 0.0f, c, out);
 }
