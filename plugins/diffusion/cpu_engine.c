@@ -25,8 +25,10 @@ int tb_dllm_cpu_reserve(tb_dllm_cpu *e, int seqs, int len, char *err, size_t err
     size_t V = (size_t)e->m->cfg.vocab_size;
     e->rows = malloc((size_t)seqs * len * sizeof(int32_t));
     e->scratch = malloc((size_t)seqs * len * V * sizeof(float));
+    free(e->prob);
+    e->prob = malloc(V * sizeof(float));
     e->cap_seqs = e->cap_len = 0;
-    if (!e->rows || !e->scratch) {
+    if (!e->rows || !e->scratch || !e->prob) {
         snprintf(err, err_size, "out of memory for %d canvases of %d positions", seqs, len);
         return -1;
     }
@@ -41,35 +43,53 @@ void tb_dllm_cpu_free(tb_dllm_cpu *e)
     tb_cpu_state_free(&e->st);
     free(e->rows);
     free(e->scratch);
+    free(e->prob);
     e->rows = NULL;
     e->scratch = NULL;
+    e->prob = NULL;
     e->cap_seqs = e->cap_len = 0;
 }
 
-static int forward(void *ctx, const int32_t *canvas, int B, int L, int pos0, int n, int n_attend, float *logits)
+int tb_dllm_cpu_logits(tb_dllm_cpu *e, const int32_t *canvas, int rows, int L, int pos0, int n, int n_attend)
 {
-    tb_dllm_cpu *e = ctx;
     int V = e->m->cfg.vocab_size;
     if (e->shifted && pos0 != 0)
         return -1; /* a shifted model's span would need position pos0 - 1 */
-    if (B > e->cap_seqs || L > e->cap_len)
+    if (rows > e->cap_seqs || L > e->cap_len)
         return -1;
-    for (int b = 0; b < B; b++)
+    for (int b = 0; b < rows; b++)
         memcpy(e->rows + (size_t)b * n, canvas + (size_t)b * L + pos0, (size_t)n * sizeof(int32_t));
-    float *out = e->shifted ? e->scratch : logits;
-    if (tb_cpu_forward_at(&e->st, e->rows, B, pos0, n, n_attend, out) != 0)
+    if (tb_cpu_forward_at(&e->st, e->rows, rows, pos0, n, n_attend, e->scratch) != 0)
         return -1;
     if (e->shifted) /* logits[i] = out[i - 1], logits[0] = out[0] */
-        for (int b = 0; b < B; b++) {
-            const float *src = out + (size_t)b * n * V;
-            float *dst = logits + (size_t)b * n * V;
-            memcpy(dst, src, (size_t)V * sizeof(float));
-            memcpy(dst + V, src, (size_t)(n - 1) * V * sizeof(float));
+        for (int b = 0; b < rows; b++) {
+            float *l = e->scratch + (size_t)b * n * V;
+            memmove(l + V, l, (size_t)(n - 1) * V * sizeof(float));
         }
+    return 0;
+}
+
+static int forward_pick(void *ctx, const int32_t *canvas, int B, int L, int pos0, int n, int n_attend,
+                        const tb_dllm_pick_spec *spec, uint64_t *rng, int32_t *x0, double *conf)
+{
+    tb_dllm_cpu *e = ctx;
+    int V = e->m->cfg.vocab_size, rows = spec->cfg_scale > 0 ? 2 * B : B;
+    if (tb_dllm_cpu_logits(e, canvas, rows, L, pos0, n, n_attend) != 0)
+        return -1;
+    if (spec->cfg_scale > 0) { /* conditional rows become u + (s + 1)(c - u) */
+        size_t half = (size_t)B * n * V;
+        float s = (float)spec->cfg_scale;
+        for (size_t i = 0; i < half; i++) {
+            float c = e->scratch[i], u = e->scratch[half + i];
+            e->scratch[i] = u + (s + 1) * (c - u);
+        }
+    }
+    for (size_t r = 0; r < (size_t)B * n; r++)
+        tb_dllm_pick_row(e->scratch + r * V, V, spec, rng, e->prob, &x0[r], &conf[r]);
     return 0;
 }
 
 tb_dllm_engine tb_dllm_cpu_engine(tb_dllm_cpu *e)
 {
-    return (tb_dllm_engine){.ctx = e, .vocab = e->m->cfg.vocab_size, .forward = forward};
+    return (tb_dllm_engine){.ctx = e, .vocab = e->m->cfg.vocab_size, .forward_pick = forward_pick};
 }

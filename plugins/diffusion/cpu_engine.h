@@ -19,7 +19,8 @@ typedef struct tb_dllm_cpu {
     int cap_seqs, cap_len;
     int threads;
     int32_t *rows;    /* [seqs][len]: the span's tokens */
-    float *scratch;   /* [seqs][len][vocab]: unshifted logits */
+    float *scratch;   /* [seqs][len][vocab]: the span's logits */
+    float *prob;      /* [vocab]: Dream's probabilities of one row */
 } tb_dllm_cpu;
 
 /* Bind to a model (no allocation yet). */
@@ -27,6 +28,9 @@ void tb_dllm_cpu_init(tb_dllm_cpu *e, const tb_model *m, int threads);
 /* Room for `seqs` canvases of `len` positions; 0 or -1 with err. */
 int tb_dllm_cpu_reserve(tb_dllm_cpu *e, int seqs, int len, char *err, size_t err_size);
 void tb_dllm_cpu_free(tb_dllm_cpu *e);
+/* The span's logits of `rows` canvases into e->scratch ([rows][n][vocab],
+ * shifted for Dream). 0 or -1. */
+int tb_dllm_cpu_logits(tb_dllm_cpu *e, const int32_t *canvas, int rows, int L, int pos0, int n, int n_attend);
 /* The engine table for tb_dllm_generate. */
 tb_dllm_engine tb_dllm_cpu_engine(tb_dllm_cpu *e);
 

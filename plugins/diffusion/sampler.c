@@ -95,126 +95,6 @@ int tb_dllm_dream_transfer(int n, int i, int steps, double eps)
     return (int)((float)n * frac);
 }
 
-/* ------------------------------------------------------------ rng */
-
-static double uniform(uint64_t *rng)
-{
-    uint64_t z = (*rng += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    z ^= z >> 31;
-    return ((double)(z >> 11) + 0.5) * 0x1.0p-53; /* (0, 1): log() is finite */
-}
-
-/* --------------------------------------------------- per-position picks */
-
-/* LLaDA: x0 = argmax(logits) or Gumbel-max argmax(exp(l) / (-log u)^T) in
- * float64; confidence = softmax probability of x0 (float64) or uniform. */
-static void llada_pick(const float *logits, int V, const tb_dllm_params *p, uint64_t *rng, int32_t *x0,
-                       double *conf)
-{
-    int best = 0;
-    if (p->temperature > 0) {
-        double bv = -1;
-        for (int v = 0; v < V; v++) {
-            double g = exp((double)logits[v]) / pow(-log(uniform(rng)), p->temperature);
-            if (g > bv)
-                bv = g, best = v;
-        }
-    } else {
-        for (int v = 1; v < V; v++)
-            if (logits[v] > logits[best])
-                best = v;
-    }
-    *x0 = best;
-    if (p->sampler == TB_DLLM_RANDOM) {
-        *conf = uniform(rng);
-        return;
-    }
-    double mx = logits[0];
-    for (int v = 1; v < V; v++)
-        if (logits[v] > mx)
-            mx = logits[v];
-    double sum = 0;
-    for (int v = 0; v < V; v++)
-        sum += exp((double)logits[v] - mx);
-    *conf = exp((double)logits[best] - mx) / sum;
-}
-
-/* Dream's sample_tokens: probabilities in float32 after temperature,
- * top-p and top-k; x0 = argmax (T = 0) or a draw; confidence = p(x0),
- * top-1 minus top-2 margin, or negative entropy. */
-static void dream_pick(const float *logits, int V, const tb_dllm_params *p, uint64_t *rng, float *prob,
-                       int32_t *x0, double *conf)
-{
-    float T = p->temperature > 0 ? (float)p->temperature : 1.0f;
-    float mx = -INFINITY;
-    for (int v = 0; v < V; v++) {
-        prob[v] = logits[v] / T;
-        mx = prob[v] > mx ? prob[v] : mx;
-    }
-    float sum = 0;
-    for (int v = 0; v < V; v++) {
-        prob[v] = expf(prob[v] - mx);
-        sum += prob[v];
-    }
-    for (int v = 0; v < V; v++)
-        prob[v] /= sum;
-    if (p->top_k > 0 && p->top_k < V) { /* keep the k largest */
-        float *tmp = malloc((size_t)V * sizeof *tmp);
-        memcpy(tmp, prob, (size_t)V * sizeof *tmp);
-        for (int k = 0; k < p->top_k; k++) { /* k is small in practice */
-            int b = 0;
-            for (int v = 1; v < V; v++)
-                if (tmp[v] > tmp[b])
-                    b = v;
-            tmp[b] = -1;
-        }
-        float z = 0;
-        for (int v = 0; v < V; v++) {
-            if (tmp[v] >= 0)
-                prob[v] = 0;
-            z += prob[v];
-        }
-        for (int v = 0; v < V; v++)
-            prob[v] /= z;
-        free(tmp);
-    }
-    int best = 0;
-    for (int v = 1; v < V; v++)
-        if (prob[v] > prob[best])
-            best = v;
-    if (p->temperature > 0) {
-        double u = uniform(rng), acc = 0;
-        best = V - 1;
-        for (int v = 0; v < V; v++) {
-            acc += prob[v];
-            if (u < acc) {
-                best = v;
-                break;
-            }
-        }
-    }
-    *x0 = best;
-    if (p->sampler == TB_DLLM_TOPK_MARGIN) {
-        float a = -1, b = -1;
-        for (int v = 0; v < V; v++) {
-            if (prob[v] > a)
-                b = a, a = prob[v];
-            else if (prob[v] > b)
-                b = prob[v];
-        }
-        *conf = (double)(a - b);
-    } else if (p->sampler == TB_DLLM_ENTROPY) {
-        float h = 0;
-        for (int v = 0; v < V; v++)
-            h += prob[v] * logf(prob[v] + 1e-10f);
-        *conf = h;
-    } else {
-        *conf = prob[best];
-    }
-}
-
 /* Indices of the k largest conf[] among candidates (conf = -inf excluded),
  * ties broken by the lower index. Returns how many were chosen. */
 static int top_k_indices(const double *conf, int n, int k, int *out)
@@ -241,13 +121,13 @@ typedef struct run {
     const tb_dllm_engine *e;
     const tb_dllm_params *p;
     const tb_dllm_hooks *h;
+    tb_dllm_pick_spec spec;
     int32_t *canvas;
     int B, L, P, V;
-    float *logits; /* [2B][L][V] (CFG doubles the batch) */
-    int32_t *x0;   /* [B][L] */
-    double *conf;  /* [B][L] */
+    int32_t *x0;   /* [B][n]: the engine's proposals for the span run last */
+    double *conf;  /* [B][n] */
+    double *cand;  /* [L]: one request's confidences, -inf = not a candidate */
     int *pick;     /* [L] */
-    float *prob;   /* [V] */
     int32_t *cfg_canvas; /* [2B][L] */
     uint64_t rng;
     tb_dllm_stats *stats;
@@ -258,30 +138,22 @@ typedef struct run {
 static int do_forward(run *r, int pos0, int n, int n_attend)
 {
     r->stats->forwards++;
+    const int32_t *canvas = r->canvas;
     if (r->p->cfg_scale > 0) {
-        /* conditional canvases, then the same with the prompt masked */
-        int B = r->B, L = r->L, V = r->V;
+        /* the canvases, then the same with their prompts masked */
+        int B = r->B, L = r->L;
         memcpy(r->cfg_canvas, r->canvas, (size_t)B * L * sizeof(int32_t));
         memcpy(r->cfg_canvas + (size_t)B * L, r->canvas, (size_t)B * L * sizeof(int32_t));
         for (int b = 0; b < B; b++)
             for (int i = 0; i < r->P; i++)
                 r->cfg_canvas[(size_t)(B + b) * L + i] = r->p->mask_id;
-        if (r->e->forward(r->e->ctx, r->cfg_canvas, 2 * B, L, pos0, n, n_attend, r->logits) != 0)
-            goto fail;
-        size_t half = (size_t)B * n * V;
-        float s = (float)r->p->cfg_scale;
-        for (size_t i = 0; i < half; i++) {
-            float c = r->logits[i], u = r->logits[half + i];
-            r->logits[i] = u + (s + 1) * (c - u);
-        }
-        return 0;
+        canvas = r->cfg_canvas;
     }
-    if (r->e->forward(r->e->ctx, r->canvas, r->B, r->L, pos0, n, n_attend, r->logits) != 0)
-        goto fail;
+    if (r->e->forward_pick(r->e->ctx, canvas, r->B, r->L, pos0, n, n_attend, &r->spec, &r->rng, r->x0, r->conf) != 0) {
+        snprintf(r->why, r->why_size, "forward failed (positions %d..%d of %d, batch %d)", pos0, pos0 + n, r->L, r->B);
+        return -1;
+    }
     return 0;
-fail:
-    snprintf(r->why, r->why_size, "forward failed (positions %d..%d of %d, batch %d)", pos0, pos0 + n, r->L, r->B);
-    return -1;
 }
 
 /* One LLaDA-family step over the logits of span [pos0, pos0 + n): for every
@@ -290,26 +162,27 @@ fail:
 static void llada_commit(run *r, int pos0, int n, int bs, int be, const int *want)
 {
     const tb_dllm_params *p = r->p;
-    int L = r->L, V = r->V;
+    int L = r->L;
+    double *cand = r->cand;
     for (int b = 0; b < r->B; b++) {
         int32_t *x = r->canvas + (size_t)b * L;
-        double *conf = r->conf + (size_t)b * L;
+        const int32_t *x0 = r->x0 + (size_t)b * n; /* index: position - pos0 */
+        const double *conf = r->conf + (size_t)b * n;
         int masked = 0;
         for (int i = 0; i < L; i++) {
-            conf[i] = -INFINITY;
+            cand[i] = -INFINITY;
             if (i < bs || i >= be || x[i] != p->mask_id)
                 continue;
-            llada_pick(r->logits + ((size_t)b * n + (size_t)(i - pos0)) * V, V, p, &r->rng, &r->x0[(size_t)b * L + i],
-                       &conf[i]);
+            cand[i] = p->sampler == TB_DLLM_RANDOM ? tb_dllm_uniform(&r->rng) : conf[i - pos0];
             masked++;
         }
         int k = p->sampler == TB_DLLM_THRESHOLD ? masked : want[b];
-        int got = top_k_indices(conf, L, k, r->pick);
+        int got = top_k_indices(cand, L, k, r->pick);
         int committed = 0;
         for (int j = 0; j < got; j++) {
-            if (p->sampler == TB_DLLM_THRESHOLD && j > 0 && conf[r->pick[j]] < p->threshold)
+            if (p->sampler == TB_DLLM_THRESHOLD && j > 0 && cand[r->pick[j]] < p->threshold)
                 continue; /* the best one always goes in */
-            x[r->pick[j]] = r->x0[(size_t)b * L + r->pick[j]];
+            x[r->pick[j]] = x0[r->pick[j] - pos0];
             committed++;
         }
         if (committed && r->h && r->h->on_commit)
@@ -385,13 +258,14 @@ static int run_llada(run *r)
 static int run_dream(run *r)
 {
     const tb_dllm_params *p = r->p;
-    int L = r->L, V = r->V, rc = 0;
+    int L = r->L, rc = 0;
     for (int i = 0; i < p->steps && rc == 0; i++) {
         if (do_forward(r, 0, L, L) != 0)
             return -1;
         for (int b = 0; b < r->B; b++) {
             int32_t *x = r->canvas + (size_t)b * L;
-            double *conf = r->conf + (size_t)b * L;
+            const int32_t *x0 = r->x0 + (size_t)b * L;
+            double *cand = r->cand;
             int masked = 0;
             for (int j = 0; j < L; j++)
                 masked += x[j] == p->mask_id;
@@ -400,24 +274,18 @@ static int run_dream(run *r)
                 float t = linspace_f32(1.0f, (float)p->eps, p->steps + 1, i);
                 float s = linspace_f32(1.0f, (float)p->eps, p->steps + 1, i + 1);
                 double p_transfer = i < p->steps - 1 ? 1.0 - (double)(s / t) : 1.0;
-                for (int j = 0; j < L; j++) {
-                    if (x[j] != p->mask_id || uniform(&r->rng) >= p_transfer)
-                        continue;
-                    double c;
-                    dream_pick(r->logits + ((size_t)b * L + j) * V, V, p, &r->rng, r->prob, &x[j], &c);
-                    committed++;
-                }
+                for (int j = 0; j < L; j++)
+                    if (x[j] == p->mask_id && tb_dllm_uniform(&r->rng) < p_transfer) {
+                        x[j] = x0[j];
+                        committed++;
+                    }
             } else {
-                for (int j = 0; j < L; j++) {
-                    conf[j] = -INFINITY;
-                    if (x[j] == p->mask_id)
-                        dream_pick(r->logits + ((size_t)b * L + j) * V, V, p, &r->rng, r->prob,
-                                   &r->x0[(size_t)b * L + j], &conf[j]);
-                }
+                for (int j = 0; j < L; j++)
+                    cand[j] = x[j] == p->mask_id ? r->conf[(size_t)b * L + j] : -INFINITY;
                 int k = tb_dllm_dream_transfer(masked, i, p->steps, p->eps);
-                int got = top_k_indices(conf, L, k, r->pick);
+                int got = top_k_indices(cand, L, k, r->pick);
                 for (int j = 0; j < got; j++)
-                    x[r->pick[j]] = r->x0[(size_t)b * L + r->pick[j]];
+                    x[r->pick[j]] = x0[r->pick[j]];
                 committed = got;
             }
             if (committed && r->h && r->h->on_commit)
@@ -436,25 +304,32 @@ int tb_dllm_generate(const tb_dllm_engine *e, const tb_dllm_params *p, int32_t *
         return -1;
     run r = {.e = e, .p = p, .h = h, .canvas = canvas, .B = B, .L = prompt_len + p->gen_length, .P = prompt_len,
              .V = e->vocab, .rng = seed ^ 0x5DEECE66DULL, .stats = stats, .why = why, .why_size = why_size};
+    r.spec = (tb_dllm_pick_spec){
+        .conf = llada_family(p->sampler)              ? TB_DLLM_CONF_LLADA_PROB
+                : p->sampler == TB_DLLM_TOPK_MARGIN ? TB_DLLM_CONF_DREAM_MARGIN
+                : p->sampler == TB_DLLM_ENTROPY     ? TB_DLLM_CONF_DREAM_ENTROPY
+                                                    : TB_DLLM_CONF_DREAM_PROB,
+        .temperature = p->temperature,
+        .top_k = llada_family(p->sampler) ? 0 : p->top_k,
+        .cfg_scale = p->cfg_scale,
+    };
     int cfg = p->cfg_scale > 0 ? 2 : 1;
-    r.logits = malloc((size_t)cfg * B * r.L * r.V * sizeof(float));
     r.x0 = malloc((size_t)B * r.L * sizeof(int32_t));
     r.conf = malloc((size_t)B * r.L * sizeof(double));
+    r.cand = malloc((size_t)r.L * sizeof(double));
     r.pick = malloc((size_t)r.L * sizeof(int));
-    r.prob = malloc((size_t)r.V * sizeof(float));
     r.cfg_canvas = cfg > 1 ? malloc((size_t)2 * B * r.L * sizeof(int32_t)) : NULL;
     int rc;
-    if (!r.logits || !r.x0 || !r.conf || !r.pick || !r.prob || (cfg > 1 && !r.cfg_canvas)) {
-        snprintf(why, why_size, "out of memory for %d canvases of %d positions x %d logits", cfg * B, r.L, r.V);
+    if (!r.x0 || !r.conf || !r.cand || !r.pick || (cfg > 1 && !r.cfg_canvas)) {
+        snprintf(why, why_size, "out of memory for %d canvases of %d positions", cfg * B, r.L);
         rc = -1;
     } else {
         rc = llada_family(p->sampler) ? run_llada(&r) : run_dream(&r);
     }
-    free(r.logits);
     free(r.x0);
     free(r.conf);
+    free(r.cand);
     free(r.pick);
-    free(r.prob);
     free(r.cfg_canvas);
     return rc;
 }

@@ -31,6 +31,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pick.h"
+
 typedef enum tb_dllm_sampler {
     TB_DLLM_LOW_CONFIDENCE,
     TB_DLLM_RANDOM,
@@ -63,16 +65,18 @@ typedef struct tb_dllm_params {
     int32_t mask_id;
 } tb_dllm_params;
 
-/* What the sampler needs from an engine. forward() computes logits for
- * positions [pos0, pos0 + n) of each of B canvases ([B][L] ids), keys and
- * values of those positions replacing the cache's, attention over
- * [0, n_attend) (the rest from the cache); logits [B][n][vocab], already
- * shifted for models that predict position i from i - 1 (Dream). Returns 0
- * or -1. */
+/* What the sampler needs from an engine. forward_pick() runs the model on
+ * positions [pos0, pos0 + n) of each canvas ([rows][L] ids; rows = B, or
+ * 2B with classifier-free guidance, the last B unconditional), their keys
+ * and values replacing the cache's, attention over [0, n_attend) (the rest
+ * from the cache), logits shifted for models that predict position i from
+ * i - 1 (Dream), and returns for each of B x n positions the proposed token
+ * and its confidence (pick.h). Returns 0 or -1. */
 typedef struct tb_dllm_engine {
     void *ctx;
     int vocab;
-    int (*forward)(void *ctx, const int32_t *canvas, int B, int L, int pos0, int n, int n_attend, float *logits);
+    int (*forward_pick)(void *ctx, const int32_t *canvas, int B, int L, int pos0, int n, int n_attend,
+                        const tb_dllm_pick_spec *spec, uint64_t *rng, int32_t *x0, double *conf);
 } tb_dllm_engine;
 
 typedef struct tb_dllm_hooks {
