@@ -16,6 +16,12 @@
 #include <tokbench/backend.h>
 
 #include "cpu_forward.h"
+#ifdef TB_HAVE_CUDA
+#include "gpu.h"
+#define DEVICES "cpu|cuda"
+#else
+#define DEVICES "cpu"
+#endif
 #include "model.h"
 #include "sampling.h"
 #include "tokenizer.h"
@@ -25,8 +31,9 @@
 enum { OPT_DEVICE, OPT_THREADS, OPT_TEMPERATURE, OPT_TOP_K, OPT_TOP_P, OPT_IGNORE_EOS, OPT_PRESET_SEED, N_OPTS };
 
 static const tb_option_decl ar_options[N_OPTS] = {
-    [OPT_DEVICE] = {"device", TB_OPT_ENUM, "cpu", "where the model runs (the CUDA path is its own issue)", "cpu", 1, 0,
-                    TB_OPTF_LOAD},
+    [OPT_DEVICE] = {"device", TB_OPT_ENUM, "cpu",
+                    "cpu (float32, OpenBLAS) or cuda (bf16 weights, cuBLAS, CUDA graphs; in CUDA builds)", DEVICES, 1,
+                    0, TB_OPTF_LOAD},
     [OPT_THREADS] = {"threads", TB_OPT_INT, "0", "CPU threads for GEMMs and attention; 0 = every online CPU", NULL, 0,
                      4096, 0},
     [OPT_TEMPERATURE] = {"temperature", TB_OPT_FLOAT, "0", "0 = greedy; > 0 samples from softmax(logits / T)", NULL, 0,
@@ -43,8 +50,12 @@ static const tb_option_decl ar_options[N_OPTS] = {
 
 typedef struct ar_ctx {
     const tb_host *host;
-    tb_model model;
+    tb_model model;        /* on cuda: only model.cfg and name are used */
     tb_tokenizer *tok;     /* NULL for presets */
+#ifdef TB_HAVE_CUDA
+    tb_gpu *gpu;           /* device = cuda */
+#endif
+    int on_gpu;
     tb_cpu_state st;       /* grown on demand */
     int threads;
     int32_t *prompt;       /* [R][P] */
@@ -92,9 +103,15 @@ static char *make_description(const ar_ctx *c)
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "model_name", c->model.name);
     cJSON_AddStringToObject(o, "architecture", cfg->arch_name);
-    cJSON_AddStringToObject(o, "dtype", "f32");
+    cJSON_AddStringToObject(o, "dtype", c->on_gpu ? "bf16" : "f32");
     cJSON_AddStringToObject(o, "checkpoint_dtype", c->model.source_dtype);
+#ifdef TB_HAVE_CUDA
+    cJSON_AddStringToObject(o, "device", c->on_gpu ? tb_gpu_device_name(c->gpu) : "cpu");
+    if (c->on_gpu)
+        cJSON_AddStringToObject(o, "kernels", "cuBLAS bf16 GEMMs (fp32 accumulate), own GEMV at batch 1, CUDA graph per decode step");
+#else
     cJSON_AddStringToObject(o, "device", "cpu");
+#endif
     cJSON_AddBoolToObject(o, "random_weights", cfg->random_weights);
     cJSON_AddNumberToObject(o, "params", (double)c->model.n_params);
     cJSON_AddNumberToObject(o, "layers", cfg->n_layers);
@@ -114,6 +131,9 @@ static void ar_destroy(void *p)
     if (!c)
         return;
     tb_cpu_state_free(&c->st);
+#ifdef TB_HAVE_CUDA
+    tb_gpu_free(c->gpu);
+#endif
     tb_model_free(&c->model);
     tb_tokenizer_free(c->tok);
     free(c->prompt);
@@ -142,9 +162,27 @@ static tb_status ar_create(const tb_host *host, const char *model, const tb_opti
         return TB_ERR_MODEL;
     }
     int rc;
-    if (strncmp(model, "preset:", 7) == 0) {
-        rc = tb_model_preset(model + 7, (uint64_t)opt_i(options, n_options, OPT_PRESET_SEED), &c->model, err,
-                             err_size);
+    const tb_option_value *dev = opt(options, n_options, OPT_DEVICE);
+    c->on_gpu = dev && strcmp(dev->text, "cuda") == 0;
+    uint64_t preset_seed = (uint64_t)opt_i(options, n_options, OPT_PRESET_SEED);
+    if (c->on_gpu && strncmp(model, "preset:", 7) == 0) {
+#ifdef TB_HAVE_CUDA
+        /* a preset's random weights are made on the device: no host copy */
+        rc = tb_preset_config(model + 7, &c->model.cfg, err, err_size);
+        snprintf(c->model.name, sizeof c->model.name, "%s", model);
+        snprintf(c->model.source_dtype, sizeof c->model.source_dtype, "random");
+        c->model.n_params = tb_config_n_params(&c->model.cfg);
+        if (rc == 0 && tb_arch_is_diffusion(c->model.cfg.arch)) {
+            snprintf(err, err_size, "%s is a diffusion model: use plugin = diffusion", model);
+            rc = -1;
+        }
+        if (rc == 0)
+            rc = tb_gpu_create(&c->gpu, &c->model.cfg, NULL, preset_seed, err, err_size);
+#else
+        rc = -1;
+#endif
+    } else if (strncmp(model, "preset:", 7) == 0) {
+        rc = tb_model_preset(model + 7, preset_seed, &c->model, err, err_size);
         if (rc == 0 && tb_arch_is_diffusion(c->model.cfg.arch)) {
             snprintf(err, err_size, "%s is a diffusion model: use plugin = diffusion", model);
             rc = -1;
@@ -164,9 +202,19 @@ static tb_status ar_create(const tb_host *host, const char *model, const tb_opti
                 rc = -1;
         }
     }
+#ifdef TB_HAVE_CUDA
+    if (rc == 0 && c->on_gpu && !c->gpu) { /* a folder: load on the host, upload as bf16 */
+        rc = tb_gpu_create(&c->gpu, &c->model.cfg, &c->model, 0, err, err_size);
+        if (rc == 0) { /* keep the config, drop the host weights */
+            tb_model_config cfg = c->model.cfg;
+            tb_model_free(&c->model);
+            c->model.cfg = cfg;
+        }
+    }
+#endif
     if (rc != 0) {
         ar_destroy(c);
-        return strstr(err, "out of memory") ? TB_ERR_NO_MEMORY : TB_ERR_MODEL;
+        return strstr(err, "out of memory") || strstr(err, "out of device memory") ? TB_ERR_NO_MEMORY : TB_ERR_MODEL;
     }
     c->describe_json = make_description(c);
     host->log(host, TB_LOG_INFO, "loaded %s: %s, %lld parameters%s", c->model.name, c->model.cfg.arch_name,
@@ -197,8 +245,8 @@ static tb_status reserve(ar_ctx *c, size_t R, size_t P, size_t N)
             set_error(c, "out of memory for a batch of %zu x %zu tokens", r, p + n);
             return TB_ERR_NO_MEMORY;
         }
-        if (tb_cpu_state_init(&c->st, &c->model, (int)r, (int)(p + n), (int)(r * p), c->threads, c->error,
-                              sizeof c->error) != 0)
+        if (!c->on_gpu && tb_cpu_state_init(&c->st, &c->model, (int)r, (int)(p + n), (int)(r * p), c->threads,
+                                            c->error, sizeof c->error) != 0)
             return TB_ERR_NO_MEMORY;
         c->cap_r = r, c->cap_p = p, c->cap_n = n;
     }
@@ -242,6 +290,86 @@ static int is_eos(const tb_model_config *cfg, int32_t t)
     return 0;
 }
 
+#ifdef TB_HAVE_CUDA
+/* The same loop on the GPU: greedy argmax on the device (only next[R]
+ * comes back); with temperature > 0 the step's logits come to the host
+ * and are sampled there. One emission per step, as on the CPU. */
+static tb_status gpu_generate(ar_ctx *c, const tb_request *req, tb_result *res, uint32_t R, size_t P, uint32_t N,
+                              const tb_sampling *smp, int ignore_eos, uint64_t *rng)
+{
+    const tb_host *host = c->host;
+    const tb_model_config *cfg = &c->model.cfg;
+    size_t V = (size_t)cfg->vocab_size;
+    (void)req; /* prompts are already in c->prompt */
+    if (tb_gpu_reserve(c->gpu, (int)R, (int)(P + N), (int)(R * P), c->error, sizeof c->error) != 0)
+        return strstr(c->error, "out of device memory") ? TB_ERR_NO_MEMORY : TB_ERR;
+    int sampling = smp->temperature > 0;
+    float *logits = sampling ? malloc(R * V * sizeof(float)) : NULL;
+    uint32_t *n_out = calloc(R, sizeof *n_out);
+    int *done = calloc(R, sizeof *done), *fresh = calloc(R, sizeof *fresh);
+    tb_status rc = TB_OK;
+    if ((sampling && !logits) || !n_out || !done || !fresh) {
+        set_error(c, "out of memory");
+        rc = TB_ERR_NO_MEMORY;
+        goto out;
+    }
+    int64_t t0 = host->now_ns(host), t_prefill_end = 0, forwards = 0;
+    for (uint32_t step = 0; step < N; step++) {
+        int err = step == 0 ? tb_gpu_prefill(c->gpu, c->prompt, (int)R, (int)P, c->next, logits)
+                            : tb_gpu_decode(c->gpu, c->next, (int)R, logits);
+        if (err) {
+            set_error(c, "%s", tb_gpu_error(c->gpu));
+            rc = TB_ERR;
+            break;
+        }
+        forwards++;
+        int active = 0;
+        for (uint32_t r = 0; r < R; r++) {
+            if (sampling)
+                c->next[r] = tb_sample(logits + r * V, (int)V, smp, rng, c->scratch);
+            fresh[r] = !done[r];
+            if (done[r])
+                continue;
+            c->out[(size_t)r * N + n_out[r]++] = c->next[r];
+            if (!ignore_eos && is_eos(cfg, c->next[r]))
+                done[r] = 1;
+            active += !done[r];
+        }
+        int64_t now = host->now_ns(host);
+        if (step == 0)
+            t_prefill_end = now;
+        for (uint32_t r = 0; r < R; r++)
+            if (fresh[r])
+                host->emit(host, r, 1, now);
+        if (!active)
+            break;
+        if (host->cancelled(host)) {
+            set_error(c, "cancelled after %u of %u decode steps", step + 1, N);
+            rc = TB_ERR_CANCELLED;
+            break;
+        }
+    }
+    int64_t t_end = host->now_ns(host);
+    res->prefill_ns = t_prefill_end ? t_prefill_end - t0 : -1;
+    res->decode_ns = t_prefill_end ? t_end - t_prefill_end : -1;
+    res->forward_passes = forwards;
+    res->peak_device_bytes = (int64_t)tb_gpu_bytes(c->gpu);
+    for (uint32_t r = 0; r < R; r++) {
+        tb_request_result *q = &res->requests[r];
+        q->n_output_tokens = n_out[r];
+        q->output_ids = c->out + (size_t)r * N;
+        q->n_output_ids = n_out[r];
+        q->status = rc;
+    }
+out:
+    free(logits);
+    free(n_out);
+    free(done);
+    free(fresh);
+    return rc;
+}
+#endif
+
 static tb_status ar_generate(void *ctx, const tb_request *req, tb_result *res)
 {
     ar_ctx *c = ctx;
@@ -280,7 +408,7 @@ static tb_status ar_generate(void *ctx, const tb_request *req, tb_result *res)
     tb_status st = reserve(c, R, P, N);
     if (st != TB_OK)
         return st;
-    if (threads > 0)
+    if (threads > 0 && !c->on_gpu)
         tb_cpu_set_threads(&c->st, threads);
     for (uint32_t r = 0; r < R; r++) {
         int32_t *ids = c->prompt + (size_t)r * P;
@@ -297,6 +425,10 @@ static tb_status ar_generate(void *ctx, const tb_request *req, tb_result *res)
     }
 
     uint64_t rng = req->seed ^ 0xA0761D6478BD642FULL;
+#ifdef TB_HAVE_CUDA
+    if (c->on_gpu)
+        return gpu_generate(c, req, res, R, P, N, &smp, ignore_eos, &rng);
+#endif
     tb_cpu_state_reset(&c->st);
     int64_t t0 = host->now_ns(host);
     if (tb_cpu_forward(&c->st, c->prompt, (int)R, (int)P, 1, 0, c->logits) != 0) {

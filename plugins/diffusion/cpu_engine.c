@@ -69,8 +69,8 @@ int tb_dllm_cpu_logits(tb_dllm_cpu *e, const int32_t *canvas, int rows, int L, i
     return 0;
 }
 
-static int forward_pick(void *ctx, const int32_t *canvas, int B, int L, int pos0, int n, int n_attend,
-                        const tb_dllm_pick_spec *spec, uint64_t *rng, int32_t *x0, double *conf)
+static int forward_pick(void *ctx, const int32_t *canvas, int B, int L, int pos0, int n, int n_attend, int pick0,
+                        int npick, const tb_dllm_pick_spec *spec, uint64_t *rng, int32_t *x0, double *conf)
 {
     tb_dllm_cpu *e = ctx;
     int V = e->m->cfg.vocab_size, rows = spec->cfg_scale > 0 ? 2 * B : B;
@@ -84,8 +84,11 @@ static int forward_pick(void *ctx, const int32_t *canvas, int B, int L, int pos0
             e->scratch[i] = u + (s + 1) * (c - u);
         }
     }
-    for (size_t r = 0; r < (size_t)B * n; r++)
-        tb_dllm_pick_row(e->scratch + r * V, V, spec, rng, e->prob, &x0[r], &conf[r]);
+    for (int b = 0; b < B; b++)
+        for (int i = pick0; i < pick0 + npick; i++) {
+            size_t r = (size_t)b * n + i;
+            tb_dllm_pick_row(e->scratch + r * V, V, spec, rng, e->prob, &x0[r], &conf[r]);
+        }
     return 0;
 }
 

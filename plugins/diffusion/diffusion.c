@@ -17,6 +17,12 @@
 #include <tokbench/backend.h>
 
 #include "cpu_engine.h"
+#ifdef TB_HAVE_CUDA
+#include "gpu.h"
+#define DEVICES "cpu|cuda"
+#else
+#define DEVICES "cpu"
+#endif
 #include "model.h"
 #include "sampler.h"
 #include "sampling.h"
@@ -32,8 +38,9 @@ enum {
 #define SAMPLERS "low_confidence|random|threshold|origin|maskgit_plus|topk_margin|entropy"
 
 static const tb_option_decl diffusion_options[N_OPTS] = {
-    [OPT_DEVICE] = {"device", TB_OPT_ENUM, "cpu", "where the model runs (the CUDA path is its own issue)", "cpu", 1, 0,
-                    TB_OPTF_LOAD},
+    [OPT_DEVICE] = {"device", TB_OPT_ENUM, "cpu",
+                    "cpu (float32, OpenBLAS) or cuda (bf16 weights, cuBLAS; picks on the GPU; in CUDA builds)",
+                    DEVICES, 1, 0, TB_OPTF_LOAD},
     [OPT_THREADS] = {"threads", TB_OPT_INT, "0", "CPU threads for the GEMMs; 0 = every online CPU", NULL, 0, 4096, 0},
     [OPT_SAMPLER] = {"sampler", TB_OPT_ENUM, "low_confidence",
                      "LLaDA remasking (low_confidence, random), Fast-dLLM threshold, or Dream's origin, "
@@ -67,6 +74,10 @@ typedef struct dctx {
     tb_model model;
     tb_tokenizer *tok;
     tb_dllm_cpu engine;
+#ifdef TB_HAVE_CUDA
+    tb_gpu *gpu;      /* device = cuda */
+#endif
+    int on_gpu;
     int threads;
     int shifted;      /* Dream: position i is predicted from i - 1 */
     int32_t mask_id;
@@ -148,9 +159,13 @@ static char *make_description(const dctx *c)
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "model_name", c->model.name);
     cJSON_AddStringToObject(o, "architecture", cfg->arch_name);
-    cJSON_AddStringToObject(o, "dtype", "f32");
+    cJSON_AddStringToObject(o, "dtype", c->on_gpu ? "bf16" : "f32");
     cJSON_AddStringToObject(o, "checkpoint_dtype", c->model.source_dtype);
+#ifdef TB_HAVE_CUDA
+    cJSON_AddStringToObject(o, "device", c->on_gpu ? tb_gpu_device_name(c->gpu) : "cpu");
+#else
     cJSON_AddStringToObject(o, "device", "cpu");
+#endif
     cJSON_AddBoolToObject(o, "random_weights", cfg->random_weights);
     cJSON_AddNumberToObject(o, "params", (double)c->model.n_params);
     cJSON_AddNumberToObject(o, "mask_id", c->mask_id);
@@ -168,6 +183,9 @@ static void diffusion_destroy(void *p)
     if (!c)
         return;
     tb_dllm_cpu_free(&c->engine);
+#ifdef TB_HAVE_CUDA
+    tb_gpu_free(c->gpu);
+#endif
     tb_model_free(&c->model);
     tb_tokenizer_free(c->tok);
     free(c->canvas);
@@ -192,9 +210,23 @@ static tb_status diffusion_create(const tb_host *host, const char *model, const 
         return TB_ERR_MODEL;
     }
     int rc;
-    if (strncmp(model, "preset:", 7) == 0) {
-        rc = tb_model_preset(model + 7, (uint64_t)opt_i(options, n_options, OPT_PRESET_SEED), &c->model, err,
-                             err_size);
+    const tb_option_value *dev = opt(options, n_options, OPT_DEVICE);
+    c->on_gpu = dev && strcmp(dev->text, "cuda") == 0;
+    uint64_t preset_seed = (uint64_t)opt_i(options, n_options, OPT_PRESET_SEED);
+    if (c->on_gpu && strncmp(model, "preset:", 7) == 0) {
+#ifdef TB_HAVE_CUDA
+        /* a preset's random weights are made on the device: no host copy */
+        rc = tb_preset_config(model + 7, &c->model.cfg, err, err_size);
+        snprintf(c->model.name, sizeof c->model.name, "%s", model);
+        snprintf(c->model.source_dtype, sizeof c->model.source_dtype, "random");
+        c->model.n_params = tb_config_n_params(&c->model.cfg);
+        if (rc == 0 && tb_arch_is_diffusion(c->model.cfg.arch))
+            rc = tb_gpu_create(&c->gpu, &c->model.cfg, NULL, preset_seed, err, err_size);
+#else
+        rc = -1;
+#endif
+    } else if (strncmp(model, "preset:", 7) == 0) {
+        rc = tb_model_preset(model + 7, preset_seed, &c->model, err, err_size);
     } else {
         rc = tb_model_load(model, &c->model, err, err_size);
         if (rc == 0) {
@@ -210,12 +242,23 @@ static tb_status diffusion_create(const tb_host *host, const char *model, const 
                  c->model.cfg.arch_name);
         rc = -1;
     }
+#ifdef TB_HAVE_CUDA
+    if (rc == 0 && c->on_gpu && !c->gpu) { /* a folder: load on the host, upload as bf16 */
+        rc = tb_gpu_create(&c->gpu, &c->model.cfg, &c->model, 0, err, err_size);
+        if (rc == 0) {
+            tb_model_config cfg = c->model.cfg;
+            tb_model_free(&c->model);
+            c->model.cfg = cfg;
+        }
+    }
+#endif
     if (rc != 0) {
         diffusion_destroy(c);
-        return strstr(err, "out of memory") ? TB_ERR_NO_MEMORY : TB_ERR_MODEL;
+        return strstr(err, "out of memory") || strstr(err, "out of device memory") ? TB_ERR_NO_MEMORY : TB_ERR_MODEL;
     }
     c->shifted = c->model.cfg.arch == TB_ARCH_DREAM;
-    tb_dllm_cpu_init(&c->engine, &c->model, c->threads);
+    if (!c->on_gpu)
+        tb_dllm_cpu_init(&c->engine, &c->model, c->threads);
     int64_t mask = opt_i(options, n_options, OPT_MASK_ID);
     c->mask_id = mask >= 0 ? (int32_t)mask : c->model.cfg.mask_id;
     if (c->mask_id < 0 || c->mask_id >= c->model.cfg.vocab_size) {
@@ -269,6 +312,19 @@ static void synth_prompt(const dctx *c, uint64_t seed, uint32_t r, int32_t *ids,
     }
 }
 
+#ifdef TB_HAVE_CUDA
+/* The samplers' forward on the GPU: only x0 and confidences come back. */
+static int gpu_forward_pick(void *ctx, const int32_t *canvas, int B, int L, int pos0, int n, int n_attend, int pick0,
+                            int npick, const tb_dllm_pick_spec *spec, uint64_t *rng, int32_t *x0, double *conf)
+{
+    dctx *c = ctx;
+    (void)rng; /* temperature 0 only on the GPU (checked before) */
+    int rows = spec->cfg_scale > 0 ? 2 * B : B;
+    return tb_gpu_forward_pick(c->gpu, canvas, rows, B, L, pos0, n, n_attend, pick0, npick, (int)spec->conf,
+                               spec->cfg_scale, c->shifted, x0, conf);
+}
+#endif
+
 static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result *res)
 {
     dctx *c = ctx;
@@ -291,8 +347,23 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
     }
     int L = P + p.gen_length;
     int seqs = p.cfg_scale > 0 ? 2 * B : B;
-    if (tb_dllm_cpu_reserve(&c->engine, seqs, L, c->error, sizeof c->error) != 0)
-        return TB_ERR_NO_MEMORY;
+    tb_dllm_engine eng;
+    if (c->on_gpu) {
+#ifdef TB_HAVE_CUDA
+        if (p.temperature > 0 || p.sampler == TB_DLLM_ORIGIN || p.top_k > 0) {
+            set_error(c, "the cuda path samples at temperature 0 only (argmax and confidences on the GPU); "
+                         "use device = cpu for temperature, top_k or the origin sampler");
+            return TB_ERR_UNSUPPORTED;
+        }
+        if (tb_gpu_reserve(c->gpu, seqs, L, seqs * L, c->error, sizeof c->error) != 0)
+            return strstr(c->error, "out of device memory") ? TB_ERR_NO_MEMORY : TB_ERR;
+        eng = (tb_dllm_engine){.ctx = c, .vocab = cfg->vocab_size, .forward_pick = gpu_forward_pick};
+#endif
+    } else {
+        if (tb_dllm_cpu_reserve(&c->engine, seqs, L, c->error, sizeof c->error) != 0)
+            return TB_ERR_NO_MEMORY;
+        eng = tb_dllm_cpu_engine(&c->engine);
+    }
     if ((size_t)B * L > c->canvas_cap) {
         free(c->canvas);
         c->canvas = malloc((size_t)B * L * sizeof(int32_t));
@@ -303,7 +374,7 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
         }
     }
     int threads = (int)opt_i(req->options, req->n_options, OPT_THREADS);
-    if (threads > 0)
+    if (threads > 0 && !c->on_gpu)
         tb_cpu_set_threads(&c->engine.st, threads);
     for (int b = 0; b < B; b++) {
         int32_t *x = c->canvas + (size_t)b * L;
@@ -311,7 +382,6 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
         for (int i = P; i < L; i++)
             x[i] = c->mask_id;
     }
-    tb_dllm_engine eng = tb_dllm_cpu_engine(&c->engine);
     hook_ctx hc = {c};
     tb_dllm_hooks hooks = {.ctx = &hc, .on_commit = on_commit, .cancelled = on_cancel};
     tb_dllm_stats stats;
@@ -330,6 +400,10 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
     res->decode_ns = t_end - t_denoise;
     res->forward_passes = stats.forwards;
     res->peak_device_bytes = -1;
+#ifdef TB_HAVE_CUDA
+    if (c->on_gpu)
+        res->peak_device_bytes = (int64_t)tb_gpu_bytes(c->gpu);
+#endif
     for (int b = 0; b < B; b++) {
         tb_request_result *q = &res->requests[b];
         const int32_t *gen = c->canvas + (size_t)b * L + P;

@@ -135,7 +135,7 @@ typedef struct run {
     size_t why_size;
 } run;
 
-static int do_forward(run *r, int pos0, int n, int n_attend)
+static int do_forward(run *r, int pos0, int n, int n_attend, int pick0, int npick)
 {
     r->stats->forwards++;
     const int32_t *canvas = r->canvas;
@@ -149,7 +149,8 @@ static int do_forward(run *r, int pos0, int n, int n_attend)
                 r->cfg_canvas[(size_t)(B + b) * L + i] = r->p->mask_id;
         canvas = r->cfg_canvas;
     }
-    if (r->e->forward_pick(r->e->ctx, canvas, r->B, r->L, pos0, n, n_attend, &r->spec, &r->rng, r->x0, r->conf) != 0) {
+    if (r->e->forward_pick(r->e->ctx, canvas, r->B, r->L, pos0, n, n_attend, pick0, npick, &r->spec, &r->rng, r->x0,
+                           r->conf) != 0) {
         snprintf(r->why, r->why_size, "forward failed (positions %d..%d of %d, batch %d)", pos0, pos0 + n, r->L, r->B);
         return -1;
     }
@@ -236,7 +237,7 @@ static int run_llada(run *r)
                 pos0 = bs, n = r->L - bs;
             else if (i > 0 && p->cache == TB_DLLM_CACHE_DUAL)
                 pos0 = bs, n = p->block_length;
-            if (do_forward(r, pos0, n, r->L) != 0) {
+            if (do_forward(r, pos0, n, r->L, bs - pos0, be - bs) != 0) {
                 rc = -1;
                 break;
             }
@@ -260,7 +261,7 @@ static int run_dream(run *r)
     const tb_dllm_params *p = r->p;
     int L = r->L, rc = 0;
     for (int i = 0; i < p->steps && rc == 0; i++) {
-        if (do_forward(r, 0, L, L) != 0)
+        if (do_forward(r, 0, L, L, r->P, L - r->P) != 0)
             return -1;
         for (int b = 0; b < r->B; b++) {
             int32_t *x = r->canvas + (size_t)b * L;

@@ -70,13 +70,16 @@ typedef struct tb_dllm_params {
  * 2B with classifier-free guidance, the last B unconditional), their keys
  * and values replacing the cache's, attention over [0, n_attend) (the rest
  * from the cache), logits shifted for models that predict position i from
- * i - 1 (Dream), and returns for each of B x n positions the proposed token
- * and its confidence (pick.h). Returns 0 or -1. */
+ * i - 1 (Dream), and returns for span rows [pick0, pick0 + npick) of each
+ * canvas the proposed token and its confidence (pick.h), in x0/conf laid
+ * out [B][n] (rows outside the range are left alone: the LM head and the
+ * pick run only where the sampler can commit). Returns 0 or -1. */
 typedef struct tb_dllm_engine {
     void *ctx;
     int vocab;
     int (*forward_pick)(void *ctx, const int32_t *canvas, int B, int L, int pos0, int n, int n_attend,
-                        const tb_dllm_pick_spec *spec, uint64_t *rng, int32_t *x0, double *conf);
+                        int pick0, int npick, const tb_dllm_pick_spec *spec, uint64_t *rng, int32_t *x0,
+                        double *conf);
 } tb_dllm_engine;
 
 typedef struct tb_dllm_hooks {

@@ -141,7 +141,7 @@ static int get_bool(ctx *c, const cJSON *obj, const char *const *names, int *out
 /* A setting the engine does not implement: absent, or exactly `want`. */
 static int require_bool(ctx *c, const cJSON *obj, const char *name, int want, const char *why)
 {
-    int b;
+    int b = 0; /* set when r > 0; -O3 cannot see it */
     int r = get_bool(c, obj, NAMES(name), &b);
     if (r <= 0)
         return r;

@@ -1,0 +1,77 @@
+/* gpu.h — the transformer forward pass on an NVIDIA GPU (CUDA, cuBLAS).
+ *
+ * Weights are bfloat16 on the device (fused QKV and gate-up, as on the
+ * CPU); GEMMs are cuBLAS bf16 x bf16 with float32 accumulation; the
+ * residual stream is float32; everything else is our own kernels
+ * (embedding, RMSNorm, RoPE + KV-cache write, SwiGLU, attention: batched
+ * GEMMs for prefill and bidirectional spans, a single-query kernel for
+ * decode; argmax and diffusion confidences), so only chosen tokens and
+ * confidences come back to the host. Batch-1 products use our own GEMV
+ * (cuBLAS leaves bandwidth unused there). The AR decode step is captured
+ * once per batch size as a CUDA graph and replayed.
+ *
+ * Built only with CUDA (TB_HAVE_CUDA); the functions return -1 with a
+ * message on any CUDA/cuBLAS failure, out of memory included. */
+#ifndef TB_ENGINE_GPU_H
+#define TB_ENGINE_GPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "config.h"
+#include "model.h"
+
+typedef struct tb_gpu tb_gpu;
+
+/* Whether a CUDA device is usable; the reason when not. */
+int tb_gpu_probe(char *why, size_t why_size);
+
+/* Build the device model: from a CPU model (weights rounded to bf16), or,
+ * when cpu == NULL, seeded random weights for cfg made on the device. */
+int tb_gpu_create(tb_gpu **out, const tb_model_config *cfg, const tb_model *cpu, uint64_t seed, char *err,
+                  size_t err_size);
+void tb_gpu_free(tb_gpu *g);
+
+/* Room for `seqs` sequences of `len` positions (KV cache, activations);
+ * `rows` = the most tokens one forward handles. */
+int tb_gpu_reserve(tb_gpu *g, int seqs, int len, int rows, char *err, size_t err_size);
+
+/* Device memory in use by this context (weights, cache, buffers), bytes,
+ * and the device's name ("NVIDIA H200"). */
+size_t tb_gpu_bytes(const tb_gpu *g);
+const char *tb_gpu_device_name(const tb_gpu *g);
+
+/* Autoregressive: prefill [B][P] prompts (cache reset), greedy next token
+ * per sequence into next[B]; then each decode step feeds next[] back and
+ * overwrites it (CUDA graph). logits_out (host [B][vocab]) may be NULL;
+ * when given, the last step's logits are copied there (sampling on the
+ * host). */
+int tb_gpu_prefill(tb_gpu *g, const int32_t *tokens, int B, int P, int32_t *next, float *logits_out);
+int tb_gpu_decode(tb_gpu *g, int32_t *next, int B, float *logits_out);
+
+/* Diffusion: run positions [pos0, pos0 + n) of `rows` canvases ([rows][L]
+ * host ids), attending to [0, n_attend), and for the first B rows return
+ * per position the argmax token and its confidence (kind: 0 LLaDA float64
+ * softmax probability, 1 Dream probability, 2 Dream top-1 minus top-2,
+ * 3 Dream sum p log(p + 1e-10)); cfg_scale > 0 combines row b with row
+ * B + b first. shifted: Dream's logits[i] = out[i - 1] (needs pos0 == 0).
+ * Only span rows [pick0, pick0 + npick) get logits and picks (x0/conf are
+ * [B][n]; the other rows are left alone). */
+int tb_gpu_forward_pick(tb_gpu *g, const int32_t *canvas, int rows, int B, int L, int pos0, int n, int n_attend,
+                        int pick0, int npick, int kind, double cfg_scale, int shifted, int32_t *x0, double *conf);
+
+/* Tests: all-position logits (host [B][n][vocab]) of a span. */
+int tb_gpu_logits(tb_gpu *g, const int32_t *tokens, int B, int pos0, int n, int n_attend, int causal,
+                  float *logits);
+
+const char *tb_gpu_error(const tb_gpu *g);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
