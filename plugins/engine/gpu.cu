@@ -58,6 +58,7 @@ struct tb_gpu {
     cudaGraphExec_t graph;
     int graph_B;
     int pos;           // host copy of the decode position
+    int gemv_variant;  // see gemv()
     int32_t *h_tok;    // pinned [rows]
     double *h_conf;    // pinned [rows]
     char error[512];
@@ -335,8 +336,8 @@ __global__ void k_swiglu(const float *gu, bf16 *act, int inter, size_t n)
 // and of x (x is small and stays in L1/L2), so every lane keeps
 // GEMV_ROWS x unroll independent 16-byte loads of W in flight. No shared
 // memory, no block-wide barrier: the weights stream at memory speed.
-#define GEMV_ROWS 2
 #define GEMV_WARPS 4
+template <int GEMV_ROWS, int UNROLL>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
     k_gemv(const bf16 *__restrict__ w, const bf16 *__restrict__ x, float *__restrict__ y, int out, int in, float beta)
 {
@@ -354,7 +355,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
         acc[r] = 0;
     }
     int chunks = in / 8;
-#pragma unroll 4
+#pragma unroll UNROLL
     for (int c = lane; c < chunks; c += 32) {
         uint4 xc = __ldg(xv + c);
         const __nv_bfloat162 *xe = reinterpret_cast<const __nv_bfloat162 *>(&xc);
@@ -523,8 +524,10 @@ static int upload_bf16(tb_gpu *g, bf16 **dst, const float *src, size_t n, float 
 {
     if (dalloc(g, (void **)dst, n * sizeof(bf16)))
         return -1;
-    // stage f32 on the device, convert there
-    CK(cudaMemcpy(stage, src, n * sizeof(float), cudaMemcpyHostToDevice));
+    // stage f32 on the device, convert there. The copy goes on our stream:
+    // a pageable cudaMemcpy may return before its DMA lands, and our
+    // non-blocking stream would not wait for it.
+    CK(cudaMemcpyAsync(stage, src, n * sizeof(float), cudaMemcpyHostToDevice, g->stream));
     k_f32_to_bf16<<<blocks_for(n), 256, 0, g->stream>>>(stage, *dst, n);
     LAUNCHED();
     CK(cudaStreamSynchronize(g->stream));
@@ -535,7 +538,8 @@ static int upload_f32(tb_gpu *g, float **dst, const float *src, size_t n)
 {
     if (dalloc(g, (void **)dst, n * sizeof(float)))
         return -1;
-    CK(cudaMemcpy(*dst, src, n * sizeof(float), cudaMemcpyHostToDevice));
+    CK(cudaMemcpyAsync(*dst, src, n * sizeof(float), cudaMemcpyHostToDevice, g->stream));
+    CK(cudaStreamSynchronize(g->stream));
     return 0;
 }
 
@@ -560,6 +564,8 @@ static int const_f32(tb_gpu *g, float **dst, size_t n, float v)
     free(h);
     return rc;
 }
+
+extern "C" double tb_gpu_bench_gemv(tb_gpu *g, int out, int in, double gbs[4]);
 
 extern "C" int tb_gpu_create(tb_gpu **out, const tb_model_config *cfg, const tb_model *cpu, uint64_t seed,
                              char *err, size_t err_size)
@@ -665,6 +671,15 @@ extern "C" int tb_gpu_create(tb_gpu **out, const tb_model_config *cfg, const tb_
     if (cudaStreamSynchronize(g->stream) != cudaSuccess) {
         fail(g, "weight initialization failed: %s", cudaGetErrorString(cudaGetLastError()));
         rc = -1;
+    }
+    if (rc == 0 && (size_t)c->intermediate_size * c->hidden_size >= (1u << 24)) {
+        /* pick the fastest batch-1 GEMV for this device on the model's
+         * own gate-up shape (a fraction of a second at load) */
+        double gbs[4];
+        if (tb_gpu_bench_gemv(g, 2 * c->intermediate_size, c->hidden_size, gbs) < 0) {
+            fail(g, "GEMV calibration failed");
+            rc = -1;
+        }
     }
 done:
 #undef TRY
@@ -790,12 +805,33 @@ extern "C" size_t tb_gpu_bytes(const tb_gpu *g) { return g->bytes; }
 extern "C" const char *tb_gpu_device_name(const tb_gpu *g) { return g->prop.name; }
 extern "C" const char *tb_gpu_error(const tb_gpu *g) { return g->error; }
 
+// The GEMV variants (rows per warp, loads in flight per lane); the
+// fastest on this device is chosen by tb_gpu_bench_gemv (tests/gpu).
+static void gemv(tb_gpu *g, const bf16 *w, const bf16 *x, float *y, int out, int in, float beta, int variant)
+{
+    switch (variant) {
+    case 1:
+        k_gemv<4, 4><<<(out + 4 * GEMV_WARPS - 1) / (4 * GEMV_WARPS), GEMV_WARPS * 32, 0, g->stream>>>(w, x, y, out,
+                                                                                                     in, beta);
+        break;
+    case 2:
+        k_gemv<2, 8><<<(out + 2 * GEMV_WARPS - 1) / (2 * GEMV_WARPS), GEMV_WARPS * 32, 0, g->stream>>>(w, x, y, out,
+                                                                                                     in, beta);
+        break;
+    case 3:
+        k_gemv<1, 8><<<(out + GEMV_WARPS - 1) / GEMV_WARPS, GEMV_WARPS * 32, 0, g->stream>>>(w, x, y, out, in, beta);
+        break;
+    default:
+        k_gemv<2, 4><<<(out + 2 * GEMV_WARPS - 1) / (2 * GEMV_WARPS), GEMV_WARPS * 32, 0, g->stream>>>(w, x, y, out,
+                                                                                                     in, beta);
+    }
+}
+
 // y[rows][out] (+)= x[rows][in] W[out][in]^T; y float32, x and W bf16.
 static int linear(tb_gpu *g, float *y, const bf16 *x, const bf16 *w, int rows, int out, int in, float beta)
 {
     if (rows == 1 && in % 8 == 0) {
-        int per_block = GEMV_WARPS * GEMV_ROWS; // rows per block
-        k_gemv<<<(out + per_block - 1) / per_block, GEMV_WARPS * 32, 0, g->stream>>>(w, x, y, out, in, beta);
+        gemv(g, w, x, y, out, in, beta, g->gemv_variant);
         LAUNCHED();
         return 0;
     }
@@ -1025,4 +1061,47 @@ extern "C" int tb_gpu_forward_pick(tb_gpu *g, const int32_t *canvas, int rows, i
         memcpy(conf + (size_t)b * n + pick0, g->h_conf + (size_t)b * npick, npick * sizeof(double));
     }
     return 0;
+}
+
+// Time every GEMV variant on W[out][in] (random bf16, several copies so
+// the reads come from DRAM, not L2) and keep the fastest; returns its
+// GB/s of weights read. Writes each variant's GB/s into gbs[4].
+extern "C" double tb_gpu_bench_gemv(tb_gpu *g, int out, int in, double gbs[4])
+{
+    const int copies = 8;
+    size_t n = (size_t)out * in;
+    bf16 *w = NULL, *x = NULL;
+    float *y = NULL;
+    if (cudaMalloc((void **)&w, copies * n * sizeof(bf16)) != cudaSuccess ||
+        cudaMalloc((void **)&x, in * sizeof(bf16)) != cudaSuccess || cudaMalloc((void **)&y, out * sizeof(float)))
+        return -1;
+    k_init_uniform<<<4096, 256, 0, g->stream>>>(w, copies * n, 1, 0.03f);
+    k_init_uniform<<<64, 256, 0, g->stream>>>(x, in, 2, 1.0f);
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    double best = 0;
+    for (int v = 0; v < 4; v++) {
+        for (int i = 0; i < copies; i++) // warm-up
+            gemv(g, w + (size_t)i * n, x, y, out, in, 0, v);
+        cudaEventRecord(a, g->stream);
+        const int iters = 64;
+        for (int i = 0; i < iters; i++)
+            gemv(g, w + (size_t)(i % copies) * n, x, y, out, in, 0, v);
+        cudaEventRecord(b, g->stream);
+        cudaEventSynchronize(b);
+        float ms = 0;
+        cudaEventElapsedTime(&ms, a, b);
+        gbs[v] = (double)iters * n * sizeof(bf16) / (ms * 1e-3) / 1e9;
+        if (gbs[v] > best) {
+            best = gbs[v];
+            g->gemv_variant = v;
+        }
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    cudaFree(w);
+    cudaFree(x);
+    cudaFree(y);
+    return cudaGetLastError() == cudaSuccess ? best : -1;
 }

@@ -70,6 +70,11 @@ int tb_gpu_logits(tb_gpu *g, const int32_t *tokens, int B, int pos0, int n, int 
 
 const char *tb_gpu_error(const tb_gpu *g);
 
+/* Time the batch-1 GEMV variants on a random W[out][in] (bf16), keep the
+ * fastest for this context; returns its GB/s of weight reads (gbs[4]: each
+ * variant's), or -1. */
+double tb_gpu_bench_gemv(tb_gpu *g, int out, int in, double gbs[4]);
+
 #ifdef __cplusplus
 }
 #endif

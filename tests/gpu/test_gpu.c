@@ -227,6 +227,23 @@ int main(void)
     }
     const char *src = getenv("TB_SOURCE_ROOT");
     snprintf(root, sizeof root, "%s/tests/data", src ? src : ".");
+    /* the batch-1 GEMV against the bandwidth it is bound by (a
+     * Llama-3-8B gate-up matrix: 28672 x 4096 bf16 = 235 MB) */
+    {
+        tb_model_config cfg;
+        char err[256];
+        if (tb_preset_config("tiny-llama", &cfg, err, sizeof err) == 0) {
+            tb_gpu *g = NULL;
+            if (tb_gpu_create(&g, &cfg, NULL, 1, err, sizeof err) == 0) {
+                double gbs[4];
+                double best = tb_gpu_bench_gemv(g, 28672, 4096, gbs);
+                fprintf(stderr, "gemv 28672x4096 bf16: variants %.0f / %.0f / %.0f / %.0f GB/s, best %.0f\n", gbs[0],
+                        gbs[1], gbs[2], gbs[3], best);
+                CHECK(best > 0);
+                tb_gpu_free(g);
+            }
+        }
+    }
     check_ar("llama-gqa");
     check_ar("llama-tied");
     check_ar("qwen2-bias");
