@@ -2,13 +2,19 @@
  * command. Results go to stdout, progress and errors to stderr. */
 #define _GNU_SOURCE
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "compare.h"
 #include "export.h"
 #include "git_version.h"
+#include "history.h"
+#include "html.h"
 #include "hwinfo.h"
+#include "markdown.h"
+#include "merge.h"
 #include "plan.h"
 #include "runner.h"
 #include "store.h"
@@ -27,7 +33,12 @@ static const char usage_main[] =
     "  plugins [NAME]     list backend plugins, or one plugin's options\n"
     "  sessions           stored sessions, newest first\n"
     "  show [SESSION]     one session's cases, backends side by side (default: last)\n"
-    "  export SESSION     one session as CSV or JSON\n"
+    "  report [SESSION]   one session as Markdown, HTML (with charts), CSV or JSON\n"
+    "  compare A B        two sessions (or two backends) case by case, with a\n"
+    "                     significance test and a verdict per row\n"
+    "  history            one metric of one backend across sessions\n"
+    "  export SESSION     one session as CSV or JSON (= report --format csv|json)\n"
+    "  db merge OTHER.db  import another database's sessions\n"
     "  version            version, commit and build\n"
     "\n"
     "Every command takes --help. The database is --db FILE, else $TOKBENCH_DB,\n"
@@ -66,7 +77,64 @@ static const char usage_export[] =
     "csv: the summary view's rows for the session. json: everything stored:\n"
     "session, machine, backends, cases, metrics, samples, requests, emissions.\n";
 
-enum { OPT_DB = 1000, OPT_DRY_RUN, OPT_FILTER, OPT_LIMIT, OPT_FORMAT };
+static const char usage_report[] =
+    "usage: tokbench report [SESSION|last|--last] [--format md|html|csv|json] [-o FILE] [--db FILE]\n"
+    "\n"
+    "One session (default: the last) for people to read:\n"
+    "  md    Markdown (default): conditions, warnings, every table\n"
+    "  html  one self-contained file: the same plus SVG charts (tokens/s vs steps,\n"
+    "        latency and throughput vs batch, quality vs speed when scored,\n"
+    "        inter-token latency, history across sessions)\n"
+    "  csv   the summary view's rows;  json: everything stored\n"
+    "SESSION is an id from `tokbench sessions` or a uuid prefix. docs/REPORTS.md\n"
+    "describes every part. Exit status: 0 written, 1 error, 2 bad input.\n";
+
+static const char usage_compare[] =
+    "usage: tokbench compare A B [options]            two sessions, backends by label\n"
+    "       tokbench compare A --backends X Y [options]  two backends of session A\n"
+    "       tokbench compare A B --backends X Y          backend X of A vs Y of B\n"
+    "\n"
+    "A is the baseline, B the candidate (ids, uuid prefixes or \"last\"). Cases\n"
+    "match by dimensions and swept options; a backend without a dimension (AR:\n"
+    "no steps) matches every value of it. Per matching case and metric: medians,\n"
+    "B/A, a two-sided Mann-Whitney U test on the raw samples (per repetition for\n"
+    "agg_tps, per request for req_tps and latencies) and a verdict: faster,\n"
+    "slower, or no significant change.\n"
+    "\n"
+    "  --metric M[,M...]      metrics (default agg_tps,req_tps,ttft_ms,e2e_ms); known:\n"
+    "                         agg_tps, decode_tps, wall_ms, tokens_per_forward,\n"
+    "                         req_tps, ttft_ms, tpot_ms, e2e_ms\n"
+    "  --alpha P              significance level (default 0.05)\n"
+    "  --fail-if-slower PCT   exit 1 when a row is significantly slower by more\n"
+    "                         than PCT percent, or a case ran in A and failed in B\n"
+    "  --db FILE              database\n"
+    "\n"
+    "Exit status: 0 no regression beyond the threshold (always 0 without\n"
+    "--fail-if-slower), 1 regression, 2 bad input or nothing to compare.\n";
+
+static const char usage_history[] =
+    "usage: tokbench history --backend LABEL [--metric NAME] [--filter KEY=V[,V...]]...\n"
+    "                        [--format text|csv|html] [-o FILE] [--db FILE]\n"
+    "\n"
+    "One metric (default agg_tps) of one backend, case by case, across every\n"
+    "stored session: commit, version, machine, median, p5, p95, CI, and the\n"
+    "change from the session before; notes where the machine, model, dtype or\n"
+    "plugin changed. KEY: prompt_tokens, max_new_tokens, batch, concurrency,\n"
+    "steps, block_length, request_rate (value none: not applicable), or a swept\n"
+    "option. html: a page with a chart per case.\n"
+    "Exit status: 0 printed, 1 error, 2 bad input or nothing matching.\n";
+
+static const char usage_db[] =
+    "usage: tokbench db merge OTHER.db [--db FILE]\n"
+    "\n"
+    "merge: import OTHER.db's sessions into the database (created if missing):\n"
+    "sessions by uuid (one already present is skipped, so merging twice is\n"
+    "merging once), machines by fingerprint, every row remapped, all in one\n"
+    "transaction. OTHER.db is only read; an older schema is migrated in memory,\n"
+    "a newer one refused. Exit status: 0 merged, 1 error, 2 bad input.\n";
+
+enum { OPT_DB = 1000, OPT_DRY_RUN, OPT_FILTER, OPT_LIMIT, OPT_FORMAT, OPT_LAST, OPT_BACKEND, OPT_BACKENDS,
+       OPT_METRIC, OPT_ALPHA, OPT_FAIL_SLOWER };
 
 /* Parse options common to the commands; returns positional args left. */
 typedef struct cli {
@@ -77,9 +145,28 @@ typedef struct cli {
     int limit;
     const char *format;
     const char *output;
+    int last;
+    const char *backend;
+    const char *backends[2];
+    int n_backends;
+    const char *metric;
+    double alpha;
+    double fail_pct;
     char **pos;
     int n_pos;
 } cli;
+
+/* A number option, or exit 2 naming it. */
+static double number_arg(const char *opt, const char *v, const char *usage)
+{
+    char *end;
+    double d = strtod(v, &end);
+    if (end == v || *end || !isfinite(d)) {
+        fprintf(stderr, "tokbench: %s %s: expected a number\n%s", opt, v, usage);
+        exit(2);
+    }
+    return d;
+}
 
 static int parse(int argc, char **argv, const char *usage, cli *c)
 {
@@ -90,11 +177,19 @@ static int parse(int argc, char **argv, const char *usage, cli *c)
         {"limit", required_argument, NULL, OPT_LIMIT},
         {"format", required_argument, NULL, OPT_FORMAT},
         {"output", required_argument, NULL, 'o'},
+        {"last", no_argument, NULL, OPT_LAST},
+        {"backend", required_argument, NULL, OPT_BACKEND},
+        {"backends", required_argument, NULL, OPT_BACKENDS},
+        {"metric", required_argument, NULL, OPT_METRIC},
+        {"alpha", required_argument, NULL, OPT_ALPHA},
+        {"fail-if-slower", required_argument, NULL, OPT_FAIL_SLOWER},
         {"help", no_argument, NULL, 'h'},
         {0, 0, 0, 0},
     };
     memset(c, 0, sizeof *c);
     c->db = tb_store_default_path();
+    c->alpha = 0.05;
+    c->fail_pct = NAN;
     optind = 1;
     int ch;
     while ((ch = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
@@ -117,6 +212,36 @@ static int parse(int argc, char **argv, const char *usage, cli *c)
             break;
         case 'o':
             c->output = optarg;
+            break;
+        case OPT_LAST:
+            c->last = 1;
+            break;
+        case OPT_BACKEND:
+            c->backend = optarg;
+            break;
+        case OPT_BACKENDS: /* "--backends X Y" arrives as two of these */
+            if (c->n_backends == 2) {
+                fprintf(stderr, "tokbench: --backends takes two labels\n%s", usage);
+                exit(2);
+            }
+            c->backends[c->n_backends++] = optarg;
+            break;
+        case OPT_METRIC:
+            c->metric = optarg;
+            break;
+        case OPT_ALPHA:
+            c->alpha = number_arg("--alpha", optarg, usage);
+            if (!(c->alpha > 0 && c->alpha < 1)) {
+                fprintf(stderr, "tokbench: --alpha %s: expected a level between 0 and 1\n", optarg);
+                exit(2);
+            }
+            break;
+        case OPT_FAIL_SLOWER:
+            c->fail_pct = number_arg("--fail-if-slower", optarg, usage);
+            if (c->fail_pct < 0) {
+                fprintf(stderr, "tokbench: --fail-if-slower %s: expected a percentage >= 0\n", optarg);
+                exit(2);
+            }
             break;
         case 'h':
             fputs(usage, stdout);
@@ -151,7 +276,7 @@ static char *join_args(int argc, char **argv)
     return tb_str_take(&b);
 }
 
-static int cmd_run(int argc, char **argv, int full_argc, char **full_argv)
+static int run_suite(int argc, char **argv, const char *cmdline)
 {
     cli c;
     parse(argc, argv, usage_run, &c);
@@ -204,10 +329,8 @@ static int cmd_run(int argc, char **argv, int full_argc, char **full_argv)
     tb_machine_info mi;
     tb_machine_info_collect(&mi);
     int64_t machine = tb_store_machine(st, &mi);
-    char *cmdline = join_args(full_argc, full_argv);
     tb_session_info si = {.machine_id = machine, .suite = &suite, .command_line = cmdline};
     int64_t session = machine >= 0 ? tb_store_session_begin(st, &si) : -1;
-    free(cmdline);
     if (session < 0) {
         fprintf(stderr, "tokbench: %s: cannot record the session: %s\n", c.db, sqlite3_errmsg(tb_store_db(st)));
         goto out;
@@ -235,6 +358,16 @@ out:
     tb_store_close(st);
     tb_plan_free(&plan);
     tb_suite_free(&suite);
+    return rc;
+}
+
+static int cmd_run(int argc, char **argv, int full_argc, char **full_argv)
+{
+    /* Joined before parsing: getopt permutes argv, and the stored command
+     * line should read as typed. */
+    char *cmdline = join_args(full_argc, full_argv);
+    int rc = run_suite(argc, argv, cmdline);
+    free(cmdline);
     return rc;
 }
 
@@ -382,6 +515,254 @@ static int cmd_export(int argc, char **argv)
     return rc;
 }
 
+/* -o FILE, else stdout. NULL after printing why. */
+static FILE *open_output(const char *path)
+{
+    if (!path || strcmp(path, "-") == 0)
+        return stdout;
+    FILE *f = fopen(path, "w");
+    if (!f)
+        fprintf(stderr, "tokbench: %s: cannot write: %m\n", path);
+    return f;
+}
+
+/* Close -o FILE; a failed write removes the partial file. Returns rc, or 1
+ * when closing failed. */
+static int close_output(FILE *f, const char *path, int rc)
+{
+    if (f == stdout) {
+        if (fflush(stdout) != 0) {
+            fprintf(stderr, "tokbench: write to stdout failed: %m\n");
+            return 1;
+        }
+        return rc;
+    }
+    if (fclose(f) != 0) {
+        fprintf(stderr, "tokbench: %s: write failed: %m\n", path);
+        rc = 1;
+    }
+    if (rc != 0)
+        remove(path);
+    return rc;
+}
+
+static int cmd_report(int argc, char **argv)
+{
+    cli c;
+    parse(argc, argv, usage_report, &c);
+    free(c.filters);
+    const char *fmt = c.format ? c.format : "md";
+    if (strcmp(fmt, "markdown") == 0)
+        fmt = "md";
+    if (c.n_pos > 1 || (c.last && c.n_pos)) {
+        fputs(usage_report, stderr);
+        return 2;
+    }
+    if (strcmp(fmt, "md") && strcmp(fmt, "html") && strcmp(fmt, "csv") && strcmp(fmt, "json")) {
+        fprintf(stderr, "tokbench: --format %s: expected md, html, csv or json\n", fmt);
+        return 2;
+    }
+    tb_store *st = open_store(c.db);
+    if (!st)
+        return 1;
+    char *err = NULL;
+    int64_t id = tb_report_resolve_session(tb_store_db(st), c.n_pos ? c.pos[0] : NULL, &err);
+    if (id < 0) {
+        fprintf(stderr, "tokbench: %s: %s\n", c.db, err);
+        free(err);
+        tb_store_close(st);
+        return 2;
+    }
+    FILE *out = open_output(c.output);
+    int rc = 1;
+    if (out) {
+        sqlite3 *db = tb_store_db(st);
+        if (!strcmp(fmt, "csv"))
+            rc = tb_export_csv(db, id, out) == 0 ? 0 : 1;
+        else if (!strcmp(fmt, "json"))
+            rc = tb_export_json(db, id, out) == 0 ? 0 : 1;
+        else if ((!strcmp(fmt, "md") ? tb_report_markdown : tb_report_html)(db, id, out, &err) == 0)
+            rc = 0;
+        if (err) {
+            fprintf(stderr, "tokbench: %s\n", err);
+            free(err);
+        }
+        rc = close_output(out, c.output, rc);
+        if (rc == 0 && out != stdout)
+            fprintf(stderr, "tokbench: session %lld: %s report written to %s\n", (long long)id, fmt, c.output);
+    }
+    tb_store_close(st);
+    return rc;
+}
+
+/* "a, b,c" -> {"a", "b", "c"}: pointers into *block (free both). */
+static char **split_commas(const char *s, size_t *n, char **block)
+{
+    char *copy = *block = tb_xstrdup(s), *save = NULL;
+    char **v = NULL;
+    *n = 0;
+    for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        v = tb_xrealloc(v, (*n + 1) * sizeof *v);
+        v[(*n)++] = tb_trim(t);
+    }
+    return v;
+}
+
+static int cmd_compare(int argc, char **argv)
+{
+    /* "--backends X Y" -> "--backends X --backends Y" for getopt. */
+    char **args = tb_xcalloc((size_t)argc * 2 + 1, sizeof *args);
+    int n = 0;
+    for (int i = 0; i < argc; i++) {
+        args[n++] = argv[i];
+        if (strcmp(argv[i], "--backends") == 0 && i + 2 < argc && argv[i + 2][0] != '-') {
+            args[n++] = argv[++i];
+            args[n++] = "--backends";
+            args[n++] = argv[++i];
+        }
+    }
+    cli c;
+    parse(n, args, usage_compare, &c);
+    free(c.filters);
+    int rc = 2;
+    tb_store *st = NULL;
+    char **metrics = NULL, *metric_block = NULL;
+    size_t n_metrics = 0;
+    if (c.n_backends == 1 || (c.n_backends == 0 && c.n_pos != 2) || (c.n_backends == 2 && c.n_pos < 1) ||
+        c.n_pos > 2) {
+        if (c.n_backends == 1)
+            fprintf(stderr, "tokbench: --backends takes two labels: --backends X Y\n");
+        fputs(usage_compare, stderr);
+        goto out;
+    }
+    if (c.metric)
+        metrics = split_commas(c.metric, &n_metrics, &metric_block);
+    if (c.metric && !n_metrics) {
+        fprintf(stderr, "tokbench: --metric: expected a list of metric names\n");
+        goto out;
+    }
+    st = open_store(c.db);
+    if (!st) {
+        rc = 1;
+        goto out;
+    }
+    char *err = NULL;
+    int64_t a = tb_report_resolve_session(tb_store_db(st), c.pos[0], &err), b = a;
+    if (a >= 0 && c.n_pos == 2)
+        b = tb_report_resolve_session(tb_store_db(st), c.pos[1], &err);
+    if (a < 0 || b < 0) {
+        fprintf(stderr, "tokbench: %s: %s\n", c.db, err);
+        free(err);
+        goto out;
+    }
+    tb_compare_opts o = {.a = a, .b = b, .metrics = metrics, .n_metrics = n_metrics, .alpha = c.alpha,
+                         .fail_pct = c.fail_pct};
+    if (c.n_backends == 2) {
+        o.backend_a = c.backends[0];
+        o.backend_b = c.backends[1];
+    }
+    tb_compare_result res;
+    if (tb_compare_run(tb_store_db(st), &o, stdout, &res, &err) != 0) {
+        fprintf(stderr, "tokbench: compare: %s\n", err);
+        free(err);
+        goto out;
+    }
+    rc = isfinite(c.fail_pct) && res.regressions ? 1 : 0;
+out:
+    free(metrics);
+    free(metric_block);
+    tb_store_close(st);
+    free(args);
+    return rc;
+}
+
+static int cmd_history(int argc, char **argv)
+{
+    cli c;
+    parse(argc, argv, usage_history, &c);
+    const char *fmt = c.format ? c.format : "text";
+    int rc = 2;
+    tb_store *st = NULL;
+    if (!c.backend || c.n_pos) {
+        if (!c.backend)
+            fprintf(stderr, "tokbench: history: --backend LABEL is required\n");
+        fputs(usage_history, stderr);
+        goto out;
+    }
+    if (strcmp(fmt, "text") && strcmp(fmt, "csv") && strcmp(fmt, "html")) {
+        fprintf(stderr, "tokbench: --format %s: expected text, csv or html\n", fmt);
+        goto out;
+    }
+    st = open_store(c.db);
+    if (!st) {
+        rc = 1;
+        goto out;
+    }
+    tb_history h;
+    char *err = NULL;
+    if (tb_history_load(tb_store_db(st), c.backend, c.metric ? c.metric : "agg_tps", c.filters, c.n_filters, &h,
+                        &err) != 0) {
+        fprintf(stderr, "tokbench: history: %s: %s\n", c.db, err);
+        free(err);
+        goto out;
+    }
+    FILE *f = open_output(c.output);
+    rc = 1;
+    if (f) {
+        if (!strcmp(fmt, "text"))
+            tb_history_print(&h, f);
+        else if (!strcmp(fmt, "csv"))
+            tb_history_csv(&h, f);
+        else
+            tb_history_html(&h, f);
+        rc = close_output(f, c.output, 0);
+    }
+    tb_history_free(&h);
+out:
+    tb_store_close(st);
+    free(c.filters);
+    return rc;
+}
+
+static int cmd_db(int argc, char **argv)
+{
+    if (argc < 2 || (strcmp(argv[1], "merge") && strcmp(argv[1], "--help") && strcmp(argv[1], "-h"))) {
+        if (argc >= 2)
+            fprintf(stderr, "tokbench: db: unknown subcommand \"%s\"\n", argv[1]);
+        fputs(usage_db, stderr);
+        return 2;
+    }
+    if (strcmp(argv[1], "merge") != 0) { /* --help */
+        fputs(usage_db, stdout);
+        return 0;
+    }
+    cli c;
+    parse(argc - 1, argv + 1, usage_db, &c);
+    free(c.filters);
+    if (c.n_pos != 1) {
+        fputs(usage_db, stderr);
+        return 2;
+    }
+    tb_store *st = open_store(c.db);
+    if (!st)
+        return 1;
+    tb_merge_result r;
+    char *err = NULL;
+    int rc = 0;
+    if (tb_merge(tb_store_db(st), c.pos[0], &r, &err) != 0) {
+        fprintf(stderr, "tokbench: db merge: %s\n", err);
+        free(err);
+        rc = 1;
+    } else {
+        printf("merged %s into %s: %zu session%s imported (%zu cases, %zu samples, %zu requests; %zu rows), "
+               "%zu already present; machines: %zu new, %zu known\n",
+               c.pos[0], c.db, r.sessions_new, r.sessions_new == 1 ? "" : "s", r.cases, r.samples, r.requests,
+               r.rows, r.sessions_known, r.machines_new, r.machines_known);
+    }
+    tb_store_close(st);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -401,6 +782,14 @@ int main(int argc, char **argv)
         return cmd_show(sub_argc, sub_argv);
     if (!strcmp(cmd, "export"))
         return cmd_export(sub_argc, sub_argv);
+    if (!strcmp(cmd, "report"))
+        return cmd_report(sub_argc, sub_argv);
+    if (!strcmp(cmd, "compare"))
+        return cmd_compare(sub_argc, sub_argv);
+    if (!strcmp(cmd, "history"))
+        return cmd_history(sub_argc, sub_argv);
+    if (!strcmp(cmd, "db"))
+        return cmd_db(sub_argc, sub_argv);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("tokbench %s (%s), %s build, gcc %s, CUDA build %s, schema %d, plugin ABI %d\n", TB_VERSION,
                TB_GIT_COMMIT, TB_BUILD_TYPE, __VERSION__, TB_CUDA_BUILD_VERSION, tb_store_schema_version(),

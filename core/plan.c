@@ -120,6 +120,9 @@ static const char *dim_requires(tb_dim d, uint32_t *cap)
     case TB_DIM_BLOCK_LENGTH:
         *cap = TB_CAP_BLOCKS;
         return "blocks";
+    case TB_DIM_REQUESTS: /* either bit will do */
+        *cap = TB_CAP_CONCURRENCY | TB_CAP_REQUEST_RATE;
+        return "concurrency or request_rate";
     default:
         *cap = 0;
         return NULL;
@@ -127,6 +130,15 @@ static const char *dim_requires(tb_dim d, uint32_t *cap)
 }
 
 static const double default_prompt = 128, default_new = 128, default_batch = 1;
+
+#define SERVING_CAPS (TB_CAP_CONCURRENCY | TB_CAP_REQUEST_RATE)
+
+uint32_t tb_plan_default_requests(uint32_t concurrency)
+{
+    /* Enough waves that ramp-up and drain do not dominate the window. */
+    uint64_t n = 4ull * concurrency;
+    return n < 32 ? 32 : n > 1000000 ? 1000000 : (uint32_t)n;
+}
 
 static char *values_json(const tb_option_value *vals, uint32_t n, const int *mask)
 {
@@ -169,7 +181,7 @@ static int expand_backend(tb_plan *plan, size_t bi, tb_str *errs)
         const tb_option_decl *d = tb_plugin_option(&pb->plugin, st->key);
         if (!d) {
             char *known = known_options(&pb->plugin);
-            err_at(errs, st->value.loc, st->key, "unknown option of plugin %s (its options: %s; or a dimension: prompt_tokens, max_new_tokens, batch, concurrency, request_rate, steps, block_length)",
+            err_at(errs, st->value.loc, st->key, "unknown option of plugin %s (its options: %s; or a dimension: prompt_tokens, max_new_tokens, batch, concurrency, request_rate, steps, block_length, requests)",
                    ops->name, known);
             free(known);
             continue;
@@ -282,9 +294,14 @@ static int expand_backend(tb_plan *plan, size_t bi, tb_str *errs)
             case TB_DIM_REQUEST_RATE: c->request_rate = v; break;
             case TB_DIM_STEPS: c->steps = (uint32_t)v; break;
             case TB_DIM_BLOCK_LENGTH: c->block_length = (uint32_t)v; break;
+            case TB_DIM_REQUESTS: c->requests = (uint32_t)v; break;
             default: break;
             }
         }
+        if (!(ops->capabilities & SERVING_CAPS))
+            c->requests = c->batch;
+        else if (!c->requests)
+            c->requests = tb_plan_default_requests(c->concurrency);
         c->swept_json = values_json(c->options, nopt, swept);
         tb_str key = {0};
         for (uint32_t i = 0; i < nopt; i++)
@@ -341,7 +358,7 @@ static void validate_cases(tb_plan *plan, tb_str *errs)
             continue;
         tb_request req = {
             .struct_size = sizeof req,
-            .n_requests = c->batch,
+            .n_requests = c->requests,
             .prompt_tokens = c->prompt_tokens,
             .max_new_tokens = c->max_new_tokens,
             .batch = c->batch,
@@ -389,7 +406,7 @@ int tb_plan_build(tb_suite *suite, tb_plan *plan, char **err)
                 known = 1;
         if (!known)
             err_at(&errs, suite->sweeps[k].value.loc, suite->sweeps[k].key,
-                   "unknown key in [matrix] (expected a dimension — prompt_tokens, max_new_tokens, batch, concurrency, request_rate, steps, block_length — or an option of one of the suite's plugins)");
+                   "unknown key in [matrix] (expected a dimension — prompt_tokens, max_new_tokens, batch, concurrency, request_rate, steps, block_length, requests — or an option of one of the suite's plugins)");
     }
     /* Every backend's option errors, not just the first backend's. */
     if (!errs.len)
@@ -437,6 +454,7 @@ static int case_matches(const tb_plan *plan, const tb_case *c, const char *key, 
         case TB_DIM_REQUEST_RATE: v = c->request_rate; break;
         case TB_DIM_STEPS: v = c->steps; break;
         case TB_DIM_BLOCK_LENGTH: v = c->block_length; break;
+        case TB_DIM_REQUESTS: v = c->requests; break;
         default: break;
         }
         for (size_t i = 0; i < nv; i++) {
@@ -521,7 +539,6 @@ int tb_plan_filter(tb_plan *plan, char *const *filters, size_t n, char **err)
 
 char *tb_case_label(const tb_plan *plan, const tb_case *c)
 {
-    (void)plan;
     tb_str b = {0};
     tb_str_appendf(&b, "prompt_tokens=%u max_new_tokens=%u batch=%u", c->prompt_tokens,
                    c->max_new_tokens, c->batch);
@@ -533,6 +550,9 @@ char *tb_case_label(const tb_plan *plan, const tb_case *c)
         tb_str_appendf(&b, " steps=%u", c->steps);
     if (c->block_length)
         tb_str_appendf(&b, " block_length=%u", c->block_length);
+    if (c->backend < plan->n_backends && plan->backends[c->backend].plugin.ops &&
+        (plan->backends[c->backend].plugin.ops->capabilities & SERVING_CAPS))
+        tb_str_appendf(&b, " requests=%u", c->requests);
     cJSON *sw = cJSON_Parse(c->swept_json);
     cJSON *it;
     cJSON_ArrayForEach(it, sw) tb_str_appendf(&b, " %s=%s", it->string, cJSON_GetStringValue(it));

@@ -9,7 +9,12 @@
  * Capabilities decide what a backend gets: concurrency, request_rate,
  * steps and block_length are not applied to a backend without the matching
  * capability (the reason is kept as a note); batch values above 1 on a
- * backend without TB_CAP_BATCH become skipped cases with the reason. */
+ * backend without TB_CAP_BATCH become skipped cases with the reason.
+ *
+ * Requests per call: a serving backend (TB_CAP_CONCURRENCY or
+ * TB_CAP_REQUEST_RATE) gets the `requests` dimension, by default
+ * max(32, 4 x concurrency); any other backend runs `batch` requests per
+ * call and `requests` is not applied to it (with a note). */
 #ifndef TB_PLAN_H
 #define TB_PLAN_H
 
@@ -32,6 +37,8 @@ typedef struct tb_case {
     uint32_t prompt_tokens, max_new_tokens, batch;
     uint32_t concurrency, steps, block_length; /* 0: not applicable */
     double request_rate;                       /* 0: not applicable */
+    uint32_t requests; /* requests per generate() call (tb_request's
+                          n_requests): `batch` unless serving */
     tb_option_value *options; /* every declared option, declaration order */
     uint32_t n_options;
     char *swept_json; /* {"name":"value",...}: options the matrix swept */
@@ -57,7 +64,11 @@ int tb_plan_build(tb_suite *suite, tb_plan *plan, char **err);
  * or -1 with *err for a malformed filter. */
 int tb_plan_filter(tb_plan *plan, char *const *filters, size_t n, char **err);
 
-/* "prompt_tokens=128 max_new_tokens=64 batch=1 steps=8 sampler=random". */
+/* Default requests per call of a serving case. */
+uint32_t tb_plan_default_requests(uint32_t concurrency);
+
+/* "prompt_tokens=128 max_new_tokens=64 batch=1 steps=8 sampler=random";
+ * serving backends' cases also say requests=N. */
 char *tb_case_label(const tb_plan *plan, const tb_case *c);
 
 /* The expanded plan, human-readable (what --dry-run prints). */

@@ -188,7 +188,9 @@ int tb_plugin_open(const char *name, tb_plugin *out, char **err)
     free(tried);
     /* dlopen needs a '/' to take a path literally rather than search. */
     char *dl_path = strchr(path, '/') ? tb_xstrdup(path) : tb_xasprintf("./%s", path);
-    void *h = dlopen(dl_path, RTLD_NOW | RTLD_LOCAL);
+    /* RTLD_NODELETE: a plugin linking a GPU runtime keeps state past
+     * dlclose (and LeakSanitizer would report it as leaked) */
+    void *h = dlopen(dl_path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     free(dl_path);
     if (!h) {
         *err = tb_xasprintf("plugin %s (%s): cannot load: %s", name, path, dlerror());

@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "progress.h"
@@ -27,74 +26,6 @@ static void on_interrupt(int sig)
 {
     (void)sig;
     interrupted = 1;
-}
-
-typedef struct worker_proc {
-    pid_t pid; /* 0: none running */
-    int to_fd, from_fd;
-} worker_proc;
-
-/* Why a worker ended, after it closed its pipe or was killed. */
-static char *reap(worker_proc *w, int killed_for_timeout)
-{
-    int status = 0;
-    pid_t r;
-    do
-        r = waitpid(w->pid, &status, 0);
-    while (r < 0 && errno == EINTR);
-    close(w->to_fd);
-    close(w->from_fd);
-    w->pid = 0;
-    if (killed_for_timeout)
-        return NULL;
-    if (r < 0)
-        return tb_xasprintf("backend process lost: %s", strerror(errno));
-    if (WIFSIGNALED(status)) {
-        int sig = WTERMSIG(status);
-        return tb_xasprintf("backend process crashed: killed by signal %d (%s)%s", sig, strsignal(sig),
-                            sig == SIGKILL ? "; possibly out of memory (the kernel's OOM killer sends SIGKILL)" : "");
-    }
-    return tb_xasprintf("backend process crashed: exited with status %d before finishing the case",
-                        WEXITSTATUS(status));
-}
-
-static void kill_worker(worker_proc *w)
-{
-    if (!w->pid)
-        return;
-    kill(w->pid, SIGKILL);
-    char *why = reap(w, 1);
-    free(why);
-}
-
-static int spawn(const tb_plan *plan, size_t bi, worker_proc *w)
-{
-    int to[2], from[2];
-    if (pipe(to) != 0)
-        return -1;
-    if (pipe(from) != 0) {
-        close(to[0]);
-        close(to[1]);
-        return -1;
-    }
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) {
-        close(to[0]), close(to[1]), close(from[0]), close(from[1]);
-        return -1;
-    }
-    if (pid == 0) {
-        close(to[1]);
-        close(from[0]);
-        tb_worker_main(plan, bi, to[0], from[1]);
-    }
-    close(to[0]);
-    close(from[1]);
-    w->pid = pid;
-    w->to_fd = to[1];
-    w->from_fd = from[0];
-    return 0;
 }
 
 /* ------------------------------------------------------ records */
@@ -123,7 +54,7 @@ static void dvec_push(dvec *d, double x)
 
 enum {
     M_REQ_TPS, M_AGG_TPS, M_DECODE_TPS, M_TTFT, M_TPOT, M_E2E, M_ITL, M_PREFILL, M_DECODE,
-    M_WALL, M_NFE, M_TPF, M_STEPS, M_ANSWER, M_RUNNER, M_COUNT
+    M_WALL, M_NFE, M_TPF, M_STEPS, M_ANSWER, M_RUNNER, M_REQ_RATE, M_ERR_RATE, M_GOODPUT, M_COUNT
 };
 static const struct { const char *name, *unit; } metric_defs[M_COUNT] = {
     [M_REQ_TPS] = {"req_tps", "tokens/s"},
@@ -141,7 +72,34 @@ static const struct { const char *name, *unit; } metric_defs[M_COUNT] = {
     [M_STEPS] = {"steps_done", "count"},
     [M_ANSWER] = {"answer_tokens", "tokens"},
     [M_RUNNER] = {"runner_us", "us"},
+    [M_REQ_RATE] = {"req_throughput", "requests/s"},
+    [M_ERR_RATE] = {"error_rate", "fraction"},
+    [M_GOODPUT] = {"goodput", "requests/s"},
 };
+
+/* Failed requests are counted per error class: the word before ": " at
+ * the start of the request's error (backend.h, "error classes"). */
+static const char *const error_classes[] = {
+    "connect", "timeout", "http_429", "http_4xx", "http_5xx",
+    "server_error", "malformed_stream", "dropped", "other",
+};
+#define N_CLASSES (sizeof error_classes / sizeof *error_classes)
+static const char *const class_metric[N_CLASSES] = {
+    "errors_connect", "errors_timeout", "errors_http_429", "errors_http_4xx", "errors_http_5xx",
+    "errors_server_error", "errors_malformed_stream", "errors_dropped", "errors_other",
+};
+
+static size_t error_class(const char *error)
+{
+    if (error) {
+        size_t n = strspn(error, "abcdefghijklmnopqrstuvwxyz0123456789_");
+        if (n && strncmp(error + n, TB_ERROR_CLASS_SEP, 2) == 0)
+            for (size_t k = 0; k + 1 < N_CLASSES; k++)
+                if (strlen(error_classes[k]) == n && strncmp(error, error_classes[k], n) == 0)
+                    return k;
+    }
+    return N_CLASSES - 1;
+}
 
 /* Decode a RESULT payload into samples and metrics. Returns 0 or -1 with
  * *err when the payload is malformed. */
@@ -160,6 +118,9 @@ static int build_record(const tb_plan *plan, const tb_case *c, const char *buf, 
     } while (0)
     tb_wire_case wc;
     dvec m[M_COUNT] = {{0}};
+    dvec cls[N_CLASSES] = {{0}};
+    const tb_suite *suite = plan->suite;
+    uint32_t want_requests = c->requests ? c->requests : c->batch;
     int64_t *em_t = NULL;
     size_t em_cap = 0;
     TAKE(&wc, sizeof wc);
@@ -168,7 +129,7 @@ static int build_record(const tb_plan *plan, const tb_case *c, const char *buf, 
     for (uint32_t k = 0; k < wc.n_calls; k++) {
         tb_wire_call call;
         TAKE(&call, sizeof call);
-        if (call.n_requests != c->batch) {
+        if (call.n_requests != want_requests) {
             *err = tb_xstrdup("malformed result from the backend process (request count)");
             goto bad;
         }
@@ -261,6 +222,27 @@ static int build_record(const tb_plan *plan, const tb_case *c, const char *buf, 
         }
         tb_rep_metrics_compute(rm, n_out, ok, call.n_requests, call.prefill_ns, call.forward_passes, &s->m);
         if (!s->warmup) {
+            /* Serving figures: completed and good requests per second of
+             * the window, and the failures by class. */
+            uint32_t n_ok = 0, n_good = 0, per_class[N_CLASSES] = {0};
+            for (uint32_t r = 0; r < call.n_requests; r++) {
+                if (!ok[r]) {
+                    per_class[error_class(s->requests[r].error)]++;
+                    continue;
+                }
+                n_ok++;
+                double ttft_ms = (double)rm[r].ttft_ns * 1e-6, tpot_ms = rm[r].tpot_ns * 1e-6;
+                if ((suite->goodput_ttft_ms <= 0 || ttft_ms <= suite->goodput_ttft_ms) &&
+                    (suite->goodput_tpot_ms <= 0 || isnan(tpot_ms) || tpot_ms <= suite->goodput_tpot_ms))
+                    n_good++;
+            }
+            double wall_s = (double)s->m.wall_ns * 1e-9;
+            dvec_push(&m[M_REQ_RATE], wall_s > 0 ? n_ok / wall_s : NAN);
+            dvec_push(&m[M_ERR_RATE], (double)(call.n_requests - n_ok) / call.n_requests);
+            if (suite->goodput_ttft_ms > 0 || suite->goodput_tpot_ms > 0)
+                dvec_push(&m[M_GOODPUT], wall_s > 0 ? n_good / wall_s : NAN);
+            for (size_t k = 0; k < N_CLASSES; k++)
+                dvec_push(&cls[k], per_class[k]);
             dvec_push(&m[M_AGG_TPS], s->m.aggregate_tps);
             dvec_push(&m[M_DECODE_TPS], s->m.decode_tps);
             dvec_push(&m[M_WALL], (double)s->m.wall_ns * 1e-6);
@@ -284,7 +266,7 @@ static int build_record(const tb_plan *plan, const tb_case *c, const char *buf, 
         *err = tb_xstrdup("malformed result from the backend process (trailing bytes)");
         goto bad;
     }
-    rec->metrics = tb_xcalloc(M_COUNT, sizeof *rec->metrics);
+    rec->metrics = tb_xcalloc(M_COUNT + N_CLASSES, sizeof *rec->metrics);
     for (int k = 0; k < M_COUNT; k++) {
         tb_metric_record *mr = &rec->metrics[rec->n_metrics++];
         mr->name = metric_defs[k].name;
@@ -292,11 +274,26 @@ static int build_record(const tb_plan *plan, const tb_case *c, const char *buf, 
         tb_stats_compute_ci(m[k].v, m[k].n, plan->suite->seed, k != M_ITL, &mr->st);
         free(m[k].v);
     }
+    /* A class gets a row only when some repetition had such a failure. */
+    for (size_t k = 0; k < N_CLASSES; k++) {
+        double any = 0;
+        for (size_t i = 0; i < cls[k].n; i++)
+            any += cls[k].v[i];
+        if (any > 0) {
+            tb_metric_record *mr = &rec->metrics[rec->n_metrics++];
+            mr->name = class_metric[k];
+            mr->unit = "requests";
+            tb_stats_compute_ci(cls[k].v, cls[k].n, plan->suite->seed, 1, &mr->st);
+        }
+        free(cls[k].v);
+    }
     free(em_t);
     return 0;
 bad:
     for (int k = 0; k < M_COUNT; k++)
         free(m[k].v);
+    for (size_t k = 0; k < N_CLASSES; k++)
+        free(cls[k].v);
     free(em_t);
     return -1;
 #undef TAKE
@@ -389,6 +386,36 @@ static void finish_case(run_state *rs, const tb_case *c, case_outcome *o, tb_cas
             tb_progress_note(&rs->progress, w);
             free(w);
         }
+        /* Failed requests of a completed case (serving: refused, dropped,
+         * timed out...), by class, over the measured repetitions. */
+        size_t failed = 0, total = 0, per_class[N_CLASSES] = {0};
+        for (size_t i = 0; i < rec->n_samples; i++) {
+            if (rec->samples[i].warmup)
+                continue;
+            for (uint32_t r = 0; r < rec->samples[i].n_requests; r++) {
+                const tb_request_record *q = &rec->samples[i].requests[r];
+                total++;
+                if (q->status != TB_OK) {
+                    failed++;
+                    per_class[error_class(q->error)]++;
+                }
+            }
+        }
+        if (failed) {
+            rs->sum->failed_requests++;
+            tb_str w = {0};
+            tb_str_appendf(&w, "warning: %s #%zu: %zu of %zu requests failed (", pb->sb->label, c->ordinal, failed,
+                           total);
+            const char *sep = "";
+            for (size_t k = 0; k < N_CLASSES; k++)
+                if (per_class[k]) {
+                    tb_str_appendf(&w, "%s%s %zu", sep, error_classes[k], per_class[k]);
+                    sep = ", ";
+                }
+            tb_str_append(&w, ")");
+            tb_progress_note(&rs->progress, w.s);
+            tb_str_free(&w);
+        }
     } else if (strcmp(o->status, "failed") == 0) {
         rs->sum->failed++;
     } else {
@@ -416,7 +443,7 @@ static void run_backend(run_state *rs, size_t bi)
 {
     tb_plan *plan = rs->plan;
     const tb_suite *s = plan->suite;
-    worker_proc w = {0};
+    tb_worker_proc w = {0};
     char *probe_error = NULL;
     char *failed_load_key = NULL, *failed_load_error = NULL;
     int64_t load_timeout = (int64_t)(s->load_timeout_s * 1e9), case_timeout = (int64_t)(s->case_timeout_s * 1e9);
@@ -450,7 +477,7 @@ static void run_backend(run_state *rs, size_t bi)
         size_t len;
         int rc;
         if (!w.pid) {
-            if (spawn(plan, bi, &w) != 0) {
+            if (tb_worker_spawn(plan, bi, &w) != 0) {
                 record_simple(rs, c, "failed", tb_xasprintf("cannot start a backend process: %s", strerror(errno)), &o);
                 continue;
             }
@@ -461,7 +488,7 @@ static void run_backend(run_state *rs, size_t bi)
                 free(buf);
                 if (st.status != TB_OK) {
                     probe_error = tb_xstrdup(st.message);
-                    kill_worker(&w);
+                    tb_worker_kill(&w);
                     record_simple(rs, c, "skipped", tb_xasprintf("cannot run on this host: %s", probe_error), &o);
                     continue;
                 }
@@ -471,13 +498,13 @@ static void run_backend(run_state *rs, size_t bi)
                     break;
                 char *why;
                 if (rc == 2) {
-                    kill_worker(&w);
+                    tb_worker_kill(&w);
                     why = tb_xasprintf("probe() did not answer within load_timeout (%.0f s)", s->load_timeout_s);
                 } else if (rc == 0) { /* a message, but not the probe answer */
-                    kill_worker(&w);
+                    tb_worker_kill(&w);
                     why = tb_xasprintf("protocol error: expected the probe answer, got message %u", type);
                 } else {
-                    why = reap(&w, 0);
+                    why = tb_worker_reap(&w, 0);
                 }
                 record_simple(rs, c, "failed", why, &o);
                 continue;
@@ -487,7 +514,7 @@ static void run_backend(run_state *rs, size_t bi)
         uint32_t idx = (uint32_t)ci;
         if (tb_wire_send(w.to_fd, TB_MSG_CASE, &idx, sizeof idx) != 0) {
             kill(w.pid, SIGKILL);
-            record_simple(rs, c, "failed", reap(&w, 0), &o);
+            record_simple(rs, c, "failed", tb_worker_reap(&w, 0), &o);
             continue;
         }
         /* Phase 1: the context (load or reuse), then phase 2: the case. */
@@ -501,12 +528,12 @@ static void run_backend(run_state *rs, size_t bi)
                 if (rc == 0 && type == TB_MSG_RESULT)
                     goto result; /* it finished after all */
                 free(buf);
-                kill_worker(&w);
+                tb_worker_kill(&w);
                 record_simple(rs, c, "failed", tb_xstrdup("interrupted (Ctrl-C or SIGTERM) while running"), &o);
                 break;
             }
             if (rc == 2) {
-                kill_worker(&w);
+                tb_worker_kill(&w);
                 record_simple(rs, c, "failed",
                               phase == 1 ? tb_xasprintf("timed out: create() did not finish within load_timeout (%.0f s); backend process killed", s->load_timeout_s)
                                          : tb_xasprintf("timed out: the case did not finish within case_timeout (%.0f s); backend process killed", s->case_timeout_s),
@@ -514,7 +541,7 @@ static void run_backend(run_state *rs, size_t bi)
                 break;
             }
             if (rc != 0) { /* EOF or read error: the worker died */
-                record_simple(rs, c, "failed", reap(&w, 0), &o);
+                record_simple(rs, c, "failed", tb_worker_reap(&w, 0), &o);
                 break;
             }
             if (type == TB_MSG_LOADED && phase == 1 && len >= sizeof(tb_wire_status)) {
@@ -563,7 +590,7 @@ static void run_backend(run_state *rs, size_t bi)
                 break;
             }
             free(buf);
-            kill_worker(&w);
+            tb_worker_kill(&w);
             record_simple(rs, c, "failed", tb_xasprintf("protocol error: unexpected message %u from the backend process", type), &o);
             break;
         }
@@ -576,7 +603,7 @@ static void run_backend(run_state *rs, size_t bi)
         size_t len;
         tb_wire_recv(w.from_fd, tb_now_ns() + GRACE_NS, NULL, &type, &buf, &len);
         free(buf);
-        kill_worker(&w);
+        tb_worker_kill(&w);
     }
     free(probe_error);
     free(failed_load_key);

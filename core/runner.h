@@ -22,6 +22,7 @@ typedef struct tb_run_summary {
     size_t ok, failed, skipped;
     size_t noisy;      /* cases whose aggregate tokens/s CV > 10% */
     size_t mismatched; /* cases with re-count mismatches */
+    size_t failed_requests; /* completed cases with failed requests */
 } tb_run_summary;
 
 /* Run every case of `plan`, storing into session `session_id`;

@@ -35,6 +35,7 @@ static const char *const dim_names[TB_N_DIMS] = {
     [TB_DIM_REQUEST_RATE] = "request_rate",
     [TB_DIM_STEPS] = "steps",
     [TB_DIM_BLOCK_LENGTH] = "block_length",
+    [TB_DIM_REQUESTS] = "requests",
 };
 
 const char *tb_dim_name(tb_dim d)
@@ -442,8 +443,18 @@ static void handle_suite_key(parser *p, const char *key, const char *v)
         parse_seconds_key(p, key, v, &s->case_timeout_s);
     } else if (strcmp(key, "load_timeout") == 0) {
         parse_seconds_key(p, key, v, &s->load_timeout_s);
+    } else if (strcmp(key, "goodput_ttft_ms") == 0 || strcmp(key, "goodput_tpot_ms") == 0) {
+        char *end;
+        errno = 0;
+        double x = strtod(v, &end);
+        if (end == v || *end || errno || !isfinite(x) || x <= 0)
+            add_error(p, here(p), key, "expected a limit in milliseconds > 0, got \"%s\"", v);
+        else if (strcmp(key, "goodput_ttft_ms") == 0)
+            s->goodput_ttft_ms = x;
+        else
+            s->goodput_tpot_ms = x;
     } else {
-        add_error(p, here(p), key, "unknown key in [suite] (expected name, description, warmup, repeat, seed, case_timeout, load_timeout or include)");
+        add_error(p, here(p), key, "unknown key in [suite] (expected name, description, warmup, repeat, seed, case_timeout, load_timeout, goodput_ttft_ms, goodput_tpot_ms or include)");
     }
 }
 

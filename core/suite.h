@@ -1,10 +1,13 @@
 /* suite.h — declarative benchmark suites (INI, parsed with inih).
  *
  *   [suite]                 name, description, warmup, repeat, seed,
- *                           case_timeout, load_timeout (seconds)
+ *                           case_timeout, load_timeout (seconds),
+ *                           goodput_ttft_ms, goodput_tpot_ms (limits a
+ *                           request must meet to count as goodput)
  *   [matrix]                list-valued dimensions (prompt_tokens,
  *                           max_new_tokens, batch, concurrency, steps,
- *                           block_length, request_rate) and option sweeps
+ *                           block_length, request_rate, requests) and
+ *                           option sweeps
  *   [backend LABEL]         plugin, model, the plugin's options, and
  *                           per-backend overrides of matrix dimensions
  *                           ("steps = none": this backend does not get
@@ -31,6 +34,10 @@ typedef enum tb_dim {
     TB_DIM_REQUEST_RATE,
     TB_DIM_STEPS,
     TB_DIM_BLOCK_LENGTH,
+    /* Requests per generate() call of a serving backend (one with
+     * TB_CAP_CONCURRENCY or TB_CAP_REQUEST_RATE); other backends run
+     * `batch` requests per call. */
+    TB_DIM_REQUESTS,
     TB_N_DIMS
 } tb_dim;
 
@@ -80,6 +87,9 @@ typedef struct tb_suite {
     uint64_t seed;
     double case_timeout_s; /* one whole case, warm-ups included */
     double load_timeout_s; /* create(): model load */
+    /* Goodput limits, ms; 0 = no limit. A successful request counts
+     * towards goodput when its TTFT and its TPOT are within them. */
+    double goodput_ttft_ms, goodput_tpot_ms;
     tb_list dims[TB_N_DIMS];   /* [matrix]; n == 0: not swept */
     tb_setting *sweeps;        /* [matrix] keys that are not dimensions */
     size_t n_sweeps;

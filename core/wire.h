@@ -16,11 +16,20 @@ typedef enum tb_msg {
     /* runner → worker */
     TB_MSG_CASE = 1, /* payload: uint32 index into plan->cases */
     TB_MSG_QUIT = 2, /* no payload: destroy and exit */
+    /* runner → worker, serving (`tokbench serve`) */
+    TB_MSG_LOAD = 3,     /* payload: uint32 case index: load (or keep) the
+                            context of that case; answered by LOADED */
+    TB_MSG_GENERATE = 4, /* tb_wire_gen, then n_requests NUL-terminated
+                            prompts: one batch; answered by EMIT frames
+                            as tokens appear, then GENERATED */
     /* worker → runner */
     TB_MSG_PROBE = 10,     /* tb_wire_status: can the backend run here */
     TB_MSG_LOADED = 11,    /* tb_wire_status, then describe() JSON text */
     TB_MSG_RESULT = 12,    /* tb_wire_case + calls, see below */
-    TB_MSG_CASE_ERROR = 13 /* tb_wire_status: the case failed */
+    TB_MSG_CASE_ERROR = 13, /* tb_wire_status: the case failed */
+    TB_MSG_EMIT = 14,      /* tb_wire_emit, then text_len bytes */
+    TB_MSG_GENERATED = 15  /* tb_wire_gen_done, then per request a
+                              tb_wire_gen_req and its text_len bytes */
 } tb_msg;
 
 typedef struct tb_wire_status {
@@ -62,6 +71,38 @@ typedef struct tb_wire_request {
     uint64_t output_hash; /* FNV-1a of output ids (or text); 0: none */
     char error[128];
 } tb_wire_request;
+
+/* GENERATE payload header. */
+typedef struct tb_wire_gen {
+    uint32_t case_index;     /* whose options and dimensions to use */
+    uint32_t n_requests;
+    uint32_t max_new_tokens;
+    uint32_t pad;
+    uint64_t seed;
+} tb_wire_gen;
+
+/* A live emission of request `request` (index in the GENERATE batch). */
+typedef struct tb_wire_emit {
+    uint32_t request;
+    uint32_t n_tokens;
+    int64_t t_ns;
+    uint32_t has_text; /* 0: the plugin said how many tokens, not which */
+    uint32_t text_len; /* bytes of new output text that follow */
+} tb_wire_emit;
+
+typedef struct tb_wire_gen_done {
+    int32_t status;   /* generate()'s status (of the last group on error) */
+    uint32_t n_requests;
+    char message[512];
+} tb_wire_gen_done;
+
+typedef struct tb_wire_gen_req {
+    int32_t status;          /* tb_status of this request */
+    uint32_t n_output_tokens;
+    int32_t prompt_tokens;   /* the plugin's tokenizer's count; -1: none */
+    uint32_t text_len;       /* the whole output text that follows */
+    char error[128];
+} tb_wire_gen_req;
 
 /* Write a whole frame; 0 or -1 (errno set). */
 int tb_wire_send(int fd, uint32_t type, const void *payload, size_t len);

@@ -3,16 +3,23 @@
  * The runner forks one worker per backend; the worker owns the plugin's
  * context (and with it, later, any CUDA context), runs cases on request and
  * sends back raw timings. It computes no metric: the runner derives every
- * figure from these raw events, the same way for every backend. */
+ * figure from these raw events, the same way for every backend.
+ *
+ * `tokbench serve` uses the same process in live mode: it asks for one
+ * batch of prompts at a time, and every emission is sent at once, with the
+ * text it adds, so that the server can stream it. */
 #define _GNU_SOURCE
 #include "worker.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "util.h"
@@ -34,6 +41,17 @@ typedef struct emit_buf {
     uint32_t dropped; /* emissions naming a request out of range */
 } emit_buf;
 
+/* Live mode (serving): what was streamed of each request so far. */
+typedef struct live_req {
+    int32_t *ids; /* ids emitted so far (emit_output with ids) */
+    size_t n_ids, cap_ids;
+    /* Incremental detokenization (as vLLM and TGI do it): the text of
+     * ids[prefix_off, read_off) was sent; decoding from prefix_off again
+     * gives the new ids the context their spacing depends on. */
+    size_t prefix_off, read_off;
+    int broken; /* detokenize failed: no more text for this request */
+} live_req;
+
 typedef struct worker {
     const tb_plan *plan;
     const tb_plan_backend *pb;
@@ -43,7 +61,16 @@ typedef struct worker {
     void *ctx;
     char *ctx_load_key; /* load key of ctx; NULL: none */
     int fd_out;
+    /* live mode: emissions go out at once (serve); NULL otherwise */
+    live_req *live;
+    const uint32_t *live_map; /* group index -> index in the batch */
+    uint32_t live_n;
+    char *scratch; /* detokenized text */
+    size_t scratch_cap;
 } worker;
+
+static void live_emit(worker *w, uint32_t request, uint32_t n_tokens, int64_t t_ns, const int32_t *ids,
+                      const char *text, size_t text_len);
 
 static int64_t host_now(const tb_host *h)
 {
@@ -67,7 +94,12 @@ static void host_log(const tb_host *h, tb_log_level level, const char *fmt, ...)
 
 static void host_emit(const tb_host *h, uint32_t request, uint32_t n_tokens, int64_t t_ns)
 {
-    emit_buf *b = &((worker *)h->host_data)->em;
+    worker *w = h->host_data;
+    if (w->live) {
+        live_emit(w, request, n_tokens, t_ns, NULL, NULL, 0);
+        return;
+    }
+    emit_buf *b = &w->em;
     if (request >= b->n_requests) {
         b->dropped++;
         return;
@@ -77,6 +109,16 @@ static void host_emit(const tb_host *h, uint32_t request, uint32_t n_tokens, int
         b->ev = tb_xrealloc(b->ev, b->cap * sizeof *b->ev);
     }
     b->ev[b->n++] = (tb_emission){t_ns, request, n_tokens};
+}
+
+static void host_emit_output(const tb_host *h, uint32_t request, uint32_t n_tokens, int64_t t_ns,
+                             const int32_t *ids, const char *text, size_t text_len)
+{
+    worker *w = h->host_data;
+    if (w->live)
+        live_emit(w, request, n_tokens, t_ns, ids, text, text_len);
+    else
+        host_emit(h, request, n_tokens, t_ns); /* measuring: the count only */
 }
 
 static int host_cancelled(const tb_host *h)
@@ -205,7 +247,7 @@ static void run_case(worker *w, const tb_case *c)
     if (ensure_context(w, c) != 0)
         return;
     const tb_suite *s = w->plan->suite;
-    uint32_t n_req = c->batch;
+    uint32_t n_req = c->requests ? c->requests : c->batch;
     int n_calls = s->warmup + s->repeat;
 
     tb_str out = {0};
@@ -312,6 +354,224 @@ static void run_case(worker *w, const tb_case *c)
     free(wr);
 }
 
+/* ------------------------------------------------------ live mode */
+
+/* Bytes of s[0..n) that can be sent now: not a trailing incomplete UTF-8
+ * sequence, nor a trailing U+FFFD (a decoder's stand-in for bytes that
+ * the next token may complete). */
+static size_t stable_prefix(const char *s, size_t n)
+{
+    if (n >= 3 && memcmp(s + n - 3, "\xEF\xBF\xBD", 3) == 0)
+        return n - 3;
+    size_t k = 0; /* continuation bytes at the end */
+    while (k < 3 && k < n && ((unsigned char)s[n - 1 - k] & 0xC0) == 0x80)
+        k++;
+    if (k == n)
+        return n;
+    unsigned char lead = (unsigned char)s[n - 1 - k];
+    size_t want = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+    return want > k + 1 ? n - 1 - k : n;
+}
+
+/* Decode ids[n] into w->scratch; returns the length or -1. */
+static int64_t decode_ids(worker *w, const int32_t *ids, size_t n)
+{
+    int64_t need = w->ops->detokenize(w->ctx, ids, n, NULL, 0);
+    if (need < 0)
+        return -1;
+    if ((size_t)need + 1 > w->scratch_cap) {
+        w->scratch_cap = (size_t)need + 1 + 4096;
+        w->scratch = tb_xrealloc(w->scratch, w->scratch_cap);
+    }
+    if (w->ops->detokenize(w->ctx, ids, n, w->scratch, w->scratch_cap) != need)
+        return -1;
+    return need;
+}
+
+/* An emission in live mode: sent at once with the text it adds. */
+static void live_emit(worker *w, uint32_t request, uint32_t n_tokens, int64_t t_ns, const int32_t *ids,
+                      const char *text, size_t text_len)
+{
+    if (request >= w->live_n) {
+        w->em.dropped++;
+        return;
+    }
+    live_req *L = &w->live[request];
+    tb_wire_emit e = {.request = w->live_map[request], .n_tokens = n_tokens, .t_ns = t_ns};
+    const char *delta = NULL;
+    if (text) {
+        e.has_text = 1;
+        delta = text;
+        e.text_len = (uint32_t)text_len;
+    } else if (ids && n_tokens && (w->ops->capabilities & TB_CAP_TOKENIZER) && !L->broken) {
+        if (L->n_ids + n_tokens > L->cap_ids) {
+            L->cap_ids = (L->n_ids + n_tokens) * 2;
+            L->ids = tb_xrealloc(L->ids, L->cap_ids * sizeof *L->ids);
+        }
+        memcpy(L->ids + L->n_ids, ids, n_tokens * sizeof *ids);
+        L->n_ids += n_tokens;
+        int64_t prefix = L->read_off > L->prefix_off
+                             ? w->ops->detokenize(w->ctx, L->ids + L->prefix_off, L->read_off - L->prefix_off, NULL, 0)
+                             : 0;
+        int64_t full = decode_ids(w, L->ids + L->prefix_off, L->n_ids - L->prefix_off);
+        if (prefix < 0 || full < 0) {
+            L->broken = 1;
+        } else {
+            e.has_text = 1;
+            /* Only whole characters: a token may end inside one. */
+            if (full > prefix && stable_prefix(w->scratch, (size_t)full) == (size_t)full) {
+                delta = w->scratch + prefix;
+                e.text_len = (uint32_t)(full - prefix);
+                L->prefix_off = L->read_off;
+                L->read_off = L->n_ids;
+            }
+        }
+    }
+    tb_str b = {0};
+    tb_str_appendn(&b, (const char *)&e, sizeof e);
+    if (e.text_len)
+        tb_str_appendn(&b, delta, e.text_len);
+    if (tb_wire_send(w->fd_out, TB_MSG_EMIT, b.s, b.len) != 0)
+        _exit(3); /* the server is gone */
+    tb_str_free(&b);
+}
+
+/* The output text of a finished request into *out (may be empty). */
+static void final_text(worker *w, const tb_request_result *r, tb_str *out)
+{
+    if (r->output_text) {
+        tb_str_append(out, r->output_text);
+        return;
+    }
+    if (r->output_ids && r->n_output_ids && (w->ops->capabilities & TB_CAP_TOKENIZER)) {
+        int64_t n = decode_ids(w, r->output_ids, r->n_output_ids);
+        if (n > 0)
+            tb_str_appendn(out, w->scratch, (size_t)n);
+    }
+}
+
+/* One GENERATE batch: prompts of one token length run as one generate()
+ * call (engines batch equal lengths), groups one after another. */
+static void serve_generate(worker *w, const char *buf, size_t len)
+{
+    tb_wire_gen g;
+    tb_wire_gen_done done = {0};
+    if (len < sizeof g) {
+        snprintf(done.message, sizeof done.message, "malformed GENERATE message");
+        done.status = TB_ERR_INVALID;
+        tb_wire_send(w->fd_out, TB_MSG_GENERATED, &done, sizeof done);
+        return;
+    }
+    memcpy(&g, buf, sizeof g);
+    uint32_t n = g.n_requests;
+    const char **prompts = tb_xcalloc(n ? n : 1, sizeof *prompts);
+    const char *p = buf + sizeof g, *end = buf + len;
+    for (uint32_t i = 0; i < n; i++) {
+        const char *nul = p < end ? memchr(p, '\0', (size_t)(end - p)) : NULL;
+        if (!nul) {
+            n = i; /* truncated: answer what is whole */
+            break;
+        }
+        prompts[i] = p;
+        p = nul + 1;
+    }
+    done.n_requests = n;
+    tb_wire_gen_req *res = tb_xcalloc(n ? n : 1, sizeof *res);
+    tb_str *texts = tb_xcalloc(n ? n : 1, sizeof *texts);
+    int64_t *lens = tb_xcalloc(n ? n : 1, sizeof *lens);
+    int *taken = tb_xcalloc(n ? n : 1, sizeof *taken);
+    const tb_case *c = g.case_index < w->plan->n_cases ? &w->plan->cases[g.case_index] : NULL;
+    int tok = (w->ops->capabilities & TB_CAP_TOKENIZER) != 0;
+    for (uint32_t i = 0; i < n; i++) {
+        lens[i] = tok && w->ctx ? w->ops->tokenize(w->ctx, prompts[i], NULL, 0) : -1;
+        res[i].prompt_tokens = lens[i] > INT32_MAX ? -1 : (int32_t)lens[i];
+    }
+    uint32_t *map = tb_xcalloc(n ? n : 1, sizeof *map);
+    const char **gp = tb_xcalloc(n ? n : 1, sizeof *gp);
+    tb_request_result *rr = tb_xcalloc(n ? n : 1, sizeof *rr);
+    for (uint32_t i = 0; i < n; i++) {
+        if (taken[i])
+            continue;
+        uint32_t k = 0;
+        for (uint32_t j = i; j < n; j++)
+            if (!taken[j] && lens[j] == lens[i]) {
+                taken[j] = 1;
+                map[k] = j;
+                gp[k++] = prompts[j];
+            }
+        if (!c || !w->ctx) {
+            for (uint32_t q = 0; q < k; q++) {
+                res[map[q]].status = TB_ERR;
+                snprintf(res[map[q]].error, sizeof res[map[q]].error, "no backend context");
+            }
+            continue;
+        }
+        tb_request req = {
+            .struct_size = sizeof req,
+            .n_requests = k,
+            .prompt_tokens = lens[i] > 0 && lens[i] <= UINT32_MAX ? (uint32_t)lens[i] : 0,
+            .max_new_tokens = g.max_new_tokens,
+            .batch = k,
+            .steps = c->steps,
+            .block_length = c->block_length,
+            .seed = g.seed,
+            .prompt_text = gp,
+            .options = c->options,
+            .n_options = c->n_options,
+        };
+        memset(rr, 0, k * sizeof *rr);
+        for (uint32_t q = 0; q < k; q++)
+            rr[q].n_answer_tokens = TB_UNKNOWN_COUNT;
+        tb_result out = {.struct_size = sizeof out, .n_requests = k, .requests = rr, .prefill_ns = -1,
+                         .decode_ns = -1, .peak_device_bytes = -1, .energy_mj = -1};
+        w->live = tb_xcalloc(k, sizeof *w->live);
+        w->live_map = map;
+        w->live_n = k;
+        tb_status st = w->ops->generate(w->ctx, &req, &out);
+        const char *le = st != TB_OK ? w->ops->last_error(w->ctx) : NULL;
+        for (uint32_t q = 0; q < k; q++) {
+            tb_wire_gen_req *o = &res[map[q]];
+            o->status = st != TB_OK ? (int32_t)st : (int32_t)rr[q].status;
+            o->n_output_tokens = rr[q].n_output_tokens;
+            if (st != TB_OK)
+                snprintf(o->error, sizeof o->error, "%s", le && *le ? le : tb_status_name(st));
+            else if (rr[q].status != TB_OK)
+                tb_strlcpy(o->error, rr[q].error[0] ? rr[q].error : tb_status_name(rr[q].status), sizeof o->error);
+            if (st == TB_OK)
+                final_text(w, &rr[q], &texts[map[q]]);
+            free(w->live[q].ids);
+        }
+        free(w->live);
+        w->live = NULL;
+        w->live_n = 0;
+        if (st != TB_OK) {
+            done.status = st;
+            snprintf(done.message, sizeof done.message, "generate() failed (%s): %s", tb_status_name(st),
+                     le && *le ? le : "no message");
+        }
+    }
+    tb_str b = {0};
+    tb_str_appendn(&b, (const char *)&done, sizeof done);
+    for (uint32_t i = 0; i < n; i++) {
+        res[i].text_len = (uint32_t)texts[i].len;
+        tb_str_appendn(&b, (const char *)&res[i], sizeof res[i]);
+        if (texts[i].len)
+            tb_str_appendn(&b, texts[i].s, texts[i].len);
+        tb_str_free(&texts[i]);
+    }
+    if (tb_wire_send(w->fd_out, TB_MSG_GENERATED, b.s, b.len) != 0)
+        _exit(3);
+    tb_str_free(&b);
+    free(prompts);
+    free(res);
+    free(texts);
+    free(lens);
+    free(taken);
+    free(map);
+    free(gp);
+    free(rr);
+}
+
 void tb_worker_main(const tb_plan *plan, size_t backend, int fd_in, int fd_out)
 {
     /* Plugins must not write to stdout (the runner's results): point it
@@ -334,6 +594,7 @@ void tb_worker_main(const tb_plan *plan, size_t backend, int fd_in, int fd_out)
         .emit = host_emit,
         .cancelled = host_cancelled,
         .host_data = &w,
+        .emit_output = host_emit_output,
     };
 
     char why[512] = "";
@@ -356,11 +617,99 @@ void tb_worker_main(const tb_plan *plan, size_t backend, int fd_in, int fd_out)
                 run_case(&w, &plan->cases[idx]);
             continue;
         }
+        if (type == TB_MSG_LOAD && len == sizeof(uint32_t)) {
+            uint32_t idx;
+            memcpy(&idx, buf, sizeof idx);
+            free(buf);
+            if (idx < plan->n_cases)
+                ensure_context(&w, &plan->cases[idx]);
+            else
+                send_status(&w, TB_MSG_LOADED, TB_ERR_INVALID, 0, 0, NULL, "no case %u", idx);
+            continue;
+        }
+        if (type == TB_MSG_GENERATE) {
+            serve_generate(&w, buf, len);
+            free(buf);
+            continue;
+        }
         free(buf);
         break; /* TB_MSG_QUIT or anything unexpected */
     }
     if (w.ctx)
         w.ops->destroy(w.ctx);
+    free(w.scratch);
     /* _exit: the runner's atexit handlers and stdio buffers are not ours. */
     _exit(0);
+}
+
+/* ------------------------------------------------------ the parent's side */
+
+int tb_worker_spawn(const tb_plan *plan, size_t backend, tb_worker_proc *w)
+{
+    int to[2], from[2];
+    if (pipe2(to, O_CLOEXEC) != 0)
+        return -1;
+    if (pipe2(from, O_CLOEXEC) != 0) {
+        close(to[0]);
+        close(to[1]);
+        return -1;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = errno;
+        close(to[0]), close(to[1]), close(from[0]), close(from[1]);
+        errno = e;
+        return -1;
+    }
+    if (pid == 0) {
+        /* Keep stdio and the two pipe ends only: a server's sockets must
+         * close when the server closes them, not when the worker dies. */
+        unsigned lo = (unsigned)(to[0] < from[1] ? to[0] : from[1]);
+        unsigned hi = (unsigned)(to[0] < from[1] ? from[1] : to[0]);
+        if (lo > 3)
+            close_range(3, lo - 1, 0);
+        if (hi > lo + 1)
+            close_range(lo + 1, hi - 1, 0);
+        close_range(hi + 1, ~0u, 0);
+        tb_worker_main(plan, backend, to[0], from[1]);
+    }
+    close(to[0]);
+    close(from[1]);
+    w->pid = pid;
+    w->to_fd = to[1];
+    w->from_fd = from[0];
+    return 0;
+}
+
+char *tb_worker_reap(tb_worker_proc *w, int killed_by_us)
+{
+    int status = 0;
+    pid_t r;
+    do
+        r = waitpid(w->pid, &status, 0);
+    while (r < 0 && errno == EINTR);
+    close(w->to_fd);
+    close(w->from_fd);
+    w->pid = 0;
+    if (killed_by_us)
+        return NULL;
+    if (r < 0)
+        return tb_xasprintf("backend process lost: %s", strerror(errno));
+    if (WIFSIGNALED(status)) {
+        int sig = WTERMSIG(status);
+        return tb_xasprintf("backend process crashed: killed by signal %d (%s)%s", sig, strsignal(sig),
+                            sig == SIGKILL ? "; possibly out of memory (the kernel's OOM killer sends SIGKILL)" : "");
+    }
+    return tb_xasprintf("backend process crashed: exited with status %d before finishing the case",
+                        WEXITSTATUS(status));
+}
+
+void tb_worker_kill(tb_worker_proc *w)
+{
+    if (!w->pid)
+        return;
+    kill(w->pid, SIGKILL);
+    free(tb_worker_reap(w, 1));
 }

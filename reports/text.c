@@ -41,8 +41,12 @@ int64_t tb_report_resolve_session(sqlite3 *db, const char *spec, char **err)
     long long v = strtoll(spec, &end, 10);
     sqlite3_stmt *q;
     int64_t id = -1;
-    /* A number is an id; anything else may be a (prefix of a) uuid. */
-    if (sqlite3_prepare_v2(db, "SELECT id FROM session WHERE id = ?1 OR uuid LIKE ?2 || '%' ORDER BY id LIMIT 2",
+    /* A number is an id when there is such a session (a uuid may also
+     * begin with those digits); anything else may be a uuid prefix. */
+    if (sqlite3_prepare_v2(db,
+                           "SELECT id FROM session WHERE id = ?1 UNION ALL"
+                           " SELECT id FROM session WHERE uuid LIKE ?2 || '%' AND NOT EXISTS"
+                           " (SELECT 1 FROM session WHERE id = ?1) ORDER BY id LIMIT 2",
                            -1, &q, NULL) == SQLITE_OK) {
         sqlite3_bind_int64(q, 1, (*end == '\0' && end != spec) ? v : -1);
         sqlite3_bind_text(q, 2, spec, -1, SQLITE_TRANSIENT);

@@ -176,6 +176,23 @@ typedef struct tb_host {
     int (*cancelled)(const struct tb_host *host);
 
     void *host_data; /* the host's own; plugins must not touch it */
+
+    /* --- appended in ABI 1; test TB_STRUCT_HAS(host, tb_host,
+     *     emit_output) before calling it (an older host lacks it) ------ */
+
+    /* Like emit(), and also what the new tokens are, so that a host that
+     * serves the backend over HTTP (`tokbench serve`) can stream their
+     * text as it is produced. `ids`: the n_tokens new ids, or NULL;
+     * `text`: the text_len bytes of UTF-8 they add at the end of the
+     * output, or NULL (e.g. diffusion commits in the middle of the
+     * canvas: pass ids or nothing). Call it instead of emit(), never both
+     * for one emission. A host that only measures treats it as emit();
+     * both buffers are read before it returns. Emissions made with plain
+     * emit() carry no text: a server then sends the output when the
+     * request completes. */
+    void (*emit_output)(const struct tb_host *host, uint32_t request,
+                        uint32_t n_tokens, int64_t t_ns, const int32_t *ids,
+                        const char *text, size_t text_len);
 } tb_host;
 
 /* -------------------------------------------------------------- requests */
@@ -328,6 +345,25 @@ typedef struct tb_backend_ops {
 
 /* The entry point a plugin exports under TB_BACKEND_ENTRY_SYMBOL. */
 typedef const tb_backend_ops *(*tb_backend_entry_fn)(void);
+
+/* --------------------------------------------------- error classes
+ *
+ * A failed request's tb_request_result.error may start with a class: a
+ * word of [a-z0-9_] followed by ": ", e.g. "http_429: HTTP 429: slow
+ * down". The runner counts failed requests per class (metric
+ * errors_CLASS, docs/METRICS.md); a served backend's class picks the
+ * HTTP behaviour (`tokbench serve`). The classes in use:
+ *   connect           no connection (refused, DNS, connect timeout)
+ *   timeout           the request outlived its total timeout
+ *   http_429          HTTP 429 Too Many Requests
+ *   http_4xx          another HTTP 4xx status
+ *   http_5xx          an HTTP 5xx status
+ *   server_error      an error object inside a 200 stream
+ *   malformed_stream  a response that is not what the protocol says
+ *                     (bad SSE, bad JSON, wrong shape)
+ *   dropped           the connection closed before the response ended
+ * An error without a class counts as "other". */
+#define TB_ERROR_CLASS_SEP ": "
 
 #ifdef __cplusplus
 }

@@ -282,6 +282,16 @@ static void synth_prompt(const ar_ctx *c, uint64_t seed, uint32_t r, int32_t *id
     }
 }
 
+/* One decode step's token of request r: with its id when the host takes
+ * them (tokbench serve streams the text), else the count alone. */
+static void emit_token(const tb_host *h, uint32_t r, const int32_t *id, int64_t now)
+{
+    if (TB_STRUCT_HAS(h, tb_host, emit_output) && h->emit_output)
+        h->emit_output(h, r, 1, now, id, NULL, 0);
+    else
+        h->emit(h, r, 1, now);
+}
+
 static int is_eos(const tb_model_config *cfg, int32_t t)
 {
     for (int e = 0; e < cfg->n_eos; e++)
@@ -340,7 +350,7 @@ static tb_status gpu_generate(ar_ctx *c, const tb_request *req, tb_result *res, 
             t_prefill_end = now;
         for (uint32_t r = 0; r < R; r++)
             if (fresh[r])
-                host->emit(host, r, 1, now);
+                emit_token(host, r, &c->out[(size_t)r * N + n_out[r] - 1], now);
         if (!active)
             break;
         if (host->cancelled(host)) {
@@ -477,7 +487,7 @@ static tb_status ar_generate(void *ctx, const tb_request *req, tb_result *res)
             t_prefill_end = now;
         for (uint32_t r = 0; r < R; r++)
             if (fresh[r])
-                host->emit(host, r, 1, now);
+                emit_token(host, r, &c->out[(size_t)r * N + n_out[r] - 1], now);
         if (!active)
             break;
     }

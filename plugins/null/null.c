@@ -7,7 +7,13 @@
  *     runner's own cost (process, emit buffer, statistics);
  *   - failure handling: fail_at / crash_at / hang_at / fail_on_create /
  *     crash_on_create / count_skew script the faults the runner must survive
- *     and flag.
+ *     and flag;
+ *   - serving faults (`fault`): requests that fail with an error class
+ *     (backend.h), which `tokbench serve` turns into HTTP behaviour — a 500
+ *     or 429 status, a connection dropped mid-stream, garbage chunks — and a
+ *     stall that makes a stream slow. Every `fault_every`-th request of a
+ *     call (index % fault_every == 0) is faulty; it emits `fault_after`
+ *     tokens first.
  *
  * Time model of one generate() call (n = max_new_tokens, R = n_requests):
  *   prefill: prefill_us + prefill_us_per_token * (prompt tokens of all R)
@@ -63,7 +69,24 @@ enum {
     OPT_FAIL_ON_CREATE,
     OPT_CRASH_ON_CREATE,
     OPT_COUNT_SKEW,
+    OPT_FAULT,
+    OPT_FAULT_EVERY,
+    OPT_FAULT_AFTER,
+    OPT_FAULT_STALL_US,
     N_OPTS
+};
+
+/* Values of the `fault` option, in its choices' order. */
+enum { FAULT_NONE, FAULT_HTTP_500, FAULT_HTTP_429, FAULT_DROP, FAULT_GARBAGE, FAULT_STALL };
+static const char *const fault_names[] = {"none", "http_500", "http_429", "drop", "garbage", "stall"};
+/* The error each failing fault reports: class (backend.h), then why. */
+static const char *const fault_errors[] = {
+    NULL,
+    "http_5xx: scripted fault (HTTP 500)",
+    "http_429: scripted fault (HTTP 429, too many requests)",
+    "dropped: scripted fault (connection closed mid-stream)",
+    "malformed_stream: scripted fault (garbage chunk)",
+    NULL,
 };
 
 /* One hour in µs: the longest scripted delay. */
@@ -124,6 +147,21 @@ static const tb_option_decl null_options[N_OPTS] = {
                         "detokenized text carries this many extra words "
                         "(negative: drops words), so re-counts disagree",
                         NULL, -1e6, 1e6, 0},
+    [OPT_FAULT] = {"fault", TB_OPT_ENUM, "none",
+                   "faulty requests fail as HTTP 500 or 429, a dropped "
+                   "connection or garbage chunks (as `tokbench serve` sends "
+                   "them), or stall the stream for fault_stall_us",
+                   "none|http_500|http_429|drop|garbage|stall", 1, 0, 0},
+    [OPT_FAULT_EVERY] = {"fault_every", TB_OPT_INT, "1",
+                         "requests with index % fault_every == 0 are faulty",
+                         NULL, 1, 1e9, 0},
+    [OPT_FAULT_AFTER] = {"fault_after", TB_OPT_INT, "0",
+                         "tokens a faulty request emits before its fault",
+                         NULL, 0, 1e9, 0},
+    [OPT_FAULT_STALL_US] = {"fault_stall_us", TB_OPT_INT, "10000000",
+                            "fault = stall: the pause after fault_after "
+                            "tokens, us",
+                            NULL, 0, NULL_MAX_US, 0},
 };
 
 typedef struct null_config {
@@ -138,12 +176,16 @@ typedef struct null_config {
     int64_t fail_at, oom_at, crash_at, hang_at; /* 1-based call numbers, 0 = never */
     int fail_on_create, crash_on_create;
     int64_t count_skew;
+    int fault;             /* FAULT_* */
+    int64_t fault_every, fault_after, fault_stall_us;
 } null_config;
 
 static const null_config null_defaults = {
     .prefill_us = 1000,
     .step_us = 200,
     .tokens_per_step = 1,
+    .fault_every = 1,
+    .fault_stall_us = 10000000,
 };
 
 /* Apply option values (matched by name; unknown names are ignored: the host
@@ -176,6 +218,14 @@ static void config_apply(null_config *c, const tb_option_value *v, uint32_t n)
         case OPT_FAIL_ON_CREATE: c->fail_on_create = v[k].i != 0; break;
         case OPT_CRASH_ON_CREATE: c->crash_on_create = v[k].i != 0; break;
         case OPT_COUNT_SKEW: c->count_skew = v[k].i; break;
+        case OPT_FAULT:
+            for (int f = 0; f < (int)(sizeof fault_names / sizeof *fault_names); f++)
+                if (v[k].text && strcmp(v[k].text, fault_names[f]) == 0)
+                    c->fault = f;
+            break;
+        case OPT_FAULT_EVERY: c->fault_every = v[k].i; break;
+        case OPT_FAULT_AFTER: c->fault_after = v[k].i; break;
+        case OPT_FAULT_STALL_US: c->fault_stall_us = v[k].i; break;
         default: break;
         }
     }
@@ -186,6 +236,8 @@ static void config_apply(null_config *c, const tb_option_value *v, uint32_t n)
         c->jitter = 0;
     if (c->jitter > 1)
         c->jitter = 1;
+    if (c->fault_every < 1)
+        c->fault_every = 1;
 }
 
 /* ---------------------------------------------------------------- context */
@@ -588,6 +640,10 @@ static tb_status null_generate(void *vctx, const tb_request *req,
 
     tb_status st = TB_OK;
     uint32_t done = 0; /* tokens each request has so far */
+    /* Hosts that serve us stream the ids' text (tb_host.emit_output). */
+    int with_ids = TB_STRUCT_HAS(host, tb_host, emit_output) && host->emit_output;
+    int failing = cfg.fault != FAULT_NONE && cfg.fault != FAULT_STALL, stalled = 0;
+    uint64_t fault_after = (uint64_t)cfg.fault_after;
     int64_t t0 = host->now_ns(host);
     int64_t deadline = mono_ns();
     int64_t t_prefill = t0;
@@ -618,6 +674,10 @@ static tb_status null_generate(void *vctx, const tb_request *req,
             for (uint32_t p = done; p < done + k; p++)
                 ctx->ids[(size_t)r * n + p] = output_id(req->seed, r, p);
         deadline += delay_ns(step_us, cfg.jitter, &rng);
+        if (cfg.fault == FAULT_STALL && !stalled && done >= fault_after) {
+            stalled = 1; /* a stream that stops for a while */
+            deadline += cfg.fault_stall_us * 1000;
+        }
         if (wait_until(host, deadline, cfg.spin) != 0) {
             st = TB_ERR_CANCELLED;
             goto out;
@@ -625,8 +685,17 @@ static tb_status null_generate(void *vctx, const tb_request *req,
         res->forward_passes++;
         if (k > 0) {
             int64_t t = host->now_ns(host);
-            for (uint32_t r = 0; r < R; r++)
-                host->emit(host, r, k, t);
+            for (uint32_t r = 0; r < R; r++) {
+                uint32_t kr = k;
+                if (failing && r % cfg.fault_every == 0) /* stops at its fault */
+                    kr = done >= fault_after ? 0 : (uint32_t)(fault_after - done < k ? fault_after - done : k);
+                if (!kr)
+                    continue;
+                if (with_ids)
+                    host->emit_output(host, r, kr, t, ctx->ids + (size_t)r * n + done, NULL, 0);
+                else
+                    host->emit(host, r, kr, t);
+            }
             done += k;
         }
     }
@@ -646,6 +715,14 @@ out:
                 ? (uint32_t)(res->forward_passes - 1)
                 : 0;
         rr->output_text = NULL;
+        if (st == TB_OK && failing && r % cfg.fault_every == 0) {
+            uint32_t got = done < fault_after ? done : (uint32_t)fault_after;
+            rr->status = TB_ERR;
+            rr->n_output_tokens = got;
+            rr->n_output_ids = got;
+            rr->output_ids = got ? rr->output_ids : NULL;
+            snprintf(rr->error, sizeof rr->error, "%s", fault_errors[cfg.fault]);
+        }
         if (st != TB_OK) {
             size_t len = strnlen(ctx->error, sizeof rr->error - 1);
             memcpy(rr->error, ctx->error, len);

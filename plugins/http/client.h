@@ -1,0 +1,63 @@
+/* client.h — one load of requests against an OpenAI-compatible endpoint,
+ * on libcurl's multi interface: one thread, one event loop, every transfer
+ * multiplexed on it (no thread per request).
+ *
+ * Closed loop: at most max_inflight requests in flight, the next sent as
+ * soon as one finishes. Open loop: request i is due at start + offsets[i];
+ * its latency counts from that scheduled time even when the client sends
+ * it late (a slow client cannot hide a slow server), and max_inflight (if
+ * not 0) still caps what is in flight. A timerfd wakes the loop at each
+ * due time with nanosecond resolution.
+ *
+ * Streaming responses go through the SSE parser; each chunk that carries
+ * text is one emission (host->emit, 1 token: servers stream a token per
+ * chunk; the request's total comes from the server's usage). Every
+ * failure is classified (backend.h, "error classes"). */
+#ifndef TB_HTTP_CLIENT_H
+#define TB_HTTP_CLIENT_H
+
+#include <curl/curl.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <tokbench/backend.h>
+
+typedef struct tb_http_client tb_http_client;
+
+typedef struct tb_http_target {
+    const char *url;                  /* the endpoint's full URL */
+    const struct curl_slist *headers; /* every request's headers */
+    int stream;                       /* SSE response expected */
+    long connect_timeout_ms, timeout_ms;
+} tb_http_target;
+
+typedef struct tb_http_result {
+    int64_t t_submit_ns; /* scheduled send time (closed loop: the send) */
+    int64_t t_sent_ns;   /* when the client really sent it */
+    int64_t t_done_ns;   /* response complete, or the failure noticed */
+    tb_status status;
+    char error[128];     /* "class: ..." when status != TB_OK */
+    long http_status;    /* 0: no response */
+    uint32_t chunks;     /* streamed chunks with text (= emissions) */
+    int64_t usage_completion_tokens; /* the server's usage; -1: none */
+    int64_t usage_prompt_tokens;
+    const char *text;    /* output text; owned by the client until the
+                            next run */
+    size_t text_len;
+} tb_http_result;
+
+/* NULL with a message in err when curl cannot start. */
+tb_http_client *tb_http_client_new(const tb_host *host, char *err, size_t err_size);
+void tb_http_client_free(tb_http_client *c);
+
+/* Send n requests (bodies[i]: request i's JSON) and wait for all of them.
+ * offsets == NULL: closed loop with max_inflight (>= 1) in flight.
+ * Returns TB_OK, or TB_ERR_CANCELLED when host->cancelled() stopped it
+ * (unfinished requests then say so), or TB_ERR_NO_MEMORY. */
+tb_status tb_http_client_run(tb_http_client *c, const tb_http_target *t, uint32_t n, char *const *bodies,
+                             const int64_t *offsets, uint32_t max_inflight, tb_http_result *results);
+
+/* Largest lateness of a send against its schedule in the last run, ns. */
+int64_t tb_http_client_max_lag(const tb_http_client *c);
+
+#endif

@@ -1,0 +1,478 @@
+/* charts.c — see charts.h. Each chart groups cases that differ only in
+ * the dimension on its x axis; small multiples rather than one crowded
+ * chart. */
+#define _GNU_SOURCE
+#include "charts.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "history.h"
+#include "util.h"
+
+/* Charts of one kind beyond this many are left out (the tables have
+ * every figure); a suite sweeping many prompt lengths would otherwise
+ * make a report of hundreds of charts. */
+#define MAX_GROUPS 12
+/* Values spanning more than this ratio get a log y axis, so the slow
+ * curves are not flattened against zero by the fast ones. */
+#define WIDE 30
+/* CDF points drawn per curve. */
+#define CDF_POINTS 200
+
+static void add(tb_rcharts *out, const char *kind, tb_chart *chart, char *caption)
+{
+    if (!chart || tb_chart_points(chart) == 0) {
+        tb_chart_free(chart);
+        free(caption);
+        return;
+    }
+    out->v = tb_xrealloc(out->v, (out->n + 1) * sizeof *out->v);
+    out->v[out->n++] = (tb_rchart){kind, caption, chart};
+}
+
+void tb_rcharts_free(tb_rcharts *c)
+{
+    for (size_t i = 0; i < c->n; i++) {
+        tb_chart_free(c->v[i].chart);
+        free(c->v[i].caption);
+    }
+    free(c->v);
+    memset(c, 0, sizeof *c);
+}
+
+static int ok_case(const tb_rcase *c)
+{
+    return strcmp(c->status, "ok") == 0;
+}
+
+/* Distinct keys (case dims without `skip`) of the cases passing `keep`, in
+ * order of first appearance. */
+typedef struct keys {
+    char **k;
+    size_t n;
+} keys;
+
+static void keys_collect(const tb_rsession *s, unsigned skip, int (*keep)(const tb_rsession *, const tb_rcase *),
+                         keys *out)
+{
+    memset(out, 0, sizeof *out);
+    for (size_t i = 0; i < s->n_cases; i++) {
+        if (!keep(s, &s->cases[i]))
+            continue;
+        char *k = tb_rcase_key(&s->cases[i], skip);
+        size_t j = 0;
+        while (j < out->n && strcmp(out->k[j], k) != 0)
+            j++;
+        if (j < out->n) {
+            free(k);
+            continue;
+        }
+        out->k = tb_xrealloc(out->k, (out->n + 1) * sizeof *out->k);
+        out->k[out->n++] = k;
+    }
+}
+
+static void keys_free(keys *k)
+{
+    for (size_t i = 0; i < k->n; i++)
+        free(k->k[i]);
+    free(k->k);
+}
+
+static int has_key(const tb_rcase *c, unsigned skip, const char *key)
+{
+    char *k = tb_rcase_key(c, skip);
+    int eq = strcmp(k, key) == 0;
+    free(k);
+    return eq;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Distinct values, sorted, for x ticks. */
+static size_t distinct(double *v, size_t n)
+{
+    qsort(v, n, sizeof *v, cmp_double);
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (m == 0 || v[m - 1] != v[i])
+            v[m++] = v[i];
+    return m;
+}
+
+/* Does backend b run more than one block length in this session? */
+static int block_varies(const tb_rsession *s, size_t b)
+{
+    int first = -2;
+    for (size_t i = 0; i < s->n_cases; i++)
+        if (s->cases[i].backend == b) {
+            if (first == -2)
+                first = s->cases[i].block_length;
+            else if (s->cases[i].block_length != first)
+                return 1;
+        }
+    return 0;
+}
+
+/* A curve's name within a chart that groups by everything but steps and
+ * block length: the backend, its steps, and its block length where the
+ * backend sweeps it. */
+static char *curve_name(const tb_rsession *s, const tb_rcase *c)
+{
+    tb_str b = {0};
+    tb_str_append(&b, s->backends[c->backend].label);
+    if (c->steps >= 0)
+        tb_str_appendf(&b, ", steps %d", c->steps);
+    if (c->block_length >= 0 && block_varies(s, c->backend))
+        tb_str_appendf(&b, ", block %d", c->block_length);
+    return tb_str_take(&b);
+}
+
+/* ------------------------------------------------------- tok/s vs steps */
+
+static int keep_steps(const tb_rsession *s, const tb_rcase *c)
+{
+    (void)s;
+    return c->steps >= 0 && ok_case(c);
+}
+
+static void steps_charts(const tb_rsession *s, tb_rcharts *out)
+{
+    keys g;
+    keys_collect(s, TB_RDIM_STEPS, keep_steps, &g);
+    for (size_t gi = 0; gi < g.n && gi < MAX_GROUPS; gi++) {
+        char *title = tb_xasprintf("tokens/s vs steps: %s", g.k[gi]);
+        tb_chart *ch = tb_chart_new(title, "denoising steps", "aggregate tokens/s (median, 95% CI)");
+        free(title);
+        tb_chart_log(ch, 1, 0);
+        tb_chart_auto_log_y(ch, WIDE);
+        double *xt = tb_xmalloc((s->n_cases + 1) * sizeof *xt);
+        size_t nxt = 0;
+        const tb_rcase *any = NULL;
+        for (size_t b = 0; b < s->n_backends; b++) {
+            if (!s->backends[b].has_steps)
+                continue;
+            int sid = -1;
+            /* Cases come in suite order; draw them by steps. */
+            size_t *idx = tb_xmalloc((s->n_cases + 1) * sizeof *idx), n = 0;
+            for (size_t i = 0; i < s->n_cases; i++) {
+                const tb_rcase *c = &s->cases[i];
+                if (c->backend == b && keep_steps(s, c) && has_key(c, TB_RDIM_STEPS, g.k[gi]))
+                    idx[n++] = i;
+            }
+            for (size_t i = 1; i < n; i++)
+                for (size_t k = i; k > 0 && s->cases[idx[k - 1]].steps > s->cases[idx[k]].steps; k--) {
+                    size_t t = idx[k];
+                    idx[k] = idx[k - 1];
+                    idx[k - 1] = t;
+                }
+            for (size_t i = 0; i < n; i++) {
+                const tb_rcase *c = &s->cases[idx[i]];
+                const tb_stats *agg = tb_rcase_metric(c, "agg_tps");
+                if (!agg)
+                    continue;
+                if (sid < 0)
+                    sid = tb_chart_series(ch, s->backends[b].label, TB_SERIES_LINE);
+                tb_chart_point_err(ch, sid, c->steps, agg->median, agg->ci_lo, agg->ci_hi);
+                xt[nxt++] = c->steps;
+                any = c;
+            }
+            free(idx);
+        }
+        /* Backends without steps (autoregressive) at the same other
+         * dimensions: one horizontal reference each. */
+        for (size_t i = 0; any && i < s->n_cases; i++) {
+            const tb_rcase *c = &s->cases[i];
+            if (c->steps >= 0 || !ok_case(c) || !tb_rcase_generalizes(c, any))
+                continue;
+            double agg = tb_rcase_median(c, "agg_tps");
+            if (!isfinite(agg))
+                continue;
+            char *name = tb_xasprintf("%s (no steps: reference)", s->backends[c->backend].label);
+            tb_chart_point(ch, tb_chart_series(ch, name, TB_SERIES_HLINE), 0, agg);
+            free(name);
+        }
+        nxt = distinct(xt, nxt);
+        tb_chart_x_ticks(ch, xt, NULL, nxt);
+        free(xt);
+        add(out, "steps", ch,
+            tb_xasprintf("Each diffusion backend's aggregate tokens/s (median over repetitions, whiskers: "
+                         "bootstrap 95%% CI) at each step count; dashed: backends without steps at the same "
+                         "prompt, output length and batch. %s.", g.k[gi]));
+    }
+    keys_free(&g);
+}
+
+/* ------------------------------------------ latency and tok/s vs batch */
+
+static int batch_x_is_conc(const tb_rsession *s)
+{
+    return (s->dims & TB_RDIM_CONC) != 0;
+}
+
+static double batch_x(const tb_rsession *s, const tb_rcase *c)
+{
+    return batch_x_is_conc(s) ? (c->concurrency >= 0 ? c->concurrency : NAN) : c->batch;
+}
+
+static int keep_ok(const tb_rsession *s, const tb_rcase *c)
+{
+    (void)s;
+    return ok_case(c);
+}
+
+static void batch_charts(const tb_rsession *s, tb_rcharts *out)
+{
+    int conc = batch_x_is_conc(s);
+    unsigned xskip = conc ? TB_RDIM_CONC : TB_RKEY_BATCH;
+    /* Group: everything but batch, steps and block length; a curve per
+     * backend and step count. */
+    unsigned gskip = xskip | TB_RDIM_STEPS | TB_RDIM_BLOCK;
+    keys g;
+    keys_collect(s, gskip, keep_ok, &g);
+    const char *xname = conc ? "concurrency" : "batch size";
+    size_t made = 0;
+    for (size_t gi = 0; gi < g.n && made < MAX_GROUPS; gi++) {
+        keys ser; /* series keys within the group: backend + steps */
+        memset(&ser, 0, sizeof ser);
+        size_t n_x = 0;
+        double *xs = tb_xmalloc((s->n_cases + 1) * sizeof *xs);
+        for (size_t i = 0; i < s->n_cases; i++) {
+            const tb_rcase *c = &s->cases[i];
+            if (!ok_case(c) || !has_key(c, gskip, g.k[gi]) || !isfinite(batch_x(s, c)))
+                continue;
+            xs[n_x++] = batch_x(s, c);
+            char *name = curve_name(s, c);
+            size_t j = 0;
+            while (j < ser.n && strcmp(ser.k[j], name) != 0)
+                j++;
+            if (j == ser.n) {
+                ser.k = tb_xrealloc(ser.k, (ser.n + 1) * sizeof *ser.k);
+                ser.k[ser.n++] = name;
+            } else {
+                free(name);
+            }
+        }
+        n_x = distinct(xs, n_x);
+        if (n_x < 2) { /* one batch size: nothing to draw a curve through */
+            free(xs);
+            keys_free(&ser);
+            continue;
+        }
+        char *t_lat = tb_xasprintf("E2E latency vs %s: %s", xname, g.k[gi]);
+        char *t_thr = tb_xasprintf("aggregate tokens/s vs %s: %s", xname, g.k[gi]);
+        tb_chart *lat = tb_chart_new(t_lat, xname, "E2E latency, ms (median, whisker to p95)");
+        tb_chart *thr = tb_chart_new(t_thr, xname, "aggregate tokens/s (median, 95% CI)");
+        free(t_lat);
+        free(t_thr);
+        tb_chart_log(lat, 1, 0);
+        tb_chart_log(thr, 1, 0);
+        tb_chart_auto_log_y(lat, WIDE);
+        tb_chart_auto_log_y(thr, WIDE);
+        tb_chart_x_ticks(lat, xs, NULL, n_x);
+        tb_chart_x_ticks(thr, xs, NULL, n_x);
+        for (size_t j = 0; j < ser.n; j++) {
+            int sl = tb_chart_series(lat, ser.k[j], TB_SERIES_LINE);
+            int st = tb_chart_series(thr, ser.k[j], TB_SERIES_LINE);
+            for (size_t x = 0; x < n_x; x++)
+                for (size_t i = 0; i < s->n_cases; i++) {
+                    const tb_rcase *c = &s->cases[i];
+                    if (!ok_case(c) || batch_x(s, c) != xs[x] || !has_key(c, gskip, g.k[gi]))
+                        continue;
+                    char *name = curve_name(s, c);
+                    int mine = strcmp(name, ser.k[j]) == 0;
+                    free(name);
+                    if (!mine)
+                        continue;
+                    const tb_stats *e2e = tb_rcase_metric(c, "e2e_ms"), *agg = tb_rcase_metric(c, "agg_tps");
+                    if (e2e)
+                        tb_chart_point_err(lat, sl, xs[x], e2e->median, e2e->median, e2e->p95);
+                    if (agg)
+                        tb_chart_point_err(thr, st, xs[x], agg->median, agg->ci_lo, agg->ci_hi);
+                }
+        }
+        add(out, "latency", lat,
+            tb_xasprintf("What one user waits for: end-to-end latency of a request (median; whisker up to the "
+                         "95th percentile) as the %s grows. %s.", xname, g.k[gi]));
+        add(out, "throughput", thr,
+            tb_xasprintf("What the machine delivers to all users: aggregate tokens/s (median; whiskers: 95%% "
+                         "CI) at the same points. %s.", g.k[gi]));
+        made++;
+        free(xs);
+        keys_free(&ser);
+    }
+    keys_free(&g);
+}
+
+/* ------------------------------------------------------- quality Pareto */
+
+static void pareto_chart(const tb_rsession *s, tb_rcharts *out)
+{
+    if (!s->has_quality)
+        return;
+    const char *qname = NULL, *qunit = NULL;
+    size_t n = 0;
+    double *px = tb_xmalloc((s->n_cases + 1) * sizeof *px), *py = tb_xmalloc((s->n_cases + 1) * sizeof *py);
+    for (size_t i = 0; i < s->n_cases; i++) {
+        const tb_rmetric *q = tb_rcase_quality(&s->cases[i]);
+        double x = tb_rcase_median(&s->cases[i], "agg_tps");
+        if (!q || !isfinite(x) || !ok_case(&s->cases[i]))
+            continue;
+        qname = q->name;
+        qunit = q->unit;
+        px[n] = x;
+        py[n] = q->st.median;
+        n++;
+    }
+    if (!n) {
+        free(px);
+        free(py);
+        return;
+    }
+    char *ylabel = tb_xasprintf("%s (%s, median; higher is better)", qname, qunit);
+    tb_chart *ch = tb_chart_new("quality vs aggregate tokens/s (Pareto front)", "aggregate tokens/s", ylabel);
+    free(ylabel);
+    tb_chart_y_from_zero(ch, 0);
+    for (size_t b = 0; b < s->n_backends; b++) {
+        int sid = -1;
+        for (size_t i = 0; i < s->n_cases; i++) {
+            const tb_rcase *c = &s->cases[i];
+            const tb_rmetric *q = tb_rcase_quality(c);
+            double x = tb_rcase_median(c, "agg_tps");
+            if (c->backend != b || !q || !isfinite(x) || !ok_case(c))
+                continue;
+            if (sid < 0)
+                sid = tb_chart_series(ch, s->backends[b].label, TB_SERIES_POINTS);
+            char *key = tb_rcase_key(c, TB_RKEY_PROMPT | TB_RKEY_NEW);
+            tb_chart_point_label(ch, sid, x, q->st.median, key);
+            free(key);
+        }
+    }
+    /* The front: points no other point beats on both axes, by speed. */
+    int front = tb_chart_series(ch, "Pareto front", TB_SERIES_STEP);
+    size_t *ord = tb_xmalloc(n * sizeof *ord);
+    for (size_t i = 0; i < n; i++)
+        ord[i] = i;
+    for (size_t i = 1; i < n; i++)
+        for (size_t k = i; k > 0 && px[ord[k - 1]] < px[ord[k]]; k--) {
+            size_t t = ord[k];
+            ord[k] = ord[k - 1];
+            ord[k - 1] = t;
+        }
+    /* Fastest first: a point is on the front when it beats the quality of
+     * every faster point. Drawn slowest to fastest. */
+    size_t *on = tb_xmalloc(n * sizeof *on), n_on = 0;
+    double best = -INFINITY;
+    for (size_t i = 0; i < n; i++)
+        if (py[ord[i]] > best) {
+            best = py[ord[i]];
+            on[n_on++] = ord[i];
+        }
+    for (size_t i = n_on; i-- > 0;)
+        tb_chart_point(ch, front, px[on[i]], py[on[i]]);
+    free(on);
+    free(ord);
+    free(px);
+    free(py);
+    add(out, "pareto", ch,
+        tb_xstrdup("Who is faster at the same quality: each case's quality score against its aggregate tokens/s; "
+                   "the staircase joins the cases that no other case beats on both."));
+}
+
+/* ------------------------------------------------------- ITL CDF */
+
+static void itl_charts(sqlite3 *db, const tb_rsession *s, tb_rcharts *out)
+{
+    keys g;
+    keys_collect(s, TB_RDIM_STEPS | TB_RDIM_BLOCK, keep_ok, &g);
+    for (size_t gi = 0; gi < g.n && gi < MAX_GROUPS; gi++) {
+        char *title = tb_xasprintf("inter-token latency (CDF): %s", g.k[gi]);
+        tb_chart *ch = tb_chart_new(title, "gap between emissions, ms", "fraction of gaps ≤ x");
+        free(title);
+        tb_chart_log(ch, 1, 0);
+        tb_chart_y_range(ch, 0, 1);
+        for (size_t i = 0; i < s->n_cases; i++) {
+            const tb_rcase *c = &s->cases[i];
+            if (!ok_case(c) || !has_key(c, TB_RDIM_STEPS | TB_RDIM_BLOCK, g.k[gi]))
+                continue;
+            double *gaps;
+            size_t n;
+            if (tb_rcase_itl(db, c->id, &gaps, &n) != 0 || n == 0) {
+                free(gaps);
+                continue;
+            }
+            char *name = curve_name(s, c);
+            int sid = tb_chart_series(ch, name, TB_SERIES_STEP);
+            free(name);
+            /* Sub-millisecond zero gaps (several emissions at one clock
+             * reading) cannot sit on a log axis: start at the first
+             * positive one. */
+            size_t first = 0;
+            while (first < n && gaps[first] <= 0)
+                first++;
+            size_t m = n - first < CDF_POINTS ? n - first : CDF_POINTS;
+            if (m > 0)
+                tb_chart_point(ch, sid, gaps[first], (double)first / (double)n);
+            for (size_t k = 0; k < m; k++) {
+                size_t j = first + (m > 1 ? k * (n - 1 - first) / (m - 1) : 0);
+                tb_chart_point(ch, sid, gaps[j], (double)(j + 1) / (double)n);
+            }
+            free(gaps);
+        }
+        add(out, "itl", ch,
+            tb_xasprintf("Cumulative distribution of the gaps between consecutive emissions of a request (all "
+                         "measured requests pooled). AR emits once per decode step; diffusion once per denoising "
+                         "step that commits tokens, so fewer, larger gaps. %s.", g.k[gi]));
+    }
+    keys_free(&g);
+}
+
+/* ------------------------------------------------------- history */
+
+static void history_charts(sqlite3 *db, const tb_rsession *s, tb_rcharts *out)
+{
+    for (size_t b = 0; b < s->n_backends; b++) {
+        tb_history h;
+        char *err = NULL;
+        if (tb_history_load(db, s->backends[b].label, "agg_tps", NULL, 0, &h, &err) != 0) {
+            free(err);
+            continue;
+        }
+        /* Series of this session's cases that other sessions also ran. */
+        size_t *idx = tb_xmalloc((h.n + 1) * sizeof *idx), n = 0;
+        for (size_t i = 0; i < h.n && n < 7; i++) {
+            int here = 0, valued = 0;
+            for (size_t k = 0; k < h.s[i].n; k++) {
+                here |= h.s[i].p[k].session == s->id;
+                valued += isfinite(h.s[i].p[k].st.median);
+            }
+            if (here && valued >= 2)
+                idx[n++] = i;
+        }
+        char *title = tb_xasprintf("history of %s: aggregate tokens/s across sessions", s->backends[b].label);
+        tb_chart *ch = n ? tb_history_chart(&h, idx, n, title) : NULL;
+        free(title);
+        add(out, "history", ch,
+            tb_xasprintf("The same cases of %s in every session stored in this database (median, 95%% CI); "
+                         "`tokbench history --backend %s` prints the commits and machines.",
+                         s->backends[b].label, s->backends[b].label));
+        free(idx);
+        tb_history_free(&h);
+    }
+}
+
+void tb_charts_session(sqlite3 *db, const tb_rsession *s, tb_rcharts *out)
+{
+    memset(out, 0, sizeof *out);
+    steps_charts(s, out);
+    batch_charts(s, out);
+    pareto_chart(s, out);
+    itl_charts(db, s, out);
+    history_charts(db, s, out);
+}

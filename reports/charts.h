@@ -1,0 +1,34 @@
+/* charts.h — the charts of a session report (docs/REPORTS.md):
+ *   steps    aggregate tokens/s against denoising steps, one line per
+ *            diffusion backend, AR backends as horizontal references;
+ *   latency / throughput
+ *            per-request latency (E2E) and aggregate tokens/s against batch
+ *            (or concurrency): the two curves side by side;
+ *   pareto   quality against tokens/s with the Pareto front (only when a
+ *            quality metric is stored);
+ *   itl      the distribution (CDF) of inter-token latencies;
+ *   history  each backend's aggregate tokens/s across sessions, when the
+ *            database holds the same cases from other sessions. */
+#ifndef TB_REPORT_CHARTS_H
+#define TB_REPORT_CHARTS_H
+
+#include <sqlite3.h>
+
+#include "model.h"
+#include "svg.h"
+
+typedef struct tb_rchart {
+    const char *kind; /* "steps", "latency", "throughput", "pareto", "itl", "history" */
+    char *caption;    /* what the chart shows and how to read it */
+    tb_chart *chart;
+} tb_rchart;
+
+typedef struct tb_rcharts {
+    tb_rchart *v;
+    size_t n;
+} tb_rcharts;
+
+void tb_charts_session(sqlite3 *db, const tb_rsession *s, tb_rcharts *out);
+void tb_rcharts_free(tb_rcharts *c);
+
+#endif

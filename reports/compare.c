@@ -1,0 +1,379 @@
+/* compare.c — see compare.h. */
+#define _GNU_SOURCE
+#include "compare.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mannwhitney.h"
+#include "model.h"
+#include "stats.h"
+#include "table.h"
+#include "util.h"
+
+/* Where each metric's raw samples are: one per measured repetition, or
+ * one per successful request of the measured repetitions. */
+typedef struct msource {
+    const char *name, *unit;
+    int per_request;
+    const char *expr; /* over sample sa / request r */
+    int higher_better;
+} msource;
+
+static const msource sources[] = {
+    {"agg_tps", "tokens/s", 0, "sa.aggregate_tps", 1},
+    {"decode_tps", "tokens/s", 0, "sa.decode_tps", 1},
+    {"wall_ms", "ms", 0, "sa.wall_ns / 1e6", 0},
+    {"tokens_per_forward", "tokens", 0, "sa.tokens_per_forward", 1},
+    {"req_tps", "tokens/s", 1, "r.tps", 1},
+    {"ttft_ms", "ms", 1, "r.ttft_ns / 1e6", 0},
+    {"tpot_ms", "ms", 1, "r.tpot_ns / 1e6", 0},
+    {"e2e_ms", "ms", 1, "r.e2e_ns / 1e6", 0},
+};
+
+static const char *const default_metrics[] = {"agg_tps", "req_tps", "ttft_ms", "e2e_ms"};
+
+const char *tb_compare_metrics(void)
+{
+    return "agg_tps, decode_tps, wall_ms, tokens_per_forward, req_tps, ttft_ms, tpot_ms, e2e_ms";
+}
+
+static const msource *find_source(const char *name)
+{
+    for (size_t i = 0; i < TB_ARRAY_LEN(sources); i++)
+        if (strcmp(sources[i].name, name) == 0)
+            return &sources[i];
+    return NULL;
+}
+
+/* The samples of one case, NaN-free. */
+static double *samples(sqlite3 *db, int64_t case_id, const msource *m, size_t *n)
+{
+    char *sql = m->per_request
+                    ? tb_xasprintf("SELECT %s FROM request r JOIN sample sa ON sa.id = r.sample_id"
+                                   " WHERE sa.case_id = ? AND sa.warmup = 0 AND r.status = 'ok'"
+                                   " AND %s IS NOT NULL", m->expr, m->expr)
+                    : tb_xasprintf("SELECT %s FROM sample sa WHERE sa.case_id = ? AND sa.warmup = 0"
+                                   " AND %s IS NOT NULL", m->expr, m->expr);
+    double *v = NULL;
+    size_t cap = 0;
+    *n = 0;
+    sqlite3_stmt *q;
+    if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) == SQLITE_OK) {
+        sqlite3_bind_int64(q, 1, case_id);
+        while (sqlite3_step(q) == SQLITE_ROW) {
+            if (*n == cap) {
+                cap = cap ? cap * 2 : 16;
+                v = tb_xrealloc(v, cap * sizeof *v);
+            }
+            v[(*n)++] = sqlite3_column_double(q, 0);
+        }
+    }
+    sqlite3_finalize(q);
+    free(sql);
+    return v;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median_of(double *v, size_t n)
+{
+    if (!n)
+        return NAN;
+    qsort(v, n, sizeof *v, cmp_double);
+    return tb_percentile_sorted(v, n, 50);
+}
+
+static int find_backend(const tb_rsession *s, const char *label, size_t *out)
+{
+    for (size_t b = 0; b < s->n_backends; b++)
+        if (strcmp(s->backends[b].label, label) == 0) {
+            *out = b;
+            return 0;
+        }
+    return -1;
+}
+
+static char *backend_list(const tb_rsession *s)
+{
+    tb_str b = {0};
+    for (size_t i = 0; i < s->n_backends; i++)
+        tb_str_appendf(&b, "%s%s", i ? ", " : "", s->backends[i].label);
+    return tb_str_take(&b);
+}
+
+/* Conditions that make two sides not comparable, one line each. */
+static void differences(const tb_rsession *a, const tb_rsession *b, const tb_rbackend *ba, const tb_rbackend *bb,
+                        tb_str *out)
+{
+    if (a != b) {
+        const char *fa = NULL, *fb = NULL;
+        for (size_t i = 0; i < a->machine.n; i++)
+            if (strcmp(a->machine.v[i].key, "fingerprint") == 0)
+                fa = a->machine.v[i].value;
+        for (size_t i = 0; i < b->machine.n; i++)
+            if (strcmp(b->machine.v[i].key, "fingerprint") == 0)
+                fb = b->machine.v[i].value;
+        if (fa && fb && strcmp(fa, fb) != 0)
+            tb_str_appendf(out, "  machine: %s vs %s (different hardware or software: not a like-for-like run)\n",
+                           a->hostname, b->hostname);
+        if (strcmp(a->git_commit, b->git_commit) != 0)
+            tb_str_appendf(out, "  tokbench commit: %s vs %s\n", a->git_commit, b->git_commit);
+        if (strcmp(a->suite_sha256, b->suite_sha256) != 0)
+            tb_str_appendf(out, "  suite: sha256 %.12s vs %.12s\n", a->suite_sha256, b->suite_sha256);
+    }
+    if (!ba || !bb)
+        return;
+    if (strcmp(ba->model, bb->model) != 0)
+        tb_str_appendf(out, "  model: %s vs %s\n", ba->model, bb->model);
+    if (strcmp(ba->dtype, bb->dtype) != 0)
+        tb_str_appendf(out, "  dtype: %s vs %s (not comparable: one dtype per comparison)\n",
+                       *ba->dtype ? ba->dtype : "?", *bb->dtype ? bb->dtype : "?");
+    if (strcmp(ba->plugin, bb->plugin) != 0 || strcmp(ba->plugin_version, bb->plugin_version) != 0)
+        tb_str_appendf(out, "  plugin: %s %s vs %s %s\n", ba->plugin, ba->plugin_version, bb->plugin,
+                       bb->plugin_version);
+    if (strcmp(ba->device, bb->device) != 0)
+        tb_str_appendf(out, "  device: %s vs %s\n", ba->device, bb->device);
+    if (ba->random_weights != bb->random_weights)
+        tb_str_appendf(out, "  random weights: %s vs %s\n", ba->random_weights == 1 ? "yes" : "no",
+                       bb->random_weights == 1 ? "yes" : "no");
+}
+
+static int same_dims(const tb_rcase *x, const tb_rcase *y)
+{
+    return tb_rcase_generalizes(x, y) && tb_rcase_generalizes(y, x);
+}
+
+int tb_compare_run(sqlite3 *db, const tb_compare_opts *o, FILE *out, tb_compare_result *res, char **err)
+{
+    memset(res, 0, sizeof *res);
+    *err = NULL;
+    size_t n_metrics = o->metrics ? o->n_metrics : TB_ARRAY_LEN(default_metrics);
+    const msource **ms = tb_xcalloc(n_metrics + 1, sizeof *ms);
+    for (size_t i = 0; i < n_metrics; i++) {
+        const char *name = o->metrics ? o->metrics[i] : default_metrics[i];
+        if (!(ms[i] = find_source(name))) {
+            *err = tb_xasprintf("--metric %s: not a metric compare knows (%s)", name, tb_compare_metrics());
+            free(ms);
+            return -1;
+        }
+    }
+    tb_rsession sa, sb_own, *sb = &sb_own;
+    if (tb_rsession_load(db, o->a, &sa, err) != 0) {
+        free(ms);
+        return -1;
+    }
+    if (o->b == o->a) {
+        sb = &sa;
+    } else if (tb_rsession_load(db, o->b, &sb_own, err) != 0) {
+        tb_rsession_free(&sa);
+        free(ms);
+        return -1;
+    }
+    int by_backend = o->backend_a != NULL;
+    size_t bia = 0, bib = 0;
+    if (by_backend && (find_backend(&sa, o->backend_a, &bia) != 0 || find_backend(sb, o->backend_b, &bib) != 0)) {
+        int a_bad = find_backend(&sa, o->backend_a, &bia) != 0;
+        const tb_rsession *s = a_bad ? &sa : sb;
+        char *known = backend_list(s);
+        *err = tb_xasprintf("session %lld has no backend \"%s\" (it has: %s)", (long long)s->id,
+                            a_bad ? o->backend_a : o->backend_b, known);
+        free(known);
+        goto fail;
+    }
+
+    /* Pairs: index into sa.cases and sb->cases. */
+    size_t *pa = NULL, *pb = NULL, np = 0;
+    char *used_b = tb_xcalloc(sb->n_cases + 1, 1);
+    for (size_t i = 0; i < sa.n_cases; i++) {
+        const tb_rcase *ca = &sa.cases[i];
+        if (by_backend && ca->backend != bia)
+            continue;
+        int matched = 0;
+        for (size_t k = 0; k < sb->n_cases; k++) {
+            const tb_rcase *cb = &sb->cases[k];
+            int ok = by_backend ? cb->backend == bib && (tb_rcase_generalizes(ca, cb) || tb_rcase_generalizes(cb, ca))
+                                : strcmp(sa.backends[ca->backend].label, sb->backends[cb->backend].label) == 0 &&
+                                      same_dims(ca, cb);
+            if (!ok)
+                continue;
+            pa = tb_xrealloc(pa, (np + 1) * sizeof *pa);
+            pb = tb_xrealloc(pb, (np + 1) * sizeof *pb);
+            pa[np] = i;
+            pb[np] = k;
+            np++;
+            matched = 1;
+            used_b[k] = 1;
+        }
+        res->only_a += !matched;
+    }
+    for (size_t k = 0; k < sb->n_cases; k++)
+        if (!used_b[k] && (!by_backend || sb->cases[k].backend == bib))
+            res->only_b++;
+    free(used_b);
+    res->pairs = np;
+    if (np == 0) {
+        *err = by_backend ? tb_xasprintf("no case of %s matches a case of %s (dimensions and swept options differ)",
+                                         o->backend_a, o->backend_b)
+                          : tb_xasprintf("sessions %lld and %lld have no case in common (same backend label, "
+                                         "dimensions and swept options)", (long long)o->a, (long long)o->b);
+        free(pa);
+        free(pb);
+        goto fail;
+    }
+
+    /* Header: what is compared with what, and what differs. */
+    if (by_backend)
+        fprintf(out, "compare: A = backend %s (session %lld), B = backend %s (session %lld)\n", o->backend_a,
+                (long long)sa.id, o->backend_b, (long long)sb->id);
+    else
+        fprintf(out, "compare: A = session %lld (%s, %s, %s, commit %.12s)\n         B = session %lld (%s, %s, %s, "
+                     "commit %.12s)\n",
+                (long long)sa.id, sa.suite_name, sa.started_at, sa.hostname, sa.git_commit, (long long)sb->id,
+                sb->suite_name, sb->started_at, sb->hostname, sb->git_commit);
+    tb_str diff = {0};
+    differences(&sa, sb, by_backend ? &sa.backends[bia] : NULL, by_backend ? &sb->backends[bib] : NULL, &diff);
+    if (!by_backend)
+        for (size_t b = 0; b < sa.n_backends; b++) {
+            size_t other;
+            if (find_backend(sb, sa.backends[b].label, &other) != 0)
+                continue;
+            tb_str d2 = {0};
+            differences(&sa, &sa, &sa.backends[b], &sb->backends[other], &d2);
+            if (d2.len)
+                tb_str_appendf(&diff, "  backend %s:\n  %s", sa.backends[b].label, d2.s);
+            tb_str_free(&d2);
+        }
+    if (diff.len)
+        fprintf(out, "conditions that differ:\n%s", diff.s);
+    tb_str_free(&diff);
+    fprintf(out, "\n");
+
+    static const char *const head[] = {"backend", "case", "metric", "n A", "n B", "median A", "median B",
+                                       "B/A", "change", "p", "verdict"};
+    tb_table *t = tb_table_new(11);
+    tb_table_header(t, head);
+    tb_str notes = {0};
+    double worst = 0;
+    char *worst_row = NULL;
+    for (size_t p = 0; p < np; p++) {
+        const tb_rcase *ca = &sa.cases[pa[p]], *cb = &sb->cases[pb[p]];
+        char *backend = by_backend ? tb_xasprintf("%s vs %s", o->backend_a, o->backend_b)
+                                   : tb_xstrdup(sa.backends[ca->backend].label);
+        /* The more specific side names the case (the diffusion one). */
+        char *dims = tb_rcase_dims(&sa, tb_rcase_generalizes(ca, cb) && !same_dims(ca, cb) ? cb : ca);
+        int a_ok = strcmp(ca->status, "ok") == 0, b_ok = strcmp(cb->status, "ok") == 0;
+        for (size_t m = 0; m < n_metrics; m++) {
+            size_t na = 0, nb = 0;
+            double *xa = a_ok ? samples(db, ca->id, ms[m], &na) : NULL;
+            double *xb = b_ok ? samples(db, cb->id, ms[m], &nb) : NULL;
+            tb_table_cell(t, backend);
+            tb_table_cell(t, dims);
+            tb_table_cell(t, ms[m]->name);
+            tb_table_cellf(t, "%zu", na);
+            tb_table_cellf(t, "%zu", nb);
+            res->rows++;
+            if (!a_ok || !b_ok) {
+                for (int k = 0; k < 5; k++)
+                    tb_table_cell(t, "-");
+                tb_table_cellf(t, "%s", !a_ok && !b_ok ? "both not ok" : !b_ok ? "B not ok" : "A not ok");
+                res->untested++;
+                if (a_ok && !b_ok && m == 0) {
+                    res->regressions += isfinite(o->fail_pct);
+                    tb_str_appendf(&notes, "  %s [%s]: %s in B: %s\n", backend, dims, cb->status, cb->error);
+                }
+                free(xa);
+                free(xb);
+                continue;
+            }
+            double meda = median_of(xa, na), medb = median_of(xb, nb), ratio = medb / meda;
+            tb_table_num(t, meda, 2);
+            tb_table_num(t, medb, 2);
+            if (isfinite(ratio))
+                tb_table_cellf(t, "%.3f", ratio);
+            else
+                tb_table_cell(t, "-");
+            double change = (ratio - 1) * 100;
+            if (isfinite(change))
+                tb_table_cellf(t, "%+.1f%%", change);
+            else
+                tb_table_cell(t, "-");
+            tb_mwu u;
+            if (tb_mwu_test(xa, na, xb, nb, TB_MWU_AUTO, &u) != 0) {
+                tb_table_cell(t, "-");
+                tb_table_cell(t, "no data");
+                res->untested++;
+            } else {
+                tb_table_cellf(t, "%.3g%s", u.p, u.exact ? "" : "*");
+                /* U of A counts pairs where A is larger: B tends larger
+                 * when U_B > U_A. */
+                int b_larger = u.u2 > u.u1;
+                int better = ms[m]->higher_better ? b_larger : !b_larger;
+                if (u.p < o->alpha) {
+                    tb_table_cell(t, better ? "faster" : "slower");
+                    if (better) {
+                        res->faster++;
+                    } else {
+                        res->slower++;
+                        double slow = ms[m]->higher_better ? -change : change; /* % worse */
+                        if (isfinite(o->fail_pct) && slow > o->fail_pct)
+                            res->regressions++;
+                        if (slow > worst) {
+                            worst = slow;
+                            free(worst_row);
+                            worst_row = tb_xasprintf("%s [%s] %s", backend, dims, ms[m]->name);
+                        }
+                    }
+                } else {
+                    int weak = tb_mwu_min_p(u.n1, u.n2) >= o->alpha;
+                    tb_table_cell(t, weak ? "no significant change (too few runs)" : "no significant change");
+                    res->same++;
+                }
+            }
+            free(xa);
+            free(xb);
+        }
+        free(backend);
+        free(dims);
+    }
+    tb_table_print(t, out);
+    tb_table_free(t);
+    if (notes.len)
+        fprintf(out, "\nfailed or skipped in B only:\n%s", notes.s);
+    tb_str_free(&notes);
+    fprintf(out, "\n%zu matching cases", np);
+    if (res->only_a || res->only_b)
+        fprintf(out, " (%zu only in A, %zu only in B)", res->only_a, res->only_b);
+    fprintf(out, "; %zu rows: %zu faster, %zu slower, %zu no significant change, %zu not tested\n", res->rows,
+            res->faster, res->slower, res->same, res->untested);
+    if (worst_row)
+        fprintf(out, "largest significant slowdown: %.1f%% (%s)\n", worst, worst_row);
+    if (isfinite(o->fail_pct))
+        fprintf(out, "%s: %zu regression%s beyond %.3g%% (significantly slower by more than that, or failing in B "
+                     "only)\n",
+                res->regressions ? "FAIL" : "ok", res->regressions, res->regressions == 1 ? "" : "s", o->fail_pct);
+    fprintf(out, "\nB/A: ratio of medians. p: two-sided Mann–Whitney U test on the raw samples (per repetition "
+                 "for agg_tps, per request for req_tps and latencies); exact permutation p, * = normal "
+                 "approximation. Verdict at alpha %.3g; for times lower is faster.\n",
+            o->alpha);
+    free(worst_row);
+    free(pa);
+    free(pb);
+    if (sb != &sa)
+        tb_rsession_free(sb);
+    tb_rsession_free(&sa);
+    free(ms);
+    return 0;
+
+fail:
+    if (sb != &sa)
+        tb_rsession_free(sb);
+    tb_rsession_free(&sa);
+    free(ms);
+    return -1;
+}

@@ -1,0 +1,580 @@
+/* model.c — see model.h. Everything is read with a few queries; warnings
+ * are derived here once so every format prints the same ones. */
+#define _GNU_SOURCE
+#include "model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runner.h"
+#include "util.h"
+
+static char *dup_col(sqlite3_stmt *q, int i)
+{
+    const unsigned char *t = sqlite3_column_text(q, i);
+    return tb_xstrdup(t ? (const char *)t : "");
+}
+
+static double num_col(sqlite3_stmt *q, int i)
+{
+    return sqlite3_column_type(q, i) == SQLITE_NULL ? NAN : sqlite3_column_double(q, i);
+}
+
+static int int_col(sqlite3_stmt *q, int i)
+{
+    return sqlite3_column_type(q, i) == SQLITE_NULL ? -1 : sqlite3_column_int(q, i);
+}
+
+static void kv_add(tb_rkvs *k, const char *key, char *value /* taken */)
+{
+    k->v = tb_xrealloc(k->v, (k->n + 1) * sizeof *k->v);
+    k->v[k->n++] = (tb_rkv){tb_xstrdup(key), value};
+}
+
+static void kvs_free(tb_rkvs *k)
+{
+    for (size_t i = 0; i < k->n; i++) {
+        free(k->v[i].key);
+        free(k->v[i].value);
+    }
+    free(k->v);
+}
+
+static void warn(tb_rsession *s, char *text /* taken */)
+{
+    s->warnings = tb_xrealloc(s->warnings, (s->n_warnings + 1) * sizeof *s->warnings);
+    s->warnings[s->n_warnings++] = text;
+}
+
+const char *tb_rfmt(char *buf, size_t size, double v, int prec)
+{
+    if (!isfinite(v))
+        snprintf(buf, size, "-");
+    else
+        snprintf(buf, size, "%.*f", prec, v);
+    return buf;
+}
+
+/* ---------------------------------------------------------- session */
+
+static int load_session(sqlite3 *db, int64_t id, tb_rsession *s, char **err)
+{
+    static const char sql[] =
+        "SELECT s.uuid, s.suite_name, s.suite_path, s.suite_sha256, s.suite_text, s.tokbench_version,"
+        " s.git_commit, s.compiler, s.cuda_build_version, s.command_line, s.started_at,"
+        " coalesce(s.finished_at, '(not finished)'), s.status, s.warmup, s.repeat, s.seed,"
+        " m.hostname, m.cpu_model, m.cpu_cores, m.ram_bytes, m.os, m.kernel, m.arch, m.gpu_count,"
+        " coalesce(m.gpu_name, 'none'), m.gpu_memory_bytes, coalesce(m.gpu_driver, '-'),"
+        " coalesce(m.cuda_driver_version, '-'), coalesce(m.compute_capability, '-'), m.nvml_status,"
+        " m.fingerprint"
+        " FROM session s JOIN machine m ON m.id = s.machine_id WHERE s.id = ?";
+    sqlite3_stmt *q;
+    if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK) {
+        *err = tb_xasprintf("reading session %lld: %s", (long long)id, sqlite3_errmsg(db));
+        return -1;
+    }
+    sqlite3_bind_int64(q, 1, id);
+    if (sqlite3_step(q) != SQLITE_ROW) {
+        sqlite3_finalize(q);
+        *err = tb_xasprintf("no session %lld (see tokbench sessions)", (long long)id);
+        return -1;
+    }
+    s->id = id;
+    s->uuid = dup_col(q, 0);
+    s->suite_name = dup_col(q, 1);
+    s->suite_sha256 = dup_col(q, 3);
+    s->suite_text = dup_col(q, 4);
+    s->git_commit = dup_col(q, 6);
+    s->started_at = dup_col(q, 10);
+    s->status = dup_col(q, 12);
+    s->warmup = sqlite3_column_int(q, 13);
+    s->repeat = sqlite3_column_int(q, 14);
+    s->hostname = dup_col(q, 16);
+
+    tb_rkvs *k = &s->session;
+    kv_add(k, "session", tb_xasprintf("%lld (%s)", (long long)id, s->uuid));
+    kv_add(k, "suite", tb_xasprintf("%s (%s)", s->suite_name, sqlite3_column_text(q, 2)));
+    kv_add(k, "suite sha256", dup_col(q, 3));
+    kv_add(k, "status", dup_col(q, 12));
+    kv_add(k, "started (UTC)", dup_col(q, 10));
+    kv_add(k, "finished (UTC)", dup_col(q, 11));
+    kv_add(k, "tokbench", tb_xasprintf("%s (commit %s)", sqlite3_column_text(q, 5), s->git_commit));
+    kv_add(k, "compiler", dup_col(q, 7));
+    kv_add(k, "CUDA toolkit (build)", dup_col(q, 8));
+    kv_add(k, "command line", dup_col(q, 9));
+    kv_add(k, "runs", tb_xasprintf("%d warm-up (excluded), %d measured, seed %lld", s->warmup, s->repeat,
+                                   (long long)sqlite3_column_int64(q, 15)));
+
+    k = &s->machine;
+    kv_add(k, "host", dup_col(q, 16));
+    kv_add(k, "CPU", tb_xasprintf("%s (%d logical CPUs)", sqlite3_column_text(q, 17), sqlite3_column_int(q, 18)));
+    kv_add(k, "RAM", tb_xasprintf("%.1f GiB", sqlite3_column_double(q, 19) / (1u << 30)));
+    kv_add(k, "OS", tb_xasprintf("%s, kernel %s, %s", sqlite3_column_text(q, 20), sqlite3_column_text(q, 21),
+                                 sqlite3_column_text(q, 22)));
+    int gpus = sqlite3_column_int(q, 23);
+    if (gpus > 0) {
+        kv_add(k, "GPU", tb_xasprintf("%d × %s, %.1f GiB, compute capability %s", gpus, sqlite3_column_text(q, 24),
+                                      sqlite3_column_double(q, 25) / (1u << 30), sqlite3_column_text(q, 28)));
+        kv_add(k, "GPU driver", tb_xasprintf("%s (CUDA driver %s)", sqlite3_column_text(q, 26),
+                                             sqlite3_column_text(q, 27)));
+    } else {
+        kv_add(k, "GPU", tb_xasprintf("none (%s)", sqlite3_column_text(q, 29)));
+    }
+    kv_add(k, "fingerprint", tb_xstrndup((const char *)sqlite3_column_text(q, 30), 16));
+    sqlite3_finalize(q);
+    return 0;
+}
+
+/* ---------------------------------------------------------- backends */
+
+/* One "key: value" per field of a JSON object, values as JSON text. */
+static void json_fields(sqlite3 *db, const char *json, const char *prefix, tb_rkvs *k)
+{
+    sqlite3_stmt *q;
+    if (!json || !*json ||
+        sqlite3_prepare_v2(db, "SELECT key, CASE type WHEN 'text' THEN value ELSE json_quote(value) END"
+                               " FROM json_each(?) WHERE json_valid(?1)", -1, &q, NULL) != SQLITE_OK)
+        return;
+    sqlite3_bind_text(q, 1, json, -1, SQLITE_TRANSIENT);
+    while (sqlite3_step(q) == SQLITE_ROW) {
+        char *key = tb_xasprintf("%s%s", prefix, sqlite3_column_text(q, 0));
+        kv_add(k, key, dup_col(q, 1));
+        free(key);
+    }
+    sqlite3_finalize(q);
+}
+
+static int load_backends(sqlite3 *db, tb_rsession *s, char **err)
+{
+    sqlite3_stmt *q;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT label, plugin, plugin_version, model, capabilities, options_json, info_json,"
+                           " coalesce(json_extract(info_json, '$.dtype'), ''),"
+                           " coalesce(json_extract(info_json, '$.device'), ''),"
+                           " json_extract(info_json, '$.random_weights'), plugin_path, abi_major"
+                           " FROM backend WHERE session_id = ? ORDER BY id",
+                           -1, &q, NULL) != SQLITE_OK) {
+        *err = tb_xasprintf("reading backends: %s", sqlite3_errmsg(db));
+        return -1;
+    }
+    sqlite3_bind_int64(q, 1, s->id);
+    while (sqlite3_step(q) == SQLITE_ROW) {
+        s->backends = tb_xrealloc(s->backends, (s->n_backends + 1) * sizeof *s->backends);
+        tb_rbackend *b = &s->backends[s->n_backends++];
+        memset(b, 0, sizeof *b);
+        b->label = dup_col(q, 0);
+        b->plugin = dup_col(q, 1);
+        b->plugin_version = dup_col(q, 2);
+        b->model = dup_col(q, 3);
+        b->capabilities = dup_col(q, 4);
+        b->dtype = dup_col(q, 7);
+        b->device = dup_col(q, 8);
+        b->random_weights = int_col(q, 9);
+        kv_add(&b->info, "plugin", tb_xasprintf("%s %s (ABI %d, %s)", b->plugin, b->plugin_version,
+                                                sqlite3_column_int(q, 11), sqlite3_column_text(q, 10)));
+        kv_add(&b->info, "model", tb_xstrdup(b->model));
+        kv_add(&b->info, "dtype", tb_xstrdup(*b->dtype ? b->dtype : "(not reported)"));
+        kv_add(&b->info, "device", tb_xstrdup(*b->device ? b->device : "(not reported)"));
+        kv_add(&b->info, "random weights",
+               tb_xstrdup(b->random_weights == 1   ? "YES: speed only, the outputs mean nothing"
+                          : b->random_weights == 0 ? "no"
+                                                   : "(not reported)"));
+        kv_add(&b->info, "capabilities", tb_xstrdup(b->capabilities));
+        json_fields(db, (const char *)sqlite3_column_text(q, 5), "option ", &b->info);
+        json_fields(db, (const char *)sqlite3_column_text(q, 6), "", &b->info);
+    }
+    sqlite3_finalize(q);
+    return 0;
+}
+
+/* ---------------------------------------------------------- cases */
+
+/* Display order of the metrics runner.c stores (docs/METRICS.md). */
+static const char *const metric_order[] = {
+    "req_tps", "agg_tps", "decode_tps", "ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "prefill_ms", "decode_ms",
+    "wall_ms", "forward_passes", "tokens_per_forward", "steps_done", "answer_tokens", "quality", "accuracy",
+    "roofline_pct", "runner_us",
+};
+
+static int metric_rank(const char *name)
+{
+    for (size_t i = 0; i < TB_ARRAY_LEN(metric_order); i++)
+        if (strcmp(metric_order[i], name) == 0)
+            return (int)i;
+    return (int)TB_ARRAY_LEN(metric_order);
+}
+
+static int cmp_metric(const void *a, const void *b)
+{
+    const tb_rmetric *x = a, *y = b;
+    int rx = metric_rank(x->name), ry = metric_rank(y->name);
+    return rx != ry ? rx - ry : strcmp(x->name, y->name);
+}
+
+static int load_cases(sqlite3 *db, tb_rsession *s, char **err)
+{
+    static const char sql[] =
+        "SELECT c.id, c.ordinal, b.label, c.prompt_tokens, c.max_new_tokens, c.batch, c.concurrency, c.steps,"
+        " c.block_length, c.request_rate, c.options_json, c.status, coalesce(c.error, ''),"
+        " (SELECT max(peak_device_bytes) / 1048576.0 FROM sample WHERE case_id = c.id AND warmup = 0),"
+        " c.host_peak_rss_bytes / 1048576.0,"
+        " (SELECT sum(energy_mj) / 1000.0 / sum(output_tokens) FROM sample"
+        "    WHERE case_id = c.id AND warmup = 0 AND energy_mj IS NOT NULL AND output_tokens > 0),"
+        " (SELECT count(*) FROM request r JOIN sample sa ON r.sample_id = sa.id"
+        "    WHERE sa.case_id = c.id AND sa.warmup = 0 AND r.count_mismatch),"
+        " (SELECT count(*) FROM (SELECT r.idx FROM request r JOIN sample sa ON sa.id = r.sample_id"
+        "    WHERE sa.case_id = c.id AND sa.warmup = 0 AND r.status = 'ok' AND r.output_hash IS NOT NULL"
+        "    GROUP BY r.idx HAVING count(DISTINCT r.output_hash) > 1))"
+        " FROM bench_case c JOIN backend b ON b.id = c.backend_id WHERE c.session_id = ? ORDER BY c.ordinal";
+    sqlite3_stmt *q;
+    if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK) {
+        *err = tb_xasprintf("reading cases: %s", sqlite3_errmsg(db));
+        return -1;
+    }
+    sqlite3_bind_int64(q, 1, s->id);
+    while (sqlite3_step(q) == SQLITE_ROW) {
+        s->cases = tb_xrealloc(s->cases, (s->n_cases + 1) * sizeof *s->cases);
+        tb_rcase *c = &s->cases[s->n_cases++];
+        memset(c, 0, sizeof *c);
+        c->id = sqlite3_column_int64(q, 0);
+        c->ordinal = sqlite3_column_int(q, 1);
+        const char *label = (const char *)sqlite3_column_text(q, 2);
+        for (size_t b = 0; b < s->n_backends; b++)
+            if (strcmp(s->backends[b].label, label) == 0)
+                c->backend = b;
+        c->prompt_tokens = sqlite3_column_int(q, 3);
+        c->max_new_tokens = sqlite3_column_int(q, 4);
+        c->batch = sqlite3_column_int(q, 5);
+        c->concurrency = int_col(q, 6);
+        c->steps = int_col(q, 7);
+        c->block_length = int_col(q, 8);
+        c->request_rate = num_col(q, 9);
+        c->options_json = dup_col(q, 10);
+        c->status = dup_col(q, 11);
+        c->error = dup_col(q, 12);
+        c->peak_device_mib = num_col(q, 13);
+        c->host_rss_mib = num_col(q, 14);
+        c->energy_j_per_token = num_col(q, 15);
+        c->count_mismatches = sqlite3_column_int(q, 16);
+        c->varying_outputs = sqlite3_column_int(q, 17);
+        s->dims |= (c->concurrency >= 0 ? TB_RDIM_CONC : 0) | (c->steps >= 0 ? TB_RDIM_STEPS : 0) |
+                   (c->block_length >= 0 ? TB_RDIM_BLOCK : 0) | (isfinite(c->request_rate) ? TB_RDIM_RATE : 0) |
+                   (strcmp(c->options_json, "{}") != 0 ? TB_RDIM_OPTS : 0);
+        if (c->steps >= 0)
+            s->backends[c->backend].has_steps = 1;
+    }
+    sqlite3_finalize(q);
+
+    if (sqlite3_prepare_v2(db,
+                           "SELECT m.case_id, m.name, m.unit, m.n, m.median, m.p5, m.p95, m.mean, m.stdev, m.cv,"
+                           " m.min, m.max, m.ci_lo, m.ci_hi FROM metric m JOIN bench_case c ON c.id = m.case_id"
+                           " WHERE c.session_id = ? ORDER BY c.ordinal",
+                           -1, &q, NULL) != SQLITE_OK) {
+        *err = tb_xasprintf("reading metrics: %s", sqlite3_errmsg(db));
+        return -1;
+    }
+    sqlite3_bind_int64(q, 1, s->id);
+    size_t ci = 0;
+    while (sqlite3_step(q) == SQLITE_ROW) {
+        int64_t case_id = sqlite3_column_int64(q, 0);
+        while (ci < s->n_cases && s->cases[ci].id != case_id)
+            ci++;
+        if (ci == s->n_cases)
+            break; /* ordered like the cases: cannot happen */
+        tb_rcase *c = &s->cases[ci];
+        c->metrics = tb_xrealloc(c->metrics, (c->n_metrics + 1) * sizeof *c->metrics);
+        tb_rmetric *m = &c->metrics[c->n_metrics++];
+        m->name = dup_col(q, 1);
+        m->unit = dup_col(q, 2);
+        m->st = (tb_stats){.n = (size_t)sqlite3_column_int64(q, 3), .median = num_col(q, 4), .p5 = num_col(q, 5),
+                           .p95 = num_col(q, 6), .mean = num_col(q, 7), .stdev = num_col(q, 8),
+                           .cv = num_col(q, 9), .min = num_col(q, 10), .max = num_col(q, 11),
+                           .ci_lo = num_col(q, 12), .ci_hi = num_col(q, 13)};
+    }
+    sqlite3_finalize(q);
+    for (size_t i = 0; i < s->n_cases; i++) {
+        tb_rcase *c = &s->cases[i];
+        if (c->n_metrics)
+            qsort(c->metrics, c->n_metrics, sizeof *c->metrics, cmp_metric);
+        if (tb_rcase_quality(c))
+            s->has_quality = 1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------- warnings */
+
+static void derive_warnings(tb_rsession *s)
+{
+    if (strcmp(s->status, "completed") != 0)
+        warn(s, tb_xasprintf("the session is %s: some cases may be missing", s->status));
+    for (size_t b = 0; b < s->n_backends; b++)
+        if (s->backends[b].random_weights == 1)
+            warn(s, tb_xasprintf("%s: random weights: the figures measure speed only; outputs and any quality "
+                                 "score mean nothing", s->backends[b].label));
+    /* The articles: fp32/fp16/bf16/int8 figures are not comparable. */
+    for (size_t b = 1; b < s->n_backends; b++)
+        if (*s->backends[b].dtype && *s->backends[0].dtype && strcmp(s->backends[b].dtype, s->backends[0].dtype)) {
+            warn(s, tb_xasprintf("backends run different dtypes (%s: %s, %s: %s): their speeds are not comparable",
+                                 s->backends[0].label, s->backends[0].dtype, s->backends[b].label,
+                                 s->backends[b].dtype));
+            break;
+        }
+    if (s->warmup == 0)
+        warn(s, tb_xstrdup("no warm-up run: the first repetition includes initialisation and compilation"));
+    if (s->repeat < 10)
+        warn(s, tb_xasprintf("%d repetitions per case: fewer than the 10 the articles ask for; medians and "
+                             "p95 rest on few runs", s->repeat));
+    int *mismatch = tb_xcalloc(s->n_backends + 1, sizeof(int)), *mismatch_cases = tb_xcalloc(s->n_backends + 1, sizeof(int));
+    for (size_t i = 0; i < s->n_cases; i++) {
+        const tb_rcase *c = &s->cases[i];
+        const char *label = s->backends[c->backend].label;
+        char *dims = tb_rcase_dims(s, c);
+        if (strcmp(c->status, "ok") != 0)
+            warn(s, tb_xasprintf("%s %s [%s]: %s", label, c->status, dims, *c->error ? c->error : "(no reason)"));
+        const tb_stats *agg = tb_rcase_metric(c, "agg_tps");
+        if (agg && isfinite(agg->cv) && agg->cv > TB_NOISE_CV)
+            warn(s, tb_xasprintf("%s [%s]: noisy, aggregate tok/s CV %.1f%% > %.0f%%: check the environment "
+                                 "(other load, clocks, thermals) first",
+                                 label, dims, agg->cv * 100, TB_NOISE_CV * 100));
+        if (c->varying_outputs)
+            warn(s, tb_xasprintf("%s [%s]: %d request(s) produced different outputs in different repetitions "
+                                 "with the same seed: the speed measured is not of the same work",
+                                 label, dims, c->varying_outputs));
+        if (c->count_mismatches) {
+            mismatch[c->backend] += c->count_mismatches;
+            mismatch_cases[c->backend]++;
+        }
+        free(dims);
+    }
+    for (size_t b = 0; b < s->n_backends; b++)
+        if (mismatch[b])
+            warn(s, tb_xasprintf("%s: %d requests in %d cases re-count (detokenize -> tokenize) to a different "
+                                 "output length than the engine reports%s",
+                                 s->backends[b].label, mismatch[b], mismatch_cases[b],
+                                 s->backends[b].random_weights == 1
+                                     ? " (random weights emit arbitrary token sequences, which rarely survive the "
+                                       "round trip)"
+                                     : ": tokens/s may be inflated; see docs/METRICS.md"));
+    free(mismatch);
+    free(mismatch_cases);
+}
+
+int tb_rsession_load(sqlite3 *db, int64_t id, tb_rsession *out, char **err)
+{
+    memset(out, 0, sizeof *out);
+    *err = NULL;
+    if (load_session(db, id, out, err) != 0 || load_backends(db, out, err) != 0 || load_cases(db, out, err) != 0) {
+        tb_rsession_free(out);
+        return -1;
+    }
+    derive_warnings(out);
+    return 0;
+}
+
+void tb_rsession_free(tb_rsession *s)
+{
+    free(s->uuid);
+    free(s->suite_name);
+    free(s->suite_text);
+    free(s->suite_sha256);
+    free(s->started_at);
+    free(s->status);
+    free(s->git_commit);
+    free(s->hostname);
+    kvs_free(&s->session);
+    kvs_free(&s->machine);
+    for (size_t i = 0; i < s->n_backends; i++) {
+        tb_rbackend *b = &s->backends[i];
+        free(b->label);
+        free(b->plugin);
+        free(b->plugin_version);
+        free(b->model);
+        free(b->capabilities);
+        free(b->dtype);
+        free(b->device);
+        kvs_free(&b->info);
+    }
+    free(s->backends);
+    for (size_t i = 0; i < s->n_cases; i++) {
+        tb_rcase *c = &s->cases[i];
+        free(c->options_json);
+        free(c->status);
+        free(c->error);
+        for (size_t k = 0; k < c->n_metrics; k++) {
+            free(c->metrics[k].name);
+            free(c->metrics[k].unit);
+        }
+        free(c->metrics);
+    }
+    free(s->cases);
+    for (size_t i = 0; i < s->n_warnings; i++)
+        free(s->warnings[i]);
+    free(s->warnings);
+    memset(s, 0, sizeof *s);
+}
+
+/* ---------------------------------------------------------- queries */
+
+const tb_stats *tb_rcase_metric(const tb_rcase *c, const char *name)
+{
+    for (size_t i = 0; i < c->n_metrics; i++)
+        if (strcmp(c->metrics[i].name, name) == 0)
+            return &c->metrics[i].st;
+    return NULL;
+}
+
+double tb_rcase_median(const tb_rcase *c, const char *name)
+{
+    const tb_stats *st = tb_rcase_metric(c, name);
+    return st ? st->median : NAN;
+}
+
+const tb_rmetric *tb_rcase_quality(const tb_rcase *c)
+{
+    static const char *const names[] = {"quality", "accuracy"};
+    for (size_t k = 0; k < TB_ARRAY_LEN(names); k++)
+        for (size_t i = 0; i < c->n_metrics; i++)
+            if (strcmp(c->metrics[i].name, names[k]) == 0 && isfinite(c->metrics[i].st.median))
+                return &c->metrics[i];
+    return NULL;
+}
+
+static void dims_append(tb_str *b, const tb_rcase *c, unsigned skip)
+{
+#define SEP (b->len ? ", " : "")
+    if (!(skip & TB_RKEY_PROMPT))
+        tb_str_appendf(b, "%sprompt %d", SEP, c->prompt_tokens);
+    if (!(skip & TB_RKEY_NEW))
+        tb_str_appendf(b, "%snew %d", SEP, c->max_new_tokens);
+    if (!(skip & TB_RKEY_BATCH))
+        tb_str_appendf(b, "%sbatch %d", SEP, c->batch);
+    if (!(skip & TB_RDIM_CONC) && c->concurrency >= 0)
+        tb_str_appendf(b, "%sconcurrency %d", SEP, c->concurrency);
+    if (!(skip & TB_RDIM_RATE) && isfinite(c->request_rate))
+        tb_str_appendf(b, "%srate %g/s", SEP, c->request_rate);
+    if (!(skip & TB_RDIM_STEPS) && c->steps >= 0)
+        tb_str_appendf(b, "%ssteps %d", SEP, c->steps);
+    if (!(skip & TB_RDIM_BLOCK) && c->block_length >= 0)
+        tb_str_appendf(b, "%sblock %d", SEP, c->block_length);
+    if (!(skip & TB_RDIM_OPTS) && strcmp(c->options_json, "{}") != 0)
+        tb_str_appendf(b, "%s%s", SEP, c->options_json);
+#undef SEP
+}
+
+char *tb_rcase_dims(const tb_rsession *s, const tb_rcase *c)
+{
+    (void)s;
+    tb_str b = {0};
+    dims_append(&b, c, 0);
+    return tb_str_take(&b);
+}
+
+char *tb_rcase_key(const tb_rcase *c, unsigned skip)
+{
+    tb_str b = {0};
+    dims_append(&b, c, skip);
+    return tb_str_take(&b);
+}
+
+int tb_rcase_generalizes(const tb_rcase *a, const tb_rcase *b)
+{
+    if (a->prompt_tokens != b->prompt_tokens || a->max_new_tokens != b->max_new_tokens || a->batch != b->batch ||
+        strcmp(a->options_json, b->options_json) != 0)
+        return 0;
+    if (isfinite(a->request_rate) ? a->request_rate != b->request_rate : 0)
+        return 0;
+    return (a->concurrency < 0 || a->concurrency == b->concurrency) && (a->steps < 0 || a->steps == b->steps) &&
+           (a->block_length < 0 || a->block_length == b->block_length);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int tb_rcase_itl(sqlite3 *db, int64_t case_id, double **out, size_t *n)
+{
+    /* emissions_json: [[ms since submit, tokens], ...] in order. */
+    static const char sql[] =
+        "SELECT t - lag(t) OVER (PARTITION BY rid ORDER BY k) FROM ("
+        " SELECT r.id AS rid, e.key AS k, json_extract(e.value, '$[0]') AS t"
+        " FROM request r JOIN sample sa ON sa.id = r.sample_id, json_each(r.emissions_json) e"
+        " WHERE sa.case_id = ? AND sa.warmup = 0 AND r.status = 'ok')";
+    *out = NULL;
+    *n = 0;
+    sqlite3_stmt *q;
+    if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK)
+        return -1;
+    sqlite3_bind_int64(q, 1, case_id);
+    size_t cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        if (sqlite3_column_type(q, 0) == SQLITE_NULL)
+            continue; /* the first emission of a request */
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 256;
+            *out = tb_xrealloc(*out, cap * sizeof **out);
+        }
+        (*out)[(*n)++] = sqlite3_column_double(q, 0);
+    }
+    sqlite3_finalize(q);
+    if (rc != SQLITE_DONE) {
+        free(*out);
+        *out = NULL;
+        *n = 0;
+        return -1;
+    }
+    if (*n)
+        qsort(*out, *n, sizeof **out, cmp_double);
+    return 0;
+}
+
+/* ---------------------------------------------------------- grid */
+
+void tb_rgrid_build(const tb_rsession *s, tb_rgrid *g)
+{
+    memset(g, 0, sizeof *g);
+    size_t nb = s->n_backends ? s->n_backends : 1;
+    g->row_case = tb_xcalloc(s->n_cases + 1, sizeof *g->row_case);
+    g->cell = tb_xcalloc((s->n_cases + 1) * nb, sizeof *g->cell);
+    for (size_t i = 0; i < s->n_cases; i++) {
+        const tb_rcase *c = &s->cases[i];
+        /* A key that generalizes another (an AR case without steps) is not
+         * a row of its own: its figure is the reference in those rows. */
+        int covered = 0;
+        for (size_t k = 0; k < s->n_cases && !covered; k++)
+            covered = k != i && tb_rcase_generalizes(c, &s->cases[k]) && !tb_rcase_generalizes(&s->cases[k], c);
+        if (covered)
+            continue;
+        size_t r = 0;
+        while (r < g->n_rows && !tb_rcase_generalizes(&s->cases[g->row_case[r]], c))
+            r++;
+        if (r == g->n_rows) {
+            g->row_case[g->n_rows] = i;
+            for (size_t b = 0; b < nb; b++)
+                g->cell[g->n_rows * nb + b] = -1;
+            g->n_rows++;
+        }
+    }
+    for (size_t r = 0; r < g->n_rows; r++) {
+        const tb_rcase *row = &s->cases[g->row_case[r]];
+        for (size_t i = 0; i < s->n_cases; i++) {
+            const tb_rcase *c = &s->cases[i];
+            long *cell = &g->cell[r * nb + c->backend];
+            int exact = tb_rcase_generalizes(c, row) && tb_rcase_generalizes(row, c);
+            if (exact || (*cell < 0 && tb_rcase_generalizes(c, row)))
+                *cell = (long)i;
+        }
+    }
+}
+
+void tb_rgrid_free(tb_rgrid *g)
+{
+    free(g->row_case);
+    free(g->cell);
+    memset(g, 0, sizeof *g);
+}

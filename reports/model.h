@@ -1,0 +1,127 @@
+/* model.h — one stored session read back into memory: its conditions,
+ * backends, cases with every metric, and the warnings a reader must see.
+ * The common input of the Markdown and HTML reports and their charts, so
+ * that both say the same thing. */
+#ifndef TB_REPORT_MODEL_H
+#define TB_REPORT_MODEL_H
+
+#include <sqlite3.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "stats.h"
+
+/* A label and its value, in display order. */
+typedef struct tb_rkv {
+    char *key, *value;
+} tb_rkv;
+
+typedef struct tb_rkvs {
+    tb_rkv *v;
+    size_t n;
+} tb_rkvs;
+
+typedef struct tb_rmetric {
+    char *name, *unit; /* docs/METRICS.md */
+    tb_stats st;       /* fields NaN where the database holds NULL */
+} tb_rmetric;
+
+typedef struct tb_rbackend {
+    char *label, *plugin, *plugin_version, *model, *capabilities;
+    char *dtype, *device; /* "" when the backend did not say */
+    int random_weights;   /* 1 yes, 0 no, -1 not said */
+    int has_steps;        /* some case of it has a steps dimension */
+    tb_rkvs info;         /* plugin, options, describe(): every field */
+} tb_rbackend;
+
+/* Dimensions that are NULL in the database (not applicable) are -1 / NaN. */
+typedef struct tb_rcase {
+    int64_t id;
+    int ordinal;
+    size_t backend; /* index into tb_rsession.backends */
+    int prompt_tokens, max_new_tokens, batch;
+    int concurrency, steps, block_length;
+    double request_rate;
+    char *options_json; /* options swept by the matrix; "{}" when none */
+    char *status, *error;
+    tb_rmetric *metrics; /* canonical order (docs/METRICS.md), then others */
+    size_t n_metrics;
+    double peak_device_mib, host_rss_mib; /* NaN: not measured */
+    double energy_j_per_token;            /* NaN: no energy counter */
+    int count_mismatches;                 /* requests whose re-count differs */
+    int varying_outputs;                  /* request slots whose output differs
+                                             between repetitions */
+} tb_rcase;
+
+/* Which optional dimensions carry a value in some case. */
+enum {
+    TB_RDIM_CONC = 1,
+    TB_RDIM_STEPS = 2,
+    TB_RDIM_BLOCK = 4,
+    TB_RDIM_RATE = 8,
+    TB_RDIM_OPTS = 16,
+};
+
+typedef struct tb_rsession {
+    int64_t id;
+    char *uuid, *suite_name, *suite_text, *suite_sha256, *started_at, *status, *git_commit, *hostname;
+    int repeat, warmup;
+    tb_rkvs session; /* session conditions */
+    tb_rkvs machine; /* machine conditions */
+    tb_rbackend *backends;
+    size_t n_backends;
+    tb_rcase *cases; /* by ordinal */
+    size_t n_cases;
+    unsigned dims;   /* TB_RDIM_* */
+    char **warnings; /* plain text, one finding each */
+    size_t n_warnings;
+    int has_quality; /* some case has a quality metric */
+} tb_rsession;
+
+/* Load session `id`. 0, or -1 with *err (malloc'd). */
+int tb_rsession_load(sqlite3 *db, int64_t id, tb_rsession *out, char **err);
+void tb_rsession_free(tb_rsession *s);
+
+/* The statistics of metric `name` of a case, or NULL when not stored. */
+const tb_stats *tb_rcase_metric(const tb_rcase *c, const char *name);
+
+/* Median of a metric, NaN when absent. */
+double tb_rcase_median(const tb_rcase *c, const char *name);
+
+/* The quality score of a case (metric "quality", else "accuracy"), or
+ * NULL. Higher is better. */
+const tb_rmetric *tb_rcase_quality(const tb_rcase *c);
+
+/* "prompt 32, new 64, batch 4, steps 8": the dimensions that vary in the
+ * session or are set, for captions and warnings. malloc'd. */
+char *tb_rcase_dims(const tb_rsession *s, const tb_rcase *c);
+
+/* The same without the dimensions in `skip` (TB_RDIM_* plus the bits
+ * below), for grouping: cases with equal keys differ only there. */
+enum { TB_RKEY_BATCH = 32, TB_RKEY_PROMPT = 64, TB_RKEY_NEW = 128 };
+char *tb_rcase_key(const tb_rcase *c, unsigned skip);
+
+/* Does case a's key equal b's wherever a has a value (a may lack steps,
+ * concurrency or block length: an AR backend is the reference for every
+ * step count)? */
+int tb_rcase_generalizes(const tb_rcase *a, const tb_rcase *b);
+
+/* Every inter-token gap (ms) of the measured, successful requests of a
+ * case, from request.emissions_json, sorted ascending. 0, or -1. */
+int tb_rcase_itl(sqlite3 *db, int64_t case_id, double **out, size_t *n);
+
+/* The side-by-side grid: rows are case keys (without the backend), columns
+ * the backends; cell[r * n_backends + b] is the index of backend b's case
+ * for row r (its own, or its generalization), or -1. */
+typedef struct tb_rgrid {
+    size_t n_rows;
+    size_t *row_case; /* a case holding the row's key */
+    long *cell;
+} tb_rgrid;
+void tb_rgrid_build(const tb_rsession *s, tb_rgrid *g);
+void tb_rgrid_free(tb_rgrid *g);
+
+/* Numbers for people: "-" for NaN, else printf("%.*f"). Returns buf. */
+const char *tb_rfmt(char *buf, size_t size, double v, int prec);
+
+#endif

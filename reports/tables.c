@@ -1,0 +1,314 @@
+/* tables.c — see tables.h. */
+#define _GNU_SOURCE
+#include "tables.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runner.h"
+#include "util.h"
+
+static tb_rtable *table_new(tb_rtables *ts, const char *id, const char *title, char *note)
+{
+    ts->v = tb_xrealloc(ts->v, (ts->n + 1) * sizeof *ts->v);
+    tb_rtable *t = &ts->v[ts->n++];
+    memset(t, 0, sizeof *t);
+    t->id = id;
+    t->title = title;
+    t->note = note;
+    return t;
+}
+
+static void column(tb_rtable *t, const char *head, int numeric)
+{
+    t->head = tb_xrealloc(t->head, (t->n_cols + 1) * sizeof *t->head);
+    t->numeric = tb_xrealloc(t->numeric, (t->n_cols + 1) * sizeof *t->numeric);
+    t->head[t->n_cols] = tb_xstrdup(head);
+    t->numeric[t->n_cols] = numeric;
+    t->n_cols++;
+}
+
+/* Rows are assembled in a small buffer and appended whole. */
+typedef struct row {
+    char **c;
+    size_t n;
+} row;
+
+static void put(row *r, char *text /* taken */)
+{
+    r->c = tb_xrealloc(r->c, (r->n + 1) * sizeof *r->c);
+    r->c[r->n++] = text;
+}
+
+static void putf_num(row *r, double v, int prec)
+{
+    char buf[64];
+    put(r, tb_xstrdup(tb_rfmt(buf, sizeof buf, v, prec)));
+}
+
+static void end_row(tb_rtable *t, row *r)
+{
+    while (r->n < t->n_cols)
+        put(r, tb_xstrdup(""));
+    t->cells = tb_xrealloc(t->cells, (t->n_rows + 1) * t->n_cols * sizeof *t->cells);
+    memcpy(t->cells + t->n_rows * t->n_cols, r->c, t->n_cols * sizeof *r->c);
+    for (size_t i = t->n_cols; i < r->n; i++)
+        free(r->c[i]);
+    t->n_rows++;
+    free(r->c);
+    r->c = NULL;
+    r->n = 0;
+}
+
+static double stat_of(const tb_rcase *c, const char *metric, char which)
+{
+    const tb_stats *st = tb_rcase_metric(c, metric);
+    if (!st)
+        return NAN;
+    switch (which) {
+    case 'm': return st->median;
+    case '5': return st->p5;
+    case '9': return st->p95;
+    case 'c': return st->cv;
+    case 'n': return (double)st->n;
+    default: return NAN;
+    }
+}
+
+static void side_by_side(const tb_rsession *s, tb_rtables *ts)
+{
+    if (s->n_backends < 2)
+        return;
+    tb_rtable *t = table_new(ts, "side-by-side", "Side by side: aggregate tokens/s",
+                             tb_xstrdup("Median over repetitions of all output tokens of a batch / its wall time. "
+                                        "A backend without a dimension (an AR engine has no denoising steps) is "
+                                        "shown in every row it is the reference for."));
+    column(t, "prompt", 1);
+    column(t, "new", 1);
+    column(t, "batch", 1);
+    if (s->dims & TB_RDIM_CONC)
+        column(t, "concurrency", 1);
+    if (s->dims & TB_RDIM_RATE)
+        column(t, "rate/s", 1);
+    if (s->dims & TB_RDIM_STEPS)
+        column(t, "steps", 1);
+    if (s->dims & TB_RDIM_BLOCK)
+        column(t, "block", 1);
+    if (s->dims & TB_RDIM_OPTS)
+        column(t, "options", 0);
+    for (size_t b = 0; b < s->n_backends; b++)
+        column(t, s->backends[b].label, 1);
+    tb_rgrid g;
+    tb_rgrid_build(s, &g);
+    for (size_t r = 0; r < g.n_rows; r++) {
+        const tb_rcase *c = &s->cases[g.row_case[r]];
+        row rw = {0};
+        put(&rw, tb_xasprintf("%d", c->prompt_tokens));
+        put(&rw, tb_xasprintf("%d", c->max_new_tokens));
+        put(&rw, tb_xasprintf("%d", c->batch));
+        if (s->dims & TB_RDIM_CONC)
+            put(&rw, c->concurrency >= 0 ? tb_xasprintf("%d", c->concurrency) : tb_xstrdup("-"));
+        if (s->dims & TB_RDIM_RATE)
+            put(&rw, isfinite(c->request_rate) ? tb_xasprintf("%g", c->request_rate) : tb_xstrdup("-"));
+        if (s->dims & TB_RDIM_STEPS)
+            put(&rw, c->steps >= 0 ? tb_xasprintf("%d", c->steps) : tb_xstrdup("-"));
+        if (s->dims & TB_RDIM_BLOCK)
+            put(&rw, c->block_length >= 0 ? tb_xasprintf("%d", c->block_length) : tb_xstrdup("-"));
+        if (s->dims & TB_RDIM_OPTS)
+            put(&rw, tb_xstrdup(strcmp(c->options_json, "{}") ? c->options_json : "-"));
+        for (size_t b = 0; b < s->n_backends; b++) {
+            long ci = g.cell[r * s->n_backends + b];
+            if (ci < 0) {
+                put(&rw, tb_xstrdup(""));
+                continue;
+            }
+            const tb_rcase *bc = &s->cases[ci];
+            if (strcmp(bc->status, "ok") != 0)
+                put(&rw, tb_xstrdup(bc->status));
+            else
+                putf_num(&rw, tb_rcase_median(bc, "agg_tps"), 1);
+        }
+        end_row(t, &rw);
+    }
+    tb_rgrid_free(&g);
+}
+
+static void case_cells(const tb_rsession *s, const tb_rcase *c, row *r)
+{
+    put(r, tb_xstrdup(s->backends[c->backend].label));
+    put(r, tb_rcase_dims(s, c));
+}
+
+static void throughput(const tb_rsession *s, tb_rtables *ts)
+{
+    tb_rtable *t = table_new(
+        ts, "throughput", "Throughput (tokens/s)",
+        tb_xasprintf("Three meanings, never mixed: per request = one request's output tokens / its E2E time (what "
+                     "a user sees); p95 = the rate 95%% of requests reach (5th percentile: the slow tail); "
+                     "aggregate = all output tokens of a batch / its wall time (what the machine delivers); "
+                     "decode-only excludes prefill. CV over repetitions above %.0f%% is flagged noisy (!).",
+                     TB_NOISE_CV * 100));
+    static const char *const head[] = {"backend", "case", "status", "runs", "per request", "p95 (slow tail)",
+                                       "aggregate", "aggregate 95% CI", "aggregate CV", "decode-only"};
+    for (size_t i = 0; i < TB_ARRAY_LEN(head); i++)
+        column(t, head[i], i >= 3);
+    for (size_t i = 0; i < s->n_cases; i++) {
+        const tb_rcase *c = &s->cases[i];
+        row r = {0};
+        case_cells(s, c, &r);
+        put(&r, tb_xstrdup(c->status));
+        putf_num(&r, stat_of(c, "agg_tps", 'n'), 0);
+        putf_num(&r, stat_of(c, "req_tps", 'm'), 1);
+        putf_num(&r, stat_of(c, "req_tps", '5'), 1);
+        putf_num(&r, stat_of(c, "agg_tps", 'm'), 1);
+        const tb_stats *agg = tb_rcase_metric(c, "agg_tps");
+        put(&r, agg && isfinite(agg->ci_lo) ? tb_xasprintf("%.1f – %.1f", agg->ci_lo, agg->ci_hi) : tb_xstrdup("-"));
+        double cv = stat_of(c, "agg_tps", 'c');
+        put(&r, isfinite(cv) ? tb_xasprintf("%.1f%%%s", cv * 100, cv > TB_NOISE_CV ? " !" : "") : tb_xstrdup("-"));
+        putf_num(&r, stat_of(c, "decode_tps", 'm'), 1);
+        end_row(t, &r);
+    }
+}
+
+static void latency(const tb_rsession *s, tb_rtables *ts)
+{
+    tb_rtable *t = table_new(
+        ts, "latency", "Latency (ms)",
+        tb_xstrdup("TTFT: submit to first emitted token (diffusion: first committed token); TPOT: (E2E - TTFT) / "
+                   "(tokens - 1); ITL: gaps between emissions; E2E: submit to the complete answer. p95 = 95th "
+                   "percentile (the slow tail of a latency)."));
+    static const char *const head[] = {"backend",  "case",     "TTFT",    "TTFT p95", "TPOT",
+                                       "ITL",      "ITL p95",  "E2E",     "E2E p95",  "prefill"};
+    for (size_t i = 0; i < TB_ARRAY_LEN(head); i++)
+        column(t, head[i], i >= 2);
+    for (size_t i = 0; i < s->n_cases; i++) {
+        const tb_rcase *c = &s->cases[i];
+        row r = {0};
+        case_cells(s, c, &r);
+        putf_num(&r, stat_of(c, "ttft_ms", 'm'), 2);
+        putf_num(&r, stat_of(c, "ttft_ms", '9'), 2);
+        putf_num(&r, stat_of(c, "tpot_ms", 'm'), 3);
+        putf_num(&r, stat_of(c, "itl_ms", 'm'), 3);
+        putf_num(&r, stat_of(c, "itl_ms", '9'), 3);
+        putf_num(&r, stat_of(c, "e2e_ms", 'm'), 2);
+        putf_num(&r, stat_of(c, "e2e_ms", '9'), 2);
+        putf_num(&r, stat_of(c, "prefill_ms", 'm'), 2);
+        end_row(t, &r);
+    }
+}
+
+static void work(const tb_rsession *s, tb_rtables *ts)
+{
+    tb_rtable *t = table_new(
+        ts, "work", "Work and resources",
+        tb_xstrdup("NFE: model forward evaluations per call (median); tokens per forward: output tokens / NFE; "
+                   "steps done: denoising steps a request ran; answer tokens: output before the first EOS "
+                   "(diffusion canvases); device memory: peak over repetitions; host RSS: the backend process's "
+                   "high-water mark; energy: from the GPU's energy counter; roofline: achieved over the machine's "
+                   "ceiling. \"-\": not measured by this backend."));
+    static const char *const head[] = {"backend",        "case",          "NFE",           "tokens/forward",
+                                       "steps done",     "answer tokens", "device MiB",    "host RSS MiB",
+                                       "energy J/token", "roofline %"};
+    for (size_t i = 0; i < TB_ARRAY_LEN(head); i++)
+        column(t, head[i], i >= 2);
+    for (size_t i = 0; i < s->n_cases; i++) {
+        const tb_rcase *c = &s->cases[i];
+        row r = {0};
+        case_cells(s, c, &r);
+        putf_num(&r, stat_of(c, "forward_passes", 'm'), 0);
+        putf_num(&r, stat_of(c, "tokens_per_forward", 'm'), 2);
+        putf_num(&r, stat_of(c, "steps_done", 'm'), 0);
+        putf_num(&r, stat_of(c, "answer_tokens", 'm'), 0);
+        putf_num(&r, c->peak_device_mib, 0);
+        putf_num(&r, c->host_rss_mib, 0);
+        putf_num(&r, c->energy_j_per_token, 4);
+        putf_num(&r, stat_of(c, "roofline_pct", 'm'), 1);
+        end_row(t, &r);
+    }
+}
+
+static void quality(const tb_rsession *s, tb_rtables *ts)
+{
+    if (!s->has_quality)
+        return;
+    tb_rtable *t = table_new(ts, "quality", "Quality next to speed",
+                             tb_xstrdup("The quality score stored with the same runs (higher is better), next to "
+                                        "the speed it was measured at."));
+    static const char *const head[] = {"backend", "case", "metric", "unit", "runs", "median", "p5", "p95",
+                                       "aggregate tok/s"};
+    for (size_t i = 0; i < TB_ARRAY_LEN(head); i++)
+        column(t, head[i], i >= 4);
+    for (size_t i = 0; i < s->n_cases; i++) {
+        const tb_rcase *c = &s->cases[i];
+        const tb_rmetric *q = tb_rcase_quality(c);
+        if (!q)
+            continue;
+        row r = {0};
+        case_cells(s, c, &r);
+        put(&r, tb_xstrdup(q->name));
+        put(&r, tb_xstrdup(q->unit));
+        putf_num(&r, (double)q->st.n, 0);
+        putf_num(&r, q->st.median, 3);
+        putf_num(&r, q->st.p5, 3);
+        putf_num(&r, q->st.p95, 3);
+        putf_num(&r, tb_rcase_median(c, "agg_tps"), 1);
+        end_row(t, &r);
+    }
+}
+
+static void statistics(const tb_rsession *s, tb_rtables *ts)
+{
+    tb_rtable *t = table_new(ts, "statistics", "Every metric of every case",
+                             tb_xstrdup("Statistics over the measured repetitions (warm-ups excluded): one value "
+                                        "per repetition, or per request, or per gap for itl_ms (docs/METRICS.md). "
+                                        "CI: bootstrap 95% confidence interval of the median."));
+    static const char *const head[] = {"backend", "case", "metric", "unit", "n",   "median", "p5",    "p95",
+                                       "mean",    "stdev", "CV %",  "min",  "max", "CI low", "CI high"};
+    for (size_t i = 0; i < TB_ARRAY_LEN(head); i++)
+        column(t, head[i], i >= 4);
+    for (size_t i = 0; i < s->n_cases; i++) {
+        const tb_rcase *c = &s->cases[i];
+        for (size_t k = 0; k < c->n_metrics; k++) {
+            const tb_rmetric *m = &c->metrics[k];
+            row r = {0};
+            case_cells(s, c, &r);
+            put(&r, tb_xstrdup(m->name));
+            put(&r, tb_xstrdup(m->unit));
+            putf_num(&r, (double)m->st.n, 0);
+            const double v[] = {m->st.median, m->st.p5, m->st.p95, m->st.mean, m->st.stdev, m->st.cv * 100,
+                                m->st.min, m->st.max, m->st.ci_lo, m->st.ci_hi};
+            for (size_t j = 0; j < TB_ARRAY_LEN(v); j++)
+                putf_num(&r, v[j], j == 5 ? 1 : 4);
+            end_row(t, &r);
+        }
+    }
+}
+
+void tb_rtables_build(const tb_rsession *s, tb_rtables *out)
+{
+    memset(out, 0, sizeof *out);
+    side_by_side(s, out);
+    throughput(s, out);
+    latency(s, out);
+    work(s, out);
+    quality(s, out);
+    statistics(s, out);
+}
+
+void tb_rtables_free(tb_rtables *ts)
+{
+    for (size_t i = 0; i < ts->n; i++) {
+        tb_rtable *t = &ts->v[i];
+        for (size_t k = 0; k < t->n_cols; k++)
+            free(t->head[k]);
+        for (size_t k = 0; k < t->n_rows * t->n_cols; k++)
+            free(t->cells[k]);
+        free(t->head);
+        free(t->cells);
+        free(t->numeric);
+        free(t->note);
+    }
+    free(ts->v);
+    memset(ts, 0, sizeof *ts);
+}

@@ -1,0 +1,277 @@
+#!/usr/bin/env bash
+# End to end: `tokbench serve` on loopback, benchmarked through plugins/http
+# with the real CLI into real SQLite files.
+#   1. the CPU engine (suites/quick.ini's ar-tiny) served and measured at
+#      several concurrencies and at a Poisson rate: every row stored;
+#   2. the null backend served with each fault (HTTP 500, 429, a stalled
+#      stream, a dropped connection, garbage chunks) plus a refused
+#      connection: each case completes, its requests fail with their class,
+#      and nothing hangs;
+#   3. streaming timing through the server (ITL = the null step), the API
+#      key kept out of the database, clean shutdown.
+#
+# usage: test_http.sh BUILD_DIR SOURCE_DIR [SERVE_EXE]
+# SERVE_EXE stands in for `tokbench serve` until the CLI dispatches it.
+set -uo pipefail
+
+build=$1
+src=$2
+tb="$build/tokbench"
+serve_exe=${3:-}
+command -v sqlite3 >/dev/null || { echo "SKIP: sqlite3 not installed"; exit 77; }
+[ -f "$build/plugins/http/http.so" ] || { echo "SKIP: http plugin not built (libcurl missing)"; exit 77; }
+if "$tb" serve --help >/dev/null 2>&1; then
+    serve=("$tb" serve)
+elif [ -n "$serve_exe" ] && [ -x "$serve_exe" ]; then
+    serve=("$serve_exe")
+else
+    echo "SKIP: no tokbench serve"; exit 77
+fi
+export TOKBENCH_PLUGIN_PATH="$build/plugins"
+
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+    for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+    [ -n "${KEEP:-}" ] && echo "kept $tmp" || rm -rf "$tmp"
+}
+trap cleanup EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+pass() { echo "ok: $*"; }
+q() { sqlite3 -batch -noheader "$1" "$2"; }
+
+# start_server NAME SUITE LABEL [ARGS...]: serve in the background on a free
+# port; sets $port and records the pid.
+start_server() {
+    local name=$1 suite=$2 label=$3
+    shift 3
+    rm -f "$tmp/$name.port"
+    "${serve[@]}" --backend "$label" "$suite" --port 0 --port-file "$tmp/$name.port" "$@" \
+        >"$tmp/$name.log" 2>&1 &
+    local pid=$!
+    pids+=("$pid")
+    eval "pid_$name=$pid"
+    for _ in $(seq 1 300); do
+        [ -s "$tmp/$name.port" ] && break
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    port=$(cat "$tmp/$name.port" 2>/dev/null)
+    [ -n "$port" ] || { fail "server $name did not start"; cat "$tmp/$name.log"; }
+}
+
+tokenizer="$src/models/tiny-llama-random/tokenizer.json"
+
+# ------------------------------------------------------------------ 0
+# requests per call: serving backends get the dimension (default
+# max(32, 4 x concurrency)); batch backends keep `batch` and a note
+printf '[suite]\n[matrix]\nconcurrency = 1, 16\nrequests = 8\n[backend h]\nplugin = http\n[backend h2]\nplugin = http\nrequests = none\n[backend n]\nplugin = null\n' >"$tmp/dry.ini"
+"$tb" run "$tmp/dry.ini" --dry-run >"$tmp/dry.out" 2>&1 || fail "dry run: $(cat "$tmp/dry.out")"
+for want in "#2    prompt_tokens=128 max_new_tokens=128 batch=1 concurrency=16 requests=8" \
+            "#3    prompt_tokens=128 max_new_tokens=128 batch=1 concurrency=1 requests=32" \
+            "#4    prompt_tokens=128 max_new_tokens=128 batch=1 concurrency=16 requests=64" \
+            "note: requests = 8 not applied: plugin null has no concurrency or request_rate capability" \
+            "#5    prompt_tokens=128 max_new_tokens=128 batch=1"; do
+    grep -qF -- "$want" "$tmp/dry.out" || fail "dry run lacks: $want"
+done
+"$tb" plugins http | grep -q "burstiness" || fail "tokbench plugins http does not list its options"
+
+# ------------------------------------------------------------------ 1
+start_server ar "$src/suites/quick.ini" ar-tiny --max-batch 8
+ar_port=$port
+cat >"$tmp/engine.ini" <<EOF
+[suite]
+name = http-engine
+warmup = 1
+repeat = 3
+seed = 3
+case_timeout = 120
+goodput_ttft_ms = 10000   ; every request qualifies: goodput = req_throughput
+
+[matrix]
+prompt_tokens = 16
+max_new_tokens = 8
+requests = 8
+
+[backend closed]
+plugin = http
+url = http://127.0.0.1:$ar_port
+tokenizer = $tokenizer
+concurrency = 1, 2, 4
+
+[backend poisson]
+plugin = http
+url = http://127.0.0.1:$ar_port/v1
+endpoint = chat
+tokenizer = $tokenizer
+request_rate = 20
+EOF
+if timeout 300 "$tb" run "$tmp/engine.ini" --db "$tmp/engine.db" >"$tmp/engine.out" 2>"$tmp/engine.err"; then
+    pass "engine over HTTP: suite ran"
+else
+    fail "engine over HTTP: exit $?"; cat "$tmp/engine.err"
+fi
+[ "$(q "$tmp/engine.db" "select count(*) from summary where status = 'ok'")" = 4 ] \
+    || fail "engine: expected 4 ok cases: $(q "$tmp/engine.db" "select backend, status, error from summary")"
+[ "$(q "$tmp/engine.db" "select group_concat(concurrency) from summary where backend = 'closed' order by concurrency")" = "1,2,4" ] \
+    || fail "engine: concurrencies not stored"
+[ "$(q "$tmp/engine.db" "select request_rate from bench_case c join backend b on b.id = c.backend_id where b.label = 'poisson'")" = 20.0 ] \
+    || fail "engine: request rate not stored"
+# every request of every call stored: 4 cases x (1 warm-up + 3) x 8
+[ "$(q "$tmp/engine.db" "select count(*) from request")" = 128 ] || fail "engine: $(q "$tmp/engine.db" "select count(*) from request") requests stored, expected 128"
+[ "$(q "$tmp/engine.db" "select count(*) from request where status = 'ok' and output_tokens = 8 and recount_tokens is not null and ttft_ns > 0 and e2e_ns >= ttft_ns")" = 128 ] \
+    || fail "engine: requests lack usage counts, re-counts or timings: $(q "$tmp/engine.db" "select status, error, output_tokens, recount_tokens from request limit 3")"
+[ "$(q "$tmp/engine.db" "select count(*) from metric where name = 'error_rate' and median = 0 and n = 3")" = 4 ] || fail "engine: error_rate"
+[ "$(q "$tmp/engine.db" "select count(*) from metric where name = 'req_throughput' and median > 0")" = 4 ] || fail "engine: req_throughput"
+[ "$(q "$tmp/engine.db" "select count(*) from metric g join metric t on t.case_id = g.case_id and t.name = 'req_throughput' where g.name = 'goodput' and g.n = 3 and g.median = t.median")" = 4 ] \
+    || fail "engine: goodput with a lax limit should equal req_throughput"
+# open loop: submits follow the schedule (spread over time, not at once)
+spread=$(q "$tmp/engine.db" "select max(r.submit_offset_ns) from request r join sample s on s.id = r.sample_id join bench_case c on c.id = s.case_id join backend b on b.id = c.backend_id where b.label = 'poisson' and s.warmup = 0")
+[ "${spread:-0}" -gt 50000000 ] || fail "engine: Poisson submits span only ${spread} ns"
+pass "engine over HTTP: $(q "$tmp/engine.db" "select group_concat(backend || '@' || coalesce(concurrency, 'rate') || '=' || round(aggregate_tps, 1), ' ') from summary") tok/s"
+
+# ------------------------------------------------------------------ 2
+null="$build/plugins/null/null.so"
+cat >"$tmp/faults-server.ini" <<EOF
+[suite]
+name = fault-servers
+case_timeout = 60
+[backend http500]
+plugin = $null
+step_us = 1000
+fault = http_500
+[backend http429]
+plugin = $null
+step_us = 1000
+fault = http_429
+[backend drop]
+plugin = $null
+step_us = 1000
+fault = drop
+fault_after = 2
+[backend garbage]
+plugin = $null
+step_us = 1000
+fault = garbage
+fault_after = 2
+[backend stall]
+plugin = $null
+step_us = 1000
+fault = stall
+fault_after = 2
+fault_stall_us = 1500000
+[backend timing]
+plugin = $null
+prefill_us = 2000
+step_us = 5000
+EOF
+declare -A fport
+for f in http500 http429 drop garbage stall timing; do
+    start_server "$f" "$tmp/faults-server.ini" "$f"
+    fport[$f]=$port
+done
+# a port with nobody listening: take a free one from a short-lived server
+start_server gone "$tmp/faults-server.ini" timing
+gone_port=$port
+kill "$pid_gone"; wait "$pid_gone" 2>/dev/null
+
+export TB_TEST_API_KEY="sk-test-secret-4b1d"
+{
+    cat <<EOF
+[suite]
+name = http-faults
+warmup = 0
+repeat = 2
+case_timeout = 60
+goodput_tpot_ms = 1   ; the 5 ms steps of 'keyed' miss it
+[matrix]
+prompt_tokens = 8
+max_new_tokens = 6
+requests = 4
+concurrency = 2
+EOF
+    for f in http500 http429 drop garbage stall; do
+        printf '[backend %s]\nplugin = http\nurl = http://127.0.0.1:%s\ntimeout = 0.5\n' "$f" "${fport[$f]}"
+    done
+    printf '[backend refused]\nplugin = http\nurl = http://127.0.0.1:%s\n' "$gone_port"
+    printf '[backend nostream]\nplugin = http\nurl = http://127.0.0.1:%s\nstream = false\n' "${fport[http429]}"
+    printf '[backend keyed]\nplugin = http\nurl = http://127.0.0.1:%s\napi_key_env = TB_TEST_API_KEY\n' "${fport[timing]}"
+    printf '[backend direct]\nplugin = %s\nconcurrency = none\nrequests = none\nbatch = 4\nfault = http_429\nfault_every = 2\n' "$null"
+} >"$tmp/faults.ini"
+start=$(date +%s)
+timeout 300 "$tb" run "$tmp/faults.ini" --db "$tmp/f.db" >"$tmp/f.out" 2>"$tmp/f.err"
+rc=$?
+[ $rc = 0 ] || { fail "fault suite exit $rc (cases must complete with failed requests)"; cat "$tmp/f.err"; }
+elapsed=$(($(date +%s) - start))
+[ $elapsed -lt 120 ] || fail "fault suite took $elapsed s"
+[ "$(q "$tmp/f.db" "select count(*) from bench_case where status = 'ok'")" = 9 ] \
+    || fail "faults: not every case completed: $(q "$tmp/f.db" "select ordinal, status, error from bench_case")"
+# class_of LABEL: "n class" for the measured requests of that backend
+class_of() {
+    q "$tmp/f.db" "select count(*) || ' ' || cls from (select substr(r.error, 1, instr(r.error, ':') - 1) as cls from request r join sample s on s.id = r.sample_id join bench_case c on c.id = s.case_id join backend b on b.id = c.backend_id where b.label = '$1' and r.status = 'failed') group by cls order by count(*) desc"
+}
+expect_class() { # LABEL COUNT CLASS
+    local got
+    got=$(class_of "$1" | tr '\n' ';')
+    [ "$got" = "$2 $3;" ] && pass "$1: $2 requests failed as $3" || fail "$1: failed requests by class: '$got', expected '$2 $3'"
+}
+expect_class http500 8 http_5xx
+expect_class http429 8 http_429
+expect_class drop 8 dropped
+expect_class garbage 8 malformed_stream
+expect_class stall 8 timeout
+expect_class refused 8 connect
+expect_class nostream 8 http_429
+expect_class direct 4 http_429
+[ "$(q "$tmp/f.db" "select count(*) from metric where name = 'errors_http_429' and median = 4")" = 2 ] \
+    || fail "faults: errors_http_429 metric: $(q "$tmp/f.db" "select case_id, median from metric where name = 'errors_http_429'")"
+[ "$(q "$tmp/f.db" "select round(median, 2) from metric m join bench_case c on c.id = m.case_id join backend b on b.id = c.backend_id where b.label = 'direct' and m.name = 'error_rate'")" = 0.5 ] \
+    || fail "faults: direct error_rate"
+grep -q "warning: http500 #1: 8 of 8 requests failed (http_5xx 8)" "$tmp/f.out" "$tmp/f.err" \
+    || fail "faults: no failed-requests warning: $(grep -h warning "$tmp/f.out" "$tmp/f.err" | head -3)"
+grep -q 'HTTP 500' <(q "$tmp/f.db" "select error from request where error like 'http_5xx%' limit 1") || fail "faults: HTTP status not in the error"
+
+# ------------------------------------------------------------------ 3
+# the keyed backend against a healthy server: streamed timing is the null
+# step (5 ms), every token a chunk; the key never reaches the database
+[ "$(q "$tmp/f.db" "select count(*) from request r join sample s on s.id = r.sample_id join bench_case c on c.id = s.case_id join backend b on b.id = c.backend_id where b.label = 'keyed' and r.status = 'ok' and json_array_length(r.emissions_json) = 6")" = 8 ] \
+    || fail "timing: every request should stream 6 chunks"
+itl=$(q "$tmp/f.db" "select median from metric m join bench_case c on c.id = m.case_id join backend b on b.id = c.backend_id where b.label = 'keyed' and m.name = 'itl_ms'")
+awk -v i="$itl" 'BEGIN { exit !(i >= 4.5 && i < 10) }' && pass "timing: ITL through the server $itl ms (step 5 ms)" \
+    || fail "timing: ITL $itl ms through the server, expected about 5"
+if grep -aq "$TB_TEST_API_KEY" "$tmp/f.db" "$tmp/f.db-wal" "$tmp/f.out" "$tmp/f.err" 2>/dev/null; then
+    fail "the API key reached the database or the logs"
+else
+    pass "API key kept out of the database and logs"
+fi
+[ "$(q "$tmp/f.db" "select json_extract(info_json, '\$.api_key_env') from backend where label = 'keyed'")" = TB_TEST_API_KEY ] \
+    || fail "describe() lacks the key's variable name"
+[ "$(q "$tmp/f.db" "select g.median = 0 and t.median > 0 from metric g join metric t on t.case_id = g.case_id and t.name = 'req_throughput' join bench_case c on c.id = g.case_id join backend b on b.id = c.backend_id where b.label = 'keyed' and g.name = 'goodput'")" = 1 ] \
+    || fail "goodput: requests over the TPOT limit must not count"
+printf '[suite]\ngoodput_ttft_ms = soon\n[backend h]\nplugin = http\n' >"$tmp/badgp.ini"
+"$tb" run "$tmp/badgp.ini" --dry-run >/dev/null 2>"$tmp/badgp.err"
+grep -q "badgp.ini:2: goodput_ttft_ms: expected a limit in milliseconds > 0" "$tmp/badgp.err" || fail "bad goodput limit: $(cat "$tmp/badgp.err")"
+
+# bad input is refused at suite load with file:line
+printf '[suite]\n[backend h]\nplugin = http\nextra_json = [1]\n' >"$tmp/bad.ini"
+"$tb" run "$tmp/bad.ini" --db "$tmp/bad.db" >/dev/null 2>"$tmp/bad.err"
+[ $? = 2 ] && grep -q "bad.ini:2: backend: .*extra_json: expected a JSON object" "$tmp/bad.err" \
+    || fail "bad extra_json: $(cat "$tmp/bad.err")"
+"${serve[@]}" --backend nope "$tmp/faults-server.ini" --port 0 >/dev/null 2>"$tmp/nope.err"
+[ $? = 2 ] && grep -q "no \[backend nope\]" "$tmp/nope.err" || fail "serve of a missing backend: $(cat "$tmp/nope.err")"
+
+# SIGTERM stops a server cleanly, exit 0
+kill -TERM "$pid_timing"
+for _ in $(seq 1 100); do kill -0 "$pid_timing" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$pid_timing" 2>/dev/null; then
+    fail "server still running 10 s after SIGTERM"
+else
+    wait "$pid_timing"
+    rc=$?
+    [ $rc = 0 ] && pass "server stopped on SIGTERM" || fail "server exit $rc after SIGTERM"
+fi
+
+[ $failures = 0 ] || { echo "$failures failures"; exit 1; }
+echo "PASS"

@@ -1,0 +1,140 @@
+/* test_http_load.c — plugins/http's load pieces: open-loop arrival
+ * schedules (mean rate, the burstiness knob as the gaps' coefficient of
+ * variation, determinism) and synthetic prompts of an exact token length
+ * under a real tokenizer.json. */
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "arrivals.h"
+#include "check.h"
+#include "prompts.h"
+#include "tokenizer.h"
+
+/* Mean and CV of the gaps of a schedule, seconds. */
+static void gap_stats(const int64_t *off, uint32_t n, double *mean, double *cv)
+{
+    double s = 0, s2 = 0;
+    for (uint32_t i = 1; i < n; i++) {
+        double g = (double)(off[i] - off[i - 1]) * 1e-9;
+        s += g;
+        s2 += g * g;
+    }
+    double m = s / (n - 1);
+    *mean = m;
+    *cv = sqrt(s2 / (n - 1) - m * m) / m;
+}
+
+static void test_schedule_moments(void)
+{
+    enum { N = 200001 };
+    int64_t *off = malloc(N * sizeof *off);
+    static const double shapes[] = {1.0, 0.25, 4.0, 100.0};
+    for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
+        double b = shapes[k], mean, cv;
+        tb_arrivals_schedule(42, 50.0, b, N, off);
+        CHECK(off[0] == 0);
+        gap_stats(off, N, &mean, &cv);
+        /* mean 1/rate; CV 1/sqrt(burstiness); 200k gaps: < 1% off */
+        CHECK_NEAR(mean, 1.0 / 50.0, 0.01 / 50.0);
+        CHECK_NEAR(cv, 1.0 / sqrt(b), 0.02 / sqrt(b));
+        int sorted = 1;
+        for (uint32_t i = 1; i < N; i++)
+            sorted &= off[i] >= off[i - 1];
+        CHECK(sorted);
+    }
+    free(off);
+}
+
+static void test_schedule_deterministic(void)
+{
+    int64_t a[100], b[100], c[100];
+    tb_arrivals_schedule(7, 3.0, 1.0, 100, a);
+    tb_arrivals_schedule(7, 3.0, 1.0, 100, b);
+    tb_arrivals_schedule(8, 3.0, 1.0, 100, c);
+    CHECK(memcmp(a, b, sizeof a) == 0);
+    CHECK(memcmp(a, c, sizeof a) != 0);
+    tb_arrivals_schedule(7, 0, 1.0, 100, a); /* no rate: all at once */
+    int zero = 1;
+    for (int i = 0; i < 100; i++)
+        zero &= a[i] == 0;
+    CHECK(zero);
+}
+
+static void test_gamma_small_shape(void)
+{
+    tb_arrival_rng r;
+    tb_arrival_rng_seed(&r, 1);
+    double s = 0;
+    int n = 200000, positive = 1;
+    for (int i = 0; i < n; i++) {
+        double g = tb_arrival_gamma(&r, 0.1);
+        positive &= g >= 0 && isfinite(g);
+        s += g;
+    }
+    CHECK(positive);
+    CHECK_NEAR(s / n, 0.1, 0.005); /* mean = shape */
+}
+
+static void test_prompts_exact_length(void)
+{
+    const char *root = getenv("TB_SOURCE_ROOT");
+    char *path = NULL;
+    if (asprintf(&path, "%s/models/tiny-llama-random/tokenizer.json", root ? root : ".") < 0)
+        return;
+    tb_tokenizer *tok = NULL;
+    char err[256];
+    CHECK(tb_tokenizer_load(path, &tok, err, sizeof err) == 0);
+    free(path);
+    if (!tok)
+        return;
+    tb_prompt_vocab *v = tb_prompt_vocab_new(tok);
+    CHECK(v && tb_prompt_vocab_size(v) >= 8);
+    static const uint32_t lens[] = {0, 1, 7, 32, 128, 1000};
+    for (size_t i = 0; v && i < sizeof lens / sizeof *lens; i++) {
+        for (uint64_t seed = 1; seed <= 5; seed++) {
+            int64_t counted = -1;
+            char *p = tb_prompt_synth(v, lens[i], seed, &counted);
+            CHECK(p != NULL);
+            if (!p)
+                continue;
+            int64_t n = tb_tokenizer_encode(tok, p, strlen(p), NULL, 0);
+            if (n != (int64_t)lens[i])
+                fprintf(stderr, "prompt of %u tokens (seed %llu) encodes to %lld\n", lens[i],
+                        (unsigned long long)seed, (long long)n);
+            CHECK(n == (int64_t)lens[i]);
+            CHECK(counted == n);
+            char *q = tb_prompt_synth(v, lens[i], seed, &counted);
+            CHECK(q && strcmp(p, q) == 0); /* same seed, same prompt */
+            char *o = tb_prompt_synth(v, lens[i], seed + 100, &counted);
+            CHECK(lens[i] < 2 || (o && strcmp(p, o) != 0));
+            free(p);
+            free(q);
+            free(o);
+        }
+    }
+    tb_prompt_vocab_free(v);
+    tb_tokenizer_free(tok);
+
+    /* No tokenizer: common words, one per requested token. */
+    v = tb_prompt_vocab_new(NULL);
+    int64_t counted;
+    char *p = tb_prompt_synth(v, 5, 3, &counted);
+    int words = 0;
+    for (char *s = p; s && *s; s++)
+        words += *s == ' ';
+    CHECK(words == 5 && counted == 5);
+    free(p);
+    tb_prompt_vocab_free(v);
+}
+
+int main(void)
+{
+    test_schedule_moments();
+    test_schedule_deterministic();
+    test_gamma_small_shape();
+    test_prompts_exact_length();
+    return check_done();
+}
