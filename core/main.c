@@ -17,6 +17,7 @@
 #include "merge.h"
 #include "plan.h"
 #include "runner.h"
+#include "serve.h"
 #include "store.h"
 #include "suite.h"
 #include "tb_config.h"
@@ -39,6 +40,7 @@ static const char usage_main[] =
     "  history            one metric of one backend across sessions\n"
     "  export SESSION     one session as CSV or JSON (= report --format csv|json)\n"
     "  db merge OTHER.db  import another database's sessions\n"
+    "  serve              one backend of a suite as an OpenAI-compatible endpoint\n"
     "  version            version, commit and build\n"
     "\n"
     "Every command takes --help. The database is --db FILE, else $TOKBENCH_DB,\n"
@@ -790,6 +792,8 @@ int main(int argc, char **argv)
         return cmd_history(sub_argc, sub_argv);
     if (!strcmp(cmd, "db"))
         return cmd_db(sub_argc, sub_argv);
+    if (!strcmp(cmd, "serve"))
+        return tb_cmd_serve(sub_argc, sub_argv);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("tokbench %s (%s), %s build, gcc %s, CUDA build %s, schema %d, plugin ABI %d\n", TB_VERSION,
                TB_GIT_COMMIT, TB_BUILD_TYPE, __VERSION__, TB_CUDA_BUILD_VERSION, tb_store_schema_version(),

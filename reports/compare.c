@@ -244,6 +244,7 @@ int tb_compare_run(sqlite3 *db, const tb_compare_opts *o, FILE *out, tb_compare_
             if (find_backend(sb, sa.backends[b].label, &other) != 0)
                 continue;
             tb_str d2 = {0};
+            /* (&sa, &sa): the backends only; the sessions were done above. */
             differences(&sa, &sa, &sa.backends[b], &sb->backends[other], &d2);
             if (d2.len)
                 tb_str_appendf(&diff, "  backend %s:\n  %s", sa.backends[b].label, d2.s);

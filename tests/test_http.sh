@@ -11,7 +11,7 @@
 #      key kept out of the database, clean shutdown.
 #
 # usage: test_http.sh BUILD_DIR SOURCE_DIR [SERVE_EXE]
-# SERVE_EXE stands in for `tokbench serve` until the CLI dispatches it.
+# SERVE_EXE (optional) replaces `tokbench serve`, e.g. to test another build.
 set -uo pipefail
 
 build=$1
