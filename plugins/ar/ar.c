@@ -11,10 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include <tokbench/backend.h>
 
+#include "backend_common.h"
 #include "cpu_forward.h"
 #ifdef TB_HAVE_CUDA
 #include "gpu.h"
@@ -50,11 +50,7 @@ static const tb_option_decl ar_options[N_OPTS] = {
 
 typedef struct ar_ctx {
     const tb_host *host;
-    tb_model model;        /* on cuda: only model.cfg and name are used */
-    tb_tokenizer *tok;     /* NULL for presets */
-#ifdef TB_HAVE_CUDA
-    tb_gpu *gpu;           /* device = cuda */
-#endif
+    tb_loaded ld;          /* the model (CPU weights, or the GPU's), tokenizer */
     int on_gpu;
     tb_cpu_state st;       /* grown on demand */
     int threads;
@@ -77,49 +73,32 @@ static void set_error(ar_ctx *c, const char *fmt, ...)
     va_end(ap);
 }
 
-static const tb_option_value *opt(const tb_option_value *v, uint32_t n, int which)
-{
-    for (uint32_t i = 0; i < n; i++)
-        if (strcmp(v[i].name, ar_options[which].name) == 0)
-            return &v[i];
-    return NULL;
-}
-
-static int64_t opt_i(const tb_option_value *v, uint32_t n, int which)
-{
-    const tb_option_value *o = opt(v, n, which);
-    return o ? o->i : strtoll(ar_options[which].default_value, NULL, 10);
-}
-
-static double opt_f(const tb_option_value *v, uint32_t n, int which)
-{
-    const tb_option_value *o = opt(v, n, which);
-    return o ? o->f : strtod(ar_options[which].default_value, NULL);
-}
+#define OPT_I(v, n, which) tb_opt_int(v, n, ar_options, which)
+#define OPT_F(v, n, which) tb_opt_float(v, n, ar_options, which)
 
 static char *make_description(const ar_ctx *c)
 {
-    const tb_model_config *cfg = &c->model.cfg;
+    const tb_model_config *cfg = &c->ld.model.cfg;
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "model_name", c->model.name);
+    cJSON_AddStringToObject(o, "model_name", c->ld.model.name);
     cJSON_AddStringToObject(o, "architecture", cfg->arch_name);
     cJSON_AddStringToObject(o, "dtype", c->on_gpu ? "bf16" : "f32");
-    cJSON_AddStringToObject(o, "checkpoint_dtype", c->model.source_dtype);
+    cJSON_AddStringToObject(o, "checkpoint_dtype", c->ld.model.source_dtype);
 #ifdef TB_HAVE_CUDA
-    cJSON_AddStringToObject(o, "device", c->on_gpu ? tb_gpu_device_name(c->gpu) : "cpu");
+    cJSON_AddStringToObject(o, "device", c->on_gpu ? tb_gpu_device_name(c->ld.gpu) : "cpu");
     if (c->on_gpu)
         cJSON_AddStringToObject(o, "kernels", "cuBLAS bf16 GEMMs (fp32 accumulate), own GEMV at batch 1, CUDA graph per decode step");
 #else
     cJSON_AddStringToObject(o, "device", "cpu");
 #endif
     cJSON_AddBoolToObject(o, "random_weights", cfg->random_weights);
-    cJSON_AddNumberToObject(o, "params", (double)c->model.n_params);
+    cJSON_AddNumberToObject(o, "params", (double)c->ld.model.n_params);
     cJSON_AddNumberToObject(o, "layers", cfg->n_layers);
     cJSON_AddNumberToObject(o, "hidden_size", cfg->hidden_size);
     cJSON_AddNumberToObject(o, "threads", c->st.n_threads ? c->st.n_threads : c->threads);
     cJSON_AddStringToObject(o, "engine_version", AR_VERSION);
     cJSON_AddStringToObject(o, "blas", "OpenBLAS");
-    cJSON_AddBoolToObject(o, "tokenizer", c->tok != NULL);
+    cJSON_AddBoolToObject(o, "tokenizer", c->ld.tok != NULL);
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;
@@ -131,11 +110,7 @@ static void ar_destroy(void *p)
     if (!c)
         return;
     tb_cpu_state_free(&c->st);
-#ifdef TB_HAVE_CUDA
-    tb_gpu_free(c->gpu);
-#endif
-    tb_model_free(&c->model);
-    tb_tokenizer_free(c->tok);
+    tb_loaded_free(&c->ld);
     free(c->prompt);
     free(c->out);
     free(c->next);
@@ -155,70 +130,17 @@ static tb_status ar_create(const tb_host *host, const char *model, const tb_opti
         return TB_ERR_NO_MEMORY;
     }
     c->host = host;
-    c->threads = (int)opt_i(options, n_options, OPT_THREADS);
-    if (!model || !*model) {
-        snprintf(err, err_size, "no model: set model = a Hugging Face folder or preset:NAME");
-        free(c);
-        return TB_ERR_MODEL;
-    }
-    int rc;
-    const tb_option_value *dev = opt(options, n_options, OPT_DEVICE);
-    c->on_gpu = dev && strcmp(dev->text, "cuda") == 0;
-    uint64_t preset_seed = (uint64_t)opt_i(options, n_options, OPT_PRESET_SEED);
-    if (c->on_gpu && strncmp(model, "preset:", 7) == 0) {
-#ifdef TB_HAVE_CUDA
-        /* a preset's random weights are made on the device: no host copy */
-        rc = tb_preset_config(model + 7, &c->model.cfg, err, err_size);
-        snprintf(c->model.name, sizeof c->model.name, "%s", model);
-        snprintf(c->model.source_dtype, sizeof c->model.source_dtype, "random");
-        c->model.n_params = tb_config_n_params(&c->model.cfg);
-        if (rc == 0 && tb_arch_is_diffusion(c->model.cfg.arch)) {
-            snprintf(err, err_size, "%s is a diffusion model: use plugin = diffusion", model);
-            rc = -1;
-        }
-        if (rc == 0)
-            rc = tb_gpu_create(&c->gpu, &c->model.cfg, NULL, preset_seed, err, err_size);
-#else
-        rc = -1;
-#endif
-    } else if (strncmp(model, "preset:", 7) == 0) {
-        rc = tb_model_preset(model + 7, preset_seed, &c->model, err, err_size);
-        if (rc == 0 && tb_arch_is_diffusion(c->model.cfg.arch)) {
-            snprintf(err, err_size, "%s is a diffusion model: use plugin = diffusion", model);
-            rc = -1;
-        }
-    } else {
-        rc = tb_model_load(model, &c->model, err, err_size);
-        if (rc == 0 && tb_arch_is_diffusion(c->model.cfg.arch)) {
-            snprintf(err, err_size, "%s: %s is a diffusion model: use plugin = diffusion", model,
-                     c->model.cfg.arch_name);
-            rc = -1;
-        }
-        if (rc == 0) {
-            char path[4096];
-            struct stat sb;
-            snprintf(path, sizeof path, "%s/tokenizer.json", model);
-            if (stat(path, &sb) == 0 && tb_tokenizer_load(path, &c->tok, err, err_size) != 0)
-                rc = -1;
-        }
-    }
-#ifdef TB_HAVE_CUDA
-    if (rc == 0 && c->on_gpu && !c->gpu) { /* a folder: load on the host, upload as bf16 */
-        rc = tb_gpu_create(&c->gpu, &c->model.cfg, &c->model, 0, err, err_size);
-        if (rc == 0) { /* keep the config, drop the host weights */
-            tb_model_config cfg = c->model.cfg;
-            tb_model_free(&c->model);
-            c->model.cfg = cfg;
-        }
-    }
-#endif
-    if (rc != 0) {
+    c->threads = (int)OPT_I(options, n_options, OPT_THREADS);
+    c->on_gpu = strcmp(tb_opt_text(options, n_options, ar_options, OPT_DEVICE), "cuda") == 0;
+    tb_status st = tb_load(model, 0, c->on_gpu, (uint64_t)OPT_I(options, n_options, OPT_PRESET_SEED), &c->ld, err,
+                           err_size);
+    if (st != TB_OK) {
         ar_destroy(c);
-        return strstr(err, "out of memory") || strstr(err, "out of device memory") ? TB_ERR_NO_MEMORY : TB_ERR_MODEL;
+        return st;
     }
     c->describe_json = make_description(c);
-    host->log(host, TB_LOG_INFO, "loaded %s: %s, %lld parameters%s", c->model.name, c->model.cfg.arch_name,
-              (long long)c->model.n_params, c->model.cfg.random_weights ? " (random weights)" : "");
+    host->log(host, TB_LOG_INFO, "loaded %s: %s, %lld parameters%s", c->ld.model.name, c->ld.model.cfg.arch_name,
+              (long long)c->ld.model.n_params, c->ld.model.cfg.random_weights ? " (random weights)" : "");
     *ctx_out = c;
     return TB_OK;
 }
@@ -226,7 +148,7 @@ static tb_status ar_create(const tb_host *host, const char *model, const tb_opti
 /* Make room for R requests of P prompt and N new tokens. */
 static tb_status reserve(ar_ctx *c, size_t R, size_t P, size_t N)
 {
-    const tb_model_config *cfg = &c->model.cfg;
+    const tb_model_config *cfg = &c->ld.model.cfg;
     if (R > c->cap_r || P > c->cap_p || N > c->cap_n) {
         size_t r = R > c->cap_r ? R : c->cap_r, p = P > c->cap_p ? P : c->cap_p, n = N > c->cap_n ? N : c->cap_n;
         tb_cpu_state_free(&c->st);
@@ -245,41 +167,12 @@ static tb_status reserve(ar_ctx *c, size_t R, size_t P, size_t N)
             set_error(c, "out of memory for a batch of %zu x %zu tokens", r, p + n);
             return TB_ERR_NO_MEMORY;
         }
-        if (!c->on_gpu && tb_cpu_state_init(&c->st, &c->model, (int)r, (int)(p + n), (int)(r * p), c->threads,
+        if (!c->on_gpu && tb_cpu_state_init(&c->st, &c->ld.model, (int)r, (int)(p + n), (int)(r * p), c->threads,
                                             c->error, sizeof c->error) != 0)
             return TB_ERR_NO_MEMORY;
         c->cap_r = r, c->cap_p = p, c->cap_n = n;
     }
     return TB_OK;
-}
-
-/* A deterministic prompt of exactly P tokens for request r: BOS (if the
- * model has one) then ids drawn from the ordinary vocabulary, never EOS. */
-static void synth_prompt(const ar_ctx *c, uint64_t seed, uint32_t r, int32_t *ids, size_t P)
-{
-    const tb_model_config *cfg = &c->model.cfg;
-    uint64_t rng = seed ^ (0xD1B54A32D192ED03ULL * (r + 1));
-    int32_t range = cfg->vocab_size;
-    if (c->tok) { /* stay below the added/special tokens */
-        int32_t lowest_special = tb_tokenizer_token_id(c->tok, "<|begin_of_text|>");
-        if (lowest_special > 0 && lowest_special < range)
-            range = lowest_special;
-    }
-    for (size_t i = 0; i < P; i++) {
-        if (i == 0 && cfg->bos_id >= 0) {
-            ids[i] = cfg->bos_id;
-            continue;
-        }
-        int32_t t;
-        int is_eos;
-        do {
-            t = (int32_t)(tb_rng_uniform(&rng) * range);
-            is_eos = t == cfg->bos_id;
-            for (int e = 0; e < cfg->n_eos; e++)
-                is_eos |= t == cfg->eos_ids[e];
-        } while (is_eos);
-        ids[i] = t;
-    }
 }
 
 /* One decode step's token of request r: with its id when the host takes
@@ -308,10 +201,10 @@ static tb_status gpu_generate(ar_ctx *c, const tb_request *req, tb_result *res, 
                               const tb_sampling *smp, int ignore_eos, uint64_t *rng)
 {
     const tb_host *host = c->host;
-    const tb_model_config *cfg = &c->model.cfg;
+    const tb_model_config *cfg = &c->ld.model.cfg;
     size_t V = (size_t)cfg->vocab_size;
     (void)req; /* prompts are already in c->prompt */
-    if (tb_gpu_reserve(c->gpu, (int)R, (int)(P + N), (int)(R * P), c->error, sizeof c->error) != 0)
+    if (tb_gpu_reserve(c->ld.gpu, (int)R, (int)(P + N), (int)(R * P), c->error, sizeof c->error) != 0)
         return strstr(c->error, "out of device memory") ? TB_ERR_NO_MEMORY : TB_ERR;
     int sampling = smp->temperature > 0;
     float *logits = sampling ? malloc(R * V * sizeof(float)) : NULL;
@@ -325,10 +218,10 @@ static tb_status gpu_generate(ar_ctx *c, const tb_request *req, tb_result *res, 
     }
     int64_t t0 = host->now_ns(host), t_prefill_end = 0, forwards = 0;
     for (uint32_t step = 0; step < N; step++) {
-        int err = step == 0 ? tb_gpu_prefill(c->gpu, c->prompt, (int)R, (int)P, c->next, logits)
-                            : tb_gpu_decode(c->gpu, c->next, (int)R, logits);
+        int err = step == 0 ? tb_gpu_prefill(c->ld.gpu, c->prompt, (int)R, (int)P, c->next, logits)
+                            : tb_gpu_decode(c->ld.gpu, c->next, (int)R, logits);
         if (err) {
-            set_error(c, "%s", tb_gpu_error(c->gpu));
+            set_error(c, "%s", tb_gpu_error(c->ld.gpu));
             rc = TB_ERR;
             break;
         }
@@ -363,7 +256,7 @@ static tb_status gpu_generate(ar_ctx *c, const tb_request *req, tb_result *res, 
     res->prefill_ns = t_prefill_end ? t_prefill_end - t0 : -1;
     res->decode_ns = t_prefill_end ? t_end - t_prefill_end : -1;
     res->forward_passes = forwards;
-    res->peak_device_bytes = (int64_t)tb_gpu_bytes(c->gpu);
+    res->peak_device_bytes = (int64_t)tb_gpu_bytes(c->ld.gpu);
     for (uint32_t r = 0; r < R; r++) {
         tb_request_result *q = &res->requests[r];
         q->n_output_tokens = n_out[r];
@@ -384,24 +277,24 @@ static tb_status ar_generate(void *ctx, const tb_request *req, tb_result *res)
 {
     ar_ctx *c = ctx;
     const tb_host *host = c->host;
-    const tb_model_config *cfg = &c->model.cfg;
+    const tb_model_config *cfg = &c->ld.model.cfg;
     c->error[0] = '\0';
     uint32_t R = req->n_requests, N = req->max_new_tokens;
     size_t P = req->prompt_tokens;
-    tb_sampling smp = {opt_f(req->options, req->n_options, OPT_TEMPERATURE),
-                       (int)opt_i(req->options, req->n_options, OPT_TOP_K),
-                       opt_f(req->options, req->n_options, OPT_TOP_P)};
-    int ignore_eos = opt_i(req->options, req->n_options, OPT_IGNORE_EOS) != 0;
-    int threads = (int)opt_i(req->options, req->n_options, OPT_THREADS);
+    tb_sampling smp = {OPT_F(req->options, req->n_options, OPT_TEMPERATURE),
+                       (int)OPT_I(req->options, req->n_options, OPT_TOP_K),
+                       OPT_F(req->options, req->n_options, OPT_TOP_P)};
+    int ignore_eos = OPT_I(req->options, req->n_options, OPT_IGNORE_EOS) != 0;
+    int threads = (int)OPT_I(req->options, req->n_options, OPT_THREADS);
 
     /* Prompts: given text (tokenized: all must have one length, the
      * batch shares positions), or synthetic of exactly P tokens. */
     if (req->prompt_text) {
-        if (!c->tok) {
+        if (!c->ld.tok) {
             set_error(c, "text prompts need a tokenizer.json; this model has none");
             return TB_ERR_UNSUPPORTED;
         }
-        int64_t n0 = tb_tokenizer_encode(c->tok, req->prompt_text[0], strlen(req->prompt_text[0]), NULL, 0);
+        int64_t n0 = tb_tokenizer_encode(c->ld.tok, req->prompt_text[0], strlen(req->prompt_text[0]), NULL, 0);
         if (n0 <= 0) {
             set_error(c, "prompt 0 tokenizes to %lld tokens", (long long)n0);
             return TB_ERR_INVALID;
@@ -423,14 +316,14 @@ static tb_status ar_generate(void *ctx, const tb_request *req, tb_result *res)
     for (uint32_t r = 0; r < R; r++) {
         int32_t *ids = c->prompt + (size_t)r * P;
         if (req->prompt_text) {
-            int64_t n = tb_tokenizer_encode(c->tok, req->prompt_text[r], strlen(req->prompt_text[r]), ids, P);
+            int64_t n = tb_tokenizer_encode(c->ld.tok, req->prompt_text[r], strlen(req->prompt_text[r]), ids, P);
             if (n != (int64_t)P) {
                 set_error(c, "prompt %u has %lld tokens, prompt 0 has %zu: a batch shares one length", r,
                           (long long)n, P);
                 return TB_ERR_INVALID;
             }
         } else {
-            synth_prompt(c, req->seed, r, ids, P);
+            tb_synth_prompt(&c->ld.model.cfg, c->ld.tok, -1, req->seed, r, ids, P);
         }
     }
 
@@ -522,21 +415,21 @@ static const char *ar_describe(void *ctx)
 static int64_t ar_tokenize(void *ctx, const char *text, int32_t *ids, size_t cap)
 {
     ar_ctx *c = ctx;
-    if (!c->tok) {
+    if (!c->ld.tok) {
         set_error(c, "this model has no tokenizer.json");
         return -1;
     }
-    return tb_tokenizer_encode(c->tok, text, strlen(text), ids, cap);
+    return tb_tokenizer_encode(c->ld.tok, text, strlen(text), ids, cap);
 }
 
 static int64_t ar_detokenize(void *ctx, const int32_t *ids, size_t n, char *out, size_t cap)
 {
     ar_ctx *c = ctx;
-    if (!c->tok) {
+    if (!c->ld.tok) {
         set_error(c, "this model has no tokenizer.json");
         return -1;
     }
-    return tb_tokenizer_decode(c->tok, ids, n, out, cap);
+    return tb_tokenizer_decode(c->ld.tok, ids, n, out, cap);
 }
 
 static const tb_backend_ops ar_ops = {

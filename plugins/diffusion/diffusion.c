@@ -12,10 +12,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include <tokbench/backend.h>
 
+#include "backend_common.h"
 #include "cpu_engine.h"
 #ifdef TB_HAVE_CUDA
 #include "gpu.h"
@@ -71,12 +71,8 @@ static const tb_option_decl diffusion_options[N_OPTS] = {
 
 typedef struct dctx {
     const tb_host *host;
-    tb_model model;
-    tb_tokenizer *tok;
+    tb_loaded ld;      /* the model (CPU weights, or the GPU's), tokenizer */
     tb_dllm_cpu engine;
-#ifdef TB_HAVE_CUDA
-    tb_gpu *gpu;      /* device = cuda */
-#endif
     int on_gpu;
     int threads;
     int shifted;      /* Dream: position i is predicted from i - 1 */
@@ -96,25 +92,9 @@ static void set_error(dctx *c, const char *fmt, ...)
     va_end(ap);
 }
 
-static const tb_option_value *opt(const tb_option_value *v, uint32_t n, int which)
-{
-    for (uint32_t i = 0; v && i < n; i++)
-        if (strcmp(v[i].name, diffusion_options[which].name) == 0)
-            return &v[i];
-    return NULL;
-}
-
-static int64_t opt_i(const tb_option_value *v, uint32_t n, int which)
-{
-    const tb_option_value *o = opt(v, n, which);
-    return o ? o->i : strtoll(diffusion_options[which].default_value, NULL, 10);
-}
-
-static double opt_f(const tb_option_value *v, uint32_t n, int which)
-{
-    const tb_option_value *o = opt(v, n, which);
-    return o ? o->f : strtod(diffusion_options[which].default_value, NULL);
-}
+#define OPT_I(v, n, which) tb_opt_int(v, n, diffusion_options, which)
+#define OPT_F(v, n, which) tb_opt_float(v, n, diffusion_options, which)
+#define OPT_TEXT(v, n, which) tb_opt_text(v, n, diffusion_options, which)
 
 static int enum_index(const char *const *names, const char *text)
 {
@@ -127,21 +107,19 @@ static int enum_index(const char *const *names, const char *text)
 /* The sampler parameters of a request (dimensions + options). */
 static tb_dllm_params params_of(const tb_request *req, int32_t mask_id)
 {
-    const tb_option_value *s = opt(req->options, req->n_options, OPT_SAMPLER);
-    const tb_option_value *cache = opt(req->options, req->n_options, OPT_CACHE);
     tb_dllm_params p = {
-        .sampler = (tb_dllm_sampler)enum_index(tb_dllm_sampler_names, s ? s->text : "low_confidence"),
+        .sampler = (tb_dllm_sampler)enum_index(tb_dllm_sampler_names, OPT_TEXT(req->options, req->n_options, OPT_SAMPLER)),
         .gen_length = (int)req->max_new_tokens,
         .block_length = req->block_length ? (int)req->block_length : (int)req->max_new_tokens,
         .steps = req->steps ? (int)req->steps : (int)req->max_new_tokens,
-        .threshold = opt_f(req->options, req->n_options, OPT_THRESHOLD),
-        .cache = (tb_dllm_cache)enum_index(tb_dllm_cache_names, cache ? cache->text : "none"),
-        .cfg_scale = opt_f(req->options, req->n_options, OPT_CFG_SCALE),
-        .temperature = opt_f(req->options, req->n_options, OPT_TEMPERATURE),
+        .threshold = OPT_F(req->options, req->n_options, OPT_THRESHOLD),
+        .cache = (tb_dllm_cache)enum_index(tb_dllm_cache_names, OPT_TEXT(req->options, req->n_options, OPT_CACHE)),
+        .cfg_scale = OPT_F(req->options, req->n_options, OPT_CFG_SCALE),
+        .temperature = OPT_F(req->options, req->n_options, OPT_TEMPERATURE),
         .top_p = 1,
-        .top_k = (int)opt_i(req->options, req->n_options, OPT_TOP_K),
-        .alg_temp = opt_f(req->options, req->n_options, OPT_ALG_TEMP),
-        .eps = opt_f(req->options, req->n_options, OPT_EPS),
+        .top_k = (int)OPT_I(req->options, req->n_options, OPT_TOP_K),
+        .alg_temp = OPT_F(req->options, req->n_options, OPT_ALG_TEMP),
+        .eps = OPT_F(req->options, req->n_options, OPT_EPS),
         .mask_id = mask_id,
     };
     return p;
@@ -155,23 +133,23 @@ static tb_status diffusion_validate(const tb_request *req, char *why, size_t why
 
 static char *make_description(const dctx *c)
 {
-    const tb_model_config *cfg = &c->model.cfg;
+    const tb_model_config *cfg = &c->ld.model.cfg;
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "model_name", c->model.name);
+    cJSON_AddStringToObject(o, "model_name", c->ld.model.name);
     cJSON_AddStringToObject(o, "architecture", cfg->arch_name);
     cJSON_AddStringToObject(o, "dtype", c->on_gpu ? "bf16" : "f32");
-    cJSON_AddStringToObject(o, "checkpoint_dtype", c->model.source_dtype);
+    cJSON_AddStringToObject(o, "checkpoint_dtype", c->ld.model.source_dtype);
 #ifdef TB_HAVE_CUDA
-    cJSON_AddStringToObject(o, "device", c->on_gpu ? tb_gpu_device_name(c->gpu) : "cpu");
+    cJSON_AddStringToObject(o, "device", c->on_gpu ? tb_gpu_device_name(c->ld.gpu) : "cpu");
 #else
     cJSON_AddStringToObject(o, "device", "cpu");
 #endif
     cJSON_AddBoolToObject(o, "random_weights", cfg->random_weights);
-    cJSON_AddNumberToObject(o, "params", (double)c->model.n_params);
+    cJSON_AddNumberToObject(o, "params", (double)c->ld.model.n_params);
     cJSON_AddNumberToObject(o, "mask_id", c->mask_id);
     cJSON_AddBoolToObject(o, "shifted_logits", c->shifted);
     cJSON_AddStringToObject(o, "engine_version", DIFFUSION_VERSION);
-    cJSON_AddBoolToObject(o, "tokenizer", c->tok != NULL);
+    cJSON_AddBoolToObject(o, "tokenizer", c->ld.tok != NULL);
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;
@@ -183,11 +161,7 @@ static void diffusion_destroy(void *p)
     if (!c)
         return;
     tb_dllm_cpu_free(&c->engine);
-#ifdef TB_HAVE_CUDA
-    tb_gpu_free(c->gpu);
-#endif
-    tb_model_free(&c->model);
-    tb_tokenizer_free(c->tok);
+    tb_loaded_free(&c->ld);
     free(c->canvas);
     free(c->describe_json);
     free(c);
@@ -203,73 +177,28 @@ static tb_status diffusion_create(const tb_host *host, const char *model, const 
         return TB_ERR_NO_MEMORY;
     }
     c->host = host;
-    c->threads = (int)opt_i(options, n_options, OPT_THREADS);
-    if (!model || !*model) {
-        snprintf(err, err_size, "no model: set model = a LLaDA/Dream folder or preset:llada-8b, preset:dream-7b");
-        free(c);
-        return TB_ERR_MODEL;
-    }
-    int rc;
-    const tb_option_value *dev = opt(options, n_options, OPT_DEVICE);
-    c->on_gpu = dev && strcmp(dev->text, "cuda") == 0;
-    uint64_t preset_seed = (uint64_t)opt_i(options, n_options, OPT_PRESET_SEED);
-    if (c->on_gpu && strncmp(model, "preset:", 7) == 0) {
-#ifdef TB_HAVE_CUDA
-        /* a preset's random weights are made on the device: no host copy */
-        rc = tb_preset_config(model + 7, &c->model.cfg, err, err_size);
-        snprintf(c->model.name, sizeof c->model.name, "%s", model);
-        snprintf(c->model.source_dtype, sizeof c->model.source_dtype, "random");
-        c->model.n_params = tb_config_n_params(&c->model.cfg);
-        if (rc == 0 && tb_arch_is_diffusion(c->model.cfg.arch))
-            rc = tb_gpu_create(&c->gpu, &c->model.cfg, NULL, preset_seed, err, err_size);
-#else
-        rc = -1;
-#endif
-    } else if (strncmp(model, "preset:", 7) == 0) {
-        rc = tb_model_preset(model + 7, preset_seed, &c->model, err, err_size);
-    } else {
-        rc = tb_model_load(model, &c->model, err, err_size);
-        if (rc == 0) {
-            char path[4096];
-            struct stat sb;
-            snprintf(path, sizeof path, "%s/tokenizer.json", model);
-            if (stat(path, &sb) == 0 && tb_tokenizer_load(path, &c->tok, err, err_size) != 0)
-                rc = -1;
-        }
-    }
-    if (rc == 0 && !tb_arch_is_diffusion(c->model.cfg.arch)) {
-        snprintf(err, err_size, "%s: %s is not a diffusion model (LLaDA or Dream): use plugin = ar", model,
-                 c->model.cfg.arch_name);
-        rc = -1;
-    }
-#ifdef TB_HAVE_CUDA
-    if (rc == 0 && c->on_gpu && !c->gpu) { /* a folder: load on the host, upload as bf16 */
-        rc = tb_gpu_create(&c->gpu, &c->model.cfg, &c->model, 0, err, err_size);
-        if (rc == 0) {
-            tb_model_config cfg = c->model.cfg;
-            tb_model_free(&c->model);
-            c->model.cfg = cfg;
-        }
-    }
-#endif
-    if (rc != 0) {
+    c->threads = (int)OPT_I(options, n_options, OPT_THREADS);
+    c->on_gpu = strcmp(OPT_TEXT(options, n_options, OPT_DEVICE), "cuda") == 0;
+    tb_status st = tb_load(model, 1, c->on_gpu, (uint64_t)OPT_I(options, n_options, OPT_PRESET_SEED), &c->ld, err,
+                           err_size);
+    if (st != TB_OK) {
         diffusion_destroy(c);
-        return strstr(err, "out of memory") || strstr(err, "out of device memory") ? TB_ERR_NO_MEMORY : TB_ERR_MODEL;
+        return st;
     }
-    c->shifted = c->model.cfg.arch == TB_ARCH_DREAM;
+    c->shifted = c->ld.model.cfg.arch == TB_ARCH_DREAM;
     if (!c->on_gpu)
-        tb_dllm_cpu_init(&c->engine, &c->model, c->threads);
-    int64_t mask = opt_i(options, n_options, OPT_MASK_ID);
-    c->mask_id = mask >= 0 ? (int32_t)mask : c->model.cfg.mask_id;
-    if (c->mask_id < 0 || c->mask_id >= c->model.cfg.vocab_size) {
+        tb_dllm_cpu_init(&c->engine, &c->ld.model, c->threads);
+    int64_t mask = OPT_I(options, n_options, OPT_MASK_ID);
+    c->mask_id = mask >= 0 ? (int32_t)mask : c->ld.model.cfg.mask_id;
+    if (c->mask_id < 0 || c->mask_id >= c->ld.model.cfg.vocab_size) {
         snprintf(err, err_size, "mask id %d is outside the vocabulary (set mask_id)", c->mask_id);
         diffusion_destroy(c);
         return TB_ERR_MODEL;
     }
     c->describe_json = make_description(c);
-    host->log(host, TB_LOG_INFO, "loaded %s: %s, %lld parameters, mask id %d%s", c->model.name,
-              c->model.cfg.arch_name, (long long)c->model.n_params, c->mask_id,
-              c->model.cfg.random_weights ? " (random weights)" : "");
+    host->log(host, TB_LOG_INFO, "loaded %s: %s, %lld parameters, mask id %d%s", c->ld.model.name,
+              c->ld.model.cfg.arch_name, (long long)c->ld.model.n_params, c->mask_id,
+              c->ld.model.cfg.random_weights ? " (random weights)" : "");
     *ctx_out = c;
     return TB_OK;
 }
@@ -290,28 +219,6 @@ static int on_cancel(void *ctx)
     return c->host->cancelled(c->host);
 }
 
-/* A deterministic prompt of exactly P tokens, never the mask or EOS. */
-static void synth_prompt(const dctx *c, uint64_t seed, uint32_t r, int32_t *ids, int P)
-{
-    const tb_model_config *cfg = &c->model.cfg;
-    uint64_t rng = seed ^ (0xD1B54A32D192ED03ULL * (r + 1));
-    for (int i = 0; i < P; i++) {
-        if (i == 0 && cfg->bos_id >= 0) {
-            ids[i] = cfg->bos_id;
-            continue;
-        }
-        int32_t t;
-        int bad;
-        do {
-            t = (int32_t)(tb_rng_uniform(&rng) * cfg->vocab_size);
-            bad = t == c->mask_id || t == cfg->bos_id;
-            for (int e = 0; e < cfg->n_eos; e++)
-                bad |= t == cfg->eos_ids[e];
-        } while (bad);
-        ids[i] = t;
-    }
-}
-
 #ifdef TB_HAVE_CUDA
 /* The samplers' forward on the GPU: only x0 and confidences come back. */
 static int gpu_forward_pick(void *ctx, const int32_t *canvas, int B, int L, int pos0, int n, int n_attend, int pick0,
@@ -320,7 +227,7 @@ static int gpu_forward_pick(void *ctx, const int32_t *canvas, int B, int L, int 
     dctx *c = ctx;
     (void)rng; /* temperature 0 only on the GPU (checked before) */
     int rows = spec->cfg_scale > 0 ? 2 * B : B;
-    return tb_gpu_forward_pick(c->gpu, canvas, rows, B, L, pos0, n, n_attend, pick0, npick, (int)spec->conf,
+    return tb_gpu_forward_pick(c->ld.gpu, canvas, rows, B, L, pos0, n, n_attend, pick0, npick, (int)spec->conf,
                                spec->cfg_scale, c->shifted, x0, conf);
 }
 #endif
@@ -329,7 +236,7 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
 {
     dctx *c = ctx;
     const tb_host *host = c->host;
-    const tb_model_config *cfg = &c->model.cfg;
+    const tb_model_config *cfg = &c->ld.model.cfg;
     c->error[0] = '\0';
     int64_t t0 = host->now_ns(host);
     tb_dllm_params p = params_of(req, c->mask_id);
@@ -355,7 +262,7 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
                          "use device = cpu for temperature, top_k or the origin sampler");
             return TB_ERR_UNSUPPORTED;
         }
-        if (tb_gpu_reserve(c->gpu, seqs, L, seqs * L, c->error, sizeof c->error) != 0)
+        if (tb_gpu_reserve(c->ld.gpu, seqs, L, seqs * L, c->error, sizeof c->error) != 0)
             return strstr(c->error, "out of device memory") ? TB_ERR_NO_MEMORY : TB_ERR;
         eng = (tb_dllm_engine){.ctx = c, .vocab = cfg->vocab_size, .forward_pick = gpu_forward_pick};
 #endif
@@ -373,12 +280,12 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
             return TB_ERR_NO_MEMORY;
         }
     }
-    int threads = (int)opt_i(req->options, req->n_options, OPT_THREADS);
+    int threads = (int)OPT_I(req->options, req->n_options, OPT_THREADS);
     if (threads > 0 && !c->on_gpu)
         tb_cpu_set_threads(&c->engine.st, threads);
     for (int b = 0; b < B; b++) {
         int32_t *x = c->canvas + (size_t)b * L;
-        synth_prompt(c, req->seed, (uint32_t)b, x, P);
+        tb_synth_prompt(cfg, c->ld.tok, c->mask_id, req->seed, (uint32_t)b, x, (size_t)P);
         for (int i = P; i < L; i++)
             x[i] = c->mask_id;
     }
@@ -402,7 +309,7 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
     res->peak_device_bytes = -1;
 #ifdef TB_HAVE_CUDA
     if (c->on_gpu)
-        res->peak_device_bytes = (int64_t)tb_gpu_bytes(c->gpu);
+        res->peak_device_bytes = (int64_t)tb_gpu_bytes(c->ld.gpu);
 #endif
     for (int b = 0; b < B; b++) {
         tb_request_result *q = &res->requests[b];
@@ -440,21 +347,21 @@ static const char *diffusion_describe(void *ctx)
 static int64_t diffusion_tokenize(void *ctx, const char *text, int32_t *ids, size_t cap)
 {
     dctx *c = ctx;
-    if (!c->tok) {
+    if (!c->ld.tok) {
         set_error(c, "this model has no tokenizer.json");
         return -1;
     }
-    return tb_tokenizer_encode(c->tok, text, strlen(text), ids, cap);
+    return tb_tokenizer_encode(c->ld.tok, text, strlen(text), ids, cap);
 }
 
 static int64_t diffusion_detokenize(void *ctx, const int32_t *ids, size_t n, char *out, size_t cap)
 {
     dctx *c = ctx;
-    if (!c->tok) {
+    if (!c->ld.tok) {
         set_error(c, "this model has no tokenizer.json");
         return -1;
     }
-    return tb_tokenizer_decode(c->tok, ids, n, out, cap);
+    return tb_tokenizer_decode(c->ld.tok, ids, n, out, cap);
 }
 
 static const tb_backend_ops diffusion_ops = {

@@ -26,3 +26,23 @@ fi
 echo "== summary (test_gpu exit $gpu_rc)"
 sed -n '/^backend  /,/^$/p' "$out/gpu-8b.txt" | cut -c1-200
 grep -E "failed|error" "$out/gpu-8b.err" | head -5
+echo "== the plugins' CUDA path on shipped folder models (load, upload, describe)"
+cat >"$out/tiny-cuda.ini" <<EOT
+[suite]
+warmup = 0
+repeat = 1
+[matrix]
+prompt_tokens = 16
+max_new_tokens = 32
+steps = 8
+[backend ar]
+plugin = ar
+model = $PWD/models/tiny-llama-random
+device = cuda
+[backend llada]
+plugin = diffusion
+model = $PWD/models/tiny-llada-random
+device = cuda
+block_length = 32
+EOT
+"$build/tokbench" run "$out/tiny-cuda.ini" --db "$out/tiny.db" 2>&1 | grep -E "^\[|backend (ar|llada):" | cut -c1-200

@@ -1,0 +1,140 @@
+/* backend_common.c — see backend_common.h. */
+#define _GNU_SOURCE
+#include "backend_common.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "sampling.h"
+#ifdef TB_HAVE_CUDA
+#include "gpu.h"
+#endif
+
+static tb_status status_of(const char *err)
+{
+    return strstr(err, "out of memory") || strstr(err, "out of device memory") ? TB_ERR_NO_MEMORY : TB_ERR_MODEL;
+}
+
+tb_status tb_load(const char *spec, int want_diffusion, int on_gpu, uint64_t preset_seed, tb_loaded *out,
+                  char *err, size_t err_size)
+{
+    memset(out, 0, sizeof *out);
+    if (!spec || !*spec) {
+        snprintf(err, err_size, "no model: set model = a Hugging Face folder or preset:NAME");
+        return TB_ERR_MODEL;
+    }
+#ifndef TB_HAVE_CUDA
+    if (on_gpu) {
+        snprintf(err, err_size, "device = cuda: this tokbench was built without CUDA");
+        return TB_ERR_UNSUPPORTED;
+    }
+#endif
+    int preset = strncmp(spec, "preset:", 7) == 0, rc;
+    tb_model *m = &out->model;
+    if (preset && on_gpu) { /* random weights made on the device: no host copy */
+        rc = tb_preset_config(spec + 7, &m->cfg, err, err_size);
+        snprintf(m->name, sizeof m->name, "%s", spec);
+        snprintf(m->source_dtype, sizeof m->source_dtype, "random");
+        m->n_params = tb_config_n_params(&m->cfg);
+    } else if (preset) {
+        rc = tb_model_preset(spec + 7, preset_seed, m, err, err_size);
+    } else {
+        rc = tb_model_load(spec, m, err, err_size);
+    }
+    if (rc == 0 && tb_arch_is_diffusion(m->cfg.arch) != (want_diffusion != 0)) {
+        snprintf(err, err_size, "%s: %s is %s model: use plugin = %s", spec, m->cfg.arch_name,
+                 want_diffusion ? "not a diffusion (LLaDA or Dream)" : "a diffusion", want_diffusion ? "ar" : "diffusion");
+        rc = -1;
+    }
+    if (rc == 0 && !preset) {
+        char path[4096];
+        struct stat sb;
+        snprintf(path, sizeof path, "%s/tokenizer.json", spec);
+        if (stat(path, &sb) == 0 && tb_tokenizer_load(path, &out->tok, err, err_size) != 0)
+            rc = -1;
+    }
+#ifdef TB_HAVE_CUDA
+    if (rc == 0 && on_gpu) {
+        rc = tb_gpu_create(&out->gpu, &m->cfg, preset ? NULL : m, preset_seed, err, err_size);
+        if (rc == 0 && !preset) { /* keep what describes the model, drop the host weights */
+            tb_model keep = *m;
+            tb_model_free(m);
+            m->cfg = keep.cfg;
+            memcpy(m->name, keep.name, sizeof m->name);
+            memcpy(m->source_dtype, keep.source_dtype, sizeof m->source_dtype);
+            m->n_params = keep.n_params;
+        }
+    }
+#endif
+    if (rc != 0) {
+        tb_status s = status_of(err);
+        tb_loaded_free(out);
+        return s;
+    }
+    return TB_OK;
+}
+
+void tb_loaded_free(tb_loaded *l)
+{
+#ifdef TB_HAVE_CUDA
+    tb_gpu_free(l->gpu);
+#endif
+    tb_model_free(&l->model);
+    tb_tokenizer_free(l->tok);
+    memset(l, 0, sizeof *l);
+}
+
+const tb_option_value *tb_opt_get(const tb_option_value *values, uint32_t n, const tb_option_decl *decls, int which)
+{
+    for (uint32_t i = 0; values && i < n; i++)
+        if (strcmp(values[i].name, decls[which].name) == 0)
+            return &values[i];
+    return NULL;
+}
+
+int64_t tb_opt_int(const tb_option_value *values, uint32_t n, const tb_option_decl *decls, int which)
+{
+    const tb_option_value *v = tb_opt_get(values, n, decls, which);
+    return v ? v->i : strtoll(decls[which].default_value, NULL, 10);
+}
+
+double tb_opt_float(const tb_option_value *values, uint32_t n, const tb_option_decl *decls, int which)
+{
+    const tb_option_value *v = tb_opt_get(values, n, decls, which);
+    return v ? v->f : strtod(decls[which].default_value, NULL);
+}
+
+const char *tb_opt_text(const tb_option_value *values, uint32_t n, const tb_option_decl *decls, int which)
+{
+    const tb_option_value *v = tb_opt_get(values, n, decls, which);
+    return v ? v->text : decls[which].default_value;
+}
+
+void tb_synth_prompt(const tb_model_config *cfg, const tb_tokenizer *tok, int32_t avoid, uint64_t seed, uint32_t r,
+                     int32_t *ids, size_t P)
+{
+    uint64_t rng = seed ^ (0xD1B54A32D192ED03ULL * (r + 1));
+    int32_t range = cfg->vocab_size;
+    if (tok) { /* stay below the added/special tokens (Llama 3 numbering) */
+        int32_t lowest_special = tb_tokenizer_token_id(tok, "<|begin_of_text|>");
+        if (lowest_special > 0 && lowest_special < range)
+            range = lowest_special;
+    }
+    for (size_t i = 0; i < P; i++) {
+        if (i == 0 && cfg->bos_id >= 0) {
+            ids[i] = cfg->bos_id;
+            continue;
+        }
+        int32_t t;
+        int bad;
+        do {
+            t = (int32_t)(tb_rng_uniform(&rng) * range);
+            bad = t == cfg->bos_id || t == avoid;
+            for (int e = 0; e < cfg->n_eos; e++)
+                bad |= t == cfg->eos_ids[e];
+        } while (bad);
+        ids[i] = t;
+    }
+}

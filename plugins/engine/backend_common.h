@@ -1,0 +1,49 @@
+/* backend_common.h — what the ar and diffusion backends share around the
+ * engine: loading `model = ...` (a Hugging Face folder or preset:NAME) onto
+ * the CPU or the GPU with its tokenizer, reading their declared options,
+ * and making synthetic prompts of an exact length. */
+#ifndef TB_ENGINE_BACKEND_COMMON_H
+#define TB_ENGINE_BACKEND_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <tokbench/backend.h>
+
+#include "model.h"
+#include "tokenizer.h"
+
+struct tb_gpu;
+
+typedef struct tb_loaded {
+    /* CPU: the weights. GPU: the weights live on the device; only cfg,
+     * name, n_params and source_dtype are kept here. */
+    tb_model model;
+    tb_tokenizer *tok;   /* NULL: no tokenizer.json (presets) */
+    struct tb_gpu *gpu;  /* device = cuda */
+} tb_loaded;
+
+/* Load `spec` for a backend that runs diffusion models (want_diffusion)
+ * or autoregressive ones, on the GPU (on_gpu, CUDA builds) or the CPU.
+ * A preset's random weights are made where they run. Returns TB_OK,
+ * TB_ERR_NO_MEMORY or TB_ERR_MODEL with the reason in err. */
+tb_status tb_load(const char *spec, int want_diffusion, int on_gpu, uint64_t preset_seed, tb_loaded *out,
+                  char *err, size_t err_size);
+void tb_loaded_free(tb_loaded *l);
+
+/* The value of declared option `which` among values[n] (the host passes
+ * every declared option), or its parsed default. */
+const tb_option_value *tb_opt_get(const tb_option_value *values, uint32_t n, const tb_option_decl *decls,
+                                  int which);
+int64_t tb_opt_int(const tb_option_value *values, uint32_t n, const tb_option_decl *decls, int which);
+double tb_opt_float(const tb_option_value *values, uint32_t n, const tb_option_decl *decls, int which);
+/* The enum/string text, the default when absent. */
+const char *tb_opt_text(const tb_option_value *values, uint32_t n, const tb_option_decl *decls, int which);
+
+/* A deterministic prompt of exactly P tokens for request r: BOS when the
+ * model has one, then ids from the ordinary vocabulary (below the added
+ * tokens when a tokenizer is known), never BOS, EOS or `avoid` (-1: none). */
+void tb_synth_prompt(const tb_model_config *cfg, const tb_tokenizer *tok, int32_t avoid, uint64_t seed, uint32_t r,
+                     int32_t *ids, size_t P);
+
+#endif
