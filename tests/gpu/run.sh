@@ -2,7 +2,7 @@
 # On the GPU machine: the GPU tests, then suites/gpu-8b.ini and the PyTorch
 # peers in the same call; a short table last. Build here first:
 #   meson setup build-gpu -Dcuda=enabled -Dbuildtype=release && ninja -C build-gpu
-#   mkdir -p build-gpu/lib && cp -L /usr/lib/x86_64-linux-gnu/{libinih.so.1,libcjson.so.1,libutf8proc.so.2} build-gpu/lib/
+#   mkdir -p build-gpu/lib && cp -L /usr/lib/x86_64-linux-gnu/{libinih.so.1,libcjson.so.1,libutf8proc.so.2,libmicrohttpd.so.12} build-gpu/lib/
 # then (device tool) carry build-gpu and run: bash tests/gpu/run.sh [build-gpu] [--no-peers]
 set -uo pipefail
 build=${1:-build-gpu}
