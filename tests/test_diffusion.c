@@ -238,6 +238,58 @@ static void check_dream_schedules(const cJSON *all)
     }
 }
 
+/* Dream's alg_temp: a tiny temperature reproduces the top-k choice (the
+ * golden canvases), a positive one still commits exactly the scheduled
+ * count, only masked positions, and differs with the seed. */
+static void check_alg_temp(const cJSON *all)
+{
+    char dir[8192], err[512];
+    snprintf(dir, sizeof dir, "%s/dream-tiny", root);
+    tb_model m;
+    if (tb_model_load(dir, &m, err, sizeof err) != 0) {
+        CHECK(0);
+        return;
+    }
+    const cJSON *c = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(all, "dream"), "cases"),
+                                         "dream_maskgit_plus_g32_s8");
+    CHECK(c != NULL);
+    if (!c) {
+        tb_model_free(&m);
+        return;
+    }
+    tb_dllm_params p = params_of(c);
+    const cJSON *prompt = cJSON_GetObjectItem(c, "prompt_ids"), *fin = cJSON_GetObjectItem(c, "final");
+    int P = cJSON_GetArraySize(prompt), L = P + p.gen_length;
+    tb_dllm_cpu e;
+    tb_dllm_cpu_init(&e, &m, 1);
+    CHECK(tb_dllm_cpu_reserve(&e, 1, L, err, sizeof err) == 0);
+    tb_dllm_engine eng = tb_dllm_cpu_engine(&e);
+    int32_t canvas[3][128];
+    const double temps[3] = {1e-9, 1.0, 1.0};
+    const uint64_t seeds[3] = {0, 1, 2};
+    for (int t = 0; t < 3; t++) {
+        for (int i = 0; i < L; i++)
+            canvas[t][i] = i < P ? cJSON_GetArrayItem(prompt, i)->valueint : p.mask_id;
+        tb_dllm_params q = p;
+        q.alg_temp = temps[t];
+        tb_dllm_stats st;
+        CHECK(tb_dllm_generate(&eng, &q, canvas[t], 1, P, seeds[t], NULL, &st, err, sizeof err) == 0);
+        int masks = 0;
+        for (int i = 0; i < L; i++)
+            masks += canvas[t][i] == p.mask_id;
+        CHECK(masks == 0); /* the last step commits everything */
+    }
+    int same_as_golden = 1, differ = 0;
+    for (int i = 0; i < L; i++) {
+        same_as_golden &= canvas[0][i] == cJSON_GetArrayItem(fin, i)->valueint;
+        differ |= canvas[1][i] != canvas[2][i];
+    }
+    CHECK(same_as_golden);
+    CHECK(differ);
+    tb_dllm_cpu_free(&e);
+    tb_model_free(&m);
+}
+
 int main(void)
 {
     const char *src = getenv("TB_SOURCE_ROOT");
@@ -256,6 +308,7 @@ int main(void)
     check_dream_schedules(all);
     check_model("llada", "llada-tiny", all);
     check_model("dream", "dream-tiny", all);
+    check_alg_temp(all);
     cJSON_Delete(all);
     return check_done();
 }

@@ -208,6 +208,55 @@ static int step_done(run *r)
     return r->h && r->h->cancelled && r->h->cancelled(r->h->ctx) ? 1 : 0;
 }
 
+/* Dream with alg_temp > 0: k distinct positions drawn without
+ * replacement with probability softmax(conf / alg_temp) over the
+ * candidates (conf = -inf excluded), as torch.multinomial does. */
+static int sample_k_indices(const double *conf, int n, int k, double temp, uint64_t *rng, int *out)
+{
+    double mx = -INFINITY;
+    for (int i = 0; i < n; i++)
+        if (conf[i] > mx)
+            mx = conf[i];
+    if (mx == -INFINITY)
+        return 0;
+    double *w = malloc((size_t)n * sizeof *w);
+    if (!w)
+        return 0;
+    double total;
+    for (int i = 0; i < n; i++)
+        w[i] = conf[i] > -INFINITY ? exp((conf[i] - mx) / temp) : 0;
+    char *used = calloc((size_t)n, 1);
+    int chosen = 0;
+    for (; chosen < k && used; chosen++) {
+        int pick = -1;
+        total = 0; /* re-summed: subtracting would leave rounding behind */
+        for (int i = 0; i < n; i++)
+            total += w[i];
+        if (total > 0) {
+            double u = tb_dllm_uniform(rng) * total, acc = 0;
+            for (int i = 0; i < n; i++)
+                if (w[i] > 0) {
+                    pick = i; /* the last candidate catches rounding */
+                    acc += w[i];
+                    if (u < acc)
+                        break;
+                }
+        } else { /* weights underflowed: the most confident left */
+            for (int i = 0; i < n; i++)
+                if (!used[i] && conf[i] > -INFINITY && (pick < 0 || conf[i] > conf[pick]))
+                    pick = i;
+        }
+        if (pick < 0)
+            break;
+        out[chosen] = pick;
+        used[pick] = 1;
+        w[pick] = 0;
+    }
+    free(used);
+    free(w);
+    return chosen;
+}
+
 /* Fixed schedule without cache (LLaDA's generate): exactly S forwards of
  * the whole canvas per block. Threshold without cache (Fast-dLLM): whole-
  * canvas forwards until the block has no mask. With a cache (Fast-dLLM):
@@ -284,7 +333,8 @@ static int run_dream(run *r)
                 for (int j = 0; j < L; j++)
                     cand[j] = x[j] == p->mask_id ? r->conf[(size_t)b * L + j] : -INFINITY;
                 int k = tb_dllm_dream_transfer(masked, i, p->steps, p->eps);
-                int got = top_k_indices(cand, L, k, r->pick);
+                int got = p->alg_temp > 0 ? sample_k_indices(cand, L, k, p->alg_temp, &r->rng, r->pick)
+                                          : top_k_indices(cand, L, k, r->pick);
                 for (int j = 0; j < got; j++)
                     x[r->pick[j]] = x0[r->pick[j]];
                 committed = got;
