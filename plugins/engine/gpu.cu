@@ -194,12 +194,13 @@ __global__ void k_qkv_post(const float *qkv, const float *bias, const float *inv
 }
 
 // Decode attention: one query per (sequence, head), keys [0, *d_pos] (or
-// n_keys_fixed when d_pos is NULL). 8 warps: scores with a warp per key
-// (lanes over pairs of dims, bf16x2 loads, 4 keys in flight), softmax in
-// shared memory, then each warp sums its share of the keys for every dim
+// n_keys_fixed when d_pos is NULL). ATT_WARPS warps: scores with a warp per
+// key (lanes over pairs of dims, bf16x2 loads, 4 keys in flight), softmax
+// in shared memory, then each warp sums its share of the keys for every dim
 // and the warps' partial sums are added. Latency, not bandwidth, is the
-// enemy here: every loop keeps several independent loads in flight.
-#define ATT_WARPS 8
+// enemy here: at batch 1 there are only heads-many blocks, so each keeps
+// many independent loads in flight.
+#define ATT_WARPS 16
 __global__ void __launch_bounds__(ATT_WARPS * 32)
     k_attn_decode(const bf16 *q, const bf16 *kc, const bf16 *vc, bf16 *out, int len, int nh, int nkv, int hd,
                   const int *d_pos, int n_keys_fixed, float scale)
