@@ -347,21 +347,13 @@ static const char *diffusion_describe(void *ctx)
 static int64_t diffusion_tokenize(void *ctx, const char *text, int32_t *ids, size_t cap)
 {
     dctx *c = ctx;
-    if (!c->ld.tok) {
-        set_error(c, "this model has no tokenizer.json");
-        return -1;
-    }
-    return tb_tokenizer_encode(c->ld.tok, text, strlen(text), ids, cap);
+    return tb_loaded_tokenize(&c->ld, text, ids, cap, c->error, sizeof c->error);
 }
 
 static int64_t diffusion_detokenize(void *ctx, const int32_t *ids, size_t n, char *out, size_t cap)
 {
     dctx *c = ctx;
-    if (!c->ld.tok) {
-        set_error(c, "this model has no tokenizer.json");
-        return -1;
-    }
-    return tb_tokenizer_decode(c->ld.tok, ids, n, out, cap);
+    return tb_loaded_detokenize(&c->ld, ids, n, out, cap, c->error, sizeof c->error);
 }
 
 static const tb_backend_ops diffusion_ops = {

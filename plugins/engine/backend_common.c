@@ -86,6 +86,26 @@ void tb_loaded_free(tb_loaded *l)
     memset(l, 0, sizeof *l);
 }
 
+int64_t tb_loaded_tokenize(const tb_loaded *l, const char *text, int32_t *ids, size_t cap, char *err,
+                           size_t err_size)
+{
+    if (!l->tok) {
+        snprintf(err, err_size, "this model has no tokenizer.json");
+        return -1;
+    }
+    return tb_tokenizer_encode(l->tok, text, strlen(text), ids, cap);
+}
+
+int64_t tb_loaded_detokenize(const tb_loaded *l, const int32_t *ids, size_t n, char *out, size_t cap, char *err,
+                             size_t err_size)
+{
+    if (!l->tok) {
+        snprintf(err, err_size, "this model has no tokenizer.json");
+        return -1;
+    }
+    return tb_tokenizer_decode(l->tok, ids, n, out, cap);
+}
+
 const tb_option_value *tb_opt_get(const tb_option_value *values, uint32_t n, const tb_option_decl *decls, int which)
 {
     for (uint32_t i = 0; values && i < n; i++)

@@ -31,6 +31,13 @@ tb_status tb_load(const char *spec, int want_diffusion, int on_gpu, uint64_t pre
                   char *err, size_t err_size);
 void tb_loaded_free(tb_loaded *l);
 
+/* The ops table's tokenize()/detokenize() on a loaded model: -1 with
+ * "this model has no tokenizer.json" in err when it has none. */
+int64_t tb_loaded_tokenize(const tb_loaded *l, const char *text, int32_t *ids, size_t cap, char *err,
+                           size_t err_size);
+int64_t tb_loaded_detokenize(const tb_loaded *l, const int32_t *ids, size_t n, char *out, size_t cap, char *err,
+                             size_t err_size);
+
 /* The value of declared option `which` among values[n] (the host passes
  * every declared option), or its parsed default. */
 const tb_option_value *tb_opt_get(const tb_option_value *values, uint32_t n, const tb_option_decl *decls,
