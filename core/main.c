@@ -340,6 +340,8 @@ static int run_suite(int argc, char **argv, const char *cmdline)
     int64_t *backend_ids = tb_xcalloc(plan.n_backends, sizeof *backend_ids);
     for (size_t i = 0; i < plan.n_backends; i++)
         backend_ids[i] = tb_store_backend(st, session, &plan.backends[i]);
+    if (tb_store_prompts(st, session, &plan) != 0)
+        fprintf(stderr, "tokbench: %s: cannot store the prompt set: %s\n", c.db, sqlite3_errmsg(tb_store_db(st)));
     fprintf(stderr, "tokbench: session %lld: suite %s, %zu cases, database %s\n", (long long)session, suite.name,
             plan.n_cases, c.db);
     for (size_t i = 0; i < plan.n_backends; i++)

@@ -130,6 +130,7 @@ static const char *dim_requires(tb_dim d, uint32_t *cap)
 }
 
 static const double default_prompt = 128, default_new = 128, default_batch = 1;
+static const double no_prompt_tokens = 0; /* text prompts from [prompts] */
 
 #define SERVING_CAPS (TB_CAP_CONCURRENCY | TB_CAP_REQUEST_RATE)
 
@@ -242,7 +243,7 @@ static int expand_backend(tb_plan *plan, size_t bi, tb_str *errs)
             a.nums = l->num;
             a.n = l->n;
         } else if (d == TB_DIM_PROMPT_TOKENS) {
-            a.nums = &default_prompt, a.n = 1;
+            a.nums = s->prompts.file ? &no_prompt_tokens : &default_prompt, a.n = 1;
         } else if (d == TB_DIM_MAX_NEW_TOKENS) {
             a.nums = &default_new, a.n = 1;
         } else if (d == TB_DIM_BATCH) {
@@ -381,9 +382,50 @@ static void validate_cases(tb_plan *plan, tb_str *errs)
     }
 }
 
+/* [prompts]: load and check the set; the judge must be able to score. */
+static void load_prompts(tb_plan *plan, tb_str *errs)
+{
+    const tb_suite_prompts *sp = &plan->suite->prompts;
+    if (!sp->file)
+        return;
+    if (tb_scorer_parse(sp->scorer, &plan->scorer) != 0) {
+        err_at(errs, sp->scorer_loc, "scorer", "unknown scorer \"%s\"", sp->scorer);
+        return;
+    }
+    char msg[4096];
+    if (tb_prompt_set_load(sp->file, &plan->prompts, msg, sizeof msg) != 0 ||
+        tb_prompt_set_check(&plan->prompts, plan->scorer, 0, msg, sizeof msg) != 0) {
+        err_at(errs, sp->file_loc, "file", "prompt set:\n%s", msg);
+        return;
+    }
+    plan->n_prompts = plan->prompts.n;
+    if (sp->limit > 0 && (size_t)sp->limit < plan->n_prompts)
+        plan->n_prompts = (size_t)sp->limit;
+    if (sp->judge) {
+        for (size_t i = 0; i < plan->n_backends; i++)
+            if (strcmp(plan->backends[i].sb->label, sp->judge) == 0)
+                plan->judge = i;
+        const tb_backend_ops *ops = plan->backends[plan->judge].plugin.ops;
+        if (!(ops->capabilities & TB_CAP_LOGLIK) || !TB_STRUCT_HAS(ops, tb_backend_ops, loglik) || !ops->loglik)
+            err_at(errs, sp->judge_loc, "judge",
+                   "[backend %s] (plugin %s) cannot score text (expected a backend with the loglik capability, "
+                   "such as plugin ar)",
+                   sp->judge, ops->name);
+    }
+}
+
+uint32_t tb_plan_calls_per_pass(const tb_plan *plan, const tb_case *c)
+{
+    uint32_t per_call = c->requests ? c->requests : c->batch;
+    if (!plan->n_prompts || per_call == 0)
+        return 1;
+    return (uint32_t)((plan->n_prompts + per_call - 1) / per_call);
+}
+
 int tb_plan_build(tb_suite *suite, tb_plan *plan, char **err)
 {
     memset(plan, 0, sizeof *plan);
+    plan->judge = SIZE_MAX;
     plan->suite = suite;
     plan->n_backends = suite->n_backends;
     plan->backends = tb_xcalloc(suite->n_backends ? suite->n_backends : 1, sizeof *plan->backends);
@@ -414,6 +456,8 @@ int tb_plan_build(tb_suite *suite, tb_plan *plan, char **err)
             expand_backend(plan, i, &errs);
     if (!errs.len)
         validate_cases(plan, &errs);
+    if (!errs.len)
+        load_prompts(plan, &errs);
     if (errs.len) {
         *err = tb_str_take(&errs);
         tb_plan_free(plan);
@@ -540,8 +584,12 @@ int tb_plan_filter(tb_plan *plan, char *const *filters, size_t n, char **err)
 char *tb_case_label(const tb_plan *plan, const tb_case *c)
 {
     tb_str b = {0};
-    tb_str_appendf(&b, "prompt_tokens=%u max_new_tokens=%u batch=%u", c->prompt_tokens,
-                   c->max_new_tokens, c->batch);
+    if (plan->n_prompts && c->prompt_tokens == 0)
+        tb_str_appendf(&b, "prompts=%zu max_new_tokens=%u batch=%u", plan->n_prompts, c->max_new_tokens,
+                       c->batch);
+    else
+        tb_str_appendf(&b, "prompt_tokens=%u max_new_tokens=%u batch=%u", c->prompt_tokens, c->max_new_tokens,
+                       c->batch);
     if (c->concurrency)
         tb_str_appendf(&b, " concurrency=%u", c->concurrency);
     if (c->request_rate > 0)
@@ -568,6 +616,11 @@ void tb_plan_print(const tb_plan *plan, FILE *out)
         skipped += plan->cases[i].skip_reason != NULL;
     fprintf(out, "suite %s (%s): %zu cases (%zu to skip), warmup %d, repeat %d, seed %llu\n", s->name,
             s->path, plan->n_cases, skipped, s->warmup, s->repeat, (unsigned long long)s->seed);
+    if (plan->n_prompts)
+        fprintf(out, "prompts %s: %zu of %zu items (sha256 %.16s), scorer %s, judge %s; a repetition is one pass "
+                     "over them\n",
+                s->prompts.file, plan->n_prompts, plan->prompts.n, plan->prompts.sha256, tb_scorer_name(plan->scorer),
+                plan->judge != SIZE_MAX ? plan->backends[plan->judge].sb->label : "none");
     for (size_t bi = 0; bi < plan->n_backends; bi++) {
         const tb_plan_backend *pb = &plan->backends[bi];
         char *caps = tb_caps_string(pb->plugin.ops->capabilities);
@@ -591,6 +644,7 @@ void tb_plan_print(const tb_plan *plan, FILE *out)
 
 void tb_plan_free(tb_plan *plan)
 {
+    tb_prompt_set_free(&plan->prompts);
     for (size_t i = 0; i < plan->n_cases; i++)
         case_free(&plan->cases[i]);
     free(plan->cases);

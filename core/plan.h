@@ -21,6 +21,7 @@
 #include <stdio.h>
 
 #include "plugin.h"
+#include "score.h"
 #include "suite.h"
 
 typedef struct tb_plan_backend {
@@ -49,6 +50,12 @@ typedef struct tb_case {
 
 typedef struct tb_plan {
     tb_suite *suite; /* borrowed */
+    /* [prompts]: the set (first n_prompts items are used), the scorer of
+     * items without their own, and the judge backend (index, or SIZE_MAX). */
+    tb_prompt_set prompts;
+    size_t n_prompts; /* 0: synthetic prompts */
+    tb_scorer scorer;
+    size_t judge;
     tb_plan_backend *backends;
     size_t n_backends;
     tb_case *cases;
@@ -63,6 +70,11 @@ int tb_plan_build(tb_suite *suite, tb_plan *plan, char **err);
  * "backend", a dimension or an option name. Ordinals are kept. Returns 0,
  * or -1 with *err for a malformed filter. */
 int tb_plan_filter(tb_plan *plan, char *const *filters, size_t n, char **err);
+
+/* Generate calls of one measured pass of case c: 1 with synthetic
+ * prompts; with a prompt set, ceil(n_prompts / requests) (the last call is
+ * filled up from the start of the set; those requests are not scored). */
+uint32_t tb_plan_calls_per_pass(const tb_plan *plan, const tb_case *c);
 
 /* Default requests per call of a serving case. */
 uint32_t tb_plan_default_requests(uint32_t concurrency);

@@ -12,7 +12,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "judge.h"
 #include "progress.h"
+#include "quality.h"
 #include "stats.h"
 #include "util.h"
 #include "wire.h"
@@ -123,6 +125,7 @@ static int build_record(const tb_plan *plan, const tb_case *c, const char *buf, 
     uint32_t want_requests = c->requests ? c->requests : c->batch;
     int64_t *em_t = NULL;
     size_t em_cap = 0;
+    tb_quality_acc *qa = plan->n_prompts ? tb_quality_new(plan) : NULL;
     TAKE(&wc, sizeof wc);
     rec->host_peak_rss = wc.host_peak_rss;
     rec->samples = tb_xcalloc(wc.n_calls ? wc.n_calls : 1, sizeof *rec->samples);
@@ -145,6 +148,17 @@ static int build_record(const tb_plan *plan, const tb_case *c, const char *buf, 
         p += call.n_requests * sizeof *wr;
         memcpy(ev, p, call.n_emissions * sizeof *ev);
         p += call.n_emissions * sizeof *ev;
+        size_t text_bytes = 0;
+        for (uint32_t r = 0; r < call.n_requests; r++)
+            text_bytes += wr[r].text_len;
+        if ((size_t)(end - p) < text_bytes) {
+            free(wr);
+            free(ev);
+            *err = tb_xstrdup("malformed result from the backend process (truncated texts)");
+            goto bad;
+        }
+        const char *texts = p;
+        p += text_bytes;
 
         tb_sample_record *s = &rec->samples[rec->n_samples++];
         s->repetition = k;
@@ -194,6 +208,16 @@ static int build_record(const tb_plan *plan, const tb_case *c, const char *buf, 
             q->steps_done = wr[r].steps_done;
             q->answer_tokens = wr[r].answer_tokens;
             q->output_hash = wr[r].output_hash;
+            q->prompt_idx = wr[r].prompt_idx;
+            q->scored = wr[r].scored && ok[r];
+            for (int k = 0; k < TB_N_SCORES; k++)
+                q->scores[k] = NAN;
+            if (qa && wr[r].prompt_idx >= 0) {
+                q->output_text = tb_xstrndup(texts, wr[r].text_len);
+                if (ok[r])
+                    tb_quality_score(qa, wr[r].prompt_idx, q->output_text, q->scored, q->scores);
+            }
+            texts += wr[r].text_len;
             if (q->recount < 0 || s->recount_tokens < 0)
                 s->recount_tokens = -1;
             else
@@ -287,9 +311,13 @@ static int build_record(const tb_plan *plan, const tb_case *c, const char *buf, 
         }
         free(cls[k].v);
     }
+    if (qa)
+        tb_quality_metrics(qa, plan->suite->seed, &rec->metrics, &rec->n_metrics);
+    tb_quality_free(qa);
     free(em_t);
     return 0;
 bad:
+    tb_quality_free(qa);
     for (int k = 0; k < M_COUNT; k++)
         free(m[k].v);
     for (size_t k = 0; k < N_CLASSES; k++)
@@ -306,10 +334,13 @@ static void free_record(tb_case_record *rec)
         for (uint32_t r = 0; s->requests && r < s->n_requests; r++) {
             free((char *)s->requests[r].error);
             free(s->requests[r].emissions_json);
+            free(s->requests[r].output_text);
         }
         free(s->requests);
     }
     free(rec->samples);
+    for (size_t i = 0; i < rec->n_metrics; i++)
+        free(rec->metrics[i].name_buf);
     free(rec->metrics);
 }
 
@@ -630,6 +661,8 @@ tb_run_outcome tb_runner_run(tb_plan *plan, tb_store *store, int64_t session_id,
     for (size_t bi = 0; bi < plan->n_backends && !interrupted && !rs.store_failed; bi++)
         run_backend(&rs, bi);
     tb_progress_finish(&rs.progress);
+    if (plan->judge != SIZE_MAX && !interrupted && !rs.store_failed)
+        tb_judge_session(plan, store, session_id, &interrupted);
 
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);

@@ -10,6 +10,7 @@
 
 #include "git_version.h"
 #include "tb_config.h"
+#include "quality.h"
 #include "util.h"
 
 extern const char *const tb_migrations[];
@@ -407,9 +408,11 @@ static int insert_samples(tb_store *st, int64_t case_id, const tb_case_record *r
                                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
     sqlite3_stmt *qr = prepare(st, "INSERT INTO request (sample_id, idx, status, error, submit_offset_ns, ttft_ns,"
                                    " e2e_ns, tpot_ns, tps, requested_tokens, output_tokens, recount_tokens,"
-                                   " count_mismatch, steps_done, answer_tokens, output_hash, emissions_json)"
-                                   " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
-    int ok = qs && qr;
+                                   " count_mismatch, steps_done, answer_tokens, output_hash, emissions_json,"
+                                   " prompt_idx, scored, output_text)"
+                                   " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+    sqlite3_stmt *qsc = prepare(st, "INSERT INTO score (request_id, name, value) VALUES (?,?,?)");
+    int ok = qs && qr && qsc;
     if (!ok)
         *why = db_error(st);
     for (size_t i = 0; ok && i < rec->n_samples; i++) {
@@ -460,15 +463,34 @@ static int insert_samples(tb_store *st, int64_t case_id, const tb_case_record *r
             bind_opt_int(qr, 15, q->answer_tokens != TB_UNKNOWN_COUNT ? (int64_t)q->answer_tokens : -1);
             bind_text(qr, 16, q->output_hash ? hash : NULL);
             bind_text(qr, 17, q->emissions_json ? q->emissions_json : "[]");
+            bind_opt_int(qr, 18, q->prompt_idx);
+            sqlite3_bind_int(qr, 19, q->scored);
+            bind_text(qr, 20, q->output_text);
             if (sqlite3_step(qr) != SQLITE_DONE) {
                 *why = db_error(st);
                 ok = 0;
                 break;
             }
+            int64_t request_id = sqlite3_last_insert_rowid(st->db);
+            for (int k = 0; ok && q->prompt_idx >= 0 && k < TB_N_SCORES; k++) {
+                if (isnan(q->scores[k]))
+                    continue;
+                sqlite3_reset(qsc);
+                sqlite3_bind_int64(qsc, 1, request_id);
+                bind_text(qsc, 2, tb_score_names[k]);
+                sqlite3_bind_double(qsc, 3, q->scores[k]);
+                if (sqlite3_step(qsc) != SQLITE_DONE) {
+                    *why = db_error(st);
+                    ok = 0;
+                }
+            }
+            if (!ok)
+                break;
         }
     }
     sqlite3_finalize(qs);
     sqlite3_finalize(qr);
+    sqlite3_finalize(qsc);
     return ok ? 0 : -1;
 }
 
@@ -555,4 +577,45 @@ int64_t tb_store_case(tb_store *st, const tb_case_record *rec, char **err)
         return -1;
     }
     return case_id;
+}
+
+int tb_store_prompts(tb_store *st, int64_t session, const tb_plan *plan)
+{
+    if (!plan->n_prompts)
+        return 0;
+    sqlite3_stmt *u = prepare(st, "UPDATE session SET prompt_set_path = ?, prompt_set_sha256 = ? WHERE id = ?");
+    sqlite3_stmt *q = prepare(st, "INSERT INTO prompt (session_id, idx, line, prompt, answer, scorer, tags_json)"
+                                  " VALUES (?,?,?,?,?,?,?)");
+    int ok = u && q && sqlite3_exec(st->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK;
+    if (ok) {
+        bind_text(u, 1, plan->suite->prompts.file);
+        bind_text(u, 2, plan->prompts.sha256);
+        sqlite3_bind_int64(u, 3, session);
+        ok = sqlite3_step(u) == SQLITE_DONE;
+    }
+    for (size_t i = 0; ok && i < plan->n_prompts; i++) {
+        const tb_prompt *it = &plan->prompts.items[i];
+        tb_str tags = {0};
+        tb_str_append(&tags, "[");
+        for (int t = 0; t < it->n_tags; t++)
+            tb_str_appendf(&tags, "%s\"%s\"", t ? "," : "", it->tags[t]); /* tags are [a-z0-9_]+ */
+        tb_str_append(&tags, "]");
+        sqlite3_reset(q);
+        sqlite3_bind_int64(q, 1, session);
+        sqlite3_bind_int64(q, 2, (int64_t)i);
+        sqlite3_bind_int(q, 3, it->line);
+        bind_text(q, 4, it->prompt);
+        bind_text(q, 5, it->answer);
+        bind_text(q, 6, it->answer ? tb_scorer_name(tb_prompt_scorer(it, plan->scorer)) : NULL);
+        bind_text(q, 7, tags.s);
+        ok = sqlite3_step(q) == SQLITE_DONE;
+        tb_str_free(&tags);
+    }
+    if (ok)
+        ok = sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL) == SQLITE_OK;
+    else
+        sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+    sqlite3_finalize(u);
+    sqlite3_finalize(q);
+    return ok ? 0 : -1;
 }

@@ -54,6 +54,9 @@ int tb_store_session_end(tb_store *st, int64_t session, const char *status);
 
 /* Backend row for plan backend `pb`; returns its id or -1. */
 int64_t tb_store_backend(tb_store *st, int64_t session, const tb_plan_backend *pb);
+/* The prompt set's items (plan->n_prompts of them) and its path and hash,
+ * with the session; nothing without a prompt set. 0 or -1. */
+int tb_store_prompts(tb_store *st, int64_t session, const tb_plan *plan);
 int tb_store_backend_info(tb_store *st, int64_t backend_id, const char *info_json);
 
 /* One request of one sample, metrics already derived. */
@@ -68,6 +71,10 @@ typedef struct tb_request_record {
     uint32_t answer_tokens;  /* TB_UNKNOWN_COUNT: not reported */
     uint64_t output_hash;
     char *emissions_json;    /* [[ms since submit, tokens], ...] */
+    int32_t prompt_idx;      /* item of the prompt set; -1: synthetic */
+    int scored;              /* counted in the case's quality metrics */
+    char *output_text;       /* the answer text (prompt sets), or NULL */
+    double scores[3];        /* quality.h's TB_SCORE_*; NaN: not applicable */
 } tb_request_record;
 
 typedef struct tb_sample_record {
@@ -86,6 +93,7 @@ typedef struct tb_metric_record {
     const char *name; /* docs/METRICS.md */
     const char *unit;
     tb_stats st;
+    char *name_buf;   /* when the name is built (accuracy_TAG): owned */
 } tb_metric_record;
 
 typedef struct tb_case_record {

@@ -76,7 +76,7 @@ int tb_dim_parse_value(tb_dim d, const char *text, double *out, char **err)
 
 /* ------------------------------------------------------------ parsing */
 
-typedef enum { SEC_NONE, SEC_SUITE, SEC_MATRIX, SEC_BACKEND } section_kind;
+typedef enum { SEC_NONE, SEC_SUITE, SEC_MATRIX, SEC_BACKEND, SEC_PROMPTS } section_kind;
 
 struct parser;
 
@@ -382,6 +382,9 @@ static void enter_section(parser *p, const char *name)
         p->sec = SEC_SUITE;
     } else if (strcmp(name, "matrix") == 0) {
         p->sec = SEC_MATRIX;
+    } else if (strcmp(name, "prompts") == 0) {
+        p->sec = SEC_PROMPTS;
+        p->s->prompts.loc = here(p);
     } else if (strncmp(name, "backend", 7) == 0 &&
                (name[7] == ' ' || name[7] == '\t' || name[7] == '\0')) {
         p->sec = SEC_BACKEND;
@@ -410,7 +413,7 @@ static void enter_section(parser *p, const char *name)
         p->be->loc = here(p);
         free(orig);
     } else {
-        add_error(p, here(p), NULL, "unknown section [%s] (expected [suite], [matrix] or [backend LABEL])", name);
+        add_error(p, here(p), NULL, "unknown section [%s] (expected [suite], [matrix], [prompts] or [backend LABEL])", name);
         p->sec = SEC_NONE;
     }
 }
@@ -458,6 +461,55 @@ static void handle_suite_key(parser *p, const char *key, const char *v)
     }
 }
 
+static void handle_prompts_key(parser *p, const char *key, const char *v)
+{
+    tb_suite_prompts *ps = &p->s->prompts;
+    long long x;
+    if (strcmp(key, "file") == 0) {
+        if (!*v) {
+            add_error(p, here(p), key, "expected the path of a JSONL prompt set");
+            return;
+        }
+        free(ps->file);
+        ps->file = relative_to_file(p, v);
+        ps->file_loc = here(p);
+    } else if (strcmp(key, "limit") == 0) {
+        if (parse_int_key(p, key, v, 0, 100000000, &x) == 0)
+            ps->limit = (int)x;
+    } else if (strcmp(key, "scorer") == 0) {
+        if (strcmp(v, "exact") && strcmp(v, "contains") && strcmp(v, "regex") && strcmp(v, "numeric")) {
+            add_error(p, here(p), key, "expected exact, contains, regex or numeric, got \"%s\"", v);
+            return;
+        }
+        free(ps->scorer);
+        ps->scorer = tb_xstrdup(v);
+        ps->scorer_loc = here(p);
+    } else if (strcmp(key, "repetition_n") == 0) {
+        if (parse_int_key(p, key, v, 1, 16, &x) == 0)
+            ps->repetition_n = (int)x;
+    } else if (strcmp(key, "distinct_n") == 0) {
+        if (parse_int_key(p, key, v, 1, 16, &x) == 0)
+            ps->distinct_n = (int)x;
+    } else if (strcmp(key, "judge") == 0) {
+        if (!valid_label(v)) {
+            add_error(p, here(p), key, "expected the label of a [backend LABEL] section, got \"%s\"", v);
+            return;
+        }
+        free(ps->judge);
+        ps->judge = tb_xstrdup(v);
+        ps->judge_loc = here(p);
+    } else if (strcmp(key, "judge_context") == 0) {
+        if (strcmp(v, "prompt") == 0)
+            ps->judge_context = 1;
+        else if (strcmp(v, "none") == 0)
+            ps->judge_context = 0;
+        else
+            add_error(p, here(p), key, "expected prompt (score the output after its prompt) or none, got \"%s\"", v);
+    } else {
+        add_error(p, here(p), key, "unknown key in [prompts] (expected file, limit, scorer, repetition_n, distinct_n, judge, judge_context or include)");
+    }
+}
+
 static int handler(void *user, const char *section, const char *name, const char *value)
 {
     parser *p = user;
@@ -497,6 +549,9 @@ static int handler(void *user, const char *section, const char *name, const char
     switch (p->sec) {
     case SEC_SUITE:
         handle_suite_key(p, name, v);
+        break;
+    case SEC_PROMPTS:
+        handle_prompts_key(p, name, v);
         break;
     case SEC_MATRIX:
         if (d != TB_N_DIMS) {
@@ -644,6 +699,28 @@ static void check_complete(parser *p)
         if (!be->plugin)
             add_error(p, be->loc, "plugin", "[backend %s] has no plugin = NAME", be->label);
     }
+    tb_suite_prompts *ps = &s->prompts;
+    if (ps->loc.line && !ps->file)
+        add_error(p, ps->loc, "file", "[prompts] has no file = PATH (expected a JSONL prompt set)");
+    if (ps->file && s->dims[TB_DIM_PROMPT_TOKENS].n)
+        add_error(p, s->dims[TB_DIM_PROMPT_TOKENS].loc, "prompt_tokens",
+                  "the prompts come from [prompts] file = %s (expected no prompt_tokens with a prompt set)",
+                  ps->file);
+    for (size_t i = 0; ps->file && i < s->n_backends; i++)
+        if (s->backends[i].dims[TB_DIM_PROMPT_TOKENS].n)
+            add_error(p, s->backends[i].dims[TB_DIM_PROMPT_TOKENS].loc, "prompt_tokens",
+                      "the prompts come from [prompts] file = %s (expected no prompt_tokens with a prompt set)",
+                      ps->file);
+    if (ps->judge) {
+        size_t i = 0;
+        while (i < s->n_backends && strcmp(s->backends[i].label, ps->judge) != 0)
+            i++;
+        if (i == s->n_backends)
+            add_error(p, ps->judge_loc, "judge", "no [backend %s] in this suite (expected the label of one)",
+                      ps->judge);
+    }
+    if (!ps->scorer)
+        ps->scorer = tb_xstrdup("exact");
     if (!p->have_suite_name) {
         /* Default the name to the file's base name without ".ini". */
         const char *base = strrchr(s->path, '/');
@@ -666,6 +743,9 @@ int tb_suite_load(const char *path, tb_suite *s, char **err)
     s->seed = 0;
     s->case_timeout_s = 600;
     s->load_timeout_s = 600;
+    s->prompts.repetition_n = 4;
+    s->prompts.distinct_n = 2;
+    s->prompts.judge_context = 1;
 
     parser p = {.s = s};
     parse_file(&p, path, (tb_loc){NULL, 0});
@@ -718,6 +798,9 @@ void tb_suite_free(tb_suite *s)
         settings_free(be->settings, be->n_settings);
     }
     free(s->backends);
+    free(s->prompts.file);
+    free(s->prompts.scorer);
+    free(s->prompts.judge);
     for (size_t i = 0; i < s->n_files; i++)
         free(s->files[i]);
     free(s->files);

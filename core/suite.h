@@ -8,6 +8,9 @@
  *                           max_new_tokens, batch, concurrency, steps,
  *                           block_length, request_rate, requests) and
  *                           option sweeps
+ *   [prompts]               file (JSONL prompt set), limit, scorer,
+ *                           repetition_n, distinct_n, judge (a backend
+ *                           label), judge_context (prompt | none)
  *   [backend LABEL]         plugin, model, the plugin's options, and
  *                           per-backend overrides of matrix dimensions
  *                           ("steps = none": this backend does not get
@@ -78,6 +81,23 @@ typedef struct tb_suite_backend {
     size_t n_settings;
 } tb_suite_backend;
 
+/* [prompts]: prompts and expected answers from a JSONL file (core/score.h)
+ * instead of synthetic prompts, with scores next to the speed figures. */
+typedef struct tb_suite_prompts {
+    char *file;          /* NULL: no [prompts] section; relative to the suite */
+    tb_loc loc;          /* the section header */
+    tb_loc file_loc;
+    int limit;           /* the first `limit` items; 0 = all */
+    char *scorer;        /* scorer of items with an answer (default exact) */
+    tb_loc scorer_loc;
+    int repetition_n;    /* n of the repetition score (default 4) */
+    int distinct_n;      /* n of distinct-n (default 2) */
+    char *judge;         /* label of the backend that scores outputs
+                            (TB_CAP_LOGLIK), NULL: no judge */
+    tb_loc judge_loc;
+    int judge_context;   /* 1: ln p(output | prompt); 0: ln p(output) */
+} tb_suite_prompts;
+
 typedef struct tb_suite {
     char *path;
     char *name;
@@ -95,6 +115,7 @@ typedef struct tb_suite {
     size_t n_sweeps;
     tb_suite_backend *backends;
     size_t n_backends;
+    tb_suite_prompts prompts;
     char **files;  /* every file read, main first (owns tb_loc.file) */
     size_t n_files;
     char *text;    /* every file's text, for hashing and storing */

@@ -22,14 +22,18 @@ typedef enum tb_msg {
     TB_MSG_GENERATE = 4, /* tb_wire_gen, then n_requests NUL-terminated
                             prompts: one batch; answered by EMIT frames
                             as tokens appear, then GENERATED */
+    TB_MSG_JUDGE = 5,    /* tb_wire_judge, then n pairs of NUL-terminated
+                            context and continuation texts; answered by
+                            LOADED, then JUDGED */
     /* worker → runner */
     TB_MSG_PROBE = 10,     /* tb_wire_status: can the backend run here */
     TB_MSG_LOADED = 11,    /* tb_wire_status, then describe() JSON text */
     TB_MSG_RESULT = 12,    /* tb_wire_case + calls, see below */
     TB_MSG_CASE_ERROR = 13, /* tb_wire_status: the case failed */
     TB_MSG_EMIT = 14,      /* tb_wire_emit, then text_len bytes */
-    TB_MSG_GENERATED = 15  /* tb_wire_gen_done, then per request a
+    TB_MSG_GENERATED = 15, /* tb_wire_gen_done, then per request a
                               tb_wire_gen_req and its text_len bytes */
+    TB_MSG_JUDGED = 16     /* n tb_wire_loglik, in the JUDGE order */
 } tb_msg;
 
 typedef struct tb_wire_status {
@@ -40,7 +44,9 @@ typedef struct tb_wire_status {
 } tb_wire_status;
 
 /* RESULT payload: one tb_wire_case, then for each call a tb_wire_call
- * followed by its n_requests tb_wire_request and n_emissions tb_emission. */
+ * followed by its n_requests tb_wire_request, n_emissions tb_emission, and
+ * the output texts of its requests (text_len bytes each, request order;
+ * only in suites with a prompt set). */
 typedef struct tb_wire_case {
     uint32_t n_calls;       /* warm-ups first, then measured repetitions */
     uint32_t pad;
@@ -67,10 +73,26 @@ typedef struct tb_wire_request {
     int32_t recount;     /* detokenize → tokenize count; -1: no tokenizer */
     uint32_t steps_done;
     uint32_t answer_tokens; /* before the first EOS; TB_UNKNOWN_COUNT */
-    uint32_t pad;
+    uint32_t text_len;    /* bytes of output text after the emissions */
     uint64_t output_hash; /* FNV-1a of output ids (or text); 0: none */
+    int32_t prompt_idx;   /* item of the prompt set; -1: synthetic */
+    uint32_t scored;      /* 1: counts towards scores (not a warm-up or a
+                             request that fills up the last batch) */
     char error[128];
 } tb_wire_request;
+
+/* JUDGE payload header. */
+typedef struct tb_wire_judge {
+    uint32_t case_index; /* a case of the judge backend: its load options */
+    uint32_t n;          /* pairs that follow */
+} tb_wire_judge;
+
+/* One loglik() answer. */
+typedef struct tb_wire_loglik {
+    int32_t status;      /* tb_status */
+    uint32_t n_tokens;
+    double sum_logprob;
+} tb_wire_loglik;
 
 /* GENERATE payload header. */
 typedef struct tb_wire_gen {

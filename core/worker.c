@@ -242,13 +242,43 @@ static int ensure_context(worker *w, const tb_case *c)
     return 0;
 }
 
+static int64_t decode_ids(worker *w, const int32_t *ids, size_t n);
+
+/* What a reader sees of request r: its output text, or its ids decoded up
+ * to the first EOS (n_answer_tokens), appended to *out. Nothing when the
+ * backend gives neither. */
+static void answer_text(worker *w, const tb_request_result *r, tb_str *out)
+{
+    if (r->status != TB_OK)
+        return;
+    if (r->output_text) {
+        tb_str_append(out, r->output_text);
+        return;
+    }
+    if (!r->output_ids || !(w->ops->capabilities & TB_CAP_TOKENIZER))
+        return;
+    size_t n = r->n_output_ids;
+    if (r->n_answer_tokens != TB_UNKNOWN_COUNT && r->n_answer_tokens < n)
+        n = r->n_answer_tokens;
+    int64_t k = n ? decode_ids(w, r->output_ids, n) : 0;
+    if (k > 0)
+        tb_str_appendn(out, w->scratch, (size_t)k);
+}
+
 static void run_case(worker *w, const tb_case *c)
 {
     if (ensure_context(w, c) != 0)
         return;
     const tb_suite *s = w->plan->suite;
+    const tb_plan *plan = w->plan;
     uint32_t n_req = c->requests ? c->requests : c->batch;
-    int n_calls = s->warmup + s->repeat;
+    /* With a prompt set, a repetition is one pass over it. */
+    uint32_t per_pass = tb_plan_calls_per_pass(plan, c);
+    int n_calls = s->warmup + s->repeat * (int)per_pass;
+    const char **ptext = plan->n_prompts ? tb_xcalloc(n_req, sizeof *ptext) : NULL;
+    int32_t *pidx = tb_xcalloc(n_req, sizeof *pidx);
+    uint32_t *scored = tb_xcalloc(n_req, sizeof *scored);
+    tb_str texts = {0};
 
     tb_str out = {0};
     tb_wire_case hdr = {.n_calls = (uint32_t)n_calls};
@@ -266,6 +296,18 @@ static void run_case(worker *w, const tb_case *c)
     for (int call = 0; call < n_calls; call++) {
         int64_t t_setup = tb_now_ns();
         int warm = call < s->warmup;
+        for (uint32_t i = 0; i < n_req; i++) {
+            pidx[i] = -1;
+            scored[i] = 0;
+            if (!ptext)
+                continue;
+            /* warm-ups: the first prompts; pass k, call j: prompts j*n_req.. */
+            size_t at = warm ? (size_t)call * n_req + i
+                             : (size_t)((call - s->warmup) % (int)per_pass) * n_req + i;
+            scored[i] = !warm && at < plan->n_prompts;
+            pidx[i] = (int32_t)(at % plan->n_prompts);
+            ptext[i] = plan->prompts.items[pidx[i]].prompt;
+        }
         tb_request req = {
             .struct_size = sizeof req,
             .n_requests = n_req,
@@ -279,7 +321,7 @@ static void run_case(worker *w, const tb_case *c)
             .seed = s->seed,
             .repetition = (uint32_t)(warm ? call : call - s->warmup),
             .is_warmup = (uint32_t)warm,
-            .prompt_text = NULL,
+            .prompt_text = ptext,
             .options = c->options,
             .n_options = c->n_options,
         };
@@ -303,6 +345,10 @@ static void run_case(worker *w, const tb_case *c)
                         e && *e ? e : "no message");
             free(rr);
             free(wr);
+            free(ptext);
+            free(pidx);
+            free(scored);
+            tb_str_free(&texts);
             tb_str_free(&out);
             return;
         }
@@ -326,6 +372,13 @@ static void run_case(worker *w, const tb_case *c)
             else if (r->output_text)
                 q->output_hash = fnv1a(1469598103934665603ULL, r->output_text, strlen(r->output_text));
             tb_strlcpy(q->error, r->error, sizeof q->error);
+            q->prompt_idx = pidx[i];
+            q->scored = scored[i];
+            if (ptext) { /* the answer text, for the scorers */
+                size_t before = texts.len;
+                answer_text(w, r, &texts);
+                q->text_len = (uint32_t)(texts.len - before);
+            }
         }
         tb_wire_call wc = {
             .is_warmup = (uint32_t)warm,
@@ -343,7 +396,14 @@ static void run_case(worker *w, const tb_case *c)
         tb_str_appendn(&out, (const char *)&wc, sizeof wc);
         tb_str_appendn(&out, (const char *)wr, n_req * sizeof *wr);
         tb_str_appendn(&out, (const char *)w->em.ev, w->em.n * sizeof *w->em.ev);
+        if (texts.len)
+            tb_str_appendn(&out, texts.s, texts.len);
+        texts.len = 0;
     }
+    free(ptext);
+    free(pidx);
+    free(scored);
+    tb_str_free(&texts);
     struct rusage ru;
     if (getrusage(RUSAGE_SELF, &ru) == 0)
         ((tb_wire_case *)out.s)->host_peak_rss = (int64_t)ru.ru_maxrss * 1024;
@@ -572,6 +632,50 @@ static void serve_generate(worker *w, const char *buf, size_t len)
     free(rr);
 }
 
+/* JUDGE: load the judge's context, then loglik() of every pair. */
+static void judge_pairs(worker *w, const char *buf, size_t len)
+{
+    tb_wire_judge h;
+    if (len < sizeof h) {
+        send_status(w, TB_MSG_LOADED, TB_ERR_INVALID, 0, 0, NULL, "malformed JUDGE message");
+        return;
+    }
+    memcpy(&h, buf, sizeof h);
+    if (h.case_index >= w->plan->n_cases) {
+        send_status(w, TB_MSG_LOADED, TB_ERR_INVALID, 0, 0, NULL, "no case %u", h.case_index);
+        return;
+    }
+    if (ensure_context(w, &w->plan->cases[h.case_index]) != 0)
+        return;
+    tb_wire_loglik *out = tb_xcalloc(h.n ? h.n : 1, sizeof *out);
+    const char *p = buf + sizeof h, *end = buf + len;
+    for (uint32_t i = 0; i < h.n; i++) {
+        const char *ctx_text = p;
+        const char *z = memchr(p, 0, (size_t)(end - p));
+        const char *cont = z ? z + 1 : end;
+        const char *z2 = cont < end ? memchr(cont, 0, (size_t)(end - cont)) : NULL;
+        if (!z || !z2) {
+            out[i].status = TB_ERR_INVALID;
+            continue;
+        }
+        p = z2 + 1;
+        if (cancel_flag) {
+            out[i].status = TB_ERR_CANCELLED;
+            continue;
+        }
+        double sum = 0;
+        uint32_t n = 0;
+        out[i].status = w->ops->loglik(w->ctx, ctx_text, cont, &sum, &n);
+        out[i].sum_logprob = sum;
+        out[i].n_tokens = n;
+        if (out[i].status != TB_OK)
+            host_log(&w->host, TB_LOG_WARN, "loglik failed on pair %u: %s", i, w->ops->last_error(w->ctx));
+    }
+    if (tb_wire_send(w->fd_out, TB_MSG_JUDGED, out, (size_t)h.n * sizeof *out) != 0)
+        _exit(3);
+    free(out);
+}
+
 void tb_worker_main(const tb_plan *plan, size_t backend, int fd_in, int fd_out)
 {
     /* Plugins must not write to stdout (the runner's results): point it
@@ -625,6 +729,11 @@ void tb_worker_main(const tb_plan *plan, size_t backend, int fd_in, int fd_out)
                 ensure_context(&w, &plan->cases[idx]);
             else
                 send_status(&w, TB_MSG_LOADED, TB_ERR_INVALID, 0, 0, NULL, "no case %u", idx);
+            continue;
+        }
+        if (type == TB_MSG_JUDGE && TB_STRUCT_HAS(w.ops, tb_backend_ops, loglik) && w.ops->loglik) {
+            judge_pairs(&w, buf, len);
+            free(buf);
             continue;
         }
         if (type == TB_MSG_GENERATE) {

@@ -335,7 +335,9 @@ static void pareto_chart(const tb_rsession *s, tb_rcharts *out)
         free(py);
         return;
     }
-    char *ylabel = tb_xasprintf("%s (%s, median; higher is better)", qname, qunit);
+    char *ylabel = strcmp(qname, "accuracy") == 0
+                       ? tb_xstrdup("accuracy (fraction of items correct; higher is better)")
+                       : tb_xasprintf("%s (%s, median; higher is better)", qname, qunit);
     tb_chart *ch = tb_chart_new("quality vs aggregate tokens/s (Pareto front)", "aggregate tokens/s", ylabel);
     free(ylabel);
     tb_chart_y_from_zero(ch, 0);

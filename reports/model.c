@@ -194,7 +194,7 @@ static int load_backends(sqlite3 *db, tb_rsession *s, char **err)
 /* Display order of the metrics runner.c stores (docs/METRICS.md). */
 static const char *const metric_order[] = {
     "req_tps", "agg_tps", "decode_tps", "ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "prefill_ms", "decode_ms",
-    "wall_ms", "forward_passes", "tokens_per_forward", "steps_done", "answer_tokens", "quality", "accuracy",
+    "wall_ms", "forward_passes", "tokens_per_forward", "steps_done", "answer_tokens", "quality", "accuracy", "judge_ppl", "repetition", "distinct",
     "roofline_pct", "runner_us",
 };
 
@@ -446,7 +446,7 @@ static void dims_append(tb_str *b, const tb_rcase *c, unsigned skip)
 {
 #define SEP (b->len ? ", " : "")
     if (!(skip & TB_RKEY_PROMPT))
-        tb_str_appendf(b, "%sprompt %d", SEP, c->prompt_tokens);
+        tb_str_appendf(b, c->prompt_tokens ? "%sprompt %d" : "%sprompt set", SEP, c->prompt_tokens);
     if (!(skip & TB_RKEY_NEW))
         tb_str_appendf(b, "%snew %d", SEP, c->max_new_tokens);
     if (!(skip & TB_RKEY_BATCH))

@@ -234,9 +234,11 @@ static void quality(const tb_rsession *s, tb_rtables *ts)
         return;
     tb_rtable *t = table_new(ts, "quality", "Quality next to speed",
                              tb_xstrdup("The quality score stored with the same runs (higher is better), next to "
-                                        "the speed it was measured at."));
-    static const char *const head[] = {"backend", "case", "metric", "unit", "runs", "median", "p5", "p95",
-                                       "aggregate tok/s"};
+                                        "the speed it was measured at. Accuracy: the fraction of graded items "
+                                        "answered correctly, n = items, with its Wilson 95% interval; judge "
+                                        "perplexity: median over answers (lower is better)."));
+    static const char *const head[] = {"backend", "case", "metric", "unit", "n", "value", "CI low", "CI high",
+                                       "judge ppl", "aggregate tok/s"};
     for (size_t i = 0; i < TB_ARRAY_LEN(head); i++)
         column(t, head[i], i >= 4);
     for (size_t i = 0; i < s->n_cases; i++) {
@@ -250,8 +252,9 @@ static void quality(const tb_rsession *s, tb_rtables *ts)
         put(&r, tb_xstrdup(q->unit));
         putf_num(&r, (double)q->st.n, 0);
         putf_num(&r, q->st.median, 3);
-        putf_num(&r, q->st.p5, 3);
-        putf_num(&r, q->st.p95, 3);
+        putf_num(&r, q->st.ci_lo, 3);
+        putf_num(&r, q->st.ci_hi, 3);
+        putf_num(&r, tb_rcase_median(c, "judge_ppl"), 2);
         putf_num(&r, tb_rcase_median(c, "agg_tps"), 1);
         end_row(t, &r);
     }

@@ -232,10 +232,14 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
 
     /* Columns 0..7 are the case's identity, then the figures. */
     const char *sql =
-        "SELECT backend, prompt_tokens, max_new_tokens, batch, concurrency, steps, block_length, swept_options,"
+        "SELECT backend, CASE WHEN prompt_tokens = 0 THEN 'set' ELSE prompt_tokens END, max_new_tokens, batch,"
+        " concurrency, steps, block_length, swept_options,"
         " status, median_tps, p95_tps, aggregate_tps, decode_tps, ttft_ms, tpot_ms, e2e_ms, e2e_p95_ms, nfe,"
-        " tokens_per_forward, agg_tps_cv, runs, count_mismatches, error, peak_device_mib"
+        " tokens_per_forward, agg_tps_cv, runs, count_mismatches, error, peak_device_mib,"
+        " accuracy, accuracy_ci_lo, accuracy_ci_hi, judge_ppl"
         " FROM summary WHERE session = ? ORDER BY rowid";
+    int use_acc = column_used(db, session, "accuracy IS NOT NULL");
+    int use_ppl = column_used(db, session, "judge_ppl IS NOT NULL");
     sqlite3_stmt *q;
     if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK) {
         fprintf(stderr, "tokbench: %s\n", sqlite3_errmsg(db));
@@ -261,6 +265,10 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
                                        "TPOT ms", "E2E ms", "E2E p95", "NFE", "tok/fwd", "CV", "runs", "dev MiB"};
     for (size_t i = 0; i < TB_ARRAY_LEN(figs); i++)
         head[nh++] = figs[i];
+    if (use_acc)
+        head[nh++] = "accuracy (95% CI)";
+    if (use_ppl)
+        head[nh++] = "judge ppl";
     tb_table *t = tb_table_new(nh);
     tb_table_header(t, head);
 
@@ -307,6 +315,15 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
             tb_table_cell(t, "-");
         tb_table_cell(t, sqlite3_column_type(q, 20) == SQLITE_NULL ? "-" : col_text(q, 20));
         tb_table_num(t, col_num(q, 23), 0);
+        if (use_acc) {
+            double a = col_num(q, 24);
+            if (isfinite(a))
+                tb_table_cellf(t, "%.1f%% (%.0f-%.0f)", a * 100, col_num(q, 25) * 100, col_num(q, 26) * 100);
+            else
+                tb_table_cell(t, "-");
+        }
+        if (use_ppl)
+            tb_table_num(t, col_num(q, 27), 2);
 
         char *where = case_where(q);
         if (strcmp(status, "ok") != 0)
@@ -340,10 +357,14 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
         while (bi < n_backends && strcmp(backends[bi], backend) != 0)
             bi++;
         if (bi < n_backends && !cells[ki][bi]) {
-            double agg = col_num(q, 11);
-            cells[ki][bi] = strcmp(status, "ok") == 0
-                                ? (isfinite(agg) ? tb_xasprintf("%.1f", agg) : tb_xstrdup("-"))
-                                : tb_xstrdup(status);
+            double agg = col_num(q, 11), acc = col_num(q, 24);
+            if (strcmp(status, "ok") != 0)
+                cells[ki][bi] = tb_xstrdup(status);
+            else if (use_acc && isfinite(acc))
+                cells[ki][bi] = isfinite(agg) ? tb_xasprintf("%.1f @ %.0f%%", agg, acc * 100)
+                                              : tb_xasprintf("- @ %.0f%%", acc * 100);
+            else
+                cells[ki][bi] = isfinite(agg) ? tb_xasprintf("%.1f", agg) : tb_xstrdup("-");
         }
     }
     sqlite3_finalize(q);
@@ -394,7 +415,8 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
             for (size_t b = 0; b < n_backends && (int)(nd + b) < ns; b++)
                 tb_table_cell(s, cells[k][b] ? cells[k][b] : "");
         }
-        fprintf(out, "\nside by side: aggregate output tokens/s (median over repetitions)\n");
+        fprintf(out, use_acc ? "\nside by side: aggregate output tokens/s (median over repetitions) @ accuracy\n"
+                             : "\nside by side: aggregate output tokens/s (median over repetitions)\n");
         tb_table_print(s, out);
         tb_table_free(s);
     }

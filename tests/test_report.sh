@@ -222,12 +222,16 @@ q "$tmp/newer.db" "pragma user_version = 99"
 "$tb" db merge "$tmp/newer.db" --db "$tmp/m.db" 2>"$tmp/e"; [ $? = 1 ] || fail "newer schema merged"
 grep -q 'schema version 99 is newer than this tokbench knows' "$tmp/e" || fail "newer schema message: $(cat "$tmp/e")"
 [ "$(counts "$tmp/m.db")" = "$once" ] || fail "a refused merge changed the target"
-# an older schema (version 1) is migrated in memory. Migrations after 1
-# only add views so far: dropping them gives a version-1 file.
+# an older schema (version 1) is migrated in memory. Dropping what
+# migrations 2-4 added (views, tables, columns) gives a version-1 file.
 cp "$other" "$tmp/older.db"
 for v in $(q "$tmp/older.db" "select name from sqlite_master where type = 'view'"); do
     q "$tmp/older.db" "drop view $v"
 done
+# migration 4's tables and columns
+q "$tmp/older.db" "drop table prompt; drop table score; alter table request drop column prompt_idx;
+  alter table request drop column scored; alter table request drop column output_text;
+  alter table session drop column prompt_set_path; alter table session drop column prompt_set_sha256"
 q "$tmp/older.db" "pragma user_version = 1"
 "$tb" db merge "$tmp/older.db" --db "$tmp/z.db" >/dev/null || fail "older schema not merged"
 [ "$(q "$tmp/older.db" "pragma user_version")" = 1 ] || fail "merge modified the other database"

@@ -697,14 +697,14 @@ static void test_full_session(void)
     tb_metric_record mets[] = {
         {"req_tps", "tokens/s", {.n = 3, .median = 600000, .p5 = 500000, .p95 = 700000, .mean = 600000,
                                  .stdev = 100000, .cv = NAN, .min = 500000, .max = 700000, .ci_lo = 550000,
-                                 .ci_hi = 650000}},
+                                 .ci_hi = 650000}, NULL},
         {"agg_tps", "tokens/s", {.n = 1, .median = 1e6, .p5 = 1e6, .p95 = 1e6, .mean = 1e6, .stdev = 0,
-                                 .cv = 0.05, .min = 1e6, .max = 1e6, .ci_lo = 1e6, .ci_hi = 1e6}},
+                                 .cv = 0.05, .min = 1e6, .max = 1e6, .ci_lo = 1e6, .ci_hi = 1e6}, NULL},
         {"e2e_ms", "ms", {.n = 2, .median = 5, .p5 = 4.1, .p95 = 6, .mean = 5, .stdev = 1, .cv = 0.2,
-                          .min = 4, .max = 6, .ci_lo = INFINITY, .ci_hi = -INFINITY}},
+                          .min = 4, .max = 6, .ci_lo = INFINITY, .ci_hi = -INFINITY}, NULL},
         /* nothing measured: not stored at all */
         {"ttft_ms", "ms", {.n = 0, .median = NAN, .p5 = NAN, .p95 = NAN, .mean = NAN, .stdev = NAN, .cv = NAN,
-                           .min = NAN, .max = NAN, .ci_lo = NAN, .ci_hi = NAN}},
+                           .min = NAN, .max = NAN, .ci_lo = NAN, .ci_hi = NAN}, NULL},
     };
     tb_case_record rec1 = {.session_id = session, .backend_id = backend, .c = &c1, .status = "ok",
                            .started_at = "2025-01-01T00:00:00.000Z", .finished_at = "2025-01-01T00:00:02.000Z",
@@ -961,8 +961,8 @@ static void test_failures(void)
 
     /* 3. A duplicate metric name: fails at the very last insert. */
     s[1].repetition = 1;
-    tb_metric_record m[2] = {{"agg_tps", "tokens/s", {.n = 1, .median = 1}},
-                             {"agg_tps", "tokens/s", {.n = 1, .median = 2}}};
+    tb_metric_record m[2] = {{"agg_tps", "tokens/s", {.n = 1, .median = 1}, NULL},
+                             {"agg_tps", "tokens/s", {.n = 1, .median = 2}, NULL}};
     rec.metrics = m;
     rec.n_metrics = 2;
     err = NULL;

@@ -91,6 +91,9 @@ enum {
     TB_CAP_ENERGY = 1u << 7,
     /* Honors tb_request.request_rate (open-loop arrivals). */
     TB_CAP_REQUEST_RATE = 1u << 8,
+    /* loglik() is present: the backend can score text (a judge for
+     * generative perplexity, docs/METRICS.md). */
+    TB_CAP_LOGLIK = 1u << 9,
 };
 
 /* --------------------------------------------------------------- options */
@@ -110,6 +113,11 @@ enum {
      * flag may differ from case to case on one context; the runner passes
      * each case's values in tb_request.options. */
     TB_OPTF_LOAD = 1u << 0,
+    /* The value is a secret (an API key, an authorization header): the
+     * host never stores, logs or prints it; the database and reports show
+     * "(secret)" in its place. A plugin must keep it out of describe(),
+     * logs and error texts as well. */
+    TB_OPTF_SECRET = 1u << 1,
 };
 
 /* One option a backend declares. The host checks every option a suite sets
@@ -202,7 +210,8 @@ typedef struct tb_host {
 typedef struct tb_request {
     uint32_t struct_size;     /* sizeof(tb_request) as the host compiled it */
     uint32_t n_requests;      /* requests in this call (>= 1) */
-    uint32_t prompt_tokens;   /* exact prompt length, tokens */
+    uint32_t prompt_tokens;   /* exact prompt length, tokens; 0 with text
+                                 prompts (a suite's prompt set) */
     uint32_t max_new_tokens;  /* output tokens to produce per request */
     uint32_t batch;           /* batch size (== n_requests unless serving) */
     uint32_t concurrency;     /* requests in flight (TB_CAP_CONCURRENCY), 0 */
@@ -214,7 +223,10 @@ typedef struct tb_request {
     uint32_t is_warmup;       /* nonzero for warm-up calls */
     /* Prompts: NULL means "synthesize a deterministic prompt of exactly
      * prompt_tokens tokens from `seed`" (each request its own). Otherwise
-     * n_requests UTF-8 strings. */
+     * n_requests UTF-8 strings, of any lengths: a batch backend pads them
+     * (the engines left-pad and mask), or fails the call with
+     * TB_ERR_UNSUPPORTED if it cannot. Scored suites read output_text (or
+     * detokenized output_ids) of each request. */
     const char *const *prompt_text;
     /* This case's values of every declared option, declaration order. */
     const tb_option_value *options;
@@ -337,6 +349,19 @@ typedef struct tb_backend_ops {
      * "gen_length 100 is not a multiple of block_length 32". */
     tb_status (*validate)(const tb_request *request, char *why,
                           size_t why_size);
+
+    /* Optional (TB_CAP_LOGLIK). Log-likelihood of `continuation` after
+     * `context` (both UTF-8; context may be ""): the sum over the
+     * continuation's tokens of ln p(token | all tokens before it), and the
+     * number of tokens summed. The two texts are tokenized separately and
+     * concatenated (no special tokens), so n_tokens is the continuation's
+     * own token count; with an empty context the first token is
+     * conditioned on the model's BOS token when it has one, else it is not
+     * scored (n_tokens one less). An empty continuation gives 0 and 0.
+     * Not timed: the host calls it outside any measurement. */
+    tb_status (*loglik)(void *ctx, const char *context,
+                        const char *continuation, double *sum_logprob,
+                        uint32_t *n_tokens);
 } tb_backend_ops;
 
 /* The smallest ops table the host accepts: ABI 1 through `detokenize`. */

@@ -7,6 +7,7 @@
  * (ignore_eos = true), so every request produces exactly max_new_tokens. */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -193,6 +194,15 @@ static int is_eos(const tb_model_config *cfg, int32_t t)
     return 0;
 }
 
+/* Tokens before the first EOS: the answer a reader sees. */
+static uint32_t answer_length(const tb_model_config *cfg, const int32_t *ids, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (is_eos(cfg, ids[i]))
+            return i;
+    return n;
+}
+
 #ifdef TB_HAVE_CUDA
 /* The same loop on the GPU: greedy argmax on the device (only next[R]
  * comes back); with temperature > 0 the step's logits come to the host
@@ -262,6 +272,7 @@ static tb_status gpu_generate(ar_ctx *c, const tb_request *req, tb_result *res, 
         q->n_output_tokens = n_out[r];
         q->output_ids = c->out + (size_t)r * N;
         q->n_output_ids = n_out[r];
+        q->n_answer_tokens = answer_length(cfg, q->output_ids, n_out[r]);
         q->status = rc;
     }
 out:
@@ -287,52 +298,70 @@ static tb_status ar_generate(void *ctx, const tb_request *req, tb_result *res)
     int ignore_eos = OPT_I(req->options, req->n_options, OPT_IGNORE_EOS) != 0;
     int threads = (int)OPT_I(req->options, req->n_options, OPT_THREADS);
 
-    /* Prompts: given text (tokenized: all must have one length, the
-     * batch shares positions), or synthetic of exactly P tokens. */
+    /* Prompts: given text (tokenized; unequal lengths are left-padded to
+     * the longest and the padding masked), or synthetic of exactly P
+     * tokens. */
+    int32_t **text_ids = NULL;
+    int64_t *text_len = NULL;
     if (req->prompt_text) {
         if (!c->ld.tok) {
             set_error(c, "text prompts need a tokenizer.json; this model has none");
             return TB_ERR_UNSUPPORTED;
         }
-        int64_t n0 = tb_tokenizer_encode(c->ld.tok, req->prompt_text[0], strlen(req->prompt_text[0]), NULL, 0);
-        if (n0 <= 0) {
-            set_error(c, "prompt 0 tokenizes to %lld tokens", (long long)n0);
-            return TB_ERR_INVALID;
-        }
-        P = (size_t)n0;
+        tb_status ts = tb_tokenize_prompts(&c->ld, req->prompt_text, R, &text_ids, &text_len, &P, c->error,
+                                           sizeof c->error);
+        if (ts != TB_OK)
+            return ts;
     }
     if (P < 1 || N < 1) {
         set_error(c, "prompt_tokens and max_new_tokens must be >= 1 (got %zu, %u)", P, N);
+        tb_free_prompts(text_ids, text_len, R);
         return TB_ERR_INVALID;
     }
     if (P + N > (size_t)cfg->max_position_embeddings && cfg->max_position_embeddings > 0)
         host->log(host, TB_LOG_WARN, "prompt + output = %zu positions exceeds the model's %d", P + N,
                   cfg->max_position_embeddings);
     tb_status st = reserve(c, R, P, N);
-    if (st != TB_OK)
+    if (st != TB_OK) {
+        tb_free_prompts(text_ids, text_len, R);
         return st;
+    }
     if (threads > 0 && !c->on_gpu)
         tb_cpu_set_threads(&c->st, threads);
+    int *pad = calloc(R, sizeof *pad);
+    if (!pad) {
+        tb_free_prompts(text_ids, text_len, R);
+        set_error(c, "out of memory");
+        return TB_ERR_NO_MEMORY;
+    }
+    int padded = 0;
     for (uint32_t r = 0; r < R; r++) {
         int32_t *ids = c->prompt + (size_t)r * P;
-        if (req->prompt_text) {
-            int64_t n = tb_tokenizer_encode(c->ld.tok, req->prompt_text[r], strlen(req->prompt_text[r]), ids, P);
-            if (n != (int64_t)P) {
-                set_error(c, "prompt %u has %lld tokens, prompt 0 has %zu: a batch shares one length", r,
-                          (long long)n, P);
-                return TB_ERR_INVALID;
-            }
+        if (text_ids) {
+            pad[r] = (int)(P - (size_t)text_len[r]);
+            padded |= pad[r] != 0;
+            tb_left_pad(ids, P, text_ids[r], (size_t)text_len[r], tb_filler_token(cfg));
         } else {
             tb_synth_prompt(&c->ld.model.cfg, c->ld.tok, -1, req->seed, r, ids, P);
         }
     }
+    tb_free_prompts(text_ids, text_len, R);
 
     uint64_t rng = req->seed ^ 0xA0761D6478BD642FULL;
 #ifdef TB_HAVE_CUDA
-    if (c->on_gpu)
+    if (c->on_gpu) {
+        free(pad);
+        if (padded) {
+            set_error(c, "text prompts of unequal token lengths in one batch: the CUDA path has no padding mask "
+                         "yet (batch 1, or the CPU)");
+            return TB_ERR_UNSUPPORTED;
+        }
         return gpu_generate(c, req, res, R, P, N, &smp, ignore_eos, &rng);
+    }
 #endif
     tb_cpu_state_reset(&c->st);
+    tb_cpu_set_padding(&c->st, pad, (int)R);
+    free(pad);
     int64_t t0 = host->now_ns(host);
     if (tb_cpu_forward(&c->st, c->prompt, (int)R, (int)P, 1, 0, c->logits) != 0) {
         set_error(c, "forward failed (batch %u x %zu tokens)", R, P);
@@ -394,6 +423,7 @@ static tb_status ar_generate(void *ctx, const tb_request *req, tb_result *res)
         q->n_output_tokens = n_out[r];
         q->output_ids = c->out + (size_t)r * N;
         q->n_output_ids = n_out[r];
+        q->n_answer_tokens = answer_length(cfg, q->output_ids, n_out[r]);
         q->status = rc;
     }
     free(n_out);
@@ -424,13 +454,94 @@ static int64_t ar_detokenize(void *ctx, const int32_t *ids, size_t n, char *out,
     return tb_loaded_detokenize(&c->ld, ids, n, out, cap, c->error, sizeof c->error);
 }
 
+/* ln p(continuation | context): one causal forward over context +
+ * continuation with every position's logits; position i's log-softmax
+ * scores token i + 1. CPU path only (a judge model is small). */
+static tb_status ar_loglik(void *ctx, const char *context, const char *continuation, double *sum_logprob,
+                           uint32_t *n_tokens)
+{
+    ar_ctx *c = ctx;
+    const tb_model_config *cfg = &c->ld.model.cfg;
+    c->error[0] = '\0';
+    *sum_logprob = 0;
+    *n_tokens = 0;
+    if (!c->ld.tok) {
+        set_error(c, "loglik needs a tokenizer.json; this model has none");
+        return TB_ERR_UNSUPPORTED;
+    }
+    if (c->on_gpu) {
+        set_error(c, "loglik runs on the CPU path only (device = cpu for a judge)");
+        return TB_ERR_UNSUPPORTED;
+    }
+    const char *texts[2] = {context ? context : "", continuation ? continuation : ""};
+    int32_t **ids = NULL;
+    int64_t *lens = NULL;
+    size_t longest;
+    /* context with BOS as a prompt; the continuation without it */
+    int64_t nc = tb_tokenizer_encode(c->ld.tok, texts[1], strlen(texts[1]), NULL, 0);
+    if (nc < 0) {
+        set_error(c, "the tokenizer failed on the continuation");
+        return TB_ERR_INVALID;
+    }
+    if (nc == 0)
+        return TB_OK;
+    int32_t bos = tb_prompt_bos(cfg);
+    size_t n_ctx = 0;
+    int32_t *ctx_ids = NULL;
+    if (texts[0][0] || bos >= 0) {
+        tb_status ts = tb_tokenize_prompts(&c->ld, texts, 1, &ids, &lens, &longest, c->error, sizeof c->error);
+        if (ts != TB_OK)
+            return ts;
+        ctx_ids = ids[0];
+        n_ctx = (size_t)lens[0];
+    }
+    size_t total = n_ctx + (size_t)nc;
+    int32_t *seq = malloc(total * sizeof *seq);
+    float *logits = malloc(total * (size_t)cfg->vocab_size * sizeof *logits);
+    tb_status rc = seq && logits ? reserve(c, 1, total, 1) : TB_ERR_NO_MEMORY;
+    if (rc == TB_OK) {
+        if (n_ctx)
+            memcpy(seq, ctx_ids, n_ctx * sizeof *seq);
+        if (tb_tokenizer_encode(c->ld.tok, texts[1], strlen(texts[1]), seq + n_ctx, (size_t)nc) != nc)
+            rc = TB_ERR_INVALID;
+    }
+    if (rc == TB_OK) {
+        tb_cpu_state_reset(&c->st);
+        if (tb_cpu_forward(&c->st, seq, 1, (int)total, 1, 1, logits) != 0) {
+            set_error(c, "forward failed over %zu tokens", total);
+            rc = TB_ERR;
+        }
+    }
+    if (rc == TB_OK) {
+        double sum = 0;
+        size_t first = n_ctx ? n_ctx : 1; /* no context, no BOS: token 0 is not scored */
+        for (size_t i = first; i < total; i++) {
+            const float *row = logits + (i - 1) * (size_t)cfg->vocab_size;
+            double mx = row[0], z = 0;
+            for (int v = 1; v < cfg->vocab_size; v++)
+                mx = row[v] > mx ? row[v] : mx;
+            for (int v = 0; v < cfg->vocab_size; v++)
+                z += exp((double)row[v] - mx);
+            sum += (double)row[seq[i]] - mx - log(z);
+        }
+        *sum_logprob = sum;
+        *n_tokens = (uint32_t)(total - first);
+    } else if (!c->error[0]) {
+        set_error(c, "loglik: out of memory or tokenizer failure (%zu tokens)", total);
+    }
+    free(seq);
+    free(logits);
+    tb_free_prompts(ids, lens, 1);
+    return rc;
+}
+
 static const tb_backend_ops ar_ops = {
     .abi_major = TB_ABI_MAJOR,
     .struct_size = sizeof(tb_backend_ops),
     .name = "ar",
     .version = AR_VERSION,
     .description = "autoregressive Llama/Qwen2 on tokbench's engine (Hugging Face folders or presets)",
-    .capabilities = TB_CAP_BATCH | TB_CAP_STREAMING | TB_CAP_TOKENIZER,
+    .capabilities = TB_CAP_BATCH | TB_CAP_STREAMING | TB_CAP_TOKENIZER | TB_CAP_LOGLIK,
     .options = ar_options,
     .n_options = N_OPTS,
     .probe = NULL,
@@ -441,6 +552,8 @@ static const tb_backend_ops ar_ops = {
     .describe = ar_describe,
     .tokenize = ar_tokenize,
     .detokenize = ar_detokenize,
+    .validate = NULL,
+    .loglik = ar_loglik,
 };
 
 __attribute__((visibility("default"))) const tb_backend_ops *tokbench_backend_entry(void);

@@ -79,6 +79,8 @@ typedef struct dctx {
     int32_t mask_id;
     int32_t *canvas;  /* [B][L] */
     size_t canvas_cap;
+    int *pad;              /* [2B]: left padding of each canvas (text prompts) */
+    size_t pad_cap;
     char *describe_json;
     char error[512];
 } dctx;
@@ -163,6 +165,7 @@ static void diffusion_destroy(void *p)
     tb_dllm_cpu_free(&c->engine);
     tb_loaded_free(&c->ld);
     free(c->canvas);
+    free(c->pad);
     free(c->describe_json);
     free(c);
 }
@@ -232,6 +235,46 @@ static int gpu_forward_pick(void *ctx, const int32_t *canvas, int B, int L, int 
 }
 #endif
 
+/* c->canvas = B canvases of P prompt positions (text: left-padded with
+ * c->pad[b] filler positions; else synthetic) + gen_length masks. */
+static tb_status fill_canvases(dctx *c, const tb_request *req, int B, int P, const tb_dllm_params *p,
+                               int32_t *const *text_ids, const int64_t *text_len)
+{
+    const tb_model_config *cfg = &c->ld.model.cfg;
+    int L = P + p->gen_length;
+    if ((size_t)B * L > c->canvas_cap) {
+        free(c->canvas);
+        c->canvas = malloc((size_t)B * L * sizeof(int32_t));
+        c->canvas_cap = c->canvas ? (size_t)B * L : 0;
+        if (!c->canvas) {
+            set_error(c, "out of memory for %d canvases", B);
+            return TB_ERR_NO_MEMORY;
+        }
+    }
+    if (2 * (size_t)B > c->pad_cap) {
+        free(c->pad);
+        c->pad = malloc(2 * (size_t)B * sizeof *c->pad);
+        c->pad_cap = c->pad ? 2 * (size_t)B : 0;
+        if (!c->pad) {
+            set_error(c, "out of memory for %d canvases", B);
+            return TB_ERR_NO_MEMORY;
+        }
+    }
+    for (int b = 0; b < B; b++) {
+        int32_t *x = c->canvas + (size_t)b * L;
+        c->pad[b] = 0;
+        if (text_ids) {
+            c->pad[b] = P - (int)text_len[b];
+            tb_left_pad(x, (size_t)P, text_ids[b], (size_t)text_len[b], tb_filler_token(cfg));
+        } else {
+            tb_synth_prompt(cfg, c->ld.tok, c->mask_id, req->seed, (uint32_t)b, x, (size_t)P);
+        }
+        for (int i = P; i < L; i++)
+            x[i] = c->mask_id;
+    }
+    return TB_OK;
+}
+
 static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result *res)
 {
     dctx *c = ctx;
@@ -248,15 +291,36 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
         return TB_ERR_UNSUPPORTED;
     }
     int B = (int)req->n_requests, P = (int)req->prompt_tokens;
+    /* Text prompts: tokenized, left-padded to the longest (masked). */
+    int32_t **text_ids = NULL;
+    int64_t *text_len = NULL;
     if (req->prompt_text) {
-        set_error(c, "text prompts are not supported yet by the diffusion backend");
-        return TB_ERR_UNSUPPORTED;
+        if (!c->ld.tok) {
+            set_error(c, "text prompts need a tokenizer.json; this model has none");
+            return TB_ERR_UNSUPPORTED;
+        }
+        size_t longest;
+        tb_status ts = tb_tokenize_prompts(&c->ld, req->prompt_text, (uint32_t)B, &text_ids, &text_len, &longest,
+                                           c->error, sizeof c->error);
+        if (ts != TB_OK)
+            return ts;
+        P = (int)longest;
     }
+    tb_status rs = fill_canvases(c, req, B, P, &p, text_ids, text_len);
+    tb_free_prompts(text_ids, text_len, (uint32_t)B);
+    if (rs != TB_OK)
+        return rs;
     int L = P + p.gen_length;
     int seqs = p.cfg_scale > 0 ? 2 * B : B;
     tb_dllm_engine eng;
     if (c->on_gpu) {
 #ifdef TB_HAVE_CUDA
+        for (int b = 0; b < B; b++)
+            if (c->pad[b]) {
+                set_error(c, "text prompts of unequal token lengths in one batch: the CUDA path has no padding "
+                             "mask yet (batch 1, or the CPU)");
+                return TB_ERR_UNSUPPORTED;
+            }
         if (p.temperature > 0 || p.sampler == TB_DLLM_ORIGIN || p.top_k > 0) {
             set_error(c, "the cuda path samples at temperature 0 only (argmax and confidences on the GPU); "
                          "use device = cpu for temperature, top_k or the origin sampler");
@@ -271,23 +335,13 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
             return TB_ERR_NO_MEMORY;
         eng = tb_dllm_cpu_engine(&c->engine);
     }
-    if ((size_t)B * L > c->canvas_cap) {
-        free(c->canvas);
-        c->canvas = malloc((size_t)B * L * sizeof(int32_t));
-        c->canvas_cap = c->canvas ? (size_t)B * L : 0;
-        if (!c->canvas) {
-            set_error(c, "out of memory for %d canvases", B);
-            return TB_ERR_NO_MEMORY;
-        }
-    }
     int threads = (int)OPT_I(req->options, req->n_options, OPT_THREADS);
     if (threads > 0 && !c->on_gpu)
         tb_cpu_set_threads(&c->engine.st, threads);
-    for (int b = 0; b < B; b++) {
-        int32_t *x = c->canvas + (size_t)b * L;
-        tb_synth_prompt(cfg, c->ld.tok, c->mask_id, req->seed, (uint32_t)b, x, (size_t)P);
-        for (int i = P; i < L; i++)
-            x[i] = c->mask_id;
+    if (!c->on_gpu) { /* the CFG rows B..2B-1 share their canvas's padding */
+        for (int b = 0; b < seqs; b++)
+            c->pad[b] = c->pad[b % B];
+        tb_cpu_set_padding(&c->engine.st, c->pad, seqs);
     }
     hook_ctx hc = {c};
     tb_dllm_hooks hooks = {.ctx = &hc, .on_commit = on_commit, .cancelled = on_cancel};

@@ -158,3 +158,91 @@ void tb_synth_prompt(const tb_model_config *cfg, const tb_tokenizer *tok, int32_
         ids[i] = t;
     }
 }
+
+/* Whether t is one of the model's EOS ids. */
+static int is_eos_id(const tb_model_config *cfg, int32_t t)
+{
+    for (int e = 0; e < cfg->n_eos; e++)
+        if (cfg->eos_ids[e] == t)
+            return 1;
+    return 0;
+}
+
+int32_t tb_prompt_bos(const tb_model_config *cfg)
+{
+    return cfg->bos_id >= 0 && !is_eos_id(cfg, cfg->bos_id) ? cfg->bos_id : -1;
+}
+
+int32_t tb_filler_token(const tb_model_config *cfg)
+{
+    if (cfg->n_eos > 0)
+        return cfg->eos_ids[0];
+    return cfg->bos_id >= 0 ? cfg->bos_id : 0;
+}
+
+void tb_free_prompts(int32_t **ids, int64_t *lens, uint32_t n)
+{
+    for (uint32_t i = 0; ids && i < n; i++)
+        free(ids[i]);
+    free(ids);
+    free(lens);
+}
+
+tb_status tb_tokenize_prompts(const tb_loaded *l, const char *const *texts, uint32_t n, int32_t ***ids_out,
+                              int64_t **lens_out, size_t *max_len, char *err, size_t err_size)
+{
+    int32_t bos = tb_prompt_bos(&l->model.cfg);
+    int32_t **ids = calloc(n, sizeof *ids);
+    int64_t *lens = calloc(n, sizeof *lens);
+    *ids_out = NULL;
+    *lens_out = NULL;
+    if (!ids || !lens) {
+        tb_free_prompts(ids, lens, n);
+        snprintf(err, err_size, "out of memory");
+        return TB_ERR_NO_MEMORY;
+    }
+    size_t longest = 0;
+    for (uint32_t r = 0; r < n; r++) {
+        const char *t = texts[r] ? texts[r] : "";
+        int64_t k = tb_tokenizer_encode(l->tok, t, strlen(t), NULL, 0);
+        if (k < 0) {
+            snprintf(err, err_size, "prompt %u: the tokenizer failed", r);
+            tb_free_prompts(ids, lens, n);
+            return TB_ERR_INVALID;
+        }
+        int off = bos >= 0;
+        ids[r] = malloc(((size_t)k + 1) * sizeof(int32_t));
+        if (!ids[r]) {
+            tb_free_prompts(ids, lens, n);
+            snprintf(err, err_size, "out of memory");
+            return TB_ERR_NO_MEMORY;
+        }
+        if (off)
+            ids[r][0] = bos;
+        if (tb_tokenizer_encode(l->tok, t, strlen(t), ids[r] + off, (size_t)k) != k) {
+            snprintf(err, err_size, "prompt %u: the tokenizer failed", r);
+            tb_free_prompts(ids, lens, n);
+            return TB_ERR_INVALID;
+        }
+        lens[r] = k + off;
+        if (lens[r] == 0) {
+            snprintf(err, err_size, "prompt %u is empty (no tokens, and the model has no BOS)", r);
+            tb_free_prompts(ids, lens, n);
+            return TB_ERR_INVALID;
+        }
+        if ((size_t)lens[r] > longest)
+            longest = (size_t)lens[r];
+    }
+    *ids_out = ids;
+    *lens_out = lens;
+    *max_len = longest;
+    return TB_OK;
+}
+
+void tb_left_pad(int32_t *dst, size_t width, const int32_t *src, size_t n, int32_t filler)
+{
+    size_t pad = width - n;
+    for (size_t i = 0; i < pad; i++)
+        dst[i] = filler;
+    memcpy(dst + pad, src, n * sizeof *src);
+}

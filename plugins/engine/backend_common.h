@@ -53,4 +53,18 @@ const char *tb_opt_text(const tb_option_value *values, uint32_t n, const tb_opti
 void tb_synth_prompt(const tb_model_config *cfg, const tb_tokenizer *tok, int32_t avoid, uint64_t seed, uint32_t r,
                      int32_t *ids, size_t P);
 
+/* Text prompts: the model's BOS is prepended when config.json names one
+ * that is not also an EOS (Llama 3 has one; GPT-2-style models whose BOS is
+ * their EOS start with the text itself); -1: none. */
+int32_t tb_prompt_bos(const tb_model_config *cfg);
+/* The id left padding is filled with (masked: any id would do). */
+int32_t tb_filler_token(const tb_model_config *cfg);
+/* Tokenize n prompts (BOS as above): ids_out[r] holds lens_out[r] tokens;
+ * *max_len the longest. Free with tb_free_prompts. */
+tb_status tb_tokenize_prompts(const tb_loaded *l, const char *const *texts, uint32_t n, int32_t ***ids_out,
+                              int64_t **lens_out, size_t *max_len, char *err, size_t err_size);
+void tb_free_prompts(int32_t **ids, int64_t *lens, uint32_t n);
+/* dst[width] = filler x (width - n), then src[n]. */
+void tb_left_pad(int32_t *dst, size_t width, const int32_t *src, size_t n, int32_t filler);
+
 #endif

@@ -43,7 +43,8 @@ int tb_cpu_state_init(tb_cpu_state *st, const tb_model *m, int max_seqs, int max
                       (size_t)max_rows * (size_t)max_len};
     float **ptrs[] = {&st->k_cache, &st->v_cache, &st->x, &st->xn, &st->qkv, &st->att, &st->gu, &st->scores};
     st->seq_len = calloc((size_t)max_seqs, sizeof(int));
-    int ok = st->seq_len != NULL;
+    st->pad = calloc((size_t)max_seqs, sizeof(int));
+    int ok = st->seq_len != NULL && st->pad != NULL;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         *ptrs[i] = ok ? malloc(sizes[i] * sizeof(float) + 1) : NULL;
         ok = ok && *ptrs[i];
@@ -69,6 +70,15 @@ void tb_cpu_set_threads(tb_cpu_state *st, int n_threads)
 void tb_cpu_state_reset(tb_cpu_state *st)
 {
     memset(st->seq_len, 0, (size_t)st->max_seqs * sizeof(int));
+    memset(st->pad, 0, (size_t)st->max_seqs * sizeof(int));
+}
+
+int tb_cpu_set_padding(tb_cpu_state *st, const int *pad, int n)
+{
+    if (n < 0 || n > st->max_seqs)
+        return -1;
+    memcpy(st->pad, pad, (size_t)n * sizeof(int));
+    return 0;
 }
 
 void tb_cpu_state_free(tb_cpu_state *st)
@@ -76,6 +86,7 @@ void tb_cpu_state_free(tb_cpu_state *st)
     free(st->k_cache);
     free(st->v_cache);
     free(st->seq_len);
+    free(st->pad);
     free(st->x);
     free(st->xn);
     free(st->qkv);
@@ -144,13 +155,14 @@ static void layer_forward(tb_cpu_state *st, int l, int n_seqs, int pos0, int n_n
     for (int r = 0; r < rows; r++) {
         float *q = st->qkv + (size_t)r * qkvd;
         int b = r / n_new, pos = pos0 + r % n_new;
+        int rpos = pos >= st->pad[b] ? pos - st->pad[b] : 0; /* RoPE position */
         if (L->bqkv)
             for (int i = 0; i < qkvd; i++)
                 q[i] += L->bqkv[i];
         for (int hh = 0; hh < c->n_heads; hh++)
-            rope(q + hh * hd, hd, pos, m->rope_inv_freq);
+            rope(q + hh * hd, hd, rpos, m->rope_inv_freq);
         for (int hh = 0; hh < c->n_kv_heads; hh++)
-            rope(q + nq + hh * hd, hd, pos, m->rope_inv_freq);
+            rope(q + nq + hh * hd, hd, rpos, m->rope_inv_freq);
         /* append k, v to this sequence's cache */
         size_t at = layer_off + ((size_t)b * st->max_len + (size_t)pos) * kvd;
         memcpy(st->k_cache + at, q + nq, (size_t)kvd * sizeof(float));
@@ -162,7 +174,7 @@ static void layer_forward(tb_cpu_state *st, int l, int n_seqs, int pos0, int n_n
      * the cache's kv width; O lands in its head's columns of att. */
     float scale = 1.0f / sqrtf((float)hd);
     for (int b = 0; b < n_seqs; b++) {
-        int start = pos0, n_keys = n_attend;
+        int start = pos0, n_keys = n_attend, pad = st->pad[b];
         const float *kb = st->k_cache + layer_off + (size_t)b * st->max_len * kvd;
         const float *vb = st->v_cache + layer_off + (size_t)b * st->max_len * kvd;
         for (int hh = 0; hh < c->n_heads; hh++) {
@@ -174,15 +186,20 @@ static void layer_forward(tb_cpu_state *st, int l, int n_seqs, int pos0, int n_n
             for (int t = 0; t < n_new; t++) {
                 float *row = s + (size_t)t * n_keys;
                 int visible = causal ? start + t + 1 : n_keys;
+                /* keys [lo, visible): padding is masked for real rows (a
+                 * padding row itself attends as usual; nothing reads it) */
+                int lo = start + t >= pad ? pad : 0;
                 float mx = -INFINITY, sum = 0;
-                for (int j = 0; j < visible; j++)
+                for (int j = lo; j < visible; j++)
                     mx = row[j] > mx ? row[j] : mx;
-                for (int j = 0; j < visible; j++) {
+                for (int j = lo; j < visible; j++) {
                     row[j] = expf(row[j] - mx);
                     sum += row[j];
                 }
                 float inv = 1.0f / sum;
-                for (int j = 0; j < visible; j++)
+                for (int j = 0; j < lo; j++)
+                    row[j] = 0.0f; /* masked: left padding */
+                for (int j = lo; j < visible; j++)
                     row[j] *= inv;
                 for (int j = visible; j < n_keys; j++)
                     row[j] = 0.0f; /* masked: the future of a causal row */

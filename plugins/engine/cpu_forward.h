@@ -21,6 +21,11 @@ typedef struct tb_cpu_state {
     int max_seqs, max_len, max_rows; /* rows = n_seqs * n_new per call */
     float *k_cache, *v_cache; /* [n_layers][max_seqs][max_len][kv_dim] */
     int *seq_len;             /* [max_seqs]: positions held */
+    int *pad;                 /* [max_seqs]: left-padding positions of each
+                                 sequence (text prompts of unequal length):
+                                 masked as keys, and RoPE counts positions
+                                 from the first real token, as transformers
+                                 does with an attention mask */
     float *x;       /* [rows][hidden]: the residual stream */
     float *xn;      /* [rows][hidden]: normalized */
     float *qkv;     /* [rows][(n_heads + 2 n_kv) head_dim] */
@@ -36,8 +41,12 @@ int tb_cpu_state_init(tb_cpu_state *st, const tb_model *m, int max_seqs, int max
                       int max_rows, int n_threads, char *err, size_t err_size);
 /* Threads for OpenBLAS and OpenMP from now on. */
 void tb_cpu_set_threads(tb_cpu_state *st, int n_threads);
-/* Forget every sequence (lengths to 0). */
+/* Forget every sequence (lengths and padding to 0). */
 void tb_cpu_state_reset(tb_cpu_state *st);
+/* Left padding of sequences [0, n): pad[i] leading positions of sequence i
+ * hold filler tokens that no real position attends to. Set after a reset,
+ * before the first forward; returns -1 when n > max_seqs. */
+int tb_cpu_set_padding(tb_cpu_state *st, const int *pad, int n);
 void tb_cpu_state_free(tb_cpu_state *st);
 
 /* Autoregressive step: tokens [n_seqs][n_new] appended after what the
