@@ -141,12 +141,16 @@ uint32_t tb_plan_default_requests(uint32_t concurrency)
     return n < 32 ? 32 : n > 1000000 ? 1000000 : (uint32_t)n;
 }
 
-static char *values_json(const tb_option_value *vals, uint32_t n, const int *mask)
+/* {"name":"value",...} of the options mask selects (all when NULL); the
+ * values of TB_OPTF_SECRET options read "(secret)": this text is stored
+ * and printed. vals follow the declarations, as the host passes them. */
+static char *values_json(const tb_option_value *vals, uint32_t n, const int *mask, const tb_option_decl *decls)
 {
     cJSON *o = cJSON_CreateObject();
     for (uint32_t i = 0; i < n; i++)
         if (!mask || mask[i])
-            cJSON_AddStringToObject(o, vals[i].name, vals[i].text);
+            cJSON_AddStringToObject(o, vals[i].name,
+                                    decls && (decls[i].flags & TB_OPTF_SECRET) ? "(secret)" : vals[i].text);
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     char *r = tb_xstrdup(s ? s : "{}");
@@ -303,7 +307,7 @@ static int expand_backend(tb_plan *plan, size_t bi, tb_str *errs)
             c->requests = c->batch;
         else if (!c->requests)
             c->requests = tb_plan_default_requests(c->concurrency);
-        c->swept_json = values_json(c->options, nopt, swept);
+        c->swept_json = values_json(c->options, nopt, swept, ops->options);
         tb_str key = {0};
         for (uint32_t i = 0; i < nopt; i++)
             if (ops->options[i].flags & TB_OPTF_LOAD)
@@ -328,7 +332,7 @@ static int expand_backend(tb_plan *plan, size_t bi, tb_str *errs)
             break;
     }
     free(idx);
-    pb->options_json = values_json(base, nopt, NULL);
+    pb->options_json = values_json(base, nopt, NULL, ops->options);
 
 done:
     for (size_t k = 0; k < n_opt_axes; k++) {
@@ -659,4 +663,47 @@ void tb_plan_free(tb_plan *plan)
     }
     free(plan->backends);
     memset(plan, 0, sizeof *plan);
+}
+
+/* Is `key` a secret option of some backend's plugin in this plan? */
+static int secret_key(const tb_plan *plan, const char *key, size_t len)
+{
+    for (size_t b = 0; b < plan->n_backends; b++) {
+        const tb_backend_ops *ops = plan->backends[b].plugin.ops;
+        for (uint32_t i = 0; ops && i < ops->n_options; i++)
+            if ((ops->options[i].flags & TB_OPTF_SECRET) && strlen(ops->options[i].name) == len &&
+                strncmp(ops->options[i].name, key, len) == 0)
+                return 1;
+    }
+    return 0;
+}
+
+void tb_plan_redact_suite_text(tb_plan *plan)
+{
+    char *text = plan->suite->text;
+    if (!text)
+        return;
+    tb_str out = {0};
+    for (char *line = text; *line;) {
+        char *nl = strchr(line, '\n');
+        size_t len = nl ? (size_t)(nl - line) + 1 : strlen(line);
+        const char *k = line;
+        while (k < line + len && (*k == ' ' || *k == '\t'))
+            k++;
+        size_t kl = strspn(k, "abcdefghijklmnopqrstuvwxyz0123456789_");
+        const char *e = k + kl;
+        while (e < line + len && (*e == ' ' || *e == '\t'))
+            e++;
+        if (kl && e < line + len && (*e == '=' || *e == ':') && secret_key(plan, k, kl)) {
+            tb_str_appendn(&out, line, (size_t)(e - line) + 1);
+            tb_str_append(&out, " (secret)");
+            if (nl)
+                tb_str_append(&out, "\n");
+        } else {
+            tb_str_appendn(&out, line, len);
+        }
+        line += len;
+    }
+    free(plan->suite->text);
+    plan->suite->text = tb_str_take(&out);
 }

@@ -86,6 +86,11 @@ char *tb_case_label(const tb_plan *plan, const tb_case *c);
 /* The expanded plan, human-readable (what --dry-run prints). */
 void tb_plan_print(const tb_plan *plan, FILE *out);
 
+/* Replace, in the suite's text (what a session stores), the value of every
+ * line that sets a TB_OPTF_SECRET option of one of the plan's plugins by
+ * "(secret)": a key written into a suite never reaches the database. */
+void tb_plan_redact_suite_text(tb_plan *plan);
+
 void tb_plan_free(tb_plan *plan);
 
 #endif

@@ -356,7 +356,12 @@ static char *relative_to_file(parser *p, const char *v)
     if (v[0] == '/' || !v[0] || !slash)
         return tb_xstrdup(v);
     char *near = tb_xasprintf("%.*s/%s", (int)(slash - p->rd->file), p->rd->file, v);
-    if (access(near, F_OK) == 0)
+    /* A path ('/' or a .so name) is relative to this file even when
+     * nothing is there (the error then names that place), never to the
+     * working directory; a bare name next to the file is taken, else it
+     * stays a name (a preset, a plugin to search for). */
+    size_t vl = strlen(v);
+    if (access(near, F_OK) == 0 || strchr(v, '/') || (vl > 3 && strcmp(v + vl - 3, ".so") == 0))
         return near;
     free(near);
     return tb_xstrdup(v);
@@ -442,6 +447,14 @@ static void handle_suite_key(parser *p, const char *key, const char *v)
     } else if (strcmp(key, "seed") == 0) {
         if (parse_int_key(p, key, v, 0, LLONG_MAX, &x) == 0)
             s->seed = (uint64_t)x;
+    } else if (strcmp(key, "models_dir") == 0) {
+        if (!*v) {
+            add_error(p, here(p), key, "expected a folder");
+            return;
+        }
+        free(s->models_dir);
+        s->models_dir = relative_to_file(p, v);
+        s->models_dir_loc = here(p);
     } else if (strcmp(key, "case_timeout") == 0) {
         parse_seconds_key(p, key, v, &s->case_timeout_s);
     } else if (strcmp(key, "load_timeout") == 0) {
@@ -457,7 +470,7 @@ static void handle_suite_key(parser *p, const char *key, const char *v)
         else
             s->goodput_tpot_ms = x;
     } else {
-        add_error(p, here(p), key, "unknown key in [suite] (expected name, description, warmup, repeat, seed, case_timeout, load_timeout, goodput_ttft_ms, goodput_tpot_ms or include)");
+        add_error(p, here(p), key, "unknown key in [suite] (expected name, description, warmup, repeat, seed, case_timeout, load_timeout, models_dir, goodput_ttft_ms, goodput_tpot_ms or include)");
     }
 }
 
@@ -571,11 +584,16 @@ static int handler(void *user, const char *section, const char *name, const char
             if (!*v)
                 add_error(p, here(p), name, "expected a plugin name or path");
             free(be->plugin);
-            be->plugin = strchr(v, '/') ? relative_to_file(p, v) : tb_xstrdup(v);
+            /* a path (a '/' or a .so name) is relative to this file, never
+             * to the working directory; a bare name is searched for */
+            size_t vl = strlen(v);
+            int is_path = strchr(v, '/') || (vl > 3 && strcmp(v + vl - 3, ".so") == 0);
+            be->plugin = is_path ? relative_to_file(p, v) : tb_xstrdup(v);
             be->plugin_loc = here(p);
         } else if (strcmp(name, "model") == 0) {
             free(be->model);
             be->model = strchr(v, ':') ? tb_xstrdup(v) : relative_to_file(p, v);
+            be->model_loc = here(p);
         } else if (d != TB_N_DIMS) {
             list_split(&be->dims[d], v, here(p), 1);
             if (strcmp(v, "none") == 0 && d != TB_DIM_PROMPT_TOKENS && d != TB_DIM_MAX_NEW_TOKENS &&
@@ -688,6 +706,40 @@ static int parse_file(parser *p, const char *path, tb_loc from)
     return 0;
 }
 
+/* models_dir: every model that is a path on disk must resolve, symbolic
+ * links followed, inside it — a link in the models folder must not lead a
+ * suite to read files elsewhere. */
+static void check_models_dir(parser *p)
+{
+    tb_suite *s = p->s;
+    if (!s->models_dir)
+        return;
+    char *root = realpath(s->models_dir, NULL);
+    if (!root) {
+        add_error(p, s->models_dir_loc, "models_dir", "cannot resolve \"%s\": %s", s->models_dir, strerror(errno));
+        return;
+    }
+    size_t rl = strlen(root);
+    for (size_t i = 0; i < s->n_backends; i++) {
+        tb_suite_backend *be = &s->backends[i];
+        if (!be->model[0] || strchr(be->model, ':'))
+            continue;
+        char *real = realpath(be->model, NULL);
+        if (!real) {
+            if (strchr(be->model, '/'))
+                add_error(p, be->model_loc, "model", "\"%s\" does not exist (expected a folder inside models_dir %s)",
+                          be->model, root);
+            continue; /* a preset name */
+        }
+        if (strncmp(real, root, rl) != 0 || (real[rl] != '/' && real[rl] != '\0'))
+            add_error(p, be->model_loc, "model",
+                      "\"%s\" resolves to \"%s\", outside models_dir \"%s\" (a symbolic link leads out of it?)",
+                      be->model, real, root);
+        free(real);
+    }
+    free(root);
+}
+
 static void check_complete(parser *p)
 {
     tb_suite *s = p->s;
@@ -699,6 +751,7 @@ static void check_complete(parser *p)
         if (!be->plugin)
             add_error(p, be->loc, "plugin", "[backend %s] has no plugin = NAME", be->label);
     }
+    check_models_dir(p);
     tb_suite_prompts *ps = &s->prompts;
     if (ps->loc.line && !ps->file)
         add_error(p, ps->loc, "file", "[prompts] has no file = PATH (expected a JSONL prompt set)");
@@ -798,6 +851,7 @@ void tb_suite_free(tb_suite *s)
         settings_free(be->settings, be->n_settings);
     }
     free(s->backends);
+    free(s->models_dir);
     free(s->prompts.file);
     free(s->prompts.scorer);
     free(s->prompts.judge);

@@ -2,6 +2,7 @@
  *
  *   [suite]                 name, description, warmup, repeat, seed,
  *                           case_timeout, load_timeout (seconds),
+ *                           models_dir (models must resolve inside it),
  *                           goodput_ttft_ms, goodput_tpot_ms (limits a
  *                           request must meet to count as goodput)
  *   [matrix]                list-valued dimensions (prompt_tokens,
@@ -76,6 +77,7 @@ typedef struct tb_suite_backend {
     char *model;  /* "" when not given */
     tb_loc loc;   /* the section header */
     tb_loc plugin_loc;
+    tb_loc model_loc;
     tb_list dims[TB_N_DIMS]; /* overrides; n == 0: use the matrix */
     tb_setting *settings;    /* plugin options as written */
     size_t n_settings;
@@ -105,6 +107,9 @@ typedef struct tb_suite {
     int warmup;            /* warm-up calls per case, excluded */
     int repeat;            /* measured repetitions per case */
     uint64_t seed;
+    char *models_dir;      /* when set: model paths must resolve (symbolic
+                              links followed) inside it; NULL: anywhere */
+    tb_loc models_dir_loc;
     double case_timeout_s; /* one whole case, warm-ups included */
     double load_timeout_s; /* create(): model load */
     /* Goodput limits, ms; 0 = no limit. A successful request counts
