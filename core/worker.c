@@ -504,7 +504,11 @@ static void final_text(worker *w, const tb_request_result *r, tb_str *out)
         return;
     }
     if (r->output_ids && r->n_output_ids && (w->ops->capabilities & TB_CAP_TOKENIZER)) {
-        int64_t n = decode_ids(w, r->output_ids, r->n_output_ids);
+        /* up to the first EOS: a diffusion canvas's padding is no answer */
+        size_t k = r->n_answer_tokens != TB_UNKNOWN_COUNT && r->n_answer_tokens < r->n_output_ids
+                       ? r->n_answer_tokens
+                       : r->n_output_ids;
+        int64_t n = k ? decode_ids(w, r->output_ids, k) : 0;
         if (n > 0)
             tb_str_appendn(out, w->scratch, (size_t)n);
     }
