@@ -459,6 +459,14 @@ static void handle_suite_key(parser *p, const char *key, const char *v)
         parse_seconds_key(p, key, v, &s->case_timeout_s);
     } else if (strcmp(key, "load_timeout") == 0) {
         parse_seconds_key(p, key, v, &s->load_timeout_s);
+    } else if (strcmp(key, "memory_limit") == 0) {
+        char *end;
+        errno = 0;
+        double x = strtod(v, &end);
+        if (end == v || *end || errno || !isfinite(x) || x < 1 || x > 1 << 30)
+            add_error(p, here(p), key, "expected MiB of memory per backend process, >= 1, got \"%s\"", v);
+        else
+            s->memory_limit_mb = x;
     } else if (strcmp(key, "goodput_ttft_ms") == 0 || strcmp(key, "goodput_tpot_ms") == 0) {
         char *end;
         errno = 0;
@@ -470,7 +478,7 @@ static void handle_suite_key(parser *p, const char *key, const char *v)
         else
             s->goodput_tpot_ms = x;
     } else {
-        add_error(p, here(p), key, "unknown key in [suite] (expected name, description, warmup, repeat, seed, case_timeout, load_timeout, models_dir, goodput_ttft_ms, goodput_tpot_ms or include)");
+        add_error(p, here(p), key, "unknown key in [suite] (expected name, description, warmup, repeat, seed, case_timeout, load_timeout, memory_limit, models_dir, goodput_ttft_ms, goodput_tpot_ms or include)");
     }
 }
 

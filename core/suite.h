@@ -2,6 +2,7 @@
  *
  *   [suite]                 name, description, warmup, repeat, seed,
  *                           case_timeout, load_timeout (seconds),
+ *                           memory_limit (MiB per backend process),
  *                           models_dir (models must resolve inside it),
  *                           goodput_ttft_ms, goodput_tpot_ms (limits a
  *                           request must meet to count as goodput)
@@ -112,6 +113,9 @@ typedef struct tb_suite {
     tb_loc models_dir_loc;
     double case_timeout_s; /* one whole case, warm-ups included */
     double load_timeout_s; /* create(): model load */
+    double memory_limit_mb; /* address space a backend process may add
+                               to what it has when it starts, MiB
+                               (RLIMIT_AS); 0 = no limit */
     /* Goodput limits, ms; 0 = no limit. A successful request counts
      * towards goodput when its TTFT and its TPOT are within them. */
     double goodput_ttft_ms, goodput_tpot_ms;

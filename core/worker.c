@@ -26,6 +26,18 @@
 #include "wire.h"
 
 static volatile sig_atomic_t cancel_flag;
+/* An event flood asked the plugin to stop (host->cancelled() is true);
+ * unlike cancel_flag, cleared after the call. */
+static int flood_stop;
+
+/* Emissions one generate() call may make: 4 per output token per
+ * request, plus slack. A sane backend makes at most one per token
+ * (plugins/http fails a stream with more than 4 x max_tokens + 16 text
+ * chunks); past this bound it floods the event sink, and the buffer, the
+ * result message, the runner's decoding and the stored emissions would
+ * grow without bound. */
+#define EMIT_PER_TOKEN 4
+#define EMIT_SLACK 1024
 
 static void on_signal(int sig)
 {
@@ -37,6 +49,8 @@ static void on_signal(int sig)
 typedef struct emit_buf {
     tb_emission *ev;
     size_t n, cap;
+    size_t limit;     /* emissions this call may make; more is a flood */
+    uint64_t flood;   /* emissions past limit, dropped */
     uint32_t n_requests;
     uint32_t dropped; /* emissions naming a request out of range */
 } emit_buf;
@@ -104,8 +118,15 @@ static void host_emit(const tb_host *h, uint32_t request, uint32_t n_tokens, int
         b->dropped++;
         return;
     }
+    if (b->limit && b->n >= b->limit) { /* a flood: drop, count, ask to stop */
+        b->flood++;
+        flood_stop = 1;
+        return;
+    }
     if (b->n == b->cap) { /* rare: the buffer is sized for the case */
         b->cap = b->cap ? b->cap * 2 : 1024;
+        if (b->limit && b->cap > b->limit)
+            b->cap = b->limit;
         b->ev = tb_xrealloc(b->ev, b->cap * sizeof *b->ev);
     }
     b->ev[b->n++] = (tb_emission){t_ns, request, n_tokens};
@@ -124,7 +145,7 @@ static void host_emit_output(const tb_host *h, uint32_t request, uint32_t n_toke
 static int host_cancelled(const tb_host *h)
 {
     (void)h;
-    return cancel_flag != 0;
+    return cancel_flag != 0 || flood_stop;
 }
 
 static const char *status_name(tb_status s)
@@ -292,6 +313,7 @@ static void run_case(worker *w, const tb_case *c)
         w->em.ev = tb_xrealloc(w->em.ev, want * sizeof *w->em.ev);
     }
     w->em.n_requests = n_req;
+    w->em.limit = EMIT_PER_TOKEN * want + EMIT_SLACK;
 
     for (int call = 0; call < n_calls; call++) {
         int64_t t_setup = tb_now_ns();
@@ -333,16 +355,26 @@ static void run_case(worker *w, const tb_case *c)
                          .peak_device_bytes = -1, .energy_mj = -1};
         w->em.n = 0;
         w->em.dropped = 0;
+        w->em.flood = 0;
 
         int64_t t_call = tb_now_ns();
         tb_status st = w->ops->generate(w->ctx, &req, &res);
         int64_t t_ret = tb_now_ns();
+        flood_stop = 0;
 
-        if (st != TB_OK) {
+        if (w->em.flood) { /* whatever generate() returned: not a measurement */
+            send_status(w, TB_MSG_CASE_ERROR, TB_ERR, 0, 0, NULL,
+                        "event flood at %s %d: the backend emitted over %zu events for %u requests of %u "
+                        "tokens (%llu more dropped); case failed",
+                        warm ? "warm-up" : "repetition", (int)req.repetition + 1, w->em.limit, n_req,
+                        c->max_new_tokens, (unsigned long long)w->em.flood);
+        } else if (st != TB_OK) {
             const char *e = w->ops->last_error(w->ctx);
             send_status(w, TB_MSG_CASE_ERROR, st, 0, 0, NULL, "generate() failed at %s %d (%s): %s",
                         warm ? "warm-up" : "repetition", (int)req.repetition + 1, status_name(st),
                         e && *e ? e : "no message");
+        }
+        if (w->em.flood || st != TB_OK) {
             free(rr);
             free(wr);
             free(ptext);
@@ -680,8 +712,32 @@ static void judge_pairs(worker *w, const char *buf, size_t len)
     free(out);
 }
 
+/* memory_limit: the address space this process may add to what it has
+ * now (RLIMIT_AS, so that it holds in sanitizer builds too, whose
+ * reserved shadow memory is already counted). A backend that leaks then
+ * fails an allocation (a clean TB_ERR_NO_MEMORY, or its own abort) long
+ * before the kernel's OOM killer picks a process, maybe not this one. */
+static void apply_memory_limit(double mb)
+{
+    if (mb <= 0)
+        return;
+    unsigned long long vm_kib = 0;
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmSize: %llu kB", &vm_kib) == 1)
+            break;
+    if (f)
+        fclose(f);
+    rlim_t lim = (rlim_t)vm_kib * 1024 + (rlim_t)(mb * 1048576.0);
+    struct rlimit rl = {lim, lim};
+    if (setrlimit(RLIMIT_AS, &rl) != 0)
+        fprintf(stderr, "tokbench: memory_limit: setrlimit: %s\n", strerror(errno));
+}
+
 void tb_worker_main(const tb_plan *plan, size_t backend, int fd_in, int fd_out)
 {
+    apply_memory_limit(plan->suite->memory_limit_mb);
     /* Plugins must not write to stdout (the runner's results): point it
      * at stderr. Ctrl-C and SIGTERM ask the plugin to stop. */
     dup2(2, 1);
@@ -799,9 +855,10 @@ int tb_worker_spawn(const tb_plan *plan, size_t backend, tb_worker_proc *w)
 char *tb_worker_reap(tb_worker_proc *w, int killed_by_us)
 {
     int status = 0;
+    struct rusage ru = {0};
     pid_t r;
     do
-        r = waitpid(w->pid, &status, 0);
+        r = wait4(w->pid, &status, 0, &ru);
     while (r < 0 && errno == EINTR);
     close(w->to_fd);
     close(w->from_fd);
@@ -810,13 +867,21 @@ char *tb_worker_reap(tb_worker_proc *w, int killed_by_us)
         return NULL;
     if (r < 0)
         return tb_xasprintf("backend process lost: %s", strerror(errno));
+    /* The peak resident size tells a leak (or a memory_limit reached)
+     * from a plain bug. */
+    long peak_mib = ru.ru_maxrss / 1024;
     if (WIFSIGNALED(status)) {
         int sig = WTERMSIG(status);
-        return tb_xasprintf("backend process crashed: killed by signal %d (%s)%s", sig, strsignal(sig),
-                            sig == SIGKILL ? "; possibly out of memory (the kernel's OOM killer sends SIGKILL)" : "");
+        const char *abbrev = sigabbrev_np(sig);
+        return tb_xasprintf("backend process crashed: killed by signal %d (%s%s%s%s)%s; peak RSS %ld MiB", sig,
+                            abbrev ? "SIG" : "", abbrev ? abbrev : "", abbrev ? ", " : "", strsignal(sig),
+                            sig == SIGKILL ? "; possibly out of memory (the kernel's OOM killer sends SIGKILL)"
+                            : sig == SIGBUS ? "; a memory-mapped file (a model?) was truncated, or its storage failed"
+                                            : "",
+                            peak_mib);
     }
-    return tb_xasprintf("backend process crashed: exited with status %d before finishing the case",
-                        WEXITSTATUS(status));
+    return tb_xasprintf("backend process crashed: exited with status %d before finishing the case; peak RSS %ld MiB",
+                        WEXITSTATUS(status), peak_mib);
 }
 
 void tb_worker_kill(tb_worker_proc *w)

@@ -13,7 +13,7 @@
 
 #include "sse.h"
 
-#define MAX_BODY ((size_t)64 << 20) /* a non-streamed response, bytes */
+#define MAX_BODY ((size_t)64 << 20) /* default bound of a response, bytes */
 #define ERR_BODY ((size_t)512)      /* kept of an error response */
 #define POLL_MS 50                  /* cancellation is checked this often */
 
@@ -29,6 +29,9 @@ typedef struct xfer {
     int done_seen; /* "[DONE]" arrived */
     int finished;  /* a chunk had a finish_reason */
     int failed;    /* a callback classified the failure already */
+    size_t bytes;  /* body bytes received so far */
+    size_t max_bytes;    /* the bound on them */
+    uint32_t max_chunks; /* bound on text chunks; 0: none */
     int64_t now;   /* host clock of the read being parsed */
     tb_sse_buf body; /* non-streamed body, or an error body */
     tb_sse_buf text; /* output text */
@@ -65,6 +68,33 @@ static int buf_add(tb_sse_buf *b, const char *s, size_t n)
     return 0;
 }
 
+/* Errors quote what the server sent, which may be anything: keep valid
+ * UTF-8, turn control characters and invalid bytes (a sequence cut by
+ * the quote's length too) into '?', so the stored reason is text. */
+static void make_printable(char *s)
+{
+    unsigned char *p = (unsigned char *)s;
+    while (*p) {
+        if (*p < 0x20 || *p == 0x7f) {
+            *p++ = '?';
+            continue;
+        }
+        if (*p < 0x80) {
+            p++;
+            continue;
+        }
+        size_t n = *p >= 0xc2 && *p <= 0xdf ? 2 : *p >= 0xe0 && *p <= 0xef ? 3 : *p >= 0xf0 && *p <= 0xf4 ? 4 : 0;
+        size_t k = 1;
+        while (k < n && (p[k] & 0xc0) == 0x80)
+            k++;
+        if (n == 0 || k < n) {
+            *p++ = '?';
+            continue;
+        }
+        p += n;
+    }
+}
+
 static void fail(xfer *x, tb_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void fail(xfer *x, tb_status st, const char *fmt, ...)
 {
@@ -76,6 +106,7 @@ static void fail(xfer *x, tb_status st, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(x->res->error, sizeof x->res->error, fmt, ap);
     va_end(ap);
+    make_printable(x->res->error);
 }
 
 tb_http_client *tb_http_client_new(const tb_host *host, char *err, size_t err_size)
@@ -161,6 +192,14 @@ static int on_event(void *user, const tb_sse_event *ev)
                 stop = 1;
                 break;
             }
+            if (x->max_chunks && x->res->chunks >= x->max_chunks) {
+                /* a server that streams far more chunks than the tokens
+                 * asked for would flood the host with emissions */
+                fail(x, TB_ERR_IO, "malformed_stream: more than %u chunks with text (4 x max_tokens + 16)",
+                     x->max_chunks);
+                stop = 1;
+                break;
+            }
             x->res->chunks++;
             const tb_host *h = x->c->host;
             if (x->c->has_emit_output)
@@ -203,13 +242,16 @@ static size_t on_write(char *ptr, size_t size, size_t nmemb, void *user)
             return 0;
         return n;
     }
-    if (!x->stream) {
-        if (x->body.len + n > MAX_BODY) {
-            fail(x, TB_ERR_IO, "malformed_stream: response larger than %zu MiB", MAX_BODY >> 20);
-            return 0;
-        }
-        return buf_add(&x->body, ptr, n) == 0 ? n : 0;
+    /* Every body is bounded, streamed or not: a server that answers with
+     * 100 MB (or never stops) costs this request, not the process. */
+    if (n > x->max_bytes - x->bytes) {
+        fail(x, TB_ERR_IO, "malformed_stream: response larger than max_response_mb (%.4g MiB)",
+             (double)x->max_bytes / (1 << 20));
+        return 0; /* aborts the transfer */
     }
+    x->bytes += n;
+    if (!x->stream)
+        return buf_add(&x->body, ptr, n) == 0 ? n : 0;
     x->now = x->c->host->now_ns(x->c->host);
     int rc = tb_sse_feed(&x->sse, ptr, n, on_event, x);
     if (rc == TB_SSE_TOO_LARGE)
@@ -257,6 +299,10 @@ static void classify(xfer *x, CURLcode rc)
                 fail(x, TB_ERR_TIMEOUT, "timeout: %s", why);
             return;
         }
+        case CURLE_UNSUPPORTED_PROTOCOL: /* "Received HTTP/0.9": not HTTP at all */
+        case CURLE_WEIRD_SERVER_REPLY:
+            fail(x, TB_ERR_IO, "malformed_stream: not an HTTP response: %s", why);
+            return;
         case CURLE_PARTIAL_FILE:
         case CURLE_RECV_ERROR:
         case CURLE_SEND_ERROR:
@@ -286,6 +332,11 @@ static void classify(xfer *x, CURLcode rc)
         curl_easy_getinfo(x->easy, CURLINFO_CONTENT_TYPE, &type);
         if (!x->done_seen && type && strncasecmp(type, "text/event-stream", 17) != 0) {
             fail(x, TB_ERR_IO, "malformed_stream: a %s response to a streamed request", type);
+            return;
+        }
+        if (!x->done_seen && x->sse.events == 0 && x->bytes > 0) {
+            /* bytes, but not one event in them: garbage, not a cut stream */
+            fail(x, TB_ERR_IO, "malformed_stream: %zu bytes of response without one SSE event", x->bytes);
             return;
         }
         if (!x->done_seen && (pending || !x->finished))
@@ -395,6 +446,8 @@ tb_status tb_http_client_run(tb_http_client *c, const tb_http_target *t, uint32_
         x->idx = i;
         x->res = &results[i];
         x->stream = t->stream;
+        x->max_bytes = t->max_response_bytes ? t->max_response_bytes : MAX_BODY;
+        x->max_chunks = t->max_chunks;
         tb_sse_init(&x->sse, 0);
         memset(x->res, 0, sizeof *x->res);
         x->res->usage_completion_tokens = x->res->usage_prompt_tokens = -1;

@@ -12,7 +12,13 @@
  * Streaming responses go through the SSE parser; each chunk that carries
  * text is one emission (host->emit, 1 token: servers stream a token per
  * chunk; the request's total comes from the server's usage). Every
- * failure is classified (backend.h, "error classes"). */
+ * failure is classified (backend.h, "error classes").
+ *
+ * Nothing a server sends is kept without a bound: a body (streamed or
+ * not) past max_response_bytes, one SSE event past 1 MiB, or more text
+ * chunks than max_chunks fails its request as malformed_stream, and the
+ * transfer is aborted at once (a 100 MB answer costs what the bound
+ * lets in, not 100 MB, and floods no emissions into the host). */
 #ifndef TB_HTTP_CLIENT_H
 #define TB_HTTP_CLIENT_H
 
@@ -29,6 +35,10 @@ typedef struct tb_http_target {
     const struct curl_slist *headers; /* every request's headers */
     int stream;                       /* SSE response expected */
     long connect_timeout_ms, timeout_ms;
+    size_t max_response_bytes;        /* a larger body (streamed or not)
+                                         fails the request; 0: 64 MiB */
+    uint32_t max_chunks;              /* a stream with more text chunks
+                                         fails the request; 0: no bound */
 } tb_http_target;
 
 typedef struct tb_http_result {

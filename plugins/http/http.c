@@ -48,6 +48,7 @@ enum {
     OPT_TOKENIZER,
     OPT_BURSTINESS,
     OPT_UNIQUE_PROMPTS,
+    OPT_MAX_RESPONSE_MB,
     N_OPTS
 };
 
@@ -92,6 +93,10 @@ static const tb_option_decl http_options[N_OPTS] = {
                             "a different prompt for every request of every repetition, so a server's prefix cache "
                             "cannot serve one from another",
                             NULL, 1, 0, 0},
+    [OPT_MAX_RESPONSE_MB] = {"max_response_mb", TB_OPT_FLOAT, "64",
+                             "largest response body of one request, MiB, streamed or not: a larger one fails as "
+                             "malformed_stream, and a stream with more than 4 x max_tokens + 16 text chunks too",
+                             NULL, 0.001, 65536, 0},
 };
 
 typedef struct http_ctx {
@@ -492,6 +497,8 @@ static tb_status http_generate(void *ctx, const tb_request *req, tb_result *res)
         .stream = stream,
         .connect_timeout_ms = (long)(opt_f(v, nv, OPT_CONNECT_TIMEOUT) * 1000 + 0.5),
         .timeout_ms = (long)(opt_f(v, nv, OPT_TIMEOUT) * 1000 + 0.5),
+        .max_response_bytes = (size_t)(opt_f(v, nv, OPT_MAX_RESPONSE_MB) * 1048576.0),
+        .max_chunks = req->max_new_tokens <= (UINT32_MAX - 16) / 4 ? 4 * req->max_new_tokens + 16 : 0,
     };
     uint32_t inflight = req->concurrency ? req->concurrency : offsets ? 0 : 1;
     struct timespec cpu0, cpu1;

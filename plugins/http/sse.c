@@ -237,7 +237,13 @@ tb_oai_kind tb_oai_parse(const char *data, size_t len, tb_oai_chunk *c)
         c->kind = TB_OAI_DONE;
         return c->kind;
     }
-    cJSON *root = cJSON_ParseWithLength(data + a, b - a);
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(data + a, b - a, &end, 0);
+    if (root && end != data + b) { /* "{..}\n{..}": two chunks in one event */
+        cJSON_Delete(root);
+        set_msg(c, TB_OAI_MALFORMED, "bytes after the JSON value");
+        return c->kind;
+    }
     if (!root) {
         set_msg(c, TB_OAI_MALFORMED, b > a ? "not JSON" : "empty data");
         return c->kind;

@@ -5,9 +5,13 @@
  * Two uses:
  *   - runner overhead: with every delay at 0, a case's measured time is the
  *     runner's own cost (process, emit buffer, statistics);
- *   - failure handling: fail_at / crash_at / hang_at / fail_on_create /
- *     crash_on_create / count_skew script the faults the runner must survive
- *     and flag;
+ *   - failure handling: fail_at / crash_at / abort_at / hang_at /
+ *     fail_on_create / crash_on_create / count_skew script the faults the
+ *     runner must survive and flag; leak_mb (memory leaked without bound,
+ *     until an allocation fails: then abort(), as an engine's unchecked
+ *     out-of-memory does) and flood (far more emissions than tokens, as
+ *     fast as emit() takes them) script the faults that attack the
+ *     runner's resources rather than the case;
  *   - serving faults (`fault`): requests that fail with an error class
  *     (backend.h), which `tokbench serve` turns into HTTP behaviour — a 500
  *     or 429 status, a connection dropped mid-stream, garbage chunks — and a
@@ -32,6 +36,7 @@
  * Any other word maps to a stable hash in [0, 1000).
  */
 #define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
 
 #include <tokbench/backend.h>
 
@@ -41,6 +46,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #define NULL_VERSION "1.0.0"
@@ -65,6 +71,7 @@ enum {
     OPT_FAIL_AT,
     OPT_OOM_AT,
     OPT_CRASH_AT,
+    OPT_ABORT_AT,
     OPT_HANG_AT,
     OPT_FAIL_ON_CREATE,
     OPT_CRASH_ON_CREATE,
@@ -73,6 +80,8 @@ enum {
     OPT_FAULT_EVERY,
     OPT_FAULT_AFTER,
     OPT_FAULT_STALL_US,
+    OPT_LEAK_MB,
+    OPT_FLOOD,
     N_OPTS
 };
 
@@ -133,6 +142,10 @@ static const tb_option_decl null_options[N_OPTS] = {
                       "the Nth generate() call on a context dies of SIGSEGV; "
                       "0 = never",
                       NULL, 0, 1e9, TB_OPTF_LOAD},
+    [OPT_ABORT_AT] = {"abort_at", TB_OPT_INT, "0",
+                      "the Nth generate() call on a context calls abort() "
+                      "(SIGABRT, as a failed assertion does); 0 = never",
+                      NULL, 0, 1e9, TB_OPTF_LOAD},
     [OPT_HANG_AT] = {"hang_at", TB_OPT_INT, "0",
                      "the Nth generate() call on a context never returns, "
                      "ignoring cancellation; 0 = never",
@@ -162,6 +175,16 @@ static const tb_option_decl null_options[N_OPTS] = {
                             "fault = stall: the pause after fault_after "
                             "tokens, us",
                             NULL, 0, NULL_MAX_US, 0},
+    [OPT_LEAK_MB] = {"leak_mb", TB_OPT_INT, "0",
+                     "MiB leaked (mapped, written, never freed) at every "
+                     "decode step, without bound: when the memory runs out "
+                     "the process abort()s; 0 = none",
+                     NULL, 0, 1 << 20, 0},
+    [OPT_FLOOD] = {"flood", TB_OPT_INT, "0",
+                   "extra 1-token emissions per request at every decode "
+                   "step, back to back (an engine flooding the event sink); "
+                   "0 = none",
+                   NULL, 0, 1e15, 0},
 };
 
 typedef struct null_config {
@@ -173,11 +196,13 @@ typedef struct null_config {
     double jitter;
     int spin;
     int64_t max_batch;
-    int64_t fail_at, oom_at, crash_at, hang_at; /* 1-based call numbers, 0 = never */
+    int64_t fail_at, oom_at, crash_at, abort_at, hang_at; /* 1-based call numbers, 0 = never */
     int fail_on_create, crash_on_create;
     int64_t count_skew;
     int fault;             /* FAULT_* */
     int64_t fault_every, fault_after, fault_stall_us;
+    int64_t leak_mb; /* MiB leaked per decode step */
+    int64_t flood;   /* extra emissions per request per decode step */
 } null_config;
 
 static const null_config null_defaults = {
@@ -214,6 +239,7 @@ static void config_apply(null_config *c, const tb_option_value *v, uint32_t n)
         case OPT_FAIL_AT: c->fail_at = v[k].i; break;
         case OPT_OOM_AT: c->oom_at = v[k].i; break;
         case OPT_CRASH_AT: c->crash_at = v[k].i; break;
+        case OPT_ABORT_AT: c->abort_at = v[k].i; break;
         case OPT_HANG_AT: c->hang_at = v[k].i; break;
         case OPT_FAIL_ON_CREATE: c->fail_on_create = v[k].i != 0; break;
         case OPT_CRASH_ON_CREATE: c->crash_on_create = v[k].i != 0; break;
@@ -226,6 +252,8 @@ static void config_apply(null_config *c, const tb_option_value *v, uint32_t n)
         case OPT_FAULT_EVERY: c->fault_every = v[k].i; break;
         case OPT_FAULT_AFTER: c->fault_after = v[k].i; break;
         case OPT_FAULT_STALL_US: c->fault_stall_us = v[k].i; break;
+        case OPT_LEAK_MB: c->leak_mb = v[k].i; break;
+        case OPT_FLOOD: c->flood = v[k].i; break;
         default: break;
         }
     }
@@ -238,6 +266,10 @@ static void config_apply(null_config *c, const tb_option_value *v, uint32_t n)
         c->jitter = 1;
     if (c->fault_every < 1)
         c->fault_every = 1;
+    if (c->leak_mb < 0)
+        c->leak_mb = 0;
+    if (c->flood < 0)
+        c->flood = 0;
 }
 
 /* ---------------------------------------------------------------- context */
@@ -247,6 +279,7 @@ typedef struct null_ctx {
     null_config base;   /* from create() */
     null_config active; /* of the latest generate(); detokenize() reads it */
     uint64_t calls;     /* generate() calls so far, warm-ups included */
+    uint64_t leaked_mb; /* leak_mb: MiB leaked so far */
     int32_t *ids;       /* [n_requests][max_new_tokens] of the last call */
     size_t ids_cap;     /* elements allocated in ids */
     char error[256];
@@ -357,6 +390,25 @@ static _Noreturn void hang_forever(void)
         struct timespec ts = {.tv_sec = 1, .tv_nsec = 0};
         nanosleep(&ts, NULL);
     }
+}
+
+/* A leak: `mb` MiB mapped and written (so it counts as resident, not just
+ * reserved) and never unmapped; the address is dropped on purpose. mmap,
+ * not malloc: the same in a sanitizer build, and a limit on the address
+ * space (RLIMIT_AS) stops it as it would stop a real engine. When the
+ * memory runs out the process aborts, as an engine's unchecked allocation
+ * failure (C++ std::bad_alloc, Rust's alloc error) does. */
+static void leak_now(const tb_host *host, int64_t mb, uint64_t *leaked_mb)
+{
+    size_t len = (size_t)mb << 20;
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        host->log(host, TB_LOG_ERROR, "leak_mb: out of memory after leaking %llu MiB; aborting",
+                  (unsigned long long)*leaked_mb);
+        abort();
+    }
+    memset(p, 0x5a, len); /* the pages become resident */
+    *leaked_mb += (uint64_t)mb;
 }
 
 /* -------------------------------------------------------------- tokenizer */
@@ -576,6 +628,8 @@ static tb_status null_generate(void *vctx, const tb_request *req,
 
     if (cfg.crash_at && (uint64_t)cfg.crash_at == call)
         crash_now();
+    if (cfg.abort_at && (uint64_t)cfg.abort_at == call)
+        abort(); /* SIGABRT, unless a handler of the host's catches it */
     if (cfg.hang_at && (uint64_t)cfg.hang_at == call)
         hang_forever();
     if (cfg.oom_at && (uint64_t)cfg.oom_at == call) {
@@ -683,6 +737,19 @@ static tb_status null_generate(void *vctx, const tb_request *req,
             goto out;
         }
         res->forward_passes++;
+        if (cfg.leak_mb > 0)
+            leak_now(host, cfg.leak_mb, &ctx->leaked_mb);
+        /* A flood: far more events than tokens, as fast as emit() takes
+         * them (cancellation polled now and then, as a real loop would). */
+        for (int64_t f = 0; f < cfg.flood; f++) {
+            if ((f & 0xFFFF) == 0xFFFF && host->cancelled(host)) {
+                st = TB_ERR_CANCELLED;
+                goto out;
+            }
+            int64_t t = host->now_ns(host);
+            for (uint32_t r = 0; r < R; r++)
+                host->emit(host, r, 1, t);
+        }
         if (k > 0) {
             int64_t t = host->now_ns(host);
             for (uint32_t r = 0; r < R; r++) {
