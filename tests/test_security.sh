@@ -88,6 +88,36 @@ grep -q '"token":"(secret)"' "$tmp/dump.sql" || fail "options_json does not show
 grep -q 'token = (secret)' "$tmp/dump.sql" || fail "the stored suite text does not redact the token line"
 grep -q '"region":"north"' "$tmp/dump.sql" || fail "an ordinary option was redacted"
 
+# The http backend's own secrets (api_key, secret_headers), against a port
+# where nothing listens: every request fails to connect, nothing leaks.
+if [ -f "$build/plugins/http/http.so" ]; then
+    hsecret='hTTp-K3Y-0042xyz'
+    cat >"$tmp/suites/http-secret.ini" <<EOT
+[suite]
+warmup = 0
+repeat = 1
+case_timeout = 30
+[matrix]
+prompt_tokens = 4
+max_new_tokens = 4
+[backend remote]
+plugin = http
+url = http://127.0.0.1:9
+api_key = $hsecret
+secret_headers = {"X-Api-Key": "$hsecret-2"}
+connect_timeout = 2
+EOT
+    "$tb" run "$tmp/suites/http-secret.ini" --db "$tmp/h.db" >"$tmp/h.out" 2>"$tmp/h.err"
+    "$tb" report --db "$tmp/h.db" --last --format json -o "$tmp/h.json" 2>>"$tmp/h.err"
+    sqlite3 "$tmp/h.db" .dump >"$tmp/h.sql"
+    [ "$(q "$tmp/h.db" "select count(*) from request where error like 'connect:%'")" -ge 1 ] \
+        || fail "http secrets: the requests should fail to connect: $(q "$tmp/h.db" "select error from bench_case")"
+    for f in "$tmp/h.out" "$tmp/h.err" "$tmp/h.json" "$tmp/h.sql"; do
+        grep -aq "$hsecret" "$f" && fail "the http api_key leaked into $(basename "$f")"
+    done
+    grep -q '"api_key":"(secret)"' "$tmp/h.sql" || fail "http api_key not shown as (secret)"
+fi
+
 # 3. Bound parameters: a hostile suite name is data.
 evil="x'); drop table sample;--"
 printf '[suite]\nname = %s\nwarmup = 0\nrepeat = 1\n[matrix]\nmax_new_tokens = 4\n[backend a]\nplugin = null\n' "$evil" >"$tmp/suites/evil.ini"

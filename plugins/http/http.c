@@ -49,6 +49,8 @@ enum {
     OPT_BURSTINESS,
     OPT_UNIQUE_PROMPTS,
     OPT_MAX_RESPONSE_MB,
+    OPT_API_KEY,
+    OPT_SECRET_HEADERS,
     N_OPTS
 };
 
@@ -93,6 +95,14 @@ static const tb_option_decl http_options[N_OPTS] = {
                             "a different prompt for every request of every repetition, so a server's prefix cache "
                             "cannot serve one from another",
                             NULL, 1, 0, 0},
+    [OPT_API_KEY] = {"api_key", TB_OPT_STRING, "",
+                     "the API key itself (sent as Bearer; a secret: never stored, logged or shown); api_key_env "
+                     "keeps it out of the suite file",
+                     NULL, 1, 0, TB_OPTF_LOAD | TB_OPTF_SECRET},
+    [OPT_SECRET_HEADERS] = {"secret_headers", TB_OPT_STRING, "",
+                            "request headers that are secrets, a JSON object {\"Name\": \"value\"}: sent, never "
+                            "stored, logged or shown",
+                            NULL, 1, 0, TB_OPTF_LOAD | TB_OPTF_SECRET},
     [OPT_MAX_RESPONSE_MB] = {"max_response_mb", TB_OPT_FLOAT, "64",
                              "largest response body of one request, MiB, streamed or not: a larger one fails as "
                              "malformed_stream, and a stream with more than 4 x max_tokens + 16 text chunks too",
@@ -184,6 +194,22 @@ static void check_options(const tb_option_value *v, uint32_t n, char *why, size_
             return;
         }
     }
+    const char *sh = opt_s(v, n, OPT_SECRET_HEADERS);
+    if (*sh) {
+        cJSON *j = cJSON_Parse(sh), *it;
+        int ok = cJSON_IsObject(j);
+        cJSON_ArrayForEach(it, j) if (!cJSON_IsString(it) || strpbrk(it->string, ":\r\n") ||
+                                      strpbrk(it->valuestring, "\r\n")) ok = 0;
+        cJSON_Delete(j);
+        if (!ok) { /* the value is a secret: not quoted */
+            snprintf(why, size, "secret_headers: expected a JSON object of strings such as {\"X-Api-Key\": \"...\"}");
+            return;
+        }
+    }
+    if (*opt_s(v, n, OPT_API_KEY) && *opt_s(v, n, OPT_API_KEY_ENV)) {
+        snprintf(why, size, "api_key and api_key_env: give one of them");
+        return;
+    }
     const char *key_env = opt_s(v, n, OPT_API_KEY_ENV);
     if (*key_env && !getenv(key_env)) {
         snprintf(why, size, "api_key_env: environment variable %s is not set", key_env);
@@ -266,6 +292,7 @@ static char *make_description(const http_ctx *c, const tb_option_value *v, uint3
     const char *key_env = opt_s(v, n, OPT_API_KEY_ENV);
     if (*key_env)
         cJSON_AddStringToObject(o, "api_key_env", key_env); /* the name, never the key */
+    cJSON_AddBoolToObject(o, "api_key", *opt_s(v, n, OPT_API_KEY) || *key_env); /* whether, never which */
     cJSON *names = cJSON_AddArrayToObject(o, "headers");
     cJSON *h = cJSON_Parse(opt_s(v, n, OPT_HEADERS)), *it;
     cJSON_ArrayForEach(it, h) cJSON_AddItemToArray(names, cJSON_CreateString(it->string));
@@ -316,8 +343,9 @@ static tb_status http_create(const tb_host *host, const char *model, const tb_op
     struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
     h = curl_slist_append(h, "Expect:");
     const char *key_env = opt_s(options, n_options, OPT_API_KEY_ENV);
-    if (*key_env) {
-        const char *key = getenv(key_env);
+    const char *key_opt = opt_s(options, n_options, OPT_API_KEY);
+    if (*key_env || *key_opt) {
+        const char *key = *key_opt ? key_opt : getenv(key_env);
         size_t len = strlen(key) + 32;
         char *line = malloc(len);
         if (line) {
@@ -327,18 +355,21 @@ static tb_status http_create(const tb_host *host, const char *model, const tb_op
             free(line);
         }
     }
-    cJSON *extra = cJSON_Parse(opt_s(options, n_options, OPT_HEADERS)), *it;
-    cJSON_ArrayForEach(it, extra)
-    {
-        size_t len = strlen(it->string) + strlen(it->valuestring) + 3;
-        char *line = malloc(len);
-        if (line) {
-            snprintf(line, len, "%s: %s", it->string, it->valuestring);
-            h = curl_slist_append(h, line);
-            free(line);
+    for (int which = 0; which < 2; which++) { /* the suite's headers, then the secret ones */
+        cJSON *extra = cJSON_Parse(opt_s(options, n_options, which ? OPT_SECRET_HEADERS : OPT_HEADERS)), *it;
+        cJSON_ArrayForEach(it, extra)
+        {
+            size_t len = strlen(it->string) + strlen(it->valuestring) + 3;
+            char *line = malloc(len);
+            if (line) {
+                snprintf(line, len, "%s: %s", it->string, it->valuestring);
+                h = curl_slist_append(h, line);
+                explicit_bzero(line, len);
+                free(line);
+            }
         }
+        cJSON_Delete(extra);
     }
-    cJSON_Delete(extra);
     c->headers = h;
     c->describe_json = make_description(c, options, n_options);
     if (c->tok)
