@@ -30,8 +30,24 @@ static int by_pair(const void *a, const void *b)
     return strcmp(x->text, y->text);
 }
 
-/* Every ok answer of the session, in case order. */
-static answer *load_answers(sqlite3 *db, int64_t session, size_t *n_out)
+/* Is item i judged: judge_tags empty, or one of them among its tags? */
+static int judged_item(const tb_plan *plan, int i)
+{
+    const tb_list *want = &plan->suite->prompts.judge_tags;
+    if (!want->n)
+        return 1;
+    if (i < 0 || (size_t)i >= plan->n_prompts)
+        return 0;
+    const tb_prompt *it = &plan->prompts.items[i];
+    for (int t = 0; t < it->n_tags; t++)
+        for (size_t k = 0; k < want->n; k++)
+            if (strcmp(it->tags[t], want->items[k]) == 0)
+                return 1;
+    return 0;
+}
+
+/* Every ok answer of the session to be judged, in case order. */
+static answer *load_answers(const tb_plan *plan, sqlite3 *db, int64_t session, size_t *n_out)
 {
     sqlite3_stmt *q;
     answer *a = NULL;
@@ -46,6 +62,8 @@ static answer *load_answers(sqlite3 *db, int64_t session, size_t *n_out)
         return NULL;
     sqlite3_bind_int64(q, 1, session);
     while (sqlite3_step(q) == SQLITE_ROW) {
+        if (!judged_item(plan, sqlite3_column_int(q, 2)))
+            continue;
         if (n == cap) {
             cap = cap ? 2 * cap : 256;
             a = tb_xrealloc(a, cap * sizeof *a);
@@ -203,7 +221,7 @@ int tb_judge_session(const tb_plan *plan, tb_store *st, int64_t session, volatil
         return 0;
     sqlite3 *db = tb_store_db(st);
     size_t n = 0;
-    answer *a = load_answers(db, session, &n);
+    answer *a = load_answers(plan, db, session, &n);
     if (!n) {
         free(a);
         return 0;

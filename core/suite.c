@@ -519,6 +519,14 @@ static void handle_prompts_key(parser *p, const char *key, const char *v)
         free(ps->judge);
         ps->judge = tb_xstrdup(v);
         ps->judge_loc = here(p);
+    } else if (strcmp(key, "judge_tags") == 0) {
+        list_free(&ps->judge_tags);
+        list_split(&ps->judge_tags, v, here(p), 1);
+        for (size_t i = 0; i < ps->judge_tags.n; i++) {
+            const char *t = ps->judge_tags.items[i];
+            if (!*t || strspn(t, "abcdefghijklmnopqrstuvwxyz0123456789_") != strlen(t))
+                add_error(p, here(p), key, "expected tags of [a-z0-9_]+ separated by commas, got \"%s\"", t);
+        }
     } else if (strcmp(key, "judge_context") == 0) {
         if (strcmp(v, "prompt") == 0)
             ps->judge_context = 1;
@@ -527,7 +535,7 @@ static void handle_prompts_key(parser *p, const char *key, const char *v)
         else
             add_error(p, here(p), key, "expected prompt (score the output after its prompt) or none, got \"%s\"", v);
     } else {
-        add_error(p, here(p), key, "unknown key in [prompts] (expected file, limit, scorer, repetition_n, distinct_n, judge, judge_context or include)");
+        add_error(p, here(p), key, "unknown key in [prompts] (expected file, limit, scorer, repetition_n, distinct_n, judge, judge_context, judge_tags or include)");
     }
 }
 
@@ -863,6 +871,7 @@ void tb_suite_free(tb_suite *s)
     free(s->prompts.file);
     free(s->prompts.scorer);
     free(s->prompts.judge);
+    list_free(&s->prompts.judge_tags);
     for (size_t i = 0; i < s->n_files; i++)
         free(s->files[i]);
     free(s->files);

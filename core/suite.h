@@ -12,7 +12,8 @@
  *                           option sweeps
  *   [prompts]               file (JSONL prompt set), limit, scorer,
  *                           repetition_n, distinct_n, judge (a backend
- *                           label), judge_context (prompt | none)
+ *                           label), judge_context (prompt | none),
+ *                           judge_tags (judge only items with these tags)
  *   [backend LABEL]         plugin, model, the plugin's options, and
  *                           per-backend overrides of matrix dimensions
  *                           ("steps = none": this backend does not get
@@ -99,6 +100,8 @@ typedef struct tb_suite_prompts {
                             (TB_CAP_LOGLIK), NULL: no judge */
     tb_loc judge_loc;
     int judge_context;   /* 1: ln p(output | prompt); 0: ln p(output) */
+    tb_list judge_tags;  /* judge only items with one of these tags;
+                            n == 0: every item */
 } tb_suite_prompts;
 
 typedef struct tb_suite {

@@ -357,14 +357,21 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
         while (bi < n_backends && strcmp(backends[bi], backend) != 0)
             bi++;
         if (bi < n_backends && !cells[ki][bi]) {
-            double agg = col_num(q, 11), acc = col_num(q, 24);
-            if (strcmp(status, "ok") != 0)
+            double agg = col_num(q, 11), acc = col_num(q, 24), ppl = col_num(q, 27);
+            if (strcmp(status, "ok") != 0) {
                 cells[ki][bi] = tb_xstrdup(status);
-            else if (use_acc && isfinite(acc))
-                cells[ki][bi] = isfinite(agg) ? tb_xasprintf("%.1f @ %.0f%%", agg, acc * 100)
-                                              : tb_xasprintf("- @ %.0f%%", acc * 100);
-            else
-                cells[ki][bi] = isfinite(agg) ? tb_xasprintf("%.1f", agg) : tb_xstrdup("-");
+            } else {
+                tb_str c = {0};
+                if (isfinite(agg))
+                    tb_str_appendf(&c, "%.1f", agg);
+                else
+                    tb_str_append(&c, "-");
+                if (use_acc && isfinite(acc))
+                    tb_str_appendf(&c, " @ %.0f%%", acc * 100);
+                if (use_ppl && isfinite(ppl))
+                    tb_str_appendf(&c, ", ppl %.1f", ppl);
+                cells[ki][bi] = tb_str_take(&c);
+            }
         }
     }
     sqlite3_finalize(q);
@@ -415,8 +422,8 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
             for (size_t b = 0; b < n_backends && (int)(nd + b) < ns; b++)
                 tb_table_cell(s, cells[k][b] ? cells[k][b] : "");
         }
-        fprintf(out, use_acc ? "\nside by side: aggregate output tokens/s (median over repetitions) @ accuracy\n"
-                             : "\nside by side: aggregate output tokens/s (median over repetitions)\n");
+        fprintf(out, "\nside by side: aggregate output tokens/s (median over repetitions)%s%s\n",
+                use_acc ? " @ accuracy" : "", use_ppl ? ", judge perplexity (lower is better)" : "");
         tb_table_print(s, out);
         tb_table_free(s);
     }

@@ -20,20 +20,33 @@ fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 pass() { echo "ok: $*"; }
 q() { sqlite3 -batch -noheader "$1" "$2"; }
 
-# 0. The default suite (the README's first command) runs the AR engine.
+# 0. The default suite (the README's first command): the trained small AR
+# and diffusion models on held-out tasks and text.
 if "$tb" run "$src/suites/quick.ini" --db "$tmp/default.db" >"$tmp/default.out" 2>"$tmp/default.err"; then
     pass "default suite ran"
 else
     fail "default suite exit $?"; cat "$tmp/default.err"
 fi
-[ "$(q "$tmp/default.db" "select count(*) from summary where status = 'ok' and plugin like 'ar %' and random_weights = 'yes' and aggregate_tps > 0 and steps is null")" = 2 ] \
-    || fail "default suite: expected 2 ok AR cases with random weights flagged"
+[ "$(q "$tmp/default.db" "select count(*) from summary where status = 'ok' and plugin like 'ar %' and random_weights = 'no' and aggregate_tps > 0 and steps is null")" = 2 ] \
+    || fail "default suite: expected 2 ok AR cases of the trained model"
 # diffusion rows carry steps, NFE = steps (one forward per step), tokens per forward
-[ "$(q "$tmp/default.db" "select count(*) from summary where status = 'ok' and plugin like 'diffusion %' and steps in (8, 16, 64) and nfe = steps and steps_done = steps and abs(tokens_per_forward - 64.0 * batch / steps) < 1e-9")" = 6 ] \
+[ "$(q "$tmp/default.db" "select count(*) from summary where status = 'ok' and plugin like 'diffusion %' and steps in (2, 4, 8, 16) and nfe = steps and steps_done = steps and abs(tokens_per_forward - 16.0 * batch / steps) < 1e-9")" = 8 ] \
     || fail "default suite: diffusion rows lack steps/NFE/tokens per forward"
-grep -q "side by side" "$tmp/default.out" || fail "default suite: no side-by-side table"
-[ "$(q "$tmp/default.db" "select count(*) from request r join sample s on s.id = r.sample_id where s.warmup = 0 and (r.output_tokens <> 64 or r.recount_tokens is null)")" = 0 ] \
-    || fail "default suite: every request must produce 64 tokens and be re-counted"
+grep -q "side by side: .* @ accuracy, judge perplexity" "$tmp/default.out" || fail "default suite: no side-by-side table with quality"
+# Quality: the held-out tasks, far above chance (chance < 10% over the set:
+# add ~1/199, sort and copy ~0, lookup ~1/4) in every case; add, sort and
+# copy nearly solved; every answer stored; the diffusion model's judge
+# perplexity on text falls as steps rise (2 steps for 16 tokens vs 16).
+[ "$(q "$tmp/default.db" "select count(*) from summary where accuracy_ci_lo > 0.5 and accuracy is not null")" = 10 ] \
+    || fail "default suite: every case should score clearly above chance: $(q "$tmp/default.db" "select backend, steps, accuracy, accuracy_ci_lo from summary")"
+[ "$(q "$tmp/default.db" "select count(*) from metric where name in ('accuracy_add', 'accuracy_sort', 'accuracy_copy') and median >= 0.9 and n = 32")" = 30 ] \
+    || fail "default suite: add/sort/copy should be nearly solved: $(q "$tmp/default.db" "select name, median from metric where name like 'accuracy_%'")"
+[ "$(q "$tmp/default.db" "select count(*) from request r join sample s on s.id = r.sample_id where r.scored = 1 and r.output_text is null")" = 0 ] \
+    || fail "default suite: scored requests without their answer text"
+[ "$(q "$tmp/default.db" "select (select judge_ppl from summary where plugin like 'diffusion %' and batch = 1 and steps = 2) > 4 * (select judge_ppl from summary where plugin like 'diffusion %' and batch = 1 and steps = 16)")" = 1 ] \
+    || fail "default suite: judge perplexity should fall with more steps: $(q "$tmp/default.db" "select backend, steps, judge_ppl from summary")"
+[ "$(q "$tmp/default.db" "select count(*) from request r join sample s on s.id = r.sample_id join bench_case c on c.id = s.case_id where s.warmup = 0 and c.steps is not null and r.output_tokens <> 16")" = 0 ] \
+    || fail "default suite: every diffusion request must fill its 16-token canvas"
 
 # 1. A scripted suite: every case stored, summary with machine metadata.
 quick="$src/tests/data/suites/null-quick.ini"
