@@ -340,7 +340,8 @@ static void pareto_chart(const tb_rsession *s, tb_rcharts *out)
                        : tb_xasprintf("%s (%s, median; higher is better)", qname, qunit);
     tb_chart *ch = tb_chart_new("quality vs aggregate tokens/s (Pareto front)", "aggregate tokens/s", ylabel);
     free(ylabel);
-    tb_chart_y_from_zero(ch, 0);
+    /* a fraction from 0: a zoomed axis would make a few items look like a gap */
+    tb_chart_y_from_zero(ch, strcmp(qname, "accuracy") == 0);
     for (size_t b = 0; b < s->n_backends; b++) {
         int sid = -1;
         for (size_t i = 0; i < s->n_cases; i++) {

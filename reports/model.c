@@ -68,7 +68,7 @@ static int load_session(sqlite3 *db, int64_t id, tb_rsession *s, char **err)
         " m.hostname, m.cpu_model, m.cpu_cores, m.ram_bytes, m.os, m.kernel, m.arch, m.gpu_count,"
         " coalesce(m.gpu_name, 'none'), m.gpu_memory_bytes, coalesce(m.gpu_driver, '-'),"
         " coalesce(m.cuda_driver_version, '-'), coalesce(m.compute_capability, '-'), m.nvml_status,"
-        " m.fingerprint"
+        " m.fingerprint, s.prompt_set_path, s.prompt_set_sha256"
         " FROM session s JOIN machine m ON m.id = s.machine_id WHERE s.id = ?";
     sqlite3_stmt *q;
     if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK) {
@@ -92,6 +92,7 @@ static int load_session(sqlite3 *db, int64_t id, tb_rsession *s, char **err)
     s->warmup = sqlite3_column_int(q, 13);
     s->repeat = sqlite3_column_int(q, 14);
     s->hostname = dup_col(q, 16);
+    s->has_prompt_set = sqlite3_column_type(q, 31) != SQLITE_NULL;
 
     tb_rkvs *k = &s->session;
     kv_add(k, "session", tb_xasprintf("%lld (%s)", (long long)id, s->uuid));
@@ -104,8 +105,12 @@ static int load_session(sqlite3 *db, int64_t id, tb_rsession *s, char **err)
     kv_add(k, "compiler", dup_col(q, 7));
     kv_add(k, "CUDA toolkit (build)", dup_col(q, 8));
     kv_add(k, "command line", dup_col(q, 9));
-    kv_add(k, "runs", tb_xasprintf("%d warm-up (excluded), %d measured, seed %lld", s->warmup, s->repeat,
+    kv_add(k, "runs", tb_xasprintf("%d warm-up (excluded), %d measured%s, seed %lld", s->warmup, s->repeat,
+                                   s->has_prompt_set ? " (passes over the prompt set)" : "",
                                    (long long)sqlite3_column_int64(q, 15)));
+    if (s->has_prompt_set)
+        kv_add(k, "prompt set", tb_xasprintf("%s (sha256 %s)", sqlite3_column_text(q, 31),
+                                             sqlite3_column_text(q, 32) ? (const char *)sqlite3_column_text(q, 32) : "?"));
 
     k = &s->machine;
     kv_add(k, "host", dup_col(q, 16));
@@ -226,7 +231,7 @@ static int load_cases(sqlite3 *db, tb_rsession *s, char **err)
         "    WHERE sa.case_id = c.id AND sa.warmup = 0 AND r.count_mismatch),"
         " (SELECT count(*) FROM (SELECT r.idx FROM request r JOIN sample sa ON sa.id = r.sample_id"
         "    WHERE sa.case_id = c.id AND sa.warmup = 0 AND r.status = 'ok' AND r.output_hash IS NOT NULL"
-        "    GROUP BY r.idx HAVING count(DISTINCT r.output_hash) > 1))"
+        "    GROUP BY coalesce(r.prompt_idx, -1 - r.idx) HAVING count(DISTINCT r.output_hash) > 1))"
         " FROM bench_case c JOIN backend b ON b.id = c.backend_id WHERE c.session_id = ? ORDER BY c.ordinal";
     sqlite3_stmt *q;
     if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK) {
@@ -324,9 +329,19 @@ static void derive_warnings(tb_rsession *s)
         }
     if (s->warmup == 0)
         warn(s, tb_xstrdup("no warm-up run: the first repetition includes initialisation and compilation"));
-    if (s->repeat < 10)
-        warn(s, tb_xasprintf("%d repetitions per case: fewer than the 10 the articles ask for; medians and "
-                             "p95 rest on few runs", s->repeat));
+    /* measured calls of the smallest case (a prompt-set pass is many) */
+    size_t fewest = SIZE_MAX;
+    for (size_t i = 0; i < s->n_cases; i++) {
+        const tb_stats *a = tb_rcase_metric(&s->cases[i], "agg_tps");
+        if (a && a->n < fewest)
+            fewest = a->n;
+    }
+    if (fewest < 10)
+        warn(s, tb_xasprintf("%zu measured calls in the smallest case: fewer than the 10 the articles ask for; "
+                             "medians and p95 rest on few runs", fewest));
+    if (s->has_prompt_set)
+        warn(s, tb_xstrdup("prompt set: every call runs different items, whose answers differ in length, so the "
+                           "spread of per-call figures (CV) reflects the items as well as noise; no noise warnings"));
     int *mismatch = tb_xcalloc(s->n_backends + 1, sizeof(int)), *mismatch_cases = tb_xcalloc(s->n_backends + 1, sizeof(int));
     for (size_t i = 0; i < s->n_cases; i++) {
         const tb_rcase *c = &s->cases[i];
@@ -335,7 +350,7 @@ static void derive_warnings(tb_rsession *s)
         if (strcmp(c->status, "ok") != 0)
             warn(s, tb_xasprintf("%s %s [%s]: %s", label, c->status, dims, *c->error ? c->error : "(no reason)"));
         const tb_stats *agg = tb_rcase_metric(c, "agg_tps");
-        if (agg && isfinite(agg->cv) && agg->cv > TB_NOISE_CV)
+        if (agg && isfinite(agg->cv) && agg->cv > TB_NOISE_CV && !s->has_prompt_set)
             warn(s, tb_xasprintf("%s [%s]: noisy, aggregate tok/s CV %.1f%% > %.0f%%: check the environment "
                                  "(other load, clocks, thermals) first",
                                  label, dims, agg->cv * 100, TB_NOISE_CV * 100));

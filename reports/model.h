@@ -76,6 +76,7 @@ typedef struct tb_rsession {
     char **warnings; /* plain text, one finding each */
     size_t n_warnings;
     int has_quality; /* some case has a quality metric */
+    int has_prompt_set; /* the session ran a [prompts] set */
 } tb_rsession;
 
 /* Load session `id`. 0, or -1 with *err (malloc'd). */

@@ -104,7 +104,7 @@ static void side_by_side(const tb_rsession *s, tb_rtables *ts)
     for (size_t r = 0; r < g.n_rows; r++) {
         const tb_rcase *c = &s->cases[g.row_case[r]];
         row rw = {0};
-        put(&rw, tb_xasprintf("%d", c->prompt_tokens));
+        put(&rw, c->prompt_tokens ? tb_xasprintf("%d", c->prompt_tokens) : tb_xstrdup("set"));
         put(&rw, tb_xasprintf("%d", c->max_new_tokens));
         put(&rw, tb_xasprintf("%d", c->batch));
         if (s->dims & TB_RDIM_CONC)

@@ -328,7 +328,7 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
         char *where = case_where(q);
         if (strcmp(status, "ok") != 0)
             tb_str_appendf(&warnings, "  %s %s [%s]: %s\n", backend, status, where, col_text(q, 22));
-        if (isfinite(cv) && cv > TB_NOISE_CV)
+        if (isfinite(cv) && cv > TB_NOISE_CV && strcmp(col_text(q, 1), "set") != 0) /* prompt sets vary the work */
             tb_str_appendf(&warnings, "  %s [%s]: noisy, aggregate tok/s CV %.1f%% > %.0f%%; check the environment first\n",
                            backend, where, cv * 100, TB_NOISE_CV * 100);
         free(where);

@@ -256,16 +256,19 @@ if [ -e "$build/plugins/ar/ar.so" ] && [ -e "$build/plugins/diffusion/diffusion.
     "$tb" run "$src/suites/quick.ini" --db "$tmp/cpu.db" --filter batch=1 >/dev/null 2>"$tmp/cpu.err" || { fail "quick.ini"; cat "$tmp/cpu.err"; }
     "$tb" report --db "$tmp/cpu.db" --format html -o "$tmp/cpu.html" 2>/dev/null || fail "report of quick.ini"
     k=$(kinds "$tmp/cpu.html")
-    [ "$k" = 'data-kind="itl"=1 data-kind="steps"=1' ] || fail "cpu report charts: $k"
-    grep -q 'data-series="ar-tiny (no steps: reference)"' "$tmp/cpu.html" || fail "cpu steps chart lacks the AR line"
-    [ "$(grep -c '<g class="series-group" data-series="llada-tiny"><path class="series" d="M' "$tmp/cpu.html")" = 1 ] \
+    [ "$k" = 'data-kind="itl"=1 data-kind="pareto"=1 data-kind="steps"=1' ] || fail "cpu report charts: $k"
+    grep -q 'data-series="ar-small (no steps: reference)"' "$tmp/cpu.html" || fail "cpu steps chart lacks the AR line"
+    [ "$(grep -c '<g class="series-group" data-series="llada-small"><path class="series" d="M' "$tmp/cpu.html")" = 1 ] \
         || fail "cpu steps chart lacks the diffusion curve"
-    grep -q 'RANDOM WEIGHTS' "$tmp/cpu.html" || fail "random weights not flagged"
+    grep -q 'RANDOM WEIGHTS' "$tmp/cpu.html" && fail "trained models flagged as random weights"
+    grep -q 'Quality next to speed' "$tmp/cpu.html" || fail "no quality table in the cpu report"
     "$tb" report --db "$tmp/cpu.db" >"$tmp/cpu.md"
-    grep -q 'llada-tiny | prompt 32, new 64, batch 1, steps 64, block 32 | ok | 5 |' "$tmp/cpu.md" \
+    grep -q 'llada-small | prompt set, new 16, batch 1, steps 16, block 16 | ok | 144 |' "$tmp/cpu.md" \
         || fail "cpu md lacks the diffusion row"
-    "$tb" compare 1 --backends ar-tiny llada-tiny --db "$tmp/cpu.db" --metric agg_tps >"$tmp/cc.out" || fail "compare cpu backends"
-    [ "$(grep -c '^ar-tiny vs llada-tiny ' "$tmp/cc.out")" = 3 ] || fail "compare cpu: $(cat "$tmp/cc.out")"
+    grep -q '| llada-small | prompt set, new 16, batch 1, steps 2, block 16 | accuracy | fraction | 128 |' "$tmp/cpu.md" \
+        || fail "cpu md lacks the accuracy row: $(grep accuracy "$tmp/cpu.md" | head -3)"
+    "$tb" compare 1 --backends ar-small llada-small --db "$tmp/cpu.db" --metric agg_tps >"$tmp/cc.out" || fail "compare cpu backends"
+    [ "$(grep -c '^ar-small vs llada-small ' "$tmp/cc.out")" = 4 ] || fail "compare cpu: $(cat "$tmp/cc.out")"
     pass "CPU engines: report, charts, compare"
 else
     echo "note: CPU engine plugins not built; skipped the quick.ini part"
