@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End to end: `tokbench serve` on loopback, benchmarked through plugins/http
 # with the real CLI into real SQLite files.
-#   1. the CPU engine (suites/quick.ini's ar-tiny) served and measured at
+#   1. the CPU engine (tests/data/suites/serve-ar.ini's ar-tiny) served and measured at
 #      several concurrencies and at a Poisson rate: every row stored;
 #   2. the null backend served with each fault (HTTP 500, 429, a stalled
 #      stream, a dropped connection, garbage chunks) plus a refused
@@ -79,7 +79,7 @@ done
 "$tb" plugins http | grep -q "burstiness" || fail "tokbench plugins http does not list its options"
 
 # ------------------------------------------------------------------ 1
-start_server ar "$src/suites/quick.ini" ar-tiny --max-batch 8
+start_server ar "$src/tests/data/suites/serve-ar.ini" ar-tiny --max-batch 8
 ar_port=$port
 cat >"$tmp/engine.ini" <<EOF
 [suite]
