@@ -14,7 +14,8 @@ cd "$(dirname "$0")"
 packages=(meson ninja-build pkg-config gcc libc6-dev python3 make
           libinih-dev libsqlite3-dev libcjson-dev libssl-dev sqlite3
           libpcre2-dev libutf8proc-dev libcurl4-openssl-dev libopenblas-dev libmicrohttpd-dev
-          chromium fonts-dejavu-core) # chromium + a font: the HTML report's browser test
+          chromium fonts-dejavu-core  # chromium + a font: the HTML report's browser test
+          clang libclang-rt-dev)      # libFuzzer + sanitizers: tests/fuzz/run.sh
 
 install_packages() {
     [ "${TOKBENCH_NO_INSTALL:-0}" = 1 ] && return 0

@@ -572,11 +572,14 @@ static pcre2_code *compile_regex(const char *pattern, size_t len, bool literal, 
                                  size_t msg_size)
 {
     char *rewritten = NULL;
-    uint32_t opts = PCRE2_UTF | PCRE2_NO_UTF_CHECK;
+    /* The pattern comes from the file: PCRE2 checks its UTF-8 (unchecked,
+     * invalid UTF-8 crashes pcre2_compile), and \C, which could split a
+     * character and hand the next step invalid UTF-8, is refused. */
+    uint32_t opts = PCRE2_UTF;
     if (literal)
         opts |= PCRE2_LITERAL; /* which takes no UCP */
     else {
-        opts |= PCRE2_UCP;
+        opts |= PCRE2_UCP | PCRE2_NEVER_BACKSLASH_C;
         rewritten = rewrite_pattern(pattern);
         pattern = rewritten;
         len = strlen(rewritten);

@@ -1,8 +1,5 @@
 /* fuzz_sse.c — libFuzzer target for plugins/http/sse.c.
- *
- *   clang -g -O1 -fsanitize=fuzzer,address,undefined -Iplugins/http \
- *       tests/fuzz_sse.c plugins/http/sse.c -lcjson -o fuzz_sse
- *   ./fuzz_sse -max_total_time=60
+ * Built and run by tests/fuzz/run.sh.
  *
  * The first input byte picks where the rest is cut into reads. For every
  * input these must hold:

@@ -2,11 +2,7 @@
  * bytes must give either an error naming the file or tensors whose every
  * byte lies inside the input (ASan checks the reads; the bounds are also
  * checked here, since a pointer into the input's slack would pass ASan).
- *
- *   clang -g -O1 -fsanitize=fuzzer,address,undefined -Iplugins/engine -Icore \
- *       tests/fuzz_safetensors.c plugins/engine/safetensors.c core/util.c \
- *       -lcjson -lcrypto -lm -o fuzz_safetensors
- *   ./fuzz_safetensors -max_total_time=60 corpus/ */
+ * Built and run by tests/fuzz/run.sh. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

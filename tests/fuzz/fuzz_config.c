@@ -1,10 +1,7 @@
 /* fuzz_config.c — libFuzzer target for config.json parsing: any text must
  * give either a config that passes the header's invariants or an error
  * naming the file.
- *
- *   clang -g -O1 -fsanitize=fuzzer,address,undefined -Iplugins/engine -Icore \
- *       tests/fuzz_config.c plugins/engine/config.c core/util.c \
- *       -lcjson -lcrypto -lm -o fuzz_config */
+ * Built and run by tests/fuzz/run.sh. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,17 +1,17 @@
-/* fuzz_tokenizer.c — libFuzzer target for tb_tokenizer_encode on any bytes.
+/* fuzz_tokenizer.c — libFuzzer target for the BPE encoder
+ * (tb_tokenizer_encode) on any bytes. Built and run by tests/fuzz/run.sh.
  *
- *   clang -g -O1 -fsanitize=fuzzer,address,undefined -Iplugins/engine -Icore \
- *       tests/fuzz_tokenizer.c plugins/engine/tokenizer.c core/util.c \
- *       -lcjson -lpcre2-8 -lutf8proc -lcrypto -o fuzz_tokenizer
- *   TB_FUZZ_TOKENIZER=tests/data/golden/tokenizer-llama3.json ./fuzz_tokenizer -max_total_time=60
- *
- * The tokenizer comes from $TB_FUZZ_TOKENIZER (default: the golden Llama 3
- * one under $TB_SOURCE_ROOT, default "."). It must be byte-level with no
- * lstrip/rstrip added tokens and no normalizer, so that these hold for every
- * input:
+ * The first tokenizer comes from $TB_FUZZ_TOKENIZER (default: the golden
+ * Llama 3 one under $TB_SOURCE_ROOT, default "."). It must be byte-level
+ * with no lstrip/rstrip added tokens and no normalizer, so that these hold
+ * for every input:
  *   - encode never fails, and gives the same count and prefix at any cap;
  *   - decode(encode(x)) is x with invalid UTF-8 replaced by U+FFFD per
- *     maximal subpart (checked against the small decoder below). */
+ *     maximal subpart (checked against the small decoder below).
+ * The second, $TB_FUZZ_TOKENIZER2 (default: the golden Qwen2 one), has the
+ * NFC normalizer and its own split pattern; NFC may change the text, so
+ * for it: encode never fails, the same count and prefix at any cap, every
+ * id decodes, and ASCII input (which NFC leaves alone) round-trips. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
 #include <stdio.h>
@@ -21,29 +21,43 @@
 #include "tokenizer.h"
 #include "util.h"
 
-static tb_tokenizer *tok;
+static tb_tokenizer *tok, *tok2;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static tb_tokenizer *load(const char *env, const char *dflt_name)
+{
+    const char *path = getenv(env);
+    char *dflt = NULL;
+    if (!path || !*path) {
+        const char *root = getenv("TB_SOURCE_ROOT");
+        dflt = tb_xasprintf("%s/tests/data/golden/%s", root && *root ? root : ".", dflt_name);
+        path = dflt;
+    }
+    char err[512];
+    tb_tokenizer *t;
+    if (tb_tokenizer_load(path, &t, err, sizeof err) < 0) {
+        fprintf(stderr, "fuzz_tokenizer: %s\n", err);
+        exit(2);
+    }
+    free(dflt);
+    return t;
+}
+
+static void free_tokenizers(void)
+{
+    tb_tokenizer_free(tok);
+    tb_tokenizer_free(tok2);
+}
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc;
     (void)argv;
-    const char *path = getenv("TB_FUZZ_TOKENIZER");
-    char *dflt = NULL;
-    if (!path || !*path) {
-        const char *root = getenv("TB_SOURCE_ROOT");
-        dflt = tb_xasprintf("%s/tests/data/golden/tokenizer-llama3.json",
-                            root && *root ? root : ".");
-        path = dflt;
-    }
-    char err[512];
-    if (tb_tokenizer_load(path, &tok, err, sizeof err) < 0) {
-        fprintf(stderr, "fuzz_tokenizer: %s\n", err);
-        exit(2);
-    }
-    free(dflt);
+    tok = load("TB_FUZZ_TOKENIZER", "tokenizer-llama3.json");
+    tok2 = load("TB_FUZZ_TOKENIZER2", "tokenizer-qwen2.json");
+    atexit(free_tokenizers);
     return 0;
 }
 
@@ -79,8 +93,45 @@ static size_t replace_invalid(const uint8_t *s, size_t n, char *out)
     return k;
 }
 
+/* The second tokenizer: NFC may recompose, so no exact round trip. */
+static void check_nfc(const uint8_t *data, size_t size)
+{
+    const char *text = (const char *)data;
+    size_t cap = 3 * size + 8;
+    int32_t *ids = malloc(cap * sizeof *ids);
+    int64_t n = tb_tokenizer_encode(tok2, text, size, ids, cap);
+    if (n < 0 || (size_t)n > 3 * size) {
+        fprintf(stderr, "encode (NFC) returned %lld for %zu bytes\n", (long long)n, size);
+        abort();
+    }
+    size_t half = (size_t)n / 2;
+    int32_t *part = malloc((half + 1) * sizeof *part);
+    part[half] = -12345;
+    if (tb_tokenizer_encode(tok2, text, size, part, half) != n ||
+        memcmp(part, ids, half * sizeof *ids) != 0 || part[half] != -12345)
+        abort();
+    int64_t dn = tb_tokenizer_decode(tok2, ids, (size_t)n, NULL, 0);
+    if (dn < 0)
+        abort();
+    char *got = malloc((size_t)dn + 1);
+    if (tb_tokenizer_decode(tok2, ids, (size_t)n, got, (size_t)dn + 1) != dn)
+        abort();
+    int ascii = 1;
+    for (size_t i = 0; i < size && ascii; i++)
+        ascii = data[i] < 0x80;
+    if (ascii && ((size_t)dn != size || memcmp(got, data, size) != 0)) {
+        fprintf(stderr, "round trip (NFC, ASCII): %lld bytes back, want %zu\n", (long long)dn,
+                size);
+        abort();
+    }
+    free(got);
+    free(part);
+    free(ids);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    check_nfc(data, size);
     const char *text = (const char *)data;
     size_t cap = 3 * size + 8; /* each invalid byte can become 3 tokens */
     int32_t *ids = malloc(cap * sizeof *ids);
