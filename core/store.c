@@ -2,11 +2,14 @@
 #define _GNU_SOURCE
 #include "store.h"
 
+#include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <unistd.h>
 
 #include "git_version.h"
 #include "tb_config.h"
@@ -141,6 +144,140 @@ int tb_store_migrate(sqlite3 *db, int target, char **err)
     return 0;
 }
 
+/* ------------------------------------------------- session owners */
+
+/* The process that writes a session (migration 5): kernel boot, PID
+ * namespace, pid and the pid's start time. Empty strings and -1: unknown. */
+typedef struct tb_owner {
+    char boot_id[64];
+    char pid_ns[64];
+    int64_t pid;
+    int64_t start_ticks;
+} tb_owner;
+
+/* State (field 3) and start time (field 22, clock ticks after boot) of
+ * /proc/PID/stat; 0, or -1 when it cannot be read. */
+static int proc_stat(int64_t pid, char *state, int64_t *start_ticks)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%lld/stat", (long long)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* the command name may hold anything */
+    long long t;
+    if (!p || sscanf(p + 1, " %c %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %lld",
+                     state, &t) != 2)
+        return -1;
+    *start_ticks = t;
+    return 0;
+}
+
+static void owner_self(tb_owner *o)
+{
+    memset(o, 0, sizeof *o);
+    o->pid = getpid();
+    o->start_ticks = -1;
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f) {
+        if (!fgets(o->boot_id, sizeof o->boot_id, f))
+            o->boot_id[0] = '\0';
+        o->boot_id[strcspn(o->boot_id, "\n")] = '\0';
+        fclose(f);
+    }
+    ssize_t n = readlink("/proc/self/ns/pid", o->pid_ns, sizeof o->pid_ns - 1);
+    o->pid_ns[n > 0 ? n : 0] = '\0';
+    char state;
+    if (proc_stat(o->pid, &state, &o->start_ticks) != 0)
+        o->start_ticks = -1;
+}
+
+/* 1 when the process that wrote a 'running' session is certainly gone;
+ * 0 when it is alive or cannot be told (so it is never marked). */
+static int owner_gone(const tb_owner *me, const char *boot, const char *ns, int64_t pid, int64_t ticks)
+{
+    if (!boot || !me->boot_id[0])
+        return 0;
+    /* Another boot: the machine restarted, or the file was copied from
+     * another one. WAL works only between processes of one kernel, so no
+     * process of another boot is writing to this file now. */
+    if (strcmp(boot, me->boot_id) != 0)
+        return 1;
+    if (!ns || !me->pid_ns[0] || strcmp(ns, me->pid_ns) != 0 || pid <= 0)
+        return 0; /* another container's pid: not ours to look up */
+    if (kill((pid_t)pid, 0) != 0 && errno == ESRCH)
+        return 1;
+    char state;
+    int64_t t;
+    if (proc_stat(pid, &state, &t) != 0)
+        return 0; /* hidden (hidepid) or just exited: the next open sees it */
+    if (state == 'Z' || state == 'X')
+        return 1; /* dead, not yet reaped by its parent */
+    return ticks >= 0 && t != ticks; /* the pid was reused */
+}
+
+/* Mark 'interrupted' the 'running' sessions whose process is gone (a run
+ * killed by SIGKILL, the OOM killer or a power cut never ends its
+ * session). Returns how many, and their ids in *ids (malloc'd, or NULL). */
+static int mark_stale_sessions(sqlite3 *db, char **ids)
+{
+    *ids = NULL;
+    sqlite3_stmt *q = NULL;
+    if (sqlite3_prepare_v2(db, "SELECT id, owner_boot_id, owner_pid_ns, owner_pid, owner_start_ticks FROM session"
+                               " WHERE status = 'running' AND owner_boot_id IS NOT NULL",
+                           -1, &q, NULL) != SQLITE_OK)
+        return 0;
+    tb_owner me;
+    owner_self(&me);
+    int64_t *stale = NULL;
+    size_t n = 0;
+    while (sqlite3_step(q) == SQLITE_ROW) {
+        if (!owner_gone(&me, (const char *)sqlite3_column_text(q, 1), (const char *)sqlite3_column_text(q, 2),
+                        sqlite3_column_type(q, 3) == SQLITE_NULL ? 0 : sqlite3_column_int64(q, 3),
+                        sqlite3_column_type(q, 4) == SQLITE_NULL ? -1 : sqlite3_column_int64(q, 4)))
+            continue;
+        stale = tb_xrealloc(stale, (n + 1) * sizeof *stale);
+        stale[n++] = sqlite3_column_int64(q, 0);
+    }
+    sqlite3_finalize(q);
+    if (!n)
+        return 0;
+    /* finished_at: the last sign of life, its last stored case. Only a
+     * session still 'running' changes: another process may have marked it
+     * meanwhile. A read-only file stays as it is. */
+    int marked = 0;
+    tb_str list = {0};
+    q = NULL;
+    if (sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK &&
+        sqlite3_prepare_v2(db, "UPDATE session SET status = 'interrupted', finished_at = coalesce("
+                               "(SELECT max(finished_at) FROM bench_case WHERE session_id = ?1), started_at)"
+                               " WHERE id = ?1 AND status = 'running'",
+                           -1, &q, NULL) == SQLITE_OK) {
+        for (size_t i = 0; i < n; i++) {
+            sqlite3_reset(q);
+            sqlite3_bind_int64(q, 1, stale[i]);
+            if (sqlite3_step(q) == SQLITE_DONE && sqlite3_changes(db) == 1) {
+                tb_str_appendf(&list, "%s%lld", marked ? ", " : "", (long long)stale[i]);
+                marked++;
+            }
+        }
+        sqlite3_finalize(q);
+        if (sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
+            marked = 0;
+    }
+    if (sqlite3_get_autocommit(db) == 0)
+        sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+    free(stale);
+    if (marked)
+        *ids = tb_str_take(&list);
+    else
+        tb_str_free(&list);
+    return marked;
+}
+
 int tb_store_open(const char *path, tb_store **out, char **err)
 {
     *out = NULL;
@@ -176,6 +313,12 @@ int tb_store_open(const char *path, tb_store **out, char **err)
         sqlite3_close(db);
         return -1;
     }
+    char *ids = NULL;
+    int stale = mark_stale_sessions(db, &ids);
+    if (stale)
+        fprintf(stderr, "tokbench: %s: session%s %s marked interrupted: left running by a process that is gone"
+                        " (killed, or the machine restarted)\n", path, stale > 1 ? "s" : "", ids);
+    free(ids);
     tb_store *st = tb_xcalloc(1, sizeof *st);
     st->db = db;
     *out = st;
@@ -312,10 +455,17 @@ int64_t tb_store_session_begin(tb_store *st, const tb_session_info *si)
 {
     sqlite3_stmt *q = prepare(st, "INSERT INTO session (uuid, machine_id, suite_name, suite_path, suite_sha256,"
                                   " suite_text, tokbench_version, git_commit, compiler, cuda_build_version,"
-                                  " command_line, started_at, status, warmup, repeat, seed)"
-                                  " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,'running',?,?,?)");
+                                  " command_line, started_at, status, warmup, repeat, seed, owner_boot_id,"
+                                  " owner_pid_ns, owner_pid, owner_start_ticks)"
+                                  " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,'running',?,?,?,?,?,?,?)");
     if (!q)
         return -1;
+    tb_owner me;
+    owner_self(&me);
+    bind_text(q, 16, me.boot_id[0] ? me.boot_id : NULL);
+    bind_text(q, 17, me.pid_ns[0] ? me.pid_ns : NULL);
+    sqlite3_bind_int64(q, 18, me.pid);
+    bind_opt_int(q, 19, me.start_ticks);
     char uuid[40], now[32], sha[65];
     random_uuid(uuid);
     tb_utc_timestamp(now);

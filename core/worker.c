@@ -21,6 +21,19 @@
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <sys/prctl.h>
+
+/* LeakSanitizer's check runs at exit(); workers end with _exit. */
+#if defined(__SANITIZE_ADDRESS__)
+#define TB_LSAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TB_LSAN 1
+#endif
+#endif
+#ifdef TB_LSAN
+#include <sanitizer/lsan_interface.h>
+#endif
 
 #include "util.h"
 #include "wire.h"
@@ -807,6 +820,9 @@ void tb_worker_main(const tb_plan *plan, size_t backend, int fd_in, int fd_out)
     if (w.ctx)
         w.ops->destroy(w.ctx);
     free(w.scratch);
+#ifdef TB_LSAN
+    __lsan_do_leak_check(); /* _exit skips LSan's atexit check */
+#endif
     /* _exit: the runner's atexit handlers and stdio buffers are not ours. */
     _exit(0);
 }
@@ -825,6 +841,7 @@ int tb_worker_spawn(const tb_plan *plan, size_t backend, tb_worker_proc *w)
     }
     fflush(stdout);
     fflush(stderr);
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
         int e = errno;
@@ -833,6 +850,11 @@ int tb_worker_spawn(const tb_plan *plan, size_t backend, tb_worker_proc *w)
         return -1;
     }
     if (pid == 0) {
+        /* Die with the runner, even a SIGKILLed one: an orphan would keep
+         * running (and holding a GPU) with no deadline over it. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(1); /* it died before prctl */
         /* Keep stdio and the two pipe ends only: a server's sockets must
          * close when the server closes them, not when the worker dies. */
         unsigned lo = (unsigned)(to[0] < from[1] ? to[0] : from[1]);
