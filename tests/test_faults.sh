@@ -13,7 +13,7 @@
 # Each asserts: the faulty case failed (or its requests failed with the
 # right class) with a clear reason in the database, the healthy cases before
 # and after it completed, and the run ended within its timeouts.
-# tests/FAULTS.md describes every fault and what it costs.
+# docs/RELIABILITY.md (part 3) describes every fault and what it costs.
 #
 # usage: test_faults.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
@@ -43,13 +43,8 @@ cleanup() {
 }
 trap cleanup EXIT
 failures=0
-xfails=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 pass() { echo "ok: $*"; }
-# xfail WHAT: a check that fails until the runner fix in tests/FAULTS.md
-# lands; it is reported, not counted. An unexpected pass says so.
-xfail() { echo "XFAIL (runner fix pending, tests/FAULTS.md): $*"; xfails=$((xfails + 1)); }
-xpass() { echo "XPASS: $* — the runner fix landed: make this check strict"; }
 q() { sqlite3 -batch -noheader "$1" "$2"; }
 within() { awk -v t="$1" -v lim="$2" 'BEGIN { exit !(t < lim) }'; }
 
@@ -69,7 +64,7 @@ expect_case() {
 # processes (its children) and
 #   limit=MIB        caps each one's address space at MIB above its size
 #                    when first seen (what the runner would do with a
-#                    memory limit: tests/FAULTS.md);
+#                    memory limit: docs/RELIABILITY.md (part 3));
 #   backstop=MIB     caps the runner's own address space (inherited by its
 #                    children) from the start: the bound should the limit
 #                    above come late (not under ASan, whose shadow memory
@@ -346,6 +341,5 @@ else
     echo "skip: ar plugin not built (no engine)"
 fi
 
-[ $xfails = 0 ] || echo "$xfails expected failures (runner fixes pending: tests/FAULTS.md)"
 [ $failures = 0 ] || { echo "$failures failures"; exit 1; }
 echo "PASS"
