@@ -541,23 +541,6 @@ static void live_emit(worker *w, uint32_t request, uint32_t n_tokens, int64_t t_
     tb_str_free(&b);
 }
 
-/* The output text of a finished request into *out (may be empty). */
-static void final_text(worker *w, const tb_request_result *r, tb_str *out)
-{
-    if (r->output_text) {
-        tb_str_append(out, r->output_text);
-        return;
-    }
-    if (r->output_ids && r->n_output_ids && (w->ops->capabilities & TB_CAP_TOKENIZER)) {
-        /* up to the first EOS: a diffusion canvas's padding is no answer */
-        size_t k = r->n_answer_tokens != TB_UNKNOWN_COUNT && r->n_answer_tokens < r->n_output_ids
-                       ? r->n_answer_tokens
-                       : r->n_output_ids;
-        int64_t n = k ? decode_ids(w, r->output_ids, k) : 0;
-        if (n > 0)
-            tb_str_appendn(out, w->scratch, (size_t)n);
-    }
-}
 
 /* One GENERATE batch: prompts of one token length run as one generate()
  * call (engines batch equal lengths), groups one after another. */
@@ -647,7 +630,7 @@ static void serve_generate(worker *w, const char *buf, size_t len)
             else if (rr[q].status != TB_OK)
                 tb_strlcpy(o->error, rr[q].error[0] ? rr[q].error : tb_status_name(rr[q].status), sizeof o->error);
             if (st == TB_OK)
-                final_text(w, &rr[q], &texts[map[q]]);
+                answer_text(w, &rr[q], &texts[map[q]]);
             free(w->live[q].ids);
         }
         free(w->live);
