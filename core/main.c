@@ -72,7 +72,7 @@ static const char usage_sessions[] = "usage: tokbench sessions [--db FILE] [--li
 static const char usage_show[] =
     "usage: tokbench show [SESSION|last] [--db FILE]\n"
     "\n"
-    "SESSION is an id from `tokbench sessions` or a uuid prefix.\n";
+    "SESSION is an id from `tokbench sessions` or a uuid prefix (8 characters or more).\n";
 static const char usage_export[] =
     "usage: tokbench export SESSION --format csv|json [-o FILE] [--db FILE]\n"
     "\n"
@@ -88,7 +88,7 @@ static const char usage_report[] =
     "        latency and throughput vs batch, quality vs speed when scored,\n"
     "        inter-token latency, history across sessions)\n"
     "  csv   the summary view's rows;  json: everything stored\n"
-    "SESSION is an id from `tokbench sessions` or a uuid prefix. docs/REPORTS.md\n"
+    "SESSION is an id from `tokbench sessions` or a uuid prefix (8 characters or more). docs/REPORTS.md\n"
     "describes every part. Exit status: 0 written, 1 error, 2 bad input.\n";
 
 static const char usage_compare[] =

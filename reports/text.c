@@ -41,15 +41,18 @@ int64_t tb_report_resolve_session(sqlite3 *db, const char *spec, char **err)
     long long v = strtoll(spec, &end, 10);
     sqlite3_stmt *q;
     int64_t id = -1;
-    /* A number is an id when there is such a session (a uuid may also
-     * begin with those digits); anything else may be a uuid prefix. */
+    /* A number is an id when there is such a session; otherwise the
+     * argument may be a uuid prefix of at least 8 characters (shorter
+     * ones, "99" say, would match a random uuid one time in 256 and turn
+     * a wrong id into somebody else's session). */
     if (sqlite3_prepare_v2(db,
                            "SELECT id FROM session WHERE id = ?1 UNION ALL"
                            " SELECT id FROM session WHERE uuid LIKE ?2 || '%' AND NOT EXISTS"
                            " (SELECT 1 FROM session WHERE id = ?1) ORDER BY id LIMIT 2",
                            -1, &q, NULL) == SQLITE_OK) {
         sqlite3_bind_int64(q, 1, (*end == '\0' && end != spec) ? v : -1);
-        sqlite3_bind_text(q, 2, spec, -1, SQLITE_TRANSIENT);
+        /* too short for a uuid prefix: bind what matches no uuid */
+        sqlite3_bind_text(q, 2, strlen(spec) >= 8 ? spec : "-", -1, SQLITE_TRANSIENT);
         int n = 0;
         while (sqlite3_step(q) == SQLITE_ROW) {
             id = sqlite3_column_int64(q, 0);

@@ -129,6 +129,12 @@ pass "quality metric: Pareto chart and table"
 grep -q -- '--format pdf: expected md, html, csv or json' "$tmp/e" || fail "bad format message: $(cat "$tmp/e")"
 "$tb" report 99 --db "$db" 2>"$tmp/e"; [ $? = 2 ] || fail "missing session not exit 2"
 grep -q 'no session "99"' "$tmp/e" || fail "missing session message: $(cat "$tmp/e")"
+# a uuid prefix names a session from 8 characters on; a shorter one (like
+# a wrong id) never does, even when some uuid starts with it
+u=$(q "$db" "select uuid from session where id = 1")
+"$tb" report "${u:0:8}" --db "$db" --format csv -o "$tmp/u.csv" 2>/dev/null || fail "uuid prefix of 8 not resolved"
+cmp -s "$tmp/u.csv" "$tmp/1.csv" || fail "uuid prefix resolved to another session"
+"$tb" report "${u:0:7}" --db "$db" 2>"$tmp/e" >/dev/null; [ $? = 2 ] || fail "a 7-character uuid prefix was taken"
 "$tb" report 1 --db "$db" -o "$tmp/no/such/dir.md" 2>"$tmp/e"; [ $? = 1 ] || fail "unwritable -o not exit 1"
 pass "report csv/json, bad input"
 
