@@ -186,23 +186,6 @@ static void emit_token(const tb_host *h, uint32_t r, const int32_t *id, int64_t 
         h->emit(h, r, 1, now);
 }
 
-static int is_eos(const tb_model_config *cfg, int32_t t)
-{
-    for (int e = 0; e < cfg->n_eos; e++)
-        if (cfg->eos_ids[e] == t)
-            return 1;
-    return 0;
-}
-
-/* Tokens before the first EOS: the answer a reader sees. */
-static uint32_t answer_length(const tb_model_config *cfg, const int32_t *ids, uint32_t n)
-{
-    for (uint32_t i = 0; i < n; i++)
-        if (is_eos(cfg, ids[i]))
-            return i;
-    return n;
-}
-
 #ifdef TB_HAVE_CUDA
 /* The same loop on the GPU: greedy argmax on the device (only next[R]
  * comes back); with temperature > 0 the step's logits come to the host
@@ -244,7 +227,7 @@ static tb_status gpu_generate(ar_ctx *c, const tb_request *req, tb_result *res, 
             if (done[r])
                 continue;
             c->out[(size_t)r * N + n_out[r]++] = c->next[r];
-            if (!ignore_eos && is_eos(cfg, c->next[r]))
+            if (!ignore_eos && tb_is_eos(cfg, c->next[r]))
                 done[r] = 1;
             active += !done[r];
         }
@@ -272,7 +255,7 @@ static tb_status gpu_generate(ar_ctx *c, const tb_request *req, tb_result *res, 
         q->n_output_tokens = n_out[r];
         q->output_ids = c->out + (size_t)r * N;
         q->n_output_ids = n_out[r];
-        q->n_answer_tokens = answer_length(cfg, q->output_ids, n_out[r]);
+        q->n_answer_tokens = tb_answer_length(cfg, q->output_ids, n_out[r]);
         q->status = rc;
     }
 out:
@@ -400,7 +383,7 @@ static tb_status ar_generate(void *ctx, const tb_request *req, tb_result *res)
             if (done[r])
                 continue; /* still computed with the batch, not counted */
             c->out[(size_t)r * N + n_out[r]++] = t;
-            if (!ignore_eos && is_eos(cfg, t))
+            if (!ignore_eos && tb_is_eos(cfg, t))
                 done[r] = 1;
             active += !done[r];
         }
@@ -423,7 +406,7 @@ static tb_status ar_generate(void *ctx, const tb_request *req, tb_result *res)
         q->n_output_tokens = n_out[r];
         q->output_ids = c->out + (size_t)r * N;
         q->n_output_ids = n_out[r];
-        q->n_answer_tokens = answer_length(cfg, q->output_ids, n_out[r]);
+        q->n_answer_tokens = tb_answer_length(cfg, q->output_ids, n_out[r]);
         q->status = rc;
     }
     free(n_out);

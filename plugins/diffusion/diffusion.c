@@ -368,18 +368,8 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
     for (int b = 0; b < B; b++) {
         tb_request_result *q = &res->requests[b];
         const int32_t *gen = c->canvas + (size_t)b * L + P;
-        uint32_t answer = (uint32_t)p.gen_length;
-        for (int i = 0; i < p.gen_length; i++) {
-            int eos = 0;
-            for (int e = 0; e < cfg->n_eos; e++)
-                eos |= gen[i] == cfg->eos_ids[e];
-            if (eos) {
-                answer = (uint32_t)i;
-                break;
-            }
-        }
         q->n_output_tokens = (uint32_t)p.gen_length;
-        q->n_answer_tokens = answer;
+        q->n_answer_tokens = tb_answer_length(cfg, gen, (uint32_t)p.gen_length);
         q->output_ids = gen;
         q->n_output_ids = (uint32_t)p.gen_length;
         q->steps_done = (uint32_t)stats.steps;

@@ -159,8 +159,7 @@ void tb_synth_prompt(const tb_model_config *cfg, const tb_tokenizer *tok, int32_
     }
 }
 
-/* Whether t is one of the model's EOS ids. */
-static int is_eos_id(const tb_model_config *cfg, int32_t t)
+int tb_is_eos(const tb_model_config *cfg, int32_t t)
 {
     for (int e = 0; e < cfg->n_eos; e++)
         if (cfg->eos_ids[e] == t)
@@ -168,9 +167,17 @@ static int is_eos_id(const tb_model_config *cfg, int32_t t)
     return 0;
 }
 
+uint32_t tb_answer_length(const tb_model_config *cfg, const int32_t *ids, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (tb_is_eos(cfg, ids[i]))
+            return i;
+    return n;
+}
+
 int32_t tb_prompt_bos(const tb_model_config *cfg)
 {
-    return cfg->bos_id >= 0 && !is_eos_id(cfg, cfg->bos_id) ? cfg->bos_id : -1;
+    return cfg->bos_id >= 0 && !tb_is_eos(cfg, cfg->bos_id) ? cfg->bos_id : -1;
 }
 
 int32_t tb_filler_token(const tb_model_config *cfg)

@@ -53,6 +53,12 @@ const char *tb_opt_text(const tb_option_value *values, uint32_t n, const tb_opti
 void tb_synth_prompt(const tb_model_config *cfg, const tb_tokenizer *tok, int32_t avoid, uint64_t seed, uint32_t r,
                      int32_t *ids, size_t P);
 
+/* Whether t is one of the model's EOS ids. */
+int tb_is_eos(const tb_model_config *cfg, int32_t t);
+/* Tokens before the first EOS of ids[n] (n when none): the answer a
+ * reader sees, without an AR stop token or a diffusion canvas's padding. */
+uint32_t tb_answer_length(const tb_model_config *cfg, const int32_t *ids, uint32_t n);
+
 /* Text prompts: the model's BOS is prepended when config.json names one
  * that is not also an EOS (Llama 3 has one; GPT-2-style models whose BOS is
  * their EOS start with the text itself); -1: none. */
