@@ -355,6 +355,7 @@ static int run_suite(int argc, char **argv, const char *cmdline)
     tb_store_session_end(st, session, outcome == TB_RUN_COMPLETED ? "completed"
                                       : outcome == TB_RUN_INTERRUPTED ? "interrupted" : "failed");
     tb_report_show(tb_store_db(st), session, stdout);
+    fflush(stdout); /* the report before the last line, also when both go to one file */
     fprintf(stderr, "tokbench: session %lld %s: %zu ok, %zu failed, %zu skipped; stored in %s\n", (long long)session,
             outcome == TB_RUN_COMPLETED ? "completed" : outcome == TB_RUN_INTERRUPTED ? "interrupted" : "failed",
             sum.ok, sum.failed, sum.skipped, c.db);

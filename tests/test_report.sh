@@ -272,9 +272,9 @@ if [ -e "$build/plugins/ar/ar.so" ] && [ -e "$build/plugins/diffusion/diffusion.
     grep -q 'RANDOM WEIGHTS' "$tmp/cpu.html" && fail "trained models flagged as random weights"
     grep -q 'Quality next to speed' "$tmp/cpu.html" || fail "no quality table in the cpu report"
     "$tb" report --db "$tmp/cpu.db" >"$tmp/cpu.md"
-    grep -q 'llada-small | prompt set, new 16, batch 1, steps 16, block 16 | ok | 144 |' "$tmp/cpu.md" \
+    grep -q 'llada-small | prompt set, new 16, batch 1, steps 16, block 16 | ok | 176 |' "$tmp/cpu.md" \
         || fail "cpu md lacks the diffusion row"
-    grep -q '| llada-small | prompt set, new 16, batch 1, steps 2, block 16 | accuracy | fraction | 128 |' "$tmp/cpu.md" \
+    grep -q '| llada-small | prompt set, new 16, batch 1, steps 2, block 16 | accuracy | fraction | 160 |' "$tmp/cpu.md" \
         || fail "cpu md lacks the accuracy row: $(grep accuracy "$tmp/cpu.md" | head -3)"
     "$tb" compare 1 --backends ar-small llada-small --db "$tmp/cpu.db" --metric agg_tps >"$tmp/cc.out" || fail "compare cpu backends"
     [ "$(grep -c '^ar-small vs llada-small ' "$tmp/cc.out")" = 4 ] || fail "compare cpu: $(cat "$tmp/cc.out")"

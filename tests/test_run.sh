@@ -34,13 +34,29 @@ fi
     || fail "default suite: diffusion rows lack steps/NFE/tokens per forward"
 grep -q "side by side: .* @ accuracy, judge perplexity" "$tmp/default.out" || fail "default suite: no side-by-side table with quality"
 # Quality: the held-out tasks, far above chance (chance < 10% over the set:
-# add ~1/199, sort and copy ~0, lookup ~1/4) in every case; add, sort and
-# copy nearly solved; every answer stored; the diffusion model's judge
-# perplexity on text falls as steps rise (2 steps for 16 tokens vs 16).
+# add ~1/199, sort, copy and pair ~0, lookup ~1/4) in every case; the
+# one-answer tasks nearly solved at every step count; every answer stored;
+# the diffusion model's judge perplexity on text falls as steps rise (2
+# steps for 16 tokens vs 16).
 [ "$(q "$tmp/default.db" "select count(*) from summary where accuracy_ci_lo > 0.5 and accuracy is not null")" = 10 ] \
     || fail "default suite: every case should score clearly above chance: $(q "$tmp/default.db" "select backend, steps, accuracy, accuracy_ci_lo from summary")"
-[ "$(q "$tmp/default.db" "select count(*) from metric where name in ('accuracy_add', 'accuracy_sort', 'accuracy_copy') and median >= 0.9 and n = 32")" = 30 ] \
-    || fail "default suite: add/sort/copy should be nearly solved: $(q "$tmp/default.db" "select name, median from metric where name like 'accuracy_%'")"
+[ "$(q "$tmp/default.db" "select count(*) from metric where name in ('accuracy_add', 'accuracy_sort', 'accuracy_copy', 'accuracy_lookup') and median >= 0.9 and n = 32")" = 40 ] \
+    || fail "default suite: add/sort/copy/lookup should be nearly solved: $(q "$tmp/default.db" "select name, median from metric where name like 'accuracy_%'")"
+# Steps buy accuracy: pair has two right answers (either word order). The AR
+# model and 16 steps (one token a step) get it; at 2 steps the sampler
+# commits the answer tokens from one forward and mixes the orders. So the
+# diffusion accuracy, overall and on pair, rises with steps at both batches.
+acc() { q "$tmp/default.db" "select m.median from metric m join bench_case c on c.id = m.case_id join backend b on b.id = c.backend_id where b.plugin = '$1' and c.batch = $2 and c.steps $3 and m.name = '$4'"; }
+[ "$(awk -v a="$(acc ar 1 'is null' accuracy_pair)" 'BEGIN { print (a >= 0.8) }')" = 1 ] \
+    || fail "default suite: the AR model should solve pair: $(acc ar 1 'is null' accuracy_pair)"
+for b in 1 8; do
+    p2=$(acc diffusion $b '= 2' accuracy_pair); p16=$(acc diffusion $b '= 16' accuracy_pair)
+    [ "$(awk -v a="$p2" -v b="$p16" 'BEGIN { print (a <= 0.2 && b >= 0.8) }')" = 1 ] \
+        || fail "default suite, batch $b: diffusion pair accuracy should go from <= 0.2 at 2 steps to >= 0.8 at 16: $p2, $p16"
+    seq_=$(for st in 2 4 8 16; do acc diffusion $b "= $st" accuracy; done | tr '\n' ' ')
+    [ "$(echo "$seq_" | awk '{ print ($1 < $2 && $2 < $3 && $3 < $4 && $4 - $1 >= 0.1) }')" = 1 ] \
+        || fail "default suite, batch $b: diffusion accuracy should rise with steps 2/4/8/16: $seq_"
+done
 [ "$(q "$tmp/default.db" "select count(*) from request r join sample s on s.id = r.sample_id where r.scored = 1 and r.output_text is null")" = 0 ] \
     || fail "default suite: scored requests without their answer text"
 [ "$(q "$tmp/default.db" "select (select judge_ppl from summary where plugin like 'diffusion %' and batch = 1 and steps = 2) > 4 * (select judge_ppl from summary where plugin like 'diffusion %' and batch = 1 and steps = 16)")" = 1 ] \
