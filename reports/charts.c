@@ -317,48 +317,31 @@ static void pareto_chart(const tb_rsession *s, tb_rcharts *out)
     if (!s->has_quality)
         return;
     const char *qname = NULL, *qunit = NULL;
+    /* px/py: the plotted cases (ok, with a quality score and a speed);
+     * at[i]: case i's index in them, or -1. */
     size_t n = 0;
     double *px = tb_xmalloc((s->n_cases + 1) * sizeof *px), *py = tb_xmalloc((s->n_cases + 1) * sizeof *py);
+    long *at = tb_xmalloc((s->n_cases + 1) * sizeof *at);
     for (size_t i = 0; i < s->n_cases; i++) {
         const tb_rmetric *q = tb_rcase_quality(&s->cases[i]);
         double x = tb_rcase_median(&s->cases[i], "agg_tps");
+        at[i] = -1;
         if (!q || !isfinite(x) || !ok_case(&s->cases[i]))
             continue;
         qname = q->name;
         qunit = q->unit;
         px[n] = x;
         py[n] = q->st.median;
-        n++;
+        at[i] = (long)n++;
     }
     if (!n) {
         free(px);
         free(py);
+        free(at);
         return;
     }
-    char *ylabel = strcmp(qname, "accuracy") == 0
-                       ? tb_xstrdup("accuracy (fraction of items correct; higher is better)")
-                       : tb_xasprintf("%s (%s, median; higher is better)", qname, qunit);
-    tb_chart *ch = tb_chart_new("quality vs aggregate tokens/s (Pareto front)", "aggregate tokens/s", ylabel);
-    free(ylabel);
-    /* a fraction from 0: a zoomed axis would make a few items look like a gap */
-    tb_chart_y_from_zero(ch, strcmp(qname, "accuracy") == 0);
-    for (size_t b = 0; b < s->n_backends; b++) {
-        int sid = -1;
-        for (size_t i = 0; i < s->n_cases; i++) {
-            const tb_rcase *c = &s->cases[i];
-            const tb_rmetric *q = tb_rcase_quality(c);
-            double x = tb_rcase_median(c, "agg_tps");
-            if (c->backend != b || !q || !isfinite(x) || !ok_case(c))
-                continue;
-            if (sid < 0)
-                sid = tb_chart_series(ch, s->backends[b].label, TB_SERIES_POINTS);
-            char *key = tb_rcase_key(c, TB_RKEY_PROMPT | TB_RKEY_NEW);
-            tb_chart_point_label(ch, sid, x, q->st.median, key);
-            free(key);
-        }
-    }
-    /* The front: points no other point beats on both axes, by speed. */
-    int front = tb_chart_series(ch, "Pareto front", TB_SERIES_STEP);
+    /* The front: points no other point beats on both axes. Fastest first,
+     * a point is on it when it beats the quality of every faster point. */
     size_t *ord = tb_xmalloc(n * sizeof *ord);
     for (size_t i = 0; i < n; i++)
         ord[i] = i;
@@ -368,24 +351,54 @@ static void pareto_chart(const tb_rsession *s, tb_rcharts *out)
             ord[k] = ord[k - 1];
             ord[k - 1] = t;
         }
-    /* Fastest first: a point is on the front when it beats the quality of
-     * every faster point. Drawn slowest to fastest. */
     size_t *on = tb_xmalloc(n * sizeof *on), n_on = 0;
+    unsigned char *is_on = tb_xcalloc(n, 1);
     double best = -INFINITY;
     for (size_t i = 0; i < n; i++)
         if (py[ord[i]] > best) {
             best = py[ord[i]];
             on[n_on++] = ord[i];
+            is_on[ord[i]] = 1;
         }
-    for (size_t i = n_on; i-- > 0;)
+
+    char *ylabel = strcmp(qname, "accuracy") == 0
+                       ? tb_xstrdup("accuracy (fraction of items correct; higher is better)")
+                       : tb_xasprintf("%s (%s, median; higher is better)", qname, qunit);
+    tb_chart *ch = tb_chart_new("quality vs aggregate tokens/s (Pareto front)", "aggregate tokens/s", ylabel);
+    free(ylabel);
+    /* a fraction from 0: a zoomed axis would make a few items look like a gap */
+    tb_chart_y_from_zero(ch, strcmp(qname, "accuracy") == 0);
+    /* Every point names its case on hover; only the front's points carry a
+     * visible label (labels of a dozen close points would overprint). */
+    for (size_t b = 0; b < s->n_backends; b++) {
+        int sid = -1;
+        for (size_t i = 0; i < s->n_cases; i++) {
+            const tb_rcase *c = &s->cases[i];
+            if (c->backend != b || at[i] < 0)
+                continue;
+            if (sid < 0)
+                sid = tb_chart_series(ch, s->backends[b].label, TB_SERIES_POINTS);
+            char *key = tb_rcase_key(c, TB_RKEY_PROMPT | TB_RKEY_NEW);
+            if (is_on[at[i]])
+                tb_chart_point_label(ch, sid, px[at[i]], py[at[i]], key);
+            else
+                tb_chart_point_tip(ch, sid, px[at[i]], py[at[i]], key);
+            free(key);
+        }
+    }
+    int front = tb_chart_series(ch, "Pareto front", TB_SERIES_STEP);
+    for (size_t i = n_on; i-- > 0;) /* drawn slowest to fastest */
         tb_chart_point(ch, front, px[on[i]], py[on[i]]);
+    free(is_on);
     free(on);
     free(ord);
     free(px);
     free(py);
+    free(at);
     add(out, "pareto", ch,
         tb_xstrdup("Who is faster at the same quality: each case's quality score against its aggregate tokens/s; "
-                   "the staircase joins the cases that no other case beats on both."));
+                   "the staircase joins the cases that no other case beats on both (labelled; hover over any "
+                   "point for its case)."));
 }
 
 /* ------------------------------------------------------- ITL CDF */

@@ -12,6 +12,7 @@
 typedef struct pt {
     double x, y, lo, hi; /* lo/hi: NaN without a whisker */
     char *label;         /* NULL: none */
+    int tip_only;        /* label shown on hover only, not drawn */
 } pt;
 
 typedef struct series {
@@ -121,7 +122,7 @@ void tb_chart_point_err(tb_chart *c, int series_id, double x, double y, double l
         return;
     series *s = &c->s[series_id];
     s->p = tb_xrealloc(s->p, (s->n + 1) * sizeof *s->p);
-    s->p[s->n++] = (pt){x, y, lo, hi, NULL};
+    s->p[s->n++] = (pt){x, y, lo, hi, NULL, 0};
 }
 
 void tb_chart_point_label(tb_chart *c, int series_id, double x, double y, const char *label)
@@ -130,6 +131,14 @@ void tb_chart_point_label(tb_chart *c, int series_id, double x, double y, const 
     series *s = series_id >= 0 && (size_t)series_id < c->n_s ? &c->s[series_id] : NULL;
     if (s && s->n && s->p[s->n - 1].x == x && s->p[s->n - 1].y == y && label)
         s->p[s->n - 1].label = tb_xstrdup(label);
+}
+
+void tb_chart_point_tip(tb_chart *c, int series_id, double x, double y, const char *tip)
+{
+    tb_chart_point_label(c, series_id, x, y, tip);
+    series *s = series_id >= 0 && (size_t)series_id < c->n_s ? &c->s[series_id] : NULL;
+    if (s && s->n && s->p[s->n - 1].label && s->p[s->n - 1].x == x && s->p[s->n - 1].y == y)
+        s->p[s->n - 1].tip_only = 1;
 }
 
 void tb_chart_point(tb_chart *c, int series_id, double x, double y)
@@ -375,7 +384,12 @@ static void write_series(FILE *out, const tb_chart *c, size_t i, const axis *ax,
         }
         if (s->style != TB_SERIES_STEP)
             marker(out, (int)i, x, y, color);
-        if (p->label) { /* beside the point, on the side with room */
+        if (p->label && p->tip_only) { /* a hover target over the marker */
+            fprintf(out, "<circle class=\"point-tip\" cx=\"%.1f\" cy=\"%.1f\" r=\"6\" fill=\"transparent\"><title>",
+                    x, y);
+            tb_xml_escape(out, p->label);
+            fputs("</title></circle>", out);
+        } else if (p->label) { /* beside the point, on the side with room */
             int left = x > LEFT + (WIDTH - LEFT - RIGHT) * 0.7;
             fprintf(out, "<text class=\"point-label\" x=\"%.1f\" y=\"%.1f\" font-size=\"10\" fill=\"%s\"%s>",
                     left ? x - 6 : x + 6, y < TOP + 14 ? y + 14 : y - 6, color, left ? " text-anchor=\"end\"" : "");

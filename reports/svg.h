@@ -50,6 +50,8 @@ void tb_chart_point_err(tb_chart *c, int series, double x, double y, double lo, 
 
 /* A point with a small text label beside it (e.g. "steps 8"). */
 void tb_chart_point_label(tb_chart *c, int series, double x, double y, const char *label);
+/* A point whose label shows only on hover (an SVG <title>), not drawn. */
+void tb_chart_point_tip(tb_chart *c, int series, double x, double y, const char *tip);
 
 /* Number of points drawn so far in all series (0: nothing to show). */
 size_t tb_chart_points(const tb_chart *c);

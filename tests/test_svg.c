@@ -143,6 +143,26 @@ static void test_auto_log_and_step(void)
     tb_chart_free(c);
 }
 
+static void test_labels_and_tips(void)
+{
+    /* A label is drawn beside its point; a tip only names the point on
+     * hover (an SVG <title>), escaped like any text. */
+    tb_chart *c = tb_chart_new("t", "x", "y");
+    int s = tb_chart_series(c, "s", TB_SERIES_POINTS);
+    tb_chart_point_label(c, s, 1, 1, "front <1>");
+    tb_chart_point_tip(c, s, 2, 2, "inside & below");
+    tb_chart_point_tip(c, s, 3, 3, NULL); /* no tip: a plain point */
+    char *svg = render(c);
+    CHECK(count(svg, "class=\"point-label\"") == 1);
+    CHECK_CONTAINS(svg, ">front &lt;1&gt;</text>");
+    CHECK(count(svg, "class=\"point-tip\"") == 1);
+    CHECK_CONTAINS(svg, "<title>inside &amp; below</title></circle>");
+    CHECK(!strstr(svg, ">inside &amp; below</text>"));
+    CHECK(count(svg, "class=\"marker\"") == 3 + 1);
+    free(svg);
+    tb_chart_free(c);
+}
+
 static void test_empty(void)
 {
     tb_chart *c = tb_chart_new("empty", "x", "y");
@@ -163,6 +183,7 @@ int main(void)
     test_linear_ticks();
     test_log_and_explicit_ticks();
     test_auto_log_and_step();
+    test_labels_and_tips();
     test_empty();
     return check_done();
 }
