@@ -457,7 +457,7 @@ char *tb_caps_string(uint32_t caps)
         {TB_CAP_STEPS, "steps"},       {TB_CAP_BLOCKS, "blocks"},
         {TB_CAP_STREAMING, "streaming"}, {TB_CAP_TOKENIZER, "tokenizer"},
         {TB_CAP_DEVICE_MEMORY, "device_memory"}, {TB_CAP_ENERGY, "energy"},
-        {TB_CAP_REQUEST_RATE, "request_rate"},
+        {TB_CAP_REQUEST_RATE, "request_rate"}, {TB_CAP_LOGLIK, "loglik"},
     };
     tb_str b = {0};
     for (size_t i = 0; i < TB_ARRAY_LEN(names); i++)

@@ -585,6 +585,7 @@ static void test_caps_string(void)
         {TB_CAP_BATCH, "batch"},
         {TB_CAP_STREAMING | TB_CAP_BATCH, "batch,streaming"}, /* bit order, not argument order */
         {TB_CAP_REQUEST_RATE, "request_rate"},
+        {TB_CAP_LOGLIK | TB_CAP_TOKENIZER, "tokenizer,loglik"},
         {TB_CAP_BATCH | TB_CAP_CONCURRENCY | TB_CAP_STEPS | TB_CAP_BLOCKS | TB_CAP_STREAMING | TB_CAP_TOKENIZER |
              TB_CAP_DEVICE_MEMORY | TB_CAP_ENERGY | TB_CAP_REQUEST_RATE,
          "batch,concurrency,steps,blocks,streaming,tokenizer,device_memory,energy,request_rate"},

@@ -19,9 +19,9 @@
 #include "cpu_forward.h"
 #ifdef TB_HAVE_CUDA
 #include "gpu.h"
-#define DEVICES "cpu|cuda"
+#define DEVICES "auto|cpu|cuda"
 #else
-#define DEVICES "cpu"
+#define DEVICES "auto|cpu"
 #endif
 #include "model.h"
 #include "sampling.h"
@@ -33,7 +33,8 @@ enum { OPT_DEVICE, OPT_THREADS, OPT_TEMPERATURE, OPT_TOP_K, OPT_TOP_P, OPT_IGNOR
 
 static const tb_option_decl ar_options[N_OPTS] = {
     [OPT_DEVICE] = {"device", TB_OPT_ENUM, "cpu",
-                    "cpu (float32, OpenBLAS) or cuda (bf16 weights, cuBLAS, CUDA graphs; in CUDA builds)", DEVICES, 1,
+                    "cpu (float32, OpenBLAS), cuda (bf16 weights, cuBLAS, CUDA graphs; in CUDA builds), or auto "
+                    "(cuda when this build has CUDA and a device is usable, else cpu)", DEVICES, 1,
                     0, TB_OPTF_LOAD},
     [OPT_THREADS] = {"threads", TB_OPT_INT, "0", "CPU threads for GEMMs and attention; 0 = every online CPU", NULL, 0,
                      4096, 0},
@@ -132,7 +133,7 @@ static tb_status ar_create(const tb_host *host, const char *model, const tb_opti
     }
     c->host = host;
     c->threads = (int)OPT_I(options, n_options, OPT_THREADS);
-    c->on_gpu = strcmp(tb_opt_text(options, n_options, ar_options, OPT_DEVICE), "cuda") == 0;
+    c->on_gpu = tb_device_wants_gpu(tb_opt_text(options, n_options, ar_options, OPT_DEVICE));
     tb_status st = tb_load(model, 0, c->on_gpu, (uint64_t)OPT_I(options, n_options, OPT_PRESET_SEED), &c->ld, err,
                            err_size);
     if (st != TB_OK) {
@@ -191,7 +192,7 @@ static void emit_token(const tb_host *h, uint32_t r, const int32_t *id, int64_t 
  * comes back); with temperature > 0 the step's logits come to the host
  * and are sampled there. One emission per step, as on the CPU. */
 static tb_status gpu_generate(ar_ctx *c, const tb_request *req, tb_result *res, uint32_t R, size_t P, uint32_t N,
-                              const tb_sampling *smp, int ignore_eos, uint64_t *rng)
+                              const int *pad, const tb_sampling *smp, int ignore_eos, uint64_t *rng)
 {
     const tb_host *host = c->host;
     const tb_model_config *cfg = &c->ld.model.cfg;
@@ -199,6 +200,10 @@ static tb_status gpu_generate(ar_ctx *c, const tb_request *req, tb_result *res, 
     (void)req; /* prompts are already in c->prompt */
     if (tb_gpu_reserve(c->ld.gpu, (int)R, (int)(P + N), (int)(R * P), c->error, sizeof c->error) != 0)
         return strstr(c->error, "out of device memory") ? TB_ERR_NO_MEMORY : TB_ERR;
+    if (tb_gpu_set_padding(c->ld.gpu, pad, (int)R) != 0) {
+        set_error(c, "%s", tb_gpu_error(c->ld.gpu));
+        return TB_ERR;
+    }
     int sampling = smp->temperature > 0;
     float *logits = sampling ? malloc(R * V * sizeof(float)) : NULL;
     uint32_t *n_out = calloc(R, sizeof *n_out);
@@ -317,12 +322,10 @@ static tb_status ar_generate(void *ctx, const tb_request *req, tb_result *res)
         set_error(c, "out of memory");
         return TB_ERR_NO_MEMORY;
     }
-    int padded = 0;
     for (uint32_t r = 0; r < R; r++) {
         int32_t *ids = c->prompt + (size_t)r * P;
         if (text_ids) {
             pad[r] = (int)(P - (size_t)text_len[r]);
-            padded |= pad[r] != 0;
             tb_left_pad(ids, P, text_ids[r], (size_t)text_len[r], tb_filler_token(cfg));
         } else {
             tb_synth_prompt(&c->ld.model.cfg, c->ld.tok, -1, req->seed, r, ids, P);
@@ -333,13 +336,9 @@ static tb_status ar_generate(void *ctx, const tb_request *req, tb_result *res)
     uint64_t rng = req->seed ^ 0xA0761D6478BD642FULL;
 #ifdef TB_HAVE_CUDA
     if (c->on_gpu) {
+        tb_status gs = gpu_generate(c, req, res, R, P, N, pad, &smp, ignore_eos, &rng);
         free(pad);
-        if (padded) {
-            set_error(c, "text prompts of unequal token lengths in one batch: the CUDA path has no padding mask "
-                         "yet (batch 1, or the CPU)");
-            return TB_ERR_UNSUPPORTED;
-        }
-        return gpu_generate(c, req, res, R, P, N, &smp, ignore_eos, &rng);
+        return gs;
     }
 #endif
     tb_cpu_state_reset(&c->st);
@@ -439,7 +438,7 @@ static int64_t ar_detokenize(void *ctx, const int32_t *ids, size_t n, char *out,
 
 /* ln p(continuation | context): one causal forward over context +
  * continuation with every position's logits; position i's log-softmax
- * scores token i + 1. CPU path only (a judge model is small). */
+ * scores token i + 1. On the CPU, or the GPU (device = cuda/auto). */
 static tb_status ar_loglik(void *ctx, const char *context, const char *continuation, double *sum_logprob,
                            uint32_t *n_tokens)
 {
@@ -450,10 +449,6 @@ static tb_status ar_loglik(void *ctx, const char *context, const char *continuat
     *n_tokens = 0;
     if (!c->ld.tok) {
         set_error(c, "loglik needs a tokenizer.json; this model has none");
-        return TB_ERR_UNSUPPORTED;
-    }
-    if (c->on_gpu) {
-        set_error(c, "loglik runs on the CPU path only (device = cpu for a judge)");
         return TB_ERR_UNSUPPORTED;
     }
     const char *texts[2] = {context ? context : "", continuation ? continuation : ""};
@@ -488,7 +483,19 @@ static tb_status ar_loglik(void *ctx, const char *context, const char *continuat
         if (tb_tokenizer_encode(c->ld.tok, texts[1], strlen(texts[1]), seq + n_ctx, (size_t)nc) != nc)
             rc = TB_ERR_INVALID;
     }
-    if (rc == TB_OK) {
+    if (rc == TB_OK && c->on_gpu) {
+#ifdef TB_HAVE_CUDA
+        /* the same forward on the device (bf16 weights), every position's
+         * logits back to the host */
+        if (tb_gpu_reserve(c->ld.gpu, 1, (int)total, (int)total, c->error, sizeof c->error) != 0 ||
+            tb_gpu_set_padding(c->ld.gpu, NULL, 0) != 0 ||
+            tb_gpu_logits(c->ld.gpu, seq, 1, 0, (int)total, (int)total, 1, logits) != 0) {
+            if (!c->error[0])
+                set_error(c, "%s", tb_gpu_error(c->ld.gpu));
+            rc = strstr(c->error, "out of device memory") ? TB_ERR_NO_MEMORY : TB_ERR;
+        }
+#endif
+    } else if (rc == TB_OK) {
         tb_cpu_state_reset(&c->st);
         if (tb_cpu_forward(&c->st, seq, 1, (int)total, 1, 1, logits) != 0) {
             set_error(c, "forward failed over %zu tokens", total);

@@ -19,9 +19,9 @@
 #include "cpu_engine.h"
 #ifdef TB_HAVE_CUDA
 #include "gpu.h"
-#define DEVICES "cpu|cuda"
+#define DEVICES "auto|cpu|cuda"
 #else
-#define DEVICES "cpu"
+#define DEVICES "auto|cpu"
 #endif
 #include "model.h"
 #include "sampler.h"
@@ -39,7 +39,8 @@ enum {
 
 static const tb_option_decl diffusion_options[N_OPTS] = {
     [OPT_DEVICE] = {"device", TB_OPT_ENUM, "cpu",
-                    "cpu (float32, OpenBLAS) or cuda (bf16 weights, cuBLAS; picks on the GPU; in CUDA builds)",
+                    "cpu (float32, OpenBLAS), cuda (bf16 weights, cuBLAS; picks on the GPU; in CUDA builds), "
+                    "or auto (cuda when this build has CUDA and a device is usable, else cpu)",
                     DEVICES, 1, 0, TB_OPTF_LOAD},
     [OPT_THREADS] = {"threads", TB_OPT_INT, "0", "CPU threads for the GEMMs; 0 = every online CPU", NULL, 0, 4096, 0},
     [OPT_SAMPLER] = {"sampler", TB_OPT_ENUM, "low_confidence",
@@ -181,7 +182,7 @@ static tb_status diffusion_create(const tb_host *host, const char *model, const 
     }
     c->host = host;
     c->threads = (int)OPT_I(options, n_options, OPT_THREADS);
-    c->on_gpu = strcmp(OPT_TEXT(options, n_options, OPT_DEVICE), "cuda") == 0;
+    c->on_gpu = tb_device_wants_gpu(OPT_TEXT(options, n_options, OPT_DEVICE));
     tb_status st = tb_load(model, 1, c->on_gpu, (uint64_t)OPT_I(options, n_options, OPT_PRESET_SEED), &c->ld, err,
                            err_size);
     if (st != TB_OK) {
@@ -313,14 +314,10 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
     int L = P + p.gen_length;
     int seqs = p.cfg_scale > 0 ? 2 * B : B;
     tb_dllm_engine eng;
+    for (int b = B; b < seqs; b++) /* the CFG rows B..2B-1 share their canvas's padding */
+        c->pad[b] = c->pad[b % B];
     if (c->on_gpu) {
 #ifdef TB_HAVE_CUDA
-        for (int b = 0; b < B; b++)
-            if (c->pad[b]) {
-                set_error(c, "text prompts of unequal token lengths in one batch: the CUDA path has no padding "
-                             "mask yet (batch 1, or the CPU)");
-                return TB_ERR_UNSUPPORTED;
-            }
         if (p.temperature > 0 || p.sampler == TB_DLLM_ORIGIN || p.top_k > 0) {
             set_error(c, "the cuda path samples at temperature 0 only (argmax and confidences on the GPU); "
                          "use device = cpu for temperature, top_k or the origin sampler");
@@ -328,6 +325,10 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
         }
         if (tb_gpu_reserve(c->ld.gpu, seqs, L, seqs * L, c->error, sizeof c->error) != 0)
             return strstr(c->error, "out of device memory") ? TB_ERR_NO_MEMORY : TB_ERR;
+        if (tb_gpu_set_padding(c->ld.gpu, c->pad, seqs) != 0) {
+            set_error(c, "%s", tb_gpu_error(c->ld.gpu));
+            return TB_ERR;
+        }
         eng = (tb_dllm_engine){.ctx = c, .vocab = cfg->vocab_size, .forward_pick = gpu_forward_pick};
 #endif
     } else {
@@ -338,11 +339,8 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
     int threads = (int)OPT_I(req->options, req->n_options, OPT_THREADS);
     if (threads > 0 && !c->on_gpu)
         tb_cpu_set_threads(&c->engine.st, threads);
-    if (!c->on_gpu) { /* the CFG rows B..2B-1 share their canvas's padding */
-        for (int b = 0; b < seqs; b++)
-            c->pad[b] = c->pad[b % B];
+    if (!c->on_gpu)
         tb_cpu_set_padding(&c->engine.st, c->pad, seqs);
-    }
     hook_ctx hc = {c};
     tb_dllm_hooks hooks = {.ctx = &hc, .on_commit = on_commit, .cancelled = on_cancel};
     tb_dllm_stats stats;

@@ -17,6 +17,18 @@ static tb_status status_of(const char *err)
     return strstr(err, "out of memory") || strstr(err, "out of device memory") ? TB_ERR_NO_MEMORY : TB_ERR_MODEL;
 }
 
+int tb_device_wants_gpu(const char *device)
+{
+    if (strcmp(device, "cuda") == 0)
+        return 1;
+#ifdef TB_HAVE_CUDA
+    char why[256];
+    if (strcmp(device, "auto") == 0)
+        return tb_gpu_probe(why, sizeof why) == 0;
+#endif
+    return 0;
+}
+
 tb_status tb_load(const char *spec, int want_diffusion, int on_gpu, uint64_t preset_seed, tb_loaded *out,
                   char *err, size_t err_size)
 {

@@ -23,6 +23,11 @@ typedef struct tb_loaded {
     struct tb_gpu *gpu;  /* device = cuda */
 } tb_loaded;
 
+/* The `device` option: "cuda" -> 1, "cpu" -> 0, "auto" -> 1 when this is
+ * a CUDA build and a CUDA device is usable, else 0 (so one suite runs on
+ * the GPU when there is one and on the CPU elsewhere). */
+int tb_device_wants_gpu(const char *device);
+
 /* Load `spec` for a backend that runs diffusion models (want_diffusion)
  * or autoregressive ones, on the GPU (on_gpu, CUDA builds) or the CPU.
  * A preset's random weights are made where they run. Returns TB_OK,

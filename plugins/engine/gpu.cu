@@ -51,6 +51,7 @@ struct tb_gpu {
     int32_t *out_tok;  // [rows]
     double *out_conf;  // [rows]
     int *d_pos;        // decode position (device)
+    int *d_pad;        // [seqs] left-padding positions of each sequence (device; 0 = none)
     void **ptrs;       // batched-GEMM pointer arrays, every layer (device)
     void **hptrs;      // pinned host staging for them
     size_t ptr_cap;
@@ -167,12 +168,16 @@ __global__ void k_rmsnorm(const float *x, int n, int r0, int nr, const float *w,
 
 // Bias, half-split RoPE on q and k, k/v into the cache, q to bf16. One
 // block per (row, head of q, k or v), a thread per pair of dims; positions
-// pos0 + (row % n_new), or *d_pos in decode.
+// pos0 + (row % n_new), or *d_pos in decode. A left-padded sequence's
+// RoPE positions start at its first real token (pos - pad[b]), as on the
+// CPU; the cache slot stays pos.
 __global__ void k_qkv_post(const float *qkv, const float *bias, const float *inv_freq, int n_new, int pos0,
-                           const int *d_pos, bf16 *kc, bf16 *vc, int len, bf16 *q_out, int nh, int nkv, int hd)
+                           const int *d_pos, const int *pad, bf16 *kc, bf16 *vc, int len, bf16 *q_out, int nh,
+                           int nkv, int hd)
 {
     int r = blockIdx.x, head = blockIdx.y, b = r / n_new;
     int pos = (d_pos ? *d_pos : pos0) + r % n_new;
+    int rpos = pos >= pad[b] ? pos - pad[b] : 0;
     int nq = nh * hd, kvd = nkv * hd, qkvd = nq + 2 * kvd, half = hd / 2;
     const float *v = qkv + (size_t)r * qkvd + (size_t)head * hd;
     const float *bb = bias ? bias + (size_t)head * hd : NULL;
@@ -180,7 +185,7 @@ __global__ void k_qkv_post(const float *qkv, const float *bias, const float *inv
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
         float a = v[i] + (bb ? bb[i] : 0.0f), c = v[i + half] + (bb ? bb[i + half] : 0.0f);
         if (head < nh + nkv) { /* q or k: rotate */
-            float ang = (float)pos * inv_freq[i];
+            float ang = (float)rpos * inv_freq[i];
             float cs = cosf(ang), sn = sinf(ang);
             float ra = a * cs - c * sn, rc = c * cs + a * sn;
             a = ra, c = rc;
@@ -203,12 +208,13 @@ __global__ void k_qkv_post(const float *qkv, const float *bias, const float *inv
 #define ATT_WARPS 16
 __global__ void __launch_bounds__(ATT_WARPS * 32)
     k_attn_decode(const bf16 *q, const bf16 *kc, const bf16 *vc, bf16 *out, int len, int nh, int nkv, int hd,
-                  const int *d_pos, int n_keys_fixed, float scale)
+                  const int *d_pos, int n_keys_fixed, const int *pad, float scale)
 {
     extern __shared__ float s[]; // [len] scores, then [ATT_WARPS][hd] partial outputs
     __shared__ float red[32];
     int b = blockIdx.x, h = blockIdx.y, kvh = h / (nh / nkv), kvd = nkv * hd;
     int n_keys = d_pos ? *d_pos + 1 : n_keys_fixed;
+    int lo = pad[b]; // keys [0, lo) are left padding: masked (the query is a real token)
     const bf16 *qv = q + ((size_t)b * nh + h) * hd;
     const bf16 *kb = kc + (size_t)b * len * kvd + kvh * hd, *vb = vc + (size_t)b * len * kvd + kvh * hd;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -237,7 +243,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
                 d += __shfl_xor_sync(0xffffffff, d, o);
             int j = j0 + u * ATT_WARPS;
             if (lane == 0 && j < n_keys)
-                s[j] = d * scale;
+                s[j] = j < lo ? -INFINITY : d * scale;
         }
     }
     __syncthreads();
@@ -291,17 +297,20 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     }
 }
 
-// Row softmax of scores [batch][n][n_keys] into bf16 probabilities; causal
-// rows see keys up to their own position pos0 + t.
-__global__ void k_softmax(const float *sc, bf16 *p, int n, int n_keys, int pos0, int causal)
+// Row softmax of scores [sequence][head][n][n_keys] into bf16
+// probabilities; causal rows see keys up to their own position pos0 + t.
+// Keys [0, pad[b]) are left padding, masked for real rows (a padding row
+// attends as usual; nothing reads it), as on the CPU.
+__global__ void k_softmax(const float *sc, bf16 *p, int n, int n_keys, int pos0, int causal, const int *pad, int nh)
 {
     __shared__ float red[32];
     size_t row = blockIdx.x;
     int t = (int)(row % n), visible = causal ? pos0 + t + 1 : n_keys;
+    int b = (int)(row / ((size_t)n * nh)), lo = pos0 + t >= pad[b] ? pad[b] : 0;
     const float *x = sc + row * n_keys;
     bf16 *y = p + row * n_keys;
     float mx = -INFINITY;
-    for (int j = threadIdx.x; j < visible; j += blockDim.x)
+    for (int j = lo + threadIdx.x; j < visible; j += blockDim.x)
         mx = fmaxf(mx, x[j]);
     for (int o = 16; o > 0; o >>= 1)
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, o));
@@ -313,12 +322,12 @@ __global__ void k_softmax(const float *sc, bf16 *p, int n, int n_keys, int pos0,
         mx = fmaxf(mx, red[w]);
     __syncthreads();
     float sum = 0;
-    for (int j = threadIdx.x; j < visible; j += blockDim.x)
+    for (int j = lo + threadIdx.x; j < visible; j += blockDim.x)
         sum += __expf(x[j] - mx);
     sum = block_sum(sum, red);
     float inv = 1.0f / sum;
     for (int j = threadIdx.x; j < n_keys; j += blockDim.x)
-        y[j] = __float2bfloat16(j < visible ? __expf(x[j] - mx) * inv : 0.0f);
+        y[j] = __float2bfloat16(j >= lo && j < visible ? __expf(x[j] - mx) * inv : 0.0f);
 }
 
 // act[r][i] = silu(gate[r][i]) up[r][i]: a thread per element, so one row
@@ -700,7 +709,7 @@ done:
 static void free_buffers(tb_gpu *g)
 {
     void *bufs[] = {g->kc, g->vc, g->x, g->xn, g->qkv, g->q, g->att, g->gu, g->act, g->logits, g->scores,
-                    g->probs, g->tok, g->out_tok, g->out_conf, g->d_pos, g->ptrs};
+                    g->probs, g->tok, g->out_tok, g->out_conf, g->d_pos, g->d_pad, g->ptrs};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i])
             cudaFree(bufs[i]);
@@ -719,6 +728,7 @@ static void free_buffers(tb_gpu *g)
     g->tok = g->out_tok = NULL;
     g->out_conf = NULL;
     g->d_pos = NULL;
+    g->d_pad = NULL;
     g->ptrs = NULL;
     g->hptrs = NULL;
     g->h_tok = NULL;
@@ -781,7 +791,10 @@ extern "C" int tb_gpu_reserve(tb_gpu *g, int seqs, int len, int rows, char *err,
              dalloc(g, (void **)&g->scores, score * sizeof(float)) ||
              dalloc(g, (void **)&g->probs, score * sizeof(bf16)) || dalloc(g, (void **)&g->tok, R * sizeof(int32_t)) ||
              dalloc(g, (void **)&g->out_tok, R * sizeof(int32_t)) ||
-             dalloc(g, (void **)&g->out_conf, R * sizeof(double)) || dalloc(g, (void **)&g->d_pos, sizeof(int));
+             dalloc(g, (void **)&g->out_conf, R * sizeof(double)) || dalloc(g, (void **)&g->d_pos, sizeof(int)) ||
+             dalloc(g, (void **)&g->d_pad, (size_t)seqs * sizeof(int));
+    if (rc == 0 && cudaMemset(g->d_pad, 0, (size_t)seqs * sizeof(int)) != cudaSuccess)
+        rc = fail(g, "cudaMemset failed");
     if (rc == 0) {
         /* 6 arrays per (sequence, head) per layer: filled for all layers at
          * once and copied asynchronously from pinned memory, so the host
@@ -800,6 +813,24 @@ extern "C" int tb_gpu_reserve(tb_gpu *g, int seqs, int len, int rows, char *err,
     }
     g->seqs = seqs, g->len = len, g->rows = rows;
     return 0;
+}
+
+extern "C" int tb_gpu_set_padding(tb_gpu *g, const int *pad, int n)
+{
+    if (n < 0 || n > g->seqs)
+        return fail(g, "padding for %d sequences; %d reserved", n, g->seqs);
+    int *h = (int *)calloc(g->seqs > 0 ? g->seqs : 1, sizeof(int));
+    if (!h)
+        return fail(g, "out of host memory");
+    for (int i = 0; i < n && pad; i++)
+        h[i] = pad[i] > 0 ? pad[i] : 0;
+    // pageable source: returns once staged, so h may be freed; ordered
+    // before every later kernel on the stream
+    cudaError_t e = cudaMemcpyAsync(g->d_pad, h, (size_t)g->seqs * sizeof(int), cudaMemcpyHostToDevice, g->stream);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(g->stream);
+    free(h);
+    return e == cudaSuccess ? 0 : fail(g, "padding upload: %s", cudaGetErrorString(e));
 }
 
 extern "C" size_t tb_gpu_bytes(const tb_gpu *g) { return g->bytes; }
@@ -874,7 +905,8 @@ static int attn_span(tb_gpu *g, int l, int B, int pos0, int n, int n_attend, int
     CB(cublasGemmBatchedEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, n_attend, n, hd, &alpha, (const void **)dp,
                            CUDA_R_16BF, kvd, (const void **)(dp + batch), CUDA_R_16BF, nq, &zero, dp + 2 * batch,
                            CUDA_R_32F, n_attend, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    k_softmax<<<(unsigned)((size_t)batch * n), 256, 0, g->stream>>>(g->scores, g->probs, n, n_attend, pos0, causal);
+    k_softmax<<<(unsigned)((size_t)batch * n), 256, 0, g->stream>>>(g->scores, g->probs, n, n_attend, pos0, causal,
+                                                                    g->d_pad, nh);
     LAUNCHED();
     // O[n][hd] = P[n][n_attend] V[n_attend][hd]
     CB(cublasGemmBatchedEx(g->blas, CUBLAS_OP_N, CUBLAS_OP_N, hd, n, n_attend, &one,
@@ -901,14 +933,14 @@ static int layers(tb_gpu *g, int B, int pos0, int n, int n_attend, int causal, i
             return -1;
         dim3 post_grid(rows, c->n_heads + 2 * c->n_kv_heads);
         k_qkv_post<<<post_grid, 64, 0, g->stream>>>(g->qkv, G->bqkv, g->inv_freq, n, pos0, decode ? g->d_pos : NULL,
-                                                 g->kc + layer_off, g->vc + layer_off, g->len, g->q, c->n_heads,
+                                                 g->d_pad, g->kc + layer_off, g->vc + layer_off, g->len, g->q, c->n_heads,
                                                  c->n_kv_heads, c->head_dim);
         LAUNCHED();
         if (decode) {
             dim3 grid(B, c->n_heads);
             k_attn_decode<<<grid, ATT_WARPS * 32, (g->len + ATT_WARPS * c->head_dim) * sizeof(float), g->stream>>>(
                 g->q, g->kc + layer_off, g->vc + layer_off, g->att, g->len, c->n_heads, c->n_kv_heads, c->head_dim,
-                g->d_pos, 0, 1.0f / sqrtf((float)c->head_dim));
+                g->d_pos, 0, g->d_pad, 1.0f / sqrtf((float)c->head_dim));
             LAUNCHED();
         } else if (attn_span(g, l, B, pos0, n, n_attend, causal)) {
             return -1;

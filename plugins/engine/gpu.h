@@ -40,6 +40,13 @@ void tb_gpu_free(tb_gpu *g);
  * `rows` = the most tokens one forward handles. */
 int tb_gpu_reserve(tb_gpu *g, int seqs, int len, int rows, char *err, size_t err_size);
 
+/* Left padding: sequence i's first pad[i] positions are filler, masked
+ * as keys for its real positions, and its RoPE positions start after them
+ * (as tb_cpu_set_padding). n <= the reserved seqs; the rest get 0; pad ==
+ * NULL clears. Holds until set again; tb_gpu_reserve's reallocation
+ * clears it. */
+int tb_gpu_set_padding(tb_gpu *g, const int *pad, int n);
+
 /* Device memory in use by this context (weights, cache, buffers), bytes,
  * and the device's name ("NVIDIA H200"). */
 size_t tb_gpu_bytes(const tb_gpu *g);
