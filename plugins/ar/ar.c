@@ -101,6 +101,7 @@ static char *make_description(const ar_ctx *c)
     cJSON_AddStringToObject(o, "engine_version", AR_VERSION);
     cJSON_AddStringToObject(o, "blas", "OpenBLAS");
     cJSON_AddBoolToObject(o, "tokenizer", c->ld.tok != NULL);
+    cJSON_AddStringToObject(o, "energy", c->ld.energy_note);
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;
@@ -215,6 +216,7 @@ static tb_status gpu_generate(ar_ctx *c, const tb_request *req, tb_result *res, 
         goto out;
     }
     int64_t t0 = host->now_ns(host), t_prefill_end = 0, forwards = 0;
+    tb_energy_mark e0 = tb_loaded_energy_mark(&c->ld, t0);
     for (uint32_t step = 0; step < N; step++) {
         int err = step == 0 ? tb_gpu_prefill(c->ld.gpu, c->prompt, (int)R, (int)P, c->next, logits)
                             : tb_gpu_decode(c->ld.gpu, c->next, (int)R, logits);
@@ -255,6 +257,7 @@ static tb_status gpu_generate(ar_ctx *c, const tb_request *req, tb_result *res, 
     res->decode_ns = t_prefill_end ? t_end - t_prefill_end : -1;
     res->forward_passes = forwards;
     res->peak_device_bytes = (int64_t)tb_gpu_bytes(c->ld.gpu);
+    res->energy_mj = tb_loaded_energy_mj(&c->ld, e0, t_end);
     for (uint32_t r = 0; r < R; r++) {
         tb_request_result *q = &res->requests[r];
         q->n_output_tokens = n_out[r];

@@ -153,6 +153,7 @@ static char *make_description(const dctx *c)
     cJSON_AddBoolToObject(o, "shifted_logits", c->shifted);
     cJSON_AddStringToObject(o, "engine_version", DIFFUSION_VERSION);
     cJSON_AddBoolToObject(o, "tokenizer", c->ld.tok != NULL);
+    cJSON_AddStringToObject(o, "energy", c->ld.energy_note);
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;
@@ -283,6 +284,7 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
     const tb_model_config *cfg = &c->ld.model.cfg;
     c->error[0] = '\0';
     int64_t t0 = host->now_ns(host);
+    tb_energy_mark e0 = tb_loaded_energy_mark(&c->ld, t0);
     tb_dllm_params p = params_of(req, c->mask_id);
     if (tb_dllm_validate(&p, c->error, sizeof c->error) != 0)
         return TB_ERR_INVALID;
@@ -359,6 +361,7 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
     res->decode_ns = t_end - t_denoise;
     res->forward_passes = stats.forwards;
     res->peak_device_bytes = -1;
+    res->energy_mj = tb_loaded_energy_mj(&c->ld, e0, t_end);
 #ifdef TB_HAVE_CUDA
     if (c->on_gpu)
         res->peak_device_bytes = (int64_t)tb_gpu_bytes(c->ld.gpu);

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "energy.h"
 #include "sampling.h"
 #ifdef TB_HAVE_CUDA
 #include "gpu.h"
@@ -78,8 +79,23 @@ tb_status tb_load(const char *spec, int want_diffusion, int on_gpu, uint64_t pre
             memcpy(m->source_dtype, keep.source_dtype, sizeof m->source_dtype);
             m->n_params = keep.n_params;
         }
+        if (rc == 0) {
+            char bus[32], why[160];
+            if (tb_gpu_pci_bus_id(out->gpu, bus, sizeof bus) != 0)
+                snprintf(why, sizeof why, "no PCI bus id for the device");
+            else
+                out->energy = tb_energy_open(bus, why, sizeof why);
+            if (out->energy)
+                snprintf(out->energy_note, sizeof out->energy_note,
+                         "NVML energy counter: advances every %.1f ms; calls shorter than %.0f ms are not measured",
+                         tb_energy_period_ms(out->energy), TB_ENERGY_MIN_PERIODS * tb_energy_period_ms(out->energy));
+            else
+                snprintf(out->energy_note, sizeof out->energy_note, "not measured: %s", why);
+        }
     }
 #endif
+    if (rc == 0 && !on_gpu)
+        snprintf(out->energy_note, sizeof out->energy_note, "not measured on the CPU path");
     if (rc != 0) {
         tb_status s = status_of(err);
         tb_loaded_free(out);
@@ -88,8 +104,21 @@ tb_status tb_load(const char *spec, int want_diffusion, int on_gpu, uint64_t pre
     return TB_OK;
 }
 
+tb_energy_mark tb_loaded_energy_mark(const tb_loaded *l, int64_t now_ns)
+{
+    return (tb_energy_mark){l->energy ? tb_energy_read_mj(l->energy) : -1, now_ns};
+}
+
+int64_t tb_loaded_energy_mj(const tb_loaded *l, tb_energy_mark start, int64_t now_ns)
+{
+    if (!l->energy)
+        return -1;
+    return tb_energy_of_call(l->energy, start.mj, tb_energy_read_mj(l->energy), now_ns - start.ns);
+}
+
 void tb_loaded_free(tb_loaded *l)
 {
+    tb_energy_close(l->energy);
 #ifdef TB_HAVE_CUDA
     tb_gpu_free(l->gpu);
 #endif

@@ -14,6 +14,7 @@
 #include "tokenizer.h"
 
 struct tb_gpu;
+struct tb_energy;
 
 typedef struct tb_loaded {
     /* CPU: the weights. GPU: the weights live on the device; only cfg,
@@ -21,6 +22,10 @@ typedef struct tb_loaded {
     tb_model model;
     tb_tokenizer *tok;   /* NULL: no tokenizer.json (presets) */
     struct tb_gpu *gpu;  /* device = cuda */
+    /* The GPU's energy meter (energy.h), NULL on the CPU or where NVML has
+     * none; energy_note says which, for describe(). */
+    struct tb_energy *energy;
+    char energy_note[200];
 } tb_loaded;
 
 /* The `device` option: "cuda" -> 1, "cpu" -> 0, "auto" -> 1 when this is
@@ -35,6 +40,15 @@ int tb_device_wants_gpu(const char *device);
 tb_status tb_load(const char *spec, int want_diffusion, int on_gpu, uint64_t preset_seed, tb_loaded *out,
                   char *err, size_t err_size);
 void tb_loaded_free(tb_loaded *l);
+
+/* Energy meter readings around a call (energy.h): call tb_loaded_energy_mark
+ * at its start and tb_loaded_energy_mj at its end; -1 where it is unknown
+ * (no meter, or a call too short for the counter). */
+typedef struct tb_energy_mark {
+    int64_t mj, ns;
+} tb_energy_mark;
+tb_energy_mark tb_loaded_energy_mark(const tb_loaded *l, int64_t now_ns);
+int64_t tb_loaded_energy_mj(const tb_loaded *l, tb_energy_mark start, int64_t now_ns);
 
 /* The ops table's tokenize()/detokenize() on a loaded model: -1 with
  * "this model has no tokenizer.json" in err when it has none. */

@@ -833,6 +833,13 @@ extern "C" int tb_gpu_set_padding(tb_gpu *g, const int *pad, int n)
     return e == cudaSuccess ? 0 : fail(g, "padding upload: %s", cudaGetErrorString(e));
 }
 
+extern "C" int tb_gpu_pci_bus_id(const tb_gpu *g, char *buf, int len)
+{
+    (void)g; // the context's device is the current one (tb_gpu_create)
+    int dev = 0;
+    return cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetPCIBusId(buf, len, dev) == cudaSuccess ? 0 : -1;
+}
+
 extern "C" size_t tb_gpu_bytes(const tb_gpu *g) { return g->bytes; }
 extern "C" const char *tb_gpu_device_name(const tb_gpu *g) { return g->prop.name; }
 extern "C" const char *tb_gpu_error(const tb_gpu *g) { return g->error; }

@@ -51,6 +51,8 @@ int tb_gpu_set_padding(tb_gpu *g, const int *pad, int n);
  * and the device's name ("NVIDIA H200"). */
 size_t tb_gpu_bytes(const tb_gpu *g);
 const char *tb_gpu_device_name(const tb_gpu *g);
+/* The device's PCI bus id ("0000:18:00.0"), for NVML; 0 or -1. */
+int tb_gpu_pci_bus_id(const tb_gpu *g, char *buf, int len);
 
 /* Autoregressive: prefill [B][P] prompts (cache reset), greedy next token
  * per sequence into next[B]; then each decode step feeds next[] back and

@@ -15,8 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <time.h>
+
 #include "check.h"
 #include "cpu_forward.h"
+#include "energy.h"
 #include "gpu.h"
 #include "model.h"
 #include "safetensors.h"
@@ -322,6 +325,29 @@ int main(void)
                 fprintf(stderr, "gemv 28672x4096 bf16: variants %.0f / %.0f / %.0f / %.0f GB/s, best %.0f\n", gbs[0],
                         gbs[1], gbs[2], gbs[3], best);
                 CHECK(best > 0);
+                /* The energy meter: GEMVs for 12 counter periods (~1.2 s on
+                 * the H200); the average power it implies must be a power
+                 * this card can draw (idle ~70-100 W, limit 700 W). */
+                char bus[32], why[200] = "";
+                tb_energy *e = tb_gpu_pci_bus_id(g, bus, sizeof bus) == 0 ? tb_energy_open(bus, why, sizeof why) : NULL;
+                if (!e) {
+                    fprintf(stderr, "energy: no meter (%s)\n", why);
+                } else {
+                    struct timespec a, b;
+                    clock_gettime(CLOCK_MONOTONIC, &a);
+                    int64_t e0 = tb_energy_read_mj(e), ns = 0;
+                    while (ns < (int64_t)(12 * TB_ENERGY_MIN_PERIODS / 10.0 * tb_energy_period_ms(e) * 1e6)) {
+                        tb_gpu_bench_gemv(g, 28672, 4096, gbs);
+                        clock_gettime(CLOCK_MONOTONIC, &b);
+                        ns = (b.tv_sec - a.tv_sec) * 1000000000LL + (b.tv_nsec - a.tv_nsec);
+                    }
+                    int64_t mj = tb_energy_of_call(e, e0, tb_energy_read_mj(e), ns);
+                    double watts = mj / 1e3 / (ns / 1e9);
+                    fprintf(stderr, "energy: counter period %.1f ms; %lld mJ over %.3f s of GEMVs = %.0f W\n",
+                            tb_energy_period_ms(e), (long long)mj, ns / 1e9, watts);
+                    CHECK(mj > 0 && watts > 30 && watts < 1000);
+                    tb_energy_close(e);
+                }
                 tb_gpu_free(g);
             }
         }
