@@ -46,3 +46,11 @@ void tb_rep_metrics_compute(const tb_request_metrics *req, const uint32_t *n_out
                           : NAN;
     out->tokens_per_forward = forward_passes > 0 ? (double)tokens / (double)forward_passes : NAN;
 }
+
+double tb_roofline_pct(double flops, double bytes, double peak_flops, double peak_bytes_per_s, int64_t wall_ns)
+{
+    if (!(flops > 0) || !(bytes > 0) || !(peak_flops > 0) || !(peak_bytes_per_s > 0) || wall_ns <= 0)
+        return NAN;
+    double t_compute = flops / peak_flops, t_memory = bytes / peak_bytes_per_s;
+    return 100.0 * (t_compute > t_memory ? t_compute : t_memory) / ((double)wall_ns * 1e-9);
+}

@@ -47,4 +47,13 @@ void tb_rep_metrics_compute(const tb_request_metrics *req, const uint32_t *n_out
                             const int *ok, size_t n, int64_t prefill_ns,
                             int64_t forward_passes, tb_rep_metrics *out);
 
+/* Roofline efficiency of one call, percent: the shortest time the device's
+ * ceilings allow for the call's work, over the time it took,
+ *     100 * max(flops / peak_flops, bytes / peak_bytes_per_s) / wall,
+ * which equals achieved FLOP/s over the roofline's attainable FLOP/s at
+ * the call's arithmetic intensity flops/bytes. NaN when a figure is
+ * missing (<= 0). */
+double tb_roofline_pct(double flops, double bytes, double peak_flops, double peak_bytes_per_s,
+                       int64_t wall_ns);
+
 #endif

@@ -56,7 +56,7 @@ static void dvec_push(dvec *d, double x)
 
 enum {
     M_REQ_TPS, M_AGG_TPS, M_DECODE_TPS, M_TTFT, M_TPOT, M_E2E, M_ITL, M_PREFILL, M_DECODE,
-    M_WALL, M_NFE, M_TPF, M_STEPS, M_ANSWER, M_RUNNER, M_REQ_RATE, M_ERR_RATE, M_GOODPUT, M_COUNT
+    M_WALL, M_NFE, M_TPF, M_STEPS, M_ANSWER, M_RUNNER, M_REQ_RATE, M_ERR_RATE, M_GOODPUT, M_ROOFLINE, M_COUNT
 };
 static const struct { const char *name, *unit; } metric_defs[M_COUNT] = {
     [M_REQ_TPS] = {"req_tps", "tokens/s"},
@@ -77,6 +77,7 @@ static const struct { const char *name, *unit; } metric_defs[M_COUNT] = {
     [M_REQ_RATE] = {"req_throughput", "requests/s"},
     [M_ERR_RATE] = {"error_rate", "fraction"},
     [M_GOODPUT] = {"goodput", "requests/s"},
+    [M_ROOFLINE] = {"roofline_pct", "%"},
 };
 
 /* Failed requests are counted per error class: the word before ": " at
@@ -279,6 +280,10 @@ static int build_record(const tb_plan *plan, const tb_case *c, const char *buf, 
                 dvec_push(&m[M_NFE], (double)call.forward_passes);
                 dvec_push(&m[M_TPF], s->m.tokens_per_forward);
             }
+            double roof = tb_roofline_pct(call.flops, call.bytes, call.peak_flops, call.peak_bytes_per_s,
+                                          s->m.wall_ns);
+            if (!isnan(roof))
+                dvec_push(&m[M_ROOFLINE], roof);
         }
         free(n_out);
         free(ok);

@@ -63,6 +63,7 @@ typedef struct tb_wire_call {
     int64_t runner_ns;   /* worker time spent around the call (setup,
                             re-counting), outside generate() */
     int64_t prefill_ns, decode_ns, forward_passes, peak_device_bytes, energy_mj;
+    double flops, bytes, peak_flops, peak_bytes_per_s; /* the roofline; 0: not reported */
 } tb_wire_call;
 
 typedef struct tb_wire_request {

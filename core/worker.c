@@ -436,6 +436,10 @@ static void run_case(worker *w, const tb_case *c)
             .forward_passes = res.forward_passes,
             .peak_device_bytes = res.peak_device_bytes,
             .energy_mj = res.energy_mj,
+            .flops = res.flops,
+            .bytes = res.bytes,
+            .peak_flops = res.peak_flops,
+            .peak_bytes_per_s = res.peak_bytes_per_s,
         };
         wc.runner_ns = (t_call - t_setup) + (tb_now_ns() - t_ret);
         tb_str_appendn(&out, (const char *)&wc, sizeof wc);

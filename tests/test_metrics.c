@@ -186,6 +186,28 @@ static void test_rep_basic(void)
     CHECK(m.tokens_per_forward == 0);
 }
 
+/* The roofline: worked by hand. An H200-like device, 800 TFLOP/s and
+ * 4.28 TB/s. */
+static void test_roofline(void)
+{
+    /* Memory-bound: an 8B bf16 decode step reads 16.06 GB and does
+     * 16 GFLOP: the memory time 16.06e9 / 4.28e12 = 3.752 ms dominates;
+     * at 5.44 ms per step that is 68.98%. */
+    CHECK_REL(tb_roofline_pct(16e9, 16.06e9, 800e12, 4.28e12, 5440000), 100.0 * (16.06e9 / 4.28e12) / 5.44e-3);
+    /* Compute-bound: 6.2 TFLOP over 16.1 GB in 13.0 ms: 7.75 ms of compute
+     * against 3.76 ms of memory: 59.6%. */
+    CHECK_REL(tb_roofline_pct(6.2e12, 16.1e9, 800e12, 4.28e12, 13000000), 100.0 * (6.2e12 / 800e12) / 13e-3);
+    /* Exactly at the roofline: 100%. */
+    CHECK_REL(tb_roofline_pct(8e11, 1e9, 800e12, 4.28e12, 1000000), 100.0);
+    /* Any missing figure: NaN, never 0. */
+    CHECK(isnan(tb_roofline_pct(0, 1e9, 800e12, 4.28e12, 1000000)));
+    CHECK(isnan(tb_roofline_pct(1e9, 0, 800e12, 4.28e12, 1000000)));
+    CHECK(isnan(tb_roofline_pct(1e9, 1e9, 0, 4.28e12, 1000000)));
+    CHECK(isnan(tb_roofline_pct(1e9, 1e9, 800e12, -1, 1000000)));
+    CHECK(isnan(tb_roofline_pct(1e9, 1e9, 800e12, 4.28e12, 0)));
+    CHECK(isnan(tb_roofline_pct(NAN, 1e9, 800e12, 4.28e12, 1000000)));
+}
+
 static void test_rep_unknowns(void)
 {
     tb_request_metrics r[1];
@@ -421,6 +443,7 @@ int main(void)
     test_request_zero_e2e();
     test_rep_basic();
     test_rep_unknowns();
+    test_roofline();
     test_chain();
     test_random_requests();
     test_random_reps();

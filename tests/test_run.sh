@@ -242,6 +242,40 @@ bad_sampler "sampler = threshold\nthreshold = 1.5" "threshold 1.5 is outside (0,
 bad_sampler "sampler = greedy" "bs.ini:9: sampler: expected one of low_confidence|random|threshold"
 pass "bad sampler parameters rejected at suite load"
 
+# 5c. Roofline: a backend's work and ceilings (scripted by the null
+# backend) become roofline_pct = 100 max(flops/peak_flops,
+# bytes/peak_bw) / wall per repetition (docs/METRICS.md), recomputed here
+# from the stored wall: 1 GFLOP and 4 GB against 1 TFLOP/s and 1 TB/s is 4
+# ms of memory time. 3 repetitions: the median of the roofline is the
+# roofline of the median wall (a decreasing function of it).
+cat >"$tmp/roof.ini" <<EOF
+[suite]
+repeat = 3
+warmup = 0
+[matrix]
+prompt_tokens = 8
+max_new_tokens = 8
+[backend counted]
+plugin = null
+step_us = 1000
+work_flops = 1e9
+work_bytes = 4e9
+peak_flops = 1e12
+peak_bytes_per_s = 1e12
+[backend uncounted]
+plugin = null
+step_us = 1000
+EOF
+"$tb" run "$tmp/roof.ini" --db "$tmp/roof.db" >"$tmp/roof.out" 2>"$tmp/roof.err" || fail "roofline suite: $(cat "$tmp/roof.err")"
+roof=$(q "$tmp/roof.db" "select m.median, m.n, (select median from metric where case_id = c.id and name = 'wall_ms') from metric m join bench_case c on c.id = m.case_id join backend b on b.id = c.backend_id where b.label = 'counted' and m.name = 'roofline_pct'")
+echo "$roof" | awk -F'|' '{ want = 100 * 0.004 / ($3 / 1000); d = $1 - want; if (d < 0) d = -d; exit !($2 == 3 && d <= 1e-9 * want && $1 > 0 && $1 < 100) }' \
+    || fail "roofline_pct (median|n|wall_ms): $roof"
+[ "$(q "$tmp/roof.db" "select count(*) from metric m join bench_case c on c.id = m.case_id join backend b on b.id = c.backend_id where b.label = 'uncounted' and m.name = 'roofline_pct' and m.n > 0")" = 0 ] \
+    || fail "a backend without work figures got a roofline"
+"$tb" report --db "$tmp/roof.db" >"$tmp/roof.md"
+grep -E "^\| counted \|.*\| [0-9]+\.[0-9] \|$" "$tmp/roof.md" | grep -q . || fail "report lacks the roofline %: $(grep counted "$tmp/roof.md" | head -3)"
+pass "roofline: $roof"
+
 # 6. Plugins listing and options.
 "$tb" plugins | grep -q "null" || fail "plugins does not list null"
 "$tb" plugins null | grep -q "step_us" || fail "plugins null does not show options"

@@ -279,6 +279,14 @@ typedef struct tb_result {
     int64_t forward_passes;      /* model forward evaluations (NFE) */
     int64_t peak_device_bytes;   /* -1 if unknown */
     int64_t energy_mj;           /* millijoules over the call, -1 unknown */
+    /* --- appended in ABI 1; write only when TB_STRUCT_HAS(res, tb_result,
+     * ...) says the host has them. The roofline (docs/METRICS.md): the
+     * work of the call by the engine's own count and the device's
+     * ceilings; 0 = not reported. */
+    double flops;                /* floating-point operations (multiply-add = 2) */
+    double bytes;                /* device-memory bytes the forwards must move: weights, KV cache */
+    double peak_flops;           /* the device's FLOP/s ceiling (measured) */
+    double peak_bytes_per_s;     /* its memory-bandwidth ceiling (measured) */
 } tb_result;
 
 /* ------------------------------------------------------------ ops table */

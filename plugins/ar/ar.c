@@ -102,6 +102,10 @@ static char *make_description(const ar_ctx *c)
     cJSON_AddStringToObject(o, "blas", "OpenBLAS");
     cJSON_AddBoolToObject(o, "tokenizer", c->ld.tok != NULL);
     cJSON_AddStringToObject(o, "energy", c->ld.energy_note);
+    if (c->ld.peak_flops > 0) { /* the roofline's ceilings, measured at load */
+        cJSON_AddNumberToObject(o, "peak_tflops_bf16", c->ld.peak_flops / 1e12);
+        cJSON_AddNumberToObject(o, "peak_tb_per_s", c->ld.peak_bytes_per_s / 1e12);
+    }
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;
@@ -217,6 +221,7 @@ static tb_status gpu_generate(ar_ctx *c, const tb_request *req, tb_result *res, 
     }
     int64_t t0 = host->now_ns(host), t_prefill_end = 0, forwards = 0;
     tb_energy_mark e0 = tb_loaded_energy_mark(&c->ld, t0);
+    tb_loaded_work_start(&c->ld);
     for (uint32_t step = 0; step < N; step++) {
         int err = step == 0 ? tb_gpu_prefill(c->ld.gpu, c->prompt, (int)R, (int)P, c->next, logits)
                             : tb_gpu_decode(c->ld.gpu, c->next, (int)R, logits);
@@ -258,6 +263,7 @@ static tb_status gpu_generate(ar_ctx *c, const tb_request *req, tb_result *res, 
     res->forward_passes = forwards;
     res->peak_device_bytes = (int64_t)tb_gpu_bytes(c->ld.gpu);
     res->energy_mj = tb_loaded_energy_mj(&c->ld, e0, t_end);
+    tb_loaded_work_report(&c->ld, res);
     for (uint32_t r = 0; r < R; r++) {
         tb_request_result *q = &res->requests[r];
         q->n_output_tokens = n_out[r];

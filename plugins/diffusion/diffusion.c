@@ -154,6 +154,10 @@ static char *make_description(const dctx *c)
     cJSON_AddStringToObject(o, "engine_version", DIFFUSION_VERSION);
     cJSON_AddBoolToObject(o, "tokenizer", c->ld.tok != NULL);
     cJSON_AddStringToObject(o, "energy", c->ld.energy_note);
+    if (c->ld.peak_flops > 0) { /* the roofline's ceilings, measured at load */
+        cJSON_AddNumberToObject(o, "peak_tflops_bf16", c->ld.peak_flops / 1e12);
+        cJSON_AddNumberToObject(o, "peak_tb_per_s", c->ld.peak_bytes_per_s / 1e12);
+    }
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;
@@ -285,6 +289,7 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
     c->error[0] = '\0';
     int64_t t0 = host->now_ns(host);
     tb_energy_mark e0 = tb_loaded_energy_mark(&c->ld, t0);
+    tb_loaded_work_start(&c->ld);
     tb_dllm_params p = params_of(req, c->mask_id);
     if (tb_dllm_validate(&p, c->error, sizeof c->error) != 0)
         return TB_ERR_INVALID;
@@ -362,6 +367,7 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
     res->forward_passes = stats.forwards;
     res->peak_device_bytes = -1;
     res->energy_mj = tb_loaded_energy_mj(&c->ld, e0, t_end);
+    tb_loaded_work_report(&c->ld, res);
 #ifdef TB_HAVE_CUDA
     if (c->on_gpu)
         res->peak_device_bytes = (int64_t)tb_gpu_bytes(c->ld.gpu);

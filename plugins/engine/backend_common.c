@@ -91,6 +91,9 @@ tb_status tb_load(const char *spec, int want_diffusion, int on_gpu, uint64_t pre
                          tb_energy_period_ms(out->energy), TB_ENERGY_MIN_PERIODS * tb_energy_period_ms(out->energy));
             else
                 snprintf(out->energy_note, sizeof out->energy_note, "not measured: %s", why);
+            /* a failure to measure leaves the roofline unknown, nothing more */
+            if (tb_gpu_measure_ceilings(out->gpu, &out->peak_flops, &out->peak_bytes_per_s) != 0)
+                out->peak_flops = out->peak_bytes_per_s = 0;
         }
     }
 #endif
@@ -114,6 +117,31 @@ int64_t tb_loaded_energy_mj(const tb_loaded *l, tb_energy_mark start, int64_t no
     if (!l->energy)
         return -1;
     return tb_energy_of_call(l->energy, start.mj, tb_energy_read_mj(l->energy), now_ns - start.ns);
+}
+
+void tb_loaded_work_start(tb_loaded *l)
+{
+#ifdef TB_HAVE_CUDA
+    double f, b;
+    if (l->gpu)
+        tb_gpu_take_work(l->gpu, &f, &b);
+#else
+    (void)l;
+#endif
+}
+
+void tb_loaded_work_report(tb_loaded *l, tb_result *res)
+{
+#ifdef TB_HAVE_CUDA
+    if (!l->gpu || !TB_STRUCT_HAS(res, tb_result, peak_bytes_per_s))
+        return;
+    tb_gpu_take_work(l->gpu, &res->flops, &res->bytes);
+    res->peak_flops = l->peak_flops;
+    res->peak_bytes_per_s = l->peak_bytes_per_s;
+#else
+    (void)l;
+    (void)res;
+#endif
 }
 
 void tb_loaded_free(tb_loaded *l)

@@ -26,6 +26,8 @@ typedef struct tb_loaded {
      * none; energy_note says which, for describe(). */
     struct tb_energy *energy;
     char energy_note[200];
+    /* The device's measured ceilings for the roofline (GPU; 0 = unknown). */
+    double peak_flops, peak_bytes_per_s;
 } tb_loaded;
 
 /* The `device` option: "cuda" -> 1, "cpu" -> 0, "auto" -> 1 when this is
@@ -49,6 +51,13 @@ typedef struct tb_energy_mark {
 } tb_energy_mark;
 tb_energy_mark tb_loaded_energy_mark(const tb_loaded *l, int64_t now_ns);
 int64_t tb_loaded_energy_mj(const tb_loaded *l, tb_energy_mark start, int64_t now_ns);
+
+/* Roofline figures of a call on the GPU: tb_loaded_work_start before it
+ * (forgets earlier work), tb_loaded_work_report after it (the call's FLOPs
+ * and bytes and the ceilings into res, where the host has those fields).
+ * No-ops on the CPU path. */
+void tb_loaded_work_start(tb_loaded *l);
+void tb_loaded_work_report(tb_loaded *l, tb_result *res);
 
 /* The ops table's tokenize()/detokenize() on a loaded model: -1 with
  * "this model has no tokenizer.json" in err when it has none. */

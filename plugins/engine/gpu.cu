@@ -62,8 +62,27 @@ struct tb_gpu {
     int gemv_variant;  // see gemv()
     int32_t *h_tok;    // pinned [rows]
     double *h_conf;    // pinned [rows]
+    // roofline: work of the forwards since tb_gpu_take_work, by count
+    double work_flops, work_bytes;
+    double peak_flops, peak_bytes_per_s; // measured by tb_gpu_measure_ceilings; 0 = not yet
     char error[512];
 };
+
+// The work of one forward over B sequences of n new positions attending to
+// n_attend keys, with nr rows through the LM head: FLOPs (GEMMs, attention
+// scores and P V, the head) and the bytes the device must move (bf16
+// weights read once, K/V read for the keys and written for the new rows,
+// the embedding rows). Norms, RoPE and activations are left out: they are
+// small next to these.
+static void account(tb_gpu *g, int B, int n, int n_attend, int nr)
+{
+    const tb_model_config *c = &g->cfg;
+    double h = c->hidden_size, hd = c->head_dim, nh = c->n_heads, nq = nh * hd, kvd = (double)c->n_kv_heads * hd;
+    double I = c->intermediate_size, V = c->vocab_size, L = c->n_layers, rows = (double)B * n;
+    double per_layer = (nq + 2 * kvd) * h + h * nq + 2 * I * h + I * h; // weight elements
+    g->work_flops += 2 * rows * per_layer * L + 4.0 * B * nh * n * n_attend * hd * L + 2.0 * B * nr * h * V;
+    g->work_bytes += 2 * (per_layer * L + V * h) + 2 * L * (2.0 * B * n_attend * kvd + 2 * rows * kvd) + 2 * rows * h;
+}
 
 static int fail(tb_gpu *g, const char *fmt, ...)
 {
@@ -997,6 +1016,7 @@ extern "C" int tb_gpu_prefill(tb_gpu *g, const int32_t *tokens, int B, int P, in
     CK(cudaMemcpyAsync(g->tok, tokens, (size_t)B * P * sizeof(int32_t), cudaMemcpyHostToDevice, g->stream));
     if (layers(g, B, 0, P, P, 1, 0) || head(g, B, P, P - 1, 1))
         return -1;
+    account(g, B, P, P, 1);
     g->pos = P;
     CK(cudaMemcpyAsync(g->d_pos, &g->pos, sizeof(int), cudaMemcpyHostToDevice, g->stream));
     return fetch_next(g, B, next, logits_out);
@@ -1040,6 +1060,7 @@ extern "C" int tb_gpu_decode(tb_gpu *g, int32_t *next, int B, float *logits_out)
     if (g->graph_B != B && capture_decode(g, B))
         return -1;
     CK(cudaGraphLaunch(g->graph, g->stream));
+    account(g, B, 1, g->pos + 1, 1);
     g->pos++;
     CK(cudaMemcpyAsync(g->h_tok, g->out_tok, B * sizeof(int32_t), cudaMemcpyDeviceToHost, g->stream));
     if (logits_out)
@@ -1056,7 +1077,86 @@ static int span(tb_gpu *g, const int32_t *tokens, int B, int pos0, int n, int n_
         return fail(g, "span of %d x %d (attending %d) does not fit the reserved %d x %d", B, n, n_attend, g->seqs,
                     g->len);
     CK(cudaMemcpyAsync(g->tok, tokens, (size_t)B * n * sizeof(int32_t), cudaMemcpyHostToDevice, g->stream));
-    return layers(g, B, pos0, n, n_attend, causal, 0) || head(g, B, n, r0, nr) ? -1 : 0;
+    if (layers(g, B, pos0, n, n_attend, causal, 0) || head(g, B, n, r0, nr))
+        return -1;
+    account(g, B, n, n_attend, nr);
+    return 0;
+}
+
+extern "C" void tb_gpu_take_work(tb_gpu *g, double *flops, double *bytes)
+{
+    *flops = g->work_flops;
+    *bytes = g->work_bytes;
+    g->work_flops = g->work_bytes = 0;
+}
+
+// The ceilings, measured the way DEVICE.md's figures are: the best of 5
+// device-to-device copies of 1 GiB (bytes read + written per second), and
+// the best of 5 cuBLAS GEMMs of 8192^3, bf16 inputs, float32 accumulation
+// and output as our own GEMMs. Transient buffers: 2 GiB + 512 MiB.
+extern "C" int tb_gpu_measure_ceilings(tb_gpu *g, double *peak_flops, double *peak_bytes_per_s)
+{
+    if (g->peak_flops > 0) {
+        *peak_flops = g->peak_flops, *peak_bytes_per_s = g->peak_bytes_per_s;
+        return 0;
+    }
+    const size_t copy = (size_t)1 << 30;
+    const int M = 8192;
+    void *a = NULL, *b = NULL, *c = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    int rc = -1;
+    float best_copy = 1e30f, best_gemm = 1e30f;
+    if (cudaMalloc(&a, copy) != cudaSuccess || cudaMalloc(&b, copy) != cudaSuccess ||
+        cudaMalloc(&c, (size_t)M * M * sizeof(float)) != cudaSuccess || cudaEventCreate(&e0) != cudaSuccess ||
+        cudaEventCreate(&e1) != cudaSuccess) {
+        (void)cudaGetLastError();
+        fail(g, "no room to measure the ceilings");
+        goto out;
+    }
+    // random operands: zeros would let the tensor cores run cooler and faster
+    k_init_uniform<<<4096, 256, 0, g->stream>>>((bf16 *)a, copy / sizeof(bf16), 11, 1.0f);
+    k_init_uniform<<<4096, 256, 0, g->stream>>>((bf16 *)b, copy / sizeof(bf16), 12, 1.0f);
+    for (int i = 0; i < 6; i++) { // the first of each is a warm-up
+        float ms = 0;
+        cudaEventRecord(e0, g->stream);
+        cudaMemcpyAsync(b, a, copy, cudaMemcpyDeviceToDevice, g->stream);
+        cudaEventRecord(e1, g->stream);
+        cudaEventSynchronize(e1);
+        cudaEventElapsedTime(&ms, e0, e1);
+        if (i > 0 && ms < best_copy)
+            best_copy = ms;
+    }
+    for (int i = 0; i < 6; i++) {
+        float ms = 0, alpha = 1, beta = 0;
+        cudaEventRecord(e0, g->stream);
+        if (cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, M, M, M, &alpha, a, CUDA_R_16BF, M, b, CUDA_R_16BF, M,
+                         &beta, c, CUDA_R_32F, M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS) {
+            fail(g, "cuBLAS failed measuring the FLOP/s ceiling");
+            goto out;
+        }
+        cudaEventRecord(e1, g->stream);
+        cudaEventSynchronize(e1);
+        cudaEventElapsedTime(&ms, e0, e1);
+        if (i > 0 && ms < best_gemm)
+            best_gemm = ms;
+    }
+    if (cudaGetLastError() != cudaSuccess || !(best_copy > 0) || !(best_gemm > 0)) {
+        fail(g, "measuring the ceilings failed");
+        goto out;
+    }
+    g->peak_bytes_per_s = 2.0 * copy / (best_copy * 1e-3);
+    g->peak_flops = 2.0 * M * M * (double)M / (best_gemm * 1e-3);
+    *peak_flops = g->peak_flops, *peak_bytes_per_s = g->peak_bytes_per_s;
+    rc = 0;
+out:
+    if (e0)
+        cudaEventDestroy(e0);
+    if (e1)
+        cudaEventDestroy(e1);
+    cudaFree(a);
+    cudaFree(b);
+    cudaFree(c);
+    return rc;
 }
 
 extern "C" int tb_gpu_logits(tb_gpu *g, const int32_t *tokens, int B, int pos0, int n, int n_attend, int causal,

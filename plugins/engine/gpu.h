@@ -73,6 +73,16 @@ int tb_gpu_decode(tb_gpu *g, int32_t *next, int B, float *logits_out);
 int tb_gpu_forward_pick(tb_gpu *g, const int32_t *canvas, int rows, int B, int L, int pos0, int n, int n_attend,
                         int pick0, int npick, int kind, double cfg_scale, int shifted, int32_t *x0, double *conf);
 
+/* Roofline: the FLOPs and device-memory bytes of the forwards run since
+ * the last call (by count: GEMMs, attention, LM head; bf16 weights, K/V),
+ * then reset. */
+void tb_gpu_take_work(tb_gpu *g, double *flops, double *bytes);
+
+/* The device's ceilings, measured once per context (best of 5: a 1 GiB
+ * device copy, read + write bytes/s; a bf16 8192^3 cuBLAS GEMM, FLOP/s);
+ * 0 or -1 (no room for the 2.5 GiB of transient buffers). */
+int tb_gpu_measure_ceilings(tb_gpu *g, double *peak_flops, double *peak_bytes_per_s);
+
 /* Tests: all-position logits (host [B][n][vocab]) of a span. */
 int tb_gpu_logits(tb_gpu *g, const int32_t *tokens, int B, int pos0, int n, int n_attend, int causal,
                   float *logits);

@@ -82,6 +82,10 @@ enum {
     OPT_FAULT_STALL_US,
     OPT_LEAK_MB,
     OPT_FLOOD,
+    OPT_WORK_FLOPS,
+    OPT_WORK_BYTES,
+    OPT_PEAK_FLOPS,
+    OPT_PEAK_BYTES_PER_S,
     N_OPTS
 };
 
@@ -185,6 +189,16 @@ static const tb_option_decl null_options[N_OPTS] = {
                    "step, back to back (an engine flooding the event sink); "
                    "0 = none",
                    NULL, 0, 1e15, 0},
+    /* Scripted roofline figures (tb_result.flops ...): what an engine
+     * would count, so the runner's roofline_pct can be checked. */
+    [OPT_WORK_FLOPS] = {"work_flops", TB_OPT_FLOAT, "0", "FLOPs reported per call (roofline); 0 = none", NULL, 0,
+                        1e30, 0},
+    [OPT_WORK_BYTES] = {"work_bytes", TB_OPT_FLOAT, "0", "device bytes reported per call (roofline); 0 = none",
+                        NULL, 0, 1e30, 0},
+    [OPT_PEAK_FLOPS] = {"peak_flops", TB_OPT_FLOAT, "0", "FLOP/s ceiling reported (roofline); 0 = none", NULL, 0,
+                        1e30, 0},
+    [OPT_PEAK_BYTES_PER_S] = {"peak_bytes_per_s", TB_OPT_FLOAT, "0",
+                              "bandwidth ceiling reported, bytes/s (roofline); 0 = none", NULL, 0, 1e30, 0},
 };
 
 typedef struct null_config {
@@ -203,6 +217,7 @@ typedef struct null_config {
     int64_t fault_every, fault_after, fault_stall_us;
     int64_t leak_mb; /* MiB leaked per decode step */
     int64_t flood;   /* extra emissions per request per decode step */
+    double work_flops, work_bytes, peak_flops, peak_bytes_per_s; /* roofline figures to report */
 } null_config;
 
 static const null_config null_defaults = {
@@ -254,6 +269,10 @@ static void config_apply(null_config *c, const tb_option_value *v, uint32_t n)
         case OPT_FAULT_STALL_US: c->fault_stall_us = v[k].i; break;
         case OPT_LEAK_MB: c->leak_mb = v[k].i; break;
         case OPT_FLOOD: c->flood = v[k].i; break;
+        case OPT_WORK_FLOPS: c->work_flops = v[k].f; break;
+        case OPT_WORK_BYTES: c->work_bytes = v[k].f; break;
+        case OPT_PEAK_FLOPS: c->peak_flops = v[k].f; break;
+        case OPT_PEAK_BYTES_PER_S: c->peak_bytes_per_s = v[k].f; break;
         default: break;
         }
     }
@@ -771,6 +790,12 @@ static tb_status null_generate(void *vctx, const tb_request *req,
 out:
     if (st == TB_ERR_CANCELLED)
         set_error(ctx, "cancelled after %u of %u tokens", done, n);
+    if (TB_STRUCT_HAS(res, tb_result, peak_bytes_per_s)) {
+        res->flops = cfg.work_flops;
+        res->bytes = cfg.work_bytes;
+        res->peak_flops = cfg.peak_flops;
+        res->peak_bytes_per_s = cfg.peak_bytes_per_s;
+    }
     for (uint32_t r = 0; r < R; r++) {
         tb_request_result *rr = &res->requests[r];
         rr->status = st;
