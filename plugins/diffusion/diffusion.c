@@ -82,6 +82,9 @@ typedef struct dctx {
     size_t canvas_cap;
     int *pad;              /* [2B]: left padding of each canvas (text prompts) */
     size_t pad_cap;
+    float *host_logits;    /* GPU path, sampling on the host: [rows][npick][vocab] */
+    size_t host_logits_cap;
+    float *host_prob;      /* [vocab]: tb_dllm_pick_row's scratch */
     char *describe_json;
     char error[512];
 } dctx;
@@ -172,6 +175,8 @@ static void diffusion_destroy(void *p)
     tb_loaded_free(&c->ld);
     free(c->canvas);
     free(c->pad);
+    free(c->host_logits);
+    free(c->host_prob);
     free(c->describe_json);
     free(c);
 }
@@ -229,12 +234,53 @@ static int on_cancel(void *ctx)
 }
 
 #ifdef TB_HAVE_CUDA
-/* The samplers' forward on the GPU: only x0 and confidences come back. */
+/* Sampling (temperature, top_k): the pick rows' logits come to the host
+ * and go through the CPU path's own pick (pick.c) with the same random
+ * stream, so the GPU samples exactly as the CPU does from its logits. */
+static int gpu_forward_pick_host(dctx *c, const int32_t *canvas, int B, int L, int pos0, int n, int n_attend,
+                                 int pick0, int npick, const tb_dllm_pick_spec *spec, uint64_t *rng, int32_t *x0,
+                                 double *conf)
+{
+    int rows = spec->cfg_scale > 0 ? 2 * B : B;
+    size_t V = (size_t)c->ld.model.cfg.vocab_size, need = (size_t)rows * npick * V;
+    if (need > c->host_logits_cap) {
+        free(c->host_logits);
+        c->host_logits = malloc(need * sizeof(float));
+        c->host_logits_cap = c->host_logits ? need : 0;
+    }
+    if (!c->host_prob)
+        c->host_prob = malloc(V * sizeof(float));
+    if (!c->host_logits || !c->host_prob) {
+        set_error(c, "out of memory for %zu logits", need);
+        return -1;
+    }
+    if (tb_gpu_forward_logits(c->ld.gpu, canvas, rows, L, pos0, n, n_attend, pick0, npick, c->shifted,
+                              c->host_logits) != 0)
+        return -1;
+    float *lg = c->host_logits;
+    if (spec->cfg_scale > 0) { /* conditional rows become u + (s + 1)(c - u), as on the CPU */
+        size_t half = (size_t)B * npick * V;
+        float s = (float)spec->cfg_scale;
+        for (size_t i = 0; i < half; i++)
+            lg[i] = lg[half + i] + (s + 1) * (lg[i] - lg[half + i]);
+    }
+    for (int b = 0; b < B; b++)
+        for (int i = pick0; i < pick0 + npick; i++) {
+            size_t r = (size_t)b * n + i;
+            tb_dllm_pick_row(lg + ((size_t)b * npick + (i - pick0)) * V, (int)V, spec, rng, c->host_prob, &x0[r],
+                             &conf[r]);
+        }
+    return 0;
+}
+
+/* The samplers' forward on the GPU: at temperature 0 only x0 and the
+ * confidences come back (picked on the device). */
 static int gpu_forward_pick(void *ctx, const int32_t *canvas, int B, int L, int pos0, int n, int n_attend, int pick0,
                             int npick, const tb_dllm_pick_spec *spec, uint64_t *rng, int32_t *x0, double *conf)
 {
     dctx *c = ctx;
-    (void)rng; /* temperature 0 only on the GPU (checked before) */
+    if (spec->temperature > 0 || spec->top_k > 0)
+        return gpu_forward_pick_host(c, canvas, B, L, pos0, n, n_attend, pick0, npick, spec, rng, x0, conf);
     int rows = spec->cfg_scale > 0 ? 2 * B : B;
     return tb_gpu_forward_pick(c->ld.gpu, canvas, rows, B, L, pos0, n, n_attend, pick0, npick, (int)spec->conf,
                                spec->cfg_scale, c->shifted, x0, conf);
@@ -325,11 +371,6 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
         c->pad[b] = c->pad[b % B];
     if (c->on_gpu) {
 #ifdef TB_HAVE_CUDA
-        if (p.temperature > 0 || p.sampler == TB_DLLM_ORIGIN || p.top_k > 0) {
-            set_error(c, "the cuda path samples at temperature 0 only (argmax and confidences on the GPU); "
-                         "use device = cpu for temperature, top_k or the origin sampler");
-            return TB_ERR_UNSUPPORTED;
-        }
         if (tb_gpu_reserve(c->ld.gpu, seqs, L, seqs * L, c->error, sizeof c->error) != 0)
             return strstr(c->error, "out of device memory") ? TB_ERR_NO_MEMORY : TB_ERR;
         if (tb_gpu_set_padding(c->ld.gpu, c->pad, seqs) != 0) {

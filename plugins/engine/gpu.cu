@@ -1203,6 +1203,34 @@ extern "C" int tb_gpu_forward_pick(tb_gpu *g, const int32_t *canvas, int rows, i
     return 0;
 }
 
+extern "C" int tb_gpu_forward_logits(tb_gpu *g, const int32_t *canvas, int rows, int L, int pos0, int n,
+                                     int n_attend, int pick0, int npick, int shifted, float *logits)
+{
+    if (shifted && pos0 != 0)
+        return fail(g, "shifted logits need the span to start at 0");
+    int32_t *tokens = (int32_t *)malloc((size_t)rows * n * sizeof(int32_t));
+    if (!tokens)
+        return fail(g, "out of host memory");
+    for (int b = 0; b < rows; b++)
+        memcpy(tokens + (size_t)b * n, canvas + (size_t)b * L + pos0, (size_t)n * sizeof(int32_t));
+    int r0 = shifted && pick0 > 0 ? pick0 - 1 : pick0, nr = pick0 + npick - r0;
+    int rc = span(g, tokens, rows, pos0, n, n_attend, 0, r0, nr);
+    free(tokens);
+    if (rc)
+        return -1;
+    size_t V = g->cfg.vocab_size;
+    for (int b = 0; b < rows; b++)
+        for (int i = pick0; i < pick0 + npick; i++) {
+            // the head row holding position i's logits: i, or i - 1 when
+            // shifted (position 0 reads its own)
+            int src = (shifted && i > 0 ? i - 1 : i) - r0;
+            CK(cudaMemcpyAsync(logits + ((size_t)b * npick + (i - pick0)) * V, g->logits + ((size_t)b * nr + src) * V,
+                               V * sizeof(float), cudaMemcpyDeviceToHost, g->stream));
+        }
+    CK(cudaStreamSynchronize(g->stream));
+    return 0;
+}
+
 // Time every GEMV variant on W[out][in] (random bf16, several copies so
 // the reads come from DRAM, not L2) and keep the fastest; returns its
 // GB/s of weights read. Writes each variant's GB/s into gbs[4].

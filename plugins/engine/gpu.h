@@ -83,6 +83,13 @@ void tb_gpu_take_work(tb_gpu *g, double *flops, double *bytes);
  * 0 or -1 (no room for the 2.5 GiB of transient buffers). */
 int tb_gpu_measure_ceilings(tb_gpu *g, double *peak_flops, double *peak_bytes_per_s);
 
+/* Diffusion, sampling on the host: the same forward as
+ * tb_gpu_forward_pick over `rows` canvases, but the logits of span rows
+ * [pick0, pick0 + npick) come back (host [rows][npick][vocab], already
+ * shifted for Dream). */
+int tb_gpu_forward_logits(tb_gpu *g, const int32_t *canvas, int rows, int L, int pos0, int n, int n_attend,
+                          int pick0, int npick, int shifted, float *logits);
+
 /* Tests: all-position logits (host [B][n][vocab]) of a span. */
 int tb_gpu_logits(tb_gpu *g, const int32_t *tokens, int B, int pos0, int n, int n_attend, int causal,
                   float *logits);
