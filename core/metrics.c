@@ -49,7 +49,8 @@ void tb_rep_metrics_compute(const tb_request_metrics *req, const uint32_t *n_out
 
 double tb_roofline_pct(double flops, double bytes, double peak_flops, double peak_bytes_per_s, int64_t wall_ns)
 {
-    if (!(flops > 0) || !(bytes > 0) || !(peak_flops > 0) || !(peak_bytes_per_s > 0) || wall_ns <= 0)
+    if (!(flops > 0) || !(bytes > 0) || !(peak_flops > 0) || !(peak_bytes_per_s > 0) || wall_ns <= 0 ||
+        !isfinite(flops) || !isfinite(bytes) || !isfinite(peak_flops) || !isfinite(peak_bytes_per_s))
         return NAN;
     double t_compute = flops / peak_flops, t_memory = bytes / peak_bytes_per_s;
     return 100.0 * (t_compute > t_memory ? t_compute : t_memory) / ((double)wall_ns * 1e-9);

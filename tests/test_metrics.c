@@ -206,6 +206,8 @@ static void test_roofline(void)
     CHECK(isnan(tb_roofline_pct(1e9, 1e9, 800e12, -1, 1000000)));
     CHECK(isnan(tb_roofline_pct(1e9, 1e9, 800e12, 4.28e12, 0)));
     CHECK(isnan(tb_roofline_pct(NAN, 1e9, 800e12, 4.28e12, 1000000)));
+    CHECK(isnan(tb_roofline_pct(INFINITY, 1e9, 800e12, 4.28e12, 1000000)));
+    CHECK(isnan(tb_roofline_pct(1e9, 1e9, INFINITY, 4.28e12, 1000000)));
 }
 
 static void test_rep_unknowns(void)

@@ -109,14 +109,18 @@ tb_status tb_load(const char *spec, int want_diffusion, int on_gpu, uint64_t pre
 
 tb_energy_mark tb_loaded_energy_mark(const tb_loaded *l, int64_t now_ns)
 {
-    return (tb_energy_mark){l->energy ? tb_energy_read_mj(l->energy) : -1, now_ns};
+    return (tb_energy_mark){l->energy && !l->energy_skip ? tb_energy_read_mj(l->energy) : -1, now_ns};
 }
 
-int64_t tb_loaded_energy_mj(const tb_loaded *l, tb_energy_mark start, int64_t now_ns)
+int64_t tb_loaded_energy_mj(tb_loaded *l, tb_energy_mark start, int64_t now_ns)
 {
     if (!l->energy)
         return -1;
-    return tb_energy_of_call(l->energy, start.mj, tb_energy_read_mj(l->energy), now_ns - start.ns);
+    int64_t ns = now_ns - start.ns;
+    l->energy_skip = (double)ns / 1e6 < TB_ENERGY_MIN_PERIODS * tb_energy_period_ms(l->energy);
+    if (start.mj < 0)
+        return -1;
+    return tb_energy_of_call(l->energy, start.mj, tb_energy_read_mj(l->energy), ns);
 }
 
 void tb_loaded_work_start(tb_loaded *l)

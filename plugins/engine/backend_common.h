@@ -26,6 +26,9 @@ typedef struct tb_loaded {
      * none; energy_note says which, for describe(). */
     struct tb_energy *energy;
     char energy_note[200];
+    /* The last call was too short for the counter: skip the NVML reads
+     * (tens of µs each, inside the timed call) until a call is long. */
+    int energy_skip;
     /* The device's measured ceilings for the roofline (GPU; 0 = unknown). */
     double peak_flops, peak_bytes_per_s;
 } tb_loaded;
@@ -45,12 +48,15 @@ void tb_loaded_free(tb_loaded *l);
 
 /* Energy meter readings around a call (energy.h): call tb_loaded_energy_mark
  * at its start and tb_loaded_energy_mj at its end; -1 where it is unknown
- * (no meter, or a call too short for the counter). */
+ * (no meter, or a call too short for the counter). After a call too short
+ * to measure, the next call reads nothing (a repeated case has the same
+ * length; its first call, the warm-up, decides), so short calls carry no
+ * NVML overhead; a long call turns the reads back on for the next. */
 typedef struct tb_energy_mark {
     int64_t mj, ns;
 } tb_energy_mark;
 tb_energy_mark tb_loaded_energy_mark(const tb_loaded *l, int64_t now_ns);
-int64_t tb_loaded_energy_mj(const tb_loaded *l, tb_energy_mark start, int64_t now_ns);
+int64_t tb_loaded_energy_mj(tb_loaded *l, tb_energy_mark start, int64_t now_ns);
 
 /* Roofline figures of a call on the GPU: tb_loaded_work_start before it
  * (forgets earlier work), tb_loaded_work_report after it (the call's FLOPs

@@ -122,7 +122,9 @@ double tb_energy_period_ms(const tb_energy *e) { return e ? e->period_ms : 0; }
 
 int64_t tb_energy_call_mj(double period_ms, int64_t start_mj, int64_t end_mj, int64_t duration_ns)
 {
-    if (!(period_ms > 0) || start_mj < 0 || end_mj < start_mj)
+    /* a GPU always draws power: a counter that did not advance over 10
+     * periods is stuck, not a measurement of 0 */
+    if (!(period_ms > 0) || start_mj < 0 || end_mj <= start_mj)
         return -1;
     if ((double)duration_ns / 1e6 < TB_ENERGY_MIN_PERIODS * period_ms)
         return -1;

@@ -36,8 +36,9 @@ int64_t tb_energy_read_mj(tb_energy *e);
 double tb_energy_period_ms(const tb_energy *e);
 
 /* The energy of a call that read start_mj and end_mj around duration_ns:
- * end - start, or -1 when a reading failed, the counter went backwards, or
- * the call was shorter than TB_ENERGY_MIN_PERIODS periods. */
+ * end - start, or -1 when a reading failed, the counter did not advance
+ * (a GPU always draws power: it is stuck) or went backwards, or the call
+ * was shorter than TB_ENERGY_MIN_PERIODS periods. */
 int64_t tb_energy_of_call(const tb_energy *e, int64_t start_mj, int64_t end_mj, int64_t duration_ns);
 
 /* The rule itself, for a counter of period period_ms (tests). */

@@ -812,8 +812,11 @@ extern "C" int tb_gpu_reserve(tb_gpu *g, int seqs, int len, int rows, char *err,
              dalloc(g, (void **)&g->out_tok, R * sizeof(int32_t)) ||
              dalloc(g, (void **)&g->out_conf, R * sizeof(double)) || dalloc(g, (void **)&g->d_pos, sizeof(int)) ||
              dalloc(g, (void **)&g->d_pad, (size_t)seqs * sizeof(int));
-    if (rc == 0 && cudaMemset(g->d_pad, 0, (size_t)seqs * sizeof(int)) != cudaSuccess)
-        rc = fail(g, "cudaMemset failed");
+    // on our stream: the legacy default stream would not be ordered before
+    // a padding upload on our non-blocking one
+    if (rc == 0 && (cudaMemsetAsync(g->d_pad, 0, (size_t)seqs * sizeof(int), g->stream) != cudaSuccess ||
+                    cudaStreamSynchronize(g->stream) != cudaSuccess))
+        rc = fail(g, "cudaMemsetAsync failed");
     if (rc == 0) {
         /* 6 arrays per (sequence, head) per layer: filled for all layers at
          * once and copied asynchronously from pinned memory, so the host
@@ -1093,7 +1096,7 @@ extern "C" void tb_gpu_take_work(tb_gpu *g, double *flops, double *bytes)
 // The ceilings, measured the way DEVICE.md's figures are: the best of 5
 // device-to-device copies of 1 GiB (bytes read + written per second), and
 // the best of 5 cuBLAS GEMMs of 8192^3, bf16 inputs, float32 accumulation
-// and output as our own GEMMs. Transient buffers: 2 GiB + 512 MiB.
+// and output as our own GEMMs. Transient buffers: 2 GiB + 256 MiB.
 extern "C" int tb_gpu_measure_ceilings(tb_gpu *g, double *peak_flops, double *peak_bytes_per_s)
 {
     if (g->peak_flops > 0) {

@@ -80,7 +80,7 @@ void tb_gpu_take_work(tb_gpu *g, double *flops, double *bytes);
 
 /* The device's ceilings, measured once per context (best of 5: a 1 GiB
  * device copy, read + write bytes/s; a bf16 8192^3 cuBLAS GEMM, FLOP/s);
- * 0 or -1 (no room for the 2.5 GiB of transient buffers). */
+ * 0 or -1 (no room for the 2.25 GiB of transient buffers). */
 int tb_gpu_measure_ceilings(tb_gpu *g, double *peak_flops, double *peak_bytes_per_s);
 
 /* Diffusion, sampling on the host: the same forward as
