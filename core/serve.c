@@ -25,7 +25,6 @@ int tb_cmd_serve(int argc, char **argv)
 #else
 
 #include <arpa/inet.h>
-#include <cjson/cJSON.h>
 #include <errno.h>
 #include <getopt.h>
 #include <microhttpd.h>
@@ -39,6 +38,7 @@ int tb_cmd_serve(int argc, char **argv)
 #include <unistd.h>
 
 #include "plan.h"
+#include "serve_request.h"
 #include "suite.h"
 #include "util.h"
 #include "wire.h"
@@ -422,88 +422,19 @@ static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max)
     return n;
 }
 
-/* Text of a chat message's content: a string, or text parts. */
-static int append_content(tb_str *p, const cJSON *content)
-{
-    if (cJSON_IsString(content)) {
-        tb_str_append(p, content->valuestring);
-        return 0;
-    }
-    if (!cJSON_IsArray(content))
-        return -1;
-    const cJSON *part;
-    cJSON_ArrayForEach(part, content)
-    {
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "text");
-        if (!cJSON_IsString(t))
-            return -1;
-        tb_str_append(p, t->valuestring);
-    }
-    return 0;
-}
-
-/* Parse a completion request into r; NULL or what is wrong. */
-static const char *parse_request(const char *body, size_t n, int chat, sreq *r)
-{
-    cJSON *j = cJSON_ParseWithLength(body, n);
-    if (!cJSON_IsObject(j)) {
-        cJSON_Delete(j);
-        return "the body is not a JSON object";
-    }
-    const char *bad = NULL;
-    tb_str p = {0};
-    if (chat) {
-        const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(j, "messages"), *m;
-        if (!cJSON_IsArray(msgs) || cJSON_GetArraySize(msgs) == 0)
-            bad = "\"messages\" must be a non-empty array";
-        cJSON_ArrayForEach(m, msgs)
-        { /* no chat template: the contents, one per line */
-            if (p.len)
-                tb_str_append(&p, "\n");
-            if (append_content(&p, cJSON_GetObjectItemCaseSensitive(m, "content")) != 0)
-                bad = "each message needs a \"content\" string (or text parts)";
-        }
-    } else {
-        const cJSON *pr = cJSON_GetObjectItemCaseSensitive(j, "prompt");
-        if (cJSON_IsArray(pr) && cJSON_GetArraySize(pr) == 1)
-            pr = cJSON_GetArrayItem(pr, 0);
-        if (!cJSON_IsString(pr))
-            bad = "\"prompt\" must be a string";
-        else
-            tb_str_append(&p, pr->valuestring);
-    }
-    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(j, "max_tokens");
-    if (!mt)
-        mt = cJSON_GetObjectItemCaseSensitive(j, "max_completion_tokens");
-    r->max_tokens = 16; /* OpenAI's default */
-    if (mt && !cJSON_IsNull(mt)) {
-        if (!cJSON_IsNumber(mt) || mt->valuedouble < 1 || mt->valuedouble > 1e6)
-            bad = "\"max_tokens\" must be an integer in [1, 1000000]";
-        else
-            r->max_tokens = (uint32_t)mt->valuedouble;
-    }
-    const cJSON *nn = cJSON_GetObjectItemCaseSensitive(j, "n");
-    if (cJSON_IsNumber(nn) && nn->valuedouble != 1)
-        bad = "only n = 1 is supported";
-    r->stream = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "stream"));
-    const cJSON *so = cJSON_GetObjectItemCaseSensitive(j, "stream_options");
-    r->include_usage = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(so, "include_usage"));
-    r->chat = chat;
-    cJSON_Delete(j);
-    r->prompt = tb_str_take(&p);
-    return bad;
-}
-
 static enum MHD_Result serve_completion(struct MHD_Connection *c, conn *k, int chat)
 {
     static uint64_t next_id;
-    sreq *r = tb_xcalloc(1, sizeof *r);
-    const char *bad = parse_request(k->body.s ? k->body.s : "", k->body.len, chat, r);
-    if (bad) {
-        free(r->prompt);
-        free(r);
+    tb_serve_request q;
+    const char *bad = tb_serve_request_parse(k->body.s ? k->body.s : "", k->body.len, chat, &q);
+    if (bad)
         return reply_error(c, 400, "invalid_request_error", bad);
-    }
+    sreq *r = tb_xcalloc(1, sizeof *r);
+    r->prompt = q.prompt;
+    r->max_tokens = q.max_tokens;
+    r->chat = chat;
+    r->stream = q.stream;
+    r->include_usage = q.include_usage;
     pthread_cond_init(&r->cv, NULL);
     r->created = (long)time(NULL);
     r->refs = 2; /* this connection, the dispatcher */

@@ -29,6 +29,7 @@
 
 #include "arrivals.h"
 #include "client.h"
+#include "json_options.h"
 #include "prompts.h"
 #include "tokenizer.h"
 
@@ -173,8 +174,8 @@ static void check_options(const tb_option_value *v, uint32_t n, char *why, size_
     }
     const char *extra = opt_s(v, n, OPT_EXTRA_JSON);
     if (*extra) {
-        cJSON *j = cJSON_Parse(extra);
-        int ok = cJSON_IsObject(j);
+        cJSON *j = tb_http_extra_json(extra);
+        int ok = j != NULL;
         cJSON_Delete(j);
         if (!ok) {
             snprintf(why, size, "extra_json: expected a JSON object such as {\"ignore_eos\": true}, got %.80s", extra);
@@ -183,26 +184,24 @@ static void check_options(const tb_option_value *v, uint32_t n, char *why, size_
     }
     const char *hdr = opt_s(v, n, OPT_HEADERS);
     if (*hdr) {
-        cJSON *j = cJSON_Parse(hdr), *it;
-        int ok = cJSON_IsObject(j);
-        cJSON_ArrayForEach(it, j) if (!cJSON_IsString(it) || strpbrk(it->string, ":\r\n") ||
-                                      strpbrk(it->valuestring, "\r\n")) ok = 0;
-        cJSON_Delete(j);
-        if (!ok) {
-            snprintf(why, size, "headers: expected a JSON object of strings such as {\"X-Org\": \"team\"}, got %.80s",
+        char **lines;
+        int k = tb_http_header_lines(hdr, &lines);
+        tb_http_header_lines_free(lines, k);
+        if (k < 0) {
+            snprintf(why, size, "headers: expected a JSON object of strings such as {\"X-Org\": \"team\"} (names: HTTP "
+                     "tokens; values: no control characters), got %.80s",
                      hdr);
             return;
         }
     }
     const char *sh = opt_s(v, n, OPT_SECRET_HEADERS);
     if (*sh) {
-        cJSON *j = cJSON_Parse(sh), *it;
-        int ok = cJSON_IsObject(j);
-        cJSON_ArrayForEach(it, j) if (!cJSON_IsString(it) || strpbrk(it->string, ":\r\n") ||
-                                      strpbrk(it->valuestring, "\r\n")) ok = 0;
-        cJSON_Delete(j);
-        if (!ok) { /* the value is a secret: not quoted */
-            snprintf(why, size, "secret_headers: expected a JSON object of strings such as {\"X-Api-Key\": \"...\"}");
+        char **lines;
+        int k = tb_http_header_lines(sh, &lines);
+        tb_http_header_lines_free(lines, k);
+        if (k < 0) { /* the value is a secret: not quoted */
+            snprintf(why, size, "secret_headers: expected a JSON object of strings such as {\"X-Api-Key\": \"...\"} "
+                           "(names: HTTP tokens; values: no control characters)");
             return;
         }
     }
@@ -356,19 +355,11 @@ static tb_status http_create(const tb_host *host, const char *model, const tb_op
         }
     }
     for (int which = 0; which < 2; which++) { /* the suite's headers, then the secret ones */
-        cJSON *extra = cJSON_Parse(opt_s(options, n_options, which ? OPT_SECRET_HEADERS : OPT_HEADERS)), *it;
-        cJSON_ArrayForEach(it, extra)
-        {
-            size_t len = strlen(it->string) + strlen(it->valuestring) + 3;
-            char *line = malloc(len);
-            if (line) {
-                snprintf(line, len, "%s: %s", it->string, it->valuestring);
-                h = curl_slist_append(h, line);
-                explicit_bzero(line, len);
-                free(line);
-            }
-        }
-        cJSON_Delete(extra);
+        char **lines;
+        int k = tb_http_header_lines(opt_s(options, n_options, which ? OPT_SECRET_HEADERS : OPT_HEADERS), &lines);
+        for (int i = 0; i < k; i++)
+            h = curl_slist_append(h, lines[i]);
+        tb_http_header_lines_free(lines, k);
     }
     c->headers = h;
     c->describe_json = make_description(c, options, n_options);
@@ -428,12 +419,7 @@ static char *make_body(const http_ctx *c, const tb_request *req, const char *pro
     cJSON_AddBoolToObject(o, "stream", stream);
     if (stream)
         cJSON_AddTrueToObject(cJSON_AddObjectToObject(o, "stream_options"), "include_usage");
-    const cJSON *it;
-    cJSON_ArrayForEach(it, extra)
-    { /* the suite's fields win */
-        cJSON_DeleteItemFromObjectCaseSensitive(o, it->string);
-        cJSON_AddItemToObject(o, it->string, cJSON_Duplicate(it, 1));
-    }
+    tb_http_extra_merge(o, extra); /* the suite's fields win */
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;
@@ -483,7 +469,7 @@ static tb_status http_generate(void *ctx, const tb_request *req, tb_result *res)
     uint64_t call_seed = unique ? mix(mix(req->seed, req->repetition), req->is_warmup ? 0xAA : 0x55) : req->seed;
 
     /* Everything before the first send: bodies and the schedule. */
-    cJSON *extra = cJSON_Parse(opt_s(v, nv, OPT_EXTRA_JSON));
+    cJSON *extra = tb_http_extra_json(opt_s(v, nv, OPT_EXTRA_JSON));
     for (uint32_t r = 0; r < n; r++) {
         free(c->bodies[r]);
         c->bodies[r] = NULL;

@@ -11,8 +11,9 @@
 #   --seconds N    time per target (default $TB_FUZZ_SECONDS, else 20)
 #   --jobs N       targets fuzzed at once (default: the CPU count, <= 4)
 #   TARGET...      some of: config safetensors safetensors_index sse oai
-#                  tokenizer tokenizer_json suite (default: all); the
-#                  prompts target too once core/score.c is in the tree
+#                  tokenizer tokenizer_json suite serve_request
+#                  http_options (default: all); the prompts target too
+#                  once core/score.c is in the tree
 #
 # Other settings: TB_FUZZ_CC (default clang), TB_FUZZ_SEED (libFuzzer
 # -seed, default 1), TB_FUZZ_RSS_MB (default 2048).
@@ -60,12 +61,14 @@ declare -A srcs=(
     [tokenizer]="plugins/engine/tokenizer.c core/util.c"
     [tokenizer_json]="plugins/engine/tokenizer.c core/util.c"
     [suite]="core/suite.c core/util.c"
+    [serve_request]="core/serve_request.c core/util.c"
+    [http_options]="plugins/http/json_options.c"
 )
 declare -A max_len=(
     [config]=4096 [safetensors]=4096 [safetensors_index]=4096 [sse]=4096 [oai]=4096
-    [tokenizer]=1024 [tokenizer_json]=32768 [suite]=4096
+    [tokenizer]=1024 [tokenizer_json]=32768 [suite]=4096 [serve_request]=8192 [http_options]=4096
 )
-all=(config safetensors safetensors_index sse oai tokenizer tokenizer_json suite)
+all=(config safetensors safetensors_index sse oai tokenizer tokenizer_json suite serve_request http_options)
 # The prompt-set JSONL reader, once it is in the tree.
 if [ -f "$root/core/score.c" ] && [ -f "$here/fuzz_prompts.c" ]; then
     srcs[prompts]="core/score.c core/util.c"
