@@ -1173,9 +1173,13 @@ extern "C" int tb_gpu_logits(tb_gpu *g, const int32_t *tokens, int B, int pos0, 
     return 0;
 }
 
-extern "C" int tb_gpu_forward_pick(tb_gpu *g, const int32_t *canvas, int rows, int B, int L, int pos0, int n,
-                                   int n_attend, int pick0, int npick, int kind, double cfg_scale, int shifted,
-                                   int32_t *x0, double *conf)
+// The diffusion forward both pick paths share: positions [pos0, pos0 + n)
+// of `rows` canvases ([rows][L] host ids) through the layers, and the LM
+// head on the rows the picks read: [pick0, pick0 + npick), and for a
+// shifted model (Dream: position i reads the output of i - 1) the row
+// before. Those head rows are [*r0, *r0 + *nr) in g->logits.
+static int canvas_span(tb_gpu *g, const int32_t *canvas, int rows, int L, int pos0, int n, int n_attend, int pick0,
+                       int npick, int shifted, int *r0, int *nr)
 {
     if (shifted && pos0 != 0)
         return fail(g, "shifted logits need the span to start at 0");
@@ -1184,12 +1188,19 @@ extern "C" int tb_gpu_forward_pick(tb_gpu *g, const int32_t *canvas, int rows, i
         return fail(g, "out of host memory");
     for (int b = 0; b < rows; b++)
         memcpy(tokens + (size_t)b * n, canvas + (size_t)b * L + pos0, (size_t)n * sizeof(int32_t));
-    /* logits rows: the picked ones, and for a shifted model the row before
-     * each (position i reads the output of i - 1) */
-    int r0 = shifted && pick0 > 0 ? pick0 - 1 : pick0, nr = pick0 + npick - r0;
-    int rc = span(g, tokens, rows, pos0, n, n_attend, 0, r0, nr);
+    *r0 = shifted && pick0 > 0 ? pick0 - 1 : pick0;
+    *nr = pick0 + npick - *r0;
+    int rc = span(g, tokens, rows, pos0, n, n_attend, 0, *r0, *nr);
     free(tokens);
-    if (rc)
+    return rc;
+}
+
+extern "C" int tb_gpu_forward_pick(tb_gpu *g, const int32_t *canvas, int rows, int B, int L, int pos0, int n,
+                                   int n_attend, int pick0, int npick, int kind, double cfg_scale, int shifted,
+                                   int32_t *x0, double *conf)
+{
+    int r0, nr;
+    if (canvas_span(g, canvas, rows, L, pos0, n, n_attend, pick0, npick, shifted, &r0, &nr))
         return -1;
     size_t V = g->cfg.vocab_size;
     k_pick<<<B * npick, 256, 0, g->stream>>>(g->logits, (int)V, npick, nr, pick0 - r0, shifted, (size_t)B * nr * V,
@@ -1209,17 +1220,8 @@ extern "C" int tb_gpu_forward_pick(tb_gpu *g, const int32_t *canvas, int rows, i
 extern "C" int tb_gpu_forward_logits(tb_gpu *g, const int32_t *canvas, int rows, int L, int pos0, int n,
                                      int n_attend, int pick0, int npick, int shifted, float *logits)
 {
-    if (shifted && pos0 != 0)
-        return fail(g, "shifted logits need the span to start at 0");
-    int32_t *tokens = (int32_t *)malloc((size_t)rows * n * sizeof(int32_t));
-    if (!tokens)
-        return fail(g, "out of host memory");
-    for (int b = 0; b < rows; b++)
-        memcpy(tokens + (size_t)b * n, canvas + (size_t)b * L + pos0, (size_t)n * sizeof(int32_t));
-    int r0 = shifted && pick0 > 0 ? pick0 - 1 : pick0, nr = pick0 + npick - r0;
-    int rc = span(g, tokens, rows, pos0, n, n_attend, 0, r0, nr);
-    free(tokens);
-    if (rc)
+    int r0, nr;
+    if (canvas_span(g, canvas, rows, L, pos0, n, n_attend, pick0, npick, shifted, &r0, &nr))
         return -1;
     size_t V = g->cfg.vocab_size;
     for (int b = 0; b < rows; b++)

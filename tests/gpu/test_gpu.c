@@ -55,28 +55,40 @@ static void margin(const float *x, int V, int32_t *best, double *gap)
     *gap = x[b] - second;
 }
 
+/* tests/data/<sub>/<name> loaded with its weights rounded to bf16 (as the
+ * GPU stores them) into *m, and its device copy: 0, or -1 after a failed
+ * check (nothing to free). */
+static int load_pair(const char *sub, const char *name, tb_model *m, tb_gpu **g)
+{
+    char dir[8192], err[512];
+    snprintf(dir, sizeof dir, "%s/%s/%s", root, sub, name);
+    *g = NULL;
+    if (tb_model_load(dir, m, err, sizeof err) != 0) {
+        fprintf(stderr, "%s: %s\n", name, err);
+        CHECK(0);
+        return -1;
+    }
+    round_to_bf16(m);
+    if (tb_gpu_create(g, &m->cfg, m, 0, err, sizeof err) != 0) {
+        fprintf(stderr, "%s: %s\n", name, err);
+        CHECK(0);
+        tb_model_free(m);
+        return -1;
+    }
+    return 0;
+}
+
 /* pad1: left padding of sequence 1 (0 = none): its first pad1 prompt
  * positions are filler, masked on both paths; only real positions are
  * compared. */
 static void check_ar(const char *name, int pad1)
 {
-    char dir[8192], err[512];
-    snprintf(dir, sizeof dir, "%s/golden/%s", root, name);
+    char err[512];
     tb_model m;
-    if (tb_model_load(dir, &m, err, sizeof err) != 0) {
-        fprintf(stderr, "%s: %s\n", name, err);
-        CHECK(0);
+    tb_gpu *g;
+    if (load_pair("golden", name, &m, &g) != 0)
         return;
-    }
-    round_to_bf16(&m);
     int V = m.cfg.vocab_size, B = 2, P = 12, N = 24;
-    tb_gpu *g = NULL;
-    CHECK(tb_gpu_create(&g, &m.cfg, &m, 0, err, sizeof err) == 0);
-    if (!g) {
-        fprintf(stderr, "%s: %s\n", name, err);
-        tb_model_free(&m);
-        return;
-    }
     CHECK(tb_gpu_reserve(g, B, P + N, B * P, err, sizeof err) == 0);
     int pad[2] = {0, pad1};
     CHECK(tb_gpu_set_padding(g, pad, B) == 0);
@@ -153,23 +165,12 @@ static void check_ar(const char *name, int pad1)
 /* Diffusion: one bidirectional forward + pick against the CPU's logits. */
 static void check_diffusion(const char *name, int shifted)
 {
-    char dir[8192], err[512];
-    snprintf(dir, sizeof dir, "%s/golden-diffusion/%s", root, name);
+    char err[512];
     tb_model m;
-    if (tb_model_load(dir, &m, err, sizeof err) != 0) {
-        fprintf(stderr, "%s: %s\n", name, err);
-        CHECK(0);
+    tb_gpu *g;
+    if (load_pair("golden-diffusion", name, &m, &g) != 0)
         return;
-    }
-    round_to_bf16(&m);
     int V = m.cfg.vocab_size, L = 40;
-    tb_gpu *g = NULL;
-    CHECK(tb_gpu_create(&g, &m.cfg, &m, 0, err, sizeof err) == 0);
-    if (!g) {
-        fprintf(stderr, "%s: %s\n", name, err);
-        tb_model_free(&m);
-        return;
-    }
     CHECK(tb_gpu_reserve(g, 1, L, L, err, sizeof err) == 0);
     int32_t canvas[40];
     uint64_t rng = 3;
@@ -246,24 +247,13 @@ static void check_diffusion(const char *name, int shifted)
  * the clear argmax picks against the CPU with the same padding. */
 static void check_diffusion_padded(const char *name, int pad1)
 {
-    char dir[8192], err[512];
-    snprintf(dir, sizeof dir, "%s/golden-diffusion/%s", root, name);
+    char err[512];
     tb_model m;
-    if (tb_model_load(dir, &m, err, sizeof err) != 0) {
-        fprintf(stderr, "%s: %s\n", name, err);
-        CHECK(0);
+    tb_gpu *g;
+    if (load_pair("golden-diffusion", name, &m, &g) != 0)
         return;
-    }
-    round_to_bf16(&m);
     enum { B = 2, L = 32 };
     int V = m.cfg.vocab_size, pad[B] = {0, pad1};
-    tb_gpu *g = NULL;
-    CHECK(tb_gpu_create(&g, &m.cfg, &m, 0, err, sizeof err) == 0);
-    if (!g) {
-        fprintf(stderr, "%s: %s\n", name, err);
-        tb_model_free(&m);
-        return;
-    }
     CHECK(tb_gpu_reserve(g, B, L, B * L, err, sizeof err) == 0);
     CHECK(tb_gpu_set_padding(g, pad, B) == 0);
     int32_t canvas[B * L];
@@ -321,24 +311,13 @@ static void check_diffusion_padded(const char *name, int pad1)
  * clear of the difference the bf16 logits can make. */
 static void check_diffusion_sampling(const char *name, int shifted)
 {
-    char dir[8192], err[512];
-    snprintf(dir, sizeof dir, "%s/golden-diffusion/%s", root, name);
+    char err[512];
     tb_model m;
-    if (tb_model_load(dir, &m, err, sizeof err) != 0) {
-        fprintf(stderr, "%s: %s\n", name, err);
-        CHECK(0);
+    tb_gpu *g;
+    if (load_pair("golden-diffusion", name, &m, &g) != 0)
         return;
-    }
-    round_to_bf16(&m);
     enum { L = 40, PICK0 = 8, NPICK = 24 };
     int V = m.cfg.vocab_size;
-    tb_gpu *g = NULL;
-    CHECK(tb_gpu_create(&g, &m.cfg, &m, 0, err, sizeof err) == 0);
-    if (!g) {
-        fprintf(stderr, "%s: %s\n", name, err);
-        tb_model_free(&m);
-        return;
-    }
     CHECK(tb_gpu_reserve(g, 1, L, L, err, sizeof err) == 0);
     CHECK(tb_gpu_set_padding(g, NULL, 0) == 0);
     int32_t canvas[L];
