@@ -32,8 +32,8 @@ Two steps, on two machines:
     data, the initialization and the masks (GPU kernels are not bitwise
     deterministic in general, so a rerun on other hardware or library
     versions matches closely, not exactly; two runs on the H200 gave
-    identical files). The shipped models took 291 s on one H200 (about 120 s
-    of training per model). A
+    an identical small-llada file and identical evaluations). The shipped
+    models took 291 s on one H200 (about 120 s of training per model). A
     dry run of the export, checks and evaluation on the untrained models
     comes first, so that a library mismatch fails in seconds. Then copy
     OUT/models/small-* into models/ and OUT/tests/data/golden-small into
