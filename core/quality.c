@@ -8,7 +8,6 @@
 #include "score.h"
 #include "util.h"
 
-const char *const tb_score_names[TB_N_SCORES] = {"correct", "repetition", "distinct"};
 
 typedef struct tally {
     double correct, graded; /* over every counted request */

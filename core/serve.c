@@ -29,7 +29,6 @@ int tb_cmd_serve(int argc, char **argv)
 #include <getopt.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -41,11 +40,9 @@ int tb_cmd_serve(int argc, char **argv)
 #include "serve_request.h"
 #include "suite.h"
 #include "util.h"
-#include "wire.h"
-#include "worker.h"
+#include "worker_client.h"
 
 #define MAX_BODY ((size_t)16 << 20) /* request body, bytes */
-#define GRACE_NS (5LL * 1000000000LL)
 
 static const char usage[] =
     "usage: tokbench serve --backend LABEL SUITE [--port N] [--host ADDR] [--max-batch N]\n"
@@ -96,8 +93,7 @@ typedef struct server {
     uint32_t case_index;
     const char *label;
     uint32_t max_batch;
-    tb_worker_proc w;
-    int64_t load_timeout_ns, case_timeout_ns;
+    tb_worker_client wc;
     uint64_t batches;
     pthread_mutex_t mu;
     pthread_cond_t queue_cv;
@@ -107,67 +103,6 @@ typedef struct server {
 
 static server S;
 static volatile int sig_stop;
-
-/* Frames from the worker, read in large pieces: a batch streams one frame
- * per emission, and one read() per frame would cost the server more than
- * the emissions it forwards. */
-typedef struct frame_reader {
-    char *buf;
-    size_t len, pos, cap;
-} frame_reader;
-
-static frame_reader FR;
-
-/* Like tb_wire_recv, but the payload points into the reader's buffer (valid
- * until the next call). 0: a frame; 1: EOF; 2: deadline; 3: sig_stop; -1:
- * error. */
-static int next_frame(int fd, int64_t deadline, uint32_t *type, const char **payload, size_t *len)
-{
-    frame_reader *fr = &FR;
-    for (;;) {
-        size_t have = fr->len - fr->pos;
-        uint32_t hdr[2] = {0, 0};
-        if (have >= sizeof hdr) {
-            memcpy(hdr, fr->buf + fr->pos, sizeof hdr);
-            if (have >= sizeof hdr + hdr[1]) {
-                *type = hdr[0];
-                *payload = fr->buf + fr->pos + sizeof hdr;
-                *len = hdr[1];
-                fr->pos += sizeof hdr + hdr[1];
-                return 0;
-            }
-        }
-        if (fr->pos) {
-            memmove(fr->buf, fr->buf + fr->pos, have);
-            fr->len = have;
-            fr->pos = 0;
-        }
-        size_t need = (have >= sizeof hdr ? sizeof hdr + hdr[1] : sizeof hdr) + 65536;
-        if (need > fr->cap) {
-            fr->cap = need * 2;
-            fr->buf = tb_xrealloc(fr->buf, fr->cap);
-        }
-        if (sig_stop)
-            return 3;
-        int64_t left = deadline - tb_now_ns();
-        if (left <= 0)
-            return 2;
-        struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        int r = poll(&pfd, 1, left > 200000000 ? 200 : (int)(left / 1000000 + 1));
-        if (r < 0 && errno != EINTR)
-            return -1;
-        if (r <= 0)
-            continue;
-        ssize_t got = read(fd, fr->buf + fr->len, fr->cap - fr->len);
-        if (got < 0 && (errno == EINTR || errno == EAGAIN))
-            continue;
-        if (got < 0)
-            return -1;
-        if (got == 0)
-            return 1;
-        fr->len += (size_t)got;
-    }
-}
 
 static void on_signal(int sig)
 {
@@ -570,58 +505,26 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
 /* Fork the worker, probe, load the served case. 0, or -1 with *why. */
 static int start_worker(char **why)
 {
-    FR.len = FR.pos = 0; /* nothing left over from a dead worker */
-    if (tb_worker_spawn(S.plan, S.backend, &S.w) != 0) {
-        *why = tb_xasprintf("cannot start the backend process: %s", strerror(errno));
+    tb_wc_result r = tb_wc_start(&S.wc, why);
+    if (r == TB_WC_REFUSED) {
+        char *e = *why;
+        *why = tb_xasprintf("cannot run on this host: %s", e);
+        free(e);
         return -1;
     }
-    uint32_t type;
-    char *buf = NULL;
-    size_t len;
-    int rc = tb_wire_recv(S.w.from_fd, tb_now_ns() + S.load_timeout_ns, &sig_stop, &type, &buf, &len);
-    tb_wire_status st;
-    if (rc != 0 || type != TB_MSG_PROBE || len < sizeof st) {
-        free(buf);
-        if (rc == 1 || rc == -1) {
-            *why = tb_worker_reap(&S.w, 0);
-        } else {
-            tb_worker_kill(&S.w);
-            *why = tb_xstrdup(rc == 2 ? "probe() did not answer within load_timeout" : "no answer to the probe");
-        }
+    int reused;
+    char *info = NULL;
+    if (r == TB_WC_OK)
+        r = tb_wc_send(&S.wc, TB_MSG_LOAD, &S.case_index, sizeof S.case_index, why);
+    if (r == TB_WC_OK)
+        r = tb_wc_await_loaded(&S.wc, &reused, &info, why);
+    if (r != TB_WC_OK) {
+        tb_wc_kill(&S.wc);
         return -1;
     }
-    memcpy(&st, buf, sizeof st);
-    free(buf);
-    if (st.status != TB_OK) {
-        tb_worker_kill(&S.w);
-        *why = tb_xasprintf("cannot run on this host: %s", st.message);
-        return -1;
-    }
-    if (tb_wire_send(S.w.to_fd, TB_MSG_LOAD, &S.case_index, sizeof S.case_index) != 0) {
-        *why = tb_worker_reap(&S.w, 0);
-        return -1;
-    }
-    rc = tb_wire_recv(S.w.from_fd, tb_now_ns() + S.load_timeout_ns, &sig_stop, &type, &buf, &len);
-    if (rc != 0 || type != TB_MSG_LOADED || len < sizeof st) {
-        free(buf);
-        if (rc == 1 || rc == -1) {
-            *why = tb_worker_reap(&S.w, 0);
-        } else {
-            tb_worker_kill(&S.w);
-            *why = tb_xstrdup(rc == 2 ? "create() did not finish within load_timeout" : "no answer to the load");
-        }
-        return -1;
-    }
-    memcpy(&st, buf, sizeof st);
-    if (st.status != TB_OK) {
-        free(buf);
-        tb_worker_kill(&S.w);
-        *why = tb_xstrdup(st.message);
-        return -1;
-    }
-    if (len > sizeof st && buf[sizeof st])
-        fprintf(stderr, "tokbench serve: loaded %s\n", buf + sizeof st);
-    free(buf);
+    if (info && info[0])
+        fprintf(stderr, "tokbench serve: loaded %s\n", info);
+    free(info);
     return 0;
 }
 
@@ -708,7 +611,7 @@ static void on_generated(sreq **batch, uint32_t k, const char *buf, size_t len)
 static void run_batch(sreq **batch, uint32_t k)
 {
     char *why = NULL;
-    if (!S.w.pid && start_worker(&why) != 0) {
+    if (!tb_wc_running(&S.wc) && start_worker(&why) != 0) {
         char *msg = tb_xasprintf("http_5xx: backend unavailable: %s", why);
         fprintf(stderr, "tokbench serve: %s\n", msg + 11);
         fail_rest(batch, k, msg);
@@ -722,59 +625,33 @@ static void run_batch(sreq **batch, uint32_t k)
     tb_str_appendn(&b, (const char *)&g, sizeof g);
     for (uint32_t i = 0; i < k; i++)
         tb_str_appendn(&b, batch[i]->prompt, strlen(batch[i]->prompt) + 1);
-    int rc = tb_wire_send(S.w.to_fd, TB_MSG_GENERATE, b.s, b.len);
+    tb_wc_result r = tb_wc_send(&S.wc, TB_MSG_GENERATE, b.s, b.len, &why);
     tb_str_free(&b);
-    if (rc != 0) {
-        why = tb_worker_reap(&S.w, 0);
-        char *msg = tb_xasprintf("http_5xx: %s", why);
-        fail_rest(batch, k, msg);
-        free(msg);
-        free(why);
-        return;
-    }
-    int64_t deadline = tb_now_ns() + S.case_timeout_ns;
-    for (;;) {
-        uint32_t type;
-        const char *buf;
-        size_t len;
-        rc = next_frame(S.w.from_fd, deadline, &type, &buf, &len);
-        if (rc == 0 && type == TB_MSG_EMIT) {
-            on_emit(batch, k, buf, len);
+    int64_t since = tb_now_ns();
+    static const uint32_t answers[] = {TB_MSG_EMIT, TB_MSG_GENERATED};
+    tb_wire_frame f;
+    while (r == TB_WC_OK) {
+        r = tb_wc_await(&S.wc, since, answers, 2, &f, &why);
+        if (r == TB_WC_OK && f.type == TB_MSG_EMIT) {
+            on_emit(batch, k, f.payload, f.len);
             continue;
         }
-        if (rc == 0 && type == TB_MSG_GENERATED) {
-            on_generated(batch, k, buf, len);
+        if (r == TB_WC_OK) {
+            on_generated(batch, k, f.payload, f.len);
             return;
         }
-        if (rc == 3) { /* stopping: let the plugin cancel, then kill */
-            kill(S.w.pid, SIGTERM);
-            tb_worker_kill(&S.w);
-            fail_rest(batch, k, "http_5xx: the server is stopping");
-            return;
-        }
-        if (rc == 2) {
-            tb_worker_kill(&S.w);
-            char *msg = tb_xasprintf("timeout: the backend did not finish within case_timeout (%.0f s); its "
-                                     "process was killed",
-                                     (double)S.case_timeout_ns * 1e-9);
-            fprintf(stderr, "tokbench serve: %s\n", msg);
-            fail_rest(batch, k, msg);
-            free(msg);
-            return;
-        }
-        if (rc == 0) { /* a message out of turn */
-            tb_worker_kill(&S.w);
-            fail_rest(batch, k, "http_5xx: protocol error with the backend process");
-            return;
-        }
-        why = tb_worker_reap(&S.w, 0);
-        fprintf(stderr, "tokbench serve: %s\n", why);
-        char *msg = tb_xasprintf("http_5xx: %s", why);
-        fail_rest(batch, k, msg);
-        free(msg);
+    }
+    if (r == TB_WC_INTERRUPTED) { /* stopping: the batch is not waited for */
+        tb_wc_kill(&S.wc);
+        fail_rest(batch, k, "http_5xx: the server is stopping");
         free(why);
         return;
     }
+    fprintf(stderr, "tokbench serve: %s\n", why);
+    char *msg = tb_xasprintf("%s: %s", r == TB_WC_TIMEOUT ? "timeout" : "http_5xx", why);
+    fail_rest(batch, k, msg);
+    free(msg);
+    free(why);
 }
 
 static void dispatch(void)
@@ -937,8 +814,7 @@ int tb_cmd_serve(int argc, char **argv)
                 S.max_batch, ops->name);
         S.max_batch = 1;
     }
-    S.load_timeout_ns = (int64_t)(suite.load_timeout_s * 1e9);
-    S.case_timeout_ns = (int64_t)(suite.case_timeout_s * 1e9);
+    tb_wc_init(&S.wc, &plan, bi, &sig_stop);
     pthread_mutex_init(&S.mu, NULL);
     pthread_cond_init(&S.queue_cv, NULL);
     {
@@ -980,7 +856,7 @@ int tb_cmd_serve(int argc, char **argv)
     pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
     if (!d) {
         fprintf(stderr, "tokbench serve: cannot listen on %s:%ld: %s\n", host, port, strerror(errno));
-        tb_worker_kill(&S.w);
+        tb_wc_kill(&S.wc);
         rc = 1;
         goto restore;
     }
@@ -1011,15 +887,7 @@ int tb_cmd_serve(int argc, char **argv)
     }
     pthread_mutex_unlock(&S.mu);
     MHD_stop_daemon(d);
-    if (S.w.pid) {
-        tb_wire_send(S.w.to_fd, TB_MSG_QUIT, NULL, 0);
-        uint32_t type;
-        char *buf = NULL;
-        size_t len;
-        tb_wire_recv(S.w.from_fd, tb_now_ns() + GRACE_NS, NULL, &type, &buf, &len);
-        free(buf);
-        tb_worker_kill(&S.w);
-    }
+    tb_wc_stop(&S.wc);
     rc = 0;
 restore:
     sigaction(SIGINT, &old_int, NULL);
@@ -1027,8 +895,7 @@ restore:
     sigaction(SIGPIPE, &old_pipe, NULL);
     pthread_cond_destroy(&S.queue_cv);
     pthread_mutex_destroy(&S.mu);
-    free(FR.buf);
-    memset(&FR, 0, sizeof FR);
+    tb_wc_free(&S.wc);
 out:
     tb_plan_free(&plan);
     tb_suite_free(&suite);

@@ -416,7 +416,9 @@ static void run_case(worker *w, const tb_case *c)
                                        r->n_output_ids * sizeof(int32_t));
             else if (r->output_text)
                 q->output_hash = fnv1a(1469598103934665603ULL, r->output_text, strlen(r->output_text));
-            tb_strlcpy(q->error, r->error, sizeof q->error);
+            /* A failure always says something: the status's name at least. */
+            tb_strlcpy(q->error, r->status == TB_OK || r->error[0] ? r->error : tb_status_name(r->status),
+                       sizeof q->error);
             q->prompt_idx = pidx[i];
             q->scored = scored[i];
             if (ptext) { /* the answer text, for the scorers */
@@ -767,43 +769,36 @@ void tb_worker_main(const tb_plan *plan, size_t backend, int fd_in, int fd_out)
     if (ps != TB_OK)
         _exit(0);
 
+    tb_wire_reader rd;
+    tb_wire_reader_init(&rd, fd_in);
     for (;;) {
-        uint32_t type;
-        char *buf;
-        size_t len;
-        if (tb_wire_recv(fd_in, 0, NULL, &type, &buf, &len) != 0)
+        tb_wire_frame f;
+        if (tb_wire_read(&rd, 0, NULL, &f) != TB_WIRE_FRAME)
             break;
-        if (type == TB_MSG_CASE && len == sizeof(uint32_t)) {
+        if ((f.type == TB_MSG_CASE || f.type == TB_MSG_LOAD) && f.len == sizeof(uint32_t)) {
             uint32_t idx;
-            memcpy(&idx, buf, sizeof idx);
-            free(buf);
-            if (idx < plan->n_cases)
-                run_case(&w, &plan->cases[idx]);
-            continue;
-        }
-        if (type == TB_MSG_LOAD && len == sizeof(uint32_t)) {
-            uint32_t idx;
-            memcpy(&idx, buf, sizeof idx);
-            free(buf);
-            if (idx < plan->n_cases)
+            memcpy(&idx, f.payload, sizeof idx);
+            if (f.type == TB_MSG_CASE) {
+                if (idx < plan->n_cases)
+                    run_case(&w, &plan->cases[idx]);
+            } else if (idx < plan->n_cases) {
                 ensure_context(&w, &plan->cases[idx]);
-            else
+            } else {
                 send_status(&w, TB_MSG_LOADED, TB_ERR_INVALID, 0, 0, NULL, "no case %u", idx);
+            }
             continue;
         }
-        if (type == TB_MSG_JUDGE && TB_STRUCT_HAS(w.ops, tb_backend_ops, loglik) && w.ops->loglik) {
-            judge_pairs(&w, buf, len);
-            free(buf);
+        if (f.type == TB_MSG_JUDGE && TB_STRUCT_HAS(w.ops, tb_backend_ops, loglik) && w.ops->loglik) {
+            judge_pairs(&w, f.payload, f.len);
             continue;
         }
-        if (type == TB_MSG_GENERATE) {
-            serve_generate(&w, buf, len);
-            free(buf);
+        if (f.type == TB_MSG_GENERATE) {
+            serve_generate(&w, f.payload, f.len);
             continue;
         }
-        free(buf);
         break; /* TB_MSG_QUIT or anything unexpected */
     }
+    tb_wire_reader_free(&rd);
     if (w.ctx)
         w.ops->destroy(w.ctx);
     free(w.scratch);

@@ -6,9 +6,10 @@
 #include <string.h>
 
 #include "charts.h"
-#include "model.h"
+#include "rsession.h"
+#include "warnings.h"
 #include "svg.h"
-#include "tables.h"
+#include "report_tables.h"
 #include "util.h"
 
 #define esc tb_xml_escape
@@ -133,6 +134,8 @@ int tb_report_html(sqlite3 *db, int64_t session, FILE *out, char **err)
     tb_rsession s;
     if (tb_rsession_load(db, session, &s, err) != 0)
         return -1;
+    tb_warnings w;
+    tb_warnings_derive(&s, &w);
     tb_rtables ts;
     tb_rtables_build(&s, &ts);
     tb_rcharts cs;
@@ -159,11 +162,11 @@ int tb_report_html(sqlite3 *db, int64_t session, FILE *out, char **err)
         }
 
     fputs("<h2 id=\"warnings\">Warnings</h2>\n", out);
-    if (s.n_warnings) {
+    if (w.n) {
         fputs("<ul class=\"warnings\">\n", out);
-        for (size_t i = 0; i < s.n_warnings; i++) {
+        for (size_t i = 0; i < w.n; i++) {
             fputs("<li>", out);
-            esc(out, s.warnings[i]);
+            esc(out, w.text[i]);
             fputs("</li>\n", out);
         }
         fputs("</ul>\n", out);
@@ -230,6 +233,7 @@ int tb_report_html(sqlite3 *db, int64_t session, FILE *out, char **err)
     free(title);
     tb_rcharts_free(&cs);
     tb_rtables_free(&ts);
+    tb_warnings_free(&w);
     tb_rsession_free(&s);
     return 0;
 }

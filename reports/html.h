@@ -1,5 +1,5 @@
 /* html.h — a session report as one self-contained HTML file: conditions,
- * warnings, SVG charts (charts.h), every table (tables.h) and the suite
+ * warnings, SVG charts (charts.h), every table (report_tables.h) and the suite
  * text. No script, no external style sheet, font or image. */
 #ifndef TB_REPORT_HTML_H
 #define TB_REPORT_HTML_H
