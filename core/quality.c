@@ -5,7 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "score.h"
+#include "prompt_set.h"
+#include "scorers.h"
 #include "util.h"
 
 

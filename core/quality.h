@@ -1,5 +1,5 @@
 /* quality.h — the quality side of a case: each request of a prompt-set
- * suite graded against its item (core/score.h), and the per-case metrics
+ * suite graded against its item (core/scorers.h), and the per-case metrics
  * (docs/METRICS.md, "Quality"):
  *
  *   accuracy, accuracy_TAG   fraction of scored requests whose answer the
