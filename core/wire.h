@@ -43,8 +43,8 @@ typedef struct tb_wire_status {
     char message[1024];
 } tb_wire_status;
 
-/* RESULT payload: one tb_wire_case, then for each call a tb_wire_call
- * followed by its n_requests tb_wire_request, n_emissions tb_emission, and
+/* RESULT payload: one tb_wire_case, then for each call a tb_raw_call
+ * (metrics.h) followed by its n_requests tb_raw_request, n_emissions tb_emission, and
  * the output texts of its requests (text_len bytes each, request order;
  * only in suites with a prompt set). */
 typedef struct tb_wire_case {
@@ -52,10 +52,6 @@ typedef struct tb_wire_case {
     uint32_t pad;
     int64_t host_peak_rss;  /* worker's peak RSS so far, bytes */
 } tb_wire_case;
-
-/* The call's and requests' raw figures: metrics.h. */
-typedef tb_raw_call tb_wire_call;
-typedef tb_raw_request tb_wire_request;
 
 /* Decode a RESULT payload (want_requests per call) into calls[*n_calls]
  * (malloc'd; each call's req and em arrays are copies, texts point into

@@ -200,7 +200,7 @@ static void run_case(tb_worker *w, const tb_case *c)
     tb_str_appendn(&out, (const char *)&hdr, sizeof hdr);
 
     tb_request_result *rr = tb_xcalloc(n_req, sizeof *rr);
-    tb_wire_request *wr = tb_xcalloc(n_req, sizeof *wr);
+    tb_raw_request *wr = tb_xcalloc(n_req, sizeof *wr);
     size_t want = (size_t)n_req * ((size_t)c->max_new_tokens + 4);
     if (w->em.cap < want) {
         w->em.cap = want;
@@ -283,7 +283,7 @@ static void run_case(tb_worker *w, const tb_case *c)
                         w->em.dropped);
         for (uint32_t i = 0; i < n_req; i++) {
             tb_request_result *r = &rr[i];
-            tb_wire_request *q = &wr[i];
+            tb_raw_request *q = &wr[i];
             memset(q, 0, sizeof *q);
             q->t_submit_ns = r->t_submit_ns ? r->t_submit_ns : t_call;
             q->t_done_ns = r->t_done_ns;
@@ -308,7 +308,7 @@ static void run_case(tb_worker *w, const tb_case *c)
                 q->text_len = (uint32_t)(texts.len - before);
             }
         }
-        tb_wire_call wc = {
+        tb_raw_call wc = {
             .is_warmup = (uint32_t)warm,
             .n_requests = n_req,
             .n_emissions = (uint32_t)w->em.n,
