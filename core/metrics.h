@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "record.h"
+
 /* One emission event: n_tokens of request `request` available at t_ns. */
 typedef struct tb_emission {
     int64_t t_ns;
@@ -47,14 +49,6 @@ typedef struct tb_raw_request {
     char error[128];      /* "class: message" when status is not ok */
 } tb_raw_request;
 
-typedef struct tb_request_metrics {
-    int64_t submit_ns; /* as given */
-    int64_t done_ns;   /* max(reported done, last emission) */
-    int64_t ttft_ns;   /* first emission - submit */
-    int64_t e2e_ns;    /* done - submit */
-    double tpot_ns;    /* (e2e - ttft) / (n_out - 1); NaN when n_out < 2 */
-    double tps;        /* n_out / e2e, tokens/s; NaN when e2e <= 0 */
-} tb_request_metrics;
 
 /* Metrics of one request from its submit time, reported completion time
  * (0: unknown), output token count and emission times em_t[n_em] (in
@@ -64,14 +58,6 @@ void tb_request_metrics_compute(int64_t submit_ns, int64_t done_ns, uint32_t n_o
                                 const int64_t *em_t, size_t n_em,
                                 tb_request_metrics *out);
 
-typedef struct tb_rep_metrics {
-    int64_t wall_ns;           /* last done - first submit */
-    uint64_t output_tokens;    /* sum of n_out over successful requests */
-    double aggregate_tps;      /* output_tokens / wall */
-    double decode_tps;         /* output_tokens / (wall - prefill); NaN when
-                                  prefill is unknown (< 0) or >= wall */
-    double tokens_per_forward; /* output_tokens / forward_passes; NaN if 0 */
-} tb_rep_metrics;
 
 /* Metrics of one repetition (one generate() call) from its requests'
  * submit and done times (already resolved by tb_request_metrics_compute),
@@ -122,8 +108,6 @@ size_t tb_error_class(const char *error);
 
 /* ------------------------------------------------------ one case */
 
-struct tb_case_record; /* record.h */
-
 /* One decoded call: the raw figures, its requests, emissions and texts. */
 typedef struct tb_call_view {
     tb_raw_call call;
@@ -147,6 +131,6 @@ typedef struct tb_case_metrics_opts {
  * errors_CLASS rows for the classes that occurred. Appends to rec's
  * samples and metrics (empty before). Pure: no I/O. */
 void tb_case_metrics(const tb_call_view *calls, size_t n_calls, const tb_case_metrics_opts *o,
-                     struct tb_case_record *rec);
+                     tb_case_record *rec);
 
 #endif

@@ -1,17 +1,37 @@
 /* record.h — a finished case as the runner hands it to the store: its
  * samples (one per generate() call), their requests, and the case's
- * statistics per metric. Built by metrics.c (tb_case_metrics) and
- * quality.c, written by store.c; nothing here knows SQL or the wire. */
+ * statistics per metric. Built by metrics.c (tb_case_metrics, whose
+ * docs/METRICS.md defines every field) and quality.c, written by store.c;
+ * nothing here knows SQL or the wire. */
 #ifndef TB_RECORD_H
 #define TB_RECORD_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "metrics.h"
 #include "stats.h"
 
 struct tb_case; /* plan.h */
+
+/* The figures of one request (metrics.c computes them; all ns). */
+typedef struct tb_request_metrics {
+    int64_t submit_ns; /* as given */
+    int64_t done_ns;   /* max(reported done, last emission) */
+    int64_t ttft_ns;   /* first emission - submit */
+    int64_t e2e_ns;    /* done - submit */
+    double tpot_ns;    /* (e2e - ttft) / (n_out - 1); NaN when n_out < 2 */
+    double tps;        /* n_out / e2e, tokens/s; NaN when e2e <= 0 */
+} tb_request_metrics;
+
+/* The figures of one repetition (one generate() call). */
+typedef struct tb_rep_metrics {
+    int64_t wall_ns;           /* last done - first submit */
+    uint64_t output_tokens;    /* sum of n_out over successful requests */
+    double aggregate_tps;      /* output_tokens / wall */
+    double decode_tps;         /* output_tokens / (wall - prefill); NaN when
+                                  prefill is unknown (< 0) or >= wall */
+    double tokens_per_forward; /* output_tokens / forward_passes; NaN if 0 */
+} tb_rep_metrics;
 
 /* Per-request quality scores, stored in the score table under these names
  * (quality.c computes them). */

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "html.h"
+#include "html_page.h"
 #include "metrics.h"
 #include "rsession.h"
 #include "text_table.h"

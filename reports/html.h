@@ -10,9 +10,4 @@
 
 int tb_report_html(sqlite3 *db, int64_t session, FILE *out, char **err);
 
-/* The page's head (with the shared style sheet) and foot; `title` is
- * escaped. For other pages built from the same parts (history). */
-void tb_html_begin(FILE *out, const char *title);
-void tb_html_end(FILE *out);
-
 #endif

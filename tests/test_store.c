@@ -8,6 +8,7 @@
  * backend row needs an opened plugin), TB_SOURCE_ROOT (to count db/
  * migrations independently of the embedded list). */
 #define _GNU_SOURCE
+#include "metrics.h"
 #include "plan.h"
 #include "store.h"
 
