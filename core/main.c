@@ -50,6 +50,7 @@ static const char usage_main[] =
 
 static const char usage_run[] =
     "usage: tokbench run SUITE [--db FILE] [--dry-run] [--filter KEY=V1[,V2...]]...\n"
+    "                    [--max-error-rate X]\n"
     "\n"
     "Expand SUITE (an INI file) into cases, run each backend in a process of\n"
     "its own, store every case in the database as it finishes, and print the\n"
@@ -59,9 +60,12 @@ static const char usage_run[] =
     "  --dry-run       print the expanded cases and exit; runs nothing\n"
     "  --filter K=V    keep cases whose K (backend, a dimension such as batch,\n"
     "                  or a backend option) is one of the values; repeatable\n"
+    "  --max-error-rate X  a case whose failed requests are more than the\n"
+    "                  fraction X of its requests is degraded (default 0: any\n"
+    "                  failed request); a case whose every request failed is failed\n"
     "\n"
-    "Exit status: 0 when every case ran ok or was skipped, 1 when a case failed,\n"
-    "2 on bad input, 130 when interrupted.\n";
+    "Exit status: 0 when every case ran ok (not degraded) or was skipped, 1 when\n"
+    "a case failed or is degraded, 2 on bad input, 130 when interrupted.\n";
 
 static const char usage_plugins[] =
     "usage: tokbench plugins [NAME|PATH]\n"
@@ -154,7 +158,7 @@ static const char usage_serve[] =
     "2 on bad input.\n";
 
 enum { OPT_DB = 1000, OPT_DRY_RUN, OPT_FILTER, OPT_LIMIT, OPT_FORMAT, OPT_LAST, OPT_BACKEND, OPT_BACKENDS,
-       OPT_METRIC, OPT_ALPHA, OPT_FAIL_SLOWER, OPT_PORT, OPT_HOST, OPT_MAX_BATCH, OPT_PORT_FILE };
+       OPT_METRIC, OPT_ALPHA, OPT_FAIL_SLOWER, OPT_MAX_ERROR_RATE, OPT_PORT, OPT_HOST, OPT_MAX_BATCH, OPT_PORT_FILE };
 
 /* The options of every command but serve: each accepts them all and uses
  * its own. */
@@ -171,6 +175,7 @@ static const struct option common_opts[] = {
     {"metric", required_argument, NULL, OPT_METRIC},
     {"alpha", required_argument, NULL, OPT_ALPHA},
     {"fail-if-slower", required_argument, NULL, OPT_FAIL_SLOWER},
+    {"max-error-rate", required_argument, NULL, OPT_MAX_ERROR_RATE},
     {"help", no_argument, NULL, 'h'},
     {0, 0, 0, 0},
 };
@@ -203,6 +208,7 @@ typedef struct cli {
     const char *metric;
     double alpha;
     double fail_pct;
+    double max_error_rate; /* run: a fraction in [0, 1] */
     long port;             /* serve: [0, 65535] */
     const char *host;      /* serve: not yet checked to be an address */
     long max_batch;        /* serve: [1, 65536]; 0 when not given */
@@ -297,6 +303,13 @@ static int parse_opts(int argc, char **argv, const char *usage, const struct opt
             c->fail_pct = number_arg("--fail-if-slower", optarg, usage);
             if (c->fail_pct < 0) {
                 fprintf(stderr, "tokbench: --fail-if-slower %s: expected a percentage >= 0\n", optarg);
+                exit(2);
+            }
+            break;
+        case OPT_MAX_ERROR_RATE:
+            c->max_error_rate = number_arg("--max-error-rate", optarg, usage);
+            if (!(c->max_error_rate >= 0 && c->max_error_rate <= 1)) {
+                fprintf(stderr, "tokbench: --max-error-rate %s: expected a fraction between 0 and 1\n", optarg);
                 exit(2);
             }
             break;
@@ -423,16 +436,23 @@ static int run_suite(int argc, char **argv, const char *cmdline)
             fprintf(stderr, "note: %s: %s\n", plan.backends[i].sb->label, plan.backends[i].notes[k]);
 
     tb_run_summary sum;
-    tb_run_outcome outcome = tb_runner_run(&plan, st, session, backend_ids, &sum);
+    tb_run_outcome outcome = tb_runner_run(&plan, st, session, backend_ids, c.max_error_rate, &sum);
     free(backend_ids);
     tb_store_session_end(st, session, outcome == TB_RUN_COMPLETED ? "completed"
                                       : outcome == TB_RUN_INTERRUPTED ? "interrupted" : "failed");
     tb_report_show(tb_store_db(st), session, stdout);
     fflush(stdout); /* the report before the last line, also when both go to one file */
-    fprintf(stderr, "tokbench: session %lld %s: %zu ok, %zu failed, %zu skipped; stored in %s\n", (long long)session,
+    char degraded[96] = "";
+    if (sum.degraded)
+        snprintf(degraded, sizeof degraded, " (%zu degraded: failed requests over --max-error-rate %g)", sum.degraded,
+                 c.max_error_rate);
+    fprintf(stderr, "tokbench: session %lld %s: %zu ok%s, %zu failed, %zu skipped; stored in %s\n", (long long)session,
             outcome == TB_RUN_COMPLETED ? "completed" : outcome == TB_RUN_INTERRUPTED ? "interrupted" : "failed",
-            sum.ok, sum.failed, sum.skipped, c.db);
-    rc = outcome == TB_RUN_INTERRUPTED ? 130 : outcome == TB_RUN_STORE_FAILED ? 1 : sum.failed ? 1 : 0;
+            sum.ok, degraded, sum.failed, sum.skipped, c.db);
+    rc = outcome == TB_RUN_INTERRUPTED           ? 130
+         : outcome == TB_RUN_STORE_FAILED          ? 1
+         : sum.failed || sum.degraded ? 1
+                                                   : 0;
 out:
     tb_store_close(st);
     tb_plan_free(&plan);
