@@ -33,6 +33,11 @@ typedef struct tb_loaded {
     double peak_flops, peak_bytes_per_s;
 } tb_loaded;
 
+/* TB_ERR_NO_MEMORY when the error text err says an allocation failed ("out
+ * of memory", "out of device memory", "out of host memory": the engine's
+ * messages say so), else `otherwise`. */
+tb_status tb_status_of(const char *err, tb_status otherwise);
+
 /* The `device` option: "cuda" -> 1, "cpu" -> 0, "auto" -> 1 when this is
  * a CUDA build and a CUDA device is usable, else 0 (so one suite runs on
  * the GPU when there is one and on the CPU elsewhere). */

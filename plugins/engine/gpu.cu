@@ -648,6 +648,11 @@ extern "C" int tb_gpu_create(tb_gpu **out, const tb_model_config *cfg, const tb_
     cublasSetWorkspace(g->blas, g->blas_ws, 64u << 20);
     cublasSetMathMode(g->blas, CUBLAS_DEFAULT_MATH);
     g->layers = (gpu_layer *)calloc((size_t)c->n_layers, sizeof *g->layers);
+    if (!g->layers) {
+        fail(g, "out of host memory");
+        rc = -1;
+        goto done;
+    }
     if (cpu) {
         size_t biggest = V * h > I * 2 * h ? V * h : I * 2 * h;
         if (rows * h > biggest)
@@ -692,6 +697,11 @@ extern "C" int tb_gpu_create(tb_gpu **out, const tb_model_config *cfg, const tb_
             TRY(random_bf16(g, &G->wdown, h * I, &s));
         }
         float *inv = (float *)malloc((size_t)c->head_dim / 2 * sizeof(float));
+        if (!inv) {
+            fail(g, "out of host memory");
+            rc = -1;
+            goto done;
+        }
         tb_rope_inv_freq(c, inv);
         rc = upload_f32(g, &g->inv_freq, inv, (size_t)c->head_dim / 2);
         free(inv);

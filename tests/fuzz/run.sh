@@ -53,15 +53,15 @@ rss=${TB_FUZZ_RSS_MB:-2048}
 
 # TARGET: its sources besides tests/fuzz/fuzz_TARGET.c, and -max_len.
 declare -A srcs=(
-    [config]="plugins/engine/config.c core/util.c"
-    [safetensors]="plugins/engine/safetensors.c core/util.c"
-    [safetensors_index]="plugins/engine/safetensors.c core/util.c"
+    [config]="plugins/engine/config.c core/util.c util/strmem.c"
+    [safetensors]="plugins/engine/safetensors.c core/util.c util/strmem.c"
+    [safetensors_index]="plugins/engine/safetensors.c core/util.c util/strmem.c"
     [sse]="plugins/http/sse.c"
     [oai]="plugins/http/sse.c"
-    [tokenizer]="plugins/engine/tokenizer.c core/util.c"
-    [tokenizer_json]="plugins/engine/tokenizer.c core/util.c"
-    [suite]="core/suite.c core/util.c"
-    [serve_request]="core/serve_request.c core/util.c"
+    [tokenizer]="plugins/engine/tokenizer.c core/util.c util/strmem.c"
+    [tokenizer_json]="plugins/engine/tokenizer.c core/util.c util/strmem.c"
+    [suite]="core/suite.c core/util.c util/strmem.c"
+    [serve_request]="core/serve_request.c core/util.c util/strmem.c"
     [http_options]="plugins/http/json_options.c"
 )
 declare -A max_len=(
@@ -71,7 +71,7 @@ declare -A max_len=(
 all=(config safetensors safetensors_index sse oai tokenizer tokenizer_json suite serve_request http_options)
 # The prompt-set JSONL reader, once it is in the tree.
 if [ -f "$root/core/score.c" ] && [ -f "$here/fuzz_prompts.c" ]; then
-    srcs[prompts]="core/score.c core/util.c"
+    srcs[prompts]="core/score.c core/util.c util/strmem.c"
     max_len[prompts]=4096
     all+=(prompts)
 fi
@@ -99,7 +99,7 @@ pc_libs=$(pkg-config --libs $pkgs)
 # ---- build
 cflags=(-std=c11 -g -O1 -fno-omit-frame-pointer -Wall -Wextra
         -fsanitize=address,undefined -fno-sanitize-recover=undefined
-        -I"$root/include" -I"$root/core" -I"$root/plugins/engine" -I"$root/plugins/http"
+        -I"$root/include" -I"$root/util" -I"$root/core" -I"$root/plugins/engine" -I"$root/plugins/http"
         $pc_cflags)
 mkdir -p "$build/obj" "$build/logs" "$build/tmp"
 declare -A want_src=()
