@@ -29,6 +29,15 @@
 
 #define AR_VERSION "0.1.0"
 
+/* Peak device memory and energy are filled on the GPU path only (-1 on
+ * the CPU path; energy also -1 without NVML or for a call too short for
+ * its counter), so only a CUDA build claims them. */
+#ifdef TB_HAVE_CUDA
+#define AR_GPU_CAPS (TB_CAP_DEVICE_MEMORY | TB_CAP_ENERGY)
+#else
+#define AR_GPU_CAPS 0
+#endif
+
 enum { OPT_DEVICE, OPT_THREADS, OPT_TEMPERATURE, OPT_TOP_K, OPT_TOP_P, OPT_IGNORE_EOS, OPT_PRESET_SEED, N_OPTS };
 
 static const tb_option_decl ar_options[N_OPTS] = {
@@ -211,6 +220,7 @@ static tb_status gpu_generate(ar_ctx *c, const tb_request *req, tb_result *res, 
     const tb_model_config *cfg = &c->ld.model.cfg;
     size_t V = (size_t)cfg->vocab_size;
     (void)req; /* prompts are already in c->prompt */
+    tb_loaded_memory_start(&c->ld); /* the call's peak includes what it reserves */
     if (tb_gpu_reserve(c->ld.gpu, (int)R, (int)(P + N), (int)(R * P), c->error, sizeof c->error) != 0)
         return tb_status_of(c->error, TB_ERR);
     if (tb_gpu_set_padding(c->ld.gpu, pad, (int)R) != 0) {
@@ -269,7 +279,7 @@ static tb_status gpu_generate(ar_ctx *c, const tb_request *req, tb_result *res, 
     res->prefill_ns = t_prefill_end ? t_prefill_end - t0 : -1;
     res->decode_ns = t_prefill_end ? t_end - t_prefill_end : -1;
     res->forward_passes = forwards;
-    res->peak_device_bytes = (int64_t)tb_gpu_bytes(c->ld.gpu);
+    res->peak_device_bytes = tb_loaded_memory_peak(&c->ld);
     res->energy_mj = tb_loaded_energy_mj(&c->ld, e0, t_end);
     tb_loaded_work_report(&c->ld, res);
     for (uint32_t r = 0; r < R; r++) {
@@ -416,7 +426,8 @@ static tb_status ar_generate(void *ctx, const tb_request *req, tb_result *res)
     res->prefill_ns = t_prefill_end ? t_prefill_end - t0 : -1;
     res->decode_ns = t_prefill_end ? t_end - t_prefill_end : -1;
     res->forward_passes = forwards;
-    res->peak_device_bytes = -1;
+    res->peak_device_bytes = -1; /* the CPU path measures neither */
+    res->energy_mj = -1;
     for (uint32_t r = 0; r < R; r++) {
         tb_request_result *q = &res->requests[r];
         q->n_output_tokens = n_out[r];
@@ -554,7 +565,7 @@ static const tb_backend_ops ar_ops = {
     .name = "ar",
     .version = AR_VERSION,
     .description = "autoregressive Llama/Qwen2 on tokbench's engine (Hugging Face folders or presets)",
-    .capabilities = TB_CAP_BATCH | TB_CAP_STREAMING | TB_CAP_TOKENIZER | TB_CAP_LOGLIK,
+    .capabilities = TB_CAP_BATCH | TB_CAP_STREAMING | TB_CAP_TOKENIZER | TB_CAP_LOGLIK | AR_GPU_CAPS,
     .options = ar_options,
     .n_options = N_OPTS,
     .probe = NULL,

@@ -30,6 +30,15 @@
 
 #define DIFFUSION_VERSION "0.1.0"
 
+/* Peak device memory and energy are filled on the GPU path only (-1 on
+ * the CPU path; energy also -1 without NVML or for a call too short for
+ * its counter), so only a CUDA build claims them. */
+#ifdef TB_HAVE_CUDA
+#define DIFFUSION_GPU_CAPS (TB_CAP_DEVICE_MEMORY | TB_CAP_ENERGY)
+#else
+#define DIFFUSION_GPU_CAPS 0
+#endif
+
 enum {
     OPT_DEVICE, OPT_THREADS, OPT_SAMPLER, OPT_THRESHOLD, OPT_CACHE, OPT_CFG_SCALE, OPT_TEMPERATURE, OPT_TOP_K,
     OPT_ALG_TEMP, OPT_EPS, OPT_MASK_ID, OPT_PRESET_SEED, N_OPTS
@@ -353,6 +362,7 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
     int64_t t0 = host->now_ns(host);
     tb_energy_mark e0 = tb_loaded_energy_mark(&c->ld, t0);
     tb_loaded_work_start(&c->ld);
+    tb_loaded_memory_start(&c->ld);
     tb_dllm_params p = params_of(req, c->mask_id);
     if (tb_dllm_validate(&p, c->error, sizeof c->error) != 0)
         return TB_ERR_INVALID;
@@ -429,13 +439,9 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
     res->prefill_ns = t_denoise - t0;
     res->decode_ns = t_end - t_denoise;
     res->forward_passes = stats.forwards;
-    res->peak_device_bytes = -1;
-    res->energy_mj = tb_loaded_energy_mj(&c->ld, e0, t_end);
+    res->peak_device_bytes = tb_loaded_memory_peak(&c->ld); /* -1 on the CPU */
+    res->energy_mj = tb_loaded_energy_mj(&c->ld, e0, t_end);     /* -1 on the CPU */
     tb_loaded_work_report(&c->ld, res);
-#ifdef TB_HAVE_CUDA
-    if (c->on_gpu)
-        res->peak_device_bytes = (int64_t)tb_gpu_bytes(c->ld.gpu);
-#endif
     for (int b = 0; b < B; b++) {
         tb_request_result *q = &res->requests[b];
         const int32_t *gen = c->canvas + (size_t)b * L + P;
@@ -477,7 +483,7 @@ static const tb_backend_ops diffusion_ops = {
     .name = "diffusion",
     .version = DIFFUSION_VERSION,
     .description = "masked-diffusion LLaDA/Dream on tokbench's engine: LLaDA, Fast-dLLM and Dream samplers",
-    .capabilities = TB_CAP_BATCH | TB_CAP_STEPS | TB_CAP_BLOCKS | TB_CAP_STREAMING | TB_CAP_TOKENIZER,
+    .capabilities = TB_CAP_BATCH | TB_CAP_STEPS | TB_CAP_BLOCKS | TB_CAP_STREAMING | TB_CAP_TOKENIZER | DIFFUSION_GPU_CAPS,
     .options = diffusion_options,
     .n_options = N_OPTS,
     .create = diffusion_create,

@@ -152,6 +152,27 @@ void tb_loaded_work_report(tb_loaded *l, tb_result *res)
 #endif
 }
 
+void tb_loaded_memory_start(tb_loaded *l)
+{
+#ifdef TB_HAVE_CUDA
+    if (l->gpu)
+        tb_gpu_reset_peak(l->gpu);
+#else
+    (void)l;
+#endif
+}
+
+int64_t tb_loaded_memory_peak(const tb_loaded *l)
+{
+#ifdef TB_HAVE_CUDA
+    if (l->gpu)
+        return (int64_t)tb_gpu_peak_bytes(l->gpu);
+#else
+    (void)l;
+#endif
+    return -1;
+}
+
 void tb_loaded_free(tb_loaded *l)
 {
     tb_energy_close(l->energy);

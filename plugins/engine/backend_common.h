@@ -70,6 +70,13 @@ int64_t tb_loaded_energy_mj(tb_loaded *l, tb_energy_mark start, int64_t now_ns);
 void tb_loaded_work_start(tb_loaded *l);
 void tb_loaded_work_report(tb_loaded *l, tb_result *res);
 
+/* Peak device memory of a call (gpu.h: what it counts): tb_loaded_memory_start
+ * at the call's start, before it reserves anything, forgets earlier peaks;
+ * tb_loaded_memory_peak at its end gives the most the context held in
+ * between, bytes (tb_result.peak_device_bytes), or -1 on the CPU path. */
+void tb_loaded_memory_start(tb_loaded *l);
+int64_t tb_loaded_memory_peak(const tb_loaded *l);
+
 /* The ops table's tokenize()/detokenize() on a loaded model: -1 with
  * "this model has no tokenizer.json" in err when it has none. */
 int64_t tb_loaded_tokenize(const tb_loaded *l, const char *text, int32_t *ids, size_t cap, char *err,

@@ -24,13 +24,23 @@ struct gpu_layer {
     bf16 *wdown;                 // [h][I]
 };
 
+// One device allocation made through dalloc.
+struct dev_block {
+    void *p;
+    size_t bytes; // as requested from cudaMalloc
+};
+
 struct tb_gpu {
     tb_model_config cfg;
     cudaDeviceProp prop;
     cublasHandle_t blas;
     cudaStream_t stream;
     void *blas_ws;
-    size_t bytes; // device bytes we allocated
+    // device memory through dalloc/dfree (gpu.h: what is counted): the
+    // blocks held, their bytes now, and the most since tb_gpu_reset_peak
+    dev_block *blocks;
+    size_t n_blocks, cap_blocks;
+    size_t bytes_now, bytes_peak;
     bf16 *embed, *lm_head;
     float *final_norm, *inv_freq;
     gpu_layer *layers;
@@ -107,9 +117,22 @@ static int fail(tb_gpu *g, const char *fmt, ...)
     } while (0)
 #define LAUNCHED() CK(cudaGetLastError())
 
+// Every device allocation of the context goes through dalloc and dfree,
+// so that bytes_now is what the context holds and bytes_peak its
+// high-water mark (the per-call peak device memory).
 static int dalloc(tb_gpu *g, void **p, size_t bytes)
 {
-    cudaError_t e = cudaMalloc(p, bytes ? bytes : 16);
+    *p = NULL;
+    if (g->n_blocks == g->cap_blocks) {
+        size_t cap = g->cap_blocks ? 2 * g->cap_blocks : 64;
+        dev_block *b = (dev_block *)realloc(g->blocks, cap * sizeof *b);
+        if (!b)
+            return fail(g, "out of host memory");
+        g->blocks = b;
+        g->cap_blocks = cap;
+    }
+    size_t n = bytes ? bytes : 16;
+    cudaError_t e = cudaMalloc(p, n);
     if (e != cudaSuccess) {
         size_t free_b = 0, total = 0;
         cudaMemGetInfo(&free_b, &total);
@@ -117,8 +140,25 @@ static int dalloc(tb_gpu *g, void **p, size_t bytes)
         return fail(g, "out of device memory: %.2f GB more requested, %.2f of %.2f GB free (%s)", bytes / 1e9,
                     free_b / 1e9, total / 1e9, cudaGetErrorString(e));
     }
-    g->bytes += bytes;
+    g->blocks[g->n_blocks++] = {*p, n};
+    g->bytes_now += n;
+    if (g->bytes_now > g->bytes_peak)
+        g->bytes_peak = g->bytes_now;
     return 0;
+}
+
+// Free a block from dalloc (NULL: nothing).
+static void dfree(tb_gpu *g, void *p)
+{
+    if (!p)
+        return;
+    for (size_t i = g->n_blocks; i-- > 0;)
+        if (g->blocks[i].p == p) {
+            g->bytes_now -= g->blocks[i].bytes;
+            g->blocks[i] = g->blocks[--g->n_blocks];
+            break;
+        }
+    cudaFree(p);
 }
 
 static int qkv_dim(const tb_model_config *c) { return (c->n_heads + 2 * c->n_kv_heads) * c->head_dim; }
@@ -722,10 +762,7 @@ extern "C" int tb_gpu_create(tb_gpu **out, const tb_model_config *cfg, const tb_
     }
 done:
 #undef TRY
-    if (stage) {
-        cudaFree(stage);
-        g->bytes -= 0; // staging is transient; counted in bytes at its peak
-    }
+    dfree(g, stage); // transient: in bytes_peak, no longer in bytes_now
     if (rc != 0) {
         snprintf(err, err_size, "%s", g->error);
         tb_gpu_free(g);
@@ -740,8 +777,7 @@ static void free_buffers(tb_gpu *g)
     void *bufs[] = {g->kc, g->vc, g->x, g->xn, g->qkv, g->q, g->att, g->gu, g->act, g->logits, g->scores,
                     g->probs, g->tok, g->out_tok, g->out_conf, g->d_pos, g->d_pad, g->ptrs};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        if (bufs[i])
-            cudaFree(bufs[i]);
+        dfree(g, bufs[i]);
     if (g->h_tok)
         cudaFreeHost(g->h_tok);
     if (g->h_conf)
@@ -777,25 +813,21 @@ extern "C" void tb_gpu_free(tb_gpu *g)
             gpu_layer *G = &g->layers[l];
             void *p[] = {G->attn_norm, G->mlp_norm, G->wqkv, G->bqkv, G->wo, G->wgu, G->wdown};
             for (int i = 0; i < 7; i++)
-                if (p[i])
-                    cudaFree(p[i]);
+                dfree(g, p[i]);
         }
         free(g->layers);
     }
-    if (g->lm_head && g->lm_head != g->embed)
-        cudaFree(g->lm_head);
-    if (g->embed)
-        cudaFree(g->embed);
-    if (g->final_norm)
-        cudaFree(g->final_norm);
-    if (g->inv_freq)
-        cudaFree(g->inv_freq);
-    if (g->blas_ws)
-        cudaFree(g->blas_ws);
+    if (g->lm_head != g->embed)
+        dfree(g, g->lm_head);
+    dfree(g, g->embed);
+    dfree(g, g->final_norm);
+    dfree(g, g->inv_freq);
+    dfree(g, g->blas_ws);
     if (g->blas)
         cublasDestroy(g->blas);
     if (g->stream)
         cudaStreamDestroy(g->stream);
+    free(g->blocks);
     free(g);
 }
 
@@ -872,7 +904,9 @@ extern "C" int tb_gpu_pci_bus_id(const tb_gpu *g, char *buf, int len)
     return cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetPCIBusId(buf, len, dev) == cudaSuccess ? 0 : -1;
 }
 
-extern "C" size_t tb_gpu_bytes(const tb_gpu *g) { return g->bytes; }
+extern "C" size_t tb_gpu_bytes(const tb_gpu *g) { return g->bytes_now; }
+extern "C" size_t tb_gpu_peak_bytes(const tb_gpu *g) { return g->bytes_peak; }
+extern "C" void tb_gpu_reset_peak(tb_gpu *g) { g->bytes_peak = g->bytes_now; }
 extern "C" const char *tb_gpu_device_name(const tb_gpu *g) { return g->prop.name; }
 extern "C" const char *tb_gpu_error(const tb_gpu *g) { return g->error; }
 
@@ -1119,9 +1153,8 @@ extern "C" int tb_gpu_measure_ceilings(tb_gpu *g, double *peak_flops, double *pe
     cudaEvent_t e0 = NULL, e1 = NULL;
     int rc = -1;
     float best_copy = 1e30f, best_gemm = 1e30f;
-    if (cudaMalloc(&a, copy) != cudaSuccess || cudaMalloc(&b, copy) != cudaSuccess ||
-        cudaMalloc(&c, (size_t)M * M * sizeof(float)) != cudaSuccess || cudaEventCreate(&e0) != cudaSuccess ||
-        cudaEventCreate(&e1) != cudaSuccess) {
+    if (dalloc(g, &a, copy) || dalloc(g, &b, copy) || dalloc(g, &c, (size_t)M * M * sizeof(float)) ||
+        cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess) {
         (void)cudaGetLastError();
         fail(g, "no room to measure the ceilings");
         goto out;
@@ -1166,9 +1199,9 @@ out:
         cudaEventDestroy(e0);
     if (e1)
         cudaEventDestroy(e1);
-    cudaFree(a);
-    cudaFree(b);
-    cudaFree(c);
+    dfree(g, a);
+    dfree(g, b);
+    dfree(g, c);
     return rc;
 }
 
@@ -1255,9 +1288,12 @@ extern "C" double tb_gpu_bench_gemv(tb_gpu *g, int out, int in, double gbs[4])
     size_t n = (size_t)out * in;
     bf16 *w = NULL, *x = NULL;
     float *y = NULL;
-    if (cudaMalloc((void **)&w, copies * n * sizeof(bf16)) != cudaSuccess ||
-        cudaMalloc((void **)&x, in * sizeof(bf16)) != cudaSuccess || cudaMalloc((void **)&y, out * sizeof(float)))
+    if (dalloc(g, (void **)&w, copies * n * sizeof(bf16)) || dalloc(g, (void **)&x, in * sizeof(bf16)) ||
+        dalloc(g, (void **)&y, out * sizeof(float))) {
+        dfree(g, w);
+        dfree(g, x);
         return -1;
+    }
     k_init_uniform<<<4096, 256, 0, g->stream>>>(w, copies * n, 1, 0.03f);
     k_init_uniform<<<64, 256, 0, g->stream>>>(x, in, 2, 1.0f);
     cudaEvent_t a, b;
@@ -1283,8 +1319,8 @@ extern "C" double tb_gpu_bench_gemv(tb_gpu *g, int out, int in, double gbs[4])
     }
     cudaEventDestroy(a);
     cudaEventDestroy(b);
-    cudaFree(w);
-    cudaFree(x);
-    cudaFree(y);
+    dfree(g, w);
+    dfree(g, x);
+    dfree(g, y);
     return cudaGetLastError() == cudaSuccess ? best : -1;
 }
