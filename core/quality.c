@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "score.h"
+#include "prompt_set.h"
+#include "scorers.h"
 #include "util.h"
 
-const char *const tb_score_names[TB_N_SCORES] = {"correct", "repetition", "distinct"};
 
 typedef struct tally {
     double correct, graded; /* over every counted request */

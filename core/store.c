@@ -13,7 +13,7 @@
 
 #include "git_version.h"
 #include "tb_config.h"
-#include "quality.h"
+#include "plan.h"
 #include "util.h"
 
 extern const char *const tb_migrations[];
@@ -644,16 +644,23 @@ static int insert_samples(tb_store *st, int64_t case_id, const tb_case_record *r
     return ok ? 0 : -1;
 }
 
-static int insert_metrics(tb_store *st, int64_t case_id, const tb_case_record *rec, char **why)
+/* Metric rows of one case; rows without samples (n = 0) are not stored.
+ * `replace`: a row of the same name replaces the stored one. */
+static int insert_metrics(tb_store *st, int64_t case_id, const tb_metric_record *rows, size_t n, int replace,
+                          char **why)
 {
-    sqlite3_stmt *q = prepare(st, "INSERT INTO metric (case_id, name, unit, n, median, p5, p95, mean, stdev, cv,"
-                                  " min, max, ci_lo, ci_hi) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+    sqlite3_stmt *q = prepare(st, replace ? "INSERT OR REPLACE INTO metric (case_id, name, unit, n, median, p5, p95,"
+                                            " mean, stdev, cv, min, max, ci_lo, ci_hi)"
+                                            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+                                          : "INSERT INTO metric (case_id, name, unit, n, median, p5, p95, mean,"
+                                            " stdev, cv, min, max, ci_lo, ci_hi)"
+                                            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
     if (!q) {
         *why = db_error(st);
         return -1;
     }
-    for (size_t i = 0; i < rec->n_metrics; i++) {
-        const tb_metric_record *m = &rec->metrics[i];
+    for (size_t i = 0; i < n; i++) {
+        const tb_metric_record *m = &rows[i];
         if (m->st.n == 0)
             continue;
         sqlite3_reset(q);
@@ -715,7 +722,7 @@ int64_t tb_store_case(tb_store *st, const tb_case_record *rec, char **err)
     } else {
         why = db_error(st);
     }
-    if (case_id < 0 || insert_samples(st, case_id, rec, &why) != 0 || insert_metrics(st, case_id, rec, &why) != 0) {
+    if (case_id < 0 || insert_samples(st, case_id, rec, &why) != 0 || insert_metrics(st, case_id, rec->metrics, rec->n_metrics, 0, &why) != 0) {
         *err = tb_xasprintf("storing case #%zu failed: %s", c->ordinal, why ? why : "?");
         free(why);
         sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
@@ -768,4 +775,91 @@ int tb_store_prompts(tb_store *st, int64_t session, const tb_plan *plan)
     sqlite3_finalize(u);
     sqlite3_finalize(q);
     return ok ? 0 : -1;
+}
+
+void tb_stored_answers_free(tb_stored_answer *a, size_t n)
+{
+    for (size_t i = 0; a && i < n; i++)
+        free(a[i].text);
+    free(a);
+}
+
+int tb_store_answers(tb_store *st, int64_t session, tb_stored_answer **out, size_t *n_out, char **err)
+{
+    *out = NULL;
+    *n_out = 0;
+    sqlite3_stmt *q = prepare(st, "SELECT r.id, sa.case_id, r.prompt_idx, r.output_text, r.scored FROM request r"
+                                  " JOIN sample sa ON r.sample_id = sa.id JOIN bench_case c ON sa.case_id = c.id"
+                                  " WHERE c.session_id = ? AND r.status = 'ok' AND r.prompt_idx IS NOT NULL"
+                                  " AND r.output_text IS NOT NULL ORDER BY c.ordinal, r.id");
+    if (!q) {
+        *err = db_error(st);
+        return -1;
+    }
+    sqlite3_bind_int64(q, 1, session);
+    tb_stored_answer *a = NULL;
+    size_t n = 0, cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        if (n == cap) {
+            cap = cap ? 2 * cap : 256;
+            a = tb_xrealloc(a, cap * sizeof *a);
+        }
+        a[n++] = (tb_stored_answer){
+            .request_id = sqlite3_column_int64(q, 0),
+            .case_id = sqlite3_column_int64(q, 1),
+            .prompt_idx = sqlite3_column_int(q, 2),
+            .text = tb_xstrdup((const char *)sqlite3_column_text(q, 3)),
+            .scored = sqlite3_column_int(q, 4),
+        };
+    }
+    if (rc != SQLITE_DONE) { /* an error is not the end of the answers */
+        *err = db_error(st);
+        sqlite3_finalize(q);
+        tb_stored_answers_free(a, n);
+        return -1;
+    }
+    sqlite3_finalize(q);
+    *out = a;
+    *n_out = n;
+    return 0;
+}
+
+int tb_store_judge(tb_store *st, const tb_judge_score *scores, size_t n, const int64_t *case_ids,
+                   const tb_metric_record *case_metrics, size_t n_cases, char **err)
+{
+    char *why = NULL;
+    if (sqlite3_exec(st->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
+        *err = tb_xasprintf("cannot start a transaction: %s", sqlite3_errmsg(st->db));
+        return -1;
+    }
+    sqlite3_stmt *q = prepare(st, "INSERT OR REPLACE INTO score (request_id, name, value) VALUES (?,?,?)");
+    int ok = q != NULL;
+    for (size_t i = 0; ok && i < n; i++) {
+        const char *names[2] = {"judge_nll", "judge_ppl"};
+        const double v[2] = {scores[i].nll, scores[i].ppl};
+        for (int k = 0; k < 2 && ok; k++) {
+            sqlite3_reset(q);
+            sqlite3_bind_int64(q, 1, scores[i].request_id);
+            bind_text(q, 2, names[k]);
+            sqlite3_bind_double(q, 3, v[k]); /* NOT NULL: an infinite perplexity is one */
+            ok = sqlite3_step(q) == SQLITE_DONE;
+        }
+    }
+    if (!ok)
+        why = db_error(st);
+    sqlite3_finalize(q);
+    for (size_t i = 0; ok && i < n_cases; i++)
+        ok = insert_metrics(st, case_ids[i], &case_metrics[i], 1, 1, &why) == 0;
+    if (ok && sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
+        why = db_error(st);
+        ok = 0;
+    }
+    if (!ok) {
+        *err = tb_xasprintf("storing the judge's scores failed: %s", why ? why : "?");
+        free(why);
+        sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+        return -1;
+    }
+    return 0;
 }

@@ -8,9 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runner.h"
-#include "table.h"
+#include "rsession.h"
+#include "text_table.h"
 #include "util.h"
+#include "warnings.h"
 
 static const char *col_text(sqlite3_stmt *q, int i)
 {
@@ -197,34 +198,6 @@ static int key_generalizes(const char *general, const char *specific)
     }
 }
 
-/* "prompt 32, new 64, batch 4, steps 8": the case's dimensions. */
-static char *case_where(sqlite3_stmt *q)
-{
-    static const char *const names[] = {NULL, "prompt", "new", "batch", "conc", "steps", "block"};
-    tb_str b = {0};
-    for (int i = 1; i <= 6; i++)
-        if (sqlite3_column_type(q, i) != SQLITE_NULL)
-            tb_str_appendf(&b, "%s%s %s", b.len ? ", " : "", names[i], col_text(q, i));
-    if (strcmp(col_text(q, 7), "{}") != 0)
-        tb_str_appendf(&b, ", %s", col_text(q, 7));
-    return tb_str_take(&b);
-}
-
-static int backend_random(sqlite3 *db, int64_t session, const char *label)
-{
-    sqlite3_stmt *q;
-    int r = 0;
-    if (sqlite3_prepare_v2(db, "SELECT json_extract(info_json, '$.random_weights') FROM backend"
-                               " WHERE session_id = ? AND label = ?", -1, &q, NULL) == SQLITE_OK) {
-        sqlite3_bind_int64(q, 1, session);
-        sqlite3_bind_text(q, 2, label, -1, SQLITE_TRANSIENT);
-        if (sqlite3_step(q) == SQLITE_ROW)
-            r = sqlite3_column_int(q, 0) == 1;
-    }
-    sqlite3_finalize(q);
-    return r;
-}
-
 int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
 {
     print_header(db, session, out);
@@ -237,7 +210,7 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
     const char *sql =
         "SELECT backend, CASE WHEN prompt_tokens = 0 THEN 'set' ELSE prompt_tokens END, max_new_tokens, batch,"
         " concurrency, steps, block_length, swept_options,"
-        " status, median_tps, p95_tps, aggregate_tps, decode_tps, ttft_ms, tpot_ms, e2e_ms, e2e_p95_ms, nfe,"
+        " status, median_tps, req_tps_p5, aggregate_tps, decode_tps, ttft_ms, tpot_ms, e2e_ms, e2e_p95_ms, nfe,"
         " tokens_per_forward, agg_tps_cv, runs, count_mismatches, error, peak_device_mib,"
         " accuracy, accuracy_ci_lo, accuracy_ci_hi, judge_ppl"
         " FROM summary WHERE session = ? ORDER BY rowid";
@@ -278,7 +251,6 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
     /* Side-by-side: distinct case keys × backends → aggregate tok/s. */
     char **keys = NULL, **backends = NULL, ***cells = NULL; /* cells[key][backend] */
     size_t n_keys = 0, n_backends = 0;
-    tb_str warnings = {0};
     sqlite3_stmt *qb;
     if (sqlite3_prepare_v2(db, "SELECT label FROM backend WHERE session_id = ? ORDER BY id", -1, &qb, NULL) == SQLITE_OK) {
         sqlite3_bind_int64(qb, 1, session);
@@ -288,8 +260,6 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
         }
     }
     sqlite3_finalize(qb);
-    int *mismatched = tb_xcalloc(n_backends ? n_backends : 1, sizeof(int));
-    int *mismatched_cases = tb_xcalloc(n_backends ? n_backends : 1, sizeof(int));
 
     while (sqlite3_step(q) == SQLITE_ROW) {
         const char *backend = col_text(q, 0), *status = col_text(q, 8);
@@ -313,7 +283,8 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
         tb_table_num(t, col_num(q, 18), 2);
         double cv = col_num(q, 19);
         if (isfinite(cv))
-            tb_table_cellf(t, "%.1f%%%s", cv * 100, cv > TB_NOISE_CV ? "!" : "");
+            tb_table_cellf(t, "%.1f%%%s", cv * 100,
+                           tb_noisy(cv, (size_t)sqlite3_column_int(q, 20), strcmp(col_text(q, 1), "set") == 0) ? "!" : "");
         else
             tb_table_cell(t, "-");
         tb_table_cell(t, sqlite3_column_type(q, 20) == SQLITE_NULL ? "-" : col_text(q, 20));
@@ -327,23 +298,6 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
         }
         if (use_ppl)
             tb_table_num(t, col_num(q, 27), 2);
-
-        char *where = case_where(q);
-        if (strcmp(status, "ok") != 0)
-            tb_str_appendf(&warnings, "  %s %s [%s]: %s\n", backend, status, where, col_text(q, 22));
-        if (isfinite(cv) && cv > TB_NOISE_CV && strcmp(col_text(q, 1), "set") != 0) /* prompt sets vary the work */
-            tb_str_appendf(&warnings, "  %s [%s]: noisy, aggregate tok/s CV %.1f%% > %.0f%%; check the environment first\n",
-                           backend, where, cv * 100, TB_NOISE_CV * 100);
-        free(where);
-        if (sqlite3_column_int(q, 21) > 0) { /* summed per backend below */
-            size_t bi = 0;
-            while (bi < n_backends && strcmp(backends[bi], backend) != 0)
-                bi++;
-            if (bi < n_backends) {
-                mismatched[bi] += sqlite3_column_int(q, 21);
-                mismatched_cases[bi]++;
-            }
-        }
 
         char *key = dims_key(q, use_conc, use_steps, use_block, use_opts);
         size_t ki = 0, bi = 0;
@@ -431,22 +385,23 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
         tb_table_free(s);
     }
     free(covered);
-    for (size_t b = 0; b < n_backends; b++)
-        if (mismatched[b])
-            tb_str_appendf(&warnings,
-                           "  %s: %d requests in %d cases re-count (detokenize -> tokenize) to a different output length "
-                           "than the engine reports%s\n",
-                           backends[b], mismatched[b], mismatched_cases[b],
-                           backend_random(db, session, backends[b])
-                               ? " (random weights emit arbitrary token sequences, which rarely survive the round trip)"
-                               : "; see docs/METRICS.md");
-    free(mismatched);
-    free(mismatched_cases);
-    if (warnings.len)
-        fprintf(out, "\nwarnings:\n%s", warnings.s);
+    tb_rsession rs;
+    char *err = NULL;
+    if (tb_rsession_load(db, session, &rs, &err) == 0) {
+        tb_warnings w;
+        tb_warnings_derive(&rs, &w);
+        if (w.n)
+            fprintf(out, "\nwarnings:\n");
+        for (size_t i = 0; i < w.n; i++)
+            fprintf(out, "  %s\n", w.text[i]);
+        tb_warnings_free(&w);
+        tb_rsession_free(&rs);
+    } else {
+        fprintf(stderr, "tokbench: %s\n", err);
+        free(err);
+    }
     fprintf(out, "\ntok/s/req: per-request tokens/s (median); p95 tok/s: the rate 95%% of requests reach (5th percentile);"
                  "\nagg: all output tokens / batch wall time; decode: excludes prefill. Definitions: docs/METRICS.md\n");
-    tb_str_free(&warnings);
     for (size_t k = 0; k < n_keys; k++) {
         for (size_t b = 0; b < n_backends; b++)
             free(cells[k][b]);

@@ -229,8 +229,8 @@ expect_class direct 4 http_429
     || fail "faults: errors_http_429 metric: $(q "$tmp/f.db" "select case_id, median from metric where name = 'errors_http_429'")"
 [ "$(q "$tmp/f.db" "select round(median, 2) from metric m join bench_case c on c.id = m.case_id join backend b on b.id = c.backend_id where b.label = 'direct' and m.name = 'error_rate'")" = 0.5 ] \
     || fail "faults: direct error_rate"
-grep -q "warning: http500 #1: 8 of 8 requests failed (http_5xx 8)" "$tmp/f.out" "$tmp/f.err" \
-    || fail "faults: no failed-requests warning: $(grep -h warning "$tmp/f.out" "$tmp/f.err" | head -3)"
+grep -q "^  http500 \[.*\]: 8 of 8 requests failed (http_5xx 8)$" "$tmp/f.out" \
+    || fail "faults: no failed-requests warning: $(grep -h -A12 '^warnings:' "$tmp/f.out" | head -12)"
 grep -q 'HTTP 500' <(q "$tmp/f.db" "select error from request where error like 'http_5xx%' limit 1") || fail "faults: HTTP status not in the error"
 
 # ------------------------------------------------------------------ 3

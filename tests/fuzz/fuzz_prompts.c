@@ -1,12 +1,12 @@
-/* fuzz_prompts.c — libFuzzer target for prompt sets (JSONL) and the
- * scorers (core/score.c).
+/* fuzz_prompts.c — libFuzzer target for prompt sets (JSONL,
+ * core/prompt_set.c) and the scorers (core/scorers.c).
  *
  * The input up to its first NUL byte is written to prompts.jsonl and
  * loaded with tb_prompt_set_load; the bytes after that NUL (if any) are a
  * model output, scored against every loaded answer. For every input:
  *   - failure: *out zeroed, and an error of at most 21 lines, each naming
  *     the file, with no final newline;
- *   - success: at least one prompt; prompt, answer and tags as score.h
+ *   - success: at least one prompt; prompt, answer and tags as prompt_set.h
  *     promises (non-empty prompt, valid UTF-8, tags [a-z0-9_]+ and not
  *     twice, a per-line scorer only with an answer it accepts, lines
  *     increasing), the sha256 of the file's bytes;
@@ -23,7 +23,9 @@
 
 #include <math.h>
 
-#include "score.h"
+#include "prompt_set.h"
+#include "scorers.h"
+#include "utf8.h"
 #include "util.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
