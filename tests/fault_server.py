@@ -23,6 +23,10 @@ base URL, e.g. url = http://127.0.0.1:PORT/stall/v1.
                         each; not streamed, one JSON response of 100 MB
   /big_event/v1/...     streamed: one 100 MB SSE event (a data line that
                         never ends)
+  /huge_usage/v1/...    healthy, but usage.completion_tokens is 2^32 + the
+                        true count (a 32-bit count would wrap to the truth)
+  /over_usage/v1/...    healthy, but usage.completion_tokens is 3e9 (fits
+                        32 bits unsigned; far more than max_tokens allows)
 
 GET /stats answers {"requests": N, "by_fault": {...}, "sent_bytes": N}.
 
@@ -45,7 +49,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 FAULTS = {"ok", "reset", "reset_early", "stall", "http500", "http429", "garbage",
-          "garbage_sse", "garbage_http", "big", "big_event"}
+          "garbage_sse", "garbage_http", "big", "big_event", "huge_usage", "over_usage"}
 BIG_BYTES = 100 * 1000 * 1000
 PIECE = 256 * 1024
 
@@ -182,6 +186,10 @@ class Handler(BaseHTTPRequestHandler):
         prompt_tokens = 8
         words = ["w%d" % (i + 1) for i in range(n)]
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n}
+        if fault == "huge_usage":
+            usage["completion_tokens"] = 2 ** 32 + n
+        elif fault == "over_usage":
+            usage["completion_tokens"] = 3000000000
         rng = random.Random(len(raw_key(req)))
 
         if fault == "http500":

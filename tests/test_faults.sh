@@ -8,7 +8,8 @@
 #      the http backend: connection reset (mid-stream and before the
 #      response), a stream that stalls on an open socket, HTTP 500 and 429,
 #      garbage (in the stream, in the events, instead of HTTP), a 100 MB
-#      body (streamed, not streamed, one 100 MB event);
+#      body (streamed, not streamed, one 100 MB event), a usage count past
+#      32 bits or past what the request allows;
 #   3. a model file truncated while the backend process has it mapped.
 # Each asserts: the faulty case failed (or its requests failed with the
 # right class) with a clear reason in the database, the healthy cases before
@@ -219,7 +220,7 @@ if [ -f "$build/plugins/http/http.so" ]; then
         db="$tmp/http.db"
         [ $rc = 1 ] || { fail "http faults: exit $rc (expected 1: cases with failed requests)"; cat "$tmp/http.err"; }
         # every case ran to its end; those whose every request failed are failed, with the reason
-        [ "$(q "$db" "select count(*) from summary where requests > 0 and (failed_requests = requests) = (status = 'failed') and (status = 'ok' or error like 'every request failed: % of %')")" = 14 ] \
+        [ "$(q "$db" "select count(*) from summary where requests > 0 and (failed_requests = requests) = (status = 'failed') and (status = 'ok' or error like 'every request failed: % of %')")" = 17 ] \
             || fail "http faults: case statuses: $(q "$db" "select backend, status, requests, failed_requests, error from summary")"
         # requests_of LABEL: "N status class" per (status, class) of the
         # measured requests, ';'-joined
@@ -255,6 +256,14 @@ if [ -f "$build/plugins/http/http.so" ]; then
         expect_requests big malformed_stream "larger than max_response_mb (8 MiB)"
         expect_requests big_nostream malformed_stream "larger than max_response_mb (64 MiB)"
         expect_requests big_event malformed_stream "SSE event larger than 1024 KiB"
+        # a usage count is never cut to 32 bits (2^32 + 6 would pass as 6)
+        # nor believed past what the request allows; the error names it
+        expect_requests huge_usage malformed_stream "usage.completion_tokens 4294967302 is not a token count"
+        expect_requests huge_usage_nostream malformed_stream "usage.completion_tokens 4294967302 is not a token count"
+        expect_requests over_usage malformed_stream "usage.completion_tokens 3000000000 is more than the request allows"
+        usage_out="select r.output_tokens from request r join sample s on s.id = r.sample_id join bench_case c on c.id = s.case_id join backend b on b.id = c.backend_id where b.label like '%_usage%' and (r.output_tokens < 0 or r.output_tokens > 6)"
+        [ "$(q "$db" "select count(*) from ($usage_out)")" = 0 ] \
+            || fail "http faults: a usage count out of range was stored: $(q "$db" "$usage_out limit 3")"
         healthy after
         # the reasons are stored as valid UTF-8 text, whatever the server sent
         [ "$(q "$db" "select count(*) from request where error is not null and error <> cast(cast(error as blob) as text)")" = 0 ] || fail "http faults: an error is not text"

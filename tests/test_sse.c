@@ -278,6 +278,39 @@ static void test_oai_malformed(void)
     tb_oai_chunk_free(&c);
 }
 
+/* Usage counts: an integer in [0, 2^32 - 2], else the chunk is malformed
+ * and the message names the value (never a count cut to 32 bits). */
+static void test_oai_usage_counts(void)
+{
+    tb_oai_chunk c;
+    CHECK(oai("{\"usage\":{\"completion_tokens\":4294967294,\"prompt_tokens\":0}}", &c) == TB_OAI_CHUNK);
+    CHECK(c.completion_tokens == 4294967294LL && c.prompt_tokens == 0);
+    tb_oai_chunk_free(&c);
+    CHECK(oai("{\"usage\":{\"completion_tokens\":null}}", &c) == TB_OAI_CHUNK);
+    CHECK(c.completion_tokens == -1);
+    tb_oai_chunk_free(&c);
+    static const struct {
+        const char *json, *named;
+    } bad[] = {
+        {"{\"choices\":[],\"usage\":{\"completion_tokens\":4294967302}}", "usage.completion_tokens 4294967302 "},
+        {"{\"usage\":{\"completion_tokens\":4294967295}}", "usage.completion_tokens 4294967295 "},
+        {"{\"usage\":{\"completion_tokens\":1e15}}", "usage.completion_tokens 1000000000000000 "},
+        {"{\"usage\":{\"completion_tokens\":1e300}}", "usage.completion_tokens 1.0000000000000001e+300 "},
+        {"{\"usage\":{\"completion_tokens\":-3}}", "usage.completion_tokens -3 "},
+        {"{\"usage\":{\"completion_tokens\":2.5}}", "usage.completion_tokens 2.5 "},
+        {"{\"usage\":{\"completion_tokens\":\"12\"}}", "usage.completion_tokens \"12\" is not a number"},
+        {"{\"usage\":{\"completion_tokens\":5,\"prompt_tokens\":8589934592}}", "usage.prompt_tokens 8589934592 "},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        tb_oai_kind k = oai(bad[i].json, &c);
+        CHECK(k == TB_OAI_MALFORMED);
+        if (!strstr(c.message, bad[i].named))
+            fprintf(stderr, "%s: message \"%s\" does not name \"%s\"\n", bad[i].json, c.message, bad[i].named);
+        CHECK(strstr(c.message, bad[i].named) != NULL);
+        tb_oai_chunk_free(&c);
+    }
+}
+
 int main(void)
 {
     test_basic_events();
@@ -292,5 +325,6 @@ int main(void)
     test_oai_chunks();
     test_oai_errors();
     test_oai_malformed();
+    test_oai_usage_counts();
     return check_done();
 }

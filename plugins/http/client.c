@@ -32,6 +32,7 @@ typedef struct xfer {
     size_t bytes;  /* body bytes received so far */
     size_t max_bytes;    /* the bound on them */
     uint32_t max_chunks; /* bound on text chunks; 0: none */
+    uint32_t max_usage;  /* bound on usage.completion_tokens; 0: none */
     int64_t now;   /* host clock of the read being parsed */
     tb_sse_buf body; /* non-streamed body, or an error body */
     tb_sse_buf text; /* output text */
@@ -170,6 +171,17 @@ int64_t tb_http_client_max_lag(const tb_http_client *c)
 
 /* ------------------------------------------------------ callbacks */
 
+/* A chunk's usage count above what the request allows fails it as
+ * malformed_stream, naming the value; 1 when it did. */
+static int implausible_usage(xfer *x, const tb_oai_chunk *ch)
+{
+    if (!x->max_usage || ch->completion_tokens <= (int64_t)x->max_usage)
+        return 0;
+    fail(x, TB_ERR_IO, "malformed_stream: usage.completion_tokens %lld is more than the request allows "
+         "(4 x max_tokens + 16 = %u)", (long long)ch->completion_tokens, x->max_usage);
+    return 1;
+}
+
 static int on_event(void *user, const tb_sse_event *ev)
 {
     xfer *x = user;
@@ -206,6 +218,10 @@ static int on_event(void *user, const tb_sse_event *ev)
                 h->emit_output(h, x->idx, 1, x->now, NULL, ch.text, ch.text_len);
             else
                 h->emit(h, x->idx, 1, x->now);
+        }
+        if (implausible_usage(x, &ch)) {
+            stop = 1;
+            break;
         }
         if (ch.completion_tokens >= 0)
             x->res->usage_completion_tokens = ch.completion_tokens;
@@ -357,6 +373,8 @@ static void classify(xfer *x, CURLcode rc)
     case TB_OAI_CHUNK:
         if (ch.text && ch.text_len && buf_add(&x->text, ch.text, ch.text_len) != 0)
             fail(x, TB_ERR_NO_MEMORY, "out of memory for the output text");
+        if (implausible_usage(x, &ch))
+            break;
         r->usage_completion_tokens = ch.completion_tokens;
         r->usage_prompt_tokens = ch.prompt_tokens;
         if (!ch.text && !x->failed)
@@ -456,6 +474,7 @@ tb_status tb_http_client_run(tb_http_client *c, const tb_http_target *t, uint32_
         x->stream = t->stream;
         x->max_bytes = t->max_response_bytes ? t->max_response_bytes : MAX_BODY;
         x->max_chunks = t->max_chunks;
+        x->max_usage = t->max_usage_tokens;
         tb_sse_init(&x->sse, 0);
         memset(x->res, 0, sizeof *x->res);
         x->res->usage_completion_tokens = x->res->usage_prompt_tokens = -1;

@@ -39,6 +39,10 @@ typedef struct tb_http_target {
                                          fails the request; 0: 64 MiB */
     uint32_t max_chunks;              /* a stream with more text chunks
                                          fails the request; 0: no bound */
+    uint32_t max_usage_tokens;        /* a usage.completion_tokens above
+                                         it fails the request (a server
+                                         cannot produce more than it was
+                                         allowed); 0: no bound */
 } tb_http_target;
 
 typedef struct tb_http_result {

@@ -553,6 +553,9 @@ static tb_status http_generate(void *ctx, const tb_request *req, tb_result *res)
         .timeout_ms = (long)(opt_f(v, nv, OPT_TIMEOUT) * 1000 + 0.5),
         .max_response_bytes = (size_t)(opt_f(v, nv, OPT_MAX_RESPONSE_MB) * 1048576.0),
         .max_chunks = req->max_new_tokens <= (UINT32_MAX - 16) / 4 ? 4 * req->max_new_tokens + 16 : 0,
+        /* the same slack for the server's count of the tokens; past
+         * 32 bits the parser refuses it (TB_OAI_MAX_COUNT) */
+        .max_usage_tokens = req->max_new_tokens <= (UINT32_MAX - 16) / 4 ? 4 * req->max_new_tokens + 16 : 0,
     };
     uint32_t inflight = req->concurrency ? req->concurrency : offsets ? 0 : 1;
     struct timespec cpu0, cpu1;

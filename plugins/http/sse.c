@@ -204,12 +204,33 @@ static int opt_string(const cJSON *obj, const char *name, const char **out)
     return 0;
 }
 
-static int64_t opt_count(const cJSON *obj, const char *name)
+/* A token count of usage: absent or null: -1 in *out, 0 returned. A
+ * count that is not an integer in [0, TB_OAI_MAX_COUNT] (a string, a
+ * fraction, a negative, a value a request's 32-bit count cannot hold):
+ * -1 returned, with the message naming the value. Never clamped or
+ * wrapped: a wrong count would be stored as if the server had said it. */
+static int usage_count(const cJSON *usage, const char *name, int64_t *out, tb_oai_chunk *c)
 {
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, name);
-    if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble > 1e15)
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(usage, name);
+    *out = -1;
+    if (!it || cJSON_IsNull(it))
+        return 0;
+    if (!cJSON_IsNumber(it)) {
+        char *text = cJSON_PrintUnformatted(it);
+        snprintf(c->message, sizeof c->message, "usage.%s %.40s is not a number", name, text ? text : "(?)");
+        free(text);
+        c->kind = TB_OAI_MALFORMED;
         return -1;
-    return (int64_t)it->valuedouble;
+    }
+    double v = it->valuedouble;
+    if (!(v >= 0 && v <= (double)TB_OAI_MAX_COUNT) || v != (double)(int64_t)v) {
+        snprintf(c->message, sizeof c->message, "usage.%s %.17g is not a token count (expected an integer in [0, %lu])",
+                 name, v, (unsigned long)TB_OAI_MAX_COUNT);
+        c->kind = TB_OAI_MALFORMED;
+        return -1;
+    }
+    *out = (int64_t)v;
+    return 0;
 }
 
 static void parse_error(const cJSON *root, const cJSON *err, tb_oai_chunk *c)
@@ -274,8 +295,9 @@ tb_oai_kind tb_oai_parse(const char *data, size_t len, tb_oai_chunk *c)
             set_msg(c, TB_OAI_MALFORMED, "\"usage\" is not an object");
             return c->kind;
         }
-        c->completion_tokens = opt_count(usage, "completion_tokens");
-        c->prompt_tokens = opt_count(usage, "prompt_tokens");
+        if (usage_count(usage, "completion_tokens", &c->completion_tokens, c) != 0 ||
+            usage_count(usage, "prompt_tokens", &c->prompt_tokens, c) != 0)
+            return c->kind;
     }
     const cJSON *c0 = choices ? cJSON_GetArrayItem(choices, 0) : NULL;
     if (c0) {

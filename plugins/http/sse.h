@@ -88,13 +88,19 @@ typedef struct tb_oai_chunk {
     const char *text;
     size_t text_len;
     int finished;              /* choices[0].finish_reason is set */
-    int64_t completion_tokens; /* usage; -1 when absent */
-    int64_t prompt_tokens;     /* usage; -1 when absent */
+    int64_t completion_tokens; /* usage; -1 when absent or null */
+    int64_t prompt_tokens;     /* usage; -1 when absent or null */
     char message[160];         /* ERROR: the server's message;
                                   MALFORMED: what is wrong */
     void *json_;               /* internal */
     char *joined_;             /* internal */
 } tb_oai_chunk;
+
+/* The largest usage count a chunk may carry: a request's token count is
+ * 32 bits and UINT32_MAX means "unknown" (backend.h). A usage count that
+ * is not an integer in [0, TB_OAI_MAX_COUNT] makes the chunk MALFORMED,
+ * its message naming the value. */
+#define TB_OAI_MAX_COUNT (UINT32_MAX - 1u)
 
 /* Parse data[len] (need not be NUL-terminated). Always fills *out; call
  * tb_oai_chunk_free afterwards. */
