@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "util.h"
+#include "wire.h"
 
 /* One axis of the product: a dimension or a swept option. */
 typedef struct axis {
@@ -386,6 +387,103 @@ static void validate_cases(tb_plan *plan, tb_str *errs)
     }
 }
 
+uint32_t tb_case_emissions(const tb_plan *plan, const tb_case *c)
+{
+    const tb_backend_ops *ops = plan->backends[c->backend].plugin.ops;
+    if (!(ops->capabilities & TB_CAP_STREAMING))
+        return 1; /* the final emission only */
+    if (c->steps && c->steps < c->max_new_tokens)
+        return c->steps; /* a step's commits are one emission */
+    return c->max_new_tokens;
+}
+
+uint64_t tb_case_result_bytes(const tb_plan *plan, const tb_case *c)
+{
+    const tb_suite *s = plan->suite;
+    uint64_t calls = (uint64_t)s->warmup + (uint64_t)s->repeat * tb_plan_calls_per_pass(plan, c);
+    return tb_wire_result_bytes(calls, c->requests, tb_case_emissions(plan, c));
+}
+
+/* "1.5 GiB" */
+static void human_bytes(char *buf, size_t size, uint64_t b)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    if (b == UINT64_MAX) {
+        snprintf(buf, size, "more than 16 EiB");
+        return;
+    }
+    double v = (double)b;
+    size_t u = 0;
+    while (v >= 1024 && u + 1 < TB_ARRAY_LEN(units)) {
+        v /= 1024;
+        u++;
+    }
+    snprintf(buf, size, u ? "%.1f %s" : "%.0f %s", v, units[u]);
+}
+
+/* The list a backend's dimension d comes from: its own, else [matrix];
+ * NULL when neither writes it. */
+static const tb_list *dim_written(const tb_plan *plan, const tb_plan_backend *pb, tb_dim d)
+{
+    if (pb->sb->dims[d].n)
+        return &pb->sb->dims[d];
+    return plan->suite->dims[d].n && !pb->sb->dims[d].none ? &plan->suite->dims[d] : NULL;
+}
+
+/* Cases too large to measure (tb_case_result_bytes, plan.h): an error at
+ * the line that made them so: repeat when one call fits, else the larger
+ * of max_new_tokens and the requests per call (batch, requests, or the
+ * concurrency they default from) as written. */
+static void check_sizes(tb_plan *plan, tb_str *errs)
+{
+    const tb_suite *s = plan->suite;
+    size_t reported = 0;
+    for (size_t i = 0; i < plan->n_cases && reported < 20; i++) {
+        const tb_case *c = &plan->cases[i];
+        if (c->skip_reason)
+            continue;
+        uint64_t bytes = tb_case_result_bytes(plan, c);
+        if (bytes <= TB_WIRE_MAX_FRAME)
+            continue;
+        const tb_plan_backend *pb = &plan->backends[c->backend];
+        uint32_t em = tb_case_emissions(plan, c);
+        uint64_t calls = (uint64_t)s->warmup + (uint64_t)s->repeat * tb_plan_calls_per_pass(plan, c);
+        tb_loc loc = pb->sb->loc;
+        const char *key = "backend";
+        if (tb_wire_result_bytes(1, c->requests, em) <= TB_WIRE_MAX_FRAME && s->repeat_loc.line) {
+            loc = s->repeat_loc;
+            key = "repeat";
+        } else {
+            int serving = (pb->plugin.ops->capabilities & SERVING_CAPS) != 0;
+            tb_dim rd = !serving                                         ? TB_DIM_BATCH
+                        : dim_written(plan, pb, TB_DIM_REQUESTS)         ? TB_DIM_REQUESTS
+                                                                         : TB_DIM_CONCURRENCY;
+            uint32_t rv = rd == TB_DIM_BATCH ? c->batch : rd == TB_DIM_REQUESTS ? c->requests : c->concurrency;
+            const tb_list *ln = dim_written(plan, pb, TB_DIM_MAX_NEW_TOKENS), *lr = dim_written(plan, pb, rd);
+            if (ln && (!lr || c->max_new_tokens >= rv)) {
+                loc = ln->loc;
+                key = "max_new_tokens";
+            } else if (lr) {
+                loc = lr->loc;
+                key = tb_dim_name(rd);
+            }
+        }
+        char *label = tb_case_label(plan, c);
+        char need[48], limit[48];
+        human_bytes(need, sizeof need, bytes);
+        human_bytes(limit, sizeof limit, TB_WIRE_MAX_FRAME);
+        err_at(errs, loc, key,
+               "[backend %s] case %s: its measurements would need %s in one message from the backend process "
+               "(%llu call%s x %u requests x (%zu bytes + %u emissions x %zu bytes)), more than the %s a "
+               "message may carry: lower max_new_tokens, the requests per call (batch, requests, concurrency) or "
+               "repeat",
+               pb->sb->label, label, need, (unsigned long long)calls, calls == 1 ? "" : "s", c->requests, sizeof(tb_raw_request), em,
+               sizeof(tb_emission), limit);
+        free(label);
+        reported++;
+    }
+}
+
 /* [prompts]: load and check the set; the judge must be able to score. */
 static void load_prompts(tb_plan *plan, tb_str *errs)
 {
@@ -462,6 +560,8 @@ int tb_plan_build(tb_suite *suite, tb_plan *plan, char **err)
         validate_cases(plan, &errs);
     if (!errs.len)
         load_prompts(plan, &errs);
+    if (!errs.len)
+        check_sizes(plan, &errs);
     if (errs.len) {
         *err = tb_str_take(&errs);
         tb_plan_free(plan);

@@ -76,6 +76,25 @@ int tb_plan_filter(tb_plan *plan, char *const *filters, size_t n, char **err);
  * filled up from the start of the set; those requests are not scored). */
 uint32_t tb_plan_calls_per_pass(const tb_plan *plan, const tb_case *c);
 
+/* Emissions per request of one call that the worker's buffer is sized
+ * for before the call (and the size check below counts): one per output
+ * token for a streaming backend, at most one per step when the case has
+ * steps (and fewer steps than tokens), one for a backend without
+ * TB_CAP_STREAMING. */
+uint32_t tb_case_emissions(const tb_plan *plan, const tb_case *c);
+
+/* The limit on a case's size (docs/ARCHITECTURE.md, "Process model"): a
+ * case's measurements (every call's requests and emissions) come back
+ * from the backend process in one message of at most TB_WIRE_MAX_FRAME
+ * (1 GiB). tb_plan_build refuses, with file:line and the key, a case
+ * whose result would need more, counted as
+ *     calls x requests x (sizeof raw request + emissions x sizeof emission)
+ * with calls = warmup + repeat x calls per pass and emissions =
+ * tb_case_emissions(): the worker's buffers (the emission buffer, the
+ * message) stay under that limit, instead of aborting the backend
+ * process on an allocation of terabytes. */
+uint64_t tb_case_result_bytes(const tb_plan *plan, const tb_case *c);
+
 /* Default requests per call of a serving case. */
 uint32_t tb_plan_default_requests(uint32_t concurrency);
 

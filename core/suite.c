@@ -442,8 +442,10 @@ static void handle_suite_key(parser *p, const char *key, const char *v)
         if (parse_int_key(p, key, v, 0, 1000, &x) == 0)
             s->warmup = (int)x;
     } else if (strcmp(key, "repeat") == 0) {
-        if (parse_int_key(p, key, v, 1, 100000, &x) == 0)
+        if (parse_int_key(p, key, v, 1, 100000, &x) == 0) {
             s->repeat = (int)x;
+            s->repeat_loc = here(p);
+        }
     } else if (strcmp(key, "seed") == 0) {
         if (parse_int_key(p, key, v, 0, LLONG_MAX, &x) == 0)
             s->seed = (uint64_t)x;

@@ -111,6 +111,7 @@ typedef struct tb_suite {
     char *description;
     int warmup;            /* warm-up calls per case, excluded */
     int repeat;            /* measured repetitions per case */
+    tb_loc repeat_loc;     /* where repeat was set; line 0: the default */
     uint64_t seed;
     char *models_dir;      /* when set: model paths must resolve (symbolic
                               links followed) inside it; NULL: anywhere */

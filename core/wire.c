@@ -185,3 +185,23 @@ int tb_wire_decode_result(const char *buf, size_t len, uint32_t want_requests, t
     *n_calls = n;
     return 0;
 }
+
+/* a * b, or UINT64_MAX when it overflows (or either is UINT64_MAX). */
+static uint64_t mul_sat(uint64_t a, uint64_t b)
+{
+    if (a == UINT64_MAX || b == UINT64_MAX)
+        return UINT64_MAX;
+    return b && a > UINT64_MAX / b ? UINT64_MAX : a * b;
+}
+
+static uint64_t add_sat(uint64_t a, uint64_t b)
+{
+    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+uint64_t tb_wire_result_bytes(uint64_t calls, uint64_t n_requests, uint64_t emissions)
+{
+    uint64_t per_request = add_sat(sizeof(tb_raw_request), mul_sat(emissions, sizeof(tb_emission)));
+    uint64_t per_call = add_sat(sizeof(tb_raw_call), mul_sat(n_requests, per_request));
+    return add_sat(sizeof(tb_wire_case), mul_sat(calls, per_call));
+}

@@ -180,6 +180,19 @@ void tb_worker_answer_text(tb_worker *w, const tb_request_result *r, tb_str *out
         tb_str_appendn(out, w->scratch, (size_t)k);
 }
 
+/* The emissions one call of case c may make before it is a flood:
+ * EMIT_PER_TOKEN per output token per request plus slack, and never more
+ * than one message to the runner can carry. */
+static size_t emission_limit(uint32_t n_req, uint32_t max_new_tokens)
+{
+    const uint64_t frame_events = TB_WIRE_MAX_FRAME / sizeof(tb_emission);
+    uint64_t per_token = (uint64_t)n_req * ((uint64_t)max_new_tokens + 4);
+    if (per_token > frame_events)
+        return (size_t)frame_events;
+    uint64_t lim = EMIT_PER_TOKEN * per_token + EMIT_SLACK;
+    return (size_t)(lim < frame_events ? lim : frame_events);
+}
+
 static void run_case(tb_worker *w, const tb_case *c)
 {
     if (ensure_context(w, c) != 0)
@@ -190,24 +203,43 @@ static void run_case(tb_worker *w, const tb_case *c)
     /* With a prompt set, a repetition is one pass over it. */
     uint32_t per_pass = tb_plan_calls_per_pass(plan, c);
     int n_calls = s->warmup + s->repeat * (int)per_pass;
-    const char **ptext = plan->n_prompts ? tb_xcalloc(n_req, sizeof *ptext) : NULL;
-    int32_t *pidx = tb_xcalloc(n_req, sizeof *pidx);
-    uint32_t *scored = tb_xcalloc(n_req, sizeof *scored);
     tb_str texts = {0};
-
     tb_str out = {0};
     tb_wire_case hdr = {.n_calls = (uint32_t)n_calls};
-    tb_str_appendn(&out, (const char *)&hdr, sizeof hdr);
 
-    tb_request_result *rr = tb_xcalloc(n_req, sizeof *rr);
-    tb_raw_request *wr = tb_xcalloc(n_req, sizeof *wr);
-    size_t want = (size_t)n_req * ((size_t)c->max_new_tokens + 4);
+    /* The case's buffers, sized before any call (the plan bounds them:
+     * tb_case_result_bytes); a machine without that much memory fails the
+     * case, it does not abort this process. */
+    const char **ptext = plan->n_prompts ? calloc(n_req, sizeof *ptext) : NULL;
+    int32_t *pidx = calloc(n_req, sizeof *pidx);
+    uint32_t *scored = calloc(n_req, sizeof *scored);
+    tb_request_result *rr = calloc(n_req, sizeof *rr);
+    tb_raw_request *wr = calloc(n_req, sizeof *wr);
+    size_t want = (size_t)n_req * ((size_t)tb_case_emissions(plan, c) + 4);
+    w->em.limit = emission_limit(n_req, c->max_new_tokens);
+    if (want > w->em.limit)
+        want = w->em.limit;
     if (w->em.cap < want) {
-        w->em.cap = want;
-        w->em.ev = tb_xrealloc(w->em.ev, want * sizeof *w->em.ev);
+        tb_emission *ev = tb_realloc_array(w->em.ev, want, sizeof *ev);
+        if (ev) {
+            w->em.ev = ev;
+            w->em.cap = want;
+        }
     }
     w->em.n_requests = n_req;
-    w->em.limit = EMIT_PER_TOKEN * want + EMIT_SLACK;
+    if ((plan->n_prompts && !ptext) || !pidx || !scored || !rr || !wr || w->em.cap < want ||
+        tb_str_try_appendn(&out, (const char *)&hdr, sizeof hdr) != 0) {
+        send_status(w, TB_MSG_CASE_ERROR, TB_ERR_NO_MEMORY, 0, 0, NULL,
+                    "out of memory for the case's buffers: %u requests, %zu emissions (%zu bytes)", n_req, want,
+                    want * sizeof(tb_emission));
+        free(ptext);
+        free(pidx);
+        free(scored);
+        free(rr);
+        free(wr);
+        tb_str_free(&out);
+        return;
+    }
 
     for (int call = 0; call < n_calls; call++) {
         int64_t t_setup = tb_now_ns();
@@ -250,13 +282,18 @@ static void run_case(tb_worker *w, const tb_case *c)
         w->em.n = 0;
         w->em.dropped = 0;
         w->em.flood = 0;
+        w->em.nomem = 0;
 
         int64_t t_call = tb_now_ns();
         tb_status st = w->ops->generate(w->ctx, &req, &res);
         int64_t t_ret = tb_now_ns();
         w->em.flood_stop = 0;
 
-        if (w->em.flood) { /* whatever generate() returned: not a measurement */
+        if (w->em.nomem) { /* emissions were dropped: not a measurement */
+            send_status(w, TB_MSG_CASE_ERROR, TB_ERR_NO_MEMORY, 0, 0, NULL,
+                        "out of memory at %s %d: the emission buffer could not grow past %zu events; case failed",
+                        warm ? "warm-up" : "repetition", (int)req.repetition + 1, w->em.cap);
+        } else if (w->em.flood) { /* whatever generate() returned: not a measurement */
             send_status(w, TB_MSG_CASE_ERROR, TB_ERR, 0, 0, NULL,
                         "event flood at %s %d: the backend emitted over %zu events for %u requests of %u "
                         "tokens (%llu more dropped); case failed",
@@ -268,7 +305,7 @@ static void run_case(tb_worker *w, const tb_case *c)
                         warm ? "warm-up" : "repetition", (int)req.repetition + 1, status_name(st),
                         e && *e ? e : "no message");
         }
-        if (w->em.flood || st != TB_OK) {
+        if (w->em.nomem || w->em.flood || st != TB_OK) {
             free(rr);
             free(wr);
             free(ptext);
@@ -325,11 +362,33 @@ static void run_case(tb_worker *w, const tb_case *c)
             .peak_bytes_per_s = res.peak_bytes_per_s,
         };
         wc.runner_ns = (t_call - t_setup) + (tb_now_ns() - t_ret);
-        tb_str_appendn(&out, (const char *)&wc, sizeof wc);
-        tb_str_appendn(&out, (const char *)wr, n_req * sizeof *wr);
-        tb_str_appendn(&out, (const char *)w->em.ev, w->em.n * sizeof *w->em.ev);
-        if (texts.len)
-            tb_str_appendn(&out, texts.s, texts.len);
+        /* The whole case is one message: past TB_WIRE_MAX_FRAME the runner
+         * would refuse it (the plan's estimate counts one emission per
+         * token and no texts; this call brought more). */
+        size_t add = sizeof wc + n_req * sizeof *wr + w->em.n * sizeof *w->em.ev + texts.len;
+        const char *why = NULL;
+        if (add > TB_WIRE_MAX_FRAME - out.len)
+            why = "more than the 1 GiB a message from the backend process may carry";
+        else if (tb_str_try_appendn(&out, (const char *)&wc, sizeof wc) != 0 ||
+                 tb_str_try_appendn(&out, (const char *)wr, n_req * sizeof *wr) != 0 ||
+                 tb_str_try_appendn(&out, (const char *)w->em.ev, w->em.n * sizeof *w->em.ev) != 0 ||
+                 (texts.len && tb_str_try_appendn(&out, texts.s, texts.len) != 0))
+            why = "out of memory";
+        if (why) {
+            send_status(w, TB_MSG_CASE_ERROR, why[0] == 'o' ? TB_ERR_NO_MEMORY : TB_ERR, 0, 0, NULL,
+                        "the measurements up to %s %d (%zu bytes: %u requests, %zu emissions, %zu bytes of text "
+                        "in this call) are %s; case failed",
+                        warm ? "warm-up" : "repetition", (int)req.repetition + 1, out.len + add, n_req, w->em.n,
+                        texts.len, why);
+            free(rr);
+            free(wr);
+            free(ptext);
+            free(pidx);
+            free(scored);
+            tb_str_free(&texts);
+            tb_str_free(&out);
+            return;
+        }
         texts.len = 0;
     }
     free(ptext);

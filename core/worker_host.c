@@ -47,10 +47,17 @@ static void host_emit(const tb_host *h, uint32_t request, uint32_t n_tokens, int
         return;
     }
     if (b->n == b->cap) { /* rare: the buffer is sized for the case */
-        b->cap = b->cap ? b->cap * 2 : 1024;
-        if (b->limit && b->cap > b->limit)
-            b->cap = b->limit;
-        b->ev = tb_xrealloc(b->ev, b->cap * sizeof *b->ev);
+        size_t cap = b->cap ? b->cap * 2 : 1024;
+        if (b->limit && cap > b->limit)
+            cap = b->limit;
+        tb_emission *ev = tb_realloc_array(b->ev, cap, sizeof *ev);
+        if (!ev) { /* no abort: the call is failed (worker.c) */
+            b->nomem = 1;
+            b->flood_stop = 1;
+            return;
+        }
+        b->ev = ev;
+        b->cap = cap;
     }
     b->ev[b->n++] = (tb_emission){t_ns, request, n_tokens};
 }

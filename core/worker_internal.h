@@ -26,6 +26,8 @@ typedef struct tb_emit_buf {
     size_t n, cap;
     size_t limit;     /* emissions this call may make; more is a flood */
     uint64_t flood;   /* emissions past limit, dropped */
+    int nomem;        /* the buffer could not grow: emissions dropped, the
+                         plugin asked to stop (flood_stop) */
     uint32_t n_requests;
     uint32_t dropped; /* emissions naming a request out of range */
     /* A flood asked the plugin to stop (host->cancelled() is true); unlike

@@ -19,6 +19,7 @@
 
 #include "check.h"
 #include "util.h"
+#include "wire.h"
 
 static char g_dir[512];
 static const char *g_null; /* path of null.so */
@@ -683,6 +684,89 @@ static void test_filter_errors(void)
     }
 }
 
+/* ------------------------------------------------------ size limits */
+
+/* A case whose measurements cannot come back in one message (1 GiB) is a
+ * suite error at the line that made it so, never a backend process that
+ * aborts allocating terabytes (issue 15.3). */
+static void test_absurd_dimensions(void)
+{
+    /* the issue's case: 1e8 tokens x 1e5 requests; max_new_tokens is the
+     * larger value as written */
+    EXPECT_PLAN_ERROR("absurd.ini",
+                      "[matrix]\n"                          /* 1 */
+                      "prompt_tokens = 4\n"                 /* 2 */
+                      "max_new_tokens = 100000000\n"        /* 3 */
+                      "batch = 100000\n"                    /* 4 */
+                      "[backend a]\n"                       /* 5 */
+                      "plugin = @NULL@\n",                  /* 6 */
+                      "absurd.ini:3: max_new_tokens: [backend a] case prompt_tokens=4 max_new_tokens=100000000 "
+                      "batch=100000: its measurements would need 873.1 TiB in one message from the backend process "
+                      "(6 calls x 100000 requests x (", "more than the 1.0 GiB a message may carry");
+    /* the requests per call as the larger value: the backend's own line */
+    EXPECT_PLAN_ERROR("wide.ini",
+                      "[matrix]\n"                          /* 1 */
+                      "max_new_tokens = 64\n"               /* 2 */
+                      "[backend a]\n"                       /* 3 */
+                      "plugin = @NULL@\n"                   /* 4 */
+                      "batch = 1, 1000000000\n",            /* 5 */
+                      "wide.ini:5: batch: [backend a] case prompt_tokens=128 max_new_tokens=64 batch=1000000000:",
+                      "more than the 1.0 GiB");
+    /* each call fits; the repetitions do not: repeat is named */
+    EXPECT_PLAN_ERROR("many.ini",
+                      "[suite]\n"                           /* 1 */
+                      "warmup = 0\n"                        /* 2 */
+                      "repeat = 100000\n"                   /* 3 */
+                      "[matrix]\n"                          /* 4 */
+                      "max_new_tokens = 128\n"              /* 5 */
+                      "batch = 32\n"                        /* 6 */
+                      "[backend a]\n"                       /* 7 */
+                      "plugin = @NULL@\n",                  /* 8 */
+                      "many.ini:3: repeat: ", "(100000 calls x 32 requests x (");
+    /* one call alone is too large: the dimension is named, not warmup */
+    EXPECT_PLAN_ERROR("dflt.ini",
+                      "[suite]\n"                           /* 1 */
+                      "warmup = 1000\n"                     /* 2 */
+                      "[backend a]\n"                       /* 3 */
+                      "plugin = @NULL@\n"                   /* 4 */
+                      "max_new_tokens = 1000000000\n",      /* 5 */
+                      "dflt.ini:5: max_new_tokens: ", "1005 calls x 1 requests x (");
+}
+
+/* Large but real cases pass, counted as the worker sizes them: one
+ * emission per token, one per step with fewer steps than tokens. */
+static void test_large_cases_pass(void)
+{
+    fixture fx;
+    if (build_ok("large.ini",
+                 "[matrix]\n"
+                 "batch = 256\n"
+                 "max_new_tokens = 32768\n"
+                 "[backend a]\n"
+                 "plugin = @NULL@\n"
+                 "[backend d]\n"
+                 "plugin = @NULL@\n"
+                 "max_new_tokens = 10000000\n"
+                 "batch = 64\n"
+                 "steps = 8\n",
+                 &fx) != 0)
+        return;
+    CHECK(fx.plan.n_cases == 2);
+    const tb_case *a = &fx.plan.cases[0], *d = &fx.plan.cases[1];
+    CHECK(tb_case_emissions(&fx.plan, a) == 32768);
+    CHECK(tb_case_emissions(&fx.plan, d) == 8);
+    /* 6 calls (1 warm-up, 5 measured) of 256 requests of 32768 emissions */
+    uint64_t want = sizeof(tb_wire_case) +
+                    6 * (sizeof(tb_raw_call) + 256 * (sizeof(tb_raw_request) + 32768ull * sizeof(tb_emission)));
+    CHECK(tb_case_result_bytes(&fx.plan, a) == want);
+    CHECK(want < TB_WIRE_MAX_FRAME);
+    CHECK(tb_case_result_bytes(&fx.plan, d) < 1000000);
+    fixture_free(&fx);
+    /* saturating, never wrapping */
+    CHECK(tb_wire_result_bytes(UINT64_MAX, 2, 2) == UINT64_MAX);
+    CHECK(tb_wire_result_bytes(1000000000, 1000000000, 1000000000) == UINT64_MAX);
+}
+
 /* ----------------------------------------------------------- print */
 
 static void test_plan_print(void)
@@ -761,6 +845,9 @@ int main(void)
     test_filter_errors();
 
     test_plan_print();
+
+    test_absurd_dimensions();
+    test_large_cases_pass();
 
     nftw(g_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     return check_done();

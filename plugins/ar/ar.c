@@ -333,9 +333,15 @@ static tb_status ar_generate(void *ctx, const tb_request *req, tb_result *res)
         tb_free_prompts(text_ids, text_len, R);
         return TB_ERR_INVALID;
     }
-    if (P + N > (size_t)cfg->max_position_embeddings && cfg->max_position_embeddings > 0)
-        host->log(host, TB_LOG_WARN, "prompt + output = %zu positions exceeds the model's %d", P + N,
+    /* Past the positions it was trained for, a model's output means
+     * nothing (and the cache is sized by them): refused before any work. */
+    if (cfg->max_position_embeddings > 0 && P + N > (size_t)cfg->max_position_embeddings) {
+        set_error(c, "%s %zu + max_new_tokens %u = %zu positions, more than the model's %d (max_position_embeddings)",
+                  req->prompt_text ? "the longest prompt's tokens" : "prompt_tokens", P, N, P + N,
                   cfg->max_position_embeddings);
+        tb_free_prompts(text_ids, text_len, R);
+        return TB_ERR_INVALID;
+    }
     tb_status st = reserve(c, R, P, N);
     if (st != TB_OK) {
         tb_free_prompts(text_ids, text_len, R);

@@ -387,6 +387,17 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
             return ts;
         P = (int)longest;
     }
+    /* A canvas longer than the model's positions: refused before any work
+     * (its output would mean nothing; P + gen_length would overflow an
+     * int near 2^31). */
+    if (cfg->max_position_embeddings > 0 && (int64_t)P + p.gen_length > cfg->max_position_embeddings) {
+        set_error(c, "%s %d + max_new_tokens %d = %lld positions, more than the model's %d (%s)",
+                  req->prompt_text ? "the longest prompt's tokens" : "prompt_tokens", P, p.gen_length,
+                  (long long)P + p.gen_length, cfg->max_position_embeddings,
+                  cfg->arch == TB_ARCH_LLADA ? "max_sequence_length" : "max_position_embeddings");
+        tb_free_prompts(text_ids, text_len, (uint32_t)B);
+        return TB_ERR_INVALID;
+    }
     tb_status rs = fill_canvases(c, req, B, P, &p, text_ids, text_len);
     tb_free_prompts(text_ids, text_len, (uint32_t)B);
     if (rs != TB_OK)
