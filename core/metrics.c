@@ -233,6 +233,7 @@ static void one_call(const tb_call_view *cv, uint32_t k, const tb_case_metrics_o
             .steps_done = w->steps_done,
             .answer_tokens = w->answer_tokens,
             .output_hash = w->output_hash,
+            .prompt_hash = w->prompt_hash,
             .prompt_idx = w->prompt_idx,
             .scored = w->scored && ok[r],
             .emissions_json = emissions_json(cv, r, streaming),

@@ -43,6 +43,7 @@ typedef struct tb_raw_request {
     uint32_t answer_tokens; /* before the first EOS; TB_UNKNOWN_COUNT */
     uint32_t text_len;    /* bytes of output text (prompt sets) */
     uint64_t output_hash; /* FNV-1a of output ids (or text); 0: none */
+    uint64_t prompt_hash; /* which prompt (worker.c's rule); never 0 */
     int32_t prompt_idx;   /* item of the prompt set; -1: synthetic */
     uint32_t scored;      /* 1: counts towards scores (not a warm-up or a
                              request that fills up the last batch) */

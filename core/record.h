@@ -49,6 +49,7 @@ typedef struct tb_request_record {
     uint32_t steps_done;
     uint32_t answer_tokens;  /* TB_UNKNOWN_COUNT: not reported */
     uint64_t output_hash;
+    uint64_t prompt_hash;    /* which prompt it was given (worker.c); 0: unknown */
     char *emissions_json;    /* [[ms since submit, tokens], ...] */
     int32_t prompt_idx;      /* item of the prompt set; -1: synthetic */
     int scored;              /* counted in the case's quality metrics */

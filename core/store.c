@@ -559,8 +559,8 @@ static int insert_samples(tb_store *st, int64_t case_id, const tb_case_record *r
     sqlite3_stmt *qr = prepare(st, "INSERT INTO request (sample_id, idx, status, error, submit_offset_ns, ttft_ns,"
                                    " e2e_ns, tpot_ns, tps, requested_tokens, output_tokens, recount_tokens,"
                                    " count_mismatch, steps_done, answer_tokens, output_hash, emissions_json,"
-                                   " prompt_idx, scored, output_text)"
-                                   " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+                                   " prompt_idx, scored, output_text, prompt_hash)"
+                                   " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
     sqlite3_stmt *qsc = prepare(st, "INSERT INTO score (request_id, name, value) VALUES (?,?,?)");
     int ok = qs && qr && qsc;
     if (!ok)
@@ -593,8 +593,9 @@ static int insert_samples(tb_store *st, int64_t case_id, const tb_case_record *r
         int64_t sample_id = sqlite3_last_insert_rowid(st->db);
         for (uint32_t r = 0; r < s->n_requests; r++) {
             const tb_request_record *q = &s->requests[r];
-            char hash[17];
+            char hash[17], phash[17];
             snprintf(hash, sizeof hash, "%016llx", (unsigned long long)q->output_hash);
+            snprintf(phash, sizeof phash, "%016llx", (unsigned long long)q->prompt_hash);
             sqlite3_reset(qr);
             sqlite3_bind_int64(qr, 1, sample_id);
             sqlite3_bind_int(qr, 2, (int)r);
@@ -605,8 +606,8 @@ static int insert_samples(tb_store *st, int64_t case_id, const tb_case_record *r
             sqlite3_bind_int64(qr, 7, q->m.e2e_ns);
             bind_real(qr, 8, q->m.tpot_ns);
             bind_real(qr, 9, q->m.tps);
-            sqlite3_bind_int(qr, 10, (int)rec->c->max_new_tokens);
-            sqlite3_bind_int(qr, 11, (int)q->n_out);
+            sqlite3_bind_int64(qr, 10, rec->c->max_new_tokens); /* 32-bit unsigned: never wrapped */
+            sqlite3_bind_int64(qr, 11, q->n_out);
             bind_opt_int(qr, 12, q->recount);
             sqlite3_bind_int(qr, 13, q->recount >= 0 && (uint32_t)q->recount != q->n_out);
             bind_opt_int(qr, 14, q->steps_done ? (int64_t)q->steps_done : -1);
@@ -616,6 +617,7 @@ static int insert_samples(tb_store *st, int64_t case_id, const tb_case_record *r
             bind_opt_int(qr, 18, q->prompt_idx);
             sqlite3_bind_int(qr, 19, q->scored);
             bind_text(qr, 20, q->output_text);
+            bind_text(qr, 21, q->prompt_hash ? phash : NULL);
             if (sqlite3_step(qr) != SQLITE_DONE) {
                 *why = db_error(st);
                 ok = 0;

@@ -193,6 +193,46 @@ static size_t emission_limit(uint32_t n_req, uint32_t max_new_tokens)
     return (size_t)(lim < frame_events ? lim : frame_events);
 }
 
+/* What prompt request i of a call was given (tb_result.prompt_hash in
+ * backend.h): the backend's own hash when it gave one, else a hash of the
+ * prompt set's text, else of what the ABI makes a synthetic prompt of:
+ * the seed, the request's index and prompt_tokens. Never 0. */
+static uint64_t prompt_hash(uint64_t reported, const char *text, uint64_t seed, uint32_t i, uint32_t prompt_tokens)
+{
+    uint64_t h = reported;
+    if (!h && text) {
+        h = fnv1a(1469598103934665603ULL, "text", 4);
+        h = fnv1a(h, text, strlen(text));
+    } else if (!h) {
+        uint64_t key[3] = {seed, i, prompt_tokens};
+        h = fnv1a(fnv1a(1469598103934665603ULL, "synthetic", 9), key, sizeof key);
+    }
+    return h ? h : 1;
+}
+
+/* The buffers of one case, sized before its first call. */
+typedef struct case_bufs {
+    const char **ptext;      /* prompt set texts of the call's requests */
+    int32_t *pidx;           /* their items; -1: synthetic */
+    uint32_t *scored;
+    uint64_t *phash;         /* tb_result.prompt_hash */
+    tb_request_result *rr;   /* what the plugin fills */
+    tb_raw_request *wr;      /* what goes to the runner */
+    tb_str texts, out;
+} case_bufs;
+
+static void case_bufs_free(case_bufs *b)
+{
+    free(b->ptext);
+    free(b->pidx);
+    free(b->scored);
+    free(b->phash);
+    free(b->rr);
+    free(b->wr);
+    tb_str_free(&b->texts);
+    tb_str_free(&b->out);
+}
+
 static void run_case(tb_worker *w, const tb_case *c)
 {
     if (ensure_context(w, c) != 0)
@@ -203,18 +243,19 @@ static void run_case(tb_worker *w, const tb_case *c)
     /* With a prompt set, a repetition is one pass over it. */
     uint32_t per_pass = tb_plan_calls_per_pass(plan, c);
     int n_calls = s->warmup + s->repeat * (int)per_pass;
-    tb_str texts = {0};
-    tb_str out = {0};
     tb_wire_case hdr = {.n_calls = (uint32_t)n_calls};
 
     /* The case's buffers, sized before any call (the plan bounds them:
      * tb_case_result_bytes); a machine without that much memory fails the
      * case, it does not abort this process. */
-    const char **ptext = plan->n_prompts ? calloc(n_req, sizeof *ptext) : NULL;
-    int32_t *pidx = calloc(n_req, sizeof *pidx);
-    uint32_t *scored = calloc(n_req, sizeof *scored);
-    tb_request_result *rr = calloc(n_req, sizeof *rr);
-    tb_raw_request *wr = calloc(n_req, sizeof *wr);
+    case_bufs b = {
+        .ptext = plan->n_prompts ? calloc(n_req, sizeof *b.ptext) : NULL,
+        .pidx = calloc(n_req, sizeof *b.pidx),
+        .scored = calloc(n_req, sizeof *b.scored),
+        .phash = calloc(n_req, sizeof *b.phash),
+        .rr = calloc(n_req, sizeof *b.rr),
+        .wr = calloc(n_req, sizeof *b.wr),
+    };
     size_t want = (size_t)n_req * ((size_t)tb_case_emissions(plan, c) + 4);
     w->em.limit = emission_limit(n_req, c->max_new_tokens);
     if (want > w->em.limit)
@@ -227,34 +268,28 @@ static void run_case(tb_worker *w, const tb_case *c)
         }
     }
     w->em.n_requests = n_req;
-    if ((plan->n_prompts && !ptext) || !pidx || !scored || !rr || !wr || w->em.cap < want ||
-        tb_str_try_appendn(&out, (const char *)&hdr, sizeof hdr) != 0) {
+    if ((plan->n_prompts && !b.ptext) || !b.pidx || !b.scored || !b.phash || !b.rr || !b.wr || w->em.cap < want ||
+        tb_str_try_appendn(&b.out, (const char *)&hdr, sizeof hdr) != 0) {
         send_status(w, TB_MSG_CASE_ERROR, TB_ERR_NO_MEMORY, 0, 0, NULL,
                     "out of memory for the case's buffers: %u requests, %zu emissions (%zu bytes)", n_req, want,
                     want * sizeof(tb_emission));
-        free(ptext);
-        free(pidx);
-        free(scored);
-        free(rr);
-        free(wr);
-        tb_str_free(&out);
-        return;
+        goto done;
     }
 
     for (int call = 0; call < n_calls; call++) {
         int64_t t_setup = tb_now_ns();
         int warm = call < s->warmup;
         for (uint32_t i = 0; i < n_req; i++) {
-            pidx[i] = -1;
-            scored[i] = 0;
-            if (!ptext)
+            b.pidx[i] = -1;
+            b.scored[i] = 0;
+            if (!b.ptext)
                 continue;
             /* warm-ups: the first prompts; pass k, call j: prompts j*n_req.. */
             size_t at = warm ? (size_t)call * n_req + i
                              : (size_t)((call - s->warmup) % (int)per_pass) * n_req + i;
-            scored[i] = !warm && at < plan->n_prompts;
-            pidx[i] = (int32_t)(at % plan->n_prompts);
-            ptext[i] = plan->prompts.items[pidx[i]].prompt;
+            b.scored[i] = !warm && at < plan->n_prompts;
+            b.pidx[i] = (int32_t)(at % plan->n_prompts);
+            b.ptext[i] = plan->prompts.items[b.pidx[i]].prompt;
         }
         tb_request req = {
             .struct_size = sizeof req,
@@ -269,16 +304,17 @@ static void run_case(tb_worker *w, const tb_case *c)
             .seed = s->seed,
             .repetition = (uint32_t)(warm ? call : call - s->warmup),
             .is_warmup = (uint32_t)warm,
-            .prompt_text = ptext,
+            .prompt_text = b.ptext,
             .options = c->options,
             .n_options = c->n_options,
         };
-        memset(rr, 0, n_req * sizeof *rr);
+        memset(b.rr, 0, n_req * sizeof *b.rr);
+        memset(b.phash, 0, n_req * sizeof *b.phash);
         for (uint32_t i = 0; i < n_req; i++)
-            rr[i].n_answer_tokens = TB_UNKNOWN_COUNT;
-        tb_result res = {.struct_size = sizeof res, .n_requests = n_req, .requests = rr,
+            b.rr[i].n_answer_tokens = TB_UNKNOWN_COUNT;
+        tb_result res = {.struct_size = sizeof res, .n_requests = n_req, .requests = b.rr,
                          .prefill_ns = -1, .decode_ns = -1, .forward_passes = 0,
-                         .peak_device_bytes = -1, .energy_mj = -1};
+                         .peak_device_bytes = -1, .energy_mj = -1, .prompt_hash = b.phash};
         w->em.n = 0;
         w->em.dropped = 0;
         w->em.flood = 0;
@@ -293,34 +329,29 @@ static void run_case(tb_worker *w, const tb_case *c)
             send_status(w, TB_MSG_CASE_ERROR, TB_ERR_NO_MEMORY, 0, 0, NULL,
                         "out of memory at %s %d: the emission buffer could not grow past %zu events; case failed",
                         warm ? "warm-up" : "repetition", (int)req.repetition + 1, w->em.cap);
-        } else if (w->em.flood) { /* whatever generate() returned: not a measurement */
+            goto done;
+        }
+        if (w->em.flood) { /* whatever generate() returned: not a measurement */
             send_status(w, TB_MSG_CASE_ERROR, TB_ERR, 0, 0, NULL,
                         "event flood at %s %d: the backend emitted over %zu events for %u requests of %u "
                         "tokens (%llu more dropped); case failed",
                         warm ? "warm-up" : "repetition", (int)req.repetition + 1, w->em.limit, n_req,
                         c->max_new_tokens, (unsigned long long)w->em.flood);
-        } else if (st != TB_OK) {
+            goto done;
+        }
+        if (st != TB_OK) {
             const char *e = w->ops->last_error(w->ctx);
             send_status(w, TB_MSG_CASE_ERROR, st, 0, 0, NULL, "generate() failed at %s %d (%s): %s",
                         warm ? "warm-up" : "repetition", (int)req.repetition + 1, status_name(st),
                         e && *e ? e : "no message");
-        }
-        if (w->em.nomem || w->em.flood || st != TB_OK) {
-            free(rr);
-            free(wr);
-            free(ptext);
-            free(pidx);
-            free(scored);
-            tb_str_free(&texts);
-            tb_str_free(&out);
-            return;
+            goto done;
         }
         if (w->em.dropped)
             w->host.log(&w->host, TB_LOG_WARN, "%u emissions named a request out of range; dropped",
                         w->em.dropped);
         for (uint32_t i = 0; i < n_req; i++) {
-            tb_request_result *r = &rr[i];
-            tb_raw_request *q = &wr[i];
+            tb_request_result *r = &b.rr[i];
+            tb_raw_request *q = &b.wr[i];
             memset(q, 0, sizeof *q);
             q->t_submit_ns = r->t_submit_ns ? r->t_submit_ns : t_call;
             q->t_done_ns = r->t_done_ns;
@@ -334,15 +365,16 @@ static void run_case(tb_worker *w, const tb_case *c)
                                        r->n_output_ids * sizeof(int32_t));
             else if (r->output_text)
                 q->output_hash = fnv1a(1469598103934665603ULL, r->output_text, strlen(r->output_text));
+            q->prompt_hash = prompt_hash(b.phash[i], b.ptext ? b.ptext[i] : NULL, req.seed, i, req.prompt_tokens);
             /* A failure always says something: the status's name at least. */
             tb_strlcpy(q->error, r->status == TB_OK || r->error[0] ? r->error : tb_status_name(r->status),
                        sizeof q->error);
-            q->prompt_idx = pidx[i];
-            q->scored = scored[i];
-            if (ptext) { /* the answer text, for the scorers */
-                size_t before = texts.len;
-                tb_worker_answer_text(w, r, &texts);
-                q->text_len = (uint32_t)(texts.len - before);
+            q->prompt_idx = b.pidx[i];
+            q->scored = b.scored[i];
+            if (b.ptext) { /* the answer text, for the scorers */
+                size_t before = b.texts.len;
+                tb_worker_answer_text(w, r, &b.texts);
+                q->text_len = (uint32_t)(b.texts.len - before);
             }
         }
         tb_raw_call wc = {
@@ -365,44 +397,32 @@ static void run_case(tb_worker *w, const tb_case *c)
         /* The whole case is one message: past TB_WIRE_MAX_FRAME the runner
          * would refuse it (the plan's estimate counts one emission per
          * token and no texts; this call brought more). */
-        size_t add = sizeof wc + n_req * sizeof *wr + w->em.n * sizeof *w->em.ev + texts.len;
+        size_t add = sizeof wc + n_req * sizeof *b.wr + w->em.n * sizeof *w->em.ev + b.texts.len;
         const char *why = NULL;
-        if (add > TB_WIRE_MAX_FRAME - out.len)
+        if (add > TB_WIRE_MAX_FRAME - b.out.len)
             why = "more than the 1 GiB a message from the backend process may carry";
-        else if (tb_str_try_appendn(&out, (const char *)&wc, sizeof wc) != 0 ||
-                 tb_str_try_appendn(&out, (const char *)wr, n_req * sizeof *wr) != 0 ||
-                 tb_str_try_appendn(&out, (const char *)w->em.ev, w->em.n * sizeof *w->em.ev) != 0 ||
-                 (texts.len && tb_str_try_appendn(&out, texts.s, texts.len) != 0))
+        else if (tb_str_try_appendn(&b.out, (const char *)&wc, sizeof wc) != 0 ||
+                 tb_str_try_appendn(&b.out, (const char *)b.wr, n_req * sizeof *b.wr) != 0 ||
+                 tb_str_try_appendn(&b.out, (const char *)w->em.ev, w->em.n * sizeof *w->em.ev) != 0 ||
+                 (b.texts.len && tb_str_try_appendn(&b.out, b.texts.s, b.texts.len) != 0))
             why = "out of memory";
         if (why) {
             send_status(w, TB_MSG_CASE_ERROR, why[0] == 'o' ? TB_ERR_NO_MEMORY : TB_ERR, 0, 0, NULL,
                         "the measurements up to %s %d (%zu bytes: %u requests, %zu emissions, %zu bytes of text "
                         "in this call) are %s; case failed",
-                        warm ? "warm-up" : "repetition", (int)req.repetition + 1, out.len + add, n_req, w->em.n,
-                        texts.len, why);
-            free(rr);
-            free(wr);
-            free(ptext);
-            free(pidx);
-            free(scored);
-            tb_str_free(&texts);
-            tb_str_free(&out);
-            return;
+                        warm ? "warm-up" : "repetition", (int)req.repetition + 1, b.out.len + add, n_req, w->em.n,
+                        b.texts.len, why);
+            goto done;
         }
-        texts.len = 0;
+        b.texts.len = 0;
     }
-    free(ptext);
-    free(pidx);
-    free(scored);
-    tb_str_free(&texts);
     struct rusage ru;
     if (getrusage(RUSAGE_SELF, &ru) == 0)
-        ((tb_wire_case *)out.s)->host_peak_rss = (int64_t)ru.ru_maxrss * 1024;
-    if (tb_wire_send(w->fd_out, TB_MSG_RESULT, out.s, out.len) != 0)
+        ((tb_wire_case *)b.out.s)->host_peak_rss = (int64_t)ru.ru_maxrss * 1024;
+    if (tb_wire_send(w->fd_out, TB_MSG_RESULT, b.out.s, b.out.len) != 0)
         _exit(3);
-    tb_str_free(&out);
-    free(rr);
-    free(wr);
+done:
+    case_bufs_free(&b);
 }
 
 /* JUDGE: load the judge's context, then loglik() of every pair. */

@@ -74,6 +74,7 @@ static const char json_sql[] =
     "           'tpot_ns', r.tpot_ns, 'tps', r.tps, 'requested_tokens', r.requested_tokens,"
     "           'output_tokens', r.output_tokens, 'recount_tokens', r.recount_tokens,"
     "           'count_mismatch', r.count_mismatch, 'steps_done', r.steps_done, 'answer_tokens', r.answer_tokens, 'output_hash', r.output_hash,"
+    "           'prompt_hash', r.prompt_hash,"
     "           'emissions', json(r.emissions_json)))"
     "         FROM (SELECT * FROM request WHERE sample_id = sa.id ORDER BY idx) r)))"
     "     FROM (SELECT * FROM sample WHERE case_id = c.id ORDER BY repetition) sa)))"

@@ -217,7 +217,7 @@ static int load_cases(sqlite3 *db, tb_rsession *s, char **err)
         "    WHERE sa.case_id = c.id AND sa.warmup = 0 AND r.count_mismatch),"
         " (SELECT count(*) FROM (SELECT r.idx FROM request r JOIN sample sa ON sa.id = r.sample_id"
         "    WHERE sa.case_id = c.id AND sa.warmup = 0 AND r.status = 'ok' AND r.output_hash IS NOT NULL"
-        "    GROUP BY coalesce(r.prompt_idx, -1 - r.idx) HAVING count(DISTINCT r.output_hash) > 1)),"
+        "    GROUP BY coalesce(r.prompt_hash, r.prompt_idx, -1 - r.idx) HAVING count(DISTINCT r.output_hash) > 1)),"
         " (SELECT count(*) FROM request r JOIN sample sa ON r.sample_id = sa.id"
         "    WHERE sa.case_id = c.id AND sa.warmup = 0),"
         " (SELECT count(*) FROM request r JOIN sample sa ON r.sample_id = sa.id"

@@ -49,8 +49,12 @@ typedef struct tb_rcase {
     double peak_device_mib, host_rss_mib; /* NaN: not measured */
     double energy_j_per_token;            /* NaN: no energy counter */
     int count_mismatches;                 /* requests whose re-count differs */
-    int varying_outputs;                  /* request slots whose output differs
-                                             between repetitions */
+    int varying_outputs;                  /* prompts whose output differs
+                                             between measured requests
+                                             (docs/METRICS.md): grouped by
+                                             request.prompt_hash; rows
+                                             without one by prompt set
+                                             item, else by request slot */
     int requests, failed_requests;        /* of the measured repetitions */
 } tb_rcase;
 

@@ -108,7 +108,7 @@ void tb_warnings_derive(const tb_rsession *s, tb_warnings *w)
             free(f);
         }
         if (c->varying_outputs)
-            add(w, tb_xasprintf("%s [%s]: %d request(s) produced different outputs in different repetitions "
+            add(w, tb_xasprintf("%s [%s]: %d prompt(s) produced different outputs in different repetitions "
                                 "with the same seed: the speed measured is not of the same work",
                                 label, dims, c->varying_outputs));
         if (c->count_mismatches) {

@@ -8,7 +8,9 @@
 #      connection: each case completes, its requests fail with their class,
 #      and nothing hangs;
 #   3. streaming timing through the server (ITL = the null step), the API
-#      key kept out of the database, clean shutdown.
+#      key kept out of the database, clean shutdown;
+#   4. the varying-output warning: requests of one prompt only (unique
+#      prompts never warn; one prompt answered differently does).
 #
 # usage: test_http.sh BUILD_DIR SOURCE_DIR [SERVE_EXE]
 # SERVE_EXE (optional) replaces `tokbench serve`, e.g. to test another build.
@@ -131,6 +133,16 @@ fi
 spread=$(q "$tmp/engine.db" "select max(r.submit_offset_ns) from request r join sample s on s.id = r.sample_id join bench_case c on c.id = s.case_id join backend b on b.id = c.backend_id where b.label = 'poisson' and s.warmup = 0")
 [ "${spread:-0}" -gt 50000000 ] || fail "engine: Poisson submits span only ${spread} ns"
 pass "engine over HTTP: $(q "$tmp/engine.db" "select group_concat(backend || '@' || coalesce(concurrency, 'rate') || '=' || round(aggregate_tps, 1), ' ') from summary") tok/s"
+# unique_prompts (the default): a new prompt for every request of every
+# repetition, each stored with its own prompt hash, so a greedy engine's
+# outputs differ between repetitions without a varying-output warning
+[ "$(q "$tmp/engine.db" "select count(*) from (select s.case_id from request r join sample s on s.id = r.sample_id where s.warmup = 0 group by s.case_id having count(distinct r.prompt_hash) = 24 and count(r.prompt_hash) = 24)")" = 4 ] \
+    || fail "engine: every measured request should have its own prompt hash"
+if grep -q "produced different outputs" "$tmp/engine.out"; then
+    fail "engine: unique prompts warned of varying outputs: $(grep "produced different outputs" "$tmp/engine.out")"
+else
+    pass "engine: unique prompts, no varying-output warning"
+fi
 
 # ------------------------------------------------------------------ 2
 null="$build/plugins/null/null.so"
@@ -265,6 +277,37 @@ printf '[suite]\n[backend h]\nplugin = http\nextra_json = [1]\n' >"$tmp/bad.ini"
     || fail "bad extra_json: $(cat "$tmp/bad.err")"
 "${serve[@]}" --backend nope "$tmp/faults-server.ini" --port 0 >/dev/null 2>"$tmp/nope.err"
 [ $? = 2 ] && grep -q "no \[backend nope\]" "$tmp/nope.err" || fail "serve of a missing backend: $(cat "$tmp/nope.err")"
+
+# ------------------------------------------------------------------ 4
+# The varying-output check compares requests of the same prompt only. The
+# served null backend answers each batch with new ids (serve seeds every
+# batch anew): with unique prompts nothing is compared; with one prompt
+# per slot in every repetition, each of the 4 prompts varies.
+cat >"$tmp/vary.ini" <<EOF
+[suite]
+name = http-vary
+warmup = 0
+repeat = 3
+[matrix]
+prompt_tokens = 8
+max_new_tokens = 4
+requests = 4
+concurrency = 2
+[backend unique]
+plugin = http
+url = http://127.0.0.1:${fport[timing]}
+[backend same]
+plugin = http
+url = http://127.0.0.1:${fport[timing]}
+unique_prompts = false
+EOF
+timeout 120 "$tb" run "$tmp/vary.ini" --db "$tmp/vary.db" >"$tmp/vary.out" 2>"$tmp/vary.err" || fail "vary suite: exit $?: $(cat "$tmp/vary.err")"
+grep -q "^  unique \[.*produced different outputs" "$tmp/vary.out" && fail "vary: unique prompts warned: $(grep 'produced different' "$tmp/vary.out")"
+grep -q "^  same \[.*\]: 4 prompt(s) produced different outputs in different repetitions with the same seed" "$tmp/vary.out" \
+    && pass "vary: one prompt, different outputs: warned; unique prompts: not" \
+    || fail "vary: expected a warning for 'same' only: $(grep -A8 '^warnings:' "$tmp/vary.out")"
+[ "$(q "$tmp/vary.db" "select group_concat(b.label || '=' || n, ' ') from (select c.backend_id, count(distinct r.prompt_hash) as n from request r join sample s on s.id = r.sample_id join bench_case c on c.id = s.case_id group by c.backend_id) x join backend b on b.id = x.backend_id")" = "unique=12 same=4" ] \
+    || fail "vary: prompt hashes: $(q "$tmp/vary.db" "select b.label, r.prompt_hash from request r join sample s on s.id = r.sample_id join bench_case c on c.id = s.case_id join backend b on b.id = c.backend_id")"
 
 # SIGTERM stops a server cleanly, exit 0
 kill -TERM "$pid_timing"

@@ -229,7 +229,7 @@ q "$tmp/newer.db" "pragma user_version = 99"
 grep -q 'schema version 99 is newer than this tokbench knows' "$tmp/e" || fail "newer schema message: $(cat "$tmp/e")"
 [ "$(counts "$tmp/m.db")" = "$once" ] || fail "a refused merge changed the target"
 # an older schema (version 1) is migrated in memory. Dropping what
-# migrations 2-5 added (views, tables, columns) gives a version-1 file.
+# migrations 2-6 added (views, tables, columns) gives a version-1 file.
 cp "$other" "$tmp/older.db"
 for v in $(q "$tmp/older.db" "select name from sqlite_master where type = 'view'"); do
     q "$tmp/older.db" "drop view $v"
@@ -241,6 +241,9 @@ q "$tmp/older.db" "drop table prompt; drop table score; alter table request drop
 # migration 5's columns
 q "$tmp/older.db" "alter table session drop column owner_boot_id; alter table session drop column owner_pid_ns;
   alter table session drop column owner_pid; alter table session drop column owner_start_ticks"
+# migration 6's columns
+q "$tmp/older.db" "alter table metric drop column p90; alter table metric drop column p99;
+  alter table request drop column prompt_hash"
 q "$tmp/older.db" "pragma user_version = 1"
 "$tb" db merge "$tmp/older.db" --db "$tmp/z.db" >/dev/null || fail "older schema not merged"
 [ "$(q "$tmp/older.db" "pragma user_version")" = 1 ] || fail "merge modified the other database"

@@ -97,12 +97,43 @@ int main(void)
     CHECK(id2 > 0);
     if (id2 <= 0)
         fprintf(stderr, "  %s\n", err);
+    /* case 3: two measured calls; slot 0 is given prompt 0xA both times
+     * and answers differently: varying; slot 1 is given a new prompt each
+     * time (the http backend's unique prompts) and answers differently:
+     * not compared. Case 4: the same outputs without prompt hashes (rows
+     * stored before them): compared by slot, both vary. */
+    sample(&s[0], rq[0], 0, -1, -1, 0);
+    sample(&s[1], rq[1], 0, -1, -1, 0);
+    s[1].repetition = 1;
+    for (int k = 0; k < 2; k++) {
+        rq[k][0].output_hash = 0x10 + (uint64_t)k;
+        rq[k][1].output_hash = 0x20 + (uint64_t)k;
+        rq[k][0].prompt_hash = 0xA;
+        rq[k][1].prompt_hash = 0xB0 + (uint64_t)k;
+    }
+    tb_case c3 = c1;
+    c3.ordinal = 3;
+    rec.c = &c3;
+    rec.n_samples = 2;
+    CHECK(tb_store_case(st, &rec, &err) > 0);
+    for (int k = 0; k < 2; k++)
+        rq[k][0].prompt_hash = rq[k][1].prompt_hash = 0;
+    tb_case c4 = c1;
+    c4.ordinal = 4;
+    rec.c = &c4;
+    CHECK(tb_store_case(st, &rec, &err) > 0);
     tb_store_session_end(st, session, "completed");
 
     tb_rsession rs;
     CHECK(tb_rsession_load(tb_store_db(st), session, &rs, &err) == 0);
-    CHECK(rs.n_cases == 2);
-    if (rs.n_cases == 2) {
+    CHECK(rs.n_cases == 4);
+    if (rs.n_cases == 4) {
+        CHECK(rs.cases[0].varying_outputs == 0 && rs.cases[1].varying_outputs == 0);
+        CHECK(rs.cases[2].varying_outputs == 1); /* prompt 0xA only */
+        CHECK(rs.cases[3].varying_outputs == 2); /* no hashes: by slot */
+        if (rs.cases[2].varying_outputs != 1)
+            fprintf(stderr, "  case 3: %d varying, want 1\n", rs.cases[2].varying_outputs);
+
         const tb_rcase *a = &rs.cases[0], *b = &rs.cases[1];
         CHECK_NEAR(a->energy_j_per_token, 0.8 / 9, 1e-12); /* warm-up's 1000 mJ left out */
         CHECK(a->peak_device_mib == 2);                    /* measured calls only */

@@ -683,6 +683,7 @@ static void test_full_session(void)
      * re-counted 4 of 3; request 1 failed after 1 token, non-streaming */
     tb_request_metrics_compute(1000, 0, 3, em, 3, &r[0].m);
     r[0].n_out = 3, r[0].recount = 4, r[0].output_hash = 0xabc, r[0].emissions_json = "[[2,1],[3,1],[5,1]]";
+    r[0].prompt_hash = 0xfedcba9876543210ull;
     tb_request_metrics_compute(1500, 2500, 1, NULL, 0, &r[1].m);
     r[1].status = 1 /* TB_ERR */, r[1].error = "boom", r[1].submit_offset_ns = 500;
     r[1].n_out = 1, r[1].recount = -1, r[1].steps_done = 5;
@@ -814,6 +815,7 @@ static void test_full_session(void)
     CHECK(q_int(db, RQ("count_mismatch", 0)) == 1); /* 4 != 3 */
     CHECK(q_is_null(db, RQ("steps_done", 0)));      /* 0: not a diffusion request */
     CHECK_TEXT(db, "0000000000000abc", RQ("output_hash", 0));
+    CHECK_TEXT(db, "fedcba9876543210", RQ("prompt_hash", 0));
     CHECK_TEXT(db, "[[2,1],[3,1],[5,1]]", RQ("emissions_json", 0));
     CHECK_TEXT(db, "failed", RQ("status", 1));
     CHECK_TEXT(db, "boom", RQ("error", 1));
@@ -826,6 +828,7 @@ static void test_full_session(void)
     CHECK(q_int(db, RQ("count_mismatch", 1)) == 0); /* not re-counted: no mismatch */
     CHECK(q_int(db, RQ("steps_done", 1)) == 5);
     CHECK(q_is_null(db, RQ("output_hash", 1)));     /* 0: no hash */
+    CHECK(q_is_null(db, RQ("prompt_hash", 1)));     /* 0: unknown */
     CHECK_TEXT(db, "[]", RQ("emissions_json", 1));
 #undef RQ
     CHECK(q_int(db, "SELECT sum(r.count_mismatch) FROM request r JOIN sample s ON r.sample_id = s.id"

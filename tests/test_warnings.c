@@ -105,7 +105,7 @@ static void test_other_rules(void)
     f.c.count_mismatches = 5;
     tb_warnings w;
     tb_warnings_derive(&f.s, &w);
-    CHECK(count(&w, "2 request(s) produced different outputs in different repetitions") == 1);
+    CHECK(count(&w, "2 prompt(s) produced different outputs in different repetitions") == 1);
     CHECK(count(&w, "eng: 5 requests in 1 cases re-count") == 1);
     tb_warnings_free(&w);
 

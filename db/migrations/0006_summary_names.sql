@@ -87,3 +87,12 @@ JOIN backend b ON b.id = c.backend_id
 JOIN session s ON s.id = c.session_id
 JOIN machine m ON m.id = s.machine_id
 ORDER BY s.id, c.ordinal;
+
+-- request.prompt_hash: which prompt the request was given (16 hex digits
+-- of a 64-bit hash): the prompt set's text, the backend's own hash of a
+-- prompt it made (tb_result.prompt_hash: the http backend's unique
+-- prompts), or else the synthetic prompt's seed, index and length. The
+-- varying-output check (docs/METRICS.md) compares outputs of requests
+-- with the same prompt hash; rows stored before have NULL and are
+-- compared by prompt set item, else by request slot, as before.
+ALTER TABLE request ADD COLUMN prompt_hash TEXT;

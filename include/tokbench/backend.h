@@ -315,6 +315,19 @@ typedef struct tb_result {
     double bytes;                /* device-memory bytes the forwards must move: weights, KV cache */
     double peak_flops;           /* the device's FLOP/s ceiling (measured) */
     double peak_bytes_per_s;     /* its memory-bandwidth ceiling (measured) */
+    /* --- appended in ABI 1; write only when TB_STRUCT_HAS(res, tb_result,
+     * prompt_hash) and it is not NULL. n_requests elements, host-allocated
+     * and zeroed: what prompt each request was given, so that the host
+     * compares outputs only between requests of the same prompt (an
+     * output that differs between repetitions of one prompt and seed is
+     * flagged, docs/METRICS.md). A backend that makes its own prompts
+     * (prompt_text NULL) other than as a function of seed, request index
+     * and prompt_tokens alone -- e.g. a different prompt every repetition
+     * -- must write a nonzero hash of each request's prompt as sent (any
+     * 64-bit hash of its bytes or ids). 0 = the host's rule: a hash of the
+     * given prompt_text, or else the synthetic prompt's seed, index and
+     * length. */
+    uint64_t *prompt_hash;
 } tb_result;
 
 /* ------------------------------------------------------------ ops table */

@@ -406,6 +406,18 @@ static uint64_t mix(uint64_t a, uint64_t b)
     return z ^ (z >> 31);
 }
 
+/* FNV-1a of a prompt's bytes, never 0: what tb_result.prompt_hash
+ * reports for a prompt this plugin made. */
+static uint64_t text_hash(const char *t)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (; *t; t++) {
+        h ^= (unsigned char)*t;
+        h *= 1099511628211ULL;
+    }
+    return h ? h : 1;
+}
+
 /* The endpoint's full URL (malloc'd). */
 static char *endpoint_url(const char *base, int chat)
 {
@@ -520,6 +532,11 @@ static tb_status http_generate(void *ctx, const tb_request *req, tb_result *res)
             prompt = synth;
         }
         c->bodies[r] = prompt ? make_body(c, req, prompt, extra) : NULL;
+        /* Synthetic prompts are this plugin's own (with unique_prompts, a
+         * new one every repetition): say which, so that the host compares
+         * outputs of the same prompt only. */
+        if (synth && TB_STRUCT_HAS(res, tb_result, prompt_hash) && res->prompt_hash)
+            res->prompt_hash[r] = text_hash(synth);
         free(synth);
         if (!c->bodies[r]) {
             cJSON_Delete(extra);
