@@ -418,7 +418,8 @@ static int run_suite(int argc, char **argv, const char *cmdline)
     tb_machine_info_collect(&mi);
     int64_t machine = tb_store_machine(st, &mi);
     tb_plan_redact_suite_text(&plan); /* secrets written into the suite stay out of the database */
-    tb_session_info si = {.machine_id = machine, .suite = &suite, .command_line = cmdline};
+    tb_session_info si = {.machine_id = machine, .suite = &suite, .command_line = cmdline,
+                          .config_json = plan.config_json, .config_sha256 = plan.config_sha256};
     int64_t session = machine >= 0 ? tb_store_session_begin(st, &si) : -1;
     if (session < 0) {
         fprintf(stderr, "tokbench: %s: cannot record the session: %s\n", c.db, sqlite3_errmsg(tb_store_db(st)));

@@ -3,6 +3,7 @@
 #include "plan.h"
 
 #include <cjson/cJSON.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -524,6 +525,110 @@ uint32_t tb_plan_calls_per_pass(const tb_plan *plan, const tb_case *c)
     return (uint32_t)((plan->n_prompts + per_call - 1) / per_call);
 }
 
+/* Append `v` to the comma-separated list `list` (a string item of obj
+ * under `key`) unless it is there already. */
+static void add_distinct(cJSON *obj, const char *key, const char *v)
+{
+    cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!it) {
+        cJSON_AddStringToObject(obj, key, v);
+        return;
+    }
+    const char *cur = cJSON_GetStringValue(it);
+    size_t n = strlen(v);
+    for (const char *p = cur; p && *p;) {
+        const char *e = strstr(p, ", ");
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && strncmp(p, v, n) == 0)
+            return;
+        p = e ? e + 2 : p + len;
+    }
+    char *joined = tb_xasprintf("%s, %s", cur, v);
+    cJSON_ReplaceItemInObjectCaseSensitive(obj, key, cJSON_CreateString(joined));
+    free(joined);
+}
+
+static char *config_json(const tb_plan *plan)
+{
+    const tb_suite *s = plan->suite;
+    cJSON *root = cJSON_CreateObject();
+    cJSON *su = cJSON_AddObjectToObject(root, "suite");
+    cJSON_AddNumberToObject(su, "warmup", s->warmup);
+    cJSON_AddNumberToObject(su, "repeat", s->repeat);
+    char seed[24];
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)s->seed);
+    cJSON_AddStringToObject(su, "seed", seed); /* 64 bits: not a double */
+    cJSON_AddNumberToObject(su, "case_timeout", s->case_timeout_s);
+    cJSON_AddNumberToObject(su, "load_timeout", s->load_timeout_s);
+    cJSON_AddNumberToObject(su, "memory_limit_mb", s->memory_limit_mb);
+    cJSON_AddNumberToObject(su, "goodput_ttft_ms", s->goodput_ttft_ms);
+    cJSON_AddNumberToObject(su, "goodput_tpot_ms", s->goodput_tpot_ms);
+    if (plan->n_prompts) {
+        const tb_suite_prompts *sp = &s->prompts;
+        cJSON *pr = cJSON_AddObjectToObject(root, "prompts");
+        cJSON_AddStringToObject(pr, "sha256", plan->prompts.sha256);
+        cJSON_AddNumberToObject(pr, "items", (double)plan->n_prompts);
+        cJSON_AddStringToObject(pr, "scorer", sp->scorer);
+        cJSON_AddNumberToObject(pr, "repetition_n", sp->repetition_n);
+        cJSON_AddNumberToObject(pr, "distinct_n", sp->distinct_n);
+        if (sp->judge) {
+            cJSON_AddStringToObject(pr, "judge", sp->judge);
+            cJSON_AddStringToObject(pr, "judge_context", sp->judge_context ? "prompt" : "none");
+            cJSON_AddStringToObject(pr, "judge_tags", sp->judge_tags.n ? sp->judge_tags.raw : "");
+        }
+    }
+    cJSON *bs = cJSON_AddObjectToObject(root, "backends");
+    for (size_t b = 0; b < plan->n_backends; b++) {
+        const tb_plan_backend *pb = &plan->backends[b];
+        cJSON *o = cJSON_AddObjectToObject(bs, pb->sb->label);
+        cJSON_AddStringToObject(o, "plugin", pb->plugin.ops->name);
+        char *real = pb->sb->model[0] && !strchr(pb->sb->model, ':') ? realpath(pb->sb->model, NULL) : NULL;
+        cJSON_AddStringToObject(o, "model", real ? real : pb->sb->model);
+        free(real);
+        cJSON *opts = cJSON_Parse(pb->options_json ? pb->options_json : "{}");
+        cJSON_AddItemToObject(o, "options", opts ? opts : cJSON_CreateObject());
+        cJSON *m = cJSON_AddObjectToObject(o, "matrix");
+        int serving = (pb->plugin.ops->capabilities & SERVING_CAPS) != 0;
+        for (size_t i = 0; i < plan->n_cases; i++) {
+            const tb_case *c = &plan->cases[i];
+            if (c->backend != b)
+                continue;
+            char v[48];
+            const struct {
+                const char *name;
+                double v;
+                int applies;
+            } dims[] = {
+                {"prompt_tokens", c->prompt_tokens, 1},
+                {"max_new_tokens", c->max_new_tokens, 1},
+                {"batch", c->batch, 1},
+                {"concurrency", c->concurrency, c->concurrency > 0},
+                {"request_rate", c->request_rate, c->request_rate > 0},
+                {"steps", c->steps, c->steps > 0},
+                {"block_length", c->block_length, c->block_length > 0},
+                {"requests", c->requests, serving},
+            };
+            for (size_t d = 0; d < TB_ARRAY_LEN(dims); d++)
+                if (dims[d].applies) {
+                    snprintf(v, sizeof v, "%.17g", dims[d].v);
+                    add_distinct(m, dims[d].name, v);
+                }
+            cJSON *sw = cJSON_Parse(c->swept_json), *it;
+            cJSON_ArrayForEach(it, sw) add_distinct(m, it->string, cJSON_GetStringValue(it));
+            cJSON_Delete(sw);
+        }
+    }
+    char *text = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    if (!text) {
+        fprintf(stderr, "tokbench: out of memory printing the configuration\n");
+        abort();
+    }
+    char *r = tb_xstrdup(text);
+    free(text);
+    return r;
+}
+
 int tb_plan_build(tb_suite *suite, tb_plan *plan, char **err)
 {
     memset(plan, 0, sizeof *plan);
@@ -562,6 +667,10 @@ int tb_plan_build(tb_suite *suite, tb_plan *plan, char **err)
         load_prompts(plan, &errs);
     if (!errs.len)
         check_sizes(plan, &errs);
+    if (!errs.len) {
+        plan->config_json = config_json(plan);
+        tb_sha256_hex(plan->config_json, strlen(plan->config_json), plan->config_sha256);
+    }
     if (errs.len) {
         *err = tb_str_take(&errs);
         tb_plan_free(plan);
@@ -762,6 +871,7 @@ void tb_plan_free(tb_plan *plan)
         free(pb->options_json);
     }
     free(plan->backends);
+    free(plan->config_json);
     memset(plan, 0, sizeof *plan);
 }
 

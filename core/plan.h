@@ -60,6 +60,22 @@ typedef struct tb_plan {
     size_t n_backends;
     tb_case *cases;
     size_t n_cases;
+    /* The resolved configuration (after includes and ${ENV}, before
+     * --filter) as canonical JSON, and its sha256: what the suite asks
+     * for, where the suite text's sha256 is of the words written (two
+     * runs of one text with ${STEP} = 500 and 600 differ here only):
+     *   {"suite": {warmup, repeat, seed, timeouts, memory_limit_mb,
+     *              goodput limits},
+     *    "prompts": {sha256 of the set, items used, scorer, judge...},
+     *    "backends": {LABEL: {"plugin": name, "model": resolved path,
+     *                         "options": every option's value (secrets
+     *                                    "(secret)"),
+     *                         "matrix": {dimension or swept option:
+     *                                    "v1, v2", ... over its cases}}}}
+     * Plugin paths and versions, the suite's name and file paths are
+     * not in it (the session stores them apart). */
+    char *config_json;
+    char config_sha256[65];
 } tb_plan;
 
 /* Open every backend's plugin, check its options, expand the matrix.

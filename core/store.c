@@ -456,8 +456,8 @@ int64_t tb_store_session_begin(tb_store *st, const tb_session_info *si)
     sqlite3_stmt *q = prepare(st, "INSERT INTO session (uuid, machine_id, suite_name, suite_path, suite_sha256,"
                                   " suite_text, tokbench_version, git_commit, compiler, cuda_build_version,"
                                   " command_line, started_at, status, warmup, repeat, seed, owner_boot_id,"
-                                  " owner_pid_ns, owner_pid, owner_start_ticks)"
-                                  " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,'running',?,?,?,?,?,?,?)");
+                                  " owner_pid_ns, owner_pid, owner_start_ticks, config_sha256, config_json)"
+                                  " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,'running',?,?,?,?,?,?,?,?,?)");
     if (!q)
         return -1;
     tb_owner me;
@@ -490,6 +490,8 @@ int64_t tb_store_session_begin(tb_store *st, const tb_session_info *si)
     sqlite3_bind_int(q, 13, s->warmup);
     sqlite3_bind_int(q, 14, s->repeat);
     sqlite3_bind_int64(q, 15, (int64_t)s->seed);
+    bind_text(q, 20, si->config_sha256);
+    bind_text(q, 21, si->config_json);
     return exec_insert(st, q);
 }
 

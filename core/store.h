@@ -48,6 +48,9 @@ typedef struct tb_session_info {
     int64_t machine_id;
     const tb_suite *suite;
     const char *command_line;
+    /* The resolved configuration and its sha256 (tb_plan.config_json,
+     * plan.h); NULL: not stored. */
+    const char *config_json, *config_sha256;
 } tb_session_info;
 
 /* New session in state 'running'; returns its id or -1. */

@@ -107,9 +107,21 @@ static char *backend_list(const tb_rsession *s)
     return tb_str_take(&b);
 }
 
-/* Conditions that make two sides not comparable, one line each. */
-static void differences(const tb_rsession *a, const tb_rsession *b, const tb_rbackend *ba, const tb_rbackend *bb,
-                        tb_str *out)
+/* Lines "IND  KEY: A vs B" for the keys the objects at path_a of json_a
+ * and path_b of json_b differ in (nothing when a side has no JSON). */
+static void diff_part(const char *json_a, const char *const *path_a, const char *json_b, const char *const *path_b,
+                      size_t depth, const char *ind, const char *prefix, tb_str *out)
+{
+    char *pa = tb_rjson_part(json_a, path_a, depth), *pb = tb_rjson_part(json_b, path_b, depth);
+    if (pa && pb)
+        tb_rjson_diff(pa, pb, ind, prefix, " vs ", "\n", out);
+    free(pa);
+    free(pb);
+}
+
+/* Conditions of two sessions that make them not comparable, one line
+ * each, indented by `ind` (nothing when a is b). */
+static void session_differences(const tb_rsession *a, const tb_rsession *b, const char *ind, tb_str *out)
 {
     if (a != b) {
         const char *fa = NULL, *fb = NULL;
@@ -120,28 +132,55 @@ static void differences(const tb_rsession *a, const tb_rsession *b, const tb_rba
             if (strcmp(b->machine.v[i].key, "fingerprint") == 0)
                 fb = b->machine.v[i].value;
         if (fa && fb && strcmp(fa, fb) != 0)
-            tb_str_appendf(out, "  machine: %s vs %s (different hardware or software: not a like-for-like run)\n",
-                           a->hostname, b->hostname);
+            tb_str_appendf(out, "%smachine: %s vs %s (different hardware or software: not a like-for-like run)\n",
+                           ind, a->hostname, b->hostname);
         if (strcmp(a->git_commit, b->git_commit) != 0)
-            tb_str_appendf(out, "  tokbench commit: %s vs %s\n", a->git_commit, b->git_commit);
+            tb_str_appendf(out, "%stokbench commit: %s vs %s\n", ind, a->git_commit, b->git_commit);
         if (strcmp(a->suite_sha256, b->suite_sha256) != 0)
-            tb_str_appendf(out, "  suite: sha256 %.12s vs %.12s\n", a->suite_sha256, b->suite_sha256);
+            tb_str_appendf(out, "%ssuite: sha256 %.12s vs %.12s\n", ind, a->suite_sha256, b->suite_sha256);
+        /* What the suites resolved to (after includes and ${ENV}): the
+         * hash, then the suite's and the prompt set's settings that differ;
+         * the backends' below. */
+        if (*a->config_sha256 && *b->config_sha256 && strcmp(a->config_sha256, b->config_sha256) != 0) {
+            tb_str_appendf(out, "%sconfiguration: sha256 %.12s vs %.12s\n", ind, a->config_sha256,
+                           b->config_sha256);
+            char *ind2 = tb_xasprintf("%s  ", ind);
+            static const char *const suite[] = {"suite"}, *const prompts[] = {"prompts"};
+            diff_part(a->config_json, suite, b->config_json, suite, 1, ind2, "suite ", out);
+            diff_part(a->config_json, prompts, b->config_json, prompts, 1, ind2, "prompt set ", out);
+            free(ind2);
+        }
     }
-    if (!ba || !bb)
-        return;
+}
+
+/* The same for backend ba of session a and bb of b: what they loaded and
+ * ran with, every option that differs, and the values their matrix
+ * swept (from each session's configuration; sessions before schema 6
+ * have none). */
+static void backend_differences(const tb_rsession *a, const tb_rsession *b, const tb_rbackend *ba,
+                                const tb_rbackend *bb, const char *ind, tb_str *out)
+{
     if (strcmp(ba->model, bb->model) != 0)
-        tb_str_appendf(out, "  model: %s vs %s\n", ba->model, bb->model);
+        tb_str_appendf(out, "%smodel: %s vs %s\n", ind, ba->model, bb->model);
     if (strcmp(ba->dtype, bb->dtype) != 0)
-        tb_str_appendf(out, "  dtype: %s vs %s (not comparable: one dtype per comparison)\n",
+        tb_str_appendf(out, "%sdtype: %s vs %s (not comparable: one dtype per comparison)\n", ind,
                        *ba->dtype ? ba->dtype : "?", *bb->dtype ? bb->dtype : "?");
     if (strcmp(ba->plugin, bb->plugin) != 0 || strcmp(ba->plugin_version, bb->plugin_version) != 0)
-        tb_str_appendf(out, "  plugin: %s %s vs %s %s\n", ba->plugin, ba->plugin_version, bb->plugin,
+        tb_str_appendf(out, "%splugin: %s %s vs %s %s\n", ind, ba->plugin, ba->plugin_version, bb->plugin,
                        bb->plugin_version);
     if (strcmp(ba->device, bb->device) != 0)
-        tb_str_appendf(out, "  device: %s vs %s\n", ba->device, bb->device);
+        tb_str_appendf(out, "%sdevice: %s vs %s\n", ind, ba->device, bb->device);
     if (ba->random_weights != bb->random_weights)
-        tb_str_appendf(out, "  random weights: %s vs %s\n", ba->random_weights == 1 ? "yes" : "no",
+        tb_str_appendf(out, "%srandom weights: %s vs %s\n", ind, ba->random_weights == 1 ? "yes" : "no",
                        bb->random_weights == 1 ? "yes" : "no");
+    /* Option by option (every option's value as the backend ran: the
+     * suite's, ${ENV} resolved, or the default), for one plugin: two
+     * plugins' options are not the same options. */
+    if (strcmp(ba->plugin, bb->plugin) != 0)
+        return;
+    tb_rjson_diff(ba->options_json, bb->options_json, ind, "option ", " vs ", "\n", out);
+    const char *const ma[] = {"backends", ba->label, "matrix"}, *const mb[] = {"backends", bb->label, "matrix"};
+    diff_part(a->config_json, ma, b->config_json, mb, 3, ind, "matrix ", out);
 }
 
 static int same_dims(const tb_rcase *x, const tb_rcase *y)
@@ -237,17 +276,18 @@ int tb_compare_run(sqlite3 *db, const tb_compare_opts *o, FILE *out, tb_compare_
                 (long long)sa.id, sa.suite_name, sa.started_at, sa.hostname, sa.git_commit, (long long)sb->id,
                 sb->suite_name, sb->started_at, sb->hostname, sb->git_commit);
     tb_str diff = {0};
-    differences(&sa, sb, by_backend ? &sa.backends[bia] : NULL, by_backend ? &sb->backends[bib] : NULL, &diff);
-    if (!by_backend)
+    session_differences(&sa, sb, "  ", &diff);
+    if (by_backend)
+        backend_differences(&sa, sb, &sa.backends[bia], &sb->backends[bib], "  ", &diff);
+    else
         for (size_t b = 0; b < sa.n_backends; b++) {
             size_t other;
             if (find_backend(sb, sa.backends[b].label, &other) != 0)
                 continue;
             tb_str d2 = {0};
-            /* (&sa, &sa): the backends only; the sessions were done above. */
-            differences(&sa, &sa, &sa.backends[b], &sb->backends[other], &d2);
+            backend_differences(&sa, sb, &sa.backends[b], &sb->backends[other], "    ", &d2);
             if (d2.len)
-                tb_str_appendf(&diff, "  backend %s:\n  %s", sa.backends[b].label, d2.s);
+                tb_str_appendf(&diff, "  backend %s:\n%s", sa.backends[b].label, d2.s);
             tb_str_free(&d2);
         }
     if (diff.len)

@@ -132,7 +132,8 @@ int tb_history_load(sqlite3 *db, const char *label, const char *metric, char *co
                   " coalesce(json_extract(b.info_json, '$.dtype'), ''), b.plugin_version, c.status,"
                   " c.prompt_tokens, c.max_new_tokens, c.batch, c.concurrency, c.steps, c.block_length,"
                   " c.request_rate, c.options_json,"
-                  " mt.n, mt.median, mt.p5, mt.p95, mt.mean, mt.stdev, mt.cv, mt.min, mt.max, mt.ci_lo, mt.ci_hi"
+                  " mt.n, mt.median, mt.p5, mt.p95, mt.mean, mt.stdev, mt.cv, mt.min, mt.max, mt.ci_lo, mt.ci_hi,"
+                  " b.options_json, s.config_sha256, s.config_json"
                   " FROM bench_case c JOIN backend b ON b.id = c.backend_id JOIN session s ON s.id = c.session_id"
                   " JOIN machine m ON m.id = s.machine_id"
                   " LEFT JOIN metric mt ON mt.case_id = c.id AND mt.name = ?2"
@@ -187,6 +188,9 @@ int tb_history_load(sqlite3 *db, const char *label, const char *metric, char *co
             p->dtype = dup_col(q, 9);
             p->plugin_version = dup_col(q, 10);
             p->case_status = dup_col(q, 11);
+            p->options_json = dup_col(q, 31);
+            p->config_sha256 = dup_col(q, 32);
+            p->config_json = dup_col(q, 33);
             p->st = (tb_stats){.n = sqlite3_column_type(q, 20) == SQLITE_NULL ? 0 : (size_t)sqlite3_column_int64(q, 20),
                                .median = num_col(q, 21), .p5 = num_col(q, 22), .p95 = num_col(q, 23),
                                .mean = num_col(q, 24), .stdev = num_col(q, 25), .cv = num_col(q, 26),
@@ -229,6 +233,9 @@ void tb_history_free(tb_history *h)
             free(p->dtype);
             free(p->plugin_version);
             free(p->case_status);
+            free(p->options_json);
+            free(p->config_sha256);
+            free(p->config_json);
         }
         free(s->p);
         free(s->key);
@@ -248,7 +255,21 @@ static tb_metric_better direction(const char *metric)
     return d ? d->better : TB_BETTER_HIGHER;
 }
 
-/* What changed between two points of a series, as a note (NULL: nothing). */
+/* "; KEY A -> B" for each key the objects at `path` of two sessions'
+ * configurations differ in (nothing when a side has none). */
+static void config_changes(const tb_hpoint *prev, const tb_hpoint *p, const char *const *path, size_t depth,
+                           const char *prefix, tb_str *b)
+{
+    char *x = tb_rjson_part(prev->config_json, path, depth), *y = tb_rjson_part(p->config_json, path, depth);
+    if (x && y)
+        tb_rjson_diff(x, y, "; ", prefix, " -> ", "", b);
+    free(x);
+    free(y);
+}
+
+/* What changed between two points of a series, as a note (NULL: nothing):
+ * the machine, what the backend loaded, each of its options, and the
+ * suite's settings when the resolved configurations differ. */
 static char *changes(const tb_hpoint *prev, const tb_hpoint *p)
 {
     tb_str b = {0};
@@ -260,6 +281,18 @@ static char *changes(const tb_hpoint *prev, const tb_hpoint *p)
         tb_str_appendf(&b, "%sdtype %s -> %s", b.len ? "; " : "", prev->dtype, p->dtype);
     if (strcmp(prev->plugin_version, p->plugin_version) != 0)
         tb_str_appendf(&b, "%splugin %s -> %s", b.len ? "; " : "", prev->plugin_version, p->plugin_version);
+    /* Each entry below starts with "; ": appended, then the first cut. */
+    size_t at = b.len;
+    tb_rjson_diff(prev->options_json, p->options_json, "; ", "option ", " -> ", "", &b);
+    if (*prev->config_sha256 && *p->config_sha256 && strcmp(prev->config_sha256, p->config_sha256) != 0) {
+        static const char *const suite[] = {"suite"}, *const prompts[] = {"prompts"};
+        config_changes(prev, p, suite, 1, "suite ", &b);
+        config_changes(prev, p, prompts, 1, "prompt set ", &b);
+    }
+    if (at == 0 && b.len > 2) { /* nothing before: drop the leading "; " */
+        memmove(b.s, b.s + 2, b.len - 1);
+        b.len -= 2;
+    }
     if (!b.len)
         return NULL;
     return tb_str_take(&b);

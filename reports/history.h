@@ -16,6 +16,9 @@ typedef struct tb_hpoint {
     char *started_at, *commit, *version, *session_status;
     char *host, *hardware, *fingerprint; /* hardware: GPU name, else CPU model */
     char *model, *dtype, *plugin_version;
+    char *options_json; /* every option of the backend as it ran */
+    char *config_sha256, *config_json; /* the session's resolved
+                                          configuration; "" before schema 6 */
     char *case_status; /* "ok", "failed", "skipped" */
     tb_stats st;       /* the metric in that case; n = 0 when not stored */
 } tb_hpoint;

@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "rsession.h"
 
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +43,83 @@ static void kvs_free(tb_rkvs *k)
 }
 
 
+/* ------------------------------------------------------ JSON diff */
+
+/* A value as a person reads it: strings bare, the rest as JSON. */
+static char *json_text(const cJSON *v)
+{
+    if (!v)
+        return tb_xstrdup("(none)");
+    if (cJSON_IsString(v))
+        return tb_xstrdup(v->valuestring);
+    char *t = cJSON_PrintUnformatted(v);
+    char *r = tb_xstrdup(t ? t : "?");
+    free(t);
+    return r;
+}
+
+typedef struct diff_ctx {
+    const char *lead, *prefix, *sep, *tail;
+    tb_str *out;
+    int n;
+} diff_ctx;
+
+/* Keys of a (then those only b has) whose values differ; `at` is the
+ * flattened path so far. */
+static void diff_objects(const cJSON *a, const cJSON *b, const char *at, diff_ctx *d)
+{
+    for (int pass = 0; pass < 2; pass++) {
+        const cJSON *from = pass ? b : a, *other = pass ? a : b, *it;
+        cJSON_ArrayForEach(it, from)
+        {
+            const cJSON *o = cJSON_GetObjectItemCaseSensitive(other, it->string);
+            if (pass && o)
+                continue; /* compared in the first pass */
+            char *key = *at ? tb_xasprintf("%s.%s", at, it->string) : tb_xstrdup(it->string);
+            const cJSON *va = pass ? o : it, *vb = pass ? it : o;
+            if (cJSON_IsObject(va) && cJSON_IsObject(vb)) {
+                diff_objects(va, vb, key, d);
+            } else if (!va || !vb || !cJSON_Compare(va, vb, 1)) {
+                char *ta = json_text(va), *tb = json_text(vb);
+                tb_str_appendf(d->out, "%s%s%s: %s%s%s%s", d->lead, d->prefix, key, ta, d->sep, tb, d->tail);
+                free(ta);
+                free(tb);
+                d->n++;
+            }
+            free(key);
+        }
+    }
+}
+
+int tb_rjson_diff(const char *a, const char *b, const char *lead, const char *prefix, const char *sep,
+                  const char *tail, tb_str *out)
+{
+    cJSON *ja = a ? cJSON_Parse(a) : NULL, *jb = b ? cJSON_Parse(b) : NULL;
+    diff_ctx d = {lead, prefix, sep, tail, out, 0};
+    if (cJSON_IsObject(ja) && cJSON_IsObject(jb))
+        diff_objects(ja, jb, "", &d);
+    cJSON_Delete(ja);
+    cJSON_Delete(jb);
+    return d.n;
+}
+
+char *tb_rjson_part(const char *json, const char *const *path, size_t depth)
+{
+    cJSON *j = json ? cJSON_Parse(json) : NULL;
+    if (!cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        return NULL;
+    }
+    const cJSON *o = j;
+    for (size_t i = 0; o && i < depth; i++)
+        o = cJSON_GetObjectItemCaseSensitive(o, path[i]);
+    char *t = cJSON_IsObject(o) ? cJSON_PrintUnformatted(o) : NULL;
+    char *r = tb_xstrdup(t ? t : "{}");
+    free(t);
+    cJSON_Delete(j);
+    return r;
+}
+
 const char *tb_rfmt(char *buf, size_t size, double v, int prec)
 {
     if (!isfinite(v))
@@ -62,7 +140,7 @@ static int load_session(sqlite3 *db, int64_t id, tb_rsession *s, char **err)
         " m.hostname, m.cpu_model, m.cpu_cores, m.ram_bytes, m.os, m.kernel, m.arch, m.gpu_count,"
         " coalesce(m.gpu_name, 'none'), m.gpu_memory_bytes, coalesce(m.gpu_driver, '-'),"
         " coalesce(m.cuda_driver_version, '-'), coalesce(m.compute_capability, '-'), m.nvml_status,"
-        " m.fingerprint, s.prompt_set_path, s.prompt_set_sha256"
+        " m.fingerprint, s.prompt_set_path, s.prompt_set_sha256, s.config_sha256, s.config_json"
         " FROM session s JOIN machine m ON m.id = s.machine_id WHERE s.id = ?";
     sqlite3_stmt *q;
     if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK) {
@@ -87,11 +165,16 @@ static int load_session(sqlite3 *db, int64_t id, tb_rsession *s, char **err)
     s->repeat = sqlite3_column_int(q, 14);
     s->hostname = dup_col(q, 16);
     s->has_prompt_set = sqlite3_column_type(q, 31) != SQLITE_NULL;
+    s->config_sha256 = dup_col(q, 33);
+    s->config_json = dup_col(q, 34);
 
     tb_rkvs *k = &s->session;
     kv_add(k, "session", tb_xasprintf("%lld (%s)", (long long)id, s->uuid));
     kv_add(k, "suite", tb_xasprintf("%s (%s)", s->suite_name, sqlite3_column_text(q, 2)));
-    kv_add(k, "suite sha256", dup_col(q, 3));
+    kv_add(k, "suite sha256", dup_col(q, 3)); /* of the text as written */
+    /* of what it resolved to: options and matrix after includes and ${ENV} */
+    kv_add(k, "configuration sha256",
+           tb_xstrdup(*s->config_sha256 ? s->config_sha256 : "(not recorded: a session before schema 6)"));
     kv_add(k, "status", dup_col(q, 12));
     kv_add(k, "started (UTC)", dup_col(q, 10));
     kv_add(k, "finished (UTC)", dup_col(q, 11));
@@ -168,6 +251,7 @@ static int load_backends(sqlite3 *db, tb_rsession *s, char **err)
         b->plugin_version = dup_col(q, 2);
         b->model = dup_col(q, 3);
         b->capabilities = dup_col(q, 4);
+        b->options_json = dup_col(q, 5);
         b->dtype = dup_col(q, 7);
         b->device = dup_col(q, 8);
         b->random_weights = int_col(q, 9);
@@ -320,6 +404,8 @@ void tb_rsession_free(tb_rsession *s)
     free(s->suite_name);
     free(s->suite_text);
     free(s->suite_sha256);
+    free(s->config_sha256);
+    free(s->config_json);
     free(s->started_at);
     free(s->status);
     free(s->git_commit);
@@ -333,6 +419,7 @@ void tb_rsession_free(tb_rsession *s)
         free(b->plugin_version);
         free(b->model);
         free(b->capabilities);
+        free(b->options_json);
         free(b->dtype);
         free(b->device);
         kvs_free(&b->info);

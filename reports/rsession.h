@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "stats.h"
+#include "strmem.h"
 
 /* A label and its value, in display order. */
 typedef struct tb_rkv {
@@ -28,6 +29,7 @@ typedef struct tb_rmetric {
 
 typedef struct tb_rbackend {
     char *label, *plugin, *plugin_version, *model, *capabilities;
+    char *options_json;   /* every option's value (backend.options_json) */
     char *dtype, *device; /* "" when the backend did not say */
     int random_weights;   /* 1 yes, 0 no, -1 not said */
     int has_steps;        /* some case of it has a steps dimension */
@@ -70,6 +72,9 @@ enum {
 typedef struct tb_rsession {
     int64_t id;
     char *uuid, *suite_name, *suite_text, *suite_sha256, *started_at, *status, *git_commit, *hostname;
+    /* the resolved configuration (core/plan.h) and its sha256; "" in
+     * sessions stored before schema 6 */
+    char *config_sha256, *config_json;
     int repeat, warmup;
     tb_rkvs session; /* session conditions */
     tb_rkvs machine; /* machine conditions */
@@ -128,6 +133,19 @@ typedef struct tb_rgrid {
 } tb_rgrid;
 void tb_rgrid_build(const tb_rsession *s, tb_rgrid *g);
 void tb_rgrid_free(tb_rgrid *g);
+
+/* The conditions two JSON objects differ in: nested objects flattened as
+ * "outer.inner", values as JSON text (strings bare), a key one side lacks
+ * as "(none)". Appends, per differing key in a's order then b's, lead +
+ * prefix + key + ": " + A + sep + B + tail to out; returns how many.
+ * Either side not a JSON object (an old row's ""): 0. */
+int tb_rjson_diff(const char *a, const char *b, const char *lead, const char *prefix, const char *sep,
+                  const char *tail, tb_str *out);
+
+/* The object at `path` (depth keys deep) of JSON object `json`, as JSON
+ * text (malloc'd): "{}" when it has none; NULL when json is not an
+ * object (an old row's ""). */
+char *tb_rjson_part(const char *json, const char *const *path, size_t depth);
 
 /* Numbers for people: "-" for NaN, else printf("%.*f"). Returns buf. */
 const char *tb_rfmt(char *buf, size_t size, double v, int prec);

@@ -110,14 +110,16 @@ static void print_header(sqlite3 *db, int64_t session, FILE *out)
         "SELECT s.id, s.uuid, s.suite_name, s.suite_path, s.started_at, coalesce(s.finished_at, ''), s.status,"
         " s.tokbench_version, s.git_commit, s.warmup, s.repeat, s.seed, m.hostname, m.cpu_model, m.cpu_cores,"
         " m.ram_bytes, m.os, m.kernel, m.gpu_count, coalesce(m.gpu_name, ''), coalesce(m.gpu_driver, ''),"
-        " coalesce(m.cuda_driver_version, ''), s.cuda_build_version, m.nvml_status, substr(s.suite_sha256, 1, 12)"
+        " coalesce(m.cuda_driver_version, ''), s.cuda_build_version, m.nvml_status, substr(s.suite_sha256, 1, 12),"
+        " coalesce(substr(s.config_sha256, 1, 12), '')"
         " FROM session s JOIN machine m ON m.id = s.machine_id WHERE s.id = ?";
     if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK)
         return;
     sqlite3_bind_int64(q, 1, session);
     if (sqlite3_step(q) == SQLITE_ROW) {
-        fprintf(out, "session %s  %s  suite %s (%s, sha256 %s…)\n", col_text(q, 0), col_text(q, 1), col_text(q, 2),
-                col_text(q, 3), col_text(q, 24));
+        fprintf(out, "session %s  %s  suite %s (%s, sha256 %s…%s%s%s)\n", col_text(q, 0), col_text(q, 1),
+                col_text(q, 2), col_text(q, 3), col_text(q, 24), *col_text(q, 25) ? ", configuration sha256 " : "",
+                col_text(q, 25), *col_text(q, 25) ? "…" : "");
         fprintf(out, "  %s .. %s  status %s  tokbench %s (%s)  warm-up %s, %s repetitions, seed %s\n",
                 col_text(q, 4), col_text(q, 5), col_text(q, 6), col_text(q, 7), col_text(q, 8), col_text(q, 9),
                 col_text(q, 10), col_text(q, 11));

@@ -767,6 +767,76 @@ static void test_large_cases_pass(void)
     CHECK(tb_wire_result_bytes(1000000000, 1000000000, 1000000000) == UINT64_MAX);
 }
 
+/* ------------------------------------------------ configuration */
+
+/* The resolved configuration's hash follows what the suite resolves to,
+ * not its words: ${ENV} values count, an include does not, --filter does
+ * not (issue 15.6). */
+static void test_config_hash(void)
+{
+    static const char *const text = "[suite]\n"
+                                    "seed = 3\n"
+                                    "[matrix]\n"
+                                    "max_new_tokens = ${TB_T_NEW:-8}\n"
+                                    "batch = 1, 2\n"
+                                    "[backend a]\n"
+                                    "plugin = @NULL@\n"
+                                    "step_us = ${TB_T_STEP}\n";
+    fixture f500, f600, f500n, finc;
+    setenv("TB_T_STEP", "500", 1);
+    if (build_ok("cfg.ini", text, &f500) != 0)
+        return;
+    setenv("TB_T_STEP", "600", 1);
+    if (build_ok("cfg.ini", text, &f600) != 0) {
+        fixture_free(&f500);
+        return;
+    }
+    setenv("TB_T_STEP", "500", 1);
+    setenv("TB_T_NEW", "4, 8", 1);
+    if (build_ok("cfg.ini", text, &f500n) != 0) {
+        fixture_free(&f500);
+        fixture_free(&f600);
+        return;
+    }
+    unsetenv("TB_T_NEW");
+    /* the same configuration written in two files */
+    put("cfg-part.ini", "[backend a]\nplugin = @NULL@\nstep_us = 500\n");
+    if (build_ok("cfg-inc.ini", "[suite]\nseed = 3\n[matrix]\nbatch = 1, 2\nmax_new_tokens = 8\ninclude = cfg-part.ini\n",
+                 &finc) != 0) {
+        fixture_free(&f500);
+        fixture_free(&f600);
+        fixture_free(&f500n);
+        return;
+    }
+    /* one text ... */
+    CHECK_STR(f500.suite.text, f600.suite.text);
+    /* ... three configurations, each hashed (64 hex digits) */
+    CHECK(strlen(f500.plan.config_sha256) == 64);
+    CHECK(strcmp(f500.plan.config_sha256, f600.plan.config_sha256) != 0);
+    CHECK(strcmp(f500.plan.config_sha256, f500n.plan.config_sha256) != 0);
+    CHECK_CONTAINS(f500.plan.config_json, "\"step_us\":\"500\"");
+    CHECK_CONTAINS(f600.plan.config_json, "\"step_us\":\"600\"");
+    CHECK_CONTAINS(f500.plan.config_json, "\"seed\":\"3\"");
+    CHECK_CONTAINS(f500.plan.config_json, "\"matrix\":{\"prompt_tokens\":\"128\",\"max_new_tokens\":\"8\","
+                                         "\"batch\":\"1, 2\"}");
+    CHECK_CONTAINS(f500n.plan.config_json, "\"max_new_tokens\":\"4, 8\"");
+    /* another text, the same configuration */
+    CHECK(strcmp(f500.suite.text, finc.suite.text) != 0);
+    CHECK_STR(finc.plan.config_json, f500.plan.config_json);
+    CHECK_STR(finc.plan.config_sha256, f500.plan.config_sha256);
+    /* --filter runs part of it: the configuration stays the suite's */
+    char *before = tb_xstrdup(f500.plan.config_sha256), *err = NULL;
+    char *flt[] = {"batch=2"};
+    CHECK(tb_plan_filter(&f500.plan, flt, 1, &err) == 0 && f500.plan.n_cases == 1);
+    CHECK_STR(f500.plan.config_sha256, before);
+    free(before);
+    unsetenv("TB_T_STEP");
+    fixture_free(&f500);
+    fixture_free(&f600);
+    fixture_free(&f500n);
+    fixture_free(&finc);
+}
+
 /* ----------------------------------------------------------- print */
 
 static void test_plan_print(void)
@@ -846,6 +916,7 @@ int main(void)
 
     test_plan_print();
 
+    test_config_hash();
     test_absurd_dimensions();
     test_large_cases_pass();
 

@@ -173,6 +173,45 @@ grep -qE '^ar-like vs diffusion-like +prompt 32, new 64, batch 1, steps 16 +agg_
 [ $? = 1 ] && grep -q 'B not ok' "$tmp/cf.out" || fail "a case failing in B only is not a regression"
 pass "compare: sessions, backends, regressions, exit status"
 
+# one suite text, two configurations: ${ENV} resolved differently (issue
+# 15.6). The text's sha256 is the same; the configuration's is not, and
+# compare, history and the report's conditions say what differs.
+cat >"$tmp/env.ini" <<'EOF'
+[suite]
+warmup = 0
+repeat = 3
+seed = ${TB_SEED:-1}
+[matrix]
+max_new_tokens = 8
+[backend ar-like]
+plugin = null
+step_us = ${TB_STEP}
+[backend other]
+plugin = null
+max_new_tokens = ${TB_NEW:-8}
+EOF
+TOKBENCH_PLUGIN_PATH="$build/plugins" TB_STEP=500 "$tb" run "$tmp/env.ini" --db "$tmp/env.db" >/dev/null 2>&1 || fail "env run 1"
+TOKBENCH_PLUGIN_PATH="$build/plugins" TB_STEP=600 TB_SEED=2 TB_NEW=4,8 "$tb" run "$tmp/env.ini" --db "$tmp/env.db" >/dev/null 2>&1 || fail "env run 2"
+[ "$(q "$tmp/env.db" "select count(distinct suite_sha256) || ' ' || count(distinct config_sha256) from session")" = "1 2" ] \
+    || fail "env: expected one text hash, two configuration hashes: $(q "$tmp/env.db" "select suite_sha256, config_sha256 from session")"
+"$tb" compare 1 2 --db "$tmp/env.db" >"$tmp/ce.out" 2>&1 || fail "env compare: $(cat "$tmp/ce.out")"
+want="conditions that differ:
+  configuration: sha256 $(q "$tmp/env.db" "select substr(config_sha256, 1, 12) from session where id = 1") vs $(q "$tmp/env.db" "select substr(config_sha256, 1, 12) from session where id = 2")
+    suite seed: 1 vs 2
+  backend ar-like:
+    option step_us: 500 vs 600
+  backend other:
+    matrix max_new_tokens: 8 vs 4, 8"
+[ "$(sed -n '/^conditions that differ:/,/^$/p' "$tmp/ce.out" | sed '$d')" = "$want" ] \
+    || fail "env compare: conditions: $(sed -n '/^conditions/,/^$/p' "$tmp/ce.out")"
+"$tb" history --backend ar-like --db "$tmp/env.db" >"$tmp/he.out" 2>&1 || fail "env history"
+grep -q '^  session 2: option step_us: 500 -> 600; suite seed: 1 -> 2: not comparable with the session before$' "$tmp/he.out" \
+    || fail "env history notes: $(cat "$tmp/he.out")"
+"$tb" report 2 --db "$tmp/env.db" >"$tmp/re.md" 2>/dev/null || fail "env report"
+grep -qF "| configuration sha256 | $(q "$tmp/env.db" "select config_sha256 from session where id = 2") |" "$tmp/re.md" \
+    || fail "env report: no configuration sha256 in the conditions"
+pass "compare/history/report: one text, two configurations, option by option"
+
 # --- 4. history
 "$tb" history --backend ar-like --filter batch=1 --filter prompt_tokens=32 --db "$db" >"$tmp/h.out" || fail "history"
 grep -q '^agg_tps (tokens/s) of backend ar-like, case prompt 32, new 64, batch 1: 3 sessions' "$tmp/h.out" \
@@ -243,7 +282,8 @@ q "$tmp/older.db" "alter table session drop column owner_boot_id; alter table se
   alter table session drop column owner_pid; alter table session drop column owner_start_ticks"
 # migration 6's columns
 q "$tmp/older.db" "alter table metric drop column p90; alter table metric drop column p99;
-  alter table request drop column prompt_hash"
+  alter table request drop column prompt_hash; alter table session drop column config_sha256;
+  alter table session drop column config_json"
 q "$tmp/older.db" "pragma user_version = 1"
 "$tb" db merge "$tmp/older.db" --db "$tmp/z.db" >/dev/null || fail "older schema not merged"
 [ "$(q "$tmp/older.db" "pragma user_version")" = 1 ] || fail "merge modified the other database"

@@ -273,7 +273,8 @@ static int setup_session(tb_store *st, tb_plan_backend *pb, int64_t *machine, in
     tb_machine_info mi;
     fill_machine(&mi, "fp-session");
     *machine = tb_store_machine(st, &mi);
-    tb_session_info si = {.machine_id = *machine, .suite = &test_suite, .command_line = "tokbench run unit.ini"};
+    tb_session_info si = {.machine_id = *machine, .suite = &test_suite, .command_line = "tokbench run unit.ini",
+                          .config_json = "{\"suite\":{\"seed\":\"1\"}}", .config_sha256 = "c0ffee"};
     *session = tb_store_session_begin(st, &si);
     memset(pb, 0, sizeof *pb);
     pb->sb = &test_sb;
@@ -632,10 +633,15 @@ static void test_full_session(void)
                 (long long)session) == 1);
     CHECK(q_int(db, "SELECT started_at GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]T*Z' FROM session"
                     " WHERE id = %lld", (long long)session) == 1);
+    /* the resolved configuration beside the text's hash */
+    CHECK_TEXT(db, "c0ffee", "SELECT config_sha256 FROM session WHERE id = %lld", (long long)session);
+    CHECK_TEXT(db, "{\"suite\":{\"seed\":\"1\"}}", "SELECT config_json FROM session WHERE id = %lld",
+               (long long)session);
     /* A second session gets another UUID. */
     tb_session_info si2 = {.machine_id = machine, .suite = &test_suite, .command_line = "again"};
     int64_t session2 = tb_store_session_begin(st, &si2);
     CHECK(session2 > session);
+    CHECK(q_is_null(db, "SELECT config_sha256 FROM session WHERE id = %lld", (long long)session2)); /* not given */
     CHECK(q_int(db, "SELECT count(DISTINCT uuid) FROM session") == 2);
 
     /* backend row */

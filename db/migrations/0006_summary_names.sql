@@ -96,3 +96,11 @@ ORDER BY s.id, c.ordinal;
 -- with the same prompt hash; rows stored before have NULL and are
 -- compared by prompt set item, else by request slot, as before.
 ALTER TABLE request ADD COLUMN prompt_hash TEXT;
+
+-- session.config_sha256 and config_json: the suite's resolved
+-- configuration (after includes and ${ENV}; core/plan.h says what it
+-- holds) and its sha256, beside suite_sha256 (of the text as written:
+-- ${STEP} = 500 and 600 hash the same there). compare and history list
+-- the conditions that differ from it. NULL in sessions stored before.
+ALTER TABLE session ADD COLUMN config_sha256 TEXT;
+ALTER TABLE session ADD COLUMN config_json TEXT;
