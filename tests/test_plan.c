@@ -800,7 +800,7 @@ static void test_config_hash(void)
     }
     unsetenv("TB_T_NEW");
     /* the same configuration written in two files */
-    put("cfg-part.ini", "[backend a]\nplugin = @NULL@\nstep_us = 500\n");
+    free(put("cfg-part.ini", "[backend a]\nplugin = @NULL@\nstep_us = 500\n"));
     if (build_ok("cfg-inc.ini", "[suite]\nseed = 3\n[matrix]\nbatch = 1, 2\nmax_new_tokens = 8\ninclude = cfg-part.ini\n",
                  &finc) != 0) {
         fixture_free(&f500);
