@@ -204,7 +204,8 @@ static int load_session(sqlite3 *db, int64_t id, tb_rsession *s, char **err)
     } else {
         kv_add(k, "GPU", tb_xasprintf("none (%s)", sqlite3_column_text(q, 29)));
     }
-    kv_add(k, "fingerprint", tb_xstrndup((const char *)sqlite3_column_text(q, 30), 16));
+    /* its first 16 characters (a merged or hand-made one may be shorter) */
+    kv_add(k, "fingerprint", tb_xasprintf("%.16s", sqlite3_column_text(q, 30)));
     sqlite3_finalize(q);
     return 0;
 }

@@ -249,8 +249,11 @@ grep -q "0 sessions imported .* 1 already present" "$tmp/merge2.out" || fail "se
 [ "$(q "$tmp/m.db" "pragma foreign_key_check" | wc -l)" = 0 ] || fail "dangling references after merge"
 [ "$(q "$tmp/m.db" "select uuid from session where id = 4")" = "$(q "$other" "select uuid from session")" ] || fail "uuid not kept"
 # the merged session reads back as it was: same figures in the report tables
-"$tb" report 1 --db "$other" | sed -n '/^## Throughput/,/^## Conditions/p' >"$tmp/o.tables"
-"$tb" report 4 --db "$tmp/m.db" | sed -n '/^## Throughput/,/^## Conditions/p' >"$tmp/m.tables"
+"$tb" report 1 --db "$other" >"$tmp/o.md" || fail "report of the other machine's session"
+"$tb" report 4 --db "$tmp/m.db" >"$tmp/m.md" || fail "report of the merged session (its 4-character fingerprint)"
+sed -n '/^## Throughput/,/^## Conditions/p' "$tmp/o.md" >"$tmp/o.tables"
+sed -n '/^## Throughput/,/^## Conditions/p' "$tmp/m.md" >"$tmp/m.tables"
+grep -q '^| fingerprint | f00d |$' "$tmp/m.md" || fail "merged session's fingerprint: $(grep fingerprint "$tmp/m.md")"
 cmp -s "$tmp/o.tables" "$tmp/m.tables" || fail "merged session's tables differ from the original"
 # merging both ways into empty databases gives the same content
 "$tb" db merge "$db" --db "$tmp/x.db" >/dev/null && "$tb" db merge "$other" --db "$tmp/x.db" >/dev/null || fail "merge into x"
