@@ -343,3 +343,51 @@ void tb_case_metrics(const tb_call_view *calls, size_t n_calls, const tb_case_me
     free(cls);
     free(em_t);
 }
+
+void tb_case_request_tally(const tb_case_record *rec, tb_request_tally *t)
+{
+    _Static_assert(sizeof tb_error_classes / sizeof *tb_error_classes <= sizeof t->per_class / sizeof *t->per_class,
+                   "room for every error class");
+    memset(t, 0, sizeof *t);
+    for (size_t i = 0; i < rec->n_samples; i++) {
+        const tb_sample_record *s = &rec->samples[i];
+        if (s->warmup)
+            continue;
+        for (uint32_t r = 0; r < s->n_requests; r++) {
+            t->requests++;
+            if (s->requests[r].status != TB_OK) {
+                t->failed++;
+                t->per_class[tb_error_class(s->requests[r].error)]++;
+            }
+        }
+    }
+}
+
+char *tb_case_all_failed(const tb_case_record *rec)
+{
+    tb_request_tally t;
+    tb_case_request_tally(rec, &t);
+    if (!t.requests || t.failed < t.requests)
+        return NULL;
+    tb_str b = {0};
+    tb_str_appendf(&b, "every request failed: %zu of %zu (", t.failed, t.requests);
+    const char *sep = "";
+    for (size_t k = 0; k < tb_n_error_classes; k++)
+        if (t.per_class[k]) {
+            tb_str_appendf(&b, "%s%s %zu", sep, tb_error_classes[k], t.per_class[k]);
+            sep = ", ";
+        }
+    tb_str_append(&b, ")");
+    for (size_t i = 0; i < rec->n_samples; i++)
+        if (!rec->samples[i].warmup && rec->samples[i].n_requests) {
+            const char *e = rec->samples[i].requests[0].error;
+            tb_str_appendf(&b, "; first: %s", e ? e : "(no message)");
+            break;
+        }
+    return tb_str_take(&b);
+}
+
+int tb_case_degraded(const tb_request_tally *t, double max_error_rate)
+{
+    return t->failed > 0 && (double)t->failed > max_error_rate * (double)t->requests;
+}

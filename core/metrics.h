@@ -108,6 +108,24 @@ size_t tb_error_class(const char *error);
 
 /* ------------------------------------------------------ one case */
 
+/* The measured (not warm-up) requests of a case: how many, how many
+ * failed, and the failures by error class (tb_error_classes order). */
+typedef struct tb_request_tally {
+    size_t requests, failed;
+    size_t per_class[16];
+} tb_request_tally;
+void tb_case_request_tally(const tb_case_record *rec, tb_request_tally *t);
+
+/* The status rule (docs/METRICS.md, "Case status"): a case whose every
+ * measured request failed is failed, with this reason (malloc'd, e.g.
+ * "every request failed: 8 of 8 (connect 8); first: connect: refused");
+ * NULL when some request succeeded or none was measured. */
+char *tb_case_all_failed(const tb_case_record *rec);
+
+/* Is a case degraded: some measured request failed, more than the
+ * fraction max_error_rate (0: any failure) of them? */
+int tb_case_degraded(const tb_request_tally *t, double max_error_rate);
+
 /* One decoded call: the raw figures, its requests, emissions and texts. */
 typedef struct tb_call_view {
     tb_raw_call call;

@@ -119,7 +119,7 @@ void tb_proportion_stats(double p, size_t trials, tb_stats *out)
     memset(out, 0, sizeof *out);
     out->n = trials;
     if (trials == 0) {
-        out->median = out->p5 = out->p95 = out->mean = out->stdev = out->cv = NAN;
+        out->median = out->p5 = out->p95 = out->p90 = out->p99 = out->mean = out->stdev = out->cv = NAN;
         out->min = out->max = out->ci_lo = out->ci_hi = NAN;
         return;
     }
@@ -128,7 +128,7 @@ void tb_proportion_stats(double p, size_t trials, tb_stats *out)
     double centre = (p + z2 / (2 * n)) / (1 + z2 / n);
     double half = z / (1 + z2 / n) * sqrt(p * (1 - p) / n + z2 / (4 * n * n));
     out->median = out->mean = p;
-    out->p5 = out->p95 = NAN; /* a proportion has no spread of its own */
+    out->p5 = out->p95 = out->p90 = out->p99 = NAN; /* a proportion has no spread of its own */
     out->min = out->max = NAN;
     out->stdev = sqrt(p * (1 - p));
     out->cv = p > 0 ? out->stdev / p : NAN;

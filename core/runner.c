@@ -97,6 +97,7 @@ typedef struct run_state {
     const int64_t *backend_ids;
     tb_progress progress;
     tb_run_summary *sum;
+    double max_error_rate;
     int store_failed;
 } run_state;
 
@@ -157,8 +158,17 @@ static void record_result(run_state *rs, const tb_case *c, case_outcome *o, cons
     tb_case_record rec = {0};
     char *err = NULL;
     if (build_record(rs->plan, c, f->payload, f->len, &rec, &err) == 0) {
-        o->status = "ok";
+        /* Stored with its samples either way: the failures are data. */
+        char *all_failed = tb_case_all_failed(&rec);
+        o->status = all_failed ? "failed" : "ok";
+        o->error = all_failed;
+        if (!all_failed) {
+            tb_request_tally t;
+            tb_case_request_tally(&rec, &t);
+            rs->sum->degraded += tb_case_degraded(&t, rs->max_error_rate);
+        }
         finish_case(rs, c, o, &rec);
+        free(all_failed);
     } else {
         o->status = "failed";
         o->error = err;
@@ -260,7 +270,7 @@ static void run_backend(run_state *rs, size_t bi)
 }
 
 tb_run_outcome tb_runner_run(tb_plan *plan, tb_store *store, int64_t session_id, const int64_t *backend_ids,
-                             tb_run_summary *summary)
+                             double max_error_rate, tb_run_summary *summary)
 {
     memset(summary, 0, sizeof *summary);
     struct sigaction sa = {0}, old_int, old_term, old_pipe;
@@ -274,7 +284,7 @@ tb_run_outcome tb_runner_run(tb_plan *plan, tb_store *store, int64_t session_id,
     interrupted = 0;
 
     run_state rs = {.plan = plan, .store = store, .session_id = session_id, .backend_ids = backend_ids,
-                    .sum = summary};
+                    .sum = summary, .max_error_rate = max_error_rate};
     tb_progress_init(&rs.progress, plan->n_cases);
     for (size_t bi = 0; bi < plan->n_backends && !interrupted && !rs.store_failed; bi++)
         run_backend(&rs, bi);

@@ -275,7 +275,7 @@ void tb_stats_compute_ci(const double *x, size_t n, uint64_t seed, int with_ci, 
 {
     /* Start from the empty result: no usable sample leaves it so. */
     out->n = 0;
-    out->median = out->p5 = out->p95 = NAN;
+    out->median = out->p5 = out->p95 = out->p90 = out->p99 = NAN;
     out->mean = out->stdev = out->cv = NAN;
     out->min = out->max = NAN;
     out->ci_lo = out->ci_hi = NAN;
@@ -324,6 +324,8 @@ void tb_stats_compute_ci(const double *x, size_t n, uint64_t seed, int with_ci, 
     out->median = tb_percentile_sorted(s, m, 50);
     out->p5 = tb_percentile_sorted(s, m, 5);
     out->p95 = tb_percentile_sorted(s, m, 95);
+    out->p90 = tb_percentile_sorted(s, m, 90);
+    out->p99 = tb_percentile_sorted(s, m, 99);
     out->mean = mean;
     out->stdev = stdev;
     out->cv = mean == 0 ? NAN : stdev / fabs(mean);

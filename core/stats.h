@@ -14,6 +14,7 @@ typedef struct tb_stats {
     double median;  /* = tb_percentile(50) */
     double p5;      /* 5th percentile */
     double p95;     /* 95th percentile */
+    double p90, p99; /* 90th and 99th percentiles (latency tails) */
     double mean;
     double stdev;   /* sample standard deviation (n - 1); 0 when n == 1 */
     double cv;      /* stdev / |mean|; NaN when mean == 0 */

@@ -733,11 +733,11 @@ static int insert_metrics(tb_store *st, int64_t case_id, const tb_metric_record 
                           char **why)
 {
     sqlite3_stmt *q = prepare(st, replace ? "INSERT OR REPLACE INTO metric (case_id, name, unit, n, median, p5, p95,"
-                                            " mean, stdev, cv, min, max, ci_lo, ci_hi)"
-                                            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+                                            " mean, stdev, cv, min, max, ci_lo, ci_hi, p90, p99)"
+                                            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
                                           : "INSERT INTO metric (case_id, name, unit, n, median, p5, p95, mean,"
-                                            " stdev, cv, min, max, ci_lo, ci_hi)"
-                                            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                                            " stdev, cv, min, max, ci_lo, ci_hi, p90, p99)"
+                                            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                               why);
     if (!q)
         return -1;
@@ -751,8 +751,8 @@ static int insert_metrics(tb_store *st, int64_t case_id, const tb_metric_record 
         bind_text(q, 3, m->unit);
         sqlite3_bind_int64(q, 4, (int64_t)m->st.n);
         const double v[] = {m->st.median, m->st.p5, m->st.p95, m->st.mean, m->st.stdev,
-                            m->st.cv, m->st.min, m->st.max, m->st.ci_lo, m->st.ci_hi};
-        for (int k = 0; k < 10; k++)
+                            m->st.cv, m->st.min, m->st.max, m->st.ci_lo, m->st.ci_hi, m->st.p90, m->st.p99};
+        for (int k = 0; k < 12; k++)
             bind_real(q, 5 + k, v[k]);
         if (sqlite3_step(q) != SQLITE_DONE) {
             *why = db_error(st);

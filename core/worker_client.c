@@ -142,10 +142,9 @@ tb_wc_result tb_wc_send(tb_worker_client *wc, uint32_t type, const void *payload
         return TB_WC_DIED;
     }
     if (tb_wire_send(wc->proc.to_fd, type, payload, len) != 0) {
-        /* A worker that stopped reading is ending, or hangs: either way
-         * it is of no more use. */
-        kill(wc->proc.pid, SIGKILL);
-        *why = tb_worker_reap(&wc->proc, 0);
+        /* Its end of the pipe is closed: it is ending (say how), or it
+         * hangs without it (killed after the grace period). */
+        *why = reap_ended(wc);
         return TB_WC_DIED;
     }
     return TB_WC_OK;
@@ -207,6 +206,8 @@ tb_wc_result tb_wc_cancel(tb_worker_client *wc, uint32_t type, tb_wire_frame *fr
             break;
         if (frame->type == type)
             return TB_WC_OK; /* it finished after all */
+        if (frame->type == TB_MSG_CASE_ERROR)
+            break; /* it stopped without the answer */
         /* live emissions of a batch may come first: skip them */
     }
     tb_worker_kill(&wc->proc);

@@ -1,5 +1,5 @@
 /* worker_serve.c — the worker in live mode, for `tokbench serve`
- * (serve.c is the other side). The server asks for one batch of prompts at
+ * (serve_batch.c is the other side). The server asks for one batch of prompts at
  * a time (TB_MSG_GENERATE); every emission is sent at once (TB_MSG_EMIT)
  * with the text it adds, so that the server can stream it, and the batch
  * ends with TB_MSG_GENERATED: each request's status, token counts and

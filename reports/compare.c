@@ -269,6 +269,14 @@ int tb_compare_run(sqlite3 *db, const tb_compare_opts *o, FILE *out, tb_compare_
         /* The more specific side names the case (the diffusion one). */
         char *dims = tb_rcase_dims(&sa, tb_rcase_generalizes(ca, cb) && !same_dims(ca, cb) ? cb : ca);
         int a_ok = strcmp(ca->status, "ok") == 0, b_ok = strcmp(cb->status, "ok") == 0;
+        /* Newly degraded (failed requests in B, none in A): a regression
+         * like a newly failed case, whatever the speed of what remains. */
+        if (a_ok && b_ok && strcmp(tb_rcase_status(cb), "degraded") == 0 &&
+            strcmp(tb_rcase_status(ca), "degraded") != 0) {
+            res->regressions += isfinite(o->fail_pct);
+            tb_str_appendf(&notes, "  %s [%s]: degraded in B: %d of %d requests failed\n", backend, dims,
+                           cb->failed_requests, cb->requests);
+        }
         for (size_t m = 0; m < n_metrics; m++) {
             size_t na = 0, nb = 0;
             double *xa = a_ok ? samples(db, ca->id, ms[m], &na) : NULL;
@@ -346,7 +354,7 @@ int tb_compare_run(sqlite3 *db, const tb_compare_opts *o, FILE *out, tb_compare_
     tb_table_print(t, out);
     tb_table_free(t);
     if (notes.len)
-        fprintf(out, "\nfailed or skipped in B only:\n%s", notes.s);
+        fprintf(out, "\nfailed, skipped or degraded in B only:\n%s", notes.s);
     tb_str_free(&notes);
     fprintf(out, "\n%zu matching cases", np);
     if (res->only_a || res->only_b)

@@ -158,7 +158,7 @@ static void throughput(const tb_rsession *s, tb_rtables *ts)
         const tb_rcase *c = &s->cases[i];
         row r = {0};
         case_cells(s, c, &r);
-        put(&r, tb_xstrdup(c->status));
+        put(&r, tb_xstrdup(tb_rcase_status(c)));
         putf_num(&r, stat_of(c, "agg_tps", 'n'), 0);
         putf_num(&r, stat_of(c, "req_tps", 'm'), 1);
         putf_num(&r, stat_of(c, "req_tps", '5'), 1);

@@ -266,7 +266,8 @@ static int load_cases(sqlite3 *db, tb_rsession *s, char **err)
 
     if (sqlite3_prepare_v2(db,
                            "SELECT m.case_id, m.name, m.unit, m.n, m.median, m.p5, m.p95, m.mean, m.stdev, m.cv,"
-                           " m.min, m.max, m.ci_lo, m.ci_hi FROM metric m JOIN bench_case c ON c.id = m.case_id"
+                           " m.min, m.max, m.ci_lo, m.ci_hi, m.p90, m.p99 FROM metric m"
+                           " JOIN bench_case c ON c.id = m.case_id"
                            " WHERE c.session_id = ? ORDER BY c.ordinal",
                            -1, &q, NULL) != SQLITE_OK) {
         *err = tb_xasprintf("reading metrics: %s", sqlite3_errmsg(db));
@@ -288,7 +289,8 @@ static int load_cases(sqlite3 *db, tb_rsession *s, char **err)
         m->st = (tb_stats){.n = (size_t)sqlite3_column_int64(q, 3), .median = num_col(q, 4), .p5 = num_col(q, 5),
                            .p95 = num_col(q, 6), .mean = num_col(q, 7), .stdev = num_col(q, 8),
                            .cv = num_col(q, 9), .min = num_col(q, 10), .max = num_col(q, 11),
-                           .ci_lo = num_col(q, 12), .ci_hi = num_col(q, 13)};
+                           .ci_lo = num_col(q, 12), .ci_hi = num_col(q, 13), .p90 = num_col(q, 14),
+                           .p99 = num_col(q, 15)};
     }
     sqlite3_finalize(q);
     for (size_t i = 0; i < s->n_cases; i++) {
@@ -359,6 +361,12 @@ const tb_stats *tb_rcase_metric(const tb_rcase *c, const char *name)
         if (strcmp(c->metrics[i].name, name) == 0)
             return &c->metrics[i].st;
     return NULL;
+}
+
+const char *tb_rcase_status(const tb_rcase *c)
+{
+    tb_request_tally t = {.requests = (size_t)c->requests, .failed = (size_t)c->failed_requests};
+    return strcmp(c->status, "ok") == 0 && tb_case_degraded(&t, 0) ? "degraded" : c->status;
 }
 
 double tb_rcase_median(const tb_rcase *c, const char *name)

@@ -82,6 +82,10 @@ typedef struct tb_rsession {
 int tb_rsession_load(sqlite3 *db, int64_t id, tb_rsession *out, char **err);
 void tb_rsession_free(tb_rsession *s);
 
+/* The status to show: the stored one, or "degraded" for an ok case with
+ * failed requests (metrics.h's tb_case_degraded at threshold 0). */
+const char *tb_rcase_status(const tb_rcase *c);
+
 /* The statistics of metric `name` of a case, or NULL when not stored. */
 const tb_stats *tb_rcase_metric(const tb_rcase *c, const char *name);
 

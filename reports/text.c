@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "metrics.h"
 #include "rsession.h"
 #include "text_table.h"
 #include "util.h"
@@ -163,9 +164,19 @@ static int column_used(sqlite3 *db, int64_t session, const char *expr)
 }
 
 /* The dimensions of a summary row as one key (for the side-by-side). */
-static char *dims_key(sqlite3_stmt *q, int use_conc, int use_steps, int use_block, int use_opts)
+/* The request rate (column 28) as shown: "5", "0.5"; "" when none. */
+static const char *rate_text(sqlite3_stmt *q, char buf[32])
+{
+    buf[0] = '\0';
+    if (sqlite3_column_type(q, 28) != SQLITE_NULL)
+        snprintf(buf, 32, "%g", sqlite3_column_double(q, 28));
+    return buf;
+}
+
+static char *dims_key(sqlite3_stmt *q, int use_conc, int use_steps, int use_block, int use_rate, int use_opts)
 {
     tb_str b = {0};
+    char rate[32];
     tb_str_appendf(&b, "%s\t%s\t%s", col_text(q, 1), col_text(q, 2), col_text(q, 3));
     if (use_conc)
         tb_str_appendf(&b, "\t%s", col_text(q, 4));
@@ -173,6 +184,8 @@ static char *dims_key(sqlite3_stmt *q, int use_conc, int use_steps, int use_bloc
         tb_str_appendf(&b, "\t%s", col_text(q, 5));
     if (use_block)
         tb_str_appendf(&b, "\t%s", col_text(q, 6));
+    if (use_rate)
+        tb_str_appendf(&b, "\t%s", rate_text(q, rate));
     if (use_opts)
         tb_str_appendf(&b, "\t%s", col_text(q, 7));
     return tb_str_take(&b);
@@ -205,14 +218,20 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
     int use_steps = column_used(db, session, "steps IS NOT NULL");
     int use_block = column_used(db, session, "block_length IS NOT NULL");
     int use_opts = column_used(db, session, "swept_options <> '{}'");
+    int use_rate = column_used(db, session, "request_rate IS NOT NULL");
+    /* Serving figures where requests are served, or some failed. */
+    int use_serving = use_conc || use_rate || column_used(db, session, "failed_requests > 0");
+    int use_goodput = column_used(db, session, "goodput IS NOT NULL");
 
-    /* Columns 0..7 are the case's identity, then the figures. */
+    /* Columns 0..7 are the case's identity, then the figures; 28.. the
+     * request rate and the serving figures. */
     const char *sql =
         "SELECT backend, CASE WHEN prompt_tokens = 0 THEN 'set' ELSE prompt_tokens END, max_new_tokens, batch,"
         " concurrency, steps, block_length, swept_options,"
         " status, median_tps, req_tps_p5, aggregate_tps, decode_tps, ttft_ms, tpot_ms, e2e_ms, e2e_p95_ms, nfe,"
         " tokens_per_forward, agg_tps_cv, runs, count_mismatches, error, peak_device_mib,"
-        " accuracy, accuracy_ci_lo, accuracy_ci_hi, judge_ppl"
+        " accuracy, accuracy_ci_lo, accuracy_ci_hi, judge_ppl,"
+        " request_rate, requests, failed_requests, req_per_s, error_rate, goodput, ttft_p99_ms"
         " FROM summary WHERE session = ? ORDER BY rowid";
     int use_acc = column_used(db, session, "accuracy IS NOT NULL");
     int use_ppl = column_used(db, session, "judge_ppl IS NOT NULL");
@@ -235,12 +254,21 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
         head[nh++] = "steps";
     if (use_block)
         head[nh++] = "block";
+    if (use_rate)
+        head[nh++] = "rate/s";
     if (use_opts)
         head[nh++] = "options";
     static const char *const figs[] = {"status", "tok/s/req", "p95 tok/s", "agg tok/s", "decode tok/s", "TTFT ms",
                                        "TPOT ms", "E2E ms", "E2E p95", "NFE", "tok/fwd", "CV", "runs", "dev MiB"};
     for (size_t i = 0; i < TB_ARRAY_LEN(figs); i++)
         head[nh++] = figs[i];
+    if (use_serving) {
+        head[nh++] = "req/s";
+        head[nh++] = "errors";
+        if (use_goodput)
+            head[nh++] = "goodput/s";
+        head[nh++] = "TTFT p99";
+    }
     if (use_acc)
         head[nh++] = "accuracy (95% CI)";
     if (use_ppl)
@@ -263,6 +291,13 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
 
     while (sqlite3_step(q) == SQLITE_ROW) {
         const char *backend = col_text(q, 0), *status = col_text(q, 8);
+        /* An ok case with failed requests is marked (tb_case_degraded at
+         * the default threshold, 0: any failure). */
+        tb_request_tally tally = {.requests = (size_t)sqlite3_column_int64(q, 29),
+                                  .failed = (size_t)sqlite3_column_int64(q, 30)};
+        if (strcmp(status, "ok") == 0 && tb_case_degraded(&tally, 0))
+            status = "degraded";
+        char rate[32];
         tb_table_cell(t, backend);
         for (int i = 1; i <= 3; i++)
             tb_table_cell(t, col_text(q, i));
@@ -272,6 +307,8 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
             tb_table_cell(t, sqlite3_column_type(q, 5) == SQLITE_NULL ? "-" : col_text(q, 5));
         if (use_block)
             tb_table_cell(t, sqlite3_column_type(q, 6) == SQLITE_NULL ? "-" : col_text(q, 6));
+        if (use_rate)
+            tb_table_cell(t, *rate_text(q, rate) ? rate : "-");
         if (use_opts)
             tb_table_cell(t, strcmp(col_text(q, 7), "{}") ? col_text(q, 7) : "-");
         tb_table_cell(t, status);
@@ -289,6 +326,17 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
             tb_table_cell(t, "-");
         tb_table_cell(t, sqlite3_column_type(q, 20) == SQLITE_NULL ? "-" : col_text(q, 20));
         tb_table_num(t, col_num(q, 23), 0);
+        if (use_serving) {
+            tb_table_num(t, col_num(q, 31), 2);
+            double er = col_num(q, 32);
+            if (isfinite(er))
+                tb_table_cellf(t, "%.1f%% (%d)", er * 100, sqlite3_column_int(q, 30));
+            else
+                tb_table_cell(t, "-");
+            if (use_goodput)
+                tb_table_num(t, col_num(q, 33), 2);
+            tb_table_num(t, col_num(q, 34), 2);
+        }
         if (use_acc) {
             double a = col_num(q, 24);
             if (isfinite(a))
@@ -299,7 +347,7 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
         if (use_ppl)
             tb_table_num(t, col_num(q, 27), 2);
 
-        char *key = dims_key(q, use_conc, use_steps, use_block, use_opts);
+        char *key = dims_key(q, use_conc, use_steps, use_block, use_rate, use_opts);
         size_t ki = 0, bi = 0;
         while (ki < n_keys && strcmp(keys[ki], key) != 0)
             ki++;
@@ -315,7 +363,7 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
             bi++;
         if (bi < n_backends && !cells[ki][bi]) {
             double agg = col_num(q, 11), acc = col_num(q, 24), ppl = col_num(q, 27);
-            if (strcmp(status, "ok") != 0) {
+            if (strcmp(status, "ok") != 0 && strcmp(status, "degraded") != 0) {
                 cells[ki][bi] = tb_xstrdup(status);
             } else {
                 tb_str c = {0};
@@ -327,6 +375,8 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
                     tb_str_appendf(&c, " @ %.0f%%", acc * 100);
                 if (use_ppl && isfinite(ppl))
                     tb_str_appendf(&c, ", ppl %.1f", ppl);
+                if (strcmp(status, "degraded") == 0)
+                    tb_str_append(&c, " (degraded)");
                 cells[ki][bi] = tb_str_take(&c);
             }
         }
@@ -361,6 +411,8 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
             sh[ns++] = "steps";
         if (use_block)
             sh[ns++] = "block";
+        if (use_rate)
+            sh[ns++] = "rate/s";
         if (use_opts)
             sh[ns++] = "options";
         int nd = ns;

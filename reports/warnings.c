@@ -42,7 +42,7 @@ int tb_case_noisy(const tb_rsession *s, const tb_rcase *c)
 static char *failed_requests(const tb_rcase *c)
 {
     tb_str b = {0};
-    tb_str_appendf(&b, "%d of %d requests failed", c->failed_requests, c->requests);
+    tb_str_appendf(&b, "degraded: %d of %d requests failed", c->failed_requests, c->requests);
     const char *sep = " (";
     for (size_t k = 0; k < tb_n_error_classes; k++) {
         char name[64];

@@ -93,7 +93,7 @@ static void test_failed_requests(void)
     f.c.n_metrics = 3;
     tb_warnings w;
     tb_warnings_derive(&f.s, &w);
-    CHECK(count(&w, "eng [prompt 32, new 16, batch 1]: 3 of 40 requests failed (connect 2, http_5xx 1)") == 1);
+    CHECK(count(&w, "eng [prompt 32, new 16, batch 1]: degraded: 3 of 40 requests failed (connect 2, http_5xx 1)") == 1);
     tb_warnings_free(&w);
 }
 
