@@ -4,6 +4,9 @@
 # (crash, hang, error, crash while loading), Ctrl-C, bad input, noise and
 # token-count warnings, sessions/show/export.
 #
+# The default suite's run is the quick.ini fixture (tests/quick_fixture.sh,
+# the meson test quick_fixture: meson runs it before this test).
+#
 # usage: test_run.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
 
@@ -21,11 +24,17 @@ pass() { echo "ok: $*"; }
 q() { sqlite3 -batch -noheader "$1" "$2"; }
 
 # 0. The default suite (the README's first command): the trained small AR
-# and diffusion models on held-out tasks and text.
-if "$tb" run "$src/suites/quick.ini" --db "$tmp/default.db" >"$tmp/default.out" 2>"$tmp/default.err"; then
+# and diffusion models on held-out tasks and text. Its run is the quick.ini
+# fixture (one run for this test and test_report.sh; it exited 0, or this
+# fails here): its database (a copy: nothing here changes the original) and
+# its stdout.
+if fixture=$(bash "$src/tests/quick_fixture.sh" check "$build" "$src"); then
     pass "default suite ran"
+    cp "$fixture" "$tmp/default.db"
+    cp "$(dirname "$fixture")/quick.out" "$tmp/default.out"
 else
-    fail "default suite exit $?"; cat "$tmp/default.err"
+    fail "default suite: $fixture"
+    : >"$tmp/default.out" # every check below fails on the empty database
 fi
 [ "$(q "$tmp/default.db" "select count(*) from summary where status = 'ok' and plugin like 'ar %' and random_weights = 'no' and aggregate_tps > 0 and steps is null")" = 2 ] \
     || fail "default suite: expected 2 ok AR cases of the trained model"
@@ -178,7 +187,9 @@ step_us = 20000
 EOF
 "$tb" run "$tmp/long.ini" --db "$tmp/l.db" >/dev/null 2>"$tmp/l.err" &
 pid=$!
-sleep 1.5
+# Ctrl-C once the first case is stored (its progress line follows its
+# commit), long before the other 19 (200 ms of steps each) can finish.
+while ! grep -qE '^\[1/20\] ' "$tmp/l.err" && kill -0 $pid 2>/dev/null; do sleep 0.05; done
 kill -INT $pid
 wait $pid
 rc=$?

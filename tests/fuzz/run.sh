@@ -12,8 +12,7 @@
 #   --jobs N       targets fuzzed at once (default: the CPU count, <= 4)
 #   TARGET...      some of: config safetensors safetensors_index sse oai
 #                  tokenizer tokenizer_json suite serve_request
-#                  http_options (default: all); the prompts target too
-#                  once core/score.c is in the tree
+#                  http_options prompts (default: all)
 #
 # Other settings: TB_FUZZ_CC (default clang), TB_FUZZ_SEED (libFuzzer
 # -seed, default 1), TB_FUZZ_RSS_MB (default 2048).
@@ -37,7 +36,7 @@ while [ $# -gt 0 ]; do
     --build) build=$2; shift 2 ;;
     --seconds) seconds=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
-    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "run.sh: unknown option $1" >&2; exit 2 ;;
     *) targets+=("$1"); shift ;;
     esac
@@ -63,18 +62,14 @@ declare -A srcs=(
     [suite]="core/suite.c core/util.c"
     [serve_request]="core/serve_request.c core/util.c"
     [http_options]="plugins/http/json_options.c"
+    [prompts]="core/score.c core/util.c"
 )
 declare -A max_len=(
     [config]=4096 [safetensors]=4096 [safetensors_index]=4096 [sse]=4096 [oai]=4096
     [tokenizer]=1024 [tokenizer_json]=32768 [suite]=4096 [serve_request]=8192 [http_options]=4096
+    [prompts]=4096
 )
-all=(config safetensors safetensors_index sse oai tokenizer tokenizer_json suite serve_request http_options)
-# The prompt-set JSONL reader, once it is in the tree.
-if [ -f "$root/core/score.c" ] && [ -f "$here/fuzz_prompts.c" ]; then
-    srcs[prompts]="core/score.c core/util.c"
-    max_len[prompts]=4096
-    all+=(prompts)
-fi
+all=(config safetensors safetensors_index sse oai tokenizer tokenizer_json suite serve_request http_options prompts)
 [ ${#targets[@]} = 0 ] && targets=("${all[@]}")
 for t in "${targets[@]}"; do
     [ -n "${srcs[$t]:-}" ] || { echo "run.sh: unknown target $t (${all[*]})" >&2; exit 2; }
