@@ -1,6 +1,7 @@
 /* main.c — the tokbench command line: dispatch to one function per
  * command. Results go to stdout, progress and errors to stderr. */
 #define _GNU_SOURCE
+#include <arpa/inet.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -49,6 +50,7 @@ static const char usage_main[] =
 
 static const char usage_run[] =
     "usage: tokbench run SUITE [--db FILE] [--dry-run] [--filter KEY=V1[,V2...]]...\n"
+    "                    [--max-error-rate X]\n"
     "\n"
     "Expand SUITE (an INI file) into cases, run each backend in a process of\n"
     "its own, store every case in the database as it finishes, and print the\n"
@@ -58,9 +60,12 @@ static const char usage_run[] =
     "  --dry-run       print the expanded cases and exit; runs nothing\n"
     "  --filter K=V    keep cases whose K (backend, a dimension such as batch,\n"
     "                  or a backend option) is one of the values; repeatable\n"
+    "  --max-error-rate X  a case whose failed requests are more than the\n"
+    "                  fraction X of its requests is degraded (default 0: any\n"
+    "                  failed request); a case whose every request failed is failed\n"
     "\n"
-    "Exit status: 0 when every case ran ok or was skipped, 1 when a case failed,\n"
-    "2 on bad input, 130 when interrupted.\n";
+    "Exit status: 0 when every case ran ok (not degraded) or was skipped, 1 when\n"
+    "a case failed or is degraded, 2 on bad input, 130 when interrupted.\n";
 
 static const char usage_plugins[] =
     "usage: tokbench plugins [NAME|PATH]\n"
@@ -135,8 +140,57 @@ static const char usage_db[] =
     "transaction. OTHER.db is only read; an older schema is migrated in memory,\n"
     "a newer one refused. Exit status: 0 merged, 1 error, 2 bad input.\n";
 
+static const char usage_serve[] =
+    "usage: tokbench serve --backend LABEL SUITE [--port N] [--host ADDR] [--max-batch N]\n"
+    "\n"
+    "Serve backend LABEL of SUITE as an OpenAI-compatible endpoint:\n"
+    "POST /v1/completions and /v1/chat/completions (streamed or not), GET /v1/models,\n"
+    "GET /health. The backend runs with the options of its first case in SUITE.\n"
+    "\n"
+    "  --backend LABEL  the [backend LABEL] section to serve (required)\n"
+    "  --port N         TCP port (default 8000; 0 picks a free one)\n"
+    "  --host ADDR      IPv4 address to listen on (default 127.0.0.1)\n"
+    "  --max-batch N    most requests per generate() call (default 16 when the\n"
+    "                   backend batches, else 1)\n"
+    "  --port-file F    write the port to F once listening (for scripts)\n"
+    "\n"
+    "Stops on SIGINT or SIGTERM (exit 0). Exit 1 when the backend cannot load,\n"
+    "2 on bad input.\n";
+
 enum { OPT_DB = 1000, OPT_DRY_RUN, OPT_FILTER, OPT_LIMIT, OPT_FORMAT, OPT_LAST, OPT_BACKEND, OPT_BACKENDS,
-       OPT_METRIC, OPT_ALPHA, OPT_FAIL_SLOWER };
+       OPT_METRIC, OPT_ALPHA, OPT_FAIL_SLOWER, OPT_MAX_ERROR_RATE, OPT_PORT, OPT_HOST, OPT_MAX_BATCH, OPT_PORT_FILE };
+
+/* The options of every command but serve: each accepts them all and uses
+ * its own. */
+static const struct option common_opts[] = {
+    {"db", required_argument, NULL, OPT_DB},
+    {"dry-run", no_argument, NULL, OPT_DRY_RUN},
+    {"filter", required_argument, NULL, OPT_FILTER},
+    {"limit", required_argument, NULL, OPT_LIMIT},
+    {"format", required_argument, NULL, OPT_FORMAT},
+    {"output", required_argument, NULL, 'o'},
+    {"last", no_argument, NULL, OPT_LAST},
+    {"backend", required_argument, NULL, OPT_BACKEND},
+    {"backends", required_argument, NULL, OPT_BACKENDS},
+    {"metric", required_argument, NULL, OPT_METRIC},
+    {"alpha", required_argument, NULL, OPT_ALPHA},
+    {"fail-if-slower", required_argument, NULL, OPT_FAIL_SLOWER},
+    {"max-error-rate", required_argument, NULL, OPT_MAX_ERROR_RATE},
+    {"help", no_argument, NULL, 'h'},
+    {0, 0, 0, 0},
+};
+
+/* serve's, and only those: it has no database, and its options mean
+ * nothing to the others. */
+static const struct option serve_opts[] = {
+    {"backend", required_argument, NULL, OPT_BACKEND},
+    {"port", required_argument, NULL, OPT_PORT},
+    {"host", required_argument, NULL, OPT_HOST},
+    {"max-batch", required_argument, NULL, OPT_MAX_BATCH},
+    {"port-file", required_argument, NULL, OPT_PORT_FILE},
+    {"help", no_argument, NULL, 'h'},
+    {0, 0, 0, 0},
+};
 
 /* Parse options common to the commands; returns positional args left. */
 typedef struct cli {
@@ -154,6 +208,11 @@ typedef struct cli {
     const char *metric;
     double alpha;
     double fail_pct;
+    double max_error_rate; /* run: a fraction in [0, 1] */
+    long port;             /* serve: [0, 65535] */
+    const char *host;      /* serve: not yet checked to be an address */
+    long max_batch;        /* serve: [1, 65536]; 0 when not given */
+    const char *port_file; /* serve */
     char **pos;
     int n_pos;
 } cli;
@@ -170,31 +229,33 @@ static double number_arg(const char *opt, const char *v, const char *usage)
     return d;
 }
 
-static int parse(int argc, char **argv, const char *usage, cli *c)
+/* An integer option in [lo, hi], or exit 2 naming it and what it takes
+ * ("a port"); argv0 is the command, as in getopt's own messages. */
+static long range_arg(const char *argv0, const char *opt, const char *v, long lo, long hi, const char *what)
 {
-    static const struct option opts[] = {
-        {"db", required_argument, NULL, OPT_DB},
-        {"dry-run", no_argument, NULL, OPT_DRY_RUN},
-        {"filter", required_argument, NULL, OPT_FILTER},
-        {"limit", required_argument, NULL, OPT_LIMIT},
-        {"format", required_argument, NULL, OPT_FORMAT},
-        {"output", required_argument, NULL, 'o'},
-        {"last", no_argument, NULL, OPT_LAST},
-        {"backend", required_argument, NULL, OPT_BACKEND},
-        {"backends", required_argument, NULL, OPT_BACKENDS},
-        {"metric", required_argument, NULL, OPT_METRIC},
-        {"alpha", required_argument, NULL, OPT_ALPHA},
-        {"fail-if-slower", required_argument, NULL, OPT_FAIL_SLOWER},
-        {"help", no_argument, NULL, 'h'},
-        {0, 0, 0, 0},
-    };
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (*end || end == v || n < lo || n > hi) {
+        fprintf(stderr, "tokbench %s: %s %s: expected %s in [%ld, %ld]\n", argv0, opt, v, what, lo, hi);
+        exit(2);
+    }
+    return n;
+}
+
+/* Parse argv with one command's options (long ones in opts, short ones
+ * in shortopts, getopt's syntax). */
+static int parse_opts(int argc, char **argv, const char *usage, const struct option *opts, const char *shortopts,
+                      cli *c)
+{
     memset(c, 0, sizeof *c);
     c->db = tb_store_default_path();
     c->alpha = 0.05;
     c->fail_pct = NAN;
+    c->port = 8000;
+    c->host = "127.0.0.1";
     optind = 1;
     int ch;
-    while ((ch = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, shortopts, opts, NULL)) != -1) {
         switch (ch) {
         case OPT_DB:
             c->db = optarg;
@@ -245,6 +306,25 @@ static int parse(int argc, char **argv, const char *usage, cli *c)
                 exit(2);
             }
             break;
+        case OPT_MAX_ERROR_RATE:
+            c->max_error_rate = number_arg("--max-error-rate", optarg, usage);
+            if (!(c->max_error_rate >= 0 && c->max_error_rate <= 1)) {
+                fprintf(stderr, "tokbench: --max-error-rate %s: expected a fraction between 0 and 1\n", optarg);
+                exit(2);
+            }
+            break;
+        case OPT_PORT:
+            c->port = range_arg(argv[0], "--port", optarg, 0, 65535, "a port");
+            break;
+        case OPT_HOST:
+            c->host = optarg;
+            break;
+        case OPT_MAX_BATCH:
+            c->max_batch = range_arg(argv[0], "--max-batch", optarg, 1, 65536, "an integer");
+            break;
+        case OPT_PORT_FILE:
+            c->port_file = optarg;
+            break;
         case 'h':
             fputs(usage, stdout);
             exit(0);
@@ -258,6 +338,12 @@ static int parse(int argc, char **argv, const char *usage, cli *c)
     return 0;
 }
 
+/* The common options (common_opts, -h, -o FILE). */
+static int parse(int argc, char **argv, const char *usage, cli *c)
+{
+    return parse_opts(argc, argv, usage, common_opts, "ho:", c);
+}
+
 static tb_store *open_store(const char *path)
 {
     tb_store *st;
@@ -267,7 +353,21 @@ static tb_store *open_store(const char *path)
         free(err);
         return NULL;
     }
+    if (tb_store_notice(st))
+        fprintf(stderr, "tokbench: %s\n", tb_store_notice(st));
     return st;
+}
+
+/* End the session; a failure is said but changes no exit status: the
+ * cases are stored, and the next open of the database marks a session
+ * left 'running' by a process that is gone. */
+static void end_session(tb_store *st, const char *db, int64_t session, const char *status)
+{
+    char *err = NULL;
+    if (tb_store_session_end(st, session, status, &err) != 0) {
+        fprintf(stderr, "tokbench: %s: %s\n", db, err);
+        free(err);
+    }
 }
 
 static char *join_args(int argc, char **argv)
@@ -330,19 +430,31 @@ static int run_suite(int argc, char **argv, const char *cmdline)
         goto out;
     tb_machine_info mi;
     tb_machine_info_collect(&mi);
-    int64_t machine = tb_store_machine(st, &mi);
+    int64_t machine = tb_store_machine(st, &mi, &err);
     tb_plan_redact_suite_text(&plan); /* secrets written into the suite stay out of the database */
     tb_session_info si = {.machine_id = machine, .suite = &suite, .command_line = cmdline};
-    int64_t session = machine >= 0 ? tb_store_session_begin(st, &si) : -1;
+    int64_t session = machine >= 0 ? tb_store_session_begin(st, &si, &err) : -1;
     if (session < 0) {
-        fprintf(stderr, "tokbench: %s: cannot record the session: %s\n", c.db, sqlite3_errmsg(tb_store_db(st)));
+        fprintf(stderr, "tokbench: %s: cannot record the session: %s\n", c.db, err);
+        free(err);
         goto out;
     }
     int64_t *backend_ids = tb_xcalloc(plan.n_backends, sizeof *backend_ids);
-    for (size_t i = 0; i < plan.n_backends; i++)
-        backend_ids[i] = tb_store_backend(st, session, &plan.backends[i]);
-    if (tb_store_prompts(st, session, &plan) != 0)
-        fprintf(stderr, "tokbench: %s: cannot store the prompt set: %s\n", c.db, sqlite3_errmsg(tb_store_db(st)));
+    for (size_t i = 0; i < plan.n_backends; i++) {
+        backend_ids[i] = tb_store_backend(st, session, &plan.backends[i], &err);
+        if (backend_ids[i] < 0) { /* its cases could not be stored either */
+            fprintf(stderr, "tokbench: %s: cannot record the session: %s\n", c.db, err);
+            free(err);
+            free(backend_ids);
+            end_session(st, c.db, session, "failed");
+            goto out;
+        }
+    }
+    /* The run goes on without the items: its figures do not need them. */
+    if (tb_store_prompts(st, session, &plan, &err) != 0) {
+        fprintf(stderr, "tokbench: %s: %s\n", c.db, err);
+        free(err);
+    }
     fprintf(stderr, "tokbench: session %lld: suite %s, %zu cases, database %s\n", (long long)session, suite.name,
             plan.n_cases, c.db);
     for (size_t i = 0; i < plan.n_backends; i++)
@@ -350,16 +462,23 @@ static int run_suite(int argc, char **argv, const char *cmdline)
             fprintf(stderr, "note: %s: %s\n", plan.backends[i].sb->label, plan.backends[i].notes[k]);
 
     tb_run_summary sum;
-    tb_run_outcome outcome = tb_runner_run(&plan, st, session, backend_ids, &sum);
+    tb_run_outcome outcome = tb_runner_run(&plan, st, session, backend_ids, c.max_error_rate, &sum);
     free(backend_ids);
-    tb_store_session_end(st, session, outcome == TB_RUN_COMPLETED ? "completed"
-                                      : outcome == TB_RUN_INTERRUPTED ? "interrupted" : "failed");
+    end_session(st, c.db, session, outcome == TB_RUN_COMPLETED ? "completed"
+                                   : outcome == TB_RUN_INTERRUPTED ? "interrupted" : "failed");
     tb_report_show(tb_store_db(st), session, stdout);
     fflush(stdout); /* the report before the last line, also when both go to one file */
-    fprintf(stderr, "tokbench: session %lld %s: %zu ok, %zu failed, %zu skipped; stored in %s\n", (long long)session,
+    char degraded[96] = "";
+    if (sum.degraded)
+        snprintf(degraded, sizeof degraded, " (%zu degraded: failed requests over --max-error-rate %g)", sum.degraded,
+                 c.max_error_rate);
+    fprintf(stderr, "tokbench: session %lld %s: %zu ok%s, %zu failed, %zu skipped; stored in %s\n", (long long)session,
             outcome == TB_RUN_COMPLETED ? "completed" : outcome == TB_RUN_INTERRUPTED ? "interrupted" : "failed",
-            sum.ok, sum.failed, sum.skipped, c.db);
-    rc = outcome == TB_RUN_INTERRUPTED ? 130 : outcome == TB_RUN_STORE_FAILED ? 1 : sum.failed ? 1 : 0;
+            sum.ok, degraded, sum.failed, sum.skipped, c.db);
+    rc = outcome == TB_RUN_INTERRUPTED           ? 130
+         : outcome == TB_RUN_STORE_FAILED          ? 1
+         : sum.failed || sum.degraded ? 1
+                                                   : 0;
 out:
     tb_store_close(st);
     tb_plan_free(&plan);
@@ -769,6 +888,30 @@ static int cmd_db(int argc, char **argv)
     return rc;
 }
 
+static int cmd_serve(int argc, char **argv)
+{
+    const char *why = tb_serve_unavailable(); /* before --help: scripts ask it whether serve exists */
+    if (why) {
+        fprintf(stderr, "tokbench serve: %s\n", why);
+        return 1;
+    }
+    cli c;
+    parse_opts(argc, argv, usage_serve, serve_opts, "h", &c);
+    if (!c.backend || c.n_pos != 1) {
+        fprintf(stderr, "tokbench serve: %s\n\n%s", !c.backend ? "--backend LABEL is required" : "expected one SUITE",
+                usage_serve);
+        return 2;
+    }
+    struct in_addr a;
+    if (inet_pton(AF_INET, c.host, &a) != 1) {
+        fprintf(stderr, "tokbench serve: --host %s: expected an IPv4 address such as 127.0.0.1\n", c.host);
+        return 2;
+    }
+    tb_serve_options o = {.suite = c.pos[0], .backend = c.backend, .host = c.host, .port = (uint16_t)c.port,
+                          .max_batch = (uint32_t)c.max_batch, .port_file = c.port_file};
+    return tb_serve_main(&o);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -797,7 +940,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "db"))
         return cmd_db(sub_argc, sub_argv);
     if (!strcmp(cmd, "serve"))
-        return tb_cmd_serve(sub_argc, sub_argv);
+        return cmd_serve(sub_argc, sub_argv);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("tokbench %s (%s), %s build, gcc %s, CUDA build %s, schema %d, plugin ABI %d\n", TB_VERSION,
                TB_GIT_COMMIT, TB_BUILD_TYPE, __VERSION__, TB_CUDA_BUILD_VERSION, tb_store_schema_version(),

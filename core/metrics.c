@@ -2,6 +2,12 @@
 #include "metrics.h"
 
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "record.h"
+#include "tokbench/backend.h"
+#include "util.h"
 
 void tb_request_metrics_compute(int64_t submit_ns, int64_t done_ns, uint32_t n_out,
                                 const int64_t *em_t, size_t n_em, tb_request_metrics *out)
@@ -54,4 +60,334 @@ double tb_roofline_pct(double flops, double bytes, double peak_flops, double pea
         return NAN;
     double t_compute = flops / peak_flops, t_memory = bytes / peak_bytes_per_s;
     return 100.0 * (t_compute > t_memory ? t_compute : t_memory) / ((double)wall_ns * 1e-9);
+}
+
+/* ------------------------------------------------------ the registry */
+
+/* Indices of the metrics tb_case_metrics computes, in registry order. */
+enum {
+    M_REQ_TPS, M_AGG_TPS, M_DECODE_TPS, M_TTFT, M_TPOT, M_ITL, M_E2E, M_PREFILL, M_DECODE, M_WALL, M_NFE, M_TPF,
+    M_STEPS, M_ANSWER, M_REQ_RATE, M_ERR_RATE, M_GOODPUT, M_ROOFLINE, M_RUNNER, M_COUNT
+};
+
+const tb_metric_def tb_metric_defs[] = {
+    [M_REQ_TPS] = {"req_tps", "tokens/s", TB_BETTER_HIGHER},
+    [M_AGG_TPS] = {"agg_tps", "tokens/s", TB_BETTER_HIGHER},
+    [M_DECODE_TPS] = {"decode_tps", "tokens/s", TB_BETTER_HIGHER},
+    [M_TTFT] = {"ttft_ms", "ms", TB_BETTER_LOWER},
+    [M_TPOT] = {"tpot_ms", "ms", TB_BETTER_LOWER},
+    [M_ITL] = {"itl_ms", "ms", TB_BETTER_LOWER},
+    [M_E2E] = {"e2e_ms", "ms", TB_BETTER_LOWER},
+    [M_PREFILL] = {"prefill_ms", "ms", TB_BETTER_LOWER},
+    [M_DECODE] = {"decode_ms", "ms", TB_BETTER_LOWER},
+    [M_WALL] = {"wall_ms", "ms", TB_BETTER_LOWER},
+    [M_NFE] = {"forward_passes", "count", TB_BETTER_NONE},
+    [M_TPF] = {"tokens_per_forward", "tokens", TB_BETTER_HIGHER},
+    [M_STEPS] = {"steps_done", "count", TB_BETTER_NONE},
+    [M_ANSWER] = {"answer_tokens", "tokens", TB_BETTER_NONE},
+    [M_REQ_RATE] = {"req_throughput", "requests/s", TB_BETTER_HIGHER},
+    [M_ERR_RATE] = {"error_rate", "fraction", TB_BETTER_LOWER},
+    [M_GOODPUT] = {"goodput", "requests/s", TB_BETTER_HIGHER},
+    [M_ROOFLINE] = {"roofline_pct", "%", TB_BETTER_HIGHER},
+    [M_RUNNER] = {"runner_us", "us", TB_BETTER_LOWER},
+    /* The quality metrics (quality.c, judge.c); "quality" is a score
+     * another tool may store with the runs. */
+    {"quality", "score", TB_BETTER_HIGHER},
+    {"accuracy", "fraction", TB_BETTER_HIGHER},
+    {"accuracy_", "fraction", TB_BETTER_HIGHER},
+    {"judge_ppl", "perplexity", TB_BETTER_LOWER},
+    {"repetition", "fraction", TB_BETTER_LOWER},
+    {"distinct", "fraction", TB_BETTER_HIGHER},
+    {"errors_", "requests", TB_BETTER_LOWER},
+};
+const size_t tb_n_metric_defs = sizeof tb_metric_defs / sizeof *tb_metric_defs;
+
+const tb_metric_def *tb_metric_find(const char *name)
+{
+    for (size_t i = 0; i < tb_n_metric_defs; i++) {
+        const char *d = tb_metric_defs[i].name;
+        size_t n = strlen(d);
+        if (d[n - 1] == '_' ? strncmp(name, d, n) == 0 && name[n] : strcmp(name, d) == 0)
+            return &tb_metric_defs[i];
+    }
+    return NULL;
+}
+
+const char *const tb_error_classes[] = {
+    "connect", "timeout", "http_429", "http_4xx", "http_5xx", "server_error", "malformed_stream", "dropped", "other",
+};
+const size_t tb_n_error_classes = sizeof tb_error_classes / sizeof *tb_error_classes;
+
+size_t tb_error_class(const char *error)
+{
+    if (error) {
+        size_t n = strspn(error, "abcdefghijklmnopqrstuvwxyz0123456789_");
+        if (n && strncmp(error + n, TB_ERROR_CLASS_SEP, 2) == 0)
+            for (size_t k = 0; k + 1 < tb_n_error_classes; k++)
+                if (strlen(tb_error_classes[k]) == n && strncmp(error, tb_error_classes[k], n) == 0)
+                    return k;
+    }
+    return tb_n_error_classes - 1;
+}
+
+/* ------------------------------------------------------ one case */
+
+/* A growing sample set. */
+typedef struct dvec {
+    double *v;
+    size_t n, cap;
+} dvec;
+
+static void push(dvec *d, double x)
+{
+    if (d->n == d->cap) {
+        d->cap = d->cap ? 2 * d->cap : 64;
+        d->v = tb_xrealloc(d->v, d->cap * sizeof(double));
+    }
+    d->v[d->n++] = x;
+}
+
+/* Request r's emission times in arrival order into *t (grown); count. */
+static size_t emission_times(const tb_call_view *cv, uint32_t r, int64_t **t, size_t *cap)
+{
+    size_t n = 0;
+    for (uint32_t e = 0; e < cv->call.n_emissions; e++)
+        if (cv->em[e].request == r) {
+            if (n == *cap) {
+                *cap = *cap ? 2 * *cap : 256;
+                *t = tb_xrealloc(*t, *cap * sizeof **t);
+            }
+            (*t)[n++] = cv->em[e].t_ns;
+        }
+    return n;
+}
+
+static char *emissions_json(const tb_call_view *cv, uint32_t r, int streaming)
+{
+    tb_str js = {0};
+    tb_str_append(&js, "[");
+    for (uint32_t e = 0; streaming && e < cv->call.n_emissions; e++)
+        if (cv->em[e].request == r)
+            tb_str_appendf(&js, "%s[%.3f,%u]", js.len > 1 ? "," : "",
+                           (double)(cv->em[e].t_ns - cv->req[r].t_submit_ns) * 1e-6, cv->em[e].n_tokens);
+    tb_str_append(&js, "]");
+    return tb_str_take(&js);
+}
+
+/* Does request r meet the suite's goodput limits (an unset one holds;
+ * TPOT undefined for a one-token answer holds)? */
+static int good(const tb_request_metrics *m, const tb_case_metrics_opts *o)
+{
+    double ttft_ms = (double)m->ttft_ns * 1e-6, tpot_ms = m->tpot_ns * 1e-6;
+    return (o->goodput_ttft_ms <= 0 || ttft_ms <= o->goodput_ttft_ms) &&
+           (o->goodput_tpot_ms <= 0 || isnan(tpot_ms) || tpot_ms <= o->goodput_tpot_ms);
+}
+
+/* One call into its sample record; measured calls add to the sets. */
+static void one_call(const tb_call_view *cv, uint32_t k, const tb_case_metrics_opts *o, tb_sample_record *s,
+                     dvec m[M_COUNT], dvec *cls, int64_t **em_t, size_t *em_cap)
+{
+    const tb_raw_call *call = &cv->call;
+    const int streaming = (o->capabilities & TB_CAP_STREAMING) != 0;
+    uint32_t n = call->n_requests;
+    *s = (tb_sample_record){
+        .repetition = k,
+        .warmup = call->is_warmup != 0,
+        .n_requests = n,
+        .prefill_ns = call->prefill_ns,
+        .decode_ns = call->decode_ns,
+        .forward_passes = call->forward_passes,
+        .peak_device_bytes = o->capabilities & TB_CAP_DEVICE_MEMORY ? call->peak_device_bytes : -1,
+        .energy_mj = o->capabilities & TB_CAP_ENERGY ? call->energy_mj : -1,
+        .n_emissions = streaming ? call->n_emissions : 0,
+        .runner_ns = call->runner_ns,
+        .requests = tb_xcalloc(n ? n : 1, sizeof *s->requests),
+    };
+    uint32_t *n_out = tb_xcalloc(n ? n : 1, sizeof *n_out);
+    int *ok = tb_xcalloc(n ? n : 1, sizeof *ok);
+    tb_request_metrics *rm = tb_xcalloc(n ? n : 1, sizeof *rm);
+    int64_t first_submit = INT64_MAX;
+    for (uint32_t r = 0; r < n; r++)
+        if (cv->req[r].t_submit_ns < first_submit)
+            first_submit = cv->req[r].t_submit_ns;
+    const char *text = cv->texts;
+    for (uint32_t r = 0; r < n; r++) {
+        const tb_raw_request *w = &cv->req[r];
+        /* A backend that does not stream has no first token before its
+         * last: its emissions (if any) are not timings. */
+        size_t ne = streaming ? emission_times(cv, r, em_t, em_cap) : 0;
+        /* Neither emissions nor a done time: the request ended, at the
+         * latest, when generate() returned. */
+        int64_t done = w->t_done_ns || ne ? w->t_done_ns : call->t_return_ns;
+        tb_request_metrics_compute(w->t_submit_ns, done, w->n_output_tokens, *em_t, ne, &rm[r]);
+        n_out[r] = w->n_output_tokens;
+        ok[r] = w->status == TB_OK;
+        tb_request_record *q = &s->requests[r];
+        *q = (tb_request_record){
+            .status = w->status,
+            .error = ok[r] ? NULL : tb_xstrdup(w->error[0] ? w->error : "failed (no message)"),
+            .submit_offset_ns = w->t_submit_ns - first_submit,
+            .m = rm[r],
+            .n_out = w->n_output_tokens,
+            .recount = w->recount,
+            .steps_done = w->steps_done,
+            .answer_tokens = w->answer_tokens,
+            .output_hash = w->output_hash,
+            .prompt_idx = w->prompt_idx,
+            .scored = w->scored && ok[r],
+            .emissions_json = emissions_json(cv, r, streaming),
+        };
+        for (int i = 0; i < TB_N_SCORES; i++)
+            q->scores[i] = NAN;
+        if (o->keep_texts && w->prompt_idx >= 0)
+            q->output_text = tb_xstrndup(text, w->text_len);
+        text += w->text_len;
+        if (q->recount < 0 || s->recount_tokens < 0)
+            s->recount_tokens = -1;
+        else
+            s->recount_tokens += q->recount;
+        if (!s->warmup && ok[r]) {
+            push(&m[M_REQ_TPS], rm[r].tps);
+            push(&m[M_TTFT], (double)rm[r].ttft_ns * 1e-6);
+            push(&m[M_TPOT], rm[r].tpot_ns * 1e-6);
+            push(&m[M_E2E], (double)rm[r].e2e_ns * 1e-6);
+            if (q->steps_done)
+                push(&m[M_STEPS], q->steps_done);
+            if (q->answer_tokens != TB_UNKNOWN_COUNT)
+                push(&m[M_ANSWER], q->answer_tokens);
+            for (size_t e = 1; e < ne; e++)
+                push(&m[M_ITL], (double)((*em_t)[e] - (*em_t)[e - 1]) * 1e-6);
+        }
+    }
+    tb_rep_metrics_compute(rm, n_out, ok, n, call->prefill_ns, call->forward_passes, &s->m);
+    if (!s->warmup) {
+        /* Serving figures: completed and good requests per second of the
+         * window, and the failures by class. */
+        uint32_t n_ok = 0, n_good = 0;
+        for (size_t c = 0; c < tb_n_error_classes; c++)
+            push(&cls[c], 0);
+        for (uint32_t r = 0; r < n; r++) {
+            if (!ok[r]) {
+                cls[tb_error_class(s->requests[r].error)].v[cls[0].n - 1] += 1;
+                continue;
+            }
+            n_ok++;
+            n_good += good(&rm[r], o);
+        }
+        double wall_s = (double)s->m.wall_ns * 1e-9;
+        push(&m[M_REQ_RATE], wall_s > 0 ? n_ok / wall_s : NAN);
+        push(&m[M_ERR_RATE], n ? (double)(n - n_ok) / n : NAN);
+        if (o->goodput_ttft_ms > 0 || o->goodput_tpot_ms > 0)
+            push(&m[M_GOODPUT], wall_s > 0 ? n_good / wall_s : NAN);
+        push(&m[M_AGG_TPS], s->m.aggregate_tps);
+        push(&m[M_DECODE_TPS], s->m.decode_tps);
+        push(&m[M_WALL], (double)s->m.wall_ns * 1e-6);
+        push(&m[M_RUNNER], (double)s->runner_ns * 1e-3);
+        if (call->prefill_ns >= 0)
+            push(&m[M_PREFILL], (double)call->prefill_ns * 1e-6);
+        if (call->decode_ns >= 0)
+            push(&m[M_DECODE], (double)call->decode_ns * 1e-6);
+        if (call->forward_passes > 0) {
+            push(&m[M_NFE], (double)call->forward_passes);
+            push(&m[M_TPF], s->m.tokens_per_forward);
+        }
+        double roof = tb_roofline_pct(call->flops, call->bytes, call->peak_flops, call->peak_bytes_per_s,
+                                      s->m.wall_ns);
+        if (!isnan(roof))
+            push(&m[M_ROOFLINE], roof);
+    }
+    free(n_out);
+    free(ok);
+    free(rm);
+}
+
+/* "errors_" + class, for the metric rows (static storage). */
+static const char *class_metric_name(size_t k)
+{
+    static const char *const names[] = {
+        "errors_connect", "errors_timeout", "errors_http_429", "errors_http_4xx", "errors_http_5xx",
+        "errors_server_error", "errors_malformed_stream", "errors_dropped", "errors_other",
+    };
+    _Static_assert(sizeof names / sizeof *names == sizeof tb_error_classes / sizeof *tb_error_classes,
+                   "one metric name per error class");
+    return names[k];
+}
+
+void tb_case_metrics(const tb_call_view *calls, size_t n_calls, const tb_case_metrics_opts *o,
+                     tb_case_record *rec)
+{
+    dvec m[M_COUNT] = {{0}};
+    dvec *cls = tb_xcalloc(tb_n_error_classes, sizeof *cls);
+    int64_t *em_t = NULL;
+    size_t em_cap = 0;
+    rec->samples = tb_xcalloc(n_calls ? n_calls : 1, sizeof *rec->samples);
+    for (size_t k = 0; k < n_calls; k++)
+        one_call(&calls[k], (uint32_t)k, o, &rec->samples[rec->n_samples++], m, cls, &em_t, &em_cap);
+    for (int k = 0; k < M_COUNT; k++) {
+        tb_metric_record *mr = tb_case_record_add_metric(rec, tb_metric_defs[k].name, tb_metric_defs[k].unit);
+        /* Pooled gaps are correlated within a request: no bootstrap CI. */
+        tb_stats_compute_ci(m[k].v, m[k].n, o->seed, k != M_ITL, &mr->st);
+        free(m[k].v);
+    }
+    /* A class gets a row only when some measured call had such a failure. */
+    for (size_t k = 0; k < tb_n_error_classes; k++) {
+        double any = 0;
+        for (size_t i = 0; i < cls[k].n; i++)
+            any += cls[k].v[i];
+        if (any > 0) {
+            tb_metric_record *mr = tb_case_record_add_metric(rec, class_metric_name(k), "requests");
+            tb_stats_compute_ci(cls[k].v, cls[k].n, o->seed, 1, &mr->st);
+        }
+        free(cls[k].v);
+    }
+    free(cls);
+    free(em_t);
+}
+
+void tb_case_request_tally(const tb_case_record *rec, tb_request_tally *t)
+{
+    _Static_assert(sizeof tb_error_classes / sizeof *tb_error_classes <= sizeof t->per_class / sizeof *t->per_class,
+                   "room for every error class");
+    memset(t, 0, sizeof *t);
+    for (size_t i = 0; i < rec->n_samples; i++) {
+        const tb_sample_record *s = &rec->samples[i];
+        if (s->warmup)
+            continue;
+        for (uint32_t r = 0; r < s->n_requests; r++) {
+            t->requests++;
+            if (s->requests[r].status != TB_OK) {
+                t->failed++;
+                t->per_class[tb_error_class(s->requests[r].error)]++;
+            }
+        }
+    }
+}
+
+char *tb_case_all_failed(const tb_case_record *rec)
+{
+    tb_request_tally t;
+    tb_case_request_tally(rec, &t);
+    if (!t.requests || t.failed < t.requests)
+        return NULL;
+    tb_str b = {0};
+    tb_str_appendf(&b, "every request failed: %zu of %zu (", t.failed, t.requests);
+    const char *sep = "";
+    for (size_t k = 0; k < tb_n_error_classes; k++)
+        if (t.per_class[k]) {
+            tb_str_appendf(&b, "%s%s %zu", sep, tb_error_classes[k], t.per_class[k]);
+            sep = ", ";
+        }
+    tb_str_append(&b, ")");
+    for (size_t i = 0; i < rec->n_samples; i++)
+        if (!rec->samples[i].warmup && rec->samples[i].n_requests) {
+            const char *e = rec->samples[i].requests[0].error;
+            tb_str_appendf(&b, "; first: %s", e ? e : "(no message)");
+            break;
+        }
+    return tb_str_take(&b);
+}
+
+int tb_case_degraded(const tb_request_tally *t, double max_error_rate)
+{
+    return t->failed > 0 && (double)t->failed > max_error_rate * (double)t->requests;
 }

@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "record.h"
+
 /* One emission event: n_tokens of request `request` available at t_ns. */
 typedef struct tb_emission {
     int64_t t_ns;
@@ -13,14 +15,40 @@ typedef struct tb_emission {
     uint32_t n_tokens;
 } tb_emission;
 
-typedef struct tb_request_metrics {
-    int64_t submit_ns; /* as given */
-    int64_t done_ns;   /* max(reported done, last emission) */
-    int64_t ttft_ns;   /* first emission - submit */
-    int64_t e2e_ns;    /* done - submit */
-    double tpot_ns;    /* (e2e - ttft) / (n_out - 1); NaN when n_out < 2 */
-    double tps;        /* n_out / e2e, tokens/s; NaN when e2e <= 0 */
-} tb_request_metrics;
+/* The raw figures of one generate() call as the worker measured them
+ * (wire.h's RESULT payload carries them byte for byte). */
+typedef struct tb_raw_call {
+    uint32_t is_warmup;
+    uint32_t n_requests;
+    uint32_t n_emissions;
+    uint32_t pad;
+    int64_t t_call_ns;   /* host clock just before generate() */
+    int64_t t_return_ns; /* just after it returned */
+    int64_t runner_ns;   /* worker time spent around the call (setup,
+                            re-counting), outside generate() */
+    int64_t prefill_ns, decode_ns; /* -1: not reported */
+    int64_t forward_passes;        /* 0: not reported */
+    int64_t peak_device_bytes, energy_mj; /* -1: unknown */
+    double flops, bytes, peak_flops, peak_bytes_per_s; /* the roofline; 0: not reported */
+} tb_raw_call;
+
+/* The raw figures of one request of a call. */
+typedef struct tb_raw_request {
+    int64_t t_submit_ns; /* resolved: 0 from the plugin -> t_call_ns */
+    int64_t t_done_ns;   /* as reported (0: unknown) */
+    int32_t status;      /* tb_status */
+    uint32_t n_output_tokens;
+    int32_t recount;     /* detokenize -> tokenize count; -1: no tokenizer */
+    uint32_t steps_done;
+    uint32_t answer_tokens; /* before the first EOS; TB_UNKNOWN_COUNT */
+    uint32_t text_len;    /* bytes of output text (prompt sets) */
+    uint64_t output_hash; /* FNV-1a of output ids (or text); 0: none */
+    int32_t prompt_idx;   /* item of the prompt set; -1: synthetic */
+    uint32_t scored;      /* 1: counts towards scores (not a warm-up or a
+                             request that fills up the last batch) */
+    char error[128];      /* "class: message" when status is not ok */
+} tb_raw_request;
+
 
 /* Metrics of one request from its submit time, reported completion time
  * (0: unknown), output token count and emission times em_t[n_em] (in
@@ -30,14 +58,6 @@ void tb_request_metrics_compute(int64_t submit_ns, int64_t done_ns, uint32_t n_o
                                 const int64_t *em_t, size_t n_em,
                                 tb_request_metrics *out);
 
-typedef struct tb_rep_metrics {
-    int64_t wall_ns;           /* last done - first submit */
-    uint64_t output_tokens;    /* sum of n_out over successful requests */
-    double aggregate_tps;      /* output_tokens / wall */
-    double decode_tps;         /* output_tokens / (wall - prefill); NaN when
-                                  prefill is unknown (< 0) or >= wall */
-    double tokens_per_forward; /* output_tokens / forward_passes; NaN if 0 */
-} tb_rep_metrics;
 
 /* Metrics of one repetition (one generate() call) from its requests'
  * submit and done times (already resolved by tb_request_metrics_compute),
@@ -55,5 +75,80 @@ void tb_rep_metrics_compute(const tb_request_metrics *req, const uint32_t *n_out
  * missing (<= 0). */
 double tb_roofline_pct(double flops, double bytes, double peak_flops, double peak_bytes_per_s,
                        int64_t wall_ns);
+
+/* ------------------------------------------------------ the registry */
+
+/* Which way a metric is better: compare's verdicts, history's notes. */
+typedef enum tb_metric_better {
+    TB_BETTER_NONE = 0,   /* a count or a condition: neither */
+    TB_BETTER_HIGHER = 1,
+    TB_BETTER_LOWER = -1
+} tb_metric_better;
+
+/* One metric the runner stores per case (docs/METRICS.md has each
+ * definition). The registry's order is the reports' display order. */
+typedef struct tb_metric_def {
+    const char *name, *unit;
+    tb_metric_better better;
+} tb_metric_def;
+
+/* The registry, and a metric by name: the names built from a prefix
+ * (accuracy_TAG, errors_CLASS) are found by their prefix's entry
+ * (accuracy_, errors_). NULL: not a metric tokbench stores. */
+extern const tb_metric_def tb_metric_defs[];
+extern const size_t tb_n_metric_defs;
+const tb_metric_def *tb_metric_find(const char *name);
+
+/* Error classes of failed requests: the word before ": " at the start of
+ * the request's error (backend.h, "error classes"); the last, "other", is
+ * every error without a known class. */
+extern const char *const tb_error_classes[];
+extern const size_t tb_n_error_classes;
+size_t tb_error_class(const char *error);
+
+/* ------------------------------------------------------ one case */
+
+/* The measured (not warm-up) requests of a case: how many, how many
+ * failed, and the failures by error class (tb_error_classes order). */
+typedef struct tb_request_tally {
+    size_t requests, failed;
+    size_t per_class[16];
+} tb_request_tally;
+void tb_case_request_tally(const tb_case_record *rec, tb_request_tally *t);
+
+/* The status rule (docs/METRICS.md, "Case status"): a case whose every
+ * measured request failed is failed, with this reason (malloc'd, e.g.
+ * "every request failed: 8 of 8 (connect 8); first: connect: refused");
+ * NULL when some request succeeded or none was measured. */
+char *tb_case_all_failed(const tb_case_record *rec);
+
+/* Is a case degraded: some measured request failed, more than the
+ * fraction max_error_rate (0: any failure) of them? */
+int tb_case_degraded(const tb_request_tally *t, double max_error_rate);
+
+/* One decoded call: the raw figures, its requests, emissions and texts. */
+typedef struct tb_call_view {
+    tb_raw_call call;
+    const tb_raw_request *req; /* [call.n_requests] */
+    const tb_emission *em;     /* [call.n_emissions], arrival order */
+    const char *texts;         /* req[r].text_len bytes each, request order */
+} tb_call_view;
+
+typedef struct tb_case_metrics_opts {
+    uint32_t capabilities;   /* the backend's TB_CAP_*: a figure it does
+                                not claim is stored unknown (NULL) */
+    double goodput_ttft_ms, goodput_tpot_ms; /* <= 0: no limit */
+    uint64_t seed;           /* of the bootstrap CIs */
+    int keep_texts;          /* copy answer texts of prompt-set items */
+} tb_case_metrics_opts;
+
+/* The case's samples (one per call, warm-ups flagged), their requests
+ * with per-request figures, and one metric row per registry entry of
+ * docs/METRICS.md's per-request, per-repetition and serving tables
+ * (statistics over the measured calls; warm-ups excluded), plus
+ * errors_CLASS rows for the classes that occurred. Appends to rec's
+ * samples and metrics (empty before). Pure: no I/O. */
+void tb_case_metrics(const tb_call_view *calls, size_t n_calls, const tb_case_metrics_opts *o,
+                     tb_case_record *rec);
 
 #endif

@@ -21,7 +21,7 @@
 #include <stdio.h>
 
 #include "plugin.h"
-#include "score.h"
+#include "prompt_set.h"
 #include "suite.h"
 
 typedef struct tb_plan_backend {

@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "score.h"
+#include "prompt_set.h"
+#include "scorers.h"
 #include "util.h"
 
-const char *const tb_score_names[TB_N_SCORES] = {"correct", "repetition", "distinct"};
 
 typedef struct tally {
     double correct, graded; /* over every counted request */
@@ -87,7 +87,9 @@ void tb_quality_score(tb_quality_acc *q, int32_t prompt_idx, const char *text, i
     if (it->answer) {
         /* answers were checked at load, so -1 only on a regex run-time
          * limit: counted as wrong */
-        int r = tb_score_answer(tb_prompt_scorer(it, plan->scorer), text, it->answer, NULL, 0);
+        char *why = NULL;
+        int r = tb_score_answer(tb_prompt_scorer(it, plan->scorer), text, it->answer, &why);
+        free(why);
         out[TB_SCORE_CORRECT] = r == 1 ? 1.0 : 0.0;
     }
     out[TB_SCORE_REPETITION] = tb_score_repetition(text, plan->suite->prompts.repetition_n);
@@ -117,7 +119,7 @@ void tb_proportion_stats(double p, size_t trials, tb_stats *out)
     memset(out, 0, sizeof *out);
     out->n = trials;
     if (trials == 0) {
-        out->median = out->p5 = out->p95 = out->mean = out->stdev = out->cv = NAN;
+        out->median = out->p5 = out->p95 = out->p90 = out->p99 = out->mean = out->stdev = out->cv = NAN;
         out->min = out->max = out->ci_lo = out->ci_hi = NAN;
         return;
     }
@@ -126,7 +128,7 @@ void tb_proportion_stats(double p, size_t trials, tb_stats *out)
     double centre = (p + z2 / (2 * n)) / (1 + z2 / n);
     double half = z / (1 + z2 / n) * sqrt(p * (1 - p) / n + z2 / (4 * n * n));
     out->median = out->mean = p;
-    out->p5 = out->p95 = NAN; /* a proportion has no spread of its own */
+    out->p5 = out->p95 = out->p90 = out->p99 = NAN; /* a proportion has no spread of its own */
     out->min = out->max = NAN;
     out->stdev = sqrt(p * (1 - p));
     out->cv = p > 0 ? out->stdev / p : NAN;

@@ -1,5 +1,5 @@
 /* quality.h — the quality side of a case: each request of a prompt-set
- * suite graded against its item (core/score.h), and the per-case metrics
+ * suite graded against its item (core/scorers.h), and the per-case metrics
  * (docs/METRICS.md, "Quality"):
  *
  *   accuracy, accuracy_TAG   fraction of scored requests whose answer the
@@ -18,12 +18,8 @@
 #include <stdint.h>
 
 #include "plan.h"
+#include "record.h"
 #include "stats.h"
-#include "store.h"
-
-/* Per-request scores, stored in the score table under these names. */
-enum { TB_SCORE_CORRECT, TB_SCORE_REPETITION, TB_SCORE_DISTINCT, TB_N_SCORES };
-extern const char *const tb_score_names[TB_N_SCORES];
 
 typedef struct tb_quality_acc tb_quality_acc;
 

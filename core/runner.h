@@ -20,17 +20,14 @@ typedef enum tb_run_outcome {
 
 typedef struct tb_run_summary {
     size_t ok, failed, skipped;
-    size_t noisy;      /* cases whose aggregate tokens/s CV > 10% */
-    size_t mismatched; /* cases with re-count mismatches */
-    size_t failed_requests; /* completed cases with failed requests */
+    size_t degraded; /* ok cases with more failed requests than max_error_rate */
 } tb_run_summary;
 
 /* Run every case of `plan`, storing into session `session_id`;
- * backend_ids[i] is the stored row of plan->backends[i]. */
+ * backend_ids[i] is the stored row of plan->backends[i]. A case whose
+ * every request failed is failed (tb_case_all_failed); one whose failed
+ * requests exceed the fraction max_error_rate is counted degraded. */
 tb_run_outcome tb_runner_run(tb_plan *plan, tb_store *store, int64_t session_id,
-                             const int64_t *backend_ids, tb_run_summary *summary);
-
-/* The CV above which a case is flagged as noisy. */
-#define TB_NOISE_CV 0.10
+                             const int64_t *backend_ids, double max_error_rate, tb_run_summary *summary);
 
 #endif

@@ -18,13 +18,32 @@
  * Failed requests keep their error class (backend.h): http_429 → 429,
  * http_4xx → 400, timeout → 504, other → 500 when nothing was sent yet (an
  * error event in the stream after that), dropped → the connection is
- * closed mid-response, malformed_stream → a garbage chunk. */
+ * closed mid-response, malformed_stream → a garbage chunk.
+ *
+ * main.c parses the command line (its usage text is there); this module
+ * takes the parsed options. */
 #ifndef TB_SERVE_H
 #define TB_SERVE_H
 
-/* argv[0] is "serve". Returns the process exit status: 0 after a clean
- * stop (SIGINT/SIGTERM), 1 when the backend cannot start, 2 on bad
- * input. */
-int tb_cmd_serve(int argc, char **argv);
+#include <stdint.h>
+
+typedef struct tb_serve_options {
+    const char *suite;     /* the suite file */
+    const char *backend;   /* LABEL of its [backend LABEL] section */
+    const char *host;      /* IPv4 address to listen on, dotted ("127.0.0.1") */
+    uint16_t port;         /* TCP port; 0 picks a free one */
+    uint32_t max_batch;    /* most requests per generate() call; 0: 16 when
+                              the backend batches, else 1 */
+    const char *port_file; /* NULL, or where to write the port once listening */
+} tb_serve_options;
+
+/* NULL when this build can serve; else why not, a sentence for the user
+ * (built without libmicrohttpd). */
+const char *tb_serve_unavailable(void);
+
+/* Serve until SIGINT or SIGTERM. Returns the process exit status: 0 after
+ * a clean stop, 1 when the backend cannot start (or this build cannot
+ * serve), 2 on bad input (the suite, the backend label, the host). */
+int tb_serve_main(const tb_serve_options *o);
 
 #endif

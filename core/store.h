@@ -15,9 +15,12 @@
 #include <stdint.h>
 
 #include "hwinfo.h"
-#include "metrics.h"
-#include "plan.h"
-#include "stats.h"
+#include "record.h"
+
+/* plan.h, suite.h: the store reads these, never the other way round. */
+typedef struct tb_suite tb_suite;
+typedef struct tb_plan tb_plan;
+typedef struct tb_plan_backend tb_plan_backend;
 
 typedef struct tb_store tb_store;
 
@@ -27,8 +30,14 @@ const char *tb_store_default_path(void);
 /* Schema version this tokbench writes (= number of migrations). */
 int tb_store_schema_version(void);
 
-/* Open (creating if needed) and migrate. 0, or -1 with *err malloc'd. */
+/* Open (creating if needed) and migrate. 0, or -1 with *err malloc'd.
+ * Opening also marks 'interrupted' the sessions left 'running' by a
+ * process that is gone (docs/RELIABILITY.md). */
 int tb_store_open(const char *path, tb_store **out, char **err);
+/* What opening did that the user should hear of ("PATH: session 12 marked
+ * interrupted: ..."), or NULL: the store prints nothing itself. Valid
+ * until tb_store_close. */
+const char *tb_store_notice(const tb_store *st);
 void tb_store_close(tb_store *st);
 sqlite3 *tb_store_db(tb_store *st);
 
@@ -38,8 +47,12 @@ int tb_store_migrate(sqlite3 *db, int target, char **err);
 
 /* ----------------------------------------------------------- writing */
 
+/* Each writer returns 0 (or a row id), or -1 with *err malloc'd, naming
+ * what it was storing ("storing backend a failed: UNIQUE constraint
+ * failed: ...") and with nothing of that write left in the database. */
+
 /* Row id of the machine (inserted when its fingerprint is new), or -1. */
-int64_t tb_store_machine(tb_store *st, const tb_machine_info *m);
+int64_t tb_store_machine(tb_store *st, const tb_machine_info *m, char **err);
 
 typedef struct tb_session_info {
     int64_t machine_id;
@@ -48,70 +61,50 @@ typedef struct tb_session_info {
 } tb_session_info;
 
 /* New session in state 'running'; returns its id or -1. */
-int64_t tb_store_session_begin(tb_store *st, const tb_session_info *si);
-/* status: "completed", "interrupted" or "failed". */
-int tb_store_session_end(tb_store *st, int64_t session, const char *status);
+int64_t tb_store_session_begin(tb_store *st, const tb_session_info *si, char **err);
+/* status: "completed", "interrupted" or "failed". No such session is an
+ * error. */
+int tb_store_session_end(tb_store *st, int64_t session, const char *status, char **err);
 
 /* Backend row for plan backend `pb`; returns its id or -1. */
-int64_t tb_store_backend(tb_store *st, int64_t session, const tb_plan_backend *pb);
+int64_t tb_store_backend(tb_store *st, int64_t session, const tb_plan_backend *pb, char **err);
 /* The prompt set's items (plan->n_prompts of them) and its path and hash,
- * with the session; nothing without a prompt set. 0 or -1. */
-int tb_store_prompts(tb_store *st, int64_t session, const tb_plan *plan);
-int tb_store_backend_info(tb_store *st, int64_t backend_id, const char *info_json);
-
-/* One request of one sample, metrics already derived. */
-typedef struct tb_request_record {
-    int status;              /* tb_status */
-    const char *error;       /* NULL when ok */
-    int64_t submit_offset_ns;
-    tb_request_metrics m;
-    uint32_t n_out;          /* engine's count */
-    int32_t recount;         /* -1: not re-counted */
-    uint32_t steps_done;
-    uint32_t answer_tokens;  /* TB_UNKNOWN_COUNT: not reported */
-    uint64_t output_hash;
-    char *emissions_json;    /* [[ms since submit, tokens], ...] */
-    int32_t prompt_idx;      /* item of the prompt set; -1: synthetic */
-    int scored;              /* counted in the case's quality metrics */
-    char *output_text;       /* the answer text (prompt sets), or NULL */
-    double scores[3];        /* quality.h's TB_SCORE_*; NaN: not applicable */
-} tb_request_record;
-
-typedef struct tb_sample_record {
-    uint32_t repetition;     /* 0-based over warm-ups then measured */
-    int warmup;
-    uint32_t n_requests;
-    tb_rep_metrics m;
-    int64_t prefill_ns, decode_ns, forward_passes, peak_device_bytes, energy_mj;
-    int64_t recount_tokens;  /* -1: none */
-    uint32_t n_emissions;
-    int64_t runner_ns;
-    tb_request_record *requests;
-} tb_sample_record;
-
-typedef struct tb_metric_record {
-    const char *name; /* docs/METRICS.md */
-    const char *unit;
-    tb_stats st;
-    char *name_buf;   /* when the name is built (accuracy_TAG): owned */
-} tb_metric_record;
-
-typedef struct tb_case_record {
-    int64_t session_id, backend_id;
-    const tb_case *c;
-    const char *status;      /* "ok", "failed", "skipped" */
-    const char *error;
-    const char *started_at, *finished_at;
-    int64_t case_wall_ns;    /* -1: not run */
-    int64_t host_peak_rss;   /* -1: unknown */
-    tb_sample_record *samples;
-    size_t n_samples;
-    tb_metric_record *metrics;
-    size_t n_metrics;
-} tb_case_record;
+ * with the session, in one transaction; nothing without a prompt set. */
+int tb_store_prompts(tb_store *st, int64_t session, const tb_plan *plan, char **err);
+/* The backend's describe() text (stored as JSON, or wrapped when it is
+ * not JSON). No such backend row is an error. */
+int tb_store_backend_info(tb_store *st, int64_t backend_id, const char *info_json, char **err);
 
 /* Write the case with its samples, requests and metrics in one
- * transaction. Returns the case id, or -1 (nothing written). */
+ * transaction. Returns the case id, or -1 with *err (nothing written). */
 int64_t tb_store_case(tb_store *st, const tb_case_record *rec, char **err);
+
+/* ----------------------------------------------------------- the judge */
+
+/* A completed answer of a prompt-set request (status ok, with an item
+ * and a text). */
+typedef struct tb_stored_answer {
+    int64_t request_id, case_id;
+    int32_t prompt_idx;
+    int scored;  /* counted in the case's quality metrics */
+    char *text;
+} tb_stored_answer;
+
+/* The session's answers in case order, then request id. 0, or -1 with
+ * *err (malloc'd): a read error is an error, never the end of the rows. */
+int tb_store_answers(tb_store *st, int64_t session, tb_stored_answer **out, size_t *n, char **err);
+void tb_stored_answers_free(tb_stored_answer *a, size_t n);
+
+/* One answer's judge scores (nats per token, and exp of it). */
+typedef struct tb_judge_score {
+    int64_t request_id;
+    double nll, ppl;
+} tb_judge_score;
+
+/* The judge's scores and, per case, its judge_ppl metric row (replacing
+ * one stored before), in one transaction. 0, or -1 with *err (nothing
+ * written). */
+int tb_store_judge(tb_store *st, const tb_judge_score *scores, size_t n, const int64_t *case_ids,
+                   const tb_metric_record *case_metrics, size_t n_cases, char **err);
 
 #endif

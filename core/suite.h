@@ -85,8 +85,9 @@ typedef struct tb_suite_backend {
     size_t n_settings;
 } tb_suite_backend;
 
-/* [prompts]: prompts and expected answers from a JSONL file (core/score.h)
- * instead of synthetic prompts, with scores next to the speed figures. */
+/* [prompts]: prompts and expected answers from a JSONL file
+ * (core/prompt_set.h) instead of synthetic prompts, with scores next to
+ * the speed figures. */
 typedef struct tb_suite_prompts {
     char *file;          /* NULL: no [prompts] section; relative to the suite */
     tb_loc loc;          /* the section header */

@@ -36,63 +36,152 @@ int tb_wire_send(int fd, uint32_t type, const void *payload, size_t len)
     return len ? write_all(fd, payload, len) : 0;
 }
 
-/* Read exactly n bytes with the deadline; same codes as tb_wire_recv. */
-static int read_exact(int fd, char *p, size_t n, int64_t deadline_ns, volatile int *interrupted)
+void tb_wire_reader_init(tb_wire_reader *r, int fd)
 {
-    while (n) {
+    *r = (tb_wire_reader){.fd = fd};
+}
+
+void tb_wire_reader_free(tb_wire_reader *r)
+{
+    free(r->buf);
+    *r = (tb_wire_reader){.fd = -1};
+}
+
+tb_wire_rc tb_wire_read(tb_wire_reader *r, int64_t deadline_ns, volatile int *interrupted, tb_wire_frame *f)
+{
+    for (;;) {
+        size_t have = r->len - r->pos;
+        uint32_t hdr[2] = {0, 0};
+        if (have >= sizeof hdr) {
+            memcpy(hdr, r->buf + r->pos, sizeof hdr);
+            if (hdr[1] > TB_WIRE_MAX_FRAME) {
+                errno = EMSGSIZE;
+                return TB_WIRE_ERROR;
+            }
+            if (have >= sizeof hdr + hdr[1]) {
+                f->type = hdr[0];
+                f->payload = r->buf + r->pos + sizeof hdr;
+                f->len = hdr[1];
+                r->pos += sizeof hdr + hdr[1];
+                return TB_WIRE_FRAME;
+            }
+        }
+        /* Keep the partial frame at the start, and room for it and more. */
+        if (r->pos) {
+            memmove(r->buf, r->buf + r->pos, have);
+            r->len = have;
+            r->pos = 0;
+        }
+        size_t need = (have >= sizeof hdr ? sizeof hdr + hdr[1] : sizeof hdr) + 65536;
+        if (need > r->cap) {
+            r->cap = need + need / 2;
+            r->buf = tb_xrealloc(r->buf, r->cap);
+        }
         if (interrupted && *interrupted)
-            return 3;
+            return TB_WIRE_INTERRUPTED;
         int timeout_ms = -1;
         if (deadline_ns) {
             int64_t left = deadline_ns - tb_now_ns();
             if (left <= 0)
-                return 2;
-            timeout_ms = (int)(left / 1000000 + 1);
+                return TB_WIRE_TIMEOUT;
+            timeout_ms = left / 1000000 + 1 > INT32_MAX ? INT32_MAX : (int)(left / 1000000 + 1);
         }
-        /* Wake at least every 200 ms to notice interruption. */
         if (interrupted && (timeout_ms < 0 || timeout_ms > 200))
             timeout_ms = 200;
-        struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        int r = poll(&pfd, 1, timeout_ms);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        if (r == 0)
+        struct pollfd pfd = {.fd = r->fd, .events = POLLIN};
+        int n = poll(&pfd, 1, timeout_ms);
+        if (n < 0 && errno != EINTR)
+            return TB_WIRE_ERROR;
+        if (n <= 0)
             continue;
-        ssize_t got = read(fd, p, n);
-        if (got < 0) {
-            if (errno == EINTR || errno == EAGAIN)
-                continue;
-            return -1;
-        }
+        ssize_t got = read(r->fd, r->buf + r->len, r->cap - r->len);
+        if (got < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        if (got < 0)
+            return TB_WIRE_ERROR;
         if (got == 0)
-            return 1;
-        p += got;
-        n -= (size_t)got;
+            return TB_WIRE_EOF;
+        r->len += (size_t)got;
     }
-    return 0;
 }
 
-int tb_wire_recv(int fd, int64_t deadline_ns, volatile int *interrupted, uint32_t *type, char **buf,
-                 size_t *len)
+void tb_wire_result_free(tb_call_view *calls, size_t n_calls)
 {
-    uint32_t hdr[2];
-    *buf = NULL;
-    *len = 0;
-    int rc = read_exact(fd, (char *)hdr, sizeof hdr, deadline_ns, interrupted);
-    if (rc)
-        return rc;
-    *type = hdr[0];
-    *len = hdr[1];
-    *buf = tb_xmalloc(*len + 1);
-    rc = read_exact(fd, *buf, *len, deadline_ns, interrupted);
-    if (rc) {
-        free(*buf);
-        *buf = NULL;
-        return rc;
+    for (size_t i = 0; calls && i < n_calls; i++) {
+        free((void *)calls[i].req);
+        free((void *)calls[i].em);
     }
-    (*buf)[*len] = '\0';
+    free(calls);
+}
+
+int tb_wire_decode_result(const char *buf, size_t len, uint32_t want_requests, tb_call_view **calls,
+                          size_t *n_calls, int64_t *host_peak_rss, char **err)
+{
+    const char *p = buf, *end = buf + len;
+    const char *why = NULL;
+    tb_wire_case wc;
+    *calls = NULL;
+    *n_calls = 0;
+    if (len < sizeof wc) {
+        *err = tb_xstrdup("malformed result from the backend process (truncated)");
+        return -1;
+    }
+    memcpy(&wc, p, sizeof wc);
+    p += sizeof wc;
+    *host_peak_rss = wc.host_peak_rss;
+    if (wc.n_calls > (size_t)(end - p) / sizeof(tb_raw_call)) {
+        *err = tb_xstrdup("malformed result from the backend process (truncated)");
+        return -1;
+    }
+    tb_call_view *v = tb_xcalloc(wc.n_calls ? wc.n_calls : 1, sizeof *v);
+    size_t n = 0;
+    for (; n < wc.n_calls; n++) {
+        tb_call_view *c = &v[n];
+        if ((size_t)(end - p) < sizeof c->call) {
+            why = "truncated";
+            break;
+        }
+        memcpy(&c->call, p, sizeof c->call);
+        p += sizeof c->call;
+        if (c->call.n_requests != want_requests) {
+            why = "request count";
+            break;
+        }
+        size_t req_bytes = (size_t)c->call.n_requests * sizeof(tb_raw_request);
+        size_t em_bytes = (size_t)c->call.n_emissions * sizeof(tb_emission);
+        if ((size_t)(end - p) < req_bytes || (size_t)(end - p) - req_bytes < em_bytes) {
+            why = "truncated";
+            break;
+        }
+        tb_raw_request *req = tb_xmalloc(req_bytes ? req_bytes : 1);
+        tb_emission *em = tb_xmalloc(em_bytes ? em_bytes : 1);
+        memcpy(req, p, req_bytes);
+        p += req_bytes;
+        memcpy(em, p, em_bytes);
+        p += em_bytes;
+        c->req = req;
+        c->em = em;
+        size_t text_bytes = 0;
+        for (uint32_t r = 0; r < c->call.n_requests; r++) {
+            req[r].error[sizeof req[r].error - 1] = '\0';
+            text_bytes += req[r].text_len;
+        }
+        if ((size_t)(end - p) < text_bytes) {
+            n++; /* its arrays are to be freed */
+            why = "truncated texts";
+            break;
+        }
+        c->texts = p;
+        p += text_bytes;
+    }
+    if (!why && p != end)
+        why = "trailing bytes";
+    if (why) {
+        tb_wire_result_free(v, n);
+        *err = tb_xasprintf("malformed result from the backend process (%s)", why);
+        return -1;
+    }
+    *calls = v;
+    *n_calls = n;
     return 0;
 }

@@ -43,8 +43,8 @@ typedef struct tb_wire_status {
     char message[1024];
 } tb_wire_status;
 
-/* RESULT payload: one tb_wire_case, then for each call a tb_wire_call
- * followed by its n_requests tb_wire_request, n_emissions tb_emission, and
+/* RESULT payload: one tb_wire_case, then for each call a tb_raw_call
+ * (metrics.h) followed by its n_requests tb_raw_request, n_emissions tb_emission, and
  * the output texts of its requests (text_len bytes each, request order;
  * only in suites with a prompt set). */
 typedef struct tb_wire_case {
@@ -53,34 +53,13 @@ typedef struct tb_wire_case {
     int64_t host_peak_rss;  /* worker's peak RSS so far, bytes */
 } tb_wire_case;
 
-typedef struct tb_wire_call {
-    uint32_t is_warmup;
-    uint32_t n_requests;
-    uint32_t n_emissions;
-    uint32_t pad;
-    int64_t t_call_ns;   /* host clock just before generate() */
-    int64_t t_return_ns; /* just after it returned */
-    int64_t runner_ns;   /* worker time spent around the call (setup,
-                            re-counting), outside generate() */
-    int64_t prefill_ns, decode_ns, forward_passes, peak_device_bytes, energy_mj;
-    double flops, bytes, peak_flops, peak_bytes_per_s; /* the roofline; 0: not reported */
-} tb_wire_call;
-
-typedef struct tb_wire_request {
-    int64_t t_submit_ns; /* resolved: 0 from the plugin → t_call_ns */
-    int64_t t_done_ns;   /* as reported (0: unknown) */
-    int32_t status;
-    uint32_t n_output_tokens;
-    int32_t recount;     /* detokenize → tokenize count; -1: no tokenizer */
-    uint32_t steps_done;
-    uint32_t answer_tokens; /* before the first EOS; TB_UNKNOWN_COUNT */
-    uint32_t text_len;    /* bytes of output text after the emissions */
-    uint64_t output_hash; /* FNV-1a of output ids (or text); 0: none */
-    int32_t prompt_idx;   /* item of the prompt set; -1: synthetic */
-    uint32_t scored;      /* 1: counts towards scores (not a warm-up or a
-                             request that fills up the last batch) */
-    char error[128];
-} tb_wire_request;
+/* Decode a RESULT payload (want_requests per call) into calls[*n_calls]
+ * (malloc'd; each call's req and em arrays are copies, texts point into
+ * buf) and the worker's peak RSS. 0, or -1 with *err (malloc'd) when the
+ * payload is malformed. tb_wire_result_free() frees what it made. */
+int tb_wire_decode_result(const char *buf, size_t len, uint32_t want_requests, tb_call_view **calls,
+                          size_t *n_calls, int64_t *host_peak_rss, char **err);
+void tb_wire_result_free(tb_call_view *calls, size_t n_calls);
 
 /* JUDGE payload header. */
 typedef struct tb_wire_judge {
@@ -127,14 +106,46 @@ typedef struct tb_wire_gen_req {
     char error[128];
 } tb_wire_gen_req;
 
+/* Frames are bounded: a length beyond this is a protocol error, not an
+ * allocation (a worker's memory may be corrupt). */
+#define TB_WIRE_MAX_FRAME ((size_t)1 << 30)
+
+/* What a read ended with. */
+typedef enum tb_wire_rc {
+    TB_WIRE_ERROR = -1,      /* read error (errno), or a frame over TB_WIRE_MAX_FRAME */
+    TB_WIRE_FRAME = 0,       /* a whole frame */
+    TB_WIRE_EOF = 1,         /* the other end closed its pipe */
+    TB_WIRE_TIMEOUT = 2,     /* the deadline passed */
+    TB_WIRE_INTERRUPTED = 3  /* *interrupted became nonzero */
+} tb_wire_rc;
+
 /* Write a whole frame; 0 or -1 (errno set). */
 int tb_wire_send(int fd, uint32_t type, const void *payload, size_t len);
 
-/* Read one frame, waiting at most until deadline_ns (tb_now_ns clock; 0 =
- * forever) and giving up early when *interrupted becomes nonzero.
- * Returns 0 (payload in *buf, malloc'd, length *len), 1 on EOF, 2 on
- * timeout, 3 when interrupted, -1 on error. */
-int tb_wire_recv(int fd, int64_t deadline_ns, volatile int *interrupted, uint32_t *type,
-                 char **buf, size_t *len);
+/* A buffered reader of frames: one read() takes as many frames as the
+ * pipe holds (a streamed batch sends one frame per emission, and a
+ * read() per frame would cost more than the emissions). */
+typedef struct tb_wire_reader {
+    int fd;
+    char *buf;
+    size_t len, pos, cap; /* bytes held, first unread, allocated */
+} tb_wire_reader;
+
+/* One frame: the payload points into the reader's buffer and is valid
+ * until the next read (or reset). Not aligned: memcpy out of it. */
+typedef struct tb_wire_frame {
+    uint32_t type;
+    const char *payload;
+    size_t len;
+} tb_wire_frame;
+
+/* Start reading fd (nothing buffered). */
+void tb_wire_reader_init(tb_wire_reader *r, int fd);
+void tb_wire_reader_free(tb_wire_reader *r);
+
+/* The next frame, waiting at most until deadline_ns (tb_now_ns clock; 0 =
+ * forever) and giving up early when *interrupted (may be NULL) becomes
+ * nonzero; it is looked at at least every 200 ms. */
+tb_wire_rc tb_wire_read(tb_wire_reader *r, int64_t deadline_ns, volatile int *interrupted, tb_wire_frame *f);
 
 #endif

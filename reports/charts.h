@@ -14,7 +14,7 @@
 
 #include <sqlite3.h>
 
-#include "model.h"
+#include "rsession.h"
 #include "svg.h"
 
 typedef struct tb_rchart {

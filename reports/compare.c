@@ -7,29 +7,29 @@
 #include <string.h>
 
 #include "mannwhitney.h"
-#include "model.h"
+#include "metrics.h"
+#include "rsession.h"
 #include "stats.h"
-#include "table.h"
+#include "text_table.h"
 #include "util.h"
 
 /* Where each metric's raw samples are: one per measured repetition, or
  * one per successful request of the measured repetitions. */
 typedef struct msource {
-    const char *name, *unit;
+    const char *name; /* a metric of the registry (metrics.h): its unit and direction */
     int per_request;
     const char *expr; /* over sample sa / request r */
-    int higher_better;
 } msource;
 
 static const msource sources[] = {
-    {"agg_tps", "tokens/s", 0, "sa.aggregate_tps", 1},
-    {"decode_tps", "tokens/s", 0, "sa.decode_tps", 1},
-    {"wall_ms", "ms", 0, "sa.wall_ns / 1e6", 0},
-    {"tokens_per_forward", "tokens", 0, "sa.tokens_per_forward", 1},
-    {"req_tps", "tokens/s", 1, "r.tps", 1},
-    {"ttft_ms", "ms", 1, "r.ttft_ns / 1e6", 0},
-    {"tpot_ms", "ms", 1, "r.tpot_ns / 1e6", 0},
-    {"e2e_ms", "ms", 1, "r.e2e_ns / 1e6", 0},
+    {"agg_tps", 0, "sa.aggregate_tps"},
+    {"decode_tps", 0, "sa.decode_tps"},
+    {"wall_ms", 0, "sa.wall_ns / 1e6"},
+    {"tokens_per_forward", 0, "sa.tokens_per_forward"},
+    {"req_tps", 1, "r.tps"},
+    {"ttft_ms", 1, "r.ttft_ns / 1e6"},
+    {"tpot_ms", 1, "r.tpot_ns / 1e6"},
+    {"e2e_ms", 1, "r.e2e_ns / 1e6"},
 };
 
 static const char *const default_metrics[] = {"agg_tps", "req_tps", "ttft_ms", "e2e_ms"};
@@ -269,6 +269,14 @@ int tb_compare_run(sqlite3 *db, const tb_compare_opts *o, FILE *out, tb_compare_
         /* The more specific side names the case (the diffusion one). */
         char *dims = tb_rcase_dims(&sa, tb_rcase_generalizes(ca, cb) && !same_dims(ca, cb) ? cb : ca);
         int a_ok = strcmp(ca->status, "ok") == 0, b_ok = strcmp(cb->status, "ok") == 0;
+        /* Newly degraded (failed requests in B, none in A): a regression
+         * like a newly failed case, whatever the speed of what remains. */
+        if (a_ok && b_ok && strcmp(tb_rcase_status(cb), "degraded") == 0 &&
+            strcmp(tb_rcase_status(ca), "degraded") != 0) {
+            res->regressions += isfinite(o->fail_pct);
+            tb_str_appendf(&notes, "  %s [%s]: degraded in B: %d of %d requests failed\n", backend, dims,
+                           cb->failed_requests, cb->requests);
+        }
         for (size_t m = 0; m < n_metrics; m++) {
             size_t na = 0, nb = 0;
             double *xa = a_ok ? samples(db, ca->id, ms[m], &na) : NULL;
@@ -314,14 +322,15 @@ int tb_compare_run(sqlite3 *db, const tb_compare_opts *o, FILE *out, tb_compare_
                 /* U of A counts pairs where A is larger: B tends larger
                  * when U_B > U_A. */
                 int b_larger = u.u2 > u.u1;
-                int better = ms[m]->higher_better ? b_larger : !b_larger;
+                int higher_better = tb_metric_find(ms[m]->name)->better == TB_BETTER_HIGHER;
+                int better = higher_better ? b_larger : !b_larger;
                 if (u.p < o->alpha) {
                     tb_table_cell(t, better ? "faster" : "slower");
                     if (better) {
                         res->faster++;
                     } else {
                         res->slower++;
-                        double slow = ms[m]->higher_better ? -change : change; /* % worse */
+                        double slow = higher_better ? -change : change; /* % worse */
                         if (isfinite(o->fail_pct) && slow > o->fail_pct)
                             res->regressions++;
                         if (slow > worst) {
@@ -345,7 +354,7 @@ int tb_compare_run(sqlite3 *db, const tb_compare_opts *o, FILE *out, tb_compare_
     tb_table_print(t, out);
     tb_table_free(t);
     if (notes.len)
-        fprintf(out, "\nfailed or skipped in B only:\n%s", notes.s);
+        fprintf(out, "\nfailed, skipped or degraded in B only:\n%s", notes.s);
     tb_str_free(&notes);
     fprintf(out, "\n%zu matching cases", np);
     if (res->only_a || res->only_b)

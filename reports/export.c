@@ -62,7 +62,7 @@ static const char json_sql[] =
     "   'host_peak_rss_bytes', c.host_peak_rss_bytes,"
     "   'metrics', (SELECT json_group_object(name, json_object('unit', unit, 'n', n, 'median', median, 'p5', p5,"
     "       'p95', p95, 'mean', mean, 'stdev', stdev, 'cv', cv, 'min', min, 'max', max, 'ci_lo', ci_lo,"
-    "       'ci_hi', ci_hi)) FROM metric WHERE case_id = c.id),"
+    "       'ci_hi', ci_hi, 'p90', p90, 'p99', p99)) FROM metric WHERE case_id = c.id),"
     "   'samples', (SELECT json_group_array(json_object('repetition', sa.repetition, 'warmup', sa.warmup,"
     "       'n_requests', sa.n_requests, 'wall_ns', sa.wall_ns, 'prefill_ns', sa.prefill_ns,"
     "       'decode_ns', sa.decode_ns, 'output_tokens', sa.output_tokens, 'recount_tokens', sa.recount_tokens,"

@@ -7,9 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "html.h"
-#include "model.h"
-#include "table.h"
+#include "html_page.h"
+#include "metrics.h"
+#include "rsession.h"
+#include "text_table.h"
 #include "util.h"
 
 static char *dup_col(sqlite3_stmt *q, int i)
@@ -239,11 +240,12 @@ void tb_history_free(tb_history *h)
     memset(h, 0, sizeof *h);
 }
 
-/* Higher is better for rates; lower for times. */
-static int higher_is_better(const char *metric)
+/* The registry's direction (metrics.h); a metric it does not know (a
+ * score another tool stored) is taken as higher-is-better. */
+static tb_metric_better direction(const char *metric)
 {
-    size_t n = strlen(metric);
-    return !(n > 3 && (strcmp(metric + n - 3, "_ms") == 0 || strcmp(metric + n - 3, "_us") == 0));
+    const tb_metric_def *d = tb_metric_find(metric);
+    return d ? d->better : TB_BETTER_HIGHER;
 }
 
 /* What changed between two points of a series, as a note (NULL: nothing). */
@@ -265,7 +267,7 @@ static char *changes(const tb_hpoint *prev, const tb_hpoint *p)
 
 void tb_history_print(const tb_history *h, FILE *out)
 {
-    int better_up = higher_is_better(h->metric);
+    tb_metric_better dir = direction(h->metric);
     for (size_t i = 0; i < h->n; i++) {
         const tb_hseries *s = &h->s[i];
         fprintf(out, "%s%s (%s) of backend %s, case %s: %zu session%s\n", i ? "\n" : "", h->metric, h->unit,
@@ -296,8 +298,9 @@ void tb_history_print(const tb_history *h, FILE *out)
                 tb_table_cell(t, "-");
             if (prev && isfinite(prev->st.median) && isfinite(p->st.median) && prev->st.median != 0) {
                 double pct = (p->st.median / prev->st.median - 1) * 100;
-                int better = better_up ? pct > 0 : pct < 0;
-                tb_table_cellf(t, "%+.1f%%%s", pct, fabs(pct) < 0.05 ? "" : better ? " better" : " worse");
+                int better = dir == TB_BETTER_HIGHER ? pct > 0 : pct < 0;
+                tb_table_cellf(t, "%+.1f%%%s", pct,
+                               fabs(pct) < 0.05 || dir == TB_BETTER_NONE ? "" : better ? " better" : " worse");
             } else {
                 tb_table_cell(t, "-");
             }

@@ -1,5 +1,5 @@
 /* html.h — a session report as one self-contained HTML file: conditions,
- * warnings, SVG charts (charts.h), every table (tables.h) and the suite
+ * warnings, SVG charts (charts.h), every table (report_tables.h) and the suite
  * text. No script, no external style sheet, font or image. */
 #ifndef TB_REPORT_HTML_H
 #define TB_REPORT_HTML_H
@@ -9,10 +9,5 @@
 #include <stdio.h>
 
 int tb_report_html(sqlite3 *db, int64_t session, FILE *out, char **err);
-
-/* The page's head (with the shared style sheet) and foot; `title` is
- * escaped. For other pages built from the same parts (history). */
-void tb_html_begin(FILE *out, const char *title);
-void tb_html_end(FILE *out);
 
 #endif

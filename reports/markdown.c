@@ -4,8 +4,9 @@
 
 #include <string.h>
 
-#include "model.h"
-#include "tables.h"
+#include "rsession.h"
+#include "warnings.h"
+#include "report_tables.h"
 #include "util.h"
 
 void tb_md_escape(FILE *out, const char *s)
@@ -96,6 +97,8 @@ int tb_report_markdown(sqlite3 *db, int64_t session, FILE *out, char **err)
     tb_rsession s;
     if (tb_rsession_load(db, session, &s, err) != 0)
         return -1;
+    tb_warnings w;
+    tb_warnings_derive(&s, &w);
     tb_rtables ts;
     tb_rtables_build(&s, &ts);
 
@@ -117,12 +120,12 @@ int tb_report_markdown(sqlite3 *db, int64_t session, FILE *out, char **err)
             fputs(": speed only; outputs and quality mean nothing.\n\n", out);
         }
     fputs("## Warnings\n\n", out);
-    for (size_t i = 0; i < s.n_warnings; i++) {
+    for (size_t i = 0; i < w.n; i++) {
         fputs("- ", out);
-        tb_md_escape(out, s.warnings[i]);
+        tb_md_escape(out, w.text[i]);
         fputc('\n', out);
     }
-    fputs(s.n_warnings ? "\n" : "None.\n\n", out);
+    fputs(w.n ? "\n" : "None.\n\n", out);
     for (size_t i = 0; i < ts.n; i++)
         table(out, &ts.v[i]);
 
@@ -140,6 +143,7 @@ int tb_report_markdown(sqlite3 *db, int64_t session, FILE *out, char **err)
     fenced(out, s.suite_text);
     fputs("\nCharts: `tokbench report --format html`. Definitions: docs/METRICS.md, docs/REPORTS.md.\n", out);
     tb_rtables_free(&ts);
+    tb_warnings_free(&w);
     tb_rsession_free(&s);
     return 0;
 }

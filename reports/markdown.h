@@ -1,5 +1,5 @@
 /* markdown.h — a session report as GitHub-flavoured Markdown: the same
- * conditions, warnings and tables as the HTML report (tables.h), without
+ * conditions, warnings and tables as the HTML report (report_tables.h), without
  * the charts. For pull requests, wikis and commit messages. */
 #ifndef TB_REPORT_MARKDOWN_H
 #define TB_REPORT_MARKDOWN_H

@@ -8,9 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runner.h"
-#include "table.h"
+#include "metrics.h"
+#include "rsession.h"
+#include "text_table.h"
 #include "util.h"
+#include "warnings.h"
 
 static const char *col_text(sqlite3_stmt *q, int i)
 {
@@ -162,9 +164,19 @@ static int column_used(sqlite3 *db, int64_t session, const char *expr)
 }
 
 /* The dimensions of a summary row as one key (for the side-by-side). */
-static char *dims_key(sqlite3_stmt *q, int use_conc, int use_steps, int use_block, int use_opts)
+/* The request rate (column 28) as shown: "5", "0.5"; "" when none. */
+static const char *rate_text(sqlite3_stmt *q, char buf[32])
+{
+    buf[0] = '\0';
+    if (sqlite3_column_type(q, 28) != SQLITE_NULL)
+        snprintf(buf, 32, "%g", sqlite3_column_double(q, 28));
+    return buf;
+}
+
+static char *dims_key(sqlite3_stmt *q, int use_conc, int use_steps, int use_block, int use_rate, int use_opts)
 {
     tb_str b = {0};
+    char rate[32];
     tb_str_appendf(&b, "%s\t%s\t%s", col_text(q, 1), col_text(q, 2), col_text(q, 3));
     if (use_conc)
         tb_str_appendf(&b, "\t%s", col_text(q, 4));
@@ -172,6 +184,8 @@ static char *dims_key(sqlite3_stmt *q, int use_conc, int use_steps, int use_bloc
         tb_str_appendf(&b, "\t%s", col_text(q, 5));
     if (use_block)
         tb_str_appendf(&b, "\t%s", col_text(q, 6));
+    if (use_rate)
+        tb_str_appendf(&b, "\t%s", rate_text(q, rate));
     if (use_opts)
         tb_str_appendf(&b, "\t%s", col_text(q, 7));
     return tb_str_take(&b);
@@ -197,34 +211,6 @@ static int key_generalizes(const char *general, const char *specific)
     }
 }
 
-/* "prompt 32, new 64, batch 4, steps 8": the case's dimensions. */
-static char *case_where(sqlite3_stmt *q)
-{
-    static const char *const names[] = {NULL, "prompt", "new", "batch", "conc", "steps", "block"};
-    tb_str b = {0};
-    for (int i = 1; i <= 6; i++)
-        if (sqlite3_column_type(q, i) != SQLITE_NULL)
-            tb_str_appendf(&b, "%s%s %s", b.len ? ", " : "", names[i], col_text(q, i));
-    if (strcmp(col_text(q, 7), "{}") != 0)
-        tb_str_appendf(&b, ", %s", col_text(q, 7));
-    return tb_str_take(&b);
-}
-
-static int backend_random(sqlite3 *db, int64_t session, const char *label)
-{
-    sqlite3_stmt *q;
-    int r = 0;
-    if (sqlite3_prepare_v2(db, "SELECT json_extract(info_json, '$.random_weights') FROM backend"
-                               " WHERE session_id = ? AND label = ?", -1, &q, NULL) == SQLITE_OK) {
-        sqlite3_bind_int64(q, 1, session);
-        sqlite3_bind_text(q, 2, label, -1, SQLITE_TRANSIENT);
-        if (sqlite3_step(q) == SQLITE_ROW)
-            r = sqlite3_column_int(q, 0) == 1;
-    }
-    sqlite3_finalize(q);
-    return r;
-}
-
 int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
 {
     print_header(db, session, out);
@@ -232,14 +218,20 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
     int use_steps = column_used(db, session, "steps IS NOT NULL");
     int use_block = column_used(db, session, "block_length IS NOT NULL");
     int use_opts = column_used(db, session, "swept_options <> '{}'");
+    int use_rate = column_used(db, session, "request_rate IS NOT NULL");
+    /* Serving figures where requests are served, or some failed. */
+    int use_serving = use_conc || use_rate || column_used(db, session, "failed_requests > 0");
+    int use_goodput = column_used(db, session, "goodput IS NOT NULL");
 
-    /* Columns 0..7 are the case's identity, then the figures. */
+    /* Columns 0..7 are the case's identity, then the figures; 28.. the
+     * request rate and the serving figures. */
     const char *sql =
         "SELECT backend, CASE WHEN prompt_tokens = 0 THEN 'set' ELSE prompt_tokens END, max_new_tokens, batch,"
         " concurrency, steps, block_length, swept_options,"
-        " status, median_tps, p95_tps, aggregate_tps, decode_tps, ttft_ms, tpot_ms, e2e_ms, e2e_p95_ms, nfe,"
+        " status, median_tps, req_tps_p5, aggregate_tps, decode_tps, ttft_ms, tpot_ms, e2e_ms, e2e_p95_ms, nfe,"
         " tokens_per_forward, agg_tps_cv, runs, count_mismatches, error, peak_device_mib,"
-        " accuracy, accuracy_ci_lo, accuracy_ci_hi, judge_ppl"
+        " accuracy, accuracy_ci_lo, accuracy_ci_hi, judge_ppl,"
+        " request_rate, requests, failed_requests, req_per_s, error_rate, goodput, ttft_p99_ms"
         " FROM summary WHERE session = ? ORDER BY rowid";
     int use_acc = column_used(db, session, "accuracy IS NOT NULL");
     int use_ppl = column_used(db, session, "judge_ppl IS NOT NULL");
@@ -262,12 +254,21 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
         head[nh++] = "steps";
     if (use_block)
         head[nh++] = "block";
+    if (use_rate)
+        head[nh++] = "rate/s";
     if (use_opts)
         head[nh++] = "options";
     static const char *const figs[] = {"status", "tok/s/req", "p95 tok/s", "agg tok/s", "decode tok/s", "TTFT ms",
                                        "TPOT ms", "E2E ms", "E2E p95", "NFE", "tok/fwd", "CV", "runs", "dev MiB"};
     for (size_t i = 0; i < TB_ARRAY_LEN(figs); i++)
         head[nh++] = figs[i];
+    if (use_serving) {
+        head[nh++] = "req/s";
+        head[nh++] = "errors";
+        if (use_goodput)
+            head[nh++] = "goodput/s";
+        head[nh++] = "TTFT p99";
+    }
     if (use_acc)
         head[nh++] = "accuracy (95% CI)";
     if (use_ppl)
@@ -278,7 +279,6 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
     /* Side-by-side: distinct case keys × backends → aggregate tok/s. */
     char **keys = NULL, **backends = NULL, ***cells = NULL; /* cells[key][backend] */
     size_t n_keys = 0, n_backends = 0;
-    tb_str warnings = {0};
     sqlite3_stmt *qb;
     if (sqlite3_prepare_v2(db, "SELECT label FROM backend WHERE session_id = ? ORDER BY id", -1, &qb, NULL) == SQLITE_OK) {
         sqlite3_bind_int64(qb, 1, session);
@@ -288,11 +288,16 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
         }
     }
     sqlite3_finalize(qb);
-    int *mismatched = tb_xcalloc(n_backends ? n_backends : 1, sizeof(int));
-    int *mismatched_cases = tb_xcalloc(n_backends ? n_backends : 1, sizeof(int));
 
     while (sqlite3_step(q) == SQLITE_ROW) {
         const char *backend = col_text(q, 0), *status = col_text(q, 8);
+        /* An ok case with failed requests is marked (tb_case_degraded at
+         * the default threshold, 0: any failure). */
+        tb_request_tally tally = {.requests = (size_t)sqlite3_column_int64(q, 29),
+                                  .failed = (size_t)sqlite3_column_int64(q, 30)};
+        if (strcmp(status, "ok") == 0 && tb_case_degraded(&tally, 0))
+            status = "degraded";
+        char rate[32];
         tb_table_cell(t, backend);
         for (int i = 1; i <= 3; i++)
             tb_table_cell(t, col_text(q, i));
@@ -302,6 +307,8 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
             tb_table_cell(t, sqlite3_column_type(q, 5) == SQLITE_NULL ? "-" : col_text(q, 5));
         if (use_block)
             tb_table_cell(t, sqlite3_column_type(q, 6) == SQLITE_NULL ? "-" : col_text(q, 6));
+        if (use_rate)
+            tb_table_cell(t, *rate_text(q, rate) ? rate : "-");
         if (use_opts)
             tb_table_cell(t, strcmp(col_text(q, 7), "{}") ? col_text(q, 7) : "-");
         tb_table_cell(t, status);
@@ -313,11 +320,23 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
         tb_table_num(t, col_num(q, 18), 2);
         double cv = col_num(q, 19);
         if (isfinite(cv))
-            tb_table_cellf(t, "%.1f%%%s", cv * 100, cv > TB_NOISE_CV ? "!" : "");
+            tb_table_cellf(t, "%.1f%%%s", cv * 100,
+                           tb_noisy(cv, (size_t)sqlite3_column_int(q, 20), strcmp(col_text(q, 1), "set") == 0) ? "!" : "");
         else
             tb_table_cell(t, "-");
         tb_table_cell(t, sqlite3_column_type(q, 20) == SQLITE_NULL ? "-" : col_text(q, 20));
         tb_table_num(t, col_num(q, 23), 0);
+        if (use_serving) {
+            tb_table_num(t, col_num(q, 31), 2);
+            double er = col_num(q, 32);
+            if (isfinite(er))
+                tb_table_cellf(t, "%.1f%% (%d)", er * 100, sqlite3_column_int(q, 30));
+            else
+                tb_table_cell(t, "-");
+            if (use_goodput)
+                tb_table_num(t, col_num(q, 33), 2);
+            tb_table_num(t, col_num(q, 34), 2);
+        }
         if (use_acc) {
             double a = col_num(q, 24);
             if (isfinite(a))
@@ -328,24 +347,7 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
         if (use_ppl)
             tb_table_num(t, col_num(q, 27), 2);
 
-        char *where = case_where(q);
-        if (strcmp(status, "ok") != 0)
-            tb_str_appendf(&warnings, "  %s %s [%s]: %s\n", backend, status, where, col_text(q, 22));
-        if (isfinite(cv) && cv > TB_NOISE_CV && strcmp(col_text(q, 1), "set") != 0) /* prompt sets vary the work */
-            tb_str_appendf(&warnings, "  %s [%s]: noisy, aggregate tok/s CV %.1f%% > %.0f%%; check the environment first\n",
-                           backend, where, cv * 100, TB_NOISE_CV * 100);
-        free(where);
-        if (sqlite3_column_int(q, 21) > 0) { /* summed per backend below */
-            size_t bi = 0;
-            while (bi < n_backends && strcmp(backends[bi], backend) != 0)
-                bi++;
-            if (bi < n_backends) {
-                mismatched[bi] += sqlite3_column_int(q, 21);
-                mismatched_cases[bi]++;
-            }
-        }
-
-        char *key = dims_key(q, use_conc, use_steps, use_block, use_opts);
+        char *key = dims_key(q, use_conc, use_steps, use_block, use_rate, use_opts);
         size_t ki = 0, bi = 0;
         while (ki < n_keys && strcmp(keys[ki], key) != 0)
             ki++;
@@ -361,7 +363,7 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
             bi++;
         if (bi < n_backends && !cells[ki][bi]) {
             double agg = col_num(q, 11), acc = col_num(q, 24), ppl = col_num(q, 27);
-            if (strcmp(status, "ok") != 0) {
+            if (strcmp(status, "ok") != 0 && strcmp(status, "degraded") != 0) {
                 cells[ki][bi] = tb_xstrdup(status);
             } else {
                 tb_str c = {0};
@@ -373,6 +375,8 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
                     tb_str_appendf(&c, " @ %.0f%%", acc * 100);
                 if (use_ppl && isfinite(ppl))
                     tb_str_appendf(&c, ", ppl %.1f", ppl);
+                if (strcmp(status, "degraded") == 0)
+                    tb_str_append(&c, " (degraded)");
                 cells[ki][bi] = tb_str_take(&c);
             }
         }
@@ -407,6 +411,8 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
             sh[ns++] = "steps";
         if (use_block)
             sh[ns++] = "block";
+        if (use_rate)
+            sh[ns++] = "rate/s";
         if (use_opts)
             sh[ns++] = "options";
         int nd = ns;
@@ -431,22 +437,23 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
         tb_table_free(s);
     }
     free(covered);
-    for (size_t b = 0; b < n_backends; b++)
-        if (mismatched[b])
-            tb_str_appendf(&warnings,
-                           "  %s: %d requests in %d cases re-count (detokenize -> tokenize) to a different output length "
-                           "than the engine reports%s\n",
-                           backends[b], mismatched[b], mismatched_cases[b],
-                           backend_random(db, session, backends[b])
-                               ? " (random weights emit arbitrary token sequences, which rarely survive the round trip)"
-                               : "; see docs/METRICS.md");
-    free(mismatched);
-    free(mismatched_cases);
-    if (warnings.len)
-        fprintf(out, "\nwarnings:\n%s", warnings.s);
+    tb_rsession rs;
+    char *err = NULL;
+    if (tb_rsession_load(db, session, &rs, &err) == 0) {
+        tb_warnings w;
+        tb_warnings_derive(&rs, &w);
+        if (w.n)
+            fprintf(out, "\nwarnings:\n");
+        for (size_t i = 0; i < w.n; i++)
+            fprintf(out, "  %s\n", w.text[i]);
+        tb_warnings_free(&w);
+        tb_rsession_free(&rs);
+    } else {
+        fprintf(stderr, "tokbench: %s\n", err);
+        free(err);
+    }
     fprintf(out, "\ntok/s/req: per-request tokens/s (median); p95 tok/s: the rate 95%% of requests reach (5th percentile);"
                  "\nagg: all output tokens / batch wall time; decode: excludes prefill. Definitions: docs/METRICS.md\n");
-    tb_str_free(&warnings);
     for (size_t k = 0; k < n_keys; k++) {
         for (size_t b = 0; b < n_backends; b++)
             free(cells[k][b]);

@@ -203,11 +203,15 @@ EOF
 start=$(date +%s)
 timeout 300 "$tb" run "$tmp/faults.ini" --db "$tmp/f.db" >"$tmp/f.out" 2>"$tmp/f.err"
 rc=$?
-[ $rc = 0 ] || { fail "fault suite exit $rc (cases must complete with failed requests)"; cat "$tmp/f.err"; }
+# Cases with failed requests: every request failed -> the case is failed
+# (with the reason); some failed -> ok but degraded; either way exit 1.
+[ $rc = 1 ] || { fail "fault suite exit $rc (expected 1: failed and degraded cases)"; cat "$tmp/f.err"; }
 elapsed=$(($(date +%s) - start))
 [ $elapsed -lt 120 ] || fail "fault suite took $elapsed s"
-[ "$(q "$tmp/f.db" "select count(*) from bench_case where status = 'ok'")" = 9 ] \
-    || fail "faults: not every case completed: $(q "$tmp/f.db" "select ordinal, status, error from bench_case")"
+[ "$(q "$tmp/f.db" "select count(*) from summary where requests > 0 and (failed_requests = requests) = (status = 'failed') and (status = 'ok' or error like 'every request failed: % of %')")" = 9 ] \
+    || fail "faults: a case whose every request failed must be failed, and only those: $(q "$tmp/f.db" "select backend, status, requests, failed_requests, error from summary")"
+[ "$(q "$tmp/f.db" "select status from summary where backend = 'direct'")" = ok ] || fail "faults: direct (half failed) is not ok"
+grep -q "^  direct \[.*\]: degraded: 4 of 8 requests failed (http_429 4)$" "$tmp/f.out" || fail "faults: direct not marked degraded"
 # class_of LABEL: "n class" for the measured requests of that backend
 class_of() {
     q "$tmp/f.db" "select count(*) || ' ' || cls from (select substr(r.error, 1, instr(r.error, ':') - 1) as cls from request r join sample s on s.id = r.sample_id join bench_case c on c.id = s.case_id join backend b on b.id = c.backend_id where b.label = '$1' and r.status = 'failed') group by cls order by count(*) desc"
@@ -229,8 +233,8 @@ expect_class direct 4 http_429
     || fail "faults: errors_http_429 metric: $(q "$tmp/f.db" "select case_id, median from metric where name = 'errors_http_429'")"
 [ "$(q "$tmp/f.db" "select round(median, 2) from metric m join bench_case c on c.id = m.case_id join backend b on b.id = c.backend_id where b.label = 'direct' and m.name = 'error_rate'")" = 0.5 ] \
     || fail "faults: direct error_rate"
-grep -q "warning: http500 #1: 8 of 8 requests failed (http_5xx 8)" "$tmp/f.out" "$tmp/f.err" \
-    || fail "faults: no failed-requests warning: $(grep -h warning "$tmp/f.out" "$tmp/f.err" | head -3)"
+grep -q "^  http500 failed \[.*\]: every request failed: 8 of 8 (http_5xx 8); first: http_5xx: HTTP 500" "$tmp/f.out" \
+    || fail "faults: no failed-requests warning: $(grep -h -A12 '^warnings:' "$tmp/f.out" | head -12)"
 grep -q 'HTTP 500' <(q "$tmp/f.db" "select error from request where error like 'http_5xx%' limit 1") || fail "faults: HTTP status not in the error"
 
 # ------------------------------------------------------------------ 3

@@ -4,12 +4,16 @@
 #define _POSIX_C_SOURCE 200809L
 #include "metrics.h"
 
+#include <stdio.h>
+
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
+#include "record.h"
+#include "tokbench/backend.h"
 
 /* Relative tolerance for rates: 3 / (5000 * 1e-9) need not be exactly
  * 600000 in doubles, but it is within a few ulps. */
@@ -435,6 +439,203 @@ static void test_random_reps(void)
     CHECK(bad == 0);
 }
 
+/* ------------------------------------------------------ one case */
+
+/* A case of three calls of two requests (docs/METRICS.md's claims, one
+ * check each): call 0 is a warm-up whose every figure differs from the
+ * measured ones; call 1 has two good requests; in call 2 request 1 fails
+ * with class http_5xx. Good requests: submit at the call's base, one
+ * token at +1000, +2000 and +4000 ns (TTFT 1000, E2E 4000, TPOT 1500,
+ * gaps 1000 and 2000). The warm-up's tokens come at +50000, +60000,
+ * +70000. */
+typedef struct fake_case {
+    tb_call_view v[3];
+    tb_raw_request req[3][2];
+    tb_emission em[3][6];
+} fake_case;
+
+static void fake_case_build(fake_case *f)
+{
+    memset(f, 0, sizeof *f);
+    for (int k = 0; k < 3; k++) {
+        int64_t base = (int64_t)(k + 1) * 1000000000LL;
+        tb_raw_call *c = &f->v[k].call;
+        c->is_warmup = k == 0;
+        c->n_requests = 2;
+        c->t_call_ns = base;
+        c->t_return_ns = base + 100000;
+        c->prefill_ns = -1;
+        c->decode_ns = -1;
+        c->peak_device_bytes = 123 << 20;
+        c->energy_mj = 456;
+        c->runner_ns = 7000;
+        int64_t at[3] = {1000, 2000, 4000};
+        if (k == 0)
+            at[0] = 50000, at[1] = 60000, at[2] = 70000;
+        uint32_t ne = 0;
+        for (uint32_t r = 0; r < 2; r++) {
+            tb_raw_request *q = &f->req[k][r];
+            q->t_submit_ns = base;
+            q->prompt_idx = -1;
+            q->recount = 3;
+            q->answer_tokens = r == 0 ? 2 : TB_UNKNOWN_COUNT;
+            q->steps_done = r == 0 ? 5 : 0;
+            if (k == 2 && r == 1) { /* failed: no tokens, done at +3000 */
+                q->status = TB_ERR;
+                q->t_done_ns = base + 3000;
+                snprintf(q->error, sizeof q->error, "http_5xx: HTTP 503");
+                continue;
+            }
+            q->status = TB_OK;
+            q->n_output_tokens = 3;
+            for (int e = 0; e < 3; e++)
+                f->em[k][ne++] = (tb_emission){.t_ns = base + at[e], .request = r, .n_tokens = 1};
+        }
+        c->n_emissions = ne;
+        f->v[k].req = f->req[k];
+        f->v[k].em = f->em[k];
+    }
+}
+
+static const tb_stats *metric_of(const tb_case_record *rec, const char *name)
+{
+    for (size_t i = 0; i < rec->n_metrics; i++)
+        if (strcmp(rec->metrics[i].name, name) == 0)
+            return &rec->metrics[i].st;
+    return NULL;
+}
+
+static void test_case_measured_only(void)
+{
+    fake_case f;
+    fake_case_build(&f);
+    tb_case_metrics_opts o = {.capabilities = TB_CAP_STREAMING, .seed = 1};
+    tb_case_record rec = {0};
+    tb_case_metrics(f.v, 3, &o, &rec);
+    CHECK(rec.n_samples == 3);
+    CHECK(rec.samples[0].warmup == 1 && rec.samples[1].warmup == 0 && rec.samples[2].warmup == 0);
+    /* Warm-ups are stored, and excluded from every statistic: per request
+     * (3 good measured requests), per gap (2 each), per call (2 calls). */
+    const tb_stats *st;
+    CHECK((st = metric_of(&rec, "req_tps")) && st->n == 3 && st->min == st->max);
+    CHECK_REL(st->median, 750000); /* 3 tokens / 4000 ns */
+    CHECK((st = metric_of(&rec, "ttft_ms")) && st->n == 3 && st->max == 0.001);
+    CHECK((st = metric_of(&rec, "tpot_ms")) && st->n == 3 && st->max == 0.0015);
+    CHECK((st = metric_of(&rec, "e2e_ms")) && st->n == 3 && st->max == 0.004);
+    CHECK((st = metric_of(&rec, "itl_ms")) && st->n == 6 && st->max == 0.002 && st->min == 0.001);
+    CHECK(st && isnan(st->ci_lo) && isnan(st->ci_hi)); /* pooled gaps: no bootstrap CI */
+    CHECK((st = metric_of(&rec, "steps_done")) && st->n == 2 && st->median == 5); /* 0 = not reported */
+    CHECK((st = metric_of(&rec, "answer_tokens")) && st->n == 2 && st->median == 2); /* unknown left out */
+    /* Per call: wall = last done - first submit; agg = good tokens / wall. */
+    CHECK((st = metric_of(&rec, "wall_ms")) && st->n == 2 && st->min == 0.004 && st->max == 0.004);
+    CHECK((st = metric_of(&rec, "agg_tps")) && st->n == 2);
+    CHECK_REL(st->max, 1.5e6);  /* 6 tokens / 4000 ns */
+    CHECK_REL(st->min, 7.5e5);  /* 3 tokens (the failed request's count nothing) / 4000 ns */
+    CHECK(!isnan(st->ci_lo));
+    CHECK((st = metric_of(&rec, "runner_us")) && st->n == 2 && st->median == 7);
+    /* Not reported: no value, never 0. */
+    CHECK((st = metric_of(&rec, "prefill_ms")) && st->n == 0);
+    CHECK((st = metric_of(&rec, "decode_tps")) && st->n == 0);
+    CHECK((st = metric_of(&rec, "forward_passes")) && st->n == 0);
+    CHECK((st = metric_of(&rec, "tokens_per_forward")) && st->n == 0);
+    CHECK((st = metric_of(&rec, "roofline_pct")) && st->n == 0);
+    /* Serving figures of the measured calls. */
+    CHECK((st = metric_of(&rec, "req_throughput")) && st->n == 2);
+    CHECK_REL(st->max, 5e5);    /* 2 good / 4000 ns */
+    CHECK_REL(st->min, 2.5e5);
+    CHECK((st = metric_of(&rec, "error_rate")) && st->n == 2 && st->min == 0 && st->max == 0.5);
+    CHECK((st = metric_of(&rec, "goodput")) && st->n == 0); /* no limits set: no values */
+    CHECK((st = metric_of(&rec, "errors_http_5xx")) && st->n == 2 && st->min == 0 && st->max == 1);
+    CHECK(metric_of(&rec, "errors_connect") == NULL); /* a row only for classes that occurred */
+    CHECK(metric_of(&rec, "errors_other") == NULL);
+    /* The failed request keeps its error; it counts in no sample set. */
+    const tb_request_record *bad = &rec.samples[2].requests[1];
+    CHECK(bad->status == TB_ERR && bad->error && strcmp(bad->error, "http_5xx: HTTP 503") == 0);
+    CHECK(rec.samples[1].requests[0].error == NULL);
+    CHECK_STR(rec.samples[1].requests[0].emissions_json, "[[0.001,1],[0.002,1],[0.004,1]]");
+    /* Every row is a registry metric with the registry's unit. */
+    for (size_t i = 0; i < rec.n_metrics; i++) {
+        const tb_metric_def *d = tb_metric_find(rec.metrics[i].name);
+        CHECK(d && strcmp(d->unit, rec.metrics[i].unit) == 0);
+    }
+    tb_case_record_free(&rec);
+}
+
+/* Goodput: TTFT <= limit and TPOT <= limit, an unset limit always holds. */
+static void test_case_goodput(void)
+{
+    fake_case f;
+    fake_case_build(&f);
+    struct {
+        double ttft_ms, tpot_ms, want_max; /* the call with 2 good requests */
+    } cases[] = {
+        {0.002, 0, 5e5},      /* TTFT 0.001 <= 0.002: both good */
+        {0.0005, 0, 0},       /* TTFT over the limit */
+        {0, 0.001, 0},        /* TPOT 0.0015 > 0.001 */
+        {0.002, 0.002, 5e5},  /* both within */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        tb_case_metrics_opts o = {.capabilities = TB_CAP_STREAMING, .goodput_ttft_ms = cases[i].ttft_ms,
+                                  .goodput_tpot_ms = cases[i].tpot_ms};
+        tb_case_record rec = {0};
+        tb_case_metrics(f.v, 3, &o, &rec);
+        const tb_stats *st = metric_of(&rec, "goodput");
+        CHECK(st && st->n == 2);
+        if (st)
+            CHECK_REL(st->max, cases[i].want_max);
+        tb_case_record_free(&rec);
+    }
+}
+
+/* Capabilities: a figure the backend does not claim is unknown (-1,
+ * stored NULL); without streaming, emissions are no timings (TTFT = E2E,
+ * no gaps). */
+static void test_case_capabilities(void)
+{
+    fake_case f;
+    fake_case_build(&f);
+    tb_case_record rec = {0};
+    tb_case_metrics_opts o = {.capabilities = TB_CAP_STREAMING | TB_CAP_DEVICE_MEMORY | TB_CAP_ENERGY};
+    tb_case_metrics(f.v, 3, &o, &rec);
+    CHECK(rec.samples[1].peak_device_bytes == 123 << 20 && rec.samples[1].energy_mj == 456);
+    tb_case_record_free(&rec);
+
+    o.capabilities = 0;
+    tb_case_metrics(f.v, 3, &o, &rec);
+    CHECK(rec.samples[1].peak_device_bytes == -1 && rec.samples[1].energy_mj == -1);
+    const tb_stats *ttft = metric_of(&rec, "ttft_ms"), *e2e = metric_of(&rec, "e2e_ms");
+    /* done unknown and no emissions taken: the request ended when the
+     * call returned (+100000 ns) */
+    CHECK(ttft && e2e && ttft->n == 3 && e2e->n == 3);
+    if (ttft && e2e) {
+        CHECK_REL(ttft->median, 0.1);
+        CHECK_REL(e2e->median, 0.1);
+    }
+    const tb_stats *itl = metric_of(&rec, "itl_ms");
+    CHECK(itl && itl->n == 0);
+    CHECK_STR(rec.samples[1].requests[0].emissions_json, "[]");
+    CHECK(rec.samples[1].n_emissions == 0);
+    tb_case_record_free(&rec);
+}
+
+static void test_registry(void)
+{
+    const tb_metric_def *d;
+    CHECK((d = tb_metric_find("agg_tps")) && d->better == TB_BETTER_HIGHER && strcmp(d->unit, "tokens/s") == 0);
+    CHECK((d = tb_metric_find("ttft_ms")) && d->better == TB_BETTER_LOWER);
+    CHECK((d = tb_metric_find("forward_passes")) && d->better == TB_BETTER_NONE);
+    CHECK((d = tb_metric_find("accuracy_math")) && strcmp(d->name, "accuracy_") == 0);
+    CHECK((d = tb_metric_find("errors_dropped")) && d->better == TB_BETTER_LOWER);
+    CHECK(tb_metric_find("errors_") == NULL);
+    CHECK(tb_metric_find("accuracyx") == NULL);
+    CHECK(tb_metric_find("nonsense") == NULL);
+    CHECK_STR(tb_error_classes[tb_error_class("http_429: HTTP 429: slow down")], "http_429");
+    CHECK_STR(tb_error_classes[tb_error_class("dropped: closed early")], "dropped");
+    CHECK_STR(tb_error_classes[tb_error_class("http_4299: x")], "other");
+    CHECK_STR(tb_error_classes[tb_error_class("connect refused")], "other");
+    CHECK_STR(tb_error_classes[tb_error_class(NULL)], "other");
+}
+
 int main(void)
 {
     test_request_basic();
@@ -449,5 +650,9 @@ int main(void)
     test_chain();
     test_random_requests();
     test_random_reps();
+    test_case_measured_only();
+    test_case_goodput();
+    test_case_capabilities();
+    test_registry();
     return check_done();
 }

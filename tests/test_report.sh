@@ -245,6 +245,8 @@ q "$tmp/older.db" "drop table prompt; drop table score; alter table request drop
 # migration 5's columns
 q "$tmp/older.db" "alter table session drop column owner_boot_id; alter table session drop column owner_pid_ns;
   alter table session drop column owner_pid; alter table session drop column owner_start_ticks"
+# migration 6's columns
+q "$tmp/older.db" "alter table metric drop column p90; alter table metric drop column p99"
 q "$tmp/older.db" "pragma user_version = 1"
 "$tb" db merge "$tmp/older.db" --db "$tmp/z.db" >/dev/null || fail "older schema not merged"
 [ "$(q "$tmp/older.db" "pragma user_version")" = 1 ] || fail "merge modified the other database"

@@ -66,8 +66,12 @@ typedef enum tb_status {
 
 /* ---------------------------------------------------------- capabilities */
 
-/* Bits of tb_backend_ops.capabilities. The runner skips, with the reason
- * shown, cases that need a capability the backend lacks. */
+/* Bits of tb_backend_ops.capabilities: each is a promise about generate()
+ * (or about a method being present). The runner skips, with the reason
+ * shown, cases that need a capability the backend lacks. Claim a bit only
+ * when the backend keeps its promise; for the two figures (device memory,
+ * energy) the host stores no figure at all from a backend that does not
+ * claim them. */
 enum {
     /* generate() takes n_requests > 1 and runs them as one batch. */
     TB_CAP_BATCH = 1u << 0,
@@ -79,15 +83,23 @@ enum {
     /* Honors tb_request.block_length (semi-autoregressive blocks). */
     TB_CAP_BLOCKS = 1u << 3,
     /* Emits tokens before the request completes (AR decode steps, SSE
-     * chunks, diffusion commits). Without it, the only emission is the
-     * final one and TTFT equals E2E. */
+     * chunks, diffusion commits), with the backend's default options at
+     * least (an option may turn it off, e.g. the http backend's stream =
+     * false). Without it, the only emission is the final one and TTFT
+     * equals E2E. */
     TB_CAP_STREAMING = 1u << 4,
     /* tokenize() and detokenize() are present: the runner re-counts every
      * output by detokenize → tokenize and flags a mismatch. */
     TB_CAP_TOKENIZER = 1u << 5,
-    /* Reports peak device memory in tb_result.peak_device_bytes. */
+    /* Measures peak device memory: sets tb_result.peak_device_bytes (see
+     * there for what it counts) on every call it runs on a device, and -1
+     * on calls it cannot measure (e.g. the CPU path of a backend built
+     * with CUDA). A backend that never fills the field must not claim it. */
     TB_CAP_DEVICE_MEMORY = 1u << 6,
-    /* Reports energy in tb_result.energy_mj. */
+    /* Measures energy: sets tb_result.energy_mj (see there) on every call
+     * it can meter, and -1 on the others (no meter on this machine or
+     * path, a call too short for the meter's resolution). A backend that
+     * never fills the field must not claim it. */
     TB_CAP_ENERGY = 1u << 7,
     /* Honors tb_request.request_rate (open-loop arrivals). */
     TB_CAP_REQUEST_RATE = 1u << 8,
@@ -277,8 +289,24 @@ typedef struct tb_result {
     int64_t prefill_ns;
     int64_t decode_ns;
     int64_t forward_passes;      /* model forward evaluations (NFE) */
-    int64_t peak_device_bytes;   /* -1 if unknown */
-    int64_t energy_mj;           /* millijoules over the call, -1 unknown */
+    /* TB_CAP_DEVICE_MEMORY: the most device memory the backend held at
+     * any moment of this call, bytes; -1 if unknown. It is a high-water
+     * mark, not what is held at the end: it includes what was resident
+     * when the call began (weights, caches kept from earlier calls) and
+     * every buffer allocated during the call, transient ones freed before
+     * it returned included (library workspaces such as cuBLAS's, staging).
+     * It counts what the backend allocates itself, in the sizes it asks
+     * for; it excludes what the backend cannot see: the CUDA context and
+     * its kernels' code, what libraries allocate for themselves (cuBLAS
+     * handles), CUDA graphs, the allocator's rounding and caching, host
+     * memory (pinned included), other processes. So it is below
+     * nvidia-smi's figure for the process. */
+    int64_t peak_device_bytes;
+    /* TB_CAP_ENERGY: the energy the device drew over the call,
+     * millijoules; -1 if unknown. Read from the device's own counter
+     * before and after the call's work: the whole device's draw (idle
+     * power and other processes included), not this backend's share. */
+    int64_t energy_mj;
     /* --- appended in ABI 1; write only when TB_STRUCT_HAS(res, tb_result,
      * ...) says the host has them. The roofline (docs/METRICS.md): the
      * work of the call by the engine's own count and the device's

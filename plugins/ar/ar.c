@@ -29,6 +29,15 @@
 
 #define AR_VERSION "0.1.0"
 
+/* Peak device memory and energy are filled on the GPU path only (-1 on
+ * the CPU path; energy also -1 without NVML or for a call too short for
+ * its counter), so only a CUDA build claims them. */
+#ifdef TB_HAVE_CUDA
+#define AR_GPU_CAPS (TB_CAP_DEVICE_MEMORY | TB_CAP_ENERGY)
+#else
+#define AR_GPU_CAPS 0
+#endif
+
 enum { OPT_DEVICE, OPT_THREADS, OPT_TEMPERATURE, OPT_TOP_K, OPT_TOP_P, OPT_IGNORE_EOS, OPT_PRESET_SEED, N_OPTS };
 
 static const tb_option_decl ar_options[N_OPTS] = {
@@ -78,35 +87,38 @@ static void set_error(ar_ctx *c, const char *fmt, ...)
 #define OPT_I(v, n, which) tb_opt_int(v, n, ar_options, which)
 #define OPT_F(v, n, which) tb_opt_float(v, n, ar_options, which)
 
+/* describe()'s JSON; NULL when out of memory (each add checked: a
+ * partial description would be stored as if whole). */
 static char *make_description(const ar_ctx *c)
 {
     const tb_model_config *cfg = &c->ld.model.cfg;
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "model_name", c->ld.model.name);
-    cJSON_AddStringToObject(o, "architecture", cfg->arch_name);
-    cJSON_AddStringToObject(o, "dtype", c->on_gpu ? "bf16" : "f32");
-    cJSON_AddStringToObject(o, "checkpoint_dtype", c->ld.model.source_dtype);
+    int ok = o != NULL;
+    ok &= cJSON_AddStringToObject(o, "model_name", c->ld.model.name) != NULL;
+    ok &= cJSON_AddStringToObject(o, "architecture", cfg->arch_name) != NULL;
+    ok &= cJSON_AddStringToObject(o, "dtype", c->on_gpu ? "bf16" : "f32") != NULL;
+    ok &= cJSON_AddStringToObject(o, "checkpoint_dtype", c->ld.model.source_dtype) != NULL;
 #ifdef TB_HAVE_CUDA
-    cJSON_AddStringToObject(o, "device", c->on_gpu ? tb_gpu_device_name(c->ld.gpu) : "cpu");
+    ok &= cJSON_AddStringToObject(o, "device", c->on_gpu ? tb_gpu_device_name(c->ld.gpu) : "cpu") != NULL;
     if (c->on_gpu)
-        cJSON_AddStringToObject(o, "kernels", "cuBLAS bf16 GEMMs (fp32 accumulate), own GEMV at batch 1, CUDA graph per decode step");
+        ok &= cJSON_AddStringToObject(o, "kernels", "cuBLAS bf16 GEMMs (fp32 accumulate), own GEMV at batch 1, CUDA graph per decode step") != NULL;
 #else
-    cJSON_AddStringToObject(o, "device", "cpu");
+    ok &= cJSON_AddStringToObject(o, "device", "cpu") != NULL;
 #endif
-    cJSON_AddBoolToObject(o, "random_weights", cfg->random_weights);
-    cJSON_AddNumberToObject(o, "params", (double)c->ld.model.n_params);
-    cJSON_AddNumberToObject(o, "layers", cfg->n_layers);
-    cJSON_AddNumberToObject(o, "hidden_size", cfg->hidden_size);
-    cJSON_AddNumberToObject(o, "threads", c->st.n_threads ? c->st.n_threads : c->threads);
-    cJSON_AddStringToObject(o, "engine_version", AR_VERSION);
-    cJSON_AddStringToObject(o, "blas", "OpenBLAS");
-    cJSON_AddBoolToObject(o, "tokenizer", c->ld.tok != NULL);
-    cJSON_AddStringToObject(o, "energy", c->ld.energy_note);
+    ok &= cJSON_AddBoolToObject(o, "random_weights", cfg->random_weights) != NULL;
+    ok &= cJSON_AddNumberToObject(o, "params", (double)c->ld.model.n_params) != NULL;
+    ok &= cJSON_AddNumberToObject(o, "layers", cfg->n_layers) != NULL;
+    ok &= cJSON_AddNumberToObject(o, "hidden_size", cfg->hidden_size) != NULL;
+    ok &= cJSON_AddNumberToObject(o, "threads", c->st.n_threads ? c->st.n_threads : c->threads) != NULL;
+    ok &= cJSON_AddStringToObject(o, "engine_version", AR_VERSION) != NULL;
+    ok &= cJSON_AddStringToObject(o, "blas", "OpenBLAS") != NULL;
+    ok &= cJSON_AddBoolToObject(o, "tokenizer", c->ld.tok != NULL) != NULL;
+    ok &= cJSON_AddStringToObject(o, "energy", c->ld.energy_note) != NULL;
     if (c->ld.peak_flops > 0) { /* the roofline's ceilings, measured at load */
-        cJSON_AddNumberToObject(o, "peak_tflops_bf16", c->ld.peak_flops / 1e12);
-        cJSON_AddNumberToObject(o, "peak_tb_per_s", c->ld.peak_bytes_per_s / 1e12);
+        ok &= cJSON_AddNumberToObject(o, "peak_tflops_bf16", c->ld.peak_flops / 1e12) != NULL;
+        ok &= cJSON_AddNumberToObject(o, "peak_tb_per_s", c->ld.peak_bytes_per_s / 1e12) != NULL;
     }
-    char *s = cJSON_PrintUnformatted(o);
+    char *s = ok ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
     return s;
 }
@@ -146,6 +158,11 @@ static tb_status ar_create(const tb_host *host, const char *model, const tb_opti
         return st;
     }
     c->describe_json = make_description(c);
+    if (!c->describe_json) {
+        snprintf(err, err_size, "out of memory");
+        ar_destroy(c);
+        return TB_ERR_NO_MEMORY;
+    }
     host->log(host, TB_LOG_INFO, "loaded %s: %s, %lld parameters%s", c->ld.model.name, c->ld.model.cfg.arch_name,
               (long long)c->ld.model.n_params, c->ld.model.cfg.random_weights ? " (random weights)" : "");
     *ctx_out = c;
@@ -203,8 +220,9 @@ static tb_status gpu_generate(ar_ctx *c, const tb_request *req, tb_result *res, 
     const tb_model_config *cfg = &c->ld.model.cfg;
     size_t V = (size_t)cfg->vocab_size;
     (void)req; /* prompts are already in c->prompt */
+    tb_loaded_memory_start(&c->ld); /* the call's peak includes what it reserves */
     if (tb_gpu_reserve(c->ld.gpu, (int)R, (int)(P + N), (int)(R * P), c->error, sizeof c->error) != 0)
-        return strstr(c->error, "out of device memory") ? TB_ERR_NO_MEMORY : TB_ERR;
+        return tb_status_of(c->error, TB_ERR);
     if (tb_gpu_set_padding(c->ld.gpu, pad, (int)R) != 0) {
         set_error(c, "%s", tb_gpu_error(c->ld.gpu));
         return TB_ERR;
@@ -261,7 +279,7 @@ static tb_status gpu_generate(ar_ctx *c, const tb_request *req, tb_result *res, 
     res->prefill_ns = t_prefill_end ? t_prefill_end - t0 : -1;
     res->decode_ns = t_prefill_end ? t_end - t_prefill_end : -1;
     res->forward_passes = forwards;
-    res->peak_device_bytes = (int64_t)tb_gpu_bytes(c->ld.gpu);
+    res->peak_device_bytes = tb_loaded_memory_peak(&c->ld);
     res->energy_mj = tb_loaded_energy_mj(&c->ld, e0, t_end);
     tb_loaded_work_report(&c->ld, res);
     for (uint32_t r = 0; r < R; r++) {
@@ -408,7 +426,8 @@ static tb_status ar_generate(void *ctx, const tb_request *req, tb_result *res)
     res->prefill_ns = t_prefill_end ? t_prefill_end - t0 : -1;
     res->decode_ns = t_prefill_end ? t_end - t_prefill_end : -1;
     res->forward_passes = forwards;
-    res->peak_device_bytes = -1;
+    res->peak_device_bytes = -1; /* the CPU path measures neither */
+    res->energy_mj = -1;
     for (uint32_t r = 0; r < R; r++) {
         tb_request_result *q = &res->requests[r];
         q->n_output_tokens = n_out[r];
@@ -466,6 +485,10 @@ static tb_status ar_loglik(void *ctx, const char *context, const char *continuat
     size_t longest;
     /* context with BOS as a prompt; the continuation without it */
     int64_t nc = tb_tokenizer_encode(c->ld.tok, texts[1], strlen(texts[1]), NULL, 0);
+    if (nc == TB_TOKENIZER_NO_MEMORY) {
+        set_error(c, "out of memory tokenizing the continuation");
+        return TB_ERR_NO_MEMORY;
+    }
     if (nc < 0) {
         set_error(c, "the tokenizer failed on the continuation");
         return TB_ERR_INVALID;
@@ -489,8 +512,9 @@ static tb_status ar_loglik(void *ctx, const char *context, const char *continuat
     if (rc == TB_OK) {
         if (n_ctx)
             memcpy(seq, ctx_ids, n_ctx * sizeof *seq);
-        if (tb_tokenizer_encode(c->ld.tok, texts[1], strlen(texts[1]), seq + n_ctx, (size_t)nc) != nc)
-            rc = TB_ERR_INVALID;
+        int64_t again = tb_tokenizer_encode(c->ld.tok, texts[1], strlen(texts[1]), seq + n_ctx, (size_t)nc);
+        if (again != nc)
+            rc = again == TB_TOKENIZER_NO_MEMORY ? TB_ERR_NO_MEMORY : TB_ERR_INVALID;
     }
     if (rc == TB_OK && c->on_gpu) {
 #ifdef TB_HAVE_CUDA
@@ -501,7 +525,7 @@ static tb_status ar_loglik(void *ctx, const char *context, const char *continuat
             tb_gpu_logits(c->ld.gpu, seq, 1, 0, (int)total, (int)total, 1, logits) != 0) {
             if (!c->error[0])
                 set_error(c, "%s", tb_gpu_error(c->ld.gpu));
-            rc = strstr(c->error, "out of device memory") ? TB_ERR_NO_MEMORY : TB_ERR;
+            rc = tb_status_of(c->error, TB_ERR);
         }
 #endif
     } else if (rc == TB_OK) {
@@ -526,7 +550,8 @@ static tb_status ar_loglik(void *ctx, const char *context, const char *continuat
         *sum_logprob = sum;
         *n_tokens = (uint32_t)(total - first);
     } else if (!c->error[0]) {
-        set_error(c, "loglik: out of memory or tokenizer failure (%zu tokens)", total);
+        set_error(c, "loglik: %s (%zu tokens)", rc == TB_ERR_NO_MEMORY ? "out of memory" : "the tokenizer failed",
+                  total);
     }
     free(seq);
     free(logits);
@@ -540,7 +565,7 @@ static const tb_backend_ops ar_ops = {
     .name = "ar",
     .version = AR_VERSION,
     .description = "autoregressive Llama/Qwen2 on tokbench's engine (Hugging Face folders or presets)",
-    .capabilities = TB_CAP_BATCH | TB_CAP_STREAMING | TB_CAP_TOKENIZER | TB_CAP_LOGLIK,
+    .capabilities = TB_CAP_BATCH | TB_CAP_STREAMING | TB_CAP_TOKENIZER | TB_CAP_LOGLIK | AR_GPU_CAPS,
     .options = ar_options,
     .n_options = N_OPTS,
     .probe = NULL,

@@ -30,6 +30,15 @@
 
 #define DIFFUSION_VERSION "0.1.0"
 
+/* Peak device memory and energy are filled on the GPU path only (-1 on
+ * the CPU path; energy also -1 without NVML or for a call too short for
+ * its counter), so only a CUDA build claims them. */
+#ifdef TB_HAVE_CUDA
+#define DIFFUSION_GPU_CAPS (TB_CAP_DEVICE_MEMORY | TB_CAP_ENERGY)
+#else
+#define DIFFUSION_GPU_CAPS 0
+#endif
+
 enum {
     OPT_DEVICE, OPT_THREADS, OPT_SAMPLER, OPT_THRESHOLD, OPT_CACHE, OPT_CFG_SCALE, OPT_TEMPERATURE, OPT_TOP_K,
     OPT_ALG_TEMP, OPT_EPS, OPT_MASK_ID, OPT_PRESET_SEED, N_OPTS
@@ -85,6 +94,9 @@ typedef struct dctx {
     float *host_logits;    /* GPU path, sampling on the host: [rows][npick][vocab] */
     size_t host_logits_cap;
     float *host_prob;      /* [vocab]: tb_dllm_pick_row's scratch */
+    /* Why the last GPU forward failed (the sampler's message says only
+     * where), "" when it did not; appended to that message. */
+    char forward_error[256];
     char *describe_json;
     char error[512];
 } dctx;
@@ -137,31 +149,34 @@ static tb_status diffusion_validate(const tb_request *req, char *why, size_t why
     return tb_dllm_validate(&p, why, why_size) == 0 ? TB_OK : TB_ERR_INVALID;
 }
 
+/* describe()'s JSON; NULL when out of memory (each add checked: a
+ * partial description would be stored as if whole). */
 static char *make_description(const dctx *c)
 {
     const tb_model_config *cfg = &c->ld.model.cfg;
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "model_name", c->ld.model.name);
-    cJSON_AddStringToObject(o, "architecture", cfg->arch_name);
-    cJSON_AddStringToObject(o, "dtype", c->on_gpu ? "bf16" : "f32");
-    cJSON_AddStringToObject(o, "checkpoint_dtype", c->ld.model.source_dtype);
+    int ok = o != NULL;
+    ok &= cJSON_AddStringToObject(o, "model_name", c->ld.model.name) != NULL;
+    ok &= cJSON_AddStringToObject(o, "architecture", cfg->arch_name) != NULL;
+    ok &= cJSON_AddStringToObject(o, "dtype", c->on_gpu ? "bf16" : "f32") != NULL;
+    ok &= cJSON_AddStringToObject(o, "checkpoint_dtype", c->ld.model.source_dtype) != NULL;
 #ifdef TB_HAVE_CUDA
-    cJSON_AddStringToObject(o, "device", c->on_gpu ? tb_gpu_device_name(c->ld.gpu) : "cpu");
+    ok &= cJSON_AddStringToObject(o, "device", c->on_gpu ? tb_gpu_device_name(c->ld.gpu) : "cpu") != NULL;
 #else
-    cJSON_AddStringToObject(o, "device", "cpu");
+    ok &= cJSON_AddStringToObject(o, "device", "cpu") != NULL;
 #endif
-    cJSON_AddBoolToObject(o, "random_weights", cfg->random_weights);
-    cJSON_AddNumberToObject(o, "params", (double)c->ld.model.n_params);
-    cJSON_AddNumberToObject(o, "mask_id", c->mask_id);
-    cJSON_AddBoolToObject(o, "shifted_logits", c->shifted);
-    cJSON_AddStringToObject(o, "engine_version", DIFFUSION_VERSION);
-    cJSON_AddBoolToObject(o, "tokenizer", c->ld.tok != NULL);
-    cJSON_AddStringToObject(o, "energy", c->ld.energy_note);
+    ok &= cJSON_AddBoolToObject(o, "random_weights", cfg->random_weights) != NULL;
+    ok &= cJSON_AddNumberToObject(o, "params", (double)c->ld.model.n_params) != NULL;
+    ok &= cJSON_AddNumberToObject(o, "mask_id", c->mask_id) != NULL;
+    ok &= cJSON_AddBoolToObject(o, "shifted_logits", c->shifted) != NULL;
+    ok &= cJSON_AddStringToObject(o, "engine_version", DIFFUSION_VERSION) != NULL;
+    ok &= cJSON_AddBoolToObject(o, "tokenizer", c->ld.tok != NULL) != NULL;
+    ok &= cJSON_AddStringToObject(o, "energy", c->ld.energy_note) != NULL;
     if (c->ld.peak_flops > 0) { /* the roofline's ceilings, measured at load */
-        cJSON_AddNumberToObject(o, "peak_tflops_bf16", c->ld.peak_flops / 1e12);
-        cJSON_AddNumberToObject(o, "peak_tb_per_s", c->ld.peak_bytes_per_s / 1e12);
+        ok &= cJSON_AddNumberToObject(o, "peak_tflops_bf16", c->ld.peak_flops / 1e12) != NULL;
+        ok &= cJSON_AddNumberToObject(o, "peak_tb_per_s", c->ld.peak_bytes_per_s / 1e12) != NULL;
     }
-    char *s = cJSON_PrintUnformatted(o);
+    char *s = ok ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
     return s;
 }
@@ -210,6 +225,11 @@ static tb_status diffusion_create(const tb_host *host, const char *model, const 
         return TB_ERR_MODEL;
     }
     c->describe_json = make_description(c);
+    if (!c->describe_json) {
+        snprintf(err, err_size, "out of memory");
+        diffusion_destroy(c);
+        return TB_ERR_NO_MEMORY;
+    }
     host->log(host, TB_LOG_INFO, "loaded %s: %s, %lld parameters, mask id %d%s", c->ld.model.name,
               c->ld.model.cfg.arch_name, (long long)c->ld.model.n_params, c->mask_id,
               c->ld.model.cfg.random_weights ? " (random weights)" : "");
@@ -251,12 +271,14 @@ static int gpu_forward_pick_host(dctx *c, const int32_t *canvas, int B, int L, i
     if (!c->host_prob)
         c->host_prob = malloc(V * sizeof(float));
     if (!c->host_logits || !c->host_prob) {
-        set_error(c, "out of memory for %zu logits", need);
+        snprintf(c->forward_error, sizeof c->forward_error, "out of memory for %zu logits", need);
         return -1;
     }
     if (tb_gpu_forward_logits(c->ld.gpu, canvas, rows, L, pos0, n, n_attend, pick0, npick, c->shifted,
-                              c->host_logits) != 0)
+                              c->host_logits) != 0) {
+        snprintf(c->forward_error, sizeof c->forward_error, "%s", tb_gpu_error(c->ld.gpu));
         return -1;
+    }
     float *lg = c->host_logits;
     if (spec->cfg_scale > 0) { /* conditional rows become u + (s + 1)(c - u), as on the CPU */
         size_t half = (size_t)B * npick * V;
@@ -282,8 +304,12 @@ static int gpu_forward_pick(void *ctx, const int32_t *canvas, int B, int L, int 
     if (spec->temperature > 0 || spec->top_k > 0)
         return gpu_forward_pick_host(c, canvas, B, L, pos0, n, n_attend, pick0, npick, spec, rng, x0, conf);
     int rows = spec->cfg_scale > 0 ? 2 * B : B;
-    return tb_gpu_forward_pick(c->ld.gpu, canvas, rows, B, L, pos0, n, n_attend, pick0, npick, (int)spec->conf,
-                               spec->cfg_scale, c->shifted, x0, conf);
+    if (tb_gpu_forward_pick(c->ld.gpu, canvas, rows, B, L, pos0, n, n_attend, pick0, npick, (int)spec->conf,
+                            spec->cfg_scale, c->shifted, x0, conf) != 0) {
+        snprintf(c->forward_error, sizeof c->forward_error, "%s", tb_gpu_error(c->ld.gpu));
+        return -1;
+    }
+    return 0;
 }
 #endif
 
@@ -336,6 +362,7 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
     int64_t t0 = host->now_ns(host);
     tb_energy_mark e0 = tb_loaded_energy_mark(&c->ld, t0);
     tb_loaded_work_start(&c->ld);
+    tb_loaded_memory_start(&c->ld);
     tb_dllm_params p = params_of(req, c->mask_id);
     if (tb_dllm_validate(&p, c->error, sizeof c->error) != 0)
         return TB_ERR_INVALID;
@@ -372,7 +399,7 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
     if (c->on_gpu) {
 #ifdef TB_HAVE_CUDA
         if (tb_gpu_reserve(c->ld.gpu, seqs, L, seqs * L, c->error, sizeof c->error) != 0)
-            return strstr(c->error, "out of device memory") ? TB_ERR_NO_MEMORY : TB_ERR;
+            return tb_status_of(c->error, TB_ERR);
         if (tb_gpu_set_padding(c->ld.gpu, c->pad, seqs) != 0) {
             set_error(c, "%s", tb_gpu_error(c->ld.gpu));
             return TB_ERR;
@@ -392,6 +419,7 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
     hook_ctx hc = {c};
     tb_dllm_hooks hooks = {.ctx = &hc, .on_commit = on_commit, .cancelled = on_cancel};
     tb_dllm_stats stats;
+    c->forward_error[0] = '\0';
     int64_t t_denoise = host->now_ns(host);
     int rc = tb_dllm_generate(&eng, &p, c->canvas, B, P, req->seed, &hooks, &stats, c->error, sizeof c->error);
     int64_t t_end = host->now_ns(host);
@@ -399,20 +427,21 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
         set_error(c, "cancelled after %d steps", stats.steps);
         return TB_ERR_CANCELLED;
     }
-    if (rc != 0)
-        return TB_ERR;
+    if (rc != 0) {
+        if (c->forward_error[0]) {
+            size_t len = strlen(c->error);
+            snprintf(c->error + len, sizeof c->error - len, ": %s", c->forward_error);
+        }
+        return tb_status_of(c->error, TB_ERR); /* "out of memory" from the sampler or a forward */
+    }
     /* prompt-only work: building the canvases (no forward runs on the
      * prompt alone in these samplers) */
     res->prefill_ns = t_denoise - t0;
     res->decode_ns = t_end - t_denoise;
     res->forward_passes = stats.forwards;
-    res->peak_device_bytes = -1;
-    res->energy_mj = tb_loaded_energy_mj(&c->ld, e0, t_end);
+    res->peak_device_bytes = tb_loaded_memory_peak(&c->ld); /* -1 on the CPU */
+    res->energy_mj = tb_loaded_energy_mj(&c->ld, e0, t_end);     /* -1 on the CPU */
     tb_loaded_work_report(&c->ld, res);
-#ifdef TB_HAVE_CUDA
-    if (c->on_gpu)
-        res->peak_device_bytes = (int64_t)tb_gpu_bytes(c->ld.gpu);
-#endif
     for (int b = 0; b < B; b++) {
         tb_request_result *q = &res->requests[b];
         const int32_t *gen = c->canvas + (size_t)b * L + P;
@@ -454,7 +483,7 @@ static const tb_backend_ops diffusion_ops = {
     .name = "diffusion",
     .version = DIFFUSION_VERSION,
     .description = "masked-diffusion LLaDA/Dream on tokbench's engine: LLaDA, Fast-dLLM and Dream samplers",
-    .capabilities = TB_CAP_BATCH | TB_CAP_STEPS | TB_CAP_BLOCKS | TB_CAP_STREAMING | TB_CAP_TOKENIZER,
+    .capabilities = TB_CAP_BATCH | TB_CAP_STEPS | TB_CAP_BLOCKS | TB_CAP_STREAMING | TB_CAP_TOKENIZER | DIFFUSION_GPU_CAPS,
     .options = diffusion_options,
     .n_options = N_OPTS,
     .create = diffusion_create,

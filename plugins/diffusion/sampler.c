@@ -96,11 +96,14 @@ int tb_dllm_dream_transfer(int n, int i, int steps, double eps)
 }
 
 /* Indices of the k largest conf[] among candidates (conf = -inf excluded),
- * ties broken by the lower index. Returns how many were chosen. */
-static int top_k_indices(const double *conf, int n, int k, int *out)
+ * ties broken by the lower index. Returns how many were chosen. used[n]:
+ * scratch. */
+static int top_k_indices(const double *conf, int n, int k, int *out, char *used)
 {
     int chosen = 0;
-    char *used = calloc((size_t)n, 1);
+    if (n <= 0)
+        return 0;
+    memset(used, 0, (size_t)n);
     for (; chosen < k; chosen++) {
         int best = -1;
         for (int i = 0; i < n; i++)
@@ -111,7 +114,6 @@ static int top_k_indices(const double *conf, int n, int k, int *out)
         used[best] = 1;
         out[chosen] = best;
     }
-    free(used);
     return chosen;
 }
 
@@ -128,6 +130,8 @@ typedef struct run {
     double *conf;  /* [B][n] */
     double *cand;  /* [L]: one request's confidences, -inf = not a candidate */
     int *pick;     /* [L] */
+    char *used;    /* [L]: scratch of the position pickers */
+    double *w;     /* [L]: sample_k_indices' weights */
     int32_t *cfg_canvas; /* [2B][L] */
     uint64_t rng;
     tb_dllm_stats *stats;
@@ -178,7 +182,7 @@ static void llada_commit(run *r, int pos0, int n, int bs, int be, const int *wan
             masked++;
         }
         int k = p->sampler == TB_DLLM_THRESHOLD ? masked : want[b];
-        int got = top_k_indices(cand, L, k, r->pick);
+        int got = top_k_indices(cand, L, k, r->pick, r->used);
         int committed = 0;
         for (int j = 0; j < got; j++) {
             if (p->sampler == TB_DLLM_THRESHOLD && j > 0 && cand[r->pick[j]] < p->threshold)
@@ -210,8 +214,10 @@ static int step_done(run *r)
 
 /* Dream with alg_temp > 0: k distinct positions drawn without
  * replacement with probability softmax(conf / alg_temp) over the
- * candidates (conf = -inf excluded), as torch.multinomial does. */
-static int sample_k_indices(const double *conf, int n, int k, double temp, uint64_t *rng, int *out)
+ * candidates (conf = -inf excluded), as torch.multinomial does. w[n] and
+ * used[n]: scratch. */
+static int sample_k_indices(const double *conf, int n, int k, double temp, uint64_t *rng, int *out, double *w,
+                            char *used)
 {
     double mx = -INFINITY;
     for (int i = 0; i < n; i++)
@@ -219,15 +225,12 @@ static int sample_k_indices(const double *conf, int n, int k, double temp, uint6
             mx = conf[i];
     if (mx == -INFINITY)
         return 0;
-    double *w = malloc((size_t)n * sizeof *w);
-    if (!w)
-        return 0;
     double total;
     for (int i = 0; i < n; i++)
         w[i] = conf[i] > -INFINITY ? exp((conf[i] - mx) / temp) : 0;
-    char *used = calloc((size_t)n, 1);
+    memset(used, 0, (size_t)n);
     int chosen = 0;
-    for (; chosen < k && used; chosen++) {
+    for (; chosen < k; chosen++) {
         int pick = -1;
         total = 0; /* re-summed: subtracting would leave rounding behind */
         for (int i = 0; i < n; i++)
@@ -252,8 +255,6 @@ static int sample_k_indices(const double *conf, int n, int k, double temp, uint6
         used[pick] = 1;
         w[pick] = 0;
     }
-    free(used);
-    free(w);
     return chosen;
 }
 
@@ -270,6 +271,10 @@ static int run_llada(run *r)
     int S = p->sampler == TB_DLLM_THRESHOLD ? 0 : p->steps / blocks;
     int *sched = calloc((size_t)r->B * (S > 0 ? S : 1), sizeof(int)), *want = calloc((size_t)r->B, sizeof(int));
     int rc = 0;
+    if (!sched || !want) {
+        snprintf(r->why, r->why_size, "out of memory for the schedules of %d canvases", r->B);
+        rc = -1;
+    }
     for (int k = 0; k < blocks && rc == 0; k++) {
         int bs = r->P + k * p->block_length, be = bs + p->block_length;
         for (int b = 0; b < r->B && S > 0; b++) {
@@ -333,8 +338,8 @@ static int run_dream(run *r)
                 for (int j = 0; j < L; j++)
                     cand[j] = x[j] == p->mask_id ? r->conf[(size_t)b * L + j] : -INFINITY;
                 int k = tb_dllm_dream_transfer(masked, i, p->steps, p->eps);
-                int got = p->alg_temp > 0 ? sample_k_indices(cand, L, k, p->alg_temp, &r->rng, r->pick)
-                                          : top_k_indices(cand, L, k, r->pick);
+                int got = p->alg_temp > 0 ? sample_k_indices(cand, L, k, p->alg_temp, &r->rng, r->pick, r->w, r->used)
+                                          : top_k_indices(cand, L, k, r->pick, r->used);
                 for (int j = 0; j < got; j++)
                     x[r->pick[j]] = x0[r->pick[j]];
                 committed = got;
@@ -369,9 +374,11 @@ int tb_dllm_generate(const tb_dllm_engine *e, const tb_dllm_params *p, int32_t *
     r.conf = malloc((size_t)B * r.L * sizeof(double));
     r.cand = malloc((size_t)r.L * sizeof(double));
     r.pick = malloc((size_t)r.L * sizeof(int));
+    r.used = malloc((size_t)r.L);
+    r.w = malloc((size_t)r.L * sizeof(double));
     r.cfg_canvas = cfg > 1 ? malloc((size_t)2 * B * r.L * sizeof(int32_t)) : NULL;
     int rc;
-    if (!r.x0 || !r.conf || !r.cand || !r.pick || (cfg > 1 && !r.cfg_canvas)) {
+    if (!r.x0 || !r.conf || !r.cand || !r.pick || !r.used || !r.w || (cfg > 1 && !r.cfg_canvas)) {
         snprintf(why, why_size, "out of memory for %d canvases of %d positions", cfg * B, r.L);
         rc = -1;
     } else {
@@ -381,6 +388,8 @@ int tb_dllm_generate(const tb_dllm_engine *e, const tb_dllm_params *p, int32_t *
     free(r.conf);
     free(r.cand);
     free(r.pick);
+    free(r.used);
+    free(r.w);
     free(r.cfg_canvas);
     return rc;
 }

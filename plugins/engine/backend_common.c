@@ -13,9 +13,13 @@
 #include "gpu.h"
 #endif
 
-static tb_status status_of(const char *err)
+tb_status tb_status_of(const char *err, tb_status otherwise)
 {
-    return strstr(err, "out of memory") || strstr(err, "out of device memory") ? TB_ERR_NO_MEMORY : TB_ERR_MODEL;
+    static const char *const oom[] = {"out of memory", "out of device memory", "out of host memory"};
+    for (size_t i = 0; i < sizeof oom / sizeof oom[0]; i++)
+        if (strstr(err, oom[i]))
+            return TB_ERR_NO_MEMORY;
+    return otherwise;
 }
 
 int tb_device_wants_gpu(const char *device)
@@ -100,7 +104,7 @@ tb_status tb_load(const char *spec, int want_diffusion, int on_gpu, uint64_t pre
     if (rc == 0 && !on_gpu)
         snprintf(out->energy_note, sizeof out->energy_note, "not measured on the CPU path");
     if (rc != 0) {
-        tb_status s = status_of(err);
+        tb_status s = tb_status_of(err, TB_ERR_MODEL);
         tb_loaded_free(out);
         return s;
     }
@@ -148,6 +152,27 @@ void tb_loaded_work_report(tb_loaded *l, tb_result *res)
 #endif
 }
 
+void tb_loaded_memory_start(tb_loaded *l)
+{
+#ifdef TB_HAVE_CUDA
+    if (l->gpu)
+        tb_gpu_reset_peak(l->gpu);
+#else
+    (void)l;
+#endif
+}
+
+int64_t tb_loaded_memory_peak(const tb_loaded *l)
+{
+#ifdef TB_HAVE_CUDA
+    if (l->gpu)
+        return (int64_t)tb_gpu_peak_bytes(l->gpu);
+#else
+    (void)l;
+#endif
+    return -1;
+}
+
 void tb_loaded_free(tb_loaded *l)
 {
     tb_energy_close(l->energy);
@@ -166,7 +191,10 @@ int64_t tb_loaded_tokenize(const tb_loaded *l, const char *text, int32_t *ids, s
         snprintf(err, err_size, "this model has no tokenizer.json");
         return -1;
     }
-    return tb_tokenizer_encode(l->tok, text, strlen(text), ids, cap);
+    int64_t n = tb_tokenizer_encode(l->tok, text, strlen(text), ids, cap);
+    if (n < 0)
+        snprintf(err, err_size, "%s", n == TB_TOKENIZER_NO_MEMORY ? "tokenize: out of memory" : "the tokenizer failed");
+    return n < 0 ? -1 : n;
 }
 
 int64_t tb_loaded_detokenize(const tb_loaded *l, const int32_t *ids, size_t n, char *out, size_t cap, char *err,
@@ -176,7 +204,10 @@ int64_t tb_loaded_detokenize(const tb_loaded *l, const int32_t *ids, size_t n, c
         snprintf(err, err_size, "this model has no tokenizer.json");
         return -1;
     }
-    return tb_tokenizer_decode(l->tok, ids, n, out, cap);
+    int64_t len = tb_tokenizer_decode(l->tok, ids, n, out, cap);
+    if (len < 0)
+        snprintf(err, err_size, "%s", len == TB_TOKENIZER_NO_MEMORY ? "detokenize: out of memory" : "detokenize: an id outside the vocabulary");
+    return len < 0 ? -1 : len;
 }
 
 const tb_option_value *tb_opt_get(const tb_option_value *values, uint32_t n, const tb_option_decl *decls, int which)
@@ -286,8 +317,12 @@ tb_status tb_tokenize_prompts(const tb_loaded *l, const char *const *texts, uint
         const char *t = texts[r] ? texts[r] : "";
         int64_t k = tb_tokenizer_encode(l->tok, t, strlen(t), NULL, 0);
         if (k < 0) {
-            snprintf(err, err_size, "prompt %u: the tokenizer failed", r);
             tb_free_prompts(ids, lens, n);
+            if (k == TB_TOKENIZER_NO_MEMORY) {
+                snprintf(err, err_size, "prompt %u: out of memory in the tokenizer", r);
+                return TB_ERR_NO_MEMORY;
+            }
+            snprintf(err, err_size, "prompt %u: the tokenizer failed", r);
             return TB_ERR_INVALID;
         }
         int off = bos >= 0;
@@ -299,9 +334,14 @@ tb_status tb_tokenize_prompts(const tb_loaded *l, const char *const *texts, uint
         }
         if (off)
             ids[r][0] = bos;
-        if (tb_tokenizer_encode(l->tok, t, strlen(t), ids[r] + off, (size_t)k) != k) {
-            snprintf(err, err_size, "prompt %u: the tokenizer failed", r);
+        int64_t again = tb_tokenizer_encode(l->tok, t, strlen(t), ids[r] + off, (size_t)k);
+        if (again != k) {
             tb_free_prompts(ids, lens, n);
+            if (again == TB_TOKENIZER_NO_MEMORY) {
+                snprintf(err, err_size, "prompt %u: out of memory in the tokenizer", r);
+                return TB_ERR_NO_MEMORY;
+            }
+            snprintf(err, err_size, "prompt %u: the tokenizer failed", r);
             return TB_ERR_INVALID;
         }
         lens[r] = k + off;

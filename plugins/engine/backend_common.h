@@ -33,6 +33,11 @@ typedef struct tb_loaded {
     double peak_flops, peak_bytes_per_s;
 } tb_loaded;
 
+/* TB_ERR_NO_MEMORY when the error text err says an allocation failed ("out
+ * of memory", "out of device memory", "out of host memory": the engine's
+ * messages say so), else `otherwise`. */
+tb_status tb_status_of(const char *err, tb_status otherwise);
+
 /* The `device` option: "cuda" -> 1, "cpu" -> 0, "auto" -> 1 when this is
  * a CUDA build and a CUDA device is usable, else 0 (so one suite runs on
  * the GPU when there is one and on the CPU elsewhere). */
@@ -64,6 +69,13 @@ int64_t tb_loaded_energy_mj(tb_loaded *l, tb_energy_mark start, int64_t now_ns);
  * No-ops on the CPU path. */
 void tb_loaded_work_start(tb_loaded *l);
 void tb_loaded_work_report(tb_loaded *l, tb_result *res);
+
+/* Peak device memory of a call (gpu.h: what it counts): tb_loaded_memory_start
+ * at the call's start, before it reserves anything, forgets earlier peaks;
+ * tb_loaded_memory_peak at its end gives the most the context held in
+ * between, bytes (tb_result.peak_device_bytes), or -1 on the CPU path. */
+void tb_loaded_memory_start(tb_loaded *l);
+int64_t tb_loaded_memory_peak(const tb_loaded *l);
 
 /* The ops table's tokenize()/detokenize() on a loaded model: -1 with
  * "this model has no tokenizer.json" in err when it has none. */

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "util.h"
+#include "strmem.h"
 
 /* Limits that keep every product the engine forms (hidden x vocab, ...)
  * far inside int64 and every count inside int. */
@@ -326,7 +326,11 @@ static int check_duplicates(ctx *c, const cJSON *obj, const char *prefix)
         n++;
     if (n < 2)
         return 0;
-    const char **names = tb_xmalloc(n * sizeof *names);
+    const char **names = malloc(n * sizeof *names);
+    if (!names) {
+        snprintf(c->err, c->err_size, "%s: out of memory", c->path);
+        return -1;
+    }
     n = 0;
     for (const cJSON *e = obj->child; e; e = e->next)
         names[n++] = e->string;
@@ -527,7 +531,7 @@ int tb_config_load(const char *path, tb_model_config *cfg, char *err, size_t err
     char *text = tb_read_file(path, &len);
     if (!text) {
         memset(cfg, 0, sizeof *cfg);
-        snprintf(err, err_size, "%s: %s", path, strerror(errno));
+        snprintf(err, err_size, "%s: %s", path, errno == ENOMEM ? "out of memory" : strerror(errno));
         return -1;
     }
     size_t nul = strlen(text);

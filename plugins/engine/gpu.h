@@ -47,9 +47,20 @@ int tb_gpu_reserve(tb_gpu *g, int seqs, int len, int rows, char *err, size_t err
  * clears it. */
 int tb_gpu_set_padding(tb_gpu *g, const int *pad, int n);
 
-/* Device memory in use by this context (weights, cache, buffers), bytes,
- * and the device's name ("NVIDIA H200"). */
+/* Device memory of this context, bytes: every block it allocates goes
+ * through one wrapper, which counts the bytes requested from cudaMalloc —
+ * weights, KV cache, activation buffers, batched-GEMM pointer arrays,
+ * cuBLAS's workspace (set once, so cuBLAS allocates none of its own), and
+ * the transient buffers freed again: the staging of an upload, the
+ * ceiling and GEMV measurements. Not counted: the CUDA context, cuBLAS's
+ * handle and anything else a library allocates for itself, CUDA graphs,
+ * the allocator's rounding, pinned host memory.
+ * tb_gpu_bytes: held now; tb_gpu_peak_bytes: the most held at any moment
+ * since tb_gpu_reset_peak (or since create). */
 size_t tb_gpu_bytes(const tb_gpu *g);
+size_t tb_gpu_peak_bytes(const tb_gpu *g);
+void tb_gpu_reset_peak(tb_gpu *g);
+/* The device's name ("NVIDIA H200"). */
 const char *tb_gpu_device_name(const tb_gpu *g);
 /* The device's PCI bus id ("0000:18:00.0"), for NVML; 0 or -1. */
 int tb_gpu_pci_bus_id(const tb_gpu *g, char *buf, int len);

@@ -19,7 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "util.h"
+#include "strmem.h"
 
 #define MAX_HEADER (100u * 1000 * 1000) /* bytes; real headers are < 1 MB */
 #define MAX_JSON_INT 9007199254740992.0 /* 2^53: above it doubles skip integers */
@@ -78,27 +78,43 @@ const char *tb_dtype_name(tb_dtype dt)
 
 /* ------------------------------------------------------------ one file */
 
+/* The next file slot, its path copied; NULL when out of memory. */
 static st_file *add_file(tb_weights *w, const char *path)
 {
     if (w->n_files == w->cap_files) {
-        w->cap_files = w->cap_files ? 2 * w->cap_files : 4;
-        w->files = tb_xrealloc(w->files, w->cap_files * sizeof *w->files);
+        size_t cap = w->cap_files ? 2 * w->cap_files : 4;
+        st_file *files = tb_realloc_array(w->files, cap, sizeof *files);
+        if (!files)
+            return NULL;
+        w->files = files;
+        w->cap_files = cap;
     }
+    char *copy = strdup(path);
+    if (!copy)
+        return NULL;
     st_file *f = &w->files[w->n_files++];
     memset(f, 0, sizeof *f);
-    f->path = tb_xstrdup(path);
+    f->path = copy;
     return f;
 }
 
+/* The next tensor slot, its name copied; NULL when out of memory. */
 static tb_tensor *add_tensor(tb_weights *w, const char *name, const char *file)
 {
     if (w->n == w->cap) {
-        w->cap = w->cap ? 2 * w->cap : 64;
-        w->t = tb_xrealloc(w->t, w->cap * sizeof *w->t);
+        size_t cap = w->cap ? 2 * w->cap : 64;
+        tb_tensor *t = tb_realloc_array(w->t, cap, sizeof *t);
+        if (!t)
+            return NULL;
+        w->t = t;
+        w->cap = cap;
     }
+    char *copy = strdup(name);
+    if (!copy)
+        return NULL;
     tb_tensor *t = &w->t[w->n++];
     memset(t, 0, sizeof *t);
-    t->name = tb_xstrdup(name);
+    t->name = copy;
     t->file = file;
     return t;
 }
@@ -208,6 +224,8 @@ static int parse_tensor(tb_weights *w, const st_file *f, const cJSON *e,
                        tb_dtype_name(dtype), n_bytes);
 
     tb_tensor *t = add_tensor(w, name, f->path);
+    if (!t)
+        return set_err(err, "%s: tensor %s: out of memory", fn, name);
     t->dtype = dtype;
     t->ndim = ndim;
     memcpy(t->shape, dims, (size_t)ndim * sizeof dims[0]);
@@ -238,7 +256,9 @@ static int check_overlaps(const tb_weights *w, size_t first, const unsigned char
     size_t n = w->n - first, m = 0;
     if (n < 2)
         return 0;
-    span *s = tb_xmalloc(n * sizeof *s);
+    span *s = malloc(n * sizeof *s);
+    if (!s)
+        return set_err(err, "%s: out of memory checking %zu tensors", fn, n);
     for (size_t i = 0; i < n; i++) {
         const tb_tensor *t = &w->t[first + i];
         if (t->n_bytes == 0)
@@ -312,6 +332,8 @@ static int parse_file(tb_weights *w, const st_file *f, errbuf *err)
 static int map_file(tb_weights *w, const char *path, errbuf *err)
 {
     st_file *f = add_file(w, path);
+    if (!f)
+        return set_err(err, "%s: out of memory", path);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return set_err(err, "%s: %s", path, strerror(errno));
@@ -364,10 +386,14 @@ static int finish(tb_weights *w, errbuf *err)
     return 0;
 }
 
+/* NULL when out of memory. */
 static tb_weights *new_weights(const char *source)
 {
-    tb_weights *w = tb_xcalloc(1, sizeof *w);
-    w->source = tb_xstrdup(source);
+    tb_weights *w = calloc(1, sizeof *w);
+    if (w && !(w->source = strdup(source))) {
+        free(w);
+        w = NULL;
+    }
     return w;
 }
 
@@ -402,6 +428,8 @@ int tb_weights_open_file(const char *path, tb_weights **out, char *err, size_t e
 {
     errbuf e = {err, err_size};
     tb_weights *w = new_weights(path);
+    if (!w)
+        return done(w, set_err(&e, "%s: out of memory", path), out);
     int rc = map_file(w, path, &e);
     if (!rc)
         rc = finish(w, &e);
@@ -413,7 +441,9 @@ int tb_weights_open_memory(const void *buf, size_t len, const char *name, tb_wei
 {
     errbuf e = {err, err_size};
     tb_weights *w = new_weights(name);
-    st_file *f = add_file(w, name);
+    st_file *f = w ? add_file(w, name) : NULL;
+    if (!f)
+        return done(w, set_err(&e, "%s: out of memory", name), out);
     f->base = buf;
     f->len = len;
     int rc = parse_file(w, f, &e);
@@ -457,7 +487,11 @@ static int open_index(tb_weights *w, const char *dir, const char *index, const c
                          index, e->string, cJSON_IsString(e) ? e->valuestring : json_kind(e));
             break;
         }
-        char *path = tb_xasprintf("%s/%s", dir, e->valuestring);
+        char *path = tb_asprintf("%s/%s", dir, e->valuestring);
+        if (!path) {
+            rc = set_err(err, "%s: out of memory", index);
+            break;
+        }
         int seen = 0;
         for (size_t i = 0; i < w->n_files && !seen; i++)
             seen = strcmp(w->files[i].path, path) == 0;
@@ -476,8 +510,10 @@ static int open_index(tb_weights *w, const char *dir, const char *index, const c
     /* every tensor in the shard the index names */
     for (const cJSON *e = map->child; e && !rc; e = e->next) {
         const tb_tensor *t = tb_weights_find(w, e->string);
-        char *path = tb_xasprintf("%s/%s", dir, e->valuestring);
-        if (!t)
+        char *path = tb_asprintf("%s/%s", dir, e->valuestring);
+        if (!path)
+            rc = set_err(err, "%s: out of memory", index);
+        else if (!t)
             rc = set_err(err, "%s: tensor %s: not in its shard %s", index, e->string, path);
         else if (strcmp(t->file, path) != 0)
             rc = set_err(err, "%s: tensor %s: not in its shard %s (found in %s)", index,
@@ -493,7 +529,9 @@ int tb_weights_open(const char *model_dir, tb_weights **out, char *err, size_t e
 {
     errbuf e = {err, err_size};
     tb_weights *w = new_weights(model_dir);
-    char *index = tb_xasprintf("%s/model.safetensors.index.json", model_dir);
+    char *index = w ? tb_asprintf("%s/model.safetensors.index.json", model_dir) : NULL;
+    if (!index)
+        return done(w, set_err(&e, "%s: out of memory", model_dir), out);
     size_t len;
     char *text = tb_read_file(index, &len);
     int rc;
@@ -502,10 +540,10 @@ int tb_weights_open(const char *model_dir, tb_weights **out, char *err, size_t e
                                  : open_index(w, model_dir, index, text, &e);
         free(text);
     } else if (errno != ENOENT) {
-        rc = set_err(&e, "%s: %s", index, strerror(errno));
+        rc = set_err(&e, "%s: %s", index, errno == ENOMEM ? "out of memory" : strerror(errno));
     } else {
-        char *single = tb_xasprintf("%s/model.safetensors", model_dir);
-        rc = map_file(w, single, &e);
+        char *single = tb_asprintf("%s/model.safetensors", model_dir);
+        rc = single ? map_file(w, single, &e) : set_err(&e, "%s: out of memory", model_dir);
         if (!rc)
             rc = finish(w, &e);
         free(single);

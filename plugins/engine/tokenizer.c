@@ -40,7 +40,7 @@
 #include <string.h>
 #include <utf8proc.h>
 
-#include "util.h"
+#include "strmem.h"
 
 /* ---- UTF-8 */
 
@@ -163,8 +163,8 @@ static bool utf8_is_valid(const char *s, size_t n)
 /* Append s[0, n) to b with each maximal subpart of an ill-formed sequence
  * replaced by U+FFFD (EF BF BD): "\xff" -> 1, "\xe2\x82" (truncated) -> 1,
  * "\xc0\xaf" (overlong) -> 2, "\xed\xa0\x80" (surrogate) -> 3,
- * "\xf0\x80\x80" -> 3. */
-static void utf8_clean(tb_str *b, const char *s, size_t n)
+ * "\xf0\x80\x80" -> 3. 0, or -1 when out of memory. */
+static int utf8_clean(tb_str *b, const char *s, size_t n)
 {
     const unsigned char *u = (const unsigned char *)s;
     size_t run = 0; /* start of the pending well-formed run */
@@ -178,12 +178,12 @@ static void utf8_clean(tb_str *b, const char *s, size_t n)
             i += k;
             continue;
         }
-        tb_str_appendn(b, s + run, i - run);
-        tb_str_appendn(b, "\xEF\xBF\xBD", 3);
+        tb_str_try_appendn(b, s + run, i - run);
+        tb_str_try_appendn(b, "\xEF\xBF\xBD", 3);
         i += bad;
         run = i;
     }
-    tb_str_appendn(b, s + run, n - run);
+    return tb_str_try_appendn(b, s + run, n - run); /* fails if any append did */
 }
 
 /* Unicode White_Space: what \s means to the library's regexes (Rust regex,
@@ -261,14 +261,19 @@ typedef struct strmap {
     size_t mask, n;
 } strmap;
 
-static void strmap_init(strmap *m, size_t expect)
+/* 0, or -1 (m untouched) when out of memory. */
+static int strmap_init(strmap *m, size_t expect)
 {
     size_t cap = 16;
     while (cap < expect * 2)
         cap *= 2;
-    m->slots = tb_xcalloc(cap, sizeof *m->slots);
+    strmap_slot *slots = calloc(cap, sizeof *slots);
+    if (!slots)
+        return -1;
+    m->slots = slots;
     m->mask = cap - 1;
     m->n = 0;
+    return 0;
 }
 
 static strmap_slot *strmap_slot_for(const strmap *m, const char *k, size_t n, uint64_t h)
@@ -288,12 +293,14 @@ static int32_t strmap_get(const strmap *m, const char *k, size_t n)
     return s->key ? s->val : -1;
 }
 
-/* Insert, or replace the value; returns true when the key was new. */
-static bool strmap_put(strmap *m, const char *k, size_t n, int32_t val)
+/* Insert, or replace the value; 0, or -1 (m unchanged) when out of
+ * memory. */
+static int strmap_put(strmap *m, const char *k, size_t n, int32_t val)
 {
     if ((m->n + 1) * 2 > m->mask + 1) {
         strmap old = *m;
-        strmap_init(m, 2 * (old.n + 1));
+        if (strmap_init(m, 2 * (old.n + 1)) != 0)
+            return -1;
         for (size_t i = 0; i <= old.mask; i++) {
             strmap_slot *o = &old.slots[i];
             if (o->key)
@@ -304,15 +311,15 @@ static bool strmap_put(strmap *m, const char *k, size_t n, int32_t val)
     }
     uint64_t h = hash_bytes(k, n);
     strmap_slot *s = strmap_slot_for(m, k, n, h);
-    bool fresh = !s->key;
-    if (fresh) {
-        s->key = tb_xstrndup(k, n);
+    if (!s->key) {
+        if (!(s->key = tb_strndup(k, n)))
+            return -1;
         s->len = (uint32_t)n;
         s->hash = (uint32_t)h;
         m->n++;
     }
     s->val = val;
-    return fresh;
+    return 0;
 }
 
 static void strmap_free(strmap *m)
@@ -399,19 +406,25 @@ static void trie_init(trie *t)
     t->empty = true;
 }
 
+/* The new node's index, or -1 when out of memory. */
 static int32_t trie_new_node(trie *t, unsigned char byte)
 {
     if (t->n == t->cap) {
-        t->cap = t->cap ? t->cap * 2 : 64;
-        t->nodes = tb_xrealloc(t->nodes, t->cap * sizeof *t->nodes);
+        size_t cap = t->cap ? t->cap * 2 : 64;
+        trie_node *nodes = tb_realloc_array(t->nodes, cap, sizeof *nodes);
+        if (!nodes)
+            return -1;
+        t->nodes = nodes;
+        t->cap = cap;
     }
     t->nodes[t->n] = (trie_node){.child = -1, .sibling = -1, .token = -1, .byte = byte};
     return (int32_t)t->n++;
 }
 
 /* The first of equal contents keeps the slot (the library builds its
- * automaton from the list in order and reports the first pattern). */
-static void trie_insert(trie *t, const char *s, size_t n, int32_t token)
+ * automaton from the list in order and reports the first pattern).
+ * 0, or -1 when out of memory. */
+static int trie_insert(trie *t, const char *s, size_t n, int32_t token)
 {
     int32_t node = -1;
     for (size_t i = 0; i < n; i++) {
@@ -422,7 +435,8 @@ static void trie_insert(trie *t, const char *s, size_t n, int32_t token)
             cur = t->nodes[cur].sibling;
         }
         if (cur < 0) {
-            cur = trie_new_node(t, b);
+            if ((cur = trie_new_node(t, b)) < 0)
+                return -1;
             if (i == 0)
                 t->root[b] = cur;
             else if (last >= 0)
@@ -435,6 +449,7 @@ static void trie_insert(trie *t, const char *s, size_t n, int32_t token)
     if (t->nodes[node].token < 0)
         t->nodes[node].token = token;
     t->empty = false;
+    return 0;
 }
 
 /* Longest token starting at s[0, n): its length, token index in *token;
@@ -518,7 +533,8 @@ static int load_fail(char *err, size_t err_size, const char *path, const char *f
 #define FAIL(...) load_fail(err, err_size, path, __VA_ARGS__)
 
 /* Rewrite a pattern for PCRE2 so that it means what it means to
- * Oniguruma: \s and \S as White_Space (inside a class \S stays PCRE2's). */
+ * Oniguruma: \s and \S as White_Space (inside a class \S stays PCRE2's).
+ * NULL when out of memory. */
 static char *rewrite_pattern(const char *p)
 {
     tb_str o = {0};
@@ -530,40 +546,40 @@ static char *rewrite_pattern(const char *p)
             if (d == 'Q') { /* literal up to \E */
                 const char *e = strstr(p + i + 2, "\\E");
                 size_t end = e ? (size_t)(e - p) + 2 : strlen(p);
-                tb_str_appendn(&o, p + i, end - i);
+                tb_str_try_appendn(&o, p + i, end - i);
                 i = end;
                 continue;
             }
             if (d == 's')
-                tb_str_append(&o, in_class ? WHITE_SPACE_CLASS : "[" WHITE_SPACE_CLASS "]");
+                tb_str_try_append(&o, in_class ? WHITE_SPACE_CLASS : "[" WHITE_SPACE_CLASS "]");
             else if (d == 'S' && !in_class)
-                tb_str_append(&o, "[^" WHITE_SPACE_CLASS "]");
+                tb_str_try_append(&o, "[^" WHITE_SPACE_CLASS "]");
             else
-                tb_str_appendn(&o, p + i, 2);
+                tb_str_try_appendn(&o, p + i, 2);
             i += 2;
             continue;
         }
         if (!in_class && c == '[') {
             in_class = true;
-            tb_str_appendn(&o, p + i++, 1);
+            tb_str_try_appendn(&o, p + i++, 1);
             if (p[i] == '^')
-                tb_str_appendn(&o, p + i++, 1);
+                tb_str_try_appendn(&o, p + i++, 1);
             if (p[i] == ']') /* a leading ] is literal */
-                tb_str_appendn(&o, p + i++, 1);
+                tb_str_try_appendn(&o, p + i++, 1);
             continue;
         }
         if (in_class && c == '[' && p[i + 1] == ':') { /* [:alpha:] */
             const char *e = strstr(p + i + 2, ":]");
             size_t end = e ? (size_t)(e - p) + 2 : i + 2;
-            tb_str_appendn(&o, p + i, end - i);
+            tb_str_try_appendn(&o, p + i, end - i);
             i = end;
             continue;
         }
         if (in_class && c == ']')
             in_class = false;
-        tb_str_appendn(&o, p + i++, 1);
+        tb_str_try_appendn(&o, p + i++, 1);
     }
-    return tb_str_take(&o);
+    return tb_str_try_take(&o);
 }
 
 /* Compile a regex (literal when literal) the way the library's Split and
@@ -581,6 +597,10 @@ static pcre2_code *compile_regex(const char *pattern, size_t len, bool literal, 
     else {
         opts |= PCRE2_UCP | PCRE2_NEVER_BACKSLASH_C;
         rewritten = rewrite_pattern(pattern);
+        if (!rewritten) {
+            snprintf(msg, msg_size, "out of memory");
+            return NULL;
+        }
         pattern = rewritten;
         len = strlen(rewritten);
         opts |= PCRE2_MULTILINE; /* Ruby syntax: ^ and $ are line anchors */
@@ -589,6 +609,10 @@ static pcre2_code *compile_regex(const char *pattern, size_t len, bool literal, 
     PCRE2_SIZE off;
     pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, len, opts, &code, &off, NULL);
     free(rewritten);
+    if (!re && code == PCRE2_ERROR_HEAP_FAILED) {
+        snprintf(msg, msg_size, "out of memory (PCRE2)");
+        return NULL;
+    }
     if (!re) {
         PCRE2_UCHAR buf[256];
         pcre2_get_error_message(code, buf, sizeof buf);
@@ -636,10 +660,17 @@ static const char *json_type(const cJSON *obj)
     return cJSON_IsString(t) ? t->valuestring : NULL;
 }
 
-static void add_step(tb_tokenizer *t, step_kind kind, pcre2_code *re)
+/* 0, or -1 when out of memory (re is freed then). */
+static int add_step(tb_tokenizer *t, step_kind kind, pcre2_code *re)
 {
-    t->steps = tb_xrealloc(t->steps, (t->n_steps + 1) * sizeof *t->steps);
+    pretok_step *steps = tb_realloc_array(t->steps, t->n_steps + 1, sizeof *steps);
+    if (!steps) {
+        pcre2_code_free(re);
+        return -1;
+    }
+    t->steps = steps;
     t->steps[t->n_steps++] = (pretok_step){.kind = kind, .re = re};
+    return 0;
 }
 
 /* One pre-tokenizer (at JSON path where) into steps. */
@@ -670,17 +701,19 @@ static int load_pretok(tb_tokenizer *t, const cJSON *pt, const char *where, cons
             return FAIL("%s.add_prefix_space: expected a boolean", where);
         if (!json_bool(pt, "use_regex", true, &use_regex))
             return FAIL("%s.use_regex: expected a boolean", where);
-        if (prefix)
-            add_step(t, STEP_PREFIX_SPACE, NULL);
+        if (prefix && add_step(t, STEP_PREFIX_SPACE, NULL) != 0)
+            return FAIL("out of memory");
         if (use_regex) {
             char msg[300];
             pcre2_code *re = compile_regex(GPT2_PATTERN, sizeof GPT2_PATTERN - 1, false, msg,
                                            sizeof msg);
             if (!re)
                 return FAIL("%s: GPT-2 pattern: %s", where, msg);
-            add_step(t, STEP_SPLIT, re);
+            if (add_step(t, STEP_SPLIT, re) != 0)
+                return FAIL("out of memory");
         }
-        add_step(t, STEP_BYTES, NULL);
+        if (add_step(t, STEP_BYTES, NULL) != 0)
+            return FAIL("out of memory");
         return 0;
     }
     if (strcmp(type, "Split") == 0) {
@@ -706,7 +739,8 @@ static int load_pretok(tb_tokenizer *t, const cJSON *pt, const char *where, cons
                                        msg, sizeof msg);
         if (!re)
             return FAIL("%s.pattern.%s: %s", where, src == lit ? "String" : "Regex", msg);
-        add_step(t, STEP_SPLIT, re);
+        if (add_step(t, STEP_SPLIT, re) != 0)
+            return FAIL("out of memory");
         return 0;
     }
     return FAIL("%s.type: \"%s\" not supported (ByteLevel, Split, Sequence)", where, type);
@@ -803,13 +837,15 @@ static int load_model(tb_tokenizer *t, const cJSON *model, const char *path, cha
     const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
     if (!cJSON_IsObject(vocab))
         return FAIL("model.vocab: expected an object");
-    strmap_init(&t->vocab, (size_t)cJSON_GetArraySize(vocab));
+    if (strmap_init(&t->vocab, (size_t)cJSON_GetArraySize(vocab)) != 0)
+        return FAIL("out of memory");
     for (const cJSON *e = vocab->child; e; e = e->next) {
         int32_t id;
         if (!json_id(e, &id))
             return FAIL("model.vocab[\"%s\"]: expected an id (integer 0..%d)", e->string,
                         MAX_ID);
-        strmap_put(&t->vocab, e->string, strlen(e->string), id);
+        if (strmap_put(&t->vocab, e->string, strlen(e->string), id) != 0)
+            return FAIL("out of memory");
         if ((size_t)id + 1 > t->vocab_size)
             t->vocab_size = (size_t)id + 1;
         size_t clen;
@@ -836,7 +872,8 @@ static int load_model(tb_tokenizer *t, const cJSON *model, const char *path, cha
     size_t n_merges = merges ? (size_t)cJSON_GetArraySize(merges) : 0, cap = 16;
     while (cap < n_merges * 2)
         cap *= 2;
-    t->merges.slots = tb_xcalloc(cap, sizeof *t->merges.slots);
+    if (!(t->merges.slots = calloc(cap, sizeof *t->merges.slots)))
+        return FAIL("out of memory");
     t->merges.mask = cap - 1;
     tb_str joined = {0};
     uint32_t rank = 0;
@@ -849,8 +886,11 @@ static int load_model(tb_tokenizer *t, const cJSON *model, const char *path, cha
         }
         int32_t ia = strmap_get(&t->vocab, a, alen), ib = strmap_get(&t->vocab, b, blen);
         joined.len = 0;
-        tb_str_appendn(&joined, a, alen);
-        tb_str_appendn(&joined, b, blen);
+        tb_str_try_appendn(&joined, a, alen);
+        if (tb_str_try_appendn(&joined, b, blen) != 0) { /* fails if either did */
+            tb_str_free(&joined);
+            return FAIL("out of memory");
+        }
         int32_t ij = strmap_get(&t->vocab, joined.s, joined.len);
         if (ia < 0 || ib < 0 || ij < 0) {
             int k = ia < 0 ? (int)alen : ib < 0 ? (int)blen : (int)joined.len;
@@ -872,8 +912,9 @@ static int load_added(tb_tokenizer *t, const cJSON *list, const char *path, char
         return 0;
     if (!cJSON_IsArray(list))
         return FAIL("added_tokens: expected an array");
-    t->added = tb_xcalloc((size_t)cJSON_GetArraySize(list) + 1, sizeof *t->added);
-    strmap_init(&t->added_by_content, (size_t)cJSON_GetArraySize(list));
+    t->added = calloc((size_t)cJSON_GetArraySize(list) + 1, sizeof *t->added);
+    if (!t->added || strmap_init(&t->added_by_content, (size_t)cJSON_GetArraySize(list)) != 0)
+        return FAIL("out of memory");
     int i = 0;
     bool single_word = false;
     for (const cJSON *e = list->child; e; e = e->next, i++) {
@@ -897,19 +938,24 @@ static int load_added(tb_tokenizer *t, const cJSON *list, const char *path, char
             t->vocab_size = (size_t)a.id + 1;
         if (a.len == 0) /* the library skips empty contents */
             continue;
-        a.content = tb_xstrndup(content->valuestring, a.len);
+        if (!(a.content = tb_strndup(content->valuestring, a.len)))
+            return FAIL("out of memory");
         single_word |= a.single_word;
-        if (strmap_get(&t->added_by_content, a.content, a.len) < 0)
-            strmap_put(&t->added_by_content, a.content, a.len, a.id);
+        if (strmap_get(&t->added_by_content, a.content, a.len) < 0 &&
+            strmap_put(&t->added_by_content, a.content, a.len, a.id) != 0) {
+            free(a.content);
+            return FAIL("out of memory");
+        }
         t->added[t->n_added++] = a;
     }
     /* The library's pattern order: special tokens first, then the others. */
     for (int pass = 0; pass < 2; pass++)
         for (size_t k = 0; k < t->n_added; k++) {
             added_token *a = &t->added[k];
-            if (a->special == (pass == 0))
+            if (a->special == (pass == 0) &&
                 trie_insert(a->normalized ? &t->trie_norm : &t->trie_raw, a->content, a->len,
-                            (int32_t)k);
+                            (int32_t)k) != 0)
+                return FAIL("out of memory");
         }
     if (single_word) { /* Rust regex's Unicode \w */
         static const char W[] = "[\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{200c}\\x{200d}]";
@@ -933,8 +979,11 @@ static int load_decoder(tb_tokenizer *t, const cJSON *d, const char *path, char 
     /* What decode writes for each id: added contents win over the vocab, as
      * in the library's id_to_token; a token is turned back into bytes when
      * all its characters are byte-level ones, else copied as it is. */
-    t->id_bytes = tb_xcalloc(t->vocab_size, sizeof *t->id_bytes);
-    t->id_len = tb_xcalloc(t->vocab_size, sizeof *t->id_len);
+    size_t slots = t->vocab_size ? t->vocab_size : 1; /* calloc(0) may be NULL */
+    t->id_bytes = calloc(slots, sizeof *t->id_bytes);
+    t->id_len = calloc(slots, sizeof *t->id_len);
+    if (!t->id_bytes || !t->id_len)
+        return FAIL("out of memory");
     tb_str b = {0};
     for (size_t pass = 0; pass < 2; pass++) {
         size_t n = pass == 0 ? t->vocab.mask + 1 : t->n_added;
@@ -952,6 +1001,7 @@ static int load_decoder(tb_tokenizer *t, const cJSON *d, const char *path, char 
             } else {
                 s = t->added[i].content, len = t->added[i].len, id = t->added[i].id;
                 free(t->id_bytes[id]);
+                t->id_bytes[id] = NULL;
             }
             b.len = 0;
             bool mapped = utf8_is_valid(s, len);
@@ -962,15 +1012,18 @@ static int load_decoder(tb_tokenizer *t, const cJSON *d, const char *path, char 
                     mapped = false;
                 else {
                     char c = (char)t->bytes.byte_of[cp];
-                    tb_str_appendn(&b, &c, 1);
+                    tb_str_try_appendn(&b, &c, 1);
                 }
                 j += cl;
             }
             if (!mapped) {
                 b.len = 0;
-                tb_str_appendn(&b, s, len);
+                tb_str_try_appendn(&b, s, len);
             }
-            t->id_bytes[id] = tb_xstrndup(b.s ? b.s : "", b.len);
+            if (b.failed || !(t->id_bytes[id] = tb_strndup(b.s ? b.s : "", b.len))) {
+                tb_str_free(&b);
+                return FAIL("out of memory");
+            }
             t->id_len[id] = (uint32_t)b.len;
         }
     }
@@ -984,7 +1037,7 @@ int tb_tokenizer_load(const char *path, tb_tokenizer **out, char *err, size_t er
     size_t len;
     char *text = tb_read_file(path, &len);
     if (!text)
-        return FAIL("%s", strerror(errno));
+        return FAIL("%s", errno == ENOMEM ? "out of memory" : strerror(errno));
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     size_t at = end ? (size_t)(end - text) : 0;
@@ -996,7 +1049,11 @@ int tb_tokenizer_load(const char *path, tb_tokenizer **out, char *err, size_t er
         return FAIL("expected a JSON object");
     }
 
-    tb_tokenizer *t = tb_xcalloc(1, sizeof *t);
+    tb_tokenizer *t = calloc(1, sizeof *t);
+    if (!t) {
+        cJSON_Delete(root);
+        return FAIL("out of memory");
+    }
     byte_map_init(&t->bytes);
     for (size_t i = 0; i < CHAR_ID_LIMIT; i++)
         t->char_id[i] = -1;
@@ -1080,11 +1137,16 @@ typedef struct step_buf {
     size_t cap;
 } step_buf;
 
+/* Room for n bytes; NULL when out of memory. */
 static char *step_buf_reserve(step_buf *b, size_t n)
 {
     if (n > b->cap) {
-        b->cap = n > 2 * b->cap ? n : 2 * b->cap;
-        b->p = tb_xrealloc(b->p, b->cap);
+        size_t cap = n > 2 * b->cap ? n : 2 * b->cap;
+        char *p = realloc(b->p, cap);
+        if (!p)
+            return NULL;
+        b->p = p;
+        b->cap = cap;
     }
     return b->p;
 }
@@ -1095,6 +1157,7 @@ typedef struct encoder {
     size_t cap;
     int64_t n;
     bool failed;
+    bool oom; /* failed for want of memory */
     pcre2_match_data *md;
     step_buf *bufs; /* [n_steps]: the text one step hands on */
     symbol *syms;
@@ -1102,6 +1165,11 @@ typedef struct encoder {
     merge_cand *heap;
     size_t heap_cap;
 } encoder;
+
+static void out_of_memory(encoder *e)
+{
+    e->failed = e->oom = true;
+}
 
 static void emit(encoder *e, int32_t id)
 {
@@ -1118,8 +1186,14 @@ static bool cand_less(const merge_cand *a, const merge_cand *b)
 static void heap_push(encoder *e, size_t *n, merge_cand c)
 {
     if (*n == e->heap_cap) {
-        e->heap_cap = e->heap_cap ? e->heap_cap * 2 : 64;
-        e->heap = tb_xrealloc(e->heap, e->heap_cap * sizeof *e->heap);
+        size_t cap = e->heap_cap ? e->heap_cap * 2 : 64;
+        merge_cand *heap = tb_realloc_array(e->heap, cap, sizeof *heap);
+        if (!heap) {
+            out_of_memory(e);
+            return;
+        }
+        e->heap = heap;
+        e->heap_cap = cap;
     }
     size_t i = (*n)++;
     while (i > 0 && cand_less(&c, &e->heap[(i - 1) / 2])) {
@@ -1167,7 +1241,7 @@ static void merge_heap(encoder *e, symbol *sym, size_t ns)
     size_t hn = 0;
     for (size_t i = 0; i + 1 < ns; i++)
         push_pair(e, &hn, i);
-    while (hn) {
+    while (hn && !e->failed) {
         merge_cand top = heap_pop(e, &hn);
         symbol *l = &sym[top.pos];
         if (l->gone || l->next < 0)
@@ -1186,6 +1260,8 @@ static void merge_heap(encoder *e, symbol *sym, size_t ns)
         if (l->next >= 0)
             push_pair(e, &hn, top.pos);
     }
+    if (e->failed)
+        return;
     for (size_t i = 0; i < ns; i++)
         if (!sym[i].gone)
             emit(e, sym[i].id);
@@ -1247,8 +1323,14 @@ static void bpe(encoder *e, const char *s, size_t n)
         }
     }
     if (n > e->syms_cap) { /* at most one symbol per byte */
-        e->syms_cap = n > 2 * e->syms_cap ? n : 2 * e->syms_cap;
-        e->syms = tb_xrealloc(e->syms, e->syms_cap * sizeof *e->syms);
+        size_t cap = n > 2 * e->syms_cap ? n : 2 * e->syms_cap;
+        symbol *syms = tb_realloc_array(e->syms, cap, sizeof *syms);
+        if (!syms) {
+            out_of_memory(e);
+            return;
+        }
+        e->syms = syms;
+        e->syms_cap = cap;
     }
     symbol *sym = e->syms;
     size_t ns = 0;
@@ -1297,6 +1379,8 @@ static void split_isolated(encoder *e, const pcre2_code *re, size_t next, const 
         if (rc == PCRE2_ERROR_NOMATCH)
             break;
         if (rc < 0) {
+            if (rc == PCRE2_ERROR_NOMEMORY)
+                out_of_memory(e);
             e->failed = true;
             return;
         }
@@ -1340,13 +1424,19 @@ static void pretok(encoder *e, size_t step, const char *s, size_t n)
     case STEP_PREFIX_SPACE:
         if (s[0] == ' ')
             break;
-        o = step_buf_reserve(buf, n + 1);
+        if (!(o = step_buf_reserve(buf, n + 1))) {
+            out_of_memory(e);
+            return;
+        }
         o[0] = ' ';
         memcpy(o + 1, s, n);
         pretok(e, step + 1, o, n + 1);
         return;
     case STEP_BYTES:
-        o = step_buf_reserve(buf, 2 * n);
+        if (!(o = step_buf_reserve(buf, 2 * n))) {
+            out_of_memory(e);
+            return;
+        }
         for (size_t i = 0; i < n; i++) {
             unsigned char b = (unsigned char)s[i];
             o[k] = t->bytes.utf8[b][0];
@@ -1392,7 +1482,9 @@ static void added_gap(encoder *e, int level, const char *s, size_t n)
     utf8proc_uint8_t *nfc = NULL;
     utf8proc_ssize_t k = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &nfc,
                                       UTF8PROC_STABLE | UTF8PROC_COMPOSE);
-    if (k < 0)
+    if (k == UTF8PROC_ERROR_NOMEM)
+        out_of_memory(e);
+    else if (k < 0)
         e->failed = true;
     else
         split_added(e, 1, (const char *)nfc, (size_t)k);
@@ -1455,24 +1547,29 @@ int64_t tb_tokenizer_encode(const tb_tokenizer *t, const char *text, size_t len,
     encoder e = {.t = t, .ids = ids, .cap = cap};
     tb_str clean = {0};
     if (!utf8_is_valid(text, len)) {
-        utf8_clean(&clean, text, len);
+        if (utf8_clean(&clean, text, len) != 0) {
+            tb_str_free(&clean);
+            return TB_TOKENIZER_NO_MEMORY;
+        }
         text = clean.s;
         len = clean.len;
     }
     e.md = pcre2_match_data_create(1, NULL);
-    e.bufs = tb_xcalloc(t->n_steps + 1, sizeof *e.bufs);
-    if (!e.md)
-        e.failed = true;
+    e.bufs = calloc(t->n_steps + 1, sizeof *e.bufs);
+    if (!e.md || !e.bufs)
+        out_of_memory(&e);
     else
         split_added(&e, 0, text, len);
-    for (size_t i = 0; i <= t->n_steps; i++)
+    for (size_t i = 0; e.bufs && i <= t->n_steps; i++)
         free(e.bufs[i].p);
     free(e.bufs);
     free(e.syms);
     free(e.heap);
     pcre2_match_data_free(e.md);
     tb_str_free(&clean);
-    return e.failed ? -1 : e.n;
+    if (e.failed)
+        return e.oom ? TB_TOKENIZER_NO_MEMORY : -1;
+    return e.n;
 }
 
 /* ---- decode */
@@ -1487,10 +1584,14 @@ int64_t tb_tokenizer_decode(const tb_tokenizer *t, const int32_t *ids, size_t n,
             tb_str_free(&raw);
             return -1;
         }
-        tb_str_appendn(&raw, t->id_bytes[id], t->id_len[id]);
+        tb_str_try_appendn(&raw, t->id_bytes[id], t->id_len[id]);
     }
     /* The decoder ends in String::from_utf8_lossy. */
-    utf8_clean(&clean, raw.s ? raw.s : "", raw.len);
+    if (raw.failed || utf8_clean(&clean, raw.s ? raw.s : "", raw.len) != 0) {
+        tb_str_free(&raw);
+        tb_str_free(&clean);
+        return TB_TOKENIZER_NO_MEMORY;
+    }
     size_t len = clean.len;
     if (cap > 0) {
         size_t k = len < cap - 1 ? len : cap - 1;

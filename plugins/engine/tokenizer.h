@@ -15,17 +15,24 @@
 
 typedef struct tb_tokenizer tb_tokenizer;
 
-/* Load; 0 or -1 with "PATH: what is wrong" in err. */
+/* Load; 0 or -1 with "PATH: what is wrong" in err ("PATH: out of memory"
+ * when an allocation failed). */
 int tb_tokenizer_load(const char *path, tb_tokenizer **out, char *err, size_t err_size);
 void tb_tokenizer_free(tb_tokenizer *t);
 
+/* What encode and decode return when out of memory. */
+#define TB_TOKENIZER_NO_MEMORY (-2)
+
 /* Encode len bytes of text into ids[cap]; returns the token count (may
- * exceed cap: nothing past cap is written), or -1 on internal failure. */
+ * exceed cap: nothing past cap is written), -1 on internal failure (a
+ * character outside the vocabulary without an unk token, a regex error),
+ * or TB_TOKENIZER_NO_MEMORY. */
 int64_t tb_tokenizer_encode(const tb_tokenizer *t, const char *text, size_t len, int32_t *ids,
                             size_t cap);
 /* Decode ids into out[cap] (NUL-terminated when cap > 0; skips nothing:
  * special tokens decode to their text); returns the byte length without
- * the NUL (may be >= cap), or -1 for an id outside the vocabulary. */
+ * the NUL (may be >= cap), -1 for an id outside the vocabulary, or
+ * TB_TOKENIZER_NO_MEMORY. */
 int64_t tb_tokenizer_decode(const tb_tokenizer *t, const int32_t *ids, size_t n, char *out,
                             size_t cap);
 

@@ -238,8 +238,10 @@ static size_t on_write(char *ptr, size_t size, size_t nmemb, void *user)
     }
     if (x->mode == 2) { /* keep the start of an error body for the message */
         size_t room = ERR_BODY > x->body.len ? ERR_BODY - x->body.len : 0;
-        if (room && buf_add(&x->body, ptr, n < room ? n : room) != 0)
+        if (room && buf_add(&x->body, ptr, n < room ? n : room) != 0) {
+            fail(x, TB_ERR_NO_MEMORY, "out of memory for the response body");
             return 0;
+        }
         return n;
     }
     /* Every body is bounded, streamed or not: a server that answers with
@@ -250,12 +252,18 @@ static size_t on_write(char *ptr, size_t size, size_t nmemb, void *user)
         return 0; /* aborts the transfer */
     }
     x->bytes += n;
-    if (!x->stream)
-        return buf_add(&x->body, ptr, n) == 0 ? n : 0;
+    if (!x->stream) {
+        if (buf_add(&x->body, ptr, n) == 0)
+            return n;
+        fail(x, TB_ERR_NO_MEMORY, "out of memory for the response body");
+        return 0; /* aborts the transfer */
+    }
     x->now = x->c->host->now_ns(x->c->host);
     int rc = tb_sse_feed(&x->sse, ptr, n, on_event, x);
     if (rc == TB_SSE_TOO_LARGE)
         fail(x, TB_ERR_IO, "malformed_stream: an SSE event larger than %zu KiB", x->sse.max_event >> 10);
+    else if (rc == TB_SSE_NO_MEMORY)
+        fail(x, TB_ERR_NO_MEMORY, "out of memory for the event stream");
     return rc == TB_SSE_OK ? n : 0; /* 0 aborts the transfer */
 }
 

@@ -229,6 +229,17 @@ static tb_status http_validate(const tb_request *req, char *why, size_t why_size
 
 /* ------------------------------------------------------ lifecycle */
 
+/* Append a header line to c->headers; 0 when out of memory (the list is
+ * kept as it was). */
+static int add_header(http_ctx *c, const char *line)
+{
+    struct curl_slist *h = curl_slist_append(c->headers, line);
+    if (!h)
+        return 0;
+    c->headers = h;
+    return 1;
+}
+
 static void wipe_headers(struct curl_slist *h)
 {
     for (struct curl_slist *it = h; it; it = it->next)
@@ -272,33 +283,39 @@ static char *redact_url(const char *url)
     return out;
 }
 
+/* describe()'s JSON; NULL when out of memory (each add checked: a
+ * partial description would be stored as if whole). */
 static char *make_description(const http_ctx *c, const tb_option_value *v, uint32_t n)
 {
     cJSON *o = cJSON_CreateObject();
+    int ok = o != NULL;
     const char *name = opt_s(v, n, OPT_MODEL_NAME);
-    cJSON_AddStringToObject(o, "model_name", *name ? name : c->model);
+    ok &= cJSON_AddStringToObject(o, "model_name", *name ? name : c->model) != NULL;
     char *url = redact_url(opt_s(v, n, OPT_URL));
-    cJSON_AddStringToObject(o, "url", url ? url : "");
+    ok &= url && cJSON_AddStringToObject(o, "url", url) != NULL;
     free(url);
-    cJSON_AddStringToObject(o, "endpoint", opt_s(v, n, OPT_ENDPOINT));
-    cJSON_AddBoolToObject(o, "stream", opt_b(v, n, OPT_STREAM));
-    cJSON_AddStringToObject(o, "device", "remote");
+    ok &= cJSON_AddStringToObject(o, "endpoint", opt_s(v, n, OPT_ENDPOINT)) != NULL;
+    ok &= cJSON_AddBoolToObject(o, "stream", opt_b(v, n, OPT_STREAM)) != NULL;
+    ok &= cJSON_AddStringToObject(o, "device", "remote") != NULL;
     const char *tok = opt_s(v, n, OPT_TOKENIZER);
     if (*tok)
-        cJSON_AddStringToObject(o, "tokenizer", tok);
+        ok &= cJSON_AddStringToObject(o, "tokenizer", tok) != NULL;
     else
-        cJSON_AddNullToObject(o, "tokenizer");
+        ok &= cJSON_AddNullToObject(o, "tokenizer") != NULL;
     const char *key_env = opt_s(v, n, OPT_API_KEY_ENV);
     if (*key_env)
-        cJSON_AddStringToObject(o, "api_key_env", key_env); /* the name, never the key */
-    cJSON_AddBoolToObject(o, "api_key", *opt_s(v, n, OPT_API_KEY) || *key_env); /* whether, never which */
+        ok &= cJSON_AddStringToObject(o, "api_key_env", key_env) != NULL; /* the name, never the key */
+    ok &= cJSON_AddBoolToObject(o, "api_key", *opt_s(v, n, OPT_API_KEY) || *key_env) != NULL; /* whether, never which */
     cJSON *names = cJSON_AddArrayToObject(o, "headers");
-    cJSON *h = cJSON_Parse(opt_s(v, n, OPT_HEADERS)), *it;
-    cJSON_ArrayForEach(it, h) cJSON_AddItemToArray(names, cJSON_CreateString(it->string));
+    ok &= names != NULL;
+    const char *hdr = opt_s(v, n, OPT_HEADERS);
+    cJSON *h = cJSON_Parse(hdr), *it;
+    ok &= !*hdr || h != NULL; /* checked at load: NULL here is memory */
+    cJSON_ArrayForEach(it, h) ok &= cJSON_AddItemToArray(names, cJSON_CreateString(it->string));
     cJSON_Delete(h);
-    cJSON_AddStringToObject(o, "client", curl_version());
-    cJSON_AddStringToObject(o, "engine_version", "tokbench-http " HTTP_VERSION);
-    char *s = cJSON_PrintUnformatted(o);
+    ok &= cJSON_AddStringToObject(o, "client", curl_version()) != NULL;
+    ok &= cJSON_AddStringToObject(o, "engine_version", "tokbench-http " HTTP_VERSION) != NULL;
+    char *s = ok ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
     return s;
 }
@@ -327,42 +344,52 @@ static tb_status http_create(const tb_host *host, const char *model, const tb_op
     const char *tok = opt_s(options, n_options, OPT_TOKENIZER);
     if (*tok && tb_tokenizer_load(tok, &c->tok, err, err_size) != 0) {
         http_destroy(c);
-        return TB_ERR_MODEL;
+        return strstr(err, "out of memory") ? TB_ERR_NO_MEMORY : TB_ERR_MODEL;
     }
+    if (err_size)
+        err[0] = '\0';
     c->vocab = tb_prompt_vocab_new(c->tok);
-    c->client = tb_http_client_new(host, err, err_size);
-    if (!c->vocab || !c->client || !c->model) {
-        if (!c->client && !err[0])
+    c->client = c->vocab && c->model ? tb_http_client_new(host, err, err_size) : NULL;
+    if (!c->client) { /* tb_http_client_new says why; the others are memory */
+        tb_status st = err[0] && !strstr(err, "out of memory") ? TB_ERR : TB_ERR_NO_MEMORY;
+        if (!err[0])
             snprintf(err, err_size, "out of memory");
         http_destroy(c);
-        return TB_ERR;
+        return st;
     }
     /* Headers: JSON body, no 100-continue round trip, the key, the
-     * suite's own. */
-    struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
-    h = curl_slist_append(h, "Expect:");
+     * suite's own. A header missing for want of memory would send
+     * requests without it (without the key): that fails create(). */
+    int ok = add_header(c, "Content-Type: application/json") && add_header(c, "Expect:");
     const char *key_env = opt_s(options, n_options, OPT_API_KEY_ENV);
     const char *key_opt = opt_s(options, n_options, OPT_API_KEY);
-    if (*key_env || *key_opt) {
+    if (ok && (*key_env || *key_opt)) {
         const char *key = *key_opt ? key_opt : getenv(key_env);
         size_t len = strlen(key) + 32;
         char *line = malloc(len);
+        ok = line != NULL;
         if (line) {
             snprintf(line, len, "Authorization: Bearer %s", key);
-            h = curl_slist_append(h, line);
+            ok = add_header(c, line);
             explicit_bzero(line, len);
             free(line);
         }
     }
-    for (int which = 0; which < 2; which++) { /* the suite's headers, then the secret ones */
+    for (int which = 0; which < 2 && ok; which++) { /* the suite's headers, then the secret ones */
         char **lines;
         int k = tb_http_header_lines(opt_s(options, n_options, which ? OPT_SECRET_HEADERS : OPT_HEADERS), &lines);
-        for (int i = 0; i < k; i++)
-            h = curl_slist_append(h, lines[i]);
+        ok = k >= 0; /* checked at load: -1 here is memory */
+        for (int i = 0; i < k && ok; i++)
+            ok = add_header(c, lines[i]);
         tb_http_header_lines_free(lines, k);
     }
-    c->headers = h;
-    c->describe_json = make_description(c, options, n_options);
+    if (ok)
+        c->describe_json = make_description(c, options, n_options);
+    if (!c->describe_json) {
+        snprintf(err, err_size, "out of memory");
+        http_destroy(c);
+        return TB_ERR_NO_MEMORY;
+    }
     if (c->tok)
         host->log(host, TB_LOG_INFO, "tokenizer %s: %zu one-token words for synthetic prompts", tok,
                   tb_prompt_vocab_size(c->vocab));
@@ -394,33 +421,38 @@ static char *endpoint_url(const char *base, int chat)
     return u;
 }
 
-/* A request body; NULL when out of memory. */
+/* A request body; NULL when out of memory (each add checked: a body
+ * missing a field would still be sent). */
 static char *make_body(const http_ctx *c, const tb_request *req, const char *prompt, const cJSON *extra)
 {
     const tb_option_value *v = req->options;
     uint32_t n = req->n_options;
     int chat = strcmp(opt_s(v, n, OPT_ENDPOINT), "chat") == 0, stream = opt_b(v, n, OPT_STREAM);
     cJSON *o = cJSON_CreateObject();
+    int ok = o != NULL;
     const char *name = opt_s(v, n, OPT_MODEL_NAME);
     if (!*name)
         name = c->model;
     if (*name)
-        cJSON_AddStringToObject(o, "model", name);
+        ok &= cJSON_AddStringToObject(o, "model", name) != NULL;
     if (chat) {
         cJSON *msgs = cJSON_AddArrayToObject(o, "messages"), *m = cJSON_CreateObject();
-        cJSON_AddStringToObject(m, "role", "user");
-        cJSON_AddStringToObject(m, "content", prompt);
-        cJSON_AddItemToArray(msgs, m);
+        ok &= cJSON_AddStringToObject(m, "role", "user") != NULL;
+        ok &= cJSON_AddStringToObject(m, "content", prompt) != NULL;
+        if (!cJSON_AddItemToArray(msgs, m)) {
+            cJSON_Delete(m);
+            ok = 0;
+        }
     } else {
-        cJSON_AddStringToObject(o, "prompt", prompt);
+        ok &= cJSON_AddStringToObject(o, "prompt", prompt) != NULL;
     }
-    cJSON_AddNumberToObject(o, "max_tokens", req->max_new_tokens);
-    cJSON_AddNumberToObject(o, "temperature", opt_f(v, n, OPT_TEMPERATURE));
-    cJSON_AddBoolToObject(o, "stream", stream);
+    ok &= cJSON_AddNumberToObject(o, "max_tokens", req->max_new_tokens) != NULL;
+    ok &= cJSON_AddNumberToObject(o, "temperature", opt_f(v, n, OPT_TEMPERATURE)) != NULL;
+    ok &= cJSON_AddBoolToObject(o, "stream", stream) != NULL;
     if (stream)
-        cJSON_AddTrueToObject(cJSON_AddObjectToObject(o, "stream_options"), "include_usage");
-    tb_http_extra_merge(o, extra); /* the suite's fields win */
-    char *s = cJSON_PrintUnformatted(o);
+        ok &= cJSON_AddTrueToObject(cJSON_AddObjectToObject(o, "stream_options"), "include_usage") != NULL;
+    ok &= tb_http_extra_merge(o, extra) == 0; /* the suite's fields win */
+    char *s = ok ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
     return s;
 }
@@ -469,7 +501,12 @@ static tb_status http_generate(void *ctx, const tb_request *req, tb_result *res)
     uint64_t call_seed = unique ? mix(mix(req->seed, req->repetition), req->is_warmup ? 0xAA : 0x55) : req->seed;
 
     /* Everything before the first send: bodies and the schedule. */
-    cJSON *extra = tb_http_extra_json(opt_s(v, nv, OPT_EXTRA_JSON));
+    const char *extra_text = opt_s(v, nv, OPT_EXTRA_JSON);
+    cJSON *extra = tb_http_extra_json(extra_text);
+    if (*extra_text && !extra) { /* checked at load: NULL here is memory */
+        set_error(c, "out of memory parsing extra_json");
+        return TB_ERR_NO_MEMORY;
+    }
     for (uint32_t r = 0; r < n; r++) {
         free(c->bodies[r]);
         c->bodies[r] = NULL;
@@ -550,6 +587,10 @@ static tb_status http_generate(void *ctx, const tb_request *req, tb_result *res)
         } else if (c->tok) {
             int64_t k = tb_tokenizer_encode(c->tok, h->text, h->text_len, NULL, 0);
             q->n_output_tokens = k > 0 ? (uint32_t)k : 0;
+            if (k == TB_TOKENIZER_NO_MEMORY && q->status == TB_OK) { /* 0 would pass for a count */
+                q->status = TB_ERR_NO_MEMORY;
+                snprintf(q->error, sizeof q->error, "out of memory counting the output tokens");
+            }
         }
         if (h->status != TB_OK)
             snprintf(q->error, sizeof q->error, "%s", h->error);
@@ -602,7 +643,10 @@ static int64_t http_tokenize(void *ctx, const char *text, int32_t *ids, size_t c
         set_error(c, "no tokenizer: set tokenizer = the model's tokenizer.json");
         return -1;
     }
-    return tb_tokenizer_encode(c->tok, text, strlen(text), ids, cap);
+    int64_t n = tb_tokenizer_encode(c->tok, text, strlen(text), ids, cap);
+    if (n < 0)
+        set_error(c, "%s", n == TB_TOKENIZER_NO_MEMORY ? "tokenize: out of memory" : "the tokenizer failed");
+    return n < 0 ? -1 : n;
 }
 
 static int64_t http_detokenize(void *ctx, const int32_t *ids, size_t n, char *out, size_t cap)
@@ -612,7 +656,10 @@ static int64_t http_detokenize(void *ctx, const int32_t *ids, size_t n, char *ou
         set_error(c, "no tokenizer: set tokenizer = the model's tokenizer.json");
         return -1;
     }
-    return tb_tokenizer_decode(c->tok, ids, n, out, cap);
+    int64_t len = tb_tokenizer_decode(c->tok, ids, n, out, cap);
+    if (len < 0)
+        set_error(c, "%s", len == TB_TOKENIZER_NO_MEMORY ? "detokenize: out of memory" : "detokenize: an id outside the vocabulary");
+    return len < 0 ? -1 : len;
 }
 
 static const tb_backend_ops http_ops = {

@@ -16,14 +16,19 @@ cJSON *tb_http_extra_json(const char *text)
     return NULL;
 }
 
-void tb_http_extra_merge(cJSON *body, const cJSON *extra)
+int tb_http_extra_merge(cJSON *body, const cJSON *extra)
 {
     const cJSON *it;
     cJSON_ArrayForEach(it, extra)
     {
         cJSON_DeleteItemFromObjectCaseSensitive(body, it->string);
-        cJSON_AddItemToObject(body, it->string, cJSON_Duplicate(it, 1));
+        cJSON *copy = cJSON_Duplicate(it, 1);
+        if (!copy || !cJSON_AddItemToObject(body, it->string, copy)) {
+            cJSON_Delete(copy);
+            return -1;
+        }
     }
+    return 0;
 }
 
 /* An HTTP field name: one or more token characters (RFC 9110, 5.1). */

@@ -16,8 +16,9 @@ cJSON *tb_http_extra_json(const char *text);
 
 /* Put each member of extra (an object from tb_http_extra_json) into the
  * request body, replacing a field of the same name: the suite's fields
- * win. With duplicate names in extra, the last one wins. */
-void tb_http_extra_merge(cJSON *body, const cJSON *extra);
+ * win. With duplicate names in extra, the last one wins. 0, or -1 when
+ * out of memory (body then lacks some of them). */
+int tb_http_extra_merge(cJSON *body, const cJSON *extra);
 
 /* headers, secret_headers: text is a JSON object of strings (nothing but
  * whitespace after it), each name an HTTP token (RFC 9110: letters,

@@ -34,23 +34,29 @@ static int is_word(const char *s, int64_t n)
     return 1;
 }
 
-/* Ids whose text encodes back to that one id; `words`: only " letters". */
-static size_t collect(tb_prompt_vocab *v, int words)
+/* Ids whose text encodes back to that one id; `words`: only " letters".
+ * How many, or -1 when out of memory. */
+static int64_t collect(tb_prompt_vocab *v, int words)
 {
     size_t V = tb_tokenizer_vocab_size(v->tok), n = 0;
     char text[256];
     for (size_t id = 0; id < V; id++) {
         int32_t i32 = (int32_t)id, back[2];
         int64_t len = tb_tokenizer_decode(v->tok, &i32, 1, text, sizeof text);
+        if (len == TB_TOKENIZER_NO_MEMORY)
+            return -1;
         if (len <= 0 || len >= (int64_t)sizeof text || strlen(text) != (size_t)len)
             continue;
         if (words ? !is_word(text, len) : strchr(text, '<') != NULL) /* '<': keep off special-looking text */
             continue;
-        if (tb_tokenizer_encode(v->tok, text, (size_t)len, back, 2) != 1 || back[0] != i32)
+        int64_t k = tb_tokenizer_encode(v->tok, text, (size_t)len, back, 2);
+        if (k == TB_TOKENIZER_NO_MEMORY)
+            return -1;
+        if (k != 1 || back[0] != i32)
             continue;
         v->ids[n++] = i32;
     }
-    return n;
+    return (int64_t)n;
 }
 
 tb_prompt_vocab *tb_prompt_vocab_new(const tb_tokenizer *tok)
@@ -68,10 +74,15 @@ tb_prompt_vocab *tb_prompt_vocab_new(const tb_tokenizer *tok)
         free(v);
         return NULL;
     }
-    v->n = collect(v, 1);
-    v->clean = v->n >= 8;
-    if (!v->clean)
-        v->n = collect(v, 0);
+    int64_t n = collect(v, 1);
+    v->clean = n >= 8;
+    if (n >= 0 && !v->clean)
+        n = collect(v, 0);
+    if (n < 0) {
+        tb_prompt_vocab_free(v);
+        return NULL;
+    }
+    v->n = (size_t)n;
     return v;
 }
 

@@ -113,7 +113,7 @@ static int process_line(tb_sse *p, const char *s, size_t n, tb_sse_handler h, vo
     }
     /* "retry" and unknown fields are ignored, as the standard says. */
     if (rc)
-        return p->error = TB_SSE_TOO_LARGE; /* out of memory: give up alike */
+        return p->error = TB_SSE_NO_MEMORY;
     return TB_SSE_OK;
 }
 
@@ -129,7 +129,7 @@ int tb_sse_feed(tb_sse *p, const char *buf, size_t n, tb_sse_handler h, void *us
             i++;
         } else {
             if (p->bom && buf_append(&p->line, (const char *)bom_bytes, p->bom) != 0)
-                return p->error = TB_SSE_TOO_LARGE;
+                return p->error = TB_SSE_NO_MEMORY;
             p->bom = 3;
         }
     }
@@ -146,13 +146,13 @@ int tb_sse_feed(tb_sse *p, const char *buf, size_t n, tb_sse_handler h, void *us
             return p->error = TB_SSE_TOO_LARGE;
         if (j == n) { /* the line continues in the next read */
             if (buf_append(&p->line, buf + i, j - i) != 0)
-                return p->error = TB_SSE_TOO_LARGE;
+                return p->error = TB_SSE_NO_MEMORY;
             break;
         }
         int rc;
         if (p->line.len) {
             if (buf_append(&p->line, buf + i, j - i) != 0)
-                return p->error = TB_SSE_TOO_LARGE;
+                return p->error = TB_SSE_NO_MEMORY;
             size_t len = p->line.len;
             p->line.len = 0; /* the bytes stay valid: nothing appends to it below */
             rc = process_line(p, p->line.s, len, h, user);

@@ -47,7 +47,7 @@ typedef struct tb_sse {
     tb_sse_buf id;     /* last event id (kept across events) */
     unsigned bom;      /* leading BOM bytes matched so far; 3 = past it */
     int after_cr;      /* the previous byte ended a line with CR */
-    int error;         /* sticky TB_SSE_TOO_LARGE */
+    int error;         /* sticky TB_SSE_TOO_LARGE or TB_SSE_NO_MEMORY */
     uint64_t events;   /* events dispatched so far */
 } tb_sse;
 
@@ -55,6 +55,7 @@ enum {
     TB_SSE_OK = 0,
     TB_SSE_STOPPED = 1,   /* the handler returned nonzero */
     TB_SSE_TOO_LARGE = 2, /* a line or an event exceeded max_event */
+    TB_SSE_NO_MEMORY = 3, /* a buffer could not grow */
 };
 
 /* max_event_bytes: 0 means 1 MiB. */
@@ -62,8 +63,8 @@ void tb_sse_init(tb_sse *p, size_t max_event_bytes);
 void tb_sse_free(tb_sse *p);
 
 /* Feed n bytes; calls h for every event completed by them. Returns
- * TB_SSE_OK, TB_SSE_STOPPED, or TB_SSE_TOO_LARGE (then and after: the
- * parser is dead). */
+ * TB_SSE_OK, TB_SSE_STOPPED, or TB_SSE_TOO_LARGE or TB_SSE_NO_MEMORY (then
+ * and after: the parser is dead). */
 int tb_sse_feed(tb_sse *p, const char *buf, size_t n, tb_sse_handler h, void *user);
 
 /* End of stream. Returns 1 when bytes of an unfinished line or event were

@@ -52,17 +52,17 @@ rss=${TB_FUZZ_RSS_MB:-2048}
 
 # TARGET: its sources besides tests/fuzz/fuzz_TARGET.c, and -max_len.
 declare -A srcs=(
-    [config]="plugins/engine/config.c core/util.c"
-    [safetensors]="plugins/engine/safetensors.c core/util.c"
-    [safetensors_index]="plugins/engine/safetensors.c core/util.c"
+    [config]="plugins/engine/config.c core/util.c util/strmem.c"
+    [safetensors]="plugins/engine/safetensors.c core/util.c util/strmem.c"
+    [safetensors_index]="plugins/engine/safetensors.c core/util.c util/strmem.c"
     [sse]="plugins/http/sse.c"
     [oai]="plugins/http/sse.c"
-    [tokenizer]="plugins/engine/tokenizer.c core/util.c"
-    [tokenizer_json]="plugins/engine/tokenizer.c core/util.c"
-    [suite]="core/suite.c core/util.c"
-    [serve_request]="core/serve_request.c core/util.c"
+    [tokenizer]="plugins/engine/tokenizer.c core/util.c util/strmem.c"
+    [tokenizer_json]="plugins/engine/tokenizer.c core/util.c util/strmem.c"
+    [suite]="core/suite.c core/util.c util/strmem.c"
+    [serve_request]="core/serve_request.c core/util.c util/strmem.c"
     [http_options]="plugins/http/json_options.c"
-    [prompts]="core/score.c core/util.c"
+    [prompts]="core/prompt_set.c core/scorers.c core/utf8.c core/util.c util/strmem.c"
 )
 declare -A max_len=(
     [config]=4096 [safetensors]=4096 [safetensors_index]=4096 [sse]=4096 [oai]=4096
@@ -94,7 +94,7 @@ pc_libs=$(pkg-config --libs $pkgs)
 # ---- build
 cflags=(-std=c11 -g -O1 -fno-omit-frame-pointer -Wall -Wextra
         -fsanitize=address,undefined -fno-sanitize-recover=undefined
-        -I"$root/include" -I"$root/core" -I"$root/plugins/engine" -I"$root/plugins/http"
+        -I"$root/include" -I"$root/util" -I"$root/core" -I"$root/plugins/engine" -I"$root/plugins/http"
         $pc_cflags)
 mkdir -p "$build/obj" "$build/logs" "$build/tmp"
 declare -A want_src=()

@@ -375,6 +375,56 @@ static void check_diffusion_sampling(const char *name, int shifted)
     tb_model_free(&m);
 }
 
+/* The device-memory count (gpu.h): what the context holds now, and the
+ * high-water mark since the last reset, transient buffers included. */
+static void check_memory(void)
+{
+    tb_model_config cfg;
+    char err[512];
+    tb_gpu *g = NULL;
+    if (tb_preset_config("tiny-llama", &cfg, err, sizeof err) != 0 ||
+        tb_gpu_create(&g, &cfg, NULL, 1, err, sizeof err) != 0) {
+        fprintf(stderr, "memory: %s\n", err);
+        CHECK(0);
+        return;
+    }
+    size_t weights = tb_gpu_bytes(g); /* and cuBLAS's 64 MiB workspace */
+    CHECK(weights > ((size_t)64 << 20));
+    CHECK(tb_gpu_peak_bytes(g) >= weights);
+    tb_gpu_reset_peak(g);
+    CHECK(tb_gpu_peak_bytes(g) == weights);
+    /* K and V of 2 sequences x 64 positions, every layer, bf16 */
+    size_t kv = (size_t)2 * cfg.n_layers * 2 * 64 * cfg.n_kv_heads * cfg.head_dim * 2;
+    CHECK(tb_gpu_reserve(g, 2, 64, 128, err, sizeof err) == 0);
+    size_t small = tb_gpu_bytes(g) - weights;
+    CHECK(small > kv);
+    CHECK(tb_gpu_peak_bytes(g) == weights + small);
+    /* twice the sequences and rows: every buffer doubles but the decode
+     * position (one int); the old buffers are freed first, so the context
+     * holds the new ones only, and the peak is the new total */
+    CHECK(tb_gpu_reserve(g, 4, 64, 256, err, sizeof err) == 0);
+    size_t big = tb_gpu_bytes(g) - weights;
+    CHECK(big == 2 * small - sizeof(int));
+    CHECK(tb_gpu_peak_bytes(g) == weights + big);
+    /* transient: the GEMV calibration's 8 copies of W, x and y are in the
+     * peak, not in what is held after */
+    tb_gpu_reset_peak(g);
+    double gbs[4];
+    CHECK(tb_gpu_bench_gemv(g, 4096, 1024, gbs) > 0);
+    size_t gemv = (size_t)8 * 4096 * 1024 * 2 + 1024 * 2 + 4096 * 4;
+    CHECK(tb_gpu_bytes(g) == weights + big);
+    CHECK(tb_gpu_peak_bytes(g) == weights + big + gemv);
+    /* the ceilings: 2 x 1 GiB copies and an 8192^2 float32 product */
+    tb_gpu_reset_peak(g);
+    double flops, bps;
+    CHECK(tb_gpu_measure_ceilings(g, &flops, &bps) == 0);
+    CHECK(tb_gpu_bytes(g) == weights + big);
+    CHECK(tb_gpu_peak_bytes(g) == weights + big + ((size_t)2 << 30) + (size_t)8192 * 8192 * 4);
+    fprintf(stderr, "memory: weights + workspace %.1f MiB, buffers %.2f -> %.2f MiB, gemv transient %.1f MiB\n",
+            weights / 1048576.0, small / 1048576.0, big / 1048576.0, gemv / 1048576.0);
+    tb_gpu_free(g);
+}
+
 int main(void)
 {
     char why[256];
@@ -424,6 +474,7 @@ int main(void)
             }
         }
     }
+    check_memory();
     check_ar("llama-gqa", 0);
     check_ar("llama-tied", 0);
     check_ar("qwen2-bias", 0);

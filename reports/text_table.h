@@ -1,7 +1,7 @@
-/* table.h — a plain-text table: add rows of cells, print aligned.
+/* text_table.h — a plain-text table: add rows of cells, print aligned.
  * Cells that look numeric are right-aligned, text left-aligned. */
-#ifndef TB_TABLE_H
-#define TB_TABLE_H
+#ifndef TB_TEXT_TABLE_H
+#define TB_TEXT_TABLE_H
 
 #include <stdio.h>
 

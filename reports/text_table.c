@@ -1,6 +1,6 @@
-/* table.c — see table.h. */
+/* text_table.c — see text_table.h. */
 #define _GNU_SOURCE
-#include "table.h"
+#include "text_table.h"
 
 #include <ctype.h>
 #include <math.h>

@@ -1,14 +1,13 @@
-/* model.c — see model.h. Everything is read with a few queries; warnings
- * are derived here once so every format prints the same ones. */
+/* rsession.c — see rsession.h. Everything is read with a few queries. */
 #define _GNU_SOURCE
-#include "model.h"
+#include "rsession.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "runner.h"
+#include "metrics.h"
 #include "util.h"
 
 static char *dup_col(sqlite3_stmt *q, int i)
@@ -42,11 +41,6 @@ static void kvs_free(tb_rkvs *k)
     free(k->v);
 }
 
-static void warn(tb_rsession *s, char *text /* taken */)
-{
-    s->warnings = tb_xrealloc(s->warnings, (s->n_warnings + 1) * sizeof *s->warnings);
-    s->warnings[s->n_warnings++] = text;
-}
 
 const char *tb_rfmt(char *buf, size_t size, double v, int prec)
 {
@@ -196,19 +190,11 @@ static int load_backends(sqlite3 *db, tb_rsession *s, char **err)
 
 /* ---------------------------------------------------------- cases */
 
-/* Display order of the metrics runner.c stores (docs/METRICS.md). */
-static const char *const metric_order[] = {
-    "req_tps", "agg_tps", "decode_tps", "ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "prefill_ms", "decode_ms",
-    "wall_ms", "forward_passes", "tokens_per_forward", "steps_done", "answer_tokens", "quality", "accuracy", "judge_ppl", "repetition", "distinct",
-    "roofline_pct", "runner_us",
-};
-
+/* Display order: the registry's (metrics.h), then the rest. */
 static int metric_rank(const char *name)
 {
-    for (size_t i = 0; i < TB_ARRAY_LEN(metric_order); i++)
-        if (strcmp(metric_order[i], name) == 0)
-            return (int)i;
-    return (int)TB_ARRAY_LEN(metric_order);
+    const tb_metric_def *d = tb_metric_find(name);
+    return d ? (int)(d - tb_metric_defs) : (int)tb_n_metric_defs;
 }
 
 static int cmp_metric(const void *a, const void *b)
@@ -231,7 +217,11 @@ static int load_cases(sqlite3 *db, tb_rsession *s, char **err)
         "    WHERE sa.case_id = c.id AND sa.warmup = 0 AND r.count_mismatch),"
         " (SELECT count(*) FROM (SELECT r.idx FROM request r JOIN sample sa ON sa.id = r.sample_id"
         "    WHERE sa.case_id = c.id AND sa.warmup = 0 AND r.status = 'ok' AND r.output_hash IS NOT NULL"
-        "    GROUP BY coalesce(r.prompt_idx, -1 - r.idx) HAVING count(DISTINCT r.output_hash) > 1))"
+        "    GROUP BY coalesce(r.prompt_idx, -1 - r.idx) HAVING count(DISTINCT r.output_hash) > 1)),"
+        " (SELECT count(*) FROM request r JOIN sample sa ON r.sample_id = sa.id"
+        "    WHERE sa.case_id = c.id AND sa.warmup = 0),"
+        " (SELECT count(*) FROM request r JOIN sample sa ON r.sample_id = sa.id"
+        "    WHERE sa.case_id = c.id AND sa.warmup = 0 AND r.status <> 'ok')"
         " FROM bench_case c JOIN backend b ON b.id = c.backend_id WHERE c.session_id = ? ORDER BY c.ordinal";
     sqlite3_stmt *q;
     if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK) {
@@ -264,6 +254,8 @@ static int load_cases(sqlite3 *db, tb_rsession *s, char **err)
         c->energy_j_per_token = num_col(q, 15);
         c->count_mismatches = sqlite3_column_int(q, 16);
         c->varying_outputs = sqlite3_column_int(q, 17);
+        c->requests = sqlite3_column_int(q, 18);
+        c->failed_requests = sqlite3_column_int(q, 19);
         s->dims |= (c->concurrency >= 0 ? TB_RDIM_CONC : 0) | (c->steps >= 0 ? TB_RDIM_STEPS : 0) |
                    (c->block_length >= 0 ? TB_RDIM_BLOCK : 0) | (isfinite(c->request_rate) ? TB_RDIM_RATE : 0) |
                    (strcmp(c->options_json, "{}") != 0 ? TB_RDIM_OPTS : 0);
@@ -274,7 +266,8 @@ static int load_cases(sqlite3 *db, tb_rsession *s, char **err)
 
     if (sqlite3_prepare_v2(db,
                            "SELECT m.case_id, m.name, m.unit, m.n, m.median, m.p5, m.p95, m.mean, m.stdev, m.cv,"
-                           " m.min, m.max, m.ci_lo, m.ci_hi FROM metric m JOIN bench_case c ON c.id = m.case_id"
+                           " m.min, m.max, m.ci_lo, m.ci_hi, m.p90, m.p99 FROM metric m"
+                           " JOIN bench_case c ON c.id = m.case_id"
                            " WHERE c.session_id = ? ORDER BY c.ordinal",
                            -1, &q, NULL) != SQLITE_OK) {
         *err = tb_xasprintf("reading metrics: %s", sqlite3_errmsg(db));
@@ -296,7 +289,8 @@ static int load_cases(sqlite3 *db, tb_rsession *s, char **err)
         m->st = (tb_stats){.n = (size_t)sqlite3_column_int64(q, 3), .median = num_col(q, 4), .p5 = num_col(q, 5),
                            .p95 = num_col(q, 6), .mean = num_col(q, 7), .stdev = num_col(q, 8),
                            .cv = num_col(q, 9), .min = num_col(q, 10), .max = num_col(q, 11),
-                           .ci_lo = num_col(q, 12), .ci_hi = num_col(q, 13)};
+                           .ci_lo = num_col(q, 12), .ci_hi = num_col(q, 13), .p90 = num_col(q, 14),
+                           .p99 = num_col(q, 15)};
     }
     sqlite3_finalize(q);
     for (size_t i = 0; i < s->n_cases; i++) {
@@ -309,74 +303,6 @@ static int load_cases(sqlite3 *db, tb_rsession *s, char **err)
     return 0;
 }
 
-/* ---------------------------------------------------------- warnings */
-
-static void derive_warnings(tb_rsession *s)
-{
-    if (strcmp(s->status, "completed") != 0)
-        warn(s, tb_xasprintf("the session is %s: some cases may be missing", s->status));
-    for (size_t b = 0; b < s->n_backends; b++)
-        if (s->backends[b].random_weights == 1)
-            warn(s, tb_xasprintf("%s: random weights: the figures measure speed only; outputs and any quality "
-                                 "score mean nothing", s->backends[b].label));
-    /* The articles: fp32/fp16/bf16/int8 figures are not comparable. */
-    for (size_t b = 1; b < s->n_backends; b++)
-        if (*s->backends[b].dtype && *s->backends[0].dtype && strcmp(s->backends[b].dtype, s->backends[0].dtype)) {
-            warn(s, tb_xasprintf("backends run different dtypes (%s: %s, %s: %s): their speeds are not comparable",
-                                 s->backends[0].label, s->backends[0].dtype, s->backends[b].label,
-                                 s->backends[b].dtype));
-            break;
-        }
-    if (s->warmup == 0)
-        warn(s, tb_xstrdup("no warm-up run: the first repetition includes initialisation and compilation"));
-    /* measured calls of the smallest case (a prompt-set pass is many) */
-    size_t fewest = SIZE_MAX;
-    for (size_t i = 0; i < s->n_cases; i++) {
-        const tb_stats *a = tb_rcase_metric(&s->cases[i], "agg_tps");
-        if (a && a->n < fewest)
-            fewest = a->n;
-    }
-    if (fewest < 10)
-        warn(s, tb_xasprintf("%zu measured calls in the smallest case: fewer than the 10 the articles ask for; "
-                             "medians and p95 rest on few runs", fewest));
-    if (s->has_prompt_set)
-        warn(s, tb_xstrdup("prompt set: every call runs different items, whose answers differ in length, so the "
-                           "spread of per-call figures (CV) reflects the items as well as noise; no noise warnings"));
-    int *mismatch = tb_xcalloc(s->n_backends + 1, sizeof(int)), *mismatch_cases = tb_xcalloc(s->n_backends + 1, sizeof(int));
-    for (size_t i = 0; i < s->n_cases; i++) {
-        const tb_rcase *c = &s->cases[i];
-        const char *label = s->backends[c->backend].label;
-        char *dims = tb_rcase_dims(s, c);
-        if (strcmp(c->status, "ok") != 0)
-            warn(s, tb_xasprintf("%s %s [%s]: %s", label, c->status, dims, *c->error ? c->error : "(no reason)"));
-        const tb_stats *agg = tb_rcase_metric(c, "agg_tps");
-        if (agg && isfinite(agg->cv) && agg->cv > TB_NOISE_CV && !s->has_prompt_set)
-            warn(s, tb_xasprintf("%s [%s]: noisy, aggregate tok/s CV %.1f%% > %.0f%%: check the environment "
-                                 "(other load, clocks, thermals) first",
-                                 label, dims, agg->cv * 100, TB_NOISE_CV * 100));
-        if (c->varying_outputs)
-            warn(s, tb_xasprintf("%s [%s]: %d request(s) produced different outputs in different repetitions "
-                                 "with the same seed: the speed measured is not of the same work",
-                                 label, dims, c->varying_outputs));
-        if (c->count_mismatches) {
-            mismatch[c->backend] += c->count_mismatches;
-            mismatch_cases[c->backend]++;
-        }
-        free(dims);
-    }
-    for (size_t b = 0; b < s->n_backends; b++)
-        if (mismatch[b])
-            warn(s, tb_xasprintf("%s: %d requests in %d cases re-count (detokenize -> tokenize) to a different "
-                                 "output length than the engine reports%s",
-                                 s->backends[b].label, mismatch[b], mismatch_cases[b],
-                                 s->backends[b].random_weights == 1
-                                     ? " (random weights emit arbitrary token sequences, which rarely survive the "
-                                       "round trip)"
-                                     : ": tokens/s may be inflated; see docs/METRICS.md"));
-    free(mismatch);
-    free(mismatch_cases);
-}
-
 int tb_rsession_load(sqlite3 *db, int64_t id, tb_rsession *out, char **err)
 {
     memset(out, 0, sizeof *out);
@@ -385,7 +311,6 @@ int tb_rsession_load(sqlite3 *db, int64_t id, tb_rsession *out, char **err)
         tb_rsession_free(out);
         return -1;
     }
-    derive_warnings(out);
     return 0;
 }
 
@@ -425,9 +350,6 @@ void tb_rsession_free(tb_rsession *s)
         free(c->metrics);
     }
     free(s->cases);
-    for (size_t i = 0; i < s->n_warnings; i++)
-        free(s->warnings[i]);
-    free(s->warnings);
     memset(s, 0, sizeof *s);
 }
 
@@ -439,6 +361,12 @@ const tb_stats *tb_rcase_metric(const tb_rcase *c, const char *name)
         if (strcmp(c->metrics[i].name, name) == 0)
             return &c->metrics[i].st;
     return NULL;
+}
+
+const char *tb_rcase_status(const tb_rcase *c)
+{
+    tb_request_tally t = {.requests = (size_t)c->requests, .failed = (size_t)c->failed_requests};
+    return strcmp(c->status, "ok") == 0 && tb_case_degraded(&t, 0) ? "degraded" : c->status;
 }
 
 double tb_rcase_median(const tb_rcase *c, const char *name)

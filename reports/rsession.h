@@ -1,9 +1,9 @@
-/* model.h — one stored session read back into memory: its conditions,
- * backends, cases with every metric, and the warnings a reader must see.
+/* rsession.h — one stored session read back into memory: its conditions,
+ * backends, cases with every metric (warnings.h derives the warnings).
  * The common input of the Markdown and HTML reports and their charts, so
  * that both say the same thing. */
-#ifndef TB_REPORT_MODEL_H
-#define TB_REPORT_MODEL_H
+#ifndef TB_REPORT_RSESSION_H
+#define TB_REPORT_RSESSION_H
 
 #include <sqlite3.h>
 #include <stddef.h>
@@ -51,6 +51,7 @@ typedef struct tb_rcase {
     int count_mismatches;                 /* requests whose re-count differs */
     int varying_outputs;                  /* request slots whose output differs
                                              between repetitions */
+    int requests, failed_requests;        /* of the measured repetitions */
 } tb_rcase;
 
 /* Which optional dimensions carry a value in some case. */
@@ -73,8 +74,6 @@ typedef struct tb_rsession {
     tb_rcase *cases; /* by ordinal */
     size_t n_cases;
     unsigned dims;   /* TB_RDIM_* */
-    char **warnings; /* plain text, one finding each */
-    size_t n_warnings;
     int has_quality; /* some case has a quality metric */
     int has_prompt_set; /* the session ran a [prompts] set */
 } tb_rsession;
@@ -82,6 +81,10 @@ typedef struct tb_rsession {
 /* Load session `id`. 0, or -1 with *err (malloc'd). */
 int tb_rsession_load(sqlite3 *db, int64_t id, tb_rsession *out, char **err);
 void tb_rsession_free(tb_rsession *s);
+
+/* The status to show: the stored one, or "degraded" for an ok case with
+ * failed requests (metrics.h's tb_case_degraded at threshold 0). */
+const char *tb_rcase_status(const tb_rcase *c);
 
 /* The statistics of metric `name` of a case, or NULL when not stored. */
 const tb_stats *tb_rcase_metric(const tb_rcase *c, const char *name);

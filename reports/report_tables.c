@@ -1,13 +1,13 @@
-/* tables.c — see tables.h. */
+/* report_tables.c — see report_tables.h. */
 #define _GNU_SOURCE
-#include "tables.h"
+#include "report_tables.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "runner.h"
 #include "util.h"
+#include "warnings.h"
 
 static tb_rtable *table_new(tb_rtables *ts, const char *id, const char *title, char *note)
 {
@@ -147,7 +147,8 @@ static void throughput(const tb_rsession *s, tb_rtables *ts)
         tb_xasprintf("Three meanings, never mixed: per request = one request's output tokens / its E2E time (what "
                      "a user sees); p95 = the rate 95%% of requests reach (5th percentile: the slow tail); "
                      "aggregate = all output tokens of a batch / its wall time (what the machine delivers); "
-                     "decode-only excludes prefill. CV over repetitions above %.0f%% is flagged noisy (!).",
+                     "decode-only excludes prefill. CV over repetitions above %.0f%% is flagged noisy (!), except over a "
+                     "prompt set, whose calls run different items.",
                      TB_NOISE_CV * 100));
     static const char *const head[] = {"backend", "case", "status", "runs", "per request", "p95 (slow tail)",
                                        "aggregate", "aggregate 95% CI", "aggregate CV", "decode-only"};
@@ -157,7 +158,7 @@ static void throughput(const tb_rsession *s, tb_rtables *ts)
         const tb_rcase *c = &s->cases[i];
         row r = {0};
         case_cells(s, c, &r);
-        put(&r, tb_xstrdup(c->status));
+        put(&r, tb_xstrdup(tb_rcase_status(c)));
         putf_num(&r, stat_of(c, "agg_tps", 'n'), 0);
         putf_num(&r, stat_of(c, "req_tps", 'm'), 1);
         putf_num(&r, stat_of(c, "req_tps", '5'), 1);
@@ -165,7 +166,7 @@ static void throughput(const tb_rsession *s, tb_rtables *ts)
         const tb_stats *agg = tb_rcase_metric(c, "agg_tps");
         put(&r, agg && isfinite(agg->ci_lo) ? tb_xasprintf("%.1f – %.1f", agg->ci_lo, agg->ci_hi) : tb_xstrdup("-"));
         double cv = stat_of(c, "agg_tps", 'c');
-        put(&r, isfinite(cv) ? tb_xasprintf("%.1f%%%s", cv * 100, cv > TB_NOISE_CV ? " !" : "") : tb_xstrdup("-"));
+        put(&r, isfinite(cv) ? tb_xasprintf("%.1f%%%s", cv * 100, tb_case_noisy(s, c) ? " !" : "") : tb_xstrdup("-"));
         putf_num(&r, stat_of(c, "decode_tps", 'm'), 1);
         end_row(t, &r);
     }

@@ -1,4 +1,4 @@
-/* tables.h — the tables of a session report, built once from the model
+/* report_tables.h — the tables of a session report, built once from the model
  * (model.h) as cells of text, so the Markdown and HTML reports show the
  * same figures with the same rounding. */
 #ifndef TB_REPORT_TABLES_H
@@ -6,7 +6,7 @@
 
 #include <stddef.h>
 
-#include "model.h"
+#include "rsession.h"
 
 typedef struct tb_rtable {
     const char *id;    /* "side-by-side", "throughput", "latency", "work", "quality", "statistics" */

@@ -1,27 +1,9 @@
-/* score.h — prompt sets (JSONL files) and the scorers that grade an
- * output against a prompt's expected answer.
- *
- * PROMPT SETS
- *
- * One JSON object per line (JSONL, UTF-8). Keys:
- *   "prompt"  required; a non-empty string.
- *   "answer"  optional; a string, or a number, which is kept as its text
- *             exactly as written in the file (`"answer": 1.50` gives
- *             "1.50", not cJSON's re-formatted double).
- *   "tags"    optional; an array of strings, each [a-z0-9_]+, no tag twice.
- *   "scorer"  optional; a scorer name (exact, contains, regex, numeric) for
- *             this line, overriding the suite's. Needs an "answer", which
- *             is checked against it at load time (tb_scorer_check_expected).
- * Every other key is refused, and so is a key given twice. Lines are split
- * at '\n' (a '\r' before it is JSON whitespace); a line of ASCII whitespace
- * only is skipped but still counted; a UTF-8 BOM at the start of the file
- * is skipped. Strings must be valid UTF-8 (checked here: cJSON does not),
- * must not contain U+0000 (written \u0000; a raw NUL byte anywhere on a
- * line is refused too). Lines have no length limit. A file without any
- * object is an error. The sha256 is of the file's bytes as read.
+/* scorers.h — grading one model output: against a prompt's expected
+ * answer (the scorers), and on its own (repetition and distinct-n).
+ * Prompt sets, which carry the expected answers, are prompt_set.h's.
  *
  * SCORERS: tb_score_answer(s, output, expected) is 1 (correct), 0 (wrong)
- * or -1 (the expected value is unusable for s; err says why).
+ * or -1 (the expected value is unusable for s; *err says why).
  * "Whitespace" below is Unicode White_Space: U+0009..U+000D, U+0020,
  * U+0085, U+00A0, U+1680, U+2000..U+200A, U+2028, U+2029, U+202F, U+205F,
  * U+3000 (as UTF-8). Comparisons are byte-wise: no case folding, no
@@ -77,8 +59,8 @@
  *                                           within a single output)
  *   tb_score_repetition(text, n) = 1 - D / T  (0: no n-gram repeats)
  * Both are NAN when W < n (T < 1) or n < 1. */
-#ifndef TB_SCORE_H
-#define TB_SCORE_H
+#ifndef TB_SCORERS_H
+#define TB_SCORERS_H
 
 #include <stddef.h>
 
@@ -90,57 +72,20 @@ typedef enum tb_scorer {
 } tb_scorer;
 
 #define TB_N_SCORERS 4
-
-/* A prompt set: one JSON object per line of a JSONL file. */
-typedef struct tb_prompt {
-    char *prompt;  /* required, non-empty string */
-    char *answer;  /* optional: NULL when the line has none */
-    char **tags;   /* optional array of strings ([a-z0-9_]+ each), n_tags;
-                      NULL when none */
-    int n_tags;
-    int scorer;    /* optional per-line "scorer" override: a tb_scorer value, or -1 */
-    int line;      /* 1-based line number in the file */
-} tb_prompt;
-
-typedef struct tb_prompt_set {
-    tb_prompt *items;
-    size_t n;
-    char *path;        /* as given to tb_prompt_set_load */
-    char sha256[65];   /* of the file's bytes, lowercase hex */
-} tb_prompt_set;
-
-/* Load `path`. 0 on success; -1 with *out zeroed and a message in err
- * (when err_size > 0): one line per problem (at most 20, then a line
- * "path: N more errors"), lines separated by '\n' with no final newline,
- * truncated to err_size at a line boundary where possible. Each line is
- * "path:LINE: <what>" or, for the whole file, "path: <what>" (e.g.
- * "path: No such file or directory"). At most one problem is reported per
- * line of the file. */
-int tb_prompt_set_load(const char *path, tb_prompt_set *out, char *err, size_t err_size);
-/* Frees everything and zeroes *ps (safe on a zeroed set and twice). */
-void tb_prompt_set_free(tb_prompt_set *ps);
-
-/* The scorer of item p: its own when it has one, else `dflt`. */
-tb_scorer tb_prompt_scorer(const tb_prompt *p, tb_scorer dflt);
-
-/* Checks every item's answer against its scorer (tb_prompt_scorer(p,
- * dflt)), and with need_answers that every item has one. 0, or -1 with
- * one "path:LINE: ..." line per problem in err (as tb_prompt_set_load). */
-int tb_prompt_set_check(const tb_prompt_set *ps, tb_scorer dflt, int need_answers, char *err,
-                        size_t err_size);
+/* The names, in enum order, for messages that list them. */
+#define TB_SCORER_LIST "exact, contains, regex, numeric"
 
 int tb_scorer_parse(const char *name, tb_scorer *out);   /* 0 ok, -1 unknown (or NULL) */
 const char *tb_scorer_name(tb_scorer s);                 /* "?" when out of range */
 
-/* 1 correct, 0 wrong, -1 error (err says why, e.g. a bad regex with its
- * offset; err may be NULL when err_size is 0). expected NULL is an error. */
-int tb_score_answer(tb_scorer s, const char *output, const char *expected, char *err,
-                    size_t err_size);
+/* 1 correct, 0 wrong, -1 error with *err (malloc'd) saying why, e.g. a
+ * bad regex with its offset. expected NULL is an error. */
+int tb_score_answer(tb_scorer s, const char *output, const char *expected, char **err);
 /* Checks an expected value for scorer s (regex compiles, numeric parses,
- * contains non-empty): 0 ok, -1 with err. tb_score_answer returns -1 for
- * the expected values this refuses, and otherwise only when a regex match
- * fails at run time (PCRE2's match or depth limit). */
-int tb_scorer_check_expected(tb_scorer s, const char *expected, char *err, size_t err_size);
+ * contains non-empty): 0 ok, -1 with *err (malloc'd). tb_score_answer
+ * returns -1 for the expected values this refuses, and otherwise only when
+ * a regex match fails at run time (PCRE2's match or depth limit). */
+int tb_scorer_check_expected(tb_scorer s, const char *expected, char **err);
 
 /* The first number in text as the numeric scorer reads it: 1 and *value,
  * or 0 when there is none. */
@@ -149,9 +94,5 @@ int tb_score_first_number(const char *text, double *value);
 /* Text statistics over whitespace-separated words (see above). */
 double tb_score_repetition(const char *text, int n);
 double tb_score_distinct(const char *text, int n);
-
-/* Whether s[0..n) is valid UTF-8 (shortest forms, no surrogates, at most
- * U+10FFFF); when not, *bad is the byte offset of the first bad sequence. */
-int tb_utf8_valid(const char *s, size_t n, size_t *bad);
 
 #endif

@@ -1,0 +1,100 @@
+/* record.h — a finished case as the runner hands it to the store: its
+ * samples (one per generate() call), their requests, and the case's
+ * statistics per metric. Built by metrics.c (tb_case_metrics, whose
+ * docs/METRICS.md defines every field) and quality.c, written by store.c;
+ * nothing here knows SQL or the wire. */
+#ifndef TB_RECORD_H
+#define TB_RECORD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "stats.h"
+
+struct tb_case; /* plan.h */
+
+/* The figures of one request (metrics.c computes them; all ns). */
+typedef struct tb_request_metrics {
+    int64_t submit_ns; /* as given */
+    int64_t done_ns;   /* max(reported done, last emission) */
+    int64_t ttft_ns;   /* first emission - submit */
+    int64_t e2e_ns;    /* done - submit */
+    double tpot_ns;    /* (e2e - ttft) / (n_out - 1); NaN when n_out < 2 */
+    double tps;        /* n_out / e2e, tokens/s; NaN when e2e <= 0 */
+} tb_request_metrics;
+
+/* The figures of one repetition (one generate() call). */
+typedef struct tb_rep_metrics {
+    int64_t wall_ns;           /* last done - first submit */
+    uint64_t output_tokens;    /* sum of n_out over successful requests */
+    double aggregate_tps;      /* output_tokens / wall */
+    double decode_tps;         /* output_tokens / (wall - prefill); NaN when
+                                  prefill is unknown (< 0) or >= wall */
+    double tokens_per_forward; /* output_tokens / forward_passes; NaN if 0 */
+} tb_rep_metrics;
+
+/* Per-request quality scores, stored in the score table under these names
+ * (quality.c computes them). */
+enum { TB_SCORE_CORRECT, TB_SCORE_REPETITION, TB_SCORE_DISTINCT, TB_N_SCORES };
+extern const char *const tb_score_names[TB_N_SCORES];
+
+/* One request of one sample, metrics already derived. */
+typedef struct tb_request_record {
+    int status;              /* tb_status */
+    char *error;             /* NULL when ok */
+    int64_t submit_offset_ns; /* since the call's first submit */
+    tb_request_metrics m;
+    uint32_t n_out;          /* engine's count */
+    int32_t recount;         /* -1: not re-counted */
+    uint32_t steps_done;
+    uint32_t answer_tokens;  /* TB_UNKNOWN_COUNT: not reported */
+    uint64_t output_hash;
+    char *emissions_json;    /* [[ms since submit, tokens], ...] */
+    int32_t prompt_idx;      /* item of the prompt set; -1: synthetic */
+    int scored;              /* counted in the case's quality metrics */
+    char *output_text;       /* the answer text (prompt sets), or NULL */
+    double scores[TB_N_SCORES]; /* NaN: not applicable */
+} tb_request_record;
+
+typedef struct tb_sample_record {
+    uint32_t repetition;     /* 0-based over warm-ups then measured */
+    int warmup;
+    uint32_t n_requests;
+    tb_rep_metrics m;
+    int64_t prefill_ns, decode_ns, forward_passes; /* -1, -1, 0: not reported */
+    int64_t peak_device_bytes, energy_mj;          /* -1: unknown or not claimed */
+    int64_t recount_tokens;  /* -1: none */
+    uint32_t n_emissions;
+    int64_t runner_ns;
+    tb_request_record *requests;
+} tb_sample_record;
+
+typedef struct tb_metric_record {
+    const char *name; /* docs/METRICS.md */
+    const char *unit;
+    tb_stats st;
+    char *name_buf;   /* when the name is built (accuracy_TAG): owned */
+} tb_metric_record;
+
+typedef struct tb_case_record {
+    int64_t session_id, backend_id;
+    const struct tb_case *c;
+    const char *status;      /* "ok", "failed", "skipped" */
+    const char *error;
+    const char *started_at, *finished_at;
+    int64_t case_wall_ns;    /* -1: not run */
+    int64_t host_peak_rss;   /* -1: unknown */
+    tb_sample_record *samples;
+    size_t n_samples;
+    tb_metric_record *metrics;
+    size_t n_metrics;
+} tb_case_record;
+
+/* Append a metric row; returns it (name and unit borrowed). */
+tb_metric_record *tb_case_record_add_metric(tb_case_record *rec, const char *name, const char *unit);
+
+/* Free what a record owns (samples, requests, metric rows) and zero
+ * those fields; the borrowed strings and the case stay. */
+void tb_case_record_free(tb_case_record *rec);
+
+#endif

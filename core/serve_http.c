@@ -1,0 +1,449 @@
+/* serve_http.c — the libmicrohttpd side of `tokbench serve` (serve.h,
+ * serve_internal.h): routes, replies and errors, the OpenAI JSON of
+ * completions and chat completions (usage, finish reasons), and the SSE
+ * chunks a streamed answer is made of. Connection threads run here; the
+ * dispatcher (serve_batch.c) reports each request's progress through
+ * tb_sreq_emitted/failed/finished, which append the bytes the connection
+ * then hands out. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "serve_internal.h"
+#include "serve_request.h"
+
+#define MAX_BODY ((size_t)16 << 20) /* request body, bytes */
+
+/* ------------------------------------------------------ JSON text */
+
+/* Append s[n] as a JSON string; invalid UTF-8 becomes U+FFFD (JSON carries
+ * text, not bytes: random-weight models emit arbitrary bytes). */
+static void json_str(tb_str *b, const char *s, size_t n)
+{
+    tb_str_append(b, "\"");
+    size_t i = 0;
+    while (i < n) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x80) {
+            switch (c) {
+            case '"': tb_str_append(b, "\\\""); break;
+            case '\\': tb_str_append(b, "\\\\"); break;
+            case '\n': tb_str_append(b, "\\n"); break;
+            case '\r': tb_str_append(b, "\\r"); break;
+            case '\t': tb_str_append(b, "\\t"); break;
+            default:
+                if (c < 0x20)
+                    tb_str_appendf(b, "\\u%04x", c);
+                else
+                    tb_str_appendn(b, (const char *)&c, 1);
+            }
+            i++;
+            continue;
+        }
+        size_t len = c >= 0xF0 && c <= 0xF4 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 && c < 0xE0 ? 2 : 0;
+        int ok = len && i + len <= n;
+        for (size_t k = 1; ok && k < len; k++)
+            ok = ((unsigned char)s[i + k] & 0xC0) == 0x80;
+        if (ok && len == 3) { /* no overlongs, no surrogates */
+            unsigned char c1 = (unsigned char)s[i + 1];
+            ok = !(c == 0xE0 && c1 < 0xA0) && !(c == 0xED && c1 >= 0xA0);
+        } else if (ok && len == 4) {
+            unsigned char c1 = (unsigned char)s[i + 1];
+            ok = !(c == 0xF0 && c1 < 0x90) && !(c == 0xF4 && c1 >= 0x90);
+        }
+        if (ok) {
+            tb_str_appendn(b, s + i, len);
+            i += len;
+        } else {
+            tb_str_append(b, "\xEF\xBF\xBD");
+            i++;
+        }
+    }
+    tb_str_append(b, "\"");
+}
+
+/* A chunk's opening, up to its "model" (the served label). */
+static void chunk_head(const tb_server *s, tb_str *b, const tb_sreq *r)
+{
+    tb_str_appendf(b, "data: {\"id\":\"%s\",\"object\":\"%s\",\"created\":%ld,\"model\":", r->id,
+                   r->chat ? "chat.completion.chunk" : "text_completion", r->created);
+    json_str(b, s->label, strlen(s->label));
+}
+
+/* One streamed chunk: text (may be empty) and an optional finish reason. */
+static void sse_chunk(const tb_server *s, tb_sreq *r, const char *text, size_t n, const char *finish, int role)
+{
+    tb_str *b = &r->out;
+    chunk_head(s, b, r);
+    if (r->chat) {
+        tb_str_append(b, ",\"choices\":[{\"index\":0,\"delta\":{");
+        if (role)
+            tb_str_append(b, "\"role\":\"assistant\",\"content\":\"\"");
+        else if (!finish) {
+            tb_str_append(b, "\"content\":");
+            json_str(b, text, n);
+        }
+        tb_str_append(b, "}");
+    } else {
+        tb_str_append(b, ",\"choices\":[{\"index\":0,\"text\":");
+        json_str(b, text, n);
+    }
+    if (finish)
+        tb_str_appendf(b, ",\"logprobs\":null,\"finish_reason\":\"%s\"}]}\n\n", finish);
+    else
+        tb_str_append(b, ",\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+}
+
+static void usage_json(tb_str *b, const tb_sreq *r)
+{
+    tb_str_appendf(b, "\"usage\":{\"prompt_tokens\":%lld,\"completion_tokens\":%u,\"total_tokens\":%lld}",
+                   (long long)r->prompt_tokens, r->completion_tokens,
+                   (long long)r->prompt_tokens + r->completion_tokens);
+}
+
+static const char *finish_reason(const tb_sreq *r)
+{
+    return r->completion_tokens >= r->max_tokens ? "length" : "stop";
+}
+
+static int64_t count_words(const char *s)
+{
+    int64_t n = 0;
+    int in = 0;
+    for (; *s; s++) {
+        int space = *s == ' ' || *s == '\t' || *s == '\n' || *s == '\r' || *s == '\f' || *s == '\v';
+        n += !space && !in;
+        in = !space;
+    }
+    return n;
+}
+
+/* ------------------------------------------------------ what the dispatcher learns */
+
+/* The first emission (or a successful end): the stream can begin. */
+static void begin(const tb_server *s, tb_sreq *r)
+{
+    if (r->started)
+        return;
+    r->started = 1;
+    if (r->stream && r->chat)
+        sse_chunk(s, r, "", 0, NULL, 1);
+}
+
+void tb_sreq_emitted(const tb_server *s, tb_sreq *r, const char *text, size_t n)
+{
+    begin(s, r);
+    if (n) {
+        tb_str_appendn(&r->text, text, n);
+        if (r->stream)
+            sse_chunk(s, r, text, n, NULL, 0);
+    }
+}
+
+/* An error class picks what the client sees (serve.h). */
+void tb_sreq_failed(const tb_server *s, tb_sreq *r, const char *error)
+{
+    snprintf(r->error, sizeof r->error, "%s", error);
+    size_t n = strspn(error, "abcdefghijklmnopqrstuvwxyz0123456789_");
+    const char *cls = n && strncmp(error + n, ": ", 2) == 0 ? error : "";
+    size_t cl = cls[0] ? n : 0;
+#define IS(word) (cl == strlen(word) && strncmp(cls, word, cl) == 0)
+    if (IS("dropped")) {
+        r->fail = TB_SREQ_FAIL_DROP;
+        return;
+    }
+    if (IS("malformed_stream")) {
+        r->fail = TB_SREQ_FAIL_GARBAGE;
+        if (r->stream) {
+            begin(s, r);
+            tb_str_append(&r->out, "data: {\"choices\": [{\"text\": this is not JSON\n\ndata: [DONE]\n\n");
+        }
+        return;
+    }
+    int status = IS("http_429") ? 429 : IS("http_4xx") ? 400 : IS("timeout") ? 504 : 500;
+    if (cl == 8 && strncmp(cls, "http_", 5) == 0 && cls[5] >= '4' && cls[5] <= '5' && cls[6] >= '0' &&
+        cls[6] <= '9' && cls[7] >= '0' && cls[7] <= '9')
+        status = atoi(cls + 5); /* http_503: that status */
+#undef IS
+    r->fail = TB_SREQ_FAIL_STATUS;
+    r->http_status = status;
+    if (r->stream && r->started) { /* too late for a status: an error event */
+        tb_str_append(&r->out, "data: {\"error\":{\"message\":");
+        json_str(&r->out, error, strlen(error));
+        tb_str_appendf(&r->out, ",\"type\":\"server_error\",\"code\":%d}}\n\ndata: [DONE]\n\n", status);
+    }
+}
+
+void tb_sreq_finished(const tb_server *s, tb_sreq *r, const tb_wire_gen_req *q, const char *text)
+{
+    /* What the final output adds to what was streamed (all of it when the
+     * plugin emitted counts only). */
+    size_t have = r->text.len;
+    const char *rest = "";
+    size_t rest_len = 0;
+    if (q->text_len >= have && (have == 0 || memcmp(text, r->text.s, have) == 0)) {
+        rest = text + have;
+        rest_len = q->text_len - have;
+    }
+    begin(s, r);
+    if (rest_len) {
+        tb_str_appendn(&r->text, rest, rest_len);
+        if (r->stream)
+            sse_chunk(s, r, rest, rest_len, NULL, 0);
+    }
+    r->completion_tokens = q->n_output_tokens;
+    r->prompt_tokens = q->prompt_tokens >= 0 ? q->prompt_tokens : count_words(r->prompt);
+    if (r->stream) {
+        sse_chunk(s, r, "", 0, finish_reason(r), 0);
+        if (r->include_usage) {
+            chunk_head(s, &r->out, r);
+            tb_str_append(&r->out, ",\"choices\":[],");
+            usage_json(&r->out, r);
+            tb_str_append(&r->out, "}\n\n");
+        }
+        tb_str_append(&r->out, "data: [DONE]\n\n");
+    }
+}
+
+/* ------------------------------------------------------ HTTP side */
+
+/* One connection's request, libmicrohttpd's per-connection pointer (and
+ * the closure of its streamed response). */
+typedef struct conn {
+    tb_server *s;
+    tb_str body;
+    int too_large;
+    tb_sreq *r; /* once queued: the connection's reference */
+} conn;
+
+static enum MHD_Result reply(struct MHD_Connection *c, int status, const char *type, const char *body, size_t n)
+{
+    struct MHD_Response *resp = MHD_create_response_from_buffer(n, (void *)body, MHD_RESPMEM_MUST_COPY);
+    if (!resp)
+        return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    if (status == 429)
+        MHD_add_response_header(resp, "Retry-After", "1");
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+static enum MHD_Result reply_error(struct MHD_Connection *c, int status, const char *type, const char *msg)
+{
+    tb_str b = {0};
+    tb_str_append(&b, "{\"error\":{\"message\":");
+    json_str(&b, msg, strlen(msg));
+    tb_str_appendf(&b, ",\"type\":\"%s\",\"code\":%d}}", type, status);
+    enum MHD_Result r = reply(c, status, "application/json", b.s, b.len);
+    tb_str_free(&b);
+    return r;
+}
+
+/* A streamed response's bytes, as the dispatcher makes them. */
+static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    conn *k = cls;
+    tb_server *s = k->s;
+    tb_sreq *r = k->r;
+    pthread_mutex_lock(&s->mu);
+    while (r->out_pos == r->out.len && !r->done && !s->stopping)
+        pthread_cond_wait(&r->cv, &s->mu);
+    ssize_t n;
+    if (r->out_pos < r->out.len) {
+        size_t k = r->out.len - r->out_pos < max ? r->out.len - r->out_pos : max;
+        memcpy(buf, r->out.s + r->out_pos, k);
+        r->out_pos += k;
+        if (r->out_pos == r->out.len)
+            r->out.len = r->out_pos = 0;
+        n = (ssize_t)k;
+    } else if (s->stopping || r->fail == TB_SREQ_FAIL_DROP) {
+        n = MHD_CONTENT_READER_END_WITH_ERROR; /* closes the connection */
+    } else {
+        n = MHD_CONTENT_READER_END_OF_STREAM;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+/* POST /v1/completions (chat 0) or /v1/chat/completions (chat 1): queue
+ * the request, wait until it ends or starts streaming, answer. */
+static enum MHD_Result serve_completion(tb_server *s, struct MHD_Connection *c, conn *k, int chat)
+{
+    tb_serve_request q;
+    const char *bad = tb_serve_request_parse(k->body.s ? k->body.s : "", k->body.len, chat, &q);
+    if (bad)
+        return reply_error(c, 400, "invalid_request_error", bad);
+    tb_sreq *r = tb_xcalloc(1, sizeof *r);
+    r->prompt = q.prompt;
+    r->max_tokens = q.max_tokens;
+    r->chat = chat;
+    r->stream = q.stream;
+    r->include_usage = q.include_usage;
+    pthread_cond_init(&r->cv, NULL);
+    r->created = (long)time(NULL);
+    r->refs = 2; /* this connection, the dispatcher */
+    pthread_mutex_lock(&s->mu);
+    if (s->stopping) {
+        r->refs = 1;
+        k->r = r; /* released by on_completed */
+        pthread_mutex_unlock(&s->mu);
+        return MHD_NO;
+    }
+    snprintf(r->id, sizeof r->id, "%s-%llu", chat ? "chatcmpl" : "cmpl", (unsigned long long)++s->next_id);
+    k->r = r;
+    tb_serve_enqueue(s, r);
+    while (!s->stopping && !r->done && !(r->stream && r->started))
+        pthread_cond_wait(&r->cv, &s->mu);
+    int stopping = s->stopping, done = r->done, streaming = r->stream && r->started;
+    tb_sreq_fail fail = r->fail;
+    int status = r->http_status;
+    char error[256];
+    snprintf(error, sizeof error, "%s", r->error);
+    tb_str body = {0};
+    if (done && !fail && !r->stream) {
+        tb_str_appendf(&body, "{\"id\":\"%s\",\"object\":\"%s\",\"created\":%ld,\"model\":", r->id,
+                       chat ? "chat.completion" : "text_completion", r->created);
+        json_str(&body, s->label, strlen(s->label));
+        if (chat) {
+            tb_str_append(&body, ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
+            json_str(&body, r->text.s ? r->text.s : "", r->text.len);
+            tb_str_append(&body, "}");
+        } else {
+            tb_str_append(&body, ",\"choices\":[{\"index\":0,\"text\":");
+            json_str(&body, r->text.s ? r->text.s : "", r->text.len);
+        }
+        tb_str_appendf(&body, ",\"logprobs\":null,\"finish_reason\":\"%s\"}],", finish_reason(r));
+        usage_json(&body, r);
+        tb_str_append(&body, "}");
+    }
+    pthread_mutex_unlock(&s->mu);
+
+    if (stopping)
+        return MHD_NO;
+    if (fail == TB_SREQ_FAIL_DROP && !streaming)
+        return MHD_NO; /* close without a response */
+    if (fail == TB_SREQ_FAIL_GARBAGE && !r->stream)
+        return reply(c, 200, "application/json", "{\"choices\": [garbage", 21);
+    if (fail == TB_SREQ_FAIL_STATUS && !streaming) {
+        size_t cl = strspn(error, "abcdefghijklmnopqrstuvwxyz0123456789_"); /* the status says the class */
+        const char *msg = cl && strncmp(error + cl, ": ", 2) == 0 ? error + cl + 2 : error;
+        return reply_error(c, status,
+                           status == 429 ? "rate_limit_error" : status < 500 ? "invalid_request_error" : "server_error",
+                           msg);
+    }
+    if (!r->stream) {
+        enum MHD_Result ret = reply(c, 200, "application/json", body.s ? body.s : "{}", body.len);
+        tb_str_free(&body);
+        return ret;
+    }
+    tb_str_free(&body);
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, read_stream, k, NULL);
+    if (!resp)
+        return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+/* libmicrohttpd's access handler; cls is the server. */
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size, void **con_cls)
+{
+    (void)version;
+    tb_server *s = cls;
+    conn *k = *con_cls;
+    if (!k) {
+        k = tb_xcalloc(1, sizeof *k);
+        k->s = s;
+        *con_cls = k;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (k->body.len + *upload_size > MAX_BODY)
+            k->too_large = 1;
+        else
+            tb_str_appendn(&k->body, upload, *upload_size);
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (k->too_large)
+        return reply_error(c, 413, "invalid_request_error", "request body larger than 16 MiB");
+    int post = strcmp(method, "POST") == 0, get = strcmp(method, "GET") == 0;
+    if (get && strcmp(url, "/health") == 0)
+        return reply(c, 200, "text/plain", "ok\n", 3);
+    if (get && strcmp(url, "/v1/models") == 0) {
+        tb_str b = {0};
+        tb_str_append(&b, "{\"object\":\"list\",\"data\":[{\"id\":");
+        json_str(&b, s->label, strlen(s->label));
+        tb_str_append(&b, ",\"object\":\"model\",\"owned_by\":\"tokbench\"}]}");
+        enum MHD_Result r = reply(c, 200, "application/json", b.s, b.len);
+        tb_str_free(&b);
+        return r;
+    }
+    if (post && strcmp(url, "/v1/completions") == 0)
+        return serve_completion(s, c, k, 0);
+    if (post && strcmp(url, "/v1/chat/completions") == 0)
+        return serve_completion(s, c, k, 1);
+    return reply_error(c, 404, "not_found_error", "not found: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health");
+}
+
+/* libmicrohttpd's NOTIFY_COMPLETED: the connection's request is over;
+ * cls is the server. */
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
+{
+    (void)c;
+    (void)toe;
+    tb_server *s = cls;
+    conn *k = *con_cls;
+    if (!k)
+        return;
+    if (k->r) {
+        pthread_mutex_lock(&s->mu);
+        tb_sreq_release(k->r);
+        pthread_mutex_unlock(&s->mu);
+    }
+    tb_str_free(&k->body);
+    free(k);
+    *con_cls = NULL;
+}
+
+/* ------------------------------------------------------ the daemon */
+
+struct MHD_Daemon *tb_serve_http_start(tb_server *s, const struct sockaddr_in *addr, unsigned *bound)
+{
+    /* Connection threads inherit a mask without SIGINT/SIGTERM: signals
+     * reach the dispatcher, whose waits they interrupt. */
+    sigset_t block, old_mask;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &block, &old_mask);
+    uint16_t port = ntohs(addr->sin_port);
+    struct MHD_Daemon *d = MHD_start_daemon(
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG, port, NULL, NULL,
+        on_request, s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_SOCK_ADDR,
+        (struct sockaddr *)addr, MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096, MHD_OPTION_END);
+    int saved = errno; /* for the caller's message */
+    pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
+    errno = saved;
+    if (!d)
+        return NULL;
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    *bound = info ? info->port : port;
+    return d;
+}
+
+void tb_serve_http_stop(struct MHD_Daemon *d)
+{
+    MHD_stop_daemon(d);
+}

@@ -1,0 +1,122 @@
+/* serve_internal.h — what the files of `tokbench serve` share; nothing
+ * outside them includes it (serve.h is the public side).
+ *
+ *   serve.c         the command: suite, plan and case, the server's
+ *                   context, signals, start and stop (tb_serve_main)
+ *   serve_http.c    the libmicrohttpd side: routes, replies and errors,
+ *                   the OpenAI JSON of answers, SSE chunks and streaming
+ *   serve_batch.c   the dispatcher: the request queue, batches, the
+ *                   worker process that runs them (worker_client.h)
+ *
+ * Threads: libmicrohttpd runs a thread per connection; each parses its
+ * request, queues it, and waits on the request's condition variable. The
+ * main thread is the dispatcher: it forms batches, talks to the worker
+ * process over the wire (wire.h), and turns its live emissions into SSE
+ * bytes that the connection threads hand to libmicrohttpd. One mutex,
+ * tb_server.mu, guards the queue and every request's progress. */
+#ifndef TB_SERVE_INTERNAL_H
+#define TB_SERVE_INTERNAL_H
+
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "plan.h"
+#include "util.h"
+#include "wire.h"
+#include "worker_client.h"
+
+/* How a failed request ends for its client (serve.h): an HTTP status (or
+ * an error event once streaming), a dropped connection, garbage. */
+typedef enum tb_sreq_fail {
+    TB_SREQ_FAIL_NONE,
+    TB_SREQ_FAIL_STATUS,
+    TB_SREQ_FAIL_DROP,
+    TB_SREQ_FAIL_GARBAGE
+} tb_sreq_fail;
+
+/* One HTTP request being served. */
+typedef struct tb_sreq {
+    struct tb_sreq *next; /* queue link */
+    int refs;             /* the connection and the dispatcher */
+    pthread_cond_t cv;    /* progress below changed */
+    /* the request, fixed once queued */
+    char *prompt;
+    uint32_t max_tokens;
+    int chat, stream, include_usage;
+    char id[48]; /* "cmpl-N" or "chatcmpl-N" */
+    long created; /* Unix time, seconds */
+    /* progress, under tb_server.mu */
+    int started; /* an emission arrived (the response may begin) */
+    int done;
+    tb_sreq_fail fail;
+    int http_status; /* TB_SREQ_FAIL_STATUS */
+    char error[256];
+    tb_str text; /* output text so far */
+    tb_str out;  /* SSE bytes not yet handed out */
+    size_t out_pos;
+    uint32_t completion_tokens;
+    int64_t prompt_tokens;
+} tb_sreq;
+
+/* The server's one context: libmicrohttpd's callbacks get it through
+ * their closure pointers, the dispatcher as its argument. */
+typedef struct tb_server {
+    /* fixed while serving */
+    tb_plan *plan;
+    uint32_t case_index; /* plan->cases[case_index]: the options served */
+    const char *label;   /* the backend's label: every answer's "model" */
+    uint32_t max_batch;  /* most requests per generate() call, >= 1 */
+    volatile int *stop;  /* nonzero after SIGINT/SIGTERM (serve.c) */
+    /* the dispatcher's own */
+    tb_worker_client wc;
+    uint64_t batches; /* batches sent; added to the suite's seed */
+    /* under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t queue_cv; /* a request was queued */
+    tb_sreq *head, *tail;    /* requests waiting for a batch, oldest first */
+    int stopping;            /* the dispatcher has ended: queue nothing more */
+    uint64_t next_id;        /* the last response id's number */
+} tb_server;
+
+/* serve_http.c */
+
+struct MHD_Daemon;
+
+/* Listen on *addr (its port; 0 picks a free one), a thread per
+ * connection, calling back with s. The daemon and *bound (the port
+ * bound), or NULL with errno set. */
+struct MHD_Daemon *tb_serve_http_start(tb_server *s, const struct sockaddr_in *addr, unsigned *bound);
+/* Close the listening socket and every connection, join their threads. */
+void tb_serve_http_stop(struct MHD_Daemon *d);
+
+/* What the dispatcher learns of a request, each under s->mu: they update
+ * r and append its SSE bytes to r->out when it streams; waking the
+ * connection (r->cv) is the caller's. */
+
+/* An emission: the response may begin; text[n] (n may be 0) is output. */
+void tb_sreq_emitted(const tb_server *s, tb_sreq *r, const char *text, size_t n);
+/* The request failed with `error`, "class: message" (backend.h's
+ * classes pick what the client sees) or a bare message (500). */
+void tb_sreq_failed(const tb_server *s, tb_sreq *r, const char *error);
+/* The request ended well: q is its answer, text[q->text_len] its whole
+ * output (what was not streamed yet is sent now). */
+void tb_sreq_finished(const tb_server *s, tb_sreq *r, const tb_wire_gen_req *q, const char *text);
+
+/* serve_batch.c */
+
+/* Drop one reference; the last frees r. Under s->mu. */
+void tb_sreq_release(tb_sreq *r);
+/* Queue r for a batch and wake the dispatcher. Under s->mu, not stopping. */
+void tb_serve_enqueue(tb_server *s, tb_sreq *r);
+/* Fork the worker, probe, load the served case. 0, or -1 with *why
+ * (malloc'd). */
+int tb_serve_start_worker(tb_server *s, char **why);
+/* The dispatcher's loop: batches until *s->stop, each run to its end. */
+void tb_serve_dispatch(tb_server *s);
+/* After the dispatcher: stop queueing, wake and let go of the requests
+ * still waiting (their connections hold their own references). */
+void tb_serve_drain(tb_server *s);
+
+#endif

@@ -1,0 +1,32 @@
+/* utf8.h — UTF-8 text as the prompt-set loader and the scorers read it:
+ * decoding one character, checking a whole string, and quoting a piece of
+ * user text for a one-line error message.
+ *
+ * Valid UTF-8 here is RFC 3629's: shortest forms only, no surrogates
+ * (U+D800..U+DFFF), nothing above U+10FFFF. */
+#ifndef TB_UTF8_H
+#define TB_UTF8_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util.h"
+
+/* Longest excerpt of user text quoted in a message, in bytes. */
+#define TB_EXCERPT_MAX 40
+
+/* Decodes the sequence at s[0..n) (n >= 1): its length in bytes (1-4) and
+ * *cp, or 0 when it is not valid UTF-8 (or is cut off by n). */
+size_t tb_utf8_decode(const unsigned char *s, size_t n, uint32_t *cp);
+
+/* Whether s[0..n) is valid UTF-8; when not, *bad (if bad is not NULL) is
+ * the byte offset of the first bad sequence. */
+int tb_utf8_valid(const char *s, size_t n, size_t *bad);
+
+/* Appends s[0..n) to b in double quotes, at most `max` bytes of it (cut
+ * at a character boundary, then "..."): '"' and '\\' get a backslash,
+ * control bytes, DEL and invalid UTF-8 become \xNN, so that a message
+ * quoting it stays one readable line. */
+void tb_utf8_append_quoted(tb_str *b, const char *s, size_t n, size_t max);
+
+#endif

@@ -1,0 +1,86 @@
+/* worker_host.c — the tb_host table a plugin calls inside the worker
+ * (include/tokbench/backend.h): the clock, the log, cancelled(), and
+ * emissions, which go into the emission buffer of the case in flight
+ * (worker.c sizes it per case) or, when serving, out at once
+ * (worker_serve.c). */
+#include "worker_internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static int64_t host_now(const tb_host *h)
+{
+    (void)h;
+    return tb_now_ns();
+}
+
+static void host_log(const tb_host *h, tb_log_level level, const char *fmt, ...)
+{
+    static const char *const names[] = {"error", "warn", "info", "debug"};
+    tb_worker *w = h->host_data;
+    if (level > TB_LOG_INFO && !getenv("TOKBENCH_DEBUG"))
+        return;
+    char line[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "[%s] %s: %s\n", w->pb->sb->label, names[level <= 3 ? level : 3], line);
+}
+
+static void host_emit(const tb_host *h, uint32_t request, uint32_t n_tokens, int64_t t_ns)
+{
+    tb_worker *w = h->host_data;
+    if (w->live) {
+        tb_worker_live_emit(w, request, n_tokens, t_ns, NULL, NULL, 0);
+        return;
+    }
+    tb_emit_buf *b = &w->em;
+    if (request >= b->n_requests) {
+        b->dropped++;
+        return;
+    }
+    if (b->limit && b->n >= b->limit) { /* a flood: drop, count, ask to stop */
+        b->flood++;
+        b->flood_stop = 1;
+        return;
+    }
+    if (b->n == b->cap) { /* rare: the buffer is sized for the case */
+        b->cap = b->cap ? b->cap * 2 : 1024;
+        if (b->limit && b->cap > b->limit)
+            b->cap = b->limit;
+        b->ev = tb_xrealloc(b->ev, b->cap * sizeof *b->ev);
+    }
+    b->ev[b->n++] = (tb_emission){t_ns, request, n_tokens};
+}
+
+static void host_emit_output(const tb_host *h, uint32_t request, uint32_t n_tokens, int64_t t_ns,
+                             const int32_t *ids, const char *text, size_t text_len)
+{
+    tb_worker *w = h->host_data;
+    if (w->live)
+        tb_worker_live_emit(w, request, n_tokens, t_ns, ids, text, text_len);
+    else
+        host_emit(h, request, n_tokens, t_ns); /* measuring: the count only */
+}
+
+static int host_cancelled(const tb_host *h)
+{
+    const tb_worker *w = h->host_data;
+    return tb_worker_cancel_requested() || w->em.flood_stop;
+}
+
+void tb_worker_host_init(tb_worker *w)
+{
+    w->host = (tb_host){
+        .struct_size = sizeof(tb_host),
+        .abi_major = TB_ABI_MAJOR,
+        .now_ns = host_now,
+        .log = host_log,
+        .emit = host_emit,
+        .cancelled = host_cancelled,
+        .host_data = w,
+        .emit_output = host_emit_output,
+    };
+}

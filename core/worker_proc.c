@@ -1,0 +1,186 @@
+/* worker_proc.c — the worker as a process: the parent's side (fork with
+ * two pipes, reap, kill; worker.h) and the child's own setup and exit
+ * around tb_worker_main's loop (worker_internal.h). */
+#define _GNU_SOURCE
+#include "worker.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* LeakSanitizer's check runs at exit(); workers end with _exit. */
+#if defined(__SANITIZE_ADDRESS__)
+#define TB_LSAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TB_LSAN 1
+#endif
+#endif
+#ifdef TB_LSAN
+#include <sanitizer/lsan_interface.h>
+#endif
+
+#include "util.h"
+#include "worker_internal.h"
+
+/* ------------------------------------------------------ the child's side */
+
+/* Set by SIGINT and SIGTERM: the plugin's cancelled() turns true and
+ * stays so (a judge pass stops too). */
+static volatile sig_atomic_t cancel_flag;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    cancel_flag = 1;
+}
+
+int tb_worker_cancel_requested(void)
+{
+    return cancel_flag != 0;
+}
+
+/* memory_limit: the address space this process may add to what it has
+ * now (RLIMIT_AS, so that it holds in sanitizer builds too, whose
+ * reserved shadow memory is already counted). A backend that leaks then
+ * fails an allocation (a clean TB_ERR_NO_MEMORY, or its own abort) long
+ * before the kernel's OOM killer picks a process, maybe not this one. */
+/* 0, or -1 with *err when the limit could not be set. */
+static int apply_memory_limit(double mb, char **err)
+{
+    if (mb <= 0)
+        return 0;
+    unsigned long long vm_kib = 0;
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmSize: %llu kB", &vm_kib) == 1)
+            break;
+    if (f)
+        fclose(f);
+    rlim_t lim = (rlim_t)vm_kib * 1024 + (rlim_t)(mb * 1048576.0);
+    struct rlimit rl = {lim, lim};
+    if (setrlimit(RLIMIT_AS, &rl) != 0) {
+        *err = tb_xasprintf("memory_limit: setrlimit: %s", strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+int tb_worker_child_setup(double memory_limit_mb, char **err)
+{
+    int rc = apply_memory_limit(memory_limit_mb, err);
+    /* Plugins must not write to stdout (the runner's results): point it
+     * at stderr. Ctrl-C and SIGTERM ask the plugin to stop. */
+    dup2(2, 1);
+    struct sigaction sa = {0};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    return rc;
+}
+
+void tb_worker_child_exit(void)
+{
+#ifdef TB_LSAN
+    __lsan_do_leak_check(); /* _exit skips LSan's atexit check */
+#endif
+    /* _exit: the runner's atexit handlers and stdio buffers are not ours. */
+    _exit(0);
+}
+
+/* ------------------------------------------------------ the parent's side */
+
+int tb_worker_spawn(const tb_plan *plan, size_t backend, tb_worker_proc *w)
+{
+    int to[2], from[2];
+    if (pipe2(to, O_CLOEXEC) != 0)
+        return -1;
+    if (pipe2(from, O_CLOEXEC) != 0) {
+        close(to[0]);
+        close(to[1]);
+        return -1;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = errno;
+        close(to[0]), close(to[1]), close(from[0]), close(from[1]);
+        errno = e;
+        return -1;
+    }
+    if (pid == 0) {
+        /* Die with the runner, even a SIGKILLed one: an orphan would keep
+         * running (and holding a GPU) with no deadline over it. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(1); /* it died before prctl */
+        /* Keep stdio and the two pipe ends only: a server's sockets must
+         * close when the server closes them, not when the worker dies. */
+        unsigned lo = (unsigned)(to[0] < from[1] ? to[0] : from[1]);
+        unsigned hi = (unsigned)(to[0] < from[1] ? from[1] : to[0]);
+        if (lo > 3)
+            close_range(3, lo - 1, 0);
+        if (hi > lo + 1)
+            close_range(lo + 1, hi - 1, 0);
+        close_range(hi + 1, ~0u, 0);
+        tb_worker_main(plan, backend, to[0], from[1]);
+    }
+    close(to[0]);
+    close(from[1]);
+    w->pid = pid;
+    w->to_fd = to[1];
+    w->from_fd = from[0];
+    return 0;
+}
+
+char *tb_worker_reap(tb_worker_proc *w, int killed_by_us)
+{
+    int status = 0;
+    struct rusage ru = {0};
+    pid_t r;
+    do
+        r = wait4(w->pid, &status, 0, &ru);
+    while (r < 0 && errno == EINTR);
+    close(w->to_fd);
+    close(w->from_fd);
+    w->pid = 0;
+    if (killed_by_us)
+        return NULL;
+    if (r < 0)
+        return tb_xasprintf("backend process lost: %s", strerror(errno));
+    /* The peak resident size tells a leak (or a memory_limit reached)
+     * from a plain bug. */
+    long peak_mib = ru.ru_maxrss / 1024;
+    if (WIFSIGNALED(status)) {
+        int sig = WTERMSIG(status);
+        const char *abbrev = sigabbrev_np(sig);
+        return tb_xasprintf("backend process crashed: killed by signal %d (%s%s%s%s)%s; peak RSS %ld MiB", sig,
+                            abbrev ? "SIG" : "", abbrev ? abbrev : "", abbrev ? ", " : "", strsignal(sig),
+                            sig == SIGKILL ? "; possibly out of memory (the kernel's OOM killer sends SIGKILL)"
+                            : sig == SIGBUS ? "; a memory-mapped file (a model?) was truncated, or its storage failed"
+                                            : "",
+                            peak_mib);
+    }
+    return tb_xasprintf("backend process crashed: exited with status %d before finishing the case; peak RSS %ld MiB",
+                        WEXITSTATUS(status), peak_mib);
+}
+
+void tb_worker_kill(tb_worker_proc *w)
+{
+    if (!w->pid)
+        return;
+    kill(w->pid, SIGKILL);
+    free(tb_worker_reap(w, 1));
+}

@@ -1,0 +1,122 @@
+// gpu_ceilings.cu — measurements of the device rather than of the model
+// (gpu.h): the roofline's ceilings (memory bandwidth and bf16 FLOP/s), and
+// the calibration that picks this device's fastest batch-1 GEMV.
+#include "gpu_internal.cuh"
+
+#include <stdio.h>
+
+using namespace tbgpu;
+
+// The ceilings, measured the way DEVICE.md's figures are: the best of 5
+// device-to-device copies of 1 GiB (bytes read + written per second), and
+// the best of 5 cuBLAS GEMMs of 8192^3, bf16 inputs, float32 accumulation
+// and output as our own GEMMs. Transient buffers: 2 GiB + 256 MiB.
+extern "C" int tb_gpu_measure_ceilings(tb_gpu *g, double *peak_flops, double *peak_bytes_per_s)
+{
+    if (g->peak_flops > 0) {
+        *peak_flops = g->peak_flops, *peak_bytes_per_s = g->peak_bytes_per_s;
+        return 0;
+    }
+    const size_t copy = (size_t)1 << 30;
+    const int M = 8192;
+    void *a = NULL, *b = NULL, *c = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    int rc = -1;
+    float best_copy = 1e30f, best_gemm = 1e30f;
+    if (dalloc(g, &a, copy) || dalloc(g, &b, copy) || dalloc(g, &c, (size_t)M * M * sizeof(float)) ||
+        cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess) {
+        (void)cudaGetLastError();
+        fail(g, "no room to measure the ceilings");
+        goto out;
+    }
+    // random operands: zeros would let the tensor cores run cooler and faster
+    k_init_uniform<<<4096, 256, 0, g->stream>>>((bf16 *)a, copy / sizeof(bf16), 11, 1.0f);
+    k_init_uniform<<<4096, 256, 0, g->stream>>>((bf16 *)b, copy / sizeof(bf16), 12, 1.0f);
+    for (int i = 0; i < 6; i++) { // the first of each is a warm-up
+        float ms = 0;
+        cudaEventRecord(e0, g->stream);
+        cudaMemcpyAsync(b, a, copy, cudaMemcpyDeviceToDevice, g->stream);
+        cudaEventRecord(e1, g->stream);
+        cudaEventSynchronize(e1);
+        cudaEventElapsedTime(&ms, e0, e1);
+        if (i > 0 && ms < best_copy)
+            best_copy = ms;
+    }
+    for (int i = 0; i < 6; i++) {
+        float ms = 0, alpha = 1, beta = 0;
+        cudaEventRecord(e0, g->stream);
+        if (cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, M, M, M, &alpha, a, CUDA_R_16BF, M, b, CUDA_R_16BF, M,
+                         &beta, c, CUDA_R_32F, M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS) {
+            fail(g, "cuBLAS failed measuring the FLOP/s ceiling");
+            goto out;
+        }
+        cudaEventRecord(e1, g->stream);
+        cudaEventSynchronize(e1);
+        cudaEventElapsedTime(&ms, e0, e1);
+        if (i > 0 && ms < best_gemm)
+            best_gemm = ms;
+    }
+    if (cudaGetLastError() != cudaSuccess || !(best_copy > 0) || !(best_gemm > 0)) {
+        fail(g, "measuring the ceilings failed");
+        goto out;
+    }
+    g->peak_bytes_per_s = 2.0 * copy / (best_copy * 1e-3);
+    g->peak_flops = 2.0 * M * M * (double)M / (best_gemm * 1e-3);
+    *peak_flops = g->peak_flops, *peak_bytes_per_s = g->peak_bytes_per_s;
+    rc = 0;
+out:
+    if (e0)
+        cudaEventDestroy(e0);
+    if (e1)
+        cudaEventDestroy(e1);
+    dfree(g, a);
+    dfree(g, b);
+    dfree(g, c);
+    return rc;
+}
+
+// Time every GEMV variant on W[out][in] (random bf16, several copies so
+// the reads come from DRAM, not L2) and keep the fastest; returns its
+// GB/s of weights read. Writes each variant's GB/s into gbs[4].
+extern "C" double tb_gpu_bench_gemv(tb_gpu *g, int out, int in, double gbs[4])
+{
+    const int copies = 8;
+    size_t n = (size_t)out * in;
+    bf16 *w = NULL, *x = NULL;
+    float *y = NULL;
+    if (dalloc(g, (void **)&w, copies * n * sizeof(bf16)) || dalloc(g, (void **)&x, in * sizeof(bf16)) ||
+        dalloc(g, (void **)&y, out * sizeof(float))) {
+        dfree(g, w);
+        dfree(g, x);
+        return -1;
+    }
+    k_init_uniform<<<4096, 256, 0, g->stream>>>(w, copies * n, 1, 0.03f);
+    k_init_uniform<<<64, 256, 0, g->stream>>>(x, in, 2, 1.0f);
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    double best = 0;
+    for (int v = 0; v < 4; v++) {
+        for (int i = 0; i < copies; i++) // warm-up
+            gemv(g, w + (size_t)i * n, x, y, out, in, 0, v);
+        cudaEventRecord(a, g->stream);
+        const int iters = 64;
+        for (int i = 0; i < iters; i++)
+            gemv(g, w + (size_t)(i % copies) * n, x, y, out, in, 0, v);
+        cudaEventRecord(b, g->stream);
+        cudaEventSynchronize(b);
+        float ms = 0;
+        cudaEventElapsedTime(&ms, a, b);
+        gbs[v] = (double)iters * n * sizeof(bf16) / (ms * 1e-3) / 1e9;
+        if (gbs[v] > best) {
+            best = gbs[v];
+            g->gemv_variant = v;
+        }
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    dfree(g, w);
+    dfree(g, x);
+    dfree(g, y);
+    return cudaGetLastError() == cudaSuccess ? best : -1;
+}

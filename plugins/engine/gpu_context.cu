@@ -1,0 +1,302 @@
+// gpu_context.cu — a device context (gpu.h): the device, its stream and
+// cuBLAS handle, every device allocation (dalloc/dfree keep the bytes held
+// and their high-water mark), the weights (uploaded from the CPU model or
+// made on the device), and the accessors.
+#include "gpu_internal.cuh"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+namespace tbgpu {
+
+int fail(tb_gpu *g, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g->error, sizeof g->error, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+// Every device allocation of the context goes through dalloc and dfree,
+// so that bytes_now is what the context holds and bytes_peak its
+// high-water mark (the per-call peak device memory).
+int dalloc(tb_gpu *g, void **p, size_t bytes)
+{
+    *p = NULL;
+    if (g->n_blocks == g->cap_blocks) {
+        size_t cap = g->cap_blocks ? 2 * g->cap_blocks : 64;
+        dev_block *b = (dev_block *)realloc(g->blocks, cap * sizeof *b);
+        if (!b)
+            return fail(g, "out of host memory");
+        g->blocks = b;
+        g->cap_blocks = cap;
+    }
+    size_t n = bytes ? bytes : 16;
+    cudaError_t e = cudaMalloc(p, n);
+    if (e != cudaSuccess) {
+        size_t free_b = 0, total = 0;
+        cudaMemGetInfo(&free_b, &total);
+        *p = NULL;
+        return fail(g, "out of device memory: %.2f GB more requested, %.2f of %.2f GB free (%s)", bytes / 1e9,
+                    free_b / 1e9, total / 1e9, cudaGetErrorString(e));
+    }
+    g->blocks[g->n_blocks++] = {*p, n};
+    g->bytes_now += n;
+    if (g->bytes_now > g->bytes_peak)
+        g->bytes_peak = g->bytes_now;
+    return 0;
+}
+
+// Free a block from dalloc (NULL: nothing).
+void dfree(tb_gpu *g, void *p)
+{
+    if (!p)
+        return;
+    for (size_t i = g->n_blocks; i-- > 0;)
+        if (g->blocks[i].p == p) {
+            g->bytes_now -= g->blocks[i].bytes;
+            g->blocks[i] = g->blocks[--g->n_blocks];
+            break;
+        }
+    cudaFree(p);
+}
+
+} // namespace tbgpu
+
+using namespace tbgpu;
+
+extern "C" int tb_gpu_probe(char *why, size_t why_size)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        snprintf(why, why_size, "no CUDA device (%s)", e != cudaSuccess ? cudaGetErrorString(e) : "count 0");
+        return -1;
+    }
+    return 0;
+}
+
+static int upload_bf16(tb_gpu *g, bf16 **dst, const float *src, size_t n, float *stage)
+{
+    if (dalloc(g, (void **)dst, n * sizeof(bf16)))
+        return -1;
+    // stage f32 on the device, convert there. The copy goes on our stream:
+    // a pageable cudaMemcpy may return before its DMA lands, and our
+    // non-blocking stream would not wait for it.
+    CK(cudaMemcpyAsync(stage, src, n * sizeof(float), cudaMemcpyHostToDevice, g->stream));
+    k_f32_to_bf16<<<blocks_for(n), 256, 0, g->stream>>>(stage, *dst, n);
+    LAUNCHED();
+    CK(cudaStreamSynchronize(g->stream));
+    return 0;
+}
+
+static int upload_f32(tb_gpu *g, float **dst, const float *src, size_t n)
+{
+    if (dalloc(g, (void **)dst, n * sizeof(float)))
+        return -1;
+    CK(cudaMemcpyAsync(*dst, src, n * sizeof(float), cudaMemcpyHostToDevice, g->stream));
+    CK(cudaStreamSynchronize(g->stream));
+    return 0;
+}
+
+static int random_bf16(tb_gpu *g, bf16 **dst, size_t n, uint64_t *seed)
+{
+    if (dalloc(g, (void **)dst, n * sizeof(bf16)))
+        return -1;
+    *seed += 0x632BE59BD9B4E019ULL;
+    k_init_uniform<<<4096, 256, 0, g->stream>>>(*dst, n, *seed, 0.02f * 1.7320508f);
+    LAUNCHED();
+    return 0;
+}
+
+static int const_f32(tb_gpu *g, float **dst, size_t n, float v)
+{
+    float *h = (float *)malloc(n * sizeof(float));
+    if (!h)
+        return fail(g, "out of host memory");
+    for (size_t i = 0; i < n; i++)
+        h[i] = v;
+    int rc = upload_f32(g, dst, h, n);
+    free(h);
+    return rc;
+}
+
+extern "C" int tb_gpu_create(tb_gpu **out, const tb_model_config *cfg, const tb_model *cpu, uint64_t seed,
+                             char *err, size_t err_size)
+{
+    *out = NULL;
+    tb_gpu *g = (tb_gpu *)calloc(1, sizeof *g);
+    if (!g) {
+        snprintf(err, err_size, "out of host memory");
+        return -1;
+    }
+    g->cfg = *cfg;
+    const tb_model_config *c = &g->cfg;
+    size_t h = c->hidden_size, V = c->vocab_size, I = c->intermediate_size;
+    size_t rows = qkv_dim(c), nq = (size_t)c->n_heads * c->head_dim;
+    int rc = 0;
+    float *stage = NULL;
+#define TRY(x)          \
+    do {                \
+        if ((x) != 0) { \
+            rc = -1;    \
+            goto done;  \
+        }               \
+    } while (0)
+    if (cudaSetDevice(0) != cudaSuccess || cudaGetDeviceProperties(&g->prop, 0) != cudaSuccess) {
+        fail(g, "no usable CUDA device");
+        rc = -1;
+        goto done;
+    }
+    if (cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking) != cudaSuccess ||
+        cublasCreate(&g->blas) != CUBLAS_STATUS_SUCCESS) {
+        fail(g, "cannot create a CUDA stream or cuBLAS handle");
+        rc = -1;
+        goto done;
+    }
+    cublasSetStream(g->blas, g->stream);
+    // decode attention keeps its scores in shared memory: above 48 KB a
+    // kernel must opt in
+    if (c->head_dim % 2 || c->head_dim > 256) {
+        fail(g, "head_dim %d: the CUDA attention kernels need an even head_dim <= 256", c->head_dim);
+        rc = -1;
+        goto done;
+    }
+    if (cudaFuncSetAttribute(k_attn_decode, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)g->prop.sharedMemPerBlockOptin - 1024) != cudaSuccess) { // minus its static part
+        fail(g, "cannot raise the kernels' shared memory limits");
+        rc = -1;
+        goto done;
+    }
+    // a fixed workspace so cuBLAS never allocates inside graph capture
+    TRY(dalloc(g, &g->blas_ws, 64u << 20));
+    cublasSetWorkspace(g->blas, g->blas_ws, 64u << 20);
+    cublasSetMathMode(g->blas, CUBLAS_DEFAULT_MATH);
+    g->layers = (gpu_layer *)calloc((size_t)c->n_layers, sizeof *g->layers);
+    if (!g->layers) {
+        fail(g, "out of host memory");
+        rc = -1;
+        goto done;
+    }
+    if (cpu) {
+        size_t biggest = V * h > I * 2 * h ? V * h : I * 2 * h;
+        if (rows * h > biggest)
+            biggest = rows * h;
+        TRY(dalloc(g, (void **)&stage, biggest * sizeof(float)));
+        TRY(upload_bf16(g, &g->embed, cpu->embed, V * h, stage));
+        if (c->tie_word_embeddings)
+            g->lm_head = g->embed;
+        else
+            TRY(upload_bf16(g, &g->lm_head, cpu->lm_head, V * h, stage));
+        TRY(upload_f32(g, &g->final_norm, cpu->final_norm, h));
+        for (int l = 0; l < c->n_layers; l++) {
+            const tb_layer *L = &cpu->layers[l];
+            gpu_layer *G = &g->layers[l];
+            TRY(upload_f32(g, &G->attn_norm, L->attn_norm, h));
+            TRY(upload_f32(g, &G->mlp_norm, L->mlp_norm, h));
+            TRY(upload_bf16(g, &G->wqkv, L->wqkv, rows * h, stage));
+            if (L->bqkv)
+                TRY(upload_f32(g, &G->bqkv, L->bqkv, rows));
+            TRY(upload_bf16(g, &G->wo, L->wo, h * nq, stage));
+            TRY(upload_bf16(g, &G->wgu, L->w_gate_up, 2 * I * h, stage));
+            TRY(upload_bf16(g, &G->wdown, L->w_down, h * I, stage));
+        }
+        TRY(upload_f32(g, &g->inv_freq, cpu->rope_inv_freq, (size_t)c->head_dim / 2));
+    } else {
+        uint64_t s = seed ^ 0x746F6B62656E6368ULL;
+        TRY(random_bf16(g, &g->embed, V * h, &s));
+        if (c->tie_word_embeddings)
+            g->lm_head = g->embed;
+        else
+            TRY(random_bf16(g, &g->lm_head, V * h, &s));
+        TRY(const_f32(g, &g->final_norm, h, 1.0f));
+        for (int l = 0; l < c->n_layers; l++) {
+            gpu_layer *G = &g->layers[l];
+            TRY(const_f32(g, &G->attn_norm, h, 1.0f));
+            TRY(const_f32(g, &G->mlp_norm, h, 1.0f));
+            TRY(random_bf16(g, &G->wqkv, rows * h, &s));
+            if (c->qkv_bias)
+                TRY(const_f32(g, &G->bqkv, rows, 0.01f));
+            TRY(random_bf16(g, &G->wo, h * nq, &s));
+            TRY(random_bf16(g, &G->wgu, 2 * I * h, &s));
+            TRY(random_bf16(g, &G->wdown, h * I, &s));
+        }
+        float *inv = (float *)malloc((size_t)c->head_dim / 2 * sizeof(float));
+        if (!inv) {
+            fail(g, "out of host memory");
+            rc = -1;
+            goto done;
+        }
+        tb_rope_inv_freq(c, inv);
+        rc = upload_f32(g, &g->inv_freq, inv, (size_t)c->head_dim / 2);
+        free(inv);
+        TRY(rc);
+    }
+    if (cudaStreamSynchronize(g->stream) != cudaSuccess) {
+        fail(g, "weight initialization failed: %s", cudaGetErrorString(cudaGetLastError()));
+        rc = -1;
+    }
+    if (rc == 0 && (size_t)c->intermediate_size * c->hidden_size >= (1u << 24)) {
+        /* pick the fastest batch-1 GEMV for this device on the model's
+         * own gate-up shape (a fraction of a second at load) */
+        double gbs[4];
+        if (tb_gpu_bench_gemv(g, 2 * c->intermediate_size, c->hidden_size, gbs) < 0) {
+            fail(g, "GEMV calibration failed");
+            rc = -1;
+        }
+    }
+done:
+#undef TRY
+    dfree(g, stage); // transient: in bytes_peak, no longer in bytes_now
+    if (rc != 0) {
+        snprintf(err, err_size, "%s", g->error);
+        tb_gpu_free(g);
+        return -1;
+    }
+    *out = g;
+    return 0;
+}
+
+extern "C" void tb_gpu_free(tb_gpu *g)
+{
+    if (!g)
+        return;
+    free_buffers(g);
+    if (g->layers) {
+        for (int l = 0; l < g->cfg.n_layers; l++) {
+            gpu_layer *G = &g->layers[l];
+            void *p[] = {G->attn_norm, G->mlp_norm, G->wqkv, G->bqkv, G->wo, G->wgu, G->wdown};
+            for (int i = 0; i < 7; i++)
+                dfree(g, p[i]);
+        }
+        free(g->layers);
+    }
+    if (g->lm_head != g->embed)
+        dfree(g, g->lm_head);
+    dfree(g, g->embed);
+    dfree(g, g->final_norm);
+    dfree(g, g->inv_freq);
+    dfree(g, g->blas_ws);
+    if (g->blas)
+        cublasDestroy(g->blas);
+    if (g->stream)
+        cudaStreamDestroy(g->stream);
+    free(g->blocks);
+    free(g);
+}
+
+extern "C" int tb_gpu_pci_bus_id(const tb_gpu *g, char *buf, int len)
+{
+    (void)g; // the context's device is the current one (tb_gpu_create)
+    int dev = 0;
+    return cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetPCIBusId(buf, len, dev) == cudaSuccess ? 0 : -1;
+}
+
+extern "C" size_t tb_gpu_bytes(const tb_gpu *g) { return g->bytes_now; }
+extern "C" size_t tb_gpu_peak_bytes(const tb_gpu *g) { return g->bytes_peak; }
+extern "C" void tb_gpu_reset_peak(tb_gpu *g) { g->bytes_peak = g->bytes_now; }
+extern "C" const char *tb_gpu_device_name(const tb_gpu *g) { return g->prop.name; }
+extern "C" const char *tb_gpu_error(const tb_gpu *g) { return g->error; }

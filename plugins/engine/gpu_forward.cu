@@ -1,0 +1,426 @@
+// gpu_forward.cu — the forward pass on the device (gpu.h), in
+// cpu_forward.c's order and names: the state (tb_gpu_reserve as
+// tb_cpu_state_init, tb_gpu_set_padding, free_buffers as
+// tb_cpu_state_free), matmul_t, the attention of a span, layer_forward,
+// forward_hidden, head; then the roofline's count of the work, and the
+// entry points: autoregressive (tb_gpu_prefill, tb_gpu_decode: as
+// tb_cpu_forward) and spans (tb_gpu_logits, tb_gpu_forward_pick,
+// tb_gpu_forward_logits: as tb_cpu_forward_at).
+#include "gpu_internal.cuh"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+using namespace tbgpu;
+
+extern "C" int tb_gpu_reserve(tb_gpu *g, int seqs, int len, int rows, char *err, size_t err_size)
+{
+    if (seqs <= g->seqs && len <= g->len && rows <= g->rows)
+        return 0;
+    free_buffers(g);
+    const tb_model_config *c = &g->cfg;
+    size_t h = c->hidden_size, kvd = (size_t)c->n_kv_heads * c->head_dim, nq = (size_t)c->n_heads * c->head_dim;
+    size_t R = rows, I = c->intermediate_size, V = c->vocab_size;
+    size_t per_seq_rows = (rows + seqs - 1) / seqs;
+    size_t score = (size_t)seqs * c->n_heads * per_seq_rows * len;
+    int rc = dalloc(g, (void **)&g->kc, (size_t)c->n_layers * seqs * len * kvd * sizeof(bf16)) ||
+             dalloc(g, (void **)&g->vc, (size_t)c->n_layers * seqs * len * kvd * sizeof(bf16)) ||
+             dalloc(g, (void **)&g->x, R * h * sizeof(float)) || dalloc(g, (void **)&g->xn, R * h * sizeof(bf16)) ||
+             dalloc(g, (void **)&g->qkv, R * qkv_dim(c) * sizeof(float)) ||
+             dalloc(g, (void **)&g->q, R * nq * sizeof(bf16)) || dalloc(g, (void **)&g->att, R * nq * sizeof(bf16)) ||
+             dalloc(g, (void **)&g->gu, R * 2 * I * sizeof(float)) ||
+             dalloc(g, (void **)&g->act, R * I * sizeof(bf16)) ||
+             dalloc(g, (void **)&g->logits, R * V * sizeof(float)) ||
+             dalloc(g, (void **)&g->scores, score * sizeof(float)) ||
+             dalloc(g, (void **)&g->probs, score * sizeof(bf16)) || dalloc(g, (void **)&g->tok, R * sizeof(int32_t)) ||
+             dalloc(g, (void **)&g->out_tok, R * sizeof(int32_t)) ||
+             dalloc(g, (void **)&g->out_conf, R * sizeof(double)) || dalloc(g, (void **)&g->d_pos, sizeof(int)) ||
+             dalloc(g, (void **)&g->d_pad, (size_t)seqs * sizeof(int));
+    // on our stream: the legacy default stream would not be ordered before
+    // a padding upload on our non-blocking one
+    if (rc == 0 && (cudaMemsetAsync(g->d_pad, 0, (size_t)seqs * sizeof(int), g->stream) != cudaSuccess ||
+                    cudaStreamSynchronize(g->stream) != cudaSuccess))
+        rc = fail(g, "cudaMemsetAsync failed");
+    if (rc == 0) {
+        /* 6 arrays per (sequence, head) per layer: filled for all layers at
+         * once and copied asynchronously from pinned memory, so the host
+         * never waits on the device inside a forward */
+        g->ptr_cap = (size_t)6 * c->n_layers * seqs * c->n_heads;
+        rc = dalloc(g, (void **)&g->ptrs, g->ptr_cap * sizeof(void *));
+        if (rc == 0 && (cudaMallocHost((void **)&g->hptrs, g->ptr_cap * sizeof(void *)) != cudaSuccess ||
+                        cudaMallocHost((void **)&g->h_tok, R * sizeof(int32_t)) != cudaSuccess ||
+                        cudaMallocHost((void **)&g->h_conf, R * sizeof(double)) != cudaSuccess))
+            rc = fail(g, "cannot allocate pinned host memory");
+    }
+    if (rc != 0) {
+        snprintf(err, err_size, "%s", g->error);
+        free_buffers(g);
+        return -1;
+    }
+    g->seqs = seqs, g->len = len, g->rows = rows;
+    return 0;
+}
+
+extern "C" int tb_gpu_set_padding(tb_gpu *g, const int *pad, int n)
+{
+    if (n < 0 || n > g->seqs)
+        return fail(g, "padding for %d sequences; %d reserved", n, g->seqs);
+    int *h = (int *)calloc(g->seqs > 0 ? g->seqs : 1, sizeof(int));
+    if (!h)
+        return fail(g, "out of host memory");
+    for (int i = 0; i < n && pad; i++)
+        h[i] = pad[i] > 0 ? pad[i] : 0;
+    // pageable source: returns once staged, so h may be freed; ordered
+    // before every later kernel on the stream
+    cudaError_t e = cudaMemcpyAsync(g->d_pad, h, (size_t)g->seqs * sizeof(int), cudaMemcpyHostToDevice, g->stream);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(g->stream);
+    free(h);
+    return e == cudaSuccess ? 0 : fail(g, "padding upload: %s", cudaGetErrorString(e));
+}
+
+namespace tbgpu {
+
+// Free the buffers tb_gpu_reserve made (the weights stay).
+void free_buffers(tb_gpu *g)
+{
+    void *bufs[] = {g->kc, g->vc, g->x, g->xn, g->qkv, g->q, g->att, g->gu, g->act, g->logits, g->scores,
+                    g->probs, g->tok, g->out_tok, g->out_conf, g->d_pos, g->d_pad, g->ptrs};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        dfree(g, bufs[i]);
+    if (g->h_tok)
+        cudaFreeHost(g->h_tok);
+    if (g->h_conf)
+        cudaFreeHost(g->h_conf);
+    if (g->hptrs)
+        cudaFreeHost(g->hptrs);
+    if (g->graph)
+        cudaGraphExecDestroy(g->graph);
+    g->kc = g->vc = NULL;
+    g->x = NULL;
+    g->xn = g->q = g->att = g->act = g->probs = NULL;
+    g->qkv = g->gu = g->logits = g->scores = NULL;
+    g->tok = g->out_tok = NULL;
+    g->out_conf = NULL;
+    g->d_pos = NULL;
+    g->d_pad = NULL;
+    g->ptrs = NULL;
+    g->hptrs = NULL;
+    g->h_tok = NULL;
+    g->h_conf = NULL;
+    g->graph = NULL;
+    g->graph_B = 0;
+    g->seqs = g->len = g->rows = 0;
+}
+
+} // namespace tbgpu
+
+// y[rows][out] (+)= x[rows][in] W[out][in]^T; y float32, x and W bf16 (as
+// cpu_forward.c's matmul_t: our GEMV at batch 1, else cuBLAS).
+static int matmul_t(tb_gpu *g, float *y, const bf16 *x, const bf16 *w, int rows, int out, int in, float beta)
+{
+    if (rows == 1 && in % 8 == 0) {
+        gemv(g, w, x, y, out, in, beta, g->gemv_variant);
+        LAUNCHED();
+        return 0;
+    }
+    float alpha = 1.0f;
+    CB(cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, &alpha, w, CUDA_R_16BF, in, x, CUDA_R_16BF, in,
+                    &beta, y, CUDA_R_32F, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return 0;
+}
+
+// Attention of a span with batched GEMMs: S = Q K^T / sqrt(hd), softmax,
+// O = P V, for every (sequence, head).
+static int attn_span(tb_gpu *g, int l, int B, int pos0, int n, int n_attend, int causal)
+{
+    const tb_model_config *c = &g->cfg;
+    int nh = c->n_heads, hd = c->head_dim, kvd = c->n_kv_heads * hd, nq = nh * hd, group = nh / c->n_kv_heads;
+    int batch = B * nh;
+    size_t layer_off = (size_t)l * g->seqs * g->len * kvd;
+    void **hp = g->hptrs + (size_t)6 * batch * l;
+    void **dp = g->ptrs + (size_t)6 * batch * l;
+    const void **A1 = (const void **)hp, **B1 = (const void **)hp + batch;
+    void **C1 = hp + 2 * batch;
+    const void **A2 = (const void **)hp + 3 * batch, **B2 = (const void **)hp + 4 * batch;
+    void **C2 = hp + 5 * batch;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < nh; h++) {
+            int i = b * nh + h, kvh = h / group;
+            const bf16 *kb = g->kc + layer_off + (size_t)b * g->len * kvd + kvh * hd;
+            const bf16 *vb = g->vc + layer_off + (size_t)b * g->len * kvd + kvh * hd;
+            A1[i] = kb;
+            B1[i] = g->q + (size_t)b * n * nq + h * hd;
+            C1[i] = g->scores + (size_t)i * n * n_attend;
+            A2[i] = vb;
+            B2[i] = g->probs + (size_t)i * n * n_attend;
+            C2[i] = g->att + (size_t)b * n * nq + h * hd;
+        }
+    CK(cudaMemcpyAsync(dp, hp, (size_t)6 * batch * sizeof(void *), cudaMemcpyHostToDevice, g->stream));
+    float alpha = 1.0f / sqrtf((float)hd), zero = 0.0f, one = 1.0f;
+    // S[n][n_attend] = Q[n][hd] K[n_attend][hd]^T (column-major: K^T Q)
+    CB(cublasGemmBatchedEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, n_attend, n, hd, &alpha, (const void **)dp,
+                           CUDA_R_16BF, kvd, (const void **)(dp + batch), CUDA_R_16BF, nq, &zero, dp + 2 * batch,
+                           CUDA_R_32F, n_attend, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    k_softmax<<<(unsigned)((size_t)batch * n), 256, 0, g->stream>>>(g->scores, g->probs, n, n_attend, pos0, causal,
+                                                                    g->d_pad, nh);
+    LAUNCHED();
+    // O[n][hd] = P[n][n_attend] V[n_attend][hd]
+    CB(cublasGemmBatchedEx(g->blas, CUBLAS_OP_N, CUBLAS_OP_N, hd, n, n_attend, &one,
+                           (const void **)(dp + 3 * batch), CUDA_R_16BF, kvd, (const void **)(dp + 4 * batch),
+                           CUDA_R_16BF, n_attend, &zero, dp + 5 * batch,
+                           CUDA_R_16BF, nq, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return 0;
+}
+
+// One layer for B x n rows at positions [pos0, pos0 + n) (decode: d_pos),
+// as cpu_forward.c's layer_forward.
+static int layer_forward(tb_gpu *g, int l, int B, int pos0, int n, int n_attend, int causal, int decode)
+{
+    const tb_model_config *c = &g->cfg;
+    int rows = B * n, h = c->hidden_size, nq = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
+    int I = c->intermediate_size, qd = qkv_dim(c);
+    gpu_layer *G = &g->layers[l];
+    size_t layer_off = (size_t)l * g->seqs * g->len * kvd;
+    k_rmsnorm<<<rows, 1024, 0, g->stream>>>(g->x, 1, 0, 1, G->attn_norm, g->xn, h, (float)c->rms_eps);
+    LAUNCHED();
+    if (matmul_t(g, g->qkv, g->xn, G->wqkv, rows, qd, h, 0.0f))
+        return -1;
+    dim3 post_grid(rows, c->n_heads + 2 * c->n_kv_heads);
+    k_qkv_post<<<post_grid, 64, 0, g->stream>>>(g->qkv, G->bqkv, g->inv_freq, n, pos0, decode ? g->d_pos : NULL,
+                                             g->d_pad, g->kc + layer_off, g->vc + layer_off, g->len, g->q, c->n_heads,
+                                             c->n_kv_heads, c->head_dim);
+    LAUNCHED();
+    if (decode) {
+        dim3 grid(B, c->n_heads);
+        k_attn_decode<<<grid, ATT_WARPS * 32, (g->len + ATT_WARPS * c->head_dim) * sizeof(float), g->stream>>>(
+            g->q, g->kc + layer_off, g->vc + layer_off, g->att, g->len, c->n_heads, c->n_kv_heads, c->head_dim,
+            g->d_pos, 0, g->d_pad, 1.0f / sqrtf((float)c->head_dim));
+        LAUNCHED();
+    } else if (attn_span(g, l, B, pos0, n, n_attend, causal)) {
+        return -1;
+    }
+    if (matmul_t(g, g->x, g->att, G->wo, rows, h, nq, 1.0f))
+        return -1;
+    k_rmsnorm<<<rows, 1024, 0, g->stream>>>(g->x, 1, 0, 1, G->mlp_norm, g->xn, h, (float)c->rms_eps);
+    LAUNCHED();
+    if (matmul_t(g, g->gu, g->xn, G->wgu, rows, 2 * I, h, 0.0f))
+        return -1;
+    k_swiglu<<<blocks_for((size_t)rows * I), 256, 0, g->stream>>>(g->gu, g->act, I, (size_t)rows * I);
+    LAUNCHED();
+    if (matmul_t(g, g->x, g->act, G->wdown, rows, h, I, 1.0f))
+        return -1;
+    return 0;
+}
+
+// The embedding and every layer for B x n rows at positions [pos0, pos0 + n)
+// (decode: d_pos); g->x then holds the hidden states before the final
+// norm, as after cpu_forward.c's forward_hidden.
+static int forward_hidden(tb_gpu *g, int B, int pos0, int n, int n_attend, int causal, int decode)
+{
+    const tb_model_config *c = &g->cfg;
+    int rows = B * n, h = c->hidden_size;
+    k_embed<<<rows, 256, 0, g->stream>>>(g->tok, g->embed, g->x, h);
+    LAUNCHED();
+    for (int l = 0; l < c->n_layers; l++)
+        if (layer_forward(g, l, B, pos0, n, n_attend, causal, decode))
+            return -1;
+    return 0;
+}
+
+// Final norm + LM head over rows r0 .. r0 + nr - 1 of each sequence:
+// logits [B][nr][vocab].
+static int head(tb_gpu *g, int B, int n, int r0, int nr)
+{
+    const tb_model_config *c = &g->cfg;
+    int h = c->hidden_size;
+    k_rmsnorm<<<B * nr, 1024, 0, g->stream>>>(g->x, n, r0, nr, g->final_norm, g->xn, h, (float)c->rms_eps);
+    LAUNCHED();
+    return matmul_t(g, g->logits, g->xn, g->lm_head, B * nr, c->vocab_size, h, 0.0f);
+}
+
+// The work of one forward over B sequences of n new positions attending to
+// n_attend keys, with nr rows through the LM head: FLOPs (GEMMs, attention
+// scores and P V, the head) and the bytes the device must move (bf16
+// weights read once, K/V read for the keys and written for the new rows,
+// the embedding rows). Norms, RoPE and activations are left out: they are
+// small next to these.
+static void account(tb_gpu *g, int B, int n, int n_attend, int nr)
+{
+    const tb_model_config *c = &g->cfg;
+    double h = c->hidden_size, hd = c->head_dim, nh = c->n_heads, nq = nh * hd, kvd = (double)c->n_kv_heads * hd;
+    double I = c->intermediate_size, V = c->vocab_size, L = c->n_layers, rows = (double)B * n;
+    double per_layer = (nq + 2 * kvd) * h + h * nq + 2 * I * h + I * h; // weight elements
+    g->work_flops += 2 * rows * per_layer * L + 4.0 * B * nh * n * n_attend * hd * L + 2.0 * B * nr * h * V;
+    g->work_bytes += 2 * (per_layer * L + V * h) + 2 * L * (2.0 * B * n_attend * kvd + 2 * rows * kvd) + 2 * rows * h;
+}
+
+extern "C" void tb_gpu_take_work(tb_gpu *g, double *flops, double *bytes)
+{
+    *flops = g->work_flops;
+    *bytes = g->work_bytes;
+    g->work_flops = g->work_bytes = 0;
+}
+
+static int fetch_next(tb_gpu *g, int B, int32_t *next, float *logits_out)
+{
+    k_argmax<<<B, 1024, 0, g->stream>>>(g->logits, g->cfg.vocab_size, g->out_tok);
+    LAUNCHED();
+    CK(cudaMemcpyAsync(g->h_tok, g->out_tok, B * sizeof(int32_t), cudaMemcpyDeviceToHost, g->stream));
+    if (logits_out)
+        CK(cudaMemcpyAsync(logits_out, g->logits, (size_t)B * g->cfg.vocab_size * sizeof(float),
+                           cudaMemcpyDeviceToHost, g->stream));
+    CK(cudaStreamSynchronize(g->stream));
+    memcpy(next, g->h_tok, B * sizeof(int32_t));
+    return 0;
+}
+
+extern "C" int tb_gpu_prefill(tb_gpu *g, const int32_t *tokens, int B, int P, int32_t *next, float *logits_out)
+{
+    if (B > g->seqs || B * P > g->rows || P >= g->len)
+        return fail(g, "prefill of %d x %d does not fit the reserved %d x %d", B, P, g->seqs, g->len);
+    CK(cudaMemcpyAsync(g->tok, tokens, (size_t)B * P * sizeof(int32_t), cudaMemcpyHostToDevice, g->stream));
+    if (forward_hidden(g, B, 0, P, P, 1, 0) || head(g, B, P, P - 1, 1))
+        return -1;
+    account(g, B, P, P, 1);
+    g->pos = P;
+    CK(cudaMemcpyAsync(g->d_pos, &g->pos, sizeof(int), cudaMemcpyHostToDevice, g->stream));
+    return fetch_next(g, B, next, logits_out);
+}
+
+// One decode step as a graph: tokens in g->tok at position *d_pos; argmax
+// into g->tok (fed back) and g->out_tok; *d_pos incremented.
+static int capture_decode(tb_gpu *g, int B)
+{
+    if (g->graph) {
+        cudaGraphExecDestroy(g->graph);
+        g->graph = NULL;
+    }
+    cudaGraph_t graph;
+    CK(cudaStreamBeginCapture(g->stream, cudaStreamCaptureModeThreadLocal));
+    int rc = forward_hidden(g, B, 0, 1, 0, 1, 1) || head(g, B, 1, 0, 1);
+    if (rc == 0) {
+        k_argmax<<<B, 1024, 0, g->stream>>>(g->logits, g->cfg.vocab_size, g->out_tok);
+        cudaMemcpyAsync(g->tok, g->out_tok, B * sizeof(int32_t), cudaMemcpyDeviceToDevice, g->stream);
+        k_incr<<<1, 1, 0, g->stream>>>(g->d_pos);
+    }
+    cudaError_t e = cudaStreamEndCapture(g->stream, &graph);
+    if (rc != 0 || e != cudaSuccess)
+        (void)cudaGetLastError(); // a failed capture must not poison the next call
+    if (rc != 0)
+        return -1;
+    if (e != cudaSuccess)
+        return fail(g, "decode graph capture failed: %s", cudaGetErrorString(e));
+    CK(cudaGraphInstantiate(&g->graph, graph, 0));
+    cudaGraphDestroy(graph);
+    g->graph_B = B;
+    return 0;
+}
+
+extern "C" int tb_gpu_decode(tb_gpu *g, int32_t *next, int B, float *logits_out)
+{
+    if (g->pos >= g->len)
+        return fail(g, "decode past the reserved %d positions", g->len);
+    memcpy(g->h_tok, next, B * sizeof(int32_t));
+    CK(cudaMemcpyAsync(g->tok, g->h_tok, B * sizeof(int32_t), cudaMemcpyHostToDevice, g->stream));
+    if (g->graph_B != B && capture_decode(g, B))
+        return -1;
+    CK(cudaGraphLaunch(g->graph, g->stream));
+    account(g, B, 1, g->pos + 1, 1);
+    g->pos++;
+    CK(cudaMemcpyAsync(g->h_tok, g->out_tok, B * sizeof(int32_t), cudaMemcpyDeviceToHost, g->stream));
+    if (logits_out)
+        CK(cudaMemcpyAsync(logits_out, g->logits, (size_t)B * g->cfg.vocab_size * sizeof(float),
+                           cudaMemcpyDeviceToHost, g->stream));
+    CK(cudaStreamSynchronize(g->stream));
+    memcpy(next, g->h_tok, B * sizeof(int32_t));
+    return 0;
+}
+
+static int span(tb_gpu *g, const int32_t *tokens, int B, int pos0, int n, int n_attend, int causal, int r0, int nr)
+{
+    if (B > g->seqs || B * n > g->rows || n_attend > g->len || pos0 + n > g->len)
+        return fail(g, "span of %d x %d (attending %d) does not fit the reserved %d x %d", B, n, n_attend, g->seqs,
+                    g->len);
+    CK(cudaMemcpyAsync(g->tok, tokens, (size_t)B * n * sizeof(int32_t), cudaMemcpyHostToDevice, g->stream));
+    if (forward_hidden(g, B, pos0, n, n_attend, causal, 0) || head(g, B, n, r0, nr))
+        return -1;
+    account(g, B, n, n_attend, nr);
+    return 0;
+}
+
+extern "C" int tb_gpu_logits(tb_gpu *g, const int32_t *tokens, int B, int pos0, int n, int n_attend, int causal,
+                             float *logits)
+{
+    if (span(g, tokens, B, pos0, n, n_attend, causal, 0, n))
+        return -1;
+    CK(cudaMemcpyAsync(logits, g->logits, (size_t)B * n * g->cfg.vocab_size * sizeof(float), cudaMemcpyDeviceToHost,
+                       g->stream));
+    CK(cudaStreamSynchronize(g->stream));
+    return 0;
+}
+
+// The diffusion forward both pick paths share: positions [pos0, pos0 + n)
+// of `rows` canvases ([rows][L] host ids) through the layers, and the LM
+// head on the rows the picks read: [pick0, pick0 + npick), and for a
+// shifted model (Dream: position i reads the output of i - 1) the row
+// before. Those head rows are [*r0, *r0 + *nr) in g->logits.
+static int canvas_span(tb_gpu *g, const int32_t *canvas, int rows, int L, int pos0, int n, int n_attend, int pick0,
+                       int npick, int shifted, int *r0, int *nr)
+{
+    if (shifted && pos0 != 0)
+        return fail(g, "shifted logits need the span to start at 0");
+    int32_t *tokens = (int32_t *)malloc((size_t)rows * n * sizeof(int32_t));
+    if (!tokens)
+        return fail(g, "out of host memory");
+    for (int b = 0; b < rows; b++)
+        memcpy(tokens + (size_t)b * n, canvas + (size_t)b * L + pos0, (size_t)n * sizeof(int32_t));
+    *r0 = shifted && pick0 > 0 ? pick0 - 1 : pick0;
+    *nr = pick0 + npick - *r0;
+    int rc = span(g, tokens, rows, pos0, n, n_attend, 0, *r0, *nr);
+    free(tokens);
+    return rc;
+}
+
+extern "C" int tb_gpu_forward_pick(tb_gpu *g, const int32_t *canvas, int rows, int B, int L, int pos0, int n,
+                                   int n_attend, int pick0, int npick, int kind, double cfg_scale, int shifted,
+                                   int32_t *x0, double *conf)
+{
+    int r0, nr;
+    if (canvas_span(g, canvas, rows, L, pos0, n, n_attend, pick0, npick, shifted, &r0, &nr))
+        return -1;
+    size_t V = g->cfg.vocab_size;
+    k_pick<<<B * npick, 256, 0, g->stream>>>(g->logits, (int)V, npick, nr, pick0 - r0, shifted, (size_t)B * nr * V,
+                                             (float)cfg_scale, kind, g->out_tok, g->out_conf);
+    LAUNCHED();
+    CK(cudaMemcpyAsync(g->h_tok, g->out_tok, (size_t)B * npick * sizeof(int32_t), cudaMemcpyDeviceToHost, g->stream));
+    CK(cudaMemcpyAsync(g->h_conf, g->out_conf, (size_t)B * npick * sizeof(double), cudaMemcpyDeviceToHost,
+                       g->stream));
+    CK(cudaStreamSynchronize(g->stream));
+    for (int b = 0; b < B; b++) {
+        memcpy(x0 + (size_t)b * n + pick0, g->h_tok + (size_t)b * npick, npick * sizeof(int32_t));
+        memcpy(conf + (size_t)b * n + pick0, g->h_conf + (size_t)b * npick, npick * sizeof(double));
+    }
+    return 0;
+}
+
+extern "C" int tb_gpu_forward_logits(tb_gpu *g, const int32_t *canvas, int rows, int L, int pos0, int n,
+                                     int n_attend, int pick0, int npick, int shifted, float *logits)
+{
+    int r0, nr;
+    if (canvas_span(g, canvas, rows, L, pos0, n, n_attend, pick0, npick, shifted, &r0, &nr))
+        return -1;
+    size_t V = g->cfg.vocab_size;
+    for (int b = 0; b < rows; b++)
+        for (int i = pick0; i < pick0 + npick; i++) {
+            // the head row holding position i's logits: i, or i - 1 when
+            // shifted (position 0 reads its own)
+            int src = (shifted && i > 0 ? i - 1 : i) - r0;
+            CK(cudaMemcpyAsync(logits + ((size_t)b * npick + (i - pick0)) * V, g->logits + ((size_t)b * nr + src) * V,
+                               V * sizeof(float), cudaMemcpyDeviceToHost, g->stream));
+        }
+    CK(cudaStreamSynchronize(g->stream));
+    return 0;
+}

@@ -1,0 +1,120 @@
+// gpu_internal.cuh — what the engine's CUDA files share; not a public
+// header (gpu.h is the engine's one public GPU header). The context
+// (struct tb_gpu), the error and device-memory helpers, and the kernels
+// (gpu_kernels.cuh). Layouts mirror cpu_forward.c: row-major
+// [rows][features]; weights [out][in] (PyTorch), so y = x W^T.
+//
+// The files: gpu_kernels.cu (device code and its launch wrappers),
+// gpu_context.cu (device, stream, cuBLAS, device-memory accounting, the
+// weights), gpu_forward.cu (the forward pass, in cpu_forward.c's order and
+// names), gpu_ceilings.cu (the roofline's ceilings, the GEMV calibration).
+#ifndef TB_ENGINE_GPU_INTERNAL_CUH
+#define TB_ENGINE_GPU_INTERNAL_CUH
+
+#include "gpu.h"
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpu_kernels.cuh"
+
+struct gpu_layer {
+    float *attn_norm, *mlp_norm; // [h]
+    bf16 *wqkv;                  // [(nh + 2 nkv) hd][h]
+    float *bqkv;                 // [(nh + 2 nkv) hd] or NULL
+    bf16 *wo;                    // [h][nh hd]
+    bf16 *wgu;                   // [2 I][h]
+    bf16 *wdown;                 // [h][I]
+};
+
+// One device allocation made through dalloc.
+struct dev_block {
+    void *p;
+    size_t bytes; // as requested from cudaMalloc
+};
+
+struct tb_gpu {
+    tb_model_config cfg;
+    cudaDeviceProp prop;
+    cublasHandle_t blas;
+    cudaStream_t stream;
+    void *blas_ws;
+    // device memory through dalloc/dfree (gpu.h: what is counted): the
+    // blocks held, their bytes now, and the most since tb_gpu_reset_peak
+    dev_block *blocks;
+    size_t n_blocks, cap_blocks;
+    size_t bytes_now, bytes_peak;
+    bf16 *embed, *lm_head;
+    float *final_norm, *inv_freq;
+    gpu_layer *layers;
+    // capacity
+    int seqs, len, rows;
+    bf16 *kc, *vc;     // [layers][seqs][len][kvd]
+    float *x;          // [rows][h]
+    bf16 *xn;          // [rows][h]
+    float *qkv;        // [rows][qkvd]
+    bf16 *q;           // [rows][nq]
+    bf16 *att;         // [rows][nq]
+    float *gu;         // [rows][2I]
+    bf16 *act;         // [rows][I]
+    float *logits;     // [rows][V]
+    float *scores;     // [seqs * heads][rows/seqs][len] (batched attention)
+    bf16 *probs;       // same shape, bf16
+    int32_t *tok;      // [rows] device tokens
+    int32_t *out_tok;  // [rows]
+    double *out_conf;  // [rows]
+    int *d_pos;        // decode position (device)
+    int *d_pad;        // [seqs] left-padding positions of each sequence (device; 0 = none)
+    void **ptrs;       // batched-GEMM pointer arrays, every layer (device)
+    void **hptrs;      // pinned host staging for them
+    size_t ptr_cap;
+    // decode graph
+    cudaGraphExec_t graph;
+    int graph_B;
+    int pos;           // host copy of the decode position
+    int gemv_variant;  // see gemv()
+    int32_t *h_tok;    // pinned [rows]
+    double *h_conf;    // pinned [rows]
+    // roofline: work of the forwards since tb_gpu_take_work, by count
+    double work_flops, work_bytes;
+    double peak_flops, peak_bytes_per_s; // measured by tb_gpu_measure_ceilings; 0 = not yet
+    char error[512];
+};
+
+#define CK(call)                                                                                    \
+    do {                                                                                            \
+        cudaError_t e_ = (call);                                                                    \
+        if (e_ != cudaSuccess)                                                                      \
+            return fail(g, "%s:%d: %s: %s", __FILE__, __LINE__, #call, cudaGetErrorString(e_));     \
+    } while (0)
+#define CB(call)                                                                                    \
+    do {                                                                                            \
+        cublasStatus_t s_ = (call);                                                                 \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                            \
+            return fail(g, "%s:%d: %s: cuBLAS status %d", __FILE__, __LINE__, #call, (int)s_);     \
+    } while (0)
+#define LAUNCHED() CK(cudaGetLastError())
+
+// Host helpers shared by the .cu files (C++ names: nothing clashes with
+// the engine's C code; hidden like the rest).
+namespace tbgpu {
+
+// Write the context's error message; returns -1.
+int fail(tb_gpu *g, const char *fmt, ...);
+// Every device allocation goes through these (gpu_context.cu).
+int dalloc(tb_gpu *g, void **p, size_t bytes);
+void dfree(tb_gpu *g, void *p);
+// Free the forward's buffers (gpu_forward.cu, as tb_cpu_state_free).
+void free_buffers(tb_gpu *g);
+
+inline int qkv_dim(const tb_model_config *c) { return (c->n_heads + 2 * c->n_kv_heads) * c->head_dim; }
+// Blocks of 256 threads for n elements (grid-stride kernels cap it).
+inline unsigned blocks_for(size_t n) { return (unsigned)((n + 255) / 256 > 65535 ? 65535 : (n + 255) / 256); }
+
+} // namespace tbgpu
+
+#endif

@@ -1,0 +1,440 @@
+// gpu_kernels.cu — the engine's device code (gpu_kernels.cuh): every
+// kernel, and the launch of the GEMV variants (templates, instantiated
+// here). The CPU path is the reference of every kernel (tests/gpu/).
+#include "gpu_internal.cuh"
+
+#include <math.h>
+
+__global__ void k_init_uniform(bf16 *p, size_t n, uint64_t seed, float a)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint64_t z = seed + (i + 1) * 0x9E3779B97F4A7C15ULL;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+        z ^= z >> 31;
+        p[i] = __float2bfloat16(a * (2.0f * (float)(z >> 40) / 16777216.0f - 1.0f));
+    }
+}
+
+__global__ void k_f32_to_bf16(const float *src, bf16 *dst, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = __float2bfloat16(src[i]);
+}
+
+__global__ void k_embed(const int32_t *tok, const bf16 *emb, float *x, int h)
+{
+    const bf16 *row = emb + (size_t)tok[blockIdx.x] * h;
+    for (int i = threadIdx.x; i < h; i += blockDim.x)
+        x[(size_t)blockIdx.x * h + i] = __bfloat162float(row[i]);
+}
+
+__device__ float block_sum(float v, float *sh)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffff, v, o);
+    int w = threadIdx.x / 32, l = threadIdx.x % 32;
+    __syncthreads();
+    if (l == 0)
+        sh[w] = v;
+    __syncthreads();
+    v = threadIdx.x < blockDim.x / 32 ? sh[threadIdx.x] : 0.0f;
+    if (w == 0)
+        for (int o = 16; o > 0; o >>= 1)
+            v += __shfl_xor_sync(0xffffffff, v, o);
+    if (threadIdx.x == 0)
+        sh[0] = v;
+    __syncthreads();
+    return sh[0];
+}
+
+// y[o] = bf16(x[r] / rms(x[r]) * w), one block per output row o: with
+// (n, r0, nr) = (1, 0, 1) every row; otherwise rows r0 .. r0 + nr - 1 of
+// each sequence of n rows (the LM head's rows).
+__global__ void k_rmsnorm(const float *x, int n, int r0, int nr, const float *w, bf16 *y, int h, float eps)
+{
+    __shared__ float sh[32];
+    int o = blockIdx.x;
+    const float *xr = x + ((size_t)(o / nr) * n + r0 + o % nr) * h;
+    float ss = 0;
+    for (int i = threadIdx.x; i < h; i += blockDim.x)
+        ss += xr[i] * xr[i];
+    ss = block_sum(ss, sh);
+    float inv = rsqrtf(ss / h + eps);
+    for (int i = threadIdx.x; i < h; i += blockDim.x)
+        y[(size_t)blockIdx.x * h + i] = __float2bfloat16(w[i] * (xr[i] * inv));
+}
+
+// Bias, half-split RoPE on q and k, k/v into the cache, q to bf16. One
+// block per (row, head of q, k or v), a thread per pair of dims; positions
+// pos0 + (row % n_new), or *d_pos in decode. A left-padded sequence's
+// RoPE positions start at its first real token (pos - pad[b]), as on the
+// CPU; the cache slot stays pos.
+__global__ void k_qkv_post(const float *qkv, const float *bias, const float *inv_freq, int n_new, int pos0,
+                           const int *d_pos, const int *pad, bf16 *kc, bf16 *vc, int len, bf16 *q_out, int nh,
+                           int nkv, int hd)
+{
+    int r = blockIdx.x, head = blockIdx.y, b = r / n_new;
+    int pos = (d_pos ? *d_pos : pos0) + r % n_new;
+    int rpos = pos >= pad[b] ? pos - pad[b] : 0;
+    int nq = nh * hd, kvd = nkv * hd, qkvd = nq + 2 * kvd, half = hd / 2;
+    const float *v = qkv + (size_t)r * qkvd + (size_t)head * hd;
+    const float *bb = bias ? bias + (size_t)head * hd : NULL;
+    size_t at = ((size_t)b * len + pos) * kvd;
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        float a = v[i] + (bb ? bb[i] : 0.0f), c = v[i + half] + (bb ? bb[i + half] : 0.0f);
+        if (head < nh + nkv) { /* q or k: rotate */
+            float ang = (float)rpos * inv_freq[i];
+            float cs = cosf(ang), sn = sinf(ang);
+            float ra = a * cs - c * sn, rc = c * cs + a * sn;
+            a = ra, c = rc;
+        }
+        bf16 *dst = head < nh         ? q_out + (size_t)r * nq + (size_t)head * hd
+                    : head < nh + nkv ? kc + at + (size_t)(head - nh) * hd
+                                      : vc + at + (size_t)(head - nh - nkv) * hd;
+        dst[i] = __float2bfloat16(a);
+        dst[i + half] = __float2bfloat16(c);
+    }
+}
+
+// Decode attention: one query per (sequence, head), keys [0, *d_pos] (or
+// n_keys_fixed when d_pos is NULL). ATT_WARPS warps: scores with a warp per
+// key (lanes over pairs of dims, bf16x2 loads, 4 keys in flight), softmax
+// in shared memory, then each warp sums its share of the keys for every dim
+// and the warps' partial sums are added. Latency, not bandwidth, is the
+// enemy here: at batch 1 there are only heads-many blocks, so each keeps
+// many independent loads in flight.
+__global__ void __launch_bounds__(ATT_WARPS * 32)
+    k_attn_decode(const bf16 *q, const bf16 *kc, const bf16 *vc, bf16 *out, int len, int nh, int nkv, int hd,
+                  const int *d_pos, int n_keys_fixed, const int *pad, float scale)
+{
+    extern __shared__ float s[]; // [len] scores, then [ATT_WARPS][hd] partial outputs
+    __shared__ float red[32];
+    int b = blockIdx.x, h = blockIdx.y, kvh = h / (nh / nkv), kvd = nkv * hd;
+    int n_keys = d_pos ? *d_pos + 1 : n_keys_fixed;
+    int lo = pad[b]; // keys [0, lo) are left padding: masked (the query is a real token)
+    const bf16 *qv = q + ((size_t)b * nh + h) * hd;
+    const bf16 *kb = kc + (size_t)b * len * kvd + kvh * hd, *vb = vc + (size_t)b * len * kvd + kvh * hd;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    // this lane's dims: pairs 2 lane + 64 k
+    float2 qr[4];
+    int npairs = 0;
+    for (int d = 2 * lane; d < hd && npairs < 4; d += 64)
+        qr[npairs++] = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(qv + d));
+    for (int j0 = warp; j0 < n_keys; j0 += 4 * ATT_WARPS) {
+        float dot[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            int j = j0 + u * ATT_WARPS;
+            if (j < n_keys) {
+                const bf16 *k = kb + (size_t)j * kvd;
+                for (int p = 0; p < npairs; p++) {
+                    float2 kk = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(k + 2 * lane + 64 * p));
+                    dot[u] += qr[p].x * kk.x + qr[p].y * kk.y;
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            float d = dot[u];
+            for (int o = 16; o > 0; o >>= 1)
+                d += __shfl_xor_sync(0xffffffff, d, o);
+            int j = j0 + u * ATT_WARPS;
+            if (lane == 0 && j < n_keys)
+                s[j] = j < lo ? -INFINITY : d * scale;
+        }
+    }
+    __syncthreads();
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j < n_keys; j += blockDim.x)
+        mx = fmaxf(mx, s[j]);
+    for (int o = 16; o > 0; o >>= 1)
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, o));
+    if (lane == 0)
+        red[warp] = mx;
+    __syncthreads();
+    mx = red[0];
+    for (int w = 1; w < ATT_WARPS; w++)
+        mx = fmaxf(mx, red[w]);
+    __syncthreads();
+    float sum = 0;
+    for (int j = threadIdx.x; j < n_keys; j += blockDim.x) {
+        s[j] = __expf(s[j] - mx);
+        sum += s[j];
+    }
+    sum = block_sum(sum, red);
+    float inv = 1.0f / sum;
+    // partial outputs: warp w over keys w, w + 8, ...; 4 keys in flight
+    float2 acc[4] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}};
+    for (int j0 = warp; j0 < n_keys; j0 += 4 * ATT_WARPS) {
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            int j = j0 + u * ATT_WARPS;
+            if (j < n_keys) {
+                const bf16 *v = vb + (size_t)j * kvd;
+                float pj = s[j];
+                for (int p = 0; p < npairs; p++) {
+                    float2 vv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(v + 2 * lane + 64 * p));
+                    acc[p].x += pj * vv.x;
+                    acc[p].y += pj * vv.y;
+                }
+            }
+        }
+    }
+    float *part = s + len; // [ATT_WARPS][hd]
+    for (int p = 0; p < npairs; p++) {
+        part[warp * hd + 2 * lane + 64 * p] = acc[p].x;
+        part[warp * hd + 2 * lane + 64 * p + 1] = acc[p].y;
+    }
+    __syncthreads();
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float o = 0;
+        for (int w = 0; w < ATT_WARPS; w++)
+            o += part[w * hd + d];
+        out[((size_t)b * nh + h) * hd + d] = __float2bfloat16(o * inv);
+    }
+}
+
+// Row softmax of scores [sequence][head][n][n_keys] into bf16
+// probabilities; causal rows see keys up to their own position pos0 + t.
+// Keys [0, pad[b]) are left padding, masked for real rows (a padding row
+// attends as usual; nothing reads it), as on the CPU.
+__global__ void k_softmax(const float *sc, bf16 *p, int n, int n_keys, int pos0, int causal, const int *pad, int nh)
+{
+    __shared__ float red[32];
+    size_t row = blockIdx.x;
+    int t = (int)(row % n), visible = causal ? pos0 + t + 1 : n_keys;
+    int b = (int)(row / ((size_t)n * nh)), lo = pos0 + t >= pad[b] ? pad[b] : 0;
+    const float *x = sc + row * n_keys;
+    bf16 *y = p + row * n_keys;
+    float mx = -INFINITY;
+    for (int j = lo + threadIdx.x; j < visible; j += blockDim.x)
+        mx = fmaxf(mx, x[j]);
+    for (int o = 16; o > 0; o >>= 1)
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, o));
+    if (threadIdx.x % 32 == 0)
+        red[threadIdx.x / 32] = mx;
+    __syncthreads();
+    mx = red[0];
+    for (int w = 1; w < (int)blockDim.x / 32; w++)
+        mx = fmaxf(mx, red[w]);
+    __syncthreads();
+    float sum = 0;
+    for (int j = lo + threadIdx.x; j < visible; j += blockDim.x)
+        sum += __expf(x[j] - mx);
+    sum = block_sum(sum, red);
+    float inv = 1.0f / sum;
+    for (int j = threadIdx.x; j < n_keys; j += blockDim.x)
+        y[j] = __float2bfloat16(j >= lo && j < visible ? __expf(x[j] - mx) * inv : 0.0f);
+}
+
+// act[r][i] = silu(gate[r][i]) up[r][i]: a thread per element, so one row
+// (decode) still spreads over the whole chip.
+__global__ void k_swiglu(const float *gu, bf16 *act, int inter, size_t n)
+{
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
+        size_t r = e / inter, i = e % inter;
+        float g = gu[r * 2 * inter + i], u = gu[r * 2 * inter + inter + i];
+        act[e] = __float2bfloat16(g / (1.0f + __expf(-g)) * u);
+    }
+}
+
+// Batch-1 product y[out] (+)= W[out][in] x[in]: each warp computes
+// GEMV_ROWS rows, lanes stride over 16-byte chunks (8 bf16) of the rows
+// and of x (x is small and stays in L1/L2), so every lane keeps
+// GEMV_ROWS x unroll independent 16-byte loads of W in flight. No shared
+// memory, no block-wide barrier: the weights stream at memory speed.
+#define GEMV_WARPS 4
+template <int GEMV_ROWS, int UNROLL>
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+    k_gemv(const bf16 *__restrict__ w, const bf16 *__restrict__ x, float *__restrict__ y, int out, int in, float beta)
+{
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int row0 = (blockIdx.x * GEMV_WARPS + warp) * GEMV_ROWS;
+    if (row0 >= out)
+        return;
+    const uint4 *xv = reinterpret_cast<const uint4 *>(x);
+    const uint4 *wr[GEMV_ROWS];
+    float acc[GEMV_ROWS];
+#pragma unroll
+    for (int r = 0; r < GEMV_ROWS; r++) {
+        int row = row0 + r < out ? row0 + r : out - 1; // a tail row recomputes the last one
+        wr[r] = reinterpret_cast<const uint4 *>(w + (size_t)row * in);
+        acc[r] = 0;
+    }
+    int chunks = in / 8;
+#pragma unroll UNROLL
+    for (int c = lane; c < chunks; c += 32) {
+        uint4 xc = __ldg(xv + c);
+        const __nv_bfloat162 *xe = reinterpret_cast<const __nv_bfloat162 *>(&xc);
+#pragma unroll
+        for (int r = 0; r < GEMV_ROWS; r++) {
+            uint4 wc = __ldg(wr[r] + c);
+            const __nv_bfloat162 *we = reinterpret_cast<const __nv_bfloat162 *>(&wc);
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                float2 a = __bfloat1622float2(we[k]), b = __bfloat1622float2(xe[k]);
+                acc[r] += a.x * b.x + a.y * b.y;
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < GEMV_ROWS; r++) {
+        float v = acc[r];
+        for (int o = 16; o > 0; o >>= 1)
+            v += __shfl_xor_sync(0xffffffff, v, o);
+        if (lane == 0 && row0 + r < out)
+            y[row0 + r] = beta != 0.0f ? y[row0 + r] * beta + v : v;
+    }
+}
+
+// First maximum of each row (torch.argmax), into out[row].
+__global__ void k_argmax(const float *logits, int V, int32_t *out)
+{
+    __shared__ float bv[1024];
+    __shared__ int bi[1024];
+    const float *x = logits + (size_t)blockIdx.x * V;
+    float best = -INFINITY;
+    int idx = 0;
+    for (int v = threadIdx.x; v < V; v += blockDim.x)
+        if (x[v] > best)
+            best = x[v], idx = v;
+    bv[threadIdx.x] = best;
+    bi[threadIdx.x] = idx;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) {
+            float o = bv[threadIdx.x + s];
+            int oi = bi[threadIdx.x + s];
+            if (o > bv[threadIdx.x] || (o == bv[threadIdx.x] && oi < bi[threadIdx.x]))
+                bv[threadIdx.x] = o, bi[threadIdx.x] = oi;
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0)
+        out[blockIdx.x] = bi[0];
+}
+
+__global__ void k_incr(int *p) { *p += 1; }
+
+// Diffusion pick for position r of [B][n]. Its logits come from row r, or
+// (shifted, Dream) from the previous position of the same sequence; with
+// cfg they are combined on the fly with the unconditional row
+// uncond_offset floats further. Kinds as in gpu.h.
+struct pick_row {
+    const float *c, *u;
+    float cfg;
+    __device__ float operator[](int v) const { return cfg > 0 ? u[v] + (cfg + 1.0f) * (c[v] - u[v]) : c[v]; }
+};
+
+__global__ void k_pick(const float *logits, int V, int npick, int nr, int off, int shifted, size_t uncond_offset,
+                       float cfg, int kind, int32_t *x0, double *conf)
+{
+    __shared__ float bv[256];
+    __shared__ int bi[256];
+    __shared__ double ds[256];
+    int b = blockIdx.x / npick, i = blockIdx.x % npick, li = off + i; // li: row within the nr computed
+    size_t src = (size_t)b * nr + (shifted && li > 0 ? li - 1 : li);
+    pick_row x = {logits + src * V, logits + src * V + uncond_offset, cfg};
+    float best = -INFINITY;
+    int idx = 0;
+    for (int v = threadIdx.x; v < V; v += blockDim.x)
+        if (x[v] > best)
+            best = x[v], idx = v;
+    bv[threadIdx.x] = best;
+    bi[threadIdx.x] = idx;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) {
+            float o = bv[threadIdx.x + s];
+            int oi = bi[threadIdx.x + s];
+            if (o > bv[threadIdx.x] || (o == bv[threadIdx.x] && oi < bi[threadIdx.x]))
+                bv[threadIdx.x] = o, bi[threadIdx.x] = oi;
+        }
+        __syncthreads();
+    }
+    float mx = bv[0];
+    int am = bi[0];
+    __syncthreads();
+    if (kind == 0) { // LLaDA: float64 softmax probability of the argmax
+        double sum = 0;
+        for (int v = threadIdx.x; v < V; v += blockDim.x)
+            sum += exp((double)x[v] - (double)mx);
+        ds[threadIdx.x] = sum;
+        __syncthreads();
+        for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+            if (threadIdx.x < s)
+                ds[threadIdx.x] += ds[threadIdx.x + s];
+            __syncthreads();
+        }
+        if (threadIdx.x == 0) {
+            x0[blockIdx.x] = am;
+            conf[blockIdx.x] = 1.0 / ds[0];
+        }
+        return;
+    }
+    // Dream: float32 probabilities
+    float sum = 0;
+    for (int v = threadIdx.x; v < V; v += blockDim.x)
+        sum += __expf(x[v] - mx);
+    bv[threadIdx.x] = sum;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s)
+            bv[threadIdx.x] += bv[threadIdx.x + s];
+        __syncthreads();
+    }
+    float z = bv[0];
+    __syncthreads();
+    float acc = -INFINITY; // kind 2: second largest logit; kind 3: sum p log p
+    if (kind == 2) {
+        for (int v = threadIdx.x; v < V; v += blockDim.x)
+            if (v != am && x[v] > acc)
+                acc = x[v];
+    } else {
+        acc = 0;
+        if (kind == 3)
+            for (int v = threadIdx.x; v < V; v += blockDim.x) {
+                float p = __expf(x[v] - mx) / z;
+                acc += p * logf(p + 1e-10f);
+            }
+    }
+    bv[threadIdx.x] = acc;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s)
+            bv[threadIdx.x] = kind == 2 ? fmaxf(bv[threadIdx.x], bv[threadIdx.x + s]) : bv[threadIdx.x] + bv[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        x0[blockIdx.x] = am;
+        float p1 = 1.0f / z;
+        conf[blockIdx.x] = kind == 1 ? p1 : kind == 2 ? p1 - __expf(bv[0] - mx) / z : bv[0];
+    }
+}
+
+namespace tbgpu {
+
+// The GEMV variants (rows per warp, loads in flight per lane); the
+// fastest on this device is chosen by tb_gpu_bench_gemv (tests/gpu).
+void gemv(tb_gpu *g, const bf16 *w, const bf16 *x, float *y, int out, int in, float beta, int variant)
+{
+    switch (variant) {
+    case 1:
+        k_gemv<4, 4><<<(out + 4 * GEMV_WARPS - 1) / (4 * GEMV_WARPS), GEMV_WARPS * 32, 0, g->stream>>>(w, x, y, out,
+                                                                                                     in, beta);
+        break;
+    case 2:
+        k_gemv<2, 8><<<(out + 2 * GEMV_WARPS - 1) / (2 * GEMV_WARPS), GEMV_WARPS * 32, 0, g->stream>>>(w, x, y, out,
+                                                                                                     in, beta);
+        break;
+    case 3:
+        k_gemv<1, 8><<<(out + GEMV_WARPS - 1) / GEMV_WARPS, GEMV_WARPS * 32, 0, g->stream>>>(w, x, y, out, in, beta);
+        break;
+    default:
+        k_gemv<2, 4><<<(out + 2 * GEMV_WARPS - 1) / (2 * GEMV_WARPS), GEMV_WARPS * 32, 0, g->stream>>>(w, x, y, out,
+                                                                                                     in, beta);
+    }
+}
+
+} // namespace tbgpu

@@ -1,0 +1,41 @@
+// gpu_kernels.cuh — the engine's CUDA kernels (gpu_kernels.cu), for the
+// host code that launches them. What each computes, its grid and its
+// layouts are said at its definition; the CPU path (cpu_forward.c) is the
+// reference of every one (tests/gpu/).
+#ifndef TB_ENGINE_GPU_KERNELS_CUH
+#define TB_ENGINE_GPU_KERNELS_CUH
+
+#include <cuda_bf16.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef __nv_bfloat16 bf16;
+
+// Warps of k_attn_decode's blocks (its launch bounds).
+#define ATT_WARPS 16
+
+__global__ void k_init_uniform(bf16 *p, size_t n, uint64_t seed, float a);
+__global__ void k_f32_to_bf16(const float *src, bf16 *dst, size_t n);
+__global__ void k_embed(const int32_t *tok, const bf16 *emb, float *x, int h);
+__global__ void k_rmsnorm(const float *x, int n, int r0, int nr, const float *w, bf16 *y, int h, float eps);
+__global__ void k_qkv_post(const float *qkv, const float *bias, const float *inv_freq, int n_new, int pos0,
+                           const int *d_pos, const int *pad, bf16 *kc, bf16 *vc, int len, bf16 *q_out, int nh,
+                           int nkv, int hd);
+__global__ void __launch_bounds__(ATT_WARPS * 32)
+    k_attn_decode(const bf16 *q, const bf16 *kc, const bf16 *vc, bf16 *out, int len, int nh, int nkv, int hd,
+                  const int *d_pos, int n_keys_fixed, const int *pad, float scale);
+__global__ void k_softmax(const float *sc, bf16 *p, int n, int n_keys, int pos0, int causal, const int *pad, int nh);
+__global__ void k_swiglu(const float *gu, bf16 *act, int inter, size_t n);
+__global__ void k_argmax(const float *logits, int V, int32_t *out);
+__global__ void k_incr(int *p);
+__global__ void k_pick(const float *logits, int V, int npick, int nr, int off, int shifted, size_t uncond_offset,
+                       float cfg, int kind, int32_t *x0, double *conf);
+
+struct tb_gpu;
+namespace tbgpu {
+// The batch-1 product y[out] (+)= W[out][in] x[in] with GEMV variant
+// `variant` (0..3) on g's stream; tb_gpu_bench_gemv picks the fastest.
+void gemv(tb_gpu *g, const bf16 *w, const bf16 *x, float *y, int out, int in, float beta, int variant);
+} // namespace tbgpu
+
+#endif

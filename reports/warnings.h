@@ -1,0 +1,34 @@
+/* warnings.h — every warning tokbench prints about a stored session,
+ * computed in one place from what the store holds (rsession.h's
+ * tb_rsession). `run` (at its end), `show` and `report` print exactly
+ * these; docs/METRICS.md and docs/REPORTS.md define each rule. */
+#ifndef TB_REPORT_WARNINGS_H
+#define TB_REPORT_WARNINGS_H
+
+#include <stddef.h>
+
+#include "rsession.h"
+
+/* The CV of agg_tps over repetitions above which a case is noisy. */
+#define TB_NOISE_CV 0.10
+
+typedef struct tb_warnings {
+    char **text; /* plain text, one finding each */
+    size_t n;
+} tb_warnings;
+
+/* The warnings of session s, in a fixed order: session-wide first, then
+ * per case in ordinal order, then per backend. */
+void tb_warnings_derive(const tb_rsession *s, tb_warnings *out);
+void tb_warnings_free(tb_warnings *w);
+
+/* Does case c get the noise warning? (CV of agg_tps over more than one
+ * repetition above TB_NOISE_CV, and the calls ran the same work: not a
+ * prompt set, whose calls run different items.) Tables mark such cases. */
+int tb_case_noisy(const tb_rsession *s, const tb_rcase *c);
+
+/* The same rule from the figures: the CV of agg_tps, its number of
+ * repetitions, and whether the session ran a prompt set. */
+int tb_noisy(double agg_cv, size_t n, int prompt_set);
+
+#endif

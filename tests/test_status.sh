@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Case status rules (docs/METRICS.md, "Case status"), end to end:
+#  - a case whose every request fails is `failed`, with the reason, its
+#    samples still stored; `run` exits 1 (a dead server included);
+#  - a case with some failed requests is `ok` but degraded: marked in
+#    show's table and warnings, and `run` exits 1 unless the failed share
+#    is within --max-error-rate;
+#  - `compare --fail-if-slower` counts a newly degraded case as a
+#    regression.
+#
+# usage: test_status.sh BUILD_DIR SOURCE_DIR
+set -uo pipefail
+build=$(cd "$1" && pwd)
+tb="$build/tokbench"
+null="$build/plugins/null/null.so"
+command -v sqlite3 >/dev/null || { echo "SKIP: sqlite3 not installed"; exit 77; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+pass() { echo "ok: $*"; }
+q() { sqlite3 -batch -noheader "$1" "$2"; }
+
+suite() { # $1: extra lines of the backend section
+    printf '[suite]\nwarmup = 1\nrepeat = 3\n[matrix]\nprompt_tokens = 8\nmax_new_tokens = 4\nbatch = 4\n[backend b]\nplugin = %s\n%b\n' "$null" "$1"
+}
+
+# 1. Every request fails: failed, exit 1, the samples kept.
+suite 'fault = http_500\nfault_every = 1' >"$tmp/all.ini"
+"$tb" run "$tmp/all.ini" --db "$tmp/s.db" >"$tmp/all.out" 2>"$tmp/all.err"
+rc=$?
+[ $rc = 1 ] || fail "all requests failed: exit $rc, expected 1"
+[ "$(q "$tmp/s.db" "select status || '|' || error from bench_case")" = "failed|every request failed: 12 of 12 (http_5xx 12); first: http_5xx: scripted fault (HTTP 500)" ] \
+    || fail "all requests failed: case $(q "$tmp/s.db" "select status || '|' || error from bench_case")"
+[ "$(q "$tmp/s.db" "select count(*) from request")" = 16 ] || fail "the failed case's requests were not kept"
+grep -q "^  b failed \[.*\]: every request failed: 12 of 12" "$tmp/all.out" || fail "no warning for the failed case"
+pass "every request failed: case failed, exit 1, samples kept"
+
+# 2. Half fail: ok but degraded; exit 1 by default, 0 within --max-error-rate.
+suite 'fault = http_429\nfault_every = 2' >"$tmp/half.ini"
+"$tb" run "$tmp/half.ini" --db "$tmp/h.db" >"$tmp/half.out" 2>"$tmp/half.err"
+rc=$?
+[ $rc = 1 ] || fail "half failed: exit $rc, expected 1 (degraded at the default --max-error-rate 0)"
+[ "$(q "$tmp/h.db" "select status from bench_case")" = ok ] || fail "half failed: not ok"
+grep -q "^b .* degraded " "$tmp/half.out" || fail "half failed: no degraded mark in the table: $(head -20 "$tmp/half.out")"
+grep -q "^  b \[.*\]: degraded: 6 of 12 requests failed (http_429 6)$" "$tmp/half.out" || fail "half failed: no degraded warning"
+grep -q "1 degraded" "$tmp/half.err" || fail "half failed: the last line does not say degraded"
+"$tb" run "$tmp/half.ini" --db "$tmp/h.db" --max-error-rate 0.5 >/dev/null 2>&1
+rc=$?
+[ $rc = 0 ] || fail "half failed within --max-error-rate 0.5: exit $rc, expected 0"
+"$tb" run "$tmp/half.ini" --db "$tmp/h.db" --max-error-rate 0.4 >/dev/null 2>&1
+rc=$?
+[ $rc = 1 ] || fail "half failed over --max-error-rate 0.4: exit $rc, expected 1"
+"$tb" run "$tmp/half.ini" --db "$tmp/h.db" --max-error-rate 2 >/dev/null 2>"$tmp/bad.err"
+rc=$?
+[ $rc = 2 ] && grep -q -- "--max-error-rate 2: expected a fraction" "$tmp/bad.err" || fail "bad --max-error-rate: exit $rc"
+pass "some requests failed: degraded, --max-error-rate"
+
+# 3. compare: a clean session A against a degraded B is a regression.
+suite '' >"$tmp/clean.ini"
+"$tb" run "$tmp/clean.ini" --db "$tmp/c.db" >/dev/null 2>&1 || fail "clean run failed"
+suite 'fault = http_429\nfault_every = 2' >"$tmp/half.ini"
+"$tb" run "$tmp/half.ini" --db "$tmp/c.db" >/dev/null 2>&1
+"$tb" compare 1 2 --db "$tmp/c.db" --fail-if-slower 1000 >"$tmp/cmp.out" 2>&1
+rc=$?
+[ $rc = 1 ] || fail "compare clean vs degraded: exit $rc, expected 1: $(tail -5 "$tmp/cmp.out")"
+grep -q "degraded in B: 6 of 12 requests failed" "$tmp/cmp.out" || fail "compare does not say degraded"
+"$tb" compare 2 1 --db "$tmp/c.db" --fail-if-slower 1000 >/dev/null 2>&1
+rc=$?
+[ $rc = 0 ] || fail "compare degraded vs clean: exit $rc, expected 0"
+pass "compare: newly degraded is a regression"
+
+# 4. A dead server: every request 'connect', the case failed, exit 1.
+http="$build/plugins/http/http.so"
+if [ -f "$http" ]; then
+    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    printf '[suite]\nwarmup = 0\nrepeat = 2\n[matrix]\nprompt_tokens = 8\nmax_new_tokens = 4\nconcurrency = 2\n[backend dead]\nplugin = %s\nurl = http://127.0.0.1:%s\nrequests = 4\ntimeout = 5\n' "$http" "$port" >"$tmp/dead.ini"
+    "$tb" run "$tmp/dead.ini" --db "$tmp/d.db" >"$tmp/dead.out" 2>"$tmp/dead.err"
+    rc=$?
+    [ $rc = 1 ] || fail "dead server: exit $rc, expected 1"
+    case "$(q "$tmp/d.db" "select status || '|' || error from bench_case")" in
+    "failed|every request failed: 8 of 8 (connect 8)"*) pass "dead server: case failed, exit 1" ;;
+    *) fail "dead server: $(q "$tmp/d.db" "select status || '|' || error from bench_case") $(tail -3 "$tmp/dead.err")" ;;
+    esac
+fi
+
+[ $failures = 0 ] && echo "all status checks passed"
+exit $((failures > 0))

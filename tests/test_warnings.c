@@ -1,0 +1,132 @@
+/* test_warnings.c — reports/warnings.c, the one place every warning is
+ * computed, on sessions built by hand: each rule fires when it should
+ * and stays quiet when it should not (a warning on every run hides the
+ * real ones). */
+#define _POSIX_C_SOURCE 200809L
+#include "warnings.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+
+static tb_rmetric metric(const char *name, size_t n, double mean, double cv)
+{
+    tb_rmetric m = {.name = (char *)name, .unit = (char *)""};
+    m.st = (tb_stats){.n = n, .median = mean, .mean = mean, .cv = cv, .p5 = NAN, .p95 = NAN};
+    return m;
+}
+
+/* One backend, one ok case with agg_tps of n repetitions and CV cv. */
+typedef struct fixture {
+    tb_rsession s;
+    tb_rbackend b;
+    tb_rcase c;
+    tb_rmetric m[4];
+} fixture;
+
+static void fixture_init(fixture *f, size_t n, double cv)
+{
+    memset(f, 0, sizeof *f);
+    f->b = (tb_rbackend){.label = (char *)"eng", .dtype = (char *)"bf16", .device = (char *)"", .random_weights = 0};
+    f->m[0] = metric("agg_tps", n, 100, cv);
+    f->c = (tb_rcase){.ordinal = 1, .prompt_tokens = 32, .max_new_tokens = 16, .batch = 1, .concurrency = -1,
+                      .steps = -1, .block_length = -1, .request_rate = NAN, .options_json = (char *)"{}",
+                      .status = (char *)"ok", .error = (char *)"", .metrics = f->m, .n_metrics = 1,
+                      .requests = (int)n, .peak_device_mib = NAN, .host_rss_mib = NAN,
+                      .energy_j_per_token = NAN};
+    f->s = (tb_rsession){.status = (char *)"completed", .repeat = (int)n, .warmup = 1, .backends = &f->b,
+                         .n_backends = 1, .cases = &f->c, .n_cases = 1};
+}
+
+/* How many warnings contain `needle`. */
+static int count(const tb_warnings *w, const char *needle)
+{
+    int k = 0;
+    for (size_t i = 0; i < w->n; i++)
+        k += strstr(w->text[i], needle) != NULL;
+    return k;
+}
+
+static void test_quiet(void)
+{
+    fixture f;
+    fixture_init(&f, 10, 0.02);
+    tb_warnings w;
+    tb_warnings_derive(&f.s, &w);
+    for (size_t i = 0; i < w.n; i++)
+        fprintf(stderr, "unexpected warning: %s\n", w.text[i]);
+    CHECK(w.n == 0);
+    tb_warnings_free(&w);
+}
+
+static void test_noise(void)
+{
+    fixture f;
+    fixture_init(&f, 10, 0.187);
+    tb_warnings w;
+    tb_warnings_derive(&f.s, &w);
+    CHECK(count(&w, "noisy, aggregate tok/s CV 18.7% > 10%") == 1);
+    CHECK(tb_case_noisy(&f.s, &f.c));
+    tb_warnings_free(&w);
+    /* a prompt set: the calls run different items, their CV is no noise */
+    f.s.has_prompt_set = 1;
+    tb_warnings_derive(&f.s, &w);
+    CHECK(count(&w, "noisy") == 0);
+    CHECK(count(&w, "prompt set: every call runs different items") == 1);
+    CHECK(!tb_case_noisy(&f.s, &f.c));
+    tb_warnings_free(&w);
+    /* one repetition has no spread */
+    CHECK(!tb_noisy(0.5, 1, 0));
+    CHECK(tb_noisy(0.11, 2, 0) && !tb_noisy(0.10, 2, 0) && !tb_noisy(NAN, 5, 0));
+}
+
+static void test_failed_requests(void)
+{
+    fixture f;
+    fixture_init(&f, 10, 0.02);
+    f.c.requests = 40;
+    f.c.failed_requests = 3;
+    f.m[1] = metric("errors_connect", 10, 0.2, 0); /* 2 in 10 calls */
+    f.m[2] = metric("errors_http_5xx", 10, 0.1, 0);
+    f.c.n_metrics = 3;
+    tb_warnings w;
+    tb_warnings_derive(&f.s, &w);
+    CHECK(count(&w, "eng [prompt 32, new 16, batch 1]: degraded: 3 of 40 requests failed (connect 2, http_5xx 1)") == 1);
+    tb_warnings_free(&w);
+}
+
+static void test_other_rules(void)
+{
+    fixture f;
+    fixture_init(&f, 10, 0.02);
+    f.c.varying_outputs = 2;
+    f.c.count_mismatches = 5;
+    tb_warnings w;
+    tb_warnings_derive(&f.s, &w);
+    CHECK(count(&w, "2 request(s) produced different outputs in different repetitions") == 1);
+    CHECK(count(&w, "eng: 5 requests in 1 cases re-count") == 1);
+    tb_warnings_free(&w);
+
+    fixture_init(&f, 3, 0.02);
+    f.s.warmup = 0;
+    f.s.status = (char *)"interrupted";
+    f.c.status = (char *)"failed";
+    f.c.error = (char *)"backend process crashed";
+    tb_warnings_derive(&f.s, &w);
+    CHECK(count(&w, "the session is interrupted") == 1);
+    CHECK(count(&w, "no warm-up run") == 1);
+    CHECK(count(&w, "eng failed [prompt 32, new 16, batch 1]: backend process crashed") == 1);
+    CHECK(count(&w, "measured calls in the smallest case") == 0); /* a failed case has no calls to count */
+    tb_warnings_free(&w);
+}
+
+int main(void)
+{
+    test_quiet();
+    test_noise();
+    test_failed_requests();
+    test_other_rules();
+    return check_done();
+}

@@ -1,0 +1,195 @@
+/* strmem.c — see strmem.h. */
+#define _POSIX_C_SOURCE 200809L
+#include "strmem.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+void *tb_realloc_array(void *p, size_t n, size_t size)
+{
+    size_t bytes;
+    if (__builtin_mul_overflow(n, size, &bytes)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return realloc(p, bytes ? bytes : 1);
+}
+
+char *tb_strndup(const char *s, size_t n)
+{
+    if (n == SIZE_MAX) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    char *p = malloc(n + 1);
+    if (!p)
+        return NULL;
+    memcpy(p, s, n);
+    p[n] = '\0';
+    return p;
+}
+
+char *tb_vasprintf(const char *fmt, va_list ap)
+{
+    tb_str b = {0};
+    tb_str_try_vappendf(&b, fmt, ap);
+    return tb_str_try_take(&b);
+}
+
+char *tb_asprintf(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *s = tb_vasprintf(fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+/* Room for `extra` more bytes and the NUL; -1 (b->failed set) if none. */
+static int str_reserve(tb_str *b, size_t extra)
+{
+    if (b->failed)
+        return -1;
+    size_t need;
+    if (__builtin_add_overflow(b->len, extra, &need) || __builtin_add_overflow(need, 1, &need))
+        goto fail;
+    if (need <= b->cap)
+        return 0;
+    size_t cap = b->cap ? b->cap : 64;
+    while (cap < need)
+        if (__builtin_mul_overflow(cap, 2, &cap))
+            goto fail;
+    char *s = realloc(b->s, cap);
+    if (!s)
+        goto fail;
+    b->s = s;
+    b->cap = cap;
+    return 0;
+fail:
+    b->failed = true;
+    errno = ENOMEM;
+    return -1;
+}
+
+int tb_str_try_appendn(tb_str *b, const char *s, size_t n)
+{
+    if (str_reserve(b, n) != 0)
+        return -1;
+    memcpy(b->s + b->len, s, n);
+    b->len += n;
+    b->s[b->len] = '\0';
+    return 0;
+}
+
+int tb_str_try_append(tb_str *b, const char *s)
+{
+    return tb_str_try_appendn(b, s, strlen(s));
+}
+
+/* gcc 12 with -fsanitize=undefined reports a spurious "null format string"
+ * for vsnprintf(NULL, 0, ...) here (-Wformat-truncation). */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+int tb_str_try_vappendf(tb_str *b, const char *fmt, va_list ap)
+{
+    va_list ap2;
+    va_copy(ap2, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap2);
+    va_end(ap2);
+    if (n < 0) /* an encoding error: nothing appended, as before */
+        return b->failed ? -1 : 0;
+    if (str_reserve(b, (size_t)n) != 0)
+        return -1;
+    vsnprintf(b->s + b->len, (size_t)n + 1, fmt, ap);
+    b->len += (size_t)n;
+    return 0;
+}
+#pragma GCC diagnostic pop
+
+int tb_str_try_appendf(tb_str *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = tb_str_try_vappendf(b, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+char *tb_str_try_take(tb_str *b)
+{
+    char *s = NULL;
+    if (!b->failed)
+        s = b->s ? b->s : tb_strndup("", 0);
+    else
+        free(b->s);
+    b->s = NULL;
+    b->len = b->cap = 0;
+    b->failed = false;
+    return s;
+}
+
+void tb_str_free(tb_str *b)
+{
+    free(b->s);
+    b->s = NULL;
+    b->len = b->cap = 0;
+    b->failed = false;
+}
+
+int64_t tb_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+char *tb_read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    tb_str b = {0};
+    char chunk[65536];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
+        if (tb_str_try_appendn(&b, chunk, n) != 0)
+            break;
+    int err = ferror(f), oom = b.failed;
+    fclose(f);
+    if (err || oom) {
+        tb_str_free(&b);
+        errno = oom ? ENOMEM : EIO;
+        return NULL;
+    }
+    if (len)
+        *len = b.len;
+    char *s = tb_str_try_take(&b);
+    if (!s)
+        errno = ENOMEM;
+    return s;
+}
+
+char *tb_trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    size_t n = strlen(s);
+    while (n > 0 && isspace((unsigned char)s[n - 1]))
+        s[--n] = '\0';
+    return s;
+}
+
+void tb_strlcpy(char *dst, const char *src, size_t size)
+{
+    if (size == 0)
+        return;
+    size_t n = strlen(src);
+    if (n >= size)
+        n = size - 1;
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
