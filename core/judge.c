@@ -4,7 +4,6 @@
 
 #include <math.h>
 #include <signal.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,7 +42,7 @@ static int judged_item(const tb_plan *plan, int i)
 
 /* Run the judge's worker over the unique pairs; out[n_pairs]. 0 or -1. */
 static int run_worker(const tb_plan *plan, answer **uniq, size_t n_pairs, tb_wire_loglik *out,
-                      volatile int *interrupted)
+                      volatile int *interrupted, char **err)
 {
     size_t case_idx = SIZE_MAX;
     for (size_t i = 0; i < plan->n_cases && case_idx == SIZE_MAX; i++)
@@ -51,7 +50,7 @@ static int run_worker(const tb_plan *plan, answer **uniq, size_t n_pairs, tb_wir
             case_idx = i;
     const char *label = plan->backends[plan->judge].sb->label;
     if (case_idx == SIZE_MAX) {
-        fprintf(stderr, "tokbench: judge %s: it has no case to take its load options from (all skipped)\n", label);
+        *err = tb_xasprintf("judge %s: it has no case to take its load options from (all skipped)", label);
         return -1;
     }
     tb_wire_judge h = {.case_index = (uint32_t)case_idx, .n = (uint32_t)n_pairs};
@@ -81,8 +80,7 @@ static int run_worker(const tb_plan *plan, answer **uniq, size_t n_pairs, tb_wir
         memcpy(out, f.payload, f.len);
         rc = 0;
     } else {
-        fprintf(stderr, "tokbench: judge %s: %s\n", label,
-                r == TB_WC_OK ? "malformed answer from the backend process" : why);
+        *err = tb_xasprintf("judge %s: %s", label, r == TB_WC_OK ? "malformed answer from the backend process" : why);
     }
     free(why);
     tb_wc_free(&wc);
@@ -91,8 +89,9 @@ static int run_worker(const tb_plan *plan, answer **uniq, size_t n_pairs, tb_wir
 }
 
 /* Per answer its nll and perplexity; per case the judge_ppl statistics
- * over its scored answers; stored in one transaction. */
-static int store_scores(tb_store *st, const tb_plan *plan, const answer *a, size_t n, const tb_wire_loglik *res)
+ * over its scored answers; stored in one transaction. 0, or -1 with *err. */
+static int store_scores(tb_store *st, const tb_plan *plan, const answer *a, size_t n, const tb_wire_loglik *res,
+                        char **err)
 {
     tb_judge_score *sc = tb_xcalloc(n ? n : 1, sizeof *sc);
     int64_t *case_ids = tb_xcalloc(n ? n : 1, sizeof *case_ids);
@@ -118,11 +117,11 @@ static int store_scores(tb_store *st, const tb_plan *plan, const answer *a, size
             nv = 0;
         }
     }
-    char *err = NULL;
-    int rc = tb_store_judge(st, sc, n_sc, case_ids, rows, n_rows, &err);
+    char *why = NULL;
+    int rc = tb_store_judge(st, sc, n_sc, case_ids, rows, n_rows, &why);
     if (rc != 0) {
-        fprintf(stderr, "tokbench: judge: %s\n", err);
-        free(err);
+        *err = tb_xasprintf("judge %s: %s", plan->backends[plan->judge].sb->label, why);
+        free(why);
     }
     free(sc);
     free(case_ids);
@@ -131,16 +130,18 @@ static int store_scores(tb_store *st, const tb_plan *plan, const answer *a, size
     return rc;
 }
 
-int tb_judge_session(const tb_plan *plan, tb_store *st, int64_t session, volatile int *interrupted)
+int tb_judge_session(const tb_plan *plan, tb_store *st, int64_t session, volatile int *interrupted,
+                     tb_progress *progress, char **err)
 {
     if (plan->judge == SIZE_MAX || !plan->n_prompts)
         return 0;
+    const char *label = plan->backends[plan->judge].sb->label;
     tb_stored_answer *stored;
     size_t n_stored;
-    char *err = NULL;
-    if (tb_store_answers(st, session, &stored, &n_stored, &err) != 0) {
-        fprintf(stderr, "tokbench: judge: cannot read the answers: %s\n", err);
-        free(err);
+    char *why = NULL;
+    if (tb_store_answers(st, session, &stored, &n_stored, &why) != 0) {
+        *err = tb_xasprintf("judge %s: cannot read the answers: %s", label, why);
+        free(why);
         return -1;
     }
     answer *a = tb_xcalloc(n_stored ? n_stored : 1, sizeof *a);
@@ -165,12 +166,15 @@ int tb_judge_session(const tb_plan *plan, tb_store *st, int64_t session, volatil
             uniq[n_pairs++] = order[i];
         order[i]->pair = n_pairs - 1;
     }
-    fprintf(stderr, "tokbench: judge %s: scoring %zu answers (%zu distinct)\n",
-            plan->backends[plan->judge].sb->label, n, n_pairs);
+    if (progress) { /* the judge may take a while: say what it does first */
+        char *msg = tb_xasprintf("tokbench: judge %s: scoring %zu answers (%zu distinct)", label, n, n_pairs);
+        tb_progress_note(progress, msg);
+        free(msg);
+    }
     tb_wire_loglik *res = tb_xcalloc(n_pairs, sizeof *res);
-    int rc = run_worker(plan, uniq, n_pairs, res, interrupted);
+    int rc = run_worker(plan, uniq, n_pairs, res, interrupted, err);
     if (rc == 0)
-        rc = store_scores(st, plan, a, n, res);
+        rc = store_scores(st, plan, a, n, res, err);
     free(res);
     free(uniq);
     free(order);

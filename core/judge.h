@@ -14,10 +14,14 @@
 #include <stdint.h>
 
 #include "plan.h"
+#include "progress.h"
 #include "store.h"
 
-/* Score the answers of `session`. 0; -1 with a message on stderr when the
- * judge could not run (the speed and accuracy figures stay as stored). */
-int tb_judge_session(const tb_plan *plan, tb_store *st, int64_t session, volatile int *interrupted);
+/* Score the answers of `session`, saying on `progress` (when not NULL) how
+ * many before the judge starts. 0; -1 with *err (malloc'd, "judge LABEL:
+ * ...") when the judge could not run (the speed and accuracy figures stay
+ * as stored). */
+int tb_judge_session(const tb_plan *plan, tb_store *st, int64_t session, volatile int *interrupted,
+                     tb_progress *progress, char **err);
 
 #endif

@@ -146,6 +146,10 @@ static const char usage_serve[] =
     "Serve backend LABEL of SUITE as an OpenAI-compatible endpoint:\n"
     "POST /v1/completions and /v1/chat/completions (streamed or not), GET /v1/models,\n"
     "GET /health. The backend runs with the options of its first case in SUITE.\n"
+    "A request's temperature, top_p, top_k, seed and stop are honoured; a field\n"
+    "serve cannot honour (n > 1, logprobs, an unknown one) is refused with 400\n"
+    "naming it, an unknown model with 404. Chat requests get the model folder's\n"
+    "chat template (Llama-3 or ChatML). See docs/PLUGINS.md.\n"
     "\n"
     "  --backend LABEL  the [backend LABEL] section to serve (required)\n"
     "  --port N         TCP port (default 8000; 0 picks a free one)\n"
@@ -353,7 +357,21 @@ static tb_store *open_store(const char *path)
         free(err);
         return NULL;
     }
+    if (tb_store_notice(st))
+        fprintf(stderr, "tokbench: %s\n", tb_store_notice(st));
     return st;
+}
+
+/* End the session; a failure is said but changes no exit status: the
+ * cases are stored, and the next open of the database marks a session
+ * left 'running' by a process that is gone. */
+static void end_session(tb_store *st, const char *db, int64_t session, const char *status)
+{
+    char *err = NULL;
+    if (tb_store_session_end(st, session, status, &err) != 0) {
+        fprintf(stderr, "tokbench: %s: %s\n", db, err);
+        free(err);
+    }
 }
 
 static char *join_args(int argc, char **argv)
@@ -416,20 +434,32 @@ static int run_suite(int argc, char **argv, const char *cmdline)
         goto out;
     tb_machine_info mi;
     tb_machine_info_collect(&mi);
-    int64_t machine = tb_store_machine(st, &mi);
+    int64_t machine = tb_store_machine(st, &mi, &err);
     tb_plan_redact_suite_text(&plan); /* secrets written into the suite stay out of the database */
     tb_session_info si = {.machine_id = machine, .suite = &suite, .command_line = cmdline,
                           .config_json = plan.config_json, .config_sha256 = plan.config_sha256};
-    int64_t session = machine >= 0 ? tb_store_session_begin(st, &si) : -1;
+    int64_t session = machine >= 0 ? tb_store_session_begin(st, &si, &err) : -1;
     if (session < 0) {
-        fprintf(stderr, "tokbench: %s: cannot record the session: %s\n", c.db, sqlite3_errmsg(tb_store_db(st)));
+        fprintf(stderr, "tokbench: %s: cannot record the session: %s\n", c.db, err);
+        free(err);
         goto out;
     }
     int64_t *backend_ids = tb_xcalloc(plan.n_backends, sizeof *backend_ids);
-    for (size_t i = 0; i < plan.n_backends; i++)
-        backend_ids[i] = tb_store_backend(st, session, &plan.backends[i]);
-    if (tb_store_prompts(st, session, &plan) != 0)
-        fprintf(stderr, "tokbench: %s: cannot store the prompt set: %s\n", c.db, sqlite3_errmsg(tb_store_db(st)));
+    for (size_t i = 0; i < plan.n_backends; i++) {
+        backend_ids[i] = tb_store_backend(st, session, &plan.backends[i], &err);
+        if (backend_ids[i] < 0) { /* its cases could not be stored either */
+            fprintf(stderr, "tokbench: %s: cannot record the session: %s\n", c.db, err);
+            free(err);
+            free(backend_ids);
+            end_session(st, c.db, session, "failed");
+            goto out;
+        }
+    }
+    /* The run goes on without the items: its figures do not need them. */
+    if (tb_store_prompts(st, session, &plan, &err) != 0) {
+        fprintf(stderr, "tokbench: %s: %s\n", c.db, err);
+        free(err);
+    }
     fprintf(stderr, "tokbench: session %lld: suite %s, %zu cases, database %s\n", (long long)session, suite.name,
             plan.n_cases, c.db);
     for (size_t i = 0; i < plan.n_backends; i++)
@@ -439,8 +469,8 @@ static int run_suite(int argc, char **argv, const char *cmdline)
     tb_run_summary sum;
     tb_run_outcome outcome = tb_runner_run(&plan, st, session, backend_ids, c.max_error_rate, &sum);
     free(backend_ids);
-    tb_store_session_end(st, session, outcome == TB_RUN_COMPLETED ? "completed"
-                                      : outcome == TB_RUN_INTERRUPTED ? "interrupted" : "failed");
+    end_session(st, c.db, session, outcome == TB_RUN_COMPLETED ? "completed"
+                                   : outcome == TB_RUN_INTERRUPTED ? "interrupted" : "failed");
     tb_report_show(tb_store_db(st), session, stdout);
     fflush(stdout); /* the report before the last line, also when both go to one file */
     char degraded[96] = "";

@@ -495,10 +495,11 @@ static void load_prompts(tb_plan *plan, tb_str *errs)
         err_at(errs, sp->scorer_loc, "scorer", "unknown scorer \"%s\"", sp->scorer);
         return;
     }
-    char msg[4096];
-    if (tb_prompt_set_load(sp->file, &plan->prompts, msg, sizeof msg) != 0 ||
-        tb_prompt_set_check(&plan->prompts, plan->scorer, 0, msg, sizeof msg) != 0) {
+    char *msg = NULL;
+    if (tb_prompt_set_load(sp->file, &plan->prompts, &msg) != 0 ||
+        tb_prompt_set_check(&plan->prompts, plan->scorer, 0, &msg) != 0) {
         err_at(errs, sp->file_loc, "file", "prompt set:\n%s", msg);
+        free(msg);
         return;
     }
     plan->n_prompts = plan->prompts.n;

@@ -50,25 +50,13 @@ static void add_err(errs *e, int line, const char *fmt, ...)
     va_end(ap);
 }
 
-/* Into err[err_size]: whole lines while they fit, else the first line cut. */
-static void errs_finish(errs *e, char *err, size_t err_size)
+/* The message for the caller: the lines so far, then the count of those
+ * left out. */
+static char *errs_take(errs *e)
 {
     if (e->n > MAX_ERRORS)
         tb_str_appendf(&e->buf, "\n%s: %d more errors", e->path, e->n - MAX_ERRORS);
-    if (err && err_size > 0 && e->buf.s) {
-        size_t n = e->buf.len;
-        if (n >= err_size) {
-            n = 0;
-            for (size_t i = 0; i < err_size - 1; i++)
-                if (e->buf.s[i] == '\n')
-                    n = i;
-            if (n == 0)
-                n = err_size - 1;
-        }
-        memcpy(err, e->buf.s, n);
-        err[n] = '\0';
-    }
-    tb_str_free(&e->buf);
+    return tb_str_take(&e->buf);
 }
 
 /* ------------------------------------------------------------ JSONL */
@@ -391,14 +379,15 @@ static int parse_line(errs *e, int line, const char *s, size_t n, tb_prompt *p)
         goto done;
     }
     if (p->scorer >= 0) {
-        char msg[512];
+        char *msg = NULL;
         if (!p->answer) {
             add_err(e, line, "\"scorer\" given without \"answer\"");
             goto done;
         }
-        if (tb_scorer_check_expected((tb_scorer)p->scorer, p->answer, msg, sizeof msg) != 0) {
+        if (tb_scorer_check_expected((tb_scorer)p->scorer, p->answer, &msg) != 0) {
             add_err(e, line, "\"answer\" for scorer %s: %s", tb_scorer_name((tb_scorer)p->scorer),
                     msg);
+            free(msg);
             goto done;
         }
     }
@@ -431,11 +420,9 @@ void tb_prompt_set_free(tb_prompt_set *ps)
     memset(ps, 0, sizeof *ps);
 }
 
-int tb_prompt_set_load(const char *path, tb_prompt_set *out, char *err, size_t err_size)
+int tb_prompt_set_load(const char *path, tb_prompt_set *out, char **err)
 {
     memset(out, 0, sizeof *out);
-    if (err && err_size)
-        err[0] = '\0';
     errs e = {.path = path};
     struct stat st;
     size_t len = 0;
@@ -446,7 +433,7 @@ int tb_prompt_set_load(const char *path, tb_prompt_set *out, char *err, size_t e
         text = tb_read_file(path, &len);
     if (!text) {
         add_err(&e, 0, "%s", strerror(errno));
-        errs_finish(&e, err, err_size);
+        *err = errs_take(&e);
         return -1;
     }
     tb_prompt_set ps = {0};
@@ -476,7 +463,7 @@ int tb_prompt_set_load(const char *path, tb_prompt_set *out, char *err, size_t e
     if (e.n) {
         tb_prompt_set_free(&ps);
         free(text);
-        errs_finish(&e, err, err_size);
+        *err = errs_take(&e);
         return -1;
     }
     tb_sha256_hex(text, len, ps.sha256);
@@ -491,25 +478,23 @@ tb_scorer tb_prompt_scorer(const tb_prompt *p, tb_scorer dflt)
     return p->scorer >= 0 && p->scorer < TB_N_SCORERS ? (tb_scorer)p->scorer : dflt;
 }
 
-int tb_prompt_set_check(const tb_prompt_set *ps, tb_scorer dflt, int need_answers, char *err,
-                        size_t err_size)
+int tb_prompt_set_check(const tb_prompt_set *ps, tb_scorer dflt, int need_answers, char **err)
 {
-    if (err && err_size)
-        err[0] = '\0';
     errs e = {.path = ps->path ? ps->path : "(prompt set)"};
     for (size_t i = 0; i < ps->n; i++) {
         const tb_prompt *p = &ps->items[i];
         tb_scorer s = tb_prompt_scorer(p, dflt);
-        char msg[512];
+        char *msg = NULL;
         if (!p->answer) {
             if (need_answers)
                 add_err(&e, p->line, "no \"answer\" (scorer %s needs one)", tb_scorer_name(s));
-        } else if (tb_scorer_check_expected(s, p->answer, msg, sizeof msg) != 0) {
+        } else if (tb_scorer_check_expected(s, p->answer, &msg) != 0) {
             add_err(&e, p->line, "\"answer\" for scorer %s: %s", tb_scorer_name(s), msg);
+            free(msg);
         }
     }
     if (!e.n)
         return 0;
-    errs_finish(&e, err, err_size);
+    *err = errs_take(&e);
     return -1;
 }

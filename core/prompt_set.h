@@ -45,14 +45,13 @@ typedef struct tb_prompt_set {
     char sha256[65];   /* of the file's bytes, lowercase hex */
 } tb_prompt_set;
 
-/* Load `path`. 0 on success; -1 with *out zeroed and a message in err
- * (when err_size > 0): one line per problem (at most 20, then a line
- * "path: N more errors"), lines separated by '\n' with no final newline,
- * truncated to err_size at a line boundary where possible. Each line is
+/* Load `path`. 0 on success; -1 with *out zeroed and *err a malloc'd
+ * message: one line per problem (at most 20, then a line "path: N more
+ * errors"), lines separated by '\n' with no final newline. Each line is
  * "path:LINE: <what>" or, for the whole file, "path: <what>" (e.g.
  * "path: No such file or directory"). At most one problem is reported per
  * line of the file. */
-int tb_prompt_set_load(const char *path, tb_prompt_set *out, char *err, size_t err_size);
+int tb_prompt_set_load(const char *path, tb_prompt_set *out, char **err);
 /* Frees everything and zeroes *ps (safe on a zeroed set and twice). */
 void tb_prompt_set_free(tb_prompt_set *ps);
 
@@ -61,8 +60,7 @@ tb_scorer tb_prompt_scorer(const tb_prompt *p, tb_scorer dflt);
 
 /* Checks every item's answer against its scorer (tb_prompt_scorer(p,
  * dflt)), and with need_answers that every item has one. 0, or -1 with
- * one "path:LINE: ..." line per problem in err (as tb_prompt_set_load). */
-int tb_prompt_set_check(const tb_prompt_set *ps, tb_scorer dflt, int need_answers, char *err,
-                        size_t err_size);
+ * *err: one "path:LINE: ..." line per problem (as tb_prompt_set_load). */
+int tb_prompt_set_check(const tb_prompt_set *ps, tb_scorer dflt, int need_answers, char **err);
 
 #endif

@@ -87,7 +87,9 @@ void tb_quality_score(tb_quality_acc *q, int32_t prompt_idx, const char *text, i
     if (it->answer) {
         /* answers were checked at load, so -1 only on a regex run-time
          * limit: counted as wrong */
-        int r = tb_score_answer(tb_prompt_scorer(it, plan->scorer), text, it->answer, NULL, 0);
+        char *why = NULL;
+        int r = tb_score_answer(tb_prompt_scorer(it, plan->scorer), text, it->answer, &why);
+        free(why);
         out[TB_SCORE_CORRECT] = r == 1 ? 1.0 : 0.0;
     }
     out[TB_SCORE_REPETITION] = tb_score_repetition(text, plan->suite->prompts.repetition_n);

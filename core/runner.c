@@ -81,6 +81,15 @@ static const tb_stats *find_metric(const tb_case_record *rec, const char *name)
 
 /* ------------------------------------------------------ the loop */
 
+/* A core function's *err, printed without breaking the bar, then freed. */
+static void note_error(tb_progress *p, char *err)
+{
+    char *msg = tb_xasprintf("tokbench: %s", err);
+    tb_progress_note(p, msg);
+    free(msg);
+    free(err);
+}
+
 typedef struct run_state {
     tb_plan *plan;
     tb_store *store;
@@ -110,10 +119,7 @@ static void finish_case(run_state *rs, const tb_case *c, case_outcome *o, tb_cas
 
     char *err = NULL;
     if (tb_store_case(rs->store, rec, &err) < 0) {
-        char *msg = tb_xasprintf("tokbench: %s", err);
-        tb_progress_note(&rs->progress, msg);
-        free(msg);
-        free(err);
+        note_error(&rs->progress, err);
         rs->store_failed = 1;
     }
 
@@ -235,8 +241,10 @@ static void run_backend(run_state *rs, size_t bi)
             failed_load_error = tb_xstrdup(why);
         }
         if (r == TB_WC_OK) {
-            if (info)
-                tb_store_backend_info(rs->store, rs->backend_ids[bi], info);
+            /* Only the backend's description is lost: the case still runs. */
+            char *err = NULL;
+            if (info && tb_store_backend_info(rs->store, rs->backend_ids[bi], info, &err) != 0)
+                note_error(&rs->progress, err);
             free(info);
             static const uint32_t result_type = TB_MSG_RESULT;
             tb_wire_frame f;
@@ -281,8 +289,11 @@ tb_run_outcome tb_runner_run(tb_plan *plan, tb_store *store, int64_t session_id,
     for (size_t bi = 0; bi < plan->n_backends && !interrupted && !rs.store_failed; bi++)
         run_backend(&rs, bi);
     tb_progress_finish(&rs.progress);
-    if (plan->judge != SIZE_MAX && !interrupted && !rs.store_failed)
-        tb_judge_session(plan, store, session_id, &interrupted);
+    if (plan->judge != SIZE_MAX && !interrupted && !rs.store_failed) {
+        char *err = NULL;
+        if (tb_judge_session(plan, store, session_id, &interrupted, &rs.progress, &err) != 0)
+            note_error(&rs.progress, err);
+    }
 
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);

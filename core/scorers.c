@@ -5,7 +5,6 @@
 
 #include <locale.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,18 +53,6 @@ static void utrim(const char *s, size_t n, size_t *start, size_t *len)
     *len = b - a;
 }
 
-static void set_err(char *err, size_t err_size, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t err_size, const char *fmt, ...)
-{
-    if (!err || err_size == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_size, fmt, ap);
-    va_end(ap);
-}
 
 /* ------------------------------------------------------------ scorers */
 
@@ -187,7 +174,7 @@ int tb_score_first_number(const char *text, double *value)
 }
 
 /* expected as one whole number (surrounding whitespace allowed). */
-static int parse_expected_number(const char *expected, double *value, char *err, size_t err_size)
+static int parse_expected_number(const char *expected, double *value, char **err)
 {
     size_t a, len;
     utrim(expected, strlen(expected), &a, &len);
@@ -212,8 +199,7 @@ static int parse_expected_number(const char *expected, double *value, char *err,
         tb_str msg = {0};
         tb_str_append(&msg, "expected a number (e.g. 42, -1,234.5, 6.02e23), got ");
         tb_utf8_append_quoted(&msg, expected, strlen(expected), TB_EXCERPT_MAX);
-        set_err(err, err_size, "%s", msg.s);
-        tb_str_free(&msg);
+        *err = tb_str_take(&msg);
         tb_str_free(&clean);
         return -1;
     }
@@ -223,15 +209,14 @@ static int parse_expected_number(const char *expected, double *value, char *err,
         tb_str msg = {0};
         tb_str_append(&msg, "expected a finite number, got ");
         tb_utf8_append_quoted(&msg, expected, strlen(expected), TB_EXCERPT_MAX);
-        set_err(err, err_size, "%s", msg.s);
-        tb_str_free(&msg);
+        *err = tb_str_take(&msg);
         return -1;
     }
     *value = v;
     return 0;
 }
 
-static pcre2_code *compile_regex(const char *pattern, char *err, size_t err_size)
+static pcre2_code *compile_regex(const char *pattern, char **err)
 {
     uint32_t opts = PCRE2_UTF;
 #ifdef PCRE2_MATCH_INVALID_UTF
@@ -245,15 +230,15 @@ static pcre2_code *compile_regex(const char *pattern, char *err, size_t err_size
         PCRE2_UCHAR buf[256];
         if (pcre2_get_error_message(code, buf, sizeof buf) < 0)
             snprintf((char *)buf, sizeof buf, "PCRE2 error %d", code);
-        set_err(err, err_size, "bad regex: %s at offset %zu", (const char *)buf, (size_t)off);
+        *err = tb_xasprintf("bad regex: %s at offset %zu", (const char *)buf, (size_t)off);
     }
     return re;
 }
 
-int tb_scorer_check_expected(tb_scorer s, const char *expected, char *err, size_t err_size)
+int tb_scorer_check_expected(tb_scorer s, const char *expected, char **err)
 {
     if (!expected) {
-        set_err(err, err_size, "no expected answer");
+        *err = tb_xstrdup("no expected answer");
         return -1;
     }
     switch (s) {
@@ -263,14 +248,13 @@ int tb_scorer_check_expected(tb_scorer s, const char *expected, char *err, size_
         size_t a, len;
         utrim(expected, strlen(expected), &a, &len);
         if (len == 0) {
-            set_err(err, err_size,
-                    "empty expected answer (only whitespace): \"contains\" would match every output");
+            *err = tb_xstrdup("empty expected answer (only whitespace): \"contains\" would match every output");
             return -1;
         }
         return 0;
     }
     case TB_SCORER_REGEX: {
-        pcre2_code *re = compile_regex(expected, err, err_size);
+        pcre2_code *re = compile_regex(expected, err);
         if (!re)
             return -1;
         pcre2_code_free(re);
@@ -278,19 +262,18 @@ int tb_scorer_check_expected(tb_scorer s, const char *expected, char *err, size_
     }
     case TB_SCORER_NUMERIC: {
         double v;
-        return parse_expected_number(expected, &v, err, err_size);
+        return parse_expected_number(expected, &v, err);
     }
     }
-    set_err(err, err_size, "unknown scorer %d", (int)s);
+    *err = tb_xasprintf("unknown scorer %d", (int)s);
     return -1;
 }
 
-int tb_score_answer(tb_scorer s, const char *output, const char *expected, char *err,
-                    size_t err_size)
+int tb_score_answer(tb_scorer s, const char *output, const char *expected, char **err)
 {
     if (!output)
         output = "";
-    if (tb_scorer_check_expected(s, expected, err, err_size) != 0)
+    if (tb_scorer_check_expected(s, expected, err) != 0)
         return -1;
     size_t on = strlen(output), en = strlen(expected);
     switch (s) {
@@ -306,13 +289,13 @@ int tb_score_answer(tb_scorer s, const char *output, const char *expected, char 
         return memmem(output, on, expected + ea, el) != NULL;
     }
     case TB_SCORER_REGEX: {
-        pcre2_code *re = compile_regex(expected, err, err_size);
+        pcre2_code *re = compile_regex(expected, err);
         if (!re)
             return -1;
         pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
         if (!md) {
             pcre2_code_free(re);
-            set_err(err, err_size, "out of memory matching a regex");
+            *err = tb_xstrdup("out of memory matching a regex");
             return -1;
         }
         int rc = pcre2_match(re, (PCRE2_SPTR)output, on, 0, 0, md, NULL);
@@ -325,12 +308,12 @@ int tb_score_answer(tb_scorer s, const char *output, const char *expected, char 
         PCRE2_UCHAR buf[256];
         if (pcre2_get_error_message(rc, buf, sizeof buf) < 0)
             snprintf((char *)buf, sizeof buf, "PCRE2 error %d", rc);
-        set_err(err, err_size, "regex match failed: %s", (const char *)buf);
+        *err = tb_xasprintf("regex match failed: %s", (const char *)buf);
         return -1;
     }
     case TB_SCORER_NUMERIC: {
         double b, a;
-        if (parse_expected_number(expected, &b, err, err_size) != 0)
+        if (parse_expected_number(expected, &b, err) != 0)
             return -1;
         if (!tb_score_first_number(output, &a))
             return 0;

@@ -3,7 +3,7 @@
  * Prompt sets, which carry the expected answers, are prompt_set.h's.
  *
  * SCORERS: tb_score_answer(s, output, expected) is 1 (correct), 0 (wrong)
- * or -1 (the expected value is unusable for s; err says why).
+ * or -1 (the expected value is unusable for s; *err says why).
  * "Whitespace" below is Unicode White_Space: U+0009..U+000D, U+0020,
  * U+0085, U+00A0, U+1680, U+2000..U+200A, U+2028, U+2029, U+202F, U+205F,
  * U+3000 (as UTF-8). Comparisons are byte-wise: no case folding, no
@@ -78,15 +78,14 @@ typedef enum tb_scorer {
 int tb_scorer_parse(const char *name, tb_scorer *out);   /* 0 ok, -1 unknown (or NULL) */
 const char *tb_scorer_name(tb_scorer s);                 /* "?" when out of range */
 
-/* 1 correct, 0 wrong, -1 error (err says why, e.g. a bad regex with its
- * offset; err may be NULL when err_size is 0). expected NULL is an error. */
-int tb_score_answer(tb_scorer s, const char *output, const char *expected, char *err,
-                    size_t err_size);
+/* 1 correct, 0 wrong, -1 error with *err (malloc'd) saying why, e.g. a
+ * bad regex with its offset. expected NULL is an error. */
+int tb_score_answer(tb_scorer s, const char *output, const char *expected, char **err);
 /* Checks an expected value for scorer s (regex compiles, numeric parses,
- * contains non-empty): 0 ok, -1 with err. tb_score_answer returns -1 for
- * the expected values this refuses, and otherwise only when a regex match
- * fails at run time (PCRE2's match or depth limit). */
-int tb_scorer_check_expected(tb_scorer s, const char *expected, char *err, size_t err_size);
+ * contains non-empty): 0 ok, -1 with *err (malloc'd). tb_score_answer
+ * returns -1 for the expected values this refuses, and otherwise only when
+ * a regex match fails at run time (PCRE2's match or depth limit). */
+int tb_scorer_check_expected(tb_scorer s, const char *expected, char **err);
 
 /* The first number in text as the numeric scorer reads it: 1 and *value,
  * or 0 when there is none. */

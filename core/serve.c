@@ -106,6 +106,15 @@ int tb_serve_main(const tb_serve_options *o)
     srv.case_index = (uint32_t)ci;
     srv.label = label;
     srv.stop = &sig_stop;
+    srv.ops = ops;
+    {
+        char *why = NULL;
+        if (tb_chat_template_load(plan.backends[bi].sb->model, &srv.chat, &why) != 0) {
+            fprintf(stderr, "tokbench serve: %s\n", why);
+            free(why);
+            goto out;
+        }
+    }
     srv.max_batch = o->max_batch ? o->max_batch : (ops->capabilities & TB_CAP_BATCH) ? 16 : 1;
     if (!(ops->capabilities & TB_CAP_BATCH) && srv.max_batch > 1) {
         fprintf(stderr, "tokbench serve: --max-batch %u: plugin %s does not batch; serving one request at a time\n",
@@ -119,6 +128,9 @@ int tb_serve_main(const tb_serve_options *o)
         char *label_s = tb_case_label(&plan, &plan.cases[ci]);
         fprintf(stderr, "tokbench serve: backend %s (plugin %s %s), case #%zu: %s, options %s\n", label, ops->name,
                 ops->version, plan.cases[ci].ordinal, label_s, plan.backends[bi].options_json);
+        fprintf(stderr, "tokbench serve: chat template: %s%s%s\n", tb_chat_template_name(&srv.chat),
+                srv.chat.kind == TB_CHAT_UNKNOWN ? " (chat requests are refused)" : "",
+                srv.chat.kind == TB_CHAT_NONE ? " (a chat request is one user message, its text the prompt)" : "");
         free(label_s);
     }
 
@@ -174,6 +186,7 @@ restore:
     pthread_cond_destroy(&srv.queue_cv);
     pthread_mutex_destroy(&srv.mu);
     tb_wc_free(&srv.wc);
+    tb_chat_template_free(&srv.chat);
 out:
     tb_plan_free(&plan);
     tb_suite_free(&suite);

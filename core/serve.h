@@ -9,10 +9,17 @@
  *   GET  /v1/models, GET /health
  *
  * The backend runs in a worker process, as under `tokbench run` (worker.c),
- * with the options of its first case in the suite. Requests that arrive
+ * with the options of its first case in the suite; a request's sampling
+ * fields (temperature, top_p) replace that case's option values of
+ * those names, its seed the call's seed, and fields serve cannot honour
+ * are refused (serve_request.h, docs/PLUGINS.md). Chat requests get the
+ * model folder's chat template (serve_chat.h). Requests that arrive
  * while a batch runs wait for the next one; a batch takes up to
- * --max-batch waiting requests with the same max_tokens (static batching:
- * what the engine's generate() can do). Emissions are streamed as SSE
+ * --max-batch waiting requests with the same max_tokens and sampling
+ * fields (static batching: what the engine's generate() can do; a seeded
+ * request runs alone). The answer is what the in-process path grades:
+ * the output up to its EOS (worker.c), cut at a stop sequence, at most
+ * max_tokens tokens. Emissions are streamed as SSE
  * chunks as they happen, with their text when the plugin reports it
  * (tb_host.emit_output); otherwise the text follows when the request ends.
  * Failed requests keep their error class (backend.h): http_429 → 429,

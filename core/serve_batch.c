@@ -20,6 +20,8 @@ void tb_sreq_release(tb_sreq *r)
         return;
     pthread_cond_destroy(&r->cv);
     free(r->prompt);
+    for (uint32_t i = 0; i < r->n_stop; i++)
+        free(r->stop[i]);
     tb_str_free(&r->text);
     tb_str_free(&r->out);
     free(r);
@@ -164,11 +166,19 @@ static void run_batch(tb_server *s, tb_sreq **batch, uint32_t k)
         return;
     }
     tb_str b = {0};
-    tb_wire_gen g = {.case_index = s->case_index, .n_requests = k, .max_new_tokens = batch[0]->max_tokens,
-                     .seed = s->plan->suite->seed + s->batches++};
+    const tb_sreq *h = batch[0]; /* the batch shares its sampling (same_sampling) */
+    tb_wire_gen g = {.case_index = s->case_index, .n_requests = k, .max_new_tokens = h->max_tokens,
+                     .set = h->set, .temperature = h->temperature, .top_p = h->top_p};
+    g.seed = h->has_seed ? h->seed : s->plan->suite->seed + s->batches;
+    s->batches++;
     tb_str_appendn(&b, (const char *)&g, sizeof g);
-    for (uint32_t i = 0; i < k; i++)
+    for (uint32_t i = 0; i < k; i++) {
         tb_str_appendn(&b, batch[i]->prompt, strlen(batch[i]->prompt) + 1);
+        uint32_t n_stop = batch[i]->n_stop;
+        tb_str_appendn(&b, (const char *)&n_stop, sizeof n_stop);
+        for (uint32_t j = 0; j < n_stop; j++)
+            tb_str_appendn(&b, batch[i]->stop[j], strlen(batch[i]->stop[j]) + 1);
+    }
     tb_wc_result r = tb_wc_send(&s->wc, TB_MSG_GENERATE, b.s, b.len, &why);
     tb_str_free(&b);
     int64_t since = tb_now_ns();
@@ -198,6 +208,17 @@ static void run_batch(tb_server *s, tb_sreq **batch, uint32_t k)
     free(why);
 }
 
+/* Whether b may run in one generate() call with a: the same max_tokens
+ * and sampling options (a call has one of each), and no seed of its own
+ * on either (a seeded request runs alone, so that its answer does not
+ * depend on what it was batched with). */
+static int same_sampling(const tb_sreq *a, const tb_sreq *b)
+{
+    return a->max_tokens == b->max_tokens && !a->has_seed && !b->has_seed && a->set == b->set &&
+           (!(a->set & TB_GEN_TEMPERATURE) || a->temperature == b->temperature) &&
+           (!(a->set & TB_GEN_TOP_P) || a->top_p == b->top_p);
+}
+
 void tb_serve_dispatch(tb_server *s)
 {
     tb_sreq **batch = tb_xcalloc(s->max_batch, sizeof *batch);
@@ -217,13 +238,13 @@ void tb_serve_dispatch(tb_server *s)
             pthread_mutex_unlock(&s->mu);
             break;
         }
-        /* FIFO, the head's max_tokens: one generate() call has one. */
+        /* FIFO, those that can share the head's generate() call. */
         uint32_t k = 0;
-        uint32_t want = s->head->max_tokens;
+        tb_sreq *head = s->head;
         tb_sreq **link = &s->head, *last = NULL;
         while (*link && k < s->max_batch) {
             tb_sreq *r = *link;
-            if (r->max_tokens == want) {
+            if (r == head || same_sampling(head, r)) {
                 *link = r->next;
                 r->next = NULL;
                 batch[k++] = r;

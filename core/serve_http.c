@@ -109,6 +109,8 @@ static void usage_json(tb_str *b, const tb_sreq *r)
 
 static const char *finish_reason(const tb_sreq *r)
 {
+    if (r->finish == TB_FINISH_STOP || r->finish == TB_FINISH_LENGTH)
+        return r->finish == TB_FINISH_STOP ? "stop" : "length";
     return r->completion_tokens >= r->max_tokens ? "length" : "stop";
 }
 
@@ -182,8 +184,8 @@ void tb_sreq_failed(const tb_server *s, tb_sreq *r, const char *error)
 
 void tb_sreq_finished(const tb_server *s, tb_sreq *r, const tb_wire_gen_req *q, const char *text)
 {
-    /* What the final output adds to what was streamed (all of it when the
-     * plugin emitted counts only). */
+    /* The answer is the worker's final text. Streamed: what it adds to
+     * what was sent (all of it when the plugin emitted counts only). */
     size_t have = r->text.len;
     const char *rest = "";
     size_t rest_len = 0;
@@ -192,12 +194,15 @@ void tb_sreq_finished(const tb_server *s, tb_sreq *r, const tb_wire_gen_req *q, 
         rest_len = q->text_len - have;
     }
     begin(s, r);
-    if (rest_len) {
+    if (!r->stream) {
+        r->text.len = 0;
+        tb_str_appendn(&r->text, text, q->text_len);
+    } else if (rest_len) {
         tb_str_appendn(&r->text, rest, rest_len);
-        if (r->stream)
-            sse_chunk(s, r, rest, rest_len, NULL, 0);
+        sse_chunk(s, r, rest, rest_len, NULL, 0);
     }
-    r->completion_tokens = q->n_output_tokens;
+    r->completion_tokens = q->completion_tokens;
+    r->finish = q->finish;
     r->prompt_tokens = q->prompt_tokens >= 0 ? q->prompt_tokens : count_words(r->prompt);
     if (r->stream) {
         sse_chunk(s, r, "", 0, finish_reason(r), 0);
@@ -235,15 +240,57 @@ static enum MHD_Result reply(struct MHD_Connection *c, int status, const char *t
     return ret;
 }
 
-static enum MHD_Result reply_error(struct MHD_Connection *c, int status, const char *type, const char *msg)
+/* An OpenAI error object; param: the field at fault or NULL; code: a
+ * word ("model_not_found") or NULL for the status. */
+static enum MHD_Result reply_error_at(struct MHD_Connection *c, int status, const char *type, const char *msg,
+                                      const char *param, const char *code)
 {
     tb_str b = {0};
     tb_str_append(&b, "{\"error\":{\"message\":");
     json_str(&b, msg, strlen(msg));
-    tb_str_appendf(&b, ",\"type\":\"%s\",\"code\":%d}}", type, status);
+    tb_str_appendf(&b, ",\"type\":\"%s\",\"param\":", type);
+    if (param && *param)
+        json_str(&b, param, strlen(param));
+    else
+        tb_str_append(&b, "null");
+    if (code)
+        tb_str_appendf(&b, ",\"code\":\"%s\"}}", code);
+    else
+        tb_str_appendf(&b, ",\"code\":%d}}", status);
     enum MHD_Result r = reply(c, status, "application/json", b.s, b.len);
     tb_str_free(&b);
     return r;
+}
+
+static enum MHD_Result reply_error(struct MHD_Connection *c, int status, const char *type, const char *msg)
+{
+    return reply_error_at(c, status, type, msg, NULL, NULL);
+}
+
+/* Whether the backend can honour a sampling field: an option of that name
+ * (not one that shapes the load), the value within its range; without
+ * one, only `neutral` (what it does anyway: a backend that cannot sample
+ * is greedy). NULL, or why not in why[]. */
+static const char *check_sampling(const tb_server *s, const char *name, double v, double neutral, char *why,
+                                  size_t why_size)
+{
+    const tb_option_decl *d = NULL;
+    for (uint32_t i = 0; i < s->ops->n_options && s->ops->options; i++)
+        if (strcmp(s->ops->options[i].name, name) == 0)
+            d = &s->ops->options[i];
+    if (d && (d->type == TB_OPT_FLOAT || d->type == TB_OPT_INT) && !(d->flags & TB_OPTF_LOAD)) {
+        if (d->min <= d->max && (v < d->min || v > d->max))
+            snprintf(why, why_size, "\"%s\" %g is outside [%g, %g], what backend %s (plugin %s) takes", name, v,
+                     d->min, d->max, s->label, s->ops->name);
+        else
+            return NULL;
+        return why;
+    }
+    if (v == neutral)
+        return NULL;
+    snprintf(why, why_size, "\"%s\": backend %s (plugin %s) has no %s option it can set per request; only %g", name,
+             s->label, s->ops->name, name, neutral);
+    return why;
 }
 
 /* A streamed response's bytes, as the dispatcher makes them. */
@@ -278,15 +325,49 @@ static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max)
 static enum MHD_Result serve_completion(tb_server *s, struct MHD_Connection *c, conn *k, int chat)
 {
     tb_serve_request q;
-    const char *bad = tb_serve_request_parse(k->body.s ? k->body.s : "", k->body.len, chat, &q);
-    if (bad)
-        return reply_error(c, 400, "invalid_request_error", bad);
+    tb_serve_error e;
+    if (tb_serve_request_parse(k->body.s ? k->body.s : "", k->body.len, chat, &q, &e) != 0)
+        return reply_error_at(c, 400, "invalid_request_error", e.message, e.param, NULL);
+    char why[512];
+    if (q.model && strcmp(q.model, s->label) != 0) {
+        snprintf(why, sizeof why, "The model `%.200s` does not exist: this server serves `%s`", q.model, s->label);
+        tb_serve_request_free(&q);
+        return reply_error_at(c, 404, "invalid_request_error", why, "model", "model_not_found");
+    }
+    const char *field = NULL, *bad = NULL;
+    if (q.has_temperature && (bad = check_sampling(s, "temperature", q.temperature, 0, why, sizeof why)))
+        field = "temperature";
+    else if (q.has_top_p && (bad = check_sampling(s, "top_p", q.top_p, 1, why, sizeof why)))
+        field = "top_p";
+    char *prompt = q.prompt;
+    q.prompt = NULL;
+    if (!bad && chat && !(prompt = tb_chat_render(&s->chat, q.messages, q.n_messages, why, sizeof why))) {
+        bad = why;
+        field = "messages";
+    }
+    if (bad) {
+        free(prompt);
+        tb_serve_request_free(&q);
+        return reply_error_at(c, 400, "invalid_request_error", bad, field, NULL);
+    }
     tb_sreq *r = tb_xcalloc(1, sizeof *r);
-    r->prompt = q.prompt;
+    r->prompt = prompt;
     r->max_tokens = q.max_tokens;
     r->chat = chat;
     r->stream = q.stream;
     r->include_usage = q.include_usage;
+    for (uint32_t i = 0; i < q.n_stop; i++) {
+        r->stop[i] = q.stop[i];
+        q.stop[i] = NULL;
+    }
+    r->n_stop = q.n_stop;
+    q.n_stop = 0;
+    r->has_seed = q.has_seed;
+    r->seed = q.seed;
+    r->set = (q.has_temperature ? TB_GEN_TEMPERATURE : 0) | (q.has_top_p ? TB_GEN_TOP_P : 0);
+    r->temperature = q.temperature;
+    r->top_p = q.top_p;
+    tb_serve_request_free(&q);
     pthread_cond_init(&r->cv, NULL);
     r->created = (long)time(NULL);
     r->refs = 2; /* this connection, the dispatcher */

@@ -23,6 +23,8 @@
 #include <stdint.h>
 
 #include "plan.h"
+#include "serve_chat.h"
+#include "serve_request.h"
 #include "util.h"
 #include "wire.h"
 #include "worker_client.h"
@@ -42,9 +44,15 @@ typedef struct tb_sreq {
     int refs;             /* the connection and the dispatcher */
     pthread_cond_t cv;    /* progress below changed */
     /* the request, fixed once queued */
-    char *prompt;
+    char *prompt; /* chat: rendered with the model's template */
     uint32_t max_tokens;
     int chat, stream, include_usage;
+    char *stop[TB_SERVE_MAX_STOP];
+    uint32_t n_stop;
+    int has_seed;  /* a seeded request runs in a batch of its own */
+    uint64_t seed;
+    uint32_t set;  /* TB_GEN_*: the sampling options it sets */
+    double temperature, top_p;
     char id[48]; /* "cmpl-N" or "chatcmpl-N" */
     long created; /* Unix time, seconds */
     /* progress, under tb_server.mu */
@@ -58,6 +66,7 @@ typedef struct tb_sreq {
     size_t out_pos;
     uint32_t completion_tokens;
     int64_t prompt_tokens;
+    uint32_t finish; /* TB_FINISH_* */
 } tb_sreq;
 
 /* The server's one context: libmicrohttpd's callbacks get it through
@@ -66,7 +75,10 @@ typedef struct tb_server {
     /* fixed while serving */
     tb_plan *plan;
     uint32_t case_index; /* plan->cases[case_index]: the options served */
-    const char *label;   /* the backend's label: every answer's "model" */
+    const char *label;   /* the backend's label: every answer's "model",
+                            the one model name a request may give */
+    const tb_backend_ops *ops; /* the plugin: its options, capabilities */
+    tb_chat_template chat; /* the model folder's chat template */
     uint32_t max_batch;  /* most requests per generate() call, >= 1 */
     volatile int *stop;  /* nonzero after SIGINT/SIGTERM (serve.c) */
     /* the dispatcher's own */
@@ -100,8 +112,8 @@ void tb_sreq_emitted(const tb_server *s, tb_sreq *r, const char *text, size_t n)
 /* The request failed with `error`, "class: message" (backend.h's
  * classes pick what the client sees) or a bare message (500). */
 void tb_sreq_failed(const tb_server *s, tb_sreq *r, const char *error);
-/* The request ended well: q is its answer, text[q->text_len] its whole
- * output (what was not streamed yet is sent now). */
+/* The request ended well: q is its answer, text[q->text_len] the whole
+ * answer text (what was not streamed yet is sent now). */
 void tb_sreq_finished(const tb_server *s, tb_sreq *r, const tb_wire_gen_req *q, const char *text);
 
 /* serve_batch.c */

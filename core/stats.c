@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util.h"
+
 /* ---- PRNG: xoshiro256** (Blackman & Vigna), state filled by splitmix64 so
  * that any 64-bit seed, including 0, gives a nonzero, well-mixed state. */
 
@@ -264,14 +266,14 @@ static void bootstrap_median_ci(const double *sorted, size_t n, uint64_t seed,
     *hi = tb_percentile_sorted(meds, TB_BOOTSTRAP_RESAMPLES, 97.5);
 }
 
-int tb_stats_compute(const double *x, size_t n, uint64_t seed, tb_stats *out)
+void tb_stats_compute(const double *x, size_t n, uint64_t seed, tb_stats *out)
 {
-    return tb_stats_compute_ci(x, n, seed, 1, out);
+    tb_stats_compute_ci(x, n, seed, 1, out);
 }
 
-int tb_stats_compute_ci(const double *x, size_t n, uint64_t seed, int with_ci, tb_stats *out)
+void tb_stats_compute_ci(const double *x, size_t n, uint64_t seed, int with_ci, tb_stats *out)
 {
-    /* Start from the empty result, which is also what out holds on -1. */
+    /* Start from the empty result: no usable sample leaves it so. */
     out->n = 0;
     out->median = out->p5 = out->p95 = out->p90 = out->p99 = NAN;
     out->mean = out->stdev = out->cv = NAN;
@@ -283,19 +285,11 @@ int tb_stats_compute_ci(const double *x, size_t n, uint64_t seed, int with_ci, t
         if (!isnan(x[i]))
             m++;
     if (m == 0)
-        return 0;
-    if (m > SIZE_MAX / sizeof(double))
-        return -1;
+        return;
 
-    double *s = malloc(m * sizeof *s);    /* sorted usable samples */
-    double *buf = malloc((with_ci ? m : 1) * sizeof *buf); /* one bootstrap resample */
-    double *meds = malloc((with_ci ? TB_BOOTSTRAP_RESAMPLES : 1) * sizeof *meds);
-    if (!s || !buf || !meds) {
-        free(s);
-        free(buf);
-        free(meds);
-        return -1;
-    }
+    double *s = tb_xmalloc(m * sizeof *s);                         /* sorted usable samples */
+    double *buf = tb_xmalloc((with_ci ? m : 1) * sizeof *buf);     /* one bootstrap resample */
+    double *meds = tb_xmalloc((with_ci ? TB_BOOTSTRAP_RESAMPLES : 1) * sizeof *meds);
     size_t j = 0;
     for (size_t i = 0; i < n; i++)
         if (!isnan(x[i]))
@@ -343,5 +337,4 @@ int tb_stats_compute_ci(const double *x, size_t n, uint64_t seed, int with_ci, t
     free(s);
     free(buf);
     free(meds);
-    return 0;
 }

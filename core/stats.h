@@ -40,14 +40,14 @@ double tb_median_select(double *x, size_t n);
 /* Summarize x[0..n). The input is not modified. NaN samples are ignored.
  * With no usable sample, out->n = 0 and every other field is NaN.
  * The bootstrap uses a deterministic PRNG seeded with `seed`, so the same
- * samples and seed give the same interval. Returns 0, or -1 when out of
- * memory. */
-int tb_stats_compute(const double *x, size_t n, uint64_t seed, tb_stats *out);
+ * samples and seed give the same interval. Cannot fail: memory comes
+ * from util.h's allocators, which abort when there is none. */
+void tb_stats_compute(const double *x, size_t n, uint64_t seed, tb_stats *out);
 
 /* The same; with_ci == 0 skips the bootstrap (ci_lo, ci_hi stay NaN).
  * Used for pooled samples that are not independent (inter-token
  * latencies within a request), where a bootstrap CI would mislead and is
  * the dominant cost. */
-int tb_stats_compute_ci(const double *x, size_t n, uint64_t seed, int with_ci, tb_stats *out);
+void tb_stats_compute_ci(const double *x, size_t n, uint64_t seed, int with_ci, tb_stats *out);
 
 #endif

@@ -21,6 +21,7 @@ extern const size_t tb_n_migrations;
 
 struct tb_store {
     sqlite3 *db;
+    char *notice; /* what opening did that the user should hear of, or NULL */
 };
 
 const char *tb_store_default_path(void)
@@ -313,16 +314,21 @@ int tb_store_open(const char *path, tb_store **out, char **err)
         sqlite3_close(db);
         return -1;
     }
+    tb_store *st = tb_xcalloc(1, sizeof *st);
+    st->db = db;
     char *ids = NULL;
     int stale = mark_stale_sessions(db, &ids);
     if (stale)
-        fprintf(stderr, "tokbench: %s: session%s %s marked interrupted: left running by a process that is gone"
-                        " (killed, or the machine restarted)\n", path, stale > 1 ? "s" : "", ids);
+        st->notice = tb_xasprintf("%s: session%s %s marked interrupted: left running by a process that is gone"
+                                  " (killed, or the machine restarted)", path, stale > 1 ? "s" : "", ids);
     free(ids);
-    tb_store *st = tb_xcalloc(1, sizeof *st);
-    st->db = db;
     *out = st;
     return 0;
+}
+
+const char *tb_store_notice(const tb_store *st)
+{
+    return st->notice;
 }
 
 void tb_store_close(tb_store *st)
@@ -330,6 +336,7 @@ void tb_store_close(tb_store *st)
     if (!st)
         return;
     sqlite3_close(st->db);
+    free(st->notice);
     free(st);
 }
 
@@ -366,49 +373,73 @@ static void bind_opt_int(sqlite3_stmt *q, int i, int64_t v)
         sqlite3_bind_null(q, i);
 }
 
-static int64_t exec_insert(tb_store *st, sqlite3_stmt *q)
+/* SQLite's message for the statement that just failed, copied at once:
+ * finalizing any other statement afterwards resets it ("not an error"). */
+static char *db_error(tb_store *st)
 {
-    int rc = sqlite3_step(q);
-    sqlite3_finalize(q);
-    if (rc != SQLITE_DONE)
-        return -1;
-    return sqlite3_last_insert_rowid(st->db);
+    return tb_xstrdup(sqlite3_errmsg(st->db));
 }
 
-static sqlite3_stmt *prepare(tb_store *st, const char *sql)
+/* Step an INSERT and finalize it: the new row's id, or -1 with *err. */
+static int64_t exec_insert(tb_store *st, sqlite3_stmt *q, char **err)
+{
+    int rc = sqlite3_step(q);
+    if (rc != SQLITE_DONE)
+        *err = db_error(st);
+    sqlite3_finalize(q);
+    return rc == SQLITE_DONE ? sqlite3_last_insert_rowid(st->db) : -1;
+}
+
+/* A statement of this file, or NULL with *err. The schema is this
+ * tokbench's own (migrated at open), so a plain SQL error (SQLITE_ERROR:
+ * no such table or column, a syntax error) is a bug here, and the message
+ * says so with the statement; any other failure (busy, I/O, a corrupt
+ * file) is the database's, in SQLite's words. */
+static sqlite3_stmt *prepare(tb_store *st, const char *sql, char **err)
 {
     sqlite3_stmt *q = NULL;
-    if (sqlite3_prepare_v2(st->db, sql, -1, &q, NULL) != SQLITE_OK) {
-        fprintf(stderr, "tokbench: internal SQL error: %s\n  in: %s\n", sqlite3_errmsg(st->db), sql);
+    int rc = sqlite3_prepare_v2(st->db, sql, -1, &q, NULL);
+    if (rc != SQLITE_OK) {
+        if ((rc & 0xff) == SQLITE_ERROR)
+            *err = tb_xasprintf("internal SQL error: %s (in: %s)", sqlite3_errmsg(st->db), sql);
+        else
+            *err = db_error(st);
         return NULL;
     }
     return q;
 }
 
-static int64_t machine_id(tb_store *st, const char *fingerprint)
+/* The machine row of `fingerprint`: 1 with *id, 0 when there is none,
+ * -1 with *why. */
+static int machine_id(tb_store *st, const char *fingerprint, int64_t *id, char **why)
 {
-    sqlite3_stmt *q = prepare(st, "SELECT id FROM machine WHERE fingerprint = ?");
+    sqlite3_stmt *q = prepare(st, "SELECT id FROM machine WHERE fingerprint = ?", why);
     if (!q)
         return -1;
     bind_text(q, 1, fingerprint);
-    int64_t id = -1;
-    if (sqlite3_step(q) == SQLITE_ROW)
-        id = sqlite3_column_int64(q, 0);
+    int rc = sqlite3_step(q), found = rc == SQLITE_ROW;
+    if (found)
+        *id = sqlite3_column_int64(q, 0);
+    else if (rc != SQLITE_DONE)
+        *why = db_error(st);
     sqlite3_finalize(q);
-    return id;
+    return found ? 1 : rc == SQLITE_DONE ? 0 : -1;
 }
 
-int64_t tb_store_machine(tb_store *st, const tb_machine_info *m)
+/* tb_store_machine's work; -1 with *why, which the caller words. */
+static int64_t store_machine(tb_store *st, const tb_machine_info *m, char **why)
 {
-    int64_t id = machine_id(st, m->fingerprint);
-    if (id >= 0)
-        return id;
+    int64_t id = -1;
+    int found = machine_id(st, m->fingerprint, &id, why);
+    if (found != 0)
+        return found > 0 ? id : -1;
     /* ON CONFLICT DO NOTHING: another process may insert the same machine
      * between our SELECT and INSERT; then its row is ours too. */
     sqlite3_stmt *q = prepare(st, "INSERT INTO machine (fingerprint, hostname, cpu_model, cpu_cores, ram_bytes, os,"
                                   " kernel, arch, gpu_count, gpu_name, gpu_memory_bytes, gpu_driver,"
                                   " cuda_driver_version, compute_capability, nvml_status, info_json)"
-                                  " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (fingerprint) DO NOTHING");
+                                  " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (fingerprint) DO NOTHING",
+                              why);
     if (!q)
         return -1;
     char *json = tb_machine_info_json(m);
@@ -432,8 +463,26 @@ int64_t tb_store_machine(tb_store *st, const tb_machine_info *m)
     bind_text(q, 16, json ? json : "{}");
     free(json);
     int rc = sqlite3_step(q);
+    if (rc != SQLITE_DONE)
+        *why = db_error(st);
     sqlite3_finalize(q);
-    return rc == SQLITE_DONE ? machine_id(st, m->fingerprint) : -1;
+    if (rc != SQLITE_DONE)
+        return -1;
+    found = machine_id(st, m->fingerprint, &id, why);
+    if (found == 0) /* inserted, or there already: it cannot be missing */
+        *why = tb_xstrdup("the row inserted is not there");
+    return found > 0 ? id : -1;
+}
+
+int64_t tb_store_machine(tb_store *st, const tb_machine_info *m, char **err)
+{
+    char *why = NULL;
+    int64_t id = store_machine(st, m, &why);
+    if (id < 0) {
+        *err = tb_xasprintf("storing machine %s failed: %s", m->hostname[0] ? m->hostname : "(no host name)", why);
+        free(why);
+    }
+    return id;
 }
 
 /* A random (version 4) UUID: sessions keep it when databases are merged. */
@@ -451,15 +500,20 @@ static void random_uuid(char out[40])
              b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
 }
 
-int64_t tb_store_session_begin(tb_store *st, const tb_session_info *si)
+int64_t tb_store_session_begin(tb_store *st, const tb_session_info *si, char **err)
 {
+    char *why = NULL;
     sqlite3_stmt *q = prepare(st, "INSERT INTO session (uuid, machine_id, suite_name, suite_path, suite_sha256,"
                                   " suite_text, tokbench_version, git_commit, compiler, cuda_build_version,"
                                   " command_line, started_at, status, warmup, repeat, seed, owner_boot_id,"
                                   " owner_pid_ns, owner_pid, owner_start_ticks, config_sha256, config_json)"
-                                  " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,'running',?,?,?,?,?,?,?,?,?)");
-    if (!q)
+                                  " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,'running',?,?,?,?,?,?,?,?,?)",
+                              &why);
+    if (!q) {
+        *err = tb_xasprintf("storing the session failed: %s", why);
+        free(why);
         return -1;
+    }
     tb_owner me;
     owner_self(&me);
     bind_text(q, 16, me.boot_id[0] ? me.boot_id : NULL);
@@ -492,31 +546,48 @@ int64_t tb_store_session_begin(tb_store *st, const tb_session_info *si)
     sqlite3_bind_int64(q, 15, (int64_t)s->seed);
     bind_text(q, 20, si->config_sha256);
     bind_text(q, 21, si->config_json);
-    return exec_insert(st, q);
+    int64_t id = exec_insert(st, q, &why);
+    if (id < 0) {
+        *err = tb_xasprintf("storing the session failed: %s", why);
+        free(why);
+    }
+    return id;
 }
 
-int tb_store_session_end(tb_store *st, int64_t session, const char *status)
+int tb_store_session_end(tb_store *st, int64_t session, const char *status, char **err)
 {
-    sqlite3_stmt *q = prepare(st, "UPDATE session SET status = ?, finished_at = ? WHERE id = ?");
-    if (!q)
-        return -1;
-    char now[32];
-    tb_utc_timestamp(now);
-    bind_text(q, 1, status);
-    bind_text(q, 2, now);
-    sqlite3_bind_int64(q, 3, session);
-    int rc = sqlite3_step(q);
-    sqlite3_finalize(q);
-    /* No row changed: no such session, which the caller should hear. */
-    return rc == SQLITE_DONE && sqlite3_changes(st->db) == 1 ? 0 : -1;
+    char *why = NULL;
+    sqlite3_stmt *q = prepare(st, "UPDATE session SET status = ?, finished_at = ? WHERE id = ?", &why);
+    if (q) {
+        char now[32];
+        tb_utc_timestamp(now);
+        bind_text(q, 1, status);
+        bind_text(q, 2, now);
+        sqlite3_bind_int64(q, 3, session);
+        if (sqlite3_step(q) != SQLITE_DONE)
+            why = db_error(st);
+        else if (sqlite3_changes(st->db) != 1) /* which the caller should hear */
+            why = tb_xstrdup("no such session");
+        sqlite3_finalize(q);
+    }
+    if (!why)
+        return 0;
+    *err = tb_xasprintf("ending session %lld as %s failed: %s", (long long)session, status, why);
+    free(why);
+    return -1;
 }
 
-int64_t tb_store_backend(tb_store *st, int64_t session, const tb_plan_backend *pb)
+int64_t tb_store_backend(tb_store *st, int64_t session, const tb_plan_backend *pb, char **err)
 {
+    char *why = NULL;
     sqlite3_stmt *q = prepare(st, "INSERT INTO backend (session_id, label, plugin, plugin_path, plugin_version,"
-                                  " abi_major, capabilities, model, options_json) VALUES (?,?,?,?,?,?,?,?,?)");
-    if (!q)
+                                  " abi_major, capabilities, model, options_json) VALUES (?,?,?,?,?,?,?,?,?)",
+                              &why);
+    if (!q) {
+        *err = tb_xasprintf("storing backend %s failed: %s", pb->sb->label, why);
+        free(why);
         return -1;
+    }
     char *caps = tb_caps_string(pb->plugin.ops->capabilities);
     sqlite3_bind_int64(q, 1, session);
     bind_text(q, 2, pb->sb->label);
@@ -528,45 +599,57 @@ int64_t tb_store_backend(tb_store *st, int64_t session, const tb_plan_backend *p
     bind_text(q, 8, pb->sb->model);
     bind_text(q, 9, pb->options_json ? pb->options_json : "{}");
     free(caps);
-    return exec_insert(st, q);
+    int64_t id = exec_insert(st, q, &why);
+    if (id < 0) {
+        *err = tb_xasprintf("storing backend %s failed: %s", pb->sb->label, why);
+        free(why);
+    }
+    return id;
 }
 
-int tb_store_backend_info(tb_store *st, int64_t backend_id, const char *info_json)
+int tb_store_backend_info(tb_store *st, int64_t backend_id, const char *info_json, char **err)
 {
+    char *why = NULL;
     /* json() normalizes, and rejects text that is not JSON. */
     sqlite3_stmt *q = prepare(st, "UPDATE backend SET info_json = CASE WHEN json_valid(?1) THEN json(?1)"
-                                  " ELSE json_object('invalid_describe', ?1) END WHERE id = ?2");
-    if (!q)
-        return -1;
-    bind_text(q, 1, info_json);
-    sqlite3_bind_int64(q, 2, backend_id);
-    int rc = sqlite3_step(q);
-    sqlite3_finalize(q);
-    return rc == SQLITE_DONE && sqlite3_changes(st->db) == 1 ? 0 : -1;
-}
-
-/* SQLite's message for the statement that just failed, copied at once:
- * finalizing any other statement afterwards resets it ("not an error"). */
-static char *db_error(tb_store *st)
-{
-    return tb_xstrdup(sqlite3_errmsg(st->db));
+                                  " ELSE json_object('invalid_describe', ?1) END WHERE id = ?2",
+                              &why);
+    if (q) {
+        bind_text(q, 1, info_json);
+        sqlite3_bind_int64(q, 2, backend_id);
+        if (sqlite3_step(q) != SQLITE_DONE)
+            why = db_error(st);
+        else if (sqlite3_changes(st->db) != 1)
+            why = tb_xstrdup("no such backend");
+        sqlite3_finalize(q);
+    }
+    if (!why)
+        return 0;
+    *err = tb_xasprintf("storing the description (describe()) of backend row %lld failed: %s",
+                        (long long)backend_id, why);
+    free(why);
+    return -1;
 }
 
 static int insert_samples(tb_store *st, int64_t case_id, const tb_case_record *rec, char **why)
 {
-    sqlite3_stmt *qs = prepare(st, "INSERT INTO sample (case_id, repetition, warmup, n_requests, wall_ns, prefill_ns,"
-                                   " decode_ns, output_tokens, recount_tokens, aggregate_tps, decode_tps, forward_passes,"
-                                   " tokens_per_forward, peak_device_bytes, energy_mj, n_emissions, runner_ns)"
-                                   " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
-    sqlite3_stmt *qr = prepare(st, "INSERT INTO request (sample_id, idx, status, error, submit_offset_ns, ttft_ns,"
-                                   " e2e_ns, tpot_ns, tps, requested_tokens, output_tokens, recount_tokens,"
-                                   " count_mismatch, steps_done, answer_tokens, output_hash, emissions_json,"
-                                   " prompt_idx, scored, output_text, prompt_hash)"
-                                   " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
-    sqlite3_stmt *qsc = prepare(st, "INSERT INTO score (request_id, name, value) VALUES (?,?,?)");
+    /* Each prepared only when the one before it was: *why is set once. */
+    sqlite3_stmt *qs = NULL, *qr = NULL, *qsc = NULL;
+    qs = prepare(st, "INSERT INTO sample (case_id, repetition, warmup, n_requests, wall_ns, prefill_ns,"
+                     " decode_ns, output_tokens, recount_tokens, aggregate_tps, decode_tps, forward_passes,"
+                     " tokens_per_forward, peak_device_bytes, energy_mj, n_emissions, runner_ns)"
+                     " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                 why);
+    if (qs)
+        qr = prepare(st, "INSERT INTO request (sample_id, idx, status, error, submit_offset_ns, ttft_ns,"
+                         " e2e_ns, tpot_ns, tps, requested_tokens, output_tokens, recount_tokens,"
+                         " count_mismatch, steps_done, answer_tokens, output_hash, emissions_json,"
+                         " prompt_idx, scored, output_text, prompt_hash)"
+                         " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                     why);
+    if (qr)
+        qsc = prepare(st, "INSERT INTO score (request_id, name, value) VALUES (?,?,?)", why);
     int ok = qs && qr && qsc;
-    if (!ok)
-        *why = db_error(st);
     for (size_t i = 0; ok && i < rec->n_samples; i++) {
         const tb_sample_record *s = &rec->samples[i];
         sqlite3_reset(qs);
@@ -658,11 +741,10 @@ static int insert_metrics(tb_store *st, int64_t case_id, const tb_metric_record 
                                             " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
                                           : "INSERT INTO metric (case_id, name, unit, n, median, p5, p95, mean,"
                                             " stdev, cv, min, max, ci_lo, ci_hi, p90, p99)"
-                                            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
-    if (!q) {
-        *why = db_error(st);
+                                            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                              why);
+    if (!q)
         return -1;
-    }
     for (size_t i = 0; i < n; i++) {
         const tb_metric_record *m = &rows[i];
         if (m->st.n == 0)
@@ -694,12 +776,13 @@ int64_t tb_store_case(tb_store *st, const tb_case_record *rec, char **err)
         return -1;
     }
     const tb_case *c = rec->c;
+    char *why = NULL;
     sqlite3_stmt *q = prepare(st, "INSERT INTO bench_case (session_id, backend_id, ordinal, prompt_tokens,"
                                   " max_new_tokens, batch, concurrency, steps, block_length, request_rate, options_json,"
                                   " status, error, started_at, finished_at, case_wall_ns, host_peak_rss_bytes)"
-                                  " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+                                  " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                              &why);
     int64_t case_id = -1;
-    char *why = NULL;
     if (q) {
         sqlite3_bind_int64(q, 1, rec->session_id);
         sqlite3_bind_int64(q, 2, rec->backend_id);
@@ -723,8 +806,6 @@ int64_t tb_store_case(tb_store *st, const tb_case_record *rec, char **err)
         else
             why = db_error(st);
         sqlite3_finalize(q);
-    } else {
-        why = db_error(st);
     }
     if (case_id < 0 || insert_samples(st, case_id, rec, &why) != 0 || insert_metrics(st, case_id, rec->metrics, rec->n_metrics, 0, &why) != 0) {
         *err = tb_xasprintf("storing case #%zu failed: %s", c->ordinal, why ? why : "?");
@@ -740,19 +821,34 @@ int64_t tb_store_case(tb_store *st, const tb_case_record *rec, char **err)
     return case_id;
 }
 
-int tb_store_prompts(tb_store *st, int64_t session, const tb_plan *plan)
+int tb_store_prompts(tb_store *st, int64_t session, const tb_plan *plan, char **err)
 {
     if (!plan->n_prompts)
         return 0;
-    sqlite3_stmt *u = prepare(st, "UPDATE session SET prompt_set_path = ?, prompt_set_sha256 = ? WHERE id = ?");
-    sqlite3_stmt *q = prepare(st, "INSERT INTO prompt (session_id, idx, line, prompt, answer, scorer, tags_json)"
-                                  " VALUES (?,?,?,?,?,?,?)");
-    int ok = u && q && sqlite3_exec(st->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK;
+    char *why = NULL;
+    int line = 0; /* of the item that failed, if one did */
+    sqlite3_stmt *u = prepare(st, "UPDATE session SET prompt_set_path = ?, prompt_set_sha256 = ? WHERE id = ?", &why);
+    sqlite3_stmt *q = NULL;
+    if (u)
+        q = prepare(st, "INSERT INTO prompt (session_id, idx, line, prompt, answer, scorer, tags_json)"
+                        " VALUES (?,?,?,?,?,?,?)",
+                    &why);
+    int ok = u && q;
+    if (ok && sqlite3_exec(st->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
+        why = db_error(st);
+        ok = 0;
+    }
     if (ok) {
         bind_text(u, 1, plan->suite->prompts.file);
         bind_text(u, 2, plan->prompts.sha256);
         sqlite3_bind_int64(u, 3, session);
-        ok = sqlite3_step(u) == SQLITE_DONE;
+        if (sqlite3_step(u) != SQLITE_DONE) {
+            why = db_error(st);
+            ok = 0;
+        } else if (sqlite3_changes(st->db) != 1) {
+            why = tb_xasprintf("no session %lld", (long long)session);
+            ok = 0;
+        }
     }
     for (size_t i = 0; ok && i < plan->n_prompts; i++) {
         const tb_prompt *it = &plan->prompts.items[i];
@@ -769,16 +865,29 @@ int tb_store_prompts(tb_store *st, int64_t session, const tb_plan *plan)
         bind_text(q, 5, it->answer);
         bind_text(q, 6, it->answer ? tb_scorer_name(tb_prompt_scorer(it, plan->scorer)) : NULL);
         bind_text(q, 7, tags.s);
-        ok = sqlite3_step(q) == SQLITE_DONE;
+        if (sqlite3_step(q) != SQLITE_DONE) {
+            why = db_error(st);
+            line = it->line;
+            ok = 0;
+        }
         tb_str_free(&tags);
     }
-    if (ok)
-        ok = sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL) == SQLITE_OK;
-    else
+    if (ok && sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
+        why = db_error(st);
+        ok = 0;
+    }
+    if (!ok && sqlite3_get_autocommit(st->db) == 0)
         sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
     sqlite3_finalize(u);
     sqlite3_finalize(q);
-    return ok ? 0 : -1;
+    if (ok)
+        return 0;
+    if (line)
+        *err = tb_xasprintf("storing the prompt set %s failed at line %d: %s", plan->suite->prompts.file, line, why);
+    else
+        *err = tb_xasprintf("storing the prompt set %s failed: %s", plan->suite->prompts.file, why);
+    free(why);
+    return -1;
 }
 
 void tb_stored_answers_free(tb_stored_answer *a, size_t n)
@@ -795,11 +904,10 @@ int tb_store_answers(tb_store *st, int64_t session, tb_stored_answer **out, size
     sqlite3_stmt *q = prepare(st, "SELECT r.id, sa.case_id, r.prompt_idx, r.output_text, r.scored FROM request r"
                                   " JOIN sample sa ON r.sample_id = sa.id JOIN bench_case c ON sa.case_id = c.id"
                                   " WHERE c.session_id = ? AND r.status = 'ok' AND r.prompt_idx IS NOT NULL"
-                                  " AND r.output_text IS NOT NULL ORDER BY c.ordinal, r.id");
-    if (!q) {
-        *err = db_error(st);
+                                  " AND r.output_text IS NOT NULL ORDER BY c.ordinal, r.id",
+                              err);
+    if (!q)
         return -1;
-    }
     sqlite3_bind_int64(q, 1, session);
     tb_stored_answer *a = NULL;
     size_t n = 0, cap = 0;
@@ -837,7 +945,7 @@ int tb_store_judge(tb_store *st, const tb_judge_score *scores, size_t n, const i
         *err = tb_xasprintf("cannot start a transaction: %s", sqlite3_errmsg(st->db));
         return -1;
     }
-    sqlite3_stmt *q = prepare(st, "INSERT OR REPLACE INTO score (request_id, name, value) VALUES (?,?,?)");
+    sqlite3_stmt *q = prepare(st, "INSERT OR REPLACE INTO score (request_id, name, value) VALUES (?,?,?)", &why);
     int ok = q != NULL;
     for (size_t i = 0; ok && i < n; i++) {
         const char *names[2] = {"judge_nll", "judge_ppl"};
@@ -850,7 +958,7 @@ int tb_store_judge(tb_store *st, const tb_judge_score *scores, size_t n, const i
             ok = sqlite3_step(q) == SQLITE_DONE;
         }
     }
-    if (!ok)
+    if (!ok && !why)
         why = db_error(st);
     sqlite3_finalize(q);
     for (size_t i = 0; ok && i < n_cases; i++)

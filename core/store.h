@@ -30,8 +30,14 @@ const char *tb_store_default_path(void);
 /* Schema version this tokbench writes (= number of migrations). */
 int tb_store_schema_version(void);
 
-/* Open (creating if needed) and migrate. 0, or -1 with *err malloc'd. */
+/* Open (creating if needed) and migrate. 0, or -1 with *err malloc'd.
+ * Opening also marks 'interrupted' the sessions left 'running' by a
+ * process that is gone (docs/RELIABILITY.md). */
 int tb_store_open(const char *path, tb_store **out, char **err);
+/* What opening did that the user should hear of ("PATH: session 12 marked
+ * interrupted: ..."), or NULL: the store prints nothing itself. Valid
+ * until tb_store_close. */
+const char *tb_store_notice(const tb_store *st);
 void tb_store_close(tb_store *st);
 sqlite3 *tb_store_db(tb_store *st);
 
@@ -41,8 +47,12 @@ int tb_store_migrate(sqlite3 *db, int target, char **err);
 
 /* ----------------------------------------------------------- writing */
 
+/* Each writer returns 0 (or a row id), or -1 with *err malloc'd, naming
+ * what it was storing ("storing backend a failed: UNIQUE constraint
+ * failed: ...") and with nothing of that write left in the database. */
+
 /* Row id of the machine (inserted when its fingerprint is new), or -1. */
-int64_t tb_store_machine(tb_store *st, const tb_machine_info *m);
+int64_t tb_store_machine(tb_store *st, const tb_machine_info *m, char **err);
 
 typedef struct tb_session_info {
     int64_t machine_id;
@@ -54,19 +64,22 @@ typedef struct tb_session_info {
 } tb_session_info;
 
 /* New session in state 'running'; returns its id or -1. */
-int64_t tb_store_session_begin(tb_store *st, const tb_session_info *si);
-/* status: "completed", "interrupted" or "failed". */
-int tb_store_session_end(tb_store *st, int64_t session, const char *status);
+int64_t tb_store_session_begin(tb_store *st, const tb_session_info *si, char **err);
+/* status: "completed", "interrupted" or "failed". No such session is an
+ * error. */
+int tb_store_session_end(tb_store *st, int64_t session, const char *status, char **err);
 
 /* Backend row for plan backend `pb`; returns its id or -1. */
-int64_t tb_store_backend(tb_store *st, int64_t session, const tb_plan_backend *pb);
+int64_t tb_store_backend(tb_store *st, int64_t session, const tb_plan_backend *pb, char **err);
 /* The prompt set's items (plan->n_prompts of them) and its path and hash,
- * with the session; nothing without a prompt set. 0 or -1. */
-int tb_store_prompts(tb_store *st, int64_t session, const tb_plan *plan);
-int tb_store_backend_info(tb_store *st, int64_t backend_id, const char *info_json);
+ * with the session, in one transaction; nothing without a prompt set. */
+int tb_store_prompts(tb_store *st, int64_t session, const tb_plan *plan, char **err);
+/* The backend's describe() text (stored as JSON, or wrapped when it is
+ * not JSON). No such backend row is an error. */
+int tb_store_backend_info(tb_store *st, int64_t backend_id, const char *info_json, char **err);
 
 /* Write the case with its samples, requests and metrics in one
- * transaction. Returns the case id, or -1 (nothing written). */
+ * transaction. Returns the case id, or -1 with *err (nothing written). */
 int64_t tb_store_case(tb_store *st, const tb_case_record *rec, char **err);
 
 /* ----------------------------------------------------------- the judge */

@@ -19,9 +19,11 @@ typedef enum tb_msg {
     /* runner → worker, serving (`tokbench serve`) */
     TB_MSG_LOAD = 3,     /* payload: uint32 case index: load (or keep) the
                             context of that case; answered by LOADED */
-    TB_MSG_GENERATE = 4, /* tb_wire_gen, then n_requests NUL-terminated
-                            prompts: one batch; answered by EMIT frames
-                            as tokens appear, then GENERATED */
+    TB_MSG_GENERATE = 4, /* tb_wire_gen, then per request its
+                            NUL-terminated prompt, a uint32 count of stop
+                            sequences and those, NUL-terminated: one
+                            batch; answered by EMIT frames as tokens
+                            appear, then GENERATED */
     TB_MSG_JUDGE = 5,    /* tb_wire_judge, then n pairs of NUL-terminated
                             context and continuation texts; answered by
                             LOADED, then JUDGED */
@@ -82,13 +84,25 @@ typedef struct tb_wire_loglik {
 } tb_wire_loglik;
 
 /* GENERATE payload header. */
+/* Stop sequences per GENERATE request, at most. */
+#define TB_WIRE_MAX_STOP 4
+
+/* tb_wire_gen.set: which option values the batch's requests override */
+enum { TB_GEN_TEMPERATURE = 1u << 0, TB_GEN_TOP_P = 1u << 1 };
+
 typedef struct tb_wire_gen {
     uint32_t case_index;     /* whose options and dimensions to use */
     uint32_t n_requests;
-    uint32_t max_new_tokens;
-    uint32_t pad;
+    uint32_t max_new_tokens; /* the answer's limit (a diffusion canvas is
+                                rounded up to whole blocks) */
+    uint32_t set;            /* TB_GEN_* */
     uint64_t seed;
+    double temperature;      /* the options "temperature" and "top_p" */
+    double top_p;            /* where `set` says */
 } tb_wire_gen;
+
+/* tb_wire_gen_req.finish */
+enum { TB_FINISH_NONE = 0, TB_FINISH_STOP = 1, TB_FINISH_LENGTH = 2 };
 
 /* A live emission of request `request` (index in the GENERATE batch). */
 typedef struct tb_wire_emit {
@@ -107,9 +121,12 @@ typedef struct tb_wire_gen_done {
 
 typedef struct tb_wire_gen_req {
     int32_t status;          /* tb_status of this request */
-    uint32_t n_output_tokens;
+    uint32_t n_output_tokens; /* as the engine counts (a whole canvas) */
     int32_t prompt_tokens;   /* the plugin's tokenizer's count; -1: none */
-    uint32_t text_len;       /* the whole output text that follows */
+    uint32_t text_len;       /* the answer text that follows */
+    uint32_t completion_tokens; /* the answer's tokens: up to its EOS or
+                                   stop sequence, at most max_new_tokens */
+    uint32_t finish;         /* TB_FINISH_*: why the answer ended */
     char error[128];
 } tb_wire_gen_req;
 

@@ -471,8 +471,14 @@ static void judge_pairs(tb_worker *w, const char *buf, size_t len)
 
 void tb_worker_main(const tb_plan *plan, size_t backend, int fd_in, int fd_out)
 {
-    /* The process first: memory limit, stdout onto stderr, signals. */
-    tb_worker_child_setup(plan->suite->memory_limit_mb);
+    /* The process first: memory limit, stdout onto stderr, signals. The
+     * worker's stderr is its log (plugins log there too): a limit not set
+     * is said there, and the cases run without it, as before. */
+    char *err = NULL;
+    if (tb_worker_child_setup(plan->suite->memory_limit_mb, &err) != 0) {
+        fprintf(stderr, "tokbench: %s\n", err);
+        free(err);
+    }
 
     tb_worker w = {.plan = plan, .pb = &plan->backends[backend], .fd_out = fd_out};
     w.ops = w.pb->plugin.ops;

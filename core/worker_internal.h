@@ -84,8 +84,9 @@ void tb_worker_serve_generate(tb_worker *w, const char *buf, size_t len);
 
 /* The forked child's process, before anything else: the address-space
  * limit (memory_limit_mb > 0, in MiB), stdout onto stderr, SIGINT and
- * SIGTERM as a cancel request, SIGPIPE ignored. */
-void tb_worker_child_setup(double memory_limit_mb);
+ * SIGTERM as a cancel request, SIGPIPE ignored. 0, or -1 with *err when
+ * the limit could not be set (all the rest is done anyway). */
+int tb_worker_child_setup(double memory_limit_mb, char **err);
 /* Nonzero once SIGINT or SIGTERM arrived. */
 int tb_worker_cancel_requested(void);
 /* The child's end: the leak check of sanitizer builds, then _exit(0). */

@@ -52,10 +52,11 @@ int tb_worker_cancel_requested(void)
  * reserved shadow memory is already counted). A backend that leaks then
  * fails an allocation (a clean TB_ERR_NO_MEMORY, or its own abort) long
  * before the kernel's OOM killer picks a process, maybe not this one. */
-static void apply_memory_limit(double mb)
+/* 0, or -1 with *err when the limit could not be set. */
+static int apply_memory_limit(double mb, char **err)
 {
     if (mb <= 0)
-        return;
+        return 0;
     unsigned long long vm_kib = 0;
     FILE *f = fopen("/proc/self/status", "r");
     char line[256];
@@ -66,13 +67,16 @@ static void apply_memory_limit(double mb)
         fclose(f);
     rlim_t lim = (rlim_t)vm_kib * 1024 + (rlim_t)(mb * 1048576.0);
     struct rlimit rl = {lim, lim};
-    if (setrlimit(RLIMIT_AS, &rl) != 0)
-        fprintf(stderr, "tokbench: memory_limit: setrlimit: %s\n", strerror(errno));
+    if (setrlimit(RLIMIT_AS, &rl) != 0) {
+        *err = tb_xasprintf("memory_limit: setrlimit: %s", strerror(errno));
+        return -1;
+    }
+    return 0;
 }
 
-void tb_worker_child_setup(double memory_limit_mb)
+int tb_worker_child_setup(double memory_limit_mb, char **err)
 {
-    apply_memory_limit(memory_limit_mb);
+    int rc = apply_memory_limit(memory_limit_mb, err);
     /* Plugins must not write to stdout (the runner's results): point it
      * at stderr. Ctrl-C and SIGTERM ask the plugin to stop. */
     dup2(2, 1);
@@ -82,6 +86,7 @@ void tb_worker_child_setup(double memory_limit_mb)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
+    return rc;
 }
 
 void tb_worker_child_exit(void)

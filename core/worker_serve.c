@@ -4,8 +4,10 @@
  * with the text it adds, so that the server can stream it, and the batch
  * ends with TB_MSG_GENERATED: each request's status, token counts and
  * whole answer text. */
+#define _GNU_SOURCE
 #include "worker_internal.h"
 
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,11 +21,58 @@ struct tb_live_req {
     int32_t *ids; /* ids emitted so far (emit_output with ids) */
     size_t n_ids, cap_ids;
     /* Incremental detokenization (as vLLM and TGI do it): the text of
-     * ids[prefix_off, read_off) was sent; decoding from prefix_off again
-     * gives the new ids the context their spacing depends on. */
+     * ids[prefix_off, read_off) was decoded; decoding from prefix_off
+     * again gives the new ids the context their spacing depends on. */
     size_t prefix_off, read_off;
     int broken; /* detokenize failed: no more text for this request */
+    /* The answer's text so far and how much of it was sent: the end that
+     * may be the start of a stop sequence waits, and nothing is sent from
+     * a stop sequence on. */
+    tb_str text;
+    size_t sent;
+    int stopped;
+    const char *const *stop;
+    uint32_t n_stop;
 };
+
+/* Where the first of the stop sequences begins in s[n], or SIZE_MAX. */
+static size_t first_stop(const char *s, size_t n, const char *const *stop, uint32_t n_stop)
+{
+    size_t at = SIZE_MAX;
+    for (uint32_t k = 0; k < n_stop && s; k++) {
+        if (!stop[k][0])
+            continue; /* the parser refuses them; never a match at 0 */
+        const char *p = memmem(s, n, stop[k], strlen(stop[k]));
+        if (p && (size_t)(p - s) < at)
+            at = (size_t)(p - s);
+    }
+    return at;
+}
+
+/* How much of L->text may be sent now (see tb_live_req). */
+static size_t sendable(tb_live_req *L)
+{
+    if (L->stopped)
+        return L->sent;
+    size_t n = L->text.len;
+    size_t at = first_stop(L->text.s, n, L->stop, L->n_stop);
+    if (at != SIZE_MAX) {
+        L->stopped = 1;
+        return at > L->sent ? at : L->sent;
+    }
+    size_t hold = 0; /* the longest end of the text that begins a stop sequence */
+    for (uint32_t k = 0; k < L->n_stop; k++) {
+        if (!L->stop[k][0])
+            continue;
+        size_t m = strlen(L->stop[k]) - 1;
+        for (size_t j = m < n ? m : n; j > hold; j--)
+            if (memcmp(L->text.s + n - j, L->stop[k], j) == 0) {
+                hold = j;
+                break;
+            }
+    }
+    return n - hold > L->sent ? n - hold : L->sent;
+}
 
 /* Bytes of s[0..n) that can be sent now: not a trailing incomplete UTF-8
  * sequence, nor a trailing U+FFFD (a decoder's stand-in for bytes that
@@ -52,10 +101,11 @@ void tb_worker_live_emit(tb_worker *w, uint32_t request, uint32_t n_tokens, int6
     tb_live_req *L = &w->live[request];
     tb_wire_emit e = {.request = w->live_map[request], .n_tokens = n_tokens, .t_ns = t_ns};
     const char *delta = NULL;
+    size_t delta_len = 0;
     if (text) {
         e.has_text = 1;
         delta = text;
-        e.text_len = (uint32_t)text_len;
+        delta_len = text_len;
     } else if (ids && n_tokens && (w->ops->capabilities & TB_CAP_TOKENIZER) && !L->broken) {
         if (L->n_ids + n_tokens > L->cap_ids) {
             L->cap_ids = (L->n_ids + n_tokens) * 2;
@@ -74,23 +124,106 @@ void tb_worker_live_emit(tb_worker *w, uint32_t request, uint32_t n_tokens, int6
             /* Only whole characters: a token may end inside one. */
             if (full > prefix && stable_prefix(w->scratch, (size_t)full) == (size_t)full) {
                 delta = w->scratch + prefix;
-                e.text_len = (uint32_t)(full - prefix);
+                delta_len = (size_t)(full - prefix);
                 L->prefix_off = L->read_off;
                 L->read_off = L->n_ids;
             }
         }
     }
+    if (delta_len)
+        tb_str_appendn(&L->text, delta, delta_len);
+    size_t upto = sendable(L);
+    const char *out = L->text.s + L->sent;
+    e.text_len = (uint32_t)(upto - L->sent);
+    L->sent = upto;
     tb_str b = {0};
     tb_str_appendn(&b, (const char *)&e, sizeof e);
     if (e.text_len)
-        tb_str_appendn(&b, delta, e.text_len);
+        tb_str_appendn(&b, out, e.text_len);
     if (tb_wire_send(w->fd_out, TB_MSG_EMIT, b.s, b.len) != 0)
         _exit(3); /* the server is gone */
     tb_str_free(&b);
 }
 
+/* What describe() says of the model's positions: context_length (0: not
+ * said) and whether a prompt gets a BOS token before its own. */
+static void model_limits(tb_worker *w, int64_t *context, int *bos)
+{
+    *context = 0;
+    *bos = 0;
+    const char *d = w->ops->describe && w->ctx ? w->ops->describe(w->ctx) : NULL;
+    cJSON *j = d ? cJSON_Parse(d) : NULL;
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "context_length");
+    if (cJSON_IsNumber(c) && c->valuedouble > 0)
+        *context = (int64_t)c->valuedouble;
+    *bos = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "prompt_bos"));
+    cJSON_Delete(j);
+}
+
+/* The answer's tokens that make its first `bytes` bytes of text: the
+ * fewest output ids whose text is that long (the text was cut at a stop
+ * sequence); a re-count of the text without ids. */
+static uint32_t tokens_covering(tb_worker *w, const tb_request_result *r, uint32_t n, const char *text, size_t bytes)
+{
+    if (!(w->ops->capabilities & TB_CAP_TOKENIZER))
+        return n;
+    if (!r->output_ids) {
+        int64_t k = w->ops->tokenize(w->ctx, text, NULL, 0);
+        return k >= 0 && k < n ? (uint32_t)k : n;
+    }
+    uint32_t lo = 0, hi = n; /* decode(ids[0, hi)) covers it */
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        int64_t len = mid ? tb_worker_decode_ids(w, r->output_ids, mid) : 0;
+        if (len >= 0 && (size_t)len >= bytes)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return hi;
+}
+
+/* Request r's answer as the client gets it: the text up to the first EOS
+ * (tb_worker_answer_text, what the in-process path grades), at most
+ * `want` tokens, cut at a stop sequence; its token count and why it
+ * ended. */
+static void serve_answer(tb_worker *w, const tb_request_result *r, uint32_t want, const char *const *stop,
+                         uint32_t n_stop, tb_str *text, tb_wire_gen_req *o)
+{
+    tb_request_result t = *r;
+    uint32_t n_out = t.output_ids ? t.n_output_ids : t.n_output_tokens;
+    int known = t.n_answer_tokens != TB_UNKNOWN_COUNT;
+    uint32_t ans = known && t.n_answer_tokens < n_out ? t.n_answer_tokens : n_out;
+    int eos = known && t.n_answer_tokens < n_out;
+    uint32_t finish;
+    if (ans >= want) {
+        ans = want; /* a diffusion canvas rounded up to whole blocks */
+        finish = TB_FINISH_LENGTH;
+    } else if (eos) {
+        finish = TB_FINISH_STOP;
+    } else { /* no EOS reported: short of max_tokens, the backend stopped */
+        finish = t.n_output_tokens >= want ? TB_FINISH_LENGTH : TB_FINISH_STOP;
+    }
+    if (t.output_ids)
+        t.n_answer_tokens = ans;
+    tb_worker_answer_text(w, &t, text);
+    size_t at = first_stop(text->s, text->len, stop, n_stop);
+    if (at != SIZE_MAX) {
+        text->len = at;
+        text->s[at] = '\0';
+        finish = TB_FINISH_STOP;
+        ans = tokens_covering(w, &t, ans, text->s, at);
+    }
+    o->completion_tokens = ans;
+    o->finish = finish;
+}
+
 /* One GENERATE batch: prompts of one token length run as one generate()
- * call (engines batch equal lengths), groups one after another. */
+ * call (engines batch equal lengths), groups one after another. The
+ * request's sampling fields replace the case's option values of the same
+ * names; a diffusion canvas is max_tokens rounded up to whole blocks,
+ * with the case's steps per block; a prompt that does not fit the
+ * model's context with its output is refused before any work. */
 void tb_worker_serve_generate(tb_worker *w, const char *buf, size_t len)
 {
     tb_wire_gen g;
@@ -104,15 +237,31 @@ void tb_worker_serve_generate(tb_worker *w, const char *buf, size_t len)
     memcpy(&g, buf, sizeof g);
     uint32_t n = g.n_requests;
     const char **prompts = tb_xcalloc(n ? n : 1, sizeof *prompts);
+    const char *(*stops)[TB_WIRE_MAX_STOP] = tb_xcalloc(n ? n : 1, sizeof *stops);
+    uint32_t *n_stops = tb_xcalloc(n ? n : 1, sizeof *n_stops);
     const char *p = buf + sizeof g, *end = buf + len;
     for (uint32_t i = 0; i < n; i++) {
         const char *nul = p < end ? memchr(p, '\0', (size_t)(end - p)) : NULL;
+        uint32_t k = 0;
+        if (nul && (size_t)(end - nul - 1) >= sizeof k)
+            memcpy(&k, nul + 1, sizeof k);
+        else
+            nul = NULL;
+        prompts[i] = p;
+        p = nul ? nul + 1 + sizeof k : end;
+        for (uint32_t s = 0; nul && s < k; s++) {
+            const char *z = p < end ? memchr(p, '\0', (size_t)(end - p)) : NULL;
+            if (!z || s >= TB_WIRE_MAX_STOP) {
+                nul = NULL;
+                break;
+            }
+            stops[i][n_stops[i]++] = p;
+            p = z + 1;
+        }
         if (!nul) {
             n = i; /* truncated: answer what is whole */
             break;
         }
-        prompts[i] = p;
-        p = nul + 1;
     }
     done.n_requests = n;
     tb_wire_gen_req *res = tb_xcalloc(n ? n : 1, sizeof *res);
@@ -120,10 +269,49 @@ void tb_worker_serve_generate(tb_worker *w, const char *buf, size_t len)
     int64_t *lens = tb_xcalloc(n ? n : 1, sizeof *lens);
     int *taken = tb_xcalloc(n ? n : 1, sizeof *taken);
     const tb_case *c = g.case_index < w->plan->n_cases ? &w->plan->cases[g.case_index] : NULL;
-    int tok = (w->ops->capabilities & TB_CAP_TOKENIZER) != 0;
+    uint32_t caps = w->ops->capabilities;
+    int tok = (caps & TB_CAP_TOKENIZER) != 0;
+
+    /* the canvas and steps (diffusion), the options */
+    uint32_t canvas = g.max_new_tokens, steps = c ? c->steps : 0;
+    if (c && (caps & TB_CAP_BLOCKS) && c->block_length > 0) {
+        uint32_t bl = c->block_length;
+        if (canvas % bl)
+            canvas = (canvas / bl + 1) * bl;
+        if ((caps & TB_CAP_STEPS) && steps > 0 && c->max_new_tokens >= bl && c->max_new_tokens % bl == 0 &&
+            steps % (c->max_new_tokens / bl) == 0)
+            steps = steps / (c->max_new_tokens / bl) * (canvas / bl);
+    }
+    tb_option_value *opts = c && c->n_options ? tb_xcalloc(c->n_options, sizeof *opts) : NULL;
+    char vtext[2][32];
+    for (uint32_t i = 0; opts && i < c->n_options; i++) {
+        opts[i] = c->options[i];
+        if ((g.set & TB_GEN_TEMPERATURE) && strcmp(opts[i].name, "temperature") == 0) {
+            snprintf(vtext[0], sizeof vtext[0], "%.17g", g.temperature);
+            opts[i].f = g.temperature, opts[i].i = (int64_t)g.temperature, opts[i].text = vtext[0];
+        } else if ((g.set & TB_GEN_TOP_P) && strcmp(opts[i].name, "top_p") == 0) {
+            snprintf(vtext[1], sizeof vtext[1], "%.17g", g.top_p);
+            opts[i].f = g.top_p, opts[i].i = (int64_t)g.top_p, opts[i].text = vtext[1];
+        }
+    }
+    int64_t context = 0;
+    int bos = 0;
+    if (w->ctx)
+        model_limits(w, &context, &bos);
     for (uint32_t i = 0; i < n; i++) {
         lens[i] = tok && w->ctx ? w->ops->tokenize(w->ctx, prompts[i], NULL, 0) : -1;
         res[i].prompt_tokens = lens[i] > INT32_MAX ? -1 : (int32_t)lens[i];
+        if (context > 0 && lens[i] >= 0 && lens[i] + bos + canvas > context) {
+            taken[i] = 1; /* refused before any work */
+            res[i].status = TB_ERR_INVALID;
+            char as[48] = "";
+            if (canvas != g.max_new_tokens)
+                snprintf(as, sizeof as, " as a canvas of %u", canvas);
+            snprintf(res[i].error, sizeof res[i].error,
+                     "http_4xx: the model's context is %lld tokens; this request needs %lld (prompt %lld%s + "
+                     "max_tokens %u%s)", (long long)context, (long long)(lens[i] + bos + canvas),
+                     (long long)lens[i], bos ? " + BOS" : "", g.max_new_tokens, as);
+        }
     }
     uint32_t *map = tb_xcalloc(n ? n : 1, sizeof *map);
     const char **gp = tb_xcalloc(n ? n : 1, sizeof *gp);
@@ -149,13 +337,13 @@ void tb_worker_serve_generate(tb_worker *w, const char *buf, size_t len)
             .struct_size = sizeof req,
             .n_requests = k,
             .prompt_tokens = lens[i] > 0 && lens[i] <= UINT32_MAX ? (uint32_t)lens[i] : 0,
-            .max_new_tokens = g.max_new_tokens,
+            .max_new_tokens = canvas,
             .batch = k,
-            .steps = c->steps,
+            .steps = steps,
             .block_length = c->block_length,
             .seed = g.seed,
             .prompt_text = gp,
-            .options = c->options,
+            .options = opts,
             .n_options = c->n_options,
         };
         memset(rr, 0, k * sizeof *rr);
@@ -164,6 +352,10 @@ void tb_worker_serve_generate(tb_worker *w, const char *buf, size_t len)
         tb_result out = {.struct_size = sizeof out, .n_requests = k, .requests = rr, .prefill_ns = -1,
                          .decode_ns = -1, .peak_device_bytes = -1, .energy_mj = -1};
         w->live = tb_xcalloc(k, sizeof *w->live);
+        for (uint32_t q = 0; q < k; q++) {
+            w->live[q].stop = stops[map[q]];
+            w->live[q].n_stop = n_stops[map[q]];
+        }
         w->live_map = map;
         w->live_n = k;
         tb_status st = w->ops->generate(w->ctx, &req, &out);
@@ -176,9 +368,10 @@ void tb_worker_serve_generate(tb_worker *w, const char *buf, size_t len)
                 snprintf(o->error, sizeof o->error, "%s", le && *le ? le : tb_status_name(st));
             else if (rr[q].status != TB_OK)
                 tb_strlcpy(o->error, rr[q].error[0] ? rr[q].error : tb_status_name(rr[q].status), sizeof o->error);
-            if (st == TB_OK)
-                tb_worker_answer_text(w, &rr[q], &texts[map[q]]);
+            if (st == TB_OK && rr[q].status == TB_OK)
+                serve_answer(w, &rr[q], g.max_new_tokens, stops[map[q]], n_stops[map[q]], &texts[map[q]], o);
             free(w->live[q].ids);
+            tb_str_free(&w->live[q].text);
         }
         free(w->live);
         w->live = NULL;
@@ -202,6 +395,9 @@ void tb_worker_serve_generate(tb_worker *w, const char *buf, size_t len)
         _exit(3);
     tb_str_free(&b);
     free(prompts);
+    free(stops);
+    free(n_stops);
+    free(opts);
     free(res);
     free(texts);
     free(lens);

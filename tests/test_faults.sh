@@ -348,7 +348,7 @@ EOF
     within "$elapsed" $limit && pass "model: the run took $elapsed s (bound $limit s)" \
         || fail "model: the run took $elapsed s, over $limit s"
 else
-    echo "skip: ar plugin not built (no engine)"
+    fail "model: no ar plugin at $build/plugins/ar/ar.so (every build has one)"
 fi
 
 [ $failures = 0 ] || { echo "$failures failures"; exit 1; }

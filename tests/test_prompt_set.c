@@ -39,15 +39,34 @@ static const char *write_file(const char *name, const char *text)
     return write_file_n(name, text, strlen(text));
 }
 
-static char last_err[4096];
+/* The message of the last load or check (malloc'd; the next call frees
+ * it): set exactly when the call returns -1, the convention of core. */
+static char *last_err;
+
+static int load(const char *path, tb_prompt_set *ps)
+{
+    free(last_err);
+    last_err = NULL;
+    int rc = tb_prompt_set_load(path, ps, &last_err);
+    CHECK((rc == -1) == (last_err != NULL));
+    return rc;
+}
+
+static int check_set(const tb_prompt_set *ps, tb_scorer dflt, int need_answers)
+{
+    free(last_err);
+    last_err = NULL;
+    int rc = tb_prompt_set_check(ps, dflt, need_answers, &last_err);
+    CHECK((rc == -1) == (last_err != NULL));
+    return rc;
+}
 
 /* Loads a one-file set that must fail; returns the message (last_err). */
 static const char *load_err(const char *name, const char *text)
 {
     const char *path = write_file(name, text);
     tb_prompt_set ps;
-    last_err[0] = '\0';
-    int rc = tb_prompt_set_load(path, &ps, last_err, sizeof last_err);
+    int rc = load(path, &ps);
     CHECK(rc == -1);
     CHECK(ps.n == 0 && ps.items == NULL && ps.path == NULL);
     if (rc == 0)
@@ -87,12 +106,10 @@ static void test_load_good(void)
     tb_str_append(&t, "  {\"prompt\": \"tab\\tquote\\\" nl\\n\", \"answer\": \"a(b\"}  "); /* 10, no final newline */
     const char *path = write_file_n("good.jsonl", t.s, t.len);
     tb_prompt_set ps;
-    char err[1024] = "untouched";
-    int rc = tb_prompt_set_load(path, &ps, err, sizeof err);
+    int rc = load(path, &ps);
     CHECK(rc == 0);
-    CHECK_STR(err, "");
     if (rc != 0) {
-        fprintf(stderr, "%s\n", err);
+        fprintf(stderr, "%s\n", last_err);
         tb_str_free(&t);
         return;
     }
@@ -154,18 +171,18 @@ static void test_load_good(void)
 
     /* Checking answers against a default scorer: line 10's "a(b" is no
      * regex; line 3's "Paris" is no number (line 1 has its own scorer). */
-    CHECK(tb_prompt_set_check(&ps, TB_SCORER_EXACT, 0, err, sizeof err) == 0);
-    CHECK_STR(err, "");
-    CHECK(tb_prompt_set_check(&ps, TB_SCORER_REGEX, 0, err, sizeof err) == -1);
-    CHECK_CONTAINS(err, "good.jsonl:10: \"answer\" for scorer regex: bad regex: missing closing parenthesis at offset 3");
-    CHECK(strchr(err, '\n') == NULL);
-    CHECK(tb_prompt_set_check(&ps, TB_SCORER_NUMERIC, 0, err, sizeof err) == -1);
-    CHECK_CONTAINS(err, "good.jsonl:3: \"answer\" for scorer numeric: expected a number");
-    CHECK(strstr(err, "good.jsonl:1:") == NULL);
-    CHECK(strstr(err, "good.jsonl:6:") == NULL); /* "1.50" is a number */
-    CHECK(tb_prompt_set_check(&ps, TB_SCORER_EXACT, 1, err, sizeof err) == -1);
-    CHECK_CONTAINS(err, "good.jsonl:5: no \"answer\" (scorer exact needs one)");
-    CHECK_CONTAINS(err, "good.jsonl:8: no \"answer\"");
+    CHECK(check_set(&ps, TB_SCORER_EXACT, 0) == 0);
+    CHECK(check_set(&ps, TB_SCORER_REGEX, 0) == -1);
+    CHECK_CONTAINS(last_err,
+                   "good.jsonl:10: \"answer\" for scorer regex: bad regex: missing closing parenthesis at offset 3");
+    CHECK(last_err && strchr(last_err, '\n') == NULL);
+    CHECK(check_set(&ps, TB_SCORER_NUMERIC, 0) == -1);
+    CHECK_CONTAINS(last_err, "good.jsonl:3: \"answer\" for scorer numeric: expected a number");
+    CHECK(last_err && strstr(last_err, "good.jsonl:1:") == NULL);
+    CHECK(last_err && strstr(last_err, "good.jsonl:6:") == NULL); /* "1.50" is a number */
+    CHECK(check_set(&ps, TB_SCORER_EXACT, 1) == -1);
+    CHECK_CONTAINS(last_err, "good.jsonl:5: no \"answer\" (scorer exact needs one)");
+    CHECK_CONTAINS(last_err, "good.jsonl:8: no \"answer\"");
 
     tb_prompt_set_free(&ps);
     CHECK(ps.n == 0 && ps.items == NULL && ps.path == NULL);
@@ -175,7 +192,7 @@ static void test_load_good(void)
     /* A BOM before the first line is skipped; the hash covers it. */
     const char bom[] = "\xef\xbb\xbf{\"prompt\":\"a\"}";
     path = write_file("bom.jsonl", bom);
-    CHECK(tb_prompt_set_load(path, &ps, err, sizeof err) == 0);
+    CHECK(load(path, &ps) == 0);
     CHECK(ps.n == 1 && ps.items[0].line == 1);
     tb_sha256_hex(bom, strlen(bom), sha);
     CHECK_STR(ps.sha256, sha);
@@ -189,10 +206,10 @@ static void test_load_errors(void)
 
     /* The file itself. */
     snprintf(path, sizeof path, "%s/nope.jsonl", tmpdir);
-    CHECK(tb_prompt_set_load(path, &ps, last_err, sizeof last_err) == -1);
+    CHECK(load(path, &ps) == -1);
     snprintf(want, sizeof want, "%s: No such file or directory", path);
     CHECK_STR(last_err, want);
-    CHECK(tb_prompt_set_load(tmpdir, &ps, last_err, sizeof last_err) == -1);
+    CHECK(load(tmpdir, &ps) == -1);
     snprintf(want, sizeof want, "%s: Is a directory", tmpdir);
     CHECK_STR(last_err, want);
     CHECK_CONTAINS(load_err("empty.jsonl", ""), "empty.jsonl: no prompts: the file is empty");
@@ -296,7 +313,7 @@ static void test_load_errors(void)
     {
         const char raw[] = "{\"prompt\": \"a\0b\"}\n";
         const char *pp = write_file_n("nul5.jsonl", raw, sizeof raw - 1);
-        CHECK(tb_prompt_set_load(pp, &ps, last_err, sizeof last_err) == -1);
+        CHECK(load(pp, &ps) == -1);
         CHECK_CONTAINS(last_err, "nul5.jsonl:1: NUL byte at column 14");
     }
 
@@ -304,7 +321,7 @@ static void test_load_errors(void)
     tb_str t = {0};
     tb_str_append(&t, "{\"prompt\": \"ok\"}\n{\"prompt\": 1}\n{\"prompt\": \"ok\"}\n{\"x\": 1}\n");
     const char *mp = write_file_n("multi.jsonl", t.s, t.len);
-    CHECK(tb_prompt_set_load(mp, &ps, last_err, sizeof last_err) == -1);
+    CHECK(load(mp, &ps) == -1);
     char *nl = strchr(last_err, '\n');
     CHECK(nl != NULL);
     if (nl) {
@@ -317,7 +334,7 @@ static void test_load_errors(void)
         tb_str_append(&t, "{\"prompt\": 1}\n");
     mp = write_file_n("many.jsonl", t.s, t.len);
     tb_str_free(&t);
-    CHECK(tb_prompt_set_load(mp, &ps, last_err, sizeof last_err) == -1);
+    CHECK(load(mp, &ps) == -1);
     int lines = 1;
     for (const char *c = last_err; *c; c++)
         lines += *c == '\n';
@@ -327,15 +344,36 @@ static void test_load_errors(void)
     CHECK_CONTAINS(last_err, "many.jsonl: 5 more errors");
     CHECK(last_err[strlen(last_err) - 1] != '\n');
 
-    /* A small buffer keeps whole lines: here only the first. */
-    char small[120];
-    CHECK(tb_prompt_set_load(mp, &ps, small, sizeof small) == -1);
-    CHECK(strchr(small, '\n') == NULL);
-    CHECK_CONTAINS(small, "many.jsonl:1: \"prompt\" must be a non-empty string");
-    char tiny[8];
-    CHECK(tb_prompt_set_load(mp, &ps, tiny, sizeof tiny) == -1);
-    CHECK(strlen(tiny) == 7);
-    CHECK(tb_prompt_set_load(mp, &ps, NULL, 0) == -1);
+    /* The whole message, however long: every one of the 20 lines names
+     * its file and line, in order, and the count comes last. */
+    const char *l = last_err;
+    for (int i = 1; i <= 20 && l; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "many.jsonl:%d: \"prompt\" must be a non-empty string", i);
+        const char *at = strstr(l, "many.jsonl:");
+        CHECK(at && strncmp(at, want, strlen(want)) == 0);
+        l = strchr(l, '\n');
+        l = l ? l + 1 : NULL;
+    }
+    CHECK(l && strstr(l, "many.jsonl: 5 more errors") && !strchr(l, '\n'));
+
+    /* With a long file name the 21 lines pass the 4096 bytes that a
+     * caller's buffer used to hold: nothing is cut now. */
+    char name[220];
+    memset(name, 'x', 200);
+    strcpy(name + 200, ".jsonl");
+    for (int i = 0; i < 25; i++)
+        tb_str_append(&t, "{\"prompt\": 1}\n");
+    mp = write_file_n(name, t.s, t.len);
+    tb_str_free(&t);
+    CHECK(load(mp, &ps) == -1);
+    CHECK(last_err && strlen(last_err) > 4096);
+    lines = 1;
+    for (const char *c = last_err; c && *c; c++)
+        lines += *c == '\n';
+    CHECK(lines == 21);
+    snprintf(want, sizeof want, "%s: 5 more errors", name);
+    CHECK_CONTAINS(last_err, want);
 }
 
 /* The checks above must be able to fail: a wrong expected value is caught
@@ -360,6 +398,7 @@ int main(void)
     test_load_good();
     test_load_errors();
     test_checks_can_fail();
+    free(last_err);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0)

@@ -4,6 +4,10 @@
 # engines (suites/quick.ini), stored in real SQLite files and checked with
 # sqlite3.
 #
+# The session of suites/quick.ini is the quick.ini fixture
+# (tests/quick_fixture.sh, the meson test quick_fixture: meson runs it
+# before this test).
+#
 # usage: test_report.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
 
@@ -305,28 +309,35 @@ printf 'not a database' >"$tmp/junk.db"
 "$tb" db frobnicate 2>/dev/null; [ $? = 2 ] || fail "unknown db subcommand"
 pass "db merge: idempotent, two machines, order-independent, schema checks, atomic"
 
-# --- 6. the CPU engines (suites/quick.ini at batch 1): AR as the reference
-# line in the steps chart of the diffusion engine.
-if [ -e "$build/plugins/ar/ar.so" ] && [ -e "$build/plugins/diffusion/diffusion.so" ]; then
-    "$tb" run "$src/suites/quick.ini" --db "$tmp/cpu.db" --filter batch=1 >/dev/null 2>"$tmp/cpu.err" || { fail "quick.ini"; cat "$tmp/cpu.err"; }
+# --- 6. the CPU engines (suites/quick.ini, batch 1 and 8: the quick.ini
+# fixture, a copy): AR as the reference line in the steps chart of the
+# diffusion engine, one steps chart per batch.
+if fixture=$(bash "$src/tests/quick_fixture.sh" check "$build" "$src"); then
+    cp "$fixture" "$tmp/cpu.db"
     "$tb" report --db "$tmp/cpu.db" --format html -o "$tmp/cpu.html" 2>/dev/null || fail "report of quick.ini"
     k=$(kinds "$tmp/cpu.html")
-    [ "$k" = 'data-kind="itl"=1 data-kind="pareto"=1 data-kind="steps"=1' ] || fail "cpu report charts: $k"
-    grep -q 'data-series="ar-small (no steps: reference)"' "$tmp/cpu.html" || fail "cpu steps chart lacks the AR line"
-    [ "$(grep -c '<g class="series-group" data-series="llada-small"><path class="series" d="M' "$tmp/cpu.html")" = 1 ] \
-        || fail "cpu steps chart lacks the diffusion curve"
+    # per batch: a steps and an ITL chart; latency and throughput against
+    # the batch; one Pareto chart
+    [ "$k" = 'data-kind="itl"=2 data-kind="latency"=1 data-kind="pareto"=1 data-kind="steps"=2 data-kind="throughput"=1' ] \
+        || fail "cpu report charts: $k"
+    [ "$(grep -c 'data-series="ar-small (no steps: reference)"' "$tmp/cpu.html")" = 2 ] || fail "a cpu steps chart lacks the AR line"
+    [ "$(grep -c '<g class="series-group" data-series="llada-small"><path class="series" d="M' "$tmp/cpu.html")" = 2 ] \
+        || fail "a cpu steps chart lacks the diffusion curve"
     grep -q 'RANDOM WEIGHTS' "$tmp/cpu.html" && fail "trained models flagged as random weights"
     grep -q 'Quality next to speed' "$tmp/cpu.html" || fail "no quality table in the cpu report"
     "$tb" report --db "$tmp/cpu.db" >"$tmp/cpu.md"
     grep -q 'llada-small | prompt set, new 16, batch 1, steps 16, block 16 | ok | 176 |' "$tmp/cpu.md" \
-        || fail "cpu md lacks the diffusion row"
+        || fail "cpu md lacks the batch-1 diffusion row"
+    grep -q 'llada-small | prompt set, new 16, batch 8, steps 16, block 16 | ok | 22 |' "$tmp/cpu.md" \
+        || fail "cpu md lacks the batch-8 diffusion row (176 prompts in 22 calls)"
     grep -q '| llada-small | prompt set, new 16, batch 1, steps 2, block 16 | accuracy | fraction | 160 |' "$tmp/cpu.md" \
         || fail "cpu md lacks the accuracy row: $(grep accuracy "$tmp/cpu.md" | head -3)"
     "$tb" compare 1 --backends ar-small llada-small --db "$tmp/cpu.db" --metric agg_tps >"$tmp/cc.out" || fail "compare cpu backends"
-    [ "$(grep -c '^ar-small vs llada-small ' "$tmp/cc.out")" = 4 ] || fail "compare cpu: $(cat "$tmp/cc.out")"
+    # AR against each of 4 step counts, at 2 batches
+    [ "$(grep -c '^ar-small vs llada-small ' "$tmp/cc.out")" = 8 ] || fail "compare cpu: $(cat "$tmp/cc.out")"
     pass "CPU engines: report, charts, compare"
 else
-    echo "note: CPU engine plugins not built; skipped the quick.ini part"
+    fail "CPU engines: $fixture"
 fi
 
 # --- 7. every command answers --help

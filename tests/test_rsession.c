@@ -61,11 +61,11 @@ int main(void)
     CHECK(tb_store_open(path, &st, &err) == 0);
     tb_machine_info mi;
     tb_machine_info_collect(&mi);
-    tb_session_info si = {.machine_id = tb_store_machine(st, &mi), .suite = &suite, .command_line = "t"};
-    int64_t session = tb_store_session_begin(st, &si);
+    tb_session_info si = {.machine_id = tb_store_machine(st, &mi, &err), .suite = &suite, .command_line = "t"};
+    int64_t session = tb_store_session_begin(st, &si, &err);
     tb_plan_backend pb = {.sb = &sb, .options_json = "{}"};
     CHECK(tb_plugin_open(null_path, &pb.plugin, &err) == 0);
-    int64_t backend = tb_store_backend(st, session, &pb);
+    int64_t backend = tb_store_backend(st, session, &pb, &err);
     CHECK(session > 0 && backend > 0);
 
     /* case 1: a warm-up (1000 mJ, 8 GiB) and two measured calls (300 and
@@ -122,7 +122,7 @@ int main(void)
     c4.ordinal = 4;
     rec.c = &c4;
     CHECK(tb_store_case(st, &rec, &err) > 0);
-    tb_store_session_end(st, session, "completed");
+    CHECK(tb_store_session_end(st, session, "completed", &err) == 0);
 
     tb_rsession rs;
     CHECK(tb_rsession_load(tb_store_db(st), session, &rs, &err) == 0);

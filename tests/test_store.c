@@ -272,21 +272,31 @@ static int setup_session(tb_store *st, tb_plan_backend *pb, int64_t *machine, in
 {
     tb_machine_info mi;
     fill_machine(&mi, "fp-session");
-    *machine = tb_store_machine(st, &mi);
+    char *err = NULL;
+    *machine = tb_store_machine(st, &mi, &err);
     tb_session_info si = {.machine_id = *machine, .suite = &test_suite, .command_line = "tokbench run unit.ini",
                           .config_json = "{\"suite\":{\"seed\":\"1\"}}", .config_sha256 = "c0ffee"};
-    *session = tb_store_session_begin(st, &si);
+    *session = *machine >= 0 ? tb_store_session_begin(st, &si, &err) : -1;
     memset(pb, 0, sizeof *pb);
     pb->sb = &test_sb;
     pb->options_json = "{\"step_us\":\"200\"}";
-    char *err = NULL;
+    if (*session < 0) {
+        fprintf(stderr, "test_store: %s\n", err);
+        free(err);
+        return -1;
+    }
     if (tb_plugin_open(null_path, &pb->plugin, &err) != 0) {
         fprintf(stderr, "test_store: cannot open the null plugin: %s\n", err);
         free(err);
         return -1;
     }
-    *backend = tb_store_backend(st, *session, pb);
-    return *machine >= 0 && *session >= 0 && *backend >= 0 ? 0 : -1;
+    *backend = tb_store_backend(st, *session, pb, &err);
+    if (*backend < 0) {
+        fprintf(stderr, "test_store: %s\n", err);
+        free(err);
+        return -1;
+    }
+    return 0;
 }
 
 /* ------------------------------------------------------------- tests */
@@ -339,10 +349,11 @@ static void test_reopen(void)
         free(path);
         return;
     }
+    CHECK(tb_store_notice(st) == NULL); /* nothing to say about a new file */
     tb_machine_info mi;
     fill_machine(&mi, "fp-reopen");
-    int64_t id = tb_store_machine(st, &mi);
-    CHECK(id > 0);
+    int64_t id = tb_store_machine(st, &mi, &err);
+    CHECK(id > 0 && err == NULL);
     int64_t objects = q_int(tb_store_db(st), "SELECT count(*) FROM sqlite_master");
     char *schema = q_text(tb_store_db(st), "SELECT group_concat(sql, ';') FROM sqlite_master");
     tb_store_close(st);
@@ -357,7 +368,7 @@ static void test_reopen(void)
         CHECK(again && schema && strcmp(again, schema) == 0);
         free(again);
         CHECK(q_int(db, "SELECT count(*) FROM machine") == 1); /* the data stays */
-        CHECK(tb_store_machine(st, &mi) == id);
+        CHECK(tb_store_machine(st, &mi, &err) == id);
         CHECK(q_int(db, "SELECT count(*) FROM machine") == 1);
         tb_store_close(st);
     } else {
@@ -546,18 +557,18 @@ static void test_machine(void)
     sqlite3 *db = tb_store_db(st);
     tb_machine_info a, b;
     fill_machine(&a, "fp-a");
-    int64_t ida = tb_store_machine(st, &a);
+    int64_t ida = tb_store_machine(st, &a, &err);
     CHECK(ida > 0);
     /* Same fingerprint, other details (a later hostname change, say):
      * still the same row, first record kept. */
     tb_strlcpy(a.hostname, "renamed", sizeof a.hostname);
-    CHECK(tb_store_machine(st, &a) == ida);
+    CHECK(tb_store_machine(st, &a, &err) == ida);
     fill_machine(&b, "fp-b");
     b.gpu_count = 0;
     b.cuda_driver_version[0] = '\0';
     b.gpu_driver[0] = '\0';
     tb_strlcpy(b.nvml_status, "libnvidia-ml.so.1 not found", sizeof b.nvml_status);
-    int64_t idb = tb_store_machine(st, &b);
+    int64_t idb = tb_store_machine(st, &b, &err);
     CHECK(idb > 0 && idb != ida);
     CHECK(q_int(db, "SELECT count(*) FROM machine") == 2);
 
@@ -639,7 +650,7 @@ static void test_full_session(void)
                (long long)session);
     /* A second session gets another UUID. */
     tb_session_info si2 = {.machine_id = machine, .suite = &test_suite, .command_line = "again"};
-    int64_t session2 = tb_store_session_begin(st, &si2);
+    int64_t session2 = tb_store_session_begin(st, &si2, &err);
     CHECK(session2 > session);
     CHECK(q_is_null(db, "SELECT config_sha256 FROM session WHERE id = %lld", (long long)session2)); /* not given */
     CHECK(q_int(db, "SELECT count(DISTINCT uuid) FROM session") == 2);
@@ -656,14 +667,18 @@ static void test_full_session(void)
     CHECK_TEXT(db, "{\"step_us\":\"200\"}", "SELECT options_json FROM backend WHERE id = %lld", (long long)backend);
     CHECK(q_is_null(db, "SELECT info_json FROM backend WHERE id = %lld", (long long)backend));
     /* describe() text: invalid JSON is kept, wrapped; valid JSON normalized */
-    CHECK(tb_store_backend_info(st, backend, "not json {") == 0);
+    CHECK(tb_store_backend_info(st, backend, "not json {", &err) == 0);
     CHECK_TEXT(db, "not json {", "SELECT json_extract(info_json, '$.invalid_describe') FROM backend WHERE id = %lld",
                (long long)backend);
-    CHECK(tb_store_backend_info(st, backend, "{ \"dtype\" : \"f32\", \"device\":\"cpu\", \"random_weights\":true }") ==
-          0);
+    CHECK(tb_store_backend_info(st, backend, "{ \"dtype\" : \"f32\", \"device\":\"cpu\", \"random_weights\":true }",
+                                &err) == 0);
+    CHECK(err == NULL);
     CHECK_TEXT(db, "{\"dtype\":\"f32\",\"device\":\"cpu\",\"random_weights\":true}",
                "SELECT info_json FROM backend WHERE id = %lld", (long long)backend);
-    CHECK(tb_store_backend_info(st, 999999, "{}") == -1); /* no such backend */
+    CHECK(tb_store_backend_info(st, 999999, "{}", &err) == -1);
+    CHECK_STR(err, "storing the description (describe()) of backend row 999999 failed: no such backend");
+    free(err);
+    err = NULL;
 
     /* ---- case 1: one warm-up and one measured sample of two requests */
     tb_case c1;
@@ -740,7 +755,7 @@ static void test_full_session(void)
     CHECK(case2 > case1);
     free(err);
 
-    CHECK(tb_store_session_end(st, session, "completed") == 0);
+    CHECK(tb_store_session_end(st, session, "completed", &err) == 0);
     CHECK_TEXT(db, "completed", "SELECT status FROM session WHERE id = %lld", (long long)session);
     CHECK(q_int(db, "SELECT finished_at >= started_at FROM session WHERE id = %lld", (long long)session) == 1);
     CHECK_TEXT(db, "running", "SELECT status FROM session WHERE id = %lld", (long long)session2); /* untouched */
@@ -1011,16 +1026,33 @@ static void test_failures(void)
     CHECK(after[0] == before[0] + 1 && after[1] == before[1] + 2 && after[2] == before[2] + 4 &&
           after[3] == before[3] + 1);
 
-    /* Session and backend errors. */
-    CHECK(tb_store_session_end(st, session, "bogus") == -1); /* CHECK constraint */
+    /* Session and backend errors, each with a message naming the row and
+     * SQLite's reason. */
+    err = NULL;
+    CHECK(tb_store_session_end(st, session, "bogus", &err) == -1); /* CHECK constraint */
+    CHECK_CONTAINS(err, "ending session");
+    CHECK_CONTAINS(err, "as bogus failed: CHECK constraint failed");
+    free(err);
     CHECK_TEXT(db, "running", "SELECT status FROM session WHERE id = %lld", (long long)session);
     CHECK(q_is_null(db, "SELECT finished_at FROM session WHERE id = %lld", (long long)session));
-    CHECK(tb_store_session_end(st, 987654, "completed") == -1); /* no such session */
-    CHECK(tb_store_backend(st, session, &pb) == -1);            /* label taken in this session */
-    CHECK(tb_store_backend(st, 987654, &pb) == -1);             /* no such session */
+    err = NULL;
+    CHECK(tb_store_session_end(st, 987654, "completed", &err) == -1);
+    CHECK_STR(err, "ending session 987654 as completed failed: no such session");
+    free(err);
+    err = NULL;
+    CHECK(tb_store_backend(st, session, &pb, &err) == -1); /* label taken in this session */
+    CHECK_CONTAINS(err, "storing backend nullb failed: UNIQUE constraint failed");
+    free(err);
+    err = NULL;
+    CHECK(tb_store_backend(st, 987654, &pb, &err) == -1); /* no such session */
+    CHECK_CONTAINS(err, "storing backend nullb failed: FOREIGN KEY constraint failed");
+    free(err);
     CHECK(q_int(db, "SELECT count(*) FROM backend") == 1);
     tb_session_info si = {.machine_id = 987654, .suite = &test_suite, .command_line = "x"};
-    CHECK(tb_store_session_begin(st, &si) == -1); /* no such machine */
+    err = NULL;
+    CHECK(tb_store_session_begin(st, &si, &err) == -1); /* no such machine */
+    CHECK_CONTAINS(err, "storing the session failed: FOREIGN KEY constraint failed");
+    free(err);
     CHECK(q_int(db, "SELECT count(*) FROM session") == 1);
 
     tb_plugin_close(&pb.plugin);
@@ -1052,9 +1084,11 @@ static int writer(const char *path, int64_t session, int64_t backend, size_t fir
         char fp[32];
         snprintf(fp, sizeof fp, "race-%d", i);
         fill_machine(&mi, fp);
-        if (tb_store_machine(st, &mi) < 0) {
+        err = NULL;
+        if (tb_store_machine(st, &mi, &err) < 0) {
             if (fails++ < 3)
-                fprintf(stderr, "  writer %zu: machine %s: %s\n", first_ordinal, fp, sqlite3_errmsg(tb_store_db(st)));
+                fprintf(stderr, "  writer %zu: machine %s: %s\n", first_ordinal, fp, err);
+            free(err);
         }
         err = NULL;
         if (write_small_case(st, session, backend, first_ordinal + (size_t)i, &err) < 0) {
@@ -1161,7 +1195,7 @@ static void test_concurrent_create(void)
                 }
                 tb_machine_info mi;
                 fill_machine(&mi, "same");
-                int rc = tb_store_machine(st, &mi) > 0 ? 0 : 2;
+                int rc = tb_store_machine(st, &mi, &err) > 0 ? 0 : 2;
                 tb_store_close(st);
                 _exit(rc);
             }
@@ -1185,6 +1219,58 @@ static void test_concurrent_create(void)
     CHECK(bad == 0);
 }
 
+/* A session whose process is gone is marked interrupted by the next open,
+ * which says so through tb_store_notice (the store prints nothing); the
+ * open after that has nothing to say. */
+static void test_stale_notice(void)
+{
+    char *path = tmp_path("stale.db");
+    tb_store *st = NULL;
+    char *err = NULL;
+    CHECK(tb_store_open(path, &st, &err) == 0);
+    if (!st) {
+        fprintf(stderr, "  %s\n", err);
+        free(err);
+        free(path);
+        return;
+    }
+    tb_machine_info mi;
+    fill_machine(&mi, "fp-stale");
+    int64_t machine = tb_store_machine(st, &mi, &err);
+    tb_session_info si = {.machine_id = machine, .suite = &test_suite, .command_line = "x"};
+    int64_t session = machine > 0 ? tb_store_session_begin(st, &si, &err) : -1;
+    CHECK(session > 0);
+    /* A child that has exited and been reaped: its pid is nobody's now. */
+    pid_t dead = fork();
+    if (dead < 0)
+        die("fork");
+    if (dead == 0)
+        _exit(0);
+    waitpid(dead, NULL, 0);
+    char *sql = sqlite3_mprintf("UPDATE session SET owner_pid = %d WHERE id = %lld", (int)dead, (long long)session);
+    CHECK(sqlite3_exec(tb_store_db(st), sql, NULL, NULL, NULL) == SQLITE_OK);
+    CHECK(sqlite3_changes(tb_store_db(st)) == 1);
+    sqlite3_free(sql);
+    tb_store_close(st);
+
+    CHECK(tb_store_open(path, &st, &err) == 0);
+    if (st) {
+        char *want = tb_xasprintf("%s: session %lld marked interrupted: left running by a process that is gone"
+                                  " (killed, or the machine restarted)",
+                                  path, (long long)session);
+        CHECK_STR(tb_store_notice(st), want);
+        free(want);
+        CHECK_TEXT(tb_store_db(st), "interrupted", "SELECT status FROM session WHERE id = %lld", (long long)session);
+        tb_store_close(st);
+    }
+    CHECK(tb_store_open(path, &st, &err) == 0);
+    if (st) {
+        CHECK(tb_store_notice(st) == NULL);
+        tb_store_close(st);
+    }
+    free(path);
+}
+
 int main(void)
 {
     null_path = getenv("TB_NULL_PLUGIN");
@@ -1200,6 +1286,7 @@ int main(void)
 
     test_fresh();
     test_reopen();
+    test_stale_notice();
     test_migration_path();
     test_newer_refused();
     test_not_a_database();

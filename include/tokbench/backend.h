@@ -205,8 +205,10 @@ typedef struct tb_host {
      * text as it is produced. `ids`: the n_tokens new ids, or NULL;
      * `text`: the text_len bytes of UTF-8 they add at the end of the
      * output, or NULL (e.g. diffusion commits in the middle of the
-     * canvas: pass ids or nothing). Call it instead of emit(), never both
-     * for one emission. A host that only measures treats it as emit();
+     * canvas: pass ids or nothing). ids and text are the answer's: pass
+     * neither for the EOS token that ends it nor for tokens after it
+     * (ignore_eos), which a server must not show. Call it instead of
+     * emit(), never both for one emission. A host that only measures treats it as emit();
      * both buffers are read before it returns. Emissions made with plain
      * emit() carry no text: a server then sends the output when the
      * request completes. */

@@ -113,6 +113,11 @@ static char *make_description(const ar_ctx *c)
     ok &= cJSON_AddStringToObject(o, "engine_version", AR_VERSION) != NULL;
     ok &= cJSON_AddStringToObject(o, "blas", "OpenBLAS") != NULL;
     ok &= cJSON_AddBoolToObject(o, "tokenizer", c->ld.tok != NULL) != NULL;
+    /* for a server's context check (tokbench serve): the positions the
+     * model has, and whether a prompt gets a BOS before its tokens */
+    if (cfg->max_position_embeddings > 0)
+        ok &= cJSON_AddNumberToObject(o, "context_length", cfg->max_position_embeddings) != NULL;
+    ok &= cJSON_AddBoolToObject(o, "prompt_bos", tb_prompt_bos(cfg) >= 0) != NULL;
     ok &= cJSON_AddStringToObject(o, "energy", c->ld.energy_note) != NULL;
     if (c->ld.peak_flops > 0) { /* the roofline's ceilings, measured at load */
         ok &= cJSON_AddNumberToObject(o, "peak_tflops_bf16", c->ld.peak_flops / 1e12) != NULL;
@@ -200,7 +205,11 @@ static tb_status reserve(ar_ctx *c, size_t R, size_t P, size_t N)
 }
 
 /* One decode step's token of request r: with its id when the host takes
- * them (tokbench serve streams the text), else the count alone. */
+ * them (tokbench serve streams the text), else the count alone. id is
+ * NULL for the EOS that ends the answer and for any token after it
+ * (ignore_eos): they are no part of the answer a server streams. The
+ * per-request state `done` is 0 while the answer runs, 1 after its EOS
+ * (stopped), 2 after its EOS with ignore_eos (still generating). */
 static void emit_token(const tb_host *h, uint32_t r, const int32_t *id, int64_t now)
 {
     if (TB_STRUCT_HAS(h, tb_host, emit_output) && h->emit_output)
@@ -253,20 +262,20 @@ static tb_status gpu_generate(ar_ctx *c, const tb_request *req, tb_result *res, 
         for (uint32_t r = 0; r < R; r++) {
             if (sampling)
                 c->next[r] = tb_sample(logits + r * V, (int)V, smp, rng, c->scratch);
-            fresh[r] = !done[r];
-            if (done[r])
+            fresh[r] = done[r] == 1 ? 0 : done[r] == 2 || tb_is_eos(cfg, c->next[r]) ? 2 : 1;
+            if (done[r] == 1)
                 continue;
             c->out[(size_t)r * N + n_out[r]++] = c->next[r];
-            if (!ignore_eos && tb_is_eos(cfg, c->next[r]))
-                done[r] = 1;
-            active += !done[r];
+            if (tb_is_eos(cfg, c->next[r]))
+                done[r] = ignore_eos ? 2 : 1;
+            active += done[r] != 1;
         }
         int64_t now = host->now_ns(host);
         if (step == 0)
             t_prefill_end = now;
         for (uint32_t r = 0; r < R; r++)
-            if (fresh[r])
-                emit_token(host, r, &c->out[(size_t)r * N + n_out[r] - 1], now);
+            if (fresh[r]) /* the answer's tokens with their ids; its EOS and after: counted only */
+                emit_token(host, r, fresh[r] == 1 ? &c->out[(size_t)r * N + n_out[r] - 1] : NULL, now);
         if (!active)
             break;
         if (host->cancelled(host)) {
@@ -411,20 +420,20 @@ static tb_status ar_generate(void *ctx, const tb_request *req, tb_result *res)
         for (uint32_t r = 0; r < R; r++) {
             int32_t t = tb_sample(c->logits + (size_t)r * cfg->vocab_size, cfg->vocab_size, &smp, &rng, c->scratch);
             c->next[r] = t;
-            fresh[r] = !done[r];
-            if (done[r])
+            fresh[r] = done[r] == 1 ? 0 : done[r] == 2 || tb_is_eos(cfg, t) ? 2 : 1;
+            if (done[r] == 1)
                 continue; /* still computed with the batch, not counted */
             c->out[(size_t)r * N + n_out[r]++] = t;
-            if (!ignore_eos && tb_is_eos(cfg, t))
-                done[r] = 1;
-            active += !done[r];
+            if (tb_is_eos(cfg, t))
+                done[r] = ignore_eos ? 2 : 1;
+            active += done[r] != 1;
         }
         int64_t now = host->now_ns(host);
         if (step == 0)
             t_prefill_end = now;
         for (uint32_t r = 0; r < R; r++)
-            if (fresh[r])
-                emit_token(host, r, &c->out[(size_t)r * N + n_out[r] - 1], now);
+            if (fresh[r]) /* the answer's tokens with their ids; its EOS and after: counted only */
+                emit_token(host, r, fresh[r] == 1 ? &c->out[(size_t)r * N + n_out[r] - 1] : NULL, now);
         if (!active)
             break;
     }

@@ -171,6 +171,11 @@ static char *make_description(const dctx *c)
     ok &= cJSON_AddBoolToObject(o, "shifted_logits", c->shifted) != NULL;
     ok &= cJSON_AddStringToObject(o, "engine_version", DIFFUSION_VERSION) != NULL;
     ok &= cJSON_AddBoolToObject(o, "tokenizer", c->ld.tok != NULL) != NULL;
+    /* for a server's context check (tokbench serve): the positions the
+     * model has, and whether a prompt gets a BOS before its tokens */
+    if (cfg->max_position_embeddings > 0)
+        ok &= cJSON_AddNumberToObject(o, "context_length", cfg->max_position_embeddings) != NULL;
+    ok &= cJSON_AddBoolToObject(o, "prompt_bos", tb_prompt_bos(cfg) >= 0) != NULL;
     ok &= cJSON_AddStringToObject(o, "energy", c->ld.energy_note) != NULL;
     if (c->ld.peak_flops > 0) { /* the roofline's ceilings, measured at load */
         ok &= cJSON_AddNumberToObject(o, "peak_tflops_bf16", c->ld.peak_flops / 1e12) != NULL;

@@ -101,6 +101,8 @@ int tb_dllm_dream_transfer(int n, int i, int steps, double eps)
 static int top_k_indices(const double *conf, int n, int k, int *out, char *used)
 {
     int chosen = 0;
+    if (n <= 0)
+        return 0;
     memset(used, 0, (size_t)n);
     for (; chosen < k; chosen++) {
         int best = -1;

@@ -5,7 +5,8 @@
  * loaded with tb_prompt_set_load; the bytes after that NUL (if any) are a
  * model output, scored against every loaded answer. For every input:
  *   - failure: *out zeroed, and an error of at most 21 lines, each naming
- *     the file, with no final newline;
+ *     the file, with no final newline; *err set exactly on failure, here
+ *     and in every call below;
  *   - success: at least one prompt; prompt, answer and tags as prompt_set.h
  *     promises (non-empty prompt, valid UTF-8, tags [a-z0-9_]+ and not
  *     twice, a per-line scorer only with an answer it accepts, lines
@@ -60,6 +61,25 @@ static int valid_tag(const char *t)
     return 1;
 }
 
+/* The scorers under the convention: a message exactly when -1. */
+static int check_expected(tb_scorer s, const char *expected)
+{
+    char *err = NULL;
+    int rc = tb_scorer_check_expected(s, expected, &err);
+    CHECK(rc == 0 ? err == NULL : rc == -1 && err && err[0]);
+    free(err);
+    return rc;
+}
+
+static int score_answer(tb_scorer s, const char *output, const char *expected)
+{
+    char *err = NULL;
+    int rc = tb_score_answer(s, output, expected, &err);
+    CHECK(rc == -1 ? err && err[0] : err == NULL);
+    free(err);
+    return rc;
+}
+
 static void check_output(const char *out)
 {
     double v;
@@ -86,19 +106,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check_output(out);
 
     tb_prompt_set ps;
-    char err[8192];
-    if (tb_prompt_set_load(jsonl_path, &ps, err, sizeof err) != 0) {
+    char *err = NULL;
+    if (tb_prompt_set_load(jsonl_path, &ps, &err) != 0) {
         CHECK(ps.items == NULL && ps.n == 0 && ps.path == NULL);
-        CHECK(err[0] != '\0' && err[strlen(err) - 1] != '\n');
+        CHECK(err && err[0] != '\0' && err[strlen(err) - 1] != '\n');
         size_t lines = 0;
         for (const char *l = err; l; l = strchr(l, '\n'), l = l ? l + 1 : NULL) {
             CHECK(strncmp(l, jsonl_path, strlen(jsonl_path)) == 0);
             lines++;
         }
         CHECK(lines <= 21);
+        free(err);
         free(out);
         return 0;
     }
+    CHECK(err == NULL);
     CHECK(ps.n >= 1 && ps.items && ps.path && strcmp(ps.path, jsonl_path) == 0);
     char sha[65];
     tb_sha256_hex(part[0], len[0], sha);
@@ -118,13 +140,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         CHECK(p->scorer >= -1 && p->scorer < TB_N_SCORERS);
         if (p->scorer >= 0)
-            CHECK(p->answer && tb_scorer_check_expected((tb_scorer)p->scorer, p->answer, err,
-                                                        sizeof err) == 0);
+            CHECK(p->answer && check_expected((tb_scorer)p->scorer, p->answer) == 0);
     }
     for (int s = 0; s < TB_N_SCORERS; s++)
         for (int need = 0; need < 2; need++) {
-            int rc = tb_prompt_set_check(&ps, (tb_scorer)s, need, err, sizeof err);
-            CHECK(rc == 0 || (rc == -1 && err[0]));
+            int rc = tb_prompt_set_check(&ps, (tb_scorer)s, need, &err);
+            CHECK((rc == 0 && !err) || (rc == -1 && err && err[0]));
+            free(err);
+            err = NULL;
         }
     for (size_t i = 0; i < ps.n && i < 16; i++) {
         const char *a = ps.items[i].answer;
@@ -132,16 +155,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             continue;
         static const tb_scorer self[] = {TB_SCORER_EXACT, TB_SCORER_CONTAINS, TB_SCORER_NUMERIC};
         for (size_t k = 0; k < sizeof self / sizeof *self; k++)
-            if (tb_scorer_check_expected(self[k], a, err, sizeof err) == 0 &&
-                tb_score_answer(self[k], a, a, err, sizeof err) != 1) {
+            if (check_expected(self[k], a) == 0 && score_answer(self[k], a, a) != 1) {
                 fprintf(stderr, "fuzz_prompts: scorer %s: answer \"%s\" does not match itself\n",
                         tb_scorer_name(self[k]), a);
                 abort();
             }
         if (out)
             for (int s = 0; s < TB_N_SCORERS; s++) {
-                int ok = tb_scorer_check_expected((tb_scorer)s, a, err, sizeof err) == 0;
-                int r = tb_score_answer((tb_scorer)s, out, a, err, sizeof err);
+                int ok = check_expected((tb_scorer)s, a) == 0;
+                int r = score_answer((tb_scorer)s, out, a);
                 CHECK(r == 1 || r == 0 || (r == -1 && (!ok || s == TB_SCORER_REGEX)));
             }
     }

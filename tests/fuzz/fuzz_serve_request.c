@@ -5,17 +5,16 @@
  * NUL-terminated for the parser: a read past it is an ASan error).
  *
  * For every input, in both forms:
- *   - an error is one of the parser's messages, with nothing left in the
- *     request (no prompt to free);
+ *   - an error has a message, names a field that is in the body (or
+ *     none, or "messages"/"prompt" when that is missing), and leaves
+ *     nothing in the request;
  *   - a request is accepted exactly when the body is valid by the rules of
- *     serve_request.h, checked here on cJSON's own parse: one JSON object
- *     with nothing after it, a "prompt" string (or a one-string array) or
- *     non-empty "messages" whose every content is a string or text parts,
- *     max_tokens absent, null or an integer in [1, 1000000], n absent or 1;
- *   - an accepted request carries what the body says: the prompt string,
- *     or the contents one per line; max_tokens (16 by default); stream and
- *     include_usage true only for JSON true; a prompt no longer than the
- *     body;
+ *     serve_request.h, checked here on cJSON's own parse, field by field
+ *     from a table of what each field admits;
+ *   - an accepted request carries what the body says: the prompt string
+ *     or the messages' roles and texts, max_tokens (16 by default,
+ *     max_tokens over max_completion_tokens), stream and include_usage,
+ *     the stop sequences, seed, temperature, top_p;
  *   - whitespace after the body (and before it, BOM aside) changes
  *     nothing. */
 #include <math.h>
@@ -31,43 +30,161 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static const char *const messages[] = {
-    "the body is not a JSON object",
-    "bytes after the JSON object",
-    "\"messages\" must be a non-empty array",
-    "each message needs a \"content\" string (or text parts)",
-    "\"prompt\" must be a string",
-    "\"max_tokens\" must be an integer in [1, 1000000]",
-    "only n = 1 is supported",
-};
-
 static void fail(const char *what, int chat)
 {
     fprintf(stderr, "fuzz_serve_request (%s): %s\n", chat ? "chat" : "completions", what);
     abort();
 }
 
-/* A chat content: a string, or an array of objects with a "text" string;
- * appended to *p. */
-static int content_ok(const cJSON *c, tb_str *p)
+static int integral(const cJSON *v, double lo, double hi)
+{
+    if (!cJSON_IsNumber(v))
+        return 0;
+    double x = v->valuedouble;
+    return x == x && x >= lo && x <= hi && floor(x) == x;
+}
+
+/* A message content's text, or -1. */
+static int content(const cJSON *c, tb_str *t)
 {
     if (cJSON_IsString(c)) {
-        tb_str_append(p, c->valuestring);
-        return 1;
-    }
-    if (!cJSON_IsArray(c))
+        tb_str_append(t, c->valuestring);
         return 0;
-    for (int i = 0; i < cJSON_GetArraySize(c); i++) {
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(c, i), "text");
-        if (!cJSON_IsString(t))
+    }
+    if (!cJSON_IsArray(c) || !c->child)
+        return -1;
+    for (const cJSON *p = c->child; p; p = p->next) {
+        if (!cJSON_IsObject(p))
+            return -1;
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(p, "type"),
+                    *text = cJSON_GetObjectItemCaseSensitive(p, "text");
+        if (type && (!cJSON_IsString(type) || strcmp(type->valuestring, "text") != 0))
+            return -1;
+        if (!cJSON_IsString(text))
+            return -1;
+        tb_str_append(t, text->valuestring);
+    }
+    return 0;
+}
+
+static int messages_ok(const cJSON *m, tb_serve_request *w)
+{
+    if (!cJSON_IsArray(m) || !m->child)
+        return 0;
+    size_t n = (size_t)cJSON_GetArraySize(m), i = 0;
+    w->messages = tb_xcalloc(n, sizeof *w->messages);
+    w->n_messages = n;
+    for (const cJSON *x = m->child; x; x = x->next, i++) {
+        if (!cJSON_IsObject(x))
             return 0;
-        tb_str_append(p, t->valuestring);
+        for (const cJSON *f = x->child; f; f = f->next)
+            if (strcmp(f->string, "role") && strcmp(f->string, "content") && strcmp(f->string, "name"))
+                return 0;
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(x, "role");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(x, "name");
+        if (!cJSON_IsString(role))
+            return 0;
+        if (strcmp(role->valuestring, "user") && strcmp(role->valuestring, "system") &&
+            strcmp(role->valuestring, "assistant"))
+            return 0;
+        if (name && !cJSON_IsString(name) && !cJSON_IsNull(name))
+            return 0;
+        tb_str t = {0};
+        if (content(cJSON_GetObjectItemCaseSensitive(x, "content"), &t) != 0) {
+            tb_str_free(&t);
+            return 0;
+        }
+        w->messages[i].role = tb_xstrdup(role->valuestring);
+        w->messages[i].content = t.s ? tb_str_take(&t) : tb_xstrdup("");
     }
     return 1;
 }
 
-/* What the rules say of body[n]: 1 when it is a valid request, with the
- * prompt (malloc'd) and fields it should give; 0 when not. */
+/* Whether field v (not null) is valid, filling *w. */
+static int field_ok(const cJSON *v, int chat, tb_serve_request *w)
+{
+    const char *k = v->string;
+    if (!strcmp(k, "prompt")) {
+        if (chat)
+            return 0;
+        if (cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1)
+            v = v->child;
+        if (!cJSON_IsString(v))
+            return 0;
+        w->prompt = tb_xstrdup(v->valuestring);
+        return 1;
+    }
+    if (!strcmp(k, "messages"))
+        return chat && messages_ok(v, w);
+    if (!strcmp(k, "model"))
+        return cJSON_IsString(v) && (w->model = tb_xstrdup(v->valuestring)) != NULL;
+    if (!strcmp(k, "max_tokens") || !strcmp(k, "max_completion_tokens"))
+        return integral(v, 1, 1000000);
+    if (!strcmp(k, "stream"))
+        return cJSON_IsBool(v) && ((w->stream = cJSON_IsTrue(v)), 1);
+    if (!strcmp(k, "stream_options")) {
+        if (!cJSON_IsObject(v))
+            return 0;
+        for (const cJSON *f = v->child; f; f = f->next)
+            if (strcmp(f->string, "include_usage") || !(cJSON_IsBool(f) || cJSON_IsNull(f)))
+                return 0;
+        w->include_usage = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(v, "include_usage"));
+        return 1;
+    }
+    if (!strcmp(k, "stop")) {
+        const cJSON *first = cJSON_IsArray(v) ? v->child : v, *end = cJSON_IsArray(v) ? NULL : v->next;
+        if (cJSON_IsArray(v) && cJSON_GetArraySize(v) > TB_SERVE_MAX_STOP)
+            return 0;
+        if (!cJSON_IsArray(v) && !cJSON_IsString(v))
+            return 0;
+        for (const cJSON *s = first; s != end; s = s->next) {
+            if (!cJSON_IsString(s) || !s->valuestring[0])
+                return 0;
+            w->stop[w->n_stop++] = tb_xstrdup(s->valuestring);
+        }
+        return 1;
+    }
+    if (!strcmp(k, "seed")) {
+        if (!integral(v, -9007199254740992.0, 9007199254740992.0))
+            return 0;
+        w->has_seed = 1;
+        w->seed = (uint64_t)(int64_t)v->valuedouble;
+        return 1;
+    }
+    if (!strcmp(k, "temperature")) {
+        if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble <= 100))
+            return 0;
+        w->has_temperature = 1;
+        w->temperature = v->valuedouble;
+        return 1;
+    }
+    if (!strcmp(k, "top_p")) {
+        if (!cJSON_IsNumber(v) || !(v->valuedouble > 0 && v->valuedouble <= 1))
+            return 0;
+        w->has_top_p = 1;
+        w->top_p = v->valuedouble;
+        return 1;
+    }
+    if (!strcmp(k, "n") || !strcmp(k, "best_of"))
+        return integral(v, 1, 1);
+    if (!strcmp(k, "user"))
+        return cJSON_IsString(v);
+    if (!strcmp(k, "logprobs"))
+        return chat && cJSON_IsFalse(v);
+    if (!strcmp(k, "top_logprobs"))
+        return integral(v, 0, 0);
+    if (!strcmp(k, "echo"))
+        return cJSON_IsFalse(v);
+    if (!strcmp(k, "suffix"))
+        return cJSON_IsString(v) && !v->valuestring[0];
+    if (!strcmp(k, "presence_penalty") || !strcmp(k, "frequency_penalty"))
+        return cJSON_IsNumber(v) && v->valuedouble == 0;
+    if (!strcmp(k, "logit_bias"))
+        return cJSON_IsObject(v) && !v->child;
+    return 0;
+}
+
+/* What the rules say of body[n]: 1 and *want when valid, else 0. */
 static int expected(const char *body, size_t n, int chat, tb_serve_request *want)
 {
     memset(want, 0, sizeof *want);
@@ -77,53 +194,51 @@ static int expected(const char *body, size_t n, int chat, tb_serve_request *want
     while (ok && end < body + n && (*end == ' ' || *end == '\t' || *end == '\r' || *end == '\n'))
         end++;
     ok = ok && end == body + n;
-    tb_str p = {0};
-    if (ok && chat) {
-        const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(j, "messages");
-        ok = cJSON_IsArray(msgs) && cJSON_GetArraySize(msgs) > 0;
-        for (int i = 0; ok && i < cJSON_GetArraySize(msgs); i++) {
-            if (p.len) /* one per line; no line before the first non-empty one */
-                tb_str_append(&p, "\n");
-            ok = content_ok(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(msgs, i), "content"), &p);
-        }
-    } else if (ok) {
-        const cJSON *pr = cJSON_GetObjectItemCaseSensitive(j, "prompt");
-        if (cJSON_IsArray(pr))
-            pr = cJSON_GetArraySize(pr) == 1 ? cJSON_GetArrayItem(pr, 0) : NULL;
-        ok = cJSON_IsString(pr);
-        if (ok)
-            tb_str_append(&p, pr->valuestring);
+    want->max_tokens = 16;
+    for (const cJSON *v = ok ? j->child : NULL; ok && v; v = v->next) {
+        for (const cJSON *u = j->child; u != v; u = u->next)
+            ok = ok && strcmp(u->string, v->string) != 0; /* no field twice */
+        ok = ok && (cJSON_IsNull(v) || field_ok(v, chat, want));
     }
+    ok = ok && (chat ? want->messages != NULL : want->prompt != NULL);
     if (ok) {
         const cJSON *mt = cJSON_GetObjectItemCaseSensitive(j, "max_tokens");
-        if (!mt) /* the newer name, when the older is absent */
+        if (!mt || cJSON_IsNull(mt))
             mt = cJSON_GetObjectItemCaseSensitive(j, "max_completion_tokens");
-        want->max_tokens = 16;
-        if (mt && !cJSON_IsNull(mt)) {
-            double v = mt->valuedouble;
-            ok = cJSON_IsNumber(mt) && v >= 1 && v <= 1000000 && floor(v) == v;
-            want->max_tokens = ok ? (uint32_t)v : 0;
-        }
-        const cJSON *nn = cJSON_GetObjectItemCaseSensitive(j, "n");
-        ok = ok && (!cJSON_IsNumber(nn) || nn->valuedouble == 1);
-        want->stream = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "stream"));
-        const cJSON *so = cJSON_GetObjectItemCaseSensitive(j, "stream_options");
-        want->include_usage = cJSON_IsObject(so) && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(so, "include_usage"));
+        if (mt && !cJSON_IsNull(mt))
+            want->max_tokens = (uint32_t)mt->valuedouble;
     }
     cJSON_Delete(j);
-    if (ok)
-        want->prompt = tb_str_take(&p);
-    else
-        tb_str_free(&p);
+    if (!ok)
+        tb_serve_request_free(want);
     return ok;
 }
 
-static int same(const char *a_err, const tb_serve_request *a, const char *b_err, const tb_serve_request *b)
+static int same_str(const char *a, const char *b)
 {
-    if (a_err || b_err)
-        return a_err && b_err && strcmp(a_err, b_err) == 0;
-    return strcmp(a->prompt, b->prompt) == 0 && a->max_tokens == b->max_tokens && a->stream == b->stream &&
-           a->include_usage == b->include_usage;
+    return (!a && !b) || (a && b && strcmp(a, b) == 0);
+}
+
+static int same(const tb_serve_request *a, const tb_serve_request *b)
+{
+    int ok = same_str(a->prompt, b->prompt) && same_str(a->model, b->model) && a->max_tokens == b->max_tokens &&
+             a->stream == b->stream && a->include_usage == b->include_usage && a->n_stop == b->n_stop &&
+             a->has_seed == b->has_seed && a->seed == b->seed && a->has_temperature == b->has_temperature &&
+             a->has_top_p == b->has_top_p &&
+             (!a->has_temperature || a->temperature == b->temperature) && (!a->has_top_p || a->top_p == b->top_p) &&
+             a->n_messages == b->n_messages;
+    for (uint32_t i = 0; ok && i < a->n_stop; i++)
+        ok = same_str(a->stop[i], b->stop[i]);
+    for (size_t i = 0; ok && i < a->n_messages; i++)
+        ok = same_str(a->messages[i].role, b->messages[i].role) &&
+             same_str(a->messages[i].content, b->messages[i].content);
+    return ok;
+}
+
+static int empty(const tb_serve_request *r)
+{
+    static const tb_serve_request zero;
+    return memcmp(r, &zero, sizeof zero) == 0;
 }
 
 static void one(const uint8_t *data, size_t size, int chat)
@@ -133,33 +248,41 @@ static void one(const uint8_t *data, size_t size, int chat)
         abort();
     memcpy(exact, data, size);
     tb_serve_request r;
-    const char *err = tb_serve_request_parse(exact, size, chat, &r);
+    tb_serve_error e;
+    int rc = tb_serve_request_parse(exact, size, chat, &r, &e);
 
-    if (err) {
-        size_t k = 0;
-        while (k < sizeof messages / sizeof *messages && strcmp(err, messages[k]) != 0)
-            k++;
-        if (k == sizeof messages / sizeof *messages)
-            fail("an error message not in the list", chat);
-        if (r.prompt || r.max_tokens || r.stream || r.include_usage)
-            fail("an error left fields set", chat);
+    if (rc != 0) {
+        if (!e.message[0] || !empty(&r))
+            fail("an error without a message, or with fields left set", chat);
+        /* the field named is the body's (its top-level name) */
+        if (e.param[0]) {
+            size_t k = strcspn(e.param, "[.");
+            char top[64];
+            snprintf(top, sizeof top, "%.*s", (int)k, e.param);
+            cJSON *j = cJSON_ParseWithLength(exact, size);
+            int named = (j && cJSON_GetObjectItemCaseSensitive(j, top)) ||
+                        (j && cJSON_GetObjectItemCaseSensitive(j, e.param)) || !strcmp(top, "messages") ||
+                        !strcmp(top, "prompt") || strlen(e.param) == 63;
+            cJSON_Delete(j);
+            if (!named)
+                fail("an error names a field the body does not have", chat);
+        }
     } else {
-        if (!r.prompt || strlen(r.prompt) > size)
-            fail("no prompt, or one longer than the body", chat);
-        if (r.max_tokens < 1 || r.max_tokens > 1000000 || (r.stream != 0 && r.stream != 1) ||
-            (r.include_usage != 0 && r.include_usage != 1))
+        if ((chat && (!r.messages || r.prompt)) || (!chat && (!r.prompt || r.messages)))
+            fail("no prompt (or messages) in an accepted request", chat);
+        if (r.max_tokens < 1 || r.max_tokens > 1000000 || r.n_stop > TB_SERVE_MAX_STOP)
             fail("a field out of range", chat);
     }
 
     tb_serve_request want;
     int valid = expected(exact, size, chat, &want);
-    if (valid != !err) {
-        fprintf(stderr, "parser: %s\n", err ? err : "accepted");
+    if (valid != (rc == 0)) {
+        fprintf(stderr, "parser: %s\n", rc ? e.message : "accepted");
         fail(valid ? "a valid body refused" : "an invalid body accepted", chat);
     }
-    if (valid && !same(NULL, &r, NULL, &want))
+    if (valid && !same(&r, &want))
         fail("the request differs from what the body says", chat);
-    free(want.prompt);
+    tb_serve_request_free(&want);
 
     /* whitespace around the body: after it always, before it unless the
      * body starts with a BOM (cJSON skips one only at the very start) */
@@ -172,11 +295,12 @@ static void one(const uint8_t *data, size_t size, int chat)
     memcpy(padded + lead, data, size);
     memcpy(padded + lead + size, " \n\t", 3);
     tb_serve_request q;
-    const char *qerr = tb_serve_request_parse(padded, size + lead + 3, chat, &q);
-    if (!same(err, &r, qerr, &q))
+    tb_serve_error qe;
+    int qrc = tb_serve_request_parse(padded, size + lead + 3, chat, &q, &qe);
+    if (qrc != rc || (rc == 0 && !same(&r, &q)) || (rc != 0 && strcmp(e.message, qe.message) != 0))
         fail("whitespace around the body changed the result", chat);
-    free(q.prompt);
-    free(r.prompt);
+    tb_serve_request_free(&q);
+    tb_serve_request_free(&r);
     free(padded);
     free(exact);
 }

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The HTTP client's own ceiling: streamed tokens/s that plugins/http can
 # time on ONE core against the null backend (no delays) served by
-# `tokbench serve` on loopback, with the server on the other cores. Not a
-# test (nothing to pass or fail): docs/PERFORMANCE.md quotes what it prints.
+# `tokbench serve` on loopback, with the server on the other cores. A
+# benchmark, not a test (nothing to pass or fail; meson does not run it):
+# docs/PERFORMANCE.md quotes what it prints.
 #
-# usage: test_http_ceiling.sh BUILD_DIR [SERVE_EXE] [CONCURRENCIES] [TOKENS]
+# usage: tools/http_ceiling.sh BUILD_DIR [SERVE_EXE] [CONCURRENCIES] [TOKENS]
 #   CONCURRENCIES  e.g. "1, 16, 64, 256" (default)
 #   TOKENS         output tokens per request (default 512)
 set -uo pipefail

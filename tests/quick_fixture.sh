@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The quick.ini fixture: suites/quick.ini (the default suite, the README's
+# first command: the trained small models, ~30 s on 2 cores, ~4 min in the
+# unoptimized ASan build) run once per `meson test` for every test that
+# checks its results (test_run.sh, test_report.sh), not once in each.
+#
+#   quick_fixture.sh run BUILD_DIR SOURCE_DIR
+#
+# The meson test quick_fixture (tests/meson.build: first by priority, and
+# alone). Runs the suite into BUILD_DIR/tests/quick-fixture/quick.db and
+# keeps its stdout (quick.out), stderr (quick.err), exit status (quick.rc)
+# and the sha256 of every input (inputs.sha256: tokbench, the ar and
+# diffusion plugins, the suite, its prompt set, both models). quick.db is
+# put in place only when the run exited 0; the test fails otherwise.
+#
+#   quick_fixture.sh check BUILD_DIR SOURCE_DIR
+#
+# For a consumer: prints the path of quick.db and exits 0 when the fixture
+# ran, succeeded and its inputs are those of this build; else prints why
+# (the run's status and the end of its stderr; or that it never ran; or
+# which input changed since) and exits 1. A consumer fails then, it never
+# skips: `meson test` runs the fixture before them; `meson test run` alone
+# (the fixture not selected) uses the last one while it is current.
+set -uo pipefail
+
+usage() { echo "usage: quick_fixture.sh run|check BUILD_DIR SOURCE_DIR" >&2; exit 2; }
+[ $# = 3 ] || usage
+mode=$1
+build=$(cd "$2" 2>/dev/null && pwd) || { echo "quick_fixture.sh: no folder $2"; exit 2; }
+src=$(cd "$3" 2>/dev/null && pwd) || { echo "quick_fixture.sh: no folder $3"; exit 2; }
+dir=$build/tests/quick-fixture
+suite=$src/suites/quick.ini
+
+# Every input of the run, one path a line. The models and the prompt set
+# are the ones quick.ini names (checked by the run itself: a missing one
+# fails it, and so fails this list's sha256sum).
+inputs() {
+    printf '%s\n' "$build/tokbench" "$build/plugins/ar/ar.so" "$build/plugins/diffusion/diffusion.so" \
+        "$suite" "$src/suites/data/quick.jsonl"
+    find "$src/models/small-llama" "$src/models/small-llada" -type f | sort
+}
+
+case $mode in
+run)
+    rm -rf "$dir"
+    mkdir -p "$dir" || exit 1
+    inputs | xargs -d '\n' sha256sum >"$dir/inputs.sha256" || { echo "FAIL: an input is missing"; exit 1; }
+    "$build/tokbench" run "$suite" --db "$dir/quick.db.partial" >"$dir/quick.out" 2>"$dir/quick.err"
+    rc=$?
+    echo "$rc" >"$dir/quick.rc"
+    cat "$dir/quick.out"
+    if [ "$rc" != 0 ]; then
+        echo "FAIL: tokbench run $suite exited $rc; its stderr ends:"
+        tail -n 30 "$dir/quick.err"
+        exit 1
+    fi
+    if [ -e "$dir/quick.db.partial-wal" ]; then
+        echo "FAIL: the run exited 0 but left a write-ahead log behind"
+        exit 1
+    fi
+    mv "$dir/quick.db.partial" "$dir/quick.db" || exit 1
+    echo "quick.ini fixture: $dir/quick.db"
+    ;;
+check)
+    if [ ! -s "$dir/quick.db" ]; then
+        if [ -f "$dir/quick.rc" ]; then
+            echo "the quick.ini fixture failed: tokbench run exited $(cat "$dir/quick.rc"); its stderr ends:"
+            tail -n 30 "$dir/quick.err" 2>/dev/null | sed 's/^/    /'
+        else
+            echo "the quick.ini fixture never ran in $build (meson test quick_fixture)"
+        fi
+        exit 1
+    fi
+    if ! changed=$(cd / && sha256sum --check --quiet "$dir/inputs.sha256" 2>&1) \
+        || [ "$(inputs)" != "$(cut -c67- "$dir/inputs.sha256")" ]; then
+        echo "the quick.ini fixture is stale, its inputs changed since it ran (meson test quick_fixture): ${changed:-the list of model files}"
+        exit 1
+    fi
+    echo "$dir/quick.db"
+    ;;
+*) usage ;;
+esac
