@@ -407,6 +407,16 @@ static int run_suite(int argc, char **argv, const char *cmdline)
         free(c.filters);
         return 2;
     }
+    /* every case of the suite, --filter or not: an absurd one is an error
+     * in the suite (and a --dry-run says so) */
+    if (tb_plan_check_sizes(&plan, &err) != 0) {
+        fprintf(stderr, "tokbench: suite errors:\n%s", err);
+        free(err);
+        tb_plan_free(&plan);
+        tb_suite_free(&suite);
+        free(c.filters);
+        return 2;
+    }
     if (tb_plan_filter(&plan, c.filters, c.n_filters, &err) != 0) {
         fprintf(stderr, "tokbench: %s\n", err);
         free(err);

@@ -435,7 +435,7 @@ static const tb_list *dim_written(const tb_plan *plan, const tb_plan_backend *pb
  * the line that made them so: repeat when one call fits, else the larger
  * of max_new_tokens and the requests per call (batch, requests, or the
  * concurrency they default from) as written. */
-static void check_sizes(tb_plan *plan, tb_str *errs)
+static void check_sizes(const tb_plan *plan, tb_str *errs)
 {
     const tb_suite *s = plan->suite;
     size_t reported = 0;
@@ -483,6 +483,15 @@ static void check_sizes(tb_plan *plan, tb_str *errs)
         free(label);
         reported++;
     }
+}
+
+int tb_plan_check_sizes(const tb_plan *plan, char **err)
+{
+    tb_str errs = {0};
+    check_sizes(plan, &errs);
+    *err = errs.len ? tb_str_take(&errs) : NULL;
+    tb_str_free(&errs);
+    return *err ? -1 : 0;
 }
 
 /* [prompts]: load and check the set; the judge must be able to score. */
@@ -666,8 +675,6 @@ int tb_plan_build(tb_suite *suite, tb_plan *plan, char **err)
         validate_cases(plan, &errs);
     if (!errs.len)
         load_prompts(plan, &errs);
-    if (!errs.len)
-        check_sizes(plan, &errs);
     if (!errs.len) {
         plan->config_json = config_json(plan);
         tb_sha256_hex(plan->config_json, strlen(plan->config_json), plan->config_sha256);

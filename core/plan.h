@@ -102,14 +102,21 @@ uint32_t tb_case_emissions(const tb_plan *plan, const tb_case *c);
 /* The limit on a case's size (docs/ARCHITECTURE.md, "Process model"): a
  * case's measurements (every call's requests and emissions) come back
  * from the backend process in one message of at most TB_WIRE_MAX_FRAME
- * (1 GiB). tb_plan_build refuses, with file:line and the key, a case
- * whose result would need more, counted as
+ * (1 GiB). tb_plan_check_sizes refuses, with file:line and the key, a
+ * case whose result would need more, counted as
  *     calls x requests x (sizeof raw request + emissions x sizeof emission)
  * with calls = warmup + repeat x calls per pass and emissions =
  * tb_case_emissions(): the worker's buffers (the emission buffer, the
  * message) stay under that limit, instead of aborting the backend
  * process on an allocation of terabytes. */
 uint64_t tb_case_result_bytes(const tb_plan *plan, const tb_case *c);
+
+/* The size check of every case to run (skipped ones are not), for `run`
+ * after tb_plan_build (`serve` measures no case: it is not subject to
+ * it). 0, or -1 with a malloc'd message: one "file:line: key: ..." per
+ * case too large (20 at most), at the line of max_new_tokens, the
+ * requests per call (batch, requests, concurrency) or repeat. */
+int tb_plan_check_sizes(const tb_plan *plan, char **err);
 
 /* Default requests per call of a serving case. */
 uint32_t tb_plan_default_requests(uint32_t concurrency);

@@ -686,6 +686,26 @@ static void test_filter_errors(void)
 
 /* ------------------------------------------------------ size limits */
 
+/* The plan builds; its size check fails; returns the message. */
+static char *size_err(const char *name, const char *text)
+{
+    fixture fx;
+    if (build_ok(name, text, &fx) != 0)
+        return tb_xstrdup("");
+    char *err = NULL;
+    CHECK(tb_plan_check_sizes(&fx.plan, &err) == -1);
+    fixture_free(&fx);
+    return err ? err : tb_xstrdup("");
+}
+
+#define EXPECT_SIZE_ERROR(name, text, where, what)                            \
+    do {                                                                      \
+        char *e_ = size_err(name, text);                                      \
+        CHECK_CONTAINS(e_, where);                                            \
+        CHECK_CONTAINS(e_, what);                                             \
+        free(e_);                                                             \
+    } while (0)
+
 /* A case whose measurements cannot come back in one message (1 GiB) is a
  * suite error at the line that made it so, never a backend process that
  * aborts allocating terabytes (issue 15.3). */
@@ -693,7 +713,7 @@ static void test_absurd_dimensions(void)
 {
     /* the issue's case: 1e8 tokens x 1e5 requests; max_new_tokens is the
      * larger value as written */
-    EXPECT_PLAN_ERROR("absurd.ini",
+    EXPECT_SIZE_ERROR("absurd.ini",
                       "[matrix]\n"                          /* 1 */
                       "prompt_tokens = 4\n"                 /* 2 */
                       "max_new_tokens = 100000000\n"        /* 3 */
@@ -704,7 +724,7 @@ static void test_absurd_dimensions(void)
                       "batch=100000: its measurements would need 873.1 TiB in one message from the backend process "
                       "(6 calls x 100000 requests x (", "more than the 1.0 GiB a message may carry");
     /* the requests per call as the larger value: the backend's own line */
-    EXPECT_PLAN_ERROR("wide.ini",
+    EXPECT_SIZE_ERROR("wide.ini",
                       "[matrix]\n"                          /* 1 */
                       "max_new_tokens = 64\n"               /* 2 */
                       "[backend a]\n"                       /* 3 */
@@ -713,7 +733,7 @@ static void test_absurd_dimensions(void)
                       "wide.ini:5: batch: [backend a] case prompt_tokens=128 max_new_tokens=64 batch=1000000000:",
                       "more than the 1.0 GiB");
     /* each call fits; the repetitions do not: repeat is named */
-    EXPECT_PLAN_ERROR("many.ini",
+    EXPECT_SIZE_ERROR("many.ini",
                       "[suite]\n"                           /* 1 */
                       "warmup = 0\n"                        /* 2 */
                       "repeat = 100000\n"                   /* 3 */
@@ -724,7 +744,7 @@ static void test_absurd_dimensions(void)
                       "plugin = @NULL@\n",                  /* 8 */
                       "many.ini:3: repeat: ", "(100000 calls x 32 requests x (");
     /* one call alone is too large: the dimension is named, not warmup */
-    EXPECT_PLAN_ERROR("dflt.ini",
+    EXPECT_SIZE_ERROR("dflt.ini",
                       "[suite]\n"                           /* 1 */
                       "warmup = 1000\n"                     /* 2 */
                       "[backend a]\n"                       /* 3 */
@@ -761,6 +781,9 @@ static void test_large_cases_pass(void)
     CHECK(tb_case_result_bytes(&fx.plan, a) == want);
     CHECK(want < TB_WIRE_MAX_FRAME);
     CHECK(tb_case_result_bytes(&fx.plan, d) < 1000000);
+    char *err = NULL;
+    CHECK(tb_plan_check_sizes(&fx.plan, &err) == 0 && err == NULL);
+    free(err);
     fixture_free(&fx);
     /* saturating, never wrapping */
     CHECK(tb_wire_result_bytes(UINT64_MAX, 2, 2) == UINT64_MAX);
