@@ -393,8 +393,9 @@ uint32_t tb_case_emissions(const tb_plan *plan, const tb_case *c)
     const tb_backend_ops *ops = plan->backends[c->backend].plugin.ops;
     if (!(ops->capabilities & TB_CAP_STREAMING))
         return 1; /* the final emission only */
-    if (c->steps && c->steps < c->max_new_tokens)
-        return c->steps; /* a step's commits are one emission */
+    /* at most one per token: an AR step, a diffusion step that commits
+     * (steps are not a bound: the threshold sampler's are an outcome), a
+     * streamed chunk */
     return c->max_new_tokens;
 }
 

@@ -93,10 +93,9 @@ int tb_plan_filter(tb_plan *plan, char *const *filters, size_t n, char **err);
 uint32_t tb_plan_calls_per_pass(const tb_plan *plan, const tb_case *c);
 
 /* Emissions per request of one call that the worker's buffer is sized
- * for before the call (and the size check below counts): one per output
- * token for a streaming backend, at most one per step when the case has
- * steps (and fewer steps than tokens), one for a backend without
- * TB_CAP_STREAMING. */
+ * for before the call (and the size check below counts): a sane backend
+ * makes at most one per output token (TB_CAP_STREAMING), or one in all
+ * (without it). */
 uint32_t tb_case_emissions(const tb_plan *plan, const tb_case *c);
 
 /* The limit on a case's size (docs/ARCHITECTURE.md, "Process model"): a
