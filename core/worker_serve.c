@@ -307,10 +307,13 @@ void tb_worker_serve_generate(tb_worker *w, const char *buf, size_t len)
             char as[48] = "";
             if (canvas != g.max_new_tokens)
                 snprintf(as, sizeof as, " as a canvas of %u", canvas);
-            snprintf(res[i].error, sizeof res[i].error,
-                     "http_4xx: the model's context is %lld tokens; this request needs %lld (prompt %lld%s + "
-                     "max_tokens %u%s)", (long long)context, (long long)(lens[i] + bos + canvas),
-                     (long long)lens[i], bos ? " + BOS" : "", g.max_new_tokens, as);
+            /* Built whole, then cut to the wire's field (at a byte). */
+            char *msg = tb_xasprintf("http_4xx: the model's context is %lld tokens; this request needs %lld (prompt "
+                                     "%lld%s + max_tokens %u%s)",
+                                     (long long)context, (long long)(lens[i] + bos + canvas), (long long)lens[i],
+                                     bos ? " + BOS" : "", g.max_new_tokens, as);
+            tb_strlcpy(res[i].error, msg, sizeof res[i].error);
+            free(msg);
         }
     }
     uint32_t *map = tb_xcalloc(n ? n : 1, sizeof *map);
