@@ -114,10 +114,18 @@ static const char usage_compare[] =
     "  --alpha P              significance level (default 0.05)\n"
     "  --fail-if-slower PCT   exit 1 when a row is significantly slower by more\n"
     "                         than PCT percent, or a case ran in A and failed in B\n"
+    "  --fail-if-accuracy-drops PP  exit 1 when a case's accuracy is lower in B\n"
+    "                         by more than PP percentage points\n"
+    "  --fail-if-error-rate-above X exit 1 when a case of B failed more than the\n"
+    "                         fraction X of its requests\n"
+    "  --fail-if-p99-ttft-above PCT exit 1 when a case's p99 TTFT is higher in B\n"
+    "                         by more than PCT percent\n"
+    "                         (with any of these gates, a case failed or degraded\n"
+    "                         in B only is a regression too)\n"
     "  --db FILE              database\n"
     "\n"
-    "Exit status: 0 no regression beyond the threshold (always 0 without\n"
-    "--fail-if-slower), 1 regression, 2 bad input or nothing to compare.\n";
+    "Exit status: 0 no regression past a gate (always 0 without a --fail-if\n"
+    "option), 1 regression, 2 bad input or nothing to compare.\n";
 
 static const char usage_history[] =
     "usage: tokbench history --backend LABEL [--metric NAME] [--filter KEY=V[,V...]]...\n"
@@ -162,7 +170,7 @@ static const char usage_serve[] =
     "2 on bad input.\n";
 
 enum { OPT_DB = 1000, OPT_DRY_RUN, OPT_FILTER, OPT_LIMIT, OPT_FORMAT, OPT_LAST, OPT_BACKEND, OPT_BACKENDS,
-       OPT_METRIC, OPT_ALPHA, OPT_FAIL_SLOWER, OPT_MAX_ERROR_RATE, OPT_PORT, OPT_HOST, OPT_MAX_BATCH, OPT_PORT_FILE };
+       OPT_METRIC, OPT_ALPHA, OPT_FAIL_SLOWER, OPT_FAIL_ACC, OPT_FAIL_ERR_RATE, OPT_FAIL_P99_TTFT, OPT_MAX_ERROR_RATE, OPT_PORT, OPT_HOST, OPT_MAX_BATCH, OPT_PORT_FILE };
 
 /* The options of every command but serve: each accepts them all and uses
  * its own. */
@@ -180,6 +188,9 @@ static const struct option common_opts[] = {
     {"alpha", required_argument, NULL, OPT_ALPHA},
     {"fail-if-slower", required_argument, NULL, OPT_FAIL_SLOWER},
     {"max-error-rate", required_argument, NULL, OPT_MAX_ERROR_RATE},
+    {"fail-if-accuracy-drops", required_argument, NULL, OPT_FAIL_ACC},
+    {"fail-if-error-rate-above", required_argument, NULL, OPT_FAIL_ERR_RATE},
+    {"fail-if-p99-ttft-above", required_argument, NULL, OPT_FAIL_P99_TTFT},
     {"help", no_argument, NULL, 'h'},
     {0, 0, 0, 0},
 };
@@ -212,6 +223,7 @@ typedef struct cli {
     const char *metric;
     double alpha;
     double fail_pct;
+    double fail_acc_pp, fail_err_rate, fail_p99_ttft_pct; /* compare's gates; NaN: off */
     double max_error_rate; /* run: a fraction in [0, 1] */
     long port;             /* serve: [0, 65535] */
     const char *host;      /* serve: not yet checked to be an address */
@@ -254,7 +266,7 @@ static int parse_opts(int argc, char **argv, const char *usage, const struct opt
     memset(c, 0, sizeof *c);
     c->db = tb_store_default_path();
     c->alpha = 0.05;
-    c->fail_pct = NAN;
+    c->fail_pct = c->fail_acc_pp = c->fail_err_rate = c->fail_p99_ttft_pct = NAN;
     c->port = 8000;
     c->host = "127.0.0.1";
     optind = 1;
@@ -307,6 +319,29 @@ static int parse_opts(int argc, char **argv, const char *usage, const struct opt
             c->fail_pct = number_arg("--fail-if-slower", optarg, usage);
             if (c->fail_pct < 0) {
                 fprintf(stderr, "tokbench: --fail-if-slower %s: expected a percentage >= 0\n", optarg);
+                exit(2);
+            }
+            break;
+        case OPT_FAIL_ACC:
+            c->fail_acc_pp = number_arg("--fail-if-accuracy-drops", optarg, usage);
+            if (!(c->fail_acc_pp >= 0 && c->fail_acc_pp <= 100)) {
+                fprintf(stderr, "tokbench: --fail-if-accuracy-drops %s: expected percentage points in [0, 100]\n",
+                        optarg);
+                exit(2);
+            }
+            break;
+        case OPT_FAIL_ERR_RATE:
+            c->fail_err_rate = number_arg("--fail-if-error-rate-above", optarg, usage);
+            if (!(c->fail_err_rate >= 0 && c->fail_err_rate <= 1)) {
+                fprintf(stderr, "tokbench: --fail-if-error-rate-above %s: expected a fraction between 0 and 1\n",
+                        optarg);
+                exit(2);
+            }
+            break;
+        case OPT_FAIL_P99_TTFT:
+            c->fail_p99_ttft_pct = number_arg("--fail-if-p99-ttft-above", optarg, usage);
+            if (c->fail_p99_ttft_pct < 0) {
+                fprintf(stderr, "tokbench: --fail-if-p99-ttft-above %s: expected a percentage >= 0\n", optarg);
                 exit(2);
             }
             break;
@@ -796,7 +831,8 @@ static int cmd_compare(int argc, char **argv)
         goto out;
     }
     tb_compare_opts o = {.a = a, .b = b, .metrics = metrics, .n_metrics = n_metrics, .alpha = c.alpha,
-                         .fail_pct = c.fail_pct};
+                         .fail_pct = c.fail_pct, .fail_acc_pp = c.fail_acc_pp, .fail_err_rate = c.fail_err_rate,
+                         .fail_p99_ttft_pct = c.fail_p99_ttft_pct};
     if (c.n_backends == 2) {
         o.backend_a = c.backends[0];
         o.backend_b = c.backends[1];
@@ -807,7 +843,7 @@ static int cmd_compare(int argc, char **argv)
         free(err);
         goto out;
     }
-    rc = isfinite(c.fail_pct) && res.regressions ? 1 : 0;
+    rc = tb_compare_gated(&o) && res.regressions ? 1 : 0;
 out:
     free(metrics);
     free(metric_block);

@@ -47,6 +47,44 @@ static const msource *find_source(const char *name)
     return NULL;
 }
 
+int tb_compare_gated(const tb_compare_opts *o)
+{
+    return isfinite(o->fail_pct) || isfinite(o->fail_acc_pp) || isfinite(o->fail_err_rate) ||
+           isfinite(o->fail_p99_ttft_pct);
+}
+
+/* The gates beyond speed for one pair of ok cases; notes what fails. */
+static void quality_gates(const tb_compare_opts *o, const tb_rcase *ca, const tb_rcase *cb, const char *backend,
+                          const char *dims, tb_str *notes, tb_compare_result *res)
+{
+    const tb_stats *acc_a = tb_rcase_metric(ca, "accuracy"), *acc_b = tb_rcase_metric(cb, "accuracy");
+    if (isfinite(o->fail_acc_pp) && acc_a && acc_b && isfinite(acc_a->median) && isfinite(acc_b->median)) {
+        double drop_pp = (acc_a->median - acc_b->median) * 100;
+        if (drop_pp > o->fail_acc_pp) {
+            res->regressions++;
+            tb_str_appendf(notes, "  %s [%s]: accuracy %.1f%% -> %.1f%% (-%.1f points, more than %.3g)\n", backend,
+                           dims, acc_a->median * 100, acc_b->median * 100, drop_pp, o->fail_acc_pp);
+        }
+    }
+    if (isfinite(o->fail_err_rate) && cb->requests > 0) {
+        double rate = (double)cb->failed_requests / cb->requests;
+        if (rate > o->fail_err_rate) {
+            res->regressions++;
+            tb_str_appendf(notes, "  %s [%s]: error rate %.3g in B (%d of %d requests), above %.3g\n", backend, dims,
+                           rate, cb->failed_requests, cb->requests, o->fail_err_rate);
+        }
+    }
+    const tb_stats *ta = tb_rcase_metric(ca, "ttft_ms"), *tb = tb_rcase_metric(cb, "ttft_ms");
+    if (isfinite(o->fail_p99_ttft_pct) && ta && tb && isfinite(ta->p99) && isfinite(tb->p99) && ta->p99 > 0) {
+        double up_pct = (tb->p99 / ta->p99 - 1) * 100;
+        if (up_pct > o->fail_p99_ttft_pct) {
+            res->regressions++;
+            tb_str_appendf(notes, "  %s [%s]: p99 TTFT %.3g ms -> %.3g ms (+%.1f%%, more than %.3g%%)\n", backend,
+                           dims, ta->p99, tb->p99, up_pct, o->fail_p99_ttft_pct);
+        }
+    }
+}
+
 /* The samples of one case, NaN-free. */
 static double *samples(sqlite3 *db, int64_t case_id, const msource *m, size_t *n)
 {
@@ -310,13 +348,16 @@ int tb_compare_run(sqlite3 *db, const tb_compare_opts *o, FILE *out, tb_compare_
         char *dims = tb_rcase_dims(&sa, tb_rcase_generalizes(ca, cb) && !same_dims(ca, cb) ? cb : ca);
         int a_ok = strcmp(ca->status, "ok") == 0, b_ok = strcmp(cb->status, "ok") == 0;
         /* Newly degraded (failed requests in B, none in A): a regression
-         * like a newly failed case, whatever the speed of what remains. */
-        if (a_ok && b_ok && strcmp(tb_rcase_status(cb), "degraded") == 0 &&
+         * like a newly failed case, whatever the speed of what remains;
+         * --fail-if-error-rate-above sets how many failures are tolerated. */
+        if (a_ok && b_ok && !isfinite(o->fail_err_rate) && strcmp(tb_rcase_status(cb), "degraded") == 0 &&
             strcmp(tb_rcase_status(ca), "degraded") != 0) {
-            res->regressions += isfinite(o->fail_pct);
+            res->regressions += tb_compare_gated(o);
             tb_str_appendf(&notes, "  %s [%s]: degraded in B: %d of %d requests failed\n", backend, dims,
                            cb->failed_requests, cb->requests);
         }
+        if (a_ok && b_ok)
+            quality_gates(o, ca, cb, backend, dims, &notes, res);
         for (size_t m = 0; m < n_metrics; m++) {
             size_t na = 0, nb = 0;
             double *xa = a_ok ? samples(db, ca->id, ms[m], &na) : NULL;
@@ -333,7 +374,7 @@ int tb_compare_run(sqlite3 *db, const tb_compare_opts *o, FILE *out, tb_compare_
                 tb_table_cellf(t, "%s", !a_ok && !b_ok ? "both not ok" : !b_ok ? "B not ok" : "A not ok");
                 res->untested++;
                 if (a_ok && !b_ok && m == 0) {
-                    res->regressions += isfinite(o->fail_pct);
+                    res->regressions += tb_compare_gated(o);
                     tb_str_appendf(&notes, "  %s [%s]: %s in B: %s\n", backend, dims, cb->status, cb->error);
                 }
                 free(xa);
@@ -394,7 +435,7 @@ int tb_compare_run(sqlite3 *db, const tb_compare_opts *o, FILE *out, tb_compare_
     tb_table_print(t, out);
     tb_table_free(t);
     if (notes.len)
-        fprintf(out, "\nfailed, skipped or degraded in B only:\n%s", notes.s);
+        fprintf(out, "\nfailed, skipped or degraded in B only, or past a gate:\n%s", notes.s);
     tb_str_free(&notes);
     fprintf(out, "\n%zu matching cases", np);
     if (res->only_a || res->only_b)
@@ -404,9 +445,12 @@ int tb_compare_run(sqlite3 *db, const tb_compare_opts *o, FILE *out, tb_compare_
     if (worst_row)
         fprintf(out, "largest significant slowdown: %.1f%% (%s)\n", worst, worst_row);
     if (isfinite(o->fail_pct))
-        fprintf(out, "%s: %zu regression%s beyond %.3g%% (significantly slower by more than that, or failing in B "
-                     "only)\n",
+        fprintf(out, "%s: %zu regression%s beyond %.3g%% (significantly slower by more than that, failing or "
+                     "degraded in B only, or past a gate)\n",
                 res->regressions ? "FAIL" : "ok", res->regressions, res->regressions == 1 ? "" : "s", o->fail_pct);
+    else if (tb_compare_gated(o))
+        fprintf(out, "%s: %zu regression%s (failing or degraded in B only, or past a gate)\n",
+                res->regressions ? "FAIL" : "ok", res->regressions, res->regressions == 1 ? "" : "s");
     fprintf(out, "\nB/A: ratio of medians. p: two-sided Mann–Whitney U test on the raw samples (per repetition "
                  "for agg_tps, per request for req_tps and latencies); exact permutation p, * = normal "
                  "approximation. Verdict at alpha %.3g; for times lower is faster.\n",

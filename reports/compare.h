@@ -24,14 +24,22 @@ typedef struct tb_compare_opts {
     size_t n_metrics;
     double alpha;    /* significance level, e.g. 0.05 */
     double fail_pct; /* a regression is "slower" by more than this %; NaN: none */
+    /* Gates beyond speed (NaN: off): accuracy lower in B by more than
+     * this many percentage points; B's failed share of requests above
+     * this fraction; B's p99 TTFT above A's by more than this %. */
+    double fail_acc_pp, fail_err_rate, fail_p99_ttft_pct;
 } tb_compare_opts;
+
+/* Is any gate set (then compare's exit status counts regressions)? */
+int tb_compare_gated(const tb_compare_opts *o);
 
 typedef struct tb_compare_result {
     size_t pairs;       /* matched case pairs */
     size_t only_a, only_b;
     size_t rows;        /* pairs × metrics */
     size_t faster, slower, same, untested;
-    size_t regressions; /* slower beyond fail_pct, or failed in B only */
+    size_t regressions; /* with a gate set: slower beyond fail_pct, failed or
+                           degraded in B only, or past another gate */
 } tb_compare_result;
 
 /* Print the comparison to `out`. 0, or -1 with *err (bad session, backend

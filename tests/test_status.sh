@@ -68,7 +68,43 @@ grep -q "degraded in B: 6 of 12 requests failed" "$tmp/cmp.out" || fail "compare
 "$tb" compare 2 1 --db "$tmp/c.db" --fail-if-slower 1000 >/dev/null 2>&1
 rc=$?
 [ $rc = 0 ] || fail "compare degraded vs clean: exit $rc, expected 0"
-pass "compare: newly degraded is a regression"
+# the error-rate gate sets how many failures B may have (6 of 12 = 0.5)
+"$tb" compare 1 2 --db "$tmp/c.db" --fail-if-error-rate-above 0.6 >/dev/null 2>&1
+rc=$?
+[ $rc = 0 ] || fail "compare --fail-if-error-rate-above 0.6 with B at 0.5: exit $rc, expected 0"
+"$tb" compare 1 2 --db "$tmp/c.db" --fail-if-error-rate-above 0.4 >"$tmp/cmp.out" 2>&1
+rc=$?
+[ $rc = 1 ] && grep -q "error rate 0.5 in B (6 of 12 requests), above 0.4" "$tmp/cmp.out" \
+    || fail "compare --fail-if-error-rate-above 0.4 with B at 0.5: exit $rc: $(tail -4 "$tmp/cmp.out")"
+pass "compare: newly degraded is a regression; --fail-if-error-rate-above"
+
+# 3b. Accuracy gate: the stored accuracy of A and B (0.9 and 0.8).
+cp "$tmp/c.db" "$tmp/acc.db"
+q "$tmp/acc.db" "insert into metric (case_id, name, unit, n, median, mean) select c.id, 'accuracy', 'fraction', 100, case c.session_id when 1 then 0.9 else 0.8 end, 0 from bench_case c"
+"$tb" compare 1 2 --db "$tmp/acc.db" --fail-if-accuracy-drops 15 --fail-if-error-rate-above 1 >/dev/null 2>&1
+rc=$?
+[ $rc = 0 ] || fail "accuracy 90% -> 80% with --fail-if-accuracy-drops 15: exit $rc, expected 0"
+"$tb" compare 1 2 --db "$tmp/acc.db" --fail-if-accuracy-drops 5 --fail-if-error-rate-above 1 >"$tmp/acc.out" 2>&1
+rc=$?
+[ $rc = 1 ] && grep -q "accuracy 90.0% -> 80.0% (-10.0 points, more than 5)" "$tmp/acc.out" \
+    || fail "accuracy 90% -> 80% with --fail-if-accuracy-drops 5: exit $rc: $(tail -4 "$tmp/acc.out")"
+pass "compare --fail-if-accuracy-drops"
+
+# 3c. p99 TTFT gate: B's prefill 20x A's.
+suite 'prefill_us = 1000' >"$tmp/fast.ini"
+suite 'prefill_us = 20000' >"$tmp/slow.ini"
+"$tb" run "$tmp/fast.ini" --db "$tmp/t.db" >/dev/null 2>&1 || fail "fast run"
+"$tb" run "$tmp/slow.ini" --db "$tmp/t.db" >/dev/null 2>&1 || fail "slow run"
+"$tb" compare 1 2 --db "$tmp/t.db" --fail-if-p99-ttft-above 50 >"$tmp/ttft.out" 2>&1
+rc=$?
+[ $rc = 1 ] && grep -q "p99 TTFT .* ms -> .* ms (+.*%, more than 50%)" "$tmp/ttft.out" \
+    || fail "p99 TTFT 20x with --fail-if-p99-ttft-above 50: exit $rc: $(tail -4 "$tmp/ttft.out")"
+"$tb" compare 2 1 --db "$tmp/t.db" --fail-if-p99-ttft-above 50 >/dev/null 2>&1
+rc=$?
+[ $rc = 0 ] || fail "p99 TTFT lower in B: exit $rc, expected 0"
+"$tb" compare 1 2 --db "$tmp/t.db" --fail-if-p99-ttft-above -1 >/dev/null 2>&1
+[ $? = 2 ] || fail "a negative --fail-if-p99-ttft-above is bad input"
+pass "compare --fail-if-p99-ttft-above"
 
 # 4. A dead server: every request 'connect', the case failed, exit 1.
 http="$build/plugins/http/http.so"
