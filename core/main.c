@@ -150,6 +150,7 @@ static const char usage_db[] =
 
 static const char usage_serve[] =
     "usage: tokbench serve --backend LABEL SUITE [--port N] [--host ADDR] [--max-batch N]\n"
+    "                      [--batching continuous|static]\n"
     "\n"
     "Serve backend LABEL of SUITE as an OpenAI-compatible endpoint:\n"
     "POST /v1/completions and /v1/chat/completions (streamed or not), GET /v1/models,\n"
@@ -162,15 +163,19 @@ static const char usage_serve[] =
     "  --backend LABEL  the [backend LABEL] section to serve (required)\n"
     "  --port N         TCP port (default 8000; 0 picks a free one)\n"
     "  --host ADDR      IPv4 address to listen on (default 127.0.0.1)\n"
-    "  --max-batch N    most requests per generate() call (default 16 when the\n"
-    "                   backend batches, else 1)\n"
+    "  --max-batch N    most requests in flight in the backend (default 16 when\n"
+    "                   it batches, else 1)\n"
+    "  --batching MODE  continuous (default): a request joins the running batch at\n"
+    "                   the next step and leaves at its end (backends with step\n"
+    "                   ops: ar); static: batches run to their end, requests\n"
+    "                   arriving meanwhile wait (every backend; the fallback)\n"
     "  --port-file F    write the port to F once listening (for scripts)\n"
     "\n"
     "Stops on SIGINT or SIGTERM (exit 0). Exit 1 when the backend cannot load,\n"
     "2 on bad input.\n";
 
 enum { OPT_DB = 1000, OPT_DRY_RUN, OPT_FILTER, OPT_LIMIT, OPT_FORMAT, OPT_LAST, OPT_BACKEND, OPT_BACKENDS,
-       OPT_METRIC, OPT_ALPHA, OPT_FAIL_SLOWER, OPT_FAIL_ACC, OPT_FAIL_ERR_RATE, OPT_FAIL_P99_TTFT, OPT_MAX_ERROR_RATE, OPT_PORT, OPT_HOST, OPT_MAX_BATCH, OPT_PORT_FILE };
+       OPT_METRIC, OPT_ALPHA, OPT_FAIL_SLOWER, OPT_FAIL_ACC, OPT_FAIL_ERR_RATE, OPT_FAIL_P99_TTFT, OPT_MAX_ERROR_RATE, OPT_PORT, OPT_HOST, OPT_MAX_BATCH, OPT_PORT_FILE, OPT_BATCHING };
 
 /* The options of every command but serve: each accepts them all and uses
  * its own. */
@@ -203,6 +208,7 @@ static const struct option serve_opts[] = {
     {"host", required_argument, NULL, OPT_HOST},
     {"max-batch", required_argument, NULL, OPT_MAX_BATCH},
     {"port-file", required_argument, NULL, OPT_PORT_FILE},
+    {"batching", required_argument, NULL, OPT_BATCHING},
     {"help", no_argument, NULL, 'h'},
     {0, 0, 0, 0},
 };
@@ -229,6 +235,7 @@ typedef struct cli {
     const char *host;      /* serve: not yet checked to be an address */
     long max_batch;        /* serve: [1, 65536]; 0 when not given */
     const char *port_file; /* serve */
+    int static_batching;   /* serve: --batching static */
     char **pos;
     int n_pos;
 } cli;
@@ -363,6 +370,13 @@ static int parse_opts(int argc, char **argv, const char *usage, const struct opt
             break;
         case OPT_PORT_FILE:
             c->port_file = optarg;
+            break;
+        case OPT_BATCHING:
+            if (strcmp(optarg, "static") != 0 && strcmp(optarg, "continuous") != 0) {
+                fprintf(stderr, "%s: --batching %s: expected continuous or static\n", argv[0], optarg);
+                exit(2);
+            }
+            c->static_batching = strcmp(optarg, "static") == 0;
             break;
         case 'h':
             fputs(usage, stdout);
@@ -959,7 +973,8 @@ static int cmd_serve(int argc, char **argv)
         return 2;
     }
     tb_serve_options o = {.suite = c.pos[0], .backend = c.backend, .host = c.host, .port = (uint16_t)c.port,
-                          .max_batch = (uint32_t)c.max_batch, .port_file = c.port_file};
+                          .max_batch = (uint32_t)c.max_batch, .port_file = c.port_file,
+                          .static_batching = c.static_batching};
     return tb_serve_main(&o);
 }
 

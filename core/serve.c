@@ -116,6 +116,7 @@ int tb_serve_main(const tb_serve_options *o)
         }
     }
     srv.max_batch = o->max_batch ? o->max_batch : (ops->capabilities & TB_CAP_BATCH) ? 16 : 1;
+    srv.continuous = !o->static_batching; /* the dispatcher falls back when the backend cannot step */
     if (!(ops->capabilities & TB_CAP_BATCH) && srv.max_batch > 1) {
         fprintf(stderr, "tokbench serve: --max-batch %u: plugin %s does not batch; serving one request at a time\n",
                 srv.max_batch, ops->name);
@@ -160,8 +161,8 @@ int tb_serve_main(const tb_serve_options *o)
         rc = 1;
         goto restore;
     }
-    fprintf(stderr, "tokbench serve: listening on http://%s:%u/v1 (max batch %u); Ctrl-C stops\n", o->host, bound,
-            srv.max_batch);
+    fprintf(stderr, "tokbench serve: listening on http://%s:%u/v1 (%s batching, max batch %u); Ctrl-C stops\n",
+            o->host, bound, srv.continuous ? "continuous" : "static", srv.max_batch);
     if (o->port_file) {
         FILE *f = fopen(o->port_file, "w");
         if (f) {

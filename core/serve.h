@@ -13,11 +13,16 @@
  * fields (temperature, top_p) replace that case's option values of
  * those names, its seed the call's seed, and fields serve cannot honour
  * are refused (serve_request.h, docs/PLUGINS.md). Chat requests get the
- * model folder's chat template (serve_chat.h). Requests that arrive
+ * model folder's chat template (serve_chat.h).
+ *
+ * Batching: continuous (iteration-level) when the backend has step ops
+ * (backend.h: the ar backend): up to --max-batch requests in flight, a
+ * request joins at the next step and leaves at its EOS, limit or stop
+ * sequence, each with its own max_tokens, sampling fields and seed.
+ * Otherwise (or with --batching static) static: requests that arrive
  * while a batch runs wait for the next one; a batch takes up to
  * --max-batch waiting requests with the same max_tokens and sampling
- * fields (static batching: what the engine's generate() can do; a seeded
- * request runs alone). The answer is what the in-process path grades:
+ * fields (what generate() can do; a seeded request runs alone). The answer is what the in-process path grades:
  * the output up to its EOS (worker.c), cut at a stop sequence, at most
  * max_tokens tokens. Emissions are streamed as SSE
  * chunks as they happen, with their text when the plugin reports it
@@ -39,8 +44,12 @@ typedef struct tb_serve_options {
     const char *backend;   /* LABEL of its [backend LABEL] section */
     const char *host;      /* IPv4 address to listen on, dotted ("127.0.0.1") */
     uint16_t port;         /* TCP port; 0 picks a free one */
-    uint32_t max_batch;    /* most requests per generate() call; 0: 16 when
-                              the backend batches, else 1 */
+    uint32_t max_batch;    /* most requests in flight in the backend: per
+                              generate() call (static) or in the stepped
+                              session (continuous); 0: 16 when the backend
+                              batches, else 1 */
+    int static_batching;   /* 1: static batches even when the backend can
+                              step (--batching static, for comparisons) */
     const char *port_file; /* NULL, or where to write the port once listening */
 } tb_serve_options;
 

@@ -102,10 +102,37 @@ static void on_emit(tb_server *s, tb_sreq **batch, uint32_t k, const char *buf, 
     if (e.request >= k || sizeof e + e.text_len > len)
         return;
     tb_sreq *r = batch[e.request];
+    if (!r)
+        return; /* a slot with no request: nothing to tell */
     pthread_mutex_lock(&s->mu);
     tb_sreq_emitted(s, r, buf + sizeof e, e.text_len);
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&s->mu);
+}
+
+/* Request r's end as the worker reports it: q, and text[q->text_len]
+ * when it went well. Under s->mu; marks r done and wakes it. */
+static void answered(tb_server *s, tb_sreq *r, tb_wire_gen_req *q, const char *text)
+{
+    if (q->status == TB_OK) {
+        tb_sreq_finished(s, r, q, text);
+    } else {
+        char msg[200];
+        q->error[sizeof q->error - 1] = '\0';
+        const char *e = q->error[0] ? q->error : tb_status_name(q->status);
+        size_t cl = strspn(e, "abcdefghijklmnopqrstuvwxyz0123456789_");
+        /* No class: a request the backend rejects is the client's
+         * error (400), anything else the server's (500). */
+        int has_class = cl && strncmp(e + cl, ": ", 2) == 0;
+        snprintf(msg, sizeof msg, "%s%s",
+                 has_class ? "" : q->status == TB_ERR_INVALID || q->status == TB_ERR_UNSUPPORTED ? "http_4xx: "
+                                : q->status == TB_ERR_TIMEOUT                                    ? "timeout: "
+                                                                                                 : "http_5xx: ",
+                 e);
+        tb_sreq_failed(s, r, msg);
+    }
+    r->done = 1;
+    pthread_cond_broadcast(&r->cv);
 }
 
 /* The TB_MSG_GENERATED frame buf[len]: every request's end. */
@@ -127,27 +154,8 @@ static void on_generated(tb_server *s, tb_sreq **batch, uint32_t k, const char *
         p += sizeof q;
         if ((size_t)(end - p) < q.text_len)
             break;
-        tb_sreq *r = batch[i];
-        if (q.status == TB_OK) {
-            tb_sreq_finished(s, r, &q, p);
-        } else {
-            char msg[200];
-            q.error[sizeof q.error - 1] = '\0';
-            const char *e = q.error[0] ? q.error : tb_status_name(q.status);
-            size_t cl = strspn(e, "abcdefghijklmnopqrstuvwxyz0123456789_");
-            /* No class: a request the backend rejects is the client's
-             * error (400), anything else the server's (500). */
-            int has_class = cl && strncmp(e + cl, ": ", 2) == 0;
-            snprintf(msg, sizeof msg, "%s%s",
-                     has_class ? "" : q.status == TB_ERR_INVALID || q.status == TB_ERR_UNSUPPORTED ? "http_4xx: "
-                                    : q.status == TB_ERR_TIMEOUT                                   ? "timeout: "
-                                                                                                   : "http_5xx: ",
-                     e);
-            tb_sreq_failed(s, r, msg);
-        }
+        answered(s, batch[i], &q, p);
         p += q.text_len;
-        r->done = 1;
-        pthread_cond_broadcast(&r->cv);
     }
     pthread_mutex_unlock(&s->mu);
     fail_rest(s, batch, k, "http_5xx: the backend process did not answer for this request");
@@ -219,8 +227,325 @@ static int same_sampling(const tb_sreq *a, const tb_sreq *b)
            (!(a->set & TB_GEN_TOP_P) || a->top_p == b->top_p);
 }
 
+/* ------------------------------------------------ continuous batching
+ *
+ * One stepped session on the worker (worker_serve.c): every iteration
+ * sends the waiting requests that fit in free slots (FIFO) and takes
+ * back the emissions and the requests that ended, whose slots the next
+ * iteration refills. Requests share nothing but the session: each keeps
+ * its own max_tokens, sampling fields and seed. */
+
+/* Open the session on a running (or newly started) worker: 1 opened, 0
+ * the backend has no step ops, -1 failed (*why). */
+static int open_session(tb_server *s, char **why)
+{
+    if (!tb_wc_running(&s->wc) && tb_serve_start_worker(s, why) != 0)
+        return -1;
+    tb_wire_step_open o = {.case_index = s->case_index, .max_slots = s->max_batch};
+    tb_wc_result r = tb_wc_send(&s->wc, TB_MSG_STEP_OPEN, &o, sizeof o, why);
+    static const uint32_t answers[] = {TB_MSG_STEP_OPENED};
+    tb_wire_frame f;
+    if (r == TB_WC_OK)
+        r = tb_wc_await(&s->wc, tb_now_ns(), answers, 1, &f, why);
+    if (r != TB_WC_OK) {
+        tb_wc_kill(&s->wc);
+        return -1;
+    }
+    tb_wire_status st;
+    if (f.len < sizeof st) {
+        tb_wc_kill(&s->wc);
+        *why = tb_xstrdup("malformed STEP_OPENED answer");
+        return -1;
+    }
+    memcpy(&st, f.payload, sizeof st);
+    st.message[sizeof st.message - 1] = '\0';
+    if (st.status == TB_ERR_UNSUPPORTED)
+        return 0;
+    if (st.status != TB_OK) {
+        *why = tb_xstrdup(st.message);
+        return -1;
+    }
+    return 1;
+}
+
+/* Fail every request in a slot (the session is gone). */
+static void fail_slots(tb_server *s, tb_sreq **slots, const char *error)
+{
+    pthread_mutex_lock(&s->mu);
+    for (uint32_t i = 0; i < s->max_batch; i++) {
+        tb_sreq *r = slots[i];
+        if (!r)
+            continue;
+        if (!r->done) {
+            tb_sreq_failed(s, r, error);
+            r->done = 1;
+            pthread_cond_broadcast(&r->cv);
+        }
+        tb_sreq_release(r);
+        slots[i] = NULL;
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Add the stepped session's join of r in `slot` to the STEP message b. */
+static void put_join(tb_server *s, tb_str *b, uint32_t slot, const tb_sreq *r)
+{
+    tb_wire_join j = {.slot = slot, .max_new_tokens = r->max_tokens, .set = r->set, .temperature = r->temperature,
+                      .top_p = r->top_p};
+    j.seed = r->has_seed ? r->seed : s->plan->suite->seed + s->batches++;
+    tb_str_appendn(b, (const char *)&j, sizeof j);
+    tb_str_appendn(b, r->prompt, strlen(r->prompt) + 1);
+    tb_str_appendn(b, (const char *)&r->n_stop, sizeof r->n_stop);
+    for (uint32_t k = 0; k < r->n_stop; k++)
+        tb_str_appendn(b, r->stop[k], strlen(r->stop[k]) + 1);
+}
+
+/* Send one STEP: the oldest waiting requests join the free slots (their
+ * queue reference becomes the slot's). */
+static tb_wc_result send_step(tb_server *s, tb_sreq **slots, char **why)
+{
+    tb_str b = {0};
+    tb_wire_step h = {0};
+    tb_str_appendn(&b, (const char *)&h, sizeof h);
+    pthread_mutex_lock(&s->mu);
+    for (uint32_t i = 0; i < s->max_batch && s->head; i++) {
+        if (slots[i])
+            continue;
+        tb_sreq *r = s->head;
+        s->head = r->next;
+        r->next = NULL;
+        slots[i] = r;
+        put_join(s, &b, i, r);
+        h.n_joins++;
+    }
+    if (!s->head)
+        s->tail = NULL;
+    pthread_mutex_unlock(&s->mu);
+    memcpy(b.s, &h, sizeof h);
+    tb_wc_result r = tb_wc_send(&s->wc, TB_MSG_STEP, b.s, b.len, why);
+    tb_str_free(&b);
+    return r;
+}
+
+/* What one step brought back, handed to the connections only after the
+ * next step was sent, so that the worker computes while the server
+ * streams. Each record names its request: a slot may be refilled by
+ * then. emits: {tb_sreq *, uint32 n, n bytes of EMIT payload}; ended:
+ * {tb_sreq *, tb_wire_gen_req, its text} (the slot's reference). */
+typedef struct step_news {
+    tb_str emits, ended;
+} step_news;
+
+static void stash_emit(step_news *n, tb_sreq **slots, uint32_t n_slots, const char *buf, size_t len)
+{
+    tb_wire_emit e;
+    if (len < sizeof e || len > UINT32_MAX)
+        return;
+    memcpy(&e, buf, sizeof e);
+    tb_sreq *r = e.request < n_slots ? slots[e.request] : NULL;
+    if (!r || sizeof e + e.text_len > len)
+        return;
+    uint32_t n32 = (uint32_t)len;
+    tb_str_appendn(&n->emits, (const char *)&r, sizeof r);
+    tb_str_appendn(&n->emits, (const char *)&n32, sizeof n32);
+    tb_str_appendn(&n->emits, buf, len);
+}
+
+/* The STEPPED frame buf[len]: the requests that ended leave their slots
+ * for n->ended. Returns the step's status (not OK: the worker closed the
+ * session). */
+static int32_t stash_stepped(tb_server *s, step_news *n, tb_sreq **slots, const char *buf, size_t len)
+{
+    tb_wire_stepped d;
+    if (len < sizeof d)
+        return TB_ERR;
+    memcpy(&d, buf, sizeof d);
+    const char *p = buf + sizeof d, *end = buf + len;
+    for (uint32_t i = 0; i < d.n_ended; i++) {
+        uint32_t slot;
+        tb_wire_gen_req q;
+        if ((size_t)(end - p) < sizeof slot + sizeof q)
+            break;
+        memcpy(&slot, p, sizeof slot);
+        memcpy(&q, p + sizeof slot, sizeof q);
+        p += sizeof slot + sizeof q;
+        if ((size_t)(end - p) < q.text_len)
+            break;
+        tb_sreq *r = slot < s->max_batch ? slots[slot] : NULL;
+        if (r) {
+            tb_str_appendn(&n->ended, (const char *)&r, sizeof r);
+            tb_str_appendn(&n->ended, (const char *)&q, sizeof q);
+            tb_str_appendn(&n->ended, p, q.text_len);
+            slots[slot] = NULL;
+        }
+        p += q.text_len;
+    }
+    d.message[sizeof d.message - 1] = '\0';
+    if (d.status != TB_OK)
+        fprintf(stderr, "tokbench serve: %s\n", d.message);
+    return d.status;
+}
+
+/* Hand the stashed news to the connections: emissions, then ends. */
+static void deliver(tb_server *s, step_news *n)
+{
+    pthread_mutex_lock(&s->mu);
+    for (size_t at = 0; at < n->emits.len;) {
+        tb_sreq *r;
+        uint32_t len;
+        tb_wire_emit e;
+        memcpy(&r, n->emits.s + at, sizeof r);
+        memcpy(&len, n->emits.s + at + sizeof r, sizeof len);
+        const char *payload = n->emits.s + at + sizeof r + sizeof len;
+        memcpy(&e, payload, sizeof e);
+        tb_sreq_emitted(s, r, payload + sizeof e, e.text_len);
+        pthread_cond_broadcast(&r->cv);
+        at += sizeof r + sizeof len + len;
+    }
+    for (size_t at = 0; at < n->ended.len;) {
+        tb_sreq *r;
+        tb_wire_gen_req q;
+        memcpy(&r, n->ended.s + at, sizeof r);
+        memcpy(&q, n->ended.s + at + sizeof r, sizeof q);
+        answered(s, r, &q, n->ended.s + at + sizeof r + sizeof q);
+        tb_sreq_release(r);
+        at += sizeof r + sizeof q + q.text_len;
+    }
+    pthread_mutex_unlock(&s->mu);
+    n->emits.len = n->ended.len = 0;
+}
+
+/* Wait until a request waits or the server stops; 0 when stopping. */
+static int wait_for_work(tb_server *s)
+{
+    while (!s->head && !*s->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 200000000L; /* look at the stop flag this often */
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&s->queue_cv, &s->mu, &ts);
+    }
+    return !*s->stop;
+}
+
+/* Fail every waiting request (the session could not be opened). */
+static void fail_queue(tb_server *s, const char *error)
+{
+    pthread_mutex_lock(&s->mu);
+    while (s->head) {
+        tb_sreq *r = s->head;
+        s->head = r->next;
+        tb_sreq_failed(s, r, error);
+        r->done = 1;
+        pthread_cond_broadcast(&r->cv);
+        tb_sreq_release(r);
+    }
+    s->tail = NULL;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* The continuous dispatcher. Returns 0 when it served until the stop, 1
+ * when the backend has no step ops (the static dispatcher takes over). */
+static int dispatch_continuous(tb_server *s)
+{
+    tb_sreq **slots = tb_xcalloc(s->max_batch, sizeof *slots);
+    step_news news = {0};
+    int open = 0, fallback = 0, in_flight = 0;
+    for (;;) {
+        char *why = NULL;
+        tb_wc_result r = TB_WC_OK;
+        if (!in_flight) { /* nothing runs: wait for a request */
+            pthread_mutex_lock(&s->mu);
+            int go = wait_for_work(s);
+            pthread_mutex_unlock(&s->mu);
+            if (!go)
+                break;
+            if (!open) {
+                int o = open_session(s, &why);
+                if (o == 0) {
+                    fallback = 1;
+                    break;
+                }
+                if (o < 0) { /* the waiting requests fail; the next ones retry */
+                    char *msg = tb_xasprintf("http_5xx: backend unavailable: %s", why);
+                    fprintf(stderr, "tokbench serve: %s\n", msg + 11);
+                    fail_queue(s, msg);
+                    free(msg);
+                    free(why);
+                    continue;
+                }
+                open = 1;
+            }
+            r = send_step(s, slots, &why);
+            in_flight = r == TB_WC_OK;
+        }
+        /* the step's emissions and answer */
+        int64_t since = tb_now_ns();
+        static const uint32_t answers[] = {TB_MSG_EMIT, TB_MSG_STEPPED};
+        int32_t status = TB_OK;
+        while (r == TB_WC_OK) {
+            tb_wire_frame f;
+            r = tb_wc_await(&s->wc, since, answers, 2, &f, &why);
+            if (r == TB_WC_OK && f.type == TB_MSG_EMIT) {
+                stash_emit(&news, slots, s->max_batch, f.payload, f.len);
+                continue;
+            }
+            if (r == TB_WC_OK) {
+                status = stash_stepped(s, &news, slots, f.payload, f.len);
+                break;
+            }
+        }
+        in_flight = 0;
+        if (r == TB_WC_OK && status == TB_OK) {
+            /* the next step goes out before the news is handed over */
+            int more = 0;
+            for (uint32_t i = 0; i < s->max_batch; i++)
+                more |= slots[i] != NULL;
+            pthread_mutex_lock(&s->mu);
+            more |= s->head != NULL;
+            pthread_mutex_unlock(&s->mu);
+            if (more && !*s->stop) {
+                r = send_step(s, slots, &why);
+                in_flight = r == TB_WC_OK;
+            }
+        }
+        deliver(s, &news);
+        if (r == TB_WC_OK && status == TB_OK)
+            continue;
+        /* the session is over: its requests fail, the next ones reopen */
+        const char *what = r == TB_WC_INTERRUPTED ? "the server is stopping"
+                           : r == TB_WC_OK        ? "the backend's step failed"
+                                                  : why;
+        char *msg = tb_xasprintf("%s: %s", r == TB_WC_TIMEOUT ? "timeout" : "http_5xx", what);
+        if (r != TB_WC_OK && r != TB_WC_INTERRUPTED)
+            fprintf(stderr, "tokbench serve: %s\n", why);
+        if (r != TB_WC_OK)
+            tb_wc_kill(&s->wc);
+        fail_slots(s, slots, msg);
+        free(msg);
+        free(why);
+        in_flight = 0;
+        open = 0;
+    }
+    if (!fallback)
+        fail_slots(s, slots, "http_5xx: the server is stopping");
+    tb_str_free(&news.emits);
+    tb_str_free(&news.ended);
+    free(slots);
+    return fallback;
+}
+
 void tb_serve_dispatch(tb_server *s)
 {
+    if (s->continuous) {
+        if (dispatch_continuous(s) == 0)
+            return;
+        fprintf(stderr, "tokbench serve: plugin %s has no step ops: static batches\n", s->ops->name);
+        s->continuous = 0;
+    }
     tb_sreq **batch = tb_xcalloc(s->max_batch, sizeof *batch);
     for (;;) {
         pthread_mutex_lock(&s->mu);

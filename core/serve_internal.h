@@ -79,7 +79,10 @@ typedef struct tb_server {
                             the one model name a request may give */
     const tb_backend_ops *ops; /* the plugin: its options, capabilities */
     tb_chat_template chat; /* the model folder's chat template */
-    uint32_t max_batch;  /* most requests per generate() call, >= 1 */
+    uint32_t max_batch;  /* most requests per generate() call (static) or in
+                            a stepped session (continuous), >= 1 */
+    int continuous;      /* batching: continuous (iteration-level) when the
+                            backend has step ops, else static */
     volatile int *stop;  /* nonzero after SIGINT/SIGTERM (serve.c) */
     /* the dispatcher's own */
     tb_worker_client wc;

@@ -36,6 +36,19 @@ int tb_wire_send(int fd, uint32_t type, const void *payload, size_t len)
     return len ? write_all(fd, payload, len) : 0;
 }
 
+void tb_wire_frame_append(tb_str *b, uint32_t type, const void *payload, size_t len)
+{
+    uint32_t hdr[2] = {type, (uint32_t)len};
+    tb_str_appendn(b, (const char *)hdr, sizeof hdr);
+    if (len)
+        tb_str_appendn(b, payload, len);
+}
+
+int tb_wire_send_frames(int fd, const tb_str *frames)
+{
+    return frames->len ? write_all(fd, frames->s, frames->len) : 0;
+}
+
 void tb_wire_reader_init(tb_wire_reader *r, int fd)
 {
     *r = (tb_wire_reader){.fd = fd};

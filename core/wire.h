@@ -27,6 +27,14 @@ typedef enum tb_msg {
     TB_MSG_JUDGE = 5,    /* tb_wire_judge, then n pairs of NUL-terminated
                             context and continuation texts; answered by
                             LOADED, then JUDGED */
+    TB_MSG_STEP_OPEN = 6, /* tb_wire_step_open: start a stepped session
+                             (continuous batching) on the loaded context;
+                             answered by STEP_OPENED */
+    TB_MSG_STEP = 7,      /* tb_wire_step, its leaves (uint32 slots), then
+                             per join a tb_wire_join, its NUL-terminated
+                             prompt and stop sequences: one iteration;
+                             answered by EMIT frames (request = slot),
+                             then STEPPED */
     /* worker → runner */
     TB_MSG_PROBE = 10,     /* tb_wire_status: can the backend run here */
     TB_MSG_LOADED = 11,    /* tb_wire_status, then describe() JSON text */
@@ -35,7 +43,12 @@ typedef enum tb_msg {
     TB_MSG_EMIT = 14,      /* tb_wire_emit, then text_len bytes */
     TB_MSG_GENERATED = 15, /* tb_wire_gen_done, then per request a
                               tb_wire_gen_req and its text_len bytes */
-    TB_MSG_JUDGED = 16     /* n tb_wire_loglik, in the JUDGE order */
+    TB_MSG_JUDGED = 16,    /* n tb_wire_loglik, in the JUDGE order */
+    TB_MSG_STEP_OPENED = 17, /* tb_wire_status: TB_ERR_UNSUPPORTED when
+                                the backend has no step ops */
+    TB_MSG_STEPPED = 18    /* tb_wire_stepped, then per ended request a
+                              uint32 slot, a tb_wire_gen_req and its
+                              text_len bytes */
 } tb_msg;
 
 typedef struct tb_wire_status {
@@ -130,6 +143,38 @@ typedef struct tb_wire_gen_req {
     char error[128];
 } tb_wire_gen_req;
 
+/* STEP_OPEN payload. */
+typedef struct tb_wire_step_open {
+    uint32_t case_index; /* the loaded case: its options and dimensions */
+    uint32_t max_slots;  /* requests in flight at most */
+} tb_wire_step_open;
+
+/* STEP payload header. */
+typedef struct tb_wire_step {
+    uint32_t n_leaves; /* slots to end now (their clients are gone) */
+    uint32_t n_joins;
+} tb_wire_step;
+
+/* One joining request of a STEP; its prompt, a uint32 count of stop
+ * sequences and those (NUL-terminated) follow. */
+typedef struct tb_wire_join {
+    uint32_t slot;
+    uint32_t max_new_tokens;
+    uint32_t set; /* TB_GEN_* */
+    uint32_t pad;
+    uint64_t seed;
+    double temperature, top_p;
+} tb_wire_join;
+
+/* STEPPED payload header. */
+typedef struct tb_wire_stepped {
+    int32_t status;    /* the step's status: not OK ends the session */
+    uint32_t n_ended;  /* requests that ended in this step */
+    uint32_t n_active; /* requests still in the session after it */
+    uint32_t pad;
+    char message[512];
+} tb_wire_stepped;
+
 /* Frames are bounded: a length beyond this is a protocol error, not an
  * allocation (a worker's memory may be corrupt). */
 #define TB_WIRE_MAX_FRAME ((size_t)1 << 30)
@@ -145,6 +190,11 @@ typedef enum tb_wire_rc {
 
 /* Write a whole frame; 0 or -1 (errno set). */
 int tb_wire_send(int fd, uint32_t type, const void *payload, size_t len);
+/* Frames built in a buffer (len < TB_WIRE_MAX_FRAME, as any frame), then
+ * written with one write: several answers at the cost of one system
+ * call. 0, or -1 (errno). */
+void tb_wire_frame_append(tb_str *b, uint32_t type, const void *payload, size_t len);
+int tb_wire_send_frames(int fd, const tb_str *frames);
 
 /* A buffered reader of frames: one read() takes as many frames as the
  * pipe holds (a streamed batch sends one frame per emission, and a

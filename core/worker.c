@@ -120,6 +120,7 @@ static int ensure_context(tb_worker *w, const tb_case *c)
         return 0;
     }
     if (w->ctx) {
+        tb_worker_serve_step_close(w); /* a session lives in the context */
         w->ops->destroy(w->ctx);
         w->ctx = NULL;
         free(w->ctx_load_key);
@@ -517,9 +518,18 @@ void tb_worker_main(const tb_plan *plan, size_t backend, int fd_in, int fd_out)
             tb_worker_serve_generate(&w, f.payload, f.len);
             continue;
         }
+        if (f.type == TB_MSG_STEP_OPEN) {
+            tb_worker_serve_step_open(&w, f.payload, f.len);
+            continue;
+        }
+        if (f.type == TB_MSG_STEP) {
+            tb_worker_serve_step(&w, f.payload, f.len);
+            continue;
+        }
         break; /* TB_MSG_QUIT or anything unexpected */
     }
     tb_wire_reader_free(&rd);
+    tb_worker_serve_step_close(&w);
     if (w.ctx)
         w.ops->destroy(w.ctx);
     free(w.scratch);

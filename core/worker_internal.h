@@ -52,6 +52,15 @@ typedef struct tb_worker {
     tb_live_req *live;
     const uint32_t *live_map; /* group index -> index in the batch */
     uint32_t live_n;
+    /* a stepped session (serve's continuous batching, worker_serve.c):
+     * its requests by slot, live[] and live_map sized n_slots; NULL when
+     * none is open */
+    struct tb_step_slot *slots;
+    uint32_t n_slots;
+    uint32_t step_case;
+    uint32_t *step_map;         /* identity: emissions name slots */
+    struct tb_step_end *step_ends; /* [n_slots]: step()'s report */
+    tb_str step_out;            /* the step's EMIT frames, sent with STEPPED */
     char *scratch; /* detokenized text */
     size_t scratch_cap;
 } tb_worker;
@@ -79,6 +88,14 @@ void tb_worker_live_emit(tb_worker *w, uint32_t request, uint32_t n_tokens, int6
 /* Answers one TB_MSG_GENERATE message buf[len] with TB_MSG_EMIT messages
  * and then one TB_MSG_GENERATED. */
 void tb_worker_serve_generate(tb_worker *w, const char *buf, size_t len);
+
+/* Stepped sessions (continuous batching): TB_MSG_STEP_OPEN answered by
+ * STEP_OPENED; TB_MSG_STEP by EMIT frames and STEPPED; close ends the
+ * session (also before the context goes). */
+typedef struct tb_step_slot tb_step_slot;
+void tb_worker_serve_step_open(tb_worker *w, const char *buf, size_t len);
+void tb_worker_serve_step(tb_worker *w, const char *buf, size_t len);
+void tb_worker_serve_step_close(tb_worker *w);
 
 /* worker_proc.c */
 

@@ -140,7 +140,9 @@ void tb_worker_live_emit(tb_worker *w, uint32_t request, uint32_t n_tokens, int6
     tb_str_appendn(&b, (const char *)&e, sizeof e);
     if (e.text_len)
         tb_str_appendn(&b, out, e.text_len);
-    if (tb_wire_send(w->fd_out, TB_MSG_EMIT, b.s, b.len) != 0)
+    if (w->slots) /* a stepped session: sent with the step's answer, in one write */
+        tb_wire_frame_append(&w->step_out, TB_MSG_EMIT, b.s, b.len);
+    else if (tb_wire_send(w->fd_out, TB_MSG_EMIT, b.s, b.len) != 0)
         _exit(3); /* the server is gone */
     tb_str_free(&b);
 }
@@ -218,6 +220,44 @@ static void serve_answer(tb_worker *w, const tb_request_result *r, uint32_t want
     o->finish = finish;
 }
 
+/* The case's option values with a request's sampling fields in place of
+ * those of the same names (vtext: their texts); NULL when it has none. */
+static tb_option_value *request_options(const tb_case *c, uint32_t set, double temperature, double top_p,
+                                        char vtext[2][32])
+{
+    tb_option_value *opts = c && c->n_options ? tb_xcalloc(c->n_options, sizeof *opts) : NULL;
+    for (uint32_t i = 0; opts && i < c->n_options; i++) {
+        opts[i] = c->options[i];
+        if ((set & TB_GEN_TEMPERATURE) && strcmp(opts[i].name, "temperature") == 0) {
+            snprintf(vtext[0], 32, "%.17g", temperature);
+            opts[i].f = temperature, opts[i].i = (int64_t)temperature, opts[i].text = vtext[0];
+        } else if ((set & TB_GEN_TOP_P) && strcmp(opts[i].name, "top_p") == 0) {
+            snprintf(vtext[1], 32, "%.17g", top_p);
+            opts[i].f = top_p, opts[i].i = (int64_t)top_p, opts[i].text = vtext[1];
+        }
+    }
+    return opts;
+}
+
+/* A request whose prompt (n_prompt tokens, + BOS) and output (max_tokens,
+ * as a canvas of `canvas`) do not fit the model's context: refused with
+ * the figures, before any work. */
+static void refuse_context(tb_wire_gen_req *o, int64_t context, int64_t n_prompt, int bos, uint32_t max_tokens,
+                           uint32_t canvas)
+{
+    o->status = TB_ERR_INVALID;
+    char as[48] = "";
+    if (canvas != max_tokens)
+        snprintf(as, sizeof as, " as a canvas of %u", canvas);
+    /* Built whole, then cut to the wire's field (at a byte). */
+    char *msg = tb_xasprintf("http_4xx: the model's context is %lld tokens; this request needs %lld (prompt "
+                             "%lld%s + max_tokens %u%s)",
+                             (long long)context, (long long)(n_prompt + bos + canvas), (long long)n_prompt,
+                             bos ? " + BOS" : "", max_tokens, as);
+    tb_strlcpy(o->error, msg, sizeof o->error);
+    free(msg);
+}
+
 /* One GENERATE batch: prompts of one token length run as one generate()
  * call (engines batch equal lengths), groups one after another. The
  * request's sampling fields replace the case's option values of the same
@@ -282,18 +322,8 @@ void tb_worker_serve_generate(tb_worker *w, const char *buf, size_t len)
             steps % (c->max_new_tokens / bl) == 0)
             steps = steps / (c->max_new_tokens / bl) * (canvas / bl);
     }
-    tb_option_value *opts = c && c->n_options ? tb_xcalloc(c->n_options, sizeof *opts) : NULL;
     char vtext[2][32];
-    for (uint32_t i = 0; opts && i < c->n_options; i++) {
-        opts[i] = c->options[i];
-        if ((g.set & TB_GEN_TEMPERATURE) && strcmp(opts[i].name, "temperature") == 0) {
-            snprintf(vtext[0], sizeof vtext[0], "%.17g", g.temperature);
-            opts[i].f = g.temperature, opts[i].i = (int64_t)g.temperature, opts[i].text = vtext[0];
-        } else if ((g.set & TB_GEN_TOP_P) && strcmp(opts[i].name, "top_p") == 0) {
-            snprintf(vtext[1], sizeof vtext[1], "%.17g", g.top_p);
-            opts[i].f = g.top_p, opts[i].i = (int64_t)g.top_p, opts[i].text = vtext[1];
-        }
-    }
+    tb_option_value *opts = request_options(c, g.set, g.temperature, g.top_p, vtext);
     int64_t context = 0;
     int bos = 0;
     if (w->ctx)
@@ -303,17 +333,7 @@ void tb_worker_serve_generate(tb_worker *w, const char *buf, size_t len)
         res[i].prompt_tokens = lens[i] > INT32_MAX ? -1 : (int32_t)lens[i];
         if (context > 0 && lens[i] >= 0 && lens[i] + bos + canvas > context) {
             taken[i] = 1; /* refused before any work */
-            res[i].status = TB_ERR_INVALID;
-            char as[48] = "";
-            if (canvas != g.max_new_tokens)
-                snprintf(as, sizeof as, " as a canvas of %u", canvas);
-            /* Built whole, then cut to the wire's field (at a byte). */
-            char *msg = tb_xasprintf("http_4xx: the model's context is %lld tokens; this request needs %lld (prompt "
-                                     "%lld%s + max_tokens %u%s)",
-                                     (long long)context, (long long)(lens[i] + bos + canvas), (long long)lens[i],
-                                     bos ? " + BOS" : "", g.max_new_tokens, as);
-            tb_strlcpy(res[i].error, msg, sizeof res[i].error);
-            free(msg);
+            refuse_context(&res[i], context, lens[i], bos, g.max_new_tokens, canvas);
         }
     }
     uint32_t *map = tb_xcalloc(n ? n : 1, sizeof *map);
@@ -408,4 +428,308 @@ void tb_worker_serve_generate(tb_worker *w, const char *buf, size_t len)
     free(map);
     free(gp);
     free(rr);
+}
+
+/* ------------------------------------------------ stepped sessions
+ *
+ * Continuous batching (serve_batch.c drives it): the server opens a
+ * session once (STEP_OPEN), then sends one STEP per iteration with the
+ * requests that join and those whose clients left; the worker runs the
+ * backend's step() and answers with the emissions (request = slot) and
+ * the requests that ended. A request whose text reaches one of its stop
+ * sequences is ended here, at once (step_leave): its generation stops,
+ * not only its text. */
+
+/* One request of the session, by slot. */
+struct tb_step_slot {
+    int active;
+    uint32_t max_tokens;    /* the client's limit */
+    int32_t prompt_tokens;  /* -1: not counted */
+    char *stop[TB_WIRE_MAX_STOP];
+    uint32_t n_stop;
+};
+
+static int has_step_ops(const tb_backend_ops *o)
+{
+    return TB_STRUCT_HAS(o, tb_backend_ops, step_close) && o->step_open && o->step_join && o->step &&
+           o->step_leave && o->step_close;
+}
+
+static void slot_clear(tb_worker *w, uint32_t i)
+{
+    tb_step_slot *S = &w->slots[i];
+    for (uint32_t k = 0; k < S->n_stop; k++)
+        free(S->stop[k]);
+    memset(S, 0, sizeof *S);
+    tb_live_req *L = &w->live[i];
+    free(L->ids);
+    tb_str_free(&L->text);
+    memset(L, 0, sizeof *L);
+}
+
+static void session_free(tb_worker *w)
+{
+    for (uint32_t i = 0; i < w->n_slots; i++)
+        slot_clear(w, i);
+    free(w->slots);
+    free(w->live);
+    free(w->step_map);
+    free(w->step_ends);
+    tb_str_free(&w->step_out);
+    w->slots = NULL;
+    w->live = NULL;
+    w->step_map = NULL;
+    w->step_ends = NULL;
+    w->live_map = NULL;
+    w->live_n = w->n_slots = 0;
+}
+
+void tb_worker_serve_step_close(tb_worker *w)
+{
+    if (!w->slots)
+        return;
+    if (w->ctx)
+        w->ops->step_close(w->ctx);
+    session_free(w);
+}
+
+void tb_worker_serve_step_open(tb_worker *w, const char *buf, size_t len)
+{
+    tb_wire_status out = {0};
+    tb_wire_step_open o;
+    tb_worker_serve_step_close(w);
+    if (len != sizeof o) {
+        out.status = TB_ERR_INVALID;
+        snprintf(out.message, sizeof out.message, "malformed STEP_OPEN message");
+    } else if (memcpy(&o, buf, sizeof o), !has_step_ops(w->ops)) {
+        out.status = TB_ERR_UNSUPPORTED;
+        snprintf(out.message, sizeof out.message, "plugin %s has no step ops (static batches only)", w->ops->name);
+    } else if (!w->ctx || o.case_index >= w->plan->n_cases || o.max_slots < 1) {
+        out.status = TB_ERR_INVALID;
+        snprintf(out.message, sizeof out.message, "no loaded context for case %u, or no slots", o.case_index);
+    } else {
+        const tb_case *c = &w->plan->cases[o.case_index];
+        int64_t context = 0;
+        int bos = 0;
+        model_limits(w, &context, &bos);
+        /* the most any request may ask: what the model's positions allow
+         * (the backend may hold fewer, and refuses a join beyond) */
+        uint32_t most = context > 1 && context < (int64_t)1 << 30 ? (uint32_t)context - 1 : 1u << 30;
+        tb_request shape = {
+            .struct_size = sizeof shape,
+            .n_requests = o.max_slots,
+            .max_new_tokens = most,
+            .batch = o.max_slots,
+            .steps = c->steps,
+            .block_length = c->block_length,
+            .seed = w->plan->suite->seed,
+            .options = c->options,
+            .n_options = c->n_options,
+        };
+        tb_status st = w->ops->step_open(w->ctx, &shape, o.max_slots);
+        out.status = st;
+        if (st != TB_OK) {
+            const char *le = w->ops->last_error(w->ctx);
+            snprintf(out.message, sizeof out.message, "step_open(%u slots) failed (%s): %s", o.max_slots,
+                     tb_status_name(st), le && *le ? le : "no message");
+        } else {
+            w->n_slots = o.max_slots;
+            w->step_case = o.case_index;
+            w->slots = tb_xcalloc(o.max_slots, sizeof *w->slots);
+            w->live = tb_xcalloc(o.max_slots, sizeof *w->live);
+            w->step_map = tb_xcalloc(o.max_slots, sizeof *w->step_map);
+            w->step_ends = tb_xcalloc(o.max_slots, sizeof *w->step_ends);
+            for (uint32_t i = 0; i < o.max_slots; i++)
+                w->step_map[i] = i;
+            w->live_map = w->step_map;
+            w->live_n = o.max_slots;
+        }
+    }
+    if (tb_wire_send(w->fd_out, TB_MSG_STEP_OPENED, &out, sizeof out) != 0)
+        _exit(3);
+}
+
+/* Append one ended request to the STEPPED payload b. */
+static void put_ended(tb_str *b, uint32_t slot, tb_wire_gen_req *o, const tb_str *text)
+{
+    o->text_len = text ? (uint32_t)text->len : 0;
+    tb_str_appendn(b, (const char *)&slot, sizeof slot);
+    tb_str_appendn(b, (const char *)o, sizeof *o);
+    if (o->text_len)
+        tb_str_appendn(b, text->s, text->len);
+}
+
+/* Parse and start one joining request at *p (advanced); an ended
+ * request is appended to b when it is refused. Returns -1 when the
+ * message is malformed. */
+static int join_one(tb_worker *w, const char **p, const char *end, tb_str *b, uint32_t *n_ended)
+{
+    tb_wire_join j;
+    if ((size_t)(end - *p) < sizeof j)
+        return -1;
+    memcpy(&j, *p, sizeof j);
+    *p += sizeof j;
+    const char *prompt = *p;
+    const char *nul = memchr(*p, '\0', (size_t)(end - *p));
+    uint32_t k;
+    if (!nul || (size_t)(end - nul - 1) < sizeof k)
+        return -1;
+    memcpy(&k, nul + 1, sizeof k);
+    *p = nul + 1 + sizeof k;
+    const char *stops[TB_WIRE_MAX_STOP];
+    for (uint32_t i = 0; i < k; i++) {
+        const char *z = *p < end ? memchr(*p, '\0', (size_t)(end - *p)) : NULL;
+        if (!z || i >= TB_WIRE_MAX_STOP)
+            return -1;
+        stops[i] = *p;
+        *p = z + 1;
+    }
+    if (j.slot >= w->n_slots || w->slots[j.slot].active)
+        return -1;
+    tb_wire_gen_req o = {0};
+    int tok = (w->ops->capabilities & TB_CAP_TOKENIZER) != 0;
+    int64_t n_prompt = tok ? w->ops->tokenize(w->ctx, prompt, NULL, 0) : -1;
+    o.prompt_tokens = n_prompt > INT32_MAX ? -1 : (int32_t)n_prompt;
+    int64_t context = 0;
+    int bos = 0;
+    model_limits(w, &context, &bos);
+    if (context > 0 && n_prompt >= 0 && n_prompt + bos + j.max_new_tokens > context) {
+        refuse_context(&o, context, n_prompt, bos, j.max_new_tokens, j.max_new_tokens);
+        put_ended(b, j.slot, &o, NULL);
+        (*n_ended)++;
+        return 0;
+    }
+    char vtext[2][32];
+    const tb_case *c = &w->plan->cases[w->step_case];
+    tb_option_value *opts = request_options(c, j.set, j.temperature, j.top_p, vtext);
+    tb_step_join sj = {.struct_size = sizeof sj, .max_new_tokens = j.max_new_tokens, .prompt_text = prompt,
+                       .seed = j.seed, .options = opts, .n_options = c->n_options};
+    char why[128] = "";
+    tb_status st = w->ops->step_join(w->ctx, j.slot, &sj, why, sizeof why);
+    free(opts);
+    if (st != TB_OK) {
+        o.status = st;
+        tb_strlcpy(o.error, why[0] ? why : tb_status_name(st), sizeof o.error);
+        put_ended(b, j.slot, &o, NULL);
+        (*n_ended)++;
+        return 0;
+    }
+    tb_step_slot *S = &w->slots[j.slot];
+    S->active = 1;
+    S->max_tokens = j.max_new_tokens;
+    S->prompt_tokens = o.prompt_tokens;
+    S->n_stop = k;
+    for (uint32_t i = 0; i < k; i++)
+        S->stop[i] = tb_xstrdup(stops[i]);
+    tb_live_req *L = &w->live[j.slot];
+    L->stop = (const char *const *)S->stop;
+    L->n_stop = k;
+    return 0;
+}
+
+void tb_worker_serve_step(tb_worker *w, const char *buf, size_t len)
+{
+    tb_wire_stepped done = {0};
+    tb_str b = {0};
+    tb_str_appendn(&b, (const char *)&done, sizeof done);
+    tb_wire_step h;
+    const char *p = buf, *end = buf + len;
+    int malformed = !w->slots || len < sizeof h;
+    if (!malformed) {
+        memcpy(&h, p, sizeof h);
+        p += sizeof h;
+        malformed = h.n_leaves > w->n_slots || (size_t)(end - p) < (size_t)h.n_leaves * sizeof(uint32_t);
+    }
+    for (uint32_t i = 0; !malformed && i < h.n_leaves; i++) {
+        uint32_t slot;
+        memcpy(&slot, p, sizeof slot);
+        p += sizeof slot;
+        if (slot < w->n_slots && w->slots[slot].active) {
+            w->ops->step_leave(w->ctx, slot);
+            slot_clear(w, slot);
+        }
+    }
+    for (uint32_t i = 0; !malformed && i < h.n_joins; i++)
+        malformed = join_one(w, &p, end, &b, &done.n_ended) != 0;
+    if (malformed) {
+        done.status = TB_ERR_INVALID;
+        snprintf(done.message, sizeof done.message, "malformed STEP message");
+    }
+    uint32_t active = 0;
+    for (uint32_t i = 0; i < w->n_slots; i++)
+        active += w->slots[i].active;
+    uint32_t n_ends = 0;
+    tb_status st = TB_OK;
+    if (!malformed && active)
+        st = w->ops->step(w->ctx, w->step_ends, &n_ends);
+    if (st != TB_OK) { /* the session is over: every request in it failed */
+        const char *le = w->ops->last_error(w->ctx);
+        done.status = st;
+        snprintf(done.message, sizeof done.message, "step() failed (%s): %s", tb_status_name(st),
+                 le && *le ? le : "no message");
+        n_ends = 0;
+    }
+    for (uint32_t e = 0; e < n_ends && e < w->n_slots; e++) {
+        const tb_step_end *E = &w->step_ends[e];
+        if (E->slot >= w->n_slots || !w->slots[E->slot].active)
+            continue; /* a slot the backend never had: ignored */
+        tb_step_slot *S = &w->slots[E->slot];
+        tb_wire_gen_req o = {.status = E->status, .n_output_tokens = E->n_output_tokens,
+                             .prompt_tokens = S->prompt_tokens};
+        tb_str text = {0};
+        if (E->status == TB_OK) {
+            tb_request_result rr = {.status = TB_OK, .n_output_tokens = E->n_output_tokens,
+                                    .output_ids = E->output_ids, .n_output_ids = E->n_output_ids,
+                                    .n_answer_tokens = E->n_answer_tokens};
+            serve_answer(w, &rr, S->max_tokens, (const char *const *)S->stop, S->n_stop, &text, &o);
+        } else {
+            size_t n = strnlen(E->error, sizeof E->error);
+            tb_strlcpy(o.error, n ? E->error : tb_status_name(E->status), sizeof o.error);
+            (void)n;
+        }
+        put_ended(&b, E->slot, &o, &text);
+        tb_str_free(&text);
+        done.n_ended++;
+        slot_clear(w, E->slot);
+    }
+    /* A stop sequence reached: the request ends now. */
+    for (uint32_t i = 0; i < w->n_slots; i++) {
+        tb_live_req *L = &w->live[i];
+        tb_step_slot *S = &w->slots[i];
+        if (!S->active || !(L->stopped || st != TB_OK))
+            continue;
+        tb_wire_gen_req o = {.prompt_tokens = S->prompt_tokens, .n_output_tokens = (uint32_t)L->n_ids};
+        tb_str text = {0};
+        if (st != TB_OK) {
+            o.status = st;
+            tb_strlcpy(o.error, done.message, sizeof o.error);
+        } else {
+            w->ops->step_leave(w->ctx, i);
+            size_t at = first_stop(L->text.s, L->text.len, L->stop, L->n_stop);
+            at = at == SIZE_MAX ? L->sent : at;
+            tb_str_appendn(&text, L->text.s ? L->text.s : "", at);
+            tb_request_result rr = {.status = TB_OK, .output_ids = L->ids, .n_output_ids = (uint32_t)L->n_ids,
+                                    .n_output_tokens = (uint32_t)L->n_ids};
+            o.completion_tokens = tokens_covering(w, &rr, (uint32_t)L->n_ids, text.s ? text.s : "", at);
+            o.finish = TB_FINISH_STOP;
+        }
+        put_ended(&b, i, &o, &text);
+        tb_str_free(&text);
+        done.n_ended++;
+        slot_clear(w, i);
+    }
+    done.n_active = 0;
+    for (uint32_t i = 0; i < w->n_slots; i++)
+        done.n_active += w->slots[i].active;
+    memcpy(b.s, &done, sizeof done);
+    /* the step's emissions (an AR step emits every token at once, after
+     * its forward), then its answer: one write */
+    tb_wire_frame_append(&w->step_out, TB_MSG_STEPPED, b.s, b.len);
+    int sent = tb_wire_send_frames(w->fd_out, &w->step_out);
+    w->step_out.len = 0;
+    if (st != TB_OK)
+        tb_worker_serve_step_close(w);
+    if (sent != 0)
+        _exit(3);
+    tb_str_free(&b);
 }

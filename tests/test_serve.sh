@@ -12,7 +12,9 @@
 #      set (suites/data/tasks.jsonl, the quick scorer setup) run on the AR
 #      model in-process and through plugins/http against the server; each
 #      run's accuracy lies in the other's 95% interval, and every item's
-#      answer text is the same.
+#      answer text is the same;
+#   3. batching: continuous for the ar backend, the static fallback for
+#      the null one, --batching static; concurrent answers = answers alone.
 #
 # usage: test_serve.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
@@ -186,6 +188,32 @@ differ=$(q "$tmp/acc.db" "select count(*) from (select r.prompt_idx, count(disti
     || fail "$differ items answered differently through HTTP: $(q "$tmp/acc.db" "select r.prompt_idx, b.label, quote(r.output_text) from request r join sample s on s.id = r.sample_id join bench_case c on c.id = s.case_id join backend b on b.id = c.backend_id where r.scored = 1 and r.prompt_idx in (select prompt_idx from request where scored = 1 group by prompt_idx having count(distinct output_text) > 1) order by r.prompt_idx limit 6")"
 [ "$(q "$tmp/acc.db" "select count(*) from request where output_text like '%<|endoftext|>%'")" = 0 ] \
     || fail "the EOS text reached stored answers"
+
+# ------------------------------------------------------------------ 3
+# Batching: the ar backend is served continuously (its step ops), the null
+# backend (none) falls back to static batches, and --batching static is
+# honoured; concurrent requests of mixed lengths, stop sequences and
+# streaming get the answers they get alone, in both modes
+# (tests/serve_concurrent.py). That a short request that joins a running
+# batch ends first is counted in steps in tests/test_ar_step.c.
+grep -q "continuous batching" "$tmp/ar-small.log" || fail "ar-small: $(grep listening "$tmp/ar-small.log")"
+grep -q "plugin null has no step ops: static batches" "$tmp/null.log" \
+    || fail "null: no fallback line: $(tail -3 "$tmp/null.log")"
+"$tb" serve --backend ar-small "$tmp/serve.ini" --port 0 --port-file "$tmp/static.port" --batching static \
+    >"$tmp/static.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 600); do [ -s "$tmp/static.port" ] && break; sleep 0.1; done
+grep -q "static batching" "$tmp/static.log" || fail "--batching static: $(grep listening "$tmp/static.log")"
+for mode in continuous static; do
+    p=${P[ar-small]}
+    [ $mode = static ] && p=$(cat "$tmp/static.port" 2>/dev/null)
+    if python3 "$src/tests/serve_concurrent.py" "${p:-0}" "$src/suites/data/tasks.jsonl" >"$tmp/conc.out" 2>&1; then
+        pass "$mode batching: $(tail -1 "$tmp/conc.out")"
+    else
+        cat "$tmp/conc.out"
+        fail "$mode batching: concurrent answers differ from the answers alone"
+    fi
+done
 
 [ $failures = 0 ] || { echo "$failures failures"; exit 1; }
 echo "PASS"

@@ -332,6 +332,34 @@ typedef struct tb_result {
     uint64_t *prompt_hash;
 } tb_result;
 
+/* ------------------------------------------- iteration-level serving */
+
+/* A request joining a stepped batch (tb_backend_ops.step_join). */
+typedef struct tb_step_join {
+    uint32_t struct_size;      /* sizeof(tb_step_join) as the host compiled it */
+    uint32_t max_new_tokens;   /* this request's limit (<= step_open's) */
+    const char *prompt_text;   /* UTF-8, tokenized by the backend */
+    uint64_t seed;             /* this request's sampling seed */
+    /* The case's option values with this request's overrides (a server's
+     * per-request temperature, top_p), declaration order. */
+    const tb_option_value *options;
+    uint32_t n_options;
+} tb_step_join;
+
+/* A request that ended during a step (tb_backend_ops.step). The host
+ * provides the array; ids are the backend's until its next step or
+ * step_close. */
+typedef struct tb_step_end {
+    uint32_t slot;
+    tb_status status;           /* TB_OK, or why it failed */
+    uint32_t n_output_tokens;   /* generated, EOS and tokens after it included */
+    uint32_t n_answer_tokens;   /* before the first EOS (TB_UNKNOWN_COUNT: not known) */
+    const int32_t *output_ids;  /* n_output_ids ids, or NULL */
+    uint32_t n_output_ids;
+    int64_t t_done_ns;          /* host clock: its last token */
+    char error[128];
+} tb_step_end;
+
 /* ------------------------------------------------------------ ops table */
 
 typedef struct tb_backend_ops {
@@ -413,6 +441,35 @@ typedef struct tb_backend_ops {
     tb_status (*loglik)(void *ctx, const char *context,
                         const char *continuation, double *sum_logprob,
                         uint32_t *n_tokens);
+
+    /* --- appended in ABI 1, all five or none (read only when
+     * TB_STRUCT_HAS(ops, tb_backend_ops, step_close) and step_open is not
+     * NULL): iteration-level ("continuous") batching, for `tokbench
+     * serve`. A stepped session holds up to max_slots requests; a request
+     * joins at the next step and ends at its EOS or limit, and its slot
+     * (its KV cache) is reused by the next one. A backend without these
+     * is served in static batches through generate().
+     *
+     * step_open: start a session for the case `shape` (dimensions and
+     * options; max_new_tokens = the most any request may ask). The
+     * backend may allocate its caches for max_slots requests here.
+     * step_join: queue a request into free slot `slot` (< max_slots); its
+     * prefill runs at the next step. TB_ERR_INVALID with the reason in
+     * why (prompt too long for the model, ...) refuses it: the slot stays
+     * free. step: one iteration: prefill the requests that joined, one
+     * decode step for the others; emissions through host->emit_output (or
+     * emit) with `request` = the slot; every request that ended in it
+     * (EOS unless ignore_eos, its limit, a failure) is written to
+     * ends[*n_ends] (ends has max_slots elements) and its slot is free
+     * again. A failure of the whole step returns non-OK: the host then
+     * closes the session. step_leave: end the request in `slot` now
+     * (its client left, a stop sequence matched); nothing is reported
+     * for it. step_close: end the session and every request in it. */
+    tb_status (*step_open)(void *ctx, const tb_request *shape, uint32_t max_slots);
+    tb_status (*step_join)(void *ctx, uint32_t slot, const tb_step_join *join, char *why, size_t why_size);
+    tb_status (*step)(void *ctx, tb_step_end *ends, uint32_t *n_ends);
+    void (*step_leave)(void *ctx, uint32_t slot);
+    void (*step_close)(void *ctx);
 } tb_backend_ops;
 
 /* The smallest ops table the host accepts: ABI 1 through `detokenize`. */

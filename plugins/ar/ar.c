@@ -59,6 +59,35 @@ static const tb_option_decl ar_options[N_OPTS] = {
                          TB_OPTF_LOAD},
 };
 
+/* One request of a stepped session (continuous batching, step_* ops). */
+typedef struct ar_slot {
+    enum { SLOT_FREE, SLOT_JOINED, SLOT_RUNNING } state;
+    int32_t *prompt;      /* [n_prompt] ids, BOS included (JOINED) */
+    size_t n_prompt;
+    uint32_t max_new;     /* its limit */
+    int32_t *out;         /* [session max_new] generated ids */
+    uint32_t n_out;
+    int32_t next;         /* the token its next decode step feeds */
+    int past_eos;         /* produced EOS with ignore_eos: still generating */
+    int ignore_eos;
+    tb_sampling smp;
+    uint64_t rng;
+} ar_slot;
+
+/* A stepped session: slots[n] share the engine's KV cache, slot i's
+ * sequence in cache sequence i; each holds at most `len` positions. */
+typedef struct ar_session {
+    ar_slot *slots;
+    uint32_t n;
+    uint32_t max_new;     /* step_open's limit on any request */
+    size_t len;           /* positions per slot: prompt + output */
+    int *run_slots;       /* [n] scratch: the slots of one decode step */
+    int32_t *run_tokens;  /* [n] their tokens */
+    int *join_slots;      /* [n] scratch: the slots of one prefill */
+    int32_t *join_tokens; /* [n][len] their prompts */
+    int32_t *join_next;   /* [n] their first tokens (the GPU's argmax) */
+} ar_session;
+
 typedef struct ar_ctx {
     const tb_host *host;
     tb_loaded ld;          /* the model (CPU weights, or the GPU's), tokenizer */
@@ -73,6 +102,7 @@ typedef struct ar_ctx {
     size_t cap_r, cap_n, cap_p;
     char *describe_json;
     char error[512];
+    ar_session step;        /* a stepped session (tokbench serve), when open */
 } ar_ctx;
 
 static void set_error(ar_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -128,11 +158,14 @@ static char *make_description(const ar_ctx *c)
     return s;
 }
 
+static void ar_step_close(void *ctx);
+
 static void ar_destroy(void *p)
 {
     ar_ctx *c = p;
     if (!c)
         return;
+    ar_step_close(c);
     tb_cpu_state_free(&c->st);
     tb_loaded_free(&c->ld);
     free(c->prompt);
@@ -314,6 +347,10 @@ static tb_status ar_generate(void *ctx, const tb_request *req, tb_result *res)
     const tb_host *host = c->host;
     const tb_model_config *cfg = &c->ld.model.cfg;
     c->error[0] = '\0';
+    if (c->step.slots) { /* its caches are the session's */
+        set_error(c, "generate() while a stepped session is open");
+        return TB_ERR_UNSUPPORTED;
+    }
     uint32_t R = req->n_requests, N = req->max_new_tokens;
     size_t P = req->prompt_tokens;
     tb_sampling smp = {OPT_F(req->options, req->n_options, OPT_TEMPERATURE),
@@ -574,6 +611,298 @@ static tb_status ar_loglik(void *ctx, const char *context, const char *continuat
     return rc;
 }
 
+
+/* ------------------------------------------------ stepped sessions
+ *
+ * Continuous batching for `tokbench serve` (backend.h: step_*): each
+ * slot is one sequence of the engine's KV cache; a joining request's
+ * prompt is prefilled alone into its slot (tb_cpu_forward_slots or
+ * tb_gpu_prefill_slot), then it decodes with every running slot in one
+ * forward per step, each at its own position. */
+
+/* Positions per slot when the model does not say (or says more): the
+ * cache of every slot is allocated at open, and a one-prompt prefill's
+ * attention matrix is len x len per head. */
+#define AR_STEP_MAX_LEN 4096
+
+static void ar_step_close(void *ctx)
+{
+    ar_ctx *c = ctx;
+    ar_session *S = &c->step;
+    for (uint32_t i = 0; S->slots && i < S->n; i++) {
+        free(S->slots[i].prompt);
+        free(S->slots[i].out);
+    }
+    free(S->slots);
+    free(S->run_slots);
+    free(S->run_tokens);
+    free(S->join_slots);
+    free(S->join_tokens);
+    free(S->join_next);
+    memset(S, 0, sizeof *S);
+}
+
+static tb_status ar_step_open(void *ctx, const tb_request *shape, uint32_t max_slots)
+{
+    ar_ctx *c = ctx;
+    const tb_model_config *cfg = &c->ld.model.cfg;
+    c->error[0] = '\0';
+    ar_step_close(c);
+    if (max_slots < 1 || shape->max_new_tokens < 1) {
+        set_error(c, "a stepped session needs >= 1 slot and max_new_tokens >= 1");
+        return TB_ERR_INVALID;
+    }
+    if (!c->ld.tok) {
+        set_error(c, "serving text needs a tokenizer.json; this model has none");
+        return TB_ERR_UNSUPPORTED;
+    }
+    size_t len = cfg->max_position_embeddings > 0 ? (size_t)cfg->max_position_embeddings : AR_STEP_MAX_LEN;
+    if (len > AR_STEP_MAX_LEN)
+        len = AR_STEP_MAX_LEN;
+    ar_session *S = &c->step;
+    S->n = max_slots;
+    /* what a slot can hold with a one-token prompt; a join beyond is refused */
+    S->max_new = shape->max_new_tokens < len - 1 ? shape->max_new_tokens : (uint32_t)(len - 1);
+    S->len = len;
+    S->slots = calloc(max_slots, sizeof *S->slots);
+    S->run_slots = calloc(max_slots, sizeof *S->run_slots);
+    S->run_tokens = calloc(max_slots, sizeof *S->run_tokens);
+    S->join_slots = calloc(max_slots, sizeof *S->join_slots);
+    S->join_tokens = calloc((size_t)max_slots * len, sizeof *S->join_tokens);
+    S->join_next = calloc(max_slots, sizeof *S->join_next);
+    int ok = S->slots && S->run_slots && S->run_tokens && S->join_slots && S->join_tokens && S->join_next;
+    for (uint32_t i = 0; ok && i < max_slots; i++)
+        ok = (S->slots[i].out = malloc(S->max_new * sizeof(int32_t))) != NULL;
+    /* logits for every slot, the sampling scratch; the cache: max_slots
+     * sequences of len positions; a prefill of prompts of one length
+     * takes up to len rows (more wait for the next step) */
+    size_t rows = len > max_slots ? len : max_slots;
+    tb_status st = ok ? reserve(c, max_slots, 1, 1) : TB_ERR_NO_MEMORY;
+    if (st == TB_OK && !c->on_gpu) {
+        tb_cpu_state_free(&c->st);
+        c->cap_r = c->cap_p = c->cap_n = 0; /* generate() reallocates its own */
+        if (tb_cpu_state_init(&c->st, &c->ld.model, (int)max_slots, (int)len, (int)rows, c->threads, c->error,
+                              sizeof c->error) != 0)
+            st = TB_ERR_NO_MEMORY;
+        else
+            tb_cpu_state_reset(&c->st);
+    }
+#ifdef TB_HAVE_CUDA
+    if (st == TB_OK && c->on_gpu) {
+        if (tb_gpu_reserve(c->ld.gpu, (int)max_slots, (int)len, (int)rows, c->error, sizeof c->error) != 0 ||
+            tb_gpu_set_padding(c->ld.gpu, NULL, 0) != 0) {
+            if (!c->error[0])
+                set_error(c, "%s", tb_gpu_error(c->ld.gpu));
+            st = tb_status_of(c->error, TB_ERR);
+        }
+    }
+#endif
+    if (st == TB_OK && !(c->logits = realloc(c->logits, (size_t)rows * cfg->vocab_size * sizeof(float))))
+        st = TB_ERR_NO_MEMORY;
+    if (st != TB_OK) {
+        if (!c->error[0])
+            set_error(c, "out of memory for a stepped session of %u slots x %zu positions", max_slots, len);
+        ar_step_close(c);
+        return st;
+    }
+    c->cap_r = 0; /* logits were resized: generate() reallocates */
+    return TB_OK;
+}
+
+static tb_status ar_step_join(void *ctx, uint32_t slot, const tb_step_join *j, char *why, size_t why_size)
+{
+    ar_ctx *c = ctx;
+    ar_session *S = &c->step;
+    const tb_model_config *cfg = &c->ld.model.cfg;
+    if (!S->slots || slot >= S->n || S->slots[slot].state != SLOT_FREE) {
+        snprintf(why, why_size, "slot %u is not free", slot);
+        return TB_ERR_INVALID;
+    }
+    if (j->max_new_tokens < 1 || j->max_new_tokens > S->max_new) {
+        snprintf(why, why_size, "max_new_tokens %u outside [1, %u]", j->max_new_tokens, S->max_new);
+        return TB_ERR_INVALID;
+    }
+    int32_t **ids = NULL;
+    int64_t *lens = NULL;
+    size_t longest;
+    const char *texts[1] = {j->prompt_text ? j->prompt_text : ""};
+    tb_status ts = tb_tokenize_prompts(&c->ld, texts, 1, &ids, &lens, &longest, why, why_size);
+    if (ts != TB_OK)
+        return ts;
+    if (lens[0] < 1 || (size_t)lens[0] + j->max_new_tokens > S->len) {
+        snprintf(why, why_size, "prompt %lld + max_tokens %u = %lld positions; this session holds %zu per request",
+                 (long long)lens[0], j->max_new_tokens, (long long)lens[0] + j->max_new_tokens, S->len);
+        tb_free_prompts(ids, lens, 1);
+        return TB_ERR_INVALID;
+    }
+    ar_slot *L = &S->slots[slot];
+    free(L->prompt);
+    L->prompt = ids[0];
+    ids[0] = NULL;
+    L->n_prompt = (size_t)lens[0];
+    tb_free_prompts(ids, lens, 1);
+    L->max_new = j->max_new_tokens;
+    L->n_out = 0;
+    L->past_eos = 0;
+    L->ignore_eos = tb_opt_int(j->options, j->n_options, ar_options, OPT_IGNORE_EOS) != 0;
+    L->smp = (tb_sampling){tb_opt_float(j->options, j->n_options, ar_options, OPT_TEMPERATURE),
+                           (int)tb_opt_int(j->options, j->n_options, ar_options, OPT_TOP_K),
+                           tb_opt_float(j->options, j->n_options, ar_options, OPT_TOP_P)};
+    L->rng = j->seed ^ 0xA0761D6478BD642FULL;
+    L->state = SLOT_JOINED;
+    (void)cfg;
+    return TB_OK;
+}
+
+static void ar_step_leave(void *ctx, uint32_t slot)
+{
+    ar_ctx *c = ctx;
+    if (c->step.slots && slot < c->step.n)
+        c->step.slots[slot].state = SLOT_FREE;
+}
+
+/* Slot `slot` got token t (sampled from logits, or the device's argmax
+ * when logits is NULL): record, emit, and end it when done. */
+static void slot_token(ar_ctx *c, uint32_t slot, int32_t t, int64_t now, tb_step_end *ends, uint32_t *n_ends)
+{
+    const tb_model_config *cfg = &c->ld.model.cfg;
+    ar_slot *L = &c->step.slots[slot];
+    int eos = tb_is_eos(cfg, t);
+    L->out[L->n_out++] = t;
+    L->next = t;
+    /* the answer's tokens with their ids; its EOS and after: counted only */
+    emit_token(c->host, slot, L->past_eos || eos ? NULL : &L->out[L->n_out - 1], now);
+    if (eos)
+        L->past_eos = 1;
+    if (L->n_out >= L->max_new || (eos && !L->ignore_eos)) {
+        tb_step_end *e = &ends[(*n_ends)++];
+        memset(e, 0, sizeof *e);
+        e->slot = slot;
+        e->status = TB_OK;
+        e->n_output_tokens = L->n_out;
+        e->output_ids = L->out;
+        e->n_output_ids = L->n_out;
+        e->n_answer_tokens = tb_answer_length(cfg, L->out, L->n_out);
+        e->t_done_ns = now;
+        L->state = SLOT_FREE;
+    }
+}
+
+/* A failed slot: reported, freed. */
+static void slot_failed(ar_ctx *c, uint32_t slot, tb_status st, tb_step_end *ends, uint32_t *n_ends)
+{
+    ar_slot *L = &c->step.slots[slot];
+    tb_step_end *e = &ends[(*n_ends)++];
+    memset(e, 0, sizeof *e);
+    e->slot = slot;
+    e->status = st;
+    e->n_output_tokens = L->n_out;
+    e->n_answer_tokens = TB_UNKNOWN_COUNT;
+    size_t n = strnlen(c->error, sizeof e->error - 1); /* cut at a byte */
+    memcpy(e->error, c->error, n);
+    e->error[n] = '\0';
+    L->state = SLOT_FREE;
+}
+
+static tb_status ar_step(void *ctx, tb_step_end *ends, uint32_t *n_ends)
+{
+    ar_ctx *c = ctx;
+    ar_session *S = &c->step;
+    const tb_model_config *cfg = &c->ld.model.cfg;
+    size_t V = (size_t)cfg->vocab_size;
+    *n_ends = 0;
+    c->error[0] = '\0';
+    if (!S->slots) {
+        set_error(c, "no stepped session is open");
+        return TB_ERR_INVALID;
+    }
+    /* the slots running before this step decode after the prefills */
+    uint32_t k = 0;
+    int sampling = 0;
+    for (uint32_t i = 0; i < S->n; i++)
+        if (S->slots[i].state == SLOT_RUNNING) {
+            S->run_slots[k] = (int)i;
+            S->run_tokens[k++] = S->slots[i].next;
+            sampling |= S->slots[i].smp.temperature > 0;
+        }
+    /* prefill the joined requests into their slots, those of one prompt
+     * length in one forward (as many as fit its rows): their first tokens */
+    for (uint32_t i = 0; i < S->n; i++) {
+        if (S->slots[i].state != SLOT_JOINED)
+            continue;
+        size_t P = S->slots[i].n_prompt, room = S->len / P;
+        uint32_t k = 0;
+        int samples = 0;
+        for (uint32_t j = i; j < S->n && k < room; j++) {
+            ar_slot *L = &S->slots[j];
+            if (L->state != SLOT_JOINED || L->n_prompt != P)
+                continue;
+            S->join_slots[k] = (int)j;
+            memcpy(S->join_tokens + (size_t)k * P, L->prompt, P * sizeof(int32_t));
+            samples |= L->smp.temperature > 0;
+            L->state = SLOT_RUNNING; /* taken: decodes from the next step */
+            k++;
+        }
+        int err;
+#ifdef TB_HAVE_CUDA
+        if (c->on_gpu) {
+            err = tb_gpu_prefill_slots(c->ld.gpu, S->join_tokens, (int)k, (int)P, S->join_slots, S->join_next,
+                                       samples ? c->logits : NULL);
+            if (err)
+                set_error(c, "%s", tb_gpu_error(c->ld.gpu));
+        } else
+#endif
+        {
+            for (uint32_t q = 0; q < k; q++)
+                tb_cpu_slot_reset(&c->st, S->join_slots[q]);
+            err = tb_cpu_forward_slots(&c->st, S->join_tokens, S->join_slots, (int)k, (int)P, c->logits);
+            if (err)
+                set_error(c, "prefill of %u x %zu tokens failed", k, P);
+            samples = 1; /* the CPU always picks on the host */
+        }
+        int64_t now = c->host->now_ns(c->host);
+        for (uint32_t q = 0; q < k; q++) {
+            uint32_t slot = (uint32_t)S->join_slots[q];
+            ar_slot *L = &S->slots[slot];
+            if (err) {
+                slot_failed(c, slot, tb_status_of(c->error, TB_ERR), ends, n_ends);
+                continue;
+            }
+            int32_t t = samples ? tb_sample(c->logits + (size_t)q * V, (int)V, &L->smp, &L->rng, c->scratch)
+                                : S->join_next[q];
+            slot_token(c, slot, t, now, ends, n_ends);
+        }
+    }
+    if (k == 0)
+        return TB_OK;
+    int err;
+#ifdef TB_HAVE_CUDA
+    if (c->on_gpu) {
+        err = tb_gpu_decode_slots(c->ld.gpu, S->run_slots, (int)k, S->run_tokens, sampling ? c->logits : NULL);
+        if (err)
+            set_error(c, "%s", tb_gpu_error(c->ld.gpu));
+    } else
+#endif
+    {
+        err = tb_cpu_forward_slots(&c->st, S->run_tokens, S->run_slots, (int)k, 1, c->logits);
+        if (err)
+            set_error(c, "decode step of %u requests failed", k);
+        sampling = 1;
+    }
+    if (err) {
+        for (uint32_t r = 0; r < k; r++)
+            slot_failed(c, (uint32_t)S->run_slots[r], tb_status_of(c->error, TB_ERR), ends, n_ends);
+        return TB_OK;
+    }
+    int64_t now = c->host->now_ns(c->host);
+    for (uint32_t r = 0; r < k; r++) {
+        ar_slot *L = &S->slots[S->run_slots[r]];
+        int32_t t = sampling ? tb_sample(c->logits + r * V, (int)V, &L->smp, &L->rng, c->scratch) : S->run_tokens[r];
+        slot_token(c, (uint32_t)S->run_slots[r], t, now, ends, n_ends);
+    }
+    return TB_OK;
+}
+
 static const tb_backend_ops ar_ops = {
     .abi_major = TB_ABI_MAJOR,
     .struct_size = sizeof(tb_backend_ops),
@@ -593,6 +922,11 @@ static const tb_backend_ops ar_ops = {
     .detokenize = ar_detokenize,
     .validate = NULL,
     .loglik = ar_loglik,
+    .step_open = ar_step_open,
+    .step_join = ar_step_join,
+    .step = ar_step,
+    .step_leave = ar_step_leave,
+    .step_close = ar_step_close,
 };
 
 __attribute__((visibility("default"))) const tb_backend_ops *tokbench_backend_entry(void);

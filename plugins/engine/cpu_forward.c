@@ -44,7 +44,10 @@ int tb_cpu_state_init(tb_cpu_state *st, const tb_model *m, int max_seqs, int max
     float **ptrs[] = {&st->k_cache, &st->v_cache, &st->x, &st->xn, &st->qkv, &st->att, &st->gu, &st->scores};
     st->seq_len = calloc((size_t)max_seqs, sizeof(int));
     st->pad = calloc((size_t)max_seqs, sizeof(int));
-    int ok = st->seq_len != NULL && st->pad != NULL;
+    st->seq_slot = calloc((size_t)max_seqs, sizeof(int));
+    st->seq_pos0 = calloc((size_t)max_seqs, sizeof(int));
+    st->seq_attend = calloc((size_t)max_seqs, sizeof(int));
+    int ok = st->seq_len && st->pad && st->seq_slot && st->seq_pos0 && st->seq_attend;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         *ptrs[i] = ok ? malloc(sizes[i] * sizeof(float) + 1) : NULL;
         ok = ok && *ptrs[i];
@@ -87,6 +90,9 @@ void tb_cpu_state_free(tb_cpu_state *st)
     free(st->v_cache);
     free(st->seq_len);
     free(st->pad);
+    free(st->seq_slot);
+    free(st->seq_pos0);
+    free(st->seq_attend);
     free(st->x);
     free(st->xn);
     free(st->qkv);
@@ -137,9 +143,11 @@ static void rope(float *v, int head_dim, int pos, const float *inv_freq)
     }
 }
 
-/* One layer for rows at positions [pos0, pos0 + n_new) of each sequence,
- * attending to [0, n_attend) (causal: up to the row's own position). */
-static void layer_forward(tb_cpu_state *st, int l, int n_seqs, int pos0, int n_new, int n_attend, int causal)
+/* One layer for the n_new rows of each of n_seqs sequences: sequence b's
+ * rows are positions [st->seq_pos0[b], + n_new) of cache slot
+ * st->seq_slot[b] and attend to [0, st->seq_attend[b]) (causal: up to the
+ * row's own position). */
+static void layer_forward(tb_cpu_state *st, int l, int n_seqs, int n_new, int causal)
 {
     const tb_model *m = st->m;
     const tb_model_config *c = &m->cfg;
@@ -154,8 +162,8 @@ static void layer_forward(tb_cpu_state *st, int l, int n_seqs, int pos0, int n_n
     matmul_t(st->qkv, st->xn, L->wqkv, rows, qkvd, h, 0);
     for (int r = 0; r < rows; r++) {
         float *q = st->qkv + (size_t)r * qkvd;
-        int b = r / n_new, pos = pos0 + r % n_new;
-        int rpos = pos >= st->pad[b] ? pos - st->pad[b] : 0; /* RoPE position */
+        int b = r / n_new, slot = st->seq_slot[b], pos = st->seq_pos0[b] + r % n_new;
+        int rpos = pos >= st->pad[slot] ? pos - st->pad[slot] : 0; /* RoPE position */
         if (L->bqkv)
             for (int i = 0; i < qkvd; i++)
                 q[i] += L->bqkv[i];
@@ -164,7 +172,7 @@ static void layer_forward(tb_cpu_state *st, int l, int n_seqs, int pos0, int n_n
         for (int hh = 0; hh < c->n_kv_heads; hh++)
             rope(q + nq + hh * hd, hd, rpos, m->rope_inv_freq);
         /* append k, v to this sequence's cache */
-        size_t at = layer_off + ((size_t)b * st->max_len + (size_t)pos) * kvd;
+        size_t at = layer_off + ((size_t)slot * st->max_len + (size_t)pos) * kvd;
         memcpy(st->k_cache + at, q + nq, (size_t)kvd * sizeof(float));
         memcpy(st->v_cache + at, q + nq + kvd, (size_t)kvd * sizeof(float));
     }
@@ -174,9 +182,9 @@ static void layer_forward(tb_cpu_state *st, int l, int n_seqs, int pos0, int n_n
      * the cache's kv width; O lands in its head's columns of att. */
     float scale = 1.0f / sqrtf((float)hd);
     for (int b = 0; b < n_seqs; b++) {
-        int start = pos0, n_keys = n_attend, pad = st->pad[b];
-        const float *kb = st->k_cache + layer_off + (size_t)b * st->max_len * kvd;
-        const float *vb = st->v_cache + layer_off + (size_t)b * st->max_len * kvd;
+        int slot = st->seq_slot[b], start = st->seq_pos0[b], n_keys = st->seq_attend[b], pad = st->pad[slot];
+        const float *kb = st->k_cache + layer_off + (size_t)slot * st->max_len * kvd;
+        const float *vb = st->v_cache + layer_off + (size_t)slot * st->max_len * kvd;
         for (int hh = 0; hh < c->n_heads; hh++) {
             int kvh = hh / group;
             const float *q = st->qkv + (size_t)b * n_new * qkvd + (size_t)hh * hd;
@@ -230,11 +238,16 @@ static int check_fit(const tb_cpu_state *st, int n_seqs, int pos0, int n_new, in
     return pos0 + n_new <= st->max_len && n_attend <= st->max_len && n_attend >= pos0 + n_new ? 0 : -1;
 }
 
-static int forward_hidden(tb_cpu_state *st, const int32_t *tokens, int n_seqs, int pos0, int n_new, int n_attend,
-                          int causal, int n_layers)
+/* The layers for sequences laid out in st->seq_slot/seq_pos0/seq_attend
+ * (checked against the state). */
+static int forward_seqs(tb_cpu_state *st, const int32_t *tokens, int n_seqs, int n_new, int causal, int n_layers)
 {
     const tb_model_config *c = &st->m->cfg;
-    if (check_fit(st, n_seqs, pos0, n_new, n_attend) != 0)
+    for (int b = 0; b < n_seqs; b++)
+        if (st->seq_slot[b] < 0 || st->seq_slot[b] >= st->max_seqs ||
+            check_fit(st, 1, st->seq_pos0[b], n_new, st->seq_attend[b]) != 0)
+            return -1;
+    if (n_seqs < 1 || n_seqs > st->max_seqs || n_seqs * n_new > st->max_rows)
         return -1;
     int rows = n_seqs * n_new, h = c->hidden_size;
     for (int r = 0; r < rows; r++) {
@@ -244,8 +257,22 @@ static int forward_hidden(tb_cpu_state *st, const int32_t *tokens, int n_seqs, i
         memcpy(st->x + (size_t)r * h, st->m->embed + (size_t)t * h, (size_t)h * sizeof(float));
     }
     for (int l = 0; l < n_layers && l < c->n_layers; l++)
-        layer_forward(st, l, n_seqs, pos0, n_new, n_attend, causal);
+        layer_forward(st, l, n_seqs, n_new, causal);
     return 0;
+}
+
+/* Sequences 0 .. n_seqs - 1 in slots of the same index, all at pos0. */
+static int forward_hidden(tb_cpu_state *st, const int32_t *tokens, int n_seqs, int pos0, int n_new, int n_attend,
+                          int causal, int n_layers)
+{
+    if (check_fit(st, n_seqs, pos0, n_new, n_attend) != 0)
+        return -1;
+    for (int b = 0; b < n_seqs; b++) {
+        st->seq_slot[b] = b;
+        st->seq_pos0[b] = pos0;
+        st->seq_attend[b] = n_attend;
+    }
+    return forward_seqs(st, tokens, n_seqs, n_new, causal, n_layers);
 }
 
 int tb_cpu_forward_hidden(tb_cpu_state *st, const int32_t *tokens, int n_seqs, int n_new, int causal,
@@ -285,6 +312,35 @@ int tb_cpu_forward(tb_cpu_state *st, const int32_t *tokens, int n_seqs, int n_ne
         st->seq_len[b] = pos0 + n_new;
     head(st, n_seqs, n_new, all_logits, logits);
     return 0;
+}
+
+int tb_cpu_forward_slots(tb_cpu_state *st, const int32_t *tokens, const int *slots, int n_seqs, int n_new,
+                         float *logits)
+{
+    if (n_seqs < 1 || n_seqs > st->max_seqs)
+        return -1;
+    for (int b = 0; b < n_seqs; b++) {
+        if (slots[b] < 0 || slots[b] >= st->max_seqs)
+            return -1;
+        for (int a = 0; a < b; a++)
+            if (slots[a] == slots[b])
+                return -1; /* one sequence twice: its rows would race for one position */
+        st->seq_slot[b] = slots[b];
+        st->seq_pos0[b] = st->seq_len[slots[b]];
+        st->seq_attend[b] = st->seq_len[slots[b]] + n_new;
+    }
+    if (forward_seqs(st, tokens, n_seqs, n_new, 1, st->m->cfg.n_layers) != 0)
+        return -1;
+    for (int b = 0; b < n_seqs; b++)
+        st->seq_len[slots[b]] += n_new;
+    head(st, n_seqs, n_new, 0, logits);
+    return 0;
+}
+
+void tb_cpu_slot_reset(tb_cpu_state *st, int slot)
+{
+    if (slot >= 0 && slot < st->max_seqs)
+        st->seq_len[slot] = st->pad[slot] = 0;
 }
 
 int tb_cpu_forward_at(tb_cpu_state *st, const int32_t *tokens, int n_seqs, int pos0, int n_new, int n_attend,

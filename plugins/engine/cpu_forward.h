@@ -26,6 +26,10 @@ typedef struct tb_cpu_state {
                                  masked as keys, and RoPE counts positions
                                  from the first real token, as transformers
                                  does with an attention mask */
+    /* [max_seqs]: the layout of one call: sequence b of the call is cache
+     * slot seq_slot[b], its rows start at position seq_pos0[b] and attend
+     * to [0, seq_attend[b]) (set by each entry point) */
+    int *seq_slot, *seq_pos0, *seq_attend;
     float *x;       /* [rows][hidden]: the residual stream */
     float *xn;      /* [rows][hidden]: normalized */
     float *qkv;     /* [rows][(n_heads + 2 n_kv) head_dim] */
@@ -55,6 +59,18 @@ void tb_cpu_state_free(tb_cpu_state *st);
  * does not fit the state. */
 int tb_cpu_forward(tb_cpu_state *st, const int32_t *tokens, int n_seqs, int n_new, int causal,
                    int all_logits, float *logits);
+
+/* Iteration-level batching (a server's continuous batches): sequence b
+ * of the call is cache slot slots[b] (distinct), and its n_new tokens
+ * tokens[b][n_new] are appended after what that slot holds, whatever the
+ * other slots hold: a joining request's prefill (one slot, n_new = its
+ * prompt) and a decode step of the running ones (n_new = 1) are both
+ * calls of this. Causal; logits of each sequence's last row:
+ * [n_seqs][vocab]. Returns 0, or -1 when the call does not fit. */
+int tb_cpu_forward_slots(tb_cpu_state *st, const int32_t *tokens, const int *slots, int n_seqs, int n_new,
+                         float *logits);
+/* Forget slot's sequence (length and padding 0), for the next request. */
+void tb_cpu_slot_reset(tb_cpu_state *st, int slot);
 
 /* Bidirectional forward of a span, for diffusion: the n_new tokens of each
  * sequence sit at positions [pos0, pos0 + n_new); their keys and values

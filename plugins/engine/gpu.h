@@ -73,6 +73,19 @@ int tb_gpu_pci_bus_id(const tb_gpu *g, char *buf, int len);
 int tb_gpu_prefill(tb_gpu *g, const int32_t *tokens, int B, int P, int32_t *next, float *logits_out);
 int tb_gpu_decode(tb_gpu *g, int32_t *next, int B, float *logits_out);
 
+/* Continuous batching (a server's stepped sessions): cache sequences are
+ * slots, each at its own length. tb_gpu_prefill_slots: B prompts of P
+ * tokens (tokens[B][P]) into distinct slots slots[B] from position 0
+ * (what they held is forgotten); each one's next token (greedy) into
+ * next[B], logits_out (host [B][vocab]) as above.
+ * tb_gpu_decode_slots: one step for B distinct slots: row b feeds next[b]
+ * at the end of slot slots[b]; next[] is overwritten with each greedy
+ * token (CUDA graph per B). Padding must be clear (tb_gpu_set_padding
+ * with NULL). */
+int tb_gpu_prefill_slots(tb_gpu *g, const int32_t *tokens, int B, int P, const int *slots, int32_t *next,
+                         float *logits_out);
+int tb_gpu_decode_slots(tb_gpu *g, const int *slots, int B, int32_t *next, float *logits_out);
+
 /* Diffusion: run positions [pos0, pos0 + n) of `rows` canvases ([rows][L]
  * host ids), attending to [0, n_attend), and for the first B rows return
  * per position the argmax token and its confidence (kind: 0 LLaDA float64

@@ -37,7 +37,9 @@ extern "C" int tb_gpu_reserve(tb_gpu *g, int seqs, int len, int rows, char *err,
              dalloc(g, (void **)&g->probs, score * sizeof(bf16)) || dalloc(g, (void **)&g->tok, R * sizeof(int32_t)) ||
              dalloc(g, (void **)&g->out_tok, R * sizeof(int32_t)) ||
              dalloc(g, (void **)&g->out_conf, R * sizeof(double)) || dalloc(g, (void **)&g->d_pos, sizeof(int)) ||
-             dalloc(g, (void **)&g->d_pad, (size_t)seqs * sizeof(int));
+             dalloc(g, (void **)&g->d_pad, (size_t)seqs * sizeof(int)) ||
+             dalloc(g, (void **)&g->d_rslot, (size_t)seqs * sizeof(int)) ||
+             dalloc(g, (void **)&g->d_rpos, (size_t)seqs * sizeof(int));
     // on our stream: the legacy default stream would not be ordered before
     // a padding upload on our non-blocking one
     if (rc == 0 && (cudaMemsetAsync(g->d_pad, 0, (size_t)seqs * sizeof(int), g->stream) != cudaSuccess ||
@@ -51,8 +53,11 @@ extern "C" int tb_gpu_reserve(tb_gpu *g, int seqs, int len, int rows, char *err,
         rc = dalloc(g, (void **)&g->ptrs, g->ptr_cap * sizeof(void *));
         if (rc == 0 && (cudaMallocHost((void **)&g->hptrs, g->ptr_cap * sizeof(void *)) != cudaSuccess ||
                         cudaMallocHost((void **)&g->h_tok, R * sizeof(int32_t)) != cudaSuccess ||
-                        cudaMallocHost((void **)&g->h_conf, R * sizeof(double)) != cudaSuccess))
+                        cudaMallocHost((void **)&g->h_conf, R * sizeof(double)) != cudaSuccess ||
+                        cudaMallocHost((void **)&g->h_rows, 2 * (size_t)seqs * sizeof(int)) != cudaSuccess))
             rc = fail(g, "cannot allocate pinned host memory");
+        if (rc == 0 && !(g->slot_len = (int *)calloc((size_t)seqs, sizeof(int))))
+            rc = fail(g, "out of host memory");
     }
     if (rc != 0) {
         snprintf(err, err_size, "%s", g->error);
@@ -87,7 +92,7 @@ namespace tbgpu {
 void free_buffers(tb_gpu *g)
 {
     void *bufs[] = {g->kc, g->vc, g->x, g->xn, g->qkv, g->q, g->att, g->gu, g->act, g->logits, g->scores,
-                    g->probs, g->tok, g->out_tok, g->out_conf, g->d_pos, g->d_pad, g->ptrs};
+                    g->probs, g->tok, g->out_tok, g->out_conf, g->d_pos, g->d_pad, g->d_rslot, g->d_rpos, g->ptrs};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         dfree(g, bufs[i]);
     if (g->h_tok)
@@ -96,8 +101,13 @@ void free_buffers(tb_gpu *g)
         cudaFreeHost(g->h_conf);
     if (g->hptrs)
         cudaFreeHost(g->hptrs);
+    if (g->h_rows)
+        cudaFreeHost(g->h_rows);
+    free(g->slot_len);
     if (g->graph)
         cudaGraphExecDestroy(g->graph);
+    if (g->graph_slots)
+        cudaGraphExecDestroy(g->graph_slots);
     g->kc = g->vc = NULL;
     g->x = NULL;
     g->xn = g->q = g->att = g->act = g->probs = NULL;
@@ -106,6 +116,11 @@ void free_buffers(tb_gpu *g)
     g->out_conf = NULL;
     g->d_pos = NULL;
     g->d_pad = NULL;
+    g->d_rslot = g->d_rpos = NULL;
+    g->h_rows = NULL;
+    g->slot_len = NULL;
+    g->graph_slots = NULL;
+    g->graph_slots_B = 0;
     g->ptrs = NULL;
     g->hptrs = NULL;
     g->h_tok = NULL;
@@ -134,7 +149,7 @@ static int matmul_t(tb_gpu *g, float *y, const bf16 *x, const bf16 *w, int rows,
 
 // Attention of a span with batched GEMMs: S = Q K^T / sqrt(hd), softmax,
 // O = P V, for every (sequence, head).
-static int attn_span(tb_gpu *g, int l, int B, int pos0, int n, int n_attend, int causal)
+static int attn_span(tb_gpu *g, int l, int B, int slot0, int pos0, int n, int n_attend, int causal)
 {
     const tb_model_config *c = &g->cfg;
     int nh = c->n_heads, hd = c->head_dim, kvd = c->n_kv_heads * hd, nq = nh * hd, group = nh / c->n_kv_heads;
@@ -149,8 +164,9 @@ static int attn_span(tb_gpu *g, int l, int B, int pos0, int n, int n_attend, int
     for (int b = 0; b < B; b++)
         for (int h = 0; h < nh; h++) {
             int i = b * nh + h, kvh = h / group;
-            const bf16 *kb = g->kc + layer_off + (size_t)b * g->len * kvd + kvh * hd;
-            const bf16 *vb = g->vc + layer_off + (size_t)b * g->len * kvd + kvh * hd;
+            size_t seq = g->span_slots ? (size_t)g->span_slots[b] : (size_t)(slot0 + b);
+            const bf16 *kb = g->kc + layer_off + seq * g->len * kvd + kvh * hd;
+            const bf16 *vb = g->vc + layer_off + seq * g->len * kvd + kvh * hd;
             A1[i] = kb;
             B1[i] = g->q + (size_t)b * n * nq + h * hd;
             C1[i] = g->scores + (size_t)i * n * n_attend;
@@ -165,7 +181,7 @@ static int attn_span(tb_gpu *g, int l, int B, int pos0, int n, int n_attend, int
                            CUDA_R_16BF, kvd, (const void **)(dp + batch), CUDA_R_16BF, nq, &zero, dp + 2 * batch,
                            CUDA_R_32F, n_attend, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     k_softmax<<<(unsigned)((size_t)batch * n), 256, 0, g->stream>>>(g->scores, g->probs, n, n_attend, pos0, causal,
-                                                                    g->d_pad, nh);
+                                                                    g->d_pad + slot0, nh);
     LAUNCHED();
     // O[n][hd] = P[n][n_attend] V[n_attend][hd]
     CB(cublasGemmBatchedEx(g->blas, CUBLAS_OP_N, CUBLAS_OP_N, hd, n, n_attend, &one,
@@ -175,9 +191,15 @@ static int attn_span(tb_gpu *g, int l, int B, int pos0, int n, int n_attend, int
     return 0;
 }
 
-// One layer for B x n rows at positions [pos0, pos0 + n) (decode: d_pos),
-// as cpu_forward.c's layer_forward.
-static int layer_forward(tb_gpu *g, int l, int B, int pos0, int n, int n_attend, int causal, int decode)
+// How a forward finds its rows' positions and cache sequences.
+enum fwd_mode {
+    FWD_SPAN,   // sequences slot0 + b, positions [pos0, pos0 + n)
+    FWD_DECODE, // one row per sequence b, at the shared position *d_pos
+    FWD_SLOTS   // one row per sequence b: slot d_rslot[b] at d_rpos[b]
+};
+
+// One layer for B x n rows (mode above), as cpu_forward.c's layer_forward.
+static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, int n_attend, int causal, int mode)
 {
     const tb_model_config *c = &g->cfg;
     int rows = B * n, h = c->hidden_size, nq = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
@@ -189,17 +211,25 @@ static int layer_forward(tb_gpu *g, int l, int B, int pos0, int n, int n_attend,
     if (matmul_t(g, g->qkv, g->xn, G->wqkv, rows, qd, h, 0.0f))
         return -1;
     dim3 post_grid(rows, c->n_heads + 2 * c->n_kv_heads);
-    k_qkv_post<<<post_grid, 64, 0, g->stream>>>(g->qkv, G->bqkv, g->inv_freq, n, pos0, decode ? g->d_pos : NULL,
-                                             g->d_pad, g->kc + layer_off, g->vc + layer_off, g->len, g->q, c->n_heads,
-                                             c->n_kv_heads, c->head_dim);
+    // a span's sequences start at cache sequence slot0
+    size_t span_off = mode == FWD_SPAN ? (size_t)slot0 * g->len * kvd : 0;
+    const int *rslot = mode == FWD_SLOTS || g->span_slots ? g->d_rslot : NULL;
+    const int *rpos = mode == FWD_SLOTS ? g->d_rpos : NULL;
+    if (g->span_slots)
+        span_off = 0; // the slots are in d_rslot
+    k_qkv_post<<<post_grid, 64, 0, g->stream>>>(g->qkv, G->bqkv, g->inv_freq, n, pos0,
+                                             mode == FWD_DECODE ? g->d_pos : NULL, rslot, rpos,
+                                             g->d_pad + (mode == FWD_SPAN ? slot0 : 0), g->kc + layer_off + span_off,
+                                             g->vc + layer_off + span_off, g->len, g->q, c->n_heads, c->n_kv_heads,
+                                             c->head_dim);
     LAUNCHED();
-    if (decode) {
+    if (mode != FWD_SPAN) {
         dim3 grid(B, c->n_heads);
         k_attn_decode<<<grid, ATT_WARPS * 32, (g->len + ATT_WARPS * c->head_dim) * sizeof(float), g->stream>>>(
             g->q, g->kc + layer_off, g->vc + layer_off, g->att, g->len, c->n_heads, c->n_kv_heads, c->head_dim,
-            g->d_pos, 0, g->d_pad, 1.0f / sqrtf((float)c->head_dim));
+            mode == FWD_DECODE ? g->d_pos : NULL, 0, rslot, rpos, g->d_pad, 1.0f / sqrtf((float)c->head_dim));
         LAUNCHED();
-    } else if (attn_span(g, l, B, pos0, n, n_attend, causal)) {
+    } else if (attn_span(g, l, B, slot0, pos0, n, n_attend, causal)) {
         return -1;
     }
     if (matmul_t(g, g->x, g->att, G->wo, rows, h, nq, 1.0f))
@@ -215,17 +245,17 @@ static int layer_forward(tb_gpu *g, int l, int B, int pos0, int n, int n_attend,
     return 0;
 }
 
-// The embedding and every layer for B x n rows at positions [pos0, pos0 + n)
-// (decode: d_pos); g->x then holds the hidden states before the final
-// norm, as after cpu_forward.c's forward_hidden.
-static int forward_hidden(tb_gpu *g, int B, int pos0, int n, int n_attend, int causal, int decode)
+// The embedding and every layer for B x n rows (layer_forward's mode);
+// g->x then holds the hidden states before the final norm, as after
+// cpu_forward.c's forward_hidden.
+static int forward_hidden(tb_gpu *g, int B, int slot0, int pos0, int n, int n_attend, int causal, int mode)
 {
     const tb_model_config *c = &g->cfg;
     int rows = B * n, h = c->hidden_size;
     k_embed<<<rows, 256, 0, g->stream>>>(g->tok, g->embed, g->x, h);
     LAUNCHED();
     for (int l = 0; l < c->n_layers; l++)
-        if (layer_forward(g, l, B, pos0, n, n_attend, causal, decode))
+        if (layer_forward(g, l, B, slot0, pos0, n, n_attend, causal, mode))
             return -1;
     return 0;
 }
@@ -282,7 +312,7 @@ extern "C" int tb_gpu_prefill(tb_gpu *g, const int32_t *tokens, int B, int P, in
     if (B > g->seqs || B * P > g->rows || P >= g->len)
         return fail(g, "prefill of %d x %d does not fit the reserved %d x %d", B, P, g->seqs, g->len);
     CK(cudaMemcpyAsync(g->tok, tokens, (size_t)B * P * sizeof(int32_t), cudaMemcpyHostToDevice, g->stream));
-    if (forward_hidden(g, B, 0, P, P, 1, 0) || head(g, B, P, P - 1, 1))
+    if (forward_hidden(g, B, 0, 0, P, P, 1, FWD_SPAN) || head(g, B, P, P - 1, 1))
         return -1;
     account(g, B, P, P, 1);
     g->pos = P;
@@ -300,7 +330,7 @@ static int capture_decode(tb_gpu *g, int B)
     }
     cudaGraph_t graph;
     CK(cudaStreamBeginCapture(g->stream, cudaStreamCaptureModeThreadLocal));
-    int rc = forward_hidden(g, B, 0, 1, 0, 1, 1) || head(g, B, 1, 0, 1);
+    int rc = forward_hidden(g, B, 0, 0, 1, 0, 1, FWD_DECODE) || head(g, B, 1, 0, 1);
     if (rc == 0) {
         k_argmax<<<B, 1024, 0, g->stream>>>(g->logits, g->cfg.vocab_size, g->out_tok);
         cudaMemcpyAsync(g->tok, g->out_tok, B * sizeof(int32_t), cudaMemcpyDeviceToDevice, g->stream);
@@ -339,13 +369,99 @@ extern "C" int tb_gpu_decode(tb_gpu *g, int32_t *next, int B, float *logits_out)
     return 0;
 }
 
+extern "C" int tb_gpu_prefill_slots(tb_gpu *g, const int32_t *tokens, int B, int P, const int *slots, int32_t *next,
+                                    float *logits_out)
+{
+    if (B < 1 || B > g->seqs || P < 1 || B * P > g->rows || P >= g->len)
+        return fail(g, "prefill of %d x %d tokens does not fit the reserved %d x %d", B, P, g->seqs, g->len);
+    for (int b = 0; b < B; b++) {
+        if (slots[b] < 0 || slots[b] >= g->seqs)
+            return fail(g, "prefill into slot %d; %d reserved", slots[b], g->seqs);
+        for (int a = 0; a < b; a++)
+            if (slots[a] == slots[b])
+                return fail(g, "slot %d twice in one prefill", slots[b]);
+        g->h_rows[b] = slots[b];
+    }
+    CK(cudaMemcpyAsync(g->tok, tokens, (size_t)B * P * sizeof(int32_t), cudaMemcpyHostToDevice, g->stream));
+    CK(cudaMemcpyAsync(g->d_rslot, g->h_rows, B * sizeof(int), cudaMemcpyHostToDevice, g->stream));
+    g->span_slots = slots;
+    int rc = forward_hidden(g, B, 0, 0, P, P, 1, FWD_SPAN) || head(g, B, P, P - 1, 1);
+    g->span_slots = NULL;
+    if (rc)
+        return -1;
+    account(g, B, P, P, 1);
+    for (int b = 0; b < B; b++)
+        g->slot_len[slots[b]] = P;
+    return fetch_next(g, B, next, logits_out);
+}
+
+// One continuous-batching decode step as a graph: row b's token (g->tok)
+// at position d_rpos[b] of slot d_rslot[b]; argmax into g->out_tok.
+static int capture_decode_slots(tb_gpu *g, int B)
+{
+    if (g->graph_slots) {
+        cudaGraphExecDestroy(g->graph_slots);
+        g->graph_slots = NULL;
+    }
+    cudaGraph_t graph;
+    CK(cudaStreamBeginCapture(g->stream, cudaStreamCaptureModeThreadLocal));
+    int rc = forward_hidden(g, B, 0, 0, 1, 0, 1, FWD_SLOTS) || head(g, B, 1, 0, 1);
+    if (rc == 0)
+        k_argmax<<<B, 1024, 0, g->stream>>>(g->logits, g->cfg.vocab_size, g->out_tok);
+    cudaError_t e = cudaStreamEndCapture(g->stream, &graph);
+    if (rc != 0 || e != cudaSuccess)
+        (void)cudaGetLastError();
+    if (rc != 0)
+        return -1;
+    if (e != cudaSuccess)
+        return fail(g, "decode graph capture failed: %s", cudaGetErrorString(e));
+    CK(cudaGraphInstantiate(&g->graph_slots, graph, 0));
+    cudaGraphDestroy(graph);
+    g->graph_slots_B = B;
+    return 0;
+}
+
+extern "C" int tb_gpu_decode_slots(tb_gpu *g, const int *slots, int B, int32_t *next, float *logits_out)
+{
+    if (B < 1 || B > g->seqs)
+        return fail(g, "decode of %d slots; %d reserved", B, g->seqs);
+    long attend = 0;
+    for (int b = 0; b < B; b++) {
+        if (slots[b] < 0 || slots[b] >= g->seqs || g->slot_len[slots[b]] < 1 || g->slot_len[slots[b]] >= g->len)
+            return fail(g, "decode of slot %d past its %d reserved positions (or never filled)", slots[b], g->len);
+        for (int a = 0; a < b; a++)
+            if (slots[a] == slots[b])
+                return fail(g, "slot %d twice in one decode step", slots[b]);
+        g->h_rows[b] = slots[b];
+        g->h_rows[g->seqs + b] = g->slot_len[slots[b]];
+        attend += g->slot_len[slots[b]] + 1;
+    }
+    memcpy(g->h_tok, next, B * sizeof(int32_t));
+    CK(cudaMemcpyAsync(g->tok, g->h_tok, B * sizeof(int32_t), cudaMemcpyHostToDevice, g->stream));
+    CK(cudaMemcpyAsync(g->d_rslot, g->h_rows, B * sizeof(int), cudaMemcpyHostToDevice, g->stream));
+    CK(cudaMemcpyAsync(g->d_rpos, g->h_rows + g->seqs, B * sizeof(int), cudaMemcpyHostToDevice, g->stream));
+    if (g->graph_slots_B != B && capture_decode_slots(g, B))
+        return -1;
+    CK(cudaGraphLaunch(g->graph_slots, g->stream));
+    account(g, B, 1, (int)((attend + B - 1) / B), 1); // attention work is linear in keys: their mean
+    for (int b = 0; b < B; b++)
+        g->slot_len[slots[b]]++;
+    CK(cudaMemcpyAsync(g->h_tok, g->out_tok, B * sizeof(int32_t), cudaMemcpyDeviceToHost, g->stream));
+    if (logits_out)
+        CK(cudaMemcpyAsync(logits_out, g->logits, (size_t)B * g->cfg.vocab_size * sizeof(float),
+                           cudaMemcpyDeviceToHost, g->stream));
+    CK(cudaStreamSynchronize(g->stream));
+    memcpy(next, g->h_tok, B * sizeof(int32_t));
+    return 0;
+}
+
 static int span(tb_gpu *g, const int32_t *tokens, int B, int pos0, int n, int n_attend, int causal, int r0, int nr)
 {
     if (B > g->seqs || B * n > g->rows || n_attend > g->len || pos0 + n > g->len)
         return fail(g, "span of %d x %d (attending %d) does not fit the reserved %d x %d", B, n, n_attend, g->seqs,
                     g->len);
     CK(cudaMemcpyAsync(g->tok, tokens, (size_t)B * n * sizeof(int32_t), cudaMemcpyHostToDevice, g->stream));
-    if (forward_hidden(g, B, pos0, n, n_attend, causal, 0) || head(g, B, n, r0, nr))
+    if (forward_hidden(g, B, 0, pos0, n, n_attend, causal, FWD_SPAN) || head(g, B, n, r0, nr))
         return -1;
     account(g, B, n, n_attend, nr);
     return 0;

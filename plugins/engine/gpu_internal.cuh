@@ -69,12 +69,20 @@ struct tb_gpu {
     double *out_conf;  // [rows]
     int *d_pos;        // decode position (device)
     int *d_pad;        // [seqs] left-padding positions of each sequence (device; 0 = none)
+    int *d_rslot;      // [seqs] continuous batching: row b's cache slot (device)
+    int *d_rpos;       // [seqs] and its position (device)
+    int *h_rows;       // pinned [2 seqs]: their staging
+    int *slot_len;     // [seqs] host: positions each slot holds (tb_gpu_prefill_slots, tb_gpu_decode_slots)
+    const int *span_slots; // host [B], set during tb_gpu_prefill_slots: span sequence b is slot span_slots[b]
+                           // (d_rslot holds the same); NULL: slot0 + b
     void **ptrs;       // batched-GEMM pointer arrays, every layer (device)
     void **hptrs;      // pinned host staging for them
     size_t ptr_cap;
     // decode graph
     cudaGraphExec_t graph;
     int graph_B;
+    cudaGraphExec_t graph_slots; // the continuous-batching decode step
+    int graph_slots_B;
     int pos;           // host copy of the decode position
     int gemv_variant;  // see gemv()
     int32_t *h_tok;    // pinned [rows]

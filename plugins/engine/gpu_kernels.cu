@@ -71,11 +71,15 @@ __global__ void k_rmsnorm(const float *x, int n, int r0, int nr, const float *w,
 // RoPE positions start at its first real token (pos - pad[b]), as on the
 // CPU; the cache slot stays pos.
 __global__ void k_qkv_post(const float *qkv, const float *bias, const float *inv_freq, int n_new, int pos0,
-                           const int *d_pos, const int *pad, bf16 *kc, bf16 *vc, int len, bf16 *q_out, int nh,
-                           int nkv, int hd)
+                           const int *d_pos, const int *row_slot, const int *row_pos, const int *pad, bf16 *kc,
+                           bf16 *vc, int len, bf16 *q_out, int nh, int nkv, int hd)
 {
     int r = blockIdx.x, head = blockIdx.y, b = r / n_new;
-    int pos = (d_pos ? *d_pos : pos0) + r % n_new;
+    // sequence b of the call: cache sequence b at a shared position, or
+    // (row_pos given: continuous batching) slot row_slot[b] at its own
+    int pos = (row_pos ? row_pos[b] : d_pos ? *d_pos : pos0) + r % n_new;
+    if (row_slot)
+        b = row_slot[b];
     int rpos = pos >= pad[b] ? pos - pad[b] : 0;
     int nq = nh * hd, kvd = nkv * hd, qkvd = nq + 2 * kvd, half = hd / 2;
     const float *v = qkv + (size_t)r * qkvd + (size_t)head * hd;
@@ -106,15 +110,19 @@ __global__ void k_qkv_post(const float *qkv, const float *bias, const float *inv
 // many independent loads in flight.
 __global__ void __launch_bounds__(ATT_WARPS * 32)
     k_attn_decode(const bf16 *q, const bf16 *kc, const bf16 *vc, bf16 *out, int len, int nh, int nkv, int hd,
-                  const int *d_pos, int n_keys_fixed, const int *pad, float scale)
+                  const int *d_pos, int n_keys_fixed, const int *row_slot, const int *row_pos, const int *pad,
+                  float scale)
 {
     extern __shared__ float s[]; // [len] scores, then [ATT_WARPS][hd] partial outputs
     __shared__ float red[32];
     int b = blockIdx.x, h = blockIdx.y, kvh = h / (nh / nkv), kvd = nkv * hd;
-    int n_keys = d_pos ? *d_pos + 1 : n_keys_fixed;
-    int lo = pad[b]; // keys [0, lo) are left padding: masked (the query is a real token)
+    // query row b; its keys: cache sequence b up to *d_pos (or
+    // n_keys_fixed), or (row_pos given) slot row_slot[b] up to row_pos[b]
+    int n_keys = row_pos ? row_pos[b] + 1 : d_pos ? *d_pos + 1 : n_keys_fixed;
+    int seq = row_pos ? row_slot[b] : b;
+    int lo = pad[seq]; // keys [0, lo) are left padding: masked (the query is a real token)
     const bf16 *qv = q + ((size_t)b * nh + h) * hd;
-    const bf16 *kb = kc + (size_t)b * len * kvd + kvh * hd, *vb = vc + (size_t)b * len * kvd + kvh * hd;
+    const bf16 *kb = kc + (size_t)seq * len * kvd + kvh * hd, *vb = vc + (size_t)seq * len * kvd + kvh * hd;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     // this lane's dims: pairs 2 lane + 64 k
     float2 qr[4];

@@ -1,0 +1,292 @@
+/* test_ar_step.c — the ar backend's stepped sessions (backend.h: step_*),
+ * what `tokbench serve` batches continuously with, on the trained small
+ * model (CPU, one thread):
+ *
+ *   - a request joins a running batch at the next step and leaves at its
+ *     end: a short request that joins after a long one has started ends
+ *     first, after exactly its own tokens' steps (counted, not timed);
+ *   - every request's tokens are those it gets alone through generate()
+ *     (greedy): its own positions in its own slot, whatever the others
+ *     hold; a freed slot is reused by the next request;
+ *   - emissions name the request's slot, one per token;
+ *   - refusals: a prompt that does not fit, a busy slot, generate() while
+ *     a session is open; step_leave frees a slot at once.
+ *
+ *   test_ar_step MODEL_DIR
+ *
+ * Built with plugins/ar/ar.c linked in (tokbench_backend_entry is its). */
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <tokbench/backend.h>
+
+#include "check.h"
+
+const tb_backend_ops *tokbench_backend_entry(void);
+
+/* ---- a host that counts emissions per request (slot) */
+
+#define MAX_SLOTS 4
+static uint32_t emitted[MAX_SLOTS];
+
+static int64_t host_now(const tb_host *h)
+{
+    (void)h;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void host_log(const tb_host *h, tb_log_level level, const char *fmt, ...)
+{
+    (void)h, (void)level, (void)fmt;
+}
+
+static void host_emit(const tb_host *h, uint32_t r, uint32_t n, int64_t t)
+{
+    (void)h, (void)t;
+    if (r < MAX_SLOTS)
+        emitted[r] += n;
+}
+
+static int host_cancelled(const tb_host *h)
+{
+    (void)h;
+    return 0;
+}
+
+static void host_emit_output(const tb_host *h, uint32_t r, uint32_t n, int64_t t, const int32_t *ids,
+                             const char *text, size_t len)
+{
+    (void)ids, (void)text, (void)len;
+    host_emit(h, r, n, t);
+}
+
+static const tb_host host = {
+    .struct_size = sizeof(tb_host),
+    .abi_major = TB_ABI_MAJOR,
+    .now_ns = host_now,
+    .log = host_log,
+    .emit = host_emit,
+    .cancelled = host_cancelled,
+    .emit_output = host_emit_output,
+};
+
+/* ---- options: declared defaults, some set */
+
+#define MAX_OPTS 32
+static uint32_t options(const tb_backend_ops *ops, const char *ignore_eos, tb_option_value *v)
+{
+    uint32_t n = ops->n_options < MAX_OPTS ? ops->n_options : MAX_OPTS;
+    for (uint32_t i = 0; i < n; i++) {
+        const tb_option_decl *d = &ops->options[i];
+        const char *text = d->default_value;
+        if (strcmp(d->name, "device") == 0)
+            text = "cpu";
+        else if (strcmp(d->name, "threads") == 0)
+            text = "1";
+        else if (strcmp(d->name, "ignore_eos") == 0)
+            text = ignore_eos;
+        v[i] = (tb_option_value){.name = d->name, .text = text};
+        v[i].i = d->type == TB_OPT_BOOL ? strcmp(text, "true") == 0 : strtoll(text, NULL, 10);
+        v[i].f = d->type == TB_OPT_FLOAT ? strtod(text, NULL) : (double)v[i].i;
+    }
+    return n;
+}
+
+/* ---- the requests */
+
+typedef struct req {
+    const char *prompt;
+    uint32_t max_new;
+    const char *ignore_eos;
+    int32_t want[64]; /* generate()'s tokens, alone */
+    uint32_t n_want;
+    int32_t got[64];
+    uint32_t n_got;
+    int ended;
+    uint32_t end_step; /* the session step it ended in */
+} req;
+
+static void alone(const tb_backend_ops *ops, void *ctx, req *q)
+{
+    tb_option_value v[MAX_OPTS];
+    uint32_t n = options(ops, q->ignore_eos, v);
+    const char *texts[1] = {q->prompt};
+    tb_request_result rr = {.n_answer_tokens = TB_UNKNOWN_COUNT};
+    tb_request rq = {.struct_size = sizeof rq, .n_requests = 1, .max_new_tokens = q->max_new, .batch = 1,
+                     .seed = 7, .prompt_text = texts, .options = v, .n_options = n};
+    tb_result res = {.struct_size = sizeof res, .n_requests = 1, .requests = &rr};
+    tb_status st = ops->generate(ctx, &rq, &res);
+    CHECK(st == TB_OK);
+    q->n_want = rr.n_output_ids < 64 ? rr.n_output_ids : 64;
+    memcpy(q->want, rr.output_ids, q->n_want * sizeof(int32_t));
+}
+
+static void join(const tb_backend_ops *ops, void *ctx, uint32_t slot, req *q)
+{
+    tb_option_value v[MAX_OPTS];
+    uint32_t n = options(ops, q->ignore_eos, v);
+    tb_step_join j = {.struct_size = sizeof j, .max_new_tokens = q->max_new, .prompt_text = q->prompt, .seed = 7,
+                      .options = v, .n_options = n};
+    char why[128] = "";
+    tb_status st = ops->step_join(ctx, slot, &j, why, sizeof why);
+    if (st != TB_OK)
+        fprintf(stderr, "join: %s\n", why);
+    CHECK(st == TB_OK);
+    emitted[slot] = 0;
+}
+
+/* One step; records the requests that ended. */
+static void step(const tb_backend_ops *ops, void *ctx, req **in_slot, uint32_t n_step)
+{
+    tb_step_end ends[MAX_SLOTS];
+    uint32_t n_ends = 99;
+    CHECK(ops->step(ctx, ends, &n_ends) == TB_OK);
+    CHECK(n_ends <= MAX_SLOTS);
+    for (uint32_t e = 0; e < n_ends && e < MAX_SLOTS; e++) {
+        req *q = in_slot[ends[e].slot];
+        CHECK(q != NULL && ends[e].status == TB_OK);
+        if (!q)
+            continue;
+        q->n_got = ends[e].n_output_ids < 64 ? ends[e].n_output_ids : 64;
+        memcpy(q->got, ends[e].output_ids, q->n_got * sizeof(int32_t));
+        CHECK(ends[e].n_output_tokens == ends[e].n_output_ids);
+        CHECK(emitted[ends[e].slot] == ends[e].n_output_tokens); /* one emission per token, naming the slot */
+        q->ended = 1;
+        q->end_step = n_step;
+        in_slot[ends[e].slot] = NULL;
+    }
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_ar_step MODEL_DIR\n");
+        return 2;
+    }
+    const tb_backend_ops *ops = tokbench_backend_entry();
+    CHECK(TB_STRUCT_HAS(ops, tb_backend_ops, step_close) && ops->step_open && ops->step);
+    tb_option_value v[MAX_OPTS];
+    uint32_t n = options(ops, "false", v);
+    void *ctx = NULL;
+    char err[512] = "";
+    if (ops->create(&host, argv[1], v, n, &ctx, err, sizeof err) != TB_OK) {
+        fprintf(stderr, "create: %s\n", err);
+        return 1;
+    }
+
+    /* A long request (past its EOS), a short one, and two more that wait
+     * for a free slot; references from generate() alone. */
+    req long_q = {.prompt = "add 12 34 =", .max_new = 40, .ignore_eos = "true"};
+    req short_q = {.prompt = "copy abc =", .max_new = 4, .ignore_eos = "true"};
+    req third = {.prompt = "sort 3 1 2 =", .max_new = 12, .ignore_eos = "false"};
+    req fourth = {.prompt = "lookup b in a:1 b:2 =", .max_new = 12, .ignore_eos = "false"};
+    req *all[] = {&long_q, &short_q, &third, &fourth};
+    for (size_t i = 0; i < 4; i++)
+        alone(ops, ctx, all[i]);
+
+    tb_request shape = {.struct_size = sizeof shape, .n_requests = 2, .max_new_tokens = 64, .batch = 2,
+                        .options = v, .n_options = n};
+    CHECK(ops->step_open(ctx, &shape, 2) == TB_OK);
+    {
+        /* generate() while the session holds the caches: refused */
+        const char *texts[1] = {"x"};
+        tb_request_result rr = {0};
+        tb_request rq = {.struct_size = sizeof rq, .n_requests = 1, .max_new_tokens = 2, .batch = 1,
+                         .prompt_text = texts, .options = v, .n_options = n};
+        tb_result res = {.struct_size = sizeof res, .n_requests = 1, .requests = &rr};
+        CHECK(ops->generate(ctx, &rq, &res) == TB_ERR_UNSUPPORTED);
+    }
+    req *in_slot[MAX_SLOTS] = {0};
+    uint32_t steps = 0;
+    join(ops, ctx, 0, &long_q);
+    in_slot[0] = &long_q;
+    for (int i = 0; i < 3; i++)
+        step(ops, ctx, in_slot, ++steps);
+    CHECK(!long_q.ended);
+    {
+        /* a busy slot, a prompt beyond the model's 256 positions */
+        tb_step_join j = {.struct_size = sizeof j, .max_new_tokens = 4, .prompt_text = "x", .options = v,
+                          .n_options = n};
+        char why[128] = "";
+        CHECK(ops->step_join(ctx, 0, &j, why, sizeof why) == TB_ERR_INVALID);
+        char long_prompt[1024] = "";
+        for (int i = 0; i < 40; i++)
+            strcat(long_prompt, "add 1 2 = ");
+        j.max_new_tokens = 60;
+        j.prompt_text = long_prompt;
+        CHECK(ops->step_join(ctx, 1, &j, why, sizeof why) == TB_ERR_INVALID);
+        CHECK(strstr(why, "positions") != NULL);
+        j.max_new_tokens = 65; /* beyond the session's 64 */
+        j.prompt_text = "x";
+        CHECK(ops->step_join(ctx, 1, &j, why, sizeof why) == TB_ERR_INVALID);
+    }
+    /* the short one joins the running batch: its first token at the next
+     * step, its 4th three steps later, while the long one runs on */
+    join(ops, ctx, 1, &short_q);
+    in_slot[1] = &short_q;
+    uint32_t joined_at = steps + 1;
+    while (!short_q.ended && steps < 100)
+        step(ops, ctx, in_slot, ++steps);
+    CHECK(short_q.ended && short_q.end_step == joined_at + 3);
+    CHECK(!long_q.ended);
+    /* its slot is reused: the others one after another */
+    join(ops, ctx, 1, &third);
+    in_slot[1] = &third;
+    while (in_slot[1] && steps < 200)
+        step(ops, ctx, in_slot, ++steps);
+    join(ops, ctx, 1, &fourth);
+    in_slot[1] = &fourth;
+    while ((in_slot[0] || in_slot[1]) && steps < 300)
+        step(ops, ctx, in_slot, ++steps);
+    for (size_t i = 0; i < 4; i++) {
+        req *q = all[i];
+        CHECK(q->ended);
+        CHECK(q->n_got == q->n_want);
+        int same = q->n_got == q->n_want && memcmp(q->got, q->want, q->n_got * sizeof(int32_t)) == 0;
+        if (!same)
+            fprintf(stderr, "request %zu (%s): %u tokens stepped, %u alone, or other ids\n", i, q->prompt, q->n_got,
+                    q->n_want);
+        CHECK(same);
+    }
+    CHECK(long_q.end_step == long_q.max_new); /* ignore_eos: its whole limit, one token per step */
+    CHECK(long_q.end_step > short_q.end_step);
+
+    /* two joins of one prompt length in one step: one prefill for both
+     * (as on the GPU), each its answer alone */
+    req fifth = third, sixth = third;
+    fifth.ended = sixth.ended = 0;
+    join(ops, ctx, 0, &fifth);
+    join(ops, ctx, 1, &sixth);
+    in_slot[0] = &fifth, in_slot[1] = &sixth;
+    while ((in_slot[0] || in_slot[1]) && steps < 400)
+        step(ops, ctx, in_slot, ++steps);
+    CHECK(fifth.ended && sixth.ended && fifth.n_got == third.n_want && sixth.n_got == third.n_want);
+    CHECK(memcmp(fifth.got, third.want, third.n_want * sizeof(int32_t)) == 0);
+    CHECK(memcmp(sixth.got, third.want, third.n_want * sizeof(int32_t)) == 0);
+
+    /* step_leave frees a slot at once; nothing more is reported for it */
+    join(ops, ctx, 0, &third);
+    in_slot[0] = &third;
+    third.ended = 0;
+    step(ops, ctx, in_slot, ++steps);
+    ops->step_leave(ctx, 0);
+    in_slot[0] = NULL;
+    tb_step_end ends[MAX_SLOTS];
+    uint32_t n_ends = 99;
+    CHECK(ops->step(ctx, ends, &n_ends) == TB_OK && n_ends == 0);
+    join(ops, ctx, 0, &short_q); /* the slot is free again */
+    ops->step_close(ctx);
+
+    /* closed: generate() works again, with the same answers */
+    req again = third;
+    alone(ops, ctx, &again);
+    CHECK(again.n_want == third.n_want && memcmp(again.want, third.want, third.n_want * sizeof(int32_t)) == 0);
+    ops->destroy(ctx);
+    return check_done();
+}
