@@ -25,10 +25,22 @@ fi
 [ -f "$build/plugins/ar/ar.so" ] || { echo "SKIP: no engine plugins in this build"; exit 77; }
 "$tb" serve --help >/dev/null 2>&1 || { echo "SKIP: no tokbench serve (libmicrohttpd missing)"; exit 77; }
 
-# Node and the pinned SDK: missing is a failure, not a skip.
+# Node and the pinned SDK: missing is a failure, not a skip (checked here
+# first: this script without node on its PATH must exit 1 naming
+# ./dev.sh test, and 77 with TOKBENCH_NO_NODE=1).
+if [ -z "${TB_NODE_SELF_CHECK:-}" ]; then
+    out=$(TB_NODE_SELF_CHECK=1 PATH=/nonexistent "$BASH" "$0" "$@" 2>&1)
+    rc=$?
+    { [ $rc = 1 ] && grep -q "not installed" <<<"$out" && grep -q "run ./dev.sh test" <<<"$out"; } ||
+        { echo "FAIL: without node: exit $rc, not 1 with the install hint: $out"; exit 1; }
+    TOKBENCH_NO_NODE=1 TB_NODE_SELF_CHECK=1 "$BASH" "$0" "$@" >/dev/null 2>&1
+    rc=$?
+    [ $rc = 77 ] || { echo "FAIL: TOKBENCH_NO_NODE=1: exit $rc, not 77 (skipped)"; exit 1; }
+    echo "ok: without node the test fails, naming ./dev.sh test; TOKBENCH_NO_NODE=1 skips it"
+fi
 missing() {
     echo "FAIL: $*"
-    echo "      ./dev.sh test installs Node.js and npm and runs npm ci in tests/node (the README's test command);"
+    echo "      run ./dev.sh test: it installs Node.js and npm and runs npm ci in tests/node (the README's test command);"
     echo "      or by hand: apt-get install nodejs npm && (cd tests/node && npm ci --no-audit --no-fund);"
     echo "      TOKBENCH_NO_NODE=1 skips this test instead"
     exit 1
