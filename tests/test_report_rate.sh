@@ -111,6 +111,8 @@ for kind, fig in figs:
     metric = title.split(" vs ")[0]
     titles[metric] = 1
     s, markers = series(fig)
+    if "offered request rate, requests/s (log scale)" not in fig:
+        bad.append("%s: x is not the offered rate on a log scale" % title)
     ticks = re.search(r'<g class="ticks"[^>]*>(.*?)</g>', fig, re.S).group(1)
     xt = re.findall(r'text-anchor="middle">([^<]*)</text>', ticks)
     if xt != ["%g" % r for r in rates]:
