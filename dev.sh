@@ -17,13 +17,17 @@ packages=(meson ninja-build pkg-config gcc libc6-dev python3 make
           libinih-dev libsqlite3-dev libcjson-dev libssl-dev sqlite3
           libpcre2-dev libutf8proc-dev libcurl4-openssl-dev libopenblas-dev libmicrohttpd-dev
           chromium fonts-dejavu-core  # chromium + a font: the HTML report's browser test
+          nodejs npm                  # the OpenAI Node SDK test (tests/node, npm ci below)
           clang libclang-rt-dev)      # libFuzzer + sanitizers: tests/fuzz/run.sh
 
 install_packages() {
     [ "${TOKBENCH_NO_INSTALL:-0}" = 1 ] && return 0
     local missing=()
     for p in "${packages[@]}"; do
-        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" && continue
+        # npm: NodeSource's nodejs bundles it (and conflicts with Debian's npm)
+        [ "$p" = npm ] && command -v npm >/dev/null && continue
+        missing+=("$p")
     done
     [ ${#missing[@]} = 0 ] && return 0
     echo "dev.sh: installing ${missing[*]}" >&2
@@ -73,6 +77,13 @@ quick)
     ;;
 test)
     install_packages
+    # tests/node's npm packages as its lock pins them (the OpenAI Node SDK:
+    # tests/test_openai_node.sh), when node_modules is missing or the lock
+    # changed (without npm, that test fails saying so)
+    if command -v npm >/dev/null && ! cmp -s tests/node/package-lock.json tests/node/node_modules/.installed-lock; then
+        (cd tests/node && npm ci --no-audit --no-fund >&2)
+        cp tests/node/package-lock.json tests/node/node_modules/.installed-lock
+    fi
     build build
     # The default tests, then the slow suite, which the default leaves out
     # (top-level meson.build: add_test_setup).

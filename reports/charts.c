@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "history.h"
+#include "metrics.h"
 #include "util.h"
 
 /* Charts of one kind beyond this many are left out (the tables have
@@ -310,6 +311,176 @@ static void batch_charts(const tb_rsession *s, tb_rcharts *out)
     keys_free(&g);
 }
 
+/* ------------------------------------- serving: latency vs request rate */
+
+static int keep_rate(const tb_rsession *s, const tb_rcase *c)
+{
+    (void)s;
+    return isfinite(c->request_rate) && ok_case(c);
+}
+
+/* The stored statistic a series draws (never recomputed here). */
+static double pct_of(const tb_stats *st, int pct)
+{
+    return pct == 50 ? st->median : pct == 90 ? st->p90 : st->p99;
+}
+
+/* A point with its value on hover: "SERIES: rate R/s, V UNIT". */
+static void rate_point(tb_chart *ch, int sid, const char *series, double rate, double v, const char *unit)
+{
+    char *tip = tb_xasprintf("%s: rate %g/s, %.6g %s", series, rate, v, unit);
+    tb_chart_point_tip(ch, sid, rate, v, tip);
+    free(tip);
+}
+
+/* The cases of group `key` (everything but the rate) on curve `curve`
+ * (backend and steps), in order of rate. */
+static size_t rate_curve(const tb_rsession *s, const char *key, const char *curve, size_t *idx)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < s->n_cases; i++) {
+        const tb_rcase *c = &s->cases[i];
+        if (!keep_rate(s, c) || !has_key(c, TB_RDIM_RATE, key))
+            continue;
+        char *name = curve_name(s, c);
+        int mine = strcmp(name, curve) == 0;
+        free(name);
+        if (mine)
+            idx[n++] = i;
+    }
+    for (size_t i = 1; i < n; i++)
+        for (size_t k = i; k > 0 && s->cases[idx[k - 1]].request_rate > s->cases[idx[k]].request_rate; k--) {
+            size_t t = idx[k];
+            idx[k] = idx[k - 1];
+            idx[k - 1] = t;
+        }
+    return n;
+}
+
+/* For each group of cases that differ only in request_rate (an open-loop
+ * sweep, at least two rates): TTFT, TPOT and E2E p50/p90/p99 against the
+ * offered rate (kind "rate"), and the achieved requests/s and goodput
+ * against it (kind "goodput"). Every value is a stored one: the metric
+ * table's median, p90 and p99 of the registry's metrics, the medians of
+ * req_throughput and goodput. */
+static void rate_charts(const tb_rsession *s, tb_rcharts *out)
+{
+    static const struct {
+        const char *metric, *name;
+    } lat[] = {{"ttft_ms", "TTFT"}, {"tpot_ms", "TPOT"}, {"e2e_ms", "E2E"}};
+    static const int pcts[] = {50, 90, 99};
+    keys g;
+    keys_collect(s, TB_RDIM_RATE, keep_rate, &g);
+    size_t made = 0;
+    size_t *idx = tb_xmalloc((s->n_cases + 1) * sizeof *idx);
+    for (size_t gi = 0; gi < g.n && made < MAX_GROUPS; gi++) {
+        keys ser; /* curves within the group: backend + steps */
+        memset(&ser, 0, sizeof ser);
+        double *xs = tb_xmalloc((s->n_cases + 1) * sizeof *xs);
+        size_t n_x = 0;
+        for (size_t i = 0; i < s->n_cases; i++) {
+            const tb_rcase *c = &s->cases[i];
+            if (!keep_rate(s, c) || !has_key(c, TB_RDIM_RATE, g.k[gi]))
+                continue;
+            xs[n_x++] = c->request_rate;
+            char *name = curve_name(s, c);
+            size_t j = 0;
+            while (j < ser.n && strcmp(ser.k[j], name) != 0)
+                j++;
+            if (j == ser.n) {
+                ser.k = tb_xrealloc(ser.k, (ser.n + 1) * sizeof *ser.k);
+                ser.k[ser.n++] = name;
+            } else {
+                free(name);
+            }
+        }
+        n_x = distinct(xs, n_x);
+        if (n_x < 2) { /* one rate: no sweep to draw */
+            free(xs);
+            keys_free(&ser);
+            continue;
+        }
+        for (size_t m = 0; m < TB_ARRAY_LEN(lat); m++) {
+            const tb_metric_def *def = tb_metric_find(lat[m].metric);
+            char *title = tb_xasprintf("%s vs request rate: %s", lat[m].name, g.k[gi]);
+            char *ylabel = tb_xasprintf("%s, %s (p50, p90, p99)", lat[m].name, def->unit);
+            tb_chart *ch = tb_chart_new(title, "offered request rate, requests/s", ylabel);
+            free(title);
+            free(ylabel);
+            tb_chart_log(ch, 1, 0);
+            tb_chart_auto_log_y(ch, WIDE);
+            tb_chart_x_ticks(ch, xs, NULL, n_x);
+            for (size_t j = 0; j < ser.n; j++) {
+                size_t n = rate_curve(s, g.k[gi], ser.k[j], idx);
+                for (size_t p = 0; p < TB_ARRAY_LEN(pcts); p++) {
+                    char *name = tb_xasprintf("%s p%d", ser.k[j], pcts[p]);
+                    int sid = -1;
+                    for (size_t k = 0; k < n; k++) {
+                        const tb_rcase *c = &s->cases[idx[k]];
+                        const tb_stats *st = tb_rcase_metric(c, lat[m].metric);
+                        double v = st ? pct_of(st, pcts[p]) : NAN;
+                        if (!isfinite(v)) /* not stored (p90/p99 before schema 6; TPOT of 1 token) */
+                            continue;
+                        if (sid < 0)
+                            sid = tb_chart_series(ch, name, TB_SERIES_LINE);
+                        rate_point(ch, sid, name, c->request_rate, v, def->unit);
+                    }
+                    free(name);
+                }
+            }
+            add(out, "rate", ch,
+                tb_xasprintf("%s of the measured requests at each offered request rate (open loop): median, 90th "
+                             "and 99th percentile as stored; hover over a point for its value. A tail that turns "
+                             "up marks the rate the server stops keeping up with. %s.",
+                             lat[m].name, g.k[gi]));
+        }
+        /* What the server achieved against what was offered. */
+        const tb_metric_def *rq = tb_metric_find("req_throughput");
+        char *title = tb_xasprintf("achieved requests/s vs request rate: %s", g.k[gi]);
+        tb_chart *ch = tb_chart_new(title, "offered request rate, requests/s", "requests/s (median)");
+        free(title);
+        tb_chart_log(ch, 1, 0);
+        tb_chart_auto_log_y(ch, WIDE);
+        tb_chart_x_ticks(ch, xs, NULL, n_x);
+        for (size_t j = 0; j < ser.n; j++) {
+            size_t n = rate_curve(s, g.k[gi], ser.k[j], idx);
+            static const struct {
+                const char *metric, *what;
+            } fig[] = {{"req_throughput", "achieved"}, {"goodput", "goodput"}};
+            for (size_t f = 0; f < TB_ARRAY_LEN(fig); f++) {
+                char *name = tb_xasprintf("%s %s", ser.k[j], fig[f].what);
+                int sid = -1;
+                for (size_t k = 0; k < n; k++) {
+                    const tb_rcase *c = &s->cases[idx[k]];
+                    double v = tb_rcase_median(c, fig[f].metric);
+                    if (!isfinite(v)) /* goodput: only with the suite's limits */
+                        continue;
+                    if (sid < 0)
+                        sid = tb_chart_series(ch, name, TB_SERIES_LINE);
+                    rate_point(ch, sid, name, c->request_rate, v, rq->unit);
+                }
+                free(name);
+            }
+        }
+        if (tb_chart_points(ch)) { /* the diagonal: achieved = offered */
+            int sid = tb_chart_series(ch, "offered", TB_SERIES_LINE);
+            for (size_t x = 0; x < n_x; x++)
+                tb_chart_point(ch, sid, xs[x], xs[x]);
+        }
+        add(out, "goodput", ch,
+            tb_xasprintf("Requests/s the server completed (median over repetitions of successful requests / "
+                         "window) and goodput (those within the suite's goodput_ttft_ms and goodput_tpot_ms; "
+                         "drawn only when a limit is set) at each offered rate; the \"offered\" line is the rate "
+                         "itself, which achieved requests/s falls below when the server saturates. %s.",
+                         g.k[gi]));
+        made++;
+        free(xs);
+        keys_free(&ser);
+    }
+    free(idx);
+    keys_free(&g);
+}
+
 /* ------------------------------------------------------- quality Pareto */
 
 static void pareto_chart(const tb_rsession *s, tb_rcharts *out)
@@ -488,6 +659,7 @@ void tb_charts_session(sqlite3 *db, const tb_rsession *s, tb_rcharts *out)
     memset(out, 0, sizeof *out);
     steps_charts(s, out);
     batch_charts(s, out);
+    rate_charts(s, out);
     pareto_chart(s, out);
     itl_charts(db, s, out);
     history_charts(db, s, out);

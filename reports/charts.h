@@ -4,6 +4,10 @@
  *   latency / throughput
  *            per-request latency (E2E) and aggregate tokens/s against batch
  *            (or concurrency): the two curves side by side;
+ *   rate / goodput
+ *            for cases that differ only in request_rate (an open-loop
+ *            sweep): TTFT, TPOT and E2E p50/p90/p99 against the offered
+ *            rate, and achieved requests/s and goodput against it;
  *   pareto   quality against tokens/s with the Pareto front (only when a
  *            quality metric is stored);
  *   itl      the distribution (CDF) of inter-token latencies;
@@ -18,7 +22,7 @@
 #include "svg.h"
 
 typedef struct tb_rchart {
-    const char *kind; /* "steps", "latency", "throughput", "pareto", "itl", "history" */
+    const char *kind; /* "steps", "latency", "throughput", "rate", "goodput", "pareto", "itl", "history" */
     char *caption;    /* what the chart shows and how to read it */
     tb_chart *chart;
 } tb_rchart;

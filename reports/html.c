@@ -153,7 +153,8 @@ int tb_report_html(sqlite3 *db, int64_t session, FILE *out, char **err)
     if (!cs.n)
         fputs("<p>Nothing to draw: no case finished.</p>\n", out);
     static const char *const k_steps[] = {"steps"}, *const k_batch[] = {"latency", "throughput"},
-                             *const k_pareto[] = {"pareto"}, *const k_itl[] = {"itl"},
+                             *const k_rate[] = {"rate", "goodput"}, *const k_pareto[] = {"pareto"},
+                             *const k_itl[] = {"itl"},
                              *const k_hist[] = {"history"};
     charts(out, &cs, k_steps, 1, "Tokens/s against denoising steps",
            "Steps are the diffusion speed/quality lever; the autoregressive backends, which have no steps, are "
@@ -161,6 +162,10 @@ int tb_report_html(sqlite3 *db, int64_t session, FILE *out, char **err)
     charts(out, &cs, k_batch, 2, "Latency and throughput against batch",
            "The two curves the articles ask for: what one user waits for, beside what the machine delivers to "
            "all users.");
+    charts(out, &cs, k_rate, 2, "Serving: latency against request rate",
+           "Cases that differ only in the offered request rate (an open-loop sweep): the latency percentiles "
+           "at each rate, and the requests/s the server achieved (and goodput, where the suite sets its "
+           "limits). Where the tails turn up and achieved falls below offered, the server is saturated.");
     charts(out, &cs, k_pareto, 1, "Quality against speed", "Who is faster at the same quality.");
     charts(out, &cs, k_itl, 1, "Inter-token latency", "How evenly tokens arrive.");
     charts(out, &cs, k_hist, 1, "History", "The same cases in other sessions of this database.");
