@@ -9,8 +9,8 @@
 # The meson test quick_fixture (tests/meson.build: first by priority, and
 # alone). Runs the suite into BUILD_DIR/tests/quick-fixture/quick.db and
 # keeps its stdout (quick.out), stderr (quick.err), exit status (quick.rc)
-# and the sha256 of every input (inputs.sha256: tokbench, the ar and
-# diffusion plugins, the suite, its prompt set, both models). quick.db is
+# and the sha256 of every input (inputs.sha256: tokbench, the ar,
+# diffusion and flow plugins, the suite, its prompt set, the three models). quick.db is
 # put in place only when the run exited 0; the test fails otherwise.
 #
 #   quick_fixture.sh check BUILD_DIR SOURCE_DIR
@@ -36,8 +36,8 @@ suite=$src/suites/quick.ini
 # fails it, and so fails this list's sha256sum).
 inputs() {
     printf '%s\n' "$build/tokbench" "$build/plugins/ar/ar.so" "$build/plugins/diffusion/diffusion.so" \
-        "$suite" "$src/suites/data/quick.jsonl"
-    find "$src/models/small-llama" "$src/models/small-llada" -type f | sort
+        "$build/plugins/flow/flow.so" "$suite" "$src/suites/data/quick.jsonl"
+    find "$src/models/small-llama" "$src/models/small-llada" "$src/models/small-flow" -type f | sort
 }
 
 case $mode in

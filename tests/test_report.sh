@@ -316,11 +316,14 @@ if fixture=$(bash "$src/tests/quick_fixture.sh" check "$build" "$src"); then
     cp "$fixture" "$tmp/cpu.db"
     "$tb" report --db "$tmp/cpu.db" --format html -o "$tmp/cpu.html" 2>/dev/null || fail "report of quick.ini"
     k=$(kinds "$tmp/cpu.html")
-    # per batch: a steps and an ITL chart; latency and throughput against
-    # the batch; one Pareto chart
-    [ "$k" = 'data-kind="itl"=2 data-kind="latency"=1 data-kind="pareto"=1 data-kind="steps"=2 data-kind="throughput"=1' ] \
+    # per batch: a steps chart for each stepped model (the masked and the
+    # continuous diffusion model: their block dimension differs) and an ITL
+    # chart; latency and throughput against the batch; one Pareto chart
+    [ "$k" = 'data-kind="itl"=2 data-kind="latency"=1 data-kind="pareto"=1 data-kind="steps"=4 data-kind="throughput"=1' ] \
         || fail "cpu report charts: $k"
-    [ "$(grep -c 'data-series="ar-small (no steps: reference)"' "$tmp/cpu.html")" = 2 ] || fail "a cpu steps chart lacks the AR line"
+    [ "$(grep -c 'data-series="ar-small (no steps: reference)"' "$tmp/cpu.html")" = 4 ] || fail "a cpu steps chart lacks the AR line"
+    [ "$(grep -c '<g class="series-group" data-series="flow-small"><path class="series" d="M' "$tmp/cpu.html")" = 2 ] \
+        || fail "a cpu steps chart lacks the flow curve"
     [ "$(grep -c '<g class="series-group" data-series="llada-small"><path class="series" d="M' "$tmp/cpu.html")" = 2 ] \
         || fail "a cpu steps chart lacks the diffusion curve"
     grep -q 'RANDOM WEIGHTS' "$tmp/cpu.html" && fail "trained models flagged as random weights"

@@ -1,0 +1,343 @@
+#!/usr/bin/env python3
+"""train_flow.py — trains models/small-flow, a continuous (embedding-space)
+diffusion LM in the LangFlow layout (plugins/flow/flow_model.h), on the
+data, tokenizer, batches and token budget of the shipped small AR and
+LLaDA models (tools/train_small.py: same text, same task pool, same batch
+shapes, same optimizer and schedule), so that its accuracy at 1-16 steps
+sits beside theirs in the default suite.
+
+On the GPU machine, with train-data/ carried (tools/train_small.sh makes it):
+
+    python3 tools/train_flow.py --data train-data --out OUT
+
+writes OUT/small-flow/{config.json, model.safetensors (bf16), tokenizer.json
+(models/small-llama's), TRAINING.md} and OUT/flow_summary.json.
+
+Objective (per text row, and per task example of a packed row, one noise
+level): q ~ U(t_eps, 1 - t_eps), gamma = loc - scale ln(-ln q) clamped as
+the sampler clamps it; z = alpha(gamma) E[x] + sigma(gamma) eps on the
+positions to generate -- a task example's 16-token answer region, a text
+row's tokens after a clean prefix of random length (0 to half the row) --
+and z = E[x] (clean) elsewhere; with probability 1/2 a first pass without
+gradients gives x0_hat = softmax(logits) E, fed back as the
+self-condition on the noised positions (clean ones get E[x]); loss = mean
+cross-entropy of the logits against x on the noised positions. The
+network conditions each position on its own segment's gamma (adaLN per
+token); at sampling every position of a canvas shares one.
+"""
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import train_small as ts  # noqa: E402  (the data, the batches, the optimizer)
+
+CFG = {"model_type": "LangFlow", "vocab_size": ts.VOCAB, "hidden_size": 256, "cond_dim": 128, "n_blocks": 4,
+       "n_heads": 4, "model_length": 256, "mlp_ratio": 3, "freq_embed_dim": 256,
+       "use_normalized_embedding": True, "embedding_norm_method": "layernorm", "self_conditioning": True,
+       "use_bias": True, "gumbel_loc": 0.0, "gumbel_scale": 3.0, "gumbel_cutoff": 1e-3, "t_eps": 1e-5,
+       "norm_eps": 1e-5, "rope_theta": 10000.0, "time_max_period": 10000.0}
+
+
+def build(torch):
+    import torch.nn as nn
+    import torch.nn.functional as F
+    D, C, V, H = CFG["hidden_size"], CFG["cond_dim"], CFG["vocab_size"], CFG["n_heads"]
+    Fm, hd = CFG["mlp_ratio"] * D, D // H
+
+    class LN(nn.Module):  # LayerNorm without bias
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(D))
+
+        def forward(self, x):
+            return F.layer_norm(x.float(), (D,), eps=CFG["norm_eps"]) * self.weight
+
+    class VocabEmbed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embedding = nn.Parameter(torch.randn(V, D) * 0.02)
+
+        def normed(self):
+            e = self.embedding.float()
+            return e / e.norm(dim=-1, keepdim=True).clamp_min(1e-12) * math.sqrt(D)
+
+    class SigmaMap(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.mlp = nn.Sequential(nn.Linear(CFG["freq_embed_dim"], C), nn.SiLU(), nn.Linear(C, C))
+
+        def forward(self, g):  # g [..] -> cond [.., C]
+            half = CFG["freq_embed_dim"] // 2
+            k = torch.arange(half, device=g.device, dtype=torch.float64)
+            w = torch.exp(-math.log(CFG["time_max_period"]) * k / half).float()
+            a = g.float()[..., None] * w
+            return F.silu(self.mlp(torch.cat([torch.cos(a), torch.sin(a)], -1)))
+
+    def rope(x, cos, sin):
+        h = x.shape[-1] // 2
+        return x * cos + torch.cat((-x[..., h:], x[..., :h]), -1) * sin
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm1, self.norm2 = LN(), LN()
+            self.attn_qkv = nn.Linear(D, 3 * D, bias=False)
+            self.attn_out = nn.Linear(D, D, bias=False)
+            self.mlp = nn.Sequential(nn.Linear(D, Fm), nn.GELU(approximate="tanh"), nn.Linear(Fm, D))
+            self.adaLN_modulation = nn.Linear(C, 6 * D)
+
+        def forward(self, x, cond, cos, sin, mask):
+            B, T, _ = x.shape
+            sh1, sc1, g1, sh2, sc2, g2 = self.adaLN_modulation(cond).chunk(6, -1)
+            h = (self.norm1(x) * (1 + sc1) + sh1).to(x.dtype)
+            q, k, v = self.attn_qkv(h).view(B, T, 3, H, hd).permute(2, 0, 3, 1, 4)
+            q, k = rope(q, cos, sin).to(v.dtype), rope(k, cos, sin).to(v.dtype)
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2).reshape(B, T, D)
+            x = x + g1 * self.attn_out(o)
+            h = (self.norm2(x) * (1 + sc2) + sh2).to(x.dtype)
+            return x + g2 * self.mlp(h)
+
+    class OutputLayer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm_final = LN()
+            self.adaLN_modulation = nn.Linear(C, 2 * D)
+            self.linear = nn.Linear(D, V)
+
+        def forward(self, x, cond):
+            sh, sc = self.adaLN_modulation(cond).chunk(2, -1)
+            return self.linear((self.norm_final(x) * (1 + sc) + sh).to(x.dtype))
+
+    class Backbone(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.vocab_embed = VocabEmbed()
+            self.sigma_map = SigmaMap()
+            self.self_cond_proj = nn.Linear(2 * D, D, bias=False)
+            self.blocks = nn.ModuleList([Block() for _ in range(CFG["n_blocks"])])
+            self.output_layer = OutputLayer()
+            inv = 1.0 / (CFG["rope_theta"] ** (torch.arange(0, hd, 2).float() / hd))
+            self.register_buffer("inv_freq", inv, persistent=False)
+
+        def forward(self, z, gamma, xsc, seg=None):
+            """z, xsc [B, T, D]; gamma [B, T] (per position); logits [B, T, V] (float32)."""
+            B, T, _ = z.shape
+            pos = torch.arange(T, device=z.device).float()
+            ang = pos[:, None] * self.inv_freq[None, :]
+            emb = torch.cat((ang, ang), -1)
+            cos, sin = emb.cos(), emb.sin()
+            mask = None if seg is None else (seg[:, :, None] == seg[:, None, :])[:, None]
+            cond = self.sigma_map(gamma)
+            x = z + self.self_cond_proj(torch.cat([z, xsc], -1))
+            for blk in self.blocks:
+                x = blk(x, cond, cos, sin, mask)
+            logits = self.output_layer(x, cond).float()
+            k = torch.exp((F.softplus(-gamma.float()) - gamma.float()) / 2)  # alpha / sigma^2
+            return logits + k[..., None] * (z.float() @ self.vocab_embed.normed().T)
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.backbone = Backbone()
+
+    return Model
+
+
+def gamma_of(q):
+    return CFG["gumbel_loc"] - CFG["gumbel_scale"] * math.log(-math.log(q))
+
+
+def clamp_gamma(g):
+    lo = CFG["gumbel_loc"] - CFG["gumbel_scale"] * math.log(-math.log(CFG["gumbel_cutoff"]))
+    hi = CFG["gumbel_loc"] - CFG["gumbel_scale"] * math.log(CFG["gumbel_cutoff"])
+    return g.clamp(lo, hi)
+
+
+def schedule(N):
+    e = CFG["t_eps"]
+    lo = CFG["gumbel_loc"] - CFG["gumbel_scale"] * math.log(-math.log(CFG["gumbel_cutoff"]))
+    hi = CFG["gumbel_loc"] - CFG["gumbel_scale"] * math.log(CFG["gumbel_cutoff"])
+    out = []
+    for i in range(N):
+        q = 1 - e if N == 1 else (1 - e) + (e - (1 - e)) * i / (N - 1)
+        out.append(min(max(gamma_of(q), lo), hi))
+    return out
+
+
+def flow_loss(torch, model, ids, seg, dm, gen, text_rows):
+    """The objective of the module docstring; dm: the task rows' answer
+    regions (text rows: all True)."""
+    import torch.nn.functional as F
+    bb = model.backbone
+    B, T = ids.shape
+    E = bb.vocab_embed.normed()
+    e = E[ids]
+    e_t = CFG["t_eps"]
+    q = e_t + (1 - 2 * e_t) * torch.rand(B, ts.MAX_SEGS, device=ids.device, generator=gen)
+    g = clamp_gamma(CFG["gumbel_loc"] - CFG["gumbel_scale"] * torch.log(-torch.log(q))).gather(1, seg)
+    noised = dm.clone()
+    # text rows: a clean prefix of random length, the rest noised
+    plen = torch.randint(0, T // 2 + 1, (B, 1), device=ids.device, generator=gen)
+    tr = torch.arange(B, device=ids.device)[:, None] < text_rows
+    noised = torch.where(tr, torch.arange(T, device=ids.device)[None, :] >= plen, noised)
+    a = torch.sqrt(torch.sigmoid(-g))[..., None]
+    s = torch.sqrt(torch.sigmoid(g))[..., None]
+    eps = torch.randn(B, T, E.shape[1], device=ids.device, generator=gen)
+    nm = noised[..., None]
+    z = torch.where(nm, a * e + s * eps, e)
+    xsc = torch.where(nm, torch.zeros_like(e), e)
+    use_sc = torch.rand((), device=ids.device, generator=gen) < 0.5
+    if bool(use_sc):
+        with torch.no_grad():
+            p = torch.softmax(bb(z, g, xsc, seg), -1)
+            xsc = torch.where(nm, p @ E, e)
+    logits = bb(z, g, xsc.detach(), seg)
+    ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids.reshape(-1), reduction="none").view(B, T)
+    w = noised.float()
+    return (ce * w).sum() / w.sum()
+
+
+def sample(torch, model, prompt_ids, n_gen, steps, device):
+    """Euler (the published step), prompt clean: tokens of one canvas."""
+    bb = model.backbone
+    E = bb.vocab_embed.normed()
+    P = len(prompt_ids)
+    L = P + n_gen
+    gs = schedule(steps)
+    g_ = torch.Generator(device=device).manual_seed(1234)
+    z = torch.randn(1, L, E.shape[1], device=device, generator=g_)
+    xsc = torch.zeros_like(z)
+    pe = E[torch.tensor(prompt_ids, device=device)]
+    al = lambda g: math.sqrt(1 / (1 + math.exp(g)))
+    si = lambda g: math.sqrt(1 / (1 + math.exp(-g)))
+    for i in range(steps):
+        z[0, :P] = pe
+        xsc[0, :P] = pe
+        gam = torch.full((1, L), gs[i], device=device)
+        logits = bb(z, gam, xsc)
+        if i == steps - 1:
+            return logits[0, P:].argmax(-1).tolist()
+        x0 = torch.softmax(logits, -1) @ E
+        t, s = gs[i], gs[i + 1]
+        z = al(s) * x0 + si(s) / si(t) * (z - al(t) * x0)
+        xsc = x0
+
+
+def main():
+    import numpy as np
+    import torch
+    from safetensors.torch import save_file
+    from tokenizers import Tokenizer
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", default="train-data")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--repo", default=ts.REPO)
+    ap.add_argument("--seed", type=int, default=ts.SEED)
+    ap.add_argument("--steps", type=int, default=7200)
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--min-lr-frac", type=float, default=0.1)
+    ap.add_argument("--warmup", type=int, default=300)
+    ap.add_argument("--beta1", type=float, default=0.9)
+    ap.add_argument("--beta2", type=float, default=0.95)
+    ap.add_argument("--weight-decay", type=float, default=0.1)
+    ap.add_argument("--clip", type=float, default=1.0)
+    ap.add_argument("--task-pool-rows", type=int, default=160000)
+    ap.add_argument("--time-budget", type=float, default=420, help="seconds of training at most")
+    ap.add_argument("--log-every", type=int, default=250)
+    args = ap.parse_args()
+    args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    dev = args.device
+    torch.manual_seed(args.seed)
+    t_start = time.time()
+    tok = Tokenizer.from_file(os.path.join(args.repo, "models", "small-llama", "tokenizer.json"))
+    eos = tok.token_to_id(ts.EOS)
+    docs = ts.read_text(args.data)
+    train_docs, held_docs = ts.split_text(docs)
+    stream = ts.build_text_stream(tok, train_docs, eos)
+    pool = ts.build_task_pool(tok, args.task_pool_rows, args.seq, eos, args.seed)[:4]
+    batches = ts.Batches(stream, pool, args.batch, args.seq, args.seed + 5, dev)
+    Model = build(torch)
+    model = Model().to(dev)
+    n_params = sum(p.numel() for p in model.parameters())
+    ts.log("flow model: %d parameters; text stream %d tokens" % (n_params, len(stream)))
+    opt = ts.make_optimizer(model, args)
+    gen = torch.Generator(device=dev).manual_seed(args.seed + 29)
+    losses, buf, t0 = [], [], time.time()
+    steps_run = 0
+    for step in range(args.steps):
+        for g in opt.param_groups:
+            g["lr"] = ts.lr_at(step, args)
+        ids, seg, ar, dm = batches.next()
+        with ts.amp_ctx(dev == "cuda"):
+            loss = flow_loss(torch, model, ids, seg, dm, gen, batches.n_text)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
+        opt.step()
+        buf.append(loss.detach())
+        steps_run = step + 1
+        if steps_run % args.log_every == 0:
+            vals = torch.stack(buf).float().cpu().tolist()
+            buf = []
+            losses.extend(vals)
+            ts.log("flow step %d/%d loss %.4f elapsed %.0fs" % (steps_run, args.steps, sum(vals) / len(vals),
+                                                               time.time() - t0))
+        if time.time() - t0 > args.time_budget:
+            ts.log("time budget reached at step %d" % steps_run)
+            break
+    if buf:
+        losses.extend(torch.stack(buf).float().cpu().tolist())
+    wall = time.time() - t0
+    model.eval()
+
+    # export: bf16 weights in LangFlow's names, the schedule as scalars
+    out = os.path.join(args.out, "small-flow")
+    os.makedirs(out, exist_ok=True)
+    sd = {k: v.detach().to(torch.bfloat16).cpu().contiguous() for k, v in model.state_dict().items()}
+    sd["proposal.loc"] = torch.tensor(CFG["gumbel_loc"], dtype=torch.float32)
+    sd["proposal.scale"] = torch.tensor(CFG["gumbel_scale"], dtype=torch.float32)
+    save_file(sd, os.path.join(out, "model.safetensors"))
+    cfg = dict(CFG, eos_token_id=eos)
+    json.dump(cfg, open(os.path.join(out, "config.json"), "w"), indent=1)
+    tok.save(os.path.join(out, "tokenizer.json"))
+    # evaluate what was exported (bf16 weights back in float32)
+    with torch.no_grad():
+        for k, p in model.state_dict().items():
+            p.copy_(sd[k].float())
+    items = []
+    for t in ts.TASKS:
+        items += ts.heldout_items(t, 32)
+    acc = {}
+    with torch.no_grad():
+        for steps in (1, 2, 4, 8, 16):
+            right = {t: 0 for t in ts.TASKS}
+            for it in items:
+                ids = tok.encode(it["prompt"], add_special_tokens=False).ids
+                outt = sample(torch, model, ids, ts.GEN_LEN, steps, dev)
+                if eos in outt:
+                    outt = outt[:outt.index(eos)]
+                text = tok.decode(outt).strip()
+                right[it["tags"][0]] += int(ts.grade(it, text))
+            acc[steps] = {t: right[t] / 32 for t in ts.TASKS}
+            ts.log("steps %d: %s" % (steps, json.dumps(acc[steps])))
+    tail = losses[-max(1, len(losses) // 20):]
+    summary = {"params": n_params, "steps": steps_run, "wall_s": round(wall, 1),
+               "tokens": steps_run * args.batch * args.seq, "final_train_loss": round(sum(tail) / len(tail), 4),
+               "loss_curve": [[i + 1, round(losses[i], 4)] for i in
+                              sorted(set(range(0, len(losses), max(1, len(losses) // 20))) | {len(losses) - 1})],
+               "accuracy_tasks_jsonl": acc, "device": torch.cuda.get_device_name(0) if dev == "cuda" else "cpu",
+               "torch": torch.__version__, "total_s": round(time.time() - t_start, 1), "config": cfg}
+    json.dump(summary, open(os.path.join(args.out, "flow_summary.json"), "w"), indent=1)
+    ts.log("done: %s" % json.dumps({k: summary[k] for k in ("steps", "wall_s", "final_train_loss")}))
+    np.random.seed(0)
+
+
+if __name__ == "__main__":
+    main()
