@@ -235,7 +235,7 @@ static tb_status flow_generate(void *ctx, const tb_request *req, tb_result *res)
                                      : (int64_t)req->prompt_tokens;
         if (n < 0) {
             st = n == TB_TOKENIZER_NO_MEMORY ? TB_ERR_NO_MEMORY : TB_ERR_INVALID;
-            set_error(c, "the tokenizer failed on prompt %u", r);
+            set_error(c, "%s on prompt %u", n == TB_TOKENIZER_NO_MEMORY ? "out of memory" : "the tokenizer failed", r);
             break;
         }
         if ((uint64_t)n + N > (uint64_t)cfg->model_length) {
@@ -251,7 +251,17 @@ static tb_status flow_generate(void *ctx, const tb_request *req, tb_result *res)
             break;
         }
         if (req->prompt_text) {
-            tb_tokenizer_encode(c->tok, req->prompt_text[r], strlen(req->prompt_text[r]), ids[r], (size_t)n);
+            int64_t again = tb_tokenizer_encode(c->tok, req->prompt_text[r], strlen(req->prompt_text[r]), ids[r],
+                                                (size_t)n);
+            for (int64_t i = 0; again == n && i < n; i++)
+                if (ids[r][i] < 0 || ids[r][i] >= cfg->vocab)
+                    again = -1; /* the tokenizer's vocabulary is checked at load; never trust it twice */
+            if (again != n) {
+                st = again == TB_TOKENIZER_NO_MEMORY ? TB_ERR_NO_MEMORY : TB_ERR_INVALID;
+                set_error(c, "%s on prompt %u", again == TB_TOKENIZER_NO_MEMORY ? "out of memory" : "the tokenizer failed",
+                          r);
+                break;
+            }
         } else {
             for (int64_t i = 0; i < n; i++) { /* ids the tokenizer knows, never EOS */
                 syn = syn * 6364136223846793005ULL + 1442695040888963407ULL;

@@ -186,7 +186,10 @@ static int parse_config(const char *path, tb_flow_config *c, char *err, size_t e
     long n = ftell(f);
     fseek(f, 0, SEEK_SET);
     if (n < 0 || n > (1 << 20) || !(text = malloc((size_t)n + 1)) || fread(text, 1, (size_t)n, f) != (size_t)n) {
-        snprintf(err, err_size, "%s: %s", path, n > (1 << 20) ? "larger than 1 MiB" : "cannot read");
+        snprintf(err, err_size, "%s: %s", path,
+                 n > (1 << 20) ? "larger than 1 MiB"
+                 : n >= 0 && !text ? "out of memory"
+                                   : "cannot read");
         free(text);
         fclose(f);
         return -1;
