@@ -1,7 +1,7 @@
 /* flow.c — the `flow` backend: continuous (embedding-space) diffusion
  * language models in the LangFlow layout (flow_model.h), sampled with
  * Euler (as published) or Heun steps over a noise schedule
- * (flow_sampler.h), on the CPU.
+ * (flow_sampler.h), on the CPU or (flow_gpu.h) the GPU.
  *
  * One generate() call = one batch of canvases, each the prompt (left-padded
  * to the longest) and max_new_tokens positions to generate; `steps` is the
@@ -18,18 +18,29 @@
 
 #include <tokbench/backend.h>
 
+#include "backend_common.h"
 #include "flow_cpu.h"
 #include "flow_model.h"
 #include "flow_sampler.h"
 #include "tokenizer.h"
+#ifdef TB_HAVE_CUDA
+#include "flow_gpu.h"
+#define DEVICES "auto|cpu|cuda"
+#define FLOW_GPU_CAPS TB_CAP_DEVICE_MEMORY
+#else
+#define DEVICES "auto|cpu"
+#define FLOW_GPU_CAPS 0
+#endif
 
 #define FLOW_VERSION "0.1.0"
 
 enum { OPT_DEVICE, OPT_THREADS, OPT_SOLVER, OPT_PROMPT, OPT_PRESET_SEED, N_OPTS };
 
 static const tb_option_decl flow_options[N_OPTS] = {
-    [OPT_DEVICE] = {"device", TB_OPT_ENUM, "cpu", "cpu (float32, OpenBLAS); auto = cpu (no CUDA path yet)",
-                    "auto|cpu", 1, 0, TB_OPTF_LOAD},
+    [OPT_DEVICE] = {"device", TB_OPT_ENUM, "cpu",
+                    "cpu (float32, OpenBLAS), cuda (bf16 weights, cuBLAS, the sampler on the device; in CUDA builds), "
+                    "or auto (cuda when this build has CUDA and a device is usable, else cpu)",
+                    DEVICES, 1, 0, TB_OPTF_LOAD},
     [OPT_THREADS] = {"threads", TB_OPT_INT, "0", "CPU threads for the GEMMs; 0 = every online CPU", NULL, 0, 4096, 0},
     [OPT_SOLVER] = {"solver", TB_OPT_ENUM, "euler",
                     "euler: the published deterministic step (DDIM); heun: second order, 2 forwards a step but the last",
@@ -44,7 +55,8 @@ static const tb_option_decl flow_options[N_OPTS] = {
 
 typedef struct flow_ctx {
     const tb_host *host;
-    tb_flow_model m;
+    tb_flow_model m;      /* CPU: the weights; GPU: cfg and name only */
+    struct tb_flow_gpu *gpu; /* device = cuda */
     tb_tokenizer *tok; /* NULL: the folder has no tokenizer.json (presets) */
     tb_flow_cpu st;
     int threads;
@@ -90,9 +102,13 @@ static char *make_description(const flow_ctx *c)
     int ok = o != NULL;
     ok &= cJSON_AddStringToObject(o, "model_name", c->m.name) != NULL;
     ok &= cJSON_AddStringToObject(o, "architecture", cfg->arch_name) != NULL;
-    ok &= cJSON_AddStringToObject(o, "dtype", "f32") != NULL;
+    ok &= cJSON_AddStringToObject(o, "dtype", c->gpu ? "bf16" : "f32") != NULL;
     ok &= cJSON_AddStringToObject(o, "checkpoint_dtype", c->m.source_dtype) != NULL;
+#ifdef TB_HAVE_CUDA
+    ok &= cJSON_AddStringToObject(o, "device", c->gpu ? tb_flow_gpu_device_name(c->gpu) : "cpu") != NULL;
+#else
     ok &= cJSON_AddStringToObject(o, "device", "cpu") != NULL;
+#endif
     ok &= cJSON_AddBoolToObject(o, "random_weights", cfg->random_weights) != NULL;
     ok &= cJSON_AddNumberToObject(o, "params", (double)c->m.n_params) != NULL;
     ok &= cJSON_AddNumberToObject(o, "layers", cfg->n_blocks) != NULL;
@@ -114,6 +130,9 @@ static void flow_destroy(void *p)
         return;
     tb_flow_cpu_free(&c->st);
     tb_flow_model_free(&c->m);
+#ifdef TB_HAVE_CUDA
+    tb_flow_gpu_free(c->gpu);
+#endif
     tb_tokenizer_free(c->tok);
     free(c->out);
     free(c->describe_json);
@@ -132,9 +151,23 @@ static tb_status flow_create(const tb_host *host, const char *model, const tb_op
     c->host = host;
     c->threads = (int)opt_int(options, n_options, OPT_THREADS);
     int rc;
-    if (strncmp(model, "preset:", 7) == 0) {
-        rc = tb_flow_model_preset(model + 7, (uint64_t)opt_int(options, n_options, OPT_PRESET_SEED), &c->m, err,
-                                  err_size);
+    int on_gpu = tb_device_wants_gpu(opt_text(options, n_options, OPT_DEVICE));
+    uint64_t pseed = (uint64_t)opt_int(options, n_options, OPT_PRESET_SEED);
+    if (strncmp(model, "preset:", 7) == 0 && on_gpu) {
+#ifdef TB_HAVE_CUDA
+        /* made on the device: an 8B-class preset never exists on the host */
+        rc = tb_flow_gpu_create(&c->gpu, NULL, model + 7, pseed, err, err_size);
+        if (rc == 0) {
+            c->m.cfg = *tb_flow_gpu_config(c->gpu);
+            c->m.n_params = tb_flow_gpu_params(c->gpu);
+            snprintf(c->m.name, sizeof c->m.name, "%s", model);
+            snprintf(c->m.source_dtype, sizeof c->m.source_dtype, "random");
+        }
+#else
+        rc = -1;
+#endif
+    } else if (strncmp(model, "preset:", 7) == 0) {
+        rc = tb_flow_model_preset(model + 7, pseed, &c->m, err, err_size);
     } else {
         rc = tb_flow_model_load(model, &c->m, err, err_size);
         char path[4096];
@@ -150,8 +183,23 @@ static tb_status flow_create(const tb_host *host, const char *model, const tb_op
             }
         }
     }
+#ifdef TB_HAVE_CUDA
+    if (rc == 0 && on_gpu && !c->gpu) { /* a folder: its weights go to the device, the host keeps the shapes */
+        rc = tb_flow_gpu_create(&c->gpu, &c->m, NULL, 0, err, err_size);
+        if (rc == 0) {
+            tb_flow_model host = c->m;
+            memset(&c->m, 0, sizeof c->m);
+            c->m.cfg = host.cfg;
+            c->m.n_params = host.n_params;
+            snprintf(c->m.name, sizeof c->m.name, "%s", host.name);
+            snprintf(c->m.source_dtype, sizeof c->m.source_dtype, "%s", host.source_dtype);
+            tb_flow_model_free(&host);
+        }
+    }
+#endif
     if (rc != 0) {
-        tb_status st = strstr(err, "out of memory") ? TB_ERR_NO_MEMORY : TB_ERR_MODEL;
+        tb_status st = strstr(err, "out of memory") || strstr(err, "out of device memory") ? TB_ERR_NO_MEMORY
+                                                                                           : TB_ERR_MODEL;
         flow_destroy(c);
         return st;
     }
@@ -285,7 +333,7 @@ static tb_status flow_generate(void *ctx, const tb_request *req, tb_result *res)
             set_error(c, "out of memory for %u canvases of %zu positions", R, L);
         }
     }
-    if (st == TB_OK && (c->st.max_seqs < (int)R || c->st.max_len < (int)L)) {
+    if (st == TB_OK && !c->gpu && (c->st.max_seqs < (int)R || c->st.max_len < (int)L)) {
         tb_flow_cpu_free(&c->st);
         if (tb_flow_cpu_init(&c->st, &c->m, (int)R, (int)L, c->threads, c->error, sizeof c->error) != 0)
             st = TB_ERR_NO_MEMORY;
@@ -312,20 +360,33 @@ static tb_status flow_generate(void *ctx, const tb_request *req, tb_result *res)
         p.prompt = strcmp(opt_text(req->options, req->n_options, OPT_PROMPT), "noised") == 0 ? TB_FLOW_PROMPT_NOISED
                                                                                                 : TB_FLOW_PROMPT_CLEAN;
         tb_flow_engine e = {.ctx = &c->st, .forward = cpu_forward, .x0 = cpu_x0};
-        int forwards = 0;
-        int64_t t0 = c->host->now_ns(c->host);
-        int rc = tb_flow_sample(&c->m, &e, &p, tokens, pad, (int)R, (int)L, (int)P, noise, &forwards, on_forward, c);
+        int forwards = 0, rc;
+        int64_t peak = -1;
+        double flops = 0;
+#ifdef TB_HAVE_CUDA
+        if (c->gpu)
+            rc = tb_flow_gpu_sample(c->gpu, &p, tokens, pad, (int)R, (int)L, (int)P, noise, &forwards, on_forward, c,
+                                    NULL, &peak, &flops);
+        else
+#endif
+            rc = tb_flow_sample(&c->m, &e, &p, tokens, pad, (int)R, (int)L, (int)P, noise, &forwards, on_forward, c);
         int64_t now = c->host->now_ns(c->host);
         if (rc != 0) {
-            st = c->host->cancelled(c->host) ? TB_ERR_CANCELLED : TB_ERR_NO_MEMORY;
-            set_error(c, "%s after %d forwards", st == TB_ERR_CANCELLED ? "cancelled" : "out of memory", forwards);
+            const char *why = "out of memory";
+#ifdef TB_HAVE_CUDA
+            if (c->gpu)
+                why = tb_flow_gpu_error(c->gpu);
+#endif
+            st = c->host->cancelled(c->host) ? TB_ERR_CANCELLED : tb_status_of(why, TB_ERR);
+            set_error(c, "%s after %d forwards", st == TB_ERR_CANCELLED ? "cancelled" : why, forwards);
         } else {
             res->forward_passes = forwards;
             res->prefill_ns = -1; /* no phases: every forward runs the whole canvas */
             res->decode_ns = -1;
-            res->peak_device_bytes = -1;
+            res->peak_device_bytes = peak;
             res->energy_mj = -1;
-            (void)t0;
+            if (TB_STRUCT_HAS(res, tb_result, flops))
+                res->flops = flops; /* the device's GEMMs and attention, by count */
             for (uint32_t r = 0; r < R; r++) {
                 int32_t *gen = c->out + (size_t)r * N;
                 memcpy(gen, tokens + (size_t)r * L + P, N * sizeof(int32_t));
@@ -405,7 +466,7 @@ static const tb_backend_ops flow_ops = {
     .name = "flow",
     .version = FLOW_VERSION,
     .description = "continuous (embedding-space) diffusion LMs, LangFlow layout: Euler/Heun over a noise schedule",
-    .capabilities = TB_CAP_BATCH | TB_CAP_STEPS | TB_CAP_TOKENIZER,
+    .capabilities = TB_CAP_BATCH | TB_CAP_STEPS | TB_CAP_TOKENIZER | FLOW_GPU_CAPS,
     .options = flow_options,
     .n_options = N_OPTS,
     .create = flow_create,

@@ -1,5 +1,6 @@
 /* flow_sampler.h — sampling a continuous (embedding-space) diffusion LM,
- * written once over a denoiser callback (the CPU engine now).
+ * written once over a denoiser callback (the CPU engine; the GPU path,
+ * flow_gpu.cu, runs the same steps on the device and is tested against it).
  *
  * Noise level gamma (a log-SNR with the sign of noise): alpha(g) =
  * sqrt(sigmoid(-g)), sigma(g) = sqrt(sigmoid(g)), z = alpha x + sigma eps.

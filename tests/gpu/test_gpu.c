@@ -20,6 +20,9 @@
 #include "check.h"
 #include "cpu_forward.h"
 #include "energy.h"
+#include "flow_cpu.h"
+#include "flow_gpu.h"
+#include "flow_sampler.h"
 #include "gpu.h"
 #include "model.h"
 #include "pick.h"
@@ -242,6 +245,121 @@ static void check_ar_slots(const char *name)
     tb_cpu_state_free(&st);
     tb_gpu_free(g);
     tb_model_free(&m);
+}
+
+/* The flow backend's device path (plugins/flow/flow_gpu.cu) against its CPU
+ * path on the golden tiny model (tests/data/golden/flow-tiny): both
+ * samplers from the same starting noise, two canvases (one left-padded),
+ * euler and heun, prompts clean and noised: the final logits within the
+ * bf16 bound and every token whose CPU margin is clear. */
+static int flow_cpu_forward(void *ctx, const float *z, const float *x_sc, const double *gamma, const int *pad, int B,
+                            int L, float *logits)
+{
+    return tb_flow_cpu_forward(ctx, z, x_sc, gamma, pad, B, L, logits);
+}
+
+static void flow_cpu_x0(void *ctx, float *logits, size_t rows, float *x0)
+{
+    tb_flow_cpu *st = ctx;
+    tb_flow_cpu_x0(st->m, logits, rows, x0);
+}
+
+static int flow_keep_forward(void *ctx, const float *z, const float *x_sc, const double *gamma, const int *pad, int B,
+                             int L, float *logits);
+static float *flow_last;
+static size_t flow_last_n;
+static int flow_keep_forward(void *ctx, const float *z, const float *x_sc, const double *gamma, const int *pad, int B,
+                             int L, float *logits)
+{
+    int rc = flow_cpu_forward(ctx, z, x_sc, gamma, pad, B, L, logits);
+    memcpy(flow_last, logits, flow_last_n * sizeof(float));
+    return rc;
+}
+
+static void check_flow(void)
+{
+    char dir[8192], err[512];
+    snprintf(dir, sizeof dir, "%s/golden/flow-tiny", root);
+    tb_flow_model m;
+    if (tb_flow_model_load(dir, &m, err, sizeof err) != 0) {
+        fprintf(stderr, "flow-tiny: %s\n", err);
+        CHECK(0);
+        return;
+    }
+    tb_flow_gpu *g = NULL;
+    if (tb_flow_gpu_create(&g, &m, NULL, 0, err, sizeof err) != 0) {
+        fprintf(stderr, "flow-tiny on the GPU: %s\n", err);
+        CHECK(0);
+        tb_flow_model_free(&m);
+        return;
+    }
+    /* the CPU computes with the bf16-rounded weights the GPU holds (not
+     * RoPE's frequencies, the arena's last head_dim / 2 floats: the GPU
+     * keeps them in float32) */
+    for (size_t i = 0; i + (size_t)m.cfg.head_dim / 2 < m.arena_floats; i++)
+        m.arena[i] = tb_bf16_to_f32(tb_f32_to_bf16(m.arena[i]));
+    enum { B = 2, L = 14, GEN0 = 6 };
+    int D = m.cfg.hidden, V = m.cfg.vocab, pad[B] = {0, 2};
+    int32_t tok0[B * L];
+    uint64_t rng = 5;
+    for (int i = 0; i < B * L; i++)
+        tok0[i] = (int32_t)(tb_rng_uniform(&rng) * (V - 1));
+    float *noise = malloc((size_t)B * L * D * sizeof(float));
+    uint64_t ns = 77;
+    tb_flow_gaussian(&ns, noise, (size_t)B * L * D);
+    tb_flow_cpu st;
+    CHECK(tb_flow_cpu_init(&st, &m, B, L, 1, err, sizeof err) == 0);
+    flow_last_n = (size_t)B * L * V;
+    flow_last = malloc(flow_last_n * sizeof(float));
+    float *glog = malloc(flow_last_n * sizeof(float));
+    tb_flow_engine e = {.ctx = &st, .forward = flow_keep_forward, .x0 = flow_cpu_x0};
+    for (int solver = 0; solver < 2; solver++)
+        for (int mode = 0; mode < 2; mode++) {
+            tb_flow_params p = {.steps = 4, .solver = solver ? TB_FLOW_HEUN : TB_FLOW_EULER,
+                                .prompt = mode ? TB_FLOW_PROMPT_NOISED : TB_FLOW_PROMPT_CLEAN};
+            int32_t ct[B * L], gt[B * L];
+            memcpy(ct, tok0, sizeof ct);
+            memcpy(gt, tok0, sizeof gt);
+            int cf = 0, gf = 0;
+            int64_t peak = 0;
+            double flops = 0;
+            CHECK(tb_flow_sample(&m, &e, &p, ct, pad, B, L, GEN0, noise, &cf, NULL, NULL) == 0);
+            int rc = tb_flow_gpu_sample(g, &p, gt, pad, B, L, GEN0, noise, &gf, NULL, NULL, glog, &peak, &flops);
+            if (rc)
+                fprintf(stderr, "flow gpu: %s\n", tb_flow_gpu_error(g));
+            CHECK(rc == 0 && cf == gf && peak > 0 && flops > 0);
+            double ref = max_abs(flow_last, flow_last_n), diff = 0;
+            for (int b = 0; b < B; b++)
+                for (int i = pad[b]; i < L; i++)
+                    for (int v = 0; v < V; v++) {
+                        size_t k = ((size_t)b * L + i) * V + v;
+                        double d = fabs(glog[k] - flow_last[k]);
+                        diff = isnan(d) ? INFINITY : d > diff ? d : diff;
+                    }
+            int clear = 0, same = 0;
+            for (int b = 0; b < B; b++)
+                for (int i = GEN0; i < L; i++) {
+                    int32_t best;
+                    double gap;
+                    margin(flow_last + ((size_t)b * L + i) * V, V, &best, &gap);
+                    if (gap > 4 * GPU_TOL * (ref > 1 ? ref : 1)) {
+                        clear++;
+                        same += gt[b * L + i] == ct[b * L + i];
+                    }
+                }
+            fprintf(stderr, "flow-tiny %s %s 4 steps: %d forwards, final logits max diff %.3g (|cpu| %.2f, bound %.3g), "
+                            "tokens %d of %d clear ones\n",
+                    solver ? "heun" : "euler", mode ? "noised" : "clean", gf, diff, ref,
+                    4 * GPU_TOL * (ref > 1 ? ref : 1), same, clear);
+            CHECK(diff <= 4 * GPU_TOL * (ref > 1 ? ref : 1));
+            CHECK(same == clear);
+        }
+    free(noise);
+    free(flow_last);
+    free(glog);
+    tb_flow_cpu_free(&st);
+    tb_flow_gpu_free(g);
+    tb_flow_model_free(&m);
 }
 
 /* Diffusion: one bidirectional forward + pick against the CPU's logits. */
@@ -564,6 +682,7 @@ int main(void)
     check_ar("qwen2-bias", 3);
     check_ar_slots("llama-gqa");
     check_ar_slots("qwen2-bias");
+    check_flow();
     check_diffusion("llada-tiny", 0);
     check_diffusion("dream-tiny", 1);
     check_diffusion_padded("llada-tiny", 7);

@@ -1,0 +1,822 @@
+// flow_gpu.cu — see flow_gpu.h. The network in flow_cpu.c's order; the
+// sampler in flow_sampler.c's. Layouts row-major: weights [out][in], so a
+// product is y[rows][out] = x[rows][in] W^T (cuBLAS: W^T x in column-major).
+#include "flow_gpu.h"
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef __nv_bfloat16 bf16;
+
+// The engine's kernels this file reuses (plugins/engine/gpu_kernels.cu).
+__global__ void k_init_uniform(bf16 *p, size_t n, uint64_t seed, float a);
+__global__ void k_f32_to_bf16(const float *src, bf16 *dst, size_t n);
+__global__ void k_softmax(const float *sc, bf16 *p, int n, int n_keys, int pos0, int causal, const int *pad, int nh);
+__global__ void k_argmax(const float *logits, int V, int32_t *out);
+
+struct fblock {
+    float *norm1, *norm2, *b_up, *b_down, *ada_b; // float32
+    bf16 *wqkv, *wo, *w_up, *w_down, *ada_w;      // bf16
+};
+
+struct tb_flow_gpu {
+    tb_flow_config cfg;
+    int64_t n_params;
+    cudaDeviceProp prop;
+    cublasHandle_t blas;
+    cudaStream_t stream;
+    void *ws;
+    // weights
+    bf16 *E, *w_out, *sc_w, *fada_w;
+    float *b_out, *norm_f, *fada_b, *inv_freq;
+    fblock *blocks;
+    float *t_w1, *t_b1, *t_w2, *t_b2; // host: the time condition is computed there
+    // the call's buffers (grown on demand)
+    int cap_rows, cap_B, cap_L;
+    float *z, *xsc, *x0, *y2, *e1, *noise, *x, *y, *qkv, *logits, *scores, *mod, *cond;
+    bf16 *zb, *xb, *h, *q, *k, *v, *o, *att, *u, *probs, *pr, *condb;
+    int32_t *tok, *out_tok;
+    int *pad;
+    size_t held, peak;
+    size_t buf_bytes; // of the call's buffers (reserve), given back by free_buffers
+    double flops;
+    char error[512];
+};
+
+static int fail(tb_flow_gpu *g, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g->error, sizeof g->error, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+#define CK(call)                                                                                                   \
+    do {                                                                                                           \
+        cudaError_t e_ = (call);                                                                                   \
+        if (e_ != cudaSuccess)                                                                                     \
+            return fail(g, "%s:%d: %s: %s", __FILE__, __LINE__, #call, cudaGetErrorString(e_));                    \
+    } while (0)
+#define CB(call)                                                                                                   \
+    do {                                                                                                           \
+        cublasStatus_t s_ = (call);                                                                                \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                                           \
+            return fail(g, "%s:%d: %s: cuBLAS status %d", __FILE__, __LINE__, #call, (int)s_);                     \
+    } while (0)
+#define LAUNCHED() CK(cudaGetLastError())
+
+static unsigned grid_for(size_t n)
+{
+    size_t b = (n + 255) / 256;
+    return (unsigned)(b > 65535 ? 65535 : b < 1 ? 1 : b);
+}
+
+// Every device block through these, counted (held now, most held).
+static int dalloc(tb_flow_gpu *g, void **p, size_t bytes)
+{
+    *p = NULL;
+    cudaError_t e = cudaMalloc(p, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        *p = NULL;
+        return fail(g, "out of device memory: %zu bytes (%s)", bytes, cudaGetErrorString(e));
+    }
+    g->held += bytes;
+    g->peak = g->held > g->peak ? g->held : g->peak;
+    return 0;
+}
+
+// ------------------------------------------------------------- kernels
+
+// y[r] = LN(x[r]) w (1 + scale) + shift, shift/scale of row r's canvas
+// (r / L) at mod + b * mstride + off_shift / off_scale; bf16 out.
+__global__ void k_ln_mod(const float *x, const float *w, const float *mod, int mstride, int off_shift, int off_scale,
+                         int L, int D, float eps, bf16 *y)
+{
+    __shared__ float red[32];
+    int r = blockIdx.x;
+    const float *xr = x + (size_t)r * D;
+    float s = 0;
+    for (int i = threadIdx.x; i < D; i += blockDim.x)
+        s += xr[i];
+    for (int o = 16; o > 0; o >>= 1)
+        s += __shfl_xor_sync(0xffffffff, s, o);
+    if (threadIdx.x % 32 == 0)
+        red[threadIdx.x / 32] = s;
+    __syncthreads();
+    float mean = 0;
+    for (int i = 0; i < (int)blockDim.x / 32; i++)
+        mean += red[i];
+    mean /= D;
+    __syncthreads();
+    float v = 0;
+    for (int i = threadIdx.x; i < D; i += blockDim.x)
+        v += (xr[i] - mean) * (xr[i] - mean);
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffff, v, o);
+    if (threadIdx.x % 32 == 0)
+        red[threadIdx.x / 32] = v;
+    __syncthreads();
+    float var = 0;
+    for (int i = 0; i < (int)blockDim.x / 32; i++)
+        var += red[i];
+    float inv = rsqrtf(var / D + eps);
+    const float *m = mod + (size_t)(r / L) * mstride;
+    for (int i = threadIdx.x; i < D; i += blockDim.x)
+        y[(size_t)r * D + i] = __float2bfloat16((xr[i] - mean) * inv * w[i] * (1.0f + m[off_scale + i]) + m[off_shift + i]);
+}
+
+// qkv [rows][3D] -> q, k, v [B][H][L][hd] bf16, RoPE (rotate-half) on q, k
+// from each canvas's first real position.
+__global__ void k_rope_split(const float *qkv, const float *inv_freq, const int *pad, int L, int H, int hd, bf16 *q,
+                             bf16 *k, bf16 *v)
+{
+    int r = blockIdx.x, h = blockIdx.y, b = r / L, t = r % L, D = H * hd, half = hd / 2;
+    int pos = t >= pad[b] ? t - pad[b] : 0;
+    const float *src = qkv + (size_t)r * 3 * D + (size_t)h * hd;
+    size_t at = (((size_t)b * H + h) * L + t) * hd;
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        float ang = (float)pos * inv_freq[i], cs = cosf(ang), sn = sinf(ang);
+        float a = src[i], c = src[i + half];
+        q[at + i] = __float2bfloat16(a * cs - c * sn);
+        q[at + i + half] = __float2bfloat16(c * cs + a * sn);
+        a = src[D + i], c = src[D + i + half];
+        k[at + i] = __float2bfloat16(a * cs - c * sn);
+        k[at + i + half] = __float2bfloat16(c * cs + a * sn);
+        v[at + i] = __float2bfloat16(src[2 * D + i]);
+        v[at + i + half] = __float2bfloat16(src[2 * D + i + half]);
+    }
+}
+
+// o [B][H][L][hd] -> att [B][L][H hd]
+__global__ void k_merge_heads(const bf16 *o, int L, int H, int hd, bf16 *att)
+{
+    int r = blockIdx.x, h = blockIdx.y, b = r / L, t = r % L;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x)
+        att[(size_t)r * H * hd + (size_t)h * hd + i] = o[(((size_t)b * H + h) * L + t) * hd + i];
+}
+
+// x[r] += g (y[r] + bias), g of row r's canvas at mod + b * mstride + off
+__global__ void k_gate_add(float *x, const float *y, const float *bias, const float *mod, int mstride, int off, int L,
+                           int D, size_t n)
+{
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
+        size_t r = e / D;
+        int i = (int)(e % D);
+        x[e] += mod[(r / L) * mstride + off + i] * (y[e] + (bias ? bias[i] : 0.0f));
+    }
+}
+
+// u = gelu_tanh(u + b) -> bf16
+__global__ void k_bias_gelu(const float *u, const float *b, int F, size_t n, bf16 *out)
+{
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
+        float v = u[e] + b[e % F];
+        out[e] = __float2bfloat16(0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v))));
+    }
+}
+
+__global__ void k_add_rowbias(float *x, const float *b, int n_cols, size_t n)
+{
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x)
+        x[e] += b[e % n_cols];
+}
+
+// probs[r] = softmax(logits[r]) in bf16 (float accumulation)
+__global__ void k_softmax_rows(const float *logits, int V, bf16 *probs)
+{
+    __shared__ float red[32];
+    const float *x = logits + (size_t)blockIdx.x * V;
+    float mx = -INFINITY;
+    for (int v = threadIdx.x; v < V; v += blockDim.x)
+        mx = fmaxf(mx, x[v]);
+    for (int o = 16; o > 0; o >>= 1)
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, o));
+    if (threadIdx.x % 32 == 0)
+        red[threadIdx.x / 32] = mx;
+    __syncthreads();
+    mx = red[0];
+    for (int i = 1; i < (int)blockDim.x / 32; i++)
+        mx = fmaxf(mx, red[i]);
+    __syncthreads();
+    float s = 0;
+    for (int v = threadIdx.x; v < V; v += blockDim.x)
+        s += __expf(x[v] - mx);
+    for (int o = 16; o > 0; o >>= 1)
+        s += __shfl_xor_sync(0xffffffff, s, o);
+    if (threadIdx.x % 32 == 0)
+        red[threadIdx.x / 32] = s;
+    __syncthreads();
+    float tot = 0;
+    for (int i = 0; i < (int)blockDim.x / 32; i++)
+        tot += red[i];
+    float inv = 1.0f / tot;
+    for (int v = threadIdx.x; v < V; v += blockDim.x)
+        probs[(size_t)blockIdx.x * V + v] = __float2bfloat16(__expf(x[v] - mx) * inv);
+}
+
+// E's rows to length sqrt(D)
+__global__ void k_norm_rows(bf16 *E, int D)
+{
+    __shared__ float red[32];
+    bf16 *e = E + (size_t)blockIdx.x * D;
+    float s = 0;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) {
+        float v = __bfloat162float(e[i]);
+        s += v * v;
+    }
+    for (int o = 16; o > 0; o >>= 1)
+        s += __shfl_xor_sync(0xffffffff, s, o);
+    if (threadIdx.x % 32 == 0)
+        red[threadIdx.x / 32] = s;
+    __syncthreads();
+    float tot = 0;
+    for (int i = 0; i < (int)blockDim.x / 32; i++)
+        tot += red[i];
+    float k = tot > 0 ? sqrtf((float)D / tot) : 0.0f;
+    for (int i = threadIdx.x; i < D; i += blockDim.x)
+        e[i] = __float2bfloat16(__bfloat162float(e[i]) * k);
+}
+
+__global__ void k_fill(float *p, float v, size_t n)
+{
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x)
+        p[e] = v;
+}
+
+__global__ void k_init_f32(float *p, size_t n, uint64_t seed, float a)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint64_t z = seed + (i + 1) * 0x9E3779B97F4A7C15ULL;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+        z ^= z >> 31;
+        p[i] = a * (2.0f * (float)(z >> 40) / 16777216.0f - 1.0f);
+    }
+}
+
+// The prompt rows of z and x_sc (flow_sampler.c's set_prompt).
+__global__ void k_set_prompt(float *z, float *xsc, const int32_t *tok, const int *pad, const bf16 *E,
+                             const float *noise, int L, int gen0, int D, float a, float s, int noised)
+{
+    int r = blockIdx.x, b = r / L, t = r % L;
+    if (t >= gen0)
+        return;
+    size_t at = (size_t)r * D;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) {
+        if (t < pad[b]) {
+            z[at + i] = 0;
+            xsc[at + i] = 0;
+            continue;
+        }
+        float e = __bfloat162float(E[(size_t)tok[r] * D + i]);
+        z[at + i] = noised ? a * e + s * noise[at + i] : e;
+        xsc[at + i] = e;
+    }
+}
+
+__global__ void k_euler(float *z, const float *x0, size_t n, float as, float ratio, float at)
+{
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x)
+        z[e] = as * x0[e] + ratio * (z[e] - at * x0[e]);
+}
+
+__global__ void k_heun1(const float *z, const float *x0, float *e1, float *y2, size_t n, float at, float rt, float rs,
+                        float as)
+{
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
+        float y = z[e] / at;
+        e1[e] = (y - x0[e]) / rt;
+        y2[e] = as * (y + (rs - rt) * e1[e]);
+    }
+}
+
+__global__ void k_heun2(float *z, const float *y2, const float *x0, const float *e1, size_t n, float at, float as,
+                        float rt, float rs)
+{
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
+        float y = z[e] / at, e2 = (y2[e] / as - x0[e]) / rs;
+        z[e] = as * (y + (rs - rt) * (e1[e] + e2) / 2);
+    }
+}
+
+// ------------------------------------------------------------- host side
+
+// y[rows][out] (beta)= alpha x[rows][in] W[out][in]^T, x with row stride ldx,
+// W with row stride ldw.
+static int gemm_nt(tb_flow_gpu *g, float *y, const bf16 *x, int ldx, const bf16 *W, int ldw, int rows, int out, int in,
+                   float alpha, float beta)
+{
+    CB(cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, &alpha, W, CUDA_R_16BF, ldw, x, CUDA_R_16BF, ldx,
+                    &beta, y, CUDA_R_32F, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    g->flops += 2.0 * rows * out * in;
+    return 0;
+}
+
+static int upload(tb_flow_gpu *g, bf16 **dst, const float *src, size_t n)
+{
+    float *stage;
+    if (dalloc(g, (void **)dst, n * sizeof(bf16)) || dalloc(g, (void **)&stage, n * sizeof(float)))
+        return -1;
+    CK(cudaMemcpyAsync(stage, src, n * sizeof(float), cudaMemcpyHostToDevice, g->stream));
+    k_f32_to_bf16<<<grid_for(n), 256, 0, g->stream>>>(stage, *dst, n);
+    LAUNCHED();
+    CK(cudaStreamSynchronize(g->stream));
+    cudaFree(stage);
+    g->held -= n * sizeof(float);
+    return 0;
+}
+
+static int upload_f32(tb_flow_gpu *g, float **dst, const float *src, size_t n)
+{
+    if (dalloc(g, (void **)dst, n * sizeof(float)))
+        return -1;
+    CK(cudaMemcpyAsync(*dst, src, n * sizeof(float), cudaMemcpyHostToDevice, g->stream));
+    CK(cudaStreamSynchronize(g->stream));
+    return 0;
+}
+
+static int rand_bf16(tb_flow_gpu *g, bf16 **dst, size_t n, uint64_t *seed, float a)
+{
+    if (dalloc(g, (void **)dst, n * sizeof(bf16)))
+        return -1;
+    k_init_uniform<<<grid_for(n), 256, 0, g->stream>>>(*dst, n, (*seed += 0x9E3779B97F4A7C15ULL), a);
+    LAUNCHED();
+    return 0;
+}
+
+static int rand_f32(tb_flow_gpu *g, float **dst, size_t n, uint64_t *seed, float a, float base)
+{
+    if (dalloc(g, (void **)dst, n * sizeof(float)))
+        return -1;
+    if (a == 0) {
+        k_fill<<<grid_for(n), 256, 0, g->stream>>>(*dst, base, n);
+    } else {
+        k_init_f32<<<grid_for(n), 256, 0, g->stream>>>(*dst, n, (*seed += 0x9E3779B97F4A7C15ULL), a);
+    }
+    LAUNCHED();
+    return 0;
+}
+
+// The preset's shapes (flow_model.c's presets) without its host arena.
+static int preset_config(const char *name, tb_flow_config *c, tb_flow_gpu *g)
+{
+    tb_flow_model tiny;
+    char err[256];
+    // the config of a preset is cheap to get from the CPU preset only when
+    // its arena is small; the shapes are repeated here for the large ones
+    memset(c, 0, sizeof *c);
+    if (strcmp(name, "flow-8b") == 0 || strcmp(name, "langflow-owt") == 0) {
+        int big = strcmp(name, "flow-8b") == 0;
+        c->vocab = big ? 128256 : 50257;
+        c->hidden = big ? 4096 : 768;
+        c->cond_dim = big ? 256 : 128;
+        c->n_blocks = big ? 32 : 12;
+        c->n_heads = big ? 32 : 12;
+        c->model_length = big ? 2048 : 1024;
+        snprintf(c->arch_name, sizeof c->arch_name, "LangFlow");
+        c->head_dim = c->hidden / c->n_heads;
+        c->mlp_dim = 4 * c->hidden;
+        c->freq_dim = 256;
+        c->time_max_period = 10000, c->rope_theta = 10000, c->norm_eps = 1e-5, c->t_eps = 1e-5;
+        c->self_conditioning = c->use_bias = c->normalized_embedding = 1;
+        c->gumbel_loc = 4.5, c->gumbel_scale = 2.0, c->gumbel_cutoff = 1e-3;
+        c->eos_token_id = -1;
+        c->random_weights = 1;
+        return 0;
+    }
+    if (tb_flow_model_preset(name, 1, &tiny, err, sizeof err) != 0)
+        return fail(g, "%s", err);
+    *c = tiny.cfg;
+    tb_flow_model_free(&tiny);
+    return 0;
+}
+
+extern "C" int tb_flow_gpu_create(tb_flow_gpu **out, const tb_flow_model *cpu, const char *preset, uint64_t seed,
+                                  char *err, size_t err_size)
+{
+    *out = NULL;
+    tb_flow_gpu *g = (tb_flow_gpu *)calloc(1, sizeof *g);
+    if (!g) {
+        snprintf(err, err_size, "out of host memory");
+        return -1;
+    }
+    int rc = 0;
+    if (cudaGetDeviceProperties(&g->prop, 0) != cudaSuccess || cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking) != cudaSuccess ||
+        cublasCreate(&g->blas) != CUBLAS_STATUS_SUCCESS) {
+        (void)cudaGetLastError();
+        snprintf(err, err_size, "no usable CUDA device");
+        free(g);
+        return -1;
+    }
+    cublasSetStream(g->blas, g->stream);
+    rc = dalloc(g, &g->ws, 64u << 20);
+    if (rc == 0)
+        cublasSetWorkspace(g->blas, g->ws, 64u << 20);
+    if (rc == 0 && cpu)
+        g->cfg = cpu->cfg;
+    else if (rc == 0)
+        rc = preset_config(preset, &g->cfg, g);
+    const tb_flow_config *c = &g->cfg;
+    size_t D = c->hidden, V = c->vocab, C = c->cond_dim, F = c->mlp_dim, Fq = c->freq_dim;
+    g->blocks = rc == 0 ? (fblock *)calloc(c->n_blocks, sizeof *g->blocks) : NULL;
+    g->t_w1 = (float *)malloc(C * Fq * sizeof(float));
+    g->t_b1 = (float *)malloc(C * sizeof(float));
+    g->t_w2 = (float *)malloc(C * C * sizeof(float));
+    g->t_b2 = (float *)malloc(C * sizeof(float));
+    float *invf = (float *)malloc((size_t)c->head_dim / 2 * sizeof(float) + 1);
+    if (rc == 0 && (!g->blocks || !g->t_w1 || !g->t_b1 || !g->t_w2 || !g->t_b2 || !invf))
+        rc = fail(g, "out of host memory");
+    for (int i = 0; rc == 0 && i < c->head_dim / 2; i++)
+        invf[i] = (float)(1.0 / pow(c->rope_theta, (double)(2 * i) / c->head_dim));
+    if (rc == 0)
+        rc = upload_f32(g, &g->inv_freq, invf, (size_t)c->head_dim / 2);
+    free(invf);
+    if (rc == 0 && cpu) {
+        memcpy(g->t_w1, cpu->t_w1, C * Fq * sizeof(float));
+        memcpy(g->t_b1, cpu->t_b1, C * sizeof(float));
+        memcpy(g->t_w2, cpu->t_w2, C * C * sizeof(float));
+        memcpy(g->t_b2, cpu->t_b2, C * sizeof(float));
+        rc = upload(g, &g->E, cpu->embed, V * D) || upload(g, &g->w_out, cpu->w_out, V * D) ||
+             upload_f32(g, &g->b_out, cpu->b_out, V) || upload_f32(g, &g->norm_f, cpu->norm_f, D) ||
+             upload(g, &g->fada_w, cpu->fada_w, 2 * D * C) || upload_f32(g, &g->fada_b, cpu->fada_b, 2 * D) ||
+             (c->self_conditioning && upload(g, &g->sc_w, cpu->sc_w, D * 2 * D));
+        for (int l = 0; rc == 0 && l < c->n_blocks; l++) {
+            const tb_flow_block *s = &cpu->blocks[l];
+            fblock *b = &g->blocks[l];
+            rc = upload_f32(g, &b->norm1, s->norm1, D) || upload_f32(g, &b->norm2, s->norm2, D) ||
+                 upload(g, &b->wqkv, s->wqkv, 3 * D * D) || upload(g, &b->wo, s->wo, D * D) ||
+                 upload(g, &b->w_up, s->w_up, F * D) || upload_f32(g, &b->b_up, s->b_up, F) ||
+                 upload(g, &b->w_down, s->w_down, D * F) || upload_f32(g, &b->b_down, s->b_down, D) ||
+                 upload(g, &b->ada_w, s->ada_w, 6 * D * C) || upload_f32(g, &b->ada_b, s->ada_b, 6 * D);
+        }
+        g->n_params = cpu->n_params;
+    } else if (rc == 0) {
+        // random weights as flow_model.c's presets scale them, made here
+        uint64_t s = seed ^ 0x5DEECE66DULL, hs = s;
+        float kd = 1.0f / sqrtf((float)D), kf = 1.0f / sqrtf((float)F), kc = 1.0f / sqrtf((float)C);
+        for (size_t i = 0; i < C * Fq; i++)
+            g->t_w1[i] = (float)((double)((hs = hs * 6364136223846793005ULL + 1) >> 11) / 9007199254740992.0 * 2 - 1) /
+                         sqrtf((float)Fq);
+        for (size_t i = 0; i < C * C; i++)
+            g->t_w2[i] = (float)((double)((hs = hs * 6364136223846793005ULL + 1) >> 11) / 9007199254740992.0 * 2 - 1) * kc;
+        for (size_t i = 0; i < C; i++)
+            g->t_b1[i] = g->t_b2[i] = 0;
+        rc = rand_bf16(g, &g->E, V * D, &s, 1.0f) || rand_bf16(g, &g->w_out, V * D, &s, kd) ||
+             rand_f32(g, &g->b_out, V, &s, 0.1f, 0) || rand_f32(g, &g->norm_f, D, &s, 0, 1.0f) ||
+             rand_bf16(g, &g->fada_w, 2 * D * C, &s, 0.1f * kc) || rand_f32(g, &g->fada_b, 2 * D, &s, 0.1f, 0) ||
+             rand_bf16(g, &g->sc_w, D * 2 * D, &s, 0.1f * kd);
+        for (int l = 0; rc == 0 && l < c->n_blocks; l++) {
+            fblock *b = &g->blocks[l];
+            rc = rand_f32(g, &b->norm1, D, &s, 0, 1.0f) || rand_f32(g, &b->norm2, D, &s, 0, 1.0f) ||
+                 rand_bf16(g, &b->wqkv, 3 * D * D, &s, kd) || rand_bf16(g, &b->wo, D * D, &s, kd) ||
+                 rand_bf16(g, &b->w_up, F * D, &s, kd) || rand_f32(g, &b->b_up, F, &s, 0.1f, 0) ||
+                 rand_bf16(g, &b->w_down, D * F, &s, kf) || rand_f32(g, &b->b_down, D, &s, 0.1f, 0) ||
+                 rand_bf16(g, &b->ada_w, 6 * D * C, &s, 0.1f * kc) || rand_f32(g, &b->ada_b, 6 * D, &s, 0.1f, 0);
+        }
+        if (rc == 0) {
+            k_norm_rows<<<(unsigned)V, 256, 0, g->stream>>>(g->E, (int)D);
+            if (cudaGetLastError() != cudaSuccess || cudaStreamSynchronize(g->stream) != cudaSuccess)
+                rc = fail(g, "random weights: %s", cudaGetErrorString(cudaGetLastError()));
+        }
+        g->n_params = (int64_t)(V * D * 2 + V + C * Fq + C * C + 2 * C + D * 2 * D + D + 2 * D * C + 2 * D +
+                                (size_t)c->n_blocks * (2 * D + 4 * D * D + 2 * F * D + F + D + 6 * D * C + 6 * D));
+    }
+    if (rc != 0) {
+        snprintf(err, err_size, "%s", g->error);
+        tb_flow_gpu_free(g);
+        return -1;
+    }
+    *out = g;
+    return 0;
+}
+
+static void free_buffers(tb_flow_gpu *g)
+{
+    void *bufs[] = {g->z, g->xsc, g->x0, g->y2, g->e1, g->noise, g->x, g->y, g->qkv, g->logits, g->scores, g->mod,
+                    g->cond, g->zb, g->xb, g->h, g->q, g->k, g->v, g->o, g->att, g->u, g->probs, g->pr, g->condb,
+                    g->tok, g->out_tok, g->pad};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i])
+            cudaFree(bufs[i]);
+    g->z = g->xsc = g->x0 = g->y2 = g->e1 = g->noise = g->x = g->y = g->qkv = g->logits = g->scores = g->mod = NULL;
+    g->cond = NULL;
+    g->zb = g->xb = g->h = g->q = g->k = g->v = g->o = g->att = g->u = g->probs = g->pr = g->condb = NULL;
+    g->tok = g->out_tok = NULL;
+    g->pad = NULL;
+    g->cap_rows = g->cap_B = g->cap_L = 0;
+    g->held -= g->buf_bytes;
+    g->buf_bytes = 0;
+}
+
+extern "C" void tb_flow_gpu_free(tb_flow_gpu *g)
+{
+    if (!g)
+        return;
+    free_buffers(g);
+    // weights: the process ends soon after (a worker), but a test creates
+    // several contexts: free what was allocated
+    void *w[] = {g->E, g->w_out, g->sc_w, g->fada_w, g->b_out, g->norm_f, g->fada_b, g->inv_freq, g->ws};
+    for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
+        if (w[i])
+            cudaFree(w[i]);
+    for (int l = 0; g->blocks && l < g->cfg.n_blocks; l++) {
+        fblock *b = &g->blocks[l];
+        void *p[] = {b->norm1, b->norm2, b->b_up, b->b_down, b->ada_b, b->wqkv, b->wo, b->w_up, b->w_down, b->ada_w};
+        for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
+            if (p[i])
+                cudaFree(p[i]);
+    }
+    free(g->blocks);
+    free(g->t_w1);
+    free(g->t_b1);
+    free(g->t_w2);
+    free(g->t_b2);
+    if (g->blas)
+        cublasDestroy(g->blas);
+    if (g->stream)
+        cudaStreamDestroy(g->stream);
+    free(g);
+}
+
+extern "C" const tb_flow_config *tb_flow_gpu_config(const tb_flow_gpu *g) { return &g->cfg; }
+extern "C" int64_t tb_flow_gpu_params(const tb_flow_gpu *g) { return g->n_params; }
+extern "C" const char *tb_flow_gpu_device_name(const tb_flow_gpu *g) { return g->prop.name; }
+extern "C" const char *tb_flow_gpu_error(const tb_flow_gpu *g) { return g->error; }
+
+static int reserve(tb_flow_gpu *g, int B, int L)
+{
+    if (B <= g->cap_B && L <= g->cap_L)
+        return 0;
+    free_buffers(g);
+    size_t before = g->held;
+    const tb_flow_config *c = &g->cfg;
+    size_t R = (size_t)B * L, D = c->hidden, V = c->vocab, F = c->mlp_dim, H = c->n_heads;
+    size_t fl = sizeof(float), hb = sizeof(bf16);
+    int rc = dalloc(g, (void **)&g->z, R * D * fl) || dalloc(g, (void **)&g->xsc, R * D * fl) ||
+             dalloc(g, (void **)&g->x0, R * D * fl) || dalloc(g, (void **)&g->y2, R * D * fl) ||
+             dalloc(g, (void **)&g->e1, R * D * fl) || dalloc(g, (void **)&g->noise, R * D * fl) ||
+             dalloc(g, (void **)&g->x, R * D * fl) || dalloc(g, (void **)&g->y, R * (F > 3 * D ? F : 3 * D) * fl) ||
+             dalloc(g, (void **)&g->qkv, R * 3 * D * fl) || dalloc(g, (void **)&g->logits, R * V * fl) ||
+             dalloc(g, (void **)&g->scores, (size_t)B * H * L * L * fl) ||
+             dalloc(g, (void **)&g->mod, (size_t)B * 6 * D * fl) || dalloc(g, (void **)&g->cond, (size_t)B * c->cond_dim * fl) ||
+             dalloc(g, (void **)&g->zb, R * D * hb) || dalloc(g, (void **)&g->xb, R * D * hb) ||
+             dalloc(g, (void **)&g->h, R * D * hb) || dalloc(g, (void **)&g->q, R * D * hb) ||
+             dalloc(g, (void **)&g->k, R * D * hb) || dalloc(g, (void **)&g->v, R * D * hb) ||
+             dalloc(g, (void **)&g->o, R * D * hb) || dalloc(g, (void **)&g->att, R * D * hb) ||
+             dalloc(g, (void **)&g->u, R * F * hb) || dalloc(g, (void **)&g->probs, R * V * hb) ||
+             dalloc(g, (void **)&g->pr, (size_t)B * H * L * L * hb) ||
+             dalloc(g, (void **)&g->condb, (size_t)B * c->cond_dim * hb) ||
+             dalloc(g, (void **)&g->tok, R * sizeof(int32_t)) || dalloc(g, (void **)&g->out_tok, R * sizeof(int32_t)) ||
+             dalloc(g, (void **)&g->pad, (size_t)B * sizeof(int));
+    g->buf_bytes = g->held - before;
+    if (rc) {
+        free_buffers(g);
+        return -1;
+    }
+    g->cap_B = B, g->cap_L = L, g->cap_rows = (int)R;
+    return 0;
+}
+
+// The time condition of noise level gamma into host cond[C] (flow_cpu.c).
+static void time_cond(const tb_flow_gpu *g, double gamma, float *cond)
+{
+    const tb_flow_config *c = &g->cfg;
+    int half = c->freq_dim / 2, C = c->cond_dim;
+    float tf[65536], hb[4096];
+    for (int k = 0; k < half; k++) {
+        float w = (float)exp(-log(c->time_max_period) * k / half), a = (float)gamma * w;
+        tf[k] = cosf(a);
+        tf[half + k] = sinf(a);
+    }
+    for (int o = 0; o < C; o++) {
+        float s = g->t_b1[o];
+        for (int i = 0; i < c->freq_dim; i++)
+            s += g->t_w1[(size_t)o * c->freq_dim + i] * tf[i];
+        hb[o] = s / (1.0f + expf(-s));
+    }
+    for (int o = 0; o < C; o++) {
+        float s = g->t_b2[o];
+        for (int i = 0; i < C; i++)
+            s += g->t_w2[(size_t)o * C + i] * hb[i];
+        cond[o] = s / (1.0f + expf(-s));
+    }
+}
+
+// logits (g->logits) of f(zz, gamma, g->xsc) for B canvases of L rows.
+static int forward(tb_flow_gpu *g, const float *zz, double gamma, int B, int L)
+{
+    const tb_flow_config *c = &g->cfg;
+    int D = c->hidden, C = c->cond_dim, V = c->vocab, F = c->mlp_dim, H = c->n_heads, hd = c->head_dim;
+    int R = B * L;
+    size_t n = (size_t)R * D;
+    // the condition: the same for every canvas (one gamma a step)
+    static float condh[4096];
+    time_cond(g, gamma, condh);
+    for (int b = 0; b < B; b++)
+        CK(cudaMemcpyAsync(g->cond + (size_t)b * C, condh, C * sizeof(float), cudaMemcpyHostToDevice, g->stream));
+    CK(cudaStreamSynchronize(g->stream)); // condh is reused by the next call
+    k_f32_to_bf16<<<grid_for((size_t)B * C), 256, 0, g->stream>>>(g->cond, g->condb, (size_t)B * C);
+    k_f32_to_bf16<<<grid_for(n), 256, 0, g->stream>>>(zz, g->zb, n);
+    k_f32_to_bf16<<<grid_for(n), 256, 0, g->stream>>>(g->xsc, g->xb, n);
+    LAUNCHED();
+    // x = z + W_sc [z ; x_sc]
+    CK(cudaMemcpyAsync(g->x, zz, n * sizeof(float), cudaMemcpyDeviceToDevice, g->stream));
+    if (c->self_conditioning &&
+        (gemm_nt(g, g->x, g->zb, D, g->sc_w, 2 * D, R, D, D, 1, 1) ||
+         gemm_nt(g, g->x, g->xb, D, g->sc_w + D, 2 * D, R, D, D, 1, 1)))
+        return -1;
+    float alpha = 1.0f / sqrtf((float)hd), one = 1.0f, zero = 0.0f;
+    for (int l = 0; l < c->n_blocks; l++) {
+        fblock *bl = &g->blocks[l];
+        // modulation [B][6D] = cond W_ada^T + b_ada
+        if (gemm_nt(g, g->mod, g->condb, C, bl->ada_w, C, B, 6 * D, C, 1, 0))
+            return -1;
+        k_add_rowbias<<<grid_for((size_t)B * 6 * D), 256, 0, g->stream>>>(g->mod, bl->ada_b, 6 * D, (size_t)B * 6 * D);
+        k_ln_mod<<<R, 256, 0, g->stream>>>(g->x, bl->norm1, g->mod, 6 * D, 0, D, L, D, (float)c->norm_eps, g->h);
+        LAUNCHED();
+        if (gemm_nt(g, g->qkv, g->h, D, bl->wqkv, D, R, 3 * D, D, 1, 0))
+            return -1;
+        k_rope_split<<<dim3(R, H), 64, 0, g->stream>>>(g->qkv, g->inv_freq, g->pad, L, H, hd, g->q, g->k, g->v);
+        LAUNCHED();
+        // S = Q K^T / sqrt(hd) per (canvas, head): column-major K^T Q
+        long long sq = (long long)L * hd, ss = (long long)L * L;
+        CB(cublasGemmStridedBatchedEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, L, L, hd, &alpha, g->k, CUDA_R_16BF, hd, sq,
+                                      g->q, CUDA_R_16BF, hd, sq, &zero, g->scores, CUDA_R_32F, L, ss, B * H,
+                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        k_softmax<<<(unsigned)((size_t)B * H * L), 256, 0, g->stream>>>(g->scores, g->pr, L, L, 0, 0, g->pad, H);
+        LAUNCHED();
+        // O = P V
+        CB(cublasGemmStridedBatchedEx(g->blas, CUBLAS_OP_N, CUBLAS_OP_N, hd, L, L, &one, g->v, CUDA_R_16BF, hd, sq,
+                                      g->pr, CUDA_R_16BF, L, ss, &zero, g->o, CUDA_R_16BF, hd, sq, B * H,
+                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        g->flops += 4.0 * B * H * (double)L * L * hd;
+        k_merge_heads<<<dim3(R, H), 64, 0, g->stream>>>(g->o, L, H, hd, g->att);
+        LAUNCHED();
+        if (gemm_nt(g, g->y, g->att, D, bl->wo, D, R, D, D, 1, 0))
+            return -1;
+        k_gate_add<<<grid_for(n), 256, 0, g->stream>>>(g->x, g->y, NULL, g->mod, 6 * D, 2 * D, L, D, n);
+        k_ln_mod<<<R, 256, 0, g->stream>>>(g->x, bl->norm2, g->mod, 6 * D, 3 * D, 4 * D, L, D, (float)c->norm_eps, g->h);
+        LAUNCHED();
+        if (gemm_nt(g, g->y, g->h, D, bl->w_up, D, R, F, D, 1, 0))
+            return -1;
+        k_bias_gelu<<<grid_for((size_t)R * F), 256, 0, g->stream>>>(g->y, bl->b_up, F, (size_t)R * F, g->u);
+        LAUNCHED();
+        if (gemm_nt(g, g->y, g->u, F, bl->w_down, F, R, D, F, 1, 0))
+            return -1;
+        k_gate_add<<<grid_for(n), 256, 0, g->stream>>>(g->x, g->y, bl->b_down, g->mod, 6 * D, 5 * D, L, D, n);
+        LAUNCHED();
+    }
+    // output layer
+    if (gemm_nt(g, g->mod, g->condb, C, g->fada_w, C, B, 2 * D, C, 1, 0))
+        return -1;
+    k_add_rowbias<<<grid_for((size_t)B * 2 * D), 256, 0, g->stream>>>(g->mod, g->fada_b, 2 * D, (size_t)B * 2 * D);
+    k_ln_mod<<<R, 256, 0, g->stream>>>(g->x, g->norm_f, g->mod, 2 * D, 0, D, L, D, (float)c->norm_eps, g->h);
+    LAUNCHED();
+    if (gemm_nt(g, g->logits, g->h, D, g->w_out, D, R, V, D, 1, 0))
+        return -1;
+    k_add_rowbias<<<grid_for((size_t)R * V), 256, 0, g->stream>>>(g->logits, g->b_out, V, (size_t)R * V);
+    LAUNCHED();
+    if (c->use_bias) { // + (alpha / sigma^2) z E^T
+        double sp = gamma < 0 ? log1p(exp(gamma)) - gamma : log1p(exp(-gamma));
+        float k = (float)exp((sp - gamma) / 2);
+        if (gemm_nt(g, g->logits, g->zb, D, g->E, D, R, V, D, k, 1))
+            return -1;
+    }
+    return 0;
+}
+
+// x0 = softmax(logits) E
+static int readout(tb_flow_gpu *g, int R)
+{
+    const tb_flow_config *c = &g->cfg;
+    int D = c->hidden, V = c->vocab;
+    k_softmax_rows<<<R, 1024, 0, g->stream>>>(g->logits, V, g->probs);
+    LAUNCHED();
+    float one = 1.0f, zero = 0.0f;
+    CB(cublasGemmEx(g->blas, CUBLAS_OP_N, CUBLAS_OP_N, D, R, V, &one, g->E, CUDA_R_16BF, D, g->probs, CUDA_R_16BF, V,
+                    &zero, g->x0, CUDA_R_32F, D, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    g->flops += 2.0 * R * V * D;
+    return 0;
+}
+
+static int set_prompt(tb_flow_gpu *g, const tb_flow_params *p, float *zz, double gamma, int R, int L, int gen0)
+{
+    double a = sqrt(1 / (1 + exp(gamma))), s = sqrt(1 / (1 + exp(-gamma)));
+    k_set_prompt<<<R, 256, 0, g->stream>>>(zz, g->xsc, g->tok, g->pad, g->E, g->noise, L, gen0, g->cfg.hidden, (float)a,
+                                           (float)s, p->prompt == TB_FLOW_PROMPT_NOISED);
+    LAUNCHED();
+    return 0;
+}
+
+extern "C" int tb_flow_gpu_sample(tb_flow_gpu *g, const tb_flow_params *p, int32_t *tokens, const int *pad, int B,
+                                  int L, int gen0, const float *noise, int *forwards, tb_flow_progress progress,
+                                  void *progress_ctx, float *final_logits, int64_t *peak_bytes, double *flops)
+{
+    const tb_flow_config *c = &g->cfg;
+    int N = p->steps, D = c->hidden, V = c->vocab;
+    *forwards = 0;
+    g->flops = 0;
+    g->peak = g->held;
+    if (N < 1 || gen0 < 0 || gen0 >= L || B < 1)
+        return fail(g, "flow sample: steps %d, canvas %d from %d", N, L, gen0);
+    if (reserve(g, B, L))
+        return -1;
+    size_t R = (size_t)B * L, n = R * D;
+    int *padz = (int *)calloc((size_t)B, sizeof(int));
+    double *gs = (double *)malloc((size_t)N * sizeof(double));
+    if (!padz || !gs) {
+        free(padz);
+        free(gs);
+        return fail(g, "out of host memory");
+    }
+    tb_flow_schedule(c, N, gs);
+    int rc = 0;
+#define TRY(x)                                                                                                     \
+    do {                                                                                                           \
+        if (rc == 0 && (x))                                                                                        \
+            rc = -1;                                                                                               \
+    } while (0)
+    TRY(cudaMemcpyAsync(g->tok, tokens, R * sizeof(int32_t), cudaMemcpyHostToDevice, g->stream) != cudaSuccess);
+    TRY(cudaMemcpyAsync(g->pad, pad ? pad : padz, (size_t)B * sizeof(int), cudaMemcpyHostToDevice, g->stream) !=
+        cudaSuccess);
+    TRY(cudaMemcpyAsync(g->noise, noise, n * sizeof(float), cudaMemcpyHostToDevice, g->stream) != cudaSuccess);
+    TRY(cudaMemcpyAsync(g->z, g->noise, n * sizeof(float), cudaMemcpyDeviceToDevice, g->stream) != cudaSuccess);
+    TRY(cudaMemsetAsync(g->xsc, 0, n * sizeof(float), g->stream) != cudaSuccess);
+    if (rc)
+        fail(g, "upload: %s", cudaGetErrorString(cudaGetLastError()));
+#define FORWARD(zz, gamma)                                                                                         \
+    do {                                                                                                           \
+        TRY(forward(g, zz, gamma, B, L));                                                                          \
+        if (rc == 0) {                                                                                             \
+            ++*forwards;                                                                                           \
+            if (progress && progress(progress_ctx, *forwards - 1) != 0)                                            \
+                rc = fail(g, "stopped after %d forwards", *forwards);                                             \
+        }                                                                                                          \
+    } while (0)
+    for (int i = 0; rc == 0 && i + 1 < N; i++) {
+        double t = gs[i], s = gs[i + 1];
+        double at = sqrt(1 / (1 + exp(t))), st = sqrt(1 / (1 + exp(-t)));
+        double as = sqrt(1 / (1 + exp(s))), ss = sqrt(1 / (1 + exp(-s)));
+        TRY(set_prompt(g, p, g->z, t, (int)R, L, gen0));
+        FORWARD(g->z, t);
+        TRY(readout(g, (int)R));
+        if (rc)
+            break;
+        if (p->solver == TB_FLOW_EULER) {
+            k_euler<<<grid_for(n), 256, 0, g->stream>>>(g->z, g->x0, n, (float)as, (float)(ss / st), (float)at);
+            TRY(cudaMemcpyAsync(g->xsc, g->x0, n * sizeof(float), cudaMemcpyDeviceToDevice, g->stream) != cudaSuccess);
+            continue;
+        }
+        double rt = st / at, rs = ss / as;
+        k_heun1<<<grid_for(n), 256, 0, g->stream>>>(g->z, g->x0, g->e1, g->y2, n, (float)at, (float)rt, (float)rs,
+                                                    (float)as);
+        TRY(cudaMemcpyAsync(g->xsc, g->x0, n * sizeof(float), cudaMemcpyDeviceToDevice, g->stream) != cudaSuccess);
+        TRY(set_prompt(g, p, g->y2, s, (int)R, L, gen0));
+        FORWARD(g->y2, s);
+        TRY(readout(g, (int)R));
+        if (rc)
+            break;
+        k_heun2<<<grid_for(n), 256, 0, g->stream>>>(g->z, g->y2, g->x0, g->e1, n, (float)at, (float)as, (float)rt,
+                                                    (float)rs);
+        TRY(cudaMemcpyAsync(g->xsc, g->x0, n * sizeof(float), cudaMemcpyDeviceToDevice, g->stream) != cudaSuccess);
+    }
+    if (rc == 0) {
+        TRY(set_prompt(g, p, g->z, gs[N - 1], (int)R, L, gen0));
+        FORWARD(g->z, gs[N - 1]);
+    }
+#undef FORWARD
+    if (rc == 0) {
+        k_argmax<<<(unsigned)R, 1024, 0, g->stream>>>(g->logits, V, g->out_tok);
+        int32_t *out = (int32_t *)malloc(R * sizeof(int32_t));
+        TRY(!out);
+        TRY(cudaMemcpyAsync(out, g->out_tok, R * sizeof(int32_t), cudaMemcpyDeviceToHost, g->stream) != cudaSuccess);
+        if (final_logits)
+            TRY(cudaMemcpyAsync(final_logits, g->logits, R * V * sizeof(float), cudaMemcpyDeviceToHost, g->stream) !=
+                cudaSuccess);
+        TRY(cudaStreamSynchronize(g->stream) != cudaSuccess);
+        if (rc == 0)
+            for (int b = 0; b < B; b++)
+                for (int i = gen0; i < L; i++)
+                    tokens[(size_t)b * L + i] = out[(size_t)b * L + i];
+        else if (!g->error[0])
+            fail(g, "sampling: %s", cudaGetErrorString(cudaGetLastError()));
+        free(out);
+    }
+#undef TRY
+    free(padz);
+    free(gs);
+    if (peak_bytes)
+        *peak_bytes = (int64_t)g->peak;
+    if (flops)
+        *flops = g->flops;
+    return rc;
+}

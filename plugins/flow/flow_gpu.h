@@ -1,0 +1,49 @@
+/* flow_gpu.h — the flow model and its samplers on an NVIDIA GPU (CUDA,
+ * cuBLAS): bf16 weights, cuBLAS GEMMs with float32 accumulation, a float32
+ * state; the whole sampler on the device (z, x_sc and x0 never leave it;
+ * only the final tokens come back). The CPU path (flow_cpu.c,
+ * flow_sampler.c) is its reference (tests/gpu/test_gpu.c).
+ *
+ * Built only with CUDA (TB_HAVE_CUDA); functions return -1 with a message
+ * (tb_flow_gpu_error) on any CUDA or cuBLAS failure, out of memory
+ * included. */
+#ifndef TB_FLOW_GPU_H
+#define TB_FLOW_GPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "flow_model.h"
+#include "flow_sampler.h"
+
+typedef struct tb_flow_gpu tb_flow_gpu;
+
+/* From a CPU model (its weights rounded to bf16), or, with cpu == NULL,
+ * preset `preset` (flow_model.h's names) with seeded random weights made
+ * on the device (an 8B-class preset never exists on the host). */
+int tb_flow_gpu_create(tb_flow_gpu **out, const tb_flow_model *cpu, const char *preset, uint64_t seed, char *err,
+                       size_t err_size);
+void tb_flow_gpu_free(tb_flow_gpu *g);
+const tb_flow_config *tb_flow_gpu_config(const tb_flow_gpu *g);
+int64_t tb_flow_gpu_params(const tb_flow_gpu *g);
+const char *tb_flow_gpu_device_name(const tb_flow_gpu *g);
+const char *tb_flow_gpu_error(const tb_flow_gpu *g);
+
+/* tb_flow_sample on the device: the same arguments and meaning
+ * (flow_sampler.h). final_logits (host [B][L][V], may be NULL): the last
+ * forward's logits, for tests. Device memory: the most it held,
+ * *peak_bytes (may be NULL). FLOPs of the forwards run, by count, into
+ * *flops (may be NULL). */
+int tb_flow_gpu_sample(tb_flow_gpu *g, const tb_flow_params *p, int32_t *tokens, const int *pad, int B, int L,
+                       int gen0, const float *noise, int *forwards, tb_flow_progress progress, void *progress_ctx,
+                       float *final_logits, int64_t *peak_bytes, double *flops);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
