@@ -128,8 +128,11 @@ static void finish_case(run_state *rs, const tb_case *c, case_outcome *o, tb_cas
     if (strcmp(o->status, "ok") == 0) {
         rs->sum->ok++;
         const tb_stats *agg = find_metric(rec, "agg_tps"), *req = find_metric(rec, "req_tps");
-        snprintf(detail, sizeof detail, "%.1f tok/s aggregate, %.1f tok/s per request (median of %zu)",
-                 agg ? agg->median : NAN, req ? req->median : NAN, agg ? agg->n : 0);
+        /* Each median says what it is the median of (the registry's
+         * samples: calls, requests). */
+        snprintf(detail, sizeof detail, "%.1f tok/s aggregate (median of %zu %s), %.1f tok/s per request (median of %zu %s)",
+                 agg ? agg->median : NAN, agg ? agg->n : 0, tb_metric_find("agg_tps")->samples,
+                 req ? req->median : NAN, req ? req->n : 0, tb_metric_find("req_tps")->samples);
     } else if (strcmp(o->status, "failed") == 0) {
         rs->sum->failed++;
     } else {

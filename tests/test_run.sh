@@ -87,7 +87,7 @@ grep -q "side by side" "$tmp/quick.out" || fail "no side-by-side table in run ou
 n=$(q "$db" "select count(*) from summary where status = 'ok'")
 expected=$("$tb" run "$quick" --dry-run | grep -c '^  #')
 [ "$n" = "$expected" ] && [ "$n" -gt 0 ] || fail "summary has $n ok rows, plan had $expected cases"
-[ "$(q "$db" "select count(*) from summary where cpu = '' or gpu is null or median_tps is null or req_tps_p5 > median_tps")" = 0 ] \
+[ "$(q "$db" "select count(*) from summary where cpu = '' or gpu is null or req_tps_median is null or req_tps_p5 > req_tps_median")" = 0 ] \
     || fail "summary rows lack machine metadata or figures"
 [ "$(q "$db" "select status from session")" = completed ] || fail "session not completed"
 # every measured sample is stored, warm-ups flagged

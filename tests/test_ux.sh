@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# The terminal experience (issue 17), end to end on the null backend:
+#   1. progress: the workers' log lines never share a line with the
+#      progress bar on a terminal; the bar fits the terminal and shows
+#      the calls of the case in flight and an ETA; output that is not a
+#      terminal has no control codes;
+#   2. show's case table fits the terminal (or --width), leaves out the
+#      empty columns, names what it left out; a pipe keeps every column;
+#   3. labels say what they count (calls, requests, p5);
+#   4. readers never create a database; a file they cannot write is read
+#      without being changed (an older schema through a copy in memory);
+#   5. sessions in time order after a merge; the report's history chart
+#      draws every case (12 of one backend);
+#   6. suite errors: every one at once (parse, options, files), each with
+#      the suite's file:line, before anything runs.
+#
+# usage: test_ux.sh BUILD_DIR SOURCE_DIR
+set -uo pipefail
+build=$(cd "$1" && pwd)
+src=$(cd "$2" && pwd)
+tb="$build/tokbench"
+null="$build/plugins/null/null.so"
+command -v sqlite3 >/dev/null || { echo "SKIP: sqlite3 not installed"; exit 77; }
+command -v python3 >/dev/null || { echo "SKIP: python3 not installed"; exit 77; }
+# Under the build folder: other tests may clean /tmp while this one runs.
+tmp=$(mktemp -d "$build/test-ux.XXXXXX")
+trap 'chmod -R u+w "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+pass() { echo "ok: $*"; }
+q() { sqlite3 -batch -noheader "$1" "$2"; }
+pty() { env -u COLUMNS python3 "$src/tests/pty_run.py" "$@"; } # COLUMNS OUT COMMAND...
+
+# A null backend over 12 batch sizes: 12 short cases.
+cat >"$tmp/twelve.ini" <<EOF
+[suite]
+name = twelve
+warmup = 0
+repeat = 2
+[matrix]
+prompt_tokens = 8
+max_new_tokens = 4
+batch = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12
+[backend n]
+plugin = $null
+step_us = 100
+EOF
+
+# --- 3. labels: what each median is of
+"$tb" run "$tmp/twelve.ini" --db "$tmp/h.db" --filter batch=3 >"$tmp/l.out" 2>"$tmp/l.err" || fail "run twelve batch=3"
+grep -qE '^\[1/1\] ok +n prompt_tokens=8 max_new_tokens=4 batch=3: [0-9.]+ tok/s aggregate \(median of 2 calls\), [0-9.]+ tok/s per request \(median of 6 requests\)$' "$tmp/l.err" \
+    || fail "run's case line does not say what its medians are of: $(grep '^\[1/1\]' "$tmp/l.err")"
+head=$(grep -m1 '^backend ' "$tmp/l.out")
+for want in "req tok/s" "req tok/s p5" "agg tok/s" "calls"; do
+    [[ "$head" == *"  $want  "* || "$head" == *"  $want" ]] || fail "show's header lacks \"$want\": $head"
+done
+[[ "$head" == *"p95 tok/s"* || "$head" == *" runs"* ]] && fail "show's header has an old label: $head"
+grep -q '^req tok/s p5: its 5th percentile, the rate 95% of requests reach' "$tmp/l.out" || fail "show's footnote on p5"
+[ "$(q "$tmp/h.db" "select calls || ' ' || (req_tps_median > 0) || ' ' || (req_tps_p5 <= req_tps_median) from summary")" = "2 1 1" ] \
+    || fail "summary view: calls, req_tps_median"
+"$tb" history --backend n --metric req_tps --db "$tmp/h.db" | grep -q '  status  requests  median' || fail "history of req_tps: n not named requests"
+"$tb" history --backend n --db "$tmp/h.db" | grep -q '  status  calls  median' || fail "history of agg_tps: n not named calls"
+pass "labels: median of 2 calls / 6 requests, req tok/s p5, calls; summary calls, req_tps_median"
+
+# --- 2. the case table fits the terminal
+"$tb" run "$tmp/twelve.ini" --db "$tmp/h.db" >/dev/null 2>&1 || fail "run twelve"
+"$tb" show --db "$tmp/h.db" >"$tmp/pipe.out" || fail "show to a pipe"
+head=$(grep -m1 '^backend ' "$tmp/pipe.out")
+for want in "req tok/s p5" "decode tok/s" "TPOT ms" "E2E p95" "NFE" "tok/fwd" "CV" "calls"; do
+    [[ "$head" == *"$want"* ]] || fail "show to a pipe lacks \"$want\" (a pipe keeps every column): $head"
+done
+[[ "$head" == *"dev MiB"* ]] && fail "show keeps dev MiB, which no case has (null measures no device memory)"
+grep -q 'left out to fit' "$tmp/pipe.out" && fail "show to a pipe left columns out"
+table() { sed -n '/^backend /,/^$/p' "$1"; } # the case table, header to the blank line
+for w in 80 100 120; do
+    "$tb" show --db "$tmp/h.db" --width $w >"$tmp/w$w.out" || fail "show --width $w"
+    long=$(table "$tmp/w$w.out" | awk -v w=$w 'length($0) > w' | wc -l)
+    [ "$long" = 0 ] || fail "show --width $w: $long lines of the table are wider: $(table "$tmp/w$w.out" | head -3)"
+    table "$tmp/w$w.out" | grep -q '^backend .*agg tok/s' || fail "show --width $w left out agg tok/s"
+    grep -q "^(left out to fit $w columns: " "$tmp/w$w.out" || fail "show --width $w does not say what it left out"
+    # the note ends with where to see every column, wrapped to the width
+    sed -n '/^(left out/,/csv)$/p' "$tmp/w$w.out" | awk -v w=$w 'length($0) > w {bad = 1} END {exit bad}' \
+        || fail "show --width $w: the note is wider than $w"
+    tr '\n' ' ' <"$tmp/w$w.out" | grep -q 'tokbench show --wide; every figure: tokbench export SESSION --format csv)' \
+        || fail "show --width $w: the note does not say where to see them"
+done
+# what is left out at 80 is left out in order: calls (12) before CV (9) before req tok/s p5 (6)
+note=$(sed -n '/^(left out/,/csv)$/p' "$tmp/w80.out" | tr '\n' ' ')
+[[ "$note" == *"req tok/s p5"*"CV"*"calls"* ]] || fail "the note lists the columns in table order: $note"
+# a terminal of 90 columns: fitted; --wide: every column
+pty 90 "$tmp/tty.out" "$tb" show --db "$tmp/h.db" || fail "show on a terminal"
+long=$(tr -d '\r' <"$tmp/tty.out" | table /dev/stdin | awk 'length($0) > 90' | wc -l)
+[ "$long" = 0 ] || fail "show on a 90-column terminal: $long table lines wider"
+grep -q '^(left out to fit 90 columns' "$tmp/tty.out" || fail "show on a 90-column terminal: no note"
+COLUMNS=100 python3 "$src/tests/pty_run.py" 90 "$tmp/tty100.out" "$tb" show --db "$tmp/h.db"
+grep -q '^(left out to fit 100 columns' "$tmp/tty100.out" || fail "COLUMNS=100 on a terminal is not the width"
+pty 90 "$tmp/wide.out" "$tb" show --db "$tmp/h.db" --wide
+grep -q 'left out' "$tmp/wide.out" && fail "show --wide left columns out"
+[ "$(grep -m1 '^backend ' "$tmp/wide.out")" = "$head" ] || fail "show --wide on a terminal differs from a pipe's header"
+pass "show: empty columns left out; fits --width 80/100/120, a 90-column terminal and COLUMNS; a pipe and --wide keep every column"
+
+# --- 4. readers never create a database
+for cmd in "sessions" "show" "report" "report --format html" "export last --format csv" "compare 1 2" \
+    "history --backend n"; do
+    # shellcheck disable=SC2086
+    "$tb" $cmd --db "$tmp/typo.db" >/dev/null 2>"$tmp/typo.err"
+    rc=$?
+    [ $rc = 1 ] || fail "$cmd on a missing database: exit $rc, expected 1"
+    grep -q "typo.db: no such database" "$tmp/typo.err" || fail "$cmd: message $(cat "$tmp/typo.err")"
+    [ -e "$tmp/typo.db" ] && { fail "$cmd created typo.db"; rm -f "$tmp/typo.db"; }
+done
+# a file the reader cannot write: a user without write access to it and
+# its folder; an older schema (version 6) is read, not migrated
+mkdir "$tmp/ro"
+cp "$tmp/h.db" "$tmp/ro/cur.db"
+cp "$tmp/h.db" "$tmp/ro/old.db"
+q "$tmp/ro/old.db" "pragma user_version = 6" # migration 7 only renames view columns: it applies again
+q "$tmp/ro/cur.db" "pragma journal_mode" >/dev/null
+as_reader() { "$@"; }
+if [ "$(id -u)" = 0 ]; then
+    if command -v setpriv >/dev/null; then
+        as_reader() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
+    else
+        as_reader() { :; }
+        echo "note: root without setpriv: the read-only reader is not checked"
+    fi
+fi
+chmod 755 "$tmp" && chmod 555 "$tmp/ro" && chmod 444 "$tmp/ro/"*.db
+before=$(cd "$tmp/ro" && sha256sum cur.db old.db)
+as_reader "$tb" sessions --db "$tmp/ro/cur.db" >"$tmp/ro.out" 2>"$tmp/ro.err" || fail "sessions of a read-only file: $(cat "$tmp/ro.err")"
+grep -q ' twelve ' "$tmp/ro.out" || fail "sessions of a read-only file: $(cat "$tmp/ro.out")"
+as_reader "$tb" show --db "$tmp/ro/old.db" --width 200 >"$tmp/ro.out" 2>"$tmp/ro.err" || fail "show of a read-only older file: $(cat "$tmp/ro.err")"
+grep -q '^backend .*calls' "$tmp/ro.out" || fail "show of a read-only older file: not read through schema 7"
+as_reader "$tb" export last --format csv --db "$tmp/ro/old.db" >"$tmp/ro.csv" || fail "export of a read-only older file"
+head -1 "$tmp/ro.csv" | grep -q ',calls,' || fail "export of a read-only older file: $(head -1 "$tmp/ro.csv")"
+[ "$(cd "$tmp/ro" && sha256sum cur.db old.db)" = "$before" ] || fail "a reader changed a file it cannot write"
+[ "$(ls "$tmp/ro")" = "$(printf 'cur.db\nold.db')" ] || fail "a reader left files: $(ls "$tmp/ro")"
+[ "$(q "$tmp/ro/old.db" "pragma user_version")" = 6 ] || fail "the older file was migrated"
+chmod 755 "$tmp/ro" && chmod 644 "$tmp/ro/"*.db
+# one it can write is migrated, as every open does
+"$tb" sessions --db "$tmp/ro/old.db" >/dev/null || fail "sessions of a writable older file"
+[ "$(q "$tmp/ro/old.db" "pragma user_version")" = "$(q "$tmp/h.db" "pragma user_version")" ] || fail "a writable older file was not migrated"
+pass "readers: a missing database is an error, never created; a read-only file (older schema too) read unchanged"
+
+# --- 5. sessions in time order after a merge; every case in the history chart
+sed 's/^name = twelve/name = older/' "$tmp/twelve.ini" >"$tmp/older.ini"
+"$tb" run "$tmp/older.ini" --db "$tmp/a.db" --filter batch=1 >/dev/null 2>&1 || fail "run older"
+"$tb" run "$tmp/twelve.ini" --db "$tmp/b.db" --filter batch=1 >/dev/null 2>&1 || fail "run newer"
+"$tb" db merge "$tmp/a.db" --db "$tmp/b.db" >/dev/null || fail "merge"
+# the merged session is older (started first) but has the higher id
+[ "$(q "$tmp/b.db" "select group_concat(suite_name, ' ') from (select suite_name from session order by id)")" = "twelve older" ] \
+    || fail "merge did not append the older session"
+order=$("$tb" sessions --db "$tmp/b.db" | awk 'NR > 2 {print $3}' | tr '\n' ' ')
+[ "$order" = "twelve older " ] || fail "sessions after a merge: $order, expected newest first (twelve older)"
+"$tb" show last --db "$tmp/b.db" | head -1 | grep -q 'suite twelve' || fail "show last after a merge is not the newest session"
+"$tb" run "$tmp/twelve.ini" --db "$tmp/h.db" >/dev/null 2>&1 || fail "run twelve again"
+"$tb" report --db "$tmp/h.db" --format html -o "$tmp/h.html" 2>/dev/null || fail "report html"
+python3 - "$tmp/h.html" >"$tmp/hist.txt" <<'EOF' || fail "history charts: $(cat "$tmp/hist.txt")"
+import re, sys
+html = open(sys.argv[1], encoding="utf-8").read()
+figs = re.findall(r'<figure class="chart" data-kind="history">(.*?)</figure>', html, re.S)
+series = [set(re.findall(r'data-series="([^"]*)"', f)) for f in figs]
+every = set().union(*series) if series else set()
+print(len(figs), [len(s) for s in series], len(every))
+ok = len(figs) == 2 and [len(s) for s in series] == [7, 5] and len(every) == 12
+ok &= all("cases 8-12 of 12" in f for f in figs[1:])
+sys.exit(0 if ok else 1)
+EOF
+pass "sessions newest first after a merge (show last too); history: 12 cases in 2 charts ($(cat "$tmp/hist.txt"))"
+
+[ $failures = 0 ] && echo "all passed" || echo "$failures failed"
+[ $failures = 0 ]
