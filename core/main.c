@@ -469,28 +469,33 @@ static int run_suite(int argc, char **argv, const char *cmdline)
         free(c.filters);
         return 2;
     }
+    /* Every error of the suite at once, so that one run lists all there
+     * is to fix: what does not parse, then what the plan finds in what
+     * did (plugins, options, the plugins' own checks, the prompt set,
+     * missing files), then cases too large to measure. */
     tb_suite suite;
     char *err = NULL;
-    if (tb_suite_load(c.pos[0], &suite, &err) != 0) {
-        fprintf(stderr, "tokbench: suite errors:\n%s", err);
-        free(err);
-        free(c.filters);
-        return 2;
-    }
+    tb_str errors = {0};
+    if (tb_suite_parse(c.pos[0], &suite, &err) != 0)
+        tb_str_append(&errors, err);
+    free(err);
     tb_plan plan;
-    if (tb_plan_build(&suite, &plan, &err) != 0) {
-        fprintf(stderr, "tokbench: suite errors:\n%s", err);
-        free(err);
-        tb_suite_free(&suite);
-        free(c.filters);
-        return 2;
-    }
+    int planned = tb_plan_build(&suite, &plan, &err) == 0;
+    if (!planned)
+        tb_str_append(&errors, err);
+    free(err);
+    err = NULL;
     /* every case of the suite, --filter or not: an absurd one is an error
      * in the suite (and a --dry-run says so) */
-    if (tb_plan_check_sizes(&plan, &err) != 0) {
-        fprintf(stderr, "tokbench: suite errors:\n%s", err);
-        free(err);
-        tb_plan_free(&plan);
+    if (planned && tb_plan_check_sizes(&plan, &err) != 0)
+        tb_str_append(&errors, err);
+    free(err);
+    err = NULL;
+    if (errors.len) {
+        fprintf(stderr, "tokbench: suite errors:\n%s", errors.s);
+        tb_str_free(&errors);
+        if (planned)
+            tb_plan_free(&plan);
         tb_suite_free(&suite);
         free(c.filters);
         return 2;

@@ -168,5 +168,67 @@ sys.exit(0 if ok else 1)
 EOF
 pass "sessions newest first after a merge (show last too); history: 12 cases in 2 charts ($(cat "$tmp/hist.txt"))"
 
+# --- 6. every suite error at once, each at its file:line, before anything runs
+ar="$build/plugins/ar/ar.so"
+http="$build/plugins/http/http.so"
+mkdir -p "$tmp/s/sub"
+cat >"$tmp/s/bad.ini" <<EOF
+[suite]
+repeat = many
+[matrix]
+max_new_tokens = 4
+batch = 1, x
+[prompts]
+file = nope.jsonl
+[backend a]
+plugin = $null
+step_us = fast
+[backend m]
+plugin = $ar
+model = ../models/none
+[backend p]
+plugin = nosuch
+EOF
+want=(
+    "bad.ini:2: repeat: expected an integer"
+    "bad.ini:5: batch: expected an integer >= 1, got \"x\""
+    "bad.ini:15: plugin: plugin nosuch: not found"
+    "bad.ini:10: step_us: expected an int"
+    "bad.ini:13: model: \"$tmp/s/../models/none\": No such file or directory (plugin ar loads a model folder or file here)"
+    "bad.ini:7: file: \"nope.jsonl\": No such file or directory (expected a JSONL prompt set)"
+)
+if [ -f "$http" ]; then
+    printf '[backend t]\nplugin = %s\ntokenizer = sub/tokenizer.json\n' "$http" >>"$tmp/s/bad.ini"
+    cp "$src/models/tiny-llama-random/tokenizer.json" "$tmp/s/sub/"
+    # a path of an option is opened from the working directory; the hint names the one beside the suite
+    want+=("bad.ini:18: tokenizer: [backend t] \"sub/tokenizer.json\": No such file or directory (a path of an option is opened from the working directory; \"$tmp/s/sub/tokenizer.json\" exists: write that)")
+fi
+(cd "$tmp" && "$tb" run "$tmp/s/bad.ini" --db "$tmp/bad.db" >"$tmp/bad.out" 2>"$tmp/bad.err")
+rc=$?
+[ $rc = 2 ] || fail "a suite with errors: exit $rc, expected 2"
+[ -e "$tmp/bad.db" ] && fail "a suite with errors made a database: something ran"
+[ "$(head -1 "$tmp/bad.err")" = "tokbench: suite errors:" ] || fail "suite errors: first line $(head -1 "$tmp/bad.err")"
+for w in "${want[@]}"; do
+    grep -qF -- "$tmp/s/$w" "$tmp/bad.err" || fail "suite errors lack: $w"
+done
+n=$(($(wc -l <"$tmp/bad.err") - 1))
+[ "$n" = "${#want[@]}" ] || fail "suite errors: $n lines, expected ${#want[@]}: $(cat "$tmp/bad.err")"
+# a missing model alone: an error at its line, no backend process started
+printf '[suite]\nrepeat = 1\n[matrix]\nmax_new_tokens = 4\n[backend m]\nplugin = %s\nmodel = %s\n' "$ar" "$tmp/no-model" >"$tmp/s/model.ini"
+"$tb" run "$tmp/s/model.ini" --db "$tmp/bad.db" >/dev/null 2>"$tmp/model.err"
+rc=$?
+[ $rc = 2 ] && grep -qF "model.ini:7: model: \"$tmp/no-model\": No such file or directory" "$tmp/model.err" \
+    || fail "a missing model: exit $rc, $(cat "$tmp/model.err")"
+grep -q '^\[1/' "$tmp/model.err" && fail "a missing model: a case ran"
+printf '[suite]\nrepeat = 1\n[backend m]\nplugin = %s\n' "$ar" >"$tmp/s/nomodel.ini"
+"$tb" run "$tmp/s/nomodel.ini" --dry-run >/dev/null 2>"$tmp/model.err"
+grep -qF "nomodel.ini:3: model: [backend m] has no model = (plugin ar loads" "$tmp/model.err" \
+    || fail "no model = for ar: $(cat "$tmp/model.err")"
+"$tb" plugins "$ar" | grep -q 'capabilities: .*model_path' || fail "plugins ar: no model_path capability"
+if [ -f "$http" ]; then
+    "$tb" plugins "$http" | grep -q 'path (checked to exist when the suite loads)' || fail "plugins http: tokenizer not a path"
+fi
+pass "suite errors: ${#want[@]} at once (parse, plugin, option, model, prompt set$([ -f "$http" ] && echo ", tokenizer")), each at its line; a missing model before any case"
+
 [ $failures = 0 ] && echo "all passed" || echo "$failures failed"
 [ $failures = 0 ]
