@@ -38,13 +38,20 @@ int tb_wire_send(int fd, uint32_t type, const void *payload, size_t len)
 
 void tb_wire_reader_init(tb_wire_reader *r, int fd)
 {
-    *r = (tb_wire_reader){.fd = fd};
+    *r = (tb_wire_reader){.fd = fd, .side_fd = -1};
 }
 
 void tb_wire_reader_free(tb_wire_reader *r)
 {
     free(r->buf);
-    *r = (tb_wire_reader){.fd = -1};
+    *r = (tb_wire_reader){.fd = -1, .side_fd = -1};
+}
+
+void tb_wire_reader_watch(tb_wire_reader *r, int fd, int (*side)(void *ctx), void *ctx)
+{
+    r->side_fd = side ? fd : -1;
+    r->side = side;
+    r->side_ctx = ctx;
 }
 
 tb_wire_rc tb_wire_read(tb_wire_reader *r, int64_t deadline_ns, volatile int *interrupted, tb_wire_frame *f)
@@ -88,12 +95,20 @@ tb_wire_rc tb_wire_read(tb_wire_reader *r, int64_t deadline_ns, volatile int *in
         }
         if (interrupted && (timeout_ms < 0 || timeout_ms > 200))
             timeout_ms = 200;
-        struct pollfd pfd = {.fd = r->fd, .events = POLLIN};
-        int n = poll(&pfd, 1, timeout_ms);
+        struct pollfd pfd[2] = {{.fd = r->fd, .events = POLLIN}, {.fd = r->side_fd, .events = POLLIN}};
+        int n = poll(pfd, r->side_fd >= 0 ? 2 : 1, timeout_ms);
         if (n < 0 && errno != EINTR)
             return TB_WIRE_ERROR;
         if (n <= 0)
             continue;
+        /* Frames first: what the other end wrote before its next side
+         * output is handled before it (a worker's progress before the
+         * next call's log lines). */
+        if (r->side_fd >= 0 && pfd[1].revents && !pfd[0].revents) {
+            if (r->side(r->side_ctx) != 0)
+                r->side_fd = -1;
+            continue;
+        }
         ssize_t got = read(r->fd, r->buf + r->len, r->cap - r->len);
         if (got < 0 && (errno == EINTR || errno == EAGAIN))
             continue;

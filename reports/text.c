@@ -507,10 +507,11 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out, size_t width)
         fprintf(stderr, "tokbench: %s\n", err);
         free(err);
     }
-    fprintf(out, "\nreq tok/s: one request's output tokens / its E2E time, median over the requests;\n"
-                 "req tok/s p5: its 5th percentile, the rate 95%% of requests reach (the slow tail);\n"
+    /* lines of 79 columns at most: an 80-column terminal */
+    fprintf(out, "\nreq tok/s: a request's output tokens / its E2E time, median over the requests;\n"
+                 "req tok/s p5: its 5th percentile, the rate 95%% of requests reach (slow tail);\n"
                  "agg tok/s: all output tokens of a call / its wall time, median over the calls\n"
-                 "(calls: measured generate() calls); decode: agg without prefill. docs/METRICS.md\n");
+                 "(calls: the measured generate() calls); decode: no prefill. docs/METRICS.md\n");
     for (size_t k = 0; k < n_keys; k++) {
         for (size_t b = 0; b < n_backends; b++)
             free(cells[k][b]);

@@ -46,6 +46,54 @@ plugin = $null
 step_us = 100
 EOF
 
+# --- 1. progress on a terminal: log lines on lines of their own, the bar
+# within the terminal, the case's repetitions and an ETA; none of it in a file
+cat >"$tmp/log.ini" <<EOF
+[suite]
+warmup = 1
+repeat = 3
+[matrix]
+prompt_tokens = 8
+max_new_tokens = 8
+batch = 1, 2
+[backend logger]
+plugin = $null
+step_us = 20000
+log_lines = 2
+EOF
+pty 80 "$tmp/pty.out" "$tb" run "$tmp/log.ini" --db "$tmp/log.db" || fail "run on a terminal"
+"$tb" run "$tmp/log.ini" --db "$tmp/log.db" >/dev/null 2>"$tmp/plain.err" || fail "run into a file"
+python3 - "$tmp/pty.out" "$tmp/plain.err" >"$tmp/progress.txt" <<'EOF' || fail "progress: $(cat "$tmp/progress.txt")"
+import re, sys
+tty = open(sys.argv[1], "rb").read().decode()
+plain = open(sys.argv[2], "rb").read().decode()
+bad = []
+# 8 calls x 2 lines, in both: every line relayed, none lost
+for name, text in (("terminal", tty), ("file", plain)):
+    for what in ("scripted log line", "scripted stderr line"):
+        n = text.count(what)
+        if n != 8:
+            bad.append(f"{name}: {n} '{what}', expected 8")
+# on the terminal, a log line starts its line: what precedes it since the
+# last newline is nothing, or a bar cleared by \r ESC[K
+for m in re.finditer(r"(\[logger\] info: call|null: call) \d+", tty):
+    before = tty[tty.rfind("\n", 0, m.start()) + 1:m.start()]
+    if before and not before.endswith("\r\x1b[K"):
+        bad.append(f"a log line shares its line with {before!r}")
+# every bar (the text a \r ends: it is cleared) within 79 columns of the 80
+for seg in re.findall(r"([^\r\n]*)\r", tty.replace("\x1b[K", "")):
+    if len(seg) > 79:
+        bad.append(f"a bar of {len(seg)} columns: {seg!r}")
+for want in ("rep 2/3", "ETA ", "[2/2] ok"):
+    if want not in tty:
+        bad.append(f"the terminal never showed {want!r}")
+if "\x1b" in plain or "\r" in plain:
+    bad.append("control codes in a file")
+print("; ".join(bad) if bad else "ok")
+sys.exit(1 if bad else 0)
+EOF
+pass "progress: 16 worker log lines relayed on their own lines, bars within 80 columns with reps and ETA; a file gets no control codes"
+
 # --- 3. labels: what each median is of
 "$tb" run "$tmp/twelve.ini" --db "$tmp/h.db" --filter batch=3 >"$tmp/l.out" 2>"$tmp/l.err" || fail "run twelve batch=3"
 grep -qE '^\[1/1\] ok +n prompt_tokens=8 max_new_tokens=4 batch=3: [0-9.]+ tok/s aggregate \(median of 2 calls\), [0-9.]+ tok/s per request \(median of 6 requests\)$' "$tmp/l.err" \
