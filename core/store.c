@@ -363,7 +363,16 @@ int tb_store_open_reader(const char *path, tb_store **out, char **err)
         *err = tb_xasprintf("%s: is a folder, not a database", path);
         return -1;
     }
-    if (access(path, W_OK) == 0)
+    /* Writable: the file, and its folder for the -wal and -shm files. */
+    char *dir = tb_xstrdup(path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        strcpy(dir, ".");
+    else
+        slash[slash == dir] = '\0'; /* "/x.db": "/" */
+    int writable = access(path, W_OK) == 0 && access(dir, W_OK) == 0;
+    free(dir);
+    if (writable)
         return open_db(path, SQLITE_OPEN_READWRITE, out, err);
     sqlite3 *db;
     char *why = NULL;

@@ -184,6 +184,11 @@ head -1 "$tmp/ro.csv" | grep -q ',calls,' || fail "export of a read-only older f
 [ "$(cd "$tmp/ro" && sha256sum cur.db old.db)" = "$before" ] || fail "a reader changed a file it cannot write"
 [ "$(ls "$tmp/ro")" = "$(printf 'cur.db\nold.db')" ] || fail "a reader left files: $(ls "$tmp/ro")"
 [ "$(q "$tmp/ro/old.db" "pragma user_version")" = 6 ] || fail "the older file was migrated"
+# a file it may write in a folder it may not (no room for -wal, -shm): read-only too
+chmod 666 "$tmp/ro/old.db"
+as_reader "$tb" sessions --db "$tmp/ro/old.db" >/dev/null 2>"$tmp/ro.err" || fail "sessions of a writable file in a read-only folder: $(cat "$tmp/ro.err")"
+[ "$(q "$tmp/ro/old.db" "pragma user_version")" = 6 ] || fail "a writable file in a read-only folder was migrated"
+[ "$(ls "$tmp/ro")" = "$(printf 'cur.db\nold.db')" ] || fail "a reader left files: $(ls "$tmp/ro")"
 chmod 755 "$tmp/ro" && chmod 644 "$tmp/ro/"*.db
 # one it can write is migrated, as every open does
 "$tb" sessions --db "$tmp/ro/old.db" >/dev/null || fail "sessions of a writable older file"
