@@ -783,11 +783,13 @@ int tb_plan_build(tb_suite *suite, tb_plan *plan, char **err)
     validate_cases(plan, &errs, missing);
     free(missing);
     load_prompts(plan, &errs);
-    if (!errs.len) {
+    /* A backend without a plugin (a suite with errors, tb_suite_parse)
+     * fails the plan too, its error the suite's. */
+    if (!errs.len && all_open) {
         plan->config_json = config_json(plan);
         tb_sha256_hex(plan->config_json, strlen(plan->config_json), plan->config_sha256);
     }
-    if (errs.len) {
+    if (errs.len || !all_open) {
         *err = tb_str_take(&errs);
         tb_plan_free(plan);
         return -1;
