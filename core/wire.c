@@ -101,14 +101,18 @@ tb_wire_rc tb_wire_read(tb_wire_reader *r, int64_t deadline_ns, volatile int *in
             return TB_WIRE_ERROR;
         if (n <= 0)
             continue;
-        /* Frames first: what the other end wrote before its next side
-         * output is handled before it (a worker's progress before the
-         * next call's log lines). */
-        if (r->side_fd >= 0 && pfd[1].revents && !pfd[0].revents) {
+        /* Both ready: frames first (what the other end wrote before its
+         * next side output goes first: a worker's progress before the
+         * next call's log lines), then the side, in turn, so that a
+         * steady stream of frames cannot starve it. */
+        int side_ready = r->side_fd >= 0 && pfd[1].revents;
+        if (side_ready && (!pfd[0].revents || r->side_turn)) {
+            r->side_turn = 0;
             if (r->side(r->side_ctx) != 0)
                 r->side_fd = -1;
             continue;
         }
+        r->side_turn = side_ready;
         ssize_t got = read(r->fd, r->buf + r->len, r->cap - r->len);
         if (got < 0 && (errno == EINTR || errno == EAGAIN))
             continue;

@@ -166,6 +166,7 @@ typedef struct tb_wire_reader {
     int side_fd;
     int (*side)(void *ctx);
     void *side_ctx;
+    int side_turn; /* both were ready and the frames went first */
 } tb_wire_reader;
 
 /* One frame: the payload points into the reader's buffer and is valid

@@ -110,11 +110,14 @@ static void log_emit(tb_worker_proc *w, const char *s, size_t n)
     free(line);
 }
 
-int tb_worker_relay_log(tb_worker_proc *w)
+/* Relay what can be read now, in at most max_reads reads: 1 when all of
+ * it was (the pipe is empty), 0 when there may be more, -1 when the pipe
+ * is closed (then the last piece is relayed too). */
+static int relay(tb_worker_proc *w, int max_reads)
 {
     if (!w->has_log)
         return -1;
-    for (;;) {
+    for (int reads = 0; reads < max_reads; reads++) {
         if (w->log_cap - w->log_len < 4096) {
             w->log_cap = w->log_cap ? w->log_cap * 2 : 8192;
             w->log_buf = tb_xrealloc(w->log_buf, w->log_cap);
@@ -135,7 +138,7 @@ int tb_worker_relay_log(tb_worker_proc *w)
             continue;
         }
         if (got < 0 && errno == EAGAIN)
-            return 0;
+            return 1;
         /* the end (or an error): the last piece, then no more */
         if (w->log_len)
             log_emit(w, w->log_buf, w->log_len);
@@ -147,6 +150,14 @@ int tb_worker_relay_log(tb_worker_proc *w)
         w->log_cap = 0;
         return -1;
     }
+    return 0;
+}
+
+int tb_worker_relay_log(tb_worker_proc *w)
+{
+    /* a worker that never stops writing must not keep its frames
+     * waiting: a bounded number of reads a call, the rest at the next */
+    return relay(w, 64) < 0 ? -1 : 0;
 }
 
 int tb_worker_spawn(const tb_plan *plan, size_t backend, tb_worker_proc *w)
@@ -230,7 +241,10 @@ char *tb_worker_reap(tb_worker_proc *w, int killed_by_us)
     /* What it wrote last (a sanitizer's report, a plugin's last words):
      * relayed before the reason of its end. A child of the worker that
      * still holds the pipe keeps no reader waiting: what is there now. */
-    if (w->has_log && tb_worker_relay_log(w) == 0) {
+    int left = 0;
+    for (int rounds = 0; rounds < 1024 && w->has_log && (left = relay(w, 64)) == 0; rounds++)
+        ;
+    if (w->has_log) { /* a child of the worker holds the pipe open */
         if (w->log_len)
             log_emit(w, w->log_buf, w->log_len);
         close(w->log_fd);

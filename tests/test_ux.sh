@@ -93,6 +93,14 @@ print("; ".join(bad) if bad else "ok")
 sys.exit(1 if bad else 0)
 EOF
 pass "progress: 16 worker log lines relayed on their own lines, bars within 80 columns with reps and ETA; a file gets no control codes"
+# a worker's last words, written as it dies, are relayed before the case's failure
+printf '[suite]\nwarmup = 0\nrepeat = 3\n[matrix]\nmax_new_tokens = 4\n[backend d]\nplugin = %s\nlog_lines = 2\nabort_at = 2\n' "$null" >"$tmp/die.ini"
+"$tb" run "$tmp/die.ini" --db "$tmp/die.db" >/dev/null 2>"$tmp/die.err"
+last=$(grep -n 'null: call 2: scripted stderr line 2' "$tmp/die.err" | cut -d: -f1)
+failed=$(grep -n '^\[1/1\] failed .*SIGABRT' "$tmp/die.err" | cut -d: -f1)
+[ -n "$last" ] && [ -n "$failed" ] && [ "$last" -lt "$failed" ] \
+    || fail "a dying worker's last line is not relayed before its failure: $(cat "$tmp/die.err")"
+pass "a dying worker's last lines relayed before the case's failure"
 
 # --- 3. labels: what each median is of
 "$tb" run "$tmp/twelve.ini" --db "$tmp/h.db" --filter batch=3 >"$tmp/l.out" 2>"$tmp/l.err" || fail "run twelve batch=3"

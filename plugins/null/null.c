@@ -201,8 +201,9 @@ static const tb_option_decl null_options[N_OPTS] = {
     [OPT_PEAK_BYTES_PER_S] = {"peak_bytes_per_s", TB_OPT_FLOAT, "0",
                               "bandwidth ceiling reported, bytes/s (roofline); 0 = none", NULL, 0, 1e30, 0},
     [OPT_LOG_LINES] = {"log_lines", TB_OPT_INT, "0",
-                       "lines written at every generate() call, before its work: every other one through the "
-                       "host's log, the others straight to stderr (as a library would); 0 = none",
+                       "lines written at every generate() call, first thing (before a scripted crash): every "
+                       "other one through the host's log, the others straight to stderr (as a library would); "
+                       "0 = none",
                        NULL, 0, 1000, 0},
 };
 
@@ -652,6 +653,14 @@ static tb_status null_generate(void *vctx, const tb_request *req,
     config_apply(&cfg, req->options, req->n_options);
     ctx->active = cfg;
 
+    for (int64_t i = 0; i < cfg.log_lines; i++) {
+        if (i % 2 == 0)
+            host->log(host, TB_LOG_INFO, "call %llu: scripted log line %lld", (unsigned long long)call,
+                      (long long)i + 1);
+        else
+            fprintf(stderr, "null: call %llu: scripted stderr line %lld\n", (unsigned long long)call,
+                    (long long)i + 1);
+    }
     if (cfg.crash_at && (uint64_t)cfg.crash_at == call)
         crash_now();
     if (cfg.abort_at && (uint64_t)cfg.abort_at == call)
@@ -672,14 +681,6 @@ static tb_status null_generate(void *vctx, const tb_request *req,
         set_error(ctx, "scripted failure at call %llu",
                   (unsigned long long)call);
         return TB_ERR;
-    }
-    for (int64_t i = 0; i < cfg.log_lines; i++) {
-        if (i % 2 == 0)
-            host->log(host, TB_LOG_INFO, "call %llu: scripted log line %lld", (unsigned long long)call,
-                      (long long)i + 1);
-        else
-            fprintf(stderr, "null: call %llu: scripted stderr line %lld\n", (unsigned long long)call,
-                    (long long)i + 1);
     }
 
     uint32_t R = req->n_requests, n = req->max_new_tokens;
