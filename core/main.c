@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
 
 #include "compare.h"
 #include "export.h"
@@ -75,9 +77,15 @@ static const char usage_plugins[] =
 
 static const char usage_sessions[] = "usage: tokbench sessions [--db FILE] [--limit N]\n";
 static const char usage_show[] =
-    "usage: tokbench show [SESSION|last] [--db FILE]\n"
+    "usage: tokbench show [SESSION|last] [--wide | --width N] [--db FILE]\n"
     "\n"
-    "SESSION is an id from `tokbench sessions` or a uuid prefix (8 characters or more).\n";
+    "SESSION is an id from `tokbench sessions` or a uuid prefix (8 characters or more).\n"
+    "The case table fits the terminal: columns no case has a value in are left\n"
+    "out, then, when it is still too wide, the least important ones (a line\n"
+    "below the table names them). Its width is $COLUMNS, else the terminal's;\n"
+    "output that is not a terminal (a pipe, a file) is never narrowed.\n"
+    "  --wide      every column, whatever the width\n"
+    "  --width N   fit N characters, terminal or not\n";
 static const char usage_export[] =
     "usage: tokbench export SESSION --format csv|json [-o FILE] [--db FILE]\n"
     "\n"
@@ -174,7 +182,7 @@ static const char usage_serve[] =
     "Stops on SIGINT or SIGTERM (exit 0). Exit 1 when the backend cannot load,\n"
     "2 on bad input.\n";
 
-enum { OPT_DB = 1000, OPT_DRY_RUN, OPT_FILTER, OPT_LIMIT, OPT_FORMAT, OPT_LAST, OPT_BACKEND, OPT_BACKENDS,
+enum { OPT_DB = 1000, OPT_WIDE, OPT_WIDTH, OPT_DRY_RUN, OPT_FILTER, OPT_LIMIT, OPT_FORMAT, OPT_LAST, OPT_BACKEND, OPT_BACKENDS,
        OPT_METRIC, OPT_ALPHA, OPT_FAIL_SLOWER, OPT_FAIL_ACC, OPT_FAIL_ERR_RATE, OPT_FAIL_P99_TTFT, OPT_MAX_ERROR_RATE, OPT_PORT, OPT_HOST, OPT_MAX_BATCH, OPT_PORT_FILE, OPT_BATCHING };
 
 /* The options of every command but serve: each accepts them all and uses
@@ -196,6 +204,8 @@ static const struct option common_opts[] = {
     {"fail-if-accuracy-drops", required_argument, NULL, OPT_FAIL_ACC},
     {"fail-if-error-rate-above", required_argument, NULL, OPT_FAIL_ERR_RATE},
     {"fail-if-p99-ttft-above", required_argument, NULL, OPT_FAIL_P99_TTFT},
+    {"wide", no_argument, NULL, OPT_WIDE},
+    {"width", required_argument, NULL, OPT_WIDTH},
     {"help", no_argument, NULL, 'h'},
     {0, 0, 0, 0},
 };
@@ -236,6 +246,8 @@ typedef struct cli {
     long max_batch;        /* serve: [1, 65536]; 0 when not given */
     const char *port_file; /* serve */
     int static_batching;   /* serve: --batching static */
+    int wide;              /* show: --wide */
+    long width;            /* show: --width N; 0 when not given */
     char **pos;
     int n_pos;
 } cli;
@@ -378,6 +390,12 @@ static int parse_opts(int argc, char **argv, const char *usage, const struct opt
             }
             c->static_batching = strcmp(optarg, "static") == 0;
             break;
+        case OPT_WIDE:
+            c->wide = 1;
+            break;
+        case OPT_WIDTH:
+            c->width = range_arg(argv[0], "--width", optarg, 20, 100000, "a width in characters");
+            break;
         case 'h':
             fputs(usage, stdout);
             exit(0);
@@ -397,11 +415,36 @@ static int parse(int argc, char **argv, const char *usage, cli *c)
     return parse_opts(argc, argv, usage, common_opts, "ho:", c);
 }
 
-static tb_store *open_store(const char *path)
+/* The width `show` (and `run`'s report) fit the case table to: --width
+ * N; no limit with --wide or when stdout is not a terminal (a pipe or a
+ * file keeps every column); else $COLUMNS, else the terminal's width,
+ * else 80. */
+static size_t table_width(const cli *c)
+{
+    if (c->wide)
+        return 0;
+    if (c->width > 0)
+        return (size_t)c->width;
+    if (!isatty(STDOUT_FILENO))
+        return 0;
+    const char *env = getenv("COLUMNS");
+    char *end;
+    long n = env ? strtol(env, &end, 10) : 0;
+    if (env && *env && !*end && n >= 20 && n <= 100000)
+        return (size_t)n;
+    struct winsize ws;
+    if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col >= 20)
+        return ws.ws_col;
+    return 80;
+}
+
+/* The database of a command: `run` and `db merge` write it (and create
+ * it when missing); the others only read it and never create one. */
+static tb_store *open_store(const char *path, int reader)
 {
     tb_store *st;
     char *err = NULL;
-    if (tb_store_open(path, &st, &err) != 0) {
+    if ((reader ? tb_store_open_reader : tb_store_open)(path, &st, &err) != 0) {
         fprintf(stderr, "tokbench: %s\n", err);
         free(err);
         return NULL;
@@ -440,28 +483,33 @@ static int run_suite(int argc, char **argv, const char *cmdline)
         free(c.filters);
         return 2;
     }
+    /* Every error of the suite at once, so that one run lists all there
+     * is to fix: what does not parse, then what the plan finds in what
+     * did (plugins, options, the plugins' own checks, the prompt set,
+     * missing files), then cases too large to measure. */
     tb_suite suite;
     char *err = NULL;
-    if (tb_suite_load(c.pos[0], &suite, &err) != 0) {
-        fprintf(stderr, "tokbench: suite errors:\n%s", err);
-        free(err);
-        free(c.filters);
-        return 2;
-    }
+    tb_str errors = {0};
+    if (tb_suite_parse(c.pos[0], &suite, &err) != 0)
+        tb_str_append(&errors, err);
+    free(err);
     tb_plan plan;
-    if (tb_plan_build(&suite, &plan, &err) != 0) {
-        fprintf(stderr, "tokbench: suite errors:\n%s", err);
-        free(err);
-        tb_suite_free(&suite);
-        free(c.filters);
-        return 2;
-    }
+    int planned = tb_plan_build(&suite, &plan, &err) == 0;
+    if (!planned)
+        tb_str_append(&errors, err);
+    free(err);
+    err = NULL;
     /* every case of the suite, --filter or not: an absurd one is an error
      * in the suite (and a --dry-run says so) */
-    if (tb_plan_check_sizes(&plan, &err) != 0) {
-        fprintf(stderr, "tokbench: suite errors:\n%s", err);
-        free(err);
-        tb_plan_free(&plan);
+    if (planned && tb_plan_check_sizes(&plan, &err) != 0)
+        tb_str_append(&errors, err);
+    free(err);
+    err = NULL;
+    if (errors.len) {
+        fprintf(stderr, "tokbench: suite errors:\n%s", errors.s);
+        tb_str_free(&errors);
+        if (planned)
+            tb_plan_free(&plan);
         tb_suite_free(&suite);
         free(c.filters);
         return 2;
@@ -488,7 +536,7 @@ static int run_suite(int argc, char **argv, const char *cmdline)
         return 2;
     }
     int rc = 1;
-    tb_store *st = open_store(c.db);
+    tb_store *st = open_store(c.db, 0);
     if (!st)
         goto out;
     tb_machine_info mi;
@@ -530,7 +578,7 @@ static int run_suite(int argc, char **argv, const char *cmdline)
     free(backend_ids);
     end_session(st, c.db, session, outcome == TB_RUN_COMPLETED ? "completed"
                                    : outcome == TB_RUN_INTERRUPTED ? "interrupted" : "failed");
-    tb_report_show(tb_store_db(st), session, stdout);
+    tb_report_show(tb_store_db(st), session, stdout, table_width(&c));
     fflush(stdout); /* the report before the last line, also when both go to one file */
     char degraded[96] = "";
     if (sum.degraded)
@@ -636,7 +684,7 @@ static int cmd_sessions(int argc, char **argv)
 {
     cli c;
     parse(argc, argv, usage_sessions, &c);
-    tb_store *st = open_store(c.db);
+    tb_store *st = open_store(c.db, 1);
     if (!st)
         return 1;
     int rc = tb_report_sessions(tb_store_db(st), c.limit, stdout) == 0 ? 0 : 1;
@@ -652,7 +700,7 @@ static int cmd_show(int argc, char **argv)
         fputs(usage_show, stderr);
         return 2;
     }
-    tb_store *st = open_store(c.db);
+    tb_store *st = open_store(c.db, 1);
     if (!st)
         return 1;
     char *err = NULL;
@@ -662,7 +710,7 @@ static int cmd_show(int argc, char **argv)
         fprintf(stderr, "tokbench: %s\n", err);
         free(err);
     } else {
-        rc = tb_report_show(tb_store_db(st), id, stdout) == 0 ? 0 : 1;
+        rc = tb_report_show(tb_store_db(st), id, stdout, table_width(&c)) == 0 ? 0 : 1;
     }
     tb_store_close(st);
     return rc;
@@ -678,7 +726,7 @@ static int cmd_export(int argc, char **argv)
         fputs(usage_export, stderr);
         return 2;
     }
-    tb_store *st = open_store(c.db);
+    tb_store *st = open_store(c.db, 1);
     if (!st)
         return 1;
     char *err = NULL;
@@ -751,7 +799,7 @@ static int cmd_report(int argc, char **argv)
         fprintf(stderr, "tokbench: --format %s: expected md, html, csv or json\n", fmt);
         return 2;
     }
-    tb_store *st = open_store(c.db);
+    tb_store *st = open_store(c.db, 1);
     if (!st)
         return 1;
     char *err = NULL;
@@ -830,7 +878,7 @@ static int cmd_compare(int argc, char **argv)
         fprintf(stderr, "tokbench: --metric: expected a list of metric names\n");
         goto out;
     }
-    st = open_store(c.db);
+    st = open_store(c.db, 1);
     if (!st) {
         rc = 1;
         goto out;
@@ -883,7 +931,7 @@ static int cmd_history(int argc, char **argv)
         fprintf(stderr, "tokbench: --format %s: expected text, csv or html\n", fmt);
         goto out;
     }
-    st = open_store(c.db);
+    st = open_store(c.db, 1);
     if (!st) {
         rc = 1;
         goto out;
@@ -933,7 +981,7 @@ static int cmd_db(int argc, char **argv)
         fputs(usage_db, stderr);
         return 2;
     }
-    tb_store *st = open_store(c.db);
+    tb_store *st = open_store(c.db, 0);
     if (!st)
         return 1;
     tb_merge_result r;

@@ -91,6 +91,9 @@ typedef enum tb_metric_better {
 typedef struct tb_metric_def {
     const char *name, *unit;
     tb_metric_better better;
+    const char *samples; /* what its n counts, plural: "calls" (one value
+                            per measured call), "requests", "gaps",
+                            "items" (accuracy: distinct items graded) */
 } tb_metric_def;
 
 /* The registry, and a metric by name: the names built from a prefix

@@ -3,9 +3,12 @@
 #include "plan.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "util.h"
 #include "wire.h"
@@ -353,15 +356,18 @@ done:
 }
 
 /* The plugin's own check of each case's parameter combination (e.g.
- * gen_length a multiple of block_length), at suite load. */
-static void validate_cases(tb_plan *plan, tb_str *errs)
+ * gen_length a multiple of block_length), at suite load; not of the
+ * backends in skip_backend (a file they name is missing: said once, at
+ * its line, by check_files). */
+static void validate_cases(tb_plan *plan, tb_str *errs, const int *skip_backend)
 {
     size_t reported = 0;
     for (size_t i = 0; i < plan->n_cases && reported < 20; i++) {
         const tb_case *c = &plan->cases[i];
         const tb_plan_backend *pb = &plan->backends[c->backend];
         const tb_backend_ops *ops = pb->plugin.ops;
-        if (c->skip_reason || !TB_STRUCT_HAS(ops, tb_backend_ops, validate) || !ops->validate)
+        if (c->skip_reason || skip_backend[c->backend] || !TB_STRUCT_HAS(ops, tb_backend_ops, validate) ||
+            !ops->validate)
             continue;
         tb_request req = {
             .struct_size = sizeof req,
@@ -505,6 +511,11 @@ static void load_prompts(tb_plan *plan, tb_str *errs)
         err_at(errs, sp->scorer_loc, "scorer", "unknown scorer \"%s\"", sp->scorer);
         return;
     }
+    struct stat st;
+    if (stat(sp->file, &st) != 0) {
+        err_at(errs, sp->file_loc, "file", "\"%s\": %s (expected a JSONL prompt set)", sp->file, strerror(errno));
+        return;
+    }
     char *msg = NULL;
     if (tb_prompt_set_load(sp->file, &plan->prompts, &msg) != 0 ||
         tb_prompt_set_check(&plan->prompts, plan->scorer, 0, &msg) != 0) {
@@ -519,12 +530,98 @@ static void load_prompts(tb_plan *plan, tb_str *errs)
         for (size_t i = 0; i < plan->n_backends; i++)
             if (strcmp(plan->backends[i].sb->label, sp->judge) == 0)
                 plan->judge = i;
-        const tb_backend_ops *ops = plan->backends[plan->judge].plugin.ops;
+        /* no such backend, or its plugin did not open: the suite's errors say so */
+        const tb_backend_ops *ops = plan->judge != SIZE_MAX ? plan->backends[plan->judge].plugin.ops : NULL;
+        if (!ops)
+            return;
         if (!(ops->capabilities & TB_CAP_LOGLIK) || !TB_STRUCT_HAS(ops, tb_backend_ops, loglik) || !ops->loglik)
             err_at(errs, sp->judge_loc, "judge",
                    "[backend %s] (plugin %s) cannot score text (expected a backend with the loglik capability, "
                    "such as plugin ar)",
                    sp->judge, ops->name);
+    }
+}
+
+/* " (\"P\" exists next to the suite file: ...)" when a relative path
+ * missing from the working directory is found beside the file that set
+ * it: options are opened from the working directory. */
+static char *beside_hint(const char *path, tb_loc loc)
+{
+    const char *slash = loc.file ? strrchr(loc.file, '/') : NULL;
+    if (path[0] == '/' || !slash)
+        return tb_xstrdup("");
+    char *near = tb_xasprintf("%.*s/%s", (int)(slash - loc.file), loc.file, path);
+    char *hint = access(near, F_OK) == 0
+                     ? tb_xasprintf(" (a path of an option is opened from the working directory; \"%s\" exists: "
+                                    "write that)",
+                                    near)
+                     : tb_xstrdup("");
+    free(near);
+    return hint;
+}
+
+/* Where an option's value was written: the backend's own setting, else
+ * the [matrix] sweep, else (a default) the backend's header. */
+static tb_loc option_loc(const tb_plan *plan, const tb_plan_backend *pb, const char *name)
+{
+    for (size_t k = 0; k < pb->sb->n_settings; k++)
+        if (strcmp(pb->sb->settings[k].key, name) == 0)
+            return pb->sb->settings[k].value.loc;
+    for (size_t k = 0; k < plan->suite->n_sweeps; k++)
+        if (strcmp(plan->suite->sweeps[k].key, name) == 0)
+            return plan->suite->sweeps[k].value.loc;
+    return pb->sb->loc;
+}
+
+/* Files the backends will open, checked before anything runs (a worker
+ * would find them missing only when it loads, after the cases before
+ * it): the model of a backend with TB_CAP_MODEL_PATH (unless a NAME:...
+ * spec such as preset:NAME), and every value of a TB_OPTF_PATH option. */
+static void check_files(tb_plan *plan, tb_str *errs, int *missing)
+{
+    for (size_t i = 0; i < plan->n_backends; i++) {
+        const tb_plan_backend *pb = &plan->backends[i];
+        const tb_backend_ops *ops = pb->plugin.ops;
+        if (!ops)
+            continue;
+        const tb_suite_backend *sb = pb->sb;
+        if (ops->capabilities & TB_CAP_MODEL_PATH) {
+            struct stat st;
+            int bad = !sb->model[0] || (!strchr(sb->model, ':') && stat(sb->model, &st) != 0);
+            if (!sb->model[0])
+                err_at(errs, sb->loc, "model",
+                       "[backend %s] has no model = (plugin %s loads a model folder or file, or a NAME:... spec "
+                       "such as preset:NAME)",
+                       sb->label, ops->name);
+            else if (bad && !(plan->suite->models_dir && strchr(sb->model, '/'))) /* else the suite said so */
+                err_at(errs, sb->model_loc, "model", "\"%s\": %s (plugin %s loads a model folder or file here)",
+                       sb->model, strerror(errno), ops->name);
+            missing[i] |= bad;
+        }
+        for (uint32_t o = 0; o < ops->n_options; o++) {
+            const tb_option_decl *d = &ops->options[o];
+            if (!(d->flags & TB_OPTF_PATH))
+                continue;
+            /* each distinct value of this backend's cases, once */
+            for (size_t ci = 0; ci < plan->n_cases; ci++) {
+                const tb_case *c = &plan->cases[ci];
+                if (c->backend != i || !c->options[o].text[0])
+                    continue;
+                const char *v = c->options[o].text;
+                int seen = 0;
+                for (size_t cj = 0; cj < ci && !seen; cj++)
+                    seen = plan->cases[cj].backend == i && strcmp(plan->cases[cj].options[o].text, v) == 0;
+                struct stat st;
+                if (seen || stat(v, &st) == 0)
+                    continue;
+                int e = errno;
+                missing[i] = 1;
+                tb_loc loc = option_loc(plan, pb, d->name);
+                char *hint = beside_hint(v, loc);
+                err_at(errs, loc, d->name, "[backend %s] \"%s\": %s%s", sb->label, v, strerror(e), hint);
+                free(hint);
+            }
+        }
     }
 }
 
@@ -652,14 +749,23 @@ int tb_plan_build(tb_suite *suite, tb_plan *plan, char **err)
         tb_plan_backend *pb = &plan->backends[i];
         pb->sb = &suite->backends[i];
         char *why = NULL;
+        if (!pb->sb->plugin) /* the suite's error says so (tb_suite_parse) */
+            continue;
         if (tb_plugin_open(pb->sb->plugin, &pb->plugin, &why) != 0) {
             err_at(&errs, pb->sb->plugin_loc, "plugin", "%s", why);
             free(why);
             continue;
         }
     }
-    /* A [matrix] key must be a dimension or some backend's option. */
-    for (size_t k = 0; k < suite->n_sweeps && !errs.len; k++) {
+    /* Every error of the suite in one pass: each step checks what the
+     * steps before it could make (a backend whose plugin did not open is
+     * left out of the later ones). */
+    int all_open = 1;
+    for (size_t i = 0; i < plan->n_backends; i++)
+        all_open &= plan->backends[i].plugin.ops != NULL;
+    /* A [matrix] key must be a dimension or some backend's option (of a
+     * plugin that opened: it may be the others'). */
+    for (size_t k = 0; k < suite->n_sweeps && all_open; k++) {
         int known = 0;
         for (size_t i = 0; i < plan->n_backends; i++)
             if (tb_plugin_option(&plan->backends[i].plugin, suite->sweeps[k].key))
@@ -669,18 +775,21 @@ int tb_plan_build(tb_suite *suite, tb_plan *plan, char **err)
                    "unknown key in [matrix] (expected a dimension — prompt_tokens, max_new_tokens, batch, concurrency, request_rate, steps, block_length, requests — or an option of one of the suite's plugins)");
     }
     /* Every backend's option errors, not just the first backend's. */
-    if (!errs.len)
-        for (size_t i = 0; i < plan->n_backends; i++)
+    for (size_t i = 0; i < plan->n_backends; i++)
+        if (plan->backends[i].plugin.ops)
             expand_backend(plan, i, &errs);
-    if (!errs.len)
-        validate_cases(plan, &errs);
-    if (!errs.len)
-        load_prompts(plan, &errs);
-    if (!errs.len) {
+    int *missing = tb_xcalloc(plan->n_backends + 1, sizeof *missing);
+    check_files(plan, &errs, missing);
+    validate_cases(plan, &errs, missing);
+    free(missing);
+    load_prompts(plan, &errs);
+    /* A backend without a plugin (a suite with errors, tb_suite_parse)
+     * fails the plan too, its error the suite's. */
+    if (!errs.len && all_open) {
         plan->config_json = config_json(plan);
         tb_sha256_hex(plan->config_json, strlen(plan->config_json), plan->config_sha256);
     }
-    if (errs.len) {
+    if (errs.len || !all_open) {
         *err = tb_str_take(&errs);
         tb_plan_free(plan);
         return -1;

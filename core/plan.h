@@ -78,8 +78,12 @@ typedef struct tb_plan {
     char config_sha256[65];
 } tb_plan;
 
-/* Open every backend's plugin, check its options, expand the matrix.
- * Returns 0, or -1 with a malloc'd message (file:line: key: reason). */
+/* Open every backend's plugin, check its options, expand the matrix,
+ * check the files the backends will open. Returns 0, or -1 with a
+ * malloc'd message (file:line: key: reason; every error it finds, one a
+ * line). The suite may be one tb_suite_parse kept despite errors: what it
+ * holds is checked, and a backend without a plugin fails the build with
+ * no message of its own (the suite's error says it). */
 int tb_plan_build(tb_suite *suite, tb_plan *plan, char **err);
 
 /* Keep only cases matching every filter "KEY=V1[,V2...]", KEY being

@@ -161,6 +161,8 @@ static char *check_ops(const tb_backend_ops *o)
             return tb_xasprintf("option \"%s\" has unknown type %d", d->name, (int)d->type);
         if (d->type == TB_OPT_ENUM && (!d->choices || !*d->choices))
             return tb_xasprintf("enum option \"%s\" has no choices", d->name);
+        if ((d->flags & TB_OPTF_PATH) && d->type != TB_OPT_STRING)
+            return tb_xasprintf("option \"%s\" is a path (TB_OPTF_PATH) but not a string", d->name);
         if (!d->default_value)
             return tb_xasprintf("option \"%s\" has no default value", d->name);
         tb_option_value v;
@@ -362,7 +364,7 @@ char *tb_option_describe_type(const tb_option_decl *d)
     case TB_OPT_FLOAT:
         return describe_range("float", d);
     case TB_OPT_STRING:
-        return tb_xstrdup("string");
+        return tb_xstrdup(d->flags & TB_OPTF_PATH ? "path (checked to exist when the suite loads)" : "string");
     case TB_OPT_ENUM:
         return tb_xasprintf("one of %s", d->choices ? d->choices : "?");
     }
@@ -458,6 +460,7 @@ char *tb_caps_string(uint32_t caps)
         {TB_CAP_STREAMING, "streaming"}, {TB_CAP_TOKENIZER, "tokenizer"},
         {TB_CAP_DEVICE_MEMORY, "device_memory"}, {TB_CAP_ENERGY, "energy"},
         {TB_CAP_REQUEST_RATE, "request_rate"}, {TB_CAP_LOGLIK, "loglik"},
+        {TB_CAP_MODEL_PATH, "model_path"},
     };
     tb_str b = {0};
     for (size_t i = 0; i < TB_ARRAY_LEN(names); i++)

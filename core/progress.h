@@ -1,25 +1,73 @@
 /* progress.h — progress on stderr: a redrawn bar on a terminal, one plain
- * line per finished case otherwise (logs, CI). */
+ * line per finished case otherwise (logs, CI).
+ *
+ * The runner owns the terminal while it runs: the backend processes'
+ * stderr lines reach it through the runner (worker_client.h,
+ * tb_wc_set_log), which prints them with tb_progress_log: the bar is
+ * cleared, the line printed, the bar drawn again, so a log line never
+ * shares a line with the bar. On a terminal the bar shows the cases done,
+ * the case in flight with its repetitions and requests done (the worker
+ * reports each call: wire.h, TB_MSG_PROGRESS) and an ETA; it is cut to
+ * the terminal's width (a wrapped bar could not be cleared). Output that
+ * is not a terminal gets no control codes: the finished cases' lines and
+ * the log lines, as they come. */
 #ifndef TB_PROGRESS_H
 #define TB_PROGRESS_H
 
 #include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* The shape of a case, for its progress: calls = warmup + repeat x
+ * per_pass, each of `requests` requests. */
+typedef struct tb_progress_case {
+    uint32_t warmup, repeat, per_pass, requests;
+} tb_progress_case;
 
 typedef struct tb_progress {
-    size_t total, done;
-    int tty;
-    int drawn; /* a bar is on the current line */
+    FILE *out;            /* stderr */
+    int tty;              /* draw the bar (isatty(2)) */
+    int width;            /* 0: the terminal's, asked at every draw */
+    int64_t (*clock)(void); /* ns; tb_now_ns */
+    size_t total, done;   /* cases */
+    uint64_t work_total, work_done; /* calls of the cases not skipped */
+    int64_t t0;           /* the first case's start; 0: none yet */
+    int64_t last_draw;
+    int drawn;            /* a bar is on the current line */
+    /* the case in flight */
+    char *backend, *label;
+    tb_progress_case cur;
+    int have_cur;
+    uint32_t cur_done;    /* its calls done */
 } tb_progress;
 
-void tb_progress_init(tb_progress *p, size_t total);
-/* The case about to run (bar mode shows it). */
-void tb_progress_start(tb_progress *p, const char *backend, const char *label);
+/* n_cases cases, n_calls calls in all (warm-ups included) of those that
+ * will run (not skipped by the plan): the ETA's measure of work. */
+void tb_progress_init(tb_progress *p, size_t n_cases, uint64_t n_calls);
+/* The case about to run (bar mode shows it); pc NULL: shape unknown. */
+void tb_progress_start(tb_progress *p, const char *backend, const char *label, const tb_progress_case *pc);
+/* The case in flight finished `calls_done` of its calls. Redraws at most
+ * every 100 ms. */
+void tb_progress_calls(tb_progress *p, uint32_t calls_done);
 /* A case finished with `status` ("ok", "failed", "skipped") and a short
- * figure or reason. */
+ * figure or reason. planned_calls: the calls it was counted for in
+ * n_calls (0 when none): those it did not run leave the total. */
 void tb_progress_done(tb_progress *p, const char *backend, const char *label, const char *status,
-                      const char *detail);
+                      const char *detail, uint64_t planned_calls);
+/* A line from a backend process (no newline): printed on its own line,
+ * the bar drawn again below it. */
+void tb_progress_log(tb_progress *p, const char *line);
 /* Print a message line without breaking the bar. */
 void tb_progress_note(tb_progress *p, const char *msg);
 void tb_progress_finish(tb_progress *p);
+
+/* The time left, ns, when `done` of `total` units took `elapsed_ns`, at
+ * the same rate; -1 when not known yet (nothing done). */
+int64_t tb_progress_eta_ns(int64_t elapsed_ns, uint64_t done, uint64_t total);
+/* "45 s", "3 min 20 s", "2 h 05 min" into buf. */
+void tb_progress_duration(char *buf, size_t size, int64_t ns);
+/* What the case has done: "warm-up 1/1", "rep 2/5", with ", 40/100
+ * requests" when its calls have more than one, into buf (empty: unknown). */
+void tb_progress_case_text(char *buf, size_t size, const tb_progress_case *pc, uint32_t calls_done);
 
 #endif

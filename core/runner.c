@@ -81,6 +81,30 @@ static const tb_stats *find_metric(const tb_case_record *rec, const char *name)
 
 /* ------------------------------------------------------ the loop */
 
+/* A case's shape for its progress: its calls and requests per call. */
+static tb_progress_case case_shape(const tb_plan *plan, const tb_case *c)
+{
+    return (tb_progress_case){
+        .warmup = (uint32_t)plan->suite->warmup,
+        .repeat = (uint32_t)plan->suite->repeat,
+        .per_pass = tb_plan_calls_per_pass(plan, c),
+        .requests = c->requests ? c->requests : c->batch,
+    };
+}
+
+/* The calls a case makes, warm-ups included (the ETA's unit of work). */
+static uint64_t case_calls(const tb_plan *plan, const tb_case *c)
+{
+    tb_progress_case pc = case_shape(plan, c);
+    return pc.warmup + (uint64_t)pc.repeat * pc.per_pass;
+}
+
+/* A line a backend process wrote to its stderr (worker_client.h). */
+static void relay_log(void *ctx, const char *line)
+{
+    tb_progress_log(ctx, line);
+}
+
 /* A core function's *err, printed without breaking the bar, then freed. */
 static void note_error(tb_progress *p, char *err)
 {
@@ -128,15 +152,18 @@ static void finish_case(run_state *rs, const tb_case *c, case_outcome *o, tb_cas
     if (strcmp(o->status, "ok") == 0) {
         rs->sum->ok++;
         const tb_stats *agg = find_metric(rec, "agg_tps"), *req = find_metric(rec, "req_tps");
-        snprintf(detail, sizeof detail, "%.1f tok/s aggregate, %.1f tok/s per request (median of %zu)",
-                 agg ? agg->median : NAN, req ? req->median : NAN, agg ? agg->n : 0);
+        /* Each median says what it is the median of (the registry's
+         * samples: calls, requests). */
+        snprintf(detail, sizeof detail, "%.1f tok/s aggregate (median of %zu %s), %.1f tok/s per request (median of %zu %s)",
+                 agg ? agg->median : NAN, agg ? agg->n : 0, tb_metric_find("agg_tps")->samples,
+                 req ? req->median : NAN, req ? req->n : 0, tb_metric_find("req_tps")->samples);
     } else if (strcmp(o->status, "failed") == 0) {
         rs->sum->failed++;
     } else {
         rs->sum->skipped++;
     }
     tb_progress_done(&rs->progress, pb->sb->label, label, o->status,
-                     strcmp(o->status, "ok") == 0 ? detail : o->error);
+                     strcmp(o->status, "ok") == 0 ? detail : o->error, c->skip_reason ? 0 : case_calls(rs->plan, c));
     free(label);
 }
 
@@ -184,6 +211,7 @@ static void run_backend(run_state *rs, size_t bi)
     tb_plan *plan = rs->plan;
     tb_worker_client wc;
     tb_wc_init(&wc, plan, bi, &interrupted);
+    tb_wc_set_log(&wc, relay_log, &rs->progress);
     char *probe_error = NULL;
     char *failed_load_key = NULL, *failed_load_error = NULL;
 
@@ -208,7 +236,8 @@ static void run_backend(run_state *rs, size_t bi)
         tb_utc_timestamp(o.started_at);
         o.t_start = tb_now_ns();
         char *label = tb_case_label(plan, c);
-        tb_progress_start(&rs->progress, plan->backends[bi].sb->label, label);
+        tb_progress_case shape = case_shape(plan, c);
+        tb_progress_start(&rs->progress, plan->backends[bi].sb->label, label, &shape);
         free(label);
 
         char *why = NULL;
@@ -246,9 +275,17 @@ static void run_backend(run_state *rs, size_t bi)
             if (info && tb_store_backend_info(rs->store, rs->backend_ids[bi], info, &err) != 0)
                 note_error(&rs->progress, err);
             free(info);
-            static const uint32_t result_type = TB_MSG_RESULT;
+            /* the RESULT, after a PROGRESS frame per call */
+            static const uint32_t answers[] = {TB_MSG_RESULT, TB_MSG_PROGRESS};
             tb_wire_frame f;
-            r = tb_wc_await(&wc, tb_now_ns(), &result_type, 1, &f, &why);
+            int64_t since = tb_now_ns();
+            while ((r = tb_wc_await(&wc, since, answers, 2, &f, &why)) == TB_WC_OK && f.type == TB_MSG_PROGRESS) {
+                tb_wire_progress pr;
+                if (f.len == sizeof pr) {
+                    memcpy(&pr, f.payload, sizeof pr);
+                    tb_progress_calls(&rs->progress, pr.calls_done);
+                }
+            }
             if (r == TB_WC_INTERRUPTED && tb_wc_cancel(&wc, TB_MSG_RESULT, &f) == TB_WC_OK) {
                 free(why); /* it finished after all */
                 why = NULL;
@@ -285,7 +322,11 @@ tb_run_outcome tb_runner_run(tb_plan *plan, tb_store *store, int64_t session_id,
 
     run_state rs = {.plan = plan, .store = store, .session_id = session_id, .backend_ids = backend_ids,
                     .sum = summary, .max_error_rate = max_error_rate};
-    tb_progress_init(&rs.progress, plan->n_cases);
+    uint64_t calls = 0;
+    for (size_t i = 0; i < plan->n_cases; i++)
+        if (!plan->cases[i].skip_reason)
+            calls += case_calls(plan, &plan->cases[i]);
+    tb_progress_init(&rs.progress, plan->n_cases, calls);
     for (size_t bi = 0; bi < plan->n_backends && !interrupted && !rs.store_failed; bi++)
         run_backend(&rs, bi);
     tb_progress_finish(&rs.progress);

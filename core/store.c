@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "git_version.h"
@@ -279,11 +280,125 @@ static int mark_stale_sessions(sqlite3 *db, char **ids)
     return marked;
 }
 
+static int open_db(const char *path, int flags, tb_store **out, char **err);
+
+/* A file a reader cannot write: opened read-only, never changed; an
+ * older schema is read through a migrated copy in memory (as db merge
+ * reads OTHER). 0, or -1 with *why. */
+static int open_read_only(const char *path, sqlite3 **out, char **why)
+{
+    sqlite3 *db = NULL;
+    *out = NULL;
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
+        *why = tb_xasprintf("cannot open database: %s", sqlite3_errmsg(db));
+        sqlite3_close(db);
+        return -1;
+    }
+    sqlite3_busy_timeout(db, BUSY_TIMEOUT_MS);
+    int v = usable_version(db, why);
+    char *wal = tb_xasprintf("%s-wal", path);
+    if (v < 0 && access(wal, F_OK) != 0) {
+        /* A WAL database needs its -shm file, which a folder we cannot
+         * write cannot get. Without a -wal file no process is writing
+         * it (a writer keeps one), so it can be read as immutable. */
+        free(*why);
+        *why = NULL;
+        sqlite3_close(db);
+        db = NULL;
+        tb_str uri = {0};
+        tb_str_append(&uri, "file:");
+        for (const char *c = path; *c; c++)
+            if (*c == '%' || *c == '?' || *c == '#')
+                tb_str_appendf(&uri, "%%%02X", (unsigned char)*c);
+            else
+                tb_str_appendn(&uri, c, 1);
+        tb_str_append(&uri, "?immutable=1");
+        if (sqlite3_open_v2(uri.s, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, NULL) == SQLITE_OK)
+            v = usable_version(db, why);
+        else
+            *why = tb_xasprintf("cannot open database: %s", sqlite3_errmsg(db));
+        tb_str_free(&uri);
+    }
+    free(wal);
+    if (v < 0) {
+        sqlite3_close(db);
+        return -1;
+    }
+    if (v == (int)tb_n_migrations) {
+        *out = db;
+        return 0;
+    }
+    sqlite3 *mem = NULL;
+    sqlite3_open(":memory:", &mem);
+    sqlite3_backup *b = sqlite3_backup_init(mem, "main", db, "main");
+    int rc = b ? sqlite3_backup_step(b, -1) : SQLITE_ERROR;
+    sqlite3_backup_finish(b);
+    sqlite3_close(db);
+    char *merr = NULL;
+    if (rc != SQLITE_DONE || tb_store_migrate(mem, (int)tb_n_migrations, &merr) != 0) {
+        *why = tb_xasprintf("read-only, and its schema version %d cannot be brought up to %d in memory: %s", v,
+                            (int)tb_n_migrations, merr ? merr : sqlite3_errmsg(mem));
+        free(merr);
+        sqlite3_close(mem);
+        return -1;
+    }
+    *out = mem;
+    return 0;
+}
+
+int tb_store_open_reader(const char *path, tb_store **out, char **err)
+{
+    *out = NULL;
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        if (errno == ENOENT)
+            *err = tb_xasprintf("%s: no such database (tokbench run SUITE --db %s makes one; --db FILE or "
+                                "$TOKBENCH_DB names another)",
+                                path, path);
+        else
+            *err = tb_xasprintf("%s: cannot open database: %s", path, strerror(errno));
+        return -1;
+    }
+    if (S_ISDIR(sb.st_mode)) {
+        *err = tb_xasprintf("%s: is a folder, not a database", path);
+        return -1;
+    }
+    /* Writable: the file, and its folder for the -wal and -shm files. */
+    char *dir = tb_xstrdup(path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        strcpy(dir, ".");
+    else
+        slash[slash == dir] = '\0'; /* "/x.db": "/" */
+    int writable = access(path, W_OK) == 0 && access(dir, W_OK) == 0;
+    free(dir);
+    if (writable)
+        return open_db(path, SQLITE_OPEN_READWRITE, out, err);
+    sqlite3 *db;
+    char *why = NULL;
+    if (open_read_only(path, &db, &why) != 0) {
+        *err = tb_xasprintf("%s: %s", path, why);
+        free(why);
+        return -1;
+    }
+    tb_store *st = tb_xcalloc(1, sizeof *st);
+    st->db = db;
+    *out = st;
+    return 0;
+}
+
 int tb_store_open(const char *path, tb_store **out, char **err)
+{
+    return open_db(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, out, err);
+}
+
+/* Open with `flags` (read-write, with or without create), migrate, mark
+ * the stale sessions. */
+static int open_db(const char *path, int flags, tb_store **out, char **err)
 {
     *out = NULL;
     sqlite3 *db = NULL;
-    int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
+    int rc = sqlite3_open_v2(path, &db, flags, NULL);
     if (rc != SQLITE_OK) {
         *err = tb_xasprintf("%s: cannot open database: %s", path, db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
         sqlite3_close(db);

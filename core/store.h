@@ -34,6 +34,14 @@ int tb_store_schema_version(void);
  * Opening also marks 'interrupted' the sessions left 'running' by a
  * process that is gone (docs/RELIABILITY.md). */
 int tb_store_open(const char *path, tb_store **out, char **err);
+/* Open an existing database for a command that only reads it (sessions,
+ * show, report, export, compare, history): never creates one (a missing
+ * file is an error naming it). A file this process may write is opened
+ * as tb_store_open does (migrated, stale sessions marked); one it may not
+ * is opened read-only and never changed: an older schema is then read
+ * through a migrated copy in memory, and nothing is marked. 0, or -1 with
+ * *err malloc'd. */
+int tb_store_open_reader(const char *path, tb_store **out, char **err);
 /* What opening did that the user should hear of ("PATH: session 12 marked
  * interrupted: ..."), or NULL: the store prints nothing itself. Valid
  * until tb_store_close. */

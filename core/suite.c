@@ -587,7 +587,8 @@ static int handler(void *user, const char *section, const char *name, const char
     case SEC_MATRIX:
         if (d != TB_N_DIMS) {
             list_split(&p->s->dims[d], v, here(p), 1);
-            parse_dim_list(p, d, &p->s->dims[d], name);
+            if (parse_dim_list(p, d, &p->s->dims[d], name) != 0)
+                list_free(&p->s->dims[d]); /* as if unset: the plan's checks go on */
         } else {
             tb_suite *s = p->s;
             s->sweeps = tb_xrealloc(s->sweeps, (s->n_sweeps + 1) * sizeof *s->sweeps);
@@ -619,8 +620,8 @@ static int handler(void *user, const char *section, const char *name, const char
                 be->dims[d].none = 1;
                 be->dims[d].n = 0;
                 free(be->dims[d].items[0]);
-            } else {
-                parse_dim_list(p, d, &be->dims[d], name);
+            } else if (parse_dim_list(p, d, &be->dims[d], name) != 0) {
+                list_free(&be->dims[d]); /* as if unset: the plan's checks go on */
             }
         } else {
             /* A plugin option; split later, once its type is known. */
@@ -806,6 +807,15 @@ static void check_complete(parser *p)
 
 int tb_suite_load(const char *path, tb_suite *s, char **err)
 {
+    if (tb_suite_parse(path, s, err) != 0) {
+        tb_suite_free(s);
+        return -1;
+    }
+    return 0;
+}
+
+int tb_suite_parse(const char *path, tb_suite *s, char **err)
+{
     memset(s, 0, sizeof *s);
     s->path = tb_xstrdup(path);
     s->description = tb_xstrdup("");
@@ -820,7 +830,7 @@ int tb_suite_load(const char *path, tb_suite *s, char **err)
 
     parser p = {.s = s};
     parse_file(&p, path, (tb_loc){NULL, 0});
-    if (p.n_errors == 0)
+    if (s->n_files) /* whatever was read, checked too: every error at once */
         check_complete(&p);
     if (p.n_errors > MAX_ERRORS)
         tb_str_appendf(&p.errors, "... and %d more errors\n", p.n_errors - MAX_ERRORS);
@@ -834,7 +844,6 @@ int tb_suite_load(const char *path, tb_suite *s, char **err)
     free(p.cur_section);
     if (p.n_errors) {
         *err = tb_str_take(&p.errors);
-        tb_suite_free(s);
         return -1;
     }
     tb_str_free(&p.errors);

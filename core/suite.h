@@ -138,6 +138,12 @@ typedef struct tb_suite {
 /* Parse `path`. On failure returns -1 and a malloc'd message in *err
  * (one line per problem, each "file:line: key: what was expected"). */
 int tb_suite_load(const char *path, tb_suite *suite, char **err);
+/* tb_suite_load that keeps what it could read when there are errors: -1
+ * with every error in *err and the suite holding the keys that parsed
+ * (a key in error is left unset, a backend may have no plugin), so that
+ * tb_plan_build can report its errors too, all in one pass. The caller
+ * frees the suite either way. */
+int tb_suite_parse(const char *path, tb_suite *suite, char **err);
 void tb_suite_free(tb_suite *suite);
 
 /* Parse one list item of a dimension; returns 0 or -1 with *err set. */

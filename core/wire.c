@@ -51,13 +51,20 @@ int tb_wire_send_frames(int fd, const tb_str *frames)
 
 void tb_wire_reader_init(tb_wire_reader *r, int fd)
 {
-    *r = (tb_wire_reader){.fd = fd};
+    *r = (tb_wire_reader){.fd = fd, .side_fd = -1};
 }
 
 void tb_wire_reader_free(tb_wire_reader *r)
 {
     free(r->buf);
-    *r = (tb_wire_reader){.fd = -1};
+    *r = (tb_wire_reader){.fd = -1, .side_fd = -1};
+}
+
+void tb_wire_reader_watch(tb_wire_reader *r, int fd, int (*side)(void *ctx), void *ctx)
+{
+    r->side_fd = side ? fd : -1;
+    r->side = side;
+    r->side_ctx = ctx;
 }
 
 tb_wire_rc tb_wire_read(tb_wire_reader *r, int64_t deadline_ns, volatile int *interrupted, tb_wire_frame *f)
@@ -101,12 +108,24 @@ tb_wire_rc tb_wire_read(tb_wire_reader *r, int64_t deadline_ns, volatile int *in
         }
         if (interrupted && (timeout_ms < 0 || timeout_ms > 200))
             timeout_ms = 200;
-        struct pollfd pfd = {.fd = r->fd, .events = POLLIN};
-        int n = poll(&pfd, 1, timeout_ms);
+        struct pollfd pfd[2] = {{.fd = r->fd, .events = POLLIN}, {.fd = r->side_fd, .events = POLLIN}};
+        int n = poll(pfd, r->side_fd >= 0 ? 2 : 1, timeout_ms);
         if (n < 0 && errno != EINTR)
             return TB_WIRE_ERROR;
         if (n <= 0)
             continue;
+        /* Both ready: frames first (what the other end wrote before its
+         * next side output goes first: a worker's progress before the
+         * next call's log lines), then the side, in turn, so that a
+         * steady stream of frames cannot starve it. */
+        int side_ready = r->side_fd >= 0 && pfd[1].revents;
+        if (side_ready && (!pfd[0].revents || r->side_turn)) {
+            r->side_turn = 0;
+            if (r->side(r->side_ctx) != 0)
+                r->side_fd = -1;
+            continue;
+        }
+        r->side_turn = side_ready;
         ssize_t got = read(r->fd, r->buf + r->len, r->cap - r->len);
         if (got < 0 && (errno == EINTR || errno == EAGAIN))
             continue;

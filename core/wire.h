@@ -46,10 +46,19 @@ typedef enum tb_msg {
     TB_MSG_JUDGED = 16,    /* n tb_wire_loglik, in the JUDGE order */
     TB_MSG_STEP_OPENED = 17, /* tb_wire_status: TB_ERR_UNSUPPORTED when
                                 the backend has no step ops */
-    TB_MSG_STEPPED = 18    /* tb_wire_stepped, then per ended request a
+    TB_MSG_STEPPED = 18,   /* tb_wire_stepped, then per ended request a
                               uint32 slot, a tb_wire_gen_req and its
                               text_len bytes */
+    TB_MSG_PROGRESS = 19   /* tb_wire_progress: a call of the CASE in
+                              flight is done (sent between calls, outside
+                              the timed region); the RESULT follows the
+                              last */
 } tb_msg;
+
+typedef struct tb_wire_progress {
+    uint32_t calls_done; /* warm-ups included */
+    uint32_t n_calls;
+} tb_wire_progress;
 
 typedef struct tb_wire_status {
     int32_t status;   /* tb_status; TB_OK = fine */
@@ -203,6 +212,11 @@ typedef struct tb_wire_reader {
     int fd;
     char *buf;
     size_t len, pos, cap; /* bytes held, first unread, allocated */
+    /* tb_wire_reader_watch: another descriptor served while waiting */
+    int side_fd;
+    int (*side)(void *ctx);
+    void *side_ctx;
+    int side_turn; /* both were ready and the frames went first */
 } tb_wire_reader;
 
 /* One frame: the payload points into the reader's buffer and is valid
@@ -216,6 +230,13 @@ typedef struct tb_wire_frame {
 /* Start reading fd (nothing buffered). */
 void tb_wire_reader_init(tb_wire_reader *r, int fd);
 void tb_wire_reader_free(tb_wire_reader *r);
+
+/* While tb_wire_read waits, also watch fd (-1: none): when it is
+ * readable (or closed), side(ctx) is called to read it; side returns -1
+ * when fd is closed, and it is watched no more. (The worker client
+ * relays a worker's stderr this way: worker_client.h.) Reset by
+ * tb_wire_reader_init. */
+void tb_wire_reader_watch(tb_wire_reader *r, int fd, int (*side)(void *ctx), void *ctx);
 
 /* The next frame, waiting at most until deadline_ns (tb_now_ns clock; 0 =
  * forever) and giving up early when *interrupted (may be NULL) becomes

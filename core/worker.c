@@ -416,6 +416,10 @@ static void run_case(tb_worker *w, const tb_case *c)
             goto done;
         }
         b.texts.len = 0;
+        /* the runner's progress: between calls, outside the timed region
+         * and runner_us; a runner gone is found by the RESULT's send */
+        tb_wire_progress pr = {.calls_done = (uint32_t)call + 1, .n_calls = (uint32_t)n_calls};
+        tb_wire_send(w->fd_out, TB_MSG_PROGRESS, &pr, sizeof pr);
     }
     struct rusage ru;
     if (getrusage(RUSAGE_SELF, &ru) == 0)

@@ -23,6 +23,19 @@ void tb_wc_init(tb_worker_client *wc, const tb_plan *plan, size_t backend, volat
     tb_wire_reader_init(&wc->rd, -1);
 }
 
+void tb_wc_set_log(tb_worker_client *wc, void (*on_log)(void *ctx, const char *line), void *ctx)
+{
+    wc->proc.on_log = on_log;
+    wc->proc.log_ctx = ctx;
+}
+
+/* The reader's side channel: the worker's stderr. */
+static int relay_log(void *ctx)
+{
+    tb_worker_client *wc = ctx;
+    return tb_worker_relay_log(&wc->proc);
+}
+
 void tb_wc_free(tb_worker_client *wc)
 {
     tb_wc_stop(wc);
@@ -115,6 +128,8 @@ tb_wc_result tb_wc_start(tb_worker_client *wc, char **why)
     }
     tb_wire_reader_free(&wc->rd); /* nothing left over from a dead worker */
     tb_wire_reader_init(&wc->rd, wc->proc.from_fd);
+    if (wc->proc.has_log)
+        tb_wire_reader_watch(&wc->rd, wc->proc.log_fd, relay_log, wc);
     tb_wire_frame f;
     tb_wire_rc rc = tb_wire_read(&wc->rd, tb_now_ns() + wc->load_timeout_ns, wc->interrupted, &f);
     if (rc != TB_WIRE_FRAME) {

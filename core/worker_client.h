@@ -48,6 +48,13 @@ typedef struct tb_worker_client {
 
 /* A client for plan->backends[backend], with no worker yet. */
 void tb_wc_init(tb_worker_client *wc, const tb_plan *plan, size_t backend, volatile int *interrupted);
+
+/* Relay the stderr of the workers this client starts from now on through
+ * on_log(ctx, line), one line at a time, whenever the client waits for
+ * them (and the last lines when one ends), instead of letting them write
+ * to the terminal themselves: `run` prints them without breaking its
+ * progress bar (progress.h). */
+void tb_wc_set_log(tb_worker_client *wc, void (*on_log)(void *ctx, const char *line), void *ctx);
 /* Stops the worker (tb_wc_stop) and frees the client's buffers. */
 void tb_wc_free(tb_worker_client *wc);
 

@@ -100,14 +100,80 @@ void tb_worker_child_exit(void)
 
 /* ------------------------------------------------------ the parent's side */
 
+/* A worker's stderr lines longer than this are relayed in pieces. */
+#define LOG_LINE_MAX 4096
+
+static void log_emit(tb_worker_proc *w, const char *s, size_t n)
+{
+    char *line = tb_xstrndup(s, n);
+    w->on_log(w->log_ctx, line);
+    free(line);
+}
+
+/* Relay what can be read now, in at most max_reads reads: 1 when all of
+ * it was (the pipe is empty), 0 when there may be more, -1 when the pipe
+ * is closed (then the last piece is relayed too). */
+static int relay(tb_worker_proc *w, int max_reads)
+{
+    if (!w->has_log)
+        return -1;
+    for (int reads = 0; reads < max_reads; reads++) {
+        if (w->log_cap - w->log_len < 4096) {
+            w->log_cap = w->log_cap ? w->log_cap * 2 : 8192;
+            w->log_buf = tb_xrealloc(w->log_buf, w->log_cap);
+        }
+        ssize_t got = read(w->log_fd, w->log_buf + w->log_len, w->log_cap - w->log_len);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got > 0) {
+            w->log_len += (size_t)got;
+            size_t start = 0;
+            for (size_t i = 0; i < w->log_len; i++)
+                if (w->log_buf[i] == '\n' || i - start >= LOG_LINE_MAX) {
+                    log_emit(w, w->log_buf + start, i - start);
+                    start = i + (w->log_buf[i] == '\n');
+                }
+            memmove(w->log_buf, w->log_buf + start, w->log_len - start);
+            w->log_len -= start;
+            continue;
+        }
+        if (got < 0 && errno == EAGAIN)
+            return 1;
+        /* the end (or an error): the last piece, then no more */
+        if (w->log_len)
+            log_emit(w, w->log_buf, w->log_len);
+        w->log_len = 0;
+        close(w->log_fd);
+        w->has_log = 0;
+        free(w->log_buf);
+        w->log_buf = NULL;
+        w->log_cap = 0;
+        return -1;
+    }
+    return 0;
+}
+
+int tb_worker_relay_log(tb_worker_proc *w)
+{
+    /* a worker that never stops writing must not keep its frames
+     * waiting: a bounded number of reads a call, the rest at the next */
+    return relay(w, 64) < 0 ? -1 : 0;
+}
+
 int tb_worker_spawn(const tb_plan *plan, size_t backend, tb_worker_proc *w)
 {
-    int to[2], from[2];
+    int to[2], from[2], err[2] = {-1, -1};
     if (pipe2(to, O_CLOEXEC) != 0)
         return -1;
     if (pipe2(from, O_CLOEXEC) != 0) {
         close(to[0]);
         close(to[1]);
+        return -1;
+    }
+    if (w->on_log && pipe2(err, O_CLOEXEC) != 0) {
+        int e = errno;
+        close(to[0]), close(to[1]), close(from[0]), close(from[1]);
+        errno = e;
         return -1;
     }
     fflush(stdout);
@@ -117,6 +183,8 @@ int tb_worker_spawn(const tb_plan *plan, size_t backend, tb_worker_proc *w)
     if (pid < 0) {
         int e = errno;
         close(to[0]), close(to[1]), close(from[0]), close(from[1]);
+        if (err[0] >= 0)
+            close(err[0]), close(err[1]);
         errno = e;
         return -1;
     }
@@ -126,6 +194,10 @@ int tb_worker_spawn(const tb_plan *plan, size_t backend, tb_worker_proc *w)
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() != parent)
             _exit(1); /* it died before prctl */
+        /* stderr into the runner's relay (dup2 clears O_CLOEXEC; the
+         * original goes with the descriptors closed below) */
+        if (err[1] >= 0)
+            dup2(err[1], 2);
         /* Keep stdio and the two pipe ends only: a server's sockets must
          * close when the server closes them, not when the worker dies. */
         unsigned lo = (unsigned)(to[0] < from[1] ? to[0] : from[1]);
@@ -142,6 +214,16 @@ int tb_worker_spawn(const tb_plan *plan, size_t backend, tb_worker_proc *w)
     w->pid = pid;
     w->to_fd = to[1];
     w->from_fd = from[0];
+    if (err[0] >= 0) {
+        close(err[1]);
+        /* read when there is something (the runner also waits on the
+         * frames); room for a burst while the runner stores a case */
+        fcntl(err[0], F_SETFL, O_NONBLOCK);
+        fcntl(err[0], F_SETPIPE_SZ, 1 << 20);
+        w->log_fd = err[0];
+        w->has_log = 1;
+        w->log_len = 0;
+    }
     return 0;
 }
 
@@ -156,6 +238,21 @@ char *tb_worker_reap(tb_worker_proc *w, int killed_by_us)
     close(w->to_fd);
     close(w->from_fd);
     w->pid = 0;
+    /* What it wrote last (a sanitizer's report, a plugin's last words):
+     * relayed before the reason of its end. A child of the worker that
+     * still holds the pipe keeps no reader waiting: what is there now. */
+    int left = 0;
+    for (int rounds = 0; rounds < 1024 && w->has_log && (left = relay(w, 64)) == 0; rounds++)
+        ;
+    if (w->has_log) { /* a child of the worker holds the pipe open */
+        if (w->log_len)
+            log_emit(w, w->log_buf, w->log_len);
+        close(w->log_fd);
+        w->has_log = 0;
+        free(w->log_buf);
+        w->log_buf = NULL;
+        w->log_len = w->log_cap = 0;
+    }
     if (killed_by_us)
         return NULL;
     if (r < 0)

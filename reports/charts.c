@@ -19,6 +19,9 @@
 /* Values spanning more than this ratio get a log y axis, so the slow
  * curves are not flattened against zero by the fast ones. */
 #define WIDE 30
+/* Curves in one history chart: the palette's colours (svg.h), so no two
+ * of a chart share one; more cases make more charts. */
+#define HISTORY_SERIES TB_SVG_COLOURS
 /* CDF points drawn per curve. */
 #define CDF_POINTS 200
 
@@ -631,9 +634,11 @@ static void history_charts(sqlite3 *db, const tb_rsession *s, tb_rcharts *out)
             free(err);
             continue;
         }
-        /* Series of this session's cases that other sessions also ran. */
+        /* Series of this session's cases that other sessions also ran:
+         * every one, HISTORY_SERIES to a chart (each its own colour), up
+         * to MAX_GROUPS charts; a caption says what is left out. */
         size_t *idx = tb_xmalloc((h.n + 1) * sizeof *idx), n = 0;
-        for (size_t i = 0; i < h.n && n < 7; i++) {
+        for (size_t i = 0; i < h.n; i++) {
             int here = 0, valued = 0;
             for (size_t k = 0; k < h.s[i].n; k++) {
                 here |= h.s[i].p[k].session == s->id;
@@ -642,13 +647,27 @@ static void history_charts(sqlite3 *db, const tb_rsession *s, tb_rcharts *out)
             if (here && valued >= 2)
                 idx[n++] = i;
         }
-        char *title = tb_xasprintf("history of %s: aggregate tokens/s across sessions", s->backends[b].label);
-        tb_chart *ch = n ? tb_history_chart(&h, idx, n, title) : NULL;
-        free(title);
-        add(out, "history", ch,
-            tb_xasprintf("The same cases of %s in every session stored in this database (median, 95%% CI); "
-                         "`tokbench history --backend %s` prints the commits and machines.",
-                         s->backends[b].label, s->backends[b].label));
+        size_t n_charts = (n + HISTORY_SERIES - 1) / HISTORY_SERIES;
+        size_t drawn = n_charts > MAX_GROUPS ? MAX_GROUPS * HISTORY_SERIES : n;
+        for (size_t first = 0; first < drawn; first += HISTORY_SERIES) {
+            size_t k = drawn - first < HISTORY_SERIES ? drawn - first : HISTORY_SERIES;
+            char *title = n > HISTORY_SERIES
+                              ? tb_xasprintf("history of %s: aggregate tokens/s across sessions (cases %zu-%zu of %zu)",
+                                             s->backends[b].label, first + 1, first + k, n)
+                              : tb_xasprintf("history of %s: aggregate tokens/s across sessions", s->backends[b].label);
+            tb_chart *ch = tb_history_chart(&h, idx + first, k, title);
+            free(title);
+            char *more = drawn < n && first + k == drawn
+                             ? tb_xasprintf(" %zu more cases are not drawn here; `tokbench history --backend %s "
+                                            "--format html` draws each.",
+                                            n - drawn, s->backends[b].label)
+                             : tb_xstrdup("");
+            add(out, "history", ch,
+                tb_xasprintf("The same cases of %s in every session stored in this database (median, 95%% CI); "
+                             "`tokbench history --backend %s` prints the commits and machines.%s",
+                             s->backends[b].label, s->backends[b].label, more));
+            free(more);
+        }
         free(idx);
         tb_history_free(&h);
     }

@@ -255,6 +255,14 @@ static tb_metric_better direction(const char *metric)
     return d ? d->better : TB_BETTER_HIGHER;
 }
 
+/* What the metric's n counts ("calls", "requests"; the registry's), the
+ * column's name; "n" for a metric the registry does not know. */
+static const char *samples_of(const char *metric)
+{
+    const tb_metric_def *d = tb_metric_find(metric);
+    return d ? d->samples : "n";
+}
+
 /* "; KEY A -> B" for each key the objects at `path` of two sessions'
  * configurations differ in (nothing when a side has none). */
 static void config_changes(const tb_hpoint *prev, const tb_hpoint *p, const char *const *path, size_t depth,
@@ -305,9 +313,10 @@ void tb_history_print(const tb_history *h, FILE *out)
         const tb_hseries *s = &h->s[i];
         fprintf(out, "%s%s (%s) of backend %s, case %s: %zu session%s\n", i ? "\n" : "", h->metric, h->unit,
                 h->backend, s->key, s->n, s->n == 1 ? "" : "s");
-        static const char *const head[] = {"session", "started (UTC)", "commit", "version", "host", "hardware",
-                                           "status", "runs", "median", "p5", "p95", "95% CI of median",
-                                           "change"};
+        /* n says what it counts: calls or requests (the registry's) */
+        const char *head[] = {"session", "started (UTC)", "commit", "version", "host", "hardware",
+                              "status", samples_of(h->metric), "median", "p5", "p95", "95% CI of median",
+                              "change"};
         tb_table *t = tb_table_new(13);
         tb_table_header(t, head);
         tb_str notes = {0};
@@ -499,7 +508,9 @@ void tb_history_html(const tb_history *h, FILE *out)
         tb_chart_free(c);
         free(t);
         fputs("<table>\n<tr><th>session</th><th>started (UTC)</th><th>commit</th><th>version</th><th>host</th>"
-              "<th>hardware</th><th>status</th><th>runs</th><th>median</th><th>p5</th><th>p95</th>"
+              "<th>hardware</th><th>status</th><th>", out);
+        tb_xml_escape(out, samples_of(h->metric));
+        fputs("</th><th>median</th><th>p5</th><th>p95</th>"
               "<th>95% CI</th></tr>\n", out);
         for (size_t k = 0; k < h->s[i].n; k++) {
             const tb_hpoint *p = &h->s[i].p[k];

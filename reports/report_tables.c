@@ -145,12 +145,13 @@ static void throughput(const tb_rsession *s, tb_rtables *ts)
     tb_rtable *t = table_new(
         ts, "throughput", "Throughput (tokens/s)",
         tb_xasprintf("Three meanings, never mixed: per request = one request's output tokens / its E2E time (what "
-                     "a user sees); p95 = the rate 95%% of requests reach (5th percentile: the slow tail); "
-                     "aggregate = all output tokens of a batch / its wall time (what the machine delivers); "
-                     "decode-only excludes prefill. CV over repetitions above %.0f%% is flagged noisy (!), except over a "
-                     "prompt set, whose calls run different items.",
+                     "a user sees), median over the requests; p5 = its 5th percentile, the rate 95%% of requests "
+                     "reach (the slow tail); aggregate = all output tokens of a call / its wall time (what the "
+                     "machine delivers), median over the calls; decode-only excludes prefill. calls = the measured "
+                     "generate() calls (repetitions, or their calls over a prompt set). CV over the calls above "
+                     "%.0f%% is flagged noisy (!), except over a prompt set, whose calls run different items.",
                      TB_NOISE_CV * 100));
-    static const char *const head[] = {"backend", "case", "status", "runs", "per request", "p95 (slow tail)",
+    static const char *const head[] = {"backend", "case", "status", "calls", "per request", "p5 (slow tail)",
                                        "aggregate", "aggregate 95% CI", "aggregate CV", "decode-only"};
     for (size_t i = 0; i < TB_ARRAY_LEN(head); i++)
         column(t, head[i], i >= 3);

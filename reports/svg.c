@@ -37,6 +37,7 @@ struct tb_chart {
 /* Okabe–Ito colours (distinguishable with colour blindness), plus marker
  * shapes that cycle at another period so colour is never the only cue. */
 static const char *const palette[] = {"#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000"};
+_Static_assert(sizeof palette / sizeof *palette == TB_SVG_COLOURS, "svg.h's TB_SVG_COLOURS is the palette's size");
 #define N_SHAPES 4
 
 enum { WIDTH = 640, PLOT_H = 250, LEFT = 72, RIGHT = 20, TOP = 40, BOTTOM = 52 };

@@ -16,6 +16,10 @@
 #include <stddef.h>
 #include <stdio.h>
 
+/* Series colours: the first this many series of a chart each have their
+ * own; more repeat them (with other marker shapes). */
+#define TB_SVG_COLOURS 7
+
 typedef enum tb_series_style {
     TB_SERIES_LINE,   /* points joined in the order given, with markers */
     TB_SERIES_POINTS, /* markers only */

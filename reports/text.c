@@ -31,7 +31,10 @@ int64_t tb_report_resolve_session(sqlite3 *db, const char *spec, char **err)
     if (!spec || strcmp(spec, "last") == 0 || strcmp(spec, "--last") == 0) {
         sqlite3_stmt *q;
         int64_t id = -1;
-        if (sqlite3_prepare_v2(db, "SELECT max(id) FROM session", -1, &q, NULL) == SQLITE_OK &&
+        /* The session started last (the first of `sessions`): ids are
+         * not in time order once a merge appended older sessions. */
+        if (sqlite3_prepare_v2(db, "SELECT id FROM session ORDER BY started_at DESC, id DESC LIMIT 1", -1, &q,
+                               NULL) == SQLITE_OK &&
             sqlite3_step(q) == SQLITE_ROW && sqlite3_column_type(q, 0) != SQLITE_NULL)
             id = sqlite3_column_int64(q, 0);
         sqlite3_finalize(q);
@@ -80,7 +83,7 @@ int tb_report_sessions(sqlite3 *db, int limit, FILE *out)
         " (SELECT count(*) FROM bench_case c WHERE c.session_id = s.id AND c.status = 'failed'),"
         " (SELECT count(*) FROM bench_case c WHERE c.session_id = s.id AND c.status = 'skipped'),"
         " m.hostname, coalesce(m.gpu_name, 'no GPU'), s.git_commit"
-        " FROM session s JOIN machine m ON m.id = s.machine_id ORDER BY s.id DESC LIMIT ?";
+        " FROM session s JOIN machine m ON m.id = s.machine_id ORDER BY s.started_at DESC, s.id DESC LIMIT ?";
     if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK)
         return -1;
     sqlite3_bind_int(q, 1, limit > 0 ? limit : -1);
@@ -149,6 +152,25 @@ static void print_header(sqlite3 *db, int64_t session, FILE *out)
     sqlite3_finalize(q);
 }
 
+/* `text` in lines of at most `width` characters (0: one line), broken
+ * at spaces. */
+static void print_wrapped(FILE *out, const char *text, size_t width)
+{
+    while (*text) {
+        size_t n = strlen(text);
+        if (width && n > width) {
+            size_t cut = width;
+            while (cut > 0 && text[cut] != ' ')
+                cut--;
+            n = cut ? cut : width;
+        }
+        fprintf(out, "%.*s\n", (int)n, text);
+        text += n;
+        while (*text == ' ')
+            text++;
+    }
+}
+
 /* Which optional dimension columns carry a value in this session. */
 static int column_used(sqlite3 *db, int64_t session, const char *expr)
 {
@@ -213,7 +235,7 @@ static int key_generalizes(const char *general, const char *specific)
     }
 }
 
-int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
+int tb_report_show(sqlite3 *db, int64_t session, FILE *out, size_t width)
 {
     print_header(db, session, out);
     int use_conc = column_used(db, session, "concurrency IS NOT NULL");
@@ -230,8 +252,8 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
     const char *sql =
         "SELECT backend, CASE WHEN prompt_tokens = 0 THEN 'set' ELSE prompt_tokens END, max_new_tokens, batch,"
         " concurrency, steps, block_length, swept_options,"
-        " status, median_tps, req_tps_p5, aggregate_tps, decode_tps, ttft_ms, tpot_ms, e2e_ms, e2e_p95_ms, nfe,"
-        " tokens_per_forward, agg_tps_cv, runs, count_mismatches, error, peak_device_mib,"
+        " status, req_tps_median, req_tps_p5, aggregate_tps, decode_tps, ttft_ms, tpot_ms, e2e_ms, e2e_p95_ms, nfe,"
+        " tokens_per_forward, agg_tps_cv, calls, count_mismatches, error, peak_device_mib,"
         " accuracy, accuracy_ci_lo, accuracy_ci_hi, judge_ppl,"
         " request_rate, requests, failed_requests, req_per_s, error_rate, goodput, ttft_p99_ms"
         " FROM summary WHERE session = ? ORDER BY rowid";
@@ -244,7 +266,10 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
     }
     sqlite3_bind_int64(q, 1, session);
 
+    /* Each column with its priority for fitting the terminal (0: always
+     * shown; higher: left out sooner; tb_table_fit). */
     const char *head[32];
+    int prio[32] = {0};
     int nh = 0;
     head[nh++] = "backend";
     head[nh++] = "prompt";
@@ -260,23 +285,42 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
         head[nh++] = "rate/s";
     if (use_opts)
         head[nh++] = "options";
-    static const char *const figs[] = {"status", "tok/s/req", "p95 tok/s", "agg tok/s", "decode tok/s", "TTFT ms",
-                                       "TPOT ms", "E2E ms", "E2E p95", "NFE", "tok/fwd", "CV", "runs", "dev MiB"};
-    for (size_t i = 0; i < TB_ARRAY_LEN(figs); i++)
-        head[nh++] = figs[i];
+    /* Labels say what they count: "req" = per request, "calls" = the
+     * measured calls the per-call figures are medians of. */
+    static const struct {
+        const char *name;
+        int prio;
+    } figs[] = {{"status", 0},   {"req tok/s", 2}, {"req tok/s p5", 6}, {"agg tok/s", 0}, {"decode tok/s", 8},
+                {"TTFT ms", 3},  {"TPOT ms", 5},   {"E2E ms", 2},       {"E2E p95", 7},   {"NFE", 10},
+                {"tok/fwd", 11}, {"CV", 9},        {"calls", 12},       {"dev MiB", 13}};
+    for (size_t i = 0; i < TB_ARRAY_LEN(figs); i++) {
+        prio[nh] = figs[i].prio;
+        head[nh++] = figs[i].name;
+    }
     if (use_serving) {
+        prio[nh] = 4;
         head[nh++] = "req/s";
-        head[nh++] = "errors";
-        if (use_goodput)
+        prio[nh] = 1;
+        head[nh++] = "failed reqs";
+        if (use_goodput) {
+            prio[nh] = 6;
             head[nh++] = "goodput/s";
+        }
+        prio[nh] = 7;
         head[nh++] = "TTFT p99";
     }
-    if (use_acc)
+    if (use_acc) {
+        prio[nh] = 1;
         head[nh++] = "accuracy (95% CI)";
-    if (use_ppl)
+    }
+    if (use_ppl) {
+        prio[nh] = 4;
         head[nh++] = "judge ppl";
+    }
     tb_table *t = tb_table_new(nh);
     tb_table_header(t, head);
+    for (int i = 0; i < nh; i++)
+        tb_table_priority(t, i, prio[i]);
 
     /* Side-by-side: distinct case keys × backends → aggregate tok/s. */
     char **keys = NULL, **backends = NULL, ***cells = NULL; /* cells[key][backend] */
@@ -385,8 +429,17 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
     }
     sqlite3_finalize(q);
     fprintf(out, "\n");
+    char *left_out = tb_table_fit(t, width);
     tb_table_print(t, out);
     tb_table_free(t);
+    if (left_out) {
+        char *note = tb_xasprintf("(left out to fit %zu columns: %s. Every column: tokbench show --wide; every "
+                                  "figure: tokbench export SESSION --format csv)",
+                                  width, left_out);
+        print_wrapped(out, note, width);
+        free(note);
+    }
+    free(left_out);
 
     /* A backend without a dimension (an AR engine has no steps) is a
      * reference for every value of it: fill its figure into the rows that
@@ -433,7 +486,7 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
             for (size_t b = 0; b < n_backends && (int)(nd + b) < ns; b++)
                 tb_table_cell(s, cells[k][b] ? cells[k][b] : "");
         }
-        fprintf(out, "\nside by side: aggregate output tokens/s (median over repetitions)%s%s\n",
+        fprintf(out, "\nside by side: aggregate output tokens/s (median over the calls)%s%s\n",
                 use_acc ? " @ accuracy" : "", use_ppl ? ", judge perplexity (lower is better)" : "");
         tb_table_print(s, out);
         tb_table_free(s);
@@ -454,8 +507,11 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
         fprintf(stderr, "tokbench: %s\n", err);
         free(err);
     }
-    fprintf(out, "\ntok/s/req: per-request tokens/s (median); p95 tok/s: the rate 95%% of requests reach (5th percentile);"
-                 "\nagg: all output tokens / batch wall time; decode: excludes prefill. Definitions: docs/METRICS.md\n");
+    /* lines of 79 columns at most: an 80-column terminal */
+    fprintf(out, "\nreq tok/s: a request's output tokens / its E2E time, median over the requests;\n"
+                 "req tok/s p5: its 5th percentile, the rate 95%% of requests reach (slow tail);\n"
+                 "agg tok/s: all output tokens of a call / its wall time, median over the calls\n"
+                 "(calls: the measured generate() calls); decode: no prefill. docs/METRICS.md\n");
     for (size_t k = 0; k < n_keys; k++) {
         for (size_t b = 0; b < n_backends; b++)
             free(cells[k][b]);

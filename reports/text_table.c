@@ -14,12 +14,16 @@ struct tb_table {
     int n_cols;
     char **cells; /* row-major; the first n_cols are the header */
     size_t n_cells;
+    int *priority; /* [n_cols]: 0 = always shown */
+    int *hidden;   /* [n_cols] */
 };
 
 tb_table *tb_table_new(int n_cols)
 {
     tb_table *t = tb_xcalloc(1, sizeof *t);
     t->n_cols = n_cols;
+    t->priority = tb_xcalloc((size_t)n_cols + 1, sizeof *t->priority);
+    t->hidden = tb_xcalloc((size_t)n_cols + 1, sizeof *t->hidden);
     return t;
 }
 
@@ -73,7 +77,14 @@ static size_t width(const char *s)
     return w;
 }
 
-void tb_table_print(const tb_table *t, FILE *out)
+void tb_table_priority(tb_table *t, int col, int priority)
+{
+    if (col >= 0 && col < t->n_cols)
+        t->priority[col] = priority;
+}
+
+/* Each column's width (its widest cell). */
+static size_t *col_widths(const tb_table *t)
 {
     size_t *w = tb_xcalloc((size_t)t->n_cols, sizeof *w);
     for (size_t i = 0; i < t->n_cells; i++) {
@@ -81,21 +92,78 @@ void tb_table_print(const tb_table *t, FILE *out)
         if (l > w[c])
             w[c] = l;
     }
+    return w;
+}
+
+size_t tb_table_width(const tb_table *t)
+{
+    size_t *w = col_widths(t), total = 0, shown = 0;
+    for (int c = 0; c < t->n_cols; c++)
+        if (!t->hidden[c]) {
+            total += w[c];
+            shown++;
+        }
+    free(w);
+    return total + (shown ? 2 * (shown - 1) : 0);
+}
+
+static int empty_cell(const char *s)
+{
+    return !*s || strcmp(s, "-") == 0;
+}
+
+char *tb_table_fit(tb_table *t, size_t max_width)
+{
+    size_t n_rows = t->n_cells / (size_t)t->n_cols;
+    for (int c = 0; c < t->n_cols; c++) {
+        if (!t->priority[c] || n_rows < 2)
+            continue;
+        int empty = 1;
+        for (size_t r = 1; r < n_rows && empty; r++)
+            empty = empty_cell(t->cells[r * (size_t)t->n_cols + (size_t)c]);
+        t->hidden[c] |= empty;
+    }
+    while (max_width && tb_table_width(t) > max_width) {
+        int worst = -1;
+        for (int c = 0; c < t->n_cols; c++)
+            if (!t->hidden[c] && t->priority[c] && (worst < 0 || t->priority[c] >= t->priority[worst]))
+                worst = c;
+        if (worst < 0)
+            break; /* what is left is always shown */
+        t->hidden[worst] = 2; /* for width: named */
+    }
+    tb_str dropped = {0};
+    for (int c = 0; c < t->n_cols; c++)
+        if (t->hidden[c] == 2)
+            tb_str_appendf(&dropped, "%s%s", dropped.len ? ", " : "", t->cells[c]);
+    return dropped.len ? tb_str_take(&dropped) : NULL;
+}
+
+void tb_table_print(const tb_table *t, FILE *out)
+{
+    size_t *w = col_widths(t);
+    int last = t->n_cols - 1; /* the last column shown: no padding after it */
+    while (last > 0 && t->hidden[last])
+        last--;
     for (size_t i = 0; i < t->n_cells; i++) {
         size_t c = i % (size_t)t->n_cols;
         const char *s = t->cells[i];
-        size_t pad = w[c] - width(s);
-        int right = i >= (size_t)t->n_cols && numeric(s);
-        if (right)
-            fprintf(out, "%*s%s", (int)pad, "", s);
-        else
-            fprintf(out, "%s%*s", s, c + 1 == (size_t)t->n_cols ? 0 : (int)pad, "");
-        fputs(c + 1 == (size_t)t->n_cols ? "\n" : "  ", out);
+        if (!t->hidden[c]) {
+            size_t pad = w[c] - width(s);
+            int right = i >= (size_t)t->n_cols && numeric(s);
+            if (right)
+                fprintf(out, "%*s%s", (int)pad, "", s);
+            else
+                fprintf(out, "%s%*s", s, (int)c == last ? 0 : (int)pad, "");
+            fputs((int)c >= last ? "\n" : "  ", out);
+        }
         if (i + 1 == (size_t)t->n_cols) { /* rule under the header */
             for (int k = 0; k < t->n_cols; k++) {
+                if (t->hidden[k])
+                    continue;
                 for (size_t j = 0; j < w[k]; j++)
                     fputc('-', out);
-                fputs(k + 1 == t->n_cols ? "\n" : "  ", out);
+                fputs(k >= last ? "\n" : "  ", out);
             }
         }
     }
@@ -111,5 +179,7 @@ void tb_table_free(tb_table *t)
     for (size_t i = 0; i < t->n_cells; i++)
         free(t->cells[i]);
     free(t->cells);
+    free(t->priority);
+    free(t->hidden);
     free(t);
 }

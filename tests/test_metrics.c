@@ -553,10 +553,24 @@ static void test_case_measured_only(void)
     CHECK(bad->status == TB_ERR && bad->error && strcmp(bad->error, "http_5xx: HTTP 503") == 0);
     CHECK(rec.samples[1].requests[0].error == NULL);
     CHECK_STR(rec.samples[1].requests[0].emissions_json, "[[0.001,1],[0.002,1],[0.004,1]]");
-    /* Every row is a registry metric with the registry's unit. */
+    /* Every row is a registry metric with the registry's unit, and its n
+     * counts what the registry says it counts (the labels "median of N
+     * calls" / "N requests" read it): 2 measured calls, 3 good requests,
+     * 6 gaps; steps_done and answer_tokens only of the requests that
+     * report them (2). */
     for (size_t i = 0; i < rec.n_metrics; i++) {
         const tb_metric_def *d = tb_metric_find(rec.metrics[i].name);
         CHECK(d && strcmp(d->unit, rec.metrics[i].unit) == 0);
+        if (!d)
+            continue;
+        size_t want = !strcmp(d->samples, "calls") ? 2 : !strcmp(d->samples, "requests") ? 3
+                    : !strcmp(d->samples, "gaps") ? 6 : 0;
+        if (!strcmp(d->name, "steps_done") || !strcmp(d->name, "answer_tokens"))
+            want = 2;
+        size_t n = rec.metrics[i].st.n;
+        if (n != 0 && n != want)
+            fprintf(stderr, "metric %s: n %zu, but its samples are %s (%zu)\n", d->name, n, d->samples, want);
+        CHECK(n == 0 || n == want);
     }
     tb_case_record_free(&rec);
 }

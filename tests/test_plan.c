@@ -579,6 +579,51 @@ static void test_missing_plugin(void)
     unsetenv("TOKBENCH_PLUGIN_PATH");
 }
 
+/* A suite kept despite its errors (tb_suite_parse): the plan checks what
+ * it holds (an option error of the backend that has a plugin, a plugin
+ * that does not open, a [matrix] key not checked while a plugin is
+ * missing) and fails, with nothing to say of the backend without a
+ * plugin: the suite said it. */
+static void test_partial_suite(void)
+{
+    char *path = put("partial.ini",
+                     "[matrix]\n"                   /* 1 */
+                     "not_yet_known = 1\n"          /* 2 */
+                     "[backend a]\n"                /* 3 */
+                     "plugin = @NULL@\n"            /* 4 */
+                     "step_us = -1\n"               /* 5 */
+                     "[backend b]\n"                /* 6 */
+                     "spin = true\n"                /* 7 */
+                     "[backend c]\n"                /* 8 */
+                     "plugin = /nonexistent/c.so\n"); /* 9 */
+    tb_suite suite;
+    char *err = NULL;
+    CHECK(tb_suite_parse(path, &suite, &err) == -1);
+    CHECK_CONTAINS(err, "partial.ini:6: plugin: [backend b] has no plugin");
+    free(err);
+    err = NULL;
+    tb_plan plan;
+    CHECK(tb_plan_build(&suite, &plan, &err) == -1);
+    CHECK_CONTAINS(err, "partial.ini:5: step_us: ");
+    CHECK_CONTAINS(err, "partial.ini:9: plugin: ");
+    CHECK(err && strstr(err, "not_yet_known") == NULL);
+    CHECK(err && strstr(err, "[backend b]") == NULL);
+    free(err);
+    /* only b is wrong: the build fails all the same, without a message */
+    tb_suite_free(&suite);
+    free(path);
+    path = put("partial2.ini", "[backend a]\nplugin = @NULL@\n[backend b]\nspin = true\n");
+    err = NULL;
+    CHECK(tb_suite_parse(path, &suite, &err) == -1);
+    free(err);
+    err = NULL;
+    CHECK(tb_plan_build(&suite, &plan, &err) == -1);
+    CHECK_STR(err, "");
+    free(err);
+    tb_suite_free(&suite);
+    free(path);
+}
+
 /* A plugin the loader refuses: the reason, at the suite's line. */
 static void test_broken_plugin(void)
 {
@@ -933,6 +978,7 @@ int main(void)
     test_option_errors_of_all_backends();
     test_missing_plugin();
     test_broken_plugin();
+    test_partial_suite();
 
     test_filter_by_backend();
     test_filter_by_dimension();

@@ -70,7 +70,7 @@ for want in "# tokbench report: quick, session 1" "## Warnings" "## Side by side
     "## Throughput (tokens/s)" "## Latency (ms)" "## Work and resources" "## Every metric of every case" \
     "### Machine" "### Backend ar-like" "| suite sha256 | $(q "$db" "select suite_sha256 from session where id = 1") |" \
     "| tokbench | 0.1.0 (commit" "| random weights | no |" "| dtype |" "| CPU |" "| GPU |" "ini" \
-    "p95 (slow tail)" "decode-only" "TTFT p95" "tokens/forward" "energy J/token" "roofline %"; do
+    "p5 (slow tail)" "decode-only" "TTFT p95" "tokens/forward" "energy J/token" "roofline %"; do
     grep -qF -- "$want" "$md" || fail "report md lacks \"$want\""
 done
 # every (case, metric) row of the metric table appears in the statistics table
@@ -100,9 +100,10 @@ pass "report md: failed, noisy, mismatch, warm-up warnings; escaping"
 h="$tmp/1.html"
 kinds() { grep -o 'data-kind="[a-z]*"' "$1" | sort | uniq -c | awk '{printf "%s%s", sep, $2 "=" $1; sep=" "} END {print ""}'; }
 # 4 steps charts (prompt × batch), latency+throughput per prompt (2 each),
-# 4 ITL charts, and history of both backends (sessions 1-3 share cases).
+# 4 ITL charts, and history of both backends (sessions 1-3 share cases):
+# ar-like's 4 cases in one chart, diffusion-like's 8 in two (7 a chart).
 k=$(kinds "$h")
-[ "$k" = 'data-kind="history"=2 data-kind="itl"=4 data-kind="latency"=2 data-kind="steps"=4 data-kind="throughput"=2' ] \
+[ "$k" = 'data-kind="history"=3 data-kind="itl"=4 data-kind="latency"=2 data-kind="steps"=4 data-kind="throughput"=2' ] \
     || fail "html charts: $k"
 grep -q 'data-series="ar-like (no steps: reference)"' "$h" || fail "steps chart lacks the AR reference line"
 [ "$(grep -c 'class="series reference" d="M' "$h")" = 4 ] || fail "expected 4 AR reference lines"

@@ -432,7 +432,7 @@ static void test_migration_path(void)
     CHECK_TEXT(db, "none", "SELECT gpu FROM summary");
     CHECK(q_int(db, "SELECT session FROM summary") == 3);
     CHECK(q_int(db, "SELECT prompt_tokens FROM summary") == 32);
-    CHECK(q_is_null(db, "SELECT median_tps FROM summary"));
+    CHECK(q_is_null(db, "SELECT req_tps_median FROM summary"));
     CHECK(q_int(db, "SELECT count_mismatches FROM summary") == 0);
     /* `SELECT *` works: every column of the view resolves. */
     sqlite3_stmt *q = NULL;
@@ -891,8 +891,8 @@ static void test_full_session(void)
     CHECK(q_is_null(db, SV("concurrency", 0)));
     CHECK(q_is_null(db, SV("steps", 0)));
     CHECK_TEXT(db, "ok", SV("status", 0));
-    CHECK(q_int(db, SV("runs", 0)) == 1);                /* n of agg_tps */
-    CHECK(q_real(db, SV("median_tps", 0)) == 600000);    /* req_tps median */
+    CHECK(q_int(db, SV("calls", 0)) == 1);               /* n of agg_tps */
+    CHECK(q_real(db, SV("req_tps_median", 0)) == 600000); /* req_tps median */
     CHECK(q_real(db, SV("req_tps_p5", 0)) == 500000);       /* req_tps p5: the slow tail */
     CHECK(q_real(db, SV("aggregate_tps", 0)) == 1e6);
     CHECK(q_is_null(db, SV("decode_tps", 0)));           /* no such metric */
@@ -908,8 +908,17 @@ static void test_full_session(void)
     CHECK(q_int(db, SV("steps", 1)) == 8);
     CHECK(q_int(db, SV("concurrency", 1)) == 2);
     CHECK_TEXT(db, "{\"jitter\":\"0.1\"}", SV("swept_options", 1));
-    CHECK(q_is_null(db, SV("runs", 1)));
-    CHECK(q_is_null(db, SV("median_tps", 1)));
+    CHECK(q_is_null(db, SV("calls", 1)));
+    CHECK(q_is_null(db, SV("req_tps_median", 1)));
+    /* migration 7: the names that did not say what they count are gone */
+    {
+        sqlite3_stmt *old = NULL;
+        CHECK(sqlite3_prepare_v2(db, "SELECT runs FROM summary", -1, &old, NULL) != SQLITE_OK);
+        sqlite3_finalize(old);
+        old = NULL;
+        CHECK(sqlite3_prepare_v2(db, "SELECT median_tps FROM summary", -1, &old, NULL) != SQLITE_OK);
+        sqlite3_finalize(old);
+    }
     CHECK(q_is_null(db, SV("peak_device_mib", 1)));
     CHECK(q_is_null(db, SV("host_peak_rss_mib", 1)));
     CHECK(q_int(db, SV("count_mismatches", 1)) == 0);

@@ -714,6 +714,45 @@ static void test_all_errors_reported(void)
     free(e);
 }
 
+/* tb_suite_parse: the checks of the whole suite run after errors too (a
+ * parse error and a backend without a plugin, both at once), and the
+ * suite keeps what parsed, a key in error left unset, for the plan's
+ * own checks. */
+static void test_parse_keeps_going(void)
+{
+    char *path = put("going.ini",
+                     "[suite]\n"          /* 1 */
+                     "repeat = many\n"    /* 2 */
+                     "warmup = 2\n"       /* 3 */
+                     "[matrix]\n"         /* 4 */
+                     "batch = 1, x\n"     /* 5 */
+                     "max_new_tokens = 7\n" /* 6 */
+                     "[backend a]\n"      /* 7 */
+                     "plugin = null\n"    /* 8 */
+                     "[backend b]\n"      /* 9 */
+                     "step_us = 5\n");    /* 10 */
+    tb_suite s;
+    char *err = NULL;
+    CHECK(tb_suite_parse(path, &s, &err) == -1);
+    CHECK_CONTAINS(err, "going.ini:2: repeat:");
+    CHECK_CONTAINS(err, "going.ini:5: batch:");
+    CHECK_CONTAINS(err, "going.ini:9: plugin: [backend b] has no plugin = NAME");
+    CHECK(s.warmup == 2 && s.repeat == 5);                 /* the bad repeat: the default */
+    CHECK(s.dims[TB_DIM_BATCH].n == 0);                    /* the bad list: unset */
+    CHECK(s.dims[TB_DIM_MAX_NEW_TOKENS].n == 1 && s.dims[TB_DIM_MAX_NEW_TOKENS].num[0] == 7);
+    CHECK(s.n_backends == 2 && s.backends[0].plugin && strcmp(s.backends[0].plugin, "null") == 0);
+    CHECK(s.n_backends == 2 && s.backends[1].plugin == NULL && s.backends[1].n_settings == 1);
+    tb_suite_free(&s);
+    free(err);
+    /* tb_suite_load: the same errors, nothing kept */
+    err = NULL;
+    CHECK(tb_suite_load(path, &s, &err) == -1);
+    CHECK_CONTAINS(err, "going.ini:9: plugin:");
+    CHECK(s.n_backends == 0 && s.path == NULL);
+    free(err);
+    free(path);
+}
+
 static void test_error_count_capped(void)
 {
     tb_str t = {0};
@@ -784,6 +823,7 @@ int main(void)
     test_nul_byte();
     test_all_errors_reported();
     test_error_count_capped();
+    test_parse_keeps_going();
 
     nftw(g_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     return check_done();

@@ -69,7 +69,7 @@ grep -h "loaded\|listening" "$tmp/continuous.log" "$tmp/static.log" | cut -c1-16
 echo "batching | concurrency | requests/call | output tok/s | req/s | TTFT ms p50 / p99 | TPOT ms p50 / p99 | status"
 python3 - "$tmp/b.db" <<'EOT'
 import sqlite3, sys
-q = """select backend, concurrency, requests / runs, printf('%.0f', aggregate_tps), printf('%.1f', req_per_s),
+q = """select backend, concurrency, requests / calls, printf('%.0f', aggregate_tps), printf('%.1f', req_per_s),
   printf('%.2f / %.2f', ttft_ms, ttft_p99_ms), printf('%.3f / %.3f', tpot_ms, tpot_p99_ms), status
   from summary order by concurrency, backend"""
 for row in sqlite3.connect(sys.argv[1]).execute(q):

@@ -106,6 +106,13 @@ enum {
     /* loglik() is present: the backend can score text (a judge for
      * generative perplexity, docs/METRICS.md). */
     TB_CAP_LOGLIK = 1u << 9,
+    /* --- appended in ABI 1 (a host that predates a bit ignores it) --- */
+    /* `model =` names a file or folder on disk that create() loads,
+     * unless it holds a ':' (a NAME:... spec such as preset:NAME, which
+     * the backend resolves itself). The host checks, when it loads the
+     * suite, that a model is given and that such a path exists, and
+     * reports it at the suite's file:line before anything runs. */
+    TB_CAP_MODEL_PATH = 1u << 10,
 };
 
 /* --------------------------------------------------------------- options */
@@ -130,6 +137,13 @@ enum {
      * "(secret)" in its place. A plugin must keep it out of describe(),
      * logs and error texts as well. */
     TB_OPTF_SECRET = 1u << 1,
+    /* --- appended in ABI 1 (a host that predates a flag ignores it) --- */
+    /* A TB_OPT_STRING whose value, when not empty, is a path on disk the
+     * backend opens (a tokenizer.json, a folder): the host checks, when
+     * it loads the suite, that every value a suite gives it exists,
+     * relative to the working directory as the backend will open it, and
+     * reports a missing one at the suite's file:line. */
+    TB_OPTF_PATH = 1u << 2,
 };
 
 /* One option a backend declares. The host checks every option a suite sets

@@ -499,7 +499,8 @@ static const tb_backend_ops diffusion_ops = {
     .name = "diffusion",
     .version = DIFFUSION_VERSION,
     .description = "masked-diffusion LLaDA/Dream on tokbench's engine: LLaDA, Fast-dLLM and Dream samplers",
-    .capabilities = TB_CAP_BATCH | TB_CAP_STEPS | TB_CAP_BLOCKS | TB_CAP_STREAMING | TB_CAP_TOKENIZER | DIFFUSION_GPU_CAPS,
+    .capabilities = TB_CAP_BATCH | TB_CAP_STEPS | TB_CAP_BLOCKS | TB_CAP_STREAMING | TB_CAP_TOKENIZER |
+                    TB_CAP_MODEL_PATH | DIFFUSION_GPU_CAPS,
     .options = diffusion_options,
     .n_options = N_OPTS,
     .create = diffusion_create,

@@ -87,7 +87,7 @@ static const tb_option_decl http_options[N_OPTS] = {
     [OPT_TOKENIZER] = {"tokenizer", TB_OPT_STRING, "",
                        "path of the model's tokenizer.json: exact prompt lengths, and output re-counted against "
                        "the server's usage",
-                       NULL, 1, 0, TB_OPTF_LOAD},
+                       NULL, 1, 0, TB_OPTF_LOAD | TB_OPTF_PATH},
     [OPT_BURSTINESS] = {"burstiness", TB_OPT_FLOAT, "1",
                         "open loop: shape of the gamma-distributed gaps between sends (1 = Poisson, < 1 burstier, "
                         "> 1 more even)",

@@ -86,6 +86,7 @@ enum {
     OPT_WORK_BYTES,
     OPT_PEAK_FLOPS,
     OPT_PEAK_BYTES_PER_S,
+    OPT_LOG_LINES,
     N_OPTS
 };
 
@@ -199,6 +200,11 @@ static const tb_option_decl null_options[N_OPTS] = {
                         1e30, 0},
     [OPT_PEAK_BYTES_PER_S] = {"peak_bytes_per_s", TB_OPT_FLOAT, "0",
                               "bandwidth ceiling reported, bytes/s (roofline); 0 = none", NULL, 0, 1e30, 0},
+    [OPT_LOG_LINES] = {"log_lines", TB_OPT_INT, "0",
+                       "lines written at every generate() call, first thing (before a scripted crash): every "
+                       "other one through the host's log, the others straight to stderr (as a library would); "
+                       "0 = none",
+                       NULL, 0, 1000, 0},
 };
 
 typedef struct null_config {
@@ -218,6 +224,7 @@ typedef struct null_config {
     int64_t leak_mb; /* MiB leaked per decode step */
     int64_t flood;   /* extra emissions per request per decode step */
     double work_flops, work_bytes, peak_flops, peak_bytes_per_s; /* roofline figures to report */
+    int64_t log_lines; /* per call */
 } null_config;
 
 static const null_config null_defaults = {
@@ -273,6 +280,7 @@ static void config_apply(null_config *c, const tb_option_value *v, uint32_t n)
         case OPT_WORK_BYTES: c->work_bytes = v[k].f; break;
         case OPT_PEAK_FLOPS: c->peak_flops = v[k].f; break;
         case OPT_PEAK_BYTES_PER_S: c->peak_bytes_per_s = v[k].f; break;
+        case OPT_LOG_LINES: c->log_lines = v[k].i; break;
         default: break;
         }
     }
@@ -645,6 +653,14 @@ static tb_status null_generate(void *vctx, const tb_request *req,
     config_apply(&cfg, req->options, req->n_options);
     ctx->active = cfg;
 
+    for (int64_t i = 0; i < cfg.log_lines; i++) {
+        if (i % 2 == 0)
+            host->log(host, TB_LOG_INFO, "call %llu: scripted log line %lld", (unsigned long long)call,
+                      (long long)i + 1);
+        else
+            fprintf(stderr, "null: call %llu: scripted stderr line %lld\n", (unsigned long long)call,
+                    (long long)i + 1);
+    }
     if (cfg.crash_at && (uint64_t)cfg.crash_at == call)
         crash_now();
     if (cfg.abort_at && (uint64_t)cfg.abort_at == call)

@@ -1,0 +1,132 @@
+/* test_worker_relay.c — core/worker_proc.c's relay of a worker's stderr
+ * (the runner prints each line above its progress bar): whole lines one
+ * at a time, a long line in pieces, and, when the worker has ended, what
+ * is still in the pipe (its last words, an unended line too) before the
+ * pipe is closed, even when a child of the worker still holds it open. A
+ * real child process stands for the worker; the pipe is filled by hand. */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "util.h"
+#include "worker.h"
+
+typedef struct lines {
+    char *v[16];
+    size_t n;
+} lines;
+
+static void collect(void *ctx, const char *line)
+{
+    lines *l = ctx;
+    if (l->n < 16)
+        l->v[l->n++] = tb_xstrdup(line);
+}
+
+static void lines_free(lines *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        free(l->v[i]);
+    l->n = 0;
+}
+
+/* A proc whose worker is a child that exits at once, with its stderr
+ * pipe's write end in *wr (the test writes what the worker would). */
+static void fake_worker(tb_worker_proc *w, lines *l, int *wr)
+{
+    memset(w, 0, sizeof *w);
+    w->on_log = collect;
+    w->log_ctx = l;
+    int p[2];
+    CHECK(pipe2(p, O_CLOEXEC) == 0);
+    fcntl(p[0], F_SETFL, O_NONBLOCK);
+    w->log_fd = p[0];
+    w->has_log = 1;
+    *wr = p[1];
+    w->to_fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    w->from_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(0);
+    w->pid = pid;
+}
+
+static void put(int fd, const char *s)
+{
+    CHECK(write(fd, s, strlen(s)) == (ssize_t)strlen(s));
+}
+
+static void test_lines_then_last_words(void)
+{
+    tb_worker_proc w;
+    lines l = {0};
+    int wr;
+    fake_worker(&w, &l, &wr);
+    put(wr, "[b] info: one\nraw two\npart");
+    CHECK(tb_worker_relay_log(&w) == 0); /* the pipe is open: more may come */
+    CHECK(l.n == 2);
+    CHECK(l.n == 2 && !strcmp(l.v[0], "[b] info: one") && !strcmp(l.v[1], "raw two"));
+    put(wr, "ial line\nlast words");
+    close(wr); /* the worker ends */
+    CHECK(tb_worker_reap(&w, 1) == NULL);
+    CHECK(l.n == 4);
+    CHECK(l.n == 4 && !strcmp(l.v[2], "partial line") && !strcmp(l.v[3], "last words"));
+    CHECK(!w.has_log && w.pid == 0);
+    CHECK(tb_worker_relay_log(&w) == -1);
+    lines_free(&l);
+}
+
+/* A line over 4 KiB arrives in pieces, none longer. */
+static void test_long_line(void)
+{
+    tb_worker_proc w;
+    lines l = {0};
+    int wr;
+    fake_worker(&w, &l, &wr);
+    char *big = tb_xmalloc(10001);
+    memset(big, 'x', 10000);
+    big[10000] = '\0';
+    put(wr, big);
+    put(wr, "\n");
+    close(wr);
+    while (tb_worker_relay_log(&w) == 0)
+        ;
+    size_t total = 0, longest = 0;
+    for (size_t i = 0; i < l.n; i++) {
+        size_t n = strlen(l.v[i]);
+        total += n;
+        longest = n > longest ? n : longest;
+    }
+    CHECK(total == 10000 && longest <= 4096 && l.n >= 3);
+    free(big);
+    lines_free(&l);
+    tb_worker_reap(&w, 1);
+}
+
+/* The worker ended but something it started holds the pipe: reaping
+ * relays what is there and does not wait for the end. */
+static void test_pipe_held_open(void)
+{
+    tb_worker_proc w;
+    lines l = {0};
+    int wr;
+    fake_worker(&w, &l, &wr);
+    put(wr, "before\nunended");
+    CHECK(tb_worker_reap(&w, 1) == NULL); /* wr still open: must not block */
+    CHECK(l.n == 2 && !strcmp(l.v[0], "before") && !strcmp(l.v[1], "unended"));
+    CHECK(!w.has_log);
+    close(wr);
+    lines_free(&l);
+}
+
+int main(void)
+{
+    test_lines_then_last_words();
+    test_long_line();
+    test_pipe_held_open();
+    return check_done();
+}
