@@ -680,11 +680,19 @@ static int cmd_export(int argc, char **argv)
     if (!out) {
         fprintf(stderr, "tokbench: %s: cannot write: %m\n", c.output);
     } else {
-        rc = (strcmp(c.format, "csv") == 0 ? tb_export_csv : tb_export_json)(tb_store_db(st), id, out) == 0 ? 0 : 1;
+        rc = (strcmp(c.format, "csv") == 0 ? tb_export_csv : tb_export_json)(tb_store_db(st), id, out, &err) == 0
+                 ? 0
+                 : 1;
+        if (err) {
+            fprintf(stderr, "tokbench: %s: %s\n", c.db, err);
+            free(err);
+        }
         if (out != stdout && fclose(out) != 0) {
             fprintf(stderr, "tokbench: %s: write failed: %m\n", c.output);
             rc = 1;
         }
+        if (out != stdout && rc != 0)
+            remove(c.output); /* no file that looks like an export */
     }
     tb_store_close(st);
     return rc;
@@ -753,9 +761,9 @@ static int cmd_report(int argc, char **argv)
     if (out) {
         sqlite3 *db = tb_store_db(st);
         if (!strcmp(fmt, "csv"))
-            rc = tb_export_csv(db, id, out) == 0 ? 0 : 1;
+            rc = tb_export_csv(db, id, out, &err) == 0 ? 0 : 1;
         else if (!strcmp(fmt, "json"))
-            rc = tb_export_json(db, id, out) == 0 ? 0 : 1;
+            rc = tb_export_json(db, id, out, &err) == 0 ? 0 : 1;
         else if ((!strcmp(fmt, "md") ? tb_report_markdown : tb_report_html)(db, id, out, &err) == 0)
             rc = 0;
         if (err) {
@@ -876,10 +884,13 @@ static int cmd_history(int argc, char **argv)
     }
     tb_history h;
     char *err = NULL;
-    if (tb_history_load(tb_store_db(st), c.backend, c.metric ? c.metric : "agg_tps", c.filters, c.n_filters, &h,
-                        &err) != 0) {
+    int hrc = tb_history_load(tb_store_db(st), c.backend, c.metric ? c.metric : "agg_tps", c.filters, c.n_filters,
+                              &h, &err);
+    if (hrc != 0) {
         fprintf(stderr, "tokbench: history: %s: %s\n", c.db, err);
         free(err);
+        if (hrc == -2) /* the database, not the question */
+            rc = 1;
         goto out;
     }
     FILE *f = open_output(c.output);
@@ -931,9 +942,13 @@ static int cmd_db(int argc, char **argv)
         rc = 1;
     } else {
         printf("merged %s into %s: %zu session%s imported (%zu cases, %zu samples, %zu requests; %zu rows), "
-               "%zu already present; machines: %zu new, %zu known\n",
+               "%zu already present, %zu completed; machines: %zu new, %zu known\n",
                c.pos[0], c.db, r.sessions_new, r.sessions_new == 1 ? "" : "s", r.cases, r.samples, r.requests,
-               r.rows, r.sessions_known, r.machines_new, r.machines_known);
+               r.rows, r.sessions_known, r.sessions_completed, r.machines_new, r.machines_known);
+        if (r.running)
+            fprintf(stderr, "tokbench: db merge: %s: not merged, still being written by a run on this machine: %s; "
+                            "merge again once it has ended\n", c.pos[0], r.running);
+        tb_merge_result_free(&r);
     }
     tb_store_close(st);
     return rc;

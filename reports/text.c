@@ -441,6 +441,7 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
     free(covered);
     tb_rsession rs;
     char *err = NULL;
+    int read_failed = 0;
     if (tb_rsession_load(db, session, &rs, &err) == 0) {
         tb_warnings w;
         tb_warnings_derive(&rs, &w);
@@ -450,9 +451,10 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
             fprintf(out, "  %s\n", w.text[i]);
         tb_warnings_free(&w);
         tb_rsession_free(&rs);
-    } else {
+    } else { /* a read or JSON error: said, and the exit status says it too */
         fprintf(stderr, "tokbench: %s\n", err);
         free(err);
+        read_failed = 1;
     }
     fprintf(out, "\ntok/s/req: per-request tokens/s (median); p95 tok/s: the rate 95%% of requests reach (5th percentile);"
                  "\nagg: all output tokens / batch wall time; decode: excludes prefill. Definitions: docs/METRICS.md\n");
@@ -467,5 +469,5 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out)
     for (size_t b = 0; b < n_backends; b++)
         free(backends[b]);
     free(backends);
-    return 0;
+    return read_failed ? -1 : 0;
 }
