@@ -68,10 +68,12 @@ static const char usage_run[] =
     "a case failed or is degraded, 2 on bad input, 130 when interrupted.\n";
 
 static const char usage_plugins[] =
-    "usage: tokbench plugins [NAME|PATH]\n"
+    "usage: tokbench plugins [NAME|PATH] [--load-timeout SECONDS]\n"
     "\n"
     "Without NAME: every plugin found, with its version, capabilities and\n"
-    "whether it can run on this host. With NAME: its options.\n";
+    "whether it can run on this host. With NAME: its options.\n"
+    "Each plugin is loaded and probed in a process of its own, which must\n"
+    "answer within --load-timeout (default 60 s).\n";
 
 static const char usage_sessions[] = "usage: tokbench sessions [--db FILE] [--limit N]\n";
 static const char usage_show[] =
@@ -170,7 +172,8 @@ static const char usage_serve[] =
     "2 on bad input.\n";
 
 enum { OPT_DB = 1000, OPT_DRY_RUN, OPT_FILTER, OPT_LIMIT, OPT_FORMAT, OPT_LAST, OPT_BACKEND, OPT_BACKENDS,
-       OPT_METRIC, OPT_ALPHA, OPT_FAIL_SLOWER, OPT_FAIL_ACC, OPT_FAIL_ERR_RATE, OPT_FAIL_P99_TTFT, OPT_MAX_ERROR_RATE, OPT_PORT, OPT_HOST, OPT_MAX_BATCH, OPT_PORT_FILE };
+       OPT_METRIC, OPT_ALPHA, OPT_FAIL_SLOWER, OPT_FAIL_ACC, OPT_FAIL_ERR_RATE, OPT_FAIL_P99_TTFT, OPT_MAX_ERROR_RATE, OPT_PORT, OPT_HOST, OPT_MAX_BATCH, OPT_PORT_FILE,
+       OPT_LOAD_TIMEOUT };
 
 /* The options of every command but serve: each accepts them all and uses
  * its own. */
@@ -191,6 +194,7 @@ static const struct option common_opts[] = {
     {"fail-if-accuracy-drops", required_argument, NULL, OPT_FAIL_ACC},
     {"fail-if-error-rate-above", required_argument, NULL, OPT_FAIL_ERR_RATE},
     {"fail-if-p99-ttft-above", required_argument, NULL, OPT_FAIL_P99_TTFT},
+    {"load-timeout", required_argument, NULL, OPT_LOAD_TIMEOUT},
     {"help", no_argument, NULL, 'h'},
     {0, 0, 0, 0},
 };
@@ -228,6 +232,7 @@ typedef struct cli {
     long port;             /* serve: [0, 65535] */
     const char *host;      /* serve: not yet checked to be an address */
     long max_batch;        /* serve: [1, 65536]; 0 when not given */
+    double load_timeout;   /* plugins: seconds, > 0 */
     const char *port_file; /* serve */
     char **pos;
     int n_pos;
@@ -269,6 +274,7 @@ static int parse_opts(int argc, char **argv, const char *usage, const struct opt
     c->fail_pct = c->fail_acc_pp = c->fail_err_rate = c->fail_p99_ttft_pct = NAN;
     c->port = 8000;
     c->host = "127.0.0.1";
+    c->load_timeout = 60;
     optind = 1;
     int ch;
     while ((ch = getopt_long(argc, argv, shortopts, opts, NULL)) != -1) {
@@ -363,6 +369,13 @@ static int parse_opts(int argc, char **argv, const char *usage, const struct opt
             break;
         case OPT_PORT_FILE:
             c->port_file = optarg;
+            break;
+        case OPT_LOAD_TIMEOUT:
+            c->load_timeout = number_arg("--load-timeout", optarg, usage);
+            if (!(c->load_timeout > 0 && c->load_timeout <= 86400)) {
+                fprintf(stderr, "tokbench: --load-timeout %s: expected seconds in (0, 86400]\n", optarg);
+                exit(2);
+            }
             break;
         case 'h':
             fputs(usage, stdout);
@@ -546,31 +559,19 @@ static int cmd_run(int argc, char **argv, int full_argc, char **full_argv)
     return rc;
 }
 
-/* Probe in a child: a plugin's probe may initialize a GPU runtime, which
- * must not happen in a process that later forks workers. Here it does not
- * matter (we exit after listing), so probe directly. */
-static void print_plugin_line(const char *path)
+/* One plugin of the listing: what its loading process said, probe()
+ * included (a plugin's code never runs in this process). */
+static void print_plugin(const tb_plugin *p)
 {
-    tb_plugin p;
-    char *err = NULL;
-    if (tb_plugin_open(path, &p, &err) != 0) {
-        printf("  %-12s %s\n", "(invalid)", err);
-        free(err);
-        return;
-    }
-    const tb_backend_ops *o = p.ops;
-    char why[512] = "";
-    tb_status ps = o->probe ? o->probe(why, sizeof why) : TB_OK;
+    const tb_backend_ops *o = p->ops;
     char *caps = tb_caps_string(o->capabilities);
+    int ok = p->probe_status == TB_OK;
     printf("  %-12s %-10s %s\n", o->name, o->version, o->description ? o->description : "");
     printf("  %-12s capabilities: %s\n", "", caps);
-    printf("  %-12s runs here: %s%s%s\n", "", ps == TB_OK ? "yes" : "no", ps == TB_OK ? "" : " (",
-           ps == TB_OK ? "" : (why[0] ? why : "probe failed"));
-    if (ps != TB_OK)
-        printf(")\n");
-    printf("  %-12s %s\n", "", p.path);
+    printf("  %-12s runs here: %s%s%s%s\n", "", ok ? "yes" : "no", ok ? "" : " (",
+           ok ? "" : (p->probe_why && p->probe_why[0] ? p->probe_why : "probe failed"), ok ? "" : ")");
+    printf("  %-12s %s\n", "", p->path);
     free(caps);
-    tb_plugin_close(&p);
 }
 
 static int cmd_plugins(int argc, char **argv)
@@ -589,7 +590,15 @@ static int cmd_plugins(int argc, char **argv)
         else
             printf("plugins:\n");
         for (size_t i = 0; i < n; i++) {
-            print_plugin_line(paths[i]);
+            tb_plugin p;
+            char *err = NULL;
+            if (tb_plugin_open(paths[i], c.load_timeout, "--load-timeout", TB_PLUGIN_PROBE, &p, &err) != 0) {
+                printf("  %-12s %s\n", "(invalid)", err);
+                free(err);
+            } else {
+                print_plugin(&p);
+                tb_plugin_close(&p);
+            }
             free(paths[i]);
         }
         free(paths);
@@ -597,12 +606,12 @@ static int cmd_plugins(int argc, char **argv)
     }
     tb_plugin p;
     char *err = NULL;
-    if (tb_plugin_open(c.pos[0], &p, &err) != 0) {
+    if (tb_plugin_open(c.pos[0], c.load_timeout, "--load-timeout", TB_PLUGIN_PROBE, &p, &err) != 0) {
         fprintf(stderr, "tokbench: %s\n", err);
         free(err);
         return 1;
     }
-    print_plugin_line(p.path);
+    print_plugin(&p);
     printf("\noptions (set them in the plugin's [backend LABEL] section; list values are swept):\n");
     for (uint32_t i = 0; i < p.ops->n_options; i++) {
         const tb_option_decl *d = &p.ops->options[i];

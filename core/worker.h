@@ -9,12 +9,10 @@
 #include <sys/types.h>
 
 #include "plan.h"
+#include "proc.h"
 
 /* A worker process as its parent sees it. */
-typedef struct tb_worker_proc {
-    pid_t pid; /* 0: none running */
-    int to_fd, from_fd;
-} tb_worker_proc;
+typedef tb_proc tb_worker_proc;
 
 /* Fork a worker for plan->backends[backend]; 0, or -1 with errno. */
 int tb_worker_spawn(const tb_plan *plan, size_t backend, tb_worker_proc *w);
