@@ -162,6 +162,15 @@ q "$tmp/bad3.db" "update request set emissions_json = '[[1,' where id = $rid"
 grep -q "request row $rid (case #[0-9]* of session 1): emissions_json is not valid JSON" "$tmp/e" ||
     fail "invalid emissions message: $(cat "$tmp/e")"
 [ "$(counts "$tmp/j.db")" = "0 0 0 0 0" ] || fail "invalid JSON merged"
+# every other JSON column of a session's rows
+for tc in "machine info_json machine row" "session config_json session" "backend options_json backend row"; do
+    set -- $tc
+    cp "$tmp/good.db" "$tmp/bad4.db"
+    q "$tmp/bad4.db" "update $1 set $2 = '{'"
+    "$tb" db merge "$tmp/bad4.db" --db "$tmp/j.db" 2>"$tmp/e" >/dev/null
+    grep -q "bad4.db: $3 .*: $2 is not valid JSON (nothing was merged)" "$tmp/e" || fail "$1.$2 not JSON: $(cat "$tmp/e")"
+done
+[ "$(counts "$tmp/j.db")" = "0 0 0 0 0" ] || fail "invalid JSON merged"
 pass "merge refuses invalid JSON, naming the row"
 
 # The readers, on a database that holds such a row (a hand edit, or a
@@ -188,6 +197,8 @@ check_reader "compare" "$tb" compare 1 2 --db "$tmp/r.db"
 check_reader "history" "$tb" history --backend a --db "$tmp/r.db"
 check_reader "export csv" "$tb" export 1 --format csv --db "$tmp/r.db"
 [ -s "$tmp/out" ] && fail "export csv printed something: $(head -c 200 "$tmp/out")"
+check_reader "export csv -o" "$tb" export 1 --format csv -o "$tmp/r.csv" --db "$tmp/r.db"
+[ -e "$tmp/r.csv" ] && fail "export csv -o left a file"
 check_reader "export json" "$tb" export 1 --format json --db "$tmp/r.db"
 check_reader "report csv" "$tb" report 1 --format csv --db "$tmp/r.db"
 check_reader "show" "$tb" show 1 --db "$tmp/r.db"
