@@ -237,7 +237,7 @@ int tb_plugin_same(const tb_plugin *p, const tb_backend_ops *o, char **err)
         const tb_option_decl *a = &m->options[i], *b = &o->options[i];
         same = same_str(a->name, b->name) && a->type == b->type && a->flags == b->flags &&
                same_str(a->default_value, b->default_value) && same_str(a->choices, b->choices) &&
-               a->min == b->min && a->max == b->max;
+               memcmp(&a->min, &b->min, sizeof a->min) == 0 && memcmp(&a->max, &b->max, sizeof a->max) == 0;
     }
     if (same)
         return 0;
