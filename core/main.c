@@ -70,10 +70,12 @@ static const char usage_run[] =
     "a case failed or is degraded, 2 on bad input, 130 when interrupted.\n";
 
 static const char usage_plugins[] =
-    "usage: tokbench plugins [NAME|PATH]\n"
+    "usage: tokbench plugins [NAME|PATH] [--load-timeout SECONDS]\n"
     "\n"
     "Without NAME: every plugin found, with its version, capabilities and\n"
-    "whether it can run on this host. With NAME: its options.\n";
+    "whether it can run on this host. With NAME: its options.\n"
+    "Each plugin is loaded and probed in a process of its own, which must\n"
+    "answer within --load-timeout (default 60 s).\n";
 
 static const char usage_sessions[] = "usage: tokbench sessions [--db FILE] [--limit N]\n";
 static const char usage_show[] =
@@ -183,7 +185,8 @@ static const char usage_serve[] =
     "2 on bad input.\n";
 
 enum { OPT_DB = 1000, OPT_WIDE, OPT_WIDTH, OPT_DRY_RUN, OPT_FILTER, OPT_LIMIT, OPT_FORMAT, OPT_LAST, OPT_BACKEND, OPT_BACKENDS,
-       OPT_METRIC, OPT_ALPHA, OPT_FAIL_SLOWER, OPT_FAIL_ACC, OPT_FAIL_ERR_RATE, OPT_FAIL_P99_TTFT, OPT_MAX_ERROR_RATE, OPT_PORT, OPT_HOST, OPT_MAX_BATCH, OPT_PORT_FILE, OPT_BATCHING };
+       OPT_METRIC, OPT_ALPHA, OPT_FAIL_SLOWER, OPT_FAIL_ACC, OPT_FAIL_ERR_RATE, OPT_FAIL_P99_TTFT, OPT_MAX_ERROR_RATE, OPT_PORT, OPT_HOST, OPT_MAX_BATCH, OPT_PORT_FILE, OPT_BATCHING,
+       OPT_LOAD_TIMEOUT };
 
 /* The options of every command but serve: each accepts them all and uses
  * its own. */
@@ -206,6 +209,7 @@ static const struct option common_opts[] = {
     {"fail-if-p99-ttft-above", required_argument, NULL, OPT_FAIL_P99_TTFT},
     {"wide", no_argument, NULL, OPT_WIDE},
     {"width", required_argument, NULL, OPT_WIDTH},
+    {"load-timeout", required_argument, NULL, OPT_LOAD_TIMEOUT},
     {"help", no_argument, NULL, 'h'},
     {0, 0, 0, 0},
 };
@@ -244,6 +248,7 @@ typedef struct cli {
     long port;             /* serve: [0, 65535] */
     const char *host;      /* serve: not yet checked to be an address */
     long max_batch;        /* serve: [1, 65536]; 0 when not given */
+    double load_timeout;   /* plugins: seconds, > 0 */
     const char *port_file; /* serve */
     int static_batching;   /* serve: --batching static */
     int wide;              /* show: --wide */
@@ -288,6 +293,7 @@ static int parse_opts(int argc, char **argv, const char *usage, const struct opt
     c->fail_pct = c->fail_acc_pp = c->fail_err_rate = c->fail_p99_ttft_pct = NAN;
     c->port = 8000;
     c->host = "127.0.0.1";
+    c->load_timeout = 60;
     optind = 1;
     int ch;
     while ((ch = getopt_long(argc, argv, shortopts, opts, NULL)) != -1) {
@@ -395,6 +401,13 @@ static int parse_opts(int argc, char **argv, const char *usage, const struct opt
             break;
         case OPT_WIDTH:
             c->width = range_arg(argv[0], "--width", optarg, 20, 100000, "a width in characters");
+            break;
+        case OPT_LOAD_TIMEOUT:
+            c->load_timeout = number_arg("--load-timeout", optarg, usage);
+            if (!(c->load_timeout > 0 && c->load_timeout <= 86400)) {
+                fprintf(stderr, "tokbench: --load-timeout %s: expected seconds in (0, 86400]\n", optarg);
+                exit(2);
+            }
             break;
         case 'h':
             fputs(usage, stdout);
@@ -608,31 +621,19 @@ static int cmd_run(int argc, char **argv, int full_argc, char **full_argv)
     return rc;
 }
 
-/* Probe in a child: a plugin's probe may initialize a GPU runtime, which
- * must not happen in a process that later forks workers. Here it does not
- * matter (we exit after listing), so probe directly. */
-static void print_plugin_line(const char *path)
+/* One plugin of the listing: what its loading process said, probe()
+ * included (a plugin's code never runs in this process). */
+static void print_plugin(const tb_plugin *p)
 {
-    tb_plugin p;
-    char *err = NULL;
-    if (tb_plugin_open(path, &p, &err) != 0) {
-        printf("  %-12s %s\n", "(invalid)", err);
-        free(err);
-        return;
-    }
-    const tb_backend_ops *o = p.ops;
-    char why[512] = "";
-    tb_status ps = o->probe ? o->probe(why, sizeof why) : TB_OK;
+    const tb_backend_ops *o = p->ops;
     char *caps = tb_caps_string(o->capabilities);
+    int ok = p->probe_status == TB_OK;
     printf("  %-12s %-10s %s\n", o->name, o->version, o->description ? o->description : "");
     printf("  %-12s capabilities: %s\n", "", caps);
-    printf("  %-12s runs here: %s%s%s\n", "", ps == TB_OK ? "yes" : "no", ps == TB_OK ? "" : " (",
-           ps == TB_OK ? "" : (why[0] ? why : "probe failed"));
-    if (ps != TB_OK)
-        printf(")\n");
-    printf("  %-12s %s\n", "", p.path);
+    printf("  %-12s runs here: %s%s%s%s\n", "", ok ? "yes" : "no", ok ? "" : " (",
+           ok ? "" : (p->probe_why && p->probe_why[0] ? p->probe_why : "probe failed"), ok ? "" : ")");
+    printf("  %-12s %s\n", "", p->path);
     free(caps);
-    tb_plugin_close(&p);
 }
 
 static int cmd_plugins(int argc, char **argv)
@@ -651,7 +652,15 @@ static int cmd_plugins(int argc, char **argv)
         else
             printf("plugins:\n");
         for (size_t i = 0; i < n; i++) {
-            print_plugin_line(paths[i]);
+            tb_plugin p;
+            char *err = NULL;
+            if (tb_plugin_open(paths[i], c.load_timeout, "--load-timeout", TB_PLUGIN_PROBE, &p, &err) != 0) {
+                printf("  %-12s %s\n", "(invalid)", err);
+                free(err);
+            } else {
+                print_plugin(&p);
+                tb_plugin_close(&p);
+            }
             free(paths[i]);
         }
         free(paths);
@@ -659,12 +668,12 @@ static int cmd_plugins(int argc, char **argv)
     }
     tb_plugin p;
     char *err = NULL;
-    if (tb_plugin_open(c.pos[0], &p, &err) != 0) {
+    if (tb_plugin_open(c.pos[0], c.load_timeout, "--load-timeout", TB_PLUGIN_PROBE, &p, &err) != 0) {
         fprintf(stderr, "tokbench: %s\n", err);
         free(err);
         return 1;
     }
-    print_plugin_line(p.path);
+    print_plugin(&p);
     printf("\noptions (set them in the plugin's [backend LABEL] section; list values are swept):\n");
     for (uint32_t i = 0; i < p.ops->n_options; i++) {
         const tb_option_decl *d = &p.ops->options[i];
@@ -742,11 +751,19 @@ static int cmd_export(int argc, char **argv)
     if (!out) {
         fprintf(stderr, "tokbench: %s: cannot write: %m\n", c.output);
     } else {
-        rc = (strcmp(c.format, "csv") == 0 ? tb_export_csv : tb_export_json)(tb_store_db(st), id, out) == 0 ? 0 : 1;
+        rc = (strcmp(c.format, "csv") == 0 ? tb_export_csv : tb_export_json)(tb_store_db(st), id, out, &err) == 0
+                 ? 0
+                 : 1;
+        if (err) {
+            fprintf(stderr, "tokbench: %s: %s\n", c.db, err);
+            free(err);
+        }
         if (out != stdout && fclose(out) != 0) {
             fprintf(stderr, "tokbench: %s: write failed: %m\n", c.output);
             rc = 1;
         }
+        if (out != stdout && rc != 0)
+            remove(c.output); /* no file that looks like an export */
     }
     tb_store_close(st);
     return rc;
@@ -815,9 +832,9 @@ static int cmd_report(int argc, char **argv)
     if (out) {
         sqlite3 *db = tb_store_db(st);
         if (!strcmp(fmt, "csv"))
-            rc = tb_export_csv(db, id, out) == 0 ? 0 : 1;
+            rc = tb_export_csv(db, id, out, &err) == 0 ? 0 : 1;
         else if (!strcmp(fmt, "json"))
-            rc = tb_export_json(db, id, out) == 0 ? 0 : 1;
+            rc = tb_export_json(db, id, out, &err) == 0 ? 0 : 1;
         else if ((!strcmp(fmt, "md") ? tb_report_markdown : tb_report_html)(db, id, out, &err) == 0)
             rc = 0;
         if (err) {
@@ -938,10 +955,13 @@ static int cmd_history(int argc, char **argv)
     }
     tb_history h;
     char *err = NULL;
-    if (tb_history_load(tb_store_db(st), c.backend, c.metric ? c.metric : "agg_tps", c.filters, c.n_filters, &h,
-                        &err) != 0) {
+    int hrc = tb_history_load(tb_store_db(st), c.backend, c.metric ? c.metric : "agg_tps", c.filters, c.n_filters,
+                              &h, &err);
+    if (hrc != 0) {
         fprintf(stderr, "tokbench: history: %s: %s\n", c.db, err);
         free(err);
+        if (hrc == -2) /* the database, not the question */
+            rc = 1;
         goto out;
     }
     FILE *f = open_output(c.output);
@@ -993,9 +1013,13 @@ static int cmd_db(int argc, char **argv)
         rc = 1;
     } else {
         printf("merged %s into %s: %zu session%s imported (%zu cases, %zu samples, %zu requests; %zu rows), "
-               "%zu already present; machines: %zu new, %zu known\n",
+               "%zu already present, %zu completed; machines: %zu new, %zu known\n",
                c.pos[0], c.db, r.sessions_new, r.sessions_new == 1 ? "" : "s", r.cases, r.samples, r.requests,
-               r.rows, r.sessions_known, r.machines_new, r.machines_known);
+               r.rows, r.sessions_known, r.sessions_completed, r.machines_new, r.machines_known);
+        if (r.running)
+            fprintf(stderr, "tokbench: db merge: %s: not merged, still being written by a run on this machine: %s; "
+                            "merge again once it has ended\n", c.pos[0], r.running);
+        tb_merge_result_free(&r);
     }
     tb_store_close(st);
     return rc;

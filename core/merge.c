@@ -6,6 +6,7 @@
 #include "merge.h"
 
 #include <limits.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +41,9 @@ typedef struct merge {
     size_t machine, session; /* table indexes */
     int64_t *needed_machines;
     size_t n_needed;
+    int64_t *import; /* the source's session ids to copy, ascending */
+    size_t n_import;
+    tb_str running;  /* the sessions refused: their run is alive */
     char *err;
 } merge;
 
@@ -73,7 +77,8 @@ static int read_schema(merge *m)
         m->err = tb_xasprintf("cannot read its schema: %s", sqlite3_errmsg(m->src));
         return -1;
     }
-    while (sqlite3_step(q) == SQLITE_ROW) {
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
         m->t = tb_xrealloc(m->t, (m->n_t + 1) * sizeof *m->t);
         table *t = &m->t[m->n_t++];
         memset(t, 0, sizeof *t);
@@ -81,6 +86,10 @@ static int read_schema(merge *m)
         t->id_col = -1;
     }
     sqlite3_finalize(q);
+    if (rc != SQLITE_DONE) {
+        m->err = tb_xasprintf("cannot read its schema: %s", sqlite3_errmsg(m->src));
+        return -1;
+    }
     if (find_table(m, "machine", &m->machine) != 0 || find_table(m, "session", &m->session) != 0) {
         m->err = tb_xstrdup("not a tokbench database (no machine or session table)");
         return -1;
@@ -89,8 +98,9 @@ static int read_schema(merge *m)
         table *t = &m->t[i];
         char *qn = quote_ident(t->name);
         char *sql = tb_xasprintf("PRAGMA table_info(%s)", qn);
-        if (sqlite3_prepare_v2(m->src, sql, -1, &q, NULL) == SQLITE_OK) {
-            while (sqlite3_step(q) == SQLITE_ROW) {
+        rc = sqlite3_prepare_v2(m->src, sql, -1, &q, NULL);
+        if (rc == SQLITE_OK) {
+            while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
                 const char *col = (const char *)sqlite3_column_text(q, 1);
                 const char *type = (const char *)sqlite3_column_text(q, 2);
                 if (strcmp(col, "id") == 0 && sqlite3_column_int(q, 5) == 1 && type && !strcasecmp(type, "INTEGER"))
@@ -102,14 +112,19 @@ static int read_schema(merge *m)
         sqlite3_finalize(q);
         free(sql);
         free(qn);
+        if (rc != SQLITE_DONE) {
+            m->err = tb_xasprintf("cannot read the columns of %s: %s", t->name, sqlite3_errmsg(m->src));
+            return -1;
+        }
     }
     /* Foreign keys once every table's id column is known. */
     for (size_t i = 0; i < m->n_t; i++) {
         table *t = &m->t[i];
         char *qn = quote_ident(t->name);
         char *sql = tb_xasprintf("PRAGMA foreign_key_list(%s)", qn);
-        if (sqlite3_prepare_v2(m->src, sql, -1, &q, NULL) == SQLITE_OK) {
-            while (sqlite3_step(q) == SQLITE_ROW) {
+        rc = sqlite3_prepare_v2(m->src, sql, -1, &q, NULL);
+        if (rc == SQLITE_OK) {
+            while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
                 const char *to = (const char *)sqlite3_column_text(q, 2);
                 const char *from = (const char *)sqlite3_column_text(q, 3);
                 fkey f = {.col = -1};
@@ -132,6 +147,10 @@ static int read_schema(merge *m)
         sqlite3_finalize(q);
         free(sql);
         free(qn);
+        if (rc != SQLITE_DONE) {
+            m->err = tb_xasprintf("cannot read the foreign keys of %s: %s", t->name, sqlite3_errmsg(m->src));
+            return -1;
+        }
     }
     /* Every other table must hang off a session, or its rows could not be
      * told apart from rows merged before. */
@@ -180,20 +199,25 @@ static int64_t map_get(const table *t, int64_t v)
     return lo < t->n_map && t->old_id[lo] == v ? t->new_id[lo] : -1;
 }
 
+/* 1 (and *id) when the target has a row for `sql`'s key, 0 when not,
+ * -1 with m->err when it cannot be read. */
 static int exists_in_dst(merge *m, const char *sql, sqlite3_value *v, int64_t *id)
 {
     sqlite3_stmt *q;
-    int found = 0;
-    if (sqlite3_prepare_v2(m->dst, sql, -1, &q, NULL) == SQLITE_OK) {
+    int rc = sqlite3_prepare_v2(m->dst, sql, -1, &q, NULL);
+    if (rc == SQLITE_OK) {
         sqlite3_bind_value(q, 1, v);
-        if (sqlite3_step(q) == SQLITE_ROW) {
-            found = 1;
-            if (id)
-                *id = sqlite3_column_int64(q, 0);
-        }
+        rc = sqlite3_step(q);
+        if (rc == SQLITE_ROW && id)
+            *id = sqlite3_column_int64(q, 0);
     }
     sqlite3_finalize(q);
-    return found;
+    if (rc == SQLITE_ROW)
+        return 1;
+    if (rc == SQLITE_DONE)
+        return 0;
+    m->err = tb_xasprintf("reading the target database: %s", sqlite3_errmsg(m->dst));
+    return -1;
 }
 
 static int needed_machine(const merge *m, int64_t id)
@@ -202,6 +226,19 @@ static int needed_machine(const merge *m, int64_t id)
         if (m->needed_machines[i] == id)
             return 1;
     return 0;
+}
+
+static int imported_session(const merge *m, int64_t id)
+{
+    size_t lo = 0, hi = m->n_import;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (m->import[mid] < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < m->n_import && m->import[lo] == id;
 }
 
 static int copy_table(merge *m, size_t ti, tb_merge_result *res)
@@ -244,25 +281,30 @@ static int copy_table(merge *m, size_t ti, tb_merge_result *res)
         m->err = tb_xasprintf("table %s lacks its key column (%s)", t->name, ti == m->session ? "uuid" : "fingerprint");
         rc = -1;
     }
-    while (rc == 0 && sqlite3_step(qs) == SQLITE_ROW) {
+    int step = SQLITE_DONE;
+    int64_t last = 0; /* the last row read, for a message */
+    while (rc == 0 && (step = sqlite3_step(qs)) == SQLITE_ROW) {
         int64_t old = t->id_col >= 0 ? sqlite3_column_int64(qs, t->id_col) : 0;
+        last = old;
         if (ti == m->machine) {
             if (!needed_machine(m, old))
                 continue;
-            int64_t id;
-            if (exists_in_dst(m, "SELECT id FROM machine WHERE fingerprint = ?", sqlite3_column_value(qs, fp_col),
-                              &id)) {
+            int64_t id = 0;
+            int known = exists_in_dst(m, "SELECT id FROM machine WHERE fingerprint = ?",
+                                      sqlite3_column_value(qs, fp_col), &id);
+            if (known < 0) {
+                rc = -1;
+                break;
+            }
+            if (known) {
                 map_add(t, old, id);
                 res->machines_known++;
                 continue;
             }
             res->machines_new++;
         }
-        if (ti == m->session &&
-            exists_in_dst(m, "SELECT id FROM session WHERE uuid = ?", sqlite3_column_value(qs, uuid_col), NULL)) {
-            res->sessions_known++;
-            continue;
-        }
+        if (ti == m->session && !imported_session(m, old))
+            continue; /* already present, or still running */
         sqlite3_reset(qi);
         sqlite3_clear_bindings(qi);
         int skip = 0, bind = 1;
@@ -296,8 +338,15 @@ static int copy_table(merge *m, size_t ti, tb_merge_result *res)
             map_add(t, old, sqlite3_last_insert_rowid(m->dst));
         t->inserted++;
         res->rows++;
-        if (ti == m->session)
-            res->sessions_new++;
+    }
+    /* An error is not the end of the rows: a damaged page read halfway
+     * through a table would import part of a session, for good. */
+    if (rc == 0 && step != SQLITE_ROW && step != SQLITE_DONE) {
+        m->err = t->id_col >= 0 && last
+                     ? tb_xasprintf("reading %s after row id %lld: %s", t->name, (long long)last,
+                                    sqlite3_errmsg(m->src))
+                     : tb_xasprintf("reading %s: %s", t->name, sqlite3_errmsg(m->src));
+        rc = -1;
     }
     sqlite3_finalize(qs);
     sqlite3_finalize(qi);
@@ -306,30 +355,173 @@ static int copy_table(merge *m, size_t ti, tb_merge_result *res)
     return rc;
 }
 
-/* Source sessions whose uuid the target lacks need their machines. */
-static int collect_needed_machines(merge *m)
+/* A session's standing in one database. */
+typedef struct sess_state {
+    int64_t id, cases;
+    char status[16];
+    tb_owner_state owner; /* of a 'running' session; GONE otherwise */
+    int64_t pid;
+} sess_state;
+
+/* The columns of sess_sql read into *st (q's columns 1..). */
+#define SESS_COLS                                                                                   \
+    " id, status, owner_boot_id, owner_pid_ns, owner_pid, owner_start_ticks,"                     \
+    " (SELECT count(*) FROM bench_case c WHERE c.session_id = session.id)"
+
+static void sess_read(sqlite3_stmt *q, int first, sess_state *st)
 {
-    sqlite3_stmt *q;
-    if (sqlite3_prepare_v2(m->src, "SELECT uuid, machine_id FROM session", -1, &q, NULL) != SQLITE_OK) {
+    st->id = sqlite3_column_int64(q, first);
+    const unsigned char *status = sqlite3_column_text(q, first + 1);
+    snprintf(st->status, sizeof st->status, "%s", status ? (const char *)status : "");
+    st->pid = sqlite3_column_type(q, first + 4) == SQLITE_NULL ? 0 : sqlite3_column_int64(q, first + 4);
+    st->owner = strcmp(st->status, "running") != 0
+                    ? TB_OWNER_GONE
+                    : tb_store_owner_state((const char *)sqlite3_column_text(q, first + 2),
+                                           (const char *)sqlite3_column_text(q, first + 3), st->pid,
+                                           sqlite3_column_type(q, first + 5) == SQLITE_NULL
+                                               ? -1
+                                               : sqlite3_column_int64(q, first + 5));
+    st->cases = sqlite3_column_int64(q, first + 6);
+}
+
+static int unfinished(const sess_state *s)
+{
+    return strcmp(s->status, "running") == 0 || strcmp(s->status, "interrupted") == 0;
+}
+
+/* Further along: more cases, or as many and completed. */
+static int further(const sess_state *a, const sess_state *b)
+{
+    int ca = strcmp(a->status, "completed") == 0, cb = strcmp(b->status, "completed") == 0;
+    return a->cases > b->cases || (a->cases == b->cases && ca && !cb);
+}
+
+/* Which of the source's sessions to copy: those the target lacks, and
+ * those it holds unfinished (merged while their run was going, or
+ * interrupted) when the source has them further along, its copy being
+ * deleted first (ON DELETE CASCADE takes its rows). Not a session whose
+ * run is still writing it (its owner alive on this machine): merged
+ * now, it would be frozen half done. Then the machines they need. */
+static int choose_sessions(merge *m, tb_merge_result *res)
+{
+    sqlite3_stmt *q, *qd = NULL;
+    if (sqlite3_prepare_v2(m->src, "SELECT uuid," SESS_COLS ", machine_id FROM session ORDER BY id", -1, &q,
+                           NULL) != SQLITE_OK) {
         m->err = tb_xasprintf("reading sessions: %s", sqlite3_errmsg(m->src));
         return -1;
     }
-    while (sqlite3_step(q) == SQLITE_ROW) {
-        if (exists_in_dst(m, "SELECT id FROM session WHERE uuid = ?", sqlite3_column_value(q, 0), NULL))
+    if (sqlite3_prepare_v2(m->dst, "SELECT" SESS_COLS " FROM session WHERE uuid = ?", -1, &qd, NULL) != SQLITE_OK) {
+        m->err = tb_xasprintf("reading the target's sessions: %s", sqlite3_errmsg(m->dst));
+        sqlite3_finalize(q);
+        return -1;
+    }
+    int rc, fail = 0;
+    while (!fail && (rc = sqlite3_step(q)) == SQLITE_ROW) {
+        sess_state src;
+        sess_read(q, 1, &src);
+        int64_t machine = sqlite3_column_int64(q, 8);
+        if (src.owner == TB_OWNER_ALIVE) {
+            tb_str_appendf(&m->running, "%ssession %lld (%s, pid %lld)", m->running.len ? ", " : "",
+                           (long long)src.id, sqlite3_column_text(q, 0), (long long)src.pid);
+            res->sessions_running++;
             continue;
-        int64_t id = sqlite3_column_int64(q, 1);
-        if (needed_machine(m, id))
-            continue;
-        m->needed_machines = tb_xrealloc(m->needed_machines, (m->n_needed + 1) * sizeof *m->needed_machines);
-        m->needed_machines[m->n_needed++] = id;
+        }
+        sqlite3_reset(qd);
+        sqlite3_bind_value(qd, 1, sqlite3_column_value(q, 0));
+        int drc = sqlite3_step(qd);
+        if (drc == SQLITE_ROW) {
+            sess_state dst;
+            sess_read(qd, 0, &dst);
+            if (!unfinished(&dst) || dst.owner == TB_OWNER_ALIVE || !further(&src, &dst)) {
+                res->sessions_known++;
+                continue;
+            }
+            sqlite3_stmt *del = NULL;
+            int del_rc = sqlite3_prepare_v2(m->dst, "DELETE FROM session WHERE id = ?", -1, &del, NULL);
+            if (del_rc == SQLITE_OK) {
+                sqlite3_bind_int64(del, 1, dst.id);
+                del_rc = sqlite3_step(del);
+            }
+            sqlite3_finalize(del);
+            if (del_rc != SQLITE_DONE) {
+                m->err = tb_xasprintf("replacing the target's unfinished copy of session %s (id %lld): %s",
+                                      sqlite3_column_text(q, 0), (long long)dst.id, sqlite3_errmsg(m->dst));
+                fail = 1;
+                break;
+            }
+            res->sessions_completed++;
+        } else if (drc != SQLITE_DONE) {
+            m->err = tb_xasprintf("reading the target's sessions: %s", sqlite3_errmsg(m->dst));
+            fail = 1;
+            break;
+        } else {
+            res->sessions_new++;
+        }
+        m->import = tb_xrealloc(m->import, (m->n_import + 1) * sizeof *m->import);
+        m->import[m->n_import++] = src.id;
+        if (!needed_machine(m, machine)) {
+            m->needed_machines = tb_xrealloc(m->needed_machines, (m->n_needed + 1) * sizeof *m->needed_machines);
+            m->needed_machines[m->n_needed++] = machine;
+        }
+    }
+    if (!fail && rc != SQLITE_DONE) {
+        m->err = tb_xasprintf("reading sessions: %s", sqlite3_errmsg(m->src));
+        fail = 1;
     }
     sqlite3_finalize(q);
+    sqlite3_finalize(qd);
+    return fail ? -1 : 0;
+}
+
+/* What is imported must read back: the source passes SQLite's own check
+ * (every page readable and well formed), its foreign keys hold, and its
+ * JSON columns hold JSON of their kind. */
+static int check_source(merge *m)
+{
+    sqlite3_stmt *q;
+    if (sqlite3_prepare_v2(m->src, "PRAGMA quick_check", -1, &q, NULL) != SQLITE_OK) {
+        m->err = tb_xasprintf("cannot check it: %s", sqlite3_errmsg(m->src));
+        return -1;
+    }
+    int rc = sqlite3_step(q);
+    if (rc != SQLITE_ROW || strcmp((const char *)sqlite3_column_text(q, 0), "ok") != 0) {
+        /* its first finding, on one line ("*** in database main ***\nPage 31: ...") */
+        char *what = tb_xstrdup(rc == SQLITE_ROW ? (const char *)sqlite3_column_text(q, 0) : sqlite3_errmsg(m->src));
+        for (char *c = what; *c; c++)
+            if (*c == '\n')
+                *c = ' ';
+        m->err = tb_xasprintf("the database is damaged: %s (repair it, e.g. with sqlite3's .recover, then merge "
+                              "again)", what);
+        free(what);
+        sqlite3_finalize(q);
+        return -1;
+    }
+    sqlite3_finalize(q);
+    if (sqlite3_prepare_v2(m->src, "PRAGMA foreign_key_check", -1, &q, NULL) != SQLITE_OK) {
+        m->err = tb_xasprintf("cannot check its foreign keys: %s", sqlite3_errmsg(m->src));
+        return -1;
+    }
+    rc = sqlite3_step(q);
+    if (rc == SQLITE_ROW)
+        m->err = tb_xasprintf("row %lld of %s refers to a %s row that does not exist (foreign key check)",
+                              (long long)sqlite3_column_int64(q, 1), sqlite3_column_text(q, 0),
+                              sqlite3_column_text(q, 2));
+    else if (rc != SQLITE_DONE)
+        m->err = tb_xasprintf("cannot check its foreign keys: %s", sqlite3_errmsg(m->src));
+    sqlite3_finalize(q);
+    if (rc != SQLITE_DONE)
+        return -1;
+    char *why = NULL;
+    if (tb_store_check_json(m->src, -1, 1, &why) != 0) {
+        m->err = why;
+        return -1;
+    }
     return 0;
 }
 
 static int run(merge *m, tb_merge_result *res)
 {
-    if (read_schema(m) != 0 || collect_needed_machines(m) != 0)
+    if (check_source(m) != 0 || read_schema(m) != 0 || choose_sessions(m, res) != 0)
         return -1;
     /* Parents before children: a table is copied once every table its
      * foreign keys point to is. */
@@ -446,7 +638,12 @@ int tb_merge(sqlite3 *target, const char *other_path, tb_merge_result *res, char
         return -1;
     }
     int rc = -1;
-    if (sqlite3_exec(target, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
+    /* One snapshot of the source: a run writing it meanwhile commits
+     * between our statements, and a session read as 'running' must not
+     * gain cases on the way. */
+    if (sqlite3_exec(m.src, "BEGIN", NULL, NULL, NULL) != SQLITE_OK) {
+        *err = tb_xasprintf("%s: cannot read: %s", other_path, sqlite3_errmsg(m.src));
+    } else if (sqlite3_exec(target, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
         *err = tb_xasprintf("cannot lock the target database: %s", sqlite3_errmsg(target));
     } else if (run(&m, res) != 0) {
         sqlite3_exec(target, "ROLLBACK", NULL, NULL, NULL);
@@ -459,6 +656,10 @@ int tb_merge(sqlite3 *target, const char *other_path, tb_merge_result *res, char
     }
     if (rc != 0)
         memset(res, 0, sizeof *res);
+    else if (m.running.len)
+        res->running = tb_str_take(&m.running);
+    tb_str_free(&m.running);
+    free(m.import);
     for (size_t i = 0; i < m.n_t; i++) {
         table *t = &m.t[i];
         free(t->name);
@@ -472,6 +673,14 @@ int tb_merge(sqlite3 *target, const char *other_path, tb_merge_result *res, char
     free(m.t);
     free(m.needed_machines);
     free(m.err);
+    if (!sqlite3_get_autocommit(m.src))
+        sqlite3_exec(m.src, "COMMIT", NULL, NULL, NULL);
     sqlite3_close(m.src);
     return rc;
+}
+
+void tb_merge_result_free(tb_merge_result *res)
+{
+    free(res->running);
+    res->running = NULL;
 }

@@ -355,42 +355,133 @@ done:
     return errs->len == errs_before ? 0 : -1;
 }
 
+/* One case as validate() sees it (n_requests = the requests per call, no
+ * prompts). */
+static tb_request case_request(const tb_plan *plan, const tb_case *c)
+{
+    return (tb_request){
+        .struct_size = sizeof(tb_request),
+        .n_requests = c->requests,
+        .prompt_tokens = c->prompt_tokens,
+        .max_new_tokens = c->max_new_tokens,
+        .batch = c->batch,
+        .concurrency = c->concurrency,
+        .steps = c->steps,
+        .block_length = c->block_length,
+        .request_rate = c->request_rate,
+        .seed = plan->suite->seed,
+        .options = c->options,
+        .n_options = c->n_options,
+    };
+}
+
+/* A validate() verdict, as the plugin's process sends it. */
+typedef struct verdict {
+    uint32_t case_index;
+    int32_t status;
+    char why[512];
+} verdict;
+
+typedef struct validate_arg {
+    const tb_plan *plan;
+    const char *plugin; /* the backends of this `plugin =` */
+    const int *skip;    /* [n_backends]: not validated (a file they name is missing) */
+} validate_arg;
+
+/* Is case i one whose verdict validate_fn sends? */
+static int validated(const tb_plan *plan, size_t i, const char *plugin, const int *skip)
+{
+    const tb_case *c = &plan->cases[i];
+    const char *p = plan->backends[c->backend].sb->plugin;
+    return !c->skip_reason && !skip[c->backend] && p && strcmp(p, plugin) == 0;
+}
+
+/* In the plugin's process (tb_plugin_call): validate() of every case
+ * that runs of the backends that use it, one answer each, in plan
+ * order. */
+static void validate_fn(const tb_backend_ops *ops, void *argp, int fd)
+{
+    const validate_arg *a = argp;
+    for (size_t i = 0; i < a->plan->n_cases; i++) {
+        if (!validated(a->plan, i, a->plugin, a->skip))
+            continue;
+        tb_request req = case_request(a->plan, &a->plan->cases[i]);
+        verdict v = {.case_index = (uint32_t)i};
+        v.status = (int32_t)ops->validate(&req, v.why, sizeof v.why);
+        v.why[sizeof v.why - 1] = '\0';
+        if (tb_plugin_reply(fd, &v, sizeof v) != 0)
+            return;
+    }
+}
+
 /* The plugin's own check of each case's parameter combination (e.g.
- * gen_length a multiple of block_length), at suite load; not of the
+ * gen_length a multiple of block_length), at suite load, in a process of
+ * the plugin's own (one per plugin that has validate(), for all the
+ * backends that use it), each call within load_timeout; not of the
  * backends in skip_backend (a file they name is missing: said once, at
  * its line, by check_files). */
 static void validate_cases(tb_plan *plan, tb_str *errs, const int *skip_backend)
 {
     size_t reported = 0;
-    for (size_t i = 0; i < plan->n_cases && reported < 20; i++) {
-        const tb_case *c = &plan->cases[i];
-        const tb_plan_backend *pb = &plan->backends[c->backend];
-        const tb_backend_ops *ops = pb->plugin.ops;
-        if (c->skip_reason || skip_backend[c->backend] || !TB_STRUCT_HAS(ops, tb_backend_ops, validate) ||
-            !ops->validate)
+    for (size_t b = 0; b < plan->n_backends && reported < 20; b++) {
+        const tb_plan_backend *pb = &plan->backends[b];
+        if (!pb->sb->plugin || !pb->plugin.ops) /* the suite's errors say so */
             continue;
-        tb_request req = {
-            .struct_size = sizeof req,
-            .n_requests = c->requests,
-            .prompt_tokens = c->prompt_tokens,
-            .max_new_tokens = c->max_new_tokens,
-            .batch = c->batch,
-            .concurrency = c->concurrency,
-            .steps = c->steps,
-            .block_length = c->block_length,
-            .request_rate = c->request_rate,
-            .seed = plan->suite->seed,
-            .options = c->options,
-            .n_options = c->n_options,
-        };
-        char why[512] = "";
-        if (ops->validate(&req, why, sizeof why) != TB_OK) {
+        int seen = 0; /* an earlier backend of this plugin validated its cases too */
+        for (size_t e = 0; e < b && !seen; e++)
+            seen = plan->backends[e].sb->plugin && strcmp(plan->backends[e].sb->plugin, pb->sb->plugin) == 0;
+        size_t first = 0;
+        while (first < plan->n_cases && !validated(plan, first, pb->sb->plugin, skip_backend))
+            first++;
+        if (seen || first == plan->n_cases || !(pb->plugin.methods & TB_PLUGIN_HAS_VALIDATE))
+            continue;
+        validate_arg a = {plan, pb->sb->plugin, skip_backend};
+        tb_plugin_answers ans;
+        char *why = NULL;
+        int rc = tb_plugin_call(pb->plugin.path, pb->sb->plugin, plan->suite->load_timeout_s, "load_timeout",
+                                validate_fn, &a, &ans, &why);
+        size_t next = first; /* the case whose answer is due */
+        for (size_t k = 0; k < ans.n && reported < 20; k++) {
+            verdict v;
+            memcpy(&v, ans.v[k], ans.len[k] < sizeof v ? ans.len[k] : sizeof v);
+            if (ans.len[k] != sizeof v || v.case_index < next ||
+                !validated(plan, v.case_index, pb->sb->plugin, skip_backend)) {
+                rc = -1;
+                free(why);
+                why = tb_xstrdup("sent a malformed verdict");
+                break;
+            }
+            next = v.case_index + 1;
+            while (next < plan->n_cases && !validated(plan, next, pb->sb->plugin, skip_backend))
+                next++;
+            if (v.status == TB_OK)
+                continue;
+            const tb_case *c = &plan->cases[v.case_index];
+            const tb_plan_backend *cb = &plan->backends[c->backend];
             char *label = tb_case_label(plan, c);
-            err_at(errs, pb->sb->loc, "backend", "[backend %s] case %s: %s", pb->sb->label, label,
-                   why[0] ? why : "rejected by the plugin");
+            err_at(errs, cb->sb->loc, "backend", "[backend %s] case %s: %s", cb->sb->label, label,
+                   v.why[0] ? v.why : "rejected by the plugin");
             free(label);
             reported++;
         }
+        if (rc != 0 && reported < 20) {
+            if (!ans.loaded) { /* it loaded a moment ago: the file changed? */
+                err_at(errs, pb->sb->plugin_loc, "plugin", "%s", why);
+            } else if (next < plan->n_cases) {
+                const tb_case *c = &plan->cases[next];
+                const tb_plan_backend *cb = &plan->backends[c->backend];
+                char *label = tb_case_label(plan, c);
+                err_at(errs, cb->sb->loc, "backend", "[backend %s] case %s: plugin %s (%s): validate() %s",
+                       cb->sb->label, label, cb->plugin.ops->name, cb->plugin.path, why);
+                free(label);
+            } else { /* after the last verdict */
+                err_at(errs, pb->sb->loc, "backend", "[backend %s]: plugin %s (%s): validate() %s", pb->sb->label,
+                       pb->plugin.ops->name, pb->plugin.path, why);
+            }
+            reported++;
+        }
+        free(why);
+        tb_plugin_answers_free(&ans);
     }
 }
 
@@ -534,7 +625,7 @@ static void load_prompts(tb_plan *plan, tb_str *errs)
         const tb_backend_ops *ops = plan->judge != SIZE_MAX ? plan->backends[plan->judge].plugin.ops : NULL;
         if (!ops)
             return;
-        if (!(ops->capabilities & TB_CAP_LOGLIK) || !TB_STRUCT_HAS(ops, tb_backend_ops, loglik) || !ops->loglik)
+        if (!(ops->capabilities & TB_CAP_LOGLIK) || !(plan->backends[plan->judge].plugin.methods & TB_PLUGIN_HAS_LOGLIK))
             err_at(errs, sp->judge_loc, "judge",
                    "[backend %s] (plugin %s) cannot score text (expected a backend with the loglik capability, "
                    "such as plugin ar)",
@@ -751,7 +842,18 @@ int tb_plan_build(tb_suite *suite, tb_plan *plan, char **err)
         char *why = NULL;
         if (!pb->sb->plugin) /* the suite's error says so (tb_suite_parse) */
             continue;
-        if (tb_plugin_open(pb->sb->plugin, &pb->plugin, &why) != 0) {
+        /* one loading per plugin: backends that name the same one share
+         * its table (a copy each) */
+        size_t same = 0;
+        while (same < i && (!plan->backends[same].sb->plugin ||
+                            strcmp(plan->backends[same].sb->plugin, pb->sb->plugin) != 0 ||
+                            !plan->backends[same].plugin.ops))
+            same++;
+        if (same < i) {
+            tb_plugin_copy(&pb->plugin, &plan->backends[same].plugin);
+            continue;
+        }
+        if (tb_plugin_open(pb->sb->plugin, suite->load_timeout_s, "load_timeout", 0, &pb->plugin, &why) != 0) {
             err_at(&errs, pb->sb->plugin_loc, "plugin", "%s", why);
             free(why);
             continue;
@@ -981,8 +1083,7 @@ void tb_plan_free(tb_plan *plan)
     free(plan->cases);
     for (size_t i = 0; i < plan->n_backends; i++) {
         tb_plan_backend *pb = &plan->backends[i];
-        if (pb->plugin.handle)
-            tb_plugin_close(&pb->plugin);
+        tb_plugin_close(&pb->plugin);
         for (size_t k = 0; k < pb->n_notes; k++)
             free(pb->notes[k]);
         free(pb->notes);

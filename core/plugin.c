@@ -127,8 +127,10 @@ static int valid_option_name(const char *s)
     return 1;
 }
 
-/* Check the ops table; returns a malloc'd reason or NULL when it is fine. */
-static char *check_ops(const tb_backend_ops *o)
+/* Check the data of an ops table (no method); returns a malloc'd reason
+ * or NULL when it is fine. The runner checks the copy its loading
+ * process sent too (plugin_proc.c). */
+char *tb_plugin_check_data(const tb_backend_ops *o)
 {
     if (o->abi_major != TB_ABI_MAJOR)
         return tb_xasprintf("built for plugin ABI %u, this tokbench speaks ABI %d (rebuild the plugin against this tokbench's backend.h)",
@@ -140,12 +142,6 @@ static char *check_ops(const tb_backend_ops *o)
         return tb_xstrdup("no name, or a name that is not [a-z0-9_]+");
     if (!o->version)
         return tb_xstrdup("no version string");
-    const char *missing = !o->create ? "create()" : !o->destroy ? "destroy()"
-                        : !o->generate ? "generate()" : !o->last_error ? "last_error()" : NULL;
-    if (missing)
-        return tb_xasprintf("required method %s is missing", missing);
-    if ((o->capabilities & TB_CAP_TOKENIZER) && (!o->tokenize || !o->detokenize))
-        return tb_xstrdup("claims the tokenizer capability but lacks tokenize() or detokenize()");
     if (o->n_options && !o->options)
         return tb_xasprintf("declares %u options but no option table", o->n_options);
     for (uint32_t i = 0; i < o->n_options; i++) {
@@ -177,17 +173,23 @@ static char *check_ops(const tb_backend_ops *o)
     return NULL;
 }
 
-int tb_plugin_open(const char *name, tb_plugin *out, char **err)
+/* The whole table: its data, then its methods. */
+static char *check_ops(const tb_backend_ops *o)
 {
-    memset(out, 0, sizeof *out);
-    char *tried = NULL;
-    char *path = tb_plugin_find(name, &tried);
-    if (!path) {
-        *err = tb_xasprintf("plugin %s: not found (looked at %s; set TOKBENCH_PLUGIN_PATH or give a path)", name, tried);
-        free(tried);
-        return -1;
-    }
-    free(tried);
+    if (o->abi_major != TB_ABI_MAJOR || o->struct_size < TB_OPS_MIN_SIZE)
+        return tb_plugin_check_data(o); /* nothing more can be read */
+    const char *missing = !o->create ? "create()" : !o->destroy ? "destroy()"
+                        : !o->generate ? "generate()" : !o->last_error ? "last_error()" : NULL;
+    if (missing)
+        return tb_xasprintf("required method %s is missing", missing);
+    if ((o->capabilities & TB_CAP_TOKENIZER) && (!o->tokenize || !o->detokenize))
+        return tb_xstrdup("claims the tokenizer capability but lacks tokenize() or detokenize()");
+    return tb_plugin_check_data(o);
+}
+
+int tb_plugin_load(const char *path, const char *name, const tb_backend_ops **out, char **err)
+{
+    *out = NULL;
     /* dlopen needs a '/' to take a path literally rather than search. */
     char *dl_path = strchr(path, '/') ? tb_xstrdup(path) : tb_xasprintf("./%s", path);
     /* RTLD_NODELETE: a plugin linking a GPU runtime keeps state past
@@ -196,7 +198,6 @@ int tb_plugin_open(const char *name, tb_plugin *out, char **err)
     free(dl_path);
     if (!h) {
         *err = tb_xasprintf("plugin %s (%s): cannot load: %s", name, path, dlerror());
-        free(path);
         return -1;
     }
     dlerror();
@@ -205,7 +206,6 @@ int tb_plugin_open(const char *name, tb_plugin *out, char **err)
         *err = tb_xasprintf("plugin %s (%s): no entry symbol %s() (a backend exports exactly that function)",
                             name, path, TB_BACKEND_ENTRY_SYMBOL);
         dlclose(h);
-        free(path);
         return -1;
     }
     tb_backend_entry_fn entry;
@@ -219,21 +219,82 @@ int tb_plugin_open(const char *name, tb_plugin *out, char **err)
         *err = tb_xasprintf("plugin %s (%s): %s", named ? ops->name : name, path, why);
         free(why);
         dlclose(h);
-        free(path);
         return -1;
     }
-    out->path = path;
-    out->handle = h;
-    out->ops = ops;
+    *out = ops; /* loaded for the life of this process */
     return 0;
+}
+
+static int same_str(const char *a, const char *b)
+{
+    return (!a && !b) || (a && b && strcmp(a, b) == 0);
+}
+
+int tb_plugin_same(const tb_plugin *p, const tb_backend_ops *o, char **err)
+{
+    const tb_backend_ops *m = p->ops;
+    int same = same_str(m->name, o->name) && same_str(m->version, o->version) &&
+               m->capabilities == o->capabilities && m->n_options == o->n_options;
+    for (uint32_t i = 0; same && i < o->n_options; i++) {
+        const tb_option_decl *a = &m->options[i], *b = &o->options[i];
+        same = same_str(a->name, b->name) && a->type == b->type && a->flags == b->flags &&
+               same_str(a->default_value, b->default_value) && same_str(a->choices, b->choices) &&
+               memcmp(&a->min, &b->min, sizeof a->min) == 0 && memcmp(&a->max, &b->max, sizeof a->max) == 0;
+    }
+    if (same)
+        return 0;
+    *err = tb_xasprintf("plugin %s (%s): its file changed since the suite was loaded (now %s %s): run the suite "
+                        "again", m->name, p->path, o->name, o->version);
+    return -1;
 }
 
 void tb_plugin_close(tb_plugin *p)
 {
-    if (p->handle)
-        dlclose(p->handle);
+    tb_backend_ops *o = (tb_backend_ops *)p->ops;
+    if (o) {
+        for (uint32_t i = 0; i < o->n_options; i++) {
+            tb_option_decl *d = (tb_option_decl *)&o->options[i];
+            free((char *)d->name);
+            free((char *)d->default_value);
+            free((char *)d->help);
+            free((char *)d->choices);
+        }
+        free((tb_option_decl *)o->options);
+        free((char *)o->name);
+        free((char *)o->version);
+        free((char *)o->description);
+        free(o);
+    }
+    free(p->probe_why);
     free(p->path);
     memset(p, 0, sizeof *p);
+}
+
+static char *dup_or_null(const char *s)
+{
+    return s ? tb_xstrdup(s) : NULL;
+}
+
+void tb_plugin_copy(tb_plugin *dst, const tb_plugin *src)
+{
+    *dst = *src;
+    dst->path = tb_xstrdup(src->path);
+    dst->probe_why = dup_or_null(src->probe_why);
+    tb_backend_ops *o = tb_xmalloc(sizeof *o);
+    *o = *src->ops;
+    o->name = dup_or_null(o->name);
+    o->version = dup_or_null(o->version);
+    o->description = dup_or_null(o->description);
+    tb_option_decl *d = o->n_options ? tb_xcalloc(o->n_options, sizeof *d) : NULL;
+    for (uint32_t i = 0; i < o->n_options; i++) {
+        d[i] = src->ops->options[i];
+        d[i].name = dup_or_null(d[i].name);
+        d[i].default_value = dup_or_null(d[i].default_value);
+        d[i].help = dup_or_null(d[i].help);
+        d[i].choices = dup_or_null(d[i].choices);
+    }
+    o->options = d;
+    dst->ops = o;
 }
 
 static int has_path(char **paths, size_t n, const char *base)

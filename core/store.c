@@ -146,6 +146,98 @@ int tb_store_migrate(sqlite3 *db, int target, char **err)
     return 0;
 }
 
+/* ------------------------------------------------- stored JSON */
+
+/* Every JSON column, what it holds, and how to name its row in a
+ * message (`session` = ?1; ?1 < 0: every session). */
+static const struct json_column {
+    const char *table, *column;
+    const char *kind;   /* json_type() it must have; NULL: any JSON value */
+    const char *scope;  /* WHERE clause selecting the session's rows */
+    const char *name;   /* the row, in words */
+    int per_request;
+} json_columns[] = {
+    {"machine", "info_json", "object",
+     "(?1 < 0 OR id IN (SELECT machine_id FROM session WHERE id = ?1))", "'machine row ' || id", 0},
+    {"session", "config_json", "object", "(?1 < 0 OR id = ?1)", "'session ' || id", 0},
+    {"backend", "options_json", "object", "(?1 < 0 OR session_id = ?1)",
+     "'backend row ' || id || ' ([backend ' || label || '] of session ' || session_id || ')'", 0},
+    {"backend", "info_json", NULL, "(?1 < 0 OR session_id = ?1)",
+     "'backend row ' || id || ' ([backend ' || label || '] of session ' || session_id || ')'", 0},
+    {"bench_case", "options_json", "object", "(?1 < 0 OR session_id = ?1)",
+     "'case #' || ordinal || ' of session ' || session_id || ' (bench_case row ' || id || ')'", 0},
+    {"prompt", "tags_json", "array", "(?1 < 0 OR session_id = ?1)",
+     "'prompt item ' || idx || ' of session ' || session_id", 0},
+    {"request", "emissions_json", "array",
+     "(?1 < 0 OR sample_id IN (SELECT sa.id FROM sample sa JOIN bench_case c ON c.id = sa.case_id"
+     " WHERE c.session_id = ?1))",
+     "'request row ' || id || (SELECT ' (case #' || c.ordinal || ' of session ' || c.session_id || ')'"
+     " FROM sample sa JOIN bench_case c ON c.id = sa.case_id WHERE sa.id = sample_id)", 1},
+};
+
+/* Does `table` have `column` (an older schema may lack it)? -1: cannot
+ * tell (*err set). */
+static int has_column(sqlite3 *db, const char *table, const char *column, char **err)
+{
+    char *sql = tb_xasprintf("SELECT 1 FROM pragma_table_info('%s') WHERE name = '%s'", table, column);
+    sqlite3_stmt *q = NULL;
+    int rc = sqlite3_prepare_v2(db, sql, -1, &q, NULL) == SQLITE_OK ? sqlite3_step(q) : SQLITE_ERROR;
+    free(sql);
+    int found = rc == SQLITE_ROW;
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        *err = tb_xasprintf("reading the schema of %s: %s", table, sqlite3_errmsg(db));
+    sqlite3_finalize(q);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? found : -1;
+}
+
+int tb_store_check_json(sqlite3 *db, int64_t session, int with_requests, char **err)
+{
+    for (size_t i = 0; i < TB_ARRAY_LEN(json_columns); i++) {
+        const struct json_column *jc = &json_columns[i];
+        if (jc->per_request && !with_requests)
+            continue;
+        int has = has_column(db, jc->table, jc->column, err);
+        if (has < 0)
+            return -1;
+        if (!has)
+            continue;
+        /* CASE, not OR: json_type() of text that is not JSON is an error */
+        tb_str b = {0};
+        tb_str_appendf(&b, "SELECT %s, json_valid(%s), CASE WHEN json_valid(%s) THEN json_type(%s) END FROM %s"
+                           " WHERE %s AND %s IS NOT NULL AND CASE WHEN json_valid(%s) THEN ",
+                       jc->name, jc->column, jc->column, jc->column, jc->table, jc->scope, jc->column, jc->column);
+        if (jc->kind)
+            tb_str_appendf(&b, "json_type(%s) <> '%s'", jc->column, jc->kind);
+        else
+            tb_str_append(&b, "0");
+        tb_str_append(&b, " ELSE 1 END LIMIT 1");
+        sqlite3_stmt *q = NULL;
+        int rc = sqlite3_prepare_v2(db, b.s, -1, &q, NULL);
+        tb_str_free(&b);
+        if (rc == SQLITE_OK) {
+            sqlite3_bind_int64(q, 1, session);
+            rc = sqlite3_step(q);
+        }
+        if (rc == SQLITE_ROW) {
+            const char *what = (const char *)sqlite3_column_text(q, 0);
+            if (sqlite3_column_int(q, 1))
+                *err = tb_xasprintf("%s: %s is JSON of type %s, not %s", what ? what : jc->table, jc->column,
+                                    sqlite3_column_text(q, 2), strcmp(jc->kind, "array") ? "an object" : "an array");
+            else
+                *err = tb_xasprintf("%s: %s is not valid JSON", what ? what : jc->table, jc->column);
+            sqlite3_finalize(q);
+            return -1;
+        }
+        if (rc != SQLITE_DONE) {
+            *err = tb_xasprintf("reading %s.%s: %s", jc->table, jc->column, sqlite3_errmsg(db));
+            sqlite3_finalize(q);
+            return -1;
+        }
+        sqlite3_finalize(q);
+    }
+    return 0;
+}
+
 /* ------------------------------------------------- session owners */
 
 /* The process that writes a session (migration 5): kernel boot, PID
@@ -197,28 +289,43 @@ static void owner_self(tb_owner *o)
         o->start_ticks = -1;
 }
 
-/* 1 when the process that wrote a 'running' session is certainly gone;
- * 0 when it is alive or cannot be told (so it is never marked). */
-static int owner_gone(const tb_owner *me, const char *boot, const char *ns, int64_t pid, int64_t ticks)
+static tb_owner_state owner_state(const tb_owner *me, const char *boot, const char *ns, int64_t pid,
+                                  int64_t ticks)
 {
     if (!boot || !me->boot_id[0])
-        return 0;
+        return TB_OWNER_UNKNOWN;
     /* Another boot: the machine restarted, or the file was copied from
      * another one. WAL works only between processes of one kernel, so no
      * process of another boot is writing to this file now. */
     if (strcmp(boot, me->boot_id) != 0)
-        return 1;
+        return TB_OWNER_GONE;
     if (!ns || !me->pid_ns[0] || strcmp(ns, me->pid_ns) != 0 || pid <= 0)
-        return 0; /* another container's pid: not ours to look up */
+        return TB_OWNER_UNKNOWN; /* another container's pid: not ours to look up */
     if (kill((pid_t)pid, 0) != 0 && errno == ESRCH)
-        return 1;
+        return TB_OWNER_GONE;
     char state;
     int64_t t;
     if (proc_stat(pid, &state, &t) != 0)
-        return 0; /* hidden (hidepid) or just exited: the next open sees it */
+        return TB_OWNER_UNKNOWN; /* hidden (hidepid) or just exited: the next open sees it */
     if (state == 'Z' || state == 'X')
-        return 1; /* dead, not yet reaped by its parent */
-    return ticks >= 0 && t != ticks; /* the pid was reused */
+        return TB_OWNER_GONE; /* dead, not yet reaped by its parent */
+    if (ticks >= 0 && t != ticks)
+        return TB_OWNER_GONE; /* the pid was reused */
+    return TB_OWNER_ALIVE;
+}
+
+tb_owner_state tb_store_owner_state(const char *boot_id, const char *pid_ns, int64_t pid, int64_t start_ticks)
+{
+    tb_owner me;
+    owner_self(&me);
+    return owner_state(&me, boot_id, pid_ns, pid, start_ticks);
+}
+
+/* 1 when the process that wrote a 'running' session is certainly gone;
+ * 0 when it is alive or cannot be told (so it is never marked). */
+static int owner_gone(const tb_owner *me, const char *boot, const char *ns, int64_t pid, int64_t ticks)
+{
+    return owner_state(me, boot, ns, pid, ticks) == TB_OWNER_GONE;
 }
 
 /* Mark 'interrupted' the 'running' sessions whose process is gone (a run

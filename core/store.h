@@ -53,6 +53,33 @@ sqlite3 *tb_store_db(tb_store *st);
  * databases). 0, or -1 with *err. */
 int tb_store_migrate(sqlite3 *db, int target, char **err);
 
+/* ----------------------------------------------------------- checking */
+
+/* The stored JSON that readers parse, checked: every JSON column (the
+ * machine's and session's, backend.options_json and info_json,
+ * bench_case.options_json, prompt.tags_json and, with with_requests,
+ * request.emissions_json) of session `session`'s rows (of every
+ * session when `session` < 0) is NULL or valid JSON of its column's kind
+ * (an object; an array for emissions and tags; any value for
+ * describe()'s info_json). 0 when all are; -1 with *err naming the
+ * first row that is not ("backend row 7 ([backend a] of session 3):
+ * info_json is not valid JSON"), or what could not be read. On any
+ * connection: db merge checks its source with it, and the readers
+ * (reports/) before they trust a session's rows. */
+int tb_store_check_json(sqlite3 *db, int64_t session, int with_requests, char **err);
+
+/* Whether the process that owns a session (its owner_* columns,
+ * migration 5; NULL columns: boot NULL, pid 0, ticks -1) is running. */
+typedef enum tb_owner_state {
+    TB_OWNER_GONE,    /* certainly ended: another boot, no such pid, a
+                         zombie, a reused pid */
+    TB_OWNER_ALIVE,   /* this boot and PID namespace, and its pid runs
+                         with the recorded start time */
+    TB_OWNER_UNKNOWN  /* cannot be told here (another PID namespace, a
+                         hidden pid, no owner recorded) */
+} tb_owner_state;
+tb_owner_state tb_store_owner_state(const char *boot_id, const char *pid_ns, int64_t pid, int64_t start_ticks);
+
 /* ----------------------------------------------------------- writing */
 
 /* Each writer returns 0 (or a row id), or -1 with *err malloc'd, naming

@@ -486,10 +486,17 @@ void tb_worker_main(const tb_plan *plan, size_t backend, int fd_in, int fd_out)
     }
 
     tb_worker w = {.plan = plan, .pb = &plan->backends[backend], .fd_out = fd_out};
-    w.ops = w.pb->plugin.ops;
     tb_worker_host_init(&w);
 
+    /* The plugin is loaded here, never in the runner (which has only its
+     * table's data): the table must be the one the plan was made with. */
     char why[512] = "";
+    if (tb_plugin_load(w.pb->plugin.path, w.pb->sb->plugin, &w.ops, &err) != 0 ||
+        tb_plugin_same(&w.pb->plugin, w.ops, &err) != 0) {
+        send_status(&w, TB_MSG_PROBE, TB_ERR, 0, 0, NULL, "%s", err);
+        free(err);
+        tb_worker_child_exit();
+    }
     tb_status ps = w.ops->probe ? w.ops->probe(why, sizeof why) : TB_OK;
     send_status(&w, TB_MSG_PROBE, ps, 0, 0, NULL, "%s", why[0] ? why : status_name(ps));
     if (ps != TB_OK)

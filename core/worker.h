@@ -9,21 +9,10 @@
 #include <sys/types.h>
 
 #include "plan.h"
+#include "proc.h"
 
 /* A worker process as its parent sees it. */
-typedef struct tb_worker_proc {
-    pid_t pid; /* 0: none running */
-    int to_fd, from_fd;
-    /* Set before spawning to relay the worker's stderr (and stdout, which
-     * points there) line by line through on_log instead of letting it
-     * reach the terminal directly; NULL: the worker inherits stderr. */
-    void (*on_log)(void *ctx, const char *line);
-    void *log_ctx;
-    int log_fd;           /* the pipe's read end, while has_log */
-    int has_log;
-    char *log_buf;        /* a line not yet ended */
-    size_t log_len, log_cap;
-} tb_worker_proc;
+typedef tb_proc tb_worker_proc;
 
 /* Fork a worker for plan->backends[backend]; 0, or -1 with errno. */
 int tb_worker_spawn(const tb_plan *plan, size_t backend, tb_worker_proc *w);

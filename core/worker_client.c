@@ -6,8 +6,6 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <time.h>
 
 #include "util.h"
 
@@ -54,29 +52,33 @@ void tb_wc_kill(tb_worker_client *wc)
 
 /* The worker closed its pipe (or cannot be written to): it is ending.
  * Reap it, but not forever: a plugin that closed its descriptors and
- * hangs would block a plain wait. Returns why it ended. */
-static char *reap_ended(tb_worker_client *wc)
+ * hangs would block a plain wait. It gets the grace period, cut short by
+ * the deadline of what it was doing (`limit`, `limit_s`: its name and
+ * length; NULL: none) and by a stop asked for (Ctrl-C, SIGTERM); then it
+ * is killed. Returns why it ended. */
+static char *reap_ended(tb_worker_client *wc, int64_t deadline, const char *limit, double limit_s)
 {
-    int64_t deadline = tb_now_ns() + TB_WORKER_GRACE_NS;
-    for (;;) {
-        siginfo_t si = {0};
-        /* WNOWAIT: look without reaping, so tb_worker_reap can tell how. */
-        if (waitid(P_PID, (id_t)wc->proc.pid, &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid != 0)
-            return tb_worker_reap(&wc->proc, 0);
-        if (tb_now_ns() >= deadline)
-            break;
-        struct timespec ts = {0, 10 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
+    int64_t grace_end = tb_now_ns() + TB_WORKER_GRACE_NS;
+    int by_limit = limit && deadline < grace_end;
+    int ended = tb_proc_await_exit(&wc->proc, by_limit ? deadline : grace_end, wc->interrupted);
+    if (ended > 0)
+        return tb_worker_reap(&wc->proc, 0);
     tb_worker_kill(&wc->proc);
+    if (ended < 0)
+        return tb_xstrdup("backend process closed its pipe but did not exit; killed (interrupted)");
+    if (by_limit)
+        return tb_xasprintf("backend process closed its pipe but did not exit within %s (%.0f s); killed", limit,
+                            limit_s);
     return tb_xasprintf("backend process closed its pipe but did not exit within %.0f s; killed",
                         (double)TB_WORKER_GRACE_NS * 1e-9);
 }
 
 /* The read ended without a frame: turn it into a result, leaving the
- * worker running only when interrupted. */
-static tb_wc_result read_failed(tb_worker_client *wc, tb_wire_rc rc, const char *timeout_what, double timeout_s,
-                                char **why)
+ * worker running only when interrupted. `deadline` is the read's, of
+ * `limit` (its name: "load_timeout", "case_timeout"), `timeout_what`
+ * what overran it. */
+static tb_wc_result read_failed(tb_worker_client *wc, tb_wire_rc rc, const char *timeout_what, const char *limit,
+                                double timeout_s, int64_t deadline, char **why)
 {
     switch (rc) {
     case TB_WIRE_INTERRUPTED:
@@ -97,7 +99,7 @@ static tb_wc_result read_failed(tb_worker_client *wc, tb_wire_rc rc, const char 
     default:
         break;
     }
-    *why = reap_ended(wc);
+    *why = reap_ended(wc, deadline, limit, timeout_s);
     return TB_WC_DIED;
 }
 
@@ -131,10 +133,11 @@ tb_wc_result tb_wc_start(tb_worker_client *wc, char **why)
     if (wc->proc.has_log)
         tb_wire_reader_watch(&wc->rd, wc->proc.log_fd, relay_log, wc);
     tb_wire_frame f;
-    tb_wire_rc rc = tb_wire_read(&wc->rd, tb_now_ns() + wc->load_timeout_ns, wc->interrupted, &f);
+    int64_t deadline = tb_now_ns() + wc->load_timeout_ns;
+    tb_wire_rc rc = tb_wire_read(&wc->rd, deadline, wc->interrupted, &f);
     if (rc != TB_WIRE_FRAME) {
-        tb_wc_result r = read_failed(wc, rc, "probe() did not answer within load_timeout",
-                                     wc->plan->suite->load_timeout_s, why);
+        tb_wc_result r = read_failed(wc, rc, "probe() did not answer within load_timeout", "load_timeout",
+                                     wc->plan->suite->load_timeout_s, deadline, why);
         if (r == TB_WC_INTERRUPTED)
             tb_worker_kill(&wc->proc); /* nothing of a case to save */
         return r;
@@ -159,7 +162,7 @@ tb_wc_result tb_wc_send(tb_worker_client *wc, uint32_t type, const void *payload
     if (tb_wire_send(wc->proc.to_fd, type, payload, len) != 0) {
         /* Its end of the pipe is closed: it is ending (say how), or it
          * hangs without it (killed after the grace period). */
-        *why = reap_ended(wc);
+        *why = reap_ended(wc, 0, NULL, 0);
         return TB_WC_DIED;
     }
     return TB_WC_OK;
@@ -170,10 +173,11 @@ tb_wc_result tb_wc_await_loaded(tb_worker_client *wc, int *reused, char **info, 
     if (info)
         *info = NULL;
     tb_wire_frame f;
-    tb_wire_rc rc = tb_wire_read(&wc->rd, tb_now_ns() + wc->load_timeout_ns, wc->interrupted, &f);
+    int64_t deadline = tb_now_ns() + wc->load_timeout_ns;
+    tb_wire_rc rc = tb_wire_read(&wc->rd, deadline, wc->interrupted, &f);
     if (rc != TB_WIRE_FRAME)
-        return read_failed(wc, rc, "create() did not finish within load_timeout", wc->plan->suite->load_timeout_s,
-                           why);
+        return read_failed(wc, rc, "create() did not finish within load_timeout", "load_timeout",
+                           wc->plan->suite->load_timeout_s, deadline, why);
     tb_wire_status st;
     if (f.type == TB_MSG_CASE_ERROR && take_status(&f, &st) == 0) {
         *why = tb_xstrdup(st.message);
@@ -194,10 +198,11 @@ tb_wc_result tb_wc_await_loaded(tb_worker_client *wc, int *reused, char **info, 
 tb_wc_result tb_wc_await(tb_worker_client *wc, int64_t since_ns, const uint32_t *expected, size_t n_expected,
                          tb_wire_frame *frame, char **why)
 {
-    tb_wire_rc rc = tb_wire_read(&wc->rd, since_ns + wc->case_timeout_ns, wc->interrupted, frame);
+    int64_t deadline = since_ns + wc->case_timeout_ns;
+    tb_wire_rc rc = tb_wire_read(&wc->rd, deadline, wc->interrupted, frame);
     if (rc != TB_WIRE_FRAME)
-        return read_failed(wc, rc, "the case did not finish within case_timeout", wc->plan->suite->case_timeout_s,
-                           why);
+        return read_failed(wc, rc, "the case did not finish within case_timeout", "case_timeout",
+                           wc->plan->suite->case_timeout_s, deadline, why);
     for (size_t i = 0; i < n_expected; i++)
         if (frame->type == expected[i])
             return TB_WC_OK;

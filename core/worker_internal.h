@@ -7,9 +7,9 @@
  *                   emissions into the case's buffer, cancelled()
  *   worker_serve.c  live serving (`tokbench serve`): GENERATE batches,
  *                   each emission sent at once with the text it adds
- *   worker_proc.c   the process: fork, pipes, reaping, kill (the parent's
- *                   side), and the child's setup (memory limit, stdout,
- *                   signals) and exit */
+ *   worker_proc.c   the process (proc.h): spawn, reaping, kill (the
+ *                   parent's side), and the child's setup (memory limit,
+ *                   stdout, signals) and exit */
 #ifndef TB_WORKER_INTERNAL_H
 #define TB_WORKER_INTERNAL_H
 

@@ -1,6 +1,6 @@
-/* worker_proc.c — the worker as a process: the parent's side (fork with
- * two pipes, reap, kill; worker.h) and the child's own setup and exit
- * around tb_worker_main's loop (worker_internal.h). */
+/* worker_proc.c — the worker as a process (proc.h): the parent's side
+ * (spawn, reap into a reason, kill; worker.h) and the child's own setup
+ * and exit around tb_worker_main's loop (worker_internal.h). */
 #define _GNU_SOURCE
 #include "worker.h"
 
@@ -14,18 +14,6 @@
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-/* LeakSanitizer's check runs at exit(); workers end with _exit. */
-#if defined(__SANITIZE_ADDRESS__)
-#define TB_LSAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define TB_LSAN 1
-#endif
-#endif
-#ifdef TB_LSAN
-#include <sanitizer/lsan_interface.h>
-#endif
 
 #include "util.h"
 #include "worker_internal.h"
@@ -91,11 +79,7 @@ int tb_worker_child_setup(double memory_limit_mb, char **err)
 
 void tb_worker_child_exit(void)
 {
-#ifdef TB_LSAN
-    __lsan_do_leak_check(); /* _exit skips LSan's atexit check */
-#endif
-    /* _exit: the runner's atexit handlers and stdio buffers are not ours. */
-    _exit(0);
+    tb_proc_child_exit();
 }
 
 /* ------------------------------------------------------ the parent's side */
@@ -160,99 +144,35 @@ int tb_worker_relay_log(tb_worker_proc *w)
     return relay(w, 64) < 0 ? -1 : 0;
 }
 
+typedef struct spawn_arg {
+    const tb_plan *plan;
+    size_t backend;
+} spawn_arg;
+
+static void worker_child(void *arg, int fd_in, int fd_out)
+{
+    const spawn_arg *a = arg;
+    tb_worker_main(a->plan, a->backend, fd_in, fd_out);
+}
+
 int tb_worker_spawn(const tb_plan *plan, size_t backend, tb_worker_proc *w)
 {
-    int to[2], from[2], err[2] = {-1, -1};
-    if (pipe2(to, O_CLOEXEC) != 0)
-        return -1;
-    if (pipe2(from, O_CLOEXEC) != 0) {
-        close(to[0]);
-        close(to[1]);
-        return -1;
-    }
-    if (w->on_log && pipe2(err, O_CLOEXEC) != 0) {
-        int e = errno;
-        close(to[0]), close(to[1]), close(from[0]), close(from[1]);
-        errno = e;
-        return -1;
-    }
-    fflush(stdout);
-    fflush(stderr);
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0) {
-        int e = errno;
-        close(to[0]), close(to[1]), close(from[0]), close(from[1]);
-        if (err[0] >= 0)
-            close(err[0]), close(err[1]);
-        errno = e;
-        return -1;
-    }
-    if (pid == 0) {
-        /* Die with the runner, even a SIGKILLed one: an orphan would keep
-         * running (and holding a GPU) with no deadline over it. */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(1); /* it died before prctl */
-        /* stderr into the runner's relay (dup2 clears O_CLOEXEC; the
-         * original goes with the descriptors closed below) */
-        if (err[1] >= 0)
-            dup2(err[1], 2);
-        /* Keep stdio and the two pipe ends only: a server's sockets must
-         * close when the server closes them, not when the worker dies. */
-        unsigned lo = (unsigned)(to[0] < from[1] ? to[0] : from[1]);
-        unsigned hi = (unsigned)(to[0] < from[1] ? from[1] : to[0]);
-        if (lo > 3)
-            close_range(3, lo - 1, 0);
-        if (hi > lo + 1)
-            close_range(lo + 1, hi - 1, 0);
-        close_range(hi + 1, ~0u, 0);
-        tb_worker_main(plan, backend, to[0], from[1]);
-    }
-    close(to[0]);
-    close(from[1]);
-    w->pid = pid;
-    w->to_fd = to[1];
-    w->from_fd = from[0];
-    if (err[0] >= 0) {
-        close(err[1]);
-        /* read when there is something (the runner also waits on the
-         * frames); room for a burst while the runner stores a case */
-        fcntl(err[0], F_SETFL, O_NONBLOCK);
-        fcntl(err[0], F_SETPIPE_SZ, 1 << 20);
-        w->log_fd = err[0];
-        w->has_log = 1;
-        w->log_len = 0;
-    }
-    return 0;
+    spawn_arg a = {plan, backend}; /* the child's copy of this frame lives on */
+    return tb_proc_spawn(w, worker_child, &a);
 }
 
 char *tb_worker_reap(tb_worker_proc *w, int killed_by_us)
 {
     int status = 0;
     struct rusage ru = {0};
-    pid_t r;
-    do
-        r = wait4(w->pid, &status, 0, &ru);
-    while (r < 0 && errno == EINTR);
-    close(w->to_fd);
-    close(w->from_fd);
-    w->pid = 0;
     /* What it wrote last (a sanitizer's report, a plugin's last words):
      * relayed before the reason of its end. A child of the worker that
      * still holds the pipe keeps no reader waiting: what is there now. */
-    int left = 0;
-    for (int rounds = 0; rounds < 1024 && w->has_log && (left = relay(w, 64)) == 0; rounds++)
+    for (int rounds = 0; rounds < 1024 && w->has_log && relay(w, 64) == 0; rounds++)
         ;
-    if (w->has_log) { /* a child of the worker holds the pipe open */
-        if (w->log_len)
-            log_emit(w, w->log_buf, w->log_len);
-        close(w->log_fd);
-        w->has_log = 0;
-        free(w->log_buf);
-        w->log_buf = NULL;
-        w->log_len = w->log_cap = 0;
-    }
+    if (w->has_log && w->log_len) /* a child of the worker holds the pipe open */
+        log_emit(w, w->log_buf, w->log_len);
+    int r = tb_proc_wait(w, &status, &ru); /* closes the log pipe too */
     if (killed_by_us)
         return NULL;
     if (r < 0)
@@ -260,24 +180,16 @@ char *tb_worker_reap(tb_worker_proc *w, int killed_by_us)
     /* The peak resident size tells a leak (or a memory_limit reached)
      * from a plain bug. */
     long peak_mib = ru.ru_maxrss / 1024;
-    if (WIFSIGNALED(status)) {
-        int sig = WTERMSIG(status);
-        const char *abbrev = sigabbrev_np(sig);
-        return tb_xasprintf("backend process crashed: killed by signal %d (%s%s%s%s)%s; peak RSS %ld MiB", sig,
-                            abbrev ? "SIG" : "", abbrev ? abbrev : "", abbrev ? ", " : "", strsignal(sig),
-                            sig == SIGKILL ? "; possibly out of memory (the kernel's OOM killer sends SIGKILL)"
-                            : sig == SIGBUS ? "; a memory-mapped file (a model?) was truncated, or its storage failed"
-                                            : "",
-                            peak_mib);
-    }
-    return tb_xasprintf("backend process crashed: exited with status %d before finishing the case; peak RSS %ld MiB",
-                        WEXITSTATUS(status), peak_mib);
+    char *how = tb_proc_ending(status);
+    char *why = WIFSIGNALED(status)
+                    ? tb_xasprintf("backend process crashed: %s; peak RSS %ld MiB", how, peak_mib)
+                    : tb_xasprintf("backend process crashed: %s before finishing the case; peak RSS %ld MiB", how,
+                                   peak_mib);
+    free(how);
+    return why;
 }
 
 void tb_worker_kill(tb_worker_proc *w)
 {
-    if (!w->pid)
-        return;
-    kill(w->pid, SIGKILL);
-    free(tb_worker_reap(w, 1));
+    tb_proc_kill(w);
 }

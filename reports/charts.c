@@ -577,7 +577,7 @@ static void pareto_chart(const tb_rsession *s, tb_rcharts *out)
 
 /* ------------------------------------------------------- ITL CDF */
 
-static void itl_charts(sqlite3 *db, const tb_rsession *s, tb_rcharts *out)
+static int itl_charts(sqlite3 *db, const tb_rsession *s, tb_rcharts *out, char **err)
 {
     keys g;
     keys_collect(s, TB_RDIM_STEPS | TB_RDIM_BLOCK, keep_ok, &g);
@@ -593,7 +593,12 @@ static void itl_charts(sqlite3 *db, const tb_rsession *s, tb_rcharts *out)
                 continue;
             double *gaps;
             size_t n;
-            if (tb_rcase_itl(db, c->id, &gaps, &n) != 0 || n == 0) {
+            if (tb_rcase_itl(db, s->id, c->id, &gaps, &n, err) != 0) {
+                tb_chart_free(ch);
+                keys_free(&g);
+                return -1;
+            }
+            if (n == 0) {
                 free(gaps);
                 continue;
             }
@@ -621,17 +626,21 @@ static void itl_charts(sqlite3 *db, const tb_rsession *s, tb_rcharts *out)
                          "step that commits tokens, so fewer, larger gaps. %s.", g.k[gi]));
     }
     keys_free(&g);
+    return 0;
 }
 
 /* ------------------------------------------------------- history */
 
-static void history_charts(sqlite3 *db, const tb_rsession *s, tb_rcharts *out)
+static int history_charts(sqlite3 *db, const tb_rsession *s, tb_rcharts *out, char **err)
 {
     for (size_t b = 0; b < s->n_backends; b++) {
         tb_history h;
-        char *err = NULL;
-        if (tb_history_load(db, s->backends[b].label, "agg_tps", NULL, 0, &h, &err) != 0) {
-            free(err);
+        int rc = tb_history_load(db, s->backends[b].label, "agg_tps", NULL, 0, &h, err);
+        if (rc == -2)
+            return -1; /* the database could not be read */
+        if (rc != 0) { /* nothing to chart */
+            free(*err);
+            *err = NULL;
             continue;
         }
         /* Series of this session's cases that other sessions also ran:
@@ -671,15 +680,19 @@ static void history_charts(sqlite3 *db, const tb_rsession *s, tb_rcharts *out)
         free(idx);
         tb_history_free(&h);
     }
+    return 0;
 }
 
-void tb_charts_session(sqlite3 *db, const tb_rsession *s, tb_rcharts *out)
+int tb_charts_session(sqlite3 *db, const tb_rsession *s, tb_rcharts *out, char **err)
 {
     memset(out, 0, sizeof *out);
     steps_charts(s, out);
     batch_charts(s, out);
     rate_charts(s, out);
     pareto_chart(s, out);
-    itl_charts(db, s, out);
-    history_charts(db, s, out);
+    if (itl_charts(db, s, out, err) != 0 || history_charts(db, s, out, err) != 0) {
+        tb_rcharts_free(out);
+        return -1;
+    }
+    return 0;
 }

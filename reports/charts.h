@@ -32,7 +32,9 @@ typedef struct tb_rcharts {
     size_t n;
 } tb_rcharts;
 
-void tb_charts_session(sqlite3 *db, const tb_rsession *s, tb_rcharts *out);
+/* 0, or -1 with *err when the database could not be read (nothing in
+ * *out then). */
+int tb_charts_session(sqlite3 *db, const tb_rsession *s, tb_rcharts *out, char **err);
 void tb_rcharts_free(tb_rcharts *c);
 
 #endif

@@ -85,8 +85,10 @@ static void quality_gates(const tb_compare_opts *o, const tb_rcase *ca, const tb
     }
 }
 
-/* The samples of one case, NaN-free. */
-static double *samples(sqlite3 *db, int64_t case_id, const msource *m, size_t *n)
+/* The samples of one case, NaN-free, in *out (malloc'd). 0, or -1 with
+ * *err: a read error is not the end of the samples. */
+static int samples(sqlite3 *db, int64_t session, int64_t case_id, const msource *m, double **out, size_t *n,
+                   char **err)
 {
     char *sql = m->per_request
                     ? tb_xasprintf("SELECT %s FROM request r JOIN sample sa ON sa.id = r.sample_id"
@@ -98,9 +100,10 @@ static double *samples(sqlite3 *db, int64_t case_id, const msource *m, size_t *n
     size_t cap = 0;
     *n = 0;
     sqlite3_stmt *q;
-    if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) == SQLITE_OK) {
+    int rc = sqlite3_prepare_v2(db, sql, -1, &q, NULL);
+    if (rc == SQLITE_OK) {
         sqlite3_bind_int64(q, 1, case_id);
-        while (sqlite3_step(q) == SQLITE_ROW) {
+        while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
             if (*n == cap) {
                 cap = cap ? cap * 2 : 16;
                 v = tb_xrealloc(v, cap * sizeof *v);
@@ -108,9 +111,18 @@ static double *samples(sqlite3 *db, int64_t case_id, const msource *m, size_t *n
             v[(*n)++] = sqlite3_column_double(q, 0);
         }
     }
+    if (rc != SQLITE_DONE) {
+        char *what = tb_xasprintf("the %s samples of case id %lld", m->name, (long long)case_id);
+        *err = tb_rdb_error(db, session, what);
+        free(what);
+        free(v);
+        v = NULL;
+        *n = 0;
+    }
     sqlite3_finalize(q);
     free(sql);
-    return v;
+    *out = v;
+    return rc == SQLITE_DONE ? 0 : -1;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -360,8 +372,19 @@ int tb_compare_run(sqlite3 *db, const tb_compare_opts *o, FILE *out, tb_compare_
             quality_gates(o, ca, cb, backend, dims, &notes, res);
         for (size_t m = 0; m < n_metrics; m++) {
             size_t na = 0, nb = 0;
-            double *xa = a_ok ? samples(db, ca->id, ms[m], &na) : NULL;
-            double *xb = b_ok ? samples(db, cb->id, ms[m], &nb) : NULL;
+            double *xa = NULL, *xb = NULL;
+            if ((a_ok && samples(db, o->a, ca->id, ms[m], &xa, &na, err) != 0) ||
+                (b_ok && samples(db, o->b, cb->id, ms[m], &xb, &nb, err) != 0)) {
+                free(xa);
+                free(backend);
+                free(dims);
+                tb_table_free(t);
+                tb_str_free(&notes);
+                free(worst_row);
+                free(pa);
+                free(pb);
+                goto fail;
+            }
             tb_table_cell(t, backend);
             tb_table_cell(t, dims);
             tb_table_cell(t, ms[m]->name);

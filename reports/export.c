@@ -3,44 +3,74 @@
 #define _GNU_SOURCE
 #include "export.h"
 
+#include <stdlib.h>
 #include <string.h>
 
+#include "rsession.h"
+#include "store.h"
+#include "util.h"
+
 /* RFC 4180: quote when the field holds a comma, quote or line break. */
-static void csv_field(FILE *out, const char *s)
+static void csv_field(tb_str *out, const char *s)
 {
     if (!s)
         return;
     if (!strpbrk(s, ",\"\r\n")) {
-        fputs(s, out);
+        tb_str_append(out, s);
         return;
     }
-    fputc('"', out);
-    for (; *s; s++) {
-        if (*s == '"')
-            fputc('"', out);
-        fputc(*s, out);
-    }
-    fputc('"', out);
+    tb_str_append(out, "\"");
+    for (; *s; s++)
+        tb_str_appendf(out, *s == '"' ? "\"\"" : "%c", *s);
+    tb_str_append(out, "\"");
 }
 
-int tb_export_csv(sqlite3 *db, int64_t session, FILE *out)
+/* What the export parses must parse (tb_store_check_json): a session's
+ * row of invalid JSON is an error naming it. */
+static int check_session(sqlite3 *db, int64_t session, int with_requests, char **err)
 {
-    sqlite3_stmt *q;
-    if (sqlite3_prepare_v2(db, "SELECT * FROM summary WHERE session = ?", -1, &q, NULL) != SQLITE_OK)
+    char *bad = NULL;
+    if (tb_store_check_json(db, session, with_requests, &bad) == 0)
+        return 0;
+    *err = tb_xasprintf("export of session %lld: %s", (long long)session, bad);
+    free(bad);
+    return -1;
+}
+
+int tb_export_csv(sqlite3 *db, int64_t session, FILE *out, char **err)
+{
+    if (check_session(db, session, 0, err) != 0)
         return -1;
+    sqlite3_stmt *q;
+    if (sqlite3_prepare_v2(db, "SELECT * FROM summary WHERE session = ?", -1, &q, NULL) != SQLITE_OK) {
+        *err = tb_rdb_error(db, session, "the summary view");
+        return -1;
+    }
     sqlite3_bind_int64(q, 1, session);
+    /* Whole before a byte is written: a read error halfway must not
+     * leave a CSV that looks complete. */
+    tb_str b = {0};
     int n = sqlite3_column_count(q);
     for (int i = 0; i < n; i++) {
-        csv_field(out, sqlite3_column_name(q, i));
-        fputs(i + 1 < n ? "," : "\r\n", out);
+        csv_field(&b, sqlite3_column_name(q, i));
+        tb_str_append(&b, i + 1 < n ? "," : "\r\n");
     }
-    while (sqlite3_step(q) == SQLITE_ROW)
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW)
         for (int i = 0; i < n; i++) {
-            csv_field(out, (const char *)sqlite3_column_text(q, i));
-            fputs(i + 1 < n ? "," : "\r\n", out);
+            csv_field(&b, (const char *)sqlite3_column_text(q, i));
+            tb_str_append(&b, i + 1 < n ? "," : "\r\n");
         }
+    if (rc != SQLITE_DONE) {
+        char *what = tb_xasprintf("the cases of session %lld", (long long)session);
+        *err = tb_rdb_error(db, session, what);
+        free(what);
+    }
     sqlite3_finalize(q);
-    return 0;
+    if (rc == SQLITE_DONE)
+        fwrite(b.s, 1, b.len, out);
+    tb_str_free(&b);
+    return rc == SQLITE_DONE ? 0 : -1;
 }
 
 static const char json_sql[] =
@@ -82,11 +112,11 @@ static const char json_sql[] =
     "   FROM (SELECT * FROM bench_case WHERE session_id = ?1 ORDER BY ordinal) c"
     "   JOIN backend b ON b.id = c.backend_id))";
 
-int tb_export_json(sqlite3 *db, int64_t session, FILE *out)
+int tb_export_json(sqlite3 *db, int64_t session, FILE *out, char **err)
 {
     sqlite3_stmt *q;
     if (sqlite3_prepare_v2(db, json_sql, -1, &q, NULL) != SQLITE_OK) {
-        fprintf(stderr, "tokbench: export: %s\n", sqlite3_errmsg(db));
+        *err = tb_rdb_error(db, session, "the session");
         return -1;
     }
     sqlite3_bind_int64(q, 1, session);
@@ -95,8 +125,10 @@ int tb_export_json(sqlite3 *db, int64_t session, FILE *out)
         fputs((const char *)sqlite3_column_text(q, 0), out);
         fputc('\n', out);
         rc = 0;
-    } else {
-        fprintf(stderr, "tokbench: export: %s\n", sqlite3_errmsg(db));
+    } else { /* json() of a column that is not JSON fails the whole query: name the row */
+        char *what = tb_xasprintf("session %lld", (long long)session);
+        *err = tb_rdb_error(db, session, what);
+        free(what);
     }
     sqlite3_finalize(q);
     return rc;

@@ -8,7 +8,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
-int tb_export_csv(sqlite3 *db, int64_t session, FILE *out);
-int tb_export_json(sqlite3 *db, int64_t session, FILE *out);
+/* 0, or -1 with *err (malloc'd) and nothing written: a JSON column of
+ * the session that does not hold JSON of its kind (the row named), or
+ * any read error. */
+int tb_export_csv(sqlite3 *db, int64_t session, FILE *out, char **err);
+int tb_export_json(sqlite3 *db, int64_t session, FILE *out, char **err);
 
 #endif

@@ -10,6 +10,7 @@
 #include "html_page.h"
 #include "metrics.h"
 #include "rsession.h"
+#include "store.h"
 #include "text_table.h"
 #include "util.h"
 
@@ -83,37 +84,61 @@ static int add_filter(tb_str *sql, const char *f, char ***vals, size_t *n_vals, 
     return 0;
 }
 
+/* One row (1), none (0), or -1 with *err: a read error is no answer. */
+static int step_one(sqlite3 *db, sqlite3_stmt *q, const char *what, char **err)
+{
+    int rc = sqlite3_step(q);
+    if (rc == SQLITE_ROW || rc == SQLITE_DONE)
+        return rc == SQLITE_ROW;
+    *err = tb_rdb_error(db, -1, what);
+    return -1;
+}
+
 int tb_history_load(sqlite3 *db, const char *label, const char *metric, char *const *filters, size_t n_filters,
                     tb_history *out, char **err)
 {
     memset(out, 0, sizeof *out);
     *err = NULL;
+    /* Every session's rows are read: what they parse must parse. */
+    char *bad = NULL;
+    if (tb_store_check_json(db, -1, 0, &bad) != 0) {
+        *err = tb_xasprintf("reading the sessions: %s", bad);
+        free(bad);
+        return -2;
+    }
     sqlite3_stmt *q;
-    int found = 0;
+    int found = -1;
     if (sqlite3_prepare_v2(db, "SELECT 1 FROM backend WHERE label = ? LIMIT 1", -1, &q, NULL) == SQLITE_OK) {
         sqlite3_bind_text(q, 1, label, -1, SQLITE_TRANSIENT);
-        found = sqlite3_step(q) == SQLITE_ROW;
+        found = step_one(db, q, "the backends", err);
+    } else {
+        *err = tb_rdb_error(db, -1, "the backends");
     }
     sqlite3_finalize(q);
+    if (found < 0)
+        return -2;
     if (!found) {
         char *known = list_of(db, "SELECT DISTINCT label FROM backend ORDER BY label", NULL);
         *err = tb_xasprintf("no backend \"%s\" in any session (known: %s)", label, *known ? known : "none");
         free(known);
         return -1;
     }
-    found = 0;
+    found = -1;
     if (sqlite3_prepare_v2(db,
                            "SELECT unit FROM metric m JOIN bench_case c ON c.id = m.case_id JOIN backend b"
                            " ON b.id = c.backend_id WHERE b.label = ? AND m.name = ? LIMIT 1",
                            -1, &q, NULL) == SQLITE_OK) {
         sqlite3_bind_text(q, 1, label, -1, SQLITE_TRANSIENT);
         sqlite3_bind_text(q, 2, metric, -1, SQLITE_TRANSIENT);
-        if (sqlite3_step(q) == SQLITE_ROW) {
-            found = 1;
+        found = step_one(db, q, "the metrics", err);
+        if (found > 0)
             out->unit = dup_col(q, 0);
-        }
+    } else {
+        *err = tb_rdb_error(db, -1, "the metrics");
     }
     sqlite3_finalize(q);
+    if (found < 0)
+        return -2;
     if (!found) {
         char *known = list_of(db,
                               "SELECT DISTINCT m.name FROM metric m JOIN bench_case c ON c.id = m.case_id"
@@ -145,15 +170,16 @@ int tb_history_load(sqlite3 *db, const char *label, const char *metric, char *co
         rc = add_filter(&sql, filters[i], &vals, &n_vals, err);
     tb_str_append(&sql, " ORDER BY s.started_at, s.id, c.ordinal");
     if (rc == 0 && sqlite3_prepare_v2(db, sql.s, -1, &q, NULL) != SQLITE_OK) {
-        *err = tb_xasprintf("history query: %s", sqlite3_errmsg(db));
-        rc = -1;
+        *err = tb_rdb_error(db, -1, "the history");
+        rc = -2;
     }
     if (rc == 0) {
         sqlite3_bind_text(q, 1, label, -1, SQLITE_TRANSIENT);
         sqlite3_bind_text(q, 2, metric, -1, SQLITE_TRANSIENT);
         for (size_t i = 0; i < n_vals; i++)
             sqlite3_bind_text(q, 3 + (int)i, vals[i], -1, SQLITE_TRANSIENT);
-        while (sqlite3_step(q) == SQLITE_ROW) {
+        int step;
+        while ((step = sqlite3_step(q)) == SQLITE_ROW) {
             /* The case's key, built as the report builds it. */
             char *opts = dup_col(q, 19);
             tb_rcase k = {.prompt_tokens = sqlite3_column_int(q, 12), .max_new_tokens = sqlite3_column_int(q, 13),
@@ -197,8 +223,14 @@ int tb_history_load(sqlite3 *db, const char *label, const char *metric, char *co
                                .min = num_col(q, 27), .max = num_col(q, 28), .ci_lo = num_col(q, 29),
                                .ci_hi = num_col(q, 30)};
         }
+        if (step != SQLITE_DONE) { /* an error, not the end of the cases */
+            char *what = tb_xasprintf("the cases of backend \"%s\"", label);
+            *err = tb_rdb_error(db, -1, what);
+            free(what);
+            rc = -2;
+        }
         sqlite3_finalize(q);
-        if (out->n == 0) {
+        if (rc == 0 && out->n == 0) {
             *err = tb_xasprintf("no case of backend \"%s\" matches the filters", label);
             rc = -1;
         }
@@ -209,7 +241,7 @@ int tb_history_load(sqlite3 *db, const char *label, const char *metric, char *co
     tb_str_free(&sql);
     if (rc != 0) {
         tb_history_free(out);
-        return -1;
+        return rc;
     }
     out->backend = tb_xstrdup(label);
     out->metric = tb_xstrdup(metric);

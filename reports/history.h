@@ -38,9 +38,12 @@ typedef struct tb_history {
 /* Load `metric` of backend `label` over all sessions. filters are
  * "KEY=V1[,V2...]" with KEY a dimension (prompt_tokens, max_new_tokens,
  * batch, concurrency, steps, block_length, request_rate; value "none"
- * for not applicable) or a swept option's name. 0, or -1 with *err: no
+ * for not applicable) or a swept option's name. 0; -1 with *err: no
  * such backend or metric (the message lists the known ones), a bad
- * filter, or nothing matching. */
+ * filter, or nothing matching; -2 with *err: the database could not be
+ * read (a read error, or a JSON column that does not hold JSON of its
+ * kind, tb_store_check_json: the row named), never taken for "nothing
+ * matches". */
 int tb_history_load(sqlite3 *db, const char *label, const char *metric, char *const *filters, size_t n_filters,
                     tb_history *out, char **err);
 void tb_history_free(tb_history *h);

@@ -101,12 +101,15 @@ int tb_report_html(sqlite3 *db, int64_t session, FILE *out, char **err)
     tb_rsession s;
     if (tb_rsession_load(db, session, &s, err) != 0)
         return -1;
+    tb_rcharts cs;
+    if (tb_charts_session(db, &s, &cs, err) != 0) { /* before a byte is written */
+        tb_rsession_free(&s);
+        return -1;
+    }
     tb_warnings w;
     tb_warnings_derive(&s, &w);
     tb_rtables ts;
     tb_rtables_build(&s, &ts);
-    tb_rcharts cs;
-    tb_charts_session(db, &s, &cs);
 
     char *title = tb_xasprintf("tokbench report: %s, session %lld", s.suite_name, (long long)s.id);
     tb_html_begin(out, title);

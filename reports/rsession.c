@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "metrics.h"
+#include "store.h"
 #include "util.h"
 
 static char *dup_col(sqlite3_stmt *q, int i)
@@ -42,6 +43,17 @@ static void kvs_free(tb_rkvs *k)
     free(k->v);
 }
 
+
+char *tb_rdb_error(sqlite3 *db, int64_t session, const char *what)
+{
+    char *msg = tb_xstrdup(sqlite3_errmsg(db)); /* before the check runs statements of its own */
+    char *row = NULL;
+    char *r = tb_store_check_json(db, session, 1, &row) != 0 ? tb_xasprintf("reading %s: %s", what, row)
+                                                              : tb_xasprintf("reading %s: %s", what, msg);
+    free(row);
+    free(msg);
+    return r;
+}
 
 /* ------------------------------------------------------ JSON diff */
 
@@ -148,9 +160,13 @@ static int load_session(sqlite3 *db, int64_t id, tb_rsession *s, char **err)
         return -1;
     }
     sqlite3_bind_int64(q, 1, id);
-    if (sqlite3_step(q) != SQLITE_ROW) {
+    int rc = sqlite3_step(q);
+    if (rc != SQLITE_ROW) {
+        char *what = tb_xasprintf("session %lld", (long long)id);
+        *err = rc == SQLITE_DONE ? tb_xasprintf("no session %lld (see tokbench sessions)", (long long)id)
+                                 : tb_rdb_error(db, id, what);
+        free(what);
         sqlite3_finalize(q);
-        *err = tb_xasprintf("no session %lld (see tokbench sessions)", (long long)id);
         return -1;
     }
     s->id = id;
@@ -212,21 +228,25 @@ static int load_session(sqlite3 *db, int64_t id, tb_rsession *s, char **err)
 
 /* ---------------------------------------------------------- backends */
 
-/* One "key: value" per field of a JSON object, values as JSON text. */
-static void json_fields(sqlite3 *db, const char *json, const char *prefix, tb_rkvs *k)
+/* One "key: value" per field of a JSON object, values as JSON text.
+ * 0, or -1 (the caller says what it was reading). */
+static int json_fields(sqlite3 *db, const char *json, const char *prefix, tb_rkvs *k)
 {
     sqlite3_stmt *q;
-    if (!json || !*json ||
-        sqlite3_prepare_v2(db, "SELECT key, CASE type WHEN 'text' THEN value ELSE json_quote(value) END"
-                               " FROM json_each(?) WHERE json_valid(?1)", -1, &q, NULL) != SQLITE_OK)
-        return;
+    if (!json || !*json)
+        return 0;
+    if (sqlite3_prepare_v2(db, "SELECT key, CASE type WHEN 'text' THEN value ELSE json_quote(value) END"
+                               " FROM json_each(?)", -1, &q, NULL) != SQLITE_OK)
+        return -1;
     sqlite3_bind_text(q, 1, json, -1, SQLITE_TRANSIENT);
-    while (sqlite3_step(q) == SQLITE_ROW) {
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
         char *key = tb_xasprintf("%s%s", prefix, sqlite3_column_text(q, 0));
         kv_add(k, key, dup_col(q, 1));
         free(key);
     }
     sqlite3_finalize(q);
+    return rc == SQLITE_DONE ? 0 : -1;
 }
 
 static int load_backends(sqlite3 *db, tb_rsession *s, char **err)
@@ -243,7 +263,8 @@ static int load_backends(sqlite3 *db, tb_rsession *s, char **err)
         return -1;
     }
     sqlite3_bind_int64(q, 1, s->id);
-    while (sqlite3_step(q) == SQLITE_ROW) {
+    int rc, fields = 0;
+    while (fields == 0 && (rc = sqlite3_step(q)) == SQLITE_ROW) {
         s->backends = tb_xrealloc(s->backends, (s->n_backends + 1) * sizeof *s->backends);
         tb_rbackend *b = &s->backends[s->n_backends++];
         memset(b, 0, sizeof *b);
@@ -266,8 +287,16 @@ static int load_backends(sqlite3 *db, tb_rsession *s, char **err)
                           : b->random_weights == 0 ? "no"
                                                    : "(not reported)"));
         kv_add(&b->info, "capabilities", tb_xstrdup(b->capabilities));
-        json_fields(db, (const char *)sqlite3_column_text(q, 5), "option ", &b->info);
-        json_fields(db, (const char *)sqlite3_column_text(q, 6), "", &b->info);
+        fields = json_fields(db, (const char *)sqlite3_column_text(q, 5), "option ", &b->info);
+        if (fields == 0)
+            fields = json_fields(db, (const char *)sqlite3_column_text(q, 6), "", &b->info);
+    }
+    if (fields != 0 || rc != SQLITE_DONE) {
+        char *what = tb_xasprintf("the backends of session %lld", (long long)s->id);
+        *err = tb_rdb_error(db, s->id, what);
+        free(what);
+        sqlite3_finalize(q);
+        return -1;
     }
     sqlite3_finalize(q);
     return 0;
@@ -314,16 +343,25 @@ static int load_cases(sqlite3 *db, tb_rsession *s, char **err)
         return -1;
     }
     sqlite3_bind_int64(q, 1, s->id);
-    while (sqlite3_step(q) == SQLITE_ROW) {
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        const char *label = (const char *)sqlite3_column_text(q, 2);
+        size_t bi = s->n_backends;
+        for (size_t b = 0; b < s->n_backends; b++)
+            if (label && strcmp(s->backends[b].label, label) == 0)
+                bi = b;
+        if (bi == s->n_backends) { /* the join found it: cannot happen, but never index past the backends */
+            *err = tb_xasprintf("reading the cases of session %lld: case #%d names backend %s, which the session "
+                                "does not have", (long long)s->id, sqlite3_column_int(q, 1), label ? label : "NULL");
+            sqlite3_finalize(q);
+            return -1;
+        }
         s->cases = tb_xrealloc(s->cases, (s->n_cases + 1) * sizeof *s->cases);
         tb_rcase *c = &s->cases[s->n_cases++];
         memset(c, 0, sizeof *c);
         c->id = sqlite3_column_int64(q, 0);
         c->ordinal = sqlite3_column_int(q, 1);
-        const char *label = (const char *)sqlite3_column_text(q, 2);
-        for (size_t b = 0; b < s->n_backends; b++)
-            if (strcmp(s->backends[b].label, label) == 0)
-                c->backend = b;
+        c->backend = bi;
         c->prompt_tokens = sqlite3_column_int(q, 3);
         c->max_new_tokens = sqlite3_column_int(q, 4);
         c->batch = sqlite3_column_int(q, 5);
@@ -347,6 +385,13 @@ static int load_cases(sqlite3 *db, tb_rsession *s, char **err)
         if (c->steps >= 0)
             s->backends[c->backend].has_steps = 1;
     }
+    if (rc != SQLITE_DONE) {
+        char *what = tb_xasprintf("the cases of session %lld", (long long)s->id);
+        *err = tb_rdb_error(db, s->id, what);
+        free(what);
+        sqlite3_finalize(q);
+        return -1;
+    }
     sqlite3_finalize(q);
 
     if (sqlite3_prepare_v2(db,
@@ -360,7 +405,7 @@ static int load_cases(sqlite3 *db, tb_rsession *s, char **err)
     }
     sqlite3_bind_int64(q, 1, s->id);
     size_t ci = 0;
-    while (sqlite3_step(q) == SQLITE_ROW) {
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
         int64_t case_id = sqlite3_column_int64(q, 0);
         while (ci < s->n_cases && s->cases[ci].id != case_id)
             ci++;
@@ -377,6 +422,13 @@ static int load_cases(sqlite3 *db, tb_rsession *s, char **err)
                            .ci_lo = num_col(q, 12), .ci_hi = num_col(q, 13), .p90 = num_col(q, 14),
                            .p99 = num_col(q, 15)};
     }
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW) {
+        char *what = tb_xasprintf("the metrics of session %lld", (long long)s->id);
+        *err = tb_rdb_error(db, s->id, what);
+        free(what);
+        sqlite3_finalize(q);
+        return -1;
+    }
     sqlite3_finalize(q);
     for (size_t i = 0; i < s->n_cases; i++) {
         tb_rcase *c = &s->cases[i];
@@ -392,6 +444,15 @@ int tb_rsession_load(sqlite3 *db, int64_t id, tb_rsession *out, char **err)
 {
     memset(out, 0, sizeof *out);
     *err = NULL;
+    /* What a reader parses must parse: a row of invalid JSON (merged
+     * from elsewhere, written by hand) is an error naming it, never
+     * silently no data. Requests' emissions are checked when read. */
+    char *bad = NULL;
+    if (tb_store_check_json(db, id, 0, &bad) != 0) {
+        *err = tb_xasprintf("session %lld: %s", (long long)id, bad);
+        free(bad);
+        return -1;
+    }
     if (load_session(db, id, out, err) != 0 || load_backends(db, out, err) != 0 || load_cases(db, out, err) != 0) {
         tb_rsession_free(out);
         return -1;
@@ -527,7 +588,7 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-int tb_rcase_itl(sqlite3 *db, int64_t case_id, double **out, size_t *n)
+int tb_rcase_itl(sqlite3 *db, int64_t session, int64_t case_id, double **out, size_t *n, char **err)
 {
     /* emissions_json: [[ms since submit, tokens], ...] in order. */
     static const char sql[] =
@@ -538,8 +599,10 @@ int tb_rcase_itl(sqlite3 *db, int64_t case_id, double **out, size_t *n)
     *out = NULL;
     *n = 0;
     sqlite3_stmt *q;
-    if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK) {
+        *err = tb_rdb_error(db, session, "the emissions of a case");
         return -1;
+    }
     sqlite3_bind_int64(q, 1, case_id);
     size_t cap = 0;
     int rc;
@@ -551,6 +614,11 @@ int tb_rcase_itl(sqlite3 *db, int64_t case_id, double **out, size_t *n)
             *out = tb_xrealloc(*out, cap * sizeof **out);
         }
         (*out)[(*n)++] = sqlite3_column_double(q, 0);
+    }
+    if (rc != SQLITE_DONE) {
+        char *what = tb_xasprintf("the emissions of case id %lld", (long long)case_id);
+        *err = tb_rdb_error(db, session, what);
+        free(what);
     }
     sqlite3_finalize(q);
     if (rc != SQLITE_DONE) {

@@ -87,7 +87,10 @@ typedef struct tb_rsession {
     int has_prompt_set; /* the session ran a [prompts] set */
 } tb_rsession;
 
-/* Load session `id`. 0, or -1 with *err (malloc'd). */
+/* Load session `id`. 0, or -1 with *err (malloc'd): no such session, a
+ * JSON column that does not hold JSON of its kind (tb_store_check_json:
+ * the row named), or any read error (never taken for the end of the
+ * rows). */
 int tb_rsession_load(sqlite3 *db, int64_t id, tb_rsession *out, char **err);
 void tb_rsession_free(tb_rsession *s);
 
@@ -120,8 +123,16 @@ char *tb_rcase_key(const tb_rcase *c, unsigned skip);
 int tb_rcase_generalizes(const tb_rcase *a, const tb_rcase *b);
 
 /* Every inter-token gap (ms) of the measured, successful requests of a
- * case, from request.emissions_json, sorted ascending. 0, or -1. */
-int tb_rcase_itl(sqlite3 *db, int64_t case_id, double **out, size_t *n);
+ * case, from request.emissions_json, sorted ascending. 0, or -1 with
+ * *err (tb_rdb_error). */
+int tb_rcase_itl(sqlite3 *db, int64_t session, int64_t case_id, double **out, size_t *n, char **err);
+
+/* A read of `what` that failed (a step or prepare that did not give
+ * SQLITE_ROW/DONE): "reading WHAT: " and the row whose JSON is not JSON
+ * of its kind when session `session`'s rows hold one (every session's
+ * when < 0; tb_store_check_json, emissions included), else SQLite's
+ * message. malloc'd. Call it before anything else runs on db. */
+char *tb_rdb_error(sqlite3 *db, int64_t session, const char *what);
 
 /* The side-by-side grid: rows are case keys (without the backend), columns
  * the backends; cell[r * n_backends + b] is the index of backend b's case

@@ -494,6 +494,7 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out, size_t width)
     free(covered);
     tb_rsession rs;
     char *err = NULL;
+    int read_failed = 0;
     if (tb_rsession_load(db, session, &rs, &err) == 0) {
         tb_warnings w;
         tb_warnings_derive(&rs, &w);
@@ -503,9 +504,10 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out, size_t width)
             fprintf(out, "  %s\n", w.text[i]);
         tb_warnings_free(&w);
         tb_rsession_free(&rs);
-    } else {
+    } else { /* a read or JSON error: said, and the exit status says it too */
         fprintf(stderr, "tokbench: %s\n", err);
         free(err);
+        read_failed = 1;
     }
     /* lines of 79 columns at most: an 80-column terminal */
     fprintf(out, "\nreq tok/s: a request's output tokens / its E2E time, median over the requests;\n"
@@ -523,5 +525,5 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out, size_t width)
     for (size_t b = 0; b < n_backends; b++)
         free(backends[b]);
     free(backends);
-    return 0;
+    return read_failed ? -1 : 0;
 }

@@ -521,7 +521,7 @@ static void test_backend_option_not_declared(void)
     /* Every declared option is listed, in order. */
     tb_plugin pl;
     char *why = NULL;
-    if (tb_plugin_open(g_null, &pl, &why) == 0) {
+    if (tb_plugin_open(g_null, 60, NULL, 0, &pl, &why) == 0) {
         tb_str known = {0};
         for (uint32_t i = 0; i < pl.ops->n_options; i++)
             tb_str_appendf(&known, "%s%s", i ? ", " : "(its options: ", pl.ops->options[i].name);

@@ -64,7 +64,7 @@ int main(void)
     tb_session_info si = {.machine_id = tb_store_machine(st, &mi, &err), .suite = &suite, .command_line = "t"};
     int64_t session = tb_store_session_begin(st, &si, &err);
     tb_plan_backend pb = {.sb = &sb, .options_json = "{}"};
-    CHECK(tb_plugin_open(null_path, &pb.plugin, &err) == 0);
+    CHECK(tb_plugin_open(null_path, 60, NULL, 0, &pb.plugin, &err) == 0);
     int64_t backend = tb_store_backend(st, session, &pb, &err);
     CHECK(session > 0 && backend > 0);
 

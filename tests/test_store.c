@@ -285,7 +285,7 @@ static int setup_session(tb_store *st, tb_plan_backend *pb, int64_t *machine, in
         free(err);
         return -1;
     }
-    if (tb_plugin_open(null_path, &pb->plugin, &err) != 0) {
+    if (tb_plugin_open(null_path, 60, NULL, 0, &pb->plugin, &err) != 0) {
         fprintf(stderr, "test_store: cannot open the null plugin: %s\n", err);
         free(err);
         return -1;

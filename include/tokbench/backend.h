@@ -435,8 +435,8 @@ typedef struct tb_backend_ops {
 
     /* --- appended in ABI 1; read only when TB_STRUCT_HAS says so ------ */
 
-    /* Optional. Check one case before anything runs (at suite load, in the
-     * runner's process, without a context): `request` carries the case's
+    /* Optional. Check one case before anything runs (at suite load, in a
+     * process of its own, without a context): `request` carries the case's
      * dimensions and options (n_requests = batch, no prompts). Returns
      * TB_OK, or TB_ERR_INVALID with the reason in why[why_size] — e.g.
      * "gen_length 100 is not a multiple of block_length 32". */
