@@ -549,17 +549,7 @@ void tb_serve_dispatch(tb_server *s)
     tb_sreq **batch = tb_xcalloc(s->max_batch, sizeof *batch);
     for (;;) {
         pthread_mutex_lock(&s->mu);
-        while (!s->head && !*s->stop) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 200000000L; /* look at the stop flag this often */
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
-            pthread_cond_timedwait(&s->queue_cv, &s->mu, &ts);
-        }
-        if (*s->stop) {
+        if (!wait_for_work(s)) {
             pthread_mutex_unlock(&s->mu);
             break;
         }
