@@ -58,6 +58,8 @@ typedef struct tb_worker {
     struct tb_step_slot *slots;
     uint32_t n_slots;
     uint32_t step_case;
+    int64_t step_context;       /* describe()'s context_length (0: not said) */
+    int step_bos;               /* and whether a prompt gets a BOS */
     uint32_t *step_map;         /* identity: emissions name slots */
     struct tb_step_end *step_ends; /* [n_slots]: step()'s report */
     tb_str step_out;            /* the step's EMIT frames, sent with STEPPED */

@@ -535,6 +535,8 @@ void tb_worker_serve_step_open(tb_worker *w, const char *buf, size_t len)
         } else {
             w->n_slots = o.max_slots;
             w->step_case = o.case_index;
+            w->step_context = context; /* for every join's check */
+            w->step_bos = bos;
             w->slots = tb_xcalloc(o.max_slots, sizeof *w->slots);
             w->live = tb_xcalloc(o.max_slots, sizeof *w->live);
             w->step_map = tb_xcalloc(o.max_slots, sizeof *w->step_map);
@@ -590,9 +592,8 @@ static int join_one(tb_worker *w, const char **p, const char *end, tb_str *b, ui
     int tok = (w->ops->capabilities & TB_CAP_TOKENIZER) != 0;
     int64_t n_prompt = tok ? w->ops->tokenize(w->ctx, prompt, NULL, 0) : -1;
     o.prompt_tokens = n_prompt > INT32_MAX ? -1 : (int32_t)n_prompt;
-    int64_t context = 0;
-    int bos = 0;
-    model_limits(w, &context, &bos);
+    int64_t context = w->step_context;
+    int bos = w->step_bos;
     if (context > 0 && n_prompt >= 0 && n_prompt + bos + j.max_new_tokens > context) {
         refuse_context(&o, context, n_prompt, bos, j.max_new_tokens, j.max_new_tokens);
         put_ended(b, j.slot, &o, NULL);
@@ -683,9 +684,8 @@ void tb_worker_serve_step(tb_worker *w, const char *buf, size_t len)
                                     .n_answer_tokens = E->n_answer_tokens};
             serve_answer(w, &rr, S->max_tokens, (const char *const *)S->stop, S->n_stop, &text, &o);
         } else {
-            size_t n = strnlen(E->error, sizeof E->error);
-            tb_strlcpy(o.error, n ? E->error : tb_status_name(E->status), sizeof o.error);
-            (void)n;
+            tb_strlcpy(o.error, strnlen(E->error, sizeof E->error) ? E->error : tb_status_name(E->status),
+                       sizeof o.error);
         }
         put_ended(&b, E->slot, &o, &text);
         tb_str_free(&text);

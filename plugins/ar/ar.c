@@ -675,12 +675,15 @@ static tb_status ar_step_open(void *ctx, const tb_request *shape, uint32_t max_s
         ok = (S->slots[i].out = malloc(S->max_new * sizeof(int32_t))) != NULL;
     /* logits for every slot, the sampling scratch; the cache: max_slots
      * sequences of len positions; a prefill of prompts of one length
-     * takes up to len rows (more wait for the next step) */
+     * takes up to len rows (more wait for the next step). The session
+     * owns the engine's state: generate() reallocates its own after it. */
     size_t rows = len > max_slots ? len : max_slots;
-    tb_status st = ok ? reserve(c, max_slots, 1, 1) : TB_ERR_NO_MEMORY;
+    c->cap_r = c->cap_p = c->cap_n = 0;
+    if (ok && !c->scratch)
+        ok = (c->scratch = malloc(2 * (size_t)cfg->vocab_size * sizeof(float))) != NULL;
+    tb_status st = ok ? TB_OK : TB_ERR_NO_MEMORY;
     if (st == TB_OK && !c->on_gpu) {
         tb_cpu_state_free(&c->st);
-        c->cap_r = c->cap_p = c->cap_n = 0; /* generate() reallocates its own */
         if (tb_cpu_state_init(&c->st, &c->ld.model, (int)max_slots, (int)len, (int)rows, c->threads, c->error,
                               sizeof c->error) != 0)
             st = TB_ERR_NO_MEMORY;
@@ -705,7 +708,6 @@ static tb_status ar_step_open(void *ctx, const tb_request *shape, uint32_t max_s
         ar_step_close(c);
         return st;
     }
-    c->cap_r = 0; /* logits were resized: generate() reallocates */
     return TB_OK;
 }
 
@@ -713,7 +715,6 @@ static tb_status ar_step_join(void *ctx, uint32_t slot, const tb_step_join *j, c
 {
     ar_ctx *c = ctx;
     ar_session *S = &c->step;
-    const tb_model_config *cfg = &c->ld.model.cfg;
     if (!S->slots || slot >= S->n || S->slots[slot].state != SLOT_FREE) {
         snprintf(why, why_size, "slot %u is not free", slot);
         return TB_ERR_INVALID;
@@ -750,7 +751,6 @@ static tb_status ar_step_join(void *ctx, uint32_t slot, const tb_step_join *j, c
                            tb_opt_float(j->options, j->n_options, ar_options, OPT_TOP_P)};
     L->rng = j->seed ^ 0xA0761D6478BD642FULL;
     L->state = SLOT_JOINED;
-    (void)cfg;
     return TB_OK;
 }
 
