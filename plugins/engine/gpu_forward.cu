@@ -106,8 +106,10 @@ void free_buffers(tb_gpu *g)
     free(g->slot_len);
     if (g->graph)
         cudaGraphExecDestroy(g->graph);
-    if (g->graph_slots)
-        cudaGraphExecDestroy(g->graph_slots);
+    for (int b = 0; g->graph_slots && b <= g->seqs; b++)
+        if (g->graph_slots[b])
+            cudaGraphExecDestroy(g->graph_slots[b]);
+    free(g->graph_slots);
     g->kc = g->vc = NULL;
     g->x = NULL;
     g->xn = g->q = g->att = g->act = g->probs = NULL;
@@ -120,7 +122,6 @@ void free_buffers(tb_gpu *g)
     g->h_rows = NULL;
     g->slot_len = NULL;
     g->graph_slots = NULL;
-    g->graph_slots_B = 0;
     g->ptrs = NULL;
     g->hptrs = NULL;
     g->h_tok = NULL;
@@ -399,10 +400,8 @@ extern "C" int tb_gpu_prefill_slots(tb_gpu *g, const int32_t *tokens, int B, int
 // at position d_rpos[b] of slot d_rslot[b]; argmax into g->out_tok.
 static int capture_decode_slots(tb_gpu *g, int B)
 {
-    if (g->graph_slots) {
-        cudaGraphExecDestroy(g->graph_slots);
-        g->graph_slots = NULL;
-    }
+    if (!g->graph_slots && !(g->graph_slots = (cudaGraphExec_t *)calloc((size_t)g->seqs + 1, sizeof *g->graph_slots)))
+        return fail(g, "out of host memory");
     cudaGraph_t graph;
     CK(cudaStreamBeginCapture(g->stream, cudaStreamCaptureModeThreadLocal));
     int rc = forward_hidden(g, B, 0, 0, 1, 0, 1, FWD_SLOTS) || head(g, B, 1, 0, 1);
@@ -415,9 +414,8 @@ static int capture_decode_slots(tb_gpu *g, int B)
         return -1;
     if (e != cudaSuccess)
         return fail(g, "decode graph capture failed: %s", cudaGetErrorString(e));
-    CK(cudaGraphInstantiate(&g->graph_slots, graph, 0));
+    CK(cudaGraphInstantiate(&g->graph_slots[B], graph, 0));
     cudaGraphDestroy(graph);
-    g->graph_slots_B = B;
     return 0;
 }
 
@@ -440,9 +438,9 @@ extern "C" int tb_gpu_decode_slots(tb_gpu *g, const int *slots, int B, int32_t *
     CK(cudaMemcpyAsync(g->tok, g->h_tok, B * sizeof(int32_t), cudaMemcpyHostToDevice, g->stream));
     CK(cudaMemcpyAsync(g->d_rslot, g->h_rows, B * sizeof(int), cudaMemcpyHostToDevice, g->stream));
     CK(cudaMemcpyAsync(g->d_rpos, g->h_rows + g->seqs, B * sizeof(int), cudaMemcpyHostToDevice, g->stream));
-    if (g->graph_slots_B != B && capture_decode_slots(g, B))
+    if ((!g->graph_slots || !g->graph_slots[B]) && capture_decode_slots(g, B))
         return -1;
-    CK(cudaGraphLaunch(g->graph_slots, g->stream));
+    CK(cudaGraphLaunch(g->graph_slots[B], g->stream));
     account(g, B, 1, (int)((attend + B - 1) / B), 1); // attention work is linear in keys: their mean
     for (int b = 0; b < B; b++)
         g->slot_len[slots[b]]++;

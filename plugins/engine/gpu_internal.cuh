@@ -81,8 +81,9 @@ struct tb_gpu {
     // decode graph
     cudaGraphExec_t graph;
     int graph_B;
-    cudaGraphExec_t graph_slots; // the continuous-batching decode step
-    int graph_slots_B;
+    // the continuous-batching decode step, one graph per batch size B
+    // (index B, [seqs + 1]): a server's batch changes size step by step
+    cudaGraphExec_t *graph_slots;
     int pos;           // host copy of the decode position
     int gemv_variant;  // see gemv()
     int32_t *h_tok;    // pinned [rows]
