@@ -106,11 +106,17 @@ t0=$EPOCHREALTIME
 end=$(awk -v t="$t0" -v s="$secs" 'BEGIN { printf "%.3f", t + s }')
 : >"$tmp/rss"
 workers=""
+stored=""
 while running=$(awk -v n="$EPOCHREALTIME" -v e="$end" 'BEGIN { print (n < e) }') && [ "$running" = 1 ]; do
     r=$(rss_kb $pid)
     [ -n "$r" ] || break # it ended
     w=$(children $pid | head -n1)
-    [ -n "$w" ] && [[ " $workers " != *" $w "* ]] && workers+=" $w"
+    # The plugin's loader and validate() children (plan.c) come and go
+    # before the first case; the worker is the child once cases are stored.
+    if [ -z "$stored" ] && [ -f "$db" ] && [ "$(q "$db" "select count(*) > 0 from bench_case" 2>/dev/null)" = 1 ]; then
+        stored=1
+    fi
+    [ -n "$stored" ] && [ -n "$w" ] && [[ " $workers " != *" $w "* ]] && workers+=" $w"
     wr=""
     [ -n "$w" ] && wr=$(rss_kb "$w")
     echo "$(awk -v n="$EPOCHREALTIME" -v t="$t0" 'BEGIN { printf "%.2f", n - t }') $r ${wr:-0}" >>"$tmp/rss"
