@@ -96,6 +96,36 @@ static int dalloc(tb_flow_gpu *g, void **p, size_t bytes)
 
 // ------------------------------------------------------------- kernels
 
+// The sum (max) of v over the block (blockDim a multiple of 32, at most
+// 1024); red: __shared__ float[32], free again on return.
+static __device__ float block_sum(float v, float *red)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffff, v, o);
+    if (threadIdx.x % 32 == 0)
+        red[threadIdx.x / 32] = v;
+    __syncthreads();
+    float t = 0;
+    for (int i = 0; i < (int)blockDim.x / 32; i++)
+        t += red[i];
+    __syncthreads();
+    return t;
+}
+
+static __device__ float block_max(float v, float *red)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, o));
+    if (threadIdx.x % 32 == 0)
+        red[threadIdx.x / 32] = v;
+    __syncthreads();
+    float t = red[0];
+    for (int i = 1; i < (int)blockDim.x / 32; i++)
+        t = fmaxf(t, red[i]);
+    __syncthreads();
+    return t;
+}
+
 // y[r] = LN(x[r]) w (1 + scale) + shift, shift/scale of row r's canvas
 // (r / L) at mod + b * mstride + off_shift / off_scale; bf16 out.
 __global__ void k_ln_mod(const float *x, const float *w, const float *mod, int mstride, int off_shift, int off_scale,
@@ -107,28 +137,11 @@ __global__ void k_ln_mod(const float *x, const float *w, const float *mod, int m
     float s = 0;
     for (int i = threadIdx.x; i < D; i += blockDim.x)
         s += xr[i];
-    for (int o = 16; o > 0; o >>= 1)
-        s += __shfl_xor_sync(0xffffffff, s, o);
-    if (threadIdx.x % 32 == 0)
-        red[threadIdx.x / 32] = s;
-    __syncthreads();
-    float mean = 0;
-    for (int i = 0; i < (int)blockDim.x / 32; i++)
-        mean += red[i];
-    mean /= D;
-    __syncthreads();
+    float mean = block_sum(s, red) / D;
     float v = 0;
     for (int i = threadIdx.x; i < D; i += blockDim.x)
         v += (xr[i] - mean) * (xr[i] - mean);
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffff, v, o);
-    if (threadIdx.x % 32 == 0)
-        red[threadIdx.x / 32] = v;
-    __syncthreads();
-    float var = 0;
-    for (int i = 0; i < (int)blockDim.x / 32; i++)
-        var += red[i];
-    float inv = rsqrtf(var / D + eps);
+    float inv = rsqrtf(block_sum(v, red) / D + eps);
     const float *m = mod + (size_t)(r / L) * mstride;
     for (int i = threadIdx.x; i < D; i += blockDim.x)
         y[(size_t)r * D + i] = __float2bfloat16((xr[i] - mean) * inv * w[i] * (1.0f + m[off_scale + i]) + m[off_shift + i]);
@@ -198,27 +211,11 @@ __global__ void k_softmax_rows(const float *logits, int V, bf16 *probs)
     float mx = -INFINITY;
     for (int v = threadIdx.x; v < V; v += blockDim.x)
         mx = fmaxf(mx, x[v]);
-    for (int o = 16; o > 0; o >>= 1)
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, o));
-    if (threadIdx.x % 32 == 0)
-        red[threadIdx.x / 32] = mx;
-    __syncthreads();
-    mx = red[0];
-    for (int i = 1; i < (int)blockDim.x / 32; i++)
-        mx = fmaxf(mx, red[i]);
-    __syncthreads();
+    mx = block_max(mx, red);
     float s = 0;
     for (int v = threadIdx.x; v < V; v += blockDim.x)
         s += __expf(x[v] - mx);
-    for (int o = 16; o > 0; o >>= 1)
-        s += __shfl_xor_sync(0xffffffff, s, o);
-    if (threadIdx.x % 32 == 0)
-        red[threadIdx.x / 32] = s;
-    __syncthreads();
-    float tot = 0;
-    for (int i = 0; i < (int)blockDim.x / 32; i++)
-        tot += red[i];
-    float inv = 1.0f / tot;
+    float inv = 1.0f / block_sum(s, red);
     for (int v = threadIdx.x; v < V; v += blockDim.x)
         probs[(size_t)blockIdx.x * V + v] = __float2bfloat16(__expf(x[v] - mx) * inv);
 }
@@ -233,14 +230,7 @@ __global__ void k_norm_rows(bf16 *E, int D)
         float v = __bfloat162float(e[i]);
         s += v * v;
     }
-    for (int o = 16; o > 0; o >>= 1)
-        s += __shfl_xor_sync(0xffffffff, s, o);
-    if (threadIdx.x % 32 == 0)
-        red[threadIdx.x / 32] = s;
-    __syncthreads();
-    float tot = 0;
-    for (int i = 0; i < (int)blockDim.x / 32; i++)
-        tot += red[i];
+    float tot = block_sum(s, red);
     float k = tot > 0 ? sqrtf((float)D / tot) : 0.0f;
     for (int i = threadIdx.x; i < D; i += blockDim.x)
         e[i] = __float2bfloat16(__bfloat162float(e[i]) * k);
