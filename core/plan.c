@@ -355,9 +355,7 @@ done:
     return errs->len == errs_before ? 0 : -1;
 }
 
-/* One case as validate() sees it (n_requests = the requests per call, no
- * prompts). */
-static tb_request case_request(const tb_plan *plan, const tb_case *c)
+tb_request tb_case_request(const tb_plan *plan, const tb_case *c)
 {
     return (tb_request){
         .struct_size = sizeof(tb_request),
@@ -405,7 +403,7 @@ static void validate_fn(const tb_backend_ops *ops, void *argp, int fd)
     for (size_t i = 0; i < a->plan->n_cases; i++) {
         if (!validated(a->plan, i, a->plugin, a->skip))
             continue;
-        tb_request req = case_request(a->plan, &a->plan->cases[i]);
+        tb_request req = tb_case_request(a->plan, &a->plan->cases[i]);
         verdict v = {.case_index = (uint32_t)i};
         v.status = (int32_t)ops->validate(&req, v.why, sizeof v.why);
         v.why[sizeof v.why - 1] = '\0';

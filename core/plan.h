@@ -128,6 +128,12 @@ uint32_t tb_plan_default_requests(uint32_t concurrency);
  * serving backends' cases also say requests=N. */
 char *tb_case_label(const tb_plan *plan, const tb_case *c);
 
+/* Case c's dimensions and options as a tb_request: what validate() sees
+ * (n_requests = the requests per call, the suite's seed, no prompts);
+ * the worker sets the call's own fields (seed, repetition, prompts) on
+ * top. */
+tb_request tb_case_request(const tb_plan *plan, const tb_case *c);
+
 /* The expanded plan, human-readable (what --dry-run prints). */
 void tb_plan_print(const tb_plan *plan, FILE *out);
 

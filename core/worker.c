@@ -292,23 +292,12 @@ static void run_case(tb_worker *w, const tb_case *c)
             b.pidx[i] = (int32_t)(at % plan->n_prompts);
             b.ptext[i] = plan->prompts.items[b.pidx[i]].prompt;
         }
-        tb_request req = {
-            .struct_size = sizeof req,
-            .n_requests = n_req,
-            .prompt_tokens = c->prompt_tokens,
-            .max_new_tokens = c->max_new_tokens,
-            .batch = c->batch,
-            .concurrency = c->concurrency,
-            .steps = c->steps,
-            .block_length = c->block_length,
-            .request_rate = c->request_rate,
-            .seed = s->seed,
-            .repetition = (uint32_t)(warm ? call : call - s->warmup),
-            .is_warmup = (uint32_t)warm,
-            .prompt_text = b.ptext,
-            .options = c->options,
-            .n_options = c->n_options,
-        };
+        tb_request req = tb_case_request(plan, c);
+        req.n_requests = n_req;
+        req.seed = s->seed;
+        req.repetition = (uint32_t)(warm ? call : call - s->warmup);
+        req.is_warmup = (uint32_t)warm;
+        req.prompt_text = b.ptext;
         memset(b.rr, 0, n_req * sizeof *b.rr);
         memset(b.phash, 0, n_req * sizeof *b.phash);
         for (uint32_t i = 0; i < n_req; i++)
