@@ -141,9 +141,14 @@ def build(torch):
             return logits + k[..., None] * (z.float() @ self.vocab_embed.normed().T)
 
     class Model(nn.Module):
-        def __init__(self):
+        def __init__(self, zero_init=False):
             super().__init__()
             self.backbone = Backbone()
+            if zero_init:  # DiT's adaLN-zero: every block starts as the identity, the readout as the skip term
+                for m in [b.adaLN_modulation for b in self.backbone.blocks] + [
+                        self.backbone.output_layer.adaLN_modulation, self.backbone.output_layer.linear]:
+                    nn.init.zeros_(m.weight)
+                    nn.init.zeros_(m.bias)
 
     return Model
 
@@ -169,7 +174,7 @@ def schedule(N):
     return out
 
 
-def flow_loss(torch, model, ids, seg, dm, gen, text_rows):
+def flow_loss(torch, model, ids, seg, dm, gen, text_rows, sc_prob=0.5):
     """The objective of the module docstring; dm: the task rows' answer
     regions (text rows: all True)."""
     import torch.nn.functional as F
@@ -191,7 +196,7 @@ def flow_loss(torch, model, ids, seg, dm, gen, text_rows):
     nm = noised[..., None]
     z = torch.where(nm, a * e + s * eps, e)
     xsc = torch.where(nm, torch.zeros_like(e), e)
-    use_sc = torch.rand((), device=ids.device, generator=gen) < 0.5
+    use_sc = torch.rand((), device=ids.device, generator=gen) < sc_prob
     if bool(use_sc):
         with torch.no_grad():
             p = torch.softmax(bb(z, g, xsc, seg), -1)
@@ -251,7 +256,12 @@ def main():
     ap.add_argument("--task-pool-rows", type=int, default=160000)
     ap.add_argument("--time-budget", type=float, default=420, help="seconds of training at most")
     ap.add_argument("--log-every", type=int, default=250)
+    ap.add_argument("--zero-init", action="store_true", help="adaLN-zero initialisation (DiT)")
+    ap.add_argument("--gumbel-loc", type=float, default=CFG["gumbel_loc"],
+                    help="the noise schedule's location: larger trains (and samples) more at high noise")
+    ap.add_argument("--self-cond-prob", type=float, default=0.5)
     args = ap.parse_args()
+    CFG["gumbel_loc"] = args.gumbel_loc
     args.device = "cuda" if torch.cuda.is_available() else "cpu"
     dev = args.device
     torch.manual_seed(args.seed)
@@ -264,7 +274,7 @@ def main():
     pool = ts.build_task_pool(tok, args.task_pool_rows, args.seq, eos, args.seed)[:4]
     batches = ts.Batches(stream, pool, args.batch, args.seq, args.seed + 5, dev)
     Model = build(torch)
-    model = Model().to(dev)
+    model = Model(zero_init=args.zero_init).to(dev)
     n_params = sum(p.numel() for p in model.parameters())
     ts.log("flow model: %d parameters; text stream %d tokens" % (n_params, len(stream)))
     opt = ts.make_optimizer(model, args)
@@ -276,7 +286,7 @@ def main():
             g["lr"] = ts.lr_at(step, args)
         ids, seg, ar, dm = batches.next()
         with ts.amp_ctx(dev == "cuda"):
-            loss = flow_loss(torch, model, ids, seg, dm, gen, batches.n_text)
+            loss = flow_loss(torch, model, ids, seg, dm, gen, batches.n_text, args.self_cond_prob)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
@@ -333,7 +343,9 @@ def main():
                "loss_curve": [[i + 1, round(losses[i], 4)] for i in
                               sorted(set(range(0, len(losses), max(1, len(losses) // 20))) | {len(losses) - 1})],
                "accuracy_tasks_jsonl": acc, "device": torch.cuda.get_device_name(0) if dev == "cuda" else "cpu",
-               "torch": torch.__version__, "total_s": round(time.time() - t_start, 1), "config": cfg}
+               "torch": torch.__version__, "total_s": round(time.time() - t_start, 1), "config": cfg,
+               "recipe": {"lr": args.lr, "zero_init": args.zero_init, "gumbel_loc": args.gumbel_loc,
+                          "self_cond_prob": args.self_cond_prob, "steps": args.steps}}
     json.dump(summary, open(os.path.join(args.out, "flow_summary.json"), "w"), indent=1)
     ts.log("done: %s" % json.dumps({k: summary[k] for k in ("steps", "wall_s", "final_train_loss")}))
     np.random.seed(0)
