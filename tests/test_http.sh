@@ -212,14 +212,13 @@ EOF
     printf '[backend keyed]\nplugin = http\nurl = http://127.0.0.1:%s\napi_key_env = TB_TEST_API_KEY\n' "${fport[timing]}"
     printf '[backend direct]\nplugin = %s\nconcurrency = none\nrequests = none\nbatch = 4\nfault = http_429\nfault_every = 2\n' "$null"
 } >"$tmp/faults.ini"
-start=$(date +%s)
 timeout 300 "$tb" run "$tmp/faults.ini" --db "$tmp/f.db" >"$tmp/f.out" 2>"$tmp/f.err"
 rc=$?
 # Cases with failed requests: every request failed -> the case is failed
 # (with the reason); some failed -> ok but degraded; either way exit 1.
 [ $rc = 1 ] || { fail "fault suite exit $rc (expected 1: failed and degraded cases)"; cat "$tmp/f.err"; }
-elapsed=$(($(date +%s) - start))
-[ $elapsed -lt 120 ] || fail "fault suite took $elapsed s"
+[ "$(q "$tmp/f.db" "select count(*) from bench_case where error like '%case_timeout%'")" = 0 ] \
+    || fail "faults: a case ended by case_timeout, not by its requests' own timeouts"
 [ "$(q "$tmp/f.db" "select count(*) from summary where requests > 0 and (failed_requests = requests) = (status = 'failed') and (status = 'ok' or error like 'every request failed: % of %')")" = 9 ] \
     || fail "faults: a case whose every request failed must be failed, and only those: $(q "$tmp/f.db" "select backend, status, requests, failed_requests, error from summary")"
 [ "$(q "$tmp/f.db" "select status from summary where backend = 'direct'")" = ok ] || fail "faults: direct (half failed) is not ok"
@@ -255,8 +254,10 @@ grep -q 'HTTP 500' <(q "$tmp/f.db" "select error from request where error like '
 [ "$(q "$tmp/f.db" "select count(*) from request r join sample s on s.id = r.sample_id join bench_case c on c.id = s.case_id join backend b on b.id = c.backend_id where b.label = 'keyed' and r.status = 'ok' and json_array_length(r.emissions_json) = 6")" = 8 ] \
     || fail "timing: every request should stream 6 chunks"
 itl=$(q "$tmp/f.db" "select median from metric m join bench_case c on c.id = m.case_id join backend b on b.id = c.backend_id where b.label = 'keyed' and m.name = 'itl_ms'")
-awk -v i="$itl" 'BEGIN { exit !(i >= 4.5 && i < 10) }' && pass "timing: ITL through the server $itl ms (step 5 ms)" \
-    || fail "timing: ITL $itl ms through the server, expected about 5"
+# the server sleeps 5 ms a step, so no ITL can be shorter: a lower bound
+# is an event (an upper one would be a wall-clock bound a loaded machine misses)
+awk -v i="$itl" 'BEGIN { exit !(i >= 4.5) }' && pass "timing: ITL through the server $itl ms (step 5 ms)" \
+    || fail "timing: ITL $itl ms through the server, below the server's 5 ms step"
 if grep -aq "$TB_TEST_API_KEY" "$tmp/f.db" "$tmp/f.db-wal" "$tmp/f.out" "$tmp/f.err" 2>/dev/null; then
     fail "the API key reached the database or the logs"
 else
