@@ -64,6 +64,13 @@ static void routing_cases(void)
     tb_moe_route(&g, l3, NULL, 1, idx, w);
     CHECK(idx[0] == 2 && idx[1] == 3);
     CHECK_NEAR(w[0], 0.5, 1e-6);
+    /* a masked expert scores 0 for the choice (the published masked_fill
+     * 0.0): with a bias pushing every allowed choice below 0, masked
+     * experts win (an -inf mask would pick 2 and 3) */
+    /* choices -0.5 -0.5 | -0.1 -0.1 | -0.2 -0.2 | -0.9 -0.9: groups 1 and 2 win */
+    const float neg[8] = {-1.45f, -0.55f, -0.7f, -0.7f, -0.75f, -0.75f, -1.0f, -1.0f};
+    tb_moe_route(&g, l3, neg, 1, idx, w);
+    CHECK(idx[0] == 0 && idx[1] == 1);
     g.n_group = 1, g.topk_group = 1; /* ungrouped: expert 0 wins */
     tb_moe_route(&g, l3, NULL, 1, idx, w);
     CHECK(idx[0] == 0 && idx[1] == 2);

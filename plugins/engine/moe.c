@@ -38,7 +38,8 @@ int tb_moe_config_check(const tb_moe_config *c, char *err, size_t err_size)
 }
 
 /* The index of the largest of v[0..n) among those with ok[i] (NULL: all),
- * skipping taken[i]; ties to the lower index. -1 when none is left. */
+ * skipping taken[i]; ties to the lower index. -1 when none is left. (NaN
+ * never wins a comparison: a NaN score is taken last.) */
 static int argmax_left(const float *v, const unsigned char *ok, const unsigned char *taken, int n)
 {
     int best = -1;
@@ -75,7 +76,9 @@ void tb_moe_route(const tb_moe_config *c, const float *logits, const float *scor
         for (int e = 0; e < E; e++)
             choice[e] = score[e] + (score_bias ? score_bias[e] : 0.0f);
         /* group-limited: a group's score is the sum of its two best choice
-         * scores; only the topk_group best groups' experts may be chosen */
+         * scores; the experts outside the topk_group best groups get a
+         * choice score of 0, as the published code masks them (masked_fill
+         * 0.0, not -inf: with a negative bias such an expert can still win) */
         if (G > 1) {
             for (int g = 0; g < G; g++) {
                 float b1 = -INFINITY, b2 = -INFINITY;
@@ -95,12 +98,15 @@ void tb_moe_route(const tb_moe_config *c, const float *logits, const float *scor
                 gtaken[g] = 1;
                 memset(ok + (size_t)g * per, 1, (size_t)per);
             }
+            for (int e = 0; e < E; e++)
+                if (!ok[e])
+                    choice[e] = 0.0f;
         }
         memset(taken, 0, (size_t)E);
         int *ri = idx + (size_t)r * k;
         float *rw = w + (size_t)r * k, sum = 0;
         for (int t = 0; t < k; t++) {
-            int e = argmax_left(choice, G > 1 ? ok : NULL, taken, E);
+            int e = argmax_left(choice, NULL, taken, E);
             taken[e] = 1;
             ri[t] = e;
             rw[t] = score[e]; /* the unbiased score */
