@@ -236,6 +236,8 @@ static void one_call(const tb_call_view *cv, uint32_t k, const tb_case_metrics_o
             .prompt_hash = w->prompt_hash,
             .prompt_idx = w->prompt_idx,
             .scored = w->scored && ok[r],
+            .prompt_tokens = w->prompt_tokens,
+            .max_tokens = w->max_tokens,
             .emissions_json = emissions_json(cv, r, streaming),
         };
         for (int i = 0; i < TB_N_SCORES; i++)

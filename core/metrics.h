@@ -47,6 +47,11 @@ typedef struct tb_raw_request {
     int32_t prompt_idx;   /* item of the prompt set; -1: synthetic */
     uint32_t scored;      /* 1: counts towards scores (not a warm-up or a
                              request that fills up the last batch) */
+    uint32_t prompt_tokens; /* the prompt's length as the backend sent it
+                               (tb_result.prompt_tokens); 0: unknown */
+    uint32_t max_tokens;  /* output tokens it asked for (resolved: the
+                             call's max_new_tokens unless the backend
+                             said otherwise) */
     char error[128];      /* "class: message" when status is not ok */
 } tb_raw_request;
 

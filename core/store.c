@@ -866,8 +866,8 @@ static int insert_samples(tb_store *st, int64_t case_id, const tb_case_record *r
         qr = prepare(st, "INSERT INTO request (sample_id, idx, status, error, submit_offset_ns, ttft_ns,"
                          " e2e_ns, tpot_ns, tps, requested_tokens, output_tokens, recount_tokens,"
                          " count_mismatch, steps_done, answer_tokens, output_hash, emissions_json,"
-                         " prompt_idx, scored, output_text, prompt_hash)"
-                         " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                         " prompt_idx, scored, output_text, prompt_hash, prompt_tokens)"
+                         " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                      why);
     if (qr)
         qsc = prepare(st, "INSERT INTO score (request_id, name, value) VALUES (?,?,?)", why);
@@ -913,7 +913,7 @@ static int insert_samples(tb_store *st, int64_t case_id, const tb_case_record *r
             sqlite3_bind_int64(qr, 7, q->m.e2e_ns);
             bind_real(qr, 8, q->m.tpot_ns);
             bind_real(qr, 9, q->m.tps);
-            sqlite3_bind_int64(qr, 10, rec->c->max_new_tokens); /* 32-bit unsigned: never wrapped */
+            sqlite3_bind_int64(qr, 10, q->max_tokens ? q->max_tokens : rec->c->max_new_tokens); /* 32-bit unsigned: never wrapped */
             sqlite3_bind_int64(qr, 11, q->n_out);
             bind_opt_int(qr, 12, q->recount);
             sqlite3_bind_int(qr, 13, q->recount >= 0 && (uint32_t)q->recount != q->n_out);
@@ -925,6 +925,7 @@ static int insert_samples(tb_store *st, int64_t case_id, const tb_case_record *r
             sqlite3_bind_int(qr, 19, q->scored);
             bind_text(qr, 20, q->output_text);
             bind_text(qr, 21, q->prompt_hash ? phash : NULL);
+            bind_opt_int(qr, 22, q->prompt_tokens ? (int64_t)q->prompt_tokens : -1);
             if (sqlite3_step(qr) != SQLITE_DONE) {
                 *why = db_error(st);
                 ok = 0;

@@ -1,0 +1,11 @@
+-- Migration 8 (issue 21, "serving workloads and load searches").
+--
+-- request.prompt_tokens: the prompt's length as the backend sent it,
+-- tokens (a length distribution, a conversation dataset, a shared
+-- prefix or a multi-turn history make it differ request by request);
+-- NULL where the backend did not say (every backend before this, and
+-- prompts whose length it cannot count). request.requested_tokens, from
+-- now on, is the output tokens that request asked for (before: always
+-- the case's max_new_tokens, which it still is unless the backend drew
+-- a length of its own).
+ALTER TABLE request ADD COLUMN prompt_tokens INTEGER;
