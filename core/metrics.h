@@ -73,6 +73,11 @@ void tb_rep_metrics_compute(const tb_request_metrics *req, const uint32_t *n_out
                             const int *ok, size_t n, int64_t prefill_ns,
                             int64_t forward_passes, tb_rep_metrics *out);
 
+/* Does a successful request meet the goodput limits (ms; <= 0: no
+ * limit; a TPOT undefined for a one-token answer holds)? The one
+ * definition: the goodput metric and the load searches' share. */
+int tb_request_good(const tb_request_metrics *m, double goodput_ttft_ms, double goodput_tpot_ms);
+
 /* Roofline efficiency of one call, percent: the shortest time the device's
  * ceilings allow for the call's work, over the time it took,
  *     100 * max(flops / peak_flops, bytes / peak_bytes_per_s) / wall,

@@ -91,6 +91,10 @@ typedef struct tb_case_record {
     size_t n_samples;
     tb_metric_record *metrics;
     size_t n_metrics;
+    /* a run of a load search (core/search.h): 0 when not */
+    int64_t search_id;
+    const char *search_role; /* "synchronous", "throughput", "rate", "probe" */
+    int search_pass;         /* a probe: 1 met the limits, 0 not; -1: not judged */
 } tb_case_record;
 
 /* Append a metric row; returns it (name and unit borrowed). */

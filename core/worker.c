@@ -523,6 +523,18 @@ void tb_worker_main(const tb_plan *plan, size_t backend, int fd_in, int fd_out)
         tb_wire_frame f;
         if (tb_wire_read(&rd, 0, NULL, &f) != TB_WIRE_FRAME)
             break;
+        if (f.type == TB_MSG_CASE && f.len == sizeof(tb_wire_case_load)) { /* a search's run */
+            tb_wire_case_load cl;
+            memcpy(&cl, f.payload, sizeof cl);
+            if (cl.index < plan->n_cases) {
+                tb_case run = plan->cases[cl.index];
+                run.concurrency = cl.concurrency;
+                run.request_rate = cl.request_rate;
+                run.search = TB_SEARCH_NONE;
+                run_case(&w, &run);
+            }
+            continue;
+        }
         if ((f.type == TB_MSG_CASE || f.type == TB_MSG_LOAD) && f.len == sizeof(uint32_t)) {
             uint32_t idx;
             memcpy(&idx, f.payload, sizeof idx);
