@@ -168,6 +168,8 @@ static const struct json_column {
      "'case #' || ordinal || ' of session ' || session_id || ' (bench_case row ' || id || ')'", 0},
     {"prompt", "tags_json", "array", "(?1 < 0 OR session_id = ?1)",
      "'prompt item ' || idx || ' of session ' || session_id", 0},
+    {"search", "limits_json", "object", "(?1 < 0 OR session_id = ?1)",
+     "'search row ' || id || ' (case #' || ordinal || ' of session ' || session_id || ')'", 0},
     {"request", "emissions_json", "array",
      "(?1 < 0 OR sample_id IN (SELECT sa.id FROM sample sa JOIN bench_case c ON c.id = sa.case_id"
      " WHERE c.session_id = ?1))",

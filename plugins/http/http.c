@@ -361,9 +361,7 @@ static int len_dist(const tb_option_value *v, uint32_t n, int which, double mean
         snprintf(why, size, "%s_dist = histogram: set %s_histogram = a file of lines \"TOKENS WEIGHT\"", name, name);
         return -1;
     }
-    if (d->kind == TB_LEN_FIXED) {
-        d->min = d->max = (uint32_t)mean;
-    } else if (!d->max && d->kind == TB_LEN_HISTOGRAM) { /* the longest bin */
+    if (!d->max && d->kind == TB_LEN_HISTOGRAM) { /* the longest bin */
         for (size_t i = 0; i < hist->n; i++)
             if (hist->hi[i] > d->max)
                 d->max = hist->hi[i];
@@ -854,7 +852,12 @@ static tb_status http_generate(void *ctx, const tb_request *req, tb_result *res)
         set_error(c, "out of memory");
         return TB_ERR_NO_MEMORY;
     }
-    uint32_t max_tokens = req->max_new_tokens > w.output.max ? req->max_new_tokens : w.output.max;
+    /* the bounds on what a response may hold: from the most any request
+     * of the call asks for */
+    uint32_t max_tokens = req->max_new_tokens;
+    for (uint32_t i = 0; ss && i < n_sessions; i++)
+        for (uint32_t k = 0; k < turns; k++)
+            max_tokens = ss[i].max_tokens[k] > max_tokens ? ss[i].max_tokens[k] : max_tokens;
     tb_http_target t = {
         .url = url,
         .headers = c->headers,
