@@ -176,11 +176,16 @@ static char *emissions_json(const tb_call_view *cv, uint32_t r, int streaming)
 
 /* Does request r meet the suite's goodput limits (an unset one holds;
  * TPOT undefined for a one-token answer holds)? */
-static int good(const tb_request_metrics *m, const tb_case_metrics_opts *o)
+int tb_request_good(const tb_request_metrics *m, double goodput_ttft_ms, double goodput_tpot_ms)
 {
     double ttft_ms = (double)m->ttft_ns * 1e-6, tpot_ms = m->tpot_ns * 1e-6;
-    return (o->goodput_ttft_ms <= 0 || ttft_ms <= o->goodput_ttft_ms) &&
-           (o->goodput_tpot_ms <= 0 || isnan(tpot_ms) || tpot_ms <= o->goodput_tpot_ms);
+    return (goodput_ttft_ms <= 0 || ttft_ms <= goodput_ttft_ms) &&
+           (goodput_tpot_ms <= 0 || isnan(tpot_ms) || tpot_ms <= goodput_tpot_ms);
+}
+
+static int good(const tb_request_metrics *m, const tb_case_metrics_opts *o)
+{
+    return tb_request_good(m, o->goodput_ttft_ms, o->goodput_tpot_ms);
 }
 
 /* One call into its sample record; measured calls add to the sets. */
@@ -236,6 +241,8 @@ static void one_call(const tb_call_view *cv, uint32_t k, const tb_case_metrics_o
             .prompt_hash = w->prompt_hash,
             .prompt_idx = w->prompt_idx,
             .scored = w->scored && ok[r],
+            .prompt_tokens = w->prompt_tokens,
+            .max_tokens = w->max_tokens,
             .emissions_json = emissions_json(cv, r, streaming),
         };
         for (int i = 0; i < TB_N_SCORES; i++)

@@ -47,6 +47,11 @@ typedef struct tb_raw_request {
     int32_t prompt_idx;   /* item of the prompt set; -1: synthetic */
     uint32_t scored;      /* 1: counts towards scores (not a warm-up or a
                              request that fills up the last batch) */
+    uint32_t prompt_tokens; /* the prompt's length as the backend sent it
+                               (tb_result.prompt_tokens); 0: unknown */
+    uint32_t max_tokens;  /* output tokens it asked for (resolved: the
+                             call's max_new_tokens unless the backend
+                             said otherwise) */
     char error[128];      /* "class: message" when status is not ok */
 } tb_raw_request;
 
@@ -67,6 +72,11 @@ void tb_request_metrics_compute(int64_t submit_ns, int64_t done_ns, uint32_t n_o
 void tb_rep_metrics_compute(const tb_request_metrics *req, const uint32_t *n_out,
                             const int *ok, size_t n, int64_t prefill_ns,
                             int64_t forward_passes, tb_rep_metrics *out);
+
+/* Does a successful request meet the goodput limits (ms; <= 0: no
+ * limit; a TPOT undefined for a one-token answer holds)? The one
+ * definition: the goodput metric and the load searches' share. */
+int tb_request_good(const tb_request_metrics *m, double goodput_ttft_ms, double goodput_tpot_ms);
 
 /* Roofline efficiency of one call, percent: the shortest time the device's
  * ceilings allow for the call's work, over the time it took,

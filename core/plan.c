@@ -301,13 +301,23 @@ static int expand_backend(tb_plan *plan, size_t bi, tb_str *errs)
             case TB_DIM_MAX_NEW_TOKENS: c->max_new_tokens = (uint32_t)v; break;
             case TB_DIM_BATCH: c->batch = (uint32_t)v; break;
             case TB_DIM_CONCURRENCY: c->concurrency = (uint32_t)v; break;
-            case TB_DIM_REQUEST_RATE: c->request_rate = v; break;
+            case TB_DIM_REQUEST_RATE:
+                /* a search (core/search.h): its runs set concurrency and rate */
+                c->search = v == TB_RATE_SWEEP ? TB_SEARCH_SWEEP : v == TB_RATE_SLO ? TB_SEARCH_SLO : TB_SEARCH_NONE;
+                c->request_rate = c->search ? 0 : v;
+                break;
             case TB_DIM_STEPS: c->steps = (uint32_t)v; break;
             case TB_DIM_BLOCK_LENGTH: c->block_length = (uint32_t)v; break;
             case TB_DIM_REQUESTS: c->requests = (uint32_t)v; break;
             default: break;
             }
         }
+        if (c->search)
+            c->concurrency = 0;
+        if (c->search && !(ops->capabilities & TB_CAP_CONCURRENCY))
+            c->skip_reason = tb_xasprintf("request_rate = %s runs a synchronous and a throughput load (concurrency 1 "
+                                          "and all requests): plugin %s lacks the concurrency capability",
+                                          c->search == TB_SEARCH_SWEEP ? "sweep" : "slo", ops->name);
         if (!(ops->capabilities & SERVING_CAPS))
             c->requests = c->batch;
         else if (!c->requests)
@@ -760,6 +770,16 @@ static char *config_json(const tb_plan *plan)
     cJSON_AddNumberToObject(su, "memory_limit_mb", s->memory_limit_mb);
     cJSON_AddNumberToObject(su, "goodput_ttft_ms", s->goodput_ttft_ms);
     cJSON_AddNumberToObject(su, "goodput_tpot_ms", s->goodput_tpot_ms);
+    int searches = 0; /* their settings, where they matter (older configurations' hashes stay) */
+    for (size_t i = 0; i < plan->n_cases; i++)
+        searches |= plan->cases[i].search != TB_SEARCH_NONE;
+    if (searches) {
+        cJSON_AddNumberToObject(su, "sweep_rates", s->sweep_rates);
+        cJSON_AddNumberToObject(su, "slo_ttft_p99_ms", s->slo_ttft_p99_ms);
+        cJSON_AddNumberToObject(su, "slo_tpot_p99_ms", s->slo_tpot_p99_ms);
+        cJSON_AddNumberToObject(su, "slo_goodput_pct", s->slo_goodput_pct);
+        cJSON_AddNumberToObject(su, "slo_iterations", s->slo_iterations);
+    }
     if (plan->n_prompts) {
         const tb_suite_prompts *sp = &s->prompts;
         cJSON *pr = cJSON_AddObjectToObject(root, "prompts");
@@ -810,6 +830,8 @@ static char *config_json(const tb_plan *plan)
                     snprintf(v, sizeof v, "%.17g", dims[d].v);
                     add_distinct(m, dims[d].name, v);
                 }
+            if (c->search)
+                add_distinct(m, "request_rate", c->search == TB_SEARCH_SWEEP ? "sweep" : "slo");
             cJSON *sw = cJSON_Parse(c->swept_json), *it;
             cJSON_ArrayForEach(it, sw) add_distinct(m, it->string, cJSON_GetStringValue(it));
             cJSON_Delete(sw);
@@ -1025,6 +1047,8 @@ char *tb_case_label(const tb_plan *plan, const tb_case *c)
         tb_str_appendf(&b, " concurrency=%u", c->concurrency);
     if (c->request_rate > 0)
         tb_str_appendf(&b, " request_rate=%g", c->request_rate);
+    if (c->search)
+        tb_str_appendf(&b, " request_rate=%s", c->search == TB_SEARCH_SWEEP ? "sweep" : "slo");
     if (c->steps)
         tb_str_appendf(&b, " steps=%u", c->steps);
     if (c->block_length)

@@ -32,12 +32,18 @@ typedef struct tb_plan_backend {
     char *options_json; /* every option's value for this backend, JSON */
 } tb_plan_backend;
 
+/* tb_case.search */
+enum { TB_SEARCH_NONE, TB_SEARCH_SWEEP, TB_SEARCH_SLO };
+
 typedef struct tb_case {
     size_t ordinal;  /* 1-based position in the plan */
     size_t backend;  /* index into tb_plan.backends */
     uint32_t prompt_tokens, max_new_tokens, batch;
     uint32_t concurrency, steps, block_length; /* 0: not applicable */
     double request_rate;                       /* 0: not applicable */
+    int search;        /* request_rate = sweep | slo: a load search
+                          (core/search.h) run in this case's place;
+                          TB_SEARCH_NONE otherwise */
     uint32_t requests; /* requests per generate() call (tb_request's
                           n_requests): `batch` unless serving */
     tb_option_value *options; /* every declared option, declaration order */

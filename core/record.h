@@ -53,6 +53,8 @@ typedef struct tb_request_record {
     char *emissions_json;    /* [[ms since submit, tokens], ...] */
     int32_t prompt_idx;      /* item of the prompt set; -1: synthetic */
     int scored;              /* counted in the case's quality metrics */
+    uint32_t prompt_tokens;  /* as sent (tb_result.prompt_tokens); 0: unknown */
+    uint32_t max_tokens;     /* output tokens asked for */
     char *output_text;       /* the answer text (prompt sets), or NULL */
     double scores[TB_N_SCORES]; /* NaN: not applicable */
 } tb_request_record;
@@ -89,6 +91,10 @@ typedef struct tb_case_record {
     size_t n_samples;
     tb_metric_record *metrics;
     size_t n_metrics;
+    /* a run of a load search (core/search.h): 0 when not */
+    int64_t search_id;
+    const char *search_role; /* "synchronous", "throughput", "rate", "probe" */
+    int search_pass;         /* a probe: 1 met the limits, 0 not; -1: not judged */
 } tb_case_record;
 
 /* Append a metric row; returns it (name and unit borrowed). */

@@ -15,6 +15,7 @@
 #include "judge.h"
 #include "progress.h"
 #include "quality.h"
+#include "search.h"
 #include "stats.h"
 #include "util.h"
 #include "worker_client.h"
@@ -123,9 +124,13 @@ typedef struct run_state {
     tb_run_summary *sum;
     double max_error_rate;
     int store_failed;
+    size_t next_ordinal; /* of a search's next run (after the plan's) */
 } run_state;
 
-static void finish_case(run_state *rs, const tb_case *c, case_outcome *o, tb_case_record *rec)
+/* Store a finished case (a search's run: with its search, role and
+ * verdict); its row id, or -1. */
+static int64_t finish_case(run_state *rs, const tb_case *c, case_outcome *o, tb_case_record *rec,
+                           const tb_search_ctx *search)
 {
     const tb_plan_backend *pb = &rs->plan->backends[c->backend];
     char finished[32];
@@ -141,8 +146,11 @@ static void finish_case(run_state *rs, const tb_case *c, case_outcome *o, tb_cas
     if (!o->t_start)
         rec->host_peak_rss = -1;
 
+    if (search)
+        tb_search_mark(search, rec);
     char *err = NULL;
-    if (tb_store_case(rs->store, rec, &err) < 0) {
+    int64_t case_id = tb_store_case(rs->store, rec, &err);
+    if (case_id < 0) {
         note_error(&rs->progress, err);
         rs->store_failed = 1;
     }
@@ -165,9 +173,11 @@ static void finish_case(run_state *rs, const tb_case *c, case_outcome *o, tb_cas
     tb_progress_done(&rs->progress, pb->sb->label, label, o->status,
                      strcmp(o->status, "ok") == 0 ? detail : o->error, c->skip_reason ? 0 : case_calls(rs->plan, c));
     free(label);
+    return case_id;
 }
 
-static void record_simple(run_state *rs, const tb_case *c, const char *status, char *error, case_outcome *o)
+static void record_simple(run_state *rs, const tb_case *c, const char *status, char *error, case_outcome *o,
+                          const tb_search_ctx *search)
 {
     tb_case_record rec = {0};
     case_outcome local = {0};
@@ -175,12 +185,14 @@ static void record_simple(run_state *rs, const tb_case *c, const char *status, c
         o = &local;
     o->status = status;
     o->error = error;
-    finish_case(rs, c, o, &rec);
+    finish_case(rs, c, o, &rec, search);
     free(error);
 }
 
-/* Store the case from a RESULT payload (or failed when it is malformed). */
-static void record_result(run_state *rs, const tb_case *c, case_outcome *o, const tb_wire_frame *f)
+/* Store the case from a RESULT payload (or failed when it is malformed);
+ * a search's run hands its figures back in *point. */
+static void record_result(run_state *rs, const tb_case *c, case_outcome *o, const tb_wire_frame *f,
+                          const tb_search_ctx *search, tb_search_point *point)
 {
     tb_case_record rec = {0};
     char *err = NULL;
@@ -194,116 +206,164 @@ static void record_result(run_state *rs, const tb_case *c, case_outcome *o, cons
             tb_case_request_tally(&rec, &t);
             rs->sum->degraded += tb_case_degraded(&t, rs->max_error_rate);
         }
-        finish_case(rs, c, o, &rec);
+        if (point && !all_failed)
+            tb_search_point_of(search, &rec, point);
+        int64_t id = finish_case(rs, c, o, &rec, search);
+        if (point)
+            point->case_id = id;
         free(all_failed);
     } else {
         o->status = "failed";
         o->error = err;
-        finish_case(rs, c, o, &rec);
+        finish_case(rs, c, o, &rec, search);
         free(err);
     }
     tb_case_record_free(&rec);
+}
+
+/* What the cases of one backend share: its worker, and what failed
+ * before (a probe, a load) that decides later cases without running
+ * them. */
+typedef struct backend_state {
+    run_state *rs;
+    size_t bi;
+    tb_worker_client wc;
+    char *probe_error;
+    char *failed_load_key, *failed_load_error;
+} backend_state;
+
+/* Run case c (plan index idx; with `load`, one run of a search: that
+ * case with its concurrency and rate replaced, c the run's own case) and
+ * store it. With `search`, the run is part of that search: its figures
+ * go back in *point. 0, or 1 when the run was interrupted. */
+static int run_one(backend_state *bs, const tb_case *c, uint32_t idx, const tb_wire_case_load *load,
+                   const tb_search_ctx *search, tb_search_point *point)
+{
+    run_state *rs = bs->rs;
+    tb_plan *plan = rs->plan;
+    size_t bi = bs->bi;
+    if (point)
+        tb_search_point_init(point);
+    if (c->skip_reason) {
+        record_simple(rs, c, "skipped", tb_xstrdup(c->skip_reason), NULL, search);
+        return 0;
+    }
+    if (bs->probe_error) {
+        record_simple(rs, c, "skipped", tb_xasprintf("cannot run on this host: %s", bs->probe_error), NULL, search);
+        return 0;
+    }
+    if (bs->failed_load_key && strcmp(bs->failed_load_key, c->load_key) == 0) {
+        record_simple(rs, c, "failed", tb_xasprintf("model load failed earlier: %s", bs->failed_load_error), NULL,
+                      search);
+        return 0;
+    }
+
+    case_outcome o = {0};
+    tb_utc_timestamp(o.started_at);
+    o.t_start = tb_now_ns();
+    char *label = tb_case_label(plan, c);
+    tb_progress_case shape = case_shape(plan, c);
+    tb_progress_start(&rs->progress, plan->backends[bi].sb->label, label, &shape);
+    free(label);
+
+    char *why = NULL;
+    tb_wc_result r = tb_wc_start(&bs->wc, &why);
+    if (r == TB_WC_INTERRUPTED) {
+        free(why);
+        return 1;
+    }
+    if (r == TB_WC_REFUSED) {
+        bs->probe_error = why;
+        record_simple(rs, c, "skipped", tb_xasprintf("cannot run on this host: %s", bs->probe_error), &o, search);
+        return 0;
+    }
+    if (r != TB_WC_OK) {
+        record_simple(rs, c, "failed", why, &o, search);
+        return 0;
+    }
+
+    /* The context (load or reuse), then the case. */
+    int reused = 0;
+    char *info = NULL;
+    r = load ? tb_wc_send(&bs->wc, TB_MSG_CASE, load, sizeof *load, &why)
+             : tb_wc_send(&bs->wc, TB_MSG_CASE, &idx, sizeof idx, &why);
+    if (r == TB_WC_OK)
+        r = tb_wc_await_loaded(&bs->wc, &reused, &info, &why);
+    if (r == TB_WC_REFUSED) { /* create() failed: later cases of this load fail alike */
+        free(bs->failed_load_key);
+        free(bs->failed_load_error);
+        bs->failed_load_key = tb_xstrdup(c->load_key);
+        bs->failed_load_error = tb_xstrdup(why);
+    }
+    if (r == TB_WC_OK) {
+        /* Only the backend's description is lost: the case still runs. */
+        char *err = NULL;
+        if (info && tb_store_backend_info(rs->store, rs->backend_ids[bi], info, &err) != 0)
+            note_error(&rs->progress, err);
+        free(info);
+        /* the RESULT, after a PROGRESS frame per call */
+        static const uint32_t answers[] = {TB_MSG_RESULT, TB_MSG_PROGRESS};
+        tb_wire_frame f;
+        int64_t since = tb_now_ns();
+        while ((r = tb_wc_await(&bs->wc, since, answers, 2, &f, &why)) == TB_WC_OK && f.type == TB_MSG_PROGRESS) {
+            tb_wire_progress pr;
+            if (f.len == sizeof pr) {
+                memcpy(&pr, f.payload, sizeof pr);
+                tb_progress_calls(&rs->progress, pr.calls_done);
+            }
+        }
+        if (r == TB_WC_INTERRUPTED && tb_wc_cancel(&bs->wc, TB_MSG_RESULT, &f) == TB_WC_OK) {
+            free(why); /* it finished after all */
+            why = NULL;
+            r = TB_WC_OK;
+        }
+        if (r == TB_WC_OK) {
+            record_result(rs, c, &o, &f, search, point);
+            return interrupted;
+        }
+    }
+    if (r == TB_WC_INTERRUPTED)
+        tb_wc_kill(&bs->wc);
+    record_simple(rs, c, "failed", why, &o, search);
+    return r == TB_WC_INTERRUPTED;
+}
+
+/* One run of a search (search.h's tb_search_run_fn). */
+static int run_search_case(void *ctx, const tb_case *run, const tb_search_ctx *search, tb_search_point *point)
+{
+    backend_state *bs = ctx;
+    const tb_case *tmpl = search->tmpl;
+    tb_wire_case_load load = {.index = (uint32_t)(tmpl - bs->rs->plan->cases), .concurrency = run->concurrency,
+                              .request_rate = run->request_rate};
+    int stop = run_one(bs, run, load.index, &load, search, point);
+    return stop || interrupted || bs->rs->store_failed;
 }
 
 /* Run the cases of backend bi. */
 static void run_backend(run_state *rs, size_t bi)
 {
     tb_plan *plan = rs->plan;
-    tb_worker_client wc;
-    tb_wc_init(&wc, plan, bi, &interrupted);
-    tb_wc_set_log(&wc, relay_log, &rs->progress);
-    char *probe_error = NULL;
-    char *failed_load_key = NULL, *failed_load_error = NULL;
-
+    backend_state bs = {.rs = rs, .bi = bi};
+    tb_wc_init(&bs.wc, plan, bi, &interrupted);
+    tb_wc_set_log(&bs.wc, relay_log, &rs->progress);
     for (size_t ci = 0; ci < plan->n_cases && !interrupted && !rs->store_failed; ci++) {
         tb_case *c = &plan->cases[ci];
         if (c->backend != bi)
             continue;
-        if (c->skip_reason) {
-            record_simple(rs, c, "skipped", tb_xstrdup(c->skip_reason), NULL);
-            continue;
-        }
-        if (probe_error) {
-            record_simple(rs, c, "skipped", tb_xasprintf("cannot run on this host: %s", probe_error), NULL);
-            continue;
-        }
-        if (failed_load_key && strcmp(failed_load_key, c->load_key) == 0) {
-            record_simple(rs, c, "failed", tb_xasprintf("model load failed earlier: %s", failed_load_error), NULL);
-            continue;
-        }
-
-        case_outcome o = {0};
-        tb_utc_timestamp(o.started_at);
-        o.t_start = tb_now_ns();
-        char *label = tb_case_label(plan, c);
-        tb_progress_case shape = case_shape(plan, c);
-        tb_progress_start(&rs->progress, plan->backends[bi].sb->label, label, &shape);
-        free(label);
-
-        char *why = NULL;
-        tb_wc_result r = tb_wc_start(&wc, &why);
-        if (r == TB_WC_INTERRUPTED) {
-            free(why);
-            break;
-        }
-        if (r == TB_WC_REFUSED) {
-            probe_error = why;
-            record_simple(rs, c, "skipped", tb_xasprintf("cannot run on this host: %s", probe_error), &o);
-            continue;
-        }
-        if (r != TB_WC_OK) {
-            record_simple(rs, c, "failed", why, &o);
-            continue;
-        }
-
-        /* The context (load or reuse), then the case. */
-        uint32_t idx = (uint32_t)ci;
-        int reused = 0;
-        char *info = NULL;
-        r = tb_wc_send(&wc, TB_MSG_CASE, &idx, sizeof idx, &why);
-        if (r == TB_WC_OK)
-            r = tb_wc_await_loaded(&wc, &reused, &info, &why);
-        if (r == TB_WC_REFUSED) { /* create() failed: later cases of this load fail alike */
-            free(failed_load_key);
-            free(failed_load_error);
-            failed_load_key = tb_xstrdup(c->load_key);
-            failed_load_error = tb_xstrdup(why);
-        }
-        if (r == TB_WC_OK) {
-            /* Only the backend's description is lost: the case still runs. */
+        if (c->search && !c->skip_reason && !bs.probe_error) { /* core/search.c runs it */
             char *err = NULL;
-            if (info && tb_store_backend_info(rs->store, rs->backend_ids[bi], info, &err) != 0)
+            if (tb_search_run(plan, c, rs->store, rs->session_id, rs->backend_ids[bi], &rs->next_ordinal,
+                              run_search_case, &bs, &err) != 0)
                 note_error(&rs->progress, err);
-            free(info);
-            /* the RESULT, after a PROGRESS frame per call */
-            static const uint32_t answers[] = {TB_MSG_RESULT, TB_MSG_PROGRESS};
-            tb_wire_frame f;
-            int64_t since = tb_now_ns();
-            while ((r = tb_wc_await(&wc, since, answers, 2, &f, &why)) == TB_WC_OK && f.type == TB_MSG_PROGRESS) {
-                tb_wire_progress pr;
-                if (f.len == sizeof pr) {
-                    memcpy(&pr, f.payload, sizeof pr);
-                    tb_progress_calls(&rs->progress, pr.calls_done);
-                }
-            }
-            if (r == TB_WC_INTERRUPTED && tb_wc_cancel(&wc, TB_MSG_RESULT, &f) == TB_WC_OK) {
-                free(why); /* it finished after all */
-                why = NULL;
-                r = TB_WC_OK;
-            }
-            if (r == TB_WC_OK) {
-                record_result(rs, c, &o, &f);
-                continue;
-            }
+            continue;
         }
-        if (r == TB_WC_INTERRUPTED)
-            tb_wc_kill(&wc);
-        record_simple(rs, c, "failed", why, &o);
+        if (run_one(&bs, c, (uint32_t)ci, NULL, NULL, NULL))
+            break;
     }
-    tb_wc_free(&wc);
-    free(probe_error);
-    free(failed_load_key);
-    free(failed_load_error);
+    tb_wc_free(&bs.wc);
+    free(bs.probe_error);
+    free(bs.failed_load_key);
+    free(bs.failed_load_error);
 }
 
 tb_run_outcome tb_runner_run(tb_plan *plan, tb_store *store, int64_t session_id, const int64_t *backend_ids,
@@ -323,10 +383,17 @@ tb_run_outcome tb_runner_run(tb_plan *plan, tb_store *store, int64_t session_id,
     run_state rs = {.plan = plan, .store = store, .session_id = session_id, .backend_ids = backend_ids,
                     .sum = summary, .max_error_rate = max_error_rate};
     uint64_t calls = 0;
-    for (size_t i = 0; i < plan->n_cases; i++)
-        if (!plan->cases[i].skip_reason)
-            calls += case_calls(plan, &plan->cases[i]);
-    tb_progress_init(&rs.progress, plan->n_cases, calls);
+    size_t n_cases = 0; /* a search counts its runs (the most a bisection makes) */
+    for (size_t i = 0; i < plan->n_cases; i++) {
+        const tb_case *c = &plan->cases[i];
+        size_t runs = c->search && !c->skip_reason ? tb_search_max_runs(plan->suite, c) : 1;
+        n_cases += runs;
+        if (!c->skip_reason)
+            calls += runs * case_calls(plan, c);
+        if (c->ordinal >= rs.next_ordinal)
+            rs.next_ordinal = c->ordinal + 1;
+    }
+    tb_progress_init(&rs.progress, n_cases, calls);
     for (size_t bi = 0; bi < plan->n_backends && !interrupted && !rs.store_failed; bi++)
         run_backend(&rs, bi);
     tb_progress_finish(&rs.progress);

@@ -168,6 +168,8 @@ static const struct json_column {
      "'case #' || ordinal || ' of session ' || session_id || ' (bench_case row ' || id || ')'", 0},
     {"prompt", "tags_json", "array", "(?1 < 0 OR session_id = ?1)",
      "'prompt item ' || idx || ' of session ' || session_id", 0},
+    {"search", "limits_json", "object", "(?1 < 0 OR session_id = ?1)",
+     "'search row ' || id || ' (case #' || ordinal || ' of session ' || session_id || ')'", 0},
     {"request", "emissions_json", "array",
      "(?1 < 0 OR sample_id IN (SELECT sa.id FROM sample sa JOIN bench_case c ON c.id = sa.case_id"
      " WHERE c.session_id = ?1))",
@@ -853,6 +855,57 @@ int tb_store_backend_info(tb_store *st, int64_t backend_id, const char *info_jso
     return -1;
 }
 
+int64_t tb_store_search_begin(tb_store *st, int64_t session, int64_t backend_id, size_t ordinal, const char *kind,
+                              const char *limits_json, char **err)
+{
+    char *why = NULL;
+    int64_t id = -1;
+    sqlite3_stmt *q = prepare(st, "INSERT INTO search (session_id, backend_id, ordinal, kind, limits_json, status)"
+                                  " VALUES (?,?,?,?,json(?),'running')",
+                              &why);
+    if (q) {
+        sqlite3_bind_int64(q, 1, session);
+        sqlite3_bind_int64(q, 2, backend_id);
+        sqlite3_bind_int64(q, 3, (int64_t)ordinal);
+        bind_text(q, 4, kind);
+        bind_text(q, 5, limits_json);
+        if (sqlite3_step(q) == SQLITE_DONE)
+            id = sqlite3_last_insert_rowid(st->db);
+        else
+            why = db_error(st);
+        sqlite3_finalize(q);
+    }
+    if (id < 0) {
+        *err = tb_xasprintf("storing the %s search of case #%zu failed: %s", kind, ordinal, why ? why : "?");
+        free(why);
+    }
+    return id;
+}
+
+int tb_store_search_end(tb_store *st, int64_t id, const tb_search_result *r, char **err)
+{
+    char *why = NULL;
+    sqlite3_stmt *q = prepare(st, "UPDATE search SET status = ?, sync_rate = ?, max_rate = ?, slo_rate = ?, error = ?"
+                                  " WHERE id = ?",
+                              &why);
+    if (q) {
+        bind_text(q, 1, r->status);
+        bind_real(q, 2, r->sync_rate);
+        bind_real(q, 3, r->max_rate);
+        bind_real(q, 4, r->slo_rate);
+        bind_text(q, 5, r->error);
+        sqlite3_bind_int64(q, 6, id);
+        if (sqlite3_step(q) != SQLITE_DONE)
+            why = db_error(st);
+        sqlite3_finalize(q);
+    }
+    if (!why)
+        return 0;
+    *err = tb_xasprintf("storing the end of search %lld failed: %s", (long long)id, why);
+    free(why);
+    return -1;
+}
+
 static int insert_samples(tb_store *st, int64_t case_id, const tb_case_record *rec, char **why)
 {
     /* Each prepared only when the one before it was: *why is set once. */
@@ -866,8 +919,8 @@ static int insert_samples(tb_store *st, int64_t case_id, const tb_case_record *r
         qr = prepare(st, "INSERT INTO request (sample_id, idx, status, error, submit_offset_ns, ttft_ns,"
                          " e2e_ns, tpot_ns, tps, requested_tokens, output_tokens, recount_tokens,"
                          " count_mismatch, steps_done, answer_tokens, output_hash, emissions_json,"
-                         " prompt_idx, scored, output_text, prompt_hash)"
-                         " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                         " prompt_idx, scored, output_text, prompt_hash, prompt_tokens)"
+                         " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                      why);
     if (qr)
         qsc = prepare(st, "INSERT INTO score (request_id, name, value) VALUES (?,?,?)", why);
@@ -913,7 +966,7 @@ static int insert_samples(tb_store *st, int64_t case_id, const tb_case_record *r
             sqlite3_bind_int64(qr, 7, q->m.e2e_ns);
             bind_real(qr, 8, q->m.tpot_ns);
             bind_real(qr, 9, q->m.tps);
-            sqlite3_bind_int64(qr, 10, rec->c->max_new_tokens); /* 32-bit unsigned: never wrapped */
+            sqlite3_bind_int64(qr, 10, q->max_tokens ? q->max_tokens : rec->c->max_new_tokens); /* 32-bit unsigned: never wrapped */
             sqlite3_bind_int64(qr, 11, q->n_out);
             bind_opt_int(qr, 12, q->recount);
             sqlite3_bind_int(qr, 13, q->recount >= 0 && (uint32_t)q->recount != q->n_out);
@@ -925,6 +978,7 @@ static int insert_samples(tb_store *st, int64_t case_id, const tb_case_record *r
             sqlite3_bind_int(qr, 19, q->scored);
             bind_text(qr, 20, q->output_text);
             bind_text(qr, 21, q->prompt_hash ? phash : NULL);
+            bind_opt_int(qr, 22, q->prompt_tokens ? (int64_t)q->prompt_tokens : -1);
             if (sqlite3_step(qr) != SQLITE_DONE) {
                 *why = db_error(st);
                 ok = 0;
@@ -1001,8 +1055,9 @@ int64_t tb_store_case(tb_store *st, const tb_case_record *rec, char **err)
     char *why = NULL;
     sqlite3_stmt *q = prepare(st, "INSERT INTO bench_case (session_id, backend_id, ordinal, prompt_tokens,"
                                   " max_new_tokens, batch, concurrency, steps, block_length, request_rate, options_json,"
-                                  " status, error, started_at, finished_at, case_wall_ns, host_peak_rss_bytes)"
-                                  " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                                  " status, error, started_at, finished_at, case_wall_ns, host_peak_rss_bytes,"
+                                  " search_id, search_role, search_pass)"
+                                  " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                               &why);
     int64_t case_id = -1;
     if (q) {
@@ -1023,6 +1078,9 @@ int64_t tb_store_case(tb_store *st, const tb_case_record *rec, char **err)
         bind_text(q, 15, rec->finished_at);
         bind_opt_int(q, 16, rec->case_wall_ns);
         bind_opt_int(q, 17, rec->host_peak_rss);
+        bind_opt_int(q, 18, rec->search_id > 0 ? rec->search_id : -1);
+        bind_text(q, 19, rec->search_id > 0 ? rec->search_role : NULL);
+        bind_opt_int(q, 20, rec->search_id > 0 && rec->search_pass >= 0 ? rec->search_pass : -1);
         if (sqlite3_step(q) == SQLITE_DONE)
             case_id = sqlite3_last_insert_rowid(st->db);
         else

@@ -109,6 +109,22 @@ int64_t tb_store_backend(tb_store *st, int64_t session, const tb_plan_backend *p
 /* The prompt set's items (plan->n_prompts of them) and its path and hash,
  * with the session, in one transaction; nothing without a prompt set. */
 int tb_store_prompts(tb_store *st, int64_t session, const tb_plan *plan, char **err);
+/* A load search (core/search.h): its row, begun with status "running"
+ * before its runs (which point at it: tb_case_record.search_id); its
+ * id, or -1. limits_json: what it looks for. */
+int64_t tb_store_search_begin(tb_store *st, int64_t session, int64_t backend_id, size_t ordinal, const char *kind,
+                              const char *limits_json, char **err);
+/* How it ended (search.status): "done" (a sweep that ran every rate),
+ * "found", "above", "below" (docs/METRICS.md, "Load searches"),
+ * "failed" (with error), "interrupted"; rates NaN: unknown. */
+typedef struct tb_search_result {
+    const char *status;
+    double sync_rate, max_rate; /* achieved requests/s of the two bounds */
+    double slo_rate;            /* slo_max_rate; NaN: none */
+    char *error;
+} tb_search_result;
+int tb_store_search_end(tb_store *st, int64_t id, const tb_search_result *r, char **err);
+
 /* The backend's describe() text (stored as JSON, or wrapped when it is
  * not JSON). No such backend row is an error. */
 int tb_store_backend_info(tb_store *st, int64_t backend_id, const char *info_json, char **err);

@@ -56,9 +56,14 @@ int tb_dim_parse_value(tb_dim d, const char *text, double *out, char **err)
     char *end;
     errno = 0;
     if (d == TB_DIM_REQUEST_RATE) {
+        /* a load search instead of a rate (core/search.h) */
+        if (strcmp(text, "sweep") == 0 || strcmp(text, "slo") == 0) {
+            *out = text[1] == 'w' ? TB_RATE_SWEEP : TB_RATE_SLO;
+            return 0;
+        }
         double v = strtod(text, &end);
         if (end == text || *end || errno || !isfinite(v) || v <= 0) {
-            *err = tb_xasprintf("expected a rate in requests/s > 0, got \"%s\"", text);
+            *err = tb_xasprintf("expected a rate in requests/s > 0, sweep or slo, got \"%s\"", text);
             return -1;
         }
         *out = v;
@@ -479,8 +484,30 @@ static void handle_suite_key(parser *p, const char *key, const char *v)
             s->goodput_ttft_ms = x;
         else
             s->goodput_tpot_ms = x;
+    } else if (strcmp(key, "sweep_rates") == 0) {
+        if (parse_int_key(p, key, v, 1, 100, &x) == 0)
+            s->sweep_rates = (int)x;
+    } else if (strcmp(key, "slo_iterations") == 0) {
+        if (parse_int_key(p, key, v, 1, 30, &x) == 0)
+            s->slo_iterations = (int)x;
+    } else if (strcmp(key, "slo_ttft_p99_ms") == 0 || strcmp(key, "slo_tpot_p99_ms") == 0 ||
+               strcmp(key, "slo_goodput_pct") == 0) {
+        char *end;
+        errno = 0;
+        double x = strtod(v, &end);
+        int pct = key[4] == 'g';
+        if (end == v || *end || errno || !isfinite(x) || x <= 0 || (pct && x > 100))
+            add_error(p, here(p), key, pct ? "expected a share of requests in percent, 0 < x <= 100, got \"%s\""
+                                           : "expected a limit in milliseconds > 0, got \"%s\"", v);
+        else if (pct)
+            s->slo_goodput_pct = x;
+        else if (key[4] == 't' && key[5] == 't')
+            s->slo_ttft_p99_ms = x;
+        else
+            s->slo_tpot_p99_ms = x;
+        s->slo_loc = here(p);
     } else {
-        add_error(p, here(p), key, "unknown key in [suite] (expected name, description, warmup, repeat, seed, case_timeout, load_timeout, memory_limit, models_dir, goodput_ttft_ms, goodput_tpot_ms or include)");
+        add_error(p, here(p), key, "unknown key in [suite] (expected name, description, warmup, repeat, seed, case_timeout, load_timeout, memory_limit, models_dir, goodput_ttft_ms, goodput_tpot_ms, sweep_rates, slo_ttft_p99_ms, slo_tpot_p99_ms, slo_goodput_pct, slo_iterations or include)");
     }
 }
 
@@ -759,10 +786,29 @@ static void check_models_dir(parser *p)
     free(root);
 }
 
+/* request_rate = slo without a limit to search for: an error at its line. */
+static void check_slo(parser *p, const tb_list *l)
+{
+    const tb_suite *s = p->s;
+    for (size_t i = 0; l->num && i < l->n; i++)
+        if (l->num[i] == TB_RATE_SLO && !s->slo_ttft_p99_ms && !s->slo_tpot_p99_ms && !s->slo_goodput_pct) {
+            add_error(p, l->loc, "request_rate",
+                      "slo searches for the highest rate meeting limits: set slo_ttft_p99_ms, slo_tpot_p99_ms or "
+                      "slo_goodput_pct in [suite]");
+            return;
+        }
+}
+
 static void check_complete(parser *p)
 {
     tb_suite *s = p->s;
     tb_loc top = {s->files ? s->files[0] : s->path, 0};
+    check_slo(p, &s->dims[TB_DIM_REQUEST_RATE]);
+    for (size_t i = 0; i < s->n_backends; i++)
+        check_slo(p, &s->backends[i].dims[TB_DIM_REQUEST_RATE]);
+    if (s->slo_goodput_pct && !s->goodput_ttft_ms && !s->goodput_tpot_ms)
+        add_error(p, s->slo_loc, "slo_goodput_pct",
+                  "the share of requests within goodput_ttft_ms / goodput_tpot_ms: set one of them");
     if (s->n_backends == 0)
         add_error(p, top, NULL, "no [backend LABEL] section (expected at least one)");
     for (size_t i = 0; i < s->n_backends; i++) {
@@ -821,6 +867,8 @@ int tb_suite_parse(const char *path, tb_suite *s, char **err)
     s->description = tb_xstrdup("");
     s->warmup = 1;
     s->repeat = 5;
+    s->sweep_rates = 5;
+    s->slo_iterations = 6;
     s->seed = 0;
     s->case_timeout_s = 600;
     s->load_timeout_s = 600;

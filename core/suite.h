@@ -5,7 +5,10 @@
  *                           memory_limit (MiB per backend process),
  *                           models_dir (models must resolve inside it),
  *                           goodput_ttft_ms, goodput_tpot_ms (limits a
- *                           request must meet to count as goodput)
+ *                           request must meet to count as goodput),
+ *                           sweep_rates, slo_ttft_p99_ms, slo_tpot_p99_ms,
+ *                           slo_goodput_pct, slo_iterations (load
+ *                           searches: core/search.h)
  *   [matrix]                list-valued dimensions (prompt_tokens,
  *                           max_new_tokens, batch, concurrency, steps,
  *                           block_length, request_rate, requests) and
@@ -48,6 +51,11 @@ typedef enum tb_dim {
 } tb_dim;
 
 const char *tb_dim_name(tb_dim d);
+
+/* request_rate = sweep | slo: a load search (core/search.h), kept in the
+ * dimension's values as these negative sentinels. */
+#define TB_RATE_SWEEP (-1.0)
+#define TB_RATE_SLO (-2.0)
 /* TB_N_DIMS when `name` is not a dimension. */
 tb_dim tb_dim_from_name(const char *name);
 
@@ -124,6 +132,13 @@ typedef struct tb_suite {
     /* Goodput limits, ms; 0 = no limit. A successful request counts
      * towards goodput when its TTFT and its TPOT are within them. */
     double goodput_ttft_ms, goodput_tpot_ms;
+    /* Load searches (request_rate = sweep | slo; core/search.h): the
+     * rates a sweep runs between its synchronous and throughput runs,
+     * the SLO's limits (0: none) and the bisection's probes. */
+    int sweep_rates;              /* default 5 */
+    double slo_ttft_p99_ms, slo_tpot_p99_ms, slo_goodput_pct;
+    int slo_iterations;           /* default 6 */
+    tb_loc slo_loc;               /* the last slo_ key; line 0: none */
     tb_list dims[TB_N_DIMS];   /* [matrix]; n == 0: not swept */
     tb_setting *sweeps;        /* [matrix] keys that are not dimensions */
     size_t n_sweeps;

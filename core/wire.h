@@ -14,7 +14,8 @@
 
 typedef enum tb_msg {
     /* runner → worker */
-    TB_MSG_CASE = 1, /* payload: uint32 index into plan->cases */
+    TB_MSG_CASE = 1, /* payload: uint32 index into plan->cases, or a
+                        tb_wire_case_load (a search's run of it) */
     TB_MSG_QUIT = 2, /* no payload: destroy and exit */
     /* runner → worker, serving (`tokbench serve`) */
     TB_MSG_LOAD = 3,     /* payload: uint32 case index: load (or keep) the
@@ -54,6 +55,14 @@ typedef enum tb_msg {
                               the timed region); the RESULT follows the
                               last */
 } tb_msg;
+
+/* TB_MSG_CASE of one run of a load search (core/search.h): case
+ * `index` with its concurrency and request rate replaced. */
+typedef struct tb_wire_case_load {
+    uint32_t index;
+    uint32_t concurrency; /* 0: none (open loop) */
+    double request_rate;  /* 0: none (closed loop) */
+} tb_wire_case_load;
 
 typedef struct tb_wire_progress {
     uint32_t calls_done; /* warm-ups included */

@@ -217,6 +217,7 @@ typedef struct case_bufs {
     int32_t *pidx;           /* their items; -1: synthetic */
     uint32_t *scored;
     uint64_t *phash;         /* tb_result.prompt_hash */
+    uint32_t *ptok, *mtok;   /* tb_result.prompt_tokens, max_tokens */
     tb_request_result *rr;   /* what the plugin fills */
     tb_raw_request *wr;      /* what goes to the runner */
     tb_str texts, out;
@@ -228,6 +229,8 @@ static void case_bufs_free(case_bufs *b)
     free(b->pidx);
     free(b->scored);
     free(b->phash);
+    free(b->ptok);
+    free(b->mtok);
     free(b->rr);
     free(b->wr);
     tb_str_free(&b->texts);
@@ -254,6 +257,8 @@ static void run_case(tb_worker *w, const tb_case *c)
         .pidx = calloc(n_req, sizeof *b.pidx),
         .scored = calloc(n_req, sizeof *b.scored),
         .phash = calloc(n_req, sizeof *b.phash),
+        .ptok = calloc(n_req, sizeof *b.ptok),
+        .mtok = calloc(n_req, sizeof *b.mtok),
         .rr = calloc(n_req, sizeof *b.rr),
         .wr = calloc(n_req, sizeof *b.wr),
     };
@@ -269,7 +274,7 @@ static void run_case(tb_worker *w, const tb_case *c)
         }
     }
     w->em.n_requests = n_req;
-    if ((plan->n_prompts && !b.ptext) || !b.pidx || !b.scored || !b.phash || !b.rr || !b.wr || w->em.cap < want ||
+    if ((plan->n_prompts && !b.ptext) || !b.pidx || !b.scored || !b.phash || !b.ptok || !b.mtok || !b.rr || !b.wr || w->em.cap < want ||
         tb_str_try_appendn(&b.out, (const char *)&hdr, sizeof hdr) != 0) {
         send_status(w, TB_MSG_CASE_ERROR, TB_ERR_NO_MEMORY, 0, 0, NULL,
                     "out of memory for the case's buffers: %u requests, %zu emissions (%zu bytes)", n_req, want,
@@ -300,11 +305,14 @@ static void run_case(tb_worker *w, const tb_case *c)
         req.prompt_text = b.ptext;
         memset(b.rr, 0, n_req * sizeof *b.rr);
         memset(b.phash, 0, n_req * sizeof *b.phash);
+        memset(b.ptok, 0, n_req * sizeof *b.ptok);
+        memset(b.mtok, 0, n_req * sizeof *b.mtok);
         for (uint32_t i = 0; i < n_req; i++)
             b.rr[i].n_answer_tokens = TB_UNKNOWN_COUNT;
         tb_result res = {.struct_size = sizeof res, .n_requests = n_req, .requests = b.rr,
                          .prefill_ns = -1, .decode_ns = -1, .forward_passes = 0,
-                         .peak_device_bytes = -1, .energy_mj = -1, .prompt_hash = b.phash};
+                         .peak_device_bytes = -1, .energy_mj = -1, .prompt_hash = b.phash,
+                         .prompt_tokens = b.ptok, .max_tokens = b.mtok};
         w->em.n = 0;
         w->em.dropped = 0;
         w->em.flood = 0;
@@ -339,7 +347,23 @@ static void run_case(tb_worker *w, const tb_case *c)
         if (w->em.dropped)
             w->host.log(&w->host, TB_LOG_WARN, "%u emissions named a request out of range; dropped",
                         w->em.dropped);
-        for (uint32_t i = 0; i < n_req; i++) {
+        /* A load a duration ended: the requests never sent are not part
+         * of the call (nor any emission of theirs). */
+        if (res.n_unsent >= n_req) {
+            send_status(w, TB_MSG_CASE_ERROR, TB_ERR, 0, 0, NULL,
+                        "the backend said %u of %u requests were not sent at %s %d (at least one must be); case "
+                        "failed", res.n_unsent, n_req, warm ? "warm-up" : "repetition", (int)req.repetition + 1);
+            goto done;
+        }
+        uint32_t n_call = n_req - res.n_unsent;
+        if (res.n_unsent) {
+            size_t kept = 0;
+            for (size_t e = 0; e < w->em.n; e++)
+                if (w->em.ev[e].request < n_call)
+                    w->em.ev[kept++] = w->em.ev[e];
+            w->em.n = kept;
+        }
+        for (uint32_t i = 0; i < n_call; i++) {
             tb_request_result *r = &b.rr[i];
             tb_raw_request *q = &b.wr[i];
             memset(q, 0, sizeof *q);
@@ -361,6 +385,8 @@ static void run_case(tb_worker *w, const tb_case *c)
                        sizeof q->error);
             q->prompt_idx = b.pidx[i];
             q->scored = b.scored[i];
+            q->prompt_tokens = b.ptok[i];
+            q->max_tokens = b.mtok[i] ? b.mtok[i] : req.max_new_tokens;
             if (b.ptext) { /* the answer text, for the scorers */
                 size_t before = b.texts.len;
                 tb_worker_answer_text(w, r, &b.texts);
@@ -369,7 +395,7 @@ static void run_case(tb_worker *w, const tb_case *c)
         }
         tb_raw_call wc = {
             .is_warmup = (uint32_t)warm,
-            .n_requests = n_req,
+            .n_requests = n_call,
             .n_emissions = (uint32_t)w->em.n,
             .t_call_ns = t_call,
             .t_return_ns = t_ret,
@@ -387,12 +413,12 @@ static void run_case(tb_worker *w, const tb_case *c)
         /* The whole case is one message: past TB_WIRE_MAX_FRAME the runner
          * would refuse it (the plan's estimate counts one emission per
          * token and no texts; this call brought more). */
-        size_t add = sizeof wc + n_req * sizeof *b.wr + w->em.n * sizeof *w->em.ev + b.texts.len;
+        size_t add = sizeof wc + n_call * sizeof *b.wr + w->em.n * sizeof *w->em.ev + b.texts.len;
         const char *why = NULL;
         if (add > TB_WIRE_MAX_FRAME - b.out.len)
             why = "more than the 1 GiB a message from the backend process may carry";
         else if (tb_str_try_appendn(&b.out, (const char *)&wc, sizeof wc) != 0 ||
-                 tb_str_try_appendn(&b.out, (const char *)b.wr, n_req * sizeof *b.wr) != 0 ||
+                 tb_str_try_appendn(&b.out, (const char *)b.wr, n_call * sizeof *b.wr) != 0 ||
                  tb_str_try_appendn(&b.out, (const char *)w->em.ev, w->em.n * sizeof *w->em.ev) != 0 ||
                  (b.texts.len && tb_str_try_appendn(&b.out, b.texts.s, b.texts.len) != 0))
             why = "out of memory";
@@ -497,6 +523,18 @@ void tb_worker_main(const tb_plan *plan, size_t backend, int fd_in, int fd_out)
         tb_wire_frame f;
         if (tb_wire_read(&rd, 0, NULL, &f) != TB_WIRE_FRAME)
             break;
+        if (f.type == TB_MSG_CASE && f.len == sizeof(tb_wire_case_load)) { /* a search's run */
+            tb_wire_case_load cl;
+            memcpy(&cl, f.payload, sizeof cl);
+            if (cl.index < plan->n_cases) {
+                tb_case run = plan->cases[cl.index];
+                run.concurrency = cl.concurrency;
+                run.request_rate = cl.request_rate;
+                run.search = TB_SEARCH_NONE;
+                run_case(&w, &run);
+            }
+            continue;
+        }
         if ((f.type == TB_MSG_CASE || f.type == TB_MSG_LOAD) && f.len == sizeof(uint32_t)) {
             uint32_t idx;
             memcpy(&idx, f.payload, sizeof idx);

@@ -336,6 +336,72 @@ static void rate_point(tb_chart *ch, int sid, const char *series, double rate, d
     free(tip);
 }
 
+/* A curve of a rate chart: the backend (and steps), and for the runs of
+ * a load search which one (a sweep's rates and an SLO search's probes
+ * of one backend are two curves, not one). */
+static char *rate_curve_name(const tb_rsession *s, const tb_rcase *c)
+{
+    char *name = curve_name(s, c);
+    const tb_rsearch *x = tb_rcase_search(s, c);
+    if (!x)
+        return name;
+    char *full = tb_xasprintf("%s, %s #%lld", name, strcmp(x->kind, "slo") == 0 ? "SLO search" : "sweep",
+                              (long long)x->id);
+    free(name);
+    return full;
+}
+
+/* The x ticks of a rate chart: every rate, or 6 of them spread over the
+ * sorted list when there are more (a bisection's probes crowd). */
+static void rate_ticks(tb_chart *ch, const double *xs, size_t n)
+{
+    enum { MAX_TICKS = 6 };
+    if (n <= MAX_TICKS) {
+        tb_chart_x_ticks(ch, xs, NULL, n);
+        return;
+    }
+    double t[MAX_TICKS];
+    for (size_t i = 0; i < MAX_TICKS; i++)
+        t[i] = xs[i * (n - 1) / (MAX_TICKS - 1)];
+    tb_chart_x_ticks(ch, t, NULL, MAX_TICKS);
+}
+
+/* The found limit of every SLO search with runs in group `key`: a
+ * vertical line at slo_max_rate on each of the group's charts, and on
+ * the TTFT or TPOT chart (metric) the search's p99 limit as a horizontal
+ * one. */
+static void mark_searches(const tb_rsession *s, const char *key, tb_chart *ch, const char *metric)
+{
+    for (size_t k = 0; k < s->n_searches; k++) {
+        const tb_rsearch *x = &s->searches[k];
+        if (strcmp(x->kind, "slo") != 0)
+            continue;
+        int in_group = 0;
+        for (size_t i = 0; i < s->n_cases && !in_group; i++)
+            in_group = s->cases[i].search_id == x->id && keep_rate(s, &s->cases[i]) &&
+                       has_key(&s->cases[i], TB_RDIM_RATE, key);
+        if (!in_group)
+            continue;
+        const char *b = s->backends[x->backend].label;
+        if (isfinite(x->slo_rate)) {
+            char *name = tb_xasprintf("%s SLO limit: %.4g requests/s (%s)", b, x->slo_rate, x->status);
+            int sid = tb_chart_series(ch, name, TB_SERIES_VLINE);
+            tb_chart_point_tip(ch, sid, x->slo_rate, 0, name); /* y: not drawn */
+            free(name);
+        }
+        double lim = metric && strcmp(metric, "ttft_ms") == 0   ? x->ttft_p99_ms
+                     : metric && strcmp(metric, "tpot_ms") == 0 ? x->tpot_p99_ms
+                                                                : NAN;
+        if (isfinite(lim)) {
+            char *name = tb_xasprintf("%s SLO: p99 %s <= %g ms", b, strcmp(metric, "ttft_ms") == 0 ? "TTFT" : "TPOT",
+                                      lim);
+            int sid = tb_chart_series(ch, name, TB_SERIES_HLINE);
+            tb_chart_point(ch, sid, x->slo_rate > 0 ? x->slo_rate : 1, lim);
+            free(name);
+        }
+    }
+}
+
 /* The cases of group `key` (everything but the rate) on curve `curve`
  * (backend and steps), in order of rate. */
 static size_t rate_curve(const tb_rsession *s, const char *key, const char *curve, size_t *idx)
@@ -345,7 +411,7 @@ static size_t rate_curve(const tb_rsession *s, const char *key, const char *curv
         const tb_rcase *c = &s->cases[i];
         if (!keep_rate(s, c) || !has_key(c, TB_RDIM_RATE, key))
             continue;
-        char *name = curve_name(s, c);
+        char *name = rate_curve_name(s, c);
         int mine = strcmp(name, curve) == 0;
         free(name);
         if (mine)
@@ -386,7 +452,7 @@ static void rate_charts(const tb_rsession *s, tb_rcharts *out)
             if (!keep_rate(s, c) || !has_key(c, TB_RDIM_RATE, g.k[gi]))
                 continue;
             xs[n_x++] = c->request_rate;
-            char *name = curve_name(s, c);
+            char *name = rate_curve_name(s, c);
             size_t j = 0;
             while (j < ser.n && strcmp(ser.k[j], name) != 0)
                 j++;
@@ -412,7 +478,7 @@ static void rate_charts(const tb_rsession *s, tb_rcharts *out)
             free(ylabel);
             tb_chart_log(ch, 1, 0);
             tb_chart_auto_log_y(ch, WIDE);
-            tb_chart_x_ticks(ch, xs, NULL, n_x);
+            rate_ticks(ch, xs, n_x);
             for (size_t j = 0; j < ser.n; j++) {
                 size_t n = rate_curve(s, g.k[gi], ser.k[j], idx);
                 for (size_t p = 0; p < TB_ARRAY_LEN(pcts); p++) {
@@ -431,6 +497,7 @@ static void rate_charts(const tb_rsession *s, tb_rcharts *out)
                     free(name);
                 }
             }
+            mark_searches(s, g.k[gi], ch, lat[m].metric);
             add(out, "rate", ch,
                 tb_xasprintf("%s of the measured requests at each offered request rate (open loop): median, 90th "
                              "and 99th percentile as stored; hover over a point for its value. A tail that turns "
@@ -444,7 +511,7 @@ static void rate_charts(const tb_rsession *s, tb_rcharts *out)
         free(title);
         tb_chart_log(ch, 1, 0);
         tb_chart_auto_log_y(ch, WIDE);
-        tb_chart_x_ticks(ch, xs, NULL, n_x);
+        rate_ticks(ch, xs, n_x);
         for (size_t j = 0; j < ser.n; j++) {
             size_t n = rate_curve(s, g.k[gi], ser.k[j], idx);
             static const struct {
@@ -469,6 +536,7 @@ static void rate_charts(const tb_rsession *s, tb_rcharts *out)
             int sid = tb_chart_series(ch, "offered", TB_SERIES_LINE);
             for (size_t x = 0; x < n_x; x++)
                 tb_chart_point(ch, sid, xs[x], xs[x]);
+            mark_searches(s, g.k[gi], ch, NULL);
         }
         add(out, "goodput", ch,
             tb_xasprintf("Requests/s the server completed (median over repetitions of successful requests / "

@@ -290,10 +290,76 @@ static void statistics(const tb_rsession *s, tb_rtables *ts)
     }
 }
 
+/* Load searches (core/search.h): the answer of each, then its runs, the
+ * evidence, each a stored case. */
+static void searches(const tb_rsession *s, tb_rtables *ts)
+{
+    if (!s->n_searches)
+        return;
+    tb_rtable *t = table_new(
+        ts, "searches", "Load searches",
+        tb_xstrdup("request_rate = sweep: a synchronous run (one request at a time), a throughput run (every "
+                   "request at once), then sweep_rates open-loop rates evenly spaced between their achieved "
+                   "requests/s. request_rate = slo: the same two runs, then the highest rate whose probe met the "
+                   "limits, by bisection: slo_max_rate (docs/METRICS.md, \"Load searches\"). Status: found (between "
+                   "the bounds), above (met even at the throughput rate), below (not met even at the synchronous "
+                   "rate), done (a sweep), failed, interrupted."));
+    static const char *const head[] = {"backend", "search", "limits", "status", "synchronous req/s",
+                                       "throughput req/s", "slo_max_rate req/s", "runs"};
+    for (size_t i = 0; i < TB_ARRAY_LEN(head); i++)
+        column(t, head[i], i >= 4);
+    for (size_t k = 0; k < s->n_searches; k++) {
+        const tb_rsearch *x = &s->searches[k];
+        row r = {0};
+        put(&r, tb_xstrdup(s->backends[x->backend].label));
+        put(&r, tb_xasprintf("%s #%lld (case #%d)", x->kind, (long long)x->id, x->ordinal));
+        put(&r, tb_xstrdup(x->limits_json));
+        put(&r, x->error ? tb_xasprintf("%s: %s", x->status, x->error) : tb_xstrdup(x->status));
+        putf_num(&r, x->sync_rate, 2);
+        putf_num(&r, x->max_rate, 2);
+        putf_num(&r, x->slo_rate, 2);
+        size_t runs = 0;
+        for (size_t i = 0; i < s->n_cases; i++)
+            runs += s->cases[i].search_id == x->id;
+        putf_num(&r, (double)runs, 0);
+        end_row(t, &r);
+    }
+    t = table_new(ts, "search-runs", "Load searches: the runs",
+                  tb_xstrdup("Every run of a search, an ordinary case of this session: what it offered (concurrency "
+                             "or open-loop rate), what the server achieved, the latency tails the limits apply to, "
+                             "the share of requests within the goodput limits, and a probe's verdict."));
+    static const char *const head2[] = {"backend", "search", "case", "role", "concurrency", "offered req/s",
+                                        "achieved req/s", "TTFT p99 ms", "TPOT p99 ms", "failed requests",
+                                        "verdict"};
+    for (size_t i = 0; i < TB_ARRAY_LEN(head2); i++)
+        column(t, head2[i], i >= 4 && i < 10);
+    for (size_t k = 0; k < s->n_searches; k++)
+        for (size_t i = 0; i < s->n_cases; i++) {
+            const tb_rcase *c = &s->cases[i];
+            if (c->search_id != s->searches[k].id)
+                continue;
+            const tb_stats *ttft = tb_rcase_metric(c, "ttft_ms"), *tpot = tb_rcase_metric(c, "tpot_ms");
+            row r = {0};
+            put(&r, tb_xstrdup(s->backends[c->backend].label));
+            put(&r, tb_xasprintf("%s #%lld", s->searches[k].kind, (long long)s->searches[k].id));
+            put(&r, tb_xasprintf("#%d", c->ordinal));
+            put(&r, tb_xstrdup(c->search_role ? c->search_role : ""));
+            putf_num(&r, c->concurrency >= 0 ? (double)c->concurrency : NAN, 0);
+            putf_num(&r, c->request_rate, 2);
+            putf_num(&r, tb_rcase_median(c, "req_throughput"), 2);
+            putf_num(&r, ttft ? ttft->p99 : NAN, 3);
+            putf_num(&r, tpot ? tpot->p99 : NAN, 3);
+            putf_num(&r, (double)c->failed_requests, 0);
+            put(&r, tb_xstrdup(c->search_pass == 1 ? "met" : c->search_pass == 0 ? "not met" : ""));
+            end_row(t, &r);
+        }
+}
+
 void tb_rtables_build(const tb_rsession *s, tb_rtables *out)
 {
     memset(out, 0, sizeof *out);
     side_by_side(s, out);
+    searches(s, out);
     throughput(s, out);
     latency(s, out);
     work(s, out);

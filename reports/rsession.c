@@ -318,6 +318,58 @@ static int cmp_metric(const void *a, const void *b)
     return rx != ry ? rx - ry : strcmp(x->name, y->name);
 }
 
+/* The session's load searches, with their limits from limits_json. */
+static int load_searches(sqlite3 *db, tb_rsession *s, char **err)
+{
+    sqlite3_stmt *q;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT x.id, b.label, x.ordinal, x.kind, x.status, x.limits_json, x.sync_rate, x.max_rate,"
+                           " x.slo_rate, json_extract(x.limits_json, '$.ttft_p99_ms'),"
+                           " json_extract(x.limits_json, '$.tpot_p99_ms'), json_extract(x.limits_json, '$.goodput_pct'),"
+                           " x.error FROM search x JOIN backend b ON b.id = x.backend_id WHERE x.session_id = ?"
+                           " ORDER BY x.id",
+                           -1, &q, NULL) != SQLITE_OK) {
+        *err = tb_xasprintf("reading searches: %s", sqlite3_errmsg(db));
+        return -1;
+    }
+    sqlite3_bind_int64(q, 1, s->id);
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        const char *label = (const char *)sqlite3_column_text(q, 1);
+        size_t bi = 0;
+        while (bi < s->n_backends && !(label && strcmp(s->backends[bi].label, label) == 0))
+            bi++;
+        if (bi == s->n_backends)
+            continue; /* the join found it: cannot happen */
+        s->searches = tb_xrealloc(s->searches, (s->n_searches + 1) * sizeof *s->searches);
+        tb_rsearch *x = &s->searches[s->n_searches++];
+        *x = (tb_rsearch){
+            .id = sqlite3_column_int64(q, 0),
+            .backend = bi,
+            .ordinal = sqlite3_column_int(q, 2),
+            .kind = dup_col(q, 3),
+            .status = dup_col(q, 4),
+            .limits_json = dup_col(q, 5),
+            .sync_rate = num_col(q, 6),
+            .max_rate = num_col(q, 7),
+            .slo_rate = num_col(q, 8),
+            .ttft_p99_ms = num_col(q, 9),
+            .tpot_p99_ms = num_col(q, 10),
+            .goodput_pct = num_col(q, 11),
+            .error = sqlite3_column_type(q, 12) == SQLITE_NULL ? NULL : dup_col(q, 12),
+        };
+    }
+    if (rc != SQLITE_DONE) {
+        char *what = tb_xasprintf("the searches of session %lld", (long long)s->id);
+        *err = tb_rdb_error(db, s->id, what);
+        free(what);
+        sqlite3_finalize(q);
+        return -1;
+    }
+    sqlite3_finalize(q);
+    return 0;
+}
+
 static int load_cases(sqlite3 *db, tb_rsession *s, char **err)
 {
     static const char sql[] =
@@ -335,7 +387,8 @@ static int load_cases(sqlite3 *db, tb_rsession *s, char **err)
         " (SELECT count(*) FROM request r JOIN sample sa ON r.sample_id = sa.id"
         "    WHERE sa.case_id = c.id AND sa.warmup = 0),"
         " (SELECT count(*) FROM request r JOIN sample sa ON r.sample_id = sa.id"
-        "    WHERE sa.case_id = c.id AND sa.warmup = 0 AND r.status <> 'ok')"
+        "    WHERE sa.case_id = c.id AND sa.warmup = 0 AND r.status <> 'ok'),"
+        " c.search_id, c.search_role, c.search_pass"
         " FROM bench_case c JOIN backend b ON b.id = c.backend_id WHERE c.session_id = ? ORDER BY c.ordinal";
     sqlite3_stmt *q;
     if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK) {
@@ -379,6 +432,9 @@ static int load_cases(sqlite3 *db, tb_rsession *s, char **err)
         c->varying_outputs = sqlite3_column_int(q, 17);
         c->requests = sqlite3_column_int(q, 18);
         c->failed_requests = sqlite3_column_int(q, 19);
+        c->search_id = sqlite3_column_int64(q, 20);
+        c->search_role = sqlite3_column_type(q, 21) == SQLITE_NULL ? NULL : dup_col(q, 21);
+        c->search_pass = int_col(q, 22);
         s->dims |= (c->concurrency >= 0 ? TB_RDIM_CONC : 0) | (c->steps >= 0 ? TB_RDIM_STEPS : 0) |
                    (c->block_length >= 0 ? TB_RDIM_BLOCK : 0) | (isfinite(c->request_rate) ? TB_RDIM_RATE : 0) |
                    (strcmp(c->options_json, "{}") != 0 ? TB_RDIM_OPTS : 0);
@@ -453,15 +509,31 @@ int tb_rsession_load(sqlite3 *db, int64_t id, tb_rsession *out, char **err)
         free(bad);
         return -1;
     }
-    if (load_session(db, id, out, err) != 0 || load_backends(db, out, err) != 0 || load_cases(db, out, err) != 0) {
+    if (load_session(db, id, out, err) != 0 || load_backends(db, out, err) != 0 || load_cases(db, out, err) != 0 ||
+        load_searches(db, out, err) != 0) {
         tb_rsession_free(out);
         return -1;
     }
     return 0;
 }
 
+const tb_rsearch *tb_rcase_search(const tb_rsession *s, const tb_rcase *c)
+{
+    for (size_t i = 0; c->search_id && i < s->n_searches; i++)
+        if (s->searches[i].id == c->search_id)
+            return &s->searches[i];
+    return NULL;
+}
+
 void tb_rsession_free(tb_rsession *s)
 {
+    for (size_t i = 0; i < s->n_searches; i++) {
+        free(s->searches[i].kind);
+        free(s->searches[i].status);
+        free(s->searches[i].limits_json);
+        free(s->searches[i].error);
+    }
+    free(s->searches);
     free(s->uuid);
     free(s->suite_name);
     free(s->suite_text);
@@ -492,6 +564,7 @@ void tb_rsession_free(tb_rsession *s)
         free(c->options_json);
         free(c->status);
         free(c->error);
+        free(c->search_role);
         for (size_t k = 0; k < c->n_metrics; k++) {
             free(c->metrics[k].name);
             free(c->metrics[k].unit);

@@ -58,7 +58,23 @@ typedef struct tb_rcase {
                                              without one by prompt set
                                              item, else by request slot */
     int requests, failed_requests;        /* of the measured repetitions */
+    int64_t search_id;                    /* a load search's run; 0: none */
+    char *search_role;                    /* NULL: none */
+    int search_pass;                      /* a probe's verdict; -1: none */
 } tb_rcase;
+
+/* A load search of the session (core/search.h; table search). */
+typedef struct tb_rsearch {
+    int64_t id;
+    size_t backend;    /* index into tb_rsession.backends */
+    int ordinal;       /* the suite's case it ran in place of */
+    char *kind;        /* "sweep" | "slo" */
+    char *status;      /* done, found, above, below, failed, interrupted, running */
+    char *limits_json;
+    double sync_rate, max_rate, slo_rate; /* NaN: not stored */
+    double ttft_p99_ms, tpot_p99_ms, goodput_pct; /* its limits; NaN: none */
+    char *error;
+} tb_rsearch;
 
 /* Which optional dimensions carry a value in some case. */
 enum {
@@ -83,6 +99,8 @@ typedef struct tb_rsession {
     tb_rcase *cases; /* by ordinal */
     size_t n_cases;
     unsigned dims;   /* TB_RDIM_* */
+    tb_rsearch *searches; /* by id */
+    size_t n_searches;
     int has_quality; /* some case has a quality metric */
     int has_prompt_set; /* the session ran a [prompts] set */
 } tb_rsession;
@@ -93,6 +111,9 @@ typedef struct tb_rsession {
  * rows). */
 int tb_rsession_load(sqlite3 *db, int64_t id, tb_rsession *out, char **err);
 void tb_rsession_free(tb_rsession *s);
+
+/* The search case c is a run of, or NULL. */
+const tb_rsearch *tb_rcase_search(const tb_rsession *s, const tb_rcase *c);
 
 /* The status to show: the stored one, or "degraded" for an ok case with
  * failed requests (metrics.h's tb_case_degraded at threshold 0). */

@@ -348,6 +348,22 @@ static void write_series(FILE *out, const tb_chart *c, size_t i, const axis *ax,
         fputs("</g>\n", out);
         return;
     }
+    if (s->style == TB_SERIES_VLINE) {
+        if (s->n && usable(ax->log, s->p[0].x)) {
+            fprintf(out,
+                    "<path class=\"series reference vertical\" d=\"M%.1f %dV%d\" stroke=\"%s\" stroke-width=\"2\""
+                    " stroke-dasharray=\"3 3\" fill=\"none\">",
+                    px_x(ax, s->p[0].x), TOP, TOP + PLOT_H, color);
+            if (s->p[0].label) {
+                fputs("<title>", out);
+                tb_xml_escape(out, s->p[0].label);
+                fputs("</title>", out);
+            }
+            fputs("</path>", out);
+        }
+        fputs("</g>\n", out);
+        return;
+    }
     if (s->style == TB_SERIES_LINE || s->style == TB_SERIES_STEP) {
         tb_str d = {0};
         int pen = 0;
@@ -406,7 +422,7 @@ static int wide_y(const tb_chart *c)
 {
     double lo = INFINITY, hi = 0;
     for (size_t i = 0; i < c->n_s; i++)
-        for (size_t k = 0; k < c->s[i].n; k++) {
+        for (size_t k = 0; k < c->s[i].n && c->s[i].style != TB_SERIES_VLINE; k++) {
             if (!(c->s[i].p[k].y > 0))
                 return 0;
             lo = fmin(lo, c->s[i].p[k].y);
@@ -427,7 +443,7 @@ void tb_chart_write(const tb_chart *c, FILE *out)
                 x1 = fmax(x1, p->x);
             }
             const double ys[] = {p->y, p->lo, p->hi};
-            for (int j = 0; j < 3; j++)
+            for (int j = 0; j < 3 && c->s[i].style != TB_SERIES_VLINE; j++)
                 if (usable(ay.log, ys[j])) {
                     y0 = fmin(y0, ys[j]);
                     y1 = fmax(y1, ys[j]);
@@ -522,7 +538,9 @@ void tb_chart_write(const tb_chart *c, FILE *out)
             ly += 20;
         }
         fprintf(out, "<path d=\"M%.1f %dH%.1f\" stroke=\"%s\" stroke-width=\"2\"%s/>", lx, ly, lx + 24, color,
-                c->s[i].style == TB_SERIES_HLINE ? " stroke-dasharray=\"7 4\"" : "");
+                c->s[i].style == TB_SERIES_HLINE   ? " stroke-dasharray=\"7 4\""
+                : c->s[i].style == TB_SERIES_VLINE ? " stroke-dasharray=\"3 3\""
+                                                   : "");
         if (c->s[i].style == TB_SERIES_LINE || c->s[i].style == TB_SERIES_POINTS)
             marker(out, (int)i, lx + 12, ly, color);
         fprintf(out, "<text x=\"%.1f\" y=\"%d\">", lx + 30, ly + 4);

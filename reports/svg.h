@@ -1,7 +1,8 @@
 /* svg.h — line and scatter charts as standalone SVG, drawn by tokbench
  * (no script, no external file): axes with ticks and grid lines, linear or
  * log scales, a legend, series as lines with markers, points, horizontal
- * reference lines, step curves (CDFs), and vertical error whiskers.
+ * and vertical reference lines, step curves (CDFs), and vertical error
+ * whiskers.
  *
  *   tb_chart *c = tb_chart_new("tok/s vs steps", "steps", "tokens/s");
  *   tb_chart_log(c, 1, 0);
@@ -25,6 +26,8 @@ typedef enum tb_series_style {
     TB_SERIES_POINTS, /* markers only */
     TB_SERIES_HLINE,  /* a dashed horizontal reference at the first point's y */
     TB_SERIES_STEP,   /* a staircase through the points (for CDFs), no markers */
+    TB_SERIES_VLINE,  /* a dashed vertical reference at the first point's x
+                         (its y is not drawn; a tip names it on hover) */
 } tb_series_style;
 
 typedef struct tb_chart tb_chart;

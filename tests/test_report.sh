@@ -292,6 +292,9 @@ q "$tmp/older.db" "alter table session drop column owner_boot_id; alter table se
 q "$tmp/older.db" "alter table metric drop column p90; alter table metric drop column p99;
   alter table request drop column prompt_hash; alter table session drop column config_sha256;
   alter table session drop column config_json"
+# migration 8's
+q "$tmp/older.db" "alter table bench_case drop column search_id; alter table bench_case drop column search_role;
+  alter table bench_case drop column search_pass; drop table search; alter table request drop column prompt_tokens"
 q "$tmp/older.db" "pragma user_version = 1"
 "$tb" db merge "$tmp/older.db" --db "$tmp/z.db" >/dev/null || fail "older schema not merged"
 [ "$(q "$tmp/older.db" "pragma user_version")" = 1 ] || fail "merge modified the other database"

@@ -549,7 +549,36 @@ static void test_bad_dimension_values(void)
     EXPECT_ERROR("bdup.ini", "[matrix]\nbatch = 1, 2, 1\n" BACKEND_OK, "bdup.ini:2: batch:",
                  "value 1 is listed twice");
     EXPECT_ERROR("rr.ini", "[matrix]\n\nrequest_rate = -1\n" BACKEND_OK, "rr.ini:3: request_rate:",
-                 "expected a rate in requests/s > 0, got \"-1\"");
+                 "expected a rate in requests/s > 0, sweep or slo, got \"-1\"");
+    /* load searches (core/search.h): an slo search needs a limit, a
+     * goodput share needs the goodput limits, and the keys their ranges */
+    EXPECT_ERROR("slo0.ini", "[matrix]\nrequest_rate = 5, slo\n" BACKEND_OK, "slo0.ini:2: request_rate:",
+                 "set slo_ttft_p99_ms, slo_tpot_p99_ms or slo_goodput_pct in [suite]");
+    {
+        tb_suite s;
+        if (load_ok("slo1.ini",
+                    "[suite]\nslo_ttft_p99_ms = 10\nslo_tpot_p99_ms = 2.5\nsweep_rates = 3\nslo_iterations = 4\n"
+                    "[matrix]\nrequest_rate = 5, sweep, slo\n" BACKEND_OK,
+                    &s) == 0) {
+            const tb_list *l = &s.dims[TB_DIM_REQUEST_RATE];
+            CHECK(l->n == 3 && l->num[0] == 5 && l->num[1] == TB_RATE_SWEEP && l->num[2] == TB_RATE_SLO);
+            CHECK(s.slo_ttft_p99_ms == 10 && s.slo_tpot_p99_ms == 2.5 && s.slo_goodput_pct == 0);
+            CHECK(s.sweep_rates == 3 && s.slo_iterations == 4);
+            tb_suite_free(&s);
+        }
+        if (load_ok("slo7.ini", BACKEND_OK, &s) == 0) { /* the defaults */
+            CHECK(s.sweep_rates == 5 && s.slo_iterations == 6);
+            tb_suite_free(&s);
+        }
+    }
+    EXPECT_ERROR("slo2.ini", "[suite]\nslo_goodput_pct = 90\n[matrix]\nrequest_rate = slo\n" BACKEND_OK,
+                 "slo2.ini:2: slo_goodput_pct:", "set one of them");
+    EXPECT_ERROR("slo3.ini", "[suite]\nslo_goodput_pct = 101\n" BACKEND_OK, "slo3.ini:2: slo_goodput_pct:",
+                 "0 < x <= 100, got \"101\"");
+    EXPECT_ERROR("slo4.ini", "[suite]\nslo_tpot_p99_ms = 0\n" BACKEND_OK, "slo4.ini:2: slo_tpot_p99_ms:",
+                 "expected a limit in milliseconds > 0");
+    EXPECT_ERROR("slo5.ini", "[suite]\nsweep_rates = 0\n" BACKEND_OK, "slo5.ini:2: sweep_rates:", "");
+    EXPECT_ERROR("slo6.ini", "[suite]\nslo_iterations = 31\n" BACKEND_OK, "slo6.ini:2: slo_iterations:", "");
     EXPECT_ERROR("pt.ini", "[matrix]\nprompt_tokens = 1.5\n" BACKEND_OK, "pt.ini:2: prompt_tokens:",
                  "got \"1.5\"");
     EXPECT_ERROR("st.ini", "[matrix]\nsteps = none\n" BACKEND_OK, "st.ini:2: steps:", "got \"none\"");

@@ -170,7 +170,11 @@ done
 mkdir "$tmp/ro"
 cp "$tmp/h.db" "$tmp/ro/cur.db"
 cp "$tmp/h.db" "$tmp/ro/old.db"
-q "$tmp/ro/old.db" "pragma user_version = 6" # migration 7 only renames view columns: it applies again
+# migration 7 only renames view columns: it applies again; migration 8's
+# columns and table go, so that it applies again too
+q "$tmp/ro/old.db" "alter table bench_case drop column search_id; alter table bench_case drop column search_role;
+  alter table bench_case drop column search_pass; drop table search; alter table request drop column prompt_tokens"
+q "$tmp/ro/old.db" "pragma user_version = 6"
 q "$tmp/ro/cur.db" "pragma journal_mode" >/dev/null
 as_reader() { "$@"; }
 ro_check=1

@@ -344,6 +344,22 @@ typedef struct tb_result {
      * given prompt_text, or else the synthetic prompt's seed, index and
      * length. */
     uint64_t *prompt_hash;
+    /* --- appended in ABI 1 (issue 21: serving workloads); write only
+     * when TB_STRUCT_HAS(res, tb_result, ...) says the host has them and
+     * the array is not NULL. A backend that draws each request's lengths
+     * itself (a length distribution, a conversation dataset, a shared
+     * prefix, a multi-turn session) says what each request was given:
+     * prompt_tokens[i], the prompt's length as sent, tokens (0: unknown:
+     * the host stores NULL); max_tokens[i], the output tokens request i
+     * asked for (0: the call's max_new_tokens). n_requests elements each,
+     * host-allocated and zeroed. */
+    uint32_t *prompt_tokens;
+    uint32_t *max_tokens;
+    /* A load bounded by a duration: requests [n_requests - n_unsent,
+     * n_requests) were never sent (the time ran out first); the host
+     * drops them from the call. At most n_requests - 1: a call sends at
+     * least one request. */
+    uint32_t n_unsent;
 } tb_result;
 
 /* ------------------------------------------- iteration-level serving */

@@ -483,7 +483,7 @@ tb_status tb_http_client_run(tb_http_client *c, const tb_http_target *t, uint32_
     if (!offsets && max_inflight < 1)
         max_inflight = 1;
     uint32_t cap = max_inflight ? max_inflight : UINT32_MAX;
-    uint32_t next = 0, inflight = 0, finished = 0;
+    uint32_t next = 0, inflight = 0, finished = 0, n_send = n;
     int64_t t0 = h->now_ns(h);
     tb_status status = TB_OK;
 
@@ -493,7 +493,12 @@ tb_status tb_http_client_run(tb_http_client *c, const tb_http_target *t, uint32_
             break;
         }
         int64_t now = h->now_ns(h);
-        while (next < n && inflight < cap && (!offsets || t0 + offsets[next] <= now)) {
+        if (next > 0 && t->send_until_ns && now >= t->send_until_ns) {
+            if (inflight == 0)
+                break; /* a duration ended the load: the rest is not sent */
+            n_send = next;
+        }
+        while (next < n_send && inflight < cap && (!offsets || t0 + offsets[next] <= now)) {
             xfer *x = &c->x[next];
             int64_t due = offsets ? t0 + offsets[next] : now;
             if (start(c, t, x, bodies[next], due) != 0) {
@@ -532,11 +537,11 @@ tb_status tb_http_client_run(tb_http_client *c, const tb_http_target *t, uint32_
             finished++;
             progressed = 1;
         }
-        if (finished >= n)
+        if (finished >= n || (finished >= next && next == n_send))
             break;
-        if (progressed && next < n && !offsets)
+        if (progressed && next < n_send && !offsets)
             continue; /* closed loop: send the next one now */
-        int64_t due = offsets && next < n && inflight < cap ? t0 + offsets[next] : 0;
+        int64_t due = offsets && next < n_send && inflight < cap ? t0 + offsets[next] : 0;
         arm_timer(c->tfd, due);
         struct curl_waitfd wfd = {.fd = c->tfd, .events = CURL_WAIT_POLLIN};
         curl_multi_poll(c->multi, &wfd, 1, POLL_MS, NULL);

@@ -43,6 +43,11 @@ typedef struct tb_http_target {
                                          it fails the request (a server
                                          cannot produce more than it was
                                          allowed); 0: no bound */
+    int64_t send_until_ns;            /* host clock: no request but the
+                                         first is started at or after it
+                                         (a load bounded by a duration;
+                                         what is not sent keeps a zero
+                                         result); 0: no bound */
 } tb_http_target;
 
 typedef struct tb_http_result {

@@ -32,6 +32,7 @@
 #include "json_options.h"
 #include "prompts.h"
 #include "tokenizer.h"
+#include "workload.h"
 
 #define HTTP_VERSION "0.1.0"
 
@@ -52,6 +53,23 @@ enum {
     OPT_MAX_RESPONSE_MB,
     OPT_API_KEY,
     OPT_SECRET_HEADERS,
+    /* the workload (workload.h; docs/METRICS.md, "Serving workloads") */
+    OPT_PROMPT_DIST,
+    OPT_PROMPT_STDEV,
+    OPT_PROMPT_MIN,
+    OPT_PROMPT_MAX,
+    OPT_PROMPT_HISTOGRAM,
+    OPT_OUTPUT_DIST,
+    OPT_OUTPUT_STDEV,
+    OPT_OUTPUT_MIN,
+    OPT_OUTPUT_MAX,
+    OPT_OUTPUT_HISTOGRAM,
+    OPT_DATASET,
+    OPT_DATASET_OUTPUT,
+    OPT_PREFIX_GROUPS,
+    OPT_PREFIX_TOKENS,
+    OPT_TURNS,
+    OPT_DURATION,
     N_OPTS
 };
 
@@ -108,6 +126,58 @@ static const tb_option_decl http_options[N_OPTS] = {
                              "largest response body of one request, MiB, streamed or not: a larger one fails as "
                              "malformed_stream, and a stream with more than 4 x max_tokens + 16 text chunks too",
                              NULL, 0.001, 65536, 0},
+    [OPT_PROMPT_DIST] = {"prompt_dist", TB_OPT_ENUM, "fixed",
+                         "how each prompt's length is drawn: fixed (prompt_tokens), uniform, normal or lognormal "
+                         "(mean prompt_tokens, standard deviation prompt_stdev), histogram (prompt_histogram)",
+                         "fixed|uniform|normal|lognormal|histogram", 0, 0, 0},
+    [OPT_PROMPT_STDEV] = {"prompt_stdev", TB_OPT_FLOAT, "0", "standard deviation of the prompt lengths, tokens",
+                          NULL, 0, 1e9, 0},
+    [OPT_PROMPT_MIN] = {"prompt_min", TB_OPT_INT, "1", "shortest prompt drawn, tokens (draws below are raised to it)",
+                        NULL, 1, 1e9, 0},
+    [OPT_PROMPT_MAX] = {"prompt_max", TB_OPT_INT, "0",
+                        "longest prompt drawn, tokens (draws above are cut to it); 0: 2 x prompt_tokens, or the "
+                        "histogram's longest bin",
+                        NULL, 0, 1e9, 0},
+    [OPT_PROMPT_HISTOGRAM] = {"prompt_histogram", TB_OPT_STRING, "",
+                              "prompt_dist = histogram: a file of lines \"TOKENS WEIGHT\" or \"LO-HI WEIGHT\"",
+                              NULL, 1, 0, TB_OPTF_PATH},
+    [OPT_OUTPUT_DIST] = {"output_dist", TB_OPT_ENUM, "fixed",
+                         "how each request's max_tokens is drawn: fixed (max_new_tokens), uniform, normal or "
+                         "lognormal (mean max_new_tokens, standard deviation output_stdev), histogram "
+                         "(output_histogram)",
+                         "fixed|uniform|normal|lognormal|histogram", 0, 0, 0},
+    [OPT_OUTPUT_STDEV] = {"output_stdev", TB_OPT_FLOAT, "0", "standard deviation of the output lengths, tokens",
+                          NULL, 0, 1e9, 0},
+    [OPT_OUTPUT_MIN] = {"output_min", TB_OPT_INT, "1", "fewest output tokens a request asks for", NULL, 1, 1e9, 0},
+    [OPT_OUTPUT_MAX] = {"output_max", TB_OPT_INT, "0",
+                        "most output tokens a request asks for; 0: 2 x max_new_tokens, or the histogram's longest "
+                        "bin; at most 4 x max_new_tokens (what the case's buffers are sized for)",
+                        NULL, 0, 1e9, 0},
+    [OPT_OUTPUT_HISTOGRAM] = {"output_histogram", TB_OPT_STRING, "",
+                              "output_dist = histogram: a file of lines \"TOKENS WEIGHT\" or \"LO-HI WEIGHT\"",
+                              NULL, 1, 0, TB_OPTF_PATH},
+    [OPT_DATASET] = {"dataset", TB_OPT_STRING, "",
+                     "a local JSONL file of conversations (ShareGPT \"conversations\" or OpenAI chat \"messages\"): "
+                     "the user turns are the prompts (never downloaded)",
+                     NULL, 1, 0, TB_OPTF_PATH},
+    [OPT_DATASET_OUTPUT] = {"dataset_output", TB_OPT_ENUM, "reference",
+                            "with a dataset: each request's max_tokens is the reference answer's length (needs "
+                            "tokenizer) or drawn from output_dist",
+                            "reference|dist", 0, 0, 0},
+    [OPT_PREFIX_GROUPS] = {"prefix_groups", TB_OPT_INT, "0",
+                           "shared-prefix workload: sessions fall into this many groups, each sharing a system "
+                           "prompt of prefix_tokens tokens (0: none)",
+                           NULL, 0, 1e6, 0},
+    [OPT_PREFIX_TOKENS] = {"prefix_tokens", TB_OPT_INT, "0", "length of each group's shared system prompt, tokens",
+                           NULL, 0, 1e9, 0},
+    [OPT_TURNS] = {"turns", TB_OPT_INT, "1",
+                   "multi-turn sessions: each session sends this many turns, each with the previous turns and "
+                   "their answers; requests must be a multiple of it",
+                   NULL, 1, 256, 0},
+    [OPT_DURATION] = {"duration", TB_OPT_FLOAT, "0",
+                      "seconds: no request is sent later than this after the call's start (requests bounds the "
+                      "count; those not sent are not part of the call); 0: no bound",
+                      NULL, 0, 1e7, 0},
 };
 
 typedef struct http_ctx {
@@ -122,7 +192,11 @@ typedef struct http_ctx {
     tb_http_result *results;
     char **bodies;
     int64_t *offsets, *prompt_counted;
+    char **answers;            /* [n_cap] the last call's output texts, copied
+                                  (the client's are gone after its next run) */
+    uint32_t *max_tokens;      /* [n_cap] what each request asked for */
     uint32_t n_cap;
+    struct wl_files *files;    /* the workload's files, kept across calls */
     char error[512];
 } http_ctx;
 
@@ -219,10 +293,150 @@ static void check_options(const tb_option_value *v, uint32_t n, char *why, size_
         snprintf(why, size, "tokenizer \"%s\": cannot read it (a tokenizer.json path)", tok);
 }
 
+/* ------------------------------------------------------ the workload */
+
+/* The files the workload options name, loaded once per path. */
+typedef struct wl_files {
+    char *hist_path[2]; /* prompt, output */
+    tb_len_hist *hist[2];
+    char *dataset_path;
+    tb_dataset *dataset;
+} wl_files;
+
+static void wl_files_free(wl_files *f)
+{
+    if (!f)
+        return;
+    for (int k = 0; k < 2; k++) {
+        free(f->hist_path[k]);
+        tb_len_hist_free(f->hist[k]);
+    }
+    free(f->dataset_path);
+    tb_dataset_free(f->dataset);
+    free(f);
+}
+
+/* Load what `path` names into the slot unless it holds it already. 0, or
+ * -1 with why ("PATH:LINE: field ..."). */
+static int wl_load(char **slot_path, void **slot, int dataset, const char *path, char *why, size_t size)
+{
+    if (*slot_path && strcmp(*slot_path, path) == 0)
+        return 0;
+    void *obj = NULL;
+    int rc = dataset ? tb_dataset_load(path, (tb_dataset **)&obj, why, size)
+                     : tb_len_hist_load(path, (tb_len_hist **)&obj, why, size);
+    if (rc != 0)
+        return -1;
+    char *p = strdup(path);
+    if (!p) {
+        dataset ? tb_dataset_free(obj) : tb_len_hist_free(obj);
+        snprintf(why, size, "out of memory");
+        return -1;
+    }
+    if (dataset)
+        tb_dataset_free(*slot);
+    else
+        tb_len_hist_free(*slot);
+    free(*slot_path);
+    *slot_path = p;
+    *slot = obj;
+    return 0;
+}
+
+/* One length distribution from its options; mean: the case's dimension. */
+static int len_dist(const tb_option_value *v, uint32_t n, int which, double mean, tb_len_hist *hist, tb_len_dist *d,
+                    char *why, size_t size)
+{
+    const int o = which ? OPT_OUTPUT_DIST - OPT_PROMPT_DIST : 0; /* the output options follow the prompt ones */
+    const char *name = which ? "output" : "prompt";
+    *d = (tb_len_dist){
+        .kind = tb_len_kind_from_name(opt_s(v, n, OPT_PROMPT_DIST + o)),
+        .mean = mean,
+        .stdev = opt_f(v, n, OPT_PROMPT_STDEV + o),
+        .min = (uint32_t)opt_f(v, n, OPT_PROMPT_MIN + o),
+        .max = (uint32_t)opt_f(v, n, OPT_PROMPT_MAX + o),
+        .hist = hist,
+    };
+    if (d->kind == TB_LEN_HISTOGRAM && !hist) {
+        snprintf(why, size, "%s_dist = histogram: set %s_histogram = a file of lines \"TOKENS WEIGHT\"", name, name);
+        return -1;
+    }
+    if (!d->max && d->kind == TB_LEN_HISTOGRAM) { /* the longest bin */
+        for (size_t i = 0; i < hist->n; i++)
+            if (hist->hi[i] > d->max)
+                d->max = hist->hi[i];
+    } else if (!d->max) {
+        d->max = (uint32_t)(2 * mean);
+    }
+    if (d->max < d->min) {
+        snprintf(why, size, "%s_max = %u is below %s_min = %u", name, d->max, name, d->min);
+        return -1;
+    }
+    return 0;
+}
+
+/* The case's workload (w) from its options and files. 0, or -1 with why. */
+static int workload_config(const tb_request *req, wl_files *f, tb_workload *w, char *why, size_t size)
+{
+    const tb_option_value *v = req->options;
+    uint32_t n = req->n_options;
+    memset(w, 0, sizeof *w);
+    const int hist_opt[2] = {OPT_PROMPT_HISTOGRAM, OPT_OUTPUT_HISTOGRAM};
+    for (int k = 0; k < 2; k++) {
+        const char *path = opt_s(v, n, hist_opt[k]);
+        if (*path && wl_load(&f->hist_path[k], (void **)&f->hist[k], 0, path, why, size) != 0)
+            return -1;
+    }
+    const char *ds = opt_s(v, n, OPT_DATASET);
+    if (*ds && wl_load(&f->dataset_path, (void **)&f->dataset, 1, ds, why, size) != 0)
+        return -1;
+    if (len_dist(v, n, 0, req->prompt_tokens, *opt_s(v, n, OPT_PROMPT_HISTOGRAM) ? f->hist[0] : NULL, &w->prompt,
+                 why, size) != 0 ||
+        len_dist(v, n, 1, req->max_new_tokens, *opt_s(v, n, OPT_OUTPUT_HISTOGRAM) ? f->hist[1] : NULL, &w->output,
+                 why, size) != 0)
+        return -1;
+    /* the worker's buffers hold 4 emissions per max_new_tokens of each
+     * request (core/worker.c): a longer answer would be cut as a flood */
+    if ((uint64_t)w->output.max > 4 * (uint64_t)req->max_new_tokens) {
+        snprintf(why, size, "output lengths up to %u tokens: at most 4 x max_new_tokens (%u) per request; raise "
+                 "max_new_tokens or lower output_max", w->output.max, req->max_new_tokens);
+        return -1;
+    }
+    w->prefix_groups = (uint32_t)opt_f(v, n, OPT_PREFIX_GROUPS);
+    w->prefix_tokens = (uint32_t)opt_f(v, n, OPT_PREFIX_TOKENS);
+    if (w->prefix_groups && !w->prefix_tokens) {
+        snprintf(why, size, "prefix_groups = %u: set prefix_tokens, the shared system prompt's length", w->prefix_groups);
+        return -1;
+    }
+    w->turns = (uint32_t)opt_f(v, n, OPT_TURNS);
+    if (req->n_requests % w->turns) {
+        snprintf(why, size, "turns = %u: the requests of a call (%u) must be a whole number of sessions of %u turns",
+                 w->turns, req->n_requests, w->turns);
+        return -1;
+    }
+    w->dataset = *ds ? f->dataset : NULL;
+    if (w->dataset && tb_dataset_eligible(w->dataset, w->turns) == 0) {
+        snprintf(why, size, "dataset %s: no conversation has %u user turns (turns = %u)", ds, w->turns, w->turns);
+        return -1;
+    }
+    w->output_from_reference = w->dataset && strcmp(opt_s(v, n, OPT_DATASET_OUTPUT), "reference") == 0;
+    if (w->output_from_reference && !*opt_s(v, n, OPT_TOKENIZER)) {
+        snprintf(why, size, "dataset_output = reference counts the reference answers' tokens: set tokenizer = the "
+                 "model's tokenizer.json, or dataset_output = dist");
+        return -1;
+    }
+    return 0;
+}
+
 static tb_status http_validate(const tb_request *req, char *why, size_t why_size)
 {
     check_options(req->options, req->n_options, why, why_size);
     if (why[0])
+        return TB_ERR_INVALID;
+    /* the files are read once in this process, for every case */
+    static wl_files files;
+    tb_workload w;
+    if (workload_config(req, &files, &w, why, why_size) != 0)
         return TB_ERR_INVALID;
     return TB_OK;
 }
@@ -258,10 +472,15 @@ static void http_destroy(void *p)
     tb_tokenizer_free(c->tok);
     for (uint32_t i = 0; i < c->n_cap && c->bodies; i++)
         free(c->bodies[i]);
+    for (uint32_t i = 0; i < c->n_cap && c->answers; i++)
+        free(c->answers[i]);
     free(c->bodies);
+    free(c->answers);
+    free(c->max_tokens);
     free(c->results);
     free(c->offsets);
     free(c->prompt_counted);
+    wl_files_free(c->files);
     free(c->model);
     free(c->describe_json);
     free(c);
@@ -435,7 +654,8 @@ static char *endpoint_url(const char *base, int chat)
 
 /* A request body; NULL when out of memory (each add checked: a body
  * missing a field would still be sent). */
-static char *make_body(const http_ctx *c, const tb_request *req, const char *prompt, const cJSON *extra)
+static char *make_body(const http_ctx *c, const tb_request *req, const char *prompt, const tb_session *sess,
+                       uint32_t turn, uint32_t max_tokens, const cJSON *extra)
 {
     const tb_option_value *v = req->options;
     uint32_t n = req->n_options;
@@ -447,18 +667,31 @@ static char *make_body(const http_ctx *c, const tb_request *req, const char *pro
         name = c->model;
     if (*name)
         ok &= cJSON_AddStringToObject(o, "model", name) != NULL;
-    if (chat) {
-        cJSON *msgs = cJSON_AddArrayToObject(o, "messages"), *m = cJSON_CreateObject();
-        ok &= cJSON_AddStringToObject(m, "role", "user") != NULL;
-        ok &= cJSON_AddStringToObject(m, "content", prompt) != NULL;
-        if (!cJSON_AddItemToArray(msgs, m)) {
-            cJSON_Delete(m);
-            ok = 0;
+    if (chat) { /* a session's messages (workload.h), or one user message */
+        tb_message one = {"user", prompt}, *m = &one;
+        size_t nm = 1;
+        if (sess) {
+            m = malloc((2 * (size_t)turn + 3) * sizeof *m);
+            nm = m ? tb_session_messages(sess, turn, m) : 0;
+            ok &= m != NULL;
         }
+        cJSON *msgs = cJSON_AddArrayToObject(o, "messages");
+        ok &= msgs != NULL;
+        for (size_t i = 0; i < nm && ok; i++) {
+            cJSON *j = cJSON_CreateObject();
+            ok &= cJSON_AddStringToObject(j, "role", m[i].role) != NULL;
+            ok &= cJSON_AddStringToObject(j, "content", m[i].content) != NULL;
+            if (!cJSON_AddItemToArray(msgs, j)) {
+                cJSON_Delete(j);
+                ok = 0;
+            }
+        }
+        if (m != &one)
+            free(m);
     } else {
         ok &= cJSON_AddStringToObject(o, "prompt", prompt) != NULL;
     }
-    ok &= cJSON_AddNumberToObject(o, "max_tokens", req->max_new_tokens) != NULL;
+    ok &= cJSON_AddNumberToObject(o, "max_tokens", max_tokens) != NULL;
     ok &= cJSON_AddNumberToObject(o, "temperature", opt_f(v, n, OPT_TEMPERATURE)) != NULL;
     ok &= cJSON_AddBoolToObject(o, "stream", stream) != NULL;
     if (stream)
@@ -473,25 +706,98 @@ static tb_status reserve(http_ctx *c, uint32_t n)
 {
     if (n <= c->n_cap)
         return TB_OK;
-    for (uint32_t i = 0; i < c->n_cap; i++)
+    for (uint32_t i = 0; i < c->n_cap; i++) {
         free(c->bodies[i]);
+        free(c->answers[i]);
+    }
     free(c->bodies);
+    free(c->answers);
+    free(c->max_tokens);
     free(c->results);
     free(c->offsets);
     free(c->prompt_counted);
     c->bodies = calloc(n, sizeof *c->bodies);
+    c->answers = calloc(n, sizeof *c->answers);
+    c->max_tokens = calloc(n, sizeof *c->max_tokens);
     c->results = calloc(n, sizeof *c->results);
     c->offsets = calloc(n, sizeof *c->offsets);
     c->prompt_counted = calloc(n, sizeof *c->prompt_counted);
     c->n_cap = n;
-    if (!c->bodies || !c->results || !c->offsets || !c->prompt_counted) {
+    if (!c->bodies || !c->answers || !c->max_tokens || !c->results || !c->offsets || !c->prompt_counted) {
         free(c->bodies);
+        free(c->answers);
         c->bodies = NULL;
+        c->answers = NULL;
         c->n_cap = 0;
         set_error(c, "out of memory for %u requests", n);
         return TB_ERR_NO_MEMORY;
     }
     return TB_OK;
+}
+
+/* The requests of one wave (turn t of every session: requests
+ * [base, base + k)): bodies, prompt counts, hashes. TB_OK or
+ * TB_ERR_NO_MEMORY (set_error says so). */
+static tb_status build_wave(http_ctx *c, const tb_request *req, tb_result *res, const tb_session *ss, uint32_t t,
+                            uint32_t base, uint32_t k, uint64_t call_seed, const cJSON *extra)
+{
+    int want_counts = TB_STRUCT_HAS(res, tb_result, prompt_tokens) && res->prompt_tokens;
+    for (uint32_t i = 0; i < k; i++) {
+        uint32_t r = base + i;
+        free(c->bodies[r]);
+        c->bodies[r] = NULL;
+        c->prompt_counted[r] = -1;
+        char *text = NULL;
+        const tb_session *s = NULL;
+        if (req->prompt_text) { /* a prompt set: its item, as it is */
+            text = strdup(req->prompt_text[r]);
+            c->max_tokens[r] = req->max_new_tokens;
+        } else if (ss) {
+            s = &ss[i];
+            text = tb_session_prompt(s, t);
+            c->max_tokens[r] = s->max_tokens[t];
+        } else { /* the fixed synthetic prompt of before (seeded the same) */
+            text = tb_prompt_synth(c->vocab, req->prompt_tokens, mix(call_seed, r), &c->prompt_counted[r]);
+            c->max_tokens[r] = req->max_new_tokens;
+        }
+        if (!text) {
+            set_error(c, "out of memory building request %u", r);
+            return TB_ERR_NO_MEMORY;
+        }
+        /* the prompt's tokens as the tokenizer counts the text sent (for
+         * chat: the messages' contents, without the server's template) */
+        if (s && c->tok) {
+            c->prompt_counted[r] = tb_tokenizer_encode(c->tok, text, strlen(text), NULL, 0);
+            if (c->prompt_counted[r] == TB_TOKENIZER_NO_MEMORY) {
+                free(text);
+                set_error(c, "out of memory counting the prompt of request %u", r);
+                return TB_ERR_NO_MEMORY;
+            }
+        }
+        c->bodies[r] = make_body(c, req, text, s, t, c->max_tokens[r], extra);
+        /* Prompts this plugin made (with unique_prompts, new ones every
+         * repetition): say which, so that the host compares outputs of
+         * the same prompt only. */
+        if (!req->prompt_text && TB_STRUCT_HAS(res, tb_result, prompt_hash) && res->prompt_hash)
+            res->prompt_hash[r] = text_hash(text);
+        free(text);
+        if (!c->bodies[r]) {
+            set_error(c, "out of memory building request %u", r);
+            return TB_ERR_NO_MEMORY;
+        }
+        if (want_counts && c->tok && c->prompt_counted[r] > 0 && c->prompt_counted[r] <= UINT32_MAX)
+            res->prompt_tokens[r] = (uint32_t)c->prompt_counted[r];
+        if (TB_STRUCT_HAS(res, tb_result, max_tokens) && res->max_tokens)
+            res->max_tokens[r] = c->max_tokens[r];
+    }
+    return TB_OK;
+}
+
+/* Is the workload more than the fixed synthetic prompt of before? */
+static int shaped(const tb_workload *w)
+{
+    return w->prompt.kind != TB_LEN_FIXED || w->output.kind != TB_LEN_FIXED || w->dataset || w->prefix_groups ||
+           w->turns > 1;
 }
 
 static tb_status http_generate(void *ctx, const tb_request *req, tb_result *res)
@@ -508,60 +814,50 @@ static tb_status http_generate(void *ctx, const tb_request *req, tb_result *res)
     tb_status st = reserve(c, n);
     if (st != TB_OK)
         return st;
+    if (!c->files && !(c->files = calloc(1, sizeof *c->files))) {
+        set_error(c, "out of memory");
+        return TB_ERR_NO_MEMORY;
+    }
+    tb_workload w;
+    char why[512];
+    if (workload_config(req, c->files, &w, why, sizeof why) != 0) {
+        set_error(c, "%s", why);
+        return strstr(why, "out of memory") ? TB_ERR_NO_MEMORY : TB_ERR_INVALID;
+    }
     int chat = strcmp(opt_s(v, nv, OPT_ENDPOINT), "chat") == 0, stream = opt_b(v, nv, OPT_STREAM);
     int unique = opt_b(v, nv, OPT_UNIQUE_PROMPTS);
     uint64_t call_seed = unique ? mix(mix(req->seed, req->repetition), req->is_warmup ? 0xAA : 0x55) : req->seed;
+    uint32_t turns = req->prompt_text ? 1 : w.turns, n_sessions = n / turns;
+    double duration_s = opt_f(v, nv, OPT_DURATION);
 
-    /* Everything before the first send: bodies and the schedule. */
+    /* Everything before the first send: the sessions (drawn lengths,
+     * dataset items, prefixes), the first wave's bodies. */
     const char *extra_text = opt_s(v, nv, OPT_EXTRA_JSON);
     cJSON *extra = tb_http_extra_json(extra_text);
     if (*extra_text && !extra) { /* checked at load: NULL here is memory */
         set_error(c, "out of memory parsing extra_json");
         return TB_ERR_NO_MEMORY;
     }
-    for (uint32_t r = 0; r < n; r++) {
-        free(c->bodies[r]);
-        c->bodies[r] = NULL;
-        char *synth = NULL;
-        const char *prompt;
-        c->prompt_counted[r] = -1;
-        if (req->prompt_text) {
-            prompt = req->prompt_text[r];
-        } else {
-            synth = tb_prompt_synth(c->vocab, req->prompt_tokens, mix(call_seed, r), &c->prompt_counted[r]);
-            prompt = synth;
-        }
-        c->bodies[r] = prompt ? make_body(c, req, prompt, extra) : NULL;
-        /* Synthetic prompts are this plugin's own (with unique_prompts, a
-         * new one every repetition): say which, so that the host compares
-         * outputs of the same prompt only. */
-        if (synth && TB_STRUCT_HAS(res, tb_result, prompt_hash) && res->prompt_hash)
-            res->prompt_hash[r] = text_hash(synth);
-        free(synth);
-        if (!c->bodies[r]) {
-            cJSON_Delete(extra);
-            set_error(c, "out of memory building request %u", r);
-            return TB_ERR_NO_MEMORY;
-        }
-    }
-    cJSON_Delete(extra);
-    if (c->tok)
-        for (uint32_t r = 0; r < n && !req->prompt_text; r++)
-            if (c->prompt_counted[r] != req->prompt_tokens) {
-                host->log(host, TB_LOG_WARN, "request %u: a %lld-token prompt (asked for %u): this vocabulary has "
-                          "too few one-token words", r, (long long)c->prompt_counted[r], req->prompt_tokens);
-                break;
-            }
-    const int64_t *offsets = NULL;
-    if (req->request_rate > 0) {
-        tb_arrivals_schedule(mix(call_seed, 0xA77), req->request_rate, opt_f(v, nv, OPT_BURSTINESS), n, c->offsets);
-        offsets = c->offsets;
+    tb_session *ss = NULL;
+    if (!req->prompt_text && shaped(&w) &&
+        tb_sessions_make(&w, c->vocab, c->tok, call_seed, req->seed, n_sessions, &ss, why, sizeof why) != 0) {
+        cJSON_Delete(extra);
+        set_error(c, "%s", why);
+        return strstr(why, "out of memory") ? TB_ERR_NO_MEMORY : TB_ERR_INVALID;
     }
     char *url = endpoint_url(opt_s(v, nv, OPT_URL), chat);
     if (!url) {
+        cJSON_Delete(extra);
+        tb_sessions_free(ss, n_sessions);
         set_error(c, "out of memory");
         return TB_ERR_NO_MEMORY;
     }
+    /* the bounds on what a response may hold: from the most any request
+     * of the call asks for */
+    uint32_t max_tokens = req->max_new_tokens;
+    for (uint32_t i = 0; ss && i < n_sessions; i++)
+        for (uint32_t k = 0; k < turns; k++)
+            max_tokens = ss[i].max_tokens[k] > max_tokens ? ss[i].max_tokens[k] : max_tokens;
     tb_http_target t = {
         .url = url,
         .headers = c->headers,
@@ -569,43 +865,102 @@ static tb_status http_generate(void *ctx, const tb_request *req, tb_result *res)
         .connect_timeout_ms = (long)(opt_f(v, nv, OPT_CONNECT_TIMEOUT) * 1000 + 0.5),
         .timeout_ms = (long)(opt_f(v, nv, OPT_TIMEOUT) * 1000 + 0.5),
         .max_response_bytes = (size_t)(opt_f(v, nv, OPT_MAX_RESPONSE_MB) * 1048576.0),
-        .max_chunks = req->max_new_tokens <= (UINT32_MAX - 16) / 4 ? 4 * req->max_new_tokens + 16 : 0,
+        .max_chunks = max_tokens <= (UINT32_MAX - 16) / 4 ? 4 * max_tokens + 16 : 0,
         /* the same slack for the server's count of the tokens; past
          * 32 bits the parser refuses it (TB_OAI_MAX_COUNT) */
-        .max_usage_tokens = req->max_new_tokens <= (UINT32_MAX - 16) / 4 ? 4 * req->max_new_tokens + 16 : 0,
+        .max_usage_tokens = max_tokens <= (UINT32_MAX - 16) / 4 ? 4 * max_tokens + 16 : 0,
     };
-    uint32_t inflight = req->concurrency ? req->concurrency : offsets ? 0 : 1;
+    uint32_t inflight = req->concurrency ? req->concurrency : req->request_rate > 0 ? 0 : 1;
     struct timespec cpu0, cpu1;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu0);
     int64_t wall0 = host->now_ns(host);
-    st = tb_http_client_run(c->client, &t, n, c->bodies, offsets, inflight, c->results);
+    int64_t deadline = duration_s > 0 ? wall0 + (int64_t)(duration_s * 1e9) : 0;
+    uint32_t n_sent = 0, prompt_warned = 0;
+    /* One wave per turn (workload.h): turn t of every session, once turn
+     * t - 1 of every session has its answer. */
+    for (uint32_t turn = 0; turn < turns && st == TB_OK; turn++) {
+        uint32_t base = turn * n_sessions, k = n_sessions;
+        int64_t now = host->now_ns(host);
+        if (turn > 0 && deadline && now >= deadline)
+            break;
+        st = build_wave(c, req, res, ss, turn, base, k, call_seed, extra);
+        if (st != TB_OK)
+            break;
+        if (turn == 0 && c->tok && !ss && !req->prompt_text)
+            for (uint32_t r = 0; r < k && !prompt_warned; r++)
+                if (c->prompt_counted[r] != req->prompt_tokens) {
+                    host->log(host, TB_LOG_WARN, "request %u: a %lld-token prompt (asked for %u): this vocabulary "
+                              "has too few one-token words", r, (long long)c->prompt_counted[r], req->prompt_tokens);
+                    prompt_warned = 1;
+                }
+        const int64_t *offsets = NULL;
+        if (req->request_rate > 0) {
+            tb_arrivals_schedule(mix(call_seed, 0xA77 + turn), req->request_rate, opt_f(v, nv, OPT_BURSTINESS), k,
+                                 c->offsets + base);
+            offsets = c->offsets + base;
+            /* a duration: the sends due after it are not made (the
+             * schedule rises; the first is due at once) */
+            if (deadline)
+                while (k > 1 && now + offsets[k - 1] >= deadline)
+                    k--;
+        }
+        t.send_until_ns = deadline;
+        st = tb_http_client_run(c->client, &t, k, c->bodies + base, offsets, inflight, c->results + base);
+        /* closed loop under a duration: the client stops sending at the
+         * deadline; what it never sent has no submit time */
+        uint32_t sent = 0;
+        while (sent < k && c->results[base + sent].t_submit_ns)
+            sent++;
+        for (uint32_t i = 0; i < k; i++) { /* the answers outlive the client's next run */
+            const tb_http_result *h = &c->results[base + i];
+            free(c->answers[base + i]);
+            c->answers[base + i] = strndup(h->text ? h->text : "", h->text_len);
+            if (!c->answers[base + i] && st == TB_OK) {
+                st = TB_ERR_NO_MEMORY;
+                set_error(c, "out of memory keeping the answers");
+            }
+            if (ss && turn + 1 < turns && c->answers[base + i]) {
+                ss[i].answer[turn] = strdup(c->answers[base + i]);
+                if (!ss[i].answer[turn] && st == TB_OK) {
+                    st = TB_ERR_NO_MEMORY;
+                    set_error(c, "out of memory keeping the answers");
+                }
+            }
+        }
+        n_sent = base + sent;
+        if (sent < n_sessions)
+            break; /* the duration ended inside this wave */
+    }
     int64_t wall = host->now_ns(host) - wall0;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu1);
     free(url);
+    cJSON_Delete(extra);
+    if (n_sent == 0 && st == TB_OK)
+        n_sent = 1; /* not reached: the first send is due at once */
     /* The client's own cost (docs/PERFORMANCE.md): its event loop's CPU
      * time per streamed chunk, with TOKBENCH_DEBUG=1. */
     uint64_t chunks = 0;
-    for (uint32_t r = 0; r < n; r++)
+    for (uint32_t r = 0; r < n_sent; r++)
         chunks += c->results[r].chunks;
     double cpu = (double)(cpu1.tv_sec - cpu0.tv_sec) + (double)(cpu1.tv_nsec - cpu0.tv_nsec) * 1e-9;
     host->log(host, TB_LOG_DEBUG, "client: %u requests, %llu chunks, %.3f s CPU in %.3f s (%.0f%% of a core, %.2f us per chunk)",
-              n, (unsigned long long)chunks, cpu, (double)wall * 1e-9, wall > 0 ? 100.0 * cpu / ((double)wall * 1e-9) : 0.0,
+              n_sent, (unsigned long long)chunks, cpu, (double)wall * 1e-9, wall > 0 ? 100.0 * cpu / ((double)wall * 1e-9) : 0.0,
               chunks ? cpu * 1e6 / (double)chunks : 0.0);
 
     uint32_t no_usage = 0, prompt_diff_req = UINT32_MAX;
-    for (uint32_t r = 0; r < n; r++) {
+    for (uint32_t r = 0; r < n_sent && st != TB_ERR_NO_MEMORY; r++) {
         const tb_http_result *h = &c->results[r];
         tb_request_result *q = &res->requests[r];
         q->t_submit_ns = h->t_submit_ns;
         q->t_done_ns = h->t_done_ns;
         q->status = h->status;
-        q->output_text = h->text;
+        q->output_text = c->answers[r];
         if (h->usage_completion_tokens >= 0) {
             q->n_output_tokens = (uint32_t)h->usage_completion_tokens;
         } else if (stream) {
             q->n_output_tokens = h->chunks;
         } else if (c->tok) {
-            int64_t k = tb_tokenizer_encode(c->tok, h->text, h->text_len, NULL, 0);
+            int64_t k = tb_tokenizer_encode(c->tok, c->answers[r], strlen(c->answers[r]), NULL, 0);
             q->n_output_tokens = k > 0 ? (uint32_t)k : 0;
             if (k == TB_TOKENIZER_NO_MEMORY && q->status == TB_OK) { /* 0 would pass for a count */
                 q->status = TB_ERR_NO_MEMORY;
@@ -620,6 +975,13 @@ static tb_status http_generate(void *ctx, const tb_request *req, tb_result *res)
             h->usage_prompt_tokens != c->prompt_counted[r] && prompt_diff_req == UINT32_MAX)
             prompt_diff_req = r;
     }
+    tb_sessions_free(ss, n_sessions);
+    if (TB_STRUCT_HAS(res, tb_result, n_unsent))
+        res->n_unsent = n - n_sent;
+    else if (n_sent < n && st == TB_OK) {
+        set_error(c, "duration: this host cannot take a call that sends fewer requests than it was given");
+        st = TB_ERR_UNSUPPORTED;
+    }
     if (no_usage)
         host->log(host, TB_LOG_WARN, "%u requests came back without usage: output_tokens counts %s", no_usage,
                   stream ? "streamed chunks (does the server honour stream_options.include_usage?)"
@@ -631,7 +993,7 @@ static tb_status http_generate(void *ctx, const tb_request *req, tb_result *res)
                   got == want + 1 ? " (it adds a BOS token)" : ": is `tokenizer` the server's?");
     }
     int64_t lag = tb_http_client_max_lag(c->client);
-    if (offsets && lag > 5000000)
+    if (req->request_rate > 0 && lag > 5000000)
         host->log(host, TB_LOG_WARN, "open loop: sends ran up to %.1f ms behind schedule (inside the measured "
                   "latencies): the client is near its ceiling", (double)lag * 1e-6);
     res->prefill_ns = -1;
@@ -641,7 +1003,7 @@ static tb_status http_generate(void *ctx, const tb_request *req, tb_result *res)
     res->energy_mj = -1;
     if (st == TB_ERR_CANCELLED)
         set_error(c, "cancelled while requests were in flight");
-    else if (st != TB_OK)
+    else if (st != TB_OK && !c->error[0])
         set_error(c, "the event loop failed (%d)", (int)st);
     return st;
 }

@@ -12,7 +12,7 @@
 #   --jobs N       targets fuzzed at once (default: the CPU count, <= 4)
 #   TARGET...      some of: config safetensors safetensors_index sse oai
 #                  tokenizer tokenizer_json suite serve_request
-#                  http_options prompts (default: all)
+#                  http_options prompts workload (default: all)
 #
 # Other settings: TB_FUZZ_CC (default clang), TB_FUZZ_SEED (libFuzzer
 # -seed, default 1), TB_FUZZ_RSS_MB (default 2048).
@@ -62,14 +62,15 @@ declare -A srcs=(
     [suite]="core/suite.c core/util.c util/strmem.c"
     [serve_request]="core/serve_request.c core/util.c util/strmem.c"
     [http_options]="plugins/http/json_options.c"
+    [workload]="plugins/http/workload.c plugins/http/prompts.c plugins/http/arrivals.c plugins/engine/tokenizer.c util/strmem.c"
     [prompts]="core/prompt_set.c core/scorers.c core/utf8.c core/util.c util/strmem.c"
 )
 declare -A max_len=(
     [config]=4096 [safetensors]=4096 [safetensors_index]=4096 [sse]=4096 [oai]=4096
     [tokenizer]=1024 [tokenizer_json]=32768 [suite]=4096 [serve_request]=8192 [http_options]=4096
-    [prompts]=4096
+    [prompts]=4096 [workload]=4096
 )
-all=(config safetensors safetensors_index sse oai tokenizer tokenizer_json suite serve_request http_options prompts)
+all=(config safetensors safetensors_index sse oai tokenizer tokenizer_json suite serve_request http_options prompts workload)
 [ ${#targets[@]} = 0 ] && targets=("${all[@]}")
 for t in "${targets[@]}"; do
     [ -n "${srcs[$t]:-}" ] || { echo "run.sh: unknown target $t (${all[*]})" >&2; exit 2; }

@@ -1,0 +1,500 @@
+#!/usr/bin/env bash
+# End to end: serving workloads and load searches of plugins/http
+# (docs/METRICS.md, "Serving workloads" and "Load searches") against
+# `tokbench serve` with the null backend, checked by counting requests
+# and tokens in the stored session, never by timing:
+#   1. length distributions: each request's prompt and max_tokens drawn
+#      (lognormal prompts, uniform outputs, a histogram file) within their
+#      bounds, stored per request (request.prompt_tokens,
+#      requested_tokens), the server's usage equal to them (output tokens;
+#      no "server counts" warning for prompts), the same draws again with
+#      the same seed, other draws with unique prompts over repetitions;
+#   2. conversation datasets (ShareGPT and OpenAI chat JSONL): prompts
+#      from the user turns, max_tokens the reference answers' tokens; bad
+#      input refused before anything runs, naming file, line and field;
+#   3. shared prefixes and multi-turn sessions: prompt lengths prefix +
+#      user; each turn's prompt holds the previous turn's prompt and
+#      answer;
+#   4. duration-bounded loads: closed and open loop stop sending at the
+#      duration (fewer requests than the bound, none submitted after it);
+#   5. request_rate = sweep: synchronous, throughput, then sweep_rates
+#      rates evenly between the two runs' stored requests/s;
+#   6. request_rate = slo: the answer and status as the stored probes say
+#      (limits no run can meet, limits every run meets, and a bisection
+#      whose every probe is checked against its stored p99s);
+#   7. the HTML report of the searches: rate charts with the found limit
+#      marked where the stored answer is, the searches' tables; rendered
+#      in Chromium (skipped without it): the limit line laid out across
+#      the plot.
+#
+# usage: test_load.sh BUILD_DIR SOURCE_DIR
+set -uo pipefail
+build=$1
+src=$(cd "$2" && pwd)
+tb="$build/tokbench"
+command -v sqlite3 >/dev/null || { echo "SKIP: sqlite3 not installed"; exit 77; }
+command -v python3 >/dev/null || { echo "SKIP: python3 not installed"; exit 77; }
+[ -f "$build/plugins/http/http.so" ] || { echo "SKIP: http plugin not built (libcurl missing)"; exit 77; }
+"$tb" serve --help >/dev/null 2>&1 || { echo "SKIP: no tokbench serve (libmicrohttpd missing)"; exit 77; }
+export TOKBENCH_PLUGIN_PATH="$build/plugins"
+tok="$src/models/small-llama/tokenizer.json"
+
+tmp=$(mktemp -d "$build/test-load.XXXXXX")
+tmp=$(cd "$tmp" && pwd)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+    for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+    [ -n "${KEEP:-}" ] && echo "kept $tmp" || rm -rf "$tmp"
+}
+trap cleanup EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+pass() { echo "ok: $*"; }
+q() { sqlite3 -batch -noheader "$1" "$2"; }
+
+# start_server NAME STEP_US: the null backend served on a free port; sets $port.
+start_server() {
+    printf '[suite]\nname = srv\n[backend n]\nplugin = null\nprefill_us = 0\nstep_us = %s\n' "$2" >"$tmp/$1.ini"
+    "$tb" serve --backend n "$tmp/$1.ini" --port 0 --port-file "$tmp/$1.port" >"$tmp/$1.log" 2>&1 &
+    local pid=$!
+    pids+=("$pid")
+    until [ -s "$tmp/$1.port" ]; do
+        kill -0 "$pid" 2>/dev/null || { echo "FAIL: server $1 did not start"; cat "$tmp/$1.log"; exit 1; }
+        sleep 0.1
+    done
+    port=$(cat "$tmp/$1.port")
+}
+start_server fast 0
+fast="http://127.0.0.1:$port"
+start_server slow 1000 # TPOT >= 1 ms: each token waits a 1 ms step
+slow="http://127.0.0.1:$port"
+
+# run NAME: run $tmp/NAME.ini into NAME.db (output in NAME.out).
+run() {
+    "$tb" run "$tmp/$1.ini" --db "$tmp/$1.db" >"$tmp/$1.out" 2>&1 || { fail "run $1: exit $?"; tail -5 "$tmp/$1.out"; }
+}
+# the measured requests of backend LABEL in NAME.db: SQL columns
+reqs() {
+    q "$tmp/$1.db" "select $3 from (select r.* from request r join sample s on s.id = r.sample_id
+                    join bench_case c on c.id = s.case_id join backend b on b.id = c.backend_id
+                    where b.label = '$2' and s.warmup = 0 order by s.id, r.idx)"
+}
+
+# ------------------------------------------------------------------ 1
+cat >"$tmp/hist.txt" <<'EOF'
+# prompt lengths of a recorded trace: TOKENS WEIGHT or LO-HI WEIGHT
+5 1
+9-11 3
+EOF
+cat >"$tmp/dist.ini" <<EOF
+[suite]
+name = dist
+warmup = 0
+repeat = 2
+seed = 11
+[matrix]
+prompt_tokens = 40
+max_new_tokens = 20
+requests = 40
+concurrency = 8
+[backend ln]
+plugin = http
+url = $fast
+tokenizer = $tok
+prompt_dist = lognormal
+prompt_stdev = 20
+prompt_min = 8
+prompt_max = 90
+output_dist = uniform
+output_stdev = 5
+[backend hist]
+plugin = http
+url = $fast
+tokenizer = $tok
+prompt_dist = histogram
+prompt_histogram = $tmp/hist.txt
+unique_prompts = false
+EOF
+run dist
+mv "$tmp/dist.db" "$tmp/dist1.db"
+run dist
+read -r n lo hi distinct <<<"$(reqs dist ln "count(*), min(prompt_tokens), max(prompt_tokens), count(distinct prompt_tokens)" | tr '|' ' ')"
+[ "$n" = 80 ] && [ "$lo" -ge 8 ] && [ "$hi" -le 90 ] && [ "$distinct" -ge 10 ] \
+    || fail "lognormal prompts: $n requests, lengths $lo..$hi, $distinct distinct"
+read -r n lo hi distinct exact <<<"$(reqs dist ln "count(*), min(requested_tokens), max(requested_tokens), count(distinct requested_tokens), sum(output_tokens = requested_tokens)" | tr '|' ' ')"
+# uniform, mean 20, sd 5: [20 - 5 sqrt 3, 20 + 5 sqrt 3] rounded
+[ "$lo" -ge 11 ] && [ "$hi" -le 29 ] && [ "$distinct" -ge 8 ] && [ "$exact" = "$n" ] \
+    || fail "uniform outputs: lengths $lo..$hi, $distinct distinct, $exact of $n with output = requested"
+grep -q "server counts" "$tmp/dist.out" && fail "the server counted other prompt lengths: $(grep 'server counts' "$tmp/dist.out")"
+[ "$(reqs dist hist "count(*) - sum(prompt_tokens in (5, 9, 10, 11))")" = 0 ] || fail "histogram lengths: $(reqs dist hist "group_concat(distinct prompt_tokens)")"
+[ "$(reqs dist hist "count(distinct prompt_tokens)")" = 4 ] || fail "histogram: not every bin drawn"
+# the same seed: the same draws; unique prompts: repetitions differ
+[ "$(reqs dist ln "group_concat(prompt_tokens || ':' || requested_tokens)")" = "$(reqs dist1 ln "group_concat(prompt_tokens || ':' || requested_tokens)")" ] \
+    || fail "the same suite and seed drew other lengths"
+r0=$(q "$tmp/dist.db" "select group_concat(r.prompt_tokens) from request r join sample s on s.id = r.sample_id join bench_case c on c.id = s.case_id join backend b on b.id = c.backend_id where b.label = 'ln' and s.repetition = 0")
+r1=$(q "$tmp/dist.db" "select group_concat(r.prompt_tokens) from request r join sample s on s.id = r.sample_id join bench_case c on c.id = s.case_id join backend b on b.id = c.backend_id where b.label = 'ln' and s.repetition = 1")
+[ "$r0" != "$r1" ] || fail "unique prompts: both repetitions drew the same lengths"
+h0=$(q "$tmp/dist.db" "select group_concat(r.prompt_tokens) from request r join sample s on s.id = r.sample_id join bench_case c on c.id = s.case_id join backend b on b.id = c.backend_id where b.label = 'hist' and s.repetition = 0")
+h1=$(q "$tmp/dist.db" "select group_concat(r.prompt_tokens) from request r join sample s on s.id = r.sample_id join bench_case c on c.id = s.case_id join backend b on b.id = c.backend_id where b.label = 'hist' and s.repetition = 1")
+[ "$h0" = "$h1" ] || fail "unique_prompts = false: repetitions drew other lengths"
+# the workload is stored with the case's options
+q "$tmp/dist.db" "select options_json from backend where label = 'ln'" | grep -q '"prompt_dist":"lognormal"' \
+    || fail "prompt_dist not stored with the backend's options"
+pass "distributions: lognormal prompts $lo..$hi tokens and uniform outputs stored per request, the server's counts equal, histogram bins only, reproducible"
+
+# a swept workload parameter: one case per value, stored with the case
+cat >"$tmp/swept.ini" <<EOF
+[suite]
+name = swept
+warmup = 0
+repeat = 1
+[matrix]
+prompt_tokens = 16
+max_new_tokens = 8
+requests = 8
+prompt_dist = fixed, uniform
+prefix_tokens = 4, 8
+[backend h]
+plugin = http
+url = $fast
+tokenizer = $tok
+prefix_groups = 2
+EOF
+run swept
+[ "$(q "$tmp/swept.db" "select group_concat(options_json, ' ') from (select options_json from bench_case order by ordinal)")" \
+  = '{"prompt_dist":"fixed","prefix_tokens":"4"} {"prompt_dist":"fixed","prefix_tokens":"8"} {"prompt_dist":"uniform","prefix_tokens":"4"} {"prompt_dist":"uniform","prefix_tokens":"8"}' ] \
+    || fail "swept workload parameters: $(q "$tmp/swept.db" "select options_json from bench_case")"
+fixed_lens=$(q "$tmp/swept.db" "select group_concat(distinct r.prompt_tokens) from request r join sample s on s.id = r.sample_id join bench_case c on c.id = s.case_id where c.options_json like '%fixed%' order by c.ordinal")
+[ "$fixed_lens" = "20,24" ] || fail "shared prefix 4 or 8 + a 16-token prompt: $fixed_lens"
+pass "swept workload parameters: 4 cases, each with its values stored; prefix + prompt = $fixed_lens tokens"
+
+# ------------------------------------------------------------------ 2
+printf '%s\n' \
+    '{"id": "a", "conversations": [{"from": "human", "value": " the cat"}, {"from": "gpt", "value": " the the the the the the"}]}' \
+    '{"id": "b", "conversations": [{"from": "system", "value": "be brief"}, {"from": "human", "value": " of"}, {"from": "gpt", "value": " the the"}]}' \
+    >"$tmp/sharegpt.jsonl"
+printf '%s\n' \
+    '{"messages": [{"role": "user", "content": " and the"}, {"role": "assistant", "content": " of of of"}]}' \
+    >"$tmp/openai.jsonl"
+cat >"$tmp/data.ini" <<EOF
+[suite]
+name = data
+warmup = 0
+repeat = 1
+[matrix]
+max_new_tokens = 20
+requests = 4
+[backend sharegpt]
+plugin = http
+url = $fast
+tokenizer = $tok
+dataset = $tmp/sharegpt.jsonl
+unique_prompts = false
+[backend openai]
+plugin = http
+url = $fast
+tokenizer = $tok
+dataset = $tmp/openai.jsonl
+EOF
+run data
+# conversation a: " the cat" (prompt), 6 reference tokens; b: "be brief\n of", 2
+got=$(reqs data sharegpt "group_concat(requested_tokens || '/' || output_tokens, ' ')")
+[ "$got" = "6/6 2/2 6/6 2/2" ] || fail "ShareGPT: requested/output per request: $got"
+[ "$(reqs data openai "group_concat(requested_tokens, ' ')")" = "3 3 3 3" ] || fail "OpenAI chat: $(reqs data openai "group_concat(requested_tokens)")"
+pass "datasets: ShareGPT and OpenAI chat, max_tokens = the reference answers' tokens ($got)"
+# bad input: refused before anything runs, file:line: field
+printf '%s\n' '{"conversations": [{"from": "human", "value": "x"}]}' '{"conversations": [{"from": "human", "value": 7}]}' >"$tmp/bad.jsonl"
+sed "s|$tmp/openai.jsonl|$tmp/bad.jsonl|" "$tmp/data.ini" >"$tmp/bad.ini"
+"$tb" run "$tmp/bad.ini" --db "$tmp/bad.db" >"$tmp/bad.out" 2>&1
+rc=$?
+[ $rc = 2 ] || fail "a bad dataset: exit $rc, expected 2"
+grep -q "bad.jsonl:2: field conversations\[0\].value: expected a string" "$tmp/bad.out" \
+    || fail "a bad dataset's error: $(cat "$tmp/bad.out")"
+[ -e "$tmp/bad.db" ] && fail "a bad dataset: a database was made"
+printf '5 1\n7-x 2\n' >"$tmp/badhist.txt"
+sed "s|$tmp/hist.txt|$tmp/badhist.txt|" "$tmp/dist.ini" >"$tmp/badhist.ini"
+"$tb" run "$tmp/badhist.ini" --db "$tmp/badhist.db" >"$tmp/badhist.out" 2>&1
+grep -q "badhist.txt:2: bin \"7-x 2\"" "$tmp/badhist.out" || fail "a bad histogram's error: $(cat "$tmp/badhist.out")"
+pass "bad dataset and histogram input: exit 2 before anything runs, naming file:line and field"
+
+# ------------------------------------------------------------------ 3
+cat >"$tmp/turns.ini" <<EOF
+[suite]
+name = turns
+warmup = 0
+repeat = 1
+[matrix]
+prompt_tokens = 6
+max_new_tokens = 5
+requests = 6
+concurrency = 2
+[backend mt]
+plugin = http
+url = $fast
+tokenizer = $tok
+turns = 3
+prefix_groups = 1
+prefix_tokens = 10
+EOF
+run turns
+# 2 sessions x 3 turns: request r is turn r / 2 of session r % 2. Turn 0:
+# 10 + 6 tokens; each later turn holds the turn before it, its answer (5
+# words, at least 5 tokens) and 6 more tokens.
+python3 - "$(reqs turns mt "group_concat(prompt_tokens || ':' || output_tokens)")" <<'EOF' || fail "multi-turn prompt lengths: $(reqs turns mt "group_concat(prompt_tokens)")"
+import sys
+v = [tuple(map(int, x.split(":"))) for x in sys.argv[1].split(",")]
+assert len(v) == 6, v
+for s in range(2):
+    assert v[s][0] == 16, v
+    for t in (1, 2):
+        prev, cur = v[(t - 1) * 2 + s], v[t * 2 + s]
+        assert cur[0] >= prev[0] + prev[1] + 6, (t, s, v)
+EOF
+pass "multi-turn: 2 sessions x 3 turns, each turn's prompt = the previous prompt + its answer + a new turn ($(reqs turns mt "group_concat(prompt_tokens)"))"
+# turns must divide the requests: refused before anything runs
+sed 's/^requests = 6/requests = 7/' "$tmp/turns.ini" >"$tmp/turns7.ini"
+"$tb" run "$tmp/turns7.ini" --db "$tmp/turns7.db" >"$tmp/turns7.out" 2>&1
+grep -q "turns = 3: the requests of a call (7) must be a whole number of sessions" "$tmp/turns7.out" \
+    || fail "requests not a multiple of turns: $(cat "$tmp/turns7.out")"
+
+# ------------------------------------------------------------------ 4
+cat >"$tmp/dur.ini" <<EOF
+[suite]
+name = dur
+warmup = 0
+repeat = 1
+[matrix]
+prompt_tokens = 8
+max_new_tokens = 8
+requests = 5000
+[backend closed]
+plugin = http
+url = $slow
+concurrency = 1
+duration = 0.3
+[backend open]
+plugin = http
+url = $slow
+request_rate = 40
+duration = 0.5
+EOF
+run dur
+for b in closed open; do
+    read -r n late <<<"$(reqs dur $b "count(*), sum(submit_offset_ns >= (case '$b' when 'closed' then 300000000 else 500000000 end))" | tr '|' ' ')"
+    # closed loop: each request takes >= 8 steps of 1 ms, so at most 0.3 s
+    # / 8 ms of them start before the duration; open loop: 40/s for 0.5 s
+    [ "$n" -ge 1 ] && [ "$n" -lt 5000 ] && [ "$late" = 0 ] || fail "duration, $b loop: $n requests, $late submitted after it"
+    [ "$(q "$tmp/dur.db" "select count(*) from request where status <> 'ok'")" = 0 ] || fail "duration: failed requests"
+done
+[ "$(reqs dur closed "count(*)")" -le 38 ] || fail "closed loop ran past its duration: $(reqs dur closed "count(*)") requests of >= 8 ms in 0.3 s"
+pass "duration: closed loop $(reqs dur closed "count(*)"), open loop $(reqs dur open "count(*)") requests of a 5000 bound, none submitted after the duration"
+
+# ------------------------------------------------------------------ 5, 6
+cat >"$tmp/search.ini" <<EOF
+[suite]
+name = search
+warmup = 0
+repeat = 1
+seed = 5
+sweep_rates = 3
+slo_ttft_p99_ms = 60000
+slo_iterations = 3
+goodput_ttft_ms = 60000
+[matrix]
+prompt_tokens = 8
+max_new_tokens = 4
+requests = 12
+[backend sweep]
+plugin = http
+url = $fast
+request_rate = sweep
+[backend above]
+plugin = http
+url = $fast
+request_rate = slo
+EOF
+run search
+db="$tmp/search.db"
+[ "$(q "$db" "select group_concat(kind || ':' || status) from search")" = "sweep:done,slo:above" ] \
+    || fail "searches: $(q "$db" "select kind, status, error from search")"
+[ "$(q "$db" "select group_concat(coalesce(search_role, '-') || '@' || coalesce(concurrency, '') || '@' || (request_rate is not null)) from bench_case c join backend b on b.id = c.backend_id where b.label = 'sweep' order by ordinal")" \
+  = "synchronous@1@0,throughput@12@0,rate@@1,rate@@1,rate@@1" ] \
+    || fail "sweep runs: $(q "$db" "select search_role, concurrency, request_rate from bench_case")"
+# the sweep's rates: evenly between the two runs' stored requests/s
+python3 - "$db" <<'EOF' || fail "sweep rates are not evenly between the bounds' stored requests/s"
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+x = db.execute("select id, sync_rate, max_rate from search where kind = 'sweep'").fetchone()
+med = lambda role: db.execute("select m.median from metric m join bench_case c on c.id = m.case_id where c.search_id = ? and c.search_role = ? and m.name = 'req_throughput'", (x[0], role)).fetchone()[0]
+assert abs(med("synchronous") - x[1]) < 1e-9 and abs(med("throughput") - x[2]) < 1e-9, x
+lo, hi = min(x[1], x[2]), max(x[1], x[2])
+rates = [r for (r,) in db.execute("select request_rate from bench_case where search_id = ? and search_role = 'rate' order by ordinal", (x[0],))]
+want = [lo + (hi - lo) * i / 4 for i in (1, 2, 3)]
+assert all(abs(a - b) < 1e-9 * b for a, b in zip(rates, want)) and len(rates) == 3, (rates, want)
+EOF
+# above: limits every run meets; the answer is the throughput run's rate
+read -r status rate maxr probes passed <<<"$(q "$db" "select x.status, x.slo_rate, max(x.sync_rate, x.max_rate), (select count(*) from bench_case where search_id = x.id and search_role = 'probe'), (select sum(search_pass) from bench_case where search_id = x.id) from search x where kind = 'slo'" | tr '|' ' ')"
+[ "$status" = above ] && [ "$rate" = "$maxr" ] && [ "$probes" = 1 ] && [ "$passed" = 1 ] \
+    || fail "slo above: status $status, rate $rate (higher bound $maxr), $probes probes, $passed met"
+pass "sweep: synchronous, throughput, 3 rates between their stored requests/s; slo with limits every run meets: answer = the higher bound"
+
+# below: a p99 TPOT no run can meet (each token waits a 1 ms step);
+# bisect: a p99 TTFT of 7 ms, which the synchronous rate may meet on the
+# slow server (one 1 ms step to the first token) and a queue at the
+# throughput rate likely does not; whatever the runs measured, every
+# verdict and the answer are checked against what they stored
+cat >"$tmp/slo.ini" <<EOF
+[suite]
+name = slo
+warmup = 0
+repeat = 1
+seed = 5
+slo_tpot_p99_ms = 0.01
+slo_iterations = 3
+[matrix]
+prompt_tokens = 8
+max_new_tokens = 4
+requests = 12
+request_rate = slo
+[backend below]
+plugin = http
+url = $slow
+EOF
+run slo
+read -r status rate probes passed <<<"$(q "$tmp/slo.db" "select x.status, coalesce(x.slo_rate, 'null'), (select count(*) from bench_case where search_id = x.id and search_role = 'probe'), (select sum(search_pass) from bench_case where search_id = x.id) from search x" | tr '|' ' ')"
+[ "$status" = below ] && [ "$rate" = null ] && [ "$probes" = 2 ] && [ "$passed" = 0 ] \
+    || fail "slo below: status $status, rate $rate, $probes probes, $passed met"
+sed -e 's/^slo_tpot_p99_ms = 0.01/slo_ttft_p99_ms = 7\nslo_iterations = 4/' -e '/^slo_iterations = 3/d' \
+    -e 's/^requests = 12/requests = 24/' "$tmp/slo.ini" >"$tmp/bisect.ini"
+run bisect
+python3 - "$tmp/bisect.db" 7 <<'EOF' || fail "slo bisection: a probe or the answer disagrees with the stored figures"
+import math, sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+limit = float(sys.argv[2])
+sid, status, answer, lo, hi = db.execute("select id, status, slo_rate, sync_rate, max_rate from search").fetchone()
+probes = db.execute("select c.id, c.request_rate, c.search_pass, c.status,"
+                    " (select p99 from metric where case_id = c.id and name = 'ttft_ms'),"
+                    " (select count(*) from request r join sample s on s.id = r.sample_id where s.case_id = c.id and s.warmup = 0 and r.status <> 'ok')"
+                    " from bench_case c where c.search_id = ? and c.search_role = 'probe' order by c.ordinal", (sid,)).fetchall()
+lo, hi = min(lo, hi), max(lo, hi)
+# every verdict is the stored p99 TTFT against the limit, no failed request
+for cid, rate, ok, st, p99, failed in probes:
+    want = int(st == "ok" and failed == 0 and p99 is not None and p99 <= limit)
+    assert ok == want, (cid, rate, ok, p99, failed)
+assert abs(probes[0][1] - hi) < 1e-9 * hi, "the first probe is at the throughput run's rate"
+if status == "above":
+    assert len(probes) == 1 and probes[0][2] == 1 and abs(answer - hi) < 1e-9 * hi
+else:
+    assert abs(probes[1][1] - lo) < 1e-9 * hi, "the second probe is at the synchronous run's rate"
+    if status == "below":
+        assert len(probes) == 2 and probes[1][2] == 0 and answer is None
+    else:
+        assert status == "found" and len(probes) == 2 + 4, (status, len(probes))
+        good, bad = lo, hi
+        for cid, rate, ok, *_ in probes[2:]:
+            assert abs(rate - (good + bad) / 2) < 1e-9 * hi, (rate, good, bad)
+            good, bad = (rate, bad) if ok else (good, rate)
+        assert abs(answer - max(r for _, r, ok, *_ in probes if ok)) < 1e-9 * hi, answer
+EOF
+pass "slo: limits no run meets: below, no answer; bisection ($(q "$tmp/bisect.db" "select status || ' ' || coalesce(round(slo_rate, 1), '-') from search")): every verdict and the answer as the stored runs say"
+
+# ------------------------------------------------------------------ 7
+for name in search bisect; do
+    "$tb" report --db "$tmp/$name.db" --format html -o "$tmp/$name.html" 2>"$tmp/$name.report.err" || fail "report $name"
+    "$tb" report --db "$tmp/$name.db" --format md -o "$tmp/$name.md" 2>/dev/null || fail "report md $name"
+done
+python3 - "$tmp/search.html" "$tmp/search.db" <<'EOF' || fail "the report of the searches"
+import html, re, sqlite3, sys, xml.etree.ElementTree as ET
+doc = open(sys.argv[1], encoding="utf-8").read()
+db = sqlite3.connect(sys.argv[2])
+slo = db.execute("select slo_rate from search where kind = 'slo'").fetchone()[0]
+figs = re.findall(r'<figure class="chart" data-kind="(rate|goodput)">(.*?)</figure>', doc, re.S)
+kinds = [k for k, _ in figs]
+# two groups: the sweep's backend and the slo one's (one probe: no chart
+# of its own), 3 latency charts + 1 goodput each where two rates or more
+assert kinds.count("rate") == 3 and kinds.count("goodput") == 1, kinds
+for kind, fig in figs:
+    ET.fromstring(re.search(r'<svg .*</svg>', fig, re.S).group(0))
+assert "<h2 id=\"searches\">Load searches</h2>" in doc
+assert "<h2 id=\"search-runs\">Load searches: the runs</h2>" in doc
+assert ">above<" in doc, "no search with status above in the table"
+assert ("%.2f" % slo) in doc, ("slo_max_rate %.2f not in the table" % slo)
+EOF
+python3 - "$tmp/bisect.html" "$tmp/bisect.db" <<'EOF' || fail "the found limit in the bisection's charts"
+import re, sqlite3, sys
+doc = open(sys.argv[1], encoding="utf-8").read()
+db = sqlite3.connect(sys.argv[2])
+status, slo = db.execute("select status, slo_rate from search").fetchone()
+figs = re.findall(r'<figure class="chart" data-kind="(rate|goodput)">(.*?)</figure>', doc, re.S)
+n_rates = db.execute("select count(distinct request_rate) from bench_case where request_rate is not null").fetchone()[0]
+if n_rates < 2:
+    assert not figs, "a chart of one rate"
+    sys.exit(0)
+assert len(figs) == 4, [k for k, _ in figs]
+for kind, fig in figs:
+    lines = re.findall(r'<path class="series reference vertical" d="M([0-9.]+) [0-9]+V[0-9]+"[^>]*><title>([^<]*)</title>', fig)
+    if slo is None:
+        assert not lines, "a limit marked without an answer"
+        continue
+    assert len(lines) == 1, (kind, lines)
+    assert ("SLO limit: %.4g requests/s (%s)" % (slo, status)) in lines[0][1], lines
+    # the line is where the answer's x is: between the points around it
+    pts = [(float(cx), float(r)) for cx, r in re.findall(r'cx="([0-9.]+)"[^>]*><title>[^<]*: rate ([0-9.e+]+)/s', fig)]
+    x = float(lines[0][0])
+    below = [px for px, r in pts if r <= slo * (1 - 1e-5)]
+    above = [px for px, r in pts if r >= slo * (1 + 1e-5)]
+    assert pts and (not below or max(below) < x + 0.6) and (not above or min(above) > x - 0.6), (x, slo, pts)
+    if kind == "rate" and "TTFT vs" in fig:
+        assert 'data-series="below SLO: p99 TTFT &lt;= 7 ms"' in fig, "no TTFT limit line"
+EOF
+pass "report: the searches' tables, rate charts with the found limit marked at the stored answer"
+
+chromium=$(command -v chromium || command -v chromium-browser || true)
+if [ -z "$chromium" ]; then
+    echo "SKIP (part): chromium not installed: the report is not rendered"
+else
+    # the searches' report with a planted answer between the charted
+    # rates, so that the limit line is drawn inside the plot
+    cp "$tmp/search.db" "$tmp/shown.db"
+    q "$tmp/shown.db" "update search set status = 'found', slo_rate = (select (min(request_rate) + max(request_rate)) / 2 from bench_case) where kind = 'slo'"
+    "$tb" report --db "$tmp/shown.db" --format html -o "$tmp/shown.html" 2>/dev/null || fail "report shown"
+    python3 - "$tmp/shown.html" "$tmp/probe.html" <<'EOF'
+import sys
+page = open(sys.argv[1], encoding="utf-8").read()
+probe = """<script>
+const rows = [];
+for (const svg of document.querySelectorAll('svg.tb-chart')) {
+  const fig = svg.closest('figure');
+  if (fig.dataset.kind !== 'rate' && fig.dataset.kind !== 'goodput') continue;
+  const plot = svg.getBoundingClientRect();
+  for (const p of svg.querySelectorAll('path.vertical')) {
+    const r = p.getBoundingClientRect();
+    rows.push([fig.dataset.kind, Math.round(p.getTotalLength()), Math.round(r.left - plot.left), Math.round(plot.width),
+               getComputedStyle(p).strokeDasharray.replace(/ /g, '')].join(' '));
+  }
+}
+const pre = document.createElement('pre');
+pre.id = 'probe';
+pre.textContent = 'PROBE\\n' + rows.join('\\n') + '\\nEND';
+document.body.appendChild(pre);
+</script>"""
+open(sys.argv[2], "w", encoding="utf-8").write(page.replace("</body>", probe + "</body>"))
+EOF
+    timeout 120 "$chromium" --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
+        --disable-background-networking --disable-component-update --disable-sync --hide-scrollbars \
+        --user-data-dir="$(mktemp -d "$tmp/profile.XXXXXX")" --window-size=1400,1000 --dump-dom \
+        "file://$tmp/probe.html" >"$tmp/dom.html" 2>>"$tmp/chromium.log"
+    awk '/^END/ {p = 0} p {print} /PROBE$/ {p = 1}' "$tmp/dom.html" >"$tmp/probe.txt"
+    n=$(grep -c . "$tmp/probe.txt")
+    [ "$n" = 4 ] || fail "Chromium: $n limit lines laid out, expected one in each of the 4 rate charts: $(cat "$tmp/probe.txt")"
+    while read -r kind len left width dash; do
+        # PLOT_H = 250 px tall, inside the plot's width, dashed
+        [ "$len" -ge 240 ] && [ "$left" -gt $((width / 10)) ] && [ "$left" -lt "$width" ] && [ "$dash" = "3px,3px" ] \
+            || fail "Chromium: $kind limit line: length $len, at x $left of $width, dash $dash"
+    done <"$tmp/probe.txt"
+    pass "Chromium: the limit line laid out in each of the $n rate charts, full height, inside the plot"
+fi
+
+[ $failures = 0 ] || { echo "$failures failures"; exit 1; }
+echo "PASS"
