@@ -344,6 +344,15 @@ typedef struct tb_result {
      * given prompt_text, or else the synthetic prompt's seed, index and
      * length. */
     uint64_t *prompt_hash;
+    /* --- appended in ABI 1; write only when TB_STRUCT_HAS(res, tb_result,
+     * client_busy). A backend that is a client of a server (it measures
+     * the server through its own event loops, e.g. http): how busy its
+     * own CPU was over the call, 0..1, as the larger of (a) its busiest
+     * event loop's thread CPU time over the load's wall time and (b) its
+     * process's CPU time over wall time x the CPUs it may run on. Near 1
+     * the figures are the client's ceiling, not the server's
+     * (docs/METRICS.md, client_busy). 0 = not measured. */
+    double client_busy;
 } tb_result;
 
 /* ------------------------------------------- iteration-level serving */

@@ -52,6 +52,7 @@ enum {
     OPT_MAX_RESPONSE_MB,
     OPT_API_KEY,
     OPT_SECRET_HEADERS,
+    OPT_LOOPS,
     N_OPTS
 };
 
@@ -108,6 +109,10 @@ static const tb_option_decl http_options[N_OPTS] = {
                              "largest response body of one request, MiB, streamed or not: a larger one fails as "
                              "malformed_stream, and a stream with more than 4 x max_tokens + 16 text chunks too",
                              NULL, 0.001, 65536, 0},
+    [OPT_LOOPS] = {"loops", TB_OPT_INT, "1",
+                   "client event loops, each a thread of its own (0: one per CPU this process may run on); "
+                   "requests are spread across them, on one clock",
+                   NULL, 0, 256, 0},
 };
 
 typedef struct http_ctx {
@@ -494,6 +499,27 @@ static tb_status reserve(http_ctx *c, uint32_t n)
     return TB_OK;
 }
 
+/* The client's own CPU (docs/METRICS.md, client_busy) into the result,
+ * and its cost per streamed chunk logged with TOKBENCH_DEBUG=1
+ * (docs/PERFORMANCE.md). */
+static void report_client_cpu(http_ctx *c, uint32_t n, tb_result *res)
+{
+    const tb_http_cpu *u = tb_http_client_cpu(c->client);
+    uint64_t chunks = 0;
+    for (uint32_t r = 0; r < n; r++)
+        chunks += c->results[r].chunks;
+    double busy = u->busiest_loop > u->process_share ? u->busiest_loop : u->process_share;
+    if (TB_STRUCT_HAS(res, tb_result, client_busy))
+        res->client_busy = busy > 0 ? busy : 0;
+    double cpu = (double)u->loops_cpu_ns * 1e-9, wall = (double)u->wall_ns * 1e-9;
+    c->host->log(c->host, TB_LOG_DEBUG,
+                 "client: %u requests, %llu chunks, %u loops, %.3f s loop CPU in %.3f s (busiest loop %.0f%%, "
+                 "process %.2f of %d cores, %.2f us per chunk)",
+                 n, (unsigned long long)chunks, u->loops, cpu, wall, 100.0 * u->busiest_loop,
+                 (double)u->process_cpu_ns * 1e-9 / (wall > 0 ? wall : 1), u->cores,
+                 chunks ? cpu * 1e6 / (double)chunks : 0.0);
+}
+
 static tb_status http_generate(void *ctx, const tb_request *req, tb_result *res)
 {
     http_ctx *c = ctx;
@@ -575,22 +601,11 @@ static tb_status http_generate(void *ctx, const tb_request *req, tb_result *res)
         .max_usage_tokens = req->max_new_tokens <= (UINT32_MAX - 16) / 4 ? 4 * req->max_new_tokens + 16 : 0,
     };
     uint32_t inflight = req->concurrency ? req->concurrency : offsets ? 0 : 1;
-    struct timespec cpu0, cpu1;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu0);
-    int64_t wall0 = host->now_ns(host);
-    st = tb_http_client_run(c->client, &t, n, c->bodies, offsets, inflight, c->results);
-    int64_t wall = host->now_ns(host) - wall0;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu1);
+    int64_t loops = (int64_t)opt_f(v, nv, OPT_LOOPS);
+    st = tb_http_client_run(c->client, &t, n, c->bodies, offsets, inflight,
+                            loops ? (uint32_t)loops : (uint32_t)tb_http_usable_cores(), c->results);
     free(url);
-    /* The client's own cost (docs/PERFORMANCE.md): its event loop's CPU
-     * time per streamed chunk, with TOKBENCH_DEBUG=1. */
-    uint64_t chunks = 0;
-    for (uint32_t r = 0; r < n; r++)
-        chunks += c->results[r].chunks;
-    double cpu = (double)(cpu1.tv_sec - cpu0.tv_sec) + (double)(cpu1.tv_nsec - cpu0.tv_nsec) * 1e-9;
-    host->log(host, TB_LOG_DEBUG, "client: %u requests, %llu chunks, %.3f s CPU in %.3f s (%.0f%% of a core, %.2f us per chunk)",
-              n, (unsigned long long)chunks, cpu, (double)wall * 1e-9, wall > 0 ? 100.0 * cpu / ((double)wall * 1e-9) : 0.0,
-              chunks ? cpu * 1e6 / (double)chunks : 0.0);
+    report_client_cpu(c, n, res);
 
     uint32_t no_usage = 0, prompt_diff_req = UINT32_MAX;
     for (uint32_t r = 0; r < n; r++) {
