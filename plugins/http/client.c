@@ -70,6 +70,8 @@ struct loop {
     uint32_t next_own;      /* open loop: its next request is id + next_own * K */
     int64_t max_lag;
     int64_t cpu_ns, end_ns; /* its thread's CPU time over the run; when it ended */
+    int64_t runqueue_ns;    /* its thread's time runnable but not running */
+    uint32_t sent;          /* requests it sent in the last run */
     tb_status status;
     pthread_t thread;
     int started;
@@ -216,6 +218,11 @@ int64_t tb_http_client_max_lag(const tb_http_client *c)
 const tb_http_cpu *tb_http_client_cpu(const tb_http_client *c)
 {
     return &c->cpu;
+}
+
+uint32_t tb_http_client_loop_sent(const tb_http_client *c, uint32_t j)
+{
+    return j < c->cpu.loops ? c->loops[j]->sent : 0;
 }
 
 /* ------------------------------------------------------ callbacks */
@@ -643,6 +650,7 @@ static void send_due(loop *lp)
             continue;
         }
         lp->inflight++;
+        lp->sent++;
         if (c->offsets && x->res->t_sent_ns - due > lp->max_lag)
             lp->max_lag = x->res->t_sent_ns - due;
     }
@@ -682,14 +690,28 @@ static int64_t thread_cpu_ns(void)
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
+/* This thread's time waiting for a CPU while runnable (the kernel's
+ * schedstat, ns); -1 when the kernel does not keep it. */
+static int64_t thread_runqueue_ns(void)
+{
+    FILE *f = fopen("/proc/thread-self/schedstat", "re");
+    if (!f)
+        return -1;
+    unsigned long long run, wait;
+    int ok = fscanf(f, "%llu %llu", &run, &wait) == 2;
+    fclose(f);
+    return ok ? (int64_t)wait : -1;
+}
+
 /* One loop until its share is done or the host cancels. */
 static void *loop_run(void *arg)
 {
     loop *lp = arg;
     tb_http_client *c = lp->c;
     const tb_host *h = c->host;
-    int64_t cpu0 = thread_cpu_ns();
+    int64_t cpu0 = thread_cpu_ns(), rq0 = thread_runqueue_ns();
     lp->status = TB_OK;
+    lp->sent = 0;
     for (;;) {
         if (h->cancelled(h)) {
             lp->status = TB_ERR_CANCELLED;
@@ -735,6 +757,8 @@ static void *loop_run(void *arg)
     }
     arm_timer(lp->tfd, 0);
     lp->cpu_ns = thread_cpu_ns() - cpu0;
+    int64_t rq1 = rq0 >= 0 ? thread_runqueue_ns() : -1;
+    lp->runqueue_ns = rq1 >= rq0 ? rq1 - rq0 : 0;
     lp->end_ns = h->now_ns(h);
     return NULL;
 }
@@ -846,7 +870,8 @@ tb_status tb_http_client_run(tb_http_client *c, const tb_http_target *t, uint32_
     c->cpu.cores = tb_http_usable_cores();
     for (uint32_t j = 0; j < k; j++) {
         c->cpu.loops_cpu_ns += c->loops[j]->cpu_ns;
-        double busy = wall > 0 ? (double)c->loops[j]->cpu_ns / (double)wall : 0;
+        /* a loop wants a CPU while it runs and while it waits for one */
+        double busy = wall > 0 ? (double)(c->loops[j]->cpu_ns + c->loops[j]->runqueue_ns) / (double)wall : 0;
         if (busy > c->cpu.busiest_loop)
             c->cpu.busiest_loop = busy;
     }

@@ -69,16 +69,18 @@ typedef struct tb_http_result {
 } tb_http_result;
 
 /* The client's own CPU over the last run (docs/METRICS.md, client_busy):
- * each loop's thread CPU time (CLOCK_THREAD_CPUTIME_ID) and the process's
- * (getrusage) over the load's wall time (its start to the last loop's
- * end). */
+ * each loop's thread CPU time (CLOCK_THREAD_CPUTIME_ID) plus its time
+ * runnable but waiting for a CPU (/proc/thread-self/schedstat, where the
+ * kernel keeps it), and the process's CPU time (getrusage), over the
+ * load's wall time (its start to the last loop's end). */
 typedef struct tb_http_cpu {
     uint32_t loops;         /* loops run */
     int cores;              /* CPUs this process may run on (affinity) */
     int64_t wall_ns;
     int64_t loops_cpu_ns;   /* the loops' threads, summed */
     int64_t process_cpu_ns; /* every thread of the process */
-    double busiest_loop;    /* max over loops of its CPU / wall, 0..1 */
+    double busiest_loop;    /* max over loops of (its CPU + its wait for
+                               a CPU) / wall, 0..1 */
     double process_share;   /* process CPU / (wall x cores), 0..1 */
 } tb_http_cpu;
 
@@ -98,6 +100,12 @@ tb_status tb_http_client_run(tb_http_client *c, const tb_http_target *t, uint32_
 
 /* The last run's CPU figures. */
 const tb_http_cpu *tb_http_client_cpu(const tb_http_client *c);
+
+/* Requests loop j sent in the last run. */
+uint32_t tb_http_client_loop_sent(const tb_http_client *c, uint32_t j);
+
+/* Requests loop j sent in the last run. */
+uint32_t tb_http_client_loop_sent(const tb_http_client *c, uint32_t j);
 
 /* CPUs this process may run on (sched_getaffinity), at least 1. */
 int tb_http_usable_cores(void);
