@@ -201,11 +201,16 @@ static char *emissions_json(const tb_call_view *cv, const em_index *ix, uint32_t
 
 /* Does request r meet the suite's goodput limits (an unset one holds;
  * TPOT undefined for a one-token answer holds)? */
-static int good(const tb_request_metrics *m, const tb_case_metrics_opts *o)
+int tb_request_good(const tb_request_metrics *m, double goodput_ttft_ms, double goodput_tpot_ms)
 {
     double ttft_ms = (double)m->ttft_ns * 1e-6, tpot_ms = m->tpot_ns * 1e-6;
-    return (o->goodput_ttft_ms <= 0 || ttft_ms <= o->goodput_ttft_ms) &&
-           (o->goodput_tpot_ms <= 0 || isnan(tpot_ms) || tpot_ms <= o->goodput_tpot_ms);
+    return (goodput_ttft_ms <= 0 || ttft_ms <= goodput_ttft_ms) &&
+           (goodput_tpot_ms <= 0 || isnan(tpot_ms) || tpot_ms <= goodput_tpot_ms);
+}
+
+static int good(const tb_request_metrics *m, const tb_case_metrics_opts *o)
+{
+    return tb_request_good(m, o->goodput_ttft_ms, o->goodput_tpot_ms);
 }
 
 /* One call into its sample record; measured calls add to the sets. */
@@ -237,6 +242,8 @@ static void one_call(const tb_call_view *cv, uint32_t k, const tb_case_metrics_o
     for (uint32_t r = 0; r < n; r++)
         if (cv->req[r].t_submit_ns < first_submit)
             first_submit = cv->req[r].t_submit_ns;
+    s->start_ns = n ? first_submit : 0;
+    s->client_busy = call->client_busy;
     const char *text = cv->texts;
     for (uint32_t r = 0; r < n; r++) {
         const tb_raw_request *w = &cv->req[r];

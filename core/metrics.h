@@ -69,6 +69,10 @@ void tb_rep_metrics_compute(const tb_request_metrics *req, const uint32_t *n_out
                             const int *ok, size_t n, int64_t prefill_ns,
                             int64_t forward_passes, tb_rep_metrics *out);
 
+/* Does a request meet the goodput limits (an unset one, <= 0, holds; TPOT
+ * undefined for a one-token answer holds)? */
+int tb_request_good(const tb_request_metrics *m, double goodput_ttft_ms, double goodput_tpot_ms);
+
 /* Roofline efficiency of one call, percent: the shortest time the device's
  * ceilings allow for the call's work, over the time it took,
  *     100 * max(flops / peak_flops, bytes / peak_bytes_per_s) / wall,

@@ -67,6 +67,8 @@ typedef struct tb_sample_record {
     int64_t recount_tokens;  /* -1: none */
     uint32_t n_emissions;
     int64_t runner_ns;
+    int64_t start_ns;        /* the call's first submit, host monotonic ns */
+    double client_busy;      /* tb_result.client_busy, 0..1; 0: not reported */
     tb_request_record *requests;
 } tb_sample_record;
 

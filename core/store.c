@@ -776,6 +776,32 @@ int64_t tb_store_session_begin(tb_store *st, const tb_session_info *si, char **e
     return id;
 }
 
+int tb_store_session_shard(tb_store *st, int64_t session, const tb_session_shard *sh, char **err)
+{
+    char *why = NULL;
+    sqlite3_stmt *q = prepare(st, "UPDATE session SET shard_index = ?, shard_count = ?, start_at = ?,"
+                                  " clock_offset_ns = ?, start_late_ns = ? WHERE id = ?", &why);
+    if (q) {
+        if (sh->shard_count)
+            sqlite3_bind_int64(q, 1, sh->shard_index), sqlite3_bind_int64(q, 2, sh->shard_count);
+        bind_text(q, 3, sh->start_at);
+        sqlite3_bind_int64(q, 4, sh->clock_offset_ns);
+        if (sh->start_at)
+            sqlite3_bind_int64(q, 5, sh->start_late_ns);
+        sqlite3_bind_int64(q, 6, session);
+        if (sqlite3_step(q) != SQLITE_DONE)
+            why = db_error(st);
+        else if (sqlite3_changes(st->db) != 1)
+            why = tb_xasprintf("no session %lld", (long long)session);
+    }
+    if (why) {
+        *err = tb_xasprintf("storing the session's clock failed: %s", why);
+        free(why);
+        return -1;
+    }
+    return 0;
+}
+
 int tb_store_session_end(tb_store *st, int64_t session, const char *status, char **err)
 {
     char *why = NULL;
@@ -859,8 +885,8 @@ static int insert_samples(tb_store *st, int64_t case_id, const tb_case_record *r
     sqlite3_stmt *qs = NULL, *qr = NULL, *qsc = NULL;
     qs = prepare(st, "INSERT INTO sample (case_id, repetition, warmup, n_requests, wall_ns, prefill_ns,"
                      " decode_ns, output_tokens, recount_tokens, aggregate_tps, decode_tps, forward_passes,"
-                     " tokens_per_forward, peak_device_bytes, energy_mj, n_emissions, runner_ns)"
-                     " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                     " tokens_per_forward, peak_device_bytes, energy_mj, n_emissions, runner_ns, start_ns, client_busy)"
+                     " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                  why);
     if (qs)
         qr = prepare(st, "INSERT INTO request (sample_id, idx, status, error, submit_offset_ns, ttft_ns,"
@@ -892,6 +918,8 @@ static int insert_samples(tb_store *st, int64_t case_id, const tb_case_record *r
         bind_opt_int(qs, 15, s->energy_mj);
         sqlite3_bind_int(qs, 16, (int)s->n_emissions);
         sqlite3_bind_int64(qs, 17, s->runner_ns);
+        sqlite3_bind_int64(qs, 18, s->start_ns);
+        bind_real(qs, 19, s->client_busy > 0 ? 100.0 * s->client_busy : NAN);
         if (sqlite3_step(qs) != SQLITE_DONE) {
             *why = db_error(st);
             ok = 0;
