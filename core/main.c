@@ -160,13 +160,16 @@ static const char usage_history[] =
     "Exit status: 0 printed, 1 error, 2 bad input or nothing matching.\n";
 
 static const char usage_db[] =
-    "usage: tokbench db merge OTHER.db [--db FILE]\n"
+    "usage: tokbench db merge [OTHER.db...] [--db FILE]\n"
     "\n"
-    "merge: import OTHER.db's sessions into the database (created if missing):\n"
-    "sessions by uuid (one already present is skipped, so merging twice is\n"
-    "merging once), machines by fingerprint, every row remapped, all in one\n"
-    "transaction. OTHER.db is only read; an older schema is migrated in memory,\n"
-    "a newer one refused. Exit status: 0 merged, 1 error, 2 bad input.\n";
+    "merge: import each OTHER.db's sessions into the database (created if\n"
+    "missing): sessions by uuid (one already present is skipped, so merging\n"
+    "twice is merging once), machines by fingerprint, every row remapped, each\n"
+    "file in one transaction. OTHER.db is only read; an older schema is migrated\n"
+    "in memory, a newer one refused. Then the shards of a run (`run --shard K/N\n"
+    "--start-at TIME`) whose N sessions are all in the database are joined into\n"
+    "one session that pools every request (docs/METRICS.md, \"Sharded runs\");\n"
+    "without OTHER.db, only that. Exit status: 0 merged, 1 error, 2 bad input.\n";
 
 static const char usage_serve[] =
     "usage: tokbench serve --backend LABEL SUITE [--port N] [--host ADDR] [--max-batch N]\n"
@@ -1071,29 +1074,41 @@ static int cmd_db(int argc, char **argv)
     cli c;
     parse(argc - 1, argv + 1, usage_db, &c);
     free(c.filters);
-    if (c.n_pos != 1) {
-        fputs(usage_db, stderr);
-        return 2;
-    }
     tb_store *st = open_store(c.db, 0);
     if (!st)
         return 1;
-    tb_merge_result r;
     char *err = NULL;
     int rc = 0;
-    if (tb_merge(tb_store_db(st), c.pos[0], &r, &err) != 0) {
+    for (int i = 0; rc == 0 && i < c.n_pos; i++) {
+        tb_merge_result r;
+        if (tb_merge(tb_store_db(st), c.pos[i], &r, &err) != 0) {
+            fprintf(stderr, "tokbench: db merge: %s\n", err);
+            free(err);
+            err = NULL;
+            rc = 1;
+        } else {
+            printf("merged %s into %s: %zu session%s imported (%zu cases, %zu samples, %zu requests; %zu rows), "
+                   "%zu already present, %zu completed; machines: %zu new, %zu known\n",
+                   c.pos[i], c.db, r.sessions_new, r.sessions_new == 1 ? "" : "s", r.cases, r.samples, r.requests,
+                   r.rows, r.sessions_known, r.sessions_completed, r.machines_new, r.machines_known);
+            if (r.running)
+                fprintf(stderr, "tokbench: db merge: %s: not merged, still being written by a run on this machine: "
+                                "%s; merge again once it has ended\n", c.pos[i], r.running);
+            tb_merge_result_free(&r);
+        }
+    }
+    tb_shard_join_result j;
+    if (rc == 0 && tb_shard_join(tb_store_db(st), &j, &err) != 0) {
         fprintf(stderr, "tokbench: db merge: %s\n", err);
         free(err);
         rc = 1;
-    } else {
-        printf("merged %s into %s: %zu session%s imported (%zu cases, %zu samples, %zu requests; %zu rows), "
-               "%zu already present, %zu completed; machines: %zu new, %zu known\n",
-               c.pos[0], c.db, r.sessions_new, r.sessions_new == 1 ? "" : "s", r.cases, r.samples, r.requests,
-               r.rows, r.sessions_known, r.sessions_completed, r.machines_new, r.machines_known);
-        if (r.running)
-            fprintf(stderr, "tokbench: db merge: %s: not merged, still being written by a run on this machine: %s; "
-                            "merge again once it has ended\n", c.pos[0], r.running);
-        tb_merge_result_free(&r);
+    } else if (rc == 0) {
+        if (j.joined || j.known || j.waiting)
+            printf("shards: %zu run%s joined now, %zu joined before%s%s\n", j.joined, j.joined == 1 ? "" : "s",
+                   j.known, j.joined_uuids ? "; new sessions: " : "", j.joined_uuids ? j.joined_uuids : "");
+        if (j.waiting)
+            fprintf(stderr, "tokbench: db merge: not joined: %s\n", j.waiting);
+        tb_shard_join_result_free(&j);
     }
     tb_store_close(st);
     return rc;

@@ -251,7 +251,7 @@ static int pool_sample(joiner *j, const int64_t *cases, const int64_t *offsets, 
             }
             override ov[] = {
                 {"sample_id", sqlite3_mprintf("%lld", (long long)sample)},
-                {"idx", sqlite3_mprintf("%zu", nr)},
+                {"idx", sqlite3_mprintf("%lld", (long long)nr)},
                 {"submit_offset_ns", sqlite3_mprintf("%lld", (long long)submit)},
             };
             if (copy_row(j, "request", sqlite3_column_int64(q, 0), ov, 3) < 0) {
@@ -280,9 +280,9 @@ static int pool_sample(joiner *j, const int64_t *cases, const int64_t *offsets, 
         char busy[64], rec[32];
         snprintf(busy, sizeof busy, isnan(client) ? "NULL" : "%.17g", client);
         snprintf(rec, sizeof rec, recount_known ? "%lld" : "NULL", (long long)recount);
-        sql = sqlite3_mprintf("UPDATE sample SET n_requests = %zu, wall_ns = %lld, output_tokens = %llu,"
+        sql = sqlite3_mprintf("UPDATE sample SET n_requests = %lld, wall_ns = %lld, output_tokens = %lld,"
                               " aggregate_tps = %s, client_busy = %s, recount_tokens = %s WHERE id = %lld",
-                              nr, (long long)rep_m.wall_ns, (unsigned long long)rep_m.output_tokens, agg, busy,
+                              (long long)nr, (long long)rep_m.wall_ns, (long long)rep_m.output_tokens, agg, busy,
                               rec, (long long)sample);
         e = exec(j, sql);
         sqlite3_free(sql);
@@ -303,8 +303,8 @@ static int pool_sample(joiner *j, const int64_t *cases, const int64_t *offsets, 
                 push(&pc->cls[c], 0);
             for (size_t r = 0; r < nr; r++)
                 if (!ok[r]) {
-                    char *sqle = sqlite3_mprintf("SELECT error FROM request WHERE sample_id = %lld AND idx = %zu",
-                                                 (long long)sample, r);
+                    char *sqle = sqlite3_mprintf("SELECT error FROM request WHERE sample_id = %lld AND idx = %lld",
+                                                 (long long)sample, (long long)r);
                     sqlite3_stmt *qe = prep(j, sqle);
                     sqlite3_free(sqle);
                     if (qe && sqlite3_step(qe) == SQLITE_ROW)
@@ -424,7 +424,7 @@ static int join_run(joiner *j, const shard_row *s, size_t n, const char *uuid, c
         {"finished_at", sqlite3_mprintf("(SELECT max(finished_at) FROM session WHERE id IN (%s))", list)},
         {"status", sqlite3_mprintf("'completed'")},
         {"shard_index", sqlite3_mprintf("NULL")},
-        {"shard_count", sqlite3_mprintf("%zu", n)},
+        {"shard_count", sqlite3_mprintf("%lld", (long long)n)},
         {"clock_offset_ns", sqlite3_mprintf("0")},
         {"start_late_ns", sqlite3_mprintf("(SELECT max(start_late_ns) FROM session WHERE id IN (%s))", list)},
         {"owner_boot_id", sqlite3_mprintf("NULL")},
@@ -581,7 +581,7 @@ int tb_shard_join(sqlite3 *db, tb_shard_join_result *res, char **err)
 {
     memset(res, 0, sizeof *res);
     joiner j = {.db = db};
-    tb_str waiting = {0};
+    tb_str waiting = {0}, joined = {0};
     /* the runs: completed shard sessions by suite, start time, shard count */
     sqlite3_stmt *g = prep(&j, "SELECT suite_sha256, start_at, shard_count, count(*), count(DISTINCT shard_index),"
                                " group_concat(shard_index) FROM session WHERE shard_index IS NOT NULL AND status ="
@@ -637,6 +637,7 @@ int tb_shard_join(sqlite3 *db, tb_shard_join_result *res, char **err)
             rc = -1;
         } else {
             res->joined++;
+            tb_str_appendf(&joined, "%s%s", joined.len ? " " : "", uuid);
         }
         free(why);
         free(what);
@@ -646,7 +647,9 @@ int tb_shard_join(sqlite3 *db, tb_shard_join_result *res, char **err)
     }
     sqlite3_finalize(g);
     res->waiting = waiting.len ? tb_str_take(&waiting) : NULL;
+    res->joined_uuids = joined.len ? tb_str_take(&joined) : NULL;
     tb_str_free(&waiting);
+    tb_str_free(&joined);
     if (rc != 0) {
         *err = j.err;
         return -1;
@@ -657,5 +660,6 @@ int tb_shard_join(sqlite3 *db, tb_shard_join_result *res, char **err)
 void tb_shard_join_result_free(tb_shard_join_result *res)
 {
     free(res->waiting);
-    res->waiting = NULL;
+    free(res->joined_uuids);
+    res->waiting = res->joined_uuids = NULL;
 }

@@ -28,6 +28,8 @@
 
 typedef struct tb_shard_join_result {
     size_t joined;  /* runs joined now */
+    char *joined_uuids; /* their sessions' uuids, space-separated
+                           (malloc'd; NULL when none) */
     size_t known;   /* runs joined before */
     char *waiting;  /* runs not (yet) joinable, in words (malloc'd; NULL
                        when none): shards missing or duplicated, shards
