@@ -23,6 +23,7 @@
 #include "serve.h"
 #include "shard.h"
 #include "shard_join.h"
+#include "telemetry.h"
 #include "store.h"
 #include "suite.h"
 #include "tb_config.h"
@@ -558,6 +559,12 @@ static int run_suite(int argc, char **argv, const char *cmdline)
     free(err);
     if (c.shard_n)
         suite.seed = tb_shard_seed(suite.seed, c.shard_k);
+    tb_telemetry_config tc;
+    if (tb_telemetry_config_parse(&suite, &tc, &err) != 0)
+        tb_str_append(&errors, err);
+    free(err);
+    err = NULL;
+    tb_telemetry_config_free(&tc);
     tb_plan plan;
     int planned = tb_plan_build(&suite, &plan, &err) == 0;
     if (!planned)

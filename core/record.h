@@ -79,6 +79,17 @@ typedef struct tb_metric_record {
     char *name_buf;   /* when the name is built (accuracy_TAG): owned */
 } tb_metric_record;
 
+/* A time series sampled while the case ran (core/telemetry.h). */
+typedef struct tb_telemetry_series {
+    char *source; /* the scraped URL, or "nvml" */
+    char *name;   /* metric{labels}, or gpuN:reading */
+} tb_telemetry_series;
+typedef struct tb_telemetry_point {
+    uint32_t series; /* index into tseries */
+    int64_t t_ns;    /* since the sampler started */
+    double value;
+} tb_telemetry_point;
+
 typedef struct tb_case_record {
     int64_t session_id, backend_id;
     const struct tb_case *c;
@@ -91,6 +102,10 @@ typedef struct tb_case_record {
     size_t n_samples;
     tb_metric_record *metrics;
     size_t n_metrics;
+    tb_telemetry_series *tseries;
+    size_t n_tseries;
+    tb_telemetry_point *tpoints;
+    size_t n_tpoints;
 } tb_case_record;
 
 /* Append a metric row; returns it (name and unit borrowed). */

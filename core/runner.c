@@ -16,6 +16,7 @@
 #include "progress.h"
 #include "quality.h"
 #include "stats.h"
+#include "telemetry.h"
 #include "util.h"
 #include "worker_client.h"
 
@@ -34,6 +35,7 @@ typedef struct case_outcome {
     char *error;
     char started_at[32];
     int64_t t_start;
+    tb_telemetry *tm; /* sampling while the case runs, or NULL */
 } case_outcome;
 
 /* Decode a RESULT payload and derive the case's figures (metrics.c) and,
@@ -123,6 +125,7 @@ typedef struct run_state {
     tb_run_summary *sum;
     double max_error_rate;
     int store_failed;
+    tb_telemetry_config telemetry; /* the suite's [telemetry] */
 } run_state;
 
 static void finish_case(run_state *rs, const tb_case *c, case_outcome *o, tb_case_record *rec)
@@ -142,6 +145,16 @@ static void finish_case(run_state *rs, const tb_case *c, case_outcome *o, tb_cas
         rec->host_peak_rss = -1;
 
     char *err = NULL;
+    if (o->tm) { /* what was sampled while it ran, stored with it */
+        char *note = NULL;
+        if (tb_telemetry_stop(o->tm, rec, &note, &err) != 0)
+            note_error(&rs->progress, err);
+        if (note)
+            tb_progress_note(&rs->progress, note);
+        free(note);
+        err = NULL;
+        o->tm = NULL;
+    }
     if (tb_store_case(rs->store, rec, &err) < 0) {
         note_error(&rs->progress, err);
         rs->store_failed = 1;
@@ -275,6 +288,10 @@ static void run_backend(run_state *rs, size_t bi)
             if (info && tb_store_backend_info(rs->store, rs->backend_ids[bi], info, &err) != 0)
                 note_error(&rs->progress, err);
             free(info);
+            err = NULL;
+            o.tm = tb_telemetry_start(&rs->telemetry, &err);
+            if (err)
+                note_error(&rs->progress, err);
             /* the RESULT, after a PROGRESS frame per call */
             static const uint32_t answers[] = {TB_MSG_RESULT, TB_MSG_PROGRESS};
             tb_wire_frame f;
@@ -322,6 +339,9 @@ tb_run_outcome tb_runner_run(tb_plan *plan, tb_store *store, int64_t session_id,
 
     run_state rs = {.plan = plan, .store = store, .session_id = session_id, .backend_ids = backend_ids,
                     .sum = summary, .max_error_rate = max_error_rate};
+    char *terr = NULL; /* main.c reported the suite's errors before the run */
+    if (tb_telemetry_config_parse(plan->suite, &rs.telemetry, &terr) != 0)
+        free(terr);
     uint64_t calls = 0;
     for (size_t i = 0; i < plan->n_cases; i++)
         if (!plan->cases[i].skip_reason)
@@ -330,6 +350,7 @@ tb_run_outcome tb_runner_run(tb_plan *plan, tb_store *store, int64_t session_id,
     for (size_t bi = 0; bi < plan->n_backends && !interrupted && !rs.store_failed; bi++)
         run_backend(&rs, bi);
     tb_progress_finish(&rs.progress);
+    tb_telemetry_config_free(&rs.telemetry);
     if (plan->judge != SIZE_MAX && !interrupted && !rs.store_failed) {
         char *err = NULL;
         if (tb_judge_session(plan, store, session_id, &interrupted, &rs.progress, &err) != 0)

@@ -983,6 +983,47 @@ static int insert_samples(tb_store *st, int64_t case_id, const tb_case_record *r
 
 /* Metric rows of one case; rows without samples (n = 0) are not stored.
  * `replace`: a row of the same name replaces the stored one. */
+/* The case's telemetry series and their points (migration 9). */
+static int insert_telemetry(tb_store *st, int64_t case_id, const tb_case_record *rec, char **why)
+{
+    if (!rec->n_tseries)
+        return 0;
+    sqlite3_stmt *qs = prepare(st, "INSERT INTO telemetry_series (case_id, source, name) VALUES (?,?,?)", why);
+    sqlite3_stmt *qp = qs ? prepare(st, "INSERT OR IGNORE INTO telemetry_point (series_id, t_ns, value) VALUES (?,?,?)",
+                                    why)
+                          : NULL;
+    int64_t *ids = tb_xcalloc(rec->n_tseries, sizeof *ids);
+    int ok = qs && qp;
+    for (size_t i = 0; ok && i < rec->n_tseries; i++) {
+        sqlite3_reset(qs);
+        sqlite3_bind_int64(qs, 1, case_id);
+        bind_text(qs, 2, rec->tseries[i].source);
+        bind_text(qs, 3, rec->tseries[i].name);
+        if (sqlite3_step(qs) != SQLITE_DONE) {
+            *why = db_error(st);
+            ok = 0;
+        }
+        ids[i] = sqlite3_last_insert_rowid(st->db);
+    }
+    for (size_t i = 0; ok && i < rec->n_tpoints; i++) {
+        const tb_telemetry_point *p = &rec->tpoints[i];
+        if (p->series >= rec->n_tseries)
+            continue;
+        sqlite3_reset(qp);
+        sqlite3_bind_int64(qp, 1, ids[p->series]);
+        sqlite3_bind_int64(qp, 2, p->t_ns);
+        bind_real(qp, 3, isfinite(p->value) ? p->value : NAN);
+        if (sqlite3_step(qp) != SQLITE_DONE) {
+            *why = db_error(st);
+            ok = 0;
+        }
+    }
+    free(ids);
+    sqlite3_finalize(qs);
+    sqlite3_finalize(qp);
+    return ok ? 0 : -1;
+}
+
 static int insert_metrics(tb_store *st, int64_t case_id, const tb_metric_record *rows, size_t n, int replace,
                           char **why)
 {
@@ -1057,7 +1098,8 @@ int64_t tb_store_case(tb_store *st, const tb_case_record *rec, char **err)
             why = db_error(st);
         sqlite3_finalize(q);
     }
-    if (case_id < 0 || insert_samples(st, case_id, rec, &why) != 0 || insert_metrics(st, case_id, rec->metrics, rec->n_metrics, 0, &why) != 0) {
+    if (case_id < 0 || insert_samples(st, case_id, rec, &why) != 0 || insert_metrics(st, case_id, rec->metrics, rec->n_metrics, 0, &why) != 0 ||
+        insert_telemetry(st, case_id, rec, &why) != 0) {
         *err = tb_xasprintf("storing case #%zu failed: %s", c->ordinal, why ? why : "?");
         free(why);
         sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
