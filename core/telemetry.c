@@ -182,13 +182,19 @@ int tb_prom_parse_line(const char *line, size_t len, tb_prom_sample *out, char *
             }
             while (p < end && (*p == ' ' || *p == '\t'))
                 p++;
-            if (k == 0 || p + 1 >= end || *p != '=' || p[1] != '"') {
+            if (k == 0 || p >= end || *p != '=') {
+                snprintf(why, why_size, "expected label=\"value\" inside {}");
+                return -1;
+            }
+            for (p++; p < end && (*p == ' ' || *p == '\t');)
+                p++;
+            if (p >= end || *p != '"') {
                 snprintf(why, why_size, "expected label=\"value\" inside {}");
                 return -1;
             }
             LABEL_PUT('=');
             LABEL_PUT('"');
-            p += 2;
+            p++;
             for (;;) {
                 if (p >= end) {
                     snprintf(why, why_size, "a label value without its closing quote");
@@ -256,7 +262,7 @@ int tb_prom_parse_line(const char *line, size_t len, tb_prom_sample *out, char *
         errno = 0;
         out->value = strtod(num, &e);
         /* strtod's own spellings of infinity and NaN are not the format's */
-        if (k == 0 || *e || errno == EINVAL || strpbrk(num, "iInN")) {
+        if (k == 0 || *e || errno == EINVAL || strpbrk(num, "iInNxXpP")) {
             snprintf(why, why_size, "\"%.40s\" is not a number", num);
             return -1;
         }
@@ -265,12 +271,15 @@ int tb_prom_parse_line(const char *line, size_t len, tb_prom_sample *out, char *
     while (p < end && (*p == ' ' || *p == '\t'))
         p++;
     if (p < end && *p != '\r') {
-        const char *t = p;
         if (*p == '-')
             p++;
+        const char *t = p; /* the timestamp's digits */
         while (p < end && *p >= '0' && *p <= '9')
             p++;
-        if (p == t || (p < end && *p != '\r' && *p != ' ')) {
+        int digits = p > t;
+        while (p < end && (*p == ' ' || *p == '\t' || *p == '\r'))
+            p++;
+        if (!digits || p < end) {
             snprintf(why, why_size, "unexpected text after the value");
             return -1;
         }
