@@ -559,6 +559,7 @@ static int run_suite(int argc, char **argv, const char *cmdline)
     free(err);
     if (c.shard_n)
         suite.seed = tb_shard_seed(suite.seed, c.shard_k);
+    err = NULL;
     tb_telemetry_config tc;
     if (tb_telemetry_config_parse(&suite, &tc, &err) != 0)
         tb_str_append(&errors, err);

@@ -793,6 +793,7 @@ int tb_store_session_shard(tb_store *st, int64_t session, const tb_session_shard
             why = db_error(st);
         else if (sqlite3_changes(st->db) != 1)
             why = tb_xasprintf("no session %lld", (long long)session);
+        sqlite3_finalize(q);
     }
     if (why) {
         *err = tb_xasprintf("storing the session's clock failed: %s", why);

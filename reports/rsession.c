@@ -143,6 +143,32 @@ const char *tb_rfmt(char *buf, size_t size, double v, int prec)
 
 /* ---------------------------------------------------------- session */
 
+/* A shard of a run split over machines, or the session joining them
+ * (migration 8): which, and on what clocks. Nothing for other sessions. */
+static void shard_conditions(sqlite3 *db, int64_t id, tb_rkvs *k)
+{
+    sqlite3_stmt *q;
+    if (sqlite3_prepare_v2(db, "SELECT shard_index, shard_count, start_at, start_late_ns,"
+                               " (SELECT group_concat(hostname || ' ' || (offset_to_first_ns / 1000) || ' us', ', ')"
+                               "  FROM (SELECT * FROM shard WHERE session_id = ?1 ORDER BY shard_index))"
+                               " FROM session WHERE id = ?1", -1, &q, NULL) != SQLITE_OK)
+        return; /* a database before migration 8 */
+    sqlite3_bind_int64(q, 1, id);
+    if (sqlite3_step(q) == SQLITE_ROW && sqlite3_column_type(q, 1) != SQLITE_NULL) {
+        int64_t n = sqlite3_column_int64(q, 1);
+        const char *at = sqlite3_column_text(q, 2) ? (const char *)sqlite3_column_text(q, 2) : "?";
+        if (sqlite3_column_type(q, 0) == SQLITE_NULL)
+            kv_add(k, "shards", tb_xasprintf("%lld shards joined by db merge, started at %s; hosts and clock offsets "
+                                             "from shard 0: %s", (long long)n, at,
+                                             sqlite3_column_text(q, 4) ? (const char *)sqlite3_column_text(q, 4) : "?"));
+        else
+            kv_add(k, "shards", tb_xasprintf("shard %lld of %lld (0-based), started at %s, %.1f ms late",
+                                             (long long)sqlite3_column_int64(q, 0), (long long)n, at,
+                                             (double)sqlite3_column_int64(q, 3) * 1e-6));
+    }
+    sqlite3_finalize(q);
+}
+
 static int load_session(sqlite3 *db, int64_t id, tb_rsession *s, char **err)
 {
     static const char sql[] =
@@ -204,6 +230,7 @@ static int load_session(sqlite3 *db, int64_t id, tb_rsession *s, char **err)
     if (s->has_prompt_set)
         kv_add(k, "prompt set", tb_xasprintf("%s (sha256 %s)", sqlite3_column_text(q, 31),
                                              sqlite3_column_text(q, 32) ? (const char *)sqlite3_column_text(q, 32) : "?"));
+    shard_conditions(db, id, k);
 
     k = &s->machine;
     kv_add(k, "host", dup_col(q, 16));

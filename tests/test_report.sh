@@ -292,6 +292,12 @@ q "$tmp/older.db" "alter table session drop column owner_boot_id; alter table se
 q "$tmp/older.db" "alter table metric drop column p90; alter table metric drop column p99;
   alter table request drop column prompt_hash; alter table session drop column config_sha256;
   alter table session drop column config_json"
+# migration 8's (sharded runs) and 9's (telemetry)
+q "$tmp/older.db" "drop table shard; alter table session drop column shard_index;
+  alter table session drop column shard_count; alter table session drop column start_at;
+  alter table session drop column clock_offset_ns; alter table session drop column start_late_ns;
+  alter table sample drop column start_ns; alter table sample drop column client_busy;
+  drop table telemetry_point; drop table telemetry_series"
 q "$tmp/older.db" "pragma user_version = 1"
 "$tb" db merge "$tmp/older.db" --db "$tmp/z.db" >/dev/null || fail "older schema not merged"
 [ "$(q "$tmp/older.db" "pragma user_version")" = 1 ] || fail "merge modified the other database"

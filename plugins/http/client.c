@@ -176,8 +176,10 @@ tb_http_client *tb_http_client_new(const tb_host *host, char *err, size_t err_si
     }
     c->host = host;
     c->has_emit_output = TB_STRUCT_HAS(host, tb_host, emit_output) && host->emit_output;
-    if (loops_reserve(c, 1) != 0) {
-        snprintf(err, err_size, "cannot start the event loop (curl_multi_init, epoll or timerfd failed)");
+    int r = loops_reserve(c, 1);
+    if (r != 0) {
+        snprintf(err, err_size, r == -2 ? "out of memory"
+                                        : "cannot start the event loop (curl_multi_init, epoll or timerfd failed)");
         tb_http_client_free(c);
         return NULL;
     }
@@ -532,19 +534,20 @@ static void loop_free(loop *lp)
     lp->epfd = lp->tfd = -1;
 }
 
-/* Loops 0..k-1 ready; -1 when one cannot be made (those made stay). */
+/* Loops 0..k-1 ready; -1 when one cannot be made (those made stay), -2
+ * when memory for one ran out. */
 static int loops_reserve(tb_http_client *c, uint32_t k)
 {
     if (k <= c->n_loops)
         return 0;
     loop **p = realloc(c->loops, k * sizeof *p);
     if (!p)
-        return -1;
+        return -2;
     c->loops = p;
     for (uint32_t i = c->n_loops; i < k; i++) {
         loop *lp = calloc(1, sizeof *lp);
         if (!lp)
-            return -1;
+            return -2;
         lp->c = c;
         lp->id = i;
         lp->multi = curl_multi_init();
