@@ -116,7 +116,10 @@ grep -q "shards: 0 runs joined now, 1 joined before" "$tmp/again.out" \
     || { cat "$tmp/again.out"; fail "merge again"; }
 J=$(q "$tmp/m.db" "select id from session where shard_index is null and shard_count = 4")
 [ -n "$J" ] || { fail "no joined session"; exit 1; }
-"$tb" show "$J" --db "$tmp/m.db" >"$tmp/show.out" 2>&1 && ok "show the joined session" || fail "show $J"
+"$tb" report "$J" --format md --db "$tmp/m.db" >"$tmp/show.out" 2>&1 && grep -q "4 shards joined by db merge" "$tmp/show.out" \
+    && ok "the joined session's report names its shards" || fail "report $J: $(grep -i shard "$tmp/show.out")"
+"$tb" report "$(q "$tmp/m.db" "select id from session where shard_index = 2")" --format md --db "$tmp/m.db" 2>&1 \
+    | grep -q "shard 2 of 4 (0-based), started at" && ok "a shard's report says which" || fail "shard 2's report"
 
 # per repetition: the same requests and tokens as the whole run
 whole=$(q "$tmp/whole.db" "select group_concat(repetition || ':' || n_requests || ':' || output_tokens, ' ') from
