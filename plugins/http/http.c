@@ -5,8 +5,9 @@
  *
  * One generate() call is one load: n_requests requests (the suite's
  * `requests`) sent closed-loop at `concurrency` or open-loop at
- * `request_rate` (gamma arrivals, `burstiness`), all on one libcurl multi
- * event loop (client.c). Every streamed chunk with text is an emission;
+ * `request_rate` (gamma arrivals, `burstiness`), on `loops` libcurl multi
+ * event loops (client.c: a thread each; the client's own CPU comes back
+ * as tb_result.client_busy). Every streamed chunk with text is an emission;
  * each request's submit time is its scheduled send time. Output tokens are
  * the server's usage.completion_tokens; with `tokenizer` (the model's
  * tokenizer.json) the runner re-counts the output text and flags a
