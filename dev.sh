@@ -18,6 +18,7 @@ packages=(meson ninja-build pkg-config gcc libc6-dev python3 make
           libpcre2-dev libutf8proc-dev libcurl4-openssl-dev libopenblas-dev libmicrohttpd-dev
           chromium fonts-dejavu-core  # chromium + a font: the HTML report's browser test
           nodejs npm                  # the OpenAI Node SDK test (tests/node, npm ci below)
+          python3-yaml                # tests/test_shard.sh reads the Kubernetes example
           clang libclang-rt-dev)      # libFuzzer + sanitizers: tests/fuzz/run.sh
 
 install_packages() {

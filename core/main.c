@@ -21,6 +21,9 @@
 #include "plan.h"
 #include "runner.h"
 #include "serve.h"
+#include "shard.h"
+#include "shard_join.h"
+#include "telemetry.h"
 #include "store.h"
 #include "suite.h"
 #include "tb_config.h"
@@ -52,7 +55,7 @@ static const char usage_main[] =
 
 static const char usage_run[] =
     "usage: tokbench run SUITE [--db FILE] [--dry-run] [--filter KEY=V1[,V2...]]...\n"
-    "                    [--max-error-rate X]\n"
+    "                    [--max-error-rate X] [--shard K/N --start-at TIME]\n"
     "\n"
     "Expand SUITE (an INI file) into cases, run each backend in a process of\n"
     "its own, store every case in the database as it finishes, and print the\n"
@@ -65,6 +68,14 @@ static const char usage_run[] =
     "  --max-error-rate X  a case whose failed requests are more than the\n"
     "                  fraction X of its requests is degraded (default 0: any\n"
     "                  failed request); a case whose every request failed is failed\n"
+    "  --shard K/N     run shard K (0-based) of N of every case's load: its share\n"
+    "                  of the requests and of the concurrency, request_rate / N,\n"
+    "                  a seed of its own; on N machines (examples/: a Kubernetes\n"
+    "                  Indexed Job, a Slurm job array), then `db merge` joins the\n"
+    "                  N sessions into one (serving backends only)\n"
+    "  --start-at TIME start the cases at TIME (UTC, 2026-12-01T19:00:00Z, or\n"
+    "                  @UNIX_SECONDS): the N shards start together (required\n"
+    "                  with --shard; it names the run the shards belong to)\n"
     "\n"
     "Exit status: 0 when every case ran ok (not degraded) or was skipped, 1 when\n"
     "a case failed or is degraded, 2 on bad input, 130 when interrupted.\n";
@@ -150,13 +161,16 @@ static const char usage_history[] =
     "Exit status: 0 printed, 1 error, 2 bad input or nothing matching.\n";
 
 static const char usage_db[] =
-    "usage: tokbench db merge OTHER.db [--db FILE]\n"
+    "usage: tokbench db merge [OTHER.db...] [--db FILE]\n"
     "\n"
-    "merge: import OTHER.db's sessions into the database (created if missing):\n"
-    "sessions by uuid (one already present is skipped, so merging twice is\n"
-    "merging once), machines by fingerprint, every row remapped, all in one\n"
-    "transaction. OTHER.db is only read; an older schema is migrated in memory,\n"
-    "a newer one refused. Exit status: 0 merged, 1 error, 2 bad input.\n";
+    "merge: import each OTHER.db's sessions into the database (created if\n"
+    "missing): sessions by uuid (one already present is skipped, so merging\n"
+    "twice is merging once), machines by fingerprint, every row remapped, each\n"
+    "file in one transaction. OTHER.db is only read; an older schema is migrated\n"
+    "in memory, a newer one refused. Then the shards of a run (`run --shard K/N\n"
+    "--start-at TIME`) whose N sessions are all in the database are joined into\n"
+    "one session that pools every request (docs/METRICS.md, \"Sharded runs\");\n"
+    "without OTHER.db, only that. Exit status: 0 merged, 1 error, 2 bad input.\n";
 
 static const char usage_serve[] =
     "usage: tokbench serve --backend LABEL SUITE [--port N] [--host ADDR] [--max-batch N]\n"
@@ -180,12 +194,15 @@ static const char usage_serve[] =
     "                   ops: ar); static: batches run to their end, requests\n"
     "                   arriving meanwhile wait (every backend; the fallback)\n"
     "  --port-file F    write the port to F once listening (for scripts)\n"
+    "  --reuse-port     let other servers listen on the same port (SO_REUSEPORT):\n"
+    "                   the kernel spreads connections across them, each with its\n"
+    "                   own backend process (docs/PERFORMANCE.md)\n"
     "\n"
     "Stops on SIGINT or SIGTERM (exit 0). Exit 1 when the backend cannot load,\n"
     "2 on bad input.\n";
 
 enum { OPT_DB = 1000, OPT_WIDE, OPT_WIDTH, OPT_DRY_RUN, OPT_FILTER, OPT_LIMIT, OPT_FORMAT, OPT_LAST, OPT_BACKEND, OPT_BACKENDS,
-       OPT_METRIC, OPT_ALPHA, OPT_FAIL_SLOWER, OPT_FAIL_ACC, OPT_FAIL_ERR_RATE, OPT_FAIL_P99_TTFT, OPT_MAX_ERROR_RATE, OPT_PORT, OPT_HOST, OPT_MAX_BATCH, OPT_PORT_FILE, OPT_BATCHING,
+       OPT_METRIC, OPT_ALPHA, OPT_FAIL_SLOWER, OPT_FAIL_ACC, OPT_FAIL_ERR_RATE, OPT_FAIL_P99_TTFT, OPT_MAX_ERROR_RATE, OPT_PORT, OPT_HOST, OPT_MAX_BATCH, OPT_PORT_FILE, OPT_BATCHING, OPT_REUSE_PORT, OPT_SHARD, OPT_START_AT,
        OPT_LOAD_TIMEOUT };
 
 /* The options of every command but serve: each accepts them all and uses
@@ -204,6 +221,8 @@ static const struct option common_opts[] = {
     {"alpha", required_argument, NULL, OPT_ALPHA},
     {"fail-if-slower", required_argument, NULL, OPT_FAIL_SLOWER},
     {"max-error-rate", required_argument, NULL, OPT_MAX_ERROR_RATE},
+    {"shard", required_argument, NULL, OPT_SHARD},
+    {"start-at", required_argument, NULL, OPT_START_AT},
     {"fail-if-accuracy-drops", required_argument, NULL, OPT_FAIL_ACC},
     {"fail-if-error-rate-above", required_argument, NULL, OPT_FAIL_ERR_RATE},
     {"fail-if-p99-ttft-above", required_argument, NULL, OPT_FAIL_P99_TTFT},
@@ -223,6 +242,7 @@ static const struct option serve_opts[] = {
     {"max-batch", required_argument, NULL, OPT_MAX_BATCH},
     {"port-file", required_argument, NULL, OPT_PORT_FILE},
     {"batching", required_argument, NULL, OPT_BATCHING},
+    {"reuse-port", no_argument, NULL, OPT_REUSE_PORT},
     {"help", no_argument, NULL, 'h'},
     {0, 0, 0, 0},
 };
@@ -245,11 +265,15 @@ typedef struct cli {
     double fail_pct;
     double fail_acc_pp, fail_err_rate, fail_p99_ttft_pct; /* compare's gates; NaN: off */
     double max_error_rate; /* run: a fraction in [0, 1] */
+    uint32_t shard_k, shard_n; /* run --shard K/N; n 0: not sharded */
+    int64_t start_at;          /* run --start-at, realtime ns; -1: none */
+    const char *start_at_text;
     long port;             /* serve: [0, 65535] */
     const char *host;      /* serve: not yet checked to be an address */
     long max_batch;        /* serve: [1, 65536]; 0 when not given */
     double load_timeout;   /* plugins: seconds, > 0 */
     const char *port_file; /* serve */
+    int reuse_port;        /* serve */
     int static_batching;   /* serve: --batching static */
     int wide;              /* show: --wide */
     long width;            /* show: --width N; 0 when not given */
@@ -294,6 +318,7 @@ static int parse_opts(int argc, char **argv, const char *usage, const struct opt
     c->port = 8000;
     c->host = "127.0.0.1";
     c->load_timeout = 60;
+    c->start_at = -1;
     optind = 1;
     int ch;
     while ((ch = getopt_long(argc, argv, shortopts, opts, NULL)) != -1) {
@@ -370,6 +395,23 @@ static int parse_opts(int argc, char **argv, const char *usage, const struct opt
                 exit(2);
             }
             break;
+        case OPT_SHARD: {
+            char *e = NULL;
+            if (tb_shard_parse(optarg, &c->shard_k, &c->shard_n, &e) != 0) {
+                fprintf(stderr, "%s: %s\n", argv[0], e);
+                exit(2);
+            }
+            break;
+        }
+        case OPT_START_AT: {
+            char *e = NULL;
+            if (tb_shard_parse_time(optarg, &c->start_at, &e) != 0) {
+                fprintf(stderr, "%s: %s\n", argv[0], e);
+                exit(2);
+            }
+            c->start_at_text = optarg;
+            break;
+        }
         case OPT_MAX_ERROR_RATE:
             c->max_error_rate = number_arg("--max-error-rate", optarg, usage);
             if (!(c->max_error_rate >= 0 && c->max_error_rate <= 1)) {
@@ -388,6 +430,9 @@ static int parse_opts(int argc, char **argv, const char *usage, const struct opt
             break;
         case OPT_PORT_FILE:
             c->port_file = optarg;
+            break;
+        case OPT_REUSE_PORT:
+            c->reuse_port = 1;
             break;
         case OPT_BATCHING:
             if (strcmp(optarg, "static") != 0 && strcmp(optarg, "continuous") != 0) {
@@ -500,15 +545,34 @@ static int run_suite(int argc, char **argv, const char *cmdline)
      * is to fix: what does not parse, then what the plan finds in what
      * did (plugins, options, the plugins' own checks, the prompt set,
      * missing files), then cases too large to measure. */
+    if (c.shard_n && c.start_at < 0) {
+        fprintf(stderr, "tokbench: --shard needs --start-at TIME: the shards start together, and the time names "
+                        "the run they belong to\n");
+        free(c.filters);
+        return 2;
+    }
     tb_suite suite;
     char *err = NULL;
     tb_str errors = {0};
     if (tb_suite_parse(c.pos[0], &suite, &err) != 0)
         tb_str_append(&errors, err);
     free(err);
+    if (c.shard_n)
+        suite.seed = tb_shard_seed(suite.seed, c.shard_k);
+    err = NULL;
+    tb_telemetry_config tc;
+    if (tb_telemetry_config_parse(&suite, &tc, &err) != 0)
+        tb_str_append(&errors, err);
+    free(err);
+    err = NULL;
+    tb_telemetry_config_free(&tc);
     tb_plan plan;
     int planned = tb_plan_build(&suite, &plan, &err) == 0;
     if (!planned)
+        tb_str_append(&errors, err);
+    free(err);
+    err = NULL;
+    if (planned && c.shard_n && tb_shard_apply(&plan, c.shard_k, c.shard_n, &err) != 0)
         tb_str_append(&errors, err);
     free(err);
     err = NULL;
@@ -585,6 +649,27 @@ static int run_suite(int argc, char **argv, const char *cmdline)
     for (size_t i = 0; i < plan.n_backends; i++)
         for (size_t k = 0; k < plan.backends[i].n_notes; k++)
             fprintf(stderr, "note: %s: %s\n", plan.backends[i].sb->label, plan.backends[i].notes[k]);
+
+    /* The session's clock (and a shard's share): every sample's times are
+     * this host's monotonic clock; the offset makes them wall-clock
+     * times, on which the shards of a run are joined. */
+    char start_text[32] = "";
+    tb_session_shard sh = {.shard_index = c.shard_k, .shard_count = c.shard_n};
+    if (c.start_at >= 0) {
+        tb_shard_format_time(c.start_at, start_text);
+        sh.start_at = start_text;
+        if (c.shard_n)
+            fprintf(stderr, "tokbench: shard %u/%u starts at %s\n", c.shard_k, c.shard_n, start_text);
+        else
+            fprintf(stderr, "tokbench: starts at %s\n", start_text);
+    }
+    sh.start_late_ns = c.start_at >= 0 ? tb_shard_wait(c.start_at) : 0;
+    sh.clock_offset_ns = tb_shard_clock_offset();
+    if (tb_store_session_shard(st, session, &sh, &err) != 0) {
+        fprintf(stderr, "tokbench: %s: %s\n", c.db, err);
+        free(err);
+        err = NULL;
+    }
 
     tb_run_summary sum;
     tb_run_outcome outcome = tb_runner_run(&plan, st, session, backend_ids, c.max_error_rate, &sum);
@@ -997,29 +1082,41 @@ static int cmd_db(int argc, char **argv)
     cli c;
     parse(argc - 1, argv + 1, usage_db, &c);
     free(c.filters);
-    if (c.n_pos != 1) {
-        fputs(usage_db, stderr);
-        return 2;
-    }
     tb_store *st = open_store(c.db, 0);
     if (!st)
         return 1;
-    tb_merge_result r;
     char *err = NULL;
     int rc = 0;
-    if (tb_merge(tb_store_db(st), c.pos[0], &r, &err) != 0) {
+    for (int i = 0; rc == 0 && i < c.n_pos; i++) {
+        tb_merge_result r;
+        if (tb_merge(tb_store_db(st), c.pos[i], &r, &err) != 0) {
+            fprintf(stderr, "tokbench: db merge: %s\n", err);
+            free(err);
+            err = NULL;
+            rc = 1;
+        } else {
+            printf("merged %s into %s: %zu session%s imported (%zu cases, %zu samples, %zu requests; %zu rows), "
+                   "%zu already present, %zu completed; machines: %zu new, %zu known\n",
+                   c.pos[i], c.db, r.sessions_new, r.sessions_new == 1 ? "" : "s", r.cases, r.samples, r.requests,
+                   r.rows, r.sessions_known, r.sessions_completed, r.machines_new, r.machines_known);
+            if (r.running)
+                fprintf(stderr, "tokbench: db merge: %s: not merged, still being written by a run on this machine: "
+                                "%s; merge again once it has ended\n", c.pos[i], r.running);
+            tb_merge_result_free(&r);
+        }
+    }
+    tb_shard_join_result j;
+    if (rc == 0 && tb_shard_join(tb_store_db(st), &j, &err) != 0) {
         fprintf(stderr, "tokbench: db merge: %s\n", err);
         free(err);
         rc = 1;
-    } else {
-        printf("merged %s into %s: %zu session%s imported (%zu cases, %zu samples, %zu requests; %zu rows), "
-               "%zu already present, %zu completed; machines: %zu new, %zu known\n",
-               c.pos[0], c.db, r.sessions_new, r.sessions_new == 1 ? "" : "s", r.cases, r.samples, r.requests,
-               r.rows, r.sessions_known, r.sessions_completed, r.machines_new, r.machines_known);
-        if (r.running)
-            fprintf(stderr, "tokbench: db merge: %s: not merged, still being written by a run on this machine: %s; "
-                            "merge again once it has ended\n", c.pos[0], r.running);
-        tb_merge_result_free(&r);
+    } else if (rc == 0) {
+        if (j.joined || j.known || j.waiting)
+            printf("shards: %zu run%s joined now, %zu joined before%s%s\n", j.joined, j.joined == 1 ? "" : "s",
+                   j.known, j.joined_uuids ? "; new sessions: " : "", j.joined_uuids ? j.joined_uuids : "");
+        if (j.waiting)
+            fprintf(stderr, "tokbench: db merge: not joined: %s\n", j.waiting);
+        tb_shard_join_result_free(&j);
     }
     tb_store_close(st);
     return rc;
@@ -1046,7 +1143,7 @@ static int cmd_serve(int argc, char **argv)
     }
     tb_serve_options o = {.suite = c.pos[0], .backend = c.backend, .host = c.host, .port = (uint16_t)c.port,
                           .max_batch = (uint32_t)c.max_batch, .port_file = c.port_file,
-                          .static_batching = c.static_batching};
+                          .static_batching = c.static_batching, .reuse_port = c.reuse_port};
     return tb_serve_main(&o);
 }
 

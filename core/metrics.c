@@ -67,7 +67,7 @@ double tb_roofline_pct(double flops, double bytes, double peak_flops, double pea
 /* Indices of the metrics tb_case_metrics computes, in registry order. */
 enum {
     M_REQ_TPS, M_AGG_TPS, M_DECODE_TPS, M_TTFT, M_TPOT, M_ITL, M_E2E, M_PREFILL, M_DECODE, M_WALL, M_NFE, M_TPF,
-    M_STEPS, M_ANSWER, M_REQ_RATE, M_ERR_RATE, M_GOODPUT, M_ROOFLINE, M_RUNNER, M_COUNT
+    M_STEPS, M_ANSWER, M_REQ_RATE, M_ERR_RATE, M_GOODPUT, M_ROOFLINE, M_RUNNER, M_CLIENT_BUSY, M_COUNT
 };
 
 const tb_metric_def tb_metric_defs[] = {
@@ -90,6 +90,7 @@ const tb_metric_def tb_metric_defs[] = {
     [M_GOODPUT] = {"goodput", "requests/s", TB_BETTER_HIGHER, "calls"},
     [M_ROOFLINE] = {"roofline_pct", "%", TB_BETTER_HIGHER, "calls"},
     [M_RUNNER] = {"runner_us", "us", TB_BETTER_LOWER, "calls"},
+    [M_CLIENT_BUSY] = {"client_busy", "%", TB_BETTER_LOWER, "calls"},
     /* The quality metrics (quality.c, judge.c); "quality" is a score
      * another tool may store with the runs. */
     {"quality", "score", TB_BETTER_HIGHER, "samples"},
@@ -147,29 +148,53 @@ static void push(dvec *d, double x)
     d->v[d->n++] = x;
 }
 
+/* A call's emissions grouped by request, each group in arrival order:
+ * request r's are em[idx[first[r]]] .. em[idx[first[r + 1] - 1]] (one
+ * pass to count, one to place: a call of R requests and E emissions
+ * costs O(R + E), not R scans of E). */
+typedef struct em_index {
+    uint32_t *first; /* [n_requests + 1] */
+    uint32_t *idx;   /* [n_emissions] */
+} em_index;
+
+static void em_index_build(const tb_call_view *cv, em_index *ix)
+{
+    uint32_t n = cv->call.n_requests, ne = cv->call.n_emissions;
+    ix->first = tb_xcalloc((size_t)n + 2, sizeof *ix->first);
+    ix->idx = tb_xcalloc(ne ? ne : 1, sizeof *ix->idx);
+    for (uint32_t e = 0; e < ne; e++)
+        if (cv->em[e].request < n)
+            ix->first[cv->em[e].request + 2]++;
+    for (uint32_t r = 0; r < n; r++)
+        ix->first[r + 2] += ix->first[r + 1];
+    for (uint32_t e = 0; e < ne; e++) /* first[r + 1]: where r's next goes */
+        if (cv->em[e].request < n)
+            ix->idx[ix->first[cv->em[e].request + 1]++] = e;
+}
+
 /* Request r's emission times in arrival order into *t (grown); count. */
-static size_t emission_times(const tb_call_view *cv, uint32_t r, int64_t **t, size_t *cap)
+static size_t emission_times(const tb_call_view *cv, const em_index *ix, uint32_t r, int64_t **t, size_t *cap)
 {
     size_t n = 0;
-    for (uint32_t e = 0; e < cv->call.n_emissions; e++)
-        if (cv->em[e].request == r) {
-            if (n == *cap) {
-                *cap = *cap ? 2 * *cap : 256;
-                *t = tb_xrealloc(*t, *cap * sizeof **t);
-            }
-            (*t)[n++] = cv->em[e].t_ns;
+    for (uint32_t k = ix->first[r]; k < ix->first[r + 1]; k++) {
+        if (n == *cap) {
+            *cap = *cap ? 2 * *cap : 256;
+            *t = tb_xrealloc(*t, *cap * sizeof **t);
         }
+        (*t)[n++] = cv->em[ix->idx[k]].t_ns;
+    }
     return n;
 }
 
-static char *emissions_json(const tb_call_view *cv, uint32_t r, int streaming)
+static char *emissions_json(const tb_call_view *cv, const em_index *ix, uint32_t r, int streaming)
 {
     tb_str js = {0};
     tb_str_append(&js, "[");
-    for (uint32_t e = 0; streaming && e < cv->call.n_emissions; e++)
-        if (cv->em[e].request == r)
-            tb_str_appendf(&js, "%s[%.3f,%u]", js.len > 1 ? "," : "",
-                           (double)(cv->em[e].t_ns - cv->req[r].t_submit_ns) * 1e-6, cv->em[e].n_tokens);
+    for (uint32_t k = ix->first[r]; streaming && k < ix->first[r + 1]; k++) {
+        const tb_emission *e = &cv->em[ix->idx[k]];
+        tb_str_appendf(&js, "%s[%.3f,%u]", js.len > 1 ? "," : "", (double)(e->t_ns - cv->req[r].t_submit_ns) * 1e-6,
+                       e->n_tokens);
+    }
     tb_str_append(&js, "]");
     return tb_str_take(&js);
 }
@@ -211,16 +236,20 @@ static void one_call(const tb_call_view *cv, uint32_t k, const tb_case_metrics_o
     uint32_t *n_out = tb_xcalloc(n ? n : 1, sizeof *n_out);
     int *ok = tb_xcalloc(n ? n : 1, sizeof *ok);
     tb_request_metrics *rm = tb_xcalloc(n ? n : 1, sizeof *rm);
+    em_index ix;
+    em_index_build(cv, &ix);
     int64_t first_submit = INT64_MAX;
     for (uint32_t r = 0; r < n; r++)
         if (cv->req[r].t_submit_ns < first_submit)
             first_submit = cv->req[r].t_submit_ns;
+    s->start_ns = n ? first_submit : 0;
+    s->client_busy = call->client_busy;
     const char *text = cv->texts;
     for (uint32_t r = 0; r < n; r++) {
         const tb_raw_request *w = &cv->req[r];
         /* A backend that does not stream has no first token before its
          * last: its emissions (if any) are not timings. */
-        size_t ne = streaming ? emission_times(cv, r, em_t, em_cap) : 0;
+        size_t ne = streaming ? emission_times(cv, &ix, r, em_t, em_cap) : 0;
         /* Neither emissions nor a done time: the request ended, at the
          * latest, when generate() returned. */
         int64_t done = w->t_done_ns || ne ? w->t_done_ns : call->t_return_ns;
@@ -243,7 +272,7 @@ static void one_call(const tb_call_view *cv, uint32_t k, const tb_case_metrics_o
             .scored = w->scored && ok[r],
             .prompt_tokens = w->prompt_tokens,
             .max_tokens = w->max_tokens,
-            .emissions_json = emissions_json(cv, r, streaming),
+            .emissions_json = emissions_json(cv, &ix, r, streaming),
         };
         for (int i = 0; i < TB_N_SCORES; i++)
             q->scores[i] = NAN;
@@ -303,10 +332,14 @@ static void one_call(const tb_call_view *cv, uint32_t k, const tb_case_metrics_o
                                       s->m.wall_ns);
         if (!isnan(roof))
             push(&m[M_ROOFLINE], roof);
+        if (call->client_busy > 0)
+            push(&m[M_CLIENT_BUSY], 100.0 * call->client_busy);
     }
     free(n_out);
     free(ok);
     free(rm);
+    free(ix.first);
+    free(ix.idx);
 }
 
 /* "errors_" + class, for the metric rows (static storage). */

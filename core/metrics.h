@@ -30,6 +30,7 @@ typedef struct tb_raw_call {
     int64_t forward_passes;        /* 0: not reported */
     int64_t peak_device_bytes, energy_mj; /* -1: unknown */
     double flops, bytes, peak_flops, peak_bytes_per_s; /* the roofline; 0: not reported */
+    double client_busy;  /* tb_result.client_busy, 0..1; 0: not reported */
 } tb_raw_call;
 
 /* The raw figures of one request of a call. */
@@ -86,6 +87,11 @@ int tb_request_good(const tb_request_metrics *m, double goodput_ttft_ms, double 
  * missing (<= 0). */
 double tb_roofline_pct(double flops, double bytes, double peak_flops, double peak_bytes_per_s,
                        int64_t wall_ns);
+
+/* A client backend whose client_busy (docs/METRICS.md) reaches this
+ * percentage in a case's median call was saturated: its figures are its
+ * own ceiling, not the server's (reports/warnings.c warns). */
+#define TB_CLIENT_SATURATED_PCT 90.0
 
 /* ------------------------------------------------------ the registry */
 

@@ -30,6 +30,15 @@ void tb_case_record_free(tb_case_record *rec)
     for (size_t i = 0; i < rec->n_metrics; i++)
         free(rec->metrics[i].name_buf);
     free(rec->metrics);
+    for (size_t i = 0; i < rec->n_tseries; i++) {
+        free(rec->tseries[i].source);
+        free(rec->tseries[i].name);
+    }
+    free(rec->tseries);
+    free(rec->tpoints);
+    rec->tseries = NULL;
+    rec->tpoints = NULL;
+    rec->n_tseries = rec->n_tpoints = 0;
     rec->samples = NULL;
     rec->n_samples = 0;
     rec->metrics = NULL;

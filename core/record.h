@@ -69,6 +69,8 @@ typedef struct tb_sample_record {
     int64_t recount_tokens;  /* -1: none */
     uint32_t n_emissions;
     int64_t runner_ns;
+    int64_t start_ns;        /* the call's first submit, host monotonic ns */
+    double client_busy;      /* tb_result.client_busy, 0..1; 0: not reported */
     tb_request_record *requests;
 } tb_sample_record;
 
@@ -78,6 +80,17 @@ typedef struct tb_metric_record {
     tb_stats st;
     char *name_buf;   /* when the name is built (accuracy_TAG): owned */
 } tb_metric_record;
+
+/* A time series sampled while the case ran (core/telemetry.h). */
+typedef struct tb_telemetry_series {
+    char *source; /* the scraped URL, or "nvml" */
+    char *name;   /* metric{labels}, or gpuN:reading */
+} tb_telemetry_series;
+typedef struct tb_telemetry_point {
+    uint32_t series; /* index into tseries */
+    int64_t t_ns;    /* since the sampler started */
+    double value;
+} tb_telemetry_point;
 
 typedef struct tb_case_record {
     int64_t session_id, backend_id;
@@ -95,6 +108,10 @@ typedef struct tb_case_record {
     int64_t search_id;
     const char *search_role; /* "synchronous", "throughput", "rate", "probe" */
     int search_pass;         /* a probe: 1 met the limits, 0 not; -1: not judged */
+    tb_telemetry_series *tseries;
+    size_t n_tseries;
+    tb_telemetry_point *tpoints;
+    size_t n_tpoints;
 } tb_case_record;
 
 /* Append a metric row; returns it (name and unit borrowed). */

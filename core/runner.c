@@ -17,6 +17,7 @@
 #include "quality.h"
 #include "search.h"
 #include "stats.h"
+#include "telemetry.h"
 #include "util.h"
 #include "worker_client.h"
 
@@ -35,6 +36,7 @@ typedef struct case_outcome {
     char *error;
     char started_at[32];
     int64_t t_start;
+    tb_telemetry *tm; /* sampling while the case runs, or NULL */
 } case_outcome;
 
 /* Decode a RESULT payload and derive the case's figures (metrics.c) and,
@@ -125,6 +127,7 @@ typedef struct run_state {
     double max_error_rate;
     int store_failed;
     size_t next_ordinal; /* of a search's next run (after the plan's) */
+    tb_telemetry_config telemetry; /* the suite's [telemetry] */
 } run_state;
 
 /* Store a finished case (a search's run: with its search, role and
@@ -149,6 +152,16 @@ static int64_t finish_case(run_state *rs, const tb_case *c, case_outcome *o, tb_
     if (search)
         tb_search_mark(search, rec);
     char *err = NULL;
+    if (o->tm) { /* what was sampled while it ran, stored with it */
+        char *note = NULL;
+        if (tb_telemetry_stop(o->tm, rec, &note, &err) != 0)
+            note_error(&rs->progress, err);
+        if (note)
+            tb_progress_note(&rs->progress, note);
+        free(note);
+        err = NULL;
+        o->tm = NULL;
+    }
     int64_t case_id = tb_store_case(rs->store, rec, &err);
     if (case_id < 0) {
         note_error(&rs->progress, err);
@@ -301,6 +314,10 @@ static int run_one(backend_state *bs, const tb_case *c, uint32_t idx, const tb_w
         if (info && tb_store_backend_info(rs->store, rs->backend_ids[bi], info, &err) != 0)
             note_error(&rs->progress, err);
         free(info);
+        err = NULL;
+        o.tm = tb_telemetry_start(&rs->telemetry, &err); /* sampled while the case runs */
+        if (err)
+            note_error(&rs->progress, err);
         /* the RESULT, after a PROGRESS frame per call */
         static const uint32_t answers[] = {TB_MSG_RESULT, TB_MSG_PROGRESS};
         tb_wire_frame f;
@@ -382,6 +399,9 @@ tb_run_outcome tb_runner_run(tb_plan *plan, tb_store *store, int64_t session_id,
 
     run_state rs = {.plan = plan, .store = store, .session_id = session_id, .backend_ids = backend_ids,
                     .sum = summary, .max_error_rate = max_error_rate};
+    char *terr = NULL; /* main.c reported the suite's errors before the run */
+    if (tb_telemetry_config_parse(plan->suite, &rs.telemetry, &terr) != 0)
+        free(terr);
     uint64_t calls = 0;
     size_t n_cases = 0; /* a search counts its runs (the most a bisection makes) */
     for (size_t i = 0; i < plan->n_cases; i++) {
@@ -397,6 +417,7 @@ tb_run_outcome tb_runner_run(tb_plan *plan, tb_store *store, int64_t session_id,
     for (size_t bi = 0; bi < plan->n_backends && !interrupted && !rs.store_failed; bi++)
         run_backend(&rs, bi);
     tb_progress_finish(&rs.progress);
+    tb_telemetry_config_free(&rs.telemetry);
     if (plan->judge != SIZE_MAX && !interrupted && !rs.store_failed) {
         char *err = NULL;
         if (tb_judge_session(plan, store, session_id, &interrupted, &rs.progress, &err) != 0)

@@ -106,6 +106,7 @@ int tb_serve_main(const tb_serve_options *o)
     srv.case_index = (uint32_t)ci;
     srv.label = label;
     srv.stop = &sig_stop;
+    srv.reuse_port = o->reuse_port;
     srv.ops = ops;
     {
         char *why = NULL;

@@ -51,6 +51,7 @@ typedef struct tb_serve_options {
     int static_batching;   /* 1: static batches even when the backend can
                               step (--batching static, for comparisons) */
     const char *port_file; /* NULL, or where to write the port once listening */
+    int reuse_port;        /* SO_REUSEPORT: other servers may share the port */
 } tb_serve_options;
 
 /* NULL when this build can serve; else why not, a sentence for the user

@@ -513,7 +513,8 @@ struct MHD_Daemon *tb_serve_http_start(tb_server *s, const struct sockaddr_in *a
     struct MHD_Daemon *d = MHD_start_daemon(
         MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG, port, NULL, NULL,
         on_request, s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_SOCK_ADDR,
-        (struct sockaddr *)addr, MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096, MHD_OPTION_END);
+        (struct sockaddr *)addr, MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096, MHD_OPTION_LISTENING_ADDRESS_REUSE,
+        (unsigned)(s->reuse_port ? 1 : 0), MHD_OPTION_END);
     int saved = errno; /* for the caller's message */
     pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
     errno = saved;

@@ -84,6 +84,7 @@ typedef struct tb_server {
     int continuous;      /* batching: continuous (iteration-level) when the
                             backend has step ops, else static */
     volatile int *stop;  /* nonzero after SIGINT/SIGTERM (serve.c) */
+    int reuse_port;      /* listen with SO_REUSEPORT */
     /* the dispatcher's own */
     tb_worker_client wc;
     uint64_t batches; /* batches sent; added to the suite's seed */

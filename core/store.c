@@ -778,6 +778,33 @@ int64_t tb_store_session_begin(tb_store *st, const tb_session_info *si, char **e
     return id;
 }
 
+int tb_store_session_shard(tb_store *st, int64_t session, const tb_session_shard *sh, char **err)
+{
+    char *why = NULL;
+    sqlite3_stmt *q = prepare(st, "UPDATE session SET shard_index = ?, shard_count = ?, start_at = ?,"
+                                  " clock_offset_ns = ?, start_late_ns = ? WHERE id = ?", &why);
+    if (q) {
+        if (sh->shard_count)
+            sqlite3_bind_int64(q, 1, sh->shard_index), sqlite3_bind_int64(q, 2, sh->shard_count);
+        bind_text(q, 3, sh->start_at);
+        sqlite3_bind_int64(q, 4, sh->clock_offset_ns);
+        if (sh->start_at)
+            sqlite3_bind_int64(q, 5, sh->start_late_ns);
+        sqlite3_bind_int64(q, 6, session);
+        if (sqlite3_step(q) != SQLITE_DONE)
+            why = db_error(st);
+        else if (sqlite3_changes(st->db) != 1)
+            why = tb_xasprintf("no session %lld", (long long)session);
+        sqlite3_finalize(q);
+    }
+    if (why) {
+        *err = tb_xasprintf("storing the session's clock failed: %s", why);
+        free(why);
+        return -1;
+    }
+    return 0;
+}
+
 int tb_store_session_end(tb_store *st, int64_t session, const char *status, char **err)
 {
     char *why = NULL;
@@ -912,8 +939,8 @@ static int insert_samples(tb_store *st, int64_t case_id, const tb_case_record *r
     sqlite3_stmt *qs = NULL, *qr = NULL, *qsc = NULL;
     qs = prepare(st, "INSERT INTO sample (case_id, repetition, warmup, n_requests, wall_ns, prefill_ns,"
                      " decode_ns, output_tokens, recount_tokens, aggregate_tps, decode_tps, forward_passes,"
-                     " tokens_per_forward, peak_device_bytes, energy_mj, n_emissions, runner_ns)"
-                     " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                     " tokens_per_forward, peak_device_bytes, energy_mj, n_emissions, runner_ns, start_ns, client_busy)"
+                     " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                  why);
     if (qs)
         qr = prepare(st, "INSERT INTO request (sample_id, idx, status, error, submit_offset_ns, ttft_ns,"
@@ -945,6 +972,8 @@ static int insert_samples(tb_store *st, int64_t case_id, const tb_case_record *r
         bind_opt_int(qs, 15, s->energy_mj);
         sqlite3_bind_int(qs, 16, (int)s->n_emissions);
         sqlite3_bind_int64(qs, 17, s->runner_ns);
+        sqlite3_bind_int64(qs, 18, s->start_ns);
+        bind_real(qs, 19, s->client_busy > 0 ? 100.0 * s->client_busy : NAN);
         if (sqlite3_step(qs) != SQLITE_DONE) {
             *why = db_error(st);
             ok = 0;
@@ -1009,6 +1038,47 @@ static int insert_samples(tb_store *st, int64_t case_id, const tb_case_record *r
 
 /* Metric rows of one case; rows without samples (n = 0) are not stored.
  * `replace`: a row of the same name replaces the stored one. */
+/* The case's telemetry series and their points (migration 10). */
+static int insert_telemetry(tb_store *st, int64_t case_id, const tb_case_record *rec, char **why)
+{
+    if (!rec->n_tseries)
+        return 0;
+    sqlite3_stmt *qs = prepare(st, "INSERT INTO telemetry_series (case_id, source, name) VALUES (?,?,?)", why);
+    sqlite3_stmt *qp = qs ? prepare(st, "INSERT OR IGNORE INTO telemetry_point (series_id, t_ns, value) VALUES (?,?,?)",
+                                    why)
+                          : NULL;
+    int64_t *ids = tb_xcalloc(rec->n_tseries, sizeof *ids);
+    int ok = qs && qp;
+    for (size_t i = 0; ok && i < rec->n_tseries; i++) {
+        sqlite3_reset(qs);
+        sqlite3_bind_int64(qs, 1, case_id);
+        bind_text(qs, 2, rec->tseries[i].source);
+        bind_text(qs, 3, rec->tseries[i].name);
+        if (sqlite3_step(qs) != SQLITE_DONE) {
+            *why = db_error(st);
+            ok = 0;
+        }
+        ids[i] = sqlite3_last_insert_rowid(st->db);
+    }
+    for (size_t i = 0; ok && i < rec->n_tpoints; i++) {
+        const tb_telemetry_point *p = &rec->tpoints[i];
+        if (p->series >= rec->n_tseries)
+            continue;
+        sqlite3_reset(qp);
+        sqlite3_bind_int64(qp, 1, ids[p->series]);
+        sqlite3_bind_int64(qp, 2, p->t_ns);
+        bind_real(qp, 3, isfinite(p->value) ? p->value : NAN);
+        if (sqlite3_step(qp) != SQLITE_DONE) {
+            *why = db_error(st);
+            ok = 0;
+        }
+    }
+    free(ids);
+    sqlite3_finalize(qs);
+    sqlite3_finalize(qp);
+    return ok ? 0 : -1;
+}
+
 static int insert_metrics(tb_store *st, int64_t case_id, const tb_metric_record *rows, size_t n, int replace,
                           char **why)
 {
@@ -1087,7 +1157,8 @@ int64_t tb_store_case(tb_store *st, const tb_case_record *rec, char **err)
             why = db_error(st);
         sqlite3_finalize(q);
     }
-    if (case_id < 0 || insert_samples(st, case_id, rec, &why) != 0 || insert_metrics(st, case_id, rec->metrics, rec->n_metrics, 0, &why) != 0) {
+    if (case_id < 0 || insert_samples(st, case_id, rec, &why) != 0 || insert_metrics(st, case_id, rec->metrics, rec->n_metrics, 0, &why) != 0 ||
+        insert_telemetry(st, case_id, rec, &why) != 0) {
         *err = tb_xasprintf("storing case #%zu failed: %s", c->ordinal, why ? why : "?");
         free(why);
         sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);

@@ -100,6 +100,16 @@ typedef struct tb_session_info {
 
 /* New session in state 'running'; returns its id or -1. */
 int64_t tb_store_session_begin(tb_store *st, const tb_session_info *si, char **err);
+/* A session's clock and, for a shard of a run split over machines
+ * (`run --shard K/N --start-at TIME`), its share (migration 9). */
+typedef struct tb_session_shard {
+    uint32_t shard_index, shard_count; /* shard_count 0: not a shard */
+    const char *start_at;              /* UTC ISO 8601, or NULL */
+    int64_t clock_offset_ns;           /* CLOCK_REALTIME - CLOCK_MONOTONIC */
+    int64_t start_late_ns;             /* its start after start_at */
+} tb_session_shard;
+int tb_store_session_shard(tb_store *st, int64_t session, const tb_session_shard *sh, char **err);
+
 /* status: "completed", "interrupted" or "failed". No such session is an
  * error. */
 int tb_store_session_end(tb_store *st, int64_t session, const char *status, char **err);

@@ -81,7 +81,7 @@ int tb_dim_parse_value(tb_dim d, const char *text, double *out, char **err)
 
 /* ------------------------------------------------------------ parsing */
 
-typedef enum { SEC_NONE, SEC_SUITE, SEC_MATRIX, SEC_BACKEND, SEC_PROMPTS } section_kind;
+typedef enum { SEC_NONE, SEC_SUITE, SEC_MATRIX, SEC_BACKEND, SEC_PROMPTS, SEC_TELEMETRY } section_kind;
 
 struct parser;
 
@@ -395,6 +395,9 @@ static void enter_section(parser *p, const char *name)
     } else if (strcmp(name, "prompts") == 0) {
         p->sec = SEC_PROMPTS;
         p->s->prompts.loc = here(p);
+    } else if (strcmp(name, "telemetry") == 0) {
+        p->sec = SEC_TELEMETRY;
+        p->s->has_telemetry = 1;
     } else if (strncmp(name, "backend", 7) == 0 &&
                (name[7] == ' ' || name[7] == '\t' || name[7] == '\0')) {
         p->sec = SEC_BACKEND;
@@ -423,7 +426,7 @@ static void enter_section(parser *p, const char *name)
         p->be->loc = here(p);
         free(orig);
     } else {
-        add_error(p, here(p), NULL, "unknown section [%s] (expected [suite], [matrix], [prompts] or [backend LABEL])", name);
+        add_error(p, here(p), NULL, "unknown section [%s] (expected [suite], [matrix], [prompts], [telemetry] or [backend LABEL])", name);
         p->sec = SEC_NONE;
     }
 }
@@ -611,6 +614,14 @@ static int handler(void *user, const char *section, const char *name, const char
     case SEC_PROMPTS:
         handle_prompts_key(p, name, v);
         break;
+    case SEC_TELEMETRY: { /* checked by core/telemetry.c */
+        tb_suite *s = p->s;
+        s->telemetry = tb_xrealloc(s->telemetry, (s->n_telemetry + 1) * sizeof *s->telemetry);
+        tb_setting *st = &s->telemetry[s->n_telemetry++];
+        st->key = tb_xstrdup(name);
+        list_split(&st->value, v, here(p), 1);
+        break;
+    }
     case SEC_MATRIX:
         if (d != TB_N_DIMS) {
             list_split(&p->s->dims[d], v, here(p), 1);
@@ -916,6 +927,7 @@ void tb_suite_free(tb_suite *s)
     for (int d = 0; d < TB_N_DIMS; d++)
         list_free(&s->dims[d]);
     settings_free(s->sweeps, s->n_sweeps);
+    settings_free(s->telemetry, s->n_telemetry);
     for (size_t i = 0; i < s->n_backends; i++) {
         tb_suite_backend *be = &s->backends[i];
         free(be->label);

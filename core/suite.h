@@ -21,6 +21,8 @@
  *                           per-backend overrides of matrix dimensions
  *                           ("steps = none": this backend does not get
  *                           that dimension)
+ *   [telemetry]             metrics_url, period, metrics, nvml, timeout
+ *                           (core/telemetry.h checks them)
  *   include = other.ini     anywhere; path relative to the including file
  *   ${VAR}, ${VAR:-dflt}    environment expansion in every value
  *
@@ -145,6 +147,10 @@ typedef struct tb_suite {
     tb_suite_backend *backends;
     size_t n_backends;
     tb_suite_prompts prompts;
+    /* [telemetry]: its keys as written, checked by core/telemetry.c */
+    int has_telemetry;
+    tb_setting *telemetry;
+    size_t n_telemetry;
     char **files;  /* every file read, main first (owns tb_loc.file) */
     size_t n_files;
     char *text;    /* every file's text, for hashing and storing */

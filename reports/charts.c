@@ -697,6 +697,93 @@ static int itl_charts(sqlite3 *db, const tb_rsession *s, tb_rcharts *out, char *
     return 0;
 }
 
+/* ------------------------------------------------------- telemetry */
+
+#define MAX_TELEMETRY_CHARTS 24 /* in a report; more are named in the last caption */
+
+/* The metric a series belongs to: the name without its labels (vLLM's
+ * "vllm:num_requests_running{model_name=...}"), or NVML's reading
+ * without the GPU ("gpu0:power_w" -> "power_w"). */
+static char *metric_of(const tb_rseries *s)
+{
+    if (strcmp(s->source, "nvml") == 0) {
+        const char *c = strchr(s->name, ':');
+        return tb_xasprintf("GPU %s", c ? c + 1 : s->name);
+    }
+    return tb_xstrndup(s->name, strcspn(s->name, "{"));
+}
+
+/* One chart per case and metric: its series (label sets, GPUs) over the
+ * case's time. */
+static int telemetry_charts(sqlite3 *db, const tb_rsession *s, tb_rcharts *out, char **err)
+{
+    size_t drawn = 0, left = 0;
+    for (size_t i = 0; i < s->n_cases; i++) {
+        const tb_rcase *c = &s->cases[i];
+        tb_rtelemetry t;
+        if (tb_rcase_telemetry(db, s->id, c->id, &t, err) != 0)
+            return -1;
+        int *done = tb_xcalloc(t.n ? t.n : 1, sizeof *done);
+        char *dims = tb_rcase_dims(s, c);
+        for (size_t a = 0; a < t.n; a++) {
+            if (done[a])
+                continue;
+            char *metric = metric_of(&t.s[a]);
+            if (drawn >= MAX_TELEMETRY_CHARTS) {
+                left++;
+                for (size_t b = a; b < t.n; b++) {
+                    char *m = metric_of(&t.s[b]);
+                    done[b] |= strcmp(m, metric) == 0;
+                    free(m);
+                }
+                free(metric);
+                continue;
+            }
+            char *title = tb_xasprintf("%s: %s [%s]", metric, s->backends[c->backend].label, dims);
+            tb_chart *ch = tb_chart_new(title, "seconds since the case's backend was ready", metric);
+            free(title);
+            size_t n_series = 0;
+            for (size_t b = a; b < t.n; b++) {
+                char *m = metric_of(&t.s[b]);
+                int same = strcmp(m, metric) == 0;
+                free(m);
+                if (!same)
+                    continue;
+                done[b] = 1;
+                if (n_series++ >= 2 * TB_SVG_COLOURS)
+                    continue; /* a chart stays legible */
+                const char *label = strchr(t.s[b].name, '{');
+                int sid = tb_chart_series(ch, strcmp(t.s[b].source, "nvml") == 0 ? t.s[b].name
+                                                  : label                       ? label
+                                                                                : t.s[b].name,
+                                          TB_SERIES_LINE);
+                for (size_t k = 0; k < t.s[b].n; k++)
+                    if (isfinite(t.s[b].v[k]))
+                        tb_chart_point(ch, sid, t.s[b].t_s[k], t.s[b].v[k]);
+            }
+            char more[48] = "";
+            if (n_series > 2 * TB_SVG_COLOURS)
+                snprintf(more, sizeof more, ", the first %d drawn", 2 * TB_SVG_COLOURS);
+            add(out, "telemetry", ch,
+                tb_xasprintf("%s sampled while the case ran (source: %s), %zu series%s; the sampler starts when "
+                             "the backend is ready and the warm-ups begin.",
+                             metric, t.s[a].source, n_series, more));
+            drawn++;
+            free(metric);
+        }
+        free(dims);
+        free(done);
+        tb_rtelemetry_free(&t);
+    }
+    if (left && out->n && strcmp(out->v[out->n - 1].kind, "telemetry") == 0) {
+        char *c = tb_xasprintf("%s (%zu more telemetry charts not drawn: the series are in the database, table "
+                               "telemetry_series)", out->v[out->n - 1].caption, left);
+        free(out->v[out->n - 1].caption);
+        out->v[out->n - 1].caption = c;
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------- history */
 
 static int history_charts(sqlite3 *db, const tb_rsession *s, tb_rcharts *out, char **err)
@@ -758,7 +845,8 @@ int tb_charts_session(sqlite3 *db, const tb_rsession *s, tb_rcharts *out, char *
     batch_charts(s, out);
     rate_charts(s, out);
     pareto_chart(s, out);
-    if (itl_charts(db, s, out, err) != 0 || history_charts(db, s, out, err) != 0) {
+    if (itl_charts(db, s, out, err) != 0 || telemetry_charts(db, s, out, err) != 0 ||
+        history_charts(db, s, out, err) != 0) {
         tb_rcharts_free(out);
         return -1;
     }

@@ -11,6 +11,9 @@
  *   pareto   quality against tokens/s with the Pareto front (only when a
  *            quality metric is stored);
  *   itl      the distribution (CDF) of inter-token latencies;
+ *   telemetry
+ *            per case, each metric sampled while it ran (a server's
+ *            /metrics, the local GPUs' NVML readings) against time;
  *   history  each backend's aggregate tokens/s across sessions, when the
  *            database holds the same cases from other sessions. */
 #ifndef TB_REPORT_CHARTS_H
@@ -22,7 +25,8 @@
 #include "svg.h"
 
 typedef struct tb_rchart {
-    const char *kind; /* "steps", "latency", "throughput", "rate", "goodput", "pareto", "itl", "history" */
+    const char *kind; /* "steps", "latency", "throughput", "rate", "goodput", "pareto", "itl", "telemetry",
+                         "history" */
     char *caption;    /* what the chart shows and how to read it */
     tb_chart *chart;
 } tb_rchart;

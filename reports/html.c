@@ -157,7 +157,7 @@ int tb_report_html(sqlite3 *db, int64_t session, FILE *out, char **err)
         fputs("<p>Nothing to draw: no case finished.</p>\n", out);
     static const char *const k_steps[] = {"steps"}, *const k_batch[] = {"latency", "throughput"},
                              *const k_rate[] = {"rate", "goodput"}, *const k_pareto[] = {"pareto"},
-                             *const k_itl[] = {"itl"},
+                             *const k_itl[] = {"itl"}, *const k_tel[] = {"telemetry"},
                              *const k_hist[] = {"history"};
     charts(out, &cs, k_steps, 1, "Tokens/s against denoising steps",
            "Steps are the diffusion speed/quality lever; the autoregressive backends, which have no steps, are "
@@ -171,6 +171,10 @@ int tb_report_html(sqlite3 *db, int64_t session, FILE *out, char **err)
            "limits). Where the tails turn up and achieved falls below offered, the server is saturated.");
     charts(out, &cs, k_pareto, 1, "Quality against speed", "Who is faster at the same quality.");
     charts(out, &cs, k_itl, 1, "Inter-token latency", "How evenly tokens arrive.");
+    charts(out, &cs, k_tel, 1, "Telemetry",
+           "What the server (its Prometheus /metrics: queue depth, KV-cache use, running requests) and the "
+           "local GPUs (NVML: utilisation, memory, power, clocks, temperature) reported while each case ran "
+           "(the suite's [telemetry]).");
     charts(out, &cs, k_hist, 1, "History", "The same cases in other sessions of this database.");
 
     for (size_t i = 0; i < ts.n; i++) {

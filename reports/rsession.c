@@ -143,6 +143,32 @@ const char *tb_rfmt(char *buf, size_t size, double v, int prec)
 
 /* ---------------------------------------------------------- session */
 
+/* A shard of a run split over machines, or the session joining them
+ * (migration 8): which, and on what clocks. Nothing for other sessions. */
+static void shard_conditions(sqlite3 *db, int64_t id, tb_rkvs *k)
+{
+    sqlite3_stmt *q;
+    if (sqlite3_prepare_v2(db, "SELECT shard_index, shard_count, start_at, start_late_ns,"
+                               " (SELECT group_concat(hostname || ' ' || (offset_to_first_ns / 1000) || ' us', ', ')"
+                               "  FROM (SELECT * FROM shard WHERE session_id = ?1 ORDER BY shard_index))"
+                               " FROM session WHERE id = ?1", -1, &q, NULL) != SQLITE_OK)
+        return; /* a database before migration 8 */
+    sqlite3_bind_int64(q, 1, id);
+    if (sqlite3_step(q) == SQLITE_ROW && sqlite3_column_type(q, 1) != SQLITE_NULL) {
+        int64_t n = sqlite3_column_int64(q, 1);
+        const char *at = sqlite3_column_text(q, 2) ? (const char *)sqlite3_column_text(q, 2) : "?";
+        if (sqlite3_column_type(q, 0) == SQLITE_NULL)
+            kv_add(k, "shards", tb_xasprintf("%lld shards joined by db merge, started at %s; hosts and clock offsets "
+                                             "from shard 0: %s", (long long)n, at,
+                                             sqlite3_column_text(q, 4) ? (const char *)sqlite3_column_text(q, 4) : "?"));
+        else
+            kv_add(k, "shards", tb_xasprintf("shard %lld of %lld (0-based), started at %s, %.1f ms late",
+                                             (long long)sqlite3_column_int64(q, 0), (long long)n, at,
+                                             (double)sqlite3_column_int64(q, 3) * 1e-6));
+    }
+    sqlite3_finalize(q);
+}
+
 static int load_session(sqlite3 *db, int64_t id, tb_rsession *s, char **err)
 {
     static const char sql[] =
@@ -204,6 +230,7 @@ static int load_session(sqlite3 *db, int64_t id, tb_rsession *s, char **err)
     if (s->has_prompt_set)
         kv_add(k, "prompt set", tb_xasprintf("%s (sha256 %s)", sqlite3_column_text(q, 31),
                                              sqlite3_column_text(q, 32) ? (const char *)sqlite3_column_text(q, 32) : "?"));
+    shard_conditions(db, id, k);
 
     k = &s->machine;
     kv_add(k, "host", dup_col(q, 16));
@@ -659,6 +686,66 @@ static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
+}
+
+int tb_rcase_telemetry(sqlite3 *db, int64_t session, int64_t case_id, tb_rtelemetry *out, char **err)
+{
+    memset(out, 0, sizeof *out);
+    static const char sql[] = "SELECT s.id, s.source, s.name, p.t_ns, p.value FROM telemetry_series s"
+                              " JOIN telemetry_point p ON p.series_id = s.id WHERE s.case_id = ?"
+                              " ORDER BY s.id, p.t_ns";
+    sqlite3_stmt *q;
+    if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK) {
+        if (strstr(sqlite3_errmsg(db), "no such table"))
+            return 0; /* a database from before telemetry */
+        *err = tb_rdb_error(db, session, "the telemetry of a case");
+        return -1;
+    }
+    sqlite3_bind_int64(q, 1, case_id);
+    int64_t last = -1;
+    size_t cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        int64_t id = sqlite3_column_int64(q, 0);
+        if (id != last) {
+            out->s = tb_xrealloc(out->s, (out->n + 1) * sizeof *out->s);
+            out->s[out->n++] = (tb_rseries){tb_xstrdup((const char *)sqlite3_column_text(q, 1)),
+                                            tb_xstrdup((const char *)sqlite3_column_text(q, 2)), NULL, NULL, 0};
+            last = id;
+            cap = 0;
+        }
+        tb_rseries *s = &out->s[out->n - 1];
+        if (s->n == cap) {
+            cap = cap ? 2 * cap : 64;
+            s->t_s = tb_xrealloc(s->t_s, cap * sizeof *s->t_s);
+            s->v = tb_xrealloc(s->v, cap * sizeof *s->v);
+        }
+        s->t_s[s->n] = (double)sqlite3_column_int64(q, 3) * 1e-9;
+        s->v[s->n++] = sqlite3_column_type(q, 4) == SQLITE_NULL ? NAN : sqlite3_column_double(q, 4);
+    }
+    if (rc != SQLITE_DONE) {
+        char *what = tb_xasprintf("the telemetry of case id %lld", (long long)case_id);
+        *err = tb_rdb_error(db, session, what);
+        free(what);
+    }
+    sqlite3_finalize(q);
+    if (rc != SQLITE_DONE) {
+        tb_rtelemetry_free(out);
+        return -1;
+    }
+    return 0;
+}
+
+void tb_rtelemetry_free(tb_rtelemetry *t)
+{
+    for (size_t i = 0; i < t->n; i++) {
+        free(t->s[i].source);
+        free(t->s[i].name);
+        free(t->s[i].t_s);
+        free(t->s[i].v);
+    }
+    free(t->s);
+    memset(t, 0, sizeof *t);
 }
 
 int tb_rcase_itl(sqlite3 *db, int64_t session, int64_t case_id, double **out, size_t *n, char **err)

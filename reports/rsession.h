@@ -148,6 +148,22 @@ int tb_rcase_generalizes(const tb_rcase *a, const tb_rcase *b);
  * *err (tb_rdb_error). */
 int tb_rcase_itl(sqlite3 *db, int64_t session, int64_t case_id, double **out, size_t *n, char **err);
 
+/* A case's telemetry (migration 9): each series with its points in time
+ * order (seconds since the sampler started; NaN: not a finite value). */
+typedef struct tb_rseries {
+    char *source, *name;
+    double *t_s, *v;
+    size_t n;
+} tb_rseries;
+typedef struct tb_rtelemetry {
+    tb_rseries *s;
+    size_t n;
+} tb_rtelemetry;
+/* 0 (n = 0 for a case without telemetry, or a database before migration
+ * 9), or -1 with *err (tb_rdb_error). */
+int tb_rcase_telemetry(sqlite3 *db, int64_t session, int64_t case_id, tb_rtelemetry *out, char **err);
+void tb_rtelemetry_free(tb_rtelemetry *t);
+
 /* A read of `what` that failed (a step or prepare that did not give
  * SQLITE_ROW/DONE): "reading WHAT: " and the row whose JSON is not JSON
  * of its kind when session `session`'s rows hold one (every session's

@@ -107,6 +107,12 @@ void tb_warnings_derive(const tb_rsession *s, tb_warnings *w)
             add(w, tb_xasprintf("%s [%s]: %s", label, dims, f));
             free(f);
         }
+        const tb_stats *busy = tb_rcase_metric(c, "client_busy");
+        if (busy && busy->n && isfinite(busy->median) && busy->median >= TB_CLIENT_SATURATED_PCT)
+            add(w, tb_xasprintf("%s [%s]: the client was saturated (client_busy %.0f%% >= %.0f%%): the figures "
+                                "are the client's own ceiling, not the server's; give it more loops or cores "
+                                "(loops = K, --shard K/N on more machines)",
+                                label, dims, busy->median, TB_CLIENT_SATURATED_PCT));
         if (c->varying_outputs)
             add(w, tb_xasprintf("%s [%s]: %d prompt(s) produced different outputs in different repetitions "
                                 "with the same seed: the speed measured is not of the same work",

@@ -505,6 +505,41 @@ static const tb_stats *metric_of(const tb_case_record *rec, const char *name)
     return NULL;
 }
 
+/* client_busy: a percentage per measured call, warm-ups and calls that
+ * did not report it (0) left out. And emissions interleaved across
+ * requests are each request's own, in order. */
+static void test_case_client_busy(void)
+{
+    fake_case f;
+    fake_case_build(&f);
+    tb_case_metrics_opts o = {.capabilities = TB_CAP_STREAMING, .seed = 1};
+    tb_case_record rec = {0};
+    tb_case_metrics(f.v, 3, &o, &rec);
+    const tb_stats *st;
+    CHECK((st = metric_of(&rec, "client_busy")) && st->n == 0);
+    char *json_before = strdup(rec.samples[1].requests[1].emissions_json);
+    tb_case_record_free(&rec);
+    f.v[0].call.client_busy = 0.99; /* warm-up */
+    f.v[1].call.client_busy = 0.5;
+    f.v[2].call.client_busy = 0.7;
+    /* the same emissions of call 1 interleaved across its two requests
+     * (r0 e0, r1 e0, r0 e1, ...), as several event loops deliver them */
+    tb_emission *em = f.em[1], grouped[6];
+    CHECK(f.v[1].call.n_emissions == 6);
+    memcpy(grouped, em, sizeof grouped);
+    for (int e = 0; e < 3; e++) {
+        em[2 * e] = grouped[e];
+        em[2 * e + 1] = grouped[3 + e];
+    }
+    rec = (tb_case_record){0};
+    tb_case_metrics(f.v, 3, &o, &rec);
+    CHECK((st = metric_of(&rec, "client_busy")) && st->n == 2);
+    CHECK_REL(st->median, 60.0);
+    CHECK_STR(rec.samples[1].requests[1].emissions_json, json_before);
+    free(json_before);
+    tb_case_record_free(&rec);
+}
+
 static void test_case_measured_only(void)
 {
     fake_case f;
@@ -665,6 +700,7 @@ int main(void)
     test_random_requests();
     test_random_reps();
     test_case_measured_only();
+    test_case_client_busy();
     test_case_goodput();
     test_case_capabilities();
     test_registry();

@@ -295,6 +295,12 @@ q "$tmp/older.db" "alter table metric drop column p90; alter table metric drop c
 # migration 8's
 q "$tmp/older.db" "alter table bench_case drop column search_id; alter table bench_case drop column search_role;
   alter table bench_case drop column search_pass; drop table search; alter table request drop column prompt_tokens"
+# migration 9's (sharded runs) and 10's (telemetry)
+q "$tmp/older.db" "drop table shard; alter table session drop column shard_index;
+  alter table session drop column shard_count; alter table session drop column start_at;
+  alter table session drop column clock_offset_ns; alter table session drop column start_late_ns;
+  alter table sample drop column start_ns; alter table sample drop column client_busy;
+  drop table telemetry_point; drop table telemetry_series"
 q "$tmp/older.db" "pragma user_version = 1"
 "$tb" db merge "$tmp/older.db" --db "$tmp/z.db" >/dev/null || fail "older schema not merged"
 [ "$(q "$tmp/older.db" "pragma user_version")" = 1 ] || fail "merge modified the other database"

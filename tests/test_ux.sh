@@ -174,7 +174,13 @@ cp "$tmp/h.db" "$tmp/ro/old.db"
 # columns and table go, so that it applies again too
 q "$tmp/ro/old.db" "alter table bench_case drop column search_id; alter table bench_case drop column search_role;
   alter table bench_case drop column search_pass; drop table search; alter table request drop column prompt_tokens"
-q "$tmp/ro/old.db" "pragma user_version = 6"
+# what migrations 9 (sharded runs) and 10 (telemetry) add, dropped
+q "$tmp/ro/old.db" "drop table shard; alter table session drop column shard_index;
+  alter table session drop column shard_count; alter table session drop column start_at;
+  alter table session drop column clock_offset_ns; alter table session drop column start_late_ns;
+  alter table sample drop column start_ns; alter table sample drop column client_busy;
+  drop table telemetry_point; drop table telemetry_series"
+q "$tmp/ro/old.db" "pragma user_version = 6" # migration 7 only renames view columns: it applies again
 q "$tmp/ro/cur.db" "pragma journal_mode" >/dev/null
 as_reader() { "$@"; }
 ro_check=1

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "metrics.h"
 
 static tb_rmetric metric(const char *name, size_t n, double mean, double cv)
 {
@@ -97,6 +98,32 @@ static void test_failed_requests(void)
     tb_warnings_free(&w);
 }
 
+/* The client's saturation (docs/METRICS.md, client_busy): the rule at
+ * its threshold, quiet below it and without the figure. */
+static void test_client_saturated(void)
+{
+    fixture f;
+    fixture_init(&f, 10, 0.02);
+    f.m[1] = metric("client_busy", 10, 97, 0);
+    f.c.n_metrics = 2;
+    tb_warnings w;
+    tb_warnings_derive(&f.s, &w);
+    CHECK(count(&w, "eng [prompt 32, new 16, batch 1]: the client was saturated (client_busy 97% >= 90%)") == 1);
+    tb_warnings_free(&w);
+    f.m[1] = metric("client_busy", 10, TB_CLIENT_SATURATED_PCT, 0);
+    tb_warnings_derive(&f.s, &w);
+    CHECK(count(&w, "the client was saturated") == 1);
+    tb_warnings_free(&w);
+    f.m[1] = metric("client_busy", 10, 89.9, 0);
+    tb_warnings_derive(&f.s, &w);
+    CHECK(w.n == 0);
+    tb_warnings_free(&w);
+    f.m[1] = metric("client_busy", 0, NAN, NAN); /* not measured */
+    tb_warnings_derive(&f.s, &w);
+    CHECK(w.n == 0);
+    tb_warnings_free(&w);
+}
+
 static void test_other_rules(void)
 {
     fixture f;
@@ -127,6 +154,7 @@ int main(void)
     test_quiet();
     test_noise();
     test_failed_requests();
+    test_client_saturated();
     test_other_rules();
     return check_done();
 }

@@ -360,6 +360,15 @@ typedef struct tb_result {
      * drops them from the call. At most n_requests - 1: a call sends at
      * least one request. */
     uint32_t n_unsent;
+    /* --- appended in ABI 1 (issue 21: the client's CPU); write only when TB_STRUCT_HAS(res, tb_result,
+     * client_busy). A backend that is a client of a server (it measures
+     * the server through its own event loops, e.g. http): how busy its
+     * own CPU was over the call, 0..1, as the larger of (a) its busiest
+     * event loop's thread CPU time over the load's wall time and (b) its
+     * process's CPU time over wall time x the CPUs it may run on. Near 1
+     * the figures are the client's ceiling, not the server's
+     * (docs/METRICS.md, client_busy). 0 = not measured. */
+    double client_busy;
 } tb_result;
 
 /* ------------------------------------------- iteration-level serving */

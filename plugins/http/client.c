@@ -8,7 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/timerfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "sse.h"
@@ -16,10 +22,14 @@
 #define MAX_BODY ((size_t)64 << 20) /* default bound of a response, bytes */
 #define ERR_BODY ((size_t)512)      /* kept of an error response */
 #define POLL_MS 50                  /* cancellation is checked this often */
+#define MAX_LOOPS 256
+
+typedef struct loop loop;
 
 /* One request of the run. */
 typedef struct xfer {
     tb_http_client *c;
+    loop *lp;      /* the event loop that runs it */
     CURL *easy;
     uint32_t idx;
     tb_http_result *res;
@@ -36,20 +46,61 @@ typedef struct xfer {
     int64_t now;   /* host clock of the read being parsed */
     tb_sse_buf body; /* non-streamed body, or an error body */
     tb_sse_buf text; /* output text */
+    /* With several loops, the chunks' times [n_em] (host clock, ns),
+     * emitted by the calling thread once the loops have joined
+     * (tb_host.emit may be called from that thread only). */
+    int64_t *em_t;
+    uint32_t n_em, cap_em;
     char errbuf[CURL_ERROR_SIZE];
 } xfer;
+
+/* One event loop: a thread of its own (the calling thread's when there is
+ * one), a multi handle whose sockets it watches with epoll
+ * (curl_multi_socket_action), a timerfd for its open-loop sends, its own
+ * idle easy handles (so their connections stay with it). */
+struct loop {
+    tb_http_client *c;
+    uint32_t id;
+    CURLM *multi;
+    int epfd, tfd;
+    int64_t curl_due; /* host clock when curl wants its timeout; -1: none */
+    CURL **pool;      /* idle easy handles */
+    size_t n_pool, cap_pool;
+    uint32_t cap, inflight; /* requests this loop may keep in flight; 0: no cap */
+    uint32_t next_own;      /* open loop: its next request is id + next_own * K */
+    int64_t max_lag;
+    int64_t cpu_ns, end_ns; /* its thread's CPU time over the run; when it ended */
+    int64_t runqueue_ns;    /* its thread's time runnable but not running */
+    uint32_t sent;          /* requests it sent in the last run */
+    tb_status status;
+    pthread_t thread;
+    int started;
+};
 
 struct tb_http_client {
     const tb_host *host;
     int has_emit_output;
-    CURLM *multi;
-    int tfd; /* timerfd: the next open-loop send */
+    loop **loops; /* [n_loops], made on first use, kept across runs (each
+                     loop stays where it is: curl holds its address) */
+    uint32_t n_loops;
     xfer *x; /* the last run's requests (results point into them) */
     size_t n_x;
-    CURL **pool; /* idle easy handles */
-    size_t n_pool, cap_pool;
     int64_t max_lag;
+    tb_http_cpu cpu;
+    /* the run in progress, read by every loop */
+    const tb_http_target *t;
+    char *const *bodies;
+    const int64_t *offsets;
+    uint32_t n, k;     /* requests; loops in use */
+    int64_t t0;        /* the load's start, host clock */
+    int defer;         /* emissions wait for the join (k > 1) */
+    _Atomic uint32_t next; /* closed loop: the next request to send */
+    _Atomic int stop;      /* closed loop: the target's send_until_ns has
+                              passed: no loop takes another request */
 };
+
+static int loops_reserve(tb_http_client *c, uint32_t k);
+static void loop_free(loop *lp);
 
 static int buf_add(tb_sse_buf *b, const char *s, size_t n)
 {
@@ -127,10 +178,10 @@ tb_http_client *tb_http_client_new(const tb_host *host, char *err, size_t err_si
     }
     c->host = host;
     c->has_emit_output = TB_STRUCT_HAS(host, tb_host, emit_output) && host->emit_output;
-    c->multi = curl_multi_init();
-    c->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-    if (!c->multi || c->tfd < 0) {
-        snprintf(err, err_size, "cannot start the event loop (curl_multi_init or timerfd_create failed)");
+    int r = loops_reserve(c, 1);
+    if (r != 0) {
+        snprintf(err, err_size, r == -2 ? "out of memory"
+                                        : "cannot start the event loop (curl_multi_init, epoll or timerfd failed)");
         tb_http_client_free(c);
         return NULL;
     }
@@ -143,6 +194,7 @@ static void free_xfers(tb_http_client *c)
         tb_sse_free(&c->x[i].sse);
         free(c->x[i].body.s);
         free(c->x[i].text.s);
+        free(c->x[i].em_t);
     }
     free(c->x);
     c->x = NULL;
@@ -154,19 +206,27 @@ void tb_http_client_free(tb_http_client *c)
     if (!c)
         return;
     free_xfers(c);
-    for (size_t i = 0; i < c->n_pool; i++)
-        curl_easy_cleanup(c->pool[i]);
-    free(c->pool);
-    if (c->multi)
-        curl_multi_cleanup(c->multi);
-    if (c->tfd >= 0)
-        close(c->tfd);
+    for (uint32_t i = 0; i < c->n_loops; i++) {
+        loop_free(c->loops[i]);
+        free(c->loops[i]);
+    }
+    free(c->loops);
     free(c);
 }
 
 int64_t tb_http_client_max_lag(const tb_http_client *c)
 {
     return c->max_lag;
+}
+
+const tb_http_cpu *tb_http_client_cpu(const tb_http_client *c)
+{
+    return &c->cpu;
+}
+
+uint32_t tb_http_client_loop_sent(const tb_http_client *c, uint32_t j)
+{
+    return j < c->cpu.loops ? c->loops[j]->sent : 0;
 }
 
 /* ------------------------------------------------------ callbacks */
@@ -214,10 +274,23 @@ static int on_event(void *user, const tb_sse_event *ev)
             }
             x->res->chunks++;
             const tb_host *h = x->c->host;
-            if (x->c->has_emit_output)
-                h->emit_output(h, x->idx, 1, x->now, NULL, ch.text, ch.text_len);
+            if (x->c->defer) {
+                if (x->n_em == x->cap_em) {
+                    uint32_t cap = x->cap_em ? 2 * x->cap_em : 64;
+                    int64_t *p = realloc(x->em_t, cap * sizeof *p);
+                    if (!p) {
+                        fail(x, TB_ERR_NO_MEMORY, "out of memory for the chunks' times");
+                        stop = 1;
+                        break;
+                    }
+                    x->em_t = p;
+                    x->cap_em = cap;
+                }
+                x->em_t[x->n_em++] = x->now;
+            } else if (x->c->has_emit_output)
+                h->emit_output(h, x->c->t->first_request + x->idx, 1, x->now, NULL, ch.text, ch.text_len);
             else
-                h->emit(h, x->idx, 1, x->now);
+                h->emit(h, x->c->t->first_request + x->idx, 1, x->now);
         }
         if (implausible_usage(x, &ch)) {
             stop = 1;
@@ -393,37 +466,120 @@ static void classify(xfer *x, CURLcode rc)
     tb_oai_chunk_free(&ch);
 }
 
-/* ------------------------------------------------------ the loop */
+/* ------------------------------------------------------ the loops */
 
-static CURL *easy_get(tb_http_client *c)
+static CURL *easy_get(loop *lp)
 {
-    if (c->n_pool)
-        return c->pool[--c->n_pool];
+    if (lp->n_pool)
+        return lp->pool[--lp->n_pool];
     return curl_easy_init();
 }
 
-static void easy_put(tb_http_client *c, CURL *e)
+static void easy_put(loop *lp, CURL *e)
 {
-    if (c->n_pool == c->cap_pool) {
-        size_t cap = c->cap_pool ? c->cap_pool * 2 : 16;
-        CURL **p = realloc(c->pool, cap * sizeof *p);
+    if (lp->n_pool == lp->cap_pool) {
+        size_t cap = lp->cap_pool ? lp->cap_pool * 2 : 16;
+        CURL **p = realloc(lp->pool, cap * sizeof *p);
         if (!p) {
             curl_easy_cleanup(e);
             return;
         }
-        c->pool = p;
-        c->cap_pool = cap;
+        lp->pool = p;
+        lp->cap_pool = cap;
     }
-    c->pool[c->n_pool++] = e;
+    lp->pool[lp->n_pool++] = e;
 }
 
-static int start(tb_http_client *c, const tb_http_target *t, xfer *x, const char *body, int64_t t_submit)
+/* curl's CURLMOPT_SOCKETFUNCTION: watch (or stop watching) socket s. A
+ * socket's assigned pointer says it is in the epoll set already. */
+static int on_socket(CURL *e, curl_socket_t s, int what, void *user, void *socketp)
 {
-    CURL *e = easy_get(c);
+    (void)e;
+    loop *lp = user;
+    if (what == CURL_POLL_REMOVE) {
+        epoll_ctl(lp->epfd, EPOLL_CTL_DEL, s, NULL); /* may be closed already */
+        curl_multi_assign(lp->multi, s, NULL);
+        return 0;
+    }
+    struct epoll_event ev = {.events = (what & CURL_POLL_IN ? EPOLLIN : 0u) | (what & CURL_POLL_OUT ? EPOLLOUT : 0u),
+                             .data.fd = s};
+    if (epoll_ctl(lp->epfd, socketp ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, s, &ev) != 0)
+        return -1; /* curl fails the transfer */
+    if (!socketp)
+        curl_multi_assign(lp->multi, s, lp);
+    return 0;
+}
+
+/* curl's CURLMOPT_TIMERFUNCTION: when to call it with CURL_SOCKET_TIMEOUT. */
+static int on_timer(CURLM *m, long timeout_ms, void *user)
+{
+    (void)m;
+    loop *lp = user;
+    lp->curl_due = timeout_ms < 0 ? -1 : lp->c->host->now_ns(lp->c->host) + (int64_t)timeout_ms * 1000000;
+    return 0;
+}
+
+static void loop_free(loop *lp)
+{
+    for (size_t i = 0; i < lp->n_pool; i++)
+        curl_easy_cleanup(lp->pool[i]);
+    free(lp->pool);
+    lp->pool = NULL;
+    lp->n_pool = lp->cap_pool = 0;
+    if (lp->multi)
+        curl_multi_cleanup(lp->multi);
+    lp->multi = NULL;
+    if (lp->epfd >= 0)
+        close(lp->epfd);
+    if (lp->tfd >= 0)
+        close(lp->tfd);
+    lp->epfd = lp->tfd = -1;
+}
+
+/* Loops 0..k-1 ready; -1 when one cannot be made (those made stay), -2
+ * when memory for one ran out. */
+static int loops_reserve(tb_http_client *c, uint32_t k)
+{
+    if (k <= c->n_loops)
+        return 0;
+    loop **p = realloc(c->loops, k * sizeof *p);
+    if (!p)
+        return -2;
+    c->loops = p;
+    for (uint32_t i = c->n_loops; i < k; i++) {
+        loop *lp = calloc(1, sizeof *lp);
+        if (!lp)
+            return -2;
+        lp->c = c;
+        lp->id = i;
+        lp->multi = curl_multi_init();
+        lp->epfd = epoll_create1(EPOLL_CLOEXEC);
+        lp->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+        struct epoll_event ev = {.events = EPOLLIN, .data.fd = lp->tfd};
+        if (!lp->multi || lp->epfd < 0 || lp->tfd < 0 || epoll_ctl(lp->epfd, EPOLL_CTL_ADD, lp->tfd, &ev) != 0) {
+            loop_free(lp);
+            free(lp);
+            return -1;
+        }
+        c->loops[i] = lp;
+        curl_multi_setopt(lp->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
+        curl_multi_setopt(lp->multi, CURLMOPT_SOCKETDATA, lp);
+        curl_multi_setopt(lp->multi, CURLMOPT_TIMERFUNCTION, on_timer);
+        curl_multi_setopt(lp->multi, CURLMOPT_TIMERDATA, lp);
+        c->n_loops = i + 1;
+    }
+    return 0;
+}
+
+static int start(loop *lp, xfer *x, const char *body, int64_t t_submit)
+{
+    const tb_http_target *t = lp->c->t;
+    CURL *e = easy_get(lp);
     if (!e)
         return -1;
     curl_easy_reset(e);
     x->easy = e;
+    x->lp = lp;
     curl_easy_setopt(e, CURLOPT_URL, t->url);
     curl_easy_setopt(e, CURLOPT_POSTFIELDS, body);
     curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(body));
@@ -437,9 +593,9 @@ static int start(tb_http_client *c, const tb_http_target *t, xfer *x, const char
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
     x->res->t_submit_ns = t_submit;
-    x->res->t_sent_ns = c->host->now_ns(c->host);
-    if (curl_multi_add_handle(c->multi, e) != CURLM_OK) {
-        easy_put(c, e);
+    x->res->t_sent_ns = lp->c->host->now_ns(lp->c->host);
+    if (curl_multi_add_handle(lp->multi, e) != CURLM_OK) {
+        easy_put(lp, e);
         x->easy = NULL;
         return -1;
     }
@@ -456,16 +612,200 @@ static void arm_timer(int tfd, int64_t at_ns)
     timerfd_settime(tfd, TFD_TIMER_ABSTIME, &its, NULL);
 }
 
+/* The next request this loop may send, or n: closed loop, the shared
+ * counter (any loop with a free slot takes the next request); open loop,
+ * its own share (requests id, id + K, id + 2K, ...: the schedule is
+ * sorted, so each share is too). peek: look without taking. */
+static uint32_t next_request(loop *lp, int peek)
+{
+    tb_http_client *c = lp->c;
+    if (!c->offsets) {
+        if (peek)
+            return atomic_load(&c->next) < c->n ? 0 : c->n;
+        uint32_t i = atomic_fetch_add(&c->next, 1);
+        return i < c->n ? i : c->n;
+    }
+    uint64_t i = lp->id + (uint64_t)lp->next_own * c->k;
+    if (i >= c->n)
+        return c->n;
+    if (!peek)
+        lp->next_own++;
+    return (uint32_t)i;
+}
+
+/* Send what is due now. */
+static void send_due(loop *lp)
+{
+    tb_http_client *c = lp->c;
+    const tb_host *h = c->host;
+    int64_t now = h->now_ns(h);
+    while (!lp->cap || lp->inflight < lp->cap) {
+        /* a load bounded by a duration (closed loop; an open loop's
+         * schedule is cut by the caller): no request but the first starts
+         * at or after send_until_ns; the requests not taken stay unsent */
+        if (!c->offsets && c->t->send_until_ns && now >= c->t->send_until_ns && atomic_load(&c->next) > 0) {
+            atomic_store(&c->stop, 1);
+            return;
+        }
+        uint32_t i = next_request(lp, 1);
+        if (i >= c->n || (c->offsets && c->t0 + c->offsets[i] > now))
+            return;
+        i = next_request(lp, 0);
+        if (i >= c->n)
+            return; /* another loop took the last one */
+        xfer *x = &c->x[i];
+        int64_t due = c->offsets ? c->t0 + c->offsets[i] : now;
+        x->lp = lp;
+        if (start(lp, x, c->bodies[i], due) != 0) {
+            x->res->t_submit_ns = x->res->t_done_ns = due;
+            fail(x, TB_ERR_NO_MEMORY, "cannot start a transfer (out of memory)");
+            continue;
+        }
+        lp->inflight++;
+        lp->sent++;
+        if (c->offsets && x->res->t_sent_ns - due > lp->max_lag)
+            lp->max_lag = x->res->t_sent_ns - due;
+    }
+}
+
+/* Collect the transfers curl finished. */
+static void reap(loop *lp)
+{
+    const tb_host *h = lp->c->host;
+    int left;
+    CURLMsg *m;
+    while ((m = curl_multi_info_read(lp->multi, &left))) {
+        if (m->msg != CURLMSG_DONE)
+            continue;
+        CURL *e = m->easy_handle;
+        CURLcode rc = m->data.result;
+        char *priv = NULL;
+        curl_easy_getinfo(e, CURLINFO_PRIVATE, &priv);
+        xfer *x = (xfer *)(void *)priv;
+        x->res->t_done_ns = h->now_ns(h);
+        classify(x, rc);
+        if (!x->failed)
+            x->res->status = TB_OK;
+        x->res->text = x->text.s ? x->text.s : "";
+        x->res->text_len = x->text.len;
+        curl_multi_remove_handle(lp->multi, e);
+        easy_put(lp, e);
+        x->easy = NULL;
+        lp->inflight--;
+    }
+}
+
+static int64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* This thread's time waiting for a CPU while runnable (the kernel's
+ * schedstat, ns); -1 when the kernel does not keep it. */
+static int64_t thread_runqueue_ns(void)
+{
+    FILE *f = fopen("/proc/thread-self/schedstat", "re");
+    if (!f)
+        return -1;
+    unsigned long long run, wait;
+    int ok = fscanf(f, "%llu %llu", &run, &wait) == 2;
+    fclose(f);
+    return ok ? (int64_t)wait : -1;
+}
+
+/* One loop until its share is done or the host cancels. */
+static void *loop_run(void *arg)
+{
+    loop *lp = arg;
+    tb_http_client *c = lp->c;
+    const tb_host *h = c->host;
+    int64_t cpu0 = thread_cpu_ns(), rq0 = thread_runqueue_ns();
+    lp->status = TB_OK;
+    lp->sent = 0;
+    for (;;) {
+        if (h->cancelled(h)) {
+            lp->status = TB_ERR_CANCELLED;
+            break;
+        }
+        send_due(lp);
+        if (lp->inflight == 0 && (next_request(lp, 1) >= c->n || atomic_load(&c->stop)))
+            break;
+        int64_t now = h->now_ns(h);
+        int running;
+        if (lp->curl_due >= 0 && lp->curl_due <= now) {
+            lp->curl_due = -1; /* the call may set it again */
+            curl_multi_socket_action(lp->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+            reap(lp);
+            continue;
+        }
+        /* An open-loop send due later wakes the loop through its timerfd,
+         * to the nanosecond; curl's own timeouts need no more than ms. */
+        uint32_t i = next_request(lp, 1);
+        int64_t due = c->offsets && i < c->n && (!lp->cap || lp->inflight < lp->cap) ? c->t0 + c->offsets[i] : 0;
+        arm_timer(lp->tfd, due);
+        int wait_ms = POLL_MS;
+        if (lp->curl_due >= 0) {
+            int64_t ms = (lp->curl_due - now + 999999) / 1000000;
+            wait_ms = ms < wait_ms ? (int)ms : wait_ms;
+        }
+        struct epoll_event ev[64];
+        int k = epoll_wait(lp->epfd, ev, 64, wait_ms);
+        for (int j = 0; j < k; j++) {
+            if (ev[j].data.fd == lp->tfd) {
+                uint64_t ticks;
+                if (read(lp->tfd, &ticks, sizeof ticks) < 0) {
+                    /* nothing to drain: a spurious wake-up */
+                }
+                continue;
+            }
+            int flags = (ev[j].events & EPOLLIN ? CURL_CSELECT_IN : 0) |
+                        (ev[j].events & EPOLLOUT ? CURL_CSELECT_OUT : 0) |
+                        (ev[j].events & (EPOLLERR | EPOLLHUP) ? CURL_CSELECT_ERR : 0);
+            curl_multi_socket_action(lp->multi, ev[j].data.fd, flags, &running);
+        }
+        reap(lp);
+    }
+    arm_timer(lp->tfd, 0);
+    lp->cpu_ns = thread_cpu_ns() - cpu0;
+    int64_t rq1 = rq0 >= 0 ? thread_runqueue_ns() : -1;
+    lp->runqueue_ns = rq1 >= rq0 ? rq1 - rq0 : 0;
+    lp->end_ns = h->now_ns(h);
+    return NULL;
+}
+
+/* Process CPU time (every thread's, the finished ones' included), ns. */
+static int64_t process_cpu_ns(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return 0;
+    return ((int64_t)ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000000LL +
+           ((int64_t)ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000;
+}
+
+int tb_http_usable_cores(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
 tb_status tb_http_client_run(tb_http_client *c, const tb_http_target *t, uint32_t n, char *const *bodies,
-                             const int64_t *offsets, uint32_t max_inflight, tb_http_result *results)
+                             const int64_t *offsets, uint32_t max_inflight, uint32_t loops,
+                             tb_http_result *results)
 {
     const tb_host *h = c->host;
     free_xfers(c);
+    memset(&c->cpu, 0, sizeof c->cpu);
+    c->max_lag = 0;
     c->x = calloc(n ? n : 1, sizeof *c->x);
     if (!c->x)
         return TB_ERR_NO_MEMORY;
     c->n_x = n;
-    c->max_lag = 0;
     for (uint32_t i = 0; i < n; i++) {
         xfer *x = &c->x[i];
         x->c = c;
@@ -482,84 +822,84 @@ tb_status tb_http_client_run(tb_http_client *c, const tb_http_target *t, uint32_
     }
     if (!offsets && max_inflight < 1)
         max_inflight = 1;
-    uint32_t cap = max_inflight ? max_inflight : UINT32_MAX;
-    uint32_t next = 0, inflight = 0, finished = 0, n_send = n;
-    int64_t t0 = h->now_ns(h);
-    tb_status status = TB_OK;
-
-    while (finished < n) {
-        if (h->cancelled(h)) {
-            status = TB_ERR_CANCELLED;
-            break;
-        }
-        int64_t now = h->now_ns(h);
-        if (next > 0 && t->send_until_ns && now >= t->send_until_ns) {
-            if (inflight == 0)
-                break; /* a duration ended the load: the rest is not sent */
-            n_send = next;
-        }
-        while (next < n_send && inflight < cap && (!offsets || t0 + offsets[next] <= now)) {
-            xfer *x = &c->x[next];
-            int64_t due = offsets ? t0 + offsets[next] : now;
-            if (start(c, t, x, bodies[next], due) != 0) {
-                x->res->t_submit_ns = x->res->t_done_ns = due;
-                fail(x, TB_ERR_NO_MEMORY, "cannot start a transfer (out of memory)");
-                finished++;
-            } else {
-                inflight++;
-                if (offsets && x->res->t_sent_ns - due > c->max_lag)
-                    c->max_lag = x->res->t_sent_ns - due;
-            }
-            next++;
-        }
-        int running = 0;
-        curl_multi_perform(c->multi, &running);
-        int progressed = 0, left;
-        CURLMsg *m;
-        while ((m = curl_multi_info_read(c->multi, &left))) {
-            if (m->msg != CURLMSG_DONE)
-                continue;
-            CURL *e = m->easy_handle;
-            CURLcode rc = m->data.result;
-            char *priv = NULL;
-            curl_easy_getinfo(e, CURLINFO_PRIVATE, &priv);
-            xfer *x = (xfer *)(void *)priv;
-            x->res->t_done_ns = h->now_ns(h);
-            classify(x, rc);
-            if (!x->failed)
-                x->res->status = TB_OK;
-            x->res->text = x->text.s ? x->text.s : "";
-            x->res->text_len = x->text.len;
-            curl_multi_remove_handle(c->multi, e);
-            easy_put(c, e);
-            x->easy = NULL;
-            inflight--;
-            finished++;
-            progressed = 1;
-        }
-        if (finished >= n || (finished >= next && next == n_send))
-            break;
-        if (progressed && next < n_send && !offsets)
-            continue; /* closed loop: send the next one now */
-        int64_t due = offsets && next < n_send && inflight < cap ? t0 + offsets[next] : 0;
-        arm_timer(c->tfd, due);
-        struct curl_waitfd wfd = {.fd = c->tfd, .events = CURL_WAIT_POLLIN};
-        curl_multi_poll(c->multi, &wfd, 1, POLL_MS, NULL);
-        if (wfd.revents) {
-            uint64_t ticks;
-            if (read(c->tfd, &ticks, sizeof ticks) < 0) {
-                /* nothing to drain: a spurious wake-up */
-            }
-        }
+    /* K loops, never more than the requests, nor (closed loop) than the
+     * requests in flight; each loop holds its share of max_inflight. */
+    uint32_t k = loops ? loops : 1;
+    if (k > MAX_LOOPS)
+        k = MAX_LOOPS;
+    if (k > n)
+        k = n ? n : 1;
+    if (max_inflight && k > max_inflight)
+        k = max_inflight;
+    if (loops_reserve(c, k) != 0)
+        return TB_ERR_NO_MEMORY;
+    c->t = t;
+    c->bodies = bodies;
+    c->offsets = offsets;
+    c->n = n;
+    c->k = k;
+    c->defer = k > 1;
+    atomic_store(&c->next, 0);
+    atomic_store(&c->stop, 0);
+    for (uint32_t j = 0; j < k; j++) {
+        loop *lp = c->loops[j];
+        lp->cap = max_inflight ? max_inflight / k + (j < max_inflight % k) : 0;
+        lp->inflight = 0;
+        lp->next_own = 0;
+        lp->max_lag = 0;
+        lp->curl_due = -1;
+        lp->started = 0;
     }
-    arm_timer(c->tfd, 0);
+    int64_t pcpu0 = process_cpu_ns();
+    c->t0 = h->now_ns(h);
+    /* Loops 1.. on threads of their own, loop 0 on this one. A thread
+     * that cannot start leaves its share to the others (closed loop) or
+     * is run here after loop 0 (open loop: late, and its lag says so). */
+    for (uint32_t j = 1; j < k; j++)
+        c->loops[j]->started = pthread_create(&c->loops[j]->thread, NULL, loop_run, c->loops[j]) == 0;
+    loop_run(c->loops[0]);
+    tb_status status = c->loops[0]->status;
+    for (uint32_t j = 1; j < k; j++) {
+        loop *lp = c->loops[j];
+        if (lp->started)
+            pthread_join(lp->thread, NULL);
+        else
+            loop_run(lp);
+        if (lp->status != TB_OK)
+            status = lp->status;
+    }
+    int64_t wall = 0;
+    for (uint32_t j = 0; j < k; j++) {
+        loop *lp = c->loops[j];
+        if (lp->max_lag > c->max_lag)
+            c->max_lag = lp->max_lag;
+        if (lp->end_ns - c->t0 > wall)
+            wall = lp->end_ns - c->t0;
+    }
+    /* The client's own CPU (docs/METRICS.md, client_busy). */
+    c->cpu.loops = k;
+    c->cpu.wall_ns = wall;
+    c->cpu.process_cpu_ns = process_cpu_ns() - pcpu0;
+    c->cpu.cores = tb_http_usable_cores();
+    for (uint32_t j = 0; j < k; j++) {
+        c->cpu.loops_cpu_ns += c->loops[j]->cpu_ns;
+        /* a loop wants a CPU while it runs and while it waits for one */
+        double busy = wall > 0 ? (double)(c->loops[j]->cpu_ns + c->loops[j]->runqueue_ns) / (double)wall : 0;
+        if (busy > c->cpu.busiest_loop)
+            c->cpu.busiest_loop = busy;
+    }
+    c->cpu.process_share = wall > 0 ? (double)c->cpu.process_cpu_ns / ((double)wall * c->cpu.cores) : 0;
+    if (c->defer) /* one timeline: every request's chunks, by the one clock */
+        for (uint32_t i = 0; i < n; i++)
+            for (uint32_t e = 0; e < c->x[i].n_em; e++)
+                h->emit(h, t->first_request + i, 1, c->x[i].em_t[e]);
     if (status != TB_OK) {
         int64_t now = h->now_ns(h);
         for (uint32_t i = 0; i < n; i++) {
             xfer *x = &c->x[i];
             if (x->easy) {
-                curl_multi_remove_handle(c->multi, x->easy);
-                easy_put(c, x->easy);
+                curl_multi_remove_handle(x->lp->multi, x->easy);
+                easy_put(x->lp, x->easy);
                 x->easy = NULL;
             } else if (x->res->t_done_ns) {
                 continue; /* finished before the stop */

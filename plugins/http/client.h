@@ -1,6 +1,14 @@
 /* client.h — one load of requests against an OpenAI-compatible endpoint,
- * on libcurl's multi interface: one thread, one event loop, every transfer
- * multiplexed on it (no thread per request).
+ * on libcurl's multi interface: K event loops (K threads; the calling
+ * thread runs one of them), each a multi handle whose sockets it watches
+ * with epoll (curl_multi_socket_action), every transfer of its share
+ * multiplexed on it (no thread per request). Closed loop: any loop with a
+ * free slot takes the next request (its share of max_inflight is its
+ * slots). Open loop: loop j sends requests j, j + K, j + 2K, ... at their
+ * times. With one loop, chunks are emitted as they arrive; with several,
+ * each request's chunk times (host clock: one clock for all loops) are
+ * kept and emitted by the calling thread once the loops have joined
+ * (tb_host.emit may be called from that thread only), request by request.
  *
  * Closed loop: at most max_inflight requests in flight, the next sent as
  * soon as one finishes. Open loop: request i is due at start + offsets[i];
@@ -48,6 +56,11 @@ typedef struct tb_http_target {
                                          (a load bounded by a duration;
                                          what is not sent keeps a zero
                                          result); 0: no bound */
+    uint32_t first_request;           /* the call's index of bodies[0]:
+                                         emissions name request
+                                         first_request + i (a multi-turn
+                                         load runs the client once per
+                                         wave, each on its slice) */
 } tb_http_target;
 
 typedef struct tb_http_result {
@@ -65,16 +78,47 @@ typedef struct tb_http_result {
     size_t text_len;
 } tb_http_result;
 
+/* The client's own CPU over the last run (docs/METRICS.md, client_busy):
+ * each loop's thread CPU time (CLOCK_THREAD_CPUTIME_ID) plus its time
+ * runnable but waiting for a CPU (/proc/thread-self/schedstat, where the
+ * kernel keeps it), and the process's CPU time (getrusage), over the
+ * load's wall time (its start to the last loop's end). */
+typedef struct tb_http_cpu {
+    uint32_t loops;         /* loops run */
+    int cores;              /* CPUs this process may run on (affinity) */
+    int64_t wall_ns;
+    int64_t loops_cpu_ns;   /* the loops' threads, summed */
+    int64_t process_cpu_ns; /* every thread of the process */
+    double busiest_loop;    /* max over loops of (its CPU + its wait for
+                               a CPU) / wall, 0..1 */
+    double process_share;   /* process CPU / (wall x cores), 0..1 */
+} tb_http_cpu;
+
 /* NULL with a message in err when curl cannot start. */
 tb_http_client *tb_http_client_new(const tb_host *host, char *err, size_t err_size);
 void tb_http_client_free(tb_http_client *c);
 
-/* Send n requests (bodies[i]: request i's JSON) and wait for all of them.
+/* Send n requests (bodies[i]: request i's JSON) and wait for all of them,
+ * on `loops` event loops (0 or 1: one; never more than n, nor than
+ * max_inflight when that is set; at most 256).
  * offsets == NULL: closed loop with max_inflight (>= 1) in flight.
  * Returns TB_OK, or TB_ERR_CANCELLED when host->cancelled() stopped it
  * (unfinished requests then say so), or TB_ERR_NO_MEMORY. */
 tb_status tb_http_client_run(tb_http_client *c, const tb_http_target *t, uint32_t n, char *const *bodies,
-                             const int64_t *offsets, uint32_t max_inflight, tb_http_result *results);
+                             const int64_t *offsets, uint32_t max_inflight, uint32_t loops,
+                             tb_http_result *results);
+
+/* The last run's CPU figures. */
+const tb_http_cpu *tb_http_client_cpu(const tb_http_client *c);
+
+/* Requests loop j sent in the last run. */
+uint32_t tb_http_client_loop_sent(const tb_http_client *c, uint32_t j);
+
+/* Requests loop j sent in the last run. */
+uint32_t tb_http_client_loop_sent(const tb_http_client *c, uint32_t j);
+
+/* CPUs this process may run on (sched_getaffinity), at least 1. */
+int tb_http_usable_cores(void);
 
 /* Largest lateness of a send against its schedule in the last run, ns. */
 int64_t tb_http_client_max_lag(const tb_http_client *c);

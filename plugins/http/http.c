@@ -5,8 +5,9 @@
  *
  * One generate() call is one load: n_requests requests (the suite's
  * `requests`) sent closed-loop at `concurrency` or open-loop at
- * `request_rate` (gamma arrivals, `burstiness`), all on one libcurl multi
- * event loop (client.c). Every streamed chunk with text is an emission;
+ * `request_rate` (gamma arrivals, `burstiness`), on `loops` libcurl multi
+ * event loops (client.c: a thread each; the client's own CPU comes back
+ * as tb_result.client_busy). Every streamed chunk with text is an emission;
  * each request's submit time is its scheduled send time. Output tokens are
  * the server's usage.completion_tokens; with `tokenizer` (the model's
  * tokenizer.json) the runner re-counts the output text and flags a
@@ -70,6 +71,7 @@ enum {
     OPT_PREFIX_TOKENS,
     OPT_TURNS,
     OPT_DURATION,
+    OPT_LOOPS,
     N_OPTS
 };
 
@@ -178,6 +180,10 @@ static const tb_option_decl http_options[N_OPTS] = {
                       "seconds: no request is sent later than this after the call's start (requests bounds the "
                       "count; those not sent are not part of the call); 0: no bound",
                       NULL, 0, 1e7, 0},
+    [OPT_LOOPS] = {"loops", TB_OPT_INT, "1",
+                   "client event loops, each a thread of its own (0: one per CPU this process may run on); "
+                   "requests are spread across them, on one clock",
+                   NULL, 0, 256, 0},
 };
 
 typedef struct http_ctx {
@@ -800,6 +806,28 @@ static int shaped(const tb_workload *w)
            w->turns > 1;
 }
 
+/* The client's own CPU (docs/METRICS.md, client_busy) into the result,
+ * and its cost per streamed chunk logged with TOKBENCH_DEBUG=1
+ * (docs/PERFORMANCE.md). */
+static void report_client_cpu(http_ctx *c, uint32_t first, uint32_t n, tb_result *res)
+{
+    const tb_http_cpu *u = tb_http_client_cpu(c->client);
+    uint64_t chunks = 0;
+    for (uint32_t r = first; r < first + n; r++)
+        chunks += c->results[r].chunks;
+    double busy = u->busiest_loop > u->process_share ? u->busiest_loop : u->process_share;
+    /* a multi-turn load runs the client once per wave: the busiest wave */
+    if (TB_STRUCT_HAS(res, tb_result, client_busy) && busy > res->client_busy)
+        res->client_busy = busy;
+    double cpu = (double)u->loops_cpu_ns * 1e-9, wall = (double)u->wall_ns * 1e-9;
+    c->host->log(c->host, TB_LOG_DEBUG,
+                 "client: %u requests, %llu chunks, %u loops, %.3f s loop CPU in %.3f s (busiest loop %.0f%%, "
+                 "process %.2f of %d cores, %.2f us per chunk)",
+                 n, (unsigned long long)chunks, u->loops, cpu, wall, 100.0 * u->busiest_loop,
+                 (double)u->process_cpu_ns * 1e-9 / (wall > 0 ? wall : 1), u->cores,
+                 chunks ? cpu * 1e6 / (double)chunks : 0.0);
+}
+
 static tb_status http_generate(void *ctx, const tb_request *req, tb_result *res)
 {
     http_ctx *c = ctx;
@@ -871,8 +899,7 @@ static tb_status http_generate(void *ctx, const tb_request *req, tb_result *res)
         .max_usage_tokens = max_tokens <= (UINT32_MAX - 16) / 4 ? 4 * max_tokens + 16 : 0,
     };
     uint32_t inflight = req->concurrency ? req->concurrency : req->request_rate > 0 ? 0 : 1;
-    struct timespec cpu0, cpu1;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu0);
+    int64_t loops = (int64_t)opt_f(v, nv, OPT_LOOPS);
     int64_t wall0 = host->now_ns(host);
     int64_t deadline = duration_s > 0 ? wall0 + (int64_t)(duration_s * 1e9) : 0;
     uint32_t n_sent = 0, prompt_warned = 0;
@@ -905,7 +932,10 @@ static tb_status http_generate(void *ctx, const tb_request *req, tb_result *res)
                     k--;
         }
         t.send_until_ns = deadline;
-        st = tb_http_client_run(c->client, &t, k, c->bodies + base, offsets, inflight, c->results + base);
+        t.first_request = base;
+        st = tb_http_client_run(c->client, &t, k, c->bodies + base, offsets, inflight,
+                                loops ? (uint32_t)loops : (uint32_t)tb_http_usable_cores(), c->results + base);
+        report_client_cpu(c, base, k, res);
         /* closed loop under a duration: the client stops sending at the
          * deadline; what it never sent has no submit time */
         uint32_t sent = 0;
@@ -931,21 +961,10 @@ static tb_status http_generate(void *ctx, const tb_request *req, tb_result *res)
         if (sent < n_sessions)
             break; /* the duration ended inside this wave */
     }
-    int64_t wall = host->now_ns(host) - wall0;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu1);
     free(url);
     cJSON_Delete(extra);
     if (n_sent == 0 && st == TB_OK)
         n_sent = 1; /* not reached: the first send is due at once */
-    /* The client's own cost (docs/PERFORMANCE.md): its event loop's CPU
-     * time per streamed chunk, with TOKBENCH_DEBUG=1. */
-    uint64_t chunks = 0;
-    for (uint32_t r = 0; r < n_sent; r++)
-        chunks += c->results[r].chunks;
-    double cpu = (double)(cpu1.tv_sec - cpu0.tv_sec) + (double)(cpu1.tv_nsec - cpu0.tv_nsec) * 1e-9;
-    host->log(host, TB_LOG_DEBUG, "client: %u requests, %llu chunks, %.3f s CPU in %.3f s (%.0f%% of a core, %.2f us per chunk)",
-              n_sent, (unsigned long long)chunks, cpu, (double)wall * 1e-9, wall > 0 ? 100.0 * cpu / ((double)wall * 1e-9) : 0.0,
-              chunks ? cpu * 1e6 / (double)chunks : 0.0);
 
     uint32_t no_usage = 0, prompt_diff_req = UINT32_MAX;
     for (uint32_t r = 0; r < n_sent && st != TB_ERR_NO_MEMORY; r++) {

@@ -64,13 +64,15 @@ declare -A srcs=(
     [http_options]="plugins/http/json_options.c"
     [workload]="plugins/http/workload.c plugins/http/prompts.c plugins/http/arrivals.c plugins/engine/tokenizer.c util/strmem.c"
     [prompts]="core/prompt_set.c core/scorers.c core/utf8.c core/util.c util/strmem.c"
+    [prometheus]="core/telemetry.c core/proc.c core/util.c util/strmem.c"
 )
 declare -A max_len=(
     [config]=4096 [safetensors]=4096 [safetensors_index]=4096 [sse]=4096 [oai]=4096
     [tokenizer]=1024 [tokenizer_json]=32768 [suite]=4096 [serve_request]=8192 [http_options]=4096
-    [prompts]=4096 [workload]=4096
+    [prompts]=4096 [workload]=4096 [prometheus]=4096
 )
-all=(config safetensors safetensors_index sse oai tokenizer tokenizer_json suite serve_request http_options prompts workload)
+all=(config safetensors safetensors_index sse oai tokenizer tokenizer_json suite serve_request http_options prompts workload
+     prometheus)
 [ ${#targets[@]} = 0 ] && targets=("${all[@]}")
 for t in "${targets[@]}"; do
     [ -n "${srcs[$t]:-}" ] || { echo "run.sh: unknown target $t (${all[*]})" >&2; exit 2; }

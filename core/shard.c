@@ -1,0 +1,148 @@
+/* shard.c — see shard.h. */
+#define _GNU_SOURCE
+#include "shard.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "util.h"
+
+int tb_shard_parse(const char *text, uint32_t *k, uint32_t *n, char **err)
+{
+    char *end;
+    errno = 0;
+    unsigned long a = strtoul(text, &end, 10);
+    if (end == text || *end != '/' || text[0] == '-' || errno) {
+        *err = tb_xasprintf("--shard %s: expected K/N (shard K of N, 0-based: 0/4 .. 3/4)", text);
+        return -1;
+    }
+    const char *p = end + 1;
+    unsigned long b = strtoul(p, &end, 10);
+    if (end == p || *end || p[0] == '-' || errno || b < 1 || b > 65536 || a >= b) {
+        *err = tb_xasprintf("--shard %s: expected K/N with 0 <= K < N <= 65536 (shard K of N, 0-based)", text);
+        return -1;
+    }
+    *k = (uint32_t)a;
+    *n = (uint32_t)b;
+    return 0;
+}
+
+int tb_shard_parse_time(const char *text, int64_t *ns, char **err)
+{
+    const char *want = "expected a UTC time such as 2026-12-01T19:00:00Z (ISO 8601, Z or +00:00) or @SECONDS "
+                       "since the Unix epoch";
+    if (text[0] == '@') {
+        char *end;
+        errno = 0;
+        double s = strtod(text + 1, &end);
+        if (end == text + 1 || *end || errno || !(s >= 0 && s < 4e9)) {
+            *err = tb_xasprintf("--start-at %s: %s", text, want);
+            return -1;
+        }
+        *ns = (int64_t)(s * 1e9 + 0.5);
+        return 0;
+    }
+    struct tm tm = {0};
+    const char *p = strptime(text, "%Y-%m-%dT%H:%M:%S", &tm);
+    int64_t frac = 0;
+    if (p && *p == '.') {
+        int64_t scale = 100000000;
+        for (p++; *p >= '0' && *p <= '9'; p++, scale /= 10)
+            frac += scale * (*p - '0');
+    }
+    if (!p || (strcmp(p, "Z") != 0 && strcmp(p, "+00:00") != 0)) {
+        *err = tb_xasprintf("--start-at %s: %s", text, want);
+        return -1;
+    }
+    time_t t = timegm(&tm);
+    if (t < 0) {
+        *err = tb_xasprintf("--start-at %s: %s", text, want);
+        return -1;
+    }
+    *ns = (int64_t)t * 1000000000LL + frac;
+    return 0;
+}
+
+void tb_shard_format_time(int64_t ns, char *out)
+{
+    time_t t = (time_t)(ns / 1000000000LL);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    char s[24];
+    strftime(s, sizeof s, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(out, 32, "%s.%03dZ", s, (int)(ns % 1000000000LL / 1000000));
+}
+
+uint64_t tb_shard_seed(uint64_t seed, uint32_t k)
+{
+    return seed + (uint64_t)k * 0x9E3779B97F4A7C15ull; /* k = 0: the suite's own */
+}
+
+/* shard k's part of x split n ways */
+static uint32_t share(uint32_t x, uint32_t k, uint32_t n)
+{
+    return x / n + (k < x % n);
+}
+
+int tb_shard_apply(tb_plan *plan, uint32_t k, uint32_t n, char **err)
+{
+    tb_str errs = {0};
+    for (size_t i = 0; i < plan->n_cases; i++) {
+        tb_case *c = &plan->cases[i];
+        if (c->skip_reason)
+            continue;
+        const tb_plan_backend *pb = &plan->backends[c->backend];
+        uint32_t caps = pb->plugin.ops->capabilities;
+        char *label = tb_case_label(plan, c);
+        if (!(caps & (TB_CAP_CONCURRENCY | TB_CAP_REQUEST_RATE)))
+            tb_str_appendf(&errs, "--shard: case #%zu (%s %s): backend %s (plugin %s) serves no load to split "
+                           "(only serving backends, with concurrency or request_rate, can be sharded)\n",
+                           c->ordinal, pb->sb->label, label, pb->sb->label, pb->plugin.ops->name);
+        else if (c->requests < n || (c->concurrency && c->concurrency < n))
+            tb_str_appendf(&errs, "--shard: case #%zu (%s %s): %s %u cannot be split over %u shards (each needs "
+                           "at least one)\n", c->ordinal, pb->sb->label, label,
+                           c->requests < n ? "requests" : "concurrency",
+                           c->requests < n ? c->requests : c->concurrency, n);
+        else {
+            c->requests = share(c->requests, k, n);
+            if (c->concurrency)
+                c->concurrency = share(c->concurrency, k, n);
+            c->request_rate /= n;
+        }
+        free(label);
+    }
+    if (plan->n_prompts)
+        tb_str_appendf(&errs, "--shard: a suite with a prompt set cannot be sharded (its items are graded per "
+                       "case; run it whole)\n");
+    if (errs.len) {
+        *err = tb_str_take(&errs);
+        return -1;
+    }
+    return 0;
+}
+
+static int64_t clock_ns(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+int64_t tb_shard_wait(int64_t at_ns)
+{
+    struct timespec ts = {.tv_sec = at_ns / 1000000000LL, .tv_nsec = at_ns % 1000000000LL};
+    while (clock_nanosleep(CLOCK_REALTIME, TIMER_ABSTIME, &ts, NULL) == EINTR)
+        ;
+    int64_t late = clock_ns(CLOCK_REALTIME) - at_ns;
+    return late > 0 ? late : 0;
+}
+
+int64_t tb_shard_clock_offset(void)
+{
+    /* the monotonic read between two realtime reads: its midpoint */
+    int64_t r0 = clock_ns(CLOCK_REALTIME), m = clock_ns(CLOCK_MONOTONIC), r1 = clock_ns(CLOCK_REALTIME);
+    return r0 + (r1 - r0) / 2 - m;
+}

@@ -1,0 +1,46 @@
+/* shard.h — one run's load split over machines: `tokbench run --shard K/N
+ * --start-at TIME` runs shard K (0-based) of N of every case, starting at
+ * a wall-clock time the N machines share (docs/METRICS.md, "Sharded
+ * runs"). The orchestrator (a Kubernetes Indexed Job, a Slurm job array:
+ * examples/) starts the N processes; `tokbench db merge` joins their
+ * sessions (shard_join.h). */
+#ifndef TB_SHARD_H
+#define TB_SHARD_H
+
+#include <stdint.h>
+
+#include "plan.h"
+
+/* "K/N" with 0 <= K < N <= 65536. 0, or -1 with *err (malloc'd). */
+int tb_shard_parse(const char *text, uint32_t *k, uint32_t *n, char **err);
+
+/* A wall-clock time: UTC ISO 8601 ("2026-12-01T19:00:00Z", seconds may
+ * have a fraction, "Z" or "+00:00"), or "@SECONDS" since the Unix epoch
+ * (a fraction allowed): CLOCK_REALTIME ns. 0, or -1 with *err. */
+int tb_shard_parse_time(const char *text, int64_t *ns, char **err);
+
+/* ns of CLOCK_REALTIME as "2026-12-01T19:00:00.000Z" (out: 32 bytes). */
+void tb_shard_format_time(int64_t ns, char *out);
+
+/* The seed shard k runs with: the suite's for k = 0, another for each
+ * other shard (so the shards' prompts and open-loop arrival schedules
+ * differ, as the requests of one load do). */
+uint64_t tb_shard_seed(uint64_t seed, uint32_t k);
+
+/* Shard k of n of every case to run: requests per call and concurrency
+ * split as evenly as integers go (shard k gets floor(x / n), plus one
+ * when k < x mod n), request_rate divided by n. Only a serving backend's
+ * cases have a load to split; a case of another backend, or one whose
+ * requests or concurrency are fewer than n (a shard would get none), is
+ * an error naming the case. 0, or -1 with *err (every case at fault). */
+int tb_shard_apply(tb_plan *plan, uint32_t k, uint32_t n, char **err);
+
+/* Sleep until CLOCK_REALTIME reaches at_ns (at once when it has passed);
+ * how late the return is after at_ns, ns (>= 0). */
+int64_t tb_shard_wait(int64_t at_ns);
+
+/* CLOCK_REALTIME - CLOCK_MONOTONIC now, ns: adding it to a host
+ * monotonic time gives that host's wall-clock time. */
+int64_t tb_shard_clock_offset(void);
+
+#endif
