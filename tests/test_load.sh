@@ -252,6 +252,16 @@ for s in range(2):
         assert cur[0] >= prev[0] + prev[1] + 6, (t, s, v)
 EOF
 pass "multi-turn: 2 sessions x 3 turns, each turn's prompt = the previous prompt + its answer + a new turn ($(reqs turns mt "group_concat(prompt_tokens)"))"
+# every turn's stream is its own request's: each request holds one emission
+# per output token (a wave's emissions once went to the first wave's
+# requests: turn 0 showed 3x the chunks, later turns none, TTFT = E2E)
+em=$(reqs turns mt "group_concat(json_array_length(emissions_json) || ':' || output_tokens)")
+python3 - "$em" <<'EOF' || fail "multi-turn emissions per request (emissions:output tokens): $em"
+import sys
+v = [tuple(map(int, x.split(":"))) for x in sys.argv[1].split(",")]
+assert len(v) == 6 and all(e == o and o > 0 for e, o in v), v
+EOF
+pass "multi-turn: each request's emissions are its own ($em)"
 # turns must divide the requests: refused before anything runs
 sed 's/^requests = 6/requests = 7/' "$tmp/turns.ini" >"$tmp/turns7.ini"
 "$tb" run "$tmp/turns7.ini" --db "$tmp/turns7.db" >"$tmp/turns7.out" 2>&1
