@@ -460,7 +460,22 @@ cp "$tmp/search.db" "$tmp/shown.db"
 q "$tmp/shown.db" "update search set status = 'found', slo_rate = (select (min(request_rate) + max(request_rate)) / 2 from bench_case) where kind = 'slo'"
 "$tb" report --db "$tmp/shown.db" --format html -o "$tmp/shown.html" 2>/dev/null || fail "report shown"
 check_limit "$tmp/shown.html" "$tmp/shown.db" || fail "the found limit between the charted rates"
-pass "report: the searches' tables, rate charts with the found limit marked at the stored answer"
+# the JSON export: the searches, each case's search, each request's prompt
+"$tb" export last --format json --db "$tmp/search.db" >"$tmp/search.json" 2>/dev/null || fail "export json"
+python3 - "$tmp/search.json" "$tmp/search.db" <<'EOF' || fail "the JSON export of the searches"
+import json, sqlite3, sys
+doc = json.load(open(sys.argv[1]))
+db = sqlite3.connect(sys.argv[2])
+got = [(s["kind"], s["status"], s["slo_max_rate"]) for s in doc["searches"]]
+want = db.execute("select kind, status, slo_rate from search order by id").fetchall()
+assert len(got) == len(want) == 2, got
+for g, w in zip(got, want):  # JSON's 15 significant digits
+    assert g[:2] == w[:2] and (g[2] is None) == (w[2] is None) and (w[2] is None or abs(g[2] - w[2]) < 1e-9 * w[2]), (g, w)
+roles = [c["search_role"] for c in doc["cases"] if c["search_id"]]
+assert roles == [r for (r,) in db.execute("select search_role from bench_case where search_id is not null order by ordinal")], roles
+assert all(r["prompt_tokens"] is None for c in doc["cases"] for s in c["samples"] for r in s["requests"])
+EOF
+pass "report: the searches' tables, rate charts with the found limit marked at the stored answer; the JSON export"
 
 chromium=$(command -v chromium || command -v chromium-browser || true)
 if [ -z "$chromium" ]; then

@@ -12,6 +12,12 @@
  * tokenizer.json) the runner re-counts the output text and flags a
  * difference, and prompts are synthesized to the exact token length.
  *
+ * What each request sends is the workload (workload.h: length
+ * distributions, datasets, shared prefixes, multi-turn sessions sent in
+ * waves, a duration); each request's prompt length and max_tokens go
+ * back in tb_result.prompt_tokens / max_tokens, the requests a duration
+ * left unsent in n_unsent.
+ *
  * The API key is read from the environment variable `api_key_env` names,
  * at create(); it lives only in this process's memory (the request
  * headers), never in describe(), logs or the database. */
@@ -365,8 +371,8 @@ static int len_dist(const tb_option_value *v, uint32_t n, int which, double mean
         for (size_t i = 0; i < hist->n; i++)
             if (hist->hi[i] > d->max)
                 d->max = hist->hi[i];
-    } else if (!d->max) {
-        d->max = (uint32_t)(2 * mean);
+    } else if (!d->max) { /* never below the least (a prompt set's prompt_tokens is 0) */
+        d->max = 2 * mean > d->min ? (uint32_t)(2 * mean) : d->min;
     }
     if (d->max < d->min) {
         snprintf(why, size, "%s_max = %u is below %s_min = %u", name, d->max, name, d->min);
