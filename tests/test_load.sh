@@ -316,6 +316,12 @@ request_rate = slo
 EOF
 run search
 db="$tmp/search.db"
+# the end of the run: each search's answer, as stored
+line=$(grep "^  above: slo #" "$tmp/search.out")
+[ "$line" = "$(q "$db" "select printf('  above: slo #%d (case #%d): above, slo_max_rate %.2f requests/s (synchronous %.2f, throughput %.2f requests/s), 3 runs', id, ordinal, slo_rate, sync_rate, max_rate) from search where kind = 'slo'")" ] \
+    || fail "the run's end: the SLO search's line: $line"
+grep -q "^  sweep: sweep #1 (case #1): done (synchronous [0-9.]*, throughput [0-9.]* requests/s), 5 runs$" "$tmp/search.out" \
+    || fail "the run's end: the sweep's line: $(grep "sweep #" "$tmp/search.out")"
 [ "$(q "$db" "select group_concat(kind || ':' || status) from search")" = "sweep:done,slo:above" ] \
     || fail "searches: $(q "$db" "select kind, status, error from search")"
 [ "$(q "$db" "select group_concat(coalesce(search_role, '-') || '@' || coalesce(concurrency, '') || '@' || (request_rate is not null)) from bench_case c join backend b on b.id = c.backend_id where b.label = 'sweep' order by ordinal")" \
@@ -475,7 +481,15 @@ roles = [c["search_role"] for c in doc["cases"] if c["search_id"]]
 assert roles == [r for (r,) in db.execute("select search_role from bench_case where search_id is not null order by ordinal")], roles
 assert all(r["prompt_tokens"] is None for c in doc["cases"] for s in c["samples"] for r in s["requests"])
 EOF
-pass "report: the searches' tables, rate charts with the found limit marked at the stored answer; the JSON export"
+# db merge carries the searches, each run still pointing at its own
+# (a second copy of the session under another uuid: new search ids)
+cp "$tmp/search.db" "$tmp/other.db"
+q "$tmp/other.db" "update session set uuid = 'another-' || uuid"
+"$tb" db merge "$tmp/other.db" --db "$tmp/merged.db" >/dev/null 2>&1 && "$tb" db merge "$tmp/search.db" --db "$tmp/merged.db" >/dev/null 2>&1 \
+    || fail "db merge of sessions with searches"
+[ "$(q "$tmp/merged.db" "select group_concat(s.session_id || s.kind || (select count(*) from bench_case c where c.search_id = s.id and c.session_id = s.session_id), ' ') from search s")" \
+  = "1sweep5 1slo3 2sweep5 2slo3" ] || fail "merged searches: $(q "$tmp/merged.db" "select * from search")"
+pass "report: the searches' tables, rate charts with the found limit marked at the stored answer; the JSON export; db merge"
 
 chromium=$(command -v chromium || command -v chromium-browser || true)
 if [ -z "$chromium" ]; then
