@@ -119,9 +119,9 @@ EOF
 run dist
 mv "$tmp/dist.db" "$tmp/dist1.db"
 run dist
-read -r n lo hi distinct <<<"$(reqs dist ln "count(*), min(prompt_tokens), max(prompt_tokens), count(distinct prompt_tokens)" | tr '|' ' ')"
-[ "$n" = 80 ] && [ "$lo" -ge 8 ] && [ "$hi" -le 90 ] && [ "$distinct" -ge 10 ] \
-    || fail "lognormal prompts: $n requests, lengths $lo..$hi, $distinct distinct"
+read -r n plo phi distinct <<<"$(reqs dist ln "count(*), min(prompt_tokens), max(prompt_tokens), count(distinct prompt_tokens)" | tr '|' ' ')"
+[ "$n" = 80 ] && [ "$plo" -ge 8 ] && [ "$phi" -le 90 ] && [ "$distinct" -ge 10 ] \
+    || fail "lognormal prompts: $n requests, lengths $plo..$phi, $distinct distinct"
 read -r n lo hi distinct exact <<<"$(reqs dist ln "count(*), min(requested_tokens), max(requested_tokens), count(distinct requested_tokens), sum(output_tokens = requested_tokens)" | tr '|' ' ')"
 # uniform, mean 20, sd 5: [20 - 5 sqrt 3, 20 + 5 sqrt 3] rounded
 [ "$lo" -ge 11 ] && [ "$hi" -le 29 ] && [ "$distinct" -ge 8 ] && [ "$exact" = "$n" ] \
@@ -141,7 +141,7 @@ h1=$(q "$tmp/dist.db" "select group_concat(r.prompt_tokens) from request r join 
 # the workload is stored with the case's options
 q "$tmp/dist.db" "select options_json from backend where label = 'ln'" | grep -q '"prompt_dist":"lognormal"' \
     || fail "prompt_dist not stored with the backend's options"
-pass "distributions: lognormal prompts $lo..$hi tokens and uniform outputs stored per request, the server's counts equal, histogram bins only, reproducible"
+pass "distributions: lognormal prompts $plo..$phi tokens and uniform outputs $lo..$hi stored per request, the server's counts equal, histogram bins only, reproducible"
 
 # a swept workload parameter: one case per value, stored with the case
 cat >"$tmp/swept.ini" <<EOF
