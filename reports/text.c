@@ -496,6 +496,22 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out, size_t width)
     char *err = NULL;
     int read_failed = 0;
     if (tb_rsession_load(db, session, &rs, &err) == 0) {
+        /* the answers of the load searches (docs/METRICS.md) */
+        if (rs.n_searches)
+            fprintf(out, "\nload searches (runs: the cases above):\n");
+        for (size_t i = 0; i < rs.n_searches; i++) {
+            const tb_rsearch *x = &rs.searches[i];
+            size_t runs = 0;
+            for (size_t k = 0; k < rs.n_cases; k++)
+                runs += rs.cases[k].search_id == x->id;
+            fprintf(out, "  %s: %s #%lld (case #%d): %s", rs.backends[x->backend].label, x->kind, (long long)x->id,
+                    x->ordinal, x->status);
+            if (isfinite(x->slo_rate))
+                fprintf(out, ", slo_max_rate %.2f requests/s", x->slo_rate);
+            if (isfinite(x->sync_rate) && isfinite(x->max_rate))
+                fprintf(out, " (synchronous %.2f, throughput %.2f requests/s)", x->sync_rate, x->max_rate);
+            fprintf(out, ", %zu runs%s%s\n", runs, x->error ? ": " : "", x->error ? x->error : "");
+        }
         tb_warnings w;
         tb_warnings_derive(&rs, &w);
         if (w.n)

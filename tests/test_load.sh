@@ -119,9 +119,9 @@ EOF
 run dist
 mv "$tmp/dist.db" "$tmp/dist1.db"
 run dist
-read -r n lo hi distinct <<<"$(reqs dist ln "count(*), min(prompt_tokens), max(prompt_tokens), count(distinct prompt_tokens)" | tr '|' ' ')"
-[ "$n" = 80 ] && [ "$lo" -ge 8 ] && [ "$hi" -le 90 ] && [ "$distinct" -ge 10 ] \
-    || fail "lognormal prompts: $n requests, lengths $lo..$hi, $distinct distinct"
+read -r n plo phi distinct <<<"$(reqs dist ln "count(*), min(prompt_tokens), max(prompt_tokens), count(distinct prompt_tokens)" | tr '|' ' ')"
+[ "$n" = 80 ] && [ "$plo" -ge 8 ] && [ "$phi" -le 90 ] && [ "$distinct" -ge 10 ] \
+    || fail "lognormal prompts: $n requests, lengths $plo..$phi, $distinct distinct"
 read -r n lo hi distinct exact <<<"$(reqs dist ln "count(*), min(requested_tokens), max(requested_tokens), count(distinct requested_tokens), sum(output_tokens = requested_tokens)" | tr '|' ' ')"
 # uniform, mean 20, sd 5: [20 - 5 sqrt 3, 20 + 5 sqrt 3] rounded
 [ "$lo" -ge 11 ] && [ "$hi" -le 29 ] && [ "$distinct" -ge 8 ] && [ "$exact" = "$n" ] \
@@ -141,7 +141,7 @@ h1=$(q "$tmp/dist.db" "select group_concat(r.prompt_tokens) from request r join 
 # the workload is stored with the case's options
 q "$tmp/dist.db" "select options_json from backend where label = 'ln'" | grep -q '"prompt_dist":"lognormal"' \
     || fail "prompt_dist not stored with the backend's options"
-pass "distributions: lognormal prompts $lo..$hi tokens and uniform outputs stored per request, the server's counts equal, histogram bins only, reproducible"
+pass "distributions: lognormal prompts $plo..$phi tokens and uniform outputs $lo..$hi stored per request, the server's counts equal, histogram bins only, reproducible"
 
 # a swept workload parameter: one case per value, stored with the case
 cat >"$tmp/swept.ini" <<EOF
@@ -326,6 +326,12 @@ request_rate = slo
 EOF
 run search
 db="$tmp/search.db"
+# the end of the run: each search's answer, as stored
+line=$(grep "^  above: slo #" "$tmp/search.out")
+[ "$line" = "$(q "$db" "select printf('  above: slo #%d (case #%d): above, slo_max_rate %.2f requests/s (synchronous %.2f, throughput %.2f requests/s), 3 runs', id, ordinal, slo_rate, sync_rate, max_rate) from search where kind = 'slo'")" ] \
+    || fail "the run's end: the SLO search's line: $line"
+grep -q "^  sweep: sweep #1 (case #1): done (synchronous [0-9.]*, throughput [0-9.]* requests/s), 5 runs$" "$tmp/search.out" \
+    || fail "the run's end: the sweep's line: $(grep "sweep #" "$tmp/search.out")"
 [ "$(q "$db" "select group_concat(kind || ':' || status) from search")" = "sweep:done,slo:above" ] \
     || fail "searches: $(q "$db" "select kind, status, error from search")"
 [ "$(q "$db" "select group_concat(coalesce(search_role, '-') || '@' || coalesce(concurrency, '') || '@' || (request_rate is not null)) from bench_case c join backend b on b.id = c.backend_id where b.label = 'sweep' order by ordinal")" \
@@ -431,11 +437,16 @@ assert "<h2 id=\"search-runs\">Load searches: the runs</h2>" in doc
 assert ">above<" in doc, "no search with status above in the table"
 assert ("%.2f" % slo) in doc, ("slo_max_rate %.2f not in the table" % slo)
 EOF
-python3 - "$tmp/bisect.html" "$tmp/bisect.db" <<'EOF' || fail "the found limit in the bisection's charts"
-import re, sqlite3, sys
+# check_limit HTML DB: in every rate chart of the search with an answer,
+# one limit line named with the stored answer and status, at the x the
+# chart's log axis gives that rate (fitted on the drawn points' x and
+# rates); none without an answer.
+check_limit() {
+    python3 - "$1" "$2" <<'EOF'
+import math, re, sqlite3, sys
 doc = open(sys.argv[1], encoding="utf-8").read()
 db = sqlite3.connect(sys.argv[2])
-status, slo = db.execute("select status, slo_rate from search").fetchone()
+status, slo = db.execute("select status, slo_rate from search where kind = 'slo'").fetchone()
 figs = re.findall(r'<figure class="chart" data-kind="(rate|goodput)">(.*?)</figure>', doc, re.S)
 n_rates = db.execute("select count(distinct request_rate) from bench_case where request_rate is not null").fetchone()[0]
 if n_rates < 2:
@@ -448,27 +459,53 @@ for kind, fig in figs:
         assert not lines, "a limit marked without an answer"
         continue
     assert len(lines) == 1, (kind, lines)
-    assert ("SLO limit: %.4g requests/s (%s)" % (slo, status)) in lines[0][1], lines
-    # the line is where the answer's x is: between the points around it
-    pts = [(float(cx), float(r)) for cx, r in re.findall(r'cx="([0-9.]+)"[^>]*><title>[^<]*: rate ([0-9.e+]+)/s', fig)]
+    assert lines[0][1].endswith("SLO limit: %.4g requests/s (%s)" % (slo, status)), lines
+    pts = sorted({(float(r), float(cx)) for cx, r in re.findall(r'cx="([0-9.]+)"[^>]*><title>[^<]*: rate ([0-9.e+]+)/s', fig)})
+    (r0, x0), (r1, x1) = pts[0], pts[-1]
+    want = x0 + (x1 - x0) * (math.log(slo) - math.log(r0)) / (math.log(r1) - math.log(r0))
     x = float(lines[0][0])
-    below = [px for px, r in pts if r <= slo * (1 - 1e-5)]
-    above = [px for px, r in pts if r >= slo * (1 + 1e-5)]
-    assert pts and (not below or max(below) < x + 0.6) and (not above or min(above) > x - 0.6), (x, slo, pts)
-    if kind == "rate" and "TTFT vs" in fig:
-        assert 'data-series="below SLO: p99 TTFT &lt;= 7 ms"' in fig, "no TTFT limit line"
+    assert abs(x - want) < 1.0, ("line at x %.1f, the answer %g/s is at %.1f" % (x, slo, want))
 EOF
-pass "report: the searches' tables, rate charts with the found limit marked at the stored answer"
+}
+check_limit "$tmp/search.html" "$tmp/search.db" || fail "the found limit in the searches' charts"
+check_limit "$tmp/bisect.html" "$tmp/bisect.db" || fail "the found limit in the bisection's charts"
+grep -q 'data-series="below SLO: p99 TTFT &lt;= 7 ms"' "$tmp/bisect.html" || [ "$(q "$tmp/bisect.db" "select count(distinct request_rate) from bench_case")" -lt 2 ] \
+    || fail "no p99 TTFT limit line in the bisection's TTFT chart"
+# an answer between the charted rates (planted): the line inside the plot
+cp "$tmp/search.db" "$tmp/shown.db"
+q "$tmp/shown.db" "update search set status = 'found', slo_rate = (select (min(request_rate) + max(request_rate)) / 2 from bench_case) where kind = 'slo'"
+"$tb" report --db "$tmp/shown.db" --format html -o "$tmp/shown.html" 2>/dev/null || fail "report shown"
+check_limit "$tmp/shown.html" "$tmp/shown.db" || fail "the found limit between the charted rates"
+# the JSON export: the searches, each case's search, each request's prompt
+"$tb" export last --format json --db "$tmp/search.db" >"$tmp/search.json" 2>/dev/null || fail "export json"
+python3 - "$tmp/search.json" "$tmp/search.db" <<'EOF' || fail "the JSON export of the searches"
+import json, sqlite3, sys
+doc = json.load(open(sys.argv[1]))
+db = sqlite3.connect(sys.argv[2])
+got = [(s["kind"], s["status"], s["slo_max_rate"]) for s in doc["searches"]]
+want = db.execute("select kind, status, slo_rate from search order by id").fetchall()
+assert len(got) == len(want) == 2, got
+for g, w in zip(got, want):  # JSON's 15 significant digits
+    assert g[:2] == w[:2] and (g[2] is None) == (w[2] is None) and (w[2] is None or abs(g[2] - w[2]) < 1e-9 * w[2]), (g, w)
+roles = [c["search_role"] for c in doc["cases"] if c["search_id"]]
+assert roles == [r for (r,) in db.execute("select search_role from bench_case where search_id is not null order by ordinal")], roles
+assert all(r["prompt_tokens"] is None for c in doc["cases"] for s in c["samples"] for r in s["requests"])
+EOF
+# db merge carries the searches, each run still pointing at its own
+# (a second copy of the session under another uuid: new search ids)
+cp "$tmp/search.db" "$tmp/other.db"
+q "$tmp/other.db" "update session set uuid = 'another-' || uuid"
+"$tb" db merge "$tmp/other.db" --db "$tmp/merged.db" >/dev/null 2>&1 && "$tb" db merge "$tmp/search.db" --db "$tmp/merged.db" >/dev/null 2>&1 \
+    || fail "db merge of sessions with searches"
+[ "$(q "$tmp/merged.db" "select group_concat(s.session_id || s.kind || (select count(*) from bench_case c where c.search_id = s.id and c.session_id = s.session_id), ' ') from search s")" \
+  = "1sweep5 1slo3 2sweep5 2slo3" ] || fail "merged searches: $(q "$tmp/merged.db" "select * from search")"
+pass "report: the searches' tables, rate charts with the found limit marked at the stored answer; the JSON export; db merge"
 
 chromium=$(command -v chromium || command -v chromium-browser || true)
 if [ -z "$chromium" ]; then
     echo "SKIP (part): chromium not installed: the report is not rendered"
 else
-    # the searches' report with a planted answer between the charted
-    # rates, so that the limit line is drawn inside the plot
-    cp "$tmp/search.db" "$tmp/shown.db"
-    q "$tmp/shown.db" "update search set status = 'found', slo_rate = (select (min(request_rate) + max(request_rate)) / 2 from bench_case) where kind = 'slo'"
-    "$tb" report --db "$tmp/shown.db" --format html -o "$tmp/shown.html" 2>/dev/null || fail "report shown"
+    # the report with the planted answer between the charted rates
     python3 - "$tmp/shown.html" "$tmp/probe.html" <<'EOF'
 import sys
 page = open(sys.argv[1], encoding="utf-8").read()

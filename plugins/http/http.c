@@ -13,6 +13,12 @@
  * tokenizer.json) the runner re-counts the output text and flags a
  * difference, and prompts are synthesized to the exact token length.
  *
+ * What each request sends is the workload (workload.h: length
+ * distributions, datasets, shared prefixes, multi-turn sessions sent in
+ * waves, a duration); each request's prompt length and max_tokens go
+ * back in tb_result.prompt_tokens / max_tokens, the requests a duration
+ * left unsent in n_unsent.
+ *
  * The API key is read from the environment variable `api_key_env` names,
  * at create(); it lives only in this process's memory (the request
  * headers), never in describe(), logs or the database. */
@@ -371,8 +377,8 @@ static int len_dist(const tb_option_value *v, uint32_t n, int which, double mean
         for (size_t i = 0; i < hist->n; i++)
             if (hist->hi[i] > d->max)
                 d->max = hist->hi[i];
-    } else if (!d->max) {
-        d->max = (uint32_t)(2 * mean);
+    } else if (!d->max) { /* never below the least (a prompt set's prompt_tokens is 0) */
+        d->max = 2 * mean > d->min ? (uint32_t)(2 * mean) : d->min;
     }
     if (d->max < d->min) {
         snprintf(why, size, "%s_max = %u is below %s_min = %u", name, d->max, name, d->min);
@@ -742,12 +748,12 @@ static tb_status reserve(http_ctx *c, uint32_t n)
 }
 
 /* The requests of one wave (turn t of every session: requests
- * [base, base + k)): bodies, prompt counts, hashes. TB_OK or
- * TB_ERR_NO_MEMORY (set_error says so). */
+ * [base, base + k)): bodies and hashes (a session's prompt is counted
+ * after the call: count_prompts). TB_OK or TB_ERR_NO_MEMORY (set_error
+ * says so). */
 static tb_status build_wave(http_ctx *c, const tb_request *req, tb_result *res, const tb_session *ss, uint32_t t,
                             uint32_t base, uint32_t k, uint64_t call_seed, const cJSON *extra)
 {
-    int want_counts = TB_STRUCT_HAS(res, tb_result, prompt_tokens) && res->prompt_tokens;
     for (uint32_t i = 0; i < k; i++) {
         uint32_t r = base + i;
         free(c->bodies[r]);
@@ -770,16 +776,6 @@ static tb_status build_wave(http_ctx *c, const tb_request *req, tb_result *res, 
             set_error(c, "out of memory building request %u", r);
             return TB_ERR_NO_MEMORY;
         }
-        /* the prompt's tokens as the tokenizer counts the text sent (for
-         * chat: the messages' contents, without the server's template) */
-        if (s && c->tok) {
-            c->prompt_counted[r] = tb_tokenizer_encode(c->tok, text, strlen(text), NULL, 0);
-            if (c->prompt_counted[r] == TB_TOKENIZER_NO_MEMORY) {
-                free(text);
-                set_error(c, "out of memory counting the prompt of request %u", r);
-                return TB_ERR_NO_MEMORY;
-            }
-        }
         c->bodies[r] = make_body(c, req, text, s, t, c->max_tokens[r], extra);
         /* Prompts this plugin made (with unique_prompts, new ones every
          * repetition): say which, so that the host compares outputs of
@@ -791,10 +787,31 @@ static tb_status build_wave(http_ctx *c, const tb_request *req, tb_result *res, 
             set_error(c, "out of memory building request %u", r);
             return TB_ERR_NO_MEMORY;
         }
-        if (want_counts && c->tok && c->prompt_counted[r] > 0 && c->prompt_counted[r] <= UINT32_MAX)
-            res->prompt_tokens[r] = (uint32_t)c->prompt_counted[r];
         if (TB_STRUCT_HAS(res, tb_result, max_tokens) && res->max_tokens)
             res->max_tokens[r] = c->max_tokens[r];
+    }
+    return TB_OK;
+}
+
+/* After the call (outside its window): each sent request's prompt as the
+ * tokenizer counts the text sent (chat: the messages' contents, without
+ * the server's template), into prompt_counted and res->prompt_tokens.
+ * TB_OK or TB_ERR_NO_MEMORY. */
+static tb_status count_prompts(http_ctx *c, tb_result *res, const tb_session *ss, uint32_t n_sessions, uint32_t n_sent)
+{
+    int want = TB_STRUCT_HAS(res, tb_result, prompt_tokens) && res->prompt_tokens;
+    for (uint32_t r = 0; r < n_sent && c->tok; r++) {
+        if (ss) {
+            char *text = tb_session_prompt(&ss[r % n_sessions], r / n_sessions);
+            c->prompt_counted[r] = text ? tb_tokenizer_encode(c->tok, text, strlen(text), NULL, 0) : TB_TOKENIZER_NO_MEMORY;
+            free(text);
+            if (c->prompt_counted[r] == TB_TOKENIZER_NO_MEMORY) {
+                set_error(c, "out of memory counting the prompt of request %u", r);
+                return TB_ERR_NO_MEMORY;
+            }
+        }
+        if (want && c->prompt_counted[r] > 0 && c->prompt_counted[r] <= UINT32_MAX)
+            res->prompt_tokens[r] = (uint32_t)c->prompt_counted[r];
     }
     return TB_OK;
 }
@@ -965,6 +982,8 @@ static tb_status http_generate(void *ctx, const tb_request *req, tb_result *res)
     cJSON_Delete(extra);
     if (n_sent == 0 && st == TB_OK)
         n_sent = 1; /* not reached: the first send is due at once */
+    if (st == TB_OK)
+        st = count_prompts(c, res, ss, n_sessions, n_sent);
 
     uint32_t no_usage = 0, prompt_diff_req = UINT32_MAX;
     for (uint32_t r = 0; r < n_sent && st != TB_ERR_NO_MEMORY; r++) {
