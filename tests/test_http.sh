@@ -78,7 +78,7 @@ for want in "#2    prompt_tokens=128 max_new_tokens=128 batch=1 concurrency=16 r
             "#5    prompt_tokens=128 max_new_tokens=128 batch=1"; do
     grep -qF -- "$want" "$tmp/dry.out" || fail "dry run lacks: $want"
 done
-"$tb" plugins http | grep -q "burstiness" || fail "tokbench plugins http does not list its options"
+grep -q "burstiness" < <("$tb" plugins http) || fail "tokbench plugins http does not list its options"
 
 # ------------------------------------------------------------------ 1
 start_server ar "$src/tests/data/suites/serve-ar.ini" ar-tiny --max-batch 8
