@@ -230,13 +230,13 @@ static void check_counts(void)
         canvas[i] = i % 24 < 6 ? 9 : 3;
     script s = {.vocab = 512, .eos_pos = -1, .eos = 7, .conf = 0.5};
     tb_dllm_engine e = {.ctx = &s, .vocab = 512, .forward_pick = script_pick, .forward_rows = script_rows};
-    int req_steps[2] = {0, 0}, req_blocks[2] = {0, 0};
-    tb_dllm_stats st = {.request_steps = req_steps, .request_blocks = req_blocks};
+    int req_steps[2] = {0, 0}, req_blocks[2] = {0, 0}, req_tokens[2] = {0, 0};
+    tb_dllm_stats st = {.request_steps = req_steps, .request_blocks = req_blocks, .request_tokens = req_tokens};
     CHECK(tb_dllm_generate(&e, &p, canvas, 2, 6, 1, NULL, &st, why, sizeof why) == 0);
     /* blocks [4,8): 2 masks (steps with count 1: 2 forwards), then 4 full
      * blocks of 4 forwards; stores after 4 of the 5 blocks */
     CHECK(st.blocks == 5 && st.steps == 2 + 4 * 4 && st.forwards == 1 + st.steps + 4);
-    CHECK(req_steps[0] == st.steps && req_steps[1] == st.steps && req_blocks[0] == 5);
+    CHECK(req_steps[0] == st.steps && req_steps[1] == st.steps && req_blocks[0] == 5 && req_tokens[0] == 15);
     CHECK(canvas[6] == 106 && canvas[23] == 123 && canvas[24 + 19] == 119);
 
     /* EOS early stop: canvas 0 proposes EOS at position 9 (block [8, 12)):
@@ -248,8 +248,9 @@ static void check_counts(void)
     memset(req_steps, 0, sizeof req_steps);
     memset(req_blocks, 0, sizeof req_blocks);
     tb_dllm_hooks h = {.ctx = &s, .on_step = mark_stop};
-    st = (tb_dllm_stats){.request_steps = req_steps, .request_blocks = req_blocks};
+    st = (tb_dllm_stats){.request_steps = req_steps, .request_blocks = req_blocks, .request_tokens = req_tokens};
     CHECK(tb_dllm_generate(&e, &p, canvas, 2, 6, 1, &h, &st, why, sizeof why) == 0);
+    CHECK(req_tokens[0] == 12 - 6 && req_tokens[1] == 15); /* decoded through its EOS block */
     CHECK(canvas[9] == 7 && canvas[10] == 110 && canvas[12] == 7 && canvas[23] == 7);
     CHECK(canvas[24 + 12] == 112 && canvas[24 + 23] == 123);
     CHECK(s.max_rows_after_stop == 0);
@@ -298,6 +299,23 @@ static void check_counts(void)
         CHECK(tb_dllm_generate(&e, &t, tc, 1, 4, 1, NULL, &st, why, sizeof why) == 0);
         CHECK(st.forwards == 2 && s.forwards == 2 && tc[11] == 111);
     }
+}
+
+/* the mask token is never proposed by the block samplers' pick */
+static void check_suppressed_pick(void)
+{
+    float logits[4] = {0.5f, 3.0f, 1.0f, 0.0f}, scratch[4];
+    tb_dllm_pick_spec s = {.conf = TB_DLLM_CONF_LLADA_PROB, .suppress1 = 1 + 1};
+    int32_t x0;
+    double conf;
+    uint64_t rng = 1;
+    tb_dllm_pick_row(logits, 4, &s, &rng, scratch, &x0, &conf);
+    double z = exp(0.5) + exp(1.0) + exp(0.0);
+    CHECK(x0 == 2);
+    CHECK_NEAR(conf, exp(1.0) / z, 1e-12);
+    s.suppress1 = 0;
+    tb_dllm_pick_row(logits, 4, &s, &rng, scratch, &x0, &conf);
+    CHECK(x0 == 1);
 }
 
 /* ------------------------------------------------------------ golden */
@@ -469,5 +487,6 @@ int main(int argc, char **argv)
     check_mask_and_cache("tiny-qwen3");
     check_configs();
     check_counts();
+    check_suppressed_pick();
     return check_done();
 }

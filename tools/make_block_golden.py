@@ -44,7 +44,9 @@ Sources transcribed (read with fetch, not from memory):
 tokbench's rules where they differ from upstream (block_sampler.h, also in
 VERSIONS.json "rules"), applied here exactly as there:
   * temperature 0: x0 = argmax, confidence = softmax probability of x0 in
-    float64 (SDAR's sampler would divide by a zero temperature);
+    float64 (SDAR's sampler would divide by a zero temperature), the mask
+    token's logit taken as -inf (a committed mask token would leave its
+    position masked: with a threshold upstream loops forever);
   * the canvas is prompt + gen_length rounded up to a whole block (SDAR's
     total_length; Fast-dLLM v2's batch_sample decodes gen_length // block
     blocks from the prompt's block, fewer positions when the prompt ends
@@ -269,9 +271,15 @@ class FastModel:
 
 # ------------------------------------------------------------- samplers
 
+MASK_OF_PICK = [None]
+
+
 def pick(logits):
-    """temperature 0: argmax and its float64 softmax probability."""
+    """temperature 0: argmax and its float64 softmax probability, the mask
+    token's logit taken as -inf (tokbench rule)."""
     import torch
+    logits = logits.clone()
+    logits[..., MASK_OF_PICK[0]] = float("-inf")
     p = torch.softmax(logits.double(), dim=-1)
     x0 = logits.argmax(dim=-1)
     return x0, p.gather(-1, x0[..., None])[..., 0]
@@ -374,7 +382,7 @@ def fast_generate(model, prompt, mask_id, gen_length, block_size, small_block_si
     if P >= block_size:  # upstream: min_len > block_size (P == block_size skips the prompt: not a case here)
         logits = model(x[:P // block_size * block_size], past, True)
         if P % block_size == 0:
-            x[P] = int(logits[-1].argmax())
+            x[P] = int(pick(logits[-1:])[0][0])  # argmax; the mask token never (tokbench rule)
             stopped = eos_stop(x, P, P + 1, P, G, eos)
             rec.snap(x)
             if stopped:
@@ -391,7 +399,7 @@ def fast_generate(model, prompt, mask_id, gen_length, block_size, small_block_si
                 if b1 >= L:  # tokbench: no store after the last block
                     return x
                 logits = model(x[b0:b1], past, True)
-                x[b1] = int(logits[-1].argmax())
+                x[b1] = int(pick(logits[-1:])[0][0])
                 stopped = eos_stop(x, b1, b1 + 1, P, G, eos)
                 rec.snap(x)
                 if stopped:
@@ -439,7 +447,7 @@ def state_dict(W, c):
              "v_b": "self_attn.v_proj.bias", "q_norm": "self_attn.q_norm.weight",
              "k_norm": "self_attn.k_norm.weight"}
     for key, t in W.items():
-        if key.startswith("l"):
+        if key[0] == "l" and key[1].isdigit():
             i, n = key[1:].split(".", 1)
             sd["model.layers.%s.%s" % (i, names[n])] = t
     return {k: v.contiguous() for k, v in sd.items()}
@@ -539,6 +547,7 @@ def build(out, c, cases):
         json.dump(config_json(c, arch), f, indent=2)
     save_file(state_dict(W, c), os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
     torch.set_num_threads(1)
+    MASK_OF_PICK[0] = c["mask"]
     hf_check(W, c, arch)
     fwd = forward_case(W, c, SdarModel if arch == "sdar" else FastModel)
     runs = []

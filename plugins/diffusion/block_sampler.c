@@ -176,6 +176,8 @@ static void eos_stop(brun *r, int b, int s0, int s1)
     for (int i = s0 > r->P ? s0 : r->P; i < s1 && i < r->G; i++)
         if (is_eos(r, x[i])) {
             r->active[b] = 0;
+            if (r->stats->request_tokens)
+                r->stats->request_tokens[b] = (s1 < r->G ? s1 : r->G) - r->P;
             for (int j = s1; j < r->L; j++)
                 x[j] = r->p->eos_ids[0];
             return;
@@ -273,7 +275,8 @@ int tb_dllm_block_generate(const tb_dllm_engine *e, const tb_dllm_params *p, int
     brun r = {.e = e, .p = p, .h = h, .stats = stats, .canvas = canvas, .B = B, .P = prompt_len,
               .G = prompt_len + p->gen_length, .L = tb_dllm_canvas_length(p, prompt_len), .bs = p->block_length,
               .rng = seed ^ 0x5DEECE66DULL, .why = why, .why_size = why_size};
-    r.spec = (tb_dllm_pick_spec){.conf = TB_DLLM_CONF_LLADA_PROB};
+    /* the mask token is never proposed: a step always commits a token */
+    r.spec = (tb_dllm_pick_spec){.conf = TB_DLLM_CONF_LLADA_PROB, .suppress1 = p->mask_id + 1};
     r.active = malloc((size_t)B * sizeof(int));
     r.rows = malloc((size_t)B * sizeof(int));
     r.x0 = malloc((size_t)B * r.L * sizeof(int32_t));
@@ -286,8 +289,11 @@ int tb_dllm_block_generate(const tb_dllm_engine *e, const tb_dllm_params *p, int
     }
     if (rc == 0 && p->sampler != TB_DLLM_FAST_DLLM_V2)
         tb_dllm_llada_schedule(r.bs, p->steps, sched);
-    for (int b = 0; b < B && rc == 0; b++)
+    for (int b = 0; b < B && rc == 0; b++) {
         r.active[b] = 1;
+        if (stats->request_tokens)
+            stats->request_tokens[b] = p->gen_length;
+    }
     /* prefill: the prompt's whole blocks, block-causal */
     int k0 = r.P / r.bs;
     if (rc == 0 && k0 > 0) {

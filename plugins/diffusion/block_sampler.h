@@ -33,7 +33,9 @@
  *             whole number of blocks). Not run after the last block or for
  *             a request that stopped.
  * Confidence (temperature 0 only): the softmax probability of the argmax,
- * in float64. A step commits only masked positions: upstream's top-k over
+ * in float64, the mask token's logit taken as -inf (upstream would commit
+ * a proposed mask token, leave the position masked and, with a threshold,
+ * loop forever). A step commits only masked positions: upstream's top-k over
  * confidences of -inf would overwrite prompt or committed tokens when a
  * step's count exceeds the masks left (a prompt-tail block with steps <
  * block_length); the golden cases avoid that case.
@@ -45,7 +47,8 @@
  * (or, for prefill and store, every request still decoding).
  * Counts (tb_dllm_stats): forwards = every forward (prefill, steps, store);
  * steps and request_steps = denoising forwards; blocks and request_blocks =
- * blocks decoded. */
+ * blocks decoded; request_tokens = output positions decoded (through the
+ * EOS block of a request that stopped). */
 #ifndef TB_DIFFUSION_BLOCK_SAMPLER_H
 #define TB_DIFFUSION_BLOCK_SAMPLER_H
 

@@ -102,7 +102,7 @@ typedef struct dctx {
     float *host_logits;    /* GPU path, sampling on the host: [rows][npick][vocab] */
     size_t host_logits_cap;
     float *host_prob;      /* [vocab]: tb_dllm_pick_row's scratch */
-    int *req_steps;        /* [B]: block samplers' denoising forwards per request */
+    int *req_steps;        /* [2][B]: block samplers' denoising forwards, output positions decoded */
     size_t req_steps_cap;
     /* Why the last GPU forward failed (the sampler's message says only
      * where), "" when it did not; appended to that message. */
@@ -358,7 +358,7 @@ static int gpu_forward_rows(void *ctx, const int32_t *canvas, int L, const int *
     (void)rng;
     dctx *c = ctx;
     if (tb_gpu_forward_pick_rows(c->ld.gpu, canvas, L, rows, n_rows, pos0, n, n_attend, mask_block, pick0, npick,
-                                 (int)spec->conf, shifted, x0, conf) != 0) {
+                                 (int)spec->conf, shifted, spec->suppress1 - 1, x0, conf) != 0) {
         snprintf(c->forward_error, sizeof c->forward_error, "%s", tb_gpu_error(c->ld.gpu));
         return -1;
     }
@@ -497,17 +497,17 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
         tb_cpu_set_padding(&c->engine.st, c->pad, seqs);
     if ((size_t)B > c->req_steps_cap) {
         free(c->req_steps);
-        c->req_steps = malloc((size_t)B * sizeof(int));
+        c->req_steps = malloc(2 * (size_t)B * sizeof(int));
         c->req_steps_cap = c->req_steps ? (size_t)B : 0;
         if (!c->req_steps) {
             set_error(c, "out of memory for %d canvases", B);
             return TB_ERR_NO_MEMORY;
         }
     }
-    memset(c->req_steps, 0, (size_t)B * sizeof(int));
+    memset(c->req_steps, 0, 2 * (size_t)B * sizeof(int));
     hook_ctx hc = {c, 0};
     tb_dllm_hooks hooks = {.ctx = &hc, .on_commit = on_commit, .cancelled = on_cancel, .on_prefill = on_prefill};
-    tb_dllm_stats stats = {.request_steps = c->req_steps};
+    tb_dllm_stats stats = {.request_steps = c->req_steps, .request_tokens = c->req_steps + B};
     c->forward_error[0] = '\0';
     int64_t t_denoise = host->now_ns(host);
     int rc = tb_dllm_generate(&eng, &p, c->canvas, B, P, req->seed, &hooks, &stats, c->error, sizeof c->error);
@@ -537,10 +537,13 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
     for (int b = 0; b < B; b++) {
         tb_request_result *q = &res->requests[b];
         const int32_t *gen = c->canvas + (size_t)b * L + P;
-        q->n_output_tokens = (uint32_t)p.gen_length;
-        q->n_answer_tokens = tb_answer_length(cfg, gen, (uint32_t)p.gen_length);
+        /* a block sampler's request that stopped at an EOS decoded its
+         * positions through that block only: the rest are not output */
+        uint32_t n_out = (uint32_t)(block_sampler ? c->req_steps[B + b] : p.gen_length);
+        q->n_output_tokens = n_out;
+        q->n_answer_tokens = tb_answer_length(cfg, gen, n_out);
         q->output_ids = gen;
-        q->n_output_ids = (uint32_t)p.gen_length;
+        q->n_output_ids = n_out;
         /* block samplers: the request's own denoising forwards (a
          * finished or stopped request leaves the batch's forwards) */
         q->steps_done = (uint32_t)(block_sampler ? c->req_steps[b] : stats.steps);

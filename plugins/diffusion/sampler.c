@@ -377,7 +377,8 @@ static int run_dream(run *r)
 int tb_dllm_generate(const tb_dllm_engine *e, const tb_dllm_params *p, int32_t *canvas, int B, int prompt_len,
                      uint64_t seed, const tb_dllm_hooks *h, tb_dllm_stats *stats, char *why, size_t why_size)
 {
-    *stats = (tb_dllm_stats){.request_steps = stats->request_steps, .request_blocks = stats->request_blocks};
+    *stats = (tb_dllm_stats){.request_steps = stats->request_steps, .request_blocks = stats->request_blocks,
+                             .request_tokens = stats->request_tokens};
     if (tb_dllm_validate(p, why, why_size) != 0)
         return -1;
     if (tb_dllm_is_block_sampler(p->sampler))

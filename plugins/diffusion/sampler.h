@@ -126,6 +126,9 @@ typedef struct tb_dllm_stats {
      * Kept across tb_dllm_generate's reset of the counts above. */
     int *request_steps;
     int *request_blocks;
+    /* [B] or NULL: the output positions each request decoded (gen_length,
+     * or through the block where it stopped at an EOS) */
+    int *request_tokens;
 } tb_dllm_stats;
 
 /* Check a parameter set against a prompt length. 0, or -1 with the reason

@@ -480,11 +480,11 @@ static int parse_root(ctx *c, const cJSON *root, tb_model_config *cfg)
                  &cfg->tie_word_embeddings) < 0)
         return -1;
 
-    /* Qwen2, Dream and Fast-dLLM v2 hard-wire q/k/v biases (their
-     * modelling code ignores attention_bias); Llama's and Qwen3's
-     * attention_bias puts one on o_proj as well. */
-    int hard_bias = cfg->arch == TB_ARCH_QWEN2 || cfg->arch == TB_ARCH_DREAM || cfg->arch == TB_ARCH_FAST_DLLM_V2;
-    int attn_bias = hard_bias;
+    /* Qwen2 and Dream default to q/k/v biases; Fast-dLLM v2's modelling
+     * code hard-wires them (attention_bias is not read); Llama's and
+     * Qwen3's attention_bias puts one on o_proj as well. */
+    int hard_bias = cfg->arch == TB_ARCH_FAST_DLLM_V2;
+    int attn_bias = hard_bias || cfg->arch == TB_ARCH_QWEN2 || cfg->arch == TB_ARCH_DREAM;
     if (!hard_bias &&
         get_bool(c, root, llada ? NAMES("include_qkv_bias") : NAMES("attention_bias"), &attn_bias) < 0)
         return -1;

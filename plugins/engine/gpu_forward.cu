@@ -511,7 +511,7 @@ extern "C" int tb_gpu_forward_pick(tb_gpu *g, const int32_t *canvas, int rows, i
         return -1;
     size_t V = g->cfg.vocab_size;
     k_pick<<<B * npick, 256, 0, g->stream>>>(g->logits, (int)V, npick, nr, pick0 - r0, shifted, (size_t)B * nr * V,
-                                             (float)cfg_scale, kind, g->out_tok, g->out_conf);
+                                             (float)cfg_scale, kind, -1, g->out_tok, g->out_conf);
     LAUNCHED();
     CK(cudaMemcpyAsync(g->h_tok, g->out_tok, (size_t)B * npick * sizeof(int32_t), cudaMemcpyDeviceToHost, g->stream));
     CK(cudaMemcpyAsync(g->h_conf, g->out_conf, (size_t)B * npick * sizeof(double), cudaMemcpyDeviceToHost,
@@ -545,7 +545,7 @@ extern "C" int tb_gpu_forward_logits(tb_gpu *g, const int32_t *canvas, int rows,
 
 extern "C" int tb_gpu_forward_pick_rows(tb_gpu *g, const int32_t *canvas, int L, const int *rows, int n_rows,
                                         int pos0, int n, int n_attend, int mask_block, int pick0, int npick,
-                                        int kind, int shifted, int32_t *x0, double *conf)
+                                        int kind, int shifted, int32_t never, int32_t *x0, double *conf)
 {
     if (n_rows < 1 || n_rows > g->seqs || n_rows * n > g->rows || n_attend > g->len || pos0 + n > g->len ||
         pick0 < 0 || npick < 0 || pick0 + npick > n)
@@ -585,7 +585,7 @@ extern "C" int tb_gpu_forward_pick_rows(tb_gpu *g, const int32_t *canvas, int L,
         return 0;
     size_t V = g->cfg.vocab_size;
     k_pick<<<n_rows * npick, 256, 0, g->stream>>>(g->logits, (int)V, npick, nr, pick0 - r0, shifted,
-                                                  (size_t)n_rows * nr * V, 0.0f, kind, g->out_tok, g->out_conf);
+                                                  (size_t)n_rows * nr * V, 0.0f, kind, never, g->out_tok, g->out_conf);
     LAUNCHED();
     CK(cudaMemcpyAsync(g->h_tok, g->out_tok, (size_t)n_rows * npick * sizeof(int32_t), cudaMemcpyDeviceToHost,
                        g->stream));

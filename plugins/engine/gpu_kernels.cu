@@ -370,21 +370,27 @@ __global__ void k_incr(int *p) { *p += 1; }
 // (shifted, Dream) from the previous position of the same sequence; with
 // cfg they are combined on the fly with the unconditional row
 // uncond_offset floats further. Kinds as in gpu.h.
+// never: a token whose logit counts as -inf (block samplers: the mask
+// token), -1 = none.
 struct pick_row {
     const float *c, *u;
     float cfg;
-    __device__ float operator[](int v) const { return cfg > 0 ? u[v] + (cfg + 1.0f) * (c[v] - u[v]) : c[v]; }
+    int never;
+    __device__ float operator[](int v) const
+    {
+        return v == never ? -INFINITY : cfg > 0 ? u[v] + (cfg + 1.0f) * (c[v] - u[v]) : c[v];
+    }
 };
 
 __global__ void k_pick(const float *logits, int V, int npick, int nr, int off, int shifted, size_t uncond_offset,
-                       float cfg, int kind, int32_t *x0, double *conf)
+                       float cfg, int kind, int never, int32_t *x0, double *conf)
 {
     __shared__ float bv[256];
     __shared__ int bi[256];
     __shared__ double ds[256];
     int b = blockIdx.x / npick, i = blockIdx.x % npick, li = off + i; // li: row within the nr computed
     size_t src = (size_t)b * nr + (shifted && li > 0 ? li - 1 : li);
-    pick_row x = {logits + src * V, logits + src * V + uncond_offset, cfg};
+    pick_row x = {logits + src * V, logits + src * V + uncond_offset, cfg, never};
     float best = -INFINITY;
     int idx = 0;
     for (int v = threadIdx.x; v < V; v += blockDim.x)

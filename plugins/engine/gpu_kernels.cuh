@@ -33,7 +33,7 @@ __global__ void k_swiglu(const float *gu, bf16 *act, int inter, size_t n);
 __global__ void k_argmax(const float *logits, int V, int32_t *out);
 __global__ void k_incr(int *p);
 __global__ void k_pick(const float *logits, int V, int npick, int nr, int off, int shifted, size_t uncond_offset,
-                       float cfg, int kind, int32_t *x0, double *conf);
+                       float cfg, int kind, int never, int32_t *x0, double *conf);
 
 struct tb_gpu;
 namespace tbgpu {

@@ -687,9 +687,9 @@ static void check_block(const char *name, int shifted)
     }
     /* the block [16, 20) of canvases {1, 0} over the cache */
     int rows[2] = {1, 0};
-    int32_t x0[2 * 4], cx0[2 * 4];
+    int32_t x0[2 * 4];
     double conf[2 * 4], cconf[2 * 4];
-    CHECK(tb_gpu_forward_pick_rows(g, canvas, L, rows, B, P, bs, P + bs, 0, 0, bs, 0, shifted, x0, conf) == 0);
+    CHECK(tb_gpu_forward_pick_rows(g, canvas, L, rows, B, P, bs, P + bs, 0, 0, bs, 0, shifted, -1, x0, conf) == 0);
     int32_t blk[2 * 4];
     for (int b = 0; b < B; b++)
         memcpy(blk + b * bs, canvas + rows[b] * L + P, bs * sizeof(int32_t));
@@ -703,7 +703,6 @@ static void check_block(const char *name, int shifted)
             int32_t best;
             double gap;
             margin(row, V, &best, &gap);
-            cx0[b * bs + i] = best;
             double z = 0;
             for (int v = 0; v < V; v++)
                 z += exp((double)row[v] - row[best]);
