@@ -581,8 +581,13 @@ extern "C" int tb_gpu_forward_pick_rows(tb_gpu *g, const int32_t *canvas, int L,
     if (rc)
         return -1;
     account(g, n_rows, n, n_attend, nr);
-    if (npick == 0)
+    if (npick == 0) {
+        // a cache store returns nothing, but the next forward rewrites the
+        // pinned staging (batched-GEMM pointers, row slots) that this one's
+        // queued copies read when the stream reaches them: wait for it
+        CK(cudaStreamSynchronize(g->stream));
         return 0;
+    }
     size_t V = g->cfg.vocab_size;
     k_pick<<<n_rows * npick, 256, 0, g->stream>>>(g->logits, (int)V, npick, nr, pick0 - r0, shifted,
                                                   (size_t)n_rows * nr * V, 0.0f, kind, never, g->out_tok, g->out_conf);
