@@ -207,6 +207,21 @@ static int script_pick(void *ctx, const int32_t *canvas, int B, int L, int pos0,
     return 0;
 }
 
+/* The prefill hook: called once, before the first denoising step. */
+static int prefills, steps_before_prefill, steps_seen;
+static void count_prefill(void *ctx)
+{
+    (void)ctx;
+    prefills++;
+    steps_before_prefill = steps_seen;
+}
+
+static void count_step(void *ctx, int step, const int32_t *canvas, int B, int L)
+{
+    (void)ctx, (void)step, (void)canvas, (void)B, (void)L;
+    steps_seen++;
+}
+
 static void mark_stop(void *ctx, int step, const int32_t *canvas, int B, int L)
 {
     (void)step, (void)B;
@@ -237,6 +252,12 @@ static void check_counts(void)
      * blocks of 4 forwards; stores after 4 of the 5 blocks */
     CHECK(st.blocks == 5 && st.steps == 2 + 4 * 4 && st.forwards == 1 + st.steps + 4);
     CHECK(req_steps[0] == st.steps && req_steps[1] == st.steps && req_blocks[0] == 5 && req_tokens[0] == 15);
+    /* prefill_ms ends at the prefill hook: once, before any step */
+    for (int i = 0; i < 48; i++)
+        canvas[i] = i % 24 < 6 ? 9 : 3;
+    tb_dllm_hooks ph = {.on_prefill = count_prefill, .on_step = count_step};
+    CHECK(tb_dllm_generate(&e, &p, canvas, 2, 6, 1, &ph, &st, why, sizeof why) == 0);
+    CHECK(prefills == 1 && steps_before_prefill == 0 && steps_seen == st.steps);
     CHECK(canvas[6] == 106 && canvas[23] == 123 && canvas[24 + 19] == 119);
 
     /* EOS early stop: canvas 0 proposes EOS at position 9 (block [8, 12)):
