@@ -1,7 +1,9 @@
 /* config.h — a model's config.json (Hugging Face layout) as the engine
- * needs it. Architectures: LlamaForCausalLM, Qwen2ForCausalLM (AR),
- * LLaDA (LLaMA blocks, bidirectional) and Dream (Qwen2 blocks,
- * bidirectional) for the diffusion backend. */
+ * needs it. Architectures: LlamaForCausalLM, Qwen2ForCausalLM,
+ * Qwen3ForCausalLM (AR); LLaDA (LLaMA blocks, bidirectional) and Dream
+ * (Qwen2 blocks, bidirectional) for the diffusion backend; and the block
+ * diffusion models, causal across blocks and bidirectional inside one:
+ * SDAR (Qwen3 blocks) and Fast-dLLM v2 (Qwen2 blocks). */
 #ifndef TB_ENGINE_CONFIG_H
 #define TB_ENGINE_CONFIG_H
 
@@ -13,6 +15,11 @@ typedef enum tb_arch {
     TB_ARCH_QWEN2 = 2,  /* Qwen2ForCausalLM: QKV bias */
     TB_ARCH_LLADA = 3,  /* LLaDAModelLM: LLaMA blocks, no causal mask */
     TB_ARCH_DREAM = 4,  /* DreamModel: Qwen2 blocks, no causal mask */
+    TB_ARCH_QWEN3 = 5,  /* Qwen3ForCausalLM: per-head RMSNorm on q and k */
+    TB_ARCH_SDAR = 6,   /* SDARForCausalLM: Qwen3 blocks, block-causal */
+    TB_ARCH_FAST_DLLM_V2 = 7, /* Fast_dLLM_QwenForCausalLM: Qwen2 blocks,
+                                 block-causal, logits shifted (position i
+                                 read from the output at i - 1) */
 } tb_arch;
 
 #define TB_MAX_EOS 8
@@ -37,7 +44,12 @@ typedef struct tb_model_config {
     int max_position_embeddings;
     int tie_word_embeddings;
     int qkv_bias;              /* Qwen2 / Dream: q, k, v projections have bias */
-    int o_bias;                /* Llama attention_bias: o_proj has one too */
+    int o_bias;                /* Llama/Qwen3 attention_bias: o_proj has one too */
+    int qk_norm;               /* Qwen3 / SDAR: q_norm, k_norm [head_dim] applied
+                                  per head after the projections, before RoPE */
+    int block_size;            /* block diffusion: the model's trained block
+                                  (SDAR "block_size", Fast-dLLM v2 "bd_size");
+                                  0 for the others */
     int32_t eos_ids[TB_MAX_EOS]; /* eos_token_id: an int or a list */
     int n_eos;
     int32_t bos_id;            /* -1: none */
@@ -56,6 +68,12 @@ typedef struct tb_model_config {
  * include_qkv_bias) are read first, then the Hugging Face names. */
 int tb_config_parse(const char *json, const char *path, tb_model_config *cfg, char *err,
                     size_t err_size);
+/* LLaDA, Dream, SDAR, Fast-dLLM v2: masked-diffusion models. */
+int tb_arch_is_diffusion(tb_arch a);
+/* SDAR and Fast-dLLM v2: block diffusion (causal across blocks,
+ * bidirectional inside one; exact KV cache of finished blocks). */
+int tb_arch_is_block_diffusion(tb_arch a);
+
 /* Read and parse a file. */
 int tb_config_load(const char *path, tb_model_config *cfg, char *err, size_t err_size);
 

@@ -22,7 +22,8 @@ static size_t layer_floats(const tb_model_config *c)
 {
     size_t h = (size_t)c->hidden_size, q = (size_t)c->n_heads * (size_t)c->head_dim;
     size_t inter = (size_t)c->intermediate_size, rows = (size_t)qkv_rows(c);
-    return h + rows * h + (c->qkv_bias ? rows : 0) + h * q + h + 2 * inter * h + h * inter;
+    return h + rows * h + (c->qkv_bias ? rows : 0) + (c->qk_norm ? 2 * (size_t)c->head_dim : 0) + h * q + h +
+           2 * inter * h + h * inter;
 }
 
 static size_t model_floats(const tb_model_config *c)
@@ -71,6 +72,8 @@ static int layout(tb_model *m, char *err, size_t err_size)
         L->attn_norm = p, p += h;
         L->wqkv = p, p += rows * h;
         L->bqkv = c->qkv_bias ? (p += rows, p - rows) : NULL;
+        L->q_norm = c->qk_norm ? (p += c->head_dim, p - c->head_dim) : NULL;
+        L->k_norm = c->qk_norm ? (p += c->head_dim, p - c->head_dim) : NULL;
         L->wo = p, p += h * q;
         L->mlp_norm = p, p += h;
         L->w_gate_up = p, p += 2 * inter * h;
@@ -122,15 +125,17 @@ static int take(const tb_weights *w, const char *name, int64_t rows, int64_t col
 /* Tensor names of one architecture family ("%d" = layer index). */
 typedef struct weight_names {
     const char *embed, *final_norm, *lm_head, *layer;
-    const char *attn_norm, *q, *k, *v, *o, *mlp_norm, *gate, *up, *down, *qb, *kb, *vb;
+    const char *attn_norm, *q, *k, *v, *o, *mlp_norm, *gate, *up, *down, *qb, *kb, *vb, *qn, *kn;
 } weight_names;
 
-/* Llama, Qwen2 and Dream (Qwen2 blocks) use transformers' names. */
+/* Llama, Qwen2, Qwen3 and the models on their blocks (Dream, SDAR,
+ * Fast-dLLM v2) use transformers' names. */
 static const weight_names hf_names = {
     "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight", "model.layers.%d.",
     "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
     "self_attn.o_proj.weight", "post_attention_layernorm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
     "mlp.down_proj.weight", "self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias",
+    "self_attn.q_norm.weight", "self_attn.k_norm.weight",
 };
 
 /* LLaDA keeps OLMo's names: ff_proj is the gate, ff_out the down proj. */
@@ -138,7 +143,7 @@ static const weight_names llada_names = {
     "model.transformer.wte.weight", "model.transformer.ln_f.weight", "model.transformer.ff_out.weight",
     "model.transformer.blocks.%d.", "attn_norm.weight", "q_proj.weight", "k_proj.weight", "v_proj.weight",
     "attn_out.weight", "ff_norm.weight", "ff_proj.weight", "up_proj.weight", "ff_out.weight", "q_proj.bias",
-    "k_proj.bias", "v_proj.bias",
+    "k_proj.bias", "v_proj.bias", NULL, NULL,
 };
 
 int tb_model_load(const char *dir, tb_model *m, char *err, size_t err_size)
@@ -187,6 +192,8 @@ int tb_model_load(const char *dir, tb_model *m, char *err, size_t err_size)
         if (!rc && c->qkv_bias)
             rc = T(nm->qb, qd, 0, L->bqkv) || T(nm->kb, kvd, 0, L->bqkv + qd) ||
                  T(nm->vb, kvd, 0, L->bqkv + qd + kvd);
+        if (!rc && c->qk_norm)
+            rc = T(nm->qn, hd, 0, L->q_norm) || T(nm->kn, hd, 0, L->k_norm);
 #undef T
     }
     tb_weights_close(w);
@@ -198,10 +205,7 @@ int tb_model_load(const char *dir, tb_model *m, char *err, size_t err_size)
     return 0;
 }
 
-int tb_arch_is_diffusion(tb_arch a)
-{
-    return a == TB_ARCH_LLADA || a == TB_ARCH_DREAM;
-}
+
 
 /* ------------------------------------------------------------- presets */
 
@@ -246,6 +250,40 @@ static const preset presets[] = {
                   .n_kv_heads = 4, .head_dim = 128, .rms_eps = 1e-6, .rope_theta = 1000000,
                   .max_position_embeddings = 131072, .qkv_bias = 1, .eos_ids = {151643}, .n_eos = 1,
                   .bos_id = 151643, .mask_id = 151666, .torch_dtype = "bfloat16"}},
+    /* Qwen3-8B's shape, and SDAR-8B-Chat's (its config.json: Qwen3-8B
+     * with block_size 4 and mask 151669) */
+    {"qwen3-8b", {.arch = TB_ARCH_QWEN3, .arch_name = "Qwen3ForCausalLM", .vocab_size = 151936,
+                  .hidden_size = 4096, .intermediate_size = 12288, .n_layers = 36, .n_heads = 32,
+                  .n_kv_heads = 8, .head_dim = 128, .rms_eps = 1e-6, .rope_theta = 1000000,
+                  .max_position_embeddings = 40960, .qk_norm = 1, .eos_ids = {151645, 151643}, .n_eos = 2,
+                  .bos_id = -1, .mask_id = -1, .torch_dtype = "bfloat16"}},
+    {"sdar-8b", {.arch = TB_ARCH_SDAR, .arch_name = "SDARForCausalLM", .vocab_size = 151936,
+                 .hidden_size = 4096, .intermediate_size = 12288, .n_layers = 36, .n_heads = 32,
+                 .n_kv_heads = 8, .head_dim = 128, .rms_eps = 1e-6, .rope_theta = 1000000,
+                 .max_position_embeddings = 32768, .qk_norm = 1, .block_size = 4, .eos_ids = {151643}, .n_eos = 1,
+                 .bos_id = 151643, .mask_id = 151669, .torch_dtype = "bfloat16"}},
+    /* Fast_dLLM_v2_7B: Qwen2.5-7B-Instruct's shape, bd_size 32, mask 151665 */
+    {"fast-dllm-v2-7b", {.arch = TB_ARCH_FAST_DLLM_V2, .arch_name = "Fast_dLLM_QwenForCausalLM",
+                         .vocab_size = 152064, .hidden_size = 3584, .intermediate_size = 18944, .n_layers = 28,
+                         .n_heads = 28, .n_kv_heads = 4, .head_dim = 128, .rms_eps = 1e-6, .rope_theta = 1000000,
+                         .max_position_embeddings = 32768, .qkv_bias = 1, .block_size = 32,
+                         .eos_ids = {151645}, .n_eos = 1, .bos_id = -1, .mask_id = 151665,
+                         .torch_dtype = "bfloat16"}},
+    {"tiny-qwen3", {.arch = TB_ARCH_QWEN3, .arch_name = "Qwen3ForCausalLM", .vocab_size = 512,
+                    .hidden_size = 64, .intermediate_size = 128, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2,
+                    .head_dim = 32, .rms_eps = 1e-6, .rope_theta = 1000000, .max_position_embeddings = 2048,
+                    .qk_norm = 1, .eos_ids = {1}, .n_eos = 1, .bos_id = -1, .mask_id = -1,
+                    .torch_dtype = "float32"}},
+    {"tiny-sdar", {.arch = TB_ARCH_SDAR, .arch_name = "SDARForCausalLM", .vocab_size = 512, .hidden_size = 64,
+                   .intermediate_size = 128, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .head_dim = 32,
+                   .rms_eps = 1e-6, .rope_theta = 1000000, .max_position_embeddings = 4096, .qk_norm = 1,
+                   .block_size = 4, .eos_ids = {508}, .n_eos = 1, .bos_id = 507, .mask_id = 510,
+                   .torch_dtype = "float32"}},
+    {"tiny-fast-dllm-v2", {.arch = TB_ARCH_FAST_DLLM_V2, .arch_name = "Fast_dLLM_QwenForCausalLM",
+                           .vocab_size = 512, .hidden_size = 64, .intermediate_size = 128, .n_layers = 2,
+                           .n_heads = 4, .n_kv_heads = 2, .head_dim = 16, .rms_eps = 1e-6, .rope_theta = 1000000,
+                           .max_position_embeddings = 4096, .qkv_bias = 1, .block_size = 8, .eos_ids = {508},
+                           .n_eos = 1, .bos_id = -1, .mask_id = 510, .torch_dtype = "float32"}},
     {"tiny-llama", {.arch = TB_ARCH_LLAMA, .arch_name = "LlamaForCausalLM", .vocab_size = 512,
                     .hidden_size = 64, .intermediate_size = 160, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2,
                     .head_dim = 16, .rms_eps = 1e-5, .rope_theta = 10000, .max_position_embeddings = 2048,
@@ -329,6 +367,10 @@ int tb_model_preset(const char *name, uint64_t seed, tb_model *m, char *err, siz
         fill_random(L->wqkv, rows * h, 0.02, &s);
         if (L->bqkv)
             fill_random(L->bqkv, rows, 0.02, &s);
+        if (L->q_norm) {
+            fill_const(L->q_norm, (size_t)c->head_dim, 1.0f);
+            fill_const(L->k_norm, (size_t)c->head_dim, 1.0f);
+        }
         fill_random(L->wo, h * q, 0.02, &s);
         fill_random(L->w_gate_up, 2 * inter * h, 0.02, &s);
         fill_random(L->w_down, h * inter, 0.02, &s);
