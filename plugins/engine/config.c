@@ -42,7 +42,18 @@ static const struct arch_info {
     {"Qwen3ForCausalLM", "qwen3", TB_ARCH_QWEN3},
     {"SDARForCausalLM", "sdar", TB_ARCH_SDAR},
     {"Fast_dLLM_QwenForCausalLM", "Fast_dLLM_Qwen", TB_ARCH_FAST_DLLM_V2},
+    {"Qwen3MoeForCausalLM", "qwen3_moe", TB_ARCH_QWEN3_MOE},
 };
+
+int tb_config_layer_is_moe(const tb_model_config *cfg, int l)
+{
+    if (cfg->n_experts <= 0 || cfg->decoder_sparse_step <= 0 || (l + 1) % cfg->decoder_sparse_step != 0)
+        return 0;
+    for (int i = 0; i < cfg->n_mlp_only; i++)
+        if (cfg->mlp_only_layers[i] == l)
+            return 0;
+    return 1;
+}
 
 int tb_arch_is_diffusion(tb_arch a)
 {
@@ -273,8 +284,8 @@ static int parse_rope(ctx *c, const cJSON *root, tb_model_config *cfg)
 static int parse_arch(ctx *c, const cJSON *root, tb_model_config *cfg)
 {
     const cJSON *list = cJSON_GetObjectItemCaseSensitive(root, "architectures");
-    const char *names = "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, LLaDAModelLM, DreamModel, "
-                        "SDARForCausalLM or Fast_dLLM_QwenForCausalLM";
+    const char *names = "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, LLaDAModelLM, "
+                        "DreamModel, SDARForCausalLM or Fast_dLLM_QwenForCausalLM";
     if (list && !cJSON_IsNull(list)) {
         const cJSON *a = cJSON_IsArray(list) ? list->child : NULL;
         if (!cJSON_IsString(a))
@@ -360,6 +371,31 @@ static int check_duplicates(ctx *c, const cJSON *obj, const char *prefix)
     return rc;
 }
 
+/* Qwen3-MoE's keys (Qwen3MoeConfig's names and defaults: norm_topk_prob
+ * false, decoder_sparse_step 1, mlp_only_layers []) */
+static int parse_moe(ctx *c, const cJSON *root, tb_model_config *cfg)
+{
+    cfg->decoder_sparse_step = 1;
+    if (get_int(c, root, NAMES("num_experts"), 1, 1024, 1, &cfg->n_experts) < 0 ||
+        get_int(c, root, NAMES("num_experts_per_tok"), 1, cfg->n_experts, 1, &cfg->n_experts_per_tok) < 0 ||
+        get_int(c, root, NAMES("moe_intermediate_size"), 1, MAX_WIDTH, 1, &cfg->moe_intermediate_size) < 0 ||
+        get_bool(c, root, NAMES("norm_topk_prob"), &cfg->norm_topk_prob) < 0 ||
+        get_int(c, root, NAMES("decoder_sparse_step"), 1, MAX_COUNT, 0, &cfg->decoder_sparse_step) < 0)
+        return -1;
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(root, "mlp_only_layers");
+    if (list && !cJSON_IsNull(list)) {
+        if (!cJSON_IsArray(list) || cJSON_GetArraySize(list) > TB_MAX_MLP_ONLY)
+            return fail(c, "mlp_only_layers", "a list of at most 64 layer indices", list);
+        for (const cJSON *e = list->child; e; e = e->next) {
+            if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 0 ||
+                e->valuedouble >= cfg->n_layers)
+                return fail(c, "mlp_only_layers", "layer indices in [0, num_hidden_layers)", e);
+            cfg->mlp_only_layers[cfg->n_mlp_only++] = (int)e->valuedouble;
+        }
+    }
+    return 0;
+}
+
 static int parse_root(ctx *c, const cJSON *root, tb_model_config *cfg)
 {
     if (check_duplicates(c, root, ""))
@@ -378,7 +414,7 @@ static int parse_root(ctx *c, const cJSON *root, tb_model_config *cfg)
     /* LLaDA and Dream split d_model across the heads; the others (block
      * diffusion included) read an explicit head_dim as transformers does */
     int split_heads = llada || cfg->arch == TB_ARCH_DREAM;
-    int qwen3 = cfg->arch == TB_ARCH_QWEN3 || cfg->arch == TB_ARCH_SDAR;
+    int qwen3 = cfg->arch == TB_ARCH_QWEN3 || cfg->arch == TB_ARCH_SDAR || cfg->arch == TB_ARCH_QWEN3_MOE;
     if (llada ? check_llada(c, root) : check_hf(c, root, cfg))
         return -1;
 
@@ -504,6 +540,9 @@ static int parse_root(ctx *c, const cJSON *root, tb_model_config *cfg)
         if (get_int(c, root, NAMES("bd_size"), 1, MAX_COUNT, 0, &cfg->block_size) < 0)
             return -1;
     }
+
+    if (cfg->arch == TB_ARCH_QWEN3_MOE && parse_moe(c, root, cfg))
+        return -1;
 
     int n_bos = 0;
     if (get_ids(c, root, "eos_token_id", cfg->vocab_size, cfg->eos_ids, TB_MAX_EOS,

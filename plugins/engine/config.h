@@ -1,6 +1,6 @@
 /* config.h — a model's config.json (Hugging Face layout) as the engine
  * needs it. Architectures: LlamaForCausalLM, Qwen2ForCausalLM,
- * Qwen3ForCausalLM (AR); LLaDA (LLaMA blocks, bidirectional) and Dream
+ * Qwen3ForCausalLM, Qwen3MoeForCausalLM (AR); LLaDA (LLaMA blocks, bidirectional) and Dream
  * (Qwen2 blocks, bidirectional) for the diffusion backend; and the block
  * diffusion models, causal across blocks and bidirectional inside one:
  * SDAR (Qwen3 blocks) and Fast-dLLM v2 (Qwen2 blocks). */
@@ -20,7 +20,11 @@ typedef enum tb_arch {
     TB_ARCH_FAST_DLLM_V2 = 7, /* Fast_dLLM_QwenForCausalLM: Qwen2 blocks,
                                  block-causal, logits shifted (position i
                                  read from the output at i - 1) */
+    TB_ARCH_QWEN3_MOE = 8, /* Qwen3MoeForCausalLM: Qwen3 attention, MoE
+                              feed-forward (moe.h) in its sparse layers */
 } tb_arch;
+
+#define TB_MAX_MLP_ONLY 64 /* Qwen3-MoE mlp_only_layers entries */
 
 #define TB_MAX_EOS 8
 
@@ -50,6 +54,14 @@ typedef struct tb_model_config {
     int block_size;            /* block diffusion: the model's trained block
                                   (SDAR "block_size", Fast-dLLM v2 "bd_size");
                                   0 for the others */
+    /* mixture of experts (Qwen3-MoE; 0 experts: a dense model): layer l
+     * is sparse when tb_config_layer_is_moe(cfg, l), its feed-forward the
+     * router over n_experts SwiGLU experts of moe_intermediate_size, top
+     * n_experts_per_tok, renormalised when norm_topk_prob; the others
+     * (mlp_only_layers, and those decoder_sparse_step skips) are dense
+     * with intermediate_size */
+    int n_experts, n_experts_per_tok, moe_intermediate_size, norm_topk_prob, decoder_sparse_step;
+    int n_mlp_only, mlp_only_layers[TB_MAX_MLP_ONLY];
     int32_t eos_ids[TB_MAX_EOS]; /* eos_token_id: an int or a list */
     int n_eos;
     int32_t bos_id;            /* -1: none */
@@ -73,6 +85,10 @@ int tb_arch_is_diffusion(tb_arch a);
 /* SDAR and Fast-dLLM v2: block diffusion (causal across blocks,
  * bidirectional inside one; exact KV cache of finished blocks). */
 int tb_arch_is_block_diffusion(tb_arch a);
+
+/* Layer l's feed-forward is a mixture of experts (Qwen3-MoE's rule: not
+ * in mlp_only_layers, and (l + 1) % decoder_sparse_step == 0). */
+int tb_config_layer_is_moe(const tb_model_config *cfg, int l);
 
 /* Read and parse a file. */
 int tb_config_load(const char *path, tb_model_config *cfg, char *err, size_t err_size);

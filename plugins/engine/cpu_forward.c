@@ -53,6 +53,12 @@ int tb_cpu_state_init(tb_cpu_state *st, const tb_model *m, int max_seqs, int max
         ok = ok && *ptrs[i];
         st->bytes += sizes[i] * sizeof(float);
     }
+    if (ok && c->n_experts > 0) {
+        tb_model_moe_config(c, &st->moe_cfg);
+        st->moe_out = malloc(rows * h * sizeof(float) + 1);
+        ok = st->moe_out && tb_moe_scratch_init(&st->moe, &st->moe_cfg, max_rows, err, err_size) == 0;
+        st->bytes += rows * h * sizeof(float) + st->moe.bytes;
+    }
     if (!ok) {
         snprintf(err, err_size, "out of memory: KV cache and buffers need %.2f GB (%d sequences x %d positions)",
                  (double)st->bytes / 1e9, max_seqs, max_len);
@@ -99,6 +105,8 @@ void tb_cpu_state_free(tb_cpu_state *st)
     free(st->att);
     free(st->gu);
     free(st->scores);
+    free(st->moe_out);
+    tb_moe_scratch_free(&st->moe);
     memset(st, 0, sizeof *st);
 }
 
@@ -234,8 +242,15 @@ static void layer_forward(tb_cpu_state *st, int l, int n_seqs, int n_new, int ma
     }
     matmul_t(st->x, st->att, L->wo, rows, h, nq, 1); /* residual add */
 
-    /* MLP block: x += down(silu(gate(xn)) * up(xn)) */
+    /* MLP block: x += down(silu(gate(xn)) * up(xn)), or the experts' */
     rmsnorm(st->xn, st->x, L->mlp_norm, rows, h, c->rms_eps);
+    if (L->router) {
+        tb_moe_weights w = {.router = L->router, .gate_up = L->experts_gate_up, .down = L->experts_down};
+        tb_moe_forward(&st->moe_cfg, &w, &st->moe, st->xn, rows, st->moe_out, NULL); /* rows <= max_rows: checked */
+        for (size_t i = 0; i < (size_t)rows * h; i++)
+            st->x[i] += st->moe_out[i];
+        return;
+    }
     matmul_t(st->gu, st->xn, L->w_gate_up, rows, 2 * inter, h, 0);
     for (int r = 0; r < rows; r++) {
         float *g = st->gu + (size_t)r * 2 * inter, *u = g + inter;

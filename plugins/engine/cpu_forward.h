@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "model.h"
+#include "moe.h"
 
 typedef struct tb_cpu_state {
     const tb_model *m;
@@ -40,6 +41,11 @@ typedef struct tb_cpu_state {
     float *att;     /* [rows][n_heads head_dim]: attention output */
     float *gu;      /* [rows][2 intermediate]: gate | up, then silu(g) u */
     float *scores;  /* [max_rows][max_len]: one head's attention matrix */
+    /* MoE models only (n_experts > 0): the layer's config, its scratch, and
+     * its output [rows][hidden] before the residual add */
+    tb_moe_config moe_cfg;
+    tb_moe_scratch moe;
+    float *moe_out;
     int n_threads;
     size_t bytes;   /* allocated, for reporting */
 } tb_cpu_state;

@@ -160,6 +160,11 @@ extern "C" int tb_gpu_create(tb_gpu **out, const tb_model_config *cfg, const tb_
     cublasSetStream(g->blas, g->stream);
     // decode attention keeps its scores in shared memory: above 48 KB a
     // kernel must opt in
+    if (c->n_experts > 0) { // moe.c is the CPU path only so far (issue 22)
+        fail(g, "%s: mixture-of-experts models run on the CPU only in this version (device = cpu)", c->arch_name);
+        rc = -1;
+        goto done;
+    }
     if (c->head_dim % 2 || c->head_dim > 256) {
         fail(g, "head_dim %d: the CUDA attention kernels need an even head_dim <= 256", c->head_dim);
         rc = -1;

@@ -17,20 +17,31 @@ static int64_t qkv_rows(const tb_model_config *c)
     return (int64_t)(c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
 }
 
-/* Floats of one layer in the fused CPU layout. */
-static size_t layer_floats(const tb_model_config *c)
+/* Floats of layer l's feed-forward: dense SwiGLU, or the router and the
+ * experts of a MoE layer. */
+static size_t mlp_floats(const tb_model_config *c, int l)
+{
+    size_t h = (size_t)c->hidden_size;
+    if (tb_config_layer_is_moe(c, l))
+        return (size_t)c->n_experts * (h + 3 * (size_t)c->moe_intermediate_size * h);
+    return 3 * (size_t)c->intermediate_size * h;
+}
+
+/* Floats of layer l in the fused CPU layout. */
+static size_t layer_floats(const tb_model_config *c, int l)
 {
     size_t h = (size_t)c->hidden_size, q = (size_t)c->n_heads * (size_t)c->head_dim;
-    size_t inter = (size_t)c->intermediate_size, rows = (size_t)qkv_rows(c);
+    size_t rows = (size_t)qkv_rows(c);
     return h + rows * h + (c->qkv_bias ? rows : 0) + (c->qk_norm ? 2 * (size_t)c->head_dim : 0) + h * q + h +
-           2 * inter * h + h * inter;
+           mlp_floats(c, l);
 }
 
 static size_t model_floats(const tb_model_config *c)
 {
-    size_t vh = (size_t)c->vocab_size * (size_t)c->hidden_size;
-    return vh * (c->tie_word_embeddings ? 1 : 2) + (size_t)c->hidden_size +
-           (size_t)c->n_layers * layer_floats(c) + (size_t)c->head_dim / 2;
+    size_t vh = (size_t)c->vocab_size * (size_t)c->hidden_size, n = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        n += layer_floats(c, l);
+    return vh * (c->tie_word_embeddings ? 1 : 2) + (size_t)c->hidden_size + n + (size_t)c->head_dim / 2;
 }
 
 size_t tb_model_cpu_bytes(const tb_model_config *cfg)
@@ -76,12 +87,28 @@ static int layout(tb_model *m, char *err, size_t err_size)
         L->k_norm = c->qk_norm ? (p += c->head_dim, p - c->head_dim) : NULL;
         L->wo = p, p += h * q;
         L->mlp_norm = p, p += h;
-        L->w_gate_up = p, p += 2 * inter * h;
-        L->w_down = p, p += h * inter;
+        if (tb_config_layer_is_moe(c, l)) {
+            size_t E = (size_t)c->n_experts, mi = (size_t)c->moe_intermediate_size;
+            L->router = p, p += E * h;
+            L->experts_gate_up = p, p += E * 2 * mi * h;
+            L->experts_down = p, p += E * h * mi;
+        } else {
+            L->w_gate_up = p, p += 2 * inter * h;
+            L->w_down = p, p += h * inter;
+        }
     }
     m->rope_inv_freq = p, p += (size_t)c->head_dim / 2;
     m->n_params = tb_config_n_params(c);
     return 0;
+}
+
+void tb_model_moe_config(const tb_model_config *c, tb_moe_config *out)
+{
+    /* Qwen3-MoE: softmax over all experts, top-k, renormalised when
+     * norm_topk_prob; no groups, no scaling, no shared expert */
+    *out = (tb_moe_config){.hidden = c->hidden_size, .n_experts = c->n_experts, .top_k = c->n_experts_per_tok,
+                           .expert_inter = c->moe_intermediate_size, .scoring = TB_MOE_SOFTMAX,
+                           .norm_topk = c->norm_topk_prob, .n_group = 1, .topk_group = 1, .routed_scale = 1.0f};
 }
 
 void tb_rope_inv_freq(const tb_model_config *c, float *out)
@@ -186,9 +213,24 @@ int tb_model_load(const char *dir, tb_model *m, char *err, size_t err_size)
     (snprintf(n, sizeof n, "%s%s", prefix, suffix), take(w, n, rows, cols, dst, err, err_size))
         rc = T(nm->attn_norm, h, 0, L->attn_norm) || T(nm->q, qd, h, L->wqkv) ||
              T(nm->k, kvd, h, L->wqkv + qd * h) || T(nm->v, kvd, h, L->wqkv + (qd + kvd) * h) ||
-             T(nm->o, h, qd, L->wo) || T(nm->mlp_norm, h, 0, L->mlp_norm) ||
-             T(nm->gate, inter, h, L->w_gate_up) || T(nm->up, inter, h, L->w_gate_up + inter * h) ||
-             T(nm->down, h, inter, L->w_down);
+             T(nm->o, h, qd, L->wo) || T(nm->mlp_norm, h, 0, L->mlp_norm);
+        if (!rc && L->router) { /* a MoE layer: mlp.gate, mlp.experts.E.{gate,up,down}_proj, as published */
+            int64_t mi = c->moe_intermediate_size;
+            rc = T("mlp.gate.weight", c->n_experts, h, L->router);
+            for (int e = 0; e < c->n_experts && !rc; e++) {
+                char en[96];
+                float *gu = L->experts_gate_up + (size_t)e * 2 * mi * h;
+                snprintf(en, sizeof en, "mlp.experts.%d.gate_proj.weight", e);
+                rc = T(en, mi, h, gu);
+                snprintf(en, sizeof en, "mlp.experts.%d.up_proj.weight", e);
+                rc = rc || T(en, mi, h, gu + mi * h);
+                snprintf(en, sizeof en, "mlp.experts.%d.down_proj.weight", e);
+                rc = rc || T(en, h, mi, L->experts_down + (size_t)e * h * mi);
+            }
+        } else if (!rc) {
+            rc = T(nm->gate, inter, h, L->w_gate_up) || T(nm->up, inter, h, L->w_gate_up + inter * h) ||
+                 T(nm->down, h, inter, L->w_down);
+        }
         if (!rc && c->qkv_bias)
             rc = T(nm->qb, qd, 0, L->bqkv) || T(nm->kb, kvd, 0, L->bqkv + qd) ||
                  T(nm->vb, kvd, 0, L->bqkv + qd + kvd);
@@ -284,6 +326,20 @@ static const preset presets[] = {
                            .n_heads = 4, .n_kv_heads = 2, .head_dim = 16, .rms_eps = 1e-6, .rope_theta = 1000000,
                            .max_position_embeddings = 4096, .qkv_bias = 1, .block_size = 8, .eos_ids = {508},
                            .n_eos = 1, .bos_id = -1, .mask_id = 510, .torch_dtype = "float32"}},
+    /* Qwen3-30B-A3B's shape (128 experts, 8 a token) and a tiny one */
+    {"qwen3-30b-a3b", {.arch = TB_ARCH_QWEN3_MOE, .arch_name = "Qwen3MoeForCausalLM", .vocab_size = 151936,
+                       .hidden_size = 2048, .intermediate_size = 6144, .n_layers = 48, .n_heads = 32,
+                       .n_kv_heads = 4, .head_dim = 128, .rms_eps = 1e-6, .rope_theta = 1000000,
+                       .max_position_embeddings = 40960, .qk_norm = 1, .n_experts = 128, .n_experts_per_tok = 8,
+                       .moe_intermediate_size = 768, .norm_topk_prob = 1, .decoder_sparse_step = 1,
+                       .eos_ids = {151645, 151643}, .n_eos = 2, .bos_id = -1, .mask_id = -1,
+                       .torch_dtype = "bfloat16"}},
+    {"tiny-qwen3-moe", {.arch = TB_ARCH_QWEN3_MOE, .arch_name = "Qwen3MoeForCausalLM", .vocab_size = 512,
+                        .hidden_size = 64, .intermediate_size = 128, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2,
+                        .head_dim = 32, .rms_eps = 1e-6, .rope_theta = 1000000, .max_position_embeddings = 2048,
+                        .qk_norm = 1, .n_experts = 8, .n_experts_per_tok = 2, .moe_intermediate_size = 32,
+                        .norm_topk_prob = 1, .decoder_sparse_step = 1, .eos_ids = {1}, .n_eos = 1, .bos_id = -1,
+                        .mask_id = -1, .torch_dtype = "float32"}},
     {"tiny-llama", {.arch = TB_ARCH_LLAMA, .arch_name = "LlamaForCausalLM", .vocab_size = 512,
                     .hidden_size = 64, .intermediate_size = 160, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2,
                     .head_dim = 16, .rms_eps = 1e-5, .rope_theta = 10000, .max_position_embeddings = 2048,
@@ -372,8 +428,15 @@ int tb_model_preset(const char *name, uint64_t seed, tb_model *m, char *err, siz
             fill_const(L->k_norm, (size_t)c->head_dim, 1.0f);
         }
         fill_random(L->wo, h * q, 0.02, &s);
-        fill_random(L->w_gate_up, 2 * inter * h, 0.02, &s);
-        fill_random(L->w_down, h * inter, 0.02, &s);
+        if (L->router) {
+            size_t E = (size_t)c->n_experts, mi = (size_t)c->moe_intermediate_size;
+            fill_random(L->router, E * h, 0.02, &s);
+            fill_random(L->experts_gate_up, E * 2 * mi * h, 0.02, &s);
+            fill_random(L->experts_down, E * h * mi, 0.02, &s);
+        } else {
+            fill_random(L->w_gate_up, 2 * inter * h, 0.02, &s);
+            fill_random(L->w_down, h * inter, 0.02, &s);
+        }
     }
     tb_rope_inv_freq(c, m->rope_inv_freq);
     return 0;

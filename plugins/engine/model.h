@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "moe.h"
 
 typedef struct tb_layer {
     float *attn_norm; /* [hidden] */
@@ -20,8 +21,12 @@ typedef struct tb_layer {
     float *k_norm;    /* [head_dim], NULL without QK-norm */
     float *wo;        /* [hidden][n_heads head_dim] */
     float *mlp_norm;  /* [hidden] */
-    float *w_gate_up; /* [2 intermediate][hidden]: gate rows, then up rows */
-    float *w_down;    /* [hidden][intermediate] */
+    float *w_gate_up; /* [2 intermediate][hidden]: gate rows, then up rows; NULL in a MoE layer */
+    float *w_down;    /* [hidden][intermediate]; NULL in a MoE layer */
+    /* a MoE layer (tb_config_layer_is_moe), moe.h's layout; NULL otherwise */
+    float *router;          /* [n_experts][hidden] */
+    float *experts_gate_up; /* [n_experts][2 moe_intermediate][hidden] */
+    float *experts_down;    /* [n_experts][hidden][moe_intermediate] */
 } tb_layer;
 
 typedef struct tb_model {
@@ -57,6 +62,9 @@ int64_t tb_config_n_params(const tb_model_config *cfg);
 
 void tb_model_free(tb_model *m);
 
+
+/* The MoE layer config (moe.h) of a Qwen3-MoE model's sparse layers. */
+void tb_model_moe_config(const tb_model_config *cfg, tb_moe_config *out);
 
 /* RoPE inverse frequencies for cfg (head_dim / 2 of them), llama3 scaling
  * applied as transformers does. */
