@@ -376,7 +376,8 @@ static int check_duplicates(ctx *c, const cJSON *obj, const char *prefix)
 static int parse_moe(ctx *c, const cJSON *root, tb_model_config *cfg)
 {
     cfg->decoder_sparse_step = 1;
-    if (get_int(c, root, NAMES("num_experts"), 1, 1024, 1, &cfg->n_experts) < 0 ||
+    /* transformers 5 writes num_local_experts; the published configs num_experts */
+    if (get_int(c, root, NAMES("num_experts", "num_local_experts"), 1, 1024, 1, &cfg->n_experts) < 0 ||
         get_int(c, root, NAMES("num_experts_per_tok"), 1, cfg->n_experts, 1, &cfg->n_experts_per_tok) < 0 ||
         get_int(c, root, NAMES("moe_intermediate_size"), 1, MAX_WIDTH, 1, &cfg->moe_intermediate_size) < 0 ||
         get_bool(c, root, NAMES("norm_topk_prob"), &cfg->norm_topk_prob) < 0 ||
