@@ -385,6 +385,44 @@ static void test_invalid(void)
               "field mask_token_id", "got nothing");
 }
 
+/* Qwen3-MoE: Qwen3-30B-A3B's config.json keys, then the errors */
+#define MIN_QWEN3_MOE                                                                \
+    "\"architectures\": [\"Qwen3MoeForCausalLM\"], \"hidden_size\": 64,"         \
+    " \"intermediate_size\": 128, \"num_hidden_layers\": 4, \"num_attention_heads\": 4," \
+    " \"vocab_size\": 100, \"moe_intermediate_size\": 32"
+#define QWEN3_MOE_WITH(extra) "{" extra ", " MIN_QWEN3_MOE "}"
+static void test_moe(void)
+{
+    tb_model_config c;
+    CHECK(parse(QWEN3_MOE_WITH("\"num_experts\": 8, \"num_experts_per_tok\": 2, \"norm_topk_prob\": true,"
+                               " \"decoder_sparse_step\": 1, \"mlp_only_layers\": [1, 3]"), &c) == 0);
+    CHECK(c.arch == TB_ARCH_QWEN3_MOE && c.qk_norm == 1);
+    CHECK(c.n_experts == 8 && c.n_experts_per_tok == 2 && c.moe_intermediate_size == 32 && c.norm_topk_prob == 1);
+    CHECK(tb_config_layer_is_moe(&c, 0) && !tb_config_layer_is_moe(&c, 1) && tb_config_layer_is_moe(&c, 2) &&
+          !tb_config_layer_is_moe(&c, 3));
+    /* Qwen3MoeConfig's defaults: no renormalisation, every layer sparse */
+    CHECK(parse(QWEN3_MOE_WITH("\"num_experts\": 8, \"num_experts_per_tok\": 2"), &c) == 0);
+    CHECK(c.norm_topk_prob == 0 && c.decoder_sparse_step == 1 && c.n_mlp_only == 0);
+    CHECK(parse(QWEN3_MOE_WITH("\"num_experts\": 8, \"num_experts_per_tok\": 2, \"decoder_sparse_step\": 2"),
+                &c) == 0);
+    CHECK(!tb_config_layer_is_moe(&c, 0) && tb_config_layer_is_moe(&c, 1) && !tb_config_layer_is_moe(&c, 2));
+    /* a dense model is never sparse */
+    CHECK(parse(LLAMA_WITH("\"head_dim\": 16"), &c) == 0);
+    CHECK(c.n_experts == 0 && !tb_config_layer_is_moe(&c, 0));
+
+    CHECK_BAD(QWEN3_MOE_WITH("\"num_experts_per_tok\": 2"), "field num_experts: expected", "got nothing");
+    CHECK_BAD(QWEN3_MOE_WITH("\"num_experts\": 8, \"num_experts_per_tok\": 9"),
+              "field num_experts_per_tok: expected an integer in [1, 8]", "got 9");
+    CHECK_BAD(QWEN3_MOE_WITH("\"num_experts\": 2000, \"num_experts_per_tok\": 2"), "field num_experts",
+              "got 2000");
+    CHECK_BAD(QWEN3_MOE_WITH("\"num_experts\": 8, \"num_experts_per_tok\": 2, \"mlp_only_layers\": [4]"),
+              "field mlp_only_layers: expected layer indices", "got 4");
+    CHECK_BAD(QWEN3_MOE_WITH("\"num_experts\": 8, \"num_experts_per_tok\": 2, \"mlp_only_layers\": 1"),
+              "field mlp_only_layers: expected a list", "got 1");
+    CHECK_BAD(QWEN3_MOE_WITH("\"num_experts\": 8, \"num_experts_per_tok\": 2, \"norm_topk_prob\": 1"),
+              "field norm_topk_prob: expected true or false", "got 1");
+}
+
 static void test_load(void)
 {
     tb_model_config c;
@@ -426,6 +464,7 @@ int main(void)
     test_released();
     test_spellings_and_defaults();
     test_invalid();
+    test_moe();
     test_load();
     return check_done();
 }

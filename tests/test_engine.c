@@ -160,5 +160,6 @@ int main(void)
     check_model("llama-gqa");
     check_model("llama-tied");
     check_model("qwen2-bias");
+    check_model("qwen3-moe"); /* Qwen3-MoE: routed experts, a dense layer (mlp_only_layers), QK-norm */
     return check_done();
 }

@@ -43,7 +43,7 @@ print([o["value"] for o in json.load(open(sys.argv[1])) if o["name"] == "b_sanit
     "$build/meson-info/intro-buildoptions.json" 2>/dev/null)
 if [ -z "$sanitize" ]; then
     sanitize=none
-    ldd "$tb" 2>/dev/null | grep -q libasan && sanitize=address
+    grep -q libasan < <(ldd "$tb" 2>/dev/null) && sanitize=address
 fi
 asan=0
 case "$sanitize" in *address*) asan=1 ;; esac

@@ -114,8 +114,8 @@ done
 grep -q '^req tok/s p5: its 5th percentile, the rate 95% of requests reach' "$tmp/l.out" || fail "show's footnote on p5"
 [ "$(q "$tmp/h.db" "select calls || ' ' || (req_tps_median > 0) || ' ' || (req_tps_p5 <= req_tps_median) from summary")" = "2 1 1" ] \
     || fail "summary view: calls, req_tps_median"
-"$tb" history --backend n --metric req_tps --db "$tmp/h.db" | grep -q '  status  requests  median' || fail "history of req_tps: n not named requests"
-"$tb" history --backend n --db "$tmp/h.db" | grep -q '  status  calls  median' || fail "history of agg_tps: n not named calls"
+grep -q '  status  requests  median' < <("$tb" history --backend n --metric req_tps --db "$tmp/h.db") || fail "history of req_tps: n not named requests"
+grep -q '  status  calls  median' < <("$tb" history --backend n --db "$tmp/h.db") || fail "history of agg_tps: n not named calls"
 pass "labels: median of 2 calls / 6 requests, req tok/s p5, calls; summary calls, req_tps_median"
 
 # --- 2. the case table fits the terminal
@@ -225,7 +225,7 @@ sed 's/^name = twelve/name = older/' "$tmp/twelve.ini" >"$tmp/older.ini"
     || fail "merge did not append the older session"
 order=$("$tb" sessions --db "$tmp/b.db" | awk 'NR > 2 {print $3}' | tr '\n' ' ')
 [ "$order" = "twelve older " ] || fail "sessions after a merge: $order, expected newest first (twelve older)"
-"$tb" show last --db "$tmp/b.db" | head -1 | grep -q 'suite twelve' || fail "show last after a merge is not the newest session"
+"$tb" show last --db "$tmp/b.db" >"$tmp/last.out"; head -1 "$tmp/last.out" | grep -q 'suite twelve' || fail "show last after a merge is not the newest session"
 "$tb" run "$tmp/twelve.ini" --db "$tmp/h.db" >/dev/null 2>&1 || fail "run twelve again"
 "$tb" report --db "$tmp/h.db" --format html -o "$tmp/h.html" 2>/dev/null || fail "report html"
 python3 - "$tmp/h.html" >"$tmp/hist.txt" <<'EOF' || fail "history charts: $(cat "$tmp/hist.txt")"
@@ -297,7 +297,7 @@ printf '[suite]\nrepeat = 1\n[backend m]\nplugin = %s\n' "$ar" >"$tmp/s/nomodel.
 "$tb" run "$tmp/s/nomodel.ini" --dry-run >/dev/null 2>"$tmp/model.err"
 grep -qF "nomodel.ini:3: model: [backend m] has no model = (plugin ar loads" "$tmp/model.err" \
     || fail "no model = for ar: $(cat "$tmp/model.err")"
-"$tb" plugins "$ar" | grep -q 'capabilities: .*model_path' || fail "plugins ar: no model_path capability"
+grep -q 'capabilities: .*model_path' < <("$tb" plugins "$ar") || fail "plugins ar: no model_path capability"
 if [ -f "$http" ]; then
     "$tb" plugins "$http" >"$tmp/plugins-http.out" # a file: grep -q stops reading at its match
     grep -q 'path (checked to exist when the suite loads)' "$tmp/plugins-http.out" || fail "plugins http: tokenizer not a path"

@@ -769,6 +769,11 @@ def fast_generate_with_prefix_cache(model, prompt, rec, steps=128, gen_length=12
 
         i = 1
         while True:
+            # the newer upstream checks for masks before the cached forward:
+            # a block the first forward completed gets none (the first
+            # release ran one that committed nothing; tokbench skips it)
+            if (x[:, current_block_start:current_block_end] == mask_id).sum() == 0:
+                break
             x_before = x.clone()
             nfe += 1
             mask_index = (x[:, current_block_start:] == mask_id)
@@ -820,6 +825,8 @@ def fast_generate_with_dual_cache(model, prompt, rec, steps=128, gen_length=128,
         replace_indices = replace_position.nonzero(as_tuple=True)[1]
         replace = (int(replace_indices.min()), int(replace_indices.max()) + 1)
         while True:
+            if (x[:, current_block_start:current_block_end] == mask_id).sum() == 0:
+                break  # as in the prefix cache: no cached forward that commits nothing
             x_before = x.clone()
             nfe += 1
             mask_index = (x[:, current_block_start:current_block_end] == mask_id)

@@ -558,6 +558,8 @@ def init_weights(model, seed):
                 p.copy_(0.1 * torch.randn(p.shape, generator=g))
             elif p.dim() == 2:
                 p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p.shape[1]))
+            elif p.dim() == 3:  # fused experts [E][out][in] (transformers 5's MoE layout)
+                p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p.shape[2]))
             else:
                 die("unexpected parameter %s %s" % (name, tuple(p.shape)))
 
@@ -593,6 +595,37 @@ def manual_shard(d, n_shards=2):
     os.remove(path)
     write_json(os.path.join(d, "model.safetensors.index.json"),
                {"metadata": {"total_size": total}, "weight_map": wmap})
+
+
+def per_expert_layout(d):
+    """Published Qwen3-MoE checkpoints name every expert's projections
+    (model.layers.L.mlp.experts.E.{gate,up,down}_proj.weight). Where this
+    transformers saved its fused in-memory layout instead (experts.gate_up_proj
+    [E][2I][D], experts.down_proj [E][D][I]), rewrite the file as published;
+    the reload below checks transformers reads it back to the same weights."""
+    from safetensors.torch import load_file, save_file
+    path = os.path.join(d, "model.safetensors")
+    sd = load_file(path)
+    fused = [k for k in sd if k.endswith("mlp.experts.gate_up_proj") or k.endswith("mlp.experts.down_proj")]
+    if not fused:
+        log("experts saved per expert, as published")
+        return
+    log("NOTE: experts saved fused (%d tensors); rewriting per expert" % len(fused))
+    out = {}
+    for k, v in sd.items():
+        if k.endswith("mlp.experts.gate_up_proj"):
+            base = k[: -len("gate_up_proj")]
+            inter = v.shape[1] // 2
+            for e in range(v.shape[0]):
+                out["%s%d.gate_proj.weight" % (base, e)] = v[e, :inter].contiguous()
+                out["%s%d.up_proj.weight" % (base, e)] = v[e, inter:].contiguous()
+        elif k.endswith("mlp.experts.down_proj"):
+            base = k[: -len("down_proj")]
+            for e in range(v.shape[0]):
+                out["%s%d.down_proj.weight" % (base, e)] = v[e].contiguous()
+        else:
+            out[k] = v
+    save_file(out, path, metadata={"format": "pt"})
 
 
 def load_f32(cls, d):
@@ -669,6 +702,9 @@ def build_model(spec, tok, out, versions):
     cfg_kw["vocab_size"] = vocab
     if spec["arch"] == "llama":
         cfg_cls, model_cls = LlamaConfig, LlamaForCausalLM
+    elif spec["arch"] == "qwen3_moe":
+        from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+        cfg_cls, model_cls = Qwen3MoeConfig, Qwen3MoeForCausalLM
     else:
         cfg_cls, model_cls = Qwen2Config, Qwen2ForCausalLM
     cfg = cfg_cls(**cfg_kw)
@@ -692,6 +728,8 @@ def build_model(spec, tok, out, versions):
         if len(shards) < 2:
             die("only %d shard(s)" % len(shards))
         log("shards:", shards)
+    if spec["arch"] == "qwen3_moe":
+        per_expert_layout(d)
     shutil.copyfile(os.path.join(out, spec["tokenizer"]), os.path.join(d, "tokenizer.json"))
 
     # what is in the files
@@ -845,6 +883,17 @@ def model_specs(toks):
                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
                         tie_word_embeddings=True, bos_token_id=bos,
                         eos_token_id=l3.token_to_id("<|end_of_text|>"))},
+        {"name": "qwen3-moe", "arch": "qwen3_moe", "dtype": "bfloat16", "seed": SEED + 4,
+         "tokenizer": "tokenizer-qwen2.json",
+         "input_ids": q2_ids, "batch_input_ids": q2_ids2,
+         "config": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                        num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                        num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+                        norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[1],
+                        rms_norm_eps=1e-6, max_position_embeddings=256,
+                        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+                        use_sliding_window=False, tie_word_embeddings=False,
+                        bos_token_id=None, eos_token_id=q2.token_to_id("<|im_end|>"))},
         {"name": "qwen2-bias", "arch": "qwen2", "dtype": "float16", "seed": SEED + 3,
          "tokenizer": "tokenizer-qwen2.json", "max_shard_size": "100KB",
          "input_ids": q2_ids, "batch_input_ids": q2_ids2,
@@ -870,6 +919,8 @@ def versions():
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
+    ap.add_argument("--only", nargs="*", default=None,
+                    help="build only these models (the tokenizers are always made; copy back what you need)")
     args = ap.parse_args()
     out = args.out
     if os.path.exists(out):
@@ -887,6 +938,8 @@ def main():
     toks, tok_info = do_tokenizers(out)
     models = {}
     for spec in model_specs(toks):
+        if args.only is not None and spec["name"] not in args.only:
+            continue
         models[spec["name"]] = build_model(spec, toks[spec["tokenizer"]], out, v)
 
     script = open(os.path.abspath(__file__), "rb").read()

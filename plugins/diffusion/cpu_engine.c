@@ -9,7 +9,7 @@ void tb_dllm_cpu_init(tb_dllm_cpu *e, const tb_model *m, int threads)
 {
     memset(e, 0, sizeof *e);
     e->m = m;
-    e->shifted = m->cfg.arch == TB_ARCH_DREAM;
+    e->shifted = m->cfg.arch == TB_ARCH_DREAM; /* Fast-dLLM v2 shifts in its sampler's calls */
     e->threads = threads;
 }
 
@@ -92,7 +92,31 @@ static int forward_pick(void *ctx, const int32_t *canvas, int B, int L, int pos0
     return 0;
 }
 
+static int forward_rows(void *ctx, const int32_t *canvas, int L, const int *rows, int n_rows, int pos0, int n,
+                        int n_attend, int mask_block, int pick0, int npick, int shifted, const tb_dllm_pick_spec *spec,
+                        uint64_t *rng, int32_t *x0, double *conf)
+{
+    tb_dllm_cpu *e = ctx;
+    int V = e->m->cfg.vocab_size;
+    if (n_rows > e->cap_seqs || L > e->cap_len || pick0 < 0 || npick < 0 || pick0 + npick > n)
+        return -1;
+    for (int b = 0; b < n_rows; b++)
+        memcpy(e->rows + (size_t)b * n, canvas + (size_t)rows[b] * L + pos0, (size_t)n * sizeof(int32_t));
+    /* the head rows: the picks', and for shifted logits the row before */
+    int r0 = shifted && pick0 > 0 ? pick0 - 1 : pick0, nr = npick ? pick0 + npick - r0 : 0;
+    if (tb_cpu_forward_rows(&e->st, e->rows, rows, n_rows, pos0, n, n_attend, mask_block, r0, nr, e->scratch) != 0)
+        return -1;
+    for (int b = 0; b < n_rows; b++)
+        for (int i = pick0; i < pick0 + npick; i++) {
+            int src = (shifted && i > 0 ? i - 1 : i) - r0;
+            tb_dllm_pick_row(e->scratch + ((size_t)b * nr + src) * V, V, spec, rng, e->prob, &x0[(size_t)b * n + i],
+                             &conf[(size_t)b * n + i]);
+        }
+    return 0;
+}
+
 tb_dllm_engine tb_dllm_cpu_engine(tb_dllm_cpu *e)
 {
-    return (tb_dllm_engine){.ctx = e, .vocab = e->m->cfg.vocab_size, .forward_pick = forward_pick};
+    return (tb_dllm_engine){
+        .ctx = e, .vocab = e->m->cfg.vocab_size, .forward_pick = forward_pick, .forward_rows = forward_rows};
 }

@@ -1,6 +1,8 @@
 /* diffusion.c — the masked-diffusion backend: LLaDA and Dream models (a
  * Hugging Face folder or a preset with random weights) on tokbench's
- * engine with bidirectional attention, sampled by sampler.c.
+ * engine with bidirectional attention, sampled by sampler.c; and the block
+ * diffusion models SDAR and Fast-dLLM v2 (block-causal attention, exact
+ * KV cache of finished blocks), sampled by block_sampler.c.
  *
  * One generate() call = one batch of canvases (prompt + gen_length masks,
  * gen_length = max_new_tokens) denoised together. Every step's committed
@@ -41,10 +43,10 @@
 
 enum {
     OPT_DEVICE, OPT_THREADS, OPT_SAMPLER, OPT_THRESHOLD, OPT_CACHE, OPT_CFG_SCALE, OPT_TEMPERATURE, OPT_TOP_K,
-    OPT_ALG_TEMP, OPT_EPS, OPT_MASK_ID, OPT_PRESET_SEED, N_OPTS
+    OPT_ALG_TEMP, OPT_EPS, OPT_MASK_ID, OPT_PRESET_SEED, OPT_SUB_BLOCK, N_OPTS
 };
 
-#define SAMPLERS "low_confidence|random|threshold|origin|maskgit_plus|topk_margin|entropy"
+#define SAMPLERS "low_confidence|random|threshold|origin|maskgit_plus|topk_margin|entropy|sdar_static|sdar_dynamic|fast_dllm_v2"
 
 static const tb_option_decl diffusion_options[N_OPTS] = {
     [OPT_DEVICE] = {"device", TB_OPT_ENUM, "cpu",
@@ -53,14 +55,17 @@ static const tb_option_decl diffusion_options[N_OPTS] = {
                     DEVICES, 1, 0, TB_OPTF_LOAD},
     [OPT_THREADS] = {"threads", TB_OPT_INT, "0", "CPU threads for the GEMMs; 0 = every online CPU", NULL, 0, 4096, 0},
     [OPT_SAMPLER] = {"sampler", TB_OPT_ENUM, "low_confidence",
-                     "LLaDA remasking (low_confidence, random), Fast-dLLM threshold, or Dream's origin, "
-                     "maskgit_plus, topk_margin, entropy",
+                     "LLaDA remasking (low_confidence, random), Fast-dLLM threshold, Dream's origin, "
+                     "maskgit_plus, topk_margin, entropy; block diffusion: SDAR's sdar_static, sdar_dynamic "
+                     "(SDAR models), fast_dllm_v2 (Fast-dLLM v2 models)",
                      SAMPLERS, 1, 0, 0},
     [OPT_THRESHOLD] = {"threshold", TB_OPT_FLOAT, "0.9",
-                       "threshold sampler: commit every masked position of the block this confident (0, 1]", NULL,
+                       "threshold, sdar_dynamic, fast_dllm_v2: commit every masked position of the block (or "
+                       "sub-block) this confident (0, 1]", NULL,
                        -1e9, 1e9, 0},
     [OPT_CACHE] = {"cache", TB_OPT_ENUM, "none",
-                   "Fast-dLLM KV cache: prefix (block + suffix over cached prefix) or dual (block alone)",
+                   "Fast-dLLM KV cache: prefix (block + suffix over cached prefix) or dual (block alone); "
+                   "fast_dllm_v2: dual = its sub-block cache (the sub-block alone over its block's cache)",
                    "none|prefix|dual", 1, 0, 0},
     [OPT_CFG_SCALE] = {"cfg_scale", TB_OPT_FLOAT, "0", "classifier-free guidance scale; 0 = off", NULL, 0, 100, 0},
     [OPT_TEMPERATURE] = {"temperature", TB_OPT_FLOAT, "0",
@@ -77,6 +82,9 @@ static const tb_option_decl diffusion_options[N_OPTS] = {
                      TB_OPTF_LOAD},
     [OPT_PRESET_SEED] = {"preset_seed", TB_OPT_INT, "0", "seed of a preset's random weights", NULL, 0, 1e18,
                          TB_OPTF_LOAD},
+    [OPT_SUB_BLOCK] = {"sub_block", TB_OPT_INT, "0",
+                       "fast_dllm_v2: sub-block size (a divisor of block_length); 0 = the whole block", NULL, 0,
+                       1e6, 0},
 };
 
 typedef struct dctx {
@@ -94,6 +102,8 @@ typedef struct dctx {
     float *host_logits;    /* GPU path, sampling on the host: [rows][npick][vocab] */
     size_t host_logits_cap;
     float *host_prob;      /* [vocab]: tb_dllm_pick_row's scratch */
+    int *req_steps;        /* [2][B]: block samplers' denoising forwards, output positions decoded */
+    size_t req_steps_cap;
     /* Why the last GPU forward failed (the sampler's message says only
      * where), "" when it did not; appended to that message. */
     char forward_error[256];
@@ -122,8 +132,10 @@ static int enum_index(const char *const *names, const char *text)
     return 0;
 }
 
-/* The sampler parameters of a request (dimensions + options). */
-static tb_dllm_params params_of(const tb_request *req, int32_t mask_id)
+/* The sampler parameters of a request (dimensions + options); cfg NULL
+ * (validate(): no model yet) or the model's, for its EOS ids and, for a
+ * block sampler, its trained block when the case sets no block_length. */
+static tb_dllm_params params_of(const tb_request *req, int32_t mask_id, const tb_model_config *cfg)
 {
     tb_dllm_params p = {
         .sampler = (tb_dllm_sampler)enum_index(tb_dllm_sampler_names, OPT_TEXT(req->options, req->n_options, OPT_SAMPLER)),
@@ -139,13 +151,22 @@ static tb_dllm_params params_of(const tb_request *req, int32_t mask_id)
         .alg_temp = OPT_F(req->options, req->n_options, OPT_ALG_TEMP),
         .eps = OPT_F(req->options, req->n_options, OPT_EPS),
         .mask_id = mask_id,
+        .sub_block = (int)OPT_I(req->options, req->n_options, OPT_SUB_BLOCK),
+        .eos_ids = cfg ? cfg->eos_ids : NULL,
+        .n_eos = cfg ? cfg->n_eos : 0,
     };
+    if (tb_dllm_is_block_sampler(p.sampler)) {
+        if (!req->block_length && cfg && cfg->block_size > 0)
+            p.block_length = cfg->block_size;
+        if (!req->steps) /* SDAR: steps per block; one token a step by default */
+            p.steps = p.block_length;
+    }
     return p;
 }
 
 static tb_status diffusion_validate(const tb_request *req, char *why, size_t why_size)
 {
-    tb_dllm_params p = params_of(req, 0);
+    tb_dllm_params p = params_of(req, 0, NULL);
     return tb_dllm_validate(&p, why, why_size) == 0 ? TB_OK : TB_ERR_INVALID;
 }
 
@@ -168,7 +189,9 @@ static char *make_description(const dctx *c)
     ok &= cJSON_AddBoolToObject(o, "random_weights", cfg->random_weights) != NULL;
     ok &= cJSON_AddNumberToObject(o, "params", (double)c->ld.model.n_params) != NULL;
     ok &= cJSON_AddNumberToObject(o, "mask_id", c->mask_id) != NULL;
-    ok &= cJSON_AddBoolToObject(o, "shifted_logits", c->shifted) != NULL;
+    ok &= cJSON_AddBoolToObject(o, "shifted_logits", c->shifted || cfg->arch == TB_ARCH_FAST_DLLM_V2) != NULL;
+    if (cfg->block_size > 0)
+        ok &= cJSON_AddNumberToObject(o, "model_block_size", cfg->block_size) != NULL;
     ok &= cJSON_AddStringToObject(o, "engine_version", DIFFUSION_VERSION) != NULL;
     ok &= cJSON_AddBoolToObject(o, "tokenizer", c->ld.tok != NULL) != NULL;
     /* for a server's context check (tokbench serve): the positions the
@@ -197,6 +220,7 @@ static void diffusion_destroy(void *p)
     free(c->pad);
     free(c->host_logits);
     free(c->host_prob);
+    free(c->req_steps);
     free(c->describe_json);
     free(c);
 }
@@ -244,7 +268,14 @@ static tb_status diffusion_create(const tb_host *host, const char *model, const 
 
 typedef struct hook_ctx {
     dctx *c;
+    int64_t t_prefill; /* block samplers: when the prompt's prefill returned; 0 = none ran */
 } hook_ctx;
+
+static void on_prefill(void *ctx)
+{
+    hook_ctx *hc = ctx;
+    hc->t_prefill = hc->c->host->now_ns(hc->c->host);
+}
 
 static void on_commit(void *ctx, int b, int n_tokens)
 {
@@ -318,13 +349,31 @@ static int gpu_forward_pick(void *ctx, const int32_t *canvas, int B, int L, int 
 }
 #endif
 
+#ifdef TB_HAVE_CUDA
+/* Block samplers' forward on the GPU (temperature 0: picked on the device). */
+static int gpu_forward_rows(void *ctx, const int32_t *canvas, int L, const int *rows, int n_rows, int pos0, int n,
+                            int n_attend, int mask_block, int pick0, int npick, int shifted,
+                            const tb_dllm_pick_spec *spec, uint64_t *rng, int32_t *x0, double *conf)
+{
+    (void)rng;
+    dctx *c = ctx;
+    if (tb_gpu_forward_pick_rows(c->ld.gpu, canvas, L, rows, n_rows, pos0, n, n_attend, mask_block, pick0, npick,
+                                 (int)spec->conf, shifted, spec->suppress1 - 1, x0, conf) != 0) {
+        snprintf(c->forward_error, sizeof c->forward_error, "%s", tb_gpu_error(c->ld.gpu));
+        return -1;
+    }
+    return 0;
+}
+#endif
+
 /* c->canvas = B canvases of P prompt positions (text: left-padded with
- * c->pad[b] filler positions; else synthetic) + gen_length masks. */
+ * c->pad[b] filler positions; else synthetic) + masks to the canvas
+ * length (gen_length, for a block sampler to a whole block). */
 static tb_status fill_canvases(dctx *c, const tb_request *req, int B, int P, const tb_dllm_params *p,
                                int32_t *const *text_ids, const int64_t *text_len)
 {
     const tb_model_config *cfg = &c->ld.model.cfg;
-    int L = P + p->gen_length;
+    int L = tb_dllm_canvas_length(p, P);
     if ((size_t)B * L > c->canvas_cap) {
         free(c->canvas);
         c->canvas = malloc((size_t)B * L * sizeof(int32_t));
@@ -368,9 +417,19 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
     tb_energy_mark e0 = tb_loaded_energy_mark(&c->ld, t0);
     tb_loaded_work_start(&c->ld);
     tb_loaded_memory_start(&c->ld);
-    tb_dllm_params p = params_of(req, c->mask_id);
+    tb_dllm_params p = params_of(req, c->mask_id, cfg);
     if (tb_dllm_validate(&p, c->error, sizeof c->error) != 0)
         return TB_ERR_INVALID;
+    /* a block model needs the sampler it was trained for, and only it */
+    int block_model = tb_arch_is_block_diffusion(cfg->arch), block_sampler = tb_dllm_is_block_sampler(p.sampler);
+    int fast_sampler = p.sampler == TB_DLLM_FAST_DLLM_V2;
+    if (block_model != block_sampler || (block_model && fast_sampler != (cfg->arch == TB_ARCH_FAST_DLLM_V2))) {
+        set_error(c, "sampler %s does not fit %s (%s)", tb_dllm_sampler_names[p.sampler], cfg->arch_name,
+                  cfg->arch == TB_ARCH_SDAR             ? "SDAR models take sdar_static or sdar_dynamic"
+                  : cfg->arch == TB_ARCH_FAST_DLLM_V2 ? "Fast-dLLM v2 models take fast_dllm_v2"
+                                                      : "block samplers need a block-diffusion model");
+        return TB_ERR_INVALID;
+    }
     if (c->shifted && p.cache != TB_DLLM_CACHE_NONE) {
         set_error(c, "cache = %s needs a model with unshifted logits (LLaDA); %s shifts them",
                   tb_dllm_cache_names[p.cache], cfg->arch_name);
@@ -395,10 +454,13 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
     /* A canvas longer than the model's positions: refused before any work
      * (its output would mean nothing; P + gen_length would overflow an
      * int near 2^31). */
-    if (cfg->max_position_embeddings > 0 && (int64_t)P + p.gen_length > cfg->max_position_embeddings) {
-        set_error(c, "%s %d + max_new_tokens %d = %lld positions, more than the model's %d (%s)",
+    int64_t canvas_len = (int64_t)P + p.gen_length;
+    if (block_sampler) /* rounded up to a whole block */
+        canvas_len = (canvas_len + p.block_length - 1) / p.block_length * p.block_length;
+    if (cfg->max_position_embeddings > 0 && canvas_len > cfg->max_position_embeddings) {
+        set_error(c, "%s %d + max_new_tokens %d = %lld positions%s, more than the model's %d (%s)",
                   req->prompt_text ? "the longest prompt's tokens" : "prompt_tokens", P, p.gen_length,
-                  (long long)P + p.gen_length, cfg->max_position_embeddings,
+                  (long long)canvas_len, block_sampler ? " (to a whole block)" : "", cfg->max_position_embeddings,
                   cfg->arch == TB_ARCH_LLADA ? "max_sequence_length" : "max_position_embeddings");
         tb_free_prompts(text_ids, text_len, (uint32_t)B);
         return TB_ERR_INVALID;
@@ -407,7 +469,7 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
     tb_free_prompts(text_ids, text_len, (uint32_t)B);
     if (rs != TB_OK)
         return rs;
-    int L = P + p.gen_length;
+    int L = tb_dllm_canvas_length(&p, P);
     int seqs = p.cfg_scale > 0 ? 2 * B : B;
     tb_dllm_engine eng;
     for (int b = B; b < seqs; b++) /* the CFG rows B..2B-1 share their canvas's padding */
@@ -420,7 +482,8 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
             set_error(c, "%s", tb_gpu_error(c->ld.gpu));
             return TB_ERR;
         }
-        eng = (tb_dllm_engine){.ctx = c, .vocab = cfg->vocab_size, .forward_pick = gpu_forward_pick};
+        eng = (tb_dllm_engine){
+            .ctx = c, .vocab = cfg->vocab_size, .forward_pick = gpu_forward_pick, .forward_rows = gpu_forward_rows};
 #endif
     } else {
         if (tb_dllm_cpu_reserve(&c->engine, seqs, L, c->error, sizeof c->error) != 0)
@@ -432,9 +495,19 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
         tb_cpu_set_threads(&c->engine.st, threads);
     if (!c->on_gpu)
         tb_cpu_set_padding(&c->engine.st, c->pad, seqs);
-    hook_ctx hc = {c};
-    tb_dllm_hooks hooks = {.ctx = &hc, .on_commit = on_commit, .cancelled = on_cancel};
-    tb_dllm_stats stats;
+    if ((size_t)B > c->req_steps_cap) {
+        free(c->req_steps);
+        c->req_steps = malloc(2 * (size_t)B * sizeof(int));
+        c->req_steps_cap = c->req_steps ? (size_t)B : 0;
+        if (!c->req_steps) {
+            set_error(c, "out of memory for %d canvases", B);
+            return TB_ERR_NO_MEMORY;
+        }
+    }
+    memset(c->req_steps, 0, 2 * (size_t)B * sizeof(int));
+    hook_ctx hc = {c, 0};
+    tb_dllm_hooks hooks = {.ctx = &hc, .on_commit = on_commit, .cancelled = on_cancel, .on_prefill = on_prefill};
+    tb_dllm_stats stats = {.request_steps = c->req_steps, .request_tokens = c->req_steps + B};
     c->forward_error[0] = '\0';
     int64_t t_denoise = host->now_ns(host);
     int rc = tb_dllm_generate(&eng, &p, c->canvas, B, P, req->seed, &hooks, &stats, c->error, sizeof c->error);
@@ -451,9 +524,12 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
         return tb_status_of(c->error, TB_ERR); /* "out of memory" from the sampler or a forward */
     }
     /* prompt-only work: building the canvases (no forward runs on the
-     * prompt alone in these samplers) */
-    res->prefill_ns = t_denoise - t0;
-    res->decode_ns = t_end - t_denoise;
+     * prompt alone in the full-attention samplers), and for a block
+     * sampler its prompt prefill (the block-causal forward of the prompt's
+     * whole blocks) too */
+    int64_t t_prefilled = hc.t_prefill ? hc.t_prefill : t_denoise;
+    res->prefill_ns = t_prefilled - t0;
+    res->decode_ns = t_end - t_prefilled;
     res->forward_passes = stats.forwards;
     res->peak_device_bytes = tb_loaded_memory_peak(&c->ld); /* -1 on the CPU */
     res->energy_mj = tb_loaded_energy_mj(&c->ld, e0, t_end);     /* -1 on the CPU */
@@ -461,11 +537,16 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
     for (int b = 0; b < B; b++) {
         tb_request_result *q = &res->requests[b];
         const int32_t *gen = c->canvas + (size_t)b * L + P;
-        q->n_output_tokens = (uint32_t)p.gen_length;
-        q->n_answer_tokens = tb_answer_length(cfg, gen, (uint32_t)p.gen_length);
+        /* a block sampler's request that stopped at an EOS decoded its
+         * positions through that block only: the rest are not output */
+        uint32_t n_out = (uint32_t)(block_sampler ? c->req_steps[B + b] : p.gen_length);
+        q->n_output_tokens = n_out;
+        q->n_answer_tokens = tb_answer_length(cfg, gen, n_out);
         q->output_ids = gen;
-        q->n_output_ids = (uint32_t)p.gen_length;
-        q->steps_done = (uint32_t)stats.steps;
+        q->n_output_ids = n_out;
+        /* block samplers: the request's own denoising forwards (a
+         * finished or stopped request leaves the batch's forwards) */
+        q->steps_done = (uint32_t)(block_sampler ? c->req_steps[b] : stats.steps);
         q->status = TB_OK;
     }
     return TB_OK;

@@ -18,27 +18,27 @@ double tb_dllm_uniform(uint64_t *rng)
 static void llada_pick(const float *logits, int V, const tb_dllm_pick_spec *s, uint64_t *rng, int32_t *x0,
                        double *conf)
 {
-    int best = 0;
+    int best = -1, never = s->suppress1 - 1; /* never: -1 = none */
     if (s->temperature > 0) {
         double bv = -1;
         for (int v = 0; v < V; v++) {
             double g = exp((double)logits[v]) / pow(-log(tb_dllm_uniform(rng)), s->temperature);
-            if (g > bv)
+            if (v != never && g > bv)
                 bv = g, best = v;
         }
     } else {
-        for (int v = 1; v < V; v++)
-            if (logits[v] > logits[best])
+        for (int v = 0; v < V; v++)
+            if (v != never && (best < 0 || logits[v] > logits[best]))
                 best = v;
     }
     *x0 = best;
-    double mx = logits[0];
-    for (int v = 1; v < V; v++)
-        if (logits[v] > mx)
+    double mx = logits[best];
+    for (int v = 0; v < V; v++)
+        if (v != never && logits[v] > mx)
             mx = logits[v];
     double sum = 0;
     for (int v = 0; v < V; v++)
-        sum += exp((double)logits[v] - mx);
+        sum += v != never ? exp((double)logits[v] - mx) : 0.0;
     *conf = exp((double)logits[best] - mx) / sum;
 }
 

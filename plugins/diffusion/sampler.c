@@ -11,8 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *const tb_dllm_sampler_names[] = {"low_confidence", "random", "threshold", "origin",
-                                             "maskgit_plus", "topk_margin", "entropy", NULL};
+#include "block_sampler.h"
+
+const char *const tb_dllm_sampler_names[] = {"low_confidence", "random", "threshold", "origin", "maskgit_plus",
+                                             "topk_margin", "entropy", "sdar_static", "sdar_dynamic",
+                                             "fast_dllm_v2", NULL};
 const char *const tb_dllm_cache_names[] = {"none", "prefix", "dual", NULL};
 
 static int llada_family(tb_dllm_sampler s)
@@ -20,8 +23,23 @@ static int llada_family(tb_dllm_sampler s)
     return s == TB_DLLM_LOW_CONFIDENCE || s == TB_DLLM_RANDOM || s == TB_DLLM_THRESHOLD;
 }
 
+int tb_dllm_is_block_sampler(tb_dllm_sampler s)
+{
+    return s == TB_DLLM_SDAR_STATIC || s == TB_DLLM_SDAR_DYNAMIC || s == TB_DLLM_FAST_DLLM_V2;
+}
+
+int tb_dllm_canvas_length(const tb_dllm_params *p, int prompt_len)
+{
+    int L = prompt_len + p->gen_length;
+    if (tb_dllm_is_block_sampler(p->sampler) && p->block_length > 0)
+        L = (L + p->block_length - 1) / p->block_length * p->block_length;
+    return L;
+}
+
 int tb_dllm_validate(const tb_dllm_params *p, char *why, size_t n)
 {
+    if (tb_dllm_is_block_sampler(p->sampler))
+        return tb_dllm_block_validate(p, why, n);
     if (p->gen_length < 1) {
         snprintf(why, n, "gen_length (max_new_tokens) must be >= 1");
         return -1;
@@ -262,8 +280,9 @@ static int sample_k_indices(const double *conf, int n, int k, double temp, uint6
  * the whole canvas per block. Threshold without cache (Fast-dLLM): whole-
  * canvas forwards until the block has no mask. With a cache (Fast-dLLM):
  * one whole-canvas forward, then block + suffix (prefix cache) or the
- * block alone (dual cache) until the block has no mask — at least once,
- * as the reference loop checks after its forward. */
+ * block alone (dual cache) until the block has no mask — none when the
+ * first forward completed it (the newer upstream checks for masks before
+ * the cached forward; the first release ran one that committed nothing). */
 static int run_llada(run *r)
 {
     const tb_dllm_params *p = r->p;
@@ -300,7 +319,10 @@ static int run_llada(run *r)
             if (p->cache == TB_DLLM_CACHE_NONE && S > 0) {
                 if (i + 1 == S)
                     break;
-            } else if ((p->cache == TB_DLLM_CACHE_NONE || i > 0) && !block_has_mask(r, bs, be)) {
+            } else if (!block_has_mask(r, bs, be)) {
+                /* with a cache too: a block that its first (whole-canvas)
+                 * forward completed gets no cached forward that would
+                 * commit nothing (docs/METRICS.md, forward_passes) */
                 break;
             }
         }
@@ -355,9 +377,12 @@ static int run_dream(run *r)
 int tb_dllm_generate(const tb_dllm_engine *e, const tb_dllm_params *p, int32_t *canvas, int B, int prompt_len,
                      uint64_t seed, const tb_dllm_hooks *h, tb_dllm_stats *stats, char *why, size_t why_size)
 {
-    memset(stats, 0, sizeof *stats);
+    *stats = (tb_dllm_stats){.request_steps = stats->request_steps, .request_blocks = stats->request_blocks,
+                             .request_tokens = stats->request_tokens};
     if (tb_dllm_validate(p, why, why_size) != 0)
         return -1;
+    if (tb_dllm_is_block_sampler(p->sampler))
+        return tb_dllm_block_generate(e, p, canvas, B, prompt_len, seed, h, stats, why, why_size);
     run r = {.e = e, .p = p, .h = h, .canvas = canvas, .B = B, .L = prompt_len + p->gen_length, .P = prompt_len,
              .V = e->vocab, .rng = seed ^ 0x5DEECE66DULL, .stats = stats, .why = why, .why_size = why_size};
     r.spec = (tb_dllm_pick_spec){

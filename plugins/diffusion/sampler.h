@@ -24,7 +24,11 @@
  * cached prefix and suffix. Temperature > 0: Gumbel-max in float64 as LLaDA
  * does (logits.exp() / (-log u)^T), or sampling for the Dream algorithms.
  * Classifier-free guidance (cfg_scale > 0, LLaDA family, no cache): logits
- * = u + (cfg + 1)(c - u) with u from the canvas with its prompt masked. */
+ * = u + (cfg + 1)(c - u) with u from the canvas with its prompt masked.
+ * Block diffusion (block_sampler.c: SDAR, Fast-dLLM v2): sdar_static,
+ * sdar_dynamic, fast_dllm_v2 — blocks of block_length positions from
+ * position 0, causal across blocks, decoded one after another over the
+ * exact KV cache of the blocks before (see block_sampler.h). */
 #ifndef TB_DIFFUSION_SAMPLER_H
 #define TB_DIFFUSION_SAMPLER_H
 
@@ -41,6 +45,9 @@ typedef enum tb_dllm_sampler {
     TB_DLLM_MASKGIT_PLUS,
     TB_DLLM_TOPK_MARGIN,
     TB_DLLM_ENTROPY,
+    TB_DLLM_SDAR_STATIC,   /* SDAR low_confidence_static */
+    TB_DLLM_SDAR_DYNAMIC,  /* SDAR low_confidence_dynamic */
+    TB_DLLM_FAST_DLLM_V2,  /* Fast-dLLM v2: threshold per sub-block */
 } tb_dllm_sampler;
 
 typedef enum tb_dllm_cache { TB_DLLM_CACHE_NONE, TB_DLLM_CACHE_PREFIX, TB_DLLM_CACHE_DUAL } tb_dllm_cache;
@@ -63,6 +70,11 @@ typedef struct tb_dllm_params {
     double alg_temp;    /* Dream: 0 = top-k choice, > 0 = sampled choice */
     double eps;         /* Dream's final timestep (1e-3) */
     int32_t mask_id;
+    /* block samplers */
+    int sub_block;      /* fast_dllm_v2: sub-block size; 0 = block_length */
+    const int32_t *eos_ids; /* EOS early stop: a request whose finished
+                               block holds one of these stops there */
+    int n_eos;
 } tb_dllm_params;
 
 /* What the sampler needs from an engine. forward_pick() runs the model on
@@ -80,6 +92,17 @@ typedef struct tb_dllm_engine {
     int (*forward_pick)(void *ctx, const int32_t *canvas, int B, int L, int pos0, int n, int n_attend,
                         int pick0, int npick, const tb_dllm_pick_spec *spec, uint64_t *rng, int32_t *x0,
                         double *conf);
+    /* Block samplers (block_sampler.h): canvases rows[n_rows] (distinct;
+     * canvas r's cache is the engine's sequence r), positions [pos0, pos0 +
+     * n) attending to [0, n_attend) under mask_block (0 bidirectional, k
+     * > 1 block-causal from position 0), their keys and values written to
+     * the cache; picks of span rows [pick0, pick0 + npick) into x0/conf
+     * laid out [n_rows][n] (shifted: a row reads the output of the row
+     * before it, the span's first row its own). npick 0: no LM head. NULL
+     * in engines without it. */
+    int (*forward_rows)(void *ctx, const int32_t *canvas, int L, const int *rows, int n_rows, int pos0, int n,
+                        int n_attend, int mask_block, int pick0, int npick, int shifted,
+                        const tb_dllm_pick_spec *spec, uint64_t *rng, int32_t *x0, double *conf);
 } tb_dllm_engine;
 
 typedef struct tb_dllm_hooks {
@@ -89,18 +112,37 @@ typedef struct tb_dllm_hooks {
     /* after every step, the canvases (tests compare them with goldens) */
     void (*on_step)(void *ctx, int step, const int32_t *canvas, int B, int L);
     int (*cancelled)(void *ctx);
+    /* block samplers: the prompt's prefill forward has returned (called
+     * once, before any denoising; also when the prompt has no whole block) */
+    void (*on_prefill)(void *ctx);
 } tb_dllm_hooks;
 
 typedef struct tb_dllm_stats {
     int steps;    /* denoising steps run (the batch moves together) */
     int forwards; /* forward() calls (CFG runs 2B canvases per call) */
+    int blocks;   /* block samplers: blocks decoded (the most of any request) */
+    /* Block samplers, when not NULL ([B], the caller's): the denoising
+     * forwards each request took part in, and the blocks it decoded.
+     * Kept across tb_dllm_generate's reset of the counts above. */
+    int *request_steps;
+    int *request_blocks;
+    /* [B] or NULL: the output positions each request decoded (gen_length,
+     * or through the block where it stopped at an EOS) */
+    int *request_tokens;
 } tb_dllm_stats;
 
 /* Check a parameter set against a prompt length. 0, or -1 with the reason
  * ("gen_length 100 is not a multiple of block_length 32"). */
 int tb_dllm_validate(const tb_dllm_params *p, char *why, size_t why_size);
 
-/* Run the sampler on canvas [B][prompt_len + gen_length] (prompts filled,
+/* The canvas length of a request: prompt_len + gen_length, for the block
+ * samplers rounded up to a whole block (those positions are decoded as
+ * the block needs, and not output). */
+int tb_dllm_canvas_length(const tb_dllm_params *p, int prompt_len);
+/* Whether s is a block sampler (block_sampler.h). */
+int tb_dllm_is_block_sampler(tb_dllm_sampler s);
+
+/* Run the sampler on canvas [B][tb_dllm_canvas_length] (prompts filled,
  * the rest mask_id). Returns 0, -1 on a forward failure (why set), or 1
  * when cancelled. */
 int tb_dllm_generate(const tb_dllm_engine *e, const tb_dllm_params *p, int32_t *canvas, int B, int prompt_len,

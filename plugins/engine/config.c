@@ -39,7 +39,31 @@ static const struct arch_info {
     {"Qwen2ForCausalLM", "qwen2", TB_ARCH_QWEN2},
     {"LLaDAModelLM", "llada", TB_ARCH_LLADA},
     {"DreamModel", "dream", TB_ARCH_DREAM},
+    {"Qwen3ForCausalLM", "qwen3", TB_ARCH_QWEN3},
+    {"SDARForCausalLM", "sdar", TB_ARCH_SDAR},
+    {"Fast_dLLM_QwenForCausalLM", "Fast_dLLM_Qwen", TB_ARCH_FAST_DLLM_V2},
+    {"Qwen3MoeForCausalLM", "qwen3_moe", TB_ARCH_QWEN3_MOE},
 };
+
+int tb_config_layer_is_moe(const tb_model_config *cfg, int l)
+{
+    if (cfg->n_experts <= 0 || cfg->decoder_sparse_step <= 0 || (l + 1) % cfg->decoder_sparse_step != 0)
+        return 0;
+    for (int i = 0; i < cfg->n_mlp_only; i++)
+        if (cfg->mlp_only_layers[i] == l)
+            return 0;
+    return 1;
+}
+
+int tb_arch_is_diffusion(tb_arch a)
+{
+    return a == TB_ARCH_LLADA || a == TB_ARCH_DREAM || tb_arch_is_block_diffusion(a);
+}
+
+int tb_arch_is_block_diffusion(tb_arch a)
+{
+    return a == TB_ARCH_SDAR || a == TB_ARCH_FAST_DLLM_V2;
+}
 
 /* A short rendering of a JSON value for "got ..." (never NULL). */
 static void describe(const cJSON *v, char *out, size_t size)
@@ -260,7 +284,8 @@ static int parse_rope(ctx *c, const cJSON *root, tb_model_config *cfg)
 static int parse_arch(ctx *c, const cJSON *root, tb_model_config *cfg)
 {
     const cJSON *list = cJSON_GetObjectItemCaseSensitive(root, "architectures");
-    const char *names = "LlamaForCausalLM, Qwen2ForCausalLM, LLaDAModelLM or DreamModel";
+    const char *names = "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, LLaDAModelLM, "
+                        "DreamModel, SDARForCausalLM or Fast_dLLM_QwenForCausalLM";
     if (list && !cJSON_IsNull(list)) {
         const cJSON *a = cJSON_IsArray(list) ? list->child : NULL;
         if (!cJSON_IsString(a))
@@ -346,6 +371,32 @@ static int check_duplicates(ctx *c, const cJSON *obj, const char *prefix)
     return rc;
 }
 
+/* Qwen3-MoE's keys (Qwen3MoeConfig's names and defaults: norm_topk_prob
+ * false, decoder_sparse_step 1, mlp_only_layers []) */
+static int parse_moe(ctx *c, const cJSON *root, tb_model_config *cfg)
+{
+    cfg->decoder_sparse_step = 1;
+    /* transformers 5 writes num_local_experts; the published configs num_experts */
+    if (get_int(c, root, NAMES("num_experts", "num_local_experts"), 1, 1024, 1, &cfg->n_experts) < 0 ||
+        get_int(c, root, NAMES("num_experts_per_tok"), 1, cfg->n_experts, 1, &cfg->n_experts_per_tok) < 0 ||
+        get_int(c, root, NAMES("moe_intermediate_size"), 1, MAX_WIDTH, 1, &cfg->moe_intermediate_size) < 0 ||
+        get_bool(c, root, NAMES("norm_topk_prob"), &cfg->norm_topk_prob) < 0 ||
+        get_int(c, root, NAMES("decoder_sparse_step"), 1, MAX_COUNT, 0, &cfg->decoder_sparse_step) < 0)
+        return -1;
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(root, "mlp_only_layers");
+    if (list && !cJSON_IsNull(list)) {
+        if (!cJSON_IsArray(list) || cJSON_GetArraySize(list) > TB_MAX_MLP_ONLY)
+            return fail(c, "mlp_only_layers", "a list of at most 64 layer indices", list);
+        for (const cJSON *e = list->child; e; e = e->next) {
+            if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 0 ||
+                e->valuedouble >= cfg->n_layers)
+                return fail(c, "mlp_only_layers", "layer indices in [0, num_hidden_layers)", e);
+            cfg->mlp_only_layers[cfg->n_mlp_only++] = (int)e->valuedouble;
+        }
+    }
+    return 0;
+}
+
 static int parse_root(ctx *c, const cJSON *root, tb_model_config *cfg)
 {
     if (check_duplicates(c, root, ""))
@@ -360,7 +411,11 @@ static int parse_root(ctx *c, const cJSON *root, tb_model_config *cfg)
     if (parse_arch(c, root, cfg))
         return -1;
     int llada = cfg->arch == TB_ARCH_LLADA;
-    int diffusion = llada || cfg->arch == TB_ARCH_DREAM;
+    int diffusion = tb_arch_is_diffusion(cfg->arch);
+    /* LLaDA and Dream split d_model across the heads; the others (block
+     * diffusion included) read an explicit head_dim as transformers does */
+    int split_heads = llada || cfg->arch == TB_ARCH_DREAM;
+    int qwen3 = cfg->arch == TB_ARCH_QWEN3 || cfg->arch == TB_ARCH_SDAR || cfg->arch == TB_ARCH_QWEN3_MOE;
     if (llada ? check_llada(c, root) : check_hf(c, root, cfg))
         return -1;
 
@@ -427,7 +482,7 @@ static int parse_root(ctx *c, const cJSON *root, tb_model_config *cfg)
     /* head_dim: Llama and Qwen2 read an explicit one (transformers does);
      * LLaDA and Dream always split d_model across the heads. */
     r = 0;
-    if (!diffusion && (r = get_int(c, root, NAMES("head_dim"), 1, MAX_COUNT, 0,
+    if (!split_heads && (r = get_int(c, root, NAMES("head_dim"), 1, MAX_COUNT, 0,
                                    &cfg->head_dim)) < 0)
         return -1;
     const char *hname;
@@ -462,14 +517,33 @@ static int parse_root(ctx *c, const cJSON *root, tb_model_config *cfg)
                  &cfg->tie_word_embeddings) < 0)
         return -1;
 
-    /* Qwen2 and Dream hard-wire q/k/v biases; Llama's attention_bias puts
-     * one on o_proj as well. */
-    int attn_bias = cfg->arch == TB_ARCH_QWEN2 || cfg->arch == TB_ARCH_DREAM;
-    if (get_bool(c, root, llada ? NAMES("include_qkv_bias") : NAMES("attention_bias"),
-                 &attn_bias) < 0)
+    /* Qwen2 and Dream default to q/k/v biases; Fast-dLLM v2's modelling
+     * code hard-wires them (attention_bias is not read); Llama's and
+     * Qwen3's attention_bias puts one on o_proj as well. */
+    int hard_bias = cfg->arch == TB_ARCH_FAST_DLLM_V2;
+    int attn_bias = hard_bias || cfg->arch == TB_ARCH_QWEN2 || cfg->arch == TB_ARCH_DREAM;
+    if (!hard_bias &&
+        get_bool(c, root, llada ? NAMES("include_qkv_bias") : NAMES("attention_bias"), &attn_bias) < 0)
         return -1;
     cfg->qkv_bias = attn_bias;
-    cfg->o_bias = cfg->arch == TB_ARCH_LLAMA && attn_bias;
+    cfg->o_bias = (cfg->arch == TB_ARCH_LLAMA || qwen3) && attn_bias;
+    cfg->qk_norm = qwen3;
+
+    /* the trained block: SDAR's block_size (its configuration class has no
+     * default: 4 as the published 8B config), Fast-dLLM v2's bd_size (32,
+     * its class default) */
+    if (cfg->arch == TB_ARCH_SDAR) {
+        cfg->block_size = 4;
+        if (get_int(c, root, NAMES("block_size"), 1, MAX_COUNT, 0, &cfg->block_size) < 0)
+            return -1;
+    } else if (cfg->arch == TB_ARCH_FAST_DLLM_V2) {
+        cfg->block_size = 32;
+        if (get_int(c, root, NAMES("bd_size"), 1, MAX_COUNT, 0, &cfg->block_size) < 0)
+            return -1;
+    }
+
+    if (cfg->arch == TB_ARCH_QWEN3_MOE && parse_moe(c, root, cfg))
+        return -1;
 
     int n_bos = 0;
     if (get_ids(c, root, "eos_token_id", cfg->vocab_size, cfg->eos_ids, TB_MAX_EOS,
@@ -479,6 +553,12 @@ static int parse_root(ctx *c, const cJSON *root, tb_model_config *cfg)
         return -1;
     if (!n_bos)
         cfg->bos_id = -1;
+    if (!r && cfg->arch == TB_ARCH_FAST_DLLM_V2 && cfg->vocab_size > 151665) {
+        /* Fast-dLLM v2's config names no mask token: its generate() takes
+         * mask_id = 151665 ("|<MASK>|" in its tokenizer) by default */
+        cfg->mask_id = 151665;
+        r = 1;
+    }
     if (!r) {
         cfg->mask_id = -1;
         if (diffusion) /* the sampler cannot run without it */

@@ -1,7 +1,9 @@
 /* config.h — a model's config.json (Hugging Face layout) as the engine
- * needs it. Architectures: LlamaForCausalLM, Qwen2ForCausalLM (AR),
- * LLaDA (LLaMA blocks, bidirectional) and Dream (Qwen2 blocks,
- * bidirectional) for the diffusion backend. */
+ * needs it. Architectures: LlamaForCausalLM, Qwen2ForCausalLM,
+ * Qwen3ForCausalLM, Qwen3MoeForCausalLM (AR); LLaDA (LLaMA blocks, bidirectional) and Dream
+ * (Qwen2 blocks, bidirectional) for the diffusion backend; and the block
+ * diffusion models, causal across blocks and bidirectional inside one:
+ * SDAR (Qwen3 blocks) and Fast-dLLM v2 (Qwen2 blocks). */
 #ifndef TB_ENGINE_CONFIG_H
 #define TB_ENGINE_CONFIG_H
 
@@ -13,7 +15,16 @@ typedef enum tb_arch {
     TB_ARCH_QWEN2 = 2,  /* Qwen2ForCausalLM: QKV bias */
     TB_ARCH_LLADA = 3,  /* LLaDAModelLM: LLaMA blocks, no causal mask */
     TB_ARCH_DREAM = 4,  /* DreamModel: Qwen2 blocks, no causal mask */
+    TB_ARCH_QWEN3 = 5,  /* Qwen3ForCausalLM: per-head RMSNorm on q and k */
+    TB_ARCH_SDAR = 6,   /* SDARForCausalLM: Qwen3 blocks, block-causal */
+    TB_ARCH_FAST_DLLM_V2 = 7, /* Fast_dLLM_QwenForCausalLM: Qwen2 blocks,
+                                 block-causal, logits shifted (position i
+                                 read from the output at i - 1) */
+    TB_ARCH_QWEN3_MOE = 8, /* Qwen3MoeForCausalLM: Qwen3 attention, MoE
+                              feed-forward (moe.h) in its sparse layers */
 } tb_arch;
+
+#define TB_MAX_MLP_ONLY 64 /* Qwen3-MoE mlp_only_layers entries */
 
 #define TB_MAX_EOS 8
 
@@ -37,7 +48,20 @@ typedef struct tb_model_config {
     int max_position_embeddings;
     int tie_word_embeddings;
     int qkv_bias;              /* Qwen2 / Dream: q, k, v projections have bias */
-    int o_bias;                /* Llama attention_bias: o_proj has one too */
+    int o_bias;                /* Llama/Qwen3 attention_bias: o_proj has one too */
+    int qk_norm;               /* Qwen3 / SDAR: q_norm, k_norm [head_dim] applied
+                                  per head after the projections, before RoPE */
+    int block_size;            /* block diffusion: the model's trained block
+                                  (SDAR "block_size", Fast-dLLM v2 "bd_size");
+                                  0 for the others */
+    /* mixture of experts (Qwen3-MoE; 0 experts: a dense model): layer l
+     * is sparse when tb_config_layer_is_moe(cfg, l), its feed-forward the
+     * router over n_experts SwiGLU experts of moe_intermediate_size, top
+     * n_experts_per_tok, renormalised when norm_topk_prob; the others
+     * (mlp_only_layers, and those decoder_sparse_step skips) are dense
+     * with intermediate_size */
+    int n_experts, n_experts_per_tok, moe_intermediate_size, norm_topk_prob, decoder_sparse_step;
+    int n_mlp_only, mlp_only_layers[TB_MAX_MLP_ONLY];
     int32_t eos_ids[TB_MAX_EOS]; /* eos_token_id: an int or a list */
     int n_eos;
     int32_t bos_id;            /* -1: none */
@@ -56,6 +80,16 @@ typedef struct tb_model_config {
  * include_qkv_bias) are read first, then the Hugging Face names. */
 int tb_config_parse(const char *json, const char *path, tb_model_config *cfg, char *err,
                     size_t err_size);
+/* LLaDA, Dream, SDAR, Fast-dLLM v2: masked-diffusion models. */
+int tb_arch_is_diffusion(tb_arch a);
+/* SDAR and Fast-dLLM v2: block diffusion (causal across blocks,
+ * bidirectional inside one; exact KV cache of finished blocks). */
+int tb_arch_is_block_diffusion(tb_arch a);
+
+/* Layer l's feed-forward is a mixture of experts (Qwen3-MoE's rule: not
+ * in mlp_only_layers, and (l + 1) % decoder_sparse_step == 0). */
+int tb_config_layer_is_moe(const tb_model_config *cfg, int l);
+
 /* Read and parse a file. */
 int tb_config_load(const char *path, tb_model_config *cfg, char *err, size_t err_size);
 

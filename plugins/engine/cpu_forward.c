@@ -53,6 +53,12 @@ int tb_cpu_state_init(tb_cpu_state *st, const tb_model *m, int max_seqs, int max
         ok = ok && *ptrs[i];
         st->bytes += sizes[i] * sizeof(float);
     }
+    if (ok && c->n_experts > 0) {
+        tb_model_moe_config(c, &st->moe_cfg);
+        st->moe_out = malloc(rows * h * sizeof(float) + 1);
+        ok = st->moe_out && tb_moe_scratch_init(&st->moe, &st->moe_cfg, max_rows, err, err_size) == 0;
+        st->bytes += rows * h * sizeof(float) + st->moe.bytes;
+    }
     if (!ok) {
         snprintf(err, err_size, "out of memory: KV cache and buffers need %.2f GB (%d sequences x %d positions)",
                  (double)st->bytes / 1e9, max_seqs, max_len);
@@ -99,6 +105,8 @@ void tb_cpu_state_free(tb_cpu_state *st)
     free(st->att);
     free(st->gu);
     free(st->scores);
+    free(st->moe_out);
+    tb_moe_scratch_free(&st->moe);
     memset(st, 0, sizeof *st);
 }
 
@@ -143,11 +151,23 @@ static void rope(float *v, int head_dim, int pos, const float *inv_freq)
     }
 }
 
+/* The keys a row at position pos sees, of n_keys: mask_block 0 =
+ * bidirectional (all), 1 = causal (up to its own position), k > 1 =
+ * block-causal (up to the end of its block of k positions, blocks counted
+ * from position 0). */
+static int visible_keys(int pos, int n_keys, int mask_block)
+{
+    if (mask_block <= 0)
+        return n_keys;
+    long end = ((long)pos / mask_block + 1) * mask_block;
+    return end < n_keys ? (int)end : n_keys;
+}
+
 /* One layer for the n_new rows of each of n_seqs sequences: sequence b's
  * rows are positions [st->seq_pos0[b], + n_new) of cache slot
- * st->seq_slot[b] and attend to [0, st->seq_attend[b]) (causal: up to the
- * row's own position). */
-static void layer_forward(tb_cpu_state *st, int l, int n_seqs, int n_new, int causal)
+ * st->seq_slot[b] and attend to [0, st->seq_attend[b]), masked by
+ * mask_block (visible_keys). */
+static void layer_forward(tb_cpu_state *st, int l, int n_seqs, int n_new, int mask_block)
 {
     const tb_model *m = st->m;
     const tb_model_config *c = &m->cfg;
@@ -167,6 +187,10 @@ static void layer_forward(tb_cpu_state *st, int l, int n_seqs, int n_new, int ca
         if (L->bqkv)
             for (int i = 0; i < qkvd; i++)
                 q[i] += L->bqkv[i];
+        if (L->q_norm) { /* Qwen3: RMSNorm of each q and k head, before RoPE */
+            rmsnorm(q, q, L->q_norm, c->n_heads, hd, c->rms_eps);
+            rmsnorm(q + nq, q + nq, L->k_norm, c->n_kv_heads, hd, c->rms_eps);
+        }
         for (int hh = 0; hh < c->n_heads; hh++)
             rope(q + hh * hd, hd, rpos, m->rope_inv_freq);
         for (int hh = 0; hh < c->n_kv_heads; hh++)
@@ -193,7 +217,7 @@ static void layer_forward(tb_cpu_state *st, int l, int n_seqs, int n_new, int ca
                         kb + (size_t)kvh * hd, kvd, 0.0f, s, n_keys);
             for (int t = 0; t < n_new; t++) {
                 float *row = s + (size_t)t * n_keys;
-                int visible = causal ? start + t + 1 : n_keys;
+                int visible = visible_keys(start + t, n_keys, mask_block);
                 /* keys [lo, visible): padding is masked for real rows (a
                  * padding row itself attends as usual; nothing reads it) */
                 int lo = start + t >= pad ? pad : 0;
@@ -210,7 +234,7 @@ static void layer_forward(tb_cpu_state *st, int l, int n_seqs, int n_new, int ca
                 for (int j = lo; j < visible; j++)
                     row[j] *= inv;
                 for (int j = visible; j < n_keys; j++)
-                    row[j] = 0.0f; /* masked: the future of a causal row */
+                    row[j] = 0.0f; /* masked: the future of a causal row, later blocks */
             }
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n_new, hd, n_keys, 1.0f, s, n_keys,
                         vb + (size_t)kvh * hd, kvd, 0.0f, st->att + (size_t)b * n_new * nq + (size_t)hh * hd, nq);
@@ -218,8 +242,15 @@ static void layer_forward(tb_cpu_state *st, int l, int n_seqs, int n_new, int ca
     }
     matmul_t(st->x, st->att, L->wo, rows, h, nq, 1); /* residual add */
 
-    /* MLP block: x += down(silu(gate(xn)) * up(xn)) */
+    /* MLP block: x += down(silu(gate(xn)) * up(xn)), or the experts' */
     rmsnorm(st->xn, st->x, L->mlp_norm, rows, h, c->rms_eps);
+    if (L->router) {
+        tb_moe_weights w = {.router = L->router, .gate_up = L->experts_gate_up, .down = L->experts_down};
+        tb_moe_forward(&st->moe_cfg, &w, &st->moe, st->xn, rows, st->moe_out, NULL); /* rows <= max_rows: checked */
+        for (size_t i = 0; i < (size_t)rows * h; i++)
+            st->x[i] += st->moe_out[i];
+        return;
+    }
     matmul_t(st->gu, st->xn, L->w_gate_up, rows, 2 * inter, h, 0);
     for (int r = 0; r < rows; r++) {
         float *g = st->gu + (size_t)r * 2 * inter, *u = g + inter;
@@ -240,7 +271,8 @@ static int check_fit(const tb_cpu_state *st, int n_seqs, int pos0, int n_new, in
 
 /* The layers for sequences laid out in st->seq_slot/seq_pos0/seq_attend
  * (checked against the state). */
-static int forward_seqs(tb_cpu_state *st, const int32_t *tokens, int n_seqs, int n_new, int causal, int n_layers)
+static int forward_seqs(tb_cpu_state *st, const int32_t *tokens, int n_seqs, int n_new, int mask_block,
+                        int n_layers)
 {
     const tb_model_config *c = &st->m->cfg;
     for (int b = 0; b < n_seqs; b++)
@@ -257,7 +289,7 @@ static int forward_seqs(tb_cpu_state *st, const int32_t *tokens, int n_seqs, int
         memcpy(st->x + (size_t)r * h, st->m->embed + (size_t)t * h, (size_t)h * sizeof(float));
     }
     for (int l = 0; l < n_layers && l < c->n_layers; l++)
-        layer_forward(st, l, n_seqs, n_new, causal);
+        layer_forward(st, l, n_seqs, n_new, mask_block);
     return 0;
 }
 
@@ -349,5 +381,34 @@ int tb_cpu_forward_at(tb_cpu_state *st, const int32_t *tokens, int n_seqs, int p
     if (forward_hidden(st, tokens, n_seqs, pos0, n_new, n_attend, 0, st->m->cfg.n_layers) != 0)
         return -1;
     head(st, n_seqs, n_new, 1, logits);
+    return 0;
+}
+
+int tb_cpu_forward_rows(tb_cpu_state *st, const int32_t *tokens, const int *slots, int n_seqs, int pos0, int n_new,
+                        int n_attend, int mask_block, int head_row0, int head_rows, float *logits)
+{
+    if (n_seqs < 1 || n_seqs > st->max_seqs || head_row0 < 0 || head_rows < 0 || head_row0 + head_rows > n_new)
+        return -1;
+    for (int b = 0; b < n_seqs; b++) {
+        if (slots[b] < 0 || slots[b] >= st->max_seqs)
+            return -1;
+        for (int a = 0; a < b; a++)
+            if (slots[a] == slots[b])
+                return -1; /* one sequence twice: its rows would race for one position */
+        st->seq_slot[b] = slots[b];
+        st->seq_pos0[b] = pos0;
+        st->seq_attend[b] = n_attend;
+    }
+    if (forward_seqs(st, tokens, n_seqs, n_new, mask_block, st->m->cfg.n_layers) != 0)
+        return -1;
+    if (head_rows == 0)
+        return 0;
+    const tb_model *m = st->m;
+    int h = m->cfg.hidden_size, rows = n_seqs * head_rows;
+    for (int b = 0; b < n_seqs; b++) /* gather the head rows (in place: never ahead of the source) */
+        memmove(st->xn + (size_t)b * head_rows * h, st->x + ((size_t)b * n_new + head_row0) * h,
+                (size_t)head_rows * h * sizeof(float));
+    rmsnorm(st->xn, st->xn, m->final_norm, rows, h, m->cfg.rms_eps);
+    matmul_t(logits, st->xn, m->lm_head, rows, m->cfg.vocab_size, h, 0);
     return 0;
 }

@@ -6,8 +6,12 @@
  * A state holds the KV cache of up to max_seqs sequences of up to max_len
  * positions and the scratch buffers for one call. A call appends n_new
  * tokens to each of n_seqs sequences (the same count for all: the runner's
- * batches share lengths) and returns logits. Attention is causal (AR) or
- * bidirectional (diffusion: every position sees every position). */
+ * batches share lengths) and returns logits. Attention is causal (AR),
+ * bidirectional (diffusion: every position sees every position) or
+ * block-causal (block diffusion: a position sees every position of its own
+ * block and of the blocks before it; blocks of k positions counted from
+ * position 0). A `causal` argument is that mask's block: 0 bidirectional,
+ * 1 causal, k > 1 block-causal. */
 #ifndef TB_ENGINE_CPU_FORWARD_H
 #define TB_ENGINE_CPU_FORWARD_H
 
@@ -15,6 +19,7 @@
 #include <stdint.h>
 
 #include "model.h"
+#include "moe.h"
 
 typedef struct tb_cpu_state {
     const tb_model *m;
@@ -36,6 +41,11 @@ typedef struct tb_cpu_state {
     float *att;     /* [rows][n_heads head_dim]: attention output */
     float *gu;      /* [rows][2 intermediate]: gate | up, then silu(g) u */
     float *scores;  /* [max_rows][max_len]: one head's attention matrix */
+    /* MoE models only (n_experts > 0): the layer's config, its scratch, and
+     * its output [rows][hidden] before the residual add */
+    tb_moe_config moe_cfg;
+    tb_moe_scratch moe;
+    float *moe_out;
     int n_threads;
     size_t bytes;   /* allocated, for reporting */
 } tb_cpu_state;
@@ -79,6 +89,20 @@ void tb_cpu_slot_reset(tb_cpu_state *st, int slot);
  * [n_seqs][n_new][vocab]. The state's sequence lengths are not used. */
 int tb_cpu_forward_at(tb_cpu_state *st, const int32_t *tokens, int n_seqs, int pos0, int n_new, int n_attend,
                       float *logits);
+
+/* Block diffusion: sequence b of the call is cache slot slots[b]
+ * (distinct); its n_new tokens tokens[b][n_new] sit at positions [pos0,
+ * pos0 + n_new), their keys and values overwrite the slot's cache there,
+ * and they attend to [0, n_attend) under mask_block (0 bidirectional, 1
+ * causal, k > 1 block-causal), the rest from the cache: a prompt prefill
+ * (block-causal over whole blocks), a block's denoising step over the exact
+ * cache of the blocks before it, or a sub-block over that cache and its
+ * own block's. Logits of rows [head_row0, head_row0 + head_rows) of each
+ * sequence: [n_seqs][head_rows][vocab]; head_rows 0 runs no LM head (a
+ * forward that only stores the cache). Returns 0, or -1 when the call does
+ * not fit. */
+int tb_cpu_forward_rows(tb_cpu_state *st, const int32_t *tokens, const int *slots, int n_seqs, int pos0, int n_new,
+                        int n_attend, int mask_block, int head_row0, int head_rows, float *logits);
 
 /* The layers without the LM head: after the call st->x holds the final
  * hidden states (before the final norm) of the n_seqs * n_new rows. For

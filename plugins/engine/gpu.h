@@ -97,6 +97,20 @@ int tb_gpu_decode_slots(tb_gpu *g, const int *slots, int B, int32_t *next, float
 int tb_gpu_forward_pick(tb_gpu *g, const int32_t *canvas, int rows, int B, int L, int pos0, int n, int n_attend,
                         int pick0, int npick, int kind, double cfg_scale, int shifted, int32_t *x0, double *conf);
 
+/* Block diffusion (as tb_cpu_forward_rows): canvases rows[n_rows]
+ * (distinct; canvas r is cache sequence r) of the host canvas [..][L],
+ * positions [pos0, pos0 + n) attending to [0, n_attend) under mask_block
+ * (0 bidirectional, 1 causal, k > 1 block-causal), their keys and values
+ * written to the cache; then for span rows [pick0, pick0 + npick) the
+ * argmax and its confidence (kind as tb_gpu_forward_pick; shifted: a row
+ * reads the output of the row before, the span's first its own) into
+ * x0/conf laid out [n_rows][n]; token `never` (>= 0) is never picked
+ * (its logit counts as -inf), -1 = none. npick 0: no LM head (a cache
+ * store). */
+int tb_gpu_forward_pick_rows(tb_gpu *g, const int32_t *canvas, int L, const int *rows, int n_rows, int pos0, int n,
+                             int n_attend, int mask_block, int pick0, int npick, int kind, int shifted, int32_t never,
+                             int32_t *x0, double *conf);
+
 /* Roofline: the FLOPs and device-memory bytes of the forwards run since
  * the last call (by count: GEMMs, attention, LM head; bf16 weights, K/V),
  * then reset. */

@@ -160,6 +160,11 @@ extern "C" int tb_gpu_create(tb_gpu **out, const tb_model_config *cfg, const tb_
     cublasSetStream(g->blas, g->stream);
     // decode attention keeps its scores in shared memory: above 48 KB a
     // kernel must opt in
+    if (c->n_experts > 0) { // moe.c is the CPU path only so far (issue 22)
+        fail(g, "%s: mixture-of-experts models run on the CPU only in this version (device = cpu)", c->arch_name);
+        rc = -1;
+        goto done;
+    }
     if (c->head_dim % 2 || c->head_dim > 256) {
         fail(g, "head_dim %d: the CUDA attention kernels need an even head_dim <= 256", c->head_dim);
         rc = -1;
@@ -200,6 +205,10 @@ extern "C" int tb_gpu_create(tb_gpu **out, const tb_model_config *cfg, const tb_
             TRY(upload_bf16(g, &G->wqkv, L->wqkv, rows * h, stage));
             if (L->bqkv)
                 TRY(upload_f32(g, &G->bqkv, L->bqkv, rows));
+            if (L->q_norm) {
+                TRY(upload_f32(g, &G->q_norm, L->q_norm, (size_t)c->head_dim));
+                TRY(upload_f32(g, &G->k_norm, L->k_norm, (size_t)c->head_dim));
+            }
             TRY(upload_bf16(g, &G->wo, L->wo, h * nq, stage));
             TRY(upload_bf16(g, &G->wgu, L->w_gate_up, 2 * I * h, stage));
             TRY(upload_bf16(g, &G->wdown, L->w_down, h * I, stage));
@@ -220,6 +229,10 @@ extern "C" int tb_gpu_create(tb_gpu **out, const tb_model_config *cfg, const tb_
             TRY(random_bf16(g, &G->wqkv, rows * h, &s));
             if (c->qkv_bias)
                 TRY(const_f32(g, &G->bqkv, rows, 0.01f));
+            if (c->qk_norm) {
+                TRY(const_f32(g, &G->q_norm, (size_t)c->head_dim, 1.0f));
+                TRY(const_f32(g, &G->k_norm, (size_t)c->head_dim, 1.0f));
+            }
             TRY(random_bf16(g, &G->wo, h * nq, &s));
             TRY(random_bf16(g, &G->wgu, 2 * I * h, &s));
             TRY(random_bf16(g, &G->wdown, h * I, &s));
@@ -268,8 +281,8 @@ extern "C" void tb_gpu_free(tb_gpu *g)
     if (g->layers) {
         for (int l = 0; l < g->cfg.n_layers; l++) {
             gpu_layer *G = &g->layers[l];
-            void *p[] = {G->attn_norm, G->mlp_norm, G->wqkv, G->bqkv, G->wo, G->wgu, G->wdown};
-            for (int i = 0; i < 7; i++)
+            void *p[] = {G->attn_norm, G->mlp_norm, G->wqkv, G->bqkv, G->q_norm, G->k_norm, G->wo, G->wgu, G->wdown};
+            for (int i = 0; i < 9; i++)
                 dfree(g, p[i]);
         }
         free(g->layers);

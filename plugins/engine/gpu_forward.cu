@@ -181,8 +181,9 @@ static int attn_span(tb_gpu *g, int l, int B, int slot0, int pos0, int n, int n_
     CB(cublasGemmBatchedEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, n_attend, n, hd, &alpha, (const void **)dp,
                            CUDA_R_16BF, kvd, (const void **)(dp + batch), CUDA_R_16BF, nq, &zero, dp + 2 * batch,
                            CUDA_R_32F, n_attend, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    k_softmax<<<(unsigned)((size_t)batch * n), 256, 0, g->stream>>>(g->scores, g->probs, n, n_attend, pos0, causal,
-                                                                    g->d_pad + slot0, nh);
+    k_softmax_slots<<<(unsigned)((size_t)batch * n), 256, 0, g->stream>>>(
+        g->scores, g->probs, n, n_attend, pos0, causal, g->span_slots ? g->d_pad : g->d_pad + slot0,
+        g->span_slots ? g->d_rslot : NULL, nh);
     LAUNCHED();
     // O[n][hd] = P[n][n_attend] V[n_attend][hd]
     CB(cublasGemmBatchedEx(g->blas, CUBLAS_OP_N, CUBLAS_OP_N, hd, n, n_attend, &one,
@@ -218,7 +219,8 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
     const int *rpos = mode == FWD_SLOTS ? g->d_rpos : NULL;
     if (g->span_slots)
         span_off = 0; // the slots are in d_rslot
-    k_qkv_post<<<post_grid, 64, 0, g->stream>>>(g->qkv, G->bqkv, g->inv_freq, n, pos0,
+    k_qkv_post<<<post_grid, 64, 0, g->stream>>>(g->qkv, G->bqkv, G->q_norm, G->k_norm, (float)c->rms_eps,
+                                             g->inv_freq, n, pos0,
                                              mode == FWD_DECODE ? g->d_pos : NULL, rslot, rpos,
                                              g->d_pad + (mode == FWD_SPAN ? slot0 : 0), g->kc + layer_off + span_off,
                                              g->vc + layer_off + span_off, g->len, g->q, c->n_heads, c->n_kv_heads,
@@ -265,6 +267,8 @@ static int forward_hidden(tb_gpu *g, int B, int slot0, int pos0, int n, int n_at
 // logits [B][nr][vocab].
 static int head(tb_gpu *g, int B, int n, int r0, int nr)
 {
+    if (nr == 0) // a forward that only stores the cache
+        return 0;
     const tb_model_config *c = &g->cfg;
     int h = c->hidden_size;
     k_rmsnorm<<<B * nr, 1024, 0, g->stream>>>(g->x, n, r0, nr, g->final_norm, g->xn, h, (float)c->rms_eps);
@@ -507,7 +511,7 @@ extern "C" int tb_gpu_forward_pick(tb_gpu *g, const int32_t *canvas, int rows, i
         return -1;
     size_t V = g->cfg.vocab_size;
     k_pick<<<B * npick, 256, 0, g->stream>>>(g->logits, (int)V, npick, nr, pick0 - r0, shifted, (size_t)B * nr * V,
-                                             (float)cfg_scale, kind, g->out_tok, g->out_conf);
+                                             (float)cfg_scale, kind, -1, g->out_tok, g->out_conf);
     LAUNCHED();
     CK(cudaMemcpyAsync(g->h_tok, g->out_tok, (size_t)B * npick * sizeof(int32_t), cudaMemcpyDeviceToHost, g->stream));
     CK(cudaMemcpyAsync(g->h_conf, g->out_conf, (size_t)B * npick * sizeof(double), cudaMemcpyDeviceToHost,
@@ -536,5 +540,66 @@ extern "C" int tb_gpu_forward_logits(tb_gpu *g, const int32_t *canvas, int rows,
                                V * sizeof(float), cudaMemcpyDeviceToHost, g->stream));
         }
     CK(cudaStreamSynchronize(g->stream));
+    return 0;
+}
+
+extern "C" int tb_gpu_forward_pick_rows(tb_gpu *g, const int32_t *canvas, int L, const int *rows, int n_rows,
+                                        int pos0, int n, int n_attend, int mask_block, int pick0, int npick,
+                                        int kind, int shifted, int32_t never, int32_t *x0, double *conf)
+{
+    if (n_rows < 1 || n_rows > g->seqs || n_rows * n > g->rows || n_attend > g->len || pos0 + n > g->len ||
+        pick0 < 0 || npick < 0 || pick0 + npick > n)
+        return fail(g, "block span of %d x %d at %d (attending %d, picks %d..%d) does not fit the reserved %d x %d",
+                    n_rows, n, pos0, n_attend, pick0, pick0 + npick, g->seqs, g->len);
+    int32_t *tokens = (int32_t *)malloc((size_t)n_rows * n * sizeof(int32_t));
+    if (!tokens)
+        return fail(g, "out of host memory");
+    for (int b = 0; b < n_rows; b++) {
+        if (rows[b] < 0 || rows[b] >= g->seqs) {
+            free(tokens);
+            return fail(g, "block span of canvas %d; %d reserved", rows[b], g->seqs);
+        }
+        for (int a = 0; a < b; a++)
+            if (rows[a] == rows[b]) {
+                free(tokens);
+                return fail(g, "canvas %d twice in one block span", rows[b]);
+            }
+        g->h_rows[b] = rows[b];
+        memcpy(tokens + (size_t)b * n, canvas + (size_t)rows[b] * L + pos0, (size_t)n * sizeof(int32_t));
+    }
+    // the head rows: the picks', and for shifted logits the row before
+    int r0 = shifted && pick0 > 0 ? pick0 - 1 : pick0, nr = npick ? pick0 + npick - r0 : 0;
+    cudaError_t e = cudaMemcpyAsync(g->tok, tokens, (size_t)n_rows * n * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                    g->stream);
+    free(tokens); // pageable source: staged before the call returns
+    if (e != cudaSuccess)
+        return fail(g, "token upload: %s", cudaGetErrorString(e));
+    CK(cudaMemcpyAsync(g->d_rslot, g->h_rows, n_rows * sizeof(int), cudaMemcpyHostToDevice, g->stream));
+    g->span_slots = rows;
+    int rc = forward_hidden(g, n_rows, 0, pos0, n, n_attend, mask_block, FWD_SPAN) || head(g, n_rows, n, r0, nr);
+    g->span_slots = NULL;
+    if (rc)
+        return -1;
+    account(g, n_rows, n, n_attend, nr);
+    if (npick == 0) {
+        // a cache store returns nothing, but the next forward rewrites the
+        // pinned staging (batched-GEMM pointers, row slots) that this one's
+        // queued copies read when the stream reaches them: wait for it
+        CK(cudaStreamSynchronize(g->stream));
+        return 0;
+    }
+    size_t V = g->cfg.vocab_size;
+    k_pick<<<n_rows * npick, 256, 0, g->stream>>>(g->logits, (int)V, npick, nr, pick0 - r0, shifted,
+                                                  (size_t)n_rows * nr * V, 0.0f, kind, never, g->out_tok, g->out_conf);
+    LAUNCHED();
+    CK(cudaMemcpyAsync(g->h_tok, g->out_tok, (size_t)n_rows * npick * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                       g->stream));
+    CK(cudaMemcpyAsync(g->h_conf, g->out_conf, (size_t)n_rows * npick * sizeof(double), cudaMemcpyDeviceToHost,
+                       g->stream));
+    CK(cudaStreamSynchronize(g->stream));
+    for (int b = 0; b < n_rows; b++) {
+        memcpy(x0 + (size_t)b * n + pick0, g->h_tok + (size_t)b * npick, npick * sizeof(int32_t));
+        memcpy(conf + (size_t)b * n + pick0, g->h_conf + (size_t)b * npick, npick * sizeof(double));
+    }
     return 0;
 }

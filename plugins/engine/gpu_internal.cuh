@@ -26,6 +26,7 @@ struct gpu_layer {
     float *attn_norm, *mlp_norm; // [h]
     bf16 *wqkv;                  // [(nh + 2 nkv) hd][h]
     float *bqkv;                 // [(nh + 2 nkv) hd] or NULL
+    float *q_norm, *k_norm;      // [hd] each, or NULL (QK-norm: Qwen3)
     bf16 *wo;                    // [h][nh hd]
     bf16 *wgu;                   // [2 I][h]
     bf16 *wdown;                 // [h][I]
@@ -73,8 +74,8 @@ struct tb_gpu {
     int *d_rpos;       // [seqs] and its position (device)
     int *h_rows;       // pinned [2 seqs]: their staging
     int *slot_len;     // [seqs] host: positions each slot holds (tb_gpu_prefill_slots, tb_gpu_decode_slots)
-    const int *span_slots; // host [B], set during tb_gpu_prefill_slots: span sequence b is slot span_slots[b]
-                           // (d_rslot holds the same); NULL: slot0 + b
+    const int *span_slots; // host [B], set during tb_gpu_prefill_slots and tb_gpu_forward_pick_rows: span
+                           // sequence b is slot span_slots[b] (d_rslot holds the same); NULL: slot0 + b
     void **ptrs;       // batched-GEMM pointer arrays, every layer (device)
     void **hptrs;      // pinned host staging for them
     size_t ptr_cap;

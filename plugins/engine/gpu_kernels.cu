@@ -70,10 +70,12 @@ __global__ void k_rmsnorm(const float *x, int n, int r0, int nr, const float *w,
 // pos0 + (row % n_new), or *d_pos in decode. A left-padded sequence's
 // RoPE positions start at its first real token (pos - pad[b]), as on the
 // CPU; the cache slot stays pos.
-__global__ void k_qkv_post(const float *qkv, const float *bias, const float *inv_freq, int n_new, int pos0,
-                           const int *d_pos, const int *row_slot, const int *row_pos, const int *pad, bf16 *kc,
-                           bf16 *vc, int len, bf16 *q_out, int nh, int nkv, int hd)
+__global__ void k_qkv_post(const float *qkv, const float *bias, const float *q_norm, const float *k_norm, float eps,
+                           const float *inv_freq, int n_new, int pos0, const int *d_pos, const int *row_slot,
+                           const int *row_pos, const int *pad, bf16 *kc, bf16 *vc, int len, bf16 *q_out, int nh,
+                           int nkv, int hd)
 {
+    __shared__ float sh[32];
     int r = blockIdx.x, head = blockIdx.y, b = r / n_new;
     // sequence b of the call: cache sequence b at a shared position, or
     // (row_pos given: continuous batching) slot row_slot[b] at its own
@@ -85,8 +87,23 @@ __global__ void k_qkv_post(const float *qkv, const float *bias, const float *inv
     const float *v = qkv + (size_t)r * qkvd + (size_t)head * hd;
     const float *bb = bias ? bias + (size_t)head * hd : NULL;
     size_t at = ((size_t)b * len + pos) * kvd;
+    // Qwen3's QK-norm: RMSNorm over the head's dims (after the bias),
+    // weights q_norm or k_norm; uniform per block, so every thread reduces
+    const float *nw = head < nh ? q_norm : head < nh + nkv ? k_norm : NULL;
+    float inv = 1.0f;
+    if (nw) {
+        float ss = 0;
+        for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+            float a = v[i] + (bb ? bb[i] : 0.0f);
+            ss += a * a;
+        }
+        ss = block_sum(ss, sh);
+        inv = rsqrtf(ss / hd + eps);
+    }
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
         float a = v[i] + (bb ? bb[i] : 0.0f), c = v[i + half] + (bb ? bb[i + half] : 0.0f);
+        if (nw)
+            a = nw[i] * (a * inv), c = nw[i + half] * (c * inv);
         if (head < nh + nkv) { /* q or k: rotate */
             float ang = (float)rpos * inv_freq[i];
             float cs = cosf(ang), sn = sinf(ang);
@@ -204,15 +221,26 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
 }
 
 // Row softmax of scores [sequence][head][n][n_keys] into bf16
-// probabilities; causal rows see keys up to their own position pos0 + t.
+// probabilities; causal rows (causal 1) see keys up to their own position
+// pos0 + t, block-causal ones (causal k > 1) to the end of their block of
+// k positions (blocks counted from position 0).
 // Keys [0, pad[b]) are left padding, masked for real rows (a padding row
 // attends as usual; nothing reads it), as on the CPU.
-__global__ void k_softmax(const float *sc, bf16 *p, int n, int n_keys, int pos0, int causal, const int *pad, int nh)
+// The body of k_softmax and k_softmax_slots (row_slot: the call's
+// sequence b is cache slot row_slot[b], whose padding applies).
+__device__ void softmax_row(const float *sc, bf16 *p, int n, int n_keys, int pos0, int causal, const int *pad,
+                            const int *row_slot, int nh, float *red)
 {
-    __shared__ float red[32];
     size_t row = blockIdx.x;
-    int t = (int)(row % n), visible = causal ? pos0 + t + 1 : n_keys;
-    int b = (int)(row / ((size_t)n * nh)), lo = pos0 + t >= pad[b] ? pad[b] : 0;
+    int t = (int)(row % n), visible = n_keys;
+    if (causal > 0) { // causal (1) or block-causal (k > 1): to the end of the row's block
+        long end = ((long)(pos0 + t) / causal + 1) * causal;
+        visible = end < n_keys ? (int)end : n_keys;
+    }
+    int b = (int)(row / ((size_t)n * nh));
+    if (row_slot)
+        b = row_slot[b];
+    int lo = pos0 + t >= pad[b] ? pad[b] : 0;
     const float *x = sc + row * n_keys;
     bf16 *y = p + row * n_keys;
     float mx = -INFINITY;
@@ -234,6 +262,19 @@ __global__ void k_softmax(const float *sc, bf16 *p, int n, int n_keys, int pos0,
     float inv = 1.0f / sum;
     for (int j = threadIdx.x; j < n_keys; j += blockDim.x)
         y[j] = __float2bfloat16(j >= lo && j < visible ? __expf(x[j] - mx) * inv : 0.0f);
+}
+
+__global__ void k_softmax(const float *sc, bf16 *p, int n, int n_keys, int pos0, int causal, const int *pad, int nh)
+{
+    __shared__ float red[32];
+    softmax_row(sc, p, n, n_keys, pos0, causal, pad, NULL, nh, red);
+}
+
+__global__ void k_softmax_slots(const float *sc, bf16 *p, int n, int n_keys, int pos0, int causal, const int *pad,
+                                const int *row_slot, int nh)
+{
+    __shared__ float red[32];
+    softmax_row(sc, p, n, n_keys, pos0, causal, pad, row_slot, nh, red);
 }
 
 // act[r][i] = silu(gate[r][i]) up[r][i]: a thread per element, so one row
@@ -329,21 +370,27 @@ __global__ void k_incr(int *p) { *p += 1; }
 // (shifted, Dream) from the previous position of the same sequence; with
 // cfg they are combined on the fly with the unconditional row
 // uncond_offset floats further. Kinds as in gpu.h.
+// never: a token whose logit counts as -inf (block samplers: the mask
+// token), -1 = none.
 struct pick_row {
     const float *c, *u;
     float cfg;
-    __device__ float operator[](int v) const { return cfg > 0 ? u[v] + (cfg + 1.0f) * (c[v] - u[v]) : c[v]; }
+    int never;
+    __device__ float operator[](int v) const
+    {
+        return v == never ? -INFINITY : cfg > 0 ? u[v] + (cfg + 1.0f) * (c[v] - u[v]) : c[v];
+    }
 };
 
 __global__ void k_pick(const float *logits, int V, int npick, int nr, int off, int shifted, size_t uncond_offset,
-                       float cfg, int kind, int32_t *x0, double *conf)
+                       float cfg, int kind, int never, int32_t *x0, double *conf)
 {
     __shared__ float bv[256];
     __shared__ int bi[256];
     __shared__ double ds[256];
     int b = blockIdx.x / npick, i = blockIdx.x % npick, li = off + i; // li: row within the nr computed
     size_t src = (size_t)b * nr + (shifted && li > 0 ? li - 1 : li);
-    pick_row x = {logits + src * V, logits + src * V + uncond_offset, cfg};
+    pick_row x = {logits + src * V, logits + src * V + uncond_offset, cfg, never};
     float best = -INFINITY;
     int idx = 0;
     for (int v = threadIdx.x; v < V; v += blockDim.x)

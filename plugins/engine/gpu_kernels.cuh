@@ -18,19 +18,22 @@ __global__ void k_init_uniform(bf16 *p, size_t n, uint64_t seed, float a);
 __global__ void k_f32_to_bf16(const float *src, bf16 *dst, size_t n);
 __global__ void k_embed(const int32_t *tok, const bf16 *emb, float *x, int h);
 __global__ void k_rmsnorm(const float *x, int n, int r0, int nr, const float *w, bf16 *y, int h, float eps);
-__global__ void k_qkv_post(const float *qkv, const float *bias, const float *inv_freq, int n_new, int pos0,
-                           const int *d_pos, const int *row_slot, const int *row_pos, const int *pad, bf16 *kc,
-                           bf16 *vc, int len, bf16 *q_out, int nh, int nkv, int hd);
+__global__ void k_qkv_post(const float *qkv, const float *bias, const float *q_norm, const float *k_norm, float eps,
+                           const float *inv_freq, int n_new, int pos0, const int *d_pos, const int *row_slot,
+                           const int *row_pos, const int *pad, bf16 *kc, bf16 *vc, int len, bf16 *q_out, int nh,
+                           int nkv, int hd);
 __global__ void __launch_bounds__(ATT_WARPS * 32)
     k_attn_decode(const bf16 *q, const bf16 *kc, const bf16 *vc, bf16 *out, int len, int nh, int nkv, int hd,
                   const int *d_pos, int n_keys_fixed, const int *row_slot, const int *row_pos, const int *pad,
                   float scale);
 __global__ void k_softmax(const float *sc, bf16 *p, int n, int n_keys, int pos0, int causal, const int *pad, int nh);
+__global__ void k_softmax_slots(const float *sc, bf16 *p, int n, int n_keys, int pos0, int causal, const int *pad,
+                                const int *row_slot, int nh);
 __global__ void k_swiglu(const float *gu, bf16 *act, int inter, size_t n);
 __global__ void k_argmax(const float *logits, int V, int32_t *out);
 __global__ void k_incr(int *p);
 __global__ void k_pick(const float *logits, int V, int npick, int nr, int off, int shifted, size_t uncond_offset,
-                       float cfg, int kind, int32_t *x0, double *conf);
+                       float cfg, int kind, int never, int32_t *x0, double *conf);
 
 struct tb_gpu;
 namespace tbgpu {

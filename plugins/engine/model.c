@@ -17,19 +17,31 @@ static int64_t qkv_rows(const tb_model_config *c)
     return (int64_t)(c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
 }
 
-/* Floats of one layer in the fused CPU layout. */
-static size_t layer_floats(const tb_model_config *c)
+/* Floats of layer l's feed-forward: dense SwiGLU, or the router and the
+ * experts of a MoE layer. */
+static size_t mlp_floats(const tb_model_config *c, int l)
+{
+    size_t h = (size_t)c->hidden_size;
+    if (tb_config_layer_is_moe(c, l))
+        return (size_t)c->n_experts * (h + 3 * (size_t)c->moe_intermediate_size * h);
+    return 3 * (size_t)c->intermediate_size * h;
+}
+
+/* Floats of layer l in the fused CPU layout. */
+static size_t layer_floats(const tb_model_config *c, int l)
 {
     size_t h = (size_t)c->hidden_size, q = (size_t)c->n_heads * (size_t)c->head_dim;
-    size_t inter = (size_t)c->intermediate_size, rows = (size_t)qkv_rows(c);
-    return h + rows * h + (c->qkv_bias ? rows : 0) + h * q + h + 2 * inter * h + h * inter;
+    size_t rows = (size_t)qkv_rows(c);
+    return h + rows * h + (c->qkv_bias ? rows : 0) + (c->qk_norm ? 2 * (size_t)c->head_dim : 0) + h * q + h +
+           mlp_floats(c, l);
 }
 
 static size_t model_floats(const tb_model_config *c)
 {
-    size_t vh = (size_t)c->vocab_size * (size_t)c->hidden_size;
-    return vh * (c->tie_word_embeddings ? 1 : 2) + (size_t)c->hidden_size +
-           (size_t)c->n_layers * layer_floats(c) + (size_t)c->head_dim / 2;
+    size_t vh = (size_t)c->vocab_size * (size_t)c->hidden_size, n = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        n += layer_floats(c, l);
+    return vh * (c->tie_word_embeddings ? 1 : 2) + (size_t)c->hidden_size + n + (size_t)c->head_dim / 2;
 }
 
 size_t tb_model_cpu_bytes(const tb_model_config *cfg)
@@ -71,14 +83,32 @@ static int layout(tb_model *m, char *err, size_t err_size)
         L->attn_norm = p, p += h;
         L->wqkv = p, p += rows * h;
         L->bqkv = c->qkv_bias ? (p += rows, p - rows) : NULL;
+        L->q_norm = c->qk_norm ? (p += c->head_dim, p - c->head_dim) : NULL;
+        L->k_norm = c->qk_norm ? (p += c->head_dim, p - c->head_dim) : NULL;
         L->wo = p, p += h * q;
         L->mlp_norm = p, p += h;
-        L->w_gate_up = p, p += 2 * inter * h;
-        L->w_down = p, p += h * inter;
+        if (tb_config_layer_is_moe(c, l)) {
+            size_t E = (size_t)c->n_experts, mi = (size_t)c->moe_intermediate_size;
+            L->router = p, p += E * h;
+            L->experts_gate_up = p, p += E * 2 * mi * h;
+            L->experts_down = p, p += E * h * mi;
+        } else {
+            L->w_gate_up = p, p += 2 * inter * h;
+            L->w_down = p, p += h * inter;
+        }
     }
     m->rope_inv_freq = p, p += (size_t)c->head_dim / 2;
     m->n_params = tb_config_n_params(c);
     return 0;
+}
+
+void tb_model_moe_config(const tb_model_config *c, tb_moe_config *out)
+{
+    /* Qwen3-MoE: softmax over all experts, top-k, renormalised when
+     * norm_topk_prob; no groups, no scaling, no shared expert */
+    *out = (tb_moe_config){.hidden = c->hidden_size, .n_experts = c->n_experts, .top_k = c->n_experts_per_tok,
+                           .expert_inter = c->moe_intermediate_size, .scoring = TB_MOE_SOFTMAX,
+                           .norm_topk = c->norm_topk_prob, .n_group = 1, .topk_group = 1, .routed_scale = 1.0f};
 }
 
 void tb_rope_inv_freq(const tb_model_config *c, float *out)
@@ -122,15 +152,17 @@ static int take(const tb_weights *w, const char *name, int64_t rows, int64_t col
 /* Tensor names of one architecture family ("%d" = layer index). */
 typedef struct weight_names {
     const char *embed, *final_norm, *lm_head, *layer;
-    const char *attn_norm, *q, *k, *v, *o, *mlp_norm, *gate, *up, *down, *qb, *kb, *vb;
+    const char *attn_norm, *q, *k, *v, *o, *mlp_norm, *gate, *up, *down, *qb, *kb, *vb, *qn, *kn;
 } weight_names;
 
-/* Llama, Qwen2 and Dream (Qwen2 blocks) use transformers' names. */
+/* Llama, Qwen2, Qwen3 and the models on their blocks (Dream, SDAR,
+ * Fast-dLLM v2) use transformers' names. */
 static const weight_names hf_names = {
     "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight", "model.layers.%d.",
     "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
     "self_attn.o_proj.weight", "post_attention_layernorm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
     "mlp.down_proj.weight", "self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias",
+    "self_attn.q_norm.weight", "self_attn.k_norm.weight",
 };
 
 /* LLaDA keeps OLMo's names: ff_proj is the gate, ff_out the down proj. */
@@ -138,7 +170,7 @@ static const weight_names llada_names = {
     "model.transformer.wte.weight", "model.transformer.ln_f.weight", "model.transformer.ff_out.weight",
     "model.transformer.blocks.%d.", "attn_norm.weight", "q_proj.weight", "k_proj.weight", "v_proj.weight",
     "attn_out.weight", "ff_norm.weight", "ff_proj.weight", "up_proj.weight", "ff_out.weight", "q_proj.bias",
-    "k_proj.bias", "v_proj.bias",
+    "k_proj.bias", "v_proj.bias", NULL, NULL,
 };
 
 int tb_model_load(const char *dir, tb_model *m, char *err, size_t err_size)
@@ -181,12 +213,29 @@ int tb_model_load(const char *dir, tb_model *m, char *err, size_t err_size)
     (snprintf(n, sizeof n, "%s%s", prefix, suffix), take(w, n, rows, cols, dst, err, err_size))
         rc = T(nm->attn_norm, h, 0, L->attn_norm) || T(nm->q, qd, h, L->wqkv) ||
              T(nm->k, kvd, h, L->wqkv + qd * h) || T(nm->v, kvd, h, L->wqkv + (qd + kvd) * h) ||
-             T(nm->o, h, qd, L->wo) || T(nm->mlp_norm, h, 0, L->mlp_norm) ||
-             T(nm->gate, inter, h, L->w_gate_up) || T(nm->up, inter, h, L->w_gate_up + inter * h) ||
-             T(nm->down, h, inter, L->w_down);
+             T(nm->o, h, qd, L->wo) || T(nm->mlp_norm, h, 0, L->mlp_norm);
+        if (!rc && L->router) { /* a MoE layer: mlp.gate, mlp.experts.E.{gate,up,down}_proj, as published */
+            int64_t mi = c->moe_intermediate_size;
+            rc = T("mlp.gate.weight", c->n_experts, h, L->router);
+            for (int e = 0; e < c->n_experts && !rc; e++) {
+                char en[96];
+                float *gu = L->experts_gate_up + (size_t)e * 2 * mi * h;
+                snprintf(en, sizeof en, "mlp.experts.%d.gate_proj.weight", e);
+                rc = T(en, mi, h, gu);
+                snprintf(en, sizeof en, "mlp.experts.%d.up_proj.weight", e);
+                rc = rc || T(en, mi, h, gu + mi * h);
+                snprintf(en, sizeof en, "mlp.experts.%d.down_proj.weight", e);
+                rc = rc || T(en, h, mi, L->experts_down + (size_t)e * h * mi);
+            }
+        } else if (!rc) {
+            rc = T(nm->gate, inter, h, L->w_gate_up) || T(nm->up, inter, h, L->w_gate_up + inter * h) ||
+                 T(nm->down, h, inter, L->w_down);
+        }
         if (!rc && c->qkv_bias)
             rc = T(nm->qb, qd, 0, L->bqkv) || T(nm->kb, kvd, 0, L->bqkv + qd) ||
                  T(nm->vb, kvd, 0, L->bqkv + qd + kvd);
+        if (!rc && c->qk_norm)
+            rc = T(nm->qn, hd, 0, L->q_norm) || T(nm->kn, hd, 0, L->k_norm);
 #undef T
     }
     tb_weights_close(w);
@@ -198,10 +247,7 @@ int tb_model_load(const char *dir, tb_model *m, char *err, size_t err_size)
     return 0;
 }
 
-int tb_arch_is_diffusion(tb_arch a)
-{
-    return a == TB_ARCH_LLADA || a == TB_ARCH_DREAM;
-}
+
 
 /* ------------------------------------------------------------- presets */
 
@@ -246,6 +292,54 @@ static const preset presets[] = {
                   .n_kv_heads = 4, .head_dim = 128, .rms_eps = 1e-6, .rope_theta = 1000000,
                   .max_position_embeddings = 131072, .qkv_bias = 1, .eos_ids = {151643}, .n_eos = 1,
                   .bos_id = 151643, .mask_id = 151666, .torch_dtype = "bfloat16"}},
+    /* Qwen3-8B's shape, and SDAR-8B-Chat's (its config.json: Qwen3-8B
+     * with block_size 4 and mask 151669) */
+    {"qwen3-8b", {.arch = TB_ARCH_QWEN3, .arch_name = "Qwen3ForCausalLM", .vocab_size = 151936,
+                  .hidden_size = 4096, .intermediate_size = 12288, .n_layers = 36, .n_heads = 32,
+                  .n_kv_heads = 8, .head_dim = 128, .rms_eps = 1e-6, .rope_theta = 1000000,
+                  .max_position_embeddings = 40960, .qk_norm = 1, .eos_ids = {151645, 151643}, .n_eos = 2,
+                  .bos_id = -1, .mask_id = -1, .torch_dtype = "bfloat16"}},
+    {"sdar-8b", {.arch = TB_ARCH_SDAR, .arch_name = "SDARForCausalLM", .vocab_size = 151936,
+                 .hidden_size = 4096, .intermediate_size = 12288, .n_layers = 36, .n_heads = 32,
+                 .n_kv_heads = 8, .head_dim = 128, .rms_eps = 1e-6, .rope_theta = 1000000,
+                 .max_position_embeddings = 32768, .qk_norm = 1, .block_size = 4, .eos_ids = {151643}, .n_eos = 1,
+                 .bos_id = 151643, .mask_id = 151669, .torch_dtype = "bfloat16"}},
+    /* Fast_dLLM_v2_7B: Qwen2.5-7B-Instruct's shape, bd_size 32, mask 151665 */
+    {"fast-dllm-v2-7b", {.arch = TB_ARCH_FAST_DLLM_V2, .arch_name = "Fast_dLLM_QwenForCausalLM",
+                         .vocab_size = 152064, .hidden_size = 3584, .intermediate_size = 18944, .n_layers = 28,
+                         .n_heads = 28, .n_kv_heads = 4, .head_dim = 128, .rms_eps = 1e-6, .rope_theta = 1000000,
+                         .max_position_embeddings = 32768, .qkv_bias = 1, .block_size = 32,
+                         .eos_ids = {151645}, .n_eos = 1, .bos_id = -1, .mask_id = 151665,
+                         .torch_dtype = "bfloat16"}},
+    {"tiny-qwen3", {.arch = TB_ARCH_QWEN3, .arch_name = "Qwen3ForCausalLM", .vocab_size = 512,
+                    .hidden_size = 64, .intermediate_size = 128, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2,
+                    .head_dim = 32, .rms_eps = 1e-6, .rope_theta = 1000000, .max_position_embeddings = 2048,
+                    .qk_norm = 1, .eos_ids = {1}, .n_eos = 1, .bos_id = -1, .mask_id = -1,
+                    .torch_dtype = "float32"}},
+    {"tiny-sdar", {.arch = TB_ARCH_SDAR, .arch_name = "SDARForCausalLM", .vocab_size = 512, .hidden_size = 64,
+                   .intermediate_size = 128, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .head_dim = 32,
+                   .rms_eps = 1e-6, .rope_theta = 1000000, .max_position_embeddings = 4096, .qk_norm = 1,
+                   .block_size = 4, .eos_ids = {508}, .n_eos = 1, .bos_id = 507, .mask_id = 510,
+                   .torch_dtype = "float32"}},
+    {"tiny-fast-dllm-v2", {.arch = TB_ARCH_FAST_DLLM_V2, .arch_name = "Fast_dLLM_QwenForCausalLM",
+                           .vocab_size = 512, .hidden_size = 64, .intermediate_size = 128, .n_layers = 2,
+                           .n_heads = 4, .n_kv_heads = 2, .head_dim = 16, .rms_eps = 1e-6, .rope_theta = 1000000,
+                           .max_position_embeddings = 4096, .qkv_bias = 1, .block_size = 8, .eos_ids = {508},
+                           .n_eos = 1, .bos_id = -1, .mask_id = 510, .torch_dtype = "float32"}},
+    /* Qwen3-30B-A3B's shape (128 experts, 8 a token) and a tiny one */
+    {"qwen3-30b-a3b", {.arch = TB_ARCH_QWEN3_MOE, .arch_name = "Qwen3MoeForCausalLM", .vocab_size = 151936,
+                       .hidden_size = 2048, .intermediate_size = 6144, .n_layers = 48, .n_heads = 32,
+                       .n_kv_heads = 4, .head_dim = 128, .rms_eps = 1e-6, .rope_theta = 1000000,
+                       .max_position_embeddings = 40960, .qk_norm = 1, .n_experts = 128, .n_experts_per_tok = 8,
+                       .moe_intermediate_size = 768, .norm_topk_prob = 1, .decoder_sparse_step = 1,
+                       .eos_ids = {151645, 151643}, .n_eos = 2, .bos_id = -1, .mask_id = -1,
+                       .torch_dtype = "bfloat16"}},
+    {"tiny-qwen3-moe", {.arch = TB_ARCH_QWEN3_MOE, .arch_name = "Qwen3MoeForCausalLM", .vocab_size = 512,
+                        .hidden_size = 64, .intermediate_size = 128, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2,
+                        .head_dim = 32, .rms_eps = 1e-6, .rope_theta = 1000000, .max_position_embeddings = 2048,
+                        .qk_norm = 1, .n_experts = 8, .n_experts_per_tok = 2, .moe_intermediate_size = 32,
+                        .norm_topk_prob = 1, .decoder_sparse_step = 1, .eos_ids = {1}, .n_eos = 1, .bos_id = -1,
+                        .mask_id = -1, .torch_dtype = "float32"}},
     {"tiny-llama", {.arch = TB_ARCH_LLAMA, .arch_name = "LlamaForCausalLM", .vocab_size = 512,
                     .hidden_size = 64, .intermediate_size = 160, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2,
                     .head_dim = 16, .rms_eps = 1e-5, .rope_theta = 10000, .max_position_embeddings = 2048,
@@ -329,9 +423,20 @@ int tb_model_preset(const char *name, uint64_t seed, tb_model *m, char *err, siz
         fill_random(L->wqkv, rows * h, 0.02, &s);
         if (L->bqkv)
             fill_random(L->bqkv, rows, 0.02, &s);
+        if (L->q_norm) {
+            fill_const(L->q_norm, (size_t)c->head_dim, 1.0f);
+            fill_const(L->k_norm, (size_t)c->head_dim, 1.0f);
+        }
         fill_random(L->wo, h * q, 0.02, &s);
-        fill_random(L->w_gate_up, 2 * inter * h, 0.02, &s);
-        fill_random(L->w_down, h * inter, 0.02, &s);
+        if (L->router) {
+            size_t E = (size_t)c->n_experts, mi = (size_t)c->moe_intermediate_size;
+            fill_random(L->router, E * h, 0.02, &s);
+            fill_random(L->experts_gate_up, E * 2 * mi * h, 0.02, &s);
+            fill_random(L->experts_down, E * h * mi, 0.02, &s);
+        } else {
+            fill_random(L->w_gate_up, 2 * inter * h, 0.02, &s);
+            fill_random(L->w_down, h * inter, 0.02, &s);
+        }
     }
     tb_rope_inv_freq(c, m->rope_inv_freq);
     return 0;

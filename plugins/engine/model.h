@@ -11,15 +11,22 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "moe.h"
 
 typedef struct tb_layer {
     float *attn_norm; /* [hidden] */
     float *wqkv;      /* [(n_heads + 2 n_kv) head_dim][hidden]: q rows, k rows, v rows */
     float *bqkv;      /* [(n_heads + 2 n_kv) head_dim], NULL without QKV bias */
+    float *q_norm;    /* [head_dim], NULL without QK-norm (Qwen3) */
+    float *k_norm;    /* [head_dim], NULL without QK-norm */
     float *wo;        /* [hidden][n_heads head_dim] */
     float *mlp_norm;  /* [hidden] */
-    float *w_gate_up; /* [2 intermediate][hidden]: gate rows, then up rows */
-    float *w_down;    /* [hidden][intermediate] */
+    float *w_gate_up; /* [2 intermediate][hidden]: gate rows, then up rows; NULL in a MoE layer */
+    float *w_down;    /* [hidden][intermediate]; NULL in a MoE layer */
+    /* a MoE layer (tb_config_layer_is_moe), moe.h's layout; NULL otherwise */
+    float *router;          /* [n_experts][hidden] */
+    float *experts_gate_up; /* [n_experts][2 moe_intermediate][hidden] */
+    float *experts_down;    /* [n_experts][hidden][moe_intermediate] */
 } tb_layer;
 
 typedef struct tb_model {
@@ -42,8 +49,9 @@ typedef struct tb_model {
 int tb_model_load(const char *dir, tb_model *m, char *err, size_t err_size);
 
 /* The config of a preset (deterministic random weights): "llama-3-8b",
- * "qwen2.5-7b", "llada-8b", "dream-7b", and tiny ones for tests
- * ("tiny-llama", "tiny-qwen2"). -1 with the list of presets when unknown. */
+ * "qwen2.5-7b", "qwen3-8b", "llada-8b", "dream-7b", "sdar-8b",
+ * "fast-dllm-v2-7b", and tiny ones for tests ("tiny-llama", "tiny-qwen2",
+ * "tiny-qwen3", "tiny-sdar", "tiny-fast-dllm-v2", ...). -1 with the list of presets when unknown. */
 int tb_preset_config(const char *name, tb_model_config *cfg, char *err, size_t err_size);
 /* Build a preset model on the CPU (float32, seeded random weights). */
 int tb_model_preset(const char *name, uint64_t seed, tb_model *m, char *err, size_t err_size);
@@ -54,8 +62,9 @@ int64_t tb_config_n_params(const tb_model_config *cfg);
 
 void tb_model_free(tb_model *m);
 
-/* LLaDA and Dream: masked-diffusion models (bidirectional attention). */
-int tb_arch_is_diffusion(tb_arch a);
+
+/* The MoE layer config (moe.h) of a Qwen3-MoE model's sparse layers. */
+void tb_model_moe_config(const tb_model_config *cfg, tb_moe_config *out);
 
 /* RoPE inverse frequencies for cfg (head_dim / 2 of them), llama3 scaling
  * applied as transformers does. */

@@ -1,0 +1,328 @@
+/* block_sampler.c — see block_sampler.h. */
+#define _GNU_SOURCE
+#include "block_sampler.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int tb_dllm_block_validate(const tb_dllm_params *p, char *why, size_t n)
+{
+    const char *name = tb_dllm_sampler_names[p->sampler];
+    if (p->gen_length < 1) {
+        snprintf(why, n, "gen_length (max_new_tokens) must be >= 1");
+        return -1;
+    }
+    if (p->block_length < 1) {
+        snprintf(why, n, "%s needs block_length >= 1", name);
+        return -1;
+    }
+    if (p->sampler != TB_DLLM_FAST_DLLM_V2 && (p->steps < 1 || p->steps > p->block_length)) {
+        snprintf(why, n, "%s: steps %d (denoising steps per block) must be in [1, block_length %d]", name, p->steps,
+                 p->block_length);
+        return -1;
+    }
+    if (p->sampler != TB_DLLM_SDAR_STATIC && !(p->threshold > 0 && p->threshold <= 1)) {
+        snprintf(why, n, "threshold %g is outside (0, 1]", p->threshold);
+        return -1;
+    }
+    int sb = p->sub_block > 0 ? p->sub_block : p->block_length;
+    if (p->sampler == TB_DLLM_FAST_DLLM_V2 && p->block_length % sb != 0) {
+        snprintf(why, n, "block_length %d is not a multiple of sub_block %d", p->block_length, sb);
+        return -1;
+    }
+    if (p->cache == TB_DLLM_CACHE_PREFIX || (p->cache == TB_DLLM_CACHE_DUAL && p->sampler != TB_DLLM_FAST_DLLM_V2)) {
+        snprintf(why, n, "%s keeps the exact cache of finished blocks itself; cache = %s is not one of its options%s",
+                 name, tb_dllm_cache_names[p->cache],
+                 p->sampler == TB_DLLM_FAST_DLLM_V2 ? " (none, or dual: the sub-block cache)" : " (none)");
+        return -1;
+    }
+    if (p->cfg_scale > 0 || p->temperature != 0) {
+        snprintf(why, n, "%s runs at temperature 0 without classifier-free guidance (as its golden tests check)",
+                 name);
+        return -1;
+    }
+    return 0;
+}
+
+typedef struct brun {
+    const tb_dllm_engine *e;
+    const tb_dllm_params *p;
+    const tb_dllm_hooks *h;
+    tb_dllm_stats *stats;
+    tb_dllm_pick_spec spec;
+    int32_t *canvas;
+    int B, P, G, L, bs; /* G = P + gen_length: positions past it are not output */
+    int *active;        /* [B]: 1 while the request decodes */
+    int *rows;          /* [B]: the canvases of one forward */
+    int32_t *x0;        /* [B][L] */
+    double *conf;       /* [B][L] */
+    uint64_t rng;
+    char *why;
+    size_t why_size;
+} brun;
+
+static int is_eos(const brun *r, int32_t t)
+{
+    for (int i = 0; i < r->p->n_eos; i++)
+        if (r->p->eos_ids[i] == t)
+            return 1;
+    return 0;
+}
+
+static int32_t *row_of(const brun *r, int b)
+{
+    return r->canvas + (size_t)b * r->L;
+}
+
+/* The active canvases with a mask in [s0, s1) into r->rows (all active
+ * ones when s0 == s1). Returns their count. */
+static int select_rows(brun *r, int s0, int s1)
+{
+    int n = 0;
+    for (int b = 0; b < r->B; b++) {
+        if (!r->active[b])
+            continue;
+        int want = s0 == s1;
+        for (int i = s0; i < s1 && !want; i++)
+            want = row_of(r, b)[i] == r->p->mask_id;
+        if (want)
+            r->rows[n++] = b;
+    }
+    return n;
+}
+
+static int forward(brun *r, int n_rows, int pos0, int n, int n_attend, int mask_block, int pick0, int npick,
+                   int shifted, int denoise)
+{
+    r->stats->forwards++;
+    if (denoise && r->stats->request_steps)
+        for (int i = 0; i < n_rows; i++)
+            r->stats->request_steps[r->rows[i]]++;
+    if (r->e->forward_rows(r->e->ctx, r->canvas, r->L, r->rows, n_rows, pos0, n, n_attend, mask_block, pick0, npick,
+                           shifted, &r->spec, &r->rng, r->x0, r->conf) != 0) {
+        snprintf(r->why, r->why_size, "forward failed (positions %d..%d of %d, %d canvases)", pos0, pos0 + n, r->L,
+                 n_rows);
+        return -1;
+    }
+    return 0;
+}
+
+/* Commit x at position i of canvas b; output positions are emitted. */
+static void commit(brun *r, int b, int i, int32_t x, int *emitted)
+{
+    row_of(r, b)[i] = x;
+    if (i >= r->P && i < r->G)
+        (*emitted)++;
+}
+
+static void emit(brun *r, int b, int n)
+{
+    if (n > 0 && r->h && r->h->on_commit)
+        r->h->on_commit(r->h->ctx, b, n);
+}
+
+/* After a canvas change: the hook, and cancellation. */
+static int snapshot(brun *r)
+{
+    if (r->h && r->h->on_step)
+        r->h->on_step(r->h->ctx, r->stats->steps, r->canvas, r->B, r->L);
+    return r->h && r->h->cancelled && r->h->cancelled(r->h->ctx) ? 1 : 0;
+}
+
+/* The masked positions of [s0, s1) of canvas b (x0/conf of row k of the
+ * last forward, span starting at pos0) committed: the `want` most
+ * confident (ties: the lower position), or with thr >= 0 every one above
+ * thr when they are at least `want` (SDAR dynamic), or (want < 0) every one
+ * above thr and always the most confident (Fast-dLLM v2). */
+static void commit_span(brun *r, int k, int b, int pos0, int n, int s0, int s1, int want, double thr)
+{
+    const int32_t *x0 = r->x0 + (size_t)k * n;
+    const double *conf = r->conf + (size_t)k * n;
+    int32_t *x = row_of(r, b), mask = r->p->mask_id;
+    int emitted = 0, above = 0;
+    if (thr >= 0)
+        for (int i = s0; i < s1; i++)
+            above += x[i] == mask && conf[i - pos0] > thr;
+    if (want < 0 || (thr >= 0 && above >= want)) {
+        int best = -1;
+        for (int i = s0; i < s1; i++)
+            if (x[i] == mask && (best < 0 || conf[i - pos0] > conf[best - pos0]))
+                best = i;
+        for (int i = s0; i < s1; i++)
+            if (x[i] == mask && (i == best || conf[i - pos0] > thr))
+                commit(r, b, i, x0[i - pos0], &emitted);
+        emit(r, b, emitted);
+        return;
+    }
+    for (int j = 0; j < want; j++) { /* selection: want is at most the block */
+        int best = -1;
+        for (int i = s0; i < s1; i++)
+            if (x[i] == mask && (best < 0 || conf[i - pos0] > conf[best - pos0]))
+                best = i;
+        if (best < 0)
+            break;
+        commit(r, b, best, x0[best - pos0], &emitted);
+    }
+    emit(r, b, emitted);
+}
+
+/* A request whose block [s0, s1) (or next token) holds an EOS stops:
+ * its positions after s1 become the first EOS id. */
+static void eos_stop(brun *r, int b, int s0, int s1)
+{
+    int32_t *x = row_of(r, b);
+    for (int i = s0 > r->P ? s0 : r->P; i < s1 && i < r->G; i++)
+        if (is_eos(r, x[i])) {
+            r->active[b] = 0;
+            if (r->stats->request_tokens)
+                r->stats->request_tokens[b] = (s1 < r->G ? s1 : r->G) - r->P;
+            for (int j = s1; j < r->L; j++)
+                x[j] = r->p->eos_ids[0];
+            return;
+        }
+}
+
+/* One block of every active canvas, [bs, be). Returns 0, -1, or 1 when
+ * cancelled. */
+static int decode_block(brun *r, int bs, int be, const int *sched)
+{
+    const tb_dllm_params *p = r->p;
+    for (int b = 0; b < r->B; b++)
+        if (r->active[b] && r->stats->request_blocks)
+            r->stats->request_blocks[b]++;
+    if (p->sampler != TB_DLLM_FAST_DLLM_V2) {
+        for (int step = 0;; step++) {
+            int n_rows = select_rows(r, bs, be);
+            if (n_rows == 0)
+                break;
+            if (forward(r, n_rows, bs, r->bs, be, 0, 0, r->bs, 0, 1))
+                return -1;
+            /* past the schedule (it sums to the block, so only when a
+             * step committed fewer than its count): every mask left */
+            int want = step < p->steps ? sched[step] : r->bs;
+            for (int k = 0; k < n_rows; k++)
+                commit_span(r, k, r->rows[k], bs, r->bs, bs, be, want,
+                            p->sampler == TB_DLLM_SDAR_DYNAMIC ? p->threshold : -1);
+            r->stats->steps++;
+            int rc = snapshot(r);
+            if (rc)
+                return rc;
+        }
+        return 0;
+    }
+    int sb = p->sub_block > 0 ? p->sub_block : p->block_length, built = 0;
+    for (int s0 = bs; s0 < be; s0 += sb) {
+        int s1 = s0 + sb;
+        for (;;) {
+            int n_rows = select_rows(r, s0, s1);
+            if (n_rows == 0)
+                break;
+            int first_masked = 0;
+            for (int k = 0; k < n_rows; k++)
+                first_masked |= row_of(r, r->rows[k])[s0] == p->mask_id;
+            int whole = p->cache != TB_DLLM_CACHE_DUAL || !built || first_masked;
+            int pos0 = whole ? bs : s0, n = whole ? r->bs : sb;
+            if (forward(r, n_rows, pos0, n, be, 0, s0 - pos0, sb, 1, 1))
+                return -1;
+            built = 1;
+            for (int k = 0; k < n_rows; k++)
+                commit_span(r, k, r->rows[k], pos0, n, s0, s1, -1, p->threshold);
+            r->stats->steps++;
+            int rc = snapshot(r);
+            if (rc)
+                return rc;
+        }
+    }
+    return 0;
+}
+
+/* After block [bs, be): EOS stops, then the store forward of the requests
+ * still decoding (none after the last block); Fast-dLLM v2 commits its
+ * next token at be. */
+static int store_block(brun *r, int bs, int be)
+{
+    for (int b = 0; b < r->B; b++)
+        if (r->active[b])
+            eos_stop(r, b, bs, be);
+    if (be >= r->L)
+        return 0;
+    int n_rows = select_rows(r, 0, 0);
+    if (n_rows == 0)
+        return 0;
+    int next = r->p->sampler == TB_DLLM_FAST_DLLM_V2;
+    if (forward(r, n_rows, bs, be - bs, be, 0, be - bs - 1, next, 0, 0))
+        return -1;
+    if (!next)
+        return 0;
+    for (int k = 0; k < n_rows; k++) {
+        int b = r->rows[k], emitted = 0;
+        commit(r, b, be, r->x0[(size_t)k * (be - bs) + be - bs - 1], &emitted);
+        emit(r, b, emitted);
+        eos_stop(r, b, be, be + 1);
+    }
+    return snapshot(r);
+}
+
+int tb_dllm_block_generate(const tb_dllm_engine *e, const tb_dllm_params *p, int32_t *canvas, int B, int prompt_len,
+                           uint64_t seed, const tb_dllm_hooks *h, tb_dllm_stats *stats, char *why, size_t why_size)
+{
+    if (!e->forward_rows) {
+        snprintf(why, why_size, "this engine has no block-diffusion forward");
+        return -1;
+    }
+    brun r = {.e = e, .p = p, .h = h, .stats = stats, .canvas = canvas, .B = B, .P = prompt_len,
+              .G = prompt_len + p->gen_length, .L = tb_dllm_canvas_length(p, prompt_len), .bs = p->block_length,
+              .rng = seed ^ 0x5DEECE66DULL, .why = why, .why_size = why_size};
+    /* the mask token is never proposed: a step always commits a token */
+    r.spec = (tb_dllm_pick_spec){.conf = TB_DLLM_CONF_LLADA_PROB, .suppress1 = p->mask_id + 1};
+    r.active = malloc((size_t)B * sizeof(int));
+    r.rows = malloc((size_t)B * sizeof(int));
+    r.x0 = malloc((size_t)B * r.L * sizeof(int32_t));
+    r.conf = malloc((size_t)B * r.L * sizeof(double));
+    int *sched = malloc((size_t)(p->steps > 0 ? p->steps : 1) * sizeof(int));
+    int rc = 0;
+    if (!r.active || !r.rows || !r.x0 || !r.conf || !sched) {
+        snprintf(why, why_size, "out of memory for %d canvases of %d positions", B, r.L);
+        rc = -1;
+    }
+    if (rc == 0 && p->sampler != TB_DLLM_FAST_DLLM_V2)
+        tb_dllm_llada_schedule(r.bs, p->steps, sched);
+    for (int b = 0; b < B && rc == 0; b++) {
+        r.active[b] = 1;
+        if (stats->request_tokens)
+            stats->request_tokens[b] = p->gen_length;
+    }
+    /* prefill: the prompt's whole blocks, block-causal */
+    int k0 = r.P / r.bs;
+    if (rc == 0 && k0 > 0) {
+        int n_rows = select_rows(&r, 0, 0), n = k0 * r.bs;
+        int next = p->sampler == TB_DLLM_FAST_DLLM_V2 && r.P % r.bs == 0;
+        rc = forward(&r, n_rows, 0, n, n, r.bs, n - 1, next, 0, 0);
+        for (int k = 0; k < n_rows && rc == 0 && next; k++) {
+            int b = r.rows[k], emitted = 0;
+            commit(&r, b, r.P, r.x0[(size_t)k * n + n - 1], &emitted);
+            emit(&r, b, emitted);
+            eos_stop(&r, b, r.P, r.P + 1);
+        }
+        if (rc == 0 && next)
+            rc = snapshot(&r);
+    }
+    if (rc == 0 && h && h->on_prefill)
+        h->on_prefill(h->ctx);
+    for (int bs = k0 * r.bs; bs < r.G && rc == 0; bs += r.bs) {
+        if (select_rows(&r, 0, 0) == 0)
+            break;
+        stats->blocks++;
+        rc = decode_block(&r, bs, bs + r.bs, sched);
+        if (rc == 0)
+            rc = store_block(&r, bs, bs + r.bs);
+    }
+    free(r.active);
+    free(r.rows);
+    free(r.x0);
+    free(r.conf);
+    free(sched);
+    return rc;
+}
