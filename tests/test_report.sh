@@ -148,9 +148,10 @@ pass "report csv/json, bad input"
 [ $rc = 0 ] || fail "compare 1 2 exit $rc"
 [ "$(grep -cE '^(ar-like|diffusion-like) ' "$tmp/c12.out")" = 48 ] || fail "compare 1 2: expected 12 cases x 4 metrics"
 grep -q '^12 matching cases; 48 rows' "$tmp/c12.out" || fail "compare summary: $(tail -3 "$tmp/c12.out")"
-# the same scripted timing twice: nothing is slower by more than 20% (the
-# margin is for a loaded CI machine; sleeps never end early, only late)
-"$tb" compare 1 2 --db "$db" --fail-if-slower 20 >"$tmp/c12f.out" || fail "compare 1 2 --fail-if-slower 20: $(grep -E 'slower$' "$tmp/c12f.out")"
+# a threshold that nothing crosses passes (a session against itself: no
+# change at all; two runs of the same timing could differ by any amount on
+# a loaded machine, so they are not the witness)
+"$tb" compare 1 1 --db "$db" --fail-if-slower 1 >"$tmp/c12f.out" || fail "compare 1 1 --fail-if-slower 1: $(grep -E 'slower$' "$tmp/c12f.out")"
 # session 3 steps the AR-like backend at 600 us instead of 400: slower
 "$tb" compare 1 3 --db "$db" --metric agg_tps,e2e_ms --fail-if-slower 10 >"$tmp/c13.out"; rc=$?
 [ $rc = 1 ] || fail "compare 1 3 --fail-if-slower 10: exit $rc, expected 1"
