@@ -12,6 +12,12 @@
  *   - LLaDA: the bidirectional logits of every position of prompt + 8 mask
  *     tokens, and a low-confidence generation (gen 16, one block) whose
  *     final canvas must equal the reference's.
+ *   - SDAR (models/small-sdar, tools/train_block.py, against
+ *     tests/data/golden-small/sdar.json, which that script computed with
+ *     its own PyTorch Qwen3 forward): the block-causal logits of prompt +
+ *     masks (the prompt's blocks prefilled, the last block over their exact
+ *     cache), and sdar_static / sdar_dynamic generations whose final
+ *     canvases and forward counts must equal the reference sampler's.
  *
  * Logits must agree within LOGIT_TOL x max |logit|. Both sides upcast the
  * same bf16 weights and compute in float32, so the measured error is far
@@ -279,21 +285,131 @@ static void check_llada(const cJSON *g, int32_t eos, int32_t mask_id)
     tb_model_free(&m);
 }
 
-int main(void)
+static void check_sdar(const cJSON *g)
 {
-    const char *src = getenv("TB_SOURCE_ROOT");
-    snprintf(src_root, sizeof src_root, "%s", src ? src : ".");
-    char path[4200];
-    snprintf(path, sizeof path, "%s/tests/data/golden-small/expected.json", src_root);
+    tb_model m;
+    tb_tokenizer *tok;
+    if (load("small-sdar", &m, &tok) != 0) {
+        tb_tokenizer_free(tok);
+        return;
+    }
+    int32_t mask_id = (int32_t)cJSON_GetObjectItem(g, "mask_id")->valuedouble;
+    int32_t eos = (int32_t)cJSON_GetObjectItem(g, "eos_id")->valuedouble;
+    int bs = cJSON_GetObjectItem(g, "block")->valueint, V = m.cfg.vocab_size;
+    CHECK(m.cfg.arch == TB_ARCH_SDAR && m.cfg.qk_norm);
+    CHECK(m.cfg.mask_id == mask_id && m.cfg.block_size == bs);
+    CHECK(m.cfg.n_eos == 1 && m.cfg.eos_ids[0] == eos);
+    char err[512];
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(g, "forward"))
+    {
+        char name[96];
+        snprintf(name, sizeof name, "small-sdar \"%s\" + masks, block-causal",
+                 cJSON_GetStringValue(cJSON_GetObjectItem(c, "prompt")));
+        int T, slot = 0;
+        int32_t *ids = int_array(cJSON_GetObjectItem(c, "input_ids"), &T);
+        const cJSON *rows = cJSON_GetObjectItem(c, "logits");
+        CHECK(T % bs == 0 && T > bs && cJSON_GetArraySize(rows) == T);
+        tb_cpu_state st;
+        int ok = tb_cpu_state_init(&st, &m, 1, T, T, 1, err, sizeof err) == 0;
+        CHECK(ok);
+        if (ok) {
+            float *logits = malloc((size_t)T * V * sizeof(float));
+            /* the first T - bs positions block-causal, the last block over their cache */
+            CHECK(tb_cpu_forward_rows(&st, ids, &slot, 1, 0, T - bs, T - bs, bs, 0, T - bs, logits) == 0);
+            CHECK(tb_cpu_forward_rows(&st, ids + T - bs, &slot, 1, T - bs, bs, T, 0, 0, bs,
+                                      logits + (size_t)(T - bs) * V) == 0);
+            double diff = 0, max_ref = 0;
+            for (int t = 0; t < T && t < cJSON_GetArraySize(rows); t++) {
+                double d = row_diff(logits + (size_t)t * V, V, cJSON_GetArrayItem(rows, t), &max_ref);
+                diff = d > diff || isnan(d) ? d : diff;
+            }
+            check_tol(name, diff, max_ref);
+            free(logits);
+            tb_cpu_state_free(&st);
+        }
+        free(ids);
+    }
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(g, "generate"))
+    {
+        const char *prompt = cJSON_GetStringValue(cJSON_GetObjectItem(c, "prompt"));
+        const cJSON *th = cJSON_GetObjectItem(c, "threshold");
+        int n, L;
+        int32_t *ids = check_ids(tok, "small-sdar generate", c, &n);
+        int32_t *final = int_array(cJSON_GetObjectItem(c, "final"), &L);
+        tb_dllm_params p = {.sampler = cJSON_IsNumber(th) ? TB_DLLM_SDAR_DYNAMIC : TB_DLLM_SDAR_STATIC,
+                            .gen_length = cJSON_GetObjectItem(c, "gen_length")->valueint,
+                            .block_length = bs,
+                            .steps = cJSON_GetObjectItem(c, "steps")->valueint,
+                            .threshold = cJSON_IsNumber(th) ? th->valuedouble : 0,
+                            .top_p = 1,
+                            .eps = 1e-3,
+                            .mask_id = mask_id,
+                            .eos_ids = m.cfg.eos_ids,
+                            .n_eos = m.cfg.n_eos};
+        CHECK(L == tb_dllm_canvas_length(&p, n));
+        int32_t *canvas = malloc((size_t)L * sizeof *canvas);
+        for (int i = 0; i < L; i++)
+            canvas[i] = i < n ? ids[i] : mask_id;
+        tb_dllm_cpu e;
+        tb_dllm_cpu_init(&e, &m, 1);
+        CHECK(tb_dllm_cpu_reserve(&e, 1, L, err, sizeof err) == 0);
+        tb_dllm_engine eng = tb_dllm_cpu_engine(&e);
+        tb_dllm_stats st = {0};
+        int rc = tb_dllm_generate(&eng, &p, canvas, 1, n, 0, NULL, &st, err, sizeof err);
+        if (rc != 0)
+            fprintf(stderr, "small-sdar generate: %s\n", err);
+        CHECK(rc == 0);
+        int same = 1;
+        for (int i = 0; i < L && same; i++)
+            if (canvas[i] != final[i]) {
+                fprintf(stderr, "small-sdar \"%s\": position %d: got %d, reference %d\n", prompt, i, canvas[i],
+                        final[i]);
+                same = 0;
+            }
+        CHECK(same);
+        CHECK(st.forwards == cJSON_GetObjectItem(c, "forwards")->valueint);
+        if (tok && same) {
+            char text[256];
+            tb_tokenizer_decode(tok, canvas + n, (size_t)p.gen_length, text, sizeof text);
+            fprintf(stderr, "small-sdar %s %d steps%s: \"%s\" -> \"%s\", %d forwards\n",
+                    tb_dllm_sampler_names[p.sampler], p.steps, cJSON_IsNumber(th) ? ", threshold" : "", prompt,
+                    text, st.forwards);
+        }
+        free(canvas);
+        free(ids);
+        free(final);
+        tb_dllm_cpu_free(&e);
+    }
+    tb_tokenizer_free(tok);
+    tb_model_free(&m);
+}
+
+/* tests/data/golden-small/NAME parsed, or NULL (a failed check). */
+static cJSON *read_golden(const char *name)
+{
+    char path[4300];
+    snprintf(path, sizeof path, "%s/tests/data/golden-small/%s", src_root, name);
     char *text = tb_read_file(path, NULL);
     CHECK(text != NULL);
     if (!text) {
         fprintf(stderr, "%s missing\n", path);
-        return check_done();
+        return NULL;
     }
     cJSON *all = cJSON_Parse(text);
     free(text);
     CHECK(all != NULL);
+    return all;
+}
+
+int main(void)
+{
+    const char *src = getenv("TB_SOURCE_ROOT");
+    snprintf(src_root, sizeof src_root, "%s", src ? src : ".");
+    cJSON *all = read_golden("expected.json"), *sdar = read_golden("sdar.json");
+    if (sdar)
+        check_sdar(sdar);
+    cJSON_Delete(sdar);
     if (!all)
         return check_done();
     int32_t eos = (int32_t)cJSON_GetObjectItem(all, "eos_id")->valuedouble;

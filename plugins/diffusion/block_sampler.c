@@ -53,7 +53,10 @@ typedef struct brun {
     tb_dllm_stats *stats;
     tb_dllm_pick_spec spec;
     int32_t *canvas;
-    int B, P, G, L, bs; /* G = P + gen_length: positions past it are not output */
+    int B, L, bs;
+    int *P, *G;         /* [B]: where each canvas's prompt ends, and its
+                           output (P + gen_length; positions past it are
+                           not output) */
     int *active;        /* [B]: 1 while the request decodes */
     int *rows;          /* [B]: the canvases of one forward */
     int32_t *x0;        /* [B][L] */
@@ -113,7 +116,7 @@ static int forward(brun *r, int n_rows, int pos0, int n, int n_attend, int mask_
 static void commit(brun *r, int b, int i, int32_t x, int *emitted)
 {
     row_of(r, b)[i] = x;
-    if (i >= r->P && i < r->G)
+    if (i >= r->P[b] && i < r->G[b])
         (*emitted)++;
 }
 
@@ -173,11 +176,11 @@ static void commit_span(brun *r, int k, int b, int pos0, int n, int s0, int s1, 
 static void eos_stop(brun *r, int b, int s0, int s1)
 {
     int32_t *x = row_of(r, b);
-    for (int i = s0 > r->P ? s0 : r->P; i < s1 && i < r->G; i++)
+    for (int i = s0 > r->P[b] ? s0 : r->P[b]; i < s1 && i < r->G[b]; i++)
         if (is_eos(r, x[i])) {
             r->active[b] = 0;
             if (r->stats->request_tokens)
-                r->stats->request_tokens[b] = (s1 < r->G ? s1 : r->G) - r->P;
+                r->stats->request_tokens[b] = (s1 < r->G[b] ? s1 : r->G[b]) - r->P[b];
             for (int j = s1; j < r->L; j++)
                 x[j] = r->p->eos_ids[0];
             return;
@@ -189,9 +192,11 @@ static void eos_stop(brun *r, int b, int s0, int s1)
 static int decode_block(brun *r, int bs, int be, const int *sched)
 {
     const tb_dllm_params *p = r->p;
-    for (int b = 0; b < r->B; b++)
-        if (r->active[b] && r->stats->request_blocks)
-            r->stats->request_blocks[b]++;
+    /* a block of a canvas's prompt alone (prompts end unevenly) is not
+     * one it decodes */
+    int n_decoding = select_rows(r, bs, be);
+    for (int k = 0; k < n_decoding && r->stats->request_blocks; k++)
+        r->stats->request_blocks[r->rows[k]]++;
     if (p->sampler != TB_DLLM_FAST_DLLM_V2) {
         for (int step = 0;; step++) {
             int n_rows = select_rows(r, bs, be);
@@ -238,16 +243,18 @@ static int decode_block(brun *r, int bs, int be, const int *sched)
     return 0;
 }
 
-/* After block [bs, be): EOS stops, then the store forward of the requests
- * still decoding (none after the last block); Fast-dLLM v2 commits its
- * next token at be. */
+/* After block [bs, be): EOS stops and requests whose output ends in it
+ * are done, then the store forward of the requests still decoding (none
+ * after the last block); Fast-dLLM v2 commits its next token at be (a
+ * canvas whose prompt goes past be has none to commit). */
 static int store_block(brun *r, int bs, int be)
 {
-    for (int b = 0; b < r->B; b++)
+    for (int b = 0; b < r->B; b++) {
         if (r->active[b])
             eos_stop(r, b, bs, be);
-    if (be >= r->L)
-        return 0;
+        if (be >= r->G[b])
+            r->active[b] = 0;
+    }
     int n_rows = select_rows(r, 0, 0);
     if (n_rows == 0)
         return 0;
@@ -258,6 +265,8 @@ static int store_block(brun *r, int bs, int be)
         return 0;
     for (int k = 0; k < n_rows; k++) {
         int b = r->rows[k], emitted = 0;
+        if (row_of(r, b)[be] != r->p->mask_id)
+            continue;
         commit(r, b, be, r->x0[(size_t)k * (be - bs) + be - bs - 1], &emitted);
         emit(r, b, emitted);
         eos_stop(r, b, be, be + 1);
@@ -272,46 +281,60 @@ int tb_dllm_block_generate(const tb_dllm_engine *e, const tb_dllm_params *p, int
         snprintf(why, why_size, "this engine has no block-diffusion forward");
         return -1;
     }
-    brun r = {.e = e, .p = p, .h = h, .stats = stats, .canvas = canvas, .B = B, .P = prompt_len,
-              .G = prompt_len + p->gen_length, .L = tb_dllm_canvas_length(p, prompt_len), .bs = p->block_length,
-              .rng = seed ^ 0x5DEECE66DULL, .why = why, .why_size = why_size};
+    brun r = {.e = e, .p = p, .h = h, .stats = stats, .canvas = canvas, .B = B,
+              .L = tb_dllm_canvas_length(p, prompt_len), .bs = p->block_length, .rng = seed ^ 0x5DEECE66DULL,
+              .why = why, .why_size = why_size};
     /* the mask token is never proposed: a step always commits a token */
     r.spec = (tb_dllm_pick_spec){.conf = TB_DLLM_CONF_LLADA_PROB, .suppress1 = p->mask_id + 1};
     r.active = malloc((size_t)B * sizeof(int));
     r.rows = malloc((size_t)B * sizeof(int));
+    r.P = malloc((size_t)B * sizeof(int));
+    r.G = malloc((size_t)B * sizeof(int));
     r.x0 = malloc((size_t)B * r.L * sizeof(int32_t));
     r.conf = malloc((size_t)B * r.L * sizeof(double));
     int *sched = malloc((size_t)(p->steps > 0 ? p->steps : 1) * sizeof(int));
     int rc = 0;
-    if (!r.active || !r.rows || !r.x0 || !r.conf || !sched) {
+    if (!r.active || !r.rows || !r.P || !r.G || !r.x0 || !r.conf || !sched) {
         snprintf(why, why_size, "out of memory for %d canvases of %d positions", B, r.L);
         rc = -1;
     }
     if (rc == 0 && p->sampler != TB_DLLM_FAST_DLLM_V2)
         tb_dllm_llada_schedule(r.bs, p->steps, sched);
+    int k0 = prompt_len / r.bs, G = 0; /* k0: the whole blocks of every canvas's prompt */
     for (int b = 0; b < B && rc == 0; b++) {
         r.active[b] = 1;
+        r.P[b] = p->prompt_end ? p->prompt_end[b] : prompt_len;
+        r.G[b] = r.P[b] + p->gen_length;
+        if (r.P[b] < 0 || r.P[b] > prompt_len) {
+            snprintf(why, why_size, "canvas %d: prompt end %d outside [0, %d]", b, r.P[b], prompt_len);
+            rc = -1;
+        }
+        k0 = r.P[b] / r.bs < k0 ? r.P[b] / r.bs : k0;
+        G = r.G[b] > G ? r.G[b] : G;
         if (stats->request_tokens)
             stats->request_tokens[b] = p->gen_length;
     }
-    /* prefill: the prompt's whole blocks, block-causal */
-    int k0 = r.P / r.bs;
+    /* prefill: the prompts' whole blocks, block-causal; Fast-dLLM v2's
+     * next token for the canvases whose prompt ends there */
     if (rc == 0 && k0 > 0) {
-        int n_rows = select_rows(&r, 0, 0), n = k0 * r.bs;
-        int next = p->sampler == TB_DLLM_FAST_DLLM_V2 && r.P % r.bs == 0;
+        int n_rows = select_rows(&r, 0, 0), n = k0 * r.bs, next = 0;
+        for (int k = 0; k < n_rows && p->sampler == TB_DLLM_FAST_DLLM_V2; k++)
+            next |= r.P[r.rows[k]] == n;
         rc = forward(&r, n_rows, 0, n, n, r.bs, n - 1, next, 0, 0);
         for (int k = 0; k < n_rows && rc == 0 && next; k++) {
             int b = r.rows[k], emitted = 0;
-            commit(&r, b, r.P, r.x0[(size_t)k * n + n - 1], &emitted);
+            if (r.P[b] != n)
+                continue;
+            commit(&r, b, n, r.x0[(size_t)k * n + n - 1], &emitted);
             emit(&r, b, emitted);
-            eos_stop(&r, b, r.P, r.P + 1);
+            eos_stop(&r, b, n, n + 1);
         }
         if (rc == 0 && next)
             rc = snapshot(&r);
     }
     if (rc == 0 && h && h->on_prefill)
         h->on_prefill(h->ctx);
-    for (int bs = k0 * r.bs; bs < r.G && rc == 0; bs += r.bs) {
+    for (int bs = k0 * r.bs; bs < G && rc == 0; bs += r.bs) {
         if (select_rows(&r, 0, 0) == 0)
             break;
         stats->blocks++;
@@ -321,6 +344,8 @@ int tb_dllm_block_generate(const tb_dllm_engine *e, const tb_dllm_params *p, int
     }
     free(r.active);
     free(r.rows);
+    free(r.P);
+    free(r.G);
     free(r.x0);
     free(r.conf);
     free(sched);

@@ -97,7 +97,8 @@ typedef struct dctx {
     int32_t mask_id;
     int32_t *canvas;  /* [B][L] */
     size_t canvas_cap;
-    int *pad;              /* [2B]: left padding of each canvas (text prompts) */
+    int *pad;              /* [3B]: left padding of each canvas (text prompts), [2B] ... */
+    int *prompt_end;       /* ... = pad + 2B, [B]: where each canvas's prompt ends */
     size_t pad_cap;
     float *host_logits;    /* GPU path, sampling on the host: [rows][npick][vocab] */
     size_t host_logits_cap;
@@ -368,7 +369,13 @@ static int gpu_forward_rows(void *ctx, const int32_t *canvas, int L, const int *
 
 /* c->canvas = B canvases of P prompt positions (text: left-padded with
  * c->pad[b] filler positions; else synthetic) + masks to the canvas
- * length (gen_length, for a block sampler to a whole block). */
+ * length (gen_length, for a block sampler to a whole block). A block
+ * sampler's text prompts are left-padded by whole blocks only, so that a
+ * canvas's block grid starts at its first token as in training (a grid
+ * shifted by a part of a block puts tokens of two trained blocks in one:
+ * docs/METRICS.md has what that cost);
+ * each prompt then ends in the last block before P, at c->prompt_end[b],
+ * and its masks follow it. */
 static tb_status fill_canvases(dctx *c, const tb_request *req, int B, int P, const tb_dllm_params *p,
                                int32_t *const *text_ids, const int64_t *text_len)
 {
@@ -383,25 +390,30 @@ static tb_status fill_canvases(dctx *c, const tb_request *req, int B, int P, con
             return TB_ERR_NO_MEMORY;
         }
     }
-    if (2 * (size_t)B > c->pad_cap) {
+    if ((size_t)B > c->pad_cap) {
         free(c->pad);
-        c->pad = malloc(2 * (size_t)B * sizeof *c->pad);
-        c->pad_cap = c->pad ? 2 * (size_t)B : 0;
+        c->pad = malloc(3 * (size_t)B * sizeof *c->pad);
+        c->pad_cap = c->pad ? (size_t)B : 0;
         if (!c->pad) {
             set_error(c, "out of memory for %d canvases", B);
             return TB_ERR_NO_MEMORY;
         }
     }
+    c->prompt_end = c->pad + 2 * (size_t)B;
+    int block = tb_dllm_is_block_sampler(p->sampler) ? p->block_length : 1;
     for (int b = 0; b < B; b++) {
         int32_t *x = c->canvas + (size_t)b * L;
         c->pad[b] = 0;
+        c->prompt_end[b] = P;
         if (text_ids) {
-            c->pad[b] = P - (int)text_len[b];
-            tb_left_pad(x, (size_t)P, text_ids[b], (size_t)text_len[b], tb_filler_token(cfg));
+            int n = (int)text_len[b];
+            c->pad[b] = (P - n) / block * block;
+            c->prompt_end[b] = c->pad[b] + n;
+            tb_left_pad(x, (size_t)c->prompt_end[b], text_ids[b], (size_t)n, tb_filler_token(cfg));
         } else {
             tb_synth_prompt(cfg, c->ld.tok, c->mask_id, req->seed, (uint32_t)b, x, (size_t)P);
         }
-        for (int i = P; i < L; i++)
+        for (int i = c->prompt_end[b]; i < L; i++)
             x[i] = c->mask_id;
     }
     return TB_OK;
@@ -470,6 +482,7 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
     if (rs != TB_OK)
         return rs;
     int L = tb_dllm_canvas_length(&p, P);
+    p.prompt_end = c->prompt_end;
     int seqs = p.cfg_scale > 0 ? 2 * B : B;
     tb_dllm_engine eng;
     for (int b = B; b < seqs; b++) /* the CFG rows B..2B-1 share their canvas's padding */
@@ -536,7 +549,7 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
     tb_loaded_work_report(&c->ld, res);
     for (int b = 0; b < B; b++) {
         tb_request_result *q = &res->requests[b];
-        const int32_t *gen = c->canvas + (size_t)b * L + P;
+        const int32_t *gen = c->canvas + (size_t)b * L + c->prompt_end[b];
         /* a block sampler's request that stopped at an EOS decoded its
          * positions through that block only: the rest are not output */
         uint32_t n_out = (uint32_t)(block_sampler ? c->req_steps[B + b] : p.gen_length);

@@ -75,6 +75,12 @@ typedef struct tb_dllm_params {
     const int32_t *eos_ids; /* EOS early stop: a request whose finished
                                block holds one of these stops there */
     int n_eos;
+    /* [B] or NULL (every canvas's prompt ends at prompt_len): where each
+     * canvas's prompt ends. Block samplers only: text prompts of a batch
+     * are left-padded by whole blocks, so that every canvas's block grid
+     * starts at its first token, as the model was trained; their prompts
+     * then end in the last block before prompt_len, each at its own place */
+    const int *prompt_end;
 } tb_dllm_params;
 
 /* What the sampler needs from an engine. forward_pick() runs the model on
