@@ -67,7 +67,7 @@ double tb_roofline_pct(double flops, double bytes, double peak_flops, double pea
 /* Indices of the metrics tb_case_metrics computes, in registry order. */
 enum {
     M_REQ_TPS, M_AGG_TPS, M_DECODE_TPS, M_TTFT, M_TPOT, M_ITL, M_E2E, M_PREFILL, M_DECODE, M_WALL, M_NFE, M_TPF,
-    M_STEPS, M_ANSWER, M_REQ_RATE, M_ERR_RATE, M_GOODPUT, M_ROOFLINE, M_RUNNER, M_CLIENT_BUSY, M_COUNT
+    M_STEPS, M_BLOCKS, M_ANSWER, M_REQ_RATE, M_ERR_RATE, M_GOODPUT, M_ROOFLINE, M_RUNNER, M_CLIENT_BUSY, M_COUNT
 };
 
 const tb_metric_def tb_metric_defs[] = {
@@ -84,6 +84,7 @@ const tb_metric_def tb_metric_defs[] = {
     [M_NFE] = {"forward_passes", "count", TB_BETTER_NONE, "calls"},
     [M_TPF] = {"tokens_per_forward", "tokens", TB_BETTER_HIGHER, "calls"},
     [M_STEPS] = {"steps_done", "count", TB_BETTER_NONE, "requests"},
+    [M_BLOCKS] = {"blocks_done", "count", TB_BETTER_NONE, "requests"},
     [M_ANSWER] = {"answer_tokens", "tokens", TB_BETTER_NONE, "requests"},
     [M_REQ_RATE] = {"req_throughput", "requests/s", TB_BETTER_HIGHER, "calls"},
     [M_ERR_RATE] = {"error_rate", "fraction", TB_BETTER_LOWER, "calls"},
@@ -265,6 +266,7 @@ static void one_call(const tb_call_view *cv, uint32_t k, const tb_case_metrics_o
             .n_out = w->n_output_tokens,
             .recount = w->recount,
             .steps_done = w->steps_done,
+            .blocks_done = w->blocks_done,
             .answer_tokens = w->answer_tokens,
             .output_hash = w->output_hash,
             .prompt_hash = w->prompt_hash,
@@ -290,6 +292,8 @@ static void one_call(const tb_call_view *cv, uint32_t k, const tb_case_metrics_o
             push(&m[M_E2E], (double)rm[r].e2e_ns * 1e-6);
             if (q->steps_done)
                 push(&m[M_STEPS], q->steps_done);
+            if (q->blocks_done)
+                push(&m[M_BLOCKS], q->blocks_done);
             if (q->answer_tokens != TB_UNKNOWN_COUNT)
                 push(&m[M_ANSWER], q->answer_tokens);
             for (size_t e = 1; e < ne; e++)

@@ -41,6 +41,7 @@ typedef struct tb_raw_request {
     uint32_t n_output_tokens;
     int32_t recount;     /* detokenize -> tokenize count; -1: no tokenizer */
     uint32_t steps_done;
+    uint32_t blocks_done; /* tb_result.blocks_done; 0: not reported */
     uint32_t answer_tokens; /* before the first EOS; TB_UNKNOWN_COUNT */
     uint32_t text_len;    /* bytes of output text (prompt sets) */
     uint64_t output_hash; /* FNV-1a of output ids (or text); 0: none */

@@ -47,6 +47,7 @@ typedef struct tb_request_record {
     uint32_t n_out;          /* engine's count */
     int32_t recount;         /* -1: not re-counted */
     uint32_t steps_done;
+    uint32_t blocks_done;    /* 0: not reported */
     uint32_t answer_tokens;  /* TB_UNKNOWN_COUNT: not reported */
     uint64_t output_hash;
     uint64_t prompt_hash;    /* which prompt it was given (worker.c); 0: unknown */

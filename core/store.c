@@ -946,8 +946,8 @@ static int insert_samples(tb_store *st, int64_t case_id, const tb_case_record *r
         qr = prepare(st, "INSERT INTO request (sample_id, idx, status, error, submit_offset_ns, ttft_ns,"
                          " e2e_ns, tpot_ns, tps, requested_tokens, output_tokens, recount_tokens,"
                          " count_mismatch, steps_done, answer_tokens, output_hash, emissions_json,"
-                         " prompt_idx, scored, output_text, prompt_hash, prompt_tokens)"
-                         " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                         " prompt_idx, scored, output_text, prompt_hash, prompt_tokens, blocks_done)"
+                         " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                      why);
     if (qr)
         qsc = prepare(st, "INSERT INTO score (request_id, name, value) VALUES (?,?,?)", why);
@@ -1008,6 +1008,7 @@ static int insert_samples(tb_store *st, int64_t case_id, const tb_case_record *r
             bind_text(qr, 20, q->output_text);
             bind_text(qr, 21, q->prompt_hash ? phash : NULL);
             bind_opt_int(qr, 22, q->prompt_tokens ? (int64_t)q->prompt_tokens : -1);
+            bind_opt_int(qr, 23, q->blocks_done ? (int64_t)q->blocks_done : -1);
             if (sqlite3_step(qr) != SQLITE_DONE) {
                 *why = db_error(st);
                 ok = 0;

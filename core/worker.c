@@ -218,6 +218,7 @@ typedef struct case_bufs {
     uint32_t *scored;
     uint64_t *phash;         /* tb_result.prompt_hash */
     uint32_t *ptok, *mtok;   /* tb_result.prompt_tokens, max_tokens */
+    uint32_t *blocks;        /* tb_result.blocks_done */
     tb_request_result *rr;   /* what the plugin fills */
     tb_raw_request *wr;      /* what goes to the runner */
     tb_str texts, out;
@@ -231,6 +232,7 @@ static void case_bufs_free(case_bufs *b)
     free(b->phash);
     free(b->ptok);
     free(b->mtok);
+    free(b->blocks);
     free(b->rr);
     free(b->wr);
     tb_str_free(&b->texts);
@@ -259,6 +261,7 @@ static void run_case(tb_worker *w, const tb_case *c)
         .phash = calloc(n_req, sizeof *b.phash),
         .ptok = calloc(n_req, sizeof *b.ptok),
         .mtok = calloc(n_req, sizeof *b.mtok),
+        .blocks = calloc(n_req, sizeof *b.blocks),
         .rr = calloc(n_req, sizeof *b.rr),
         .wr = calloc(n_req, sizeof *b.wr),
     };
@@ -274,7 +277,7 @@ static void run_case(tb_worker *w, const tb_case *c)
         }
     }
     w->em.n_requests = n_req;
-    if ((plan->n_prompts && !b.ptext) || !b.pidx || !b.scored || !b.phash || !b.ptok || !b.mtok || !b.rr || !b.wr || w->em.cap < want ||
+    if ((plan->n_prompts && !b.ptext) || !b.pidx || !b.scored || !b.phash || !b.ptok || !b.mtok || !b.blocks || !b.rr || !b.wr || w->em.cap < want ||
         tb_str_try_appendn(&b.out, (const char *)&hdr, sizeof hdr) != 0) {
         send_status(w, TB_MSG_CASE_ERROR, TB_ERR_NO_MEMORY, 0, 0, NULL,
                     "out of memory for the case's buffers: %u requests, %zu emissions (%zu bytes)", n_req, want,
@@ -307,12 +310,13 @@ static void run_case(tb_worker *w, const tb_case *c)
         memset(b.phash, 0, n_req * sizeof *b.phash);
         memset(b.ptok, 0, n_req * sizeof *b.ptok);
         memset(b.mtok, 0, n_req * sizeof *b.mtok);
+        memset(b.blocks, 0, n_req * sizeof *b.blocks);
         for (uint32_t i = 0; i < n_req; i++)
             b.rr[i].n_answer_tokens = TB_UNKNOWN_COUNT;
         tb_result res = {.struct_size = sizeof res, .n_requests = n_req, .requests = b.rr,
                          .prefill_ns = -1, .decode_ns = -1, .forward_passes = 0,
                          .peak_device_bytes = -1, .energy_mj = -1, .prompt_hash = b.phash,
-                         .prompt_tokens = b.ptok, .max_tokens = b.mtok};
+                         .prompt_tokens = b.ptok, .max_tokens = b.mtok, .blocks_done = b.blocks};
         w->em.n = 0;
         w->em.dropped = 0;
         w->em.flood = 0;
@@ -372,6 +376,7 @@ static void run_case(tb_worker *w, const tb_case *c)
             q->status = r->status;
             q->n_output_tokens = r->n_output_tokens;
             q->steps_done = r->steps_done;
+            q->blocks_done = b.blocks[i];
             q->answer_tokens = r->n_answer_tokens;
             q->recount = r->status == TB_OK ? recount(w, r) : -1;
             if (r->output_ids)

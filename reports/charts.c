@@ -203,6 +203,12 @@ static void steps_charts(const tb_rsession *s, tb_rcharts *out)
             free(name);
         }
         nxt = distinct(xt, nxt);
+        if (nxt < 2) { /* one step count (a block sampler at its one
+                          setting): nothing to draw against steps */
+            free(xt);
+            tb_chart_free(ch);
+            continue;
+        }
         tb_chart_x_ticks(ch, xt, NULL, nxt);
         free(xt);
         add(out, "steps", ch,

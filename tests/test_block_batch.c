@@ -4,8 +4,10 @@
  * lengths differ modulo the block (4), left-padded by whole blocks so that
  * each canvas's block grid starts at its own first token
  * (diffusion.c: fill_canvases). Checked per request: the output ids, the
- * output and answer token counts, and the emissions (one per output
- * token, naming the request), for sdar_static and sdar_dynamic.
+ * output and answer token counts, the emissions (one per output token,
+ * naming the request), and the blocks decoded (tb_result.blocks_done:
+ * those from the one holding its first output position through the one that ends
+ * its output), for sdar_static and sdar_dynamic.
  *
  *   test_block_batch MODEL_DIR */
 #define _GNU_SOURCE
@@ -91,7 +93,7 @@ static uint32_t options(const tb_backend_ops *ops, const char *sampler, tb_optio
 
 typedef struct out {
     int32_t ids[64];
-    uint32_t n_ids, n_out, n_answer, n_emitted;
+    uint32_t n_ids, n_out, n_answer, n_emitted, blocks;
 } out;
 
 /* prompts[0..n) in one generate() call; outs[i] what request i got. */
@@ -99,11 +101,12 @@ static void run(const tb_backend_ops *ops, void *ctx, tb_option_value *v, uint32
                 uint32_t n, out *outs)
 {
     tb_request_result rr[N_PROMPTS];
+    uint32_t blocks[N_PROMPTS] = {0};
     memset(rr, 0, sizeof rr);
     memset(emitted, 0, sizeof emitted);
     tb_request rq = {.struct_size = sizeof rq, .n_requests = n, .max_new_tokens = 16, .batch = n, .steps = 4,
                      .prompt_text = prompts, .options = v, .n_options = nv};
-    tb_result res = {.struct_size = sizeof res, .n_requests = n, .requests = rr};
+    tb_result res = {.struct_size = sizeof res, .n_requests = n, .requests = rr, .blocks_done = blocks};
     tb_status st = ops->generate(ctx, &rq, &res);
     if (st != TB_OK)
         fprintf(stderr, "generate: %s\n", ops->last_error(ctx));
@@ -117,6 +120,7 @@ static void run(const tb_backend_ops *ops, void *ctx, tb_option_value *v, uint32
         o->n_out = rr[i].n_output_tokens;
         o->n_answer = rr[i].n_answer_tokens;
         o->n_emitted = emitted[i];
+        o->blocks = blocks[i];
     }
 }
 
@@ -142,9 +146,10 @@ int main(int argc, char **argv)
             return 1;
         }
         int residues = 0;
+        int64_t n_prompt[N_PROMPTS];
         for (int i = 0; i < N_PROMPTS; i++) {
             int32_t ids[64];
-            int64_t k = ops->tokenize(ctx, prompts[i], ids, 64);
+            int64_t k = n_prompt[i] = ops->tokenize(ctx, prompts[i], ids, 64);
             CHECK(k > 0);
             residues |= 1 << (k % 4);
             fprintf(stderr, "\"%s\": %lld tokens\n", prompts[i], (long long)k);
@@ -164,6 +169,13 @@ int main(int argc, char **argv)
             CHECK(same);
             CHECK(a->n_out == b->n_out && a->n_answer == b->n_answer);
             CHECK(b->n_emitted == b->n_out && a->n_emitted == a->n_out);
+            /* blocks of 4: the one holding the first output position through the
+             * one holding its last output position */
+            uint32_t want = (uint32_t)((n_prompt[i] + a->n_out + 3) / 4 - n_prompt[i] / 4);
+            if (a->blocks != want || b->blocks != want)
+                fprintf(stderr, "  blocks decoded: %u alone, %u in the batch, %u expected\n", a->blocks, b->blocks,
+                        want);
+            CHECK(a->blocks == want && b->blocks == want);
         }
         ops->destroy(ctx);
     }

@@ -302,6 +302,8 @@ q "$tmp/older.db" "drop table shard; alter table session drop column shard_index
   alter table session drop column clock_offset_ns; alter table session drop column start_late_ns;
   alter table sample drop column start_ns; alter table sample drop column client_busy;
   drop table telemetry_point; drop table telemetry_series"
+# migration 11's (block diffusion)
+q "$tmp/older.db" "alter table request drop column blocks_done"
 q "$tmp/older.db" "pragma user_version = 1"
 "$tb" db merge "$tmp/older.db" --db "$tmp/z.db" >/dev/null || fail "older schema not merged"
 [ "$(q "$tmp/older.db" "pragma user_version")" = 1 ] || fail "merge modified the other database"
@@ -327,10 +329,13 @@ if fixture=$(bash "$src/tests/quick_fixture.sh" check "$build" "$src"); then
     cp "$fixture" "$tmp/cpu.db"
     "$tb" report --db "$tmp/cpu.db" --format html -o "$tmp/cpu.html" 2>/dev/null || fail "report of quick.ini"
     k=$(kinds "$tmp/cpu.html")
-    # per batch: a steps chart for each stepped model (the masked and the
-    # continuous diffusion model: their block dimension differs) and an ITL
-    # chart; latency and throughput against the batch; one Pareto chart
-    [ "$k" = 'data-kind="itl"=2 data-kind="latency"=1 data-kind="pareto"=1 data-kind="steps"=4 data-kind="throughput"=1' ] \
+    # per batch: a steps chart for each model swept over steps (the masked
+    # and the continuous diffusion model: their block dimension differs;
+    # not the block-diffusion one, at one step count per threshold); per
+    # threshold group (three for the block-diffusion model, one for the
+    # rest) an ITL chart per batch and latency and throughput against the
+    # batch; one Pareto chart
+    [ "$k" = 'data-kind="itl"=8 data-kind="latency"=4 data-kind="pareto"=1 data-kind="steps"=4 data-kind="throughput"=4' ] \
         || fail "cpu report charts: $k"
     [ "$(grep -c 'data-series="ar-small (no steps: reference)"' "$tmp/cpu.html")" = 4 ] || fail "a cpu steps chart lacks the AR line"
     [ "$(grep -c '<g class="series-group" data-series="flow-small"><path class="series" d="M' "$tmp/cpu.html")" = 2 ] \

@@ -47,15 +47,15 @@ grep -q "side by side: .* @ accuracy, judge perplexity" "$tmp/default.out" || fa
 # one-answer tasks nearly solved at every step count; every answer stored;
 # the diffusion model's judge perplexity on text falls as steps rise (2
 # steps for 16 tokens vs 16).
-[ "$(q "$tmp/default.db" "select count(*) from summary where accuracy_ci_lo > 0.5 and accuracy is not null and plugin not like 'flow %'")" = 10 ] \
+[ "$(q "$tmp/default.db" "select count(*) from summary where accuracy_ci_lo > 0.5 and accuracy is not null and plugin not like 'flow %'")" = 16 ] \
     || fail "default suite: every case should score clearly above chance: $(q "$tmp/default.db" "select backend, steps, accuracy, accuracy_ci_lo from summary")"
-[ "$(q "$tmp/default.db" "select count(*) from metric m join bench_case c on c.id = m.case_id join backend b on b.id = c.backend_id where b.plugin <> 'flow' and m.name in ('accuracy_add', 'accuracy_sort', 'accuracy_copy', 'accuracy_lookup') and m.median >= 0.9 and m.n = 32")" = 40 ] \
+[ "$(q "$tmp/default.db" "select count(*) from metric m join bench_case c on c.id = m.case_id join backend b on b.id = c.backend_id where b.plugin <> 'flow' and m.name in ('accuracy_add', 'accuracy_sort', 'accuracy_copy', 'accuracy_lookup') and m.median >= 0.9 and m.n = 32")" = 64 ] \
     || fail "default suite: add/sort/copy/lookup should be nearly solved: $(q "$tmp/default.db" "select name, median from metric where name like 'accuracy_%'")"
 # Steps buy accuracy: pair has two right answers (either word order). The AR
 # model and 16 steps (one token a step) get it; at 2 steps the sampler
 # commits the answer tokens from one forward and mixes the orders. So the
 # diffusion accuracy, overall and on pair, rises with steps at both batches.
-acc() { q "$tmp/default.db" "select m.median from metric m join bench_case c on c.id = m.case_id join backend b on b.id = c.backend_id where b.plugin = '$1' and c.batch = $2 and c.steps $3 and m.name = '$4'"; }
+acc() { q "$tmp/default.db" "select m.median from metric m join bench_case c on c.id = m.case_id join backend b on b.id = c.backend_id where b.plugin = '$1' and b.label <> 'sdar-small' and c.batch = $2 and c.steps $3 and m.name = '$4'"; }
 [ "$(awk -v a="$(acc ar 1 'is null' accuracy_pair)" 'BEGIN { print (a >= 0.8) }')" = 1 ] \
     || fail "default suite: the AR model should solve pair: $(acc ar 1 'is null' accuracy_pair)"
 for b in 1 8; do
@@ -70,8 +70,27 @@ done
     || fail "default suite: scored requests without their answer text"
 [ "$(q "$tmp/default.db" "select (select judge_ppl from summary where plugin like 'diffusion %' and batch = 1 and steps = 2) > 4 * (select judge_ppl from summary where plugin like 'diffusion %' and batch = 1 and steps = 16)")" = 1 ] \
     || fail "default suite: judge perplexity should fall with more steps: $(q "$tmp/default.db" "select backend, steps, judge_ppl from summary")"
-[ "$(q "$tmp/default.db" "select count(*) from request r join sample s on s.id = r.sample_id join bench_case c on c.id = s.case_id where s.warmup = 0 and c.steps is not null and r.output_tokens <> 16")" = 0 ] \
-    || fail "default suite: every diffusion request must fill its 16-token canvas"
+[ "$(q "$tmp/default.db" "select count(*) from request r join sample s on s.id = r.sample_id join bench_case c on c.id = s.case_id join backend b on b.id = c.backend_id where s.warmup = 0 and c.steps is not null and b.label <> 'sdar-small' and r.output_tokens <> 16")" = 0 ] \
+    || fail "default suite: every full-canvas diffusion request must fill its 16-token canvas"
+# The block-diffusion model (sdar-small, models/small-sdar/TRAINING.md):
+# every case ok; batch 8 gives batch 1's accuracy at each threshold (a
+# batch is padded by whole blocks: docs/METRICS.md); a lower threshold
+# costs accuracy; each request decoded whole blocks of 4 from the one
+# holding its first output position through the one holding its last output
+# position (request.blocks_done), and stopped after its EOS block.
+sdar() { q "$tmp/default.db" "select $1 from summary where backend = 'sdar-small' and batch = $2 and swept_options like '%\"$3\"%'"; }
+[ "$(q "$tmp/default.db" "select count(*) from summary where backend = 'sdar-small' and status = 'ok' and steps = 4")" = 6 ] \
+    || fail "default suite: sdar-small should have 6 ok cases: $(q "$tmp/default.db" "select batch, swept_options, status from summary where backend = 'sdar-small'")"
+for th in 0.9 0.7 0.5; do
+    [ "$(sdar accuracy 1 $th)" = "$(sdar accuracy 8 $th)" ] && [ -n "$(sdar accuracy 1 $th)" ] \
+        || fail "default suite: sdar-small threshold $th: batch 8 accuracy $(sdar accuracy 8 $th) differs from batch 1's $(sdar accuracy 1 $th)"
+done
+[ "$(awk -v a="$(sdar accuracy 1 0.9)" -v b="$(sdar accuracy 1 0.5)" 'BEGIN { print (a != "" && b != "" && a >= b && a > 0.85) }')" = 1 ] \
+    || fail "default suite: sdar-small accuracy at threshold 0.9 ($(sdar accuracy 1 0.9)) should be > 0.85 and >= 0.5's ($(sdar accuracy 1 0.5))"
+[ "$(q "$tmp/default.db" "select count(*) from request r join sample s on s.id = r.sample_id join bench_case c on c.id = s.case_id join backend b on b.id = c.backend_id where b.label = 'sdar-small' and (r.blocks_done is null or r.output_tokens > 16 or r.blocks_done < (r.output_tokens + 3) / 4 or r.blocks_done > (r.output_tokens + 3) / 4 + 1)")" = 0 ] \
+    || fail "default suite: sdar-small requests' blocks_done and output_tokens disagree: $(q "$tmp/default.db" "select r.output_tokens, r.blocks_done, count(*) from request r join sample s on s.id = r.sample_id join bench_case c on c.id = s.case_id join backend b on b.id = c.backend_id where b.label = 'sdar-small' group by 1, 2")"
+[ "$(q "$tmp/default.db" "select count(*) from request r join sample s on s.id = r.sample_id join bench_case c on c.id = s.case_id join backend b on b.id = c.backend_id where b.label = 'sdar-small' and r.output_tokens < 16")" -gt 0 ] \
+    || fail "default suite: no sdar-small request stopped early at its EOS block"
 # The continuous-diffusion model (flow): one forward per Euler step, every
 # position of the canvas at the last; what it learned (models/small-flow/
 # TRAINING.md): add, sort and copy at >= 0.9 at every step count, far

@@ -369,6 +369,13 @@ typedef struct tb_result {
      * the figures are the client's ceiling, not the server's
      * (docs/METRICS.md, client_busy). 0 = not measured. */
     double client_busy;
+    /* --- appended in ABI 1 (issue 19: block diffusion); write only when
+     * TB_STRUCT_HAS(res, tb_result, blocks_done) and it is not NULL.
+     * n_requests elements, host-allocated and zeroed: the blocks request i
+     * decoded (a block sampler's blocks that held a masked position of the
+     * request's canvas, through the one where it stopped; docs/METRICS.md,
+     * blocks_done). 0: not a block-decoding backend. */
+    uint32_t *blocks_done;
 } tb_result;
 
 /* ------------------------------------------- iteration-level serving */

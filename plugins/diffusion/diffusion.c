@@ -103,7 +103,7 @@ typedef struct dctx {
     float *host_logits;    /* GPU path, sampling on the host: [rows][npick][vocab] */
     size_t host_logits_cap;
     float *host_prob;      /* [vocab]: tb_dllm_pick_row's scratch */
-    int *req_steps;        /* [2][B]: block samplers' denoising forwards, output positions decoded */
+    int *req_steps;        /* [3][B]: block samplers' denoising forwards, output positions decoded, blocks decoded */
     size_t req_steps_cap;
     /* Why the last GPU forward failed (the sampler's message says only
      * where), "" when it did not; appended to that message. */
@@ -510,17 +510,18 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
         tb_cpu_set_padding(&c->engine.st, c->pad, seqs);
     if ((size_t)B > c->req_steps_cap) {
         free(c->req_steps);
-        c->req_steps = malloc(2 * (size_t)B * sizeof(int));
+        c->req_steps = malloc(3 * (size_t)B * sizeof(int));
         c->req_steps_cap = c->req_steps ? (size_t)B : 0;
         if (!c->req_steps) {
             set_error(c, "out of memory for %d canvases", B);
             return TB_ERR_NO_MEMORY;
         }
     }
-    memset(c->req_steps, 0, 2 * (size_t)B * sizeof(int));
+    memset(c->req_steps, 0, 3 * (size_t)B * sizeof(int));
     hook_ctx hc = {c, 0};
     tb_dllm_hooks hooks = {.ctx = &hc, .on_commit = on_commit, .cancelled = on_cancel, .on_prefill = on_prefill};
-    tb_dllm_stats stats = {.request_steps = c->req_steps, .request_tokens = c->req_steps + B};
+    tb_dllm_stats stats = {
+        .request_steps = c->req_steps, .request_tokens = c->req_steps + B, .request_blocks = c->req_steps + 2 * B};
     c->forward_error[0] = '\0';
     int64_t t_denoise = host->now_ns(host);
     int rc = tb_dllm_generate(&eng, &p, c->canvas, B, P, req->seed, &hooks, &stats, c->error, sizeof c->error);
@@ -561,6 +562,8 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
          * finished or stopped request leaves the batch's forwards) */
         q->steps_done = (uint32_t)(block_sampler ? c->req_steps[b] : stats.steps);
         q->status = TB_OK;
+        if (block_sampler && TB_STRUCT_HAS(res, tb_result, blocks_done) && res->blocks_done)
+            res->blocks_done[b] = (uint32_t)c->req_steps[2 * B + b];
     }
     return TB_OK;
 }
