@@ -113,8 +113,21 @@ int tb_gpu_forward_pick_rows(tb_gpu *g, const int32_t *canvas, int L, const int 
 
 /* Roofline: the FLOPs and device-memory bytes of the forwards run since
  * the last call (by count: GEMMs, attention, LM head; bf16 weights, K/V),
- * then reset. */
-void tb_gpu_take_work(tb_gpu *g, double *flops, double *bytes);
+ * then reset. A MoE layer's bytes are its active bytes: the router and
+ * the distinct experts its rows chose (counted on the device), as
+ * tb_moe_active_bytes_sum defines them. expert_reads (NULL: not wanted):
+ * those distinct experts summed over the MoE layer calls; moe_rows: the
+ * rows (tokens) through MoE layers, summed over the layers (0 and 0 for a
+ * dense model). */
+void tb_gpu_take_work(tb_gpu *g, double *flops, double *bytes, double *expert_reads, double *moe_rows);
+
+/* Mixture of experts: spans of more than max_rows rows run each expert
+ * as a cuBLAS GEMM over its rows (the host reads the group sizes: one
+ * wait per layer); up to it, and in every decode step (CUDA graphs), the
+ * grouped GEMV that reads the expert ids on the device. Default
+ * TB_GPU_MOE_GEMV_ROWS; tests and measurements set both ways. */
+#define TB_GPU_MOE_GEMV_ROWS 64
+void tb_gpu_set_moe_gemv_rows(tb_gpu *g, int max_rows);
 
 /* The device's ceilings, measured once per context (best of 5: a 1 GiB
  * device copy, read + write bytes/s; a bf16 8192^3 cuBLAS GEMM, FLOP/s);

@@ -130,11 +130,16 @@ int tb_moe_touched(const int *idx, int rows, int k, int n_experts, unsigned char
     return n;
 }
 
-double tb_moe_active_bytes(const tb_moe_config *c, int touched, double bytes_per_weight)
+double tb_moe_active_bytes_sum(const tb_moe_config *c, double calls, double touched_sum, double bytes_per_weight)
 {
     double D = c->hidden, per_expert = 3.0 * D * c->expert_inter;
     double shared = 3.0 * D * c->shared_inter + (c->shared_gate ? D : 0);
-    return bytes_per_weight * ((double)c->n_experts * D + touched * per_expert + shared);
+    return bytes_per_weight * (calls * ((double)c->n_experts * D + shared) + touched_sum * per_expert);
+}
+
+double tb_moe_active_bytes(const tb_moe_config *c, int touched, double bytes_per_weight)
+{
+    return tb_moe_active_bytes_sum(c, 1, touched, bytes_per_weight);
 }
 
 int tb_moe_scratch_init(tb_moe_scratch *s, const tb_moe_config *c, int max_rows, char *err, size_t err_size)

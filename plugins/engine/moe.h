@@ -68,6 +68,10 @@ int tb_moe_touched(const int *idx, int rows, int k, int n_experts, unsigned char
 /* Bytes one call reads of the layer's weights at `bytes_per_weight`, for
  * `touched` distinct experts: the router, those experts, the shared ones. */
 double tb_moe_active_bytes(const tb_moe_config *c, int touched, double bytes_per_weight);
+/* The same summed over `calls` layer calls that read `touched_sum`
+ * distinct experts in all (the one definition; the one above is calls =
+ * 1). docs/METRICS.md, "active bytes". */
+double tb_moe_active_bytes_sum(const tb_moe_config *c, double calls, double touched_sum, double bytes_per_weight);
 
 /* Scratch for up to max_rows rows. */
 typedef struct tb_moe_scratch {

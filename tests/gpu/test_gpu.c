@@ -17,6 +17,8 @@
 
 #include <time.h>
 
+#include <cjson/cJSON.h>
+
 #include "check.h"
 #include "cpu_forward.h"
 #include "energy.h"
@@ -28,6 +30,7 @@
 #include "pick.h"
 #include "safetensors.h"
 #include "sampling.h"
+#include "util.h"
 
 #define GPU_TOL 2e-2
 
@@ -725,6 +728,172 @@ static void check_block(const char *name, int shifted)
     tb_model_free(&m);
 }
 
+/* Mixture of experts (gpu_moe.cu) on tiny-qwen3-moe (8 experts, top 2,
+ * both layers sparse): span logits over 2 x 16 rows by both expert paths
+ * (the grouped GEMV that decode's graphs replay, and cuBLAS per expert)
+ * against the CPU; the roofline's count of what a batch-1 step reads
+ * (top_k distinct experts in each MoE layer, and the active bytes
+ * tb_moe_active_bytes_sum gives); and the experts that row chose are all
+ * a one-row forward reads: the other experts of the last MoE layer
+ * poisoned with NaN (after the CPU found which it chose) leave the GPU's
+ * logits finite and equal to the CPU's. */
+static void check_moe(void)
+{
+    char err[512];
+    tb_model m;
+    tb_gpu *g;
+    if (preset_pair("tiny-qwen3-moe", &m, &g) != 0)
+        return;
+    const tb_model_config *c = &m.cfg;
+    int V = c->vocab_size, B = 2, n = 16, k = c->n_experts_per_tok, Lm = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        Lm += tb_config_layer_is_moe(c, l);
+    CHECK(Lm == 2);
+    CHECK(tb_gpu_reserve(g, B, 2 * n, B * n, err, sizeof err) == 0);
+    int32_t tok[2 * 16];
+    uint64_t rng = 17;
+    for (int i = 0; i < B * n; i++)
+        tok[i] = (int32_t)(tb_rng_uniform(&rng) * V);
+    float *gl = malloc((size_t)B * n * V * sizeof(float)), *cl = malloc((size_t)B * n * V * sizeof(float));
+    tb_cpu_state st;
+    CHECK(tb_cpu_state_init(&st, &m, B, 2 * n, B * n, 1, err, sizeof err) == 0);
+    CHECK(tb_cpu_forward(&st, tok, B, n, 1, 1, cl) == 0);
+    double ref = max_abs(cl, (size_t)B * n * V);
+    const int gemv_rows[2] = {B * n, 0}; /* all spans by the GEMV; all by cuBLAS */
+    for (int p = 0; p < 2; p++) {
+        tb_gpu_set_moe_gemv_rows(g, gemv_rows[p]);
+        CHECK(tb_gpu_logits(g, tok, B, 0, n, n, 1, gl) == 0);
+        double diff = max_diff(gl, cl, (size_t)B * n * V);
+        fprintf(stderr, "tiny-qwen3-moe: %d-row span by %s: max |cpu| %.3f, max diff %.3g (bound %.3g)\n", B * n,
+                p ? "cuBLAS per expert" : "the grouped GEMV", ref, diff, GPU_TOL * (ref > 1 ? ref : 1));
+        CHECK(diff <= GPU_TOL * (ref > 1 ? ref : 1));
+    }
+    tb_gpu_set_moe_gemv_rows(g, TB_GPU_MOE_GEMV_ROWS);
+    /* batch 1: prefill 4 tokens, then one graph decode step: each MoE
+     * layer reads exactly top_k distinct experts */
+    double f, b, reads, rows;
+    int32_t next[1];
+    tb_gpu_take_work(g, &f, &b, &reads, &rows);
+    CHECK(tb_gpu_prefill(g, tok, 1, 4, next, NULL) == 0);
+    tb_gpu_take_work(g, &f, &b, &reads, &rows);
+    CHECK(rows == 4.0 * Lm);
+    CHECK(reads >= (double)k * Lm && reads <= (double)(4 * k < c->n_experts ? 4 * k : c->n_experts) * Lm);
+    CHECK(tb_gpu_decode(g, next, 1, NULL) == 0);
+    tb_gpu_take_work(g, &f, &b, &reads, &rows);
+    fprintf(stderr, "tiny-qwen3-moe: a batch-1 decode step read %.0f experts in %d MoE layers (%.0f rows)\n", reads,
+            Lm, rows);
+    CHECK(reads == (double)k * Lm && rows == Lm);
+    {
+        /* its bytes: the dense model's count, less the dense FFN a MoE
+         * layer does not have, plus the active bytes */
+        tb_moe_config mc;
+        tb_model_moe_config(c, &mc);
+        double h = c->hidden_size, kvd = (double)c->n_kv_heads * c->head_dim, nq = (double)c->n_heads * c->head_dim;
+        double attn = (nq + 2 * kvd) * h + h * nq, L = c->n_layers;
+        double expect = 2 * (attn * L + (double)V * h) + 2 * L * (2.0 * 5 * kvd + 2 * kvd) + 2 * h +
+                        tb_moe_active_bytes_sum(&mc, Lm, reads, 2.0);
+        fprintf(stderr, "tiny-qwen3-moe: decode step bytes %.0f, expected %.0f\n", b, expect);
+        CHECK(fabs(b - expect) <= 1e-9 * expect);
+    }
+    tb_gpu_free(g);
+
+    /* poison: the CPU's choice for one row at the last MoE layer (its
+     * scratch holds the last layer's routes) */
+    tb_cpu_state_reset(&st);
+    CHECK(tb_cpu_forward(&st, tok, 1, 1, 1, 1, cl) == 0);
+    int last = -1;
+    for (int l = 0; l < c->n_layers; l++)
+        if (tb_config_layer_is_moe(c, l))
+            last = l;
+    unsigned char chosen[TB_MOE_MAX_EXPERTS] = {0};
+    for (int t = 0; t < k; t++)
+        chosen[st.moe.idx[t]] = 1;
+    size_t h = c->hidden_size, mi = c->moe_intermediate_size;
+    int poisoned = 0;
+    for (int e = 0; e < c->n_experts; e++) {
+        if (chosen[e])
+            continue;
+        poisoned++;
+        for (size_t i = 0; i < 2 * mi * h; i++)
+            m.layers[last].experts_gate_up[(size_t)e * 2 * mi * h + i] = NAN;
+        for (size_t i = 0; i < h * mi; i++)
+            m.layers[last].experts_down[(size_t)e * h * mi + i] = NAN;
+    }
+    CHECK(poisoned == c->n_experts - k);
+    tb_cpu_state_reset(&st);
+    CHECK(tb_cpu_forward(&st, tok, 1, 1, 1, 1, cl) == 0); /* the CPU reads only its choice too */
+    if (tb_gpu_create(&g, c, &m, 0, err, sizeof err) != 0) {
+        fprintf(stderr, "tiny-qwen3-moe: %s\n", err);
+        CHECK(0);
+    } else {
+        CHECK(tb_gpu_reserve(g, 1, 4, 4, err, sizeof err) == 0);
+        for (int p = 0; p < 2; p++) {
+            tb_gpu_set_moe_gemv_rows(g, p ? 0 : 1);
+            CHECK(tb_gpu_logits(g, tok, 1, 0, 1, 1, 1, gl) == 0);
+            double diff = max_diff(gl, cl, (size_t)V), r1 = max_abs(cl, V);
+            fprintf(stderr, "tiny-qwen3-moe: %d unchosen experts NaN, one row by %s: max diff %.3g\n", poisoned,
+                    p ? "cuBLAS" : "the GEMV", diff);
+            CHECK(diff <= GPU_TOL * (r1 > 1 ? r1 : 1));
+        }
+        tb_gpu_free(g);
+    }
+    free(gl);
+    free(cl);
+    tb_cpu_state_free(&st);
+    tb_model_free(&m);
+}
+
+/* The GPU against transformers' own logits (tests/data/golden/NAME,
+ * expected.json: float32 on the CPU from the bf16 checkpoint), within the
+ * GPU's bf16 bound. */
+static void check_golden(const char *name)
+{
+    char dir[4200], path[4300], err[512];
+    snprintf(dir, sizeof dir, "%s/golden/%s", root, name);
+    snprintf(path, sizeof path, "%s/expected.json", dir);
+    char *text = tb_read_file(path, NULL);
+    cJSON *exp = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    CHECK(exp != NULL);
+    tb_model m;
+    tb_gpu *g;
+    if (!exp || load_pair("golden", name, &m, &g) != 0) {
+        cJSON_Delete(exp);
+        return;
+    }
+    const cJSON *ids = cJSON_GetObjectItem(exp, "input_ids"), *want = cJSON_GetObjectItem(exp, "logits");
+    int n = cJSON_GetArraySize(ids), V = m.cfg.vocab_size;
+    int32_t tok[64];
+    CHECK(n > 0 && n <= 64 && cJSON_GetArraySize(want) == n);
+    for (int i = 0; i < n && i < 64; i++)
+        tok[i] = (int32_t)cJSON_GetArrayItem(ids, i)->valueint;
+    CHECK(tb_gpu_reserve(g, 1, n, n, err, sizeof err) == 0);
+    float *gl = malloc((size_t)n * V * sizeof(float));
+    CHECK(tb_gpu_logits(g, tok, 1, 0, n, n, 1, gl) == 0);
+    double ref = 0, diff = 0;
+    int same = 0;
+    for (int i = 0; i < n; i++) {
+        const cJSON *row = cJSON_GetArrayItem(want, i);
+        CHECK(cJSON_GetArraySize(row) == V);
+        int best = 0;
+        for (int v = 0; v < V; v++) {
+            double w = cJSON_GetArrayItem(row, v)->valuedouble, d = fabs(gl[(size_t)i * V + v] - w);
+            ref = fmax(ref, fabs(w));
+            diff = isnan(d) ? INFINITY : fmax(diff, d);
+            if (w > cJSON_GetArrayItem(row, best)->valuedouble)
+                best = v;
+        }
+        same += tb_argmax(gl + (size_t)i * V, V) == best;
+    }
+    fprintf(stderr, "%s: GPU against transformers' logits over %d positions: max |hf| %.3f, max diff %.3g (bound "
+            "%.3g), argmax %d of %d equal\n", name, n, ref, diff, GPU_TOL * (ref > 1 ? ref : 1), same, n);
+    CHECK(diff <= GPU_TOL * (ref > 1 ? ref : 1));
+    free(gl);
+    cJSON_Delete(exp);
+    tb_gpu_free(g);
+    tb_model_free(&m);
+}
+
 int main(void)
 {
     char why[256];
@@ -791,5 +960,11 @@ int main(void)
     check_block("tiny-qwen3", 0);
     check_block("tiny-sdar", 0);
     check_block("tiny-fast-dllm-v2", 1);
+    /* mixture of experts (issue 22) */
+    check_ar("qwen3-moe", 0);
+    check_ar("qwen3-moe", 3);
+    check_ar_slots("qwen3-moe");
+    check_golden("qwen3-moe");
+    check_moe();
     return check_done();
 }
