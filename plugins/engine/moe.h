@@ -86,6 +86,14 @@ typedef struct tb_moe_scratch {
     float *yg;      /* [rows k][D] */
     unsigned char *seen; /* [E] */
     size_t bytes;
+    /* The router's narrowest margin since the caller last set it (to
+     * INFINITY; scratch_init does): over the rows of every forward, the
+     * router logit of the k-th choice minus the largest logit of an
+     * expert not chosen (+inf when k = E). For a softmax router without a
+     * bias that is the choice's log-probability margin: a reduced-
+     * precision path (the GPU's bf16) may route a row with a margin near
+     * its rounding differently, and tests/gpu/ allows for it. */
+    float min_gap;
 } tb_moe_scratch;
 
 int tb_moe_scratch_init(tb_moe_scratch *s, const tb_moe_config *c, int max_rows, char *err, size_t err_size);
