@@ -322,7 +322,8 @@ pass "roofline: $roof"
 # experts each layer call reads (docs/METRICS.md, experts_per_token). At
 # batch 1 with a one-token prompt every forward is one row: exactly top_k
 # (2 in tiny-qwen3-moe) a token; a batch of 4 rows shares experts: at most
-# 2, at least 2 / 4.
+# 2 (here less: 8 choices of 4 rows among 8 experts share some), at least
+# 2 / 4.
 cat >"$tmp/moe.ini" <<EOF
 [suite]
 repeat = 2
@@ -339,7 +340,7 @@ EOF
 "$tb" run "$tmp/moe.ini" --db "$tmp/moe.db" >"$tmp/moe.out" 2>"$tmp/moe.err" || fail "moe suite: $(cat "$tmp/moe.err")"
 moe=$(q "$tmp/moe.db" "select c.batch, m.n, m.min, m.max from metric m join bench_case c on c.id = m.case_id where m.name = 'experts_per_token' order by c.batch")
 [ "$(echo "$moe" | head -1)" = "1|2|2.0|2.0" ] || fail "experts_per_token at batch 1 (batch|n|min|max): $moe"
-echo "$moe" | tail -1 | awk -F'|' '{ exit !($1 == 4 && $2 == 2 && $3 >= 0.5 && $4 <= 2) }' || fail "experts_per_token at batch 4: $moe"
+echo "$moe" | tail -1 | awk -F'|' '{ exit !($1 == 4 && $2 == 2 && $3 >= 0.5 && $4 < 2) }' || fail "experts_per_token at batch 4: $moe"
 "$tb" report --db "$tmp/moe.db" >"$tmp/moe.md"
 grep -q "experts/token" "$tmp/moe.md" && grep -E "^\| moe \|.*\| 2\.00 \| - \| - \|$" "$tmp/moe.md" | grep -q . \
     || fail "report lacks experts/token: $(grep -E 'experts|^\| moe' "$tmp/moe.md" | head -4)"
