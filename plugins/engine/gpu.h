@@ -8,7 +8,9 @@
  * decode; argmax and diffusion confidences), so only chosen tokens and
  * confidences come back to the host. Batch-1 products use our own GEMV
  * (cuBLAS leaves bandwidth unused there). The AR decode step is captured
- * once per batch size as a CUDA graph and replayed.
+ * once per batch size as a CUDA graph and replayed. Mixture-of-experts
+ * layers (Qwen3-MoE) run as gpu_moe.cu says: the router on the device,
+ * then only the experts the rows chose.
  *
  * Built only with CUDA (TB_HAVE_CUDA); the functions return -1 with a
  * message on any CUDA/cuBLAS failure, out of memory included. */
