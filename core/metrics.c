@@ -67,7 +67,8 @@ double tb_roofline_pct(double flops, double bytes, double peak_flops, double pea
 /* Indices of the metrics tb_case_metrics computes, in registry order. */
 enum {
     M_REQ_TPS, M_AGG_TPS, M_DECODE_TPS, M_TTFT, M_TPOT, M_ITL, M_E2E, M_PREFILL, M_DECODE, M_WALL, M_NFE, M_TPF,
-    M_STEPS, M_BLOCKS, M_ANSWER, M_REQ_RATE, M_ERR_RATE, M_GOODPUT, M_ROOFLINE, M_RUNNER, M_CLIENT_BUSY, M_COUNT
+    M_STEPS, M_BLOCKS, M_ANSWER, M_REQ_RATE, M_ERR_RATE, M_GOODPUT, M_ROOFLINE, M_RUNNER, M_CLIENT_BUSY, M_EXPERTS,
+    M_ACTIVE_BYTES, M_COUNT
 };
 
 const tb_metric_def tb_metric_defs[] = {
@@ -92,6 +93,8 @@ const tb_metric_def tb_metric_defs[] = {
     [M_ROOFLINE] = {"roofline_pct", "%", TB_BETTER_HIGHER, "calls"},
     [M_RUNNER] = {"runner_us", "us", TB_BETTER_LOWER, "calls"},
     [M_CLIENT_BUSY] = {"client_busy", "%", TB_BETTER_LOWER, "calls"},
+    [M_EXPERTS] = {"experts_per_token", "experts", TB_BETTER_NONE, "calls"},
+    [M_ACTIVE_BYTES] = {"active_bytes_per_token", "bytes", TB_BETTER_LOWER, "calls"},
     /* The quality metrics (quality.c, judge.c); "quality" is a score
      * another tool may store with the runs. */
     {"quality", "score", TB_BETTER_HIGHER, "samples"},
@@ -338,6 +341,13 @@ static void one_call(const tb_call_view *cv, uint32_t k, const tb_case_metrics_o
             push(&m[M_ROOFLINE], roof);
         if (call->client_busy > 0)
             push(&m[M_CLIENT_BUSY], 100.0 * call->client_busy);
+        if (call->expert_reads > 0 && call->moe_tokens > 0)
+            push(&m[M_EXPERTS], call->expert_reads / call->moe_tokens);
+        uint64_t out_tokens = 0;
+        for (uint32_t r = 0; r < n; r++)
+            out_tokens += n_out[r];
+        if (call->bytes > 0 && isfinite(call->bytes) && out_tokens > 0)
+            push(&m[M_ACTIVE_BYTES], call->bytes / (double)out_tokens);
     }
     free(n_out);
     free(ok);

@@ -31,6 +31,7 @@ typedef struct tb_raw_call {
     int64_t peak_device_bytes, energy_mj; /* -1: unknown */
     double flops, bytes, peak_flops, peak_bytes_per_s; /* the roofline; 0: not reported */
     double client_busy;  /* tb_result.client_busy, 0..1; 0: not reported */
+    double expert_reads, moe_tokens; /* tb_result's (MoE); 0: not reported */
 } tb_raw_call;
 
 /* The raw figures of one request of a call. */

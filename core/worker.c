@@ -414,6 +414,8 @@ static void run_case(tb_worker *w, const tb_case *c)
             .peak_flops = res.peak_flops,
             .peak_bytes_per_s = res.peak_bytes_per_s,
             .client_busy = res.client_busy > 0 && res.client_busy < 1e6 ? res.client_busy : 0,
+            .expert_reads = res.expert_reads > 0 && res.moe_tokens > 0 ? res.expert_reads : 0,
+            .moe_tokens = res.expert_reads > 0 && res.moe_tokens > 0 ? res.moe_tokens : 0,
         };
         wc.runner_ns = (t_call - t_setup) + (tb_now_ns() - t_ret);
         /* The whole case is one message: past TB_WIRE_MAX_FRAME the runner

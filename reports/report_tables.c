@@ -208,10 +208,12 @@ static void work(const tb_rsession *s, tb_rtables *ts)
                    "steps done: denoising steps a request ran; answer tokens: output before the first EOS "
                    "(diffusion canvases); device memory: peak over repetitions; host RSS: the backend process's "
                    "high-water mark; energy: from the GPU's energy counter; roofline: achieved over the machine's "
-                   "ceiling. \"-\": not measured by this backend."));
+                   "ceiling; experts/token and active MB/token: a mixture of experts' distinct experts read "
+                   "per token and MoE layer, and the device bytes read per output token (docs/METRICS.md). "
+                   "\"-\": not measured by this backend."));
     static const char *const head[] = {"backend",        "case",          "NFE",           "tokens/forward",
                                        "steps done",     "answer tokens", "device MiB",    "host RSS MiB",
-                                       "energy J/token", "roofline %"};
+                                       "energy J/token", "experts/token", "active MB/token", "roofline %"};
     for (size_t i = 0; i < TB_ARRAY_LEN(head); i++)
         column(t, head[i], i >= 2);
     for (size_t i = 0; i < s->n_cases; i++) {
@@ -225,6 +227,8 @@ static void work(const tb_rsession *s, tb_rtables *ts)
         putf_num(&r, c->peak_device_mib, 0);
         putf_num(&r, c->host_rss_mib, 0);
         putf_num(&r, c->energy_j_per_token, 4);
+        putf_num(&r, stat_of(c, "experts_per_token", 'm'), 2);
+        putf_num(&r, stat_of(c, "active_bytes_per_token", 'm') / 1e6, 1);
         putf_num(&r, stat_of(c, "roofline_pct", 'm'), 1);
         end_row(t, &r);
     }

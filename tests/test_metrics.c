@@ -540,6 +540,39 @@ static void test_case_client_busy(void)
     tb_case_record_free(&rec);
 }
 
+/* Mixture of experts (docs/METRICS.md): experts_per_token = the call's
+ * expert_reads / moe_tokens; active_bytes_per_token = the call's bytes /
+ * its output tokens (every request's); per measured call, none when not
+ * reported. */
+static void test_case_moe(void)
+{
+    fake_case f;
+    fake_case_build(&f);
+    tb_case_metrics_opts o = {.capabilities = TB_CAP_STREAMING, .seed = 1};
+    tb_case_record rec = {0};
+    tb_case_metrics(f.v, 3, &o, &rec);
+    const tb_stats *st;
+    CHECK((st = metric_of(&rec, "experts_per_token")) && st->n == 0);
+    CHECK((st = metric_of(&rec, "active_bytes_per_token")) && st->n == 0);
+    tb_case_record_free(&rec);
+    /* call 1: 2 requests x 3 tokens; 48 MoE layers x 6 rows read 8 experts
+     * each at one row, so 48 x 6 x 8 reads over 48 x 6 rows: 8 a token.
+     * call 2: one request of 3 tokens (the other failed), the experts shared
+     * between rows: 96 reads over 48 rows, 2 a token */
+    f.v[0].call.expert_reads = 1e9, f.v[0].call.moe_tokens = 1; /* warm-up: left out */
+    f.v[1].call.expert_reads = 48 * 6 * 8, f.v[1].call.moe_tokens = 48 * 6;
+    f.v[2].call.expert_reads = 96, f.v[2].call.moe_tokens = 48;
+    f.v[1].call.bytes = 6 * 7.0e9;
+    f.v[2].call.bytes = 3 * 5.0e9;
+    rec = (tb_case_record){0};
+    tb_case_metrics(f.v, 3, &o, &rec);
+    CHECK((st = metric_of(&rec, "experts_per_token")) && st->n == 2);
+    CHECK(st && st->max == 8 && st->min == 2);
+    CHECK((st = metric_of(&rec, "active_bytes_per_token")) && st->n == 2);
+    CHECK(st && st->max == 7.0e9 && st->min == 5.0e9);
+    tb_case_record_free(&rec);
+}
+
 static void test_case_measured_only(void)
 {
     fake_case f;
@@ -700,6 +733,7 @@ int main(void)
     test_random_requests();
     test_random_reps();
     test_case_measured_only();
+    test_case_moe();
     test_case_client_busy();
     test_case_goodput();
     test_case_capabilities();

@@ -190,6 +190,27 @@ static void forward_case(const char *name, tb_moe_config c, int rows)
     if (maxdiff > 1e-4)
         fprintf(stderr, "%s: max difference from the dense reference %g\n", name, maxdiff);
     CHECK(maxdiff <= 1e-4);
+    /* the router's narrowest margin (tb_moe_scratch.min_gap, what
+     * tests/gpu/ allows a routing difference by): the k-th choice's logit
+     * minus the best unchosen one, the least over the rows, from the
+     * logits the layer computed (s.logits: float32, as lg up to rounding) */
+    if (c.scoring == TB_MOE_SOFTMAX) {
+        double want = INFINITY;
+        for (int r = 0; r < rows; r++) {
+            const float *l = s.logits + (size_t)r * E;
+            double other = -INFINITY;
+            for (int e = 0; e < E; e++) {
+                int chosen = 0;
+                for (int t = 0; t < k; t++)
+                    chosen |= s.idx[r * k + t] == e;
+                other = !chosen && l[e] > other ? l[e] : other;
+            }
+            double gap = l[s.idx[r * k + k - 1]] - other;
+            want = gap < want ? gap : want;
+            CHECK(gap >= 0); /* the choice is the k best */
+        }
+        CHECK(s.min_gap == (float)want);
+    }
     unsigned char seen[TB_MOE_MAX_EXPERTS];
     CHECK(touched == tb_moe_touched(idx, rows, k, E, seen));
     if (rows == 1)
@@ -231,6 +252,31 @@ int main(void)
                              .routed_scale = 2.5f};
     forward_case("bailing-v2 batch 1", bailing, 1);
     forward_case("bailing-v2 9 rows", bailing, 9);
+
+    /* the margin by hand: logits 3, 1, 2.5, 0.5 with top 2 choose 0 and
+     * 2; the best unchosen is 1: margin 2.5 - 1 = 1.5; a second row
+     * 0, 0.25, 0, 0 chooses 1 and 0 (ties to the lower index) with margin
+     * 0; the least over rows and calls is kept */
+    {
+        char err[128];
+        tb_moe_config c4 = {.hidden = 8, .n_experts = 4, .top_k = 2, .expert_inter = 8, .scoring = TB_MOE_SOFTMAX,
+                            .norm_topk = 1, .n_group = 1, .topk_group = 1, .routed_scale = 1.0f};
+        tb_moe_scratch s4;
+        CHECK(tb_moe_scratch_init(&s4, &c4, 2, err, sizeof err) == 0);
+        CHECK(isinf(s4.min_gap) && s4.min_gap > 0);
+        float router[4 * 8] = {0}, x[2 * 8] = {0}, gu[4 * 16 * 8] = {0}, down[4 * 8 * 8] = {0}, y[2 * 8];
+        const float l0[4] = {3, 1, 2.5f, 0.5f}, l1[4] = {0, 0.25f, 0, 0};
+        for (int e = 0; e < 4; e++)
+            router[e * 8 + e] = 1; /* logit e = x[e] */
+        memcpy(x, l0, sizeof l0);
+        tb_moe_weights w4 = {.router = router, .gate_up = gu, .down = down};
+        CHECK(tb_moe_forward(&c4, &w4, &s4, x, 1, y, NULL) == 0);
+        CHECK(s4.min_gap == 1.5f);
+        memcpy(x + 8, l1, sizeof l1);
+        CHECK(tb_moe_forward(&c4, &w4, &s4, x, 2, y, NULL) == 0);
+        CHECK(s4.min_gap == 0.0f);
+        tb_moe_scratch_free(&s4);
+    }
 
     /* active bytes: the router, the touched experts, the shared ones */
     CHECK_NEAR(tb_moe_active_bytes(&bailing, 4, 2.0), 2.0 * (16 * 16 + 4 * 3 * 16 * 8 + 3 * 16 * 8), 1e-9);

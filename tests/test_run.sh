@@ -337,6 +337,34 @@ echo "$roof" | awk -F'|' '{ want = 100 * 0.004 / ($3 / 1000); d = $1 - want; if 
 grep -E "^\| counted \|.*\| [0-9]+\.[0-9] \|$" "$tmp/roof.md" | grep -q . || fail "report lacks the roofline %: $(grep counted "$tmp/roof.md" | head -3)"
 pass "roofline: $roof"
 
+# 5d. Mixture of experts: the ar backend's MoE layers count the distinct
+# experts each layer call reads (docs/METRICS.md, experts_per_token). At
+# batch 1 with a one-token prompt every forward is one row: exactly top_k
+# (2 in tiny-qwen3-moe) a token; a batch of 4 rows shares experts: at most
+# 2 (here less: 8 choices of 4 rows among 8 experts share some), at least
+# 2 / 4.
+cat >"$tmp/moe.ini" <<EOF
+[suite]
+repeat = 2
+warmup = 0
+[matrix]
+prompt_tokens = 1
+max_new_tokens = 6
+batch = 1, 4
+[backend moe]
+plugin = ar
+model = preset:tiny-qwen3-moe
+device = cpu
+EOF
+"$tb" run "$tmp/moe.ini" --db "$tmp/moe.db" >"$tmp/moe.out" 2>"$tmp/moe.err" || fail "moe suite: $(cat "$tmp/moe.err")"
+moe=$(q "$tmp/moe.db" "select c.batch, m.n, m.min, m.max from metric m join bench_case c on c.id = m.case_id where m.name = 'experts_per_token' order by c.batch")
+[ "$(echo "$moe" | head -1)" = "1|2|2.0|2.0" ] || fail "experts_per_token at batch 1 (batch|n|min|max): $moe"
+echo "$moe" | tail -1 | awk -F'|' '{ exit !($1 == 4 && $2 == 2 && $3 >= 0.5 && $4 < 2) }' || fail "experts_per_token at batch 4: $moe"
+"$tb" report --db "$tmp/moe.db" >"$tmp/moe.md"
+grep -q "experts/token" "$tmp/moe.md" && grep -E "^\| moe \|.*\| 2\.00 \| - \| - \|$" "$tmp/moe.md" | grep -q . \
+    || fail "report lacks experts/token: $(grep -E 'experts|^\| moe' "$tmp/moe.md" | head -4)"
+pass "experts_per_token (batch|n|min|max): $(echo $moe)"
+
 # 6. Plugins listing and options.
 grep -q "null" < <("$tb" plugins) || fail "plugins does not list null"
 # into a file: grep -q leaves a pipe early, and a listing over the pipe's

@@ -376,6 +376,16 @@ typedef struct tb_result {
      * request's canvas, through the one where it stopped; docs/METRICS.md,
      * blocks_done). 0: not a block-decoding backend. */
     uint32_t *blocks_done;
+    /* --- appended in ABI 1 (issue 22: mixture of experts); write only
+     * when TB_STRUCT_HAS(res, tb_result, moe_tokens). An engine whose model
+     * has MoE layers: expert_reads, the distinct routed experts each MoE
+     * layer call read, summed over the call's MoE layer calls; moe_tokens,
+     * the rows (tokens) those layer calls processed, summed likewise
+     * (docs/METRICS.md, experts_per_token). The roofline's `bytes` then
+     * count only the experts read. 0 and 0: a dense model, or not
+     * reported. */
+    double expert_reads;
+    double moe_tokens;
 } tb_result;
 
 /* ------------------------------------------- iteration-level serving */

@@ -423,6 +423,7 @@ static tb_status ar_generate(void *ctx, const tb_request *req, tb_result *res)
     tb_cpu_state_reset(&c->st);
     tb_cpu_set_padding(&c->st, pad, (int)R);
     free(pad);
+    c->st.expert_reads = c->st.moe_rows = 0;
     int64_t t0 = host->now_ns(host);
     if (tb_cpu_forward(&c->st, c->prompt, (int)R, (int)P, 1, 0, c->logits) != 0) {
         set_error(c, "forward failed (batch %u x %zu tokens)", R, P);
@@ -477,6 +478,10 @@ static tb_status ar_generate(void *ctx, const tb_request *req, tb_result *res)
     int64_t t_end = host->now_ns(host);
     res->prefill_ns = t_prefill_end ? t_prefill_end - t0 : -1;
     res->decode_ns = t_prefill_end ? t_end - t_prefill_end : -1;
+    if (TB_STRUCT_HAS(res, tb_result, moe_tokens)) { /* MoE: what the CPU's expert layers read */
+        res->expert_reads = c->st.expert_reads;
+        res->moe_tokens = c->st.moe_rows;
+    }
     res->forward_passes = forwards;
     res->peak_device_bytes = -1; /* the CPU path measures neither */
     res->energy_mj = -1;

@@ -132,7 +132,7 @@ void tb_loaded_work_start(tb_loaded *l)
 #ifdef TB_HAVE_CUDA
     double f, b;
     if (l->gpu)
-        tb_gpu_take_work(l->gpu, &f, &b);
+        tb_gpu_take_work(l->gpu, &f, &b, NULL, NULL);
 #else
     (void)l;
 #endif
@@ -143,7 +143,12 @@ void tb_loaded_work_report(tb_loaded *l, tb_result *res)
 #ifdef TB_HAVE_CUDA
     if (!l->gpu || !TB_STRUCT_HAS(res, tb_result, peak_bytes_per_s))
         return;
-    tb_gpu_take_work(l->gpu, &res->flops, &res->bytes);
+    double reads = 0, tokens = 0;
+    tb_gpu_take_work(l->gpu, &res->flops, &res->bytes, &reads, &tokens);
+    if (TB_STRUCT_HAS(res, tb_result, moe_tokens)) {
+        res->expert_reads = reads;
+        res->moe_tokens = tokens;
+    }
     res->peak_flops = l->peak_flops;
     res->peak_bytes_per_s = l->peak_bytes_per_s;
 #else

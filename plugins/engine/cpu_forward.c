@@ -246,7 +246,10 @@ static void layer_forward(tb_cpu_state *st, int l, int n_seqs, int n_new, int ma
     rmsnorm(st->xn, st->x, L->mlp_norm, rows, h, c->rms_eps);
     if (L->router) {
         tb_moe_weights w = {.router = L->router, .gate_up = L->experts_gate_up, .down = L->experts_down};
-        tb_moe_forward(&st->moe_cfg, &w, &st->moe, st->xn, rows, st->moe_out, NULL); /* rows <= max_rows: checked */
+        int touched = 0;
+        tb_moe_forward(&st->moe_cfg, &w, &st->moe, st->xn, rows, st->moe_out, &touched); /* rows <= max_rows: checked */
+        st->expert_reads += touched;
+        st->moe_rows += rows;
         for (size_t i = 0; i < (size_t)rows * h; i++)
             st->x[i] += st->moe_out[i];
         return;

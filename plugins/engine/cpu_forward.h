@@ -46,6 +46,10 @@ typedef struct tb_cpu_state {
     tb_moe_config moe_cfg;
     tb_moe_scratch moe;
     float *moe_out;
+    /* counts since the caller last zeroed them (tb_result's expert_reads
+     * and moe_tokens): distinct experts read, summed over MoE layer calls,
+     * and the rows those calls processed */
+    double expert_reads, moe_rows;
     int n_threads;
     size_t bytes;   /* allocated, for reporting */
 } tb_cpu_state;

@@ -8,7 +8,9 @@
  * decode; argmax and diffusion confidences), so only chosen tokens and
  * confidences come back to the host. Batch-1 products use our own GEMV
  * (cuBLAS leaves bandwidth unused there). The AR decode step is captured
- * once per batch size as a CUDA graph and replayed.
+ * once per batch size as a CUDA graph and replayed. Mixture-of-experts
+ * layers (Qwen3-MoE) run as gpu_moe.cu says: the router on the device,
+ * then only the experts the rows chose.
  *
  * Built only with CUDA (TB_HAVE_CUDA); the functions return -1 with a
  * message on any CUDA/cuBLAS failure, out of memory included. */
@@ -113,8 +115,21 @@ int tb_gpu_forward_pick_rows(tb_gpu *g, const int32_t *canvas, int L, const int 
 
 /* Roofline: the FLOPs and device-memory bytes of the forwards run since
  * the last call (by count: GEMMs, attention, LM head; bf16 weights, K/V),
- * then reset. */
-void tb_gpu_take_work(tb_gpu *g, double *flops, double *bytes);
+ * then reset. A MoE layer's bytes are its active bytes: the router and
+ * the distinct experts its rows chose (counted on the device), as
+ * tb_moe_active_bytes_sum defines them. expert_reads (NULL: not wanted):
+ * those distinct experts summed over the MoE layer calls; moe_rows: the
+ * rows (tokens) through MoE layers, summed over the layers (0 and 0 for a
+ * dense model). */
+void tb_gpu_take_work(tb_gpu *g, double *flops, double *bytes, double *expert_reads, double *moe_rows);
+
+/* Mixture of experts: spans of more than max_rows rows run each expert
+ * as a cuBLAS GEMM over its rows (the host reads the group sizes: one
+ * wait per layer); up to it, and in every decode step (CUDA graphs), the
+ * grouped GEMV that reads the expert ids on the device. Default
+ * TB_GPU_MOE_GEMV_ROWS; tests and measurements set both ways. */
+#define TB_GPU_MOE_GEMV_ROWS 64
+void tb_gpu_set_moe_gemv_rows(tb_gpu *g, int max_rows);
 
 /* The device's ceilings, measured once per context (best of 5: a 1 GiB
  * device copy, read + write bytes/s; a bf16 8192^3 cuBLAS GEMM, FLOP/s);

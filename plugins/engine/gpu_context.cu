@@ -160,10 +160,18 @@ extern "C" int tb_gpu_create(tb_gpu **out, const tb_model_config *cfg, const tb_
     cublasSetStream(g->blas, g->stream);
     // decode attention keeps its scores in shared memory: above 48 KB a
     // kernel must opt in
-    if (c->n_experts > 0) { // moe.c is the CPU path only so far (issue 22)
-        fail(g, "%s: mixture-of-experts models run on the CPU only in this version (device = cpu)", c->arch_name);
-        rc = -1;
-        goto done;
+    if (c->n_experts > 0) { // the sparse layers' config, as the CPU path's (gpu_moe.cu)
+        char why[256];
+        tb_model_moe_config(c, &g->moe);
+        if (tb_moe_config_check(&g->moe, why, sizeof why) != 0) {
+            fail(g, "%s: %s", c->arch_name, why);
+            rc = -1;
+            goto done;
+        }
+        TRY(moe_check(g));
+        for (int l = 0; l < c->n_layers; l++)
+            g->n_moe_layers += tb_config_layer_is_moe(c, l);
+        g->moe_gemv_max_rows = TB_GPU_MOE_GEMV_ROWS;
     }
     if (c->head_dim % 2 || c->head_dim > 256) {
         fail(g, "head_dim %d: the CUDA attention kernels need an even head_dim <= 256", c->head_dim);
@@ -188,6 +196,9 @@ extern "C" int tb_gpu_create(tb_gpu **out, const tb_model_config *cfg, const tb_
     }
     if (cpu) {
         size_t biggest = V * h > I * 2 * h ? V * h : I * 2 * h;
+        size_t experts = (size_t)c->n_experts * 2 * c->moe_intermediate_size * h;
+        if (experts > biggest)
+            biggest = experts;
         if (rows * h > biggest)
             biggest = rows * h;
         TRY(dalloc(g, (void **)&stage, biggest * sizeof(float)));
@@ -210,8 +221,15 @@ extern "C" int tb_gpu_create(tb_gpu **out, const tb_model_config *cfg, const tb_
                 TRY(upload_f32(g, &G->k_norm, L->k_norm, (size_t)c->head_dim));
             }
             TRY(upload_bf16(g, &G->wo, L->wo, h * nq, stage));
-            TRY(upload_bf16(g, &G->wgu, L->w_gate_up, 2 * I * h, stage));
-            TRY(upload_bf16(g, &G->wdown, L->w_down, h * I, stage));
+            if (L->router) {
+                size_t E = c->n_experts, mi = c->moe_intermediate_size;
+                TRY(upload_bf16(g, &G->router, L->router, E * h, stage));
+                TRY(upload_bf16(g, &G->ex_gu, L->experts_gate_up, E * 2 * mi * h, stage));
+                TRY(upload_bf16(g, &G->ex_down, L->experts_down, E * h * mi, stage));
+            } else {
+                TRY(upload_bf16(g, &G->wgu, L->w_gate_up, 2 * I * h, stage));
+                TRY(upload_bf16(g, &G->wdown, L->w_down, h * I, stage));
+            }
         }
         TRY(upload_f32(g, &g->inv_freq, cpu->rope_inv_freq, (size_t)c->head_dim / 2));
     } else {
@@ -234,8 +252,15 @@ extern "C" int tb_gpu_create(tb_gpu **out, const tb_model_config *cfg, const tb_
                 TRY(const_f32(g, &G->k_norm, (size_t)c->head_dim, 1.0f));
             }
             TRY(random_bf16(g, &G->wo, h * nq, &s));
-            TRY(random_bf16(g, &G->wgu, 2 * I * h, &s));
-            TRY(random_bf16(g, &G->wdown, h * I, &s));
+            if (tb_config_layer_is_moe(c, l)) {
+                size_t E = c->n_experts, mi = c->moe_intermediate_size;
+                TRY(random_bf16(g, &G->router, E * h, &s));
+                TRY(random_bf16(g, &G->ex_gu, E * 2 * mi * h, &s));
+                TRY(random_bf16(g, &G->ex_down, E * h * mi, &s));
+            } else {
+                TRY(random_bf16(g, &G->wgu, 2 * I * h, &s));
+                TRY(random_bf16(g, &G->wdown, h * I, &s));
+            }
         }
         float *inv = (float *)malloc((size_t)c->head_dim / 2 * sizeof(float));
         if (!inv) {
@@ -281,8 +306,9 @@ extern "C" void tb_gpu_free(tb_gpu *g)
     if (g->layers) {
         for (int l = 0; l < g->cfg.n_layers; l++) {
             gpu_layer *G = &g->layers[l];
-            void *p[] = {G->attn_norm, G->mlp_norm, G->wqkv, G->bqkv, G->q_norm, G->k_norm, G->wo, G->wgu, G->wdown};
-            for (int i = 0; i < 9; i++)
+            void *p[] = {G->attn_norm, G->mlp_norm, G->wqkv,  G->bqkv,   G->q_norm, G->k_norm,
+                         G->wo,        G->wgu,      G->wdown, G->router, G->ex_gu,  G->ex_down};
+            for (int i = 0; i < 12; i++)
                 dfree(g, p[i]);
         }
         free(g->layers);

@@ -39,7 +39,7 @@ extern "C" int tb_gpu_reserve(tb_gpu *g, int seqs, int len, int rows, char *err,
              dalloc(g, (void **)&g->out_conf, R * sizeof(double)) || dalloc(g, (void **)&g->d_pos, sizeof(int)) ||
              dalloc(g, (void **)&g->d_pad, (size_t)seqs * sizeof(int)) ||
              dalloc(g, (void **)&g->d_rslot, (size_t)seqs * sizeof(int)) ||
-             dalloc(g, (void **)&g->d_rpos, (size_t)seqs * sizeof(int));
+             dalloc(g, (void **)&g->d_rpos, (size_t)seqs * sizeof(int)) || moe_reserve(g, rows);
     // on our stream: the legacy default stream would not be ordered before
     // a padding upload on our non-blocking one
     if (rc == 0 && (cudaMemsetAsync(g->d_pad, 0, (size_t)seqs * sizeof(int), g->stream) != cudaSuccess ||
@@ -95,6 +95,7 @@ void free_buffers(tb_gpu *g)
                     g->probs, g->tok, g->out_tok, g->out_conf, g->d_pos, g->d_pad, g->d_rslot, g->d_rpos, g->ptrs};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         dfree(g, bufs[i]);
+    moe_free(g);
     if (g->h_tok)
         cudaFreeHost(g->h_tok);
     if (g->h_conf)
@@ -239,6 +240,8 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
         return -1;
     k_rmsnorm<<<rows, 1024, 0, g->stream>>>(g->x, 1, 0, 1, G->mlp_norm, g->xn, h, (float)c->rms_eps);
     LAUNCHED();
+    if (G->router) // a MoE layer: the experts' output added into x
+        return moe_ffn(g, l, rows, mode != FWD_SPAN);
     if (matmul_t(g, g->gu, g->xn, G->wgu, rows, 2 * I, h, 0.0f))
         return -1;
     k_swiglu<<<blocks_for((size_t)rows * I), 256, 0, g->stream>>>(g->gu, g->act, I, (size_t)rows * I);
@@ -282,21 +285,41 @@ static int head(tb_gpu *g, int B, int n, int r0, int nr)
 // weights read once, K/V read for the keys and written for the new rows,
 // the embedding rows). Norms, RoPE and activations are left out: they are
 // small next to these.
+//
+// A MoE layer (gpu_moe.cu) reads its router and the experts some row
+// chose: the FLOPs are known here (rows x top_k experts), the experts read
+// only on the device, which counts the distinct ones per layer call;
+// tb_gpu_take_work adds their bytes (tb_moe_active_bytes, moe.c: the one
+// definition of a MoE layer's active bytes).
 static void account(tb_gpu *g, int B, int n, int n_attend, int nr)
 {
     const tb_model_config *c = &g->cfg;
     double h = c->hidden_size, hd = c->head_dim, nh = c->n_heads, nq = nh * hd, kvd = (double)c->n_kv_heads * hd;
     double I = c->intermediate_size, V = c->vocab_size, L = c->n_layers, rows = (double)B * n;
-    double per_layer = (nq + 2 * kvd) * h + h * nq + 2 * I * h + I * h; // weight elements
-    g->work_flops += 2 * rows * per_layer * L + 4.0 * B * nh * n * n_attend * hd * L + 2.0 * B * nr * h * V;
-    g->work_bytes += 2 * (per_layer * L + V * h) + 2 * L * (2.0 * B * n_attend * kvd + 2 * rows * kvd) + 2 * rows * h;
+    double Lm = g->n_moe_layers, Ld = L - Lm;
+    double attn = (nq + 2 * kvd) * h + h * nq, dense_ffn = 3 * I * h; // weight elements
+    double routed = g->moe.top_k * 3.0 * h * g->moe.expert_inter + (double)g->moe.n_experts * h;
+    g->work_flops += 2 * rows * (attn * L + dense_ffn * Ld + routed * Lm) + 4.0 * B * nh * n * n_attend * hd * L +
+                     2.0 * B * nr * h * V;
+    g->work_bytes += 2 * ((attn * L + dense_ffn * Ld) + V * h) +
+                     2 * L * (2.0 * B * n_attend * kvd + 2 * rows * kvd) + 2 * rows * h;
+    g->work_moe_rows += rows * Lm;
+    g->work_moe_calls += Lm;
 }
 
-extern "C" void tb_gpu_take_work(tb_gpu *g, double *flops, double *bytes)
+extern "C" void tb_gpu_take_work(tb_gpu *g, double *flops, double *bytes, double *expert_reads, double *moe_rows)
 {
+    double touched = 0;
+    if (g->n_moe_layers > 0 && moe_take_touched(g, &touched) != 0)
+        touched = 0; // the error stays in g->error; the next CUDA call reports it
     *flops = g->work_flops;
-    *bytes = g->work_bytes;
-    g->work_flops = g->work_bytes = 0;
+    // plus the MoE layer calls' routers and touched experts, bf16 (2 bytes)
+    *bytes = g->work_bytes + tb_moe_active_bytes_sum(&g->moe, g->work_moe_calls, touched, 2.0);
+    if (expert_reads)
+        *expert_reads = touched;
+    if (moe_rows)
+        *moe_rows = g->work_moe_rows;
+    g->work_flops = g->work_bytes = g->work_moe_rows = g->work_moe_calls = 0;
 }
 
 static int fetch_next(tb_gpu *g, int B, int32_t *next, float *logits_out)

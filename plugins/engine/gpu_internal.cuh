@@ -29,7 +29,11 @@ struct gpu_layer {
     float *q_norm, *k_norm;      // [hd] each, or NULL (QK-norm: Qwen3)
     bf16 *wo;                    // [h][nh hd]
     bf16 *wgu;                   // [2 I][h]
-    bf16 *wdown;                 // [h][I]
+    bf16 *wdown;                 // [h][I]; wgu and wdown NULL in a MoE layer
+    // a MoE layer (tb_config_layer_is_moe), moe.h's layout; NULL otherwise
+    bf16 *router;  // [E][h]
+    bf16 *ex_gu;   // [E][2 mi][h]: expert e's gate rows, then up rows
+    bf16 *ex_down; // [E][h][mi]
 };
 
 // One device allocation made through dalloc.
@@ -91,6 +95,27 @@ struct tb_gpu {
     double *h_conf;    // pinned [rows]
     // roofline: work of the forwards since tb_gpu_take_work, by count
     double work_flops, work_bytes;
+    // mixture of experts (cfg.n_experts > 0; gpu_moe.cu): the sparse
+    // layers' config, the spans above moe_gemv_max_rows rows that take
+    // cuBLAS per expert, and the buffers for `rows` rows (P = rows x k
+    // (row, slot) pairs; j = a pair's position grouped by expert)
+    tb_moe_config moe;
+    int n_moe_layers;
+    int moe_gemv_max_rows;
+    float *moe_logits;   // [rows][E]
+    int *moe_idx;        // [P] experts chosen
+    float *moe_w;        // [P] their weights
+    int *moe_off;        // [E + 1] group starts
+    int *moe_order;      // [P] j -> pair
+    int *moe_pos;        // [P] pair -> j
+    bf16 *moe_xg;        // [P][h] gathered inputs (cuBLAS path)
+    float *moe_gu;       // [P][2 mi]
+    bf16 *moe_act;       // [P][mi]
+    float *moe_y;        // [P][h]
+    unsigned long long *moe_touched; // device: distinct experts summed over MoE layer calls (roofline)
+    int *h_moe_off;      // pinned [E + 1]
+    double work_moe_rows;  // rows through MoE layers since tb_gpu_take_work (host count)
+    double work_moe_calls; // MoE layer calls since then
     double peak_flops, peak_bytes_per_s; // measured by tb_gpu_measure_ceilings; 0 = not yet
     char error[512];
 };
@@ -120,6 +145,15 @@ int dalloc(tb_gpu *g, void **p, size_t bytes);
 void dfree(tb_gpu *g, void *p);
 // Free the forward's buffers (gpu_forward.cu, as tb_cpu_state_free).
 void free_buffers(tb_gpu *g);
+// The MoE feed-forward (gpu_moe.cu): refuse what it does not compute, its
+// buffers for `rows` rows, and layer l's FFN over g->xn added into g->x
+// (graphable: no host wait, the grouped GEMV whatever the rows); the
+// distinct experts counted since the last take (then reset).
+int moe_check(tb_gpu *g);
+int moe_reserve(tb_gpu *g, int rows);
+void moe_free(tb_gpu *g);
+int moe_ffn(tb_gpu *g, int l, int rows, int graphable);
+int moe_take_touched(tb_gpu *g, double *touched);
 
 inline int qkv_dim(const tb_model_config *c) { return (c->n_heads + 2 * c->n_kv_heads) * c->head_dim; }
 // Blocks of 256 threads for n elements (grid-stride kernels cap it).

@@ -130,11 +130,16 @@ int tb_moe_touched(const int *idx, int rows, int k, int n_experts, unsigned char
     return n;
 }
 
-double tb_moe_active_bytes(const tb_moe_config *c, int touched, double bytes_per_weight)
+double tb_moe_active_bytes_sum(const tb_moe_config *c, double calls, double touched_sum, double bytes_per_weight)
 {
     double D = c->hidden, per_expert = 3.0 * D * c->expert_inter;
     double shared = 3.0 * D * c->shared_inter + (c->shared_gate ? D : 0);
-    return bytes_per_weight * ((double)c->n_experts * D + touched * per_expert + shared);
+    return bytes_per_weight * (calls * ((double)c->n_experts * D + shared) + touched_sum * per_expert);
+}
+
+double tb_moe_active_bytes(const tb_moe_config *c, int touched, double bytes_per_weight)
+{
+    return tb_moe_active_bytes_sum(c, 1, touched, bytes_per_weight);
 }
 
 int tb_moe_scratch_init(tb_moe_scratch *s, const tb_moe_config *c, int max_rows, char *err, size_t err_size)
@@ -143,6 +148,7 @@ int tb_moe_scratch_init(tb_moe_scratch *s, const tb_moe_config *c, int max_rows,
     if (tb_moe_config_check(c, err, err_size) != 0)
         return -1;
     s->max_rows = max_rows;
+    s->min_gap = INFINITY;
     size_t R = (size_t)(max_rows > 0 ? max_rows : 1), E = (size_t)c->n_experts, k = (size_t)c->top_k;
     size_t D = (size_t)c->hidden, I2 = 2 * (size_t)(c->expert_inter > c->shared_inter ? c->expert_inter : c->shared_inter);
     s->bytes = sizeof(float) * (R * E + R * k + R * k * D + R * k * I2 + R * k * D) + sizeof(int) * (R * k * 2 + E + 1) + E;
@@ -198,6 +204,21 @@ int tb_moe_forward(const tb_moe_config *c, const tb_moe_weights *wt, tb_moe_scra
     int D = c->hidden, E = c->n_experts, k = c->top_k, In = c->expert_inter;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, E, D, 1.0f, x, D, wt->router, D, 0.0f, s->logits, E);
     tb_moe_route(c, s->logits, wt->score_bias, rows, s->idx, s->w);
+    for (int r = 0; r < rows && k < E; r++) {
+        const float *l = s->logits + (size_t)r * E;
+        const int *ri = s->idx + (size_t)r * k;
+        float other = -INFINITY;
+        for (int e = 0; e < E; e++) {
+            int chosen = 0;
+            for (int t = 0; t < k && !chosen; t++)
+                chosen = ri[t] == e;
+            if (!chosen && l[e] > other)
+                other = l[e];
+        }
+        float gap = l[ri[k - 1]] - other;
+        if (gap < s->min_gap)
+            s->min_gap = gap;
+    }
     if (touched)
         *touched = tb_moe_touched(s->idx, rows, k, E, s->seen);
     /* (row, slot) pairs grouped by expert, rows ascending within a group:

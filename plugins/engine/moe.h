@@ -68,6 +68,10 @@ int tb_moe_touched(const int *idx, int rows, int k, int n_experts, unsigned char
 /* Bytes one call reads of the layer's weights at `bytes_per_weight`, for
  * `touched` distinct experts: the router, those experts, the shared ones. */
 double tb_moe_active_bytes(const tb_moe_config *c, int touched, double bytes_per_weight);
+/* The same summed over `calls` layer calls that read `touched_sum`
+ * distinct experts in all (the one definition; the one above is calls =
+ * 1). docs/METRICS.md, "active bytes". */
+double tb_moe_active_bytes_sum(const tb_moe_config *c, double calls, double touched_sum, double bytes_per_weight);
 
 /* Scratch for up to max_rows rows. */
 typedef struct tb_moe_scratch {
@@ -82,6 +86,14 @@ typedef struct tb_moe_scratch {
     float *yg;      /* [rows k][D] */
     unsigned char *seen; /* [E] */
     size_t bytes;
+    /* The router's narrowest margin since the caller last set it (to
+     * INFINITY; scratch_init does): over the rows of every forward, the
+     * router logit of the k-th choice minus the largest logit of an
+     * expert not chosen (+inf when k = E). For a softmax router without a
+     * bias that is the choice's log-probability margin: a reduced-
+     * precision path (the GPU's bf16) may route a row with a margin near
+     * its rounding differently, and tests/gpu/ allows for it. */
+    float min_gap;
 } tb_moe_scratch;
 
 int tb_moe_scratch_init(tb_moe_scratch *s, const tb_moe_config *c, int max_rows, char *err, size_t err_size);

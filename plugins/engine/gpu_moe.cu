@@ -1,0 +1,342 @@
+// gpu_moe.cu — the mixture-of-experts feed-forward on the device (issue
+// 22), as moe.c computes it on the CPU (the reference, tests/gpu/):
+//
+//   router      logits[rows][E] = xn W_r^T (matmul_t), then k_moe_route:
+//               softmax (or sigmoid), top-k (ties to the lower index),
+//               renormalised when norm_topk, times routed_scale
+//   grouping    k_moe_group: the (row, slot) pairs sorted by expert on the
+//               device (off[E + 1], order[j] = pair, pos[pair] = j), and the
+//               count of distinct experts added to the roofline's counter
+//   experts     two ways over the same groups (moe_ffn chooses by rows):
+//               - k_moe_gemv: one grid over (output tiles, experts); the
+//                 blocks of an expert no row chose return at once, so only
+//                 the chosen experts' weights are read, and the expert ids
+//                 come from device memory: the decode step's CUDA graph
+//                 replays it whatever the router picks
+//               - cuBLAS per expert over its gathered rows (a grouped GEMM
+//                 one group at a time), for long spans (prefill): the
+//                 host reads the group offsets, so never inside a graph
+//   combine     k_moe_combine: x[r] += sum_t w[r][t] y[pos[r k + t]]
+//
+// Shared experts and group-limited routers (DeepSeek-V3, Bailing-V2) are
+// the CPU's only: tb_gpu_create refuses them by name.
+#include "gpu_internal.cuh"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+using namespace tbgpu;
+
+// One warp per row: the router's choice for row blockIdx.x from its
+// logits [rows][E] into idx[rows][k], w[rows][k] (moe.c's tb_moe_route:
+// float32 scores, the softmax's sum in double, ties to the lower index).
+__global__ void k_moe_route(const float *logits, int E, int k, int sigmoid, const float *bias, int norm_topk,
+                            float scale, int *idx, float *w)
+{
+    __shared__ float score[TB_MOE_MAX_EXPERTS], choice[TB_MOE_MAX_EXPERTS];
+    int lane = threadIdx.x, r = blockIdx.x;
+    const float *l = logits + (size_t)r * E;
+    if (!sigmoid) {
+        float mx = -INFINITY;
+        for (int e = lane; e < E; e += 32)
+            mx = fmaxf(mx, l[e]);
+        for (int o = 16; o > 0; o >>= 1)
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        double z = 0;
+        for (int e = lane; e < E; e += 32)
+            z += (score[e] = expf(l[e] - mx));
+        for (int o = 16; o > 0; o >>= 1)
+            z += __shfl_xor_sync(0xffffffffu, z, o);
+        for (int e = lane; e < E; e += 32)
+            score[e] = (float)(score[e] / z);
+    } else {
+        for (int e = lane; e < E; e += 32)
+            score[e] = 1.0f / (1.0f + expf(-l[e]));
+    }
+    for (int e = lane; e < E; e += 32)
+        choice[e] = score[e] + (bias ? bias[e] : 0.0f);
+    __syncwarp();
+    int *ri = idx + (size_t)r * k;
+    float *rw = w + (size_t)r * k;
+    for (int t = 0; t < k; t++) {
+        int bi = -1;
+        float bv = 0;
+        for (int e = lane; e < E; e += 32)
+            if (choice[e] != -INFINITY && (bi < 0 || choice[e] > bv))
+                bi = e, bv = choice[e];
+        for (int o = 16; o > 0; o >>= 1) {
+            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi)))
+                bi = oi, bv = ov;
+        }
+        if (lane == 0) {
+            ri[t] = bi;
+            rw[t] = score[bi]; // the unbiased score
+            choice[bi] = -INFINITY;
+        }
+        __syncwarp();
+    }
+    if (lane == 0) {
+        float sum = 0;
+        for (int t = 0; t < k; t++)
+            sum += rw[t];
+        for (int t = 0; t < k; t++) {
+            if (norm_topk)
+                rw[t] /= sum;
+            rw[t] *= scale;
+        }
+    }
+}
+
+// One block: the n pairs idx[n] grouped by expert. off[E + 1]: group
+// starts; order[j]: the pair at grouped position j; pos[p]: pair p's
+// position. *touched += the distinct experts (the roofline's count).
+__global__ void k_moe_group(const int *idx, int n, int E, int *off, int *order, int *pos,
+                            unsigned long long *touched)
+{
+    __shared__ int cnt[TB_MOE_MAX_EXPERTS + 1], fill[TB_MOE_MAX_EXPERTS];
+    for (int e = threadIdx.x; e < E; e += blockDim.x)
+        cnt[e] = 0, fill[e] = 0;
+    __syncthreads();
+    for (int p = threadIdx.x; p < n; p += blockDim.x)
+        atomicAdd(&cnt[idx[p]], 1);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int s = 0, nz = 0;
+        for (int e = 0; e < E; e++) {
+            int c = cnt[e];
+            off[e] = cnt[e] = s;
+            s += c;
+            nz += c > 0;
+        }
+        off[E] = s;
+        if (touched)
+            *touched += (unsigned long long)nz;
+    }
+    __syncthreads();
+    // within a group the order is whatever the atomics give: every pair's
+    // products are its own (no sum across a group), so results do not
+    // depend on it
+    for (int p = threadIdx.x; p < n; p += blockDim.x) {
+        int e = idx[p], j = cnt[e] + atomicAdd(&fill[e], 1);
+        order[j] = p;
+        pos[p] = j;
+    }
+}
+
+// Grouped products over the experts' weights W[E][out][in] (bf16):
+// Y[j][out] = W[e] x_j for every grouped position j of expert e =
+// blockIdx.y, where x_j is X[order[j] / k] (gather: the layer's input
+// rows) or X[j] (!gather: rows already grouped). Each warp computes
+// MOE_ROWS outputs for MOE_VECS vectors at a time, lanes striding over
+// 16-byte chunks (8 bf16) of the weight rows. Blocks of an expert with no
+// pairs return before reading anything.
+#define MOE_WARPS 8
+#define MOE_ROWS 2
+#define MOE_VECS 4
+__global__ void __launch_bounds__(MOE_WARPS * 32)
+    k_moe_gemv(const bf16 *__restrict__ W, const bf16 *__restrict__ X, const int *__restrict__ off,
+               const int *__restrict__ order, int k, int gather, float *__restrict__ Y, int out, int in)
+{
+    int e = blockIdx.y, j0 = off[e], j1 = off[e + 1];
+    if (j0 == j1)
+        return;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int row0 = (blockIdx.x * MOE_WARPS + warp) * MOE_ROWS;
+    if (row0 >= out)
+        return;
+    int chunks = in / 8;
+    const uint4 *wr[MOE_ROWS];
+    for (int r = 0; r < MOE_ROWS; r++)
+        wr[r] = reinterpret_cast<const uint4 *>(W + ((size_t)e * out + (row0 + r < out ? row0 + r : row0)) * in);
+    for (int j = j0; j < j1; j += MOE_VECS) {
+        int nv = j1 - j < MOE_VECS ? j1 - j : MOE_VECS;
+        const uint4 *xv[MOE_VECS];
+        for (int v = 0; v < MOE_VECS; v++) {
+            int jj = j + (v < nv ? v : 0);
+            size_t xr = gather ? (size_t)(order[jj] / k) : (size_t)jj;
+            xv[v] = reinterpret_cast<const uint4 *>(X + xr * in);
+        }
+        float acc[MOE_ROWS][MOE_VECS] = {};
+        for (int c = lane; c < chunks; c += 32) {
+            uint4 wq[MOE_ROWS];
+            for (int r = 0; r < MOE_ROWS; r++)
+                wq[r] = __ldg(wr[r] + c);
+            for (int v = 0; v < MOE_VECS; v++) {
+                if (v >= nv)
+                    break;
+                uint4 xq = xv[v][c];
+                const __nv_bfloat162 *xp = reinterpret_cast<const __nv_bfloat162 *>(&xq);
+                for (int r = 0; r < MOE_ROWS; r++) {
+                    const __nv_bfloat162 *wp = reinterpret_cast<const __nv_bfloat162 *>(&wq[r]);
+                    float s = 0;
+                    for (int q = 0; q < 4; q++) {
+                        float2 a = __bfloat1622float2(wp[q]), b = __bfloat1622float2(xp[q]);
+                        s += a.x * b.x + a.y * b.y;
+                    }
+                    acc[r][v] += s;
+                }
+            }
+        }
+        for (int r = 0; r < MOE_ROWS; r++)
+            for (int v = 0; v < MOE_VECS; v++) {
+                float s = acc[r][v];
+                for (int o = 16; o > 0; o >>= 1)
+                    s += __shfl_xor_sync(0xffffffffu, s, o);
+                if (lane == 0 && v < nv && row0 + r < out)
+                    Y[(size_t)(j + v) * out + row0 + r] = s;
+            }
+    }
+}
+
+// xg[j][h] = xn[order[j] / k][h] (bf16): the rows of each expert together
+// for its GEMM.
+__global__ void k_moe_gather(const bf16 *xn, const int *order, int k, int h, int n, bf16 *xg)
+{
+    for (int j = blockIdx.x; j < n; j += gridDim.x) {
+        const bf16 *src = xn + (size_t)(order[j] / k) * h;
+        for (int d = threadIdx.x; d < h; d += blockDim.x)
+            xg[(size_t)j * h + d] = src[d];
+    }
+}
+
+// x[r][h] += sum_t w[r k + t] y[pos[r k + t]][h]: one block per row.
+__global__ void k_moe_combine(float *x, const float *y, const int *pos, const float *w, int k, int h)
+{
+    int r = blockIdx.x;
+    for (int d = threadIdx.x; d < h; d += blockDim.x) {
+        float s = 0;
+        for (int t = 0; t < k; t++)
+            s += w[r * k + t] * y[(size_t)pos[r * k + t] * h + d];
+        x[(size_t)r * h + d] += s;
+    }
+}
+
+namespace tbgpu {
+
+int moe_check(tb_gpu *g)
+{
+    const tb_moe_config *m = &g->moe;
+    if (m->shared_inter > 0 || m->n_group > 1)
+        return fail(g, "%s: shared experts and group-limited routers run on the CPU only in this version "
+                       "(device = cpu)", g->cfg.arch_name);
+    if (m->hidden % 8 || m->expert_inter % 8)
+        return fail(g, "%s: the CUDA experts need hidden_size and moe_intermediate_size divisible by 8 (%d, %d)",
+                    g->cfg.arch_name, m->hidden, m->expert_inter);
+    return 0;
+}
+
+int moe_reserve(tb_gpu *g, int rows)
+{
+    if (g->cfg.n_experts <= 0)
+        return 0;
+    const tb_moe_config *m = &g->moe;
+    size_t R = rows, E = m->n_experts, P = R * m->top_k, h = m->hidden, mi = m->expert_inter;
+    int rc = dalloc(g, (void **)&g->moe_logits, R * E * sizeof(float)) ||
+             dalloc(g, (void **)&g->moe_idx, P * sizeof(int)) || dalloc(g, (void **)&g->moe_w, P * sizeof(float)) ||
+             dalloc(g, (void **)&g->moe_off, (E + 1) * sizeof(int)) ||
+             dalloc(g, (void **)&g->moe_order, P * sizeof(int)) || dalloc(g, (void **)&g->moe_pos, P * sizeof(int)) ||
+             dalloc(g, (void **)&g->moe_xg, P * h * sizeof(bf16)) ||
+             dalloc(g, (void **)&g->moe_gu, P * 2 * mi * sizeof(float)) ||
+             dalloc(g, (void **)&g->moe_act, P * mi * sizeof(bf16)) ||
+             dalloc(g, (void **)&g->moe_y, P * h * sizeof(float)) ||
+             dalloc(g, (void **)&g->moe_touched, sizeof(unsigned long long));
+    if (rc == 0 && cudaMallocHost((void **)&g->h_moe_off, (E + 1) * sizeof(int)) != cudaSuccess)
+        rc = fail(g, "cannot allocate pinned host memory");
+    if (rc == 0 && (cudaMemsetAsync(g->moe_touched, 0, sizeof(unsigned long long), g->stream) != cudaSuccess ||
+                    cudaStreamSynchronize(g->stream) != cudaSuccess))
+        rc = fail(g, "cudaMemsetAsync failed");
+    return rc;
+}
+
+void moe_free(tb_gpu *g)
+{
+    void *bufs[] = {g->moe_logits, g->moe_idx, g->moe_w,  g->moe_off, g->moe_order, g->moe_pos,
+                    g->moe_xg,     g->moe_gu,  g->moe_act, g->moe_y,  g->moe_touched};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        dfree(g, bufs[i]);
+    if (g->h_moe_off)
+        cudaFreeHost(g->h_moe_off);
+    g->moe_logits = g->moe_w = g->moe_gu = g->moe_y = NULL;
+    g->moe_idx = g->moe_off = g->moe_order = g->moe_pos = g->h_moe_off = NULL;
+    g->moe_xg = g->moe_act = NULL;
+    g->moe_touched = NULL;
+}
+
+int moe_ffn(tb_gpu *g, int l, int rows, int graphable)
+{
+    const tb_moe_config *m = &g->moe;
+    const gpu_layer *G = &g->layers[l];
+    int E = m->n_experts, k = m->top_k, h = m->hidden, mi = m->expert_inter, P = rows * k;
+    float one = 1.0f, zero = 0.0f;
+    // the router's logits, float32 (bf16 inputs and weights, as every GEMM)
+    CB(cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, E, rows, h, &one, G->router, CUDA_R_16BF, h, g->xn,
+                    CUDA_R_16BF, h, &zero, g->moe_logits, CUDA_R_32F, E, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    k_moe_route<<<rows, 32, 0, g->stream>>>(g->moe_logits, E, k, m->scoring == TB_MOE_SIGMOID, NULL, m->norm_topk,
+                                           m->routed_scale, g->moe_idx, g->moe_w);
+    LAUNCHED();
+    k_moe_group<<<1, 1024, 0, g->stream>>>(g->moe_idx, P, E, g->moe_off, g->moe_order, g->moe_pos,
+                                           g->moe_touched);
+    LAUNCHED();
+    if (graphable || rows <= g->moe_gemv_max_rows) {
+        dim3 gu_grid((2 * mi + MOE_WARPS * MOE_ROWS - 1) / (MOE_WARPS * MOE_ROWS), E);
+        k_moe_gemv<<<gu_grid, MOE_WARPS * 32, 0, g->stream>>>(G->ex_gu, g->xn, g->moe_off, g->moe_order, k, 1,
+                                                              g->moe_gu, 2 * mi, h);
+        LAUNCHED();
+        k_swiglu<<<blocks_for((size_t)P * mi), 256, 0, g->stream>>>(g->moe_gu, g->moe_act, mi, (size_t)P * mi);
+        LAUNCHED();
+        dim3 down_grid((h + MOE_WARPS * MOE_ROWS - 1) / (MOE_WARPS * MOE_ROWS), E);
+        k_moe_gemv<<<down_grid, MOE_WARPS * 32, 0, g->stream>>>(G->ex_down, g->moe_act, g->moe_off, NULL, k, 0,
+                                                                g->moe_y, h, mi);
+        LAUNCHED();
+    } else {
+        // the group offsets on the host: one wait per MoE layer of a span
+        CK(cudaMemcpyAsync(g->h_moe_off, g->moe_off, (size_t)(E + 1) * sizeof(int), cudaMemcpyDeviceToHost,
+                           g->stream));
+        CK(cudaStreamSynchronize(g->stream));
+        k_moe_gather<<<P < 65535 ? P : 65535, 256, 0, g->stream>>>(g->xn, g->moe_order, k, h, P, g->moe_xg);
+        LAUNCHED();
+        const int *off = g->h_moe_off;
+        for (int e = 0; e < E; e++) {
+            int n = off[e + 1] - off[e];
+            if (n == 0)
+                continue; // an expert no row chose is never read
+            CB(cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, 2 * mi, n, h, &one, G->ex_gu + (size_t)e * 2 * mi * h,
+                            CUDA_R_16BF, h, g->moe_xg + (size_t)off[e] * h, CUDA_R_16BF, h, &zero,
+                            g->moe_gu + (size_t)off[e] * 2 * mi, CUDA_R_32F, 2 * mi, CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT));
+        }
+        k_swiglu<<<blocks_for((size_t)P * mi), 256, 0, g->stream>>>(g->moe_gu, g->moe_act, mi, (size_t)P * mi);
+        LAUNCHED();
+        for (int e = 0; e < E; e++) {
+            int n = off[e + 1] - off[e];
+            if (n == 0)
+                continue;
+            CB(cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, h, n, mi, &one, G->ex_down + (size_t)e * h * mi,
+                            CUDA_R_16BF, mi, g->moe_act + (size_t)off[e] * mi, CUDA_R_16BF, mi, &zero,
+                            g->moe_y + (size_t)off[e] * h, CUDA_R_32F, h, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        }
+    }
+    k_moe_combine<<<rows, 256, 0, g->stream>>>(g->x, g->moe_y, g->moe_pos, g->moe_w, k, h);
+    LAUNCHED();
+    return 0;
+}
+
+int moe_take_touched(tb_gpu *g, double *touched)
+{
+    *touched = 0;
+    if (!g->moe_touched)
+        return 0;
+    unsigned long long t = 0;
+    CK(cudaMemcpyAsync(&t, g->moe_touched, sizeof t, cudaMemcpyDeviceToHost, g->stream));
+    CK(cudaMemsetAsync(g->moe_touched, 0, sizeof t, g->stream));
+    CK(cudaStreamSynchronize(g->stream));
+    *touched = (double)t;
+    return 0;
+}
+
+} // namespace tbgpu
+
+extern "C" void tb_gpu_set_moe_gemv_rows(tb_gpu *g, int max_rows) { g->moe_gemv_max_rows = max_rows; }
