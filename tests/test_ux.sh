@@ -180,6 +180,8 @@ q "$tmp/ro/old.db" "drop table shard; alter table session drop column shard_inde
   alter table session drop column clock_offset_ns; alter table session drop column start_late_ns;
   alter table sample drop column start_ns; alter table sample drop column client_busy;
   drop table telemetry_point; drop table telemetry_series"
+# and what migration 11 (block diffusion) adds
+q "$tmp/ro/old.db" "alter table request drop column blocks_done"
 q "$tmp/ro/old.db" "pragma user_version = 6" # migration 7 only renames view columns: it applies again
 q "$tmp/ro/cur.db" "pragma journal_mode" >/dev/null
 as_reader() { "$@"; }
