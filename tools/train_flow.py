@@ -8,7 +8,9 @@ sits beside theirs in the default suite.
 
 On the GPU machine, with train-data/ carried (tools/train_small.sh makes it):
 
-    python3 tools/train_flow.py --data train-data --out OUT
+    python3 tools/train_flow.py --data train-data --out OUT --prompt-gamma min --gumbel-loc 4
+
+(the shipped model's recipe; the defaults are the first model's)
 
 writes OUT/small-flow/{config.json, model.safetensors (bf16), tokenizer.json
 (models/small-llama's), TRAINING.md} and OUT/flow_summary.json.
@@ -23,7 +25,15 @@ gradients gives x0_hat = softmax(logits) E, fed back as the
 self-condition on the noised positions (clean ones get E[x]); loss = mean
 cross-entropy of the logits against x on the noised positions. The
 network conditions each position on its own segment's gamma (adaLN per
-token); at sampling every position of a canvas shares one.
+token); at sampling every position of a canvas shares one -- except, with
+--prompt-gamma min (config.json "prompt_gamma": "min"), the clean
+positions, conditioned on the schedule's lowest level in training and at
+sampling.
+
+--diag 'A:flags|B:flags' trains recipes one after another on one copy of
+the data (short diagnostics: --tasks-only 1, --eval-tasks, --eval-steps)
+and writes OUT/flow_diag.json; --full-flags then trains the best of them
+(lookup and pair at the most steps, lookup at the fewest) with those flags.
 """
 import argparse
 import json
