@@ -7,7 +7,11 @@
  *   - the samplers from the reference's starting noise: euler and heun at
  *     1, 2, 4 and 8 steps, prompts clean and noised: the forwards run, the
  *     final logits, and every token whose reference margin is clear;
- * and the loader's refusals (a wrong model_type, a missing tensor).
+ *   - the same model read with "prompt_gamma": "min" (the flag set in
+ *     memory): the forward with the prompt rows at the schedule's lowest
+ *     level, and euler and heun at 1 and 4 steps, prompts clean;
+ * and the loader's refusals (a wrong model_type, a missing tensor, a bad
+ * prompt_gamma).
  *
  *   test_flow GOLDEN_DIR */
 #define _GNU_SOURCE
@@ -16,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "flow_cpu.h"
@@ -78,10 +83,10 @@ typedef struct keep {
 } keep;
 
 static int keep_forward(void *ctx, const float *z, const float *x_sc, const double *gamma, const int *pad, int B,
-                        int L, float *logits)
+                        int L, int gen0, float *logits)
 {
     keep *k = ctx;
-    int rc = tb_flow_cpu_forward(k->st, z, x_sc, gamma, pad, B, L, logits);
+    int rc = tb_flow_cpu_forward(k->st, z, x_sc, gamma, pad, B, L, gen0, logits);
     memcpy(k->last, logits, k->n * sizeof(float));
     return rc;
 }
@@ -90,6 +95,51 @@ static void keep_x0(void *ctx, float *logits, size_t rows, float *x0)
 {
     keep *k = ctx;
     tb_flow_cpu_x0(k->st->m, logits, rows, x0);
+}
+
+/* Runs each sampler case of JSON array `cases` against its reference
+ * (forwards, final logits, clear tokens); returns how many ran. */
+static int sample_cases(const tb_flow_model *m, const tb_flow_engine *e, const keep *k, const cJSON *arr,
+                        const int32_t *tokens0, const int *pads, int B, int L, int gen0, const float *noise)
+{
+    const cJSON *sm;
+    int cases = 0;
+    cJSON_ArrayForEach(sm, arr)
+    {
+        tb_flow_params p = {.steps = cJSON_GetObjectItem(sm, "steps")->valueint};
+        p.solver = strcmp(cJSON_GetObjectItem(sm, "solver")->valuestring, "heun") == 0 ? TB_FLOW_HEUN : TB_FLOW_EULER;
+        p.prompt = strcmp(cJSON_GetObjectItem(sm, "prompt")->valuestring, "noised") == 0 ? TB_FLOW_PROMPT_NOISED
+                                                                                          : TB_FLOW_PROMPT_CLEAN;
+        int32_t tok[8 * 64];
+        memcpy(tok, tokens0, (size_t)B * L * sizeof *tok);
+        int forwards = 0;
+        CHECK(tb_flow_sample(m, e, &p, tok, pads, B, L, gen0, noise, &forwards, NULL, NULL) == 0);
+        CHECK(forwards == cJSON_GetObjectItem(sm, "forwards")->valueint);
+        size_t nw, nm;
+        float *wl = floats(cJSON_GetObjectItem(sm, "logits"), &nw), *mg = floats(cJSON_GetObjectItem(sm, "margin"), &nm);
+        double r = max_abs(wl, nw), dd = max_diff(k->last, wl, nw);
+        int clear = 0, same = 0;
+        for (int b = 0; b < B; b++)
+            for (int i = gen0; i < L; i++) {
+                int want_t = cJSON_GetArrayItem(cJSON_GetArrayItem(cJSON_GetObjectItem(sm, "tokens"), b), i - gen0)
+                                 ->valueint;
+                if (mg[b * (L - gen0) + (i - gen0)] > 1e-3 * (r > 1 ? r : 1)) {
+                    clear++;
+                    same += tok[b * L + i] == want_t;
+                }
+                if (i < gen0)
+                    CHECK(tok[b * L + i] == tokens0[b * L + i]);
+            }
+        fprintf(stderr, "%-5s %-6s %d steps: %d forwards, final logits max diff %.3g (|ref| %.3f), tokens %d of %d\n",
+                p.solver == TB_FLOW_HEUN ? "heun" : "euler", p.prompt == TB_FLOW_PROMPT_NOISED ? "noised" : "clean",
+                p.steps, forwards, dd, r, same, clear);
+        CHECK(dd <= 1e-3 * (r > 1 ? r : 1));
+        CHECK(same == clear && clear > 0);
+        free(wl);
+        free(mg);
+        cases++;
+    }
+    return cases;
 }
 
 int main(int argc, char **argv)
@@ -145,7 +195,7 @@ int main(int argc, char **argv)
                      cJSON_GetArrayItem(cJSON_GetObjectItem(fw, "gamma"), 1)->valuedouble};
     CHECK(nz == (size_t)B * L * D && nl == (size_t)B * L * V);
     float *logits = malloc(nl * sizeof(float)), *x0 = malloc(nz * sizeof(float));
-    CHECK(tb_flow_cpu_forward(&st, z, xs, gam, pads, B, L, logits) == 0);
+    CHECK(tb_flow_cpu_forward(&st, z, xs, gam, pads, B, L, gen0, logits) == 0);
     double ref = max_abs(want, nl), d = max_diff(logits, want, nl);
     fprintf(stderr, "forward: logits max |ref| %.3f, max diff %.3g\n", ref, d);
     CHECK(d <= 1e-4 * (ref > 1 ? ref : 1));
@@ -159,48 +209,48 @@ int main(int argc, char **argv)
     float *noise = floats(cJSON_GetObjectItem(g, "noise"), &nn);
     keep k = {.st = &st, .last = malloc(nl * sizeof(float)), .n = nl};
     tb_flow_engine e = {.ctx = &k, .forward = keep_forward, .x0 = keep_x0};
-    const cJSON *sm;
-    int cases = 0;
-    cJSON_ArrayForEach(sm, cJSON_GetObjectItem(g, "samples"))
-    {
-        tb_flow_params p = {.steps = cJSON_GetObjectItem(sm, "steps")->valueint};
-        p.solver = strcmp(cJSON_GetObjectItem(sm, "solver")->valuestring, "heun") == 0 ? TB_FLOW_HEUN : TB_FLOW_EULER;
-        p.prompt = strcmp(cJSON_GetObjectItem(sm, "prompt")->valuestring, "noised") == 0 ? TB_FLOW_PROMPT_NOISED
-                                                                                          : TB_FLOW_PROMPT_CLEAN;
-        int32_t tok[8 * 64];
-        memcpy(tok, tokens0, sizeof tok);
-        int forwards = 0;
-        CHECK(tb_flow_sample(&m, &e, &p, tok, pads, B, L, gen0, noise, &forwards, NULL, NULL) == 0);
-        CHECK(forwards == cJSON_GetObjectItem(sm, "forwards")->valueint);
-        size_t nw, nm;
-        float *wl = floats(cJSON_GetObjectItem(sm, "logits"), &nw), *mg = floats(cJSON_GetObjectItem(sm, "margin"), &nm);
-        double r = max_abs(wl, nw), dd = max_diff(k.last, wl, nw);
-        int clear = 0, same = 0;
-        for (int b = 0; b < B; b++)
-            for (int i = gen0; i < L; i++) {
-                int want_t = cJSON_GetArrayItem(cJSON_GetArrayItem(cJSON_GetObjectItem(sm, "tokens"), b), i - gen0)
-                                 ->valueint;
-                if (mg[b * (L - gen0) + (i - gen0)] > 1e-3 * (r > 1 ? r : 1)) {
-                    clear++;
-                    same += tok[b * L + i] == want_t;
-                }
-                if (i < gen0)
-                    CHECK(tok[b * L + i] == tokens0[b * L + i]);
-            }
-        fprintf(stderr, "%-5s %-6s %d steps: %d forwards, final logits max diff %.3g (|ref| %.3f), tokens %d of %d\n",
-                p.solver == TB_FLOW_HEUN ? "heun" : "euler", p.prompt == TB_FLOW_PROMPT_NOISED ? "noised" : "clean",
-                p.steps, forwards, dd, r, same, clear);
-        CHECK(dd <= 1e-3 * (r > 1 ? r : 1));
-        CHECK(same == clear && clear > 0);
-        free(wl);
-        free(mg);
-        cases++;
+    CHECK(sample_cases(&m, &e, &k, cJSON_GetObjectItem(g, "samples"), tokens0, pads, B, L, gen0, noise) == 16);
+
+    /* the same model, prompt rows at the schedule's lowest level */
+    const cJSON *pm = cJSON_GetObjectItem(g, "prompt_min");
+    CHECK(pm != NULL);
+    if (pm) {
+        m.cfg.prompt_gamma_min = 1;
+        float *wantp = floats(cJSON_GetObjectItem(pm, "forward_logits"), &nl);
+        CHECK(tb_flow_cpu_forward(&st, z, xs, gam, pads, B, L, gen0, logits) == 0);
+        ref = max_abs(wantp, nl), d = max_diff(logits, wantp, nl);
+        fprintf(stderr, "prompt_gamma min: forward logits max |ref| %.3f, max diff %.3g\n", ref, d);
+        CHECK(d <= 1e-4 * (ref > 1 ? ref : 1));
+        /* the level matters: the canvas-level logits differ from these */
+        CHECK(max_diff(want, wantp, nl) > 1e-2 * (ref > 1 ? ref : 1));
+        CHECK(sample_cases(&m, &e, &k, cJSON_GetObjectItem(pm, "samples"), tokens0, pads, B, L, gen0, noise) == 4);
+        m.cfg.prompt_gamma_min = 0;
+        free(wantp);
     }
-    CHECK(cases == 16);
 
     /* refusals, naming the file */
     tb_flow_model bad;
     CHECK(tb_flow_model_load("/nonexistent-flow", &bad, err, sizeof err) != 0 && strstr(err, "config.json"));
+    char tmpl[] = "/tmp/test_flow_XXXXXX";
+    if (mkdtemp(tmpl)) {
+        char cfgp[4200];
+        snprintf(cfgp, sizeof cfgp, "%s/config.json", tmpl);
+        FILE *f = fopen(cfgp, "w");
+        CHECK(f != NULL);
+        if (f) {
+            fputs("{\"model_type\": \"LangFlow\", \"vocab_size\": 48, \"hidden_size\": 32, \"cond_dim\": 16, "
+                  "\"n_blocks\": 2, \"n_heads\": 4, \"model_length\": 32, \"self_conditioning\": true, "
+                  "\"use_bias\": true, \"gumbel_loc\": 4.0, \"gumbel_scale\": 1.5, \"gumbel_cutoff\": 1e-3, "
+                  "\"prompt_gamma\": \"max\"}",
+                  f);
+            fclose(f);
+            CHECK(tb_flow_model_load(tmpl, &bad, err, sizeof err) != 0 && strstr(err, "prompt_gamma") &&
+                  strstr(err, "config.json"));
+            fprintf(stderr, "refused: %s\n", err);
+            remove(cfgp);
+        }
+        rmdir(tmpl);
+    }
     free(z);
     free(xs);
     free(want);

@@ -43,6 +43,11 @@ class Cfg:
         self.loc = d["gumbel_loc"]
         self.scale = d["gumbel_scale"]
         self.cutoff = d["gumbel_cutoff"]
+        self.prompt_min = d.get("prompt_gamma", "canvas") == "min"
+
+
+def gamma_min(c):
+    return c.loc - c.scale * math.log(-math.log(c.cutoff))
 
 
 def schedule(c, N):
@@ -93,13 +98,17 @@ def rope(v, pos, c):
     return torch.cat([a * cs - b * sn, b * cs + a * sn], -1)
 
 
-def forward(c, W, E, z, xsc, gammas, pads):
-    """logits [B, L, V] of f(z, gamma, x_sc) with left padding pads[b]."""
+def forward(c, W, E, z, xsc, gammas, pads, gen0=0):
+    """logits [B, L, V] of f(z, gamma, x_sc) with left padding pads[b];
+    positions before gen0 at the schedule's lowest level when the model's
+    prompt_gamma is "min" (every row its own level: cond and modulations
+    per row)."""
     B, L, D = z.shape
     out = []
     for b in range(B):
-        g = gammas[b]
-        cond = time_cond(c, W, g)
+        gp = gen0 if c.prompt_min else 0
+        grow = torch.tensor([gamma_min(c) if i < gp else gammas[b] for i in range(L)], dtype=torch.float64)
+        cond = torch.stack([time_cond(c, W, float(g)) for g in grow])  # [L, C]
         x = z[b].clone()
         if c.self_cond:
             x = x + torch.cat([z[b], xsc[b]], -1) @ W["backbone.self_cond_proj.weight"].T
@@ -108,8 +117,8 @@ def forward(c, W, E, z, xsc, gammas, pads):
         keymask = torch.arange(L) < p
         for i in range(c.blocks):
             pre = "backbone.blocks.%d." % i
-            m = W[pre + "adaLN_modulation.weight"] @ cond + W[pre + "adaLN_modulation.bias"]
-            sh1, sc1, g1, sh2, sc2, g2 = m.split(D)
+            m = cond @ W[pre + "adaLN_modulation.weight"].T + W[pre + "adaLN_modulation.bias"]
+            sh1, sc1, g1, sh2, sc2, g2 = m.split(D, -1)
             h = ln_mod(x, W[pre + "norm1.weight"], sh1, sc1, c.eps)
             qkv = h @ W[pre + "attn_qkv.weight"].T
             q, k, v = qkv.split(D, -1)
@@ -123,13 +132,14 @@ def forward(c, W, E, z, xsc, gammas, pads):
             h = ln_mod(x, W[pre + "norm2.weight"], sh2, sc2, c.eps)
             u = F.gelu(h @ W[pre + "mlp.0.weight"].T + W[pre + "mlp.0.bias"], approximate="tanh")
             x = x + g2 * (u @ W[pre + "mlp.2.weight"].T + W[pre + "mlp.2.bias"])
-        fm = W["backbone.output_layer.adaLN_modulation.weight"] @ cond + W["backbone.output_layer.adaLN_modulation.bias"]
-        shf, scf = fm.split(D)
+        fm = cond @ W["backbone.output_layer.adaLN_modulation.weight"].T + W["backbone.output_layer.adaLN_modulation.bias"]
+        shf, scf = fm.split(D, -1)
         h = ln_mod(x, W["backbone.output_layer.norm_final.weight"], shf, scf, c.eps)
         logits = h @ W["backbone.output_layer.linear.weight"].T + W["backbone.output_layer.linear.bias"]
         if c.use_bias:
-            k = math.exp((math.log1p(math.exp(-g)) - g) / 2)  # alpha / sigma^2
-            logits = logits + k * (z[b] @ E.T)
+            k = torch.tensor([math.exp((math.log1p(math.exp(-g)) - g) / 2) for g in grow.tolist()],
+                             dtype=torch.float32)  # alpha / sigma^2 of each row's level
+            logits = logits + k[:, None] * (z[b] @ E.T)
         out.append(logits)
     return torch.stack(out)
 
@@ -158,7 +168,7 @@ def sample(c, W, E, tokens, pads, gen0, noise, N, solver, mode):
     gs = schedule(c, N)
     z = noise.clone()
     xsc = torch.zeros_like(z)
-    fw = lambda zz, g: forward(c, W, E, zz, xsc, [g] * B, pads)
+    fw = lambda zz, g: forward(c, W, E, zz, xsc, [g] * B, pads, gen0)
     forwards = 0
     for i in range(N - 1):
         t, s = gs[i], gs[i + 1]
@@ -247,6 +257,20 @@ def golden(outdir):
                 gold["samples"].append({"steps": N, "solver": solver, "prompt": mode, "forwards": fwd,
                                         "tokens": [[int(t) for t in row] for row in toks],
                                         "margin": flat(top2[..., 0] - top2[..., 1]), "logits": flat(logits)})
+    # the same model read as "prompt_gamma": "min" (tests set the flag in
+    # memory): prompt rows at the schedule's lowest level
+    c.prompt_min = True
+    lp = forward(c, W, E, zf, xf, gam, pads, gen0)
+    gold["prompt_min"] = {"forward_logits": flat(lp), "samples": []}
+    for N in (1, 4):
+        for solver in ("euler", "heun"):
+            logits, toks, fwd = sample(c, W, E, tokens, pads, gen0, noise, N, solver, "clean")
+            top2 = logits[:, gen0:].topk(2, -1).values
+            gold["prompt_min"]["samples"].append({"steps": N, "solver": solver, "prompt": "clean", "forwards": fwd,
+                                                  "tokens": [[int(t) for t in row] for row in toks],
+                                                  "margin": flat(top2[..., 0] - top2[..., 1]),
+                                                  "logits": flat(logits)})
+    c.prompt_min = False
     json.dump(gold, open(outdir + "/golden.json", "w"))
     print("wrote", outdir, "with", len(gold["samples"]), "sampler cases")
 

@@ -8,7 +8,9 @@ sits beside theirs in the default suite.
 
 On the GPU machine, with train-data/ carried (tools/train_small.sh makes it):
 
-    python3 tools/train_flow.py --data train-data --out OUT
+    python3 tools/train_flow.py --data train-data --out OUT --prompt-gamma min --gumbel-loc 4
+
+(the shipped model's recipe; the defaults are the first model's)
 
 writes OUT/small-flow/{config.json, model.safetensors (bf16), tokenizer.json
 (models/small-llama's), TRAINING.md} and OUT/flow_summary.json.
@@ -23,7 +25,15 @@ gradients gives x0_hat = softmax(logits) E, fed back as the
 self-condition on the noised positions (clean ones get E[x]); loss = mean
 cross-entropy of the logits against x on the noised positions. The
 network conditions each position on its own segment's gamma (adaLN per
-token); at sampling every position of a canvas shares one.
+token); at sampling every position of a canvas shares one -- except, with
+--prompt-gamma min (config.json "prompt_gamma": "min"), the clean
+positions, conditioned on the schedule's lowest level in training and at
+sampling.
+
+--diag 'A:flags|B:flags' trains recipes one after another on one copy of
+the data (short diagnostics: --tasks-only 1, --eval-tasks, --eval-steps)
+and writes OUT/flow_diag.json; --full-flags then trains the best of them
+(lookup and pair at the most steps, lookup at the fewest) with those flags.
 """
 import argparse
 import json
@@ -40,7 +50,7 @@ CFG = {"model_type": "LangFlow", "vocab_size": ts.VOCAB, "hidden_size": 256, "co
        "n_heads": 4, "model_length": 256, "mlp_ratio": 3, "freq_embed_dim": 256,
        "use_normalized_embedding": True, "embedding_norm_method": "layernorm", "self_conditioning": True,
        "use_bias": True, "gumbel_loc": 0.0, "gumbel_scale": 3.0, "gumbel_cutoff": 1e-3, "t_eps": 1e-5,
-       "norm_eps": 1e-5, "rope_theta": 10000.0, "time_max_period": 10000.0}
+       "norm_eps": 1e-5, "rope_theta": 10000.0, "time_max_period": 10000.0, "prompt_gamma": "canvas"}
 
 
 def build(torch):
@@ -157,6 +167,12 @@ def gamma_of(q):
     return CFG["gumbel_loc"] - CFG["gumbel_scale"] * math.log(-math.log(q))
 
 
+def gamma_min():
+    """The schedule's lowest (cleanest) noise level: the level of clean
+    positions when CFG["prompt_gamma"] is "min"."""
+    return CFG["gumbel_loc"] - CFG["gumbel_scale"] * math.log(-math.log(CFG["gumbel_cutoff"]))
+
+
 def clamp_gamma(g):
     lo = CFG["gumbel_loc"] - CFG["gumbel_scale"] * math.log(-math.log(CFG["gumbel_cutoff"]))
     hi = CFG["gumbel_loc"] - CFG["gumbel_scale"] * math.log(CFG["gumbel_cutoff"])
@@ -194,6 +210,8 @@ def flow_loss(torch, model, ids, seg, dm, gen, text_rows, sc_prob=0.5):
     s = torch.sqrt(torch.sigmoid(g))[..., None]
     eps = torch.randn(B, T, E.shape[1], device=ids.device, generator=gen)
     nm = noised[..., None]
+    if CFG["prompt_gamma"] == "min":  # clean positions conditioned on the clean level, not their segment's
+        g = torch.where(noised, g, torch.full_like(g, gamma_min()))
     z = torch.where(nm, a * e + s * eps, e)
     xsc = torch.where(nm, torch.zeros_like(e), e)
     use_sc = torch.rand((), device=ids.device, generator=gen) < sc_prob
@@ -224,6 +242,8 @@ def sample(torch, model, prompt_ids, n_gen, steps, device):
         z[0, :P] = pe
         xsc[0, :P] = pe
         gam = torch.full((1, L), gs[i], device=device)
+        if CFG["prompt_gamma"] == "min":
+            gam[0, :P] = gamma_min()
         logits = bb(z, gam, xsc)
         if i == steps - 1:
             return logits[0, P:].argmax(-1).tolist()
@@ -233,11 +253,7 @@ def sample(torch, model, prompt_ids, n_gen, steps, device):
         xsc = x0
 
 
-def main():
-    import numpy as np
-    import torch
-    from safetensors.torch import save_file
-    from tokenizers import Tokenizer
+def parser():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default="train-data")
     ap.add_argument("--out", required=True)
@@ -257,26 +273,50 @@ def main():
     ap.add_argument("--time-budget", type=float, default=420, help="seconds of training at most")
     ap.add_argument("--log-every", type=int, default=250)
     ap.add_argument("--zero-init", action="store_true", help="adaLN-zero initialisation (DiT)")
-    ap.add_argument("--gumbel-loc", type=float, default=CFG["gumbel_loc"],
+    ap.add_argument("--gumbel-loc", type=float, default=0.0,
                     help="the noise schedule's location: larger trains (and samples) more at high noise")
     ap.add_argument("--self-cond-prob", type=float, default=0.5)
-    args = ap.parse_args()
-    CFG["gumbel_loc"] = args.gumbel_loc
-    args.device = "cuda" if torch.cuda.is_available() else "cpu"
-    dev = args.device
-    torch.manual_seed(args.seed)
-    t_start = time.time()
+    ap.add_argument("--prompt-gamma", choices=("canvas", "min"), default="canvas",
+                    help="the noise level clean (prompt) positions are conditioned on: their canvas's (segment's) "
+                         "or the schedule's lowest")
+    ap.add_argument("--tasks-only", type=int, default=0, help="1: every row a task row (diagnostics)")
+    ap.add_argument("--eval-tasks", default=",".join(ts.TASKS))
+    ap.add_argument("--eval-steps", default="1,2,4,8,16")
+    ap.add_argument("--no-export", action="store_true")
+    ap.add_argument("--diag", default="",
+                    help="variants 'name:flags|name:flags' trained one after another on the same data "
+                         "(with the base flags), then --full-flags on top of the best one's")
+    ap.add_argument("--full-flags", default=None, help="after --diag: flags of the full run of the best variant")
+    return ap
+
+
+def load_data(args, torch):
+    from tokenizers import Tokenizer
     tok = Tokenizer.from_file(os.path.join(args.repo, "models", "small-llama", "tokenizer.json"))
     eos = tok.token_to_id(ts.EOS)
     docs = ts.read_text(args.data)
     train_docs, held_docs = ts.split_text(docs)
     stream = ts.build_text_stream(tok, train_docs, eos)
     pool = ts.build_task_pool(tok, args.task_pool_rows, args.seq, eos, args.seed)[:4]
+    return tok, eos, stream, pool
+
+
+def run_variant(args, torch, tok, eos, stream, pool, tag=""):
+    """Trains one recipe, exports it (unless --no-export) and evaluates it
+    on the held-out task items; returns the summary."""
+    from safetensors.torch import save_file
+    CFG["gumbel_loc"] = args.gumbel_loc
+    CFG["prompt_gamma"] = args.prompt_gamma
+    args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    dev = args.device
+    torch.manual_seed(args.seed)
     batches = ts.Batches(stream, pool, args.batch, args.seq, args.seed + 5, dev)
+    if args.tasks_only:
+        batches.n_text = 0
     Model = build(torch)
     model = Model(zero_init=args.zero_init).to(dev)
     n_params = sum(p.numel() for p in model.parameters())
-    ts.log("flow model: %d parameters; text stream %d tokens" % (n_params, len(stream)))
+    ts.log("%sflow model: %d parameters; text stream %d tokens; recipe %s" % (tag, n_params, len(stream), vars(args)))
     opt = ts.make_optimizer(model, args)
     gen = torch.Generator(device=dev).manual_seed(args.seed + 29)
     losses, buf, t0 = [], [], time.time()
@@ -297,10 +337,10 @@ def main():
             vals = torch.stack(buf).float().cpu().tolist()
             buf = []
             losses.extend(vals)
-            ts.log("flow step %d/%d loss %.4f elapsed %.0fs" % (steps_run, args.steps, sum(vals) / len(vals),
-                                                               time.time() - t0))
+            ts.log("%sflow step %d/%d loss %.4f elapsed %.0fs" % (tag, steps_run, args.steps, sum(vals) / len(vals),
+                                                                 time.time() - t0))
         if time.time() - t0 > args.time_budget:
-            ts.log("time budget reached at step %d" % steps_run)
+            ts.log("%stime budget reached at step %d" % (tag, steps_run))
             break
     if buf:
         losses.extend(torch.stack(buf).float().cpu().tolist())
@@ -308,26 +348,30 @@ def main():
     model.eval()
 
     # export: bf16 weights in LangFlow's names, the schedule as scalars
-    out = os.path.join(args.out, "small-flow")
-    os.makedirs(out, exist_ok=True)
     sd = {k: v.detach().to(torch.bfloat16).cpu().contiguous() for k, v in model.state_dict().items()}
-    sd["proposal.loc"] = torch.tensor(CFG["gumbel_loc"], dtype=torch.float32)
-    sd["proposal.scale"] = torch.tensor(CFG["gumbel_scale"], dtype=torch.float32)
-    save_file(sd, os.path.join(out, "model.safetensors"))
     cfg = dict(CFG, eos_token_id=eos)
-    json.dump(cfg, open(os.path.join(out, "config.json"), "w"), indent=1)
-    tok.save(os.path.join(out, "tokenizer.json"))
+    if not args.no_export:
+        out = os.path.join(args.out, "small-flow")
+        os.makedirs(out, exist_ok=True)
+        st = dict(sd)
+        st["proposal.loc"] = torch.tensor(CFG["gumbel_loc"], dtype=torch.float32)
+        st["proposal.scale"] = torch.tensor(CFG["gumbel_scale"], dtype=torch.float32)
+        save_file(st, os.path.join(out, "model.safetensors"))
+        json.dump(cfg, open(os.path.join(out, "config.json"), "w"), indent=1)
+        tok.save(os.path.join(out, "tokenizer.json"))
     # evaluate what was exported (bf16 weights back in float32)
     with torch.no_grad():
         for k, p in model.state_dict().items():
             p.copy_(sd[k].float())
+    tasks = args.eval_tasks.split(",")
     items = []
-    for t in ts.TASKS:
+    for t in tasks:
         items += ts.heldout_items(t, 32)
-    acc = {}
+    acc, outs = {}, {}
     with torch.no_grad():
-        for steps in (1, 2, 4, 8, 16):
-            right = {t: 0 for t in ts.TASKS}
+        for steps in [int(x) for x in args.eval_steps.split(",")]:
+            right = {t: 0 for t in tasks}
+            outs[steps] = []
             for it in items:
                 ids = tok.encode(it["prompt"], add_special_tokens=False).ids
                 outt = sample(torch, model, ids, ts.GEN_LEN, steps, dev)
@@ -335,20 +379,60 @@ def main():
                     outt = outt[:outt.index(eos)]
                 text = tok.decode(outt).strip()
                 right[it["tags"][0]] += int(ts.grade(it, text))
-            acc[steps] = {t: right[t] / 32 for t in ts.TASKS}
-            ts.log("steps %d: %s" % (steps, json.dumps(acc[steps])))
+                outs[steps].append(text)
+            acc[steps] = {t: right[t] / 32 for t in tasks}
+            ts.log("%ssteps %d: %s" % (tag, steps, json.dumps(acc[steps])))
     tail = losses[-max(1, len(losses) // 20):]
-    summary = {"params": n_params, "steps": steps_run, "wall_s": round(wall, 1),
-               "tokens": steps_run * args.batch * args.seq, "final_train_loss": round(sum(tail) / len(tail), 4),
-               "loss_curve": [[i + 1, round(losses[i], 4)] for i in
-                              sorted(set(range(0, len(losses), max(1, len(losses) // 20))) | {len(losses) - 1})],
-               "accuracy_tasks_jsonl": acc, "device": torch.cuda.get_device_name(0) if dev == "cuda" else "cpu",
-               "torch": torch.__version__, "total_s": round(time.time() - t_start, 1), "config": cfg,
-               "recipe": {"lr": args.lr, "zero_init": args.zero_init, "gumbel_loc": args.gumbel_loc,
-                          "self_cond_prob": args.self_cond_prob, "steps": args.steps}}
-    json.dump(summary, open(os.path.join(args.out, "flow_summary.json"), "w"), indent=1)
-    ts.log("done: %s" % json.dumps({k: summary[k] for k in ("steps", "wall_s", "final_train_loss")}))
-    np.random.seed(0)
+    return {"params": n_params, "steps": steps_run, "wall_s": round(wall, 1),
+            "tokens": steps_run * args.batch * args.seq, "final_train_loss": round(sum(tail) / len(tail), 4),
+            "loss_curve": [[i + 1, round(losses[i], 4)] for i in
+                           sorted(set(range(0, len(losses), max(1, len(losses) // 20))) | {len(losses) - 1})],
+            "accuracy_tasks_jsonl": acc, "outputs": outs,
+            "device": torch.cuda.get_device_name(0) if dev == "cuda" else "cpu",
+            "torch": torch.__version__, "config": cfg,
+            "recipe": {k: getattr(args, k) for k in ("lr", "zero_init", "gumbel_loc", "self_cond_prob", "steps",
+                                                     "prompt_gamma", "tasks_only", "batch", "task_pool_rows")}}
+
+
+def diag_score(S):
+    """lookup and pair at the most steps evaluated, plus lookup at the fewest:
+    the recipe that learns the tasks that need the prompt read twice."""
+    acc = S["accuracy_tasks_jsonl"]
+    lo, hi = min(acc), max(acc)
+    return acc[hi].get("lookup", 0) + acc[hi].get("pair", 0) + acc[lo].get("lookup", 0)
+
+
+def main():
+    import torch
+    ap = parser()
+    args = ap.parse_args()
+    t_start = time.time()
+    tok, eos, stream, pool = load_data(args, torch)
+    ts.log("data ready in %.0fs" % (time.time() - t_start))
+    os.makedirs(args.out, exist_ok=True)
+    if not args.diag:
+        summary = run_variant(args, torch, tok, eos, stream, pool)
+        summary["total_s"] = round(time.time() - t_start, 1)
+        json.dump(summary, open(os.path.join(args.out, "flow_summary.json"), "w"), indent=1)
+        ts.log("done: %s" % json.dumps({k: summary[k] for k in ("steps", "wall_s", "final_train_loss")}))
+        return
+    base = sys.argv[1:]
+    results = {}
+    for spec in args.diag.split("|"):
+        name, _, flags = spec.partition(":")
+        va = ap.parse_args(base + flags.split() + ["--no-export"])
+        results[name] = run_variant(va, torch, tok, eos, stream, pool, tag="[%s] " % name)
+        results[name]["flags"] = flags
+        json.dump(results, open(os.path.join(args.out, "flow_diag.json"), "w"), indent=1)
+    best = max(results, key=lambda n: diag_score(results[n]))
+    ts.log("diag scores: %s; best %s" % ({n: round(diag_score(r), 3) for n, r in results.items()}, best))
+    if args.full_flags is not None:
+        fa = ap.parse_args(base + results[best]["flags"].split() + args.full_flags.split() + ["--diag", ""])
+        summary = run_variant(fa, torch, tok, eos, stream, pool, tag="[full %s] " % best)
+        summary["total_s"] = round(time.time() - t_start, 1)
+        summary["diag_best"] = best
+        json.dump(summary, open(os.path.join(args.out, "flow_summary.json"), "w"), indent=1)
+        ts.log("done: %s" % json.dumps({k: summary[k] for k in ("steps", "wall_s", "final_train_loss")}))
 
 
 if __name__ == "__main__":

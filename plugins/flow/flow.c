@@ -32,7 +32,7 @@
 #define FLOW_GPU_CAPS 0
 #endif
 
-#define FLOW_VERSION "0.1.0"
+#define FLOW_VERSION "0.2.0" /* 0.2: prompt_gamma "min" models */
 
 enum { OPT_DEVICE, OPT_THREADS, OPT_SOLVER, OPT_PROMPT, OPT_PRESET_SEED, N_OPTS };
 
@@ -115,6 +115,7 @@ static char *make_description(const flow_ctx *c)
     ok &= cJSON_AddNumberToObject(o, "hidden_size", cfg->hidden) != NULL;
     ok &= cJSON_AddNumberToObject(o, "context_length", cfg->model_length) != NULL;
     ok &= cJSON_AddBoolToObject(o, "self_conditioning", cfg->self_conditioning) != NULL;
+    ok &= cJSON_AddStringToObject(o, "prompt_gamma", cfg->prompt_gamma_min ? "min" : "canvas") != NULL;
     ok &= cJSON_AddStringToObject(o, "engine_version", FLOW_VERSION) != NULL;
     ok &= cJSON_AddBoolToObject(o, "tokenizer", c->tok != NULL) != NULL;
     ok &= cJSON_AddBoolToObject(o, "prompt_bos", 0) != NULL;
@@ -217,9 +218,9 @@ static tb_status flow_create(const tb_host *host, const char *model, const tb_op
 
 /* The engine binding of the CPU path. */
 static int cpu_forward(void *ctx, const float *z, const float *x_sc, const double *gamma, const int *pad, int B, int L,
-                       float *logits)
+                       int gen0, float *logits)
 {
-    return tb_flow_cpu_forward(ctx, z, x_sc, gamma, pad, B, L, logits);
+    return tb_flow_cpu_forward(ctx, z, x_sc, gamma, pad, B, L, gen0, logits);
 }
 
 static void cpu_x0(void *ctx, float *logits, size_t rows, float *x0)

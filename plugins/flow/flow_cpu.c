@@ -2,6 +2,7 @@
  * PyTorch reference (tools/flow_reference.py) computes. */
 #define _GNU_SOURCE
 #include "flow_cpu.h"
+#include "flow_sampler.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -25,7 +26,7 @@ int tb_flow_cpu_init(tb_flow_cpu *st, const tb_flow_model *m, int max_seqs, int 
     openblas_set_num_threads(n_threads);
     size_t R = (size_t)max_seqs * max_len, D = (size_t)c->hidden;
     size_t sizes[] = {R * D, R * D, R * 3 * D, R * D, R * (size_t)c->mlp_dim, R * 2 * D, (size_t)max_len * max_len,
-                      (size_t)max_seqs * c->cond_dim, (size_t)max_seqs * 6 * D, (size_t)c->freq_dim};
+                      2 * (size_t)max_seqs * c->cond_dim, 2 * (size_t)max_seqs * 6 * D, (size_t)c->freq_dim};
     float **ptrs[] = {&st->x, &st->h, &st->qkv, &st->att, &st->up, &st->cat, &st->scores, &st->cond, &st->mod, &st->tf};
     int ok = max_seqs >= 1 && max_len >= 1;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
@@ -137,17 +138,31 @@ static void rope(float *v, int hd, int pos, const float *inv_freq)
     }
 }
 
+/* alpha / sigma^2 of level g: the skip term's scale */
+static float skip_scale(double g)
+{
+    double sp = g < 0 ? log1p(exp(g)) - g : log1p(exp(-g)); /* softplus(-gamma) */
+    return (float)exp((sp - g) / 2);
+}
+
 int tb_flow_cpu_forward(tb_flow_cpu *st, const float *z, const float *x_sc, const double *gamma, const int *pad,
-                        int B, int L, float *logits)
+                        int B, int L, int gen0, float *logits)
 {
     const tb_flow_model *m = st->m;
     const tb_flow_config *c = &m->cfg;
-    if (B < 1 || L < 1 || B > st->max_seqs || L > st->max_len)
+    if (B < 1 || L < 1 || B > st->max_seqs || L > st->max_len || gen0 < 0 || gen0 > L)
         return -1;
     int D = c->hidden, C = c->cond_dim, F = c->mlp_dim, V = c->vocab, H = c->n_heads, hd = c->head_dim;
     int R = B * L;
+    /* conditions: cond[b] at canvas b's level, cond[B + b] at the prompt
+     * level; row r takes the second when its position is before gp */
+    int gp = c->prompt_gamma_min ? gen0 : 0, nc = gp > 0 ? 2 * B : B;
+    double gmin = tb_flow_gamma_min(c);
+#define MODROW(r) ((r) % L < gp ? B + (r) / L : (r) / L)
     for (int b = 0; b < B; b++)
         time_cond(st, gamma[b], st->cond + (size_t)b * C);
+    for (int b = B; b < nc; b++)
+        time_cond(st, gmin, st->cond + (size_t)b * C);
     /* input: x = z + W_sc [z ; x_sc] */
     memcpy(st->x, z, (size_t)R * D * sizeof(float));
     if (c->self_conditioning) {
@@ -163,12 +178,12 @@ int tb_flow_cpu_forward(tb_flow_cpu *st, const float *z, const float *x_sc, cons
     float scale = 1.0f / sqrtf((float)hd);
     for (int l = 0; l < c->n_blocks; l++) {
         const tb_flow_block *blk = &m->blocks[l];
-        for (int b = 0; b < B; b++)
+        for (int b = 0; b < nc; b++)
             modulation(blk->ada_w, blk->ada_b, st->cond + (size_t)b * C, 6 * D, C, st->mod + (size_t)b * 6 * D);
         /* attention */
-        for (int b = 0; b < B; b++) {
-            const float *mb = st->mod + (size_t)b * 6 * D;
-            ln_mod(st->h + (size_t)b * L * D, st->x + (size_t)b * L * D, blk->norm1, mb, mb + D, L, D, c->norm_eps);
+        for (int r = 0; r < R; r++) {
+            const float *mb = st->mod + (size_t)MODROW(r) * 6 * D;
+            ln_mod(st->h + (size_t)r * D, st->x + (size_t)r * D, blk->norm1, mb, mb + D, 1, D, c->norm_eps);
         }
         matmul_t(st->qkv, st->h, blk->wqkv, R, 3 * D, D, 0.0f);
         for (int r = 0; r < R; r++) {
@@ -205,14 +220,14 @@ int tb_flow_cpu_forward(tb_flow_cpu *st, const float *z, const float *x_sc, cons
         /* x += g1 * W_o att (W_o att into h first: the gate scales it) */
         matmul_t(st->h, st->att, blk->wo, R, D, D, 0.0f);
         for (int r = 0; r < R; r++) {
-            const float *g1 = st->mod + (size_t)(r / L) * 6 * D + 2 * D;
+            const float *g1 = st->mod + (size_t)MODROW(r) * 6 * D + 2 * D;
             for (int i = 0; i < D; i++)
                 st->x[(size_t)r * D + i] += g1[i] * st->h[(size_t)r * D + i];
         }
         /* MLP */
-        for (int b = 0; b < B; b++) {
-            const float *mb = st->mod + (size_t)b * 6 * D;
-            ln_mod(st->h + (size_t)b * L * D, st->x + (size_t)b * L * D, blk->norm2, mb + 3 * D, mb + 4 * D, L, D,
+        for (int r = 0; r < R; r++) {
+            const float *mb = st->mod + (size_t)MODROW(r) * 6 * D;
+            ln_mod(st->h + (size_t)r * D, st->x + (size_t)r * D, blk->norm2, mb + 3 * D, mb + 4 * D, 1, D,
                    c->norm_eps);
         }
         matmul_t(st->up, st->h, blk->w_up, R, F, D, 0.0f);
@@ -221,27 +236,30 @@ int tb_flow_cpu_forward(tb_flow_cpu *st, const float *z, const float *x_sc, cons
                 st->up[(size_t)r * F + i] = gelu_tanh(st->up[(size_t)r * F + i] + blk->b_up[i]);
         matmul_t(st->h, st->up, blk->w_down, R, D, F, 0.0f);
         for (int r = 0; r < R; r++) {
-            const float *g2 = st->mod + (size_t)(r / L) * 6 * D + 5 * D;
+            const float *g2 = st->mod + (size_t)MODROW(r) * 6 * D + 5 * D;
             for (int i = 0; i < D; i++)
                 st->x[(size_t)r * D + i] += g2[i] * (st->h[(size_t)r * D + i] + blk->b_down[i]);
         }
     }
-    /* output layer */
-    for (int b = 0; b < B; b++) {
-        float *mb = st->mod + (size_t)b * 6 * D; /* shift, scale */
-        modulation(m->fada_w, m->fada_b, st->cond + (size_t)b * C, 2 * D, C, mb);
-        ln_mod(st->h + (size_t)b * L * D, st->x + (size_t)b * L * D, m->norm_f, mb, mb + D, L, D, c->norm_eps);
+    /* output layer: (shift, scale) of each condition in its mod row */
+    for (int b = 0; b < nc; b++)
+        modulation(m->fada_w, m->fada_b, st->cond + (size_t)b * C, 2 * D, C, st->mod + (size_t)b * 6 * D);
+    for (int r = 0; r < R; r++) {
+        const float *mb = st->mod + (size_t)MODROW(r) * 6 * D;
+        ln_mod(st->h + (size_t)r * D, st->x + (size_t)r * D, m->norm_f, mb, mb + D, 1, D, c->norm_eps);
     }
+#undef MODROW
     matmul_t(logits, st->h, m->w_out, R, V, D, 0.0f);
     for (int r = 0; r < R; r++)
         for (int v = 0; v < V; v++)
             logits[(size_t)r * V + v] += m->b_out[v];
-    if (c->use_bias) /* the skip term: (alpha / sigma^2) z E^T */
+    if (c->use_bias) /* the skip term: (alpha / sigma^2) z E^T, each row at its own level */
         for (int b = 0; b < B; b++) {
-            double g = gamma[b], sp = g < 0 ? log1p(exp(g)) - g : log1p(exp(-g)); /* softplus(-gamma) */
-            float k = (float)exp((sp - g) / 2);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, L, V, D, k, z + (size_t)b * L * D, D, m->embed, D,
-                        1.0f, logits + (size_t)b * L * V, V);
+            if (gp > 0)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, gp, V, D, skip_scale(gmin), z + (size_t)b * L * D,
+                            D, m->embed, D, 1.0f, logits + (size_t)b * L * V, V);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, L - gp, V, D, skip_scale(gamma[b]),
+                        z + ((size_t)b * L + gp) * D, D, m->embed, D, 1.0f, logits + ((size_t)b * L + gp) * V, V);
         }
     return 0;
 }

@@ -14,7 +14,7 @@ typedef struct tb_flow_cpu {
     int max_seqs, max_len; /* a call: B <= max_seqs canvases of L <= max_len */
     float *x, *h, *qkv, *att, *up, *cat; /* [rows][D | 3D | D | F | 2D] */
     float *scores;                       /* [L][L]: one head's attention */
-    float *cond, *mod;                   /* [B][C], [B][6D] */
+    float *cond, *mod;                   /* [2B][C], [2B][6D]: canvas levels, then prompt levels */
     float *tf;                           /* [freq_dim] */
     size_t bytes;
 } tb_flow_cpu;
@@ -28,10 +28,13 @@ void tb_flow_cpu_free(tb_flow_cpu *st);
  * z and x_sc [B][L][D] (x_sc NULL: zeros, the first step; ignored by a
  * model without self-conditioning). pad[B] (NULL: none): canvas b's first
  * pad[b] positions are left padding (prompts of unequal lengths), masked
- * as keys, RoPE counting from the first real position. Returns 0, or -1
+ * as keys, RoPE counting from the first real position. Positions
+ * [0, gen0) of each canvas are its prompt (clean conditions; 0: none): with
+ * the config's prompt_gamma_min they are conditioned on the schedule's
+ * lowest level (tb_flow_gamma_min), the rest on gamma[b]. Returns 0, or -1
  * when the call does not fit the state. */
 int tb_flow_cpu_forward(tb_flow_cpu *st, const float *z, const float *x_sc, const double *gamma, const int *pad,
-                        int B, int L, float *logits);
+                        int B, int L, int gen0, float *logits);
 
 /* x0[rows][D] = softmax(logits[rows][V]) E, the softmax in float64 per row
  * (logits is overwritten with the probabilities). */

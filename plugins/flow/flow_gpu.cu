@@ -126,10 +126,17 @@ static __device__ float block_max(float v, float *red)
     return t;
 }
 
-// y[r] = LN(x[r]) w (1 + scale) + shift, shift/scale of row r's canvas
-// (r / L) at mod + b * mstride + off_shift / off_scale; bf16 out.
+// The modulation row of row r: 0, the canvas's level, or 1, the prompt
+// level for the first gp positions of each canvas (gp 0: none).
+__device__ __forceinline__ int mod_row(size_t r, int L, int gp)
+{
+    return (int)(r % L) < gp ? 1 : 0;
+}
+
+// y[r] = LN(x[r]) w (1 + scale) + shift, shift/scale of row r's level
+// at mod + mod_row(r) * mstride + off_shift / off_scale; bf16 out.
 __global__ void k_ln_mod(const float *x, const float *w, const float *mod, int mstride, int off_shift, int off_scale,
-                         int L, int D, float eps, bf16 *y)
+                         int L, int gp, int D, float eps, bf16 *y)
 {
     __shared__ float red[32];
     int r = blockIdx.x;
@@ -142,7 +149,7 @@ __global__ void k_ln_mod(const float *x, const float *w, const float *mod, int m
     for (int i = threadIdx.x; i < D; i += blockDim.x)
         v += (xr[i] - mean) * (xr[i] - mean);
     float inv = rsqrtf(block_sum(v, red) / D + eps);
-    const float *m = mod + (size_t)(r / L) * mstride;
+    const float *m = mod + (size_t)mod_row(r, L, gp) * mstride;
     for (int i = threadIdx.x; i < D; i += blockDim.x)
         y[(size_t)r * D + i] = __float2bfloat16((xr[i] - mean) * inv * w[i] * (1.0f + m[off_scale + i]) + m[off_shift + i]);
 }
@@ -177,14 +184,14 @@ __global__ void k_merge_heads(const bf16 *o, int L, int H, int hd, bf16 *att)
         att[(size_t)r * H * hd + (size_t)h * hd + i] = o[(((size_t)b * H + h) * L + t) * hd + i];
 }
 
-// x[r] += g (y[r] + bias), g of row r's canvas at mod + b * mstride + off
+// x[r] += g (y[r] + bias), g of row r's level at mod + mod_row(r) * mstride + off
 __global__ void k_gate_add(float *x, const float *y, const float *bias, const float *mod, int mstride, int off, int L,
-                           int D, size_t n)
+                           int gp, int D, size_t n)
 {
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
         size_t r = e / D;
         int i = (int)(e % D);
-        x[e] += mod[(r / L) * mstride + off + i] * (y[e] + (bias ? bias[i] : 0.0f));
+        x[e] += mod[(size_t)mod_row(r, L, gp) * mstride + off + i] * (y[e] + (bias ? bias[i] : 0.0f));
     }
 }
 
@@ -557,14 +564,14 @@ static int reserve(tb_flow_gpu *g, int B, int L)
              dalloc(g, (void **)&g->x, R * D * fl) || dalloc(g, (void **)&g->y, R * (F > 3 * D ? F : 3 * D) * fl) ||
              dalloc(g, (void **)&g->qkv, R * 3 * D * fl) || dalloc(g, (void **)&g->logits, R * V * fl) ||
              dalloc(g, (void **)&g->scores, (size_t)B * H * L * L * fl) ||
-             dalloc(g, (void **)&g->mod, (size_t)B * 6 * D * fl) || dalloc(g, (void **)&g->cond, (size_t)B * c->cond_dim * fl) ||
+             dalloc(g, (void **)&g->mod, 2 * 6 * D * fl) || dalloc(g, (void **)&g->cond, 2 * (size_t)c->cond_dim * fl) ||
              dalloc(g, (void **)&g->zb, R * D * hb) || dalloc(g, (void **)&g->xb, R * D * hb) ||
              dalloc(g, (void **)&g->h, R * D * hb) || dalloc(g, (void **)&g->q, R * D * hb) ||
              dalloc(g, (void **)&g->k, R * D * hb) || dalloc(g, (void **)&g->v, R * D * hb) ||
              dalloc(g, (void **)&g->o, R * D * hb) || dalloc(g, (void **)&g->att, R * D * hb) ||
              dalloc(g, (void **)&g->u, R * F * hb) || dalloc(g, (void **)&g->probs, R * V * hb) ||
              dalloc(g, (void **)&g->pr, (size_t)B * H * L * L * hb) ||
-             dalloc(g, (void **)&g->condb, (size_t)B * c->cond_dim * hb) ||
+             dalloc(g, (void **)&g->condb, 2 * (size_t)c->cond_dim * hb) ||
              dalloc(g, (void **)&g->tok, R * sizeof(int32_t)) || dalloc(g, (void **)&g->out_tok, R * sizeof(int32_t)) ||
              dalloc(g, (void **)&g->pad, (size_t)B * sizeof(int));
     g->buf_bytes = g->held - before;
@@ -601,20 +608,33 @@ static void time_cond(const tb_flow_gpu *g, double gamma, float *cond)
     }
 }
 
-// logits (g->logits) of f(zz, gamma, g->xsc) for B canvases of L rows.
-static int forward(tb_flow_gpu *g, const float *zz, double gamma, int B, int L)
+// alpha / sigma^2 of level gamma: the skip term's scale
+static float skip_scale(double gamma)
+{
+    double sp = gamma < 0 ? log1p(exp(gamma)) - gamma : log1p(exp(-gamma)); // softplus(-gamma)
+    return (float)exp((sp - gamma) / 2);
+}
+
+// logits (g->logits) of f(zz, gamma, g->xsc) for B canvases of L rows;
+// positions [0, gen0) are the prompt (at the schedule's lowest level when
+// the model says prompt_gamma min: flow_cpu.h).
+static int forward(tb_flow_gpu *g, const float *zz, double gamma, int B, int L, int gen0)
 {
     const tb_flow_config *c = &g->cfg;
     int D = c->hidden, C = c->cond_dim, V = c->vocab, F = c->mlp_dim, H = c->n_heads, hd = c->head_dim;
     int R = B * L;
     size_t n = (size_t)R * D;
-    // the condition: the same for every canvas (one gamma a step)
-    static float condh[4096];
+    // the conditions, the same for every canvas (one gamma a step): row 0
+    // at gamma, row 1 (when prompt rows have their own level) at gamma_min
+    int gp = c->prompt_gamma_min ? gen0 : 0, nc = gp > 0 ? 2 : 1;
+    double gmin = tb_flow_gamma_min(c);
+    static float condh[2 * 4096];
     time_cond(g, gamma, condh);
-    for (int b = 0; b < B; b++)
-        CK(cudaMemcpyAsync(g->cond + (size_t)b * C, condh, C * sizeof(float), cudaMemcpyHostToDevice, g->stream));
+    if (nc == 2)
+        time_cond(g, gmin, condh + C);
+    CK(cudaMemcpyAsync(g->cond, condh, (size_t)nc * C * sizeof(float), cudaMemcpyHostToDevice, g->stream));
     CK(cudaStreamSynchronize(g->stream)); // condh is reused by the next call
-    k_f32_to_bf16<<<grid_for((size_t)B * C), 256, 0, g->stream>>>(g->cond, g->condb, (size_t)B * C);
+    k_f32_to_bf16<<<grid_for((size_t)nc * C), 256, 0, g->stream>>>(g->cond, g->condb, (size_t)nc * C);
     k_f32_to_bf16<<<grid_for(n), 256, 0, g->stream>>>(zz, g->zb, n);
     k_f32_to_bf16<<<grid_for(n), 256, 0, g->stream>>>(g->xsc, g->xb, n);
     LAUNCHED();
@@ -627,11 +647,11 @@ static int forward(tb_flow_gpu *g, const float *zz, double gamma, int B, int L)
     float alpha = 1.0f / sqrtf((float)hd), one = 1.0f, zero = 0.0f;
     for (int l = 0; l < c->n_blocks; l++) {
         fblock *bl = &g->blocks[l];
-        // modulation [B][6D] = cond W_ada^T + b_ada
-        if (gemm_nt(g, g->mod, g->condb, C, bl->ada_w, C, B, 6 * D, C, 1, 0))
+        // modulation [nc][6D] = cond W_ada^T + b_ada
+        if (gemm_nt(g, g->mod, g->condb, C, bl->ada_w, C, nc, 6 * D, C, 1, 0))
             return -1;
-        k_add_rowbias<<<grid_for((size_t)B * 6 * D), 256, 0, g->stream>>>(g->mod, bl->ada_b, 6 * D, (size_t)B * 6 * D);
-        k_ln_mod<<<R, 256, 0, g->stream>>>(g->x, bl->norm1, g->mod, 6 * D, 0, D, L, D, (float)c->norm_eps, g->h);
+        k_add_rowbias<<<grid_for((size_t)nc * 6 * D), 256, 0, g->stream>>>(g->mod, bl->ada_b, 6 * D, (size_t)nc * 6 * D);
+        k_ln_mod<<<R, 256, 0, g->stream>>>(g->x, bl->norm1, g->mod, 6 * D, 0, D, L, gp, D, (float)c->norm_eps, g->h);
         LAUNCHED();
         if (gemm_nt(g, g->qkv, g->h, D, bl->wqkv, D, R, 3 * D, D, 1, 0))
             return -1;
@@ -653,8 +673,9 @@ static int forward(tb_flow_gpu *g, const float *zz, double gamma, int B, int L)
         LAUNCHED();
         if (gemm_nt(g, g->y, g->att, D, bl->wo, D, R, D, D, 1, 0))
             return -1;
-        k_gate_add<<<grid_for(n), 256, 0, g->stream>>>(g->x, g->y, NULL, g->mod, 6 * D, 2 * D, L, D, n);
-        k_ln_mod<<<R, 256, 0, g->stream>>>(g->x, bl->norm2, g->mod, 6 * D, 3 * D, 4 * D, L, D, (float)c->norm_eps, g->h);
+        k_gate_add<<<grid_for(n), 256, 0, g->stream>>>(g->x, g->y, NULL, g->mod, 6 * D, 2 * D, L, gp, D, n);
+        k_ln_mod<<<R, 256, 0, g->stream>>>(g->x, bl->norm2, g->mod, 6 * D, 3 * D, 4 * D, L, gp, D, (float)c->norm_eps,
+                                           g->h);
         LAUNCHED();
         if (gemm_nt(g, g->y, g->h, D, bl->w_up, D, R, F, D, 1, 0))
             return -1;
@@ -662,25 +683,29 @@ static int forward(tb_flow_gpu *g, const float *zz, double gamma, int B, int L)
         LAUNCHED();
         if (gemm_nt(g, g->y, g->u, F, bl->w_down, F, R, D, F, 1, 0))
             return -1;
-        k_gate_add<<<grid_for(n), 256, 0, g->stream>>>(g->x, g->y, bl->b_down, g->mod, 6 * D, 5 * D, L, D, n);
+        k_gate_add<<<grid_for(n), 256, 0, g->stream>>>(g->x, g->y, bl->b_down, g->mod, 6 * D, 5 * D, L, gp, D, n);
         LAUNCHED();
     }
     // output layer
-    if (gemm_nt(g, g->mod, g->condb, C, g->fada_w, C, B, 2 * D, C, 1, 0))
+    if (gemm_nt(g, g->mod, g->condb, C, g->fada_w, C, nc, 2 * D, C, 1, 0))
         return -1;
-    k_add_rowbias<<<grid_for((size_t)B * 2 * D), 256, 0, g->stream>>>(g->mod, g->fada_b, 2 * D, (size_t)B * 2 * D);
-    k_ln_mod<<<R, 256, 0, g->stream>>>(g->x, g->norm_f, g->mod, 2 * D, 0, D, L, D, (float)c->norm_eps, g->h);
+    k_add_rowbias<<<grid_for((size_t)nc * 2 * D), 256, 0, g->stream>>>(g->mod, g->fada_b, 2 * D, (size_t)nc * 2 * D);
+    k_ln_mod<<<R, 256, 0, g->stream>>>(g->x, g->norm_f, g->mod, 2 * D, 0, D, L, gp, D, (float)c->norm_eps, g->h);
     LAUNCHED();
     if (gemm_nt(g, g->logits, g->h, D, g->w_out, D, R, V, D, 1, 0))
         return -1;
     k_add_rowbias<<<grid_for((size_t)R * V), 256, 0, g->stream>>>(g->logits, g->b_out, V, (size_t)R * V);
     LAUNCHED();
-    if (c->use_bias) { // + (alpha / sigma^2) z E^T
-        double sp = gamma < 0 ? log1p(exp(gamma)) - gamma : log1p(exp(-gamma));
-        float k = (float)exp((sp - gamma) / 2);
-        if (gemm_nt(g, g->logits, g->zb, D, g->E, D, R, V, D, k, 1))
+    if (c->use_bias && gp == 0) { // + (alpha / sigma^2) z E^T
+        if (gemm_nt(g, g->logits, g->zb, D, g->E, D, R, V, D, skip_scale(gamma), 1))
             return -1;
-    }
+    } else if (c->use_bias) // each canvas: its prompt rows at gamma_min, the rest at gamma
+        for (int b = 0; b < B; b++)
+            if (gemm_nt(g, g->logits + (size_t)b * L * V, g->zb + (size_t)b * L * D, D, g->E, D, gp, V, D,
+                        skip_scale(gmin), 1) ||
+                gemm_nt(g, g->logits + ((size_t)b * L + gp) * V, g->zb + ((size_t)b * L + gp) * D, D, g->E, D, L - gp,
+                        V, D, skip_scale(gamma), 1))
+                return -1;
     return 0;
 }
 
@@ -745,7 +770,7 @@ extern "C" int tb_flow_gpu_sample(tb_flow_gpu *g, const tb_flow_params *p, int32
         fail(g, "upload: %s", cudaGetErrorString(cudaGetLastError()));
 #define FORWARD(zz, gamma)                                                                                         \
     do {                                                                                                           \
-        TRY(forward(g, zz, gamma, B, L));                                                                          \
+        TRY(forward(g, zz, gamma, B, L, gen0));                                                                          \
         if (rc == 0) {                                                                                             \
             ++*forwards;                                                                                           \
             if (progress && progress(progress_ctx, *forwards - 1) != 0)                                            \

@@ -243,6 +243,13 @@ static int parse_config(const char *path, tb_flow_config *c, char *err, size_t e
         snprintf(err, err_size, "%s: mlp_ratio %d outside [1, 64]", path, mlp_ratio);
         goto out;
     }
+    const cJSON *pg = cJSON_GetObjectItemCaseSensitive(j, "prompt_gamma");
+    if (pg && !cJSON_IsNull(pg) &&
+        (!cJSON_IsString(pg) || (strcmp(pg->valuestring, "canvas") != 0 && strcmp(pg->valuestring, "min") != 0))) {
+        snprintf(err, err_size, "%s: \"prompt_gamma\" must be \"canvas\" or \"min\"", path);
+        goto out;
+    }
+    c->prompt_gamma_min = pg && cJSON_IsString(pg) && strcmp(pg->valuestring, "min") == 0;
     c->mlp_dim = mlp_ratio * c->hidden;
     c->head_dim = c->n_heads > 0 ? c->hidden / c->n_heads : 0;
     c->eos_token_id = eos;

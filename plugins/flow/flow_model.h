@@ -18,7 +18,13 @@
  * E: the token embeddings, rows L2-normalised and scaled by sqrt(D) at load
  * (use_normalized_embedding); x0_hat = softmax(logits) E.
  * Noise level gamma: alpha = sqrt(sigmoid(-gamma)), sigma =
- * sqrt(sigmoid(gamma)), z = alpha x + sigma eps (flow_sampler.h). */
+ * sqrt(sigmoid(gamma)), z = alpha x + sigma eps (flow_sampler.h).
+ * The level each position is conditioned on (c above, and the skip term's
+ * alpha / sigma^2): the canvas's gamma, except, when config.json says
+ * "prompt_gamma": "min", at the clean prompt positions, which get the
+ * schedule's lowest level (its clamp at the cutoff): a model trained so
+ * can tell a clean condition from a noisy position by its level (tokbench
+ * addition; LangFlow, trained without prompts, has none). */
 #ifndef TB_FLOW_MODEL_H
 #define TB_FLOW_MODEL_H
 
@@ -35,6 +41,7 @@ typedef struct tb_flow_config {
     /* the noise schedule: gamma(q) = loc - scale ln(-ln q) on q in
      * [1 - t_eps, t_eps], clamped to its value at the cutoff (flow_sampler.c) */
     double gumbel_loc, gumbel_scale, gumbel_cutoff, t_eps;
+    int prompt_gamma_min; /* "prompt_gamma": "min": prompt positions at the schedule's lowest level */
     int32_t eos_token_id; /* -1: none (the answer is the whole canvas) */
     int random_weights;
 } tb_flow_config;

@@ -24,9 +24,14 @@ double tb_flow_sigma(double gamma)
     return sqrt(sigmoid(gamma));
 }
 
+double tb_flow_gamma_min(const tb_flow_config *c)
+{
+    return c->gumbel_loc - c->gumbel_scale * log(-log(c->gumbel_cutoff));
+}
+
 void tb_flow_schedule(const tb_flow_config *c, int N, double *gamma)
 {
-    double lo = c->gumbel_loc - c->gumbel_scale * log(-log(c->gumbel_cutoff));
+    double lo = tb_flow_gamma_min(c);
     double hi = c->gumbel_loc - c->gumbel_scale * log(c->gumbel_cutoff);
     for (int i = 0; i < N; i++) {
         double q = N == 1 ? 1 - c->t_eps : (1 - c->t_eps) + (c->t_eps - (1 - c->t_eps)) * i / (N - 1);
@@ -111,7 +116,7 @@ int tb_flow_sample(const tb_flow_model *m, const tb_flow_engine *e, const tb_flo
     do {                                                                                                             \
         for (int b_ = 0; b_ < B; b_++)                                                                               \
             gb[b_] = (gamma);                                                                                        \
-        if (e->forward(e->ctx, zz, w.xsc, gb, pad, B, L, w.logits) != 0) /* x_sc: 0 at first */                    \
+        if (e->forward(e->ctx, zz, w.xsc, gb, pad, B, L, gen0, w.logits) != 0) /* x_sc: 0 at first */              \
             goto out;                                                                                                \
         ++*forwards;                                                                                                 \
         if (progress && progress(progress_ctx, *forwards - 1) != 0)                                                  \

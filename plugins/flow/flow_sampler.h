@@ -37,16 +37,20 @@ extern const char *const tb_flow_prompt_names[];  /* "clean", "noised", NULL */
 
 /* The noise levels of an N-step schedule into gamma[N]. */
 void tb_flow_schedule(const tb_flow_config *c, int N, double *gamma);
+/* The schedule's lowest level, loc - scale ln(-ln cutoff): the clamp
+ * every schedule ends at or above, and the level of prompt positions in a
+ * "prompt_gamma": "min" model (flow_model.h). */
+double tb_flow_gamma_min(const tb_flow_config *c);
 double tb_flow_alpha(double gamma);
 double tb_flow_sigma(double gamma);
 
 /* What the sampler needs of an engine: logits[B][L][V] of f(z, gamma,
- * x_sc, pad) (flow_cpu.h), and the readout x0 = softmax(logits) E (the
- * logits may be overwritten). 0 or -1. */
+ * x_sc, pad, gen0) (flow_cpu.h), and the readout x0 = softmax(logits) E
+ * (the logits may be overwritten). 0 or -1. */
 typedef struct tb_flow_engine {
     void *ctx;
     int (*forward)(void *ctx, const float *z, const float *x_sc, const double *gamma, const int *pad, int B, int L,
-                   float *logits);
+                   int gen0, float *logits);
     void (*x0)(void *ctx, float *logits, size_t rows, float *x0);
 } tb_flow_engine;
 

@@ -290,12 +290,14 @@ static void check_ar_slots(const char *name)
 /* The flow backend's device path (plugins/flow/flow_gpu.cu) against its CPU
  * path on the golden tiny model (tests/data/golden/flow-tiny): both
  * samplers from the same starting noise, two canvases (one left-padded),
- * euler and heun, prompts clean and noised: the final logits within the
- * bf16 bound and every token whose CPU margin is clear. */
+ * euler and heun, prompts clean and noised, the prompt rows at the
+ * canvas's level and (the model read as "prompt_gamma": "min") at the
+ * schedule's lowest: the final logits within the bf16 bound and every
+ * token whose CPU margin is clear. */
 static int flow_cpu_forward(void *ctx, const float *z, const float *x_sc, const double *gamma, const int *pad, int B,
-                            int L, float *logits)
+                            int L, int gen0, float *logits)
 {
-    return tb_flow_cpu_forward(ctx, z, x_sc, gamma, pad, B, L, logits);
+    return tb_flow_cpu_forward(ctx, z, x_sc, gamma, pad, B, L, gen0, logits);
 }
 
 static void flow_cpu_x0(void *ctx, float *logits, size_t rows, float *x0)
@@ -305,13 +307,13 @@ static void flow_cpu_x0(void *ctx, float *logits, size_t rows, float *x0)
 }
 
 static int flow_keep_forward(void *ctx, const float *z, const float *x_sc, const double *gamma, const int *pad, int B,
-                             int L, float *logits);
+                             int L, int gen0, float *logits);
 static float *flow_last;
 static size_t flow_last_n;
 static int flow_keep_forward(void *ctx, const float *z, const float *x_sc, const double *gamma, const int *pad, int B,
-                             int L, float *logits)
+                             int L, int gen0, float *logits)
 {
-    int rc = flow_cpu_forward(ctx, z, x_sc, gamma, pad, B, L, logits);
+    int rc = flow_cpu_forward(ctx, z, x_sc, gamma, pad, B, L, gen0, logits);
     memcpy(flow_last, logits, flow_last_n * sizeof(float));
     return rc;
 }
@@ -353,6 +355,17 @@ static void check_flow(void)
     flow_last = malloc(flow_last_n * sizeof(float));
     float *glog = malloc(flow_last_n * sizeof(float));
     tb_flow_engine e = {.ctx = &st, .forward = flow_keep_forward, .x0 = flow_cpu_x0};
+    for (int pm = 0; pm < 2; pm++) {
+        if (pm) { /* the same weights read with prompt_gamma min: a device copy made with the flag */
+            m.cfg.prompt_gamma_min = 1;
+            tb_flow_gpu_free(g);
+            g = NULL;
+            if (tb_flow_gpu_create(&g, &m, NULL, 0, err, sizeof err) != 0) {
+                fprintf(stderr, "flow-tiny (prompt_gamma min) on the GPU: %s\n", err);
+                CHECK(0);
+                break;
+            }
+        }
     for (int solver = 0; solver < 2; solver++)
         for (int mode = 0; mode < 2; mode++) {
             tb_flow_params p = {.steps = 4, .solver = solver ? TB_FLOW_HEUN : TB_FLOW_EULER,
@@ -387,13 +400,14 @@ static void check_flow(void)
                         same += gt[b * L + i] == ct[b * L + i];
                     }
                 }
-            fprintf(stderr, "flow-tiny %s %s 4 steps: %d forwards, final logits max diff %.3g (|cpu| %.2f, bound %.3g), "
+            fprintf(stderr, "flow-tiny %s %s%s 4 steps: %d forwards, final logits max diff %.3g (|cpu| %.2f, bound %.3g), "
                             "tokens %d of %d clear ones\n",
-                    solver ? "heun" : "euler", mode ? "noised" : "clean", gf, diff, ref,
+                    solver ? "heun" : "euler", mode ? "noised" : "clean", pm ? " prompt_gamma=min" : "", gf, diff, ref,
                     4 * GPU_TOL * (ref > 1 ? ref : 1), same, clear);
             CHECK(diff <= 4 * GPU_TOL * (ref > 1 ? ref : 1));
             CHECK(same == clear);
         }
+    }
     free(noise);
     free(flow_last);
     free(glog);
