@@ -10,8 +10,10 @@
  *   - the same model read with "prompt_gamma": "min" (the flag set in
  *     memory): the forward with the prompt rows at the schedule's lowest
  *     level, and euler and heun at 1 and 4 steps, prompts clean;
+ *   - read also with "prompt_attention": "prompt": the prompt rows attending
+ *     to the prompt only, the same forward and samplers;
  * and the loader's refusals (a wrong model_type, a missing tensor, a bad
- * prompt_gamma).
+ * prompt_gamma or prompt_attention).
  *
  *   test_flow GOLDEN_DIR */
 #define _GNU_SOURCE
@@ -224,6 +226,27 @@ int main(int argc, char **argv)
         /* the level matters: the canvas-level logits differ from these */
         CHECK(max_diff(want, wantp, nl) > 1e-2 * (ref > 1 ? ref : 1));
         CHECK(sample_cases(&m, &e, &k, cJSON_GetObjectItem(pm, "samples"), tokens0, pads, B, L, gen0, noise) == 4);
+
+        /* ... and with "prompt_attention": "prompt": prompt rows see the prompt only */
+        const cJSON *pa = cJSON_GetObjectItem(g, "prompt_attention");
+        CHECK(pa != NULL);
+        if (pa) {
+            m.cfg.prompt_attends_prompt = 1;
+            size_t nq;
+            float *wantq = floats(cJSON_GetObjectItem(pa, "forward_logits"), &nq);
+            CHECK(nq == nl && tb_flow_cpu_forward(&st, z, xs, gam, pads, B, L, gen0, logits) == 0);
+            ref = max_abs(wantq, nq), d = max_diff(logits, wantq, nq);
+            fprintf(stderr, "prompt_attention prompt: forward logits max |ref| %.3f, max diff %.3g\n", ref, d);
+            CHECK(d <= 1e-4 * (ref > 1 ? ref : 1));
+            /* the mask matters: the full-attention logits differ from these
+             * by 20 times the tolerance above (0.36 at logits of 47: the
+             * prompt rows; the skip term, the same in both, is most of it) */
+            CHECK(max_diff(wantp, wantq, nq) > 20 * 1e-4 * (ref > 1 ? ref : 1));
+            CHECK(sample_cases(&m, &e, &k, cJSON_GetObjectItem(pa, "samples"), tokens0, pads, B, L, gen0, noise) ==
+                  4);
+            m.cfg.prompt_attends_prompt = 0;
+            free(wantq);
+        }
         m.cfg.prompt_gamma_min = 0;
         free(wantp);
     }
@@ -245,6 +268,19 @@ int main(int argc, char **argv)
                   f);
             fclose(f);
             CHECK(tb_flow_model_load(tmpl, &bad, err, sizeof err) != 0 && strstr(err, "prompt_gamma") &&
+                  strstr(err, "config.json"));
+            fprintf(stderr, "refused: %s\n", err);
+        }
+        f = fopen(cfgp, "w");
+        CHECK(f != NULL);
+        if (f) {
+            fputs("{\"model_type\": \"LangFlow\", \"vocab_size\": 48, \"hidden_size\": 32, \"cond_dim\": 16, "
+                  "\"n_blocks\": 2, \"n_heads\": 4, \"model_length\": 32, \"self_conditioning\": true, "
+                  "\"use_bias\": true, \"gumbel_loc\": 4.0, \"gumbel_scale\": 1.5, \"gumbel_cutoff\": 1e-3, "
+                  "\"prompt_attention\": \"causal\"}",
+                  f);
+            fclose(f);
+            CHECK(tb_flow_model_load(tmpl, &bad, err, sizeof err) != 0 && strstr(err, "prompt_attention") &&
                   strstr(err, "config.json"));
             fprintf(stderr, "refused: %s\n", err);
             remove(cfgp);

@@ -94,22 +94,33 @@ done
 # The continuous-diffusion model (flow): one forward per Euler step, every
 # position of the canvas at the last; what it learned (models/small-flow/
 # TRAINING.md): add, sort and copy at >= 0.9 at every step count, far
-# above chance over the set; steps do not buy it accuracy (lookup falls
-# with them), which the suite reports as it is.
+# above chance over the set; steps buy it the tasks that need the joint of
+# its answer (pair: a consistent order of two words) and better text, not
+# lookup (at or below chance), which the suite reports as it is.
 [ "$(q "$tmp/default.db" "select count(*) from summary where status = 'ok' and plugin like 'flow %' and steps in (2, 4, 8, 16) and nfe = steps and steps_done = steps and abs(tokens_per_forward - 16.0 * batch / steps) < 1e-9")" = 8 ] \
     || fail "default suite: flow rows lack steps/NFE/tokens per forward: $(q "$tmp/default.db" "select backend, batch, steps, status, nfe, tokens_per_forward from summary where plugin like 'flow %'")"
 [ "$(q "$tmp/default.db" "select count(*) from metric m join bench_case c on c.id = m.case_id join backend b on b.id = c.backend_id where b.plugin = 'flow' and m.name in ('accuracy_add', 'accuracy_sort', 'accuracy_copy') and m.median >= 0.9 and m.n = 32")" = 24 ] \
     || fail "default suite: flow should solve add/sort/copy at every step count: $(q "$tmp/default.db" "select c.batch, c.steps, m.name, m.median from metric m join bench_case c on c.id = m.case_id join backend b on b.id = c.backend_id where b.plugin = 'flow' and m.name like 'accuracy_%'")"
-# What README and TRAINING.md say of it: steps do not buy it accuracy (16
-# steps no better than 2, at both batches), and its text is not English
-# (judge perplexity above 10,000 in every case).
+# What README and TRAINING.md say of it, at both batches: from 2 to 16
+# steps pair rises by more than 15 points and the text's judge perplexity
+# falls more than tenfold, yet stays above 1,000 everywhere (not English);
+# the accuracy over the set does not fall; lookup stays at or below 50%.
 for b in 1 8; do
+    p2=$(acc flow $b '= 2' accuracy_pair); p16=$(acc flow $b '= 16' accuracy_pair)
+    [ "$(awk -v a="$p2" -v b="$p16" 'BEGIN { print (a != "" && b != "" && b >= a + 0.15) }')" = 1 ] \
+        || fail "default suite, batch $b: the docs say flow's pair rises with steps: $p2 at 2, $p16 at 16"
+    j2=$(q "$tmp/default.db" "select judge_ppl from summary where plugin like 'flow %' and batch = $b and steps = 2")
+    j16=$(q "$tmp/default.db" "select judge_ppl from summary where plugin like 'flow %' and batch = $b and steps = 16")
+    [ "$(awk -v a="$j2" -v b="$j16" 'BEGIN { print (a != "" && b != "" && b * 10 < a) }')" = 1 ] \
+        || fail "default suite, batch $b: the docs say flow's text perplexity falls tenfold from 2 to 16 steps: $j2, $j16"
     f2=$(acc flow $b '= 2' accuracy); f16=$(acc flow $b '= 16' accuracy)
-    [ "$(awk -v a="$f2" -v b="$f16" 'BEGIN { print (a != "" && b != "" && b <= a + 0.02) }')" = 1 ] \
-        || fail "default suite, batch $b: the docs say flow's accuracy does not rise with steps: $f2 at 2, $f16 at 16"
+    [ "$(awk -v a="$f2" -v b="$f16" 'BEGIN { print (a != "" && b != "" && b >= a) }')" = 1 ] \
+        || fail "default suite, batch $b: the docs say flow's accuracy does not fall with steps: $f2 at 2, $f16 at 16"
 done
-[ "$(q "$tmp/default.db" "select count(*) from summary where plugin like 'flow %' and judge_ppl > 10000")" = 8 ] \
+[ "$(q "$tmp/default.db" "select count(*) from summary where plugin like 'flow %' and judge_ppl > 1000")" = 8 ] \
     || fail "default suite: the docs say flow's text is not English: $(q "$tmp/default.db" "select steps, judge_ppl from summary where plugin like 'flow %'")"
+[ "$(q "$tmp/default.db" "select count(*) from metric m join bench_case c on c.id = m.case_id join backend b on b.id = c.backend_id where b.plugin = 'flow' and m.name = 'accuracy_lookup' and m.median <= 0.5 and m.n = 32")" = 8 ] \
+    || fail "default suite: the docs say flow does not learn lookup: $(q "$tmp/default.db" "select c.batch, c.steps, m.median from metric m join bench_case c on c.id = m.case_id join backend b on b.id = c.backend_id where b.plugin = 'flow' and m.name = 'accuracy_lookup'")"
 [ "$(q "$tmp/default.db" "select count(*) from summary where plugin like 'flow %' and accuracy_ci_lo > 0.4")" = 8 ] \
     || fail "default suite: flow accuracy should be far above chance: $(q "$tmp/default.db" "select backend, batch, steps, accuracy, accuracy_ci_lo from summary where plugin like 'flow %'")"
 

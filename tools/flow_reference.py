@@ -44,6 +44,7 @@ class Cfg:
         self.scale = d["gumbel_scale"]
         self.cutoff = d["gumbel_cutoff"]
         self.prompt_min = d.get("prompt_gamma", "canvas") == "min"
+        self.prompt_only = d.get("prompt_attention", "full") == "prompt"
 
 
 def gamma_min(c):
@@ -127,6 +128,9 @@ def forward(c, W, E, z, xsc, gammas, pads, gen0=0):
             v = v.view(L, c.heads, c.hd)
             s = torch.einsum("qhd,khd->hqk", q, k) / math.sqrt(c.hd)
             s = s.masked_fill(keymask[None, None, :], float("-inf"))
+            if c.prompt_only:  # rows before gen0 see no key at or after it
+                s = s.masked_fill(((torch.arange(L) < gen0)[:, None] & (torch.arange(L) >= gen0)[None, :])[None],
+                                  float("-inf"))
             a = torch.einsum("hqk,khd->qhd", torch.softmax(s, -1), v).reshape(L, D)
             x = x + g1 * (a @ W[pre + "attn_out.weight"].T)
             h = ln_mod(x, W[pre + "norm2.weight"], sh2, sc2, c.eps)
@@ -270,6 +274,21 @@ def golden(outdir):
                                                   "tokens": [[int(t) for t in row] for row in toks],
                                                   "margin": flat(top2[..., 0] - top2[..., 1]),
                                                   "logits": flat(logits)})
+    # ... and with "prompt_attention": "prompt" too (the shipped model's
+    # reading): the prompt's rows attend to the prompt only
+    c.prompt_only = True
+    lq = forward(c, W, E, zf, xf, gam, pads, gen0)
+    gold["prompt_attention"] = {"forward_logits": flat(lq), "samples": []}
+    for N in (1, 4):
+        for solver in ("euler", "heun"):
+            logits, toks, fwd = sample(c, W, E, tokens, pads, gen0, noise, N, solver, "clean")
+            top2 = logits[:, gen0:].topk(2, -1).values
+            gold["prompt_attention"]["samples"].append({"steps": N, "solver": solver, "prompt": "clean",
+                                                        "forwards": fwd,
+                                                        "tokens": [[int(t) for t in row] for row in toks],
+                                                        "margin": flat(top2[..., 0] - top2[..., 1]),
+                                                        "logits": flat(logits)})
+    c.prompt_only = False
     c.prompt_min = False
     json.dump(gold, open(outdir + "/golden.json", "w"))
     print("wrote", outdir, "with", len(gold["samples"]), "sampler cases")

@@ -50,7 +50,8 @@ CFG = {"model_type": "LangFlow", "vocab_size": ts.VOCAB, "hidden_size": 256, "co
        "n_heads": 4, "model_length": 256, "mlp_ratio": 3, "freq_embed_dim": 256,
        "use_normalized_embedding": True, "embedding_norm_method": "layernorm", "self_conditioning": True,
        "use_bias": True, "gumbel_loc": 0.0, "gumbel_scale": 3.0, "gumbel_cutoff": 1e-3, "t_eps": 1e-5,
-       "norm_eps": 1e-5, "rope_theta": 10000.0, "time_max_period": 10000.0, "prompt_gamma": "canvas"}
+       "norm_eps": 1e-5, "rope_theta": 10000.0, "time_max_period": 10000.0, "prompt_gamma": "canvas",
+       "prompt_attention": "full"}
 
 
 def build(torch):
@@ -68,9 +69,11 @@ def build(torch):
             return F.layer_norm(x.float(), (D,), eps=CFG["norm_eps"]) * self.weight
 
     class VocabEmbed(nn.Module):
-        def __init__(self):
+        def __init__(self, init_std):
             super().__init__()
-            self.embedding = nn.Parameter(torch.randn(V, D) * 0.02)
+            # only the direction is used (normed()): the raw scale sets how far
+            # an Adam step of a fixed size turns it
+            self.embedding = nn.Parameter(torch.randn(V, D) * init_std)
 
         def normed(self):
             e = self.embedding.float()
@@ -124,9 +127,9 @@ def build(torch):
             return self.linear((self.norm_final(x) * (1 + sc) + sh).to(x.dtype))
 
     class Backbone(nn.Module):
-        def __init__(self):
+        def __init__(self, emb_init_std):
             super().__init__()
-            self.vocab_embed = VocabEmbed()
+            self.vocab_embed = VocabEmbed(emb_init_std)
             self.sigma_map = SigmaMap()
             self.self_cond_proj = nn.Linear(2 * D, D, bias=False)
             self.blocks = nn.ModuleList([Block() for _ in range(CFG["n_blocks"])])
@@ -134,14 +137,21 @@ def build(torch):
             inv = 1.0 / (CFG["rope_theta"] ** (torch.arange(0, hd, 2).float() / hd))
             self.register_buffer("inv_freq", inv, persistent=False)
 
-        def forward(self, z, gamma, xsc, seg=None):
-            """z, xsc [B, T, D]; gamma [B, T] (per position); logits [B, T, V] (float32)."""
+        def forward(self, z, gamma, xsc, seg=None, clean=None):
+            """z, xsc [B, T, D]; gamma [B, T] (per position); logits [B, T, V] (float32).
+            seg [B, T]: attention stays inside a segment; clean [B, T] (with
+            "prompt_attention": "prompt"): a clean position attends to clean
+            positions only, so no noise reaches the prompt's states."""
             B, T, _ = z.shape
             pos = torch.arange(T, device=z.device).float()
             ang = pos[:, None] * self.inv_freq[None, :]
             emb = torch.cat((ang, ang), -1)
             cos, sin = emb.cos(), emb.sin()
-            mask = None if seg is None else (seg[:, :, None] == seg[:, None, :])[:, None]
+            mask = None if seg is None else (seg[:, :, None] == seg[:, None, :])
+            if clean is not None and CFG["prompt_attention"] == "prompt":
+                seen = ~(clean[:, :, None] & ~clean[:, None, :])
+                mask = seen if mask is None else mask & seen
+            mask = None if mask is None else mask[:, None]
             cond = self.sigma_map(gamma)
             x = z + self.self_cond_proj(torch.cat([z, xsc], -1))
             for blk in self.blocks:
@@ -151,9 +161,9 @@ def build(torch):
             return logits + k[..., None] * (z.float() @ self.vocab_embed.normed().T)
 
     class Model(nn.Module):
-        def __init__(self, zero_init=False):
+        def __init__(self, zero_init=False, emb_init_std=0.02):
             super().__init__()
-            self.backbone = Backbone()
+            self.backbone = Backbone(emb_init_std)
             if zero_init:  # DiT's adaLN-zero: every block starts as the identity, the readout as the skip term
                 for m in [b.adaLN_modulation for b in self.backbone.blocks] + [
                         self.backbone.output_layer.adaLN_modulation, self.backbone.output_layer.linear]:
@@ -190,9 +200,12 @@ def schedule(N):
     return out
 
 
-def flow_loss(torch, model, ids, seg, dm, gen, text_rows, sc_prob=0.5):
+def flow_loss(torch, model, ids, seg, dm, gen, text_rows, sc_prob=0.5, token_gamma_prob=0.0):
     """The objective of the module docstring; dm: the task rows' answer
-    regions (text rows: all True)."""
+    regions (text rows: all True). token_gamma_prob: the share of segments
+    whose noised positions each draw their own level (the network is
+    conditioned per position), so it also learns a position's posterior
+    from neighbours less noisy than itself."""
     import torch.nn.functional as F
     bb = model.backbone
     B, T = ids.shape
@@ -201,6 +214,11 @@ def flow_loss(torch, model, ids, seg, dm, gen, text_rows, sc_prob=0.5):
     e_t = CFG["t_eps"]
     q = e_t + (1 - 2 * e_t) * torch.rand(B, ts.MAX_SEGS, device=ids.device, generator=gen)
     g = clamp_gamma(CFG["gumbel_loc"] - CFG["gumbel_scale"] * torch.log(-torch.log(q))).gather(1, seg)
+    if token_gamma_prob > 0:
+        qt = e_t + (1 - 2 * e_t) * torch.rand(B, T, device=ids.device, generator=gen)
+        gt = clamp_gamma(CFG["gumbel_loc"] - CFG["gumbel_scale"] * torch.log(-torch.log(qt)))
+        own = (torch.rand(B, ts.MAX_SEGS, device=ids.device, generator=gen) < token_gamma_prob).gather(1, seg)
+        g = torch.where(own, gt, g)
     noised = dm.clone()
     # text rows: a clean prefix of random length, the rest noised
     plen = torch.randint(0, T // 2 + 1, (B, 1), device=ids.device, generator=gen)
@@ -217,9 +235,9 @@ def flow_loss(torch, model, ids, seg, dm, gen, text_rows, sc_prob=0.5):
     use_sc = torch.rand((), device=ids.device, generator=gen) < sc_prob
     if bool(use_sc):
         with torch.no_grad():
-            p = torch.softmax(bb(z, g, xsc, seg), -1)
+            p = torch.softmax(bb(z, g, xsc, seg, ~noised), -1)
             xsc = torch.where(nm, p @ E, e)
-    logits = bb(z, g, xsc.detach(), seg)
+    logits = bb(z, g, xsc.detach(), seg, ~noised)
     ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids.reshape(-1), reduction="none").view(B, T)
     w = noised.float()
     return (ce * w).sum() / w.sum()
@@ -236,6 +254,7 @@ def sample(torch, model, prompt_ids, n_gen, steps, device):
     z = torch.randn(1, L, E.shape[1], device=device, generator=g_)
     xsc = torch.zeros_like(z)
     pe = E[torch.tensor(prompt_ids, device=device)]
+    clean = (torch.arange(L, device=device) < P)[None, :]
     al = lambda g: math.sqrt(1 / (1 + math.exp(g)))
     si = lambda g: math.sqrt(1 / (1 + math.exp(-g)))
     for i in range(steps):
@@ -244,7 +263,7 @@ def sample(torch, model, prompt_ids, n_gen, steps, device):
         gam = torch.full((1, L), gs[i], device=device)
         if CFG["prompt_gamma"] == "min":
             gam[0, :P] = gamma_min()
-        logits = bb(z, gam, xsc)
+        logits = bb(z, gam, xsc, None, clean)
         if i == steps - 1:
             return logits[0, P:].argmax(-1).tolist()
         x0 = torch.softmax(logits, -1) @ E
@@ -276,9 +295,16 @@ def parser():
     ap.add_argument("--gumbel-loc", type=float, default=0.0,
                     help="the noise schedule's location: larger trains (and samples) more at high noise")
     ap.add_argument("--self-cond-prob", type=float, default=0.5)
+    ap.add_argument("--emb-init-std", type=float, default=0.02,
+                    help="the raw embedding's initial scale (it is used normalised: a larger one turns slower)")
+    ap.add_argument("--emb-decay", type=int, default=1, help="0: no weight decay on the embedding")
+    ap.add_argument("--token-gamma-prob", type=float, default=0.0,
+                    help="share of segments whose noised positions draw a level each")
     ap.add_argument("--prompt-gamma", choices=("canvas", "min"), default="canvas",
                     help="the noise level clean (prompt) positions are conditioned on: their canvas's (segment's) "
                          "or the schedule's lowest")
+    ap.add_argument("--prompt-attention", choices=("full", "prompt"), default="full",
+                    help="prompt: clean (prompt) positions attend to clean positions only")
     ap.add_argument("--tasks-only", type=int, default=0, help="1: every row a task row (diagnostics)")
     ap.add_argument("--eval-tasks", default=",".join(ts.TASKS))
     ap.add_argument("--eval-steps", default="1,2,4,8,16")
@@ -307,6 +333,7 @@ def run_variant(args, torch, tok, eos, stream, pool, tag=""):
     from safetensors.torch import save_file
     CFG["gumbel_loc"] = args.gumbel_loc
     CFG["prompt_gamma"] = args.prompt_gamma
+    CFG["prompt_attention"] = args.prompt_attention
     args.device = "cuda" if torch.cuda.is_available() else "cpu"
     dev = args.device
     torch.manual_seed(args.seed)
@@ -314,22 +341,23 @@ def run_variant(args, torch, tok, eos, stream, pool, tag=""):
     if args.tasks_only:
         batches.n_text = 0
     Model = build(torch)
-    model = Model(zero_init=args.zero_init).to(dev)
+    model = Model(zero_init=args.zero_init, emb_init_std=args.emb_init_std).to(dev)
     n_params = sum(p.numel() for p in model.parameters())
     ts.log("%sflow model: %d parameters; text stream %d tokens; recipe %s" % (tag, n_params, len(stream), vars(args)))
-    opt = ts.make_optimizer(model, args)
+    opt = ts.make_optimizer(model, args, () if args.emb_decay else ("backbone.vocab_embed.embedding",))
     gen = torch.Generator(device=dev).manual_seed(args.seed + 29)
-    losses, buf, t0 = [], [], time.time()
+    losses, buf, gnorm, t0 = [], [], [], time.time()
     steps_run = 0
     for step in range(args.steps):
         for g in opt.param_groups:
             g["lr"] = ts.lr_at(step, args)
         ids, seg, ar, dm = batches.next()
         with ts.amp_ctx(dev == "cuda"):
-            loss = flow_loss(torch, model, ids, seg, dm, gen, batches.n_text, args.self_cond_prob)
+            loss = flow_loss(torch, model, ids, seg, dm, gen, batches.n_text, args.self_cond_prob,
+                             args.token_gamma_prob)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
+        gnorm.append(torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip).detach())
         opt.step()
         buf.append(loss.detach())
         steps_run = step + 1
@@ -337,8 +365,10 @@ def run_variant(args, torch, tok, eos, stream, pool, tag=""):
             vals = torch.stack(buf).float().cpu().tolist()
             buf = []
             losses.extend(vals)
-            ts.log("%sflow step %d/%d loss %.4f elapsed %.0fs" % (tag, steps_run, args.steps, sum(vals) / len(vals),
-                                                                 time.time() - t0))
+            gn = torch.stack(gnorm).float().cpu()
+            gnorm = []
+            ts.log("%sflow step %d/%d loss %.4f grad norm (before the clip) median %.3f elapsed %.0fs"
+                   % (tag, steps_run, args.steps, sum(vals) / len(vals), gn.median().item(), time.time() - t0))
         if time.time() - t0 > args.time_budget:
             ts.log("%stime budget reached at step %d" % (tag, steps_run))
             break
@@ -391,7 +421,9 @@ def run_variant(args, torch, tok, eos, stream, pool, tag=""):
             "device": torch.cuda.get_device_name(0) if dev == "cuda" else "cpu",
             "torch": torch.__version__, "config": cfg,
             "recipe": {k: getattr(args, k) for k in ("lr", "zero_init", "gumbel_loc", "self_cond_prob", "steps",
-                                                     "prompt_gamma", "tasks_only", "batch", "task_pool_rows")}}
+                                                     "prompt_gamma", "tasks_only", "batch", "task_pool_rows",
+                                                     "emb_init_std", "emb_decay", "token_gamma_prob",
+                                                     "prompt_attention")}}
 
 
 def diag_score(S):

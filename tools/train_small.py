@@ -746,10 +746,13 @@ def lr_at(step, args):
     return args.lr * (args.min_lr_frac + (1 - args.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * prog)))
 
 
-def make_optimizer(model, args):
+def make_optimizer(model, args, no_decay_names=()):
+    """AdamW; weight decay on the matrices except those named in
+    no_decay_names (a normalised embedding: decay would only shrink its raw
+    norm and so raise the step size of its direction)."""
     import torch
-    decay = [p for n, p in model.named_parameters() if p.dim() == 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    decay = [p for n, p in model.named_parameters() if p.dim() == 2 and n not in no_decay_names]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2 or n in no_decay_names]
     groups = [{"params": decay, "weight_decay": args.weight_decay},
               {"params": no_decay, "weight_decay": 0.0}]
     kw = dict(lr=args.lr, betas=(args.beta1, args.beta2), eps=1e-8)

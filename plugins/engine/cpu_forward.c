@@ -240,7 +240,14 @@ static void layer_forward(tb_cpu_state *st, int l, int n_seqs, int n_new, int ma
                         vb + (size_t)kvh * hd, kvd, 0.0f, st->att + (size_t)b * n_new * nq + (size_t)hh * hd, nq);
         }
     }
-    matmul_t(st->x, st->att, L->wo, rows, h, nq, 1); /* residual add */
+    if (st->allreduce) { /* a rank's partial sum, completed over the ranks, then added */
+        matmul_t(st->xn, st->att, L->wo, rows, h, nq, 0);
+        st->allreduce(st->allreduce_ctx, st->xn, (size_t)rows * h);
+        for (size_t i = 0; i < (size_t)rows * h; i++)
+            st->x[i] += st->xn[i];
+    } else {
+        matmul_t(st->x, st->att, L->wo, rows, h, nq, 1); /* residual add */
+    }
 
     /* MLP block: x += down(silu(gate(xn)) * up(xn)), or the experts' */
     rmsnorm(st->xn, st->x, L->mlp_norm, rows, h, c->rms_eps);
@@ -261,6 +268,14 @@ static void layer_forward(tb_cpu_state *st, int l, int n_seqs, int n_new, int ma
             g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
     }
     /* the activations sit in the first half of each gu row: lda = 2 inter */
+    if (st->allreduce) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, h, inter, 1.0f, st->gu, 2 * inter, L->w_down,
+                    inter, 0.0f, st->xn, h);
+        st->allreduce(st->allreduce_ctx, st->xn, (size_t)rows * h);
+        for (size_t i = 0; i < (size_t)rows * h; i++)
+            st->x[i] += st->xn[i];
+        return;
+    }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, h, inter, 1.0f, st->gu, 2 * inter, L->w_down,
                 inter, 1.0f, st->x, h);
 }
@@ -317,6 +332,12 @@ int tb_cpu_forward_hidden(tb_cpu_state *st, const int32_t *tokens, int n_seqs, i
     return forward_hidden(st, tokens, n_seqs, pos0, n_new, pos0 + n_new, causal, n_layers);
 }
 
+/* Logits a row: the vocabulary, or a tensor-parallel rank's slice of it */
+static int logit_width(const tb_model *m)
+{
+    return m->lm_head_rows > 0 ? m->lm_head_rows : m->cfg.vocab_size;
+}
+
 /* Final norm and LM head over the rows computed last. */
 static void head(tb_cpu_state *st, int n_seqs, int n_new, int all_logits, float *logits)
 {
@@ -326,14 +347,14 @@ static void head(tb_cpu_state *st, int n_seqs, int n_new, int all_logits, float 
     if (all_logits) {
         int rows = n_seqs * n_new;
         rmsnorm(st->xn, st->x, m->final_norm, rows, h, c->rms_eps);
-        matmul_t(logits, st->xn, m->lm_head, rows, c->vocab_size, h, 0);
+        matmul_t(logits, st->xn, m->lm_head, rows, logit_width(m), h, 0);
     } else {
         /* only each sequence's last position: gather, norm, one GEMM */
         for (int b = 0; b < n_seqs; b++)
             memcpy(st->xn + (size_t)b * h, st->x + ((size_t)b * n_new + (size_t)n_new - 1) * h,
                    (size_t)h * sizeof(float));
         rmsnorm(st->xn, st->xn, m->final_norm, n_seqs, h, c->rms_eps);
-        matmul_t(logits, st->xn, m->lm_head, n_seqs, c->vocab_size, h, 0);
+        matmul_t(logits, st->xn, m->lm_head, n_seqs, logit_width(m), h, 0);
     }
 }
 
@@ -412,6 +433,6 @@ int tb_cpu_forward_rows(tb_cpu_state *st, const int32_t *tokens, const int *slot
         memmove(st->xn + (size_t)b * head_rows * h, st->x + ((size_t)b * n_new + head_row0) * h,
                 (size_t)head_rows * h * sizeof(float));
     rmsnorm(st->xn, st->xn, m->final_norm, rows, h, m->cfg.rms_eps);
-    matmul_t(logits, st->xn, m->lm_head, rows, m->cfg.vocab_size, h, 0);
+    matmul_t(logits, st->xn, m->lm_head, rows, logit_width(m), h, 0);
     return 0;
 }

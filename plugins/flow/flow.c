@@ -32,7 +32,7 @@
 #define FLOW_GPU_CAPS 0
 #endif
 
-#define FLOW_VERSION "0.2.0" /* 0.2: prompt_gamma "min" models */
+#define FLOW_VERSION "0.3.0" /* 0.2: prompt_gamma "min" models; 0.3: prompt_attention "prompt" */
 
 enum { OPT_DEVICE, OPT_THREADS, OPT_SOLVER, OPT_PROMPT, OPT_PRESET_SEED, N_OPTS };
 
@@ -116,6 +116,7 @@ static char *make_description(const flow_ctx *c)
     ok &= cJSON_AddNumberToObject(o, "context_length", cfg->model_length) != NULL;
     ok &= cJSON_AddBoolToObject(o, "self_conditioning", cfg->self_conditioning) != NULL;
     ok &= cJSON_AddStringToObject(o, "prompt_gamma", cfg->prompt_gamma_min ? "min" : "canvas") != NULL;
+    ok &= cJSON_AddStringToObject(o, "prompt_attention", cfg->prompt_attends_prompt ? "prompt" : "full") != NULL;
     ok &= cJSON_AddStringToObject(o, "engine_version", FLOW_VERSION) != NULL;
     ok &= cJSON_AddBoolToObject(o, "tokenizer", c->tok != NULL) != NULL;
     ok &= cJSON_AddBoolToObject(o, "prompt_bos", 0) != NULL;

@@ -202,17 +202,22 @@ int tb_flow_cpu_forward(tb_flow_cpu *st, const float *z, const float *x_sc, cons
                             s, L);
                 int lo = pad && pad[b] < L ? pad[b] : 0; /* keys [0, lo): left padding, masked */
                 for (int t = 0; t < L; t++) {
+                    /* keys [lo, hi): a prompt row of a prompt_attention
+                     * "prompt" model stops at the prompt's end */
+                    int hi = c->prompt_attends_prompt && t < gen0 && gen0 > lo ? gen0 : L;
                     float *row = s + (size_t)t * L, mx = -INFINITY, sum = 0;
-                    for (int j = lo; j < L; j++)
+                    for (int j = lo; j < hi; j++)
                         mx = row[j] > mx ? row[j] : mx;
-                    for (int j = lo; j < L; j++) {
+                    for (int j = lo; j < hi; j++) {
                         row[j] = expf(row[j] - mx);
                         sum += row[j];
                     }
                     for (int j = 0; j < lo; j++)
                         row[j] = 0.0f;
-                    for (int j = lo; j < L; j++)
+                    for (int j = lo; j < hi; j++)
                         row[j] /= sum;
+                    for (int j = hi; j < L; j++)
+                        row[j] = 0.0f;
                 }
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, L, hd, L, 1.0f, s, L, q + 2 * D, 3 * D, 0.0f,
                             st->att + (size_t)b * L * D + (size_t)hh * hd, D);

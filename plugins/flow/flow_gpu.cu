@@ -211,6 +211,16 @@ __global__ void k_add_rowbias(float *x, const float *b, int n_cols, size_t n)
 }
 
 // probs[r] = softmax(logits[r]) in bf16 (float accumulation)
+// Scores S [B * H][L][L]: a prompt row's keys from gen0 on get -inf (a
+// prompt_attention "prompt" model: the prompt attends to itself only; the
+// softmax after it then weighs them 0). A block per (canvas, head, row < gen0).
+__global__ void k_mask_prompt_rows(float *scores, int L, int gen0)
+{
+    float *row = scores + (size_t)blockIdx.x * L * L + (size_t)blockIdx.y * L;
+    for (int j = gen0 + threadIdx.x; j < L; j += blockDim.x)
+        row[j] = -INFINITY;
+}
+
 __global__ void k_softmax_rows(const float *logits, int V, bf16 *probs)
 {
     __shared__ float red[32];
@@ -662,6 +672,10 @@ static int forward(tb_flow_gpu *g, const float *zz, double gamma, int B, int L, 
         CB(cublasGemmStridedBatchedEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, L, L, hd, &alpha, g->k, CUDA_R_16BF, hd, sq,
                                       g->q, CUDA_R_16BF, hd, sq, &zero, g->scores, CUDA_R_32F, L, ss, B * H,
                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        if (c->prompt_attends_prompt && gen0 > 0) {
+            k_mask_prompt_rows<<<dim3((unsigned)(B * H), (unsigned)gen0), 128, 0, g->stream>>>(g->scores, L, gen0);
+            LAUNCHED();
+        }
         k_softmax<<<(unsigned)((size_t)B * H * L), 256, 0, g->stream>>>(g->scores, g->pr, L, L, 0, 0, g->pad, H);
         LAUNCHED();
         // O = P V

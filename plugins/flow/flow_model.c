@@ -250,6 +250,13 @@ static int parse_config(const char *path, tb_flow_config *c, char *err, size_t e
         goto out;
     }
     c->prompt_gamma_min = pg && cJSON_IsString(pg) && strcmp(pg->valuestring, "min") == 0;
+    const cJSON *pa = cJSON_GetObjectItemCaseSensitive(j, "prompt_attention");
+    if (pa && !cJSON_IsNull(pa) &&
+        (!cJSON_IsString(pa) || (strcmp(pa->valuestring, "full") != 0 && strcmp(pa->valuestring, "prompt") != 0))) {
+        snprintf(err, err_size, "%s: \"prompt_attention\" must be \"full\" or \"prompt\"", path);
+        goto out;
+    }
+    c->prompt_attends_prompt = pa && cJSON_IsString(pa) && strcmp(pa->valuestring, "prompt") == 0;
     c->mlp_dim = mlp_ratio * c->hidden;
     c->head_dim = c->n_heads > 0 ? c->hidden / c->n_heads : 0;
     c->eos_token_id = eos;

@@ -24,7 +24,11 @@
  * "prompt_gamma": "min", at the clean prompt positions, which get the
  * schedule's lowest level (its clamp at the cutoff): a model trained so
  * can tell a clean condition from a noisy position by its level (tokbench
- * addition; LangFlow, trained without prompts, has none). */
+ * addition; LangFlow, trained without prompts, has none).
+ * With "prompt_attention": "prompt" (tokbench addition as well) the
+ * prompt's rows attend to the prompt's keys only: no noise of the canvas
+ * reaches the prompt's states, which a model so trained then reads as an
+ * encoder's; the positions being generated attend to every position. */
 #ifndef TB_FLOW_MODEL_H
 #define TB_FLOW_MODEL_H
 
@@ -42,6 +46,7 @@ typedef struct tb_flow_config {
      * [1 - t_eps, t_eps], clamped to its value at the cutoff (flow_sampler.c) */
     double gumbel_loc, gumbel_scale, gumbel_cutoff, t_eps;
     int prompt_gamma_min; /* "prompt_gamma": "min": prompt positions at the schedule's lowest level */
+    int prompt_attends_prompt; /* "prompt_attention": "prompt": prompt rows attend to prompt keys only */
     int32_t eos_token_id; /* -1: none (the answer is the whole canvas) */
     int random_weights;
 } tb_flow_config;

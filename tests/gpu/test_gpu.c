@@ -292,8 +292,9 @@ static void check_ar_slots(const char *name)
  * samplers from the same starting noise, two canvases (one left-padded),
  * euler and heun, prompts clean and noised, the prompt rows at the
  * canvas's level and (the model read as "prompt_gamma": "min") at the
- * schedule's lowest: the final logits within the bf16 bound and every
- * token whose CPU margin is clear. */
+ * schedule's lowest, then also with "prompt_attention": "prompt" (prompt
+ * rows attending to the prompt only): the final logits within the bf16
+ * bound and every token whose CPU margin is clear. */
 static int flow_cpu_forward(void *ctx, const float *z, const float *x_sc, const double *gamma, const int *pad, int B,
                             int L, int gen0, float *logits)
 {
@@ -355,9 +356,11 @@ static void check_flow(void)
     flow_last = malloc(flow_last_n * sizeof(float));
     float *glog = malloc(flow_last_n * sizeof(float));
     tb_flow_engine e = {.ctx = &st, .forward = flow_keep_forward, .x0 = flow_cpu_x0};
-    for (int pm = 0; pm < 2; pm++) {
-        if (pm) { /* the same weights read with prompt_gamma min: a device copy made with the flag */
+    for (int pm = 0; pm < 3; pm++) {
+        if (pm) { /* the same weights read with prompt_gamma min (and, pm 2, prompt_attention prompt): a
+                   * device copy made with the flags */
             m.cfg.prompt_gamma_min = 1;
+            m.cfg.prompt_attends_prompt = pm == 2;
             tb_flow_gpu_free(g);
             g = NULL;
             if (tb_flow_gpu_create(&g, &m, NULL, 0, err, sizeof err) != 0) {
@@ -402,7 +405,8 @@ static void check_flow(void)
                 }
             fprintf(stderr, "flow-tiny %s %s%s 4 steps: %d forwards, final logits max diff %.3g (|cpu| %.2f, bound %.3g), "
                             "tokens %d of %d clear ones\n",
-                    solver ? "heun" : "euler", mode ? "noised" : "clean", pm ? " prompt_gamma=min" : "", gf, diff, ref,
+                    solver ? "heun" : "euler", mode ? "noised" : "clean",
+                    pm == 2 ? " prompt_gamma=min prompt_attention=prompt" : pm ? " prompt_gamma=min" : "", gf, diff, ref,
                     4 * GPU_TOL * (ref > 1 ? ref : 1), same, clear);
             CHECK(diff <= 4 * GPU_TOL * (ref > 1 ? ref : 1));
             CHECK(same == clear);
