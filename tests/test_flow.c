@@ -11,7 +11,11 @@
  *     memory): the forward with the prompt rows at the schedule's lowest
  *     level, and euler and heun at 1 and 4 steps, prompts clean;
  *   - read also with "prompt_attention": "prompt": the prompt rows attending
- *     to the prompt only, the same forward and samplers;
+ *     to the prompt only, the same forward and samplers (this section of
+ *     golden.json was made on the development VM with Debian's
+ *     python3-torch 1.13, on the CPU, the rest on the GPU machine with
+ *     torch 2.11; the VM's run of the same script gave the other sections'
+ *     tokens exactly and their logits within 1.5e-3);
  * and the loader's refusals (a wrong model_type, a missing tensor, a bad
  * prompt_gamma or prompt_attention).
  *
