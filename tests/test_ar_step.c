@@ -25,77 +25,17 @@
 #include <tokbench/backend.h>
 
 #include "check.h"
+#include "plugin_host.h"
 
-const tb_backend_ops *tokbench_backend_entry(void);
-
-/* ---- a host that counts emissions per request (slot) */
-
-#define MAX_SLOTS 4
-static uint32_t emitted[MAX_SLOTS];
-
-static int64_t host_now(const tb_host *h)
-{
-    (void)h;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-static void host_log(const tb_host *h, tb_log_level level, const char *fmt, ...)
-{
-    (void)h, (void)level, (void)fmt;
-}
-
-static void host_emit(const tb_host *h, uint32_t r, uint32_t n, int64_t t)
-{
-    (void)h, (void)t;
-    if (r < MAX_SLOTS)
-        emitted[r] += n;
-}
-
-static int host_cancelled(const tb_host *h)
-{
-    (void)h;
-    return 0;
-}
-
-static void host_emit_output(const tb_host *h, uint32_t r, uint32_t n, int64_t t, const int32_t *ids,
-                             const char *text, size_t len)
-{
-    (void)ids, (void)text, (void)len;
-    host_emit(h, r, n, t);
-}
-
-static const tb_host host = {
-    .struct_size = sizeof(tb_host),
-    .abi_major = TB_ABI_MAJOR,
-    .now_ns = host_now,
-    .log = host_log,
-    .emit = host_emit,
-    .cancelled = host_cancelled,
-    .emit_output = host_emit_output,
-};
+#define MAX_SLOTS 4 /* the sessions' slots (<= TEST_HOST_REQUESTS: emissions are counted per slot) */
 
 /* ---- options: declared defaults, some set */
 
 #define MAX_OPTS 32
 static uint32_t options(const tb_backend_ops *ops, const char *ignore_eos, tb_option_value *v)
 {
-    uint32_t n = ops->n_options < MAX_OPTS ? ops->n_options : MAX_OPTS;
-    for (uint32_t i = 0; i < n; i++) {
-        const tb_option_decl *d = &ops->options[i];
-        const char *text = d->default_value;
-        if (strcmp(d->name, "device") == 0)
-            text = "cpu";
-        else if (strcmp(d->name, "threads") == 0)
-            text = "1";
-        else if (strcmp(d->name, "ignore_eos") == 0)
-            text = ignore_eos;
-        v[i] = (tb_option_value){.name = d->name, .text = text};
-        v[i].i = d->type == TB_OPT_BOOL ? strcmp(text, "true") == 0 : strtoll(text, NULL, 10);
-        v[i].f = d->type == TB_OPT_FLOAT ? strtod(text, NULL) : (double)v[i].i;
-    }
-    return n;
+    test_option set[] = {{"device", "cpu"}, {"threads", "1"}, {"ignore_eos", ignore_eos}};
+    return test_options(ops, set, sizeof set / sizeof *set, v, MAX_OPTS);
 }
 
 /* ---- the requests */
@@ -138,7 +78,7 @@ static void join(const tb_backend_ops *ops, void *ctx, uint32_t slot, req *q)
     if (st != TB_OK)
         fprintf(stderr, "join: %s\n", why);
     CHECK(st == TB_OK);
-    emitted[slot] = 0;
+    test_emitted[slot] = 0;
 }
 
 /* One step; records the requests that ended. */
@@ -156,7 +96,7 @@ static void step(const tb_backend_ops *ops, void *ctx, req **in_slot, uint32_t n
         q->n_got = ends[e].n_output_ids < 64 ? ends[e].n_output_ids : 64;
         memcpy(q->got, ends[e].output_ids, q->n_got * sizeof(int32_t));
         CHECK(ends[e].n_output_tokens == ends[e].n_output_ids);
-        CHECK(emitted[ends[e].slot] == ends[e].n_output_tokens); /* one emission per token, naming the slot */
+        CHECK(test_emitted[ends[e].slot] == ends[e].n_output_tokens); /* one emission per token, naming the slot */
         q->ended = 1;
         q->end_step = n_step;
         in_slot[ends[e].slot] = NULL;
@@ -175,7 +115,7 @@ int main(int argc, char **argv)
     uint32_t n = options(ops, "false", v);
     void *ctx = NULL;
     char err[512] = "";
-    if (ops->create(&host, argv[1], v, n, &ctx, err, sizeof err) != TB_OK) {
+    if (ops->create(&test_host, argv[1], v, n, &ctx, err, sizeof err) != TB_OK) {
         fprintf(stderr, "create: %s\n", err);
         return 1;
     }

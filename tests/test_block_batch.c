@@ -20,75 +20,14 @@
 #include <tokbench/backend.h>
 
 #include "check.h"
-
-const tb_backend_ops *tokbench_backend_entry(void);
+#include "plugin_host.h"
 
 #define N_PROMPTS 6
-static uint32_t emitted[N_PROMPTS];
-
-static int64_t host_now(const tb_host *h)
-{
-    (void)h;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-static void host_log(const tb_host *h, tb_log_level level, const char *fmt, ...)
-{
-    (void)h, (void)level, (void)fmt;
-}
-
-static void host_emit(const tb_host *h, uint32_t r, uint32_t n, int64_t t)
-{
-    (void)h, (void)t;
-    if (r < N_PROMPTS)
-        emitted[r] += n;
-}
-
-static int host_cancelled(const tb_host *h)
-{
-    (void)h;
-    return 0;
-}
-
-static void host_emit_output(const tb_host *h, uint32_t r, uint32_t n, int64_t t, const int32_t *ids,
-                             const char *text, size_t len)
-{
-    (void)ids, (void)text, (void)len;
-    host_emit(h, r, n, t);
-}
-
-static const tb_host host = {
-    .struct_size = sizeof(tb_host),
-    .abi_major = TB_ABI_MAJOR,
-    .now_ns = host_now,
-    .log = host_log,
-    .emit = host_emit,
-    .cancelled = host_cancelled,
-    .emit_output = host_emit_output,
-};
-
 #define MAX_OPTS 32
 static uint32_t options(const tb_backend_ops *ops, const char *sampler, tb_option_value *v)
 {
-    uint32_t n = ops->n_options < MAX_OPTS ? ops->n_options : MAX_OPTS;
-    for (uint32_t i = 0; i < n; i++) {
-        const tb_option_decl *d = &ops->options[i];
-        const char *text = d->default_value;
-        if (strcmp(d->name, "device") == 0)
-            text = "cpu";
-        else if (strcmp(d->name, "threads") == 0)
-            text = "1";
-        else if (strcmp(d->name, "sampler") == 0)
-            text = sampler;
-        else if (strcmp(d->name, "threshold") == 0)
-            text = "0.7";
-        v[i] = (tb_option_value){.name = d->name, .text = text};
-        v[i].i = d->type == TB_OPT_BOOL ? strcmp(text, "true") == 0 : strtoll(text, NULL, 10);
-        v[i].f = d->type == TB_OPT_FLOAT ? strtod(text, NULL) : (double)v[i].i;
-    }
-    return n;
+    test_option set[] = {{"device", "cpu"}, {"threads", "1"}, {"sampler", sampler}, {"threshold", "0.7"}};
+    return test_options(ops, set, sizeof set / sizeof *set, v, MAX_OPTS);
 }
 
 typedef struct out {
@@ -103,7 +42,7 @@ static void run(const tb_backend_ops *ops, void *ctx, tb_option_value *v, uint32
     tb_request_result rr[N_PROMPTS];
     uint32_t blocks[N_PROMPTS] = {0};
     memset(rr, 0, sizeof rr);
-    memset(emitted, 0, sizeof emitted);
+    memset(test_emitted, 0, sizeof test_emitted);
     tb_request rq = {.struct_size = sizeof rq, .n_requests = n, .max_new_tokens = 16, .batch = n, .steps = 4,
                      .prompt_text = prompts, .options = v, .n_options = nv};
     tb_result res = {.struct_size = sizeof res, .n_requests = n, .requests = rr, .blocks_done = blocks};
@@ -119,7 +58,7 @@ static void run(const tb_backend_ops *ops, void *ctx, tb_option_value *v, uint32
             memcpy(o->ids, rr[i].output_ids, o->n_ids * sizeof(int32_t));
         o->n_out = rr[i].n_output_tokens;
         o->n_answer = rr[i].n_answer_tokens;
-        o->n_emitted = emitted[i];
+        o->n_emitted = test_emitted[i];
         o->blocks = blocks[i];
     }
 }
@@ -141,7 +80,7 @@ int main(int argc, char **argv)
         uint32_t nv = options(ops, samplers[s], v);
         void *ctx = NULL;
         char err[512] = "";
-        if (ops->create(&host, argv[1], v, nv, &ctx, err, sizeof err) != TB_OK) {
+        if (ops->create(&test_host, argv[1], v, nv, &ctx, err, sizeof err) != TB_OK) {
             fprintf(stderr, "create: %s\n", err);
             return 1;
         }

@@ -27,6 +27,7 @@
 #include <tokbench/backend.h>
 
 #include "check.h"
+#include "plugin_host.h"
 
 /* ---- the allocation wrappers */
 
@@ -75,75 +76,24 @@ char *__wrap_strndup(const char *s, size_t n)
     return fail_now() ? NULL : __real_strndup(s, n);
 }
 
-/* ---- a host that only counts */
-
-static int64_t host_now(const tb_host *h)
-{
-    (void)h;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static void host_log(const tb_host *h, tb_log_level level, const char *fmt, ...)
-{
-    (void)h, (void)level, (void)fmt;
-}
-
-static void host_emit(const tb_host *h, uint32_t r, uint32_t n, int64_t t)
-{
-    (void)h, (void)r, (void)n, (void)t;
-}
-
-static int host_cancelled(const tb_host *h)
-{
-    (void)h;
-    return 0;
-}
-
-static void host_emit_output(const tb_host *h, uint32_t r, uint32_t n, int64_t t, const int32_t *ids,
-                             const char *text, size_t len)
-{
-    (void)h, (void)r, (void)n, (void)t, (void)ids, (void)text, (void)len;
-}
-
-static const tb_host host = {
-    .struct_size = sizeof(tb_host),
-    .abi_major = TB_ABI_MAJOR,
-    .now_ns = host_now,
-    .log = host_log,
-    .emit = host_emit,
-    .cancelled = host_cancelled,
-    .emit_output = host_emit_output,
-};
-
-const tb_backend_ops *tokbench_backend_entry(void);
 
 /* ---- the scenario */
 
 #define MAX_OPTS 64
 
-/* Every declared option at its default, NAME=VALUE arguments overriding,
- * parsed as the host would. */
+/* Every declared option at its default, NAME=VALUE arguments overriding. */
 static uint32_t make_options(const tb_backend_ops *ops, char **overrides, int n_over, tb_option_value *v)
 {
-    uint32_t n = ops->n_options < MAX_OPTS ? ops->n_options : MAX_OPTS;
-    for (uint32_t i = 0; i < n; i++) {
-        const tb_option_decl *d = &ops->options[i];
-        const char *text = d->default_value;
-        for (int k = 0; k < n_over; k++) {
-            size_t len = strlen(d->name);
-            if (strncmp(overrides[k], d->name, len) == 0 && overrides[k][len] == '=')
-                text = overrides[k] + len + 1;
+    test_option set[16];
+    size_t n_set = 0;
+    for (int k = 0; k < n_over && n_set < 16; k++) {
+        char *eq = strchr(overrides[k], '=');
+        if (eq) {
+            *eq = '\0'; /* argv's own storage: NAME, then VALUE */
+            set[n_set++] = (test_option){overrides[k], eq + 1};
         }
-        v[i] = (tb_option_value){.name = d->name, .text = text};
-        if (d->type == TB_OPT_BOOL)
-            v[i].i = strcmp(text, "true") == 0 || strcmp(text, "1") == 0;
-        else
-            v[i].i = strtoll(text, NULL, 10);
-        v[i].f = d->type == TB_OPT_FLOAT ? strtod(text, NULL) : (double)v[i].i;
     }
-    return n;
+    return test_options(ops, set, n_set, v, MAX_OPTS);
 }
 
 enum { STEP_CREATE, STEP_GENERATE, STEP_TOKENIZE, STEP_DETOKENIZE, STEP_LOGLIK, N_STEPS };
@@ -169,7 +119,7 @@ static outcome run(const tb_backend_ops *ops, const char *model, const tb_option
     outcome o = {.step = N_STEPS, .status = TB_OK};
     void *ctx = NULL;
     char err[512] = "";
-    tb_status st = ops->create(&host, model, opts, n_opts, &ctx, err, sizeof err);
+    tb_status st = ops->create(&test_host, model, opts, n_opts, &ctx, err, sizeof err);
     if (st != TB_OK) {
         o.step = STEP_CREATE, o.status = st;
         snprintf(o.error, sizeof o.error, "%s", err);
