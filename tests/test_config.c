@@ -471,7 +471,8 @@ static void test_lladamoe(void)
           c.max_position_embeddings == 4096);
     CHECK(tb_config_layer_is_moe(&c, 0) && !tb_config_layer_is_moe(&c, 1) && tb_config_layer_is_moe(&c, 2));
 
-    CHECK_BAD("{\"shared_expert_intermediate_size\": 1024, \"architectures\": [\"LLaDAMoEModelLM\"], \"hidden_size\": 64,"
+    CHECK_BAD("{\"shared_expert_intermediate_size\": 1024, \"dense_intermediate_size\": 96,"
+              " \"architectures\": [\"LLaDAMoEModelLM\"], \"hidden_size\": 64,"
               " \"num_hidden_layers\": 1, \"num_attention_heads\": 4, \"vocab_size\": 512, \"num_experts\": 8,"
               " \"num_experts_per_tok\": 2, \"expert_intermediate_size\": 32, \"rope_theta\": 50000,"
               " \"mask_token_id\": 510, \"moe_layer_freq\": [1]}",
@@ -479,12 +480,17 @@ static void test_lladamoe(void)
 #define TINY_LLADA_MOE(extra)                                                                                   \
     "{" extra "\"architectures\": [\"LLaDAMoEModelLM\"], \"hidden_size\": 64, \"num_hidden_layers\": 2,"         \
     " \"num_attention_heads\": 4, \"vocab_size\": 512, \"num_experts\": 8, \"num_experts_per_tok\": 2,"           \
-    " \"expert_intermediate_size\": 32, \"mask_token_id\": 510}"
+    " \"expert_intermediate_size\": 32, \"mask_token_id\": 510, \"dense_intermediate_size\": 96}"
     CHECK_BAD(TINY_LLADA_MOE("\"rope_theta\": 50000, \"moe_layer_freq\": [1], "),
               "field moe_layer_freq: expected a list of one 0 or 1 per layer", "got an array");
     CHECK_BAD(TINY_LLADA_MOE("\"rope_theta\": 50000, "), "field moe_layer_freq: expected", "got nothing");
     CHECK_BAD(TINY_LLADA_MOE("\"moe_layer_freq\": [1, 1], "), "field rope_theta: expected a number", "got nothing");
-    CHECK_BAD(TINY_LLADA_MOE("\"rope_theta\": 50000, \"moe_layer_freq\": [1, 0], "),
+    CHECK_BAD(TINY_LLADA_MOE("\"rope_theta\": null, \"moe_layer_freq\": [1, 1], "), "field rope_theta: expected a number",
+              "got null");
+    CHECK_BAD("{\"architectures\": [\"LLaDAMoEModelLM\"], \"hidden_size\": 64, \"num_hidden_layers\": 2,"
+              " \"num_attention_heads\": 4, \"vocab_size\": 512, \"num_experts\": 8, \"num_experts_per_tok\": 2,"
+              " \"expert_intermediate_size\": 32, \"mask_token_id\": 510, \"rope_theta\": 50000,"
+              " \"moe_layer_freq\": [1, 0]}",
               "field dense_intermediate_size: expected an integer", "got nothing");
     CHECK_BAD(TINY_LLADA_MOE("\"rope_theta\": 50000, \"moe_layer_freq\": [1, 1], \"moe_router_enable_expert_bias\": true, "),
               "field moe_router_enable_expert_bias: expected false", "got true");

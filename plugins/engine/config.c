@@ -401,9 +401,10 @@ static int parse_moe(ctx *c, const cJSON *root, tb_model_config *cfg)
 /* LLaDA-MoE's keys (LLaDAMoEConfig, read by modeling_lladamoe.py):
  * num_experts, num_experts_per_tok, expert_intermediate_size, and
  * moe_layer_freq, one entry a layer (0: a dense SwiGLU of
- * dense_intermediate_size). Its sparse block fixes norm_topk_prob = False
- * whatever the config says, and always scores with a softmax; the options
- * that block or layer would compute otherwise than the engine are refused. */
+ * dense_intermediate_size, read with the dense models' width). Its sparse
+ * block fixes norm_topk_prob = False whatever the config says, and always
+ * scores with a softmax; the options that block or layer would compute
+ * otherwise than the engine are refused. */
 static int parse_lladamoe(ctx *c, const cJSON *root, tb_model_config *cfg)
 {
     cfg->decoder_sparse_step = 1;
@@ -426,8 +427,9 @@ static int parse_lladamoe(ctx *c, const cJSON *root, tb_model_config *cfg)
     v = cJSON_GetObjectItemCaseSensitive(root, "partial_rotary_factor");
     if (v && !cJSON_IsNull(v) && !(cJSON_IsNumber(v) && v->valuedouble == 1.0))
         return fail(c, "partial_rotary_factor", "1 (partial rotary embeddings are not supported)", v);
-    if (!cJSON_GetObjectItemCaseSensitive(root, "rope_theta"))
-        return fail(c, "rope_theta", "a number (LLaDAMoEConfig's default -1 is no base)", NULL);
+    v = cJSON_GetObjectItemCaseSensitive(root, "rope_theta");
+    if (!v || cJSON_IsNull(v))
+        return fail(c, "rope_theta", "a number (LLaDAMoEConfig's default -1 is no base)", v);
     const cJSON *list = cJSON_GetObjectItemCaseSensitive(root, "moe_layer_freq");
     if (!cJSON_IsArray(list) || cJSON_GetArraySize(list) != cfg->n_layers)
         return fail(c, "moe_layer_freq", "a list of one 0 or 1 per layer (num_hidden_layers of them)", list);
@@ -441,8 +443,6 @@ static int parse_lladamoe(ctx *c, const cJSON *root, tb_model_config *cfg)
             return fail(c, "moe_layer_freq", "at most 64 dense layers (zeros)", list);
         cfg->mlp_only_layers[cfg->n_mlp_only++] = l;
     }
-    if (cfg->n_mlp_only > 0 && cfg->intermediate_size <= 0)
-        return fail(c, "dense_intermediate_size", "an integer (moe_layer_freq has dense layers)", NULL);
     return 0;
 }
 
@@ -495,9 +495,10 @@ static int parse_root(ctx *c, const cJSON *root, tb_model_config *cfg)
     }
 
     /* SwiGLU width; LLaDA falls back to mlp_ratio x d_model like OLMo;
-     * LLaDA-MoE's dense layers (if any) take dense_intermediate_size */
+     * LLaDA-MoE's dense layers take dense_intermediate_size (required:
+     * LLaDAMoEConfig's default is -1) */
     int r = get_int(c, root, lladamoe ? NAMES("dense_intermediate_size") : KEY("mlp_hidden_size", "intermediate_size"),
-                    1, MAX_WIDTH, !llada && !lladamoe, &cfg->intermediate_size);
+                    1, MAX_WIDTH, !llada, &cfg->intermediate_size);
     if (r < 0)
         return -1;
     if (r == 0 && llada) {
