@@ -3,6 +3,7 @@
  * transformers 5 spellings, defaults, and one bad config per check. */
 #define _POSIX_C_SOURCE 200809L
 #include "config.h"
+#include "model.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -423,6 +424,86 @@ static void test_moe(void)
               "field norm_topk_prob: expected true or false", "got 1");
 }
 
+/* LLaDA-MoE: LLaDA-MoE-7B-A1B-Base's config.json keys (16 layers, 64
+ * experts, 8 a token, no mask_token_id: 156895 as its generation code),
+ * then the options the engine would compute otherwise, each refused */
+#define LLADA_MOE_KEYS                                                                                       \
+    "\"architectures\": [\"LLaDAMoEModelLM\"], \"model_type\": \"lladamoe\", \"attention_bias\": false,"   \
+    " \"dense_intermediate_size\": 8192, \"expert_intermediate_size\": 1024, \"hidden_act\": \"silu\","    \
+    " \"hidden_size\": 2048, \"max_position_embeddings\": 8192,"                                           \
+    " \"moe_layer_freq\": [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1],"                                \
+    " \"moe_router_enable_expert_bias\": false, \"moe_router_score_function\": \"softmax\","              \
+    " \"norm_topk_prob\": true, \"num_attention_heads\": 16, \"num_experts\": 64, \"num_experts_per_tok\": 8," \
+    " \"num_hidden_layers\": 16, \"num_key_value_heads\": 16, \"partial_rotary_factor\": 1,"               \
+    " \"qk_layernorm\": true, \"rms_norm_eps\": 1e-05, \"rope_scaling\": null, \"rope_theta\": 50000,"     \
+    " \"shared_expert_intermediate_size\": null, \"clip_qkv\": null, \"tie_word_embeddings\": false,"      \
+    " \"eos_token_id\": 156892, \"vocab_size\": 157184"
+#define LLADA_MOE_WITH(extra) "{" extra LLADA_MOE_KEYS "}"
+static void test_lladamoe(void)
+{
+    tb_model_config c;
+    CHECK(parse(LLADA_MOE_WITH(""), &c) == 0);
+    CHECK(c.arch == TB_ARCH_LLADA_MOE && tb_arch_is_diffusion(c.arch) && !tb_arch_is_block_diffusion(c.arch));
+    CHECK(c.hidden_size == 2048 && c.n_layers == 16 && c.n_heads == 16 && c.n_kv_heads == 16 && c.head_dim == 128);
+    CHECK(c.qk_norm == 1 && c.qkv_bias == 0 && c.o_bias == 0 && c.rope_theta == 50000 && c.rms_eps == 1e-5);
+    CHECK(c.n_experts == 64 && c.n_experts_per_tok == 8 && c.moe_intermediate_size == 1024 && c.n_mlp_only == 0);
+    /* the block fixes norm_topk_prob = False whatever the config says */
+    CHECK(c.norm_topk_prob == 0);
+    CHECK(c.mask_id == 156895 && c.n_eos == 1 && c.eos_ids[0] == 156892 && c.vocab_size == 157184);
+    for (int l = 0; l < 16; l++)
+        CHECK(tb_config_layer_is_moe(&c, l));
+    /* the preset has the same shape */
+    tb_model_config p;
+    CHECK(tb_preset_config("llada-moe-7b-a1b", &p, err, sizeof err) == 0);
+    CHECK(p.arch == c.arch && p.vocab_size == c.vocab_size && p.hidden_size == c.hidden_size &&
+          p.n_layers == c.n_layers && p.n_heads == c.n_heads && p.head_dim == c.head_dim && p.qk_norm == c.qk_norm &&
+          p.n_experts == c.n_experts && p.n_experts_per_tok == c.n_experts_per_tok &&
+          p.moe_intermediate_size == c.moe_intermediate_size && p.norm_topk_prob == 0 && p.mask_id == c.mask_id &&
+          p.rope_theta == c.rope_theta);
+    /* head_dim is always d_model / heads there; a mask id in the config wins */
+    const char *dense = "{\"architectures\": [\"LLaDAMoEModelLM\"], \"hidden_size\": 64, \"num_hidden_layers\": 3,"
+                        " \"num_attention_heads\": 4, \"vocab_size\": 512, \"num_experts\": 8,"
+                        " \"num_experts_per_tok\": 2, \"expert_intermediate_size\": 32, \"rope_theta\": 50000,"
+                        " \"mask_token_id\": 510, \"dense_intermediate_size\": 96, \"head_dim\": 8,"
+                        " \"moe_layer_freq\": [1, 0, 1]}";
+    CHECK(parse(dense, &c) == 0);
+    CHECK(c.head_dim == 16 && c.intermediate_size == 96 && c.mask_id == 510 && c.qk_norm == 0 &&
+          c.max_position_embeddings == 4096);
+    CHECK(tb_config_layer_is_moe(&c, 0) && !tb_config_layer_is_moe(&c, 1) && tb_config_layer_is_moe(&c, 2));
+
+    CHECK_BAD("{\"shared_expert_intermediate_size\": 1024, \"dense_intermediate_size\": 96,"
+              " \"architectures\": [\"LLaDAMoEModelLM\"], \"hidden_size\": 64,"
+              " \"num_hidden_layers\": 1, \"num_attention_heads\": 4, \"vocab_size\": 512, \"num_experts\": 8,"
+              " \"num_experts_per_tok\": 2, \"expert_intermediate_size\": 32, \"rope_theta\": 50000,"
+              " \"mask_token_id\": 510, \"moe_layer_freq\": [1]}",
+              "field shared_expert_intermediate_size: expected null (shared experts", "got 1024");
+#define TINY_LLADA_MOE(extra)                                                                                   \
+    "{" extra "\"architectures\": [\"LLaDAMoEModelLM\"], \"hidden_size\": 64, \"num_hidden_layers\": 2,"         \
+    " \"num_attention_heads\": 4, \"vocab_size\": 512, \"num_experts\": 8, \"num_experts_per_tok\": 2,"           \
+    " \"expert_intermediate_size\": 32, \"mask_token_id\": 510, \"dense_intermediate_size\": 96}"
+    CHECK_BAD(TINY_LLADA_MOE("\"rope_theta\": 50000, \"moe_layer_freq\": [1], "),
+              "field moe_layer_freq: expected a list of one 0 or 1 per layer", "got an array");
+    CHECK_BAD(TINY_LLADA_MOE("\"rope_theta\": 50000, "), "field moe_layer_freq: expected", "got nothing");
+    CHECK_BAD(TINY_LLADA_MOE("\"moe_layer_freq\": [1, 1], "), "field rope_theta: expected a number", "got nothing");
+    CHECK_BAD(TINY_LLADA_MOE("\"rope_theta\": null, \"moe_layer_freq\": [1, 1], "), "field rope_theta: expected a number",
+              "got null");
+    CHECK_BAD("{\"architectures\": [\"LLaDAMoEModelLM\"], \"hidden_size\": 64, \"num_hidden_layers\": 2,"
+              " \"num_attention_heads\": 4, \"vocab_size\": 512, \"num_experts\": 8, \"num_experts_per_tok\": 2,"
+              " \"expert_intermediate_size\": 32, \"mask_token_id\": 510, \"rope_theta\": 50000,"
+              " \"moe_layer_freq\": [1, 0]}",
+              "field dense_intermediate_size: expected an integer", "got nothing");
+    CHECK_BAD(TINY_LLADA_MOE("\"rope_theta\": 50000, \"moe_layer_freq\": [1, 1], \"moe_router_enable_expert_bias\": true, "),
+              "field moe_router_enable_expert_bias: expected false", "got true");
+    CHECK_BAD(TINY_LLADA_MOE("\"rope_theta\": 50000, \"moe_layer_freq\": [1, 1], \"moe_router_score_function\": \"sigmoid\", "),
+              "field moe_router_score_function: expected \"softmax\"", "got \"sigmoid\"");
+    CHECK_BAD(TINY_LLADA_MOE("\"rope_theta\": 50000, \"moe_layer_freq\": [1, 1], \"clip_qkv\": 8, "),
+              "field clip_qkv: expected null", "got 8");
+    CHECK_BAD(TINY_LLADA_MOE("\"rope_theta\": 50000, \"moe_layer_freq\": [1, 1], \"partial_rotary_factor\": 0.5, "),
+              "field partial_rotary_factor: expected 1", "got 0.5");
+    CHECK_BAD(TINY_LLADA_MOE("\"rope_theta\": 50000, \"moe_layer_freq\": [1, 1], \"qk_layernorm\": 1, "),
+              "field qk_layernorm: expected true or false", "got 1");
+}
+
 static void test_load(void)
 {
     tb_model_config c;
@@ -465,6 +546,7 @@ int main(void)
     test_spellings_and_defaults();
     test_invalid();
     test_moe();
+    test_lladamoe();
     test_load();
     return check_done();
 }

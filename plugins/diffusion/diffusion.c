@@ -506,8 +506,10 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
     int threads = (int)OPT_I(req->options, req->n_options, OPT_THREADS);
     if (threads > 0 && !c->on_gpu)
         tb_cpu_set_threads(&c->engine.st, threads);
-    if (!c->on_gpu)
+    if (!c->on_gpu) {
         tb_cpu_set_padding(&c->engine.st, c->pad, seqs);
+        c->engine.st.expert_reads = c->engine.st.moe_rows = 0; /* MoE: this call's counts */
+    }
     if ((size_t)B > c->req_steps_cap) {
         free(c->req_steps);
         c->req_steps = malloc(3 * (size_t)B * sizeof(int));
@@ -548,6 +550,10 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
     res->peak_device_bytes = tb_loaded_memory_peak(&c->ld); /* -1 on the CPU */
     res->energy_mj = tb_loaded_energy_mj(&c->ld, e0, t_end);     /* -1 on the CPU */
     tb_loaded_work_report(&c->ld, res);
+    if (!c->on_gpu && TB_STRUCT_HAS(res, tb_result, moe_tokens)) { /* MoE: what the CPU's expert layers read */
+        res->expert_reads = c->engine.st.expert_reads;
+        res->moe_tokens = c->engine.st.moe_rows;
+    }
     for (int b = 0; b < B; b++) {
         tb_request_result *q = &res->requests[b];
         const int32_t *gen = c->canvas + (size_t)b * L + c->prompt_end[b];

@@ -43,6 +43,7 @@ static const struct arch_info {
     {"SDARForCausalLM", "sdar", TB_ARCH_SDAR},
     {"Fast_dLLM_QwenForCausalLM", "Fast_dLLM_Qwen", TB_ARCH_FAST_DLLM_V2},
     {"Qwen3MoeForCausalLM", "qwen3_moe", TB_ARCH_QWEN3_MOE},
+    {"LLaDAMoEModelLM", "lladamoe", TB_ARCH_LLADA_MOE},
 };
 
 int tb_config_layer_is_moe(const tb_model_config *cfg, int l)
@@ -57,7 +58,7 @@ int tb_config_layer_is_moe(const tb_model_config *cfg, int l)
 
 int tb_arch_is_diffusion(tb_arch a)
 {
-    return a == TB_ARCH_LLADA || a == TB_ARCH_DREAM || tb_arch_is_block_diffusion(a);
+    return a == TB_ARCH_LLADA || a == TB_ARCH_LLADA_MOE || a == TB_ARCH_DREAM || tb_arch_is_block_diffusion(a);
 }
 
 int tb_arch_is_block_diffusion(tb_arch a)
@@ -285,7 +286,7 @@ static int parse_arch(ctx *c, const cJSON *root, tb_model_config *cfg)
 {
     const cJSON *list = cJSON_GetObjectItemCaseSensitive(root, "architectures");
     const char *names = "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, LLaDAModelLM, "
-                        "DreamModel, SDARForCausalLM or Fast_dLLM_QwenForCausalLM";
+                        "LLaDAMoEModelLM, DreamModel, SDARForCausalLM or Fast_dLLM_QwenForCausalLM";
     if (list && !cJSON_IsNull(list)) {
         const cJSON *a = cJSON_IsArray(list) ? list->child : NULL;
         if (!cJSON_IsString(a))
@@ -397,6 +398,54 @@ static int parse_moe(ctx *c, const cJSON *root, tb_model_config *cfg)
     return 0;
 }
 
+/* LLaDA-MoE's keys (LLaDAMoEConfig, read by modeling_lladamoe.py):
+ * num_experts, num_experts_per_tok, expert_intermediate_size, and
+ * moe_layer_freq, one entry a layer (0: a dense SwiGLU of
+ * dense_intermediate_size, read with the dense models' width). Its sparse
+ * block fixes norm_topk_prob = False whatever the config says, and always
+ * scores with a softmax; the options that block or layer would compute
+ * otherwise than the engine are refused. */
+static int parse_lladamoe(ctx *c, const cJSON *root, tb_model_config *cfg)
+{
+    cfg->decoder_sparse_step = 1;
+    cfg->norm_topk_prob = 0;
+    if (get_int(c, root, NAMES("num_experts"), 1, 1024, 1, &cfg->n_experts) < 0 ||
+        get_int(c, root, NAMES("num_experts_per_tok"), 1, cfg->n_experts, 1, &cfg->n_experts_per_tok) < 0 ||
+        get_int(c, root, NAMES("expert_intermediate_size"), 1, MAX_WIDTH, 1, &cfg->moe_intermediate_size) < 0)
+        return -1;
+    if (require_bool(c, root, "moe_router_enable_expert_bias", 0,
+                     "its block adds the bias to the routing weights themselves: not supported") ||
+        require_str(c, root, "moe_router_score_function", "softmax", "its block always takes a softmax"))
+        return -1;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "shared_expert_intermediate_size");
+    if (v && !cJSON_IsNull(v))
+        return fail(c, "shared_expert_intermediate_size", "null (shared experts are not supported for LLaDA-MoE)", v);
+    v = cJSON_GetObjectItemCaseSensitive(root, "clip_qkv");
+    if (v && !cJSON_IsNull(v))
+        return fail(c, "clip_qkv", "null (clipping q, k, v is not supported)", v);
+    /* the default rope's rotated width is head_dim x partial_rotary_factor */
+    v = cJSON_GetObjectItemCaseSensitive(root, "partial_rotary_factor");
+    if (v && !cJSON_IsNull(v) && !(cJSON_IsNumber(v) && v->valuedouble == 1.0))
+        return fail(c, "partial_rotary_factor", "1 (partial rotary embeddings are not supported)", v);
+    v = cJSON_GetObjectItemCaseSensitive(root, "rope_theta");
+    if (!v || cJSON_IsNull(v))
+        return fail(c, "rope_theta", "a number (LLaDAMoEConfig's default -1 is no base)", v);
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(root, "moe_layer_freq");
+    if (!cJSON_IsArray(list) || cJSON_GetArraySize(list) != cfg->n_layers)
+        return fail(c, "moe_layer_freq", "a list of one 0 or 1 per layer (num_hidden_layers of them)", list);
+    int l = 0;
+    for (const cJSON *e = list->child; e; e = e->next, l++) {
+        if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble))
+            return fail(c, "moe_layer_freq", "integers (0: a dense layer)", e);
+        if (e->valuedouble != 0)
+            continue;
+        if (cfg->n_mlp_only == TB_MAX_MLP_ONLY)
+            return fail(c, "moe_layer_freq", "at most 64 dense layers (zeros)", list);
+        cfg->mlp_only_layers[cfg->n_mlp_only++] = l;
+    }
+    return 0;
+}
+
 static int parse_root(ctx *c, const cJSON *root, tb_model_config *cfg)
 {
     if (check_duplicates(c, root, ""))
@@ -410,11 +459,11 @@ static int parse_root(ctx *c, const cJSON *root, tb_model_config *cfg)
     }
     if (parse_arch(c, root, cfg))
         return -1;
-    int llada = cfg->arch == TB_ARCH_LLADA;
+    int llada = cfg->arch == TB_ARCH_LLADA, lladamoe = cfg->arch == TB_ARCH_LLADA_MOE;
     int diffusion = tb_arch_is_diffusion(cfg->arch);
     /* LLaDA and Dream split d_model across the heads; the others (block
      * diffusion included) read an explicit head_dim as transformers does */
-    int split_heads = llada || cfg->arch == TB_ARCH_DREAM;
+    int split_heads = llada || lladamoe || cfg->arch == TB_ARCH_DREAM;
     int qwen3 = cfg->arch == TB_ARCH_QWEN3 || cfg->arch == TB_ARCH_SDAR || cfg->arch == TB_ARCH_QWEN3_MOE;
     if (llada ? check_llada(c, root) : check_hf(c, root, cfg))
         return -1;
@@ -445,12 +494,14 @@ static int parse_root(ctx *c, const cJSON *root, tb_model_config *cfg)
                         cJSON_GetObjectItemCaseSensitive(root, "embedding_size"));
     }
 
-    /* SwiGLU width; LLaDA falls back to mlp_ratio x d_model like OLMo */
-    int r = get_int(c, root, KEY("mlp_hidden_size", "intermediate_size"), 1, MAX_WIDTH, !llada,
-                    &cfg->intermediate_size);
+    /* SwiGLU width; LLaDA falls back to mlp_ratio x d_model like OLMo;
+     * LLaDA-MoE's dense layers take dense_intermediate_size (required:
+     * LLaDAMoEConfig's default is -1) */
+    int r = get_int(c, root, lladamoe ? NAMES("dense_intermediate_size") : KEY("mlp_hidden_size", "intermediate_size"),
+                    1, MAX_WIDTH, !llada, &cfg->intermediate_size);
     if (r < 0)
         return -1;
-    if (r == 0) {
+    if (r == 0 && llada) {
         int ratio = 4;
         if (get_int(c, root, NAMES("mlp_ratio"), 1, 64, 0, &ratio) < 0)
             return -1;
@@ -502,14 +553,14 @@ static int parse_root(ctx *c, const cJSON *root, tb_model_config *cfg)
                     cJSON_GetObjectItemCaseSensitive(root, r ? "head_dim" : hname));
     }
 
-    cfg->rms_eps = llada ? 1e-5 : 1e-6;
+    cfg->rms_eps = llada || lladamoe ? 1e-5 : 1e-6;
     if (get_num(c, root, llada ? NAMES("rms_norm_eps", "layer_norm_eps") : NAMES("rms_norm_eps"),
                 0, 1, &cfg->rms_eps) < 0)
         return -1;
     if (parse_rope(c, root, cfg))
         return -1;
 
-    cfg->max_position_embeddings = llada ? 1024 : cfg->arch == TB_ARCH_LLAMA ? 2048 : 32768;
+    cfg->max_position_embeddings = llada ? 1024 : cfg->arch == TB_ARCH_LLAMA ? 2048 : lladamoe ? 4096 : 32768;
     if (get_int(c, root, KEY("max_sequence_length", "max_position_embeddings"), 1, MAX_POS, 0,
                 &cfg->max_position_embeddings) < 0)
         return -1;
@@ -526,8 +577,11 @@ static int parse_root(ctx *c, const cJSON *root, tb_model_config *cfg)
         get_bool(c, root, llada ? NAMES("include_qkv_bias") : NAMES("attention_bias"), &attn_bias) < 0)
         return -1;
     cfg->qkv_bias = attn_bias;
-    cfg->o_bias = (cfg->arch == TB_ARCH_LLAMA || qwen3) && attn_bias;
+    cfg->o_bias = (cfg->arch == TB_ARCH_LLAMA || qwen3 || lladamoe) && attn_bias;
     cfg->qk_norm = qwen3;
+    /* LLaDA-MoE: q_norm / k_norm over each head's head_dim, before RoPE */
+    if (lladamoe && get_bool(c, root, NAMES("qk_layernorm"), &cfg->qk_norm) < 0)
+        return -1;
 
     /* the trained block: SDAR's block_size (its configuration class has no
      * default: 4 as the published 8B config), Fast-dLLM v2's bd_size (32,
@@ -544,6 +598,8 @@ static int parse_root(ctx *c, const cJSON *root, tb_model_config *cfg)
 
     if (cfg->arch == TB_ARCH_QWEN3_MOE && parse_moe(c, root, cfg))
         return -1;
+    if (lladamoe && parse_lladamoe(c, root, cfg))
+        return -1;
 
     int n_bos = 0;
     if (get_ids(c, root, "eos_token_id", cfg->vocab_size, cfg->eos_ids, TB_MAX_EOS,
@@ -557,6 +613,11 @@ static int parse_root(ctx *c, const cJSON *root, tb_model_config *cfg)
         /* Fast-dLLM v2's config names no mask token: its generate() takes
          * mask_id = 151665 ("|<MASK>|" in its tokenizer) by default */
         cfg->mask_id = 151665;
+        r = 1;
+    }
+    if (!r && lladamoe && cfg->vocab_size > 156895) {
+        /* nor does LLaDA-MoE's: its generation code passes mask_id 156895 */
+        cfg->mask_id = 156895;
         r = 1;
     }
     if (!r) {

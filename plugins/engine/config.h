@@ -1,7 +1,7 @@
 /* config.h — a model's config.json (Hugging Face layout) as the engine
  * needs it. Architectures: LlamaForCausalLM, Qwen2ForCausalLM,
- * Qwen3ForCausalLM, Qwen3MoeForCausalLM (AR); LLaDA (LLaMA blocks, bidirectional) and Dream
- * (Qwen2 blocks, bidirectional) for the diffusion backend; and the block
+ * Qwen3ForCausalLM, Qwen3MoeForCausalLM (AR); LLaDA (LLaMA blocks, bidirectional), LLaDA-MoE
+ * (OLMoE blocks, bidirectional) and Dream (Qwen2 blocks, bidirectional) for the diffusion backend; and the block
  * diffusion models, causal across blocks and bidirectional inside one:
  * SDAR (Qwen3 blocks) and Fast-dLLM v2 (Qwen2 blocks). */
 #ifndef TB_ENGINE_CONFIG_H
@@ -22,9 +22,16 @@ typedef enum tb_arch {
                                  read from the output at i - 1) */
     TB_ARCH_QWEN3_MOE = 8, /* Qwen3MoeForCausalLM: Qwen3 attention, MoE
                               feed-forward (moe.h) in its sparse layers */
+    TB_ARCH_LLADA_MOE = 9, /* LLaDAMoEModelLM (model_type lladamoe): OLMoE
+                              blocks, no causal mask; d_model split across
+                              the heads, per-head q/k norms when
+                              qk_layernorm; softmax top-k router never
+                              renormalised (its modelling code fixes
+                              norm_topk_prob = False); dense layers where
+                              moe_layer_freq[l] = 0 */
 } tb_arch;
 
-#define TB_MAX_MLP_ONLY 64 /* Qwen3-MoE mlp_only_layers entries */
+#define TB_MAX_MLP_ONLY 64 /* Qwen3-MoE mlp_only_layers entries (LLaDA-MoE: moe_layer_freq's zeros) */
 
 #define TB_MAX_EOS 8
 
@@ -54,7 +61,7 @@ typedef struct tb_model_config {
     int block_size;            /* block diffusion: the model's trained block
                                   (SDAR "block_size", Fast-dLLM v2 "bd_size");
                                   0 for the others */
-    /* mixture of experts (Qwen3-MoE; 0 experts: a dense model): layer l
+    /* mixture of experts (Qwen3-MoE, LLaDA-MoE; 0 experts: a dense model): layer l
      * is sparse when tb_config_layer_is_moe(cfg, l), its feed-forward the
      * router over n_experts SwiGLU experts of moe_intermediate_size, top
      * n_experts_per_tok, renormalised when norm_topk_prob; the others
@@ -80,7 +87,7 @@ typedef struct tb_model_config {
  * include_qkv_bias) are read first, then the Hugging Face names. */
 int tb_config_parse(const char *json, const char *path, tb_model_config *cfg, char *err,
                     size_t err_size);
-/* LLaDA, Dream, SDAR, Fast-dLLM v2: masked-diffusion models. */
+/* LLaDA, LLaDA-MoE, Dream, SDAR, Fast-dLLM v2: masked-diffusion models. */
 int tb_arch_is_diffusion(tb_arch a);
 /* SDAR and Fast-dLLM v2: block diffusion (causal across blocks,
  * bidirectional inside one; exact KV cache of finished blocks). */

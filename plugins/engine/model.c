@@ -104,8 +104,9 @@ static int layout(tb_model *m, char *err, size_t err_size)
 
 void tb_model_moe_config(const tb_model_config *c, tb_moe_config *out)
 {
-    /* Qwen3-MoE: softmax over all experts, top-k, renormalised when
-     * norm_topk_prob; no groups, no scaling, no shared expert */
+    /* Qwen3-MoE and LLaDA-MoE: softmax over all experts, top-k,
+     * renormalised when norm_topk_prob (never for LLaDA-MoE: config.c);
+     * no groups, no scaling, no shared expert */
     *out = (tb_moe_config){.hidden = c->hidden_size, .n_experts = c->n_experts, .top_k = c->n_experts_per_tok,
                            .expert_inter = c->moe_intermediate_size, .scoring = TB_MOE_SOFTMAX,
                            .norm_topk = c->norm_topk_prob, .n_group = 1, .topk_group = 1, .routed_scale = 1.0f};
@@ -340,6 +341,23 @@ static const preset presets[] = {
                         .qk_norm = 1, .n_experts = 8, .n_experts_per_tok = 2, .moe_intermediate_size = 32,
                         .norm_topk_prob = 1, .decoder_sparse_step = 1, .eos_ids = {1}, .n_eos = 1, .bos_id = -1,
                         .mask_id = -1, .torch_dtype = "float32"}},
+    /* LLaDA-MoE-7B-A1B's shape (inclusionAI/LLaDA-MoE-7B-A1B-Base: OLMoE
+     * blocks with per-head q/k norms, every layer 64 experts, 8 a token,
+     * weights not renormalised; mask 156895 as its generation code) and a
+     * tiny one */
+    {"llada-moe-7b-a1b", {.arch = TB_ARCH_LLADA_MOE, .arch_name = "LLaDAMoEModelLM", .vocab_size = 157184,
+                          .hidden_size = 2048, .intermediate_size = 8192, .n_layers = 16, .n_heads = 16,
+                          .n_kv_heads = 16, .head_dim = 128, .rms_eps = 1e-5, .rope_theta = 50000,
+                          .max_position_embeddings = 8192, .qk_norm = 1, .n_experts = 64, .n_experts_per_tok = 8,
+                          .moe_intermediate_size = 1024, .norm_topk_prob = 0, .decoder_sparse_step = 1,
+                          .eos_ids = {156892}, .n_eos = 1, .bos_id = -1, .mask_id = 156895,
+                          .torch_dtype = "bfloat16"}},
+    {"tiny-llada-moe", {.arch = TB_ARCH_LLADA_MOE, .arch_name = "LLaDAMoEModelLM", .vocab_size = 512,
+                        .hidden_size = 64, .intermediate_size = 128, .n_layers = 2, .n_heads = 4, .n_kv_heads = 4,
+                        .head_dim = 16, .rms_eps = 1e-5, .rope_theta = 50000, .max_position_embeddings = 4096,
+                        .qk_norm = 1, .n_experts = 8, .n_experts_per_tok = 2, .moe_intermediate_size = 32,
+                        .norm_topk_prob = 0, .decoder_sparse_step = 1, .eos_ids = {508}, .n_eos = 1, .bos_id = 507,
+                        .mask_id = 510, .torch_dtype = "float32"}},
     {"tiny-llama", {.arch = TB_ARCH_LLAMA, .arch_name = "LlamaForCausalLM", .vocab_size = 512,
                     .hidden_size = 64, .intermediate_size = 160, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2,
                     .head_dim = 16, .rms_eps = 1e-5, .rope_theta = 10000, .max_position_embeddings = 2048,

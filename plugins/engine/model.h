@@ -52,7 +52,7 @@ int tb_model_load(const char *dir, tb_model *m, char *err, size_t err_size);
 
 /* The config of a preset (deterministic random weights): "llama-3-8b",
  * "qwen2.5-7b", "qwen3-8b", "llada-8b", "dream-7b", "sdar-8b",
- * "fast-dllm-v2-7b", and tiny ones for tests ("tiny-llama", "tiny-qwen2",
+ * "fast-dllm-v2-7b", "qwen3-30b-a3b", "llada-moe-7b-a1b", and tiny ones for tests ("tiny-llama", "tiny-qwen2",
  * "tiny-qwen3", "tiny-sdar", "tiny-fast-dllm-v2", ...). -1 with the list of presets when unknown. */
 int tb_preset_config(const char *name, tb_model_config *cfg, char *err, size_t err_size);
 /* Build a preset model on the CPU (float32, seeded random weights). */
@@ -65,7 +65,7 @@ int64_t tb_config_n_params(const tb_model_config *cfg);
 void tb_model_free(tb_model *m);
 
 
-/* The MoE layer config (moe.h) of a Qwen3-MoE model's sparse layers. */
+/* The MoE layer config (moe.h) of a Qwen3-MoE or LLaDA-MoE model's sparse layers. */
 void tb_model_moe_config(const tb_model_config *cfg, tb_moe_config *out);
 
 /* RoPE inverse frequencies for cfg (head_dim / 2 of them), llama3 scaling
