@@ -118,8 +118,12 @@ J=$(q "$tmp/m.db" "select id from session where shard_index is null and shard_co
 [ -n "$J" ] || { fail "no joined session"; exit 1; }
 "$tb" report "$J" --format md --db "$tmp/m.db" >"$tmp/show.out" 2>&1 && grep -q "4 shards joined by db merge" "$tmp/show.out" \
     && ok "the joined session's report names its shards" || fail "report $J: $(grep -i shard "$tmp/show.out")"
-"$tb" report "$(q "$tmp/m.db" "select id from session where shard_index = 2")" --format md --db "$tmp/m.db" 2>&1 \
-    | grep -q "shard 2 of 4 (0-based), started at" && ok "a shard's report says which" || fail "shard 2's report"
+# (into a file, not a pipe: grep -q leaving early would cut the writer off
+# with SIGPIPE, which pipefail reports as a failure when the report is long)
+"$tb" report "$(q "$tmp/m.db" "select id from session where shard_index = 2")" --format md --db "$tmp/m.db" \
+    >"$tmp/s2.md" 2>&1
+grep -q "shard 2 of 4 (0-based), started at" "$tmp/s2.md" && ok "a shard's report says which" \
+    || fail "shard 2's report: $(grep -i shard "$tmp/s2.md" | head -3)"
 
 # per repetition: the same requests and tokens as the whole run
 whole=$(q "$tmp/whole.db" "select group_concat(repetition || ':' || n_requests || ':' || output_tokens, ' ') from
