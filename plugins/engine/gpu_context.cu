@@ -162,6 +162,7 @@ extern "C" int tb_gpu_create(tb_gpu **out, const tb_model_config *cfg, const tb_
     // selects others for measurements (docs/PERFORMANCE.md)
     g->fusion = getenv("TB_GPU_FUSION") ? atoi(getenv("TB_GPU_FUSION")) & 7 : TB_GPU_FUSE_DEFAULT;
     g->pdl = getenv("TB_GPU_PDL") ? atoi(getenv("TB_GPU_PDL")) != 0 : TB_GPU_PDL_DEFAULT;
+    g->profile_call = getenv("TB_GPU_PROFILE_CALL") ? atoi(getenv("TB_GPU_PROFILE_CALL")) : 0;
     // decode attention keeps its scores in shared memory: above 48 KB a
     // kernel must opt in
     if (c->n_experts > 0) { // the sparse layers' config, as the CPU path's (gpu_moe.cu)

@@ -8,6 +8,7 @@
 // tb_gpu_forward_logits: as tb_cpu_forward_at).
 #include "gpu_internal.cuh"
 
+#include <cuda_profiler_api.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -391,6 +392,24 @@ extern "C" void tb_gpu_take_work(tb_gpu *g, double *flops, double *bytes, double
     g->work_flops = g->work_bytes = g->work_moe_rows = g->work_moe_calls = 0;
 }
 
+// For ncu (tests/gpu/profile.sh): with TB_GPU_PROFILE_CALL=N the N-th
+// decode step or diffusion forward of this context runs between
+// cudaProfilerStart and cudaProfilerStop, so `ncu --profile-from-start
+// off` profiles that one and not the load-time calibration.
+static void profile_begin(tb_gpu *g)
+{
+    if (g->profile_call > 0 && ++g->profile_seen == g->profile_call)
+        (void)cudaProfilerStart();
+}
+
+static void profile_end(tb_gpu *g)
+{
+    if (g->profile_call > 0 && g->profile_seen == g->profile_call) {
+        (void)cudaStreamSynchronize(g->stream);
+        (void)cudaProfilerStop();
+    }
+}
+
 static int fetch_next(tb_gpu *g, int B, int32_t *next, float *logits_out)
 {
     k_argmax<<<B, 1024, 0, g->stream>>>(g->logits, g->cfg.vocab_size, g->out_tok);
@@ -454,6 +473,7 @@ extern "C" int tb_gpu_decode(tb_gpu *g, int32_t *next, int B, float *logits_out)
     CK(cudaMemcpyAsync(g->tok, g->h_tok, B * sizeof(int32_t), cudaMemcpyHostToDevice, g->stream));
     if (g->graph_B != B && capture_decode(g, B))
         return -1;
+    profile_begin(g);
     CK(cudaGraphLaunch(g->graph, g->stream));
     account(g, B, 1, g->pos + 1, 1);
     g->pos++;
@@ -462,6 +482,7 @@ extern "C" int tb_gpu_decode(tb_gpu *g, int32_t *next, int B, float *logits_out)
         CK(cudaMemcpyAsync(logits_out, g->logits, (size_t)B * g->cfg.vocab_size * sizeof(float),
                            cudaMemcpyDeviceToHost, g->stream));
     CK(cudaStreamSynchronize(g->stream));
+    profile_end(g);
     memcpy(next, g->h_tok, B * sizeof(int32_t));
     return 0;
 }
@@ -599,6 +620,7 @@ extern "C" int tb_gpu_forward_pick(tb_gpu *g, const int32_t *canvas, int rows, i
                                    int32_t *x0, double *conf)
 {
     int r0, nr;
+    profile_begin(g);
     if (canvas_span(g, canvas, rows, L, pos0, n, n_attend, pick0, npick, shifted, &r0, &nr))
         return -1;
     size_t V = g->cfg.vocab_size;
@@ -609,6 +631,7 @@ extern "C" int tb_gpu_forward_pick(tb_gpu *g, const int32_t *canvas, int rows, i
     CK(cudaMemcpyAsync(g->h_conf, g->out_conf, (size_t)B * npick * sizeof(double), cudaMemcpyDeviceToHost,
                        g->stream));
     CK(cudaStreamSynchronize(g->stream));
+    profile_end(g);
     for (int b = 0; b < B; b++) {
         memcpy(x0 + (size_t)b * n + pick0, g->h_tok + (size_t)b * npick, npick * sizeof(int32_t));
         memcpy(conf + (size_t)b * n + pick0, g->h_conf + (size_t)b * npick, npick * sizeof(double));

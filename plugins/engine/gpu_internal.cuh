@@ -97,6 +97,9 @@ struct tb_gpu {
     int fusion, pdl;
     float *att_part;    // [seqs][nh][ATT_MAX_SPLIT][hd + 2] split attention's partials
     unsigned *att_count; // [seqs][nh] its arrival counters (zero between launches)
+    // TB_GPU_PROFILE_CALL=N (gpu_forward.cu): the N-th decode step or
+    // diffusion forward is bracketed by cudaProfilerStart/Stop for ncu
+    int profile_call, profile_seen;
     int32_t *h_tok;    // pinned [rows]
     double *h_conf;    // pinned [rows]
     // roofline: work of the forwards since tb_gpu_take_work, by count
