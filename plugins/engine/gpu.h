@@ -131,6 +131,26 @@ void tb_gpu_take_work(tb_gpu *g, double *flops, double *bytes, double *expert_re
 #define TB_GPU_MOE_GEMV_ROWS 64
 void tb_gpu_set_moe_gemv_rows(tb_gpu *g, int max_rows);
 
+/* Decode fusion for one-row forwards (batch-1 decode), a mask of
+ * TB_GPU_FUSE_*: SWIGLU computes SwiGLU inside the gate-up GEMV (no
+ * k_swiglu, no float [2I] round trip); SPLIT_ATTN splits decode attention
+ * over the keys when (sequence, head) pairs alone would leave the chip
+ * idle (any batch); NORM stages RMSNorm inside the GEMV that follows it
+ * (every block recomputes it: measured slower on the H200, off by
+ * default, docs/PERFORMANCE.md). pdl: the decode graph's batch-1 kernels
+ * are programmatic dependent launches (each may start while the one
+ * before drains; its GEMV prefetches its first weights meanwhile). 0/0 is
+ * the unfused path; tests compare each with the CPU. Defaults:
+ * TB_GPU_FUSE_DEFAULT and TB_GPU_PDL_DEFAULT (both off: docs/PERFORMANCE.md
+ * has the measurements), or the environment's TB_GPU_FUSION
+ * (a mask) and TB_GPU_PDL (0/1). */
+#define TB_GPU_FUSE_SWIGLU 1
+#define TB_GPU_FUSE_SPLIT_ATTN 2
+#define TB_GPU_FUSE_NORM 4
+#define TB_GPU_FUSE_DEFAULT 0
+#define TB_GPU_PDL_DEFAULT 0
+void tb_gpu_set_decode_fusion(tb_gpu *g, int fusion, int pdl);
+
 /* The device's ceilings, measured once per context (best of 5: a 1 GiB
  * device copy, read + write bytes/s; a bf16 8192^3 cuBLAS GEMM, FLOP/s);
  * 0 or -1 (no room for the 2.25 GiB of transient buffers). */

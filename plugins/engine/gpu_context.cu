@@ -158,6 +158,11 @@ extern "C" int tb_gpu_create(tb_gpu **out, const tb_model_config *cfg, const tb_
         goto done;
     }
     cublasSetStream(g->blas, g->stream);
+    // the fused decode path (tb_gpu_set_decode_fusion); the environment
+    // selects others for measurements (docs/PERFORMANCE.md)
+    g->fusion = getenv("TB_GPU_FUSION") ? atoi(getenv("TB_GPU_FUSION")) & 7 : TB_GPU_FUSE_DEFAULT;
+    g->pdl = getenv("TB_GPU_PDL") ? atoi(getenv("TB_GPU_PDL")) != 0 : TB_GPU_PDL_DEFAULT;
+    g->profile_call = getenv("TB_GPU_PROFILE_CALL") ? atoi(getenv("TB_GPU_PROFILE_CALL")) : 0;
     // decode attention keeps its scores in shared memory: above 48 KB a
     // kernel must opt in
     if (c->n_experts > 0) { // the sparse layers' config, as the CPU path's (gpu_moe.cu)
@@ -179,7 +184,9 @@ extern "C" int tb_gpu_create(tb_gpu **out, const tb_model_config *cfg, const tb_
         goto done;
     }
     if (cudaFuncSetAttribute(k_attn_decode, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             (int)g->prop.sharedMemPerBlockOptin - 1024) != cudaSuccess) { // minus its static part
+                             (int)g->prop.sharedMemPerBlockOptin - 1024) != cudaSuccess || // minus its static part
+        cudaFuncSetAttribute(k_attn_decode_split, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)g->prop.sharedMemPerBlockOptin - 1024) != cudaSuccess) {
         fail(g, "cannot raise the kernels' shared memory limits");
         rc = -1;
         goto done;
@@ -339,3 +346,18 @@ extern "C" size_t tb_gpu_peak_bytes(const tb_gpu *g) { return g->bytes_peak; }
 extern "C" void tb_gpu_reset_peak(tb_gpu *g) { g->bytes_peak = g->bytes_now; }
 extern "C" const char *tb_gpu_device_name(const tb_gpu *g) { return g->prop.name; }
 extern "C" const char *tb_gpu_error(const tb_gpu *g) { return g->error; }
+
+extern "C" void tb_gpu_set_decode_fusion(tb_gpu *g, int fusion, int pdl)
+{
+    g->fusion = fusion, g->pdl = pdl;
+    // the captured decode steps hold the old kernels
+    if (g->graph)
+        cudaGraphExecDestroy(g->graph);
+    g->graph = NULL;
+    g->graph_B = 0;
+    for (int b = 0; g->graph_slots && b <= g->seqs; b++)
+        if (g->graph_slots[b]) {
+            cudaGraphExecDestroy(g->graph_slots[b]);
+            g->graph_slots[b] = NULL;
+        }
+}

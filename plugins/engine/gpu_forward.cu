@@ -8,6 +8,7 @@
 // tb_gpu_forward_logits: as tb_cpu_forward_at).
 #include "gpu_internal.cuh"
 
+#include <cuda_profiler_api.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,10 +40,16 @@ extern "C" int tb_gpu_reserve(tb_gpu *g, int seqs, int len, int rows, char *err,
              dalloc(g, (void **)&g->out_conf, R * sizeof(double)) || dalloc(g, (void **)&g->d_pos, sizeof(int)) ||
              dalloc(g, (void **)&g->d_pad, (size_t)seqs * sizeof(int)) ||
              dalloc(g, (void **)&g->d_rslot, (size_t)seqs * sizeof(int)) ||
-             dalloc(g, (void **)&g->d_rpos, (size_t)seqs * sizeof(int)) || moe_reserve(g, rows);
+             dalloc(g, (void **)&g->d_rpos, (size_t)seqs * sizeof(int)) ||
+             dalloc(g, (void **)&g->att_part,
+                    (size_t)seqs * c->n_heads * ATT_MAX_SPLIT * (c->head_dim + 2) * sizeof(float)) ||
+             dalloc(g, (void **)&g->att_count, (size_t)seqs * c->n_heads * sizeof(unsigned)) ||
+             moe_reserve(g, rows);
     // on our stream: the legacy default stream would not be ordered before
     // a padding upload on our non-blocking one
     if (rc == 0 && (cudaMemsetAsync(g->d_pad, 0, (size_t)seqs * sizeof(int), g->stream) != cudaSuccess ||
+                    cudaMemsetAsync(g->att_count, 0, (size_t)seqs * c->n_heads * sizeof(unsigned), g->stream) !=
+                        cudaSuccess ||
                     cudaStreamSynchronize(g->stream) != cudaSuccess))
         rc = fail(g, "cudaMemsetAsync failed");
     if (rc == 0) {
@@ -92,7 +99,7 @@ namespace tbgpu {
 void free_buffers(tb_gpu *g)
 {
     void *bufs[] = {g->kc, g->vc, g->x, g->xn, g->qkv, g->q, g->att, g->gu, g->act, g->logits, g->scores,
-                    g->probs, g->tok, g->out_tok, g->out_conf, g->d_pos, g->d_pad, g->d_rslot, g->d_rpos, g->ptrs};
+                    g->probs, g->tok, g->out_tok, g->out_conf, g->d_pos, g->d_pad, g->d_rslot, g->d_rpos, g->ptrs, g->att_part, g->att_count};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         dfree(g, bufs[i]);
     moe_free(g);
@@ -125,6 +132,8 @@ void free_buffers(tb_gpu *g)
     g->graph_slots = NULL;
     g->ptrs = NULL;
     g->hptrs = NULL;
+    g->att_part = NULL;
+    g->att_count = NULL;
     g->h_tok = NULL;
     g->h_conf = NULL;
     g->graph = NULL;
@@ -209,10 +218,30 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
     int I = c->intermediate_size, qd = qkv_dim(c);
     gpu_layer *G = &g->layers[l];
     size_t layer_off = (size_t)l * g->seqs * g->len * kvd;
-    k_rmsnorm<<<rows, 1024, 0, g->stream>>>(g->x, 1, 0, 1, G->attn_norm, g->xn, h, (float)c->rms_eps);
-    LAUNCHED();
-    if (matmul_t(g, g->qkv, g->xn, G->wqkv, rows, qd, h, 0.0f))
-        return -1;
+    float eps = (float)c->rms_eps;
+    // one row (batch-1 decode): our GEMVs, with the fusions g->fusion
+    // asks for (gpu.h, TB_GPU_FUSE_*), as programmatic dependent launches
+    // inside the decode graph when g->pdl
+    int one = rows == 1 && h % 8 == 0 && nq % 8 == 0 && I % 8 == 0;
+    int norm = one && (g->fusion & TB_GPU_FUSE_NORM) && h <= GEMV_NORM_MAX_IN;
+    int swiglu = one && (g->fusion & TB_GPU_FUSE_SWIGLU) && !G->router;
+    int pdl = one && g->pdl && mode != FWD_SPAN;
+    if (norm) {
+        gemv_args a = {G->wqkv, NULL, g->x, G->attn_norm, eps, g->qkv, NULL, qd, h, 0.0f};
+        gemv_fused(g, a, g->gemv_variant, pdl);
+        LAUNCHED();
+    } else {
+        launch(g, k_rmsnorm, dim3(rows), dim3(1024), 0, pdl, (const float *)g->x, 1, 0, 1,
+               (const float *)G->attn_norm, g->xn, h, eps);
+        LAUNCHED();
+        if (one) {
+            gemv_args a = {G->wqkv, g->xn, NULL, NULL, 0.0f, g->qkv, NULL, qd, h, 0.0f};
+            gemv_fused(g, a, g->gemv_variant, pdl);
+            LAUNCHED();
+        } else if (matmul_t(g, g->qkv, g->xn, G->wqkv, rows, qd, h, 0.0f)) {
+            return -1;
+        }
+    }
     dim3 post_grid(rows, c->n_heads + 2 * c->n_kv_heads);
     // a span's sequences start at cache sequence slot0
     size_t span_off = mode == FWD_SPAN ? (size_t)slot0 * g->len * kvd : 0;
@@ -220,14 +249,25 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
     const int *rpos = mode == FWD_SLOTS ? g->d_rpos : NULL;
     if (g->span_slots)
         span_off = 0; // the slots are in d_rslot
-    k_qkv_post<<<post_grid, 64, 0, g->stream>>>(g->qkv, G->bqkv, G->q_norm, G->k_norm, (float)c->rms_eps,
-                                             g->inv_freq, n, pos0,
-                                             mode == FWD_DECODE ? g->d_pos : NULL, rslot, rpos,
-                                             g->d_pad + (mode == FWD_SPAN ? slot0 : 0), g->kc + layer_off + span_off,
-                                             g->vc + layer_off + span_off, g->len, g->q, c->n_heads, c->n_kv_heads,
-                                             c->head_dim);
+    launch(g, k_qkv_post, post_grid, dim3(64), 0, pdl, (const float *)g->qkv, (const float *)G->bqkv,
+           (const float *)G->q_norm, (const float *)G->k_norm, eps, (const float *)g->inv_freq, n, pos0,
+           (const int *)(mode == FWD_DECODE ? g->d_pos : NULL), rslot, rpos,
+           (const int *)(g->d_pad + (mode == FWD_SPAN ? slot0 : 0)), g->kc + layer_off + span_off,
+           g->vc + layer_off + span_off, g->len, g->q, c->n_heads, c->n_kv_heads, c->head_dim);
     LAUNCHED();
-    if (mode != FWD_SPAN) {
+    // decode attention split over the keys when (sequence, head) pairs
+    // alone would leave most of the chip idle
+    int splits = (2 * g->prop.multiProcessorCount + B * c->n_heads - 1) / (B * c->n_heads);
+    splits = splits > ATT_MAX_SPLIT ? ATT_MAX_SPLIT : splits;
+    if (mode != FWD_SPAN && (g->fusion & TB_GPU_FUSE_SPLIT_ATTN) && splits >= 2) {
+        dim3 grid(B, c->n_heads, splits);
+        size_t smem = ((g->len + splits - 1) / splits + ATT_SPLIT_WARPS * c->head_dim) * sizeof(float);
+        launch(g, k_attn_decode_split, grid, dim3(ATT_SPLIT_WARPS * 32), smem, pdl, (const bf16 *)g->q,
+               (const bf16 *)(g->kc + layer_off), (const bf16 *)(g->vc + layer_off), g->att, g->len, c->n_heads,
+               c->n_kv_heads, c->head_dim, (const int *)(mode == FWD_DECODE ? g->d_pos : NULL), rslot, rpos,
+               (const int *)g->d_pad, 1.0f / sqrtf((float)c->head_dim), g->att_part, g->att_count);
+        LAUNCHED();
+    } else if (mode != FWD_SPAN) {
         dim3 grid(B, c->n_heads);
         k_attn_decode<<<grid, ATT_WARPS * 32, (g->len + ATT_WARPS * c->head_dim) * sizeof(float), g->stream>>>(
             g->q, g->kc + layer_off, g->vc + layer_off, g->att, g->len, c->n_heads, c->n_kv_heads, c->head_dim,
@@ -236,9 +276,32 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
     } else if (attn_span(g, l, B, slot0, pos0, n, n_attend, causal)) {
         return -1;
     }
-    if (matmul_t(g, g->x, g->att, G->wo, rows, h, nq, 1.0f))
+    if (one) {
+        gemv_args a = {G->wo, g->att, NULL, NULL, 0.0f, g->x, NULL, h, nq, 1.0f};
+        gemv_fused(g, a, g->gemv_variant, pdl);
+        LAUNCHED();
+    } else if (matmul_t(g, g->x, g->att, G->wo, rows, h, nq, 1.0f)) {
         return -1;
-    k_rmsnorm<<<rows, 1024, 0, g->stream>>>(g->x, 1, 0, 1, G->mlp_norm, g->xn, h, (float)c->rms_eps);
+    }
+    if (swiglu) {
+        // gate-up (+ SwiGLU) and down: the norm inside the first GEMV, or
+        // k_rmsnorm before it
+        gemv_args gu = {G->wgu, g->xn, NULL, NULL, 0.0f, NULL, g->act, I, h, 0.0f};
+        if (norm) {
+            gu.x = NULL, gu.xf = g->x, gu.nw = G->mlp_norm, gu.eps = eps;
+        } else {
+            launch(g, k_rmsnorm, dim3(rows), dim3(1024), 0, pdl, (const float *)g->x, 1, 0, 1,
+                   (const float *)G->mlp_norm, g->xn, h, eps);
+            LAUNCHED();
+        }
+        gemv_fused(g, gu, g->gemv_variant, pdl);
+        LAUNCHED();
+        gemv_args dn = {G->wdown, g->act, NULL, NULL, 0.0f, g->x, NULL, h, I, 1.0f};
+        gemv_fused(g, dn, g->gemv_variant, pdl);
+        LAUNCHED();
+        return 0;
+    }
+    k_rmsnorm<<<rows, 1024, 0, g->stream>>>(g->x, 1, 0, 1, G->mlp_norm, g->xn, h, eps);
     LAUNCHED();
     if (G->router) // a MoE layer: the experts' output added into x
         return moe_ffn(g, l, rows, mode != FWD_SPAN);
@@ -274,6 +337,13 @@ static int head(tb_gpu *g, int B, int n, int r0, int nr)
         return 0;
     const tb_model_config *c = &g->cfg;
     int h = c->hidden_size;
+    if ((g->fusion & TB_GPU_FUSE_NORM) && B * nr == 1 && h % 8 == 0 && h <= GEMV_NORM_MAX_IN) { // the final norm inside the GEMV
+        gemv_args a = {g->lm_head, NULL, g->x + (size_t)r0 * h, g->final_norm, (float)c->rms_eps, g->logits, NULL,
+                       c->vocab_size, h, 0.0f};
+        gemv_fused(g, a, g->gemv_variant, 0);
+        LAUNCHED();
+        return 0;
+    }
     k_rmsnorm<<<B * nr, 1024, 0, g->stream>>>(g->x, n, r0, nr, g->final_norm, g->xn, h, (float)c->rms_eps);
     LAUNCHED();
     return matmul_t(g, g->logits, g->xn, g->lm_head, B * nr, c->vocab_size, h, 0.0f);
@@ -320,6 +390,24 @@ extern "C" void tb_gpu_take_work(tb_gpu *g, double *flops, double *bytes, double
     if (moe_rows)
         *moe_rows = g->work_moe_rows;
     g->work_flops = g->work_bytes = g->work_moe_rows = g->work_moe_calls = 0;
+}
+
+// For ncu (tests/gpu/profile.sh): with TB_GPU_PROFILE_CALL=N the N-th
+// decode step or diffusion forward of this context runs between
+// cudaProfilerStart and cudaProfilerStop, so `ncu --profile-from-start
+// off` profiles that one and not the load-time calibration.
+static void profile_begin(tb_gpu *g)
+{
+    if (g->profile_call > 0 && ++g->profile_seen == g->profile_call)
+        (void)cudaProfilerStart();
+}
+
+static void profile_end(tb_gpu *g)
+{
+    if (g->profile_call > 0 && g->profile_seen == g->profile_call) {
+        (void)cudaStreamSynchronize(g->stream);
+        (void)cudaProfilerStop();
+    }
 }
 
 static int fetch_next(tb_gpu *g, int B, int32_t *next, float *logits_out)
@@ -385,6 +473,7 @@ extern "C" int tb_gpu_decode(tb_gpu *g, int32_t *next, int B, float *logits_out)
     CK(cudaMemcpyAsync(g->tok, g->h_tok, B * sizeof(int32_t), cudaMemcpyHostToDevice, g->stream));
     if (g->graph_B != B && capture_decode(g, B))
         return -1;
+    profile_begin(g);
     CK(cudaGraphLaunch(g->graph, g->stream));
     account(g, B, 1, g->pos + 1, 1);
     g->pos++;
@@ -393,6 +482,7 @@ extern "C" int tb_gpu_decode(tb_gpu *g, int32_t *next, int B, float *logits_out)
         CK(cudaMemcpyAsync(logits_out, g->logits, (size_t)B * g->cfg.vocab_size * sizeof(float),
                            cudaMemcpyDeviceToHost, g->stream));
     CK(cudaStreamSynchronize(g->stream));
+    profile_end(g);
     memcpy(next, g->h_tok, B * sizeof(int32_t));
     return 0;
 }
@@ -530,6 +620,7 @@ extern "C" int tb_gpu_forward_pick(tb_gpu *g, const int32_t *canvas, int rows, i
                                    int32_t *x0, double *conf)
 {
     int r0, nr;
+    profile_begin(g);
     if (canvas_span(g, canvas, rows, L, pos0, n, n_attend, pick0, npick, shifted, &r0, &nr))
         return -1;
     size_t V = g->cfg.vocab_size;
@@ -540,6 +631,7 @@ extern "C" int tb_gpu_forward_pick(tb_gpu *g, const int32_t *canvas, int rows, i
     CK(cudaMemcpyAsync(g->h_conf, g->out_conf, (size_t)B * npick * sizeof(double), cudaMemcpyDeviceToHost,
                        g->stream));
     CK(cudaStreamSynchronize(g->stream));
+    profile_end(g);
     for (int b = 0; b < B; b++) {
         memcpy(x0 + (size_t)b * n + pick0, g->h_tok + (size_t)b * npick, npick * sizeof(int32_t));
         memcpy(conf + (size_t)b * n + pick0, g->h_conf + (size_t)b * npick, npick * sizeof(double));

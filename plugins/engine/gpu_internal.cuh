@@ -91,6 +91,15 @@ struct tb_gpu {
     cudaGraphExec_t *graph_slots;
     int pos;           // host copy of the decode position
     int gemv_variant;  // see gemv()
+    // batch-1 and small-batch decode (tb_gpu_set_decode_fusion): RMSNorm
+    // and SwiGLU fused into the GEMVs, split attention; pdl: programmatic
+    // dependent launches in the decode graph
+    int fusion, pdl;
+    float *att_part;    // [seqs][nh][ATT_MAX_SPLIT][hd + 2] split attention's partials
+    unsigned *att_count; // [seqs][nh] its arrival counters (zero between launches)
+    // TB_GPU_PROFILE_CALL=N (gpu_forward.cu): the N-th decode step or
+    // diffusion forward is bracketed by cudaProfilerStart/Stop for ncu
+    int profile_call, profile_seen;
     int32_t *h_tok;    // pinned [rows]
     double *h_conf;    // pinned [rows]
     // roofline: work of the forwards since tb_gpu_take_work, by count
@@ -154,6 +163,25 @@ int moe_reserve(tb_gpu *g, int rows);
 void moe_free(tb_gpu *g);
 int moe_ffn(tb_gpu *g, int l, int rows, int graphable);
 int moe_take_touched(tb_gpu *g, double *touched);
+
+// Launch kernel k on g's stream, as a programmatic dependent launch when
+// pdl (the kernel waits with griddepcontrol.wait before it reads what an
+// earlier kernel wrote); errors surface through cudaGetLastError.
+template <typename... KArgs, typename... Args>
+inline void launch(tb_gpu *g, void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, int pdl, Args... args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = g->stream;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = pdl ? 1 : 0;
+    (void)cudaLaunchKernelEx(&cfg, k, ((KArgs)args)...);
+}
 
 inline int qkv_dim(const tb_model_config *c) { return (c->n_heads + 2 * c->n_kv_heads) * c->head_dim; }
 // Blocks of 256 threads for n elements (grid-stride kernels cap it).

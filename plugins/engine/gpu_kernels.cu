@@ -5,6 +5,13 @@
 
 #include <math.h>
 
+// Programmatic dependent launch (sm_90): a kernel launched with the
+// attribute (launch(), gpu_internal.cuh) may start while the one before
+// it drains, and must wait before it reads what earlier kernels wrote or
+// writes what they read; both are no-ops in an ordinary launch.
+__device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void griddep_launch() { asm volatile("griddepcontrol.launch_dependents;" :::); }
+
 __global__ void k_init_uniform(bf16 *p, size_t n, uint64_t seed, float a)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
@@ -54,6 +61,8 @@ __device__ float block_sum(float v, float *sh)
 __global__ void k_rmsnorm(const float *x, int n, int r0, int nr, const float *w, bf16 *y, int h, float eps)
 {
     __shared__ float sh[32];
+    griddep_wait();
+    griddep_launch();
     int o = blockIdx.x;
     const float *xr = x + ((size_t)(o / nr) * n + r0 + o % nr) * h;
     float ss = 0;
@@ -76,6 +85,8 @@ __global__ void k_qkv_post(const float *qkv, const float *bias, const float *q_n
                            int nkv, int hd)
 {
     __shared__ float sh[32];
+    griddep_wait();
+    griddep_launch();
     int r = blockIdx.x, head = blockIdx.y, b = r / n_new;
     // sequence b of the call: cache sequence b at a shared position, or
     // (row_pos given: continuous batching) slot row_slot[b] at its own
@@ -293,28 +304,86 @@ __global__ void k_swiglu(const float *gu, bf16 *act, int inter, size_t n)
 // and of x (x is small and stays in L1/L2), so every lane keeps
 // GEMV_ROWS x unroll independent 16-byte loads of W in flight. No shared
 // memory, no block-wide barrier: the weights stream at memory speed.
+//
+// Two fusions (decode, gpu_forward.cu's fused path):
+// - NORM: the input is the residual stream xf (float) and the RMSNorm
+//   weights nw: each block stages xn = bf16(nw (xf / rms(xf))) in shared
+//   memory (k_rmsnorm's arithmetic), so no k_rmsnorm launch and no xn
+//   round trip; the block's first weight chunks are prefetched into L2
+//   before that prologue, so DRAM is busy while it runs.
+// - SWIGLU: out counts pairs of rows (gate row i, up row I + i of the
+//   [2I][in] gate-up matrix; the warp's first GEMV_ROWS / 2 rows are
+//   gates, the rest their ups), and act[i] = bf16(silu(gate) up) is
+//   written instead of y: no k_swiglu launch, no float [2I] round trip.
+//
+// PDL: everything before griddep_wait() touches only the weights, which
+// nothing writes.
+
 #define GEMV_WARPS 4
-template <int GEMV_ROWS, int UNROLL>
+template <int GEMV_ROWS, int UNROLL, bool NORM, bool SWIGLU>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
-    k_gemv(const bf16 *__restrict__ w, const bf16 *__restrict__ x, float *__restrict__ y, int out, int in, float beta)
+    k_gemv(const bf16 *__restrict__ w, const bf16 *__restrict__ x, const float *__restrict__ xf,
+           const float *__restrict__ nw, float eps, float *__restrict__ y, bf16 *__restrict__ act, int out, int in,
+           float beta, int prefetch)
 {
+    extern __shared__ uint4 xs[]; // NORM: [in / 8] chunks of xn
+    griddep_launch();
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    int row0 = (blockIdx.x * GEMV_WARPS + warp) * GEMV_ROWS;
-    if (row0 >= out)
-        return;
-    const uint4 *xv = reinterpret_cast<const uint4 *>(x);
+    constexpr int P = SWIGLU ? GEMV_ROWS / 2 : GEMV_ROWS; // outputs per warp
+    int o0 = (blockIdx.x * GEMV_WARPS + warp) * P;
     const uint4 *wr[GEMV_ROWS];
     float acc[GEMV_ROWS];
 #pragma unroll
     for (int r = 0; r < GEMV_ROWS; r++) {
-        int row = row0 + r < out ? row0 + r : out - 1; // a tail row recomputes the last one
+        int o = o0 + (SWIGLU ? r % P : r);
+        o = o < out ? o : out - 1; // a tail row recomputes the last one
+        int row = SWIGLU && r >= P ? out + o : o;
         wr[r] = reinterpret_cast<const uint4 *>(w + (size_t)row * in);
         acc[r] = 0;
     }
     int chunks = in / 8;
+    // the first UNROLL chunks each lane will load, into L2 (under PDL
+    // while the kernel before drains; with NORM while the prologue runs)
+#pragma unroll
+    for (int u = 0; u < UNROLL; u++)
+#pragma unroll
+        for (int r = 0; r < GEMV_ROWS; r++)
+            if ((prefetch || NORM) && lane + 32 * u < chunks)
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(wr[r] + lane + 32 * u));
+    griddep_wait();
+    const uint4 *xv = reinterpret_cast<const uint4 *>(x);
+    if (NORM) {
+        __shared__ float red[GEMV_WARPS];
+        float ss = 0;
+        for (int i = threadIdx.x; i < in; i += blockDim.x)
+            ss += xf[i] * xf[i];
+        for (int o = 16; o > 0; o >>= 1)
+            ss += __shfl_xor_sync(0xffffffff, ss, o);
+        if (lane == 0)
+            red[warp] = ss;
+        __syncthreads();
+        ss = 0;
+        for (int i = 0; i < GEMV_WARPS; i++)
+            ss += red[i];
+        float inv = rsqrtf(ss / in + eps);
+        for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
+            uint4 v;
+            __nv_bfloat162 *e = reinterpret_cast<__nv_bfloat162 *>(&v);
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                int i = 8 * c + 2 * k;
+                e[k] = __floats2bfloat162_rn(nw[i] * (xf[i] * inv), nw[i + 1] * (xf[i + 1] * inv));
+            }
+            xs[c] = v;
+        }
+        __syncthreads();
+        xv = xs;
+    }
+    if (o0 >= out)
+        return;
 #pragma unroll UNROLL
     for (int c = lane; c < chunks; c += 32) {
-        uint4 xc = __ldg(xv + c);
+        uint4 xc = NORM ? xv[c] : __ldg(xv + c);
         const __nv_bfloat162 *xe = reinterpret_cast<const __nv_bfloat162 *>(&xc);
 #pragma unroll
         for (int r = 0; r < GEMV_ROWS; r++) {
@@ -328,13 +397,160 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
         }
     }
 #pragma unroll
-    for (int r = 0; r < GEMV_ROWS; r++) {
-        float v = acc[r];
+    for (int r = 0; r < GEMV_ROWS; r++)
         for (int o = 16; o > 0; o >>= 1)
-            v += __shfl_xor_sync(0xffffffff, v, o);
-        if (lane == 0 && row0 + r < out)
-            y[row0 + r] = beta != 0.0f ? y[row0 + r] * beta + v : v;
+            acc[r] += __shfl_xor_sync(0xffffffff, acc[r], o);
+    if (lane != 0)
+        return;
+#pragma unroll
+    for (int r = 0; r < P; r++) {
+        if (o0 + r >= out)
+            break;
+        if (SWIGLU) {
+            float gt = acc[r], up = acc[r + P];
+            act[o0 + r] = __float2bfloat16(gt / (1.0f + __expf(-gt)) * up);
+        } else {
+            y[o0 + r] = beta != 0.0f ? y[o0 + r] * beta + acc[r] : acc[r];
+        }
     }
+}
+
+// Split decode attention (flash-decoding) for batches with too few
+// (sequence, head) pairs to fill the chip: grid (B, nh, S), block
+// ATT_SPLIT_WARPS warps over keys [s chunk, (s + 1) chunk) of the same
+// keys as k_attn_decode. Each block writes its maximum score m, its sum
+// of exp(score - m) l and its unnormalised output o[hd] to part[...]; the
+// last block of a (sequence, head) to finish (a counter, reset by it)
+// combines them: out = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s.
+__global__ void __launch_bounds__(ATT_SPLIT_WARPS * 32)
+    k_attn_decode_split(const bf16 *q, const bf16 *kc, const bf16 *vc, bf16 *out, int len, int nh, int nkv, int hd,
+                        const int *d_pos, const int *row_slot, const int *row_pos, const int *pad, float scale,
+                        float *part, unsigned *count)
+{
+    extern __shared__ float s[]; // [chunk] scores, then [ATT_SPLIT_WARPS][hd] partial outputs
+    __shared__ float red[32];
+    __shared__ bool last;
+    griddep_wait();
+    griddep_launch();
+    int b = blockIdx.x, h = blockIdx.y, S = gridDim.z, sp = blockIdx.z, kvh = h / (nh / nkv), kvd = nkv * hd;
+    int n_keys = row_pos ? row_pos[b] + 1 : *d_pos + 1;
+    int seq = row_pos ? row_slot[b] : b;
+    int lo = pad[seq];
+    int chunk = (len + S - 1) / S; // the smem layout's bound; keys split evenly below
+    int per = (n_keys + S - 1) / S, j0 = sp * per, j1 = min(n_keys, j0 + per);
+    const bf16 *qv = q + ((size_t)b * nh + h) * hd;
+    const bf16 *kb = kc + (size_t)seq * len * kvd + kvh * hd, *vb = vc + (size_t)seq * len * kvd + kvh * hd;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    float2 qr[4];
+    int npairs = 0;
+    for (int d = 2 * lane; d < hd && npairs < 4; d += 64)
+        qr[npairs++] = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(qv + d));
+    for (int jj = j0 + warp; jj < j1; jj += 4 * ATT_SPLIT_WARPS) {
+        float dot[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            int j = jj + u * ATT_SPLIT_WARPS;
+            if (j < j1) {
+                const bf16 *k = kb + (size_t)j * kvd;
+                for (int p = 0; p < npairs; p++) {
+                    float2 kk = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(k + 2 * lane + 64 * p));
+                    dot[u] += qr[p].x * kk.x + qr[p].y * kk.y;
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            float d = dot[u];
+            for (int o = 16; o > 0; o >>= 1)
+                d += __shfl_xor_sync(0xffffffff, d, o);
+            int j = jj + u * ATT_SPLIT_WARPS;
+            if (lane == 0 && j < j1)
+                s[j - j0] = j < lo ? -INFINITY : d * scale;
+        }
+    }
+    __syncthreads();
+    float mx = -INFINITY;
+    for (int j = j0 + threadIdx.x; j < j1; j += blockDim.x)
+        mx = fmaxf(mx, s[j - j0]);
+    for (int o = 16; o > 0; o >>= 1)
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, o));
+    if (lane == 0)
+        red[warp] = mx;
+    __syncthreads();
+    mx = red[0];
+    for (int w = 1; w < ATT_SPLIT_WARPS; w++)
+        mx = fmaxf(mx, red[w]);
+    __syncthreads();
+    float sum = 0;
+    for (int j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
+        float e = mx == -INFINITY ? 0.0f : __expf(s[j - j0] - mx); // a chunk of padding only: nothing
+        s[j - j0] = e;
+        sum += e;
+    }
+    sum = block_sum(sum, red);
+    float2 acc[4] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}};
+    for (int jj = j0 + warp; jj < j1; jj += 4 * ATT_SPLIT_WARPS) {
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            int j = jj + u * ATT_SPLIT_WARPS;
+            if (j < j1) {
+                const bf16 *v = vb + (size_t)j * kvd;
+                float pj = s[j - j0];
+                for (int p = 0; p < npairs; p++) {
+                    float2 vv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(v + 2 * lane + 64 * p));
+                    acc[p].x += pj * vv.x;
+                    acc[p].y += pj * vv.y;
+                }
+            }
+        }
+    }
+    float *po = s + chunk; // [ATT_SPLIT_WARPS][hd]
+    for (int p = 0; p < npairs; p++) {
+        po[warp * hd + 2 * lane + 64 * p] = acc[p].x;
+        po[warp * hd + 2 * lane + 64 * p + 1] = acc[p].y;
+    }
+    __syncthreads();
+    size_t bh = (size_t)b * nh + h;
+    float *mine = part + (bh * S + sp) * (hd + 2); // [hd] output, then m, l
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float o = 0;
+        for (int w = 0; w < ATT_SPLIT_WARPS; w++)
+            o += po[w * hd + d];
+        mine[d] = o;
+    }
+    if (threadIdx.x == 0) {
+        mine[hd] = mx;
+        mine[hd + 1] = sum;
+    }
+    // the last block of (b, h) to arrive combines; the fence orders this
+    // block's partials before its count
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0)
+        last = atomicAdd(count + bh, 1u) == (unsigned)S - 1;
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence();
+    const volatile float *all = part + bh * S * (hd + 2);
+    float M = -INFINITY;
+    for (int t = 0; t < S; t++)
+        if (all[t * (hd + 2) + hd + 1] > 0.0f)
+            M = fmaxf(M, all[t * (hd + 2) + hd]);
+    float L = 0;
+    for (int t = 0; t < S; t++) {
+        float l = all[t * (hd + 2) + hd + 1];
+        L += l > 0.0f ? __expf(all[t * (hd + 2) + hd] - M) * l : 0.0f;
+    }
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float o = 0;
+        for (int t = 0; t < S; t++)
+            if (all[t * (hd + 2) + hd + 1] > 0.0f)
+                o += __expf(all[t * (hd + 2) + hd] - M) * all[t * (hd + 2) + d];
+        out[bh * hd + d] = __float2bfloat16(o / L);
+    }
+    if (threadIdx.x == 0)
+        count[bh] = 0; // ready for the next step
 }
 
 // First maximum of each row (torch.argmax), into out[row].
@@ -472,24 +688,53 @@ namespace tbgpu {
 
 // The GEMV variants (rows per warp, loads in flight per lane); the
 // fastest on this device is chosen by tb_gpu_bench_gemv (tests/gpu).
-void gemv(tb_gpu *g, const bf16 *w, const bf16 *x, float *y, int out, int in, float beta, int variant)
+template <int R, int U, bool NORM, bool SWIGLU>
+static void gemv_launch(tb_gpu *g, const gemv_args &a, int pdl)
+{
+    constexpr int P = SWIGLU ? R / 2 : R;
+    unsigned blocks = (unsigned)((a.out + P * GEMV_WARPS - 1) / (P * GEMV_WARPS));
+    size_t smem = NORM ? (size_t)a.in * sizeof(bf16) : 0;
+    launch(g, k_gemv<R, U, NORM, SWIGLU>, dim3(blocks), dim3(GEMV_WARPS * 32), smem, pdl, a.w, a.x, a.xf, a.nw, a.eps,
+           a.y, a.act, a.out, a.in, a.beta, pdl);
+}
+
+template <bool NORM, bool SWIGLU>
+static void gemv_pick(tb_gpu *g, const gemv_args &a, int variant, int pdl)
 {
     switch (variant) {
     case 1:
-        k_gemv<4, 4><<<(out + 4 * GEMV_WARPS - 1) / (4 * GEMV_WARPS), GEMV_WARPS * 32, 0, g->stream>>>(w, x, y, out,
-                                                                                                     in, beta);
+        gemv_launch<4, 4, NORM, SWIGLU>(g, a, pdl);
         break;
     case 2:
-        k_gemv<2, 8><<<(out + 2 * GEMV_WARPS - 1) / (2 * GEMV_WARPS), GEMV_WARPS * 32, 0, g->stream>>>(w, x, y, out,
-                                                                                                     in, beta);
+        gemv_launch<2, 8, NORM, SWIGLU>(g, a, pdl);
         break;
-    case 3:
-        k_gemv<1, 8><<<(out + GEMV_WARPS - 1) / GEMV_WARPS, GEMV_WARPS * 32, 0, g->stream>>>(w, x, y, out, in, beta);
+    case 3: // one row per warp: a SWIGLU pair needs two, so it takes variant 0's shape
+        if constexpr (SWIGLU)
+            gemv_launch<2, 8, NORM, SWIGLU>(g, a, pdl);
+        else
+            gemv_launch<1, 8, NORM, SWIGLU>(g, a, pdl);
         break;
     default:
-        k_gemv<2, 4><<<(out + 2 * GEMV_WARPS - 1) / (2 * GEMV_WARPS), GEMV_WARPS * 32, 0, g->stream>>>(w, x, y, out,
-                                                                                                     in, beta);
+        gemv_launch<2, 4, NORM, SWIGLU>(g, a, pdl);
     }
+}
+
+void gemv(tb_gpu *g, const bf16 *w, const bf16 *x, float *y, int out, int in, float beta, int variant)
+{
+    gemv_args a = {w, x, NULL, NULL, 0.0f, y, NULL, out, in, beta};
+    gemv_pick<false, false>(g, a, variant, 0);
+}
+
+void gemv_fused(tb_gpu *g, const gemv_args &a, int variant, int pdl)
+{
+    if (a.nw && a.act)
+        gemv_pick<true, true>(g, a, variant, pdl);
+    else if (a.nw)
+        gemv_pick<true, false>(g, a, variant, pdl);
+    else if (a.act)
+        gemv_pick<false, true>(g, a, variant, pdl);
+    else
+        gemv_pick<false, false>(g, a, variant, pdl);
 }
 
 } // namespace tbgpu

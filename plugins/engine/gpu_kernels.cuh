@@ -13,6 +13,10 @@ typedef __nv_bfloat16 bf16;
 
 // Warps of k_attn_decode's blocks (its launch bounds).
 #define ATT_WARPS 16
+// Split decode attention: warps per block, and the most splits of one
+// (sequence, head)'s keys (the partials buffer's size).
+#define ATT_SPLIT_WARPS 4
+#define ATT_MAX_SPLIT 16
 
 __global__ void k_init_uniform(bf16 *p, size_t n, uint64_t seed, float a);
 __global__ void k_f32_to_bf16(const float *src, bf16 *dst, size_t n);
@@ -26,6 +30,10 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     k_attn_decode(const bf16 *q, const bf16 *kc, const bf16 *vc, bf16 *out, int len, int nh, int nkv, int hd,
                   const int *d_pos, int n_keys_fixed, const int *row_slot, const int *row_pos, const int *pad,
                   float scale);
+__global__ void __launch_bounds__(ATT_SPLIT_WARPS * 32)
+    k_attn_decode_split(const bf16 *q, const bf16 *kc, const bf16 *vc, bf16 *out, int len, int nh, int nkv, int hd,
+                        const int *d_pos, const int *row_slot, const int *row_pos, const int *pad, float scale,
+                        float *part, unsigned *count);
 __global__ void k_softmax(const float *sc, bf16 *p, int n, int n_keys, int pos0, int causal, const int *pad, int nh);
 __global__ void k_softmax_slots(const float *sc, bf16 *p, int n, int n_keys, int pos0, int causal, const int *pad,
                                 const int *row_slot, int nh);
@@ -40,6 +48,23 @@ namespace tbgpu {
 // The batch-1 product y[out] (+)= W[out][in] x[in] with GEMV variant
 // `variant` (0..3) on g's stream; tb_gpu_bench_gemv picks the fastest.
 void gemv(tb_gpu *g, const bf16 *w, const bf16 *x, float *y, int out, int in, float beta, int variant);
+// The fused batch-1 GEMV (k_gemv's NORM and SWIGLU): input x (bf16), or
+// with nw set the residual xf (float) normalised by RMSNorm weights nw
+// (in * 2 bytes of shared memory: in <= GEMV_NORM_MAX_IN); output y
+// (float, y = beta y + W x), or with act set act[i] = bf16(silu(gate_i)
+// up_i) for the out pairs of rows (i, out + i) of W [2 out][in]. pdl: a
+// programmatic dependent launch (graphs of the decode step).
+#define GEMV_NORM_MAX_IN 24576
+struct gemv_args {
+    const bf16 *w, *x;
+    const float *xf, *nw;
+    float eps;
+    float *y;
+    bf16 *act;
+    int out, in;
+    float beta;
+};
+void gemv_fused(tb_gpu *g, const gemv_args &a, int variant, int pdl);
 } // namespace tbgpu
 
 #endif

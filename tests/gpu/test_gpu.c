@@ -101,14 +101,19 @@ static int load_pair(const char *sub, const char *name, tb_model *m, tb_gpu **g)
 /* pad1: left padding of sequence 1 (0 = none): its first pad1 prompt
  * positions are filler, masked on both paths; only real positions are
  * compared. */
-static void check_ar(const char *name, int pad1)
+/* B (1 or 2) sequences; fusion (a mask of TB_GPU_FUSE_*), pdl:
+ * tb_gpu_set_decode_fusion's (batch 1 takes the fused GEMVs, both batches
+ * the split decode attention, when asked) */
+static void check_ar_with(const char *name, int pad1, int B, int fusion, int pdl)
 {
     char err[512];
     tb_model m;
     tb_gpu *g;
     if (load_pair("golden", name, &m, &g) != 0)
         return;
-    int V = m.cfg.vocab_size, B = 2, P = 12, N = 24;
+    tb_gpu_set_decode_fusion(g, fusion, pdl);
+    fprintf(stderr, "%s: batch %d, decode fusion mask %d, PDL %s\n", name, B, fusion, pdl ? "on" : "off");
+    int V = m.cfg.vocab_size, P = 12, N = 24;
     CHECK(tb_gpu_reserve(g, B, P + N, B * P, err, sizeof err) == 0);
     int pad[2] = {0, pad1};
     CHECK(tb_gpu_set_padding(g, pad, B) == 0);
@@ -195,6 +200,8 @@ static void check_ar(const char *name, int pad1)
     tb_gpu_free(g);
     tb_model_free(&m);
 }
+
+static void check_ar(const char *name, int pad1) { check_ar_with(name, pad1, 2, TB_GPU_FUSE_DEFAULT, TB_GPU_PDL_DEFAULT); }
 
 /* Continuous batching: slots at their own lengths. Three sequences join a
  * running batch at different steps (prefill into a slot, then decode
@@ -1023,6 +1030,19 @@ int main(void)
     }
     check_memory();
     check_ar("llama-gqa", 0);
+    /* batch 1: the fused GEMVs (RMSNorm, SwiGLU), split attention, PDL;
+     * and the unfused kernels they replace */
+    const int all = TB_GPU_FUSE_SWIGLU | TB_GPU_FUSE_SPLIT_ATTN | TB_GPU_FUSE_NORM;
+    check_ar_with("llama-gqa", 0, 1, TB_GPU_FUSE_DEFAULT, TB_GPU_PDL_DEFAULT);
+    check_ar_with("llama-gqa", 0, 1, TB_GPU_FUSE_SWIGLU | TB_GPU_FUSE_SPLIT_ATTN, 1);
+    check_ar_with("llama-gqa", 0, 2, TB_GPU_FUSE_SPLIT_ATTN, 1);
+    check_ar_with("llama-gqa", 0, 1, all, 1);
+    check_ar_with("llama-gqa", 0, 1, all, 0);
+    check_ar_with("llama-gqa", 0, 1, 0, 0);
+    check_ar_with("llama-gqa", 0, 2, 0, 0);
+    check_ar_with("qwen2-bias", 0, 1, all, 1);
+    check_ar_with("llama-tied", 0, 1, TB_GPU_FUSE_SWIGLU | TB_GPU_FUSE_SPLIT_ATTN, 1);
+    check_ar_with("qwen3-moe", 0, 1, all, 1);
     check_ar("llama-tied", 0);
     check_ar("qwen2-bias", 0);
     check_ar("llama-gqa", 5); /* left padding: masked keys, shifted RoPE */
