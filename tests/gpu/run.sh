@@ -2,6 +2,9 @@
 # On the GPU machine: the GPU tests, then suites/gpu-8b.ini and the PyTorch
 # peers in the same call; a short table last. Build here first:
 #   meson setup build-gpu -Dcuda=enabled -Dbuildtype=release && ninja -C build-gpu
+# (meson 1.0 gives nvcc no depfile, so a changed .cuh does not rebuild the
+# .cu files that include it: `touch plugins/*/*.cu` first, or build from
+# clean; a stale object with an old struct layout crashes at run time)
 #   mkdir -p build-gpu/lib && cp -L /usr/lib/x86_64-linux-gnu/{libinih.so.1,libcjson.so.1,libutf8proc.so.2,libmicrohttpd.so.12} build-gpu/lib/
 # then (device tool) carry build-gpu and run: bash tests/gpu/run.sh [build-gpu] [--no-peers]
 set -uo pipefail
