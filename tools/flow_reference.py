@@ -253,41 +253,27 @@ def golden(outdir):
             "schedules": {str(n): schedule(c, n) for n in (1, 2, 4, 7)},
             "forward": {"z": flat(zf), "x_sc": flat(xf), "gamma": gam, "logits": flat(lf), "x0": flat(x0f)},
             "samples": []}
-    for N in (1, 2, 4, 8):
-        for solver in ("euler", "heun"):
-            for mode in ("clean", "noised"):
-                logits, toks, fwd = sample(c, W, E, tokens, pads, gen0, noise, N, solver, mode)
-                top2 = logits[:, gen0:].topk(2, -1).values
-                gold["samples"].append({"steps": N, "solver": solver, "prompt": mode, "forwards": fwd,
-                                        "tokens": [[int(t) for t in row] for row in toks],
-                                        "margin": flat(top2[..., 0] - top2[..., 1]), "logits": flat(logits)})
+    def case(N, solver, mode):
+        """one sampler run from the starting noise, as the C test reads it"""
+        logits, toks, fwd = sample(c, W, E, tokens, pads, gen0, noise, N, solver, mode)
+        top2 = logits[:, gen0:].topk(2, -1).values
+        return {"steps": N, "solver": solver, "prompt": mode, "forwards": fwd,
+                "tokens": [[int(t) for t in row] for row in toks],
+                "margin": flat(top2[..., 0] - top2[..., 1]), "logits": flat(logits)}
+
+    gold["samples"] = [case(N, solver, mode) for N in (1, 2, 4, 8) for solver in ("euler", "heun")
+                       for mode in ("clean", "noised")]
     # the same model read as "prompt_gamma": "min" (tests set the flag in
     # memory): prompt rows at the schedule's lowest level
     c.prompt_min = True
-    lp = forward(c, W, E, zf, xf, gam, pads, gen0)
-    gold["prompt_min"] = {"forward_logits": flat(lp), "samples": []}
-    for N in (1, 4):
-        for solver in ("euler", "heun"):
-            logits, toks, fwd = sample(c, W, E, tokens, pads, gen0, noise, N, solver, "clean")
-            top2 = logits[:, gen0:].topk(2, -1).values
-            gold["prompt_min"]["samples"].append({"steps": N, "solver": solver, "prompt": "clean", "forwards": fwd,
-                                                  "tokens": [[int(t) for t in row] for row in toks],
-                                                  "margin": flat(top2[..., 0] - top2[..., 1]),
-                                                  "logits": flat(logits)})
-    # ... and with "prompt_attention": "prompt" too (the shipped model's
-    # reading): the prompt's rows attend to the prompt only
+    gold["prompt_min"] = {"forward_logits": flat(forward(c, W, E, zf, xf, gam, pads, gen0)),
+                          "samples": [case(N, solver, "clean") for N in (1, 4) for solver in ("euler", "heun")]}
+    # ... and with "prompt_attention": "prompt" too (a model trained with
+    # train_flow.py --prompt-attention prompt): the prompt's rows attend to
+    # the prompt only
     c.prompt_only = True
-    lq = forward(c, W, E, zf, xf, gam, pads, gen0)
-    gold["prompt_attention"] = {"forward_logits": flat(lq), "samples": []}
-    for N in (1, 4):
-        for solver in ("euler", "heun"):
-            logits, toks, fwd = sample(c, W, E, tokens, pads, gen0, noise, N, solver, "clean")
-            top2 = logits[:, gen0:].topk(2, -1).values
-            gold["prompt_attention"]["samples"].append({"steps": N, "solver": solver, "prompt": "clean",
-                                                        "forwards": fwd,
-                                                        "tokens": [[int(t) for t in row] for row in toks],
-                                                        "margin": flat(top2[..., 0] - top2[..., 1]),
-                                                        "logits": flat(logits)})
+    gold["prompt_attention"] = {"forward_logits": flat(forward(c, W, E, zf, xf, gam, pads, gen0)),
+                                "samples": [case(N, solver, "clean") for N in (1, 4) for solver in ("euler", "heun")]}
     c.prompt_only = False
     c.prompt_min = False
     json.dump(gold, open(outdir + "/golden.json", "w"))
