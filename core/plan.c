@@ -1022,10 +1022,14 @@ int tb_plan_filter(tb_plan *plan, char *const *filters, size_t n, char **err)
         }
         size_t kept = 0;
         for (size_t i = 0; i < plan->n_cases; i++) {
-            if (case_matches(plan, &plan->cases[i], key, vals, nv))
-                plan->cases[kept++] = plan->cases[i];
-            else
-                case_free(&plan->cases[i]);
+            tb_case *c = &plan->cases[i];
+            if (case_matches(plan, c, key, vals, nv))
+                plan->cases[kept++] = *c;
+            else if (c->backend == plan->judge && !c->skip_reason && !plan->has_judge_load) {
+                plan->judge_load = *c; /* the judge still needs its load options */
+                plan->has_judge_load = 1;
+            } else
+                case_free(c);
         }
         plan->n_cases = kept;
         free(vals);
@@ -1103,6 +1107,8 @@ void tb_plan_free(tb_plan *plan)
     for (size_t i = 0; i < plan->n_cases; i++)
         case_free(&plan->cases[i]);
     free(plan->cases);
+    if (plan->has_judge_load)
+        case_free(&plan->judge_load);
     for (size_t i = 0; i < plan->n_backends; i++) {
         tb_plan_backend *pb = &plan->backends[i];
         tb_plugin_close(&pb->plugin);

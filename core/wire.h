@@ -102,8 +102,10 @@ void tb_wire_result_free(tb_call_view *calls, size_t n_calls);
 uint64_t tb_wire_result_bytes(uint64_t calls, uint64_t n_requests, uint64_t emissions);
 
 /* JUDGE payload header. */
+#define TB_WIRE_JUDGE_LOAD UINT32_MAX
 typedef struct tb_wire_judge {
-    uint32_t case_index; /* a case of the judge backend: its load options */
+    uint32_t case_index; /* a case of the judge backend: its load options;
+                            TB_WIRE_JUDGE_LOAD: tb_plan.judge_load */
     uint32_t n;          /* pairs that follow */
 } tb_wire_judge;
 

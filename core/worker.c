@@ -462,11 +462,14 @@ static void judge_pairs(tb_worker *w, const char *buf, size_t len)
         return;
     }
     memcpy(&h, buf, sizeof h);
-    if (h.case_index >= w->plan->n_cases) {
+    const tb_case *c = h.case_index < w->plan->n_cases ? &w->plan->cases[h.case_index]
+                       : h.case_index == TB_WIRE_JUDGE_LOAD && w->plan->has_judge_load ? &w->plan->judge_load
+                                                                                       : NULL;
+    if (!c) {
         send_status(w, TB_MSG_LOADED, TB_ERR_INVALID, 0, 0, NULL, "no case %u", h.case_index);
         return;
     }
-    if (ensure_context(w, &w->plan->cases[h.case_index]) != 0)
+    if (ensure_context(w, c) != 0)
         return;
     tb_wire_loglik *out = tb_xcalloc(h.n ? h.n : 1, sizeof *out);
     const char *p = buf + sizeof h, *end = buf + len;

@@ -51,6 +51,21 @@ bad=$(q "$db" "select count(*) from score a join score b on a.request_id = b.req
   where abs(b.value - exp(a.value)) > 1e-9 * b.value")
 [ "$bad" = 0 ] || fail "judge_ppl is not exp(judge_nll)"
 [ "$(q "$db" "select count(*) from metric where name = 'judge_ppl' and median > 1")" = 4 ] || fail "judge_ppl per case"
+# --filter that leaves the judge no case of its own to run: it is still
+# loaded (with its first case's load options) and still judges; the judged
+# figures equal the unfiltered run's
+fdb="$tmp/f.db"
+if ! "$tb" run "$src/tests/data/suites/scored.ini" --db "$fdb" --filter backend=llada >"$tmp/fout" 2>"$tmp/ferr"; then
+    fail "filtered scored suite exit $?"; cat "$tmp/ferr"
+fi
+[ "$(q "$fdb" "select count(*) from summary")" = 2 ] || fail "the filter should leave the 2 llada cases: $(q "$fdb" "select backend from summary")"
+[ "$(q "$fdb" "select count(*) from metric where name = 'judge_ppl' and median > 1")" = 2 ] \
+    || fail "judge ppl lost when the filter removes the judge's cases: $(cat "$tmp/ferr")"
+sqlite3 "$db" "select c.batch, m.median from metric m join bench_case c on c.id = m.case_id join backend b on b.id = c.backend_id
+  where b.label = 'llada' and m.name = 'judge_ppl' order by c.batch" >"$tmp/ppl_all"
+sqlite3 "$fdb" "select c.batch, m.median from metric m join bench_case c on c.id = m.case_id where m.name = 'judge_ppl' order by c.batch" >"$tmp/ppl_f"
+cmp -s "$tmp/ppl_all" "$tmp/ppl_f" || fail "filtered judge ppl differs: $(cat "$tmp/ppl_all") vs $(cat "$tmp/ppl_f")"
+
 # the same answer (item, model) in batch 1 and in ragged batch 2: left padding is masked
 bad=$(q "$db" "select count(*) from (select b.label, r.prompt_idx, count(distinct r.output_text) k from request r
   join sample s on s.id = r.sample_id join bench_case c on c.id = s.case_id join backend b on b.id = c.backend_id
