@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# On the GPU machine: the GPU tests (dtype = fp8 among them), then
+# suites/gpu-8b-fp8.ini (bf16 vs fp8 weights, Llama-3-8B AR batch 1 and
+# 32, LLaDA-8B 8 steps). Build and carry as tests/gpu/run.sh says, then:
+#   bash tests/gpu/run_fp8.sh [build-gpu] [suite]
+# Logs under $OUT (4 files); the suite's table last.
+set -uo pipefail
+build=${1:-build-gpu}
+suite=${2:-suites/gpu-8b-fp8.ini}
+out=${OUT:-/tmp}
+export LD_LIBRARY_PATH="$PWD/$build/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export TB_SOURCE_ROOT=${TB_SOURCE_ROOT:-$PWD}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$out/gpu.txt"
+timeout "${TB_TEST_TIMEOUT:-150}" "$build/tests/test_gpu" >"$out/test_gpu.log" 2>&1
+echo "test_gpu exit $? ($(tail -1 "$out/test_gpu.log"))"
+grep -E "CHECK failed|dtype fp8|fp8 codes|qwen3-moe, dtype|^-- dtype" "$out/test_gpu.log" | head -40
+sed -n '/^-- dtype fp8/,$p' "$out/test_gpu.log" | grep -E "max diff|identical|CHECK" | head -40
+timeout "${TB_SUITE_TIMEOUT:-240}" "$build/tokbench" run "$suite" --db "$out/fp8.db" >"$out/fp8-suite.txt" 2>"$out/fp8-suite.err"
+echo "tokbench exit $?"
+grep -E "^\[|error|failed" "$out/fp8-suite.txt" "$out/fp8-suite.err" | cut -c1-240 | head -20
+sed -n '/^backend  /,/^$/p' "$out/fp8-suite.txt" | cut -c1-240
