@@ -13,9 +13,17 @@ export TB_SOURCE_ROOT=${TB_SOURCE_ROOT:-$PWD}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$out/gpu.txt"
 timeout "${TB_TEST_TIMEOUT:-150}" "$build/tests/test_gpu" >"$out/test_gpu.log" 2>&1
 echo "test_gpu exit $? ($(tail -1 "$out/test_gpu.log"))"
-grep -E "CHECK failed|dtype fp8|fp8 codes|qwen3-moe, dtype|^-- dtype" "$out/test_gpu.log" | head -40
+grep -E "CHECK failed|dtype fp8|fp8 codes|roofline bytes|qwen3-moe, dtype|^-- dtype" "$out/test_gpu.log" | head -40
 sed -n '/^-- dtype fp8/,$p' "$out/test_gpu.log" | grep -E "max diff|identical|CHECK" | head -40
 timeout "${TB_SUITE_TIMEOUT:-240}" "$build/tokbench" run "$suite" --db "$out/fp8.db" >"$out/fp8-suite.txt" 2>"$out/fp8-suite.err"
 echo "tokbench exit $?"
 grep -E "^\[|error|failed" "$out/fp8-suite.txt" "$out/fp8-suite.err" | cut -c1-240 | head -20
 sed -n '/^backend  /,/^$/p' "$out/fp8-suite.txt" | cut -c1-240
+# ncu: one batch-1 decode step at bf16 and at fp8 (tests/gpu/profile.sh)
+# when TB_FP8_PROFILE is set (seconds per ncu run)
+if [ -n "${TB_FP8_PROFILE:-}" ]; then
+    prof=${TB_PROFILE_SCRIPT:-tests/gpu/profile.sh}
+    for d in auto fp8; do
+        TB_PROFILE_DTYPE=$d TB_PROFILE_WHAT=${TB_FP8_PROFILE_WHAT:-ar} TB_PROFILE_TIMEOUT=$TB_FP8_PROFILE bash "$prof" "$build"
+    done
+fi

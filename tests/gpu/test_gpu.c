@@ -140,6 +140,33 @@ static void check_fp8_codes(const char *name)
     }
     fprintf(stderr, "%s: fp8 codes and scales on the device equal the CPU's: %s\n", name, same ? "yes" : "no");
     CHECK(same);
+    /* the roofline's bytes (docs/METRICS.md): one forward at fp8 counts
+     * the projections at one byte a weight plus 4 a row scale, the rest as
+     * at bf16 */
+    tb_gpu *gb = NULL;
+    char err0[512];
+    if (tb_gpu_create(&gb, &m.cfg, &m, 0, err0, sizeof err0) == 0) {
+        int32_t toks[8] = {1, 5, 9, 13, 17, 21, 25, 29};
+        float *lg = malloc((size_t)8 * c->vocab_size * sizeof(float));
+        double fl[2], by[2];
+        tb_gpu *both[2] = {gb, g};
+        for (int k = 0; k < 2; k++) {
+            CHECK(tb_gpu_reserve(both[k], 1, 8, 8, err0, sizeof err0) == 0);
+            tb_gpu_take_work(both[k], &fl[k], &by[k], NULL, NULL);
+            CHECK(tb_gpu_logits(both[k], toks, 1, 0, 8, 8, 1, lg) == 0);
+            tb_gpu_take_work(both[k], &fl[k], &by[k], NULL, NULL);
+        }
+        double weights = (double)c->n_layers * (qkv * h + h * nq + 3 * I * h);
+        double want = weights - 4.0 * c->n_layers * (qkv + 2 * h + 2 * I);
+        fprintf(stderr, "%s: roofline bytes bf16 %.0f, fp8 %.0f (fewer by %.0f, want %.0f)\n", name, by[0], by[1],
+                by[0] - by[1], want);
+        CHECK(by[0] - by[1] == want && fl[0] == fl[1]);
+        free(lg);
+        tb_gpu_free(gb);
+    } else {
+        fprintf(stderr, "%s: %s\n", name, err0);
+        CHECK(0);
+    }
     tb_gpu_free(g);
     tb_model_free(&m);
     /* MoE: refused by the device context itself */
