@@ -105,6 +105,8 @@ struct tb_gpu {
     // projection's size) for cuBLAS
     int fp8;
     bf16 *wdq;
+    int fp8_variant; // gemv_fp8's shape (gpu_kernels.cu), TB_GPU_FP8_GEMV_VARIANTS of them
+
     float *att_part;    // [seqs][nh][ATT_MAX_SPLIT][hd + 2] split attention's partials
     unsigned *att_count; // [seqs][nh] its arrival counters (zero between launches)
     // TB_GPU_PROFILE_CALL=N (gpu_forward.cu): the N-th decode step or
@@ -151,6 +153,7 @@ struct tb_gpu {
         if (s_ != CUBLAS_STATUS_SUCCESS)                                                            \
             return fail(g, "%s:%d: %s: cuBLAS status %d", __FILE__, __LINE__, #call, (int)s_);     \
     } while (0)
+#define TB_GPU_FP8_GEMV_VARIANTS 5
 #define LAUNCHED() CK(cudaGetLastError())
 
 // Host helpers shared by the .cu files (C++ names: nothing clashes with

@@ -807,11 +807,35 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
 
 namespace tbgpu {
 
+template <int R, int U>
+static void gemv_fp8_launch(tb_gpu *g, const uint8_t *q, const float *scale, const bf16 *x, float *y, int out,
+                            int in, float beta)
+{
+    unsigned blocks = (unsigned)((out + R * GEMV_WARPS - 1) / (R * GEMV_WARPS));
+    k_gemv_fp8<R, U><<<blocks, GEMV_WARPS * 32, 0, g->stream>>>(q, scale, x, y, out, in, beta);
+}
+
+// The FP8 GEMV's variants (rows per warp, loads in flight per lane):
+// g->fp8_variant, TB_GPU_FP8_GEMV at create (docs/PERFORMANCE.md has the
+// measurement that chose the default).
 void gemv_fp8(tb_gpu *g, const uint8_t *q, const float *scale, const bf16 *x, float *y, int out, int in, float beta)
 {
-    constexpr int R = 4;
-    unsigned blocks = (unsigned)((out + R * GEMV_WARPS - 1) / (R * GEMV_WARPS));
-    k_gemv_fp8<R, 4><<<blocks, GEMV_WARPS * 32, 0, g->stream>>>(q, scale, x, y, out, in, beta);
+    switch (g->fp8_variant) {
+    case 1:
+        gemv_fp8_launch<2, 8>(g, q, scale, x, y, out, in, beta);
+        break;
+    case 2:
+        gemv_fp8_launch<1, 8>(g, q, scale, x, y, out, in, beta);
+        break;
+    case 3:
+        gemv_fp8_launch<2, 4>(g, q, scale, x, y, out, in, beta);
+        break;
+    case 4:
+        gemv_fp8_launch<1, 16>(g, q, scale, x, y, out, in, beta);
+        break;
+    default:
+        gemv_fp8_launch<4, 4>(g, q, scale, x, y, out, in, beta);
+    }
 }
 
 // The GEMV variants (rows per warp, loads in flight per lane); the

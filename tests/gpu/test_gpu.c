@@ -50,6 +50,7 @@ static char root[4096];
 /* dtype = fp8 for the pairs load_pair makes: the CPU model rounded by
  * tb_model_round_fp8, the device's made with tb_gpu_create_dtype(fp8) */
 static int fp8_mode;
+static int fp8_gemv; /* tb_gpu_set_fp8_gemv's variant in check_ar_with */
 
 static void round_to_bf16(tb_model *m)
 {
@@ -198,7 +199,9 @@ static void check_ar_with(const char *name, int pad1, int B, int fusion, int pdl
     if (load_pair("golden", name, &m, &g) != 0)
         return;
     tb_gpu_set_decode_fusion(g, fusion, pdl);
-    fprintf(stderr, "%s: batch %d, decode fusion mask %d, PDL %s%s\n", name, B, fusion, pdl ? "on" : "off", fp8_mode ? ", dtype fp8" : "");
+    tb_gpu_set_fp8_gemv(g, fp8_gemv);
+    fprintf(stderr, "%s: batch %d, decode fusion mask %d, PDL %s%s, fp8 GEMV %d\n", name, B, fusion, pdl ? "on" : "off",
+            fp8_mode ? ", dtype fp8" : "", fp8_gemv);
     int V = m.cfg.vocab_size, P = 12, N = 24;
     CHECK(tb_gpu_reserve(g, B, P + N, B * P, err, sizeof err) == 0);
     int pad[2] = {0, pad1};
@@ -1176,6 +1179,9 @@ int main(void)
     check_ar("llama-gqa", 0);
     check_ar("qwen2-bias", 3);
     check_ar_with("llama-tied", 0, 1, 0, 0);
+    for (fp8_gemv = 1; fp8_gemv < 5; fp8_gemv++) /* the other FP8 GEMV shapes, batch 1 */
+        check_ar_with("llama-gqa", 0, 1, 0, 0);
+    fp8_gemv = 0;
     check_ar_slots("llama-gqa");
     check_diffusion("llada-tiny", 0);
     check_diffusion("dream-tiny", 1);
