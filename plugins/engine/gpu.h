@@ -51,8 +51,10 @@ void tb_gpu_free(tb_gpu *g);
  * scales into scale[rows] (host); -1 when the context is not fp8. */
 int tb_gpu_fp8_weights(tb_gpu *g, int l, int which, uint8_t *q, float *scale);
 /* The batch-1 FP8 GEMV's shape, 0..4 (rows per warp x loads in flight:
- * 4x4, 2x8, 1x8, 2x4, 1x16); default 0 or the environment's
+ * 4x4, 2x8, 1x8, 2x4, 1x16); default TB_GPU_FP8_GEMV_DEFAULT (2x4, the
+ * fastest measured on the H200: docs/PERFORMANCE.md) or the environment's
  * TB_GPU_FP8_GEMV (for measurements); tests run each against the CPU. */
+#define TB_GPU_FP8_GEMV_DEFAULT 3
 void tb_gpu_set_fp8_gemv(tb_gpu *g, int variant);
 
 /* Room for `seqs` sequences of `len` positions (KV cache, activations);

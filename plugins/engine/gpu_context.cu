@@ -182,9 +182,9 @@ extern "C" int tb_gpu_create_dtype(tb_gpu **out, const tb_model_config *cfg, con
     g->fusion = getenv("TB_GPU_FUSION") ? atoi(getenv("TB_GPU_FUSION")) & 7 : TB_GPU_FUSE_DEFAULT;
     g->pdl = getenv("TB_GPU_PDL") ? atoi(getenv("TB_GPU_PDL")) != 0 : TB_GPU_PDL_DEFAULT;
     g->profile_call = getenv("TB_GPU_PROFILE_CALL") ? atoi(getenv("TB_GPU_PROFILE_CALL")) : 0;
-    g->fp8_variant = getenv("TB_GPU_FP8_GEMV") ? atoi(getenv("TB_GPU_FP8_GEMV")) : 0;
+    g->fp8_variant = getenv("TB_GPU_FP8_GEMV") ? atoi(getenv("TB_GPU_FP8_GEMV")) : TB_GPU_FP8_GEMV_DEFAULT;
     if (g->fp8_variant < 0 || g->fp8_variant >= TB_GPU_FP8_GEMV_VARIANTS)
-        g->fp8_variant = 0;
+        g->fp8_variant = TB_GPU_FP8_GEMV_DEFAULT;
     // decode attention keeps its scores in shared memory: above 48 KB a
     // kernel must opt in
     if (c->n_experts > 0) { // the sparse layers' config, as the CPU path's (gpu_moe.cu)
@@ -409,7 +409,7 @@ extern "C" const char *tb_gpu_error(const tb_gpu *g) { return g->error; }
 
 extern "C" void tb_gpu_set_fp8_gemv(tb_gpu *g, int variant)
 {
-    g->fp8_variant = variant >= 0 && variant < TB_GPU_FP8_GEMV_VARIANTS ? variant : 0;
+    g->fp8_variant = variant >= 0 && variant < TB_GPU_FP8_GEMV_VARIANTS ? variant : TB_GPU_FP8_GEMV_DEFAULT;
     tb_gpu_set_decode_fusion(g, g->fusion, g->pdl); // the captured decode steps hold the old kernel
 }
 

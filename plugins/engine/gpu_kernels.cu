@@ -816,8 +816,8 @@ static void gemv_fp8_launch(tb_gpu *g, const uint8_t *q, const float *scale, con
 }
 
 // The FP8 GEMV's variants (rows per warp, loads in flight per lane):
-// g->fp8_variant, TB_GPU_FP8_GEMV at create (docs/PERFORMANCE.md has the
-// measurement that chose the default).
+// g->fp8_variant (gpu.h: TB_GPU_FP8_GEMV_DEFAULT; docs/PERFORMANCE.md has
+// the measurement that chose it).
 void gemv_fp8(tb_gpu *g, const uint8_t *q, const float *scale, const bf16 *x, float *y, int out, int in, float beta)
 {
     switch (g->fp8_variant) {
