@@ -3,7 +3,9 @@
 # suites/gpu-8b-fp8.ini (bf16 vs fp8 weights, Llama-3-8B AR batch 1 and
 # 32, LLaDA-8B 8 steps). Build and carry as tests/gpu/run.sh says, then:
 #   bash tests/gpu/run_fp8.sh [build-gpu] [suite]
-# Logs under $OUT (4 files); the suite's table last.
+# Optional stages: TB_FP8_VARIANTS="0 1 2 3 4" (AR batch 1 with each FP8
+# GEMV shape), TB_FP8_PROFILE=SECONDS (ncu, tests/gpu/profile.sh);
+# TB_TEST_TIMEOUT, TB_SUITE_TIMEOUT (0: skip the suite). Logs under $OUT.
 set -uo pipefail
 build=${1:-build-gpu}
 suite=${2:-suites/gpu-8b-fp8.ini}
