@@ -43,7 +43,7 @@
 
 enum {
     OPT_DEVICE, OPT_THREADS, OPT_SAMPLER, OPT_THRESHOLD, OPT_CACHE, OPT_CFG_SCALE, OPT_TEMPERATURE, OPT_TOP_K,
-    OPT_ALG_TEMP, OPT_EPS, OPT_MASK_ID, OPT_PRESET_SEED, OPT_SUB_BLOCK, N_OPTS
+    OPT_ALG_TEMP, OPT_EPS, OPT_MASK_ID, OPT_PRESET_SEED, OPT_SUB_BLOCK, OPT_DTYPE, N_OPTS
 };
 
 #define SAMPLERS "low_confidence|random|threshold|origin|maskgit_plus|topk_margin|entropy|sdar_static|sdar_dynamic|fast_dllm_v2"
@@ -85,6 +85,7 @@ static const tb_option_decl diffusion_options[N_OPTS] = {
     [OPT_SUB_BLOCK] = {"sub_block", TB_OPT_INT, "0",
                        "fast_dllm_v2: sub-block size (a divisor of block_length); 0 = the whole block", NULL, 0,
                        1e6, 0},
+    [OPT_DTYPE] = {"dtype", TB_OPT_ENUM, "auto", TB_DTYPE_HELP, TB_DTYPE_VALUES, 1, 0, TB_OPTF_LOAD},
 };
 
 typedef struct dctx {
@@ -180,7 +181,7 @@ static char *make_description(const dctx *c)
     int ok = o != NULL;
     ok &= cJSON_AddStringToObject(o, "model_name", c->ld.model.name) != NULL;
     ok &= cJSON_AddStringToObject(o, "architecture", cfg->arch_name) != NULL;
-    ok &= cJSON_AddStringToObject(o, "dtype", c->on_gpu ? "bf16" : "f32") != NULL;
+    ok &= cJSON_AddStringToObject(o, "dtype", tb_loaded_dtype(&c->ld)) != NULL;
     ok &= cJSON_AddStringToObject(o, "checkpoint_dtype", c->ld.model.source_dtype) != NULL;
 #ifdef TB_HAVE_CUDA
     ok &= cJSON_AddStringToObject(o, "device", c->on_gpu ? tb_gpu_device_name(c->ld.gpu) : "cpu") != NULL;
@@ -238,8 +239,8 @@ static tb_status diffusion_create(const tb_host *host, const char *model, const 
     c->host = host;
     c->threads = (int)OPT_I(options, n_options, OPT_THREADS);
     c->on_gpu = tb_device_wants_gpu(OPT_TEXT(options, n_options, OPT_DEVICE));
-    tb_status st = tb_load(model, 1, c->on_gpu, (uint64_t)OPT_I(options, n_options, OPT_PRESET_SEED), &c->ld, err,
-                           err_size);
+    tb_status st = tb_load(model, 1, c->on_gpu, strcmp(OPT_TEXT(options, n_options, OPT_DTYPE), "fp8") == 0,
+                           (uint64_t)OPT_I(options, n_options, OPT_PRESET_SEED), &c->ld, err, err_size);
     if (st != TB_OK) {
         diffusion_destroy(c);
         return st;

@@ -34,7 +34,12 @@ int tb_device_wants_gpu(const char *device)
     return 0;
 }
 
-tb_status tb_load(const char *spec, int want_diffusion, int on_gpu, uint64_t preset_seed, tb_loaded *out,
+const char *tb_loaded_dtype(const tb_loaded *l)
+{
+    return l->fp8 ? "fp8" : l->gpu ? "bf16" : "f32";
+}
+
+tb_status tb_load(const char *spec, int want_diffusion, int on_gpu, int fp8, uint64_t preset_seed, tb_loaded *out,
                   char *err, size_t err_size)
 {
     memset(out, 0, sizeof *out);
@@ -65,6 +70,14 @@ tb_status tb_load(const char *spec, int want_diffusion, int on_gpu, uint64_t pre
                  want_diffusion ? "not a diffusion (LLaDA or Dream)" : "a diffusion", want_diffusion ? "ar" : "diffusion");
         rc = -1;
     }
+    if (rc == 0 && fp8) { /* refused before anything is made on the device */
+        rc = preset && on_gpu ? tb_config_check_fp8(&m->cfg, err, err_size) : tb_model_round_fp8(m, err, err_size);
+        if (rc != 0) {
+            tb_loaded_free(out);
+            return TB_ERR_UNSUPPORTED;
+        }
+        out->fp8 = 1;
+    }
     if (rc == 0 && !preset) {
         char path[4096];
         struct stat sb;
@@ -74,7 +87,7 @@ tb_status tb_load(const char *spec, int want_diffusion, int on_gpu, uint64_t pre
     }
 #ifdef TB_HAVE_CUDA
     if (rc == 0 && on_gpu) {
-        rc = tb_gpu_create(&out->gpu, &m->cfg, preset ? NULL : m, preset_seed, err, err_size);
+        rc = tb_gpu_create_dtype(&out->gpu, &m->cfg, preset ? NULL : m, preset_seed, fp8, err, err_size);
         if (rc == 0 && !preset) { /* keep what describes the model, drop the host weights */
             tb_model keep = *m;
             tb_model_free(m);

@@ -31,6 +31,7 @@ typedef struct tb_loaded {
     int energy_skip;
     /* The device's measured ceilings for the roofline (GPU; 0 = unknown). */
     double peak_flops, peak_bytes_per_s;
+    int fp8; /* dtype = fp8: E4M3 projection weights (fp8.h) */
 } tb_loaded;
 
 /* TB_ERR_NO_MEMORY when the error text err says an allocation failed ("out
@@ -45,10 +46,21 @@ int tb_device_wants_gpu(const char *device);
 
 /* Load `spec` for a backend that runs diffusion models (want_diffusion)
  * or autoregressive ones, on the GPU (on_gpu, CUDA builds) or the CPU.
- * A preset's random weights are made where they run. Returns TB_OK,
- * TB_ERR_NO_MEMORY or TB_ERR_MODEL with the reason in err. */
-tb_status tb_load(const char *spec, int want_diffusion, int on_gpu, uint64_t preset_seed, tb_loaded *out,
+ * A preset's random weights are made where they run. fp8 (the `dtype`
+ * option's fp8): the projection weights in E4M3 with per-channel scales
+ * (model.h's tb_model_round_fp8 on the CPU; the GPU keeps the codes).
+ * Returns TB_OK, TB_ERR_NO_MEMORY, TB_ERR_UNSUPPORTED (fp8 of a model it
+ * does not cover) or TB_ERR_MODEL with the reason in err. */
+tb_status tb_load(const char *spec, int want_diffusion, int on_gpu, int fp8, uint64_t preset_seed, tb_loaded *out,
                   char *err, size_t err_size);
+/* The `dtype` option's declaration text and values, the same in the ar
+ * and diffusion backends. */
+#define TB_DTYPE_VALUES "auto|fp8"
+#define TB_DTYPE_HELP                                                                                              \
+    "auto (the device's own: float32 on the CPU, bf16 on the GPU) or fp8 (E4M3 projection weights with a "          \
+    "per-output-channel scale made at load; embeddings, norms and LM head as auto; not for mixture-of-experts models)"
+/* describe()'s "dtype": "fp8", else "bf16" on the GPU, "f32" on the CPU. */
+const char *tb_loaded_dtype(const tb_loaded *l);
 void tb_loaded_free(tb_loaded *l);
 
 /* Energy meter readings around a call (energy.h): call tb_loaded_energy_mark

@@ -36,7 +36,26 @@ int tb_gpu_probe(char *why, size_t why_size);
  * when cpu == NULL, seeded random weights for cfg made on the device. */
 int tb_gpu_create(tb_gpu **out, const tb_model_config *cfg, const tb_model *cpu, uint64_t seed, char *err,
                   size_t err_size);
+/* The same with dtype = fp8 when fp8 (fp8.h): each layer's QKV, output,
+ * gate-up and down projections are quantized on the device (from the bf16
+ * weights, fp8.h's rule: a CPU model already rounded by tb_model_round_fp8
+ * gives back its own codes) and held as E4M3 codes + per-row scales only.
+ * Batch-1 products read them with an FP8 GEMV (float32 accumulation);
+ * larger spans dequantize each projection to bf16 (exact) for the cuBLAS
+ * bf16 GEMM. Refuses MoE models (as tb_config_check_fp8). */
+int tb_gpu_create_dtype(tb_gpu **out, const tb_model_config *cfg, const tb_model *cpu, uint64_t seed, int fp8,
+                        char *err, size_t err_size);
 void tb_gpu_free(tb_gpu *g);
+/* Tests: layer l's projection `which` (0 QKV, 1 output, 2 gate-up, 3
+ * down) of a dtype = fp8 context, its codes into q[rows][in] and its row
+ * scales into scale[rows] (host); -1 when the context is not fp8. */
+int tb_gpu_fp8_weights(tb_gpu *g, int l, int which, uint8_t *q, float *scale);
+/* The batch-1 FP8 GEMV's shape, 0..4 (rows per warp x loads in flight:
+ * 4x4, 2x8, 1x8, 2x4, 1x16); default TB_GPU_FP8_GEMV_DEFAULT (2x4, the
+ * fastest measured on the H200: docs/PERFORMANCE.md) or the environment's
+ * TB_GPU_FP8_GEMV (for measurements); tests run each against the CPU. */
+#define TB_GPU_FP8_GEMV_DEFAULT 3
+void tb_gpu_set_fp8_gemv(tb_gpu *g, int variant);
 
 /* Room for `seqs` sequences of `len` positions (KV cache, activations);
  * `rows` = the most tokens one forward handles. */

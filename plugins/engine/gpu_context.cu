@@ -124,8 +124,27 @@ static int const_f32(tb_gpu *g, float **dst, size_t n, float v)
     return rc;
 }
 
+// dtype = fp8: replace bf16 W[rows][in] by its E4M3 codes and row scales.
+static int quantize_fp8(tb_gpu *g, bf16 **w, uint8_t **q, float **scale, size_t rows, size_t in)
+{
+    if (dalloc(g, (void **)q, rows * in) || dalloc(g, (void **)scale, rows * sizeof(float)))
+        return -1;
+    k_fp8_quantize_rows<<<(unsigned)rows, 256, 0, g->stream>>>(*w, (int)in, *q, *scale);
+    LAUNCHED();
+    CK(cudaStreamSynchronize(g->stream));
+    dfree(g, *w);
+    *w = NULL;
+    return 0;
+}
+
 extern "C" int tb_gpu_create(tb_gpu **out, const tb_model_config *cfg, const tb_model *cpu, uint64_t seed,
                              char *err, size_t err_size)
+{
+    return tb_gpu_create_dtype(out, cfg, cpu, seed, 0, err, err_size);
+}
+
+extern "C" int tb_gpu_create_dtype(tb_gpu **out, const tb_model_config *cfg, const tb_model *cpu, uint64_t seed,
+                                   int fp8, char *err, size_t err_size)
 {
     *out = NULL;
     tb_gpu *g = (tb_gpu *)calloc(1, sizeof *g);
@@ -163,6 +182,9 @@ extern "C" int tb_gpu_create(tb_gpu **out, const tb_model_config *cfg, const tb_
     g->fusion = getenv("TB_GPU_FUSION") ? atoi(getenv("TB_GPU_FUSION")) & 7 : TB_GPU_FUSE_DEFAULT;
     g->pdl = getenv("TB_GPU_PDL") ? atoi(getenv("TB_GPU_PDL")) != 0 : TB_GPU_PDL_DEFAULT;
     g->profile_call = getenv("TB_GPU_PROFILE_CALL") ? atoi(getenv("TB_GPU_PROFILE_CALL")) : 0;
+    g->fp8_variant = getenv("TB_GPU_FP8_GEMV") ? atoi(getenv("TB_GPU_FP8_GEMV")) : TB_GPU_FP8_GEMV_DEFAULT;
+    if (g->fp8_variant < 0 || g->fp8_variant >= TB_GPU_FP8_GEMV_VARIANTS)
+        g->fp8_variant = TB_GPU_FP8_GEMV_DEFAULT;
     // decode attention keeps its scores in shared memory: above 48 KB a
     // kernel must opt in
     if (c->n_experts > 0) { // the sparse layers' config, as the CPU path's (gpu_moe.cu)
@@ -280,6 +302,26 @@ extern "C" int tb_gpu_create(tb_gpu **out, const tb_model_config *cfg, const tb_
         free(inv);
         TRY(rc);
     }
+    if (fp8) {
+        if (tb_config_check_fp8(c, g->error, sizeof g->error) != 0 || h % 16 || nq % 16 || I % 16) {
+            if (!g->error[0])
+                fail(g, "dtype = fp8: the FP8 kernels need hidden, heads x head_dim and intermediate sizes that are "
+                        "multiples of 16");
+            rc = -1;
+            goto done;
+        }
+        g->fp8 = 1;
+        for (int l = 0; l < c->n_layers; l++) {
+            gpu_layer *G = &g->layers[l];
+            TRY(quantize_fp8(g, &G->wqkv, &G->qqkv, &G->sqkv, rows, h));
+            TRY(quantize_fp8(g, &G->wo, &G->qo, &G->so, h, nq));
+            TRY(quantize_fp8(g, &G->wgu, &G->qgu, &G->sgu, 2 * I, h));
+            TRY(quantize_fp8(g, &G->wdown, &G->qdown, &G->sdown, h, I));
+        }
+        size_t most = 2 * I * h > rows * h ? 2 * I * h : rows * h;
+        most = h * nq > most ? h * nq : most;
+        TRY(dalloc(g, (void **)&g->wdq, most * sizeof(bf16)));
+    }
     if (cudaStreamSynchronize(g->stream) != cudaSuccess) {
         fail(g, "weight initialization failed: %s", cudaGetErrorString(cudaGetLastError()));
         rc = -1;
@@ -305,6 +347,22 @@ done:
     return 0;
 }
 
+extern "C" int tb_gpu_fp8_weights(tb_gpu *g, int l, int which, uint8_t *q, float *scale)
+{
+    const tb_model_config *c = &g->cfg;
+    if (!g->fp8 || l < 0 || l >= c->n_layers || which < 0 || which > 3)
+        return fail(g, "no fp8 projection %d of layer %d", which, l);
+    size_t h = c->hidden_size, I = c->intermediate_size, nq = (size_t)c->n_heads * c->head_dim;
+    const gpu_layer *G = &g->layers[l];
+    const uint8_t *dq[4] = {G->qqkv, G->qo, G->qgu, G->qdown};
+    const float *ds[4] = {G->sqkv, G->so, G->sgu, G->sdown};
+    size_t rows[4] = {(size_t)qkv_dim(c), h, 2 * I, h}, in[4] = {h, nq, h, I};
+    CK(cudaMemcpyAsync(q, dq[which], rows[which] * in[which], cudaMemcpyDeviceToHost, g->stream));
+    CK(cudaMemcpyAsync(scale, ds[which], rows[which] * sizeof(float), cudaMemcpyDeviceToHost, g->stream));
+    CK(cudaStreamSynchronize(g->stream));
+    return 0;
+}
+
 extern "C" void tb_gpu_free(tb_gpu *g)
 {
     if (!g)
@@ -313,9 +371,10 @@ extern "C" void tb_gpu_free(tb_gpu *g)
     if (g->layers) {
         for (int l = 0; l < g->cfg.n_layers; l++) {
             gpu_layer *G = &g->layers[l];
-            void *p[] = {G->attn_norm, G->mlp_norm, G->wqkv,  G->bqkv,   G->q_norm, G->k_norm,
-                         G->wo,        G->wgu,      G->wdown, G->router, G->ex_gu,  G->ex_down};
-            for (int i = 0; i < 12; i++)
+            void *p[] = {G->attn_norm, G->mlp_norm, G->wqkv,  G->bqkv,   G->q_norm, G->k_norm, G->wo,
+                         G->wgu,       G->wdown,    G->router, G->ex_gu, G->ex_down, G->qqkv,  G->qo,
+                         G->qgu,       G->qdown,    G->sqkv,  G->so,     G->sgu,     G->sdown};
+            for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
                 dfree(g, p[i]);
         }
         free(g->layers);
@@ -326,6 +385,7 @@ extern "C" void tb_gpu_free(tb_gpu *g)
     dfree(g, g->final_norm);
     dfree(g, g->inv_freq);
     dfree(g, g->blas_ws);
+    dfree(g, g->wdq);
     if (g->blas)
         cublasDestroy(g->blas);
     if (g->stream)
@@ -346,6 +406,12 @@ extern "C" size_t tb_gpu_peak_bytes(const tb_gpu *g) { return g->bytes_peak; }
 extern "C" void tb_gpu_reset_peak(tb_gpu *g) { g->bytes_peak = g->bytes_now; }
 extern "C" const char *tb_gpu_device_name(const tb_gpu *g) { return g->prop.name; }
 extern "C" const char *tb_gpu_error(const tb_gpu *g) { return g->error; }
+
+extern "C" void tb_gpu_set_fp8_gemv(tb_gpu *g, int variant)
+{
+    g->fp8_variant = variant >= 0 && variant < TB_GPU_FP8_GEMV_VARIANTS ? variant : TB_GPU_FP8_GEMV_DEFAULT;
+    tb_gpu_set_decode_fusion(g, g->fusion, g->pdl); // the captured decode steps hold the old kernel
+}
 
 extern "C" void tb_gpu_set_decode_fusion(tb_gpu *g, int fusion, int pdl)
 {

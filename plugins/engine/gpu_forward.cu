@@ -158,6 +158,31 @@ static int matmul_t(tb_gpu *g, float *y, const bf16 *x, const bf16 *w, int rows,
     return 0;
 }
 
+// A projection: bf16 W, or under dtype = fp8 its E4M3 codes q and row
+// scales s (w NULL).
+struct proj {
+    const bf16 *w;
+    const uint8_t *q;
+    const float *s;
+};
+
+// matmul_t over a projection: FP8 at batch 1 is our FP8 GEMV; a larger
+// span dequantizes W into g->wdq (bf16, exact) for the cuBLAS GEMM.
+static int matmul_p(tb_gpu *g, float *y, const bf16 *x, proj p, int rows, int out, int in, float beta)
+{
+    if (!p.q)
+        return matmul_t(g, y, x, p.w, rows, out, in, beta);
+    if (rows == 1) {
+        gemv_fp8(g, p.q, p.s, x, y, out, in, beta);
+        LAUNCHED();
+        return 0;
+    }
+    size_t n = (size_t)out * in;
+    k_fp8_dequant<<<blocks_for(n / 16), 256, 0, g->stream>>>(p.q, p.s, in, n, g->wdq);
+    LAUNCHED();
+    return matmul_t(g, y, x, g->wdq, rows, out, in, beta);
+}
+
 // Attention of a span with batched GEMMs: S = Q K^T / sqrt(hd), softmax,
 // O = P V, for every (sequence, head).
 static int attn_span(tb_gpu *g, int l, int B, int slot0, int pos0, int n, int n_attend, int causal)
@@ -222,7 +247,10 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
     // one row (batch-1 decode): our GEMVs, with the fusions g->fusion
     // asks for (gpu.h, TB_GPU_FUSE_*), as programmatic dependent launches
     // inside the decode graph when g->pdl
-    int one = rows == 1 && h % 8 == 0 && nq % 8 == 0 && I % 8 == 0;
+    // (not under dtype = fp8: its projections go through matmul_p)
+    int one = !g->fp8 && rows == 1 && h % 8 == 0 && nq % 8 == 0 && I % 8 == 0;
+    proj pqkv = {G->wqkv, G->qqkv, G->sqkv}, po = {G->wo, G->qo, G->so};
+    proj pgu = {G->wgu, G->qgu, G->sgu}, pdown = {G->wdown, G->qdown, G->sdown};
     int norm = one && (g->fusion & TB_GPU_FUSE_NORM) && h <= GEMV_NORM_MAX_IN;
     int swiglu = one && (g->fusion & TB_GPU_FUSE_SWIGLU) && !G->router;
     int pdl = one && g->pdl && mode != FWD_SPAN;
@@ -238,7 +266,7 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
             gemv_args a = {G->wqkv, g->xn, NULL, NULL, 0.0f, g->qkv, NULL, qd, h, 0.0f};
             gemv_fused(g, a, g->gemv_variant, pdl);
             LAUNCHED();
-        } else if (matmul_t(g, g->qkv, g->xn, G->wqkv, rows, qd, h, 0.0f)) {
+        } else if (matmul_p(g, g->qkv, g->xn, pqkv, rows, qd, h, 0.0f)) {
             return -1;
         }
     }
@@ -280,7 +308,7 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
         gemv_args a = {G->wo, g->att, NULL, NULL, 0.0f, g->x, NULL, h, nq, 1.0f};
         gemv_fused(g, a, g->gemv_variant, pdl);
         LAUNCHED();
-    } else if (matmul_t(g, g->x, g->att, G->wo, rows, h, nq, 1.0f)) {
+    } else if (matmul_p(g, g->x, g->att, po, rows, h, nq, 1.0f)) {
         return -1;
     }
     if (swiglu) {
@@ -305,11 +333,11 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
     LAUNCHED();
     if (G->router) // a MoE layer: the experts' output added into x
         return moe_ffn(g, l, rows, mode != FWD_SPAN);
-    if (matmul_t(g, g->gu, g->xn, G->wgu, rows, 2 * I, h, 0.0f))
+    if (matmul_p(g, g->gu, g->xn, pgu, rows, 2 * I, h, 0.0f))
         return -1;
     k_swiglu<<<blocks_for((size_t)rows * I), 256, 0, g->stream>>>(g->gu, g->act, I, (size_t)rows * I);
     LAUNCHED();
-    if (matmul_t(g, g->x, g->act, G->wdown, rows, h, I, 1.0f))
+    if (matmul_p(g, g->x, g->act, pdown, rows, h, I, 1.0f))
         return -1;
     return 0;
 }
@@ -371,7 +399,10 @@ static void account(tb_gpu *g, int B, int n, int n_attend, int nr)
     double routed = g->moe.top_k * 3.0 * h * g->moe.expert_inter + (double)g->moe.n_experts * h;
     g->work_flops += 2 * rows * (attn * L + dense_ffn * Ld + routed * Lm) + 4.0 * B * nh * n * n_attend * hd * L +
                      2.0 * B * nr * h * V;
-    g->work_bytes += 2 * ((attn * L + dense_ffn * Ld) + V * h) +
+    // dtype = fp8: the projections' E4M3 bytes and their float row scales
+    double proj_bytes = g->fp8 ? attn * L + dense_ffn * Ld + 4.0 * L * (qkv_dim(c) + 2 * h + 2 * I)
+                               : 2 * (attn * L + dense_ffn * Ld);
+    g->work_bytes += proj_bytes + 2 * V * h +
                      2 * L * (2.0 * B * n_attend * kvd + 2 * rows * kvd) + 2 * rows * h;
     g->work_moe_rows += rows * Lm;
     g->work_moe_calls += Lm;

@@ -30,6 +30,11 @@ struct gpu_layer {
     bf16 *wo;                    // [h][nh hd]
     bf16 *wgu;                   // [2 I][h]
     bf16 *wdown;                 // [h][I]; wgu and wdown NULL in a MoE layer
+    // dtype = fp8 (fp8.h): the four projections as E4M3 codes, same
+    // layouts, and one float scale per output row; the bf16 pointers
+    // above are then NULL (freed once quantized)
+    uint8_t *qqkv, *qo, *qgu, *qdown;
+    float *sqkv, *so, *sgu, *sdown;
     // a MoE layer (tb_config_layer_is_moe), moe.h's layout; NULL otherwise
     bf16 *router;  // [E][h]
     bf16 *ex_gu;   // [E][2 mi][h]: expert e's gate rows, then up rows
@@ -95,6 +100,13 @@ struct tb_gpu {
     // and SwiGLU fused into the GEMVs, split attention; pdl: programmatic
     // dependent launches in the decode graph
     int fusion, pdl;
+    // dtype = fp8: the projections are E4M3 (gpu_layer's q*, s*); a span
+    // of more than one row dequantizes each into wdq (bf16, the largest
+    // projection's size) for cuBLAS
+    int fp8;
+    bf16 *wdq;
+    int fp8_variant; // gemv_fp8's shape (gpu_kernels.cu), TB_GPU_FP8_GEMV_VARIANTS of them
+
     float *att_part;    // [seqs][nh][ATT_MAX_SPLIT][hd + 2] split attention's partials
     unsigned *att_count; // [seqs][nh] its arrival counters (zero between launches)
     // TB_GPU_PROFILE_CALL=N (gpu_forward.cu): the N-th decode step or
@@ -141,6 +153,7 @@ struct tb_gpu {
         if (s_ != CUBLAS_STATUS_SUCCESS)                                                            \
             return fail(g, "%s:%d: %s: cuBLAS status %d", __FILE__, __LINE__, #call, (int)s_);     \
     } while (0)
+#define TB_GPU_FP8_GEMV_VARIANTS 5
 #define LAUNCHED() CK(cudaGetLastError())
 
 // Host helpers shared by the .cu files (C++ names: nothing clashes with

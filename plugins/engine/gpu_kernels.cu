@@ -3,7 +3,10 @@
 // here). The CPU path is the reference of every kernel (tests/gpu/).
 #include "gpu_internal.cuh"
 
+#include <cuda_fp8.h>
 #include <math.h>
+
+#include "fp8.h"
 
 // Programmatic dependent launch (sm_90): a kernel launched with the
 // attribute (launch(), gpu_internal.cuh) may start while the one before
@@ -684,7 +687,156 @@ __global__ void k_pick(const float *logits, int V, int npick, int nr, int off, i
     }
 }
 
+// dtype = fp8 (fp8.h). Quantize W[rows][in] (bf16) row by row, one block
+// per row: the row's largest magnitude, its power-of-two scale, and each
+// weight's E4M3 byte, with fp8.h's functions (the CPU path's, so both
+// give the same byte for the same weight).
+__global__ void k_fp8_quantize_rows(const bf16 *w, int in, uint8_t *q, float *scale)
+{
+    __shared__ float red[32];
+    const bf16 *wr = w + (size_t)blockIdx.x * in;
+    float amax = 0.0f;
+    for (int i = threadIdx.x; i < in; i += blockDim.x)
+        amax = fmaxf(amax, fabsf(__bfloat162float(wr[i])));
+    for (int o = 16; o > 0; o >>= 1)
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffff, amax, o));
+    if (threadIdx.x % 32 == 0)
+        red[threadIdx.x / 32] = amax;
+    __syncthreads();
+    amax = 0.0f;
+    for (int i = 0; i < (int)(blockDim.x / 32); i++)
+        amax = fmaxf(amax, red[i]);
+    int k = tb_fp8_scale_exp(amax);
+    if (threadIdx.x == 0)
+        scale[blockIdx.x] = ldexpf(1.0f, k);
+    for (int i = threadIdx.x; i < in; i += blockDim.x)
+        q[(size_t)blockIdx.x * in + i] = tb_e4m3_encode(ldexpf(__bfloat162float(wr[i]), -k));
+}
+
+// Two E4M3 bytes (low byte first) to floats: the hardware conversion to
+// half (exact: every E4M3 value is a half), then to float.
+__device__ __forceinline__ float2 e4m3x2_to_float2(unsigned short v)
+{
+    __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)v, __NV_E4M3);
+    return __half22float2(*reinterpret_cast<__half2 *>(&h));
+}
+
+// Dequantize for the cuBLAS path (more than one row): out[r][i] =
+// bf16(e4m3(q[r][i]) x scale[r]) over n = rows x in weights, 16 a thread
+// (in % 16 == 0). Exact: an E4M3 value times a power of two is a bf16.
+__global__ void k_fp8_dequant(const uint8_t *q, const float *scale, int in, size_t n, bf16 *out)
+{
+    size_t chunks = n / 16;
+    for (size_t c = blockIdx.x * (size_t)blockDim.x + threadIdx.x; c < chunks; c += (size_t)gridDim.x * blockDim.x) {
+        uint4 v = reinterpret_cast<const uint4 *>(q)[c];
+        float s = scale[c * 16 / in];
+        const unsigned short *p = reinterpret_cast<const unsigned short *>(&v);
+        uint4 o[2];
+        __nv_bfloat162 *e = reinterpret_cast<__nv_bfloat162 *>(o);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            float2 f = e4m3x2_to_float2(p[k]);
+            e[k] = __floats2bfloat162_rn(f.x * s, f.y * s);
+        }
+        reinterpret_cast<uint4 *>(out)[2 * c] = o[0];
+        reinterpret_cast<uint4 *>(out)[2 * c + 1] = o[1];
+    }
+}
+
+// The batch-1 FP8 product y[out] (+)= scale[o] (Q[out][in] x[in]), Q the
+// E4M3 codes: k_gemv's layout (each warp FP8_ROWS rows, lanes over
+// 16-byte chunks, now 16 weights each, and the matching 32 bytes of x),
+// products and sums in float32, the row's scale applied once at the end.
+// Half the weight bytes of the bf16 GEMV; in % 16 == 0.
+template <int FP8_ROWS, int UNROLL>
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+    k_gemv_fp8(const uint8_t *__restrict__ q, const float *__restrict__ scale, const bf16 *__restrict__ x,
+               float *__restrict__ y, int out, int in, float beta)
+{
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int o0 = (blockIdx.x * GEMV_WARPS + warp) * FP8_ROWS;
+    if (o0 >= out)
+        return;
+    const uint4 *wr[FP8_ROWS];
+    float acc[FP8_ROWS];
+#pragma unroll
+    for (int r = 0; r < FP8_ROWS; r++) {
+        int o = o0 + r < out ? o0 + r : out - 1; // a tail row recomputes the last one
+        wr[r] = reinterpret_cast<const uint4 *>(q + (size_t)o * in);
+        acc[r] = 0;
+    }
+    int chunks = in / 16;
+    const uint4 *xv = reinterpret_cast<const uint4 *>(x);
+#pragma unroll UNROLL
+    for (int c = lane; c < chunks; c += 32) {
+        uint4 x0 = __ldg(xv + 2 * c), x1 = __ldg(xv + 2 * c + 1);
+        float xf[16];
+        const __nv_bfloat162 *xa = reinterpret_cast<const __nv_bfloat162 *>(&x0);
+        const __nv_bfloat162 *xb = reinterpret_cast<const __nv_bfloat162 *>(&x1);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            float2 a = __bfloat1622float2(xa[k]), b = __bfloat1622float2(xb[k]);
+            xf[2 * k] = a.x, xf[2 * k + 1] = a.y, xf[8 + 2 * k] = b.x, xf[8 + 2 * k + 1] = b.y;
+        }
+#pragma unroll
+        for (int r = 0; r < FP8_ROWS; r++) {
+            uint4 wc = __ldg(wr[r] + c);
+            const unsigned short *p = reinterpret_cast<const unsigned short *>(&wc);
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                float2 f = e4m3x2_to_float2(p[k]);
+                acc[r] += f.x * xf[2 * k] + f.y * xf[2 * k + 1];
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < FP8_ROWS; r++)
+        for (int o = 16; o > 0; o >>= 1)
+            acc[r] += __shfl_xor_sync(0xffffffff, acc[r], o);
+    if (lane != 0)
+        return;
+#pragma unroll
+    for (int r = 0; r < FP8_ROWS; r++) {
+        int o = o0 + r;
+        if (o >= out)
+            break;
+        float v = acc[r] * scale[o];
+        y[o] = beta != 0.0f ? y[o] * beta + v : v;
+    }
+}
+
 namespace tbgpu {
+
+template <int R, int U>
+static void gemv_fp8_launch(tb_gpu *g, const uint8_t *q, const float *scale, const bf16 *x, float *y, int out,
+                            int in, float beta)
+{
+    unsigned blocks = (unsigned)((out + R * GEMV_WARPS - 1) / (R * GEMV_WARPS));
+    k_gemv_fp8<R, U><<<blocks, GEMV_WARPS * 32, 0, g->stream>>>(q, scale, x, y, out, in, beta);
+}
+
+// The FP8 GEMV's variants (rows per warp, loads in flight per lane):
+// g->fp8_variant (gpu.h: TB_GPU_FP8_GEMV_DEFAULT; docs/PERFORMANCE.md has
+// the measurement that chose it).
+void gemv_fp8(tb_gpu *g, const uint8_t *q, const float *scale, const bf16 *x, float *y, int out, int in, float beta)
+{
+    switch (g->fp8_variant) {
+    case 1:
+        gemv_fp8_launch<2, 8>(g, q, scale, x, y, out, in, beta);
+        break;
+    case 2:
+        gemv_fp8_launch<1, 8>(g, q, scale, x, y, out, in, beta);
+        break;
+    case 3:
+        gemv_fp8_launch<2, 4>(g, q, scale, x, y, out, in, beta);
+        break;
+    case 4:
+        gemv_fp8_launch<1, 16>(g, q, scale, x, y, out, in, beta);
+        break;
+    default:
+        gemv_fp8_launch<4, 4>(g, q, scale, x, y, out, in, beta);
+    }
+}
 
 // The GEMV variants (rows per warp, loads in flight per lane); the
 // fastest on this device is chosen by tb_gpu_bench_gemv (tests/gpu).

@@ -40,6 +40,8 @@ __global__ void k_softmax_slots(const float *sc, bf16 *p, int n, int n_keys, int
 __global__ void k_swiglu(const float *gu, bf16 *act, int inter, size_t n);
 __global__ void k_argmax(const float *logits, int V, int32_t *out);
 __global__ void k_incr(int *p);
+__global__ void k_fp8_quantize_rows(const bf16 *w, int in, uint8_t *q, float *scale);
+__global__ void k_fp8_dequant(const uint8_t *q, const float *scale, int in, size_t n, bf16 *out);
 __global__ void k_pick(const float *logits, int V, int npick, int nr, int off, int shifted, size_t uncond_offset,
                        float cfg, int kind, int never, int32_t *x0, double *conf);
 
@@ -65,6 +67,10 @@ struct gemv_args {
     float beta;
 };
 void gemv_fused(tb_gpu *g, const gemv_args &a, int variant, int pdl);
+// dtype = fp8: y[out] (+)= scale[o] (Q[out][in] x[in]) with Q the E4M3
+// codes of W (fp8.h), at batch 1 (in % 16 == 0).
+void gemv_fp8(tb_gpu *g, const uint8_t *q, const float *scale, const bf16 *x, float *y, int out, int in,
+              float beta);
 } // namespace tbgpu
 
 #endif

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "safetensors.h"
+#include "fp8.h"
 
 /* ------------------------------------------------------------- sizes */
 
@@ -465,4 +466,33 @@ void tb_model_free(tb_model *m)
     free(m->arena);
     free(m->layers);
     memset(m, 0, sizeof *m);
+}
+
+int tb_config_check_fp8(const tb_model_config *cfg, char *err, size_t err_size)
+{
+    if (cfg->n_experts > 0) {
+        snprintf(err, err_size,
+                 "dtype = fp8: %s has mixture-of-experts layers, whose experts fp8 does not cover; use dtype = auto",
+                 cfg->arch_name);
+        return -1;
+    }
+    return 0;
+}
+
+int tb_model_round_fp8(tb_model *m, char *err, size_t err_size)
+{
+    const tb_model_config *c = &m->cfg;
+    if (tb_config_check_fp8(c, err, err_size) != 0)
+        return -1;
+    size_t h = (size_t)c->hidden_size, nq = (size_t)c->n_heads * c->head_dim, I = (size_t)c->intermediate_size;
+    size_t qkv = (size_t)(c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
+    for (int l = 0; l < c->n_layers; l++) {
+        tb_layer *L = &m->layers[l];
+        tb_fp8_round_rows(L->wqkv, qkv, h);
+        tb_fp8_round_rows(L->wo, h, nq);
+        tb_fp8_round_rows(L->w_gate_up, 2 * I, h);
+        tb_fp8_round_rows(L->w_down, h, I);
+    }
+    m->fp8 = 1;
+    return 0;
 }

@@ -43,6 +43,7 @@ typedef struct tb_model {
     size_t arena_floats;
     int64_t n_params;    /* parameters as the checkpoint counts them */
     char source_dtype[8]; /* dtype of the checkpoint ("BF16", ...) */
+    int fp8;             /* tb_model_round_fp8 was applied */
 } tb_model;
 
 /* Load config.json + safetensors from a Hugging Face folder (Llama, Qwen2,
@@ -63,6 +64,16 @@ size_t tb_model_cpu_bytes(const tb_model_config *cfg);
 int64_t tb_config_n_params(const tb_model_config *cfg);
 
 void tb_model_free(tb_model *m);
+
+/* dtype = fp8 (fp8.h): every layer's projection matrices (QKV, output,
+ * gate-up, down) become the float32 values of their E4M3 form, one
+ * power-of-two scale per output channel; embeddings, norms, biases and
+ * the LM head stay as they are (the serving stacks' FP8 recipe leaves
+ * them in 16 bits too). -1 with the reason for a model it does not cover
+ * (mixture-of-experts layers). */
+int tb_model_round_fp8(tb_model *m, char *err, size_t err_size);
+/* The same refusal from the config alone (a preset made on the device). */
+int tb_config_check_fp8(const tb_model_config *cfg, char *err, size_t err_size);
 
 
 /* The MoE layer config (moe.h) of a Qwen3-MoE or LLaDA-MoE model's sparse layers. */

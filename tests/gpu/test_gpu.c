@@ -37,6 +37,7 @@
 #include "flow_sampler.h"
 #include "gpu.h"
 #include "model.h"
+#include "fp8.h"
 #include "pick.h"
 #include "safetensors.h"
 #include "sampling.h"
@@ -46,6 +47,10 @@
 #define ROUTE_TOL 2e-2
 
 static char root[4096];
+/* dtype = fp8 for the pairs load_pair makes: the CPU model rounded by
+ * tb_model_round_fp8, the device's made with tb_gpu_create_dtype(fp8) */
+static int fp8_mode;
+static int fp8_gemv = TB_GPU_FP8_GEMV_DEFAULT; /* tb_gpu_set_fp8_gemv's variant in check_ar_with */
 
 static void round_to_bf16(tb_model *m)
 {
@@ -88,14 +93,96 @@ static int load_pair(const char *sub, const char *name, tb_model *m, tb_gpu **g)
         CHECK(0);
         return -1;
     }
-    round_to_bf16(m);
-    if (tb_gpu_create(g, &m->cfg, m, 0, err, sizeof err) != 0) {
+    if (fp8_mode && tb_model_round_fp8(m, err, sizeof err) != 0) {
+        fprintf(stderr, "%s: %s\n", name, err);
+        CHECK(0);
+        tb_model_free(m);
+        return -1;
+    }
+    round_to_bf16(m); /* after fp8: an E4M3 value times a power of two is a bf16 already */
+    if (tb_gpu_create_dtype(g, &m->cfg, m, 0, fp8_mode, err, sizeof err) != 0) {
         fprintf(stderr, "%s: %s\n", name, err);
         CHECK(0);
         tb_model_free(m);
         return -1;
     }
     return 0;
+}
+
+/* dtype = fp8: the device's codes and scales of every projection equal
+ * the CPU quantizer's of the same weights (fp8.h; the GPU quantizes the
+ * bf16 copy of what tb_model_round_fp8 rounded); a MoE model is refused. */
+static void check_fp8_codes(const char *name)
+{
+    tb_model m;
+    tb_gpu *g;
+    fp8_mode = 1;
+    int rc = load_pair("golden", name, &m, &g);
+    fp8_mode = 0;
+    if (rc != 0)
+        return;
+    const tb_model_config *c = &m.cfg;
+    size_t h = c->hidden_size, I = c->intermediate_size, nq = (size_t)c->n_heads * c->head_dim;
+    size_t qkv = (size_t)(c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
+    int same = 1;
+    for (int l = 0; l < c->n_layers; l++) {
+        const tb_layer *L = &m.layers[l];
+        const float *w[4] = {L->wqkv, L->wo, L->w_gate_up, L->w_down};
+        size_t rows[4] = {qkv, h, 2 * I, h}, in[4] = {h, nq, h, I};
+        for (int k = 0; k < 4; k++) {
+            size_t n = rows[k] * in[k];
+            uint8_t *gq = malloc(n), *cq = malloc(n);
+            float *gs = malloc(rows[k] * sizeof(float)), *cs = malloc(rows[k] * sizeof(float));
+            CHECK(tb_gpu_fp8_weights(g, l, k, gq, gs) == 0);
+            tb_fp8_quantize_rows(w[k], rows[k], in[k], cq, cs);
+            same &= memcmp(gq, cq, n) == 0 && memcmp(gs, cs, rows[k] * sizeof(float)) == 0;
+            free(gq), free(cq), free(gs), free(cs);
+        }
+    }
+    fprintf(stderr, "%s: fp8 codes and scales on the device equal the CPU's: %s\n", name, same ? "yes" : "no");
+    CHECK(same);
+    /* the roofline's bytes (docs/METRICS.md): one forward at fp8 counts
+     * the projections at one byte a weight plus 4 a row scale, the rest as
+     * at bf16 */
+    tb_gpu *gb = NULL;
+    char err0[512];
+    if (tb_gpu_create(&gb, &m.cfg, &m, 0, err0, sizeof err0) == 0) {
+        int32_t toks[8] = {1, 5, 9, 13, 17, 21, 25, 29};
+        float *lg = malloc((size_t)8 * c->vocab_size * sizeof(float));
+        double fl[2], by[2];
+        tb_gpu *both[2] = {gb, g};
+        for (int k = 0; k < 2; k++) {
+            CHECK(tb_gpu_reserve(both[k], 1, 8, 8, err0, sizeof err0) == 0);
+            tb_gpu_take_work(both[k], &fl[k], &by[k], NULL, NULL);
+            CHECK(tb_gpu_logits(both[k], toks, 1, 0, 8, 8, 1, lg) == 0);
+            tb_gpu_take_work(both[k], &fl[k], &by[k], NULL, NULL);
+        }
+        double weights = (double)c->n_layers * (qkv * h + h * nq + 3 * I * h);
+        double want = weights - 4.0 * c->n_layers * (qkv + 2 * h + 2 * I);
+        fprintf(stderr, "%s: roofline bytes bf16 %.0f, fp8 %.0f (fewer by %.0f, want %.0f)\n", name, by[0], by[1],
+                by[0] - by[1], want);
+        CHECK(by[0] - by[1] == want && fl[0] == fl[1]);
+        free(lg);
+        tb_gpu_free(gb);
+    } else {
+        fprintf(stderr, "%s: %s\n", name, err0);
+        CHECK(0);
+    }
+    tb_gpu_free(g);
+    tb_model_free(&m);
+    /* MoE: refused by the device context itself */
+    char dir[8192], err[512] = "";
+    snprintf(dir, sizeof dir, "%s/golden/qwen3-moe", root);
+    if (tb_model_load(dir, &m, err, sizeof err) == 0) {
+        g = NULL;
+        CHECK(tb_gpu_create_dtype(&g, &m.cfg, &m, 0, 1, err, sizeof err) != 0 && !g);
+        CHECK(strstr(err, "mixture-of-experts") != NULL);
+        fprintf(stderr, "qwen3-moe, dtype fp8: %s\n", err);
+        tb_model_free(&m);
+    } else {
+        fprintf(stderr, "qwen3-moe: %s\n", err);
+        CHECK(0);
+    }
 }
 
 /* pad1: left padding of sequence 1 (0 = none): its first pad1 prompt
@@ -112,7 +199,9 @@ static void check_ar_with(const char *name, int pad1, int B, int fusion, int pdl
     if (load_pair("golden", name, &m, &g) != 0)
         return;
     tb_gpu_set_decode_fusion(g, fusion, pdl);
-    fprintf(stderr, "%s: batch %d, decode fusion mask %d, PDL %s\n", name, B, fusion, pdl ? "on" : "off");
+    tb_gpu_set_fp8_gemv(g, fp8_gemv);
+    fprintf(stderr, "%s: batch %d, decode fusion mask %d, PDL %s%s, fp8 GEMV %d\n", name, B, fusion, pdl ? "on" : "off",
+            fp8_mode ? ", dtype fp8" : "", fp8_gemv);
     int V = m.cfg.vocab_size, P = 12, N = 24;
     CHECK(tb_gpu_reserve(g, B, P + N, B * P, err, sizeof err) == 0);
     int pad[2] = {0, pad1};
@@ -714,7 +803,7 @@ static void check_memory(void)
 }
 
 
-/* A preset with random weights (rounded to bf16) on both paths. */
+/* A preset with random weights (rounded to bf16; fp8_mode: to FP8) on both paths. */
 static int preset_pair(const char *name, tb_model *m, tb_gpu **g)
 {
     char err[512];
@@ -724,8 +813,14 @@ static int preset_pair(const char *name, tb_model *m, tb_gpu **g)
         CHECK(0);
         return -1;
     }
-    round_to_bf16(m);
-    if (tb_gpu_create(g, &m->cfg, m, 0, err, sizeof err) != 0) {
+    if (fp8_mode && tb_model_round_fp8(m, err, sizeof err) != 0) {
+        fprintf(stderr, "%s: %s\n", name, err);
+        CHECK(0);
+        tb_model_free(m);
+        return -1;
+    }
+    round_to_bf16(m); /* after fp8: an E4M3 value times a power of two is a bf16 already */
+    if (tb_gpu_create_dtype(g, &m->cfg, m, 0, fp8_mode, err, sizeof err) != 0) {
         fprintf(stderr, "%s: %s\n", name, err);
         CHECK(0);
         tb_model_free(m);
@@ -733,6 +828,7 @@ static int preset_pair(const char *name, tb_model *m, tb_gpu **g)
     }
     return 0;
 }
+
 
 static double max_diff(const float *a, const float *b, size_t n)
 {
@@ -1070,5 +1166,28 @@ int main(void)
     check_ar_slots("qwen3-moe");
     check_golden("qwen3-moe");
     check_moe();
+    /* dtype = fp8 (issue 20): the device's codes equal the CPU's; then
+     * the forwards against the CPU's FP8 path (round_fp8): batch 1 reads
+     * the codes with the FP8 GEMV (decode), prefill and batch 2 dequantize
+     * to bf16 for cuBLAS */
+    fprintf(stderr, "-- dtype fp8 --\n");
+    check_fp8_codes("llama-gqa");
+    check_fp8_codes("qwen2-bias");
+    fp8_mode = 1;
+    check_ar_with("llama-gqa", 0, 1, TB_GPU_FUSE_DEFAULT, TB_GPU_PDL_DEFAULT);
+    check_ar_with("llama-gqa", 0, 1, TB_GPU_FUSE_SWIGLU | TB_GPU_FUSE_SPLIT_ATTN | TB_GPU_FUSE_NORM, 1);
+    check_ar("llama-gqa", 0);
+    check_ar("qwen2-bias", 3);
+    check_ar_with("llama-tied", 0, 1, 0, 0);
+    for (fp8_gemv = 0; fp8_gemv < 5; fp8_gemv++) /* the other FP8 GEMV shapes, batch 1 */
+        if (fp8_gemv != TB_GPU_FP8_GEMV_DEFAULT)
+            check_ar_with("llama-gqa", 0, 1, 0, 0);
+    fp8_gemv = TB_GPU_FP8_GEMV_DEFAULT;
+    check_ar_slots("llama-gqa");
+    check_diffusion("llada-tiny", 0);
+    check_diffusion("dream-tiny", 1);
+    check_diffusion_padded("llada-tiny", 7);
+    check_block("tiny-sdar", 0);
+    fp8_mode = 0;
     return check_done();
 }
