@@ -71,6 +71,12 @@ static void routing_cases(void)
     const float neg[8] = {-1.45f, -0.55f, -0.7f, -0.7f, -0.75f, -0.75f, -1.0f, -1.0f};
     tb_moe_route(&g, l3, neg, 1, idx, w);
     CHECK(idx[0] == 0 && idx[1] == 1);
+    /* LLaDA 2.x masks them to -inf (group_mask_inf): the same bias picks
+     * within groups 1 and 2 (choices -0.1 -0.1 there) */
+    g.group_mask_inf = 1;
+    tb_moe_route(&g, l3, neg, 1, idx, w);
+    CHECK(idx[0] == 2 && idx[1] == 3);
+    g.group_mask_inf = 0;
     g.n_group = 1, g.topk_group = 1; /* ungrouped: expert 0 wins */
     tb_moe_route(&g, l3, NULL, 1, idx, w);
     CHECK(idx[0] == 0 && idx[1] == 2);
