@@ -311,9 +311,11 @@ def main():
         changed[0, -1] = (int(changed[0, -1]) + 1) % CONFIG["vocab_size"]
         other = model(input_ids=changed).logits[0]
     n = ids.shape[1]
-    mdg.check("causal_mask", float((other[: n - 1] - logits[: n - 1]).abs().max()) == 0.0
-              and float((other[n - 1] - logits[n - 1]).abs().max()) > 0,
-              diff=float((other[: n - 1] - logits[: n - 1]).abs().max()))
+    # the other rows move by float rounding only (1e-6: the published
+    # moe_infer groups the rows by expert, so one changed token changes the
+    # order of the sums), the changed row by far more
+    before, last = float((other[: n - 1] - logits[: n - 1]).abs().max()), float((other[n - 1] - logits[n - 1]).abs().max())
+    mdg.check("causal_mask", before < 1e-5 and last > 1e-2, other_rows=before, changed_row=last)
     log("logits std %.4f, narrowest routing margin %.3g" % (float(logits.std()), gaps["gap"]))
     mdg.check("routing_gaps_clear_of_float32", gaps["gap"] > 1e-5, gap=gaps["gap"])
     fwd = {"input_ids": list(mdg.FORWARD_IDS), "logits": mdg.r7_list(logits), "argmax": logits.argmax(-1).tolist(),

@@ -20,7 +20,8 @@ for a in "${@:3}"; do
     [ "$a" = "--no-peers" ] && peers=0
 done
 here=$(cd "$(dirname "$0")/../.." && pwd) # this script's tree (tools/, suites/)
-out=$(mktemp -d /tmp/llada2.XXXXXX)
+out=${LLADA2_WORK:-$(mktemp -d /tmp/llada2.XXXXXX)} # logs; packed into $OUT at the end
+mkdir -p "$out"
 trap 'tar -czf "${OUT:-/tmp}/llada2-logs.tgz" -C "$out" --exclude golden . 2>/dev/null;
       [ -d "$out/golden" ] && tar -czf "${OUT:-/tmp}/llada2-golden.tgz" -C "$out/golden" .' EXIT
 export LD_LIBRARY_PATH="$PWD/$build/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
@@ -29,24 +30,24 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --f
 if [ $golden = 1 ]; then
     echo "== golden (published modelling code)"
     mkdir -p "$out/golden"
-    CUDA_VISIBLE_DEVICES="" timeout 60 python3 "$here/tools/make_llada2_golden.py" --modelling "$modelling" \
+    CUDA_VISIBLE_DEVICES="" timeout 40 python3 "$here/tools/make_llada2_golden.py" --modelling "$modelling" \
         --out "$out/golden" >"$out/golden.log" 2>&1
     echo "golden exit $?"
     grep -E "CHECK|WARNING|FATAL|Error|rope default|shims|routing|DONE" "$out/golden.log" | cut -c1-200
     tail -3 "$out/golden.log" | cut -c1-300
 fi
 echo "== GPU tests"
-timeout 120 "$build/tests/test_gpu" >"$out/test_gpu.log" 2>&1
+timeout ${GPU_TEST_TIMEOUT:-75} "$build/tests/test_gpu" >"$out/test_gpu.log" 2>&1
 gpu_rc=$?
 grep -E "llada2|FAIL|fail" "$out/test_gpu.log" | cut -c1-220
 echo "test_gpu exit $gpu_rc"
 echo "== tokbench suites/gpu-llada2.ini"
-timeout 150 "$build/tokbench" run "$here/suites/gpu-llada2.ini" --db "$out/gpu-llada2.db" \
+timeout 50 "$build/tokbench" run "$here/suites/gpu-llada2.ini" --db "$out/gpu-llada2.db" \
     >"$out/gpu-llada2.txt" 2>"$out/gpu-llada2.err"
 echo "tokbench exit $?"
 if [ $peers = 1 ]; then
     echo "== peer"
-    timeout 120 python3 "$here/tools/peer_llada2.py" --modelling "$modelling" --runs ${PEER_RUNS:-1} 2>&1 |
+    timeout ${PEER_TIMEOUT:-60} python3 "$here/tools/peer_llada2.py" --modelling "$modelling" --runs ${PEER_RUNS:-1} 2>&1 |
         grep -E "^peer|Error|error" | tee "$out/peers.txt"
 fi
 echo "== summary (test_gpu exit $gpu_rc)"
