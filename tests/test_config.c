@@ -540,8 +540,76 @@ static void test_load(void)
     CHECK(strlen(small) == 7);
 }
 
+/* LLaDA 2.x: LLaDA2.0-mini's config.json as inclusionAI publishes it
+ * (github.com/inclusionAI/dFactory configs/model_configs/llada2_mini/, its
+ * architectures and keys; model_type as the Hugging Face model's), then the
+ * class defaults and what is refused */
+#define LLADA2_KEYS                                                                                          \
+    "\"architectures\": [\"LLaDA2MoeModelLM\"], \"attention_dropout\": 0.0, \"num_hidden_layers\": 20,"      \
+    " \"hidden_size\": 2048, \"intermediate_size\": 5120, \"first_k_dense_replace\": 1,"                    \
+    " \"hidden_act\": \"silu\", \"max_position_embeddings\": 16384, \"model_type\": \"llada2_moe\","       \
+    " \"moe_intermediate_size\": 512, \"norm_topk_prob\": true, \"num_experts_per_tok\": 8,"                \
+    " \"norm_head\": false, \"num_attention_heads\": 16, \"num_experts\": 256, \"num_key_value_heads\": 4," \
+    " \"rope_theta\": 600000, \"rope_scaling\": null, \"tie_word_embeddings\": false,"                     \
+    " \"torch_dtype\": \"bfloat16\", \"use_bias\": false, \"use_rmsnorm\": true, \"rms_norm_eps\": 1e-06,"  \
+    " \"head_dim\": 128, \"num_shared_experts\": 1, \"use_cache\": false, \"use_qkv_bias\": false,"         \
+    " \"vocab_size\": 157184, \"rotary_dim\": 64, \"router_dtype\": \"fp32\","                             \
+    " \"moe_router_enable_expert_bias\": true, \"routed_scaling_factor\": 2.5, \"n_group\": 8,"            \
+    " \"topk_group\": 4, \"initializer_range\": 0.02, \"max_window_layers\": 28,"                          \
+    " \"pad_token_id\": 156892, \"partial_rotary_factor\": 0.5, \"use_sliding_window\": false"
+static void test_llada2(void)
+{
+    tb_model_config c;
+    CHECK(parse("{\"score_function\": \"sigmoid\", " LLADA2_KEYS "}", &c) == 0);
+    CHECK(c.arch == TB_ARCH_LLADA2_MOE && tb_arch_is_diffusion(c.arch) && tb_arch_is_block_diffusion(c.arch));
+    CHECK(c.hidden_size == 2048 && c.n_layers == 20 && c.n_heads == 16 && c.n_kv_heads == 4 && c.head_dim == 128);
+    CHECK(c.rope_dim == 64 && tb_config_rope_dim(&c) == 64 && c.rope_theta == 600000 && c.rms_eps == 1e-6);
+    CHECK(c.qk_norm == 1 && c.qkv_bias == 0 && c.o_bias == 0 && c.block_size == 32);
+    CHECK(c.n_experts == 256 && c.n_experts_per_tok == 8 && c.moe_intermediate_size == 512 && c.n_shared_experts == 1);
+    CHECK(c.n_group == 8 && c.topk_group == 4 && c.routed_scale == 2.5 && c.first_k_dense == 1 && c.norm_topk_prob);
+    CHECK(c.mask_id == 156895 && c.intermediate_size == 5120);
+    CHECK(!tb_config_layer_is_moe(&c, 0) && tb_config_layer_is_moe(&c, 1) && tb_config_layer_is_moe(&c, 19));
+    tb_moe_config m;
+    tb_model_moe_config(&c, &m);
+    CHECK(m.scoring == TB_MOE_SIGMOID && m.n_group == 8 && m.topk_group == 4 && m.group_mask_inf == 1 &&
+          m.routed_scale == 2.5f && m.shared_inter == 512 && m.norm_topk == 1);
+    /* the preset has the same shape */
+    tb_model_config p;
+    CHECK(tb_preset_config("llada2-mini", &p, err, sizeof err) == 0);
+    CHECK(p.arch == c.arch && p.vocab_size == c.vocab_size && p.hidden_size == c.hidden_size &&
+          p.intermediate_size == c.intermediate_size && p.n_layers == c.n_layers && p.n_heads == c.n_heads &&
+          p.n_kv_heads == c.n_kv_heads && p.head_dim == c.head_dim && p.rope_dim == c.rope_dim &&
+          p.qk_norm == c.qk_norm && p.n_experts == c.n_experts && p.n_experts_per_tok == c.n_experts_per_tok &&
+          p.moe_intermediate_size == c.moe_intermediate_size && p.n_shared_experts == c.n_shared_experts &&
+          p.n_group == c.n_group && p.topk_group == c.topk_group && p.routed_scale == c.routed_scale &&
+          p.first_k_dense == c.first_k_dense && p.mask_id == c.mask_id && p.rope_theta == c.rope_theta &&
+          p.rms_eps == c.rms_eps && p.block_size == c.block_size);
+    CHECK(tb_config_n_params(&p) > 16000000000LL && tb_config_n_params(&p) < 16500000000LL);
+    /* the class defaults: use_bias true (refused at load), qk norms on */
+    CHECK(parse("{\"architectures\": [\"LLaDA2MoeModelLM\"], \"hidden_size\": 64, \"num_hidden_layers\": 2,"
+                " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"vocab_size\": 512,"
+                " \"intermediate_size\": 96, \"moe_intermediate_size\": 32, \"mask_token_id\": 510}", &c) == 0);
+    CHECK(c.o_bias == 1 && c.qk_norm == 1 && c.n_experts == 16 && c.n_experts_per_tok == 2 && c.n_group == 8 &&
+          c.topk_group == 4 && c.routed_scale == 2.5 && c.rope_dim == 8 && c.rms_eps == 1e-5 && c.first_k_dense == 0);
+    /* refused, naming the field */
+    CHECK(parse("{\"score_function\": \"softmax\", " LLADA2_KEYS "}", &c) == -1 && strstr(err, "score_function"));
+    CHECK(parse("{\"topk_group\": 1, \"num_experts_per_tok\": 64, \"architectures\": [\"LLaDA2MoeModelLM\"],"
+                " \"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 512,"
+                " \"intermediate_size\": 96, \"moe_intermediate_size\": 32, \"num_experts\": 64,"
+                " \"mask_token_id\": 510}", &c) == -1 && strstr(err, "topk_group"));
+    CHECK(parse("{\"n_group\": 3, \"architectures\": [\"LLaDA2MoeModelLM\"], \"hidden_size\": 64,"
+                " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 512,"
+                " \"intermediate_size\": 96, \"moe_intermediate_size\": 32, \"mask_token_id\": 510}", &c) == -1 &&
+          strstr(err, "n_group"));
+    CHECK(parse("{\"partial_rotary_factor\": 0.01, \"architectures\": [\"LLaDA2MoeModelLM\"],"
+                " \"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 512,"
+                " \"intermediate_size\": 96, \"moe_intermediate_size\": 32, \"mask_token_id\": 510}", &c) == -1 &&
+          strstr(err, "partial_rotary_factor"));
+}
+
 int main(void)
 {
+    test_llada2();
     test_released();
     test_spellings_and_defaults();
     test_invalid();

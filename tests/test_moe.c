@@ -71,6 +71,12 @@ static void routing_cases(void)
     const float neg[8] = {-1.45f, -0.55f, -0.7f, -0.7f, -0.75f, -0.75f, -1.0f, -1.0f};
     tb_moe_route(&g, l3, neg, 1, idx, w);
     CHECK(idx[0] == 0 && idx[1] == 1);
+    /* LLaDA 2.x masks them to -inf (group_mask_inf): the same bias picks
+     * within groups 1 and 2 (choices -0.1 -0.1 there) */
+    g.group_mask_inf = 1;
+    tb_moe_route(&g, l3, neg, 1, idx, w);
+    CHECK(idx[0] == 2 && idx[1] == 3);
+    g.group_mask_inf = 0;
     g.n_group = 1, g.topk_group = 1; /* ungrouped: expert 0 wins */
     tb_moe_route(&g, l3, NULL, 1, idx, w);
     CHECK(idx[0] == 0 && idx[1] == 2);
@@ -276,6 +282,29 @@ int main(void)
         CHECK(tb_moe_forward(&c4, &w4, &s4, x, 2, y, NULL) == 0);
         CHECK(s4.min_gap == 0.0f);
         tb_moe_scratch_free(&s4);
+    }
+    /* a sigmoid router's margin (LLaDA 2.x), by hand: scores 0.95 0.05 |
+     * 0.62 0.6 | 0.55 0.5 | 0.1 0.1, top 2 from the best 2 of 4 groups:
+     * group scores 1.0, 1.22, 1.05, 0.2 keep groups 1 and 2 with a margin
+     * 1.05 - 1.0, a logit change of at least 2 x 0.05 = 0.1 to move; the
+     * experts 2, 3 against the best one left in the groups (0.55): 4 x
+     * 0.05 = 0.2. The least: 0.1 */
+    {
+        char err[128];
+        tb_moe_config c5 = {.hidden = 8, .n_experts = 8, .top_k = 2, .expert_inter = 8, .scoring = TB_MOE_SIGMOID,
+                            .norm_topk = 1, .n_group = 4, .topk_group = 2, .group_mask_inf = 1,
+                            .routed_scale = 2.5f};
+        tb_moe_scratch s5;
+        CHECK(tb_moe_scratch_init(&s5, &c5, 1, err, sizeof err) == 0);
+        float router[8 * 8] = {0}, x[8], gu[8 * 16 * 8] = {0}, down[8 * 8 * 8] = {0}, y[8];
+        const double sc[8] = {0.95, 0.05, 0.62, 0.6, 0.55, 0.5, 0.1, 0.1};
+        for (int e = 0; e < 8; e++)
+            router[e * 8 + e] = 1, x[e] = logit_of(sc[e]);
+        tb_moe_weights w5 = {.router = router, .gate_up = gu, .down = down};
+        CHECK(tb_moe_forward(&c5, &w5, &s5, x, 1, y, NULL) == 0);
+        CHECK(s5.idx[0] == 2 && s5.idx[1] == 3);
+        CHECK_NEAR(s5.min_gap, 0.1, 1e-5);
+        tb_moe_scratch_free(&s5);
     }
 
     /* active bytes: the router, the touched experts, the shared ones */

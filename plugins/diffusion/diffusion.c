@@ -438,7 +438,8 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
     int fast_sampler = p.sampler == TB_DLLM_FAST_DLLM_V2;
     if (block_model != block_sampler || (block_model && fast_sampler != (cfg->arch == TB_ARCH_FAST_DLLM_V2))) {
         set_error(c, "sampler %s does not fit %s (%s)", tb_dllm_sampler_names[p.sampler], cfg->arch_name,
-                  cfg->arch == TB_ARCH_SDAR             ? "SDAR models take sdar_static or sdar_dynamic"
+                  cfg->arch == TB_ARCH_SDAR || cfg->arch == TB_ARCH_LLADA2_MOE
+                      ? "SDAR and LLaDA 2.x models take sdar_static or sdar_dynamic"
                   : cfg->arch == TB_ARCH_FAST_DLLM_V2 ? "Fast-dLLM v2 models take fast_dllm_v2"
                                                       : "block samplers need a block-diffusion model");
         return TB_ERR_INVALID;

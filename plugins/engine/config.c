@@ -44,16 +44,23 @@ static const struct arch_info {
     {"Fast_dLLM_QwenForCausalLM", "Fast_dLLM_Qwen", TB_ARCH_FAST_DLLM_V2},
     {"Qwen3MoeForCausalLM", "qwen3_moe", TB_ARCH_QWEN3_MOE},
     {"LLaDAMoEModelLM", "lladamoe", TB_ARCH_LLADA_MOE},
+    {"LLaDA2MoeModelLM", "llada2_moe", TB_ARCH_LLADA2_MOE},
 };
 
 int tb_config_layer_is_moe(const tb_model_config *cfg, int l)
 {
-    if (cfg->n_experts <= 0 || cfg->decoder_sparse_step <= 0 || (l + 1) % cfg->decoder_sparse_step != 0)
+    if (cfg->n_experts <= 0 || cfg->decoder_sparse_step <= 0 || (l + 1) % cfg->decoder_sparse_step != 0 ||
+        l < cfg->first_k_dense)
         return 0;
     for (int i = 0; i < cfg->n_mlp_only; i++)
         if (cfg->mlp_only_layers[i] == l)
             return 0;
     return 1;
+}
+
+int tb_config_rope_dim(const tb_model_config *cfg)
+{
+    return cfg->rope_dim > 0 ? cfg->rope_dim : cfg->head_dim;
 }
 
 int tb_arch_is_diffusion(tb_arch a)
@@ -63,7 +70,7 @@ int tb_arch_is_diffusion(tb_arch a)
 
 int tb_arch_is_block_diffusion(tb_arch a)
 {
-    return a == TB_ARCH_SDAR || a == TB_ARCH_FAST_DLLM_V2;
+    return a == TB_ARCH_SDAR || a == TB_ARCH_FAST_DLLM_V2 || a == TB_ARCH_LLADA2_MOE;
 }
 
 /* A short rendering of a JSON value for "got ..." (never NULL). */
@@ -286,7 +293,7 @@ static int parse_arch(ctx *c, const cJSON *root, tb_model_config *cfg)
 {
     const cJSON *list = cJSON_GetObjectItemCaseSensitive(root, "architectures");
     const char *names = "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, LLaDAModelLM, "
-                        "LLaDAMoEModelLM, DreamModel, SDARForCausalLM or Fast_dLLM_QwenForCausalLM";
+                        "LLaDAMoEModelLM, LLaDA2MoeModelLM, DreamModel, SDARForCausalLM or Fast_dLLM_QwenForCausalLM";
     if (list && !cJSON_IsNull(list)) {
         const cJSON *a = cJSON_IsArray(list) ? list->child : NULL;
         if (!cJSON_IsString(a))
@@ -446,6 +453,54 @@ static int parse_lladamoe(ctx *c, const cJSON *root, tb_model_config *cfg)
     return 0;
 }
 
+/* LLaDA 2.x's keys (LLaDA2MoeConfig, read by modeling_llada2_moe.py) and
+ * its class defaults: num_experts 16, num_experts_per_tok 2,
+ * num_shared_experts 0, n_group 8, topk_group 4, routed_scaling_factor
+ * 2.5, first_k_dense_replace 0, partial_rotary_factor 0.5; use_qkv_bias
+ * false, use_bias (on the "dense" o projection) true, use_qk_norm true.
+ * Its gate always scores with a sigmoid and renormalises the k weights
+ * (k > 1) whatever score_function / norm_topk_prob say: a config naming
+ * another score function is refused rather than run as the code would. */
+static int parse_llada2(ctx *c, const cJSON *root, tb_model_config *cfg)
+{
+    double partial = 0.5, scale = 2.5;
+    cfg->decoder_sparse_step = 1;
+    cfg->n_experts = 16, cfg->n_experts_per_tok = 2, cfg->n_group = 8, cfg->topk_group = 4;
+    if (get_int(c, root, NAMES("num_experts"), 1, 1024, 0, &cfg->n_experts) < 0 ||
+        get_int(c, root, NAMES("num_experts_per_tok"), 1, cfg->n_experts, 0, &cfg->n_experts_per_tok) < 0 ||
+        get_int(c, root, NAMES("moe_intermediate_size"), 1, MAX_WIDTH, 1, &cfg->moe_intermediate_size) < 0 ||
+        get_int(c, root, NAMES("num_shared_experts"), 0, 64, 0, &cfg->n_shared_experts) < 0 ||
+        get_int(c, root, NAMES("n_group"), 1, cfg->n_experts, 0, &cfg->n_group) < 0 ||
+        get_int(c, root, NAMES("topk_group"), 1, cfg->n_group, 0, &cfg->topk_group) < 0 ||
+        get_int(c, root, NAMES("first_k_dense_replace"), 0, cfg->n_layers, 0, &cfg->first_k_dense) < 0 ||
+        get_num(c, root, NAMES("routed_scaling_factor"), 0, 1e6, &scale) < 0 ||
+        get_num(c, root, NAMES("partial_rotary_factor"), 0, 1, &partial) < 0)
+        return -1;
+    if (require_str(c, root, "score_function", "sigmoid", "its gate always takes a sigmoid"))
+        return -1;
+    if (cfg->n_experts % cfg->n_group != 0)
+        return fail(c, "n_group", "a divisor of num_experts", cJSON_GetObjectItemCaseSensitive(root, "n_group"));
+    if ((long)cfg->topk_group * (cfg->n_experts / cfg->n_group) < cfg->n_experts_per_tok)
+        return fail(c, "topk_group", "groups holding at least num_experts_per_tok experts",
+                    cJSON_GetObjectItemCaseSensitive(root, "topk_group"));
+    if (cfg->n_experts / cfg->n_group < 2)
+        return fail(c, "n_group", "groups of at least 2 experts (a group scores by its two best)",
+                    cJSON_GetObjectItemCaseSensitive(root, "n_group"));
+    if (!(scale > 0))
+        return fail(c, "routed_scaling_factor", "a number > 0",
+                    cJSON_GetObjectItemCaseSensitive(root, "routed_scaling_factor"));
+    cfg->routed_scale = scale;
+    cfg->norm_topk_prob = cfg->n_experts_per_tok > 1;
+    /* transformers' default rope: dim = int(head_dim x partial_rotary_factor) */
+    cfg->rope_dim = (int)(cfg->head_dim * partial);
+    if (cfg->rope_dim < 2 || cfg->rope_dim % 2 != 0)
+        return fail(c, "partial_rotary_factor", "a factor giving an even rotated width >= 2 of head_dim",
+                    cJSON_GetObjectItemCaseSensitive(root, "partial_rotary_factor"));
+    /* no config key: generate()'s defaults (block_length 32, mask_id 156895) */
+    cfg->block_size = 32;
+    return 0;
+}
+
 static int parse_root(ctx *c, const cJSON *root, tb_model_config *cfg)
 {
     if (check_duplicates(c, root, ""))
@@ -460,6 +515,7 @@ static int parse_root(ctx *c, const cJSON *root, tb_model_config *cfg)
     if (parse_arch(c, root, cfg))
         return -1;
     int llada = cfg->arch == TB_ARCH_LLADA, lladamoe = cfg->arch == TB_ARCH_LLADA_MOE;
+    int llada2 = cfg->arch == TB_ARCH_LLADA2_MOE;
     int diffusion = tb_arch_is_diffusion(cfg->arch);
     /* LLaDA and Dream split d_model across the heads; the others (block
      * diffusion included) read an explicit head_dim as transformers does */
@@ -553,14 +609,16 @@ static int parse_root(ctx *c, const cJSON *root, tb_model_config *cfg)
                     cJSON_GetObjectItemCaseSensitive(root, r ? "head_dim" : hname));
     }
 
-    cfg->rms_eps = llada || lladamoe ? 1e-5 : 1e-6;
+    cfg->rope_dim = cfg->head_dim;
+    cfg->rms_eps = llada || lladamoe || llada2 ? 1e-5 : 1e-6;
     if (get_num(c, root, llada ? NAMES("rms_norm_eps", "layer_norm_eps") : NAMES("rms_norm_eps"),
                 0, 1, &cfg->rms_eps) < 0)
         return -1;
     if (parse_rope(c, root, cfg))
         return -1;
 
-    cfg->max_position_embeddings = llada ? 1024 : cfg->arch == TB_ARCH_LLAMA ? 2048 : lladamoe ? 4096 : 32768;
+    cfg->max_position_embeddings =
+        llada ? 1024 : cfg->arch == TB_ARCH_LLAMA ? 2048 : lladamoe ? 4096 : llada2 ? 16384 : 32768;
     if (get_int(c, root, KEY("max_sequence_length", "max_position_embeddings"), 1, MAX_POS, 0,
                 &cfg->max_position_embeddings) < 0)
         return -1;
@@ -574,11 +632,18 @@ static int parse_root(ctx *c, const cJSON *root, tb_model_config *cfg)
     int hard_bias = cfg->arch == TB_ARCH_FAST_DLLM_V2;
     int attn_bias = hard_bias || cfg->arch == TB_ARCH_QWEN2 || cfg->arch == TB_ARCH_DREAM;
     if (!hard_bias &&
-        get_bool(c, root, llada ? NAMES("include_qkv_bias") : NAMES("attention_bias"), &attn_bias) < 0)
+        get_bool(c, root, llada ? NAMES("include_qkv_bias") : llada2 ? NAMES("use_qkv_bias") : NAMES("attention_bias"),
+                 &attn_bias) < 0)
         return -1;
     cfg->qkv_bias = attn_bias;
     cfg->o_bias = (cfg->arch == TB_ARCH_LLAMA || qwen3 || lladamoe) && attn_bias;
     cfg->qk_norm = qwen3;
+    if (llada2) { /* use_bias (default true): a bias on the o projection "dense" */
+        cfg->o_bias = 1, cfg->qk_norm = 1;
+        if (get_bool(c, root, NAMES("use_bias"), &cfg->o_bias) < 0 ||
+            get_bool(c, root, NAMES("use_qk_norm"), &cfg->qk_norm) < 0)
+            return -1;
+    }
     /* LLaDA-MoE: q_norm / k_norm over each head's head_dim, before RoPE */
     if (lladamoe && get_bool(c, root, NAMES("qk_layernorm"), &cfg->qk_norm) < 0)
         return -1;
@@ -600,6 +665,8 @@ static int parse_root(ctx *c, const cJSON *root, tb_model_config *cfg)
         return -1;
     if (lladamoe && parse_lladamoe(c, root, cfg))
         return -1;
+    if (llada2 && parse_llada2(c, root, cfg))
+        return -1;
 
     int n_bos = 0;
     if (get_ids(c, root, "eos_token_id", cfg->vocab_size, cfg->eos_ids, TB_MAX_EOS,
@@ -615,8 +682,8 @@ static int parse_root(ctx *c, const cJSON *root, tb_model_config *cfg)
         cfg->mask_id = 151665;
         r = 1;
     }
-    if (!r && lladamoe && cfg->vocab_size > 156895) {
-        /* nor does LLaDA-MoE's: its generation code passes mask_id 156895 */
+    if (!r && (lladamoe || llada2) && cfg->vocab_size > 156895) {
+        /* nor do LLaDA-MoE's and LLaDA 2.x's: their generation code passes mask_id 156895 */
         cfg->mask_id = 156895;
         r = 1;
     }

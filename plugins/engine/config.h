@@ -29,6 +29,16 @@ typedef enum tb_arch {
                               renormalised (its modelling code fixes
                               norm_topk_prob = False); dense layers where
                               moe_layer_freq[l] = 0 */
+    TB_ARCH_LLADA2_MOE = 10, /* LLaDA2MoeModelLM (model_type llada2_moe,
+                              LLaDA 2.x): fused query_key_value, per-head
+                              q/k norms, partial rotary (rope_dim of
+                              head_dim), o projection "dense"; sigmoid
+                              router with expert_bias, group-limited top-k
+                              (masked to -inf), renormalised, times
+                              routed_scaling_factor, plus shared experts;
+                              the first first_k_dense_replace layers dense;
+                              block diffusion (block-causal mask, its
+                              generate()'s block_length 32) */
 } tb_arch;
 
 #define TB_MAX_MLP_ONLY 64 /* Qwen3-MoE mlp_only_layers entries (LLaDA-MoE: moe_layer_freq's zeros) */
@@ -52,6 +62,9 @@ typedef struct tb_model_config {
     int rope_llama3;
     double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
     int rope_original_max_pos;
+    int rope_dim;              /* rotated dims of a head (partial_rotary_factor x
+                                  head_dim; = head_dim when 1), even: pairs
+                                  (i, i + rope_dim/2), the rest unrotated */
     int max_position_embeddings;
     int tie_word_embeddings;
     int qkv_bias;              /* Qwen2 / Dream: q, k, v projections have bias */
@@ -69,6 +82,11 @@ typedef struct tb_model_config {
      * with intermediate_size */
     int n_experts, n_experts_per_tok, moe_intermediate_size, norm_topk_prob, decoder_sparse_step;
     int n_mlp_only, mlp_only_layers[TB_MAX_MLP_ONLY];
+    /* LLaDA 2.x (moe.h's sigmoid router): n_shared_experts SwiGLU experts
+     * of moe_intermediate_size every MoE layer adds unscaled; expert
+     * groups; routed_scaling_factor; the first first_k_dense layers dense */
+    int n_shared_experts, n_group, topk_group, first_k_dense;
+    double routed_scale;
     int32_t eos_ids[TB_MAX_EOS]; /* eos_token_id: an int or a list */
     int n_eos;
     int32_t bos_id;            /* -1: none */
@@ -96,6 +114,9 @@ int tb_arch_is_block_diffusion(tb_arch a);
 /* Layer l's feed-forward is a mixture of experts (Qwen3-MoE's rule: not
  * in mlp_only_layers, and (l + 1) % decoder_sparse_step == 0). */
 int tb_config_layer_is_moe(const tb_model_config *cfg, int l);
+
+/* The rotated width of a head: rope_dim, or head_dim when 0 (presets). */
+int tb_config_rope_dim(const tb_model_config *cfg);
 
 /* Read and parse a file. */
 int tb_config_load(const char *path, tb_model_config *cfg, char *err, size_t err_size);

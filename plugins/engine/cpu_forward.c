@@ -137,11 +137,12 @@ static void matmul_t(float *c, const float *a, const float *w, int rows, int out
                 accumulate ? 1.0f : 0.0f, c, out);
 }
 
-/* Half-split (NeoX) rotary embedding of one head vector at position pos:
+/* Half-split (NeoX) rotary embedding of the first rope_dim dims of one
+ * head vector at position pos (the rest, partial rotary, unchanged):
  * x' = x cos + rotate_half(x) sin, rotate_half(x) = [-x2, x1]. */
-static void rope(float *v, int head_dim, int pos, const float *inv_freq)
+static void rope(float *v, int rope_dim, int pos, const float *inv_freq)
 {
-    int half = head_dim / 2;
+    int half = rope_dim / 2;
     for (int i = 0; i < half; i++) {
         float angle = (float)pos * inv_freq[i]; /* float32, as transformers */
         float cs = cosf(angle), sn = sinf(angle);
@@ -174,7 +175,7 @@ static void layer_forward(tb_cpu_state *st, int l, int n_seqs, int n_new, int ma
     const tb_layer *L = &m->layers[l];
     int rows = n_seqs * n_new, h = c->hidden_size, hd = c->head_dim;
     int nq = c->n_heads * hd, kvd = kv_dim(c), qkvd = qkv_dim(c), inter = c->intermediate_size;
-    int group = c->n_heads / c->n_kv_heads;
+    int group = c->n_heads / c->n_kv_heads, rd = tb_config_rope_dim(c);
     size_t layer_off = (size_t)l * (size_t)st->max_seqs * (size_t)st->max_len * (size_t)kvd;
 
     /* attention block */
@@ -192,9 +193,9 @@ static void layer_forward(tb_cpu_state *st, int l, int n_seqs, int n_new, int ma
             rmsnorm(q + nq, q + nq, L->k_norm, c->n_kv_heads, hd, c->rms_eps);
         }
         for (int hh = 0; hh < c->n_heads; hh++)
-            rope(q + hh * hd, hd, rpos, m->rope_inv_freq);
+            rope(q + hh * hd, rd, rpos, m->rope_inv_freq);
         for (int hh = 0; hh < c->n_kv_heads; hh++)
-            rope(q + nq + hh * hd, hd, rpos, m->rope_inv_freq);
+            rope(q + nq + hh * hd, rd, rpos, m->rope_inv_freq);
         /* append k, v to this sequence's cache */
         size_t at = layer_off + ((size_t)slot * st->max_len + (size_t)pos) * kvd;
         memcpy(st->k_cache + at, q + nq, (size_t)kvd * sizeof(float));
@@ -252,7 +253,9 @@ static void layer_forward(tb_cpu_state *st, int l, int n_seqs, int n_new, int ma
     /* MLP block: x += down(silu(gate(xn)) * up(xn)), or the experts' */
     rmsnorm(st->xn, st->x, L->mlp_norm, rows, h, c->rms_eps);
     if (L->router) {
-        tb_moe_weights w = {.router = L->router, .gate_up = L->experts_gate_up, .down = L->experts_down};
+        tb_moe_weights w = {.router = L->router, .score_bias = L->score_bias, .gate_up = L->experts_gate_up,
+                            .down = L->experts_down, .shared_gate_up = L->shared_gate_up,
+                            .shared_down = L->shared_down};
         int touched = 0;
         tb_moe_forward(&st->moe_cfg, &w, &st->moe, st->xn, rows, st->moe_out, &touched); /* rows <= max_rows: checked */
         st->expert_reads += touched;

@@ -255,6 +255,13 @@ extern "C" int tb_gpu_create_dtype(tb_gpu **out, const tb_model_config *cfg, con
                 TRY(upload_bf16(g, &G->router, L->router, E * h, stage));
                 TRY(upload_bf16(g, &G->ex_gu, L->experts_gate_up, E * 2 * mi * h, stage));
                 TRY(upload_bf16(g, &G->ex_down, L->experts_down, E * h * mi, stage));
+                if (L->score_bias)
+                    TRY(upload_f32(g, &G->score_bias, L->score_bias, E));
+                if (L->shared_gate_up) {
+                    size_t S = g->moe.shared_inter;
+                    TRY(upload_bf16(g, &G->sh_gu, L->shared_gate_up, 2 * S * h, stage));
+                    TRY(upload_bf16(g, &G->sh_down, L->shared_down, h * S, stage));
+                }
             } else {
                 TRY(upload_bf16(g, &G->wgu, L->w_gate_up, 2 * I * h, stage));
                 TRY(upload_bf16(g, &G->wdown, L->w_down, h * I, stage));
@@ -286,6 +293,13 @@ extern "C" int tb_gpu_create_dtype(tb_gpu **out, const tb_model_config *cfg, con
                 TRY(random_bf16(g, &G->router, E * h, &s));
                 TRY(random_bf16(g, &G->ex_gu, E * 2 * mi * h, &s));
                 TRY(random_bf16(g, &G->ex_down, E * h * mi, &s));
+                if (c->arch == TB_ARCH_LLADA2_MOE)
+                    TRY(const_f32(g, &G->score_bias, E, 0.0f));
+                if (g->moe.shared_inter > 0) {
+                    size_t S = g->moe.shared_inter;
+                    TRY(random_bf16(g, &G->sh_gu, 2 * S * h, &s));
+                    TRY(random_bf16(g, &G->sh_down, h * S, &s));
+                }
             } else {
                 TRY(random_bf16(g, &G->wgu, 2 * I * h, &s));
                 TRY(random_bf16(g, &G->wdown, h * I, &s));
@@ -373,7 +387,8 @@ extern "C" void tb_gpu_free(tb_gpu *g)
             gpu_layer *G = &g->layers[l];
             void *p[] = {G->attn_norm, G->mlp_norm, G->wqkv,  G->bqkv,   G->q_norm, G->k_norm, G->wo,
                          G->wgu,       G->wdown,    G->router, G->ex_gu, G->ex_down, G->qqkv,  G->qo,
-                         G->qgu,       G->qdown,    G->sqkv,  G->so,     G->sgu,     G->sdown};
+                         G->qgu,       G->qdown,    G->sqkv,  G->so,     G->sgu,     G->sdown,
+                         G->score_bias, G->sh_gu,   G->sh_down};
             for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
                 dfree(g, p[i]);
         }

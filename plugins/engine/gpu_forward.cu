@@ -23,7 +23,9 @@ extern "C" int tb_gpu_reserve(tb_gpu *g, int seqs, int len, int rows, char *err,
     free_buffers(g);
     const tb_model_config *c = &g->cfg;
     size_t h = c->hidden_size, kvd = (size_t)c->n_kv_heads * c->head_dim, nq = (size_t)c->n_heads * c->head_dim;
-    size_t R = rows, I = c->intermediate_size, V = c->vocab_size;
+    // gu / act also carry a MoE layer's shared experts (S wide)
+    size_t R = rows, I = c->intermediate_size > g->moe.shared_inter ? c->intermediate_size : g->moe.shared_inter;
+    size_t V = c->vocab_size;
     size_t per_seq_rows = (rows + seqs - 1) / seqs;
     size_t score = (size_t)seqs * c->n_heads * per_seq_rows * len;
     int rc = dalloc(g, (void **)&g->kc, (size_t)c->n_layers * seqs * len * kvd * sizeof(bf16)) ||
@@ -281,7 +283,7 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
            (const float *)G->q_norm, (const float *)G->k_norm, eps, (const float *)g->inv_freq, n, pos0,
            (const int *)(mode == FWD_DECODE ? g->d_pos : NULL), rslot, rpos,
            (const int *)(g->d_pad + (mode == FWD_SPAN ? slot0 : 0)), g->kc + layer_off + span_off,
-           g->vc + layer_off + span_off, g->len, g->q, c->n_heads, c->n_kv_heads, c->head_dim);
+           g->vc + layer_off + span_off, g->len, g->q, c->n_heads, c->n_kv_heads, c->head_dim, tb_config_rope_dim(c));
     LAUNCHED();
     // decode attention split over the keys when (sequence, head) pairs
     // alone would leave most of the chip idle
@@ -331,8 +333,19 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
     }
     k_rmsnorm<<<rows, 1024, 0, g->stream>>>(g->x, 1, 0, 1, G->mlp_norm, g->xn, h, eps);
     LAUNCHED();
-    if (G->router) // a MoE layer: the experts' output added into x
-        return moe_ffn(g, l, rows, mode != FWD_SPAN);
+    if (G->router) { // a MoE layer: the experts' output added into x
+        if (moe_ffn(g, l, rows, mode != FWD_SPAN))
+            return -1;
+        if (!G->sh_gu)
+            return 0;
+        // the shared experts (LLaDA 2.x): one SwiGLU of S over every row, added unscaled
+        int S = g->moe.shared_inter;
+        if (matmul_t(g, g->gu, g->xn, G->sh_gu, rows, 2 * S, h, 0.0f))
+            return -1;
+        k_swiglu<<<blocks_for((size_t)rows * S), 256, 0, g->stream>>>(g->gu, g->act, S, (size_t)rows * S);
+        LAUNCHED();
+        return matmul_t(g, g->x, g->act, G->sh_down, rows, h, S, 1.0f);
+    }
     if (matmul_p(g, g->gu, g->xn, pgu, rows, 2 * I, h, 0.0f))
         return -1;
     k_swiglu<<<blocks_for((size_t)rows * I), 256, 0, g->stream>>>(g->gu, g->act, I, (size_t)rows * I);
@@ -396,7 +409,7 @@ static void account(tb_gpu *g, int B, int n, int n_attend, int nr)
     double I = c->intermediate_size, V = c->vocab_size, L = c->n_layers, rows = (double)B * n;
     double Lm = g->n_moe_layers, Ld = L - Lm;
     double attn = (nq + 2 * kvd) * h + h * nq, dense_ffn = 3 * I * h; // weight elements
-    double routed = g->moe.top_k * 3.0 * h * g->moe.expert_inter + (double)g->moe.n_experts * h;
+    double routed = (g->moe.top_k * 3.0 * g->moe.expert_inter + 3.0 * g->moe.shared_inter + g->moe.n_experts) * h;
     g->work_flops += 2 * rows * (attn * L + dense_ffn * Ld + routed * Lm) + 4.0 * B * nh * n * n_attend * hd * L +
                      2.0 * B * nr * h * V;
     // dtype = fp8: the projections' E4M3 bytes and their float row scales

@@ -39,6 +39,9 @@ struct gpu_layer {
     bf16 *router;  // [E][h]
     bf16 *ex_gu;   // [E][2 mi][h]: expert e's gate rows, then up rows
     bf16 *ex_down; // [E][h][mi]
+    float *score_bias; // [E] (LLaDA 2.x's expert_bias) or NULL
+    bf16 *sh_gu;       // [2 S][h] shared experts (S = moe.shared_inter) or NULL
+    bf16 *sh_down;     // [h][S]
 };
 
 // One device allocation made through dalloc.

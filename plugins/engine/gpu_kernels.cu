@@ -77,15 +77,17 @@ __global__ void k_rmsnorm(const float *x, int n, int r0, int nr, const float *w,
         y[(size_t)blockIdx.x * h + i] = __float2bfloat16(w[i] * (xr[i] * inv));
 }
 
-// Bias, half-split RoPE on q and k, k/v into the cache, q to bf16. One
-// block per (row, head of q, k or v), a thread per pair of dims; positions
+// Bias, half-split RoPE on q and k (over the first rd dims of a head,
+// pairs (i, i + rd/2); dims from rd on unrotated: partial rotary), k/v
+// into the cache, q to bf16. One block per (row, head of q, k or v), a
+// thread per pair of dims; positions
 // pos0 + (row % n_new), or *d_pos in decode. A left-padded sequence's
 // RoPE positions start at its first real token (pos - pad[b]), as on the
 // CPU; the cache slot stays pos.
 __global__ void k_qkv_post(const float *qkv, const float *bias, const float *q_norm, const float *k_norm, float eps,
                            const float *inv_freq, int n_new, int pos0, const int *d_pos, const int *row_slot,
                            const int *row_pos, const int *pad, bf16 *kc, bf16 *vc, int len, bf16 *q_out, int nh,
-                           int nkv, int hd)
+                           int nkv, int hd, int rd)
 {
     __shared__ float sh[32];
     griddep_wait();
@@ -97,7 +99,7 @@ __global__ void k_qkv_post(const float *qkv, const float *bias, const float *q_n
     if (row_slot)
         b = row_slot[b];
     int rpos = pos >= pad[b] ? pos - pad[b] : 0;
-    int nq = nh * hd, kvd = nkv * hd, qkvd = nq + 2 * kvd, half = hd / 2;
+    int nq = nh * hd, kvd = nkv * hd, qkvd = nq + 2 * kvd, half = rd / 2;
     const float *v = qkv + (size_t)r * qkvd + (size_t)head * hd;
     const float *bb = bias ? bias + (size_t)head * hd : NULL;
     size_t at = ((size_t)b * len + pos) * kvd;
@@ -129,6 +131,15 @@ __global__ void k_qkv_post(const float *qkv, const float *bias, const float *q_n
                                       : vc + at + (size_t)(head - nh - nkv) * hd;
         dst[i] = __float2bfloat16(a);
         dst[i + half] = __float2bfloat16(c);
+    }
+    for (int i = rd + threadIdx.x; i < hd; i += blockDim.x) { // the unrotated dims
+        float a = v[i] + (bb ? bb[i] : 0.0f);
+        if (nw)
+            a = nw[i] * (a * inv);
+        bf16 *dst = head < nh         ? q_out + (size_t)r * nq + (size_t)head * hd
+                    : head < nh + nkv ? kc + at + (size_t)(head - nh) * hd
+                                      : vc + at + (size_t)(head - nh - nkv) * hd;
+        dst[i] = __float2bfloat16(a);
     }
 }
 

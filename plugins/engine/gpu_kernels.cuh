@@ -25,7 +25,7 @@ __global__ void k_rmsnorm(const float *x, int n, int r0, int nr, const float *w,
 __global__ void k_qkv_post(const float *qkv, const float *bias, const float *q_norm, const float *k_norm, float eps,
                            const float *inv_freq, int n_new, int pos0, const int *d_pos, const int *row_slot,
                            const int *row_pos, const int *pad, bf16 *kc, bf16 *vc, int len, bf16 *q_out, int nh,
-                           int nkv, int hd);
+                           int nkv, int hd, int rd);
 __global__ void __launch_bounds__(ATT_WARPS * 32)
     k_attn_decode(const bf16 *q, const bf16 *kc, const bf16 *vc, bf16 *out, int len, int nh, int nkv, int hd,
                   const int *d_pos, int n_keys_fixed, const int *row_slot, const int *row_pos, const int *pad,

@@ -2,8 +2,10 @@
 // 22), as moe.c computes it on the CPU (the reference, tests/gpu/):
 //
 //   router      logits[rows][E] = xn W_r^T (matmul_t), then k_moe_route:
-//               softmax (or sigmoid), top-k (ties to the lower index),
-//               renormalised when norm_topk, times routed_scale
+//               softmax (or sigmoid, plus a per-expert bias for the
+//               choice), the group-limited choice when n_group > 1, top-k
+//               (ties to the lower index), renormalised when norm_topk,
+//               times routed_scale
 //   grouping    k_moe_group: the (row, slot) pairs sorted by expert on the
 //               device (off[E + 1], order[j] = pair, pos[pair] = j), and the
 //               count of distinct experts added to the roofline's counter
@@ -18,8 +20,9 @@
 //                 host reads the group offsets, so never inside a graph
 //   combine     k_moe_combine: x[r] += sum_t w[r][t] y[pos[r k + t]]
 //
-// Shared experts and group-limited routers (DeepSeek-V3, Bailing-V2) are
-// the CPU's only: tb_gpu_create refuses them by name.
+//   shared      the shared experts (LLaDA 2.x): a dense SwiGLU over every
+//               row, added after the routed ones (gpu_forward.cu's
+//               layer_forward, with the dense layers' GEMMs)
 #include "gpu_internal.cuh"
 
 #include <math.h>
@@ -31,10 +34,10 @@ using namespace tbgpu;
 // One warp per row: the router's choice for row blockIdx.x from its
 // logits [rows][E] into idx[rows][k], w[rows][k] (moe.c's tb_moe_route:
 // float32 scores, the softmax's sum in double, ties to the lower index).
-__global__ void k_moe_route(const float *logits, int E, int k, int sigmoid, const float *bias, int norm_topk,
-                            float scale, int *idx, float *w)
+__global__ void k_moe_route(const float *logits, int E, int k, int sigmoid, const float *bias, int n_group,
+                            int topk_group, int mask_inf, int norm_topk, float scale, int *idx, float *w)
 {
-    __shared__ float score[TB_MOE_MAX_EXPERTS], choice[TB_MOE_MAX_EXPERTS];
+    __shared__ float score[TB_MOE_MAX_EXPERTS], choice[TB_MOE_MAX_EXPERTS], gscore[TB_MOE_MAX_EXPERTS];
     int lane = threadIdx.x, r = blockIdx.x;
     const float *l = logits + (size_t)r * E;
     if (!sigmoid) {
@@ -57,6 +60,41 @@ __global__ void k_moe_route(const float *logits, int E, int k, int sigmoid, cons
     for (int e = lane; e < E; e += 32)
         choice[e] = score[e] + (bias ? bias[e] : 0.0f);
     __syncwarp();
+    if (n_group > 1) {
+        // group-limited (moe.c): a group's score is the sum of its two best
+        // choice scores; outside the topk_group best groups (ties to the
+        // lower group) the choice score becomes 0, or -inf (mask_inf).
+        // A lane per group, then lane 0 picks the groups.
+        int per = E / n_group;
+        for (int gi = lane; gi < n_group; gi += 32) {
+            float b1 = -INFINITY, b2 = -INFINITY;
+            for (int j = 0; j < per; j++) {
+                float v = choice[gi * per + j];
+                if (v > b1)
+                    b2 = b1, b1 = v;
+                else if (v > b2)
+                    b2 = v;
+            }
+            gscore[gi] = per >= 2 ? b1 + b2 : b1;
+        }
+        __syncwarp();
+        if (lane == 0) {
+            unsigned char keep[TB_MOE_MAX_EXPERTS];
+            for (int gi = 0; gi < n_group; gi++)
+                keep[gi] = 0;
+            for (int t = 0; t < topk_group; t++) {
+                int best = -1;
+                for (int gi = 0; gi < n_group; gi++)
+                    if (!keep[gi] && (best < 0 || gscore[gi] > gscore[best]))
+                        best = gi;
+                keep[best] = 1;
+            }
+            for (int e = 0; e < E; e++)
+                if (!keep[e / per])
+                    choice[e] = mask_inf ? -INFINITY : 0.0f;
+        }
+        __syncwarp();
+    }
     int *ri = idx + (size_t)r * k;
     float *rw = w + (size_t)r * k;
     for (int t = 0; t < k; t++) {
@@ -219,9 +257,6 @@ namespace tbgpu {
 int moe_check(tb_gpu *g)
 {
     const tb_moe_config *m = &g->moe;
-    if (m->shared_inter > 0 || m->n_group > 1)
-        return fail(g, "%s: shared experts and group-limited routers run on the CPU only in this version "
-                       "(device = cpu)", g->cfg.arch_name);
     if (m->hidden % 8 || m->expert_inter % 8)
         return fail(g, "%s: the CUDA experts need hidden_size and moe_intermediate_size divisible by 8 (%d, %d)",
                     g->cfg.arch_name, m->hidden, m->expert_inter);
@@ -274,7 +309,8 @@ int moe_ffn(tb_gpu *g, int l, int rows, int graphable)
     // the router's logits, float32 (bf16 inputs and weights, as every GEMM)
     CB(cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, E, rows, h, &one, G->router, CUDA_R_16BF, h, g->xn,
                     CUDA_R_16BF, h, &zero, g->moe_logits, CUDA_R_32F, E, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    k_moe_route<<<rows, 32, 0, g->stream>>>(g->moe_logits, E, k, m->scoring == TB_MOE_SIGMOID, NULL, m->norm_topk,
+    k_moe_route<<<rows, 32, 0, g->stream>>>(g->moe_logits, E, k, m->scoring == TB_MOE_SIGMOID, G->score_bias,
+                                           m->n_group, m->topk_group, m->group_mask_inf, m->norm_topk,
                                            m->routed_scale, g->moe_idx, g->moe_w);
     LAUNCHED();
     k_moe_group<<<1, 1024, 0, g->stream>>>(g->moe_idx, P, E, g->moe_off, g->moe_order, g->moe_pos,

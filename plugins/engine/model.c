@@ -22,9 +22,10 @@ static int64_t qkv_rows(const tb_model_config *c)
  * experts of a MoE layer. */
 static size_t mlp_floats(const tb_model_config *c, int l)
 {
-    size_t h = (size_t)c->hidden_size;
-    if (tb_config_layer_is_moe(c, l))
-        return (size_t)c->n_experts * (h + 3 * (size_t)c->moe_intermediate_size * h);
+    size_t h = (size_t)c->hidden_size, mi = (size_t)c->moe_intermediate_size;
+    if (tb_config_layer_is_moe(c, l)) /* router, experts; LLaDA 2.x: expert_bias, shared experts */
+        return (size_t)c->n_experts * (h + 3 * mi * h) +
+               (c->arch == TB_ARCH_LLADA2_MOE ? (size_t)c->n_experts + 3 * (size_t)c->n_shared_experts * mi * h : 0);
     return 3 * (size_t)c->intermediate_size * h;
 }
 
@@ -93,6 +94,12 @@ static int layout(tb_model *m, char *err, size_t err_size)
             L->router = p, p += E * h;
             L->experts_gate_up = p, p += E * 2 * mi * h;
             L->experts_down = p, p += E * h * mi;
+            if (c->arch == TB_ARCH_LLADA2_MOE) {
+                size_t S = (size_t)c->n_shared_experts * mi;
+                L->score_bias = p, p += E;
+                L->shared_gate_up = S ? p : NULL, p += 2 * S * h;
+                L->shared_down = S ? p : NULL, p += h * S;
+            }
         } else {
             L->w_gate_up = p, p += 2 * inter * h;
             L->w_down = p, p += h * inter;
@@ -111,14 +118,20 @@ void tb_model_moe_config(const tb_model_config *c, tb_moe_config *out)
     *out = (tb_moe_config){.hidden = c->hidden_size, .n_experts = c->n_experts, .top_k = c->n_experts_per_tok,
                            .expert_inter = c->moe_intermediate_size, .scoring = TB_MOE_SOFTMAX,
                            .norm_topk = c->norm_topk_prob, .n_group = 1, .topk_group = 1, .routed_scale = 1.0f};
+    if (c->arch == TB_ARCH_LLADA2_MOE) { /* LLaDA2MoeGate (config.c: norm_topk_prob = k > 1) */
+        out->scoring = TB_MOE_SIGMOID;
+        out->n_group = c->n_group, out->topk_group = c->topk_group, out->group_mask_inf = 1;
+        out->routed_scale = (float)c->routed_scale;
+        out->shared_inter = c->n_shared_experts * c->moe_intermediate_size;
+    }
 }
 
 void tb_rope_inv_freq(const tb_model_config *c, float *out)
 {
-    int half = c->head_dim / 2;
+    int dim = tb_config_rope_dim(c), half = dim / 2;
     for (int i = 0; i < half; i++) {
         /* transformers: 1 / theta^(arange(0, dim, 2) / dim), in float32 */
-        float f = (float)(1.0 / pow(c->rope_theta, (double)(2 * i) / c->head_dim));
+        float f = (float)(1.0 / pow(c->rope_theta, (double)(2 * i) / dim));
         if (c->rope_llama3) {
             double old = c->rope_original_max_pos;
             double low_wavelen = old / c->rope_low_freq_factor;
@@ -155,6 +168,7 @@ static int take(const tb_weights *w, const char *name, int64_t rows, int64_t col
 typedef struct weight_names {
     const char *embed, *final_norm, *lm_head, *layer;
     const char *attn_norm, *q, *k, *v, *o, *mlp_norm, *gate, *up, *down, *qb, *kb, *vb, *qn, *kn;
+    const char *qkv, *qkvb; /* one fused [q; k; v] projection (LLaDA 2.x), NULL: separate */
 } weight_names;
 
 /* Llama, Qwen2, Qwen3 and the models on their blocks (Dream, SDAR,
@@ -164,7 +178,7 @@ static const weight_names hf_names = {
     "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
     "self_attn.o_proj.weight", "post_attention_layernorm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
     "mlp.down_proj.weight", "self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias",
-    "self_attn.q_norm.weight", "self_attn.k_norm.weight",
+    "self_attn.q_norm.weight", "self_attn.k_norm.weight", NULL, NULL,
 };
 
 /* LLaDA keeps OLMo's names: ff_proj is the gate, ff_out the down proj. */
@@ -172,7 +186,18 @@ static const weight_names llada_names = {
     "model.transformer.wte.weight", "model.transformer.ln_f.weight", "model.transformer.ff_out.weight",
     "model.transformer.blocks.%d.", "attn_norm.weight", "q_proj.weight", "k_proj.weight", "v_proj.weight",
     "attn_out.weight", "ff_norm.weight", "ff_proj.weight", "up_proj.weight", "ff_out.weight", "q_proj.bias",
-    "k_proj.bias", "v_proj.bias", NULL, NULL,
+    "k_proj.bias", "v_proj.bias", NULL, NULL, NULL, NULL,
+};
+
+/* LLaDA 2.x (modeling_llada2_moe.py): Bailing's names, q, k and v in one
+ * query_key_value matrix with the engine's row order (q heads, k heads, v
+ * heads), the o projection "dense". */
+static const weight_names llada2_names = {
+    "model.word_embeddings.weight", "model.norm.weight", "lm_head.weight", "model.layers.%d.",
+    "input_layernorm.weight", NULL, NULL, NULL, "attention.dense.weight", "post_attention_layernorm.weight",
+    "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight", NULL, NULL, NULL,
+    "attention.query_layernorm.weight", "attention.key_layernorm.weight", "attention.query_key_value.weight",
+    "attention.query_key_value.bias",
 };
 
 int tb_model_load(const char *dir, tb_model *m, char *err, size_t err_size)
@@ -184,10 +209,12 @@ int tb_model_load(const char *dir, tb_model *m, char *err, size_t err_size)
         return -1;
     const tb_model_config *c = &m->cfg;
     if (c->o_bias) {
-        snprintf(err, err_size, "%s: attention_bias = true (a bias on o_proj too) is not supported by this engine", path);
+        snprintf(err, err_size, "%s: %s = true (a bias on the o projection) is not supported by this engine", path,
+                 c->arch == TB_ARCH_LLADA2_MOE ? "use_bias" : "attention_bias");
         return -1;
     }
-    const weight_names *nm = c->arch == TB_ARCH_LLADA ? &llada_names : &hf_names;
+    const weight_names *nm =
+        c->arch == TB_ARCH_LLADA ? &llada_names : c->arch == TB_ARCH_LLADA2_MOE ? &llada2_names : &hf_names;
     tb_weights *w = NULL;
     if (tb_weights_open(dir, &w, err, err_size) != 0)
         return -1;
@@ -213,9 +240,12 @@ int tb_model_load(const char *dir, tb_model *m, char *err, size_t err_size)
         snprintf(prefix, sizeof prefix, nm->layer, l);
 #define T(suffix, rows, cols, dst) \
     (snprintf(n, sizeof n, "%s%s", prefix, suffix), take(w, n, rows, cols, dst, err, err_size))
-        rc = T(nm->attn_norm, h, 0, L->attn_norm) || T(nm->q, qd, h, L->wqkv) ||
-             T(nm->k, kvd, h, L->wqkv + qd * h) || T(nm->v, kvd, h, L->wqkv + (qd + kvd) * h) ||
-             T(nm->o, h, qd, L->wo) || T(nm->mlp_norm, h, 0, L->mlp_norm);
+        if (nm->qkv)
+            rc = T(nm->attn_norm, h, 0, L->attn_norm) || T(nm->qkv, qd + 2 * kvd, h, L->wqkv);
+        else
+            rc = T(nm->attn_norm, h, 0, L->attn_norm) || T(nm->q, qd, h, L->wqkv) ||
+                 T(nm->k, kvd, h, L->wqkv + qd * h) || T(nm->v, kvd, h, L->wqkv + (qd + kvd) * h);
+        rc = rc || T(nm->o, h, qd, L->wo) || T(nm->mlp_norm, h, 0, L->mlp_norm);
         if (!rc && L->router) { /* a MoE layer: mlp.gate, mlp.experts.E.{gate,up,down}_proj, as published */
             int64_t mi = c->moe_intermediate_size;
             rc = T("mlp.gate.weight", c->n_experts, h, L->router);
@@ -229,11 +259,21 @@ int tb_model_load(const char *dir, tb_model *m, char *err, size_t err_size)
                 snprintf(en, sizeof en, "mlp.experts.%d.down_proj.weight", e);
                 rc = rc || T(en, h, mi, L->experts_down + (size_t)e * h * mi);
             }
+            if (!rc && L->score_bias) /* LLaDA 2.x: the gate's expert_bias buffer, shared_experts */
+                rc = T("mlp.gate.expert_bias", c->n_experts, 0, L->score_bias);
+            if (!rc && L->shared_gate_up) {
+                int64_t S = (int64_t)c->n_shared_experts * mi;
+                rc = T("mlp.shared_experts.gate_proj.weight", S, h, L->shared_gate_up) ||
+                     T("mlp.shared_experts.up_proj.weight", S, h, L->shared_gate_up + S * h) ||
+                     T("mlp.shared_experts.down_proj.weight", h, S, L->shared_down);
+            }
         } else if (!rc) {
             rc = T(nm->gate, inter, h, L->w_gate_up) || T(nm->up, inter, h, L->w_gate_up + inter * h) ||
                  T(nm->down, h, inter, L->w_down);
         }
-        if (!rc && c->qkv_bias)
+        if (!rc && c->qkv_bias && nm->qkvb)
+            rc = T(nm->qkvb, qd + 2 * kvd, 0, L->bqkv);
+        else if (!rc && c->qkv_bias)
             rc = T(nm->qb, qd, 0, L->bqkv) || T(nm->kb, kvd, 0, L->bqkv + qd) ||
                  T(nm->vb, kvd, 0, L->bqkv + qd + kvd);
         if (!rc && c->qk_norm)
@@ -359,6 +399,28 @@ static const preset presets[] = {
                         .qk_norm = 1, .n_experts = 8, .n_experts_per_tok = 2, .moe_intermediate_size = 32,
                         .norm_topk_prob = 0, .decoder_sparse_step = 1, .eos_ids = {508}, .n_eos = 1, .bos_id = 507,
                         .mask_id = 510, .torch_dtype = "float32"}},
+    /* LLaDA2.0-mini's shape (the config.json inclusionAI publishes in
+     * github.com/inclusionAI/dFactory configs/model_configs/llada2_mini/:
+     * 20 layers, the first dense; 256 experts of 512 in 8 groups, 4 groups
+     * and 8 experts a token, 1 shared expert, scaling 2.5; head_dim 128
+     * with half of it rotated; mask 156895 and EOS 156892 as its
+     * generate()) and a tiny one (groups of 2 experts, 2 of 4 groups) */
+    {"llada2-mini", {.arch = TB_ARCH_LLADA2_MOE, .arch_name = "LLaDA2MoeModelLM", .vocab_size = 157184,
+                     .hidden_size = 2048, .intermediate_size = 5120, .n_layers = 20, .n_heads = 16, .n_kv_heads = 4,
+                     .head_dim = 128, .rope_dim = 64, .rms_eps = 1e-6, .rope_theta = 600000,
+                     .max_position_embeddings = 16384, .qk_norm = 1, .block_size = 32, .n_experts = 256,
+                     .n_experts_per_tok = 8, .moe_intermediate_size = 512, .norm_topk_prob = 1,
+                     .decoder_sparse_step = 1, .n_shared_experts = 1, .n_group = 8, .topk_group = 4,
+                     .first_k_dense = 1, .routed_scale = 2.5, .eos_ids = {156892}, .n_eos = 1, .bos_id = -1,
+                     .mask_id = 156895, .torch_dtype = "bfloat16"}},
+    {"tiny-llada2", {.arch = TB_ARCH_LLADA2_MOE, .arch_name = "LLaDA2MoeModelLM", .vocab_size = 512,
+                     .hidden_size = 64, .intermediate_size = 128, .n_layers = 3, .n_heads = 4, .n_kv_heads = 2,
+                     .head_dim = 16, .rope_dim = 8, .rms_eps = 1e-6, .rope_theta = 600000,
+                     .max_position_embeddings = 4096, .qk_norm = 1, .block_size = 8, .n_experts = 8,
+                     .n_experts_per_tok = 3, .moe_intermediate_size = 32, .norm_topk_prob = 1,
+                     .decoder_sparse_step = 1, .n_shared_experts = 1, .n_group = 4, .topk_group = 2,
+                     .first_k_dense = 1, .routed_scale = 2.5, .eos_ids = {508}, .n_eos = 1, .bos_id = 507,
+                     .mask_id = 510, .torch_dtype = "float32"}},
     {"tiny-llama", {.arch = TB_ARCH_LLAMA, .arch_name = "LlamaForCausalLM", .vocab_size = 512,
                     .hidden_size = 64, .intermediate_size = 160, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2,
                     .head_dim = 16, .rms_eps = 1e-5, .rope_theta = 10000, .max_position_embeddings = 2048,
@@ -452,6 +514,13 @@ int tb_model_preset(const char *name, uint64_t seed, tb_model *m, char *err, siz
             fill_random(L->router, E * h, 0.02, &s);
             fill_random(L->experts_gate_up, E * 2 * mi * h, 0.02, &s);
             fill_random(L->experts_down, E * h * mi, 0.02, &s);
+            if (L->score_bias) /* small, so that the bias moves some choices */
+                fill_random(L->score_bias, E, 0.02, &s);
+            if (L->shared_gate_up) {
+                size_t S = (size_t)c->n_shared_experts * mi;
+                fill_random(L->shared_gate_up, 2 * S * h, 0.02, &s);
+                fill_random(L->shared_down, h * S, 0.02, &s);
+            }
         } else {
             fill_random(L->w_gate_up, 2 * inter * h, 0.02, &s);
             fill_random(L->w_down, h * inter, 0.02, &s);

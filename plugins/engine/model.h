@@ -27,6 +27,9 @@ typedef struct tb_layer {
     float *router;          /* [n_experts][hidden] */
     float *experts_gate_up; /* [n_experts][2 moe_intermediate][hidden] */
     float *experts_down;    /* [n_experts][hidden][moe_intermediate] */
+    float *score_bias;      /* [n_experts]: LLaDA 2.x's mlp.gate.expert_bias; NULL: none */
+    float *shared_gate_up;  /* [2 S][hidden], S = n_shared_experts x moe_intermediate; NULL: none */
+    float *shared_down;     /* [hidden][S] */
 } tb_layer;
 
 typedef struct tb_model {
@@ -53,7 +56,7 @@ int tb_model_load(const char *dir, tb_model *m, char *err, size_t err_size);
 
 /* The config of a preset (deterministic random weights): "llama-3-8b",
  * "qwen2.5-7b", "qwen3-8b", "llada-8b", "dream-7b", "sdar-8b",
- * "fast-dllm-v2-7b", "qwen3-30b-a3b", "llada-moe-7b-a1b", and tiny ones for tests ("tiny-llama", "tiny-qwen2",
+ * "fast-dllm-v2-7b", "qwen3-30b-a3b", "llada-moe-7b-a1b", "llada2-mini", and tiny ones for tests ("tiny-llama", "tiny-qwen2",
  * "tiny-qwen3", "tiny-sdar", "tiny-fast-dllm-v2", ...). -1 with the list of presets when unknown. */
 int tb_preset_config(const char *name, tb_model_config *cfg, char *err, size_t err_size);
 /* Build a preset model on the CPU (float32, seeded random weights). */
@@ -76,11 +79,11 @@ int tb_model_round_fp8(tb_model *m, char *err, size_t err_size);
 int tb_config_check_fp8(const tb_model_config *cfg, char *err, size_t err_size);
 
 
-/* The MoE layer config (moe.h) of a Qwen3-MoE or LLaDA-MoE model's sparse layers. */
+/* The MoE layer config (moe.h) of a Qwen3-MoE, LLaDA-MoE or LLaDA 2.x model's sparse layers. */
 void tb_model_moe_config(const tb_model_config *cfg, tb_moe_config *out);
 
-/* RoPE inverse frequencies for cfg (head_dim / 2 of them), llama3 scaling
- * applied as transformers does. */
+/* RoPE inverse frequencies for cfg (rope_dim / 2 of them, rope_dim the
+ * rotated width, head_dim when 0), llama3 scaling applied as transformers does. */
 void tb_rope_inv_freq(const tb_model_config *cfg, float *out);
 
 #endif

@@ -52,12 +52,20 @@ static int argmax_left(const float *v, const unsigned char *ok, const unsigned c
     return best;
 }
 
-void tb_moe_route(const tb_moe_config *c, const float *logits, const float *score_bias, int rows, int *idx,
-                  float *w)
+/* tb_moe_route, and for a sigmoid router each row's margin in gap[rows]
+ * (NULL: not wanted): the least change of a router logit that can change
+ * the choice, bounded below from the choice scores (a sigmoid moves by at
+ * most a quarter of its logit's change, a group score, two of them, by
+ * half): min(4 (k-th choice score - best unchosen eligible one),
+ * 2 (topk_group-th group score - best group left out)). */
+static void route_rows(const tb_moe_config *c, const float *logits, const float *score_bias, int rows, int *idx,
+                       float *w, float *gap)
 {
     int E = c->n_experts, k = c->top_k, G = c->n_group, per = E / c->n_group;
     float score[TB_MOE_MAX_EXPERTS], choice[TB_MOE_MAX_EXPERTS], gscore[TB_MOE_MAX_EXPERTS];
     unsigned char ok[TB_MOE_MAX_EXPERTS], taken[TB_MOE_MAX_EXPERTS], gtaken[TB_MOE_MAX_EXPERTS];
+    if (E < 1 || E > TB_MOE_MAX_EXPERTS) /* tb_moe_config_check refuses it */
+        return;
     for (int r = 0; r < rows; r++) {
         const float *l = logits + (size_t)r * E;
         if (c->scoring == TB_MOE_SOFTMAX) { /* float32 softmax, the sum in double */
@@ -77,8 +85,9 @@ void tb_moe_route(const tb_moe_config *c, const float *logits, const float *scor
             choice[e] = score[e] + (score_bias ? score_bias[e] : 0.0f);
         /* group-limited: a group's score is the sum of its two best choice
          * scores; the experts outside the topk_group best groups get a
-         * choice score of 0, as the published code masks them (masked_fill
-         * 0.0, not -inf: with a negative bias such an expert can still win) */
+         * choice score of 0 as DeepSeek-V3's code masks them (masked_fill
+         * 0.0: with a negative bias such an expert can still win), or -inf
+         * as LLaDA 2.x's does (group_mask_inf) */
         if (G > 1) {
             for (int g = 0; g < G; g++) {
                 float b1 = -INFINITY, b2 = -INFINITY;
@@ -93,15 +102,22 @@ void tb_moe_route(const tb_moe_config *c, const float *logits, const float *scor
                 gtaken[g] = 0;
             }
             memset(ok, 0, (size_t)E);
+            float glast = 0;
             for (int t = 0; t < c->topk_group; t++) {
                 int g = argmax_left(gscore, NULL, gtaken, G);
                 gtaken[g] = 1;
+                glast = gscore[g];
                 memset(ok + (size_t)g * per, 1, (size_t)per);
             }
+            int gout = argmax_left(gscore, NULL, gtaken, G);
+            if (gap)
+                gap[r] = gout < 0 ? INFINITY : 2 * (glast - gscore[gout]);
             for (int e = 0; e < E; e++)
                 if (!ok[e])
-                    choice[e] = 0.0f;
+                    choice[e] = c->group_mask_inf ? -INFINITY : 0.0f;
         }
+        if (gap && G <= 1)
+            gap[r] = INFINITY;
         memset(taken, 0, (size_t)E);
         int *ri = idx + (size_t)r * k;
         float *rw = w + (size_t)r * k, sum = 0;
@@ -112,12 +128,26 @@ void tb_moe_route(const tb_moe_config *c, const float *logits, const float *scor
             rw[t] = score[e]; /* the unbiased score */
             sum += rw[t];
         }
+        if (gap) { /* the best expert left out that the groups allow */
+            int out = -1;
+            for (int e = 0; e < E; e++)
+                if (!taken[e] && (G <= 1 || ok[e]) && (out < 0 || choice[e] > choice[out]))
+                    out = e;
+            float m = out < 0 ? INFINITY : 4 * (choice[ri[k - 1]] - choice[out]);
+            gap[r] = m < gap[r] ? m : gap[r];
+        }
         for (int t = 0; t < k; t++) {
             if (c->norm_topk)
                 rw[t] /= sum;
             rw[t] *= c->routed_scale;
         }
     }
+}
+
+void tb_moe_route(const tb_moe_config *c, const float *logits, const float *score_bias, int rows, int *idx,
+                  float *w)
+{
+    route_rows(c, logits, score_bias, rows, idx, w, NULL);
 }
 
 int tb_moe_touched(const int *idx, int rows, int k, int n_experts, unsigned char *seen)
@@ -203,8 +233,15 @@ int tb_moe_forward(const tb_moe_config *c, const tb_moe_weights *wt, tb_moe_scra
         return -1;
     int D = c->hidden, E = c->n_experts, k = c->top_k, In = c->expert_inter;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, E, D, 1.0f, x, D, wt->router, D, 0.0f, s->logits, E);
-    tb_moe_route(c, s->logits, wt->score_bias, rows, s->idx, s->w);
-    for (int r = 0; r < rows && k < E; r++) {
+    if (c->scoring == TB_MOE_SIGMOID) { /* the margin from the choice scores */
+        float *gap = s->yg; /* scratch: rows k D >= rows floats */
+        route_rows(c, s->logits, wt->score_bias, rows, s->idx, s->w, gap);
+        for (int r = 0; r < rows; r++)
+            s->min_gap = gap[r] < s->min_gap ? gap[r] : s->min_gap;
+    } else {
+        route_rows(c, s->logits, wt->score_bias, rows, s->idx, s->w, NULL);
+    }
+    for (int r = 0; r < rows && k < E && c->scoring == TB_MOE_SOFTMAX; r++) {
         const float *l = s->logits + (size_t)r * E;
         const int *ri = s->idx + (size_t)r * k;
         float other = -INFINITY;

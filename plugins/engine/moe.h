@@ -5,13 +5,15 @@
  *   Qwen3-MoE / Qwen2-MoE   softmax over all experts, top-k, renormalised
  *                           when norm_topk_prob; Qwen2-MoE adds a shared
  *                           expert scaled by sigmoid(w_sg . x)
- *   DeepSeek-V3, Bailing-   sigmoid scores; the choice uses scores + a
- *   MoE-V2 (LLaDA 2.x)      per-expert bias, the weights the unbiased
+ *   DeepSeek-V3, LLaDA 2.x  sigmoid scores; the choice uses scores + a
+ *   (LLaDA2MoeGate)         per-expert bias, the weights the unbiased
  *                           scores; optional group-limited choice (the
  *                           best topk_group of n_group groups, a group's
- *                           score the sum of its two best); renormalised,
- *                           times routed_scaling_factor; shared experts
- *                           added unscaled
+ *                           score the sum of its two best; the experts of
+ *                           the other groups masked to 0 by DeepSeek-V3,
+ *                           to -inf by LLaDA 2.x: group_mask_inf);
+ *                           renormalised, times routed_scaling_factor;
+ *                           shared experts added unscaled
  *
  * The expert products run per expert over the rows routed to it (a grouped
  * GEMM done one group at a time), so a call reads only the experts some row
@@ -39,6 +41,8 @@ typedef struct tb_moe_config {
     int norm_topk;      /* 1: the k weights renormalised to sum to 1 */
     int n_group;        /* groups of E / n_group experts; 1: no grouping */
     int topk_group;     /* groups a row may choose from (<= n_group) */
+    int group_mask_inf; /* 1: experts outside the chosen groups score -inf
+                           for the choice (LLaDA 2.x); 0: 0.0 (DeepSeek-V3) */
     float routed_scale; /* routed_scaling_factor (1: none) */
 } tb_moe_config;
 
@@ -92,7 +96,9 @@ typedef struct tb_moe_scratch {
      * expert not chosen (+inf when k = E). For a softmax router without a
      * bias that is the choice's log-probability margin: a reduced-
      * precision path (the GPU's bf16) may route a row with a margin near
-     * its rounding differently, and tests/gpu/ allows for it. */
+     * its rounding differently, and tests/gpu/ allows for it. A sigmoid
+     * router's margin is a lower bound on the logit change that flips its
+     * choice, from the choice scores (moe.c's route_rows). */
     float min_gap;
 } tb_moe_scratch;
 
