@@ -38,7 +38,7 @@
 #define AR_GPU_CAPS 0
 #endif
 
-enum { OPT_DEVICE, OPT_THREADS, OPT_TEMPERATURE, OPT_TOP_K, OPT_TOP_P, OPT_IGNORE_EOS, OPT_PRESET_SEED, N_OPTS };
+enum { OPT_DEVICE, OPT_THREADS, OPT_TEMPERATURE, OPT_TOP_K, OPT_TOP_P, OPT_IGNORE_EOS, OPT_PRESET_SEED, OPT_TP, N_OPTS };
 
 static const tb_option_decl ar_options[N_OPTS] = {
     [OPT_DEVICE] = {"device", TB_OPT_ENUM, "cpu",
@@ -57,6 +57,7 @@ static const tb_option_decl ar_options[N_OPTS] = {
                         NULL, 1, 0, 0},
     [OPT_PRESET_SEED] = {"preset_seed", TB_OPT_INT, "0", "seed of a preset's random weights", NULL, 0, 1e18,
                          TB_OPTF_LOAD},
+    [OPT_TP] = TB_OPT_DECL_TP,
 };
 
 /* One request of a stepped session (continuous batching, step_* ops). */
@@ -189,7 +190,8 @@ static tb_status ar_create(const tb_host *host, const char *model, const tb_opti
     c->host = host;
     c->threads = (int)OPT_I(options, n_options, OPT_THREADS);
     c->on_gpu = tb_device_wants_gpu(tb_opt_text(options, n_options, ar_options, OPT_DEVICE));
-    tb_status st = tb_load(model, 0, c->on_gpu, (uint64_t)OPT_I(options, n_options, OPT_PRESET_SEED), &c->ld, err,
+    tb_status st = tb_load(model, 0, c->on_gpu, (uint64_t)OPT_I(options, n_options, OPT_PRESET_SEED),
+                           (int)OPT_I(options, n_options, OPT_TP), &c->ld, err,
                            err_size);
     if (st != TB_OK) {
         ar_destroy(c);

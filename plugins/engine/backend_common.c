@@ -34,10 +34,14 @@ int tb_device_wants_gpu(const char *device)
     return 0;
 }
 
-tb_status tb_load(const char *spec, int want_diffusion, int on_gpu, uint64_t preset_seed, tb_loaded *out,
+tb_status tb_load(const char *spec, int want_diffusion, int on_gpu, uint64_t preset_seed, int tp, tb_loaded *out,
                   char *err, size_t err_size)
 {
     memset(out, 0, sizeof *out);
+    if (tp != 0 && !on_gpu) {
+        snprintf(err, err_size, "tp = %d: tensor parallelism runs on GPUs; set device = cuda", tp);
+        return TB_ERR_UNSUPPORTED;
+    }
     if (!spec || !*spec) {
         snprintf(err, err_size, "no model: set model = a Hugging Face folder or preset:NAME");
         return TB_ERR_MODEL;
@@ -74,7 +78,8 @@ tb_status tb_load(const char *spec, int want_diffusion, int on_gpu, uint64_t pre
     }
 #ifdef TB_HAVE_CUDA
     if (rc == 0 && on_gpu) {
-        rc = tb_gpu_create(&out->gpu, &m->cfg, preset ? NULL : m, preset_seed, err, err_size);
+        rc = tp > 0 ? tb_gpu_create_tp(&out->gpu, &m->cfg, preset ? NULL : m, preset_seed, tp, err, err_size)
+                    : tb_gpu_create(&out->gpu, &m->cfg, preset ? NULL : m, preset_seed, err, err_size);
         if (rc == 0 && !preset) { /* keep what describes the model, drop the host weights */
             tb_model keep = *m;
             tb_model_free(m);

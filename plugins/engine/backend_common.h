@@ -45,10 +45,20 @@ int tb_device_wants_gpu(const char *device);
 
 /* Load `spec` for a backend that runs diffusion models (want_diffusion)
  * or autoregressive ones, on the GPU (on_gpu, CUDA builds) or the CPU.
- * A preset's random weights are made where they run. Returns TB_OK,
- * TB_ERR_NO_MEMORY or TB_ERR_MODEL with the reason in err. */
-tb_status tb_load(const char *spec, int want_diffusion, int on_gpu, uint64_t preset_seed, tb_loaded *out,
+ * A preset's random weights are made where they run. tp (the `tp`
+ * option): 0 one device; N >= 1 tensor parallel over devices 0 .. N - 1
+ * through NCCL (gpu.h's tb_gpu_create_tp; on_gpu only). Returns TB_OK,
+ * TB_ERR_NO_MEMORY, TB_ERR_UNSUPPORTED (tp on the CPU) or TB_ERR_MODEL
+ * with the reason in err. */
+tb_status tb_load(const char *spec, int want_diffusion, int on_gpu, uint64_t preset_seed, int tp, tb_loaded *out,
                   char *err, size_t err_size);
+
+/* The `tp` option's declaration, shared by the ar and diffusion backends. */
+#define TB_OPT_DECL_TP                                                                                          \
+    {"tp", TB_OPT_INT, "0",                                                                                     \
+     "tensor parallel over the first N GPUs of this host (device = cuda; NCCL, libnccl.so.2 at run time); "    \
+     "0 = one GPU without NCCL, 1 = one GPU through the NCCL path",                                             \
+     NULL, 0, 64, TB_OPTF_LOAD}
 void tb_loaded_free(tb_loaded *l);
 
 /* Energy meter readings around a call (energy.h): call tb_loaded_energy_mark
