@@ -90,7 +90,9 @@ tb_status tb_load(const char *spec, int want_diffusion, int on_gpu, uint64_t pre
         }
         if (rc == 0) {
             char bus[32], why[160];
-            if (tb_gpu_pci_bus_id(out->gpu, bus, sizeof bus) != 0)
+            if (tb_gpu_tp_size(out->gpu) > 1) /* one GPU's counter would under-count the group */
+                snprintf(why, sizeof why, "tp = %d: the energy of several GPUs is not summed yet", tp);
+            else if (tb_gpu_pci_bus_id(out->gpu, bus, sizeof bus) != 0)
                 snprintf(why, sizeof why, "no PCI bus id for the device");
             else
                 out->energy = tb_energy_open(bus, why, sizeof why);

@@ -6,6 +6,8 @@
 # then test_gpu (the one-device path unchanged). Build as tests/gpu/run.sh
 # says, then (device tool) carry build-gpu and run:
 #   bash tests/gpu/run_tp.sh [build-gpu]
+# TP_SUITE=0 / TP_GPU_TEST=0 skip the suite / test_gpu; TP_GEN sets the
+# AR bench's generated tokens (128).
 # NCCL comes from the pip package nvidia-nccl-cu13 there (loaded at run
 # time: TB_NCCL_LIB); NVLink multicast (NVLS) stays off.
 set -uo pipefail
@@ -17,12 +19,12 @@ export NCCL_NVLS_ENABLE=0
 if [ -z "${TB_NCCL_LIB:-}" ]; then
     d=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null)
     [ -n "$d" ] && [ -e "$d/lib/libnccl.so.2" ] && export TB_NCCL_LIB="$d/lib/libnccl.so.2"
-    [ -z "${TB_NCCL_LIB:-}" ] && export TB_NCCL_LIB=$(find / -name libnccl.so.2 -path '*site-packages*' 2>/dev/null | head -1)
+    [ -z "${TB_NCCL_LIB:-}" ] && export TB_NCCL_LIB=$(find /usr /opt /root -name libnccl.so.2 -path '*site-packages*' 2>/dev/null | head -1)
 fi
-echo "NCCL: ${TB_NCCL_LIB:-libnccl.so.2 from the loader's path}"
+echo "NCCL: ${TB_NCCL_LIB:-libnccl.so.2 on the loader path}"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 echo "== test_tp"
-timeout 120 "$build/tests/test_tp" >"$out/test_tp.log" 2>&1
+timeout 60 "$build/tests/test_tp" >"$out/test_tp.log" 2>&1
 tp_rc=$?
 cut -c1-200 "$out/test_tp.log" | tail -40
 echo "test_tp exit $tp_rc"
@@ -30,8 +32,8 @@ n=$(nvidia-smi -L | wc -l)
 tps="0 1"
 for t in 2 4 8; do [ "$t" -le "$n" ] && tps="$tps $t"; done
 echo "== bench_tp (tp: $tps)"
-timeout 150 "$build/tests/bench_tp" llama-3-8b 1 128 128 $tps 2>&1 | tee "$out/bench_tp.txt"
-timeout 100 "$build/tests/bench_tp" llada-8b 1 128 256 $tps 2>&1 | tee -a "$out/bench_tp.txt"
+timeout 60 "$build/tests/bench_tp" llama-3-8b 1 128 ${TP_GEN:-128} $tps 2>&1 | tee "$out/bench_tp.txt"
+timeout 60 "$build/tests/bench_tp" llada-8b 1 128 256 $tps 2>&1 | tee -a "$out/bench_tp.txt"
 if [ "${TP_SUITE:-1}" = 1 ]; then
     echo "== tokbench suites/gpu-tp.ini"
     timeout 150 "$build/tokbench" run suites/gpu-tp.ini --db "$out/gpu-tp.db" >"$out/gpu-tp.txt" 2>"$out/gpu-tp.err"
