@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend_common.h"
 #include "check.h"
 #include "cpu_forward.h"
 #include "model.h"
@@ -270,5 +271,26 @@ int main(void)
     refused("tiny-qwen3-moe", 2, 0, "mixture-of-experts");
     refused("tiny-llama", 2, 2, "rank 2 of tp 2");
     refused("tiny-llama", 0, 0, "tp 0");
+    /* the 70B preset (Llama-3.1-70B's shape, its published 70.55 G
+     * parameters) splits at tp 2, 4 and 8 */
+    {
+        char err[256];
+        tb_model_config c70;
+        tb_shard s70;
+        CHECK(tb_preset_config("llama-3-70b", &c70, err, sizeof err) == 0);
+        CHECK(tb_config_n_params(&c70) == 70553706496LL);
+        for (int tp = 2; tp <= 8; tp *= 2)
+            CHECK(tb_shard_plan(&c70, tp, tp - 1, &s70, err, sizeof err) == 0 && s70.n_kv_heads == 8 / tp);
+    }
+    /* the backends' `tp` option is for device = cuda (tb_load) */
+    {
+        char err[256] = "";
+        tb_loaded ld;
+        CHECK(tb_load("preset:tiny-llama", 0, 0, 1, 2, &ld, err, sizeof err) == TB_ERR_UNSUPPORTED);
+        fprintf(stderr, "tp 2 on the CPU: %s\n", err);
+        CHECK(strstr(err, "device = cuda") != NULL);
+        CHECK(tb_load("preset:tiny-llama", 0, 0, 1, 0, &ld, err, sizeof err) == TB_OK);
+        tb_loaded_free(&ld);
+    }
     return check_done();
 }

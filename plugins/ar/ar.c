@@ -38,7 +38,7 @@
 #define AR_GPU_CAPS 0
 #endif
 
-enum { OPT_DEVICE, OPT_THREADS, OPT_TEMPERATURE, OPT_TOP_K, OPT_TOP_P, OPT_IGNORE_EOS, OPT_PRESET_SEED, OPT_DTYPE, N_OPTS };
+enum { OPT_DEVICE, OPT_THREADS, OPT_TEMPERATURE, OPT_TOP_K, OPT_TOP_P, OPT_IGNORE_EOS, OPT_PRESET_SEED, OPT_DTYPE, OPT_TP, N_OPTS };
 
 static const tb_option_decl ar_options[N_OPTS] = {
     [OPT_DEVICE] = {"device", TB_OPT_ENUM, "cpu",
@@ -58,6 +58,7 @@ static const tb_option_decl ar_options[N_OPTS] = {
     [OPT_PRESET_SEED] = {"preset_seed", TB_OPT_INT, "0", "seed of a preset's random weights", NULL, 0, 1e18,
                          TB_OPTF_LOAD},
     [OPT_DTYPE] = {"dtype", TB_OPT_ENUM, "auto", TB_DTYPE_HELP, TB_DTYPE_VALUES, 1, 0, TB_OPTF_LOAD},
+    [OPT_TP] = TB_OPT_DECL_TP,
 };
 
 /* One request of a stepped session (continuous batching, step_* ops). */
@@ -131,6 +132,8 @@ static char *make_description(const ar_ctx *c)
     ok &= cJSON_AddStringToObject(o, "checkpoint_dtype", c->ld.model.source_dtype) != NULL;
 #ifdef TB_HAVE_CUDA
     ok &= cJSON_AddStringToObject(o, "device", c->on_gpu ? tb_gpu_device_name(c->ld.gpu) : "cpu") != NULL;
+    if (c->on_gpu && tb_gpu_tp_size(c->ld.gpu) > 0) /* tensor parallel: GPUs 0 .. tp - 1 of the host */
+        ok &= cJSON_AddNumberToObject(o, "tensor_parallel", tb_gpu_tp_size(c->ld.gpu)) != NULL;
     if (c->on_gpu)
         ok &= cJSON_AddStringToObject(o, "kernels", c->ld.fp8 ? "FP8 weights: own E4M3 GEMV at batch 1, else dequantized to bf16 per layer for cuBLAS bf16 GEMMs (fp32 accumulate), CUDA graph per decode step" : "cuBLAS bf16 GEMMs (fp32 accumulate), own GEMV at batch 1, CUDA graph per decode step") != NULL;
 #else
@@ -191,7 +194,8 @@ static tb_status ar_create(const tb_host *host, const char *model, const tb_opti
     c->threads = (int)OPT_I(options, n_options, OPT_THREADS);
     c->on_gpu = tb_device_wants_gpu(tb_opt_text(options, n_options, ar_options, OPT_DEVICE));
     tb_status st = tb_load(model, 0, c->on_gpu, strcmp(tb_opt_text(options, n_options, ar_options, OPT_DTYPE), "fp8") == 0,
-                           (uint64_t)OPT_I(options, n_options, OPT_PRESET_SEED), &c->ld, err, err_size);
+                           (uint64_t)OPT_I(options, n_options, OPT_PRESET_SEED), (int)OPT_I(options, n_options, OPT_TP),
+                           &c->ld, err, err_size);
     if (st != TB_OK) {
         ar_destroy(c);
         return st;

@@ -43,7 +43,7 @@
 
 enum {
     OPT_DEVICE, OPT_THREADS, OPT_SAMPLER, OPT_THRESHOLD, OPT_CACHE, OPT_CFG_SCALE, OPT_TEMPERATURE, OPT_TOP_K,
-    OPT_ALG_TEMP, OPT_EPS, OPT_MASK_ID, OPT_PRESET_SEED, OPT_SUB_BLOCK, OPT_DTYPE, N_OPTS
+    OPT_ALG_TEMP, OPT_EPS, OPT_MASK_ID, OPT_PRESET_SEED, OPT_SUB_BLOCK, OPT_DTYPE, OPT_TP, N_OPTS
 };
 
 #define SAMPLERS "low_confidence|random|threshold|origin|maskgit_plus|topk_margin|entropy|sdar_static|sdar_dynamic|fast_dllm_v2"
@@ -82,6 +82,7 @@ static const tb_option_decl diffusion_options[N_OPTS] = {
                      TB_OPTF_LOAD},
     [OPT_PRESET_SEED] = {"preset_seed", TB_OPT_INT, "0", "seed of a preset's random weights", NULL, 0, 1e18,
                          TB_OPTF_LOAD},
+    [OPT_TP] = TB_OPT_DECL_TP,
     [OPT_SUB_BLOCK] = {"sub_block", TB_OPT_INT, "0",
                        "fast_dllm_v2: sub-block size (a divisor of block_length); 0 = the whole block", NULL, 0,
                        1e6, 0},
@@ -185,6 +186,8 @@ static char *make_description(const dctx *c)
     ok &= cJSON_AddStringToObject(o, "checkpoint_dtype", c->ld.model.source_dtype) != NULL;
 #ifdef TB_HAVE_CUDA
     ok &= cJSON_AddStringToObject(o, "device", c->on_gpu ? tb_gpu_device_name(c->ld.gpu) : "cpu") != NULL;
+    if (c->on_gpu && tb_gpu_tp_size(c->ld.gpu) > 0) /* tensor parallel: GPUs 0 .. tp - 1 of the host */
+        ok &= cJSON_AddNumberToObject(o, "tensor_parallel", tb_gpu_tp_size(c->ld.gpu)) != NULL;
 #else
     ok &= cJSON_AddStringToObject(o, "device", "cpu") != NULL;
 #endif
@@ -240,7 +243,8 @@ static tb_status diffusion_create(const tb_host *host, const char *model, const 
     c->threads = (int)OPT_I(options, n_options, OPT_THREADS);
     c->on_gpu = tb_device_wants_gpu(OPT_TEXT(options, n_options, OPT_DEVICE));
     tb_status st = tb_load(model, 1, c->on_gpu, strcmp(OPT_TEXT(options, n_options, OPT_DTYPE), "fp8") == 0,
-                           (uint64_t)OPT_I(options, n_options, OPT_PRESET_SEED), &c->ld, err, err_size);
+                           (uint64_t)OPT_I(options, n_options, OPT_PRESET_SEED), (int)OPT_I(options, n_options, OPT_TP),
+                           &c->ld, err, err_size);
     if (st != TB_OK) {
         diffusion_destroy(c);
         return st;

@@ -39,10 +39,18 @@ const char *tb_loaded_dtype(const tb_loaded *l)
     return l->fp8 ? "fp8" : l->gpu ? "bf16" : "f32";
 }
 
-tb_status tb_load(const char *spec, int want_diffusion, int on_gpu, int fp8, uint64_t preset_seed, tb_loaded *out,
+tb_status tb_load(const char *spec, int want_diffusion, int on_gpu, int fp8, uint64_t preset_seed, int tp, tb_loaded *out,
                   char *err, size_t err_size)
 {
     memset(out, 0, sizeof *out);
+    if (tp != 0 && !on_gpu) {
+        snprintf(err, err_size, "tp = %d: tensor parallelism runs on GPUs; set device = cuda", tp);
+        return TB_ERR_UNSUPPORTED;
+    }
+    if (tp != 0 && fp8) {
+        snprintf(err, err_size, "dtype = fp8 with tp = %d: not supported (the tensor-parallel ranks hold bf16 shards)", tp);
+        return TB_ERR_UNSUPPORTED;
+    }
     if (!spec || !*spec) {
         snprintf(err, err_size, "no model: set model = a Hugging Face folder or preset:NAME");
         return TB_ERR_MODEL;
@@ -87,7 +95,8 @@ tb_status tb_load(const char *spec, int want_diffusion, int on_gpu, int fp8, uin
     }
 #ifdef TB_HAVE_CUDA
     if (rc == 0 && on_gpu) {
-        rc = tb_gpu_create_dtype(&out->gpu, &m->cfg, preset ? NULL : m, preset_seed, fp8, err, err_size);
+        rc = tp > 0 ? tb_gpu_create_tp(&out->gpu, &m->cfg, preset ? NULL : m, preset_seed, tp, err, err_size)
+                    : tb_gpu_create_dtype(&out->gpu, &m->cfg, preset ? NULL : m, preset_seed, fp8, err, err_size);
         if (rc == 0 && !preset) { /* keep what describes the model, drop the host weights */
             tb_model keep = *m;
             tb_model_free(m);
@@ -98,7 +107,9 @@ tb_status tb_load(const char *spec, int want_diffusion, int on_gpu, int fp8, uin
         }
         if (rc == 0) {
             char bus[32], why[160];
-            if (tb_gpu_pci_bus_id(out->gpu, bus, sizeof bus) != 0)
+            if (tb_gpu_tp_size(out->gpu) > 1) /* one GPU's counter would under-count the group */
+                snprintf(why, sizeof why, "tp = %d: the energy of several GPUs is not summed yet", tp);
+            else if (tb_gpu_pci_bus_id(out->gpu, bus, sizeof bus) != 0)
                 snprintf(why, sizeof why, "no PCI bus id for the device");
             else
                 out->energy = tb_energy_open(bus, why, sizeof why);

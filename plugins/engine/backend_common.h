@@ -49,10 +49,13 @@ int tb_device_wants_gpu(const char *device);
  * A preset's random weights are made where they run. fp8 (the `dtype`
  * option's fp8): the projection weights in E4M3 with per-channel scales
  * (model.h's tb_model_round_fp8 on the CPU; the GPU keeps the codes).
- * Returns TB_OK, TB_ERR_NO_MEMORY, TB_ERR_UNSUPPORTED (fp8 of a model it
- * does not cover) or TB_ERR_MODEL with the reason in err. */
-tb_status tb_load(const char *spec, int want_diffusion, int on_gpu, int fp8, uint64_t preset_seed, tb_loaded *out,
-                  char *err, size_t err_size);
+ * tp (the `tp` option): 0 one device; N >= 1 tensor parallel over devices
+ * 0 .. N - 1 through NCCL (gpu.h's tb_gpu_create_tp; on_gpu only; not
+ * with fp8). Returns TB_OK, TB_ERR_NO_MEMORY, TB_ERR_UNSUPPORTED (fp8 of a
+ * model it does not cover, tp on the CPU, tp with fp8) or TB_ERR_MODEL
+ * with the reason in err. */
+tb_status tb_load(const char *spec, int want_diffusion, int on_gpu, int fp8, uint64_t preset_seed, int tp,
+                  tb_loaded *out, char *err, size_t err_size);
 /* The `dtype` option's declaration text and values, the same in the ar
  * and diffusion backends. */
 #define TB_DTYPE_VALUES "auto|fp8"
@@ -61,6 +64,13 @@ tb_status tb_load(const char *spec, int want_diffusion, int on_gpu, int fp8, uin
     "per-output-channel scale made at load; embeddings, norms and LM head as auto; not for mixture-of-experts models)"
 /* describe()'s "dtype": "fp8", else "bf16" on the GPU, "f32" on the CPU. */
 const char *tb_loaded_dtype(const tb_loaded *l);
+
+/* The `tp` option's declaration, shared by the ar and diffusion backends. */
+#define TB_OPT_DECL_TP                                                                                          \
+    {"tp", TB_OPT_INT, "0",                                                                                     \
+     "tensor parallel over the first N GPUs of this host (device = cuda; NCCL, libnccl.so.2 at run time); "    \
+     "0 = one GPU without NCCL, 1 = one GPU through the NCCL path",                                             \
+     NULL, 0, 64, TB_OPTF_LOAD}
 void tb_loaded_free(tb_loaded *l);
 
 /* Energy meter readings around a call (energy.h): call tb_loaded_energy_mark

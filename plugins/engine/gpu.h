@@ -57,6 +57,29 @@ int tb_gpu_fp8_weights(tb_gpu *g, int l, int which, uint8_t *q, float *scale);
 #define TB_GPU_FP8_GEMV_DEFAULT 3
 void tb_gpu_set_fp8_gemv(tb_gpu *g, int variant);
 
+/* Tensor parallelism over devices 0 .. tp - 1 of this host (gpu_tp.cu,
+ * shard.h's split; NCCL loaded at run time): a group context whose entry
+ * points below run on every rank, one thread each, and return rank 0's
+ * results. From a CPU model each rank gets its shard; with cpu == NULL each
+ * rank draws random weights for its shard's shapes (rank 0 with seed, so tp
+ * = 1 equals tb_gpu_create's model when cfg's embedding is untied). tp = 1
+ * runs the same path over one device. -1 with the reason: tp above the
+ * device count, a split shard.h refuses, no NCCL. Memory (tb_gpu_bytes,
+ * tb_gpu_peak_bytes) is summed over the ranks; the roofline's work and
+ * ceilings too (ceilings: rank 0's device's times tp). */
+int tb_gpu_create_tp(tb_gpu **out, const tb_model_config *cfg, const tb_model *cpu, uint64_t seed, int tp, char *err,
+                     size_t err_size);
+/* CUDA devices on this host (0 when none or on error). */
+int tb_gpu_device_count(void);
+/* A group's rank count; 0 for an ordinary context. */
+int tb_gpu_tp_size(const tb_gpu *g);
+/* Rank r's peak device memory (tb_gpu_peak_bytes's count on its device). */
+size_t tb_gpu_rank_peak_bytes(const tb_gpu *g, int rank);
+/* A group's in-place all-reduce of count floats, all ranks at once: the
+ * median time of iters calls (CUDA events on rank 0's stream), µs; -1 for
+ * an ordinary context. */
+int tb_gpu_tp_time_allreduce(tb_gpu *g, size_t count, int iters, double *us);
+
 /* Room for `seqs` sequences of `len` positions (KV cache, activations);
  * `rows` = the most tokens one forward handles. */
 int tb_gpu_reserve(tb_gpu *g, int seqs, int len, int rows, char *err, size_t err_size);

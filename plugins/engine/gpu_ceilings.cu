@@ -13,6 +13,16 @@ using namespace tbgpu;
 // and output as our own GEMMs. Transient buffers: 2 GiB + 256 MiB.
 extern "C" int tb_gpu_measure_ceilings(tb_gpu *g, double *peak_flops, double *peak_bytes_per_s)
 {
+    if (g->ranks) {
+        // a tensor-parallel group (gpu_tp.cu): its work is summed over the
+        // ranks, so its ceilings are rank 0's device's times the ranks
+        // (the devices of one host taken as alike)
+        (void)cudaSetDevice(g->ranks[0]->device);
+        if (tb_gpu_measure_ceilings(g->ranks[0], peak_flops, peak_bytes_per_s) != 0)
+            return fail(g, "%s", g->ranks[0]->error);
+        *peak_flops *= g->n_ranks, *peak_bytes_per_s *= g->n_ranks;
+        return 0;
+    }
     if (g->peak_flops > 0) {
         *peak_flops = g->peak_flops, *peak_bytes_per_s = g->peak_bytes_per_s;
         return 0;
@@ -80,6 +90,10 @@ out:
 // GB/s of weights read. Writes each variant's GB/s into gbs[4].
 extern "C" double tb_gpu_bench_gemv(tb_gpu *g, int out, int in, double gbs[4])
 {
+    if (g->ranks) { // a tensor-parallel group: its first rank's device
+        (void)cudaSetDevice(g->ranks[0]->device);
+        return tb_gpu_bench_gemv(g->ranks[0], out, in, gbs);
+    }
     const int copies = 8;
     size_t n = (size_t)out * in;
     bf16 *w = NULL, *x = NULL;

@@ -146,6 +146,15 @@ extern "C" int tb_gpu_create(tb_gpu **out, const tb_model_config *cfg, const tb_
 extern "C" int tb_gpu_create_dtype(tb_gpu **out, const tb_model_config *cfg, const tb_model *cpu, uint64_t seed,
                                    int fp8, char *err, size_t err_size)
 {
+    int head_rows = cpu && cpu->lm_head_rows > 0 ? cpu->lm_head_rows : cfg->vocab_size;
+    return create_on(out, cfg, cpu, seed, 0, head_rows, fp8, err, err_size);
+}
+
+// tb_gpu_create_dtype on device `device` with an LM head of head_rows rows
+// (a tensor-parallel rank's vocabulary slice: gpu_tp.cu; fp8 0 there).
+int tbgpu::create_on(tb_gpu **out, const tb_model_config *cfg, const tb_model *cpu, uint64_t seed, int device,
+                     int head_rows, int fp8, char *err, size_t err_size)
+{
     *out = NULL;
     tb_gpu *g = (tb_gpu *)calloc(1, sizeof *g);
     if (!g) {
@@ -153,8 +162,11 @@ extern "C" int tb_gpu_create_dtype(tb_gpu **out, const tb_model_config *cfg, con
         return -1;
     }
     g->cfg = *cfg;
+    g->device = device;
+    g->head_rows = head_rows;
+    g->tp = 1;
     const tb_model_config *c = &g->cfg;
-    size_t h = c->hidden_size, V = c->vocab_size, I = c->intermediate_size;
+    size_t h = c->hidden_size, V = c->vocab_size, I = c->intermediate_size, Vh = (size_t)head_rows;
     size_t rows = qkv_dim(c), nq = (size_t)c->n_heads * c->head_dim;
     int rc = 0;
     float *stage = NULL;
@@ -165,8 +177,14 @@ extern "C" int tb_gpu_create_dtype(tb_gpu **out, const tb_model_config *cfg, con
             goto done;  \
         }               \
     } while (0)
-    if (cudaSetDevice(0) != cudaSuccess || cudaGetDeviceProperties(&g->prop, 0) != cudaSuccess) {
-        fail(g, "no usable CUDA device");
+    if (head_rows < 1 || head_rows > c->vocab_size || (head_rows != c->vocab_size && c->tie_word_embeddings)) {
+        fail(g, "LM head of %d rows for a vocabulary of %d%s", head_rows, c->vocab_size,
+             c->tie_word_embeddings ? " (tied to the embedding)" : "");
+        rc = -1;
+        goto done;
+    }
+    if (cudaSetDevice(device) != cudaSuccess || cudaGetDeviceProperties(&g->prop, device) != cudaSuccess) {
+        fail(g, "no usable CUDA device %d", device);
         rc = -1;
         goto done;
     }
@@ -235,7 +253,7 @@ extern "C" int tb_gpu_create_dtype(tb_gpu **out, const tb_model_config *cfg, con
         if (c->tie_word_embeddings)
             g->lm_head = g->embed;
         else
-            TRY(upload_bf16(g, &g->lm_head, cpu->lm_head, V * h, stage));
+            TRY(upload_bf16(g, &g->lm_head, cpu->lm_head, Vh * h, stage));
         TRY(upload_f32(g, &g->final_norm, cpu->final_norm, h));
         for (int l = 0; l < c->n_layers; l++) {
             const tb_layer *L = &cpu->layers[l];
@@ -274,7 +292,7 @@ extern "C" int tb_gpu_create_dtype(tb_gpu **out, const tb_model_config *cfg, con
         if (c->tie_word_embeddings)
             g->lm_head = g->embed;
         else
-            TRY(random_bf16(g, &g->lm_head, V * h, &s));
+            TRY(random_bf16(g, &g->lm_head, Vh * h, &s));
         TRY(const_f32(g, &g->final_norm, h, 1.0f));
         for (int l = 0; l < c->n_layers; l++) {
             gpu_layer *G = &g->layers[l];
@@ -381,6 +399,10 @@ extern "C" void tb_gpu_free(tb_gpu *g)
 {
     if (!g)
         return;
+    if (g->ranks) { // a tensor-parallel group (gpu_tp.cu)
+        tp_free_group(g);
+        return;
+    }
     free_buffers(g);
     if (g->layers) {
         for (int l = 0; l < g->cfg.n_layers; l++) {
@@ -411,14 +433,20 @@ extern "C" void tb_gpu_free(tb_gpu *g)
 
 extern "C" int tb_gpu_pci_bus_id(const tb_gpu *g, char *buf, int len)
 {
-    (void)g; // the context's device is the current one (tb_gpu_create)
-    int dev = 0;
-    return cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetPCIBusId(buf, len, dev) == cudaSuccess ? 0 : -1;
+    // a tensor-parallel group: its first rank's device (gpu_tp.cu)
+    int dev = g->ranks ? g->ranks[0]->device : g->device;
+    return cudaDeviceGetPCIBusId(buf, len, dev) == cudaSuccess ? 0 : -1;
 }
 
-extern "C" size_t tb_gpu_bytes(const tb_gpu *g) { return g->bytes_now; }
-extern "C" size_t tb_gpu_peak_bytes(const tb_gpu *g) { return g->bytes_peak; }
-extern "C" void tb_gpu_reset_peak(tb_gpu *g) { g->bytes_peak = g->bytes_now; }
+// a tensor-parallel group's: its ranks' summed (per rank: tb_gpu_rank_peak_bytes)
+extern "C" size_t tb_gpu_bytes(const tb_gpu *g) { return g->ranks ? tp_bytes(g, 0) : g->bytes_now; }
+extern "C" size_t tb_gpu_peak_bytes(const tb_gpu *g) { return g->ranks ? tp_bytes(g, 1) : g->bytes_peak; }
+extern "C" void tb_gpu_reset_peak(tb_gpu *g)
+{
+    for (int r = 0; r < g->n_ranks; r++)
+        tb_gpu_reset_peak(g->ranks[r]);
+    g->bytes_peak = g->bytes_now;
+}
 extern "C" const char *tb_gpu_device_name(const tb_gpu *g) { return g->prop.name; }
 extern "C" const char *tb_gpu_error(const tb_gpu *g) { return g->error; }
 
@@ -430,6 +458,12 @@ extern "C" void tb_gpu_set_fp8_gemv(tb_gpu *g, int variant)
 
 extern "C" void tb_gpu_set_decode_fusion(tb_gpu *g, int fusion, int pdl)
 {
+    for (int r = 0; r < g->n_ranks; r++) {
+        (void)cudaSetDevice(g->ranks[r]->device);
+        tb_gpu_set_decode_fusion(g->ranks[r], fusion, pdl);
+    }
+    if (g->ranks)
+        (void)cudaSetDevice(g->ranks[0]->device);
     g->fusion = fusion, g->pdl = pdl;
     // the captured decode steps hold the old kernels
     if (g->graph)

@@ -18,6 +18,12 @@ using namespace tbgpu;
 
 extern "C" int tb_gpu_reserve(tb_gpu *g, int seqs, int len, int rows, char *err, size_t err_size)
 {
+    if (g->ranks) { // a tensor-parallel group (gpu_tp.cu)
+        int rc = tp_reserve(g, seqs, len, rows);
+        if (rc)
+            snprintf(err, err_size, "%s", g->error);
+        return rc;
+    }
     if (seqs <= g->seqs && len <= g->len && rows <= g->rows)
         return 0;
     free_buffers(g);
@@ -47,6 +53,11 @@ extern "C" int tb_gpu_reserve(tb_gpu *g, int seqs, int len, int rows, char *err,
                     (size_t)seqs * c->n_heads * ATT_MAX_SPLIT * (c->head_dim + 2) * sizeof(float)) ||
              dalloc(g, (void **)&g->att_count, (size_t)seqs * c->n_heads * sizeof(unsigned)) ||
              moe_reserve(g, rows);
+    if (rc == 0 && g->head_rows != c->vocab_size) { // a rank's vocabulary slice (gpu_internal.cuh)
+        size_t nv = (V + g->tp - 1) / g->tp;
+        rc = dalloc(g, (void **)&g->logits_part, R * nv * sizeof(float)) ||
+             dalloc(g, (void **)&g->gath, (size_t)g->tp * R * nv * sizeof(float));
+    }
     // on our stream: the legacy default stream would not be ordered before
     // a padding upload on our non-blocking one
     if (rc == 0 && (cudaMemsetAsync(g->d_pad, 0, (size_t)seqs * sizeof(int), g->stream) != cudaSuccess ||
@@ -79,6 +90,8 @@ extern "C" int tb_gpu_reserve(tb_gpu *g, int seqs, int len, int rows, char *err,
 
 extern "C" int tb_gpu_set_padding(tb_gpu *g, const int *pad, int n)
 {
+    if (g->ranks)
+        return tp_set_padding(g, pad, n);
     if (n < 0 || n > g->seqs)
         return fail(g, "padding for %d sequences; %d reserved", n, g->seqs);
     int *h = (int *)calloc(g->seqs > 0 ? g->seqs : 1, sizeof(int));
@@ -101,7 +114,7 @@ namespace tbgpu {
 void free_buffers(tb_gpu *g)
 {
     void *bufs[] = {g->kc, g->vc, g->x, g->xn, g->qkv, g->q, g->att, g->gu, g->act, g->logits, g->scores,
-                    g->probs, g->tok, g->out_tok, g->out_conf, g->d_pos, g->d_pad, g->d_rslot, g->d_rpos, g->ptrs, g->att_part, g->att_count};
+                    g->probs, g->tok, g->out_tok, g->out_conf, g->d_pos, g->d_pad, g->d_rslot, g->d_rpos, g->ptrs, g->att_part, g->att_count, g->logits_part, g->gath};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         dfree(g, bufs[i]);
     moe_free(g);
@@ -136,6 +149,7 @@ void free_buffers(tb_gpu *g)
     g->hptrs = NULL;
     g->att_part = NULL;
     g->att_count = NULL;
+    g->logits_part = g->gath = NULL;
     g->h_tok = NULL;
     g->h_conf = NULL;
     g->graph = NULL;
@@ -306,13 +320,18 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
     } else if (attn_span(g, l, B, slot0, pos0, n, n_attend, causal)) {
         return -1;
     }
+    // row-parallel under tensor parallelism: rank 0 adds its partial sum
+    // to the residual, the others write theirs; the all-reduce sums them
+    float resid = g->tp_rank == 0 ? 1.0f : 0.0f;
     if (one) {
-        gemv_args a = {G->wo, g->att, NULL, NULL, 0.0f, g->x, NULL, h, nq, 1.0f};
+        gemv_args a = {G->wo, g->att, NULL, NULL, 0.0f, g->x, NULL, h, nq, resid};
         gemv_fused(g, a, g->gemv_variant, pdl);
         LAUNCHED();
-    } else if (matmul_p(g, g->x, g->att, po, rows, h, nq, 1.0f)) {
+    } else if (matmul_p(g, g->x, g->att, po, rows, h, nq, resid)) {
         return -1;
     }
+    if (g->comm && tp_allreduce(g, g->x, (size_t)rows * h))
+        return -1;
     if (swiglu) {
         // gate-up (+ SwiGLU) and down: the norm inside the first GEMV, or
         // k_rmsnorm before it
@@ -326,10 +345,10 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
         }
         gemv_fused(g, gu, g->gemv_variant, pdl);
         LAUNCHED();
-        gemv_args dn = {G->wdown, g->act, NULL, NULL, 0.0f, g->x, NULL, h, I, 1.0f};
+        gemv_args dn = {G->wdown, g->act, NULL, NULL, 0.0f, g->x, NULL, h, I, resid};
         gemv_fused(g, dn, g->gemv_variant, pdl);
         LAUNCHED();
-        return 0;
+        return g->comm ? tp_allreduce(g, g->x, (size_t)rows * h) : 0;
     }
     k_rmsnorm<<<rows, 1024, 0, g->stream>>>(g->x, 1, 0, 1, G->mlp_norm, g->xn, h, eps);
     LAUNCHED();
@@ -350,9 +369,9 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
         return -1;
     k_swiglu<<<blocks_for((size_t)rows * I), 256, 0, g->stream>>>(g->gu, g->act, I, (size_t)rows * I);
     LAUNCHED();
-    if (matmul_p(g, g->x, g->act, pdown, rows, h, I, 1.0f))
+    if (matmul_p(g, g->x, g->act, pdown, rows, h, I, resid))
         return -1;
-    return 0;
+    return g->comm ? tp_allreduce(g, g->x, (size_t)rows * h) : 0;
 }
 
 // The embedding and every layer for B x n rows (layer_forward's mode);
@@ -378,16 +397,21 @@ static int head(tb_gpu *g, int B, int n, int r0, int nr)
         return 0;
     const tb_model_config *c = &g->cfg;
     int h = c->hidden_size;
+    // a rank's vocabulary slice: its logits, then all ranks' gathered
+    int sliced = g->head_rows != c->vocab_size;
+    float *out = sliced ? g->logits_part : g->logits;
     if ((g->fusion & TB_GPU_FUSE_NORM) && B * nr == 1 && h % 8 == 0 && h <= GEMV_NORM_MAX_IN) { // the final norm inside the GEMV
-        gemv_args a = {g->lm_head, NULL, g->x + (size_t)r0 * h, g->final_norm, (float)c->rms_eps, g->logits, NULL,
-                       c->vocab_size, h, 0.0f};
+        gemv_args a = {g->lm_head, NULL, g->x + (size_t)r0 * h, g->final_norm, (float)c->rms_eps, out, NULL,
+                       g->head_rows, h, 0.0f};
         gemv_fused(g, a, g->gemv_variant, 0);
         LAUNCHED();
-        return 0;
+    } else {
+        k_rmsnorm<<<B * nr, 1024, 0, g->stream>>>(g->x, n, r0, nr, g->final_norm, g->xn, h, (float)c->rms_eps);
+        LAUNCHED();
+        if (matmul_t(g, out, g->xn, g->lm_head, B * nr, g->head_rows, h, 0.0f))
+            return -1;
     }
-    k_rmsnorm<<<B * nr, 1024, 0, g->stream>>>(g->x, n, r0, nr, g->final_norm, g->xn, h, (float)c->rms_eps);
-    LAUNCHED();
-    return matmul_t(g, g->logits, g->xn, g->lm_head, B * nr, c->vocab_size, h, 0.0f);
+    return sliced ? tp_gather_logits(g, B * nr) : 0;
 }
 
 // The work of one forward over B sequences of n new positions attending to
@@ -406,7 +430,8 @@ static void account(tb_gpu *g, int B, int n, int n_attend, int nr)
 {
     const tb_model_config *c = &g->cfg;
     double h = c->hidden_size, hd = c->head_dim, nh = c->n_heads, nq = nh * hd, kvd = (double)c->n_kv_heads * hd;
-    double I = c->intermediate_size, V = c->vocab_size, L = c->n_layers, rows = (double)B * n;
+    // V: the LM head's rows (a rank's slice under tensor parallelism)
+    double I = c->intermediate_size, V = g->head_rows, L = c->n_layers, rows = (double)B * n;
     double Lm = g->n_moe_layers, Ld = L - Lm;
     double attn = (nq + 2 * kvd) * h + h * nq, dense_ffn = 3 * I * h; // weight elements
     double routed = (g->moe.top_k * 3.0 * g->moe.expert_inter + 3.0 * g->moe.shared_inter + g->moe.n_experts) * h;
@@ -423,6 +448,10 @@ static void account(tb_gpu *g, int B, int n, int n_attend, int nr)
 
 extern "C" void tb_gpu_take_work(tb_gpu *g, double *flops, double *bytes, double *expert_reads, double *moe_rows)
 {
+    if (g->ranks) {
+        tp_take_work(g, flops, bytes, expert_reads, moe_rows);
+        return;
+    }
     double touched = 0;
     if (g->n_moe_layers > 0 && moe_take_touched(g, &touched) != 0)
         touched = 0; // the error stays in g->error; the next CUDA call reports it
@@ -469,6 +498,8 @@ static int fetch_next(tb_gpu *g, int B, int32_t *next, float *logits_out)
 
 extern "C" int tb_gpu_prefill(tb_gpu *g, const int32_t *tokens, int B, int P, int32_t *next, float *logits_out)
 {
+    if (g->ranks)
+        return tp_prefill(g, tokens, B, P, next, logits_out);
     if (B > g->seqs || B * P > g->rows || P >= g->len)
         return fail(g, "prefill of %d x %d does not fit the reserved %d x %d", B, P, g->seqs, g->len);
     CK(cudaMemcpyAsync(g->tok, tokens, (size_t)B * P * sizeof(int32_t), cudaMemcpyHostToDevice, g->stream));
@@ -511,6 +542,8 @@ static int capture_decode(tb_gpu *g, int B)
 
 extern "C" int tb_gpu_decode(tb_gpu *g, int32_t *next, int B, float *logits_out)
 {
+    if (g->ranks)
+        return tp_decode(g, next, B, logits_out);
     if (g->pos >= g->len)
         return fail(g, "decode past the reserved %d positions", g->len);
     memcpy(g->h_tok, next, B * sizeof(int32_t));
@@ -534,6 +567,8 @@ extern "C" int tb_gpu_decode(tb_gpu *g, int32_t *next, int B, float *logits_out)
 extern "C" int tb_gpu_prefill_slots(tb_gpu *g, const int32_t *tokens, int B, int P, const int *slots, int32_t *next,
                                     float *logits_out)
 {
+    if (g->ranks)
+        return tp_prefill_slots(g, tokens, B, P, slots, next, logits_out);
     if (B < 1 || B > g->seqs || P < 1 || B * P > g->rows || P >= g->len)
         return fail(g, "prefill of %d x %d tokens does not fit the reserved %d x %d", B, P, g->seqs, g->len);
     for (int b = 0; b < B; b++) {
@@ -582,6 +617,8 @@ static int capture_decode_slots(tb_gpu *g, int B)
 
 extern "C" int tb_gpu_decode_slots(tb_gpu *g, const int *slots, int B, int32_t *next, float *logits_out)
 {
+    if (g->ranks)
+        return tp_decode_slots(g, slots, B, next, logits_out);
     if (B < 1 || B > g->seqs)
         return fail(g, "decode of %d slots; %d reserved", B, g->seqs);
     long attend = 0;
@@ -629,6 +666,8 @@ static int span(tb_gpu *g, const int32_t *tokens, int B, int pos0, int n, int n_
 extern "C" int tb_gpu_logits(tb_gpu *g, const int32_t *tokens, int B, int pos0, int n, int n_attend, int causal,
                              float *logits)
 {
+    if (g->ranks)
+        return tp_logits(g, tokens, B, pos0, n, n_attend, causal, logits);
     if (span(g, tokens, B, pos0, n, n_attend, causal, 0, n))
         return -1;
     CK(cudaMemcpyAsync(logits, g->logits, (size_t)B * n * g->cfg.vocab_size * sizeof(float), cudaMemcpyDeviceToHost,
@@ -663,6 +702,9 @@ extern "C" int tb_gpu_forward_pick(tb_gpu *g, const int32_t *canvas, int rows, i
                                    int n_attend, int pick0, int npick, int kind, double cfg_scale, int shifted,
                                    int32_t *x0, double *conf)
 {
+    if (g->ranks)
+        return tp_forward_pick(g, canvas, rows, B, L, pos0, n, n_attend, pick0, npick, kind, cfg_scale, shifted,
+                               x0, conf);
     int r0, nr;
     profile_begin(g);
     if (canvas_span(g, canvas, rows, L, pos0, n, n_attend, pick0, npick, shifted, &r0, &nr))
@@ -686,6 +728,8 @@ extern "C" int tb_gpu_forward_pick(tb_gpu *g, const int32_t *canvas, int rows, i
 extern "C" int tb_gpu_forward_logits(tb_gpu *g, const int32_t *canvas, int rows, int L, int pos0, int n,
                                      int n_attend, int pick0, int npick, int shifted, float *logits)
 {
+    if (g->ranks)
+        return tp_forward_logits(g, canvas, rows, L, pos0, n, n_attend, pick0, npick, shifted, logits);
     int r0, nr;
     if (canvas_span(g, canvas, rows, L, pos0, n, n_attend, pick0, npick, shifted, &r0, &nr))
         return -1;
@@ -706,6 +750,9 @@ extern "C" int tb_gpu_forward_pick_rows(tb_gpu *g, const int32_t *canvas, int L,
                                         int pos0, int n, int n_attend, int mask_block, int pick0, int npick,
                                         int kind, int shifted, int32_t never, int32_t *x0, double *conf)
 {
+    if (g->ranks)
+        return tp_forward_pick_rows(g, canvas, L, rows, n_rows, pos0, n, n_attend, mask_block, pick0, npick, kind,
+                                    shifted, never, x0, conf);
     if (n_rows < 1 || n_rows > g->seqs || n_rows * n > g->rows || n_attend > g->len || pos0 + n > g->len ||
         pick0 < 0 || npick < 0 || pick0 + npick > n)
         return fail(g, "block span of %d x %d at %d (attending %d, picks %d..%d) does not fit the reserved %d x %d",

@@ -141,6 +141,27 @@ struct tb_gpu {
     double work_moe_rows;  // rows through MoE layers since tb_gpu_take_work (host count)
     double work_moe_calls; // MoE layer calls since then
     double peak_flops, peak_bytes_per_s; // measured by tb_gpu_measure_ceilings; 0 = not yet
+    // the CUDA device this context runs on (every entry point's caller
+    // has it current: device 0, or gpu_tp.cu's rank thread)
+    int device;
+    // tensor parallelism (gpu_tp.cu, shard.h). A rank's context: its
+    // shard's weights (cfg's heads and intermediate size are the rank's,
+    // vocab_size whole), head_rows lm_head rows (its vocabulary slice;
+    // vocab_size when whole), and comm (an ncclComm_t; NULL: none). The
+    // row-parallel products (wo, down) write their partial sum into x on
+    // ranks > 0 and add it to the residual on rank 0; an all-reduce then
+    // completes x. A sliced head writes logits_part [rows][ceil(V / tp)]
+    // and an all-gather (gath [tp][rows][ceil(V / tp)]) rebuilds logits
+    // [rows][V] on every rank, so the picks and the graph's fed-back token
+    // are the same on all of them.
+    int head_rows;
+    int tp, tp_rank;
+    void *comm;
+    float *logits_part, *gath;
+    // a group's context (tb_gpu_create_tp): no weights of its own; every
+    // entry point runs on ranks[0 .. n_ranks) (one thread each) instead
+    tb_gpu **ranks;
+    int n_ranks;
     char error[512];
 };
 
@@ -179,6 +200,34 @@ int moe_reserve(tb_gpu *g, int rows);
 void moe_free(tb_gpu *g);
 int moe_ffn(tb_gpu *g, int l, int rows, int graphable);
 int moe_take_touched(tb_gpu *g, double *touched);
+// Tensor parallelism (gpu_tp.cu): a context for device `device` whose
+// lm_head has head_rows rows (tb_gpu_create's body); the collectives on
+// a rank's stream (graph-capturable): x[count] summed over the ranks in
+// place, and the vocabulary slices of logits_part gathered into logits
+// [rows][vocab]; the group's context freed.
+int create_on(tb_gpu **out, const tb_model_config *cfg, const tb_model *cpu, uint64_t seed, int device,
+              int head_rows, int fp8, char *err, size_t err_size);
+int tp_allreduce(tb_gpu *g, float *x, size_t count);
+int tp_gather_logits(tb_gpu *g, int rows);
+void tp_free_group(tb_gpu *g);
+// A group's entry points: each runs gpu.h's on every rank (gpu_tp.cu).
+int tp_reserve(tb_gpu *g, int seqs, int len, int rows);
+int tp_set_padding(tb_gpu *g, const int *pad, int n);
+size_t tp_bytes(const tb_gpu *g, int peak);
+int tp_prefill(tb_gpu *g, const int32_t *tokens, int B, int P, int32_t *next, float *logits_out);
+int tp_decode(tb_gpu *g, int32_t *next, int B, float *logits_out);
+int tp_prefill_slots(tb_gpu *g, const int32_t *tokens, int B, int P, const int *slots, int32_t *next,
+                     float *logits_out);
+int tp_decode_slots(tb_gpu *g, const int *slots, int B, int32_t *next, float *logits_out);
+int tp_logits(tb_gpu *g, const int32_t *tokens, int B, int pos0, int n, int n_attend, int causal, float *logits);
+int tp_forward_pick(tb_gpu *g, const int32_t *canvas, int rows, int B, int L, int pos0, int n, int n_attend,
+                    int pick0, int npick, int kind, double cfg_scale, int shifted, int32_t *x0, double *conf);
+int tp_forward_logits(tb_gpu *g, const int32_t *canvas, int rows, int L, int pos0, int n, int n_attend, int pick0,
+                      int npick, int shifted, float *logits);
+int tp_forward_pick_rows(tb_gpu *g, const int32_t *canvas, int L, const int *rows, int n_rows, int pos0, int n,
+                         int n_attend, int mask_block, int pick0, int npick, int kind, int shifted, int32_t never,
+                         int32_t *x0, double *conf);
+void tp_take_work(tb_gpu *g, double *flops, double *bytes, double *expert_reads, double *moe_rows);
 
 // Launch kernel k on g's stream, as a programmatic dependent launch when
 // pdl (the kernel waits with griddepcontrol.wait before it reads what an

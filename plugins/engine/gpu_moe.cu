@@ -375,4 +375,9 @@ int moe_take_touched(tb_gpu *g, double *touched)
 
 } // namespace tbgpu
 
-extern "C" void tb_gpu_set_moe_gemv_rows(tb_gpu *g, int max_rows) { g->moe_gemv_max_rows = max_rows; }
+extern "C" void tb_gpu_set_moe_gemv_rows(tb_gpu *g, int max_rows)
+{
+    for (int r = 0; r < g->n_ranks; r++) // a tensor-parallel group's ranks (no MoE: shard.h refuses it)
+        g->ranks[r]->moe_gemv_max_rows = max_rows;
+    g->moe_gemv_max_rows = max_rows;
+}

@@ -307,6 +307,13 @@ static const preset presets[] = {
                     .n_kv_heads = 8, .head_dim = 128, .rms_eps = 1e-5, .rope_theta = 500000, LLAMA3_ROPE,
                     .max_position_embeddings = 131072, .eos_ids = {128001, 128009}, .n_eos = 2,
                     .bos_id = 128000, .mask_id = -1, .torch_dtype = "bfloat16"}},
+    /* Llama-3.1-70B's shape: 141 GB of bf16 weights, more than one H200
+     * holds: run it with tp >= 2 (gpu.h's tb_gpu_create_tp) */
+    {"llama-3-70b", {.arch = TB_ARCH_LLAMA, .arch_name = "LlamaForCausalLM", .vocab_size = 128256,
+                     .hidden_size = 8192, .intermediate_size = 28672, .n_layers = 80, .n_heads = 64,
+                     .n_kv_heads = 8, .head_dim = 128, .rms_eps = 1e-5, .rope_theta = 500000, LLAMA3_ROPE,
+                     .max_position_embeddings = 131072, .eos_ids = {128001, 128009}, .n_eos = 2,
+                     .bos_id = 128000, .mask_id = -1, .torch_dtype = "bfloat16"}},
     {"llama-3.2-1b", {.arch = TB_ARCH_LLAMA, .arch_name = "LlamaForCausalLM", .vocab_size = 128256,
                       .hidden_size = 2048, .intermediate_size = 8192, .n_layers = 16, .n_heads = 32,
                       .n_kv_heads = 8, .head_dim = 64, .rms_eps = 1e-5, .rope_theta = 500000, .rope_llama3 = 1,
