@@ -286,10 +286,14 @@ int main(void)
     {
         char err[256] = "";
         tb_loaded ld;
-        CHECK(tb_load("preset:tiny-llama", 0, 0, 1, 2, &ld, err, sizeof err) == TB_ERR_UNSUPPORTED);
+        CHECK(tb_load("preset:tiny-llama", 0, 0, 0, 1, 2, &ld, err, sizeof err) == TB_ERR_UNSUPPORTED);
         fprintf(stderr, "tp 2 on the CPU: %s\n", err);
         CHECK(strstr(err, "device = cuda") != NULL);
-        CHECK(tb_load("preset:tiny-llama", 0, 0, 1, 0, &ld, err, sizeof err) == TB_OK);
+        /* ... and not with dtype = fp8 (the ranks hold bf16 shards), refused before any device is touched */
+        CHECK(tb_load("preset:tiny-llama", 0, 1, 1, 1, 1, &ld, err, sizeof err) == TB_ERR_UNSUPPORTED);
+        fprintf(stderr, "tp 1 with fp8: %s\n", err);
+        CHECK(strstr(err, "fp8") != NULL);
+        CHECK(tb_load("preset:tiny-llama", 0, 0, 0, 1, 0, &ld, err, sizeof err) == TB_OK);
         tb_loaded_free(&ld);
     }
     return check_done();
