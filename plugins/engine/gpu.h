@@ -178,18 +178,19 @@ void tb_gpu_set_moe_gemv_rows(tb_gpu *g, int max_rows);
  * k_swiglu, no float [2I] round trip); SPLIT_ATTN splits decode attention
  * over the keys when (sequence, head) pairs alone would leave the chip
  * idle (any batch); NORM stages RMSNorm inside the GEMV that follows it
- * (every block recomputes it: measured slower on the H200, off by
+ * (every block recomputes it: measured 16% slower on the H200, off by
  * default, docs/PERFORMANCE.md). pdl: the decode graph's batch-1 kernels
  * are programmatic dependent launches (each may start while the one
  * before drains; its GEMV prefetches its first weights meanwhile). 0/0 is
  * the unfused path; tests compare each with the CPU. Defaults:
- * TB_GPU_FUSE_DEFAULT and TB_GPU_PDL_DEFAULT (both off: docs/PERFORMANCE.md
- * has the measurements), or the environment's TB_GPU_FUSION
- * (a mask) and TB_GPU_PDL (0/1). */
+ * TB_GPU_FUSE_DEFAULT (SWIGLU | SPLIT_ATTN, 3% faster than unfused at
+ * Llama-3-8B batch 1 on the H200) and TB_GPU_PDL_DEFAULT (off: 1-2%
+ * slower there; docs/PERFORMANCE.md has the measurements), or the
+ * environment's TB_GPU_FUSION (a mask) and TB_GPU_PDL (0/1). */
 #define TB_GPU_FUSE_SWIGLU 1
 #define TB_GPU_FUSE_SPLIT_ATTN 2
 #define TB_GPU_FUSE_NORM 4
-#define TB_GPU_FUSE_DEFAULT 0
+#define TB_GPU_FUSE_DEFAULT (TB_GPU_FUSE_SWIGLU | TB_GPU_FUSE_SPLIT_ATTN)
 #define TB_GPU_PDL_DEFAULT 0
 void tb_gpu_set_decode_fusion(tb_gpu *g, int fusion, int pdl);
 
