@@ -80,7 +80,10 @@ for s in [int(v) for v in args.steps.split(",")]:
         out = model.generate(inputs=prompt, temperature=0.0, block_length=32, steps=s, gen_length=256,
                              threshold=0.95, eos_id=-1)  # -1: never an EOS
         torch.cuda.synchronize()
+        rate = out.shape[1] / (time.perf_counter() - t0)
+        # each run as it ends (a slow peer cut off by a timeout still says how far it got)
+        print(f"peer run {'warm-up' if r == 0 else r} steps {s}: {rate:.2f} tok/s", flush=True)
         if r:
-            rates.append(out.shape[1] / (time.perf_counter() - t0))
+            rates.append(rate)
     print(f"peer pytorch-llada2 llada2-mini batch 1 steps {s}: {statistics.median(rates):.1f} tok/s "
           f"({out.shape[1]} tokens; runs {', '.join(f'{x:.1f}' for x in rates)})", flush=True)
