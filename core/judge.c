@@ -49,8 +49,10 @@ static int run_worker(const tb_plan *plan, answer **uniq, size_t n_pairs, tb_wir
         if (plan->cases[i].backend == plan->judge && !plan->cases[i].skip_reason)
             case_idx = i;
     const char *label = plan->backends[plan->judge].sb->label;
-    if (case_idx == SIZE_MAX && plan->has_judge_load)
-        case_idx = TB_WIRE_JUDGE_LOAD; /* --filter left it no case to run */
+    /* its first case, also when --filter removed it (a kept later case may
+     * differ in a load option) */
+    if (plan->has_judge_load && (case_idx == SIZE_MAX || plan->judge_load.ordinal < plan->cases[case_idx].ordinal))
+        case_idx = TB_WIRE_JUDGE_LOAD;
     if (case_idx == SIZE_MAX) {
         *err = tb_xasprintf("judge %s: it has no case to take its load options from (all skipped)", label);
         return -1;

@@ -1025,8 +1025,12 @@ int tb_plan_filter(tb_plan *plan, char *const *filters, size_t n, char **err)
             tb_case *c = &plan->cases[i];
             if (case_matches(plan, c, key, vals, nv))
                 plan->cases[kept++] = *c;
-            else if (c->backend == plan->judge && !c->skip_reason && !plan->has_judge_load) {
-                plan->judge_load = *c; /* the judge still needs its load options */
+            else if (c->backend == plan->judge && !c->skip_reason &&
+                     (!plan->has_judge_load || c->ordinal < plan->judge_load.ordinal)) {
+                /* the judge still needs its first case's load options */
+                if (plan->has_judge_load)
+                    case_free(&plan->judge_load);
+                plan->judge_load = *c;
                 plan->has_judge_load = 1;
             } else
                 case_free(c);

@@ -62,10 +62,11 @@ typedef struct tb_plan {
     size_t n_prompts; /* 0: synthetic prompts */
     tb_scorer scorer;
     size_t judge;
-    /* The judge's first runnable case when --filter removed every case of
-     * the judge backend (has_judge_load): kept only for its load options,
-     * so that filtering the judge out of the run does not drop judge
-     * perplexity. Never run as a case. */
+    /* The judge backend's first runnable case when --filter removed it
+     * (has_judge_load): kept only for its load options, so that the judge
+     * is loaded as in the unfiltered run whatever the filter kept (and
+     * filtering the judge out does not drop judge perplexity). Never run
+     * as a case. */
     tb_case judge_load;
     int has_judge_load;
     tb_plan_backend *backends;
