@@ -177,15 +177,16 @@ void tb_gpu_set_moe_gemv_rows(tb_gpu *g, int max_rows);
  * TB_GPU_FUSE_*: SWIGLU computes SwiGLU inside the gate-up GEMV (no
  * k_swiglu, no float [2I] round trip); SPLIT_ATTN splits decode attention
  * over the keys when (sequence, head) pairs alone would leave the chip
- * idle (any batch); NORM stages RMSNorm inside the GEMV that follows it
- * (every block recomputes it: measured 16% slower on the H200, off by
- * default, docs/PERFORMANCE.md). pdl: the decode graph's batch-1 kernels
- * are programmatic dependent launches (each may start while the one
- * before drains; its GEMV prefetches its first weights meanwhile). 0/0 is
- * the unfused path; tests compare each with the CPU. Defaults:
- * TB_GPU_FUSE_DEFAULT (SWIGLU | SPLIT_ATTN, 3% faster than unfused at
- * Llama-3-8B batch 1 on the H200) and TB_GPU_PDL_DEFAULT (off: 1-2%
- * slower there; docs/PERFORMANCE.md has the measurements), or the
+ * idle (any batch; tb_gpu_set_attn_splits); NORM has the last block of
+ * each GEMV that writes the residual (o, down) compute the next RMSNorm
+ * (no k_rmsnorm but layer 0's; not under tensor parallelism or with MoE
+ * layers). (Until 2026-12-02 NORM staged the norm inside every block of
+ * the GEMV after it: 16% slower on the H200, docs/PERFORMANCE.md.) pdl:
+ * the decode graph's batch-1 kernels are programmatic dependent launches
+ * (each may start while the one before drains; its GEMV prefetches its
+ * first weights meanwhile). 0/0 is the unfused path; tests compare each
+ * with the CPU. Defaults: TB_GPU_FUSE_DEFAULT and TB_GPU_PDL_DEFAULT
+ * (docs/PERFORMANCE.md has the measurements behind them), or the
  * environment's TB_GPU_FUSION (a mask) and TB_GPU_PDL (0/1). */
 #define TB_GPU_FUSE_SWIGLU 1
 #define TB_GPU_FUSE_SPLIT_ATTN 2
@@ -193,6 +194,22 @@ void tb_gpu_set_moe_gemv_rows(tb_gpu *g, int max_rows);
 #define TB_GPU_FUSE_DEFAULT (TB_GPU_FUSE_SWIGLU | TB_GPU_FUSE_SPLIT_ATTN)
 #define TB_GPU_PDL_DEFAULT 0
 void tb_gpu_set_decode_fusion(tb_gpu *g, int fusion, int pdl);
+
+/* Split decode attention (TB_GPU_FUSE_SPLIT_ATTN): splits of each
+ * (sequence, head)'s keys, 1 .. 16 (1: one block per pair, the split
+ * kernel's shape), or 0: as many as fill the chip when the pairs alone
+ * would not (fewer than 2 x the SMs), else the one-block-per-pair kernel.
+ * Default 0, or the environment's TB_GPU_ATT_SPLITS; tests and
+ * measurements set others. */
+void tb_gpu_set_attn_splits(tb_gpu *g, int splits);
+
+/* Batch-1 GEMV variants (rows per warp, loads in flight, split-K):
+ * TB_GPU_GEMV_VARIANTS of them. At load a model of Llama-3-8B's scale or
+ * more times each on each of its weight shapes and keeps the fastest per
+ * shape; this forces one variant for every GEMV (-1: back to per shape),
+ * so tests can compare each with the CPU. */
+#define TB_GPU_GEMV_VARIANTS 7
+void tb_gpu_force_gemv_variant(tb_gpu *g, int variant);
 
 /* The device's ceilings, measured once per context (best of 5: a 1 GiB
  * device copy, read + write bytes/s; a bf16 8192^3 cuBLAS GEMM, FLOP/s);
@@ -213,9 +230,9 @@ int tb_gpu_logits(tb_gpu *g, const int32_t *tokens, int B, int pos0, int n, int 
 const char *tb_gpu_error(const tb_gpu *g);
 
 /* Time the batch-1 GEMV variants on a random W[out][in] (bf16), keep the
- * fastest for this context; returns its GB/s of weight reads (gbs[4]: each
- * variant's), or -1. */
-double tb_gpu_bench_gemv(tb_gpu *g, int out, int in, double gbs[4]);
+ * fastest for this shape in this context; returns its GB/s of weight
+ * reads (gbs: each variant's), or -1. */
+double tb_gpu_bench_gemv(tb_gpu *g, int out, int in, double gbs[TB_GPU_GEMV_VARIANTS]);
 
 #ifdef __cplusplus
 }

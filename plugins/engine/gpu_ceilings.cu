@@ -87,15 +87,18 @@ out:
 
 // Time every GEMV variant on W[out][in] (random bf16, several copies so
 // the reads come from DRAM, not L2) and keep the fastest; returns its
-// GB/s of weights read. Writes each variant's GB/s into gbs[4].
-extern "C" double tb_gpu_bench_gemv(tb_gpu *g, int out, int in, double gbs[4])
+// GB/s of weights read. Writes each variant's GB/s into gbs.
+extern "C" double tb_gpu_bench_gemv(tb_gpu *g, int out, int in, double gbs[TB_GPU_GEMV_VARIANTS])
 {
     if (g->ranks) { // a tensor-parallel group: its first rank's device
         (void)cudaSetDevice(g->ranks[0]->device);
         return tb_gpu_bench_gemv(g->ranks[0], out, in, gbs);
     }
-    const int copies = 8;
+    // copies of W cycled so reads come from DRAM, not the 50 MB L2: 8 of
+    // a small W, fewer of a large one (the head: 1 GB, one copy)
     size_t n = (size_t)out * in;
+    int copies = (int)((256u << 20) / (n * sizeof(bf16)) + 1);
+    copies = copies > 8 ? 8 : copies;
     bf16 *w = NULL, *x = NULL;
     float *y = NULL;
     if (dalloc(g, (void **)&w, copies * n * sizeof(bf16)) || dalloc(g, (void **)&x, in * sizeof(bf16)) ||
@@ -110,7 +113,11 @@ extern "C" double tb_gpu_bench_gemv(tb_gpu *g, int out, int in, double gbs[4])
     cudaEventCreate(&a);
     cudaEventCreate(&b);
     double best = 0;
-    for (int v = 0; v < 4; v++) {
+    int pick = 0;
+    for (int v = 0; v < TB_GPU_GEMV_VARIANTS; v++) {
+        gbs[v] = 0;
+        if (v >= 4 && out > g->gemv_part_out) // split-K needs partials this wide: not run
+            continue;
         for (int i = 0; i < copies; i++) // warm-up
             gemv(g, w + (size_t)i * n, x, y, out, in, 0, v);
         cudaEventRecord(a, g->stream);
@@ -124,7 +131,7 @@ extern "C" double tb_gpu_bench_gemv(tb_gpu *g, int out, int in, double gbs[4])
         gbs[v] = (double)iters * n * sizeof(bf16) / (ms * 1e-3) / 1e9;
         if (gbs[v] > best) {
             best = gbs[v];
-            g->gemv_variant = v;
+            pick = v;
         }
     }
     cudaEventDestroy(a);
@@ -132,5 +139,16 @@ extern "C" double tb_gpu_bench_gemv(tb_gpu *g, int out, int in, double gbs[4])
     dfree(g, w);
     dfree(g, x);
     dfree(g, y);
+    // keep it for this shape (a shape measured again: its entry replaced;
+    // a full table: the last entry's), and as the default for others
+    g->gemv_variant = pick;
+    int i = 0;
+    while (i < g->n_gemv_shapes && (g->gemv_shapes[i].out != out || g->gemv_shapes[i].in != in))
+        i++;
+    if (i == TB_GPU_GEMV_SHAPES)
+        i--;
+    else if (i == g->n_gemv_shapes)
+        g->n_gemv_shapes++;
+    g->gemv_shapes[i].out = out, g->gemv_shapes[i].in = in, g->gemv_shapes[i].variant = pick;
     return cudaGetLastError() == cudaSuccess ? best : -1;
 }

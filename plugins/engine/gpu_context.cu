@@ -200,6 +200,12 @@ int tbgpu::create_on(tb_gpu **out, const tb_model_config *cfg, const tb_model *c
     g->fusion = getenv("TB_GPU_FUSION") ? atoi(getenv("TB_GPU_FUSION")) & 7 : TB_GPU_FUSE_DEFAULT;
     g->pdl = getenv("TB_GPU_PDL") ? atoi(getenv("TB_GPU_PDL")) != 0 : TB_GPU_PDL_DEFAULT;
     g->profile_call = getenv("TB_GPU_PROFILE_CALL") ? atoi(getenv("TB_GPU_PROFILE_CALL")) : 0;
+    g->att_splits = getenv("TB_GPU_ATT_SPLITS") ? atoi(getenv("TB_GPU_ATT_SPLITS")) : 0;
+    if (g->att_splits < 0 || g->att_splits > ATT_MAX_SPLIT)
+        g->att_splits = 0;
+    g->gemv_forced = getenv("TB_GPU_GEMV_VARIANT") ? atoi(getenv("TB_GPU_GEMV_VARIANT")) : -1;
+    if (g->gemv_forced >= TB_GPU_GEMV_VARIANTS)
+        g->gemv_forced = -1;
     g->fp8_variant = getenv("TB_GPU_FP8_GEMV") ? atoi(getenv("TB_GPU_FP8_GEMV")) : TB_GPU_FP8_GEMV_DEFAULT;
     if (g->fp8_variant < 0 || g->fp8_variant >= TB_GPU_FP8_GEMV_VARIANTS)
         g->fp8_variant = TB_GPU_FP8_GEMV_DEFAULT;
@@ -226,6 +232,10 @@ int tbgpu::create_on(tb_gpu **out, const tb_model_config *cfg, const tb_model *c
     if (cudaFuncSetAttribute(k_attn_decode, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              (int)g->prop.sharedMemPerBlockOptin - 1024) != cudaSuccess || // minus its static part
         cudaFuncSetAttribute(k_attn_decode_split, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)g->prop.sharedMemPerBlockOptin - 1024) != cudaSuccess ||
+        cudaFuncSetAttribute(k_attn_decode_gqa2, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)g->prop.sharedMemPerBlockOptin - 1024) != cudaSuccess ||
+        cudaFuncSetAttribute(k_attn_decode_gqa4, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              (int)g->prop.sharedMemPerBlockOptin - 1024) != cudaSuccess) {
         fail(g, "cannot raise the kernels' shared memory limits");
         rc = -1;
@@ -233,6 +243,18 @@ int tbgpu::create_on(tb_gpu **out, const tb_model_config *cfg, const tb_model *c
     }
     // a fixed workspace so cuBLAS never allocates inside graph capture
     TRY(dalloc(g, &g->blas_ws, 64u << 20));
+    { // the split-K GEMVs' partials (4 slices at most) and counters, for
+      // any one-row product of this model (the widest: the head or gate-up)
+        size_t most = V > rows ? V : rows;
+        size_t wide[] = {h, 2 * I, (size_t)c->n_experts, 2 * (size_t)c->moe_intermediate_size,
+                         2 * (size_t)g->moe.shared_inter};
+        for (size_t i = 0; i < sizeof wide / sizeof wide[0]; i++)
+            most = wide[i] > most ? wide[i] : most;
+        g->gemv_part_out = (int)most;
+        TRY(dalloc(g, (void **)&g->gemv_part, 4 * most * sizeof(float)));
+        TRY(dalloc(g, (void **)&g->gemv_count, (most + 1) * sizeof(unsigned))); // and NORM_OUT's grid counter
+        TRY(cudaMemsetAsync(g->gemv_count, 0, (most + 1) * sizeof(unsigned), g->stream) == cudaSuccess ? 0 : fail(g, "cudaMemsetAsync failed"));
+    }
     cublasSetWorkspace(g->blas, g->blas_ws, 64u << 20);
     cublasSetMathMode(g->blas, CUBLAS_DEFAULT_MATH);
     g->layers = (gpu_layer *)calloc((size_t)c->n_layers, sizeof *g->layers);
@@ -359,12 +381,22 @@ int tbgpu::create_on(tb_gpu **out, const tb_model_config *cfg, const tb_model *c
         rc = -1;
     }
     if (rc == 0 && (size_t)c->intermediate_size * c->hidden_size >= (1u << 24)) {
-        /* pick the fastest batch-1 GEMV for this device on the model's
-         * own gate-up shape (a fraction of a second at load) */
-        double gbs[4];
-        if (tb_gpu_bench_gemv(g, 2 * c->intermediate_size, c->hidden_size, gbs) < 0) {
-            fail(g, "GEMV calibration failed");
-            rc = -1;
+        /* pick the fastest batch-1 GEMV for this device on each of the
+         * model's weight shapes (a fraction of a second at load): a
+         * narrow one (o, down: h rows) wants another shape than gate-up */
+        int shapes[5][2] = {{(int)rows, (int)h}, {(int)h, (int)nq}, {2 * (int)I, (int)h}, {(int)h, (int)I},
+                            {(int)Vh, (int)h}};
+        double gbs[TB_GPU_GEMV_VARIANTS];
+        for (int i = 0; i < 5 && rc == 0; i++) {
+            if (tb_gpu_bench_gemv(g, shapes[i][0], shapes[i][1], gbs) < 0) {
+                fail(g, "GEMV calibration failed");
+                rc = -1;
+            } else if (getenv("TB_GPU_GEMV_LOG")) { // measurements (docs/PERFORMANCE.md)
+                fprintf(stderr, "gemv %d x %d: GB/s by variant", shapes[i][0], shapes[i][1]);
+                for (int v = 0; v < TB_GPU_GEMV_VARIANTS; v++)
+                    fprintf(stderr, " %.0f", gbs[v]);
+                fprintf(stderr, "; variant %d\n", gemv_variant_for(g, shapes[i][0], shapes[i][1]));
+            }
         }
     }
 done:
@@ -422,6 +454,8 @@ extern "C" void tb_gpu_free(tb_gpu *g)
     dfree(g, g->final_norm);
     dfree(g, g->inv_freq);
     dfree(g, g->blas_ws);
+    dfree(g, g->gemv_part);
+    dfree(g, g->gemv_count);
     dfree(g, g->wdq);
     if (g->blas)
         cublasDestroy(g->blas);
@@ -454,6 +488,22 @@ extern "C" void tb_gpu_set_fp8_gemv(tb_gpu *g, int variant)
 {
     g->fp8_variant = variant >= 0 && variant < TB_GPU_FP8_GEMV_VARIANTS ? variant : TB_GPU_FP8_GEMV_DEFAULT;
     tb_gpu_set_decode_fusion(g, g->fusion, g->pdl); // the captured decode steps hold the old kernel
+}
+
+extern "C" void tb_gpu_set_attn_splits(tb_gpu *g, int splits)
+{
+    for (int r = 0; r < g->n_ranks; r++)
+        tb_gpu_set_attn_splits(g->ranks[r], splits);
+    g->att_splits = splits < 0 || splits > ATT_MAX_SPLIT ? 0 : splits;
+    tb_gpu_set_decode_fusion(g, g->fusion, g->pdl); // the captured decode steps hold the old grid
+}
+
+extern "C" void tb_gpu_force_gemv_variant(tb_gpu *g, int variant)
+{
+    for (int r = 0; r < g->n_ranks; r++)
+        tb_gpu_force_gemv_variant(g->ranks[r], variant);
+    g->gemv_forced = variant >= 0 && variant < TB_GPU_GEMV_VARIANTS ? variant : -1;
+    tb_gpu_set_decode_fusion(g, g->fusion, g->pdl); // the captured decode steps hold the old kernels
 }
 
 extern "C" void tb_gpu_set_decode_fusion(tb_gpu *g, int fusion, int pdl)

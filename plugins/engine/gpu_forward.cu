@@ -164,7 +164,7 @@ void free_buffers(tb_gpu *g)
 static int matmul_t(tb_gpu *g, float *y, const bf16 *x, const bf16 *w, int rows, int out, int in, float beta)
 {
     if (rows == 1 && in % 8 == 0) {
-        gemv(g, w, x, y, out, in, beta, g->gemv_variant);
+        gemv(g, w, x, y, out, in, beta, gemv_variant_for(g, out, in));
         LAUNCHED();
         return 0;
     }
@@ -251,6 +251,26 @@ enum fwd_mode {
     FWD_SLOTS   // one row per sequence b: slot d_rslot[b] at d_rpos[b]
 };
 
+// A one-row forward (batch-1 decode) takes our GEMVs, with the fusions
+// g->fusion asks for (gpu.h, TB_GPU_FUSE_*); not under dtype = fp8 (its
+// projections go through matmul_p).
+static int one_row(const tb_gpu *g, int rows)
+{
+    const tb_model_config *c = &g->cfg;
+    return !g->fp8 && rows == 1 && c->hidden_size % 8 == 0 && (c->n_heads * c->head_dim) % 8 == 0 &&
+           c->intermediate_size % 8 == 0;
+}
+
+// TB_GPU_FUSE_NORM in a one-row forward: each GEMV that writes the
+// residual (o, down) leaves the next RMSNorm in xn (k_gemv's NORM_OUT),
+// so only layer 0's norm is a kernel of its own, and head() finds the
+// final norm done. Not under tensor parallelism (x is whole only after
+// the all-reduce) nor with MoE layers (their FFN is not our GEMV).
+static int norm_in_gemv(const tb_gpu *g, int rows)
+{
+    return one_row(g, rows) && (g->fusion & TB_GPU_FUSE_NORM) && !g->comm && g->n_moe_layers == 0;
+}
+
 // One layer for B x n rows (mode above), as cpu_forward.c's layer_forward.
 static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, int n_attend, int causal, int mode)
 {
@@ -260,31 +280,25 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
     gpu_layer *G = &g->layers[l];
     size_t layer_off = (size_t)l * g->seqs * g->len * kvd;
     float eps = (float)c->rms_eps;
-    // one row (batch-1 decode): our GEMVs, with the fusions g->fusion
-    // asks for (gpu.h, TB_GPU_FUSE_*), as programmatic dependent launches
-    // inside the decode graph when g->pdl
-    // (not under dtype = fp8: its projections go through matmul_p)
-    int one = !g->fp8 && rows == 1 && h % 8 == 0 && nq % 8 == 0 && I % 8 == 0;
+    // one row: our GEMVs, as programmatic dependent launches inside the
+    // decode graph when g->pdl
+    int one = one_row(g, rows);
     proj pqkv = {G->wqkv, G->qqkv, G->sqkv}, po = {G->wo, G->qo, G->so};
     proj pgu = {G->wgu, G->qgu, G->sgu}, pdown = {G->wdown, G->qdown, G->sdown};
-    int norm = one && (g->fusion & TB_GPU_FUSE_NORM) && h <= GEMV_NORM_MAX_IN;
+    int norm = norm_in_gemv(g, rows);
     int swiglu = one && (g->fusion & TB_GPU_FUSE_SWIGLU) && !G->router;
     int pdl = one && g->pdl && mode != FWD_SPAN;
-    if (norm) {
-        gemv_args a = {G->wqkv, NULL, g->x, G->attn_norm, eps, g->qkv, NULL, qd, h, 0.0f};
-        gemv_fused(g, a, g->gemv_variant, pdl);
-        LAUNCHED();
-    } else {
+    if (!norm || l == 0) { // else the layer before left it in xn
         launch(g, k_rmsnorm, dim3(rows), dim3(1024), 0, pdl, (const float *)g->x, 1, 0, 1,
                (const float *)G->attn_norm, g->xn, h, eps);
         LAUNCHED();
-        if (one) {
-            gemv_args a = {G->wqkv, g->xn, NULL, NULL, 0.0f, g->qkv, NULL, qd, h, 0.0f};
-            gemv_fused(g, a, g->gemv_variant, pdl);
-            LAUNCHED();
-        } else if (matmul_p(g, g->qkv, g->xn, pqkv, rows, qd, h, 0.0f)) {
-            return -1;
-        }
+    }
+    if (one) {
+        gemv_args a = {G->wqkv, g->xn, g->qkv, NULL, NULL, NULL, 0.0f, qd, h, 0.0f};
+        gemv_fused(g, a, pdl);
+        LAUNCHED();
+    } else if (matmul_p(g, g->qkv, g->xn, pqkv, rows, qd, h, 0.0f)) {
+        return -1;
     }
     dim3 post_grid(rows, c->n_heads + 2 * c->n_kv_heads);
     // a span's sequences start at cache sequence slot0
@@ -300,10 +314,13 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
            g->vc + layer_off + span_off, g->len, g->q, c->n_heads, c->n_kv_heads, c->head_dim, tb_config_rope_dim(c));
     LAUNCHED();
     // decode attention split over the keys when (sequence, head) pairs
-    // alone would leave most of the chip idle
-    int splits = (2 * g->prop.multiProcessorCount + B * c->n_heads - 1) / (B * c->n_heads);
-    splits = splits > ATT_MAX_SPLIT ? ATT_MAX_SPLIT : splits;
-    if (mode != FWD_SPAN && (g->fusion & TB_GPU_FUSE_SPLIT_ATTN) && splits >= 2) {
+    // alone would leave most of the chip idle (or as tb_gpu_set_attn_splits says)
+    // (4 x the SMs: at batch 1, 16 splits of Llama-3-8B's 32 heads measured 3% faster than 9)
+    int splits = (4 * g->prop.multiProcessorCount + B * c->n_heads - 1) / (B * c->n_heads);
+    splits = splits > ATT_MAX_SPLIT ? ATT_MAX_SPLIT : splits < 2 ? 0 : splits;
+    if (g->att_splits > 0)
+        splits = g->att_splits;
+    if (mode != FWD_SPAN && (g->fusion & TB_GPU_FUSE_SPLIT_ATTN) && splits >= 1) {
         dim3 grid(B, c->n_heads, splits);
         size_t smem = ((g->len + splits - 1) / splits + ATT_SPLIT_WARPS * c->head_dim) * sizeof(float);
         launch(g, k_attn_decode_split, grid, dim3(ATT_SPLIT_WARPS * 32), smem, pdl, (const bf16 *)g->q,
@@ -312,10 +329,27 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
                (const int *)g->d_pad, 1.0f / sqrtf((float)c->head_dim), g->att_part, g->att_count);
         LAUNCHED();
     } else if (mode != FWD_SPAN) {
-        dim3 grid(B, c->n_heads);
-        k_attn_decode<<<grid, ATT_WARPS * 32, (g->len + ATT_WARPS * c->head_dim) * sizeof(float), g->stream>>>(
-            g->q, g->kc + layer_off, g->vc + layer_off, g->att, g->len, c->n_heads, c->n_kv_heads, c->head_dim,
-            mode == FWD_DECODE ? g->d_pos : NULL, 0, rslot, rpos, g->d_pad, 1.0f / sqrtf((float)c->head_dim));
+        // a group of 2 or 4 query heads per K/V head: one block per group
+        int G = c->n_heads / c->n_kv_heads;
+        size_t gsmem = ((size_t)G * g->len + (size_t)ATT_WARPS * G * c->head_dim) * sizeof(float);
+        const int *dpos = mode == FWD_DECODE ? g->d_pos : NULL;
+        float scale = 1.0f / sqrtf((float)c->head_dim);
+        if ((G == 2 || G == 4) && gsmem <= g->prop.sharedMemPerBlockOptin - 1024) {
+            dim3 grid(B, c->n_kv_heads);
+            if (G == 2)
+                k_attn_decode_gqa2<<<grid, ATT_WARPS * 32, gsmem, g->stream>>>(
+                    g->q, g->kc + layer_off, g->vc + layer_off, g->att, g->len, c->n_heads, c->n_kv_heads,
+                    c->head_dim, dpos, rslot, rpos, g->d_pad, scale);
+            else
+                k_attn_decode_gqa4<<<grid, ATT_WARPS * 32, gsmem, g->stream>>>(
+                    g->q, g->kc + layer_off, g->vc + layer_off, g->att, g->len, c->n_heads, c->n_kv_heads,
+                    c->head_dim, dpos, rslot, rpos, g->d_pad, scale);
+        } else {
+            dim3 grid(B, c->n_heads);
+            k_attn_decode<<<grid, ATT_WARPS * 32, (g->len + ATT_WARPS * c->head_dim) * sizeof(float), g->stream>>>(
+                g->q, g->kc + layer_off, g->vc + layer_off, g->att, g->len, c->n_heads, c->n_kv_heads, c->head_dim,
+                dpos, 0, rslot, rpos, g->d_pad, scale);
+        }
         LAUNCHED();
     } else if (attn_span(g, l, B, slot0, pos0, n, n_attend, causal)) {
         return -1;
@@ -323,35 +357,20 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
     // row-parallel under tensor parallelism: rank 0 adds its partial sum
     // to the residual, the others write theirs; the all-reduce sums them
     float resid = g->tp_rank == 0 ? 1.0f : 0.0f;
-    if (one) {
-        gemv_args a = {G->wo, g->att, NULL, NULL, 0.0f, g->x, NULL, h, nq, resid};
-        gemv_fused(g, a, g->gemv_variant, pdl);
+    if (one) { // (under NORM also the MLP's RMSNorm into xn)
+        gemv_args a = {G->wo, g->att, g->x, NULL, norm ? g->xn : NULL, G->mlp_norm, eps, h, nq, resid};
+        gemv_fused(g, a, pdl);
         LAUNCHED();
     } else if (matmul_p(g, g->x, g->att, po, rows, h, nq, resid)) {
         return -1;
     }
     if (g->comm && tp_allreduce(g, g->x, (size_t)rows * h))
         return -1;
-    if (swiglu) {
-        // gate-up (+ SwiGLU) and down: the norm inside the first GEMV, or
-        // k_rmsnorm before it
-        gemv_args gu = {G->wgu, g->xn, NULL, NULL, 0.0f, NULL, g->act, I, h, 0.0f};
-        if (norm) {
-            gu.x = NULL, gu.xf = g->x, gu.nw = G->mlp_norm, gu.eps = eps;
-        } else {
-            launch(g, k_rmsnorm, dim3(rows), dim3(1024), 0, pdl, (const float *)g->x, 1, 0, 1,
-                   (const float *)G->mlp_norm, g->xn, h, eps);
-            LAUNCHED();
-        }
-        gemv_fused(g, gu, g->gemv_variant, pdl);
+    if (!norm) {
+        launch(g, k_rmsnorm, dim3(rows), dim3(1024), 0, pdl, (const float *)g->x, 1, 0, 1,
+               (const float *)G->mlp_norm, g->xn, h, eps);
         LAUNCHED();
-        gemv_args dn = {G->wdown, g->act, NULL, NULL, 0.0f, g->x, NULL, h, I, resid};
-        gemv_fused(g, dn, g->gemv_variant, pdl);
-        LAUNCHED();
-        return g->comm ? tp_allreduce(g, g->x, (size_t)rows * h) : 0;
     }
-    k_rmsnorm<<<rows, 1024, 0, g->stream>>>(g->x, 1, 0, 1, G->mlp_norm, g->xn, h, eps);
-    LAUNCHED();
     if (G->router) { // a MoE layer: the experts' output added into x
         if (moe_ffn(g, l, rows, mode != FWD_SPAN))
             return -1;
@@ -365,12 +384,24 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
         LAUNCHED();
         return matmul_t(g, g->x, g->act, G->sh_down, rows, h, S, 1.0f);
     }
-    if (matmul_p(g, g->gu, g->xn, pgu, rows, 2 * I, h, 0.0f))
+    if (swiglu) { // gate-up with SwiGLU in its epilogue
+        gemv_args gu = {G->wgu, g->xn, NULL, g->act, NULL, NULL, 0.0f, I, h, 0.0f};
+        gemv_fused(g, gu, pdl);
+        LAUNCHED();
+    } else {
+        if (matmul_p(g, g->gu, g->xn, pgu, rows, 2 * I, h, 0.0f))
+            return -1;
+        k_swiglu<<<blocks_for((size_t)rows * I), 256, 0, g->stream>>>(g->gu, g->act, I, (size_t)rows * I);
+        LAUNCHED();
+    }
+    if (one) { // (under NORM also the next layer's RMSNorm, or the final one, into xn)
+        const float *next = l + 1 < c->n_layers ? g->layers[l + 1].attn_norm : g->final_norm;
+        gemv_args dn = {G->wdown, g->act, g->x, NULL, norm ? g->xn : NULL, next, eps, h, I, resid};
+        gemv_fused(g, dn, pdl);
+        LAUNCHED();
+    } else if (matmul_p(g, g->x, g->act, pdown, rows, h, I, resid)) {
         return -1;
-    k_swiglu<<<blocks_for((size_t)rows * I), 256, 0, g->stream>>>(g->gu, g->act, I, (size_t)rows * I);
-    LAUNCHED();
-    if (matmul_p(g, g->x, g->act, pdown, rows, h, I, resid))
-        return -1;
+    }
     return g->comm ? tp_allreduce(g, g->x, (size_t)rows * h) : 0;
 }
 
@@ -400,11 +431,9 @@ static int head(tb_gpu *g, int B, int n, int r0, int nr)
     // a rank's vocabulary slice: its logits, then all ranks' gathered
     int sliced = g->head_rows != c->vocab_size;
     float *out = sliced ? g->logits_part : g->logits;
-    if ((g->fusion & TB_GPU_FUSE_NORM) && B * nr == 1 && h % 8 == 0 && h <= GEMV_NORM_MAX_IN) { // the final norm inside the GEMV
-        gemv_args a = {g->lm_head, NULL, g->x + (size_t)r0 * h, g->final_norm, (float)c->rms_eps, out, NULL,
-                       g->head_rows, h, 0.0f};
-        gemv_fused(g, a, g->gemv_variant, 0);
-        LAUNCHED();
+    if (norm_in_gemv(g, B * n)) { // the last down projection left the final norm in xn (nr = 1 row)
+        if (matmul_t(g, out, g->xn, g->lm_head, 1, g->head_rows, h, 0.0f))
+            return -1;
     } else {
         k_rmsnorm<<<B * nr, 1024, 0, g->stream>>>(g->x, n, r0, nr, g->final_norm, g->xn, h, (float)c->rms_eps);
         LAUNCHED();

@@ -50,6 +50,10 @@ struct dev_block {
     size_t bytes; // as requested from cudaMalloc
 };
 
+// weight shapes whose GEMV variant is kept (a model has 5: qkv, o,
+// gate-up, down, head)
+#define TB_GPU_GEMV_SHAPES 8
+
 struct tb_gpu {
     tb_model_config cfg;
     cudaDeviceProp prop;
@@ -98,7 +102,24 @@ struct tb_gpu {
     // (index B, [seqs + 1]): a server's batch changes size step by step
     cudaGraphExec_t *graph_slots;
     int pos;           // host copy of the decode position
-    int gemv_variant;  // see gemv()
+    // the batch-1 GEMV's variant (gemv_pick, gpu_kernels.cu) per weight
+    // shape, the fastest tb_gpu_bench_gemv measured at load; gemv_variant
+    // for a shape not measured (the last measured one's); gemv_forced >= 0
+    // makes every GEMV that variant (tests: tb_gpu_force_gemv_variant)
+    int gemv_variant;
+    struct {
+        int out, in, variant;
+    } gemv_shapes[TB_GPU_GEMV_SHAPES];
+    int n_gemv_shapes, gemv_forced;
+    // the split-K variants' partial sums [4][gemv_part_out] and arrival
+    // counters, one per row group (zero between launches)
+    float *gemv_part;
+    unsigned *gemv_count;
+    int gemv_part_out;
+    // split decode attention's splits per (sequence, head): 0 = as the
+    // chip's size asks (gpu_forward.cu); else this many (measurements,
+    // tests: tb_gpu_set_attn_splits)
+    int att_splits;
     // batch-1 and small-batch decode (tb_gpu_set_decode_fusion): RMSNorm
     // and SwiGLU fused into the GEMVs, split attention; pdl: programmatic
     // dependent launches in the decode graph

@@ -245,6 +245,171 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     }
 }
 
+// Decode attention for grouped queries (G = nh / nkv query heads per K/V
+// head, 2 or 4): one block per (sequence, K/V head) computes its G heads,
+// so each key and value row is read once for the group and the grid is G
+// times smaller than k_attn_decode's (Llama-3-8B at batch 32: 256 blocks
+// instead of 1,024, one wave on 132 SMs). Keys, masking and arithmetic
+// per head as k_attn_decode's.
+template <int G>
+__device__ __forceinline__ void attn_decode_gqa(const bf16 *q, const bf16 *kc, const bf16 *vc, bf16 *out, int len,
+                                                int nh, int nkv, int hd, const int *d_pos, const int *row_slot,
+                                                const int *row_pos, const int *pad, float scale)
+{
+    extern __shared__ float s[]; // [G][len] scores, then [ATT_WARPS][G][hd] partial outputs
+    __shared__ float red[ATT_WARPS][G];
+    __shared__ float stat[2][G]; // each head's maximum score and 1 / sum of exp
+    int b = blockIdx.x, kvh = blockIdx.y, kvd = nkv * hd, h0 = kvh * G;
+    int n_keys = row_pos ? row_pos[b] + 1 : *d_pos + 1;
+    int seq = row_pos ? row_slot[b] : b;
+    int lo = pad[seq]; // keys [0, lo) are left padding: masked
+    const bf16 *kb = kc + (size_t)seq * len * kvd + kvh * hd, *vb = vc + (size_t)seq * len * kvd + kvh * hd;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    // this lane's dims: pairs 2 lane + 64 p, p < 4, below hd
+    float2 qr[G][4];
+#pragma unroll
+    for (int g = 0; g < G; g++)
+#pragma unroll
+        for (int p = 0; p < 4; p++)
+            qr[g][p] = 2 * lane + 64 * p < hd ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(
+                                                    q + ((size_t)b * nh + h0 + g) * hd + 2 * lane + 64 * p))
+                                              : make_float2(0.0f, 0.0f);
+    for (int j0 = warp; j0 < n_keys; j0 += 4 * ATT_WARPS) {
+        float dot[4][G];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+#pragma unroll
+            for (int g = 0; g < G; g++)
+                dot[u][g] = 0.0f;
+            int j = j0 + u * ATT_WARPS;
+            if (j < n_keys) {
+                const bf16 *k = kb + (size_t)j * kvd;
+#pragma unroll
+                for (int p = 0; p < 4; p++)
+                    if (2 * lane + 64 * p < hd) {
+                        float2 kk = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(k + 2 * lane + 64 * p));
+#pragma unroll
+                        for (int g = 0; g < G; g++)
+                            dot[u][g] += qr[g][p].x * kk.x + qr[g][p].y * kk.y;
+                    }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+#pragma unroll
+            for (int g = 0; g < G; g++) {
+                float d = dot[u][g];
+                for (int o = 16; o > 0; o >>= 1)
+                    d += __shfl_xor_sync(0xffffffff, d, o);
+                int j = j0 + u * ATT_WARPS;
+                if (lane == 0 && j < n_keys)
+                    s[g * len + j] = j < lo ? -INFINITY : d * scale;
+            }
+    }
+    __syncthreads();
+    // each head's maximum, then exp and sum, over the block
+    float m[G];
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        m[g] = -INFINITY;
+        for (int j = threadIdx.x; j < n_keys; j += blockDim.x)
+            m[g] = fmaxf(m[g], s[g * len + j]);
+        for (int o = 16; o > 0; o >>= 1)
+            m[g] = fmaxf(m[g], __shfl_xor_sync(0xffffffff, m[g], o));
+        if (lane == 0)
+            red[warp][g] = m[g];
+    }
+    __syncthreads();
+    if (threadIdx.x < G) {
+        float mx = red[0][threadIdx.x];
+        for (int w = 1; w < ATT_WARPS; w++)
+            mx = fmaxf(mx, red[w][threadIdx.x]);
+        stat[0][threadIdx.x] = mx;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        float mx = stat[0][g], sum = 0.0f;
+        for (int j = threadIdx.x; j < n_keys; j += blockDim.x) {
+            float e = __expf(s[g * len + j] - mx);
+            s[g * len + j] = e;
+            sum += e;
+        }
+        for (int o = 16; o > 0; o >>= 1)
+            sum += __shfl_xor_sync(0xffffffff, sum, o);
+        m[g] = sum;
+    }
+    __syncthreads(); // the maxima are read; red is reused
+    if (lane == 0)
+#pragma unroll
+        for (int g = 0; g < G; g++)
+            red[warp][g] = m[g];
+    __syncthreads();
+    if (threadIdx.x < G) {
+        float sum = 0.0f;
+        for (int w = 0; w < ATT_WARPS; w++)
+            sum += red[w][threadIdx.x];
+        stat[1][threadIdx.x] = 1.0f / sum;
+    }
+    // partial outputs: warp w over keys w, w + ATT_WARPS, ...; 4 keys in flight
+    float2 acc[G][4];
+#pragma unroll
+    for (int g = 0; g < G; g++)
+#pragma unroll
+        for (int p = 0; p < 4; p++)
+            acc[g][p] = make_float2(0.0f, 0.0f);
+    for (int j0 = warp; j0 < n_keys; j0 += 4 * ATT_WARPS) {
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            int j = j0 + u * ATT_WARPS;
+            if (j < n_keys) {
+                const bf16 *v = vb + (size_t)j * kvd;
+#pragma unroll
+                for (int p = 0; p < 4; p++)
+                    if (2 * lane + 64 * p < hd) {
+                        float2 vv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(v + 2 * lane + 64 * p));
+#pragma unroll
+                        for (int g = 0; g < G; g++) {
+                            float pj = s[g * len + j];
+                            acc[g][p].x += pj * vv.x;
+                            acc[g][p].y += pj * vv.y;
+                        }
+                    }
+            }
+        }
+    }
+    float *part = s + (size_t)G * len; // [ATT_WARPS][G][hd]
+#pragma unroll
+    for (int g = 0; g < G; g++)
+#pragma unroll
+        for (int p = 0; p < 4; p++)
+            if (2 * lane + 64 * p < hd) {
+                part[(warp * G + g) * hd + 2 * lane + 64 * p] = acc[g][p].x;
+                part[(warp * G + g) * hd + 2 * lane + 64 * p + 1] = acc[g][p].y;
+            }
+    __syncthreads();
+    for (int i = threadIdx.x; i < G * hd; i += blockDim.x) {
+        int g = i / hd, d = i % hd;
+        float o = 0;
+        for (int w = 0; w < ATT_WARPS; w++)
+            o += part[(w * G + g) * hd + d];
+        out[((size_t)b * nh + h0 + g) * hd + d] = __float2bfloat16(o * stat[1][g]);
+    }
+}
+__global__ void __launch_bounds__(ATT_WARPS * 32)
+    k_attn_decode_gqa2(const bf16 *q, const bf16 *kc, const bf16 *vc, bf16 *out, int len, int nh, int nkv, int hd,
+                       const int *d_pos, const int *row_slot, const int *row_pos, const int *pad, float scale)
+{
+    attn_decode_gqa<2>(q, kc, vc, out, len, nh, nkv, hd, d_pos, row_slot, row_pos, pad, scale);
+}
+
+__global__ void __launch_bounds__(ATT_WARPS * 32)
+    k_attn_decode_gqa4(const bf16 *q, const bf16 *kc, const bf16 *vc, bf16 *out, int len, int nh, int nkv, int hd,
+                       const int *d_pos, const int *row_slot, const int *row_pos, const int *pad, float scale)
+{
+    attn_decode_gqa<4>(q, kc, vc, out, len, nh, nkv, hd, d_pos, row_slot, row_pos, pad, scale);
+}
+
 // Row softmax of scores [sequence][head][n][n_keys] into bf16
 // probabilities; causal rows (causal 1) see keys up to their own position
 // pos0 + t, block-causal ones (causal k > 1) to the end of their block of
@@ -317,30 +482,89 @@ __global__ void k_swiglu(const float *gu, bf16 *act, int inter, size_t n)
 // GEMV_ROWS rows, lanes stride over 16-byte chunks (8 bf16) of the rows
 // and of x (x is small and stays in L1/L2), so every lane keeps
 // GEMV_ROWS x unroll independent 16-byte loads of W in flight. No shared
-// memory, no block-wide barrier: the weights stream at memory speed.
+// memory, no block-wide barrier on the way: the weights stream at memory
+// speed.
+//
+// Split-K (KS > 1, not with SWIGLU): block (x, k) sums the k-th of KS
+// slices of every row, writes its partial sums to part [KS][out], and
+// the last of the KS blocks of row group x to arrive (count[x], reset by
+// it) adds the KS partials in slice order, so the result does not depend
+// on which block came last. For outputs of few rows over long inputs
+// (Llama-3-8B's o and down projections: 4,096 rows), where one block per
+// row group leaves each warp a long row and the chip a long tail.
 //
 // Two fusions (decode, gpu_forward.cu's fused path):
-// - NORM: the input is the residual stream xf (float) and the RMSNorm
-//   weights nw: each block stages xn = bf16(nw (xf / rms(xf))) in shared
-//   memory (k_rmsnorm's arithmetic), so no k_rmsnorm launch and no xn
-//   round trip; the block's first weight chunks are prefetched into L2
-//   before that prologue, so DRAM is busy while it runs.
 // - SWIGLU: out counts pairs of rows (gate row i, up row I + i of the
 //   [2I][in] gate-up matrix; the warp's first GEMV_ROWS / 2 rows are
 //   gates, the rest their ups), and act[i] = bf16(silu(gate) up) is
 //   written instead of y: no k_swiglu launch, no float [2I] round trip.
+// - NORM_OUT (a GEMV that writes the residual stream y, out = hidden):
+//   the last block of the grid to finish (the counter done, reset by it)
+//   computes the RMSNorm of the whole y with weights nw into xn, as
+//   k_rmsnorm would for the next projection: no k_rmsnorm launch.
 //
 // PDL: everything before griddep_wait() touches only the weights, which
 // nothing writes.
 
-#define GEMV_WARPS 4
-template <int GEMV_ROWS, int UNROLL, bool NORM, bool SWIGLU>
-__global__ void __launch_bounds__(GEMV_WARPS * 32)
-    k_gemv(const bf16 *__restrict__ w, const bf16 *__restrict__ x, const float *__restrict__ xf,
-           const float *__restrict__ nw, float eps, float *__restrict__ y, bf16 *__restrict__ act, int out, int in,
-           float beta, int prefetch)
+// RMSNorm of x[h] (float) with weights w into y (bf16) by one block,
+// k_rmsnorm's arithmetic; x is read from L2 (other blocks wrote it). One
+// block does it alone at the end of a GEMV, so its latency is the cost:
+// each thread issues all its 16-byte loads of x at once and keeps them in
+// registers (h <= 4 x 8 x blockDim.x, h % 4 == 0: 4,096 for the GEMV's
+// 128 threads; else a plain strided loop); few registers, so the GEMV
+// around it keeps its occupancy.
+#define NORM_BY_BLOCK_CHUNKS 8
+__device__ void rmsnorm_by_block(const float *x, const float *w, float eps, int h, bf16 *y, float *red)
 {
-    extern __shared__ uint4 xs[]; // NORM: [in / 8] chunks of xn
+    int n4 = h / 4;
+    if (h % 4 == 0 && n4 <= NORM_BY_BLOCK_CHUNKS * (int)blockDim.x) {
+        float4 xv[NORM_BY_BLOCK_CHUNKS];
+        float ss = 0;
+#pragma unroll
+        for (int k = 0; k < NORM_BY_BLOCK_CHUNKS; k++) {
+            int i = threadIdx.x + k * blockDim.x;
+            xv[k] = i < n4 ? __ldcg(reinterpret_cast<const float4 *>(x) + i) : make_float4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int k = 0; k < NORM_BY_BLOCK_CHUNKS; k++)
+            ss += xv[k].x * xv[k].x + xv[k].y * xv[k].y + xv[k].z * xv[k].z + xv[k].w * xv[k].w;
+        ss = block_sum(ss, red);
+        float inv = rsqrtf(ss / h + eps);
+#pragma unroll
+        for (int k = 0; k < NORM_BY_BLOCK_CHUNKS; k++) {
+            int i = threadIdx.x + k * blockDim.x;
+            if (i < n4) {
+                float4 wv = __ldg(reinterpret_cast<const float4 *>(w) + i);
+                __nv_bfloat162 *yo = reinterpret_cast<__nv_bfloat162 *>(y) + 2 * i;
+                yo[0] = __floats2bfloat162_rn(wv.x * (xv[k].x * inv), wv.y * (xv[k].y * inv));
+                yo[1] = __floats2bfloat162_rn(wv.z * (xv[k].z * inv), wv.w * (xv[k].w * inv));
+            }
+        }
+        return;
+    }
+    float ss = 0;
+    for (int i = threadIdx.x; i < h; i += blockDim.x) {
+        float v = __ldcg(x + i);
+        ss += v * v;
+    }
+    ss = block_sum(ss, red);
+    float inv = rsqrtf(ss / h + eps);
+    for (int i = threadIdx.x; i < h; i += blockDim.x)
+        y[i] = __float2bfloat16(w[i] * (__ldcg(x + i) * inv));
+}
+
+#define GEMV_WARPS 4
+template <int GEMV_ROWS, int UNROLL, bool SWIGLU, int KS, bool NORM_OUT>
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+    k_gemv(const bf16 *__restrict__ w, const bf16 *__restrict__ x, const float *__restrict__ nw, float eps,
+           float *__restrict__ y, bf16 *__restrict__ act, bf16 *__restrict__ xn, int out, int in, float beta,
+           int prefetch, float *__restrict__ part, unsigned *__restrict__ count, unsigned *__restrict__ done)
+{
+    static_assert(!SWIGLU || (KS == 1 && !NORM_OUT), "SwiGLU pairs are whole rows of their own output");
+    // the barriers below need every warp: none returns early then
+    constexpr bool BARRIERS = KS > 1 || NORM_OUT;
+    __shared__ float red[32];
+    __shared__ unsigned arrived;
     griddep_launch();
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     constexpr int P = SWIGLU ? GEMV_ROWS / 2 : GEMV_ROWS; // outputs per warp
@@ -355,49 +579,27 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
         wr[r] = reinterpret_cast<const uint4 *>(w + (size_t)row * in);
         acc[r] = 0;
     }
-    int chunks = in / 8;
-    // the first UNROLL chunks each lane will load, into L2 (under PDL
-    // while the kernel before drains; with NORM while the prologue runs)
+    int chunks = in / 8, c0 = 0, c1 = chunks; // this block's slice of the row's 16-byte chunks
+    if (KS > 1) {
+        int per = (chunks + KS - 1) / KS;
+        c0 = min(chunks, (int)blockIdx.y * per);
+        c1 = min(chunks, c0 + per);
+    }
+    // the first UNROLL chunks each lane will load, into L2 (under PDL,
+    // while the kernel before drains)
 #pragma unroll
     for (int u = 0; u < UNROLL; u++)
 #pragma unroll
         for (int r = 0; r < GEMV_ROWS; r++)
-            if ((prefetch || NORM) && lane + 32 * u < chunks)
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(wr[r] + lane + 32 * u));
+            if (prefetch && c0 + lane + 32 * u < c1)
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(wr[r] + c0 + lane + 32 * u));
     griddep_wait();
     const uint4 *xv = reinterpret_cast<const uint4 *>(x);
-    if (NORM) {
-        __shared__ float red[GEMV_WARPS];
-        float ss = 0;
-        for (int i = threadIdx.x; i < in; i += blockDim.x)
-            ss += xf[i] * xf[i];
-        for (int o = 16; o > 0; o >>= 1)
-            ss += __shfl_xor_sync(0xffffffff, ss, o);
-        if (lane == 0)
-            red[warp] = ss;
-        __syncthreads();
-        ss = 0;
-        for (int i = 0; i < GEMV_WARPS; i++)
-            ss += red[i];
-        float inv = rsqrtf(ss / in + eps);
-        for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
-            uint4 v;
-            __nv_bfloat162 *e = reinterpret_cast<__nv_bfloat162 *>(&v);
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                int i = 8 * c + 2 * k;
-                e[k] = __floats2bfloat162_rn(nw[i] * (xf[i] * inv), nw[i + 1] * (xf[i + 1] * inv));
-            }
-            xs[c] = v;
-        }
-        __syncthreads();
-        xv = xs;
-    }
-    if (o0 >= out)
+    if (!BARRIERS && o0 >= out)
         return;
 #pragma unroll UNROLL
-    for (int c = lane; c < chunks; c += 32) {
-        uint4 xc = NORM ? xv[c] : __ldg(xv + c);
+    for (int c = c0 + lane; c < c1; c += 32) {
+        uint4 xc = __ldg(xv + c);
         const __nv_bfloat162 *xe = reinterpret_cast<const __nv_bfloat162 *>(&xc);
 #pragma unroll
         for (int r = 0; r < GEMV_ROWS; r++) {
@@ -414,18 +616,56 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     for (int r = 0; r < GEMV_ROWS; r++)
         for (int o = 16; o > 0; o >>= 1)
             acc[r] += __shfl_xor_sync(0xffffffff, acc[r], o);
-    if (lane != 0)
-        return;
+    if (KS > 1) {
+        if (lane == 0)
 #pragma unroll
-    for (int r = 0; r < P; r++) {
-        if (o0 + r >= out)
-            break;
-        if (SWIGLU) {
-            float gt = acc[r], up = acc[r + P];
-            act[o0 + r] = __float2bfloat16(gt / (1.0f + __expf(-gt)) * up);
-        } else {
-            y[o0 + r] = beta != 0.0f ? y[o0 + r] * beta + acc[r] : acc[r];
+            for (int r = 0; r < P; r++)
+                if (o0 + r < out)
+                    part[(size_t)blockIdx.y * out + o0 + r] = acc[r];
+        // the fence orders this block's partials before its count
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0)
+            arrived = atomicAdd(count + blockIdx.x, 1u);
+        __syncthreads();
+        if (arrived != KS - 1)
+            return;
+        __threadfence();
+        if (threadIdx.x == 0)
+            count[blockIdx.x] = 0; // ready for the next launch
+#pragma unroll
+        for (int r = 0; r < P; r++) { // the KS partials, in slice order (L2 reads: other blocks wrote them)
+            acc[r] = 0.0f;
+#pragma unroll
+            for (int k = 0; k < KS; k++)
+                acc[r] += o0 + r < out ? __ldcg(part + (size_t)k * out + o0 + r) : 0.0f;
         }
+    }
+    if (lane == 0)
+#pragma unroll
+        for (int r = 0; r < P; r++) {
+            if (o0 + r >= out)
+                break;
+            if (SWIGLU) {
+                float gt = acc[r], up = acc[r + P];
+                act[o0 + r] = __float2bfloat16(gt / (1.0f + __expf(-gt)) * up);
+            } else {
+                y[o0 + r] = beta != 0.0f ? y[o0 + r] * beta + acc[r] : acc[r];
+            }
+        }
+    if (NORM_OUT) {
+        // the fence orders this block's outputs before its count
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0)
+            arrived = atomicAdd(done, 1u);
+        __syncthreads();
+        if (arrived != gridDim.x - 1)
+            return;
+        __threadfence();
+        if (threadIdx.x == 0)
+            *done = 0; // ready for the next launch
+        rmsnorm_by_block(y, nw, eps, out, xn, red);
     }
 }
 
@@ -525,6 +765,15 @@ __global__ void __launch_bounds__(ATT_SPLIT_WARPS * 32)
     }
     __syncthreads();
     size_t bh = (size_t)b * nh + h;
+    if (S == 1) { // the whole of (b, h): no partials to combine
+        for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+            float o = 0;
+            for (int w = 0; w < ATT_SPLIT_WARPS; w++)
+                o += po[w * hd + d];
+            out[bh * hd + d] = __float2bfloat16(o / sum);
+        }
+        return;
+    }
     float *mine = part + (bh * S + sp) * (hd + 2); // [hd] output, then m, l
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float o = 0;
@@ -546,36 +795,61 @@ __global__ void __launch_bounds__(ATT_SPLIT_WARPS * 32)
     if (!last)
         return;
     __threadfence();
-    const volatile float *all = part + bh * S * (hd + 2);
-    float M = -INFINITY;
-    for (int t = 0; t < S; t++)
-        if (all[t * (hd + 2) + hd + 1] > 0.0f)
-            M = fmaxf(M, all[t * (hd + 2) + hd]);
-    float L = 0;
-    for (int t = 0; t < S; t++) {
-        float l = all[t * (hd + 2) + hd + 1];
-        L += l > 0.0f ? __expf(all[t * (hd + 2) + hd] - M) * l : 0.0f;
+    // warp 0 reads the S maxima and sums at once (lane t: split t; L2
+    // reads, other blocks wrote them) and turns them into each split's
+    // weight e^(m_t - M) / L, with L = sum_t e^(m_t - M) l_t; then every
+    // thread's dims add the S partial outputs with independent loads
+    __shared__ float wt[ATT_MAX_SPLIT];
+    const float *all = part + bh * S * (hd + 2);
+    if (warp == 0) {
+        float m = -INFINITY, l = 0.0f;
+        if (lane < S) {
+            m = __ldcg(all + lane * (hd + 2) + hd);
+            l = __ldcg(all + lane * (hd + 2) + hd + 1);
+        }
+        float M = l > 0.0f ? m : -INFINITY; // a split of padding only (l = 0) takes no part
+        for (int o = 16; o > 0; o >>= 1)
+            M = fmaxf(M, __shfl_xor_sync(0xffffffff, M, o));
+        float e = l > 0.0f ? __expf(m - M) : 0.0f, L = e * l;
+        for (int o = 16; o > 0; o >>= 1)
+            L += __shfl_xor_sync(0xffffffff, L, o);
+        if (lane < S)
+            wt[lane] = e / L;
     }
+    __syncthreads();
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float o = 0;
         for (int t = 0; t < S; t++)
-            if (all[t * (hd + 2) + hd + 1] > 0.0f)
-                o += __expf(all[t * (hd + 2) + hd] - M) * all[t * (hd + 2) + d];
-        out[bh * hd + d] = __float2bfloat16(o / L);
+            o += wt[t] * __ldcg(all + t * (hd + 2) + d);
+        out[bh * hd + d] = __float2bfloat16(o);
     }
     if (threadIdx.x == 0)
         count[bh] = 0; // ready for the next step
 }
 
-// First maximum of each row (torch.argmax), into out[row].
+// First maximum of each row (torch.argmax), into out[row]; one block per
+// row, each thread with 4 independent loads in flight (in index order,
+// so a thread keeps its first maximum), then a reduction that prefers
+// the smaller index on ties.
 __global__ void k_argmax(const float *logits, int V, int32_t *out)
 {
     __shared__ float bv[1024];
     __shared__ int bi[1024];
     const float *x = logits + (size_t)blockIdx.x * V;
     float best = -INFINITY;
-    int idx = 0;
-    for (int v = threadIdx.x; v < V; v += blockDim.x)
+    int idx = 0, n = blockDim.x, v = threadIdx.x;
+    for (; v + 3 * n < V; v += 4 * n) {
+        float a0 = x[v], a1 = x[v + n], a2 = x[v + 2 * n], a3 = x[v + 3 * n];
+        if (a0 > best)
+            best = a0, idx = v;
+        if (a1 > best)
+            best = a1, idx = v + n;
+        if (a2 > best)
+            best = a2, idx = v + 2 * n;
+        if (a3 > best)
+            best = a3, idx = v + 3 * n;
+    }
+    for (; v < V; v += n)
         if (x[v] > best)
             best = x[v], idx = v;
     bv[threadIdx.x] = best;
@@ -849,52 +1123,86 @@ void gemv_fp8(tb_gpu *g, const uint8_t *q, const float *scale, const bf16 *x, fl
     }
 }
 
-// The GEMV variants (rows per warp, loads in flight per lane); the
-// fastest on this device is chosen by tb_gpu_bench_gemv (tests/gpu).
-template <int R, int U, bool NORM, bool SWIGLU>
+// The GEMV variants (rows per warp, loads in flight per lane, K slices);
+// tb_gpu_bench_gemv times them on each of the model's shapes at load and
+// keeps the fastest per shape (gpu_ceilings.cu).
+template <int R, int U, bool SWIGLU, int KS, bool NORM_OUT>
 static void gemv_launch(tb_gpu *g, const gemv_args &a, int pdl)
 {
     constexpr int P = SWIGLU ? R / 2 : R;
     unsigned blocks = (unsigned)((a.out + P * GEMV_WARPS - 1) / (P * GEMV_WARPS));
-    size_t smem = NORM ? (size_t)a.in * sizeof(bf16) : 0;
-    launch(g, k_gemv<R, U, NORM, SWIGLU>, dim3(blocks), dim3(GEMV_WARPS * 32), smem, pdl, a.w, a.x, a.xf, a.nw, a.eps,
-           a.y, a.act, a.out, a.in, a.beta, pdl);
+    launch(g, k_gemv<R, U, SWIGLU, KS, NORM_OUT>, dim3(blocks, KS), dim3(GEMV_WARPS * 32), 0, pdl, a.w, a.x, a.nw,
+           a.eps, a.y, a.act, a.xn, a.out, a.in, a.beta, pdl, g->gemv_part, g->gemv_count,
+           g->gemv_count + g->gemv_part_out);
 }
 
-template <bool NORM, bool SWIGLU>
+template <bool SWIGLU, bool NORM_OUT>
 static void gemv_pick(tb_gpu *g, const gemv_args &a, int variant, int pdl)
 {
+    if (variant >= 4 && a.out > g->gemv_part_out) // wider than the partials buffer: no split
+        variant = 3;
     switch (variant) {
     case 1:
-        gemv_launch<4, 4, NORM, SWIGLU>(g, a, pdl);
+        gemv_launch<4, 4, SWIGLU, 1, NORM_OUT>(g, a, pdl);
         break;
     case 2:
-        gemv_launch<2, 8, NORM, SWIGLU>(g, a, pdl);
+        gemv_launch<2, 8, SWIGLU, 1, NORM_OUT>(g, a, pdl);
         break;
-    case 3: // one row per warp: a SWIGLU pair needs two, so it takes variant 0's shape
+    case 3: // one row per warp: a SWIGLU pair needs two, so it takes variant 2's shape
         if constexpr (SWIGLU)
-            gemv_launch<2, 8, NORM, SWIGLU>(g, a, pdl);
+            gemv_launch<2, 8, SWIGLU, 1, NORM_OUT>(g, a, pdl);
         else
-            gemv_launch<1, 8, NORM, SWIGLU>(g, a, pdl);
+            gemv_launch<1, 8, SWIGLU, 1, NORM_OUT>(g, a, pdl);
+        break;
+    // split-K (not with SWIGLU, which takes variant 2's shape)
+    case 4:
+        if constexpr (!SWIGLU)
+            gemv_launch<1, 8, false, 2, NORM_OUT>(g, a, pdl);
+        else
+            gemv_launch<2, 8, SWIGLU, 1, NORM_OUT>(g, a, pdl);
+        break;
+    case 5:
+        if constexpr (!SWIGLU)
+            gemv_launch<1, 8, false, 4, NORM_OUT>(g, a, pdl);
+        else
+            gemv_launch<2, 8, SWIGLU, 1, NORM_OUT>(g, a, pdl);
+        break;
+    case 6:
+        if constexpr (!SWIGLU)
+            gemv_launch<2, 8, false, 2, NORM_OUT>(g, a, pdl);
+        else
+            gemv_launch<2, 8, SWIGLU, 1, NORM_OUT>(g, a, pdl);
         break;
     default:
-        gemv_launch<2, 4, NORM, SWIGLU>(g, a, pdl);
+        gemv_launch<2, 4, SWIGLU, 1, NORM_OUT>(g, a, pdl);
     }
+}
+
+// The variant for a W of out x in: the one forced for tests, else the
+// fastest measured on this shape, else the last measured one's.
+int gemv_variant_for(const tb_gpu *g, int out, int in)
+{
+    if (g->gemv_forced >= 0)
+        return g->gemv_forced;
+    for (int i = 0; i < g->n_gemv_shapes; i++)
+        if (g->gemv_shapes[i].out == out && g->gemv_shapes[i].in == in)
+            return g->gemv_shapes[i].variant;
+    return g->gemv_variant;
 }
 
 void gemv(tb_gpu *g, const bf16 *w, const bf16 *x, float *y, int out, int in, float beta, int variant)
 {
-    gemv_args a = {w, x, NULL, NULL, 0.0f, y, NULL, out, in, beta};
+    gemv_args a = {w, x, y, NULL, NULL, NULL, 0.0f, out, in, beta};
     gemv_pick<false, false>(g, a, variant, 0);
 }
 
-void gemv_fused(tb_gpu *g, const gemv_args &a, int variant, int pdl)
+void gemv_fused(tb_gpu *g, const gemv_args &a, int pdl)
 {
-    if (a.nw && a.act)
-        gemv_pick<true, true>(g, a, variant, pdl);
-    else if (a.nw)
+    // a SwiGLU GEMV's W has 2 out rows
+    int variant = gemv_variant_for(g, a.act ? 2 * a.out : a.out, a.in);
+    if (a.act)
         gemv_pick<true, false>(g, a, variant, pdl);
-    else if (a.act)
+    else if (a.xn)
         gemv_pick<false, true>(g, a, variant, pdl);
     else
         gemv_pick<false, false>(g, a, variant, pdl);

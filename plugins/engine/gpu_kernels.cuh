@@ -34,6 +34,13 @@ __global__ void __launch_bounds__(ATT_SPLIT_WARPS * 32)
     k_attn_decode_split(const bf16 *q, const bf16 *kc, const bf16 *vc, bf16 *out, int len, int nh, int nkv, int hd,
                         const int *d_pos, const int *row_slot, const int *row_pos, const int *pad, float scale,
                         float *part, unsigned *count);
+// k_attn_decode by query group: 2 or 4 query heads per K/V head
+__global__ void __launch_bounds__(ATT_WARPS * 32)
+    k_attn_decode_gqa2(const bf16 *q, const bf16 *kc, const bf16 *vc, bf16 *out, int len, int nh, int nkv, int hd,
+                       const int *d_pos, const int *row_slot, const int *row_pos, const int *pad, float scale);
+__global__ void __launch_bounds__(ATT_WARPS * 32)
+    k_attn_decode_gqa4(const bf16 *q, const bf16 *kc, const bf16 *vc, bf16 *out, int len, int nh, int nkv, int hd,
+                       const int *d_pos, const int *row_slot, const int *row_pos, const int *pad, float scale);
 __global__ void k_softmax(const float *sc, bf16 *p, int n, int n_keys, int pos0, int causal, const int *pad, int nh);
 __global__ void k_softmax_slots(const float *sc, bf16 *p, int n, int n_keys, int pos0, int causal, const int *pad,
                                 const int *row_slot, int nh);
@@ -48,25 +55,28 @@ __global__ void k_pick(const float *logits, int V, int npick, int nr, int off, i
 struct tb_gpu;
 namespace tbgpu {
 // The batch-1 product y[out] (+)= W[out][in] x[in] with GEMV variant
-// `variant` (0..3) on g's stream; tb_gpu_bench_gemv picks the fastest.
+// `variant` (0 .. TB_GPU_GEMV_VARIANTS - 1, gpu.h) on g's stream;
+// gemv_variant_for gives the one tb_gpu_bench_gemv found fastest for the
+// shape (or the one a test forced).
 void gemv(tb_gpu *g, const bf16 *w, const bf16 *x, float *y, int out, int in, float beta, int variant);
-// The fused batch-1 GEMV (k_gemv's NORM and SWIGLU): input x (bf16), or
-// with nw set the residual xf (float) normalised by RMSNorm weights nw
-// (in * 2 bytes of shared memory: in <= GEMV_NORM_MAX_IN); output y
-// (float, y = beta y + W x), or with act set act[i] = bf16(silu(gate_i)
-// up_i) for the out pairs of rows (i, out + i) of W [2 out][in]. pdl: a
-// programmatic dependent launch (graphs of the decode step).
-#define GEMV_NORM_MAX_IN 24576
+int gemv_variant_for(const tb_gpu *g, int out, int in);
+// The fused batch-1 GEMV (k_gemv's SWIGLU and NORM_OUT): input x (bf16);
+// output y (float, y = beta y + W x), or with act set act[i] =
+// bf16(silu(gate_i) up_i) for the out pairs of rows (i, out + i) of W
+// [2 out][in]; with xn set (and act not), also xn = bf16(RMSNorm of the
+// whole y with weights nw, eps) for the next projection. pdl: a
+// programmatic dependent launch (graphs of the decode step). The variant
+// is gemv_variant_for's (a split-K one becomes variant 2 under SWIGLU).
 struct gemv_args {
     const bf16 *w, *x;
-    const float *xf, *nw;
-    float eps;
     float *y;
-    bf16 *act;
+    bf16 *act, *xn;
+    const float *nw;
+    float eps;
     int out, in;
     float beta;
 };
-void gemv_fused(tb_gpu *g, const gemv_args &a, int variant, int pdl);
+void gemv_fused(tb_gpu *g, const gemv_args &a, int pdl);
 // dtype = fp8: y[out] (+)= scale[o] (Q[out][in] x[in]) with Q the E4M3
 // codes of W (fp8.h), at batch 1 (in % 16 == 0).
 void gemv_fp8(tb_gpu *g, const uint8_t *q, const float *scale, const bf16 *x, float *y, int out, int in,

@@ -51,6 +51,8 @@ static char root[4096];
  * tb_model_round_fp8, the device's made with tb_gpu_create_dtype(fp8) */
 static int fp8_mode;
 static int fp8_gemv = TB_GPU_FP8_GEMV_DEFAULT; /* tb_gpu_set_fp8_gemv's variant in check_ar_with */
+/* check_ar_with's bf16 GEMV variant (-1: per shape) and attention splits (0: auto) */
+static int gemv_forced = -1, att_splits = 0;
 
 static void round_to_bf16(tb_model *m)
 {
@@ -200,8 +202,10 @@ static void check_ar_with(const char *name, int pad1, int B, int fusion, int pdl
         return;
     tb_gpu_set_decode_fusion(g, fusion, pdl);
     tb_gpu_set_fp8_gemv(g, fp8_gemv);
-    fprintf(stderr, "%s: batch %d, decode fusion mask %d, PDL %s%s, fp8 GEMV %d\n", name, B, fusion, pdl ? "on" : "off",
-            fp8_mode ? ", dtype fp8" : "", fp8_gemv);
+    tb_gpu_force_gemv_variant(g, gemv_forced);
+    tb_gpu_set_attn_splits(g, att_splits);
+    fprintf(stderr, "%s: batch %d, pad %d, decode fusion mask %d, PDL %s%s, fp8 GEMV %d, GEMV %d, splits %d\n", name, B,
+            pad1, fusion, pdl ? "on" : "off", fp8_mode ? ", dtype fp8" : "", fp8_gemv, gemv_forced, att_splits);
     int V = m.cfg.vocab_size, P = 12, N = 24;
     CHECK(tb_gpu_reserve(g, B, P + N, B * P, err, sizeof err) == 0);
     int pad[2] = {0, pad1};
@@ -297,13 +301,15 @@ static void check_ar(const char *name, int pad1) { check_ar_with(name, pad1, 2, 
  * steps over the slots running); the GPU's logits of every prefill and
  * step against the CPU's tb_cpu_forward_slots, both fed the CPU's greedy
  * tokens (so a near-tie cannot make the paths part). */
-static void check_ar_slots(const char *name)
+static void check_ar_slots(const char *name, int fusion)
 {
     char err[512];
     tb_model m;
     tb_gpu *g;
     if (load_pair("golden", name, &m, &g) != 0)
         return;
+    tb_gpu_set_decode_fusion(g, fusion, 0);
+    fprintf(stderr, "%s: continuous batching, decode fusion mask %d\n", name, fusion);
     enum { S = 3, LEN = 48, STEPS = 16 };
     int V = m.cfg.vocab_size;
     /* the last two join together with prompts of one length: one
@@ -786,7 +792,7 @@ static void check_memory(void)
     /* transient: the GEMV calibration's 8 copies of W, x and y are in the
      * peak, not in what is held after */
     tb_gpu_reset_peak(g);
-    double gbs[4];
+    double gbs[TB_GPU_GEMV_VARIANTS];
     CHECK(tb_gpu_bench_gemv(g, 4096, 1024, gbs) > 0);
     size_t gemv = (size_t)8 * 4096 * 1024 * 2 + 1024 * 2 + 4096 * 4;
     CHECK(tb_gpu_bytes(g) == weights + big);
@@ -1093,10 +1099,18 @@ int main(void)
         if (tb_preset_config("tiny-llama", &cfg, err, sizeof err) == 0) {
             tb_gpu *g = NULL;
             if (tb_gpu_create(&g, &cfg, NULL, 1, err, sizeof err) == 0) {
-                double gbs[4];
-                double best = tb_gpu_bench_gemv(g, 28672, 4096, gbs);
-                fprintf(stderr, "gemv 28672x4096 bf16: variants %.0f / %.0f / %.0f / %.0f GB/s, best %.0f\n", gbs[0],
-                        gbs[1], gbs[2], gbs[3], best);
+                double gbs[TB_GPU_GEMV_VARIANTS];
+                /* Llama-3-8B's shapes: qkv, o, gate-up, down */
+                int shapes[4][2] = {{6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}};
+                double best = 0;
+                for (int i = 0; i < 4; i++) {
+                    best = tb_gpu_bench_gemv(g, shapes[i][0], shapes[i][1], gbs);
+                    fprintf(stderr, "gemv %dx%d bf16: variants", shapes[i][0], shapes[i][1]);
+                    for (int v = 0; v < TB_GPU_GEMV_VARIANTS; v++)
+                        fprintf(stderr, " %.0f", gbs[v]);
+                    fprintf(stderr, " GB/s, best %.0f\n", best);
+                    CHECK(best > 0);
+                }
                 CHECK(best > 0);
                 /* The energy meter: GEMVs for 12 counter periods (~1.2 s on
                  * the H200); the average power it implies must be a power
@@ -1137,6 +1151,22 @@ int main(void)
     check_ar_with("llama-gqa", 0, 1, all, 0);
     check_ar_with("llama-gqa", 0, 1, 0, 0);
     check_ar_with("llama-gqa", 0, 2, 0, 0);
+    /* every bf16 GEMV variant at batch 1 (split-K among them), fused
+     * (gate-up keeps a non-split shape) and unfused (gate-up split too) */
+    for (gemv_forced = 0; gemv_forced < TB_GPU_GEMV_VARIANTS; gemv_forced++) {
+        check_ar_with("llama-gqa", 0, 1, TB_GPU_FUSE_DEFAULT, 0);
+        if (gemv_forced >= 4)
+            check_ar_with("llama-gqa", 0, 1, 0, 0);
+    }
+    gemv_forced = -1;
+    /* split decode attention with 1, 2 and 16 splits: one block per
+     * pair (no combine), and splits holding padding only (l = 0) */
+    for (int i = 0; i < 3; i++) {
+        att_splits = (int[]){1, 2, 16}[i];
+        check_ar_with("llama-gqa", 0, 1, TB_GPU_FUSE_SPLIT_ATTN, 0);
+        check_ar_with("llama-gqa", 5, 2, TB_GPU_FUSE_SPLIT_ATTN, 0);
+    }
+    att_splits = 0;
     check_ar_with("qwen2-bias", 0, 1, all, 1);
     check_ar_with("llama-tied", 0, 1, TB_GPU_FUSE_SWIGLU | TB_GPU_FUSE_SPLIT_ATTN, 1);
     check_ar_with("qwen3-moe", 0, 1, all, 1);
@@ -1144,8 +1174,15 @@ int main(void)
     check_ar("qwen2-bias", 0);
     check_ar("llama-gqa", 5); /* left padding: masked keys, shifted RoPE */
     check_ar("qwen2-bias", 3);
-    check_ar_slots("llama-gqa");
-    check_ar_slots("qwen2-bias");
+    check_ar_slots("llama-gqa", TB_GPU_FUSE_DEFAULT);
+    check_ar_slots("qwen2-bias", TB_GPU_FUSE_DEFAULT);
+    /* decode attention by query group (k_attn_decode_gqa: 2 and 4 heads
+     * per K/V head), without the split kernel: slots, padding */
+    check_ar_slots("llama-gqa", 0);
+    check_ar_slots("qwen2-bias", 0);
+    check_ar_with("qwen2-bias", 0, 2, 0, 0);
+    check_ar_with("llama-gqa", 5, 2, 0, 0);
+    check_ar_with("qwen2-bias", 3, 2, TB_GPU_FUSE_SWIGLU, 0);
     check_flow();
     check_diffusion("llada-tiny", 0);
     check_diffusion("dream-tiny", 1);
@@ -1168,7 +1205,7 @@ int main(void)
     /* mixture of experts (issue 22) */
     check_ar("qwen3-moe", 0);
     check_ar("qwen3-moe", 3);
-    check_ar_slots("qwen3-moe");
+    check_ar_slots("qwen3-moe", TB_GPU_FUSE_DEFAULT);
     check_golden("qwen3-moe");
     check_moe();
     /* dtype = fp8 (issue 20): the device's codes equal the CPU's; then
@@ -1188,7 +1225,7 @@ int main(void)
         if (fp8_gemv != TB_GPU_FP8_GEMV_DEFAULT)
             check_ar_with("llama-gqa", 0, 1, 0, 0);
     fp8_gemv = TB_GPU_FP8_GEMV_DEFAULT;
-    check_ar_slots("llama-gqa");
+    check_ar_slots("llama-gqa", TB_GPU_FUSE_DEFAULT);
     check_diffusion("llada-tiny", 0);
     check_diffusion("dream-tiny", 1);
     check_diffusion_padded("llada-tiny", 7);
