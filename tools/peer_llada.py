@@ -3,9 +3,10 @@
 low_confidence sampler (generate.py: blocks, per-block transfer schedule,
 float64 softmax confidence, top-k commits) over a LLaDA-8B-shaped model
 (LLaMA blocks, bidirectional attention through SDPA, random bf16 weights),
-prompt 128, gen 256, block 32. Prints tokens/s per step count.
+prompt 128, gen 256, block 32, a batch of B canvases (each its own top-k
+per step). Prints aggregate tokens/s per step count and batch.
 
-usage: python3 tools/peer_llada.py [--steps 8,64] [--runs 3]"""
+usage: python3 tools/peer_llada.py [--steps 8,64] [--batches 1] [--runs 3]"""
 import argparse, statistics, time
 
 import torch
@@ -13,6 +14,7 @@ import torch.nn.functional as F
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--steps", default="8,64")
+ap.add_argument("--batches", default="1")
 ap.add_argument("--runs", type=int, default=3)
 args = ap.parse_args()
 
@@ -60,13 +62,14 @@ def forward(ids):
 
 @torch.no_grad()
 def generate(prompt, steps, gen=256, block=32):
-    x = torch.full((1, prompt.shape[1] + gen), MASK, dtype=torch.long, device=dev)
+    B = prompt.shape[0]
+    x = torch.full((B, prompt.shape[1] + gen), MASK, dtype=torch.long, device=dev)
     x[:, : prompt.shape[1]] = prompt
     nb = gen // block
     per = steps // nb
     for k in range(nb):
         s0 = prompt.shape[1] + k * block
-        n = int((x[0, s0: s0 + block] == MASK).sum())
+        n = int((x[0, s0: s0 + block] == MASK).sum())  # the same for every canvas
         sched = [n // per + (i < n % per) for i in range(per)]
         for i in range(per):
             mask = x == MASK
@@ -75,20 +78,21 @@ def generate(prompt, steps, gen=256, block=32):
             p = F.softmax(logits.double(), -1).gather(-1, x0[..., None]).squeeze(-1)
             p[:, s0 + block:] = -float("inf")
             conf = torch.where(mask, p, torch.tensor(-float("inf"), device=dev, dtype=p.dtype))
-            idx = conf[0].topk(sched[i]).indices
-            x[0, idx] = x0[0, idx]
+            idx = conf.topk(sched[i], dim=-1).indices
+            x.scatter_(1, idx, x0.gather(1, idx))
     return x
 
 
-prompt = torch.randint(0, 126000, (1, 128), device=dev)
-for s in [int(v) for v in args.steps.split(",")]:
-    rates = []
-    for r in range(args.runs + 1):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        generate(prompt, s)
-        torch.cuda.synchronize()
-        if r:
-            rates.append(256 / (time.perf_counter() - t0))
-    print(f"peer pytorch-llada llada-8b steps {s}: {statistics.median(rates):.1f} tok/s "
-          f"(runs {', '.join(f'{x:.1f}' for x in rates)})", flush=True)
+for b in [int(v) for v in args.batches.split(",")]:
+    prompt = torch.randint(0, 126000, (b, 128), device=dev)
+    for s in [int(v) for v in args.steps.split(",")]:
+        rates = []
+        for r in range(args.runs + 1):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            generate(prompt, s)
+            torch.cuda.synchronize()
+            if r:
+                rates.append(b * 256 / (time.perf_counter() - t0))
+        print(f"peer pytorch-llada llada-8b steps {s} batch {b}: {statistics.median(rates):.1f} tok/s "
+              f"(runs {', '.join(f'{x:.1f}' for x in rates)})", flush=True)

@@ -387,7 +387,19 @@ int tbgpu::create_on(tb_gpu **out, const tb_model_config *cfg, const tb_model *c
         int shapes[5][2] = {{(int)rows, (int)h}, {(int)h, (int)nq}, {2 * (int)I, (int)h}, {(int)h, (int)I},
                             {(int)Vh, (int)h}};
         double gbs[TB_GPU_GEMV_VARIANTS];
+        // TB_GPU_GEMV_PICKS=a,b,c,d,e: these variants for the five shapes,
+        // not timed (tests/gpu/profile.sh: under ncu the timings are ncu's,
+        // so its run takes the picks of a run without it)
+        const char *picks = getenv("TB_GPU_GEMV_PICKS");
+        int pick[5], npick = picks ? sscanf(picks, "%d,%d,%d,%d,%d", &pick[0], &pick[1], &pick[2], &pick[3], &pick[4])
+                                   : 0;
         for (int i = 0; i < 5 && rc == 0; i++) {
+            if (npick == 5 && pick[i] >= 0 && pick[i] < TB_GPU_GEMV_VARIANTS && g->n_gemv_shapes < TB_GPU_GEMV_SHAPES) {
+                g->gemv_shapes[g->n_gemv_shapes].out = shapes[i][0];
+                g->gemv_shapes[g->n_gemv_shapes].in = shapes[i][1];
+                g->gemv_shapes[g->n_gemv_shapes++].variant = pick[i];
+                continue;
+            }
             if (tb_gpu_bench_gemv(g, shapes[i][0], shapes[i][1], gbs) < 0) {
                 fail(g, "GEMV calibration failed");
                 rc = -1;

@@ -15,7 +15,8 @@
 # device library's METHOD.md). Extra environment (TB_GPU_FUSION,
 # TB_GPU_PDL) passes through; TB_PROFILE_WHAT (default "ar1 ar32 llada")
 # picks, TB_PROFILE_METRICS adds metrics (each may cost a replay pass),
-# TB_PROFILE_TIMEOUT is each run's limit (s). Prints the tables
+# TB_PROFILE_TIMEOUT is each run's limit (s); TB_GPU_GEMV_PICKS (else
+# taken from a run without ncu, below) the GEMV variants. Prints the tables
 # (tools/ncu_summary.py); the CSVs go to $OUT.
 set -uo pipefail
 build=${1:-build-gpu}
@@ -25,6 +26,14 @@ ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 bench=$build/tests/bench_tp
 [ -x "$bench" ] || bench=$build/bench_tp
 metrics=gpu__time_duration.sum,launch__grid_size${TB_PROFILE_METRICS:+,$TB_PROFILE_METRICS}
+# the batch-1 GEMV variants a run without ncu picks for the five weight
+# shapes (gpu_context.cu; ncu's own timings would pick others), for the
+# profiled runs
+if [ -z "${TB_GPU_GEMV_PICKS:-}" ]; then
+    picks=$(TB_GPU_GEMV_LOG=1 timeout 60 "$bench" llama-3-8b 1 8 2 0 2>&1 | sed -n 's/.*; variant \([0-9]*\)$/\1/p' | paste -sd,)
+    echo "GEMV variants by shape (qkv, o, gate-up, down, head), timed without ncu: $picks"
+    [ -n "$picks" ] && export TB_GPU_GEMV_PICKS=$picks
+fi
 for w in ${TB_PROFILE_WHAT:-ar1 ar32 llada}; do
     case $w in
     ar1) args="llama-3-8b 1 128 4 0" call=2 ;;

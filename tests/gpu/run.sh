@@ -24,7 +24,7 @@ echo "tokbench exit $?"
 if [ $peers = 1 ]; then
     echo "== peers"
     python3 tools/peer_hf_generate.py 2>&1 | grep -E "^peer|Error" | tee "$out/peers.txt"
-    python3 tools/peer_llada.py 2>&1 | grep -E "^peer|Error" | tee -a "$out/peers.txt"
+    python3 tools/peer_llada.py --batches 1,8 2>&1 | grep -E "^peer|Error" | tee -a "$out/peers.txt"
 fi
 echo "== summary (test_gpu exit $gpu_rc)"
 sed -n '/^backend  /,/^$/p' "$out/gpu-8b.txt" | cut -c1-200
