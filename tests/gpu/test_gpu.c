@@ -1152,9 +1152,11 @@ int main(void)
     check_ar_with("llama-gqa", 0, 1, 0, 0);
     check_ar_with("llama-gqa", 0, 2, 0, 0);
     /* every bf16 GEMV variant at batch 1 (split-K among them), fused
-     * (gate-up keeps a non-split shape) and unfused (gate-up split too) */
+     * (gate-up keeps a non-split shape), unfused (gate-up split too), and
+     * with the norm in the residual GEMVs' last block (split-K or not) */
     for (gemv_forced = 0; gemv_forced < TB_GPU_GEMV_VARIANTS; gemv_forced++) {
         check_ar_with("llama-gqa", 0, 1, TB_GPU_FUSE_DEFAULT, 0);
+        check_ar_with("llama-gqa", 0, 1, all, 0);
         if (gemv_forced >= 4)
             check_ar_with("llama-gqa", 0, 1, 0, 0);
     }
