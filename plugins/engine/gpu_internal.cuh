@@ -112,6 +112,7 @@ struct tb_gpu {
 
     float *att_part;    // [seqs][nh][ATT_MAX_SPLIT][hd + 2] split attention's partials
     unsigned *att_count; // [seqs][nh] its arrival counters (zero between launches)
+    pick_part *pick_parts; // [rows][PICK_MAX_CHUNKS] the LLaDA pick's partials (gpu_kernels.cu's pick)
     // TB_GPU_PROFILE_CALL=N (gpu_forward.cu): the N-th decode step or
     // diffusion forward is bracketed by cudaProfilerStart/Stop for ncu
     int profile_call, profile_seen;
