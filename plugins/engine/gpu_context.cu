@@ -232,8 +232,8 @@ int tbgpu::create_on(tb_gpu **out, const tb_model_config *cfg, const tb_model *c
         goto done;
     }
     // a fixed workspace so cuBLAS never allocates inside graph capture
-    TRY(dalloc(g, &g->blas_ws, 64u << 20));
-    cublasSetWorkspace(g->blas, g->blas_ws, 64u << 20);
+    TRY(dalloc(g, &g->blas_ws, TB_GPU_BLAS_WS));
+    cublasSetWorkspace(g->blas, g->blas_ws, TB_GPU_BLAS_WS);
     cublasSetMathMode(g->blas, CUBLAS_DEFAULT_MATH);
     g->layers = (gpu_layer *)calloc((size_t)c->n_layers, sizeof *g->layers);
     if (!g->layers) {
@@ -421,6 +421,7 @@ extern "C" void tb_gpu_free(tb_gpu *g)
     dfree(g, g->embed);
     dfree(g, g->final_norm);
     dfree(g, g->inv_freq);
+    gemm_free(g);
     dfree(g, g->blas_ws);
     dfree(g, g->wdq);
     if (g->blas)

@@ -166,7 +166,8 @@ void free_buffers(tb_gpu *g)
 static unsigned norm_threads(int rows) { return rows > 1 ? 256 : 1024; }
 
 // y[rows][out] (+)= x[rows][in] W[out][in]^T; y float32, x and W bf16 (as
-// cpu_forward.c's matmul_t: our GEMV at batch 1, else cuBLAS).
+// cpu_forward.c's matmul_t: our GEMV at batch 1, else cuBLASLt with the
+// algorithm timed per shape, gpu_gemm.cu).
 static int matmul_t(tb_gpu *g, float *y, const bf16 *x, const bf16 *w, int rows, int out, int in, float beta)
 {
     if (rows == 1 && in % 8 == 0) {
@@ -174,10 +175,7 @@ static int matmul_t(tb_gpu *g, float *y, const bf16 *x, const bf16 *w, int rows,
         LAUNCHED();
         return 0;
     }
-    float alpha = 1.0f;
-    CB(cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, &alpha, w, CUDA_R_16BF, in, x, CUDA_R_16BF, in,
-                    &beta, y, CUDA_R_32F, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    return 0;
+    return gemm_bf16(g, y, x, w, rows, out, in, beta);
 }
 
 // A projection: bf16 W, or under dtype = fp8 its E4M3 codes q and row
@@ -527,6 +525,11 @@ static int capture_decode(tb_gpu *g, int B)
         cudaGraphExecDestroy(g->graph);
         g->graph = NULL;
     }
+    // B > 1 rows take the GEMMs (gpu_gemm.cu), tuned only outside
+    // capture: the step once uncaptured first (it writes the K/V the
+    // graph's step writes, and logits the step overwrites)
+    if (B > 1 && (forward_hidden(g, B, 0, 0, 1, 0, 1, FWD_DECODE) || head(g, B, 1, 0, 1)))
+        return -1;
     cudaGraph_t graph;
     CK(cudaStreamBeginCapture(g->stream, cudaStreamCaptureModeThreadLocal));
     int rc = forward_hidden(g, B, 0, 0, 1, 0, 1, FWD_DECODE) || head(g, B, 1, 0, 1);
@@ -606,6 +609,9 @@ static int capture_decode_slots(tb_gpu *g, int B)
 {
     if (!g->graph_slots && !(g->graph_slots = (cudaGraphExec_t *)calloc((size_t)g->seqs + 1, sizeof *g->graph_slots)))
         return fail(g, "out of host memory");
+    // as capture_decode: the step once uncaptured, so its GEMMs are tuned
+    if (B > 1 && (forward_hidden(g, B, 0, 0, 1, 0, 1, FWD_SLOTS) || head(g, B, 1, 0, 1)))
+        return -1;
     cudaGraph_t graph;
     CK(cudaStreamBeginCapture(g->stream, cudaStreamCaptureModeThreadLocal));
     int rc = forward_hidden(g, B, 0, 0, 1, 0, 1, FWD_SLOTS) || head(g, B, 1, 0, 1);
