@@ -242,7 +242,7 @@ int tbgpu::create_on(tb_gpu **out, const tb_model_config *cfg, const tb_model *c
         goto done;
     }
     // a fixed workspace so cuBLAS never allocates inside graph capture
-    TRY(dalloc(g, &g->blas_ws, 64u << 20));
+    TRY(dalloc(g, &g->blas_ws, TB_GPU_BLAS_WS));
     { // the split-K GEMVs' partials (4 slices at most) and counters, for
       // any one-row product of this model (the widest: the head or gate-up)
         size_t most = V > rows ? V : rows;
@@ -255,7 +255,7 @@ int tbgpu::create_on(tb_gpu **out, const tb_model_config *cfg, const tb_model *c
         TRY(dalloc(g, (void **)&g->gemv_count, (most + 1) * sizeof(unsigned))); // and NORM_OUT's grid counter
         TRY(cudaMemsetAsync(g->gemv_count, 0, (most + 1) * sizeof(unsigned), g->stream) == cudaSuccess ? 0 : fail(g, "cudaMemsetAsync failed"));
     }
-    cublasSetWorkspace(g->blas, g->blas_ws, 64u << 20);
+    cublasSetWorkspace(g->blas, g->blas_ws, TB_GPU_BLAS_WS);
     cublasSetMathMode(g->blas, CUBLAS_DEFAULT_MATH);
     g->layers = (gpu_layer *)calloc((size_t)c->n_layers, sizeof *g->layers);
     if (!g->layers) {
@@ -465,6 +465,7 @@ extern "C" void tb_gpu_free(tb_gpu *g)
     dfree(g, g->embed);
     dfree(g, g->final_norm);
     dfree(g, g->inv_freq);
+    gemm_free(g);
     dfree(g, g->blas_ws);
     dfree(g, g->gemv_part);
     dfree(g, g->gemv_count);

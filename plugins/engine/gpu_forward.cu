@@ -52,6 +52,7 @@ extern "C" int tb_gpu_reserve(tb_gpu *g, int seqs, int len, int rows, char *err,
              dalloc(g, (void **)&g->att_part,
                     (size_t)seqs * c->n_heads * ATT_MAX_SPLIT * (c->head_dim + 2) * sizeof(float)) ||
              dalloc(g, (void **)&g->att_count, (size_t)seqs * c->n_heads * sizeof(unsigned)) ||
+             dalloc(g, (void **)&g->pick_parts, R * PICK_MAX_CHUNKS * sizeof(pick_part)) ||
              moe_reserve(g, rows);
     if (rc == 0 && g->head_rows != c->vocab_size) { // a rank's vocabulary slice (gpu_internal.cuh)
         size_t nv = (V + g->tp - 1) / g->tp;
@@ -114,7 +115,7 @@ namespace tbgpu {
 void free_buffers(tb_gpu *g)
 {
     void *bufs[] = {g->kc, g->vc, g->x, g->xn, g->qkv, g->q, g->att, g->gu, g->act, g->logits, g->scores,
-                    g->probs, g->tok, g->out_tok, g->out_conf, g->d_pos, g->d_pad, g->d_rslot, g->d_rpos, g->ptrs, g->att_part, g->att_count, g->logits_part, g->gath};
+                    g->probs, g->tok, g->out_tok, g->out_conf, g->d_pos, g->d_pad, g->d_rslot, g->d_rpos, g->ptrs, g->att_part, g->att_count, g->pick_parts, g->logits_part, g->gath};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         dfree(g, bufs[i]);
     moe_free(g);
@@ -149,6 +150,7 @@ void free_buffers(tb_gpu *g)
     g->hptrs = NULL;
     g->att_part = NULL;
     g->att_count = NULL;
+    g->pick_parts = NULL;
     g->logits_part = g->gath = NULL;
     g->h_tok = NULL;
     g->h_conf = NULL;
@@ -159,8 +161,13 @@ void free_buffers(tb_gpu *g)
 
 } // namespace tbgpu
 
+// k_rmsnorm's threads a row: one row (decode) spreads over 1024; many
+// rows fill the chip with 256 each (one wave of blocks, float4 loads)
+static unsigned norm_threads(int rows) { return rows > 1 ? 256 : 1024; }
+
 // y[rows][out] (+)= x[rows][in] W[out][in]^T; y float32, x and W bf16 (as
-// cpu_forward.c's matmul_t: our GEMV at batch 1, else cuBLAS).
+// cpu_forward.c's matmul_t: our GEMV at batch 1, else cuBLASLt with the
+// algorithm timed per shape, gpu_gemm.cu).
 static int matmul_t(tb_gpu *g, float *y, const bf16 *x, const bf16 *w, int rows, int out, int in, float beta)
 {
     if (rows == 1 && in % 8 == 0) {
@@ -168,10 +175,7 @@ static int matmul_t(tb_gpu *g, float *y, const bf16 *x, const bf16 *w, int rows,
         LAUNCHED();
         return 0;
     }
-    float alpha = 1.0f;
-    CB(cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, &alpha, w, CUDA_R_16BF, in, x, CUDA_R_16BF, in,
-                    &beta, y, CUDA_R_32F, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    return 0;
+    return gemm_bf16(g, y, x, w, rows, out, in, beta);
 }
 
 // A projection: bf16 W, or under dtype = fp8 its E4M3 codes q and row
@@ -232,9 +236,8 @@ static int attn_span(tb_gpu *g, int l, int B, int slot0, int pos0, int n, int n_
     CB(cublasGemmBatchedEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, n_attend, n, hd, &alpha, (const void **)dp,
                            CUDA_R_16BF, kvd, (const void **)(dp + batch), CUDA_R_16BF, nq, &zero, dp + 2 * batch,
                            CUDA_R_32F, n_attend, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    k_softmax_slots<<<(unsigned)((size_t)batch * n), 256, 0, g->stream>>>(
-        g->scores, g->probs, n, n_attend, pos0, causal, g->span_slots ? g->d_pad : g->d_pad + slot0,
-        g->span_slots ? g->d_rslot : NULL, nh);
+    softmax_span(g, g->scores, g->probs, (size_t)batch * n, n, n_attend, pos0, causal,
+                 g->span_slots ? g->d_pad : g->d_pad + slot0, g->span_slots ? g->d_rslot : NULL, nh);
     LAUNCHED();
     // O[n][hd] = P[n][n_attend] V[n_attend][hd]
     CB(cublasGemmBatchedEx(g->blas, CUBLAS_OP_N, CUBLAS_OP_N, hd, n, n_attend, &one,
@@ -289,7 +292,7 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
     int swiglu = one && (g->fusion & TB_GPU_FUSE_SWIGLU) && !G->router;
     int pdl = one && g->pdl && mode != FWD_SPAN;
     if (!norm || l == 0) { // else the layer before left it in xn
-        launch(g, k_rmsnorm, dim3(rows), dim3(1024), 0, pdl, (const float *)g->x, 1, 0, 1,
+        launch(g, k_rmsnorm, dim3(rows), dim3(norm_threads(rows)), 0, pdl, (const float *)g->x, 1, 0, 1,
                (const float *)G->attn_norm, g->xn, h, eps);
         LAUNCHED();
     }
@@ -300,14 +303,17 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
     } else if (matmul_p(g, g->qkv, g->xn, pqkv, rows, qd, h, 0.0f)) {
         return -1;
     }
-    dim3 post_grid(rows, c->n_heads + 2 * c->n_kv_heads);
+    // k_qkv_post: a warp per head, QKV_POST_WARPS heads a block; the row's
+    // rotation table (rope dim floats) in shared memory
+    dim3 post_grid(rows, (c->n_heads + 2 * c->n_kv_heads + QKV_POST_WARPS - 1) / QKV_POST_WARPS);
+    size_t post_smem = (size_t)tb_config_rope_dim(c) * sizeof(float);
     // a span's sequences start at cache sequence slot0
     size_t span_off = mode == FWD_SPAN ? (size_t)slot0 * g->len * kvd : 0;
     const int *rslot = mode == FWD_SLOTS || g->span_slots ? g->d_rslot : NULL;
     const int *rpos = mode == FWD_SLOTS ? g->d_rpos : NULL;
     if (g->span_slots)
         span_off = 0; // the slots are in d_rslot
-    launch(g, k_qkv_post, post_grid, dim3(64), 0, pdl, (const float *)g->qkv, (const float *)G->bqkv,
+    launch(g, k_qkv_post, post_grid, dim3(QKV_POST_WARPS * 32), post_smem, pdl, (const float *)g->qkv, (const float *)G->bqkv,
            (const float *)G->q_norm, (const float *)G->k_norm, eps, (const float *)g->inv_freq, n, pos0,
            (const int *)(mode == FWD_DECODE ? g->d_pos : NULL), rslot, rpos,
            (const int *)(g->d_pad + (mode == FWD_SPAN ? slot0 : 0)), g->kc + layer_off + span_off,
@@ -367,7 +373,7 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
     if (g->comm && tp_allreduce(g, g->x, (size_t)rows * h))
         return -1;
     if (!norm) {
-        launch(g, k_rmsnorm, dim3(rows), dim3(1024), 0, pdl, (const float *)g->x, 1, 0, 1,
+        launch(g, k_rmsnorm, dim3(rows), dim3(norm_threads(rows)), 0, pdl, (const float *)g->x, 1, 0, 1,
                (const float *)G->mlp_norm, g->xn, h, eps);
         LAUNCHED();
     }
@@ -380,7 +386,7 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
         int S = g->moe.shared_inter;
         if (matmul_t(g, g->gu, g->xn, G->sh_gu, rows, 2 * S, h, 0.0f))
             return -1;
-        k_swiglu<<<blocks_for((size_t)rows * S), 256, 0, g->stream>>>(g->gu, g->act, S, (size_t)rows * S);
+        swiglu_act(g, g->gu, g->act, S, (size_t)rows * S);
         LAUNCHED();
         return matmul_t(g, g->x, g->act, G->sh_down, rows, h, S, 1.0f);
     }
@@ -391,7 +397,7 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
     } else {
         if (matmul_p(g, g->gu, g->xn, pgu, rows, 2 * I, h, 0.0f))
             return -1;
-        k_swiglu<<<blocks_for((size_t)rows * I), 256, 0, g->stream>>>(g->gu, g->act, I, (size_t)rows * I);
+        swiglu_act(g, g->gu, g->act, I, (size_t)rows * I);
         LAUNCHED();
     }
     if (one) { // (under NORM also the next layer's RMSNorm, or the final one, into xn)
@@ -435,7 +441,7 @@ static int head(tb_gpu *g, int B, int n, int r0, int nr)
         if (matmul_t(g, out, g->xn, g->lm_head, 1, g->head_rows, h, 0.0f))
             return -1;
     } else {
-        k_rmsnorm<<<B * nr, 1024, 0, g->stream>>>(g->x, n, r0, nr, g->final_norm, g->xn, h, (float)c->rms_eps);
+        k_rmsnorm<<<B * nr, norm_threads(B * nr), 0, g->stream>>>(g->x, n, r0, nr, g->final_norm, g->xn, h, (float)c->rms_eps);
         LAUNCHED();
         if (matmul_t(g, out, g->xn, g->lm_head, B * nr, g->head_rows, h, 0.0f))
             return -1;
@@ -548,6 +554,11 @@ static int capture_decode(tb_gpu *g, int B)
         cudaGraphExecDestroy(g->graph);
         g->graph = NULL;
     }
+    // B > 1 rows take the GEMMs (gpu_gemm.cu), tuned only outside
+    // capture: the step once uncaptured first (it writes the K/V the
+    // graph's step writes, and logits the step overwrites)
+    if (B > 1 && (forward_hidden(g, B, 0, 0, 1, 0, 1, FWD_DECODE) || head(g, B, 1, 0, 1)))
+        return -1;
     cudaGraph_t graph;
     CK(cudaStreamBeginCapture(g->stream, cudaStreamCaptureModeThreadLocal));
     int rc = forward_hidden(g, B, 0, 0, 1, 0, 1, FWD_DECODE) || head(g, B, 1, 0, 1);
@@ -627,6 +638,9 @@ static int capture_decode_slots(tb_gpu *g, int B)
 {
     if (!g->graph_slots && !(g->graph_slots = (cudaGraphExec_t *)calloc((size_t)g->seqs + 1, sizeof *g->graph_slots)))
         return fail(g, "out of host memory");
+    // as capture_decode: the step once uncaptured, so its GEMMs are tuned
+    if (B > 1 && (forward_hidden(g, B, 0, 0, 1, 0, 1, FWD_SLOTS) || head(g, B, 1, 0, 1)))
+        return -1;
     cudaGraph_t graph;
     CK(cudaStreamBeginCapture(g->stream, cudaStreamCaptureModeThreadLocal));
     int rc = forward_hidden(g, B, 0, 0, 1, 0, 1, FWD_SLOTS) || head(g, B, 1, 0, 1);
@@ -739,8 +753,8 @@ extern "C" int tb_gpu_forward_pick(tb_gpu *g, const int32_t *canvas, int rows, i
     if (canvas_span(g, canvas, rows, L, pos0, n, n_attend, pick0, npick, shifted, &r0, &nr))
         return -1;
     size_t V = g->cfg.vocab_size;
-    k_pick<<<B * npick, 256, 0, g->stream>>>(g->logits, (int)V, npick, nr, pick0 - r0, shifted, (size_t)B * nr * V,
-                                             (float)cfg_scale, kind, -1, g->out_tok, g->out_conf);
+    pick(g, g->logits, (int)V, B * npick, npick, nr, pick0 - r0, shifted, (size_t)B * nr * V, (float)cfg_scale, kind,
+         -1, g->out_tok, g->out_conf);
     LAUNCHED();
     CK(cudaMemcpyAsync(g->h_tok, g->out_tok, (size_t)B * npick * sizeof(int32_t), cudaMemcpyDeviceToHost, g->stream));
     CK(cudaMemcpyAsync(g->h_conf, g->out_conf, (size_t)B * npick * sizeof(double), cudaMemcpyDeviceToHost,
@@ -824,8 +838,8 @@ extern "C" int tb_gpu_forward_pick_rows(tb_gpu *g, const int32_t *canvas, int L,
         return 0;
     }
     size_t V = g->cfg.vocab_size;
-    k_pick<<<n_rows * npick, 256, 0, g->stream>>>(g->logits, (int)V, npick, nr, pick0 - r0, shifted,
-                                                  (size_t)n_rows * nr * V, 0.0f, kind, never, g->out_tok, g->out_conf);
+    pick(g, g->logits, (int)V, n_rows * npick, npick, nr, pick0 - r0, shifted, (size_t)n_rows * nr * V, 0.0f, kind,
+         never, g->out_tok, g->out_conf);
     LAUNCHED();
     CK(cudaMemcpyAsync(g->h_tok, g->out_tok, (size_t)n_rows * npick * sizeof(int32_t), cudaMemcpyDeviceToHost,
                        g->stream));

@@ -50,6 +50,11 @@ struct dev_block {
     size_t bytes; // as requested from cudaMalloc
 };
 
+struct gemm_cache; // gpu_gemm.cu
+
+// cuBLAS's fixed workspace (bytes), shared by cuBLASLt (gpu_gemm.cu)
+#define TB_GPU_BLAS_WS (64u << 20)
+
 // weight shapes whose GEMV variant is kept (a model has 5: qkv, o,
 // gate-up, down, head)
 #define TB_GPU_GEMV_SHAPES 8
@@ -60,6 +65,10 @@ struct tb_gpu {
     cublasHandle_t blas;
     cudaStream_t stream;
     void *blas_ws;
+    // the span GEMMs' tuned cuBLASLt plans (gpu_gemm.cu), made on first
+    // use; gemm_failed: cuBLASLt did not start, cublasGemmEx throughout
+    gemm_cache *gemm;
+    int gemm_failed;
     // device memory through dalloc/dfree (gpu.h: what is counted): the
     // blocks held, their bytes now, and the most since tb_gpu_reset_peak
     dev_block *blocks;
@@ -133,6 +142,7 @@ struct tb_gpu {
 
     float *att_part;    // [seqs][nh][ATT_MAX_SPLIT][hd + 2] split attention's partials
     unsigned *att_count; // [seqs][nh] its arrival counters (zero between launches)
+    pick_part *pick_parts; // [rows][PICK_MAX_CHUNKS] the LLaDA pick's partials (gpu_kernels.cu's pick)
     // TB_GPU_PROFILE_CALL=N (gpu_forward.cu): the N-th decode step or
     // diffusion forward is bracketed by cudaProfilerStart/Stop for ncu
     int profile_call, profile_seen;
@@ -210,6 +220,10 @@ int fail(tb_gpu *g, const char *fmt, ...);
 // Every device allocation goes through these (gpu_context.cu).
 int dalloc(tb_gpu *g, void **p, size_t bytes);
 void dfree(tb_gpu *g, void *p);
+// y[rows][out] (+)= x[rows][in] W[out][in]^T for rows > 1 (gpu_gemm.cu:
+// cuBLASLt with a timed algorithm per shape), and its plans' release.
+int gemm_bf16(tb_gpu *g, float *y, const bf16 *x, const bf16 *w, int rows, int out, int in, float beta);
+void gemm_free(tb_gpu *g);
 // Free the forward's buffers (gpu_forward.cu, as tb_cpu_state_free).
 void free_buffers(tb_gpu *g);
 // The MoE feed-forward (gpu_moe.cu): refuse what it does not compute, its

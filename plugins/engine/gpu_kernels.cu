@@ -4,6 +4,7 @@
 #include "gpu_internal.cuh"
 
 #include <cuda_fp8.h>
+#include <limits.h>
 #include <math.h>
 
 #include "fp8.h"
@@ -60,7 +61,8 @@ __device__ float block_sum(float v, float *sh)
 
 // y[o] = bf16(x[r] / rms(x[r]) * w), one block per output row o: with
 // (n, r0, nr) = (1, 0, 1) every row; otherwise rows r0 .. r0 + nr - 1 of
-// each sequence of n rows (the LM head's rows).
+// each sequence of n rows (the LM head's rows). Four floats a load when
+// h % 4 == 0 (rows, w and y then 16- and 8-byte aligned).
 __global__ void k_rmsnorm(const float *x, int n, int r0, int nr, const float *w, bf16 *y, int h, float eps)
 {
     __shared__ float sh[32];
@@ -68,31 +70,53 @@ __global__ void k_rmsnorm(const float *x, int n, int r0, int nr, const float *w,
     griddep_launch();
     int o = blockIdx.x;
     const float *xr = x + ((size_t)(o / nr) * n + r0 + o % nr) * h;
+    bf16 *yr = y + (size_t)blockIdx.x * h;
     float ss = 0;
+    if (h % 4 == 0) {
+        const float4 *x4 = reinterpret_cast<const float4 *>(xr), *w4 = reinterpret_cast<const float4 *>(w);
+        for (int i = threadIdx.x; i < h / 4; i += blockDim.x) {
+            float4 a = x4[i];
+            ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
+        }
+        ss = block_sum(ss, sh);
+        float inv = rsqrtf(ss / h + eps);
+        for (int i = threadIdx.x; i < h / 4; i += blockDim.x) {
+            float4 a = x4[i], ww = w4[i];
+            __nv_bfloat162 lo = __floats2bfloat162_rn(ww.x * (a.x * inv), ww.y * (a.y * inv));
+            __nv_bfloat162 hi = __floats2bfloat162_rn(ww.z * (a.z * inv), ww.w * (a.w * inv));
+            uint2 v;
+            v.x = *reinterpret_cast<unsigned *>(&lo);
+            v.y = *reinterpret_cast<unsigned *>(&hi);
+            reinterpret_cast<uint2 *>(yr)[i] = v;
+        }
+        return;
+    }
     for (int i = threadIdx.x; i < h; i += blockDim.x)
         ss += xr[i] * xr[i];
     ss = block_sum(ss, sh);
     float inv = rsqrtf(ss / h + eps);
     for (int i = threadIdx.x; i < h; i += blockDim.x)
-        y[(size_t)blockIdx.x * h + i] = __float2bfloat16(w[i] * (xr[i] * inv));
+        yr[i] = __float2bfloat16(w[i] * (xr[i] * inv));
 }
 
 // Bias, half-split RoPE on q and k (over the first rd dims of a head,
 // pairs (i, i + rd/2); dims from rd on unrotated: partial rotary), k/v
-// into the cache, q to bf16. One block per (row, head of q, k or v), a
-// thread per pair of dims; positions
-// pos0 + (row % n_new), or *d_pos in decode. A left-padded sequence's
-// RoPE positions start at its first real token (pos - pad[b]), as on the
-// CPU; the cache slot stays pos.
-__global__ void k_qkv_post(const float *qkv, const float *bias, const float *q_norm, const float *k_norm, float eps,
-                           const float *inv_freq, int n_new, int pos0, const int *d_pos, const int *row_slot,
-                           const int *row_pos, const int *pad, bf16 *kc, bf16 *vc, int len, bf16 *q_out, int nh,
-                           int nkv, int hd, int rd)
+// into the cache, q to bf16. Grid (row, group of QKV_POST_WARPS heads of
+// q, k and v), a warp per head, lanes over the pairs of dims; the row's
+// rotation (cos, sin of each pair's angle: the same for every head of the
+// row) is computed once per block into shared memory (rd floats, dynamic).
+// Positions pos0 + (row % n_new), or *d_pos in decode. A left-padded
+// sequence's RoPE positions start at its first real token (pos - pad[b]),
+// as on the CPU; the cache slot stays pos.
+__global__ void __launch_bounds__(QKV_POST_WARPS * 32)
+    k_qkv_post(const float *qkv, const float *bias, const float *q_norm, const float *k_norm, float eps,
+               const float *inv_freq, int n_new, int pos0, const int *d_pos, const int *row_slot, const int *row_pos,
+               const int *pad, bf16 *kc, bf16 *vc, int len, bf16 *q_out, int nh, int nkv, int hd, int rd)
 {
-    __shared__ float sh[32];
+    extern __shared__ float rot[]; // [rd / 2] cos, then [rd / 2] sin
     griddep_wait();
     griddep_launch();
-    int r = blockIdx.x, head = blockIdx.y, b = r / n_new;
+    int r = blockIdx.x, b = r / n_new;
     // sequence b of the call: cache sequence b at a shared position, or
     // (row_pos given: continuous batching) slot row_slot[b] at its own
     int pos = (row_pos ? row_pos[b] : d_pos ? *d_pos : pos0) + r % n_new;
@@ -100,45 +124,53 @@ __global__ void k_qkv_post(const float *qkv, const float *bias, const float *q_n
         b = row_slot[b];
     int rpos = pos >= pad[b] ? pos - pad[b] : 0;
     int nq = nh * hd, kvd = nkv * hd, qkvd = nq + 2 * kvd, half = rd / 2;
+    int head0 = blockIdx.y * QKV_POST_WARPS;
+    if (head0 < nh + nkv) // the block holds a q or k head: the row's rotation
+        for (int i = threadIdx.x; i < half; i += blockDim.x) {
+            float ang = (float)rpos * inv_freq[i];
+            rot[i] = cosf(ang);
+            rot[half + i] = sinf(ang);
+        }
+    __syncthreads();
+    int head = head0 + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (head >= nh + 2 * nkv)
+        return;
     const float *v = qkv + (size_t)r * qkvd + (size_t)head * hd;
     const float *bb = bias ? bias + (size_t)head * hd : NULL;
     size_t at = ((size_t)b * len + pos) * kvd;
+    bf16 *dst = head < nh         ? q_out + (size_t)r * nq + (size_t)head * hd
+                : head < nh + nkv ? kc + at + (size_t)(head - nh) * hd
+                                  : vc + at + (size_t)(head - nh - nkv) * hd;
     // Qwen3's QK-norm: RMSNorm over the head's dims (after the bias),
-    // weights q_norm or k_norm; uniform per block, so every thread reduces
+    // weights q_norm or k_norm; uniform per warp
     const float *nw = head < nh ? q_norm : head < nh + nkv ? k_norm : NULL;
     float inv = 1.0f;
     if (nw) {
         float ss = 0;
-        for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+        for (int i = lane; i < hd; i += 32) {
             float a = v[i] + (bb ? bb[i] : 0.0f);
             ss += a * a;
         }
-        ss = block_sum(ss, sh);
+        for (int o = 16; o > 0; o >>= 1)
+            ss += __shfl_xor_sync(0xffffffff, ss, o);
         inv = rsqrtf(ss / hd + eps);
     }
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    for (int i = lane; i < half; i += 32) {
         float a = v[i] + (bb ? bb[i] : 0.0f), c = v[i + half] + (bb ? bb[i + half] : 0.0f);
         if (nw)
             a = nw[i] * (a * inv), c = nw[i + half] * (c * inv);
         if (head < nh + nkv) { /* q or k: rotate */
-            float ang = (float)rpos * inv_freq[i];
-            float cs = cosf(ang), sn = sinf(ang);
+            float cs = rot[i], sn = rot[half + i];
             float ra = a * cs - c * sn, rc = c * cs + a * sn;
             a = ra, c = rc;
         }
-        bf16 *dst = head < nh         ? q_out + (size_t)r * nq + (size_t)head * hd
-                    : head < nh + nkv ? kc + at + (size_t)(head - nh) * hd
-                                      : vc + at + (size_t)(head - nh - nkv) * hd;
         dst[i] = __float2bfloat16(a);
         dst[i + half] = __float2bfloat16(c);
     }
-    for (int i = rd + threadIdx.x; i < hd; i += blockDim.x) { // the unrotated dims
+    for (int i = rd + lane; i < hd; i += 32) { // the unrotated dims
         float a = v[i] + (bb ? bb[i] : 0.0f);
         if (nw)
             a = nw[i] * (a * inv);
-        bf16 *dst = head < nh         ? q_out + (size_t)r * nq + (size_t)head * hd
-                    : head < nh + nkv ? kc + at + (size_t)(head - nh) * hd
-                                      : vc + at + (size_t)(head - nh - nkv) * hd;
         dst[i] = __float2bfloat16(a);
     }
 }
@@ -467,10 +499,85 @@ __global__ void k_softmax_slots(const float *sc, bf16 *p, int n, int n_keys, int
     softmax_row(sc, p, n, n_keys, pos0, causal, pad, row_slot, nh, red);
 }
 
+// softmax_row's rows, a warp per row and SOFTMAX_WARP_ROWS rows a block,
+// for n_keys <= 32 K: the row's scores stay in registers (K a lane), so
+// the scores are read once, exp once, and no block barrier. The same
+// values as softmax_row (its max, __expf(x - max) / sum) but for the
+// order of the sum.
+#define SOFTMAX_WARP_ROWS 8
+template <int K>
+__global__ void __launch_bounds__(SOFTMAX_WARP_ROWS * 32)
+    k_softmax_warp(const float *sc, bf16 *p, size_t n_rows, int n, int n_keys, int pos0, int causal, const int *pad,
+                   const int *row_slot, int nh)
+{
+    size_t row = (size_t)blockIdx.x * SOFTMAX_WARP_ROWS + threadIdx.x / 32;
+    if (row >= n_rows)
+        return;
+    int lane = threadIdx.x % 32;
+    int t = (int)(row % n), visible = n_keys;
+    if (causal > 0) {
+        long end = ((long)(pos0 + t) / causal + 1) * causal;
+        visible = end < n_keys ? (int)end : n_keys;
+    }
+    int b = (int)(row / ((size_t)n * nh));
+    if (row_slot)
+        b = row_slot[b];
+    int lo = pos0 + t >= pad[b] ? pad[b] : 0;
+    const float *x = sc + row * n_keys;
+    bf16 *y = p + row * n_keys;
+    float e[K];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        int j = lane + 32 * k;
+        e[k] = j >= lo && j < visible ? x[j] : -INFINITY;
+        mx = fmaxf(mx, e[k]);
+    }
+    for (int o = 16; o > 0; o >>= 1)
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, o));
+    float sum = 0;
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        int j = lane + 32 * k;
+        e[k] = j >= lo && j < visible ? __expf(e[k] - mx) : 0.0f;
+        sum += e[k];
+    }
+    for (int o = 16; o > 0; o >>= 1)
+        sum += __shfl_xor_sync(0xffffffff, sum, o);
+    float inv = 1.0f / sum;
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        int j = lane + 32 * k;
+        if (j < n_keys)
+            y[j] = __float2bfloat16(j >= lo && j < visible ? e[k] * inv : 0.0f);
+    }
+}
+
 // act[r][i] = silu(gate[r][i]) up[r][i]: a thread per element, so one row
-// (decode) still spreads over the whole chip.
+// (decode) still spreads over the whole chip; with inter % 4 == 0 a
+// thread per four elements (16-byte loads of gate and up, an 8-byte
+// store), the same arithmetic per element.
 __global__ void k_swiglu(const float *gu, bf16 *act, int inter, size_t n)
 {
+    if (inter % 4 == 0) {
+        size_t quads = n / 4;
+        int iq = inter / 4;
+        for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < quads;
+             e += (size_t)gridDim.x * blockDim.x) {
+            size_t r = e / iq, i = (e % iq) * 4;
+            float4 g = *reinterpret_cast<const float4 *>(gu + r * 2 * inter + i);
+            float4 u = *reinterpret_cast<const float4 *>(gu + r * 2 * inter + inter + i);
+            __nv_bfloat162 lo = __floats2bfloat162_rn(g.x / (1.0f + __expf(-g.x)) * u.x,
+                                                      g.y / (1.0f + __expf(-g.y)) * u.y);
+            __nv_bfloat162 hi = __floats2bfloat162_rn(g.z / (1.0f + __expf(-g.z)) * u.z,
+                                                      g.w / (1.0f + __expf(-g.w)) * u.w);
+            uint2 v;
+            v.x = *reinterpret_cast<unsigned *>(&lo);
+            v.y = *reinterpret_cast<unsigned *>(&hi);
+            *reinterpret_cast<uint2 *>(act + r * inter + i) = v;
+        }
+        return;
+    }
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
         size_t r = e / inter, i = e % inter;
         float g = gu[r * 2 * inter + i], u = gu[r * 2 * inter + inter + i];
@@ -972,6 +1079,88 @@ __global__ void k_pick(const float *logits, int V, int npick, int nr, int off, i
     }
 }
 
+// k_pick's kind 0 (LLaDA) split: grid (chunks, picked rows). Block c of
+// picked row p takes logits [c chunk, (c + 1) chunk) of the row (pick_row
+// as k_pick: shift, cfg, never) and writes its largest logit, that
+// logit's first index, and the float64 sum of exp(logit - its max) to
+// part[p][c] (an empty chunk: -inf, V, 0).
+__global__ void k_pick_part(const float *logits, int V, int npick, int nr, int off, int shifted,
+                            size_t uncond_offset, float cfg, int never, pick_part *part)
+{
+    __shared__ float bv[256];
+    __shared__ int bi[256];
+    __shared__ double ds[256];
+    int p = blockIdx.y, b = p / npick, i = p % npick, li = off + i;
+    size_t src = (size_t)b * nr + (shifted && li > 0 ? li - 1 : li);
+    pick_row x = {logits + src * V, logits + src * V + uncond_offset, cfg, never};
+    int chunk = (V + gridDim.x - 1) / gridDim.x, v0 = blockIdx.x * chunk, v1 = v0 + chunk < V ? v0 + chunk : V;
+    float best = -INFINITY;
+    int idx = V;
+    for (int v = v0 + threadIdx.x; v < v1; v += blockDim.x)
+        if (x[v] > best)
+            best = x[v], idx = v;
+    bv[threadIdx.x] = best;
+    bi[threadIdx.x] = idx;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) {
+            float o = bv[threadIdx.x + s];
+            int oi = bi[threadIdx.x + s];
+            if (o > bv[threadIdx.x] || (o == bv[threadIdx.x] && oi < bi[threadIdx.x]))
+                bv[threadIdx.x] = o, bi[threadIdx.x] = oi;
+        }
+        __syncthreads();
+    }
+    float mx = bv[0];
+    int am = bi[0];
+    double sum = 0;
+    if (mx > -INFINITY)
+        for (int v = v0 + threadIdx.x; v < v1; v += blockDim.x)
+            sum += exp((double)x[v] - (double)mx);
+    ds[threadIdx.x] = sum;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s)
+            ds[threadIdx.x] += ds[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0)
+        part[(size_t)p * gridDim.x + blockIdx.x] = {ds[0], mx, am};
+}
+
+// The picked rows' partials combined, a warp per row: the first index of
+// the row's largest logit (chunks in order, so the lowest index among
+// equal maxima) and the float64 probability 1 / sum over chunks of
+// sum_c exp(mx_c - max), as k_pick's kind 0.
+__global__ void k_pick_combine(const pick_part *part, int n_picks, int chunks, int32_t *x0, double *conf)
+{
+    int p = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (p >= n_picks)
+        return;
+    const pick_part *pp = part + (size_t)p * chunks;
+    float mx = -INFINITY;
+    int am = INT_MAX;
+    for (int c = lane; c < chunks; c += 32)
+        if (pp[c].mx > mx || (pp[c].mx == mx && pp[c].idx < am))
+            mx = pp[c].mx, am = pp[c].idx;
+    for (int o = 16; o > 0; o >>= 1) {
+        float om = __shfl_xor_sync(0xffffffff, mx, o);
+        int oi = __shfl_xor_sync(0xffffffff, am, o);
+        if (om > mx || (om == mx && oi < am))
+            mx = om, am = oi;
+    }
+    double sum = 0;
+    for (int c = lane; c < chunks; c += 32)
+        if (pp[c].sum > 0)
+            sum += pp[c].sum * exp((double)pp[c].mx - (double)mx);
+    for (int o = 16; o > 0; o >>= 1)
+        sum += __shfl_xor_sync(0xffffffff, sum, o);
+    if (lane == 0) {
+        x0[p] = mx > -INFINITY ? am : 0; // no finite logit: index 0, as k_pick
+        conf[p] = 1.0 / sum;
+    }
+}
+
 // dtype = fp8 (fp8.h). Quantize W[rows][in] (bf16) row by row, one block
 // per row: the row's largest magnitude, its power-of-two scale, and each
 // weight's E4M3 byte, with fp8.h's functions (the CPU path's, so both
@@ -1194,6 +1383,48 @@ void gemv(tb_gpu *g, const bf16 *w, const bf16 *x, float *y, int out, int in, fl
 {
     gemv_args a = {w, x, y, NULL, NULL, NULL, 0.0f, out, in, beta};
     gemv_pick<false, false>(g, a, variant, 0);
+}
+
+void softmax_span(tb_gpu *g, const float *sc, bf16 *p, size_t n_rows, int n, int n_keys, int pos0, int causal,
+                  const int *pad, const int *row_slot, int nh)
+{
+    unsigned blocks = (unsigned)((n_rows + SOFTMAX_WARP_ROWS - 1) / SOFTMAX_WARP_ROWS);
+    dim3 block(SOFTMAX_WARP_ROWS * 32);
+    if (n_keys <= 32 * 4)
+        k_softmax_warp<4><<<blocks, block, 0, g->stream>>>(sc, p, n_rows, n, n_keys, pos0, causal, pad, row_slot, nh);
+    else if (n_keys <= 32 * 8)
+        k_softmax_warp<8><<<blocks, block, 0, g->stream>>>(sc, p, n_rows, n, n_keys, pos0, causal, pad, row_slot, nh);
+    else if (n_keys <= 32 * 16)
+        k_softmax_warp<16><<<blocks, block, 0, g->stream>>>(sc, p, n_rows, n, n_keys, pos0, causal, pad, row_slot, nh);
+    else if (n_keys <= 32 * 32)
+        k_softmax_warp<32><<<blocks, block, 0, g->stream>>>(sc, p, n_rows, n, n_keys, pos0, causal, pad, row_slot, nh);
+    else
+        k_softmax_slots<<<(unsigned)n_rows, 256, 0, g->stream>>>(sc, p, n, n_keys, pos0, causal, pad, row_slot, nh);
+}
+
+void swiglu_act(tb_gpu *g, const float *gu, bf16 *act, int inter, size_t n)
+{
+    k_swiglu<<<blocks_for(inter % 4 == 0 ? n / 4 : n), 256, 0, g->stream>>>(gu, act, inter, n);
+}
+
+void pick(tb_gpu *g, const float *logits, int V, int n_picks, int npick, int nr, int off, int shifted,
+          size_t uncond_offset, float cfg, int kind, int never, int32_t *x0, double *conf)
+{
+    if (n_picks < 1)
+        return;
+    if (kind != 0 || n_picks > 65535) {
+        k_pick<<<n_picks, 256, 0, g->stream>>>(logits, V, npick, nr, off, shifted, uncond_offset, cfg, kind, never,
+                                               x0, conf);
+        return;
+    }
+    // chunks of at least 256 logits, enough blocks for about eight a
+    // multiprocessor, at most PICK_MAX_CHUNKS (g->pick_parts's size)
+    int chunks = 8 * g->prop.multiProcessorCount / n_picks, most = (V + 255) / 256;
+    chunks = chunks > most ? most : chunks;
+    chunks = chunks > PICK_MAX_CHUNKS ? PICK_MAX_CHUNKS : chunks < 1 ? 1 : chunks;
+    k_pick_part<<<dim3(chunks, n_picks), 256, 0, g->stream>>>(logits, V, npick, nr, off, shifted, uncond_offset,
+                                                              cfg, never, g->pick_parts);
+    k_pick_combine<<<(n_picks + 7) / 8, 256, 0, g->stream>>>(g->pick_parts, n_picks, chunks, x0, conf);
 }
 
 void gemv_fused(tb_gpu *g, const gemv_args &a, int pdl)

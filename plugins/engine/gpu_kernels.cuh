@@ -17,15 +17,19 @@ typedef __nv_bfloat16 bf16;
 // (sequence, head)'s keys (the partials buffer's size).
 #define ATT_SPLIT_WARPS 4
 #define ATT_MAX_SPLIT 16
+// k_qkv_post: heads per block (a warp each)
+#define QKV_POST_WARPS 8
+// k_pick_part: the most blocks one picked row is split over
+#define PICK_MAX_CHUNKS 64
 
 __global__ void k_init_uniform(bf16 *p, size_t n, uint64_t seed, float a);
 __global__ void k_f32_to_bf16(const float *src, bf16 *dst, size_t n);
 __global__ void k_embed(const int32_t *tok, const bf16 *emb, float *x, int h);
 __global__ void k_rmsnorm(const float *x, int n, int r0, int nr, const float *w, bf16 *y, int h, float eps);
-__global__ void k_qkv_post(const float *qkv, const float *bias, const float *q_norm, const float *k_norm, float eps,
-                           const float *inv_freq, int n_new, int pos0, const int *d_pos, const int *row_slot,
-                           const int *row_pos, const int *pad, bf16 *kc, bf16 *vc, int len, bf16 *q_out, int nh,
-                           int nkv, int hd, int rd);
+__global__ void __launch_bounds__(QKV_POST_WARPS * 32)
+    k_qkv_post(const float *qkv, const float *bias, const float *q_norm, const float *k_norm, float eps,
+               const float *inv_freq, int n_new, int pos0, const int *d_pos, const int *row_slot, const int *row_pos,
+               const int *pad, bf16 *kc, bf16 *vc, int len, bf16 *q_out, int nh, int nkv, int hd, int rd);
 __global__ void __launch_bounds__(ATT_WARPS * 32)
     k_attn_decode(const bf16 *q, const bf16 *kc, const bf16 *vc, bf16 *out, int len, int nh, int nkv, int hd,
                   const int *d_pos, int n_keys_fixed, const int *row_slot, const int *row_pos, const int *pad,
@@ -51,6 +55,15 @@ __global__ void k_fp8_quantize_rows(const bf16 *w, int in, uint8_t *q, float *sc
 __global__ void k_fp8_dequant(const uint8_t *q, const float *scale, int in, size_t n, bf16 *out);
 __global__ void k_pick(const float *logits, int V, int npick, int nr, int off, int shifted, size_t uncond_offset,
                        float cfg, int kind, int never, int32_t *x0, double *conf);
+// k_pick's LLaDA kind split over blocks: one chunk's partial
+struct pick_part {
+    double sum; // sum of exp(logit - mx) over the chunk, float64
+    float mx;   // the chunk's largest logit
+    int idx;    // its first index
+};
+__global__ void k_pick_part(const float *logits, int V, int npick, int nr, int off, int shifted,
+                            size_t uncond_offset, float cfg, int never, pick_part *part);
+__global__ void k_pick_combine(const pick_part *part, int n_picks, int chunks, int32_t *x0, double *conf);
 
 struct tb_gpu;
 namespace tbgpu {
@@ -81,6 +94,19 @@ void gemv_fused(tb_gpu *g, const gemv_args &a, int pdl);
 // codes of W (fp8.h), at batch 1 (in % 16 == 0).
 void gemv_fp8(tb_gpu *g, const uint8_t *q, const float *scale, const bf16 *x, float *y, int out, int in,
               float beta);
+// The span's row softmax (k_softmax_slots' contract) over n_rows =
+// sequences x heads x n rows of n_keys scores: a warp per row with the
+// row in registers when n_keys <= 1024, else k_softmax_slots.
+void softmax_span(tb_gpu *g, const float *sc, bf16 *p, size_t n_rows, int n, int n_keys, int pos0, int causal,
+                  const int *pad, const int *row_slot, int nh);
+// act[r][i] = silu(gate) up over n = rows x inter elements (k_swiglu),
+// four a thread when inter % 4 == 0.
+void swiglu_act(tb_gpu *g, const float *gu, bf16 *act, int inter, size_t n);
+// The picks (k_pick's arguments) for n_picks = B x npick rows: kind 0
+// (LLaDA) split over several blocks a row (k_pick_part, k_pick_combine,
+// partials in g->pick_part), the other kinds k_pick.
+void pick(tb_gpu *g, const float *logits, int V, int n_picks, int npick, int nr, int off, int shifted,
+          size_t uncond_offset, float cfg, int kind, int never, int32_t *x0, double *conf);
 } // namespace tbgpu
 
 #endif

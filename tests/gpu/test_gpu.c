@@ -536,6 +536,48 @@ static int route_near_tie(const char *name, const tb_model *m, const tb_cpu_stat
     return 1;
 }
 
+/* Span attention's row softmax (gpu_kernels.cu's softmax_span) at every
+ * width it is specialised for: a row's keys in registers up to 128, 256,
+ * 512 and 1024, and the block kernel beyond; bidirectional spans against
+ * the CPU's logits. */
+static void check_span_widths(const char *name)
+{
+    static const int widths[] = {100, 200, 400, 1000, 1100};
+    enum { LMAX = 1100 };
+    char err[512];
+    tb_model m;
+    tb_gpu *g;
+    if (load_pair("golden-diffusion", name, &m, &g) != 0)
+        return;
+    int V = m.cfg.vocab_size;
+    CHECK(tb_gpu_reserve(g, 1, LMAX, LMAX, err, sizeof err) == 0);
+    tb_cpu_state st;
+    CHECK(tb_cpu_state_init(&st, &m, 1, LMAX, LMAX, 1, err, sizeof err) == 0);
+    int32_t *canvas = malloc(LMAX * sizeof *canvas);
+    float *gl = malloc((size_t)LMAX * V * sizeof(float)), *cl = malloc((size_t)LMAX * V * sizeof(float));
+    CHECK(canvas && gl && cl);
+    uint64_t rng = 11;
+    for (int i = 0; i < LMAX; i++)
+        canvas[i] = i % 4 == 1 ? m.cfg.mask_id : (int32_t)(tb_rng_uniform(&rng) * 500);
+    for (size_t k = 0; k < sizeof widths / sizeof widths[0]; k++) {
+        int L = widths[k];
+        CHECK(tb_gpu_logits(g, canvas, 1, 0, L, L, 0, gl) == 0);
+        CHECK(tb_cpu_forward_at(&st, canvas, 1, 0, L, L, cl) == 0);
+        double ref = max_abs(cl, (size_t)L * V), diff = 0;
+        for (size_t i = 0; i < (size_t)L * V; i++)
+            diff = fabs(gl[i] - cl[i]) > diff ? fabs(gl[i] - cl[i]) : diff;
+        fprintf(stderr, "%s: bidirectional span of %d keys, max |cpu| %.3f, max diff %.3g (bound %.3g)\n", name, L,
+                ref, diff, GPU_TOL * (ref > 1 ? ref : 1));
+        CHECK(diff <= GPU_TOL * (ref > 1 ? ref : 1));
+    }
+    free(canvas);
+    free(gl);
+    free(cl);
+    tb_cpu_state_free(&st);
+    tb_gpu_free(g);
+    tb_model_free(&m);
+}
+
 /* Diffusion: one bidirectional forward + pick against the CPU's logits. */
 static void check_diffusion(const char *name, int shifted)
 {
@@ -1191,6 +1233,7 @@ int main(void)
     check_diffusion_padded("llada-tiny", 7);
     check_diffusion_sampling("llada-tiny", 0);
     check_diffusion_sampling("dream-tiny", 1);
+    check_span_widths("llada-tiny");
     /* LLaDA-MoE (issue 22): the published-code golden model and the preset */
     check_diffusion("llada-moe-tiny", 0);
     check_diffusion_padded("llada-moe-tiny", 5);
