@@ -7,14 +7,21 @@
 // (out, rows, in, beta = 0 or not) is timed once over cuBLASLt's first
 // GEMM_CANDIDATES heuristic algorithms and the fastest kept.
 //
+// Off by default: TB_GPU_GEMM_TUNE=1 turns it on. Measured on the H200
+// (docs/PERFORMANCE.md, 2026-12-02), the tuned algorithms made a LLaDA-8B
+// 384-row forward 0.9% faster (10.86 against 10.96 ms) and Llama-3-8B
+// batch-32 decode 0.4% slower, while the timing added 100-200 ms to the
+// first call of each shape: a cost a measured call (a served request's
+// TTFT) would carry for nothing. Off, every product is cublasGemmEx's
+// default choice.
+//
 // The choice is process-wide per device (a table under a mutex): every
 // context on a device runs a shape with the same algorithm, so results do
 // not depend on which context computed them (tests/gpu/test_tp.c: tp = 1
 // equals one device bit for bit). Timing needs the host to wait, so a
-// shape first met inside graph capture runs as cublasGemmEx (as when
-// tuning is off, TB_GPU_GEMM_TUNE=0, or a table is full); capture_decode
-// runs its step once uncaptured first, so the decode graphs get tuned
-// algorithms.
+// shape first met inside graph capture runs as cublasGemmEx (as when a
+// table is full); when tuning is on, capture_decode runs its step once
+// uncaptured first, so the decode graphs get tuned algorithms.
 #include "gpu_internal.cuh"
 
 #include <cublasLt.h>
@@ -93,7 +100,7 @@ int choice_add(gemm_choice *ch)
 struct gemm_cache {
     cublasLtHandle_t lt;
     cublasLtMatmulDesc_t desc; // float32 compute and scale, op(A) = A^T, op(B) = B
-    int tune;                  // TB_GPU_GEMM_TUNE (default 1)
+    int tune;                  // TB_GPU_GEMM_TUNE (default 0)
     int n, last;               // plans held; the last one used (a forward repeats a few shapes in turn)
     gemm_plan plans[GEMM_MAX_PLANS];
 };
@@ -134,7 +141,7 @@ static gemm_cache *cache(tb_gpu *g)
         return NULL;
     }
     const char *env = getenv("TB_GPU_GEMM_TUNE");
-    c->tune = !(env && strcmp(env, "0") == 0);
+    c->tune = env && strcmp(env, "1") == 0;
     g->gemm = c;
     return c;
 }
@@ -264,6 +271,12 @@ int gemm_bf16(tb_gpu *g, float *y, const bf16 *x, const bf16 *w, int rows, int o
     if (lt_run(g, c, p, &p->ch.algo, y, y, x, w, beta) != CUBLAS_STATUS_SUCCESS)
         return gemm_ex(g, y, x, w, rows, out, in, beta);
     return 0;
+}
+
+int gemm_tuning(tb_gpu *g)
+{
+    gemm_cache *c = cache(g);
+    return c && c->tune;
 }
 
 void gemm_free(tb_gpu *g)

@@ -224,6 +224,8 @@ void dfree(tb_gpu *g, void *p);
 // cuBLASLt with a timed algorithm per shape), and its plans' release.
 int gemm_bf16(tb_gpu *g, float *y, const bf16 *x, const bf16 *w, int rows, int out, int in, float beta);
 void gemm_free(tb_gpu *g);
+// Whether gemm_bf16 times algorithms (TB_GPU_GEMM_TUNE=1; off by default).
+int gemm_tuning(tb_gpu *g);
 // Free the forward's buffers (gpu_forward.cu, as tb_cpu_state_free).
 void free_buffers(tb_gpu *g);
 // The MoE feed-forward (gpu_moe.cu): refuse what it does not compute, its
