@@ -22,7 +22,9 @@ def number(text):
 def main(path):
     with open(path, newline="") as f:
         rows = [r for r in csv.reader(f) if r]
-    header = next(i for i, r in enumerate(rows) if "Kernel Name" in r)
+    header = next((i for i, r in enumerate(rows) if "Kernel Name" in r), None)
+    if header is None:  # ncu wrote only its messages ("No kernels were profiled")
+        sys.exit(f"{path}: no kernel rows (no 'Kernel Name' header): ncu profiled nothing")
     names = rows[header]
     col = {n: i for i, n in enumerate(names)}
     need = ["gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum"]
