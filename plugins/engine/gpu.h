@@ -204,10 +204,13 @@ void tb_gpu_set_decode_fusion(tb_gpu *g, int fusion, int pdl);
 void tb_gpu_set_attn_splits(tb_gpu *g, int splits);
 
 /* Batch-1 GEMV variants (rows per warp, loads in flight, split-K):
- * TB_GPU_GEMV_VARIANTS of them. At load a model of Llama-3-8B's scale or
- * more times each on each of its weight shapes and keeps the fastest per
- * shape; this forces one variant for every GEMV (-1: back to per shape),
- * so tests can compare each with the CPU. */
+ * TB_GPU_GEMV_VARIANTS of them. At load a model with intermediate x
+ * hidden >= 2^24 (about 1B parameters and up) times each on each of its
+ * weight shapes and keeps the fastest per shape (a split-K one only when
+ * 3% faster; the process's first pick for a shape on a device holds for
+ * every later context, gpu_ceilings.cu); this forces one variant for
+ * every GEMV (-1: back to per shape), so tests can compare each with the
+ * CPU. */
 #define TB_GPU_GEMV_VARIANTS 7
 void tb_gpu_force_gemv_variant(tb_gpu *g, int variant);
 
@@ -229,9 +232,10 @@ int tb_gpu_logits(tb_gpu *g, const int32_t *tokens, int B, int pos0, int n, int 
 
 const char *tb_gpu_error(const tb_gpu *g);
 
-/* Time the batch-1 GEMV variants on a random W[out][in] (bf16), keep the
- * fastest for this shape in this context; returns its GB/s of weight
- * reads (gbs: each variant's), or -1. */
+/* Time the batch-1 GEMV variants on a random W[out][in] (bf16) and keep
+ * one for this shape in this context (the fastest, with the rules of
+ * tb_gpu_force_gemv_variant's comment); returns the fastest variant's
+ * GB/s of weight reads (gbs: each variant's, 0 for one not run), or -1. */
 double tb_gpu_bench_gemv(tb_gpu *g, int out, int in, double gbs[TB_GPU_GEMV_VARIANTS]);
 
 #ifdef __cplusplus

@@ -3,6 +3,7 @@
 // the calibration that picks this device's fastest batch-1 GEMV.
 #include "gpu_internal.cuh"
 
+#include <pthread.h>
 #include <stdio.h>
 
 using namespace tbgpu;
@@ -85,9 +86,47 @@ out:
     return rc;
 }
 
+// The GEMV picks of this process, per device and shape: the first
+// context to time a shape decides for every later one on that device, so
+// contexts compute a shape alike (two loads of a model; a tensor-parallel
+// rank at tp = 1 and one device). Variants 0-3 add each row's products
+// in the same order; the split-K ones (4-6) in another, so which is
+// picked changes float rounding. Two processes may still pick apart.
+namespace {
+struct gemv_pick {
+    int device, out, in, variant;
+};
+const int GEMV_PICKS = 256;
+gemv_pick gemv_picks[GEMV_PICKS];
+int n_gemv_picks;
+pthread_mutex_t gemv_picks_lock = PTHREAD_MUTEX_INITIALIZER;
+
+// The process's pick for the shape, or (none yet) v, recorded.
+int process_pick(int device, int out, int in, int v)
+{
+    pthread_mutex_lock(&gemv_picks_lock);
+    int i = 0;
+    while (i < n_gemv_picks && (gemv_picks[i].device != device || gemv_picks[i].out != out || gemv_picks[i].in != in))
+        i++;
+    if (i < n_gemv_picks)
+        v = gemv_picks[i].variant;
+    else if (n_gemv_picks < GEMV_PICKS)
+        gemv_picks[n_gemv_picks++] = {device, out, in, v};
+    pthread_mutex_unlock(&gemv_picks_lock);
+    return v;
+}
+} // namespace
+
+// A split-K variant (other rounding than variants 0-3) is picked only when
+// it beats the fastest of those by this fraction, so a near tie does not
+// flip a shape's rounding from one process to the next.
+#define GEMV_SPLIT_MARGIN 0.03
+
 // Time every GEMV variant on W[out][in] (random bf16, several copies so
-// the reads come from DRAM, not L2) and keep the fastest; returns its
-// GB/s of weights read. Writes each variant's GB/s into gbs.
+// the reads come from DRAM, not L2) and keep the fastest for this shape
+// (GEMV_SPLIT_MARGIN; the process's earlier pick for it, if any); returns
+// the fastest variant's GB/s of weights read. Writes each variant's GB/s
+// into gbs (0: not run, a split-K one wider than the partials buffer).
 extern "C" double tb_gpu_bench_gemv(tb_gpu *g, int out, int in, double gbs[TB_GPU_GEMV_VARIANTS])
 {
     if (g->ranks) { // a tensor-parallel group: its first rank's device
@@ -113,7 +152,6 @@ extern "C" double tb_gpu_bench_gemv(tb_gpu *g, int out, int in, double gbs[TB_GP
     cudaEventCreate(&a);
     cudaEventCreate(&b);
     double best = 0;
-    int pick = 0;
     for (int v = 0; v < TB_GPU_GEMV_VARIANTS; v++) {
         gbs[v] = 0;
         if (v >= 4 && out > g->gemv_part_out) // split-K needs partials this wide: not run
@@ -129,11 +167,16 @@ extern "C" double tb_gpu_bench_gemv(tb_gpu *g, int out, int in, double gbs[TB_GP
         float ms = 0;
         cudaEventElapsedTime(&ms, a, b);
         gbs[v] = (double)iters * n * sizeof(bf16) / (ms * 1e-3) / 1e9;
-        if (gbs[v] > best) {
-            best = gbs[v];
-            pick = v;
-        }
+        best = gbs[v] > best ? gbs[v] : best;
     }
+    int base = 0; // the fastest of variants 0-3 (one rounding)
+    for (int v = 1; v < 4; v++)
+        base = gbs[v] > gbs[base] ? v : base;
+    int pick = base;
+    for (int v = 4; v < TB_GPU_GEMV_VARIANTS; v++)
+        if (gbs[v] > gbs[base] * (1.0 + GEMV_SPLIT_MARGIN) && gbs[v] > gbs[pick])
+            pick = v;
+    pick = process_pick(g->device, out, in, pick);
     cudaEventDestroy(a);
     cudaEventDestroy(b);
     dfree(g, w);

@@ -557,8 +557,9 @@ static int capture_decode(tb_gpu *g, int B)
     // B > 1 rows take the GEMMs (gpu_gemm.cu); when their algorithms are
     // timed (TB_GPU_GEMM_TUNE=1), only outside capture: the step once
     // uncaptured first (it writes the K/V the graph's step writes, and
-    // logits the step overwrites)
-    if (B > 1 && gemm_tuning(g) && (forward_hidden(g, B, 0, 0, 1, 0, 1, FWD_DECODE) || head(g, B, 1, 0, 1)))
+    // logits the step overwrites). Not with MoE layers: the experts that
+    // run would count in the call's roofline (moe_touched)
+    if (B > 1 && g->n_moe_layers == 0 && gemm_tuning(g) && (forward_hidden(g, B, 0, 0, 1, 0, 1, FWD_DECODE) || head(g, B, 1, 0, 1)))
         return -1;
     cudaGraph_t graph;
     CK(cudaStreamBeginCapture(g->stream, cudaStreamCaptureModeThreadLocal));
@@ -640,7 +641,7 @@ static int capture_decode_slots(tb_gpu *g, int B)
     if (!g->graph_slots && !(g->graph_slots = (cudaGraphExec_t *)calloc((size_t)g->seqs + 1, sizeof *g->graph_slots)))
         return fail(g, "out of host memory");
     // as capture_decode: the step once uncaptured, so its GEMMs are tuned
-    if (B > 1 && gemm_tuning(g) && (forward_hidden(g, B, 0, 0, 1, 0, 1, FWD_SLOTS) || head(g, B, 1, 0, 1)))
+    if (B > 1 && g->n_moe_layers == 0 && gemm_tuning(g) && (forward_hidden(g, B, 0, 0, 1, 0, 1, FWD_SLOTS) || head(g, B, 1, 0, 1)))
         return -1;
     cudaGraph_t graph;
     CK(cudaStreamBeginCapture(g->stream, cudaStreamCaptureModeThreadLocal));

@@ -1,11 +1,10 @@
 // gpu_gemm.cu — the products of more than one row (gpu_forward.cu's
 // matmul_t above batch 1): y[rows][out] (+)= x[rows][in] W[out][in]^T,
 // bf16 inputs, float32 output and accumulation, through cuBLASLt with the
-// algorithm chosen by timing. cublasGemmEx's default choice leaves part
-// of the chip idle on some shapes (a 6144 x 384 x 4096 QKV product runs
-// 64 tiles of 192 x 192 on 132 multiprocessors), so each distinct
-// (out, rows, in, beta = 0 or not) is timed once over cuBLASLt's first
-// GEMM_CANDIDATES heuristic algorithms and the fastest kept.
+// algorithm chosen by timing: each distinct (out, rows, in, beta = 0 or
+// not) is timed once over cuBLASLt's first GEMM_CANDIDATES heuristic
+// algorithms and the fastest kept, in case cublasGemmEx's default choice
+// is slow on a shape.
 //
 // Off by default: TB_GPU_GEMM_TUNE=1 turns it on. Measured on the H200
 // (docs/PERFORMANCE.md, 2026-12-02), the tuned algorithms made a LLaDA-8B

@@ -32,7 +32,11 @@ metrics=gpu__time_duration.sum,launch__grid_size${TB_PROFILE_METRICS:+,$TB_PROFI
 if [ -z "${TB_GPU_GEMV_PICKS:-}" ]; then
     picks=$(TB_GPU_GEMV_LOG=1 timeout 60 "$bench" llama-3-8b 1 8 2 0 2>&1 | sed -n 's/.*; variant \([0-9]*\)$/\1/p' | paste -sd,)
     echo "GEMV variants by shape (qkv, o, gate-up, down, head), timed without ncu: $picks"
-    [ -n "$picks" ] && export TB_GPU_GEMV_PICKS=$picks
+    if [ "$(echo "$picks" | tr ',' '\n' | grep -c .)" = 5 ]; then
+        export TB_GPU_GEMV_PICKS=$picks
+    else
+        echo "profile.sh: not 5 picks; the profiled runs time the GEMV variants under ncu" >&2
+    fi
 fi
 for w in ${TB_PROFILE_WHAT:-ar1 ar32 llada}; do
     case $w in
