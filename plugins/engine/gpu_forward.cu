@@ -166,8 +166,9 @@ void free_buffers(tb_gpu *g)
 static unsigned norm_threads(int rows) { return rows > 1 ? 256 : 1024; }
 
 // y[rows][out] (+)= x[rows][in] W[out][in]^T; y float32, x and W bf16 (as
-// cpu_forward.c's matmul_t: our GEMV at batch 1, else cuBLASLt with the
-// algorithm timed per shape, gpu_gemm.cu).
+// cpu_forward.c's matmul_t: our GEMV at batch 1, else gpu_gemm.cu's
+// product: cublasGemmEx, or cuBLASLt with the algorithm timed per shape
+// when TB_GPU_GEMM_TUNE=1).
 static int matmul_t(tb_gpu *g, float *y, const bf16 *x, const bf16 *w, int rows, int out, int in, float beta)
 {
     if (rows == 1 && in % 8 == 0) {
