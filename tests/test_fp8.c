@@ -205,6 +205,22 @@ static void model_cases(void)
     }
     fprintf(stderr, "tiny-llama fp8 vs f32 logits: max |f32| %.4f, max diff %.4g\n", ref, diff);
     CHECK(diff > 0 && diff < 0.1 * ref);
+    /* the activations: dtype = fp8 rounds each projection's input rows
+     * (fp8_act, set from the model at init); the same FP8 weights with
+     * float32 inputs give other logits, closer to fp8's than f32's are */
+    CHECK(sb.fp8_act == 1 && sa.fp8_act == 0);
+    tb_cpu_state sw;
+    float *lw = malloc((size_t)P * V * sizeof(float));
+    CHECK(tb_cpu_state_init(&sw, &b, 1, P, P, 1, err, sizeof err) == 0);
+    sw.fp8_act = 0; /* weights only */
+    CHECK(tb_cpu_forward(&sw, toks, 1, P, 1, 1, lw) == 0);
+    double dw = 0;
+    for (size_t i = 0; i < (size_t)P * V; i++)
+        dw = fabs(lw[i] - lb[i]) > dw ? fabs(lw[i] - lb[i]) : dw;
+    fprintf(stderr, "tiny-llama fp8 weights+activations vs weights only: max diff %.4g\n", dw);
+    CHECK(dw > 0 && dw < 0.1 * ref);
+    tb_cpu_state_free(&sw);
+    free(lw);
     tb_cpu_state_free(&sa);
     tb_cpu_state_free(&sb);
     free(la), free(lb);

@@ -154,7 +154,9 @@ static char *make_description(const ar_ctx *c)
     ok &= cJSON_AddBoolToObject(o, "prompt_bos", tb_prompt_bos(cfg) >= 0) != NULL;
     ok &= cJSON_AddStringToObject(o, "energy", c->ld.energy_note) != NULL;
     if (c->ld.peak_flops > 0) { /* the roofline's ceilings, measured at load */
-        ok &= cJSON_AddNumberToObject(o, "peak_tflops_bf16", c->ld.peak_flops / 1e12) != NULL;
+        char key[32]; /* peak_tflops_bf16, or _fp8 when dtype = fp8's products run on FP8 tensor cores */
+        snprintf(key, sizeof key, "peak_tflops_%s", c->ld.peak_flops_dtype ? c->ld.peak_flops_dtype : "bf16");
+        ok &= cJSON_AddNumberToObject(o, key, c->ld.peak_flops / 1e12) != NULL;
         ok &= cJSON_AddNumberToObject(o, "peak_tb_per_s", c->ld.peak_bytes_per_s / 1e12) != NULL;
     }
     char *s = ok ? cJSON_PrintUnformatted(o) : NULL;

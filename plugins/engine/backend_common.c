@@ -130,6 +130,7 @@ tb_status tb_load(const char *spec, int want_diffusion, int on_gpu, int fp8, uin
             /* a failure to measure leaves the roofline unknown, nothing more */
             if (tb_gpu_measure_ceilings(out->gpu, &out->peak_flops, &out->peak_bytes_per_s) != 0)
                 out->peak_flops = out->peak_bytes_per_s = 0;
+            out->peak_flops_dtype = tb_gpu_gemm_dtype(out->gpu);
         }
     }
 #endif

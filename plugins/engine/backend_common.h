@@ -29,8 +29,11 @@ typedef struct tb_loaded {
     /* The last call was too short for the counter: skip the NVML reads
      * (tens of µs each, inside the timed call) until a call is long. */
     int energy_skip;
-    /* The device's measured ceilings for the roofline (GPU; 0 = unknown). */
+    /* The device's measured ceilings for the roofline (GPU; 0 = unknown),
+     * and the GEMM the FLOP/s one is of ("bf16", or "fp8" under dtype =
+     * fp8 with FP8 GEMMs: tb_gpu_gemm_dtype); describe() names it. */
     double peak_flops, peak_bytes_per_s;
+    const char *peak_flops_dtype;
     int fp8; /* dtype = fp8: E4M3 projection weights (fp8.h) */
 } tb_loaded;
 

@@ -2,6 +2,8 @@
  * plain loops and sgemm, in the order transformers computes. */
 #define _GNU_SOURCE
 #include "cpu_forward.h"
+#include "fp8.h"
+#include "safetensors.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -26,6 +28,7 @@ int tb_cpu_state_init(tb_cpu_state *st, const tb_model *m, int max_seqs, int max
     memset(st, 0, sizeof *st);
     const tb_model_config *c = &m->cfg;
     st->m = m;
+    st->fp8_act = m->fp8;
     st->max_seqs = max_seqs;
     st->max_len = max_len;
     st->max_rows = max_rows;
@@ -137,6 +140,25 @@ static void matmul_t(float *c, const float *a, const float *w, int rows, int out
                 accumulate ? 1.0f : 0.0f, c, out);
 }
 
+/* dtype = fp8: a projection's input, rows of width cols at stride ld,
+ * rounded in place to its E4M3 form with one scale per row (fp8.h), so
+ * the product that follows is one over E4M3 codes on both sides. From
+ * the bf16 value, as the device holds activations: E4M3 of bf16(x) and
+ * of x differ where x lies near the middle of two E4M3 values, and a
+ * rounding taken the other way there is a whole E4M3 step (1/16 of the
+ * value), which would part the two paths far more than bf16 does. */
+static void fp8_act_round(const tb_cpu_state *st, float *a, int rows, int cols, int ld)
+{
+    if (!st->fp8_act)
+        return;
+    for (int r = 0; r < rows; r++) {
+        float *ar = a + (size_t)r * ld;
+        for (int i = 0; i < cols; i++)
+            ar[i] = tb_bf16_to_f32(tb_f32_to_bf16(ar[i]));
+        tb_fp8_round_rows(ar, 1, (size_t)cols);
+    }
+}
+
 /* Half-split (NeoX) rotary embedding of the first rope_dim dims of one
  * head vector at position pos (the rest, partial rotary, unchanged):
  * x' = x cos + rotate_half(x) sin, rotate_half(x) = [-x2, x1]. */
@@ -180,6 +202,7 @@ static void layer_forward(tb_cpu_state *st, int l, int n_seqs, int n_new, int ma
 
     /* attention block */
     rmsnorm(st->xn, st->x, L->attn_norm, rows, h, c->rms_eps);
+    fp8_act_round(st, st->xn, rows, h, h);
     matmul_t(st->qkv, st->xn, L->wqkv, rows, qkvd, h, 0);
     for (int r = 0; r < rows; r++) {
         float *q = st->qkv + (size_t)r * qkvd;
@@ -241,6 +264,7 @@ static void layer_forward(tb_cpu_state *st, int l, int n_seqs, int n_new, int ma
                         vb + (size_t)kvh * hd, kvd, 0.0f, st->att + (size_t)b * n_new * nq + (size_t)hh * hd, nq);
         }
     }
+    fp8_act_round(st, st->att, rows, nq, nq);
     if (st->allreduce) { /* a rank's partial sum, completed over the ranks, then added */
         matmul_t(st->xn, st->att, L->wo, rows, h, nq, 0);
         st->allreduce(st->allreduce_ctx, st->xn, (size_t)rows * h);
@@ -264,6 +288,7 @@ static void layer_forward(tb_cpu_state *st, int l, int n_seqs, int n_new, int ma
             st->x[i] += st->moe_out[i];
         return;
     }
+    fp8_act_round(st, st->xn, rows, h, h);
     matmul_t(st->gu, st->xn, L->w_gate_up, rows, 2 * inter, h, 0);
     for (int r = 0; r < rows; r++) {
         float *g = st->gu + (size_t)r * 2 * inter, *u = g + inter;
@@ -271,6 +296,7 @@ static void layer_forward(tb_cpu_state *st, int l, int n_seqs, int n_new, int ma
             g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
     }
     /* the activations sit in the first half of each gu row: lda = 2 inter */
+    fp8_act_round(st, st->gu, rows, inter, 2 * inter);
     if (st->allreduce) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, h, inter, 1.0f, st->gu, 2 * inter, L->w_down,
                     inter, 0.0f, st->xn, h);

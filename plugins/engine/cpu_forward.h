@@ -57,6 +57,11 @@ typedef struct tb_cpu_state {
      * before the residual add. */
     void (*allreduce)(void *ctx, float *buf, size_t n);
     void *allreduce_ctx;
+    /* dtype = fp8 (set from m->fp8 at init): each projection's input rows
+     * are rounded to bf16, then to their E4M3 form (fp8.h: one
+     * power-of-two scale per row) before the product, as the device's FP8
+     * kernels read them */
+    int fp8_act;
     int n_threads;
     size_t bytes;   /* allocated, for reporting */
 } tb_cpu_state;

@@ -1,15 +1,22 @@
-/* fp8.h — FP8 (E4M3) weights with one scale per output channel
- * (`dtype = fp8`, docs/ARCHITECTURE.md): the format, shared by the CPU
- * path and the CUDA kernels (the inline functions compile for both), so
- * both quantize a weight to the same byte.
+/* fp8.h — FP8 (E4M3) weights with one scale per output channel, and
+ * E4M3 inputs with one scale per row (`dtype = fp8`,
+ * docs/ARCHITECTURE.md): the format, shared by the CPU path and the CUDA
+ * kernels (the inline functions compile for both), so both quantize a
+ * value to the same byte.
+ *
+ * Under dtype = fp8 each of a layer's four projections multiplies E4M3
+ * codes by E4M3 codes, summing in float32: its weights quantized at load,
+ * its input (the bf16 activation row) quantized on the fly, each row with
+ * its own scale by the rule below, as FP8 tensor cores take them (W8A8,
+ * dynamic per-token scales, as the serving stacks' FP8 does).
  *
  * E4M3 as OCP's FP8 spec and CUDA's __nv_fp8_e4m3 define it: sign, 4
  * exponent bits (bias 7), 3 mantissa bits, no infinities, largest finite
  * 448, 0x7F/0xFF NaN (never produced here), subnormals m/8 x 2^-6.
  *
- * A row (an output channel, row of W[out][in]) gets the scale 2^k, the
- * smallest power of two with max|w| / 2^k <= 448, and each weight the
- * E4M3 value nearest w / 2^k (ties to even, saturating at +-448): w ~=
+ * A row (an output channel, row of W[out][in]; or an input row) gets the
+ * scale 2^k, the smallest power of two with max|w| / 2^k <= 448, and each
+ * value the E4M3 value nearest w / 2^k (ties to even, saturating at +-448): w ~=
  * e4m3(w / 2^k) x 2^k. A power of two because a float format's relative
  * precision does not depend on where the row's maximum lands in its range
  * (a non-power scale would gain nothing but the top half-binade), and it

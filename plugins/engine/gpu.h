@@ -56,6 +56,19 @@ int tb_gpu_fp8_weights(tb_gpu *g, int l, int which, uint8_t *q, float *scale);
  * TB_GPU_FP8_GEMV (for measurements); tests run each against the CPU. */
 #define TB_GPU_FP8_GEMV_DEFAULT 3
 void tb_gpu_set_fp8_gemv(tb_gpu *g, int variant);
+/* dtype = fp8 above one row: on (the default where the device and
+ * cuBLASLt have it; TB_GPU_FP8_GEMM=0 at creation says off), FP8
+ * tensor-core GEMMs over the E4M3 inputs and weights; off, both
+ * dequantized to bf16 for the bf16 GEMM (the same products). Drops the
+ * reserved buffers (tb_gpu_reserve again). -1 when the context is not
+ * fp8 or has no FP8 GEMM. */
+int tb_gpu_set_fp8_gemm(tb_gpu *g, int on);
+/* Tests: projection `which` (0..3: qkv, o, gate-up, down) of layer l of
+ * a dtype = fp8 context applied as the forward applies it to x[rows][in]
+ * (host float32, rounded to bf16 as the device holds activations):
+ * y[rows][out] = (or, accumulate, +=) the product. rows within the
+ * reserved rows; 1 is the GEMV. */
+int tb_gpu_fp8_product(tb_gpu *g, int l, int which, const float *x, int rows, float *y, int accumulate);
 
 /* Tensor parallelism over devices 0 .. tp - 1 of this host (gpu_tp.cu,
  * shard.h's split; NCCL loaded at run time): a group context whose entry
@@ -215,9 +228,12 @@ void tb_gpu_set_attn_splits(tb_gpu *g, int splits);
 void tb_gpu_force_gemv_variant(tb_gpu *g, int variant);
 
 /* The device's ceilings, measured once per context (best of 5: a 1 GiB
- * device copy, read + write bytes/s; a bf16 8192^3 cuBLAS GEMM, FLOP/s);
- * 0 or -1 (no room for the 2.25 GiB of transient buffers). */
+ * device copy, read + write bytes/s; an 8192^3 GEMM of the context's
+ * products, FLOP/s: bf16 cuBLAS, or under dtype = fp8 with FP8 GEMMs our
+ * FP8 GEMM); 0 or -1 (no room for the 2.25 GiB of transient buffers). */
 int tb_gpu_measure_ceilings(tb_gpu *g, double *peak_flops, double *peak_bytes_per_s);
+/* Which GEMM that FLOP/s ceiling is: "bf16" or "fp8". */
+const char *tb_gpu_gemm_dtype(const tb_gpu *g);
 
 /* Diffusion, sampling on the host: the same forward as
  * tb_gpu_forward_pick over `rows` canvases, but the logits of span rows

@@ -11,7 +11,8 @@ using namespace tbgpu;
 // The ceilings, measured the way DEVICE.md's figures are: the best of 5
 // device-to-device copies of 1 GiB (bytes read + written per second), and
 // the best of 5 cuBLAS GEMMs of 8192^3, bf16 inputs, float32 accumulation
-// and output as our own GEMMs. Transient buffers: 2 GiB + 256 MiB.
+// and output as our own GEMMs (under dtype = fp8 with FP8 GEMMs: of our
+// FP8 GEMM instead, tb_gpu_gemm_dtype). Transient buffers: 2 GiB + 256 MiB.
 extern "C" int tb_gpu_measure_ceilings(tb_gpu *g, double *peak_flops, double *peak_bytes_per_s)
 {
     if (g->ranks) {
@@ -67,6 +68,28 @@ extern "C" int tb_gpu_measure_ceilings(tb_gpu *g, double *peak_flops, double *pe
         if (i > 0 && ms < best_gemm)
             best_gemm = ms;
     }
+    if (g->fp8 && g->fp8_gemm) {
+        // dtype = fp8's products run on FP8 tensor cores: their ceiling is
+        // our own FP8 GEMM (gpu_gemm_fp8.cu) at 8192^3, on E4M3 codes of
+        // random values (X's in b's first 64 MiB, W's in the next, their
+        // scales after), float32 out
+        uint8_t *xq = (uint8_t *)b, *wq = xq + (size_t)M * M;
+        float *xs = (float *)(wq + (size_t)M * M), *ws = xs + M;
+        k_fp8_quantize_rows<<<M, 256, 0, g->stream>>>((const bf16 *)a, M, xq, xs);
+        k_fp8_quantize_rows<<<M, 256, 0, g->stream>>>((const bf16 *)a + (size_t)M * M, M, wq, ws);
+        best_gemm = 1e30f;
+        for (int i = 0; i < 6; i++) {
+            float ms = 0;
+            cudaEventRecord(e0, g->stream);
+            if (gemm_fp8(g, (float *)c, xq, xs, wq, ws, M, M, M, 0.0f) != 0)
+                goto out; // g->error says why
+            cudaEventRecord(e1, g->stream);
+            cudaEventSynchronize(e1);
+            cudaEventElapsedTime(&ms, e0, e1);
+            if (i > 0 && ms < best_gemm)
+                best_gemm = ms;
+        }
+    }
     if (cudaGetLastError() != cudaSuccess || !(best_copy > 0) || !(best_gemm > 0)) {
         fail(g, "measuring the ceilings failed");
         goto out;
@@ -84,6 +107,12 @@ out:
     dfree(g, b);
     dfree(g, c);
     return rc;
+}
+
+extern "C" const char *tb_gpu_gemm_dtype(const tb_gpu *g)
+{
+    const tb_gpu *r = g->ranks ? g->ranks[0] : g;
+    return r->fp8 && r->fp8_gemm ? "fp8" : "bf16";
 }
 
 // The GEMV picks of this process, per device and shape: the first

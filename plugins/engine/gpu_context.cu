@@ -124,6 +124,18 @@ static int const_f32(tb_gpu *g, float **dst, size_t n, float v)
     return rc;
 }
 
+// dtype = fp8's bf16 path for spans: room for the largest projection
+// dequantized.
+static int alloc_wdq(tb_gpu *g)
+{
+    const tb_model_config *c = &g->cfg;
+    size_t h = c->hidden_size, I = c->intermediate_size, nq = (size_t)c->n_heads * c->head_dim;
+    size_t qkv = (size_t)(c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
+    size_t most = 2 * I * h > qkv * h ? 2 * I * h : qkv * h;
+    most = h * nq > most ? h * nq : most;
+    return g->wdq ? 0 : dalloc(g, (void **)&g->wdq, most * sizeof(bf16));
+}
+
 // dtype = fp8: replace bf16 W[rows][in] by its E4M3 codes and row scales.
 static int quantize_fp8(tb_gpu *g, bf16 **w, uint8_t **q, float **scale, size_t rows, size_t in)
 {
@@ -372,9 +384,13 @@ int tbgpu::create_on(tb_gpu **out, const tb_model_config *cfg, const tb_model *c
             TRY(quantize_fp8(g, &G->wgu, &G->qgu, &G->sgu, 2 * I, h));
             TRY(quantize_fp8(g, &G->wdown, &G->qdown, &G->sdown, h, I));
         }
-        size_t most = 2 * I * h > rows * h ? 2 * I * h : rows * h;
-        most = h * nq > most ? h * nq : most;
-        TRY(dalloc(g, (void **)&g->wdq, most * sizeof(bf16)));
+        // FP8 tensor-core GEMMs for spans where the device and cuBLASLt have
+        // them (TB_GPU_FP8_GEMM=0 says no: the dequantizing path, measured
+        // against them); else wdq for the bf16 path
+        const char *env = getenv("TB_GPU_FP8_GEMM");
+        g->fp8_gemm = !(env && strcmp(env, "0") == 0) && gemm_fp8_available(g);
+        if (!g->fp8_gemm)
+            TRY(alloc_wdq(g));
     }
     if (cudaStreamSynchronize(g->stream) != cudaSuccess) {
         fail(g, "weight initialization failed: %s", cudaGetErrorString(cudaGetLastError()));
@@ -466,6 +482,7 @@ extern "C" void tb_gpu_free(tb_gpu *g)
     dfree(g, g->final_norm);
     dfree(g, g->inv_freq);
     gemm_free(g);
+    gemm_fp8_free(g);
     dfree(g, g->blas_ws);
     dfree(g, g->gemv_part);
     dfree(g, g->gemv_count);
@@ -501,6 +518,22 @@ extern "C" void tb_gpu_set_fp8_gemv(tb_gpu *g, int variant)
 {
     g->fp8_variant = variant >= 0 && variant < TB_GPU_FP8_GEMV_VARIANTS ? variant : TB_GPU_FP8_GEMV_DEFAULT;
     tb_gpu_set_decode_fusion(g, g->fusion, g->pdl); // the captured decode steps hold the old kernel
+}
+
+extern "C" int tb_gpu_set_fp8_gemm(tb_gpu *g, int on)
+{
+    if (!g->fp8)
+        return fail(g, "tb_gpu_set_fp8_gemm: not a dtype = fp8 context");
+    if (on && !gemm_fp8_available(g))
+        return fail(g, "no FP8 GEMM on this device");
+    if (!on && alloc_wdq(g))
+        return -1;
+    if ((on != 0) != (g->fp8_gemm != 0)) {
+        g->fp8_gemm = on != 0;
+        free_buffers(g); // the next reserve makes what this path reads (xdq)
+        g->seqs = g->len = g->rows = 0;
+    }
+    return 0;
 }
 
 extern "C" void tb_gpu_set_attn_splits(tb_gpu *g, int splits)

@@ -54,6 +54,16 @@ extern "C" int tb_gpu_reserve(tb_gpu *g, int seqs, int len, int rows, char *err,
              dalloc(g, (void **)&g->att_count, (size_t)seqs * c->n_heads * sizeof(unsigned)) ||
              dalloc(g, (void **)&g->pick_parts, R * PICK_MAX_CHUNKS * sizeof(pick_part)) ||
              moe_reserve(g, rows);
+    if (rc == 0 && g->fp8 && rows > 1) { // a span's projection inputs as E4M3 (gpu_internal.cuh)
+        size_t in = h > nq ? h : nq;
+        in = (size_t)c->intermediate_size > in ? (size_t)c->intermediate_size : in;
+        size_t out = qkv_dim(c) > 2 * c->intermediate_size ? qkv_dim(c) : 2 * (size_t)c->intermediate_size;
+        out = h > out ? h : out;
+        g->fp8_t_floats = (R < FP8_SCALAR_ROWS ? R : FP8_SCALAR_ROWS) * out;
+        rc = dalloc(g, (void **)&g->xq, R * in) || dalloc(g, (void **)&g->xs, R * sizeof(float)) ||
+             (!g->fp8_gemm && dalloc(g, (void **)&g->xdq, R * in * sizeof(bf16))) ||
+             (g->fp8_gemm && dalloc(g, (void **)&g->fp8_t, g->fp8_t_floats * sizeof(float)));
+    }
     if (rc == 0 && g->head_rows != c->vocab_size) { // a rank's vocabulary slice (gpu_internal.cuh)
         size_t nv = (V + g->tp - 1) / g->tp;
         rc = dalloc(g, (void **)&g->logits_part, R * nv * sizeof(float)) ||
@@ -115,7 +125,7 @@ namespace tbgpu {
 void free_buffers(tb_gpu *g)
 {
     void *bufs[] = {g->kc, g->vc, g->x, g->xn, g->qkv, g->q, g->att, g->gu, g->act, g->logits, g->scores,
-                    g->probs, g->tok, g->out_tok, g->out_conf, g->d_pos, g->d_pad, g->d_rslot, g->d_rpos, g->ptrs, g->att_part, g->att_count, g->pick_parts, g->logits_part, g->gath};
+                    g->probs, g->tok, g->out_tok, g->out_conf, g->d_pos, g->d_pad, g->d_rslot, g->d_rpos, g->ptrs, g->att_part, g->att_count, g->pick_parts, g->logits_part, g->gath, g->xq, g->xs, g->xdq, g->fp8_t};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         dfree(g, bufs[i]);
     moe_free(g);
@@ -152,6 +162,11 @@ void free_buffers(tb_gpu *g)
     g->att_count = NULL;
     g->pick_parts = NULL;
     g->logits_part = g->gath = NULL;
+    g->xq = NULL;
+    g->xs = NULL;
+    g->xdq = NULL;
+    g->fp8_t = NULL;
+    g->fp8_t_floats = 0;
     g->h_tok = NULL;
     g->h_conf = NULL;
     g->graph = NULL;
@@ -187,8 +202,10 @@ struct proj {
     const float *s;
 };
 
-// matmul_t over a projection: FP8 at batch 1 is our FP8 GEMV; a larger
-// span dequantizes W into g->wdq (bf16, exact) for the cuBLAS GEMM.
+// matmul_t over a projection. FP8 (fp8.h: E4M3 weights and inputs, both
+// scaled per row): at batch 1 our FP8 GEMV, which quantizes x itself; a
+// larger span quantizes its input rows (xq, xs), then the FP8 GEMM, or
+// without one both sides dequantized to bf16 for the bf16 GEMM.
 static int matmul_p(tb_gpu *g, float *y, const bf16 *x, proj p, int rows, int out, int in, float beta)
 {
     if (!p.q)
@@ -198,10 +215,53 @@ static int matmul_p(tb_gpu *g, float *y, const bf16 *x, proj p, int rows, int ou
         LAUNCHED();
         return 0;
     }
-    size_t n = (size_t)out * in;
+    k_fp8_quant_act<<<rows, FP8_QUANT_THREADS, 0, g->stream>>>(x, in, g->xq, g->xs);
+    LAUNCHED();
+    if (g->fp8_gemm)
+        return gemm_fp8(g, y, g->xq, g->xs, p.q, p.s, rows, out, in, beta);
+    size_t n = (size_t)out * in, nx = (size_t)rows * in;
+    k_fp8_dequant<<<blocks_for(nx / 16), 256, 0, g->stream>>>(g->xq, g->xs, in, nx, g->xdq);
+    LAUNCHED();
     k_fp8_dequant<<<blocks_for(n / 16), 256, 0, g->stream>>>(p.q, p.s, in, n, g->wdq);
     LAUNCHED();
-    return matmul_t(g, y, x, g->wdq, rows, out, in, beta);
+    return matmul_t(g, y, g->xdq, g->wdq, rows, out, in, beta);
+}
+
+// Tests (gpu.h): one FP8 projection as the forward runs it, on host data.
+extern "C" int tb_gpu_fp8_product(tb_gpu *g, int l, int which, const float *x, int rows, float *y, int accumulate)
+{
+    const tb_model_config *c = &g->cfg;
+    if (!g->fp8 || l < 0 || l >= c->n_layers || which < 0 || which > 3 || rows < 1 || rows > g->rows)
+        return fail(g, "tb_gpu_fp8_product: projection %d of layer %d over %d rows (%d reserved)", which, l, rows,
+                    g->rows);
+    int h = c->hidden_size, I = c->intermediate_size, nq = c->n_heads * c->head_dim;
+    const gpu_layer *G = &g->layers[l];
+    proj ps[4] = {{NULL, G->qqkv, G->sqkv}, {NULL, G->qo, G->so}, {NULL, G->qgu, G->sgu}, {NULL, G->qdown, G->sdown}};
+    int outs[4] = {qkv_dim(c), h, 2 * I, h}, ins[4] = {h, nq, h, I};
+    int out = outs[which], in = ins[which];
+    size_t nx = (size_t)rows * in, ny = (size_t)rows * out;
+    bf16 *hx = (bf16 *)malloc(nx * sizeof(bf16));
+    if (!hx)
+        return fail(g, "out of host memory");
+    for (size_t i = 0; i < nx; i++)
+        hx[i] = __float2bfloat16(x[i]);
+    // the input in act (room for rows x I >= rows x in), the output in logits or gu
+    float *dy = ny <= (size_t)g->rows * c->vocab_size ? g->logits : g->gu;
+    if (ny > (size_t)g->rows * c->vocab_size && ny > (size_t)g->rows * 2 * I) {
+        free(hx);
+        return fail(g, "tb_gpu_fp8_product: no buffer for %d x %d outputs", rows, out);
+    }
+    int rc = cudaMemcpyAsync(g->act, hx, nx * sizeof(bf16), cudaMemcpyHostToDevice, g->stream) != cudaSuccess ||
+             cudaMemcpyAsync(dy, y, ny * sizeof(float), cudaMemcpyHostToDevice, g->stream) != cudaSuccess ||
+             cudaStreamSynchronize(g->stream) != cudaSuccess;
+    free(hx);
+    if (rc)
+        return fail(g, "tb_gpu_fp8_product: upload failed");
+    if (matmul_p(g, dy, g->act, ps[which], rows, out, in, accumulate ? 1.0f : 0.0f))
+        return -1;
+    CK(cudaMemcpyAsync(y, dy, ny * sizeof(float), cudaMemcpyDeviceToHost, g->stream));
+    CK(cudaStreamSynchronize(g->stream));
+    return 0;
 }
 
 // Attention of a span with batched GEMMs: S = Q K^T / sqrt(hd), softmax,

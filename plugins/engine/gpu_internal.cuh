@@ -51,6 +51,7 @@ struct dev_block {
 };
 
 struct gemm_cache; // gpu_gemm.cu
+struct fp8_gemm_cache; // gpu_gemm_fp8.cu
 
 // cuBLAS's fixed workspace (bytes), shared by cuBLASLt (gpu_gemm.cu)
 #define TB_GPU_BLAS_WS (64u << 20)
@@ -133,11 +134,21 @@ struct tb_gpu {
     // and SwiGLU fused into the GEMVs, split attention; pdl: programmatic
     // dependent launches in the decode graph
     int fusion, pdl;
-    // dtype = fp8: the projections are E4M3 (gpu_layer's q*, s*); a span
-    // of more than one row dequantizes each into wdq (bf16, the largest
-    // projection's size) for cuBLAS
-    int fp8;
-    bf16 *wdq;
+    // dtype = fp8: the projections are E4M3 (gpu_layer's q*, s*), and so
+    // is each projection's input (fp8.h: per row). A span of more than one
+    // row quantizes its input into xq/xs ([rows][largest in] codes, [rows]
+    // scales) for the FP8 GEMM (gpu_gemm_fp8.cu; fp8_gemm 1), or, where
+    // that is not available (fp8_gemm 0), also dequantizes them into xdq
+    // and the weights into wdq (bf16, exact; wdq the largest projection's
+    // size) for the bf16 GEMM: the same products over the same codes.
+    int fp8, fp8_gemm;
+    uint8_t *xq;
+    float *xs;
+    bf16 *xdq, *wdq;
+    fp8_gemm_cache *gemm_fp8; // its plans, made on first use
+    float *fp8_t;             // [FP8_SCALAR_ROWS][largest out]: the small spans' unscaled products
+    size_t fp8_t_floats;
+    int gemm_fp8_failed;      // cuBLASLt could not plan it: fp8_gemm stays 0
     int fp8_variant; // gemv_fp8's shape (gpu_kernels.cu), TB_GPU_FP8_GEMV_VARIANTS of them
 
     float *att_part;    // [seqs][nh][ATT_MAX_SPLIT][hd + 2] split attention's partials
@@ -226,6 +237,14 @@ int gemm_bf16(tb_gpu *g, float *y, const bf16 *x, const bf16 *w, int rows, int o
 void gemm_free(tb_gpu *g);
 // Whether gemm_bf16 times algorithms (TB_GPU_GEMM_TUNE=1; off by default).
 int gemm_tuning(tb_gpu *g);
+// dtype = fp8 above one row (gpu_gemm_fp8.cu): whether the device and
+// cuBLASLt run FP8 GEMMs with per-row and per-channel scales (makes the
+// plan cache); y[rows][out] (+)= xs[r] ws[o] (XQ[rows][in] WQ[out][in]^T)
+// over E4M3 codes, float32 out; its plans' release.
+int gemm_fp8_available(tb_gpu *g);
+int gemm_fp8(tb_gpu *g, float *y, const uint8_t *xq, const float *xs, const uint8_t *wq, const float *ws, int rows,
+             int out, int in, float beta);
+void gemm_fp8_free(tb_gpu *g);
 // Free the forward's buffers (gpu_forward.cu, as tb_cpu_state_free).
 void free_buffers(tb_gpu *g);
 // The MoE feed-forward (gpu_moe.cu): refuse what it does not compute, its

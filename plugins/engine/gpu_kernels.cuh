@@ -52,6 +52,13 @@ __global__ void k_swiglu(const float *gu, bf16 *act, int inter, size_t n);
 __global__ void k_argmax(const float *logits, int V, int32_t *out);
 __global__ void k_incr(int *p);
 __global__ void k_fp8_quantize_rows(const bf16 *w, int in, uint8_t *q, float *scale);
+#define FP8_QUANT_THREADS 512
+// dtype = fp8 spans of at most this many rows: FP8 GEMM without scale
+// vectors, then k_fp8_scale_out (gpu_gemm_fp8.cu says why)
+#define FP8_SCALAR_ROWS 64
+__global__ void k_fp8_scale_out(const float *t, const float *sx, const float *sw, float *y, int rows, int out,
+                                float beta);
+__global__ void k_fp8_quant_act(const bf16 *x, int in, uint8_t *q, float *scale);
 __global__ void k_fp8_dequant(const uint8_t *q, const float *scale, int in, size_t n, bf16 *out);
 __global__ void k_pick(const float *logits, int V, int npick, int nr, int off, int shifted, size_t uncond_offset,
                        float cfg, int kind, int never, int32_t *x0, double *conf);

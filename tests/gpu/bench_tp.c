@@ -10,7 +10,8 @@
  * step's B x hidden floats (median of 200, CUDA events) times the 2 per
  * layer -> all-reduce time per step; peak device memory per GPU. For a
  * diffusion preset, one bidirectional forward with picks over P + N
- * positions (batch 1), median of 5. */
+ * positions (batch 1), median of 5. TB_BENCH_DTYPE=fp8: dtype = fp8
+ * weights and products at tp 0. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,12 +49,15 @@ int main(int argc, char **argv)
         return 1;
     }
     int diffusion = tb_arch_is_diffusion(cfg.arch);
+    /* TB_BENCH_DTYPE=fp8: dtype = fp8 at tp 0 (fp8.h; tensor parallelism has none) */
+    const char *dtype = getenv("TB_BENCH_DTYPE");
+    int fp8 = dtype && strcmp(dtype, "fp8") == 0;
     printf("%s (%s), batch %d, prompt %d, gen %d, %d CUDA device(s)\n", preset, diffusion ? "diffusion" : "ar", B, P,
            N, tb_gpu_device_count());
     for (int a = 5; a < argc; a++) {
         int tp = atoi(argv[a]);
         tb_gpu *g = NULL;
-        int rc = tp == 0 ? tb_gpu_create(&g, &cfg, NULL, 1, err, sizeof err)
+        int rc = tp == 0 ? tb_gpu_create_dtype(&g, &cfg, NULL, 1, fp8, err, sizeof err)
                          : tb_gpu_create_tp(&g, &cfg, NULL, 1, tp, err, sizeof err);
         if (rc != 0) {
             printf("tp %d: not run: %s\n", tp, err);

@@ -13,7 +13,7 @@
 # (gpu_forward.cu), so the load and its GEMV calibration are skipped.
 # --clock-control none: the clocks stay as the suites see them (the
 # device library's METHOD.md). Extra environment (TB_GPU_FUSION,
-# TB_GPU_PDL) passes through; TB_PROFILE_WHAT (default "ar1 ar32 llada")
+# TB_GPU_PDL; TB_BENCH_DTYPE=fp8 for dtype = fp8) passes through; TB_PROFILE_WHAT (default "ar1 ar32 llada")
 # picks, TB_PROFILE_METRICS adds metrics (each may cost a replay pass),
 # TB_PROFILE_TIMEOUT is each run's limit (s); TB_GPU_GEMV_PICKS (else
 # taken from a run without ncu, below) the GEMV variants. Prints the tables

@@ -1,0 +1,241 @@
+// gpu_gemm_fp8.cu — dtype = fp8's products of more than one row
+// (gpu_forward.cu's matmul_p above batch 1), on FP8 tensor cores:
+//
+//   y[r][o] (+)= sx[r] sw[o] sum_i e4m3(X[r][i]) e4m3(W[o][i])
+//
+// X's rows quantized with one power-of-two scale each (k_fp8_quantize_rows,
+// fp8.h), W's output channels at load; float32 accumulation and output.
+// One cuBLASLt FP8 GEMM with the two scale vectors in its epilogue
+// (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F, cuBLAS 12.9 and later): in
+// cuBLASLt's column-major terms D[out][rows] = diag(sw) (W^T)^T X^T diag(sx),
+// A = W (op T, "TN", the only layout FP8 takes), B = X, C = D = y.
+//
+// Spans of at most FP8_SCALAR_ROWS rows (decode batches, a block
+// diffusion block) take another route: cuBLASLt's FP8 kernels without the
+// scale vectors, into g->fp8_t, then k_fp8_scale_out applies both scales
+// (and the accumulation into y). Measured on the H200 (docs/PERFORMANCE.md,
+// 2026-12-02), the outer-vector kernels at 32 rows ran Llama-3-8B's four
+// shapes in 18.2 / 14.5 / 48.2 / 38.9 us against 8.2 / 7.3 / 35.6 / 20.6
+// without, whose extra pass over 32 output rows costs a few us; at 384 rows
+// the pass over the outputs would cost more than the scalar kernels save.
+//
+// One heuristic algorithm a shape (out, rows, in, accumulate, route), no
+// timing (a measured call would carry the timing's cost), kept per context.
+#include "gpu_internal.cuh"
+
+#include <cublasLt.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if CUBLAS_VER_MAJOR * 100 + CUBLAS_VER_MINOR >= 1209
+#define TB_HAVE_FP8_OUTER_VEC 1
+#endif
+
+namespace {
+
+const int FP8_MAX_PLANS = 256; // shapes a context keeps
+
+struct fp8_plan {
+    int out, rows, in, acc; // acc: beta != 0 (always 0 on the scalar route: the epilogue adds)
+    cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatmulAlgo_t algo;
+};
+
+} // namespace
+
+struct fp8_gemm_cache {
+    cublasLtHandle_t lt;
+    cublasLtMatmulDesc_t desc;   // float32 compute and scale, op(A) = A^T, outer-vector scales
+    cublasLtMatmulDesc_t scalar; // the same without scales (FP8_SCALAR_ROWS and fewer)
+    int n, last;
+    fp8_plan plans[FP8_MAX_PLANS];
+};
+
+namespace tbgpu {
+
+#ifdef TB_HAVE_FP8_OUTER_VEC
+
+static void cache_destroy(fp8_gemm_cache *c)
+{
+    for (int i = 0; i < c->n; i++) {
+        cublasLtMatrixLayoutDestroy(c->plans[i].a);
+        cublasLtMatrixLayoutDestroy(c->plans[i].b);
+        cublasLtMatrixLayoutDestroy(c->plans[i].c);
+    }
+    if (c->desc)
+        cublasLtMatmulDescDestroy(c->desc);
+    if (c->scalar)
+        cublasLtMatmulDescDestroy(c->scalar);
+    if (c->lt)
+        cublasLtDestroy(c->lt);
+    free(c);
+}
+
+static fp8_gemm_cache *cache_make(void)
+{
+    fp8_gemm_cache *c = (fp8_gemm_cache *)calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    cublasOperation_t ta = CUBLAS_OP_T, tn = CUBLAS_OP_N;
+    int32_t vec = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    if (cublasLtCreate(&c->lt) != CUBLAS_STATUS_SUCCESS) {
+        c->lt = NULL;
+        cache_destroy(c);
+        return NULL;
+    }
+    if (cublasLtMatmulDescCreate(&c->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) {
+        c->desc = NULL;
+        cache_destroy(c);
+        return NULL;
+    }
+    if (cublasLtMatmulDescCreate(&c->scalar, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) {
+        c->scalar = NULL;
+        cache_destroy(c);
+        return NULL;
+    }
+    if (cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) ||
+        cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tn, sizeof tn) ||
+        cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &vec, sizeof vec) ||
+        cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &vec, sizeof vec) ||
+        cublasLtMatmulDescSetAttribute(c->scalar, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) ||
+        cublasLtMatmulDescSetAttribute(c->scalar, CUBLASLT_MATMUL_DESC_TRANSB, &tn, sizeof tn)) {
+        cache_destroy(c);
+        return NULL;
+    }
+    return c;
+}
+
+// The plan of a shape, made (layouts, heuristic) on first use; NULL when
+// cuBLASLt offers no algorithm for it (or the table is full).
+static fp8_plan *plan(tb_gpu *g, fp8_gemm_cache *c, int rows, int out, int in, int acc)
+{
+    cublasLtMatmulDesc_t desc = rows <= FP8_SCALAR_ROWS ? c->scalar : c->desc;
+    for (int k = 0; k < c->n; k++) {
+        int i = (c->last + k) % c->n;
+        fp8_plan *p = &c->plans[i];
+        if (p->out == out && p->rows == rows && p->in == in && p->acc == acc) {
+            c->last = i;
+            return p;
+        }
+    }
+    if (c->n == FP8_MAX_PLANS)
+        return NULL;
+    fp8_plan *p = &c->plans[c->n];
+    memset(p, 0, sizeof *p);
+    p->out = out, p->rows = rows, p->in = in, p->acc = acc;
+    if (cublasLtMatrixLayoutCreate(&p->a, CUDA_R_8F_E4M3, in, out, in) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatrixLayoutCreate(&p->b, CUDA_R_8F_E4M3, in, rows, in) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, out, rows, out) != CUBLAS_STATUS_SUCCESS) {
+        if (p->a)
+            cublasLtMatrixLayoutDestroy(p->a);
+        if (p->b)
+            cublasLtMatrixLayoutDestroy(p->b);
+        return NULL;
+    }
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t res;
+    int got = 0;
+    size_t ws = TB_GPU_BLAS_WS;
+    if (cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS) {
+        if (cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws) !=
+                CUBLAS_STATUS_SUCCESS ||
+            cublasLtMatmulAlgoGetHeuristic(c->lt, desc, p->a, p->b, p->c, p->c, pref, 1, &res, &got) !=
+                CUBLAS_STATUS_SUCCESS)
+            got = 0;
+        cublasLtMatmulPreferenceDestroy(pref);
+    }
+    if (got < 1 || res.state != CUBLAS_STATUS_SUCCESS) {
+        cublasLtMatrixLayoutDestroy(p->a);
+        cublasLtMatrixLayoutDestroy(p->b);
+        cublasLtMatrixLayoutDestroy(p->c);
+        (void)g;
+        return NULL;
+    }
+    p->algo = res.algo;
+    c->last = c->n++;
+    return p;
+}
+
+// The scale vectors of the next product: A's (W's channels), B's (X's rows).
+static cublasStatus_t set_scales(fp8_gemm_cache *c, const float *ws, const float *xs)
+{
+    cublasStatus_t s = cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &ws, sizeof ws);
+    return s != CUBLAS_STATUS_SUCCESS
+               ? s
+               : cublasLtMatmulDescSetAttribute(c->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &xs, sizeof xs);
+}
+
+int gemm_fp8_available(tb_gpu *g)
+{
+    if (g->prop.major * 10 + g->prop.minor < 89) // FP8 tensor cores: Ada and Hopper on
+        return 0;
+    if (!g->gemm_fp8) {
+        if (g->gemm_fp8_failed || !(g->gemm_fp8 = cache_make())) {
+            g->gemm_fp8_failed = 1;
+            return 0;
+        }
+    }
+    // a shape every model has (out = in = hidden) must plan on both routes;
+    // cuBLASLt offers outer-vector scaling only once the scale pointers are
+    // set (measured: none without), so any device address stands in here
+    int h = g->cfg.hidden_size;
+    if (set_scales(g->gemm_fp8, (const float *)g->blas_ws, (const float *)g->blas_ws) ||
+        !plan(g, g->gemm_fp8, FP8_SCALAR_ROWS, h, h, 0) || !plan(g, g->gemm_fp8, FP8_SCALAR_ROWS + 1, h, h, 0)) {
+        cache_destroy(g->gemm_fp8);
+        g->gemm_fp8 = NULL;
+        g->gemm_fp8_failed = 1;
+        return 0;
+    }
+    return 1;
+}
+
+int gemm_fp8(tb_gpu *g, float *y, const uint8_t *xq, const float *xs, const uint8_t *wq, const float *ws, int rows,
+             int out, int in, float beta)
+{
+    fp8_gemm_cache *c = g->gemm_fp8;
+    if (!c)
+        return fail(g, "the FP8 GEMM is not available on this device");
+    int scalar = rows <= FP8_SCALAR_ROWS;
+    if (!scalar)
+        CB(set_scales(c, ws, xs));
+    fp8_plan *p = plan(g, c, rows, out, in, !scalar && beta != 0.0f);
+    if (!p)
+        return fail(g, "cuBLASLt has no FP8 algorithm for %d x %d x %d (rows x out x in)", rows, out, in);
+    float alpha = 1.0f, zero = 0.0f;
+    if (!scalar) {
+        CB(cublasLtMatmul(c->lt, c->desc, &alpha, wq, p->a, xq, p->b, &beta, y, p->c, y, p->c, &p->algo,
+                          g->blas_ws, TB_GPU_BLAS_WS, g->stream));
+        return 0;
+    }
+    if ((size_t)rows * out > g->fp8_t_floats)
+        return fail(g, "FP8 GEMM: %d x %d outputs, room for %zu", rows, out, g->fp8_t_floats);
+    CB(cublasLtMatmul(c->lt, c->scalar, &alpha, wq, p->a, xq, p->b, &zero, g->fp8_t, p->c, g->fp8_t, p->c, &p->algo,
+                      g->blas_ws, TB_GPU_BLAS_WS, g->stream));
+    size_t n = (size_t)rows * out;
+    k_fp8_scale_out<<<(unsigned)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096), 256, 0, g->stream>>>(
+        g->fp8_t, xs, ws, y, rows, out, beta);
+    LAUNCHED();
+    return 0;
+}
+
+void gemm_fp8_free(tb_gpu *g)
+{
+    if (g->gemm_fp8)
+        cache_destroy(g->gemm_fp8);
+    g->gemm_fp8 = NULL;
+}
+
+#else // cuBLAS before 12.9: no outer-vector scales; dtype = fp8 spans dequantize
+
+int gemm_fp8_available(tb_gpu *) { return 0; }
+
+int gemm_fp8(tb_gpu *g, float *, const uint8_t *, const float *, const uint8_t *, const float *, int, int, int, float)
+{
+    return fail(g, "the FP8 GEMM needs cuBLAS 12.9 or later");
+}
+
+void gemm_fp8_free(tb_gpu *) {}
+
+#endif
+
+} // namespace tbgpu
