@@ -77,16 +77,19 @@ extern "C" int tb_gpu_measure_ceilings(tb_gpu *g, double *peak_flops, double *pe
         float *xs = (float *)(wq + (size_t)M * M), *ws = xs + M;
         k_fp8_quantize_rows<<<M, 256, 0, g->stream>>>((const bf16 *)a, M, xq, xs);
         k_fp8_quantize_rows<<<M, 256, 0, g->stream>>>((const bf16 *)a + (size_t)M * M, M, wq, ws);
+        // both of its routes (gpu_gemm_fp8.cu: with the scale vectors, and
+        // unscaled with the scales deferred), the faster kept
         best_gemm = 1e30f;
-        for (int i = 0; i < 6; i++) {
+        for (int i = 0; i < 12; i++) {
             float ms = 0;
+            int deferred = 0;
             cudaEventRecord(e0, g->stream);
-            if (gemm_fp8(g, (float *)c, xq, xs, wq, ws, M, M, M, 0.0f) != 0)
+            if (gemm_fp8(g, (float *)c, xq, xs, wq, ws, M, M, M, 0.0f, i < 6 ? NULL : &deferred) != 0)
                 goto out; // g->error says why
             cudaEventRecord(e1, g->stream);
             cudaEventSynchronize(e1);
             cudaEventElapsedTime(&ms, e0, e1);
-            if (i > 0 && ms < best_gemm)
+            if (i % 6 > 0 && ms < best_gemm)
                 best_gemm = ms;
         }
     }

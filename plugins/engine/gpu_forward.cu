@@ -205,9 +205,15 @@ struct proj {
 // matmul_t over a projection. FP8 (fp8.h: E4M3 weights and inputs, both
 // scaled per row): at batch 1 our FP8 GEMV, which quantizes x itself; a
 // larger span quantizes its input rows (xq, xs), then the FP8 GEMM, or
-// without one both sides dequantized to bf16 for the bf16 GEMM.
-static int matmul_p(tb_gpu *g, float *y, const bf16 *x, proj p, int rows, int out, int in, float beta)
+// without one both sides dequantized to bf16 for the bf16 GEMM. Given
+// dsx/dsw, the FP8 GEMM may leave the scales to the caller's next kernel
+// (gpu_gemm_fp8.cu): then *dsx, *dsw are the row and column scales and y
+// holds the bare products; else both NULL.
+static int matmul_p(tb_gpu *g, float *y, const bf16 *x, proj p, int rows, int out, int in, float beta,
+                    const float **dsx = NULL, const float **dsw = NULL)
 {
+    if (dsx)
+        *dsx = *dsw = NULL;
     if (!p.q)
         return matmul_t(g, y, x, p.w, rows, out, in, beta);
     if (rows == 1) {
@@ -217,8 +223,14 @@ static int matmul_p(tb_gpu *g, float *y, const bf16 *x, proj p, int rows, int ou
     }
     k_fp8_quant_act<<<rows, FP8_QUANT_THREADS, 0, g->stream>>>(x, in, g->xq, g->xs);
     LAUNCHED();
-    if (g->fp8_gemm)
-        return gemm_fp8(g, y, g->xq, g->xs, p.q, p.s, rows, out, in, beta);
+    if (g->fp8_gemm) {
+        int deferred = 0;
+        if (gemm_fp8(g, y, g->xq, g->xs, p.q, p.s, rows, out, in, beta, dsx ? &deferred : NULL))
+            return -1;
+        if (deferred)
+            *dsx = g->xs, *dsw = p.s;
+        return 0;
+    }
     size_t n = (size_t)out * in, nx = (size_t)rows * in;
     k_fp8_dequant<<<blocks_for(nx / 16), 256, 0, g->stream>>>(g->xq, g->xs, in, nx, g->xdq);
     LAUNCHED();
@@ -350,6 +362,7 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
     proj pqkv = {G->wqkv, G->qqkv, G->sqkv}, po = {G->wo, G->qo, G->so};
     proj pgu = {G->wgu, G->qgu, G->sgu}, pdown = {G->wdown, G->qdown, G->sdown};
     int norm = norm_in_gemv(g, rows);
+    const float *qkv_sx = NULL, *qkv_sw = NULL, *gu_sx = NULL, *gu_sw = NULL; // FP8's deferred scales
     int swiglu = one && (g->fusion & TB_GPU_FUSE_SWIGLU) && !G->router;
     int pdl = one && g->pdl && mode != FWD_SPAN;
     if (!norm || l == 0) { // else the layer before left it in xn
@@ -361,7 +374,7 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
         gemv_args a = {G->wqkv, g->xn, g->qkv, NULL, NULL, NULL, 0.0f, qd, h, 0.0f};
         gemv_fused(g, a, pdl);
         LAUNCHED();
-    } else if (matmul_p(g, g->qkv, g->xn, pqkv, rows, qd, h, 0.0f)) {
+    } else if (matmul_p(g, g->qkv, g->xn, pqkv, rows, qd, h, 0.0f, &qkv_sx, &qkv_sw)) {
         return -1;
     }
     // k_qkv_post: a warp per head, QKV_POST_WARPS heads a block; the row's
@@ -378,7 +391,8 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
            (const float *)G->q_norm, (const float *)G->k_norm, eps, (const float *)g->inv_freq, n, pos0,
            (const int *)(mode == FWD_DECODE ? g->d_pos : NULL), rslot, rpos,
            (const int *)(g->d_pad + (mode == FWD_SPAN ? slot0 : 0)), g->kc + layer_off + span_off,
-           g->vc + layer_off + span_off, g->len, g->q, c->n_heads, c->n_kv_heads, c->head_dim, tb_config_rope_dim(c));
+           g->vc + layer_off + span_off, g->len, g->q, c->n_heads, c->n_kv_heads, c->head_dim, tb_config_rope_dim(c),
+           qkv_sx, qkv_sw);
     LAUNCHED();
     // decode attention split over the keys when (sequence, head) pairs
     // alone would leave most of the chip idle (or as tb_gpu_set_attn_splits says)
@@ -447,7 +461,7 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
         int S = g->moe.shared_inter;
         if (matmul_t(g, g->gu, g->xn, G->sh_gu, rows, 2 * S, h, 0.0f))
             return -1;
-        swiglu_act(g, g->gu, g->act, S, (size_t)rows * S);
+        swiglu_act(g, g->gu, g->act, S, (size_t)rows * S, NULL, NULL);
         LAUNCHED();
         return matmul_t(g, g->x, g->act, G->sh_down, rows, h, S, 1.0f);
     }
@@ -456,9 +470,9 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
         gemv_fused(g, gu, pdl);
         LAUNCHED();
     } else {
-        if (matmul_p(g, g->gu, g->xn, pgu, rows, 2 * I, h, 0.0f))
+        if (matmul_p(g, g->gu, g->xn, pgu, rows, 2 * I, h, 0.0f, &gu_sx, &gu_sw))
             return -1;
-        swiglu_act(g, g->gu, g->act, I, (size_t)rows * I);
+        swiglu_act(g, g->gu, g->act, I, (size_t)rows * I, gu_sx, gu_sw);
         LAUNCHED();
     }
     if (one) { // (under NORM also the next layer's RMSNorm, or the final one, into xn)

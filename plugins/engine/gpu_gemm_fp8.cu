@@ -10,14 +10,17 @@
 // cuBLASLt's column-major terms D[out][rows] = diag(sw) (W^T)^T X^T diag(sx),
 // A = W (op T, "TN", the only layout FP8 takes), B = X, C = D = y.
 //
-// Spans of at most FP8_SCALAR_ROWS rows (decode batches, a block
-// diffusion block) take another route: cuBLASLt's FP8 kernels without the
-// scale vectors, into g->fp8_t, then k_fp8_scale_out applies both scales
-// (and the accumulation into y). Measured on the H200 (docs/PERFORMANCE.md,
-// 2026-12-02), the outer-vector kernels at 32 rows ran Llama-3-8B's four
-// shapes in 18.2 / 14.5 / 48.2 / 38.9 us against 8.2 / 7.3 / 35.6 / 20.6
-// without, whose extra pass over 32 output rows costs a few us; at 384 rows
-// the pass over the outputs would cost more than the scalar kernels save.
+// cuBLASLt's FP8 kernels without the scale vectors are faster. Measured on
+// the H200 (docs/PERFORMANCE.md, 2026-12-02), Llama-3-8B's four shapes
+// (qkv, o, gate-up, down) at 32 rows took 18.2 / 14.5 / 48.2 / 38.9 us with
+// them against 8.2 / 7.3 / 35.6 / 20.6 without; at 384 rows qkv 26.9
+// against 18.0 and gate-up 78.3 against 70.5. So a product whose consumer
+// can scale (QKV: k_qkv_post; gate-up: k_swiglu) runs unscaled into y at
+// any size and hands the scales on (deferred); an accumulating one (o,
+// down) of at most FP8_SCALAR_ROWS rows runs unscaled into g->fp8_t and
+// k_fp8_scale_out scales and adds it (a pass over a few output rows); a
+// larger one keeps the outer-vector scales (its pass would cost more than
+// the faster kernel saves).
 //
 // One heuristic algorithm a shape (out, rows, in, accumulate, route), no
 // timing (a measured call would carry the timing's cost), kept per context.
@@ -36,7 +39,8 @@ namespace {
 const int FP8_MAX_PLANS = 256; // shapes a context keeps
 
 struct fp8_plan {
-    int out, rows, in, acc; // acc: beta != 0 (always 0 on the scalar route: the epilogue adds)
+    int out, rows, in, acc; // acc: beta != 0 (always 0 on the unscaled route: the epilogue adds)
+    int scaled;             // the outer-vector descriptor, else the unscaled one
     cublasLtMatrixLayout_t a, b, c;
     cublasLtMatmulAlgo_t algo;
 };
@@ -107,13 +111,13 @@ static fp8_gemm_cache *cache_make(void)
 
 // The plan of a shape, made (layouts, heuristic) on first use; NULL when
 // cuBLASLt offers no algorithm for it (or the table is full).
-static fp8_plan *plan(tb_gpu *g, fp8_gemm_cache *c, int rows, int out, int in, int acc)
+static fp8_plan *plan(tb_gpu *g, fp8_gemm_cache *c, int rows, int out, int in, int acc, int scaled)
 {
-    cublasLtMatmulDesc_t desc = rows <= FP8_SCALAR_ROWS ? c->scalar : c->desc;
+    cublasLtMatmulDesc_t desc = scaled ? c->desc : c->scalar;
     for (int k = 0; k < c->n; k++) {
         int i = (c->last + k) % c->n;
         fp8_plan *p = &c->plans[i];
-        if (p->out == out && p->rows == rows && p->in == in && p->acc == acc) {
+        if (p->out == out && p->rows == rows && p->in == in && p->acc == acc && p->scaled == scaled) {
             c->last = i;
             return p;
         }
@@ -122,7 +126,7 @@ static fp8_plan *plan(tb_gpu *g, fp8_gemm_cache *c, int rows, int out, int in, i
         return NULL;
     fp8_plan *p = &c->plans[c->n];
     memset(p, 0, sizeof *p);
-    p->out = out, p->rows = rows, p->in = in, p->acc = acc;
+    p->out = out, p->rows = rows, p->in = in, p->acc = acc, p->scaled = scaled;
     if (cublasLtMatrixLayoutCreate(&p->a, CUDA_R_8F_E4M3, in, out, in) != CUBLAS_STATUS_SUCCESS ||
         cublasLtMatrixLayoutCreate(&p->b, CUDA_R_8F_E4M3, in, rows, in) != CUBLAS_STATUS_SUCCESS ||
         cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, out, rows, out) != CUBLAS_STATUS_SUCCESS) {
@@ -180,7 +184,7 @@ int gemm_fp8_available(tb_gpu *g)
     // set (measured: none without), so any device address stands in here
     int h = g->cfg.hidden_size;
     if (set_scales(g->gemm_fp8, (const float *)g->blas_ws, (const float *)g->blas_ws) ||
-        !plan(g, g->gemm_fp8, FP8_SCALAR_ROWS, h, h, 0) || !plan(g, g->gemm_fp8, FP8_SCALAR_ROWS + 1, h, h, 0)) {
+        !plan(g, g->gemm_fp8, FP8_SCALAR_ROWS, h, h, 0, 0) || !plan(g, g->gemm_fp8, FP8_SCALAR_ROWS + 1, h, h, 0, 1)) {
         cache_destroy(g->gemm_fp8);
         g->gemm_fp8 = NULL;
         g->gemm_fp8_failed = 1;
@@ -190,21 +194,26 @@ int gemm_fp8_available(tb_gpu *g)
 }
 
 int gemm_fp8(tb_gpu *g, float *y, const uint8_t *xq, const float *xs, const uint8_t *wq, const float *ws, int rows,
-             int out, int in, float beta)
+             int out, int in, float beta, int *deferred)
 {
     fp8_gemm_cache *c = g->gemm_fp8;
     if (!c)
         return fail(g, "the FP8 GEMM is not available on this device");
-    int scalar = rows <= FP8_SCALAR_ROWS;
-    if (!scalar)
+    // the routes: unscaled into y, the caller's next kernel scaling (any
+    // rows: faster at 384 too, and no extra pass); outer-vector scales
+    // (above FP8_SCALAR_ROWS); unscaled, then k_fp8_scale_out
+    int defer = deferred && beta == 0.0f, scaled = !defer && rows > FP8_SCALAR_ROWS;
+    if (deferred)
+        *deferred = defer;
+    if (scaled)
         CB(set_scales(c, ws, xs));
-    fp8_plan *p = plan(g, c, rows, out, in, !scalar && beta != 0.0f);
+    fp8_plan *p = plan(g, c, rows, out, in, scaled && beta != 0.0f, scaled);
     if (!p)
         return fail(g, "cuBLASLt has no FP8 algorithm for %d x %d x %d (rows x out x in)", rows, out, in);
     float alpha = 1.0f, zero = 0.0f;
-    if (!scalar) {
-        CB(cublasLtMatmul(c->lt, c->desc, &alpha, wq, p->a, xq, p->b, &beta, y, p->c, y, p->c, &p->algo,
-                          g->blas_ws, TB_GPU_BLAS_WS, g->stream));
+    if (scaled || defer) {
+        CB(cublasLtMatmul(c->lt, scaled ? c->desc : c->scalar, &alpha, wq, p->a, xq, p->b, scaled ? &beta : &zero, y,
+                          p->c, y, p->c, &p->algo, g->blas_ws, TB_GPU_BLAS_WS, g->stream));
         return 0;
     }
     if ((size_t)rows * out > g->fp8_t_floats)
@@ -229,7 +238,8 @@ void gemm_fp8_free(tb_gpu *g)
 
 int gemm_fp8_available(tb_gpu *) { return 0; }
 
-int gemm_fp8(tb_gpu *g, float *, const uint8_t *, const float *, const uint8_t *, const float *, int, int, int, float)
+int gemm_fp8(tb_gpu *g, float *, const uint8_t *, const float *, const uint8_t *, const float *, int, int, int, float,
+             int *)
 {
     return fail(g, "the FP8 GEMM needs cuBLAS 12.9 or later");
 }

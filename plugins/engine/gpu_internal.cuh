@@ -240,10 +240,12 @@ int gemm_tuning(tb_gpu *g);
 // dtype = fp8 above one row (gpu_gemm_fp8.cu): whether the device and
 // cuBLASLt run FP8 GEMMs with per-row and per-channel scales (makes the
 // plan cache); y[rows][out] (+)= xs[r] ws[o] (XQ[rows][in] WQ[out][in]^T)
-// over E4M3 codes, float32 out; its plans' release.
+// over E4M3 codes, float32 out, or, where deferred is given and beta is
+// 0, y = the bare products and *deferred = 1: the caller's next kernel
+// applies xs and ws; its plans' release.
 int gemm_fp8_available(tb_gpu *g);
 int gemm_fp8(tb_gpu *g, float *y, const uint8_t *xq, const float *xs, const uint8_t *wq, const float *ws, int rows,
-             int out, int in, float beta);
+             int out, int in, float beta, int *deferred);
 void gemm_fp8_free(tb_gpu *g);
 // Free the forward's buffers (gpu_forward.cu, as tb_cpu_state_free).
 void free_buffers(tb_gpu *g);

@@ -108,10 +108,20 @@ __global__ void k_rmsnorm(const float *x, int n, int r0, int nr, const float *w,
 // Positions pos0 + (row % n_new), or *d_pos in decode. A left-padded
 // sequence's RoPE positions start at its first real token (pos - pad[b]),
 // as on the CPU; the cache slot stays pos.
+// (sw NULL) qkv is the product; under dtype = fp8 (sw, sx given) the bare
+// FP8 product, times its row's scale sx[r] and each column's sw[col] here
+// (gpu_gemm_fp8.cu's deferred scales).
+__device__ __forceinline__ float qkv_at(const float *v, const float *sw, float sxr, const float *bb, int i)
+{
+    float a = sw ? v[i] * sxr * sw[i] : v[i];
+    return bb ? a + bb[i] : a;
+}
+
 __global__ void __launch_bounds__(QKV_POST_WARPS * 32)
     k_qkv_post(const float *qkv, const float *bias, const float *q_norm, const float *k_norm, float eps,
                const float *inv_freq, int n_new, int pos0, const int *d_pos, const int *row_slot, const int *row_pos,
-               const int *pad, bf16 *kc, bf16 *vc, int len, bf16 *q_out, int nh, int nkv, int hd, int rd)
+               const int *pad, bf16 *kc, bf16 *vc, int len, bf16 *q_out, int nh, int nkv, int hd, int rd,
+               const float *sx, const float *sw)
 {
     extern __shared__ float rot[]; // [rd / 2] cos, then [rd / 2] sin
     griddep_wait();
@@ -137,6 +147,8 @@ __global__ void __launch_bounds__(QKV_POST_WARPS * 32)
         return;
     const float *v = qkv + (size_t)r * qkvd + (size_t)head * hd;
     const float *bb = bias ? bias + (size_t)head * hd : NULL;
+    const float *swh = sw ? sw + (size_t)head * hd : NULL;
+    float sxr = sx ? sx[blockIdx.x] : 1.0f;
     size_t at = ((size_t)b * len + pos) * kvd;
     bf16 *dst = head < nh         ? q_out + (size_t)r * nq + (size_t)head * hd
                 : head < nh + nkv ? kc + at + (size_t)(head - nh) * hd
@@ -148,7 +160,7 @@ __global__ void __launch_bounds__(QKV_POST_WARPS * 32)
     if (nw) {
         float ss = 0;
         for (int i = lane; i < hd; i += 32) {
-            float a = v[i] + (bb ? bb[i] : 0.0f);
+            float a = qkv_at(v, swh, sxr, bb, i);
             ss += a * a;
         }
         for (int o = 16; o > 0; o >>= 1)
@@ -156,7 +168,7 @@ __global__ void __launch_bounds__(QKV_POST_WARPS * 32)
         inv = rsqrtf(ss / hd + eps);
     }
     for (int i = lane; i < half; i += 32) {
-        float a = v[i] + (bb ? bb[i] : 0.0f), c = v[i + half] + (bb ? bb[i + half] : 0.0f);
+        float a = qkv_at(v, swh, sxr, bb, i), c = qkv_at(v, swh, sxr, bb, i + half);
         if (nw)
             a = nw[i] * (a * inv), c = nw[i + half] * (c * inv);
         if (head < nh + nkv) { /* q or k: rotate */
@@ -168,7 +180,7 @@ __global__ void __launch_bounds__(QKV_POST_WARPS * 32)
         dst[i + half] = __float2bfloat16(c);
     }
     for (int i = rd + lane; i < hd; i += 32) { // the unrotated dims
-        float a = v[i] + (bb ? bb[i] : 0.0f);
+        float a = qkv_at(v, swh, sxr, bb, i);
         if (nw)
             a = nw[i] * (a * inv);
         dst[i] = __float2bfloat16(a);
@@ -557,7 +569,7 @@ __global__ void __launch_bounds__(SOFTMAX_WARP_ROWS * 32)
 // (decode) still spreads over the whole chip; with inter % 4 == 0 a
 // thread per four elements (16-byte loads of gate and up, an 8-byte
 // store), the same arithmetic per element.
-__global__ void k_swiglu(const float *gu, bf16 *act, int inter, size_t n)
+__global__ void k_swiglu(const float *gu, bf16 *act, int inter, size_t n, const float *sx, const float *sw)
 {
     if (inter % 4 == 0) {
         size_t quads = n / 4;
@@ -567,6 +579,13 @@ __global__ void k_swiglu(const float *gu, bf16 *act, int inter, size_t n)
             size_t r = e / iq, i = (e % iq) * 4;
             float4 g = *reinterpret_cast<const float4 *>(gu + r * 2 * inter + i);
             float4 u = *reinterpret_cast<const float4 *>(gu + r * 2 * inter + inter + i);
+            if (sw) { // dtype = fp8's deferred scales (gpu_gemm_fp8.cu)
+                float s = sx[r];
+                float4 wg = *reinterpret_cast<const float4 *>(sw + i);
+                float4 wu = *reinterpret_cast<const float4 *>(sw + inter + i);
+                g.x *= s * wg.x, g.y *= s * wg.y, g.z *= s * wg.z, g.w *= s * wg.w;
+                u.x *= s * wu.x, u.y *= s * wu.y, u.z *= s * wu.z, u.w *= s * wu.w;
+            }
             __nv_bfloat162 lo = __floats2bfloat162_rn(g.x / (1.0f + __expf(-g.x)) * u.x,
                                                       g.y / (1.0f + __expf(-g.y)) * u.y);
             __nv_bfloat162 hi = __floats2bfloat162_rn(g.z / (1.0f + __expf(-g.z)) * u.z,
@@ -581,6 +600,8 @@ __global__ void k_swiglu(const float *gu, bf16 *act, int inter, size_t n)
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
         size_t r = e / inter, i = e % inter;
         float g = gu[r * 2 * inter + i], u = gu[r * 2 * inter + inter + i];
+        if (sw)
+            g *= sx[r] * sw[i], u *= sx[r] * sw[inter + i];
         act[e] = __float2bfloat16(g / (1.0f + __expf(-g)) * u);
     }
 }
@@ -1493,9 +1514,9 @@ void softmax_span(tb_gpu *g, const float *sc, bf16 *p, size_t n_rows, int n, int
         k_softmax_slots<<<(unsigned)n_rows, 256, 0, g->stream>>>(sc, p, n, n_keys, pos0, causal, pad, row_slot, nh);
 }
 
-void swiglu_act(tb_gpu *g, const float *gu, bf16 *act, int inter, size_t n)
+void swiglu_act(tb_gpu *g, const float *gu, bf16 *act, int inter, size_t n, const float *sx, const float *sw)
 {
-    k_swiglu<<<blocks_for(inter % 4 == 0 ? n / 4 : n), 256, 0, g->stream>>>(gu, act, inter, n);
+    k_swiglu<<<blocks_for(inter % 4 == 0 ? n / 4 : n), 256, 0, g->stream>>>(gu, act, inter, n, sx, sw);
 }
 
 void pick(tb_gpu *g, const float *logits, int V, int n_picks, int npick, int nr, int off, int shifted,

@@ -29,7 +29,8 @@ __global__ void k_rmsnorm(const float *x, int n, int r0, int nr, const float *w,
 __global__ void __launch_bounds__(QKV_POST_WARPS * 32)
     k_qkv_post(const float *qkv, const float *bias, const float *q_norm, const float *k_norm, float eps,
                const float *inv_freq, int n_new, int pos0, const int *d_pos, const int *row_slot, const int *row_pos,
-               const int *pad, bf16 *kc, bf16 *vc, int len, bf16 *q_out, int nh, int nkv, int hd, int rd);
+               const int *pad, bf16 *kc, bf16 *vc, int len, bf16 *q_out, int nh, int nkv, int hd, int rd,
+               const float *sx, const float *sw);
 __global__ void __launch_bounds__(ATT_WARPS * 32)
     k_attn_decode(const bf16 *q, const bf16 *kc, const bf16 *vc, bf16 *out, int len, int nh, int nkv, int hd,
                   const int *d_pos, int n_keys_fixed, const int *row_slot, const int *row_pos, const int *pad,
@@ -48,7 +49,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
 __global__ void k_softmax(const float *sc, bf16 *p, int n, int n_keys, int pos0, int causal, const int *pad, int nh);
 __global__ void k_softmax_slots(const float *sc, bf16 *p, int n, int n_keys, int pos0, int causal, const int *pad,
                                 const int *row_slot, int nh);
-__global__ void k_swiglu(const float *gu, bf16 *act, int inter, size_t n);
+__global__ void k_swiglu(const float *gu, bf16 *act, int inter, size_t n, const float *sx, const float *sw);
 __global__ void k_argmax(const float *logits, int V, int32_t *out);
 __global__ void k_incr(int *p);
 __global__ void k_fp8_quantize_rows(const bf16 *w, int in, uint8_t *q, float *scale);
@@ -107,8 +108,9 @@ void gemv_fp8(tb_gpu *g, const uint8_t *q, const float *scale, const bf16 *x, fl
 void softmax_span(tb_gpu *g, const float *sc, bf16 *p, size_t n_rows, int n, int n_keys, int pos0, int causal,
                   const int *pad, const int *row_slot, int nh);
 // act[r][i] = silu(gate) up over n = rows x inter elements (k_swiglu),
-// four a thread when inter % 4 == 0.
-void swiglu_act(tb_gpu *g, const float *gu, bf16 *act, int inter, size_t n);
+// four a thread when inter % 4 == 0; gate and up first times sx[r] sw[col]
+// where sw is given (dtype = fp8's deferred scales).
+void swiglu_act(tb_gpu *g, const float *gu, bf16 *act, int inter, size_t n, const float *sx, const float *sw);
 // The picks (k_pick's arguments) for n_picks = B x npick rows: kind 0
 // (LLaDA) split over several blocks a row (k_pick_part, k_pick_combine,
 // partials in g->pick_part), the other kinds k_pick.

@@ -321,7 +321,7 @@ int moe_ffn(tb_gpu *g, int l, int rows, int graphable)
         k_moe_gemv<<<gu_grid, MOE_WARPS * 32, 0, g->stream>>>(G->ex_gu, g->xn, g->moe_off, g->moe_order, k, 1,
                                                               g->moe_gu, 2 * mi, h);
         LAUNCHED();
-        k_swiglu<<<blocks_for((size_t)P * mi), 256, 0, g->stream>>>(g->moe_gu, g->moe_act, mi, (size_t)P * mi);
+        k_swiglu<<<blocks_for((size_t)P * mi), 256, 0, g->stream>>>(g->moe_gu, g->moe_act, mi, (size_t)P * mi, NULL, NULL);
         LAUNCHED();
         dim3 down_grid((h + MOE_WARPS * MOE_ROWS - 1) / (MOE_WARPS * MOE_ROWS), E);
         k_moe_gemv<<<down_grid, MOE_WARPS * 32, 0, g->stream>>>(G->ex_down, g->moe_act, g->moe_off, NULL, k, 0,
@@ -344,7 +344,7 @@ int moe_ffn(tb_gpu *g, int l, int rows, int graphable)
                             g->moe_gu + (size_t)off[e] * 2 * mi, CUDA_R_32F, 2 * mi, CUBLAS_COMPUTE_32F,
                             CUBLAS_GEMM_DEFAULT));
         }
-        k_swiglu<<<blocks_for((size_t)P * mi), 256, 0, g->stream>>>(g->moe_gu, g->moe_act, mi, (size_t)P * mi);
+        k_swiglu<<<blocks_for((size_t)P * mi), 256, 0, g->stream>>>(g->moe_gu, g->moe_act, mi, (size_t)P * mi, NULL, NULL);
         LAUNCHED();
         for (int e = 0; e < E; e++) {
             int n = off[e + 1] - off[e];

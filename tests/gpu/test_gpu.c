@@ -286,6 +286,19 @@ static void check_fp8_products(const char *name)
                 name, gemm ? "FP8 GEMM" : "bf16 GEMM", checked, worst, unrounded);
         CHECK(checked == c->n_layers * 4 * 5 * 2 && worst <= 1.0 && unrounded > 10.0);
     }
+    /* the roofline's FLOP/s ceiling is that of the context's products
+     * (docs/METRICS.md): the FP8 GEMM's where spans run on it */
+    CHECK(tb_gpu_set_fp8_gemm(g, gemm_modes == 2) == 0);
+    CHECK(strcmp(tb_gpu_gemm_dtype(g), gemm_modes == 2 ? "fp8" : "bf16") == 0);
+    tb_gpu *gb = NULL;
+    if (gemm_modes == 2 && tb_gpu_create(&gb, &m.cfg, &m, 0, err, sizeof err) == 0) {
+        double f8 = 0, fb = 0, bw;
+        CHECK(strcmp(tb_gpu_gemm_dtype(gb), "bf16") == 0);
+        CHECK(tb_gpu_measure_ceilings(g, &f8, &bw) == 0 && tb_gpu_measure_ceilings(gb, &fb, &bw) == 0);
+        fprintf(stderr, "%s: FLOP/s ceilings: FP8 GEMM %.0f TFLOP/s, bf16 %.0f\n", name, f8 / 1e12, fb / 1e12);
+        CHECK(f8 > 1.2 * fb);
+        tb_gpu_free(gb);
+    }
     tb_gpu_free(g);
     tb_model_free(&m);
 }
