@@ -135,7 +135,15 @@ static char *make_description(const ar_ctx *c)
     if (c->on_gpu && tb_gpu_tp_size(c->ld.gpu) > 0) /* tensor parallel: GPUs 0 .. tp - 1 of the host */
         ok &= cJSON_AddNumberToObject(o, "tensor_parallel", tb_gpu_tp_size(c->ld.gpu)) != NULL;
     if (c->on_gpu)
-        ok &= cJSON_AddStringToObject(o, "kernels", c->ld.fp8 ? "FP8 weights: own E4M3 GEMV at batch 1, else dequantized to bf16 per layer for cuBLAS bf16 GEMMs (fp32 accumulate), CUDA graph per decode step" : "cuBLAS bf16 GEMMs (fp32 accumulate), own GEMV at batch 1, CUDA graph per decode step") != NULL;
+        ok &= cJSON_AddStringToObject(
+                  o, "kernels",
+                  !c->ld.fp8 ? "cuBLAS bf16 GEMMs (fp32 accumulate), own GEMV at batch 1, CUDA graph per decode step"
+                  : strcmp(tb_gpu_gemm_dtype(c->ld.gpu), "fp8") == 0
+                      ? "FP8 W8A8 (E4M3 weights, E4M3 inputs scaled per row): own E4M3 GEMV at batch 1, else "
+                        "cuBLASLt FP8 GEMMs (fp32 accumulate), CUDA graph per decode step"
+                      : "FP8 W8A8 (E4M3 weights, E4M3 inputs scaled per row): own E4M3 GEMV at batch 1, else both "
+                        "dequantized to bf16 for cuBLAS bf16 GEMMs (no FP8 GEMM on this device), CUDA graph per "
+                        "decode step") != NULL;
 #else
     ok &= cJSON_AddStringToObject(o, "device", "cpu") != NULL;
 #endif
