@@ -133,8 +133,10 @@ for fault in probe:crash probe:exit probe:hang create:crash create:exit create:h
     rc=$?
     [ $rc = 1 ] || fail "$fault: exit $rc, not 1: $(tail -c 400 "$tmp/e")"
     got=$(q "$tmp/s.db" "select b.label || ' ' || c.status || ' ' || coalesce(c.error, '') from bench_case c join backend b on b.id = c.backend_id order by c.ordinal")
-    echo "$got" | grep -q -- "^bad failed .*$reason" || fail "$fault: the bad case: $got"
-    echo "$got" | grep -q '^good ok' || fail "$fault: the good case after it: $got"
+    # here-strings, not pipes: under pipefail a grep -q that stops reading
+    # early can make the writer's SIGPIPE fail the check (seen once in CI)
+    grep -q -- "^bad failed .*$reason" <<<"$got" || fail "$fault: the bad case: $got"
+    grep -q '^good ok' <<<"$got" || fail "$fault: the good case after it: $got"
     [ "$(q "$tmp/s.db" "select status from session")" = completed ] || fail "$fault: session not completed"
 done
 pass "a plugin crashing, exiting or hanging in probe(), create() or generate(): its case fails, the run goes on"
@@ -174,7 +176,7 @@ rc=$?
 [ $rc = 130 ] || fail "SIGTERM: exit $rc, not 130: $(tail -c 300 "$tmp/t.err")"
 [ "$(q "$tmp/t.db" "select status from session")" = interrupted ] || fail "SIGTERM: session $(q "$tmp/t.db" "select status from session")"
 # stopped at once, not after a grace period: the case says so
-q "$tmp/t.db" "select error from bench_case where ordinal = 1" | grep -q 'interrupted' ||
+grep -q 'interrupted' <<<"$(q "$tmp/t.db" "select error from bench_case where ordinal = 1")" ||
     fail "SIGTERM: the case: $(q "$tmp/t.db" "select error from bench_case")"
 kill -0 "$closed" 2>/dev/null && fail "the hung worker $closed outlived its runner"
 pass "SIGTERM stops a runner whose backend closed its descriptors and hangs"

@@ -139,7 +139,7 @@ h0=$(q "$tmp/dist.db" "select group_concat(r.prompt_tokens) from request r join 
 h1=$(q "$tmp/dist.db" "select group_concat(r.prompt_tokens) from request r join sample s on s.id = r.sample_id join bench_case c on c.id = s.case_id join backend b on b.id = c.backend_id where b.label = 'hist' and s.repetition = 1")
 [ "$h0" = "$h1" ] || fail "unique_prompts = false: repetitions drew other lengths"
 # the workload is stored with the case's options
-q "$tmp/dist.db" "select options_json from backend where label = 'ln'" | grep -q '"prompt_dist":"lognormal"' \
+grep -q '"prompt_dist":"lognormal"' <<<"$(q "$tmp/dist.db" "select options_json from backend where label = 'ln'")" \
     || fail "prompt_dist not stored with the backend's options"
 pass "distributions: lognormal prompts $plo..$phi tokens and uniform outputs $lo..$hi stored per request, the server's counts equal, histogram bins only, reproducible"
 

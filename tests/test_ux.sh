@@ -203,7 +203,7 @@ if [ $ro_check = 1 ]; then
     as_reader "$tb" show --db "$tmp/ro/old.db" --width 200 >"$tmp/ro.out" 2>"$tmp/ro.err" || fail "show of a read-only older file: $(cat "$tmp/ro.err")"
     grep -q '^backend .*calls' "$tmp/ro.out" || fail "show of a read-only older file: not read through schema 7"
     as_reader "$tb" export last --format csv --db "$tmp/ro/old.db" >"$tmp/ro.csv" || fail "export of a read-only older file"
-    head -1 "$tmp/ro.csv" | grep -q ',calls,' || fail "export of a read-only older file: $(head -1 "$tmp/ro.csv")"
+    grep -q ',calls,' <<<"$(head -1 "$tmp/ro.csv")" || fail "export of a read-only older file: $(head -1 "$tmp/ro.csv")"
     # a file it may write in a folder it may not (no room for -wal, -shm): read-only too
     chmod 666 "$tmp/ro/old.db"
     as_reader "$tb" sessions --db "$tmp/ro/old.db" >/dev/null 2>"$tmp/ro.err" || fail "sessions of a writable file in a read-only folder: $(cat "$tmp/ro.err")"
@@ -228,7 +228,7 @@ sed 's/^name = twelve/name = older/' "$tmp/twelve.ini" >"$tmp/older.ini"
     || fail "merge did not append the older session"
 order=$("$tb" sessions --db "$tmp/b.db" | awk 'NR > 2 {print $3}' | tr '\n' ' ')
 [ "$order" = "twelve older " ] || fail "sessions after a merge: $order, expected newest first (twelve older)"
-"$tb" show last --db "$tmp/b.db" >"$tmp/last.out"; head -1 "$tmp/last.out" | grep -q 'suite twelve' || fail "show last after a merge is not the newest session"
+"$tb" show last --db "$tmp/b.db" >"$tmp/last.out"; grep -q 'suite twelve' <<<"$(head -1 "$tmp/last.out")" || fail "show last after a merge is not the newest session"
 "$tb" run "$tmp/twelve.ini" --db "$tmp/h.db" >/dev/null 2>&1 || fail "run twelve again"
 "$tb" report --db "$tmp/h.db" --format html -o "$tmp/h.html" 2>/dev/null || fail "report html"
 python3 - "$tmp/h.html" >"$tmp/hist.txt" <<'EOF' || fail "history charts: $(cat "$tmp/hist.txt")"

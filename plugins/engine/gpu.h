@@ -40,9 +40,11 @@ int tb_gpu_create(tb_gpu **out, const tb_model_config *cfg, const tb_model *cpu,
  * gate-up and down projections are quantized on the device (from the bf16
  * weights, fp8.h's rule: a CPU model already rounded by tb_model_round_fp8
  * gives back its own codes) and held as E4M3 codes + per-row scales only.
- * Batch-1 products read them with an FP8 GEMV (float32 accumulation);
- * larger spans dequantize each projection to bf16 (exact) for the cuBLAS
- * bf16 GEMM. Refuses MoE models (as tb_config_check_fp8). */
+ * Each projection's input is quantized per row too (W8A8, fp8.h): batch-1
+ * products with an FP8 GEMV (float32 accumulation), larger spans with
+ * FP8 tensor-core GEMMs (gpu_gemm_fp8.cu), or where the device has none
+ * both sides dequantized to bf16 (exact) for the bf16 GEMM. Refuses MoE
+ * models (as tb_config_check_fp8). */
 int tb_gpu_create_dtype(tb_gpu **out, const tb_model_config *cfg, const tb_model *cpu, uint64_t seed, int fp8,
                         char *err, size_t err_size);
 void tb_gpu_free(tb_gpu *g);
@@ -64,11 +66,14 @@ void tb_gpu_set_fp8_gemv(tb_gpu *g, int variant);
  * fp8 or has no FP8 GEMM. */
 int tb_gpu_set_fp8_gemm(tb_gpu *g, int on);
 /* Tests: projection `which` (0..3: qkv, o, gate-up, down) of layer l of
- * a dtype = fp8 context applied as the forward applies it to x[rows][in]
- * (host float32, rounded to bf16 as the device holds activations):
- * y[rows][out] = (or, accumulate, +=) the product. rows within the
- * reserved rows; 1 is the GEMV. */
-int tb_gpu_fp8_product(tb_gpu *g, int l, int which, const float *x, int rows, float *y, int accumulate);
+ * a dtype = fp8 context applied to x[rows][in] (host float32, rounded to
+ * bf16 as the device holds activations): y[rows][out] = (or, accumulate,
+ * +=) the product. rows within the reserved rows; 1 is the GEMV. With
+ * deferred (and not accumulate), through the route QKV and gate-up take
+ * in the forward (the bare FP8 products, whose scales the next kernel
+ * applies: here k_fp8_scale_out). */
+int tb_gpu_fp8_product(tb_gpu *g, int l, int which, const float *x, int rows, float *y, int accumulate,
+                       int deferred);
 
 /* Tensor parallelism over devices 0 .. tp - 1 of this host (gpu_tp.cu,
  * shard.h's split; NCCL loaded at run time): a group context whose entry

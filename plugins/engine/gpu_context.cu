@@ -530,7 +530,8 @@ extern "C" int tb_gpu_set_fp8_gemm(tb_gpu *g, int on)
         return -1;
     if ((on != 0) != (g->fp8_gemm != 0)) {
         g->fp8_gemm = on != 0;
-        free_buffers(g); // the next reserve makes what this path reads (xdq)
+        g->peak_flops = 0; // the FLOP/s ceiling is of the products' GEMM: measured again
+        free_buffers(g);   // the next reserve makes what this path reads (xdq)
         g->seqs = g->len = g->rows = 0;
     }
     return 0;

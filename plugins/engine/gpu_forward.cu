@@ -57,6 +57,8 @@ extern "C" int tb_gpu_reserve(tb_gpu *g, int seqs, int len, int rows, char *err,
     if (rc == 0 && g->fp8 && rows > 1) { // a span's projection inputs as E4M3 (gpu_internal.cuh)
         size_t in = h > nq ? h : nq;
         in = (size_t)c->intermediate_size > in ? (size_t)c->intermediate_size : in;
+        // fp8_t: a small span's unscaled product, of any projection (the
+        // forward sends only o and down this way, out = hidden; tests all)
         size_t out = qkv_dim(c) > 2 * c->intermediate_size ? qkv_dim(c) : 2 * (size_t)c->intermediate_size;
         out = h > out ? h : out;
         g->fp8_t_floats = (R < FP8_SCALAR_ROWS ? R : FP8_SCALAR_ROWS) * out;
@@ -240,7 +242,8 @@ static int matmul_p(tb_gpu *g, float *y, const bf16 *x, proj p, int rows, int ou
 }
 
 // Tests (gpu.h): one FP8 projection as the forward runs it, on host data.
-extern "C" int tb_gpu_fp8_product(tb_gpu *g, int l, int which, const float *x, int rows, float *y, int accumulate)
+extern "C" int tb_gpu_fp8_product(tb_gpu *g, int l, int which, const float *x, int rows, float *y, int accumulate,
+                                  int deferred)
 {
     const tb_model_config *c = &g->cfg;
     if (!g->fp8 || l < 0 || l >= c->n_layers || which < 0 || which > 3 || rows < 1 || rows > g->rows)
@@ -252,28 +255,33 @@ extern "C" int tb_gpu_fp8_product(tb_gpu *g, int l, int which, const float *x, i
     int outs[4] = {qkv_dim(c), h, 2 * I, h}, ins[4] = {h, nq, h, I};
     int out = outs[which], in = ins[which];
     size_t nx = (size_t)rows * in, ny = (size_t)rows * out;
-    bf16 *hx = (bf16 *)malloc(nx * sizeof(bf16));
+    bf16 *hx = (bf16 *)malloc(nx * sizeof(bf16)), *dx = NULL;
+    float *dy = NULL;
     if (!hx)
         return fail(g, "out of host memory");
     for (size_t i = 0; i < nx; i++)
         hx[i] = __float2bfloat16(x[i]);
-    // the input in act (room for rows x I >= rows x in), the output in logits or gu
-    float *dy = ny <= (size_t)g->rows * c->vocab_size ? g->logits : g->gu;
-    if (ny > (size_t)g->rows * c->vocab_size && ny > (size_t)g->rows * 2 * I) {
-        free(hx);
-        return fail(g, "tb_gpu_fp8_product: no buffer for %d x %d outputs", rows, out);
+    int rc = dalloc(g, (void **)&dx, nx * sizeof(bf16)) || dalloc(g, (void **)&dy, ny * sizeof(float));
+    if (rc == 0 && (cudaMemcpyAsync(dx, hx, nx * sizeof(bf16), cudaMemcpyHostToDevice, g->stream) != cudaSuccess ||
+                    cudaMemcpyAsync(dy, y, ny * sizeof(float), cudaMemcpyHostToDevice, g->stream) != cudaSuccess))
+        rc = fail(g, "tb_gpu_fp8_product: upload failed");
+    const float *sx = NULL, *sw = NULL;
+    if (rc == 0)
+        rc = matmul_p(g, dy, dx, ps[which], rows, out, in, accumulate ? 1.0f : 0.0f, deferred ? &sx : NULL,
+                      deferred ? &sw : NULL);
+    if (rc == 0 && sw) { // the consumer's part, here as a kernel of its own
+        k_fp8_scale_out<<<blocks_for(ny), 256, 0, g->stream>>>(dy, sx, sw, dy, rows, out, 0.0f);
+        if (cudaGetLastError() != cudaSuccess)
+            rc = fail(g, "tb_gpu_fp8_product: scaling failed");
     }
-    int rc = cudaMemcpyAsync(g->act, hx, nx * sizeof(bf16), cudaMemcpyHostToDevice, g->stream) != cudaSuccess ||
-             cudaMemcpyAsync(dy, y, ny * sizeof(float), cudaMemcpyHostToDevice, g->stream) != cudaSuccess ||
-             cudaStreamSynchronize(g->stream) != cudaSuccess;
+    if (rc == 0 && (cudaMemcpyAsync(y, dy, ny * sizeof(float), cudaMemcpyDeviceToHost, g->stream) != cudaSuccess ||
+                    cudaStreamSynchronize(g->stream) != cudaSuccess))
+        rc = fail(g, "tb_gpu_fp8_product: download failed");
+    cudaStreamSynchronize(g->stream);
+    dfree(g, dx);
+    dfree(g, dy);
     free(hx);
-    if (rc)
-        return fail(g, "tb_gpu_fp8_product: upload failed");
-    if (matmul_p(g, dy, g->act, ps[which], rows, out, in, accumulate ? 1.0f : 0.0f))
-        return -1;
-    CK(cudaMemcpyAsync(y, dy, ny * sizeof(float), cudaMemcpyDeviceToHost, g->stream));
-    CK(cudaStreamSynchronize(g->stream));
-    return 0;
+    return rc ? -1 : 0;
 }
 
 // Attention of a span with batched GEMMs: S = Q K^T / sqrt(hd), softmax,

@@ -3,12 +3,13 @@
 //
 //   y[r][o] (+)= sx[r] sw[o] sum_i e4m3(X[r][i]) e4m3(W[o][i])
 //
-// X's rows quantized with one power-of-two scale each (k_fp8_quantize_rows,
+// X's rows quantized with one power-of-two scale each (k_fp8_quant_act,
 // fp8.h), W's output channels at load; float32 accumulation and output.
-// One cuBLASLt FP8 GEMM with the two scale vectors in its epilogue
-// (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F, cuBLAS 12.9 and later): in
-// cuBLASLt's column-major terms D[out][rows] = diag(sw) (W^T)^T X^T diag(sx),
-// A = W (op T, "TN", the only layout FP8 takes), B = X, C = D = y.
+// In cuBLASLt's column-major terms D[out][rows] = diag(sw) (W^T)^T X^T
+// diag(sx), A = W (op T, "TN", the only layout FP8 takes), B = X, C = D =
+// y; the two scale vectors either in cuBLASLt's epilogue
+// (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F, cuBLAS 12.9 and later) or
+// applied by a kernel of ours after an unscaled product (the routes below).
 //
 // cuBLASLt's FP8 kernels without the scale vectors are faster. Measured on
 // the H200 (docs/PERFORMANCE.md, 2026-12-02), Llama-3-8B's four shapes
@@ -36,7 +37,7 @@
 
 namespace {
 
-const int FP8_MAX_PLANS = 256; // shapes a context keeps
+const int FP8_MAX_PLANS = 256; // shapes a context keeps; then the oldest make room
 
 struct fp8_plan {
     int out, rows, in, acc; // acc: beta != 0 (always 0 on the unscaled route: the epilogue adds)
@@ -51,7 +52,7 @@ struct fp8_gemm_cache {
     cublasLtHandle_t lt;
     cublasLtMatmulDesc_t desc;   // float32 compute and scale, op(A) = A^T, outer-vector scales
     cublasLtMatmulDesc_t scalar; // the same without scales (FP8_SCALAR_ROWS and fewer)
-    int n, last;
+    int n, last, evict; // plans held; the last one used; the next to replace when full
     fp8_plan plans[FP8_MAX_PLANS];
 };
 
@@ -109,8 +110,9 @@ static fp8_gemm_cache *cache_make(void)
     return c;
 }
 
-// The plan of a shape, made (layouts, heuristic) on first use; NULL when
-// cuBLASLt offers no algorithm for it (or the table is full).
+// The plan of a shape, made (layouts, heuristic) on first use, in place of
+// another when the table is full (a graph captured with that one keeps
+// its own copy of the launch); NULL when cuBLASLt offers no algorithm.
 static fp8_plan *plan(tb_gpu *g, fp8_gemm_cache *c, int rows, int out, int in, int acc, int scaled)
 {
     cublasLtMatmulDesc_t desc = scaled ? c->desc : c->scalar;
@@ -122,8 +124,14 @@ static fp8_plan *plan(tb_gpu *g, fp8_gemm_cache *c, int rows, int out, int in, i
             return p;
         }
     }
-    if (c->n == FP8_MAX_PLANS)
-        return NULL;
+    if (c->n == FP8_MAX_PLANS) { // full: one plan makes room, round robin
+        int v = c->evict;
+        c->evict = (c->evict + 1) % FP8_MAX_PLANS;
+        cublasLtMatrixLayoutDestroy(c->plans[v].a);
+        cublasLtMatrixLayoutDestroy(c->plans[v].b);
+        cublasLtMatrixLayoutDestroy(c->plans[v].c);
+        c->plans[v] = c->plans[--c->n]; // the last one moves into its slot
+    }
     fp8_plan *p = &c->plans[c->n];
     memset(p, 0, sizeof *p);
     p->out = out, p->rows = rows, p->in = in, p->acc = acc, p->scaled = scaled;
@@ -179,12 +187,20 @@ int gemm_fp8_available(tb_gpu *g)
             return 0;
         }
     }
-    // a shape every model has (out = in = hidden) must plan on both routes;
-    // cuBLASLt offers outer-vector scaling only once the scale pointers are
-    // set (measured: none without), so any device address stands in here
-    int h = g->cfg.hidden_size;
-    if (set_scales(g->gemm_fp8, (const float *)g->blas_ws, (const float *)g->blas_ws) ||
-        !plan(g, g->gemm_fp8, FP8_SCALAR_ROWS, h, h, 0, 0) || !plan(g, g->gemm_fp8, FP8_SCALAR_ROWS + 1, h, h, 0, 1)) {
+    // the model's four projection shapes must plan on every route (then a
+    // forward's products find algorithms; a rows count cuBLASLt refused
+    // later would fail its call by name). cuBLASLt offers outer-vector
+    // scaling only once the scale pointers are set (measured: none
+    // without), so any device address stands in here
+    const tb_model_config *m = &g->cfg;
+    int h = m->hidden_size, nq = m->n_heads * m->head_dim, I = m->intermediate_size;
+    int outs[4] = {(m->n_heads + 2 * m->n_kv_heads) * m->head_dim, h, 2 * I, h}, ins[4] = {h, nq, h, I};
+    int ok = set_scales(g->gemm_fp8, (const float *)g->blas_ws, (const float *)g->blas_ws) == CUBLAS_STATUS_SUCCESS;
+    for (int k = 0; k < 4 && ok; k++)
+        ok = plan(g, g->gemm_fp8, FP8_SCALAR_ROWS, outs[k], ins[k], 0, 0) &&
+             plan(g, g->gemm_fp8, FP8_SCALAR_ROWS + 1, outs[k], ins[k], 0, 1) &&
+             plan(g, g->gemm_fp8, FP8_SCALAR_ROWS + 1, outs[k], ins[k], 1, 1);
+    if (!ok) {
         cache_destroy(g->gemm_fp8);
         g->gemm_fp8 = NULL;
         g->gemm_fp8_failed = 1;

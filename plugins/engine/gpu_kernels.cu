@@ -1217,6 +1217,14 @@ __device__ __forceinline__ float2 e4m3x2_to_float2(unsigned short v)
     return __half22float2(*reinterpret_cast<__half2 *>(&h));
 }
 
+// v / 2^k as two exact power-of-two steps (2^-k alone overflows a float
+// below k = -127, for rows whose largest magnitude is under 2^-119, where
+// the CPU's ldexpf stays finite): (d1, d2) = fp8_unscale(k).
+__device__ __forceinline__ float2 fp8_unscale(int k)
+{
+    return make_float2(ldexpf(1.0f, -k / 2), ldexpf(1.0f, -k - -k / 2));
+}
+
 // A span's projection input X[rows][in] (bf16) as E4M3 codes q[rows][in]
 // and one power-of-two scale a row (fp8.h; in % 8 == 0): one block a row,
 // 16-byte loads, the largest magnitude, then each value / scale by the
@@ -1248,7 +1256,7 @@ __global__ void __launch_bounds__(FP8_QUANT_THREADS) k_fp8_quant_act(const bf16 
     for (int w = 1; w < (int)(blockDim.x / 32); w++)
         amax = fmaxf(amax, red[w]);
     int k = tb_fp8_scale_exp(amax);
-    float down = ldexpf(1.0f, -k);
+    float2 d = fp8_unscale(k);
     if (threadIdx.x == 0)
         scale[blockIdx.x] = ldexpf(1.0f, k);
     for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
@@ -1258,7 +1266,8 @@ __global__ void __launch_bounds__(FP8_QUANT_THREADS) k_fp8_quant_act(const bf16 
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             float2 f = __bfloat1622float2(e[j]);
-            b[j] = __nv_cvt_float2_to_fp8x2(make_float2(f.x * down, f.y * down), __NV_SATFINITE, __NV_E4M3);
+            b[j] = __nv_cvt_float2_to_fp8x2(make_float2(f.x * d.x * d.y, f.y * d.x * d.y), __NV_SATFINITE,
+                                            __NV_E4M3);
         }
         qr[c] = make_uint2(b[0] | (unsigned)b[1] << 16, b[2] | (unsigned)b[3] << 16);
     }
@@ -1336,7 +1345,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     for (int w = 1; w < GEMV_WARPS; w++)
         amax = fmaxf(amax, red[w]);
     int sx = tb_fp8_scale_exp(amax);
-    float down = ldexpf(1.0f, -sx); // exact: a power of two
+    float2 d = fp8_unscale(sx);
     int o0 = (blockIdx.x * GEMV_WARPS + warp) * FP8_ROWS;
     if (o0 >= out)
         return;
@@ -1357,10 +1366,10 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
 #pragma unroll
         for (int k = 0; k < 4; k++) { // x / sx rounded to E4M3 (as tb_e4m3_encode: nearest, ties to even, +-448)
             float2 a = __bfloat1622float2(xa[k]), b = __bfloat1622float2(xb[k]);
-            a = e4m3x2_to_float2(__nv_cvt_float2_to_fp8x2(make_float2(a.x * down, a.y * down), __NV_SATFINITE,
-                                                          __NV_E4M3));
-            b = e4m3x2_to_float2(__nv_cvt_float2_to_fp8x2(make_float2(b.x * down, b.y * down), __NV_SATFINITE,
-                                                          __NV_E4M3));
+            a = e4m3x2_to_float2(__nv_cvt_float2_to_fp8x2(make_float2(a.x * d.x * d.y, a.y * d.x * d.y),
+                                                          __NV_SATFINITE, __NV_E4M3));
+            b = e4m3x2_to_float2(__nv_cvt_float2_to_fp8x2(make_float2(b.x * d.x * d.y, b.y * d.x * d.y),
+                                                          __NV_SATFINITE, __NV_E4M3));
             xf[2 * k] = a.x, xf[2 * k + 1] = a.y, xf[8 + 2 * k] = b.x, xf[8 + 2 * k + 1] = b.y;
         }
 #pragma unroll

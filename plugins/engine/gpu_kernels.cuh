@@ -54,8 +54,9 @@ __global__ void k_argmax(const float *logits, int V, int32_t *out);
 __global__ void k_incr(int *p);
 __global__ void k_fp8_quantize_rows(const bf16 *w, int in, uint8_t *q, float *scale);
 #define FP8_QUANT_THREADS 512
-// dtype = fp8 spans of at most this many rows: FP8 GEMM without scale
-// vectors, then k_fp8_scale_out (gpu_gemm_fp8.cu says why)
+// dtype = fp8's accumulating products (o, down) of at most this many rows:
+// FP8 GEMM without scale vectors, then k_fp8_scale_out (gpu_gemm_fp8.cu
+// says why)
 #define FP8_SCALAR_ROWS 64
 __global__ void k_fp8_scale_out(const float *t, const float *sx, const float *sw, float *y, int rows, int out,
                                 float beta);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine: the GPU tests (dtype = fp8 among them), then
-# suites/gpu-8b-fp8.ini (bf16 vs fp8 weights, Llama-3-8B AR batch 1 and
-# 32, LLaDA-8B 8 steps). Build and carry as tests/gpu/run.sh says, then:
+# suites/gpu-8b-fp8.ini (bf16 against fp8, W8A8: Llama-3-8B AR batch 1 and
+# 32, LLaDA-8B 8 and 64 steps at batch 1 and 8, SDAR-8B batch 1 and 8;
+# about 100 s on the H200). Build and carry as tests/gpu/run.sh says, then:
 #   bash tests/gpu/run_fp8.sh [build-gpu] [suite]
 # Optional stages: TB_FP8_VARIANTS="0 1 2 3 4" (AR batch 1 with each FP8
 # GEMV shape), TB_FP8_PROFILE=SECONDS (ncu, tests/gpu/profile.sh);
@@ -46,11 +47,12 @@ EOT
         printf 'fp8 GEMV variant %s: %s\n' "$v" "$(grep -oE '[0-9.]+ tok/s aggregate' /tmp/fp8-one.txt | head -1)"
     done
 fi
-# ncu: one batch-1 decode step at bf16 and at fp8 (tests/gpu/profile.sh)
-# when TB_FP8_PROFILE is set (seconds per ncu run)
+# ncu: one decode step (batch 1, 32) and one LLaDA forward at bf16 and at
+# fp8 (tests/gpu/profile.sh over bench_tp, TB_BENCH_DTYPE) when
+# TB_FP8_PROFILE is set (seconds per ncu run)
 if [ -n "${TB_FP8_PROFILE:-}" ]; then
     prof=${TB_PROFILE_SCRIPT:-tests/gpu/profile.sh}
     for d in ${TB_FP8_PROFILE_DTYPES:-auto fp8}; do
-        TB_PROFILE_DTYPE=$d TB_PROFILE_WHAT=${TB_FP8_PROFILE_WHAT:-ar} TB_PROFILE_TIMEOUT=$TB_FP8_PROFILE bash "$prof" "$build"
+        TB_BENCH_DTYPE=$d TB_PROFILE_WHAT=${TB_FP8_PROFILE_WHAT:-ar1 ar32 llada} TB_PROFILE_TIMEOUT=$TB_FP8_PROFILE bash "$prof" "$build"
     done
 fi
