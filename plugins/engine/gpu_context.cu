@@ -253,6 +253,11 @@ int tbgpu::create_on(tb_gpu **out, const tb_model_config *cfg, const tb_model *c
         rc = -1;
         goto done;
     }
+    g->span_fused = attn_span_fused_fits(g) && !(getenv("TB_GPU_SPAN_ATTN") && atoi(getenv("TB_GPU_SPAN_ATTN")) == 0);
+    if (g->span_fused && attn_span_fused_init(g)) {
+        rc = -1;
+        goto done;
+    }
     // a fixed workspace so cuBLAS never allocates inside graph capture
     TRY(dalloc(g, &g->blas_ws, TB_GPU_BLAS_WS));
     { // the split-K GEMVs' partials (4 slices at most) and counters, for

@@ -284,10 +284,13 @@ extern "C" int tb_gpu_fp8_product(tb_gpu *g, int l, int which, const float *x, i
     return rc ? -1 : 0;
 }
 
-// Attention of a span with batched GEMMs: S = Q K^T / sqrt(hd), softmax,
-// O = P V, for every (sequence, head).
+// Attention of a span: S = Q K^T / sqrt(hd), softmax, O = P V, for every
+// (sequence, head); in one kernel where it fits (g->span_fused), else with
+// batched GEMMs around softmax_span.
 static int attn_span(tb_gpu *g, int l, int B, int slot0, int pos0, int n, int n_attend, int causal)
 {
+    if (g->span_fused) // one kernel, no scores in memory (gpu_attn_span.cu)
+        return attn_span_fused(g, l, B, slot0, pos0, n, n_attend, causal);
     const tb_model_config *c = &g->cfg;
     int nh = c->n_heads, hd = c->head_dim, kvd = c->n_kv_heads * hd, nq = nh * hd, group = nh / c->n_kv_heads;
     int batch = B * nh;

@@ -134,6 +134,11 @@ struct tb_gpu {
     // and SwiGLU fused into the GEMVs, split attention; pdl: programmatic
     // dependent launches in the decode graph
     int fusion, pdl;
+    // a span's attention in one kernel (gpu_attn_span.cu) where the
+    // head_dim allows; 0: batched GEMMs around a softmax kernel (attn_span
+    // in gpu_forward.cu). The environment's TB_GPU_SPAN_ATTN=0 turns it off.
+    int span_fused;
+    int span_shape; // its block shape (gpu_attn_span.cu; measurements)
     // dtype = fp8: the projections are E4M3 (gpu_layer's q*, s*), and so
     // is each projection's input (fp8.h: per row). A span of more than one
     // row quantizes its input into xq/xs ([rows][largest in] codes, [rows]
@@ -249,6 +254,12 @@ int gemm_fp8(tb_gpu *g, float *y, const uint8_t *xq, const float *xs, const uint
 void gemm_fp8_free(tb_gpu *g);
 // Free the forward's buffers (gpu_forward.cu, as tb_cpu_state_free).
 void free_buffers(tb_gpu *g);
+// gpu_attn_span.cu: span attention in one kernel. fits: this model's
+// head_dim has the kernel; init raises its shared-memory limit (context
+// creation); run: as attn_span (gpu_forward.cu) for layer l.
+int attn_span_fused_fits(const tb_gpu *g);
+int attn_span_fused_init(tb_gpu *g);
+int attn_span_fused(tb_gpu *g, int l, int B, int slot0, int pos0, int n, int n_attend, int causal);
 // The MoE feed-forward (gpu_moe.cu): refuse what it does not compute, its
 // buffers for `rows` rows, and layer l's FFN over g->xn added into g->x
 // (graphable: no host wait, the grouped GEMV whatever the rows); the

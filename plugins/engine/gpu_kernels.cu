@@ -116,6 +116,20 @@ __device__ __forceinline__ float qkv_at(const float *v, const float *sw, float s
     float a = sw ? v[i] * sxr * sw[i] : v[i];
     return bb ? a + bb[i] : a;
 }
+// qkv_at of dims i, i + 1 (i even; v, sw, bb 8-byte aligned there)
+__device__ __forceinline__ float2 qkv_at2(const float *v, const float *sw, float sxr, const float *bb, int i)
+{
+    float2 a = *(const float2 *)(v + i);
+    if (sw) {
+        float2 w = *(const float2 *)(sw + i);
+        a.x = a.x * sxr * w.x, a.y = a.y * sxr * w.y;
+    }
+    if (bb) {
+        float2 c = *(const float2 *)(bb + i);
+        a.x += c.x, a.y += c.y;
+    }
+    return a;
+}
 
 __global__ void __launch_bounds__(QKV_POST_WARPS * 32)
     k_qkv_post(const float *qkv, const float *bias, const float *q_norm, const float *k_norm, float eps,
@@ -167,17 +181,35 @@ __global__ void __launch_bounds__(QKV_POST_WARPS * 32)
             ss += __shfl_xor_sync(0xffffffff, ss, o);
         inv = rsqrtf(ss / hd + eps);
     }
-    for (int i = lane; i < half; i += 32) {
-        float a = qkv_at(v, swh, sxr, bb, i), c = qkv_at(v, swh, sxr, bb, i + half);
-        if (nw)
-            a = nw[i] * (a * inv), c = nw[i + half] * (c * inv);
-        if (head < nh + nkv) { /* q or k: rotate */
-            float cs = rot[i], sn = rot[half + i];
-            float ra = a * cs - c * sn, rc = c * cs + a * sn;
-            a = ra, c = rc;
+    if (half % 2 == 0) { // two adjacent pairs a lane: 8-byte loads, 4-byte stores (the same values)
+        for (int i = 2 * lane; i < half; i += 64) {
+            float2 a = qkv_at2(v, swh, sxr, bb, i), c = qkv_at2(v, swh, sxr, bb, i + half);
+            if (nw) {
+                a.x = nw[i] * (a.x * inv), a.y = nw[i + 1] * (a.y * inv);
+                c.x = nw[i + half] * (c.x * inv), c.y = nw[i + half + 1] * (c.y * inv);
+            }
+            if (head < nh + nkv) {
+                float2 cs = *(const float2 *)(rot + i), sn = *(const float2 *)(rot + half + i);
+                float2 ra = {a.x * cs.x - c.x * sn.x, a.y * cs.y - c.y * sn.y};
+                float2 rc = {c.x * cs.x + a.x * sn.x, c.y * cs.y + a.y * sn.y};
+                a = ra, c = rc;
+            }
+            *(__nv_bfloat162 *)(dst + i) = __floats2bfloat162_rn(a.x, a.y);
+            *(__nv_bfloat162 *)(dst + i + half) = __floats2bfloat162_rn(c.x, c.y);
         }
-        dst[i] = __float2bfloat16(a);
-        dst[i + half] = __float2bfloat16(c);
+    } else {
+        for (int i = lane; i < half; i += 32) {
+            float a = qkv_at(v, swh, sxr, bb, i), c = qkv_at(v, swh, sxr, bb, i + half);
+            if (nw)
+                a = nw[i] * (a * inv), c = nw[i + half] * (c * inv);
+            if (head < nh + nkv) { /* q or k: rotate */
+                float cs = rot[i], sn = rot[half + i];
+                float ra = a * cs - c * sn, rc = c * cs + a * sn;
+                a = ra, c = rc;
+            }
+            dst[i] = __float2bfloat16(a);
+            dst[i + half] = __float2bfloat16(c);
+        }
     }
     for (int i = rd + lane; i < hd; i += 32) { // the unrotated dims
         float a = qkv_at(v, swh, sxr, bb, i);

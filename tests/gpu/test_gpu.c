@@ -66,6 +66,9 @@ static int fp8_mode;
 static int fp8_gemv = TB_GPU_FP8_GEMV_DEFAULT; /* tb_gpu_set_fp8_gemv's variant in check_ar_with */
 /* check_ar_with's bf16 GEMV variant (-1: per shape) and attention splits (0: auto) */
 static int gemv_forced = -1, att_splits = 0;
+/* > 0: load_pair gives the model this many rotated dims a head (partial
+ * rotary), so k_qkv_post's path for an odd number of pairs runs */
+static int rope_dim_set;
 
 static void round_to_bf16(tb_model *m)
 {
@@ -115,6 +118,10 @@ static int load_pair(const char *sub, const char *name, tb_model *m, tb_gpu **g)
         return -1;
     }
     round_to_bf16(m); /* after fp8: an E4M3 value times a power of two is a bf16 already */
+    if (rope_dim_set > 0) {
+        m->cfg.rope_dim = rope_dim_set;
+        tb_rope_inv_freq(&m->cfg, m->rope_inv_freq);
+    }
     if (tb_gpu_create_dtype(g, &m->cfg, m, 0, fp8_mode, err, sizeof err) != 0) {
         fprintf(stderr, "%s: %s\n", name, err);
         CHECK(0);
@@ -697,6 +704,67 @@ static void check_span_widths(const char *name)
     tb_model_free(&m);
 }
 
+/* Span attention's masks over several key tiles and query blocks (the
+ * fused kernel takes 64 of each, gpu_attn_span.cu): two sequences, the
+ * second left-padded across a tile boundary, through one state in turn:
+ * a causal prefill of 150 positions, a causal chunk of 40 after it over
+ * the cache, a bidirectional span in the middle over all 190 (keys after
+ * the span from the cache), and a block-causal (blocks of 8) forward of
+ * all 190; each against the CPU's logits (real rows). */
+static void check_span_masks(const char *sub, const char *name)
+{
+    enum { B = 2, LEN = 192, NSTEP = 4 };
+    static const struct {
+        int pos0, n, n_attend, causal;
+    } steps[NSTEP] = {{0, 150, 150, 1}, {150, 40, 190, 1}, {64, 50, 190, 0}, {0, 190, 190, 8}};
+    char err[512];
+    tb_model m;
+    tb_gpu *g;
+    if (load_pair(sub, name, &m, &g) != 0)
+        return;
+    int V = m.cfg.vocab_size, pad[B] = {0, 70}, slots[B] = {0, 1};
+    tb_cpu_state st;
+    CHECK(tb_gpu_reserve(g, B, LEN, B * LEN, err, sizeof err) == 0);
+    CHECK(tb_gpu_set_padding(g, pad, B) == 0);
+    CHECK(tb_cpu_state_init(&st, &m, B, LEN, B * LEN, 1, err, sizeof err) == 0);
+    CHECK(tb_cpu_set_padding(&st, pad, B) == 0);
+    int32_t *tok = malloc((size_t)B * LEN * sizeof *tok);
+    float *gl = malloc((size_t)B * LEN * V * sizeof(float)), *cl = malloc((size_t)B * LEN * V * sizeof(float));
+    CHECK(tok && gl && cl);
+    uint64_t rng = 23;
+    for (int k = 0; k < NSTEP; k++) {
+        int pos0 = steps[k].pos0, n = steps[k].n;
+        for (int b = 0; b < B; b++)
+            for (int i = 0; i < n; i++)
+                tok[b * n + i] = pos0 + i < pad[b] ? 0 : (int32_t)(tb_rng_uniform(&rng) * (V < 500 ? V : 500));
+        CHECK(tb_gpu_logits(g, tok, B, pos0, n, steps[k].n_attend, steps[k].causal, gl) == 0);
+        CHECK(tb_cpu_forward_rows(&st, tok, slots, B, pos0, n, steps[k].n_attend, steps[k].causal, 0, n, cl) == 0);
+        double ref = 0, diff = 0;
+        for (int b = 0; b < B; b++)
+            for (int i = 0; i < n; i++) {
+                if (pos0 + i < pad[b])
+                    continue;
+                for (int v = 0; v < V; v++) {
+                    size_t j = ((size_t)b * n + i) * V + v;
+                    ref = fabs(cl[j]) > ref ? fabs(cl[j]) : ref;
+                    diff = fabs(gl[j] - cl[j]) > diff ? fabs(gl[j] - cl[j]) : diff;
+                }
+            }
+        double bound = GPU_TOL * (ref > 1 ? ref : 1);
+        fprintf(stderr, "%s: span [%d, %d) over %d keys, mask %d, seq 1 padded by %d: max |cpu| %.3f, max diff %.3g "
+                "(bound %.3g)\n", name, pos0, pos0 + n, steps[k].n_attend, steps[k].causal, pad[1], ref, diff, bound);
+        if (route_near_tie(name, &m, &st, diff > bound))
+            break;
+        CHECK(diff <= bound);
+    }
+    free(tok);
+    free(gl);
+    free(cl);
+    tb_cpu_state_free(&st);
+    tb_gpu_free(g);
+    tb_model_free(&m);
+}
+
 /* Diffusion: one bidirectional forward + pick against the CPU's logits. */
 static void check_diffusion(const char *name, int shifted)
 {
@@ -1253,6 +1321,15 @@ int main(void)
     }
     const char *src = getenv("TB_SOURCE_ROOT");
     snprintf(root, sizeof root, "%s/tests/data", src ? src : ".");
+    /* TB_TEST_GPU_ONLY=span: the span attention checks alone (a planted
+     * bug's run, a kernel's iteration) */
+    if (getenv("TB_TEST_GPU_ONLY") && strcmp(getenv("TB_TEST_GPU_ONLY"), "span") == 0) {
+        check_span_widths("llada-tiny");
+        check_span_masks("golden", "llama-gqa");
+        check_span_masks("golden-diffusion", "llada-tiny");
+        check_span_masks("golden/block-diffusion", "sdar-tiny");
+        return check_done();
+    }
     /* the batch-1 GEMV against the bandwidth it is bound by (a
      * Llama-3-8B gate-up matrix: 28672 x 4096 bf16 = 235 MB) */
     {
@@ -1338,6 +1415,9 @@ int main(void)
     check_ar("qwen2-bias", 0);
     check_ar("llama-gqa", 5); /* left padding: masked keys, shifted RoPE */
     check_ar("qwen2-bias", 3);
+    rope_dim_set = 6; /* 3 pairs a head: k_qkv_post's one-pair-a-lane path */
+    check_ar("llama-gqa", 3);
+    rope_dim_set = 0;
     check_ar_slots("llama-gqa", TB_GPU_FUSE_DEFAULT);
     check_ar_slots("qwen2-bias", TB_GPU_FUSE_DEFAULT);
     /* decode attention by query group (k_attn_decode_gqa: 2 and 4 heads
@@ -1354,6 +1434,18 @@ int main(void)
     check_diffusion_sampling("llada-tiny", 0);
     check_diffusion_sampling("dream-tiny", 1);
     check_span_widths("llada-tiny");
+    check_span_masks("golden", "llama-gqa");
+    check_span_masks("golden-diffusion", "llada-tiny");
+    check_span_masks("golden/block-diffusion", "sdar-tiny");
+    /* the same spans by batched GEMMs around the softmax kernel (head_dim
+     * the fused kernel lacks, or TB_GPU_SPAN_ATTN=0) */
+    setenv("TB_GPU_SPAN_ATTN", "0", 1);
+    check_span_widths("llada-tiny");
+    check_span_masks("golden", "llama-gqa");
+    check_ar("llama-gqa", 5);
+    check_diffusion_padded("llada-tiny", 7);
+    check_block("tiny-sdar", 0);
+    unsetenv("TB_GPU_SPAN_ATTN");
     /* LLaDA-MoE (issue 22): the published-code golden model and the preset */
     check_diffusion("llada-moe-tiny", 0);
     check_diffusion_padded("llada-moe-tiny", 5);
