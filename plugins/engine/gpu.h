@@ -75,6 +75,17 @@ int tb_gpu_set_fp8_gemm(tb_gpu *g, int on);
 int tb_gpu_fp8_product(tb_gpu *g, int l, int which, const float *x, int rows, float *y, int accumulate,
                        int deferred);
 
+/* Tests: the attention of a span alone, on host data rounded to bf16 as
+ * the device holds it. q [B][n][n_heads][head_dim] are the span's rows at
+ * positions pos0 ..; k, v [B][n_attend][n_kv_heads][head_dim] go into
+ * cache slots 0 .. B - 1 of layer 0 (positions 0 .. n_attend - 1); the
+ * padding is tb_gpu_set_padding's; causal as tb_gpu_logits. out [B][n]
+ * [n_heads][head_dim]. fused 1: the one-kernel path (gpu_attn_span.cu;
+ * -1 where the model's head_dim has none), 0: batched GEMMs around the
+ * softmax kernel. Writes the cache and the forward's buffers. */
+int tb_gpu_span_attention(tb_gpu *g, const float *q, const float *k, const float *v, int B, int pos0, int n,
+                          int n_attend, int causal, int fused, float *out);
+
 /* Tensor parallelism over devices 0 .. tp - 1 of this host (gpu_tp.cu,
  * shard.h's split; NCCL loaded at run time): a group context whose entry
  * points below run on every rank, one thread each, and return rank 0's

@@ -34,6 +34,7 @@ extern "C" int tb_gpu_reserve(tb_gpu *g, int seqs, int len, int rows, char *err,
     size_t V = c->vocab_size;
     size_t per_seq_rows = (rows + seqs - 1) / seqs;
     size_t score = (size_t)seqs * c->n_heads * per_seq_rows * len;
+    g->score_elems = score;
     int rc = dalloc(g, (void **)&g->kc, (size_t)c->n_layers * seqs * len * kvd * sizeof(bf16)) ||
              dalloc(g, (void **)&g->vc, (size_t)c->n_layers * seqs * len * kvd * sizeof(bf16)) ||
              dalloc(g, (void **)&g->x, R * h * sizeof(float)) || dalloc(g, (void **)&g->xn, R * h * sizeof(bf16)) ||
@@ -42,8 +43,11 @@ extern "C" int tb_gpu_reserve(tb_gpu *g, int seqs, int len, int rows, char *err,
              dalloc(g, (void **)&g->gu, R * 2 * I * sizeof(float)) ||
              dalloc(g, (void **)&g->act, R * I * sizeof(bf16)) ||
              dalloc(g, (void **)&g->logits, R * V * sizeof(float)) ||
-             dalloc(g, (void **)&g->scores, score * sizeof(float)) ||
-             dalloc(g, (void **)&g->probs, score * sizeof(bf16)) || dalloc(g, (void **)&g->tok, R * sizeof(int32_t)) ||
+             // the batched attention's scores: only where it runs (else made
+             // on its first use, attn_span)
+             (!g->span_fused && (dalloc(g, (void **)&g->scores, score * sizeof(float)) ||
+                                 dalloc(g, (void **)&g->probs, score * sizeof(bf16)))) ||
+             dalloc(g, (void **)&g->tok, R * sizeof(int32_t)) ||
              dalloc(g, (void **)&g->out_tok, R * sizeof(int32_t)) ||
              dalloc(g, (void **)&g->out_conf, R * sizeof(double)) || dalloc(g, (void **)&g->d_pos, sizeof(int)) ||
              dalloc(g, (void **)&g->d_pad, (size_t)seqs * sizeof(int)) ||
@@ -289,8 +293,11 @@ extern "C" int tb_gpu_fp8_product(tb_gpu *g, int l, int which, const float *x, i
 // batched GEMMs around softmax_span.
 static int attn_span(tb_gpu *g, int l, int B, int slot0, int pos0, int n, int n_attend, int causal)
 {
-    if (g->span_fused) // one kernel, no scores in memory (gpu_attn_span.cu)
+    if (g->span_fused && B <= 65535) // one kernel, no scores in memory (gpu_attn_span.cu; B: its grid's z)
         return attn_span_fused(g, l, B, slot0, pos0, n, n_attend, causal);
+    if ((!g->scores && dalloc(g, (void **)&g->scores, g->score_elems * sizeof(float))) ||
+        (!g->probs && dalloc(g, (void **)&g->probs, g->score_elems * sizeof(bf16))))
+        return -1;
     const tb_model_config *c = &g->cfg;
     int nh = c->n_heads, hd = c->head_dim, kvd = c->n_kv_heads * hd, nq = nh * hd, group = nh / c->n_kv_heads;
     int batch = B * nh;
@@ -329,6 +336,50 @@ static int attn_span(tb_gpu *g, int l, int B, int slot0, int pos0, int n, int n_
                            CUDA_R_16BF, n_attend, &zero, dp + 5 * batch,
                            CUDA_R_16BF, nq, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return 0;
+}
+
+// Tests (gpu.h): attn_span alone on host data.
+extern "C" int tb_gpu_span_attention(tb_gpu *g, const float *q, const float *k, const float *v, int B, int pos0, int n,
+                                     int n_attend, int causal, int fused, float *out)
+{
+    const tb_model_config *c = &g->cfg;
+    int hd = c->head_dim, nq = c->n_heads * hd, kvd = c->n_kv_heads * hd;
+    if (g->ranks || B < 1 || B > g->seqs || n < 1 || (size_t)B * n > (size_t)g->rows || n_attend < 1 ||
+        n_attend > g->len || pos0 < 0 || pos0 + n > n_attend)
+        return fail(g, "tb_gpu_span_attention: %d x %d rows at %d over %d keys do not fit (%d x %d reserved)", B, n,
+                    pos0, n_attend, g->seqs, g->len);
+    if (fused && !attn_span_fused_fits(g))
+        return fail(g, "tb_gpu_span_attention: no one-kernel path for head_dim %d", hd);
+    size_t nqv = (size_t)B * n * nq, nkv = (size_t)B * n_attend * kvd;
+    bf16 *hq = (bf16 *)malloc(nqv * sizeof(bf16)), *hk = (bf16 *)malloc(nkv * sizeof(bf16)),
+         *hv = (bf16 *)malloc(nkv * sizeof(bf16));
+    int rc = hq && hk && hv ? 0 : fail(g, "out of host memory");
+    for (size_t i = 0; rc == 0 && i < nqv; i++)
+        hq[i] = __float2bfloat16(q[i]);
+    for (size_t i = 0; rc == 0 && i < nkv; i++)
+        hk[i] = __float2bfloat16(k[i]), hv[i] = __float2bfloat16(v[i]);
+    // layer 0's cache: slot b, positions 0 .. n_attend - 1 (as attn_span reads it)
+    for (int b = 0; rc == 0 && b < B; b++) {
+        size_t at = (size_t)b * g->len * kvd, from = (size_t)b * n_attend * kvd, bytes = (size_t)n_attend * kvd * 2;
+        if (cudaMemcpyAsync(g->kc + at, hk + from, bytes, cudaMemcpyHostToDevice, g->stream) != cudaSuccess ||
+            cudaMemcpyAsync(g->vc + at, hv + from, bytes, cudaMemcpyHostToDevice, g->stream) != cudaSuccess)
+            rc = fail(g, "tb_gpu_span_attention: upload failed");
+    }
+    if (rc == 0 && cudaMemcpyAsync(g->q, hq, nqv * sizeof(bf16), cudaMemcpyHostToDevice, g->stream) != cudaSuccess)
+        rc = fail(g, "tb_gpu_span_attention: upload failed");
+    int was = g->span_fused;
+    const int *slots = g->span_slots;
+    g->span_fused = fused, g->span_slots = NULL;
+    if (rc == 0)
+        rc = attn_span(g, 0, B, 0, pos0, n, n_attend, causal);
+    g->span_fused = was, g->span_slots = slots;
+    if (rc == 0 && (cudaMemcpyAsync(hq, g->att, nqv * sizeof(bf16), cudaMemcpyDeviceToHost, g->stream) != cudaSuccess ||
+                    cudaStreamSynchronize(g->stream) != cudaSuccess))
+        rc = fail(g, "tb_gpu_span_attention: %s", cudaGetErrorString(cudaGetLastError()));
+    for (size_t i = 0; rc == 0 && i < nqv; i++)
+        out[i] = __bfloat162float(hq[i]);
+    free(hq), free(hk), free(hv);
+    return rc ? -1 : 0;
 }
 
 // How a forward finds its rows' positions and cache sequences.
@@ -376,6 +427,10 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
     const float *qkv_sx = NULL, *qkv_sw = NULL, *gu_sx = NULL, *gu_sw = NULL; // FP8's deferred scales
     int swiglu = one && (g->fusion & TB_GPU_FUSE_SWIGLU) && !G->router;
     int pdl = one && g->pdl && mode != FWD_SPAN;
+    // more than one row on the bf16 path: the QKV and dense gate-up
+    // products rounded to bf16 by the GEMM (their consumers read them as
+    // bf16; the device holds every activation so)
+    int bf16_out = !one && !g->fp8 && g->span_bf16_out;
     if (!norm || l == 0) { // else the layer before left it in xn
         launch(g, k_rmsnorm, dim3(rows), dim3(norm_threads(rows)), 0, pdl, (const float *)g->x, 1, 0, 1,
                (const float *)G->attn_norm, g->xn, h, eps);
@@ -385,6 +440,9 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
         gemv_args a = {G->wqkv, g->xn, g->qkv, NULL, NULL, NULL, 0.0f, qd, h, 0.0f};
         gemv_fused(g, a, pdl);
         LAUNCHED();
+    } else if (bf16_out) {
+        if (gemm_bf16_out(g, (bf16 *)g->qkv, g->xn, G->wqkv, rows, qd, h))
+            return -1;
     } else if (matmul_p(g, g->qkv, g->xn, pqkv, rows, qd, h, 0.0f, &qkv_sx, &qkv_sw)) {
         return -1;
     }
@@ -398,7 +456,8 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
     const int *rpos = mode == FWD_SLOTS ? g->d_rpos : NULL;
     if (g->span_slots)
         span_off = 0; // the slots are in d_rslot
-    launch(g, k_qkv_post, post_grid, dim3(QKV_POST_WARPS * 32), post_smem, pdl, (const float *)g->qkv, (const float *)G->bqkv,
+    launch(g, bf16_out ? k_qkv_post_bf16 : k_qkv_post, post_grid, dim3(QKV_POST_WARPS * 32), post_smem, pdl,
+           (const void *)g->qkv, (const float *)G->bqkv,
            (const float *)G->q_norm, (const float *)G->k_norm, eps, (const float *)g->inv_freq, n, pos0,
            (const int *)(mode == FWD_DECODE ? g->d_pos : NULL), rslot, rpos,
            (const int *)(g->d_pad + (mode == FWD_SPAN ? slot0 : 0)), g->kc + layer_off + span_off,
@@ -479,6 +538,11 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
     if (swiglu) { // gate-up with SwiGLU in its epilogue
         gemv_args gu = {G->wgu, g->xn, NULL, g->act, NULL, NULL, 0.0f, I, h, 0.0f};
         gemv_fused(g, gu, pdl);
+        LAUNCHED();
+    } else if (bf16_out) {
+        if (gemm_bf16_out(g, (bf16 *)g->gu, g->xn, G->wgu, rows, 2 * I, h))
+            return -1;
+        swiglu_act(g, (const bf16 *)g->gu, g->act, I, (size_t)rows * I);
         LAUNCHED();
     } else {
         if (matmul_p(g, g->gu, g->xn, pgu, rows, 2 * I, h, 0.0f, &gu_sx, &gu_sw))

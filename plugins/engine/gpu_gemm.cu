@@ -12,7 +12,8 @@
 // batch-32 decode 0.4% slower, while the timing added 100-200 ms to the
 // first call of each shape: a cost a measured call (a served request's
 // TTFT) would carry for nothing. Off, every product is cublasGemmEx's
-// default choice.
+// default choice. (gemm_bf16_out, the products whose consumers read bf16,
+// is always cublasGemmEx's default choice.)
 //
 // The choice is process-wide per device (a table under a mutex): every
 // context on a device runs a shape with the same algorithm, so results do
@@ -269,6 +270,14 @@ int gemm_bf16(tb_gpu *g, float *y, const bf16 *x, const bf16 *w, int rows, int o
     // nothing launched: the product goes to cublasGemmEx instead
     if (lt_run(g, c, p, &p->ch.algo, y, y, x, w, beta) != CUBLAS_STATUS_SUCCESS)
         return gemm_ex(g, y, x, w, rows, out, in, beta);
+    return 0;
+}
+
+int gemm_bf16_out(tb_gpu *g, bf16 *y, const bf16 *x, const bf16 *w, int rows, int out, int in)
+{
+    float alpha = 1.0f, beta = 0.0f;
+    CB(cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, &alpha, w, CUDA_R_16BF, in, x, CUDA_R_16BF, in,
+                    &beta, y, CUDA_R_16BF, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return 0;
 }
 

@@ -89,7 +89,9 @@ struct tb_gpu {
     float *gu;         // [rows][2I]
     bf16 *act;         // [rows][I]
     float *logits;     // [rows][V]
-    float *scores;     // [seqs * heads][rows/seqs][len] (batched attention)
+    float *scores;     // [seqs * heads][rows/seqs][len] (batched attention; NULL until it runs
+                       // where span attention is one kernel)
+    size_t score_elems; // their size
     bf16 *probs;       // same shape, bf16
     int32_t *tok;      // [rows] device tokens
     int32_t *out_tok;  // [rows]
@@ -139,6 +141,12 @@ struct tb_gpu {
     // in gpu_forward.cu). The environment's TB_GPU_SPAN_ATTN=0 turns it off.
     int span_fused;
     int span_shape; // its block shape (gpu_attn_span.cu; measurements)
+    // the bf16 path's products of more than one row (spans, decode
+    // batches) take QKV and gate-up as bf16 (gemm_bf16_out), not float: k_swiglu reads half the bytes, the GEMMs
+    // write half (docs/PERFORMANCE.md). Not in models with MoE layers
+    // (gpu_context.cu says why); the environment's TB_GPU_BF16_OUT=0 keeps
+    // them float (measurements, tests).
+    int span_bf16_out;
     // dtype = fp8: the projections are E4M3 (gpu_layer's q*, s*), and so
     // is each projection's input (fp8.h: per row). A span of more than one
     // row quantizes its input into xq/xs ([rows][largest in] codes, [rows]
@@ -239,6 +247,10 @@ void dfree(tb_gpu *g, void *p);
 // y[rows][out] (+)= x[rows][in] W[out][in]^T for rows > 1 (gpu_gemm.cu:
 // cuBLASLt with a timed algorithm per shape), and its plans' release.
 int gemm_bf16(tb_gpu *g, float *y, const bf16 *x, const bf16 *w, int rows, int out, int in, float beta);
+// y[rows][out] = x W^T rounded to bf16 (float32 accumulation), for the
+// products whose consumer reads bf16 anyway (span_bf16_out below);
+// cublasGemmEx's default algorithm, tuned or not
+int gemm_bf16_out(tb_gpu *g, bf16 *y, const bf16 *x, const bf16 *w, int rows, int out, int in);
 void gemm_free(tb_gpu *g);
 // Whether gemm_bf16 times algorithms (TB_GPU_GEMM_TUNE=1; off by default).
 int gemm_tuning(tb_gpu *g);

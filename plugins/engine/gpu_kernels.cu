@@ -141,15 +141,31 @@ __global__ void k_rmsnorm(const float *x, int n, int r0, int nr, const float *w,
 // (sw NULL) qkv is the product; under dtype = fp8 (sw, sx given) the bare
 // FP8 product, times its row's scale sx[r] and each column's sw[col] here
 // (gpu_gemm_fp8.cu's deferred scales).
-__device__ __forceinline__ float qkv_at(const float *v, const float *sw, float sxr, const float *bb, int i)
+// A product's element as float: float32, or bf16 (the bf16 path's spans,
+// whose QKV and gate-up products come out of cuBLAS rounded to bf16)
+__device__ __forceinline__ float2 ld_f2(const float *p) { return *(const float2 *)p; }
+__device__ __forceinline__ float2 ld_f2(const bf16 *p) { return __bfloat1622float2(*(const __nv_bfloat162 *)p); }
+__device__ __forceinline__ float ld_f(const float *p) { return *p; }
+__device__ __forceinline__ float ld_f(const bf16 *p) { return __bfloat162float(*p); }
+__device__ __forceinline__ float4 ld_f4(const float *p) { return *(const float4 *)p; }
+__device__ __forceinline__ float4 ld_f4(const bf16 *p)
 {
-    float a = sw ? v[i] * sxr * sw[i] : v[i];
+    uint2 v = *(const uint2 *)p;
+    float2 a = __bfloat1622float2(*(const __nv_bfloat162 *)&v.x), b = __bfloat1622float2(*(const __nv_bfloat162 *)&v.y);
+    return make_float4(a.x, a.y, b.x, b.y);
+}
+
+template <typename In>
+__device__ __forceinline__ float qkv_at(const In *v, const float *sw, float sxr, const float *bb, int i)
+{
+    float a = sw ? ld_f(v + i) * sxr * sw[i] : ld_f(v + i);
     return bb ? a + bb[i] : a;
 }
-// qkv_at of dims i, i + 1 (i even; v, sw, bb 8-byte aligned there)
-__device__ __forceinline__ float2 qkv_at2(const float *v, const float *sw, float sxr, const float *bb, int i)
+// qkv_at of dims i, i + 1 (i even; v, sw, bb aligned there)
+template <typename In>
+__device__ __forceinline__ float2 qkv_at2(const In *v, const float *sw, float sxr, const float *bb, int i)
 {
-    float2 a = *(const float2 *)(v + i);
+    float2 a = ld_f2(v + i);
     if (sw) {
         float2 w = *(const float2 *)(sw + i);
         a.x = a.x * sxr * w.x, a.y = a.y * sxr * w.y;
@@ -161,8 +177,8 @@ __device__ __forceinline__ float2 qkv_at2(const float *v, const float *sw, float
     return a;
 }
 
-__global__ void __launch_bounds__(QKV_POST_WARPS * 32)
-    k_qkv_post(const float *qkv, const float *bias, const float *q_norm, const float *k_norm, float eps,
+template <typename In>
+__device__ __forceinline__ void qkv_post(const In *qkv, const float *bias, const float *q_norm, const float *k_norm, float eps,
                const float *inv_freq, int n_new, int pos0, const int *d_pos, const int *row_slot, const int *row_pos,
                const int *pad, bf16 *kc, bf16 *vc, int len, bf16 *q_out, int nh, int nkv, int hd, int rd,
                const float *sx, const float *sw)
@@ -189,7 +205,7 @@ __global__ void __launch_bounds__(QKV_POST_WARPS * 32)
     int head = head0 + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (head >= nh + 2 * nkv)
         return;
-    const float *v = qkv + (size_t)r * qkvd + (size_t)head * hd;
+    const In *v = qkv + (size_t)r * qkvd + (size_t)head * hd;
     const float *bb = bias ? bias + (size_t)head * hd : NULL;
     const float *swh = sw ? sw + (size_t)head * hd : NULL;
     float sxr = sx ? sx[blockIdx.x] : 1.0f;
@@ -248,6 +264,21 @@ __global__ void __launch_bounds__(QKV_POST_WARPS * 32)
         dst[i] = __float2bfloat16(a);
     }
 }
+// k_qkv_post over the product as float (the FP8 GEMM's, the GEMV's, or
+// with TB_GPU_BF16_OUT=0) or as bf16 (gemm_bf16_out's): one signature, so
+// the caller picks either by pointer
+#define QKV_POST_KERNEL(name, In)                                                                                       \
+    __global__ void __launch_bounds__(QKV_POST_WARPS * 32)                                                              \
+        name(const void *qkv, const float *bias, const float *q_norm, const float *k_norm, float eps,                    \
+             const float *inv_freq, int n_new, int pos0, const int *d_pos, const int *row_slot, const int *row_pos,   \
+             const int *pad, bf16 *kc, bf16 *vc, int len, bf16 *q_out, int nh, int nkv, int hd, int rd,               \
+             const float *sx, const float *sw)                                                                        \
+    {                                                                                                                  \
+        qkv_post((const In *)qkv, bias, q_norm, k_norm, eps, inv_freq, n_new, pos0, d_pos, row_slot, row_pos, pad, kc, vc, len,   \
+                 q_out, nh, nkv, hd, rd, sx, sw);                                                                      \
+    }
+QKV_POST_KERNEL(k_qkv_post, float)
+QKV_POST_KERNEL(k_qkv_post_bf16, bf16)
 
 // Decode attention: one query per (sequence, head), keys [0, *d_pos] (or
 // n_keys_fixed when d_pos is NULL). ATT_WARPS warps: scores with a warp per
@@ -631,7 +662,8 @@ __global__ void __launch_bounds__(SOFTMAX_WARP_ROWS * 32)
 // (decode) still spreads over the whole chip; with inter % 4 == 0 a
 // thread per four elements (16-byte loads of gate and up, an 8-byte
 // store), the same arithmetic per element.
-__global__ void k_swiglu(const float *gu, bf16 *act, int inter, size_t n, const float *sx, const float *sw)
+template <typename In>
+__device__ __forceinline__ void swiglu(const In *gu, bf16 *act, int inter, size_t n, const float *sx, const float *sw)
 {
     if (inter % 4 == 0) {
         size_t quads = n / 4;
@@ -639,8 +671,8 @@ __global__ void k_swiglu(const float *gu, bf16 *act, int inter, size_t n, const 
         for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < quads;
              e += (size_t)gridDim.x * blockDim.x) {
             size_t r = e / iq, i = (e % iq) * 4;
-            float4 g = *reinterpret_cast<const float4 *>(gu + r * 2 * inter + i);
-            float4 u = *reinterpret_cast<const float4 *>(gu + r * 2 * inter + inter + i);
+            float4 g = ld_f4(gu + r * 2 * inter + i);
+            float4 u = ld_f4(gu + r * 2 * inter + inter + i);
             if (sw) { // dtype = fp8's deferred scales (gpu_gemm_fp8.cu)
                 float s = sx[r];
                 float4 wg = *reinterpret_cast<const float4 *>(sw + i);
@@ -661,11 +693,19 @@ __global__ void k_swiglu(const float *gu, bf16 *act, int inter, size_t n, const 
     }
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
         size_t r = e / inter, i = e % inter;
-        float g = gu[r * 2 * inter + i], u = gu[r * 2 * inter + inter + i];
+        float g = ld_f(gu + r * 2 * inter + i), u = ld_f(gu + r * 2 * inter + inter + i);
         if (sw)
             g *= sx[r] * sw[i], u *= sx[r] * sw[inter + i];
         act[e] = __float2bfloat16(g / (1.0f + __expf(-g)) * u);
     }
+}
+__global__ void k_swiglu(const float *gu, bf16 *act, int inter, size_t n, const float *sx, const float *sw)
+{
+    swiglu(gu, act, inter, n, sx, sw);
+}
+__global__ void k_swiglu_bf16(const bf16 *gu, bf16 *act, int inter, size_t n)
+{
+    swiglu(gu, act, inter, n, NULL, NULL);
 }
 
 // Batch-1 product y[out] (+)= W[out][in] x[in]: each warp computes
@@ -1588,6 +1628,11 @@ void softmax_span(tb_gpu *g, const float *sc, bf16 *p, size_t n_rows, int n, int
 void swiglu_act(tb_gpu *g, const float *gu, bf16 *act, int inter, size_t n, const float *sx, const float *sw)
 {
     k_swiglu<<<blocks_for(inter % 4 == 0 ? n / 4 : n), 256, 0, g->stream>>>(gu, act, inter, n, sx, sw);
+}
+
+void swiglu_act(tb_gpu *g, const bf16 *gu, bf16 *act, int inter, size_t n)
+{
+    k_swiglu_bf16<<<blocks_for(inter % 4 == 0 ? n / 4 : n), 256, 0, g->stream>>>(gu, act, inter, n);
 }
 
 void pick(tb_gpu *g, const float *logits, int V, int n_picks, int npick, int nr, int off, int shifted,

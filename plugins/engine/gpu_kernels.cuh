@@ -27,10 +27,16 @@ __global__ void k_f32_to_bf16(const float *src, bf16 *dst, size_t n);
 __global__ void k_embed(const int32_t *tok, const bf16 *emb, float *x, int h);
 __global__ void k_rmsnorm(const float *x, int n, int r0, int nr, const float *w, bf16 *y, int h, float eps);
 __global__ void __launch_bounds__(QKV_POST_WARPS * 32)
-    k_qkv_post(const float *qkv, const float *bias, const float *q_norm, const float *k_norm, float eps,
+    k_qkv_post(const void *qkv, const float *bias, const float *q_norm, const float *k_norm, float eps,
                const float *inv_freq, int n_new, int pos0, const int *d_pos, const int *row_slot, const int *row_pos,
                const int *pad, bf16 *kc, bf16 *vc, int len, bf16 *q_out, int nh, int nkv, int hd, int rd,
                const float *sx, const float *sw);
+// qkv: a float product (k_qkv_post) or a bf16 one (k_qkv_post_bf16: gemm_bf16_out's)
+__global__ void __launch_bounds__(QKV_POST_WARPS * 32)
+    k_qkv_post_bf16(const void *qkv, const float *bias, const float *q_norm, const float *k_norm, float eps,
+                    const float *inv_freq, int n_new, int pos0, const int *d_pos, const int *row_slot,
+                    const int *row_pos, const int *pad, bf16 *kc, bf16 *vc, int len, bf16 *q_out, int nh, int nkv,
+                    int hd, int rd, const float *sx, const float *sw);
 __global__ void __launch_bounds__(ATT_WARPS * 32)
     k_attn_decode(const bf16 *q, const bf16 *kc, const bf16 *vc, bf16 *out, int len, int nh, int nkv, int hd,
                   const int *d_pos, int n_keys_fixed, const int *row_slot, const int *row_pos, const int *pad,
@@ -112,6 +118,8 @@ void softmax_span(tb_gpu *g, const float *sc, bf16 *p, size_t n_rows, int n, int
 // four a thread when inter % 4 == 0; gate and up first times sx[r] sw[col]
 // where sw is given (dtype = fp8's deferred scales).
 void swiglu_act(tb_gpu *g, const float *gu, bf16 *act, int inter, size_t n, const float *sx, const float *sw);
+// the same over gate and up as bf16 (the bf16 path's spans, no scales)
+void swiglu_act(tb_gpu *g, const bf16 *gu, bf16 *act, int inter, size_t n);
 // The picks (k_pick's arguments) for n_picks = B x npick rows: kind 0
 // (LLaDA) split over several blocks a row (k_pick_part, k_pick_combine,
 // partials in g->pick_part), the other kinds k_pick.

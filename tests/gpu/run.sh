@@ -18,6 +18,8 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --f
 echo "== GPU tests"
 "$build/tests/test_gpu" 2>&1 | tee "$out/test_gpu.log"
 gpu_rc=${PIPESTATUS[0]}
+echo "== the bf16 GEMM ceiling held for 6 s (the power limit; docs/PERFORMANCE.md)"
+"$build/tests/bench_power" 6 8192
 echo "== tokbench suites/gpu-8b.ini"
 "$build/tokbench" run suites/gpu-8b.ini --db "$out/gpu.db" >"$out/gpu-8b.txt" 2>"$out/gpu-8b.err"
 echo "tokbench exit $?"

@@ -765,6 +765,100 @@ static void check_span_masks(const char *sub, const char *name)
     tb_model_free(&m);
 }
 
+/* Span attention alone (tb_gpu_span_attention) at the 8B models' head_dim
+ * 128 and at 64, 4 query heads to a K/V head, against a double-precision
+ * reference of softmax_row's masks: both paths (one kernel, batched
+ * GEMMs), and for head_dim 128 each block shape of gpu_attn_span.cu
+ * (TB_GPU_SPAN_ATTN_SHAPE). Inputs uniform in [-2, 2] (scores of a few
+ * units: peaked rows), rounded to bf16 as the device holds them; the
+ * outputs differ from the reference by the rounding of P and of the
+ * output to bf16 (under 2^-7 of the largest |v| a key; bound 2e-2). Four
+ * steps as check_span_masks: causal 150, a causal chunk of 40 over 190
+ * keys, a bidirectional span inside them, block-causal 8; sequence 1
+ * padded by 70 (across a tile). */
+static void check_attention_kernel(int hd, int shape)
+{
+    enum { B = 2, LEN = 192, NSTEP = 4 };
+    static const struct {
+        int pos0, n, n_attend, causal;
+    } steps[NSTEP] = {{0, 150, 150, 1}, {150, 40, 190, 1}, {64, 50, 190, 0}, {0, 190, 190, 8}};
+    char err[512], shape_s[16];
+    tb_model_config cfg;
+    if (tb_preset_config("tiny-llama", &cfg, err, sizeof err) != 0) {
+        fprintf(stderr, "%s\n", err);
+        CHECK(0);
+        return;
+    }
+    cfg.head_dim = hd, cfg.n_heads = 8, cfg.n_kv_heads = 2, cfg.rope_dim = 0;
+    snprintf(shape_s, sizeof shape_s, "%d", shape);
+    setenv("TB_GPU_SPAN_ATTN_SHAPE", shape_s, 1);
+    tb_gpu *g = NULL;
+    int rc = tb_gpu_create(&g, &cfg, NULL, 3, err, sizeof err);
+    unsetenv("TB_GPU_SPAN_ATTN_SHAPE");
+    if (rc != 0) {
+        fprintf(stderr, "attention kernel: %s\n", err);
+        CHECK(0);
+        return;
+    }
+    int nh = cfg.n_heads, nkv = cfg.n_kv_heads, group = nh / nkv, pad[B] = {0, 70};
+    CHECK(tb_gpu_reserve(g, B, LEN, B * LEN, err, sizeof err) == 0);
+    CHECK(tb_gpu_set_padding(g, pad, B) == 0);
+    size_t nq = (size_t)B * LEN * nh * hd, nk = (size_t)B * LEN * nkv * hd;
+    float *q = malloc(nq * sizeof(float)), *k = malloc(nk * sizeof(float)), *v = malloc(nk * sizeof(float));
+    float *out = malloc(nq * sizeof(float));
+    double *p = malloc(LEN * sizeof(double));
+    CHECK(q && k && v && out && p);
+    uint64_t rng = 41 + hd + shape;
+    for (int st = 0; st < NSTEP && q && k && v && out && p; st++) {
+        int pos0 = steps[st].pos0, n = steps[st].n, na = steps[st].n_attend, causal = steps[st].causal;
+        /* bf16 values, so the reference sees what the device holds */
+        for (size_t i = 0; i < (size_t)B * n * nh * hd; i++)
+            q[i] = tb_bf16_to_f32(tb_f32_to_bf16((float)(4 * tb_rng_uniform(&rng) - 2)));
+        for (size_t i = 0; i < (size_t)B * na * nkv * hd; i++) {
+            k[i] = tb_bf16_to_f32(tb_f32_to_bf16((float)(4 * tb_rng_uniform(&rng) - 2)));
+            v[i] = tb_bf16_to_f32(tb_f32_to_bf16((float)(4 * tb_rng_uniform(&rng) - 2)));
+        }
+        for (int fused = 1; fused >= 0; fused--) {
+            if (shape > 0 && !fused)
+                continue; /* the batched path has no shapes */
+            CHECK(tb_gpu_span_attention(g, q, k, v, B, pos0, n, na, causal, fused, out) == 0);
+            double diff = 0;
+            for (int b = 0; b < B; b++)
+                for (int t = 0; t < n; t++)
+                    for (int h = 0; h < nh; h++) {
+                        int pos = pos0 + t, vis = na, lo = pos >= pad[b] ? pad[b] : 0;
+                        if (causal > 0)
+                            vis = (pos / causal + 1) * causal < na ? (pos / causal + 1) * causal : na;
+                        const float *qr = q + (((size_t)b * n + t) * nh + h) * hd;
+                        double mx = -INFINITY, sum = 0;
+                        for (int j = lo; j < vis; j++) {
+                            const float *kr = k + (((size_t)b * na + j) * nkv + h / group) * hd;
+                            double d = 0;
+                            for (int e = 0; e < hd; e++)
+                                d += (double)qr[e] * kr[e];
+                            p[j] = d / sqrt((double)hd);
+                            mx = p[j] > mx ? p[j] : mx;
+                        }
+                        for (int j = lo; j < vis; j++)
+                            sum += p[j] = exp(p[j] - mx);
+                        for (int e = 0; e < hd; e++) {
+                            double o = 0;
+                            for (int j = lo; j < vis; j++)
+                                o += p[j] / sum * v[(((size_t)b * na + j) * nkv + h / group) * hd + e];
+                            double d = fabs(o - out[(((size_t)b * n + t) * nh + h) * hd + e]);
+                            diff = d > diff || isnan(d) ? d : diff;
+                        }
+                    }
+            fprintf(stderr, "attention, head_dim %d, %s (shape %d): [%d, %d) over %d keys, mask %d: max diff %.3g "
+                    "(bound 2e-2)\n", hd, fused ? "one kernel" : "batched GEMMs", shape, pos0, pos0 + n, na, causal,
+                    diff);
+            CHECK(diff <= 2e-2);
+        }
+    }
+    free(q), free(k), free(v), free(out), free(p);
+    tb_gpu_free(g);
+}
+
 /* Diffusion: one bidirectional forward + pick against the CPU's logits. */
 static void check_diffusion(const char *name, int shifted)
 {
@@ -1328,6 +1422,17 @@ int main(void)
         check_span_masks("golden", "llama-gqa");
         check_span_masks("golden-diffusion", "llada-tiny");
         check_span_masks("golden/block-diffusion", "sdar-tiny");
+        for (int shape = 0; shape < 4; shape++)
+            check_attention_kernel(128, shape);
+        check_attention_kernel(64, 0);
+        return check_done();
+    }
+    if (getenv("TB_TEST_GPU_ONLY") && strcmp(getenv("TB_TEST_GPU_ONLY"), "moe") == 0) { /* MoE against the CPU and HF */
+        check_ar("qwen3-moe", 0);
+        check_ar("qwen3-moe", 3);
+        check_golden("qwen3-moe");
+        check_diffusion("llada-moe-tiny", 0);
+        check_block("tiny-llada2", 0);
         return check_done();
     }
     /* the batch-1 GEMV against the bandwidth it is bound by (a
@@ -1437,15 +1542,27 @@ int main(void)
     check_span_masks("golden", "llama-gqa");
     check_span_masks("golden-diffusion", "llada-tiny");
     check_span_masks("golden/block-diffusion", "sdar-tiny");
+    for (int shape = 0; shape < 4; shape++)
+        check_attention_kernel(128, shape);
+    check_attention_kernel(64, 0);
     /* the same spans by batched GEMMs around the softmax kernel (head_dim
-     * the fused kernel lacks, or TB_GPU_SPAN_ATTN=0) */
+     * the fused kernel lacks, or TB_GPU_SPAN_ATTN=0); then also with the
+     * QKV and gate-up products as float (TB_GPU_BF16_OUT=0); then those
+     * with the one-kernel attention */
     setenv("TB_GPU_SPAN_ATTN", "0", 1);
     check_span_widths("llada-tiny");
     check_span_masks("golden", "llama-gqa");
+    check_span_masks("golden/block-diffusion", "sdar-tiny");
     check_ar("llama-gqa", 5);
     check_diffusion_padded("llada-tiny", 7);
     check_block("tiny-sdar", 0);
+    setenv("TB_GPU_BF16_OUT", "0", 1);
+    check_ar("llama-gqa", 5);
+    check_diffusion_padded("llada-tiny", 7);
     unsetenv("TB_GPU_SPAN_ATTN");
+    check_span_masks("golden", "llama-gqa");
+    check_block("tiny-sdar", 0);
+    unsetenv("TB_GPU_BF16_OUT");
     /* LLaDA-MoE (issue 22): the published-code golden model and the preset */
     check_diffusion("llada-moe-tiny", 0);
     check_diffusion_padded("llada-moe-tiny", 5);
