@@ -704,6 +704,14 @@ static void check_span_widths(const char *name)
     tb_model_free(&m);
 }
 
+/* The spans check_span_masks and check_attention_kernel run through one
+ * state in turn (two sequences, the second padded by 70): a causal prefill
+ * of 150, a causal chunk of 40 over 190 keys, a bidirectional span inside
+ * them, a block-causal forward (blocks of 8) of all 190. */
+static const struct span_step {
+    int pos0, n, n_attend, causal;
+} span_steps[4] = {{0, 150, 150, 1}, {150, 40, 190, 1}, {64, 50, 190, 0}, {0, 190, 190, 8}};
+
 /* Span attention's masks over several key tiles and query blocks (the
  * fused kernel takes 64 of each, gpu_attn_span.cu): two sequences, the
  * second left-padded across a tile boundary, through one state in turn:
@@ -714,9 +722,7 @@ static void check_span_widths(const char *name)
 static void check_span_masks(const char *sub, const char *name)
 {
     enum { B = 2, LEN = 192, NSTEP = 4 };
-    static const struct {
-        int pos0, n, n_attend, causal;
-    } steps[NSTEP] = {{0, 150, 150, 1}, {150, 40, 190, 1}, {64, 50, 190, 0}, {0, 190, 190, 8}};
+    const struct span_step *steps = span_steps;
     char err[512];
     tb_model m;
     tb_gpu *g;
@@ -779,9 +785,7 @@ static void check_span_masks(const char *sub, const char *name)
 static void check_attention_kernel(int hd, int shape)
 {
     enum { B = 2, LEN = 192, NSTEP = 4 };
-    static const struct {
-        int pos0, n, n_attend, causal;
-    } steps[NSTEP] = {{0, 150, 150, 1}, {150, 40, 190, 1}, {64, 50, 190, 0}, {0, 190, 190, 8}};
+    const struct span_step *steps = span_steps;
     char err[512], shape_s[16];
     tb_model_config cfg;
     if (tb_preset_config("tiny-llama", &cfg, err, sizeof err) != 0) {
