@@ -59,6 +59,17 @@ __device__ float block_sum(float v, float *sh)
     return sh[0];
 }
 
+// k_rmsnorm's output of four values: y[4 i ..] = bf16(w x inv), 8 bytes
+__device__ __forceinline__ void norm_out4(bf16 *y, int i, float4 a, float4 ww, float inv)
+{
+    __nv_bfloat162 lo = __floats2bfloat162_rn(ww.x * (a.x * inv), ww.y * (a.y * inv));
+    __nv_bfloat162 hi = __floats2bfloat162_rn(ww.z * (a.z * inv), ww.w * (a.w * inv));
+    uint2 v;
+    v.x = *reinterpret_cast<unsigned *>(&lo);
+    v.y = *reinterpret_cast<unsigned *>(&hi);
+    reinterpret_cast<uint2 *>(y)[i] = v;
+}
+
 // float4s a thread keeps of its row (k_rmsnorm): 256 threads x 4 x 4 =
 // a 4096-wide row, 1024 threads a 16384-wide one
 #define NORM_KEEP 4
@@ -92,13 +103,7 @@ __global__ void k_rmsnorm(const float *x, int n, int r0, int nr, const float *w,
             int i = threadIdx.x + k * blockDim.x;
             if (i >= h / 4)
                 break;
-            float4 a = keep[k], ww = w4[i];
-            __nv_bfloat162 lo = __floats2bfloat162_rn(ww.x * (a.x * inv), ww.y * (a.y * inv));
-            __nv_bfloat162 hi = __floats2bfloat162_rn(ww.z * (a.z * inv), ww.w * (a.w * inv));
-            uint2 v;
-            v.x = *reinterpret_cast<unsigned *>(&lo);
-            v.y = *reinterpret_cast<unsigned *>(&hi);
-            reinterpret_cast<uint2 *>(yr)[i] = v;
+            norm_out4(yr, i, keep[k], w4[i], inv);
         }
         return;
     }
@@ -111,13 +116,7 @@ __global__ void k_rmsnorm(const float *x, int n, int r0, int nr, const float *w,
         ss = block_sum(ss, sh);
         float inv = rsqrtf(ss / h + eps);
         for (int i = threadIdx.x; i < h / 4; i += blockDim.x) {
-            float4 a = x4[i], ww = w4[i];
-            __nv_bfloat162 lo = __floats2bfloat162_rn(ww.x * (a.x * inv), ww.y * (a.y * inv));
-            __nv_bfloat162 hi = __floats2bfloat162_rn(ww.z * (a.z * inv), ww.w * (a.w * inv));
-            uint2 v;
-            v.x = *reinterpret_cast<unsigned *>(&lo);
-            v.y = *reinterpret_cast<unsigned *>(&hi);
-            reinterpret_cast<uint2 *>(yr)[i] = v;
+            norm_out4(yr, i, x4[i], w4[i], inv);
         }
         return;
     }

@@ -863,6 +863,20 @@ static void check_attention_kernel(int hd, int shape)
     tb_gpu_free(g);
 }
 
+/* Every span attention check (also TB_TEST_GPU_ONLY=span's run): the
+ * softmax widths, the masks through golden models of head_dim 16 and 32,
+ * and the kernel alone at 128 (each block shape) and 64. */
+static void check_span_attention(void)
+{
+    check_span_widths("llada-tiny");
+    check_span_masks("golden", "llama-gqa");
+    check_span_masks("golden-diffusion", "llada-tiny");
+    check_span_masks("golden/block-diffusion", "sdar-tiny");
+    for (int shape = 0; shape < 4; shape++)
+        check_attention_kernel(128, shape);
+    check_attention_kernel(64, 0);
+}
+
 /* Diffusion: one bidirectional forward + pick against the CPU's logits. */
 static void check_diffusion(const char *name, int shifted)
 {
@@ -1422,13 +1436,7 @@ int main(void)
     /* TB_TEST_GPU_ONLY=span: the span attention checks alone (a planted
      * bug's run, a kernel's iteration) */
     if (getenv("TB_TEST_GPU_ONLY") && strcmp(getenv("TB_TEST_GPU_ONLY"), "span") == 0) {
-        check_span_widths("llada-tiny");
-        check_span_masks("golden", "llama-gqa");
-        check_span_masks("golden-diffusion", "llada-tiny");
-        check_span_masks("golden/block-diffusion", "sdar-tiny");
-        for (int shape = 0; shape < 4; shape++)
-            check_attention_kernel(128, shape);
-        check_attention_kernel(64, 0);
+        check_span_attention();
         return check_done();
     }
     if (getenv("TB_TEST_GPU_ONLY") && strcmp(getenv("TB_TEST_GPU_ONLY"), "moe") == 0) { /* MoE against the CPU and HF */
@@ -1542,13 +1550,7 @@ int main(void)
     check_diffusion_padded("llada-tiny", 7);
     check_diffusion_sampling("llada-tiny", 0);
     check_diffusion_sampling("dream-tiny", 1);
-    check_span_widths("llada-tiny");
-    check_span_masks("golden", "llama-gqa");
-    check_span_masks("golden-diffusion", "llada-tiny");
-    check_span_masks("golden/block-diffusion", "sdar-tiny");
-    for (int shape = 0; shape < 4; shape++)
-        check_attention_kernel(128, shape);
-    check_attention_kernel(64, 0);
+    check_span_attention();
     /* the same spans by batched GEMMs around the softmax kernel (head_dim
      * the fused kernel lacks, or TB_GPU_SPAN_ATTN=0); then also with the
      * QKV and gate-up products as float (TB_GPU_BF16_OUT=0); then those
