@@ -85,6 +85,15 @@ int tb_gpu_fp8_product(tb_gpu *g, int l, int which, const float *x, int rows, fl
  * softmax kernel. Writes the cache and the forward's buffers. */
 int tb_gpu_span_attention(tb_gpu *g, const float *q, const float *k, const float *v, int B, int pos0, int n,
                           int n_attend, int causal, int fused, float *out);
+/* Tests: decode attention alone, one row per sequence at position
+ * n_attend - 1 over keys [pad, n_attend) (the padding tb_gpu_set_padding
+ * gave), k and v as tb_gpu_span_attention's; q, out [B][n_heads]
+ * [head_dim]. kernel 0: a block per query head, 1: the same split over
+ * the keys (as the forward chooses the splits, or as
+ * tb_gpu_set_attn_splits says), 2: a block per K/V head's query group
+ * (-1 where this model's head_dim or group has no such kernel). */
+int tb_gpu_decode_attention(tb_gpu *g, const float *q, const float *k, const float *v, int B, int n_attend,
+                            int kernel, float *out);
 
 /* Tensor parallelism over devices 0 .. tp - 1 of this host (gpu_tp.cu,
  * shard.h's split; NCCL loaded at run time): a group context whose entry

@@ -244,10 +244,6 @@ int tbgpu::create_on(tb_gpu **out, const tb_model_config *cfg, const tb_model *c
     if (cudaFuncSetAttribute(k_attn_decode, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              (int)g->prop.sharedMemPerBlockOptin - 1024) != cudaSuccess || // minus its static part
         cudaFuncSetAttribute(k_attn_decode_split, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             (int)g->prop.sharedMemPerBlockOptin - 1024) != cudaSuccess ||
-        cudaFuncSetAttribute(k_attn_decode_gqa2, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             (int)g->prop.sharedMemPerBlockOptin - 1024) != cudaSuccess ||
-        cudaFuncSetAttribute(k_attn_decode_gqa4, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              (int)g->prop.sharedMemPerBlockOptin - 1024) != cudaSuccess) {
         fail(g, "cannot raise the kernels' shared memory limits");
         rc = -1;

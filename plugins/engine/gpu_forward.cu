@@ -339,18 +339,16 @@ static int attn_span(tb_gpu *g, int l, int B, int slot0, int pos0, int n, int n_
 }
 
 // Tests (gpu.h): attn_span alone on host data.
-extern "C" int tb_gpu_span_attention(tb_gpu *g, const float *q, const float *k, const float *v, int B, int pos0, int n,
-                                     int n_attend, int causal, int fused, float *out)
+// Tests' attention hooks: q [B][n][n_heads][hd] into g->q and k, v
+// [B][n_attend][n_kv_heads][hd] into layer 0's cache slots 0 .. B - 1
+// (positions 0 .. n_attend - 1), all rounded to bf16; *hq: a host buffer
+// of q's size (the caller reads the output back into it, then frees it).
+static int upload_attention(tb_gpu *g, const float *q, const float *k, const float *v, int B, int n, int n_attend,
+                            bf16 **hq_out)
 {
     const tb_model_config *c = &g->cfg;
-    int hd = c->head_dim, nq = c->n_heads * hd, kvd = c->n_kv_heads * hd;
-    if (g->ranks || B < 1 || B > g->seqs || n < 1 || (size_t)B * n > (size_t)g->rows || n_attend < 1 ||
-        n_attend > g->len || pos0 < 0 || pos0 + n > n_attend)
-        return fail(g, "tb_gpu_span_attention: %d x %d rows at %d over %d keys do not fit (%d x %d reserved)", B, n,
-                    pos0, n_attend, g->seqs, g->len);
-    if (fused && !attn_span_fused_fits(g))
-        return fail(g, "tb_gpu_span_attention: no one-kernel path for head_dim %d", hd);
-    size_t nqv = (size_t)B * n * nq, nkv = (size_t)B * n_attend * kvd;
+    int kvd = c->n_kv_heads * c->head_dim;
+    size_t nqv = (size_t)B * n * c->n_heads * c->head_dim, nkv = (size_t)B * n_attend * kvd;
     bf16 *hq = (bf16 *)malloc(nqv * sizeof(bf16)), *hk = (bf16 *)malloc(nkv * sizeof(bf16)),
          *hv = (bf16 *)malloc(nkv * sizeof(bf16));
     int rc = hq && hk && hv ? 0 : fail(g, "out of host memory");
@@ -358,15 +356,39 @@ extern "C" int tb_gpu_span_attention(tb_gpu *g, const float *q, const float *k, 
         hq[i] = __float2bfloat16(q[i]);
     for (size_t i = 0; rc == 0 && i < nkv; i++)
         hk[i] = __float2bfloat16(k[i]), hv[i] = __float2bfloat16(v[i]);
-    // layer 0's cache: slot b, positions 0 .. n_attend - 1 (as attn_span reads it)
     for (int b = 0; rc == 0 && b < B; b++) {
         size_t at = (size_t)b * g->len * kvd, from = (size_t)b * n_attend * kvd, bytes = (size_t)n_attend * kvd * 2;
         if (cudaMemcpyAsync(g->kc + at, hk + from, bytes, cudaMemcpyHostToDevice, g->stream) != cudaSuccess ||
             cudaMemcpyAsync(g->vc + at, hv + from, bytes, cudaMemcpyHostToDevice, g->stream) != cudaSuccess)
-            rc = fail(g, "tb_gpu_span_attention: upload failed");
+            rc = fail(g, "attention test: upload failed");
     }
     if (rc == 0 && cudaMemcpyAsync(g->q, hq, nqv * sizeof(bf16), cudaMemcpyHostToDevice, g->stream) != cudaSuccess)
-        rc = fail(g, "tb_gpu_span_attention: upload failed");
+        rc = fail(g, "attention test: upload failed");
+    if (rc == 0 && cudaStreamSynchronize(g->stream) != cudaSuccess) // hk, hv are freed below
+        rc = fail(g, "attention test: upload failed");
+    free(hk), free(hv);
+    if (rc != 0) {
+        free(hq);
+        hq = NULL;
+    }
+    *hq_out = hq;
+    return rc;
+}
+
+extern "C" int tb_gpu_span_attention(tb_gpu *g, const float *q, const float *k, const float *v, int B, int pos0, int n,
+                                     int n_attend, int causal, int fused, float *out)
+{
+    const tb_model_config *c = &g->cfg;
+    int hd = c->head_dim, nq = c->n_heads * hd;
+    if (g->ranks || B < 1 || B > g->seqs || n < 1 || (size_t)B * n > (size_t)g->rows || n_attend < 1 ||
+        n_attend > g->len || pos0 < 0 || pos0 + n > n_attend)
+        return fail(g, "tb_gpu_span_attention: %d x %d rows at %d over %d keys do not fit (%d x %d reserved)", B, n,
+                    pos0, n_attend, g->seqs, g->len);
+    if (fused && !attn_span_fused_fits(g))
+        return fail(g, "tb_gpu_span_attention: no one-kernel path for head_dim %d", hd);
+    size_t nqv = (size_t)B * n * nq;
+    bf16 *hq = NULL;
+    int rc = upload_attention(g, q, k, v, B, n, n_attend, &hq);
     int was = g->span_fused;
     const int *slots = g->span_slots;
     g->span_fused = fused, g->span_slots = NULL;
@@ -378,7 +400,7 @@ extern "C" int tb_gpu_span_attention(tb_gpu *g, const float *q, const float *k, 
         rc = fail(g, "tb_gpu_span_attention: %s", cudaGetErrorString(cudaGetLastError()));
     for (size_t i = 0; rc == 0 && i < nqv; i++)
         out[i] = __bfloat162float(hq[i]);
-    free(hq), free(hk), free(hv);
+    free(hq);
     return rc ? -1 : 0;
 }
 
@@ -407,6 +429,62 @@ static int one_row(const tb_gpu *g, int rows)
 static int norm_in_gemv(const tb_gpu *g, int rows)
 {
     return one_row(g, rows) && (g->fusion & TB_GPU_FUSE_NORM) && !g->comm && g->n_moe_layers == 0;
+}
+
+// Decode attention of a layer's cache (at layer_off) for one row per
+// sequence (mode FWD_DECODE or FWD_SLOTS), by `kernel` (ATTN_*; -1: as
+// the forward chooses: by query group where this model's head_dim and
+// group have that kernel and its blocks, one per (sequence, K/V head),
+// fill a quarter of the SMs; else split over the keys when (sequence,
+// head) blocks alone would leave most of the chip idle, unless g->fusion
+// says no split (g->att_splits, when set, is the number of splits)).
+//
+// Measured on the H200, Llama-3-8B at 256 positions (docs/PERFORMANCE.md):
+// the group kernel against the split per head, batch 8 (64 blocks) 18%
+// faster a step, batch 16 28%; at batch 1 the split per head stays (the
+// group kernel split 16 ways measured 2% slower).
+enum { ATTN_HEAD, ATTN_HEAD_SPLIT, ATTN_GROUP };
+static int attn_decode(tb_gpu *g, size_t layer_off, int B, int mode, const int *rslot, const int *rpos, int pdl,
+                       int kernel)
+{
+    const tb_model_config *c = &g->cfg;
+    const int *dpos = mode == FWD_DECODE ? g->d_pos : NULL;
+    float scale = 1.0f / sqrtf((float)c->head_dim);
+    attn_gqa_kernel gqa =
+        c->n_heads % c->n_kv_heads == 0 ? attn_decode_gqa_kernel(c->n_heads / c->n_kv_heads, c->head_dim) : NULL;
+    // enough blocks for 4 a SM (at batch 1, 16 splits of Llama-3-8B's 32
+    // heads measured 3% faster than 9)
+    int splits = (4 * g->prop.multiProcessorCount + B * c->n_heads - 1) / (B * c->n_heads);
+    splits = splits > ATT_MAX_SPLIT ? ATT_MAX_SPLIT : splits < 2 ? 0 : splits;
+    if (g->att_splits > 0)
+        splits = g->att_splits;
+    if (kernel < 0 && gqa && 4 * B * c->n_kv_heads >= g->prop.multiProcessorCount)
+        kernel = ATTN_GROUP;
+    else if (kernel < 0)
+        kernel = (g->fusion & TB_GPU_FUSE_SPLIT_ATTN) && splits >= 1 ? ATTN_HEAD_SPLIT : gqa ? ATTN_GROUP : ATTN_HEAD;
+    splits = splits < 1 ? 1 : splits;
+    if (kernel == ATTN_HEAD_SPLIT) {
+        dim3 grid(B, c->n_heads, splits);
+        size_t smem = ((g->len + splits - 1) / splits + ATT_SPLIT_WARPS * c->head_dim) * sizeof(float);
+        launch(g, k_attn_decode_split, grid, dim3(ATT_SPLIT_WARPS * 32), smem, pdl, (const bf16 *)g->q,
+               (const bf16 *)(g->kc + layer_off), (const bf16 *)(g->vc + layer_off), g->att, g->len, c->n_heads,
+               c->n_kv_heads, c->head_dim, dpos, rslot, rpos, (const int *)g->d_pad, scale, g->att_part,
+               g->att_count);
+    } else if (kernel == ATTN_GROUP) {
+        if (!gqa)
+            return fail(g, "decode attention: no group kernel for %d heads over %d, head_dim %d", c->n_heads,
+                        c->n_kv_heads, c->head_dim);
+        launch(g, gqa, dim3(B, c->n_kv_heads), dim3(ATTG_WARPS * 32), 0, pdl, (const bf16 *)g->q,
+               (const bf16 *)(g->kc + layer_off), (const bf16 *)(g->vc + layer_off), g->att, g->len, c->n_heads,
+               c->n_kv_heads, dpos, rslot, rpos, (const int *)g->d_pad, scale);
+    } else {
+        dim3 grid(B, c->n_heads);
+        k_attn_decode<<<grid, ATT_WARPS * 32, (g->len + ATT_WARPS * c->head_dim) * sizeof(float), g->stream>>>(
+            g->q, g->kc + layer_off, g->vc + layer_off, g->att, g->len, c->n_heads, c->n_kv_heads, c->head_dim, dpos,
+            0, rslot, rpos, g->d_pad, scale);
+    }
+    LAUNCHED();
+    return 0;
 }
 
 // One layer for B x n rows (mode above), as cpu_forward.c's layer_forward.
@@ -464,44 +542,9 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
            g->vc + layer_off + span_off, g->len, g->q, c->n_heads, c->n_kv_heads, c->head_dim, tb_config_rope_dim(c),
            qkv_sx, qkv_sw);
     LAUNCHED();
-    // decode attention split over the keys when (sequence, head) pairs
-    // alone would leave most of the chip idle (or as tb_gpu_set_attn_splits says)
-    // (4 x the SMs: at batch 1, 16 splits of Llama-3-8B's 32 heads measured 3% faster than 9)
-    int splits = (4 * g->prop.multiProcessorCount + B * c->n_heads - 1) / (B * c->n_heads);
-    splits = splits > ATT_MAX_SPLIT ? ATT_MAX_SPLIT : splits < 2 ? 0 : splits;
-    if (g->att_splits > 0)
-        splits = g->att_splits;
-    if (mode != FWD_SPAN && (g->fusion & TB_GPU_FUSE_SPLIT_ATTN) && splits >= 1) {
-        dim3 grid(B, c->n_heads, splits);
-        size_t smem = ((g->len + splits - 1) / splits + ATT_SPLIT_WARPS * c->head_dim) * sizeof(float);
-        launch(g, k_attn_decode_split, grid, dim3(ATT_SPLIT_WARPS * 32), smem, pdl, (const bf16 *)g->q,
-               (const bf16 *)(g->kc + layer_off), (const bf16 *)(g->vc + layer_off), g->att, g->len, c->n_heads,
-               c->n_kv_heads, c->head_dim, (const int *)(mode == FWD_DECODE ? g->d_pos : NULL), rslot, rpos,
-               (const int *)g->d_pad, 1.0f / sqrtf((float)c->head_dim), g->att_part, g->att_count);
-        LAUNCHED();
-    } else if (mode != FWD_SPAN) {
-        // a group of 2 or 4 query heads per K/V head: one block per group
-        int G = c->n_heads / c->n_kv_heads;
-        size_t gsmem = ((size_t)G * g->len + (size_t)ATT_WARPS * G * c->head_dim) * sizeof(float);
-        const int *dpos = mode == FWD_DECODE ? g->d_pos : NULL;
-        float scale = 1.0f / sqrtf((float)c->head_dim);
-        if ((G == 2 || G == 4) && gsmem <= g->prop.sharedMemPerBlockOptin - 1024) {
-            dim3 grid(B, c->n_kv_heads);
-            if (G == 2)
-                k_attn_decode_gqa2<<<grid, ATT_WARPS * 32, gsmem, g->stream>>>(
-                    g->q, g->kc + layer_off, g->vc + layer_off, g->att, g->len, c->n_heads, c->n_kv_heads,
-                    c->head_dim, dpos, rslot, rpos, g->d_pad, scale);
-            else
-                k_attn_decode_gqa4<<<grid, ATT_WARPS * 32, gsmem, g->stream>>>(
-                    g->q, g->kc + layer_off, g->vc + layer_off, g->att, g->len, c->n_heads, c->n_kv_heads,
-                    c->head_dim, dpos, rslot, rpos, g->d_pad, scale);
-        } else {
-            dim3 grid(B, c->n_heads);
-            k_attn_decode<<<grid, ATT_WARPS * 32, (g->len + ATT_WARPS * c->head_dim) * sizeof(float), g->stream>>>(
-                g->q, g->kc + layer_off, g->vc + layer_off, g->att, g->len, c->n_heads, c->n_kv_heads, c->head_dim,
-                dpos, 0, rslot, rpos, g->d_pad, scale);
-        }
-        LAUNCHED();
+    if (mode != FWD_SPAN) {
+        if (attn_decode(g, layer_off, B, mode, rslot, rpos, pdl, -1))
+            return -1;
     } else if (attn_span(g, l, B, slot0, pos0, n, n_attend, causal)) {
         return -1;
     }
@@ -1003,4 +1046,29 @@ extern "C" int tb_gpu_forward_pick_rows(tb_gpu *g, const int32_t *canvas, int L,
         memcpy(conf + (size_t)b * n + pick0, g->h_conf + (size_t)b * npick, npick * sizeof(double));
     }
     return 0;
+}
+
+extern "C" int tb_gpu_decode_attention(tb_gpu *g, const float *q, const float *k, const float *v, int B, int n_attend,
+                                       int kernel, float *out)
+{
+    const tb_model_config *c = &g->cfg;
+    if (g->ranks || B < 1 || B > g->seqs || B > g->rows || n_attend < 1 || n_attend > g->len || kernel < 0 ||
+        kernel > ATTN_GROUP)
+        return fail(g, "tb_gpu_decode_attention: %d rows over %d keys, kernel %d, do not fit (%d x %d reserved)", B,
+                    n_attend, kernel, g->seqs, g->len);
+    size_t nqv = (size_t)B * c->n_heads * c->head_dim;
+    bf16 *hq = NULL;
+    int rc = upload_attention(g, q, k, v, B, 1, n_attend, &hq);
+    int pos = n_attend - 1; // the row's position: it sees keys [pad, pos]
+    if (rc == 0 && cudaMemcpyAsync(g->d_pos, &pos, sizeof pos, cudaMemcpyHostToDevice, g->stream) != cudaSuccess)
+        rc = fail(g, "tb_gpu_decode_attention: upload failed");
+    if (rc == 0)
+        rc = attn_decode(g, 0, B, FWD_DECODE, NULL, NULL, 0, kernel);
+    if (rc == 0 && (cudaMemcpyAsync(hq, g->att, nqv * sizeof(bf16), cudaMemcpyDeviceToHost, g->stream) != cudaSuccess ||
+                    cudaStreamSynchronize(g->stream) != cudaSuccess))
+        rc = fail(g, "tb_gpu_decode_attention: %s", cudaGetErrorString(cudaGetLastError()));
+    for (size_t i = 0; rc == 0 && i < nqv; i++)
+        out[i] = __bfloat162float(hq[i]);
+    free(hq);
+    return rc ? -1 : 0;
 }

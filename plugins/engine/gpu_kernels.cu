@@ -387,164 +387,195 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
 // times smaller than k_attn_decode's (Llama-3-8B at batch 32: 256 blocks
 // instead of 1,024, one wave on 132 SMs). Keys, masking and arithmetic
 // per head as k_attn_decode's.
-template <int G>
+//
+// Bound by reading the cache (batch 32 at 256 positions: 34 MB a layer),
+// so it reads the keys and values once, in one pass, with wide loads and
+// many in flight: a key or value row (hd = 8 LPK bf16) is read by LPK
+// lanes, 16 bytes each, a warp reads 32 / LPK rows a load, and each lane
+// has ATTG_UNROLL key and ATTG_UNROLL value loads in flight (at hd 128 a
+// block covers 64 positions a round). Each warp keeps a running maximum,
+// sum and output per head over its positions (the online softmax: a new
+// maximum rescales what was summed); the warps' results are combined in
+// shared memory at the end. Masked positions (left padding) and those past
+// the sequence's end weigh 0.
+#define ATTG_UNROLL 4
+template <int G, int LPK>
 __device__ __forceinline__ void attn_decode_gqa(const bf16 *q, const bf16 *kc, const bf16 *vc, bf16 *out, int len,
-                                                int nh, int nkv, int hd, const int *d_pos, const int *row_slot,
+                                                int nh, int nkv, const int *d_pos, const int *row_slot,
                                                 const int *row_pos, const int *pad, float scale)
 {
-    extern __shared__ float s[]; // [G][len] scores, then [ATT_WARPS][G][hd] partial outputs
-    __shared__ float red[ATT_WARPS][G];
-    __shared__ float stat[2][G]; // each head's maximum score and 1 / sum of exp
+    constexpr int hd = 8 * LPK, KPW = 32 / LPK;          // head dim; rows a warp reads a load
+    constexpr int STEP = ATTG_WARPS * KPW * ATTG_UNROLL; // positions a block covers a round
+    __shared__ float part[ATTG_WARPS][G][hd];            // each warp's output sums
+    __shared__ float wmax[ATTG_WARPS][G], wsum[ATTG_WARPS][G];
+    griddep_wait(); // (inside a decode graph with programmatic launches)
+    griddep_launch();
     int b = blockIdx.x, kvh = blockIdx.y, kvd = nkv * hd, h0 = kvh * G;
     int n_keys = row_pos ? row_pos[b] + 1 : *d_pos + 1;
     int seq = row_pos ? row_slot[b] : b;
     int lo = pad[seq]; // keys [0, lo) are left padding: masked
-    const bf16 *kb = kc + (size_t)seq * len * kvd + kvh * hd, *vb = vc + (size_t)seq * len * kvd + kvh * hd;
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    // this lane's dims: pairs 2 lane + 64 p, p < 4, below hd
-    float2 qr[G][4];
-#pragma unroll
-    for (int g = 0; g < G; g++)
-#pragma unroll
-        for (int p = 0; p < 4; p++)
-            qr[g][p] = 2 * lane + 64 * p < hd ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(
-                                                    q + ((size_t)b * nh + h0 + g) * hd + 2 * lane + 64 * p))
-                                              : make_float2(0.0f, 0.0f);
-    for (int j0 = warp; j0 < n_keys; j0 += 4 * ATT_WARPS) {
-        float dot[4][G];
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-#pragma unroll
-            for (int g = 0; g < G; g++)
-                dot[u][g] = 0.0f;
-            int j = j0 + u * ATT_WARPS;
-            if (j < n_keys) {
-                const bf16 *k = kb + (size_t)j * kvd;
-#pragma unroll
-                for (int p = 0; p < 4; p++)
-                    if (2 * lane + 64 * p < hd) {
-                        float2 kk = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(k + 2 * lane + 64 * p));
-#pragma unroll
-                        for (int g = 0; g < G; g++)
-                            dot[u][g] += qr[g][p].x * kk.x + qr[g][p].y * kk.y;
-                    }
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < 4; u++)
-#pragma unroll
-            for (int g = 0; g < G; g++) {
-                float d = dot[u][g];
-                for (int o = 16; o > 0; o >>= 1)
-                    d += __shfl_xor_sync(0xffffffff, d, o);
-                int j = j0 + u * ATT_WARPS;
-                if (lane == 0 && j < n_keys)
-                    s[g * len + j] = j < lo ? -INFINITY : d * scale;
-            }
-    }
-    __syncthreads();
-    // each head's maximum, then exp and sum, over the block
-    float m[G];
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, sub = lane / LPK, dl = lane % LPK;
+    // this lane's 8 dims (8 dl ..) of key or value row j: 16 bytes
+    const uint4 *kb = reinterpret_cast<const uint4 *>(kc + (size_t)seq * len * kvd + kvh * hd) + dl;
+    const uint4 *vb = reinterpret_cast<const uint4 *>(vc + (size_t)seq * len * kvd + kvh * hd) + dl;
+    const size_t row = kvd / 8; // uint4s from one position to the next
+    float qf[G][8];
 #pragma unroll
     for (int g = 0; g < G; g++) {
-        m[g] = -INFINITY;
-        for (int j = threadIdx.x; j < n_keys; j += blockDim.x)
-            m[g] = fmaxf(m[g], s[g * len + j]);
-        for (int o = 16; o > 0; o >>= 1)
-            m[g] = fmaxf(m[g], __shfl_xor_sync(0xffffffff, m[g], o));
-        if (lane == 0)
-            red[warp][g] = m[g];
+        uint4 qv = *(reinterpret_cast<const uint4 *>(q + ((size_t)b * nh + h0 + g) * hd) + dl);
+        const __nv_bfloat162 *qe = reinterpret_cast<const __nv_bfloat162 *>(&qv);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float2 f = __bfloat1622float2(qe[i]);
+            qf[g][2 * i] = f.x * scale, qf[g][2 * i + 1] = f.y * scale;
+        }
     }
-    __syncthreads();
-    if (threadIdx.x < G) {
-        float mx = red[0][threadIdx.x];
-        for (int w = 1; w < ATT_WARPS; w++)
-            mx = fmaxf(mx, red[w][threadIdx.x]);
-        stat[0][threadIdx.x] = mx;
-    }
-    __syncthreads();
+    // the warp's running maximum (the same in every lane) and, per lane,
+    // the sum of exp and the output over the positions it read
+    float m[G], l[G], acc[G][8];
 #pragma unroll
     for (int g = 0; g < G; g++) {
-        float mx = stat[0][g], sum = 0.0f;
-        for (int j = threadIdx.x; j < n_keys; j += blockDim.x) {
-            float e = __expf(s[g * len + j] - mx);
-            s[g * len + j] = e;
-            sum += e;
-        }
-        for (int o = 16; o > 0; o >>= 1)
-            sum += __shfl_xor_sync(0xffffffff, sum, o);
-        m[g] = sum;
+        m[g] = -INFINITY, l[g] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            acc[g][i] = 0.0f;
     }
-    __syncthreads(); // the maxima are read; red is reused
-    if (lane == 0)
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    // position j0 + u KPW + sub for u < ATTG_UNROLL; warp w starts at w KPW ATTG_UNROLL
+    for (int j0 = warp * KPW * ATTG_UNROLL; j0 < n_keys; j0 += STEP) {
+        uint4 kv[ATTG_UNROLL], vv[ATTG_UNROLL];
+#pragma unroll
+        for (int u = 0; u < ATTG_UNROLL; u++) {
+            int j = j0 + u * KPW + sub;
+            bool live = j < n_keys && j >= lo;
+            kv[u] = live ? __ldcs(kb + (size_t)j * row) : zero;
+            vv[u] = live ? __ldcs(vb + (size_t)j * row) : zero;
+        }
+        float d[ATTG_UNROLL][G], mr[G]; // scores (scaled), the round's maximum
 #pragma unroll
         for (int g = 0; g < G; g++)
-            red[warp][g] = m[g];
-    __syncthreads();
-    if (threadIdx.x < G) {
-        float sum = 0.0f;
-        for (int w = 0; w < ATT_WARPS; w++)
-            sum += red[w][threadIdx.x];
-        stat[1][threadIdx.x] = 1.0f / sum;
-    }
-    // partial outputs: warp w over keys w, w + ATT_WARPS, ...; 4 keys in flight
-    float2 acc[G][4];
+            mr[g] = -INFINITY;
 #pragma unroll
-    for (int g = 0; g < G; g++)
+        for (int u = 0; u < ATTG_UNROLL; u++) {
+            const __nv_bfloat162 *ke = reinterpret_cast<const __nv_bfloat162 *>(&kv[u]);
 #pragma unroll
-        for (int p = 0; p < 4; p++)
-            acc[g][p] = make_float2(0.0f, 0.0f);
-    for (int j0 = warp; j0 < n_keys; j0 += 4 * ATT_WARPS) {
+            for (int g = 0; g < G; g++)
+                d[u][g] = 0.0f;
 #pragma unroll
-        for (int u = 0; u < 4; u++) {
-            int j = j0 + u * ATT_WARPS;
-            if (j < n_keys) {
-                const bf16 *v = vb + (size_t)j * kvd;
+            for (int i = 0; i < 4; i++) {
+                float2 kk = __bfloat1622float2(ke[i]);
 #pragma unroll
-                for (int p = 0; p < 4; p++)
-                    if (2 * lane + 64 * p < hd) {
-                        float2 vv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(v + 2 * lane + 64 * p));
+                for (int g = 0; g < G; g++)
+                    d[u][g] += qf[g][2 * i] * kk.x + qf[g][2 * i + 1] * kk.y;
+            }
+            int j = j0 + u * KPW + sub;
+            bool live = j < n_keys && j >= lo;
 #pragma unroll
-                        for (int g = 0; g < G; g++) {
-                            float pj = s[g * len + j];
-                            acc[g][p].x += pj * vv.x;
-                            acc[g][p].y += pj * vv.y;
-                        }
-                    }
+            for (int g = 0; g < G; g++) {
+#pragma unroll
+                for (int o = LPK / 2; o > 0; o >>= 1) // over the row's LPK lanes
+                    d[u][g] += __shfl_xor_sync(0xffffffff, d[u][g], o);
+                d[u][g] = live ? d[u][g] : -INFINITY;
+                mr[g] = fmaxf(mr[g], d[u][g]);
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+#pragma unroll
+            for (int o = LPK; o < 32; o <<= 1) // over the warp's rows
+                mr[g] = fmaxf(mr[g], __shfl_xor_sync(0xffffffff, mr[g], o));
+            float mn = fmaxf(m[g], mr[g]);
+            if (mn == -INFINITY) // nothing live yet
+                continue;
+            float keep = __expf(m[g] - mn); // 0 when m was -inf
+            m[g] = mn;
+            l[g] *= keep;
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                acc[g][i] *= keep;
+#pragma unroll
+            for (int u = 0; u < ATTG_UNROLL; u++) {
+                float p = __expf(d[u][g] - mn); // 0 for a dead position
+                l[g] += p;
+                const __nv_bfloat162 *ve = reinterpret_cast<const __nv_bfloat162 *>(&vv[u]);
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    float2 f = __bfloat1622float2(ve[i]);
+                    acc[g][2 * i] += p * f.x;
+                    acc[g][2 * i + 1] += p * f.y;
+                }
             }
         }
     }
-    float *part = s + (size_t)G * len; // [ATT_WARPS][G][hd]
+    // the warp's rows summed (lanes with the same dl), then the warps'
+    // combined: each rescaled to the block's maximum
 #pragma unroll
     for (int g = 0; g < G; g++)
 #pragma unroll
-        for (int p = 0; p < 4; p++)
-            if (2 * lane + 64 * p < hd) {
-                part[(warp * G + g) * hd + 2 * lane + 64 * p] = acc[g][p].x;
-                part[(warp * G + g) * hd + 2 * lane + 64 * p + 1] = acc[g][p].y;
-            }
+        for (int o = LPK; o < 32; o <<= 1) {
+            l[g] += __shfl_xor_sync(0xffffffff, l[g], o);
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                acc[g][i] += __shfl_xor_sync(0xffffffff, acc[g][i], o);
+        }
+    if (sub == 0) {
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                part[warp][g][8 * dl + i] = acc[g][i];
+            if (dl == 0)
+                wmax[warp][g] = m[g], wsum[warp][g] = l[g];
+        }
+    }
     __syncthreads();
     for (int i = threadIdx.x; i < G * hd; i += blockDim.x) {
-        int g = i / hd, d = i % hd;
-        float o = 0;
-        for (int w = 0; w < ATT_WARPS; w++)
-            o += part[(w * G + g) * hd + d];
-        out[((size_t)b * nh + h0 + g) * hd + d] = __float2bfloat16(o * stat[1][g]);
+        int g = i / hd, dd = i % hd;
+        float mx = -INFINITY;
+        for (int w = 0; w < ATTG_WARPS; w++)
+            mx = fmaxf(mx, wmax[w][g]);
+        float o = 0.0f, sum = 0.0f;
+        for (int w = 0; w < ATTG_WARPS; w++)
+            if (wmax[w][g] != -INFINITY) { // a warp that read no live position adds nothing
+                float e = __expf(wmax[w][g] - mx);
+                o += e * part[w][g][dd];
+                sum += e * wsum[w][g];
+            }
+        out[((size_t)b * nh + h0 + g) * hd + dd] = __float2bfloat16(o / sum);
     }
 }
-__global__ void __launch_bounds__(ATT_WARPS * 32)
-    k_attn_decode_gqa2(const bf16 *q, const bf16 *kc, const bf16 *vc, bf16 *out, int len, int nh, int nkv, int hd,
-                       const int *d_pos, const int *row_slot, const int *row_pos, const int *pad, float scale)
+template <int G, int LPK>
+__global__ void __launch_bounds__(ATTG_WARPS * 32, 2) // two blocks an SM: 128 registers a thread
+    k_attn_decode_gqa(const bf16 *q, const bf16 *kc, const bf16 *vc, bf16 *out, int len, int nh, int nkv,
+                      const int *d_pos, const int *row_slot, const int *row_pos, const int *pad, float scale)
 {
-    attn_decode_gqa<2>(q, kc, vc, out, len, nh, nkv, hd, d_pos, row_slot, row_pos, pad, scale);
+    attn_decode_gqa<G, LPK>(q, kc, vc, out, len, nh, nkv, d_pos, row_slot, row_pos, pad, scale);
 }
 
-__global__ void __launch_bounds__(ATT_WARPS * 32)
-    k_attn_decode_gqa4(const bf16 *q, const bf16 *kc, const bf16 *vc, bf16 *out, int len, int nh, int nkv, int hd,
-                       const int *d_pos, const int *row_slot, const int *row_pos, const int *pad, float scale)
+// the instantiation for G query heads a K/V head (2, 4) and head_dim hd
+// (16 .. 256, a power of two); NULL where there is none
+template <int G> static attn_gqa_kernel gqa_kernel(int hd)
 {
-    attn_decode_gqa<4>(q, kc, vc, out, len, nh, nkv, hd, d_pos, row_slot, row_pos, pad, scale);
+    switch (hd) {
+    case 16:
+        return k_attn_decode_gqa<G, 2>;
+    case 32:
+        return k_attn_decode_gqa<G, 4>;
+    case 64:
+        return k_attn_decode_gqa<G, 8>;
+    case 128:
+        return k_attn_decode_gqa<G, 16>;
+    case 256:
+        return k_attn_decode_gqa<G, 32>;
+    default:
+        return NULL;
+    }
 }
+attn_gqa_kernel attn_decode_gqa_kernel(int G, int hd)
+{
+    return G == 2 ? gqa_kernel<2>(hd) : G == 4 ? gqa_kernel<4>(hd) : NULL;
+}
+
 
 // Row softmax of scores [sequence][head][n][n_keys] into bf16
 // probabilities; causal rows (causal 1) see keys up to their own position

@@ -45,13 +45,15 @@ __global__ void __launch_bounds__(ATT_SPLIT_WARPS * 32)
     k_attn_decode_split(const bf16 *q, const bf16 *kc, const bf16 *vc, bf16 *out, int len, int nh, int nkv, int hd,
                         const int *d_pos, const int *row_slot, const int *row_pos, const int *pad, float scale,
                         float *part, unsigned *count);
-// k_attn_decode by query group: 2 or 4 query heads per K/V head
-__global__ void __launch_bounds__(ATT_WARPS * 32)
-    k_attn_decode_gqa2(const bf16 *q, const bf16 *kc, const bf16 *vc, bf16 *out, int len, int nh, int nkv, int hd,
-                       const int *d_pos, const int *row_slot, const int *row_pos, const int *pad, float scale);
-__global__ void __launch_bounds__(ATT_WARPS * 32)
-    k_attn_decode_gqa4(const bf16 *q, const bf16 *kc, const bf16 *vc, bf16 *out, int len, int nh, int nkv, int hd,
-                       const int *d_pos, const int *row_slot, const int *row_pos, const int *pad, float scale);
+// k_attn_decode by query group (k_attn_decode_gqa): the kernel for G
+// query heads per K/V head (2 or 4) and head_dim hd (16 .. 256, a power of
+// two), NULL where there is none; its arguments (q, kc, vc, out, len, nh,
+// nkv, d_pos, row_slot, row_pos, pad, scale) as k_attn_decode's; grid
+// (sequences, K/V heads), ATTG_WARPS warps, no dynamic shared memory.
+#define ATTG_WARPS 8
+typedef void (*attn_gqa_kernel)(const bf16 *q, const bf16 *kc, const bf16 *vc, bf16 *out, int len, int nh, int nkv,
+                                const int *d_pos, const int *row_slot, const int *row_pos, const int *pad, float scale);
+attn_gqa_kernel attn_decode_gqa_kernel(int G, int hd);
 __global__ void k_softmax(const float *sc, bf16 *p, int n, int n_keys, int pos0, int causal, const int *pad, int nh);
 __global__ void k_softmax_slots(const float *sc, bf16 *p, int n, int n_keys, int pos0, int causal, const int *pad,
                                 const int *row_slot, int nh);

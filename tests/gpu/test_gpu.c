@@ -863,6 +863,86 @@ static void check_attention_kernel(int hd, int shape)
     tb_gpu_free(g);
 }
 
+/* Decode attention alone (tb_gpu_decode_attention): each of its kernels
+ * (a block per head, whole or split over the keys: 16 splits here, some
+ * of them all padding; a block per K/V head's group) at
+ * head_dim hd with `group` query heads per K/V head, three sequences (the
+ * second left-padded by 70, the third by 3) at several lengths, against a
+ * double-precision softmax over keys [pad, position]; inputs uniform in
+ * [-2, 2] as bf16. */
+static void check_decode_attention(int hd, int group)
+{
+    enum { B = 3, LEN = 320 };
+    const int lengths[4] = {71, 130, 257, LEN};
+    char err[512];
+    tb_model_config cfg;
+    if (tb_preset_config("tiny-llama", &cfg, err, sizeof err) != 0) {
+        fprintf(stderr, "%s\n", err);
+        CHECK(0);
+        return;
+    }
+    cfg.head_dim = hd, cfg.n_heads = 8, cfg.n_kv_heads = 8 / group, cfg.rope_dim = 0;
+    tb_gpu *g = NULL;
+    if (tb_gpu_create(&g, &cfg, NULL, 3, err, sizeof err) != 0) {
+        fprintf(stderr, "decode attention: %s\n", err);
+        CHECK(0);
+        return;
+    }
+    int nh = cfg.n_heads, nkv = cfg.n_kv_heads, pad[B] = {0, 70, 3};
+    CHECK(tb_gpu_reserve(g, B, LEN, B, err, sizeof err) == 0);
+    CHECK(tb_gpu_set_padding(g, pad, B) == 0);
+    size_t nq = (size_t)B * nh * hd, nk = (size_t)B * LEN * nkv * hd;
+    float *q = malloc(nq * sizeof(float)), *k = malloc(nk * sizeof(float)), *v = malloc(nk * sizeof(float));
+    float *out = malloc(nq * sizeof(float));
+    double *p = malloc(LEN * sizeof(double));
+    CHECK(q && k && v && out && p);
+    uint64_t rng = 53 + hd + group;
+    for (int li = 0; li < 4 && q && k && v && out && p; li++) {
+        int na = lengths[li];
+        for (size_t i = 0; i < nq; i++)
+            q[i] = tb_bf16_to_f32(tb_f32_to_bf16((float)(4 * tb_rng_uniform(&rng) - 2)));
+        for (size_t i = 0; i < (size_t)B * na * nkv * hd; i++) {
+            k[i] = tb_bf16_to_f32(tb_f32_to_bf16((float)(4 * tb_rng_uniform(&rng) - 2)));
+            v[i] = tb_bf16_to_f32(tb_f32_to_bf16((float)(4 * tb_rng_uniform(&rng) - 2)));
+        }
+        for (int kernel = 0; kernel < 3; kernel++) {
+            if (tb_gpu_decode_attention(g, q, k, v, B, na, kernel, out) != 0) {
+                fprintf(stderr, "decode attention: %s\n", tb_gpu_error(g));
+                CHECK(0);
+                continue;
+            }
+            double diff = 0;
+            for (int b = 0; b < B; b++)
+                for (int h = 0; h < nh; h++) {
+                    const float *qr = q + ((size_t)b * nh + h) * hd;
+                    double mx = -INFINITY, sum = 0;
+                    for (int j = pad[b]; j < na; j++) {
+                        const float *kr = k + (((size_t)b * na + j) * nkv + h / group) * hd;
+                        double d = 0;
+                        for (int e = 0; e < hd; e++)
+                            d += (double)qr[e] * kr[e];
+                        p[j] = d / sqrt((double)hd);
+                        mx = p[j] > mx ? p[j] : mx;
+                    }
+                    for (int j = pad[b]; j < na; j++)
+                        sum += p[j] = exp(p[j] - mx);
+                    for (int e = 0; e < hd; e++) {
+                        double o = 0;
+                        for (int j = pad[b]; j < na; j++)
+                            o += p[j] / sum * v[(((size_t)b * na + j) * nkv + h / group) * hd + e];
+                        double d = fabs(o - out[((size_t)b * nh + h) * hd + e]);
+                        diff = d > diff || isnan(d) ? d : diff;
+                    }
+                }
+            fprintf(stderr, "decode attention, head_dim %d, %d heads a K/V head, kernel %d, %d keys: max diff %.3g "
+                            "(bound 2e-2)\n", hd, group, kernel, na, diff);
+            CHECK(diff <= 2e-2);
+        }
+    }
+    free(q), free(k), free(v), free(out), free(p);
+    tb_gpu_free(g);
+}
+
 /* Every span attention check (also TB_TEST_GPU_ONLY=span's run): the
  * softmax widths, the masks through golden models of head_dim 16 and 32,
  * and the kernel alone at 128 (each block shape) and 64. */
@@ -1439,6 +1519,11 @@ int main(void)
         check_span_attention();
         return check_done();
     }
+    if (getenv("TB_TEST_GPU_ONLY") && strcmp(getenv("TB_TEST_GPU_ONLY"), "decode") == 0) {
+        check_decode_attention(128, 4);
+        check_decode_attention(64, 2);
+        return check_done();
+    }
     if (getenv("TB_TEST_GPU_ONLY") && strcmp(getenv("TB_TEST_GPU_ONLY"), "moe") == 0) { /* MoE against the CPU and HF */
         check_ar("qwen3-moe", 0);
         check_ar("qwen3-moe", 3);
@@ -1537,8 +1622,14 @@ int main(void)
     rope_dim_set = 0;
     check_ar_slots("llama-gqa", TB_GPU_FUSE_DEFAULT);
     check_ar_slots("qwen2-bias", TB_GPU_FUSE_DEFAULT);
-    /* decode attention by query group (k_attn_decode_gqa: 2 and 4 heads
-     * per K/V head), without the split kernel: slots, padding */
+    /* decode attention's kernels alone at the head dims the group kernel
+     * is built for; then by query group (k_attn_decode_gqa: 2 and 4 heads
+     * per K/V head) in forwards, without the split kernel: slots, padding */
+    check_decode_attention(128, 4);
+    check_decode_attention(64, 2);
+    check_decode_attention(256, 4);
+    check_decode_attention(16, 4);
+    check_decode_attention(32, 2);
     check_ar_slots("llama-gqa", 0);
     check_ar_slots("qwen2-bias", 0);
     check_ar_with("qwen2-bias", 0, 2, 0, 0);
