@@ -704,6 +704,33 @@ static void check_span_widths(const char *name)
     tb_model_free(&m);
 }
 
+/* The reference of the attention checks: one query row qr [hd] over keys
+ * [lo, vis) whose rows k, v are kvd floats apart (the K/V head's offset
+ * included), softmax(q . k / sqrt(hd)) V in double; the largest |difference|
+ * from got [hd] (NaN if got has one). p: scratch for vis scores. */
+static double attention_diff(const float *qr, const float *k, const float *v, int kvd, int hd, int lo, int vis,
+                             const float *got, double *p)
+{
+    double mx = -INFINITY, sum = 0, diff = 0;
+    for (int j = lo; j < vis; j++) {
+        double d = 0;
+        for (int e = 0; e < hd; e++)
+            d += (double)qr[e] * k[(size_t)j * kvd + e];
+        p[j] = d / sqrt((double)hd);
+        mx = p[j] > mx ? p[j] : mx;
+    }
+    for (int j = lo; j < vis; j++)
+        sum += p[j] = exp(p[j] - mx);
+    for (int e = 0; e < hd; e++) {
+        double o = 0;
+        for (int j = lo; j < vis; j++)
+            o += p[j] / sum * v[(size_t)j * kvd + e];
+        double d = fabs(o - got[e]);
+        diff = d > diff || isnan(d) ? d : diff;
+    }
+    return diff;
+}
+
 /* The spans check_span_masks and check_attention_kernel run through one
  * state in turn (two sequences, the second padded by 70): a causal prefill
  * of 150, a causal chunk of 40 over 190 keys, a bidirectional span inside
@@ -833,25 +860,10 @@ static void check_attention_kernel(int hd, int shape)
                         int pos = pos0 + t, vis = na, lo = pos >= pad[b] ? pad[b] : 0;
                         if (causal > 0)
                             vis = (pos / causal + 1) * causal < na ? (pos / causal + 1) * causal : na;
-                        const float *qr = q + (((size_t)b * n + t) * nh + h) * hd;
-                        double mx = -INFINITY, sum = 0;
-                        for (int j = lo; j < vis; j++) {
-                            const float *kr = k + (((size_t)b * na + j) * nkv + h / group) * hd;
-                            double d = 0;
-                            for (int e = 0; e < hd; e++)
-                                d += (double)qr[e] * kr[e];
-                            p[j] = d / sqrt((double)hd);
-                            mx = p[j] > mx ? p[j] : mx;
-                        }
-                        for (int j = lo; j < vis; j++)
-                            sum += p[j] = exp(p[j] - mx);
-                        for (int e = 0; e < hd; e++) {
-                            double o = 0;
-                            for (int j = lo; j < vis; j++)
-                                o += p[j] / sum * v[(((size_t)b * na + j) * nkv + h / group) * hd + e];
-                            double d = fabs(o - out[(((size_t)b * n + t) * nh + h) * hd + e]);
-                            diff = d > diff || isnan(d) ? d : diff;
-                        }
+                        size_t kv0 = ((size_t)b * na * nkv + h / group) * hd;
+                        double d = attention_diff(q + (((size_t)b * n + t) * nh + h) * hd, k + kv0, v + kv0,
+                                                  nkv * hd, hd, lo, vis, out + (((size_t)b * n + t) * nh + h) * hd, p);
+                        diff = d > diff || isnan(d) ? d : diff;
                     }
             fprintf(stderr, "attention, head_dim %d, %s (shape %d): [%d, %d) over %d keys, mask %d: max diff %.3g "
                     "(bound 2e-2)\n", hd, fused ? "one kernel" : "batched GEMMs", shape, pos0, pos0 + n, na, causal,
@@ -914,25 +926,10 @@ static void check_decode_attention(int hd, int group)
             double diff = 0;
             for (int b = 0; b < B; b++)
                 for (int h = 0; h < nh; h++) {
-                    const float *qr = q + ((size_t)b * nh + h) * hd;
-                    double mx = -INFINITY, sum = 0;
-                    for (int j = pad[b]; j < na; j++) {
-                        const float *kr = k + (((size_t)b * na + j) * nkv + h / group) * hd;
-                        double d = 0;
-                        for (int e = 0; e < hd; e++)
-                            d += (double)qr[e] * kr[e];
-                        p[j] = d / sqrt((double)hd);
-                        mx = p[j] > mx ? p[j] : mx;
-                    }
-                    for (int j = pad[b]; j < na; j++)
-                        sum += p[j] = exp(p[j] - mx);
-                    for (int e = 0; e < hd; e++) {
-                        double o = 0;
-                        for (int j = pad[b]; j < na; j++)
-                            o += p[j] / sum * v[(((size_t)b * na + j) * nkv + h / group) * hd + e];
-                        double d = fabs(o - out[((size_t)b * nh + h) * hd + e]);
-                        diff = d > diff || isnan(d) ? d : diff;
-                    }
+                    size_t kv0 = ((size_t)b * na * nkv + h / group) * hd;
+                    double d = attention_diff(q + ((size_t)b * nh + h) * hd, k + kv0, v + kv0, nkv * hd, hd, pad[b],
+                                              na, out + ((size_t)b * nh + h) * hd, p);
+                    diff = d > diff || isnan(d) ? d : diff;
                 }
             fprintf(stderr, "decode attention, head_dim %d, %d heads a K/V head, kernel %d, %d keys: max diff %.3g "
                             "(bound 2e-2)\n", hd, group, kernel, na, diff);
