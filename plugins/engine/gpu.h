@@ -215,7 +215,8 @@ void tb_gpu_set_moe_gemv_rows(tb_gpu *g, int max_rows);
  * TB_GPU_FUSE_*: SWIGLU computes SwiGLU inside the gate-up GEMV (no
  * k_swiglu, no float [2I] round trip); SPLIT_ATTN splits decode attention
  * over the keys when (sequence, head) pairs alone would leave the chip
- * idle (any batch; tb_gpu_set_attn_splits); NORM has the last block of
+ * idle (any batch; tb_gpu_set_attn_splits) and the batch is too small for
+ * the kernel by query group (gpu_forward.cu's attn_decode); NORM has the last block of
  * each GEMV that writes the residual (o, down) compute the next RMSNorm
  * (no k_rmsnorm but layer 0's; not under tensor parallelism or with MoE
  * layers). (Until 2026-12-02 NORM staged the norm inside every block of
@@ -235,10 +236,11 @@ void tb_gpu_set_decode_fusion(tb_gpu *g, int fusion, int pdl);
 
 /* Split decode attention (TB_GPU_FUSE_SPLIT_ATTN): splits of each
  * (sequence, head)'s keys, 1 .. 16 (1: one block per pair, the split
- * kernel's shape), or 0: as many as fill the chip when the pairs alone
- * would not (fewer than 2 x the SMs), else the one-block-per-pair kernel.
- * Default 0, or the environment's TB_GPU_ATT_SPLITS; tests and
- * measurements set others. */
+ * kernel's shape; at any batch), or 0: as many as fill the chip when the
+ * pairs alone would not (fewer than 2 x the SMs), else the kernel by
+ * query group where the model has one (gpu_forward.cu's attn_decode),
+ * else the one-block-per-pair kernel. Default 0, or the environment's
+ * TB_GPU_ATT_SPLITS; tests and measurements set others. */
 void tb_gpu_set_attn_splits(tb_gpu *g, int splits);
 
 /* Batch-1 GEMV variants (rows per warp, loads in flight, split-K):

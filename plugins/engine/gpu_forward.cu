@@ -435,14 +435,17 @@ static int norm_in_gemv(const tb_gpu *g, int rows)
 // sequence (mode FWD_DECODE or FWD_SLOTS), by `kernel` (ATTN_*; -1: as
 // the forward chooses: by query group where this model's head_dim and
 // group have that kernel and its blocks, one per (sequence, K/V head),
-// fill a quarter of the SMs; else split over the keys when (sequence,
-// head) blocks alone would leave most of the chip idle, unless g->fusion
-// says no split (g->att_splits, when set, is the number of splits)).
+// fill a quarter of the SMs (Llama-3-8B on 132 SMs: batch 5 up), unless
+// g->att_splits asks for a split; else split over the keys when
+// (sequence, head) blocks alone would leave most of the chip idle, unless
+// g->fusion says no split (g->att_splits, when set, is the number of
+// splits)).
 //
 // Measured on the H200, Llama-3-8B at 256 positions (docs/PERFORMANCE.md):
 // the group kernel against the split per head, batch 8 (64 blocks) 18%
-// faster a step, batch 16 28%; at batch 1 the split per head stays (the
-// group kernel split 16 ways measured 2% slower).
+// faster a step, batch 16 28% (batches 5-7 not measured); at batch 1 the
+// split per head stays (the group kernel split 16 ways measured 2%
+// slower).
 enum { ATTN_HEAD, ATTN_HEAD_SPLIT, ATTN_GROUP };
 static int attn_decode(tb_gpu *g, size_t layer_off, int B, int mode, const int *rslot, const int *rpos, int pdl,
                        int kernel)
@@ -458,7 +461,7 @@ static int attn_decode(tb_gpu *g, size_t layer_off, int B, int mode, const int *
     splits = splits > ATT_MAX_SPLIT ? ATT_MAX_SPLIT : splits < 2 ? 0 : splits;
     if (g->att_splits > 0)
         splits = g->att_splits;
-    if (kernel < 0 && gqa && 4 * B * c->n_kv_heads >= g->prop.multiProcessorCount)
+    if (kernel < 0 && gqa && g->att_splits == 0 && 4 * B * c->n_kv_heads >= g->prop.multiProcessorCount)
         kernel = ATTN_GROUP;
     else if (kernel < 0)
         kernel = (g->fusion & TB_GPU_FUSE_SPLIT_ATTN) && splits >= 1 ? ATTN_HEAD_SPLIT : gqa ? ATTN_GROUP : ATTN_HEAD;
@@ -1062,6 +1065,10 @@ extern "C" int tb_gpu_decode_attention(tb_gpu *g, const float *q, const float *k
     int pos = n_attend - 1; // the row's position: it sees keys [pad, pos]
     if (rc == 0 && cudaMemcpyAsync(g->d_pos, &pos, sizeof pos, cudaMemcpyHostToDevice, g->stream) != cudaSuccess)
         rc = fail(g, "tb_gpu_decode_attention: upload failed");
+    // the output poisoned (bf16 0xFFFF is a NaN): a kernel that writes
+    // nothing fails the check instead of passing on an earlier one's output
+    if (rc == 0 && cudaMemsetAsync(g->att, 0xFF, nqv * sizeof(bf16), g->stream) != cudaSuccess)
+        rc = fail(g, "tb_gpu_decode_attention: memset failed");
     if (rc == 0)
         rc = attn_decode(g, 0, B, FWD_DECODE, NULL, NULL, 0, kernel);
     if (rc == 0 && (cudaMemcpyAsync(hq, g->att, nqv * sizeof(bf16), cudaMemcpyDeviceToHost, g->stream) != cudaSuccess ||

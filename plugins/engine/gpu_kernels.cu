@@ -385,8 +385,11 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
 // head, 2 or 4): one block per (sequence, K/V head) computes its G heads,
 // so each key and value row is read once for the group and the grid is G
 // times smaller than k_attn_decode's (Llama-3-8B at batch 32: 256 blocks
-// instead of 1,024, one wave on 132 SMs). Keys, masking and arithmetic
-// per head as k_attn_decode's.
+// instead of 1,024, one wave on 132 SMs). Keys and masking per head as
+// k_attn_decode's; the scale is applied to q, and the softmax is computed
+// online (below), so the two agree to rounding. Built for head_dim 16,
+// 32, 64, 128 and 256 (a row's 16-byte pieces must tile a warp); other
+// head dims take k_attn_decode.
 //
 // Bound by reading the cache (batch 32 at 256 positions: 34 MB a layer),
 // so it reads the keys and values once, in one pass, with wide loads and
