@@ -259,6 +259,12 @@ void tb_gpu_force_gemv_variant(tb_gpu *g, int variant);
  * products, FLOP/s: bf16 cuBLAS, or under dtype = fp8 with FP8 GEMMs our
  * FP8 GEMM); 0 or -1 (no room for the 2.25 GiB of transient buffers). */
 int tb_gpu_measure_ceilings(tb_gpu *g, double *peak_flops, double *peak_bytes_per_s);
+/* The same bf16 ceilings of the current CUDA device for a backend with a
+ * CUDA context of its own (the flow backend): measured on `stream` (a
+ * cudaStream_t) with cuBLAS handle `blas` (a cublasHandle_t), its 2.25 GiB
+ * of transient buffers freed on return. 0, or -1 with the reason in err. */
+int tb_gpu_device_ceilings(void *stream, void *blas, double *peak_flops, double *peak_bytes_per_s, char *err,
+                           size_t err_size);
 /* Which GEMM that FLOP/s ceiling is: "bf16" or "fp8". */
 const char *tb_gpu_gemm_dtype(const tb_gpu *g);
 

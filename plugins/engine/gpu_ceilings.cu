@@ -13,6 +13,48 @@ using namespace tbgpu;
 // the best of 5 cuBLAS GEMMs of 8192^3, bf16 inputs, float32 accumulation
 // and output as our own GEMMs (under dtype = fp8 with FP8 GEMMs: of our
 // FP8 GEMM instead, tb_gpu_gemm_dtype). Transient buffers: 2 GiB + 256 MiB.
+static const size_t CEIL_COPY = (size_t)1 << 30; // bytes a copy moves (read, and again written)
+static const int CEIL_M = 8192;                  // the GEMM's M = N = K
+
+// The best copy and bf16 GEMM times (ms) on a, b (CEIL_COPY bytes each; a
+// holds random bf16 values on return, b a copy of them) and c (CEIL_M^2
+// floats): the part of the measurement every CUDA context does alike.
+static const char *time_copy_and_gemm(cudaStream_t s, cublasHandle_t blas, void *a, void *b, void *c,
+                                      cudaEvent_t e0, cudaEvent_t e1, float *copy_ms, float *gemm_ms)
+{
+    const int M = CEIL_M;
+    *copy_ms = *gemm_ms = 1e30f;
+    // random operands: zeros would let the tensor cores run cooler and faster
+    k_init_uniform<<<4096, 256, 0, s>>>((bf16 *)a, CEIL_COPY / sizeof(bf16), 11, 1.0f);
+    k_init_uniform<<<4096, 256, 0, s>>>((bf16 *)b, CEIL_COPY / sizeof(bf16), 12, 1.0f);
+    for (int i = 0; i < 6; i++) { // the first of each is a warm-up
+        float ms = 0;
+        cudaEventRecord(e0, s);
+        cudaMemcpyAsync(b, a, CEIL_COPY, cudaMemcpyDeviceToDevice, s);
+        cudaEventRecord(e1, s);
+        cudaEventSynchronize(e1);
+        cudaEventElapsedTime(&ms, e0, e1);
+        if (i > 0 && ms < *copy_ms)
+            *copy_ms = ms;
+    }
+    for (int i = 0; i < 6; i++) {
+        float ms = 0, alpha = 1, beta = 0;
+        cudaEventRecord(e0, s);
+        if (cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, M, M, M, &alpha, a, CUDA_R_16BF, M, b, CUDA_R_16BF, M, &beta,
+                         c, CUDA_R_32F, M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS)
+            return "cuBLAS failed measuring the FLOP/s ceiling";
+        cudaEventRecord(e1, s);
+        cudaEventSynchronize(e1);
+        cudaEventElapsedTime(&ms, e0, e1);
+        if (i > 0 && ms < *gemm_ms)
+            *gemm_ms = ms;
+    }
+    return cudaGetLastError() == cudaSuccess ? NULL : "measuring the ceilings failed";
+}
+
+static double copy_rate(float ms) { return 2.0 * CEIL_COPY / (ms * 1e-3); }
+static double gemm_rate(float ms) { return 2.0 * CEIL_M * CEIL_M * (double)CEIL_M / (ms * 1e-3); }
+
 extern "C" int tb_gpu_measure_ceilings(tb_gpu *g, double *peak_flops, double *peak_bytes_per_s)
 {
     if (g->ranks) {
@@ -29,44 +71,21 @@ extern "C" int tb_gpu_measure_ceilings(tb_gpu *g, double *peak_flops, double *pe
         *peak_flops = g->peak_flops, *peak_bytes_per_s = g->peak_bytes_per_s;
         return 0;
     }
-    const size_t copy = (size_t)1 << 30;
-    const int M = 8192;
+    const int M = CEIL_M;
     void *a = NULL, *b = NULL, *c = NULL;
     cudaEvent_t e0 = NULL, e1 = NULL;
     int rc = -1;
     float best_copy = 1e30f, best_gemm = 1e30f;
-    if (dalloc(g, &a, copy) || dalloc(g, &b, copy) || dalloc(g, &c, (size_t)M * M * sizeof(float)) ||
+    const char *why;
+    if (dalloc(g, &a, CEIL_COPY) || dalloc(g, &b, CEIL_COPY) || dalloc(g, &c, (size_t)M * M * sizeof(float)) ||
         cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess) {
         (void)cudaGetLastError();
         fail(g, "no room to measure the ceilings");
         goto out;
     }
-    // random operands: zeros would let the tensor cores run cooler and faster
-    k_init_uniform<<<4096, 256, 0, g->stream>>>((bf16 *)a, copy / sizeof(bf16), 11, 1.0f);
-    k_init_uniform<<<4096, 256, 0, g->stream>>>((bf16 *)b, copy / sizeof(bf16), 12, 1.0f);
-    for (int i = 0; i < 6; i++) { // the first of each is a warm-up
-        float ms = 0;
-        cudaEventRecord(e0, g->stream);
-        cudaMemcpyAsync(b, a, copy, cudaMemcpyDeviceToDevice, g->stream);
-        cudaEventRecord(e1, g->stream);
-        cudaEventSynchronize(e1);
-        cudaEventElapsedTime(&ms, e0, e1);
-        if (i > 0 && ms < best_copy)
-            best_copy = ms;
-    }
-    for (int i = 0; i < 6; i++) {
-        float ms = 0, alpha = 1, beta = 0;
-        cudaEventRecord(e0, g->stream);
-        if (cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, M, M, M, &alpha, a, CUDA_R_16BF, M, b, CUDA_R_16BF, M,
-                         &beta, c, CUDA_R_32F, M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS) {
-            fail(g, "cuBLAS failed measuring the FLOP/s ceiling");
-            goto out;
-        }
-        cudaEventRecord(e1, g->stream);
-        cudaEventSynchronize(e1);
-        cudaEventElapsedTime(&ms, e0, e1);
-        if (i > 0 && ms < best_gemm)
-            best_gemm = ms;
+    if ((why = time_copy_and_gemm(g->stream, g->blas, a, b, c, e0, e1, &best_copy, &best_gemm))) {
+        fail(g, "%s", why);
+        goto out;
     }
     if (g->fp8 && g->fp8_gemm) {
         // dtype = fp8's products run on FP8 tensor cores: their ceiling is
@@ -97,8 +116,8 @@ extern "C" int tb_gpu_measure_ceilings(tb_gpu *g, double *peak_flops, double *pe
         fail(g, "measuring the ceilings failed");
         goto out;
     }
-    g->peak_bytes_per_s = 2.0 * copy / (best_copy * 1e-3);
-    g->peak_flops = 2.0 * M * M * (double)M / (best_gemm * 1e-3);
+    g->peak_bytes_per_s = copy_rate(best_copy);
+    g->peak_flops = gemm_rate(best_gemm);
     *peak_flops = g->peak_flops, *peak_bytes_per_s = g->peak_bytes_per_s;
     rc = 0;
 out:
@@ -110,6 +129,37 @@ out:
     dfree(g, b);
     dfree(g, c);
     return rc;
+}
+
+extern "C" int tb_gpu_device_ceilings(void *stream, void *blas, double *peak_flops, double *peak_bytes_per_s,
+                                      char *err, size_t err_size)
+{
+    void *a = NULL, *b = NULL, *c = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    float best_copy = 0, best_gemm = 0;
+    const char *why = NULL;
+    if (cudaMalloc(&a, CEIL_COPY) != cudaSuccess || cudaMalloc(&b, CEIL_COPY) != cudaSuccess ||
+        cudaMalloc(&c, (size_t)CEIL_M * CEIL_M * sizeof(float)) != cudaSuccess ||
+        cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess) {
+        (void)cudaGetLastError();
+        why = "no room to measure the ceilings";
+    } else {
+        why = time_copy_and_gemm((cudaStream_t)stream, (cublasHandle_t)blas, a, b, c, e0, e1, &best_copy, &best_gemm);
+    }
+    if (!why && (!(best_copy > 0) || !(best_gemm > 0)))
+        why = "measuring the ceilings failed";
+    if (!why)
+        *peak_bytes_per_s = copy_rate(best_copy), *peak_flops = gemm_rate(best_gemm);
+    else
+        snprintf(err, err_size, "%s", why);
+    if (e0)
+        cudaEventDestroy(e0);
+    if (e1)
+        cudaEventDestroy(e1);
+    cudaFree(a); // cudaFree(NULL) does nothing
+    cudaFree(b);
+    cudaFree(c);
+    return why ? -1 : 0;
 }
 
 extern "C" const char *tb_gpu_gemm_dtype(const tb_gpu *g)

@@ -253,6 +253,7 @@ int tbgpu::create_on(tb_gpu **out, const tb_model_config *cfg, const tb_model *c
     // upstream of it, and the float products keep the GPU's expert choices
     // as close to the float reference's as they were)
     g->span_bf16_out = g->n_moe_layers == 0 && !(getenv("TB_GPU_BF16_OUT") && atoi(getenv("TB_GPU_BF16_OUT")) == 0);
+    g->trim_last = !(getenv("TB_GPU_TRIM_LAST") && atoi(getenv("TB_GPU_TRIM_LAST")) == 0);
     g->span_fused = attn_span_fused_fits(g) && !(getenv("TB_GPU_SPAN_ATTN") && atoi(getenv("TB_GPU_SPAN_ATTN")) == 0);
     if (g->span_fused && attn_span_fused_init(g)) {
         rc = -1;

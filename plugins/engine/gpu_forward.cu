@@ -2,8 +2,8 @@
 // cpu_forward.c's order and names: the state (tb_gpu_reserve as
 // tb_cpu_state_init, tb_gpu_set_padding, free_buffers as
 // tb_cpu_state_free), matmul_t, the attention of a span, layer_forward,
-// forward_hidden, head; then the roofline's count of the work, and the
-// entry points: autoregressive (tb_gpu_prefill, tb_gpu_decode: as
+// head, forward_head (forward_hidden and the head); then the roofline's
+// count of the work, and the entry points: autoregressive (tb_gpu_prefill, tb_gpu_decode: as
 // tb_cpu_forward) and spans (tb_gpu_logits, tb_gpu_forward_pick,
 // tb_gpu_forward_logits: as tb_cpu_forward_at).
 #include "gpu_internal.cuh"
@@ -490,8 +490,45 @@ static int attn_decode(tb_gpu *g, size_t layer_off, int B, int mode, const int *
     return 0;
 }
 
+// k_rmsnorm of every row of x into xn with weights w; pdl: a
+// programmatic dependent launch
+static int norm_rows(tb_gpu *g, int rows, const float *w, int pdl)
+{
+    launch(g, k_rmsnorm, dim3(rows), dim3(norm_threads(rows)), 0, pdl, (const float *)g->x, 1, 0, 1, w, g->xn,
+           g->cfg.hidden_size, (float)g->cfg.rms_eps);
+    LAUNCHED();
+    return 0;
+}
+
+// The rows of each sequence the last layer carries past its QKV product
+// in a forward whose LM head reads rows [r0, r0 + nr) of each sequence's
+// n: those nr (0 for a forward that only stores the cache) for a span with
+// g->trim_last, else all n. Every row's K and V still enter the cache;
+// nothing after the last layer's attention reads another row, so the
+// head's rows come out as without it (to cuBLAS's rounding for their
+// row count). forward_head and account share it.
+static int last_layer_rows(const tb_gpu *g, int mode, int n, int nr)
+{
+    return g->trim_last && mode == FWD_SPAN && nr < n ? nr : n;
+}
+
+// rows [r0, r0 + nr) of each of B sequences of n rows of row_bytes each
+// at p, moved to the front ([B][nr], in order) through scratch (at least
+// B nr row_bytes, not overlapping p)
+static int keep_rows(tb_gpu *g, void *p, void *scratch, size_t row_bytes, int B, int n, int r0, int nr)
+{
+    CK(cudaMemcpy2DAsync(scratch, nr * row_bytes, (char *)p + r0 * row_bytes, n * row_bytes, nr * row_bytes, B,
+                         cudaMemcpyDeviceToDevice, g->stream));
+    CK(cudaMemcpyAsync(p, scratch, (size_t)B * nr * row_bytes, cudaMemcpyDeviceToDevice, g->stream));
+    return 0;
+}
+
 // One layer for B x n rows (mode above), as cpu_forward.c's layer_forward.
-static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, int n_attend, int causal, int mode)
+// nr < n (the last layer under last_layer_rows): after the QKV product and
+// the cache write only rows [r0, r0 + nr) of each sequence go on, moved to
+// the front of g->x ([B][nr][hidden]); nr = 0 stops there.
+static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, int n_attend, int causal, int mode,
+                         int r0, int nr)
 {
     const tb_model_config *c = &g->cfg;
     int rows = B * n, h = c->hidden_size, nq = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
@@ -513,9 +550,8 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
     // bf16; the device holds every activation so)
     int bf16_out = !one && !g->fp8 && g->span_bf16_out;
     if (!norm || l == 0) { // else the layer before left it in xn
-        launch(g, k_rmsnorm, dim3(rows), dim3(norm_threads(rows)), 0, pdl, (const float *)g->x, 1, 0, 1,
-               (const float *)G->attn_norm, g->xn, h, eps);
-        LAUNCHED();
+        if (norm_rows(g, rows, G->attn_norm, pdl))
+            return -1;
     }
     if (one) {
         gemv_args a = {G->wqkv, g->xn, g->qkv, NULL, NULL, NULL, 0.0f, qd, h, 0.0f};
@@ -545,6 +581,15 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
            g->vc + layer_off + span_off, g->len, g->q, c->n_heads, c->n_kv_heads, c->head_dim, tb_config_rope_dim(c),
            qkv_sx, qkv_sw);
     LAUNCHED();
+    if (nr < n) { // the head's rows only, from here on (one, norm and swiglu are 0: n > 1)
+        if (nr == 0)
+            return 0;
+        // scratch: att (q's shape) and the logits (at least hidden floats a row), both written later
+        if (keep_rows(g, g->q, g->att, (size_t)nq * sizeof(bf16), B, n, r0, nr) ||
+            keep_rows(g, g->x, g->logits, (size_t)h * sizeof(float), B, n, r0, nr))
+            return -1;
+        pos0 += r0, n = nr, rows = B * nr;
+    }
     if (mode != FWD_SPAN) {
         if (attn_decode(g, layer_off, B, mode, rslot, rpos, pdl, -1))
             return -1;
@@ -563,11 +608,8 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
     }
     if (g->comm && tp_allreduce(g, g->x, (size_t)rows * h))
         return -1;
-    if (!norm) {
-        launch(g, k_rmsnorm, dim3(rows), dim3(norm_threads(rows)), 0, pdl, (const float *)g->x, 1, 0, 1,
-               (const float *)G->mlp_norm, g->xn, h, eps);
-        LAUNCHED();
-    }
+    if (!norm && norm_rows(g, rows, G->mlp_norm, pdl))
+        return -1;
     if (G->router) { // a MoE layer: the experts' output added into x
         if (moe_ffn(g, l, rows, mode != FWD_SPAN))
             return -1;
@@ -607,24 +649,10 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
     return g->comm ? tp_allreduce(g, g->x, (size_t)rows * h) : 0;
 }
 
-// The embedding and every layer for B x n rows (layer_forward's mode);
-// g->x then holds the hidden states before the final norm, as after
-// cpu_forward.c's forward_hidden.
-static int forward_hidden(tb_gpu *g, int B, int slot0, int pos0, int n, int n_attend, int causal, int mode)
-{
-    const tb_model_config *c = &g->cfg;
-    int rows = B * n, h = c->hidden_size;
-    k_embed<<<rows, 256, 0, g->stream>>>(g->tok, g->embed, g->x, h);
-    LAUNCHED();
-    for (int l = 0; l < c->n_layers; l++)
-        if (layer_forward(g, l, B, slot0, pos0, n, n_attend, causal, mode))
-            return -1;
-    return 0;
-}
-
-// Final norm + LM head over rows r0 .. r0 + nr - 1 of each sequence:
-// logits [B][nr][vocab].
-static int head(tb_gpu *g, int B, int n, int r0, int nr)
+// Final norm + LM head over rows r0 .. r0 + nr - 1 of each sequence of
+// n rows in g->x: logits [B][nr][vocab]. norm_done: the last down
+// projection left the final norm in xn (norm_in_gemv; nr = n = 1).
+static int head(tb_gpu *g, int B, int n, int r0, int nr, int norm_done)
 {
     if (nr == 0) // a forward that only stores the cache
         return 0;
@@ -633,7 +661,7 @@ static int head(tb_gpu *g, int B, int n, int r0, int nr)
     // a rank's vocabulary slice: its logits, then all ranks' gathered
     int sliced = g->head_rows != c->vocab_size;
     float *out = sliced ? g->logits_part : g->logits;
-    if (norm_in_gemv(g, B * n)) { // the last down projection left the final norm in xn (nr = 1 row)
+    if (norm_done) {
         if (matmul_t(g, out, g->xn, g->lm_head, 1, g->head_rows, h, 0.0f))
             return -1;
     } else {
@@ -643,6 +671,26 @@ static int head(tb_gpu *g, int B, int n, int r0, int nr)
             return -1;
     }
     return sliced ? tp_gather_logits(g, B * nr) : 0;
+}
+
+// The embedding, every layer and the LM head for B x n rows
+// (layer_forward's mode): logits [B][nr][vocab] of rows r0 .. r0 + nr - 1
+// of each sequence (nr = 0: none, the cache only), as cpu_forward.c's
+// forward_hidden and its head. The last layer carries last_layer_rows of
+// them past its QKV.
+static int forward_head(tb_gpu *g, int B, int slot0, int pos0, int n, int n_attend, int causal, int mode, int r0,
+                        int nr)
+{
+    const tb_model_config *c = &g->cfg;
+    int rows = B * n, h = c->hidden_size, L = c->n_layers;
+    int kept = last_layer_rows(g, mode, n, nr);
+    k_embed<<<rows, 256, 0, g->stream>>>(g->tok, g->embed, g->x, h);
+    LAUNCHED();
+    for (int l = 0; l < L; l++)
+        if (layer_forward(g, l, B, slot0, pos0, n, n_attend, causal, mode, l + 1 < L || kept == n ? 0 : r0,
+                          l + 1 < L ? n : kept))
+            return -1;
+    return kept == n ? head(g, B, n, r0, nr, norm_in_gemv(g, rows)) : head(g, B, nr, 0, nr, 0);
 }
 
 // The work of one forward over B sequences of n new positions attending to
@@ -668,6 +716,13 @@ static void account(tb_gpu *g, int B, int n, int n_attend, int nr)
     double routed = (g->moe.top_k * 3.0 * g->moe.expert_inter + 3.0 * g->moe.shared_inter + g->moe.n_experts) * h;
     g->work_flops += 2 * rows * (attn * L + dense_ffn * Ld + routed * Lm) + 4.0 * B * nh * n * n_attend * hd * L +
                      2.0 * B * nr * h * V;
+    // the last layer's rows that stop after its QKV product: no attention,
+    // output projection or feed-forward (last_layer_rows; spans only, as
+    // every forward that reads fewer head rows than it runs is one)
+    double cut = (double)B * (n - last_layer_rows(g, FWD_SPAN, n, nr));
+    int last_moe = g->layers[c->n_layers - 1].router != NULL;
+    g->work_flops -= 2 * cut * (h * nq + (last_moe ? routed : dense_ffn)) + 4.0 * cut * nh * n_attend * hd;
+    g->work_moe_rows -= last_moe ? cut : 0;
     // dtype = fp8: the projections' E4M3 bytes and their float row scales
     double proj_bytes = g->fp8 ? attn * L + dense_ffn * Ld + 4.0 * L * (qkv_dim(c) + 2 * h + 2 * I)
                                : 2 * (attn * L + dense_ffn * Ld);
@@ -675,6 +730,16 @@ static void account(tb_gpu *g, int B, int n, int n_attend, int nr)
                      2 * L * (2.0 * B * n_attend * kvd + 2 * rows * kvd) + 2 * rows * h;
     g->work_moe_rows += rows * Lm;
     g->work_moe_calls += Lm;
+    if (n > 0 && last_layer_rows(g, FWD_SPAN, n, nr) == 0) {
+        // a cache store: the last layer's output projection and dense
+        // feed-forward are not read, nor its keys and values by attention
+        // (a MoE feed-forward is not called: its experts are counted on the
+        // device, its call here)
+        double o_ffn = g->fp8 ? h * nq + 4 * h + (last_moe ? 0 : dense_ffn + 4.0 * (2 * I + h))
+                              : 2 * (h * nq + (last_moe ? 0 : dense_ffn));
+        g->work_bytes -= o_ffn + 2 * 2.0 * B * n_attend * kvd;
+        g->work_moe_calls -= last_moe;
+    }
 }
 
 extern "C" void tb_gpu_take_work(tb_gpu *g, double *flops, double *bytes, double *expert_reads, double *moe_rows)
@@ -734,7 +799,7 @@ extern "C" int tb_gpu_prefill(tb_gpu *g, const int32_t *tokens, int B, int P, in
     if (B > g->seqs || B * P > g->rows || P >= g->len)
         return fail(g, "prefill of %d x %d does not fit the reserved %d x %d", B, P, g->seqs, g->len);
     CK(cudaMemcpyAsync(g->tok, tokens, (size_t)B * P * sizeof(int32_t), cudaMemcpyHostToDevice, g->stream));
-    if (forward_hidden(g, B, 0, 0, P, P, 1, FWD_SPAN) || head(g, B, P, P - 1, 1))
+    if (forward_head(g, B, 0, 0, P, P, 1, FWD_SPAN, P - 1, 1))
         return -1;
     account(g, B, P, P, 1);
     g->pos = P;
@@ -755,11 +820,11 @@ static int capture_decode(tb_gpu *g, int B)
     // uncaptured first (it writes the K/V the graph's step writes, and
     // logits the step overwrites). Not with MoE layers: the experts that
     // run would count in the call's roofline (moe_touched)
-    if (B > 1 && g->n_moe_layers == 0 && gemm_tuning(g) && (forward_hidden(g, B, 0, 0, 1, 0, 1, FWD_DECODE) || head(g, B, 1, 0, 1)))
+    if (B > 1 && g->n_moe_layers == 0 && gemm_tuning(g) && (forward_head(g, B, 0, 0, 1, 0, 1, FWD_DECODE, 0, 1)))
         return -1;
     cudaGraph_t graph;
     CK(cudaStreamBeginCapture(g->stream, cudaStreamCaptureModeThreadLocal));
-    int rc = forward_hidden(g, B, 0, 0, 1, 0, 1, FWD_DECODE) || head(g, B, 1, 0, 1);
+    int rc = forward_head(g, B, 0, 0, 1, 0, 1, FWD_DECODE, 0, 1);
     if (rc == 0) {
         k_argmax<<<B, 1024, 0, g->stream>>>(g->logits, g->cfg.vocab_size, g->out_tok);
         cudaMemcpyAsync(g->tok, g->out_tok, B * sizeof(int32_t), cudaMemcpyDeviceToDevice, g->stream);
@@ -820,7 +885,7 @@ extern "C" int tb_gpu_prefill_slots(tb_gpu *g, const int32_t *tokens, int B, int
     CK(cudaMemcpyAsync(g->tok, tokens, (size_t)B * P * sizeof(int32_t), cudaMemcpyHostToDevice, g->stream));
     CK(cudaMemcpyAsync(g->d_rslot, g->h_rows, B * sizeof(int), cudaMemcpyHostToDevice, g->stream));
     g->span_slots = slots;
-    int rc = forward_hidden(g, B, 0, 0, P, P, 1, FWD_SPAN) || head(g, B, P, P - 1, 1);
+    int rc = forward_head(g, B, 0, 0, P, P, 1, FWD_SPAN, P - 1, 1);
     g->span_slots = NULL;
     if (rc)
         return -1;
@@ -837,11 +902,11 @@ static int capture_decode_slots(tb_gpu *g, int B)
     if (!g->graph_slots && !(g->graph_slots = (cudaGraphExec_t *)calloc((size_t)g->seqs + 1, sizeof *g->graph_slots)))
         return fail(g, "out of host memory");
     // as capture_decode: the step once uncaptured, so its GEMMs are tuned
-    if (B > 1 && g->n_moe_layers == 0 && gemm_tuning(g) && (forward_hidden(g, B, 0, 0, 1, 0, 1, FWD_SLOTS) || head(g, B, 1, 0, 1)))
+    if (B > 1 && g->n_moe_layers == 0 && gemm_tuning(g) && (forward_head(g, B, 0, 0, 1, 0, 1, FWD_SLOTS, 0, 1)))
         return -1;
     cudaGraph_t graph;
     CK(cudaStreamBeginCapture(g->stream, cudaStreamCaptureModeThreadLocal));
-    int rc = forward_hidden(g, B, 0, 0, 1, 0, 1, FWD_SLOTS) || head(g, B, 1, 0, 1);
+    int rc = forward_head(g, B, 0, 0, 1, 0, 1, FWD_SLOTS, 0, 1);
     if (rc == 0)
         k_argmax<<<B, 1024, 0, g->stream>>>(g->logits, g->cfg.vocab_size, g->out_tok);
     cudaError_t e = cudaStreamEndCapture(g->stream, &graph);
@@ -898,7 +963,7 @@ static int span(tb_gpu *g, const int32_t *tokens, int B, int pos0, int n, int n_
         return fail(g, "span of %d x %d (attending %d) does not fit the reserved %d x %d", B, n, n_attend, g->seqs,
                     g->len);
     CK(cudaMemcpyAsync(g->tok, tokens, (size_t)B * n * sizeof(int32_t), cudaMemcpyHostToDevice, g->stream));
-    if (forward_hidden(g, B, 0, pos0, n, n_attend, causal, FWD_SPAN) || head(g, B, n, r0, nr))
+    if (forward_head(g, B, 0, pos0, n, n_attend, causal, FWD_SPAN, r0, nr))
         return -1;
     account(g, B, n, n_attend, nr);
     return 0;
@@ -1023,7 +1088,7 @@ extern "C" int tb_gpu_forward_pick_rows(tb_gpu *g, const int32_t *canvas, int L,
         return fail(g, "token upload: %s", cudaGetErrorString(e));
     CK(cudaMemcpyAsync(g->d_rslot, g->h_rows, n_rows * sizeof(int), cudaMemcpyHostToDevice, g->stream));
     g->span_slots = rows;
-    int rc = forward_hidden(g, n_rows, 0, pos0, n, n_attend, mask_block, FWD_SPAN) || head(g, n_rows, n, r0, nr);
+    int rc = forward_head(g, n_rows, 0, pos0, n, n_attend, mask_block, FWD_SPAN, r0, nr);
     g->span_slots = NULL;
     if (rc)
         return -1;

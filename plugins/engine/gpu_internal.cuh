@@ -147,6 +147,12 @@ struct tb_gpu {
     // (gpu_context.cu says why); the environment's TB_GPU_BF16_OUT=0 keeps
     // them float (measurements, tests).
     int span_bf16_out;
+    // a span forward whose LM head reads fewer rows than it runs (the
+    // diffusion picks' block, a prefill's last row) takes only those rows
+    // past the last layer's QKV product (gpu_forward.cu's
+    // last_layer_rows); the environment's TB_GPU_TRIM_LAST=0 runs every
+    // row through it (measurements, tests)
+    int trim_last;
     // dtype = fp8: the projections are E4M3 (gpu_layer's q*, s*), and so
     // is each projection's input (fp8.h: per row). A span of more than one
     // row quantizes its input into xq/xs ([rows][largest in] codes, [rows]

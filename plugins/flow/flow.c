@@ -57,6 +57,8 @@ typedef struct flow_ctx {
     const tb_host *host;
     tb_flow_model m;      /* CPU: the weights; GPU: cfg and name only */
     struct tb_flow_gpu *gpu; /* device = cuda */
+    /* the device's roofline ceilings, measured at load (0: unknown) */
+    double peak_flops, peak_bytes_per_s;
     tb_tokenizer *tok; /* NULL: the folder has no tokenizer.json (presets) */
     tb_flow_cpu st;
     int threads;
@@ -110,6 +112,10 @@ static char *make_description(const flow_ctx *c)
     ok &= cJSON_AddStringToObject(o, "device", "cpu") != NULL;
 #endif
     ok &= cJSON_AddBoolToObject(o, "random_weights", cfg->random_weights) != NULL;
+    if (c->peak_flops > 0) { /* the roofline's ceilings, measured at load, as the ar and diffusion backends say them */
+        ok &= cJSON_AddNumberToObject(o, "peak_tflops_bf16", c->peak_flops / 1e12) != NULL;
+        ok &= cJSON_AddNumberToObject(o, "peak_tb_per_s", c->peak_bytes_per_s / 1e12) != NULL;
+    }
     ok &= cJSON_AddNumberToObject(o, "params", (double)c->m.n_params) != NULL;
     ok &= cJSON_AddNumberToObject(o, "layers", cfg->n_blocks) != NULL;
     ok &= cJSON_AddNumberToObject(o, "hidden_size", cfg->hidden) != NULL;
@@ -198,6 +204,9 @@ static tb_status flow_create(const tb_host *host, const char *model, const tb_op
             tb_flow_model_free(&host);
         }
     }
+    /* a failure to measure leaves the roofline unknown, nothing more */
+    if (rc == 0 && c->gpu && tb_flow_gpu_ceilings(c->gpu, &c->peak_flops, &c->peak_bytes_per_s) != 0)
+        c->peak_flops = c->peak_bytes_per_s = 0;
 #endif
     if (rc != 0) {
         tb_status st = strstr(err, "out of memory") || strstr(err, "out of device memory") ? TB_ERR_NO_MEMORY
@@ -364,11 +373,11 @@ static tb_status flow_generate(void *ctx, const tb_request *req, tb_result *res)
         tb_flow_engine e = {.ctx = &c->st, .forward = cpu_forward, .x0 = cpu_x0};
         int forwards = 0, rc;
         int64_t peak = -1;
-        double flops = 0;
+        double flops = 0, bytes = 0;
 #ifdef TB_HAVE_CUDA
         if (c->gpu)
             rc = tb_flow_gpu_sample(c->gpu, &p, tokens, pad, (int)R, (int)L, (int)P, noise, &forwards, on_forward, c,
-                                    NULL, &peak, &flops);
+                                    NULL, &peak, &flops, &bytes);
         else
 #endif
             rc = tb_flow_sample(&c->m, &e, &p, tokens, pad, (int)R, (int)L, (int)P, noise, &forwards, on_forward, c);
@@ -387,8 +396,12 @@ static tb_status flow_generate(void *ctx, const tb_request *req, tb_result *res)
             res->decode_ns = -1;
             res->peak_device_bytes = peak;
             res->energy_mj = -1;
-            if (TB_STRUCT_HAS(res, tb_result, flops))
+            if (TB_STRUCT_HAS(res, tb_result, peak_bytes_per_s)) { /* the roofline (docs/METRICS.md) */
                 res->flops = flops; /* the device's GEMMs and attention, by count */
+                res->bytes = bytes; /* its weights and K/V, by count */
+                res->peak_flops = c->peak_flops;
+                res->peak_bytes_per_s = c->peak_bytes_per_s;
+            }
             for (uint32_t r = 0; r < R; r++) {
                 int32_t *gen = c->out + (size_t)r * N;
                 memcpy(gen, tokens + (size_t)r * L + P, N * sizeof(int32_t));

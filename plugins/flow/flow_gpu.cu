@@ -2,6 +2,7 @@
 // sampler in flow_sampler.c's. Layouts row-major: weights [out][in], so a
 // product is y[rows][out] = x[rows][in] W^T (cuBLAS: W^T x in column-major).
 #include "flow_gpu.h"
+#include "gpu.h" // the engine's ceiling measurement
 
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -46,7 +47,7 @@ struct tb_flow_gpu {
     int *pad;
     size_t held, peak;
     size_t buf_bytes; // of the call's buffers (reserve), given back by free_buffers
-    double flops;
+    double flops, bytes; // the call's work, by count (tb_flow_gpu_sample)
     char error[512];
 };
 
@@ -325,6 +326,7 @@ static int gemm_nt(tb_flow_gpu *g, float *y, const bf16 *x, int ldx, const bf16 
     CB(cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, &alpha, W, CUDA_R_16BF, ldw, x, CUDA_R_16BF, ldx,
                     &beta, y, CUDA_R_32F, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     g->flops += 2.0 * rows * out * in;
+    g->bytes += 2.0 * out * in; // W, bf16, read once
     return 0;
 }
 
@@ -559,6 +561,11 @@ extern "C" int64_t tb_flow_gpu_params(const tb_flow_gpu *g) { return g->n_params
 extern "C" const char *tb_flow_gpu_device_name(const tb_flow_gpu *g) { return g->prop.name; }
 extern "C" const char *tb_flow_gpu_error(const tb_flow_gpu *g) { return g->error; }
 
+extern "C" int tb_flow_gpu_ceilings(tb_flow_gpu *g, double *peak_flops, double *peak_bytes_per_s)
+{
+    return tb_gpu_device_ceilings(g->stream, g->blas, peak_flops, peak_bytes_per_s, g->error, sizeof g->error);
+}
+
 static int reserve(tb_flow_gpu *g, int B, int L)
 {
     if (B <= g->cap_B && L <= g->cap_L)
@@ -683,6 +690,7 @@ static int forward(tb_flow_gpu *g, const float *zz, double gamma, int B, int L, 
                                       g->pr, CUDA_R_16BF, L, ss, &zero, g->o, CUDA_R_16BF, hd, sq, B * H,
                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
         g->flops += 4.0 * B * H * (double)L * L * hd;
+        g->bytes += 2.0 * 2 * 2 * (double)R * D; // K and V (bf16), written by k_rope_split, read here
         k_merge_heads<<<dim3(R, H), 64, 0, g->stream>>>(g->o, L, H, hd, g->att);
         LAUNCHED();
         if (gemm_nt(g, g->y, g->att, D, bl->wo, D, R, D, D, 1, 0))
@@ -734,6 +742,7 @@ static int readout(tb_flow_gpu *g, int R)
     CB(cublasGemmEx(g->blas, CUBLAS_OP_N, CUBLAS_OP_N, D, R, V, &one, g->E, CUDA_R_16BF, D, g->probs, CUDA_R_16BF, V,
                     &zero, g->x0, CUDA_R_32F, D, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     g->flops += 2.0 * R * V * D;
+    g->bytes += 2.0 * V * D; // E, bf16
     return 0;
 }
 
@@ -748,12 +757,13 @@ static int set_prompt(tb_flow_gpu *g, const tb_flow_params *p, float *zz, double
 
 extern "C" int tb_flow_gpu_sample(tb_flow_gpu *g, const tb_flow_params *p, int32_t *tokens, const int *pad, int B,
                                   int L, int gen0, const float *noise, int *forwards, tb_flow_progress progress,
-                                  void *progress_ctx, float *final_logits, int64_t *peak_bytes, double *flops)
+                                  void *progress_ctx, float *final_logits, int64_t *peak_bytes, double *flops,
+                                  double *bytes)
 {
     const tb_flow_config *c = &g->cfg;
     int N = p->steps, D = c->hidden, V = c->vocab;
     *forwards = 0;
-    g->flops = 0;
+    g->flops = g->bytes = 0;
     g->peak = g->held;
     if (N < 1 || gen0 < 0 || gen0 >= L || B < 1)
         return fail(g, "flow sample: steps %d, canvas %d from %d", N, L, gen0);
@@ -847,5 +857,7 @@ extern "C" int tb_flow_gpu_sample(tb_flow_gpu *g, const tb_flow_params *p, int32
         *peak_bytes = (int64_t)g->peak;
     if (flops)
         *flops = g->flops;
+    if (bytes)
+        *bytes = g->bytes;
     return rc;
 }

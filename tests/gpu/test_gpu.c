@@ -609,12 +609,26 @@ static void check_flow(void)
             memcpy(gt, tok0, sizeof gt);
             int cf = 0, gf = 0;
             int64_t peak = 0;
-            double flops = 0;
+            double flops = 0, bytes = 0;
             CHECK(tb_flow_sample(&m, &e, &p, ct, pad, B, L, GEN0, noise, &cf, NULL, NULL) == 0);
-            int rc = tb_flow_gpu_sample(g, &p, gt, pad, B, L, GEN0, noise, &gf, NULL, NULL, glog, &peak, &flops);
+            int rc = tb_flow_gpu_sample(g, &p, gt, pad, B, L, GEN0, noise, &gf, NULL, NULL, glog, &peak, &flops,
+                                        &bytes);
             if (rc)
                 fprintf(stderr, "flow gpu: %s\n", tb_flow_gpu_error(g));
             CHECK(rc == 0 && cf == gf && peak > 0 && flops > 0);
+            if (rc == 0) { /* the roofline's bytes (docs/METRICS.md), by flow_gpu.h's definition */
+                const tb_flow_config *fc = &m.cfg;
+                double Dd = D, C = fc->cond_dim, F = fc->mlp_dim, R = (double)B * L;
+                double w = (fc->self_conditioning ? 2 * Dd * Dd : 0) +
+                           fc->n_blocks * (6 * Dd * C + 3 * Dd * Dd + Dd * Dd + 2 * F * Dd) + 2 * Dd * C + V * Dd +
+                           (fc->use_bias ? (fc->prompt_gamma_min ? 2.0 * B : 1.0) * V * Dd : 0);
+                /* weight elements a forward's products read (the skip term: per canvas and level when prompt rows
+                 * have their own) */
+                double want = gf * (2 * w + fc->n_blocks * 8 * R * Dd) + (gf - 1) * 2.0 * V * Dd; /* + readouts' E */
+                if (fabs(bytes - want) > 1e-9 * want)
+                    fprintf(stderr, "flow gpu bytes %.0f, want %.0f\n", bytes, want);
+                CHECK(fabs(bytes - want) <= 1e-9 * want);
+            }
             double ref = max_abs(flow_last, flow_last_n), diff = 0;
             for (int b = 0; b < B; b++)
                 for (int i = pad[b]; i < L; i++)
@@ -643,6 +657,14 @@ static void check_flow(void)
             CHECK(same == clear);
         }
     }
+    /* the roofline's ceilings on the flow backend's own context: the
+     * engine's measurement (docs/METRICS.md), so plausible H200-class or
+     * smaller figures, never 0 */
+    double pf = 0, pb = 0;
+    int crc = g ? tb_flow_gpu_ceilings(g, &pf, &pb) : -1;
+    fprintf(stderr, "flow-tiny: ceilings %.0f TFLOP/s bf16, %.2f TB/s (%s)\n", pf / 1e12, pb / 1e12,
+            crc == 0 ? "ok" : g ? tb_flow_gpu_error(g) : "no context");
+    CHECK(crc == 0 && pf > 1e12 && pf < 1e16 && pb > 1e10 && pb < 1e14);
     free(noise);
     free(flow_last);
     free(glog);
@@ -1328,10 +1350,91 @@ static void check_block(const char *name, int shifted)
             "confidence rel. diff %.3g\n", name, shifted ? "shifted" : "unshifted", same, clear, worst);
     CHECK(same == clear);
     CHECK(worst <= 0.1);
+    /* a cache store (no picks: the last layer stops after its K/V,
+     * gpu_forward.cu's last_layer_rows) leaves the cache as a forward
+     * with picks does: the next block's picks over it are the same bits */
+    int32_t nx[2][2 * 4];
+    double nc[2][2 * 4];
+    for (int k = 0; k < 2; k++) {
+        CHECK(tb_gpu_forward_pick_rows(g, canvas, L, rows, B, P, bs, P + bs, 0, 0, k ? 0 : bs, 0, shifted, -1, x0,
+                                       conf) == 0);
+        CHECK(tb_gpu_forward_pick_rows(g, canvas, L, rows, B, P + bs, bs, P + 2 * bs, 0, 0, bs, 0, shifted, -1, nx[k],
+                                       nc[k]) == 0);
+    }
+    int stored_same = memcmp(nx[0], nx[1], sizeof nx[0]) == 0 && memcmp(nc[0], nc[1], sizeof nc[0]) == 0;
+    fprintf(stderr, "%s: the next block over a cache stored without picks: %s\n", name,
+            stored_same ? "identical" : "different");
+    CHECK(stored_same);
     free(gl);
     free(cl);
     tb_cpu_state_free(&st);
     tb_gpu_free(g);
+    tb_model_free(&m);
+}
+
+/* The last layer on the head's rows only (gpu_forward.cu's
+ * last_layer_rows; TB_GPU_TRIM_LAST=0 runs every row through it): the
+ * pick rows' logits as without it, and the roofline's count (docs/
+ * METRICS.md) short by the cut rows' attention, output projection and
+ * feed-forward; a cache store's bytes short by those weights and the last
+ * layer's key and value reads. */
+static void check_trim_last(const char *name)
+{
+    char err[512];
+    tb_model m;
+    tb_gpu *g[2] = {NULL, NULL}; /* trimmed, every row */
+    if (load_pair("golden-diffusion", name, &m, &g[0]) != 0)
+        return;
+    setenv("TB_GPU_TRIM_LAST", "0", 1);
+    int rc = tb_gpu_create(&g[1], &m.cfg, &m, 0, err, sizeof err);
+    unsetenv("TB_GPU_TRIM_LAST");
+    if (rc != 0) {
+        fprintf(stderr, "%s: %s\n", name, err);
+        CHECK(0);
+        tb_gpu_free(g[0]);
+        tb_model_free(&m);
+        return;
+    }
+    const tb_model_config *c = &m.cfg;
+    enum { L = 40, PICK0 = 8, NPICK = 24, B = 2 };
+    int V = c->vocab_size;
+    int32_t canvas[B * L];
+    uint64_t rng = 21;
+    for (int i = 0; i < B * L; i++)
+        canvas[i] = i % L < 8 || i % 3 == 0 ? (int32_t)(tb_rng_uniform(&rng) * 500) : c->mask_id;
+    float *lg[2];
+    double fl[2], by[2], sfl[2], sby[2];
+    for (int k = 0; k < 2; k++) {
+        lg[k] = malloc((size_t)B * NPICK * V * sizeof(float));
+        CHECK(tb_gpu_reserve(g[k], B, L, B * L, err, sizeof err) == 0);
+        tb_gpu_take_work(g[k], &fl[k], &by[k], NULL, NULL);
+        CHECK(tb_gpu_forward_logits(g[k], canvas, B, L, 0, L, L, PICK0, NPICK, 0, lg[k]) == 0);
+        tb_gpu_take_work(g[k], &fl[k], &by[k], NULL, NULL);
+        int rows[B] = {0, 1};
+        int32_t x0[B * 8];
+        double conf[B * 8];
+        CHECK(tb_gpu_forward_pick_rows(g[k], canvas, L, rows, B, 0, 8, 8, 0, 0, 0, 0, 0, -1, x0, conf) == 0);
+        tb_gpu_take_work(g[k], &sfl[k], &sby[k], NULL, NULL);
+    }
+    double ref = max_abs(lg[1], (size_t)B * NPICK * V), diff = max_diff(lg[0], lg[1], (size_t)B * NPICK * V);
+    double h = c->hidden_size, nq = (double)c->n_heads * c->head_dim, I = c->intermediate_size;
+    double kvd = (double)c->n_kv_heads * c->head_dim, o_ffn = h * nq + 3 * I * h;
+    double cut = (double)B * (L - NPICK), want = 2 * cut * o_ffn + 4 * cut * c->n_heads * (double)L * c->head_dim;
+    double scut = (double)B * 8, swant = 2 * scut * o_ffn + 4 * scut * c->n_heads * 8.0 * c->head_dim;
+    double sbytes = 2 * o_ffn + 2 * 2.0 * B * 8 * kvd;
+    fprintf(stderr,
+            "%s: last layer on the %d pick rows of %d: logits max diff %.3g against every row (|logit| %.2f); "
+            "FLOPs fewer by %.0f (want %.0f), bytes by %.0f (want 0); cache store FLOPs fewer by %.0f (want %.0f), "
+            "bytes by %.0f (want %.0f)\n",
+            name, NPICK, L, diff, ref, fl[1] - fl[0], want, by[1] - by[0], sfl[1] - sfl[0], swant, sby[1] - sby[0],
+            sbytes);
+    CHECK(diff <= GPU_TOL * (ref > 1 ? ref : 1));
+    CHECK(fl[1] - fl[0] == want && by[1] == by[0]);
+    CHECK(sfl[1] - sfl[0] == swant && sby[1] - sby[0] == sbytes);
+    for (int k = 0; k < 2; k++) {
+        free(lg[k]);
+        tb_gpu_free(g[k]);
+    }
     tb_model_free(&m);
 }
 
@@ -1383,8 +1486,10 @@ static void check_moe(void)
     tb_gpu_take_work(g, &f, &b, &reads, &rows);
     CHECK(tb_gpu_prefill(g, tok, 1, 4, next, NULL) == 0);
     tb_gpu_take_work(g, &f, &b, &reads, &rows);
-    CHECK(rows == 4.0 * Lm);
-    CHECK(reads >= (double)k * Lm && reads <= (double)(4 * k < c->n_experts ? 4 * k : c->n_experts) * Lm);
+    /* the last layer (sparse) takes only the head's row past its QKV
+     * (gpu_forward.cu's last_layer_rows): 4 rows a MoE layer, 1 in it */
+    CHECK(tb_config_layer_is_moe(c, c->n_layers - 1) && rows == 4.0 * Lm - 3);
+    CHECK(reads >= (double)k * Lm && reads <= (double)(4 * k < c->n_experts ? 4 * k : c->n_experts) * (Lm - 1) + k);
     CHECK(tb_gpu_decode(g, next, 1, NULL) == 0);
     tb_gpu_take_work(g, &f, &b, &reads, &rows);
     fprintf(stderr, "tiny-qwen3-moe: a batch-1 decode step read %.0f experts in %d MoE layers (%.0f rows)\n", reads,
@@ -1638,6 +1743,7 @@ int main(void)
     check_diffusion_padded("llada-tiny", 7);
     check_diffusion_sampling("llada-tiny", 0);
     check_diffusion_sampling("dream-tiny", 1);
+    check_trim_last("llada-tiny");
     check_span_attention();
     /* the same spans by batched GEMMs around the softmax kernel (head_dim
      * the fused kernel lacks, or TB_GPU_SPAN_ATTN=0); then also with the
