@@ -334,12 +334,15 @@ static tb_status flow_generate(void *ctx, const tb_request *req, tb_result *res)
     size_t L = P + N;
     int32_t *tokens = NULL;
     int *pad = NULL;
-    float *noise = NULL;
+    float *noise = NULL;           /* CPU: each canvas's starting noise */
+    uint64_t *noise_states = NULL; /* its streams (the GPU makes the noise itself) */
     if (st == TB_OK) {
         tokens = calloc((size_t)R * L, sizeof *tokens);
         pad = calloc(R, sizeof *pad);
-        noise = malloc((size_t)R * L * D * sizeof *noise);
-        if (!tokens || !pad || !noise) {
+        noise_states = malloc(R * sizeof *noise_states);
+        if (!c->gpu)
+            noise = malloc((size_t)R * L * D * sizeof *noise);
+        if (!tokens || !pad || !noise_states || (!c->gpu && !noise)) {
             st = TB_ERR_NO_MEMORY;
             set_error(c, "out of memory for %u canvases of %zu positions", R, L);
         }
@@ -363,8 +366,11 @@ static tb_status flow_generate(void *ctx, const tb_request *req, tb_result *res)
         for (uint32_t r = 0; r < R; r++) {
             pad[r] = (int)(P - lens[r]);
             memcpy(tokens + (size_t)r * L + pad[r], ids[r], lens[r] * sizeof(int32_t));
-            uint64_t g = req->seed ^ (0x9E3779B97F4A7C15ULL * (r + 1));
-            tb_flow_gaussian(&g, noise + (size_t)r * L * D, L * (size_t)D);
+            noise_states[r] = tb_flow_noise_state(req->seed, r);
+            if (noise) {
+                uint64_t g = noise_states[r];
+                tb_flow_gaussian(&g, noise + (size_t)r * L * D, L * (size_t)D);
+            }
         }
         tb_flow_params p = {.steps = (int)req->steps};
         p.solver = strcmp(opt_text(req->options, req->n_options, OPT_SOLVER), "heun") == 0 ? TB_FLOW_HEUN : TB_FLOW_EULER;
@@ -376,8 +382,8 @@ static tb_status flow_generate(void *ctx, const tb_request *req, tb_result *res)
         double flops = 0, bytes = 0;
 #ifdef TB_HAVE_CUDA
         if (c->gpu)
-            rc = tb_flow_gpu_sample(c->gpu, &p, tokens, pad, (int)R, (int)L, (int)P, noise, &forwards, on_forward, c,
-                                    NULL, &peak, &flops, &bytes);
+            rc = tb_flow_gpu_sample(c->gpu, &p, tokens, pad, (int)R, (int)L, (int)P, NULL, noise_states, &forwards,
+                                    on_forward, c, NULL, &peak, &flops, &bytes);
         else
 #endif
             rc = tb_flow_sample(&c->m, &e, &p, tokens, pad, (int)R, (int)L, (int)P, noise, &forwards, on_forward, c);
@@ -436,6 +442,7 @@ static tb_status flow_generate(void *ctx, const tb_request *req, tb_result *res)
     free(tokens);
     free(pad);
     free(noise);
+    free(noise_states);
     return st;
 }
 

@@ -45,6 +45,7 @@ struct tb_flow_gpu {
     bf16 *zb, *xb, *h, *q, *k, *v, *o, *att, *u, *probs, *pr, *condb;
     int32_t *tok, *out_tok;
     int *pad;
+    uint64_t *noise_states; // [cap_B] each canvas's noise stream (tb_flow_noise_state)
     size_t held, peak;
     size_t buf_bytes; // of the call's buffers (reserve), given back by free_buffers
     double flops, bytes; // the call's work, by count (tb_flow_gpu_sample)
@@ -316,6 +317,33 @@ __global__ void k_heun2(float *z, const float *y2, const float *x0, const float 
     }
 }
 
+// tb_flow_gaussian (flow_sampler.c) on the device: canvas blockIdx.y's n
+// numbers from stream state st[blockIdx.y], pair i from the splitmix64
+// outputs 2i + 1 and 2i + 2 (output k mixes state + k golden: no chain),
+// in double as the host computes them (log, sqrt, cos, sin, then rounded
+// to float: equal to the host's but where the two libraries' last double
+// bits differ across a float rounding boundary)
+__global__ void k_gaussian(float *x, const uint64_t *st, size_t n)
+{
+    const uint64_t golden = 0x9E3779B97F4A7C15ULL;
+    float *xb = x + blockIdx.y * n;
+    uint64_t s0 = st[blockIdx.y];
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; 2 * i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint64_t w[2];
+        for (int k = 0; k < 2; k++) {
+            uint64_t z = s0 + golden * (2 * i + 1 + k);
+            z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+            z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+            w[k] = z ^ (z >> 31);
+        }
+        double u1 = ((double)(w[0] >> 11) + 1) / 9007199254740993.0, u2 = (double)(w[1] >> 11) / 9007199254740992.0;
+        double r = sqrt(-2 * log(u1)), a = 2 * 3.14159265358979323846 * u2;
+        xb[2 * i] = (float)(r * cos(a));
+        if (2 * i + 1 < n)
+            xb[2 * i + 1] = (float)(r * sin(a));
+    }
+}
+
 // ------------------------------------------------------------- host side
 
 // y[rows][out] (beta)= alpha x[rows][in] W[out][in]^T, x with row stride ldx,
@@ -512,7 +540,7 @@ static void free_buffers(tb_flow_gpu *g)
 {
     void *bufs[] = {g->z, g->xsc, g->x0, g->y2, g->e1, g->noise, g->x, g->y, g->qkv, g->logits, g->scores, g->mod,
                     g->cond, g->zb, g->xb, g->h, g->q, g->k, g->v, g->o, g->att, g->u, g->probs, g->pr, g->condb,
-                    g->tok, g->out_tok, g->pad};
+                    g->tok, g->out_tok, g->pad, g->noise_states};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i])
             cudaFree(bufs[i]);
@@ -521,6 +549,7 @@ static void free_buffers(tb_flow_gpu *g)
     g->zb = g->xb = g->h = g->q = g->k = g->v = g->o = g->att = g->u = g->probs = g->pr = g->condb = NULL;
     g->tok = g->out_tok = NULL;
     g->pad = NULL;
+    g->noise_states = NULL;
     g->cap_rows = g->cap_B = g->cap_L = 0;
     g->held -= g->buf_bytes;
     g->buf_bytes = 0;
@@ -561,6 +590,30 @@ extern "C" int64_t tb_flow_gpu_params(const tb_flow_gpu *g) { return g->n_params
 extern "C" const char *tb_flow_gpu_device_name(const tb_flow_gpu *g) { return g->prop.name; }
 extern "C" const char *tb_flow_gpu_error(const tb_flow_gpu *g) { return g->error; }
 
+extern "C" int tb_flow_gpu_noise(tb_flow_gpu *g, const uint64_t *states, int B, size_t n, float *out)
+{
+    float *x = NULL;
+    uint64_t *st = NULL;
+    int rc = -1;
+    if (B < 1 || B > 65535 || cudaMalloc((void **)&x, (size_t)B * n * sizeof(float)) != cudaSuccess ||
+        cudaMalloc((void **)&st, (size_t)B * sizeof(uint64_t)) != cudaSuccess) {
+        (void)cudaGetLastError();
+        fail(g, "flow noise: no room for %d x %zu", B, n);
+    } else if (cudaMemcpy(st, states, (size_t)B * sizeof(uint64_t), cudaMemcpyHostToDevice) != cudaSuccess) {
+        fail(g, "flow noise: upload: %s", cudaGetErrorString(cudaGetLastError()));
+    } else {
+        k_gaussian<<<dim3(grid_for(n / 2 + 1), (unsigned)B), 256, 0, g->stream>>>(x, st, n);
+        if (cudaMemcpyAsync(out, x, (size_t)B * n * sizeof(float), cudaMemcpyDeviceToHost, g->stream) != cudaSuccess ||
+            cudaStreamSynchronize(g->stream) != cudaSuccess)
+            fail(g, "flow noise: %s", cudaGetErrorString(cudaGetLastError()));
+        else
+            rc = 0;
+    }
+    cudaFree(x);
+    cudaFree(st);
+    return rc;
+}
+
 extern "C" int tb_flow_gpu_ceilings(tb_flow_gpu *g, double *peak_flops, double *peak_bytes_per_s)
 {
     return tb_gpu_device_ceilings(g->stream, g->blas, peak_flops, peak_bytes_per_s, g->error, sizeof g->error);
@@ -590,7 +643,8 @@ static int reserve(tb_flow_gpu *g, int B, int L)
              dalloc(g, (void **)&g->pr, (size_t)B * H * L * L * hb) ||
              dalloc(g, (void **)&g->condb, 2 * (size_t)c->cond_dim * hb) ||
              dalloc(g, (void **)&g->tok, R * sizeof(int32_t)) || dalloc(g, (void **)&g->out_tok, R * sizeof(int32_t)) ||
-             dalloc(g, (void **)&g->pad, (size_t)B * sizeof(int));
+             dalloc(g, (void **)&g->pad, (size_t)B * sizeof(int)) ||
+             dalloc(g, (void **)&g->noise_states, (size_t)B * sizeof(uint64_t));
     g->buf_bytes = g->held - before;
     if (rc) {
         free_buffers(g);
@@ -756,7 +810,8 @@ static int set_prompt(tb_flow_gpu *g, const tb_flow_params *p, float *zz, double
 }
 
 extern "C" int tb_flow_gpu_sample(tb_flow_gpu *g, const tb_flow_params *p, int32_t *tokens, const int *pad, int B,
-                                  int L, int gen0, const float *noise, int *forwards, tb_flow_progress progress,
+                                  int L, int gen0, const float *noise, const uint64_t *noise_states, int *forwards,
+                                  tb_flow_progress progress,
                                   void *progress_ctx, float *final_logits, int64_t *peak_bytes, double *flops,
                                   double *bytes)
 {
@@ -765,8 +820,10 @@ extern "C" int tb_flow_gpu_sample(tb_flow_gpu *g, const tb_flow_params *p, int32
     *forwards = 0;
     g->flops = g->bytes = 0;
     g->peak = g->held;
-    if (N < 1 || gen0 < 0 || gen0 >= L || B < 1)
-        return fail(g, "flow sample: steps %d, canvas %d from %d", N, L, gen0);
+    if (N < 1 || gen0 < 0 || gen0 >= L || B < 1 || B > 65535)
+        return fail(g, "flow sample: steps %d, canvas %d from %d, batch %d", N, L, gen0, B);
+    if (!noise == !noise_states)
+        return fail(g, "flow sample: give the noise or its stream states, one of them");
     if (reserve(g, B, L))
         return -1;
     size_t R = (size_t)B * L, n = R * D;
@@ -787,7 +844,15 @@ extern "C" int tb_flow_gpu_sample(tb_flow_gpu *g, const tb_flow_params *p, int32
     TRY(cudaMemcpyAsync(g->tok, tokens, R * sizeof(int32_t), cudaMemcpyHostToDevice, g->stream) != cudaSuccess);
     TRY(cudaMemcpyAsync(g->pad, pad ? pad : padz, (size_t)B * sizeof(int), cudaMemcpyHostToDevice, g->stream) !=
         cudaSuccess);
-    TRY(cudaMemcpyAsync(g->noise, noise, n * sizeof(float), cudaMemcpyHostToDevice, g->stream) != cudaSuccess);
+    if (noise) {
+        TRY(cudaMemcpyAsync(g->noise, noise, n * sizeof(float), cudaMemcpyHostToDevice, g->stream) != cudaSuccess);
+    } else {
+        TRY(cudaMemcpyAsync(g->noise_states, noise_states, (size_t)B * sizeof(uint64_t), cudaMemcpyHostToDevice,
+                            g->stream) != cudaSuccess);
+        k_gaussian<<<dim3(grid_for((size_t)L * D / 2), (unsigned)B), 256, 0, g->stream>>>(g->noise, g->noise_states,
+                                                                                          (size_t)L * D);
+        TRY(cudaGetLastError() != cudaSuccess);
+    }
     TRY(cudaMemcpyAsync(g->z, g->noise, n * sizeof(float), cudaMemcpyDeviceToDevice, g->stream) != cudaSuccess);
     TRY(cudaMemsetAsync(g->xsc, 0, n * sizeof(float), g->stream) != cudaSuccess);
     if (rc)

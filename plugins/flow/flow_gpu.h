@@ -33,20 +33,29 @@ int64_t tb_flow_gpu_params(const tb_flow_gpu *g);
 const char *tb_flow_gpu_device_name(const tb_flow_gpu *g);
 const char *tb_flow_gpu_error(const tb_flow_gpu *g);
 
+/* Tests: the device's starting noise, B streams of n numbers from
+ * states[B] (host), into out[B][n] (host). */
+int tb_flow_gpu_noise(tb_flow_gpu *g, const uint64_t *states, int B, size_t n, float *out);
+
 /* The device's roofline ceilings (the engine's measurement, gpu.h's
  * tb_gpu_device_ceilings: bf16 GEMM FLOP/s and copy bytes/s); 0, or -1
  * with the reason in tb_flow_gpu_error. */
 int tb_flow_gpu_ceilings(tb_flow_gpu *g, double *peak_flops, double *peak_bytes_per_s);
 
 /* tb_flow_sample on the device: the same arguments and meaning
- * (flow_sampler.h). final_logits (host [B][L][V], may be NULL): the last
+ * (flow_sampler.h), but for the starting noise: noise (host [B][L][D]),
+ * or, with noise NULL, made on the device from each canvas's stream
+ * state noise_states[b] (host [B]) as tb_flow_gaussian would make it on
+ * the host (one of the two; the plugin gives the states: no noise is made
+ * on the host or copied to the device). final_logits (host [B][L][V], may be NULL): the last
  * forward's logits, for tests. Device memory: the most it held,
  * *peak_bytes (may be NULL). The forwards' work by count (each may be
  * NULL): *flops, the products' and attention's FLOPs; *bytes, each
  * product's bf16 weight matrix once plus each block's K and V written
  * and read once (the engine's roofline terms, docs/METRICS.md). */
 int tb_flow_gpu_sample(tb_flow_gpu *g, const tb_flow_params *p, int32_t *tokens, const int *pad, int B, int L,
-                       int gen0, const float *noise, int *forwards, tb_flow_progress progress, void *progress_ctx,
+                       int gen0, const float *noise, const uint64_t *noise_states, int *forwards,
+                       tb_flow_progress progress, void *progress_ctx,
                        float *final_logits, int64_t *peak_bytes, double *flops, double *bytes);
 
 #ifdef __cplusplus

@@ -40,6 +40,8 @@ void tb_flow_schedule(const tb_flow_config *c, int N, double *gamma)
     }
 }
 
+uint64_t tb_flow_noise_state(uint64_t seed, uint32_t r) { return seed ^ (0x9E3779B97F4A7C15ULL * (r + 1)); }
+
 void tb_flow_gaussian(uint64_t *state, float *x, size_t n)
 {
     for (size_t i = 0; i < n; i += 2) {

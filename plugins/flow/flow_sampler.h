@@ -76,7 +76,13 @@ int tb_flow_sample(const tb_flow_model *m, const tb_flow_engine *e, const tb_flo
                    const int *pad, int B, int L, int gen0, const float *noise, int *forwards, tb_flow_progress progress,
                    void *progress_ctx);
 
-/* Standard normal samples into x[n] from a splitmix64 stream (Box-Muller). */
+/* Standard normal samples into x[n] from a splitmix64 stream (Box-Muller):
+ * pair i (x[2i], x[2i + 1]) from the stream's outputs 2i + 1 and 2i + 2,
+ * output k mixing *state + k 0x9E3779B97F4A7C15 (so the GPU makes the same
+ * numbers in parallel: flow_gpu.h); *state advances past them. */
 void tb_flow_gaussian(uint64_t *state, float *x, size_t n);
+/* The stream state of canvas r's starting noise for a request of seed
+ * `seed` (the plugin's; one definition for the CPU and GPU paths). */
+uint64_t tb_flow_noise_state(uint64_t seed, uint32_t r);
 
 #endif

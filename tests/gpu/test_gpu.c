@@ -540,6 +540,14 @@ static void flow_cpu_x0(void *ctx, float *logits, size_t rows, float *x0)
 
 static int flow_keep_forward(void *ctx, const float *z, const float *x_sc, const double *gamma, const int *pad, int B,
                              int L, int gen0, float *logits);
+static double max_diff(const float *a, const float *b, size_t n)
+{
+    double d = 0;
+    for (size_t i = 0; i < n; i++)
+        d = fabs(a[i] - b[i]) > d || isnan(a[i] - b[i]) ? (isnan(a[i] - b[i]) ? INFINITY : fabs(a[i] - b[i])) : d;
+    return d;
+}
+
 static float *flow_last;
 static size_t flow_last_n;
 static int flow_keep_forward(void *ctx, const float *z, const float *x_sc, const double *gamma, const int *pad, int B,
@@ -611,7 +619,7 @@ static void check_flow(void)
             int64_t peak = 0;
             double flops = 0, bytes = 0;
             CHECK(tb_flow_sample(&m, &e, &p, ct, pad, B, L, GEN0, noise, &cf, NULL, NULL) == 0);
-            int rc = tb_flow_gpu_sample(g, &p, gt, pad, B, L, GEN0, noise, &gf, NULL, NULL, glog, &peak, &flops,
+            int rc = tb_flow_gpu_sample(g, &p, gt, pad, B, L, GEN0, noise, NULL, &gf, NULL, NULL, glog, &peak, &flops,
                                         &bytes);
             if (rc)
                 fprintf(stderr, "flow gpu: %s\n", tb_flow_gpu_error(g));
@@ -656,6 +664,58 @@ static void check_flow(void)
             CHECK(diff <= 4 * GPU_TOL * (ref > 1 ? ref : 1));
             CHECK(same == clear);
         }
+    }
+    /* the starting noise made on the device (the plugin's path) is the
+     * host's tb_flow_gaussian stream, canvas by canvas (3 canvases of an
+     * odd length too: the last number a lone cosine) */
+    {
+        enum { NB = 3 };
+        const size_t nn[2] = {(size_t)L * D, 1001};
+        uint64_t states[NB];
+        for (int b = 0; b < NB; b++)
+            states[b] = tb_flow_noise_state(77, (uint32_t)b);
+        for (int k = 0; k < 2; k++) {
+            float *dev = malloc(NB * nn[k] * sizeof(float)), *host = malloc(NB * nn[k] * sizeof(float));
+            int nrc = g ? tb_flow_gpu_noise(g, states, NB, nn[k], dev) : -1;
+            double worst = nrc == 0 ? 0 : INFINITY;
+            size_t differ = 0;
+            for (int b = 0; nrc == 0 && b < NB; b++) {
+                uint64_t s = states[b];
+                tb_flow_gaussian(&s, host + b * nn[k], nn[k]);
+            }
+            for (size_t i = 0; nrc == 0 && i < NB * nn[k]; i++) {
+                double d = fabs((double)dev[i] - host[i]);
+                worst = isnan(d) ? INFINITY : d > worst ? d : worst;
+                differ += dev[i] != host[i];
+            }
+            fprintf(stderr, "flow-tiny: device noise, %d x %zu: %zu differ from the host's, worst %.3g\n", NB, nn[k],
+                    differ, worst);
+            CHECK(nrc == 0 && worst <= 1e-6 && differ <= NB * nn[k] / 1000);
+            free(dev), free(host);
+        }
+        /* and a sample from it equals the sample from the host's noise */
+        tb_flow_params p = {.steps = 4, .solver = TB_FLOW_EULER, .prompt = TB_FLOW_PROMPT_NOISED};
+        float *hn = malloc((size_t)B * L * D * sizeof(float)), *l1 = malloc(flow_last_n * sizeof(float)),
+              *l2 = malloc(flow_last_n * sizeof(float));
+        for (int b = 0; b < B; b++) {
+            uint64_t s = states[b];
+            tb_flow_gaussian(&s, hn + (size_t)b * L * D, (size_t)L * D);
+        }
+        int32_t t1[B * L], t2[B * L];
+        memcpy(t1, tok0, sizeof t1);
+        memcpy(t2, tok0, sizeof t2);
+        int f1 = 0, f2 = 0;
+        int src = g ? tb_flow_gpu_sample(g, &p, t1, pad, B, L, GEN0, hn, NULL, &f1, NULL, NULL, l1, NULL, NULL, NULL) |
+                          tb_flow_gpu_sample(g, &p, t2, pad, B, L, GEN0, NULL, states, &f2, NULL, NULL, l2, NULL, NULL,
+                                             NULL)
+                    : -1;
+        double d = src == 0 ? max_diff(l1, l2, flow_last_n) : INFINITY;
+        fprintf(stderr, "flow-tiny: a sample from the device's noise against the host's: logits max diff %.3g, "
+                        "tokens %s\n", d, src == 0 && memcmp(t1, t2, sizeof t1) == 0 ? "equal" : "different");
+        CHECK(src == 0 && f1 == f2 && d <= 1e-3 && memcmp(t1, t2, sizeof t1) == 0);
+        CHECK(g && tb_flow_gpu_sample(g, &p, t1, pad, B, L, GEN0, NULL, NULL, &f1, NULL, NULL, NULL, NULL, NULL,
+                                      NULL) != 0); /* neither: refused */
+        free(hn), free(l1), free(l2);
     }
     /* the roofline's ceilings on the flow backend's own context: the
      * engine's measurement (docs/METRICS.md), so plausible H200-class or
@@ -1277,13 +1337,6 @@ static int preset_pair(const char *name, tb_model *m, tb_gpu **g)
 }
 
 
-static double max_diff(const float *a, const float *b, size_t n)
-{
-    double d = 0;
-    for (size_t i = 0; i < n; i++)
-        d = fabs(a[i] - b[i]) > d || isnan(a[i] - b[i]) ? (isnan(a[i] - b[i]) ? INFINITY : fabs(a[i] - b[i])) : d;
-    return d;
-}
 
 /* Qwen3 (QK-norm) causal, and block diffusion (LLaDA 2.x's MoE too): a block-causal prefill of
  * two canvases, then a block over the exact cache with the canvases in
