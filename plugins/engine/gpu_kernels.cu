@@ -279,13 +279,104 @@ __device__ __forceinline__ void qkv_post(const In *qkv, const float *bias, const
 QKV_POST_KERNEL(k_qkv_post, float)
 QKV_POST_KERNEL(k_qkv_post_bf16, bf16)
 
+// One query against keys [j0, j1) of one (sequence, K/V head) by the WARPS
+// warps of a block (the decode kernels below): scores with a warp per key
+// (lanes over pairs of dims, bf16x2 loads, 4 keys in flight; keys before
+// lo are left padding: masked), their maximum *mx (-INFINITY when every
+// key is padding) and sum *sum of exp(score - max), then each warp adds
+// its share of the keys' values for every dim and emit(d, o) gets each
+// dim's unnormalised output o (the warps' partial sums added). Shared
+// memory: sc [j1 - j0] scores, po [WARPS][hd] partial outputs, red [32].
+// hd <= 256 (four pairs of dims a lane).
+template <int WARPS, typename Emit>
+__device__ __forceinline__ void attend_keys(const bf16 *qv, const bf16 *kb, const bf16 *vb, int kvd, int hd, int j0,
+                                            int j1, int lo, float scale, float *sc, float *po, float *red, float *mx,
+                                            float *sum, Emit emit)
+{
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    // this lane's dims: pairs 2 lane + 64 p
+    float2 qr[4];
+    int npairs = 0;
+    for (int d = 2 * lane; d < hd && npairs < 4; d += 64)
+        qr[npairs++] = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(qv + d));
+    for (int jj = j0 + warp; jj < j1; jj += 4 * WARPS) {
+        float dot[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            int j = jj + u * WARPS;
+            if (j < j1) {
+                const bf16 *k = kb + (size_t)j * kvd;
+                for (int p = 0; p < npairs; p++) {
+                    float2 kk = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(k + 2 * lane + 64 * p));
+                    dot[u] += qr[p].x * kk.x + qr[p].y * kk.y;
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            float d = dot[u];
+            for (int o = 16; o > 0; o >>= 1)
+                d += __shfl_xor_sync(0xffffffff, d, o);
+            int j = jj + u * WARPS;
+            if (lane == 0 && j < j1)
+                sc[j - j0] = j < lo ? -INFINITY : d * scale;
+        }
+    }
+    __syncthreads();
+    float m = -INFINITY;
+    for (int j = j0 + threadIdx.x; j < j1; j += blockDim.x)
+        m = fmaxf(m, sc[j - j0]);
+    for (int o = 16; o > 0; o >>= 1)
+        m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, o));
+    if (lane == 0)
+        red[warp] = m;
+    __syncthreads();
+    m = red[0];
+    for (int w = 1; w < WARPS; w++)
+        m = fmaxf(m, red[w]);
+    __syncthreads();
+    float l = 0;
+    for (int j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
+        float e = m == -INFINITY ? 0.0f : __expf(sc[j - j0] - m); // keys of padding only: nothing
+        sc[j - j0] = e;
+        l += e;
+    }
+    l = block_sum(l, red);
+    *mx = m, *sum = l;
+    // partial outputs: warp w over keys j0 + w, j0 + w + WARPS, ...; 4 keys in flight
+    float2 acc[4] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}};
+    for (int jj = j0 + warp; jj < j1; jj += 4 * WARPS) {
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            int j = jj + u * WARPS;
+            if (j < j1) {
+                const bf16 *v = vb + (size_t)j * kvd;
+                float pj = sc[j - j0];
+                for (int p = 0; p < npairs; p++) {
+                    float2 vv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(v + 2 * lane + 64 * p));
+                    acc[p].x += pj * vv.x;
+                    acc[p].y += pj * vv.y;
+                }
+            }
+        }
+    }
+    for (int p = 0; p < npairs; p++) {
+        po[warp * hd + 2 * lane + 64 * p] = acc[p].x;
+        po[warp * hd + 2 * lane + 64 * p + 1] = acc[p].y;
+    }
+    __syncthreads();
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float o = 0;
+        for (int w = 0; w < WARPS; w++)
+            o += po[w * hd + d];
+        emit(d, o);
+    }
+}
+
 // Decode attention: one query per (sequence, head), keys [0, *d_pos] (or
-// n_keys_fixed when d_pos is NULL). ATT_WARPS warps: scores with a warp per
-// key (lanes over pairs of dims, bf16x2 loads, 4 keys in flight), softmax
-// in shared memory, then each warp sums its share of the keys for every dim
-// and the warps' partial sums are added. Latency, not bandwidth, is the
-// enemy here: at batch 1 there are only heads-many blocks, so each keeps
-// many independent loads in flight.
+// n_keys_fixed when d_pos is NULL), by ATT_WARPS warps (attend_keys).
+// Latency, not bandwidth, is the enemy here: at batch 1 there are only
+// heads-many blocks, so each keeps many independent loads in flight.
 __global__ void __launch_bounds__(ATT_WARPS * 32)
     k_attn_decode(const bf16 *q, const bf16 *kc, const bf16 *vc, bf16 *out, int len, int nh, int nkv, int hd,
                   const int *d_pos, int n_keys_fixed, const int *row_slot, const int *row_pos, const int *pad,
@@ -301,84 +392,10 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     int lo = pad[seq]; // keys [0, lo) are left padding: masked (the query is a real token)
     const bf16 *qv = q + ((size_t)b * nh + h) * hd;
     const bf16 *kb = kc + (size_t)seq * len * kvd + kvh * hd, *vb = vc + (size_t)seq * len * kvd + kvh * hd;
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    // this lane's dims: pairs 2 lane + 64 k
-    float2 qr[4];
-    int npairs = 0;
-    for (int d = 2 * lane; d < hd && npairs < 4; d += 64)
-        qr[npairs++] = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(qv + d));
-    for (int j0 = warp; j0 < n_keys; j0 += 4 * ATT_WARPS) {
-        float dot[4] = {0, 0, 0, 0};
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            int j = j0 + u * ATT_WARPS;
-            if (j < n_keys) {
-                const bf16 *k = kb + (size_t)j * kvd;
-                for (int p = 0; p < npairs; p++) {
-                    float2 kk = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(k + 2 * lane + 64 * p));
-                    dot[u] += qr[p].x * kk.x + qr[p].y * kk.y;
-                }
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            float d = dot[u];
-            for (int o = 16; o > 0; o >>= 1)
-                d += __shfl_xor_sync(0xffffffff, d, o);
-            int j = j0 + u * ATT_WARPS;
-            if (lane == 0 && j < n_keys)
-                s[j] = j < lo ? -INFINITY : d * scale;
-        }
-    }
-    __syncthreads();
-    float mx = -INFINITY;
-    for (int j = threadIdx.x; j < n_keys; j += blockDim.x)
-        mx = fmaxf(mx, s[j]);
-    for (int o = 16; o > 0; o >>= 1)
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, o));
-    if (lane == 0)
-        red[warp] = mx;
-    __syncthreads();
-    mx = red[0];
-    for (int w = 1; w < ATT_WARPS; w++)
-        mx = fmaxf(mx, red[w]);
-    __syncthreads();
-    float sum = 0;
-    for (int j = threadIdx.x; j < n_keys; j += blockDim.x) {
-        s[j] = __expf(s[j] - mx);
-        sum += s[j];
-    }
-    sum = block_sum(sum, red);
-    float inv = 1.0f / sum;
-    // partial outputs: warp w over keys w, w + 8, ...; 4 keys in flight
-    float2 acc[4] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}};
-    for (int j0 = warp; j0 < n_keys; j0 += 4 * ATT_WARPS) {
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            int j = j0 + u * ATT_WARPS;
-            if (j < n_keys) {
-                const bf16 *v = vb + (size_t)j * kvd;
-                float pj = s[j];
-                for (int p = 0; p < npairs; p++) {
-                    float2 vv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(v + 2 * lane + 64 * p));
-                    acc[p].x += pj * vv.x;
-                    acc[p].y += pj * vv.y;
-                }
-            }
-        }
-    }
-    float *part = s + len; // [ATT_WARPS][hd]
-    for (int p = 0; p < npairs; p++) {
-        part[warp * hd + 2 * lane + 64 * p] = acc[p].x;
-        part[warp * hd + 2 * lane + 64 * p + 1] = acc[p].y;
-    }
-    __syncthreads();
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float o = 0;
-        for (int w = 0; w < ATT_WARPS; w++)
-            o += part[w * hd + d];
-        out[((size_t)b * nh + h) * hd + d] = __float2bfloat16(o * inv);
-    }
+    bf16 *o = out + ((size_t)b * nh + h) * hd;
+    float mx, sum;
+    attend_keys<ATT_WARPS>(qv, kb, vb, kvd, hd, 0, n_keys, lo, scale, s, s + len, red, &mx, &sum,
+                           [&](int d, float v) { o[d] = __float2bfloat16(v * (1.0f / sum)); });
 }
 
 // Decode attention for grouped queries (G = nh / nkv query heads per K/V
@@ -958,92 +975,19 @@ __global__ void __launch_bounds__(ATT_SPLIT_WARPS * 32)
     const bf16 *qv = q + ((size_t)b * nh + h) * hd;
     const bf16 *kb = kc + (size_t)seq * len * kvd + kvh * hd, *vb = vc + (size_t)seq * len * kvd + kvh * hd;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    float2 qr[4];
-    int npairs = 0;
-    for (int d = 2 * lane; d < hd && npairs < 4; d += 64)
-        qr[npairs++] = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(qv + d));
-    for (int jj = j0 + warp; jj < j1; jj += 4 * ATT_SPLIT_WARPS) {
-        float dot[4] = {0, 0, 0, 0};
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            int j = jj + u * ATT_SPLIT_WARPS;
-            if (j < j1) {
-                const bf16 *k = kb + (size_t)j * kvd;
-                for (int p = 0; p < npairs; p++) {
-                    float2 kk = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(k + 2 * lane + 64 * p));
-                    dot[u] += qr[p].x * kk.x + qr[p].y * kk.y;
-                }
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            float d = dot[u];
-            for (int o = 16; o > 0; o >>= 1)
-                d += __shfl_xor_sync(0xffffffff, d, o);
-            int j = jj + u * ATT_SPLIT_WARPS;
-            if (lane == 0 && j < j1)
-                s[j - j0] = j < lo ? -INFINITY : d * scale;
-        }
-    }
-    __syncthreads();
-    float mx = -INFINITY;
-    for (int j = j0 + threadIdx.x; j < j1; j += blockDim.x)
-        mx = fmaxf(mx, s[j - j0]);
-    for (int o = 16; o > 0; o >>= 1)
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, o));
-    if (lane == 0)
-        red[warp] = mx;
-    __syncthreads();
-    mx = red[0];
-    for (int w = 1; w < ATT_SPLIT_WARPS; w++)
-        mx = fmaxf(mx, red[w]);
-    __syncthreads();
-    float sum = 0;
-    for (int j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
-        float e = mx == -INFINITY ? 0.0f : __expf(s[j - j0] - mx); // a chunk of padding only: nothing
-        s[j - j0] = e;
-        sum += e;
-    }
-    sum = block_sum(sum, red);
-    float2 acc[4] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}};
-    for (int jj = j0 + warp; jj < j1; jj += 4 * ATT_SPLIT_WARPS) {
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            int j = jj + u * ATT_SPLIT_WARPS;
-            if (j < j1) {
-                const bf16 *v = vb + (size_t)j * kvd;
-                float pj = s[j - j0];
-                for (int p = 0; p < npairs; p++) {
-                    float2 vv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(v + 2 * lane + 64 * p));
-                    acc[p].x += pj * vv.x;
-                    acc[p].y += pj * vv.y;
-                }
-            }
-        }
-    }
-    float *po = s + chunk; // [ATT_SPLIT_WARPS][hd]
-    for (int p = 0; p < npairs; p++) {
-        po[warp * hd + 2 * lane + 64 * p] = acc[p].x;
-        po[warp * hd + 2 * lane + 64 * p + 1] = acc[p].y;
-    }
-    __syncthreads();
     size_t bh = (size_t)b * nh + h;
-    if (S == 1) { // the whole of (b, h): no partials to combine
-        for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-            float o = 0;
-            for (int w = 0; w < ATT_SPLIT_WARPS; w++)
-                o += po[w * hd + d];
-            out[bh * hd + d] = __float2bfloat16(o / sum);
-        }
-        return;
-    }
     float *mine = part + (bh * S + sp) * (hd + 2); // [hd] output, then m, l
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float o = 0;
-        for (int w = 0; w < ATT_SPLIT_WARPS; w++)
-            o += po[w * hd + d];
-        mine[d] = o;
-    }
+    float mx, sum;
+    // S = 1: the whole of (b, h), no partials to combine
+    attend_keys<ATT_SPLIT_WARPS>(qv, kb, vb, kvd, hd, j0, j1, lo, scale, s, s + chunk, red, &mx, &sum,
+                                 [&](int d, float v) {
+                                     if (S == 1)
+                                         out[bh * hd + d] = __float2bfloat16(v / sum);
+                                     else
+                                         mine[d] = v;
+                                 });
+    if (S == 1)
+        return;
     if (threadIdx.x == 0) {
         mine[hd] = mx;
         mine[hd + 1] = sum;

@@ -60,6 +60,31 @@ __global__ void prefetch_l2(const char *p, size_t bytes)
     }
 }
 
+// Microseconds per call of run(i) (i counts every call made), the median
+// of 7 windows of 20 after one warm-up window, timed with e0 and e1 on the
+// legacy stream; -1 when a call returned false or CUDA reported an error.
+template <typename F> static float median_us(cudaEvent_t e0, cudaEvent_t e1, F run)
+{
+    std::vector<float> win;
+    int calls = 0;
+    for (int rep = -1; rep < 7; rep++) {
+        cudaEventRecord(e0);
+        for (int i = 0; i < 20; i++)
+            if (!run(calls++))
+                return -1;
+        cudaEventRecord(e1);
+        cudaEventSynchronize(e1);
+        float ms = 0;
+        cudaEventElapsedTime(&ms, e0, e1);
+        if (rep >= 0)
+            win.push_back(ms * 1e3f / 20);
+    }
+    if (cudaGetLastError() != cudaSuccess)
+        return -1;
+    std::sort(win.begin(), win.end());
+    return win[win.size() / 2];
+}
+
 struct shape {
     const char *name;
     int out, in;
@@ -110,43 +135,22 @@ int main(int argc, char **argv)
                 continue;
             }
             int ks = s.in / S;
-            std::vector<float> win;
-            int k = 0;
-            bool ok = true;
-            for (int rep = -1; rep < 7 && ok; rep++) { // rep -1: warm-up
-                cudaEventRecord(e0);
-                for (int i = 0; i < 20 && ok; i++, k = (k + 1) % copies) {
-                    const __nv_bfloat16 *W = w + (size_t)k * s.out * s.in;
-                    float one = 1, zero = 0;
-                    cublasStatus_t st;
-                    if (mode == -2)
-                        st = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, s.out, rows, s.in, &one, W, CUDA_R_16BF, s.in,
-                                          x, CUDA_R_16BF, s.in, &zero, y, CUDA_R_32F, s.out, CUBLAS_COMPUTE_32F,
-                                          CUBLAS_GEMM_DEFAULT);
-                    else if (mode == -1)
-                        st = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, s.out, rows, s.in, &one, W, CUDA_R_16BF, s.in,
-                                          x, CUDA_R_16BF, s.in, &zero, y, CUDA_R_16BF, s.out, CUBLAS_COMPUTE_32F,
-                                          CUBLAS_GEMM_DEFAULT);
-                    else
-                        st = cublasGemmStridedBatchedEx(h, CUBLAS_OP_T, CUBLAS_OP_N, s.out, rows, ks, &one, W,
-                                                        CUDA_R_16BF, s.in, ks, x, CUDA_R_16BF, s.in, ks, &zero, y,
-                                                        CUDA_R_32F, s.out, (long long)s.out * rows, S,
-                                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-                    ok = st == CUBLAS_STATUS_SUCCESS;
-                }
-                cudaEventRecord(e1);
-                cudaEventSynchronize(e1);
-                float ms = 0;
-                cudaEventElapsedTime(&ms, e0, e1);
-                if (rep >= 0)
-                    win.push_back(ms * 1e3f / 20);
-            }
-            if (!ok || cudaGetLastError() != cudaSuccess) {
+            float us = median_us(e0, e1, [&](int call) {
+                const __nv_bfloat16 *W = w + (size_t)(call % copies) * s.out * s.in;
+                float one = 1, zero = 0;
+                if (mode < 0) // float out (-2) or bf16 (-1)
+                    return cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, s.out, rows, s.in, &one, W, CUDA_R_16BF, s.in, x,
+                                        CUDA_R_16BF, s.in, &zero, y, mode == -2 ? CUDA_R_32F : CUDA_R_16BF, s.out,
+                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS;
+                return cublasGemmStridedBatchedEx(h, CUBLAS_OP_T, CUBLAS_OP_N, s.out, rows, ks, &one, W, CUDA_R_16BF,
+                                                  s.in, ks, x, CUDA_R_16BF, s.in, ks, &zero, y, CUDA_R_32F, s.out,
+                                                  (long long)s.out * rows, S, CUBLAS_COMPUTE_32F,
+                                                  CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS;
+            });
+            if (us < 0) {
                 printf(" %14s", "failed");
                 continue;
             }
-            std::sort(win.begin(), win.end());
-            float us = win[win.size() / 2];
             printf(" %7.1f %5.2f", us, wbytes / (us * 1e-6) / 1e12);
         }
         printf("\n");
@@ -167,39 +171,27 @@ int main(int argc, char **argv)
         int copies = (int)std::max<size_t>(1, pool / wbytes);
         printf("%-8s", s.name);
         for (int mode = -1; mode < 3; mode++) {
-            std::vector<float> win;
-            int k = 0;
-            for (int rep = -1; rep < 7; rep++) {
-                cudaEventRecord(e0);
-                for (int i = 0; i < 20; i++, k = (k + 1) % copies) {
-                    const __nv_bfloat16 *W = w + (size_t)k * s.out * s.in;
-                    float one = 1, zero = 0;
-                    if (mode >= 0) {
-                        cudaEventRecord(fork, 0);
-                        cudaStreamWaitEvent(side, fork, 0);
-                        prefetch_l2<<<8, 128, 0, side>>>((const char *)W, std::min(wbytes, caps[mode]));
-                        cudaEventRecord(join, side);
-                    }
-                    spin<<<32, 256>>>(10000);
-                    if (mode >= 0)
-                        cudaStreamWaitEvent(0, join, 0);
-                    cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, s.out, rows, s.in, &one, W, CUDA_R_16BF, s.in, x,
-                                 CUDA_R_16BF, s.in, &zero, y, CUDA_R_32F, s.out, CUBLAS_COMPUTE_32F,
-                                 CUBLAS_GEMM_DEFAULT);
+            float us = median_us(e0, e1, [&](int call) {
+                const __nv_bfloat16 *W = w + (size_t)(call % copies) * s.out * s.in;
+                float one = 1, zero = 0;
+                if (mode >= 0) { // W's first caps[mode] bytes into L2 on the side stream, alongside the wait
+                    cudaEventRecord(fork, 0);
+                    cudaStreamWaitEvent(side, fork, 0);
+                    prefetch_l2<<<8, 128, 0, side>>>((const char *)W, std::min(wbytes, caps[mode]));
+                    cudaEventRecord(join, side);
                 }
-                cudaEventRecord(e1);
-                cudaEventSynchronize(e1);
-                float ms = 0;
-                cudaEventElapsedTime(&ms, e0, e1);
-                if (rep >= 0)
-                    win.push_back(ms * 1e3f / 20);
-            }
-            if (cudaGetLastError() != cudaSuccess) {
+                spin<<<32, 256>>>(10000);
+                if (mode >= 0)
+                    cudaStreamWaitEvent(0, join, 0);
+                return cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, s.out, rows, s.in, &one, W, CUDA_R_16BF, s.in, x,
+                                    CUDA_R_16BF, s.in, &zero, y, CUDA_R_32F, s.out, CUBLAS_COMPUTE_32F,
+                                    CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS;
+            });
+            if (us < 0) {
                 printf(" %12s", "failed");
                 continue;
             }
-            std::sort(win.begin(), win.end());
-            printf(mode < 0 ? " %8.1f" : " %12.1f", win[win.size() / 2]);
+            printf(mode < 0 ? " %8.1f" : " %12.1f", us);
         }
         printf("\n");
     }
