@@ -215,8 +215,9 @@ void tb_gpu_set_moe_gemv_rows(tb_gpu *g, int max_rows);
  * TB_GPU_FUSE_*: SWIGLU computes SwiGLU inside the gate-up GEMV (no
  * k_swiglu, no float [2I] round trip); SPLIT_ATTN splits decode attention
  * over the keys when (sequence, head) pairs alone would leave the chip
- * idle (any batch; tb_gpu_set_attn_splits) and the batch is too small for
- * the kernel by query group (gpu_forward.cu's attn_decode); NORM has the last block of
+ * idle (any batch; tb_gpu_set_attn_splits) where the kernel by query
+ * group does not run (batch 1, or a model without it: gpu_forward.cu's
+ * attn_decode); NORM has the last block of
  * each GEMV that writes the residual (o, down) compute the next RMSNorm
  * (no k_rmsnorm but layer 0's; not under tensor parallelism or with MoE
  * layers). (Until 2026-12-02 NORM staged the norm inside every block of
@@ -232,14 +233,18 @@ void tb_gpu_set_moe_gemv_rows(tb_gpu *g, int max_rows);
 #define TB_GPU_FUSE_NORM 4
 #define TB_GPU_FUSE_DEFAULT (TB_GPU_FUSE_SWIGLU | TB_GPU_FUSE_SPLIT_ATTN)
 #define TB_GPU_PDL_DEFAULT 0
+/* Tests: y[rows][out] (+ y when accumulate) = x[rows][in] W[out][in]^T as
+ * the forward's products run (W and x rounded to bf16; the batch-1 GEMV at
+ * one row, else cuBLAS), on host data. */
+int tb_gpu_product(tb_gpu *g, const float *w, const float *x, int rows, int out, int in, float *y, int accumulate);
 void tb_gpu_set_decode_fusion(tb_gpu *g, int fusion, int pdl);
 
 /* Split decode attention (TB_GPU_FUSE_SPLIT_ATTN): splits of each
  * (sequence, head)'s keys, 1 .. 16 (1: one block per pair, the split
- * kernel's shape; at any batch), or 0: as many as fill the chip when the
- * pairs alone would not (fewer than 2 x the SMs), else the kernel by
- * query group where the model has one (gpu_forward.cu's attn_decode),
- * else the one-block-per-pair kernel. Default 0, or the environment's
+ * kernel's shape; at any batch), or 0: from batch 2 the kernel by query
+ * group where the model has one (gpu_forward.cu's attn_decode), else as
+ * many splits as fill the chip when the pairs alone would not (fewer than
+ * 2 x the SMs), else the one-block-per-pair kernel. Default 0, or the environment's
  * TB_GPU_ATT_SPLITS; tests and measurements set others. */
 void tb_gpu_set_attn_splits(tb_gpu *g, int splits);
 

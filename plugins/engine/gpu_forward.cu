@@ -288,6 +288,38 @@ extern "C" int tb_gpu_fp8_product(tb_gpu *g, int l, int which, const float *x, i
     return rc ? -1 : 0;
 }
 
+// Tests (gpu.h): one bf16 product as the forward runs it (matmul_t), on
+// host data.
+extern "C" int tb_gpu_product(tb_gpu *g, const float *w, const float *x, int rows, int out, int in, float *y,
+                              int accumulate)
+{
+    if (rows < 1 || out < 1 || in < 1)
+        return fail(g, "tb_gpu_product: %d x %d over %d rows", out, in, rows);
+    size_t nw = (size_t)out * in, nx = (size_t)rows * in, ny = (size_t)rows * out;
+    bf16 *hw = (bf16 *)malloc((nw + nx) * sizeof(bf16)), *dw = NULL;
+    float *dy = NULL;
+    if (!hw)
+        return fail(g, "out of host memory");
+    for (size_t i = 0; i < nw; i++)
+        hw[i] = __float2bfloat16(w[i]);
+    for (size_t i = 0; i < nx; i++)
+        hw[nw + i] = __float2bfloat16(x[i]);
+    int rc = dalloc(g, (void **)&dw, (nw + nx) * sizeof(bf16)) || dalloc(g, (void **)&dy, ny * sizeof(float));
+    if (rc == 0 && (cudaMemcpyAsync(dw, hw, (nw + nx) * sizeof(bf16), cudaMemcpyHostToDevice, g->stream) != cudaSuccess ||
+                    cudaMemcpyAsync(dy, y, ny * sizeof(float), cudaMemcpyHostToDevice, g->stream) != cudaSuccess))
+        rc = fail(g, "tb_gpu_product: upload failed");
+    if (rc == 0)
+        rc = matmul_t(g, dy, dw + nw, dw, rows, out, in, accumulate ? 1.0f : 0.0f);
+    if (rc == 0 && (cudaMemcpyAsync(y, dy, ny * sizeof(float), cudaMemcpyDeviceToHost, g->stream) != cudaSuccess ||
+                    cudaStreamSynchronize(g->stream) != cudaSuccess))
+        rc = fail(g, "tb_gpu_product: download failed");
+    cudaStreamSynchronize(g->stream);
+    dfree(g, dw);
+    dfree(g, dy);
+    free(hw);
+    return rc ? -1 : 0;
+}
+
 // Attention of a span: S = Q K^T / sqrt(hd), softmax, O = P V, for every
 // (sequence, head); in one kernel where it fits (g->span_fused), else with
 // batched GEMMs around softmax_span.
@@ -433,19 +465,20 @@ static int norm_in_gemv(const tb_gpu *g, int rows)
 
 // Decode attention of a layer's cache (at layer_off) for one row per
 // sequence (mode FWD_DECODE or FWD_SLOTS), by `kernel` (ATTN_*; -1: as
-// the forward chooses: by query group where this model's head_dim and
-// group have that kernel and its blocks, one per (sequence, K/V head),
-// fill a quarter of the SMs (Llama-3-8B on 132 SMs: batch 5 up), unless
-// g->att_splits asks for a split; else split over the keys when
-// (sequence, head) blocks alone would leave most of the chip idle, unless
-// g->fusion says no split (g->att_splits, when set, is the number of
-// splits)).
+// the forward chooses: from batch 2 by query group, one block per
+// (sequence, K/V head), where this model's head_dim and group have that
+// kernel, unless g->att_splits asks for a split; else split over the keys
+// when (sequence, head) blocks alone would leave most of the chip idle,
+// unless g->fusion says no split (g->att_splits, when set, is the number
+// of splits)).
 //
-// Measured on the H200, Llama-3-8B at 256 positions (docs/PERFORMANCE.md):
-// the group kernel against the split per head, batch 8 (64 blocks) 18%
-// faster a step, batch 16 28% (batches 5-7 not measured); at batch 1 the
-// split per head stays (the group kernel split 16 ways measured 2%
-// slower).
+// Measured on the H200, Llama-3-8B (docs/PERFORMANCE.md): the group
+// kernel against the split per head, a step at about 256 positions 4%
+// faster at batch 2, 7% at 3, 9% at 4, 18% at 8, 28% at 16; after a
+// 4,000-token prompt 18% at batch 2 and 66% at 4 (the split kernel reads
+// each K/V row once per query head, the group kernel once per group). At
+// batch 1 the split per head stays (the group kernel split 16 ways
+// measured 2% slower).
 enum { ATTN_HEAD, ATTN_HEAD_SPLIT, ATTN_GROUP };
 static int attn_decode(tb_gpu *g, size_t layer_off, int B, int mode, const int *rslot, const int *rpos, int pdl,
                        int kernel)
@@ -461,7 +494,7 @@ static int attn_decode(tb_gpu *g, size_t layer_off, int B, int mode, const int *
     splits = splits > ATT_MAX_SPLIT ? ATT_MAX_SPLIT : splits < 2 ? 0 : splits;
     if (g->att_splits > 0)
         splits = g->att_splits;
-    if (kernel < 0 && gqa && g->att_splits == 0 && 4 * B * c->n_kv_heads >= g->prop.multiProcessorCount)
+    if (kernel < 0 && gqa && g->att_splits == 0 && B >= 2)
         kernel = ATTN_GROUP;
     else if (kernel < 0)
         kernel = (g->fusion & TB_GPU_FUSE_SPLIT_ATTN) && splits >= 1 ? ATTN_HEAD_SPLIT : gqa ? ATTN_GROUP : ATTN_HEAD;

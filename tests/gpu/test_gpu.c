@@ -1022,6 +1022,58 @@ static void check_decode_attention(int hd, int group)
     tb_gpu_free(g);
 }
 
+/* The products as the forward runs them (tb_gpu_product: matmul_t) at 1-9
+ * rows (the batch-1 GEMV in its variant for the shape, then cuBLAS),
+ * written and accumulated, on an odd output width (a warp's tail rows)
+ * and a Llama-3-8B-wide input, against a double-precision sum of the
+ * bf16-rounded operands; the bound is 1e-4 of the sum of |products|
+ * (float sums over 4,096 terms). */
+static void check_products(void)
+{
+    tb_model m;
+    tb_gpu *g;
+    if (load_pair("golden", "llama-gqa", &m, &g) != 0)
+        return;
+    const int shapes[2][2] = {{257, 136}, {72, 4096}};
+    double worst = 0;
+    int checked = 0;
+    uint64_t rng = 31;
+    for (int sh = 0; sh < 2; sh++) {
+        int out = shapes[sh][0], in = shapes[sh][1];
+        float *w = malloc((size_t)out * in * sizeof(float)), *x = malloc((size_t)9 * in * sizeof(float));
+        float *y0 = malloc((size_t)9 * out * sizeof(float)), *y = malloc((size_t)9 * out * sizeof(float));
+        for (size_t i = 0; i < (size_t)out * in; i++)
+            w[i] = tb_bf16_to_f32(tb_f32_to_bf16((float)(2 * tb_rng_uniform(&rng) - 1)));
+        for (size_t i = 0; i < (size_t)9 * in; i++)
+            x[i] = tb_bf16_to_f32(tb_f32_to_bf16((float)(2 * tb_rng_uniform(&rng) - 1)));
+        for (size_t i = 0; i < (size_t)9 * out; i++)
+            y0[i] = (float)(4 * tb_rng_uniform(&rng) - 2);
+        for (int rows = 1; rows <= 9; rows++)
+            for (int acc = 0; acc < 2; acc++) {
+                memcpy(y, y0, (size_t)rows * out * sizeof(float));
+                int rc = tb_gpu_product(g, w, x, rows, out, in, y, acc);
+                CHECK(rc == 0);
+                for (int r = 0; rc == 0 && r < rows; r++)
+                    for (int o = 0; o < out; o++) {
+                        double ref = acc ? y0[(size_t)r * out + o] : 0, mag = fabs(ref);
+                        for (int k = 0; k < in; k++) {
+                            double p = (double)w[(size_t)o * in + k] * x[(size_t)r * in + k];
+                            ref += p, mag += fabs(p);
+                        }
+                        double e = fabs(y[(size_t)r * out + o] - ref) / (1e-4 * mag + 1e-30);
+                        worst = isnan(e) ? INFINITY : e > worst ? e : worst;
+                        checked++;
+                    }
+            }
+        free(w), free(x), free(y0), free(y);
+    }
+    fprintf(stderr, "products at 1-9 rows (GEMV, cuBLAS): %d outputs, worst error %.3g of the bound\n", checked,
+            worst);
+    CHECK(checked == 2 * 45 * (257 + 72) && worst <= 1.0);
+    tb_gpu_free(g);
+    tb_model_free(&m);
+}
+
 /* Every span attention check (also TB_TEST_GPU_ONLY=span's run): the
  * softmax widths, the masks through golden models of head_dim 16 and 32,
  * and the kernel alone at 128 (each block shape) and 64. */
@@ -1785,6 +1837,7 @@ int main(void)
     check_decode_attention(256, 4);
     check_decode_attention(16, 4);
     check_decode_attention(32, 2);
+    check_products();
     check_ar_slots("llama-gqa", 0);
     check_ar_slots("qwen2-bias", 0);
     check_ar_with("qwen2-bias", 0, 2, 0, 0);
