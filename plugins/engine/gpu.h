@@ -242,9 +242,10 @@ void tb_gpu_set_decode_fusion(tb_gpu *g, int fusion, int pdl);
 /* Split decode attention (TB_GPU_FUSE_SPLIT_ATTN): splits of each
  * (sequence, head)'s keys, 1 .. 16 (1: one block per pair, the split
  * kernel's shape; at any batch), or 0: from batch 2 the kernel by query
- * group where the model has one (gpu_forward.cu's attn_decode), else as
- * many splits as fill the chip when the pairs alone would not (fewer than
- * 2 x the SMs), else the one-block-per-pair kernel. Default 0, or the environment's
+ * group where the model has one (gpu_forward.cu's attn_decode), else
+ * (batch 1, or no such kernel) as many splits as give 4 blocks a SM when
+ * the pairs alone would not (under TB_GPU_FUSE_SPLIT_ATTN; without it the
+ * group kernel where there is one), else the one-block-per-pair kernel. Default 0, or the environment's
  * TB_GPU_ATT_SPLITS; tests and measurements set others. */
 void tb_gpu_set_attn_splits(tb_gpu *g, int splits);
 

@@ -293,8 +293,8 @@ extern "C" int tb_gpu_fp8_product(tb_gpu *g, int l, int which, const float *x, i
 extern "C" int tb_gpu_product(tb_gpu *g, const float *w, const float *x, int rows, int out, int in, float *y,
                               int accumulate)
 {
-    if (rows < 1 || out < 1 || in < 1)
-        return fail(g, "tb_gpu_product: %d x %d over %d rows", out, in, rows);
+    if (g->ranks || rows < 1 || out < 1 || in < 1)
+        return fail(g, "tb_gpu_product: %d x %d over %d rows%s", out, in, rows, g->ranks ? " on a tensor-parallel group" : "");
     size_t nw = (size_t)out * in, nx = (size_t)rows * in, ny = (size_t)rows * out;
     bf16 *hw = (bf16 *)malloc((nw + nx) * sizeof(bf16)), *dw = NULL;
     float *dy = NULL;
@@ -540,18 +540,27 @@ static int norm_rows(tb_gpu *g, int rows, const float *w, int pdl)
 // nothing after the last layer's attention reads another row, so the
 // head's rows come out as without it (to cuBLAS's rounding for their
 // row count). forward_head and account share it.
+// (The logits buffer is the residual's scratch there: vocab >= hidden.)
 static int last_layer_rows(const tb_gpu *g, int mode, int n, int nr)
 {
-    return g->trim_last && mode == FWD_SPAN && nr < n ? nr : n;
+    return g->trim_last && mode == FWD_SPAN && nr < n && g->cfg.vocab_size >= g->cfg.hidden_size ? nr : n;
 }
 
 // rows [r0, r0 + nr) of each of B sequences of n rows of row_bytes each
 // at p, moved to the front ([B][nr], in order) through scratch (at least
-// B nr row_bytes, not overlapping p)
+// B nr row_bytes, not overlapping p): one strided copy, or one copy a
+// sequence where a sequence is longer than a copy's pitch may be
 static int keep_rows(tb_gpu *g, void *p, void *scratch, size_t row_bytes, int B, int n, int r0, int nr)
 {
-    CK(cudaMemcpy2DAsync(scratch, nr * row_bytes, (char *)p + r0 * row_bytes, n * row_bytes, nr * row_bytes, B,
-                         cudaMemcpyDeviceToDevice, g->stream));
+    char *src = (char *)p + r0 * row_bytes, *dst = (char *)scratch;
+    if (B == 1 || n * row_bytes > g->prop.memPitch) {
+        for (int b = 0; b < B; b++)
+            CK(cudaMemcpyAsync(dst + b * nr * row_bytes, src + b * n * row_bytes, nr * row_bytes,
+                               cudaMemcpyDeviceToDevice, g->stream));
+    } else {
+        CK(cudaMemcpy2DAsync(dst, nr * row_bytes, src, n * row_bytes, nr * row_bytes, B, cudaMemcpyDeviceToDevice,
+                             g->stream));
+    }
     CK(cudaMemcpyAsync(p, scratch, (size_t)B * nr * row_bytes, cudaMemcpyDeviceToDevice, g->stream));
     return 0;
 }

@@ -599,11 +599,13 @@ extern "C" int tb_flow_gpu_noise(tb_flow_gpu *g, const uint64_t *states, int B, 
         cudaMalloc((void **)&st, (size_t)B * sizeof(uint64_t)) != cudaSuccess) {
         (void)cudaGetLastError();
         fail(g, "flow noise: no room for %d x %zu", B, n);
-    } else if (cudaMemcpy(st, states, (size_t)B * sizeof(uint64_t), cudaMemcpyHostToDevice) != cudaSuccess) {
+    } else if (cudaMemcpyAsync(st, states, (size_t)B * sizeof(uint64_t), cudaMemcpyHostToDevice, g->stream) !=
+               cudaSuccess) { // (on g's stream: the legacy one would not order it before the kernel)
         fail(g, "flow noise: upload: %s", cudaGetErrorString(cudaGetLastError()));
     } else {
         k_gaussian<<<dim3(grid_for(n / 2 + 1), (unsigned)B), 256, 0, g->stream>>>(x, st, n);
-        if (cudaMemcpyAsync(out, x, (size_t)B * n * sizeof(float), cudaMemcpyDeviceToHost, g->stream) != cudaSuccess ||
+        if (cudaGetLastError() != cudaSuccess ||
+            cudaMemcpyAsync(out, x, (size_t)B * n * sizeof(float), cudaMemcpyDeviceToHost, g->stream) != cudaSuccess ||
             cudaStreamSynchronize(g->stream) != cudaSuccess)
             fail(g, "flow noise: %s", cudaGetErrorString(cudaGetLastError()));
         else

@@ -1483,7 +1483,7 @@ static void check_block(const char *name, int shifted)
  * METRICS.md) short by the cut rows' attention, output projection and
  * feed-forward; a cache store's bytes short by those weights and the last
  * layer's key and value reads. */
-static void check_trim_last(const char *name)
+static void check_trim_last(const char *name, int shifted)
 {
     char err[512];
     tb_model m;
@@ -1513,7 +1513,7 @@ static void check_trim_last(const char *name)
         lg[k] = malloc((size_t)B * NPICK * V * sizeof(float));
         CHECK(tb_gpu_reserve(g[k], B, L, B * L, err, sizeof err) == 0);
         tb_gpu_take_work(g[k], &fl[k], &by[k], NULL, NULL);
-        CHECK(tb_gpu_forward_logits(g[k], canvas, B, L, 0, L, L, PICK0, NPICK, 0, lg[k]) == 0);
+        CHECK(tb_gpu_forward_logits(g[k], canvas, B, L, 0, L, L, PICK0, NPICK, shifted, lg[k]) == 0);
         tb_gpu_take_work(g[k], &fl[k], &by[k], NULL, NULL);
         int rows[B] = {0, 1};
         int32_t x0[B * 8];
@@ -1524,14 +1524,15 @@ static void check_trim_last(const char *name)
     double ref = max_abs(lg[1], (size_t)B * NPICK * V), diff = max_diff(lg[0], lg[1], (size_t)B * NPICK * V);
     double h = c->hidden_size, nq = (double)c->n_heads * c->head_dim, I = c->intermediate_size;
     double kvd = (double)c->n_kv_heads * c->head_dim, o_ffn = h * nq + 3 * I * h;
-    double cut = (double)B * (L - NPICK), want = 2 * cut * o_ffn + 4 * cut * c->n_heads * (double)L * c->head_dim;
+    /* the head's rows: the picks, and for a shifted model (Dream) the row before */
+    double cut = (double)B * (L - NPICK - (shifted ? 1 : 0)), want = 2 * cut * o_ffn + 4 * cut * c->n_heads * (double)L * c->head_dim;
     double scut = (double)B * 8, swant = 2 * scut * o_ffn + 4 * scut * c->n_heads * 8.0 * c->head_dim;
     double sbytes = 2 * o_ffn + 2 * 2.0 * B * 8 * kvd;
     fprintf(stderr,
-            "%s: last layer on the %d pick rows of %d: logits max diff %.3g against every row (|logit| %.2f); "
+            "%s: last layer on the %d pick rows of %d%s: logits max diff %.3g against every row (|logit| %.2f); "
             "FLOPs fewer by %.0f (want %.0f), bytes by %.0f (want 0); cache store FLOPs fewer by %.0f (want %.0f), "
             "bytes by %.0f (want %.0f)\n",
-            name, NPICK, L, diff, ref, fl[1] - fl[0], want, by[1] - by[0], sfl[1] - sfl[0], swant, sby[1] - sby[0],
+            name, NPICK, L, shifted ? " (shifted)" : "", diff, ref, fl[1] - fl[0], want, by[1] - by[0], sfl[1] - sfl[0], swant, sby[1] - sby[0],
             sbytes);
     CHECK(diff <= GPU_TOL * (ref > 1 ? ref : 1));
     CHECK(fl[1] - fl[0] == want && by[1] == by[0]);
@@ -1849,7 +1850,8 @@ int main(void)
     check_diffusion_padded("llada-tiny", 7);
     check_diffusion_sampling("llada-tiny", 0);
     check_diffusion_sampling("dream-tiny", 1);
-    check_trim_last("llada-tiny");
+    check_trim_last("llada-tiny", 0);
+    check_trim_last("dream-tiny", 1);
     check_span_attention();
     /* the same spans by batched GEMMs around the softmax kernel (head_dim
      * the fused kernel lacks, or TB_GPU_SPAN_ATTN=0); then also with the
