@@ -15,7 +15,7 @@ export TB_SOURCE_ROOT=$PWD
     CUDA_VISIBLE_DEVICES="" python3 tools/make_block_golden.py --out "$out/golden" 2>&1 | tail -40
     echo "golden exit ${PIPESTATUS[0]}"
     echo "== test_block_diffusion against it"
-    "$build/tests/test_block_diffusion" "$out/golden" 2>&1 | tail -30
+    "$build/tests/engine/test_block_diffusion" "$out/golden" 2>&1 | tail -30
     echo "== GPU tests"
     "$build/tests/test_gpu" 2>&1 | tail -40
 } >"$out/tests.log" 2>&1

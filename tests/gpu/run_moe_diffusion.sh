@@ -37,7 +37,7 @@ if [ $golden = 1 ]; then
     cp -r "$out/golden/." tests/data/golden-diffusion/
 fi
 echo "== test_diffusion (CPU against the golden data)"
-"$build/tests/test_diffusion" >"$out/test_diffusion.log" 2>&1
+"$build/tests/engine/test_diffusion" >"$out/test_diffusion.log" 2>&1
 echo "test_diffusion exit $?"
 grep -E "llada_moe|FAIL|fail" "$out/test_diffusion.log" | head -20 | cut -c1-220
 echo "== GPU tests"

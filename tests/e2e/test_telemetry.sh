@@ -35,7 +35,7 @@ fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 ok() { echo "ok: $*"; }
 q() { sqlite3 -batch -noheader "$1" "$2"; }
 server() { # MODE NAME: start one, its port in $tmp/NAME.port
-    python3 "$src/tests/metrics_server.py" "$tmp/$2.port" "$1" &
+    python3 "$src/tests/e2e/metrics_server.py" "$tmp/$2.port" "$1" &
     pids+=($!)
     for _ in $(seq 1 400); do [ -s "$tmp/$2.port" ] && return 0; sleep 0.05; done
     echo "FAIL: metrics server $2 did not start"; exit 1

@@ -5,7 +5,7 @@
  * processes writing one file at once.
  *
  * Environment (set by tests/meson.build): TB_NULL_PLUGIN = null.so (a
- * backend row needs an opened plugin), TB_SOURCE_ROOT (to count db/
+ * backend row needs an opened plugin), TB_SOURCE_ROOT (to count store/schema/
  * migrations independently of the embedded list). */
 #define _GNU_SOURCE
 #include "metrics.h"
@@ -159,14 +159,14 @@ static int exists(const char *path)
     return stat(path, &st) == 0;
 }
 
-/* Migrations in db/ counted from the source tree: schema.sql is 1, then
+/* Migrations in store/schema/ counted from the source tree: schema.sql is 1, then
  * migrations/NNNN_*.sql must be numbered 0002, 0003, ... without gaps. */
 static int count_migration_files(void)
 {
     const char *root = getenv("TB_SOURCE_ROOT");
     if (!root)
         return -1;
-    char *dir = tb_xasprintf("%s/db/migrations", root);
+    char *dir = tb_xasprintf("%s/store/schema/migrations", root);
     DIR *d = opendir(dir);
     free(dir);
     if (!d)

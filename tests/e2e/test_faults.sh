@@ -204,7 +204,7 @@ n_ct=$(q "$db" "select count(*) from bench_case where error like '%case_timeout%
 # ------------------------------------------------------------------ 2
 # Faulty servers, through the http backend.
 if [ -f "$build/plugins/http/http.so" ]; then
-    "$python" "$src/tests/fault_server.py" --port-file "$tmp/port" --quiet 2>"$tmp/server.log" &
+    "$python" "$src/tests/e2e/fault_server.py" --port-file "$tmp/port" --quiet 2>"$tmp/server.log" &
     server_pid=$!
     for _ in $(seq 1 300); do
         [ -s "$tmp/port" ] && break

@@ -29,7 +29,7 @@ failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 pass() { echo "ok: $*"; }
 q() { sqlite3 -batch -noheader "$1" "$2"; }
-pty() { env -u COLUMNS python3 "$src/tests/pty_run.py" "$@"; } # COLUMNS OUT COMMAND...
+pty() { env -u COLUMNS python3 "$src/tests/e2e/pty_run.py" "$@"; } # COLUMNS OUT COMMAND...
 
 # A null backend over 12 batch sizes: 12 short cases.
 cat >"$tmp/twelve.ini" <<EOF
@@ -149,7 +149,7 @@ pty 90 "$tmp/tty.out" "$tb" show --db "$tmp/h.db" || fail "show on a terminal"
 long=$(tr -d '\r' <"$tmp/tty.out" | table /dev/stdin | awk 'length($0) > 90' | wc -l)
 [ "$long" = 0 ] || fail "show on a 90-column terminal: $long table lines wider"
 grep -q '^(left out to fit 90 columns' "$tmp/tty.out" || fail "show on a 90-column terminal: no note"
-COLUMNS=100 python3 "$src/tests/pty_run.py" 90 "$tmp/tty100.out" "$tb" show --db "$tmp/h.db"
+COLUMNS=100 python3 "$src/tests/e2e/pty_run.py" 90 "$tmp/tty100.out" "$tb" show --db "$tmp/h.db"
 grep -q '^(left out to fit 100 columns' "$tmp/tty100.out" || fail "COLUMNS=100 on a terminal is not the width"
 pty 90 "$tmp/wide.out" "$tb" show --db "$tmp/h.db" --wide
 grep -q 'left out' "$tmp/wide.out" && fail "show --wide left columns out"

@@ -126,7 +126,7 @@ grep -q "chat template: ChatML" "$tmp/chatml.log" || fail "chatml: $(grep 'chat 
 grep -q "chat template: Llama-3.1" "$tmp/llama3.log" || fail "llama3: $(grep 'chat template' "$tmp/llama3.log")"
 
 # ------------------------------------------------------------------ 1
-if python3 "$src/tests/serve_api.py" "${P[ar-small]}" "${P[llada-small]}" "${P[null]}" "${P[chatml]}" "${P[llama3]}" \
+if python3 "$src/tests/e2e/serve_api.py" "${P[ar-small]}" "${P[llada-small]}" "${P[null]}" "${P[chatml]}" "${P[llama3]}" \
     "$src/suites/data/tasks.jsonl" "$src/suites/data/text.jsonl" >"$tmp/api.out" 2>&1; then
     pass "serve API: $(grep -c '^ok:' "$tmp/api.out") checks"
 else
@@ -207,7 +207,7 @@ grep -q "static batching" "$tmp/static.log" || fail "--batching static: $(grep l
 for mode in continuous static; do
     p=${P[ar-small]}
     [ $mode = static ] && p=$(cat "$tmp/static.port" 2>/dev/null)
-    if python3 "$src/tests/serve_concurrent.py" "${p:-0}" "$src/suites/data/tasks.jsonl" >"$tmp/conc.out" 2>&1; then
+    if python3 "$src/tests/e2e/serve_concurrent.py" "${p:-0}" "$src/suites/data/tasks.jsonl" >"$tmp/conc.out" 2>&1; then
         pass "$mode batching: $(tail -1 "$tmp/conc.out")"
     else
         cat "$tmp/conc.out"

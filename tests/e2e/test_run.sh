@@ -28,7 +28,7 @@ q() { sqlite3 -batch -noheader "$1" "$2"; }
 # fixture (one run for this test and test_report.sh; it exited 0, or this
 # fails here): its database (a copy: nothing here changes the original) and
 # its stdout.
-if fixture=$(bash "$src/tests/quick_fixture.sh" check "$build" "$src"); then
+if fixture=$(bash "$src/tests/e2e/quick_fixture.sh" check "$build" "$src"); then
     pass "default suite ran"
     cp "$fixture" "$tmp/default.db"
     cp "$(dirname "$fixture")/quick.out" "$tmp/default.out"

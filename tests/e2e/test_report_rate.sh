@@ -37,7 +37,7 @@ fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 pass() { echo "ok: $*"; }
 kinds() { grep -o 'data-kind="[a-z]*"' "$1" | sort | uniq -c | awk '{printf "%s%s", sep, $2 "=" $1; sep=" "} END {print ""}'; }
 
-python3 "$src/tests/fault_server.py" --port-file "$tmp/port" --quiet 2>"$tmp/server.log" &
+python3 "$src/tests/e2e/fault_server.py" --port-file "$tmp/port" --quiet 2>"$tmp/server.log" &
 server=$!
 until [ -s "$tmp/port" ]; do
     kill -0 "$server" 2>/dev/null || { echo "FAIL: fault_server.py did not start"; cat "$tmp/server.log"; exit 1; }

@@ -4,7 +4,7 @@
 # dropped) and grid, times summed in µs, the units row skipped, DRAM
 # columns optional, and a file with no kernel rows refused by name.
 set -euo pipefail
-src=${2:-$(dirname "$0")/..}
+src=${2:-$(dirname "$0")/../..}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }

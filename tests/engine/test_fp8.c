@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../plugins/engine/cpu_forward.h"
-#include "../plugins/engine/fp8.h"
-#include "../plugins/engine/model.h"
+#include "../../plugins/engine/cpu_forward.h"
+#include "../../plugins/engine/fp8.h"
+#include "../../plugins/engine/model.h"
 #include "check.h"
 
 static uint64_t rng = 12345;

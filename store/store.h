@@ -1,5 +1,5 @@
 /* store.h — the SQLite history: sessions, backends, cases, samples,
- * requests and per-case statistics (db/schema.sql).
+ * requests and per-case statistics (store/schema/schema.sql).
  *
  * The schema ships in the binary as migrations (schema.sql is number 1);
  * opening a database applies the missing ones in order, each in its own

@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "../plugins/engine/moe.h"
+#include "../../plugins/engine/moe.h"
 #include "check.h"
 
 static double sig(double v) { return 1.0 / (1.0 + exp(-v)); }

@@ -325,7 +325,7 @@ pass "db merge: idempotent, two machines, order-independent, schema checks, atom
 # --- 6. the CPU engines (suites/quick.ini, batch 1 and 8: the quick.ini
 # fixture, a copy): AR as the reference line in the steps chart of the
 # diffusion engine, one steps chart per batch.
-if fixture=$(bash "$src/tests/quick_fixture.sh" check "$build" "$src"); then
+if fixture=$(bash "$src/tests/e2e/quick_fixture.sh" check "$build" "$src"); then
     cp "$fixture" "$tmp/cpu.db"
     "$tb" report --db "$tmp/cpu.db" --format html -o "$tmp/cpu.html" 2>/dev/null || fail "report of quick.ini"
     k=$(kinds "$tmp/cpu.html")
