@@ -13,8 +13,8 @@
  *     layout of existing members changed, and the plugin is refused.
  *   - struct_size is sizeof(tb_backend_ops) as the plugin was compiled.
  *     Members are only ever appended; the host reads a member only when
- *     struct_size covers it (TB_STRUCT_HAS below). A table smaller than the first
- *     ABI-1 layout is refused.
+ *     struct_size covers it (TB_STRUCT_HAS below). A table smaller than the
+ *     first ABI-1 layout is refused.
  * The same rule holds for tb_host, tb_request and tb_result: each starts with
  * its own struct_size, set by whoever allocates it.
  *
