@@ -264,7 +264,10 @@ static void one_call(const tb_call_view *cv, uint32_t k, const tb_case_metrics_o
         /* Neither emissions nor a done time: the request ended, at the
          * latest, when generate() returned. */
         int64_t done = w->t_done_ns || ne ? w->t_done_ns : call->t_return_ns;
-        tb_request_metrics_compute(w->t_submit_ns, done, w->n_output_tokens, *em_t, ne, &rm[r]);
+        if (cv->measured)
+            rm[r] = cv->measured[r];
+        else
+            tb_request_metrics_compute(w->t_submit_ns, done, w->n_output_tokens, *em_t, ne, &rm[r]);
         n_out[r] = w->n_output_tokens;
         ok[r] = w->status == TB_OK;
         tb_request_record *q = &s->requests[r];

@@ -170,6 +170,11 @@ typedef struct tb_call_view {
     const tb_raw_request *req; /* [call.n_requests] */
     const tb_emission *em;     /* [call.n_emissions], arrival order */
     const char *texts;         /* req[r].text_len bytes each, request order */
+    /* NULL, or the requests' figures as measured before ([n_requests]): a
+     * join of stored shards (shard_join.c) pools each request as stored,
+     * since its emissions were kept to the microsecond only. The
+     * emissions still give the gaps (itl_ms) and the stored JSON. */
+    const tb_request_metrics *measured;
 } tb_call_view;
 
 typedef struct tb_case_metrics_opts {
