@@ -650,6 +650,38 @@ static void test_case_measured_only(void)
     tb_case_record_free(&rec);
 }
 
+/* Calls already measured (a join of stored shards): each request's
+ * figures are the view's `measured` ones, not recomputed from the
+ * emissions; the gaps still come from the emissions, and the call's
+ * window from the measured submit and done times. */
+static void test_case_measured(void)
+{
+    fake_case f;
+    fake_case_build(&f);
+    tb_request_metrics m[3][2];
+    for (int k = 0; k < 3; k++) {
+        for (int r = 0; r < 2; r++) {
+            int64_t submit = f.req[k][r].t_submit_ns;
+            /* TTFT 1500 (the emissions say 1000), E2E 8000 */
+            m[k][r] = (tb_request_metrics){.submit_ns = submit, .done_ns = submit + 8000, .ttft_ns = 1500,
+                                           .e2e_ns = 8000, .tpot_ns = 3250, .tps = 3 / 8e-6};
+        }
+        f.v[k].measured = m[k];
+    }
+    tb_case_metrics_opts o = {.capabilities = TB_CAP_STREAMING, .seed = 1};
+    tb_case_record rec = {0};
+    tb_case_metrics(f.v, 3, &o, &rec);
+    const tb_stats *st;
+    CHECK((st = metric_of(&rec, "ttft_ms")) && st->n == 3 && st->min == 0.0015 && st->max == 0.0015);
+    CHECK((st = metric_of(&rec, "e2e_ms")) && st->n == 3 && st->max == 0.008);
+    CHECK((st = metric_of(&rec, "tpot_ms")) && st->n == 3 && st->max == 0.00325);
+    CHECK((st = metric_of(&rec, "itl_ms")) && st->n == 6 && st->min == 0.001 && st->max == 0.002);
+    CHECK((st = metric_of(&rec, "wall_ms")) && st->n == 2 && st->max == 0.008);
+    CHECK(rec.samples[1].requests[0].m.ttft_ns == 1500 && rec.samples[1].m.wall_ns == 8000);
+    CHECK_STR(rec.samples[1].requests[0].emissions_json, "[[0.001,1],[0.002,1],[0.004,1]]");
+    tb_case_record_free(&rec);
+}
+
 /* Goodput: TTFT <= limit and TPOT <= limit, an unset limit always holds. */
 static void test_case_goodput(void)
 {
@@ -1097,6 +1129,7 @@ int main(void)
     test_case_client_busy();
     test_case_goodput();
     test_case_capabilities();
+    test_case_measured();
     test_registry();
     test_registry_docs();
     test_registry_summary();
