@@ -72,38 +72,39 @@ enum {
 };
 
 const tb_metric_def tb_metric_defs[] = {
-    [M_REQ_TPS] = {"req_tps", "tokens/s", TB_BETTER_HIGHER, "requests"},
-    [M_AGG_TPS] = {"agg_tps", "tokens/s", TB_BETTER_HIGHER, "calls"},
-    [M_DECODE_TPS] = {"decode_tps", "tokens/s", TB_BETTER_HIGHER, "calls"},
-    [M_TTFT] = {"ttft_ms", "ms", TB_BETTER_LOWER, "requests"},
-    [M_TPOT] = {"tpot_ms", "ms", TB_BETTER_LOWER, "requests"},
-    [M_ITL] = {"itl_ms", "ms", TB_BETTER_LOWER, "gaps"},
-    [M_E2E] = {"e2e_ms", "ms", TB_BETTER_LOWER, "requests"},
-    [M_PREFILL] = {"prefill_ms", "ms", TB_BETTER_LOWER, "calls"},
-    [M_DECODE] = {"decode_ms", "ms", TB_BETTER_LOWER, "calls"},
-    [M_WALL] = {"wall_ms", "ms", TB_BETTER_LOWER, "calls"},
-    [M_NFE] = {"forward_passes", "count", TB_BETTER_NONE, "calls"},
-    [M_TPF] = {"tokens_per_forward", "tokens", TB_BETTER_HIGHER, "calls"},
-    [M_STEPS] = {"steps_done", "count", TB_BETTER_NONE, "requests"},
-    [M_BLOCKS] = {"blocks_done", "count", TB_BETTER_NONE, "requests"},
-    [M_ANSWER] = {"answer_tokens", "tokens", TB_BETTER_NONE, "requests"},
-    [M_REQ_RATE] = {"req_throughput", "requests/s", TB_BETTER_HIGHER, "calls"},
-    [M_ERR_RATE] = {"error_rate", "fraction", TB_BETTER_LOWER, "calls"},
-    [M_GOODPUT] = {"goodput", "requests/s", TB_BETTER_HIGHER, "calls"},
-    [M_ROOFLINE] = {"roofline_pct", "%", TB_BETTER_HIGHER, "calls"},
-    [M_RUNNER] = {"runner_us", "us", TB_BETTER_LOWER, "calls"},
-    [M_CLIENT_BUSY] = {"client_busy", "%", TB_BETTER_LOWER, "calls"},
-    [M_EXPERTS] = {"experts_per_token", "experts", TB_BETTER_NONE, "calls"},
-    [M_ACTIVE_BYTES] = {"active_bytes_per_token", "bytes", TB_BETTER_LOWER, "calls"},
+    [M_REQ_TPS] = {"req_tps", "tokens/s", TB_BETTER_HIGHER, "requests", "median:req_tps_median p5:req_tps_p5"},
+    [M_AGG_TPS] = {"agg_tps", "tokens/s", TB_BETTER_HIGHER, "calls", "n:calls median:aggregate_tps cv:agg_tps_cv"},
+    [M_DECODE_TPS] = {"decode_tps", "tokens/s", TB_BETTER_HIGHER, "calls", "median:decode_tps"},
+    [M_TTFT] = {"ttft_ms", "ms", TB_BETTER_LOWER, "requests", "median:ttft_ms p90:ttft_p90_ms p99:ttft_p99_ms"},
+    [M_TPOT] = {"tpot_ms", "ms", TB_BETTER_LOWER, "requests", "median:tpot_ms p90:tpot_p90_ms p99:tpot_p99_ms"},
+    [M_ITL] = {"itl_ms", "ms", TB_BETTER_LOWER, "gaps", "p90:itl_p90_ms p99:itl_p99_ms"},
+    [M_E2E] = {"e2e_ms", "ms", TB_BETTER_LOWER, "requests", "median:e2e_ms p95:e2e_p95_ms p90:e2e_p90_ms p99:e2e_p99_ms"},
+    [M_PREFILL] = {"prefill_ms", "ms", TB_BETTER_LOWER, "calls", NULL},
+    [M_DECODE] = {"decode_ms", "ms", TB_BETTER_LOWER, "calls", NULL},
+    [M_WALL] = {"wall_ms", "ms", TB_BETTER_LOWER, "calls", NULL},
+    [M_NFE] = {"forward_passes", "count", TB_BETTER_NONE, "calls", "median:nfe"},
+    [M_TPF] = {"tokens_per_forward", "tokens", TB_BETTER_HIGHER, "calls", "median:tokens_per_forward"},
+    [M_STEPS] = {"steps_done", "count", TB_BETTER_NONE, "requests", "median:steps_done"},
+    [M_BLOCKS] = {"blocks_done", "count", TB_BETTER_NONE, "requests", NULL},
+    [M_ANSWER] = {"answer_tokens", "tokens", TB_BETTER_NONE, "requests", "median:answer_tokens"},
+    [M_REQ_RATE] = {"req_throughput", "requests/s", TB_BETTER_HIGHER, "calls", "median:req_per_s"},
+    /* (the view's error_rate counts the requests itself, over the case) */
+    [M_ERR_RATE] = {"error_rate", "fraction", TB_BETTER_LOWER, "calls", NULL},
+    [M_GOODPUT] = {"goodput", "requests/s", TB_BETTER_HIGHER, "calls", "median:goodput"},
+    [M_ROOFLINE] = {"roofline_pct", "%", TB_BETTER_HIGHER, "calls", NULL},
+    [M_RUNNER] = {"runner_us", "us", TB_BETTER_LOWER, "calls", NULL},
+    [M_CLIENT_BUSY] = {"client_busy", "%", TB_BETTER_LOWER, "calls", NULL},
+    [M_EXPERTS] = {"experts_per_token", "experts", TB_BETTER_NONE, "calls", NULL},
+    [M_ACTIVE_BYTES] = {"active_bytes_per_token", "bytes", TB_BETTER_LOWER, "calls", NULL},
     /* The quality metrics (quality.c, judge.c); "quality" is a score
      * another tool may store with the runs. */
-    {"quality", "score", TB_BETTER_HIGHER, "samples"},
-    {"accuracy", "fraction", TB_BETTER_HIGHER, "items"},
-    {"accuracy_", "fraction", TB_BETTER_HIGHER, "items"},
-    {"judge_ppl", "perplexity", TB_BETTER_LOWER, "requests"},
-    {"repetition", "fraction", TB_BETTER_LOWER, "requests"},
-    {"distinct", "fraction", TB_BETTER_HIGHER, "requests"},
-    {"errors_", "requests", TB_BETTER_LOWER, "calls"},
+    {"quality", "score", TB_BETTER_HIGHER, "samples", NULL},
+    {"accuracy", "fraction", TB_BETTER_HIGHER, "items", "median:accuracy ci_lo:accuracy_ci_lo ci_hi:accuracy_ci_hi"},
+    {"accuracy_", "fraction", TB_BETTER_HIGHER, "items", NULL},
+    {"judge_ppl", "perplexity", TB_BETTER_LOWER, "requests", "median:judge_ppl"},
+    {"repetition", "fraction", TB_BETTER_LOWER, "requests", "median:repetition"},
+    {"distinct", "fraction", TB_BETTER_HIGHER, "requests", NULL},
+    {"errors_", "requests", TB_BETTER_LOWER, "calls", NULL},
 };
 const size_t tb_n_metric_defs = sizeof tb_metric_defs / sizeof *tb_metric_defs;
 
@@ -116,6 +117,12 @@ const tb_metric_def *tb_metric_find(const char *name)
             return &tb_metric_defs[i];
     }
     return NULL;
+}
+
+const char *tb_metric_unit(const char *name)
+{
+    const tb_metric_def *d = tb_metric_find(name);
+    return d ? d->unit : NULL;
 }
 
 const char *const tb_error_classes[] = {
@@ -257,7 +264,10 @@ static void one_call(const tb_call_view *cv, uint32_t k, const tb_case_metrics_o
         /* Neither emissions nor a done time: the request ended, at the
          * latest, when generate() returned. */
         int64_t done = w->t_done_ns || ne ? w->t_done_ns : call->t_return_ns;
-        tb_request_metrics_compute(w->t_submit_ns, done, w->n_output_tokens, *em_t, ne, &rm[r]);
+        if (cv->measured)
+            rm[r] = cv->measured[r];
+        else
+            tb_request_metrics_compute(w->t_submit_ns, done, w->n_output_tokens, *em_t, ne, &rm[r]);
         n_out[r] = w->n_output_tokens;
         ok[r] = w->status == TB_OK;
         tb_request_record *q = &s->requests[r];
@@ -356,18 +366,6 @@ static void one_call(const tb_call_view *cv, uint32_t k, const tb_case_metrics_o
     free(ix.idx);
 }
 
-/* "errors_" + class, for the metric rows (static storage). */
-static const char *class_metric_name(size_t k)
-{
-    static const char *const names[] = {
-        "errors_connect", "errors_timeout", "errors_http_429", "errors_http_4xx", "errors_http_5xx",
-        "errors_server_error", "errors_malformed_stream", "errors_dropped", "errors_other",
-    };
-    _Static_assert(sizeof names / sizeof *names == sizeof tb_error_classes / sizeof *tb_error_classes,
-                   "one metric name per error class");
-    return names[k];
-}
-
 void tb_case_metrics(const tb_call_view *calls, size_t n_calls, const tb_case_metrics_opts *o,
                      tb_case_record *rec)
 {
@@ -390,7 +388,9 @@ void tb_case_metrics(const tb_call_view *calls, size_t n_calls, const tb_case_me
         for (size_t i = 0; i < cls[k].n; i++)
             any += cls[k].v[i];
         if (any > 0) {
-            tb_metric_record *mr = tb_case_record_add_metric(rec, class_metric_name(k), "requests");
+            char *name = tb_xasprintf("errors_%s", tb_error_classes[k]);
+            tb_metric_record *mr = tb_case_record_add_metric(rec, name, tb_metric_unit(name));
+            mr->name_buf = name;
             tb_stats_compute_ci(cls[k].v, cls[k].n, o->seed, 1, &mr->st);
         }
         free(cls[k].v);

@@ -105,21 +105,37 @@ typedef enum tb_metric_better {
 } tb_metric_better;
 
 /* One metric the runner stores per case (docs/METRICS.md has each
- * definition). The registry's order is the reports' display order. */
+ * definition; its table "Every stored metric" is this registry, row for
+ * row, and tests/unit/test_metrics.c holds the two to agreement). The
+ * registry's order is the reports' display order. */
 typedef struct tb_metric_def {
-    const char *name, *unit;
+    const char *name; /* the metric table's name; ending in '_': a
+                         prefix (accuracy_TAG, errors_CLASS) */
+    const char *unit; /* the metric table's unit, stored with each row */
     tb_metric_better better;
     const char *samples; /* what its n counts, plural: "calls" (one value
                             per measured call), "requests", "gaps",
                             "items" (accuracy: distinct items graded) */
+    const char *summary; /* the `summary` view's columns that read this
+                            metric's row, "STAT:COLUMN ..." (STAT a
+                            metric-table column: n, median, p90 ...);
+                            NULL: none. The view is frozen SQL of a
+                            migration: the unit test checks it does this. */
 } tb_metric_def;
 
 /* The registry, and a metric by name: the names built from a prefix
  * (accuracy_TAG, errors_CLASS) are found by their prefix's entry
- * (accuracy_, errors_). NULL: not a metric tokbench stores. */
+ * (accuracy_, errors_). NULL: not a metric tokbench stores. Iterate
+ * tb_metric_defs[0 .. tb_n_metric_defs) for every metric (compare,
+ * history, the reports' order). */
 extern const tb_metric_def tb_metric_defs[];
 extern const size_t tb_n_metric_defs;
 const tb_metric_def *tb_metric_find(const char *name);
+
+/* The registry's unit of a stored metric name (a prefix's for a built
+ * name): what every writer of a metric row puts beside it. NULL: not a
+ * registered name (a bug of the caller). */
+const char *tb_metric_unit(const char *name);
 
 /* Error classes of failed requests: the word before ": " at the start of
  * the request's error (backend.h, "error classes"); the last, "other", is
@@ -154,6 +170,11 @@ typedef struct tb_call_view {
     const tb_raw_request *req; /* [call.n_requests] */
     const tb_emission *em;     /* [call.n_emissions], arrival order */
     const char *texts;         /* req[r].text_len bytes each, request order */
+    /* NULL, or the requests' figures as measured before ([n_requests]): a
+     * join of stored shards (shard_join.c) pools each request as stored,
+     * since its emissions were kept to the microsecond only. The
+     * emissions still give the gaps (itl_ms) and the stored JSON. */
+    const tb_request_metrics *measured;
 } tb_call_view;
 
 typedef struct tb_case_metrics_opts {

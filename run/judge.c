@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "metrics.h"
 #include "stats.h"
 #include "util.h"
 #include "worker_client.h"
@@ -114,7 +115,7 @@ static int store_scores(tb_store *st, const tb_plan *plan, const answer *a, size
         if (i + 1 == n || a[i + 1].a->case_id != a[i].a->case_id) {
             if (nv) {
                 case_ids[n_rows] = a[i].a->case_id;
-                rows[n_rows] = (tb_metric_record){.name = "judge_ppl", .unit = "perplexity"};
+                rows[n_rows] = (tb_metric_record){.name = "judge_ppl", .unit = tb_metric_unit("judge_ppl")};
                 tb_stats_compute(vals, nv, plan->suite->seed, &rows[n_rows].st);
                 n_rows++;
             }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "metrics.h"
 #include "prompt_set.h"
 #include "scorers.h"
 #include "util.h"
@@ -149,7 +150,7 @@ void tb_quality_metrics(tb_quality_acc *q, uint64_t seed, tb_metric_record **arr
     if (q->all.graded > 0) {
         tb_metric_record *m = grow(arr, n);
         m->name = "accuracy";
-        m->unit = "fraction";
+        m->unit = tb_metric_unit(m->name);
         tb_proportion_stats(q->all.correct / q->all.graded, q->all.items, &m->st);
     }
     for (size_t k = 0; k < q->n_tags; k++) {
@@ -158,17 +159,17 @@ void tb_quality_metrics(tb_quality_acc *q, uint64_t seed, tb_metric_record **arr
         tb_metric_record *m = grow(arr, n);
         m->name_buf = tb_xasprintf("accuracy_%s", q->tags[k]);
         m->name = m->name_buf;
-        m->unit = "fraction";
+        m->unit = tb_metric_unit(m->name);
         tb_proportion_stats(q->by_tag[k].correct / q->by_tag[k].graded, q->by_tag[k].items, &m->st);
     }
     if (q->n_vals) {
         tb_metric_record *m = grow(arr, n);
         m->name = "repetition";
-        m->unit = "fraction";
+        m->unit = tb_metric_unit(m->name);
         tb_stats_compute(q->rep, q->n_vals, seed, &m->st);
         m = grow(arr, n);
         m->name = "distinct";
-        m->unit = "fraction";
+        m->unit = tb_metric_unit(m->name);
         tb_stats_compute(q->dist, q->n_vals, seed, &m->st);
     }
 }

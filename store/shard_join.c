@@ -1,6 +1,8 @@
-/* shard_join.c — see shard_join.h. Rows are copied by the columns the
- * target's schema has (so columns a later migration adds travel), with
- * the few that a join changes given as SQL expressions. */
+/* shard_join.c — see shard_join.h. The session and backend rows are
+ * copied by the columns the target's schema has (so columns a later
+ * migration adds travel), with the few that a join changes given as SQL
+ * expressions; the cases go through the store (tb_store_case), their
+ * figures through tb_case_metrics. */
 #define _GNU_SOURCE
 #include "shard_join.h"
 
@@ -12,7 +14,10 @@
 #include <string.h>
 
 #include "metrics.h"
-#include "stats.h"
+#include "plan.h"
+#include "record.h"
+#include "store.h"
+#include "tokbench/backend.h"
 #include "util.h"
 
 typedef struct override {
@@ -121,60 +126,69 @@ static int64_t q_int(joiner *j, char *sql, int64_t dflt)
 
 /* ------------------------------------------------------ the pooled case */
 
-typedef struct dvec {
-    double *v;
-    size_t n;
-} dvec;
+/* One pooled call being built: repetition r of every shard, its requests
+ * on one clock (each host's monotonic times plus its realtime offset). */
+typedef struct pooled_call {
+    tb_raw_call call;
+    tb_raw_request *req;    /* [call.n_requests] */
+    tb_request_metrics *rm; /* [call.n_requests]: as each shard stored them */
+    tb_emission *em;        /* [call.n_emissions] */
+    tb_str texts;           /* req[r].text_len bytes each */
+} pooled_call;
 
-static void push(dvec *d, double x)
+static void pooled_call_free(pooled_call *p)
 {
-    d->v = tb_xrealloc(d->v, (d->n + 1) * sizeof *d->v);
-    d->v[d->n++] = x;
+    free(p->req);
+    free(p->rm);
+    free(p->em);
+    tb_str_free(&p->texts);
 }
 
-enum { P_REQ_TPS, P_TTFT, P_TPOT, P_E2E, P_ITL, P_STEPS, P_ANSWER, P_AGG, P_WALL, P_REQ_RATE, P_ERR_RATE,
-       P_GOODPUT, P_RUNNER, P_CLIENT, P_COUNT };
-static const char *const pooled_names[P_COUNT] = {
-    "req_tps", "ttft_ms", "tpot_ms", "e2e_ms", "itl_ms", "steps_done", "answer_tokens", "agg_tps", "wall_ms",
-    "req_throughput", "error_rate", "goodput", "runner_us", "client_busy",
-};
-
-/* Gaps between the emissions of one stored emissions_json. */
-static void itl_gaps(const char *json, dvec *out)
+/* A stored request's emissions_json ([[ms since submit, tokens], ...],
+ * kept to the microsecond) as request r's emissions on the pooled clock. */
+static void add_emissions(pooled_call *p, const char *json, uint32_t r, int64_t submit_ns)
 {
     cJSON *a = cJSON_Parse(json ? json : "[]"), *e;
-    double last = NAN;
     cJSON_ArrayForEach(e, a)
     {
-        cJSON *t = cJSON_GetArrayItem(e, 0);
+        cJSON *t = cJSON_GetArrayItem(e, 0), *k = cJSON_GetArrayItem(e, 1);
         if (!cJSON_IsNumber(t))
             continue;
-        if (!isnan(last))
-            push(out, t->valuedouble - last);
-        last = t->valuedouble;
+        p->em = tb_xrealloc(p->em, (p->call.n_emissions + 1) * sizeof *p->em);
+        p->em[p->call.n_emissions++] = (tb_emission){
+            .t_ns = submit_ns + llround(t->valuedouble * 1e6),
+            .request = r,
+            .n_tokens = cJSON_IsNumber(k) && k->valuedouble > 0 ? (uint32_t)k->valuedouble : 0,
+        };
     }
     cJSON_Delete(a);
 }
 
-typedef struct pooled_case {
-    dvec m[P_COUNT];
-    dvec *cls; /* [tb_n_error_classes]: failed requests per class per call */
-} pooled_case;
+static int64_t col_int(sqlite3_stmt *q, int c, int64_t if_null)
+{
+    return sqlite3_column_type(q, c) == SQLITE_NULL ? if_null : sqlite3_column_int64(q, c);
+}
 
-/* Pool repetition `rep` of the n shard cases into one sample of case
- * new_case; measured ones add to pc. 0 or -1. */
-static int pool_sample(joiner *j, const int64_t *cases, const int64_t *offsets, size_t n, int rep,
-                       int64_t new_case, double ttft_lim, double tpot_lim, pooled_case *pc)
+static uint64_t col_hash(sqlite3_stmt *q, int c)
+{
+    const char *h = (const char *)sqlite3_column_text(q, c);
+    return h ? strtoull(h, NULL, 16) : 0;
+}
+
+/* Pool repetition `rep` of the n shard cases into *p: the raw call that
+ * the figures of tb_case_metrics() come from. 0 or -1. */
+static int pool_call(joiner *j, const int64_t *cases, const int64_t *offsets, size_t n, int rep, pooled_call *p)
 {
     int64_t *samples = tb_xcalloc(n, sizeof *samples), *t0 = tb_xcalloc(n, sizeof *t0);
-    int warm = 0, rc = -1;
-    int64_t runner = 0, emissions = 0, recount = 0, start = INT64_MAX;
-    int recount_known = 1;
-    double client = NAN;
+    int rc = -1;
+    memset(p, 0, sizeof *p);
+    p->call.t_call_ns = INT64_MAX;
+    p->call.prefill_ns = p->call.decode_ns = -1; /* no one call's phases */
+    p->call.peak_device_bytes = p->call.energy_mj = -1;
+    double busy = 0;
     for (size_t k = 0; k < n; k++) {
-        char *sql = sqlite3_mprintf("SELECT id, warmup, start_ns, runner_ns, n_emissions, recount_tokens, client_busy"
-                                    " FROM sample WHERE case_id = %lld AND repetition = %d",
-                                    (long long)cases[k], rep);
+        char *sql = sqlite3_mprintf("SELECT id, warmup, start_ns, runner_ns, client_busy FROM sample WHERE case_id ="
+                                    " %lld AND repetition = %d", (long long)cases[k], rep);
         sqlite3_stmt *q = prep(j, sql);
         sqlite3_free(sql);
         if (!q)
@@ -185,167 +199,106 @@ static int pool_sample(joiner *j, const int64_t *cases, const int64_t *offsets, 
             goto out;
         }
         samples[k] = sqlite3_column_int64(q, 0);
-        warm |= sqlite3_column_int(q, 1);
+        p->call.is_warmup |= sqlite3_column_int(q, 1) != 0;
         t0[k] = sqlite3_column_int64(q, 2) + offsets[k]; /* realtime */
-        if (t0[k] < start)
-            start = t0[k];
-        if (sqlite3_column_int64(q, 3) > runner)
-            runner = sqlite3_column_int64(q, 3);
-        emissions += sqlite3_column_int64(q, 4);
-        if (sqlite3_column_type(q, 5) == SQLITE_NULL)
-            recount_known = 0;
-        else
-            recount += sqlite3_column_int64(q, 5);
-        if (sqlite3_column_type(q, 6) != SQLITE_NULL && !(sqlite3_column_double(q, 6) <= client))
-            client = sqlite3_column_double(q, 6); /* the busiest shard's client */
+        if (t0[k] < p->call.t_call_ns)
+            p->call.t_call_ns = t0[k];
+        if (sqlite3_column_int64(q, 3) > p->call.runner_ns)
+            p->call.runner_ns = sqlite3_column_int64(q, 3);
+        /* stored in %; the busiest shard's client */
+        if (sqlite3_column_type(q, 4) != SQLITE_NULL && sqlite3_column_double(q, 4) / 100.0 > busy)
+            busy = sqlite3_column_double(q, 4) / 100.0;
         sqlite3_finalize(q);
     }
-    /* the pooled sample, its figures filled in once its requests are in */
-    char *sql = sqlite3_mprintf("INSERT INTO sample (case_id, repetition, warmup, n_requests, wall_ns, output_tokens,"
-                                " recount_tokens, n_emissions, runner_ns, start_ns, client_busy)"
-                                " VALUES (%lld, %d, %d, 0, 0, 0, NULL, %lld, %lld, %lld, NULL)",
-                                (long long)new_case, rep, warm, (long long)emissions, (long long)runner,
-                                (long long)start);
-    int e = exec(j, sql);
-    sqlite3_free(sql);
-    if (e)
-        goto out;
-    int64_t sample = sqlite3_last_insert_rowid(j->db);
-    tb_request_metrics *rm = NULL;
-    uint32_t *n_out = NULL;
-    int *ok = NULL;
-    size_t nr = 0;
+    p->call.client_busy = busy;
     for (size_t k = 0; k < n; k++) {
-        sql = sqlite3_mprintf("SELECT id, status, submit_offset_ns, ttft_ns, e2e_ns, tpot_ns, tps, output_tokens,"
-                              " error, steps_done, answer_tokens, emissions_json FROM request WHERE sample_id = %lld"
-                              " ORDER BY idx", (long long)samples[k]);
+        char *sql = sqlite3_mprintf("SELECT status, error, submit_offset_ns, ttft_ns, e2e_ns, tpot_ns, tps,"
+                                    " requested_tokens, output_tokens, recount_tokens, steps_done, answer_tokens,"
+                                    " output_hash, emissions_json, prompt_idx, scored, output_text, prompt_hash,"
+                                    " prompt_tokens, blocks_done FROM request WHERE sample_id = %lld ORDER BY idx",
+                                    (long long)samples[k]);
         sqlite3_stmt *q = prep(j, sql);
         sqlite3_free(sql);
         if (!q)
-            goto out_req;
+            goto out;
         int step;
         while ((step = sqlite3_step(q)) == SQLITE_ROW) {
-            rm = tb_xrealloc(rm, (nr + 1) * sizeof *rm);
-            n_out = tb_xrealloc(n_out, (nr + 1) * sizeof *n_out);
-            ok = tb_xrealloc(ok, (nr + 1) * sizeof *ok);
-            int64_t submit = t0[k] + sqlite3_column_int64(q, 2) - start;
-            tb_request_metrics *m = &rm[nr];
-            m->submit_ns = submit;
-            m->ttft_ns = sqlite3_column_int64(q, 3);
-            m->e2e_ns = sqlite3_column_int64(q, 4);
-            m->done_ns = submit + m->e2e_ns;
-            m->tpot_ns = sqlite3_column_type(q, 5) == SQLITE_NULL ? NAN : sqlite3_column_double(q, 5);
-            m->tps = sqlite3_column_type(q, 6) == SQLITE_NULL ? NAN : sqlite3_column_double(q, 6);
-            n_out[nr] = (uint32_t)sqlite3_column_int64(q, 7);
-            ok[nr] = strcmp((const char *)sqlite3_column_text(q, 1), "ok") == 0;
-            if (!warm && ok[nr]) { /* the per-request sets, as metrics.c fills them */
-                push(&pc->m[P_REQ_TPS], m->tps);
-                push(&pc->m[P_TTFT], (double)m->ttft_ns * 1e-6);
-                push(&pc->m[P_TPOT], m->tpot_ns * 1e-6);
-                push(&pc->m[P_E2E], (double)m->e2e_ns * 1e-6);
-                if (sqlite3_column_int64(q, 9) > 0)
-                    push(&pc->m[P_STEPS], (double)sqlite3_column_int64(q, 9));
-                if (sqlite3_column_type(q, 10) != SQLITE_NULL)
-                    push(&pc->m[P_ANSWER], (double)sqlite3_column_int64(q, 10));
-                itl_gaps((const char *)sqlite3_column_text(q, 11), &pc->m[P_ITL]);
-            }
-            override ov[] = {
-                {"sample_id", sqlite3_mprintf("%lld", (long long)sample)},
-                {"idx", sqlite3_mprintf("%lld", (long long)nr)},
-                {"submit_offset_ns", sqlite3_mprintf("%lld", (long long)submit)},
+            uint32_t r = p->call.n_requests++;
+            p->req = tb_xrealloc(p->req, (size_t)p->call.n_requests * sizeof *p->req);
+            p->rm = tb_xrealloc(p->rm, (size_t)p->call.n_requests * sizeof *p->rm);
+            int64_t submit = t0[k] + sqlite3_column_int64(q, 2);
+            tb_request_metrics *m = &p->rm[r];
+            *m = (tb_request_metrics){
+                .submit_ns = submit,
+                .ttft_ns = col_int(q, 3, 0),
+                .e2e_ns = col_int(q, 4, 0),
+                .tpot_ns = sqlite3_column_type(q, 5) == SQLITE_NULL ? NAN : sqlite3_column_double(q, 5),
+                .tps = sqlite3_column_type(q, 6) == SQLITE_NULL ? NAN : sqlite3_column_double(q, 6),
             };
-            if (copy_row(j, "request", sqlite3_column_int64(q, 0), ov, 3) < 0) {
-                sqlite3_finalize(q);
-                goto out_req;
-            }
-            nr++;
+            m->done_ns = submit + m->e2e_ns;
+            const char *status = (const char *)sqlite3_column_text(q, 0);
+            const char *error = (const char *)sqlite3_column_text(q, 1);
+            const char *text = (const char *)sqlite3_column_text(q, 16);
+            tb_raw_request *w = &p->req[r];
+            *w = (tb_raw_request){
+                .t_submit_ns = submit,
+                .t_done_ns = m->done_ns,
+                .status = status && strcmp(status, "ok") == 0 ? TB_OK : TB_ERR,
+                .n_output_tokens = (uint32_t)sqlite3_column_int64(q, 8),
+                .recount = (int32_t)col_int(q, 9, -1),
+                .steps_done = (uint32_t)col_int(q, 10, 0),
+                .blocks_done = (uint32_t)col_int(q, 19, 0),
+                .answer_tokens = (uint32_t)col_int(q, 11, TB_UNKNOWN_COUNT),
+                .text_len = text ? (uint32_t)strlen(text) : 0,
+                .output_hash = col_hash(q, 12),
+                .prompt_hash = col_hash(q, 17),
+                .prompt_idx = (int32_t)col_int(q, 14, -1),
+                .scored = (uint32_t)sqlite3_column_int(q, 15),
+                .prompt_tokens = (uint32_t)col_int(q, 18, 0),
+                .max_tokens = (uint32_t)sqlite3_column_int64(q, 7),
+            };
+            snprintf(w->error, sizeof w->error, "%s", error ? error : "");
+            if (text)
+                tb_str_append(&p->texts, text);
+            add_emissions(p, (const char *)sqlite3_column_text(q, 13), r, submit);
+            if (m->done_ns > p->call.t_return_ns)
+                p->call.t_return_ns = m->done_ns;
         }
         sqlite3_finalize(q);
         if (step != SQLITE_DONE) {
             fail_db(j, "reading a shard's requests");
-            goto out_req;
-        }
-    }
-    {
-        tb_rep_metrics rep_m;
-        tb_rep_metrics_compute(rm, n_out, ok, nr, -1, 0, &rep_m);
-        size_t n_ok = 0, n_good = 0;
-        for (size_t r = 0; r < nr; r++)
-            if (ok[r]) {
-                n_ok++;
-                n_good += tb_request_good(&rm[r], ttft_lim, tpot_lim);
-            }
-        char agg[64];
-        snprintf(agg, sizeof agg, isfinite(rep_m.aggregate_tps) ? "%.17g" : "NULL", rep_m.aggregate_tps);
-        char busy[64], rec[32];
-        snprintf(busy, sizeof busy, isnan(client) ? "NULL" : "%.17g", client);
-        snprintf(rec, sizeof rec, recount_known ? "%lld" : "NULL", (long long)recount);
-        sql = sqlite3_mprintf("UPDATE sample SET n_requests = %lld, wall_ns = %lld, output_tokens = %lld,"
-                              " aggregate_tps = %s, client_busy = %s, recount_tokens = %s WHERE id = %lld",
-                              (long long)nr, (long long)rep_m.wall_ns, (long long)rep_m.output_tokens, agg, busy,
-                              rec, (long long)sample);
-        e = exec(j, sql);
-        sqlite3_free(sql);
-        if (e)
-            goto out_req;
-        if (!warm) { /* the per-call sets */
-            double wall_s = (double)rep_m.wall_ns * 1e-9;
-            push(&pc->m[P_AGG], rep_m.aggregate_tps);
-            push(&pc->m[P_WALL], (double)rep_m.wall_ns * 1e-6);
-            push(&pc->m[P_REQ_RATE], wall_s > 0 ? (double)n_ok / wall_s : NAN);
-            push(&pc->m[P_ERR_RATE], nr ? (double)(nr - n_ok) / (double)nr : NAN);
-            if (ttft_lim > 0 || tpot_lim > 0)
-                push(&pc->m[P_GOODPUT], wall_s > 0 ? (double)n_good / wall_s : NAN);
-            push(&pc->m[P_RUNNER], (double)runner * 1e-3);
-            if (!isnan(client))
-                push(&pc->m[P_CLIENT], client);
-            for (size_t c = 0; c < tb_n_error_classes; c++)
-                push(&pc->cls[c], 0);
-            for (size_t r = 0; r < nr; r++)
-                if (!ok[r]) {
-                    char *sqle = sqlite3_mprintf("SELECT error FROM request WHERE sample_id = %lld AND idx = %lld",
-                                                 (long long)sample, (long long)r);
-                    sqlite3_stmt *qe = prep(j, sqle);
-                    sqlite3_free(sqle);
-                    if (qe && sqlite3_step(qe) == SQLITE_ROW)
-                        pc->cls[tb_error_class((const char *)sqlite3_column_text(qe, 0))].v[pc->cls[0].n - 1] += 1;
-                    sqlite3_finalize(qe);
-                }
+            goto out;
         }
     }
     rc = 0;
-out_req:
-    free(rm);
-    free(n_out);
-    free(ok);
 out:
     free(samples);
     free(t0);
     return rc;
 }
 
-static int insert_metric(joiner *j, int64_t case_id, const char *name, const dvec *d, uint64_t seed, int with_ci)
+/* The joined case's samples and metric rows into rec: repetition r pools
+ * repetition r of every shard, and tb_case_metrics() computes every
+ * figure from the pooled calls as it does for one machine's. 0 or -1. */
+static int pool_case(joiner *j, const int64_t *cases, const int64_t *offsets, size_t n,
+                     const tb_case_metrics_opts *o, tb_case_record *rec)
 {
-    tb_stats st;
-    tb_stats_compute_ci(d->v, d->n, seed, with_ci, &st);
-    if (st.n == 0)
-        return 0;
-    const tb_metric_def *def = tb_metric_find(name);
-    sqlite3_stmt *q = prep(j, "INSERT INTO metric (case_id, name, unit, n, median, p5, p95, mean, stdev, cv, min, max,"
-                              " ci_lo, ci_hi, p90, p99) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
-    if (!q)
-        return -1;
-    sqlite3_bind_int64(q, 1, case_id);
-    sqlite3_bind_text(q, 2, name, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(q, 3, def ? def->unit : "", -1, SQLITE_STATIC);
-    sqlite3_bind_int64(q, 4, (int64_t)st.n);
-    const double v[] = {st.median, st.p5, st.p95, st.mean, st.stdev, st.cv, st.min, st.max, st.ci_lo, st.ci_hi,
-                        st.p90, st.p99};
-    for (int k = 0; k < 12; k++)
-        if (isfinite(v[k]))
-            sqlite3_bind_double(q, 5 + k, v[k]);
-    int rc = sqlite3_step(q) == SQLITE_DONE ? 0 : fail_db(j, "storing a pooled metric");
-    sqlite3_finalize(q);
+    int reps = (int)q_int(j, sqlite3_mprintf("SELECT count(*) FROM sample WHERE case_id = %lld", (long long)cases[0]),
+                          0);
+    pooled_call *pc = tb_xcalloc(reps > 0 ? (size_t)reps : 1, sizeof *pc);
+    tb_call_view *v = tb_xcalloc(reps > 0 ? (size_t)reps : 1, sizeof *v);
+    int rc = 0;
+    for (int r = 0; rc == 0 && r < reps; r++) {
+        rc = pool_call(j, cases, offsets, n, r, &pc[r]);
+        v[r] = (tb_call_view){.call = pc[r].call, .req = pc[r].req, .em = pc[r].em,
+                              .texts = pc[r].texts.s ? pc[r].texts.s : "", .measured = pc[r].rm};
+    }
+    if (rc == 0)
+        tb_case_metrics(v, (size_t)reps, o, rec);
+    for (int r = 0; r < reps; r++)
+        pooled_call_free(&pc[r]);
+    free(pc);
+    free(v);
     return rc;
 }
 
@@ -409,20 +362,31 @@ static char *mismatch(joiner *j, const shard_row *s, size_t n)
     return NULL;
 }
 
-static int join_run(joiner *j, const shard_row *s, size_t n, const char *uuid, const char *start_at)
+/* The joined session's own rows, in one transaction: the session (shard
+ * 0's, pooling n shards, on the realtime clock; 'running' until its cases
+ * are in), its shard rows and its backends (by label). A session of this
+ * uuid left unfinished by a join that died is replaced. Its id, or -1. */
+static int64_t begin_session(joiner *j, const shard_row *s, size_t n, const char *uuid)
 {
     int64_t *ids = tb_xcalloc(n, sizeof *ids);
     for (size_t k = 0; k < n; k++)
         ids[k] = s[k].id;
     char *list = id_list(ids, n);
-    int rc = -1;
-    /* the session: shard 0's, pooling n shards, on the realtime clock */
+    free(ids);
+    int64_t session = -1;
+    if (exec(j, "SAVEPOINT shard_join") != 0) {
+        free(list);
+        return -1;
+    }
+    char *sql = sqlite3_mprintf("DELETE FROM session WHERE uuid = %Q AND status <> 'completed'", uuid);
+    int e = exec(j, sql);
+    sqlite3_free(sql);
     override sov[] = {
         {"uuid", sqlite3_mprintf("%Q", uuid)},
         {"command_line", sqlite3_mprintf("%Q", "tokbench db merge: the shards of one run joined")},
         {"started_at", sqlite3_mprintf("(SELECT min(started_at) FROM session WHERE id IN (%s))", list)},
         {"finished_at", sqlite3_mprintf("(SELECT max(finished_at) FROM session WHERE id IN (%s))", list)},
-        {"status", sqlite3_mprintf("'completed'")},
+        {"status", sqlite3_mprintf("'running'")},
         {"shard_index", sqlite3_mprintf("NULL")},
         {"shard_count", sqlite3_mprintf("%lld", (long long)n)},
         {"clock_offset_ns", sqlite3_mprintf("0")},
@@ -432,183 +396,277 @@ static int join_run(joiner *j, const shard_row *s, size_t n, const char *uuid, c
         {"owner_pid", sqlite3_mprintf("NULL")},
         {"owner_start_ticks", sqlite3_mprintf("NULL")},
     };
-    int64_t session = copy_row(j, "session", s[0].id, sov, sizeof sov / sizeof *sov);
-    if (session < 0)
-        goto out;
-    for (size_t k = 0; k < n; k++) {
-        char *sql = sqlite3_mprintf("INSERT INTO shard (session_id, shard_index, source_uuid, hostname, seed,"
-                                    " clock_offset_ns, offset_to_first_ns, start_late_ns) SELECT %lld, s.shard_index,"
-                                    " s.uuid, m.hostname, s.seed, s.clock_offset_ns, s.clock_offset_ns - %lld,"
-                                    " s.start_late_ns FROM session s JOIN machine m ON m.id = s.machine_id WHERE"
-                                    " s.id = %lld",
-                                    (long long)session, (long long)s[0].clock_offset, (long long)s[k].id);
-        int e = exec(j, sql);
+    size_t n_sov = sizeof sov / sizeof *sov;
+    if (e == 0)
+        session = copy_row(j, "session", s[0].id, sov, n_sov);
+    for (size_t i = 0; i < n_sov; i++)
+        sqlite3_free(sov[i].expr); /* NULL once copy_row took them */
+    for (size_t k = 0; session >= 0 && k < n; k++) {
+        sql = sqlite3_mprintf("INSERT INTO shard (session_id, shard_index, source_uuid, hostname, seed,"
+                              " clock_offset_ns, offset_to_first_ns, start_late_ns) SELECT %lld, s.shard_index,"
+                              " s.uuid, m.hostname, s.seed, s.clock_offset_ns, s.clock_offset_ns - %lld,"
+                              " s.start_late_ns FROM session s JOIN machine m ON m.id = s.machine_id WHERE"
+                              " s.id = %lld",
+                              (long long)session, (long long)s[0].clock_offset, (long long)s[k].id);
+        if (exec(j, sql) != 0)
+            session = -1;
         sqlite3_free(sql);
-        if (e)
-            goto out;
     }
-    /* backends by label */
-    char *sql = sqlite3_mprintf("SELECT id FROM backend WHERE session_id = %lld ORDER BY id", (long long)s[0].id);
-    sqlite3_stmt *qb = prep(j, sql);
-    sqlite3_free(sql);
-    if (!qb)
-        goto out;
-    while (sqlite3_step(qb) == SQLITE_ROW) {
-        override ov[] = {{"session_id", sqlite3_mprintf("%lld", (long long)session)}};
-        if (copy_row(j, "backend", sqlite3_column_int64(qb, 0), ov, 1) < 0) {
-            sqlite3_finalize(qb);
-            goto out;
+    if (session >= 0) {
+        sql = sqlite3_mprintf("SELECT id FROM backend WHERE session_id = %lld ORDER BY id", (long long)s[0].id);
+        sqlite3_stmt *qb = prep(j, sql);
+        sqlite3_free(sql);
+        if (!qb)
+            session = -1;
+        while (qb && session >= 0 && sqlite3_step(qb) == SQLITE_ROW) {
+            override ov[] = {{"session_id", sqlite3_mprintf("%lld", (long long)session)}};
+            if (copy_row(j, "backend", sqlite3_column_int64(qb, 0), ov, 1) < 0)
+                session = -1;
         }
+        sqlite3_finalize(qb);
     }
-    sqlite3_finalize(qb);
-    /* the goodput limits the shards ran with (the resolved configuration) */
-    double ttft_lim = 0, tpot_lim = 0;
-    uint64_t seed = (uint64_t)q_int(j, sqlite3_mprintf("SELECT seed FROM session WHERE id = %lld", (long long)s[0].id),
-                                    0);
-    {
-        sql = sqlite3_mprintf("SELECT config_json FROM session WHERE id = %lld", (long long)s[0].id);
+    free(list);
+    if (session < 0) {
+        exec(j, "ROLLBACK TO shard_join");
+        exec(j, "RELEASE shard_join");
+        return -1;
+    }
+    return exec(j, "RELEASE shard_join") == 0 ? session : -1;
+}
+
+/* Case #ordinal of the joined session, as the runner hands a finished
+ * case to the store: shard 0's dimensions with the shards' concurrency
+ * and request rate summed, their times spanned, and (when every shard's
+ * case ran) the pooled samples and metrics. Written by tb_store_case().
+ * 0 or -1. */
+static int join_case(joiner *j, tb_store *st, const shard_row *s, size_t n, int64_t session, int64_t ordinal,
+                     const tb_case_metrics_opts *o)
+{
+    int64_t *cases = tb_xcalloc(n, sizeof *cases);
+    int64_t *offsets = tb_xcalloc(n, sizeof *offsets);
+    tb_str errors = {0};
+    int rc = -1;
+    for (size_t k = 0; k < n; k++) {
+        offsets[k] = s[k].clock_offset;
+        char *sql = sqlite3_mprintf("SELECT id, status, coalesce(error, '') FROM bench_case WHERE session_id = %lld"
+                                    " AND ordinal = %lld", (long long)s[k].id, (long long)ordinal);
         sqlite3_stmt *q = prep(j, sql);
         sqlite3_free(sql);
-        if (q && sqlite3_step(q) == SQLITE_ROW && sqlite3_column_text(q, 0)) {
-            cJSON *c = cJSON_Parse((const char *)sqlite3_column_text(q, 0));
-            cJSON *su = cJSON_GetObjectItemCaseSensitive(c, "suite");
-            cJSON *a = cJSON_GetObjectItemCaseSensitive(su, "goodput_ttft_ms");
-            cJSON *b = cJSON_GetObjectItemCaseSensitive(su, "goodput_tpot_ms");
-            ttft_lim = cJSON_IsNumber(a) ? a->valuedouble : 0;
-            tpot_lim = cJSON_IsNumber(b) ? b->valuedouble : 0;
-            cJSON_Delete(c);
+        if (q && sqlite3_step(q) == SQLITE_ROW) {
+            cases[k] = sqlite3_column_int64(q, 0);
+            if (strcmp((const char *)sqlite3_column_text(q, 1), "ok") != 0)
+                tb_str_appendf(&errors, "%sshard %zu %s: %s", errors.len ? "; " : "", k,
+                               (const char *)sqlite3_column_text(q, 1), (const char *)sqlite3_column_text(q, 2));
         }
         sqlite3_finalize(q);
-    }
-    /* cases by ordinal */
-    sql = sqlite3_mprintf("SELECT c.id, c.ordinal, b.label FROM bench_case c JOIN backend b ON b.id = c.backend_id"
-                          " WHERE c.session_id = %lld ORDER BY c.ordinal", (long long)s[0].id);
-    sqlite3_stmt *qc = prep(j, sql);
-    sqlite3_free(sql);
-    if (!qc)
-        goto out;
-    int step;
-    while ((step = sqlite3_step(qc)) == SQLITE_ROW) {
-        int64_t ordinal = sqlite3_column_int64(qc, 1);
-        const char *label = (const char *)sqlite3_column_text(qc, 2);
-        int64_t *cases = tb_xcalloc(n, sizeof *cases);
-        int64_t *offsets = tb_xcalloc(n, sizeof *offsets);
-        tb_str errors = {0};
-        for (size_t k = 0; k < n; k++) {
-            offsets[k] = s[k].clock_offset;
-            sql = sqlite3_mprintf("SELECT id, status, coalesce(error, '') FROM bench_case WHERE session_id = %lld AND"
-                                  " ordinal = %lld", (long long)s[k].id, (long long)ordinal);
-            sqlite3_stmt *q = prep(j, sql);
-            sqlite3_free(sql);
-            if (q && sqlite3_step(q) == SQLITE_ROW) {
-                cases[k] = sqlite3_column_int64(q, 0);
-                if (strcmp((const char *)sqlite3_column_text(q, 1), "ok") != 0)
-                    tb_str_appendf(&errors, "%sshard %zu %s: %s", errors.len ? "; " : "", k,
-                                   (const char *)sqlite3_column_text(q, 1), (const char *)sqlite3_column_text(q, 2));
-            }
-            sqlite3_finalize(q);
-        }
-        char *clist = id_list(cases, n);
-        override ov[] = {
-            {"session_id", sqlite3_mprintf("%lld", (long long)session)},
-            {"backend_id", sqlite3_mprintf("(SELECT id FROM backend WHERE session_id = %lld AND label = %Q)",
-                                           (long long)session, label)},
-            {"concurrency", sqlite3_mprintf("(SELECT sum(concurrency) FROM bench_case WHERE id IN (%s))", clist)},
-            {"request_rate", sqlite3_mprintf("(SELECT sum(request_rate) FROM bench_case WHERE id IN (%s))", clist)},
-            {"status", errors.len ? sqlite3_mprintf("'failed'") : sqlite3_mprintf("status")},
-            {"error", errors.len ? sqlite3_mprintf("%Q", errors.s) : sqlite3_mprintf("error")},
-            {"started_at", sqlite3_mprintf("(SELECT min(started_at) FROM bench_case WHERE id IN (%s))", clist)},
-            {"finished_at", sqlite3_mprintf("(SELECT max(finished_at) FROM bench_case WHERE id IN (%s))", clist)},
-            {"case_wall_ns", sqlite3_mprintf("(SELECT max(case_wall_ns) FROM bench_case WHERE id IN (%s))", clist)},
-            {"host_peak_rss_bytes",
-             sqlite3_mprintf("(SELECT max(host_peak_rss_bytes) FROM bench_case WHERE id IN (%s))", clist)},
-        };
-        int64_t new_case = copy_row(j, "bench_case", cases[0], ov, sizeof ov / sizeof *ov);
-        int ok = new_case >= 0;
-        for (size_t k = 0; ok && k < n; k++)
-            if (!cases[k]) {
+        if (!cases[k]) {
+            if (!j->err)
                 j->err = tb_xasprintf("shard %zu has no case #%lld", k, (long long)ordinal);
-                ok = 0;
-            }
-        if (ok && !errors.len) {
-            pooled_case pc = {0};
-            pc.cls = tb_xcalloc(tb_n_error_classes, sizeof *pc.cls);
-            int reps = (int)q_int(j, sqlite3_mprintf("SELECT count(*) FROM sample WHERE case_id = %lld",
-                                                     (long long)cases[0]), 0);
-            for (int r = 0; ok && r < reps; r++)
-                ok = pool_sample(j, cases, offsets, n, r, new_case, ttft_lim, tpot_lim, &pc) == 0;
-            for (int m = 0; m < P_COUNT; m++) {
-                if (ok)
-                    ok = insert_metric(j, new_case, pooled_names[m], &pc.m[m], seed, m != P_ITL) == 0;
-                free(pc.m[m].v);
-            }
-            for (size_t c = 0; c < tb_n_error_classes; c++) {
-                double any = 0;
-                for (size_t i = 0; i < pc.cls[c].n; i++)
-                    any += pc.cls[c].v[i];
-                if (ok && any > 0) {
-                    char name[64];
-                    snprintf(name, sizeof name, "errors_%s", tb_error_classes[c]);
-                    ok = insert_metric(j, new_case, name, &pc.cls[c], seed, 1) == 0;
-                }
-                free(pc.cls[c].v);
-            }
-            free(pc.cls);
-        }
-        free(clist);
-        free(cases);
-        free(offsets);
-        tb_str_free(&errors);
-        if (!ok) {
-            sqlite3_finalize(qc);
             goto out;
         }
     }
-    sqlite3_finalize(qc);
-    if (step != SQLITE_DONE) {
-        fail_db(j, "reading the cases of shard 0");
+    char *clist = id_list(cases, n);
+    char *sql = sqlite3_mprintf(
+        "SELECT c.prompt_tokens, c.max_new_tokens, c.batch, c.steps, c.block_length, c.options_json, c.status,"
+        " c.error, (SELECT id FROM backend WHERE session_id = %lld AND label = b.label),"
+        " (SELECT sum(concurrency) FROM bench_case WHERE id IN (%s)),"
+        " (SELECT sum(request_rate) FROM bench_case WHERE id IN (%s)),"
+        " (SELECT min(started_at) FROM bench_case WHERE id IN (%s)),"
+        " (SELECT max(finished_at) FROM bench_case WHERE id IN (%s)),"
+        " (SELECT max(case_wall_ns) FROM bench_case WHERE id IN (%s)),"
+        " (SELECT max(host_peak_rss_bytes) FROM bench_case WHERE id IN (%s))"
+        " FROM bench_case c JOIN backend b ON b.id = c.backend_id WHERE c.id = %lld",
+        (long long)session, clist, clist, clist, clist, clist, clist, (long long)cases[0]);
+    free(clist);
+    sqlite3_stmt *q = prep(j, sql);
+    sqlite3_free(sql);
+    if (!q)
+        goto out;
+    if (sqlite3_step(q) != SQLITE_ROW) {
+        fail_db(j, "reading shard 0's case");
+        sqlite3_finalize(q);
         goto out;
     }
-    (void)start_at;
-    rc = 0;
+    char *swept = tb_xstrdup((const char *)sqlite3_column_text(q, 5));
+    char *status = tb_xstrdup((const char *)sqlite3_column_text(q, 6));
+    const char *e = (const char *)sqlite3_column_text(q, 7);
+    char *error = errors.len ? tb_xstrdup(errors.s) : e ? tb_xstrdup(e) : NULL;
+    const char *t = (const char *)sqlite3_column_text(q, 11);
+    char *started = t ? tb_xstrdup(t) : NULL;
+    t = (const char *)sqlite3_column_text(q, 12);
+    char *finished = t ? tb_xstrdup(t) : NULL;
+    tb_case c = {
+        .ordinal = (size_t)ordinal,
+        .prompt_tokens = (uint32_t)sqlite3_column_int64(q, 0),
+        .max_new_tokens = (uint32_t)sqlite3_column_int64(q, 1),
+        .batch = (uint32_t)sqlite3_column_int64(q, 2),
+        .steps = (uint32_t)col_int(q, 3, 0),
+        .block_length = (uint32_t)col_int(q, 4, 0),
+        .concurrency = (uint32_t)col_int(q, 9, 0),
+        .request_rate = sqlite3_column_type(q, 10) == SQLITE_NULL ? 0 : sqlite3_column_double(q, 10),
+        .swept_json = swept,
+    };
+    tb_case_record rec = {
+        .session_id = session,
+        .backend_id = col_int(q, 8, 0),
+        .c = &c,
+        .status = errors.len ? "failed" : status,
+        .error = error,
+        .started_at = started,
+        .finished_at = finished,
+        .case_wall_ns = col_int(q, 13, -1),
+        .host_peak_rss = col_int(q, 14, -1),
+    };
+    sqlite3_finalize(q);
+    /* a case failed on any shard is failed here, with each shard's reason */
+    if (errors.len || pool_case(j, cases, offsets, n, o, &rec) == 0) {
+        char *why = NULL;
+        if (tb_store_case(st, &rec, &why) >= 0)
+            rc = 0;
+        else if (!j->err)
+            j->err = why;
+        else
+            free(why);
+    }
+    tb_case_record_free(&rec);
+    free(swept);
+    free(status);
+    free(error);
+    free(started);
+    free(finished);
 out:
-    free(list);
-    free(ids);
+    free(cases);
+    free(offsets);
+    tb_str_free(&errors);
     return rc;
 }
+
+/* Join one run's n shards into a new session of the given uuid: its own
+ * rows (begin_session), then each case through the store as the runner
+ * stores one, then 'completed'. A failure removes what was written. */
+static int join_run(joiner *j, tb_store *st, const shard_row *s, size_t n, const char *uuid)
+{
+    int64_t session = begin_session(j, s, n, uuid);
+    if (session < 0)
+        return -1;
+    /* what tb_case_metrics needs of the run: the goodput limits the shards
+     * ran with (the resolved configuration) and the seed of its CIs */
+    tb_case_metrics_opts o = {
+        /* a stored request's emissions are its timings: a backend that
+         * did not stream stored none */
+        .capabilities = TB_CAP_STREAMING,
+        .seed = (uint64_t)q_int(j, sqlite3_mprintf("SELECT seed FROM session WHERE id = %lld", (long long)s[0].id), 0),
+        .keep_texts = 1,
+    };
+    char *sql = sqlite3_mprintf("SELECT config_json FROM session WHERE id = %lld", (long long)s[0].id);
+    sqlite3_stmt *q = prep(j, sql);
+    sqlite3_free(sql);
+    if (q && sqlite3_step(q) == SQLITE_ROW && sqlite3_column_text(q, 0)) {
+        cJSON *c = cJSON_Parse((const char *)sqlite3_column_text(q, 0));
+        cJSON *su = cJSON_GetObjectItemCaseSensitive(c, "suite");
+        cJSON *a = cJSON_GetObjectItemCaseSensitive(su, "goodput_ttft_ms");
+        cJSON *b = cJSON_GetObjectItemCaseSensitive(su, "goodput_tpot_ms");
+        o.goodput_ttft_ms = cJSON_IsNumber(a) ? a->valuedouble : 0;
+        o.goodput_tpot_ms = cJSON_IsNumber(b) ? b->valuedouble : 0;
+        cJSON_Delete(c);
+    }
+    sqlite3_finalize(q);
+    /* the cases by ordinal, read whole before the store writes */
+    int64_t *ordinals = NULL;
+    size_t n_cases = 0;
+    sql = sqlite3_mprintf("SELECT ordinal FROM bench_case WHERE session_id = %lld ORDER BY ordinal",
+                          (long long)s[0].id);
+    q = prep(j, sql);
+    sqlite3_free(sql);
+    int step = SQLITE_ERROR;
+    while (q && (step = sqlite3_step(q)) == SQLITE_ROW) {
+        ordinals = tb_xrealloc(ordinals, (n_cases + 1) * sizeof *ordinals);
+        ordinals[n_cases++] = sqlite3_column_int64(q, 0);
+    }
+    sqlite3_finalize(q);
+    int rc = q && step == SQLITE_DONE ? 0 : fail_db(j, "reading the cases of shard 0");
+    for (size_t i = 0; rc == 0 && i < n_cases; i++)
+        rc = join_case(j, st, s, n, session, ordinals[i], &o);
+    free(ordinals);
+    if (rc == 0) {
+        sql = sqlite3_mprintf("UPDATE session SET status = 'completed' WHERE id = %lld", (long long)session);
+        rc = exec(j, sql);
+        sqlite3_free(sql);
+    }
+    if (rc != 0) {
+        sql = sqlite3_mprintf("DELETE FROM session WHERE id = %lld", (long long)session);
+        char *keep = j->err;
+        j->err = NULL;
+        exec(j, sql); /* cascades to its backends, cases, samples, requests */
+        free(j->err);
+        j->err = keep;
+        sqlite3_free(sql);
+    }
+    return rc;
+}
+
+/* A run of shard sessions: completed sessions of one suite text, start
+ * time and shard count. */
+typedef struct run_group {
+    char *sha, *start_at, *present;
+    int64_t n, have, distinct;
+} run_group;
 
 int tb_shard_join(sqlite3 *db, tb_shard_join_result *res, char **err)
 {
     memset(res, 0, sizeof *res);
-    joiner j = {.db = db};
+    /* The store writes the joined cases; it opens the target's file again
+     * (this connection is idle between merges) and this joiner reads and
+     * writes through the store's connection, so that every read sees what
+     * the store wrote. */
+    const char *path = sqlite3_db_filename(db, "main");
+    tb_store *st = NULL;
+    if (!path || !*path) {
+        *err = tb_xstrdup("joining shards: the database has no file to open (an in-memory database)");
+        return -1;
+    }
+    if (tb_store_open(path, &st, err) != 0)
+        return -1;
+    joiner j = {.db = tb_store_db(st)};
     tb_str waiting = {0}, joined = {0};
-    /* the runs: completed shard sessions by suite, start time, shard count */
+    /* the runs, read whole before anything is written */
+    run_group *runs = NULL;
+    size_t n_runs = 0;
     sqlite3_stmt *g = prep(&j, "SELECT suite_sha256, start_at, shard_count, count(*), count(DISTINCT shard_index),"
                                " group_concat(shard_index) FROM session WHERE shard_index IS NOT NULL AND status ="
                                " 'completed' AND start_at IS NOT NULL GROUP BY suite_sha256, start_at, shard_count"
                                " ORDER BY start_at");
-    if (!g) {
-        *err = j.err;
-        return -1;
+    int rc = g ? 0 : -1, step = SQLITE_DONE;
+    while (g && (step = sqlite3_step(g)) == SQLITE_ROW) {
+        runs = tb_xrealloc(runs, (n_runs + 1) * sizeof *runs);
+        const char *present = (const char *)sqlite3_column_text(g, 5);
+        runs[n_runs++] = (run_group){
+            .sha = tb_xstrdup((const char *)sqlite3_column_text(g, 0)),
+            .start_at = tb_xstrdup((const char *)sqlite3_column_text(g, 1)),
+            .present = tb_xstrdup(present ? present : ""),
+            .n = sqlite3_column_int64(g, 2),
+            .have = sqlite3_column_int64(g, 3),
+            .distinct = sqlite3_column_int64(g, 4),
+        };
     }
-    int rc = 0, step;
-    while (rc == 0 && (step = sqlite3_step(g)) == SQLITE_ROW) {
-        const char *sha = (const char *)sqlite3_column_text(g, 0);
-        const char *start_at = (const char *)sqlite3_column_text(g, 1);
-        int64_t n = sqlite3_column_int64(g, 2), have = sqlite3_column_int64(g, 3),
-                distinct = sqlite3_column_int64(g, 4);
-        char *what = tb_xasprintf("the run of %.12s starting at %s (%lld shards)", sha, start_at, (long long)n);
-        if (distinct < n || have > n) {
+    sqlite3_finalize(g);
+    if (g && step != SQLITE_DONE)
+        rc = fail_db(&j, "reading the shard sessions");
+    for (size_t i = 0; rc == 0 && i < n_runs; i++) {
+        const run_group *rg = &runs[i];
+        int64_t n = rg->n;
+        char *what = tb_xasprintf("the run of %.12s starting at %s (%lld shards)", rg->sha, rg->start_at,
+                                  (long long)n);
+        if (rg->distinct < n || rg->have > n) {
             tb_str_appendf(&waiting, "%s%s: %s (shards present: %s)", waiting.len ? "; " : "", what,
-                           have > distinct ? "a shard present twice" : "shards missing",
-                           (const char *)sqlite3_column_text(g, 5));
+                           rg->have > rg->distinct ? "a shard present twice" : "shards missing", rg->present);
             free(what);
             continue;
         }
         shard_row *s = tb_xcalloc((size_t)n, sizeof *s);
         char *sql = sqlite3_mprintf("SELECT id, uuid, coalesce(clock_offset_ns, 0) FROM session WHERE suite_sha256 ="
                                     " %Q AND start_at = %Q AND shard_count = %lld AND shard_index IS NOT NULL AND"
-                                    " status = 'completed' ORDER BY shard_index", sha, start_at, (long long)n);
+                                    " status = 'completed' ORDER BY shard_index", rg->sha, rg->start_at, (long long)n);
         sqlite3_stmt *q = prep(&j, sql);
         sqlite3_free(sql);
         for (int64_t k = 0; q && k < n && sqlite3_step(q) == SQLITE_ROW; k++) {
@@ -619,21 +677,19 @@ int tb_shard_join(sqlite3 *db, tb_shard_join_result *res, char **err)
         sqlite3_finalize(q);
         char uuid[40];
         joined_uuid(s, (size_t)n, uuid);
-        char *known_sql = sqlite3_mprintf("SELECT count(*) FROM session WHERE uuid = %Q", uuid);
-        int64_t known = q_int(&j, known_sql, 0);
+        /* joined before: a completed session of this uuid (one that a
+         * join left unfinished is joined again) */
+        int64_t known = q_int(&j, sqlite3_mprintf("SELECT count(*) FROM session WHERE uuid = %Q AND status ="
+                                                  " 'completed'", uuid), 0);
         char *why = known ? NULL : mismatch(&j, s, (size_t)n);
         if (known) {
             res->known++;
         } else if (why) {
             tb_str_appendf(&waiting, "%s%s: %s", waiting.len ? "; " : "", what, why);
-        } else if (exec(&j, "SAVEPOINT shard_join") != 0 || join_run(&j, s, (size_t)n, uuid, start_at) != 0) {
-            exec(&j, "ROLLBACK TO shard_join");
-            exec(&j, "RELEASE shard_join");
+        } else if (join_run(&j, st, s, (size_t)n, uuid) != 0) {
             char *e = tb_xasprintf("joining %s: %s", what, j.err ? j.err : "failed");
             free(j.err);
             j.err = e;
-            rc = -1;
-        } else if (exec(&j, "RELEASE shard_join") != 0) {
             rc = -1;
         } else {
             res->joined++;
@@ -645,15 +701,22 @@ int tb_shard_join(sqlite3 *db, tb_shard_join_result *res, char **err)
             free(s[k].uuid);
         free(s);
     }
-    sqlite3_finalize(g);
+    for (size_t i = 0; i < n_runs; i++) {
+        free(runs[i].sha);
+        free(runs[i].start_at);
+        free(runs[i].present);
+    }
+    free(runs);
+    tb_store_close(st);
     res->waiting = waiting.len ? tb_str_take(&waiting) : NULL;
     res->joined_uuids = joined.len ? tb_str_take(&joined) : NULL;
     tb_str_free(&waiting);
     tb_str_free(&joined);
     if (rc != 0) {
-        *err = j.err;
+        *err = j.err ? j.err : tb_xstrdup("joining shards failed");
         return -1;
     }
+    free(j.err);
     return 0;
 }
 

@@ -12,14 +12,19 @@
  * shard's, placed on one clock (each host's monotonic times plus its
  * realtime offset: the hosts' realtime clocks are taken to agree, as NTP
  * keeps them), its window from the first submit to the last completion
- * of any shard, its tokens summed. The case's metric rows are statistics
- * over the pooled figures: per-request ones (TTFT, TPOT, E2E, tokens/s)
- * over every shard's requests, as stored; ITL over every request's gaps
- * (from the stored emissions, kept to the microsecond); per-call ones
- * (aggregate tokens/s, requests/s, error rate, goodput) from the pooled
- * windows. Each shard's host, seed and clock offset are kept in the
- * shard table (migration 9). Written here, in the target's transaction:
- * besides the store and merge.c, the one writer of a database. */
+ * of any shard, its tokens summed. The case's samples and metric rows are
+ * what tb_case_metrics() (measure/metrics.h) makes of the pooled calls:
+ * each request with the figures its shard stored, ITL from the stored
+ * emissions (kept to the microsecond), the per-call figures (aggregate
+ * tokens/s, requests/s, error rate, goodput) from the pooled windows.
+ * Each shard's host, seed and clock offset are kept in the shard table
+ * (migration 9).
+ *
+ * Written as the runner writes a run: the session, shard and backend
+ * rows in one transaction (status 'running'), then each case through the
+ * store's case writer (tb_store_case, one transaction each), then
+ * 'completed'. A join that fails is deleted; one cut off midway leaves a
+ * session that is not 'completed', which the next join replaces. */
 #ifndef TB_SHARD_JOIN_H
 #define TB_SHARD_JOIN_H
 
@@ -36,9 +41,11 @@ typedef struct tb_shard_join_result {
                        that differ */
 } tb_shard_join_result;
 
-/* Join every complete run of db's shard sessions not joined yet, each in
- * one transaction. 0, or -1 with *err (malloc'd; the run at fault is
- * left unjoined, runs joined before it stay). */
+/* Join every complete run of db's shard sessions not joined yet. db: an
+ * idle connection to the target's file, which is opened again as a
+ * tb_store (the writer of the joined cases; in-memory databases are
+ * refused). 0, or -1 with *err (malloc'd; the run at fault is left
+ * unjoined, runs joined before it stay). */
 int tb_shard_join(sqlite3 *db, tb_shard_join_result *res, char **err);
 void tb_shard_join_result_free(tb_shard_join_result *res);
 

@@ -1,6 +1,8 @@
-/* test_metrics.c — core/metrics.c against values worked out by hand, and
- * against a second, deliberately naive implementation (sort the emission
- * times, take the first and the last) on random inputs. */
+/* test_metrics.c — measure/metrics.c against values worked out by hand,
+ * and against a second, deliberately naive implementation (sort the
+ * emission times, take the first and the last) on random inputs; and the
+ * registry against what must agree with it: docs/METRICS.md's metric
+ * tables and the summary view of a fresh database. */
 #define _POSIX_C_SOURCE 200809L
 #include "metrics.h"
 
@@ -11,9 +13,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sqlite3.h>
+#include <unistd.h>
+
 #include "check.h"
 #include "record.h"
+#include "store.h"
 #include "tokbench/backend.h"
+#include "util.h"
 
 /* Relative tolerance for rates: 3 / (5000 * 1e-9) need not be exactly
  * 600000 in doubles, but it is within a few ulps. */
@@ -643,6 +650,38 @@ static void test_case_measured_only(void)
     tb_case_record_free(&rec);
 }
 
+/* Calls already measured (a join of stored shards): each request's
+ * figures are the view's `measured` ones, not recomputed from the
+ * emissions; the gaps still come from the emissions, and the call's
+ * window from the measured submit and done times. */
+static void test_case_measured(void)
+{
+    fake_case f;
+    fake_case_build(&f);
+    tb_request_metrics m[3][2];
+    for (int k = 0; k < 3; k++) {
+        for (int r = 0; r < 2; r++) {
+            int64_t submit = f.req[k][r].t_submit_ns;
+            /* TTFT 1500 (the emissions say 1000), E2E 8000 */
+            m[k][r] = (tb_request_metrics){.submit_ns = submit, .done_ns = submit + 8000, .ttft_ns = 1500,
+                                           .e2e_ns = 8000, .tpot_ns = 3250, .tps = 3 / 8e-6};
+        }
+        f.v[k].measured = m[k];
+    }
+    tb_case_metrics_opts o = {.capabilities = TB_CAP_STREAMING, .seed = 1};
+    tb_case_record rec = {0};
+    tb_case_metrics(f.v, 3, &o, &rec);
+    const tb_stats *st;
+    CHECK((st = metric_of(&rec, "ttft_ms")) && st->n == 3 && st->min == 0.0015 && st->max == 0.0015);
+    CHECK((st = metric_of(&rec, "e2e_ms")) && st->n == 3 && st->max == 0.008);
+    CHECK((st = metric_of(&rec, "tpot_ms")) && st->n == 3 && st->max == 0.00325);
+    CHECK((st = metric_of(&rec, "itl_ms")) && st->n == 6 && st->min == 0.001 && st->max == 0.002);
+    CHECK((st = metric_of(&rec, "wall_ms")) && st->n == 2 && st->max == 0.008);
+    CHECK(rec.samples[1].requests[0].m.ttft_ns == 1500 && rec.samples[1].m.wall_ns == 8000);
+    CHECK_STR(rec.samples[1].requests[0].emissions_json, "[[0.001,1],[0.002,1],[0.004,1]]");
+    tb_case_record_free(&rec);
+}
+
 /* Goodput: TTFT <= limit and TPOT <= limit, an unset limit always holds. */
 static void test_case_goodput(void)
 {
@@ -718,6 +757,359 @@ static void test_registry(void)
     CHECK_STR(tb_error_classes[tb_error_class(NULL)], "other");
 }
 
+/* ------------------------------------------------------ the registry's
+ * agreements: docs/METRICS.md and the summary view */
+
+/* The cells of one markdown table row "| a | b |" (trimmed, in place);
+ * how many, at most max. */
+static size_t md_cells(char *line, char **cell, size_t max)
+{
+    size_t n = 0;
+    char *p = strchr(line, '|');
+    while (p && n < max) {
+        char *next = strchr(p + 1, '|');
+        if (!next)
+            break;
+        *next = '\0';
+        char *a = p + 1, *b = next;
+        while (*a == ' ')
+            a++;
+        while (b > a && b[-1] == ' ')
+            b--;
+        *b = '\0';
+        cell[n++] = a;
+        p = next;
+    }
+    return n;
+}
+
+/* Does a documented name ("errors_CLASS", "ttft_ms") stand for registry
+ * entry d: the same name, or d's prefix and an upper-case placeholder? */
+static int doc_name_is(const char *doc, const tb_metric_def *d)
+{
+    size_t n = strlen(d->name);
+    if (d->name[n - 1] != '_')
+        return strcmp(doc, d->name) == 0;
+    if (strncmp(doc, d->name, n) != 0 || !doc[n])
+        return 0;
+    for (const char *c = doc + n; *c; c++)
+        if (*c < 'A' || *c > 'Z')
+            return 0;
+    return 1;
+}
+
+static const char *better_word(tb_metric_better b)
+{
+    return b == TB_BETTER_HIGHER ? "higher" : b == TB_BETTER_LOWER ? "lower" : "-";
+}
+
+/* What one line of the docs must say of registry entry i, for the
+ * message of a disagreement. */
+static void registry_row(size_t i, char *out, size_t cap)
+{
+    const tb_metric_def *d = &tb_metric_defs[i];
+    size_t n = strlen(d->name);
+    snprintf(out, cap, "| `%s%s` | %s | %s | %s | %s%s%s |", d->name,
+             d->name[n - 1] != '_' ? "" : strcmp(d->name, "errors_") == 0 ? "CLASS" : "TAG", d->unit,
+             better_word(d->better), d->samples, d->summary ? "`" : "", d->summary ? d->summary : "-",
+             d->summary ? "`" : "");
+}
+
+/* docs/METRICS.md against the registry: its table "The registry" row for
+ * row (name, unit, better, what n counts, summary columns), and in every
+ * other table with a unit column each named metric with the registry's
+ * unit. Returns the disagreements (0: none). */
+static int doc_disagreements(const char *text)
+{
+    int bad = 0;
+    size_t reg_rows = 0;
+    int in_registry = 0, unit_table = 0;
+    char *copy = tb_xstrdup(text), *save = NULL;
+    for (char *line = strtok_r(copy, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        if (line[0] != '|') {
+            in_registry = unit_table = 0;
+            continue;
+        }
+        char buf[2048];
+        snprintf(buf, sizeof buf, "%s", line);
+        char *cell[8];
+        size_t nc = md_cells(buf, cell, 8);
+        if (nc >= 2 && strcmp(cell[1], "unit") == 0) { /* a header */
+            unit_table = 1;
+            in_registry = nc == 5 && strcmp(cell[0], "name") == 0 && strcmp(cell[2], "better") == 0;
+            continue;
+        }
+        if (!unit_table || nc < 2 || strncmp(cell[0], "---", 3) == 0)
+            continue;
+        if (in_registry) {
+            char want[512];
+            if (reg_rows >= tb_n_metric_defs) {
+                fprintf(stderr, "docs/METRICS.md: registry table row past the registry's %zu: %s\n",
+                        tb_n_metric_defs, line);
+                bad++;
+                continue;
+            }
+            const tb_metric_def *d = &tb_metric_defs[reg_rows];
+            registry_row(reg_rows++, want, sizeof want);
+            char name[128] = "", summary[512] = "";
+            sscanf(cell[0], "`%127[^`]`", name);
+            if (sscanf(cell[4], "`%511[^`]`", summary) != 1)
+                snprintf(summary, sizeof summary, "%s", cell[4]);
+            if (nc != 5 || !doc_name_is(name, d) || strcmp(cell[1], d->unit) != 0 ||
+                strcmp(cell[2], better_word(d->better)) != 0 || strcmp(cell[3], d->samples) != 0 ||
+                strcmp(summary, d->summary ? d->summary : "-") != 0) {
+                fprintf(stderr, "docs/METRICS.md: registry table says\n  %s\nthe registry (measure/metrics.c):\n  %s\n",
+                        line, want);
+                bad++;
+            }
+            continue;
+        }
+        /* another metric table: each `name` of its first cell */
+        for (char *p = strchr(cell[0], '`'); p; p = strchr(p, '`')) {
+            char *end = strchr(p + 1, '`');
+            if (!end)
+                break;
+            *end = '\0';
+            const tb_metric_def *d = tb_metric_find(p + 1);
+            if (!d) {
+                fprintf(stderr, "docs/METRICS.md: metric `%s` (unit %s) is not in the registry\n", p + 1, cell[1]);
+                bad++;
+            } else if (strcmp(d->unit, cell[1]) != 0) {
+                fprintf(stderr, "docs/METRICS.md: `%s` in %s, the registry's unit is %s\n", p + 1, cell[1], d->unit);
+                bad++;
+            }
+            p = end + 1;
+        }
+    }
+    if (reg_rows != tb_n_metric_defs) {
+        fprintf(stderr, "docs/METRICS.md: the registry table has %zu rows, the registry %zu; it should read:\n",
+                reg_rows, tb_n_metric_defs);
+        for (size_t i = 0; i < tb_n_metric_defs; i++) {
+            char want[512];
+            registry_row(i, want, sizeof want);
+            fprintf(stderr, "%s\n", want);
+        }
+        bad++;
+    }
+    free(copy);
+    return bad;
+}
+
+static void test_registry_docs(void)
+{
+    const char *root = getenv("TB_SOURCE_ROOT");
+    CHECK(root != NULL);
+    if (!root)
+        return;
+    char *path = tb_xasprintf("%s/docs/METRICS.md", root);
+    FILE *f = fopen(path, "rb");
+    CHECK(f != NULL);
+    if (f) {
+        tb_str text = {0};
+        char buf[4096];
+        size_t got;
+        while ((got = fread(buf, 1, sizeof buf, f)) > 0)
+            tb_str_appendn(&text, buf, got);
+        fclose(f);
+        CHECK(doc_disagreements(text.s) == 0);
+        /* and the check can fail: a unit changed, a row dropped, a
+         * metric the registry lacks */
+        const char *plants[][2] = {
+            {"| `ttft_ms` | ms |", "| `ttft_ms` | s |"},
+            {"| `runner_us` | us | lower | calls | - |\n", ""},
+            {"| `wall_ms` | ms |", "| `wall_ns` | ms |"},
+        };
+        for (size_t i = 0; i < sizeof plants / sizeof *plants; i++) {
+            char *at = strstr(text.s, plants[i][0]);
+            CHECK(at != NULL);
+            if (!at)
+                continue;
+            tb_str planted = {0};
+            tb_str_appendn(&planted, text.s, (size_t)(at - text.s));
+            tb_str_append(&planted, plants[i][1]);
+            tb_str_append(&planted, at + strlen(plants[i][0]));
+            fprintf(stderr, "(planted disagreement %zu; the messages below are expected)\n", i);
+            CHECK(doc_disagreements(planted.s) > 0);
+            tb_str_free(&planted);
+        }
+        tb_str_free(&text);
+    }
+    free(path);
+}
+
+/* The metric-table columns a summary column may read. */
+static const char *const stat_cols[] = {"n", "median", "p5", "p95", "mean", "stdev", "cv", "min", "max",
+                                        "ci_lo", "ci_hi", "p90", "p99"};
+#define N_STATS (sizeof stat_cols / sizeof *stat_cols)
+
+/* The planted value of registry entry i's STAT k: distinct for every
+ * pair, and far from anything the view computes itself. */
+static double planted(size_t i, size_t k)
+{
+    return 1e6 + 100.0 * (double)i + (double)k;
+}
+
+/* The summary view of a fresh database against the registry's `summary`
+ * fields: with one row per registered metric of planted values, each
+ * column the registry names is the planted value of its metric and STAT,
+ * and no other column holds a planted value (reads a metric row the
+ * registry does not say it reads). Returns the disagreements. */
+static int summary_disagreements(sqlite3 *db)
+{
+    int bad = 0;
+    sqlite3_stmt *q = NULL;
+    if (sqlite3_prepare_v2(db, "SELECT * FROM summary", -1, &q, NULL) != SQLITE_OK) {
+        fprintf(stderr, "summary: %s\n", sqlite3_errmsg(db));
+        return 1;
+    }
+    if (sqlite3_step(q) != SQLITE_ROW) {
+        fprintf(stderr, "summary: no row\n");
+        sqlite3_finalize(q);
+        return 1;
+    }
+    int ncol = sqlite3_column_count(q);
+    size_t declared = 0;
+    for (size_t i = 0; i < tb_n_metric_defs; i++) {
+        const char *sm = tb_metric_defs[i].summary;
+        for (const char *p = sm; p && *p;) {
+            char stat[32], col[64];
+            int used = 0;
+            if (sscanf(p, "%31[^:]:%63s%n", stat, col, &used) != 2) {
+                fprintf(stderr, "registry: %s: malformed summary \"%s\"\n", tb_metric_defs[i].name, sm);
+                bad++;
+                break;
+            }
+            p += used;
+            while (*p == ' ')
+                p++;
+            declared++;
+            size_t k = 0;
+            while (k < N_STATS && strcmp(stat_cols[k], stat) != 0)
+                k++;
+            int c = 0;
+            while (c < ncol && strcmp(sqlite3_column_name(q, c), col) != 0)
+                c++;
+            if (k == N_STATS || c == ncol) {
+                fprintf(stderr, "registry: %s: summary %s:%s: %s\n", tb_metric_defs[i].name, stat, col,
+                        k == N_STATS ? "no such statistic" : "no such column in the summary view");
+                bad++;
+            } else if (sqlite3_column_type(q, c) == SQLITE_NULL || sqlite3_column_double(q, c) != planted(i, k)) {
+                fprintf(stderr, "summary.%s: %s, but the registry says it is %s's %s (%.0f)\n", col,
+                        sqlite3_column_type(q, c) == SQLITE_NULL ? "NULL" : (const char *)sqlite3_column_text(q, c),
+                        tb_metric_defs[i].name, stat, planted(i, k));
+                bad++;
+            }
+        }
+    }
+    CHECK(declared > 0);
+    for (int c = 0; c < ncol; c++) {
+        if (sqlite3_column_type(q, c) == SQLITE_NULL || sqlite3_column_type(q, c) == SQLITE_TEXT)
+            continue;
+        double v = sqlite3_column_double(q, c);
+        for (size_t i = 0; i < tb_n_metric_defs; i++)
+            for (size_t k = 0; k < N_STATS; k++)
+                if (v == planted(i, k)) {
+                    char want[128];
+                    snprintf(want, sizeof want, "%s:%s", stat_cols[k], sqlite3_column_name(q, c));
+                    const char *sm = tb_metric_defs[i].summary;
+                    const char *at = sm ? strstr(sm, want) : NULL;
+                    size_t wl = strlen(want);
+                    if (!at || (at != sm && at[-1] != ' ') || (at[wl] && at[wl] != ' ')) {
+                        fprintf(stderr, "summary.%s reads %s's %s; the registry's summary of %s does not say so\n",
+                                sqlite3_column_name(q, c), tb_metric_defs[i].name, stat_cols[k],
+                                tb_metric_defs[i].name);
+                        bad++;
+                    }
+                }
+    }
+    sqlite3_finalize(q);
+    return bad;
+}
+
+static int exec_ok(sqlite3 *db, const char *sql)
+{
+    char *e = NULL;
+    int rc = sqlite3_exec(db, sql, NULL, NULL, &e);
+    if (rc != SQLITE_OK)
+        fprintf(stderr, "%s: %s\n", sql, e ? e : "?");
+    sqlite3_free(e);
+    return rc == SQLITE_OK;
+}
+
+static void test_registry_summary(void)
+{
+    const char *tmp = getenv("TMPDIR");
+    char *path = tb_xasprintf("%s/tb_test_metrics_XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0) {
+        free(path);
+        return;
+    }
+    close(fd);
+    unlink(path);
+    tb_store *st = NULL;
+    char *err = NULL;
+    CHECK(tb_store_open(path, &st, &err) == 0);
+    if (!st) {
+        fprintf(stderr, "%s\n", err ? err : "?");
+        free(err);
+        free(path);
+        return;
+    }
+    sqlite3 *db = tb_store_db(st);
+    /* one case of every column the view joins, by hand (the fewest
+     * columns each table requires) */
+    CHECK(exec_ok(db, "INSERT INTO machine (fingerprint, hostname, cpu_model, cpu_cores, ram_bytes, os, kernel, arch,"
+                      " gpu_count, nvml_status, info_json) VALUES ('f', 'h', 'cpu', 1, 1, 'os', 'k', 'a', 0, 'none',"
+                      " '{}')"));
+    CHECK(exec_ok(db, "INSERT INTO session (uuid, machine_id, suite_name, suite_path, suite_sha256, suite_text,"
+                      " tokbench_version, git_commit, compiler, cuda_build_version, command_line, started_at, status,"
+                      " warmup, repeat, seed) VALUES ('u', 1, 's', 'p', 'h', 't', 'v', 'g', 'c', '', 'cl', 'now',"
+                      " 'completed', 0, 1, 1)"));
+    CHECK(exec_ok(db, "INSERT INTO backend (session_id, label, plugin, plugin_path, plugin_version, abi_major,"
+                      " capabilities, model, options_json) VALUES (1, 'b', 'null', 'p', '1', 1, '', 'm', '{}')"));
+    CHECK(exec_ok(db, "INSERT INTO bench_case (session_id, backend_id, ordinal, prompt_tokens, max_new_tokens, batch,"
+                      " options_json, status) VALUES (1, 1, 1, 1, 1, 1, '{}', 'ok')"));
+    for (size_t i = 0; i < tb_n_metric_defs; i++) {
+        const tb_metric_def *d = &tb_metric_defs[i];
+        size_t n = strlen(d->name);
+        tb_str sql = {0};
+        tb_str_appendf(&sql, "INSERT INTO metric (case_id, name, unit");
+        for (size_t k = 0; k < N_STATS; k++)
+            tb_str_appendf(&sql, ", %s", stat_cols[k]);
+        tb_str_appendf(&sql, ") VALUES (1, '%s%s', '%s'", d->name, d->name[n - 1] == '_' ? "X" : "", d->unit);
+        for (size_t k = 0; k < N_STATS; k++)
+            tb_str_appendf(&sql, ", %.17g", planted(i, k));
+        tb_str_append(&sql, ")");
+        CHECK(exec_ok(db, sql.s));
+        tb_str_free(&sql);
+    }
+    CHECK(summary_disagreements(db) == 0);
+    /* and the check can fail: a metric stored under another name than
+     * the view reads (as after a rename in the registry alone), and a
+     * view that reads a metric the registry does not say it shows */
+    CHECK(exec_ok(db, "UPDATE metric SET name = 'ttft_new_ms' WHERE name = 'ttft_ms'"));
+    fprintf(stderr, "(planted disagreement 0; the messages below are expected)\n");
+    CHECK(summary_disagreements(db) > 0);
+    CHECK(exec_ok(db, "UPDATE metric SET name = 'ttft_ms' WHERE name = 'ttft_new_ms'"));
+    CHECK(exec_ok(db, "CREATE TEMP VIEW summary AS SELECT *, (SELECT median FROM metric WHERE name = 'wall_ms') AS"
+                      " wall FROM main.summary"));
+    fprintf(stderr, "(planted disagreement 1; the messages below are expected)\n");
+    CHECK(summary_disagreements(db) > 0);
+    CHECK(exec_ok(db, "DROP VIEW temp.summary"));
+    CHECK(summary_disagreements(db) == 0);
+    tb_store_close(st);
+    unlink(path);
+    char *side = tb_xasprintf("%s-wal", path);
+    unlink(side);
+    free(side);
+    side = tb_xasprintf("%s-shm", path);
+    unlink(side);
+    free(side);
+    free(path);
+}
+
 int main(void)
 {
     test_request_basic();
@@ -737,6 +1129,9 @@ int main(void)
     test_case_client_busy();
     test_case_goodput();
     test_case_capabilities();
+    test_case_measured();
     test_registry();
+    test_registry_docs();
+    test_registry_summary();
     return check_done();
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "metrics.h"
 #include "quality.h"
 
 static tb_prompt item(char *prompt, char *answer, char **tags, int n_tags)
@@ -103,6 +104,11 @@ int main(void)
     /* counted repetition values: item 2 twice (0), item 3 once (0.5);
      * single-word answers are NaN and dropped: median of {0, 0, 0.5} */
     CHECK(rep && rep->st.n == 3 && rep->st.median == 0.0);
+    /* every row a registry metric, with the registry's unit */
+    for (size_t i = 0; i < n; i++) {
+        const tb_metric_def *d = tb_metric_find(m[i].name);
+        CHECK(d && m[i].unit && strcmp(m[i].unit, d->unit) == 0);
+    }
     for (size_t i = 0; i < n; i++)
         free(m[i].name_buf);
     free(m);
