@@ -121,14 +121,18 @@ typedef struct cli_form {
 
 typedef struct cli_command {
     const char *name;
+    const char *sub;       /* the word that must follow name ("db merge"), or NULL */
     unsigned bit;          /* CLI_*: which options are its own */
     const cli_form *forms; /* NULL-args row last; the first is the main usage's */
     const char *summary;   /* one line in the main usage */
     const char *about;     /* paragraphs ("\n\n" between), or NULL */
     const char *epilog;    /* after the options: exit status */
-    /* argv[0] is the command's name; command_line: the whole of it, as
-     * typed (getopt permutes argv) */
-    int (*run)(const struct cli_command *cmd, int argc, char **argv, const char *command_line);
+    /* Why this build cannot run it, or NULL; asked before --help, so
+     * that scripts can ask --help whether the command is there. */
+    const char *(*unavailable)(void);
+    /* The command, its options parsed; command_line: the whole of it,
+     * as typed (getopt permutes argv). Returns the exit status. */
+    int (*run)(const struct cli_command *cmd, const cli_args *args, const char *command_line);
 } cli_command;
 
 /* The tables (options.c): rows in the order help lists them, each ending
@@ -169,18 +173,18 @@ char *cli_choices_text(const cli_option *o, const char *comma, const char *last_
  * choice option without choices, ...): NULL, or why (static text). */
 const char *cli_table_check(void);
 
-/* The commands (commands.c, main.c). */
-int cmd_run(const cli_command *cmd, int argc, char **argv, const char *command_line);
-int cmd_plugins(const cli_command *cmd, int argc, char **argv, const char *command_line);
-int cmd_sessions(const cli_command *cmd, int argc, char **argv, const char *command_line);
-int cmd_show(const cli_command *cmd, int argc, char **argv, const char *command_line);
-int cmd_report(const cli_command *cmd, int argc, char **argv, const char *command_line);
-int cmd_compare(const cli_command *cmd, int argc, char **argv, const char *command_line);
-int cmd_history(const cli_command *cmd, int argc, char **argv, const char *command_line);
-int cmd_export(const cli_command *cmd, int argc, char **argv, const char *command_line);
-int cmd_db(const cli_command *cmd, int argc, char **argv, const char *command_line);
-int cmd_serve(const cli_command *cmd, int argc, char **argv, const char *command_line);
-int cmd_version(const cli_command *cmd, int argc, char **argv, const char *command_line);
-int cmd_help(const cli_command *cmd, int argc, char **argv, const char *command_line);
+/* The commands (commands.c, main.c): cli_command.run. */
+int cmd_run(const cli_command *cmd, const cli_args *args, const char *command_line);
+int cmd_plugins(const cli_command *cmd, const cli_args *args, const char *command_line);
+int cmd_sessions(const cli_command *cmd, const cli_args *args, const char *command_line);
+int cmd_show(const cli_command *cmd, const cli_args *args, const char *command_line);
+int cmd_report(const cli_command *cmd, const cli_args *args, const char *command_line);
+int cmd_compare(const cli_command *cmd, const cli_args *args, const char *command_line);
+int cmd_history(const cli_command *cmd, const cli_args *args, const char *command_line);
+int cmd_export(const cli_command *cmd, const cli_args *args, const char *command_line);
+int cmd_db_merge(const cli_command *cmd, const cli_args *args, const char *command_line);
+int cmd_serve(const cli_command *cmd, const cli_args *args, const char *command_line);
+int cmd_version(const cli_command *cmd, const cli_args *args, const char *command_line);
+int cmd_help(const cli_command *cmd, const cli_args *args, const char *command_line);
 
 #endif

@@ -81,7 +81,7 @@ static void end_session(tb_store *st, const char *db, int64_t session, const cha
     }
 }
 
-static int run_suite(const cli_command *cmd, const cli_args *c, const char *cmdline)
+int cmd_run(const cli_command *cmd, const cli_args *c, const char *cmdline)
 {
     if (c->n_pos != 1) {
         cli_usage(cmd, stderr);
@@ -238,15 +238,6 @@ out:
     return rc;
 }
 
-int cmd_run(const cli_command *cmd, int argc, char **argv, const char *command_line)
-{
-    cli_args c;
-    cli_parse(cmd, argc, argv, &c);
-    int rc = run_suite(cmd, &c, command_line);
-    cli_args_free(&c);
-    return rc;
-}
-
 /* One plugin of the listing: what its loading process said, probe()
  * included (a plugin's code never runs in this process). */
 static void print_plugin(const tb_plugin *p)
@@ -262,8 +253,9 @@ static void print_plugin(const tb_plugin *p)
     free(caps);
 }
 
-static int plugins(const cli_command *cmd, const cli_args *c)
+int cmd_plugins(const cli_command *cmd, const cli_args *c, const char *command_line)
 {
+    (void)command_line;
     if (c->n_pos > 1) {
         cli_usage(cmd, stderr);
         return 2;
@@ -313,33 +305,20 @@ static int plugins(const cli_command *cmd, const cli_args *c)
     return 0;
 }
 
-int cmd_plugins(const cli_command *cmd, int argc, char **argv, const char *command_line)
+int cmd_sessions(const cli_command *cmd, const cli_args *c, const char *command_line)
 {
-    (void)command_line;
-    cli_args c;
-    cli_parse(cmd, argc, argv, &c);
-    int rc = plugins(cmd, &c);
-    cli_args_free(&c);
+    (void)cmd, (void)command_line;
+    tb_store *st = open_store(c->db, 1);
+    if (!st)
+        return 1;
+    int rc = tb_report_sessions(tb_store_db(st), (int)c->limit, stdout) == 0 ? 0 : 1;
+    tb_store_close(st);
     return rc;
 }
 
-int cmd_sessions(const cli_command *cmd, int argc, char **argv, const char *command_line)
+int cmd_show(const cli_command *cmd, const cli_args *c, const char *command_line)
 {
     (void)command_line;
-    cli_args c;
-    cli_parse(cmd, argc, argv, &c);
-    tb_store *st = open_store(c.db, 1);
-    int rc = 1;
-    if (st) {
-        rc = tb_report_sessions(tb_store_db(st), (int)c.limit, stdout) == 0 ? 0 : 1;
-        tb_store_close(st);
-    }
-    cli_args_free(&c);
-    return rc;
-}
-
-static int show(const cli_command *cmd, const cli_args *c)
-{
     if (c->n_pos > 1) {
         cli_usage(cmd, stderr);
         return 2;
@@ -360,19 +339,10 @@ static int show(const cli_command *cmd, const cli_args *c)
     return rc;
 }
 
-int cmd_show(const cli_command *cmd, int argc, char **argv, const char *command_line)
+/* c->format is csv or json (cli_parse). */
+int cmd_export(const cli_command *cmd, const cli_args *c, const char *command_line)
 {
     (void)command_line;
-    cli_args c;
-    cli_parse(cmd, argc, argv, &c);
-    int rc = show(cmd, &c);
-    cli_args_free(&c);
-    return rc;
-}
-
-/* c->format is csv or json (cli_parse). */
-static int export(const cli_command *cmd, const cli_args *c)
-{
     if (c->n_pos != 1) {
         cli_usage(cmd, stderr);
         return 2;
@@ -411,16 +381,6 @@ static int export(const cli_command *cmd, const cli_args *c)
     return rc;
 }
 
-int cmd_export(const cli_command *cmd, int argc, char **argv, const char *command_line)
-{
-    (void)command_line;
-    cli_args c;
-    cli_parse(cmd, argc, argv, &c);
-    int rc = export(cmd, &c);
-    cli_args_free(&c);
-    return rc;
-}
-
 /* -o FILE, else stdout. NULL after printing why. */
 static FILE *open_output(const char *path)
 {
@@ -453,8 +413,9 @@ static int close_output(FILE *f, const char *path, int rc)
 }
 
 /* c->format is md, html, csv or json (cli_parse). */
-static int report(const cli_command *cmd, const cli_args *c)
+int cmd_report(const cli_command *cmd, const cli_args *c, const char *command_line)
 {
+    (void)command_line;
     const char *fmt = c->format;
     if (c->n_pos > 1 || (c->last && c->n_pos)) {
         cli_usage(cmd, stderr);
@@ -493,16 +454,6 @@ static int report(const cli_command *cmd, const cli_args *c)
     return rc;
 }
 
-int cmd_report(const cli_command *cmd, int argc, char **argv, const char *command_line)
-{
-    (void)command_line;
-    cli_args c;
-    cli_parse(cmd, argc, argv, &c);
-    int rc = report(cmd, &c);
-    cli_args_free(&c);
-    return rc;
-}
-
 /* "a, b,c" -> {"a", "b", "c"}: pointers into *block (free both). */
 static char **split_commas(const char *s, size_t *n, char **block)
 {
@@ -517,8 +468,9 @@ static char **split_commas(const char *s, size_t *n, char **block)
 }
 
 /* c->backends has 0 or 2 labels (cli_parse). */
-static int compare(const cli_command *cmd, const cli_args *c)
+int cmd_compare(const cli_command *cmd, const cli_args *c, const char *command_line)
 {
+    (void)command_line;
     int rc = 2;
     tb_store *st = NULL;
     char **metrics = NULL, *metric_block = NULL;
@@ -568,19 +520,10 @@ out:
     return rc;
 }
 
-int cmd_compare(const cli_command *cmd, int argc, char **argv, const char *command_line)
+/* c->backend is given, c->format is text, csv or html (cli_parse). */
+int cmd_history(const cli_command *cmd, const cli_args *c, const char *command_line)
 {
     (void)command_line;
-    cli_args c;
-    cli_parse(cmd, argc, argv, &c);
-    int rc = compare(cmd, &c);
-    cli_args_free(&c);
-    return rc;
-}
-
-/* c->backend is given, c->format is text, csv or html (cli_parse). */
-static int history(const cli_command *cmd, const cli_args *c)
-{
     const char *fmt = c->format;
     int rc = 2;
     tb_store *st = NULL;
@@ -620,18 +563,9 @@ out:
     return rc;
 }
 
-int cmd_history(const cli_command *cmd, int argc, char **argv, const char *command_line)
+int cmd_db_merge(const cli_command *cmd, const cli_args *c, const char *command_line)
 {
-    (void)command_line;
-    cli_args c;
-    cli_parse(cmd, argc, argv, &c);
-    int rc = history(cmd, &c);
-    cli_args_free(&c);
-    return rc;
-}
-
-static int db_merge(const cli_args *c)
-{
+    (void)cmd, (void)command_line;
     tb_store *st = open_store(c->db, 0);
     if (!st)
         return 1;
@@ -672,50 +606,22 @@ static int db_merge(const cli_args *c)
     return rc;
 }
 
-int cmd_db(const cli_command *cmd, int argc, char **argv, const char *command_line)
+int cmd_serve(const cli_command *cmd, const cli_args *c, const char *command_line)
 {
     (void)command_line;
-    if (argc < 2 || (strcmp(argv[1], "merge") && strcmp(argv[1], "--help") && strcmp(argv[1], "-h"))) {
-        if (argc >= 2)
-            fprintf(stderr, "tokbench: db: unknown subcommand \"%s\"\n", argv[1]);
+    struct in_addr addr;
+    if (c->n_pos != 1) {
+        fprintf(stderr, "tokbench serve: expected one SUITE\n\n");
         cli_usage(cmd, stderr);
         return 2;
     }
-    if (strcmp(argv[1], "merge") != 0) { /* --help */
-        cli_usage(cmd, stdout);
-        return 0;
+    if (inet_pton(AF_INET, c->host, &addr) != 1) {
+        fprintf(stderr, "tokbench serve: --host %s: expected an IPv4 address such as 127.0.0.1\n", c->host);
+        return 2;
     }
-    cli_args c;
-    cli_parse(cmd, argc - 1, argv + 1, &c);
-    int rc = db_merge(&c);
-    cli_args_free(&c);
-    return rc;
-}
-
-int cmd_serve(const cli_command *cmd, int argc, char **argv, const char *command_line)
-{
-    (void)command_line;
-    const char *why = tb_serve_unavailable(); /* before --help: scripts ask it whether serve exists */
-    if (why) {
-        fprintf(stderr, "tokbench serve: %s\n", why);
-        return 1;
-    }
-    cli_args c;
-    cli_parse(cmd, argc, argv, &c);
-    int rc = 2;
-    struct in_addr addr;
-    if (c.n_pos != 1) {
-        fprintf(stderr, "tokbench serve: expected one SUITE\n\n");
-        cli_usage(cmd, stderr);
-    } else if (inet_pton(AF_INET, c.host, &addr) != 1) {
-        fprintf(stderr, "tokbench serve: --host %s: expected an IPv4 address such as 127.0.0.1\n", c.host);
-    } else {
-        tb_serve_options o = {.suite = c.pos[0], .backend = c.backend, .host = c.host, .port = (uint16_t)c.port,
-                              .max_batch = (uint32_t)c.max_batch, .port_file = c.port_file,
-                              .static_batching = strcmp(c.batching, "static") == 0, .reuse_port = c.reuse_port};
-        rc = tb_serve_main(&o);
-    }
-    cli_args_free(&c);
-    return rc;
+    tb_serve_options o = {.suite = c->pos[0], .backend = c->backend, .host = c->host, .port = (uint16_t)c->port,
+                          .max_batch = (uint32_t)c->max_batch, .port_file = c->port_file,
+                          .static_batching = strcmp(c->batching, "static") == 0, .reuse_port = c->reuse_port};
+    return tb_serve_main(&o);
 }
 

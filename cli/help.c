@@ -45,13 +45,31 @@ static void wrap(FILE *out, const char *text, size_t col, size_t indent)
     fputc('\n', out);
 }
 
-/* "tokbench compare A B [OPTION]...": the required options, the form's
- * arguments, and [OPTION]... when there are others. */
+/* "db merge", "run": what follows "tokbench" (allocated). */
+static char *title(const cli_command *c)
+{
+    return tb_xasprintf("%s%s%s", c->name, c->sub ? " " : "", c->sub ? c->sub : "");
+}
+
+/* "db merge [OTHER.db...]": the title and the first form's arguments, as
+ * the main usage lists the command (allocated). */
+static char *headline(const cli_command *c)
+{
+    char *t = title(c);
+    char *s = tb_xasprintf("%s%s%s", t, *c->forms[0].args ? " " : "", c->forms[0].args);
+    free(t);
+    return s;
+}
+
+/* "tokbench compare A B [options]": the required options, the form's
+ * arguments, and [options] when there are others. */
 static char *synopsis(const cli_command *cmd, const cli_form *f)
 {
     tb_str b = {0};
     int optional = 0;
-    tb_str_appendf(&b, "tokbench %s", cmd->name);
+    char *t = title(cmd);
+    tb_str_appendf(&b, "tokbench %s", t);
+    free(t);
     for (const cli_option *o = cli_options; o->name; o++) {
         if (!cli_takes(cmd, o) || o->kind == CLI_HELP)
             continue;
@@ -66,7 +84,7 @@ static char *synopsis(const cli_command *cmd, const cli_form *f)
     if (*f->args)
         tb_str_appendf(&b, " %s", f->args);
     if (optional)
-        tb_str_append(&b, " [OPTION]...");
+        tb_str_append(&b, " [options]");
     return tb_str_take(&b);
 }
 
@@ -104,8 +122,8 @@ static char *option_help(const cli_option *o, const char *quote)
 
 void cli_usage(const cli_command *cmd, FILE *out)
 {
-    size_t width = 0, n_forms = 0;
-    for (const cli_form *f = cmd->forms; f->args; f++, n_forms++) {
+    size_t width = 0; /* of the longest form: their whats line up */
+    for (const cli_form *f = cmd->forms; f->args; f++) {
         char *s = synopsis(cmd, f);
         if (strlen(s) > width)
             width = strlen(s);
@@ -146,7 +164,7 @@ void cli_usage(const cli_command *cmd, FILE *out)
             if (strlen(c->name) > w)
                 w = strlen(c->name);
         for (const cli_choice *c = o->choices; c->name; c++) {
-            char *what = c->alias_of ? tb_xasprintf("= %s", c->alias_of) : tb_xstrdup(c->help);
+            char *what = c->alias_of ? tb_xasprintf("the same as %s", c->alias_of) : tb_xstrdup(c->help);
             int n = fprintf(out, "%*s%-*s  ", HELP_COLUMN + 2, "", (int)w, c->name);
             wrap(out, what, (size_t)n, (size_t)n);
             free(what);
@@ -171,12 +189,13 @@ void cli_usage_main(FILE *out)
     fprintf(out, "\ncommands:\n");
     size_t w = 0;
     for (const cli_command *c = cli_commands; c->name; c++) {
-        size_t n = strlen(c->name) + (*c->forms[0].args ? 1 + strlen(c->forms[0].args) : 0);
-        if (n > w)
-            w = n;
+        char *left = headline(c);
+        if (strlen(left) > w)
+            w = strlen(left);
+        free(left);
     }
     for (const cli_command *c = cli_commands; c->name; c++) {
-        char *left = tb_xasprintf("%s%s%s", c->name, *c->forms[0].args ? " " : "", c->forms[0].args);
+        char *left = headline(c);
         int n = fprintf(out, "  %-*s  ", (int)w, left);
         wrap(out, c->summary, (size_t)n, (size_t)n);
         free(left);
@@ -208,15 +227,23 @@ void cli_markdown(FILE *out)
     char *end = about_end("the install's plugin folder (`tokbench help` names it)");
     fprintf(out, "%s\n\n", end);
     free(end);
-    for (const cli_command *c = cli_commands; c->name; c++)
-        fprintf(out, "- [`tokbench %s%s%s`](#tokbench-%s): %s\n", c->name, *c->forms[0].args ? " " : "",
-                c->forms[0].args, c->name, c->summary);
     for (const cli_command *c = cli_commands; c->name; c++) {
-        fprintf(out, "\n## tokbench %s\n\n", c->name);
+        char *head = headline(c), *t = title(c);
+        for (char *p = t; *p; p++) /* GitHub's anchor of the heading: spaces as dashes */
+            if (*p == ' ')
+                *p = '-';
+        fprintf(out, "- [`tokbench %s`](#tokbench-%s): %s\n", head, t, c->summary);
+        free(head);
+        free(t);
+    }
+    for (const cli_command *c = cli_commands; c->name; c++) {
+        char *t = title(c);
+        fprintf(out, "\n## tokbench %s\n\n", t);
         markdown_synopsis_block(c, out);
         for (const cli_form *f = c->forms; f->args; f++)
             if (f->what)
-                fprintf(out, "%s- `tokbench %s %s`: %s\n", f == c->forms ? "\n" : "", c->name, f->args, f->what);
+                fprintf(out, "%s- `tokbench %s %s`: %s\n", f == c->forms ? "\n" : "", t, f->args, f->what);
+        free(t);
         if (c->about)
             fprintf(out, "\n%s\n", c->about);
         int any = 0;

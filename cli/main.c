@@ -13,9 +13,9 @@
 
 #include <tokbench/backend.h>
 
-int cmd_version(const cli_command *cmd, int argc, char **argv, const char *command_line)
+int cmd_version(const cli_command *cmd, const cli_args *args, const char *command_line)
 {
-    (void)cmd, (void)argc, (void)argv, (void)command_line; /* takes nothing, refuses nothing */
+    (void)cmd, (void)args, (void)command_line;
     printf("tokbench %s (%s), %s build, gcc %s, CUDA build %s, schema %d, plugin ABI %d\n", TB_VERSION,
            TB_GIT_COMMIT, TB_BUILD_TYPE, __VERSION__, TB_CUDA_BUILD_VERSION, tb_store_schema_version(),
            TB_ABI_MAJOR);
@@ -23,27 +23,23 @@ int cmd_version(const cli_command *cmd, int argc, char **argv, const char *comma
 }
 
 /* `tokbench help [COMMAND] [--markdown]`, `tokbench --help`, `-h`. */
-int cmd_help(const cli_command *cmd, int argc, char **argv, const char *command_line)
+int cmd_help(const cli_command *cmd, const cli_args *c, const char *command_line)
 {
     (void)command_line;
-    cli_args c;
-    cli_parse(cmd, argc, argv, &c);
-    int rc = 0;
-    const cli_command *of = c.n_pos == 1 ? cli_command_find(c.pos[0]) : NULL;
-    if (c.n_pos > 1 || (c.n_pos == 1 && (!of || c.markdown))) {
-        if (c.n_pos == 1 && !of)
-            fprintf(stderr, "tokbench: unknown command \"%s\"\n\n", c.pos[0]);
+    const cli_command *of = c->n_pos == 1 ? cli_command_find(c->pos[0]) : NULL;
+    if (c->n_pos > 1 || (c->n_pos == 1 && (!of || c->markdown))) {
+        if (c->n_pos == 1 && !of)
+            fprintf(stderr, "tokbench: unknown command \"%s\"\n\n", c->pos[0]);
         cli_usage(cmd, stderr);
-        rc = 2;
-    } else if (c.markdown) {
-        cli_markdown(stdout);
-    } else if (of) {
-        cli_usage(of, stdout);
-    } else {
-        cli_usage_main(stdout);
+        return 2;
     }
-    cli_args_free(&c);
-    return rc;
+    if (c->markdown)
+        cli_markdown(stdout);
+    else if (of)
+        cli_usage(of, stdout);
+    else
+        cli_usage_main(stdout);
+    return 0;
 }
 
 static char *join_args(int argc, char **argv)
@@ -76,10 +72,35 @@ int main(int argc, char **argv)
         cli_usage_main(stderr);
         return 2;
     }
+    const char *why = cmd->unavailable ? cmd->unavailable() : NULL;
+    if (why) {
+        fprintf(stderr, "tokbench %s: %s\n", cmd->name, why);
+        return 1;
+    }
+    int sub_argc = argc - 1; /* sub_argv[0]: the command's name, as getopt wants */
+    char **sub_argv = argv + 1;
+    if (cmd->sub) { /* "db merge": the word, or --help for the usage */
+        int help = sub_argc >= 2 && (!strcmp(sub_argv[1], "--help") || !strcmp(sub_argv[1], "-h"));
+        if (sub_argc < 2 || (strcmp(sub_argv[1], cmd->sub) != 0 && !help)) {
+            if (sub_argc >= 2)
+                fprintf(stderr, "tokbench: %s: unknown subcommand \"%s\"\n", cmd->name, sub_argv[1]);
+            cli_usage(cmd, stderr);
+            return 2;
+        }
+        if (help) {
+            cli_usage(cmd, stdout);
+            return 0;
+        }
+        sub_argc--;
+        sub_argv++;
+    }
     /* Joined before parsing: getopt permutes argv, and the stored command
      * line should read as typed. */
     char *command_line = join_args(argc, argv);
-    int rc = cmd->run(cmd, argc - 1, argv + 1, command_line);
+    cli_args args;
+    cli_parse(cmd, sub_argc, sub_argv, &args);
+    int rc = cmd->run(cmd, &args, command_line);
+    cli_args_free(&args);
     free(command_line);
     return rc;
 }

@@ -8,6 +8,7 @@
 #include <stddef.h>
 
 #include "cli.h"
+#include "serve.h"
 #include "shard.h"
 #include "store.h"
 #include "util.h"
@@ -111,6 +112,15 @@ const cli_option cli_options[] = {
     {.name = "limit", .arg = "N", .commands = CLI_SESSIONS, .kind = CLI_INT, .field = FIELD(limit), .def = "0",
      .lo = 0, .hi = 2147483647, .what = "a count", .help = "the N newest sessions only; 0: all"},
 
+    /* history */
+    {.name = "backend", .arg = "LABEL", .commands = CLI_HISTORY, .kind = CLI_STRING, .field = FIELD(backend),
+     .required = 1, .help = "the backend's label"},
+    {.name = "metric", .arg = "NAME", .commands = CLI_HISTORY, .kind = CLI_STRING, .field = FIELD(metric),
+     .def = "agg_tps", .help = "the metric"},
+    {.name = "filter", .arg = "KEY=V[,V...]", .commands = CLI_HISTORY, .kind = CLI_LIST, .field = FIELD(filters),
+     .help = "keep the cases whose KEY is one of the values. KEY: prompt_tokens, max_new_tokens, batch, "
+             "concurrency, steps, block_length, request_rate (value none: not applicable), or a swept option"},
+
     /* report, export, history */
     {.name = "last", .commands = CLI_REPORT, .kind = CLI_FLAG, .field = FIELD(last),
      .help = "the last session (as SESSION last, the default)"},
@@ -147,15 +157,6 @@ const cli_option cli_options[] = {
      .field = FIELD(fail_p99_ttft_pct), .lo = 0, .hi = INFINITY, .what = "a percentage",
      .help = "exit 1 when a case's p99 TTFT is higher in B by more than PCT percent"},
 
-    /* history */
-    {.name = "backend", .arg = "LABEL", .commands = CLI_HISTORY, .kind = CLI_STRING, .field = FIELD(backend),
-     .required = 1, .help = "the backend's label"},
-    {.name = "metric", .arg = "NAME", .commands = CLI_HISTORY, .kind = CLI_STRING, .field = FIELD(metric),
-     .def = "agg_tps", .help = "the metric"},
-    {.name = "filter", .arg = "KEY=V[,V...]", .commands = CLI_HISTORY, .kind = CLI_LIST, .field = FIELD(filters),
-     .help = "keep the cases whose KEY is one of the values. KEY: prompt_tokens, max_new_tokens, batch, "
-             "concurrency, steps, block_length, request_rate (value none: not applicable), or a swept option"},
-
     /* serve */
     {.name = "backend", .arg = "LABEL", .commands = CLI_SERVE, .kind = CLI_STRING, .field = FIELD(backend),
      .required = 1, .help = "the [backend LABEL] section to serve"},
@@ -178,7 +179,7 @@ const cli_option cli_options[] = {
     {.name = "markdown", .commands = CLI_HELP_CMD, .kind = CLI_FLAG, .field = FIELD(markdown),
      .help = "every command's help as Markdown (docs/CLI.md)"},
 
-    {.name = "help", .letter = 'h', .commands = ~(unsigned)CLI_VERSION, .kind = CLI_HELP, .help = "this text"},
+    {.name = "help", .letter = 'h', .commands = ~0u, .kind = CLI_HELP, .help = "this text"},
     {.name = NULL},
 };
 
@@ -237,16 +238,16 @@ const cli_command cli_commands[] = {
      .epilog = "Exit status: 0 printed, 1 error, 2 bad input or nothing matching."},
     {.name = "export", .bit = CLI_EXPORT, .forms = (const cli_form[]){{"SESSION", NULL}, {NULL, NULL}},
      .run = cmd_export, .summary = "one session as CSV or JSON (= report --format csv|json)"},
-    {.name = "db", .bit = CLI_DB, .forms = (const cli_form[]){{"merge [OTHER.db...]", NULL}, {NULL, NULL}},
-     .run = cmd_db, .summary = "import other databases' sessions; join the shards of a run",
-     .about = "merge: import each OTHER.db's sessions into the database (created if missing): sessions by uuid "
+    {.name = "db", .sub = "merge", .bit = CLI_DB, .forms = (const cli_form[]){{"[OTHER.db...]", NULL}, {NULL, NULL}},
+     .run = cmd_db_merge, .summary = "import other databases' sessions; join the shards of a run",
+     .about = "Import each OTHER.db's sessions into the database (created if missing): sessions by uuid "
               "(one already present is skipped, so merging twice is merging once), machines by fingerprint, "
               "every row remapped, each file in one transaction. OTHER.db is only read; an older schema is "
               "migrated in memory, a newer one refused. Then the shards of a run (`run --shard K/N --start-at "
               "TIME`) whose N sessions are all in the database are joined into one session that pools every "
               "request (docs/METRICS.md, \"Sharded runs\"); without OTHER.db, only that.",
      .epilog = "Exit status: 0 merged, 1 error, 2 bad input."},
-    {.name = "serve", .bit = CLI_SERVE, .forms = one_form_suite, .run = cmd_serve,
+    {.name = "serve", .bit = CLI_SERVE, .forms = one_form_suite, .run = cmd_serve, .unavailable = tb_serve_unavailable,
      .summary = "one backend of a suite as an OpenAI-compatible endpoint",
      .about = "Serve backend LABEL of SUITE as an OpenAI-compatible endpoint: POST /v1/completions and "
               "/v1/chat/completions (streamed or not), GET /v1/models, GET /health. The backend runs with the "

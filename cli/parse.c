@@ -20,14 +20,15 @@ static int has_arg(const cli_option *o)
     return o->kind != CLI_FLAG && o->kind != CLI_HELP;
 }
 
-/* The value-taking rows' message on a bad value, then exit 2. */
+/* A value the option refuses: say why, exit 2 (bad input). */
 static _Noreturn void bad_value(const cli_command *cmd, const char *why)
 {
     fprintf(stderr, "tokbench %s: %s\n", cmd->name, why);
     exit(2);
 }
 
-/* "expected a port in [0, 65535]", "expected a percentage >= 0" */
+/* What a number option takes: "a port in [0, 65535]", "a percentage >= 0"
+ * (allocated). */
 static char *range_text(const cli_option *o)
 {
     if (isinf(o->hi))
@@ -66,9 +67,12 @@ char *cli_choices_text(const cli_option *o, const char *comma, const char *last_
     size_t n = 0, k = 0;
     for (const cli_choice *c = o->choices; c->name; c++)
         n += !c->alias_of;
-    for (const cli_choice *c = o->choices; c->name; c++)
-        if (!c->alias_of)
-            tb_str_appendf(&b, "%s%s", k++ == 0 ? "" : k == n ? last_sep : comma, c->name);
+    for (const cli_choice *c = o->choices; c->name; c++) {
+        if (c->alias_of)
+            continue;
+        k++; /* the k-th of n */
+        tb_str_appendf(&b, "%s%s", k == 1 ? "" : k == n ? last_sep : comma, c->name);
+    }
     return tb_str_take(&b);
 }
 
@@ -191,11 +195,11 @@ void cli_parse(const cli_command *cmd, int argc, char **argv, cli_args *a)
                 shorts[n_shorts++] = ':';
         }
     }
-    int n_args;
-    char **args = expand_multi(cmd, argc, argv, &n_args);
+    int n_words;
+    char **args = expand_multi(cmd, argc, argv, &n_words);
     optind = 1;
     int ch;
-    while ((ch = getopt_long(n_args, args, shorts, longs, NULL)) != -1) {
+    while ((ch = getopt_long(n_words, args, shorts, longs, NULL)) != -1) {
         const cli_option *o = NULL;
         if (ch >= LONG_ONLY_BASE)
             o = &cli_options[ch - LONG_ONLY_BASE];
@@ -233,7 +237,7 @@ void cli_parse(const cli_command *cmd, int argc, char **argv, cli_args *a)
         }
     }
     /* argv's positional arguments: getopt moved them to the end of args */
-    a->n_pos = n_args - optind;
+    a->n_pos = n_words - optind;
     a->pos = tb_xcalloc((size_t)a->n_pos + 1, sizeof *a->pos);
     memcpy(a->pos, args + optind, (size_t)a->n_pos * sizeof *a->pos);
     free(args);
