@@ -90,18 +90,46 @@ enum {
     N_OPTS
 };
 
-/* Values of the `fault` option, in its choices' order. */
-enum { FAULT_NONE, FAULT_HTTP_500, FAULT_HTTP_429, FAULT_DROP, FAULT_GARBAGE, FAULT_STALL };
-static const char *const fault_names[] = {"none", "http_500", "http_429", "drop", "garbage", "stall"};
-/* The error each failing fault reports: class (backend.h), then why. */
-static const char *const fault_errors[] = {
-    NULL,
-    "http_5xx: scripted fault (HTTP 500)",
-    "http_429: scripted fault (HTTP 429, too many requests)",
-    "dropped: scripted fault (connection closed mid-stream)",
-    "malformed_stream: scripted fault (garbage chunk)",
-    NULL,
-};
+/* The `fault` option's values, each declared once, in the order its
+ * choices list them: X(ID, name, error), where error is what a failing
+ * request reports (class (backend.h): why) and NULL means it does not
+ * fail (none; stall only slows its stream). The enum, the table looked
+ * up by name and the option's "a|b|c" choices are all generated from it. */
+#define NULL_FAULTS(X)                                                                 \
+    X(NONE, "none", NULL)                                                              \
+    X(HTTP_500, "http_500", "http_5xx: scripted fault (HTTP 500)")                     \
+    X(HTTP_429, "http_429", "http_429: scripted fault (HTTP 429, too many requests)") \
+    X(DROP, "drop", "dropped: scripted fault (connection closed mid-stream)")          \
+    X(GARBAGE, "garbage", "malformed_stream: scripted fault (garbage chunk)")          \
+    X(STALL, "stall", NULL)
+
+#define NULL_FAULT_ENUM(id, name, error) FAULT_##id,
+enum { NULL_FAULTS(NULL_FAULT_ENUM) N_FAULTS };
+#undef NULL_FAULT_ENUM
+
+typedef struct null_fault {
+    const char *name;  /* the option's value */
+    const char *error; /* a failing request's error; NULL: it does not fail */
+} null_fault;
+
+#define NULL_FAULT_ROW(id, name, error) [FAULT_##id] = {name, error},
+static const null_fault null_faults[N_FAULTS] = {NULL_FAULTS(NULL_FAULT_ROW)};
+#undef NULL_FAULT_ROW
+
+/* "|none|http_500|...": the option's choices are this past its first '|'. */
+#define NULL_FAULT_CHOICE(id, name, error) "|" name
+static const char null_fault_choices[] = NULL_FAULTS(NULL_FAULT_CHOICE);
+#undef NULL_FAULT_CHOICE
+
+/* FAULT_* of a `fault` value by name; FAULT_NONE for one not declared
+ * (the host has checked the value against the choices). */
+static int fault_by_name(const char *name)
+{
+    for (int f = 0; name && f < N_FAULTS; f++)
+        if (strcmp(name, null_faults[f].name) == 0)
+            return f;
+    return FAULT_NONE;
+}
 
 /* One hour in µs: the longest scripted delay. */
 #define NULL_MAX_US 3.6e9
@@ -169,7 +197,7 @@ static const tb_option_decl null_options[N_OPTS] = {
                    "faulty requests fail as HTTP 500 or 429, a dropped "
                    "connection or garbage chunks (as `tokbench serve` sends "
                    "them), or stall the stream for fault_stall_us",
-                   "none|http_500|http_429|drop|garbage|stall", 1, 0, 0},
+                   null_fault_choices + 1, 1, 0, 0},
     [OPT_FAULT_EVERY] = {"fault_every", TB_OPT_INT, "1",
                          "requests with index % fault_every == 0 are faulty",
                          NULL, 1, 1e9, 0},
@@ -266,11 +294,7 @@ static void config_apply(null_config *c, const tb_option_value *v, uint32_t n)
         case OPT_FAIL_ON_CREATE: c->fail_on_create = v[k].i != 0; break;
         case OPT_CRASH_ON_CREATE: c->crash_on_create = v[k].i != 0; break;
         case OPT_COUNT_SKEW: c->count_skew = v[k].i; break;
-        case OPT_FAULT:
-            for (int f = 0; f < (int)(sizeof fault_names / sizeof *fault_names); f++)
-                if (v[k].text && strcmp(v[k].text, fault_names[f]) == 0)
-                    c->fault = f;
-            break;
+        case OPT_FAULT: c->fault = fault_by_name(v[k].text); break;
         case OPT_FAULT_EVERY: c->fault_every = v[k].i; break;
         case OPT_FAULT_AFTER: c->fault_after = v[k].i; break;
         case OPT_FAULT_STALL_US: c->fault_stall_us = v[k].i; break;
@@ -731,7 +755,7 @@ static tb_status null_generate(void *vctx, const tb_request *req,
     uint32_t done = 0; /* tokens each request has so far */
     /* Hosts that serve us stream the ids' text (tb_host.emit_output). */
     int with_ids = TB_STRUCT_HAS(host, tb_host, emit_output) && host->emit_output;
-    int failing = cfg.fault != FAULT_NONE && cfg.fault != FAULT_STALL, stalled = 0;
+    int failing = null_faults[cfg.fault].error != NULL, stalled = 0;
     uint64_t fault_after = (uint64_t)cfg.fault_after;
     int64_t t0 = host->now_ns(host);
     int64_t deadline = mono_ns();
@@ -829,7 +853,7 @@ out:
             rr->n_output_tokens = got;
             rr->n_output_ids = got;
             rr->output_ids = got ? rr->output_ids : NULL;
-            snprintf(rr->error, sizeof rr->error, "%s", fault_errors[cfg.fault]);
+            snprintf(rr->error, sizeof rr->error, "%s", null_faults[cfg.fault].error);
         }
         if (st != TB_OK) {
             size_t len = strnlen(ctx->error, sizeof rr->error - 1);

@@ -1,0 +1,264 @@
+/* options.c — the tokbench command line, declared once: every command
+ * (its forms, what it does, its exit status) and every option (which
+ * commands take it, its argument, help, default, range or choices, and
+ * the field of cli_args it sets). The parser, every usage text and
+ * docs/CLI.md are made from these rows; adding an option is adding a
+ * row here and reading its field in the command. */
+#include <math.h>
+#include <stddef.h>
+
+#include "cli.h"
+#include "serve.h"
+#include "shard.h"
+#include "store.h"
+#include "util.h"
+
+#define FIELD(f) offsetof(cli_args, f)
+
+/* --db: the store says where the database is by default (the
+ * environment, else the current folder). */
+static int db_arg(cli_args *a, const char *text, char **err)
+{
+    (void)err;
+    a->db = text ? text : tb_store_default_path();
+    return 0;
+}
+
+static int shard_arg(cli_args *a, const char *text, char **err)
+{
+    if (!text) {
+        a->shard_k = a->shard_n = 0;
+        return 0;
+    }
+    return tb_shard_parse(text, &a->shard_k, &a->shard_n, err);
+}
+
+static int start_at_arg(cli_args *a, const char *text, char **err)
+{
+    a->start_at = -1;
+    a->start_at_text = text;
+    return text ? tb_shard_parse_time(text, &a->start_at, err) : 0;
+}
+
+static const cli_choice report_formats[] = {
+    {"md", "Markdown: conditions, warnings, every table", NULL},
+    {"html", "one self-contained file: the same plus SVG charts (tokens/s vs steps, latency and throughput vs "
+             "batch, quality vs speed when scored, inter-token latency, history across sessions)", NULL},
+    {"csv", "the summary view's rows", NULL},
+    {"json", "everything stored", NULL},
+    {"markdown", NULL, "md"},
+    {NULL, NULL, NULL},
+};
+
+static const cli_choice export_formats[] = {
+    {"csv", "the summary view's rows for the session", NULL},
+    {"json", "everything stored: session, machine, backends, cases, metrics, samples, requests, emissions", NULL},
+    {NULL, NULL, NULL},
+};
+
+static const cli_choice history_formats[] = {
+    {"text", "a table per case", NULL},
+    {"csv", "one row per case and session", NULL},
+    {"html", "a page with a chart per case", NULL},
+    {NULL, NULL, NULL},
+};
+
+static const cli_choice batching_modes[] = {
+    {"continuous", "a request joins the running batch at the next step and leaves at its end (backends with step "
+                   "ops: ar)", NULL},
+    {"static", "batches run to their end, requests arriving meanwhile wait (every backend; the fallback)", NULL},
+    {NULL, NULL, NULL},
+};
+
+/* The commands that read a database. */
+#define DB_READERS (CLI_SESSIONS | CLI_SHOW | CLI_REPORT | CLI_COMPARE | CLI_HISTORY | CLI_EXPORT)
+
+const cli_option cli_options[] = {
+    {.name = "db", .arg = "FILE", .commands = CLI_RUN | CLI_DB | DB_READERS, .kind = CLI_CALL, .call = db_arg,
+     .help = "the database (default $TOKBENCH_DB, else ./tokbench.db); run and db merge create it when missing, "
+             "the others only read it"},
+
+    /* run */
+    {.name = "dry-run", .commands = CLI_RUN, .kind = CLI_FLAG, .field = FIELD(dry_run),
+     .help = "print the expanded cases and exit; runs nothing"},
+    {.name = "filter", .arg = "KEY=V1[,V2...]", .commands = CLI_RUN, .kind = CLI_LIST, .field = FIELD(filters),
+     .help = "keep the cases whose KEY (backend, a dimension such as batch, or a backend option) is one of the "
+             "values"},
+    {.name = "max-error-rate", .arg = "X", .commands = CLI_RUN, .kind = CLI_DOUBLE, .field = FIELD(max_error_rate),
+     .def = "0", .lo = 0, .hi = 1, .what = "a fraction",
+     .help = "a case whose failed requests are more than the fraction X of its requests is degraded (0: any failed "
+             "request); a case whose every request failed is failed"},
+    {.name = "shard", .arg = "K/N", .commands = CLI_RUN, .kind = CLI_CALL, .call = shard_arg,
+     .help = "run shard K (0-based) of N of every case's load: its share of the requests and of the concurrency, "
+             "request_rate / N, a seed of its own; on N machines (examples/: a Kubernetes Indexed Job, a Slurm job "
+             "array), then `db merge` joins the N sessions into one (serving backends only)"},
+    {.name = "start-at", .arg = "TIME", .commands = CLI_RUN, .kind = CLI_CALL, .call = start_at_arg,
+     .help = "start the cases at TIME (UTC, 2026-12-01T19:00:00Z, or @UNIX_SECONDS): the N shards start together "
+             "(required with --shard; it names the run the shards belong to)"},
+
+    /* the case table of show and run */
+    {.name = "wide", .commands = CLI_SHOW | CLI_RUN, .kind = CLI_FLAG, .field = FIELD(wide),
+     .help = "the case table with every column, whatever the width"},
+    {.name = "width", .arg = "N", .commands = CLI_SHOW | CLI_RUN, .kind = CLI_INT, .field = FIELD(width), .lo = 20,
+     .hi = 100000, .what = "a width in characters",
+     .help = "fit the case table to N characters, terminal or not"},
+
+    /* plugins */
+    {.name = "load-timeout", .arg = "SECONDS", .commands = CLI_PLUGINS, .kind = CLI_DOUBLE,
+     .field = FIELD(load_timeout), .def = "60", .lo = 0, .open_lo = 1, .hi = 86400, .what = "seconds",
+     .help = "each plugin is loaded and probed in a process of its own, which must answer within this time"},
+
+    /* sessions */
+    {.name = "limit", .arg = "N", .commands = CLI_SESSIONS, .kind = CLI_INT, .field = FIELD(limit), .def = "0",
+     .lo = 0, .hi = 2147483647, .what = "a count", .help = "the N newest sessions only; 0: all"},
+
+    /* history */
+    {.name = "backend", .arg = "LABEL", .commands = CLI_HISTORY, .kind = CLI_STRING, .field = FIELD(backend),
+     .required = 1, .help = "the backend's label"},
+    {.name = "metric", .arg = "NAME", .commands = CLI_HISTORY, .kind = CLI_STRING, .field = FIELD(metric),
+     .def = "agg_tps", .help = "the metric"},
+    {.name = "filter", .arg = "KEY=V[,V...]", .commands = CLI_HISTORY, .kind = CLI_LIST, .field = FIELD(filters),
+     .help = "keep the cases whose KEY is one of the values. KEY: prompt_tokens, max_new_tokens, batch, "
+             "concurrency, steps, block_length, request_rate (value none: not applicable), or a swept option"},
+
+    /* report, export, history */
+    {.name = "last", .commands = CLI_REPORT, .kind = CLI_FLAG, .field = FIELD(last),
+     .help = "the last session (as SESSION last, the default)"},
+    {.name = "format", .commands = CLI_REPORT, .kind = CLI_CHOICE, .field = FIELD(format), .def = "md",
+     .choices = report_formats, .help = "what to write"},
+    {.name = "format", .commands = CLI_EXPORT, .kind = CLI_CHOICE, .field = FIELD(format), .required = 1,
+     .choices = export_formats, .help = "what to write"},
+    {.name = "format", .commands = CLI_HISTORY, .kind = CLI_CHOICE, .field = FIELD(format), .def = "text",
+     .choices = history_formats, .help = "what to write"},
+    {.name = "output", .letter = 'o', .arg = "FILE", .commands = CLI_REPORT | CLI_EXPORT | CLI_HISTORY,
+     .kind = CLI_STRING, .field = FIELD(output),
+     .help = "write to FILE instead of stdout; a failed write leaves no FILE"},
+
+    /* compare */
+    {.name = "backends", .arg = "X Y", .commands = CLI_COMPARE, .kind = CLI_LIST, .field = FIELD(backends),
+     .n_args = 2, .what = "labels",
+     .help = "compare backend X (of A) with backend Y (of B, else of A) instead of the backends of the same label"},
+    {.name = "metric", .arg = "M[,M...]", .commands = CLI_COMPARE, .kind = CLI_STRING, .field = FIELD(metric),
+     .help = "metrics (default agg_tps,req_tps,ttft_ms,e2e_ms); known: agg_tps, decode_tps, wall_ms, "
+             "tokens_per_forward, req_tps, ttft_ms, tpot_ms, e2e_ms"},
+    {.name = "alpha", .arg = "P", .commands = CLI_COMPARE, .kind = CLI_DOUBLE, .field = FIELD(alpha), .def = "0.05",
+     .lo = 0, .hi = 1, .open_lo = 1, .open_hi = 1, .what = "a level", .help = "significance level"},
+    {.name = "fail-if-slower", .arg = "PCT", .commands = CLI_COMPARE, .kind = CLI_DOUBLE, .field = FIELD(fail_pct),
+     .lo = 0, .hi = INFINITY, .what = "a percentage",
+     .help = "exit 1 when a row is significantly slower by more than PCT percent, or a case ran in A and failed "
+             "in B"},
+    {.name = "fail-if-accuracy-drops", .arg = "PP", .commands = CLI_COMPARE, .kind = CLI_DOUBLE,
+     .field = FIELD(fail_acc_pp), .lo = 0, .hi = 100, .what = "percentage points",
+     .help = "exit 1 when a case's accuracy is lower in B by more than PP percentage points"},
+    {.name = "fail-if-error-rate-above", .arg = "X", .commands = CLI_COMPARE, .kind = CLI_DOUBLE,
+     .field = FIELD(fail_err_rate), .lo = 0, .hi = 1, .what = "a fraction",
+     .help = "exit 1 when a case of B failed more than the fraction X of its requests"},
+    {.name = "fail-if-p99-ttft-above", .arg = "PCT", .commands = CLI_COMPARE, .kind = CLI_DOUBLE,
+     .field = FIELD(fail_p99_ttft_pct), .lo = 0, .hi = INFINITY, .what = "a percentage",
+     .help = "exit 1 when a case's p99 TTFT is higher in B by more than PCT percent"},
+
+    /* serve */
+    {.name = "backend", .arg = "LABEL", .commands = CLI_SERVE, .kind = CLI_STRING, .field = FIELD(backend),
+     .required = 1, .help = "the [backend LABEL] section to serve"},
+    {.name = "port", .arg = "N", .commands = CLI_SERVE, .kind = CLI_INT, .field = FIELD(port), .def = "8000",
+     .lo = 0, .hi = 65535, .what = "a port", .help = "TCP port (0 picks a free one)"},
+    {.name = "host", .arg = "ADDR", .commands = CLI_SERVE, .kind = CLI_STRING, .field = FIELD(host),
+     .def = "127.0.0.1", .help = "IPv4 address to listen on"},
+    {.name = "max-batch", .arg = "N", .commands = CLI_SERVE, .kind = CLI_INT, .field = FIELD(max_batch), .lo = 1,
+     .hi = 65536, .what = "an integer",
+     .help = "most requests in flight in the backend (default 16 when it batches, else 1)"},
+    {.name = "batching", .arg = "MODE", .commands = CLI_SERVE, .kind = CLI_CHOICE, .field = FIELD(batching),
+     .def = "continuous", .choices = batching_modes, .help = "how requests share the backend"},
+    {.name = "port-file", .arg = "F", .commands = CLI_SERVE, .kind = CLI_STRING, .field = FIELD(port_file),
+     .help = "write the port to F once listening (for scripts)"},
+    {.name = "reuse-port", .commands = CLI_SERVE, .kind = CLI_FLAG, .field = FIELD(reuse_port),
+     .help = "let other servers listen on the same port (SO_REUSEPORT): the kernel spreads connections across "
+             "them, each with its own backend process (docs/PERFORMANCE.md)"},
+
+    /* help */
+    {.name = "markdown", .commands = CLI_HELP_CMD, .kind = CLI_FLAG, .field = FIELD(markdown),
+     .help = "every command's help as Markdown (docs/CLI.md)"},
+
+    {.name = "help", .letter = 'h', .commands = ~0u, .kind = CLI_HELP, .help = "this text"},
+    {.name = NULL},
+};
+
+static const cli_form one_form_suite[] = {{"SUITE", NULL}, {NULL, NULL}};
+static const cli_form one_form_none[] = {{"", NULL}, {NULL, NULL}};
+static const cli_form one_form_session[] = {{"[SESSION|last]", NULL}, {NULL, NULL}};
+
+const char cli_about[] = "Reproducible, comparable LLM inference benchmarks.";
+/* %s: where plugins are installed */
+const char cli_about_end[] = "Every command takes --help. The database is --db FILE, else $TOKBENCH_DB, else "
+                             "./tokbench.db. Plugins are searched in $TOKBENCH_PLUGIN_PATH, the build tree and %s.";
+
+const cli_command cli_commands[] = {
+    {.name = "run", .bit = CLI_RUN, .forms = one_form_suite, .run = cmd_run,
+     .summary = "run a suite, store every case, print the results",
+     .about = "Expand SUITE (an INI file) into cases, run each backend in a process of its own, store every case "
+              "in the database as it finishes, and print the results with the backends side by side.",
+     .epilog = "Exit status: 0 when every case ran ok (not degraded) or was skipped, 1 when a case failed or is "
+               "degraded, 2 on bad input, 130 when interrupted."},
+    {.name = "plugins", .bit = CLI_PLUGINS, .forms = (const cli_form[]){{"[NAME|PATH]", NULL}, {NULL, NULL}},
+     .run = cmd_plugins, .summary = "list backend plugins, or one plugin's options",
+     .about = "Without NAME: every plugin found, with its version, capabilities and whether it can run on this "
+              "host. With NAME: its options."},
+    {.name = "sessions", .bit = CLI_SESSIONS, .forms = one_form_none, .run = cmd_sessions,
+     .summary = "stored sessions, newest first"},
+    {.name = "show", .bit = CLI_SHOW, .forms = one_form_session, .run = cmd_show,
+     .summary = "one session's cases, backends side by side (default: last)",
+     .about = "SESSION is an id from `tokbench sessions` or a uuid prefix (8 characters or more).\n\nThe case "
+              "table fits the terminal: columns no case has a value in are left out, then, when it is still too "
+              "wide, the least important ones (a line below the table names them). Its width is $COLUMNS, else "
+              "the terminal's; output that is not a terminal (a pipe, a file) is never narrowed."},
+    {.name = "report", .bit = CLI_REPORT, .forms = one_form_session, .run = cmd_report,
+     .summary = "one session as Markdown, HTML (with charts), CSV or JSON",
+     .about = "One session (default: the last) for people to read. SESSION is an id from `tokbench sessions` or "
+              "a uuid prefix (8 characters or more). docs/REPORTS.md describes every part.",
+     .epilog = "Exit status: 0 written, 1 error, 2 bad input."},
+    {.name = "compare", .bit = CLI_COMPARE, .run = cmd_compare,
+     .forms = (const cli_form[]){{"A B", "two sessions, backends by label"},
+                                 {"A --backends X Y", "two backends of session A"},
+                                 {"A B --backends X Y", "backend X of A vs Y of B"},
+                                 {NULL, NULL}},
+     .summary = "two sessions (or two backends) case by case, with a significance test and a verdict per row",
+     .about = "A is the baseline, B the candidate (ids, uuid prefixes or \"last\"). Cases match by dimensions and "
+              "swept options; a backend without a dimension (AR: no steps) matches every value of it. Per "
+              "matching case and metric: medians, B/A, a two-sided Mann-Whitney U test on the raw samples (per "
+              "repetition for agg_tps, per request for req_tps and latencies) and a verdict: faster, slower, or "
+              "no significant change.",
+     .epilog = "With any --fail-if option, a case failed or degraded in B only is a regression too.\n\nExit status: "
+               "0 no regression past a gate (always 0 without a --fail-if option), 1 regression, 2 bad input or "
+               "nothing to compare."},
+    {.name = "history", .bit = CLI_HISTORY, .forms = one_form_none, .run = cmd_history,
+     .summary = "one metric of one backend across sessions",
+     .about = "One metric of one backend, case by case, across every stored session: commit, version, machine, "
+              "median, p5, p95, CI, and the change from the session before; notes where the machine, model, "
+              "dtype or plugin changed.",
+     .epilog = "Exit status: 0 printed, 1 error, 2 bad input or nothing matching."},
+    {.name = "export", .bit = CLI_EXPORT, .forms = (const cli_form[]){{"SESSION", NULL}, {NULL, NULL}},
+     .run = cmd_export, .summary = "one session as CSV or JSON (= report --format csv|json)"},
+    {.name = "db", .sub = "merge", .bit = CLI_DB, .forms = (const cli_form[]){{"[OTHER.db...]", NULL}, {NULL, NULL}},
+     .run = cmd_db_merge, .summary = "import other databases' sessions; join the shards of a run",
+     .about = "Import each OTHER.db's sessions into the database (created if missing): sessions by uuid "
+              "(one already present is skipped, so merging twice is merging once), machines by fingerprint, "
+              "every row remapped, each file in one transaction. OTHER.db is only read; an older schema is "
+              "migrated in memory, a newer one refused. Then the shards of a run (`run --shard K/N --start-at "
+              "TIME`) whose N sessions are all in the database are joined into one session that pools every "
+              "request (docs/METRICS.md, \"Sharded runs\"); without OTHER.db, only that.",
+     .epilog = "Exit status: 0 merged, 1 error, 2 bad input."},
+    {.name = "serve", .bit = CLI_SERVE, .forms = one_form_suite, .run = cmd_serve, .unavailable = tb_serve_unavailable,
+     .summary = "one backend of a suite as an OpenAI-compatible endpoint",
+     .about = "Serve backend LABEL of SUITE as an OpenAI-compatible endpoint: POST /v1/completions and "
+              "/v1/chat/completions (streamed or not), GET /v1/models, GET /health. The backend runs with the "
+              "options of its first case in SUITE. A request's temperature, top_p, top_k, seed and stop are "
+              "honoured; a field serve cannot honour (n > 1, logprobs, an unknown one) is refused with 400 naming "
+              "it, an unknown model with 404. Chat requests get the model folder's chat template (Llama-3 or "
+              "ChatML). See docs/PLUGINS.md.",
+     .epilog = "Stops on SIGINT or SIGTERM (exit 0). Exit 1 when the backend cannot load, 2 on bad input."},
+    {.name = "version", .bit = CLI_VERSION, .forms = one_form_none, .run = cmd_version,
+     .summary = "version, commit and build"},
+    {.name = "help", .bit = CLI_HELP_CMD, .forms = (const cli_form[]){{"[COMMAND]", NULL}, {NULL, NULL}},
+     .run = cmd_help, .summary = "this text, or COMMAND's (= COMMAND --help)"},
+    {.name = NULL},
+};
