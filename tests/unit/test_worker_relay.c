@@ -1,4 +1,4 @@
-/* test_worker_relay.c — core/worker_proc.c's relay of a worker's stderr
+/* test_worker_relay.c — run/worker_proc.c's relay of a worker's stderr
  * (the runner prints each line above its progress bar): whole lines one
  * at a time, a long line in pieces, and, when the worker has ended, what
  * is still in the pipe (its last words, an unended line too) before the
@@ -13,7 +13,7 @@
 
 #include "check.h"
 #include "util.h"
-#include "worker.h"
+#include "worker_proc.h"
 
 typedef struct lines {
     char *v[16];
