@@ -2,7 +2,10 @@
  *
  * Both ends are the same executable (the worker is a fork of the runner),
  * so payloads are plain structs copied byte for byte. A frame is
- * {uint32 type, uint32 length} followed by `length` payload bytes. */
+ * {uint32 type, uint32 length} followed by `length` payload bytes. Each
+ * type has one meaning and one payload size (a header's, for those with
+ * a variable rest); the worker refuses a frame of another size or an
+ * unknown type, and ends (run/worker.c's message table). */
 #ifndef TB_WIRE_H
 #define TB_WIRE_H
 
@@ -14,7 +17,9 @@
 
 typedef enum tb_msg {
     /* runner → worker */
-    TB_MSG_CASE = 1, /* payload: uint32 index into plan->cases */
+    TB_MSG_CASE = 1, /* payload: uint32 index into plan->cases;
+                        answered by LOADED, a PROGRESS per call, then
+                        RESULT, or by CASE_ERROR */
     TB_MSG_QUIT = 2, /* no payload: destroy and exit */
     /* runner → worker, serving (`tokbench serve`) */
     TB_MSG_LOAD = 3,     /* payload: uint32 case index: load (or keep) the

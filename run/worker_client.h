@@ -65,8 +65,8 @@ int tb_wc_running(const tb_worker_client *wc);
  * the backend cannot run on this host (why: its reason; worker gone). */
 tb_wc_result tb_wc_start(tb_worker_client *wc, char **why);
 
-/* Send one request (TB_MSG_CASE, CASE_LOAD, LOAD, JUDGE, GENERATE, STEP...). DIED when the
- * worker cannot be written to. */
+/* Send one request (TB_MSG_CASE, CASE_LOAD, LOAD, JUDGE, GENERATE,
+ * STEP_OPEN, STEP; wire.h). DIED when the worker cannot be written to. */
 tb_wc_result tb_wc_send(tb_worker_client *wc, uint32_t type, const void *payload, size_t len, char **why);
 
 /* Wait for the LOADED answer to a CASE, CASE_LOAD, LOAD or JUDGE request
