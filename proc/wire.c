@@ -8,6 +8,24 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <tokbench/backend.h>
+
+const char *tb_status_name(int status)
+{
+    switch ((tb_status)status) {
+    case TB_OK: return "ok";
+    case TB_ERR: return "error";
+    case TB_ERR_INVALID: return "invalid";
+    case TB_ERR_UNSUPPORTED: return "unsupported";
+    case TB_ERR_NO_MEMORY: return "out of memory";
+    case TB_ERR_IO: return "I/O error";
+    case TB_ERR_MODEL: return "model error";
+    case TB_ERR_CANCELLED: return "cancelled";
+    case TB_ERR_TIMEOUT: return "timeout";
+    }
+    return "unknown status";
+}
+
 static int write_all(int fd, const void *p, size_t n)
 {
     const char *c = p;

@@ -2,7 +2,10 @@
  *
  * Both ends are the same executable (the worker is a fork of the runner),
  * so payloads are plain structs copied byte for byte. A frame is
- * {uint32 type, uint32 length} followed by `length` payload bytes. */
+ * {uint32 type, uint32 length} followed by `length` payload bytes. Each
+ * type has one meaning and one payload size (a header's, for those with
+ * a variable rest); the worker refuses a frame of another size or an
+ * unknown type, and ends (run/worker.c's message table). */
 #ifndef TB_WIRE_H
 #define TB_WIRE_H
 
@@ -14,8 +17,9 @@
 
 typedef enum tb_msg {
     /* runner → worker */
-    TB_MSG_CASE = 1, /* payload: uint32 index into plan->cases, or a
-                        tb_wire_case_load (a search's run of it) */
+    TB_MSG_CASE = 1, /* payload: uint32 index into plan->cases;
+                        answered by LOADED, a PROGRESS per call, then
+                        RESULT, or by CASE_ERROR */
     TB_MSG_QUIT = 2, /* no payload: destroy and exit */
     /* runner → worker, serving (`tokbench serve`) */
     TB_MSG_LOAD = 3,     /* payload: uint32 case index: load (or keep) the
@@ -36,6 +40,8 @@ typedef enum tb_msg {
                              prompt and stop sequences: one iteration;
                              answered by EMIT frames (request = slot),
                              then STEPPED */
+    TB_MSG_CASE_LOAD = 8, /* tb_wire_case_load: one run of a load search;
+                             answered as CASE */
     /* worker → runner */
     TB_MSG_PROBE = 10,     /* tb_wire_status: can the backend run here */
     TB_MSG_LOADED = 11,    /* tb_wire_status, then describe() JSON text */
@@ -56,8 +62,8 @@ typedef enum tb_msg {
                               last */
 } tb_msg;
 
-/* TB_MSG_CASE of one run of a load search (core/search.h): case
- * `index` with its concurrency and request rate replaced. */
+/* TB_MSG_CASE_LOAD: one run of a load search (search.h), case `index`
+ * with its concurrency and request rate replaced. */
 typedef struct tb_wire_case_load {
     uint32_t index;
     uint32_t concurrency; /* 0: none (open loop) */
@@ -194,6 +200,10 @@ typedef struct tb_wire_stepped {
     uint32_t pad;
     char message[512];
 } tb_wire_stepped;
+
+/* "ok", "out of memory", ... for a tb_status value: the words of a
+ * status in the messages either end writes. */
+const char *tb_status_name(int status);
 
 /* Frames are bounded: a length beyond this is a protocol error, not an
  * allocation (a worker's memory may be corrupt). */

@@ -298,7 +298,7 @@ static int run_one(backend_state *bs, const tb_case *c, uint32_t idx, const tb_w
     /* The context (load or reuse), then the case. */
     int reused = 0;
     char *info = NULL;
-    r = load ? tb_wc_send(&bs->wc, TB_MSG_CASE, load, sizeof *load, &why)
+    r = load ? tb_wc_send(&bs->wc, TB_MSG_CASE_LOAD, load, sizeof *load, &why)
              : tb_wc_send(&bs->wc, TB_MSG_CASE, &idx, sizeof idx, &why);
     if (r == TB_WC_OK)
         r = tb_wc_await_loaded(&bs->wc, &reused, &info, &why);

@@ -1,15 +1,19 @@
 /* worker.c — the backend's side of a run, in a process of its own: the
- * loop of tb_worker_main.
+ * fork that starts it and the loop of tb_worker_main, which answers each
+ * request through one table of the messages it reads.
  *
- * The runner forks one worker per backend (worker_proc.c); the worker owns
- * the plugin's context (and with it any CUDA context), runs cases on
- * request and sends back raw timings. It computes no metric: the runner
- * derives every figure from these raw events, the same way for every
- * backend. The plugin calls back through the host table (worker_host.c).
+ * The runner forks one worker per backend; the worker owns the plugin's
+ * context (and with it any CUDA context), runs cases on request and sends
+ * back raw timings. It computes no metric: the runner derives every
+ * figure from these raw events, the same way for every backend. The
+ * plugin calls back through the host table (worker_host.c).
  *
  * `tokbench serve` uses the same process in live mode (worker_serve.c): it
  * asks for one batch of prompts at a time, and every emission is sent at
- * once, with the text it adds, so that the server can stream it. */
+ * once, with the text it adds, so that the server can stream it.
+ *
+ * The top of the worker's files (worker_state.h lists them): it calls
+ * them all, none of them calls it. */
 #define _GNU_SOURCE
 #include "worker.h"
 
@@ -22,7 +26,9 @@
 
 #include "util.h"
 #include "wire.h"
-#include "worker_internal.h"
+#include "worker_host.h"
+#include "worker_serve.h"
+#include "worker_state.h"
 
 /* Emissions one generate() call may make: 4 per output token per
  * request, plus slack. A sane backend makes at most one per token
@@ -32,27 +38,6 @@
  * grow without bound. */
 #define EMIT_PER_TOKEN 4
 #define EMIT_SLACK 1024
-
-static const char *status_name(tb_status s)
-{
-    switch (s) {
-    case TB_OK: return "ok";
-    case TB_ERR: return "error";
-    case TB_ERR_INVALID: return "invalid";
-    case TB_ERR_UNSUPPORTED: return "unsupported";
-    case TB_ERR_NO_MEMORY: return "out of memory";
-    case TB_ERR_IO: return "I/O error";
-    case TB_ERR_MODEL: return "model error";
-    case TB_ERR_CANCELLED: return "cancelled";
-    case TB_ERR_TIMEOUT: return "timeout";
-    }
-    return "unknown status";
-}
-
-const char *tb_status_name(int s)
-{
-    return status_name((tb_status)s);
-}
 
 static void send_status(tb_worker *w, uint32_t type, int32_t status, int reused, int64_t load_ns,
                         const char *extra, const char *fmt, ...)
@@ -139,7 +124,7 @@ static int ensure_context(tb_worker *w, const tb_case *c)
             w->ctx = NULL;
         }
         send_status(w, TB_MSG_LOADED, s == TB_OK ? TB_ERR : (int32_t)s, 0, load_ns, NULL,
-                    "create() failed (%s): %s", status_name(s == TB_OK ? TB_ERR : s),
+                    "create() failed (%s): %s", tb_status_name(s == TB_OK ? TB_ERR : s),
                     err[0] ? err : "no message");
         return -1;
     }
@@ -147,38 +132,6 @@ static int ensure_context(tb_worker *w, const tb_case *c)
     const char *desc = w->ops->describe ? w->ops->describe(w->ctx) : NULL;
     send_status(w, TB_MSG_LOADED, TB_OK, 0, load_ns, desc ? desc : "", "loaded");
     return 0;
-}
-
-int64_t tb_worker_decode_ids(tb_worker *w, const int32_t *ids, size_t n)
-{
-    int64_t need = w->ops->detokenize(w->ctx, ids, n, NULL, 0);
-    if (need < 0)
-        return -1;
-    if ((size_t)need + 1 > w->scratch_cap) {
-        w->scratch_cap = (size_t)need + 1 + 4096;
-        w->scratch = tb_xrealloc(w->scratch, w->scratch_cap);
-    }
-    if (w->ops->detokenize(w->ctx, ids, n, w->scratch, w->scratch_cap) != need)
-        return -1;
-    return need;
-}
-
-void tb_worker_answer_text(tb_worker *w, const tb_request_result *r, tb_str *out)
-{
-    if (r->status != TB_OK)
-        return;
-    if (r->output_text) {
-        tb_str_append(out, r->output_text);
-        return;
-    }
-    if (!r->output_ids || !(w->ops->capabilities & TB_CAP_TOKENIZER))
-        return;
-    size_t n = r->n_output_ids;
-    if (r->n_answer_tokens != TB_UNKNOWN_COUNT && r->n_answer_tokens < n)
-        n = r->n_answer_tokens;
-    int64_t k = n ? tb_worker_decode_ids(w, r->output_ids, n) : 0;
-    if (k > 0)
-        tb_str_appendn(out, w->scratch, (size_t)k);
 }
 
 /* The emissions one call of case c may make before it is a flood:
@@ -344,7 +297,7 @@ static void run_case(tb_worker *w, const tb_case *c)
         if (st != TB_OK) {
             const char *e = w->ops->last_error(w->ctx);
             send_status(w, TB_MSG_CASE_ERROR, st, 0, 0, NULL, "generate() failed at %s %d (%s): %s",
-                        warm ? "warm-up" : "repetition", (int)req.repetition + 1, status_name(st),
+                        warm ? "warm-up" : "repetition", (int)req.repetition + 1, tb_status_name(st),
                         e && *e ? e : "no message");
             goto done;
         }
@@ -453,15 +406,16 @@ done:
     case_bufs_free(&b);
 }
 
-/* JUDGE: load the judge's context, then loglik() of every pair. */
+/* JUDGE: load the judge's context, then loglik() of every pair;
+ * answered by LOADED, then JUDGED. */
 static void judge_pairs(tb_worker *w, const char *buf, size_t len)
 {
-    tb_wire_judge h;
-    if (len < sizeof h) {
-        send_status(w, TB_MSG_LOADED, TB_ERR_INVALID, 0, 0, NULL, "malformed JUDGE message");
+    tb_wire_judge h; /* len >= sizeof h: the message table checked it */
+    memcpy(&h, buf, sizeof h);
+    if (!TB_STRUCT_HAS(w->ops, tb_backend_ops, loglik) || !w->ops->loglik) {
+        send_status(w, TB_MSG_LOADED, TB_ERR_UNSUPPORTED, 0, 0, NULL, "plugin %s has no loglik()", w->ops->name);
         return;
     }
-    memcpy(&h, buf, sizeof h);
     const tb_case *c = h.case_index < w->plan->n_cases ? &w->plan->cases[h.case_index]
                        : h.case_index == TB_WIRE_JUDGE_LOAD && w->plan->has_judge_load ? &w->plan->judge_load
                                                                                        : NULL;
@@ -500,6 +454,82 @@ static void judge_pairs(tb_worker *w, const char *buf, size_t len)
     free(out);
 }
 
+/* CASE: uint32 index into plan->cases. */
+static void on_case(tb_worker *w, const char *buf, size_t len)
+{
+    (void)len;
+    uint32_t idx;
+    memcpy(&idx, buf, sizeof idx);
+    if (idx < w->plan->n_cases)
+        run_case(w, &w->plan->cases[idx]);
+    else
+        send_status(w, TB_MSG_CASE_ERROR, TB_ERR_INVALID, 0, 0, NULL, "no case %u", idx);
+}
+
+/* CASE_LOAD: one run of a load search, the case with its concurrency and
+ * request rate replaced. */
+static void on_case_load(tb_worker *w, const char *buf, size_t len)
+{
+    (void)len;
+    tb_wire_case_load cl;
+    memcpy(&cl, buf, sizeof cl);
+    if (cl.index >= w->plan->n_cases) {
+        send_status(w, TB_MSG_CASE_ERROR, TB_ERR_INVALID, 0, 0, NULL, "no case %u", cl.index);
+        return;
+    }
+    tb_case run = w->plan->cases[cl.index];
+    run.concurrency = cl.concurrency;
+    run.request_rate = cl.request_rate;
+    run.search = TB_SEARCH_NONE;
+    run_case(w, &run);
+}
+
+/* LOAD: uint32 case index; the context of that case, answered by LOADED. */
+static void on_load(tb_worker *w, const char *buf, size_t len)
+{
+    (void)len;
+    uint32_t idx;
+    memcpy(&idx, buf, sizeof idx);
+    if (idx < w->plan->n_cases)
+        ensure_context(w, &w->plan->cases[idx]);
+    else
+        send_status(w, TB_MSG_LOADED, TB_ERR_INVALID, 0, 0, NULL, "no case %u", idx);
+}
+
+/* One request the worker answers (wire.h): its payload's size in bytes,
+ * exactly, or at least when the payload is a header and what follows it
+ * (at_least; the handler reads the rest and answers a malformed rest),
+ * and its handler, which may trust that size. handle NULL: the loop
+ * ends. A frame of another type or another size is refused: said on
+ * stderr (the runner relays it), and the worker ends, as the client
+ * kills a worker whose answer it cannot read (worker_client.h). */
+typedef struct worker_msg {
+    uint32_t type;
+    const char *name; /* for that message */
+    size_t size;
+    int at_least;
+    void (*handle)(tb_worker *w, const char *payload, size_t len);
+} worker_msg;
+
+static const worker_msg messages[] = {
+    {TB_MSG_CASE, "CASE", sizeof(uint32_t), 0, on_case},
+    {TB_MSG_CASE_LOAD, "CASE_LOAD", sizeof(tb_wire_case_load), 0, on_case_load},
+    {TB_MSG_LOAD, "LOAD", sizeof(uint32_t), 0, on_load},
+    {TB_MSG_JUDGE, "JUDGE", sizeof(tb_wire_judge), 1, judge_pairs},
+    {TB_MSG_GENERATE, "GENERATE", sizeof(tb_wire_gen), 1, tb_worker_serve_generate},
+    {TB_MSG_STEP_OPEN, "STEP_OPEN", sizeof(tb_wire_step_open), 0, tb_worker_serve_step_open},
+    {TB_MSG_STEP, "STEP", sizeof(tb_wire_step), 1, tb_worker_serve_step},
+    {TB_MSG_QUIT, "QUIT", 0, 0, NULL},
+};
+
+static const worker_msg *find_msg(uint32_t type)
+{
+    for (size_t i = 0; i < sizeof messages / sizeof *messages; i++)
+        if (messages[i].type == type)
+            return &messages[i];
+    return NULL;
+}
+
 void tb_worker_main(const tb_plan *plan, size_t backend, int fd_in, int fd_out)
 {
     /* The process first: memory limit, stdout onto stderr, signals. The
@@ -524,58 +554,27 @@ void tb_worker_main(const tb_plan *plan, size_t backend, int fd_in, int fd_out)
         tb_worker_child_exit();
     }
     tb_status ps = w.ops->probe ? w.ops->probe(why, sizeof why) : TB_OK;
-    send_status(&w, TB_MSG_PROBE, ps, 0, 0, NULL, "%s", why[0] ? why : status_name(ps));
+    send_status(&w, TB_MSG_PROBE, ps, 0, 0, NULL, "%s", why[0] ? why : tb_status_name(ps));
     if (ps != TB_OK)
         _exit(0);
 
     tb_wire_reader rd;
     tb_wire_reader_init(&rd, fd_in);
-    for (;;) {
-        tb_wire_frame f;
-        if (tb_wire_read(&rd, 0, NULL, &f) != TB_WIRE_FRAME)
+    tb_wire_frame f;
+    while (tb_wire_read(&rd, 0, NULL, &f) == TB_WIRE_FRAME) {
+        const worker_msg *m = find_msg(f.type);
+        if (!m) {
+            fprintf(stderr, "tokbench: the backend process got a message of unknown type %u; it ends\n", f.type);
             break;
-        if (f.type == TB_MSG_CASE && f.len == sizeof(tb_wire_case_load)) { /* a search's run */
-            tb_wire_case_load cl;
-            memcpy(&cl, f.payload, sizeof cl);
-            if (cl.index < plan->n_cases) {
-                tb_case run = plan->cases[cl.index];
-                run.concurrency = cl.concurrency;
-                run.request_rate = cl.request_rate;
-                run.search = TB_SEARCH_NONE;
-                run_case(&w, &run);
-            }
-            continue;
         }
-        if ((f.type == TB_MSG_CASE || f.type == TB_MSG_LOAD) && f.len == sizeof(uint32_t)) {
-            uint32_t idx;
-            memcpy(&idx, f.payload, sizeof idx);
-            if (f.type == TB_MSG_CASE) {
-                if (idx < plan->n_cases)
-                    run_case(&w, &plan->cases[idx]);
-            } else if (idx < plan->n_cases) {
-                ensure_context(&w, &plan->cases[idx]);
-            } else {
-                send_status(&w, TB_MSG_LOADED, TB_ERR_INVALID, 0, 0, NULL, "no case %u", idx);
-            }
-            continue;
+        if (m->at_least ? f.len < m->size : f.len != m->size) {
+            fprintf(stderr, "tokbench: the backend process got a %s message of %zu bytes (expected %s%zu); it ends\n",
+                    m->name, f.len, m->at_least ? "at least " : "", m->size);
+            break;
         }
-        if (f.type == TB_MSG_JUDGE && TB_STRUCT_HAS(w.ops, tb_backend_ops, loglik) && w.ops->loglik) {
-            judge_pairs(&w, f.payload, f.len);
-            continue;
-        }
-        if (f.type == TB_MSG_GENERATE) {
-            tb_worker_serve_generate(&w, f.payload, f.len);
-            continue;
-        }
-        if (f.type == TB_MSG_STEP_OPEN) {
-            tb_worker_serve_step_open(&w, f.payload, f.len);
-            continue;
-        }
-        if (f.type == TB_MSG_STEP) {
-            tb_worker_serve_step(&w, f.payload, f.len);
-            continue;
-        }
-        break; /* TB_MSG_QUIT or anything unexpected */
+        if (!m->handle)
+            break; /* QUIT */
+        m->handle(&w, f.payload, f.len);
     }
     tb_wire_reader_free(&rd);
     tb_worker_serve_step_close(&w);
@@ -583,4 +582,23 @@ void tb_worker_main(const tb_plan *plan, size_t backend, int fd_in, int fd_out)
         w.ops->destroy(w.ctx);
     free(w.scratch);
     tb_worker_child_exit();
+}
+
+/* ------------------------------------------------------ the fork */
+
+typedef struct spawn_arg {
+    const tb_plan *plan;
+    size_t backend;
+} spawn_arg;
+
+static void worker_child(void *arg, int fd_in, int fd_out)
+{
+    const spawn_arg *a = arg;
+    tb_worker_main(a->plan, a->backend, fd_in, fd_out);
+}
+
+int tb_worker_spawn(const tb_plan *plan, size_t backend, tb_worker_proc *w)
+{
+    spawn_arg a = {plan, backend}; /* the child's copy of this frame lives on */
+    return tb_proc_spawn(w, worker_child, &a);
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "util.h"
+#include "worker.h"
 
 void tb_wc_init(tb_worker_client *wc, const tb_plan *plan, size_t backend, volatile int *interrupted)
 {

@@ -17,7 +17,7 @@
 
 #include "plan.h"
 #include "wire.h"
-#include "worker.h"
+#include "worker_proc.h"
 
 /* After a stop is asked (Ctrl-C, SIGTERM, QUIT), how long a worker may
  * take to finish before it is killed. */
@@ -65,12 +65,12 @@ int tb_wc_running(const tb_worker_client *wc);
  * the backend cannot run on this host (why: its reason; worker gone). */
 tb_wc_result tb_wc_start(tb_worker_client *wc, char **why);
 
-/* Send one request (TB_MSG_CASE, LOAD, JUDGE, GENERATE). DIED when the
- * worker cannot be written to. */
+/* Send one request (TB_MSG_CASE, CASE_LOAD, LOAD, JUDGE, GENERATE,
+ * STEP_OPEN, STEP; wire.h). DIED when the worker cannot be written to. */
 tb_wc_result tb_wc_send(tb_worker_client *wc, uint32_t type, const void *payload, size_t len, char **why);
 
-/* Wait for the LOADED answer to a CASE, LOAD or JUDGE request within
- * load_timeout. OK: *reused tells whether the context was kept, and
+/* Wait for the LOADED answer to a CASE, CASE_LOAD, LOAD or JUDGE request
+ * within load_timeout. OK: *reused tells whether the context was kept, and
  * *info (may be NULL; malloc'd, NULL when reused) is the backend's
  * describe() JSON. REFUSED: create() failed, why is its message. */
 tb_wc_result tb_wc_await_loaded(tb_worker_client *wc, int *reused, char **info, char **why);

@@ -2,12 +2,16 @@
  * (include/tokbench/backend.h): the clock, the log, cancelled(), and
  * emissions, which go into the emission buffer of the case in flight
  * (worker.c sizes it per case) or, when serving, out at once
- * (worker_serve.c). */
-#include "worker_internal.h"
+ * (worker_serve.c). It stands above live serving, whose emissions it
+ * hands on, and below the loop (worker.c) that fills it in. */
+#include "worker_host.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+#include "worker_proc.h"
+#include "worker_serve.h"
 
 static int64_t host_now(const tb_host *h)
 {

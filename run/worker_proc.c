@@ -1,8 +1,7 @@
-/* worker_proc.c — the worker as a process (proc.h): the parent's side
- * (spawn, reap into a reason, kill; worker.h) and the child's own setup
- * and exit around tb_worker_main's loop (worker_internal.h). */
+/* worker_proc.c — see worker_proc.h: the worker as a process. Spawning
+ * one is worker.c's (tb_worker_spawn), which names the child's main. */
 #define _GNU_SOURCE
-#include "worker.h"
+#include "worker_proc.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -16,7 +15,6 @@
 #include <unistd.h>
 
 #include "util.h"
-#include "worker_internal.h"
 
 /* ------------------------------------------------------ the child's side */
 
@@ -142,23 +140,6 @@ int tb_worker_relay_log(tb_worker_proc *w)
     /* a worker that never stops writing must not keep its frames
      * waiting: a bounded number of reads a call, the rest at the next */
     return relay(w, 64) < 0 ? -1 : 0;
-}
-
-typedef struct spawn_arg {
-    const tb_plan *plan;
-    size_t backend;
-} spawn_arg;
-
-static void worker_child(void *arg, int fd_in, int fd_out)
-{
-    const spawn_arg *a = arg;
-    tb_worker_main(a->plan, a->backend, fd_in, fd_out);
-}
-
-int tb_worker_spawn(const tb_plan *plan, size_t backend, tb_worker_proc *w)
-{
-    spawn_arg a = {plan, backend}; /* the child's copy of this frame lives on */
-    return tb_proc_spawn(w, worker_child, &a);
 }
 
 char *tb_worker_reap(tb_worker_proc *w, int killed_by_us)

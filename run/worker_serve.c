@@ -5,7 +5,7 @@
  * ends with TB_MSG_GENERATED: each request's status, token counts and
  * whole answer text. */
 #define _GNU_SOURCE
-#include "worker_internal.h"
+#include "worker_serve.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -14,7 +14,6 @@
 #include <unistd.h>
 
 #include "wire.h"
-#include "worker.h"
 
 /* What was streamed of one request so far. */
 struct tb_live_req {
@@ -268,12 +267,6 @@ void tb_worker_serve_generate(tb_worker *w, const char *buf, size_t len)
 {
     tb_wire_gen g;
     tb_wire_gen_done done = {0};
-    if (len < sizeof g) {
-        snprintf(done.message, sizeof done.message, "malformed GENERATE message");
-        done.status = TB_ERR_INVALID;
-        tb_wire_send(w->fd_out, TB_MSG_GENERATED, &done, sizeof done);
-        return;
-    }
     memcpy(&g, buf, sizeof g);
     uint32_t n = g.n_requests;
     const char **prompts = tb_xcalloc(n ? n : 1, sizeof *prompts);
@@ -441,6 +434,7 @@ void tb_worker_serve_generate(tb_worker *w, const char *buf, size_t len)
  * not only its text. */
 
 /* One request of the session, by slot. */
+typedef struct tb_step_slot tb_step_slot;
 struct tb_step_slot {
     int active;
     uint32_t max_tokens;    /* the client's limit */
@@ -497,11 +491,10 @@ void tb_worker_serve_step_open(tb_worker *w, const char *buf, size_t len)
 {
     tb_wire_status out = {0};
     tb_wire_step_open o;
+    (void)len; /* sizeof o: the message table checked it */
+    memcpy(&o, buf, sizeof o);
     tb_worker_serve_step_close(w);
-    if (len != sizeof o) {
-        out.status = TB_ERR_INVALID;
-        snprintf(out.message, sizeof out.message, "malformed STEP_OPEN message");
-    } else if (memcpy(&o, buf, sizeof o), !has_step_ops(w->ops)) {
+    if (!has_step_ops(w->ops)) {
         out.status = TB_ERR_UNSUPPORTED;
         snprintf(out.message, sizeof out.message, "plugin %s has no step ops (static batches only)", w->ops->name);
     } else if (!w->ctx || o.case_index >= w->plan->n_cases || o.max_slots < 1) {
@@ -635,7 +628,7 @@ void tb_worker_serve_step(tb_worker *w, const char *buf, size_t len)
     tb_str_appendn(&b, (const char *)&done, sizeof done);
     tb_wire_step h;
     const char *p = buf, *end = buf + len;
-    int malformed = !w->slots || len < sizeof h;
+    int malformed = !w->slots; /* no session; len >= sizeof h (the message table) */
     if (!malformed) {
         memcpy(&h, p, sizeof h);
         p += sizeof h;

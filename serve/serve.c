@@ -1,7 +1,8 @@
 /* serve.c — see serve.h: the command's frame. The suite, its plan and the
- * served case; the server's context (serve_internal.h); signals; the
- * worker started, the HTTP daemon (serve_http.c) listening, the dispatcher
- * (serve_batch.c) run until a signal, and everything stopped in order. */
+ * served case; the server's context (serve_batch.h); signals; the worker
+ * started, the HTTP daemon (serve_http.c) listening, the dispatcher
+ * (serve_batch.c) run until a signal, telling the HTTP side of each
+ * request's progress, and everything stopped in order. */
 #define _GNU_SOURCE
 #include "serve.h"
 
@@ -32,7 +33,8 @@ int tb_serve_main(const tb_serve_options *o)
 #include <string.h>
 
 #include "plan.h"
-#include "serve_internal.h"
+#include "serve_batch.h"
+#include "serve_http.h"
 #include "suite.h"
 #include "util.h"
 #include "worker_client.h"
@@ -108,6 +110,7 @@ int tb_serve_main(const tb_serve_options *o)
     srv.stop = &sig_stop;
     srv.reuse_port = o->reuse_port;
     srv.ops = ops;
+    srv.events = &tb_serve_http_events;
     {
         char *why = NULL;
         if (tb_chat_template_load(plan.backends[bi].sb->model, &srv.chat, &why) != 0) {

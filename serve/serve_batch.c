@@ -1,7 +1,7 @@
-/* serve_batch.c — the dispatcher of `tokbench serve` (serve_internal.h):
+/* serve_batch.c — the dispatcher of `tokbench serve` (serve_batch.h):
  * the queue of waiting requests, batches formed from it, and the worker
  * process (worker_client.h) that runs them, its live emissions and final
- * answers handed to serve_http.c's tb_sreq_* as they come. Runs on the
+ * answers handed to s->events (the HTTP side's) as they come. Runs on the
  * main thread; the connection threads only queue and wait. */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "serve_internal.h"
+#include "serve_batch.h"
 
 /* ------------------------------------------------------ requests */
 
@@ -85,7 +85,7 @@ static void fail_rest(tb_server *s, tb_sreq **batch, uint32_t k, const char *err
         tb_sreq *r = batch[i];
         if (r->done)
             continue;
-        tb_sreq_failed(s, r, error);
+        s->events->failed(s, r, error);
         r->done = 1;
         pthread_cond_broadcast(&r->cv);
     }
@@ -105,7 +105,7 @@ static void on_emit(tb_server *s, tb_sreq **batch, uint32_t k, const char *buf, 
     if (!r)
         return; /* a slot with no request: nothing to tell */
     pthread_mutex_lock(&s->mu);
-    tb_sreq_emitted(s, r, buf + sizeof e, e.text_len);
+    s->events->emitted(s, r, buf + sizeof e, e.text_len);
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&s->mu);
 }
@@ -115,7 +115,7 @@ static void on_emit(tb_server *s, tb_sreq **batch, uint32_t k, const char *buf, 
 static void answered(tb_server *s, tb_sreq *r, tb_wire_gen_req *q, const char *text)
 {
     if (q->status == TB_OK) {
-        tb_sreq_finished(s, r, q, text);
+        s->events->finished(s, r, q, text);
     } else {
         char msg[200];
         q->error[sizeof q->error - 1] = '\0';
@@ -129,7 +129,7 @@ static void answered(tb_server *s, tb_sreq *r, tb_wire_gen_req *q, const char *t
                                 : q->status == TB_ERR_TIMEOUT                                    ? "timeout: "
                                                                                                  : "http_5xx: ",
                  e);
-        tb_sreq_failed(s, r, msg);
+        s->events->failed(s, r, msg);
     }
     r->done = 1;
     pthread_cond_broadcast(&r->cv);
@@ -277,7 +277,7 @@ static void fail_slots(tb_server *s, tb_sreq **slots, const char *error)
         if (!r)
             continue;
         if (!r->done) {
-            tb_sreq_failed(s, r, error);
+            s->events->failed(s, r, error);
             r->done = 1;
             pthread_cond_broadcast(&r->cv);
         }
@@ -398,7 +398,7 @@ static void deliver(tb_server *s, step_news *n)
         memcpy(&len, n->emits.s + at + sizeof r, sizeof len);
         const char *payload = n->emits.s + at + sizeof r + sizeof len;
         memcpy(&e, payload, sizeof e);
-        tb_sreq_emitted(s, r, payload + sizeof e, e.text_len);
+        s->events->emitted(s, r, payload + sizeof e, e.text_len);
         pthread_cond_broadcast(&r->cv);
         at += sizeof r + sizeof len + len;
     }
@@ -438,7 +438,7 @@ static void fail_queue(tb_server *s, const char *error)
     while (s->head) {
         tb_sreq *r = s->head;
         s->head = r->next;
-        tb_sreq_failed(s, r, error);
+        s->events->failed(s, r, error);
         r->done = 1;
         pthread_cond_broadcast(&r->cv);
         tb_sreq_release(r);

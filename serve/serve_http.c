@@ -1,10 +1,10 @@
 /* serve_http.c — the libmicrohttpd side of `tokbench serve` (serve.h,
- * serve_internal.h): routes, replies and errors, the OpenAI JSON of
+ * serve_http.h): routes, replies and errors, the OpenAI JSON of
  * completions and chat completions (usage, finish reasons), and the SSE
  * chunks a streamed answer is made of. Connection threads run here; the
  * dispatcher (serve_batch.c) reports each request's progress through
- * tb_sreq_emitted/failed/finished, which append the bytes the connection
- * then hands out. */
+ * tb_serve_http_events (emitted, failed, finished), which append the
+ * bytes the connection then hands out. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <microhttpd.h>
@@ -15,7 +15,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "serve_internal.h"
+#include "serve_http.h"
 #include "serve_request.h"
 
 #define MAX_BODY ((size_t)16 << 20) /* request body, bytes */
@@ -138,7 +138,7 @@ static void begin(const tb_server *s, tb_sreq *r)
         sse_chunk(s, r, "", 0, NULL, 1);
 }
 
-void tb_sreq_emitted(const tb_server *s, tb_sreq *r, const char *text, size_t n)
+static void emitted(const tb_server *s, tb_sreq *r, const char *text, size_t n)
 {
     begin(s, r);
     if (n) {
@@ -149,7 +149,7 @@ void tb_sreq_emitted(const tb_server *s, tb_sreq *r, const char *text, size_t n)
 }
 
 /* An error class picks what the client sees (serve.h). */
-void tb_sreq_failed(const tb_server *s, tb_sreq *r, const char *error)
+static void failed(const tb_server *s, tb_sreq *r, const char *error)
 {
     snprintf(r->error, sizeof r->error, "%s", error);
     size_t n = strspn(error, "abcdefghijklmnopqrstuvwxyz0123456789_");
@@ -182,7 +182,7 @@ void tb_sreq_failed(const tb_server *s, tb_sreq *r, const char *error)
     }
 }
 
-void tb_sreq_finished(const tb_server *s, tb_sreq *r, const tb_wire_gen_req *q, const char *text)
+static void finished(const tb_server *s, tb_sreq *r, const tb_wire_gen_req *q, const char *text)
 {
     /* The answer is the worker's final text. Streamed: what it adds to
      * what was sent (all of it when the plugin emitted counts only). */
@@ -215,6 +215,8 @@ void tb_sreq_finished(const tb_server *s, tb_sreq *r, const tb_wire_gen_req *q, 
         tb_str_append(&r->out, "data: [DONE]\n\n");
     }
 }
+
+const tb_sreq_events tb_serve_http_events = {.emitted = emitted, .failed = failed, .finished = finished};
 
 /* ------------------------------------------------------ HTTP side */
 

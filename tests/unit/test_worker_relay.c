@@ -1,9 +1,15 @@
-/* test_worker_relay.c — core/worker_proc.c's relay of a worker's stderr
+/* test_worker_relay.c — run/worker_proc.c's relay of a worker's stderr
  * (the runner prints each line above its progress bar): whole lines one
  * at a time, a long line in pieces, and, when the worker has ended, what
  * is still in the pipe (its last words, an unended line too) before the
  * pipe is closed, even when a child of the worker still holds it open. A
- * real child process stands for the worker; the pipe is filled by hand. */
+ * real child process stands for the worker; the pipe is filled by hand.
+ *
+ * Then what a real worker (run/worker.c, over the null plugin,
+ * $TB_NULL_PLUGIN) says through that relay of a frame it cannot read: a
+ * known type of another size (a CASE that carries a search's run, the
+ * old form of CASE_LOAD) or an unknown type is refused, never misread:
+ * the worker says so on its stderr and ends. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdio.h>
@@ -12,8 +18,12 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "plan.h"
+#include "suite.h"
 #include "util.h"
-#include "worker.h"
+#include "wire.h"
+#include "worker_client.h"
+#include "worker_proc.h"
 
 typedef struct lines {
     char *v[16];
@@ -123,10 +133,105 @@ static void test_pipe_held_open(void)
     lines_free(&l);
 }
 
+/* Is `want` in one of the relayed lines? */
+static int said(const lines *l, const char *want)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (strstr(l->v[i], want))
+            return 1;
+    return 0;
+}
+
+/* A fresh worker is sent one frame of `type` with payload p[len]; it
+ * must end (the load answer's wait finds it gone, within load_timeout)
+ * and say `want` through the relay. */
+static void check_refused(tb_worker_client *wc, lines *l, uint32_t type, const void *p, size_t len, const char *want)
+{
+    char *why = NULL;
+    lines_free(l);
+    CHECK(tb_wc_start(wc, &why) == TB_WC_OK);
+    free(why);
+    why = NULL;
+    tb_wc_result r = tb_wc_send(wc, type, p, len, &why);
+    int reused;
+    if (r == TB_WC_OK)
+        r = tb_wc_await_loaded(wc, &reused, NULL, &why);
+    CHECK(r == TB_WC_DIED);
+    CHECK(said(l, want));
+    if (r != TB_WC_DIED || !said(l, want))
+        fprintf(stderr, "  sent type %u, %zu bytes: result %d (%s); wanted \"%s\" relayed\n", type, len, (int)r,
+                why ? why : "", want);
+    free(why);
+    tb_wc_kill(wc);
+}
+
+static void test_frames_refused(void)
+{
+    const char *null_so = getenv("TB_NULL_PLUGIN");
+    CHECK(null_so != NULL);
+    if (!null_so)
+        return;
+    char dir[] = "/tmp/tb_worker_msgXXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char *path = tb_xasprintf("%s/s.ini", dir);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    fprintf(f, "[suite]\nload_timeout = 60\n[backend a]\nplugin = %s\n", null_so);
+    fclose(f);
+    tb_suite suite;
+    tb_plan plan;
+    char *err = NULL;
+    int ok = tb_suite_load(path, &suite, &err) == 0;
+    CHECK(ok);
+    if (ok && tb_plan_build(&suite, &plan, &err) != 0) {
+        CHECK(0);
+        tb_suite_free(&suite);
+        ok = 0;
+    }
+    if (!ok) {
+        fprintf(stderr, "%s", err ? err : "");
+        free(err);
+        free(path);
+        return;
+    }
+    tb_worker_client wc;
+    lines l = {0};
+    tb_wc_init(&wc, &plan, 0, NULL);
+    tb_wc_set_log(&wc, collect, &l);
+
+    /* a frame of the right size is read: LOAD answered by LOADED */
+    char *why = NULL;
+    uint32_t idx = 0;
+    int reused = -1;
+    CHECK(tb_wc_start(&wc, &why) == TB_WC_OK);
+    CHECK(tb_wc_send(&wc, TB_MSG_LOAD, &idx, sizeof idx, &why) == TB_WC_OK);
+    CHECK(tb_wc_await_loaded(&wc, &reused, NULL, &why) == TB_WC_OK && reused == 0);
+    free(why);
+    tb_wc_stop(&wc);
+
+    tb_wire_case_load cl = {.index = 0, .concurrency = 2};
+    check_refused(&wc, &l, TB_MSG_CASE, &cl, sizeof cl, "CASE message of 16 bytes (expected 4)");
+    check_refused(&wc, &l, TB_MSG_CASE_LOAD, &idx, sizeof idx, "CASE_LOAD message of 4 bytes (expected 16)");
+    check_refused(&wc, &l, TB_MSG_LOAD, NULL, 0, "LOAD message of 0 bytes (expected 4)");
+    check_refused(&wc, &l, TB_MSG_GENERATE, &idx, sizeof idx, "GENERATE message of 4 bytes (expected at least");
+    check_refused(&wc, &l, 99, &idx, sizeof idx, "unknown type 99");
+
+    tb_wc_free(&wc);
+    lines_free(&l);
+    tb_plan_free(&plan);
+    tb_suite_free(&suite);
+    unlink(path);
+    rmdir(dir);
+    free(path);
+}
+
 int main(void)
 {
     test_lines_then_last_words();
     test_long_line();
     test_pipe_held_open();
+    test_frames_refused();
     return check_done();
 }

@@ -1,17 +1,24 @@
-/* worker_internal.h — what the files of the worker process share; nothing
- * outside them includes it (worker.h is the public side).
+/* worker_state.h — the worker process's one state (tb_worker), shared by
+ * the worker's files, and what every one of them reads of a plugin's
+ * answers: its output ids decoded into text. Nothing outside the worker
+ * includes it (worker.h is the public side).
  *
- *   worker.c        the loop: probe, create and re-create the context, run
- *                   a case, judge pairs (tb_worker_main)
+ * The worker's files, each calling only those below it:
+ *
+ *   worker.c        the loop: the message table, probe, create and
+ *                   re-create the context, run a case, judge pairs
+ *                   (tb_worker_main), and the fork that starts it
  *   worker_host.c   the tb_host table the plugin calls: clock, log,
- *                   emissions into the case's buffer, cancelled()
- *   worker_serve.c  live serving (`tokbench serve`): GENERATE batches,
- *                   each emission sent at once with the text it adds
- *   worker_proc.c   the process (proc.h): spawn, reaping, kill (the
- *                   parent's side), and the child's setup (memory limit,
- *                   stdout, signals) and exit */
-#ifndef TB_WORKER_INTERNAL_H
-#define TB_WORKER_INTERNAL_H
+ *                   emissions into the case's buffer or, serving, out at
+ *                   once (worker_serve.c), cancelled()
+ *   worker_serve.c  live serving (`tokbench serve`): GENERATE batches and
+ *                   stepped sessions, each emission sent with the text it
+ *                   adds
+ *   worker_state.c  this header's functions
+ *   worker_proc.c   the process (proc.h): reaping and killing (the
+ *                   parent's side), the child's setup and exit */
+#ifndef TB_WORKER_STATE_H
+#define TB_WORKER_STATE_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -67,48 +74,11 @@ typedef struct tb_worker {
     size_t scratch_cap;
 } tb_worker;
 
-/* worker.c */
-
 /* Decodes ids[n] into w->scratch; returns the length in bytes, or -1. */
 int64_t tb_worker_decode_ids(tb_worker *w, const int32_t *ids, size_t n);
 /* What a reader sees of request r: its output text, or its ids decoded up
  * to the first EOS (n_answer_tokens), appended to *out. Nothing when the
  * backend gives neither. */
 void tb_worker_answer_text(tb_worker *w, const tb_request_result *r, tb_str *out);
-
-/* worker_host.c */
-
-/* Fills w->host: the table the plugin's create() receives. */
-void tb_worker_host_init(tb_worker *w);
-
-/* worker_serve.c */
-
-/* An emission in live mode (w->live set): sent at once, with the text it
- * adds when the backend gives text or ids it can detokenize. */
-void tb_worker_live_emit(tb_worker *w, uint32_t request, uint32_t n_tokens, int64_t t_ns,
-                         const int32_t *ids, const char *text, size_t text_len);
-/* Answers one TB_MSG_GENERATE message buf[len] with TB_MSG_EMIT messages
- * and then one TB_MSG_GENERATED. */
-void tb_worker_serve_generate(tb_worker *w, const char *buf, size_t len);
-
-/* Stepped sessions (continuous batching): TB_MSG_STEP_OPEN answered by
- * STEP_OPENED; TB_MSG_STEP by EMIT frames and STEPPED; close ends the
- * session (also before the context goes). */
-typedef struct tb_step_slot tb_step_slot;
-void tb_worker_serve_step_open(tb_worker *w, const char *buf, size_t len);
-void tb_worker_serve_step(tb_worker *w, const char *buf, size_t len);
-void tb_worker_serve_step_close(tb_worker *w);
-
-/* worker_proc.c */
-
-/* The forked child's process, before anything else: the address-space
- * limit (memory_limit_mb > 0, in MiB), stdout onto stderr, SIGINT and
- * SIGTERM as a cancel request, SIGPIPE ignored. 0, or -1 with *err when
- * the limit could not be set (all the rest is done anyway). */
-int tb_worker_child_setup(double memory_limit_mb, char **err);
-/* Nonzero once SIGINT or SIGTERM arrived. */
-int tb_worker_cancel_requested(void);
-/* The child's end: the leak check of sanitizer builds, then _exit(0). */
-void tb_worker_child_exit(void) __attribute__((noreturn));
 
 #endif

@@ -1,12 +1,18 @@
-/* serve_internal.h — what the files of `tokbench serve` share; nothing
- * outside them includes it (serve.h is the public side).
+/* serve_batch.h — the dispatcher of `tokbench serve` and what the files
+ * of the server share: the server's context and its requests. Nothing
+ * outside serve/ includes it (serve.h is the public side).
+ *
+ * The files, each calling only those below it:
  *
  *   serve.c         the command: suite, plan and case, the server's
- *                   context, signals, start and stop (tb_serve_main)
+ *                   context, signals, start and stop (tb_serve_main); it
+ *                   hands the dispatcher the HTTP side's events
  *   serve_http.c    the libmicrohttpd side: routes, replies and errors,
  *                   the OpenAI JSON of answers, SSE chunks and streaming
+ *                   (serve_http.h); it queues requests here
  *   serve_batch.c   the dispatcher: the request queue, batches, the
- *                   worker process that runs them (worker_client.h)
+ *                   worker process that runs them (worker_client.h); it
+ *                   tells each request's progress through tb_sreq_events
  *
  * Threads: libmicrohttpd runs a thread per connection; each parses its
  * request, queues it, and waits on the request's condition variable. The
@@ -14,10 +20,9 @@
  * process over the wire (wire.h), and turns its live emissions into SSE
  * bytes that the connection threads hand to libmicrohttpd. One mutex,
  * tb_server.mu, guards the queue and every request's progress. */
-#ifndef TB_SERVE_INTERNAL_H
-#define TB_SERVE_INTERNAL_H
+#ifndef TB_SERVE_BATCH_H
+#define TB_SERVE_BATCH_H
 
-#include <netinet/in.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -69,9 +74,26 @@ typedef struct tb_sreq {
     uint32_t finish; /* TB_FINISH_* */
 } tb_sreq;
 
+typedef struct tb_server tb_server;
+
+/* What the dispatcher learns of a request, told to the side that answers
+ * its client (serve_http.c's tb_serve_http_events), each under s->mu:
+ * they update r and append its SSE bytes to r->out when it streams;
+ * waking the connection (r->cv) is the dispatcher's. */
+typedef struct tb_sreq_events {
+    /* An emission: the response may begin; text[n] (n may be 0) is output. */
+    void (*emitted)(const tb_server *s, tb_sreq *r, const char *text, size_t n);
+    /* The request failed with `error`, "class: message" (backend.h's
+     * classes pick what the client sees) or a bare message (500). */
+    void (*failed)(const tb_server *s, tb_sreq *r, const char *error);
+    /* The request ended well: q is its answer, text[q->text_len] the
+     * whole answer text (what was not streamed yet is sent now). */
+    void (*finished)(const tb_server *s, tb_sreq *r, const tb_wire_gen_req *q, const char *text);
+} tb_sreq_events;
+
 /* The server's one context: libmicrohttpd's callbacks get it through
  * their closure pointers, the dispatcher as its argument. */
-typedef struct tb_server {
+struct tb_server {
     /* fixed while serving */
     tb_plan *plan;
     uint32_t case_index; /* plan->cases[case_index]: the options served */
@@ -85,6 +107,8 @@ typedef struct tb_server {
                             backend has step ops, else static */
     volatile int *stop;  /* nonzero after SIGINT/SIGTERM (serve.c) */
     int reuse_port;      /* listen with SO_REUSEPORT */
+    const tb_sreq_events *events; /* the HTTP side's: set before the
+                                     first request is queued */
     /* the dispatcher's own */
     tb_worker_client wc;
     uint64_t batches; /* batches sent; added to the suite's seed */
@@ -94,33 +118,7 @@ typedef struct tb_server {
     tb_sreq *head, *tail;    /* requests waiting for a batch, oldest first */
     int stopping;            /* the dispatcher has ended: queue nothing more */
     uint64_t next_id;        /* the last response id's number */
-} tb_server;
-
-/* serve_http.c */
-
-struct MHD_Daemon;
-
-/* Listen on *addr (its port; 0 picks a free one), a thread per
- * connection, calling back with s. The daemon and *bound (the port
- * bound), or NULL with errno set. */
-struct MHD_Daemon *tb_serve_http_start(tb_server *s, const struct sockaddr_in *addr, unsigned *bound);
-/* Close the listening socket and every connection, join their threads. */
-void tb_serve_http_stop(struct MHD_Daemon *d);
-
-/* What the dispatcher learns of a request, each under s->mu: they update
- * r and append its SSE bytes to r->out when it streams; waking the
- * connection (r->cv) is the caller's. */
-
-/* An emission: the response may begin; text[n] (n may be 0) is output. */
-void tb_sreq_emitted(const tb_server *s, tb_sreq *r, const char *text, size_t n);
-/* The request failed with `error`, "class: message" (backend.h's
- * classes pick what the client sees) or a bare message (500). */
-void tb_sreq_failed(const tb_server *s, tb_sreq *r, const char *error);
-/* The request ended well: q is its answer, text[q->text_len] the whole
- * answer text (what was not streamed yet is sent now). */
-void tb_sreq_finished(const tb_server *s, tb_sreq *r, const tb_wire_gen_req *q, const char *text);
-
-/* serve_batch.c */
+};
 
 /* Drop one reference; the last frees r. Under s->mu. */
 void tb_sreq_release(tb_sreq *r);
