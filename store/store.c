@@ -14,6 +14,7 @@
 
 #include "git_version.h"
 #include "tb_config.h"
+#include "dims.h"
 #include "plan.h"
 #include "util.h"
 
@@ -1124,34 +1125,46 @@ int64_t tb_store_case(tb_store *st, const tb_case_record *rec, char **err)
     }
     const tb_case *c = rec->c;
     char *why = NULL;
-    sqlite3_stmt *q = prepare(st, "INSERT INTO bench_case (session_id, backend_id, ordinal, prompt_tokens,"
-                                  " max_new_tokens, batch, concurrency, steps, block_length, request_rate, options_json,"
-                                  " status, error, started_at, finished_at, case_wall_ns, host_peak_rss_bytes,"
-                                  " search_id, search_role, search_pass)"
-                                  " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                              &why);
+    /* The dimensions' columns from their table (dims.h), in its order. */
+    tb_str sql = {0}, marks = {0};
+    tb_str_append(&sql, "INSERT INTO bench_case (session_id, backend_id, ordinal");
+    for (int d = 0; d < TB_N_DIMS; d++)
+        if (tb_dim_defs[d].column) {
+            tb_str_appendf(&sql, ", %s", tb_dim_defs[d].column);
+            tb_str_append(&marks, ",?");
+        }
+    tb_str_appendf(&sql, ", options_json, status, error, started_at, finished_at, case_wall_ns, host_peak_rss_bytes,"
+                         " search_id, search_role, search_pass) VALUES (?,?,?%s,?,?,?,?,?,?,?,?,?,?)",
+                   marks.s);
+    sqlite3_stmt *q = prepare(st, sql.s, &why);
+    tb_str_free(&sql);
+    tb_str_free(&marks);
     int64_t case_id = -1;
     if (q) {
-        sqlite3_bind_int64(q, 1, rec->session_id);
-        sqlite3_bind_int64(q, 2, rec->backend_id);
-        sqlite3_bind_int64(q, 3, (int64_t)c->ordinal);
-        sqlite3_bind_int(q, 4, (int)c->prompt_tokens);
-        sqlite3_bind_int(q, 5, (int)c->max_new_tokens);
-        sqlite3_bind_int(q, 6, (int)c->batch);
-        bind_opt_int(q, 7, c->concurrency ? (int64_t)c->concurrency : -1);
-        bind_opt_int(q, 8, c->steps ? (int64_t)c->steps : -1);
-        bind_opt_int(q, 9, c->block_length ? (int64_t)c->block_length : -1);
-        bind_real(q, 10, c->request_rate > 0 ? c->request_rate : NAN);
-        bind_text(q, 11, c->swept_json);
-        bind_text(q, 12, rec->status);
-        bind_text(q, 13, rec->error);
-        bind_text(q, 14, rec->started_at);
-        bind_text(q, 15, rec->finished_at);
-        bind_opt_int(q, 16, rec->case_wall_ns);
-        bind_opt_int(q, 17, rec->host_peak_rss);
-        bind_opt_int(q, 18, rec->search_id > 0 ? rec->search_id : -1);
-        bind_text(q, 19, rec->search_id > 0 ? rec->search_role : NULL);
-        bind_opt_int(q, 20, rec->search_id > 0 && rec->search_pass >= 0 ? rec->search_pass : -1);
+        int i = 1;
+        sqlite3_bind_int64(q, i++, rec->session_id);
+        sqlite3_bind_int64(q, i++, rec->backend_id);
+        sqlite3_bind_int64(q, i++, (int64_t)c->ordinal);
+        for (int d = 0; d < TB_N_DIMS; d++) {
+            if (!tb_dim_defs[d].column)
+                continue;
+            if (tb_case_dim_absent(c, (tb_dim)d)) /* not applicable: NULL */
+                sqlite3_bind_null(q, i++);
+            else if (tb_dim_defs[d].is_rate)
+                sqlite3_bind_double(q, i++, tb_case_dim(c, (tb_dim)d));
+            else
+                sqlite3_bind_int64(q, i++, (int64_t)tb_case_dim(c, (tb_dim)d));
+        }
+        bind_text(q, i++, c->swept_json);
+        bind_text(q, i++, rec->status);
+        bind_text(q, i++, rec->error);
+        bind_text(q, i++, rec->started_at);
+        bind_text(q, i++, rec->finished_at);
+        bind_opt_int(q, i++, rec->case_wall_ns);
+        bind_opt_int(q, i++, rec->host_peak_rss);
+        bind_opt_int(q, i++, rec->search_id > 0 ? rec->search_id : -1);
+        bind_text(q, i++, rec->search_id > 0 ? rec->search_role : NULL);
+        bind_opt_int(q, i, rec->search_id > 0 && rec->search_pass >= 0 ? rec->search_pass : -1);
         if (sqlite3_step(q) == SQLITE_DONE)
             case_id = sqlite3_last_insert_rowid(st->db);
         else
