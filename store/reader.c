@@ -470,30 +470,40 @@ void tb_row_cases_free(tb_row_case *c, size_t n)
     free(c);
 }
 
-/* The statistics columns of metric table alias m, in tb_stats order of
- * stats_of(). */
-#define STATS_COLS(m)                                                                                                 \
-    m ".n, " m ".median, " m ".p5, " m ".p95, " m ".mean, " m ".stdev, " m ".cv, " m ".min, " m ".max, " m        \
-      ".ci_lo, " m ".ci_hi, " m ".p90, " m ".p99"
+/* ", m.n, m.median, ...": metric table alias `alias`'s n and statistics
+ * columns (store.h's tb_stat_columns), as stats_of() reads them. */
+static void stat_columns(tb_str *sql, const char *alias)
+{
+    tb_str_appendf(sql, ", %s.n", alias);
+    for (size_t k = 0; k < tb_n_stat_columns; k++)
+        tb_str_appendf(sql, ", %s.%s", alias, tb_stat_columns[k].column);
+}
 
+/* The statistics from column i on (n, then tb_stat_columns); NaN where
+ * NULL, n 0. */
 static tb_stats stats_of(sqlite3_stmt *q, int i)
 {
-    return (tb_stats){.n = sqlite3_column_type(q, i) == SQLITE_NULL ? 0 : (size_t)sqlite3_column_int64(q, i),
-                      .median = col_num(q, i + 1), .p5 = col_num(q, i + 2), .p95 = col_num(q, i + 3),
-                      .mean = col_num(q, i + 4), .stdev = col_num(q, i + 5), .cv = col_num(q, i + 6),
-                      .min = col_num(q, i + 7), .max = col_num(q, i + 8), .ci_lo = col_num(q, i + 9),
-                      .ci_hi = col_num(q, i + 10), .p90 = col_num(q, i + 11), .p99 = col_num(q, i + 12)};
+    tb_stats st = {.n = sqlite3_column_type(q, i) == SQLITE_NULL ? 0 : (size_t)sqlite3_column_int64(q, i)};
+    for (size_t k = 0; k < tb_n_stat_columns; k++) {
+        double v = col_num(q, i + 1 + (int)k);
+        memcpy((char *)&st + tb_stat_columns[k].offset, &v, sizeof v);
+    }
+    return st;
 }
 
 int tb_read_metrics(sqlite3 *db, int64_t session, tb_row_metric **out, size_t *n, char **err)
 {
     *out = NULL;
     *n = 0;
+    tb_str sql = {0};
+    tb_str_append(&sql, "SELECT m.case_id, m.name, m.unit");
+    stat_columns(&sql, "m");
+    tb_str_append(&sql, " FROM metric m JOIN bench_case c ON c.id = m.case_id WHERE c.session_id = ?"
+                        " ORDER BY c.ordinal");
     sqlite3_stmt *q;
-    if (sqlite3_prepare_v2(db,
-                           "SELECT m.case_id, m.name, m.unit, " STATS_COLS("m") " FROM metric m"
-                           " JOIN bench_case c ON c.id = m.case_id WHERE c.session_id = ? ORDER BY c.ordinal",
-                           -1, &q, NULL) != SQLITE_OK) {
+    int prc = sqlite3_prepare_v2(db, sql.s, -1, &q, NULL);
+    tb_str_free(&sql);
+    if (prc != SQLITE_OK) {
         *err = tb_xasprintf("reading metrics: %s", sqlite3_errmsg(db));
         return -1;
     }
@@ -713,9 +723,8 @@ static const char json_sql[] =
     "   'started_at', c.started_at, 'finished_at', c.finished_at, 'case_wall_ns', c.case_wall_ns,"
     "   'host_peak_rss_bytes', c.host_peak_rss_bytes, 'search_id', c.search_id, 'search_role', c.search_role,"
     "   'search_pass', c.search_pass,"
-    "   'metrics', (SELECT json_group_object(name, json_object('unit', unit, 'n', n, 'median', median, 'p5', p5,"
-    "       'p95', p95, 'mean', mean, 'stdev', stdev, 'cv', cv, 'min', min, 'max', max, 'ci_lo', ci_lo,"
-    "       'ci_hi', ci_hi, 'p90', p90, 'p99', p99)) FROM metric WHERE case_id = c.id),"
+    "   'metrics', (SELECT json_group_object(name, json_object('unit', unit, 'n', n%s)) FROM metric"
+    "     WHERE case_id = c.id),"
     "   'samples', (SELECT json_group_array(json_object('repetition', sa.repetition, 'warmup', sa.warmup,"
     "       'n_requests', sa.n_requests, 'wall_ns', sa.wall_ns, 'prefill_ns', sa.prefill_ns,"
     "       'decode_ns', sa.decode_ns, 'output_tokens', sa.output_tokens, 'recount_tokens', sa.recount_tokens,"
@@ -741,8 +750,13 @@ int tb_read_session_json(sqlite3 *db, int64_t session, char **json, char **err)
     for (int d = 0; d < TB_N_DIMS; d++)
         if (tb_dim_defs[d].column)
             tb_str_appendf(&dims, ", '%s', c.%s", tb_dim_defs[d].name, tb_dim_defs[d].column);
-    char *sql = tb_xasprintf(json_sql, dims.s);
+    /* each metric's statistics by column name (store.h) */
+    tb_str stats = {0};
+    for (size_t k = 0; k < tb_n_stat_columns; k++)
+        tb_str_appendf(&stats, ", '%s', %s", tb_stat_columns[k].column, tb_stat_columns[k].column);
+    char *sql = tb_xasprintf(json_sql, dims.s, stats.s);
     tb_str_free(&dims);
+    tb_str_free(&stats);
     *json = NULL;
     sqlite3_stmt *q;
     int rc = sqlite3_prepare_v2(db, sql, -1, &q, NULL);
@@ -1040,7 +1054,8 @@ int tb_read_history(sqlite3 *db, const char *label, const char *metric, char *co
     tb_str_append(&sql, "SELECT s.id, s.started_at, s.git_commit, s.tokbench_version, s.status, m.hostname,"
                         " coalesce(m.gpu_name, m.cpu_model), m.fingerprint, b.model,"
                         " coalesce(json_extract(b.info_json, '$.dtype'), ''), b.plugin_version, c.status,"
-                        " c.options_json, b.options_json, s.config_sha256, s.config_json, " STATS_COLS("mt"));
+                        " c.options_json, b.options_json, s.config_sha256, s.config_json");
+    stat_columns(&sql, "mt");
     dim_columns(&sql, "c.");
     tb_str_append(&sql, " FROM bench_case c JOIN backend b ON b.id = c.backend_id JOIN session s ON s.id = c.session_id"
                         " JOIN machine m ON m.id = s.machine_id"
@@ -1074,7 +1089,7 @@ int tb_read_history(sqlite3 *db, const char *label, const char *metric, char *co
             for (size_t k = 0; k < TB_ARRAY_LEN(strs); k++)
                 *strs[k] = col_str(q, i++);
             p->st = stats_of(q, i);
-            dim_values(q, i + 13, &p->dims);
+            dim_values(q, i + 1 + (int)tb_n_stat_columns, &p->dims);
         }
         if (step != SQLITE_DONE) { /* an error, not the end of the cases */
             *err = read_error(db, -1, "the cases of backend \"%s\"", label);

@@ -3,6 +3,7 @@
 #include "store.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -1081,16 +1082,25 @@ static int insert_telemetry(tb_store *st, int64_t case_id, const tb_case_record 
     return ok ? 0 : -1;
 }
 
+#define STAT(f) {#f, offsetof(tb_stats, f)}
+const tb_stat_column tb_stat_columns[] = {STAT(median), STAT(p5), STAT(p95), STAT(mean), STAT(stdev), STAT(cv),
+                                          STAT(min),    STAT(max), STAT(ci_lo), STAT(ci_hi), STAT(p90), STAT(p99)};
+#undef STAT
+const size_t tb_n_stat_columns = TB_ARRAY_LEN(tb_stat_columns);
+
 static int insert_metrics(tb_store *st, int64_t case_id, const tb_metric_record *rows, size_t n, int replace,
                           char **why)
 {
-    sqlite3_stmt *q = prepare(st, replace ? "INSERT OR REPLACE INTO metric (case_id, name, unit, n, median, p5, p95,"
-                                            " mean, stdev, cv, min, max, ci_lo, ci_hi, p90, p99)"
-                                            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
-                                          : "INSERT INTO metric (case_id, name, unit, n, median, p5, p95, mean,"
-                                            " stdev, cv, min, max, ci_lo, ci_hi, p90, p99)"
-                                            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                              why);
+    tb_str sql = {0};
+    tb_str_appendf(&sql, "INSERT%s INTO metric (case_id, name, unit, n", replace ? " OR REPLACE" : "");
+    for (size_t k = 0; k < tb_n_stat_columns; k++)
+        tb_str_appendf(&sql, ", %s", tb_stat_columns[k].column);
+    tb_str_append(&sql, ") VALUES (?,?,?,?");
+    for (size_t k = 0; k < tb_n_stat_columns; k++)
+        tb_str_append(&sql, ",?");
+    tb_str_append(&sql, ")");
+    sqlite3_stmt *q = prepare(st, sql.s, why);
+    tb_str_free(&sql);
     if (!q)
         return -1;
     for (size_t i = 0; i < n; i++) {
@@ -1102,10 +1112,11 @@ static int insert_metrics(tb_store *st, int64_t case_id, const tb_metric_record 
         bind_text(q, 2, m->name);
         bind_text(q, 3, m->unit);
         sqlite3_bind_int64(q, 4, (int64_t)m->st.n);
-        const double v[] = {m->st.median, m->st.p5, m->st.p95, m->st.mean, m->st.stdev,
-                            m->st.cv, m->st.min, m->st.max, m->st.ci_lo, m->st.ci_hi, m->st.p90, m->st.p99};
-        for (int k = 0; k < 12; k++)
-            bind_real(q, 5 + k, v[k]);
+        for (size_t k = 0; k < tb_n_stat_columns; k++) {
+            double v;
+            memcpy(&v, (const char *)&m->st + tb_stat_columns[k].offset, sizeof v);
+            bind_real(q, 5 + (int)k, v);
+        }
         if (sqlite3_step(q) != SQLITE_DONE) {
             *why = db_error(st);
             sqlite3_finalize(q);
@@ -1339,4 +1350,93 @@ int tb_store_judge(tb_store *st, const tb_judge_score *scores, size_t n, const i
         return -1;
     }
     return 0;
+}
+
+/* ----------------------------------------------------------- copying rows */
+
+struct tb_store_rows {
+    sqlite3 *db;
+    sqlite3_stmt *q;
+};
+
+char *tb_store_quote_ident(const char *name)
+{
+    tb_str b = {0};
+    tb_str_append(&b, "\"");
+    for (; *name; name++)
+        tb_str_appendf(&b, *name == '"' ? "\"\"" : "%c", *name);
+    tb_str_append(&b, "\"");
+    return tb_str_take(&b);
+}
+
+int tb_store_rows_open(sqlite3 *db, const char *table, char *const *cols, size_t n_cols, tb_store_rows **out,
+                       char **err)
+{
+    tb_str ins = {0}, marks = {0};
+    for (size_t c = 0; c < n_cols; c++) {
+        char *qc = tb_store_quote_ident(cols[c]);
+        tb_str_appendf(&ins, "%s%s", c ? ", " : "", qc);
+        tb_str_appendf(&marks, "%s?", c ? ", " : "");
+        free(qc);
+    }
+    char *qn = tb_store_quote_ident(table);
+    char *sql = tb_xasprintf("INSERT INTO %s (%s) VALUES (%s)", qn, ins.s ? ins.s : "", marks.s ? marks.s : "");
+    free(qn);
+    tb_str_free(&ins);
+    tb_str_free(&marks);
+    sqlite3_stmt *q;
+    int rc = sqlite3_prepare_v2(db, sql, -1, &q, NULL);
+    free(sql);
+    if (rc != SQLITE_OK) {
+        *err = tb_xstrdup(sqlite3_errmsg(db));
+        sqlite3_finalize(q);
+        *out = NULL;
+        return -1;
+    }
+    *out = tb_xmalloc(sizeof **out);
+    **out = (tb_store_rows){db, q};
+    return 0;
+}
+
+void tb_store_rows_value(tb_store_rows *w, size_t i, sqlite3_value *v)
+{
+    sqlite3_bind_value(w->q, (int)i + 1, v);
+}
+
+void tb_store_rows_id(tb_store_rows *w, size_t i, int64_t id)
+{
+    sqlite3_bind_int64(w->q, (int)i + 1, id);
+}
+
+int64_t tb_store_rows_insert(tb_store_rows *w, char **err)
+{
+    int rc = sqlite3_step(w->q);
+    int64_t id = rc == SQLITE_DONE ? sqlite3_last_insert_rowid(w->db) : -1;
+    if (rc != SQLITE_DONE)
+        *err = tb_xstrdup(sqlite3_errmsg(w->db));
+    sqlite3_reset(w->q);
+    sqlite3_clear_bindings(w->q);
+    return id;
+}
+
+void tb_store_rows_close(tb_store_rows *w)
+{
+    if (!w)
+        return;
+    sqlite3_finalize(w->q);
+    free(w);
+}
+
+int tb_store_delete_session(sqlite3 *db, int64_t id, char **err)
+{
+    sqlite3_stmt *q = NULL;
+    int rc = sqlite3_prepare_v2(db, "DELETE FROM session WHERE id = ?", -1, &q, NULL);
+    if (rc == SQLITE_OK) {
+        sqlite3_bind_int64(q, 1, id);
+        rc = sqlite3_step(q);
+    }
+    if (rc != SQLITE_DONE)
+        *err = tb_xstrdup(sqlite3_errmsg(db));
+    sqlite3_finalize(q);
+    return rc == SQLITE_DONE ? 0 : -1;
 }
