@@ -725,23 +725,21 @@ static const char json_sql[] =
     "   'search_pass', c.search_pass,"
     "   'metrics', (SELECT json_group_object(name, json_object('unit', unit, 'n', n%s)) FROM metric"
     "     WHERE case_id = c.id),"
-    "   'samples', (SELECT json_group_array(json_object('repetition', sa.repetition, 'warmup', sa.warmup,"
-    "       'n_requests', sa.n_requests, 'wall_ns', sa.wall_ns, 'prefill_ns', sa.prefill_ns,"
-    "       'decode_ns', sa.decode_ns, 'output_tokens', sa.output_tokens, 'recount_tokens', sa.recount_tokens,"
-    "       'aggregate_tps', sa.aggregate_tps, 'decode_tps', sa.decode_tps, 'forward_passes', sa.forward_passes,"
-    "       'tokens_per_forward', sa.tokens_per_forward, 'peak_device_bytes', sa.peak_device_bytes,"
-    "       'energy_mj', sa.energy_mj, 'n_emissions', sa.n_emissions, 'runner_ns', sa.runner_ns,"
-    "       'requests', (SELECT json_group_array(json_object('idx', r.idx, 'status', r.status, 'error', r.error,"
-    "           'submit_offset_ns', r.submit_offset_ns, 'ttft_ns', r.ttft_ns, 'e2e_ns', r.e2e_ns,"
-    "           'tpot_ns', r.tpot_ns, 'tps', r.tps, 'requested_tokens', r.requested_tokens,"
-    "           'output_tokens', r.output_tokens, 'recount_tokens', r.recount_tokens,"
-    "           'count_mismatch', r.count_mismatch, 'steps_done', r.steps_done, 'answer_tokens', r.answer_tokens,"
-    "           'output_hash', r.output_hash, 'prompt_hash', r.prompt_hash, 'prompt_tokens', r.prompt_tokens,"
-    "           'emissions', json(r.emissions_json)))"
+    "   'samples', (SELECT json_group_array(json_object(%s,"
+    "       'requests', (SELECT json_group_array(json_object(%s))"
     "         FROM (SELECT * FROM request WHERE sample_id = sa.id ORDER BY idx) r)))"
     "     FROM (SELECT * FROM sample WHERE case_id = c.id ORDER BY repetition) sa)))"
     "   FROM (SELECT * FROM bench_case WHERE session_id = ?1 ORDER BY ordinal) c"
     "   JOIN backend b ON b.id = c.backend_id))";
+
+/* "'key', alias.column, ..." of the exported columns of a registry. */
+static void export_columns(tb_str *out, const char *alias, const tb_store_column *cols, size_t n)
+{
+    for (size_t k = 0; k < n; k++)
+        if (cols[k].export_key)
+            tb_str_appendf(out, cols[k].export_json ? "%s'%s', json(%s.%s)" : "%s'%s', %s.%s", out->len ? ", " : "",
+                           cols[k].export_key, alias, cols[k].column);
+}
 
 int tb_read_session_json(sqlite3 *db, int64_t session, char **json, char **err)
 {
@@ -754,9 +752,15 @@ int tb_read_session_json(sqlite3 *db, int64_t session, char **json, char **err)
     tb_str stats = {0};
     for (size_t k = 0; k < tb_n_stat_columns; k++)
         tb_str_appendf(&stats, ", '%s', %s", tb_stat_columns[k].column, tb_stat_columns[k].column);
-    char *sql = tb_xasprintf(json_sql, dims.s, stats.s);
+    /* each sample's and request's exported columns (store.h) */
+    tb_str samples = {0}, requests = {0};
+    export_columns(&samples, "sa", tb_sample_columns, tb_n_sample_columns);
+    export_columns(&requests, "r", tb_request_columns, tb_n_request_columns);
+    char *sql = tb_xasprintf(json_sql, dims.s, stats.s, samples.s, requests.s);
     tb_str_free(&dims);
     tb_str_free(&stats);
+    tb_str_free(&samples);
+    tb_str_free(&requests);
     *json = NULL;
     sqlite3_stmt *q;
     int rc = sqlite3_prepare_v2(db, sql, -1, &q, NULL);

@@ -935,22 +935,163 @@ int tb_store_search_end(tb_store *st, int64_t id, const tb_search_result *r, cha
     return -1;
 }
 
+#define SC(col, kind, field) {#col, TB_COL_##kind, offsetof(tb_sample_record, field), #col, 0}
+#define SC_LOCAL(col, kind, field) {#col, TB_COL_##kind, offsetof(tb_sample_record, field), NULL, 0}
+const tb_store_column tb_sample_columns[] = {
+    SC(repetition, U32, repetition),
+    SC(warmup, INT, warmup),
+    SC(n_requests, U32, n_requests),
+    SC(wall_ns, I64, m.wall_ns),
+    SC(prefill_ns, I64_OPT, prefill_ns),
+    SC(decode_ns, I64_OPT, decode_ns),
+    SC(output_tokens, U64, m.output_tokens),
+    SC(recount_tokens, I64_OPT, recount_tokens),
+    SC(aggregate_tps, REAL, m.aggregate_tps),
+    SC(decode_tps, REAL, m.decode_tps),
+    SC(forward_passes, I64_POS, forward_passes),
+    SC(tokens_per_forward, REAL, m.tokens_per_forward),
+    SC(peak_device_bytes, I64_OPT, peak_device_bytes),
+    SC(energy_mj, I64_OPT, energy_mj),
+    SC(n_emissions, U32, n_emissions),
+    SC(runner_ns, I64, runner_ns),
+    SC_LOCAL(start_ns, I64, start_ns),
+    {"client_busy", TB_COL_SPECIAL, 0, NULL, 0}, /* percent of the call; 0: not reported */
+};
+const size_t tb_n_sample_columns = TB_ARRAY_LEN(tb_sample_columns);
+
+#define RC(col, kind, field) {#col, TB_COL_##kind, offsetof(tb_request_record, field), #col, 0}
+#define RC_LOCAL(col, kind, field) {#col, TB_COL_##kind, offsetof(tb_request_record, field), NULL, 0}
+const tb_store_column tb_request_columns[] = {
+    {"idx", TB_COL_SPECIAL, 0, "idx", 0}, /* its slot in the call */
+    {"status", TB_COL_SPECIAL, 0, "status", 0}, /* "ok" | "failed" */
+    RC(error, TEXT, error),
+    RC(submit_offset_ns, I64, submit_offset_ns),
+    RC(ttft_ns, I64, m.ttft_ns),
+    RC(e2e_ns, I64, m.e2e_ns),
+    RC(tpot_ns, REAL, m.tpot_ns),
+    RC(tps, REAL, m.tps),
+    {"requested_tokens", TB_COL_SPECIAL, 0, "requested_tokens", 0}, /* max_tokens, else the case's max_new_tokens */
+    RC(output_tokens, U32, n_out),
+    RC(recount_tokens, I32_OPT, recount),
+    {"count_mismatch", TB_COL_SPECIAL, 0, "count_mismatch", 0}, /* re-counted and different */
+    RC(steps_done, U32_OPT, steps_done),
+    RC(answer_tokens, U32_KNOWN, answer_tokens),
+    RC(output_hash, HASH, output_hash),
+    RC(prompt_hash, HASH, prompt_hash),
+    RC(prompt_tokens, U32_OPT, prompt_tokens),
+    {"emissions_json", TB_COL_SPECIAL, 0, "emissions", 1}, /* NULL: "[]" */
+    RC_LOCAL(prompt_idx, I32_OPT, prompt_idx),
+    RC_LOCAL(scored, INT, scored),
+    RC_LOCAL(output_text, TEXT, output_text),
+    RC_LOCAL(blocks_done, U32_OPT, blocks_done),
+};
+const size_t tb_n_request_columns = TB_ARRAY_LEN(tb_request_columns);
+
+/* Bind column `col` at parameter i from the record at `rec` (its field
+ * at col->offset); a special one (offset unused) from the record and the
+ * context: the case, the request's slot idx. */
+static void bind_column(sqlite3_stmt *q, int i, const tb_store_column *col, const void *rec,
+                        const tb_case_record *cr, uint32_t idx)
+{
+    const char *p = (const char *)rec + col->offset;
+    int64_t i64;
+    int32_t i32;
+    uint32_t u32;
+    uint64_t u64;
+    int iv;
+    double d;
+    const char *t;
+    switch (col->kind) {
+    case TB_COL_I64:
+    case TB_COL_I64_OPT:
+    case TB_COL_I64_POS:
+        memcpy(&i64, p, sizeof i64);
+        if ((col->kind == TB_COL_I64_OPT && i64 < 0) || (col->kind == TB_COL_I64_POS && i64 <= 0))
+            sqlite3_bind_null(q, i);
+        else
+            sqlite3_bind_int64(q, i, i64);
+        return;
+    case TB_COL_I32_OPT:
+        memcpy(&i32, p, sizeof i32);
+        bind_opt_int(q, i, i32);
+        return;
+    case TB_COL_U32:
+    case TB_COL_U32_OPT:
+    case TB_COL_U32_KNOWN:
+        memcpy(&u32, p, sizeof u32);
+        if ((col->kind == TB_COL_U32_OPT && u32 == 0) || (col->kind == TB_COL_U32_KNOWN && u32 == TB_UNKNOWN_COUNT))
+            sqlite3_bind_null(q, i);
+        else
+            sqlite3_bind_int64(q, i, u32);
+        return;
+    case TB_COL_U64:
+        memcpy(&u64, p, sizeof u64);
+        sqlite3_bind_int64(q, i, (int64_t)u64);
+        return;
+    case TB_COL_INT:
+        memcpy(&iv, p, sizeof iv);
+        sqlite3_bind_int(q, i, iv);
+        return;
+    case TB_COL_REAL:
+        memcpy(&d, p, sizeof d);
+        bind_real(q, i, d);
+        return;
+    case TB_COL_TEXT:
+        memcpy(&t, p, sizeof t);
+        bind_text(q, i, t);
+        return;
+    case TB_COL_HASH: {
+        memcpy(&u64, p, sizeof u64);
+        char hex[17];
+        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)u64);
+        bind_text(q, i, u64 ? hex : NULL);
+        return;
+    }
+    case TB_COL_SPECIAL:
+        break;
+    }
+    if (strcmp(col->column, "client_busy") == 0) {
+        const tb_sample_record *s = rec;
+        bind_real(q, i, s->client_busy > 0 ? 100.0 * s->client_busy : NAN);
+        return;
+    }
+    const tb_request_record *r = rec;
+    if (strcmp(col->column, "idx") == 0)
+        sqlite3_bind_int(q, i, (int)idx);
+    else if (strcmp(col->column, "status") == 0)
+        bind_text(q, i, r->status == 0 ? "ok" : "failed");
+    else if (strcmp(col->column, "requested_tokens") == 0) /* 32-bit unsigned: never wrapped */
+        sqlite3_bind_int64(q, i, r->max_tokens ? r->max_tokens : cr->c->max_new_tokens);
+    else if (strcmp(col->column, "count_mismatch") == 0)
+        sqlite3_bind_int(q, i, r->recount >= 0 && (uint32_t)r->recount != r->n_out);
+    else /* emissions_json */
+        bind_text(q, i, r->emissions_json ? r->emissions_json : "[]");
+}
+
+/* "INSERT INTO table (parent, col, ...) VALUES (?,...)" of a registry. */
+static sqlite3_stmt *prepare_columns(tb_store *st, const char *table, const char *parent,
+                                     const tb_store_column *cols, size_t n, char **why)
+{
+    tb_str sql = {0};
+    tb_str_appendf(&sql, "INSERT INTO %s (%s", table, parent);
+    for (size_t k = 0; k < n; k++)
+        tb_str_appendf(&sql, ", %s", cols[k].column);
+    tb_str_append(&sql, ") VALUES (?");
+    for (size_t k = 0; k < n; k++)
+        tb_str_append(&sql, ",?");
+    tb_str_append(&sql, ")");
+    sqlite3_stmt *q = prepare(st, sql.s, why);
+    tb_str_free(&sql);
+    return q;
+}
+
 static int insert_samples(tb_store *st, int64_t case_id, const tb_case_record *rec, char **why)
 {
     /* Each prepared only when the one before it was: *why is set once. */
     sqlite3_stmt *qs = NULL, *qr = NULL, *qsc = NULL;
-    qs = prepare(st, "INSERT INTO sample (case_id, repetition, warmup, n_requests, wall_ns, prefill_ns,"
-                     " decode_ns, output_tokens, recount_tokens, aggregate_tps, decode_tps, forward_passes,"
-                     " tokens_per_forward, peak_device_bytes, energy_mj, n_emissions, runner_ns, start_ns, client_busy)"
-                     " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                 why);
+    qs = prepare_columns(st, "sample", "case_id", tb_sample_columns, tb_n_sample_columns, why);
     if (qs)
-        qr = prepare(st, "INSERT INTO request (sample_id, idx, status, error, submit_offset_ns, ttft_ns,"
-                         " e2e_ns, tpot_ns, tps, requested_tokens, output_tokens, recount_tokens,"
-                         " count_mismatch, steps_done, answer_tokens, output_hash, emissions_json,"
-                         " prompt_idx, scored, output_text, prompt_hash, prompt_tokens, blocks_done)"
-                         " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                     why);
+        qr = prepare_columns(st, "request", "sample_id", tb_request_columns, tb_n_request_columns, why);
     if (qr)
         qsc = prepare(st, "INSERT INTO score (request_id, name, value) VALUES (?,?,?)", why);
     int ok = qs && qr && qsc;
@@ -958,24 +1099,8 @@ static int insert_samples(tb_store *st, int64_t case_id, const tb_case_record *r
         const tb_sample_record *s = &rec->samples[i];
         sqlite3_reset(qs);
         sqlite3_bind_int64(qs, 1, case_id);
-        sqlite3_bind_int(qs, 2, (int)s->repetition);
-        sqlite3_bind_int(qs, 3, s->warmup);
-        sqlite3_bind_int(qs, 4, (int)s->n_requests);
-        sqlite3_bind_int64(qs, 5, s->m.wall_ns);
-        bind_opt_int(qs, 6, s->prefill_ns);
-        bind_opt_int(qs, 7, s->decode_ns);
-        sqlite3_bind_int64(qs, 8, (int64_t)s->m.output_tokens);
-        bind_opt_int(qs, 9, s->recount_tokens);
-        bind_real(qs, 10, s->m.aggregate_tps);
-        bind_real(qs, 11, s->m.decode_tps);
-        bind_opt_int(qs, 12, s->forward_passes > 0 ? s->forward_passes : -1);
-        bind_real(qs, 13, s->m.tokens_per_forward);
-        bind_opt_int(qs, 14, s->peak_device_bytes);
-        bind_opt_int(qs, 15, s->energy_mj);
-        sqlite3_bind_int(qs, 16, (int)s->n_emissions);
-        sqlite3_bind_int64(qs, 17, s->runner_ns);
-        sqlite3_bind_int64(qs, 18, s->start_ns);
-        bind_real(qs, 19, s->client_busy > 0 ? 100.0 * s->client_busy : NAN);
+        for (size_t k = 0; k < tb_n_sample_columns; k++)
+            bind_column(qs, 2 + (int)k, &tb_sample_columns[k], s, rec, 0);
         if (sqlite3_step(qs) != SQLITE_DONE) {
             *why = db_error(st);
             ok = 0;
@@ -984,33 +1109,10 @@ static int insert_samples(tb_store *st, int64_t case_id, const tb_case_record *r
         int64_t sample_id = sqlite3_last_insert_rowid(st->db);
         for (uint32_t r = 0; r < s->n_requests; r++) {
             const tb_request_record *q = &s->requests[r];
-            char hash[17], phash[17];
-            snprintf(hash, sizeof hash, "%016llx", (unsigned long long)q->output_hash);
-            snprintf(phash, sizeof phash, "%016llx", (unsigned long long)q->prompt_hash);
             sqlite3_reset(qr);
             sqlite3_bind_int64(qr, 1, sample_id);
-            sqlite3_bind_int(qr, 2, (int)r);
-            bind_text(qr, 3, q->status == 0 ? "ok" : "failed");
-            bind_text(qr, 4, q->error);
-            sqlite3_bind_int64(qr, 5, q->submit_offset_ns);
-            sqlite3_bind_int64(qr, 6, q->m.ttft_ns);
-            sqlite3_bind_int64(qr, 7, q->m.e2e_ns);
-            bind_real(qr, 8, q->m.tpot_ns);
-            bind_real(qr, 9, q->m.tps);
-            sqlite3_bind_int64(qr, 10, q->max_tokens ? q->max_tokens : rec->c->max_new_tokens); /* 32-bit unsigned: never wrapped */
-            sqlite3_bind_int64(qr, 11, q->n_out);
-            bind_opt_int(qr, 12, q->recount);
-            sqlite3_bind_int(qr, 13, q->recount >= 0 && (uint32_t)q->recount != q->n_out);
-            bind_opt_int(qr, 14, q->steps_done ? (int64_t)q->steps_done : -1);
-            bind_opt_int(qr, 15, q->answer_tokens != TB_UNKNOWN_COUNT ? (int64_t)q->answer_tokens : -1);
-            bind_text(qr, 16, q->output_hash ? hash : NULL);
-            bind_text(qr, 17, q->emissions_json ? q->emissions_json : "[]");
-            bind_opt_int(qr, 18, q->prompt_idx);
-            sqlite3_bind_int(qr, 19, q->scored);
-            bind_text(qr, 20, q->output_text);
-            bind_text(qr, 21, q->prompt_hash ? phash : NULL);
-            bind_opt_int(qr, 22, q->prompt_tokens ? (int64_t)q->prompt_tokens : -1);
-            bind_opt_int(qr, 23, q->blocks_done ? (int64_t)q->blocks_done : -1);
+            for (size_t k = 0; k < tb_n_request_columns; k++)
+                bind_column(qr, 2 + (int)k, &tb_request_columns[k], q, rec, r);
             if (sqlite3_step(qr) != SQLITE_DONE) {
                 *why = db_error(st);
                 ok = 0;

@@ -94,6 +94,40 @@ typedef struct tb_stat_column {
 extern const tb_stat_column tb_stat_columns[];
 extern const size_t tb_n_stat_columns;
 
+/* ----------------------------------------------------------- sample and request rows */
+
+/* How a column's value is taken from its record (store.c). */
+typedef enum tb_store_col_kind {
+    TB_COL_I64,     /* int64_t */
+    TB_COL_I64_OPT, /* int64_t; < 0: NULL */
+    TB_COL_I64_POS, /* int64_t; <= 0: NULL */
+    TB_COL_I32_OPT, /* int32_t; < 0: NULL */
+    TB_COL_U32,     /* uint32_t */
+    TB_COL_U32_OPT, /* uint32_t; 0: NULL */
+    TB_COL_U32_KNOWN, /* uint32_t; TB_UNKNOWN_COUNT: NULL */
+    TB_COL_U64,     /* uint64_t */
+    TB_COL_INT,     /* int */
+    TB_COL_REAL,    /* double; not finite: NULL */
+    TB_COL_TEXT,    /* char *; NULL: NULL */
+    TB_COL_HASH,    /* uint64_t as 16 hex digits; 0: NULL */
+    TB_COL_SPECIAL, /* computed by store.c from the row's context */
+} tb_store_col_kind;
+
+/* A column of table sample (a tb_sample_record) or request (a
+ * tb_request_record), after its parent's id: store.c writes every row of
+ * these tables, and the JSON export (reader.h) carries those with an
+ * export key, in this order. A new column is a migration, its record
+ * field and what fills it, and a row here. */
+typedef struct tb_store_column {
+    const char *column;
+    tb_store_col_kind kind;
+    size_t offset;          /* of its field in the record */
+    const char *export_key; /* its key in the JSON export; NULL: not exported */
+    int export_json;        /* exported as JSON (json(column)), not text */
+} tb_store_column;
+extern const tb_store_column tb_sample_columns[], tb_request_columns[];
+extern const size_t tb_n_sample_columns, tb_n_request_columns;
+
 /* ----------------------------------------------------------- writing */
 
 /* Each writer returns 0 (or a row id), or -1 with *err malloc'd, naming
