@@ -7,7 +7,9 @@
  * and labels by it, the store writes and reads its column by it, and the
  * reports draw their dimension columns and captions from it. Adding a
  * dimension adds a tb_dim member, a row here, its tb_case field, and its
- * bench_case column (a migration); nothing else names it.
+ * bench_case column (a migration, which also re-creates the summary view
+ * with it: `show` and the CSV export read the view); nothing else names
+ * it but the code that uses its value.
  *
  * "Not applicable" has one meaning in each layer: 0 in tb_case (a
  * dimension with `zero` = "-"), NULL in SQL, "-" in text. prompt_tokens
