@@ -113,12 +113,12 @@ static size_t distinct(double *v, size_t n)
 /* Does backend b run more than one block length in this session? */
 static int block_varies(const tb_rsession *s, size_t b)
 {
-    int first = -2;
+    long first = -1;
     for (size_t i = 0; i < s->n_cases; i++)
         if (s->cases[i].backend == b) {
-            if (first == -2)
-                first = s->cases[i].block_length;
-            else if (s->cases[i].block_length != first)
+            if (first == -1)
+                first = (long)s->cases[i].dims.block_length;
+            else if ((long)s->cases[i].dims.block_length != first)
                 return 1;
         }
     return 0;
@@ -131,10 +131,8 @@ static char *curve_name(const tb_rsession *s, const tb_rcase *c)
 {
     tb_str b = {0};
     tb_str_append(&b, s->backends[c->backend].label);
-    if (c->steps >= 0)
-        tb_str_appendf(&b, ", steps %d", c->steps);
-    if (c->block_length >= 0 && block_varies(s, c->backend))
-        tb_str_appendf(&b, ", block %d", c->block_length);
+    uint32_t shown = TB_RDIM(TB_DIM_STEPS) | (block_varies(s, c->backend) ? TB_RDIM(TB_DIM_BLOCK_LENGTH) : 0);
+    tb_case_label_dims(&b, &c->dims, ~shown, TB_LABEL_WORDS);
     return tb_str_take(&b);
 }
 
@@ -143,13 +141,13 @@ static char *curve_name(const tb_rsession *s, const tb_rcase *c)
 static int keep_steps(const tb_rsession *s, const tb_rcase *c)
 {
     (void)s;
-    return c->steps >= 0 && ok_case(c);
+    return c->dims.steps > 0 && ok_case(c);
 }
 
 static void steps_charts(const tb_rsession *s, tb_rcharts *out)
 {
     keys g;
-    keys_collect(s, TB_RDIM_STEPS, keep_steps, &g);
+    keys_collect(s, TB_RDIM(TB_DIM_STEPS), keep_steps, &g);
     for (size_t gi = 0; gi < g.n && gi < MAX_GROUPS; gi++) {
         char *title = tb_xasprintf("tokens/s vs steps: %s", g.k[gi]);
         tb_chart *ch = tb_chart_new(title, "denoising steps", "aggregate tokens/s (median, 95% CI)");
@@ -167,11 +165,11 @@ static void steps_charts(const tb_rsession *s, tb_rcharts *out)
             size_t *idx = tb_xmalloc((s->n_cases + 1) * sizeof *idx), n = 0;
             for (size_t i = 0; i < s->n_cases; i++) {
                 const tb_rcase *c = &s->cases[i];
-                if (c->backend == b && keep_steps(s, c) && has_key(c, TB_RDIM_STEPS, g.k[gi]))
+                if (c->backend == b && keep_steps(s, c) && has_key(c, TB_RDIM(TB_DIM_STEPS), g.k[gi]))
                     idx[n++] = i;
             }
             for (size_t i = 1; i < n; i++)
-                for (size_t k = i; k > 0 && s->cases[idx[k - 1]].steps > s->cases[idx[k]].steps; k--) {
+                for (size_t k = i; k > 0 && s->cases[idx[k - 1]].dims.steps > s->cases[idx[k]].dims.steps; k--) {
                     size_t t = idx[k];
                     idx[k] = idx[k - 1];
                     idx[k - 1] = t;
@@ -183,8 +181,8 @@ static void steps_charts(const tb_rsession *s, tb_rcharts *out)
                     continue;
                 if (sid < 0)
                     sid = tb_chart_series(ch, s->backends[b].label, TB_SERIES_LINE);
-                tb_chart_point_err(ch, sid, c->steps, agg->median, agg->ci_lo, agg->ci_hi);
-                xt[nxt++] = c->steps;
+                tb_chart_point_err(ch, sid, c->dims.steps, agg->median, agg->ci_lo, agg->ci_hi);
+                xt[nxt++] = c->dims.steps;
                 any = c;
             }
             free(idx);
@@ -193,7 +191,7 @@ static void steps_charts(const tb_rsession *s, tb_rcharts *out)
          * dimensions: one horizontal reference each. */
         for (size_t i = 0; any && i < s->n_cases; i++) {
             const tb_rcase *c = &s->cases[i];
-            if (c->steps >= 0 || !ok_case(c) || !tb_rcase_generalizes(c, any))
+            if (c->dims.steps > 0 || !ok_case(c) || !tb_rcase_generalizes(c, any))
                 continue;
             double agg = tb_rcase_median(c, "agg_tps");
             if (!isfinite(agg))
@@ -223,12 +221,12 @@ static void steps_charts(const tb_rsession *s, tb_rcharts *out)
 
 static int batch_x_is_conc(const tb_rsession *s)
 {
-    return (s->dims & TB_RDIM_CONC) != 0;
+    return (s->dims & TB_RDIM(TB_DIM_CONCURRENCY)) != 0;
 }
 
 static double batch_x(const tb_rsession *s, const tb_rcase *c)
 {
-    return batch_x_is_conc(s) ? (c->concurrency >= 0 ? c->concurrency : NAN) : c->batch;
+    return batch_x_is_conc(s) ? (c->dims.concurrency ? c->dims.concurrency : NAN) : c->dims.batch;
 }
 
 static int keep_ok(const tb_rsession *s, const tb_rcase *c)
@@ -240,10 +238,10 @@ static int keep_ok(const tb_rsession *s, const tb_rcase *c)
 static void batch_charts(const tb_rsession *s, tb_rcharts *out)
 {
     int conc = batch_x_is_conc(s);
-    unsigned xskip = conc ? TB_RDIM_CONC : TB_RKEY_BATCH;
+    unsigned xskip = conc ? TB_RDIM(TB_DIM_CONCURRENCY) : TB_RDIM(TB_DIM_BATCH);
     /* Group: everything but batch, steps and block length; a curve per
      * backend and step count. */
-    unsigned gskip = xskip | TB_RDIM_STEPS | TB_RDIM_BLOCK;
+    unsigned gskip = xskip | TB_RDIM(TB_DIM_STEPS) | TB_RDIM(TB_DIM_BLOCK_LENGTH);
     keys g;
     keys_collect(s, gskip, keep_ok, &g);
     const char *xname = conc ? "concurrency" : "batch size";
@@ -325,7 +323,7 @@ static void batch_charts(const tb_rsession *s, tb_rcharts *out)
 static int keep_rate(const tb_rsession *s, const tb_rcase *c)
 {
     (void)s;
-    return isfinite(c->request_rate) && ok_case(c);
+    return c->dims.request_rate > 0 && ok_case(c);
 }
 
 /* The stored statistic a series draws (never recomputed here). */
@@ -385,7 +383,7 @@ static void mark_searches(const tb_rsession *s, const char *key, tb_chart *ch, c
         int in_group = 0;
         for (size_t i = 0; i < s->n_cases && !in_group; i++)
             in_group = s->cases[i].search_id == x->id && keep_rate(s, &s->cases[i]) &&
-                       has_key(&s->cases[i], TB_RDIM_RATE, key);
+                       has_key(&s->cases[i], TB_RDIM(TB_DIM_REQUEST_RATE), key);
         if (!in_group)
             continue;
         const char *b = s->backends[x->backend].label;
@@ -415,7 +413,7 @@ static size_t rate_curve(const tb_rsession *s, const char *key, const char *curv
     size_t n = 0;
     for (size_t i = 0; i < s->n_cases; i++) {
         const tb_rcase *c = &s->cases[i];
-        if (!keep_rate(s, c) || !has_key(c, TB_RDIM_RATE, key))
+        if (!keep_rate(s, c) || !has_key(c, TB_RDIM(TB_DIM_REQUEST_RATE), key))
             continue;
         char *name = rate_curve_name(s, c);
         int mine = strcmp(name, curve) == 0;
@@ -424,7 +422,7 @@ static size_t rate_curve(const tb_rsession *s, const char *key, const char *curv
             idx[n++] = i;
     }
     for (size_t i = 1; i < n; i++)
-        for (size_t k = i; k > 0 && s->cases[idx[k - 1]].request_rate > s->cases[idx[k]].request_rate; k--) {
+        for (size_t k = i; k > 0 && s->cases[idx[k - 1]].dims.request_rate > s->cases[idx[k]].dims.request_rate; k--) {
             size_t t = idx[k];
             idx[k] = idx[k - 1];
             idx[k - 1] = t;
@@ -445,7 +443,7 @@ static void rate_charts(const tb_rsession *s, tb_rcharts *out)
     } lat[] = {{"ttft_ms", "TTFT"}, {"tpot_ms", "TPOT"}, {"e2e_ms", "E2E"}};
     static const int pcts[] = {50, 90, 99};
     keys g;
-    keys_collect(s, TB_RDIM_RATE, keep_rate, &g);
+    keys_collect(s, TB_RDIM(TB_DIM_REQUEST_RATE), keep_rate, &g);
     size_t made = 0;
     size_t *idx = tb_xmalloc((s->n_cases + 1) * sizeof *idx);
     for (size_t gi = 0; gi < g.n && made < MAX_GROUPS; gi++) {
@@ -455,9 +453,9 @@ static void rate_charts(const tb_rsession *s, tb_rcharts *out)
         size_t n_x = 0;
         for (size_t i = 0; i < s->n_cases; i++) {
             const tb_rcase *c = &s->cases[i];
-            if (!keep_rate(s, c) || !has_key(c, TB_RDIM_RATE, g.k[gi]))
+            if (!keep_rate(s, c) || !has_key(c, TB_RDIM(TB_DIM_REQUEST_RATE), g.k[gi]))
                 continue;
-            xs[n_x++] = c->request_rate;
+            xs[n_x++] = c->dims.request_rate;
             char *name = rate_curve_name(s, c);
             size_t j = 0;
             while (j < ser.n && strcmp(ser.k[j], name) != 0)
@@ -498,7 +496,7 @@ static void rate_charts(const tb_rsession *s, tb_rcharts *out)
                             continue;
                         if (sid < 0)
                             sid = tb_chart_series(ch, name, TB_SERIES_LINE);
-                        rate_point(ch, sid, name, c->request_rate, v, def->unit);
+                        rate_point(ch, sid, name, c->dims.request_rate, v, def->unit);
                     }
                     free(name);
                 }
@@ -533,7 +531,7 @@ static void rate_charts(const tb_rsession *s, tb_rcharts *out)
                         continue;
                     if (sid < 0)
                         sid = tb_chart_series(ch, name, TB_SERIES_LINE);
-                    rate_point(ch, sid, name, c->request_rate, v, rq->unit);
+                    rate_point(ch, sid, name, c->dims.request_rate, v, rq->unit);
                 }
                 free(name);
             }
@@ -626,7 +624,7 @@ static void pareto_chart(const tb_rsession *s, tb_rcharts *out)
                 continue;
             if (sid < 0)
                 sid = tb_chart_series(ch, s->backends[b].label, TB_SERIES_POINTS);
-            char *key = tb_rcase_key(c, TB_RKEY_PROMPT | TB_RKEY_NEW);
+            char *key = tb_rcase_key(c, TB_RDIM(TB_DIM_PROMPT_TOKENS) | TB_RDIM(TB_DIM_MAX_NEW_TOKENS));
             if (is_on[at[i]])
                 tb_chart_point_label(ch, sid, px[at[i]], py[at[i]], key);
             else
@@ -654,7 +652,7 @@ static void pareto_chart(const tb_rsession *s, tb_rcharts *out)
 static int itl_charts(sqlite3 *db, const tb_rsession *s, tb_rcharts *out, char **err)
 {
     keys g;
-    keys_collect(s, TB_RDIM_STEPS | TB_RDIM_BLOCK, keep_ok, &g);
+    keys_collect(s, TB_RDIM(TB_DIM_STEPS) | TB_RDIM(TB_DIM_BLOCK_LENGTH), keep_ok, &g);
     for (size_t gi = 0; gi < g.n && gi < MAX_GROUPS; gi++) {
         char *title = tb_xasprintf("inter-token latency (CDF): %s", g.k[gi]);
         tb_chart *ch = tb_chart_new(title, "gap between emissions, ms", "fraction of gaps ≤ x");
@@ -663,11 +661,11 @@ static int itl_charts(sqlite3 *db, const tb_rsession *s, tb_rcharts *out, char *
         tb_chart_y_range(ch, 0, 1);
         for (size_t i = 0; i < s->n_cases; i++) {
             const tb_rcase *c = &s->cases[i];
-            if (!ok_case(c) || !has_key(c, TB_RDIM_STEPS | TB_RDIM_BLOCK, g.k[gi]))
+            if (!ok_case(c) || !has_key(c, TB_RDIM(TB_DIM_STEPS) | TB_RDIM(TB_DIM_BLOCK_LENGTH), g.k[gi]))
                 continue;
             double *gaps;
             size_t n;
-            if (tb_rcase_itl(db, s->id, c->id, &gaps, &n, err) != 0) {
+            if (tb_read_itl(db, s->id, c->id, &gaps, &n, err) != 0) {
                 tb_chart_free(ch);
                 keys_free(&g);
                 return -1;
@@ -710,7 +708,7 @@ static int itl_charts(sqlite3 *db, const tb_rsession *s, tb_rcharts *out, char *
 /* The metric a series belongs to: the name without its labels (vLLM's
  * "vllm:num_requests_running{model_name=...}"), or NVML's reading
  * without the GPU ("gpu0:power_w" -> "power_w"). */
-static char *metric_of(const tb_rseries *s)
+static char *metric_of(const tb_row_series *s)
 {
     if (strcmp(s->source, "nvml") == 0) {
         const char *c = strchr(s->name, ':');
@@ -726,8 +724,8 @@ static int telemetry_charts(sqlite3 *db, const tb_rsession *s, tb_rcharts *out, 
     size_t drawn = 0, left = 0;
     for (size_t i = 0; i < s->n_cases; i++) {
         const tb_rcase *c = &s->cases[i];
-        tb_rtelemetry t;
-        if (tb_rcase_telemetry(db, s->id, c->id, &t, err) != 0)
+        tb_row_telemetry t;
+        if (tb_read_telemetry(db, s->id, c->id, &t, err) != 0)
             return -1;
         int *done = tb_xcalloc(t.n ? t.n : 1, sizeof *done);
         char *dims = tb_rcase_dims(s, c);
@@ -779,7 +777,7 @@ static int telemetry_charts(sqlite3 *db, const tb_rsession *s, tb_rcharts *out, 
         }
         free(dims);
         free(done);
-        tb_rtelemetry_free(&t);
+        tb_row_telemetry_free(&t);
     }
     if (left && out->n && strcmp(out->v[out->n - 1].kind, "telemetry") == 0) {
         char *c = tb_xasprintf("%s (%zu more telemetry charts not drawn: the series are in the database, table "

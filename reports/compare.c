@@ -3,47 +3,34 @@
 #include "compare.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "mannwhitney.h"
 #include "metrics.h"
+#include "reader.h"
 #include "rsession.h"
 #include "stats.h"
 #include "text_table.h"
 #include "util.h"
 
-/* Where each metric's raw samples are: one per measured repetition, or
- * one per successful request of the measured repetitions. */
-typedef struct msource {
-    const char *name; /* a metric of the registry (metrics.h): its unit and direction */
-    int per_request;
-    const char *expr; /* over sample sa / request r */
-} msource;
-
-static const msource sources[] = {
-    {"agg_tps", 0, "sa.aggregate_tps"},
-    {"decode_tps", 0, "sa.decode_tps"},
-    {"wall_ms", 0, "sa.wall_ns / 1e6"},
-    {"tokens_per_forward", 0, "sa.tokens_per_forward"},
-    {"req_tps", 1, "r.tps"},
-    {"ttft_ms", 1, "r.ttft_ns / 1e6"},
-    {"tpot_ms", 1, "r.tpot_ns / 1e6"},
-    {"e2e_ms", 1, "r.e2e_ns / 1e6"},
-};
-
 static const char *const default_metrics[] = {"agg_tps", "req_tps", "ttft_ms", "e2e_ms"};
 
 const char *tb_compare_metrics(void)
 {
-    return "agg_tps, decode_tps, wall_ms, tokens_per_forward, req_tps, ttft_ms, tpot_ms, e2e_ms";
+    static char names[256]; /* the reader's sample sources, "a, b, ..." */
+    if (!names[0])
+        for (size_t i = 0, at = 0; i < tb_n_sample_sources && at < sizeof names; i++)
+            at += (size_t)snprintf(names + at, sizeof names - at, "%s%s", i ? ", " : "", tb_sample_sources[i].name);
+    return names;
 }
 
-static const msource *find_source(const char *name)
+static const tb_sample_source *find_source(const char *name)
 {
-    for (size_t i = 0; i < TB_ARRAY_LEN(sources); i++)
-        if (strcmp(sources[i].name, name) == 0)
-            return &sources[i];
+    for (size_t i = 0; i < tb_n_sample_sources; i++)
+        if (strcmp(tb_sample_sources[i].name, name) == 0)
+            return &tb_sample_sources[i];
     return NULL;
 }
 
@@ -83,46 +70,6 @@ static void quality_gates(const tb_compare_opts *o, const tb_rcase *ca, const tb
                            dims, ta->p99, tb->p99, up_pct, o->fail_p99_ttft_pct);
         }
     }
-}
-
-/* The samples of one case, NaN-free, in *out (malloc'd). 0, or -1 with
- * *err: a read error is not the end of the samples. */
-static int samples(sqlite3 *db, int64_t session, int64_t case_id, const msource *m, double **out, size_t *n,
-                   char **err)
-{
-    char *sql = m->per_request
-                    ? tb_xasprintf("SELECT %s FROM request r JOIN sample sa ON sa.id = r.sample_id"
-                                   " WHERE sa.case_id = ? AND sa.warmup = 0 AND r.status = 'ok'"
-                                   " AND %s IS NOT NULL", m->expr, m->expr)
-                    : tb_xasprintf("SELECT %s FROM sample sa WHERE sa.case_id = ? AND sa.warmup = 0"
-                                   " AND %s IS NOT NULL", m->expr, m->expr);
-    double *v = NULL;
-    size_t cap = 0;
-    *n = 0;
-    sqlite3_stmt *q;
-    int rc = sqlite3_prepare_v2(db, sql, -1, &q, NULL);
-    if (rc == SQLITE_OK) {
-        sqlite3_bind_int64(q, 1, case_id);
-        while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
-            if (*n == cap) {
-                cap = cap ? cap * 2 : 16;
-                v = tb_xrealloc(v, cap * sizeof *v);
-            }
-            v[(*n)++] = sqlite3_column_double(q, 0);
-        }
-    }
-    if (rc != SQLITE_DONE) {
-        char *what = tb_xasprintf("the %s samples of case id %lld", m->name, (long long)case_id);
-        *err = tb_rdb_error(db, session, what);
-        free(what);
-        free(v);
-        v = NULL;
-        *n = 0;
-    }
-    sqlite3_finalize(q);
-    free(sql);
-    *out = v;
-    return rc == SQLITE_DONE ? 0 : -1;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -243,7 +190,7 @@ int tb_compare_run(sqlite3 *db, const tb_compare_opts *o, FILE *out, tb_compare_
     memset(res, 0, sizeof *res);
     *err = NULL;
     size_t n_metrics = o->metrics ? o->n_metrics : TB_ARRAY_LEN(default_metrics);
-    const msource **ms = tb_xcalloc(n_metrics + 1, sizeof *ms);
+    const tb_sample_source **ms = tb_xcalloc(n_metrics + 1, sizeof *ms);
     for (size_t i = 0; i < n_metrics; i++) {
         const char *name = o->metrics ? o->metrics[i] : default_metrics[i];
         if (!(ms[i] = find_source(name))) {
@@ -373,8 +320,8 @@ int tb_compare_run(sqlite3 *db, const tb_compare_opts *o, FILE *out, tb_compare_
         for (size_t m = 0; m < n_metrics; m++) {
             size_t na = 0, nb = 0;
             double *xa = NULL, *xb = NULL;
-            if ((a_ok && samples(db, o->a, ca->id, ms[m], &xa, &na, err) != 0) ||
-                (b_ok && samples(db, o->b, cb->id, ms[m], &xb, &nb, err) != 0)) {
+            if ((a_ok && tb_read_case_samples(db, o->a, ca->id, ms[m], &xa, &na, err) != 0) ||
+                (b_ok && tb_read_case_samples(db, o->b, cb->id, ms[m], &xb, &nb, err) != 0)) {
                 free(xa);
                 free(backend);
                 free(dims);

@@ -2,7 +2,6 @@
 #define _GNU_SOURCE
 #include "history.h"
 
-#include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,89 +9,10 @@
 #include "html_page.h"
 #include "metrics.h"
 #include "rsession.h"
+#include "reader.h"
 #include "store.h"
 #include "text_table.h"
 #include "util.h"
-
-static char *dup_col(sqlite3_stmt *q, int i)
-{
-    const unsigned char *t = sqlite3_column_text(q, i);
-    return tb_xstrdup(t ? (const char *)t : "");
-}
-
-static double num_col(sqlite3_stmt *q, int i)
-{
-    return sqlite3_column_type(q, i) == SQLITE_NULL ? NAN : sqlite3_column_double(q, i);
-}
-
-/* Every distinct value of a query's first column, comma-separated. */
-static char *list_of(sqlite3 *db, const char *sql, const char *arg)
-{
-    tb_str b = {0};
-    sqlite3_stmt *q;
-    if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) == SQLITE_OK) {
-        if (arg)
-            sqlite3_bind_text(q, 1, arg, -1, SQLITE_TRANSIENT);
-        while (sqlite3_step(q) == SQLITE_ROW)
-            tb_str_appendf(&b, "%s%s", b.len ? ", " : "", sqlite3_column_text(q, 0));
-    }
-    sqlite3_finalize(q);
-    return tb_str_take(&b);
-}
-
-static const char *const dim_columns[] = {"prompt_tokens", "max_new_tokens", "batch",       "concurrency",
-                                          "steps",         "block_length",   "request_rate"};
-
-/* Append " AND ..." for one "KEY=V1,V2" filter; values are bound later in
- * order (collected in *vals). -1 with *err on a malformed filter. */
-static int add_filter(tb_str *sql, const char *f, char ***vals, size_t *n_vals, char **err)
-{
-    const char *eq = strchr(f, '=');
-    if (!eq || eq == f || !eq[1]) {
-        *err = tb_xasprintf("filter \"%s\": expected KEY=VALUE[,VALUE...]", f);
-        return -1;
-    }
-    char *key = tb_xstrndup(f, (size_t)(eq - f));
-    for (char *k = key; *k; k++)
-        if (!isalnum((unsigned char)*k) && *k != '_' && *k != '-') {
-            *err = tb_xasprintf("filter \"%s\": \"%s\" is not a dimension or option name", f, key);
-            free(key);
-            return -1;
-        }
-    const char *col = NULL;
-    for (size_t i = 0; i < TB_ARRAY_LEN(dim_columns); i++)
-        if (strcmp(key, dim_columns[i]) == 0)
-            col = dim_columns[i];
-    char *expr = col ? tb_xasprintf("c.%s", col) : tb_xasprintf("json_extract(c.options_json, '$.\"%s\"')", key);
-    free(key);
-    tb_str_appendf(sql, " AND (0");
-    char *copy = tb_xstrdup(eq + 1), *save = NULL;
-    for (char *v = strtok_r(copy, ",", &save); v; v = strtok_r(NULL, ",", &save)) {
-        v = tb_trim(v);
-        if (strcmp(v, "none") == 0 || strcmp(v, "-") == 0) {
-            tb_str_appendf(sql, " OR %s IS NULL", expr);
-            continue;
-        }
-        /* Compare as text, so "8" matches 8 and "greedy" matches a string. */
-        tb_str_appendf(sql, " OR CAST(%s AS TEXT) = ?", expr);
-        *vals = tb_xrealloc(*vals, (*n_vals + 1) * sizeof **vals);
-        (*vals)[(*n_vals)++] = tb_xstrdup(v);
-    }
-    free(copy);
-    free(expr);
-    tb_str_append(sql, ")");
-    return 0;
-}
-
-/* One row (1), none (0), or -1 with *err: a read error is no answer. */
-static int step_one(sqlite3 *db, sqlite3_stmt *q, const char *what, char **err)
-{
-    int rc = sqlite3_step(q);
-    if (rc == SQLITE_ROW || rc == SQLITE_DONE)
-        return rc == SQLITE_ROW;
-    *err = tb_rdb_error(db, -1, what);
-    return -1;
-}
 
 int tb_history_load(sqlite3 *db, const char *label, const char *metric, char *const *filters, size_t n_filters,
                     tb_history *out, char **err)
@@ -106,142 +26,75 @@ int tb_history_load(sqlite3 *db, const char *label, const char *metric, char *co
         free(bad);
         return -2;
     }
-    sqlite3_stmt *q;
-    int found = -1;
-    if (sqlite3_prepare_v2(db, "SELECT 1 FROM backend WHERE label = ? LIMIT 1", -1, &q, NULL) == SQLITE_OK) {
-        sqlite3_bind_text(q, 1, label, -1, SQLITE_TRANSIENT);
-        found = step_one(db, q, "the backends", err);
-    } else {
-        *err = tb_rdb_error(db, -1, "the backends");
-    }
-    sqlite3_finalize(q);
+    int found = tb_read_backend_exists(db, label, err);
     if (found < 0)
         return -2;
     if (!found) {
-        char *known = list_of(db, "SELECT DISTINCT label FROM backend ORDER BY label", NULL);
+        char *known = tb_read_backend_labels(db);
         *err = tb_xasprintf("no backend \"%s\" in any session (known: %s)", label, *known ? known : "none");
         free(known);
         return -1;
     }
-    found = -1;
-    if (sqlite3_prepare_v2(db,
-                           "SELECT unit FROM metric m JOIN bench_case c ON c.id = m.case_id JOIN backend b"
-                           " ON b.id = c.backend_id WHERE b.label = ? AND m.name = ? LIMIT 1",
-                           -1, &q, NULL) == SQLITE_OK) {
-        sqlite3_bind_text(q, 1, label, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_text(q, 2, metric, -1, SQLITE_TRANSIENT);
-        found = step_one(db, q, "the metrics", err);
-        if (found > 0)
-            out->unit = dup_col(q, 0);
-    } else {
-        *err = tb_rdb_error(db, -1, "the metrics");
-    }
-    sqlite3_finalize(q);
+    found = tb_read_metric_unit(db, label, metric, &out->unit, err);
     if (found < 0)
         return -2;
     if (!found) {
-        char *known = list_of(db,
-                              "SELECT DISTINCT m.name FROM metric m JOIN bench_case c ON c.id = m.case_id"
-                              " JOIN backend b ON b.id = c.backend_id WHERE b.label = ? ORDER BY m.name",
-                              label);
+        char *known = tb_read_metric_names(db, label);
         *err = tb_xasprintf("backend \"%s\" has no metric \"%s\" (known: %s)", label, metric,
                             *known ? known : "none: no case of it ran");
         free(known);
         return -1;
     }
 
-    tb_str sql = {0};
-    tb_str_append(&sql,
-                  "SELECT s.id, s.started_at, s.git_commit, s.tokbench_version, s.status, m.hostname,"
-                  " coalesce(m.gpu_name, m.cpu_model), m.fingerprint, b.model,"
-                  " coalesce(json_extract(b.info_json, '$.dtype'), ''), b.plugin_version, c.status,"
-                  " c.prompt_tokens, c.max_new_tokens, c.batch, c.concurrency, c.steps, c.block_length,"
-                  " c.request_rate, c.options_json,"
-                  " mt.n, mt.median, mt.p5, mt.p95, mt.mean, mt.stdev, mt.cv, mt.min, mt.max, mt.ci_lo, mt.ci_hi,"
-                  " b.options_json, s.config_sha256, s.config_json"
-                  " FROM bench_case c JOIN backend b ON b.id = c.backend_id JOIN session s ON s.id = c.session_id"
-                  " JOIN machine m ON m.id = s.machine_id"
-                  " LEFT JOIN metric mt ON mt.case_id = c.id AND mt.name = ?2"
-                  " WHERE b.label = ?1");
-    char **vals = NULL;
-    size_t n_vals = 0;
-    int rc = 0;
-    for (size_t i = 0; i < n_filters && rc == 0; i++)
-        rc = add_filter(&sql, filters[i], &vals, &n_vals, err);
-    tb_str_append(&sql, " ORDER BY s.started_at, s.id, c.ordinal");
-    if (rc == 0 && sqlite3_prepare_v2(db, sql.s, -1, &q, NULL) != SQLITE_OK) {
-        *err = tb_rdb_error(db, -1, "the history");
-        rc = -2;
-    }
-    if (rc == 0) {
-        sqlite3_bind_text(q, 1, label, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_text(q, 2, metric, -1, SQLITE_TRANSIENT);
-        for (size_t i = 0; i < n_vals; i++)
-            sqlite3_bind_text(q, 3 + (int)i, vals[i], -1, SQLITE_TRANSIENT);
-        int step;
-        while ((step = sqlite3_step(q)) == SQLITE_ROW) {
-            /* The case's key, built as the report builds it. */
-            char *opts = dup_col(q, 19);
-            tb_rcase k = {.prompt_tokens = sqlite3_column_int(q, 12), .max_new_tokens = sqlite3_column_int(q, 13),
-                          .batch = sqlite3_column_int(q, 14),
-                          .concurrency = sqlite3_column_type(q, 15) == SQLITE_NULL ? -1 : sqlite3_column_int(q, 15),
-                          .steps = sqlite3_column_type(q, 16) == SQLITE_NULL ? -1 : sqlite3_column_int(q, 16),
-                          .block_length = sqlite3_column_type(q, 17) == SQLITE_NULL ? -1 : sqlite3_column_int(q, 17),
-                          .request_rate = num_col(q, 18), .options_json = opts};
-            char *key = tb_rcase_key(&k, 0);
-            free(opts);
-            size_t si = 0;
-            while (si < out->n && strcmp(out->s[si].key, key) != 0)
-                si++;
-            if (si == out->n) {
-                out->s = tb_xrealloc(out->s, (out->n + 1) * sizeof *out->s);
-                out->s[out->n++] = (tb_hseries){.key = key};
-            } else {
-                free(key);
-            }
-            tb_hseries *s = &out->s[si];
-            s->p = tb_xrealloc(s->p, (s->n + 1) * sizeof *s->p);
-            tb_hpoint *p = &s->p[s->n++];
-            p->session = sqlite3_column_int64(q, 0);
-            p->started_at = dup_col(q, 1);
-            p->commit = dup_col(q, 2);
-            p->version = dup_col(q, 3);
-            p->session_status = dup_col(q, 4);
-            p->host = dup_col(q, 5);
-            p->hardware = dup_col(q, 6);
-            p->fingerprint = dup_col(q, 7);
-            p->model = dup_col(q, 8);
-            p->dtype = dup_col(q, 9);
-            p->plugin_version = dup_col(q, 10);
-            p->case_status = dup_col(q, 11);
-            p->options_json = dup_col(q, 31);
-            p->config_sha256 = dup_col(q, 32);
-            p->config_json = dup_col(q, 33);
-            p->st = (tb_stats){.n = sqlite3_column_type(q, 20) == SQLITE_NULL ? 0 : (size_t)sqlite3_column_int64(q, 20),
-                               .median = num_col(q, 21), .p5 = num_col(q, 22), .p95 = num_col(q, 23),
-                               .mean = num_col(q, 24), .stdev = num_col(q, 25), .cv = num_col(q, 26),
-                               .min = num_col(q, 27), .max = num_col(q, 28), .ci_lo = num_col(q, 29),
-                               .ci_hi = num_col(q, 30)};
-        }
-        if (step != SQLITE_DONE) { /* an error, not the end of the cases */
-            char *what = tb_xasprintf("the cases of backend \"%s\"", label);
-            *err = tb_rdb_error(db, -1, what);
-            free(what);
-            rc = -2;
-        }
-        sqlite3_finalize(q);
-        if (rc == 0 && out->n == 0) {
-            *err = tb_xasprintf("no case of backend \"%s\" matches the filters", label);
-            rc = -1;
-        }
-    }
-    for (size_t i = 0; i < n_vals; i++)
-        free(vals[i]);
-    free(vals);
-    tb_str_free(&sql);
+    tb_row_history *rows;
+    size_t n;
+    int rc = tb_read_history(db, label, metric, filters, n_filters, &rows, &n, err);
     if (rc != 0) {
         tb_history_free(out);
         return rc;
+    }
+    for (size_t r = 0; r < n; r++) {
+        tb_row_history *h = &rows[r];
+        /* The case's key, built as the report builds it. */
+        tb_rcase k = {.dims = h->dims, .options_json = h->options_json};
+        char *key = tb_rcase_key(&k, 0);
+        size_t si = 0;
+        while (si < out->n && strcmp(out->s[si].key, key) != 0)
+            si++;
+        if (si == out->n) {
+            out->s = tb_xrealloc(out->s, (out->n + 1) * sizeof *out->s);
+            out->s[out->n++] = (tb_hseries){.key = key};
+        } else {
+            free(key);
+        }
+        tb_hseries *s = &out->s[si];
+        s->p = tb_xrealloc(s->p, (s->n + 1) * sizeof *s->p);
+        s->p[s->n++] = (tb_hpoint){
+            .session = h->session,
+            .started_at = h->started_at,
+            .commit = h->commit,
+            .version = h->version,
+            .session_status = h->session_status,
+            .host = h->host,
+            .hardware = h->hardware,
+            .fingerprint = h->fingerprint,
+            .model = h->model,
+            .dtype = h->dtype,
+            .plugin_version = h->plugin_version,
+            .case_status = h->case_status,
+            .options_json = h->backend_options_json,
+            .config_sha256 = h->config_sha256,
+            .config_json = h->config_json,
+            .st = h->st,
+        };
+        free(h->options_json);
+        memset(h, 0, sizeof *h); /* its strings taken */
+    }
+    tb_row_history_free(rows, n);
+    if (out->n == 0) {
+        *err = tb_xasprintf("no case of backend \"%s\" matches the filters", label);
+        tb_history_free(out);
+        return -1;
     }
     out->backend = tb_xstrdup(label);
     out->metric = tb_xstrdup(metric);

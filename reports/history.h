@@ -36,9 +36,9 @@ typedef struct tb_history {
 } tb_history;
 
 /* Load `metric` of backend `label` over all sessions. filters are
- * "KEY=V1[,V2...]" with KEY a dimension (prompt_tokens, max_new_tokens,
- * batch, concurrency, steps, block_length, request_rate; value "none"
- * for not applicable) or a swept option's name. 0; -1 with *err: no
+ * "KEY=V1[,V2...]" with KEY a stored dimension (dims.h: prompt_tokens,
+ * max_new_tokens, batch, concurrency, request_rate, steps, block_length;
+ * value "none" or "-" for not applicable) or a swept option's name. 0; -1 with *err: no
  * such backend or metric (the message lists the known ones), a bad
  * filter, or nothing matching; -2 with *err: the database could not be
  * read (a read error, or a JSON column that does not hold JSON of its

@@ -20,6 +20,13 @@ static tb_rtable *table_new(tb_rtables *ts, const char *id, const char *title, c
     return t;
 }
 
+/* Whether the session's tables have a column for dimension d: a stored
+ * one that every case has, or that some case applies. */
+static int dim_shown(const tb_rsession *s, tb_dim d)
+{
+    return tb_dim_defs[d].column && (tb_dim_defs[d].required || (s->dims & TB_RDIM(d)));
+}
+
 static void column(tb_rtable *t, const char *head, int numeric)
 {
     t->head = tb_xrealloc(t->head, (t->n_cols + 1) * sizeof *t->head);
@@ -84,17 +91,12 @@ static void side_by_side(const tb_rsession *s, tb_rtables *ts)
                              tb_xstrdup("Median over repetitions of all output tokens of a batch / its wall time. "
                                         "A backend without a dimension (an AR engine has no denoising steps) is "
                                         "shown in every row it is the reference for."));
-    column(t, "prompt", 1);
-    column(t, "new", 1);
-    column(t, "batch", 1);
-    if (s->dims & TB_RDIM_CONC)
-        column(t, "concurrency", 1);
-    if (s->dims & TB_RDIM_RATE)
-        column(t, "rate/s", 1);
-    if (s->dims & TB_RDIM_STEPS)
-        column(t, "steps", 1);
-    if (s->dims & TB_RDIM_BLOCK)
-        column(t, "block", 1);
+    for (int d = 0; d < TB_N_DIMS; d++)
+        if (dim_shown(s, (tb_dim)d)) {
+            char *head = tb_xasprintf("%s%s", tb_dim_defs[d].word, tb_dim_defs[d].unit);
+            column(t, head, 1);
+            free(head);
+        }
     if (s->dims & TB_RDIM_OPTS)
         column(t, "options", 0);
     for (size_t b = 0; b < s->n_backends; b++)
@@ -104,17 +106,11 @@ static void side_by_side(const tb_rsession *s, tb_rtables *ts)
     for (size_t r = 0; r < g.n_rows; r++) {
         const tb_rcase *c = &s->cases[g.row_case[r]];
         row rw = {0};
-        put(&rw, c->prompt_tokens ? tb_xasprintf("%d", c->prompt_tokens) : tb_xstrdup("set"));
-        put(&rw, tb_xasprintf("%d", c->max_new_tokens));
-        put(&rw, tb_xasprintf("%d", c->batch));
-        if (s->dims & TB_RDIM_CONC)
-            put(&rw, c->concurrency >= 0 ? tb_xasprintf("%d", c->concurrency) : tb_xstrdup("-"));
-        if (s->dims & TB_RDIM_RATE)
-            put(&rw, isfinite(c->request_rate) ? tb_xasprintf("%g", c->request_rate) : tb_xstrdup("-"));
-        if (s->dims & TB_RDIM_STEPS)
-            put(&rw, c->steps >= 0 ? tb_xasprintf("%d", c->steps) : tb_xstrdup("-"));
-        if (s->dims & TB_RDIM_BLOCK)
-            put(&rw, c->block_length >= 0 ? tb_xasprintf("%d", c->block_length) : tb_xstrdup("-"));
+        for (int d = 0; d < TB_N_DIMS; d++)
+            if (dim_shown(s, (tb_dim)d)) {
+                char v[48];
+                put(&rw, tb_xstrdup(tb_case_dim_text(&c->dims, (tb_dim)d, v, sizeof v)));
+            }
         if (s->dims & TB_RDIM_OPTS)
             put(&rw, tb_xstrdup(strcmp(c->options_json, "{}") ? c->options_json : "-"));
         for (size_t b = 0; b < s->n_backends; b++) {
@@ -348,8 +344,8 @@ static void searches(const tb_rsession *s, tb_rtables *ts)
             put(&r, tb_xasprintf("%s #%lld", s->searches[k].kind, (long long)s->searches[k].id));
             put(&r, tb_xasprintf("#%d", c->ordinal));
             put(&r, tb_xstrdup(c->search_role ? c->search_role : ""));
-            putf_num(&r, c->concurrency >= 0 ? (double)c->concurrency : NAN, 0);
-            putf_num(&r, c->request_rate, 2);
+            putf_num(&r, c->dims.concurrency ? (double)c->dims.concurrency : NAN, 0);
+            putf_num(&r, c->dims.request_rate > 0 ? c->dims.request_rate : NAN, 2);
             putf_num(&r, tb_rcase_median(c, "req_throughput"), 2);
             putf_num(&r, ttft ? ttft->p99 : NAN, 3);
             putf_num(&r, tpot ? tpot->p99 : NAN, 3);

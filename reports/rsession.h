@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dims.h"
+#include "reader.h"
 #include "stats.h"
 #include "strmem.h"
 
@@ -36,14 +38,12 @@ typedef struct tb_rbackend {
     tb_rkvs info;         /* plugin, options, describe(): every field */
 } tb_rbackend;
 
-/* Dimensions that are NULL in the database (not applicable) are -1 / NaN. */
 typedef struct tb_rcase {
     int64_t id;
     int ordinal;
     size_t backend; /* index into tb_rsession.backends */
-    int prompt_tokens, max_new_tokens, batch;
-    int concurrency, steps, block_length;
-    double request_rate;
+    tb_case dims;   /* its dimensions (dims.h: 0 = not applicable), read
+                       by the table; nothing else of tb_case is set */
     char *options_json; /* options swept by the matrix; "{}" when none */
     char *status, *error;
     tb_rmetric *metrics; /* canonical order (docs/METRICS.md), then others */
@@ -76,14 +76,10 @@ typedef struct tb_rsearch {
     char *error;
 } tb_rsearch;
 
-/* Which optional dimensions carry a value in some case. */
-enum {
-    TB_RDIM_CONC = 1,
-    TB_RDIM_STEPS = 2,
-    TB_RDIM_BLOCK = 4,
-    TB_RDIM_RATE = 8,
-    TB_RDIM_OPTS = 16,
-};
+/* A dimension's bit in tb_rsession.dims and in the skip masks below;
+ * TB_RDIM_OPTS: the swept options. */
+#define TB_RDIM(d) (1u << (d))
+#define TB_RDIM_OPTS (1u << TB_N_DIMS)
 
 typedef struct tb_rsession {
     int64_t id;
@@ -98,7 +94,8 @@ typedef struct tb_rsession {
     size_t n_backends;
     tb_rcase *cases; /* by ordinal */
     size_t n_cases;
-    unsigned dims;   /* TB_RDIM_* */
+    unsigned dims;   /* TB_RDIM() of each dimension some case applies,
+                        TB_RDIM_OPTS when some case swept options */
     tb_rsearch *searches; /* by id */
     size_t n_searches;
     int has_quality; /* some case has a quality metric */
@@ -133,43 +130,14 @@ const tb_rmetric *tb_rcase_quality(const tb_rcase *c);
  * session or are set, for captions and warnings. malloc'd. */
 char *tb_rcase_dims(const tb_rsession *s, const tb_rcase *c);
 
-/* The same without the dimensions in `skip` (TB_RDIM_* plus the bits
- * below), for grouping: cases with equal keys differ only there. */
-enum { TB_RKEY_BATCH = 32, TB_RKEY_PROMPT = 64, TB_RKEY_NEW = 128 };
+/* The same without the dimensions in `skip` (TB_RDIM() bits,
+ * TB_RDIM_OPTS), for grouping: cases with equal keys differ only there. */
 char *tb_rcase_key(const tb_rcase *c, unsigned skip);
 
 /* Does case a's key equal b's wherever a has a value (a may lack steps,
  * concurrency or block length: an AR backend is the reference for every
  * step count)? */
 int tb_rcase_generalizes(const tb_rcase *a, const tb_rcase *b);
-
-/* Every inter-token gap (ms) of the measured, successful requests of a
- * case, from request.emissions_json, sorted ascending. 0, or -1 with
- * *err (tb_rdb_error). */
-int tb_rcase_itl(sqlite3 *db, int64_t session, int64_t case_id, double **out, size_t *n, char **err);
-
-/* A case's telemetry (migration 9): each series with its points in time
- * order (seconds since the sampler started; NaN: not a finite value). */
-typedef struct tb_rseries {
-    char *source, *name;
-    double *t_s, *v;
-    size_t n;
-} tb_rseries;
-typedef struct tb_rtelemetry {
-    tb_rseries *s;
-    size_t n;
-} tb_rtelemetry;
-/* 0 (n = 0 for a case without telemetry, or a database before migration
- * 9), or -1 with *err (tb_rdb_error). */
-int tb_rcase_telemetry(sqlite3 *db, int64_t session, int64_t case_id, tb_rtelemetry *out, char **err);
-void tb_rtelemetry_free(tb_rtelemetry *t);
-
-/* A read of `what` that failed (a step or prepare that did not give
- * SQLITE_ROW/DONE): "reading WHAT: " and the row whose JSON is not JSON
- * of its kind when session `session`'s rows hold one (every session's
- * when < 0; tb_store_check_json, emissions included), else SQLite's
- * message. malloc'd. Call it before anything else runs on db. */
-char *tb_rdb_error(sqlite3 *db, int64_t session, const char *what);
 
 /* The side-by-side grid: rows are case keys (without the backend), columns
  * the backends; cell[r * n_backends + b] is the index of backend b's case

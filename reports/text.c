@@ -8,67 +8,36 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dims.h"
 #include "metrics.h"
+#include "reader.h"
 #include "rsession.h"
 #include "text_table.h"
 #include "util.h"
 #include "warnings.h"
 
-static const char *col_text(sqlite3_stmt *q, int i)
-{
-    const unsigned char *t = sqlite3_column_text(q, i);
-    return t ? (const char *)t : "";
-}
-
-static double col_num(sqlite3_stmt *q, int i)
-{
-    return sqlite3_column_type(q, i) == SQLITE_NULL ? NAN : sqlite3_column_double(q, i);
-}
-
 int64_t tb_report_resolve_session(sqlite3 *db, const char *spec, char **err)
 {
     *err = NULL;
     if (!spec || strcmp(spec, "last") == 0 || strcmp(spec, "--last") == 0) {
-        sqlite3_stmt *q;
-        int64_t id = -1;
-        /* The session started last (the first of `sessions`): ids are
-         * not in time order once a merge appended older sessions. */
-        if (sqlite3_prepare_v2(db, "SELECT id FROM session ORDER BY started_at DESC, id DESC LIMIT 1", -1, &q,
-                               NULL) == SQLITE_OK &&
-            sqlite3_step(q) == SQLITE_ROW && sqlite3_column_type(q, 0) != SQLITE_NULL)
-            id = sqlite3_column_int64(q, 0);
-        sqlite3_finalize(q);
+        /* The session started last (the first of `sessions`). */
+        int64_t id = tb_read_last_session(db);
         if (id < 0)
             *err = tb_xstrdup("the database has no sessions yet (run a suite first: tokbench run SUITE)");
         return id;
     }
     char *end;
     long long v = strtoll(spec, &end, 10);
-    sqlite3_stmt *q;
-    int64_t id = -1;
     /* A number is an id when there is such a session; otherwise the
      * argument may be a uuid prefix of at least 8 characters (shorter
      * ones, "99" say, would match a random uuid one time in 256 and turn
      * a wrong id into somebody else's session). */
-    if (sqlite3_prepare_v2(db,
-                           "SELECT id FROM session WHERE id = ?1 UNION ALL"
-                           " SELECT id FROM session WHERE uuid LIKE ?2 || '%' AND NOT EXISTS"
-                           " (SELECT 1 FROM session WHERE id = ?1) ORDER BY id LIMIT 2",
-                           -1, &q, NULL) == SQLITE_OK) {
-        sqlite3_bind_int64(q, 1, (*end == '\0' && end != spec) ? v : -1);
-        /* too short for a uuid prefix: bind what matches no uuid */
-        sqlite3_bind_text(q, 2, strlen(spec) >= 8 ? spec : "-", -1, SQLITE_TRANSIENT);
-        int n = 0;
-        while (sqlite3_step(q) == SQLITE_ROW) {
-            id = sqlite3_column_int64(q, 0);
-            n++;
-        }
-        if (n > 1) {
-            *err = tb_xasprintf("session \"%s\" is ambiguous (give more of the uuid)", spec);
-            id = -1;
-        }
-    }
-    sqlite3_finalize(q);
+    int64_t ids[2], id = -1;
+    int n = tb_read_find_session(db, (*end == '\0' && end != spec) ? v : -1, strlen(spec) >= 8 ? spec : NULL, ids);
+    if (n > 1)
+        *err = tb_xasprintf("session \"%s\" is ambiguous (give more of the uuid)", spec);
+    else if (n == 1)
+        id = ids[0];
     if (id < 0 && !*err)
         *err = tb_xasprintf("no session \"%s\" (see tokbench sessions)", spec);
     return id;
@@ -76,80 +45,73 @@ int64_t tb_report_resolve_session(sqlite3 *db, const char *spec, char **err)
 
 int tb_report_sessions(sqlite3 *db, int limit, FILE *out)
 {
-    sqlite3_stmt *q;
-    const char *sql =
-        "SELECT s.id, s.started_at, s.suite_name, s.status,"
-        " (SELECT count(*) FROM bench_case c WHERE c.session_id = s.id AND c.status = 'ok'),"
-        " (SELECT count(*) FROM bench_case c WHERE c.session_id = s.id AND c.status = 'failed'),"
-        " (SELECT count(*) FROM bench_case c WHERE c.session_id = s.id AND c.status = 'skipped'),"
-        " m.hostname, coalesce(m.gpu_name, 'no GPU'), s.git_commit"
-        " FROM session s JOIN machine m ON m.id = s.machine_id ORDER BY s.started_at DESC, s.id DESC LIMIT ?";
-    if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK)
+    tb_row_session_item *rows;
+    size_t n;
+    char *err = NULL;
+    if (tb_read_session_list(db, limit, &rows, &n, &err) != 0) {
+        free(err);
         return -1;
-    sqlite3_bind_int(q, 1, limit > 0 ? limit : -1);
+    }
     static const char *const head[] = {"session", "started (UTC)", "suite", "status", "ok", "failed", "skipped",
                                        "host", "gpu", "commit"};
     tb_table *t = tb_table_new(10);
     tb_table_header(t, head);
-    int rows = 0;
-    while (sqlite3_step(q) == SQLITE_ROW) {
-        rows++;
-        for (int i = 0; i < 10; i++)
-            tb_table_cell(t, col_text(q, i));
+    for (size_t i = 0; i < n; i++) {
+        const tb_row_session_item *r = &rows[i];
+        tb_table_cellf(t, "%lld", (long long)r->id);
+        tb_table_cell(t, r->started_at);
+        tb_table_cell(t, r->suite_name);
+        tb_table_cell(t, r->status);
+        tb_table_cellf(t, "%lld", (long long)r->n_ok);
+        tb_table_cellf(t, "%lld", (long long)r->n_failed);
+        tb_table_cellf(t, "%lld", (long long)r->n_skipped);
+        tb_table_cell(t, r->hostname);
+        tb_table_cell(t, *r->gpu_name ? r->gpu_name : "no GPU");
+        tb_table_cell(t, r->git_commit);
     }
-    sqlite3_finalize(q);
-    if (rows)
+    if (n)
         tb_table_print(t, out);
     else
         fprintf(out, "no sessions yet\n");
     tb_table_free(t);
+    tb_row_session_items_free(rows, n);
     return 0;
 }
 
 static void print_header(sqlite3 *db, int64_t session, FILE *out)
 {
-    sqlite3_stmt *q;
-    const char *sql =
-        "SELECT s.id, s.uuid, s.suite_name, s.suite_path, s.started_at, coalesce(s.finished_at, ''), s.status,"
-        " s.tokbench_version, s.git_commit, s.warmup, s.repeat, s.seed, m.hostname, m.cpu_model, m.cpu_cores,"
-        " m.ram_bytes, m.os, m.kernel, m.gpu_count, coalesce(m.gpu_name, ''), coalesce(m.gpu_driver, ''),"
-        " coalesce(m.cuda_driver_version, ''), s.cuda_build_version, m.nvml_status, substr(s.suite_sha256, 1, 12),"
-        " coalesce(substr(s.config_sha256, 1, 12), '')"
-        " FROM session s JOIN machine m ON m.id = s.machine_id WHERE s.id = ?";
-    if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK)
-        return;
-    sqlite3_bind_int64(q, 1, session);
-    if (sqlite3_step(q) == SQLITE_ROW) {
-        fprintf(out, "session %s  %s  suite %s (%s, sha256 %s…%s%s%s)\n", col_text(q, 0), col_text(q, 1),
-                col_text(q, 2), col_text(q, 3), col_text(q, 24), *col_text(q, 25) ? ", configuration sha256 " : "",
-                col_text(q, 25), *col_text(q, 25) ? "…" : "");
-        fprintf(out, "  %s .. %s  status %s  tokbench %s (%s)  warm-up %s, %s repetitions, seed %s\n",
-                col_text(q, 4), col_text(q, 5), col_text(q, 6), col_text(q, 7), col_text(q, 8), col_text(q, 9),
-                col_text(q, 10), col_text(q, 11));
-        fprintf(out, "  machine %s: %s (%s CPUs), %.1f GiB RAM, %s, kernel %s\n", col_text(q, 12), col_text(q, 13),
-                col_text(q, 14), sqlite3_column_double(q, 15) / (1u << 30), col_text(q, 16), col_text(q, 17));
-        if (sqlite3_column_int(q, 18) > 0)
-            fprintf(out, "  GPU %d x %s, driver %s, CUDA driver %s, CUDA build %s\n", sqlite3_column_int(q, 18),
-                    col_text(q, 19), col_text(q, 20), col_text(q, 21), col_text(q, 22));
+    tb_row_session r;
+    char *err = NULL;
+    if (tb_read_session(db, session, &r, &err) == 0) {
+        fprintf(out, "session %lld  %s  suite %s (%s, sha256 %.12s…%s%.12s%s)\n", (long long)r.id, r.uuid,
+                r.suite_name, r.suite_path, r.suite_sha256, *r.config_sha256 ? ", configuration sha256 " : "",
+                r.config_sha256, *r.config_sha256 ? "…" : "");
+        fprintf(out, "  %s .. %s  status %s  tokbench %s (%s)  warm-up %d, %d repetitions, seed %lld\n",
+                r.started_at, r.finished_at, r.status, r.tokbench_version, r.git_commit, r.warmup, r.repeat,
+                (long long)r.seed);
+        fprintf(out, "  machine %s: %s (%d CPUs), %.1f GiB RAM, %s, kernel %s\n", r.hostname, r.cpu_model,
+                r.cpu_cores, r.ram_bytes / (1u << 30), r.os, r.kernel);
+        if (r.gpu_count > 0)
+            fprintf(out, "  GPU %d x %s, driver %s, CUDA driver %s, CUDA build %s\n", r.gpu_count, r.gpu_name,
+                    r.gpu_driver, r.cuda_driver_version, r.cuda_build_version);
         else
-            fprintf(out, "  GPU none (%s); CUDA build %s\n", col_text(q, 23), col_text(q, 22));
+            fprintf(out, "  GPU none (%s); CUDA build %s\n", r.nvml_status, r.cuda_build_version);
+        tb_row_session_free(&r);
     }
-    sqlite3_finalize(q);
+    free(err);
 
-    if (sqlite3_prepare_v2(db,
-                           "SELECT label, plugin, plugin_version, model, capabilities,"
-                           " coalesce(json_extract(info_json, '$.dtype'), '?'),"
-                           " coalesce(json_extract(info_json, '$.device'), '?'),"
-                           " json_extract(info_json, '$.random_weights')"
-                           " FROM backend WHERE session_id = ? ORDER BY id",
-                           -1, &q, NULL) != SQLITE_OK)
+    tb_row_backend *b;
+    size_t n;
+    if (tb_read_backends(db, session, &b, &n, &err) != 0) {
+        free(err);
         return;
-    sqlite3_bind_int64(q, 1, session);
-    while (sqlite3_step(q) == SQLITE_ROW)
-        fprintf(out, "  backend %s: %s %s, model \"%s\", dtype %s, device %s%s; capabilities %s\n", col_text(q, 0),
-                col_text(q, 1), col_text(q, 2), col_text(q, 3), col_text(q, 5), col_text(q, 6),
-                sqlite3_column_int(q, 7) == 1 ? ", RANDOM WEIGHTS (speed only, no quality)" : "", col_text(q, 4));
-    sqlite3_finalize(q);
+    }
+    for (size_t i = 0; i < n; i++)
+        fprintf(out, "  backend %s: %s %s, model \"%s\", dtype %s, device %s%s; capabilities %s\n", b[i].label,
+                b[i].plugin, b[i].plugin_version, b[i].model, *b[i].dtype ? b[i].dtype : "?",
+                *b[i].device ? b[i].device : "?",
+                b[i].random_weights == 1 ? ", RANDOM WEIGHTS (speed only, no quality)" : "", b[i].capabilities);
+    tb_row_backends_free(b, n);
 }
 
 /* `text` in lines of at most `width` characters (0: one line), broken
@@ -171,47 +133,27 @@ static void print_wrapped(FILE *out, const char *text, size_t width)
     }
 }
 
-/* Which optional dimension columns carry a value in this session. */
-static int column_used(sqlite3 *db, int64_t session, const char *expr)
+/* Whether the terminal table has a column for dimension d: a stored one
+ * that every case has (required), or that some case of the session
+ * applies (used[d]). */
+static int dim_shown(const int *used, int d)
 {
-    char *sql = tb_xasprintf("SELECT count(*) FROM summary WHERE session = ? AND %s", expr);
-    sqlite3_stmt *q;
-    int n = 0;
-    if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) == SQLITE_OK) {
-        sqlite3_bind_int64(q, 1, session);
-        if (sqlite3_step(q) == SQLITE_ROW)
-            n = sqlite3_column_int(q, 0);
-    }
-    sqlite3_finalize(q);
-    free(sql);
-    return n > 0;
+    return tb_dim_defs[d].column && (tb_dim_defs[d].required || used[d]);
 }
 
-/* The dimensions of a summary row as one key (for the side-by-side). */
-/* The request rate (column 28) as shown: "5", "0.5"; "" when none. */
-static const char *rate_text(sqlite3_stmt *q, char buf[32])
-{
-    buf[0] = '\0';
-    if (sqlite3_column_type(q, 28) != SQLITE_NULL)
-        snprintf(buf, 32, "%g", sqlite3_column_double(q, 28));
-    return buf;
-}
-
-static char *dims_key(sqlite3_stmt *q, int use_conc, int use_steps, int use_block, int use_rate, int use_opts)
+/* The dimensions of a summary row as one key (for the side-by-side):
+ * the shown ones tab-separated, "" where not applicable. */
+static char *dims_key(const tb_row_summary *r, const int *used, int use_opts)
 {
     tb_str b = {0};
-    char rate[32];
-    tb_str_appendf(&b, "%s\t%s\t%s", col_text(q, 1), col_text(q, 2), col_text(q, 3));
-    if (use_conc)
-        tb_str_appendf(&b, "\t%s", col_text(q, 4));
-    if (use_steps)
-        tb_str_appendf(&b, "\t%s", col_text(q, 5));
-    if (use_block)
-        tb_str_appendf(&b, "\t%s", col_text(q, 6));
-    if (use_rate)
-        tb_str_appendf(&b, "\t%s", rate_text(q, rate));
+    for (int d = 0; d < TB_N_DIMS; d++)
+        if (dim_shown(used, d)) {
+            char v[48];
+            tb_str_appendf(&b, "%s%s", d ? "\t" : "", /* prompt_tokens first: always shown */
+                           tb_case_dim_absent(&r->dims, (tb_dim)d) ? "" : tb_case_dim_text(&r->dims, (tb_dim)d, v, sizeof v));
+        }
     if (use_opts)
-        tb_str_appendf(&b, "\t%s", col_text(q, 7));
+        tb_str_appendf(&b, "\t%s", r->swept_options);
     return tb_str_take(&b);
 }
 
@@ -238,53 +180,42 @@ static int key_generalizes(const char *general, const char *specific)
 int tb_report_show(sqlite3 *db, int64_t session, FILE *out, size_t width)
 {
     print_header(db, session, out);
-    int use_conc = column_used(db, session, "concurrency IS NOT NULL");
-    int use_steps = column_used(db, session, "steps IS NOT NULL");
-    int use_block = column_used(db, session, "block_length IS NOT NULL");
-    int use_opts = column_used(db, session, "swept_options <> '{}'");
-    int use_rate = column_used(db, session, "request_rate IS NOT NULL");
-    /* Serving figures where requests are served, or some failed. */
-    int use_serving = use_conc || use_rate || column_used(db, session, "failed_requests > 0");
-    int use_goodput = column_used(db, session, "goodput IS NOT NULL");
-
-    /* Columns 0..7 are the case's identity, then the figures; 28.. the
-     * request rate and the serving figures. */
-    const char *sql =
-        "SELECT backend, CASE WHEN prompt_tokens = 0 THEN 'set' ELSE prompt_tokens END, max_new_tokens, batch,"
-        " concurrency, steps, block_length, swept_options,"
-        " status, req_tps_median, req_tps_p5, aggregate_tps, decode_tps, ttft_ms, tpot_ms, e2e_ms, e2e_p95_ms, nfe,"
-        " tokens_per_forward, agg_tps_cv, calls, count_mismatches, error, peak_device_mib,"
-        " accuracy, accuracy_ci_lo, accuracy_ci_hi, judge_ppl,"
-        " request_rate, requests, failed_requests, req_per_s, error_rate, goodput, ttft_p99_ms"
-        " FROM summary WHERE session = ? ORDER BY rowid";
-    int use_acc = column_used(db, session, "accuracy IS NOT NULL");
-    int use_ppl = column_used(db, session, "judge_ppl IS NOT NULL");
-    sqlite3_stmt *q;
-    if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK) {
-        fprintf(stderr, "tokbench: %s\n", sqlite3_errmsg(db));
+    tb_row_summary *rows;
+    size_t n_rows;
+    char *rerr = NULL;
+    if (tb_read_summary(db, session, &rows, &n_rows, &rerr) != 0) {
+        fprintf(stderr, "tokbench: %s\n", rerr);
+        free(rerr);
         return -1;
     }
-    sqlite3_bind_int64(q, 1, session);
+    /* Which optional columns carry a value in this session. */
+    int used[TB_N_DIMS] = {0}, use_opts = 0, use_failed = 0, use_goodput = 0, use_acc = 0, use_ppl = 0;
+    for (size_t i = 0; i < n_rows; i++) {
+        const tb_row_summary *r = &rows[i];
+        for (int d = 0; d < TB_N_DIMS; d++)
+            used[d] |= !tb_case_dim_absent(&r->dims, (tb_dim)d);
+        use_opts |= strcmp(r->swept_options, "{}") != 0;
+        use_failed |= r->failed_requests > 0;
+        use_goodput |= isfinite(r->goodput);
+        use_acc |= isfinite(r->accuracy);
+        use_ppl |= isfinite(r->judge_ppl);
+    }
+    /* Serving figures where requests are served, or some failed. */
+    int use_serving = used[TB_DIM_CONCURRENCY] || used[TB_DIM_REQUEST_RATE] || use_failed;
 
     /* Each column with its priority for fitting the terminal (0: always
      * shown; higher: left out sooner; tb_table_fit). */
     const char *head[32];
+    char *dim_heads[TB_N_DIMS] = {0};
     int prio[32] = {0};
     int nh = 0;
     head[nh++] = "backend";
-    head[nh++] = "prompt";
-    head[nh++] = "new";
-    head[nh++] = "batch";
-    if (use_conc)
-        head[nh++] = "conc";
-    if (use_steps)
-        head[nh++] = "steps";
-    if (use_block)
-        head[nh++] = "block";
-    if (use_rate)
-        head[nh++] = "rate/s";
+    for (int d = 0; d < TB_N_DIMS; d++)
+        if (dim_shown(used, d))
+            head[nh++] = dim_heads[d] = tb_xasprintf("%s%s", tb_dim_defs[d].abbrev, tb_dim_defs[d].unit);
     if (use_opts)
         head[nh++] = "options";
+    int nd = nh - 1; /* the dimensions' (and options') columns */
     /* Labels say what they count: "req" = per request, "calls" = the
      * measured calls the per-call figures are medians of. */
     static const struct {
@@ -325,75 +256,74 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out, size_t width)
     /* Side-by-side: distinct case keys × backends → aggregate tok/s. */
     char **keys = NULL, **backends = NULL, ***cells = NULL; /* cells[key][backend] */
     size_t n_keys = 0, n_backends = 0;
-    sqlite3_stmt *qb;
-    if (sqlite3_prepare_v2(db, "SELECT label FROM backend WHERE session_id = ? ORDER BY id", -1, &qb, NULL) == SQLITE_OK) {
-        sqlite3_bind_int64(qb, 1, session);
-        while (sqlite3_step(qb) == SQLITE_ROW) {
-            backends = tb_xrealloc(backends, (n_backends + 1) * sizeof *backends);
-            backends[n_backends++] = tb_xstrdup(col_text(qb, 0));
-        }
+    tb_row_backend *brows;
+    if (tb_read_backends(db, session, &brows, &n_backends, &rerr) == 0) {
+        backends = tb_xcalloc(n_backends ? n_backends : 1, sizeof *backends);
+        for (size_t b = 0; b < n_backends; b++)
+            backends[b] = tb_xstrdup(brows[b].label);
+        tb_row_backends_free(brows, n_backends);
+    } else {
+        free(rerr);
+        rerr = NULL;
     }
-    sqlite3_finalize(qb);
 
-    while (sqlite3_step(q) == SQLITE_ROW) {
-        const char *backend = col_text(q, 0), *status = col_text(q, 8);
+    for (size_t ri = 0; ri < n_rows; ri++) {
+        const tb_row_summary *r = &rows[ri];
+        const char *backend = r->backend, *status = r->status;
         /* An ok case with failed requests is marked (tb_case_degraded at
          * the default threshold, 0: any failure). */
-        tb_request_tally tally = {.requests = (size_t)sqlite3_column_int64(q, 29),
-                                  .failed = (size_t)sqlite3_column_int64(q, 30)};
+        tb_request_tally tally = {.requests = (size_t)r->requests, .failed = (size_t)r->failed_requests};
         if (strcmp(status, "ok") == 0 && tb_case_degraded(&tally, 0))
             status = "degraded";
-        char rate[32];
         tb_table_cell(t, backend);
-        for (int i = 1; i <= 3; i++)
-            tb_table_cell(t, col_text(q, i));
-        if (use_conc)
-            tb_table_cell(t, sqlite3_column_type(q, 4) == SQLITE_NULL ? "-" : col_text(q, 4));
-        if (use_steps)
-            tb_table_cell(t, sqlite3_column_type(q, 5) == SQLITE_NULL ? "-" : col_text(q, 5));
-        if (use_block)
-            tb_table_cell(t, sqlite3_column_type(q, 6) == SQLITE_NULL ? "-" : col_text(q, 6));
-        if (use_rate)
-            tb_table_cell(t, *rate_text(q, rate) ? rate : "-");
+        for (int d = 0; d < TB_N_DIMS; d++)
+            if (dim_shown(used, d)) {
+                char v[48];
+                tb_table_cell(t, tb_case_dim_text(&r->dims, (tb_dim)d, v, sizeof v));
+            }
         if (use_opts)
-            tb_table_cell(t, strcmp(col_text(q, 7), "{}") ? col_text(q, 7) : "-");
+            tb_table_cell(t, strcmp(r->swept_options, "{}") ? r->swept_options : "-");
         tb_table_cell(t, status);
-        for (int i = 9; i <= 12; i++) /* tokens/s */
-            tb_table_num(t, col_num(q, i), 1);
-        for (int i = 13; i <= 16; i++) /* ms */
-            tb_table_num(t, col_num(q, i), 2);
-        tb_table_num(t, col_num(q, 17), 0);
-        tb_table_num(t, col_num(q, 18), 2);
-        double cv = col_num(q, 19);
+        const double tps[] = {r->req_tps_median, r->req_tps_p5, r->aggregate_tps, r->decode_tps};
+        for (size_t i = 0; i < TB_ARRAY_LEN(tps); i++) /* tokens/s */
+            tb_table_num(t, tps[i], 1);
+        const double ms[] = {r->ttft_ms, r->tpot_ms, r->e2e_ms, r->e2e_p95_ms};
+        for (size_t i = 0; i < TB_ARRAY_LEN(ms); i++)
+            tb_table_num(t, ms[i], 2);
+        tb_table_num(t, r->nfe, 0);
+        tb_table_num(t, r->tokens_per_forward, 2);
+        double cv = r->agg_tps_cv;
         if (isfinite(cv))
             tb_table_cellf(t, "%.1f%%%s", cv * 100,
-                           tb_noisy(cv, (size_t)sqlite3_column_int(q, 20), strcmp(col_text(q, 1), "set") == 0) ? "!" : "");
+                           tb_noisy(cv, r->calls > 0 ? (size_t)r->calls : 0, r->dims.prompt_tokens == 0) ? "!" : "");
         else
             tb_table_cell(t, "-");
-        tb_table_cell(t, sqlite3_column_type(q, 20) == SQLITE_NULL ? "-" : col_text(q, 20));
-        tb_table_num(t, col_num(q, 23), 0);
+        if (r->calls >= 0)
+            tb_table_cellf(t, "%lld", (long long)r->calls);
+        else
+            tb_table_cell(t, "-");
+        tb_table_num(t, r->peak_device_mib, 0);
         if (use_serving) {
-            tb_table_num(t, col_num(q, 31), 2);
-            double er = col_num(q, 32);
-            if (isfinite(er))
-                tb_table_cellf(t, "%.1f%% (%d)", er * 100, sqlite3_column_int(q, 30));
+            tb_table_num(t, r->req_per_s, 2);
+            if (isfinite(r->error_rate))
+                tb_table_cellf(t, "%.1f%% (%lld)", r->error_rate * 100, (long long)r->failed_requests);
             else
                 tb_table_cell(t, "-");
             if (use_goodput)
-                tb_table_num(t, col_num(q, 33), 2);
-            tb_table_num(t, col_num(q, 34), 2);
+                tb_table_num(t, r->goodput, 2);
+            tb_table_num(t, r->ttft_p99_ms, 2);
         }
         if (use_acc) {
-            double a = col_num(q, 24);
-            if (isfinite(a))
-                tb_table_cellf(t, "%.1f%% (%.0f-%.0f)", a * 100, col_num(q, 25) * 100, col_num(q, 26) * 100);
+            if (isfinite(r->accuracy))
+                tb_table_cellf(t, "%.1f%% (%.0f-%.0f)", r->accuracy * 100, r->accuracy_ci_lo * 100,
+                               r->accuracy_ci_hi * 100);
             else
                 tb_table_cell(t, "-");
         }
         if (use_ppl)
-            tb_table_num(t, col_num(q, 27), 2);
+            tb_table_num(t, r->judge_ppl, 2);
 
-        char *key = dims_key(q, use_conc, use_steps, use_block, use_rate, use_opts);
+        char *key = dims_key(r, used, use_opts);
         size_t ki = 0, bi = 0;
         while (ki < n_keys && strcmp(keys[ki], key) != 0)
             ki++;
@@ -408,7 +338,7 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out, size_t width)
         while (bi < n_backends && strcmp(backends[bi], backend) != 0)
             bi++;
         if (bi < n_backends && !cells[ki][bi]) {
-            double agg = col_num(q, 11), acc = col_num(q, 24), ppl = col_num(q, 27);
+            double agg = r->aggregate_tps, acc = r->accuracy, ppl = r->judge_ppl;
             if (strcmp(status, "ok") != 0 && strcmp(status, "degraded") != 0) {
                 cells[ki][bi] = tb_xstrdup(status);
             } else {
@@ -427,7 +357,7 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out, size_t width)
             }
         }
     }
-    sqlite3_finalize(q);
+    tb_row_summaries_free(rows, n_rows);
     fprintf(out, "\n");
     char *left_out = tb_table_fit(t, width);
     tb_table_print(t, out);
@@ -457,20 +387,8 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out, size_t width)
     if (n_backends > 1) {
         const char *sh[32];
         int ns = 0;
-        sh[ns++] = "prompt";
-        sh[ns++] = "new";
-        sh[ns++] = "batch";
-        if (use_conc)
-            sh[ns++] = "conc";
-        if (use_steps)
-            sh[ns++] = "steps";
-        if (use_block)
-            sh[ns++] = "block";
-        if (use_rate)
-            sh[ns++] = "rate/s";
-        if (use_opts)
-            sh[ns++] = "options";
-        int nd = ns;
+        for (int i = 1; i <= nd; i++)
+            sh[ns++] = head[i];
         for (size_t b = 0; b < n_backends && ns < 32; b++)
             sh[ns++] = backends[b];
         tb_table *s = tb_table_new(ns);
@@ -541,5 +459,7 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out, size_t width)
     for (size_t b = 0; b < n_backends; b++)
         free(backends[b]);
     free(backends);
+    for (int d = 0; d < TB_N_DIMS; d++)
+        free(dim_heads[d]);
     return read_failed ? -1 : 0;
 }

@@ -47,16 +47,6 @@ typedef struct merge {
     char *err;
 } merge;
 
-static char *quote_ident(const char *s)
-{
-    tb_str b = {0};
-    tb_str_append(&b, "\"");
-    for (; *s; s++)
-        tb_str_appendf(&b, *s == '"' ? "\"\"" : "%c", *s);
-    tb_str_append(&b, "\"");
-    return tb_str_take(&b);
-}
-
 static int find_table(const merge *m, const char *name, size_t *out)
 {
     for (size_t i = 0; i < m->n_t; i++)
@@ -96,7 +86,7 @@ static int read_schema(merge *m)
     }
     for (size_t i = 0; i < m->n_t; i++) {
         table *t = &m->t[i];
-        char *qn = quote_ident(t->name);
+        char *qn = tb_store_quote_ident(t->name);
         char *sql = tb_xasprintf("PRAGMA table_info(%s)", qn);
         rc = sqlite3_prepare_v2(m->src, sql, -1, &q, NULL);
         if (rc == SQLITE_OK) {
@@ -120,7 +110,7 @@ static int read_schema(merge *m)
     /* Foreign keys once every table's id column is known. */
     for (size_t i = 0; i < m->n_t; i++) {
         table *t = &m->t[i];
-        char *qn = quote_ident(t->name);
+        char *qn = tb_store_quote_ident(t->name);
         char *sql = tb_xasprintf("PRAGMA foreign_key_list(%s)", qn);
         rc = sqlite3_prepare_v2(m->src, sql, -1, &q, NULL);
         if (rc == SQLITE_OK) {
@@ -244,32 +234,35 @@ static int imported_session(const merge *m, int64_t id)
 static int copy_table(merge *m, size_t ti, tb_merge_result *res)
 {
     table *t = &m->t[ti];
-    tb_str cols = {0}, ins = {0}, marks = {0};
+    /* The source's rows are read here; the target's are written by the
+     * store's row writer (store.h), every column but the id. */
+    tb_str cols = {0};
+    char **ins = tb_xcalloc(t->n_cols + 1, sizeof *ins);
+    size_t n_ins = 0;
     for (size_t c = 0; c < t->n_cols; c++) {
-        char *qc = quote_ident(t->cols[c]);
+        char *qc = tb_store_quote_ident(t->cols[c]);
         tb_str_appendf(&cols, "%s%s", c ? ", " : "", qc);
-        if ((int)c != t->id_col) {
-            tb_str_appendf(&ins, "%s%s", ins.len ? ", " : "", qc);
-            tb_str_appendf(&marks, "%s?", marks.len ? ", " : "");
-        }
+        if ((int)c != t->id_col)
+            ins[n_ins++] = t->cols[c];
         free(qc);
     }
-    char *qn = quote_ident(t->name);
+    char *qn = tb_store_quote_ident(t->name);
     char *sel = tb_xasprintf("SELECT %s FROM %s%s", cols.s, qn, t->id_col >= 0 ? " ORDER BY id" : "");
-    char *insert = tb_xasprintf("INSERT INTO %s (%s) VALUES (%s)", qn, ins.s, marks.s);
     tb_str_free(&cols);
-    tb_str_free(&ins);
-    tb_str_free(&marks);
     free(qn);
-    sqlite3_stmt *qs = NULL, *qi = NULL;
+    sqlite3_stmt *qs = NULL;
+    tb_store_rows *qi = NULL;
+    char *why = NULL;
     int rc = 0;
     if (sqlite3_prepare_v2(m->src, sel, -1, &qs, NULL) != SQLITE_OK) {
         m->err = tb_xasprintf("reading %s: %s", t->name, sqlite3_errmsg(m->src));
         rc = -1;
-    } else if (sqlite3_prepare_v2(m->dst, insert, -1, &qi, NULL) != SQLITE_OK) {
-        m->err = tb_xasprintf("the target cannot take rows of %s: %s", t->name, sqlite3_errmsg(m->dst));
+    } else if (tb_store_rows_open(m->dst, t->name, ins, n_ins, &qi, &why) != 0) {
+        m->err = tb_xasprintf("the target cannot take rows of %s: %s", t->name, why);
+        free(why);
         rc = -1;
     }
+    free(ins);
     int uuid_col = -1, fp_col = -1;
     for (size_t c = 0; c < t->n_cols; c++) {
         if (ti == m->session && strcmp(t->cols[c], "uuid") == 0)
@@ -305,9 +298,8 @@ static int copy_table(merge *m, size_t ti, tb_merge_result *res)
         }
         if (ti == m->session && !imported_session(m, old))
             continue; /* already present, or still running */
-        sqlite3_reset(qi);
-        sqlite3_clear_bindings(qi);
-        int skip = 0, bind = 1;
+        int skip = 0;
+        size_t bind = 0;
         for (size_t c = 0; c < t->n_cols && !skip; c++) {
             if ((int)c == t->id_col)
                 continue;
@@ -320,22 +312,24 @@ static int copy_table(merge *m, size_t ti, tb_merge_result *res)
                 if (to < 0)
                     skip = 1; /* its session was already present */
                 else
-                    sqlite3_bind_int64(qi, bind, to);
+                    tb_store_rows_id(qi, bind, to);
             } else {
-                sqlite3_bind_value(qi, bind, sqlite3_column_value(qs, (int)c));
+                tb_store_rows_value(qi, bind, sqlite3_column_value(qs, (int)c));
             }
             bind++;
         }
-        if (skip)
+        if (skip) /* its bindings are all replaced by the next row's */
             continue;
-        if (sqlite3_step(qi) != SQLITE_DONE) {
+        int64_t id = tb_store_rows_insert(qi, &why);
+        if (id < 0) {
             m->err = tb_xasprintf("inserting into %s (row id %lld of the other database): %s", t->name,
-                                  (long long)old, sqlite3_errmsg(m->dst));
+                                  (long long)old, why);
+            free(why);
             rc = -1;
             break;
         }
         if (t->id_col >= 0)
-            map_add(t, old, sqlite3_last_insert_rowid(m->dst));
+            map_add(t, old, id);
         t->inserted++;
         res->rows++;
     }
@@ -349,9 +343,8 @@ static int copy_table(merge *m, size_t ti, tb_merge_result *res)
         rc = -1;
     }
     sqlite3_finalize(qs);
-    sqlite3_finalize(qi);
+    tb_store_rows_close(qi);
     free(sel);
-    free(insert);
     return rc;
 }
 
@@ -436,16 +429,11 @@ static int choose_sessions(merge *m, tb_merge_result *res)
                 res->sessions_known++;
                 continue;
             }
-            sqlite3_stmt *del = NULL;
-            int del_rc = sqlite3_prepare_v2(m->dst, "DELETE FROM session WHERE id = ?", -1, &del, NULL);
-            if (del_rc == SQLITE_OK) {
-                sqlite3_bind_int64(del, 1, dst.id);
-                del_rc = sqlite3_step(del);
-            }
-            sqlite3_finalize(del);
-            if (del_rc != SQLITE_DONE) {
+            char *why = NULL;
+            if (tb_store_delete_session(m->dst, dst.id, &why) != 0) {
                 m->err = tb_xasprintf("replacing the target's unfinished copy of session %s (id %lld): %s",
-                                      sqlite3_column_text(q, 0), (long long)dst.id, sqlite3_errmsg(m->dst));
+                                      sqlite3_column_text(q, 0), (long long)dst.id, why);
+                free(why);
                 fail = 1;
                 break;
             }

@@ -3,6 +3,7 @@
 #include "store.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -14,6 +15,7 @@
 
 #include "git_version.h"
 #include "tb_config.h"
+#include "dims.h"
 #include "plan.h"
 #include "util.h"
 
@@ -933,22 +935,163 @@ int tb_store_search_end(tb_store *st, int64_t id, const tb_search_result *r, cha
     return -1;
 }
 
+#define SC(col, kind, field) {#col, TB_COL_##kind, offsetof(tb_sample_record, field), #col, 0}
+#define SC_LOCAL(col, kind, field) {#col, TB_COL_##kind, offsetof(tb_sample_record, field), NULL, 0}
+const tb_store_column tb_sample_columns[] = {
+    SC(repetition, U32, repetition),
+    SC(warmup, INT, warmup),
+    SC(n_requests, U32, n_requests),
+    SC(wall_ns, I64, m.wall_ns),
+    SC(prefill_ns, I64_OPT, prefill_ns),
+    SC(decode_ns, I64_OPT, decode_ns),
+    SC(output_tokens, U64, m.output_tokens),
+    SC(recount_tokens, I64_OPT, recount_tokens),
+    SC(aggregate_tps, REAL, m.aggregate_tps),
+    SC(decode_tps, REAL, m.decode_tps),
+    SC(forward_passes, I64_POS, forward_passes),
+    SC(tokens_per_forward, REAL, m.tokens_per_forward),
+    SC(peak_device_bytes, I64_OPT, peak_device_bytes),
+    SC(energy_mj, I64_OPT, energy_mj),
+    SC(n_emissions, U32, n_emissions),
+    SC(runner_ns, I64, runner_ns),
+    SC_LOCAL(start_ns, I64, start_ns),
+    {"client_busy", TB_COL_SPECIAL, 0, NULL, 0}, /* percent of the call; 0: not reported */
+};
+const size_t tb_n_sample_columns = TB_ARRAY_LEN(tb_sample_columns);
+
+#define RC(col, kind, field) {#col, TB_COL_##kind, offsetof(tb_request_record, field), #col, 0}
+#define RC_LOCAL(col, kind, field) {#col, TB_COL_##kind, offsetof(tb_request_record, field), NULL, 0}
+const tb_store_column tb_request_columns[] = {
+    {"idx", TB_COL_SPECIAL, 0, "idx", 0}, /* its slot in the call */
+    {"status", TB_COL_SPECIAL, 0, "status", 0}, /* "ok" | "failed" */
+    RC(error, TEXT, error),
+    RC(submit_offset_ns, I64, submit_offset_ns),
+    RC(ttft_ns, I64, m.ttft_ns),
+    RC(e2e_ns, I64, m.e2e_ns),
+    RC(tpot_ns, REAL, m.tpot_ns),
+    RC(tps, REAL, m.tps),
+    {"requested_tokens", TB_COL_SPECIAL, 0, "requested_tokens", 0}, /* max_tokens, else the case's max_new_tokens */
+    RC(output_tokens, U32, n_out),
+    RC(recount_tokens, I32_OPT, recount),
+    {"count_mismatch", TB_COL_SPECIAL, 0, "count_mismatch", 0}, /* re-counted and different */
+    RC(steps_done, U32_OPT, steps_done),
+    RC(answer_tokens, U32_KNOWN, answer_tokens),
+    RC(output_hash, HASH, output_hash),
+    RC(prompt_hash, HASH, prompt_hash),
+    RC(prompt_tokens, U32_OPT, prompt_tokens),
+    {"emissions_json", TB_COL_SPECIAL, 0, "emissions", 1}, /* NULL: "[]" */
+    RC_LOCAL(prompt_idx, I32_OPT, prompt_idx),
+    RC_LOCAL(scored, INT, scored),
+    RC_LOCAL(output_text, TEXT, output_text),
+    RC_LOCAL(blocks_done, U32_OPT, blocks_done),
+};
+const size_t tb_n_request_columns = TB_ARRAY_LEN(tb_request_columns);
+
+/* Bind column `col` at parameter i from the record at `rec` (its field
+ * at col->offset); a special one (offset unused) from the record and the
+ * context: the case, the request's slot idx. */
+static void bind_column(sqlite3_stmt *q, int i, const tb_store_column *col, const void *rec,
+                        const tb_case_record *cr, uint32_t idx)
+{
+    const char *p = (const char *)rec + col->offset;
+    int64_t i64;
+    int32_t i32;
+    uint32_t u32;
+    uint64_t u64;
+    int iv;
+    double d;
+    const char *t;
+    switch (col->kind) {
+    case TB_COL_I64:
+    case TB_COL_I64_OPT:
+    case TB_COL_I64_POS:
+        memcpy(&i64, p, sizeof i64);
+        if ((col->kind == TB_COL_I64_OPT && i64 < 0) || (col->kind == TB_COL_I64_POS && i64 <= 0))
+            sqlite3_bind_null(q, i);
+        else
+            sqlite3_bind_int64(q, i, i64);
+        return;
+    case TB_COL_I32_OPT:
+        memcpy(&i32, p, sizeof i32);
+        bind_opt_int(q, i, i32);
+        return;
+    case TB_COL_U32:
+    case TB_COL_U32_OPT:
+    case TB_COL_U32_KNOWN:
+        memcpy(&u32, p, sizeof u32);
+        if ((col->kind == TB_COL_U32_OPT && u32 == 0) || (col->kind == TB_COL_U32_KNOWN && u32 == TB_UNKNOWN_COUNT))
+            sqlite3_bind_null(q, i);
+        else
+            sqlite3_bind_int64(q, i, u32);
+        return;
+    case TB_COL_U64:
+        memcpy(&u64, p, sizeof u64);
+        sqlite3_bind_int64(q, i, (int64_t)u64);
+        return;
+    case TB_COL_INT:
+        memcpy(&iv, p, sizeof iv);
+        sqlite3_bind_int(q, i, iv);
+        return;
+    case TB_COL_REAL:
+        memcpy(&d, p, sizeof d);
+        bind_real(q, i, d);
+        return;
+    case TB_COL_TEXT:
+        memcpy(&t, p, sizeof t);
+        bind_text(q, i, t);
+        return;
+    case TB_COL_HASH: {
+        memcpy(&u64, p, sizeof u64);
+        char hex[17];
+        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)u64);
+        bind_text(q, i, u64 ? hex : NULL);
+        return;
+    }
+    case TB_COL_SPECIAL:
+        break;
+    }
+    if (strcmp(col->column, "client_busy") == 0) {
+        const tb_sample_record *s = rec;
+        bind_real(q, i, s->client_busy > 0 ? 100.0 * s->client_busy : NAN);
+        return;
+    }
+    const tb_request_record *r = rec;
+    if (strcmp(col->column, "idx") == 0)
+        sqlite3_bind_int(q, i, (int)idx);
+    else if (strcmp(col->column, "status") == 0)
+        bind_text(q, i, r->status == 0 ? "ok" : "failed");
+    else if (strcmp(col->column, "requested_tokens") == 0) /* 32-bit unsigned: never wrapped */
+        sqlite3_bind_int64(q, i, r->max_tokens ? r->max_tokens : cr->c->max_new_tokens);
+    else if (strcmp(col->column, "count_mismatch") == 0)
+        sqlite3_bind_int(q, i, r->recount >= 0 && (uint32_t)r->recount != r->n_out);
+    else /* emissions_json */
+        bind_text(q, i, r->emissions_json ? r->emissions_json : "[]");
+}
+
+/* "INSERT INTO table (parent, col, ...) VALUES (?,...)" of a registry. */
+static sqlite3_stmt *prepare_columns(tb_store *st, const char *table, const char *parent,
+                                     const tb_store_column *cols, size_t n, char **why)
+{
+    tb_str sql = {0};
+    tb_str_appendf(&sql, "INSERT INTO %s (%s", table, parent);
+    for (size_t k = 0; k < n; k++)
+        tb_str_appendf(&sql, ", %s", cols[k].column);
+    tb_str_append(&sql, ") VALUES (?");
+    for (size_t k = 0; k < n; k++)
+        tb_str_append(&sql, ",?");
+    tb_str_append(&sql, ")");
+    sqlite3_stmt *q = prepare(st, sql.s, why);
+    tb_str_free(&sql);
+    return q;
+}
+
 static int insert_samples(tb_store *st, int64_t case_id, const tb_case_record *rec, char **why)
 {
     /* Each prepared only when the one before it was: *why is set once. */
     sqlite3_stmt *qs = NULL, *qr = NULL, *qsc = NULL;
-    qs = prepare(st, "INSERT INTO sample (case_id, repetition, warmup, n_requests, wall_ns, prefill_ns,"
-                     " decode_ns, output_tokens, recount_tokens, aggregate_tps, decode_tps, forward_passes,"
-                     " tokens_per_forward, peak_device_bytes, energy_mj, n_emissions, runner_ns, start_ns, client_busy)"
-                     " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                 why);
+    qs = prepare_columns(st, "sample", "case_id", tb_sample_columns, tb_n_sample_columns, why);
     if (qs)
-        qr = prepare(st, "INSERT INTO request (sample_id, idx, status, error, submit_offset_ns, ttft_ns,"
-                         " e2e_ns, tpot_ns, tps, requested_tokens, output_tokens, recount_tokens,"
-                         " count_mismatch, steps_done, answer_tokens, output_hash, emissions_json,"
-                         " prompt_idx, scored, output_text, prompt_hash, prompt_tokens, blocks_done)"
-                         " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                     why);
+        qr = prepare_columns(st, "request", "sample_id", tb_request_columns, tb_n_request_columns, why);
     if (qr)
         qsc = prepare(st, "INSERT INTO score (request_id, name, value) VALUES (?,?,?)", why);
     int ok = qs && qr && qsc;
@@ -956,24 +1099,8 @@ static int insert_samples(tb_store *st, int64_t case_id, const tb_case_record *r
         const tb_sample_record *s = &rec->samples[i];
         sqlite3_reset(qs);
         sqlite3_bind_int64(qs, 1, case_id);
-        sqlite3_bind_int(qs, 2, (int)s->repetition);
-        sqlite3_bind_int(qs, 3, s->warmup);
-        sqlite3_bind_int(qs, 4, (int)s->n_requests);
-        sqlite3_bind_int64(qs, 5, s->m.wall_ns);
-        bind_opt_int(qs, 6, s->prefill_ns);
-        bind_opt_int(qs, 7, s->decode_ns);
-        sqlite3_bind_int64(qs, 8, (int64_t)s->m.output_tokens);
-        bind_opt_int(qs, 9, s->recount_tokens);
-        bind_real(qs, 10, s->m.aggregate_tps);
-        bind_real(qs, 11, s->m.decode_tps);
-        bind_opt_int(qs, 12, s->forward_passes > 0 ? s->forward_passes : -1);
-        bind_real(qs, 13, s->m.tokens_per_forward);
-        bind_opt_int(qs, 14, s->peak_device_bytes);
-        bind_opt_int(qs, 15, s->energy_mj);
-        sqlite3_bind_int(qs, 16, (int)s->n_emissions);
-        sqlite3_bind_int64(qs, 17, s->runner_ns);
-        sqlite3_bind_int64(qs, 18, s->start_ns);
-        bind_real(qs, 19, s->client_busy > 0 ? 100.0 * s->client_busy : NAN);
+        for (size_t k = 0; k < tb_n_sample_columns; k++)
+            bind_column(qs, 2 + (int)k, &tb_sample_columns[k], s, rec, 0);
         if (sqlite3_step(qs) != SQLITE_DONE) {
             *why = db_error(st);
             ok = 0;
@@ -982,33 +1109,10 @@ static int insert_samples(tb_store *st, int64_t case_id, const tb_case_record *r
         int64_t sample_id = sqlite3_last_insert_rowid(st->db);
         for (uint32_t r = 0; r < s->n_requests; r++) {
             const tb_request_record *q = &s->requests[r];
-            char hash[17], phash[17];
-            snprintf(hash, sizeof hash, "%016llx", (unsigned long long)q->output_hash);
-            snprintf(phash, sizeof phash, "%016llx", (unsigned long long)q->prompt_hash);
             sqlite3_reset(qr);
             sqlite3_bind_int64(qr, 1, sample_id);
-            sqlite3_bind_int(qr, 2, (int)r);
-            bind_text(qr, 3, q->status == 0 ? "ok" : "failed");
-            bind_text(qr, 4, q->error);
-            sqlite3_bind_int64(qr, 5, q->submit_offset_ns);
-            sqlite3_bind_int64(qr, 6, q->m.ttft_ns);
-            sqlite3_bind_int64(qr, 7, q->m.e2e_ns);
-            bind_real(qr, 8, q->m.tpot_ns);
-            bind_real(qr, 9, q->m.tps);
-            sqlite3_bind_int64(qr, 10, q->max_tokens ? q->max_tokens : rec->c->max_new_tokens); /* 32-bit unsigned: never wrapped */
-            sqlite3_bind_int64(qr, 11, q->n_out);
-            bind_opt_int(qr, 12, q->recount);
-            sqlite3_bind_int(qr, 13, q->recount >= 0 && (uint32_t)q->recount != q->n_out);
-            bind_opt_int(qr, 14, q->steps_done ? (int64_t)q->steps_done : -1);
-            bind_opt_int(qr, 15, q->answer_tokens != TB_UNKNOWN_COUNT ? (int64_t)q->answer_tokens : -1);
-            bind_text(qr, 16, q->output_hash ? hash : NULL);
-            bind_text(qr, 17, q->emissions_json ? q->emissions_json : "[]");
-            bind_opt_int(qr, 18, q->prompt_idx);
-            sqlite3_bind_int(qr, 19, q->scored);
-            bind_text(qr, 20, q->output_text);
-            bind_text(qr, 21, q->prompt_hash ? phash : NULL);
-            bind_opt_int(qr, 22, q->prompt_tokens ? (int64_t)q->prompt_tokens : -1);
-            bind_opt_int(qr, 23, q->blocks_done ? (int64_t)q->blocks_done : -1);
+            for (size_t k = 0; k < tb_n_request_columns; k++)
+                bind_column(qr, 2 + (int)k, &tb_request_columns[k], q, rec, r);
             if (sqlite3_step(qr) != SQLITE_DONE) {
                 *why = db_error(st);
                 ok = 0;
@@ -1080,16 +1184,25 @@ static int insert_telemetry(tb_store *st, int64_t case_id, const tb_case_record 
     return ok ? 0 : -1;
 }
 
+#define STAT(f) {#f, offsetof(tb_stats, f)}
+const tb_stat_column tb_stat_columns[] = {STAT(median), STAT(p5), STAT(p95), STAT(mean), STAT(stdev), STAT(cv),
+                                          STAT(min),    STAT(max), STAT(ci_lo), STAT(ci_hi), STAT(p90), STAT(p99)};
+#undef STAT
+const size_t tb_n_stat_columns = TB_ARRAY_LEN(tb_stat_columns);
+
 static int insert_metrics(tb_store *st, int64_t case_id, const tb_metric_record *rows, size_t n, int replace,
                           char **why)
 {
-    sqlite3_stmt *q = prepare(st, replace ? "INSERT OR REPLACE INTO metric (case_id, name, unit, n, median, p5, p95,"
-                                            " mean, stdev, cv, min, max, ci_lo, ci_hi, p90, p99)"
-                                            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
-                                          : "INSERT INTO metric (case_id, name, unit, n, median, p5, p95, mean,"
-                                            " stdev, cv, min, max, ci_lo, ci_hi, p90, p99)"
-                                            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                              why);
+    tb_str sql = {0};
+    tb_str_appendf(&sql, "INSERT%s INTO metric (case_id, name, unit, n", replace ? " OR REPLACE" : "");
+    for (size_t k = 0; k < tb_n_stat_columns; k++)
+        tb_str_appendf(&sql, ", %s", tb_stat_columns[k].column);
+    tb_str_append(&sql, ") VALUES (?,?,?,?");
+    for (size_t k = 0; k < tb_n_stat_columns; k++)
+        tb_str_append(&sql, ",?");
+    tb_str_append(&sql, ")");
+    sqlite3_stmt *q = prepare(st, sql.s, why);
+    tb_str_free(&sql);
     if (!q)
         return -1;
     for (size_t i = 0; i < n; i++) {
@@ -1101,10 +1214,11 @@ static int insert_metrics(tb_store *st, int64_t case_id, const tb_metric_record 
         bind_text(q, 2, m->name);
         bind_text(q, 3, m->unit);
         sqlite3_bind_int64(q, 4, (int64_t)m->st.n);
-        const double v[] = {m->st.median, m->st.p5, m->st.p95, m->st.mean, m->st.stdev,
-                            m->st.cv, m->st.min, m->st.max, m->st.ci_lo, m->st.ci_hi, m->st.p90, m->st.p99};
-        for (int k = 0; k < 12; k++)
-            bind_real(q, 5 + k, v[k]);
+        for (size_t k = 0; k < tb_n_stat_columns; k++) {
+            double v;
+            memcpy(&v, (const char *)&m->st + tb_stat_columns[k].offset, sizeof v);
+            bind_real(q, 5 + (int)k, v);
+        }
         if (sqlite3_step(q) != SQLITE_DONE) {
             *why = db_error(st);
             sqlite3_finalize(q);
@@ -1124,34 +1238,46 @@ int64_t tb_store_case(tb_store *st, const tb_case_record *rec, char **err)
     }
     const tb_case *c = rec->c;
     char *why = NULL;
-    sqlite3_stmt *q = prepare(st, "INSERT INTO bench_case (session_id, backend_id, ordinal, prompt_tokens,"
-                                  " max_new_tokens, batch, concurrency, steps, block_length, request_rate, options_json,"
-                                  " status, error, started_at, finished_at, case_wall_ns, host_peak_rss_bytes,"
-                                  " search_id, search_role, search_pass)"
-                                  " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                              &why);
+    /* The dimensions' columns from their table (dims.h), in its order. */
+    tb_str sql = {0}, marks = {0};
+    tb_str_append(&sql, "INSERT INTO bench_case (session_id, backend_id, ordinal");
+    for (int d = 0; d < TB_N_DIMS; d++)
+        if (tb_dim_defs[d].column) {
+            tb_str_appendf(&sql, ", %s", tb_dim_defs[d].column);
+            tb_str_append(&marks, ",?");
+        }
+    tb_str_appendf(&sql, ", options_json, status, error, started_at, finished_at, case_wall_ns, host_peak_rss_bytes,"
+                         " search_id, search_role, search_pass) VALUES (?,?,?%s,?,?,?,?,?,?,?,?,?,?)",
+                   marks.s);
+    sqlite3_stmt *q = prepare(st, sql.s, &why);
+    tb_str_free(&sql);
+    tb_str_free(&marks);
     int64_t case_id = -1;
     if (q) {
-        sqlite3_bind_int64(q, 1, rec->session_id);
-        sqlite3_bind_int64(q, 2, rec->backend_id);
-        sqlite3_bind_int64(q, 3, (int64_t)c->ordinal);
-        sqlite3_bind_int(q, 4, (int)c->prompt_tokens);
-        sqlite3_bind_int(q, 5, (int)c->max_new_tokens);
-        sqlite3_bind_int(q, 6, (int)c->batch);
-        bind_opt_int(q, 7, c->concurrency ? (int64_t)c->concurrency : -1);
-        bind_opt_int(q, 8, c->steps ? (int64_t)c->steps : -1);
-        bind_opt_int(q, 9, c->block_length ? (int64_t)c->block_length : -1);
-        bind_real(q, 10, c->request_rate > 0 ? c->request_rate : NAN);
-        bind_text(q, 11, c->swept_json);
-        bind_text(q, 12, rec->status);
-        bind_text(q, 13, rec->error);
-        bind_text(q, 14, rec->started_at);
-        bind_text(q, 15, rec->finished_at);
-        bind_opt_int(q, 16, rec->case_wall_ns);
-        bind_opt_int(q, 17, rec->host_peak_rss);
-        bind_opt_int(q, 18, rec->search_id > 0 ? rec->search_id : -1);
-        bind_text(q, 19, rec->search_id > 0 ? rec->search_role : NULL);
-        bind_opt_int(q, 20, rec->search_id > 0 && rec->search_pass >= 0 ? rec->search_pass : -1);
+        int i = 1;
+        sqlite3_bind_int64(q, i++, rec->session_id);
+        sqlite3_bind_int64(q, i++, rec->backend_id);
+        sqlite3_bind_int64(q, i++, (int64_t)c->ordinal);
+        for (int d = 0; d < TB_N_DIMS; d++) {
+            if (!tb_dim_defs[d].column)
+                continue;
+            if (tb_case_dim_absent(c, (tb_dim)d)) /* not applicable: NULL */
+                sqlite3_bind_null(q, i++);
+            else if (tb_dim_defs[d].is_rate)
+                sqlite3_bind_double(q, i++, tb_case_dim(c, (tb_dim)d));
+            else
+                sqlite3_bind_int64(q, i++, (int64_t)tb_case_dim(c, (tb_dim)d));
+        }
+        bind_text(q, i++, c->swept_json);
+        bind_text(q, i++, rec->status);
+        bind_text(q, i++, rec->error);
+        bind_text(q, i++, rec->started_at);
+        bind_text(q, i++, rec->finished_at);
+        bind_opt_int(q, i++, rec->case_wall_ns);
+        bind_opt_int(q, i++, rec->host_peak_rss);
+        bind_opt_int(q, i++, rec->search_id > 0 ? rec->search_id : -1);
+        bind_text(q, i++, rec->search_id > 0 ? rec->search_role : NULL);
+        bind_opt_int(q, i, rec->search_id > 0 && rec->search_pass >= 0 ? rec->search_pass : -1);
         if (sqlite3_step(q) == SQLITE_DONE)
             case_id = sqlite3_last_insert_rowid(st->db);
         else
@@ -1326,4 +1452,93 @@ int tb_store_judge(tb_store *st, const tb_judge_score *scores, size_t n, const i
         return -1;
     }
     return 0;
+}
+
+/* ----------------------------------------------------------- copying rows */
+
+struct tb_store_rows {
+    sqlite3 *db;
+    sqlite3_stmt *q;
+};
+
+char *tb_store_quote_ident(const char *name)
+{
+    tb_str b = {0};
+    tb_str_append(&b, "\"");
+    for (; *name; name++)
+        tb_str_appendf(&b, *name == '"' ? "\"\"" : "%c", *name);
+    tb_str_append(&b, "\"");
+    return tb_str_take(&b);
+}
+
+int tb_store_rows_open(sqlite3 *db, const char *table, char *const *cols, size_t n_cols, tb_store_rows **out,
+                       char **err)
+{
+    tb_str ins = {0}, marks = {0};
+    for (size_t c = 0; c < n_cols; c++) {
+        char *qc = tb_store_quote_ident(cols[c]);
+        tb_str_appendf(&ins, "%s%s", c ? ", " : "", qc);
+        tb_str_appendf(&marks, "%s?", c ? ", " : "");
+        free(qc);
+    }
+    char *qn = tb_store_quote_ident(table);
+    char *sql = tb_xasprintf("INSERT INTO %s (%s) VALUES (%s)", qn, ins.s ? ins.s : "", marks.s ? marks.s : "");
+    free(qn);
+    tb_str_free(&ins);
+    tb_str_free(&marks);
+    sqlite3_stmt *q;
+    int rc = sqlite3_prepare_v2(db, sql, -1, &q, NULL);
+    free(sql);
+    if (rc != SQLITE_OK) {
+        *err = tb_xstrdup(sqlite3_errmsg(db));
+        sqlite3_finalize(q);
+        *out = NULL;
+        return -1;
+    }
+    *out = tb_xmalloc(sizeof **out);
+    **out = (tb_store_rows){db, q};
+    return 0;
+}
+
+void tb_store_rows_value(tb_store_rows *w, size_t i, sqlite3_value *v)
+{
+    sqlite3_bind_value(w->q, (int)i + 1, v);
+}
+
+void tb_store_rows_id(tb_store_rows *w, size_t i, int64_t id)
+{
+    sqlite3_bind_int64(w->q, (int)i + 1, id);
+}
+
+int64_t tb_store_rows_insert(tb_store_rows *w, char **err)
+{
+    int rc = sqlite3_step(w->q);
+    int64_t id = rc == SQLITE_DONE ? sqlite3_last_insert_rowid(w->db) : -1;
+    if (rc != SQLITE_DONE)
+        *err = tb_xstrdup(sqlite3_errmsg(w->db));
+    sqlite3_reset(w->q);
+    sqlite3_clear_bindings(w->q);
+    return id;
+}
+
+void tb_store_rows_close(tb_store_rows *w)
+{
+    if (!w)
+        return;
+    sqlite3_finalize(w->q);
+    free(w);
+}
+
+int tb_store_delete_session(sqlite3 *db, int64_t id, char **err)
+{
+    sqlite3_stmt *q = NULL;
+    int rc = sqlite3_prepare_v2(db, "DELETE FROM session WHERE id = ?", -1, &q, NULL);
+    if (rc == SQLITE_OK) {
+        sqlite3_bind_int64(q, 1, id);
+        rc = sqlite3_step(q);
+    }
+    if (rc != SQLITE_DONE)
+        *err = tb_xstrdup(sqlite3_errmsg(db));
+    sqlite3_finalize(q);
+    return rc == SQLITE_DONE ? 0 : -1;
 }

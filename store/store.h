@@ -80,6 +80,54 @@ typedef enum tb_owner_state {
 } tb_owner_state;
 tb_owner_state tb_store_owner_state(const char *boot_id, const char *pid_ns, int64_t pid, int64_t start_ticks);
 
+/* ----------------------------------------------------------- metric rows */
+
+/* The statistics columns of table metric after n (stats.h's tb_stats),
+ * one row each, in column order: store.c writes them, the reader
+ * (reader.h) reads them and the JSON export names them from this table.
+ * A new statistic is a tb_stats field (and its computation), a column
+ * (a migration) and a row here. */
+typedef struct tb_stat_column {
+    const char *column; /* metric.COLUMN, and its JSON export key */
+    size_t offset;      /* of its double in tb_stats */
+} tb_stat_column;
+extern const tb_stat_column tb_stat_columns[];
+extern const size_t tb_n_stat_columns;
+
+/* ----------------------------------------------------------- sample and request rows */
+
+/* How a column's value is taken from its record (store.c). */
+typedef enum tb_store_col_kind {
+    TB_COL_I64,     /* int64_t */
+    TB_COL_I64_OPT, /* int64_t; < 0: NULL */
+    TB_COL_I64_POS, /* int64_t; <= 0: NULL */
+    TB_COL_I32_OPT, /* int32_t; < 0: NULL */
+    TB_COL_U32,     /* uint32_t */
+    TB_COL_U32_OPT, /* uint32_t; 0: NULL */
+    TB_COL_U32_KNOWN, /* uint32_t; TB_UNKNOWN_COUNT: NULL */
+    TB_COL_U64,     /* uint64_t */
+    TB_COL_INT,     /* int */
+    TB_COL_REAL,    /* double; not finite: NULL */
+    TB_COL_TEXT,    /* char *; NULL: NULL */
+    TB_COL_HASH,    /* uint64_t as 16 hex digits; 0: NULL */
+    TB_COL_SPECIAL, /* computed by store.c from the row's context */
+} tb_store_col_kind;
+
+/* A column of table sample (a tb_sample_record) or request (a
+ * tb_request_record), after its parent's id: store.c writes every row of
+ * these tables, and the JSON export (reader.h) carries those with an
+ * export key, in this order. A new column is a migration, its record
+ * field and what fills it, and a row here. */
+typedef struct tb_store_column {
+    const char *column;
+    tb_store_col_kind kind;
+    size_t offset;          /* of its field in the record */
+    const char *export_key; /* its key in the JSON export; NULL: not exported */
+    int export_json;        /* exported as JSON (json(column)), not text */
+} tb_store_column;
+extern const tb_store_column tb_sample_columns[], tb_request_columns[];
+extern const size_t tb_n_sample_columns, tb_n_request_columns;
+
 /* ----------------------------------------------------------- writing */
 
 /* Each writer returns 0 (or a row id), or -1 with *err malloc'd, naming
@@ -142,6 +190,35 @@ int tb_store_backend_info(tb_store *st, int64_t backend_id, const char *info_jso
 /* Write the case with its samples, requests and metrics in one
  * transaction. Returns the case id, or -1 with *err (nothing written). */
 int64_t tb_store_case(tb_store *st, const tb_case_record *rec, char **err);
+
+/* ----------------------------------------------------------- copying rows */
+
+/* A writer of rows of one table given its columns by name: how `db
+ * merge` (merge.c) copies another database's rows, with their ids
+ * remapped, without SQL of its own. On any connection to a migrated
+ * database; the caller holds the transaction. */
+typedef struct tb_store_rows tb_store_rows;
+
+/* "name" with its quotes doubled: a table or column name in SQL text.
+ * malloc'd. */
+char *tb_store_quote_ident(const char *name);
+
+/* 0, or -1 with *err (malloc'd: SQLite's message; the table cannot take
+ * such rows). */
+int tb_store_rows_open(sqlite3 *db, const char *table, char *const *cols, size_t n_cols, tb_store_rows **out,
+                       char **err);
+/* Column i of the next row: a value as read elsewhere, or an id (a
+ * foreign key remapped). */
+void tb_store_rows_value(tb_store_rows *w, size_t i, sqlite3_value *v);
+void tb_store_rows_id(tb_store_rows *w, size_t i, int64_t id);
+/* Insert the row bound (then cleared): its row id, or -1 with *err
+ * (malloc'd: SQLite's message). */
+int64_t tb_store_rows_insert(tb_store_rows *w, char **err);
+void tb_store_rows_close(tb_store_rows *w);
+
+/* Delete session `id` with every row of it (ON DELETE CASCADE). 0, or -1
+ * with *err (malloc'd: SQLite's message). */
+int tb_store_delete_session(sqlite3 *db, int64_t id, char **err);
 
 /* ----------------------------------------------------------- the judge */
 

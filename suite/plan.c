@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dims.h"
 #include "util.h"
 #include "wire.h"
 
@@ -110,28 +111,13 @@ static size_t parse_values(const tb_option_decl *decl, const tb_list *l, tb_opti
     return ok;
 }
 
-static const char *dim_requires(tb_dim d, uint32_t *cap)
+/* The dimensions' names, "a, b, c", for messages. malloc'd. */
+static char *dim_names_list(const char *sep)
 {
-    switch (d) {
-    case TB_DIM_CONCURRENCY:
-        *cap = TB_CAP_CONCURRENCY;
-        return "concurrency";
-    case TB_DIM_REQUEST_RATE:
-        *cap = TB_CAP_REQUEST_RATE;
-        return "request_rate";
-    case TB_DIM_STEPS:
-        *cap = TB_CAP_STEPS;
-        return "steps";
-    case TB_DIM_BLOCK_LENGTH:
-        *cap = TB_CAP_BLOCKS;
-        return "blocks";
-    case TB_DIM_REQUESTS: /* either bit will do */
-        *cap = TB_CAP_CONCURRENCY | TB_CAP_REQUEST_RATE;
-        return "concurrency or request_rate";
-    default:
-        *cap = 0;
-        return NULL;
-    }
+    tb_str b = {0};
+    for (int d = 0; d < TB_N_DIMS; d++)
+        tb_str_appendf(&b, "%s%s", d ? sep : "", tb_dim_defs[d].name);
+    return tb_str_take(&b);
 }
 
 static const double default_prompt = 128, default_new = 128, default_batch = 1;
@@ -190,10 +176,11 @@ static int expand_backend(tb_plan *plan, size_t bi, tb_str *errs)
         const tb_setting *st = &sb->settings[k];
         const tb_option_decl *d = tb_plugin_option(&pb->plugin, st->key);
         if (!d) {
-            char *known = known_options(&pb->plugin);
-            err_at(errs, st->value.loc, st->key, "unknown option of plugin %s (its options: %s; or a dimension: prompt_tokens, max_new_tokens, batch, concurrency, request_rate, steps, block_length, requests)",
-                   ops->name, known);
+            char *known = known_options(&pb->plugin), *dims = dim_names_list(", ");
+            err_at(errs, st->value.loc, st->key, "unknown option of plugin %s (its options: %s; or a dimension: %s)",
+                   ops->name, known, dims);
             free(known);
+            free(dims);
             continue;
         }
         uint32_t oi = (uint32_t)(d - ops->options);
@@ -260,11 +247,9 @@ static int expand_backend(tb_plan *plan, size_t bi, tb_str *errs)
         } else {
             continue; /* not swept: 0 = not applicable */
         }
-        uint32_t cap;
-        const char *capname = dim_requires((tb_dim)d, &cap);
-        if (capname && !(ops->capabilities & cap)) {
+        if (tb_dim_defs[d].cap && !(ops->capabilities & tb_dim_defs[d].cap)) {
             add_note(pb, tb_xasprintf("%s = %s not applied: plugin %s has no %s capability",
-                                      tb_dim_name((tb_dim)d), l->raw, ops->name, capname));
+                                      tb_dim_name((tb_dim)d), l->raw, ops->name, tb_dim_defs[d].cap_name));
             continue;
         }
         axes[n_axes++] = a;
@@ -296,21 +281,13 @@ static int expand_backend(tb_plan *plan, size_t bi, tb_str *errs)
                 continue;
             }
             double v = ax->nums[idx[a]];
-            switch (ax->dim) {
-            case TB_DIM_PROMPT_TOKENS: c->prompt_tokens = (uint32_t)v; break;
-            case TB_DIM_MAX_NEW_TOKENS: c->max_new_tokens = (uint32_t)v; break;
-            case TB_DIM_BATCH: c->batch = (uint32_t)v; break;
-            case TB_DIM_CONCURRENCY: c->concurrency = (uint32_t)v; break;
-            case TB_DIM_REQUEST_RATE:
+            if (ax->dim == TB_DIM_REQUEST_RATE) {
                 /* a search (core/search.h): its runs set concurrency and rate */
                 c->search = v == TB_RATE_SWEEP ? TB_SEARCH_SWEEP : v == TB_RATE_SLO ? TB_SEARCH_SLO : TB_SEARCH_NONE;
-                c->request_rate = c->search ? 0 : v;
-                break;
-            case TB_DIM_STEPS: c->steps = (uint32_t)v; break;
-            case TB_DIM_BLOCK_LENGTH: c->block_length = (uint32_t)v; break;
-            case TB_DIM_REQUESTS: c->requests = (uint32_t)v; break;
-            default: break;
+                if (c->search)
+                    v = 0;
             }
+            tb_case_dim_set(c, ax->dim, v);
         }
         if (c->search)
             c->concurrency = 0;
@@ -805,30 +782,16 @@ static char *config_json(const tb_plan *plan)
         cJSON *opts = cJSON_Parse(pb->options_json ? pb->options_json : "{}");
         cJSON_AddItemToObject(o, "options", opts ? opts : cJSON_CreateObject());
         cJSON *m = cJSON_AddObjectToObject(o, "matrix");
-        int serving = (pb->plugin.ops->capabilities & SERVING_CAPS) != 0;
         for (size_t i = 0; i < plan->n_cases; i++) {
             const tb_case *c = &plan->cases[i];
             if (c->backend != b)
                 continue;
             char v[48];
-            const struct {
-                const char *name;
-                double v;
-                int applies;
-            } dims[] = {
-                {"prompt_tokens", c->prompt_tokens, 1},
-                {"max_new_tokens", c->max_new_tokens, 1},
-                {"batch", c->batch, 1},
-                {"concurrency", c->concurrency, c->concurrency > 0},
-                {"request_rate", c->request_rate, c->request_rate > 0},
-                {"steps", c->steps, c->steps > 0},
-                {"block_length", c->block_length, c->block_length > 0},
-                {"requests", c->requests, serving},
-            };
-            for (size_t d = 0; d < TB_ARRAY_LEN(dims); d++)
-                if (dims[d].applies) {
-                    snprintf(v, sizeof v, "%.17g", dims[d].v);
-                    add_distinct(m, dims[d].name, v);
+            for (int d = 0; d < TB_N_DIMS; d++)
+                if (!tb_case_dim_absent(c, (tb_dim)d) &&
+                    (!tb_dim_defs[d].cap || (pb->plugin.ops->capabilities & tb_dim_defs[d].cap))) {
+                    snprintf(v, sizeof v, "%.17g", tb_case_dim(c, (tb_dim)d));
+                    add_distinct(m, tb_dim_defs[d].name, v);
                 }
             if (c->search)
                 add_distinct(m, "request_rate", c->search == TB_SEARCH_SWEEP ? "sweep" : "slo");
@@ -892,9 +855,13 @@ int tb_plan_build(tb_suite *suite, tb_plan *plan, char **err)
         for (size_t i = 0; i < plan->n_backends; i++)
             if (tb_plugin_option(&plan->backends[i].plugin, suite->sweeps[k].key))
                 known = 1;
-        if (!known)
+        if (!known) {
+            char *dims = dim_names_list(", ");
             err_at(&errs, suite->sweeps[k].value.loc, suite->sweeps[k].key,
-                   "unknown key in [matrix] (expected a dimension — prompt_tokens, max_new_tokens, batch, concurrency, request_rate, steps, block_length, requests — or an option of one of the suite's plugins)");
+                   "unknown key in [matrix] (expected a dimension — %s — or an option of one of the suite's plugins)",
+                   dims);
+            free(dims);
+        }
     }
     /* Every backend's option errors, not just the first backend's. */
     for (size_t i = 0; i < plan->n_backends; i++)
@@ -942,18 +909,7 @@ static int case_matches(const tb_plan *plan, const tb_case *c, const char *key, 
         return 0;
     }
     if (d != TB_N_DIMS) {
-        double v = 0;
-        switch (d) {
-        case TB_DIM_PROMPT_TOKENS: v = c->prompt_tokens; break;
-        case TB_DIM_MAX_NEW_TOKENS: v = c->max_new_tokens; break;
-        case TB_DIM_BATCH: v = c->batch; break;
-        case TB_DIM_CONCURRENCY: v = c->concurrency; break;
-        case TB_DIM_REQUEST_RATE: v = c->request_rate; break;
-        case TB_DIM_STEPS: v = c->steps; break;
-        case TB_DIM_BLOCK_LENGTH: v = c->block_length; break;
-        case TB_DIM_REQUESTS: v = c->requests; break;
-        default: break;
-        }
+        double v = tb_case_dim(c, d);
         for (size_t i = 0; i < nv; i++) {
             char *end;
             double w = strtod(vals[i], &end);
@@ -1045,25 +1001,18 @@ int tb_plan_filter(tb_plan *plan, char *const *filters, size_t n, char **err)
 char *tb_case_label(const tb_plan *plan, const tb_case *c)
 {
     tb_str b = {0};
-    if (plan->n_prompts && c->prompt_tokens == 0)
-        tb_str_appendf(&b, "prompts=%zu max_new_tokens=%u batch=%u", plan->n_prompts, c->max_new_tokens,
-                       c->batch);
-    else
-        tb_str_appendf(&b, "prompt_tokens=%u max_new_tokens=%u batch=%u", c->prompt_tokens, c->max_new_tokens,
-                       c->batch);
-    if (c->concurrency)
-        tb_str_appendf(&b, " concurrency=%u", c->concurrency);
-    if (c->request_rate > 0)
-        tb_str_appendf(&b, " request_rate=%g", c->request_rate);
-    if (c->search)
-        tb_str_appendf(&b, " request_rate=%s", c->search == TB_SEARCH_SWEEP ? "sweep" : "slo");
-    if (c->steps)
-        tb_str_appendf(&b, " steps=%u", c->steps);
-    if (c->block_length)
-        tb_str_appendf(&b, " block_length=%u", c->block_length);
-    if (c->backend < plan->n_backends && plan->backends[c->backend].plugin.ops &&
-        (plan->backends[c->backend].plugin.ops->capabilities & SERVING_CAPS))
-        tb_str_appendf(&b, " requests=%u", c->requests);
+    uint32_t skip = 0;
+    if (plan->n_prompts && c->prompt_tokens == 0) {
+        tb_str_appendf(&b, "prompts=%zu", plan->n_prompts);
+        skip |= 1u << TB_DIM_PROMPT_TOKENS;
+    }
+    /* a dimension the backend lacks the capability for is not its own
+     * (requests per call of a backend that runs `batch`) */
+    const tb_plugin *pl = c->backend < plan->n_backends ? &plan->backends[c->backend].plugin : NULL;
+    for (int d = 0; d < TB_N_DIMS; d++)
+        if (tb_dim_defs[d].cap && !(pl && pl->ops && (pl->ops->capabilities & tb_dim_defs[d].cap)))
+            skip |= 1u << d;
+    tb_case_label_dims(&b, c, skip, TB_LABEL_KEYS);
     cJSON *sw = cJSON_Parse(c->swept_json);
     cJSON *it;
     cJSON_ArrayForEach(it, sw) tb_str_appendf(&b, " %s=%s", it->string, cJSON_GetStringValue(it));

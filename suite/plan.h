@@ -38,9 +38,12 @@ enum { TB_SEARCH_NONE, TB_SEARCH_SWEEP, TB_SEARCH_SLO };
 typedef struct tb_case {
     size_t ordinal;  /* 1-based position in the plan */
     size_t backend;  /* index into tb_plan.backends */
+    /* The dimensions: each a row of tb_dim_defs (dims.h), which holds
+     * its offset here, its column, its words and its absent value (0:
+     * not applicable, for those that may be). */
     uint32_t prompt_tokens, max_new_tokens, batch;
-    uint32_t concurrency, steps, block_length; /* 0: not applicable */
-    double request_rate;                       /* 0: not applicable */
+    uint32_t concurrency, steps, block_length;
+    double request_rate;
     int search;        /* request_rate = sweep | slo: a load search
                           (core/search.h) run in this case's place;
                           TB_SEARCH_NONE otherwise */
@@ -137,8 +140,9 @@ int tb_plan_check_sizes(const tb_plan *plan, char **err);
 /* Default requests per call of a serving case. */
 uint32_t tb_plan_default_requests(uint32_t concurrency);
 
-/* "prompt_tokens=128 max_new_tokens=64 batch=1 steps=8 sampler=random";
- * serving backends' cases also say requests=N. */
+/* "prompt_tokens=128 max_new_tokens=64 batch=1 steps=8 sampler=random"
+ * (tb_case_label_dims, then the swept options); serving backends' cases
+ * also say requests=N. */
 char *tb_case_label(const tb_plan *plan, const tb_case *c);
 
 /* Case c's dimensions and options as a tb_request: what validate() sees

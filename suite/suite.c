@@ -22,31 +22,21 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dims.h"
 #include "util.h"
 
 #define MAX_INCLUDE_DEPTH 8
 #define MAX_ERRORS 20
 
-static const char *const dim_names[TB_N_DIMS] = {
-    [TB_DIM_PROMPT_TOKENS] = "prompt_tokens",
-    [TB_DIM_MAX_NEW_TOKENS] = "max_new_tokens",
-    [TB_DIM_BATCH] = "batch",
-    [TB_DIM_CONCURRENCY] = "concurrency",
-    [TB_DIM_REQUEST_RATE] = "request_rate",
-    [TB_DIM_STEPS] = "steps",
-    [TB_DIM_BLOCK_LENGTH] = "block_length",
-    [TB_DIM_REQUESTS] = "requests",
-};
-
 const char *tb_dim_name(tb_dim d)
 {
-    return d < TB_N_DIMS ? dim_names[d] : "?";
+    return d < TB_N_DIMS ? tb_dim_defs[d].name : "?";
 }
 
 tb_dim tb_dim_from_name(const char *name)
 {
     for (int d = 0; d < TB_N_DIMS; d++)
-        if (strcmp(dim_names[d], name) == 0)
+        if (strcmp(tb_dim_defs[d].name, name) == 0)
             return (tb_dim)d;
     return TB_N_DIMS;
 }
@@ -55,7 +45,7 @@ int tb_dim_parse_value(tb_dim d, const char *text, double *out, char **err)
 {
     char *end;
     errno = 0;
-    if (d == TB_DIM_REQUEST_RATE) {
+    if (tb_dim_defs[d].is_rate) {
         /* a load search instead of a rate (core/search.h) */
         if (strcmp(text, "sweep") == 0 || strcmp(text, "slo") == 0) {
             *out = text[1] == 'w' ? TB_RATE_SWEEP : TB_RATE_SLO;
@@ -70,7 +60,7 @@ int tb_dim_parse_value(tb_dim d, const char *text, double *out, char **err)
         return 0;
     }
     long long v = strtoll(text, &end, 10);
-    long long lo = d == TB_DIM_PROMPT_TOKENS ? 0 : 1;
+    long long lo = tb_dim_defs[d].min;
     if (end == text || *end || errno || v < lo || v > 1000000000LL) {
         *err = tb_xasprintf("expected an integer >= %lld, got \"%s\"", lo, text);
         return -1;
@@ -653,8 +643,7 @@ static int handler(void *user, const char *section, const char *name, const char
             be->model_loc = here(p);
         } else if (d != TB_N_DIMS) {
             list_split(&be->dims[d], v, here(p), 1);
-            if (strcmp(v, "none") == 0 && d != TB_DIM_PROMPT_TOKENS && d != TB_DIM_MAX_NEW_TOKENS &&
-                d != TB_DIM_BATCH) {
+            if (strcmp(v, "none") == 0 && !tb_dim_defs[d].required) {
                 be->dims[d].none = 1;
                 be->dims[d].n = 0;
                 free(be->dims[d].items[0]);

@@ -8,8 +8,10 @@
  * backend row needs an opened plugin), TB_SOURCE_ROOT (to count store/schema/
  * migrations independently of the embedded list). */
 #define _GNU_SOURCE
+#include "dims.h"
 #include "metrics.h"
 #include "plan.h"
+#include "reader.h"
 #include "store.h"
 
 #include <dirent.h>
@@ -1280,6 +1282,126 @@ static void test_stale_notice(void)
     free(path);
 }
 
+/* The dimension table (dims.h) and the statistics table (store.h) are
+ * the only lists of their columns: every dimension that has a column is
+ * written by tb_store_case and read back by the reader (reader.h) from
+ * the table alone, NULL when not applicable, and so is every statistic
+ * of a metric row. A dimension or statistic added only to its table
+ * round-trips here. */
+static void test_table_round_trip(void)
+{
+    char *path = tmp_path("dims.db");
+    tb_store *st = NULL;
+    char *err = NULL;
+    CHECK(tb_store_open(path, &st, &err) == 0);
+    if (!st) {
+        fprintf(stderr, "  %s\n", err);
+        free(err);
+        free(path);
+        return;
+    }
+    sqlite3 *db = tb_store_db(st);
+    tb_plan_backend pb;
+    int64_t machine, session, backend;
+    int ok = setup_session(st, &pb, &machine, &session, &backend);
+    CHECK(ok == 0);
+    if (ok != 0) {
+        tb_plugin_close(&pb.plugin);
+        tb_store_close(st);
+        free(path);
+        return;
+    }
+    /* per dimension d: case 2d+1 with it set to its own value, case 2d+2
+     * with it not applicable (when it may be) */
+    tb_case want[2 * TB_N_DIMS];
+    int64_t ids[2 * TB_N_DIMS];
+    size_t n = 0;
+    for (int d = 0; d < TB_N_DIMS; d++) {
+        if (!tb_dim_defs[d].column)
+            continue;
+        for (int absent = 0; absent < 2; absent++) {
+            if (absent && (!tb_dim_defs[d].zero || strcmp(tb_dim_defs[d].zero, "-") != 0))
+                continue;
+            tb_case *c = &want[n];
+            fill_case(c, n + 1);
+            /* every optional dimension set, so that a column read into
+             * another's field shows */
+            for (int o = 0; o < TB_N_DIMS; o++)
+                if (tb_dim_defs[o].column)
+                    tb_case_dim_set(c, (tb_dim)o, tb_dim_defs[o].is_rate ? 0.25 + o : 10 + o);
+            tb_case_dim_set(c, (tb_dim)d, absent ? 0 : tb_dim_defs[d].is_rate ? 7.5 : 77);
+            tb_case_record rec = {.session_id = session, .backend_id = backend, .c = c, .status = "skipped",
+                                  .case_wall_ns = -1, .host_peak_rss = -1};
+            err = NULL;
+            ids[n] = tb_store_case(st, &rec, &err);
+            CHECK(ids[n] > 0);
+            free(err);
+            /* the column itself, by the table's name for it */
+            char *sql = tb_xasprintf("SELECT %s FROM bench_case WHERE id = %lld", tb_dim_defs[d].column,
+                                     (long long)ids[n]);
+            if (absent)
+                CHECK(q_is_null(db, "%s", sql));
+            else
+                CHECK(q_real(db, "%s", sql) == tb_case_dim(c, (tb_dim)d));
+            free(sql);
+            n++;
+        }
+    }
+    tb_row_case *rows = NULL;
+    size_t n_rows = 0;
+    err = NULL;
+    CHECK(tb_read_cases(db, session, &rows, &n_rows, &err) == 0);
+    free(err);
+    CHECK(n_rows == n);
+    for (size_t i = 0; i < n && i < n_rows; i++) {
+        CHECK(rows[i].id == ids[i]);
+        for (int d = 0; d < TB_N_DIMS; d++)
+            if (tb_dim_defs[d].column) {
+                CHECK(tb_case_dim(&rows[i].dims, (tb_dim)d) == tb_case_dim(&want[i], (tb_dim)d));
+                CHECK(tb_case_dim_absent(&rows[i].dims, (tb_dim)d) == tb_case_dim_absent(&want[i], (tb_dim)d));
+            }
+    }
+    tb_row_cases_free(rows, n_rows);
+
+    /* every statistic column: a metric row with a distinct value in each */
+    tb_metric_record m = {"agg_tps", "tokens/s", {.n = 3}, NULL};
+    for (size_t k = 0; k < tb_n_stat_columns; k++) {
+        double v = 1.5 + (double)k;
+        memcpy((char *)&m.st + tb_stat_columns[k].offset, &v, sizeof v);
+    }
+    tb_case c;
+    fill_case(&c, n + 1);
+    tb_case_record rec = {.session_id = session, .backend_id = backend, .c = &c, .status = "ok",
+                          .case_wall_ns = -1, .host_peak_rss = -1, .metrics = &m, .n_metrics = 1};
+    err = NULL;
+    int64_t id = tb_store_case(st, &rec, &err);
+    CHECK(id > 0);
+    free(err);
+    tb_row_metric *ms = NULL;
+    size_t n_ms = 0;
+    err = NULL;
+    CHECK(tb_read_metrics(db, session, &ms, &n_ms, &err) == 0);
+    free(err);
+    CHECK(n_ms == 1);
+    if (n_ms == 1) {
+        CHECK(ms[0].case_id == id && ms[0].st.n == 3);
+        for (size_t k = 0; k < tb_n_stat_columns; k++) {
+            double got, put;
+            memcpy(&got, (const char *)&ms[0].st + tb_stat_columns[k].offset, sizeof got);
+            memcpy(&put, (const char *)&m.st + tb_stat_columns[k].offset, sizeof put);
+            CHECK(got == put);
+            char *sql = tb_xasprintf("SELECT %s FROM metric WHERE case_id = %lld", tb_stat_columns[k].column,
+                                     (long long)id);
+            CHECK(q_real(db, "%s", sql) == put);
+            free(sql);
+        }
+    }
+    tb_row_metrics_free(ms, n_ms);
+    tb_plugin_close(&pb.plugin);
+    tb_store_close(st);
+    free(path);
+}
+
 int main(void)
 {
     null_path = getenv("TB_NULL_PLUGIN");
@@ -1301,6 +1423,7 @@ int main(void)
     test_not_a_database();
     test_machine();
     test_full_session();
+    test_table_round_trip();
     test_failures();
     test_two_writers();
     test_concurrent_create();

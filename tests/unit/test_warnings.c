@@ -32,8 +32,8 @@ static void fixture_init(fixture *f, size_t n, double cv)
     memset(f, 0, sizeof *f);
     f->b = (tb_rbackend){.label = (char *)"eng", .dtype = (char *)"bf16", .device = (char *)"", .random_weights = 0};
     f->m[0] = metric("agg_tps", n, 100, cv);
-    f->c = (tb_rcase){.ordinal = 1, .prompt_tokens = 32, .max_new_tokens = 16, .batch = 1, .concurrency = -1,
-                      .steps = -1, .block_length = -1, .request_rate = NAN, .options_json = (char *)"{}",
+    f->c = (tb_rcase){.ordinal = 1, .dims = {.prompt_tokens = 32, .max_new_tokens = 16, .batch = 1},
+                      .options_json = (char *)"{}",
                       .status = (char *)"ok", .error = (char *)"", .metrics = f->m, .n_metrics = 1,
                       .requests = (int)n, .peak_device_mib = NAN, .host_rss_mib = NAN,
                       .energy_j_per_token = NAN};
