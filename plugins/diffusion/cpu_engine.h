@@ -1,4 +1,4 @@
-/* cpu_engine.h — the samplers' forward (sampler.h) on the CPU engine: a
+/* cpu_engine.h — the samplers' forward (dllm.h) on the CPU engine: a
  * bidirectional span forward over the KV cache, plus Dream's shift of the
  * logits (position i predicted from i - 1). Shared by the diffusion plugin
  * and the golden tests. */
@@ -10,7 +10,7 @@
 
 #include "cpu_forward.h"
 #include "model.h"
-#include "sampler.h"
+#include "dllm.h"
 
 typedef struct tb_dllm_cpu {
     const tb_model *m;

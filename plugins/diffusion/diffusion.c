@@ -21,12 +21,9 @@
 #include "cpu_engine.h"
 #ifdef TB_HAVE_CUDA
 #include "gpu.h"
-#define DEVICES "auto|cpu|cuda"
-#else
-#define DEVICES "auto|cpu"
 #endif
 #include "model.h"
-#include "sampler.h"
+#include "generate.h"
 #include "sampling.h"
 #include "tokenizer.h"
 
@@ -46,19 +43,15 @@ enum {
     OPT_ALG_TEMP, OPT_EPS, OPT_MASK_ID, OPT_PRESET_SEED, OPT_SUB_BLOCK, OPT_DTYPE, OPT_TP, N_OPTS
 };
 
-#define SAMPLERS "low_confidence|random|threshold|origin|maskgit_plus|topk_margin|entropy|sdar_static|sdar_dynamic|fast_dllm_v2"
-
 static const tb_option_decl diffusion_options[N_OPTS] = {
-    [OPT_DEVICE] = {"device", TB_OPT_ENUM, "cpu",
-                    "cpu (float32, OpenBLAS), cuda (bf16 weights, cuBLAS; picks on the GPU; in CUDA builds), "
-                    "or auto (cuda when this build has CUDA and a device is usable, else cpu)",
-                    DEVICES, 1, 0, TB_OPTF_LOAD},
-    [OPT_THREADS] = {"threads", TB_OPT_INT, "0", "CPU threads for the GEMMs; 0 = every online CPU", NULL, 0, 4096, 0},
+    [OPT_DEVICE] = TB_OPT_DECL_DEVICE("cpu (float32, OpenBLAS), cuda (bf16 weights, cuBLAS; picks on the GPU; in CUDA "
+                                      "builds), or auto (cuda when this build has CUDA and a device is usable, else cpu)"),
+    [OPT_THREADS] = TB_OPT_DECL_THREADS("CPU threads for the GEMMs; 0 = every online CPU"),
     [OPT_SAMPLER] = {"sampler", TB_OPT_ENUM, "low_confidence",
                      "LLaDA remasking (low_confidence, random), Fast-dLLM threshold, Dream's origin, "
                      "maskgit_plus, topk_margin, entropy; block diffusion: SDAR's sdar_static, sdar_dynamic "
                      "(SDAR models), fast_dllm_v2 (Fast-dLLM v2 models)",
-                     SAMPLERS, 1, 0, 0},
+                     TB_CHOICES_TEXT(TB_DLLM_SAMPLER_LIST), 1, 0, 0},
     [OPT_THRESHOLD] = {"threshold", TB_OPT_FLOAT, "0.9",
                        "threshold, sdar_dynamic, fast_dllm_v2: commit every masked position of the block (or "
                        "sub-block) this confident (0, 1]", NULL,
@@ -66,7 +59,7 @@ static const tb_option_decl diffusion_options[N_OPTS] = {
     [OPT_CACHE] = {"cache", TB_OPT_ENUM, "none",
                    "Fast-dLLM KV cache: prefix (block + suffix over cached prefix) or dual (block alone); "
                    "fast_dllm_v2: dual = its sub-block cache (the sub-block alone over its block's cache)",
-                   "none|prefix|dual", 1, 0, 0},
+                   TB_CHOICES_TEXT(TB_DLLM_CACHE_LIST), 1, 0, 0},
     [OPT_CFG_SCALE] = {"cfg_scale", TB_OPT_FLOAT, "0", "classifier-free guidance scale; 0 = off", NULL, 0, 100, 0},
     [OPT_TEMPERATURE] = {"temperature", TB_OPT_FLOAT, "0",
                          "0 = deterministic; > 0: Gumbel-max (LLaDA family) or sampling (Dream algorithms)", NULL, 0,
@@ -80,13 +73,12 @@ static const tb_option_decl diffusion_options[N_OPTS] = {
                  NULL, 1e-9, 0.999, 0},
     [OPT_MASK_ID] = {"mask_id", TB_OPT_INT, "-1", "mask token id; -1 = the model's mask_token_id", NULL, -1, 1e9,
                      TB_OPTF_LOAD},
-    [OPT_PRESET_SEED] = {"preset_seed", TB_OPT_INT, "0", "seed of a preset's random weights", NULL, 0, 1e18,
-                         TB_OPTF_LOAD},
+    [OPT_PRESET_SEED] = TB_OPT_DECL_PRESET_SEED,
     [OPT_TP] = TB_OPT_DECL_TP,
     [OPT_SUB_BLOCK] = {"sub_block", TB_OPT_INT, "0",
                        "fast_dllm_v2: sub-block size (a divisor of block_length); 0 = the whole block", NULL, 0,
                        1e6, 0},
-    [OPT_DTYPE] = {"dtype", TB_OPT_ENUM, "auto", TB_DTYPE_HELP, TB_DTYPE_VALUES, 1, 0, TB_OPTF_LOAD},
+    [OPT_DTYPE] = TB_OPT_DECL_DTYPE,
 };
 
 typedef struct dctx {
@@ -126,14 +118,7 @@ static void set_error(dctx *c, const char *fmt, ...)
 #define OPT_I(v, n, which) tb_opt_int(v, n, diffusion_options, which)
 #define OPT_F(v, n, which) tb_opt_float(v, n, diffusion_options, which)
 #define OPT_TEXT(v, n, which) tb_opt_text(v, n, diffusion_options, which)
-
-static int enum_index(const char *const *names, const char *text)
-{
-    for (int i = 0; names[i]; i++)
-        if (strcmp(names[i], text) == 0)
-            return i;
-    return 0;
-}
+#define OPT_CHOICE(v, n, which, choices) tb_opt_choice(v, n, diffusion_options, which, choices)
 
 /* The sampler parameters of a request (dimensions + options); cfg NULL
  * (validate(): no model yet) or the model's, for its EOS ids and, for a
@@ -141,12 +126,12 @@ static int enum_index(const char *const *names, const char *text)
 static tb_dllm_params params_of(const tb_request *req, int32_t mask_id, const tb_model_config *cfg)
 {
     tb_dllm_params p = {
-        .sampler = (tb_dllm_sampler)enum_index(tb_dllm_sampler_names, OPT_TEXT(req->options, req->n_options, OPT_SAMPLER)),
+        .sampler = (tb_dllm_sampler)OPT_CHOICE(req->options, req->n_options, OPT_SAMPLER, tb_dllm_sampler_choices),
         .gen_length = (int)req->max_new_tokens,
         .block_length = req->block_length ? (int)req->block_length : (int)req->max_new_tokens,
         .steps = req->steps ? (int)req->steps : (int)req->max_new_tokens,
         .threshold = OPT_F(req->options, req->n_options, OPT_THRESHOLD),
-        .cache = (tb_dllm_cache)enum_index(tb_dllm_cache_names, OPT_TEXT(req->options, req->n_options, OPT_CACHE)),
+        .cache = (tb_dllm_cache)OPT_CHOICE(req->options, req->n_options, OPT_CACHE, tb_dllm_cache_choices),
         .cfg_scale = OPT_F(req->options, req->n_options, OPT_CFG_SCALE),
         .temperature = OPT_F(req->options, req->n_options, OPT_TEMPERATURE),
         .top_p = 1,
@@ -244,7 +229,7 @@ static tb_status diffusion_create(const tb_host *host, const char *model, const 
     c->host = host;
     c->threads = (int)OPT_I(options, n_options, OPT_THREADS);
     c->on_gpu = tb_device_wants_gpu(OPT_TEXT(options, n_options, OPT_DEVICE));
-    tb_status st = tb_load(model, 1, c->on_gpu, strcmp(OPT_TEXT(options, n_options, OPT_DTYPE), "fp8") == 0,
+    tb_status st = tb_load(model, 1, c->on_gpu, OPT_CHOICE(options, n_options, OPT_DTYPE, tb_dtype_choices) == TB_DTYPE_FP8,
                            (uint64_t)OPT_I(options, n_options, OPT_PRESET_SEED), (int)OPT_I(options, n_options, OPT_TP),
                            &c->ld, err, err_size);
     if (st != TB_OK) {
@@ -443,7 +428,7 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
     int block_model = tb_arch_is_block_diffusion(cfg->arch), block_sampler = tb_dllm_is_block_sampler(p.sampler);
     int fast_sampler = p.sampler == TB_DLLM_FAST_DLLM_V2;
     if (block_model != block_sampler || (block_model && fast_sampler != (cfg->arch == TB_ARCH_FAST_DLLM_V2))) {
-        set_error(c, "sampler %s does not fit %s (%s)", tb_dllm_sampler_names[p.sampler], cfg->arch_name,
+        set_error(c, "sampler %s does not fit %s (%s)", tb_choice_name(tb_dllm_sampler_choices, p.sampler), cfg->arch_name,
                   cfg->arch == TB_ARCH_SDAR || cfg->arch == TB_ARCH_LLADA2_MOE
                       ? "SDAR and LLaDA 2.x models take sdar_static or sdar_dynamic"
                   : cfg->arch == TB_ARCH_FAST_DLLM_V2 ? "Fast-dLLM v2 models take fast_dllm_v2"
@@ -452,7 +437,7 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
     }
     if (c->shifted && p.cache != TB_DLLM_CACHE_NONE) {
         set_error(c, "cache = %s needs a model with unshifted logits (LLaDA); %s shifts them",
-                  tb_dllm_cache_names[p.cache], cfg->arch_name);
+                  tb_choice_name(tb_dllm_cache_choices, p.cache), cfg->arch_name);
         return TB_ERR_UNSUPPORTED;
     }
     int B = (int)req->n_requests, P = (int)req->prompt_tokens;

@@ -18,6 +18,7 @@
 #include "check.h"
 #include "cpu_engine.h"
 #include "model.h"
+#include "generate.h"
 #include "sampler.h"
 #include "util.h"
 
