@@ -20,6 +20,7 @@
 #include "backend_common.h"
 #include "cpu_engine.h"
 #ifdef TB_HAVE_CUDA
+#include "cuda_engine.h"
 #include "gpu.h"
 #endif
 #include "model.h"
@@ -94,14 +95,15 @@ typedef struct dctx {
     int *pad;              /* [3B]: left padding of each canvas (text prompts), [2B] ... */
     int *prompt_end;       /* ... = pad + 2B, [B]: where each canvas's prompt ends */
     size_t pad_cap;
-    float *host_logits;    /* GPU path, sampling on the host: [rows][npick][vocab] */
-    size_t host_logits_cap;
-    float *host_prob;      /* [vocab]: tb_dllm_pick_row's scratch */
     int *req_steps;        /* [3][B]: block samplers' denoising forwards, output positions decoded, blocks decoded */
     size_t req_steps_cap;
-    /* Why the last GPU forward failed (the sampler's message says only
-     * where), "" when it did not; appended to that message. */
-    char forward_error[256];
+#ifdef TB_HAVE_CUDA
+    tb_dllm_cuda gpu_engine;
+#endif
+    /* Why the last forward failed (the sampler's message says only
+     * where), appended to that message: the CUDA engine's; NULL (the CPU
+     * engine's failures are the sampler's own messages) */
+    char *forward_error;
     char *describe_json;
     char error[512];
 } dctx;
@@ -210,8 +212,9 @@ static void diffusion_destroy(void *p)
     tb_loaded_free(&c->ld);
     free(c->canvas);
     free(c->pad);
-    free(c->host_logits);
-    free(c->host_prob);
+#ifdef TB_HAVE_CUDA
+    tb_dllm_cuda_free(&c->gpu_engine);
+#endif
     free(c->req_steps);
     free(c->describe_json);
     free(c);
@@ -229,7 +232,8 @@ static tb_status diffusion_create(const tb_host *host, const char *model, const 
     c->host = host;
     c->threads = (int)OPT_I(options, n_options, OPT_THREADS);
     c->on_gpu = tb_device_wants_gpu(OPT_TEXT(options, n_options, OPT_DEVICE));
-    tb_status st = tb_load(model, 1, c->on_gpu, OPT_CHOICE(options, n_options, OPT_DTYPE, tb_dtype_choices) == TB_DTYPE_FP8,
+    int fp8 = OPT_CHOICE(options, n_options, OPT_DTYPE, tb_dtype_choices) == TB_DTYPE_FP8;
+    tb_status st = tb_load(model, 1, c->on_gpu, fp8,
                            (uint64_t)OPT_I(options, n_options, OPT_PRESET_SEED), (int)OPT_I(options, n_options, OPT_TP),
                            &c->ld, err, err_size);
     if (st != TB_OK) {
@@ -237,6 +241,12 @@ static tb_status diffusion_create(const tb_host *host, const char *model, const 
         return st;
     }
     c->shifted = c->ld.model.cfg.arch == TB_ARCH_DREAM;
+#ifdef TB_HAVE_CUDA
+    if (c->on_gpu) {
+        tb_dllm_cuda_init(&c->gpu_engine, c->ld.gpu, c->ld.model.cfg.vocab_size, c->shifted);
+        c->forward_error = c->gpu_engine.error;
+    }
+#endif
     if (!c->on_gpu)
         tb_dllm_cpu_init(&c->engine, &c->ld.model, c->threads);
     int64_t mask = OPT_I(options, n_options, OPT_MASK_ID);
@@ -282,82 +292,6 @@ static int on_cancel(void *ctx)
     return c->host->cancelled(c->host);
 }
 
-#ifdef TB_HAVE_CUDA
-/* Sampling (temperature, top_k): the pick rows' logits come to the host
- * and go through the CPU path's own pick (pick.c) with the same random
- * stream, so the GPU samples exactly as the CPU does from its logits. */
-static int gpu_forward_pick_host(dctx *c, const int32_t *canvas, int B, int L, int pos0, int n, int n_attend,
-                                 int pick0, int npick, const tb_dllm_pick_spec *spec, uint64_t *rng, int32_t *x0,
-                                 double *conf)
-{
-    int rows = spec->cfg_scale > 0 ? 2 * B : B;
-    size_t V = (size_t)c->ld.model.cfg.vocab_size, need = (size_t)rows * npick * V;
-    if (need > c->host_logits_cap) {
-        free(c->host_logits);
-        c->host_logits = malloc(need * sizeof(float));
-        c->host_logits_cap = c->host_logits ? need : 0;
-    }
-    if (!c->host_prob)
-        c->host_prob = malloc(V * sizeof(float));
-    if (!c->host_logits || !c->host_prob) {
-        snprintf(c->forward_error, sizeof c->forward_error, "out of memory for %zu logits", need);
-        return -1;
-    }
-    if (tb_gpu_forward_logits(c->ld.gpu, canvas, rows, L, pos0, n, n_attend, pick0, npick, c->shifted,
-                              c->host_logits) != 0) {
-        snprintf(c->forward_error, sizeof c->forward_error, "%s", tb_gpu_error(c->ld.gpu));
-        return -1;
-    }
-    float *lg = c->host_logits;
-    if (spec->cfg_scale > 0) { /* conditional rows become u + (s + 1)(c - u), as on the CPU */
-        size_t half = (size_t)B * npick * V;
-        float s = (float)spec->cfg_scale;
-        for (size_t i = 0; i < half; i++)
-            lg[i] = lg[half + i] + (s + 1) * (lg[i] - lg[half + i]);
-    }
-    for (int b = 0; b < B; b++)
-        for (int i = pick0; i < pick0 + npick; i++) {
-            size_t r = (size_t)b * n + i;
-            tb_dllm_pick_row(lg + ((size_t)b * npick + (i - pick0)) * V, (int)V, spec, rng, c->host_prob, &x0[r],
-                             &conf[r]);
-        }
-    return 0;
-}
-
-/* The samplers' forward on the GPU: at temperature 0 only x0 and the
- * confidences come back (picked on the device). */
-static int gpu_forward_pick(void *ctx, const int32_t *canvas, int B, int L, int pos0, int n, int n_attend, int pick0,
-                            int npick, const tb_dllm_pick_spec *spec, uint64_t *rng, int32_t *x0, double *conf)
-{
-    dctx *c = ctx;
-    if (spec->temperature > 0 || spec->top_k > 0)
-        return gpu_forward_pick_host(c, canvas, B, L, pos0, n, n_attend, pick0, npick, spec, rng, x0, conf);
-    int rows = spec->cfg_scale > 0 ? 2 * B : B;
-    if (tb_gpu_forward_pick(c->ld.gpu, canvas, rows, B, L, pos0, n, n_attend, pick0, npick, (int)spec->conf,
-                            spec->cfg_scale, c->shifted, x0, conf) != 0) {
-        snprintf(c->forward_error, sizeof c->forward_error, "%s", tb_gpu_error(c->ld.gpu));
-        return -1;
-    }
-    return 0;
-}
-#endif
-
-#ifdef TB_HAVE_CUDA
-/* Block samplers' forward on the GPU (temperature 0: picked on the device). */
-static int gpu_forward_rows(void *ctx, const int32_t *canvas, int L, const int *rows, int n_rows, int pos0, int n,
-                            int n_attend, int mask_block, int pick0, int npick, int shifted,
-                            const tb_dllm_pick_spec *spec, uint64_t *rng, int32_t *x0, double *conf)
-{
-    (void)rng;
-    dctx *c = ctx;
-    if (tb_gpu_forward_pick_rows(c->ld.gpu, canvas, L, rows, n_rows, pos0, n, n_attend, mask_block, pick0, npick,
-                                 (int)spec->conf, shifted, spec->suppress1 - 1, x0, conf) != 0) {
-        snprintf(c->forward_error, sizeof c->forward_error, "%s", tb_gpu_error(c->ld.gpu));
-        return -1;
-    }
-    return 0;
-}
-#endif
 
 /* c->canvas = B canvases of P prompt positions (text: left-padded with
  * c->pad[b] filler positions; else synthetic) + masks to the canvas
@@ -488,8 +422,7 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
             set_error(c, "%s", tb_gpu_error(c->ld.gpu));
             return TB_ERR;
         }
-        eng = (tb_dllm_engine){
-            .ctx = c, .vocab = cfg->vocab_size, .forward_pick = gpu_forward_pick, .forward_rows = gpu_forward_rows};
+        eng = tb_dllm_cuda_engine(&c->gpu_engine);
 #endif
     } else {
         if (tb_dllm_cpu_reserve(&c->engine, seqs, L, c->error, sizeof c->error) != 0)
@@ -517,7 +450,8 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
     tb_dllm_hooks hooks = {.ctx = &hc, .on_commit = on_commit, .cancelled = on_cancel, .on_prefill = on_prefill};
     tb_dllm_stats stats = {
         .request_steps = c->req_steps, .request_tokens = c->req_steps + B, .request_blocks = c->req_steps + 2 * B};
-    c->forward_error[0] = '\0';
+    if (c->forward_error)
+        c->forward_error[0] = '\0';
     int64_t t_denoise = host->now_ns(host);
     int rc = tb_dllm_generate(&eng, &p, c->canvas, B, P, req->seed, &hooks, &stats, c->error, sizeof c->error);
     int64_t t_end = host->now_ns(host);
@@ -526,7 +460,7 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
         return TB_ERR_CANCELLED;
     }
     if (rc != 0) {
-        if (c->forward_error[0]) {
+        if (c->forward_error && c->forward_error[0]) {
             size_t len = strlen(c->error);
             snprintf(c->error + len, sizeof c->error - len, ": %s", c->forward_error);
         }

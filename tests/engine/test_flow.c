@@ -113,8 +113,11 @@ static int sample_cases(const tb_flow_model *m, const tb_flow_engine *e, const k
     cJSON_ArrayForEach(sm, arr)
     {
         tb_flow_params p = {.steps = cJSON_GetObjectItem(sm, "steps")->valueint};
-        p.solver = (tb_flow_solver)tb_choice_value(tb_flow_solver_choices, cJSON_GetObjectItem(sm, "solver")->valuestring);
-        p.prompt = (tb_flow_prompt)tb_choice_value(tb_flow_prompt_choices, cJSON_GetObjectItem(sm, "prompt")->valuestring);
+        const char *solver = cJSON_GetObjectItem(sm, "solver")->valuestring;
+        const char *prompt = cJSON_GetObjectItem(sm, "prompt")->valuestring;
+        p.solver = (tb_flow_solver)tb_choice_value(tb_flow_solver_choices, solver);
+        p.prompt = (tb_flow_prompt)tb_choice_value(tb_flow_prompt_choices, prompt);
+        CHECK((int)p.solver >= 0 && (int)p.prompt >= 0); /* names the backend's options know */
         int32_t tok[8 * 64];
         memcpy(tok, tokens0, (size_t)B * L * sizeof *tok);
         int forwards = 0;

@@ -60,7 +60,8 @@ typedef enum tb_device { TB_DEVICE_AUTO, TB_DEVICE_CPU, TB_DEVICE_CUDA } tb_devi
 #endif
 extern const tb_choice tb_device_choices[];
 /* help: what the backend does on each device */
-#define TB_OPT_DECL_DEVICE(help) {"device", TB_OPT_ENUM, "cpu", help, TB_CHOICES_TEXT(TB_DEVICE_LIST), 1, 0, TB_OPTF_LOAD}
+#define TB_OPT_DECL_DEVICE(help)                                                                                \
+    {"device", TB_OPT_ENUM, "cpu", help, TB_CHOICES_TEXT(TB_DEVICE_LIST), 1, 0, TB_OPTF_LOAD}
 
 /* `threads`: the CPU path's threads (0 = every online CPU); help says
  * what they run */
