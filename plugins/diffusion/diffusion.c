@@ -21,7 +21,6 @@
 #include "cpu_engine.h"
 #ifdef TB_HAVE_CUDA
 #include "cuda_engine.h"
-#include "gpu.h"
 #endif
 #include "model.h"
 #include "generate.h"
@@ -85,8 +84,10 @@ static const tb_option_decl diffusion_options[N_OPTS] = {
 typedef struct dctx {
     const tb_host *host;
     tb_loaded ld;      /* the model (CPU weights, or the GPU's), tokenizer */
-    tb_dllm_cpu engine;
-    int on_gpu;
+    tb_engine eng;     /* the forward on ld's device */
+    /* the samplers' forward over it (cpu_engine.h / cuda_engine.h) */
+    tb_dllm_engine sampler_engine;
+    tb_dllm_cpu cpu_binding;
     int threads;
     int shifted;      /* Dream: position i is predicted from i - 1 */
     int32_t mask_id;
@@ -98,11 +99,10 @@ typedef struct dctx {
     int *req_steps;        /* [3][B]: block samplers' denoising forwards, output positions decoded, blocks decoded */
     size_t req_steps_cap;
 #ifdef TB_HAVE_CUDA
-    tb_dllm_cuda gpu_engine;
+    tb_dllm_cuda cuda_binding;
 #endif
     /* Why the last forward failed (the sampler's message says only
-     * where), appended to that message: the CUDA engine's; NULL (the CPU
-     * engine's failures are the sampler's own messages) */
+     * where), appended to that message: the binding's */
     char *forward_error;
     char *describe_json;
     char error[512];
@@ -171,13 +171,10 @@ static char *make_description(const dctx *c)
     ok &= cJSON_AddStringToObject(o, "architecture", cfg->arch_name) != NULL;
     ok &= cJSON_AddStringToObject(o, "dtype", tb_loaded_dtype(&c->ld)) != NULL;
     ok &= cJSON_AddStringToObject(o, "checkpoint_dtype", c->ld.model.source_dtype) != NULL;
-#ifdef TB_HAVE_CUDA
-    ok &= cJSON_AddStringToObject(o, "device", c->on_gpu ? tb_gpu_device_name(c->ld.gpu) : "cpu") != NULL;
-    if (c->on_gpu && tb_gpu_tp_size(c->ld.gpu) > 0) /* tensor parallel: GPUs 0 .. tp - 1 of the host */
-        ok &= cJSON_AddNumberToObject(o, "tensor_parallel", tb_gpu_tp_size(c->ld.gpu)) != NULL;
-#else
-    ok &= cJSON_AddStringToObject(o, "device", "cpu") != NULL;
-#endif
+    const tb_engine_iface *e = c->eng.iface;
+    ok &= cJSON_AddStringToObject(o, "device", e->device_name(c->eng.ctx)) != NULL;
+    if (e->tensor_parallel(c->eng.ctx) > 0) /* tensor parallel: GPUs 0 .. tp - 1 of the host */
+        ok &= cJSON_AddNumberToObject(o, "tensor_parallel", e->tensor_parallel(c->eng.ctx)) != NULL;
     ok &= cJSON_AddBoolToObject(o, "random_weights", cfg->random_weights) != NULL;
     ok &= cJSON_AddNumberToObject(o, "params", (double)c->ld.model.n_params) != NULL;
     ok &= cJSON_AddNumberToObject(o, "mask_id", c->mask_id) != NULL;
@@ -208,13 +205,14 @@ static void diffusion_destroy(void *p)
     dctx *c = p;
     if (!c)
         return;
-    tb_dllm_cpu_free(&c->engine);
+    tb_dllm_cpu_free(&c->cpu_binding);
     tb_loaded_free(&c->ld);
     free(c->canvas);
     free(c->pad);
 #ifdef TB_HAVE_CUDA
-    tb_dllm_cuda_free(&c->gpu_engine);
+    tb_dllm_cuda_free(&c->cuda_binding);
 #endif
+    tb_engine_close(&c->eng);
     free(c->req_steps);
     free(c->describe_json);
     free(c);
@@ -231,9 +229,9 @@ static tb_status diffusion_create(const tb_host *host, const char *model, const 
     }
     c->host = host;
     c->threads = (int)OPT_I(options, n_options, OPT_THREADS);
-    c->on_gpu = tb_device_wants_gpu(OPT_TEXT(options, n_options, OPT_DEVICE));
+    int on_gpu = tb_device_wants_gpu(OPT_TEXT(options, n_options, OPT_DEVICE));
     int fp8 = OPT_CHOICE(options, n_options, OPT_DTYPE, tb_dtype_choices) == TB_DTYPE_FP8;
-    tb_status st = tb_load(model, 1, c->on_gpu, fp8,
+    tb_status st = tb_load(model, 1, on_gpu, fp8,
                            (uint64_t)OPT_I(options, n_options, OPT_PRESET_SEED), (int)OPT_I(options, n_options, OPT_TP),
                            &c->ld, err, err_size);
     if (st != TB_OK) {
@@ -241,14 +239,25 @@ static tb_status diffusion_create(const tb_host *host, const char *model, const 
         return st;
     }
     c->shifted = c->ld.model.cfg.arch == TB_ARCH_DREAM;
-#ifdef TB_HAVE_CUDA
-    if (c->on_gpu) {
-        tb_dllm_cuda_init(&c->gpu_engine, c->ld.gpu, c->ld.model.cfg.vocab_size, c->shifted);
-        c->forward_error = c->gpu_engine.error;
+    if (tb_engine_open(&c->eng, &c->ld, c->threads) != 0) {
+        snprintf(err, err_size, "out of memory");
+        diffusion_destroy(c);
+        return TB_ERR_NO_MEMORY;
     }
+    /* the samplers pick on the device where the engine is CUDA's (only
+     * tokens and confidences come back), else on the host */
+#ifdef TB_HAVE_CUDA
+    if (c->ld.gpu) {
+        tb_dllm_cuda_init(&c->cuda_binding, c->ld.gpu, c->ld.model.cfg.vocab_size, c->shifted);
+        c->sampler_engine = tb_dllm_cuda_engine(&c->cuda_binding);
+        c->forward_error = c->cuda_binding.error;
+    } else
 #endif
-    if (!c->on_gpu)
-        tb_dllm_cpu_init(&c->engine, &c->ld.model, c->threads);
+    {
+        tb_dllm_cpu_bind(&c->cpu_binding, &c->ld.model, &c->eng);
+        c->sampler_engine = tb_dllm_cpu_engine(&c->cpu_binding);
+        c->forward_error = c->cpu_binding.error;
+    }
     int64_t mask = OPT_I(options, n_options, OPT_MASK_ID);
     c->mask_id = mask >= 0 ? (int32_t)mask : c->ld.model.cfg.mask_id;
     if (c->mask_id < 0 || c->mask_id >= c->ld.model.cfg.vocab_size) {
@@ -353,7 +362,7 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
     c->error[0] = '\0';
     int64_t t0 = host->now_ns(host);
     tb_energy_mark e0 = tb_loaded_energy_mark(&c->ld, t0);
-    tb_loaded_work_start(&c->ld);
+    c->eng.iface->work_start(c->eng.ctx);
     tb_loaded_memory_start(&c->ld);
     tb_dllm_params p = params_of(req, c->mask_id, cfg);
     if (tb_dllm_validate(&p, c->error, sizeof c->error) != 0)
@@ -411,30 +420,17 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
     int L = tb_dllm_canvas_length(&p, P);
     p.prompt_end = c->prompt_end;
     int seqs = p.cfg_scale > 0 ? 2 * B : B;
-    tb_dllm_engine eng;
     for (int b = B; b < seqs; b++) /* the CFG rows B..2B-1 share their canvas's padding */
         c->pad[b] = c->pad[b % B];
-    if (c->on_gpu) {
-#ifdef TB_HAVE_CUDA
-        if (tb_gpu_reserve(c->ld.gpu, seqs, L, seqs * L, c->error, sizeof c->error) != 0)
-            return tb_status_of(c->error, TB_ERR);
-        if (tb_gpu_set_padding(c->ld.gpu, c->pad, seqs) != 0) {
-            set_error(c, "%s", tb_gpu_error(c->ld.gpu));
-            return TB_ERR;
-        }
-        eng = tb_dllm_cuda_engine(&c->gpu_engine);
-#endif
-    } else {
-        if (tb_dllm_cpu_reserve(&c->engine, seqs, L, c->error, sizeof c->error) != 0)
-            return TB_ERR_NO_MEMORY;
-        eng = tb_dllm_cpu_engine(&c->engine);
-    }
+    const tb_engine_iface *e = c->eng.iface;
+    if (e->reserve(c->eng.ctx, seqs, L, seqs * L, c->error, sizeof c->error) != 0)
+        return tb_status_of(c->error, TB_ERR);
     int threads = (int)OPT_I(req->options, req->n_options, OPT_THREADS);
-    if (threads > 0 && !c->on_gpu)
-        tb_cpu_set_threads(&c->engine.st, threads);
-    if (!c->on_gpu) {
-        tb_cpu_set_padding(&c->engine.st, c->pad, seqs);
-        c->engine.st.expert_reads = c->engine.st.moe_rows = 0; /* MoE: this call's counts */
+    if (threads > 0)
+        e->set_threads(c->eng.ctx, threads);
+    if (e->set_padding(c->eng.ctx, c->pad, seqs) != 0) {
+        set_error(c, "%s", e->error(c->eng.ctx));
+        return TB_ERR;
     }
     if ((size_t)B > c->req_steps_cap) {
         free(c->req_steps);
@@ -450,17 +446,16 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
     tb_dllm_hooks hooks = {.ctx = &hc, .on_commit = on_commit, .cancelled = on_cancel, .on_prefill = on_prefill};
     tb_dllm_stats stats = {
         .request_steps = c->req_steps, .request_tokens = c->req_steps + B, .request_blocks = c->req_steps + 2 * B};
-    if (c->forward_error)
-        c->forward_error[0] = '\0';
+    c->forward_error[0] = '\0';
     int64_t t_denoise = host->now_ns(host);
-    int rc = tb_dllm_generate(&eng, &p, c->canvas, B, P, req->seed, &hooks, &stats, c->error, sizeof c->error);
+    int rc = tb_dllm_generate(&c->sampler_engine, &p, c->canvas, B, P, req->seed, &hooks, &stats, c->error, sizeof c->error);
     int64_t t_end = host->now_ns(host);
     if (rc == 1) {
         set_error(c, "cancelled after %d steps", stats.steps);
         return TB_ERR_CANCELLED;
     }
     if (rc != 0) {
-        if (c->forward_error && c->forward_error[0]) {
+        if (c->forward_error[0]) {
             size_t len = strlen(c->error);
             snprintf(c->error + len, sizeof c->error - len, ": %s", c->forward_error);
         }
@@ -476,11 +471,7 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
     res->forward_passes = stats.forwards;
     res->peak_device_bytes = tb_loaded_memory_peak(&c->ld); /* -1 on the CPU */
     res->energy_mj = tb_loaded_energy_mj(&c->ld, e0, t_end);     /* -1 on the CPU */
-    tb_loaded_work_report(&c->ld, res);
-    if (!c->on_gpu && TB_STRUCT_HAS(res, tb_result, moe_tokens)) { /* MoE: what the CPU's expert layers read */
-        res->expert_reads = c->engine.st.expert_reads;
-        res->moe_tokens = c->engine.st.moe_rows;
-    }
+    e->work_report(c->eng.ctx, res);
     for (int b = 0; b < B; b++) {
         tb_request_result *q = &res->requests[b];
         const int32_t *gen = c->canvas + (size_t)b * L + c->prompt_end[b];

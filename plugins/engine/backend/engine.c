@@ -9,7 +9,7 @@ int tb_engine_open(tb_engine *e, tb_loaded *ld, int threads)
     if (ld->gpu)
         return tb_engine_open_cuda(e, ld);
 #endif
-    return tb_engine_open_cpu(e, ld, threads);
+    return tb_engine_open_cpu(e, &ld->model, threads);
 }
 
 void tb_engine_close(tb_engine *e)

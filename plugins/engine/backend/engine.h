@@ -2,7 +2,11 @@
  * {iface; context}: the operations a backend runs on a loaded model, with a
  * CPU implementation (engine_cpu.c over cpu_forward.h) and a CUDA one
  * (engine_cuda.c over gpu.h), so a backend's loops are written once and
- * the device is chosen once, at tb_engine_open.
+ * the device is chosen once, at tb_engine_open. The ar backend runs
+ * every operation but the spans; diffusion runs the cache, padding,
+ * threads, work and describe operations, and its samplers' forward is
+ * bound to the engine (plugins/diffusion: cpu_engine.c over the spans,
+ * cuda_engine.c picking on the device).
  *
  * Sequences are the rows of the KV cache. A token choice comes back one of
  * two ways, the caller's pick: with `logits` NULL each sequence's greedy
@@ -48,6 +52,18 @@ typedef struct tb_engine_iface {
     /* Every position's logits [n][vocab] of one causal sequence of n
      * tokens from position 0 (scoring: loglik); padding must be clear. */
     int (*logits_all)(void *ctx, const int32_t *tokens, int n, float *logits);
+    /* Diffusion's spans, logits on the host (the CPU engine's picks run
+     * there; plugins/diffusion/cpu_engine.c). forward_span: tokens
+     * [B][n] of sequences 0 .. B - 1 at positions [pos0, pos0 + n), their
+     * keys and values written to the cache there, every row attending to
+     * [0, n_attend) (bidirectional); all rows' logits [B][n][vocab].
+     * forward_span_rows: as cpu_forward.h's tb_cpu_forward_rows (cache
+     * slots, a mask block, the logits of head rows [head_row0, head_row0 +
+     * head_rows) only). Optional: NULL where the engine picks on the device
+     * instead (CUDA: plugins/diffusion/cuda_engine.c). */
+    int (*forward_span)(void *ctx, const int32_t *tokens, int B, int pos0, int n, int n_attend, float *logits);
+    int (*forward_span_rows)(void *ctx, const int32_t *tokens, const int *slots, int B, int pos0, int n,
+                             int n_attend, int mask_block, int head_row0, int head_rows, float *logits);
     /* The roofline's work and the MoE counts of a call: work_start before
      * it forgets earlier work; work_report after it fills the fields of
      * res that this engine measures (tb_result's flops, bytes, ceilings,
@@ -75,11 +91,14 @@ typedef struct tb_engine {
  * is allocated for the cache until reserve. 0, or -1 (out of memory). */
 int tb_engine_open(tb_engine *e, tb_loaded *ld, int threads);
 /* The two implementations (tb_engine_open picks one). */
-int tb_engine_open_cpu(tb_engine *e, tb_loaded *ld, int threads);
+int tb_engine_open_cpu(tb_engine *e, const tb_model *m, int threads);
 #ifdef TB_HAVE_CUDA
 int tb_engine_open_cuda(tb_engine *e, tb_loaded *ld);
 #endif
 /* Free e's context (an engine never opened, or closed: nothing). */
 void tb_engine_close(tb_engine *e);
+/* Tests: the CPU engine's state (the MoE router's margins), NULL for
+ * another engine or before its first reserve. */
+struct tb_cpu_state *tb_engine_cpu_state(const tb_engine *e);
 
 #endif

@@ -138,6 +138,28 @@ static int cpu_logits_all(void *ctx, const int32_t *tokens, int n, float *logits
     return 0;
 }
 
+static int cpu_forward_span(void *ctx, const int32_t *tokens, int B, int pos0, int n, int n_attend, float *logits)
+{
+    cpu_engine *c = ctx;
+    if (tb_cpu_forward_at(&c->st, tokens, B, pos0, n, n_attend, logits) != 0) {
+        snprintf(c->error, sizeof c->error, "forward failed (%d spans of %d tokens at %d)", B, n, pos0);
+        return -1;
+    }
+    return 0;
+}
+
+static int cpu_forward_span_rows(void *ctx, const int32_t *tokens, const int *slots, int B, int pos0, int n,
+                                 int n_attend, int mask_block, int head_row0, int head_rows, float *logits)
+{
+    cpu_engine *c = ctx;
+    if (tb_cpu_forward_rows(&c->st, tokens, slots, B, pos0, n, n_attend, mask_block, head_row0, head_rows, logits) !=
+        0) {
+        snprintf(c->error, sizeof c->error, "forward failed (%d spans of %d tokens at %d)", B, n, pos0);
+        return -1;
+    }
+    return 0;
+}
+
 static void cpu_work_start(void *ctx)
 {
     cpu_engine *c = ctx;
@@ -197,6 +219,8 @@ static const tb_engine_iface cpu_iface = {
     .prefill_slots = cpu_prefill_slots,
     .decode_slots = cpu_decode_slots,
     .logits_all = cpu_logits_all,
+    .forward_span = cpu_forward_span,
+    .forward_span_rows = cpu_forward_span_rows,
     .work_start = cpu_work_start,
     .work_report = cpu_work_report,
     .device_name = cpu_device_name,
@@ -206,14 +230,19 @@ static const tb_engine_iface cpu_iface = {
     .free = cpu_free,
 };
 
-int tb_engine_open_cpu(tb_engine *e, tb_loaded *ld, int threads)
+int tb_engine_open_cpu(tb_engine *e, const tb_model *m, int threads)
 {
     cpu_engine *c = calloc(1, sizeof *c);
     if (!c)
         return -1;
-    c->m = &ld->model;
+    c->m = m;
     c->threads = threads;
     e->iface = &cpu_iface;
     e->ctx = c;
     return 0;
+}
+
+tb_cpu_state *tb_engine_cpu_state(const tb_engine *e)
+{
+    return e->iface == &cpu_iface && ((cpu_engine *)e->ctx)->st.m ? &((cpu_engine *)e->ctx)->st : NULL;
 }

@@ -59,6 +59,11 @@ static int cuda_logits_all(void *ctx, const int32_t *tokens, int n, float *logit
     return tb_gpu_logits(gpu_of(ctx), tokens, 1, 0, n, n, 1, logits);
 }
 
+static int cuda_forward_span(void *ctx, const int32_t *tokens, int B, int pos0, int n, int n_attend, float *logits)
+{
+    return tb_gpu_logits(gpu_of(ctx), tokens, B, pos0, n, n_attend, 0, logits);
+}
+
 static void cuda_work_start(void *ctx)
 {
     tb_loaded_work_start(((cuda_engine *)ctx)->ld);
@@ -110,6 +115,8 @@ static const tb_engine_iface cuda_iface = {
     .prefill_slots = cuda_prefill_slots,
     .decode_slots = cuda_decode_slots,
     .logits_all = cuda_logits_all,
+    .forward_span = cuda_forward_span,
+    .forward_span_rows = NULL, /* block diffusion picks on the device */
     .work_start = cuda_work_start,
     .work_report = cuda_work_report,
     .device_name = cuda_device_name,
