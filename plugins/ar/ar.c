@@ -205,8 +205,9 @@ static tb_status ar_create(const tb_host *host, const char *model, const tb_opti
     return TB_OK;
 }
 
-/* Make room for R requests of P prompt and N new tokens. */
-static tb_status reserve(ar_ctx *c, size_t R, size_t P, size_t N)
+/* The host's buffers for R requests of P prompt and N new tokens (the
+ * engine's cache is reserved by each call: decode_loop). */
+static tb_status reserve_buffers(ar_ctx *c, size_t R, size_t P, size_t N)
 {
     const tb_model_config *cfg = &c->ld.model.cfg;
     if (R > c->cap_r || P > c->cap_p || N > c->cap_n) {
@@ -385,7 +386,7 @@ static tb_status ar_generate(void *ctx, const tb_request *req, tb_result *res)
         tb_free_prompts(text_ids, text_len, R);
         return TB_ERR_INVALID;
     }
-    tb_status st = reserve(c, R, P, N);
+    tb_status st = reserve_buffers(c, R, P, N);
     if (st != TB_OK) {
         tb_free_prompts(text_ids, text_len, R);
         return st;
@@ -586,7 +587,8 @@ static tb_status ar_step_open(void *ctx, const tb_request *shape, uint32_t max_s
     /* logits for every slot, the sampling scratch; the cache: max_slots
      * sequences of len positions; a prefill of prompts of one length
      * takes up to len rows (more wait for the next step). The session
-     * owns the engine's state: generate() reallocates its own after it. */
+     * owns the engine's cache: generate() refuses to run while it is
+     * open, and reserves its own (its buffers anew: caps 0) after it. */
     size_t rows = len > max_slots ? len : max_slots;
     c->cap_r = c->cap_p = c->cap_n = 0;
     if (ok && !c->scratch)
