@@ -16,13 +16,7 @@
 #include <tokbench/backend.h>
 
 #include "backend_common.h"
-#include "cpu_forward.h"
-#ifdef TB_HAVE_CUDA
-#include "gpu.h"
-#define DEVICES "auto|cpu|cuda"
-#else
-#define DEVICES "auto|cpu"
-#endif
+#include "engine.h"
 #include "model.h"
 #include "sampling.h"
 #include "tokenizer.h"
@@ -41,12 +35,9 @@
 enum { OPT_DEVICE, OPT_THREADS, OPT_TEMPERATURE, OPT_TOP_K, OPT_TOP_P, OPT_IGNORE_EOS, OPT_PRESET_SEED, OPT_DTYPE, OPT_TP, N_OPTS };
 
 static const tb_option_decl ar_options[N_OPTS] = {
-    [OPT_DEVICE] = {"device", TB_OPT_ENUM, "cpu",
-                    "cpu (float32, OpenBLAS), cuda (bf16 weights, cuBLAS, CUDA graphs; in CUDA builds), or auto "
-                    "(cuda when this build has CUDA and a device is usable, else cpu)", DEVICES, 1,
-                    0, TB_OPTF_LOAD},
-    [OPT_THREADS] = {"threads", TB_OPT_INT, "0", "CPU threads for GEMMs and attention; 0 = every online CPU", NULL, 0,
-                     4096, 0},
+    [OPT_DEVICE] = TB_OPT_DECL_DEVICE("cpu (float32, OpenBLAS), cuda (bf16 weights, cuBLAS, CUDA graphs; in CUDA builds), "
+                                      "or auto (cuda when this build has CUDA and a device is usable, else cpu)"),
+    [OPT_THREADS] = TB_OPT_DECL_THREADS("CPU threads for GEMMs and attention; 0 = every online CPU"),
     [OPT_TEMPERATURE] = {"temperature", TB_OPT_FLOAT, "0", "0 = greedy; > 0 samples from softmax(logits / T)", NULL, 0,
                          100, 0},
     [OPT_TOP_K] = {"top_k", TB_OPT_INT, "0", "sample among the k most likely tokens; 0 = off", NULL, 0, 1e9, 0},
@@ -55,9 +46,8 @@ static const tb_option_decl ar_options[N_OPTS] = {
     [OPT_IGNORE_EOS] = {"ignore_eos", TB_OPT_BOOL, "true",
                         "keep generating past EOS so every request yields max_new_tokens (fixed-length benchmarks)",
                         NULL, 1, 0, 0},
-    [OPT_PRESET_SEED] = {"preset_seed", TB_OPT_INT, "0", "seed of a preset's random weights", NULL, 0, 1e18,
-                         TB_OPTF_LOAD},
-    [OPT_DTYPE] = {"dtype", TB_OPT_ENUM, "auto", TB_DTYPE_HELP, TB_DTYPE_VALUES, 1, 0, TB_OPTF_LOAD},
+    [OPT_PRESET_SEED] = TB_OPT_DECL_PRESET_SEED,
+    [OPT_DTYPE] = TB_OPT_DECL_DTYPE,
     [OPT_TP] = TB_OPT_DECL_TP,
 };
 
@@ -93,8 +83,7 @@ typedef struct ar_session {
 typedef struct ar_ctx {
     const tb_host *host;
     tb_loaded ld;          /* the model (CPU weights, or the GPU's), tokenizer */
-    int on_gpu;
-    tb_cpu_state st;       /* grown on demand */
+    tb_engine eng;         /* the forward on ld's device; its cache grown on demand */
     int threads;
     int32_t *prompt;       /* [R][P] */
     int32_t *out;          /* [R][N] generated ids */
@@ -130,28 +119,17 @@ static char *make_description(const ar_ctx *c)
     ok &= cJSON_AddStringToObject(o, "architecture", cfg->arch_name) != NULL;
     ok &= cJSON_AddStringToObject(o, "dtype", tb_loaded_dtype(&c->ld)) != NULL;
     ok &= cJSON_AddStringToObject(o, "checkpoint_dtype", c->ld.model.source_dtype) != NULL;
-#ifdef TB_HAVE_CUDA
-    ok &= cJSON_AddStringToObject(o, "device", c->on_gpu ? tb_gpu_device_name(c->ld.gpu) : "cpu") != NULL;
-    if (c->on_gpu && tb_gpu_tp_size(c->ld.gpu) > 0) /* tensor parallel: GPUs 0 .. tp - 1 of the host */
-        ok &= cJSON_AddNumberToObject(o, "tensor_parallel", tb_gpu_tp_size(c->ld.gpu)) != NULL;
-    if (c->on_gpu)
-        ok &= cJSON_AddStringToObject(
-                  o, "kernels",
-                  !c->ld.fp8 ? "cuBLAS bf16 GEMMs (fp32 accumulate), own GEMV at batch 1, CUDA graph per decode step"
-                  : strcmp(tb_gpu_gemm_dtype(c->ld.gpu), "fp8") == 0
-                      ? "FP8 W8A8 (E4M3 weights, E4M3 inputs scaled per row): own E4M3 GEMV at batch 1, else "
-                        "cuBLASLt FP8 GEMMs (fp32 accumulate), CUDA graph per decode step"
-                      : "FP8 W8A8 (E4M3 weights, E4M3 inputs scaled per row): own E4M3 GEMV at batch 1, else both "
-                        "dequantized to bf16 for cuBLAS bf16 GEMMs (no FP8 GEMM on this device), CUDA graph per "
-                        "decode step") != NULL;
-#else
-    ok &= cJSON_AddStringToObject(o, "device", "cpu") != NULL;
-#endif
+    const tb_engine_iface *e = c->eng.iface;
+    ok &= cJSON_AddStringToObject(o, "device", e->device_name(c->eng.ctx)) != NULL;
+    if (e->tensor_parallel(c->eng.ctx) > 0) /* tensor parallel: GPUs 0 .. tp - 1 of the host */
+        ok &= cJSON_AddNumberToObject(o, "tensor_parallel", e->tensor_parallel(c->eng.ctx)) != NULL;
+    if (e->kernels(c->eng.ctx))
+        ok &= cJSON_AddStringToObject(o, "kernels", e->kernels(c->eng.ctx)) != NULL;
     ok &= cJSON_AddBoolToObject(o, "random_weights", cfg->random_weights) != NULL;
     ok &= cJSON_AddNumberToObject(o, "params", (double)c->ld.model.n_params) != NULL;
     ok &= cJSON_AddNumberToObject(o, "layers", cfg->n_layers) != NULL;
     ok &= cJSON_AddNumberToObject(o, "hidden_size", cfg->hidden_size) != NULL;
-    ok &= cJSON_AddNumberToObject(o, "threads", c->st.n_threads ? c->st.n_threads : c->threads) != NULL;
+    ok &= cJSON_AddNumberToObject(o, "threads", c->threads) != NULL;
     ok &= cJSON_AddStringToObject(o, "engine_version", AR_VERSION) != NULL;
     ok &= cJSON_AddStringToObject(o, "blas", "OpenBLAS") != NULL;
     ok &= cJSON_AddBoolToObject(o, "tokenizer", c->ld.tok != NULL) != NULL;
@@ -180,7 +158,7 @@ static void ar_destroy(void *p)
     if (!c)
         return;
     ar_step_close(c);
-    tb_cpu_state_free(&c->st);
+    tb_engine_close(&c->eng);
     tb_loaded_free(&c->ld);
     free(c->prompt);
     free(c->out);
@@ -202,13 +180,18 @@ static tb_status ar_create(const tb_host *host, const char *model, const tb_opti
     }
     c->host = host;
     c->threads = (int)OPT_I(options, n_options, OPT_THREADS);
-    c->on_gpu = tb_device_wants_gpu(tb_opt_text(options, n_options, ar_options, OPT_DEVICE));
-    tb_status st = tb_load(model, 0, c->on_gpu, strcmp(tb_opt_text(options, n_options, ar_options, OPT_DTYPE), "fp8") == 0,
-                           (uint64_t)OPT_I(options, n_options, OPT_PRESET_SEED), (int)OPT_I(options, n_options, OPT_TP),
-                           &c->ld, err, err_size);
+    int on_gpu = tb_device_wants_gpu(tb_opt_text(options, n_options, ar_options, OPT_DEVICE));
+    int fp8 = tb_opt_choice(options, n_options, ar_options, OPT_DTYPE, tb_dtype_choices) == TB_DTYPE_FP8;
+    tb_status st = tb_load(model, 0, on_gpu, fp8, (uint64_t)OPT_I(options, n_options, OPT_PRESET_SEED),
+                           (int)OPT_I(options, n_options, OPT_TP), &c->ld, err, err_size);
     if (st != TB_OK) {
         ar_destroy(c);
         return st;
+    }
+    if (tb_engine_open(&c->eng, &c->ld, c->threads) != 0) {
+        snprintf(err, err_size, "out of memory");
+        ar_destroy(c);
+        return TB_ERR_NO_MEMORY;
     }
     c->describe_json = make_description(c);
     if (!c->describe_json) {
@@ -222,13 +205,13 @@ static tb_status ar_create(const tb_host *host, const char *model, const tb_opti
     return TB_OK;
 }
 
-/* Make room for R requests of P prompt and N new tokens. */
-static tb_status reserve(ar_ctx *c, size_t R, size_t P, size_t N)
+/* The host's buffers for R requests of P prompt and N new tokens (the
+ * engine's cache is reserved by each call: decode_loop). */
+static tb_status reserve_buffers(ar_ctx *c, size_t R, size_t P, size_t N)
 {
     const tb_model_config *cfg = &c->ld.model.cfg;
     if (R > c->cap_r || P > c->cap_p || N > c->cap_n) {
         size_t r = R > c->cap_r ? R : c->cap_r, p = P > c->cap_p ? P : c->cap_p, n = N > c->cap_n ? N : c->cap_n;
-        tb_cpu_state_free(&c->st);
         free(c->prompt);
         free(c->out);
         free(c->next);
@@ -244,9 +227,6 @@ static tb_status reserve(ar_ctx *c, size_t R, size_t P, size_t N)
             set_error(c, "out of memory for a batch of %zu x %zu tokens", r, p + n);
             return TB_ERR_NO_MEMORY;
         }
-        if (!c->on_gpu && tb_cpu_state_init(&c->st, &c->ld.model, (int)r, (int)(p + n), (int)(r * p), c->threads,
-                                            c->error, sizeof c->error) != 0)
-            return TB_ERR_NO_MEMORY;
         c->cap_r = r, c->cap_p = p, c->cap_n = n;
     }
     return TB_OK;
@@ -266,55 +246,67 @@ static void emit_token(const tb_host *h, uint32_t r, const int32_t *id, int64_t 
         h->emit(h, r, 1, now);
 }
 
-#ifdef TB_HAVE_CUDA
-/* The same loop on the GPU: greedy argmax on the device (only next[R]
- * comes back); with temperature > 0 the step's logits come to the host
- * and are sampled there. One emission per step, as on the CPU. */
-static tb_status gpu_generate(ar_ctx *c, const tb_request *req, tb_result *res, uint32_t R, size_t P, uint32_t N,
-                              const int *pad, const tb_sampling *smp, int ignore_eos, uint64_t *rng)
+
+/* One batch on the engine: prefill every prompt (c->prompt [R][P]) in one
+ * forward, then one forward per decode step for the whole batch; each
+ * step's token of each request is an emission. Greedy tokens are chosen by
+ * the engine (on the device for CUDA: only next[R] comes back); with
+ * temperature > 0 the step's logits come to the host and are sampled. */
+static tb_status decode_loop(ar_ctx *c, tb_result *res, uint32_t R, size_t P, uint32_t N, const int *pad,
+                             int threads, const tb_sampling *smp, int ignore_eos, uint64_t *rng)
 {
     const tb_host *host = c->host;
     const tb_model_config *cfg = &c->ld.model.cfg;
+    const tb_engine_iface *e = c->eng.iface;
+    void *ec = c->eng.ctx;
     size_t V = (size_t)cfg->vocab_size;
-    (void)req; /* prompts are already in c->prompt */
     tb_loaded_memory_start(&c->ld); /* the call's peak includes what it reserves */
-    if (tb_gpu_reserve(c->ld.gpu, (int)R, (int)(P + N), (int)(R * P), c->error, sizeof c->error) != 0)
+    if (e->reserve(ec, (int)R, (int)(P + N), (int)(R * P), c->error, sizeof c->error) != 0)
         return tb_status_of(c->error, TB_ERR);
-    if (tb_gpu_set_padding(c->ld.gpu, pad, (int)R) != 0) {
-        set_error(c, "%s", tb_gpu_error(c->ld.gpu));
+    if (threads > 0)
+        e->set_threads(ec, threads);
+    if (e->set_padding(ec, pad, (int)R) != 0) {
+        set_error(c, "%s", e->error(ec));
         return TB_ERR;
     }
-    int sampling = smp->temperature > 0;
-    float *logits = sampling ? malloc(R * V * sizeof(float)) : NULL;
+    float *logits = smp->temperature > 0 ? c->logits : NULL; /* [R][V]: sampled on the host */
     uint32_t *n_out = calloc(R, sizeof *n_out);
     int *done = calloc(R, sizeof *done), *fresh = calloc(R, sizeof *fresh);
-    tb_status rc = TB_OK;
-    if ((sampling && !logits) || !n_out || !done || !fresh) {
+    if (!n_out || !done || !fresh) {
+        free(n_out);
+        free(done);
+        free(fresh);
         set_error(c, "out of memory");
-        rc = TB_ERR_NO_MEMORY;
-        goto out;
+        return TB_ERR_NO_MEMORY;
     }
+    tb_status rc = TB_OK;
     int64_t t0 = host->now_ns(host), t_prefill_end = 0, forwards = 0;
     tb_energy_mark e0 = tb_loaded_energy_mark(&c->ld, t0);
-    tb_loaded_work_start(&c->ld);
+    e->work_start(ec);
     for (uint32_t step = 0; step < N; step++) {
-        int err = step == 0 ? tb_gpu_prefill(c->ld.gpu, c->prompt, (int)R, (int)P, c->next, logits)
-                            : tb_gpu_decode(c->ld.gpu, c->next, (int)R, logits);
+        if (step > 0 && host->cancelled(host)) {
+            set_error(c, "cancelled after %u of %u decode steps", step, N);
+            rc = TB_ERR_CANCELLED;
+            break;
+        }
+        int err = step == 0 ? e->prefill(ec, c->prompt, (int)R, (int)P, c->next, logits)
+                            : e->decode(ec, c->next, (int)R, logits);
         if (err) {
-            set_error(c, "%s", tb_gpu_error(c->ld.gpu));
+            set_error(c, "%s", e->error(ec));
             rc = TB_ERR;
             break;
         }
         forwards++;
         int active = 0;
         for (uint32_t r = 0; r < R; r++) {
-            if (sampling)
+            if (logits)
                 c->next[r] = tb_sample(logits + r * V, (int)V, smp, rng, c->scratch);
-            fresh[r] = done[r] == 1 ? 0 : done[r] == 2 || tb_is_eos(cfg, c->next[r]) ? 2 : 1;
+            int32_t t = c->next[r];
+            fresh[r] = done[r] == 1 ? 0 : done[r] == 2 || tb_is_eos(cfg, t) ? 2 : 1;
             if (done[r] == 1)
-                continue;
-            c->out[(size_t)r * N + n_out[r]++] = c->next[r];
-            if (tb_is_eos(cfg, c->next[r]))
+                continue; /* still computed with the batch, not counted */
+            c->out[(size_t)r * N + n_out[r]++] = t;
+            if (tb_is_eos(cfg, t))
                 done[r] = ignore_eos ? 2 : 1;
             active += done[r] != 1;
         }
@@ -326,19 +318,14 @@ static tb_status gpu_generate(ar_ctx *c, const tb_request *req, tb_result *res, 
                 emit_token(host, r, fresh[r] == 1 ? &c->out[(size_t)r * N + n_out[r] - 1] : NULL, now);
         if (!active)
             break;
-        if (host->cancelled(host)) {
-            set_error(c, "cancelled after %u of %u decode steps", step + 1, N);
-            rc = TB_ERR_CANCELLED;
-            break;
-        }
     }
     int64_t t_end = host->now_ns(host);
     res->prefill_ns = t_prefill_end ? t_prefill_end - t0 : -1;
     res->decode_ns = t_prefill_end ? t_end - t_prefill_end : -1;
     res->forward_passes = forwards;
-    res->peak_device_bytes = tb_loaded_memory_peak(&c->ld);
+    res->peak_device_bytes = tb_loaded_memory_peak(&c->ld); /* -1 on the CPU */
     res->energy_mj = tb_loaded_energy_mj(&c->ld, e0, t_end);
-    tb_loaded_work_report(&c->ld, res);
+    e->work_report(ec, res);
     for (uint32_t r = 0; r < R; r++) {
         tb_request_result *q = &res->requests[r];
         q->n_output_tokens = n_out[r];
@@ -347,19 +334,15 @@ static tb_status gpu_generate(ar_ctx *c, const tb_request *req, tb_result *res, 
         q->n_answer_tokens = tb_answer_length(cfg, q->output_ids, n_out[r]);
         q->status = rc;
     }
-out:
-    free(logits);
     free(n_out);
     free(done);
     free(fresh);
     return rc;
 }
-#endif
 
 static tb_status ar_generate(void *ctx, const tb_request *req, tb_result *res)
 {
     ar_ctx *c = ctx;
-    const tb_host *host = c->host;
     const tb_model_config *cfg = &c->ld.model.cfg;
     c->error[0] = '\0';
     if (c->step.slots) { /* its caches are the session's */
@@ -403,13 +386,11 @@ static tb_status ar_generate(void *ctx, const tb_request *req, tb_result *res)
         tb_free_prompts(text_ids, text_len, R);
         return TB_ERR_INVALID;
     }
-    tb_status st = reserve(c, R, P, N);
+    tb_status st = reserve_buffers(c, R, P, N);
     if (st != TB_OK) {
         tb_free_prompts(text_ids, text_len, R);
         return st;
     }
-    if (threads > 0 && !c->on_gpu)
-        tb_cpu_set_threads(&c->st, threads);
     int *pad = calloc(R, sizeof *pad);
     if (!pad) {
         tb_free_prompts(text_ids, text_len, R);
@@ -428,89 +409,8 @@ static tb_status ar_generate(void *ctx, const tb_request *req, tb_result *res)
     tb_free_prompts(text_ids, text_len, R);
 
     uint64_t rng = req->seed ^ 0xA0761D6478BD642FULL;
-#ifdef TB_HAVE_CUDA
-    if (c->on_gpu) {
-        tb_status gs = gpu_generate(c, req, res, R, P, N, pad, &smp, ignore_eos, &rng);
-        free(pad);
-        return gs;
-    }
-#endif
-    tb_cpu_state_reset(&c->st);
-    tb_cpu_set_padding(&c->st, pad, (int)R);
+    tb_status rc = decode_loop(c, res, R, P, N, pad, threads, &smp, ignore_eos, &rng);
     free(pad);
-    c->st.expert_reads = c->st.moe_rows = 0;
-    int64_t t0 = host->now_ns(host);
-    if (tb_cpu_forward(&c->st, c->prompt, (int)R, (int)P, 1, 0, c->logits) != 0) {
-        set_error(c, "forward failed (batch %u x %zu tokens)", R, P);
-        return TB_ERR;
-    }
-    uint32_t *n_out = calloc(R, sizeof *n_out);
-    int *done = calloc(R, sizeof *done), *fresh = calloc(R, sizeof *fresh);
-    if (!n_out || !done || !fresh) {
-        free(n_out);
-        free(done);
-        free(fresh);
-        set_error(c, "out of memory");
-        return TB_ERR_NO_MEMORY;
-    }
-    int64_t forwards = 1, t_prefill_end = 0;
-    tb_status rc = TB_OK;
-    for (uint32_t step = 0; step < N; step++) {
-        if (step > 0) {
-            if (host->cancelled(host)) {
-                set_error(c, "cancelled after %u of %u decode steps", step, N);
-                rc = TB_ERR_CANCELLED;
-                break;
-            }
-            if (tb_cpu_forward(&c->st, c->next, (int)R, 1, 1, 0, c->logits) != 0) {
-                set_error(c, "forward failed at decode step %u", step);
-                rc = TB_ERR;
-                break;
-            }
-            forwards++;
-        }
-        int active = 0;
-        for (uint32_t r = 0; r < R; r++) {
-            int32_t t = tb_sample(c->logits + (size_t)r * cfg->vocab_size, cfg->vocab_size, &smp, &rng, c->scratch);
-            c->next[r] = t;
-            fresh[r] = done[r] == 1 ? 0 : done[r] == 2 || tb_is_eos(cfg, t) ? 2 : 1;
-            if (done[r] == 1)
-                continue; /* still computed with the batch, not counted */
-            c->out[(size_t)r * N + n_out[r]++] = t;
-            if (tb_is_eos(cfg, t))
-                done[r] = ignore_eos ? 2 : 1;
-            active += done[r] != 1;
-        }
-        int64_t now = host->now_ns(host);
-        if (step == 0)
-            t_prefill_end = now;
-        for (uint32_t r = 0; r < R; r++)
-            if (fresh[r]) /* the answer's tokens with their ids; its EOS and after: counted only */
-                emit_token(host, r, fresh[r] == 1 ? &c->out[(size_t)r * N + n_out[r] - 1] : NULL, now);
-        if (!active)
-            break;
-    }
-    int64_t t_end = host->now_ns(host);
-    res->prefill_ns = t_prefill_end ? t_prefill_end - t0 : -1;
-    res->decode_ns = t_prefill_end ? t_end - t_prefill_end : -1;
-    if (TB_STRUCT_HAS(res, tb_result, moe_tokens)) { /* MoE: what the CPU's expert layers read */
-        res->expert_reads = c->st.expert_reads;
-        res->moe_tokens = c->st.moe_rows;
-    }
-    res->forward_passes = forwards;
-    res->peak_device_bytes = -1; /* the CPU path measures neither */
-    res->energy_mj = -1;
-    for (uint32_t r = 0; r < R; r++) {
-        tb_request_result *q = &res->requests[r];
-        q->n_output_tokens = n_out[r];
-        q->output_ids = c->out + (size_t)r * N;
-        q->n_output_ids = n_out[r];
-        q->n_answer_tokens = tb_answer_length(cfg, q->output_ids, n_out[r]);
-        q->status = rc;
-    }
-    free(n_out);
-    free(done);
-    free(fresh);
     return rc;
 }
 
@@ -580,7 +480,7 @@ static tb_status ar_loglik(void *ctx, const char *context, const char *continuat
     size_t total = n_ctx + (size_t)nc;
     int32_t *seq = malloc(total * sizeof *seq);
     float *logits = malloc(total * (size_t)cfg->vocab_size * sizeof *logits);
-    tb_status rc = seq && logits ? reserve(c, 1, total, 1) : TB_ERR_NO_MEMORY;
+    tb_status rc = seq && logits ? TB_OK : TB_ERR_NO_MEMORY;
     if (rc == TB_OK) {
         if (n_ctx)
             memcpy(seq, ctx_ids, n_ctx * sizeof *seq);
@@ -588,23 +488,14 @@ static tb_status ar_loglik(void *ctx, const char *context, const char *continuat
         if (again != nc)
             rc = again == TB_TOKENIZER_NO_MEMORY ? TB_ERR_NO_MEMORY : TB_ERR_INVALID;
     }
-    if (rc == TB_OK && c->on_gpu) {
-#ifdef TB_HAVE_CUDA
-        /* the same forward on the device (bf16 weights), every position's
-         * logits back to the host */
-        if (tb_gpu_reserve(c->ld.gpu, 1, (int)total, (int)total, c->error, sizeof c->error) != 0 ||
-            tb_gpu_set_padding(c->ld.gpu, NULL, 0) != 0 ||
-            tb_gpu_logits(c->ld.gpu, seq, 1, 0, (int)total, (int)total, 1, logits) != 0) {
+    if (rc == TB_OK) {
+        /* one causal forward, every position's logits back to the host */
+        const tb_engine_iface *e = c->eng.iface;
+        if (e->reserve(c->eng.ctx, 1, (int)total, (int)total, c->error, sizeof c->error) != 0 ||
+            e->set_padding(c->eng.ctx, NULL, 0) != 0 || e->logits_all(c->eng.ctx, seq, (int)total, logits) != 0) {
             if (!c->error[0])
-                set_error(c, "%s", tb_gpu_error(c->ld.gpu));
+                set_error(c, "%s", e->error(c->eng.ctx));
             rc = tb_status_of(c->error, TB_ERR);
-        }
-#endif
-    } else if (rc == TB_OK) {
-        tb_cpu_state_reset(&c->st);
-        if (tb_cpu_forward(&c->st, seq, 1, (int)total, 1, 1, logits) != 0) {
-            set_error(c, "forward failed over %zu tokens", total);
-            rc = TB_ERR;
         }
     }
     if (rc == TB_OK) {
@@ -636,8 +527,8 @@ static tb_status ar_loglik(void *ctx, const char *context, const char *continuat
  *
  * Continuous batching for `tokbench serve` (backend.h: step_*): each
  * slot is one sequence of the engine's KV cache; a joining request's
- * prompt is prefilled alone into its slot (tb_cpu_forward_slots or
- * tb_gpu_prefill_slot), then it decodes with every running slot in one
+ * prompt is prefilled alone into its slot (the engine's prefill_slots),
+ * then it decodes with every running slot in one
  * forward per step, each at its own position. */
 
 /* Positions per slot when the model does not say (or says more): the
@@ -696,30 +587,22 @@ static tb_status ar_step_open(void *ctx, const tb_request *shape, uint32_t max_s
     /* logits for every slot, the sampling scratch; the cache: max_slots
      * sequences of len positions; a prefill of prompts of one length
      * takes up to len rows (more wait for the next step). The session
-     * owns the engine's state: generate() reallocates its own after it. */
+     * owns the engine's cache: generate() refuses to run while it is
+     * open, and reserves its own (its buffers anew: caps 0) after it. */
     size_t rows = len > max_slots ? len : max_slots;
     c->cap_r = c->cap_p = c->cap_n = 0;
     if (ok && !c->scratch)
         ok = (c->scratch = malloc(2 * (size_t)cfg->vocab_size * sizeof(float))) != NULL;
     tb_status st = ok ? TB_OK : TB_ERR_NO_MEMORY;
-    if (st == TB_OK && !c->on_gpu) {
-        tb_cpu_state_free(&c->st);
-        if (tb_cpu_state_init(&c->st, &c->ld.model, (int)max_slots, (int)len, (int)rows, c->threads, c->error,
-                              sizeof c->error) != 0)
-            st = TB_ERR_NO_MEMORY;
-        else
-            tb_cpu_state_reset(&c->st);
-    }
-#ifdef TB_HAVE_CUDA
-    if (st == TB_OK && c->on_gpu) {
-        if (tb_gpu_reserve(c->ld.gpu, (int)max_slots, (int)len, (int)rows, c->error, sizeof c->error) != 0 ||
-            tb_gpu_set_padding(c->ld.gpu, NULL, 0) != 0) {
+    if (st == TB_OK) {
+        const tb_engine_iface *e = c->eng.iface;
+        if (e->reserve(c->eng.ctx, (int)max_slots, (int)len, (int)rows, c->error, sizeof c->error) != 0 ||
+            e->set_padding(c->eng.ctx, NULL, 0) != 0) {
             if (!c->error[0])
-                set_error(c, "%s", tb_gpu_error(c->ld.gpu));
+                set_error(c, "%s", e->error(c->eng.ctx));
             st = tb_status_of(c->error, TB_ERR);
         }
     }
-#endif
     if (st == TB_OK && !(c->logits = realloc(c->logits, (size_t)rows * cfg->vocab_size * sizeof(float))))
         st = TB_ERR_NO_MEMORY;
     if (st != TB_OK) {
@@ -829,6 +712,8 @@ static tb_status ar_step(void *ctx, tb_step_end *ends, uint32_t *n_ends)
     ar_ctx *c = ctx;
     ar_session *S = &c->step;
     const tb_model_config *cfg = &c->ld.model.cfg;
+    const tb_engine_iface *e = c->eng.iface;
+    void *ec = c->eng.ctx;
     size_t V = (size_t)cfg->vocab_size;
     *n_ends = 0;
     c->error[0] = '\0';
@@ -863,23 +748,10 @@ static tb_status ar_step(void *ctx, tb_step_end *ends, uint32_t *n_ends)
             L->state = SLOT_RUNNING; /* taken: decodes from the next step */
             k++;
         }
-        int err;
-#ifdef TB_HAVE_CUDA
-        if (c->on_gpu) {
-            err = tb_gpu_prefill_slots(c->ld.gpu, S->join_tokens, (int)k, (int)P, S->join_slots, S->join_next,
-                                       samples ? c->logits : NULL);
-            if (err)
-                set_error(c, "%s", tb_gpu_error(c->ld.gpu));
-        } else
-#endif
-        {
-            for (uint32_t q = 0; q < k; q++)
-                tb_cpu_slot_reset(&c->st, S->join_slots[q]);
-            err = tb_cpu_forward_slots(&c->st, S->join_tokens, S->join_slots, (int)k, (int)P, c->logits);
-            if (err)
-                set_error(c, "prefill of %u x %zu tokens failed", k, P);
-            samples = 1; /* the CPU always picks on the host */
-        }
+        int err = e->prefill_slots(ec, S->join_tokens, S->join_slots, (int)k, (int)P, S->join_next,
+                                   samples ? c->logits : NULL);
+        if (err)
+            set_error(c, "%s", e->error(ec));
         int64_t now = c->host->now_ns(c->host);
         for (uint32_t q = 0; q < k; q++) {
             uint32_t slot = (uint32_t)S->join_slots[q];
@@ -895,20 +767,9 @@ static tb_status ar_step(void *ctx, tb_step_end *ends, uint32_t *n_ends)
     }
     if (k == 0)
         return TB_OK;
-    int err;
-#ifdef TB_HAVE_CUDA
-    if (c->on_gpu) {
-        err = tb_gpu_decode_slots(c->ld.gpu, S->run_slots, (int)k, S->run_tokens, sampling ? c->logits : NULL);
-        if (err)
-            set_error(c, "%s", tb_gpu_error(c->ld.gpu));
-    } else
-#endif
-    {
-        err = tb_cpu_forward_slots(&c->st, S->run_tokens, S->run_slots, (int)k, 1, c->logits);
-        if (err)
-            set_error(c, "decode step of %u requests failed", k);
-        sampling = 1;
-    }
+    int err = e->decode_slots(ec, S->run_slots, (int)k, S->run_tokens, sampling ? c->logits : NULL);
+    if (err)
+        set_error(c, "%s", e->error(ec));
     if (err) {
         for (uint32_t r = 0; r < k; r++)
             slot_failed(c, (uint32_t)S->run_slots[r], tb_status_of(c->error, TB_ERR), ends, n_ends);

@@ -9,7 +9,7 @@
 
 int tb_dllm_block_validate(const tb_dllm_params *p, char *why, size_t n)
 {
-    const char *name = tb_dllm_sampler_names[p->sampler];
+    const char *name = tb_choice_name(tb_dllm_sampler_choices, p->sampler);
     if (p->gen_length < 1) {
         snprintf(why, n, "gen_length (max_new_tokens) must be >= 1");
         return -1;
@@ -34,7 +34,7 @@ int tb_dllm_block_validate(const tb_dllm_params *p, char *why, size_t n)
     }
     if (p->cache == TB_DLLM_CACHE_PREFIX || (p->cache == TB_DLLM_CACHE_DUAL && p->sampler != TB_DLLM_FAST_DLLM_V2)) {
         snprintf(why, n, "%s keeps the exact cache of finished blocks itself; cache = %s is not one of its options%s",
-                 name, tb_dllm_cache_names[p->cache],
+                 name, tb_choice_name(tb_dllm_cache_choices, p->cache),
                  p->sampler == TB_DLLM_FAST_DLLM_V2 ? " (none, or dual: the sub-block cache)" : " (none)");
         return -1;
     }

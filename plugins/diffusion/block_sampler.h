@@ -55,12 +55,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sampler.h"
+#include "dllm.h"
 
 /* 0, or -1 with the reason. */
 int tb_dllm_block_validate(const tb_dllm_params *p, char *why, size_t why_size);
 
-/* As tb_dllm_generate, for a block sampler (validated); canvas [B][L],
+/* As tb_dllm_generate (generate.h), for a block sampler (validated); canvas [B][L],
  * L = tb_dllm_canvas_length(p, prompt_len). */
 int tb_dllm_block_generate(const tb_dllm_engine *e, const tb_dllm_params *p, int32_t *canvas, int B, int prompt_len,
                            uint64_t seed, const tb_dllm_hooks *h, tb_dllm_stats *stats, char *why, size_t why_size);

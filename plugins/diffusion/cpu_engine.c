@@ -13,13 +13,19 @@ void tb_dllm_cpu_init(tb_dllm_cpu *e, const tb_model *m, int threads)
     e->threads = threads;
 }
 
-int tb_dllm_cpu_reserve(tb_dllm_cpu *e, int seqs, int len, char *err, size_t err_size)
+void tb_dllm_cpu_bind(tb_dllm_cpu *e, const tb_model *m, tb_engine *eng)
+{
+    tb_dllm_cpu_init(e, m, 0);
+    e->eng = eng;
+}
+
+/* The span buffers for `seqs` canvases of `len` positions (grown only). */
+static int reserve_buffers(tb_dllm_cpu *e, int seqs, int len, char *err, size_t err_size)
 {
     if (seqs <= e->cap_seqs && len <= e->cap_len)
         return 0;
     seqs = seqs > e->cap_seqs ? seqs : e->cap_seqs;
     len = len > e->cap_len ? len : e->cap_len;
-    tb_cpu_state_free(&e->st);
     free(e->rows);
     free(e->scratch);
     size_t V = (size_t)e->m->cfg.vocab_size;
@@ -32,15 +38,32 @@ int tb_dllm_cpu_reserve(tb_dllm_cpu *e, int seqs, int len, char *err, size_t err
         snprintf(err, err_size, "out of memory for %d canvases of %d positions", seqs, len);
         return -1;
     }
-    if (tb_cpu_state_init(&e->st, e->m, seqs, len, seqs * len, e->threads, err, err_size) != 0)
-        return -1;
     e->cap_seqs = seqs, e->cap_len = len;
     return 0;
 }
 
+int tb_dllm_cpu_reserve(tb_dllm_cpu *e, int seqs, int len, char *err, size_t err_size)
+{
+    if (!e->eng) { /* an engine of its own */
+        if (tb_engine_open_cpu(&e->own, e->m, e->threads) != 0) {
+            snprintf(err, err_size, "out of memory");
+            return -1;
+        }
+        e->eng = &e->own;
+    }
+    if (seqs <= e->cap_seqs && len <= e->cap_len)
+        return 0;
+    int s = seqs > e->cap_seqs ? seqs : e->cap_seqs, l = len > e->cap_len ? len : e->cap_len;
+    if (e->eng == &e->own && e->own.iface->reserve(e->own.ctx, s, l, s * l, err, err_size) != 0)
+        return -1;
+    return reserve_buffers(e, s, l, err, err_size);
+}
+
 void tb_dllm_cpu_free(tb_dllm_cpu *e)
 {
-    tb_cpu_state_free(&e->st);
+    tb_engine_close(&e->own);
+    if (e->eng == &e->own)
+        e->eng = NULL;
     free(e->rows);
     free(e->scratch);
     free(e->prob);
@@ -55,12 +78,14 @@ int tb_dllm_cpu_logits(tb_dllm_cpu *e, const int32_t *canvas, int rows, int L, i
     int V = e->m->cfg.vocab_size;
     if (e->shifted && pos0 != 0)
         return -1; /* a shifted model's span would need position pos0 - 1 */
-    if (rows > e->cap_seqs || L > e->cap_len)
+    if (reserve_buffers(e, rows, L, e->error, sizeof e->error) != 0)
         return -1;
     for (int b = 0; b < rows; b++)
         memcpy(e->rows + (size_t)b * n, canvas + (size_t)b * L + pos0, (size_t)n * sizeof(int32_t));
-    if (tb_cpu_forward_at(&e->st, e->rows, rows, pos0, n, n_attend, e->scratch) != 0)
+    if (e->eng->iface->forward_span(e->eng->ctx, e->rows, rows, pos0, n, n_attend, e->scratch) != 0) {
+        snprintf(e->error, sizeof e->error, "%s", e->eng->iface->error(e->eng->ctx));
         return -1;
+    }
     if (e->shifted) /* logits[i] = out[i - 1], logits[0] = out[0] */
         for (int b = 0; b < rows; b++) {
             float *l = e->scratch + (size_t)b * n * V;
@@ -98,14 +123,17 @@ static int forward_rows(void *ctx, const int32_t *canvas, int L, const int *rows
 {
     tb_dllm_cpu *e = ctx;
     int V = e->m->cfg.vocab_size;
-    if (n_rows > e->cap_seqs || L > e->cap_len || pick0 < 0 || npick < 0 || pick0 + npick > n)
+    if (pick0 < 0 || npick < 0 || pick0 + npick > n || reserve_buffers(e, n_rows, L, e->error, sizeof e->error) != 0)
         return -1;
     for (int b = 0; b < n_rows; b++)
         memcpy(e->rows + (size_t)b * n, canvas + (size_t)rows[b] * L + pos0, (size_t)n * sizeof(int32_t));
     /* the head rows: the picks', and for shifted logits the row before */
     int r0 = shifted && pick0 > 0 ? pick0 - 1 : pick0, nr = npick ? pick0 + npick - r0 : 0;
-    if (tb_cpu_forward_rows(&e->st, e->rows, rows, n_rows, pos0, n, n_attend, mask_block, r0, nr, e->scratch) != 0)
+    if (e->eng->iface->forward_span_rows(e->eng->ctx, e->rows, rows, n_rows, pos0, n, n_attend, mask_block, r0, nr,
+                                         e->scratch) != 0) {
+        snprintf(e->error, sizeof e->error, "%s", e->eng->iface->error(e->eng->ctx));
         return -1;
+    }
     for (int b = 0; b < n_rows; b++)
         for (int i = pick0; i < pick0 + npick; i++) {
             int src = (shifted && i > 0 ? i - 1 : i) - r0;

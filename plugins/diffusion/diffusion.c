@@ -20,13 +20,10 @@
 #include "backend_common.h"
 #include "cpu_engine.h"
 #ifdef TB_HAVE_CUDA
-#include "gpu.h"
-#define DEVICES "auto|cpu|cuda"
-#else
-#define DEVICES "auto|cpu"
+#include "cuda_engine.h"
 #endif
 #include "model.h"
-#include "sampler.h"
+#include "generate.h"
 #include "sampling.h"
 #include "tokenizer.h"
 
@@ -46,19 +43,15 @@ enum {
     OPT_ALG_TEMP, OPT_EPS, OPT_MASK_ID, OPT_PRESET_SEED, OPT_SUB_BLOCK, OPT_DTYPE, OPT_TP, N_OPTS
 };
 
-#define SAMPLERS "low_confidence|random|threshold|origin|maskgit_plus|topk_margin|entropy|sdar_static|sdar_dynamic|fast_dllm_v2"
-
 static const tb_option_decl diffusion_options[N_OPTS] = {
-    [OPT_DEVICE] = {"device", TB_OPT_ENUM, "cpu",
-                    "cpu (float32, OpenBLAS), cuda (bf16 weights, cuBLAS; picks on the GPU; in CUDA builds), "
-                    "or auto (cuda when this build has CUDA and a device is usable, else cpu)",
-                    DEVICES, 1, 0, TB_OPTF_LOAD},
-    [OPT_THREADS] = {"threads", TB_OPT_INT, "0", "CPU threads for the GEMMs; 0 = every online CPU", NULL, 0, 4096, 0},
+    [OPT_DEVICE] = TB_OPT_DECL_DEVICE("cpu (float32, OpenBLAS), cuda (bf16 weights, cuBLAS; picks on the GPU; in CUDA "
+                                      "builds), or auto (cuda when this build has CUDA and a device is usable, else cpu)"),
+    [OPT_THREADS] = TB_OPT_DECL_THREADS("CPU threads for the GEMMs; 0 = every online CPU"),
     [OPT_SAMPLER] = {"sampler", TB_OPT_ENUM, "low_confidence",
                      "LLaDA remasking (low_confidence, random), Fast-dLLM threshold, Dream's origin, "
                      "maskgit_plus, topk_margin, entropy; block diffusion: SDAR's sdar_static, sdar_dynamic "
                      "(SDAR models), fast_dllm_v2 (Fast-dLLM v2 models)",
-                     SAMPLERS, 1, 0, 0},
+                     TB_CHOICES_TEXT(TB_DLLM_SAMPLER_LIST), 1, 0, 0},
     [OPT_THRESHOLD] = {"threshold", TB_OPT_FLOAT, "0.9",
                        "threshold, sdar_dynamic, fast_dllm_v2: commit every masked position of the block (or "
                        "sub-block) this confident (0, 1]", NULL,
@@ -66,7 +59,7 @@ static const tb_option_decl diffusion_options[N_OPTS] = {
     [OPT_CACHE] = {"cache", TB_OPT_ENUM, "none",
                    "Fast-dLLM KV cache: prefix (block + suffix over cached prefix) or dual (block alone); "
                    "fast_dllm_v2: dual = its sub-block cache (the sub-block alone over its block's cache)",
-                   "none|prefix|dual", 1, 0, 0},
+                   TB_CHOICES_TEXT(TB_DLLM_CACHE_LIST), 1, 0, 0},
     [OPT_CFG_SCALE] = {"cfg_scale", TB_OPT_FLOAT, "0", "classifier-free guidance scale; 0 = off", NULL, 0, 100, 0},
     [OPT_TEMPERATURE] = {"temperature", TB_OPT_FLOAT, "0",
                          "0 = deterministic; > 0: Gumbel-max (LLaDA family) or sampling (Dream algorithms)", NULL, 0,
@@ -80,20 +73,21 @@ static const tb_option_decl diffusion_options[N_OPTS] = {
                  NULL, 1e-9, 0.999, 0},
     [OPT_MASK_ID] = {"mask_id", TB_OPT_INT, "-1", "mask token id; -1 = the model's mask_token_id", NULL, -1, 1e9,
                      TB_OPTF_LOAD},
-    [OPT_PRESET_SEED] = {"preset_seed", TB_OPT_INT, "0", "seed of a preset's random weights", NULL, 0, 1e18,
-                         TB_OPTF_LOAD},
+    [OPT_PRESET_SEED] = TB_OPT_DECL_PRESET_SEED,
     [OPT_TP] = TB_OPT_DECL_TP,
     [OPT_SUB_BLOCK] = {"sub_block", TB_OPT_INT, "0",
                        "fast_dllm_v2: sub-block size (a divisor of block_length); 0 = the whole block", NULL, 0,
                        1e6, 0},
-    [OPT_DTYPE] = {"dtype", TB_OPT_ENUM, "auto", TB_DTYPE_HELP, TB_DTYPE_VALUES, 1, 0, TB_OPTF_LOAD},
+    [OPT_DTYPE] = TB_OPT_DECL_DTYPE,
 };
 
 typedef struct dctx {
     const tb_host *host;
     tb_loaded ld;      /* the model (CPU weights, or the GPU's), tokenizer */
-    tb_dllm_cpu engine;
-    int on_gpu;
+    tb_engine eng;     /* the forward on ld's device */
+    /* the samplers' forward over it (cpu_engine.h / cuda_engine.h) */
+    tb_dllm_engine sampler_engine;
+    tb_dllm_cpu cpu_binding;
     int threads;
     int shifted;      /* Dream: position i is predicted from i - 1 */
     int32_t mask_id;
@@ -102,14 +96,14 @@ typedef struct dctx {
     int *pad;              /* [3B]: left padding of each canvas (text prompts), [2B] ... */
     int *prompt_end;       /* ... = pad + 2B, [B]: where each canvas's prompt ends */
     size_t pad_cap;
-    float *host_logits;    /* GPU path, sampling on the host: [rows][npick][vocab] */
-    size_t host_logits_cap;
-    float *host_prob;      /* [vocab]: tb_dllm_pick_row's scratch */
     int *req_steps;        /* [3][B]: block samplers' denoising forwards, output positions decoded, blocks decoded */
     size_t req_steps_cap;
-    /* Why the last GPU forward failed (the sampler's message says only
-     * where), "" when it did not; appended to that message. */
-    char forward_error[256];
+#ifdef TB_HAVE_CUDA
+    tb_dllm_cuda cuda_binding;
+#endif
+    /* Why the last forward failed (the sampler's message says only
+     * where), appended to that message: the binding's */
+    char *forward_error;
     char *describe_json;
     char error[512];
 } dctx;
@@ -126,14 +120,7 @@ static void set_error(dctx *c, const char *fmt, ...)
 #define OPT_I(v, n, which) tb_opt_int(v, n, diffusion_options, which)
 #define OPT_F(v, n, which) tb_opt_float(v, n, diffusion_options, which)
 #define OPT_TEXT(v, n, which) tb_opt_text(v, n, diffusion_options, which)
-
-static int enum_index(const char *const *names, const char *text)
-{
-    for (int i = 0; names[i]; i++)
-        if (strcmp(names[i], text) == 0)
-            return i;
-    return 0;
-}
+#define OPT_CHOICE(v, n, which, choices) tb_opt_choice(v, n, diffusion_options, which, choices)
 
 /* The sampler parameters of a request (dimensions + options); cfg NULL
  * (validate(): no model yet) or the model's, for its EOS ids and, for a
@@ -141,12 +128,12 @@ static int enum_index(const char *const *names, const char *text)
 static tb_dllm_params params_of(const tb_request *req, int32_t mask_id, const tb_model_config *cfg)
 {
     tb_dllm_params p = {
-        .sampler = (tb_dllm_sampler)enum_index(tb_dllm_sampler_names, OPT_TEXT(req->options, req->n_options, OPT_SAMPLER)),
+        .sampler = (tb_dllm_sampler)OPT_CHOICE(req->options, req->n_options, OPT_SAMPLER, tb_dllm_sampler_choices),
         .gen_length = (int)req->max_new_tokens,
         .block_length = req->block_length ? (int)req->block_length : (int)req->max_new_tokens,
         .steps = req->steps ? (int)req->steps : (int)req->max_new_tokens,
         .threshold = OPT_F(req->options, req->n_options, OPT_THRESHOLD),
-        .cache = (tb_dllm_cache)enum_index(tb_dllm_cache_names, OPT_TEXT(req->options, req->n_options, OPT_CACHE)),
+        .cache = (tb_dllm_cache)OPT_CHOICE(req->options, req->n_options, OPT_CACHE, tb_dllm_cache_choices),
         .cfg_scale = OPT_F(req->options, req->n_options, OPT_CFG_SCALE),
         .temperature = OPT_F(req->options, req->n_options, OPT_TEMPERATURE),
         .top_p = 1,
@@ -184,13 +171,10 @@ static char *make_description(const dctx *c)
     ok &= cJSON_AddStringToObject(o, "architecture", cfg->arch_name) != NULL;
     ok &= cJSON_AddStringToObject(o, "dtype", tb_loaded_dtype(&c->ld)) != NULL;
     ok &= cJSON_AddStringToObject(o, "checkpoint_dtype", c->ld.model.source_dtype) != NULL;
-#ifdef TB_HAVE_CUDA
-    ok &= cJSON_AddStringToObject(o, "device", c->on_gpu ? tb_gpu_device_name(c->ld.gpu) : "cpu") != NULL;
-    if (c->on_gpu && tb_gpu_tp_size(c->ld.gpu) > 0) /* tensor parallel: GPUs 0 .. tp - 1 of the host */
-        ok &= cJSON_AddNumberToObject(o, "tensor_parallel", tb_gpu_tp_size(c->ld.gpu)) != NULL;
-#else
-    ok &= cJSON_AddStringToObject(o, "device", "cpu") != NULL;
-#endif
+    const tb_engine_iface *e = c->eng.iface;
+    ok &= cJSON_AddStringToObject(o, "device", e->device_name(c->eng.ctx)) != NULL;
+    if (e->tensor_parallel(c->eng.ctx) > 0) /* tensor parallel: GPUs 0 .. tp - 1 of the host */
+        ok &= cJSON_AddNumberToObject(o, "tensor_parallel", e->tensor_parallel(c->eng.ctx)) != NULL;
     ok &= cJSON_AddBoolToObject(o, "random_weights", cfg->random_weights) != NULL;
     ok &= cJSON_AddNumberToObject(o, "params", (double)c->ld.model.n_params) != NULL;
     ok &= cJSON_AddNumberToObject(o, "mask_id", c->mask_id) != NULL;
@@ -221,12 +205,14 @@ static void diffusion_destroy(void *p)
     dctx *c = p;
     if (!c)
         return;
-    tb_dllm_cpu_free(&c->engine);
+    tb_dllm_cpu_free(&c->cpu_binding);
     tb_loaded_free(&c->ld);
     free(c->canvas);
     free(c->pad);
-    free(c->host_logits);
-    free(c->host_prob);
+#ifdef TB_HAVE_CUDA
+    tb_dllm_cuda_free(&c->cuda_binding);
+#endif
+    tb_engine_close(&c->eng);
     free(c->req_steps);
     free(c->describe_json);
     free(c);
@@ -243,8 +229,9 @@ static tb_status diffusion_create(const tb_host *host, const char *model, const 
     }
     c->host = host;
     c->threads = (int)OPT_I(options, n_options, OPT_THREADS);
-    c->on_gpu = tb_device_wants_gpu(OPT_TEXT(options, n_options, OPT_DEVICE));
-    tb_status st = tb_load(model, 1, c->on_gpu, strcmp(OPT_TEXT(options, n_options, OPT_DTYPE), "fp8") == 0,
+    int on_gpu = tb_device_wants_gpu(OPT_TEXT(options, n_options, OPT_DEVICE));
+    int fp8 = OPT_CHOICE(options, n_options, OPT_DTYPE, tb_dtype_choices) == TB_DTYPE_FP8;
+    tb_status st = tb_load(model, 1, on_gpu, fp8,
                            (uint64_t)OPT_I(options, n_options, OPT_PRESET_SEED), (int)OPT_I(options, n_options, OPT_TP),
                            &c->ld, err, err_size);
     if (st != TB_OK) {
@@ -252,8 +239,25 @@ static tb_status diffusion_create(const tb_host *host, const char *model, const 
         return st;
     }
     c->shifted = c->ld.model.cfg.arch == TB_ARCH_DREAM;
-    if (!c->on_gpu)
-        tb_dllm_cpu_init(&c->engine, &c->ld.model, c->threads);
+    if (tb_engine_open(&c->eng, &c->ld, c->threads) != 0) {
+        snprintf(err, err_size, "out of memory");
+        diffusion_destroy(c);
+        return TB_ERR_NO_MEMORY;
+    }
+    /* the samplers pick on the device where the engine is CUDA's (only
+     * tokens and confidences come back), else on the host */
+#ifdef TB_HAVE_CUDA
+    if (c->ld.gpu) {
+        tb_dllm_cuda_init(&c->cuda_binding, c->ld.gpu, c->ld.model.cfg.vocab_size, c->shifted);
+        c->sampler_engine = tb_dllm_cuda_engine(&c->cuda_binding);
+        c->forward_error = c->cuda_binding.error;
+    } else
+#endif
+    {
+        tb_dllm_cpu_bind(&c->cpu_binding, &c->ld.model, &c->eng);
+        c->sampler_engine = tb_dllm_cpu_engine(&c->cpu_binding);
+        c->forward_error = c->cpu_binding.error;
+    }
     int64_t mask = OPT_I(options, n_options, OPT_MASK_ID);
     c->mask_id = mask >= 0 ? (int32_t)mask : c->ld.model.cfg.mask_id;
     if (c->mask_id < 0 || c->mask_id >= c->ld.model.cfg.vocab_size) {
@@ -297,82 +301,6 @@ static int on_cancel(void *ctx)
     return c->host->cancelled(c->host);
 }
 
-#ifdef TB_HAVE_CUDA
-/* Sampling (temperature, top_k): the pick rows' logits come to the host
- * and go through the CPU path's own pick (pick.c) with the same random
- * stream, so the GPU samples exactly as the CPU does from its logits. */
-static int gpu_forward_pick_host(dctx *c, const int32_t *canvas, int B, int L, int pos0, int n, int n_attend,
-                                 int pick0, int npick, const tb_dllm_pick_spec *spec, uint64_t *rng, int32_t *x0,
-                                 double *conf)
-{
-    int rows = spec->cfg_scale > 0 ? 2 * B : B;
-    size_t V = (size_t)c->ld.model.cfg.vocab_size, need = (size_t)rows * npick * V;
-    if (need > c->host_logits_cap) {
-        free(c->host_logits);
-        c->host_logits = malloc(need * sizeof(float));
-        c->host_logits_cap = c->host_logits ? need : 0;
-    }
-    if (!c->host_prob)
-        c->host_prob = malloc(V * sizeof(float));
-    if (!c->host_logits || !c->host_prob) {
-        snprintf(c->forward_error, sizeof c->forward_error, "out of memory for %zu logits", need);
-        return -1;
-    }
-    if (tb_gpu_forward_logits(c->ld.gpu, canvas, rows, L, pos0, n, n_attend, pick0, npick, c->shifted,
-                              c->host_logits) != 0) {
-        snprintf(c->forward_error, sizeof c->forward_error, "%s", tb_gpu_error(c->ld.gpu));
-        return -1;
-    }
-    float *lg = c->host_logits;
-    if (spec->cfg_scale > 0) { /* conditional rows become u + (s + 1)(c - u), as on the CPU */
-        size_t half = (size_t)B * npick * V;
-        float s = (float)spec->cfg_scale;
-        for (size_t i = 0; i < half; i++)
-            lg[i] = lg[half + i] + (s + 1) * (lg[i] - lg[half + i]);
-    }
-    for (int b = 0; b < B; b++)
-        for (int i = pick0; i < pick0 + npick; i++) {
-            size_t r = (size_t)b * n + i;
-            tb_dllm_pick_row(lg + ((size_t)b * npick + (i - pick0)) * V, (int)V, spec, rng, c->host_prob, &x0[r],
-                             &conf[r]);
-        }
-    return 0;
-}
-
-/* The samplers' forward on the GPU: at temperature 0 only x0 and the
- * confidences come back (picked on the device). */
-static int gpu_forward_pick(void *ctx, const int32_t *canvas, int B, int L, int pos0, int n, int n_attend, int pick0,
-                            int npick, const tb_dllm_pick_spec *spec, uint64_t *rng, int32_t *x0, double *conf)
-{
-    dctx *c = ctx;
-    if (spec->temperature > 0 || spec->top_k > 0)
-        return gpu_forward_pick_host(c, canvas, B, L, pos0, n, n_attend, pick0, npick, spec, rng, x0, conf);
-    int rows = spec->cfg_scale > 0 ? 2 * B : B;
-    if (tb_gpu_forward_pick(c->ld.gpu, canvas, rows, B, L, pos0, n, n_attend, pick0, npick, (int)spec->conf,
-                            spec->cfg_scale, c->shifted, x0, conf) != 0) {
-        snprintf(c->forward_error, sizeof c->forward_error, "%s", tb_gpu_error(c->ld.gpu));
-        return -1;
-    }
-    return 0;
-}
-#endif
-
-#ifdef TB_HAVE_CUDA
-/* Block samplers' forward on the GPU (temperature 0: picked on the device). */
-static int gpu_forward_rows(void *ctx, const int32_t *canvas, int L, const int *rows, int n_rows, int pos0, int n,
-                            int n_attend, int mask_block, int pick0, int npick, int shifted,
-                            const tb_dllm_pick_spec *spec, uint64_t *rng, int32_t *x0, double *conf)
-{
-    (void)rng;
-    dctx *c = ctx;
-    if (tb_gpu_forward_pick_rows(c->ld.gpu, canvas, L, rows, n_rows, pos0, n, n_attend, mask_block, pick0, npick,
-                                 (int)spec->conf, shifted, spec->suppress1 - 1, x0, conf) != 0) {
-        snprintf(c->forward_error, sizeof c->forward_error, "%s", tb_gpu_error(c->ld.gpu));
-        return -1;
-    }
-    return 0;
-}
-#endif
 
 /* c->canvas = B canvases of P prompt positions (text: left-padded with
  * c->pad[b] filler positions; else synthetic) + masks to the canvas
@@ -434,7 +362,7 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
     c->error[0] = '\0';
     int64_t t0 = host->now_ns(host);
     tb_energy_mark e0 = tb_loaded_energy_mark(&c->ld, t0);
-    tb_loaded_work_start(&c->ld);
+    c->eng.iface->work_start(c->eng.ctx);
     tb_loaded_memory_start(&c->ld);
     tb_dllm_params p = params_of(req, c->mask_id, cfg);
     if (tb_dllm_validate(&p, c->error, sizeof c->error) != 0)
@@ -443,7 +371,7 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
     int block_model = tb_arch_is_block_diffusion(cfg->arch), block_sampler = tb_dllm_is_block_sampler(p.sampler);
     int fast_sampler = p.sampler == TB_DLLM_FAST_DLLM_V2;
     if (block_model != block_sampler || (block_model && fast_sampler != (cfg->arch == TB_ARCH_FAST_DLLM_V2))) {
-        set_error(c, "sampler %s does not fit %s (%s)", tb_dllm_sampler_names[p.sampler], cfg->arch_name,
+        set_error(c, "sampler %s does not fit %s (%s)", tb_choice_name(tb_dllm_sampler_choices, p.sampler), cfg->arch_name,
                   cfg->arch == TB_ARCH_SDAR || cfg->arch == TB_ARCH_LLADA2_MOE
                       ? "SDAR and LLaDA 2.x models take sdar_static or sdar_dynamic"
                   : cfg->arch == TB_ARCH_FAST_DLLM_V2 ? "Fast-dLLM v2 models take fast_dllm_v2"
@@ -452,7 +380,7 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
     }
     if (c->shifted && p.cache != TB_DLLM_CACHE_NONE) {
         set_error(c, "cache = %s needs a model with unshifted logits (LLaDA); %s shifts them",
-                  tb_dllm_cache_names[p.cache], cfg->arch_name);
+                  tb_choice_name(tb_dllm_cache_choices, p.cache), cfg->arch_name);
         return TB_ERR_UNSUPPORTED;
     }
     int B = (int)req->n_requests, P = (int)req->prompt_tokens;
@@ -492,31 +420,17 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
     int L = tb_dllm_canvas_length(&p, P);
     p.prompt_end = c->prompt_end;
     int seqs = p.cfg_scale > 0 ? 2 * B : B;
-    tb_dllm_engine eng;
     for (int b = B; b < seqs; b++) /* the CFG rows B..2B-1 share their canvas's padding */
         c->pad[b] = c->pad[b % B];
-    if (c->on_gpu) {
-#ifdef TB_HAVE_CUDA
-        if (tb_gpu_reserve(c->ld.gpu, seqs, L, seqs * L, c->error, sizeof c->error) != 0)
-            return tb_status_of(c->error, TB_ERR);
-        if (tb_gpu_set_padding(c->ld.gpu, c->pad, seqs) != 0) {
-            set_error(c, "%s", tb_gpu_error(c->ld.gpu));
-            return TB_ERR;
-        }
-        eng = (tb_dllm_engine){
-            .ctx = c, .vocab = cfg->vocab_size, .forward_pick = gpu_forward_pick, .forward_rows = gpu_forward_rows};
-#endif
-    } else {
-        if (tb_dllm_cpu_reserve(&c->engine, seqs, L, c->error, sizeof c->error) != 0)
-            return TB_ERR_NO_MEMORY;
-        eng = tb_dllm_cpu_engine(&c->engine);
-    }
+    const tb_engine_iface *e = c->eng.iface;
+    if (e->reserve(c->eng.ctx, seqs, L, seqs * L, c->error, sizeof c->error) != 0)
+        return tb_status_of(c->error, TB_ERR);
     int threads = (int)OPT_I(req->options, req->n_options, OPT_THREADS);
-    if (threads > 0 && !c->on_gpu)
-        tb_cpu_set_threads(&c->engine.st, threads);
-    if (!c->on_gpu) {
-        tb_cpu_set_padding(&c->engine.st, c->pad, seqs);
-        c->engine.st.expert_reads = c->engine.st.moe_rows = 0; /* MoE: this call's counts */
+    if (threads > 0)
+        e->set_threads(c->eng.ctx, threads);
+    if (e->set_padding(c->eng.ctx, c->pad, seqs) != 0) {
+        set_error(c, "%s", e->error(c->eng.ctx));
+        return TB_ERR;
     }
     if ((size_t)B > c->req_steps_cap) {
         free(c->req_steps);
@@ -534,7 +448,7 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
         .request_steps = c->req_steps, .request_tokens = c->req_steps + B, .request_blocks = c->req_steps + 2 * B};
     c->forward_error[0] = '\0';
     int64_t t_denoise = host->now_ns(host);
-    int rc = tb_dllm_generate(&eng, &p, c->canvas, B, P, req->seed, &hooks, &stats, c->error, sizeof c->error);
+    int rc = tb_dllm_generate(&c->sampler_engine, &p, c->canvas, B, P, req->seed, &hooks, &stats, c->error, sizeof c->error);
     int64_t t_end = host->now_ns(host);
     if (rc == 1) {
         set_error(c, "cancelled after %d steps", stats.steps);
@@ -557,11 +471,7 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
     res->forward_passes = stats.forwards;
     res->peak_device_bytes = tb_loaded_memory_peak(&c->ld); /* -1 on the CPU */
     res->energy_mj = tb_loaded_energy_mj(&c->ld, e0, t_end);     /* -1 on the CPU */
-    tb_loaded_work_report(&c->ld, res);
-    if (!c->on_gpu && TB_STRUCT_HAS(res, tb_result, moe_tokens)) { /* MoE: what the CPU's expert layers read */
-        res->expert_reads = c->engine.st.expert_reads;
-        res->moe_tokens = c->engine.st.moe_rows;
-    }
+    e->work_report(c->eng.ctx, res);
     for (int b = 0; b < B; b++) {
         tb_request_result *q = &res->requests[b];
         const int32_t *gen = c->canvas + (size_t)b * L + c->prompt_end[b];

@@ -11,35 +11,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "block_sampler.h"
-
-const char *const tb_dllm_sampler_names[] = {"low_confidence", "random", "threshold", "origin", "maskgit_plus",
-                                             "topk_margin", "entropy", "sdar_static", "sdar_dynamic",
-                                             "fast_dllm_v2", NULL};
-const char *const tb_dllm_cache_names[] = {"none", "prefix", "dual", NULL};
 
 static int llada_family(tb_dllm_sampler s)
 {
     return s == TB_DLLM_LOW_CONFIDENCE || s == TB_DLLM_RANDOM || s == TB_DLLM_THRESHOLD;
 }
 
-int tb_dllm_is_block_sampler(tb_dllm_sampler s)
+int tb_dllm_bidir_validate(const tb_dllm_params *p, char *why, size_t n)
 {
-    return s == TB_DLLM_SDAR_STATIC || s == TB_DLLM_SDAR_DYNAMIC || s == TB_DLLM_FAST_DLLM_V2;
-}
-
-int tb_dllm_canvas_length(const tb_dllm_params *p, int prompt_len)
-{
-    int L = prompt_len + p->gen_length;
-    if (tb_dllm_is_block_sampler(p->sampler) && p->block_length > 0)
-        L = (L + p->block_length - 1) / p->block_length * p->block_length;
-    return L;
-}
-
-int tb_dllm_validate(const tb_dllm_params *p, char *why, size_t n)
-{
-    if (tb_dllm_is_block_sampler(p->sampler))
-        return tb_dllm_block_validate(p, why, n);
     if (p->gen_length < 1) {
         snprintf(why, n, "gen_length (max_new_tokens) must be >= 1");
         return -1;
@@ -62,12 +41,12 @@ int tb_dllm_validate(const tb_dllm_params *p, char *why, size_t n)
     } else {
         if (p->block_length != p->gen_length) {
             snprintf(why, n, "sampler %s has no blocks: block_length must equal gen_length (or be left unset)",
-                     tb_dllm_sampler_names[p->sampler]);
+                     tb_choice_name(tb_dllm_sampler_choices, p->sampler));
             return -1;
         }
         if (p->cache != TB_DLLM_CACHE_NONE) {
             snprintf(why, n, "cache = %s needs a LLaDA-family sampler (low_confidence, random, threshold)",
-                     tb_dllm_cache_names[p->cache]);
+                     tb_choice_name(tb_dllm_cache_choices, p->cache));
             return -1;
         }
         if (p->steps > p->gen_length) {
@@ -88,12 +67,6 @@ int tb_dllm_validate(const tb_dllm_params *p, char *why, size_t n)
         return -1;
     }
     return 0;
-}
-
-void tb_dllm_llada_schedule(int n, int S, int *out)
-{
-    for (int i = 0; i < S; i++)
-        out[i] = n / S + (i < n % S);
 }
 
 /* torch.linspace(1, eps, points) in float32, element i: the first half
@@ -374,15 +347,9 @@ static int run_dream(run *r)
     return rc;
 }
 
-int tb_dllm_generate(const tb_dllm_engine *e, const tb_dllm_params *p, int32_t *canvas, int B, int prompt_len,
-                     uint64_t seed, const tb_dllm_hooks *h, tb_dllm_stats *stats, char *why, size_t why_size)
+int tb_dllm_bidir_generate(const tb_dllm_engine *e, const tb_dllm_params *p, int32_t *canvas, int B, int prompt_len,
+                           uint64_t seed, const tb_dllm_hooks *h, tb_dllm_stats *stats, char *why, size_t why_size)
 {
-    *stats = (tb_dllm_stats){.request_steps = stats->request_steps, .request_blocks = stats->request_blocks,
-                             .request_tokens = stats->request_tokens};
-    if (tb_dllm_validate(p, why, why_size) != 0)
-        return -1;
-    if (tb_dllm_is_block_sampler(p->sampler))
-        return tb_dllm_block_generate(e, p, canvas, B, prompt_len, seed, h, stats, why, why_size);
     run r = {.e = e, .p = p, .h = h, .canvas = canvas, .B = B, .L = prompt_len + p->gen_length, .P = prompt_len,
              .V = e->vocab, .rng = seed ^ 0x5DEECE66DULL, .stats = stats, .why = why, .why_size = why_size};
     r.spec = (tb_dllm_pick_spec){

@@ -25,10 +25,8 @@
 #include "tokenizer.h"
 #ifdef TB_HAVE_CUDA
 #include "flow_gpu.h"
-#define DEVICES "auto|cpu|cuda"
 #define FLOW_GPU_CAPS TB_CAP_DEVICE_MEMORY
 #else
-#define DEVICES "auto|cpu"
 #define FLOW_GPU_CAPS 0
 #endif
 
@@ -37,20 +35,18 @@
 enum { OPT_DEVICE, OPT_THREADS, OPT_SOLVER, OPT_PROMPT, OPT_PRESET_SEED, N_OPTS };
 
 static const tb_option_decl flow_options[N_OPTS] = {
-    [OPT_DEVICE] = {"device", TB_OPT_ENUM, "cpu",
-                    "cpu (float32, OpenBLAS), cuda (bf16 weights, cuBLAS, the sampler on the device; in CUDA builds), "
-                    "or auto (cuda when this build has CUDA and a device is usable, else cpu)",
-                    DEVICES, 1, 0, TB_OPTF_LOAD},
-    [OPT_THREADS] = {"threads", TB_OPT_INT, "0", "CPU threads for the GEMMs; 0 = every online CPU", NULL, 0, 4096, 0},
+    [OPT_DEVICE] = TB_OPT_DECL_DEVICE(
+        "cpu (float32, OpenBLAS), cuda (bf16 weights, cuBLAS, the sampler on the device; in CUDA builds), "
+        "or auto (cuda when this build has CUDA and a device is usable, else cpu)"),
+    [OPT_THREADS] = TB_OPT_DECL_THREADS("CPU threads for the GEMMs; 0 = every online CPU"),
     [OPT_SOLVER] = {"solver", TB_OPT_ENUM, "euler",
                     "euler: the published deterministic step (DDIM); heun: second order, 2 forwards a step but the last",
-                    "euler|heun", 0, 0, 0},
+                    TB_CHOICES_TEXT(TB_FLOW_SOLVER_LIST), 0, 0, 0},
     [OPT_PROMPT] = {"prompt", TB_OPT_ENUM, "clean",
                     "clean: prompt positions stay at their embeddings (models trained with clean conditions); "
                     "noised: re-noised to each step's level (models trained unconditionally)",
-                    "clean|noised", 0, 0, 0},
-    [OPT_PRESET_SEED] = {"preset_seed", TB_OPT_INT, "0", "seed of a preset's random weights", NULL, 0, 1e18,
-                         TB_OPTF_LOAD},
+                    TB_CHOICES_TEXT(TB_FLOW_PROMPT_LIST), 0, 0, 0},
+    [OPT_PRESET_SEED] = TB_OPT_DECL_PRESET_SEED,
 };
 
 typedef struct flow_ctx {
@@ -75,26 +71,6 @@ static void set_error(flow_ctx *c, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(c->error, sizeof c->error, fmt, ap);
     va_end(ap);
-}
-
-static int opt_index(const tb_option_value *v, uint32_t n, int which)
-{
-    for (uint32_t i = 0; i < n; i++)
-        if (strcmp(v[i].name, flow_options[which].name) == 0)
-            return (int)i;
-    return -1;
-}
-
-static int64_t opt_int(const tb_option_value *v, uint32_t n, int which)
-{
-    int i = opt_index(v, n, which);
-    return i >= 0 ? v[i].i : strtoll(flow_options[which].default_value, NULL, 10);
-}
-
-static const char *opt_text(const tb_option_value *v, uint32_t n, int which)
-{
-    int i = opt_index(v, n, which);
-    return i >= 0 ? v[i].text : flow_options[which].default_value;
 }
 
 static char *make_description(const flow_ctx *c)
@@ -157,10 +133,10 @@ static tb_status flow_create(const tb_host *host, const char *model, const tb_op
         return TB_ERR_NO_MEMORY;
     }
     c->host = host;
-    c->threads = (int)opt_int(options, n_options, OPT_THREADS);
+    c->threads = (int)tb_opt_int(options, n_options, flow_options, OPT_THREADS);
     int rc;
-    int on_gpu = tb_device_wants_gpu(opt_text(options, n_options, OPT_DEVICE));
-    uint64_t pseed = (uint64_t)opt_int(options, n_options, OPT_PRESET_SEED);
+    int on_gpu = tb_device_wants_gpu(tb_opt_text(options, n_options, flow_options, OPT_DEVICE));
+    uint64_t pseed = (uint64_t)tb_opt_int(options, n_options, flow_options, OPT_PRESET_SEED);
     if (strncmp(model, "preset:", 7) == 0 && on_gpu) {
 #ifdef TB_HAVE_CUDA
         /* made on the device: an 8B-class preset never exists on the host */
@@ -373,9 +349,10 @@ static tb_status flow_generate(void *ctx, const tb_request *req, tb_result *res)
             }
         }
         tb_flow_params p = {.steps = (int)req->steps};
-        p.solver = strcmp(opt_text(req->options, req->n_options, OPT_SOLVER), "heun") == 0 ? TB_FLOW_HEUN : TB_FLOW_EULER;
-        p.prompt = strcmp(opt_text(req->options, req->n_options, OPT_PROMPT), "noised") == 0 ? TB_FLOW_PROMPT_NOISED
-                                                                                                : TB_FLOW_PROMPT_CLEAN;
+        p.solver = (tb_flow_solver)tb_opt_choice(req->options, req->n_options, flow_options, OPT_SOLVER,
+                                                 tb_flow_solver_choices);
+        p.prompt = (tb_flow_prompt)tb_opt_choice(req->options, req->n_options, flow_options, OPT_PROMPT,
+                                                 tb_flow_prompt_choices);
         tb_flow_engine e = {.ctx = &c->st, .forward = cpu_forward, .x0 = cpu_x0};
         int forwards = 0, rc;
         int64_t peak = -1;

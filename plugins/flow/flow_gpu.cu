@@ -2,7 +2,9 @@
 // sampler in flow_sampler.c's. Layouts row-major: weights [out][in], so a
 // product is y[rows][out] = x[rows][in] W^T (cuBLAS: W^T x in column-major).
 #include "flow_gpu.h"
-#include "gpu.h" // the engine's ceiling measurement
+#include "cuda_check.cuh"  // CK, CB, LAUNCHED: failures as statuses (fail() below)
+#include "gpu.h"            // the engine's ceiling measurement
+#include "gpu_kernels.cuh"  // the engine's kernels it reuses: k_init_uniform, k_f32_to_bf16, k_softmax, k_argmax
 
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -13,14 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef __nv_bfloat16 bf16;
-
-// The engine's kernels this file reuses (plugins/engine/gpu_kernels.cu).
-__global__ void k_init_uniform(bf16 *p, size_t n, uint64_t seed, float a);
-__global__ void k_f32_to_bf16(const float *src, bf16 *dst, size_t n);
-__global__ void k_softmax(const float *sc, bf16 *p, int n, int n_keys, int pos0, int causal, const int *pad, int nh);
-__global__ void k_argmax(const float *logits, int V, int32_t *out);
 
 struct fblock {
     float *norm1, *norm2, *b_up, *b_down, *ada_b; // float32
@@ -60,20 +54,6 @@ static int fail(tb_flow_gpu *g, const char *fmt, ...)
     va_end(ap);
     return -1;
 }
-
-#define CK(call)                                                                                                   \
-    do {                                                                                                           \
-        cudaError_t e_ = (call);                                                                                   \
-        if (e_ != cudaSuccess)                                                                                     \
-            return fail(g, "%s:%d: %s: %s", __FILE__, __LINE__, #call, cudaGetErrorString(e_));                    \
-    } while (0)
-#define CB(call)                                                                                                   \
-    do {                                                                                                           \
-        cublasStatus_t s_ = (call);                                                                                \
-        if (s_ != CUBLAS_STATUS_SUCCESS)                                                                           \
-            return fail(g, "%s:%d: %s: cuBLAS status %d", __FILE__, __LINE__, #call, (int)s_);                     \
-    } while (0)
-#define LAUNCHED() CK(cudaGetLastError())
 
 static unsigned grid_for(size_t n)
 {

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *const tb_flow_solver_names[] = {"euler", "heun", NULL};
-const char *const tb_flow_prompt_names[] = {"clean", "noised", NULL};
+const tb_choice tb_flow_solver_choices[] = TB_CHOICES_TABLE(TB_FLOW_SOLVER_LIST);
+const tb_choice tb_flow_prompt_choices[] = TB_CHOICES_TABLE(TB_FLOW_PROMPT_LIST);
 
 static double sigmoid(double x)
 {

@@ -27,13 +27,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine_options.h"
 #include "flow_model.h"
 
-typedef enum tb_flow_solver { TB_FLOW_EULER, TB_FLOW_HEUN } tb_flow_solver;
-typedef enum tb_flow_prompt { TB_FLOW_PROMPT_CLEAN, TB_FLOW_PROMPT_NOISED } tb_flow_prompt;
-
-extern const char *const tb_flow_solver_names[];  /* "euler", "heun", NULL */
-extern const char *const tb_flow_prompt_names[];  /* "clean", "noised", NULL */
+/* The solvers and prompt modes by name (engine_options.h's choice lists:
+ * the enums, the options' choices and the name lookup come from them). */
+#define TB_FLOW_SOLVER_LIST(X, SEP) X(TB_FLOW_EULER, "euler") SEP X(TB_FLOW_HEUN, "heun")
+typedef enum tb_flow_solver { TB_CHOICES_ENUM(TB_FLOW_SOLVER_LIST) } tb_flow_solver;
+#define TB_FLOW_PROMPT_LIST(X, SEP) X(TB_FLOW_PROMPT_CLEAN, "clean") SEP X(TB_FLOW_PROMPT_NOISED, "noised")
+typedef enum tb_flow_prompt { TB_CHOICES_ENUM(TB_FLOW_PROMPT_LIST) } tb_flow_prompt;
+extern const tb_choice tb_flow_solver_choices[];
+extern const tb_choice tb_flow_prompt_choices[];
 
 /* The noise levels of an N-step schedule into gamma[N]. */
 void tb_flow_schedule(const tb_flow_config *c, int N, double *gamma);

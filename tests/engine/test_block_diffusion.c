@@ -22,6 +22,7 @@
 #include "cpu_engine.h"
 #include "cpu_forward.h"
 #include "model.h"
+#include "generate.h"
 #include "sampler.h"
 #include "strmem.h"
 #include "util.h"

@@ -1,4 +1,4 @@
-/* test_config.c — plugins/engine/config.c on configs as released (Llama 3,
+/* test_config.c — plugins/engine/format/config.c on configs as released (Llama 3,
  * Llama 3.1, Qwen2.5, LLaDA-8B-Instruct, Dream-v0-Instruct-7B), the
  * transformers 5 spellings, defaults, and one bad config per check. */
 #define _POSIX_C_SOURCE 200809L

@@ -17,7 +17,9 @@
 
 #include "check.h"
 #include "cpu_engine.h"
+#include "cpu_forward.h"
 #include "model.h"
+#include "generate.h"
 #include "sampler.h"
 #include "util.h"
 
@@ -139,10 +141,11 @@ static void check_case(const char *model_name, tb_model *m, const cJSON *c)
     tb_dllm_cpu_init(&e, m, 1);
     CHECK(tb_dllm_cpu_reserve(&e, p.cfg_scale > 0 ? 2 : 1, L, err, sizeof err) == 0);
     tb_dllm_engine eng = tb_dllm_cpu_engine(&e);
+    tb_cpu_state *cst = tb_engine_cpu_state(e.eng); /* the MoE router's margins */
     trace tr = {0};
     int moe = m->cfg.n_experts > 0;
     if (moe)
-        e.st.moe.min_gap = INFINITY;
+        cst->moe.min_gap = INFINITY;
     tb_dllm_hooks hooks = {.ctx = &tr, .on_step = on_step};
     tb_dllm_stats st;
     int rc = tb_dllm_generate(&eng, &p, canvas, 1, P, 0, &hooks, &st, err, sizeof err);
@@ -181,10 +184,10 @@ static void check_case(const char *model_name, tb_model *m, const cJSON *c)
             }
     }
     if (moe)
-        fprintf(stderr, "%s/%s: the CPU router's narrowest margin %.3g\n", model_name, name, e.st.moe.min_gap);
-    if (first_bad >= 0 && moe && e.st.moe.min_gap < ROUTE_TIE) {
+        fprintf(stderr, "%s/%s: the CPU router's narrowest margin %.3g\n", model_name, name, cst->moe.min_gap);
+    if (first_bad >= 0 && moe && cst->moe.min_gap < ROUTE_TIE) {
         fprintf(stderr, "%s/%s: differs after a routing near-tie (margin %.3g): reported, not failed\n", model_name,
-                name, e.st.moe.min_gap);
+                name, cst->moe.min_gap);
         goto done;
     }
     CHECK(first_bad < 0);

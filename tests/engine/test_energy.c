@@ -1,4 +1,4 @@
-/* test_energy.c — plugins/engine/energy.c: the rule that turns two counter
+/* test_energy.c — plugins/engine/backend/energy.c: the rule that turns two counter
  * readings into a call's energy, and opening a meter (on a machine without
  * NVML: NULL with a reason; with it: a period and a reading). The energy
  * itself is checked against the GPU's power on the GPU machine

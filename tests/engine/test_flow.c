@@ -113,9 +113,11 @@ static int sample_cases(const tb_flow_model *m, const tb_flow_engine *e, const k
     cJSON_ArrayForEach(sm, arr)
     {
         tb_flow_params p = {.steps = cJSON_GetObjectItem(sm, "steps")->valueint};
-        p.solver = strcmp(cJSON_GetObjectItem(sm, "solver")->valuestring, "heun") == 0 ? TB_FLOW_HEUN : TB_FLOW_EULER;
-        p.prompt = strcmp(cJSON_GetObjectItem(sm, "prompt")->valuestring, "noised") == 0 ? TB_FLOW_PROMPT_NOISED
-                                                                                          : TB_FLOW_PROMPT_CLEAN;
+        const char *solver = cJSON_GetObjectItem(sm, "solver")->valuestring;
+        const char *prompt = cJSON_GetObjectItem(sm, "prompt")->valuestring;
+        p.solver = (tb_flow_solver)tb_choice_value(tb_flow_solver_choices, solver);
+        p.prompt = (tb_flow_prompt)tb_choice_value(tb_flow_prompt_choices, prompt);
+        CHECK((int)p.solver >= 0 && (int)p.prompt >= 0); /* names the backend's options know */
         int32_t tok[8 * 64];
         memcpy(tok, tokens0, (size_t)B * L * sizeof *tok);
         int forwards = 0;
@@ -137,7 +139,7 @@ static int sample_cases(const tb_flow_model *m, const tb_flow_engine *e, const k
                     CHECK(tok[b * L + i] == tokens0[b * L + i]);
             }
         fprintf(stderr, "%-5s %-6s %d steps: %d forwards, final logits max diff %.3g (|ref| %.3f), tokens %d of %d\n",
-                p.solver == TB_FLOW_HEUN ? "heun" : "euler", p.prompt == TB_FLOW_PROMPT_NOISED ? "noised" : "clean",
+                tb_choice_name(tb_flow_solver_choices, p.solver), tb_choice_name(tb_flow_prompt_choices, p.prompt),
                 p.steps, forwards, dd, r, same, clear);
         CHECK(dd <= 1e-3 * (r > 1 ? r : 1));
         CHECK(same == clear && clear > 0);

@@ -1,4 +1,4 @@
-/* test_fp8.c — dtype = fp8 on the CPU path (plugins/engine/fp8.c, model.c's
+/* test_fp8.c — dtype = fp8 on the CPU path (plugins/engine/cpu/fp8.c, model.c's
  * tb_model_round_fp8): the E4M3 format byte by byte, rounding to the
  * nearest value (ties to even) and saturation, the per-output-channel
  * power-of-two scales, the quantize/dequantize round trip and its error
@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../plugins/engine/cpu_forward.h"
-#include "../../plugins/engine/fp8.h"
-#include "../../plugins/engine/model.h"
+#include "../../plugins/engine/cpu/cpu_forward.h"
+#include "../../plugins/engine/cpu/fp8.h"
+#include "../../plugins/engine/format/model.h"
 #include "check.h"
 
 static uint64_t rng = 12345;

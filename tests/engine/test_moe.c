@@ -1,4 +1,4 @@
-/* test_moe.c — the MoE layer (plugins/engine/moe.c): the routers of the
+/* test_moe.c — the MoE layer (plugins/engine/cpu/moe.c): the routers of the
  * published families on hand-worked cases, the expert products against a
  * dense loop-by-loop reference, and that a call reads only the experts its
  * rows chose (the others are poisoned with NaN). */
@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "../../plugins/engine/moe.h"
+#include "../../plugins/engine/cpu/moe.h"
 #include "check.h"
 
 static double sig(double v) { return 1.0 / (1.0 + exp(-v)); }

@@ -1,4 +1,4 @@
-/* test_safetensors.c — plugins/engine/safetensors.c on files this test
+/* test_safetensors.c — plugins/engine/format/safetensors.c on files this test
  * writes: a valid file, a sharded folder, and every way a file or index
  * can lie, each of which must give an error naming the file and tensor
  * (run it under ASan: none may crash). Also the dtype conversions against

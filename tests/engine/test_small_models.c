@@ -33,6 +33,7 @@
 #include "cpu_engine.h"
 #include "cpu_forward.h"
 #include "model.h"
+#include "generate.h"
 #include "sampler.h"
 #include "sampling.h"
 #include "tokenizer.h"
@@ -373,7 +374,7 @@ static void check_sdar(const cJSON *g)
             char text[256];
             tb_tokenizer_decode(tok, canvas + n, (size_t)p.gen_length, text, sizeof text);
             fprintf(stderr, "small-sdar %s %d steps%s: \"%s\" -> \"%s\", %d forwards\n",
-                    tb_dllm_sampler_names[p.sampler], p.steps, cJSON_IsNumber(th) ? ", threshold" : "", prompt,
+                    tb_choice_name(tb_dllm_sampler_choices, p.sampler), p.steps, cJSON_IsNumber(th) ? ", threshold" : "", prompt,
                     text, st.forwards);
         }
         free(canvas);

@@ -1,4 +1,4 @@
-/* test_tokenizer.c — plugins/engine/tokenizer.c: the mechanics on small
+/* test_tokenizer.c — plugins/engine/format/tokenizer.c: the mechanics on small
  * hand-made tokenizer.json files (byte-level alphabet + a few merges), then
  * every case of the golden files exported from the tokenizers library
  * (tests/data/golden/tokenizer_cases.json under $TB_SOURCE_ROOT, default

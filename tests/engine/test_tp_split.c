@@ -1,4 +1,4 @@
-/* test_shard.c — tensor parallelism's split (plugins/engine/shard.h) on
+/* test_tp_split.c — tensor parallelism's split (plugins/engine/cpu/tp_split.h) on
  * the CPU, for the tiny presets of three families (Llama with GQA, Qwen3
  * with QK-norm, Qwen2 with QKV bias and one kv head) at tp 2 and 4:
  *   - the ranks' weights reassemble to the originals, bit for bit (q heads,
@@ -23,7 +23,7 @@
 #include "check.h"
 #include "cpu_forward.h"
 #include "model.h"
-#include "shard.h"
+#include "tp_split.h"
 
 enum { MAX_TP = 4, NSEQ = 2, PREFILL = 5, DECODE = 3, BIDIR = 7 };
 static const int32_t prefill_tokens[NSEQ * PREFILL] = {3, 17, 99, 250, 7, 11, 400, 23, 5, 301};
@@ -100,7 +100,7 @@ static double max_abs(const float *x, size_t n)
 }
 
 /* The ranks' slices put back together equal full's tensors. */
-static void check_reassembly(const tb_model *full, const tb_model *sh, const tb_shard *s, int tp)
+static void check_reassembly(const tb_model *full, const tb_model *sh, const tb_tp_split *s, int tp)
 {
     const tb_model_config *c = &full->cfg;
     size_t h = c->hidden_size, hd = c->head_dim, fq = (size_t)c->n_heads * hd, fkv = (size_t)c->n_kv_heads * hd;
@@ -108,7 +108,7 @@ static void check_reassembly(const tb_model *full, const tb_model *sh, const tb_
     int same = 1, cover_q = 0, cover_i = 0, cover_v = 0;
     char kv_seen[64] = {0};
     for (int r = 0; r < tp; r++) {
-        const tb_shard *p = &s[r];
+        const tb_tp_split *p = &s[r];
         const tb_model *m = &sh[r];
         size_t nq = (size_t)p->n_q_heads * hd, nkv = (size_t)p->n_kv_heads * hd, ni = p->n_inter;
         cover_q += p->n_q_heads;
@@ -159,7 +159,7 @@ static void check_preset(const char *name, int tp, const float *ref)
         return;
     }
     int V = full.cfg.vocab_size;
-    tb_shard s[MAX_TP];
+    tb_tp_split s[MAX_TP];
     tb_model sh[MAX_TP];
     comm cm = {.tp = tp};
     pthread_barrier_init(&cm.bar, NULL, (unsigned)tp);
@@ -168,8 +168,8 @@ static void check_preset(const char *name, int tp, const float *ref)
     pthread_t th[MAX_TP];
     int ok = 1;
     for (int r = 0; r < tp; r++) {
-        ok &= tb_shard_plan(&full.cfg, tp, r, &s[r], err, sizeof err) == 0;
-        ok &= ok && tb_shard_model(&full, &s[r], &sh[r], err, sizeof err) == 0;
+        ok &= tb_tp_split_plan(&full.cfg, tp, r, &s[r], err, sizeof err) == 0;
+        ok &= ok && tb_tp_split_model(&full, &s[r], &sh[r], err, sizeof err) == 0;
         if (!ok) {
             fprintf(stderr, "%s tp %d rank %d: %s\n", name, tp, r, err);
             CHECK(0);
@@ -238,9 +238,9 @@ static void refused(const char *name, int tp, int rank, const char *want)
 {
     tb_model_config cfg;
     char err[256] = "";
-    tb_shard s;
+    tb_tp_split s;
     CHECK(tb_preset_config(name, &cfg, err, sizeof err) == 0);
-    int rc = tb_shard_plan(&cfg, tp, rank, &s, err, sizeof err);
+    int rc = tb_tp_split_plan(&cfg, tp, rank, &s, err, sizeof err);
     fprintf(stderr, "%s tp %d rank %d: %s\n", name, tp, rank, rc ? err : "(accepted)");
     CHECK(rc != 0 && strstr(err, want) != NULL);
 }
@@ -276,11 +276,11 @@ int main(void)
     {
         char err[256];
         tb_model_config c70;
-        tb_shard s70;
+        tb_tp_split s70;
         CHECK(tb_preset_config("llama-3-70b", &c70, err, sizeof err) == 0);
         CHECK(tb_config_n_params(&c70) == 70553706496LL);
         for (int tp = 2; tp <= 8; tp *= 2)
-            CHECK(tb_shard_plan(&c70, tp, tp - 1, &s70, err, sizeof err) == 0 && s70.n_kv_heads == 8 / tp);
+            CHECK(tb_tp_split_plan(&c70, tp, tp - 1, &s70, err, sizeof err) == 0 && s70.n_kv_heads == 8 / tp);
     }
     /* the backends' `tp` option is for device = cuda (tb_load) */
     {

@@ -52,17 +52,17 @@ rss=${TB_FUZZ_RSS_MB:-2048}
 
 # TARGET: its sources besides tests/fuzz/fuzz_TARGET.c, and -max_len.
 declare -A srcs=(
-    [config]="plugins/engine/config.c util/util.c util/strmem.c"
-    [safetensors]="plugins/engine/safetensors.c util/util.c util/strmem.c"
-    [safetensors_index]="plugins/engine/safetensors.c util/util.c util/strmem.c"
+    [config]="plugins/engine/format/config.c util/util.c util/strmem.c"
+    [safetensors]="plugins/engine/format/safetensors.c util/util.c util/strmem.c"
+    [safetensors_index]="plugins/engine/format/safetensors.c util/util.c util/strmem.c"
     [sse]="plugins/http/sse.c"
     [oai]="plugins/http/sse.c"
-    [tokenizer]="plugins/engine/tokenizer.c util/util.c util/strmem.c"
-    [tokenizer_json]="plugins/engine/tokenizer.c util/util.c util/strmem.c"
+    [tokenizer]="plugins/engine/format/tokenizer.c util/util.c util/strmem.c"
+    [tokenizer_json]="plugins/engine/format/tokenizer.c util/util.c util/strmem.c"
     [suite]="suite/suite.c util/util.c util/strmem.c"
     [serve_request]="serve/serve_request.c util/util.c util/strmem.c"
     [http_options]="plugins/http/json_options.c"
-    [workload]="plugins/http/workload.c plugins/http/prompts.c plugins/http/arrivals.c plugins/engine/tokenizer.c util/strmem.c"
+    [workload]="plugins/http/workload.c plugins/http/prompts.c plugins/http/arrivals.c plugins/engine/format/tokenizer.c util/strmem.c"
     [prompts]="suite/prompt_set.c suite/scorers.c util/utf8.c util/util.c util/strmem.c"
     [prometheus]="run/telemetry.c proc/proc.c util/util.c util/strmem.c"
 )
@@ -97,7 +97,7 @@ pc_libs=$(pkg-config --libs $pkgs)
 # ---- build
 cflags=(-std=c11 -g -O1 -fno-omit-frame-pointer -Wall -Wextra
         -fsanitize=address,undefined -fno-sanitize-recover=undefined
-        -I"$root/include" -I"$root/util" -I"$root/measure" -I"$root/proc" -I"$root/suite" -I"$root/run" -I"$root/serve" -I"$root/plugins/engine" -I"$root/plugins/http"
+        -I"$root/include" -I"$root/util" -I"$root/measure" -I"$root/proc" -I"$root/suite" -I"$root/run" -I"$root/serve" -I"$root/plugins/engine/format" -I"$root/plugins/http"
         $pc_cflags)
 mkdir -p "$build/obj" "$build/logs" "$build/tmp"
 declare -A want_src=()

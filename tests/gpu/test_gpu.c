@@ -744,7 +744,7 @@ static int route_near_tie(const char *name, const tb_model *m, const tb_cpu_stat
     return 1;
 }
 
-/* Span attention's row softmax (gpu_kernels.cu's softmax_span) at every
+/* Span attention's row softmax (kernels_softmax.cu's softmax_span) at every
  * width it is specialised for: a row's keys in registers up to 128, 256,
  * 512 and 1024, and the block kernel beyond; bidirectional spans against
  * the CPU's logits. */

@@ -12,7 +12,7 @@
  *   bound of test_gpu.c (GPU_TOL: the row-parallel sums add in another
  *   order), greedy tokens equal where tp = 1's top-1/top-2 margin exceeds
  *   the bound; otherwise a line says which tp was not run.
- *   The refusals: tp above the device count, a split shard.h refuses. */
+ *   The refusals: tp above the device count, a split tp_split.h refuses. */
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdio.h>
@@ -256,7 +256,7 @@ int main(void)
     fprintf(stderr, "%d CUDA device%s\n", n_devices, n_devices == 1 ? "" : "s");
     /* refusals, with the reason */
     {
-        int over = 1; /* the smallest tp above the device count that shard.h accepts */
+        int over = 1; /* the smallest tp above the device count that tp_split.h accepts */
         while (over <= n_devices || cfg.n_heads % over || cfg.intermediate_size % over)
             over *= 2;
         if (over <= cfg.n_heads) {

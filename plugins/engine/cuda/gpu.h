@@ -96,13 +96,13 @@ int tb_gpu_decode_attention(tb_gpu *g, const float *q, const float *k, const flo
                             int kernel, float *out);
 
 /* Tensor parallelism over devices 0 .. tp - 1 of this host (gpu_tp.cu,
- * shard.h's split; NCCL loaded at run time): a group context whose entry
+ * tp_split.h's split; NCCL loaded at run time): a group context whose entry
  * points below run on every rank, one thread each, and return rank 0's
  * results. From a CPU model each rank gets its shard; with cpu == NULL each
  * rank draws random weights for its shard's shapes (rank 0 with seed, so tp
  * = 1 equals tb_gpu_create's model when cfg's embedding is untied). tp = 1
  * runs the same path over one device. -1 with the reason: tp above the
- * device count, a split shard.h refuses, no NCCL. Memory (tb_gpu_bytes,
+ * device count, a split tp_split.h refuses, no NCCL. Memory (tb_gpu_bytes,
  * tb_gpu_peak_bytes) is summed over the ranks; the roofline's work and
  * ceilings too (ceilings: rank 0's device's times tp). */
 int tb_gpu_create_tp(tb_gpu **out, const tb_model_config *cfg, const tb_model *cpu, uint64_t seed, int tp, char *err,

@@ -569,6 +569,23 @@ static int keep_rows(tb_gpu *g, void *p, void *scratch, size_t row_bytes, int B,
 // nr < n (the last layer under last_layer_rows): after the QKV product and
 // the cache write only rows [r0, r0 + nr) of each sequence go on, moved to
 // the front of g->x ([B][nr][hidden]); nr = 0 stops there.
+// A product into the residual stream x (attention's o, the MLP's down):
+// x += W in, by the batch-1 GEMV when `one` (a: its fused norm; a.beta is
+// set here) or matmul_p. Tensor parallelism lives here alone: the product
+// is row-parallel, rank 0 adds its partial sum to x, the other ranks write
+// theirs (beta 0), and the all-reduce sums them into x on every rank.
+static int residual_product(tb_gpu *g, gemv_args a, proj p, int rows, int one, int pdl)
+{
+    a.beta = g->tp_rank == 0 ? 1.0f : 0.0f;
+    if (one) {
+        gemv_fused(g, a, pdl);
+        LAUNCHED();
+    } else if (matmul_p(g, g->x, a.x, p, rows, a.out, a.in, a.beta)) {
+        return -1;
+    }
+    return g->comm ? tp_allreduce(g, g->x, (size_t)rows * a.out) : 0;
+}
+
 static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, int n_attend, int causal, int mode,
                          int r0, int nr)
 {
@@ -638,17 +655,9 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
     } else if (attn_span(g, l, B, slot0, pos0, n, n_attend, causal)) {
         return -1;
     }
-    // row-parallel under tensor parallelism: rank 0 adds its partial sum
-    // to the residual, the others write theirs; the all-reduce sums them
-    float resid = g->tp_rank == 0 ? 1.0f : 0.0f;
-    if (one) { // (under NORM also the MLP's RMSNorm into xn)
-        gemv_args a = {G->wo, g->att, g->x, NULL, norm ? g->xn : NULL, G->mlp_norm, eps, h, nq, resid};
-        gemv_fused(g, a, pdl);
-        LAUNCHED();
-    } else if (matmul_p(g, g->x, g->att, po, rows, h, nq, resid)) {
-        return -1;
-    }
-    if (g->comm && tp_allreduce(g, g->x, (size_t)rows * h))
+    // (one row under NORM: also the MLP's RMSNorm into xn)
+    gemv_args o = {G->wo, g->att, g->x, NULL, norm ? g->xn : NULL, G->mlp_norm, eps, h, nq, 0.0f};
+    if (residual_product(g, o, po, rows, one, pdl))
         return -1;
     if (!norm && norm_rows(g, rows, G->mlp_norm, pdl))
         return -1;
@@ -680,15 +689,10 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
         swiglu_act(g, g->gu, g->act, I, (size_t)rows * I, gu_sx, gu_sw);
         LAUNCHED();
     }
-    if (one) { // (under NORM also the next layer's RMSNorm, or the final one, into xn)
-        const float *next = l + 1 < c->n_layers ? g->layers[l + 1].attn_norm : g->final_norm;
-        gemv_args dn = {G->wdown, g->act, g->x, NULL, norm ? g->xn : NULL, next, eps, h, I, resid};
-        gemv_fused(g, dn, pdl);
-        LAUNCHED();
-    } else if (matmul_p(g, g->x, g->act, pdown, rows, h, I, resid)) {
-        return -1;
-    }
-    return g->comm ? tp_allreduce(g, g->x, (size_t)rows * h) : 0;
+    // (one row under NORM: also the next layer's RMSNorm, or the final one, into xn)
+    const float *next = l + 1 < c->n_layers ? g->layers[l + 1].attn_norm : g->final_norm;
+    gemv_args dn = {G->wdown, g->act, g->x, NULL, norm ? g->xn : NULL, next, eps, h, I, 0.0f};
+    return residual_product(g, dn, pdown, rows, one, pdl);
 }
 
 // Final norm + LM head over rows r0 .. r0 + nr - 1 of each sequence of

@@ -50,7 +50,7 @@ typedef struct tb_cpu_state {
      * and moe_tokens): distinct experts read, summed over MoE layer calls,
      * and the rows those calls processed */
     double expert_reads, moe_rows;
-    /* Tensor parallelism (shard.h), NULL otherwise: the model is one
+    /* Tensor parallelism (tp_split.h), NULL otherwise: the model is one
      * rank's shard, and allreduce is called on each row-parallel partial
      * sum, [rows][hidden] (attention's o_proj output and the MLP's
      * down_proj output), which it must replace with the sum over the ranks

@@ -1,4 +1,4 @@
-/* shard.h — tensor parallelism's split of a dense transformer over tp
+/* tp_split.h — tensor parallelism's split of a dense transformer over tp
  * ranks (Megatron's scheme), on the CPU model layout (model.h):
  *
  *   column-parallel (each rank holds some output rows, no communication):
@@ -21,29 +21,29 @@
  * the CPU forward (cpu_forward.h, with its all-reduce hook set) and the
  * device upload run on it unchanged. The KV cache is split with the kv
  * heads. MoE layers are not split (expert parallelism is another scheme):
- * tb_shard_plan refuses them. */
-#ifndef TB_ENGINE_SHARD_H
-#define TB_ENGINE_SHARD_H
+ * tb_tp_split_plan refuses them. */
+#ifndef TB_ENGINE_TP_SPLIT_H
+#define TB_ENGINE_TP_SPLIT_H
 
 #include <stddef.h>
 
 #include "model.h"
 
-typedef struct tb_shard {
+typedef struct tb_tp_split {
     int tp, rank;
     int q_head0, n_q_heads;    /* q heads [q_head0, q_head0 + n_q_heads) */
     int kv_head0, n_kv_heads;  /* kv heads [kv_head0, kv_head0 + n_kv_heads) */
     int inter0, n_inter;       /* intermediate units [inter0, inter0 + n_inter) */
     int vocab0, n_vocab;       /* lm_head rows [vocab0, vocab0 + n_vocab) */
-} tb_shard;
+} tb_tp_split;
 
 /* The split of cfg's weights for rank of tp. 0, or -1 with the reason (a
  * head count, intermediate size or vocabulary tp does not divide, a MoE
  * model, tp < 1, rank outside [0, tp)) in err. */
-int tb_shard_plan(const tb_model_config *cfg, int tp, int rank, tb_shard *s, char *err, size_t err_size);
+int tb_tp_split_plan(const tb_model_config *cfg, int tp, int rank, tb_tp_split *s, char *err, size_t err_size);
 
 /* Rank s->rank's weights of full, copied into out (its own arena; free it
  * with tb_model_free). 0, or -1 with the reason. */
-int tb_shard_model(const tb_model *full, const tb_shard *s, tb_model *out, char *err, size_t err_size);
+int tb_tp_split_model(const tb_model *full, const tb_tp_split *s, tb_model *out, char *err, size_t err_size);
 
 #endif

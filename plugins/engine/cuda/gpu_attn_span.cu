@@ -3,7 +3,7 @@
 // sum per row (the online softmax), so neither the scores nor the
 // probabilities go to memory. It replaces attn_span's two batched GEMMs and
 // the softmax kernel between them (gpu_forward.cu) for head_dim 16, 32, 64
-// and 128; the masks are softmax_row's (gpu_kernels.cu) and the CPU path's
+// and 128; the masks are softmax_row's (kernels_softmax.cu) and the CPU path's
 // (cpu_forward.c): query row t of the span sits at position pos0 + t and
 // sees keys [lo, visible) with
 //   visible = n_attend, or for causal k >= 1 the end of its block of k

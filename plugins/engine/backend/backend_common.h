@@ -10,6 +10,7 @@
 
 #include <tokbench/backend.h>
 
+#include "engine_options.h"
 #include "model.h"
 #include "tokenizer.h"
 
@@ -42,11 +43,6 @@ typedef struct tb_loaded {
  * messages say so), else `otherwise`. */
 tb_status tb_status_of(const char *err, tb_status otherwise);
 
-/* The `device` option: "cuda" -> 1, "cpu" -> 0, "auto" -> 1 when this is
- * a CUDA build and a CUDA device is usable, else 0 (so one suite runs on
- * the GPU when there is one and on the CPU elsewhere). */
-int tb_device_wants_gpu(const char *device);
-
 /* Load `spec` for a backend that runs diffusion models (want_diffusion)
  * or autoregressive ones, on the GPU (on_gpu, CUDA builds) or the CPU.
  * A preset's random weights are made where they run. fp8 (the `dtype`
@@ -59,21 +55,9 @@ int tb_device_wants_gpu(const char *device);
  * with the reason in err. */
 tb_status tb_load(const char *spec, int want_diffusion, int on_gpu, int fp8, uint64_t preset_seed, int tp,
                   tb_loaded *out, char *err, size_t err_size);
-/* The `dtype` option's declaration text and values, the same in the ar
- * and diffusion backends. */
-#define TB_DTYPE_VALUES "auto|fp8"
-#define TB_DTYPE_HELP                                                                                              \
-    "auto (the device's own: float32 on the CPU, bf16 on the GPU) or fp8 (E4M3 projection weights with a "          \
-    "per-output-channel scale made at load; embeddings, norms and LM head as auto; not for mixture-of-experts models)"
 /* describe()'s "dtype": "fp8", else "bf16" on the GPU, "f32" on the CPU. */
 const char *tb_loaded_dtype(const tb_loaded *l);
 
-/* The `tp` option's declaration, shared by the ar and diffusion backends. */
-#define TB_OPT_DECL_TP                                                                                          \
-    {"tp", TB_OPT_INT, "0",                                                                                     \
-     "tensor parallel over the first N GPUs of this host (device = cuda; NCCL, libnccl.so.2 at run time); "    \
-     "0 = one GPU without NCCL, 1 = one GPU through the NCCL path",                                             \
-     NULL, 0, 64, TB_OPTF_LOAD}
 void tb_loaded_free(tb_loaded *l);
 
 /* Energy meter readings around a call (energy.h): call tb_loaded_energy_mark
@@ -108,15 +92,6 @@ int64_t tb_loaded_tokenize(const tb_loaded *l, const char *text, int32_t *ids, s
                            size_t err_size);
 int64_t tb_loaded_detokenize(const tb_loaded *l, const int32_t *ids, size_t n, char *out, size_t cap, char *err,
                              size_t err_size);
-
-/* The value of declared option `which` among values[n] (the host passes
- * every declared option), or its parsed default. */
-const tb_option_value *tb_opt_get(const tb_option_value *values, uint32_t n, const tb_option_decl *decls,
-                                  int which);
-int64_t tb_opt_int(const tb_option_value *values, uint32_t n, const tb_option_decl *decls, int which);
-double tb_opt_float(const tb_option_value *values, uint32_t n, const tb_option_decl *decls, int which);
-/* The enum/string text, the default when absent. */
-const char *tb_opt_text(const tb_option_value *values, uint32_t n, const tb_option_decl *decls, int which);
 
 /* A deterministic prompt of exactly P tokens for request r: BOS when the
  * model has one, then ids from the ordinary vocabulary (below the added

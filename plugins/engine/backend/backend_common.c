@@ -22,18 +22,6 @@ tb_status tb_status_of(const char *err, tb_status otherwise)
     return otherwise;
 }
 
-int tb_device_wants_gpu(const char *device)
-{
-    if (strcmp(device, "cuda") == 0)
-        return 1;
-#ifdef TB_HAVE_CUDA
-    char why[256];
-    if (strcmp(device, "auto") == 0)
-        return tb_gpu_probe(why, sizeof why) == 0;
-#endif
-    return 0;
-}
-
 const char *tb_loaded_dtype(const tb_loaded *l)
 {
     return l->fp8 ? "fp8" : l->gpu ? "bf16" : "f32";
@@ -246,32 +234,6 @@ int64_t tb_loaded_detokenize(const tb_loaded *l, const int32_t *ids, size_t n, c
     if (len < 0)
         snprintf(err, err_size, "%s", len == TB_TOKENIZER_NO_MEMORY ? "detokenize: out of memory" : "detokenize: an id outside the vocabulary");
     return len < 0 ? -1 : len;
-}
-
-const tb_option_value *tb_opt_get(const tb_option_value *values, uint32_t n, const tb_option_decl *decls, int which)
-{
-    for (uint32_t i = 0; values && i < n; i++)
-        if (strcmp(values[i].name, decls[which].name) == 0)
-            return &values[i];
-    return NULL;
-}
-
-int64_t tb_opt_int(const tb_option_value *values, uint32_t n, const tb_option_decl *decls, int which)
-{
-    const tb_option_value *v = tb_opt_get(values, n, decls, which);
-    return v ? v->i : strtoll(decls[which].default_value, NULL, 10);
-}
-
-double tb_opt_float(const tb_option_value *values, uint32_t n, const tb_option_decl *decls, int which)
-{
-    const tb_option_value *v = tb_opt_get(values, n, decls, which);
-    return v ? v->f : strtod(decls[which].default_value, NULL);
-}
-
-const char *tb_opt_text(const tb_option_value *values, uint32_t n, const tb_option_decl *decls, int which)
-{
-    const tb_option_value *v = tb_opt_get(values, n, decls, which);
-    return v ? v->text : decls[which].default_value;
 }
 
 void tb_synth_prompt(const tb_model_config *cfg, const tb_tokenizer *tok, int32_t avoid, uint64_t seed, uint32_t r,

@@ -1,4 +1,4 @@
-// gpu_kernels.cuh — the engine's CUDA kernels (gpu_kernels.cu), for the
+// gpu_kernels.cuh — the engine's CUDA kernels (kernels_*.cu), for the
 // host code that launches them. What each computes, its grid and its
 // layouts are said at its definition; the CPU path (cpu_forward.c) is the
 // reference of every one (tests/gpu/).

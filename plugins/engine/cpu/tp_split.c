@@ -1,11 +1,11 @@
-/* shard.c — tensor parallelism's split of a model's weights (shard.h). */
-#include "shard.h"
+/* tp_split.c — tensor parallelism's split of a model's weights (tp_split.h). */
+#include "tp_split.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-int tb_shard_plan(const tb_model_config *c, int tp, int rank, tb_shard *s, char *err, size_t err_size)
+int tb_tp_split_plan(const tb_model_config *c, int tp, int rank, tb_tp_split *s, char *err, size_t err_size)
 {
     memset(s, 0, sizeof *s);
     if (tp < 1 || rank < 0 || rank >= tp) {
@@ -62,15 +62,15 @@ static float *copy_block(float *dst, const float *src, size_t ld, size_t row0, s
     return dst + rows * cols;
 }
 
-int tb_shard_model(const tb_model *full, const tb_shard *s, tb_model *out, char *err, size_t err_size)
+int tb_tp_split_model(const tb_model *full, const tb_tp_split *s, tb_model *out, char *err, size_t err_size)
 {
     memset(out, 0, sizeof *out);
     const tb_model_config *c = &full->cfg;
-    tb_shard chk;
-    if (tb_shard_plan(c, s->tp, s->rank, &chk, err, err_size) != 0)
+    tb_tp_split chk;
+    if (tb_tp_split_plan(c, s->tp, s->rank, &chk, err, err_size) != 0)
         return -1;
     if (memcmp(&chk, s, sizeof chk) != 0) {
-        snprintf(err, err_size, "tensor parallel: the split given is not tb_shard_plan's for rank %d of %d", s->rank,
+        snprintf(err, err_size, "tensor parallel: the split given is not tb_tp_split_plan's for rank %d of %d", s->rank,
                  s->tp);
         return -1;
     }

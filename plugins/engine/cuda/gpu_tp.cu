@@ -1,9 +1,9 @@
 // gpu_tp.cu — tensor parallelism over the GPUs of one host (gpu.h's
-// tb_gpu_create_tp; shard.h has the split).
+// tb_gpu_create_tp; tp_split.h has the split).
 //
 // One process drives N devices, so a backend stays one worker process to
 // the runner. A group's context holds N rank contexts, rank r on device r
-// with rank r's shard (tb_shard_model, or rank-seeded random weights for a
+// with rank r's shard (tb_tp_split_model, or rank-seeded random weights for a
 // preset) and its NCCL communicator (ncclCommInitAll). Each entry point on
 // the group runs the same entry point on every rank, one thread per rank
 // (NCCL needs the ranks' collectives issued concurrently), and returns rank
@@ -26,7 +26,7 @@
 #include <vector>
 
 extern "C" {
-#include "shard.h"
+#include "tp_split.h"
 }
 
 #ifdef TB_HAVE_NCCL
@@ -191,9 +191,9 @@ extern "C" int tb_gpu_create_tp(tb_gpu **out, const tb_model_config *cfg, const 
         snprintf(err, err_size, "tensor parallel: tp = %d (it must be at least 1)", tp);
         return -1;
     }
-    std::vector<tb_shard> plan((size_t)tp);
+    std::vector<tb_tp_split> plan((size_t)tp);
     for (int r = 0; r < tp; r++)
-        if (tb_shard_plan(cfg, tp, r, &plan[(size_t)r], err, err_size) != 0)
+        if (tb_tp_split_plan(cfg, tp, r, &plan[(size_t)r], err, err_size) != 0)
             return -1;
     if (cudaGetDeviceCount(&devices) != cudaSuccess || devices < tp) {
         snprintf(err, err_size, "tensor parallel: tp = %d but this host has %d CUDA device%s", tp, devices,
@@ -235,15 +235,15 @@ extern "C" int tb_gpu_create_tp(tb_gpu **out, const tb_model_config *cfg, const 
     }
     int rc = 0;
     for (int r = 0; r < tp && rc == 0; r++) {
-        const tb_shard *s = &plan[(size_t)r];
-        tb_model_config rc_cfg = *cfg; // the rank's shapes, as tb_shard_model makes them
+        const tb_tp_split *s = &plan[(size_t)r];
+        tb_model_config rc_cfg = *cfg; // the rank's shapes, as tb_tp_split_model makes them
         rc_cfg.n_heads = s->n_q_heads;
         rc_cfg.n_kv_heads = s->n_kv_heads;
         rc_cfg.intermediate_size = s->n_inter;
         rc_cfg.tie_word_embeddings = 0;
         if (cpu) {
             tb_model part;
-            rc = tb_shard_model(cpu, s, &part, err, err_size);
+            rc = tb_tp_split_model(cpu, s, &part, err, err_size);
             if (rc == 0) {
                 rc = create_on(&ranks[r], &part.cfg, &part, seed, r, s->n_vocab, 0, err, err_size);
                 tb_model_free(&part);

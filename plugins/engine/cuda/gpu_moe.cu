@@ -377,7 +377,7 @@ int moe_take_touched(tb_gpu *g, double *touched)
 
 extern "C" void tb_gpu_set_moe_gemv_rows(tb_gpu *g, int max_rows)
 {
-    for (int r = 0; r < g->n_ranks; r++) // a tensor-parallel group's ranks (no MoE: shard.h refuses it)
+    for (int r = 0; r < g->n_ranks; r++) // a tensor-parallel group's ranks (no MoE: tp_split.h refuses it)
         g->ranks[r]->moe_gemv_max_rows = max_rows;
     g->moe_gemv_max_rows = max_rows;
 }

@@ -4,7 +4,9 @@
 // (gpu_kernels.cuh). Layouts mirror cpu_forward.c: row-major
 // [rows][features]; weights [out][in] (PyTorch), so y = x W^T.
 //
-// The files: gpu_kernels.cu (device code and its launch wrappers),
+// The files: kernels_*.cu (device code and its launch wrappers, a file
+// per concern named for its CPU twin; kernels_device.cuh their shared
+// device helpers),
 // gpu_context.cu (device, stream, cuBLAS, device-memory accounting, the
 // weights), gpu_forward.cu (the forward pass, in cpu_forward.c's order and
 // names), gpu_ceilings.cu (the roofline's ceilings, the GEMV calibration).
@@ -20,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cuda_check.cuh"
 #include "gpu_kernels.cuh"
 
 struct gpu_layer {
@@ -114,7 +117,7 @@ struct tb_gpu {
     // (index B, [seqs + 1]): a server's batch changes size step by step
     cudaGraphExec_t *graph_slots;
     int pos;           // host copy of the decode position
-    // the batch-1 GEMV's variant (gemv_pick, gpu_kernels.cu) per weight
+    // the batch-1 GEMV's variant (gemv_pick, kernels_gemv.cu) per weight
     // shape, the fastest tb_gpu_bench_gemv measured at load; gemv_variant
     // for a shape not measured (the last measured one's); gemv_forced >= 0
     // makes every GEMV that variant (tests: tb_gpu_force_gemv_variant)
@@ -168,11 +171,11 @@ struct tb_gpu {
     float *fp8_t;             // [FP8_SCALAR_ROWS][largest out]: the small spans' unscaled products
     size_t fp8_t_floats;
     int gemm_fp8_failed;      // cuBLASLt could not plan it: fp8_gemm stays 0
-    int fp8_variant; // gemv_fp8's shape (gpu_kernels.cu), TB_GPU_FP8_GEMV_VARIANTS of them
+    int fp8_variant; // gemv_fp8's shape (kernels_fp8.cu), TB_GPU_FP8_GEMV_VARIANTS of them
 
     float *att_part;    // [seqs][nh][ATT_MAX_SPLIT][hd + 2] split attention's partials
     unsigned *att_count; // [seqs][nh] its arrival counters (zero between launches)
-    pick_part *pick_parts; // [rows][PICK_MAX_CHUNKS] the LLaDA pick's partials (gpu_kernels.cu's pick)
+    pick_part *pick_parts; // [rows][PICK_MAX_CHUNKS] the LLaDA pick's partials (kernels_pick.cu's pick)
     // TB_GPU_PROFILE_CALL=N (gpu_forward.cu): the N-th decode step or
     // diffusion forward is bracketed by cudaProfilerStart/Stop for ncu
     int profile_call, profile_seen;
@@ -205,7 +208,7 @@ struct tb_gpu {
     // the CUDA device this context runs on (every entry point's caller
     // has it current: device 0, or gpu_tp.cu's rank thread)
     int device;
-    // tensor parallelism (gpu_tp.cu, shard.h). A rank's context: its
+    // tensor parallelism (gpu_tp.cu, tp_split.h). A rank's context: its
     // shard's weights (cfg's heads and intermediate size are the rank's,
     // vocab_size whole), head_rows lm_head rows (its vocabulary slice;
     // vocab_size when whole), and comm (an ncclComm_t; NULL: none). The
@@ -226,20 +229,7 @@ struct tb_gpu {
     char error[512];
 };
 
-#define CK(call)                                                                                    \
-    do {                                                                                            \
-        cudaError_t e_ = (call);                                                                    \
-        if (e_ != cudaSuccess)                                                                      \
-            return fail(g, "%s:%d: %s: %s", __FILE__, __LINE__, #call, cudaGetErrorString(e_));     \
-    } while (0)
-#define CB(call)                                                                                    \
-    do {                                                                                            \
-        cublasStatus_t s_ = (call);                                                                 \
-        if (s_ != CUBLAS_STATUS_SUCCESS)                                                            \
-            return fail(g, "%s:%d: %s: cuBLAS status %d", __FILE__, __LINE__, #call, (int)s_);     \
-    } while (0)
 #define TB_GPU_FP8_GEMV_VARIANTS 5
-#define LAUNCHED() CK(cudaGetLastError())
 
 // Host helpers shared by the .cu files (C++ names: nothing clashes with
 // the engine's C code; hidden like the rest).

@@ -39,7 +39,7 @@ typedef struct tb_model {
     float *final_norm;   /* [hidden] */
     float *lm_head;      /* [vocab][hidden]; == embed when tied */
     int lm_head_rows;    /* 0: lm_head has all vocab rows; else a tensor-parallel
-                            rank's slice of them (shard.h): its logits' width */
+                            rank's slice of them (tp_split.h): its logits' width */
     tb_layer *layers;    /* [n_layers] */
     float *rope_inv_freq; /* [head_dim / 2], llama3 scaling applied */
     float *arena;        /* every float above lives here */

@@ -1,0 +1,62 @@
+// kernels_device.cuh — device helpers the engine's kernel files share
+// (kernels_*.cu): programmatic dependent launch, a block's sum, and loads
+// of a product's elements as float. Inline, so each kernel file compiles
+// alone (no relocatable device code).
+#ifndef TB_ENGINE_KERNELS_DEVICE_CUH
+#define TB_ENGINE_KERNELS_DEVICE_CUH
+
+#include <cuda_bf16.h>
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "gpu_kernels.cuh"
+
+// Programmatic dependent launch (sm_90): a kernel launched with the
+// attribute (launch(), gpu_internal.cuh) may start while the one before
+// it drains, and must wait before it reads what earlier kernels wrote or
+// writes what they read; both are no-ops in an ordinary launch.
+static __device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+static __device__ __forceinline__ void griddep_launch() { asm volatile("griddepcontrol.launch_dependents;" :::); }
+
+// The sum of v over the block (every thread gets it); sh: 32 floats of
+// shared memory. blockDim.x a multiple of 32.
+static __device__ __forceinline__ float block_sum(float v, float *sh)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffff, v, o);
+    int w = threadIdx.x / 32, l = threadIdx.x % 32;
+    __syncthreads();
+    if (l == 0)
+        sh[w] = v;
+    __syncthreads();
+    v = threadIdx.x < blockDim.x / 32 ? sh[threadIdx.x] : 0.0f;
+    if (w == 0)
+        for (int o = 16; o > 0; o >>= 1)
+            v += __shfl_xor_sync(0xffffffff, v, o);
+    if (threadIdx.x == 0)
+        sh[0] = v;
+    __syncthreads();
+    return sh[0];
+}
+
+
+// A product's element as float: float32, or bf16 (the bf16 path's spans,
+// whose QKV and gate-up products come out of cuBLAS rounded to bf16)
+static __device__ __forceinline__ float2 ld_f2(const float *p) { return *(const float2 *)p; }
+static __device__ __forceinline__ float2 ld_f2(const bf16 *p) { return __bfloat1622float2(*(const __nv_bfloat162 *)p); }
+static __device__ __forceinline__ float ld_f(const float *p) { return *p; }
+static __device__ __forceinline__ float ld_f(const bf16 *p) { return __bfloat162float(*p); }
+static __device__ __forceinline__ float4 ld_f4(const float *p) { return *(const float4 *)p; }
+static __device__ __forceinline__ float4 ld_f4(const bf16 *p)
+{
+    uint2 v = *(const uint2 *)p;
+    float2 a = __bfloat1622float2(*(const __nv_bfloat162 *)&v.x), b = __bfloat1622float2(*(const __nv_bfloat162 *)&v.y);
+    return make_float4(a.x, a.y, b.x, b.y);
+}
+
+
+// Warps of the batch-1 GEMVs' blocks (k_gemv, k_gemv_fp8)
+#define GEMV_WARPS 4
+
+#endif
