@@ -590,7 +590,7 @@ int cmd_db_merge(const cli_command *cmd, const cli_args *c, const char *command_
         }
     }
     tb_shard_join_result j;
-    if (rc == 0 && tb_shard_join(tb_store_db(st), &j, &err) != 0) {
+    if (rc == 0 && tb_shard_join(st, &j, &err) != 0) {
         fprintf(stderr, "tokbench: db merge: %s\n", err);
         free(err);
         rc = 1;

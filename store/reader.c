@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "dims.h"
+#include "metrics.h"
 #include "store.h"
 #include "util.h"
 
@@ -781,14 +782,14 @@ int tb_read_session_json(sqlite3 *db, int64_t session, char **json, char **err)
 /* ------------------------------------------------------ samples */
 
 const tb_sample_source tb_sample_sources[] = {
-    {"agg_tps", 0, "sa.aggregate_tps"},
-    {"decode_tps", 0, "sa.decode_tps"},
-    {"wall_ms", 0, "sa.wall_ns / 1e6"},
-    {"tokens_per_forward", 0, "sa.tokens_per_forward"},
-    {"req_tps", 1, "r.tps"},
-    {"ttft_ms", 1, "r.ttft_ns / 1e6"},
-    {"tpot_ms", 1, "r.tpot_ns / 1e6"},
-    {"e2e_ms", 1, "r.e2e_ns / 1e6"},
+    {"agg_tps", "sa.aggregate_tps"},
+    {"decode_tps", "sa.decode_tps"},
+    {"wall_ms", "sa.wall_ns / 1e6"},
+    {"tokens_per_forward", "sa.tokens_per_forward"},
+    {"req_tps", "r.tps"},
+    {"ttft_ms", "r.ttft_ns / 1e6"},
+    {"tpot_ms", "r.tpot_ns / 1e6"},
+    {"e2e_ms", "r.e2e_ns / 1e6"},
 };
 const size_t tb_n_sample_sources = TB_ARRAY_LEN(tb_sample_sources);
 
@@ -813,14 +814,22 @@ static int doubles_of(sqlite3_stmt *q, double **out, size_t *n)
 int tb_read_case_samples(sqlite3 *db, int64_t session, int64_t case_id, const tb_sample_source *src, double **out,
                          size_t *n, char **err)
 {
-    char *sql = src->per_request
+    /* one value per call or per request, as the registry counts the
+     * metric's n */
+    const tb_metric_def *def = tb_metric_find(src->name);
+    const char *per = def ? def->samples : "";
+    *out = NULL;
+    *n = 0;
+    if (strcmp(per, "calls") != 0 && strcmp(per, "requests") != 0) {
+        *err = tb_xasprintf("internal error: metric %s is not sampled by calls or requests (metrics.c)", src->name);
+        return -1;
+    }
+    char *sql = strcmp(per, "requests") == 0
                     ? tb_xasprintf("SELECT %s FROM request r JOIN sample sa ON sa.id = r.sample_id"
                                    " WHERE sa.case_id = ? AND sa.warmup = 0 AND r.status = 'ok'"
                                    " AND %s IS NOT NULL", src->expr, src->expr)
                     : tb_xasprintf("SELECT %s FROM sample sa WHERE sa.case_id = ? AND sa.warmup = 0"
                                    " AND %s IS NOT NULL", src->expr, src->expr);
-    *out = NULL;
-    *n = 0;
     sqlite3_stmt *q;
     int rc = sqlite3_prepare_v2(db, sql, -1, &q, NULL);
     free(sql);

@@ -180,16 +180,18 @@ int tb_read_session_json(sqlite3 *db, int64_t session, char **json, char **err);
 /* ------------------------------------------------------------ samples */
 
 /* Where a metric's raw values are: one per measured sample, or one per
- * successful request of the measured samples. */
+ * successful request of the measured samples, as the registry says of
+ * the metric (tb_metric_def.samples: "calls" or "requests"). */
 typedef struct tb_sample_source {
     const char *name; /* a metric of the registry (metrics.h) */
-    int per_request;
-    const char *expr; /* over sample sa / request r */
+    const char *expr; /* over sample sa, or request r of sample sa */
 } tb_sample_source;
 extern const tb_sample_source tb_sample_sources[];
 extern const size_t tb_n_sample_sources;
 
-/* Case `case_id`'s values of `src` (NULLs left out), malloc'd. */
+/* Case `case_id`'s values of `src` (NULLs left out), malloc'd. A source
+ * whose metric the registry does not sample by calls or requests is an
+ * error (a bug here). */
 int tb_read_case_samples(sqlite3 *db, int64_t session, int64_t case_id, const tb_sample_source *src, double **out,
                          size_t *n, char **err);
 

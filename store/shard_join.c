@@ -1,8 +1,9 @@
 /* shard_join.c — see shard_join.h. The session and backend rows are
  * copied by the columns the target's schema has (so columns a later
  * migration adds travel), with the few that a join changes given as SQL
- * expressions; the cases go through the store (tb_store_case), their
- * figures through tb_case_metrics. */
+ * expressions, through the store's row writer (tb_store_rows_*); the
+ * cases go through the store's case writer (tb_store_case), their figures
+ * through tb_case_metrics. Nothing here writes SQL of its own. */
 #define _GNU_SOURCE
 #include "shard_join.h"
 
@@ -37,18 +38,6 @@ static int fail_db(joiner *j, const char *what)
     return -1;
 }
 
-static int exec(joiner *j, const char *sql)
-{
-    char *e = NULL;
-    if (sqlite3_exec(j->db, sql, NULL, NULL, &e) != SQLITE_OK) {
-        if (!j->err)
-            j->err = tb_xasprintf("%s: %s", sql, e ? e : "failed");
-        sqlite3_free(e);
-        return -1;
-    }
-    return 0;
-}
-
 static sqlite3_stmt *prep(joiner *j, const char *sql)
 {
     sqlite3_stmt *q = NULL;
@@ -59,17 +48,52 @@ static sqlite3_stmt *prep(joiner *j, const char *sql)
     return q;
 }
 
-/* Insert a copy of row src_id of `table` with some columns replaced;
- * the new row's id, or -1. */
+/* Insert, through the store's row writer, each row that `sql` (a SELECT,
+ * sqlite3_mprintf'd, freed here) returns into `table`, its result columns
+ * named as the table's: the id of the last row inserted, 0 when none, or
+ * -1. */
+static int64_t insert_selected(joiner *j, const char *table, char *sql)
+{
+    sqlite3_stmt *q = prep(j, sql);
+    sqlite3_free(sql);
+    if (!q)
+        return -1;
+    size_t n = (size_t)sqlite3_column_count(q);
+    char **cols = tb_xcalloc(n ? n : 1, sizeof *cols);
+    for (size_t c = 0; c < n; c++)
+        cols[c] = tb_xstrdup(sqlite3_column_name(q, (int)c));
+    tb_store_rows *w = NULL;
+    char *why = NULL;
+    int64_t id = tb_store_rows_open(j->db, table, cols, n, &w, &why) == 0 ? 0 : -1;
+    int step = SQLITE_DONE;
+    while (id >= 0 && (step = sqlite3_step(q)) == SQLITE_ROW) {
+        for (size_t c = 0; c < n; c++)
+            tb_store_rows_value(w, c, sqlite3_column_value(q, (int)c));
+        id = tb_store_rows_insert(w, &why);
+    }
+    if (id >= 0 && step != SQLITE_DONE)
+        id = fail_db(j, "reading the rows to copy");
+    if (why && !j->err)
+        j->err = tb_xasprintf("storing a %s row: %s", table, why);
+    free(why);
+    tb_store_rows_close(w);
+    sqlite3_finalize(q);
+    for (size_t c = 0; c < n; c++)
+        free(cols[c]);
+    free(cols);
+    return id;
+}
+
+/* Insert a copy of row src_id of `table` with some columns replaced
+ * (every column of the target's schema but id, so columns a later
+ * migration adds travel); the new row's id, or -1. */
 static int64_t copy_row(joiner *j, const char *table, int64_t src_id, override *ov, size_t n_ov)
 {
     char *sql = sqlite3_mprintf("PRAGMA table_info(%Q)", table);
     sqlite3_stmt *q = prep(j, sql);
     sqlite3_free(sql);
-    if (!q)
-        return -1;
-    tb_str cols = {0}, vals = {0};
-    while (sqlite3_step(q) == SQLITE_ROW) {
+    tb_str vals = {0};
+    while (q && sqlite3_step(q) == SQLITE_ROW) {
         const char *c = (const char *)sqlite3_column_text(q, 1);
         if (strcmp(c, "id") == 0)
             continue;
@@ -78,28 +102,25 @@ static int64_t copy_row(joiner *j, const char *table, int64_t src_id, override *
             if (strcmp(ov[i].col, c) == 0)
                 expr = ov[i].expr;
         char *qc = sqlite3_mprintf("\"%w\"", c);
-        tb_str_appendf(&cols, "%s%s", cols.len ? "," : "", qc);
-        tb_str_appendf(&vals, "%s%s", vals.len ? "," : "", expr ? expr : qc);
+        tb_str_appendf(&vals, "%s%s AS %s", vals.len ? "," : "", expr ? expr : qc, qc);
         sqlite3_free(qc);
     }
     sqlite3_finalize(q);
-    sql = sqlite3_mprintf("INSERT INTO \"%w\" (%s) SELECT %s FROM \"%w\" WHERE id = %lld", table, cols.s, vals.s,
-                          table, (long long)src_id);
-    tb_str_free(&cols);
-    tb_str_free(&vals);
-    int rc = exec(j, sql);
-    sqlite3_free(sql);
     for (size_t i = 0; i < n_ov; i++) {
         sqlite3_free(ov[i].expr);
         ov[i].expr = NULL;
     }
-    if (rc != 0)
+    if (!q)
         return -1;
-    if (sqlite3_changes(j->db) != 1) {
-        j->err = tb_xasprintf("copying %s row %lld: not found", table, (long long)src_id);
+    int64_t id = insert_selected(j, table, sqlite3_mprintf("SELECT %s FROM \"%w\" WHERE id = %lld", vals.s, table,
+                                                           (long long)src_id));
+    tb_str_free(&vals);
+    if (id == 0) {
+        if (!j->err)
+            j->err = tb_xasprintf("copying %s row %lld: not found", table, (long long)src_id);
         return -1;
     }
-    return sqlite3_last_insert_rowid(j->db);
+    return id;
 }
 
 /* A list of ids "1,2,3" for SQL. */
@@ -362,10 +383,9 @@ static char *mismatch(joiner *j, const shard_row *s, size_t n)
     return NULL;
 }
 
-/* The joined session's own rows, in one transaction: the session (shard
- * 0's, pooling n shards, on the realtime clock; 'running' until its cases
- * are in), its shard rows and its backends (by label). A session of this
- * uuid left unfinished by a join that died is replaced. Its id, or -1. */
+/* The joined session's own rows: the session (shard 0's, completed as
+ * its shards are, pooling n shards, on the realtime clock), its shard
+ * rows and its backends (by label). Its id, or -1. */
 static int64_t begin_session(joiner *j, const shard_row *s, size_t n, const char *uuid)
 {
     int64_t *ids = tb_xcalloc(n, sizeof *ids);
@@ -373,20 +393,11 @@ static int64_t begin_session(joiner *j, const shard_row *s, size_t n, const char
         ids[k] = s[k].id;
     char *list = id_list(ids, n);
     free(ids);
-    int64_t session = -1;
-    if (exec(j, "SAVEPOINT shard_join") != 0) {
-        free(list);
-        return -1;
-    }
-    char *sql = sqlite3_mprintf("DELETE FROM session WHERE uuid = %Q AND status <> 'completed'", uuid);
-    int e = exec(j, sql);
-    sqlite3_free(sql);
     override sov[] = {
         {"uuid", sqlite3_mprintf("%Q", uuid)},
         {"command_line", sqlite3_mprintf("%Q", "tokbench db merge: the shards of one run joined")},
         {"started_at", sqlite3_mprintf("(SELECT min(started_at) FROM session WHERE id IN (%s))", list)},
         {"finished_at", sqlite3_mprintf("(SELECT max(finished_at) FROM session WHERE id IN (%s))", list)},
-        {"status", sqlite3_mprintf("'running'")},
         {"shard_index", sqlite3_mprintf("NULL")},
         {"shard_count", sqlite3_mprintf("%lld", (long long)n)},
         {"clock_offset_ns", sqlite3_mprintf("0")},
@@ -396,24 +407,18 @@ static int64_t begin_session(joiner *j, const shard_row *s, size_t n, const char
         {"owner_pid", sqlite3_mprintf("NULL")},
         {"owner_start_ticks", sqlite3_mprintf("NULL")},
     };
-    size_t n_sov = sizeof sov / sizeof *sov;
-    if (e == 0)
-        session = copy_row(j, "session", s[0].id, sov, n_sov);
-    for (size_t i = 0; i < n_sov; i++)
-        sqlite3_free(sov[i].expr); /* NULL once copy_row took them */
-    for (size_t k = 0; session >= 0 && k < n; k++) {
-        sql = sqlite3_mprintf("INSERT INTO shard (session_id, shard_index, source_uuid, hostname, seed,"
-                              " clock_offset_ns, offset_to_first_ns, start_late_ns) SELECT %lld, s.shard_index,"
-                              " s.uuid, m.hostname, s.seed, s.clock_offset_ns, s.clock_offset_ns - %lld,"
-                              " s.start_late_ns FROM session s JOIN machine m ON m.id = s.machine_id WHERE"
-                              " s.id = %lld",
-                              (long long)session, (long long)s[0].clock_offset, (long long)s[k].id);
-        if (exec(j, sql) != 0)
+    int64_t session = copy_row(j, "session", s[0].id, sov, sizeof sov / sizeof *sov);
+    /* one shard row each; WITHOUT ROWID: no id to return */
+    for (size_t k = 0; session >= 0 && k < n; k++)
+        if (insert_selected(j, "shard",
+                            sqlite3_mprintf("SELECT %lld AS session_id, s.shard_index, s.uuid AS source_uuid,"
+                                            " m.hostname, s.seed, s.clock_offset_ns, s.clock_offset_ns - %lld AS"
+                                            " offset_to_first_ns, s.start_late_ns FROM session s JOIN machine m ON"
+                                            " m.id = s.machine_id WHERE s.id = %lld",
+                                            (long long)session, (long long)s[0].clock_offset, (long long)s[k].id)) < 0)
             session = -1;
-        sqlite3_free(sql);
-    }
     if (session >= 0) {
-        sql = sqlite3_mprintf("SELECT id FROM backend WHERE session_id = %lld ORDER BY id", (long long)s[0].id);
+        char *sql = sqlite3_mprintf("SELECT id FROM backend WHERE session_id = %lld ORDER BY id", (long long)s[0].id);
         sqlite3_stmt *qb = prep(j, sql);
         sqlite3_free(sql);
         if (!qb)
@@ -426,12 +431,7 @@ static int64_t begin_session(joiner *j, const shard_row *s, size_t n, const char
         sqlite3_finalize(qb);
     }
     free(list);
-    if (session < 0) {
-        exec(j, "ROLLBACK TO shard_join");
-        exec(j, "RELEASE shard_join");
-        return -1;
-    }
-    return exec(j, "RELEASE shard_join") == 0 ? session : -1;
+    return session;
 }
 
 /* Case #ordinal of the joined session, as the runner hands a finished
@@ -543,7 +543,7 @@ out:
 
 /* Join one run's n shards into a new session of the given uuid: its own
  * rows (begin_session), then each case through the store as the runner
- * stores one, then 'completed'. A failure removes what was written. */
+ * stores one. In the caller's transaction: a failure is rolled back. */
 static int join_run(joiner *j, tb_store *st, const shard_row *s, size_t n, const char *uuid)
 {
     int64_t session = begin_session(j, s, n, uuid);
@@ -588,20 +588,6 @@ static int join_run(joiner *j, tb_store *st, const shard_row *s, size_t n, const
     for (size_t i = 0; rc == 0 && i < n_cases; i++)
         rc = join_case(j, st, s, n, session, ordinals[i], &o);
     free(ordinals);
-    if (rc == 0) {
-        sql = sqlite3_mprintf("UPDATE session SET status = 'completed' WHERE id = %lld", (long long)session);
-        rc = exec(j, sql);
-        sqlite3_free(sql);
-    }
-    if (rc != 0) {
-        sql = sqlite3_mprintf("DELETE FROM session WHERE id = %lld", (long long)session);
-        char *keep = j->err;
-        j->err = NULL;
-        exec(j, sql); /* cascades to its backends, cases, samples, requests */
-        free(j->err);
-        j->err = keep;
-        sqlite3_free(sql);
-    }
     return rc;
 }
 
@@ -612,21 +598,9 @@ typedef struct run_group {
     int64_t n, have, distinct;
 } run_group;
 
-int tb_shard_join(sqlite3 *db, tb_shard_join_result *res, char **err)
+int tb_shard_join(tb_store *st, tb_shard_join_result *res, char **err)
 {
     memset(res, 0, sizeof *res);
-    /* The store writes the joined cases; it opens the target's file again
-     * (this connection is idle between merges) and this joiner reads and
-     * writes through the store's connection, so that every read sees what
-     * the store wrote. */
-    const char *path = sqlite3_db_filename(db, "main");
-    tb_store *st = NULL;
-    if (!path || !*path) {
-        *err = tb_xstrdup("joining shards: the database has no file to open (an in-memory database)");
-        return -1;
-    }
-    if (tb_store_open(path, &st, err) != 0)
-        return -1;
     joiner j = {.db = tb_store_db(st)};
     tb_str waiting = {0}, joined = {0};
     /* the runs, read whole before anything is written */
@@ -677,26 +651,54 @@ int tb_shard_join(sqlite3 *db, tb_shard_join_result *res, char **err)
         sqlite3_finalize(q);
         char uuid[40];
         joined_uuid(s, (size_t)n, uuid);
-        /* joined before: a completed session of this uuid (one that a
-         * join left unfinished is joined again) */
+        /* each run all or nothing: the joined session with its shard,
+         * backend and case rows, or none of them (a join that fails or
+         * is cut off leaves nothing to see or to replace) */
+        tb_store_txn t;
+        char *why = NULL;
+        if (tb_store_txn_begin(st, &t, &why) != 0) {
+            j.err = tb_xasprintf("joining %s: %s", what, why);
+            free(why);
+            free(what);
+            rc = -1;
+            goto next;
+        }
+        /* joined before: a completed session of this uuid. One not
+         * completed is never written now; it can only be the leftover of
+         * a join cut off under an earlier tokbench that wrote a join in
+         * several transactions (session 'running' until its cases were
+         * in), and it is replaced, in this transaction. */
+        int64_t left = q_int(&j, sqlite3_mprintf("SELECT id FROM session WHERE uuid = %Q AND status <> 'completed'",
+                                                 uuid), 0);
         int64_t known = q_int(&j, sqlite3_mprintf("SELECT count(*) FROM session WHERE uuid = %Q AND status ="
                                                   " 'completed'", uuid), 0);
-        char *why = known ? NULL : mismatch(&j, s, (size_t)n);
+        why = known ? NULL : mismatch(&j, s, (size_t)n);
+        int ok = 0;
         if (known) {
             res->known++;
         } else if (why) {
             tb_str_appendf(&waiting, "%s%s: %s", waiting.len ? "; " : "", what, why);
-        } else if (join_run(&j, st, s, (size_t)n, uuid) != 0) {
+        } else if ((left && tb_store_delete_session(j.db, left, &j.err) != 0) ||
+                   join_run(&j, st, s, (size_t)n, uuid) != 0) {
             char *e = tb_xasprintf("joining %s: %s", what, j.err ? j.err : "failed");
             free(j.err);
             j.err = e;
             rc = -1;
         } else {
-            res->joined++;
-            tb_str_appendf(&joined, "%s%s", joined.len ? " " : "", uuid);
+            ok = 1;
         }
         free(why);
+        why = NULL;
+        if (tb_store_txn_end(st, &t, ok, ok ? &why : NULL) == 0) {
+            res->joined++;
+            tb_str_appendf(&joined, "%s%s", joined.len ? " " : "", uuid);
+        } else if (ok) {
+            j.err = tb_xasprintf("joining %s: %s", what, why);
+            free(why);
+            rc = -1;
+        }
         free(what);
+    next:
         for (int64_t k = 0; k < n; k++)
             free(s[k].uuid);
         free(s);
@@ -707,7 +709,6 @@ int tb_shard_join(sqlite3 *db, tb_shard_join_result *res, char **err)
         free(runs[i].present);
     }
     free(runs);
-    tb_store_close(st);
     res->waiting = waiting.len ? tb_str_take(&waiting) : NULL;
     res->joined_uuids = joined.len ? tb_str_take(&joined) : NULL;
     tb_str_free(&waiting);

@@ -20,16 +20,18 @@
  * Each shard's host, seed and clock offset are kept in the shard table
  * (migration 9).
  *
- * Written as the runner writes a run: the session, shard and backend
- * rows in one transaction (status 'running'), then each case through the
- * store's case writer (tb_store_case, one transaction each), then
- * 'completed'. A join that fails is deleted; one cut off midway leaves a
- * session that is not 'completed', which the next join replaces. */
+ * Each run is joined in one transaction (tb_store_txn_begin), written
+ * through the store as the runner writes a run: the session (completed,
+ * as its shards are), shard and backend rows by the store's row writer,
+ * each case by its case writer (tb_store_case, then a savepoint of the
+ * join's transaction). A join that fails, or is cut off, leaves no
+ * joined session. */
 #ifndef TB_SHARD_JOIN_H
 #define TB_SHARD_JOIN_H
 
-#include <sqlite3.h>
 #include <stddef.h>
+
+#include "store.h"
 
 typedef struct tb_shard_join_result {
     size_t joined;  /* runs joined now */
@@ -41,12 +43,12 @@ typedef struct tb_shard_join_result {
                        that differ */
 } tb_shard_join_result;
 
-/* Join every complete run of db's shard sessions not joined yet. db: an
- * idle connection to the target's file, which is opened again as a
- * tb_store (the writer of the joined cases; in-memory databases are
- * refused). 0, or -1 with *err (malloc'd; the run at fault is left
- * unjoined, runs joined before it stay). */
-int tb_shard_join(sqlite3 *db, tb_shard_join_result *res, char **err);
+/* Join every complete run of st's shard sessions not joined yet, each
+ * in a transaction of its own (a savepoint, inside one the caller holds:
+ * then the caller's commit makes them durable). 0, or -1
+ * with *err (malloc'd; the run at fault is left unjoined, runs joined
+ * before it stay). */
+int tb_shard_join(tb_store *st, tb_shard_join_result *res, char **err);
 void tb_shard_join_result_free(tb_shard_join_result *res);
 
 #endif

@@ -635,6 +635,37 @@ static sqlite3_stmt *prepare(tb_store *st, const char *sql, char **err)
     return q;
 }
 
+/* ----------------------------------------------------------- transactions */
+
+/* Savepoint name of a write nested in the caller's transaction: SQLite
+ * releases or rolls back to the innermost of that name, so writers nest
+ * to any depth. */
+#define TXN_SAVEPOINT "tb_store_write"
+
+int tb_store_txn_begin(tb_store *st, tb_store_txn *t, char **err)
+{
+    t->nested = !sqlite3_get_autocommit(st->db);
+    /* IMMEDIATE: take the write lock now; a deferred transaction that
+     * reads first may find it cannot write (SQLITE_BUSY, no retry) */
+    if (sqlite3_exec(st->db, t->nested ? "SAVEPOINT " TXN_SAVEPOINT : "BEGIN IMMEDIATE", NULL, NULL, NULL) ==
+        SQLITE_OK)
+        return 0;
+    *err = tb_xasprintf("cannot start a transaction: %s", sqlite3_errmsg(st->db));
+    return -1;
+}
+
+int tb_store_txn_end(tb_store *st, const tb_store_txn *t, int ok, char **err)
+{
+    if (ok && sqlite3_exec(st->db, t->nested ? "RELEASE " TXN_SAVEPOINT : "COMMIT", NULL, NULL, NULL) == SQLITE_OK)
+        return 0;
+    if (ok)
+        *err = tb_xasprintf("commit failed: %s", sqlite3_errmsg(st->db));
+    /* fails harmlessly where SQLite rolled the transaction back itself */
+    sqlite3_exec(st->db, t->nested ? "ROLLBACK TO " TXN_SAVEPOINT "; RELEASE " TXN_SAVEPOINT : "ROLLBACK", NULL, NULL,
+                 NULL);
+    return -1;
+}
+
 /* The machine row of `fingerprint`: 1 with *id, 0 when there is none,
  * -1 with *why. */
 static int machine_id(tb_store *st, const char *fingerprint, int64_t *id, char **why)
@@ -1232,10 +1263,9 @@ static int insert_metrics(tb_store *st, int64_t case_id, const tb_metric_record 
 int64_t tb_store_case(tb_store *st, const tb_case_record *rec, char **err)
 {
     *err = NULL;
-    if (sqlite3_exec(st->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
-        *err = tb_xasprintf("cannot start a transaction: %s", sqlite3_errmsg(st->db));
+    tb_store_txn t;
+    if (tb_store_txn_begin(st, &t, err) != 0)
         return -1;
-    }
     const tb_case *c = rec->c;
     char *why = NULL;
     /* The dimensions' columns from their table (dims.h), in its order. */
@@ -1288,12 +1318,12 @@ int64_t tb_store_case(tb_store *st, const tb_case_record *rec, char **err)
         insert_telemetry(st, case_id, rec, &why) != 0) {
         *err = tb_xasprintf("storing case #%zu failed: %s", c->ordinal, why ? why : "?");
         free(why);
-        sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+        tb_store_txn_end(st, &t, 0, NULL);
         return -1;
     }
-    if (sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
-        *err = tb_xasprintf("storing case #%zu: commit failed: %s", c->ordinal, sqlite3_errmsg(st->db));
-        sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+    if (tb_store_txn_end(st, &t, 1, &why) != 0) {
+        *err = tb_xasprintf("storing case #%zu: %s", c->ordinal, why);
+        free(why);
         return -1;
     }
     return case_id;
@@ -1312,10 +1342,9 @@ int tb_store_prompts(tb_store *st, int64_t session, const tb_plan *plan, char **
                         " VALUES (?,?,?,?,?,?,?)",
                     &why);
     int ok = u && q;
-    if (ok && sqlite3_exec(st->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
-        why = db_error(st);
-        ok = 0;
-    }
+    tb_store_txn t;
+    int began = ok && tb_store_txn_begin(st, &t, &why) == 0;
+    ok = began;
     if (ok) {
         bind_text(u, 1, plan->suite->prompts.file);
         bind_text(u, 2, plan->prompts.sha256);
@@ -1350,12 +1379,8 @@ int tb_store_prompts(tb_store *st, int64_t session, const tb_plan *plan, char **
         }
         tb_str_free(&tags);
     }
-    if (ok && sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
-        why = db_error(st);
+    if (began && tb_store_txn_end(st, &t, ok, ok ? &why : NULL) != 0)
         ok = 0;
-    }
-    if (!ok && sqlite3_get_autocommit(st->db) == 0)
-        sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
     sqlite3_finalize(u);
     sqlite3_finalize(q);
     if (ok)
@@ -1419,10 +1444,9 @@ int tb_store_judge(tb_store *st, const tb_judge_score *scores, size_t n, const i
                    const tb_metric_record *case_metrics, size_t n_cases, char **err)
 {
     char *why = NULL;
-    if (sqlite3_exec(st->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
-        *err = tb_xasprintf("cannot start a transaction: %s", sqlite3_errmsg(st->db));
+    tb_store_txn t;
+    if (tb_store_txn_begin(st, &t, err) != 0)
         return -1;
-    }
     sqlite3_stmt *q = prepare(st, "INSERT OR REPLACE INTO score (request_id, name, value) VALUES (?,?,?)", &why);
     int ok = q != NULL;
     for (size_t i = 0; ok && i < n; i++) {
@@ -1441,14 +1465,9 @@ int tb_store_judge(tb_store *st, const tb_judge_score *scores, size_t n, const i
     sqlite3_finalize(q);
     for (size_t i = 0; ok && i < n_cases; i++)
         ok = insert_metrics(st, case_ids[i], &case_metrics[i], 1, 1, &why) == 0;
-    if (ok && sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
-        why = db_error(st);
-        ok = 0;
-    }
-    if (!ok) {
+    if (tb_store_txn_end(st, &t, ok, ok ? &why : NULL) != 0) {
         *err = tb_xasprintf("storing the judge's scores failed: %s", why ? why : "?");
         free(why);
-        sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
         return -1;
     }
     return 0;

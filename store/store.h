@@ -132,7 +132,25 @@ extern const size_t tb_n_sample_columns, tb_n_request_columns;
 
 /* Each writer returns 0 (or a row id), or -1 with *err malloc'd, naming
  * what it was storing ("storing backend a failed: UNIQUE constraint
- * failed: ...") and with nothing of that write left in the database. */
+ * failed: ...") and with nothing of that write left in the database.
+ * A writer of several rows (a case, the prompts, the judge's scores)
+ * writes them in a transaction of its own (BEGIN IMMEDIATE ... COMMIT)
+ * when the connection has none open, and as a savepoint inside the
+ * caller's when it has one (tb_store_txn_begin): then nothing is durable
+ * before the caller commits, and the caller's rollback undoes it. */
+
+/* A transaction of several writes, all or nothing (the shard join: a
+ * joined session with every case, shard_join.h), nested the same way: a
+ * savepoint inside a transaction already open. */
+typedef struct tb_store_txn {
+    int nested; /* a savepoint of an open transaction */
+} tb_store_txn;
+/* 0, or -1 with *err malloc'd ("cannot start a transaction: ..."). */
+int tb_store_txn_begin(tb_store *st, tb_store_txn *t, char **err);
+/* Commit (ok) or roll back (!ok; err may be NULL) what t began. 0 when
+ * committed; -1 when rolled back, with *err malloc'd when a commit
+ * failed. */
+int tb_store_txn_end(tb_store *st, const tb_store_txn *t, int ok, char **err);
 
 /* Row id of the machine (inserted when its fingerprint is new), or -1. */
 int64_t tb_store_machine(tb_store *st, const tb_machine_info *m, char **err);

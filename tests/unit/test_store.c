@@ -12,6 +12,7 @@
 #include "metrics.h"
 #include "plan.h"
 #include "reader.h"
+#include "shard_join.h"
 #include "store.h"
 
 #include <dirent.h>
@@ -1402,6 +1403,233 @@ static void test_table_round_trip(void)
     free(path);
 }
 
+/* The writers nest in a transaction the caller holds (store.h): each is
+ * then a savepoint, whose failure undoes only itself, and the caller's
+ * rollback undoes every write of it; without one, each commits its own
+ * (a second connection sees it). */
+static void test_nested_writes(void)
+{
+    char *path = tmp_path("nested.db");
+    tb_store *st = NULL;
+    char *err = NULL;
+    CHECK(tb_store_open(path, &st, &err) == 0);
+    if (!st) {
+        free(err);
+        free(path);
+        return;
+    }
+    sqlite3 *db = tb_store_db(st);
+    sqlite3 *other = NULL;
+    CHECK(sqlite3_open_v2(path, &other, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK);
+    tb_plan_backend pb;
+    int64_t machine, session, backend;
+    CHECK(setup_session(st, &pb, &machine, &session, &backend) == 0);
+    CHECK(write_small_case(st, session, backend, 1, &err) > 0);
+    CHECK(q_int(other, "SELECT count(*) FROM bench_case") == 1); /* committed on its own */
+    int64_t before[4], after[4];
+    counts(db, before);
+
+    tb_store_txn outer, inner;
+    CHECK(tb_store_txn_begin(st, &outer, &err) == 0 && !outer.nested);
+    CHECK(write_small_case(st, session, backend, 2, &err) > 0);
+    CHECK(sqlite3_get_autocommit(db) == 0); /* the caller's, still open */
+    CHECK(q_int(other, "SELECT count(*) FROM bench_case") == 1); /* not durable yet */
+    /* a failing write inside: only its own rows go */
+    err = NULL;
+    CHECK(write_small_case(st, session, 424242, 3, &err) == -1);
+    CHECK_CONTAINS(err, "FOREIGN KEY");
+    free(err);
+    err = NULL;
+    CHECK(sqlite3_get_autocommit(db) == 0);
+    CHECK(q_int(db, "SELECT count(*) FROM bench_case WHERE ordinal = 2") == 1);
+    /* a nested transaction rolled back: case 4 goes, case 2 stays */
+    CHECK(tb_store_txn_begin(st, &inner, &err) == 0 && inner.nested);
+    CHECK(write_small_case(st, session, backend, 4, &err) > 0);
+    CHECK(tb_store_txn_end(st, &inner, 0, NULL) == -1);
+    CHECK(q_int(db, "SELECT count(*) FROM bench_case WHERE ordinal = 4") == 0);
+    CHECK(q_int(db, "SELECT count(*) FROM bench_case WHERE ordinal = 2") == 1);
+    CHECK(sqlite3_get_autocommit(db) == 0);
+    /* the caller's rollback: nothing of it stays */
+    CHECK(tb_store_txn_end(st, &outer, 0, NULL) == -1);
+    CHECK(sqlite3_get_autocommit(db) != 0);
+    counts(db, after);
+    CHECK(memcmp(before, after, sizeof before) == 0);
+
+    /* committed: every write of it, at once */
+    CHECK(tb_store_txn_begin(st, &outer, &err) == 0 && !outer.nested);
+    CHECK(write_small_case(st, session, backend, 5, &err) > 0);
+    CHECK(write_small_case(st, session, backend, 6, &err) > 0);
+    CHECK(q_int(other, "SELECT count(*) FROM bench_case") == 1);
+    CHECK(tb_store_txn_end(st, &outer, 1, &err) == 0);
+    CHECK(sqlite3_get_autocommit(db) != 0);
+    CHECK(q_int(other, "SELECT count(*) FROM bench_case") == 3);
+
+    sqlite3_close(other);
+    tb_plugin_close(&pb.plugin);
+    tb_store_close(st);
+    free(path);
+}
+
+/* The reader's sample sources sample as the registry says: a metric
+ * counted in calls reads a value per sample (sa.), one counted in
+ * requests a value per request (r.); and a case's request figures are
+ * read one per request. */
+static void test_sample_sources(void)
+{
+    for (size_t i = 0; i < tb_n_sample_sources; i++) {
+        const tb_sample_source *src = &tb_sample_sources[i];
+        const tb_metric_def *def = tb_metric_find(src->name);
+        CHECK(def != NULL);
+        if (!def)
+            continue;
+        int calls = strcmp(def->samples, "calls") == 0, requests = strcmp(def->samples, "requests") == 0;
+        CHECK(calls || requests);
+        if (calls && strncmp(src->expr, "sa.", 3) != 0)
+            fprintf(stderr, "  %s: counted in calls, read from %s\n", src->name, src->expr);
+        if (requests && strncmp(src->expr, "r.", 2) != 0)
+            fprintf(stderr, "  %s: counted in requests, read from %s\n", src->name, src->expr);
+        CHECK(!calls || strncmp(src->expr, "sa.", 3) == 0);
+        CHECK(!requests || strncmp(src->expr, "r.", 2) == 0);
+    }
+    char *path = tmp_path("sources.db");
+    tb_store *st = NULL;
+    char *err = NULL;
+    CHECK(tb_store_open(path, &st, &err) == 0);
+    if (!st) {
+        free(err);
+        free(path);
+        return;
+    }
+    tb_plan_backend pb;
+    int64_t machine, session, backend;
+    CHECK(setup_session(st, &pb, &machine, &session, &backend) == 0);
+    /* two requests in one sample: two ttft values, one agg_tps */
+    tb_case c;
+    fill_case(&c, 1);
+    tb_request_record rq[2] = {0};
+    const int64_t em[] = {10, 20};
+    tb_request_metrics_compute(0, 0, 2, em, 2, &rq[0].m);
+    tb_request_metrics_compute(0, 0, 2, em, 2, &rq[1].m);
+    rq[0].n_out = rq[1].n_out = 2;
+    rq[0].recount = rq[1].recount = -1;
+    tb_sample_record s = {.repetition = 0, .n_requests = 2, .prefill_ns = -1, .decode_ns = -1,
+                          .peak_device_bytes = -1, .energy_mj = -1, .recount_tokens = -1, .requests = rq};
+    s.m.aggregate_tps = 7;
+    tb_case_record rec = {.session_id = session, .backend_id = backend, .c = &c, .status = "ok",
+                          .case_wall_ns = -1, .host_peak_rss = -1, .samples = &s, .n_samples = 1};
+    int64_t case_id = tb_store_case(st, &rec, &err);
+    CHECK(case_id > 0);
+    const char *names[2] = {"ttft_ms", "agg_tps"};
+    const size_t want[2] = {2, 1};
+    for (int k = 0; k < 2; k++) {
+        const tb_sample_source *src = NULL;
+        for (size_t i = 0; i < tb_n_sample_sources; i++)
+            if (strcmp(tb_sample_sources[i].name, names[k]) == 0)
+                src = &tb_sample_sources[i];
+        CHECK(src != NULL);
+        double *v = NULL;
+        size_t n = 0;
+        CHECK(src && tb_read_case_samples(tb_store_db(st), session, case_id, src, &v, &n, &err) == 0);
+        CHECK(n == want[k]);
+        free(v);
+    }
+    /* a source the registry does not sample by calls or requests */
+    const tb_sample_source bad = {"itl_ms", "r.tpot_ns"};
+    double *v = NULL;
+    size_t n = 0;
+    CHECK(tb_read_case_samples(tb_store_db(st), session, case_id, &bad, &v, &n, &err) == -1);
+    CHECK_CONTAINS(err, "itl_ms");
+    free(err);
+    tb_plugin_close(&pb.plugin);
+    tb_store_close(st);
+    free(path);
+}
+
+/* A shard join is all or nothing (shard_join.h): a run whose second
+ * case cannot be pooled (shard 1 stored no sample of it) leaves no joined
+ * session, shard rows or cases, though its first case was written; once
+ * it can be, the run is joined whole, completed, and only once. */
+static void test_join_all_or_nothing(void)
+{
+    char *path = tmp_path("join.db");
+    tb_store *st = NULL;
+    char *err = NULL;
+    CHECK(tb_store_open(path, &st, &err) == 0);
+    if (!st) {
+        free(err);
+        free(path);
+        return;
+    }
+    sqlite3 *db = tb_store_db(st);
+    tb_plan_backend pb;
+    int64_t machine, session[2], backend[2], bare = 0;
+    CHECK(setup_session(st, &pb, &machine, &session[0], &backend[0]) == 0);
+    tb_session_info si = {.machine_id = machine, .suite = &test_suite, .command_line = "tokbench run --shard 1/2"};
+    session[1] = tb_store_session_begin(st, &si, &err);
+    CHECK(session[1] > 0);
+    backend[1] = tb_store_backend(st, session[1], &pb, &err);
+    CHECK(backend[1] > 0);
+    for (uint32_t k = 0; k < 2; k++) {
+        tb_session_shard sh = {.shard_index = k, .shard_count = 2, .start_at = "2025-01-01T00:00:00.000Z"};
+        CHECK(tb_store_session_shard(st, session[k], &sh, &err) == 0);
+        CHECK(write_small_case(st, session[k], backend[k], 1, &err) > 0);
+        if (k == 0) {
+            CHECK(write_small_case(st, session[k], backend[k], 2, &err) > 0);
+        } else { /* case #2 as shard 0's, without its sample */
+            tb_case c;
+            fill_case(&c, 2);
+            c.batch = 1;
+            tb_case_record rec = {.session_id = session[k], .backend_id = backend[k], .c = &c, .status = "ok",
+                                  .case_wall_ns = -1, .host_peak_rss = -1};
+            bare = tb_store_case(st, &rec, &err);
+            CHECK(bare > 0);
+        }
+        CHECK(tb_store_session_end(st, session[k], "completed", &err) == 0);
+    }
+    int64_t before[4], after[4];
+    counts(db, before);
+
+    tb_shard_join_result res;
+    err = NULL;
+    CHECK(tb_shard_join(st, &res, &err) == -1);
+    CHECK_CONTAINS(err, "shard 1 has no repetition 0");
+    free(err);
+    err = NULL;
+    CHECK(sqlite3_get_autocommit(db) != 0);
+    CHECK(q_int(db, "SELECT count(*) FROM session") == 2);
+    CHECK(q_int(db, "SELECT count(*) FROM shard") == 0);
+    CHECK(q_int(db, "SELECT count(*) FROM backend") == 2);
+    counts(db, after);
+    CHECK(memcmp(before, after, sizeof before) == 0);
+    tb_shard_join_result_free(&res);
+
+    /* shard 1's case #2 with its sample: joined whole */
+    char *sql = sqlite3_mprintf("DELETE FROM bench_case WHERE id = %lld", (long long)bare);
+    CHECK(sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK);
+    sqlite3_free(sql);
+    CHECK(write_small_case(st, session[1], backend[1], 2, &err) > 0);
+    CHECK(tb_shard_join(st, &res, &err) == 0);
+    CHECK(res.joined == 1 && res.known == 0);
+    tb_shard_join_result_free(&res);
+    CHECK(q_int(db, "SELECT count(*) FROM session WHERE shard_count = 2 AND shard_index IS NULL AND status ="
+                    " 'completed'") == 1);
+    CHECK(q_int(db, "SELECT count(*) FROM shard") == 2);
+    CHECK(q_int(db, "SELECT count(*) FROM backend") == 3);
+    CHECK(q_int(db, "SELECT count(*) FROM bench_case c JOIN session s ON s.id = c.session_id WHERE s.shard_index"
+                    " IS NULL") == 2);
+    /* each joined case pools both shards' requests */
+    CHECK(q_int(db, "SELECT min(n) FROM (SELECT count(r.id) AS n FROM request r JOIN sample sa ON sa.id ="
+                    " r.sample_id JOIN bench_case c ON c.id = sa.case_id JOIN session s ON s.id = c.session_id"
+                    " WHERE s.shard_index IS NULL GROUP BY c.id)") == 2);
+    CHECK(tb_shard_join(st, &res, &err) == 0);
+    CHECK(res.joined == 0 && res.known == 1);
+    tb_shard_join_result_free(&res);
+
+    tb_plugin_close(&pb.plugin);
+    tb_store_close(st);
+    free(path);
+}
+
 int main(void)
 {
     null_path = getenv("TB_NULL_PLUGIN");
@@ -1425,6 +1653,9 @@ int main(void)
     test_full_session();
     test_table_round_trip();
     test_failures();
+    test_nested_writes();
+    test_sample_sources();
+    test_join_all_or_nothing();
     test_two_writers();
     test_concurrent_create();
 
