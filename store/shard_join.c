@@ -663,13 +663,8 @@ int tb_shard_join(tb_store *st, tb_shard_join_result *res, char **err)
             rc = -1;
             goto next;
         }
-        /* joined before: a completed session of this uuid. One not
-         * completed is never written now; it can only be the leftover of
-         * a join cut off under an earlier tokbench that wrote a join in
-         * several transactions (session 'running' until its cases were
-         * in), and it is replaced, in this transaction. */
-        int64_t left = q_int(&j, sqlite3_mprintf("SELECT id FROM session WHERE uuid = %Q AND status <> 'completed'",
-                                                 uuid), 0);
+        /* joined before: a session of this uuid (a join is written
+         * completed, in one transaction, or not at all) */
         int64_t known = q_int(&j, sqlite3_mprintf("SELECT count(*) FROM session WHERE uuid = %Q AND status ="
                                                   " 'completed'", uuid), 0);
         why = known ? NULL : mismatch(&j, s, (size_t)n);
@@ -678,8 +673,7 @@ int tb_shard_join(tb_store *st, tb_shard_join_result *res, char **err)
             res->known++;
         } else if (why) {
             tb_str_appendf(&waiting, "%s%s: %s", waiting.len ? "; " : "", what, why);
-        } else if ((left && tb_store_delete_session(j.db, left, &j.err) != 0) ||
-                   join_run(&j, st, s, (size_t)n, uuid) != 0) {
+        } else if (join_run(&j, st, s, (size_t)n, uuid) != 0) {
             char *e = tb_xasprintf("joining %s: %s", what, j.err ? j.err : "failed");
             free(j.err);
             j.err = e;
