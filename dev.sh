@@ -98,7 +98,8 @@ test)
     # The default tests and the slow suite, which the default leaves out
     # (top-level meson.build: add_test_setup), in one run: the long slow
     # tests fill in beside the default ones.
-    mapfile -t suites < <(every_suite build)
+    list=$(every_suite build) # set -e: no list, no run
+    mapfile -t suites <<<"$list"
     run_tests build "${suites[@]}"
     # Sanitizers: ASan + UBSan on the same tests (lundef off: plugins are
     # dlopened into a sanitized executable), but for the timing checks
@@ -106,7 +107,8 @@ test)
     # The soak's 20 s (60 in the normal build, for its flat RSS) are for
     # LeakSanitizer, which reports at exit whatever the soak's length.
     build build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
-    mapfile -t suites < <(every_suite build-asan)
+    list=$(every_suite build-asan)
+    mapfile -t suites <<<"$list"
     UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 TB_SOAK_SECONDS=${TB_SOAK_SECONDS:-20} \
         run_tests build-asan "${suites[@]}" --no-suite timing
     echo "$passed passed, $failed failed"
