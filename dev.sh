@@ -5,8 +5,10 @@
 #                    and print the side-by-side report
 #   ./dev.sh test    install what is missing, build, run every test: the
 #                    normal build, then again under ASan+UBSan; in each,
-#                    the default `meson test`, then the slow suite
-#                    (fuzzing, soak, crash trials: `meson test --suite slow`)
+#                    the default `meson test` and the slow suite (fuzzing,
+#                    soak, crash trials: `meson test --suite slow`) in one
+#                    run; the timing checks (suite timing) in the normal
+#                    build only
 #
 # Build folders: build/ (release-like, -O2 -g) and build-asan/.
 # Set TOKBENCH_NO_INSTALL=1 to skip the package step.
@@ -70,6 +72,13 @@ run_tests() {
     return 0
 }
 
+# every_suite DIR: --suite S for each suite of DIR's tests (naming the
+# suites runs those the default setup leaves out: slow)
+every_suite() {
+    meson introspect "$1" --tests | python3 -c 'import json, sys
+for s in sorted({s.split(":")[-1] for t in json.load(sys.stdin) for s in t["suite"]}): print("--suite\n" + s)'
+}
+
 case "${1:-}" in
 quick)
     install_packages
@@ -86,15 +95,22 @@ test)
         cp tests/node/package-lock.json tests/node/node_modules/.installed-lock
     fi
     build build
-    # The default tests, then the slow suite, which the default leaves out
-    # (top-level meson.build: add_test_setup).
-    run_tests build
-    run_tests build --suite slow
+    # The default tests and the slow suite, which the default leaves out
+    # (top-level meson.build: add_test_setup), in one run: the long slow
+    # tests fill in beside the default ones.
+    list=$(every_suite build) # set -e: no list, no run
+    mapfile -t suites <<<"$list"
+    run_tests build "${suites[@]}"
     # Sanitizers: ASan + UBSan on the same tests (lundef off: plugins are
-    # dlopened into a sanitized executable).
+    # dlopened into a sanitized executable), but for the timing checks
+    # (suite timing: wall-clock figures, which a sanitizer slows unevenly).
+    # The soak's 20 s (60 in the normal build, for its flat RSS) are for
+    # LeakSanitizer, which reports at exit whatever the soak's length.
     build build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
-    UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 run_tests build-asan
-    UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 run_tests build-asan --suite slow
+    list=$(every_suite build-asan)
+    mapfile -t suites <<<"$list"
+    UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 TB_SOAK_SECONDS=${TB_SOAK_SECONDS:-20} \
+        run_tests build-asan "${suites[@]}" --no-suite timing
     echo "$passed passed, $failed failed"
     [ "$failed" = 0 ]
     ;;

@@ -15,12 +15,15 @@
 #
 #   quick_fixture.sh check BUILD_DIR SOURCE_DIR
 #
-# For a consumer: prints the path of quick.db and exits 0 when the fixture
-# ran, succeeded and its inputs are those of this build; else prints why
-# (the run's status and the end of its stderr; or that it never ran; or
-# which input changed since) and exits 1. A consumer fails then, it never
-# skips: `meson test` runs the fixture before them; `meson test run` alone
-# (the fixture not selected) uses the last one while it is current.
+# For a consumer: first waits for a fixture of this build that is still
+# running (`meson test` starts the fixture first, beside the other tests,
+# and its consumers last: the process is there by the time they ask);
+# then prints the path of quick.db and exits 0 when the fixture ran,
+# succeeded and its inputs are those of this build; else prints why (the
+# run's status and the end of its stderr; or that it never ran; or which
+# input changed since) and exits 1. A consumer fails then, it never skips;
+# `meson test run` alone (the fixture not selected) uses the last one
+# while it is current.
 set -uo pipefail
 
 usage() { echo "usage: quick_fixture.sh run|check BUILD_DIR SOURCE_DIR" >&2; exit 2; }
@@ -38,6 +41,26 @@ inputs() {
     printf '%s\n' "$build/tokbench" "$build/plugins/ar/ar.so" "$build/plugins/diffusion/diffusion.so" \
         "$build/plugins/flow/flow.so" "$suite" "$src/suites/data/quick.jsonl"
     find "$src/models/small-llama" "$src/models/small-llada" "$src/models/small-flow" -type f | sort
+}
+
+# wait_for_run: until no `quick_fixture.sh run` of this build is running.
+# Found in the process table, not through a file it writes: meson spawns
+# the fixture before its consumers, so it is there however soon they ask.
+wait_for_run() {
+    local f pid cmd
+    for f in /proc/[0-9]*/cmdline; do
+        pid=${f#/proc/}
+        pid=${pid%/cmdline}
+        mapfile -d '' cmd <"$f" 2>/dev/null || continue
+        # bash .../quick_fixture.sh run BUILD_DIR SOURCE_DIR
+        [ "${#cmd[@]}" -ge 5 ] && [ "${cmd[1]##*/}" = quick_fixture.sh ] && [ "${cmd[2]}" = run ] || continue
+        [ "$(cd "${cmd[3]}" 2>/dev/null && pwd)" = "$build" ] || continue
+        # the process's end is the event; meson's timeout is the backstop
+        # (a zombie has ended: meson reaps it when it gets to it)
+        while [ -e "/proc/$pid" ] && [ "$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -c1)" != Z ]; do
+            sleep 0.5
+        done
+    done
 }
 
 case $mode in
@@ -62,6 +85,7 @@ run)
     echo "quick.ini fixture: $dir/quick.db"
     ;;
 check)
+    wait_for_run
     if [ ! -s "$dir/quick.db" ]; then
         if [ -f "$dir/quick.rc" ]; then
             echo "the quick.ini fixture failed: tokbench run exited $(cat "$dir/quick.rc"); its stderr ends:"

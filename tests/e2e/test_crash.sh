@@ -28,25 +28,18 @@
 # usage: test_crash.sh BUILD_DIR SOURCE_DIR
 # env:   TB_CRASH_TRIALS (default 40), TB_CRASH_SEED (default 9001)
 set -uo pipefail
-
-build=$1
-src=$2
-tb="$build/tokbench"
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+tb_init crash "$@"
 suite="$src/tests/data/suites/crash-null.ini"
-command -v sqlite3 >/dev/null || { echo "SKIP: sqlite3 not installed"; exit 77; }
+need_sqlite3
 [ -r /proc/sys/kernel/random/boot_id ] && [ -r /proc/self/stat ] || { echo "SKIP: needs Linux /proc"; exit 77; }
 
 trials=${TB_CRASH_TRIALS:-40}
 seed=${TB_CRASH_SEED:-9001}
 RANDOM=$seed
 
-tmp=$(mktemp -d)
 # on exit, kill what of ours still runs (jobs -p: this shell's live jobs only)
-trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-pass() { echo "ok: $*"; }
-q() { sqlite3 -batch -noheader "$1" "$2"; }
+on_exit() { kill -9 $(jobs -p) 2>/dev/null; }
 t0=$EPOCHREALTIME
 elapsed() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
 
@@ -328,8 +321,4 @@ done
 pass "concurrent writers: 2, 2 and 4 runs at once into fresh databases, all complete, distinct sessions, readers never blocked or marking ($(elapsed "$ts") s)"
 
 echo "crash test: $(elapsed "$t0") s in all"
-if [ $failures -gt 0 ]; then
-    echo "$failures failure(s)"
-    exit 1
-fi
-echo "all crash checks passed"
+tb_finish

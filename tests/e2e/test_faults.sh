@@ -19,12 +19,10 @@
 #
 # usage: test_faults.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
-
-build=$(cd "$1" && pwd)
-src=$(cd "$2" && pwd)
-tb="$build/tokbench"
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+tb_init faults "$@"
 suites="$src/tests/data/suites"
-command -v sqlite3 >/dev/null || { echo "SKIP: sqlite3 not installed"; exit 77; }
+need_sqlite3
 python=${PYTHON:-python3}
 command -v "$python" >/dev/null || { echo "SKIP: python3 not installed"; exit 77; }
 export TOKBENCH_PLUGIN_PATH="$build/plugins"
@@ -35,19 +33,6 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}handle_sigbus=0:handle_abort
 # say nothing about what a process keeps, so they are not checked there.
 asan=0
 grep -q __asan_init "$tb" && asan=1
-
-# Under the build folder: other tests may clean /tmp while this one runs.
-tmp=$(mktemp -d "$build/test-faults.XXXXXX")
-server_pid=
-cleanup() {
-    [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
-    [ -n "${KEEP:-}" ] && echo "kept $tmp" || rm -rf "$tmp"
-}
-trap cleanup EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-pass() { echo "ok: $*"; }
-q() { sqlite3 -batch -noheader "$1" "$2"; }
 
 # case_of DB LABEL [N]: "status|error" of backend LABEL's Nth case (from 0)
 case_of() {
@@ -204,18 +189,8 @@ n_ct=$(q "$db" "select count(*) from bench_case where error like '%case_timeout%
 # ------------------------------------------------------------------ 2
 # Faulty servers, through the http backend.
 if [ -f "$build/plugins/http/http.so" ]; then
-    "$python" "$src/tests/e2e/fault_server.py" --port-file "$tmp/port" --quiet 2>"$tmp/server.log" &
-    server_pid=$!
-    for _ in $(seq 1 300); do
-        [ -s "$tmp/port" ] && break
-        kill -0 "$server_pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    TB_FAULT_PORT=$(cat "$tmp/port" 2>/dev/null)
-    export TB_FAULT_PORT
-    if [ -z "$TB_FAULT_PORT" ]; then
-        fail "fault server did not start: $(cat "$tmp/server.log")"
-    else
+    if start_server fault "$python" "$src/tests/e2e/fault_server.py" --quiet; then
+        export TB_FAULT_PORT=$port
         watched_run http "$suites/faults-http.ini"
         db="$tmp/http.db"
         [ $rc = 1 ] || { fail "http faults: exit $rc (expected 1: cases with failed requests)"; cat "$tmp/http.err"; }
@@ -301,7 +276,6 @@ if [ -f "$build/plugins/http/http.so" ]; then
             || fail "http faults: a case ended by case_timeout: $(q "$db" "select error from bench_case where error like '%case_timeout%' limit 1")"
         kill "$server_pid" 2>/dev/null
         wait "$server_pid" 2>/dev/null
-        server_pid=
     fi
 else
     echo "skip: http plugin not built (libcurl missing)"
@@ -363,5 +337,4 @@ else
     fail "model: no ar plugin at $build/plugins/ar/ar.so (every build has one)"
 fi
 
-[ $failures = 0 ] || { echo "$failures failures"; exit 1; }
-echo "PASS"
+tb_finish

@@ -9,15 +9,9 @@
 #
 # usage: test_fp8_run.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
-build=$1
-src=$2
-tb="$build/tokbench"
-command -v sqlite3 >/dev/null || { echo "SKIP: sqlite3 not installed"; exit 77; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-q() { sqlite3 -batch -noheader "$1" "$2"; }
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+tb_init fp8_run "$@"
+need_sqlite3
 
 cat >"$tmp/fp8.ini" <<EOT
 [suite]
@@ -98,5 +92,4 @@ dtype = fp8
 EOT
 "$tb" run "$tmp/flow.ini" --db "$tmp/flow.db" >"$tmp/flow.out" 2>&1 && fail "flow + dtype accepted"
 grep -qi "dtype" "$tmp/flow.out" || { fail "flow + dtype: the error does not name the option"; cat "$tmp/flow.out"; }
-[ $failures = 0 ] && echo "fp8 e2e: all passed"
-exit $((failures > 0))
+tb_finish

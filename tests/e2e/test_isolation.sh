@@ -20,24 +20,12 @@
 #
 # usage: test_isolation.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
-
-build=$1
-tb="$build/tokbench"
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+tb_init isolation "$@"
 null="$build/plugins/null/null.so"
 mis="$build/tests/plugins/misbehave.so"
-command -v sqlite3 >/dev/null || { echo "SKIP: sqlite3 not installed"; exit 77; }
-
-tmp=$(mktemp -d "$build/test-isolation.XXXXXX")
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-pass() { echo "ok: $*"; }
-q() { sqlite3 -batch -noheader "$1" "$2"; }
+need_sqlite3
+tb_kill_signal=KILL # a runner or server left hanging by a fault
 BACKSTOP=${TB_BACKSTOP:-300} # seconds: a hang, not a slow machine
 
 # suite FILE [OPTION LINES...]: a healthy null backend, then the
@@ -54,9 +42,36 @@ suite() {
     } >"$f"
 }
 
+# The faults of parts 1 and 2 are checked side by side, each in a folder
+# of its own: most of them wait out a 3 s deadline (load_timeout,
+# case_timeout), and one after the other they took a minute.
+# in_parallel NAME FUNCTION: FUNCTION NAME DIR in the background (at most 4
+# at once), its output in DIR/log.
+par_dirs=()
+in_parallel() {
+    local d="$tmp/par-${1//:/-}"
+    mkdir -p "$d"
+    par_dirs+=("$d")
+    while [ "$(jobs -rp | wc -l)" -ge 4 ]; do wait -n; done
+    "$2" "$1" "$d" >"$d/log" 2>&1 &
+    pids+=($!)
+}
+# collect: waits for them all; prints their output in order and counts
+# their failures
+collect() {
+    local d n
+    wait
+    for d in "${par_dirs[@]}"; do
+        cat "$d/log"
+        n=$(grep -c '^FAIL: ' "$d/log")
+        failures=$((failures + n))
+    done
+    par_dirs=()
+}
+
 # --- 1. at load and in validate(): a suite error, nothing stored ---------
-for fault in constructor:crash constructor:exit constructor:hang entry:crash entry:exit entry:hang \
-    validate:crash validate:exit validate:hang; do
+load_fault() { # FAULT DIR: its checks, its files in DIR
+    local fault=$1 d=$2
     where=${fault%%:*}
     what=${fault#*:}
     case $what in
@@ -65,51 +80,56 @@ for fault in constructor:crash constructor:exit constructor:hang entry:crash ent
     hang) reason='did not answer within load_timeout (3 s); killed' ;;
     esac
     if [ "$where" = validate ]; then
-        suite "$tmp/s.ini" "validate_fault = $what"
+        suite "$d/s.ini" "validate_fault = $what"
         env=()
-        at="$tmp/s.ini:9: backend: \[backend bad\] case .*: plugin misbehave ($mis): validate() $reason"
+        at="$d/s.ini:9: backend: \[backend bad\] case .*: plugin misbehave ($mis): validate() $reason"
     else
-        suite "$tmp/s.ini"
+        suite "$d/s.ini"
         env=(TB_MISBEHAVE="$fault")
-        at="$tmp/s.ini:10: plugin: plugin $mis ($mis): loading it .* $reason"
+        at="$d/s.ini:10: plugin: plugin $mis ($mis): loading it .* $reason"
     fi
-    rm -f "$tmp/s.db"
+    rm -f "$d/s.db"
     for mode in run dry-run; do
-        args=(run "$tmp/s.ini" --db "$tmp/s.db")
+        args=(run "$d/s.ini" --db "$d/s.db")
         [ $mode = dry-run ] && args+=(--dry-run)
-        env "${env[@]}" timeout -k 10 $BACKSTOP "$tb" "${args[@]}" >"$tmp/out" 2>"$tmp/e"
+        env "${env[@]}" timeout -k 10 $BACKSTOP "$tb" "${args[@]}" >"$d/out" 2>"$d/e"
         rc=$?
-        [ $rc = 2 ] || fail "$fault ($mode): exit $rc, not 2: $(head -c 400 "$tmp/e")"
-        grep -q -- "$at" "$tmp/e" || fail "$fault ($mode): message: $(head -c 600 "$tmp/e")"
+        [ $rc = 2 ] || fail "$fault ($mode): exit $rc, not 2: $(head -c 400 "$d/e")"
+        grep -q -- "$at" "$d/e" || fail "$fault ($mode): message: $(head -c 600 "$d/e")"
     done
-    [ ! -e "$tmp/s.db" ] || [ "$(q "$tmp/s.db" "select count(*) from session")" = 0 ] || fail "$fault: a session was stored"
+    [ ! -e "$d/s.db" ] || [ "$(q "$d/s.db" "select count(*) from session")" = 0 ] || fail "$fault: a session was stored"
     if [ "$where" != validate ]; then
         # `plugins` has no suite: its deadline is --load-timeout
         preason=${reason/load_timeout/--load-timeout}
-        env "${env[@]}" timeout -k 10 $BACKSTOP "$tb" plugins "$mis" --load-timeout 3 >"$tmp/out" 2>"$tmp/e"
+        env "${env[@]}" timeout -k 10 $BACKSTOP "$tb" plugins "$mis" --load-timeout 3 >"$d/out" 2>"$d/e"
         rc=$?
         [ $rc = 1 ] || fail "$fault: plugins PATH: exit $rc, not 1"
-        grep -q -- "plugin $mis ($mis): loading it .* $preason" "$tmp/e" || fail "$fault: plugins PATH: $(head -c 400 "$tmp/e")"
+        grep -q -- "plugin $mis ($mis): loading it .* $preason" "$d/e" || fail "$fault: plugins PATH: $(head -c 400 "$d/e")"
         # the listing goes on past it
         env "${env[@]}" TOKBENCH_PLUGIN_PATH="$build/tests/plugins" timeout -k 10 $BACKSTOP "$tb" plugins --load-timeout 3 \
-            >"$tmp/out" 2>"$tmp/e"
+            >"$d/out" 2>"$d/e"
         rc=$?
         [ $rc = 0 ] || fail "$fault: plugins: exit $rc"
-        grep -q -- "(invalid) .*misbehave.so.*$preason" "$tmp/out" || fail "$fault: plugins listing: $(grep misbehave "$tmp/out")"
-        grep -q '^  null ' "$tmp/out" || fail "$fault: plugins listing lacks null"
+        grep -q -- "(invalid) .*misbehave.so.*$preason" "$d/out" || fail "$fault: plugins listing: $(grep misbehave "$d/out")"
+        grep -q '^  null ' "$d/out" || fail "$fault: plugins listing lacks null"
     fi
     if "$tb" serve --help >/dev/null 2>&1; then
-        env "${env[@]}" timeout -k 10 $BACKSTOP "$tb" serve --backend bad "$tmp/s.ini" --port 0 >"$tmp/out" 2>"$tmp/e"
+        env "${env[@]}" timeout -k 10 $BACKSTOP "$tb" serve --backend bad "$d/s.ini" --port 0 >"$d/out" 2>"$d/e"
         rc=$?
-        [ $rc = 2 ] || fail "$fault: serve: exit $rc, not 2: $(head -c 400 "$tmp/e")"
-        grep -q -- "$at" "$tmp/e" || fail "$fault: serve: $(head -c 400 "$tmp/e")"
+        [ $rc = 2 ] || fail "$fault: serve: exit $rc, not 2: $(head -c 400 "$d/e")"
+        grep -q -- "$at" "$d/e" || fail "$fault: serve: $(head -c 400 "$d/e")"
     fi
+}
+for fault in constructor:crash constructor:exit constructor:hang entry:crash entry:exit entry:hang \
+    validate:crash validate:exit validate:hang; do
+    in_parallel "$fault" load_fault
 done
+collect
 pass "a plugin crashing, exiting or hanging at load or in validate(): an error naming it and its suite line"
 
 # --- 2. in probe(), create() and generate(): the case fails, the run goes on
-for fault in probe:crash probe:exit probe:hang create:crash create:exit create:hang create:closefds_hang \
-    generate:crash generate:exit generate:hang generate:closefds_hang; do
+call_fault() { # FAULT DIR: its checks, its files in DIR
+    local fault=$1 d=$2
     where=${fault%%:*}
     what=${fault#*:}
     case $what in
@@ -123,22 +143,27 @@ for fault in probe:crash probe:exit probe:hang create:crash create:exit create:h
     esac
     env=()
     if [ $where = probe ]; then
-        suite "$tmp/s.ini"
+        suite "$d/s.ini"
         env=(TB_MISBEHAVE="$fault")
     else
-        suite "$tmp/s.ini" "${where}_fault = $what"
+        suite "$d/s.ini" "${where}_fault = $what"
     fi
-    rm -f "$tmp/s.db"*
-    env "${env[@]}" timeout -k 10 $BACKSTOP "$tb" run "$tmp/s.ini" --db "$tmp/s.db" >"$tmp/out" 2>"$tmp/e"
+    rm -f "$d/s.db"*
+    env "${env[@]}" timeout -k 10 $BACKSTOP "$tb" run "$d/s.ini" --db "$d/s.db" >"$d/out" 2>"$d/e"
     rc=$?
-    [ $rc = 1 ] || fail "$fault: exit $rc, not 1: $(tail -c 400 "$tmp/e")"
-    got=$(q "$tmp/s.db" "select b.label || ' ' || c.status || ' ' || coalesce(c.error, '') from bench_case c join backend b on b.id = c.backend_id order by c.ordinal")
+    [ $rc = 1 ] || fail "$fault: exit $rc, not 1: $(tail -c 400 "$d/e")"
+    got=$(q "$d/s.db" "select b.label || ' ' || c.status || ' ' || coalesce(c.error, '') from bench_case c join backend b on b.id = c.backend_id order by c.ordinal")
     # here-strings, not pipes: under pipefail a grep -q that stops reading
     # early can make the writer's SIGPIPE fail the check (seen once in CI)
     grep -q -- "^bad failed .*$reason" <<<"$got" || fail "$fault: the bad case: $got"
     grep -q '^good ok' <<<"$got" || fail "$fault: the good case after it: $got"
-    [ "$(q "$tmp/s.db" "select status from session")" = completed ] || fail "$fault: session not completed"
+    [ "$(q "$d/s.db" "select status from session")" = completed ] || fail "$fault: session not completed"
+}
+for fault in probe:crash probe:exit probe:hang create:crash create:exit create:hang create:closefds_hang \
+    generate:crash generate:exit generate:hang generate:closefds_hang; do
+    in_parallel "$fault" call_fault
 done
+collect
 pass "a plugin crashing, exiting or hanging in probe(), create() or generate(): its case fails, the run goes on"
 
 # --- 3. SIGTERM while the backend hangs with its descriptors closed ------
@@ -188,18 +213,8 @@ elif ! command -v curl >/dev/null; then
     echo "SKIP part 4: curl not installed"
 else
     suite "$tmp/v.ini" "generate_fault = closefds_hang"
-    "$tb" serve --backend bad "$tmp/v.ini" --port 0 --port-file "$tmp/v.port" >"$tmp/v.log" 2>&1 &
-    server=$!
-    pids+=("$server")
-    for _ in $(seq 3000); do
-        [ -s "$tmp/v.port" ] && break
-        kill -0 "$server" 2>/dev/null || break
-        sleep 0.1
-    done
-    port=$(cat "$tmp/v.port" 2>/dev/null)
-    if [ -z "$port" ]; then
-        fail "serve did not start: $(cat "$tmp/v.log")"
-    else
+    if start_server v "$tb" serve --backend bad "$tmp/v.ini" --port 0; then
+        server=$server_pid
         for i in 1 2; do
             code=$(curl -s -o "$tmp/r$i" -w '%{http_code}' --max-time $BACKSTOP \
                 -H 'Content-Type: application/json' -d '{"model":"bad","prompt":"hi","max_tokens":2}' \
@@ -230,5 +245,4 @@ else
     pass "serve: a backend that closes its descriptors and hangs costs its requests a 500, and SIGTERM stops it"
 fi
 
-[ $failures = 0 ] || { echo "$failures failure(s)"; exit 1; }
-echo "all isolation checks passed"
+tb_finish

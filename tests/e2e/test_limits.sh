@@ -10,19 +10,10 @@
 #
 # usage: test_limits.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
-
-build=$(cd "$1" && pwd)
-src=$(cd "$2" && pwd)
-tb="$build/tokbench"
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+tb_init limits "$@"
 null="$build/plugins/null/null.so"
-command -v sqlite3 >/dev/null || { echo "SKIP: sqlite3 not installed"; exit 77; }
-
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-pass() { echo "ok: $*"; }
-q() { sqlite3 -batch -noheader "$1" "$2"; }
+need_sqlite3
 
 # ------------------------------------------------------------------ 1
 cat >"$tmp/absurd.ini" <<EOF
@@ -102,5 +93,4 @@ else
     echo "skip: ar/diffusion plugins not built"
 fi
 
-[ $failures = 0 ] && echo "all passed" || echo "$failures failed"
-exit $((failures > 0))
+tb_finish

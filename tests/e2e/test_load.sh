@@ -29,45 +29,23 @@
 #
 # usage: test_load.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
-build=$1
-src=$(cd "$2" && pwd)
-tb="$build/tokbench"
-command -v sqlite3 >/dev/null || { echo "SKIP: sqlite3 not installed"; exit 77; }
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+tb_init load "$@"
+need_sqlite3
 command -v python3 >/dev/null || { echo "SKIP: python3 not installed"; exit 77; }
 [ -f "$build/plugins/http/http.so" ] || { echo "SKIP: http plugin not built (libcurl missing)"; exit 77; }
 "$tb" serve --help >/dev/null 2>&1 || { echo "SKIP: no tokbench serve (libmicrohttpd missing)"; exit 77; }
 export TOKBENCH_PLUGIN_PATH="$build/plugins"
 tok="$src/models/small-llama/tokenizer.json"
 
-tmp=$(mktemp -d "$build/test-load.XXXXXX")
-tmp=$(cd "$tmp" && pwd)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-    for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
-    [ -n "${KEEP:-}" ] && echo "kept $tmp" || rm -rf "$tmp"
-}
-trap cleanup EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-pass() { echo "ok: $*"; }
-q() { sqlite3 -batch -noheader "$1" "$2"; }
-
-# start_server NAME STEP_US: the null backend served on a free port; sets $port.
-start_server() {
+# serve_null NAME STEP_US: the null backend served on a free port; sets $port.
+serve_null() {
     printf '[suite]\nname = srv\n[backend n]\nplugin = null\nprefill_us = 0\nstep_us = %s\n' "$2" >"$tmp/$1.ini"
-    "$tb" serve --backend n "$tmp/$1.ini" --port 0 --port-file "$tmp/$1.port" >"$tmp/$1.log" 2>&1 &
-    local pid=$!
-    pids+=("$pid")
-    until [ -s "$tmp/$1.port" ]; do
-        kill -0 "$pid" 2>/dev/null || { echo "FAIL: server $1 did not start"; cat "$tmp/$1.log"; exit 1; }
-        sleep 0.1
-    done
-    port=$(cat "$tmp/$1.port")
+    start_server "$1" "$tb" serve --backend n "$tmp/$1.ini" --port 0 || exit 1
 }
-start_server fast 0
+serve_null fast 0
 fast="http://127.0.0.1:$port"
-start_server slow 1000 # TPOT >= 1 ms: each token waits a 1 ms step
+serve_null slow 1000 # TPOT >= 1 ms: each token waits a 1 ms step
 slow="http://127.0.0.1:$port"
 
 # run NAME: run $tmp/NAME.ini into NAME.db (output in NAME.out).
@@ -543,5 +521,4 @@ EOF
     pass "Chromium: the limit line laid out in each of the $n rate charts, full height, inside the plot"
 fi
 
-[ $failures = 0 ] || { echo "$failures failures"; exit 1; }
-echo "PASS"
+tb_finish

@@ -15,24 +15,11 @@
 #
 # usage: test_merge.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
-
-build=$1
-tb="$build/tokbench"
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+tb_init merge "$@"
 null="$build/plugins/null/null.so"
 mis="$build/tests/plugins/misbehave.so"
-command -v sqlite3 >/dev/null || { echo "SKIP: sqlite3 not installed"; exit 77; }
-
-tmp=$(mktemp -d "$build/test-merge.XXXXXX")
-runner=
-cleanup() {
-    [ -n "$runner" ] && kill "$runner" 2>/dev/null
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-pass() { echo "ok: $*"; }
-q() { sqlite3 -batch -noheader "$1" "$2"; }
+need_sqlite3
 counts() { q "$1" "select (select count(*) from session) || ' ' || (select count(*) from bench_case) || ' ' || (select count(*) from sample) || ' ' || (select count(*) from request) || ' ' || (select count(*) from metric)"; }
 
 # --- 1. a damaged page in the source -----------------------------------
@@ -95,6 +82,7 @@ wait_file = $tmp/go
 EOF
 "$tb" run "$tmp/gate.ini" --db "$tmp/live.db" >/dev/null 2>"$tmp/live.err" &
 runner=$!
+pids+=("$runner")
 stored=0
 for _ in $(seq 3000); do # a backstop only: the run stores its m cases at once
     stored=$(q "$tmp/live.db" "select count(*) from bench_case" 2>/dev/null || echo 0)
@@ -120,7 +108,6 @@ part=$(q "$tmp/team.db" "select count(*) from bench_case")
 touch "$tmp/go"
 wait "$runner"
 rc=$?
-runner=
 [ $rc = 0 ] || fail "the gated run: exit $rc: $(cat "$tmp/live.err")"
 all=$(q "$tmp/live.db" "select count(*) from bench_case")
 [ "$all" -gt "$stored" ] || fail "the run stored no case after its gate ($all)"
@@ -215,5 +202,4 @@ check_reader "report html (emissions)" "$tb" report 1 --db "$tmp/r3.db" --format
 check_reader "export json (emissions)" "$tb" export 1 --format json --db "$tmp/r3.db"
 pass "readers: a row of invalid JSON is an error naming it, not a crash or no data"
 
-[ $failures = 0 ] || { echo "$failures failure(s)"; exit 1; }
-echo "all merge checks passed"
+tb_finish

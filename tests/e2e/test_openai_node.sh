@@ -15,9 +15,9 @@
 #
 # usage: test_openai_node.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
-build=$1
-src=$(cd "$2" && pwd)
-tb="$build/tokbench"
+# sourced without dirname: the self-check below runs this script with no PATH
+. "${BASH_SOURCE[0]%/*}/../lib.sh"
+tb_paths openai_node "$@"
 if [ "${TOKBENCH_NO_NODE:-0}" = 1 ]; then
     echo "SKIP: TOKBENCH_NO_NODE=1 (the OpenAI Node SDK test is switched off)"
     exit 77
@@ -54,13 +54,7 @@ installed=$("$node" -p 'require(process.argv[1]).version' "$src/tests/node/node_
     missing "the OpenAI Node SDK (npm package openai $pinned) is not installed in tests/node/node_modules"
 [ "$installed" = "$pinned" ] || missing "tests/node/node_modules has openai $installed, the lock pins $pinned"
 
-tmp=$(mktemp -d)
-pid=
-cleanup() {
-    [ -n "$pid" ] && { kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; }
-    [ -n "${KEEP:-}" ] && echo "kept $tmp" || rm -rf "$tmp"
-}
-trap cleanup EXIT
+tb_tmp openai_node
 
 # The quick suite's AR backend (threads 1: the machine is shared).
 cat >"$tmp/serve.ini" <<EOF
@@ -76,16 +70,10 @@ ignore_eos = false
 threads = 1
 EOF
 # A free port: the kernel's (--port 0), written to --port-file once
-# listening; waited for by polling, with no time bound of ours beyond
-# the server process being alive (meson's timeout is the backstop).
+# listening (lib.sh's start_server: no time bound of ours beyond the
+# server process being alive; meson's timeout is the backstop).
 export TOKBENCH_PLUGIN_PATH="$build/plugins"
-"$tb" serve --backend ar-small "$tmp/serve.ini" --port 0 --port-file "$tmp/port" >"$tmp/serve.log" 2>&1 &
-pid=$!
-until [ -s "$tmp/port" ]; do
-    kill -0 "$pid" 2>/dev/null || { echo "FAIL: the server did not start"; cat "$tmp/serve.log"; exit 1; }
-    sleep 0.1
-done
-port=$(cat "$tmp/port")
+start_server serve "$tb" serve --backend ar-small "$tmp/serve.ini" --port 0 || exit 1
 
 if (cd "$src/tests/node" && "$node" openai_sdk.mjs "$port" ar-small "$src/suites/data/tasks.jsonl" \
     "$src/suites/data/text.jsonl" "$src/models/small-llama/tokenizer.json") >"$tmp/sdk.out" 2>&1; then

@@ -10,20 +10,11 @@
 #
 # usage: test_report.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
-
-build=$1
-src=$2
-tb="$build/tokbench"
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+tb_init report "$@"
 null="$build/plugins/null/null.so"
-command -v sqlite3 >/dev/null || { echo "SKIP: sqlite3 not installed"; exit 77; }
+need_sqlite3
 
-# Under the build folder: other tests may clean /tmp while this one runs.
-tmp=$(mktemp -d "$build/test-report.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-pass() { echo "ok: $*"; }
-q() { sqlite3 -batch -noheader "$1" "$2"; }
 count() { grep -c -- "$2" "$1" || true; } # lines of file $1 matching $2
 
 # --- sessions: two runs of the scripted suite (12 cases each), a third
@@ -152,23 +143,17 @@ grep -q '^12 matching cases; 48 rows' "$tmp/c12.out" || fail "compare summary: $
 # change at all; two runs of the same timing could differ by any amount on
 # a loaded machine, so they are not the witness)
 "$tb" compare 1 1 --db "$db" --fail-if-slower 1 >"$tmp/c12f.out" || fail "compare 1 1 --fail-if-slower 1: $(grep -E 'slower$' "$tmp/c12f.out")"
-# session 3 steps the AR-like backend at 600 us instead of 400: slower
+# session 3 steps the AR-like backend at 600 us instead of 400 (how much
+# slower it measures, its regressions and their p-values are timings:
+# test_report_timing.sh, suite timing); exit 0 or 1 (regressions) here
 "$tb" compare 1 3 --db "$db" --metric agg_tps,e2e_ms --fail-if-slower 10 >"$tmp/c13.out"; rc=$?
-[ $rc = 1 ] || fail "compare 1 3 --fail-if-slower 10: exit $rc, expected 1"
-grep -qE '^ar-like +prompt 32, new 64, batch 1 +agg_tps +5 +5 .* 0\.[67][0-9]{2} +-[23][0-9]\.[0-9]% +0\.00794 +slower$' "$tmp/c13.out" \
-    || fail "compare 1 3: ar-like agg_tps row: $(grep 'ar-like.*agg_tps' "$tmp/c13.out")"
-grep -qE '^ar-like .* e2e_ms .* \+[0-9.]+% +0\.00794 +slower$' "$tmp/c13.out" || fail "compare 1 3: e2e not slower"
-grep -q '^FAIL: 2 regressions beyond 10%' "$tmp/c13.out" || fail "compare 1 3 summary: $(grep -E 'FAIL|ok:' "$tmp/c13.out")"
+[ $rc = 0 ] || [ $rc = 1 ] || fail "compare 1 3 --fail-if-slower 10: exit $rc"
 grep -q '^  suite: sha256' "$tmp/c13.out" || fail "compare 1 3 does not say the suites differ"
 grep -q '^3 matching cases (9 only in A, 0 only in B)' "$tmp/c13.out" || fail "compare 1 3 matching: $(grep matching "$tmp/c13.out")"
-"$tb" compare 1 3 --db "$db" --fail-if-slower 60 >/dev/null || fail "a 35% slowdown failed a 60% threshold"
 # two backends of one session: AR (no steps) against each step count
 "$tb" compare 1 --backends ar-like diffusion-like --db "$db" --metric agg_tps >"$tmp/cb.out"; rc=$?
 [ $rc = 0 ] || fail "compare --backends exit $rc"
 [ "$(grep -c '^ar-like vs diffusion-like ' "$tmp/cb.out")" = 8 ] || fail "compare --backends: expected 8 rows"
-# the null model: diffusion-like at 16 steps is about half as fast as AR-like
-grep -qE '^ar-like vs diffusion-like +prompt 32, new 64, batch 1, steps 16 +agg_tps .* 0\.5[0-9]{2} .* slower$' "$tmp/cb.out" \
-    || fail "compare --backends steps 16 row: $(grep 'steps 16' "$tmp/cb.out" | head -1)"
 "$tb" compare 1 --backends ar-like nope --db "$db" 2>"$tmp/e" >/dev/null; rc=$?
 [ $rc = 2 ] && grep -q 'session 1 has no backend "nope" (it has: ar-like, diffusion-like)' "$tmp/e" || fail "bad backend: $rc $(cat "$tmp/e")"
 "$tb" compare 1 2 --metric bogus --db "$db" 2>"$tmp/e" >/dev/null; [ $? = 2 ] || fail "bad metric not exit 2"
@@ -223,7 +208,6 @@ pass "compare/history/report: one text, two configurations, option by option"
 grep -q '^agg_tps (tokens/s) of backend ar-like, case prompt 32, new 64, batch 1: 3 sessions' "$tmp/h.out" \
     || fail "history header: $(head -1 "$tmp/h.out")"
 [ "$(grep -cE '^ +[123] +20' "$tmp/h.out")" = 3 ] || fail "history rows: $(cat "$tmp/h.out")"
-grep -qE '^ +3 .* -[23][0-9]\.[0-9]% worse$' "$tmp/h.out" || fail "history does not show session 3 as worse"
 "$tb" history --backend diffusion-like --metric e2e_ms --filter steps=8 --db "$db" --format csv >"$tmp/h.csv" || fail "history csv"
 [ "$(grep -c '^diffusion-like,"prompt' "$tmp/h.csv")" = 9 ] || fail "history csv rows: $(wc -l <"$tmp/h.csv")"
 "$tb" history --backend ar-like --filter steps=none --db "$db" --format html -o "$tmp/h.html" || fail "history html"
@@ -366,5 +350,4 @@ done
 "$tb" --help >"$tmp/help"
 grep -q 'compare A B' "$tmp/help" || fail "main help lacks compare"
 
-[ $failures = 0 ] || { echo "$failures failures"; exit 1; }
-echo "PASS"
+tb_finish

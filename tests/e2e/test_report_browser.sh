@@ -11,21 +11,12 @@
 #
 # usage: test_report_browser.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
-
-build=$1
-src=$2
-tb="$build/tokbench"
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+tb_init report_browser "$@"
 chromium=$(command -v chromium || command -v chromium-browser || true)
 [ -n "$chromium" ] || { echo "SKIP: chromium not installed (Debian package chromium)"; exit 77; }
 command -v python3 >/dev/null || { echo "SKIP: python3 not installed"; exit 77; }
-command -v sqlite3 >/dev/null || { echo "SKIP: sqlite3 not installed"; exit 77; }
-
-tmp=$(mktemp -d "$build/test-browser.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-tmp=$(cd "$tmp" && pwd) # file:// URLs need an absolute path
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-pass() { echo "ok: $*"; }
+need_sqlite3
 
 # Chromium as root in a container: no sandbox, no GPU, nothing from the
 # network, a throwaway profile.
@@ -155,5 +146,5 @@ size=$(stat -c %s "$tmp/report.png" 2>/dev/null || echo 0)
 [ "$size" -ge 60000 ] || fail "report screenshot is $size bytes: blank?"
 pass "report screenshot: $size bytes"
 
-[ $failures = 0 ] || { echo "$failures failures"; tail -5 "$tmp/chromium.log"; exit 1; }
-echo "PASS"
+[ $failures = 0 ] || tail -5 "$tmp/chromium.log"
+tb_finish

@@ -17,33 +17,17 @@
 #
 # usage: test_report_rate.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
-build=$1
-src=$(cd "$2" && pwd)
-tb="$build/tokbench"
-command -v sqlite3 >/dev/null || { echo "SKIP: sqlite3 not installed"; exit 77; }
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+tb_init report_rate "$@"
+need_sqlite3
 command -v python3 >/dev/null || { echo "SKIP: python3 not installed"; exit 77; }
 [ -f "$build/plugins/http/http.so" ] || { echo "SKIP: http plugin not built (libcurl missing)"; exit 77; }
 export TOKBENCH_PLUGIN_PATH="$build/plugins"
 
-tmp=$(mktemp -d "$build/test-report-rate.XXXXXX")
-server=
-cleanup() {
-    [ -n "$server" ] && { kill "$server" 2>/dev/null; wait "$server" 2>/dev/null; }
-    [ -n "${KEEP:-}" ] && echo "kept $tmp" || rm -rf "$tmp"
-}
-trap cleanup EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-pass() { echo "ok: $*"; }
 kinds() { grep -o 'data-kind="[a-z]*"' "$1" | sort | uniq -c | awk '{printf "%s%s", sep, $2 "=" $1; sep=" "} END {print ""}'; }
 
-python3 "$src/tests/e2e/fault_server.py" --port-file "$tmp/port" --quiet 2>"$tmp/server.log" &
-server=$!
-until [ -s "$tmp/port" ]; do
-    kill -0 "$server" 2>/dev/null || { echo "FAIL: fault_server.py did not start"; cat "$tmp/server.log"; exit 1; }
-    sleep 0.1
-done
-url="http://127.0.0.1:$(cat "$tmp/port")/v1"
+start_server fault python3 "$src/tests/e2e/fault_server.py" --quiet || exit 1
+url="http://127.0.0.1:$port/v1"
 
 # suite NAME GOODPUT BACKENDS...: a suite with the named backends, each
 # "LABEL KEY = VALUES" (a rate or concurrency sweep).
@@ -184,5 +168,4 @@ k=$(kinds "$tmp/null.html")
 case $k in *'"rate"'* | *'"goodput"'* | '') fail "null-quick: $k" ;; esac
 pass "no rate chart without a rate sweep: one rate ($(kinds "$tmp/single.html")), null-quick ($k)"
 
-[ $failures = 0 ] || { echo "$failures failures"; exit 1; }
-echo "PASS"
+tb_finish

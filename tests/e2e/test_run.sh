@@ -9,19 +9,10 @@
 #
 # usage: test_run.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
-
-build=$1
-src=$2
-tb="$build/tokbench"
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+tb_init run "$@"
 null="$build/plugins/null/null.so"
-command -v sqlite3 >/dev/null || { echo "SKIP: sqlite3 not installed"; exit 77; }
-
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-pass() { echo "ok: $*"; }
-q() { sqlite3 -batch -noheader "$1" "$2"; }
+need_sqlite3
 
 # 0. The default suite (the README's first command): the trained small AR
 # and diffusion models on held-out tasks and text. Its run is the quick.ini
@@ -408,5 +399,4 @@ grep -q "step_us" "$tmp/null.txt" || fail "plugins null does not show options"
 "$tb" plugins "$build/tests/plugins/bad_abi.so" >/dev/null 2>"$tmp/abi.err" && fail "bad ABI plugin accepted"
 grep -q "built for plugin ABI 2" "$tmp/abi.err" || fail "bad ABI message: $(cat "$tmp/abi.err")"
 
-[ $failures = 0 ] || { echo "$failures failures"; exit 1; }
-echo "PASS"
+tb_finish

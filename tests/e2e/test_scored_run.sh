@@ -7,15 +7,9 @@
 #
 # usage: test_scored_run.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
-build=$1
-src=$2
-tb="$build/tokbench"
-command -v sqlite3 >/dev/null || { echo "SKIP: sqlite3 not installed"; exit 77; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-q() { sqlite3 -batch -noheader "$1" "$2"; }
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+tb_init scored_run "$@"
+need_sqlite3
 db="$tmp/s.db"
 
 if ! "$tb" run "$src/tests/data/suites/scored.ini" --db "$db" >"$tmp/out" 2>"$tmp/err"; then
@@ -80,5 +74,4 @@ printf '{"prompt": "a"}\n{"promt": "b"}\n' >"$tmp/p.jsonl"
 printf '[suite]\nrepeat=1\n[prompts]\nfile = p.jsonl\njudge = a\n[backend a]\nplugin = null\n' >"$tmp/bad2.ini"
 "$tb" run "$tmp/bad2.ini" --db "$tmp/bad.db" --dry-run >"$tmp/bad2.out" 2>&1 && fail "bad prompt set accepted"
 grep -q "p.jsonl:2:" "$tmp/bad2.out" || fail "no file:line for a bad prompt set: $(cat "$tmp/bad2.out")"
-[ "$failures" = 0 ] && echo "all scored-run checks passed"
-exit $((failures > 0))
+tb_finish

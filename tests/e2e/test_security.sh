@@ -11,16 +11,10 @@
 #
 # usage: test_security.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
-build=$(cd "$1" && pwd)
-src=$(cd "$2" && pwd)
-tb="$build/tokbench"
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+tb_init security "$@"
 secret_so="$build/tests/plugins/secret_opt.so"
-command -v sqlite3 >/dev/null || { echo "SKIP: sqlite3 not installed"; exit 77; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-q() { sqlite3 -batch -noheader "$1" "$2"; }
+need_sqlite3
 
 # 1. The working directory is never searched. A "null.so" there (a copy of
 # another plugin, so loading it would show in plugin_path and name) must
@@ -138,5 +132,4 @@ done
 "$tb" run "$tmp/suites/m-escape.ini" --dry-run >"$tmp/m.out" 2>&1 && fail "a symlink out of models_dir accepted"
 grep -q "m-escape.ini:8: model: .*outside models_dir" "$tmp/m.out" || fail "models_dir error: $(cat "$tmp/m.out")"
 
-[ "$failures" = 0 ] && echo "all security checks passed"
-exit $((failures > 0))
+tb_finish

@@ -18,44 +18,18 @@
 #
 # usage: test_serve.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
-build=$1
-src=$(cd "$2" && pwd)
-tb="$build/tokbench"
-command -v sqlite3 >/dev/null || { echo "SKIP: sqlite3 not installed"; exit 77; }
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+tb_init serve "$@"
+need_sqlite3
 command -v python3 >/dev/null || { echo "SKIP: python3 not installed"; exit 77; }
 [ -f "$build/plugins/ar/ar.so" ] || { echo "SKIP: no engine plugins in this build"; exit 77; }
 [ -f "$build/plugins/http/http.so" ] || { echo "SKIP: http plugin not built (libcurl missing)"; exit 77; }
 "$tb" serve --help >/dev/null 2>&1 || { echo "SKIP: no tokbench serve (libmicrohttpd missing)"; exit 77; }
 export TOKBENCH_PLUGIN_PATH="$build/plugins"
 
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-    for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
-    [ -n "${KEEP:-}" ] && echo "kept $tmp" || rm -rf "$tmp"
-}
-trap cleanup EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-pass() { echo "ok: $*"; }
-q() { sqlite3 -batch -noheader "$1" "$2"; }
-
-# start_server NAME SUITE LABEL: serve in the background on a free port;
+# serve_backend NAME SUITE LABEL: serve in the background on a free port;
 # sets $port (empty when it did not start).
-start_server() {
-    local name=$1 suite=$2 label=$3
-    "$tb" serve --backend "$label" "$suite" --port 0 --port-file "$tmp/$name.port" >"$tmp/$name.log" 2>&1 &
-    local pid=$!
-    pids+=("$pid")
-    for _ in $(seq 1 600); do
-        [ -s "$tmp/$name.port" ] && break
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    port=$(cat "$tmp/$name.port" 2>/dev/null)
-    [ -n "$port" ] || { fail "server $name did not start"; cat "$tmp/$name.log"; }
-}
+serve_backend() { start_server "$1" "$tb" serve --backend "$3" "$2" --port 0; }
 
 # Model folders with a chat template: the small Llama's files and a
 # tokenizer_config.json (its tokenizer lacks the templates' special
@@ -119,7 +93,7 @@ threads = 1
 EOF
 declare -A P
 for b in ar-small llada-small null chatml llama3; do
-    start_server "$b" "$tmp/serve.ini" "$b"
+    serve_backend "$b" "$tmp/serve.ini" "$b"
     P[$b]=$port
 done
 grep -q "chat template: ChatML" "$tmp/chatml.log" || fail "chatml: $(grep 'chat template' "$tmp/chatml.log")"
@@ -215,5 +189,4 @@ for mode in continuous static; do
     fi
 done
 
-[ $failures = 0 ] || { echo "$failures failures"; exit 1; }
-echo "PASS"
+tb_finish

@@ -20,25 +20,12 @@
 #
 # usage: test_shard.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
-build=$1
-src=$2
-tb="$build/tokbench"
-command -v sqlite3 >/dev/null || { echo "SKIP: sqlite3 not installed"; exit 77; }
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+tb_init shard "$@"
+need_sqlite3
 [ -f "$build/plugins/http/http.so" ] || { echo "SKIP: http plugin not built (libcurl missing)"; exit 77; }
 "$tb" serve --help >/dev/null 2>&1 || { echo "SKIP: no tokbench serve"; exit 77; }
 export TOKBENCH_PLUGIN_PATH="$build/plugins"
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-    for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
-    [ -n "${KEEP:-}" ] && echo "kept $tmp" || rm -rf "$tmp"
-}
-trap cleanup EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-ok() { echo "ok: $*"; }
-q() { sqlite3 -batch -noheader "$1" "$2"; }
 
 # ---------------------------------------------------------------- a server
 cat >"$tmp/server.ini" <<'EOT'
@@ -49,12 +36,7 @@ plugin = null
 prefill_us = 500
 step_us = 1000
 EOT
-"$tb" serve --backend null "$tmp/server.ini" --port 0 --port-file "$tmp/port" --max-batch 64 \
-    --reuse-port >"$tmp/server.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 1 200); do [ -s "$tmp/port" ] && break; sleep 0.05; done
-port=$(cat "$tmp/port")
-[ -n "$port" ] || { cat "$tmp/server.log"; echo "FAIL: server did not start"; exit 1; }
+start_server server "$tb" serve --backend null "$tmp/server.ini" --port 0 --max-batch 64 --reuse-port || exit 1
 
 cat >"$tmp/load.ini" <<EOT
 [suite]
@@ -91,38 +73,38 @@ for k in 0 1 2 3; do
          from bench_case c) from session")
     want_conc=2
     want_req=8
-    [ "$r" = "$k/4 ${start_at%Z}.000Z $want_conc $want_req" ] && ok "shard $k stored as $r" \
+    [ "$r" = "$k/4 ${start_at%Z}.000Z $want_conc $want_req" ] && pass "shard $k stored as $r" \
         || fail "shard $k: got '$r', want '$k/4 ${start_at%Z}.000Z $want_conc $want_req'"
 done
 # the shards' seeds and prompts differ (each shard its own share of the load)
 seeds=$(for k in 0 1 2 3; do q "$tmp/out/shard-$k.db" "select seed from session"; done | sort -u | wc -l)
-[ "$seeds" = 4 ] && ok "4 shards, 4 seeds" || fail "shards' seeds: $seeds distinct"
+[ "$seeds" = 4 ] && pass "4 shards, 4 seeds" || fail "shards' seeds: $seeds distinct"
 
 # ---------------------------------------------------------------- 2. the join
 "$tb" db merge "$tmp/out/shard-0.db" "$tmp/out/shard-1.db" "$tmp/out/shard-2.db" --db "$tmp/three.db" \
     >"$tmp/three.out" 2>"$tmp/three.err" || fail "merge of 3 shards"
 grep -q "not joined: .*shards missing (shards present: 0,1,2)" "$tmp/three.err" \
     && [ "$(q "$tmp/three.db" "select count(*) from session where shard_count is not null and shard_index is null")" = 0 ] \
-    && ok "3 of 4 shards: not joined, said why" || { cat "$tmp/three.err"; fail "3 of 4 shards"; }
+    && pass "3 of 4 shards: not joined, said why" || { cat "$tmp/three.err"; fail "3 of 4 shards"; }
 "$tb" db merge "$tmp/out/shard-3.db" --db "$tmp/three.db" >"$tmp/four.out" 2>&1 \
-    && grep -q "shards: 1 run joined now" "$tmp/four.out" && ok "the 4th shard completes the run" \
+    && grep -q "shards: 1 run joined now" "$tmp/four.out" && pass "the 4th shard completes the run" \
     || { cat "$tmp/four.out"; fail "the 4th shard"; }
 "$tb" db merge "$tmp"/out/shard-*.db --db "$tmp/m.db" >"$tmp/merge.out" 2>"$tmp/merge.err" \
     || { cat "$tmp/merge.err"; fail "db merge"; }
-grep -q "shards: 1 run joined now, 0 joined before" "$tmp/merge.out" && ok "joined" || { cat "$tmp/merge.out"; fail "not joined"; }
+grep -q "shards: 1 run joined now, 0 joined before" "$tmp/merge.out" && pass "joined" || { cat "$tmp/merge.out"; fail "not joined"; }
 "$tb" db merge "$tmp/out/shard-0.db" --db "$tmp/m.db" >"$tmp/again.out" 2>&1
 grep -q "shards: 0 runs joined now, 1 joined before" "$tmp/again.out" \
-    && [ "$(q "$tmp/m.db" "select count(*) from session")" = 5 ] && ok "merging again joins nothing twice" \
+    && [ "$(q "$tmp/m.db" "select count(*) from session")" = 5 ] && pass "merging again joins nothing twice" \
     || { cat "$tmp/again.out"; fail "merge again"; }
 J=$(q "$tmp/m.db" "select id from session where shard_index is null and shard_count = 4")
 [ -n "$J" ] || { fail "no joined session"; exit 1; }
 "$tb" report "$J" --format md --db "$tmp/m.db" >"$tmp/show.out" 2>&1 && grep -q "4 shards joined by db merge" "$tmp/show.out" \
-    && ok "the joined session's report names its shards" || fail "report $J: $(grep -i shard "$tmp/show.out")"
+    && pass "the joined session's report names its shards" || fail "report $J: $(grep -i shard "$tmp/show.out")"
 # (into a file, not a pipe: grep -q leaving early would cut the writer off
 # with SIGPIPE, which pipefail reports as a failure when the report is long)
 "$tb" report "$(q "$tmp/m.db" "select id from session where shard_index = 2")" --format md --db "$tmp/m.db" \
     >"$tmp/s2.md" 2>&1
-grep -q "shard 2 of 4 (0-based), started at" "$tmp/s2.md" && ok "a shard's report says which" \
+grep -q "shard 2 of 4 (0-based), started at" "$tmp/s2.md" && pass "a shard's report says which" \
     || fail "shard 2's report: $(grep -i shard "$tmp/s2.md" | head -3)"
 
 # per repetition: the same requests and tokens as the whole run
@@ -130,14 +112,14 @@ whole=$(q "$tmp/whole.db" "select group_concat(repetition || ':' || n_requests |
     (select * from sample order by repetition)")
 joined=$(q "$tmp/m.db" "select group_concat(repetition || ':' || n_requests || ':' || output_tokens, ' ') from
     (select s.* from sample s join bench_case c on c.id = s.case_id where c.session_id = $J order by repetition)")
-[ "$whole" = "$joined" ] && ok "requests and tokens per repetition equal the whole run's ($joined)" \
+[ "$whole" = "$joined" ] && pass "requests and tokens per repetition equal the whole run's ($joined)" \
     || fail "per repetition: whole '$whole', joined '$joined'"
 [ "$(q "$tmp/m.db" "select concurrency from bench_case where session_id = $J")" = \
-  "$(q "$tmp/whole.db" "select concurrency from bench_case")" ] && ok "concurrency summed to the whole run's" \
+  "$(q "$tmp/whole.db" "select concurrency from bench_case")" ] && pass "concurrency summed to the whole run's" \
     || fail "joined concurrency"
 [ "$(q "$tmp/m.db" "select count(*) from request r join sample s on s.id = r.sample_id join bench_case c
       on c.id = s.case_id where c.session_id = $J")" = "$(q "$tmp/whole.db" "select count(*) from request")" ] \
-    && ok "request rows: as many as the whole run's" || fail "request rows"
+    && pass "request rows: as many as the whole run's" || fail "request rows"
 
 # pooled statistics, recomputed here from the shards' own rows
 python3 - "$tmp/m.db" "$J" <<'EOF' || fail "pooled statistics"
@@ -193,15 +175,15 @@ EOF
 
 # ---------------------------------------------------------------- 3. errors
 "$tb" run "$tmp/load.ini" --shard 0/4 --db "$tmp/e.db" >/dev/null 2>"$tmp/e1.err"
-[ $? = 2 ] && grep -q "needs --start-at" "$tmp/e1.err" && ok "--shard without --start-at refused" \
+[ $? = 2 ] && grep -q "needs --start-at" "$tmp/e1.err" && pass "--shard without --start-at refused" \
     || fail "--shard without --start-at: $(cat "$tmp/e1.err")"
 "$tb" run "$tmp/load.ini" --shard 4/4 --start-at @0 --db "$tmp/e.db" >/dev/null 2>"$tmp/e2.err"
-[ $? = 2 ] && grep -q "0 <= K < N" "$tmp/e2.err" && ok "--shard 4/4 refused" || fail "--shard 4/4: $(cat "$tmp/e2.err")"
+[ $? = 2 ] && grep -q "0 <= K < N" "$tmp/e2.err" && pass "--shard 4/4 refused" || fail "--shard 4/4: $(cat "$tmp/e2.err")"
 "$tb" run "$tmp/load.ini" --shard 0/2 --start-at 2026-13-01T00:00:00Z --db "$tmp/e.db" >/dev/null 2>"$tmp/e3.err"
-[ $? = 2 ] && grep -q "expected a UTC time" "$tmp/e3.err" && ok "a bad --start-at refused" \
+[ $? = 2 ] && grep -q "expected a UTC time" "$tmp/e3.err" && pass "a bad --start-at refused" \
     || fail "bad --start-at: $(cat "$tmp/e3.err")"
 "$tb" run "$tmp/load.ini" --shard 0/64 --start-at @0 --dry-run >/dev/null 2>"$tmp/e4.err"
-[ $? = 2 ] && grep -q "requests 32 cannot be split over 64 shards" "$tmp/e4.err" && ok "fewer requests than shards refused" \
+[ $? = 2 ] && grep -q "requests 32 cannot be split over 64 shards" "$tmp/e4.err" && pass "fewer requests than shards refused" \
     || fail "requests < shards: $(cat "$tmp/e4.err")"
 cat >"$tmp/batch.ini" <<'EOT'
 [suite]
@@ -210,10 +192,10 @@ name = batch
 plugin = null
 EOT
 "$tb" run "$tmp/batch.ini" --shard 0/2 --start-at @0 --dry-run >/dev/null 2>"$tmp/e5.err"
-[ $? = 2 ] && grep -q "serves no load to split" "$tmp/e5.err" && ok "a batch backend cannot be sharded" \
+[ $? = 2 ] && grep -q "serves no load to split" "$tmp/e5.err" && pass "a batch backend cannot be sharded" \
     || fail "batch backend sharded: $(cat "$tmp/e5.err")"
 "$tb" run "$tmp/load.ini" --shard 1/4 --start-at @0 --dry-run >"$tmp/dry.out" 2>&1 \
-    && grep -q "requests=8" "$tmp/dry.out" && ok "--dry-run shows the shard's share" || fail "dry run: $(cat "$tmp/dry.out")"
+    && grep -q "requests=8" "$tmp/dry.out" && pass "--dry-run shows the shard's share" || fail "dry run: $(cat "$tmp/dry.out")"
 
 # ---------------------------------------------------------------- 4. the Kubernetes manifest
 python3 - "$src/examples/kubernetes/tokbench-shards.yaml" "$tmp/k8s-suite.ini" <<'EOF' || fail "Kubernetes manifest"
@@ -246,17 +228,16 @@ for k in $(seq 0 $((n - 1))); do
     "$tb" run "$tmp/k8s-suite.ini" --shard "$k/$n" --start-at 2026-12-01T19:00:00Z --dry-run >"$tmp/k8s$k.out" 2>&1 \
         || fail "the manifest's suite, shard $k/$n: $(cat "$tmp/k8s$k.out")"
 done
-ok "the manifest's suite plans as $n shards"
+pass "the manifest's suite plans as $n shards"
 
 # ---------------------------------------------------------------- 5. --reuse-port
 "$tb" serve --backend null "$tmp/server.ini" --port "$port" --reuse-port >"$tmp/second.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 1 200); do grep -q "listening\|cannot listen" "$tmp/second.log" && break; sleep 0.05; done
-grep -q "listening on http://127.0.0.1:$port" "$tmp/second.log" && ok "a second server shares the port (--reuse-port)" \
+grep -q "listening on http://127.0.0.1:$port" "$tmp/second.log" && pass "a second server shares the port (--reuse-port)" \
     || fail "--reuse-port: $(cat "$tmp/second.log")"
 "$tb" serve --backend null "$tmp/server.ini" --port "$port" >"$tmp/third.log" 2>&1
-grep -q "cannot listen" "$tmp/third.log" && ok "without --reuse-port the port is refused" \
+grep -q "cannot listen" "$tmp/third.log" && pass "without --reuse-port the port is refused" \
     || fail "no --reuse-port: $(cat "$tmp/third.log")"
 
-echo "$failures failures"
-[ "$failures" = 0 ]
+tb_finish

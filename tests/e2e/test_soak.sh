@@ -20,22 +20,15 @@
 # env:   TB_SOAK_SECONDS (default 60; the documented local run: 600),
 #        TB_SOAK_VALGRIND_SECONDS (default 20; 0 skips valgrind)
 set -uo pipefail
-
-build=$1
-src=$2
-tb="$build/tokbench"
-command -v sqlite3 >/dev/null || { echo "SKIP: sqlite3 not installed"; exit 77; }
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+tb_init soak "$@"
+need_sqlite3
 [ -r /proc/self/status ] || { echo "SKIP: needs Linux /proc"; exit 77; }
 
 secs=${TB_SOAK_SECONDS:-60}
 vg_secs=${TB_SOAK_VALGRIND_SECONDS:-20}
-tmp=$(mktemp -d)
 # on exit, kill what of ours still runs (jobs -p: this shell's live jobs only)
-trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-pass() { echo "ok: $*"; }
-q() { sqlite3 -batch -noheader "$1" "$2"; }
+on_exit() { kill -9 $(jobs -p) 2>/dev/null; }
 
 # Sanitized build? (meson's record of -Db_sanitize, else the linked runtime)
 sanitize=$(python3 -c 'import json, sys
@@ -205,8 +198,4 @@ else
     pass "valgrind memcheck: $n_logs processes (runner, workers), $vcases cases in $(awk -v n="$EPOCHREALTIME" -v t="$ts" 'BEGIN { printf "%.1f", n - t }') s: no leak, no memory error"
 fi
 
-if [ $failures -gt 0 ]; then
-    echo "$failures failure(s)"
-    exit 1
-fi
-echo "all soak checks passed"
+tb_finish

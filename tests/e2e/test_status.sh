@@ -10,16 +10,10 @@
 #
 # usage: test_status.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
-build=$(cd "$1" && pwd)
-tb="$build/tokbench"
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+tb_init status "$@"
 null="$build/plugins/null/null.so"
-command -v sqlite3 >/dev/null || { echo "SKIP: sqlite3 not installed"; exit 77; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-pass() { echo "ok: $*"; }
-q() { sqlite3 -batch -noheader "$1" "$2"; }
+need_sqlite3
 
 suite() { # $1: extra lines of the backend section
     printf '[suite]\nwarmup = 1\nrepeat = 3\n[matrix]\nprompt_tokens = 8\nmax_new_tokens = 4\nbatch = 4\n[backend b]\nplugin = %s\n%b\n' "$null" "$1"
@@ -120,5 +114,4 @@ if [ -f "$http" ]; then
     esac
 fi
 
-[ $failures = 0 ] && echo "all status checks passed"
-exit $((failures > 0))
+tb_finish

@@ -16,29 +16,15 @@
 #
 # usage: test_telemetry.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
-build=$1
-src=$2
-tb="$build/tokbench"
-command -v sqlite3 >/dev/null || { echo "SKIP: sqlite3 not installed"; exit 77; }
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+tb_init telemetry "$@"
+need_sqlite3
 command -v curl >/dev/null || { echo "SKIP: curl not installed"; exit 77; }
 export TOKBENCH_PLUGIN_PATH="$build/plugins"
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-    for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
-    [ -n "${KEEP:-}" ] && echo "kept $tmp" || rm -rf "$tmp"
-}
-trap cleanup EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-ok() { echo "ok: $*"; }
-q() { sqlite3 -batch -noheader "$1" "$2"; }
 server() { # MODE NAME: start one, its port in $tmp/NAME.port
     python3 "$src/tests/e2e/metrics_server.py" "$tmp/$2.port" "$1" &
     pids+=($!)
-    for _ in $(seq 1 400); do [ -s "$tmp/$2.port" ] && return 0; sleep 0.05; done
-    echo "FAIL: metrics server $2 did not start"; exit 1
+    [ -n "$(wait_port "$tmp/$2.port" $!)" ] || { echo "FAIL: metrics server $2 did not start"; exit 1; }
 }
 suite() { # FILE URL EXTRA...
     local f=$1 url=$2
@@ -73,45 +59,45 @@ want=$(seq -s, 1 "$k" | sed 's/\([0-9]*\)/\1.0/g')
 got=$(q "$tmp/a.db" "select count(*), group_concat(v, ',') from (select p.value as v from telemetry_series s
     join telemetry_point p on p.series_id = s.id where s.name = 'vllm:num_requests_running{model_name=\"m\"}'
     order by p.t_ns)")
-[ "$k" -ge 1 ] && [ "$got" = "$k|$want" ] && ok "$k scrapes answered, $k points stored with the values served" \
+[ "$k" -ge 1 ] && [ "$got" = "$k|$want" ] && pass "$k scrapes answered, $k points stored with the values served" \
     || fail "num_requests_running: server answered $k, stored '$got' (want '$k|$want')"
 [ "$(q "$tmp/a.db" "select count(*) from telemetry_series where name like '%_bucket%'")" = 0 ] \
-    && ok "histogram buckets left out" || fail "buckets stored"
+    && pass "histogram buckets left out" || fail "buckets stored"
 [ "$(q "$tmp/a.db" "select count(*) from telemetry_series where name in ('vllm:e2e_request_latency_seconds_sum',
-      'vllm:e2e_request_latency_seconds_count')")" = 2 ] && ok "_sum and _count kept" || fail "_sum/_count"
+      'vllm:e2e_request_latency_seconds_count')")" = 2 ] && pass "_sum and _count kept" || fail "_sum/_count"
 [ "$(q "$tmp/a.db" "select count(*) from telemetry_series where name = 'vllm:num_requests_waiting{model_name=\"a \\\"quoted\\\" name\"}'")" = 1 ] \
-    && ok "an escaped label value kept as served" || fail "escaped label: $(q "$tmp/a.db" "select name from telemetry_series")"
+    && pass "an escaped label value kept as served" || fail "escaped label: $(q "$tmp/a.db" "select name from telemetry_series")"
 [ "$(q "$tmp/a.db" "select count(*) from telemetry_point p join telemetry_series s on s.id = p.series_id
-      where s.name = 'process_open_fds' and p.value is null")" = "$k" ] && ok "+Inf stored as NULL" || fail "+Inf"
+      where s.name = 'process_open_fds' and p.value is null")" = "$k" ] && pass "+Inf stored as NULL" || fail "+Inf"
 grep -q "telemetry: $k of $k scrapes of $url had lines that are not the exposition format, skipped (first scrape: 1 malformed lines; first: line 12:" "$tmp/a.err" \
-    && ok "the malformed line skipped and said" || { grep telemetry "$tmp/a.err"; fail "malformed line note"; }
-[ "$(q "$tmp/a.db" "select count(distinct case_id) from telemetry_series")" = 1 ] && ok "series stored with their case" \
+    && pass "the malformed line skipped and said" || { grep telemetry "$tmp/a.err"; fail "malformed line note"; }
+[ "$(q "$tmp/a.db" "select count(distinct case_id) from telemetry_series")" = 1 ] && pass "series stored with their case" \
     || fail "series per case"
 
 # ---------------------------------------------------------------- 2. metrics =
 suite "$tmp/b.ini" "$url" "metrics = vllm:gpu_cache_usage_perc"
 "$tb" run "$tmp/b.ini" --db "$tmp/b.db" >/dev/null 2>&1 || fail "run with metrics ="
 [ "$(q "$tmp/b.db" "select group_concat(name) from telemetry_series")" = 'vllm:gpu_cache_usage_perc{model_name="m"}' ] \
-    && ok "metrics = keeps the series named" || fail "filter: $(q "$tmp/b.db" "select group_concat(name) from telemetry_series")"
+    && pass "metrics = keeps the series named" || fail "filter: $(q "$tmp/b.db" "select group_concat(name) from telemetry_series")"
 
 # ---------------------------------------------------------------- 3. bounded and timed out
 server huge h
 suite "$tmp/h.ini" "http://127.0.0.1:$(cat "$tmp/h.port")/metrics"
 "$tb" run "$tmp/h.ini" --db "$tmp/h.db" >/dev/null 2>"$tmp/h.err" && grep -q "scrapes of .* failed (first: a response larger than 4 MiB)" "$tmp/h.err" \
     && [ "$(q "$tmp/h.db" "select count(*) from telemetry_series")" = 0 ] \
-    && [ "$(q "$tmp/h.db" "select status from bench_case")" = ok ] && ok "a body past 4 MiB: refused, said, the case ran" \
+    && [ "$(q "$tmp/h.db" "select status from bench_case")" = ok ] && pass "a body past 4 MiB: refused, said, the case ran" \
     || { cat "$tmp/h.err"; fail "huge body"; }
 server slow s
 suite "$tmp/s.ini" "http://127.0.0.1:$(cat "$tmp/s.port")/metrics" "timeout = 0.1"
 "$tb" run "$tmp/s.ini" --db "$tmp/s.db" >/dev/null 2>"$tmp/s.err" && grep -q "scrapes of .* failed (first: Timeout was reached)" "$tmp/s.err" \
-    && [ "$(q "$tmp/s.db" "select status from bench_case")" = ok ] && ok "a server past the timeout: said, the case ran" \
+    && [ "$(q "$tmp/s.db" "select status from bench_case")" = ok ] && pass "a server past the timeout: said, the case ran" \
     || { cat "$tmp/s.err"; fail "slow server"; }
 # ---------------------------------------------------------------- 4. NVML
 if [ -e /dev/nvidiactl ]; then
     echo "ok: (a GPU machine: NVML's absence not tested here)"
 else
     [ "$(grep -c "telemetry: NVML not sampled" "$tmp/a.err")" = 1 ] && [ "$(q "$tmp/a.db" "select count(*) from telemetry_series where source = 'nvml'")" = 0 ] \
-        && ok "no NVML here: said once, nothing stored" || fail "NVML note: $(grep -c NVML "$tmp/a.err")"
+        && pass "no NVML here: said once, nothing stored" || fail "NVML note: $(grep -c NVML "$tmp/a.err")"
 fi
 
 # ---------------------------------------------------------------- 5. report, merge, errors
@@ -120,15 +106,14 @@ fi
 n_metrics=$(q "$tmp/a.db" "select count(distinct substr(s.name, 1, instr(s.name || '{', '{') - 1)) from telemetry_series s
     join telemetry_point p on p.series_id = s.id where p.value is not null")
 [ "$(grep -c 'data-kind="telemetry"' "$tmp/a.html")" = "$n_metrics" ] && grep -q '<h3>Telemetry</h3>' "$tmp/a.html" \
-    && ok "the report draws $n_metrics telemetry charts" || fail "report charts: $(grep -c 'data-kind="telemetry"' "$tmp/a.html") of $n_metrics"
+    && pass "the report draws $n_metrics telemetry charts" || fail "report charts: $(grep -c 'data-kind="telemetry"' "$tmp/a.html") of $n_metrics"
 "$tb" db merge "$tmp/a.db" --db "$tmp/m.db" >/dev/null 2>&1 || fail "merge"
 [ "$(q "$tmp/m.db" "select count(*) from telemetry_point")" = "$(q "$tmp/a.db" "select count(*) from telemetry_point")" ] \
-    && ok "db merge carries the series" || fail "merge telemetry"
+    && pass "db merge carries the series" || fail "merge telemetry"
 printf '[suite]\nname = x\n[backend n]\nplugin = null\n[telemetry]\nperiod = 0\ncolour = red\n' >"$tmp/bad.ini"
 "$tb" run "$tmp/bad.ini" --db "$tmp/bad.db" >/dev/null 2>"$tmp/bad.err"
 [ $? = 2 ] && grep -q "bad.ini:6: period: expected seconds between samples" "$tmp/bad.err" \
-    && grep -q "bad.ini:7: colour: unknown key in \[telemetry\]" "$tmp/bad.err" && ok "bad keys: errors at file:line" \
+    && grep -q "bad.ini:7: colour: unknown key in \[telemetry\]" "$tmp/bad.err" && pass "bad keys: errors at file:line" \
     || fail "bad keys: $(cat "$tmp/bad.err")"
 
-echo "$failures failures"
-[ "$failures" = 0 ]
+tb_finish

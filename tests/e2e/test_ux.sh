@@ -16,19 +16,11 @@
 #
 # usage: test_ux.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
-build=$(cd "$1" && pwd)
-src=$(cd "$2" && pwd)
-tb="$build/tokbench"
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+tb_init ux "$@"
 null="$build/plugins/null/null.so"
-command -v sqlite3 >/dev/null || { echo "SKIP: sqlite3 not installed"; exit 77; }
+need_sqlite3
 command -v python3 >/dev/null || { echo "SKIP: python3 not installed"; exit 77; }
-# Under the build folder: other tests may clean /tmp while this one runs.
-tmp=$(mktemp -d "$build/test-ux.XXXXXX")
-trap 'chmod -R u+w "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-pass() { echo "ok: $*"; }
-q() { sqlite3 -batch -noheader "$1" "$2"; }
 pty() { env -u COLUMNS python3 "$src/tests/e2e/pty_run.py" "$@"; } # COLUMNS OUT COMMAND...
 
 # A null backend over 12 batch sizes: 12 short cases.
@@ -307,5 +299,4 @@ if [ -f "$http" ]; then
 fi
 pass "suite errors: ${#want[@]} at once (parse, plugin, option, model, prompt set$([ -f "$http" ] && echo ", tokenizer")), each at its line; a missing model before any case"
 
-[ $failures = 0 ] && echo "all passed" || echo "$failures failed"
-[ $failures = 0 ]
+tb_finish
