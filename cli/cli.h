@@ -144,7 +144,7 @@ extern const cli_command cli_commands[];
 extern const char cli_about[];
 extern const char cli_about_end[];
 
-/* The command named `name`, or NULL. */
+/* The command named `name`, or NULL (options.c). */
 const cli_command *cli_command_find(const char *name);
 
 /* Parse argv (argv[0] the command's name) with cmd's options into *a:
@@ -160,7 +160,8 @@ void cli_usage(const cli_command *cmd, FILE *out);
 /* docs/CLI.md: the main usage and every command's, as Markdown. */
 void cli_markdown(FILE *out);
 
-/* Whether cmd takes option o. */
+/* Queries of the table (options.c), for the parser and the usage texts
+ * alike. Whether cmd takes option o. */
 int cli_takes(const cli_command *cmd, const cli_option *o);
 /* An option's argument as help names it: arg, else the choices ("csv|json"),
  * else "" (allocated). */

@@ -6,6 +6,7 @@
  * row here and reading its field in the command. */
 #include <math.h>
 #include <stddef.h>
+#include <string.h>
 
 #include "cli.h"
 #include "serve.h"
@@ -262,3 +263,44 @@ const cli_command cli_commands[] = {
      .run = cmd_help, .summary = "this text, or COMMAND's (= COMMAND --help)"},
     {.name = NULL},
 };
+
+/* ---------------------------------------------- queries of the table */
+
+int cli_takes(const cli_command *cmd, const cli_option *o)
+{
+    return (o->commands & cmd->bit) != 0;
+}
+
+const cli_command *cli_command_find(const char *name)
+{
+    for (const cli_command *c = cli_commands; c->name; c++)
+        if (strcmp(c->name, name) == 0)
+            return c;
+    return NULL;
+}
+
+/* "csv or json", "md, html, csv or json": the choices that are no alias
+ * (allocated). */
+char *cli_choices_text(const cli_option *o, const char *comma, const char *last_sep)
+{
+    tb_str b = {0};
+    size_t n = 0, k = 0;
+    for (const cli_choice *c = o->choices; c->name; c++)
+        n += !c->alias_of;
+    for (const cli_choice *c = o->choices; c->name; c++) {
+        if (c->alias_of)
+            continue;
+        k++; /* the k-th of n */
+        tb_str_appendf(&b, "%s%s", k == 1 ? "" : k == n ? last_sep : comma, c->name);
+    }
+    return tb_str_take(&b);
+}
+
+char *cli_arg_name(const cli_option *o)
+{
+    if (o->arg)
+        return tb_xstrdup(o->arg);
+    if (o->kind == CLI_CHOICE)
+        return cli_choices_text(o, "|", "|");
+    return tb_xstrdup("");
+}

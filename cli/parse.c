@@ -59,23 +59,6 @@ static void number_arg(const cli_command *cmd, const cli_option *o, const char *
     }
 }
 
-/* "csv or json", "md, html, csv or json": the choices that are no alias
- * (allocated). */
-char *cli_choices_text(const cli_option *o, const char *comma, const char *last_sep)
-{
-    tb_str b = {0};
-    size_t n = 0, k = 0;
-    for (const cli_choice *c = o->choices; c->name; c++)
-        n += !c->alias_of;
-    for (const cli_choice *c = o->choices; c->name; c++) {
-        if (c->alias_of)
-            continue;
-        k++; /* the k-th of n */
-        tb_str_appendf(&b, "%s%s", k == 1 ? "" : k == n ? last_sep : comma, c->name);
-    }
-    return tb_str_take(&b);
-}
-
 static void choice_arg(const cli_command *cmd, const cli_option *o, const char *text, const char **field)
 {
     for (const cli_choice *c = o->choices; c->name; c++) {
@@ -244,28 +227,6 @@ void cli_parse(const cli_command *cmd, int argc, char **argv, cli_args *a)
     free(longs);
     free(shorts);
     free(seen);
-}
-
-char *cli_arg_name(const cli_option *o)
-{
-    if (o->arg)
-        return tb_xstrdup(o->arg);
-    if (o->kind == CLI_CHOICE)
-        return cli_choices_text(o, "|", "|");
-    return tb_xstrdup("");
-}
-
-int cli_takes(const cli_command *cmd, const cli_option *o)
-{
-    return (o->commands & cmd->bit) != 0;
-}
-
-const cli_command *cli_command_find(const char *name)
-{
-    for (const cli_command *c = cli_commands; c->name; c++)
-        if (strcmp(c->name, name) == 0)
-            return c;
-    return NULL;
 }
 
 const char *cli_table_check(void)
