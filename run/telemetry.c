@@ -343,6 +343,7 @@ static void add_point(sampler *sm, const char *source, const char *name, int64_t
     sm->p[sm->n_p++] = (point){id, t, v};
 }
 
+#ifdef TB_HAVE_CURL /* a failed scrape: counted, the first one's reason kept */
 static void scrape_failed(sampler *sm, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void scrape_failed(sampler *sm, const char *fmt, ...)
 {
@@ -355,7 +356,6 @@ static void scrape_failed(sampler *sm, const char *fmt, ...)
     va_end(ap);
 }
 
-#ifdef TB_HAVE_CURL
 static size_t on_body(char *ptr, size_t size, size_t nmemb, void *user)
 {
     sampler *sm = user;
