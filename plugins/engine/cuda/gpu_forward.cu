@@ -1,7 +1,8 @@
 // gpu_forward.cu — the forward pass on the device (gpu.h), in
 // cpu_forward.c's order and names: the state (tb_gpu_reserve as
 // tb_cpu_state_init, tb_gpu_set_padding, free_buffers as
-// tb_cpu_state_free), matmul_t, the attention of a span, layer_forward,
+// tb_cpu_state_free), matmul_t, matmul_p (a projection, bf16 or fp8) and
+// the product its consumer reads, the attention of a span, layer_forward,
 // head, forward_head (forward_hidden and the head); then the roofline's
 // count of the work, and the entry points: autoregressive (tb_gpu_prefill, tb_gpu_decode: as
 // tb_cpu_forward) and spans (tb_gpu_logits, tb_gpu_forward_pick,
@@ -208,6 +209,23 @@ struct proj {
     const float *s;
 };
 
+// A layer's four projections, in tb_gpu_fp8_product's order (its `which`)
+enum { PROJ_QKV, PROJ_O, PROJ_GU, PROJ_DOWN };
+
+static proj layer_proj(const gpu_layer *G, int which)
+{
+    switch (which) {
+    case PROJ_QKV:
+        return {G->wqkv, G->qqkv, G->sqkv};
+    case PROJ_O:
+        return {G->wo, G->qo, G->so};
+    case PROJ_GU:
+        return {G->wgu, G->qgu, G->sgu};
+    default:
+        return {G->wdown, G->qdown, G->sdown};
+    }
+}
+
 // matmul_t over a projection. FP8 (fp8.h: E4M3 weights and inputs, both
 // scaled per row): at batch 1 our FP8 GEMV, which quantizes x itself; a
 // larger span quantizes its input rows (xq, xs), then the FP8 GEMM, or
@@ -245,6 +263,42 @@ static int matmul_p(tb_gpu *g, float *y, const bf16 *x, proj p, int rows, int ou
     return matmul_t(g, y, g->xdq, g->wdq, rows, out, in, beta);
 }
 
+// A product as the kernel that consumes it reads it (QKV: k_qkv_post;
+// gate-up: k_swiglu), so that the layer loop reads the same for every
+// dtype: y [rows][out], float or (rounded) bf16, and the row and column
+// scales sx [rows], sw [out] that dtype = fp8's GEMM left to the consumer
+// (y then holds the bare products; both NULL where y is complete).
+struct product {
+    void *y;
+    int rounded;
+    const float *sx, *sw;
+};
+
+// y = x W^T for a consumer that takes a product (buffer y: rows x out
+// floats). Above one row (not `one`, the layer's one_row) the bf16 path's
+// GEMM rounds it to bf16 where g->span_bf16_out (the consumers read it as
+// bf16; the device holds every activation so); else matmul_p, which under
+// dtype = fp8 may defer the scales to the consumer.
+static int consumed_product(tb_gpu *g, product *r, float *y, const bf16 *x, proj p, int rows, int out, int in, int one)
+{
+    r->y = y, r->rounded = 0, r->sx = r->sw = NULL;
+    if (!one && !g->fp8 && g->span_bf16_out) {
+        r->rounded = 1;
+        return gemm_bf16_out(g, (bf16 *)y, x, p.w, rows, out, in);
+    }
+    return matmul_p(g, y, x, p, rows, out, in, 0.0f, &r->sx, &r->sw);
+}
+
+// k_swiglu over a gate-up product (n = rows x inter): the bf16 one, or
+// the float one with its deferred scales
+static void swiglu_product(tb_gpu *g, const product &gu, bf16 *act, int inter, size_t n)
+{
+    if (gu.rounded)
+        swiglu_act(g, (const bf16 *)gu.y, act, inter, n);
+    else
+        swiglu_act(g, (const float *)gu.y, act, inter, n, gu.sx, gu.sw);
+}
+
 // Tests (gpu.h): one FP8 projection as the forward runs it, on host data.
 extern "C" int tb_gpu_fp8_product(tb_gpu *g, int l, int which, const float *x, int rows, float *y, int accumulate,
                                   int deferred)
@@ -255,7 +309,6 @@ extern "C" int tb_gpu_fp8_product(tb_gpu *g, int l, int which, const float *x, i
                     g->rows);
     int h = c->hidden_size, I = c->intermediate_size, nq = c->n_heads * c->head_dim;
     const gpu_layer *G = &g->layers[l];
-    proj ps[4] = {{NULL, G->qqkv, G->sqkv}, {NULL, G->qo, G->so}, {NULL, G->qgu, G->sgu}, {NULL, G->qdown, G->sdown}};
     int outs[4] = {qkv_dim(c), h, 2 * I, h}, ins[4] = {h, nq, h, I};
     int out = outs[which], in = ins[which];
     size_t nx = (size_t)rows * in, ny = (size_t)rows * out;
@@ -271,8 +324,8 @@ extern "C" int tb_gpu_fp8_product(tb_gpu *g, int l, int which, const float *x, i
         rc = fail(g, "tb_gpu_fp8_product: upload failed");
     const float *sx = NULL, *sw = NULL;
     if (rc == 0)
-        rc = matmul_p(g, dy, dx, ps[which], rows, out, in, accumulate ? 1.0f : 0.0f, deferred ? &sx : NULL,
-                      deferred ? &sw : NULL);
+        rc = matmul_p(g, dy, dx, layer_proj(G, which), rows, out, in, accumulate ? 1.0f : 0.0f,
+                      deferred ? &sx : NULL, deferred ? &sw : NULL);
     if (rc == 0 && sw) { // the consumer's part, here as a kernel of its own
         k_fp8_scale_out<<<blocks_for(ny), 256, 0, g->stream>>>(dy, sx, sw, dy, rows, out, 0.0f);
         if (cudaGetLastError() != cudaSuccess)
@@ -598,28 +651,20 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
     // one row: our GEMVs, as programmatic dependent launches inside the
     // decode graph when g->pdl
     int one = one_row(g, rows);
-    proj pqkv = {G->wqkv, G->qqkv, G->sqkv}, po = {G->wo, G->qo, G->so};
-    proj pgu = {G->wgu, G->qgu, G->sgu}, pdown = {G->wdown, G->qdown, G->sdown};
     int norm = norm_in_gemv(g, rows);
-    const float *qkv_sx = NULL, *qkv_sw = NULL, *gu_sx = NULL, *gu_sw = NULL; // FP8's deferred scales
     int swiglu = one && (g->fusion & TB_GPU_FUSE_SWIGLU) && !G->router;
     int pdl = one && g->pdl && mode != FWD_SPAN;
-    // more than one row on the bf16 path: the QKV and dense gate-up
-    // products rounded to bf16 by the GEMM (their consumers read them as
-    // bf16; the device holds every activation so)
-    int bf16_out = !one && !g->fp8 && g->span_bf16_out;
     if (!norm || l == 0) { // else the layer before left it in xn
         if (norm_rows(g, rows, G->attn_norm, pdl))
             return -1;
     }
+    // the QKV product, as k_qkv_post reads it (the GEMV's: float, complete)
+    product qkv = {g->qkv, 0, NULL, NULL};
     if (one) {
         gemv_args a = {G->wqkv, g->xn, g->qkv, NULL, NULL, NULL, 0.0f, qd, h, 0.0f};
         gemv_fused(g, a, pdl);
         LAUNCHED();
-    } else if (bf16_out) {
-        if (gemm_bf16_out(g, (bf16 *)g->qkv, g->xn, G->wqkv, rows, qd, h))
-            return -1;
-    } else if (matmul_p(g, g->qkv, g->xn, pqkv, rows, qd, h, 0.0f, &qkv_sx, &qkv_sw)) {
+    } else if (consumed_product(g, &qkv, g->qkv, g->xn, layer_proj(G, PROJ_QKV), rows, qd, h, one)) {
         return -1;
     }
     // k_qkv_post: a warp per head, QKV_POST_WARPS heads a block; the row's
@@ -632,13 +677,13 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
     const int *rpos = mode == FWD_SLOTS ? g->d_rpos : NULL;
     if (g->span_slots)
         span_off = 0; // the slots are in d_rslot
-    launch(g, bf16_out ? k_qkv_post_bf16 : k_qkv_post, post_grid, dim3(QKV_POST_WARPS * 32), post_smem, pdl,
-           (const void *)g->qkv, (const float *)G->bqkv,
+    launch(g, qkv.rounded ? k_qkv_post_bf16 : k_qkv_post, post_grid, dim3(QKV_POST_WARPS * 32), post_smem, pdl,
+           (const void *)qkv.y, (const float *)G->bqkv,
            (const float *)G->q_norm, (const float *)G->k_norm, eps, (const float *)g->inv_freq, n, pos0,
            (const int *)(mode == FWD_DECODE ? g->d_pos : NULL), rslot, rpos,
            (const int *)(g->d_pad + (mode == FWD_SPAN ? slot0 : 0)), g->kc + layer_off + span_off,
            g->vc + layer_off + span_off, g->len, g->q, c->n_heads, c->n_kv_heads, c->head_dim, tb_config_rope_dim(c),
-           qkv_sx, qkv_sw);
+           qkv.sx, qkv.sw);
     LAUNCHED();
     if (nr < n) { // the head's rows only, from here on (one, norm and swiglu are 0: n > 1)
         if (nr == 0)
@@ -657,7 +702,7 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
     }
     // (one row under NORM: also the MLP's RMSNorm into xn)
     gemv_args o = {G->wo, g->att, g->x, NULL, norm ? g->xn : NULL, G->mlp_norm, eps, h, nq, 0.0f};
-    if (residual_product(g, o, po, rows, one, pdl))
+    if (residual_product(g, o, layer_proj(G, PROJ_O), rows, one, pdl))
         return -1;
     if (!norm && norm_rows(g, rows, G->mlp_norm, pdl))
         return -1;
@@ -678,21 +723,17 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
         gemv_args gu = {G->wgu, g->xn, NULL, g->act, NULL, NULL, 0.0f, I, h, 0.0f};
         gemv_fused(g, gu, pdl);
         LAUNCHED();
-    } else if (bf16_out) {
-        if (gemm_bf16_out(g, (bf16 *)g->gu, g->xn, G->wgu, rows, 2 * I, h))
-            return -1;
-        swiglu_act(g, (const bf16 *)g->gu, g->act, I, (size_t)rows * I);
-        LAUNCHED();
     } else {
-        if (matmul_p(g, g->gu, g->xn, pgu, rows, 2 * I, h, 0.0f, &gu_sx, &gu_sw))
+        product gu;
+        if (consumed_product(g, &gu, g->gu, g->xn, layer_proj(G, PROJ_GU), rows, 2 * I, h, one))
             return -1;
-        swiglu_act(g, g->gu, g->act, I, (size_t)rows * I, gu_sx, gu_sw);
+        swiglu_product(g, gu, g->act, I, (size_t)rows * I);
         LAUNCHED();
     }
     // (one row under NORM: also the next layer's RMSNorm, or the final one, into xn)
     const float *next = l + 1 < c->n_layers ? g->layers[l + 1].attn_norm : g->final_norm;
     gemv_args dn = {G->wdown, g->act, g->x, NULL, norm ? g->xn : NULL, next, eps, h, I, 0.0f};
-    return residual_product(g, dn, pdown, rows, one, pdl);
+    return residual_product(g, dn, layer_proj(G, PROJ_DOWN), rows, one, pdl);
 }
 
 // Final norm + LM head over rows r0 .. r0 + nr - 1 of each sequence of

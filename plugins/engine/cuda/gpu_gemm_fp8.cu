@@ -17,7 +17,8 @@
 // them against 8.2 / 7.3 / 35.6 / 20.6 without; at 384 rows qkv 26.9
 // against 18.0 and gate-up 78.3 against 70.5. So a product whose consumer
 // can scale (QKV: k_qkv_post; gate-up: k_swiglu) runs unscaled into y at
-// any size and hands the scales on (deferred); an accumulating one (o,
+// any size and hands the scales on (deferred: gpu_forward.cu's struct
+// product carries them to the consumer); an accumulating one (o,
 // down) of at most FP8_SCALAR_ROWS rows runs unscaled into g->fp8_t and
 // k_fp8_scale_out scales and adds it (a pass over a few output rows); a
 // larger one keeps the outer-vector scales (its pass would cost more than
