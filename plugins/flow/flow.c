@@ -1,7 +1,8 @@
 /* flow.c — the `flow` backend: continuous (embedding-space) diffusion
  * language models in the LangFlow layout (flow_model.h), sampled with
  * Euler (as published) or Heun steps over a noise schedule
- * (flow_sampler.h), on the CPU or (flow_gpu.h) the GPU.
+ * (flow_sampler.h), on the CPU or the GPU: one network interface
+ * (flow_net.h), its implementation chosen once, at create().
  *
  * One generate() call = one batch of canvases, each the prompt (left-padded
  * to the longest) and max_new_tokens positions to generate; `steps` is the
@@ -19,16 +20,10 @@
 #include <tokbench/backend.h>
 
 #include "backend_common.h"
-#include "flow_cpu.h"
 #include "flow_model.h"
+#include "flow_net.h"
 #include "flow_sampler.h"
 #include "tokenizer.h"
-#ifdef TB_HAVE_CUDA
-#include "flow_gpu.h"
-#define FLOW_GPU_CAPS TB_CAP_DEVICE_MEMORY
-#else
-#define FLOW_GPU_CAPS 0
-#endif
 
 #define FLOW_VERSION "0.3.0" /* 0.2: prompt_gamma "min" models; 0.3: prompt_attention "prompt" */
 
@@ -51,13 +46,11 @@ static const tb_option_decl flow_options[N_OPTS] = {
 
 typedef struct flow_ctx {
     const tb_host *host;
-    tb_flow_model m;      /* CPU: the weights; GPU: cfg and name only */
-    struct tb_flow_gpu *gpu; /* device = cuda */
+    tb_flow_net net;        /* the network on its device */
+    const tb_flow_model *m; /* net's shapes and names (its weights are net's business) */
     /* the device's roofline ceilings, measured at load (0: unknown) */
     double peak_flops, peak_bytes_per_s;
     tb_tokenizer *tok; /* NULL: the folder has no tokenizer.json (presets) */
-    tb_flow_cpu st;
-    int threads;
     int32_t *out;      /* [R][N] the last call's generated ids */
     size_t cap_out;
     char *describe_json;
@@ -75,24 +68,20 @@ static void set_error(flow_ctx *c, const char *fmt, ...)
 
 static char *make_description(const flow_ctx *c)
 {
-    const tb_flow_config *cfg = &c->m.cfg;
+    const tb_flow_config *cfg = &c->m->cfg;
     cJSON *o = cJSON_CreateObject();
     int ok = o != NULL;
-    ok &= cJSON_AddStringToObject(o, "model_name", c->m.name) != NULL;
+    ok &= cJSON_AddStringToObject(o, "model_name", c->m->name) != NULL;
     ok &= cJSON_AddStringToObject(o, "architecture", cfg->arch_name) != NULL;
-    ok &= cJSON_AddStringToObject(o, "dtype", c->gpu ? "bf16" : "f32") != NULL;
-    ok &= cJSON_AddStringToObject(o, "checkpoint_dtype", c->m.source_dtype) != NULL;
-#ifdef TB_HAVE_CUDA
-    ok &= cJSON_AddStringToObject(o, "device", c->gpu ? tb_flow_gpu_device_name(c->gpu) : "cpu") != NULL;
-#else
-    ok &= cJSON_AddStringToObject(o, "device", "cpu") != NULL;
-#endif
+    ok &= cJSON_AddStringToObject(o, "dtype", c->net.iface->dtype(c->net.ctx)) != NULL;
+    ok &= cJSON_AddStringToObject(o, "checkpoint_dtype", c->m->source_dtype) != NULL;
+    ok &= cJSON_AddStringToObject(o, "device", c->net.iface->device_name(c->net.ctx)) != NULL;
     ok &= cJSON_AddBoolToObject(o, "random_weights", cfg->random_weights) != NULL;
     if (c->peak_flops > 0) { /* the roofline's ceilings, measured at load, as the ar and diffusion backends say them */
         ok &= cJSON_AddNumberToObject(o, "peak_tflops_bf16", c->peak_flops / 1e12) != NULL;
         ok &= cJSON_AddNumberToObject(o, "peak_tb_per_s", c->peak_bytes_per_s / 1e12) != NULL;
     }
-    ok &= cJSON_AddNumberToObject(o, "params", (double)c->m.n_params) != NULL;
+    ok &= cJSON_AddNumberToObject(o, "params", (double)c->m->n_params) != NULL;
     ok &= cJSON_AddNumberToObject(o, "layers", cfg->n_blocks) != NULL;
     ok &= cJSON_AddNumberToObject(o, "hidden_size", cfg->hidden) != NULL;
     ok &= cJSON_AddNumberToObject(o, "context_length", cfg->model_length) != NULL;
@@ -112,11 +101,7 @@ static void flow_destroy(void *p)
     flow_ctx *c = p;
     if (!c)
         return;
-    tb_flow_cpu_free(&c->st);
-    tb_flow_model_free(&c->m);
-#ifdef TB_HAVE_CUDA
-    tb_flow_gpu_free(c->gpu);
-#endif
+    tb_flow_net_close(&c->net);
     tb_tokenizer_free(c->tok);
     free(c->out);
     free(c->describe_json);
@@ -133,57 +118,30 @@ static tb_status flow_create(const tb_host *host, const char *model, const tb_op
         return TB_ERR_NO_MEMORY;
     }
     c->host = host;
-    c->threads = (int)tb_opt_int(options, n_options, flow_options, OPT_THREADS);
-    int rc;
     int on_gpu = tb_device_wants_gpu(tb_opt_text(options, n_options, flow_options, OPT_DEVICE));
     uint64_t pseed = (uint64_t)tb_opt_int(options, n_options, flow_options, OPT_PRESET_SEED);
-    if (strncmp(model, "preset:", 7) == 0 && on_gpu) {
-#ifdef TB_HAVE_CUDA
-        /* made on the device: an 8B-class preset never exists on the host */
-        rc = tb_flow_gpu_create(&c->gpu, NULL, model + 7, pseed, err, err_size);
-        if (rc == 0) {
-            c->m.cfg = *tb_flow_gpu_config(c->gpu);
-            c->m.n_params = tb_flow_gpu_params(c->gpu);
-            snprintf(c->m.name, sizeof c->m.name, "%s", model);
-            snprintf(c->m.source_dtype, sizeof c->m.source_dtype, "random");
-        }
-#else
-        rc = -1;
-#endif
-    } else if (strncmp(model, "preset:", 7) == 0) {
-        rc = tb_flow_model_preset(model + 7, pseed, &c->m, err, err_size);
-    } else {
-        rc = tb_flow_model_load(model, &c->m, err, err_size);
+    int threads = (int)tb_opt_int(options, n_options, flow_options, OPT_THREADS);
+    int rc = tb_flow_net_open(&c->net, model, on_gpu, pseed, threads, err, err_size);
+    if (rc == 0) {
+        c->m = c->net.iface->model(c->net.ctx);
+        /* a failure to measure leaves the roofline unknown, nothing more */
+        if (c->net.iface->ceilings(c->net.ctx, &c->peak_flops, &c->peak_bytes_per_s) != 0)
+            c->peak_flops = c->peak_bytes_per_s = 0;
+    }
+    if (rc == 0 && strncmp(model, "preset:", 7) != 0) {
         char path[4096];
         snprintf(path, sizeof path, "%s/tokenizer.json", model);
-        FILE *f = rc == 0 ? fopen(path, "rb") : NULL;
+        FILE *f = fopen(path, "rb");
         if (f) {
             fclose(f);
             rc = tb_tokenizer_load(path, &c->tok, err, err_size);
-            if (rc == 0 && tb_tokenizer_vocab_size(c->tok) > (size_t)c->m.cfg.vocab) {
+            if (rc == 0 && tb_tokenizer_vocab_size(c->tok) > (size_t)c->m->cfg.vocab) {
                 snprintf(err, err_size, "%s: %zu tokens, more than the model's vocabulary of %d (config.json)", path,
-                         tb_tokenizer_vocab_size(c->tok), c->m.cfg.vocab);
+                         tb_tokenizer_vocab_size(c->tok), c->m->cfg.vocab);
                 rc = -1;
             }
         }
     }
-#ifdef TB_HAVE_CUDA
-    if (rc == 0 && on_gpu && !c->gpu) { /* a folder: its weights go to the device, the host keeps the shapes */
-        rc = tb_flow_gpu_create(&c->gpu, &c->m, NULL, 0, err, err_size);
-        if (rc == 0) {
-            tb_flow_model host = c->m;
-            memset(&c->m, 0, sizeof c->m);
-            c->m.cfg = host.cfg;
-            c->m.n_params = host.n_params;
-            snprintf(c->m.name, sizeof c->m.name, "%s", host.name);
-            snprintf(c->m.source_dtype, sizeof c->m.source_dtype, "%s", host.source_dtype);
-            tb_flow_model_free(&host);
-        }
-    }
-    /* a failure to measure leaves the roofline unknown, nothing more */
-    if (rc == 0 && c->gpu && tb_flow_gpu_ceilings(c->gpu, &c->peak_flops, &c->peak_bytes_per_s) != 0)
-        c->peak_flops = c->peak_bytes_per_s = 0;
-#endif
     if (rc != 0) {
         tb_status st = strstr(err, "out of memory") || strstr(err, "out of device memory") ? TB_ERR_NO_MEMORY
                                                                                            : TB_ERR_MODEL;
@@ -196,23 +154,10 @@ static tb_status flow_create(const tb_host *host, const char *model, const tb_op
         flow_destroy(c);
         return TB_ERR_NO_MEMORY;
     }
-    host->log(host, TB_LOG_INFO, "loaded %s: %s, %lld parameters%s", c->m.name, c->m.cfg.arch_name,
-              (long long)c->m.n_params, c->m.cfg.random_weights ? " (random weights)" : "");
+    host->log(host, TB_LOG_INFO, "loaded %s: %s, %lld parameters%s", c->m->name, c->m->cfg.arch_name,
+              (long long)c->m->n_params, c->m->cfg.random_weights ? " (random weights)" : "");
     *ctx_out = c;
     return TB_OK;
-}
-
-/* The engine binding of the CPU path. */
-static int cpu_forward(void *ctx, const float *z, const float *x_sc, const double *gamma, const int *pad, int B, int L,
-                       int gen0, float *logits)
-{
-    return tb_flow_cpu_forward(ctx, z, x_sc, gamma, pad, B, L, gen0, logits);
-}
-
-static void cpu_x0(void *ctx, float *logits, size_t rows, float *x0)
-{
-    tb_flow_cpu *st = ctx;
-    tb_flow_cpu_x0(st->m, logits, rows, x0);
 }
 
 static int on_forward(void *ctx, int forward)
@@ -243,13 +188,12 @@ static tb_status flow_validate(const tb_request *req, char *why, size_t why_size
 static tb_status flow_generate(void *ctx, const tb_request *req, tb_result *res)
 {
     flow_ctx *c = ctx;
-    const tb_flow_config *cfg = &c->m.cfg;
+    const tb_flow_config *cfg = &c->m->cfg;
     c->error[0] = '\0';
     tb_status st = check_request(req, c->error, sizeof c->error);
     if (st != TB_OK)
         return st;
     uint32_t R = req->n_requests, N = req->max_new_tokens;
-    int D = cfg->hidden;
     /* prompts: tokenized text, or prompt_tokens synthetic ids */
     int32_t **ids = calloc(R, sizeof *ids);
     size_t *lens = calloc(R, sizeof *lens), P = 0;
@@ -310,24 +254,18 @@ static tb_status flow_generate(void *ctx, const tb_request *req, tb_result *res)
     size_t L = P + N;
     int32_t *tokens = NULL;
     int *pad = NULL;
-    float *noise = NULL;           /* CPU: each canvas's starting noise */
-    uint64_t *noise_states = NULL; /* its streams (the GPU makes the noise itself) */
+    uint64_t *noise_states = NULL; /* each canvas's starting noise, as a stream (made where the net runs) */
     if (st == TB_OK) {
         tokens = calloc((size_t)R * L, sizeof *tokens);
         pad = calloc(R, sizeof *pad);
         noise_states = malloc(R * sizeof *noise_states);
-        if (!c->gpu)
-            noise = malloc((size_t)R * L * D * sizeof *noise);
-        if (!tokens || !pad || !noise_states || (!c->gpu && !noise)) {
+        if (!tokens || !pad || !noise_states) {
             st = TB_ERR_NO_MEMORY;
             set_error(c, "out of memory for %u canvases of %zu positions", R, L);
         }
     }
-    if (st == TB_OK && !c->gpu && (c->st.max_seqs < (int)R || c->st.max_len < (int)L)) {
-        tb_flow_cpu_free(&c->st);
-        if (tb_flow_cpu_init(&c->st, &c->m, (int)R, (int)L, c->threads, c->error, sizeof c->error) != 0)
-            st = TB_ERR_NO_MEMORY;
-    }
+    if (st == TB_OK && c->net.iface->reserve(c->net.ctx, (int)R, (int)L, c->error, sizeof c->error) != 0)
+        st = tb_status_of(c->error, TB_ERR);
     if (st == TB_OK && (size_t)R * N > c->cap_out) {
         free(c->out);
         c->cap_out = 0;
@@ -343,45 +281,29 @@ static tb_status flow_generate(void *ctx, const tb_request *req, tb_result *res)
             pad[r] = (int)(P - lens[r]);
             memcpy(tokens + (size_t)r * L + pad[r], ids[r], lens[r] * sizeof(int32_t));
             noise_states[r] = tb_flow_noise_state(req->seed, r);
-            if (noise) {
-                uint64_t g = noise_states[r];
-                tb_flow_gaussian(&g, noise + (size_t)r * L * D, L * (size_t)D);
-            }
         }
         tb_flow_params p = {.steps = (int)req->steps};
         p.solver = (tb_flow_solver)tb_opt_choice(req->options, req->n_options, flow_options, OPT_SOLVER,
                                                  tb_flow_solver_choices);
         p.prompt = (tb_flow_prompt)tb_opt_choice(req->options, req->n_options, flow_options, OPT_PROMPT,
                                                  tb_flow_prompt_choices);
-        tb_flow_engine e = {.ctx = &c->st, .forward = cpu_forward, .x0 = cpu_x0};
-        int forwards = 0, rc;
-        int64_t peak = -1;
-        double flops = 0, bytes = 0;
-#ifdef TB_HAVE_CUDA
-        if (c->gpu)
-            rc = tb_flow_gpu_sample(c->gpu, &p, tokens, pad, (int)R, (int)L, (int)P, NULL, noise_states, &forwards,
-                                    on_forward, c, NULL, &peak, &flops, &bytes);
-        else
-#endif
-            rc = tb_flow_sample(&c->m, &e, &p, tokens, pad, (int)R, (int)L, (int)P, noise, &forwards, on_forward, c);
+        tb_flow_work w;
+        int rc = c->net.iface->sample(c->net.ctx, &p, tokens, pad, (int)R, (int)L, (int)P, noise_states, on_forward, c,
+                                      &w);
         int64_t now = c->host->now_ns(c->host);
         if (rc != 0) {
-            const char *why = "out of memory";
-#ifdef TB_HAVE_CUDA
-            if (c->gpu)
-                why = tb_flow_gpu_error(c->gpu);
-#endif
+            const char *why = c->net.iface->error(c->net.ctx);
             st = c->host->cancelled(c->host) ? TB_ERR_CANCELLED : tb_status_of(why, TB_ERR);
-            set_error(c, "%s after %d forwards", st == TB_ERR_CANCELLED ? "cancelled" : why, forwards);
+            set_error(c, "%s after %d forwards", st == TB_ERR_CANCELLED ? "cancelled" : why, w.forwards);
         } else {
-            res->forward_passes = forwards;
+            res->forward_passes = w.forwards;
             res->prefill_ns = -1; /* no phases: every forward runs the whole canvas */
             res->decode_ns = -1;
-            res->peak_device_bytes = peak;
+            res->peak_device_bytes = w.peak_bytes;
             res->energy_mj = -1;
             if (TB_STRUCT_HAS(res, tb_result, peak_bytes_per_s)) { /* the roofline (docs/METRICS.md) */
-                res->flops = flops; /* the device's GEMMs and attention, by count */
-                res->bytes = bytes; /* its weights and K/V, by count */
+                res->flops = w.flops; /* the device's GEMMs and attention, by count */
+                res->bytes = w.bytes; /* its weights and K/V, by count */
                 res->peak_flops = c->peak_flops;
                 res->peak_bytes_per_s = c->peak_bytes_per_s;
             }
@@ -418,7 +340,6 @@ static tb_status flow_generate(void *ctx, const tb_request *req, tb_result *res)
     free(lens);
     free(tokens);
     free(pad);
-    free(noise);
     free(noise_states);
     return st;
 }
@@ -465,7 +386,8 @@ static const tb_backend_ops flow_ops = {
     .name = "flow",
     .version = FLOW_VERSION,
     .description = "continuous (embedding-space) diffusion LMs, LangFlow layout: Euler/Heun over a noise schedule",
-    .capabilities = TB_CAP_BATCH | TB_CAP_STEPS | TB_CAP_TOKENIZER | TB_CAP_MODEL_PATH | FLOW_GPU_CAPS,
+    .capabilities = TB_CAP_BATCH | TB_CAP_STEPS | TB_CAP_TOKENIZER | TB_CAP_MODEL_PATH |
+                    (TB_FLOW_NET_HAS_CUDA ? TB_CAP_DEVICE_MEMORY : 0),
     .options = flow_options,
     .n_options = N_OPTS,
     .create = flow_create,

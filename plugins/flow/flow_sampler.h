@@ -50,7 +50,9 @@ double tb_flow_sigma(double gamma);
 
 /* What the sampler needs of an engine: logits[B][L][V] of f(z, gamma,
  * x_sc, pad, gen0) (flow_cpu.h), and the readout x0 = softmax(logits) E
- * (the logits may be overwritten). 0 or -1. */
+ * (the logits may be overwritten). 0 or -1. The plugin's binding is
+ * flow_net_cpu.c's (flow_net.h: the network behind one interface); tests
+ * bind their own to record the logits. */
 typedef struct tb_flow_engine {
     void *ctx;
     int (*forward)(void *ctx, const float *z, const float *x_sc, const double *gamma, const int *pad, int B, int L,
