@@ -1,17 +1,26 @@
 #!/usr/bin/env bash
 # The quick.ini fixture: suites/quick.ini (the default suite, the README's
-# first command: the trained small models, ~30 s on 2 cores, ~4 min in the
-# unoptimized ASan build) run once per `meson test` for every test that
-# checks its results (test_run.sh, test_report.sh), not once in each.
+# first command: the trained small models, ~100 s on 2 cores) run once per
+# `meson test` for every test that checks its results (test_run.sh,
+# test_report.sh), not once in each.
 #
 #   quick_fixture.sh run BUILD_DIR SOURCE_DIR
 #
-# The meson test quick_fixture (tests/meson.build: first by priority, and
-# alone). Runs the suite into BUILD_DIR/tests/quick-fixture/quick.db and
-# keeps its stdout (quick.out), stderr (quick.err), exit status (quick.rc)
-# and the sha256 of every input (inputs.sha256: tokbench, the ar,
-# diffusion and flow plugins, the suite, its prompt set, the three models). quick.db is
-# put in place only when the run exited 0; the test fails otherwise.
+# The meson test quick_fixture (tests/e2e/meson.build: first by priority).
+# Runs the suite into BUILD_DIR/tests/quick-fixture/quick.db and keeps its
+# stdout (quick.out), stderr (quick.err), exit status (quick.rc), the
+# prompts it ran (prompts.jsonl), and the sha256 of every input
+# (inputs.sha256: tokbench, the ar, diffusion and flow plugins, the suite,
+# its prompt set, the four models). quick.db is put in place only when the
+# run exited 0; the test fails otherwise.
+#
+# With TB_QUICK_EVERY=N (N > 1: the sanitizer build, tests/meson.build)
+# it runs every Nth prompt of the set instead (every task and the text,
+# every case and code path of the suite, a tenth of the work: the whole
+# set took ~12-20 min under ASan on 2 cores). The consumers check what
+# holds for any prompt set there, and the figures' claims (accuracy,
+# perplexity against the docs), which need the whole set, in the normal
+# build: the same numbers, without the sanitizer's slowdown.
 #
 #   quick_fixture.sh check BUILD_DIR SOURCE_DIR
 #
@@ -33,6 +42,9 @@ build=$(cd "$2" 2>/dev/null && pwd) || { echo "quick_fixture.sh: no folder $2"; 
 src=$(cd "$3" 2>/dev/null && pwd) || { echo "quick_fixture.sh: no folder $3"; exit 2; }
 dir=$build/tests/quick-fixture
 suite=$src/suites/quick.ini
+# 1: every prompt of quick.jsonl; N: every Nth (a sanitizer build:
+# TB_QUICK_EVERY in tests/meson.build's environment)
+every=${TB_QUICK_EVERY:-1}
 
 # Every input of the run, one path a line. The models and the prompt set
 # are the ones quick.ini names (checked by the run itself: a missing one
@@ -40,7 +52,7 @@ suite=$src/suites/quick.ini
 inputs() {
     printf '%s\n' "$build/tokbench" "$build/plugins/ar/ar.so" "$build/plugins/diffusion/diffusion.so" \
         "$build/plugins/flow/flow.so" "$suite" "$src/suites/data/quick.jsonl"
-    find "$src/models/small-llama" "$src/models/small-llada" "$src/models/small-flow" -type f | sort
+    find "$src/models/small-llama" "$src/models/small-llada" "$src/models/small-flow" "$src/models/small-sdar" -type f | sort
 }
 
 # wait_for_run: until no `quick_fixture.sh run` of this build is running.
@@ -51,7 +63,7 @@ wait_for_run() {
     for f in /proc/[0-9]*/cmdline; do
         pid=${f#/proc/}
         pid=${pid%/cmdline}
-        mapfile -d '' cmd <"$f" 2>/dev/null || continue
+        mapfile -d '' cmd 2>/dev/null <"$f" || continue
         # bash .../quick_fixture.sh run BUILD_DIR SOURCE_DIR
         [ "${#cmd[@]}" -ge 5 ] && [ "${cmd[1]##*/}" = quick_fixture.sh ] && [ "${cmd[2]}" = run ] || continue
         [ "$(cd "${cmd[3]}" 2>/dev/null && pwd)" = "$build" ] || continue
@@ -68,7 +80,21 @@ run)
     rm -rf "$dir"
     mkdir -p "$dir" || exit 1
     inputs | xargs -d '\n' sha256sum >"$dir/inputs.sha256" || { echo "FAIL: an input is missing"; exit 1; }
-    "$build/tokbench" run "$suite" --db "$dir/quick.db.partial" >"$dir/quick.out" 2>"$dir/quick.err"
+    echo "$every" >"$dir/every"
+    run_suite=$suite
+    if [ "$every" = 1 ]; then
+        cp "$src/suites/data/quick.jsonl" "$dir/prompts.jsonl"
+    else
+        # every Nth prompt (each task's and the text's), and quick.ini
+        # over them: its relative paths made absolute, its prompt file ours
+        awk -v n="$every" '(NR - 1) % n == 0' "$src/suites/data/quick.jsonl" >"$dir/prompts.jsonl"
+        run_suite=$dir/quick-sample.ini
+        sed -e "s|^model = \.\./models/|model = $src/models/|" -e "s|^file = data/quick\.jsonl|file = $dir/prompts.jsonl|" \
+            "$suite" >"$run_suite"
+        [ "$(grep -c "^model = $src/models/\|^file = $dir/prompts.jsonl" "$run_suite")" = 5 ] \
+            || { echo "FAIL: quick.ini's model or prompt lines changed: $run_suite"; exit 1; }
+    fi
+    "$build/tokbench" run "$run_suite" --db "$dir/quick.db.partial" >"$dir/quick.out" 2>"$dir/quick.err"
     rc=$?
     echo "$rc" >"$dir/quick.rc"
     cat "$dir/quick.out"
@@ -98,6 +124,10 @@ check)
     if ! changed=$(cd / && sha256sum --check --quiet "$dir/inputs.sha256" 2>&1) \
         || [ "$(inputs)" != "$(cut -c67- "$dir/inputs.sha256")" ]; then
         echo "the quick.ini fixture is stale, its inputs changed since it ran (meson test quick_fixture): ${changed:-the list of model files}"
+        exit 1
+    fi
+    if [ "$(cat "$dir/every" 2>/dev/null)" != "$every" ]; then
+        echo "the quick.ini fixture ran every $(cat "$dir/every" 2>/dev/null) prompts, this build wants every $every (meson test quick_fixture)"
         exit 1
     fi
     echo "$dir/quick.db"

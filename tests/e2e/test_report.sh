@@ -311,6 +311,12 @@ pass "db merge: idempotent, two machines, order-independent, schema checks, atom
 # diffusion engine, one steps chart per batch.
 if fixture=$(bash "$src/tests/e2e/quick_fixture.sh" check "$build" "$src"); then
     cp "$fixture" "$tmp/cpu.db"
+    # its prompts (all 176 of quick.jsonl, or a sanitizer build's every Nth:
+    # quick_fixture.sh): requests at batch 1, calls at batch 8, scored tasks
+    prompts=$(dirname "$fixture")/prompts.jsonl
+    n=$(wc -l <"$prompts")
+    calls8=$(((n + 7) / 8))
+    tasks=$((n - $(grep -c '"tags": *\["text"\]' "$prompts")))
     "$tb" report --db "$tmp/cpu.db" --format html -o "$tmp/cpu.html" 2>/dev/null || fail "report of quick.ini"
     k=$(kinds "$tmp/cpu.html")
     # per batch: a steps chart for each model swept over steps (the masked
@@ -329,11 +335,11 @@ if fixture=$(bash "$src/tests/e2e/quick_fixture.sh" check "$build" "$src"); then
     grep -q 'RANDOM WEIGHTS' "$tmp/cpu.html" && fail "trained models flagged as random weights"
     grep -q 'Quality next to speed' "$tmp/cpu.html" || fail "no quality table in the cpu report"
     "$tb" report --db "$tmp/cpu.db" >"$tmp/cpu.md"
-    grep -q 'llada-small | prompt set, new 16, batch 1, steps 16, block 16 | ok | 176 |' "$tmp/cpu.md" \
+    grep -q "llada-small | prompt set, new 16, batch 1, steps 16, block 16 | ok | $n |" "$tmp/cpu.md" \
         || fail "cpu md lacks the batch-1 diffusion row"
-    grep -q 'llada-small | prompt set, new 16, batch 8, steps 16, block 16 | ok | 22 |' "$tmp/cpu.md" \
-        || fail "cpu md lacks the batch-8 diffusion row (176 prompts in 22 calls)"
-    grep -q '| llada-small | prompt set, new 16, batch 1, steps 2, block 16 | accuracy | fraction | 160 |' "$tmp/cpu.md" \
+    grep -q "llada-small | prompt set, new 16, batch 8, steps 16, block 16 | ok | $calls8 |" "$tmp/cpu.md" \
+        || fail "cpu md lacks the batch-8 diffusion row ($n prompts in $calls8 calls)"
+    grep -q "| llada-small | prompt set, new 16, batch 1, steps 2, block 16 | accuracy | fraction | $tasks |" "$tmp/cpu.md" \
         || fail "cpu md lacks the accuracy row: $(grep accuracy "$tmp/cpu.md" | head -3)"
     "$tb" compare 1 --backends ar-small llada-small --db "$tmp/cpu.db" --metric agg_tps >"$tmp/cc.out" || fail "compare cpu backends"
     # AR against each of 4 step counts, at 2 batches

@@ -18,7 +18,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "gpu.h"
+#include "gpu_tune.h"
 #include "model.h"
 
 static double now_s(void)

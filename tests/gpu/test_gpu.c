@@ -46,7 +46,7 @@
 #include "flow_cpu.h"
 #include "flow_gpu.h"
 #include "flow_sampler.h"
-#include "gpu.h"
+#include "gpu_tune.h"
 #include "model.h"
 #include "fp8.h"
 #include "pick.h"

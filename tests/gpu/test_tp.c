@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "gpu.h"
+#include "gpu_tune.h"
 #include "model.h"
 #include "safetensors.h"
 #include "sampling.h"

@@ -12,8 +12,12 @@
  * layers (Qwen3-MoE) run as gpu_moe.cu says: the router on the device,
  * then only the experts the rows chose.
  *
- * Built only with CUDA (TB_HAVE_CUDA); the functions return -1 with a
- * message on any CUDA/cuBLAS failure, out of memory included. */
+ * What the engine's backends run (engine_cuda.c behind tb_engine,
+ * diffusion's cuda_engine.c, the shared load and describe code); the
+ * pieces that tests and benchmarks drive alone, and the knobs they turn,
+ * are in gpu_tune.h. Built only with CUDA (TB_HAVE_CUDA); the functions
+ * return -1 with a message on any CUDA/cuBLAS failure, out of memory
+ * included. */
 #ifndef TB_ENGINE_GPU_H
 #define TB_ENGINE_GPU_H
 
@@ -33,10 +37,8 @@ typedef struct tb_gpu tb_gpu;
 int tb_gpu_probe(char *why, size_t why_size);
 
 /* Build the device model: from a CPU model (weights rounded to bf16), or,
- * when cpu == NULL, seeded random weights for cfg made on the device. */
-int tb_gpu_create(tb_gpu **out, const tb_model_config *cfg, const tb_model *cpu, uint64_t seed, char *err,
-                  size_t err_size);
-/* The same with dtype = fp8 when fp8 (fp8.h): each layer's QKV, output,
+ * when cpu == NULL, seeded random weights for cfg made on the device;
+ * with dtype = fp8 when fp8 (fp8.h): each layer's QKV, output,
  * gate-up and down projections are quantized on the device (from the bf16
  * weights, fp8.h's rule: a CPU model already rounded by tb_model_round_fp8
  * gives back its own codes) and held as E4M3 codes + per-row scales only.
@@ -48,52 +50,6 @@ int tb_gpu_create(tb_gpu **out, const tb_model_config *cfg, const tb_model *cpu,
 int tb_gpu_create_dtype(tb_gpu **out, const tb_model_config *cfg, const tb_model *cpu, uint64_t seed, int fp8,
                         char *err, size_t err_size);
 void tb_gpu_free(tb_gpu *g);
-/* Tests: layer l's projection `which` (0 QKV, 1 output, 2 gate-up, 3
- * down) of a dtype = fp8 context, its codes into q[rows][in] and its row
- * scales into scale[rows] (host); -1 when the context is not fp8. */
-int tb_gpu_fp8_weights(tb_gpu *g, int l, int which, uint8_t *q, float *scale);
-/* The batch-1 FP8 GEMV's shape, 0..4 (rows per warp x loads in flight:
- * 4x4, 2x8, 1x8, 2x4, 1x16); default TB_GPU_FP8_GEMV_DEFAULT (2x4, the
- * fastest measured on the H200: docs/PERFORMANCE.md) or the environment's
- * TB_GPU_FP8_GEMV (for measurements); tests run each against the CPU. */
-#define TB_GPU_FP8_GEMV_DEFAULT 3
-void tb_gpu_set_fp8_gemv(tb_gpu *g, int variant);
-/* dtype = fp8 above one row: on (the default where the device and
- * cuBLASLt have it; TB_GPU_FP8_GEMM=0 at creation says off), FP8
- * tensor-core GEMMs over the E4M3 inputs and weights; off, both
- * dequantized to bf16 for the bf16 GEMM (the same products). Drops the
- * reserved buffers (tb_gpu_reserve again). -1 when the context is not
- * fp8 or has no FP8 GEMM. */
-int tb_gpu_set_fp8_gemm(tb_gpu *g, int on);
-/* Tests: projection `which` (0..3: qkv, o, gate-up, down) of layer l of
- * a dtype = fp8 context applied to x[rows][in] (host float32, rounded to
- * bf16 as the device holds activations): y[rows][out] = (or, accumulate,
- * +=) the product. rows within the reserved rows; 1 is the GEMV. With
- * deferred (and not accumulate), through the route QKV and gate-up take
- * in the forward (the bare FP8 products, whose scales the next kernel
- * applies: here k_fp8_scale_out). */
-int tb_gpu_fp8_product(tb_gpu *g, int l, int which, const float *x, int rows, float *y, int accumulate,
-                       int deferred);
-
-/* Tests: the attention of a span alone, on host data rounded to bf16 as
- * the device holds it. q [B][n][n_heads][head_dim] are the span's rows at
- * positions pos0 ..; k, v [B][n_attend][n_kv_heads][head_dim] go into
- * cache slots 0 .. B - 1 of layer 0 (positions 0 .. n_attend - 1); the
- * padding is tb_gpu_set_padding's; causal as tb_gpu_logits. out [B][n]
- * [n_heads][head_dim]. fused 1: the one-kernel path (gpu_attn_span.cu;
- * -1 where the model's head_dim has none), 0: batched GEMMs around the
- * softmax kernel. Writes the cache and the forward's buffers. */
-int tb_gpu_span_attention(tb_gpu *g, const float *q, const float *k, const float *v, int B, int pos0, int n,
-                          int n_attend, int causal, int fused, float *out);
-/* Tests: decode attention alone, one row per sequence at position
- * n_attend - 1 over keys [pad, n_attend) (the padding tb_gpu_set_padding
- * gave), k and v as tb_gpu_span_attention's; q, out [B][n_heads]
- * [head_dim]. kernel 0: a block per query head, 1: the same split over
- * the keys (as the forward chooses the splits, or as
- * tb_gpu_set_attn_splits says), 2: a block per K/V head's query group
- * (-1 where this model's head_dim or group has no such kernel). */
-int tb_gpu_decode_attention(tb_gpu *g, const float *q, const float *k, const float *v, int B, int n_attend,
-                            int kernel, float *out);
 
 /* Tensor parallelism over devices 0 .. tp - 1 of this host (gpu_tp.cu,
  * tp_split.h's split; NCCL loaded at run time): a group context whose entry
@@ -107,16 +63,8 @@ int tb_gpu_decode_attention(tb_gpu *g, const float *q, const float *k, const flo
  * ceilings too (ceilings: rank 0's device's times tp). */
 int tb_gpu_create_tp(tb_gpu **out, const tb_model_config *cfg, const tb_model *cpu, uint64_t seed, int tp, char *err,
                      size_t err_size);
-/* CUDA devices on this host (0 when none or on error). */
-int tb_gpu_device_count(void);
 /* A group's rank count; 0 for an ordinary context. */
 int tb_gpu_tp_size(const tb_gpu *g);
-/* Rank r's peak device memory (tb_gpu_peak_bytes's count on its device). */
-size_t tb_gpu_rank_peak_bytes(const tb_gpu *g, int rank);
-/* A group's in-place all-reduce of count floats, all ranks at once: the
- * median time of iters calls (CUDA events on rank 0's stream), µs; -1 for
- * an ordinary context. */
-int tb_gpu_tp_time_allreduce(tb_gpu *g, size_t count, int iters, double *us);
 
 /* Room for `seqs` sequences of `len` positions (KV cache, activations);
  * `rows` = the most tokens one forward handles. */
@@ -203,63 +151,6 @@ int tb_gpu_forward_pick_rows(tb_gpu *g, const int32_t *canvas, int L, const int 
  * dense model). */
 void tb_gpu_take_work(tb_gpu *g, double *flops, double *bytes, double *expert_reads, double *moe_rows);
 
-/* Mixture of experts: spans of more than max_rows rows run each expert
- * as a cuBLAS GEMM over its rows (the host reads the group sizes: one
- * wait per layer); up to it, and in every decode step (CUDA graphs), the
- * grouped GEMV that reads the expert ids on the device. Default
- * TB_GPU_MOE_GEMV_ROWS; tests and measurements set both ways. */
-#define TB_GPU_MOE_GEMV_ROWS 64
-void tb_gpu_set_moe_gemv_rows(tb_gpu *g, int max_rows);
-
-/* Decode fusion for one-row forwards (batch-1 decode), a mask of
- * TB_GPU_FUSE_*: SWIGLU computes SwiGLU inside the gate-up GEMV (no
- * k_swiglu, no float [2I] round trip); SPLIT_ATTN splits decode attention
- * over the keys when (sequence, head) pairs alone would leave the chip
- * idle (any batch; tb_gpu_set_attn_splits) where the kernel by query
- * group does not run (batch 1, or a model without it: gpu_forward.cu's
- * attn_decode); NORM has the last block of
- * each GEMV that writes the residual (o, down) compute the next RMSNorm
- * (no k_rmsnorm but layer 0's; not under tensor parallelism or with MoE
- * layers). (Until 2026-12-02 NORM staged the norm inside every block of
- * the GEMV after it: 16% slower on the H200, docs/PERFORMANCE.md.) pdl:
- * the decode graph's batch-1 kernels are programmatic dependent launches
- * (each may start while the one before drains; its GEMV prefetches its
- * first weights meanwhile). 0/0 is the unfused path; tests compare each
- * with the CPU. Defaults: TB_GPU_FUSE_DEFAULT and TB_GPU_PDL_DEFAULT
- * (docs/PERFORMANCE.md has the measurements behind them), or the
- * environment's TB_GPU_FUSION (a mask) and TB_GPU_PDL (0/1). */
-#define TB_GPU_FUSE_SWIGLU 1
-#define TB_GPU_FUSE_SPLIT_ATTN 2
-#define TB_GPU_FUSE_NORM 4
-#define TB_GPU_FUSE_DEFAULT (TB_GPU_FUSE_SWIGLU | TB_GPU_FUSE_SPLIT_ATTN)
-#define TB_GPU_PDL_DEFAULT 0
-/* Tests: y[rows][out] (+ y when accumulate) = x[rows][in] W[out][in]^T as
- * the forward's products run (W and x rounded to bf16; the batch-1 GEMV at
- * one row, else cuBLAS), on host data. */
-int tb_gpu_product(tb_gpu *g, const float *w, const float *x, int rows, int out, int in, float *y, int accumulate);
-void tb_gpu_set_decode_fusion(tb_gpu *g, int fusion, int pdl);
-
-/* Split decode attention (TB_GPU_FUSE_SPLIT_ATTN): splits of each
- * (sequence, head)'s keys, 1 .. 16 (1: one block per pair, the split
- * kernel's shape; at any batch), or 0: from batch 2 the kernel by query
- * group where the model has one (gpu_forward.cu's attn_decode), else
- * (batch 1, or no such kernel) as many splits as give 4 blocks a SM when
- * the pairs alone would not (under TB_GPU_FUSE_SPLIT_ATTN; without it the
- * group kernel where there is one), else the one-block-per-pair kernel. Default 0, or the environment's
- * TB_GPU_ATT_SPLITS; tests and measurements set others. */
-void tb_gpu_set_attn_splits(tb_gpu *g, int splits);
-
-/* Batch-1 GEMV variants (rows per warp, loads in flight, split-K):
- * TB_GPU_GEMV_VARIANTS of them. At load a model with intermediate x
- * hidden >= 2^24 (about 1B parameters and up) times each on each of its
- * weight shapes and keeps the fastest per shape (a split-K one only when
- * 3% faster; the process's first pick for a shape on a device holds for
- * every later context, gpu_ceilings.cu); this forces one variant for
- * every GEMV (-1: back to per shape), so tests can compare each with the
- * CPU. */
-#define TB_GPU_GEMV_VARIANTS 7
-void tb_gpu_force_gemv_variant(tb_gpu *g, int variant);
-
 /* The device's ceilings, measured once per context (best of 5: a 1 GiB
  * device copy, read + write bytes/s; an 8192^3 GEMM of the context's
  * products, FLOP/s: bf16 cuBLAS, or under dtype = fp8 with FP8 GEMMs our
@@ -281,17 +172,12 @@ const char *tb_gpu_gemm_dtype(const tb_gpu *g);
 int tb_gpu_forward_logits(tb_gpu *g, const int32_t *canvas, int rows, int L, int pos0, int n, int n_attend,
                           int pick0, int npick, int shifted, float *logits);
 
-/* Tests: all-position logits (host [B][n][vocab]) of a span. */
+/* All-position logits (host [B][n][vocab]) of a span: the engine's
+ * scoring (logits_all) and the tests. */
 int tb_gpu_logits(tb_gpu *g, const int32_t *tokens, int B, int pos0, int n, int n_attend, int causal,
                   float *logits);
 
 const char *tb_gpu_error(const tb_gpu *g);
-
-/* Time the batch-1 GEMV variants on a random W[out][in] (bf16) and keep
- * one for this shape in this context (the fastest, with the rules of
- * tb_gpu_force_gemv_variant's comment); returns the fastest variant's
- * GB/s of weight reads (gbs: each variant's, 0 for one not run), or -1. */
-double tb_gpu_bench_gemv(tb_gpu *g, int out, int in, double gbs[TB_GPU_GEMV_VARIANTS]);
 
 #ifdef __cplusplus
 }

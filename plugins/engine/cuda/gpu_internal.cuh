@@ -14,6 +14,7 @@
 #define TB_ENGINE_GPU_INTERNAL_CUH
 
 #include "gpu.h"
+#include "gpu_tune.h"
 
 #include <cublas_v2.h>
 #include <cuda_bf16.h>

@@ -1,0 +1,141 @@
+/* gpu_tune.h — the CUDA engine's pieces for tests and benchmarks
+ * (tests/gpu): a seeded model, each part of the forward alone on host data
+ * (attention, the products, the FP8 codes), the tensor-parallel group's
+ * per-rank figures, and the knobs the measurements behind the defaults
+ * turn (decode fusion, attention splits, GEMV variants, the MoE and FP8
+ * routes). No backend includes it: gpu.h is what they run. */
+#ifndef TB_ENGINE_GPU_TUNE_H
+#define TB_ENGINE_GPU_TUNE_H
+
+#include "gpu.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* tb_gpu_create_dtype's bf16 model (fp8 = 0). */
+int tb_gpu_create(tb_gpu **out, const tb_model_config *cfg, const tb_model *cpu, uint64_t seed, char *err,
+                  size_t err_size);
+/* Tests: layer l's projection `which` (0 QKV, 1 output, 2 gate-up, 3
+ * down) of a dtype = fp8 context, its codes into q[rows][in] and its row
+ * scales into scale[rows] (host); -1 when the context is not fp8. */
+int tb_gpu_fp8_weights(tb_gpu *g, int l, int which, uint8_t *q, float *scale);
+/* The batch-1 FP8 GEMV's shape, 0..4 (rows per warp x loads in flight:
+ * 4x4, 2x8, 1x8, 2x4, 1x16); default TB_GPU_FP8_GEMV_DEFAULT (2x4, the
+ * fastest measured on the H200: docs/PERFORMANCE.md) or the environment's
+ * TB_GPU_FP8_GEMV (for measurements); tests run each against the CPU. */
+#define TB_GPU_FP8_GEMV_DEFAULT 3
+void tb_gpu_set_fp8_gemv(tb_gpu *g, int variant);
+/* dtype = fp8 above one row: on (the default where the device and
+ * cuBLASLt have it; TB_GPU_FP8_GEMM=0 at creation says off), FP8
+ * tensor-core GEMMs over the E4M3 inputs and weights; off, both
+ * dequantized to bf16 for the bf16 GEMM (the same products). Drops the
+ * reserved buffers (tb_gpu_reserve again). -1 when the context is not
+ * fp8 or has no FP8 GEMM. */
+int tb_gpu_set_fp8_gemm(tb_gpu *g, int on);
+/* Tests: projection `which` (0..3: qkv, o, gate-up, down) of layer l of
+ * a dtype = fp8 context applied to x[rows][in] (host float32, rounded to
+ * bf16 as the device holds activations): y[rows][out] = (or, accumulate,
+ * +=) the product. rows within the reserved rows; 1 is the GEMV. With
+ * deferred (and not accumulate), through the route QKV and gate-up take
+ * in the forward (the bare FP8 products, whose scales the next kernel
+ * applies: here k_fp8_scale_out). */
+int tb_gpu_fp8_product(tb_gpu *g, int l, int which, const float *x, int rows, float *y, int accumulate,
+                       int deferred);
+
+/* Tests: the attention of a span alone, on host data rounded to bf16 as
+ * the device holds it. q [B][n][n_heads][head_dim] are the span's rows at
+ * positions pos0 ..; k, v [B][n_attend][n_kv_heads][head_dim] go into
+ * cache slots 0 .. B - 1 of layer 0 (positions 0 .. n_attend - 1); the
+ * padding is tb_gpu_set_padding's; causal as tb_gpu_logits. out [B][n]
+ * [n_heads][head_dim]. fused 1: the one-kernel path (gpu_attn_span.cu;
+ * -1 where the model's head_dim has none), 0: batched GEMMs around the
+ * softmax kernel. Writes the cache and the forward's buffers. */
+int tb_gpu_span_attention(tb_gpu *g, const float *q, const float *k, const float *v, int B, int pos0, int n,
+                          int n_attend, int causal, int fused, float *out);
+/* Tests: decode attention alone, one row per sequence at position
+ * n_attend - 1 over keys [pad, n_attend) (the padding tb_gpu_set_padding
+ * gave), k and v as tb_gpu_span_attention's; q, out [B][n_heads]
+ * [head_dim]. kernel 0: a block per query head, 1: the same split over
+ * the keys (as the forward chooses the splits, or as
+ * tb_gpu_set_attn_splits says), 2: a block per K/V head's query group
+ * (-1 where this model's head_dim or group has no such kernel). */
+int tb_gpu_decode_attention(tb_gpu *g, const float *q, const float *k, const float *v, int B, int n_attend,
+                            int kernel, float *out);
+
+/* CUDA devices on this host (0 when none or on error). */
+int tb_gpu_device_count(void);
+/* Rank r's peak device memory (tb_gpu_peak_bytes's count on its device). */
+size_t tb_gpu_rank_peak_bytes(const tb_gpu *g, int rank);
+/* A group's in-place all-reduce of count floats, all ranks at once: the
+ * median time of iters calls (CUDA events on rank 0's stream), µs; -1 for
+ * an ordinary context. */
+int tb_gpu_tp_time_allreduce(tb_gpu *g, size_t count, int iters, double *us);
+
+/* Mixture of experts: spans of more than max_rows rows run each expert
+ * as a cuBLAS GEMM over its rows (the host reads the group sizes: one
+ * wait per layer); up to it, and in every decode step (CUDA graphs), the
+ * grouped GEMV that reads the expert ids on the device. Default
+ * TB_GPU_MOE_GEMV_ROWS; tests and measurements set both ways. */
+#define TB_GPU_MOE_GEMV_ROWS 64
+void tb_gpu_set_moe_gemv_rows(tb_gpu *g, int max_rows);
+
+/* Decode fusion for one-row forwards (batch-1 decode), a mask of
+ * TB_GPU_FUSE_*: SWIGLU computes SwiGLU inside the gate-up GEMV (no
+ * k_swiglu, no float [2I] round trip); SPLIT_ATTN splits decode attention
+ * over the keys when (sequence, head) pairs alone would leave the chip
+ * idle (any batch; tb_gpu_set_attn_splits) where the kernel by query
+ * group does not run (batch 1, or a model without it: gpu_forward.cu's
+ * attn_decode); NORM has the last block of
+ * each GEMV that writes the residual (o, down) compute the next RMSNorm
+ * (no k_rmsnorm but layer 0's; not under tensor parallelism or with MoE
+ * layers). (Until 2026-12-02 NORM staged the norm inside every block of
+ * the GEMV after it: 16% slower on the H200, docs/PERFORMANCE.md.) pdl:
+ * the decode graph's batch-1 kernels are programmatic dependent launches
+ * (each may start while the one before drains; its GEMV prefetches its
+ * first weights meanwhile). 0/0 is the unfused path; tests compare each
+ * with the CPU. Defaults: TB_GPU_FUSE_DEFAULT and TB_GPU_PDL_DEFAULT
+ * (docs/PERFORMANCE.md has the measurements behind them), or the
+ * environment's TB_GPU_FUSION (a mask) and TB_GPU_PDL (0/1). */
+#define TB_GPU_FUSE_SWIGLU 1
+#define TB_GPU_FUSE_SPLIT_ATTN 2
+#define TB_GPU_FUSE_NORM 4
+#define TB_GPU_FUSE_DEFAULT (TB_GPU_FUSE_SWIGLU | TB_GPU_FUSE_SPLIT_ATTN)
+#define TB_GPU_PDL_DEFAULT 0
+/* Tests: y[rows][out] (+ y when accumulate) = x[rows][in] W[out][in]^T as
+ * the forward's products run (W and x rounded to bf16; the batch-1 GEMV at
+ * one row, else cuBLAS), on host data. */
+int tb_gpu_product(tb_gpu *g, const float *w, const float *x, int rows, int out, int in, float *y, int accumulate);
+void tb_gpu_set_decode_fusion(tb_gpu *g, int fusion, int pdl);
+
+/* Split decode attention (TB_GPU_FUSE_SPLIT_ATTN): splits of each
+ * (sequence, head)'s keys, 1 .. 16 (1: one block per pair, the split
+ * kernel's shape; at any batch), or 0: from batch 2 the kernel by query
+ * group where the model has one (gpu_forward.cu's attn_decode), else
+ * (batch 1, or no such kernel) as many splits as give 4 blocks a SM when
+ * the pairs alone would not (under TB_GPU_FUSE_SPLIT_ATTN; without it the
+ * group kernel where there is one), else the one-block-per-pair kernel. Default 0, or the environment's
+ * TB_GPU_ATT_SPLITS; tests and measurements set others. */
+void tb_gpu_set_attn_splits(tb_gpu *g, int splits);
+
+/* Batch-1 GEMV variants (rows per warp, loads in flight, split-K):
+ * TB_GPU_GEMV_VARIANTS of them. At load a model with intermediate x
+ * hidden >= 2^24 (about 1B parameters and up) times each on each of its
+ * weight shapes and keeps the fastest per shape (a split-K one only when
+ * 3% faster; the process's first pick for a shape on a device holds for
+ * every later context, gpu_ceilings.cu); this forces one variant for
+ * every GEMV (-1: back to per shape), so tests can compare each with the
+ * CPU. */
+#define TB_GPU_GEMV_VARIANTS 7
+void tb_gpu_force_gemv_variant(tb_gpu *g, int variant);
+
+/* Time the batch-1 GEMV variants on a random W[out][in] (bf16) and keep
+ * one for this shape in this context (the fastest, with the rules of
+ * tb_gpu_force_gemv_variant's comment); returns the fastest variant's
+ * GB/s of weight reads (gbs: each variant's, 0 for one not run), or -1. */
+double tb_gpu_bench_gemv(tb_gpu *g, int out, int in, double gbs[TB_GPU_GEMV_VARIANTS]);
+#ifdef __cplusplus
+}
+#endif
+
+#endif
