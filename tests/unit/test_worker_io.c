@@ -1,15 +1,17 @@
-/* test_worker_relay.c — run/worker_proc.c's relay of a worker's stderr
- * (the runner prints each line above its progress bar): whole lines one
- * at a time, a long line in pieces, and, when the worker has ended, what
- * is still in the pipe (its last words, an unended line too) before the
- * pipe is closed, even when a child of the worker still holds it open. A
- * real child process stands for the worker; the pipe is filled by hand.
+/* test_worker_io.c — a worker's two channels.
  *
- * Then what a real worker (run/worker.c, over the null plugin,
- * $TB_NULL_PLUGIN) says through that relay of a frame it cannot read: a
+ * Out: run/worker_proc.c's relay of a worker's stderr (the runner prints
+ * each line above its progress bar): whole lines one at a time, a long
+ * line in pieces, and, when the worker has ended, what is still in the
+ * pipe (its last words, an unended line too) before the pipe is closed,
+ * even when a child of the worker still holds it open. A real child
+ * process stands for the worker; the pipe is filled by hand.
+ *
+ * In: what a real worker (run/worker.c, over the null plugin,
+ * $TB_NULL_PLUGIN) does with a frame its message table cannot take: a
  * known type of another size (a CASE that carries a search's run, the
  * old form of CASE_LOAD) or an unknown type is refused, never misread:
- * the worker says so on its stderr and ends. */
+ * the worker says so on its stderr (through the relay) and ends. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdio.h>
