@@ -244,21 +244,25 @@ static int decode_block(brun *r, int bs, int be, const int *sched)
 }
 
 /* After block [bs, be): EOS stops and requests whose output ends in it
- * are done, then the store forward of the requests still decoding (none
- * after the last block); Fast-dLLM v2 commits its next token at be (a
+ * are done; then the store forward. SDAR (upstream's loop): of every
+ * request that decoded the block, its last and its EOS block included
+ * (skip_final_store: only of those still decoding). Fast-dLLM v2: of the
+ * requests still decoding, and it commits their next token at be (a
  * canvas whose prompt goes past be has none to commit). */
 static int store_block(brun *r, int bs, int be)
 {
+    int next = r->p->sampler == TB_DLLM_FAST_DLLM_V2, every = !next && !r->p->skip_final_store;
+    int n_rows = every ? select_rows(r, 0, 0) : 0; /* r->rows: kept for the forward */
     for (int b = 0; b < r->B; b++) {
         if (r->active[b])
             eos_stop(r, b, bs, be);
         if (be >= r->G[b])
             r->active[b] = 0;
     }
-    int n_rows = select_rows(r, 0, 0);
+    if (!every)
+        n_rows = select_rows(r, 0, 0);
     if (n_rows == 0)
         return 0;
-    int next = r->p->sampler == TB_DLLM_FAST_DLLM_V2;
     if (forward(r, n_rows, bs, be - bs, be, 0, be - bs - 1, next, 0, 0))
         return -1;
     if (!next)
@@ -304,7 +308,11 @@ int tb_dllm_block_generate(const tb_dllm_engine *e, const tb_dllm_params *p, int
     for (int b = 0; b < B && rc == 0; b++) {
         r.active[b] = 1;
         r.P[b] = p->prompt_end ? p->prompt_end[b] : prompt_len;
+        /* SDAR returns its whole last block (upstream's loop returns the
+         * canvas); Fast-dLLM v2 gen_length positions */
         r.G[b] = r.P[b] + p->gen_length;
+        if (p->sampler != TB_DLLM_FAST_DLLM_V2)
+            r.G[b] = (r.G[b] + r.bs - 1) / r.bs * r.bs;
         if (r.P[b] < 0 || r.P[b] > prompt_len) {
             snprintf(why, why_size, "canvas %d: prompt end %d outside [0, %d]", b, r.P[b], prompt_len);
             rc = -1;
@@ -312,7 +320,7 @@ int tb_dllm_block_generate(const tb_dllm_engine *e, const tb_dllm_params *p, int
         k0 = r.P[b] / r.bs < k0 ? r.P[b] / r.bs : k0;
         G = r.G[b] > G ? r.G[b] : G;
         if (stats->request_tokens)
-            stats->request_tokens[b] = p->gen_length;
+            stats->request_tokens[b] = r.G[b] - r.P[b];
     }
     /* prefill: the prompts' whole blocks, block-causal; Fast-dLLM v2's
      * next token for the canvases whose prompt ends there */

@@ -30,8 +30,17 @@
  *   store     the finished block's forward, its keys and values kept (the
  *             exact cache); for fast_dllm_v2 its last position's argmax is
  *             the next block's first token (and the prefill's, when P is a
- *             whole number of blocks). Not run after the last block or for
- *             a request that stopped.
+ *             whole number of blocks). SDAR, as its loop: after every block,
+ *             the last one and a request's EOS block included
+ *             (skip_final_store: not those two, tokbench's lighter loop);
+ *             fast_dllm_v2: not after the last block or for a request that
+ *             stopped (upstream's commit forward there: issue 37).
+ * Output: SDAR returns the whole canvas through its last block (prompt +
+ * gen_length rounded up to a whole block, as its loop returns it), or
+ * through the block where it stopped at an EOS; fast_dllm_v2 gen_length
+ * positions. tests/engine/test_sampler_trace.c checks SDAR's forwards,
+ * canvases and output against golden traces of upstream's loop
+ * (tools/make_sampler_traces.py over tools/upstream/sdar_loop.py).
  * Confidence (temperature 0 only): the softmax probability of the argmax,
  * in float64, the mask token's logit taken as -inf (upstream would commit
  * a proposed mask token, leave the position masked and, with a threshold,

@@ -40,7 +40,7 @@
 
 enum {
     OPT_DEVICE, OPT_THREADS, OPT_SAMPLER, OPT_THRESHOLD, OPT_CACHE, OPT_CFG_SCALE, OPT_TEMPERATURE, OPT_TOP_K,
-    OPT_ALG_TEMP, OPT_EPS, OPT_MASK_ID, OPT_PRESET_SEED, OPT_SUB_BLOCK, OPT_DTYPE, OPT_TP, N_OPTS
+    OPT_ALG_TEMP, OPT_EPS, OPT_MASK_ID, OPT_PRESET_SEED, OPT_SUB_BLOCK, OPT_DTYPE, OPT_TP, OPT_IGNORE_EOS, OPT_FINAL_STORE, N_OPTS
 };
 
 static const tb_option_decl diffusion_options[N_OPTS] = {
@@ -79,6 +79,15 @@ static const tb_option_decl diffusion_options[N_OPTS] = {
                        "fast_dllm_v2: sub-block size (a divisor of block_length); 0 = the whole block", NULL, 0,
                        1e6, 0},
     [OPT_DTYPE] = TB_OPT_DECL_DTYPE,
+    [OPT_IGNORE_EOS] = {"ignore_eos", TB_OPT_BOOL, "false",
+                        "block samplers: decode past a block that holds an EOS, so every request decodes its whole "
+                        "canvas (fixed-length runs); the other samplers always decode the whole canvas",
+                        NULL, 1, 0, 0},
+    [OPT_FINAL_STORE] = {"final_store", TB_OPT_BOOL, "true",
+                         "sdar_static, sdar_dynamic: run the cache-store forward after the last block and after a "
+                         "request's EOS block, as SDAR's loop does; false skips them (one forward fewer a request, "
+                         "counted in NFE)",
+                         NULL, 1, 0, 0},
 };
 
 typedef struct dctx {
@@ -142,8 +151,10 @@ static tb_dllm_params params_of(const tb_request *req, int32_t mask_id, const tb
         .eps = OPT_F(req->options, req->n_options, OPT_EPS),
         .mask_id = mask_id,
         .sub_block = (int)OPT_I(req->options, req->n_options, OPT_SUB_BLOCK),
+        .skip_final_store = !OPT_I(req->options, req->n_options, OPT_FINAL_STORE),
+        /* ignore_eos: no EOS stops a request */
         .eos_ids = cfg ? cfg->eos_ids : NULL,
-        .n_eos = cfg ? cfg->n_eos : 0,
+        .n_eos = cfg && !OPT_I(req->options, req->n_options, OPT_IGNORE_EOS) ? cfg->n_eos : 0,
     };
     if (tb_dllm_is_block_sampler(p.sampler)) {
         if (!req->block_length && cfg && cfg->block_size > 0)

@@ -49,6 +49,9 @@ typedef struct tb_dllm_params {
     int32_t mask_id;
     /* block samplers */
     int sub_block;      /* fast_dllm_v2: sub-block size; 0 = block_length */
+    int skip_final_store; /* sdar_*: 1 = no store forward after the last
+                             block or after a request's EOS block (less
+                             work than upstream's loop, which runs both) */
     const int32_t *eos_ids; /* EOS early stop: a request whose finished
                                block holds one of these stops there */
     int n_eos;

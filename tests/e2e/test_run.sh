@@ -91,7 +91,7 @@ if [ "$claims" = 1 ]; then
     [ "$(awk -v a="$(sdar accuracy 1 0.9)" -v b="$(sdar accuracy 1 0.5)" 'BEGIN { print (a != "" && b != "" && a >= b && a > 0.85) }')" = 1 ] \
         || fail "default suite: sdar-small accuracy at threshold 0.9 ($(sdar accuracy 1 0.9)) should be > 0.85 and >= 0.5's ($(sdar accuracy 1 0.5))"
 fi
-[ "$(q "$tmp/default.db" "select count(*) from request r join sample s on s.id = r.sample_id join bench_case c on c.id = s.case_id join backend b on b.id = c.backend_id where b.label = 'sdar-small' and (r.blocks_done is null or r.output_tokens > 16 or r.blocks_done < (r.output_tokens + 3) / 4 or r.blocks_done > (r.output_tokens + 3) / 4 + 1)")" = 0 ] \
+[ "$(q "$tmp/default.db" "select count(*) from request r join sample s on s.id = r.sample_id join bench_case c on c.id = s.case_id join backend b on b.id = c.backend_id where b.label = 'sdar-small' and (r.blocks_done is null or r.output_tokens > 16 + 3 or r.blocks_done < (r.output_tokens + 3) / 4 or r.blocks_done > (r.output_tokens + 3) / 4 + 1)")" = 0 ] \
     || fail "default suite: sdar-small requests' blocks_done and output_tokens disagree: $(q "$tmp/default.db" "select r.output_tokens, r.blocks_done, count(*) from request r join sample s on s.id = r.sample_id join bench_case c on c.id = s.case_id join backend b on b.id = c.backend_id where b.label = 'sdar-small' group by 1, 2")"
 [ "$(q "$tmp/default.db" "select count(*) from request r join sample s on s.id = r.sample_id join bench_case c on c.id = s.case_id join backend b on b.id = c.backend_id where b.label = 'sdar-small' and r.output_tokens < 16")" -gt 0 ] \
     || fail "default suite: no sdar-small request stopped early at its EOS block"

@@ -7,7 +7,9 @@
  * output and answer token counts, the emissions (one per output token,
  * naming the request), and the blocks decoded (tb_result.blocks_done:
  * those from the one holding its first output position through the one that ends
- * its output), for sdar_static and sdar_dynamic.
+ * its output), for sdar_static and sdar_dynamic. With ignore_eos = true
+ * no request stops at an EOS: each decodes, and outputs, every block
+ * through its 16th position (SDAR returns its whole last block).
  *
  *   test_block_batch MODEL_DIR */
 #define _GNU_SOURCE
@@ -116,6 +118,39 @@ int main(int argc, char **argv)
                         want);
             CHECK(a->blocks == want && b->blocks == want);
         }
+        ops->destroy(ctx);
+    }
+    /* ignore_eos: no request stops at its EOS block; each decodes the
+     * blocks through its 16th position, where without it some stop */
+    for (int ignore = 0; ignore < 2; ignore++) {
+        test_option set[] = {{"device", "cpu"}, {"threads", "1"}, {"sampler", "sdar_dynamic"}, {"threshold", "0.7"},
+                             {"ignore_eos", ignore ? "true" : "false"}};
+        tb_option_value v[MAX_OPTS];
+        uint32_t nv = test_options(ops, set, sizeof set / sizeof *set, v, MAX_OPTS);
+        void *ctx = NULL;
+        char err[512] = "";
+        if (ops->create(&test_host, argv[1], v, nv, &ctx, err, sizeof err) != TB_OK) {
+            fprintf(stderr, "create: %s\n", err);
+            return 1;
+        }
+        out batch[N_PROMPTS];
+        run(ops, ctx, v, nv, prompts, N_PROMPTS, batch);
+        int short_ = 0;
+        for (int i = 0; i < N_PROMPTS; i++) {
+            int32_t ids[64];
+            int64_t p = ops->tokenize(ctx, prompts[i], ids, 64);
+            /* the blocks through position p + 16, all of them output */
+            uint32_t full = (uint32_t)((p + 16 + 3) / 4 - p / 4), tokens = (uint32_t)((p + 16 + 3) / 4 * 4 - p);
+            short_ += batch[i].n_out < tokens;
+            if (ignore) {
+                if (batch[i].n_out != tokens || batch[i].blocks != full)
+                    fprintf(stderr, "ignore_eos \"%s\": %u tokens in %u blocks, want %u in %u\n", prompts[i],
+                            batch[i].n_out, batch[i].blocks, tokens, full);
+                CHECK(batch[i].n_out == tokens && batch[i].blocks == full && batch[i].n_emitted == tokens);
+            }
+        }
+        if (!ignore)
+            CHECK(short_ > 0); /* the case above shows something only if some request stops early */
         ops->destroy(ctx);
     }
     return check_done();

@@ -237,7 +237,8 @@ static void check_counts(void)
     int32_t eos[1] = {7};
     /* SDAR static, 2 canvases, P 6, gen 15, block 4: canvas 24; prefill
      * (1 forward) + blocks [4, 8) .. [20, 24) of 4 steps each (steps 4)
-     * + a store after each but the last */
+     * + a store after each, the last included (SDAR's loop); the output is
+     * the whole last block: positions 6 .. 23 (18, not 15) */
     tb_dllm_params p = {.sampler = TB_DLLM_SDAR_STATIC, .gen_length = 15, .block_length = 4, .steps = 4,
                         .mask_id = 3, .eps = 1e-3, .top_p = 1, .eos_ids = eos, .n_eos = 1};
     CHECK(tb_dllm_canvas_length(&p, 6) == 24);
@@ -250,9 +251,16 @@ static void check_counts(void)
     tb_dllm_stats st = {.request_steps = req_steps, .request_blocks = req_blocks, .request_tokens = req_tokens};
     CHECK(tb_dllm_generate(&e, &p, canvas, 2, 6, 1, NULL, &st, why, sizeof why) == 0);
     /* blocks [4,8): 2 masks (steps with count 1: 2 forwards), then 4 full
-     * blocks of 4 forwards; stores after 4 of the 5 blocks */
-    CHECK(st.blocks == 5 && st.steps == 2 + 4 * 4 && st.forwards == 1 + st.steps + 4);
-    CHECK(req_steps[0] == st.steps && req_steps[1] == st.steps && req_blocks[0] == 5 && req_tokens[0] == 15);
+     * blocks of 4 forwards; stores after the 5 blocks */
+    CHECK(st.blocks == 5 && st.steps == 2 + 4 * 4 && st.forwards == 1 + st.steps + 5);
+    CHECK(req_steps[0] == st.steps && req_steps[1] == st.steps && req_blocks[0] == 5 && req_tokens[0] == 18);
+    /* skip_final_store: tokbench's lighter loop, no store after the last block */
+    for (int i = 0; i < 48; i++)
+        canvas[i] = i % 24 < 6 ? 9 : 3;
+    p.skip_final_store = 1;
+    CHECK(tb_dllm_generate(&e, &p, canvas, 2, 6, 1, NULL, &st, why, sizeof why) == 0);
+    CHECK(st.forwards == 1 + st.steps + 4 && req_tokens[0] == 18);
+    p.skip_final_store = 0;
     /* prefill_ms ends at the prefill hook: once, before any step */
     for (int i = 0; i < 48; i++)
         canvas[i] = i % 24 < 6 ? 9 : 3;
@@ -272,13 +280,14 @@ static void check_counts(void)
     tb_dllm_hooks h = {.ctx = &s, .on_step = mark_stop};
     st = (tb_dllm_stats){.request_steps = req_steps, .request_blocks = req_blocks, .request_tokens = req_tokens};
     CHECK(tb_dllm_generate(&e, &p, canvas, 2, 6, 1, &h, &st, why, sizeof why) == 0);
-    CHECK(req_tokens[0] == 12 - 6 && req_tokens[1] == 15); /* decoded through its EOS block */
+    CHECK(req_tokens[0] == 12 - 6 && req_tokens[1] == 18); /* decoded through its EOS block */
     CHECK(canvas[9] == 7 && canvas[10] == 110 && canvas[12] == 7 && canvas[23] == 7);
     CHECK(canvas[24 + 12] == 112 && canvas[24 + 23] == 123);
     CHECK(s.max_rows_after_stop == 0);
     CHECK(req_blocks[0] == 2 && req_blocks[1] == 5 && req_steps[0] == 2 + 4 && req_steps[1] == 2 + 4 * 4);
-    /* canvas 0: prefill, 6 steps, 1 store (after [4, 8); none after its EOS block) */
-    CHECK(s.row_forwards[0] == 1 + 6 + 1);
+    /* canvas 0: prefill, 6 steps, 2 stores (after [4, 8) and after its EOS
+     * block, as SDAR's loop does) */
+    CHECK(s.row_forwards[0] == 1 + 6 + 2);
 
     /* Fast-dLLM v2, confidence above the threshold: one step per sub-block;
      * P 8 = a whole block: the prefill commits position 8 (next token) */
@@ -422,6 +431,10 @@ static void golden_case(const char *model, const tb_model *m, const cJSON *c)
         .n_eos = n_eos,
         .eps = 1e-3,
         .top_p = 1,
+        /* the reference (tools/make_block_golden.py) follows tokbench's
+         * lighter rule: no store after the last block or an EOS block
+         * (the default, upstream's, is test_sampler_trace.c's) */
+        .skip_final_store = 1,
     };
     int P = cJSON_GetArraySize(prompt), L = tb_dllm_canvas_length(&p, P);
     int32_t *canvas = tb_xmalloc((size_t)L * sizeof(int32_t));

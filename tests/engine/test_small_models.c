@@ -347,7 +347,10 @@ static void check_sdar(const cJSON *g)
                             .eps = 1e-3,
                             .mask_id = mask_id,
                             .eos_ids = m.cfg.eos_ids,
-                            .n_eos = m.cfg.n_eos};
+                            .n_eos = m.cfg.n_eos,
+                            /* the reference's rule: no store after the last
+                             * block (the default runs it, as SDAR's loop) */
+                            .skip_final_store = 1};
         CHECK(L == tb_dllm_canvas_length(&p, n));
         int32_t *canvas = malloc((size_t)L * sizeof *canvas);
         for (int i = 0; i < L; i++)
