@@ -5,10 +5,12 @@ keys attended), the canvas after every denoising step, NFE and the tokens
 returned, from our transcriptions of the published loops (tools/upstream/:
 sdar_loop.py, SDAR's HF evaluation loop huggingface_bd3.py, which is
 greedy with the confidence of the unfiltered softmax, as tokbench's
-sdar_static / sdar_dynamic) driven by a fake network that the C test
-computes bit for bit the same way.
+sdar_static / sdar_dynamic; fastdllm_v2_loop.py, Fast-dLLM v2's
+model.generate() at temperature 0 without its block cache) driven by a
+fake network that the C test computes bit for bit the same way.
 
-    python3 tools/make_sampler_traces.py > tests/data/golden/sampler-traces/sdar.json
+    python3 tools/make_sampler_traces.py sdar > tests/data/golden/sampler-traces/sdar.json
+    python3 tools/make_sampler_traces.py fast_dllm_v2 > tests/data/golden/sampler-traces/fast_dllm_v2.json
 
 Standard library only; deterministic.
 
@@ -26,6 +28,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "upstream"))
+import fastdllm_v2_loop as F  # noqa: E402
 import sdar_loop as S  # noqa: E402
 
 V, EOS, MASK = 16, 14, 15
@@ -72,7 +75,23 @@ def case(name, prompt_len, block, steps, gen, threshold, eos_at):
             "nfe": nfe, "returned": toks, "forwards": forwards}
 
 
-def main():
+def fd2_case(name, prompt_len, block, sub, gen, threshold, eos_at):
+    prompt = [(i * 5 + 1) % 13 for i in range(prompt_len)]
+    toks, nfe, trace = F.fastdllm_v2_generate(
+        make_fake(eos_at), prompt, gen, mask_id=MASK, threshold=threshold, small_block_size=sub,
+        block_size=block, stop_token=EOS, temperature=0, use_block_cache=False)
+    forwards = []
+    for t in trace:
+        keys = t["keys"]
+        assert len(keys) == 1 and keys[0][0] == 0, keys  # one span from 0: the cache + the block
+        forwards.append({"kind": {"commit": "store"}.get(t["kind"], t["kind"]), "query": t["query"],
+                         "keys": keys[0], "canvas_after": t["canvas_after"] if t["kind"] == "denoise" else None})
+    return {"name": name, "sampler": "fast_dllm_v2", "prompt": prompt, "block_length": block, "sub_block": sub,
+            "gen_length": gen, "threshold": threshold, "eos_at": eos_at, "mask_id": MASK, "eos_id": EOS,
+            "vocab": V, "nfe": nfe, "returned": toks, "forwards": forwards}
+
+
+def sdar_cases():
     cases = []
     for block, steps, gen in ((4, 4, 8), (4, 2, 8), (8, 8, 16)):
         # shorter than a block, a multiple of it, not a multiple (> a block)
@@ -83,10 +102,34 @@ def main():
                     name = "b%d_s%d_g%d_p%d_%s%s" % (block, steps, gen, plen, "dyn" if thr < 1 else "static",
                                                      "_eos%d" % eos_at if eos else "")
                     cases.append(case(name, plen, block, steps, gen, thr, eos_at))
-    json.dump({"made_by": "tools/make_sampler_traces.py",
-               "loop": "SDAR evaluation/opencompass/opencompass/models/huggingface_bd3.py "
-                       "block_diffusion_generate @ c2041a8 (tools/upstream/sdar_loop.py)",
-               "cases": cases}, sys.stdout, separators=(",", ":"))
+    return cases, ("SDAR evaluation/opencompass/opencompass/models/huggingface_bd3.py "
+                   "block_diffusion_generate @ c2041a8 (tools/upstream/sdar_loop.py)")
+
+
+def fd2_cases():
+    """Prompts shorter than a block, past one and not a multiple, a multiple
+    past one; not one block exactly: there upstream's generate() runs no
+    prefill and never attends the prompt (its `> block_size`), a bug
+    tokbench does not reproduce (it prefills the block: one forward more).
+    EOS: the row at eos_at peaks on it, so it lands at eos_at + 1 (the
+    logits shift); early (no mask before it once committed) and late."""
+    cases = []
+    for block, sub, gen in ((8, 4, 16), (8, 8, 24), (8, 2, 16)):
+        for plen in (3, 12, 16):
+            for thr in (0.6, 1.0):
+                for eos_at in (None, plen + 1, plen + 9):
+                    name = "b%d_sb%d_g%d_p%d_t%s%s" % (block, sub, gen, plen, thr,
+                                                       "" if eos_at is None else "_eos%d" % eos_at)
+                    cases.append(fd2_case(name, plen, block, sub, gen, thr, eos_at))
+    return cases, ("Fast-dLLM v2 Efficient-Large-Model/Fast_dLLM_v2_7B modeling.py generate() "
+                   "(tools/upstream/fastdllm_v2_loop.py)")
+
+
+def main():
+    which = sys.argv[1] if len(sys.argv) > 1 else "sdar"
+    cases, loop = {"sdar": sdar_cases, "fast_dllm_v2": fd2_cases}[which]()
+    json.dump({"made_by": "tools/make_sampler_traces.py " + which, "loop": loop, "cases": cases}, sys.stdout,
+              separators=(",", ":"))
     sys.stdout.write("\n")
 
 

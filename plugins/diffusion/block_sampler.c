@@ -28,6 +28,13 @@ int tb_dllm_block_validate(const tb_dllm_params *p, char *why, size_t n)
         return -1;
     }
     int sb = p->sub_block > 0 ? p->sub_block : p->block_length;
+    if (p->sampler == TB_DLLM_FAST_DLLM_V2 && p->gen_length < p->block_length) {
+        snprintf(why, n,
+                 "fast_dllm_v2 decodes max_new_tokens / block_length whole blocks (as its generate() does): "
+                 "max_new_tokens %d is less than block_length %d",
+                 p->gen_length, p->block_length);
+        return -1;
+    }
     if (p->sampler == TB_DLLM_FAST_DLLM_V2 && p->block_length % sb != 0) {
         snprintf(why, n, "block_length %d is not a multiple of sub_block %d", p->block_length, sb);
         return -1;
@@ -54,9 +61,13 @@ typedef struct brun {
     tb_dllm_pick_spec spec;
     int32_t *canvas;
     int B, L, bs;
-    int *P, *G;         /* [B]: where each canvas's prompt ends, and its
-                           output (P + gen_length; positions past it are
-                           not output) */
+    int *P, *G;         /* [B]: where each canvas's prompt ends, and where
+                           its output ends (positions past it are not
+                           output) */
+    int *E;             /* [B]: the end of its last block (Fast-dLLM v2:
+                           G - 1, the next token after it; SDAR: G) */
+    int *first_new;     /* [B]: Fast-dLLM v2: the block's first position
+                           that was a mask when the block began */
     int *active;        /* [B]: 1 while the request decodes */
     int *rows;          /* [B]: the canvases of one forward */
     int32_t *x0;        /* [B][L] */
@@ -187,6 +198,28 @@ static void eos_stop(brun *r, int b, int s0, int s1)
         }
 }
 
+/* Fast-dLLM v2's stop (its generate(), before every forward of a block
+ * and before the block's commit forward): a request whose block holds a
+ * committed EOS with no mask before it, from the block's first new
+ * position, leaves: no further forward runs it, and its output ends right
+ * after that EOS. */
+static void fd2_stops(brun *r, int bs, int be)
+{
+    for (int b = 0; b < r->B; b++) {
+        if (!r->active[b])
+            continue;
+        const int32_t *x = row_of(r, b);
+        int i = r->first_new[b] > bs ? r->first_new[b] : bs;
+        while (i < be && x[i] != r->p->mask_id && !is_eos(r, x[i]))
+            i++;
+        if (i < be && is_eos(r, x[i])) {
+            r->active[b] = 0;
+            if (r->stats->request_tokens)
+                r->stats->request_tokens[b] = i + 1 - r->P[b];
+        }
+    }
+}
+
 /* One block of every active canvas, [bs, be). Returns 0, -1, or 1 when
  * cancelled. */
 static int decode_block(brun *r, int bs, int be, const int *sched)
@@ -218,9 +251,16 @@ static int decode_block(brun *r, int bs, int be, const int *sched)
         return 0;
     }
     int sb = p->sub_block > 0 ? p->sub_block : p->block_length, built = 0;
+    for (int b = 0; b < r->B; b++) { /* the block's first new position */
+        int i = bs;
+        while (i < be && row_of(r, b)[i] != p->mask_id)
+            i++;
+        r->first_new[b] = i;
+    }
     for (int s0 = bs; s0 < be; s0 += sb) {
         int s1 = s0 + sb;
         for (;;) {
+            fd2_stops(r, bs, be);
             int n_rows = select_rows(r, s0, s1);
             if (n_rows == 0)
                 break;
@@ -253,7 +293,9 @@ static int store_block(brun *r, int bs, int be)
 {
     int next = r->p->sampler == TB_DLLM_FAST_DLLM_V2, every = !next && !r->p->skip_final_store;
     int n_rows = every ? select_rows(r, 0, 0) : 0; /* r->rows: kept for the forward */
-    for (int b = 0; b < r->B; b++) {
+    if (next)
+        fd2_stops(r, bs, be); /* its last block too gets a commit forward */
+    for (int b = 0; b < r->B && !next; b++) {
         if (r->active[b])
             eos_stop(r, b, bs, be);
         if (be >= r->G[b])
@@ -274,6 +316,8 @@ static int store_block(brun *r, int bs, int be)
         commit(r, b, be, r->x0[(size_t)k * (be - bs) + be - bs - 1], &emitted);
         emit(r, b, emitted);
         eos_stop(r, b, be, be + 1);
+        if (be >= r->E[b]) /* its last block: the output ends at that token */
+            r->active[b] = 0;
     }
     return snapshot(r);
 }
@@ -294,11 +338,13 @@ int tb_dllm_block_generate(const tb_dllm_engine *e, const tb_dllm_params *p, int
     r.rows = malloc((size_t)B * sizeof(int));
     r.P = malloc((size_t)B * sizeof(int));
     r.G = malloc((size_t)B * sizeof(int));
+    r.E = malloc((size_t)B * sizeof(int));
+    r.first_new = malloc((size_t)B * sizeof(int));
     r.x0 = malloc((size_t)B * r.L * sizeof(int32_t));
     r.conf = malloc((size_t)B * r.L * sizeof(double));
     int *sched = malloc((size_t)(p->steps > 0 ? p->steps : 1) * sizeof(int));
     int rc = 0;
-    if (!r.active || !r.rows || !r.P || !r.G || !r.x0 || !r.conf || !sched) {
+    if (!r.active || !r.rows || !r.P || !r.G || !r.E || !r.first_new || !r.x0 || !r.conf || !sched) {
         snprintf(why, why_size, "out of memory for %d canvases of %d positions", B, r.L);
         rc = -1;
     }
@@ -309,16 +355,21 @@ int tb_dllm_block_generate(const tb_dllm_engine *e, const tb_dllm_params *p, int
         r.active[b] = 1;
         r.P[b] = p->prompt_end ? p->prompt_end[b] : prompt_len;
         /* SDAR returns its whole last block (upstream's loop returns the
-         * canvas); Fast-dLLM v2 gen_length positions */
-        r.G[b] = r.P[b] + p->gen_length;
-        if (p->sampler != TB_DLLM_FAST_DLLM_V2)
-            r.G[b] = (r.G[b] + r.bs - 1) / r.bs * r.bs;
+         * canvas); Fast-dLLM v2 (its generate()) decodes gen_length /
+         * block_length blocks from the one holding P, and the commit
+         * forward of the last one adds one token after it */
+        if (p->sampler != TB_DLLM_FAST_DLLM_V2) {
+            r.G[b] = r.E[b] = (r.P[b] + p->gen_length + r.bs - 1) / r.bs * r.bs;
+        } else {
+            r.E[b] = (r.P[b] / r.bs + p->gen_length / r.bs) * r.bs;
+            r.G[b] = r.E[b] + 1;
+        }
         if (r.P[b] < 0 || r.P[b] > prompt_len) {
             snprintf(why, why_size, "canvas %d: prompt end %d outside [0, %d]", b, r.P[b], prompt_len);
             rc = -1;
         }
         k0 = r.P[b] / r.bs < k0 ? r.P[b] / r.bs : k0;
-        G = r.G[b] > G ? r.G[b] : G;
+        G = r.E[b] > G ? r.E[b] : G; /* the blocks end at the last E */
         if (stats->request_tokens)
             stats->request_tokens[b] = r.G[b] - r.P[b];
     }
@@ -354,6 +405,8 @@ int tb_dllm_block_generate(const tb_dllm_engine *e, const tb_dllm_params *p, int
     free(r.rows);
     free(r.P);
     free(r.G);
+    free(r.E);
+    free(r.first_new);
     free(r.x0);
     free(r.conf);
     free(sched);

@@ -5,9 +5,12 @@
  * Fast-dLLM v2's batch_sample); tests/test_block_diffusion.c checks every
  * canvas against a PyTorch transcription (tools/make_block_golden.py).
  *
- * The canvas of a request is prompt P + gen_length positions rounded up to
- * a whole block (block_length positions, blocks counted from position 0,
- * as upstream does). Then:
+ * Blocks are block_length positions counted from position 0, as upstream
+ * does. The canvas of a request is prompt P + gen_length positions rounded
+ * up to a whole block (SDAR); for fast_dllm_v2 (its generate()) the block
+ * holding P and gen_length / block_length blocks after it (gen_length must
+ * be at least one block), and one position more for the token its last
+ * commit forward adds. Then:
  *   prefill   the prompt's whole blocks in one block-causal forward (keys
  *             and values kept); none when P < block_length.
  *   per block from the one holding position P, over the exact cache of
@@ -33,14 +36,23 @@
  *             whole number of blocks). SDAR, as its loop: after every block,
  *             the last one and a request's EOS block included
  *             (skip_final_store: not those two, tokbench's lighter loop);
- *             fast_dllm_v2: not after the last block or for a request that
- *             stopped (upstream's commit forward there: issue 37).
+ *             fast_dllm_v2 (its commit forward): after every block, the
+ *             last included, not for a request that stopped.
  * Output: SDAR returns the whole canvas through its last block (prompt +
  * gen_length rounded up to a whole block, as its loop returns it), or
- * through the block where it stopped at an EOS; fast_dllm_v2 gen_length
- * positions. tests/engine/test_sampler_trace.c checks SDAR's forwards,
- * canvases and output against golden traces of upstream's loop
- * (tools/make_sampler_traces.py over tools/upstream/sdar_loop.py).
+ * through the block where it stopped at an EOS; fast_dllm_v2 through the
+ * token after its last block, or through its first EOS.
+ * EOS, fast_dllm_v2 (its generate()): before every forward of a block and
+ * before its commit forward, a request whose block holds a committed EOS
+ * with no mask before it (from the block's first new position) leaves: no
+ * further forward, no commit forward; masks after the EOS stay.
+ * Where tokbench departs from upstream: a prompt of exactly one block gets
+ * fast_dllm_v2 its prefill (generate() runs none when P == block_length
+ * and then never attends the prompt: a bug, not reproduced; one forward
+ * more); the mask token is kept out of the softmax (below).
+ * tests/engine/test_sampler_trace.c checks both samplers' forwards,
+ * canvases and output against golden traces of upstream's loops
+ * (tools/make_sampler_traces.py over tools/upstream/).
  * Confidence (temperature 0 only): the softmax probability of the argmax,
  * in float64, the mask token's logit taken as -inf (upstream would commit
  * a proposed mask token, leave the position masked and, with a threshold,
@@ -48,10 +60,10 @@
  * confidences of -inf would overwrite prompt or committed tokens when a
  * step's count exceeds the masks left (a prompt-tail block with steps <
  * block_length); the golden cases avoid that case.
- * EOS early stop: a request whose finished block (or next token) holds an
- * EOS of p->eos_ids stops there: no later block of it is decoded, no
- * forward runs its rows again, and its positions after the block are set
- * to the first EOS id (never denoised). The batch moves block by block;
+ * EOS early stop, SDAR: a request whose finished block (or, fast_dllm_v2,
+ * next token) holds an EOS of p->eos_ids stops there: no later block of it
+ * is decoded, no forward runs its rows again, and its positions after the
+ * block are set to the first EOS id (never denoised, never output). The batch moves block by block;
  * each forward runs only the requests that still have masks in the span
  * (or, for prefill and store, every request still decoding).
  * Counts (tb_dllm_stats): forwards = every forward (prefill, steps, store);

@@ -11,9 +11,13 @@ int tb_dllm_is_block_sampler(tb_dllm_sampler s)
 
 int tb_dllm_canvas_length(const tb_dllm_params *p, int prompt_len)
 {
-    int L = prompt_len + p->gen_length;
-    if (tb_dllm_is_block_sampler(p->sampler) && p->block_length > 0)
-        L = (L + p->block_length - 1) / p->block_length * p->block_length;
+    int L = prompt_len + p->gen_length, bl = p->block_length;
+    /* Fast-dLLM v2: gen_length / bl blocks from the prompt's, and the
+     * token its last commit forward adds (block_sampler.h) */
+    if (p->sampler == TB_DLLM_FAST_DLLM_V2 && bl > 0)
+        return (prompt_len / bl + p->gen_length / bl) * bl + 1;
+    if (tb_dllm_is_block_sampler(p->sampler) && bl > 0)
+        L = (L + bl - 1) / bl * bl;
     return L;
 }
 

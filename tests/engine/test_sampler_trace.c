@@ -5,11 +5,15 @@
  * (tools/make_sampler_traces.py over our transcriptions in tools/upstream/)
  * on the same fake network, computed here bit for bit as there.
  *
- *   test_sampler_trace TRACES_JSON
+ *   test_sampler_trace TRACES_JSON...
  *
- * Cases: prompts shorter than a block, a whole block, and past a block
- * but not a multiple of it; static and dynamic (threshold) remasking; with
- * and without an EOS stop; blocks of 4 and 8, steps = block and < block. */
+ * SDAR (sdar.json): prompts shorter than a block, a whole block, and past
+ * a block but not a multiple of it; static and dynamic (threshold)
+ * remasking; with and without an EOS stop; blocks of 4 and 8, steps =
+ * block and < block. Fast-dLLM v2 (fast_dllm_v2.json, its generate()):
+ * prompts shorter than a block, past one and not a multiple, a multiple;
+ * sub-blocks of 2, 4 and 8; thresholds 0.6 and 1 (its default: one token a
+ * forward); no EOS, an early EOS (no mask before it), a later one. */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -61,11 +65,13 @@ static int fake_rows(void *ctx, const int32_t *canvas, int L, const int *rows, i
                      uint64_t *rng, int32_t *x0, double *conf)
 {
     fake *f = ctx;
-    (void)shifted;
     if (n_rows != 1 || rows[0] != 0 || f->n >= MAX_FWD || L > MAX_L)
         return -1;
     int k = f->n++;
-    f->kind[k] = mask_block > 0 ? 'p' : npick > 0 ? 'd' : 's';
+    /* a store: no picks, or (Fast-dLLM v2's commit forward) the last row's
+     * pick alone, unshifted: the next token */
+    int store = npick == 0 || (npick == 1 && pick0 == n - 1 && !shifted && n > 1);
+    f->kind[k] = mask_block > 0 ? 'p' : store ? 's' : 'd';
     f->q0[k] = pos0, f->q1[k] = pos0 + n, f->k1[k] = n_attend;
     memcpy(f->fed[k], canvas, (size_t)L * sizeof(int32_t));
     f->L = L;
@@ -74,7 +80,8 @@ static int fake_rows(void *ctx, const int32_t *canvas, int L, const int *rows, i
         c += canvas[i] != f->mask;
     for (int i = pick0; i < pick0 + npick; i++) {
         float row[V], scratch[V];
-        fake_row(f, pos0 + i, c, row);
+        /* shifted: row i reads the output at i - 1, the span's first its own */
+        fake_row(f, pos0 + (shifted && i > 0 ? i - 1 : i), c, row);
         tb_dllm_pick_row(row, V, spec, rng, scratch, &x0[i], &conf[i]);
     }
     return 0;
@@ -92,9 +99,13 @@ static int check_case(const cJSON *c)
     const cJSON *ret = cJSON_GetObjectItem(c, "returned"), *eos_at = cJSON_GetObjectItem(c, "eos_at");
     int32_t eos_ids[1] = {jint(c, "eos_id")};
     const char *sampler = cJSON_GetStringValue(cJSON_GetObjectItem(c, "sampler"));
-    tb_dllm_params p = {.sampler = strcmp(sampler, "sdar_dynamic") ? TB_DLLM_SDAR_STATIC : TB_DLLM_SDAR_DYNAMIC,
+    int fd2 = !strcmp(sampler, "fast_dllm_v2");
+    tb_dllm_params p = {.sampler = fd2                              ? TB_DLLM_FAST_DLLM_V2
+                                   : !strcmp(sampler, "sdar_dynamic") ? TB_DLLM_SDAR_DYNAMIC
+                                                                      : TB_DLLM_SDAR_STATIC,
                         .gen_length = jint(c, "gen_length"), .block_length = jint(c, "block_length"),
-                        .steps = jint(c, "steps"), .threshold = cJSON_GetObjectItem(c, "threshold")->valuedouble,
+                        .steps = fd2 ? 1 : jint(c, "steps"), .sub_block = fd2 ? jint(c, "sub_block") : 0,
+                        .threshold = cJSON_GetObjectItem(c, "threshold")->valuedouble,
                         .mask_id = jint(c, "mask_id"), .eos_ids = eos_ids, .n_eos = 1, .top_p = 1, .eps = 1e-3};
     int P = cJSON_GetArraySize(prompt), L = tb_dllm_canvas_length(&p, P);
     fake *f = calloc(1, sizeof *f);
@@ -140,11 +151,12 @@ static int check_case(const cJSON *c)
                 bad = 1;
             }
     }
-    /* returned: upstream's canvas through its last unmasked position (an
-     * EOS stop leaves the blocks after its block masked), as tokbench's
-     * output: the prompt + request_tokens */
-    int n_ret = cJSON_GetArraySize(ret), end = 0;
-    for (int i = 0; i < n_ret; i++)
+    /* returned: SDAR's canvas through its last unmasked position (an EOS
+     * stop leaves the blocks after its block masked), Fast-dLLM v2's
+     * tokens (cut after the first EOS), as tokbench's output: the prompt +
+     * request_tokens */
+    int n_ret = cJSON_GetArraySize(ret), end = fd2 ? n_ret : 0;
+    for (int i = 0; i < n_ret && !fd2; i++)
         if (cJSON_GetArrayItem(ret, i)->valueint != p.mask_id)
             end = i + 1;
     if (P + req_tokens != end) {
@@ -168,19 +180,21 @@ static int check_case(const cJSON *c)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: test_sampler_trace TRACES_JSON\n");
+        fprintf(stderr, "usage: test_sampler_trace TRACES_JSON...\n");
         return 2;
     }
-    size_t len = 0;
-    char *text = tb_read_file(argv[1], &len);
-    cJSON *all = text ? cJSON_Parse(text) : NULL;
-    CHECK(all != NULL);
-    const cJSON *cases = cJSON_GetObjectItem(all, "cases");
-    int n = 0;
-    for (const cJSON *c = cases ? cases->child : NULL; c; c = c->next, n++)
-        check_case(c);
-    CHECK(n >= 36);
-    cJSON_Delete(all);
-    free(text);
+    for (int a = 1; a < argc; a++) {
+        size_t len = 0;
+        char *text = tb_read_file(argv[a], &len);
+        cJSON *all = text ? cJSON_Parse(text) : NULL;
+        CHECK(all != NULL);
+        const cJSON *cases = cJSON_GetObjectItem(all, "cases");
+        int n = 0;
+        for (const cJSON *c = cases ? cases->child : NULL; c; c = c->next, n++)
+            check_case(c);
+        CHECK(n >= 36);
+        cJSON_Delete(all);
+        free(text);
+    }
     return check_done();
 }
