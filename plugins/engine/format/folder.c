@@ -55,8 +55,9 @@ static int read_json(const char *dir, const char *name, char *path, size_t path_
         return -1;
     }
     const char *end = NULL;
-    cJSON *j = cJSON_ParseWithLengthOpts(text, len, &end, 1);
-    size_t at = end ? (size_t)(end - text) : 0;
+    size_t nul = strlen(text);
+    cJSON *j = nul == len ? cJSON_ParseWithOpts(text, &end, 1) : NULL; /* cJSON would stop at a NUL */
+    size_t at = nul != len ? nul : end ? (size_t)(end - text) : 0;
     free(text);
     if (!j) {
         snprintf(err, err_size, "%s: not valid JSON (at byte %zu)", path, at);
