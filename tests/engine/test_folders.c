@@ -183,6 +183,12 @@ static void check_loaded(const char *name, int32_t mask, const int32_t *eos, int
         CHECK(bos < 0 || ids[0][0] == bos);
     }
     tb_free_prompts(ids, lens, 1);
+    /* a synthetic prompt starts with the same BOS, and holds no other */
+    int32_t synth[8];
+    tb_synth_prompt(c, l.tok, c->mask_id, 7, 0, synth, 8);
+    CHECK(bos < 0 || synth[0] == bos);
+    for (int i = bos >= 0; i < 8; i++)
+        CHECK(synth[i] != c->bos_id && synth[i] != bos && synth[i] != c->mask_id);
     tb_loaded_free(&l);
 }
 
@@ -201,6 +207,18 @@ static void test_published_layouts(void)
      * puts <|startoftext|> first */
     int32_t llada_eos[] = {508};
     check_loaded("llada", 510, llada_eos, 1, 507);
+
+    /* no tokenizer.json (a golden block-diffusion folder): config.json's
+     * BOS (1, not an EOS) starts synthetic prompts */
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/../golden/block-diffusion/sdar-tiny", root);
+    tb_loaded l;
+    CHECK(tb_load(dir, 1, 0, 0, 1, 0, &l, err, sizeof err) == TB_OK);
+    CHECK(l.tok == NULL && l.model.cfg.prompt_bos == 1 && tb_prompt_bos(&l.model.cfg) == 1);
+    int32_t synth[8];
+    tb_synth_prompt(&l.model.cfg, NULL, 250, 7, 0, synth, 8);
+    CHECK(synth[0] == 1);
+    tb_loaded_free(&l);
 }
 
 /* The diffusion backend on each layout: create() with its defaults (no
