@@ -24,6 +24,7 @@
 #include "backend_common.h"
 #include "check.h"
 #include "folder.h"
+#include "model.h"
 #include "plugin_host.h"
 
 static const char *root;
@@ -219,6 +220,10 @@ static void test_published_layouts(void)
     tb_synth_prompt(&l.model.cfg, NULL, 250, 7, 0, synth, 8);
     CHECK(synth[0] == 1);
     tb_loaded_free(&l);
+    /* presets likewise: Llama 3's BOS; none where the BOS is the EOS */
+    tb_model_config p;
+    CHECK(tb_preset_config("llama-3-8b", &p, err, sizeof err) == 0 && p.prompt_bos == 128000);
+    CHECK(tb_preset_config("sdar-8b", &p, err, sizeof err) == 0 && p.bos_id == 151643 && p.prompt_bos == -1);
 }
 
 /* The diffusion backend on each layout: create() with its defaults (no

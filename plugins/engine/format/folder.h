@@ -10,7 +10,8 @@
  * The prompt's BOS (cfg->prompt_bos): with a tokenizer.json, what the
  *   tokenizer adds before a text. When tokenizer_config.json's
  *   tokenizer_class is a Llama one (LlamaTokenizer[Fast],
- *   CodeLlamaTokenizer[Fast]: transformers rebuilds their template from it),
+ *   CodeLlamaTokenizer[Fast]: transformers 4 rebuilds their template from
+ *   it; transformers 5 does so for any class setting add_bos_token),
  *   its add_bos_token (absent: true) decides, the token its bos_token names
  *   (absent: "<s>"; null: none) being the BOS; otherwise the tokenizer.json
  *   post_processor's template does (tokenizer.h's
