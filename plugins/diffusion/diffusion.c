@@ -19,6 +19,7 @@
 
 #include "backend_common.h"
 #include "cpu_engine.h"
+#include "folder.h"
 #ifdef TB_HAVE_CUDA
 #include "cuda_engine.h"
 #endif
@@ -71,7 +72,7 @@ static const tb_option_decl diffusion_options[N_OPTS] = {
                       NULL, 0, 100, 0},
     [OPT_EPS] = {"eps", TB_OPT_FLOAT, "0.001", "Dream algorithms: the last timestep of linspace(1, eps, steps + 1)",
                  NULL, 1e-9, 0.999, 0},
-    [OPT_MASK_ID] = {"mask_id", TB_OPT_INT, "-1", "mask token id; -1 = the model's mask_token_id", NULL, -1, 1e9,
+    [OPT_MASK_ID] = {"mask_id", TB_OPT_INT, "-1", "mask token id; -1 = the model's (config.json's mask_token_id, else its tokenizer's mask token)", NULL, -1, 1e9,
                      TB_OPTF_LOAD},
     [OPT_PRESET_SEED] = TB_OPT_DECL_PRESET_SEED,
     [OPT_TP] = TB_OPT_DECL_TP,
@@ -272,7 +273,10 @@ static tb_status diffusion_create(const tb_host *host, const char *model, const 
     int64_t mask = OPT_I(options, n_options, OPT_MASK_ID);
     c->mask_id = mask >= 0 ? (int32_t)mask : c->ld.model.cfg.mask_id;
     if (c->mask_id < 0 || c->mask_id >= c->ld.model.cfg.vocab_size) {
-        snprintf(err, err_size, "mask id %d is outside the vocabulary (set mask_id)", c->mask_id);
+        if (c->mask_id < 0) /* the folder names none (folder.h) */
+            tb_folder_no_mask(model, &c->ld.model.cfg, err, err_size);
+        else
+            snprintf(err, err_size, "mask id %d is outside the vocabulary (set mask_id)", c->mask_id);
         diffusion_destroy(c);
         return TB_ERR_MODEL;
     }

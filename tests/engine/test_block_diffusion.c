@@ -144,6 +144,7 @@ static void check_configs(void)
         " \"vocab_size\": 152064, \"layer_types\": [\"full_attention\"]}";
     CHECK(tb_config_parse(fast, "fast/config.json", &c, err, sizeof err) == 0);
     CHECK(c.arch == TB_ARCH_FAST_DLLM_V2 && c.qkv_bias && !c.qk_norm && c.block_size == 32 && c.mask_id == 151665);
+    CHECK(c.mask_is_default == 1); /* generate()'s default: a folder's tokenizer names it first (folder.h) */
     CHECK(tb_preset_config("fast-dllm-v2-7b", &p, err, sizeof err) == 0);
     CHECK(p.hidden_size == c.hidden_size && p.n_layers == c.n_layers && p.vocab_size == c.vocab_size &&
           p.block_size == c.block_size && p.mask_id == c.mask_id && p.qkv_bias == c.qkv_bias);

@@ -146,6 +146,7 @@ static void test_released(void)
     CHECK(c.tie_word_embeddings == 0 && c.qkv_bias == 0 && c.o_bias == 0);
     CHECK(c.n_eos == 1 && c.eos_ids[0] == 128009);
     CHECK(c.bos_id == 128000 && c.mask_id == -1);
+    CHECK(c.prompt_bos == 128000); /* config.json alone: its BOS, not an EOS */
     CHECK_STR(c.torch_dtype, "bfloat16");
     CHECK(c.random_weights == 0);
 
@@ -191,6 +192,7 @@ static void test_released(void)
     CHECK(c.intermediate_size == 18944 && c.n_layers == 28 && c.vocab_size == 152064);
     CHECK(c.qkv_bias == 1 && c.tie_word_embeddings == 0 && c.rope_llama3 == 0);
     CHECK(c.mask_id == 151666 && c.bos_id == 151643 && c.eos_ids[0] == 151643);
+    CHECK(c.prompt_bos == -1 && c.mask_is_default == 0); /* its BOS is its EOS */
 }
 
 static void test_spellings_and_defaults(void)
@@ -362,8 +364,13 @@ static void test_invalid(void)
     CHECK_BAD(QWEN_WITH("\"use_sliding_window\": true"), "field use_sliding_window",
               "got true");
 
-    /* diffusion */
-    CHECK_BAD("{" MIN_LLADA "}", "field mask_token_id: expected a token id", "got nothing");
+    /* diffusion: no mask_token_id parses, the mask left to the folder's
+     * tokenizer (folder.h; tests/engine/test_folders.c) */
+    {
+        tb_model_config c;
+        CHECK(parse("{" MIN_LLADA "}", &c) == 0);
+        CHECK(c.mask_id == -1 && c.mask_is_default == 0);
+    }
     CHECK_BAD(LLADA_WITH("\"mask_token_id\": 100"), "field mask_token_id", "got 100");
     CHECK_BAD(LLADA_WITH("\"mask_token_id\": 1, \"block_type\": \"sequential\""),
               "field block_type: expected \"llama\"", "got \"sequential\"");
@@ -382,8 +389,8 @@ static void test_invalid(void)
               "field d_model", "got nothing");
     CHECK_BAD("{\"architectures\": [\"DreamModel\"], \"hidden_size\": 64,"
               " \"intermediate_size\": 128, \"num_hidden_layers\": 2,"
-              " \"num_attention_heads\": 4, \"vocab_size\": 100}",
-              "field mask_token_id", "got nothing");
+              " \"num_attention_heads\": 4, \"vocab_size\": 100, \"mask_token_id\": -1}",
+              "field mask_token_id", "got -1");
 }
 
 /* Qwen3-MoE: Qwen3-30B-A3B's config.json keys, then the errors */
@@ -450,6 +457,7 @@ static void test_lladamoe(void)
     /* the block fixes norm_topk_prob = False whatever the config says */
     CHECK(c.norm_topk_prob == 0);
     CHECK(c.mask_id == 156895 && c.n_eos == 1 && c.eos_ids[0] == 156892 && c.vocab_size == 157184);
+    CHECK(c.mask_is_default == 1); /* its generation code's, not config.json's: a tokenizer may name it */
     for (int l = 0; l < 16; l++)
         CHECK(tb_config_layer_is_moe(&c, l));
     /* the preset has the same shape */

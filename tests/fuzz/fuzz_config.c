@@ -30,7 +30,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                c.bos_id >= c.vocab_size || c.mask_id >= c.vocab_size ||
                (c.arch != TB_ARCH_LLAMA && c.arch != TB_ARCH_QWEN2 &&
                 c.hidden_size != c.n_heads * c.head_dim) ||
-               (tb_arch_is_diffusion(c.arch) && c.mask_id < 0)) {
+               (c.prompt_bos != -1 && c.prompt_bos != c.bos_id) || (c.mask_is_default && c.mask_id < 0)) {
         abort();
     }
     free(text);

@@ -52,6 +52,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     size_t vocab = tb_tokenizer_vocab_size(tok);
+    if (tb_tokenizer_template_bos(tok) < -1) { /* an id (json_id's 0 .. 2^24 - 1) or -1 */
+        fprintf(stderr, "fuzz_tokenizer_json: template BOS %d\n", tb_tokenizer_template_bos(tok));
+        abort();
+    }
     /* Each byte is at most 3 tokens when every byte of U+FFFD is one
      * (byte-level BPE); added tokens only shorten. Allow more: the check
      * below is of the count's consistency, not of a bound. */

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "energy.h"
+#include "folder.h"
 #include "sampling.h"
 #ifdef TB_HAVE_CUDA
 #include "gpu.h"
@@ -87,6 +88,9 @@ tb_status tb_load(const char *spec, int want_diffusion, int on_gpu, int fp8, uin
         struct stat sb;
         snprintf(path, sizeof path, "%s/tokenizer.json", spec);
         if (stat(path, &sb) == 0 && tb_tokenizer_load(path, &out->tok, err, err_size) != 0)
+            rc = -1;
+        /* generation_config.json's stop ids, the tokenizer's BOS and mask token */
+        if (rc == 0 && tb_folder_read(spec, out->tok, &m->cfg, err, err_size) != 0)
             rc = -1;
     }
 #ifdef TB_HAVE_CUDA
@@ -247,15 +251,15 @@ void tb_synth_prompt(const tb_model_config *cfg, const tb_tokenizer *tok, int32_
             range = lowest_special;
     }
     for (size_t i = 0; i < P; i++) {
-        if (i == 0 && cfg->bos_id >= 0) {
-            ids[i] = cfg->bos_id;
+        if (i == 0 && cfg->prompt_bos >= 0) {
+            ids[i] = cfg->prompt_bos;
             continue;
         }
         int32_t t;
         int bad;
         do {
             t = (int32_t)(tb_rng_uniform(&rng) * range);
-            bad = t == cfg->bos_id || t == avoid;
+            bad = t == cfg->bos_id || t == cfg->prompt_bos || t == avoid;
             for (int e = 0; e < cfg->n_eos; e++)
                 bad |= t == cfg->eos_ids[e];
         } while (bad);
@@ -281,7 +285,7 @@ uint32_t tb_answer_length(const tb_model_config *cfg, const int32_t *ids, uint32
 
 int32_t tb_prompt_bos(const tb_model_config *cfg)
 {
-    return cfg->bos_id >= 0 && !tb_is_eos(cfg, cfg->bos_id) ? cfg->bos_id : -1;
+    return cfg->prompt_bos;
 }
 
 int32_t tb_filler_token(const tb_model_config *cfg)

@@ -93,9 +93,10 @@ int64_t tb_loaded_tokenize(const tb_loaded *l, const char *text, int32_t *ids, s
 int64_t tb_loaded_detokenize(const tb_loaded *l, const int32_t *ids, size_t n, char *out, size_t cap, char *err,
                              size_t err_size);
 
-/* A deterministic prompt of exactly P tokens for request r: BOS when the
- * model has one, then ids from the ordinary vocabulary (below the added
- * tokens when a tokenizer is known), never BOS, EOS or `avoid` (-1: none). */
+/* A deterministic prompt of exactly P tokens for request r: the BOS a text
+ * prompt starts with when there is one (tb_prompt_bos), then ids from the
+ * ordinary vocabulary (below the added tokens when a tokenizer is known),
+ * never a BOS, EOS or `avoid` (-1: none). */
 void tb_synth_prompt(const tb_model_config *cfg, const tb_tokenizer *tok, int32_t avoid, uint64_t seed, uint32_t r,
                      int32_t *ids, size_t P);
 
@@ -105,9 +106,9 @@ int tb_is_eos(const tb_model_config *cfg, int32_t t);
  * reader sees, without an AR stop token or a diffusion canvas's padding. */
 uint32_t tb_answer_length(const tb_model_config *cfg, const int32_t *ids, uint32_t n);
 
-/* Text prompts: the model's BOS is prepended when config.json names one
- * that is not also an EOS (Llama 3 has one; GPT-2-style models whose BOS is
- * their EOS start with the text itself); -1: none. */
+/* The token prepended to every prompt, -1: none: cfg->prompt_bos, what the
+ * folder's tokenizer adds (format/folder.h); without a tokenizer.json
+ * (presets), config.json's BOS unless it is also an EOS. */
 int32_t tb_prompt_bos(const tb_model_config *cfg);
 /* The id left padding is filled with (masked: any id would do). */
 int32_t tb_filler_token(const tb_model_config *cfg);

@@ -58,6 +58,26 @@ int tb_config_layer_is_moe(const tb_model_config *cfg, int l)
     return 1;
 }
 
+int32_t tb_config_default_mask(const tb_model_config *cfg)
+{
+    /* Fast-dLLM v2's config names no mask token: its generate() takes
+     * mask_id = 151665 ("|<MASK>|" in its tokenizer) by default; LLaDA-MoE's
+     * and LLaDA 2.x's generation code passes mask_id 156895 */
+    if (cfg->arch == TB_ARCH_FAST_DLLM_V2 && cfg->vocab_size > 151665)
+        return 151665;
+    if ((cfg->arch == TB_ARCH_LLADA_MOE || cfg->arch == TB_ARCH_LLADA2_MOE) && cfg->vocab_size > 156895)
+        return 156895;
+    return -1;
+}
+
+int32_t tb_config_default_bos(const tb_model_config *cfg)
+{
+    for (int e = 0; e < cfg->n_eos; e++)
+        if (cfg->eos_ids[e] == cfg->bos_id)
+            return -1;
+    return cfg->bos_id;
+}
+
 int tb_config_rope_dim(const tb_model_config *cfg)
 {
     return cfg->rope_dim > 0 ? cfg->rope_dim : cfg->head_dim;
@@ -516,7 +536,6 @@ static int parse_root(ctx *c, const cJSON *root, tb_model_config *cfg)
         return -1;
     int llada = cfg->arch == TB_ARCH_LLADA, lladamoe = cfg->arch == TB_ARCH_LLADA_MOE;
     int llada2 = cfg->arch == TB_ARCH_LLADA2_MOE;
-    int diffusion = tb_arch_is_diffusion(cfg->arch);
     /* LLaDA and Dream split d_model across the heads; the others (block
      * diffusion included) read an explicit head_dim as transformers does */
     int split_heads = llada || lladamoe || cfg->arch == TB_ARCH_DREAM;
@@ -676,21 +695,13 @@ static int parse_root(ctx *c, const cJSON *root, tb_model_config *cfg)
         return -1;
     if (!n_bos)
         cfg->bos_id = -1;
-    if (!r && cfg->arch == TB_ARCH_FAST_DLLM_V2 && cfg->vocab_size > 151665) {
-        /* Fast-dLLM v2's config names no mask token: its generate() takes
-         * mask_id = 151665 ("|<MASK>|" in its tokenizer) by default */
-        cfg->mask_id = 151665;
-        r = 1;
-    }
-    if (!r && (lladamoe || llada2) && cfg->vocab_size > 156895) {
-        /* nor do LLaDA-MoE's and LLaDA 2.x's: their generation code passes mask_id 156895 */
-        cfg->mask_id = 156895;
-        r = 1;
-    }
+    cfg->prompt_bos = tb_config_default_bos(cfg);
     if (!r) {
-        cfg->mask_id = -1;
-        if (diffusion) /* the sampler cannot run without it */
-            return fail(c, "mask_token_id", "a token id (diffusion models need one)", NULL);
+        /* no mask_token_id: the family's generate() default where the
+         * vocabulary has it (folder.h looks in the tokenizer first), else
+         * none (folder.h, or the diffusion backend's mask_id option) */
+        cfg->mask_id = tb_config_default_mask(cfg);
+        cfg->mask_is_default = cfg->mask_id >= 0;
     }
 
     const char *dname;

@@ -87,18 +87,31 @@ typedef struct tb_model_config {
      * groups; routed_scaling_factor; the first first_k_dense layers dense */
     int n_shared_experts, n_group, topk_group, first_k_dense;
     double routed_scale;
-    int32_t eos_ids[TB_MAX_EOS]; /* eos_token_id: an int or a list */
+    int32_t eos_ids[TB_MAX_EOS]; /* eos_token_id: an int or a list (a folder's
+                                    generation_config.json's replaces it: folder.h) */
     int n_eos;
-    int32_t bos_id;            /* -1: none */
-    int32_t mask_id;           /* diffusion mask token, -1: none */
+    int32_t bos_id;            /* config.json's bos_token_id, -1: none */
+    int32_t prompt_bos;        /* the token a prompt starts with, -1: none. From
+                                  config.json alone (and presets):
+                                  tb_config_default_bos; a folder with a
+                                  tokenizer.json: what its tokenizer adds
+                                  (folder.h) */
+    int32_t mask_id;           /* diffusion mask token (config.json's
+                                  mask_token_id, else folder.h's), -1: none */
+    int mask_is_default;       /* mask_id is tb_config_default_mask's, not
+                                  config.json's: a folder's tokenizer may name
+                                  another (folder.h) */
     char torch_dtype[16];      /* "bfloat16", "float32", ... or "" */
     int random_weights;        /* presets, or "tokbench_random_weights": true */
 } tb_model_config;
 
 /* Parse config.json text; `path` only names the file in errors. Checks
- * every field it reads (types, > 0, divisibility) and refuses settings the
- * engine would silently compute wrong (other activations, sliding window,
- * rope scaling other than llama3, LLaDA options beyond its 8B layout).
+ * every field it reads (types, > 0, divisibility, ids inside the
+ * vocabulary) and refuses settings the engine would silently compute wrong
+ * (other activations, sliding window, rope scaling other than llama3,
+ * LLaDA options beyond its 8B layout). A diffusion model without a
+ * mask_token_id parses, with mask_id the family's default or -1: the
+ * folder's tokenizer may name it (folder.h).
  * Returns 0 or -1 with "PATH: field NAME: expected ..., got ..." in err.
  * LLaDA's own keys (d_model, n_layers, n_heads, n_kv_heads,
  * mlp_hidden_size, max_sequence_length, embedding_size, weight_tying,
@@ -114,6 +127,14 @@ int tb_arch_is_block_diffusion(tb_arch a);
 /* Layer l's feed-forward is a mixture of experts (Qwen3-MoE's rule: not
  * in mlp_only_layers, and (l + 1) % decoder_sparse_step == 0). */
 int tb_config_layer_is_moe(const tb_model_config *cfg, int l);
+
+/* The mask id a family's generation code uses when its config names none:
+ * Fast-dLLM v2's generate() 151665, LLaDA-MoE's and LLaDA 2.x's 156895,
+ * each when the vocabulary holds it; -1 for the others. */
+int32_t tb_config_default_mask(const tb_model_config *cfg);
+/* The prompt's BOS from config.json alone: bos_id unless it is also one
+ * of eos_ids (GPT-2-style models start with the text itself); -1: none. */
+int32_t tb_config_default_bos(const tb_model_config *cfg);
 
 /* The rotated width of a head: rope_dim, or head_dim when 0 (presets). */
 int tb_config_rope_dim(const tb_model_config *cfg);

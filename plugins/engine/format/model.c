@@ -453,6 +453,7 @@ int tb_preset_config(const char *name, tb_model_config *cfg, char *err, size_t e
         if (strcmp(presets[i].name, name) == 0) {
             *cfg = presets[i].cfg;
             cfg->random_weights = 1;
+            cfg->prompt_bos = tb_config_default_bos(cfg);
             return 0;
         }
     int n = snprintf(err, err_size, "unknown preset \"%s\" (presets:", name);

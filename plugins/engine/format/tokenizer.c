@@ -509,6 +509,7 @@ struct tb_tokenizer {
 
     byte_map bytes;
     size_t vocab_size;    /* max id + 1 */
+    int32_t template_bos; /* what the post_processor puts before a text, -1: nothing */
     char **id_bytes;      /* [vocab_size] what decode writes for the id, or NULL */
     uint32_t *id_len;     /* [vocab_size] */
 };
@@ -1031,6 +1032,84 @@ static int load_decoder(tb_tokenizer *t, const cJSON *d, const char *path, char 
     return 0;
 }
 
+/* post_processor's TemplateProcessing (at JSON path where): its "single"
+ * template may put one token before the text ($A) and nothing after it;
+ * the id is the template's own ("special_tokens"[NAME].ids). */
+static int load_template(tb_tokenizer *t, const cJSON *tp, const char *where, const char *path, char *err,
+                         size_t err_size)
+{
+    const cJSON *single = cJSON_GetObjectItemCaseSensitive(tp, "single");
+    const cJSON *specials = cJSON_GetObjectItemCaseSensitive(tp, "special_tokens");
+    if (!cJSON_IsArray(single))
+        return FAIL("%s.single: expected an array", where);
+    bool text = false;
+    int before = 0, i = 0;
+    for (const cJSON *e = single->child; e; e = e->next, i++) {
+        const cJSON *sp = cJSON_GetObjectItemCaseSensitive(e, "SpecialToken");
+        const cJSON *sq = cJSON_GetObjectItemCaseSensitive(e, "Sequence");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(sp ? sp : sq, "id");
+        if (!cJSON_IsObject(e) || !!sp == !!sq || !cJSON_IsString(name))
+            return FAIL("%s.single[%d]: expected {\"SpecialToken\": {\"id\": NAME}} or "
+                        "{\"Sequence\": {\"id\": \"A\"}}", where, i);
+        if (sq) {
+            if (strcmp(name->valuestring, "A") != 0 || text)
+                return FAIL("%s.single[%d]: expected the text once, as \"A\"", where, i);
+            text = true;
+            continue;
+        }
+        if (text)
+            return FAIL("%s.single[%d]: \"%.40s\" after the text is not supported (only a token before it, "
+                        "a BOS)", where, i, name->valuestring);
+        const cJSON *tok = cJSON_GetObjectItemCaseSensitive(specials, name->valuestring);
+        const cJSON *ids = cJSON_GetObjectItemCaseSensitive(tok, "ids");
+        if (!cJSON_IsArray(ids))
+            return FAIL("%s.special_tokens: \"%.40s\" expected, with its \"ids\"", where, name->valuestring);
+        for (const cJSON *id = ids->child; id; id = id->next, before++)
+            if (!json_id(id, &t->template_bos))
+                return FAIL("%s.special_tokens[\"%.40s\"].ids: expected integers 0..%d", where,
+                            name->valuestring, MAX_ID);
+    }
+    if (!text)
+        return FAIL("%s.single: the text (\"A\") is missing", where);
+    if (before > 1)
+        return FAIL("%s.single: %d tokens before the text; only one (a BOS) is supported", where, before);
+    if (before == 0)
+        t->template_bos = -1;
+    return 0;
+}
+
+/* post_processor: ByteLevel (offsets only), TemplateProcessing, or a
+ * Sequence of them holding one template at most. */
+static int load_post(tb_tokenizer *t, const cJSON *pp, const char *where, int depth, const char *path,
+                     char *err, size_t err_size)
+{
+    if (!pp || cJSON_IsNull(pp))
+        return 0;
+    const char *type = json_type(pp);
+    if (type && strcmp(type, "ByteLevel") == 0)
+        return 0;
+    if (type && strcmp(type, "TemplateProcessing") == 0) {
+        if (t->template_bos != -2)
+            return FAIL("%s: a second TemplateProcessing is not supported", where);
+        return load_template(t, pp, where, path, err, err_size);
+    }
+    if (type && strcmp(type, "Sequence") == 0 && depth == 0) {
+        const cJSON *list = cJSON_GetObjectItemCaseSensitive(pp, "processors");
+        if (!cJSON_IsArray(list))
+            return FAIL("%s.processors: expected an array", where);
+        int i = 0;
+        for (const cJSON *e = list->child; e; e = e->next, i++) {
+            char w[64];
+            snprintf(w, sizeof w, "%s.processors[%d]", where, i);
+            if (load_post(t, e, w, depth + 1, path, err, err_size) != 0)
+                return -1;
+        }
+        return 0;
+    }
+    return FAIL("%s.type: \"%.40s\" not supported (ByteLevel, TemplateProcessing, or a Sequence of them)", where,
+                type ? type : "");
+}
+
 int tb_tokenizer_load(const char *path, tb_tokenizer **out, char *err, size_t err_size)
 {
     *out = NULL;
@@ -1070,6 +1149,12 @@ int tb_tokenizer_load(const char *path, tb_tokenizer **out, char *err, size_t er
     const cJSON *pt = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer");
     if (rc == 0 && pt && !cJSON_IsNull(pt))
         rc = load_pretok(t, pt, "pre_tokenizer", path, err, err_size);
+    t->template_bos = -2; /* no template seen yet */
+    if (rc == 0)
+        rc = load_post(t, cJSON_GetObjectItemCaseSensitive(root, "post_processor"), "post_processor", 0, path,
+                       err, err_size);
+    if (t->template_bos == -2)
+        t->template_bos = -1;
     if (rc == 0)
         rc = load_decoder(t, cJSON_GetObjectItemCaseSensitive(root, "decoder"), path, err,
                           err_size);
@@ -1109,6 +1194,11 @@ void tb_tokenizer_free(tb_tokenizer *t)
 size_t tb_tokenizer_vocab_size(const tb_tokenizer *t)
 {
     return t->vocab_size;
+}
+
+int32_t tb_tokenizer_template_bos(const tb_tokenizer *t)
+{
+    return t->template_bos;
 }
 
 int32_t tb_tokenizer_token_id(const tb_tokenizer *t, const char *token)

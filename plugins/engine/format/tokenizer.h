@@ -2,7 +2,8 @@
  * Qwen2 / GPT-2 family): vocab; merges written as "a b" strings or
  * ["a", "b"] pairs; ignore_merges; added and special tokens split out
  * before pre-tokenization; Split pre-tokenizers (regex run with PCRE2,
- * UTF-8, JIT) and ByteLevel; the byte-to-unicode map; decode.
+ * UTF-8, JIT) and ByteLevel; the byte-to-unicode map; decode; and what the
+ * post_processor adds to a text (one token before it at most: a BOS).
  *
  * encode() must equal tokenizers' Tokenizer.encode(text,
  * add_special_tokens=False).ids on any input, invalid UTF-8 included
@@ -37,6 +38,13 @@ int64_t tb_tokenizer_decode(const tb_tokenizer *t, const int32_t *ids, size_t n,
                             size_t cap);
 
 size_t tb_tokenizer_vocab_size(const tb_tokenizer *t); /* max id + 1 */
+/* The token the post_processor puts before a single text (a
+ * TemplateProcessing whose "single" template is [SpecialToken, $A], alone
+ * or in a Sequence; its id as the template's special_tokens give it), or
+ * -1 when it adds nothing (none, ByteLevel, a template of $A alone).
+ * Loading refuses other processors and templates that add more (a token
+ * after the text, two before it). encode() never adds it. */
+int32_t tb_tokenizer_template_bos(const tb_tokenizer *t);
 /* id of a token string (vocab or added), or -1. */
 int32_t tb_tokenizer_token_id(const tb_tokenizer *t, const char *token);
 
