@@ -113,6 +113,17 @@ void tb_warnings_derive(const tb_rsession *s, tb_warnings *w)
                                 "are the client's own ceiling, not the server's; give it more loops or cores "
                                 "(loops = K, --shard K/N on more machines)",
                                 label, dims, busy->median, TB_CLIENT_SATURATED_PCT));
+        const tb_stats *sent = tb_rcase_metric(c, "sent_rate");
+        double offered = c->dims.request_rate;
+        if (offered > 0 && sent && sent->n && isfinite(sent->median) &&
+            fabs(sent->median / offered - 1) > TB_SENT_RATE_TOL)
+            add(w, tb_xasprintf("%s [%s]: the load sent %.2f requests/s, %.1f%% %s the offered %.2f (sent_rate, "
+                                "median of %zu calls of %.0f requests): so few random arrivals did not average "
+                                "out, and its figures describe the rate sent; give it more requests or "
+                                "open_loop_duration (docs/METRICS.md, \"The length of an open-loop load\")",
+                                label, dims, sent->median, 100 * fabs(sent->median / offered - 1),
+                                sent->median > offered ? "above" : "below", offered, sent->n,
+                                (double)c->requests / (double)sent->n));
         if (c->varying_outputs)
             add(w, tb_xasprintf("%s [%s]: %d prompt(s) produced different outputs in different repetitions "
                                 "with the same seed: the speed measured is not of the same work",

@@ -12,6 +12,11 @@
 /* The CV of agg_tps over repetitions above which a case is noisy. */
 #define TB_NOISE_CV 0.10
 
+/* An open-loop case whose median sent_rate differs from its offered
+ * request_rate by more than this fraction gets a warning
+ * (docs/METRICS.md, sent_rate): its figures describe another load. */
+#define TB_SENT_RATE_TOL 0.05
+
 typedef struct tb_warnings {
     char **text; /* plain text, one finding each */
     size_t n;

@@ -145,6 +145,8 @@ static tb_search_point run(search_state *st, const char *role, uint32_t concurre
     c.search = TB_SEARCH_NONE;
     c.concurrency = concurrency;
     c.request_rate = rate;
+    if (rate > 0 && c.requests_default) /* an open loop's length at its rate */
+        c.requests = tb_plan_open_loop_requests(st->s.plan->suite, rate);
     st->s.role = role;
     tb_search_point p;
     tb_search_point_init(&p);

@@ -124,6 +124,44 @@ static void test_client_saturated(void)
     tb_warnings_free(&w);
 }
 
+/* The rate an open loop sent (docs/METRICS.md, sent_rate): the rule
+ * past 5% either way, quiet within it, without the figure and for a
+ * closed loop. */
+static void test_sent_rate(void)
+{
+    fixture f;
+    fixture_init(&f, 10, 0.02);
+    f.c.dims.request_rate = 26.12;
+    f.c.requests = 320;
+    f.m[1] = metric("sent_rate", 10, 30.03, 0);
+    f.c.n_metrics = 2;
+    tb_warnings w;
+    tb_warnings_derive(&f.s, &w);
+    CHECK(count(&w, "eng [prompt 32, new 16, batch 1, rate 26.12/s]: the load sent 30.03 requests/s, 15.0% above "
+                    "the offered 26.12 (sent_rate, median of 10 calls of 32 requests)") == 1);
+    tb_warnings_free(&w);
+    static const struct {
+        double sent;
+        int warns;
+    } at[] = {{26.12 * 0.94, 1}, {26.12 * 0.951, 0}, {26.12 * 1.049, 0}, {26.12 * 1.051, 1}, {26.12, 0}};
+    for (size_t i = 0; i < sizeof at / sizeof *at; i++) {
+        f.m[1] = metric("sent_rate", 10, at[i].sent, 0);
+        tb_warnings_derive(&f.s, &w);
+        CHECK(count(&w, "the load sent") == at[i].warns);
+        CHECK(count(&w, at[i].sent < 26.12 ? "below the offered" : "above the offered") == at[i].warns);
+        tb_warnings_free(&w);
+    }
+    f.m[1] = metric("sent_rate", 0, NAN, NAN); /* a call of one request */
+    tb_warnings_derive(&f.s, &w);
+    CHECK(w.n == 0);
+    tb_warnings_free(&w);
+    f.m[1] = metric("sent_rate", 10, 30.03, 0);
+    f.c.dims.request_rate = 0; /* no offered rate */
+    tb_warnings_derive(&f.s, &w);
+    CHECK(w.n == 0);
+    tb_warnings_free(&w);
+}
+
 static void test_other_rules(void)
 {
     fixture f;
@@ -155,6 +193,7 @@ int main(void)
     test_noise();
     test_failed_requests();
     test_client_saturated();
+    test_sent_rate();
     test_other_rules();
     return check_done();
 }
