@@ -278,6 +278,97 @@ done
 [ "$(reqs dur closed "count(*)")" -le 38 ] || fail "closed loop ran past its duration: $(reqs dur closed "count(*)") requests of >= 8 ms in 0.3 s"
 pass "duration: closed loop $(reqs dur closed "count(*)"), open loop $(reqs dur open "count(*)") requests of a 5000 bound, none submitted after the duration"
 
+# ------------------------------------------------------------------ 4b
+# the rate an open loop sent (docs/METRICS.md, "The rate sent" and "The
+# length of an open-loop load"): the default length (1,601 requests) and
+# a short load of 12, each at two rates, 3 repetitions; every stored
+# sent_rate against the stored submit times, the warning where and only
+# where the stored median is more than 5% off, `show`'s column; fresh
+# arrivals per repetition and rate, the same again on a rerun
+cat >"$tmp/sent.ini" <<EOF
+[suite]
+name = sent
+warmup = 0
+repeat = 3
+seed = 9
+[matrix]
+prompt_tokens = 8
+max_new_tokens = 2
+request_rate = 800, 1600
+[backend long]
+plugin = http
+url = $fast
+[backend short]
+plugin = http
+url = $fast
+requests = 12
+EOF
+"$tb" run "$tmp/sent.ini" --dry-run >"$tmp/sent.dry" 2>&1
+[ "$(grep -c "request_rate=800 requests=1601\|request_rate=1600 requests=1601" "$tmp/sent.dry")" = 2 ] \
+    || fail "the default open-loop length: $(grep requests= "$tmp/sent.dry")"
+printf '[suite]\nname = d\nopen_loop_duration = 2.5\n[matrix]\nrequest_rate = 100, 0.1\n[backend h]\nplugin = http\n' >"$tmp/old.ini"
+"$tb" run "$tmp/old.ini" --dry-run >"$tmp/old.dry" 2>&1
+grep -q "request_rate=100 requests=251$" "$tmp/old.dry" && grep -q "request_rate=0.1 requests=2$" "$tmp/old.dry" \
+    || fail "open_loop_duration = 2.5: $(grep requests= "$tmp/old.dry")"
+printf '[suite]\nname = d\n[matrix]\nrequest_rate = 2, 0.01\n[backend h]\nplugin = http\n' >"$tmp/slow.ini"
+"$tb" run "$tmp/slow.ini" --dry-run >"$tmp/slow.dry" 2>&1
+grep -q "request_rate=2 requests=601$" "$tmp/slow.dry" && grep -q "request_rate=0.01 requests=32$" "$tmp/slow.dry" \
+    || fail "the default open-loop length at slow rates: $(grep requests= "$tmp/slow.dry")"
+run sent
+cp "$tmp/sent.db" "$tmp/sent1.db"
+python3 - "$tmp/sent.db" "$tmp/sent.out" <<'EOF' || fail "the rate sent: stored figures, warnings and show disagree"
+import re, sqlite3, statistics, sys
+db = sqlite3.connect(sys.argv[1])
+out = open(sys.argv[2]).read()
+bad = []
+cases = db.execute("select c.id, b.label, c.request_rate from bench_case c join backend b on b.id = c.backend_id order by c.ordinal").fetchall()
+assert len(cases) == 4, cases
+offs = {}
+for cid, label, rate in cases:
+    sent = []
+    for sid, rep in db.execute("select id, repetition from sample where case_id = ? and warmup = 0 order by repetition", (cid,)):
+        sub = [r for (r,) in db.execute("select submit_offset_ns from request where sample_id = ? order by idx", (sid,))]
+        want_n = 1601 if label == "long" else 12
+        if len(sub) != want_n:
+            bad.append("%s @%g rep %d: %d requests, expected %d" % (label, rate, rep, len(sub), want_n))
+        sent.append((len(sub) - 1) / ((max(sub) - min(sub)) * 1e-9))
+        offs[(label, rate, rep)] = sub
+    row = db.execute("select n, median from metric where case_id = ? and name = 'sent_rate'", (cid,)).fetchone()
+    view = db.execute("select sent_per_s from summary where backend = ? and request_rate = ?", (label, rate)).fetchone()[0]
+    if row[0] != 3 or abs(row[1] - statistics.median(sent)) > 1e-9 * row[1] or view != row[1]:
+        bad.append("%s @%g: stored sent_rate n %d median %r, summary %r; from the submits %r" % (label, rate, row[0], row[1], view, sent))
+    off = abs(row[1] / rate - 1) > 0.05
+    warned = re.search(r"^  %s \[[^]]*rate %g/s[^]]*\]: the load sent %.2f requests/s" % (label, rate, row[1]), out, re.M)
+    if off != bool(warned):
+        bad.append("%s @%g: sent %.2f, %s the warning" % (label, rate, row[1], "without" if off else "with"))
+    if label == "long" and off:
+        bad.append("the default length sent %.2f at %g/s" % (row[1], rate))
+    if ("%.2f" % row[1]) not in out:
+        bad.append("%s @%g: show does not print the sent rate %.2f" % (label, rate, row[1]))
+if "sent req/s" not in out:
+    bad.append("show has no sent req/s column")
+if not any(abs(db.execute("select median from metric where case_id = ? and name = 'sent_rate'", (cid,)).fetchone()[0] / rate - 1) > 0.05
+           for cid, label, rate in cases if label == "short"):
+    bad.append("no short load was more than 5% off (pick another seed)")
+# fresh arrivals: each repetition its own gaps, each rate its own (not
+# the other's scaled)
+for label in ("long", "short"):
+    for rate in (800, 1600):
+        if len({tuple(offs[(label, rate, k)]) for k in range(3)}) != 3:
+            bad.append("%s @%g: repetitions with the same arrivals" % (label, rate))
+    for k in range(3):
+        a, b = offs[(label, 800, k)], offs[(label, 1600, k)]
+        if sum(abs(x - 2 * y) < 1000 for x, y in zip(a[1:], b[1:])) > 1:
+            bad.append("%s rep %d: 1600/s is 800/s's arrivals halved" % (label, k))
+for b in bad:
+    print("  " + b)
+sys.exit(1 if bad else 0)
+EOF
+"$tb" run "$tmp/sent.ini" --filter backend=short --db "$tmp/sent2.db" >/dev/null 2>&1 || fail "rerun of the short loads"
+subs() { q "$1" "select group_concat(o) from (select r.submit_offset_ns o from request r join sample s on s.id = r.sample_id join bench_case c on c.id = s.case_id join backend b on b.id = c.backend_id where b.label = 'short' order by c.request_rate, s.repetition, r.idx)"; }
+[ -n "$(subs "$tmp/sent1.db")" ] && [ "$(subs "$tmp/sent1.db")" = "$(subs "$tmp/sent2.db")" ] || fail "a rerun with the same seed sent other arrivals"
+pass "the rate sent: 1,601 requests by default (open_loop_duration: rate x D + 1), sent_rate as the stored submits say, within 5% at the default length, warned where a short load is not ($(grep -c "the load sent" "$tmp/sent.out") warnings); fresh arrivals per repetition and rate, the same on a rerun"
+
 # ------------------------------------------------------------------ 5, 6
 cat >"$tmp/search.ini" <<EOF
 [suite]
