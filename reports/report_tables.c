@@ -302,8 +302,9 @@ static void searches(const tb_rsession *s, tb_rtables *ts)
                    "request at once), then sweep_rates open-loop rates evenly spaced between their achieved "
                    "requests/s. request_rate = slo: the same two runs, then the highest rate whose probe met the "
                    "limits, by bisection: slo_max_rate (docs/METRICS.md, \"Load searches\"). Status: found (between "
-                   "the bounds), above (met even at the throughput rate), below (not met even at the synchronous "
-                   "rate), done (a sweep), failed, interrupted."));
+                   "the bounds, or below the synchronous rate, searched down), above (met even at the throughput "
+                   "rate), below (not met at any rate tried, down to a quarter of the synchronous rate: why, in "
+                   "words), done (a sweep), failed, interrupted."));
     static const char *const head[] = {"backend", "search", "limits", "status", "synchronous req/s",
                                        "throughput req/s", "slo_max_rate req/s", "runs"};
     for (size_t i = 0; i < TB_ARRAY_LEN(head); i++)

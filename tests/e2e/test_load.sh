@@ -20,8 +20,9 @@
 #   5. request_rate = sweep: synchronous, throughput, then sweep_rates
 #      rates evenly between the two runs' stored requests/s;
 #   6. request_rate = slo: the answer and status as the stored probes say
-#      (limits no run can meet, limits every run meets, and a bisection
-#      whose every probe is checked against its stored p99s);
+#      (limits no run can meet: down to a quarter of the synchronous rate,
+#      then why in words; limits every run meets; and a bisection whose
+#      every probe is checked against its stored p99s);
 #   7. the HTML report of the searches: rate charts with the found limit
 #      marked where the stored answer is, the searches' tables; rendered
 #      in Chromium (skipped without it): the limit line laid out across
@@ -448,8 +449,16 @@ url = $slow
 EOF
 run slo
 read -r status rate probes passed <<<"$(q "$tmp/slo.db" "select x.status, coalesce(x.slo_rate, 'null'), (select count(*) from bench_case where search_id = x.id and search_role = 'probe'), (select sum(search_pass) from bench_case where search_id = x.id) from search x" | tr '|' ' ')"
-[ "$status" = below ] && [ "$rate" = null ] && [ "$probes" = 2 ] && [ "$passed" = 0 ] \
+[ "$status" = below ] && [ "$rate" = null ] && [ "$probes" = 4 ] && [ "$passed" = 0 ] \
     || fail "slo below: status $status, rate $rate, $probes probes, $passed met"
+# below: the synchronous rate halved twice, then the words: the lowest
+# rate tried and the figure it missed by, as stored, in the search's row
+# and at the run's end
+why=$(q "$tmp/slo.db" "select printf('no rate met the limits: the lowest tried, %.2f requests/s (1/4 of the synchronous %.2f), had TPOT p99 %.2f ms > 0.01 ms', c.request_rate, x.sync_rate, m.p99) from search x join bench_case c on c.search_id = x.id join metric m on m.case_id = c.id and m.name = 'tpot_ms' where c.search_role = 'probe' order by c.request_rate limit 1")
+[ "$(q "$tmp/slo.db" "select error from search")" = "$why" ] || fail "slo below: the words: $(q "$tmp/slo.db" "select error from search"), expected $why"
+[ "$(q "$tmp/slo.db" "select group_concat(round(c.request_rate / x.sync_rate, 6)) from (select * from bench_case where search_role = 'probe' order by ordinal) c join search x on x.id = c.search_id")" = "$(q "$tmp/slo.db" "select round(max_rate / sync_rate, 6) from search"),1.0,0.5,0.25" ] \
+    || fail "slo below: probes at $(q "$tmp/slo.db" "select group_concat(request_rate) from bench_case where search_role = 'probe'")"
+grep -qF "below (synchronous" "$tmp/slo.out" && grep -qF "runs: $why" "$tmp/slo.out" || fail "slo below: the run's end: $(grep "slo #" "$tmp/slo.out")"
 sed -e 's/^slo_tpot_p99_ms = 0.01/slo_ttft_p99_ms = 7\nslo_iterations = 4/' -e '/^slo_iterations = 3/d' \
     -e 's/^requests = 12/requests = 24/' "$tmp/slo.ini" >"$tmp/bisect.ini"
 run bisect
@@ -472,17 +481,24 @@ if status == "above":
     assert len(probes) == 1 and probes[0][2] == 1 and abs(answer - hi) < 1e-9 * hi
 else:
     assert abs(probes[1][1] - lo) < 1e-9 * hi, "the second probe is at the synchronous run's rate"
+    # not met at lo: down by halves (2 at most) until one is met
+    good, bad, i = (lo if probes[1][2] else None), hi, 2
+    if good is None:
+        bad = lo
+        while i < len(probes) and i < 4 and good is None:
+            assert abs(probes[i][1] - bad / 2) < 1e-9 * hi, (probes[i][1], bad)
+            good, bad = (probes[i][1], bad) if probes[i][2] else (None, probes[i][1])
+            i += 1
     if status == "below":
-        assert len(probes) == 2 and probes[1][2] == 0 and answer is None
+        assert good is None and i == 4 == len(probes) and answer is None, (i, len(probes))
     else:
-        assert status == "found" and len(probes) == 2 + 4, (status, len(probes))
-        good, bad = lo, hi
-        for cid, rate, ok, *_ in probes[2:]:
+        assert status == "found" and len(probes) == i + 4, (status, len(probes))
+        for cid, rate, ok, *_ in probes[i:]:
             assert abs(rate - (good + bad) / 2) < 1e-9 * hi, (rate, good, bad)
             good, bad = (rate, bad) if ok else (good, rate)
         assert abs(answer - max(r for _, r, ok, *_ in probes if ok)) < 1e-9 * hi, answer
 EOF
-pass "slo: limits no run meets: below, no answer; bisection ($(q "$tmp/bisect.db" "select status || ' ' || coalesce(round(slo_rate, 1), '-') from search")): every verdict and the answer as the stored runs say"
+pass "slo: limits no run meets: below after 1/2 and 1/4 of the synchronous rate, no answer, why in words; bisection ($(q "$tmp/bisect.db" "select status || ' ' || coalesce(round(slo_rate, 1), '-') from search")): every verdict and the answer as the stored runs say"
 
 # ------------------------------------------------------------------ 7
 for name in search bisect; do
