@@ -520,6 +520,11 @@ for kind, fig in figs:
 assert "<h2 id=\"searches\">Load searches</h2>" in doc
 assert "<h2 id=\"search-runs\">Load searches: the runs</h2>" in doc
 assert ">above<" in doc, "no search with status above in the table"
+# the runs' table: each open-loop run's stored sent rate beside its offered one
+runs = doc[doc.index('<h2 id="search-runs">'):]
+assert "sent req/s" in runs, "no sent req/s column in the searches' runs"
+for (v,) in db.execute("select m.median from metric m join bench_case c on c.id = m.case_id where c.search_id is not null and m.name = 'sent_rate'"):
+    assert ("%.2f" % v) in runs, ("sent rate %.2f not in the runs' table" % v)
 assert ("%.2f" % slo) in doc, ("slo_max_rate %.2f not in the table" % slo)
 EOF
 # check_limit HTML DB: in every rate chart of the search with an answer,
