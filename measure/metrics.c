@@ -53,6 +53,20 @@ void tb_rep_metrics_compute(const tb_request_metrics *req, const uint32_t *n_out
     out->tokens_per_forward = forward_passes > 0 ? (double)tokens / (double)forward_passes : NAN;
 }
 
+double tb_sent_rate(const tb_request_metrics *req, size_t n)
+{
+    if (n < 2)
+        return NAN;
+    int64_t first = req[0].submit_ns, last = req[0].submit_ns;
+    for (size_t i = 1; i < n; i++) {
+        if (req[i].submit_ns < first)
+            first = req[i].submit_ns;
+        if (req[i].submit_ns > last)
+            last = req[i].submit_ns;
+    }
+    return last > first ? (double)(n - 1) / ((double)(last - first) * 1e-9) : NAN;
+}
+
 double tb_roofline_pct(double flops, double bytes, double peak_flops, double peak_bytes_per_s, int64_t wall_ns)
 {
     if (!(flops > 0) || !(bytes > 0) || !(peak_flops > 0) || !(peak_bytes_per_s > 0) || wall_ns <= 0 ||
@@ -67,7 +81,7 @@ double tb_roofline_pct(double flops, double bytes, double peak_flops, double pea
 /* Indices of the metrics tb_case_metrics computes, in registry order. */
 enum {
     M_REQ_TPS, M_AGG_TPS, M_DECODE_TPS, M_TTFT, M_TPOT, M_ITL, M_E2E, M_PREFILL, M_DECODE, M_WALL, M_NFE, M_TPF,
-    M_STEPS, M_BLOCKS, M_ANSWER, M_REQ_RATE, M_ERR_RATE, M_GOODPUT, M_ROOFLINE, M_RUNNER, M_CLIENT_BUSY, M_EXPERTS,
+    M_STEPS, M_BLOCKS, M_ANSWER, M_SENT_RATE, M_REQ_RATE, M_ERR_RATE, M_GOODPUT, M_ROOFLINE, M_RUNNER, M_CLIENT_BUSY, M_EXPERTS,
     M_ACTIVE_BYTES, M_COUNT
 };
 
@@ -87,6 +101,7 @@ const tb_metric_def tb_metric_defs[] = {
     [M_STEPS] = {"steps_done", "count", TB_BETTER_NONE, "requests", "median:steps_done"},
     [M_BLOCKS] = {"blocks_done", "count", TB_BETTER_NONE, "requests", NULL},
     [M_ANSWER] = {"answer_tokens", "tokens", TB_BETTER_NONE, "requests", "median:answer_tokens"},
+    [M_SENT_RATE] = {"sent_rate", "requests/s", TB_BETTER_NONE, "calls", "median:sent_per_s"},
     [M_REQ_RATE] = {"req_throughput", "requests/s", TB_BETTER_HIGHER, "calls", "median:req_per_s"},
     /* (the view's error_rate counts the requests itself, over the case) */
     [M_ERR_RATE] = {"error_rate", "fraction", TB_BETTER_LOWER, "calls", NULL},
@@ -329,6 +344,11 @@ static void one_call(const tb_call_view *cv, uint32_t k, const tb_case_metrics_o
             n_good += good(&rm[r], o);
         }
         double wall_s = (double)s->m.wall_ns * 1e-9;
+        /* open loop: what the schedule sent, every request counted (a
+         * failed one was sent too) */
+        double sent = o->request_rate > 0 ? tb_sent_rate(rm, n) : NAN;
+        if (isfinite(sent))
+            push(&m[M_SENT_RATE], sent);
         push(&m[M_REQ_RATE], wall_s > 0 ? n_ok / wall_s : NAN);
         push(&m[M_ERR_RATE], n ? (double)(n - n_ok) / n : NAN);
         if (o->goodput_ttft_ms > 0 || o->goodput_tpot_ms > 0)

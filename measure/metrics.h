@@ -76,6 +76,13 @@ void tb_rep_metrics_compute(const tb_request_metrics *req, const uint32_t *n_out
                             const int *ok, size_t n, int64_t prefill_ns,
                             int64_t forward_passes, tb_rep_metrics *out);
 
+/* The rate an open-loop call sent (docs/METRICS.md, sent_rate): its n
+ * requests' submit times (the scheduled sends) span n - 1 gaps, so
+ *     sent_rate = (n - 1) / (last submit - first submit)   requests/s,
+ * the reciprocal of the mean gap, which estimates 1 / request_rate
+ * without bias. NaN with fewer than 2 requests or no span. */
+double tb_sent_rate(const tb_request_metrics *req, size_t n);
+
 /* Does a successful request meet the goodput limits (ms; <= 0: no
  * limit; a TPOT undefined for a one-token answer holds)? The one
  * definition: the goodput metric and the load searches' share. */
@@ -181,6 +188,9 @@ typedef struct tb_case_metrics_opts {
     uint32_t capabilities;   /* the backend's TB_CAP_*: a figure it does
                                 not claim is stored unknown (NULL) */
     double goodput_ttft_ms, goodput_tpot_ms; /* <= 0: no limit */
+    double request_rate;     /* the offered open-loop rate, requests/s;
+                                > 0: the calls are open loops and
+                                sent_rate is computed; 0: closed */
     uint64_t seed;           /* of the bootstrap CIs */
     int keep_texts;          /* copy answer texts of prompt-set items */
 } tb_case_metrics_opts;

@@ -520,14 +520,15 @@ static void rate_charts(const tb_rsession *s, tb_rcharts *out)
             size_t n = rate_curve(s, g.k[gi], ser.k[j], idx);
             static const struct {
                 const char *metric, *what;
-            } fig[] = {{"req_throughput", "achieved"}, {"goodput", "goodput"}};
+            } fig[] = {{"sent_rate", "sent"}, {"req_throughput", "achieved"}, {"goodput", "goodput"}};
             for (size_t f = 0; f < TB_ARRAY_LEN(fig); f++) {
                 char *name = tb_xasprintf("%s %s", ser.k[j], fig[f].what);
                 int sid = -1;
                 for (size_t k = 0; k < n; k++) {
                     const tb_rcase *c = &s->cases[idx[k]];
                     double v = tb_rcase_median(c, fig[f].metric);
-                    if (!isfinite(v)) /* goodput: only with the suite's limits */
+                    if (!isfinite(v)) /* goodput: only with the suite's limits; sent:
+                                         stored since schema 12 */
                         continue;
                     if (sid < 0)
                         sid = tb_chart_series(ch, name, TB_SERIES_LINE);
@@ -543,10 +544,11 @@ static void rate_charts(const tb_rsession *s, tb_rcharts *out)
             mark_searches(s, g.k[gi], ch, NULL);
         }
         add(out, "goodput", ch,
-            tb_xasprintf("Requests/s the server completed (median over repetitions of successful requests / "
-                         "window) and goodput (those within the suite's goodput_ttft_ms and goodput_tpot_ms; "
+            tb_xasprintf("Requests/s the load sent (median over repetitions of its requests over the span of "
+                         "their scheduled sends), the server completed (successful requests / window) and goodput (those within the suite's goodput_ttft_ms and goodput_tpot_ms; "
                          "drawn only when a limit is set) at each offered rate; the \"offered\" line is the rate "
-                         "itself, which achieved requests/s falls below when the server saturates. %s.",
+                         "itself, which achieved requests/s falls below when the server saturates, and sent "
+                         "requests/s stays near when the load is long enough. %s.",
                          g.k[gi]));
         made++;
         free(xs);

@@ -302,8 +302,9 @@ static void searches(const tb_rsession *s, tb_rtables *ts)
                    "request at once), then sweep_rates open-loop rates evenly spaced between their achieved "
                    "requests/s. request_rate = slo: the same two runs, then the highest rate whose probe met the "
                    "limits, by bisection: slo_max_rate (docs/METRICS.md, \"Load searches\"). Status: found (between "
-                   "the bounds), above (met even at the throughput rate), below (not met even at the synchronous "
-                   "rate), done (a sweep), failed, interrupted."));
+                   "the bounds, or below the synchronous rate, searched down), above (met even at the throughput "
+                   "rate), below (not met at any rate tried, down to a quarter of the synchronous rate: why, in "
+                   "words), done (a sweep), failed, interrupted."));
     static const char *const head[] = {"backend", "search", "limits", "status", "synchronous req/s",
                                        "throughput req/s", "slo_max_rate req/s", "runs"};
     for (size_t i = 0; i < TB_ARRAY_LEN(head); i++)
@@ -326,13 +327,14 @@ static void searches(const tb_rsession *s, tb_rtables *ts)
     }
     t = table_new(ts, "search-runs", "Load searches: the runs",
                   tb_xstrdup("Every run of a search, an ordinary case of this session: what it offered (concurrency "
-                             "or open-loop rate), what the server achieved, the latency tails the limits apply to, "
+                             "or open-loop rate), what its schedule sent (an open loop's requests over the span of "
+                             "their sends), what the server achieved, the latency tails the limits apply to, "
                              "the share of requests within the goodput limits, and a probe's verdict."));
-    static const char *const head2[] = {"backend", "search", "case", "role", "concurrency", "offered req/s",
-                                        "achieved req/s", "TTFT p99 ms", "TPOT p99 ms", "failed requests",
-                                        "verdict"};
+    static const char *const head2[] = {"backend",     "search",      "case",           "role",
+                                        "concurrency", "offered req/s", "sent req/s",   "achieved req/s",
+                                        "TTFT p99 ms", "TPOT p99 ms", "failed requests", "verdict"};
     for (size_t i = 0; i < TB_ARRAY_LEN(head2); i++)
-        column(t, head2[i], i >= 4 && i < 10);
+        column(t, head2[i], i >= 4 && i < 11);
     for (size_t k = 0; k < s->n_searches; k++)
         for (size_t i = 0; i < s->n_cases; i++) {
             const tb_rcase *c = &s->cases[i];
@@ -346,6 +348,7 @@ static void searches(const tb_rsession *s, tb_rtables *ts)
             put(&r, tb_xstrdup(c->search_role ? c->search_role : ""));
             putf_num(&r, c->dims.concurrency ? (double)c->dims.concurrency : NAN, 0);
             putf_num(&r, c->dims.request_rate > 0 ? c->dims.request_rate : NAN, 2);
+            putf_num(&r, tb_rcase_median(c, "sent_rate"), 2);
             putf_num(&r, tb_rcase_median(c, "req_throughput"), 2);
             putf_num(&r, ttft ? ttft->p99 : NAN, 3);
             putf_num(&r, tpot ? tpot->p99 : NAN, 3);

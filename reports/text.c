@@ -205,9 +205,9 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out, size_t width)
 
     /* Each column with its priority for fitting the terminal (0: always
      * shown; higher: left out sooner; tb_table_fit). */
-    const char *head[32];
+    const char *head[40];
     char *dim_heads[TB_N_DIMS] = {0};
-    int prio[32] = {0};
+    int prio[40] = {0};
     int nh = 0;
     head[nh++] = "backend";
     for (int d = 0; d < TB_N_DIMS; d++)
@@ -229,6 +229,10 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out, size_t width)
         head[nh++] = figs[i].name;
     }
     if (use_serving) {
+        if (used[TB_DIM_REQUEST_RATE]) { /* beside the offered rate's column */
+            prio[nh] = 4;
+            head[nh++] = "sent req/s";
+        }
         prio[nh] = 4;
         head[nh++] = "req/s";
         prio[nh] = 1;
@@ -304,6 +308,8 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out, size_t width)
             tb_table_cell(t, "-");
         tb_table_num(t, r->peak_device_mib, 0);
         if (use_serving) {
+            if (used[TB_DIM_REQUEST_RATE])
+                tb_table_num(t, r->sent_per_s, 2);
             tb_table_num(t, r->req_per_s, 2);
             if (isfinite(r->error_rate))
                 tb_table_cellf(t, "%.1f%% (%lld)", r->error_rate * 100, (long long)r->failed_requests);

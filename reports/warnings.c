@@ -59,6 +59,88 @@ static char *failed_requests(const tb_rcase *c)
     return tb_str_take(&b);
 }
 
+/* Do cases a and b differ in exactly one dimension or one swept option?
+ * Then 1, with that difference in words appended to *what ("threshold
+ * 0.9 vs 0.5", "steps 8 vs 2"). */
+static int one_difference(const tb_rcase *a, const tb_rcase *b, tb_str *what)
+{
+    int n = 0;
+    tb_str d = {0};
+    for (int k = 0; k < TB_N_DIMS; k++) {
+        if (tb_case_dim(&a->dims, (tb_dim)k) == tb_case_dim(&b->dims, (tb_dim)k))
+            continue;
+        char va[48], vb[48];
+        tb_str_appendf(&d, "%s %s vs %s", tb_dim_defs[k].word, tb_case_dim_text(&a->dims, (tb_dim)k, va, sizeof va),
+                       tb_case_dim_text(&b->dims, (tb_dim)k, vb, sizeof vb));
+        n++;
+    }
+    if (n <= 1 && strcmp(a->options_json, b->options_json) != 0) {
+        int k = tb_rjson_diff(a->options_json, b->options_json, "", "", " vs ", "", &d);
+        n += k > 0 ? k : 2; /* not JSON objects: no telling what differs */
+    }
+    if (n == 1) { /* "threshold: 0.9 vs 0.5" from the JSON diff: no colon */
+        char *colon = strstr(d.s, ": ");
+        if (colon && !strchr(colon + 2, ':'))
+            memmove(colon, colon + 1, strlen(colon + 1) + 1);
+        tb_str_append(what, d.s);
+    }
+    tb_str_free(&d);
+    return n == 1;
+}
+
+/* Two cases of one backend that differ in one swept dimension or option,
+ * where the one with more forwards per output token is the faster beyond
+ * the noise (TB_NFE_MARGIN, warnings.h). */
+static void contradictions(const tb_rsession *s, tb_warnings *w)
+{
+    for (size_t i = 0; i < s->n_cases; i++)
+        for (size_t j = i + 1; j < s->n_cases; j++) {
+            const tb_rcase *a = &s->cases[i], *b = &s->cases[j];
+            if (a->backend != b->backend || strcmp(a->status, "ok") != 0 || strcmp(b->status, "ok") != 0)
+                continue;
+            /* the mean over the calls, not the median: over a prompt set the
+             * calls' values are few and discrete, and two cases whose
+             * forwards differ often have the same median */
+            const tb_stats *fa = tb_rcase_metric(a, "tokens_per_forward"), *fb = tb_rcase_metric(b, "tokens_per_forward");
+            const tb_stats *ta = tb_rcase_metric(a, "agg_tps"), *tb = tb_rcase_metric(b, "agg_tps");
+            double tpf_a = fa && fa->n ? fa->mean : NAN, tpf_b = fb && fb->n ? fb->mean : NAN;
+            if (!(tpf_a > 0) || !(tpf_b > 0) || !ta || !tb || !ta->n || !tb->n || !isfinite(ta->median) ||
+                !isfinite(tb->median))
+                continue;
+            if (tpf_a > tpf_b) { /* a: the one with more forwards per token */
+                const tb_rcase *c = a;
+                a = b;
+                b = c;
+                double t = tpf_a;
+                tpf_a = tpf_b;
+                tpf_b = t;
+                const tb_stats *u = ta;
+                ta = tb;
+                tb = u;
+            }
+            if (!(tpf_b > tpf_a * (1 + TB_NFE_MARGIN)))
+                continue;
+            int by_ci = ta->n > 1 && tb->n > 1 && isfinite(ta->ci_lo) && isfinite(ta->ci_hi) && isfinite(tb->ci_lo) &&
+                        isfinite(tb->ci_hi);
+            if (!(by_ci ? ta->ci_lo > tb->ci_hi : ta->median > tb->median * (1 + TB_NOISE_CV)))
+                continue;
+            tb_str what = {0};
+            if (!one_difference(a, b, &what)) {
+                tb_str_free(&what);
+                continue;
+            }
+            char *dims = tb_rcase_dims(s, a);
+            add(w, tb_xasprintf("%s [%s]: %s: more forwards per output token (%.2f vs %.2f tokens/forward) yet "
+                                "faster (%.1f vs %.1f tok/s aggregate, %s): the reverse of what more forwards "
+                                "mean; check the machine (other load, clocks, thermals) and rerun before trusting "
+                                "either",
+                                s->backends[a->backend].label, dims, what.s, tpf_a, tpf_b, ta->median, tb->median,
+                                by_ci ? "95% intervals apart" : "no intervals: more than the noise margin apart"));
+            free(dims);
+            tb_str_free(&what);
+        }
+}
+
 void tb_warnings_derive(const tb_rsession *s, tb_warnings *w)
 {
     memset(w, 0, sizeof *w);
@@ -113,6 +195,17 @@ void tb_warnings_derive(const tb_rsession *s, tb_warnings *w)
                                 "are the client's own ceiling, not the server's; give it more loops or cores "
                                 "(loops = K, --shard K/N on more machines)",
                                 label, dims, busy->median, TB_CLIENT_SATURATED_PCT));
+        const tb_stats *sent = tb_rcase_metric(c, "sent_rate");
+        double offered = c->dims.request_rate;
+        if (offered > 0 && sent && sent->n && isfinite(sent->median) &&
+            fabs(sent->median / offered - 1) > TB_SENT_RATE_TOL)
+            add(w, tb_xasprintf("%s [%s]: the load sent %.2f requests/s, %.1f%% %s the offered %.2f (sent_rate, "
+                                "median of %zu calls of %.0f requests): so few random arrivals did not average "
+                                "out, and its figures describe the rate sent; give it more requests or "
+                                "open_loop_duration (docs/METRICS.md, \"The length of an open-loop load\")",
+                                label, dims, sent->median, 100 * fabs(sent->median / offered - 1),
+                                sent->median > offered ? "above" : "below", offered, sent->n,
+                                (double)c->requests / (double)sent->n));
         if (c->varying_outputs)
             add(w, tb_xasprintf("%s [%s]: %d prompt(s) produced different outputs in different repetitions "
                                 "with the same seed: the speed measured is not of the same work",
@@ -123,6 +216,7 @@ void tb_warnings_derive(const tb_rsession *s, tb_warnings *w)
         }
         free(dims);
     }
+    contradictions(s, w);
     for (size_t b = 0; b < s->n_backends; b++)
         if (mismatch[b])
             add(w, tb_xasprintf("%s: %d requests in %d cases re-count (detokenize -> tokenize) to a different "

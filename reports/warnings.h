@@ -12,13 +12,27 @@
 /* The CV of agg_tps over repetitions above which a case is noisy. */
 #define TB_NOISE_CV 0.10
 
+/* An open-loop case whose median sent_rate differs from its offered
+ * request_rate by more than this fraction gets a warning
+ * (docs/METRICS.md, sent_rate): its figures describe another load. */
+#define TB_SENT_RATE_TOL 0.05
+
+/* Two cases of a backend that differ in one swept dimension or option,
+ * where the one that runs more forwards per output token (1 / the mean
+ * of tokens_per_forward over its calls, by more than this fraction) is the faster in
+ * aggregate tokens/s beyond the noise (their 95% intervals apart; without
+ * intervals, by more than TB_NOISE_CV), contradict each other: a warning
+ * (docs/METRICS.md, "Contradicting results"). */
+#define TB_NFE_MARGIN 0.05
+
 typedef struct tb_warnings {
     char **text; /* plain text, one finding each */
     size_t n;
 } tb_warnings;
 
 /* The warnings of session s, in a fixed order: session-wide first, then
- * per case in ordinal order, then per backend. */
+ * per case in ordinal order, then per pair of cases (in ordinal order of
+ * the first, then the second), then per backend. */
 void tb_warnings_derive(const tb_rsession *s, tb_warnings *out);
 void tb_warnings_free(tb_warnings *w);
 

@@ -55,6 +55,7 @@ static int build_record(const tb_plan *plan, const tb_case *c, const char *buf, 
         .capabilities = plan->backends[c->backend].plugin.ops->capabilities,
         .goodput_ttft_ms = suite->goodput_ttft_ms,
         .goodput_tpot_ms = suite->goodput_tpot_ms,
+        .request_rate = c->request_rate,
         .seed = suite->seed,
         .keep_texts = plan->n_prompts > 0,
     };

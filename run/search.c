@@ -98,8 +98,43 @@ size_t tb_search_max_runs(const tb_suite *suite, const tb_case *c)
     if (c->search == TB_SEARCH_SWEEP)
         return 2 + (size_t)suite->sweep_rates;
     if (c->search == TB_SEARCH_SLO)
-        return 4 + (size_t)suite->slo_iterations;
+        return 4 + TB_SEARCH_DOWN_STEPS + (size_t)suite->slo_iterations;
     return 1;
+}
+
+char *tb_search_why_not(const tb_suite *suite, const tb_search_point *p)
+{
+    if (!p->ran)
+        return tb_xstrdup("the run failed");
+    if (!p->measured)
+        return tb_xstrdup("no request was measured");
+    tb_str b = {0};
+    const char *sep = "";
+    if (p->failed) {
+        tb_str_appendf(&b, "%zu of %zu requests failed", p->failed, p->measured);
+        sep = ", ";
+    }
+    if (suite->slo_ttft_p99_ms > 0 && !(p->ttft_p99_ms <= suite->slo_ttft_p99_ms)) {
+        if (isnan(p->ttft_p99_ms))
+            tb_str_appendf(&b, "%sno TTFT", sep);
+        else
+            tb_str_appendf(&b, "%sTTFT p99 %.2f ms > %g ms", sep, p->ttft_p99_ms, suite->slo_ttft_p99_ms);
+        sep = ", ";
+    }
+    if (suite->slo_tpot_p99_ms > 0 && p->tpot_p99_ms > suite->slo_tpot_p99_ms) {
+        tb_str_appendf(&b, "%sTPOT p99 %.2f ms > %g ms", sep, p->tpot_p99_ms, suite->slo_tpot_p99_ms);
+        sep = ", ";
+    }
+    if (suite->slo_goodput_pct > 0 && !(p->goodput_pct >= suite->slo_goodput_pct)) {
+        if (isnan(p->goodput_pct))
+            tb_str_appendf(&b, "%sno goodput share", sep);
+        else
+            tb_str_appendf(&b, "%sgoodput %.1f%% < %g%%", sep, p->goodput_pct, suite->slo_goodput_pct);
+        sep = ", ";
+    }
+    if (!b.len)
+        tb_str_append(&b, "it met the limits");
+    return tb_str_take(&b);
 }
 
 /* The limits a search stored: what it looked for. */
@@ -145,6 +180,8 @@ static tb_search_point run(search_state *st, const char *role, uint32_t concurre
     c.search = TB_SEARCH_NONE;
     c.concurrency = concurrency;
     c.request_rate = rate;
+    if (rate > 0 && c.requests_default) /* an open loop's length at its rate */
+        c.requests = tb_plan_open_loop_requests(st->s.plan->suite, rate);
     st->s.role = role;
     tb_search_point p;
     tb_search_point_init(&p);
@@ -190,18 +227,38 @@ int tb_search_run(const tb_plan *plan, const tb_case *tmpl, tb_store *store, int
             res.status = "done";
     } else {
         /* the limits at the throughput run's rate, at the synchronous
-         * run's, then bisection between the best that met them and the
-         * worst that did not */
+         * run's (and below it when that misses them), then bisection
+         * between the best that met them and the worst that did not */
         tb_search_point top = run(&st, "probe", 0, hi);
         if (!st.stopped && top.pass == 1) {
             res.status = "above";
             res.slo_rate = hi;
         } else if (!st.stopped) {
             tb_search_point bottom = run(&st, "probe", 0, lo);
+            double good = lo, bad = hi;
             if (!st.stopped && bottom.pass != 1) {
-                res.status = "below";
-            } else if (!st.stopped) {
-                double good = lo, bad = hi;
+                /* not met at the synchronous rate either: halve it, up to
+                 * TB_SEARCH_DOWN_STEPS times, until a rate meets them */
+                tb_search_point low = bottom;
+                double rate = lo;
+                good = NAN;
+                for (int i = 0; i < TB_SEARCH_DOWN_STEPS && !st.stopped && isnan(good); i++) {
+                    bad = rate;
+                    rate /= 2;
+                    low = run(&st, "probe", 0, rate);
+                    if (!st.stopped && low.pass == 1)
+                        good = rate;
+                }
+                if (!st.stopped && isnan(good)) {
+                    char *why = tb_search_why_not(suite, &low);
+                    res.status = "below";
+                    res.error = tb_xasprintf("no rate met the limits: the lowest tried, %.2f requests/s (1/%d of "
+                                             "the synchronous %.2f), had %s",
+                                             rate, 1 << TB_SEARCH_DOWN_STEPS, lo, why);
+                    free(why);
+                }
+            }
+            if (!st.stopped && !isnan(good)) {
                 for (int i = 0; i < suite->slo_iterations && !st.stopped; i++) {
                     double mid = (good + bad) / 2;
                     tb_search_point p = run(&st, "probe", 0, mid);

@@ -9,11 +9,14 @@
  *          open-loop rates evenly spaced strictly between the two runs'
  *          achieved requests/s.
  *   slo    the same two runs, then the open-loop rate at the throughput
- *          run's requests/s and at the synchronous run's, then bisection
- *          between the highest rate that met the limits and the lowest
- *          that did not, slo_iterations probes in all after the bounds.
- *          The answer, slo_max_rate, is the highest probed rate that met
- *          them (search.slo_rate).
+ *          run's requests/s and at the synchronous run's; when that
+ *          misses the limits too, the synchronous rate halved, up to
+ *          TB_SEARCH_DOWN_STEPS times, until one meets them; then
+ *          bisection between the highest rate that met the limits and
+ *          the lowest that did not, slo_iterations probes. The answer,
+ *          slo_max_rate, is the highest probed rate that met them
+ *          (search.slo_rate); when none did, search.error says so in
+ *          words, with the lowest rate tried and its figures.
  *
  * A run meets the limits (tb_search_meets) when every measured request
  * succeeded and its p99 TTFT, p99 TPOT and goodput share are within the
@@ -67,6 +70,15 @@ void tb_search_mark(const tb_search_ctx *s, tb_case_record *rec);
 /* The sweep's k rates strictly between lo and hi: lo + (hi - lo) i/(k+1),
  * i = 1..k. */
 void tb_search_sweep_rates(double lo, double hi, int k, double *out);
+
+/* An SLO search whose synchronous rate misses the limits probes that
+ * rate halved, up to this many times, before it says no rate met them. */
+#define TB_SEARCH_DOWN_STEPS 2
+
+/* Why run p misses the suite's limits, in words (malloc'd): each limit
+ * it misses with its figure against the limit, "TPOT p99 12.33 ms > 12
+ * ms, 2 of 32 requests failed"; "the run failed" without figures. */
+char *tb_search_why_not(const tb_suite *suite, const tb_search_point *p);
 
 /* The most runs search case c makes (the progress bar's count). */
 size_t tb_search_max_runs(const tb_suite *suite, const tb_case *c);

@@ -607,8 +607,8 @@ int tb_read_summary(sqlite3 *db, int64_t session, tb_row_summary **out, size_t *
     tb_str_append(&sql, ", swept_options, status, error, req_tps_median, req_tps_p5, aggregate_tps, decode_tps,"
                         " ttft_ms, tpot_ms, e2e_ms, e2e_p95_ms, ttft_p99_ms, nfe, tokens_per_forward, agg_tps_cv,"
                         " peak_device_mib, calls, count_mismatches, requests, failed_requests, accuracy,"
-                        " accuracy_ci_lo, accuracy_ci_hi, judge_ppl, req_per_s, error_rate, goodput"
-                        " FROM summary WHERE session = ? ORDER BY rowid");
+                        " accuracy_ci_lo, accuracy_ci_hi, judge_ppl, req_per_s, error_rate, goodput,"
+                        " sent_per_s FROM summary WHERE session = ? ORDER BY rowid");
     sqlite3_stmt *q;
     int rc = sqlite3_prepare_v2(db, sql.s, -1, &q, NULL);
     tb_str_free(&sql);
@@ -635,7 +635,7 @@ int tb_read_summary(sqlite3 *db, int64_t session, tb_row_summary **out, size_t *
         r->requests = sqlite3_column_int64(q, i++);
         r->failed_requests = sqlite3_column_int64(q, i++);
         double *more[] = {&r->accuracy, &r->accuracy_ci_lo, &r->accuracy_ci_hi, &r->judge_ppl, &r->req_per_s,
-                          &r->error_rate, &r->goodput};
+                          &r->error_rate, &r->goodput, &r->sent_per_s};
         for (size_t k = 0; k < TB_ARRAY_LEN(more); k++)
             *more[k] = col_num(q, i++);
     }

@@ -159,6 +159,7 @@ typedef struct tb_row_summary {
     int64_t count_mismatches, requests, failed_requests;
     double accuracy, accuracy_ci_lo, accuracy_ci_hi, judge_ppl;
     double req_per_s, error_rate, goodput;
+    double sent_per_s; /* open loop: the median sent_rate; NaN: none */
 } tb_row_summary;
 int tb_read_summary(sqlite3 *db, int64_t session, tb_row_summary **out, size_t *n, char **err);
 void tb_row_summaries_free(tb_row_summary *r, size_t n);

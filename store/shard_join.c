@@ -519,7 +519,9 @@ static int join_case(joiner *j, tb_store *st, const shard_row *s, size_t n, int6
     };
     sqlite3_finalize(q);
     /* a case failed on any shard is failed here, with each shard's reason */
-    if (errors.len || pool_case(j, cases, offsets, n, o, &rec) == 0) {
+    tb_case_metrics_opts oc = *o; /* the shards' rates summed: the load they sent together */
+    oc.request_rate = c.request_rate;
+    if (errors.len || pool_case(j, cases, offsets, n, &oc, &rec) == 0) {
         char *why = NULL;
         if (tb_store_case(st, &rec, &why) >= 0)
             rc = 0;

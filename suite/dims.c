@@ -25,7 +25,8 @@ const tb_dim_def tb_dim_defs[TB_N_DIMS] = {
     [TB_DIM_BLOCK_LENGTH] = {"block_length", "block_length", COUNT(block_length), "block", "block", "", "-", 1, 0,
                              TB_CAP_BLOCKS, "blocks"},
     /* either bit will do; not stored: a serving case's requests per call
-     * follow from its concurrency (tb_plan_default_requests) unless swept */
+     * follow from its concurrency (tb_plan_default_requests) or its rate
+     * (tb_plan_open_loop_requests) unless swept */
     [TB_DIM_REQUESTS] = {"requests", NULL, COUNT(requests), "requests", "requests", "", NULL, 1, 0, SERVING,
                          "concurrency or request_rate"},
 };

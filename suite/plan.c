@@ -4,6 +4,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,6 +131,16 @@ uint32_t tb_plan_default_requests(uint32_t concurrency)
     /* Enough waves that ramp-up and drain do not dominate the window. */
     uint64_t n = 4ull * concurrency;
     return n < 32 ? 32 : n > 1000000 ? 1000000 : (uint32_t)n;
+}
+
+uint32_t tb_plan_open_loop_requests(const tb_suite *suite, double rate)
+{
+    double n;
+    if (suite->open_loop_duration_s > 0) /* D seconds of gaps: R x D of them */
+        n = fmax(2, ceil(rate * suite->open_loop_duration_s) + 1);
+    else
+        n = fmax(32, fmin(TB_OPEN_LOOP_REQUESTS, ceil(rate * TB_OPEN_LOOP_MAX_S) + 1));
+    return !(n <= 1000000) ? 1000000 : (uint32_t)n;
 }
 
 /* {"name":"value",...} of the options mask selects (all when NULL); the
@@ -297,8 +308,11 @@ static int expand_backend(tb_plan *plan, size_t bi, tb_str *errs)
                                           c->search == TB_SEARCH_SWEEP ? "sweep" : "slo", ops->name);
         if (!(ops->capabilities & SERVING_CAPS))
             c->requests = c->batch;
-        else if (!c->requests)
-            c->requests = tb_plan_default_requests(c->concurrency);
+        else if (!c->requests) {
+            c->requests_default = 1;
+            c->requests = c->request_rate > 0 ? tb_plan_open_loop_requests(plan->suite, c->request_rate)
+                                              : tb_plan_default_requests(c->concurrency);
+        }
         c->swept_json = values_json(c->options, nopt, swept, ops->options);
         tb_str key = {0};
         for (uint32_t i = 0; i < nopt; i++)
@@ -481,11 +495,23 @@ uint32_t tb_case_emissions(const tb_plan *plan, const tb_case *c)
     return c->max_new_tokens;
 }
 
+/* The most requests a call of c sends: a search's open-loop runs without
+ * `requests` send the default open-loop length (with open_loop_duration
+ * it follows from rates only the search finds: its runs are checked as
+ * they start, by the worker's buffers). */
+static uint32_t max_requests(const tb_plan *plan, const tb_case *c)
+{
+    if (c->search && c->requests_default && !(plan->suite->open_loop_duration_s > 0) &&
+        c->requests < TB_OPEN_LOOP_REQUESTS)
+        return TB_OPEN_LOOP_REQUESTS;
+    return c->requests;
+}
+
 uint64_t tb_case_result_bytes(const tb_plan *plan, const tb_case *c)
 {
     const tb_suite *s = plan->suite;
     uint64_t calls = (uint64_t)s->warmup + (uint64_t)s->repeat * tb_plan_calls_per_pass(plan, c);
-    return tb_wire_result_bytes(calls, c->requests, tb_case_emissions(plan, c));
+    return tb_wire_result_bytes(calls, max_requests(plan, c), tb_case_emissions(plan, c));
 }
 
 /* "1.5 GiB" */
@@ -534,7 +560,7 @@ static void check_sizes(const tb_plan *plan, tb_str *errs)
         uint64_t calls = (uint64_t)s->warmup + (uint64_t)s->repeat * tb_plan_calls_per_pass(plan, c);
         tb_loc loc = pb->sb->loc;
         const char *key = "backend";
-        if (tb_wire_result_bytes(1, c->requests, em) <= TB_WIRE_MAX_FRAME && s->repeat_loc.line) {
+        if (tb_wire_result_bytes(1, max_requests(plan, c), em) <= TB_WIRE_MAX_FRAME && s->repeat_loc.line) {
             loc = s->repeat_loc;
             key = "repeat";
         } else {
@@ -561,7 +587,7 @@ static void check_sizes(const tb_plan *plan, tb_str *errs)
                "(%llu call%s x %u requests x (%zu bytes + %u emissions x %zu bytes)), more than the %s a "
                "message may carry: lower max_new_tokens, the requests per call (batch, requests, concurrency) or "
                "repeat",
-               pb->sb->label, label, need, (unsigned long long)calls, calls == 1 ? "" : "s", c->requests, sizeof(tb_raw_request), em,
+               pb->sb->label, label, need, (unsigned long long)calls, calls == 1 ? "" : "s", max_requests(plan, c), sizeof(tb_raw_request), em,
                sizeof(tb_emission), limit);
         free(label);
         reported++;

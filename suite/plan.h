@@ -49,6 +49,10 @@ typedef struct tb_case {
                           TB_SEARCH_NONE otherwise */
     uint32_t requests; /* requests per generate() call (tb_request's
                           n_requests): `batch` unless serving */
+    int requests_default; /* the suite gave no `requests`: a serving
+                             case's default; a search's open-loop runs
+                             take tb_plan_open_loop_requests at their
+                             rate */
     tb_option_value *options; /* every declared option, declaration order */
     uint32_t n_options;
     char *swept_json; /* {"name":"value",...}: options the matrix swept */
@@ -137,8 +141,21 @@ uint64_t tb_case_result_bytes(const tb_plan *plan, const tb_case *c);
  * requests per call (batch, requests, concurrency) or repeat. */
 int tb_plan_check_sizes(const tb_plan *plan, char **err);
 
-/* Default requests per call of a serving case. */
+/* Default requests per call of a closed-loop serving case. */
 uint32_t tb_plan_default_requests(uint32_t concurrency);
+
+/* The default length of an open-loop load (docs/METRICS.md, "The length
+ * of an open-loop load"): 1,601 requests, whose 1,600 Poisson gaps send
+ * within 5% of the rate in 95% of calls, but no more than
+ * TB_OPEN_LOOP_MAX_S seconds of them at the rate (at least 32). */
+#define TB_OPEN_LOOP_REQUESTS 1601
+#define TB_OPEN_LOOP_MAX_S 300.0
+
+/* Requests per call of an open-loop load at `rate` (> 0) without
+ * `requests`: ceil(rate x open_loop_duration) + 1 (at least 2) when the
+ * suite sets open_loop_duration, else the default above; at most
+ * 1,000,000. */
+uint32_t tb_plan_open_loop_requests(const tb_suite *suite, double rate);
 
 /* "prompt_tokens=128 max_new_tokens=64 batch=1 steps=8 sampler=random"
  * (tb_case_label_dims, then the swept options); serving backends' cases

@@ -477,6 +477,8 @@ static void handle_suite_key(parser *p, const char *key, const char *v)
             s->goodput_ttft_ms = x;
         else
             s->goodput_tpot_ms = x;
+    } else if (strcmp(key, "open_loop_duration") == 0) {
+        parse_seconds_key(p, key, v, &s->open_loop_duration_s);
     } else if (strcmp(key, "sweep_rates") == 0) {
         if (parse_int_key(p, key, v, 1, 100, &x) == 0)
             s->sweep_rates = (int)x;
@@ -500,7 +502,7 @@ static void handle_suite_key(parser *p, const char *key, const char *v)
             s->slo_tpot_p99_ms = x;
         s->slo_loc = here(p);
     } else {
-        add_error(p, here(p), key, "unknown key in [suite] (expected name, description, warmup, repeat, seed, case_timeout, load_timeout, memory_limit, models_dir, goodput_ttft_ms, goodput_tpot_ms, sweep_rates, slo_ttft_p99_ms, slo_tpot_p99_ms, slo_goodput_pct, slo_iterations or include)");
+        add_error(p, here(p), key, "unknown key in [suite] (expected name, description, warmup, repeat, seed, case_timeout, load_timeout, memory_limit, models_dir, goodput_ttft_ms, goodput_tpot_ms, open_loop_duration, sweep_rates, slo_ttft_p99_ms, slo_tpot_p99_ms, slo_goodput_pct, slo_iterations or include)");
     }
 }
 

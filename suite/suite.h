@@ -140,6 +140,9 @@ typedef struct tb_suite {
     int sweep_rates;              /* default 5 */
     double slo_ttft_p99_ms, slo_tpot_p99_ms, slo_goodput_pct;
     int slo_iterations;           /* default 6 */
+    /* An open-loop load without `requests` (tb_plan_open_loop_requests):
+     * rate x this many seconds of requests; 0: the default length. */
+    double open_loop_duration_s;
     tb_loc slo_loc;               /* the last slo_ key; line 0: none */
     tb_list dims[TB_N_DIMS];   /* [matrix]; n == 0: not swept */
     tb_setting *sweeps;        /* [matrix] keys that are not dimensions */

@@ -3,6 +3,7 @@
 #include "arrivals.h"
 
 #include <math.h>
+#include <string.h>
 
 static uint64_t splitmix64(uint64_t *x)
 {
@@ -64,6 +65,19 @@ double tb_arrival_gamma(tb_arrival_rng *r, double shape)
         if (u < 1.0 - 0.0331 * x * x * x * x || log(u) < 0.5 * x * x + d * (1.0 - v + log(v)))
             return d * v;
     }
+}
+
+uint64_t tb_arrivals_seed(uint64_t case_seed, uint32_t repetition, int warmup, double rate, uint32_t turn)
+{
+    uint64_t bits;
+    memcpy(&bits, &rate, sizeof bits);
+    uint64_t x = case_seed ^ 0xA77A77A77ull, h = splitmix64(&x);
+    const uint64_t parts[] = {repetition, warmup ? 1u : 2u, bits, turn};
+    for (size_t i = 0; i < sizeof parts / sizeof *parts; i++) {
+        x = h ^ parts[i];
+        h = splitmix64(&x);
+    }
+    return h;
 }
 
 void tb_arrivals_schedule(uint64_t seed, double rate, double burstiness, uint32_t n, int64_t *offsets)

@@ -24,6 +24,13 @@ double tb_arrival_uniform(tb_arrival_rng *r);
  * the u^(1/shape) boost). */
 double tb_arrival_gamma(tb_arrival_rng *r, double shape);
 
+/* The seed of one schedule: from the case's seed, the call (its
+ * repetition, a warm-up or not), the rate and the wave (a multi-turn
+ * load's turn), so that every repetition and every rate of a case draws
+ * fresh gaps (not the same draws scaled) and a rerun draws them again.
+ * Not tied to unique_prompts: the arrivals are fresh either way. */
+uint64_t tb_arrivals_seed(uint64_t case_seed, uint32_t repetition, int warmup, double rate, uint32_t turn);
+
 /* Send times of n requests, ns after the first: offsets[0] = 0, then
  * gamma gaps of mean 1e9/rate. rate <= 0 gives all zeros. */
 void tb_arrivals_schedule(uint64_t seed, double rate, double burstiness, uint32_t n, int64_t *offsets);

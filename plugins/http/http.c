@@ -939,8 +939,8 @@ static tb_status http_generate(void *ctx, const tb_request *req, tb_result *res)
                 }
         const int64_t *offsets = NULL;
         if (req->request_rate > 0) {
-            tb_arrivals_schedule(mix(call_seed, 0xA77 + turn), req->request_rate, opt_f(v, nv, OPT_BURSTINESS), k,
-                                 c->offsets + base);
+            tb_arrivals_schedule(tb_arrivals_seed(req->seed, req->repetition, req->is_warmup, req->request_rate, turn),
+                                 req->request_rate, opt_f(v, nv, OPT_BURSTINESS), k, c->offsets + base);
             offsets = c->offsets + base;
             /* a duration: the sends due after it are not made (the
              * schedule rises; the first is due at once) */

@@ -20,8 +20,9 @@
 #   5. request_rate = sweep: synchronous, throughput, then sweep_rates
 #      rates evenly between the two runs' stored requests/s;
 #   6. request_rate = slo: the answer and status as the stored probes say
-#      (limits no run can meet, limits every run meets, and a bisection
-#      whose every probe is checked against its stored p99s);
+#      (limits no run can meet: down to a quarter of the synchronous rate,
+#      then why in words; limits every run meets; and a bisection whose
+#      every probe is checked against its stored p99s);
 #   7. the HTML report of the searches: rate charts with the found limit
 #      marked where the stored answer is, the searches' tables; rendered
 #      in Chromium (skipped without it): the limit line laid out across
@@ -278,6 +279,97 @@ done
 [ "$(reqs dur closed "count(*)")" -le 38 ] || fail "closed loop ran past its duration: $(reqs dur closed "count(*)") requests of >= 8 ms in 0.3 s"
 pass "duration: closed loop $(reqs dur closed "count(*)"), open loop $(reqs dur open "count(*)") requests of a 5000 bound, none submitted after the duration"
 
+# ------------------------------------------------------------------ 4b
+# the rate an open loop sent (docs/METRICS.md, "The rate sent" and "The
+# length of an open-loop load"): the default length (1,601 requests) and
+# a short load of 12, each at two rates, 3 repetitions; every stored
+# sent_rate against the stored submit times, the warning where and only
+# where the stored median is more than 5% off, `show`'s column; fresh
+# arrivals per repetition and rate, the same again on a rerun
+cat >"$tmp/sent.ini" <<EOF
+[suite]
+name = sent
+warmup = 0
+repeat = 3
+seed = 9
+[matrix]
+prompt_tokens = 8
+max_new_tokens = 2
+request_rate = 800, 1600
+[backend long]
+plugin = http
+url = $fast
+[backend short]
+plugin = http
+url = $fast
+requests = 12
+EOF
+"$tb" run "$tmp/sent.ini" --dry-run >"$tmp/sent.dry" 2>&1
+[ "$(grep -c "request_rate=800 requests=1601\|request_rate=1600 requests=1601" "$tmp/sent.dry")" = 2 ] \
+    || fail "the default open-loop length: $(grep requests= "$tmp/sent.dry")"
+printf '[suite]\nname = d\nopen_loop_duration = 2.5\n[matrix]\nrequest_rate = 100, 0.1\n[backend h]\nplugin = http\n' >"$tmp/old.ini"
+"$tb" run "$tmp/old.ini" --dry-run >"$tmp/old.dry" 2>&1
+grep -q "request_rate=100 requests=251$" "$tmp/old.dry" && grep -q "request_rate=0.1 requests=2$" "$tmp/old.dry" \
+    || fail "open_loop_duration = 2.5: $(grep requests= "$tmp/old.dry")"
+printf '[suite]\nname = d\n[matrix]\nrequest_rate = 2, 0.01\n[backend h]\nplugin = http\n' >"$tmp/slow.ini"
+"$tb" run "$tmp/slow.ini" --dry-run >"$tmp/slow.dry" 2>&1
+grep -q "request_rate=2 requests=601$" "$tmp/slow.dry" && grep -q "request_rate=0.01 requests=32$" "$tmp/slow.dry" \
+    || fail "the default open-loop length at slow rates: $(grep requests= "$tmp/slow.dry")"
+run sent
+cp "$tmp/sent.db" "$tmp/sent1.db"
+python3 - "$tmp/sent.db" "$tmp/sent.out" <<'EOF' || fail "the rate sent: stored figures, warnings and show disagree"
+import re, sqlite3, statistics, sys
+db = sqlite3.connect(sys.argv[1])
+out = open(sys.argv[2]).read()
+bad = []
+cases = db.execute("select c.id, b.label, c.request_rate from bench_case c join backend b on b.id = c.backend_id order by c.ordinal").fetchall()
+assert len(cases) == 4, cases
+offs = {}
+for cid, label, rate in cases:
+    sent = []
+    for sid, rep in db.execute("select id, repetition from sample where case_id = ? and warmup = 0 order by repetition", (cid,)):
+        sub = [r for (r,) in db.execute("select submit_offset_ns from request where sample_id = ? order by idx", (sid,))]
+        want_n = 1601 if label == "long" else 12
+        if len(sub) != want_n:
+            bad.append("%s @%g rep %d: %d requests, expected %d" % (label, rate, rep, len(sub), want_n))
+        sent.append((len(sub) - 1) / ((max(sub) - min(sub)) * 1e-9))
+        offs[(label, rate, rep)] = sub
+    row = db.execute("select n, median from metric where case_id = ? and name = 'sent_rate'", (cid,)).fetchone()
+    view = db.execute("select sent_per_s from summary where backend = ? and request_rate = ?", (label, rate)).fetchone()[0]
+    if row[0] != 3 or abs(row[1] - statistics.median(sent)) > 1e-9 * row[1] or view != row[1]:
+        bad.append("%s @%g: stored sent_rate n %d median %r, summary %r; from the submits %r" % (label, rate, row[0], row[1], view, sent))
+    off = abs(row[1] / rate - 1) > 0.05
+    warned = re.search(r"^  %s \[[^]]*rate %g/s[^]]*\]: the load sent %.2f requests/s" % (label, rate, row[1]), out, re.M)
+    if off != bool(warned):
+        bad.append("%s @%g: sent %.2f, %s the warning" % (label, rate, row[1], "without" if off else "with"))
+    if label == "long" and off:
+        bad.append("the default length sent %.2f at %g/s" % (row[1], rate))
+    if ("%.2f" % row[1]) not in out:
+        bad.append("%s @%g: show does not print the sent rate %.2f" % (label, rate, row[1]))
+if "sent req/s" not in out:
+    bad.append("show has no sent req/s column")
+if not any(abs(db.execute("select median from metric where case_id = ? and name = 'sent_rate'", (cid,)).fetchone()[0] / rate - 1) > 0.05
+           for cid, label, rate in cases if label == "short"):
+    bad.append("no short load was more than 5% off (pick another seed)")
+# fresh arrivals: each repetition its own gaps, each rate its own (not
+# the other's scaled)
+for label in ("long", "short"):
+    for rate in (800, 1600):
+        if len({tuple(offs[(label, rate, k)]) for k in range(3)}) != 3:
+            bad.append("%s @%g: repetitions with the same arrivals" % (label, rate))
+    for k in range(3):
+        a, b = offs[(label, 800, k)], offs[(label, 1600, k)]
+        if sum(abs(x - 2 * y) < 1000 for x, y in zip(a[1:], b[1:])) > 1:
+            bad.append("%s rep %d: 1600/s is 800/s's arrivals halved" % (label, k))
+for b in bad:
+    print("  " + b)
+sys.exit(1 if bad else 0)
+EOF
+"$tb" run "$tmp/sent.ini" --filter backend=short --db "$tmp/sent2.db" >/dev/null 2>&1 || fail "rerun of the short loads"
+subs() { q "$1" "select group_concat(o) from (select r.submit_offset_ns o from request r join sample s on s.id = r.sample_id join bench_case c on c.id = s.case_id join backend b on b.id = c.backend_id where b.label = 'short' order by c.request_rate, s.repetition, r.idx)"; }
+[ -n "$(subs "$tmp/sent1.db")" ] && [ "$(subs "$tmp/sent1.db")" = "$(subs "$tmp/sent2.db")" ] || fail "a rerun with the same seed sent other arrivals"
+pass "the rate sent: 1,601 requests by default (open_loop_duration: rate x D + 1), sent_rate as the stored submits say, within 5% at the default length, warned where a short load is not ($(grep -c "the load sent" "$tmp/sent.out") warnings); fresh arrivals per repetition and rate, the same on a rerun"
+
 # ------------------------------------------------------------------ 5, 6
 cat >"$tmp/search.ini" <<EOF
 [suite]
@@ -357,8 +449,16 @@ url = $slow
 EOF
 run slo
 read -r status rate probes passed <<<"$(q "$tmp/slo.db" "select x.status, coalesce(x.slo_rate, 'null'), (select count(*) from bench_case where search_id = x.id and search_role = 'probe'), (select sum(search_pass) from bench_case where search_id = x.id) from search x" | tr '|' ' ')"
-[ "$status" = below ] && [ "$rate" = null ] && [ "$probes" = 2 ] && [ "$passed" = 0 ] \
+[ "$status" = below ] && [ "$rate" = null ] && [ "$probes" = 4 ] && [ "$passed" = 0 ] \
     || fail "slo below: status $status, rate $rate, $probes probes, $passed met"
+# below: the synchronous rate halved twice, then the words: the lowest
+# rate tried and the figure it missed by, as stored, in the search's row
+# and at the run's end
+why=$(q "$tmp/slo.db" "select printf('no rate met the limits: the lowest tried, %.2f requests/s (1/4 of the synchronous %.2f), had TPOT p99 %.2f ms > 0.01 ms', c.request_rate, x.sync_rate, m.p99) from search x join bench_case c on c.search_id = x.id join metric m on m.case_id = c.id and m.name = 'tpot_ms' where c.search_role = 'probe' order by c.request_rate limit 1")
+[ "$(q "$tmp/slo.db" "select error from search")" = "$why" ] || fail "slo below: the words: $(q "$tmp/slo.db" "select error from search"), expected $why"
+[ "$(q "$tmp/slo.db" "select group_concat(round(c.request_rate / x.sync_rate, 6)) from (select * from bench_case where search_role = 'probe' order by ordinal) c join search x on x.id = c.search_id")" = "$(q "$tmp/slo.db" "select round(max_rate / sync_rate, 6) from search"),1.0,0.5,0.25" ] \
+    || fail "slo below: probes at $(q "$tmp/slo.db" "select group_concat(request_rate) from bench_case where search_role = 'probe'")"
+grep -qF "below (synchronous" "$tmp/slo.out" && grep -qF "runs: $why" "$tmp/slo.out" || fail "slo below: the run's end: $(grep "slo #" "$tmp/slo.out")"
 sed -e 's/^slo_tpot_p99_ms = 0.01/slo_ttft_p99_ms = 7\nslo_iterations = 4/' -e '/^slo_iterations = 3/d' \
     -e 's/^requests = 12/requests = 24/' "$tmp/slo.ini" >"$tmp/bisect.ini"
 run bisect
@@ -381,17 +481,24 @@ if status == "above":
     assert len(probes) == 1 and probes[0][2] == 1 and abs(answer - hi) < 1e-9 * hi
 else:
     assert abs(probes[1][1] - lo) < 1e-9 * hi, "the second probe is at the synchronous run's rate"
+    # not met at lo: down by halves (2 at most) until one is met
+    good, bad, i = (lo if probes[1][2] else None), hi, 2
+    if good is None:
+        bad = lo
+        while i < len(probes) and i < 4 and good is None:
+            assert abs(probes[i][1] - bad / 2) < 1e-9 * hi, (probes[i][1], bad)
+            good, bad = (probes[i][1], bad) if probes[i][2] else (None, probes[i][1])
+            i += 1
     if status == "below":
-        assert len(probes) == 2 and probes[1][2] == 0 and answer is None
+        assert good is None and i == 4 == len(probes) and answer is None, (i, len(probes))
     else:
-        assert status == "found" and len(probes) == 2 + 4, (status, len(probes))
-        good, bad = lo, hi
-        for cid, rate, ok, *_ in probes[2:]:
+        assert status == "found" and len(probes) == i + 4, (status, len(probes))
+        for cid, rate, ok, *_ in probes[i:]:
             assert abs(rate - (good + bad) / 2) < 1e-9 * hi, (rate, good, bad)
             good, bad = (rate, bad) if ok else (good, rate)
         assert abs(answer - max(r for _, r, ok, *_ in probes if ok)) < 1e-9 * hi, answer
 EOF
-pass "slo: limits no run meets: below, no answer; bisection ($(q "$tmp/bisect.db" "select status || ' ' || coalesce(round(slo_rate, 1), '-') from search")): every verdict and the answer as the stored runs say"
+pass "slo: limits no run meets: below after 1/2 and 1/4 of the synchronous rate, no answer, why in words; bisection ($(q "$tmp/bisect.db" "select status || ' ' || coalesce(round(slo_rate, 1), '-') from search")): every verdict and the answer as the stored runs say"
 
 # ------------------------------------------------------------------ 7
 for name in search bisect; do
@@ -413,6 +520,11 @@ for kind, fig in figs:
 assert "<h2 id=\"searches\">Load searches</h2>" in doc
 assert "<h2 id=\"search-runs\">Load searches: the runs</h2>" in doc
 assert ">above<" in doc, "no search with status above in the table"
+# the runs' table: each open-loop run's stored sent rate beside its offered one
+runs = doc[doc.index('<h2 id="search-runs">'):]
+assert "sent req/s" in runs, "no sent req/s column in the searches' runs"
+for (v,) in db.execute("select m.median from metric m join bench_case c on c.id = m.case_id where c.search_id is not null and m.name = 'sent_rate'"):
+    assert ("%.2f" % v) in runs, ("sent rate %.2f not in the runs' table" % v)
 assert ("%.2f" % slo) in doc, ("slo_max_rate %.2f not in the table" % slo)
 EOF
 # check_limit HTML DB: in every rate chart of the search with an answer,

@@ -86,6 +86,26 @@ grep -q 'no warm-up run' "$tmp/w.md" || fail "md lacks the no-warm-up warning"
 grep -qF '# tokbench report: warn&lt;i&gt;&amp;"q", session 1' "$tmp/w.md" || fail "md title not escaped"
 pass "report md: failed, noisy, mismatch, warm-up warnings; escaping"
 
+# a result that contradicts the others (docs/METRICS.md, "Contradicting
+# results"): session 1 as measured (the scripted timing model: more steps,
+# more forwards, slower) has none; with the agg_tps rows of diffusion-like's
+# steps 8 and 16 cases (prompt 32, batch 1) swapped, the 16-step case runs
+# twice the forwards per token and is the faster: the warning in show and
+# the report, with the stored figures
+show1=$("$tb" show 1 --db "$db" --wide 2>&1)
+grep -q "yet faster" <<<"$show1" && fail "a contradiction in the scripted session: $(grep "yet faster" <<<"$show1")"
+cp "$db" "$tmp/contra.db"
+c8=$(q "$db" "select c.id from bench_case c join backend b on b.id = c.backend_id where c.session_id = 1 and b.label = 'diffusion-like' and c.prompt_tokens = 32 and c.batch = 1 and c.steps = 8")
+c16=$(q "$db" "select c.id from bench_case c join backend b on b.id = c.backend_id where c.session_id = 1 and b.label = 'diffusion-like' and c.prompt_tokens = 32 and c.batch = 1 and c.steps = 16")
+q "$tmp/contra.db" "update metric set case_id = -1 where case_id = $c8 and name = 'agg_tps'; update metric set case_id = $c8 where case_id = $c16 and name = 'agg_tps'; update metric set case_id = $c16 where case_id = -1 and name = 'agg_tps'"
+want=$(q "$tmp/contra.db" "select printf('diffusion-like [prompt 32, new 64, batch 1, steps 16]: steps 16 vs 8: more forwards per output token (%.2f vs %.2f tokens/forward) yet faster (%.1f vs %.1f tok/s aggregate, 95%% intervals apart)', (select mean from metric where case_id = $c16 and name = 'tokens_per_forward'), (select mean from metric where case_id = $c8 and name = 'tokens_per_forward'), (select median from metric where case_id = $c16 and name = 'agg_tps'), (select median from metric where case_id = $c8 and name = 'agg_tps'))")
+"$tb" show 1 --db "$tmp/contra.db" --wide >"$tmp/contra.out" 2>&1
+"$tb" report 1 --db "$tmp/contra.db" -o "$tmp/contra.md" 2>/dev/null || fail "report of the crafted session"
+# (Markdown escapes the brackets: the finding after them)
+[ "$(grep -c "yet faster" "$tmp/contra.out")" = 1 ] && grep -qF "$want" "$tmp/contra.out" && grep -qF "${want#*]: }" "$tmp/contra.md" \
+    || fail "the contradiction: expected \"$want\", show says: $(grep "yet faster" "$tmp/contra.out"), the report: $(grep "yet faster" "$tmp/contra.md")"
+pass "a contradiction (16 steps faster than 8, planted): warned in show and report with the stored figures; none as measured"
+
 # --- 2. report --format html: charts present, text escaped.
 "$tb" report 1 --db "$db" --format html -o "$tmp/1.html" 2>/dev/null || fail "report html"
 h="$tmp/1.html"

@@ -7,10 +7,11 @@
 #     (data-kind "rate"), with the series BACKEND p50, p90 and p99, one
 #     point per rate, each value the stored median, p90 or p99 of the
 #     case at that rate;
-#   - one chart of achieved requests/s and goodput against the rate
-#     (data-kind "goodput"): the stored medians of req_throughput and
-#     goodput (goodput only when the suite sets a goodput limit), and the
-#     offered rate itself;
+#   - one chart of sent and achieved requests/s and goodput against the
+#     rate (data-kind "goodput"): the stored medians of sent_rate,
+#     req_throughput and goodput (goodput only when the suite sets a
+#     goodput limit; sent only where stored, schema 12), and the offered
+#     rate itself;
 # and a session without a rate sweep (one rate; a concurrency sweep; the
 # scripted null suite) has neither. Nothing here depends on timing: the
 # checks compare the chart with what the store holds.
@@ -53,15 +54,17 @@ suite nolimit "" "sweep request_rate = 20, 80"
 # 3. no sweep: one rate, and a concurrency sweep
 suite single "goodput_ttft_ms = 10000" "single request_rate = 50" "closed concurrency = 1, 2"
 
-# check_charts NAME RATES GOODPUT [PERCENTILES]: every rate and goodput
-# chart of NAME.html against NAME.db (python: figures parsed from the SVG
-# hover titles and compared with the stored values); PERCENTILES: the
-# latency series expected (default p50,p90,p99).
+# check_charts NAME RATES GOODPUT [PERCENTILES [SENT]]: every rate and
+# goodput chart of NAME.html against NAME.db (python: figures parsed from
+# the SVG hover titles and compared with the stored values); PERCENTILES:
+# the latency series expected (default p50,p90,p99); SENT 0: no sent
+# series expected (default 1: the stored sent_rate medians).
 check_charts() {
-    python3 - "$tmp/$1.html" "$tmp/$1.db" "$2" "$3" "${4:-p50,p90,p99}" <<'EOF'
+    python3 - "$tmp/$1.html" "$tmp/$1.db" "$2" "$3" "${4:-p50,p90,p99}" "${5:-1}" <<'EOF'
 import html, re, sqlite3, sys, xml.etree.ElementTree
 page, dbfile, rates, goodput = sys.argv[1], sys.argv[2], [float(r) for r in sys.argv[3].split(",")], sys.argv[4] == "1"
 pcts = sys.argv[5].split(",")
+sent = sys.argv[6] == "1"
 doc = open(page, encoding="utf-8").read()
 db = sqlite3.connect(dbfile)
 bad = []
@@ -106,6 +109,8 @@ for kind, fig in figs:
         m = {"TTFT": "ttft_ms", "TPOT": "tpot_ms", "E2E": "e2e_ms"}.get(metric)
     else:
         want = {"sweep achieved": "req_throughput", "offered": None}
+        if sent:
+            want["sweep sent"] = "sent_rate"
         if goodput:
             want["sweep goodput"] = "goodput"
         m = None
@@ -133,7 +138,7 @@ EOF
 }
 
 if check_charts sweep 20,40,80 1; then
-    pass "rate sweep 20, 40, 80/s: TTFT, TPOT, E2E p50/p90/p99 and achieved/goodput/offered, one point per rate, the stored figures"
+    pass "rate sweep 20, 40, 80/s: TTFT, TPOT, E2E p50/p90/p99 and sent/achieved/goodput/offered, one point per rate, the stored figures"
 else
     fail "rate sweep charts of session sweep ($(kinds "$tmp/sweep.html"))"
 fi
@@ -141,7 +146,7 @@ grep -q 'data-series="closed' <(sed -n '/data-kind="rate"/,/<\/figure>/p;/data-k
     && fail "the closed-loop backend (no rate) is in a rate chart"
 grep -q '<h3>Serving: latency against request rate</h3>' "$tmp/sweep.html" || fail "no serving section heading"
 if check_charts nolimit 20,80 0; then
-    pass "without a goodput limit: achieved and offered only"
+    pass "without a goodput limit: sent, achieved and offered only"
 else
     fail "rate sweep charts of session nolimit"
 fi
@@ -155,6 +160,9 @@ cp "$tmp/sweep.db" "$tmp/old.db"
 sqlite3 "$tmp/old.db" "update metric set p90 = null, p99 = null"
 "$tb" report --db "$tmp/old.db" --format html -o "$tmp/old.html" 2>/dev/null || fail "report old"
 check_charts old 20,40,80 1 p50 && pass "without stored p90/p99 (before schema 6): p50 only" || fail "rate charts without p90/p99"
+sqlite3 "$tmp/old.db" "delete from metric where name = 'sent_rate'"
+"$tb" report --db "$tmp/old.db" --format html -o "$tmp/old.html" 2>/dev/null || fail "report old"
+check_charts old 20,40,80 1 p50 0 && pass "without a stored sent_rate (before schema 12): no sent series" || fail "rate charts without sent_rate"
 for name in single; do
     k=$(kinds "$tmp/$name.html")
     case $k in *'"rate"'* | *'"goodput"'*) fail "$name (no rate sweep) has rate charts: $k" ;; esac

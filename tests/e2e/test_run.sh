@@ -40,6 +40,10 @@ claims=$([ "$every" = 1 ] && echo 1 || echo 0)
 [ "$(q "$tmp/default.db" "select count(*) from summary where status = 'ok' and plugin like 'diffusion %' and steps in (2, 4, 8, 16) and nfe = steps and steps_done = steps and abs(tokens_per_forward - 16.0 * batch / steps) < 1e-9")" = 8 ] \
     || fail "default suite: diffusion rows lack steps/NFE/tokens per forward"
 grep -q "side by side: .* @ accuracy, judge perplexity" "$tmp/default.out" || fail "default suite: no side-by-side table with quality"
+# no open loop: no sent rate, and no warning about one (docs/METRICS.md,
+# "The rate sent")
+[ "$(q "$tmp/default.db" "select count(*) from summary where sent_per_s is not null")" = 0 ] && ! grep -q "the load sent" "$tmp/default.out" \
+    || fail "default suite: a sent rate without an open loop: $(grep "the load sent" "$tmp/default.out")"
 if [ "$claims" = 1 ]; then
     # Quality: the held-out tasks, far above chance (chance < 10% over the set:
     # add ~1/199, sort, copy and pair ~0, lookup ~1/4) in every case; the

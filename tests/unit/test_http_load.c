@@ -63,6 +63,87 @@ static void test_schedule_deterministic(void)
     CHECK(zero);
 }
 
+/* Fresh arrivals (docs/METRICS.md, "The rate sent"): the seed of a
+ * schedule changes with the repetition, the warm-up flag, the rate and
+ * the wave, and only with them; the schedules of two rates are not one
+ * draw scaled. */
+static void test_schedule_seed(void)
+{
+    uint64_t s0 = tb_arrivals_seed(42, 0, 0, 20.0, 0);
+    CHECK(s0 == tb_arrivals_seed(42, 0, 0, 20.0, 0));
+    const uint64_t other[] = {tb_arrivals_seed(43, 0, 0, 20.0, 0), tb_arrivals_seed(42, 1, 0, 20.0, 0),
+                              tb_arrivals_seed(42, 0, 1, 20.0, 0), tb_arrivals_seed(42, 0, 0, 20.5, 0),
+                              tb_arrivals_seed(42, 0, 0, 20.0, 1)};
+    for (size_t i = 0; i < sizeof other / sizeof *other; i++)
+        CHECK(other[i] != s0);
+    enum { N = 64 };
+    int64_t a[N], b[N];
+    tb_arrivals_schedule(tb_arrivals_seed(42, 0, 0, 10.0, 0), 10.0, 1.0, N, a);
+    tb_arrivals_schedule(tb_arrivals_seed(42, 0, 0, 20.0, 0), 20.0, 1.0, N, b);
+    int scaled = 0; /* 20/s's send times, doubled, would be 10/s's */
+    for (int i = 1; i < N; i++)
+        scaled += llabs(a[i] - 2 * b[i]) < 1000;
+    CHECK(scaled < 2);
+}
+
+/* The spread and bias of the rate a schedule sends (docs/METRICS.md,
+ * "The rate sent"), over many seeded schedules of Poisson gaps at R:
+ * the mean gap is 1/R; (n - 1) / span reads high by 1/(n - 2), n / span
+ * by n / (n - 2); 32 requests send within +-36% of R about 95% of the
+ * time, 1,601 within +-5%. */
+static double sent_share(uint32_t n, uint32_t schedules, double within, double *mean_gap, double *mean_rate,
+                         double *mean_n_rate)
+{
+    const double R = 50.0;
+    int64_t *off = malloc(n * sizeof *off);
+    uint32_t in = 0;
+    double g = 0, r = 0, rn = 0;
+    for (uint32_t k = 0; k < schedules; k++) {
+        tb_arrivals_schedule(tb_arrivals_seed(7, k, 0, R, 0), R, 1.0, n, off);
+        double span = (double)(off[n - 1] - off[0]) * 1e-9, sent = (n - 1) / span;
+        g += span / (n - 1);
+        r += sent;
+        rn += n / span;
+        in += fabs(sent / R - 1) <= within;
+    }
+    free(off);
+    *mean_gap = g / schedules * R; /* in units of 1/R */
+    *mean_rate = r / schedules / R;
+    *mean_n_rate = rn / schedules / R;
+    return (double)in / schedules;
+}
+
+static void test_sent_rate_spread(void)
+{
+    double gap, rate, nrate;
+    double in = sent_share(32, 20000, 0.36, &gap, &rate, &nrate);
+    CHECK_NEAR(gap, 1.0, 0.005);
+    CHECK_NEAR(rate, 31.0 / 30.0, 0.006);
+    CHECK_NEAR(nrate, 32.0 / 30.0, 0.006);
+    CHECK(in > 0.93 && in < 0.98);
+    in = sent_share(1601, 1000, 0.05, &gap, &rate, &nrate);
+    CHECK_NEAR(rate, 1600.0 / 1599.0, 0.002);
+    CHECK(in > 0.93 && in < 0.97);
+    fprintf(stderr, "1,601 Poisson requests: %.1f%% of schedules within 5%% of the rate\n", 100 * in);
+    /* the median of 3 repetitions (fresh arrivals each): within 5% in
+     * more than 99% of cases */
+    enum { N = 1601, TRIPLES = 1000 };
+    int64_t *off = malloc(N * sizeof *off);
+    uint32_t ok = 0;
+    for (uint32_t t = 0; t < TRIPLES; t++) {
+        double r[3];
+        for (uint32_t k = 0; k < 3; k++) {
+            tb_arrivals_schedule(tb_arrivals_seed(11 + t, k, 0, 26.12, 0), 26.12, 1.0, N, off);
+            r[k] = (N - 1) / ((double)(off[N - 1] - off[0]) * 1e-9) / 26.12;
+        }
+        double med = fmax(fmin(r[0], r[1]), fmin(fmax(r[0], r[1]), r[2]));
+        ok += fabs(med - 1) <= 0.05;
+    }
+    free(off);
+    CHECK(ok > 0.99 * TRIPLES);
+    fprintf(stderr, "the median of 3: %.1f%% within 5%%\n", 100.0 * ok / TRIPLES);
+}
+
 static void test_gamma_small_shape(void)
 {
     tb_arrival_rng r;
@@ -134,6 +215,8 @@ int main(void)
 {
     test_schedule_moments();
     test_schedule_deterministic();
+    test_schedule_seed();
+    test_sent_rate_spread();
     test_gamma_small_shape();
     test_prompts_exact_length();
     return check_done();

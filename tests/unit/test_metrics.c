@@ -708,6 +708,41 @@ static void test_case_goodput(void)
     }
 }
 
+/* sent_rate (docs/METRICS.md, "The rate sent"): an open loop's n
+ * requests over the span of their submits, (n - 1) / span, per measured
+ * call, every request counted (a failed one was sent too), warm-ups left
+ * out; none for a closed loop (request_rate 0) or a call of one request
+ * or no span. */
+static void test_case_sent_rate(void)
+{
+    tb_request_metrics r[4] = {{.submit_ns = 3000000000LL}, {.submit_ns = 1000000000LL},
+                               {.submit_ns = 1500000000LL}, {.submit_ns = 2000000000LL}};
+    CHECK_REL(tb_sent_rate(r, 4), 1.5); /* 3 gaps over 2 s, in any order */
+    CHECK(isnan(tb_sent_rate(r, 1)));
+    r[1].submit_ns = r[0].submit_ns;
+    CHECK(isnan(tb_sent_rate(r, 2))); /* no span */
+    fake_case f;
+    fake_case_build(&f);
+    for (int k = 0; k < 3; k++) /* request 1 sent 0.25 s (warm-up: 1 s) after request 0 */
+        f.req[k][1].t_submit_ns = f.req[k][0].t_submit_ns + (k == 0 ? 1000000000LL : 250000000LL);
+    f.req[2][1].t_submit_ns += 250000000LL; /* call 2 (its request 1 failed): 0.5 s */
+    tb_case_metrics_opts o = {.capabilities = TB_CAP_STREAMING, .seed = 1};
+    tb_case_record rec = {0};
+    tb_case_metrics(f.v, 3, &o, &rec);
+    const tb_stats *st;
+    CHECK((st = metric_of(&rec, "sent_rate")) && st->n == 0); /* closed loop */
+    tb_case_record_free(&rec);
+    o.request_rate = 3;
+    rec = (tb_case_record){0};
+    tb_case_metrics(f.v, 3, &o, &rec);
+    CHECK((st = metric_of(&rec, "sent_rate")) && st->n == 2);
+    if (st) {
+        CHECK_REL(st->min, 2.0);
+        CHECK_REL(st->max, 4.0);
+    }
+    tb_case_record_free(&rec);
+}
+
 /* Capabilities: a figure the backend does not claim is unknown (-1,
  * stored NULL); without streaming, emissions are no timings (TTFT = E2E,
  * no gaps). */
@@ -1127,6 +1162,7 @@ int main(void)
     test_case_measured_only();
     test_case_moe();
     test_case_client_busy();
+    test_case_sent_rate();
     test_case_goodput();
     test_case_capabilities();
     test_case_measured();

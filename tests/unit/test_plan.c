@@ -240,6 +240,23 @@ static void test_defaults_without_matrix(void)
     fixture_free(&fx);
 }
 
+/* The length of an open-loop load without `requests` (docs/METRICS.md):
+ * 1,601 requests, no more than 300 s of them at the rate, at least 32;
+ * with open_loop_duration D, rate x D + 1 (at least 2); 1e6 at most. */
+static void test_open_loop_requests(void)
+{
+    tb_suite s = {0};
+    CHECK(tb_plan_open_loop_requests(&s, 1000) == 1601);
+    CHECK(tb_plan_open_loop_requests(&s, 1600.0 / 300) == 1601);
+    CHECK(tb_plan_open_loop_requests(&s, 2) == 601); /* 300 s */
+    CHECK(tb_plan_open_loop_requests(&s, 0.05) == 32);
+    s.open_loop_duration_s = 2;
+    CHECK(tb_plan_open_loop_requests(&s, 100) == 201);
+    CHECK(tb_plan_open_loop_requests(&s, 2000) == 4001);
+    CHECK(tb_plan_open_loop_requests(&s, 0.1) == 2);
+    CHECK(tb_plan_open_loop_requests(&s, 1e9) == 1000000);
+}
+
 static void test_backend_dimension_overrides_matrix(void)
 {
     fixture fx;
@@ -989,6 +1006,7 @@ int main(void)
 
     test_config_hash();
     test_absurd_dimensions();
+    test_open_loop_requests();
     test_large_cases_pass();
 
     nftw(g_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);

@@ -26,7 +26,7 @@
 
 typedef struct run_log {
     char role[16];
-    uint32_t concurrency;
+    uint32_t concurrency, requests;
     double rate;
     size_t ordinal;
     int pass;
@@ -59,6 +59,7 @@ static int fake_run(void *ctx, const tb_case *run, const tb_search_ctx *s, tb_se
     run_log *l = &f->log[f->n++];
     snprintf(l->role, sizeof l->role, "%s", s->role);
     l->concurrency = run->concurrency;
+    l->requests = run->requests;
     l->rate = run->request_rate;
     l->ordinal = run->ordinal;
     l->pass = p->pass;
@@ -115,10 +116,11 @@ static int64_t last_search(tb_store *st)
     return id;
 }
 
-static int run_search(tb_store *st, tb_suite *suite, int kind, fake *f, size_t *next)
+static int run_search_of(tb_store *st, tb_suite *suite, int kind, int requests_default, fake *f, size_t *next)
 {
     static size_t ordinal = 1; /* one search per suite case */
-    tb_case tmpl = {.ordinal = ordinal++, .requests = 32, .search = kind, .prompt_tokens = 8, .max_new_tokens = 8};
+    tb_case tmpl = {.ordinal = ordinal++, .requests = 32, .requests_default = requests_default, .search = kind,
+                    .prompt_tokens = 8, .max_new_tokens = 8};
     tb_plan plan = {.suite = suite};
     f->suite = suite;
     char *err = NULL;
@@ -128,6 +130,22 @@ static int run_search(tb_store *st, tb_suite *suite, int kind, fake *f, size_t *
         free(err);
     }
     return rc;
+}
+
+static int run_search(tb_store *st, tb_suite *suite, int kind, fake *f, size_t *next)
+{
+    return run_search_of(st, suite, kind, 0, f, next);
+}
+
+/* search row `id`'s error, or "" (malloc'd). */
+static char *search_error(tb_store *st, int64_t id)
+{
+    sqlite3_stmt *q;
+    sqlite3_prepare_v2(tb_store_db(st), "SELECT coalesce(error, '') FROM search WHERE id = ?", -1, &q, NULL);
+    sqlite3_bind_int64(q, 1, id);
+    char *e = tb_xstrdup(sqlite3_step(q) == SQLITE_ROW ? (const char *)sqlite3_column_text(q, 0) : "");
+    sqlite3_finalize(q);
+    return e;
 }
 
 /* ------------------------------------------------ tests */
@@ -171,7 +189,7 @@ static void test_slo_found(tb_store *st)
     size_t next = 1;
     CHECK(run_search(st, &suite, TB_SEARCH_SLO, &f, &next) == 0);
     CHECK(f.n == 2 + 2 + 6);
-    CHECK(f.n == tb_search_max_runs(&suite, &(tb_case){.search = TB_SEARCH_SLO}));
+    CHECK(f.n + TB_SEARCH_DOWN_STEPS == tb_search_max_runs(&suite, &(tb_case){.search = TB_SEARCH_SLO}));
     CHECK_STR(f.log[2].role, "probe");
     CHECK_NEAR(f.log[2].rate, 1000, 0); /* the throughput run's rate first: not met */
     CHECK(f.log[2].pass == 0);
@@ -213,13 +231,20 @@ static void test_slo_edges(tb_store *st)
     read_search(st, last_search(st), status, sizeof status, &sync, &max, &slo, &has_error);
     CHECK_STR(status, "above");
     CHECK_NEAR(slo, 1000, 0);
-    /* not met even at the synchronous rate: no answer */
+    /* not met even at the synchronous rate, nor at its half or quarter:
+     * no answer, and why in words: the lowest rate tried, its figures */
     fake g = {.sync_rps = 100, .max_rps = 1000, .knee = 0};
     CHECK(run_search(st, &suite, TB_SEARCH_SLO, &g, &next) == 0);
-    CHECK(g.n == 4);
+    CHECK(g.n == 4 + TB_SEARCH_DOWN_STEPS);
+    CHECK_NEAR(g.log[4].rate, 50, 0);
+    CHECK_NEAR(g.log[5].rate, 25, 0);
     read_search(st, last_search(st), status, sizeof status, &sync, &max, &slo, &has_error);
     CHECK_STR(status, "below");
-    CHECK(isnan(slo));
+    CHECK(isnan(slo) && has_error == 1);
+    char *why = search_error(st, last_search(st));
+    CHECK_STR(why, "no rate met the limits: the lowest tried, 25.00 requests/s (1/4 of the synchronous 100.00), "
+                   "had TTFT p99 500.00 ms > 100 ms");
+    free(why);
     /* a bound that gives no requests/s: failed, with why, nothing more run */
     fake h = {.sync_rps = 100, .max_rps = 1000, .knee = 640, .fail_role_sync = 1};
     CHECK(run_search(st, &suite, TB_SEARCH_SLO, &h, &next) == 0);
@@ -234,6 +259,85 @@ static void test_slo_edges(tb_store *st)
     read_search(st, last_search(st), status, sizeof status, &sync, &max, &slo, &has_error);
     CHECK_STR(status, "interrupted");
     CHECK(isnan(slo));
+}
+
+/* Searching down (docs/METRICS.md, "Load searches"): the synchronous
+ * rate misses the limits, its half or quarter meets them; the bisection
+ * then runs between that rate and the one above it, and the answer is
+ * below the synchronous rate. The open-loop probes of a case without
+ * `requests` send the open-loop length at their rate; the two bounds
+ * keep the closed-loop count. */
+static void test_slo_down(tb_store *st)
+{
+    char status[32];
+    double sync, max, slo;
+    int has_error;
+    size_t next = 200;
+    tb_suite suite = {.slo_ttft_p99_ms = 100, .slo_iterations = 6};
+    static const struct {
+        double knee, first_met;
+        size_t runs;
+    } at[] = {{60, 50, 2 + 3 + 6}, {30, 25, 2 + 4 + 6}};
+    for (size_t k = 0; k < sizeof at / sizeof *at; k++) {
+        fake f = {.sync_rps = 100, .max_rps = 1000, .knee = at[k].knee};
+        CHECK(run_search_of(st, &suite, TB_SEARCH_SLO, 1, &f, &next) == 0);
+        CHECK(f.n == at[k].runs);
+        CHECK(f.log[0].requests == 32 && f.log[1].requests == 32 && f.log[1].concurrency == 32);
+        size_t i = 2;
+        CHECK_NEAR(f.log[i++].rate, 1000, 0);
+        CHECK_NEAR(f.log[i++].rate, 100, 0);
+        double good = NAN, bad = 100;
+        for (; i < f.n && isnan(good); i++) {
+            CHECK_NEAR(f.log[i].rate, bad / 2, 0);
+            if (f.log[i].pass == 1)
+                good = f.log[i].rate;
+            else
+                bad = f.log[i].rate;
+        }
+        CHECK_NEAR(good, at[k].first_met, 0);
+        for (; i < f.n; i++) {
+            CHECK_NEAR(f.log[i].rate, (good + bad) / 2, 1e-9);
+            if (f.log[i].pass == 1)
+                good = f.log[i].rate;
+            else
+                bad = f.log[i].rate;
+        }
+        for (i = 2; i < f.n; i++)
+            CHECK(f.log[i].requests == tb_plan_open_loop_requests(&suite, f.log[i].rate));
+        read_search(st, last_search(st), status, sizeof status, &sync, &max, &slo, &has_error);
+        CHECK_STR(status, "found");
+        CHECK(!has_error);
+        CHECK_NEAR(slo, good, 0);
+        CHECK(slo < at[k].knee && at[k].knee - slo < at[k].first_met / 64);
+    }
+}
+
+/* Why a run misses the limits, in words: every limit it misses with its
+ * figure; failures first; nothing to say of a run that met them. */
+static void test_why_not(void)
+{
+    tb_suite suite = {.slo_ttft_p99_ms = 100, .slo_tpot_p99_ms = 12, .slo_goodput_pct = 90};
+    tb_search_point p;
+    tb_search_point_init(&p);
+    char *w = tb_search_why_not(&suite, &p);
+    CHECK_STR(w, "the run failed");
+    free(w);
+    p.ran = 1;
+    p.measured = 32;
+    p.failed = 2;
+    p.ttft_p99_ms = 50;
+    p.tpot_p99_ms = 12.33;
+    p.goodput_pct = 80;
+    w = tb_search_why_not(&suite, &p);
+    CHECK_STR(w, "2 of 32 requests failed, TPOT p99 12.33 ms > 12 ms, goodput 80.0% < 90%");
+    free(w);
+    p.failed = 0;
+    p.tpot_p99_ms = 11;
+    p.goodput_pct = 95;
+    w = tb_search_why_not(&suite, &p);
+    CHECK_STR(w, "it met the limits");
+    CHECK(tb_search_meets(&suite, &p));
+    free(w);
 }
 
 static void test_meets(void)
@@ -316,8 +420,10 @@ int main(void)
     test_sweep(st);
     test_slo_found(st);
     test_slo_edges(st);
+    test_slo_down(st);
     tb_store_close(st);
     test_meets();
+    test_why_not();
     test_point_of();
     char *cmd = tb_xasprintf("rm -rf '%s'", dir);
     if (system(cmd) != 0)

@@ -536,6 +536,13 @@ static void test_bad_durations(void)
                  "expected a duration in seconds > 0, got \"5m\"");
     EXPECT_ERROR("ltnan.ini", "[suite]\nload_timeout = nan\n" BACKEND_OK, "ltnan.ini:2: load_timeout:",
                  "got \"nan\"");
+    EXPECT_ERROR("old.ini", "[suite]\nname = x\nopen_loop_duration = 0\n" BACKEND_OK,
+                 "old.ini:3: open_loop_duration:", "expected a duration in seconds > 0, got \"0\"");
+    tb_suite s;
+    if (load_ok("old2.ini", "[suite]\nopen_loop_duration = 42.5\n" BACKEND_OK, &s) == 0) {
+        CHECK_NEAR(s.open_loop_duration_s, 42.5, 0);
+        tb_suite_free(&s);
+    }
 }
 
 static void test_bad_dimension_values(void)

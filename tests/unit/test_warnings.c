@@ -124,6 +124,147 @@ static void test_client_saturated(void)
     tb_warnings_free(&w);
 }
 
+/* The rate an open loop sent (docs/METRICS.md, sent_rate): the rule
+ * past 5% either way, quiet within it, without the figure and for a
+ * closed loop. */
+static void test_sent_rate(void)
+{
+    fixture f;
+    fixture_init(&f, 10, 0.02);
+    f.c.dims.request_rate = 26.12;
+    f.c.requests = 320;
+    f.m[1] = metric("sent_rate", 10, 30.03, 0);
+    f.c.n_metrics = 2;
+    tb_warnings w;
+    tb_warnings_derive(&f.s, &w);
+    CHECK(count(&w, "eng [prompt 32, new 16, batch 1, rate 26.12/s]: the load sent 30.03 requests/s, 15.0% above "
+                    "the offered 26.12 (sent_rate, median of 10 calls of 32 requests)") == 1);
+    tb_warnings_free(&w);
+    static const struct {
+        double sent;
+        int warns;
+    } at[] = {{26.12 * 0.94, 1}, {26.12 * 0.951, 0}, {26.12 * 1.049, 0}, {26.12 * 1.051, 1}, {26.12, 0}};
+    for (size_t i = 0; i < sizeof at / sizeof *at; i++) {
+        f.m[1] = metric("sent_rate", 10, at[i].sent, 0);
+        tb_warnings_derive(&f.s, &w);
+        CHECK(count(&w, "the load sent") == at[i].warns);
+        CHECK(count(&w, at[i].sent < 26.12 ? "below the offered" : "above the offered") == at[i].warns);
+        tb_warnings_free(&w);
+    }
+    f.m[1] = metric("sent_rate", 0, NAN, NAN); /* a call of one request */
+    tb_warnings_derive(&f.s, &w);
+    CHECK(w.n == 0);
+    tb_warnings_free(&w);
+    f.m[1] = metric("sent_rate", 10, 30.03, 0);
+    f.c.dims.request_rate = 0; /* no offered rate */
+    tb_warnings_derive(&f.s, &w);
+    CHECK(w.n == 0);
+    tb_warnings_free(&w);
+}
+
+/* A result that contradicts the others (docs/METRICS.md, "Contradicting
+ * results"): two cases of a backend that differ in one swept dimension or
+ * option, the one with more forwards per token faster beyond the noise;
+ * the issue's sdar thresholds (363.8 against 245.8 tok/s). */
+typedef struct pair_fixture {
+    tb_rsession s;
+    tb_rbackend b[2];
+    tb_rcase c[2];
+    tb_rmetric m[2][2];
+} pair_fixture;
+
+static void pair_init(pair_fixture *f, double tpf0, double tps0, double tpf1, double tps1, size_t n)
+{
+    memset(f, 0, sizeof *f);
+    f->b[0] = (tb_rbackend){.label = (char *)"sdar", .dtype = (char *)"", .device = (char *)""};
+    f->b[1] = (tb_rbackend){.label = (char *)"other", .dtype = (char *)"", .device = (char *)""};
+    const double tpf[2] = {tpf0, tpf1}, tps[2] = {tps0, tps1};
+    static const char *const opts[2] = {"{\"threshold\":\"0.9\"}", "{\"threshold\":\"0.5\"}"};
+    for (int k = 0; k < 2; k++) {
+        f->m[k][0] = metric("agg_tps", n, tps[k], 0.02);
+        f->m[k][0].st.ci_lo = n > 1 ? tps[k] * 0.97 : tps[k];
+        f->m[k][0].st.ci_hi = n > 1 ? tps[k] * 1.03 : tps[k];
+        f->m[k][1] = metric("tokens_per_forward", n, tpf[k], 0);
+        f->c[k] = (tb_rcase){.ordinal = k + 1, .dims = {.prompt_tokens = 32, .max_new_tokens = 16, .batch = 1, .steps = 4},
+                             .options_json = (char *)opts[k], .status = (char *)"ok", .error = (char *)"",
+                             .metrics = f->m[k], .n_metrics = 2, .requests = (int)n, .peak_device_mib = NAN,
+                             .host_rss_mib = NAN, .energy_j_per_token = NAN};
+    }
+    f->s = (tb_rsession){.status = (char *)"completed", .repeat = (int)n, .warmup = 1, .backends = f->b,
+                         .n_backends = 2, .cases = f->c, .n_cases = 2};
+}
+
+static int contradictions_of(pair_fixture *f)
+{
+    tb_warnings w;
+    tb_warnings_derive(&f->s, &w);
+    int k = count(&w, "yet faster");
+    tb_warnings_free(&w);
+    return k;
+}
+
+static void test_contradiction(void)
+{
+    pair_fixture f;
+    pair_init(&f, 1.30, 363.8, 2.50, 245.8, 10);
+    tb_warnings w;
+    tb_warnings_derive(&f.s, &w);
+    CHECK(count(&w, "sdar [prompt 32, new 16, batch 1, steps 4, {\"threshold\":\"0.9\"}]: threshold 0.9 vs 0.5: more "
+                    "forwards per output token (1.30 vs 2.50 tokens/forward) yet faster (363.8 vs 245.8 tok/s "
+                    "aggregate, 95% intervals apart): the reverse of what more forwards mean") == 1);
+    CHECK(w.n == 1);
+    tb_warnings_free(&w);
+    /* the same pair in the other order: the same finding */
+    pair_init(&f, 2.50, 245.8, 1.30, 363.8, 10);
+    CHECK(contradictions_of(&f) == 1);
+    /* more forwards, slower: as it should be */
+    pair_init(&f, 1.30, 245.8, 2.50, 363.8, 10);
+    CHECK(contradictions_of(&f) == 0);
+    /* faster, but the intervals overlap: noise */
+    pair_init(&f, 1.30, 250.0, 2.50, 245.8, 10);
+    CHECK(contradictions_of(&f) == 0);
+    /* forwards per token within 5%: no ordering to contradict */
+    pair_init(&f, 2.40, 363.8, 2.50, 245.8, 10);
+    CHECK(contradictions_of(&f) == 0);
+    pair_init(&f, 2.30, 363.8, 2.50, 245.8, 10);
+    CHECK(contradictions_of(&f) == 1);
+    /* over a prompt set the calls' medians tie (1.5 and 1.5): the means
+     * (1.46, 1.57) order them */
+    pair_init(&f, 1.46, 363.8, 1.57, 245.8, 10);
+    f.m[0][1].st.median = f.m[1][1].st.median = 1.5;
+    CHECK(contradictions_of(&f) == 1);
+    /* one repetition (no intervals): faster by more than the 10% margin */
+    pair_init(&f, 1.30, 363.8, 2.50, 245.8, 1);
+    tb_warnings_derive(&f.s, &w);
+    CHECK(count(&w, "(363.8 vs 245.8 tok/s aggregate, no intervals: more than the noise margin apart)") == 1);
+    tb_warnings_free(&w);
+    pair_init(&f, 1.30, 245.8 * 1.099, 2.50, 245.8, 1);
+    CHECK(contradictions_of(&f) == 0);
+    /* differing in two things, or in different backends: not one lever */
+    pair_init(&f, 1.30, 363.8, 2.50, 245.8, 10);
+    f.c[1].dims.steps = 8;
+    CHECK(contradictions_of(&f) == 0);
+    pair_init(&f, 1.30, 363.8, 2.50, 245.8, 10);
+    f.c[1].backend = 1;
+    CHECK(contradictions_of(&f) == 0);
+    /* a swept dimension: steps 8 vs 2, the 8 faster */
+    pair_init(&f, 2.0, 363.8, 8.0, 245.8, 10);
+    f.c[0].options_json = f.c[1].options_json = (char *)"{}";
+    f.c[0].dims.steps = 8;
+    f.c[1].dims.steps = 2;
+    tb_warnings_derive(&f.s, &w);
+    CHECK(count(&w, "sdar [prompt 32, new 16, batch 1, steps 8]: steps 8 vs 2: more forwards per output token") == 1);
+    tb_warnings_free(&w);
+    /* a failed case, or no forward counts (an http backend): nothing */
+    pair_init(&f, 1.30, 363.8, 2.50, 245.8, 10);
+    f.c[1].status = (char *)"failed";
+    tb_warnings_derive(&f.s, &w);
+    CHECK(count(&w, "yet faster") == 0);
+    tb_warnings_free(&w);
+    pair_init(&f, NAN, 363.8, NAN, 245.8, 10);
+    CHECK(contradictions_of(&f) == 0);
+}
+
 static void test_other_rules(void)
 {
     fixture f;
@@ -155,6 +296,8 @@ int main(void)
     test_noise();
     test_failed_requests();
     test_client_saturated();
+    test_sent_rate();
+    test_contradiction();
     test_other_rules();
     return check_done();
 }
