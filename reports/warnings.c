@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "warnings.h"
 
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -141,6 +142,22 @@ static void contradictions(const tb_rsession *s, tb_warnings *w)
         }
 }
 
+/* The http backend's `turns` of case c: swept, else the backend's; 1 when
+ * neither says. */
+static int case_turns(const tb_rsession *s, const tb_rcase *c)
+{
+    const char *from[2] = {c->options_json, s->backends[c->backend].options_json};
+    for (int k = 0; k < 2; k++) {
+        cJSON *o = from[k] ? cJSON_Parse(from[k]) : NULL;
+        const cJSON *t = cJSON_GetObjectItem(o, "turns");
+        int turns = cJSON_IsNumber(t) ? t->valueint : cJSON_IsString(t) ? atoi(t->valuestring) : 0;
+        cJSON_Delete(o);
+        if (turns > 0)
+            return turns;
+    }
+    return 1;
+}
+
 void tb_warnings_derive(const tb_rsession *s, tb_warnings *w)
 {
     memset(w, 0, sizeof *w);
@@ -197,8 +214,10 @@ void tb_warnings_derive(const tb_rsession *s, tb_warnings *w)
                                 label, dims, busy->median, TB_CLIENT_SATURATED_PCT));
         const tb_stats *sent = tb_rcase_metric(c, "sent_rate");
         double offered = c->dims.request_rate;
+        /* (a multi-turn load's waves pause for their answers, which its
+         * sent rate counts: no rate to hold it to) */
         if (offered > 0 && sent && sent->n && isfinite(sent->median) &&
-            fabs(sent->median / offered - 1) > TB_SENT_RATE_TOL)
+            fabs(sent->median / offered - 1) > TB_SENT_RATE_TOL && case_turns(s, c) == 1)
             add(w, tb_xasprintf("%s [%s]: the load sent %.2f requests/s, %.1f%% %s the offered %.2f (sent_rate, "
                                 "median of %zu calls of %.0f requests): so few random arrivals did not average "
                                 "out, and its figures describe the rate sent; give it more requests or "

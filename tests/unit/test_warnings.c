@@ -156,6 +156,23 @@ static void test_sent_rate(void)
     CHECK(w.n == 0);
     tb_warnings_free(&w);
     f.m[1] = metric("sent_rate", 10, 30.03, 0);
+    /* a multi-turn load (the http backend's turns, swept or the
+     * backend's): its waves' pauses are in its span, no warning */
+    char *opts = f.c.options_json, *bopts = f.b.options_json;
+    f.c.options_json = (char *)"{\"turns\":\"3\"}";
+    tb_warnings_derive(&f.s, &w);
+    CHECK(count(&w, "the load sent") == 0);
+    tb_warnings_free(&w);
+    f.c.options_json = opts;
+    f.b.options_json = (char *)"{\"turns\":2,\"stream\":true}";
+    tb_warnings_derive(&f.s, &w);
+    CHECK(count(&w, "the load sent") == 0);
+    tb_warnings_free(&w);
+    f.b.options_json = (char *)"{\"turns\":1}";
+    tb_warnings_derive(&f.s, &w);
+    CHECK(count(&w, "the load sent") == 1);
+    tb_warnings_free(&w);
+    f.b.options_json = bopts;
     f.c.dims.request_rate = 0; /* no offered rate */
     tb_warnings_derive(&f.s, &w);
     CHECK(w.n == 0);
