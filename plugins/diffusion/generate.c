@@ -1,11 +1,19 @@
 /* generate.c — see generate.h. */
 #include "generate.h"
 
+#include <stdio.h>
+
 #include "block_sampler.h"
 #include "sampler.h"
 
 int tb_dllm_validate(const tb_dllm_params *p, char *why, size_t why_size)
 {
+    if (p->skip_final_store && p->sampler != TB_DLLM_SDAR_STATIC && p->sampler != TB_DLLM_SDAR_DYNAMIC) {
+        snprintf(why, why_size, "final_store = false is an option of sdar_static and sdar_dynamic (their store "
+                                "forward after the last block); %s has none to skip",
+                 tb_choice_name(tb_dllm_sampler_choices, p->sampler));
+        return -1;
+    }
     return tb_dllm_is_block_sampler(p->sampler) ? tb_dllm_block_validate(p, why, why_size)
                                                 : tb_dllm_bidir_validate(p, why, why_size);
 }

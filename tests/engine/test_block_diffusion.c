@@ -309,6 +309,10 @@ static void check_counts(void)
     /* (the script proposes 100 + position whatever the shift) the prefill's
      * and the store's last rows give the next blocks' first tokens */
     CHECK(fc[8] == 107 && fc[9] == 109 && fc[16] == 115 && fc[17] == 117);
+    f.skip_final_store = 1; /* an SDAR option: refused, not ignored */
+    CHECK(tb_dllm_validate(&f, why, sizeof why) != 0);
+    CHECK_CONTAINS(why, "final_store = false is an option of sdar_static");
+    f.skip_final_store = 0;
     f.cache = TB_DLLM_CACHE_PREFIX;
     CHECK(tb_dllm_validate(&f, why, sizeof why) != 0);
     CHECK_CONTAINS(why, "cache = prefix");
