@@ -26,6 +26,7 @@
 #include "folder.h"
 #include "model.h"
 #include "plugin_host.h"
+#include "strmem.h"
 
 static const char *root;
 static char err[1024];
@@ -33,25 +34,6 @@ static char err[1024];
 /* ------------------------------------------------ copies with a change */
 
 static char tmp[256];
-
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
-        free(s);
-        s = NULL;
-    }
-    if (s)
-        s[n] = '\0';
-    fclose(f);
-    return s;
-}
 
 static void put(const char *dir, const char *name, const char *text)
 {
@@ -75,7 +57,8 @@ static void copy_fixture(const char *name)
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
         char p[512];
         snprintf(p, sizeof p, "%s/%s/%s", root, name, files[i]);
-        char *s = slurp(p);
+        size_t len;
+        char *s = tb_read_file(p, &len);
         CHECK(s != NULL);
         if (s)
             put(tmp, files[i], s);
@@ -95,7 +78,8 @@ static void edit(const char *file, const char *key, const char *value)
 {
     char p[512];
     snprintf(p, sizeof p, "%s/%s", tmp, file);
-    char *s = slurp(p);
+    size_t len;
+    char *s = tb_read_file(p, &len);
     cJSON *j = s ? cJSON_Parse(s) : NULL;
     free(s);
     CHECK(j != NULL);

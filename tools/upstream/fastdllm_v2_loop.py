@@ -58,18 +58,9 @@ Trace entries:
     canvas_after x_t after the forward's commits (the growing sequence)
 """
 
-import inspect
-import math
 import random
 
-NEG_INF = float("-inf")
-
-
-def _softmax(row):
-    m = max(row)
-    ex = [math.exp(v - m) if v != NEG_INF else 0.0 for v in row]
-    s = sum(ex)
-    return [e / s for e in ex]
+from common import NEG_INF, call_logits as _call_logits, multinomial as _multinomial, softmax as _softmax
 
 
 def _argmax(row):
@@ -79,19 +70,6 @@ def _argmax(row):
         if best is None or v > best:
             best, bi = v, i
     return bi
-
-
-def _multinomial(probs, rng):
-    nz = [i for i, q in enumerate(probs) if q > 0.0]
-    if len(nz) == 1:
-        return nz[0]
-    u = rng.random() * sum(probs)
-    c = 0.0
-    for i, q in enumerate(probs):
-        c += q
-        if c > u and q > 0.0:
-            return i
-    return nz[-1]
 
 
 def sample_with_top_p(rows, top_p=0.95, temperature=1.0, rng=None):
@@ -129,23 +107,6 @@ def _spans(positions):
         else:
             out.append([p, p + 1])
     return out
-
-
-def _call_logits(logits_fn, canvas, q, k, rope):
-    try:
-        params = inspect.signature(logits_fn).parameters
-        takes = "rope_positions" in params or any(
-            p.kind == p.VAR_KEYWORD for p in params.values())
-    except (TypeError, ValueError):
-        takes = False
-    if takes:
-        rows = logits_fn(list(canvas), list(q), list(k), rope_positions=list(rope))
-    else:
-        rows = logits_fn(list(canvas), list(q), list(k))
-    rows = [list(r) for r in rows]
-    if len(rows) != len(q):
-        raise ValueError("logits_fn returned %d rows for %d queries" % (len(rows), len(q)))
-    return rows
 
 
 class _Model:

@@ -48,24 +48,13 @@ Trace: every forward is recorded as a dict
     canvas_after full canvas after the forward's commits
 """
 
-import inspect
-import math
 import random
+
+from common import NEG_INF, call_logits as _call_logits, multinomial as _multinomial, softmax as _softmax
 
 # ----------------------------------------------------------------------------
 # helpers reproducing the tensor ops upstream uses
 # ----------------------------------------------------------------------------
-
-NEG_INF = float("-inf")
-
-
-def _softmax(row):
-    m = max(row)
-    if m == NEG_INF:
-        raise ValueError("all logits are -inf")
-    ex = [math.exp(v - m) if v != NEG_INF else 0.0 for v in row]
-    s = sum(ex)
-    return [e / s for e in ex]
 
 
 def _top_k_logits(row, k):
@@ -96,20 +85,6 @@ def _top_p_logits(row, p):
     return out
 
 
-def _multinomial(probs, rng):
-    # stand-in for torch.multinomial(probs, 1); deterministic when one-hot
-    nz = [i for i, q in enumerate(probs) if q > 0.0]
-    if len(nz) == 1:
-        return nz[0]
-    u = rng.random() * sum(probs)
-    c = 0.0
-    for i, q in enumerate(probs):
-        c += q
-        if c > u and q > 0.0:
-            return i
-    return nz[-1]
-
-
 def _topk_indices(values, k):
     # torch.topk(values, k) indices.  Tie order (including among -inf
     # entries) is implementation-defined on CUDA; here: larger value first,
@@ -126,23 +101,6 @@ def get_num_transfer_tokens(block_length, steps):
     for i in range(remainder):
         n[i] += 1
     return n
-
-
-def _call_logits(logits_fn, canvas, q, k, rope):
-    try:
-        params = inspect.signature(logits_fn).parameters
-        takes = "rope_positions" in params or any(
-            p.kind == p.VAR_KEYWORD for p in params.values())
-    except (TypeError, ValueError):
-        takes = False
-    if takes:
-        rows = logits_fn(list(canvas), list(q), list(k), rope_positions=list(rope))
-    else:
-        rows = logits_fn(list(canvas), list(q), list(k))
-    rows = [list(r) for r in rows]
-    if len(rows) != len(q):
-        raise ValueError("logits_fn returned %d rows for %d queries" % (len(rows), len(q)))
-    return rows
 
 
 class _Recorder:
