@@ -438,11 +438,11 @@ static void golden_case(const char *model, const tb_model *m, const cJSON *c)
         .n_eos = n_eos,
         .eps = 1e-3,
         .top_p = 1,
-        /* the reference (tools/make_block_golden.py) follows tokbench's
-         * lighter rule: no store after the last block or an EOS block
-         * (the default, upstream's, is test_sampler_trace.c's) */
-        .skip_final_store = 1,
     };
+    /* SDAR's reference (tools/make_block_golden.py) follows tokbench's
+     * lighter rule: no store after the last block or an EOS block (the
+     * default, upstream's, is test_sampler_trace.c's); an SDAR option */
+    p.skip_final_store = p.sampler != TB_DLLM_FAST_DLLM_V2;
     int P = cJSON_GetArraySize(prompt), L = tb_dllm_canvas_length(&p, P);
     int32_t *canvas = tb_xmalloc((size_t)L * sizeof(int32_t));
     for (int i = 0; i < L; i++)
