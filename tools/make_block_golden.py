@@ -44,9 +44,10 @@ Sources transcribed (read with fetch, not from memory):
 tokbench's rules where they differ from upstream (block_sampler.h, also in
 VERSIONS.json "rules"), applied here exactly as there:
   * temperature 0: x0 = argmax, confidence = softmax probability of x0 in
-    float64 (SDAR's sampler would divide by a zero temperature), the mask
-    token's logit taken as -inf (a committed mask token would leave its
-    position masked: with a threshold upstream loops forever);
+    float64 (SDAR's sampler would divide by a zero temperature) over the
+    whole vocabulary, the mask token included as upstream's; no case here
+    proposes the mask token (checked: tools/make_sampler_traces.py has the
+    cases that do);
   * the canvas is prompt + gen_length rounded up to a whole block (SDAR's
     total_length; Fast-dLLM v2's batch_sample decodes gen_length // block
     blocks from the prompt's block, fewer positions when the prompt ends
@@ -275,13 +276,12 @@ MASK_OF_PICK = [None]
 
 
 def pick(logits):
-    """temperature 0: argmax and its float64 softmax probability, the mask
-    token's logit taken as -inf (tokbench rule)."""
+    """temperature 0: argmax and its float64 softmax probability over the
+    whole vocabulary, the mask token included (upstream's)."""
     import torch
-    logits = logits.clone()
-    logits[..., MASK_OF_PICK[0]] = float("-inf")
     p = torch.softmax(logits.double(), dim=-1)
     x0 = logits.argmax(dim=-1)
+    assert not bool((x0 == MASK_OF_PICK[0]).any()), "a case proposes the mask token"
     return x0, p.gather(-1, x0[..., None])[..., 0]
 
 
@@ -382,7 +382,7 @@ def fast_generate(model, prompt, mask_id, gen_length, block_size, small_block_si
     if P >= block_size:  # upstream: min_len > block_size (P == block_size skips the prompt: not a case here)
         logits = model(x[:P // block_size * block_size], past, True)
         if P % block_size == 0:
-            x[P] = int(pick(logits[-1:])[0][0])  # argmax; the mask token never (tokbench rule)
+            x[P] = int(pick(logits[-1:])[0][0])  # argmax (no case here proposes the mask token)
             stopped = eos_stop(x, P, P + 1, P, G, eos)
             rec.snap(x)
             if stopped:

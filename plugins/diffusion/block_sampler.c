@@ -72,6 +72,7 @@ typedef struct brun {
     int *rows;          /* [B]: the canvases of one forward */
     int32_t *x0;        /* [B][L] */
     double *conf;       /* [B][L] */
+    unsigned char *chosen; /* [L]: the positions one step commits */
     uint64_t rng;
     char *why;
     size_t why_size;
@@ -123,11 +124,12 @@ static int forward(brun *r, int n_rows, int pos0, int n, int n_attend, int mask_
     return 0;
 }
 
-/* Commit x at position i of canvas b; output positions are emitted. */
+/* Commit x at position i of canvas b; output positions are emitted. A
+ * proposed mask token leaves the position masked (upstream writes it). */
 static void commit(brun *r, int b, int i, int32_t x, int *emitted)
 {
     row_of(r, b)[i] = x;
-    if (i >= r->P[b] && i < r->G[b])
+    if (x != r->p->mask_id && i >= r->P[b] && i < r->G[b])
         (*emitted)++;
 }
 
@@ -149,13 +151,18 @@ static int snapshot(brun *r)
  * last forward, span starting at pos0) committed: the `want` most
  * confident (ties: the lower position), or with thr >= 0 every one above
  * thr when they are at least `want` (SDAR dynamic), or (want < 0) every one
- * above thr and always the most confident (Fast-dLLM v2). */
-static void commit_span(brun *r, int k, int b, int pos0, int n, int s0, int s1, int want, double thr)
+ * above thr and always the most confident (Fast-dLLM v2). The positions are
+ * chosen first, then written: a chosen position whose proposal is the mask
+ * token stays masked, as upstream's. Returns the tokens written that are
+ * not the mask. */
+static int commit_span(brun *r, int k, int b, int pos0, int n, int s0, int s1, int want, double thr)
 {
     const int32_t *x0 = r->x0 + (size_t)k * n;
     const double *conf = r->conf + (size_t)k * n;
     int32_t *x = row_of(r, b), mask = r->p->mask_id;
-    int emitted = 0, above = 0;
+    unsigned char *chosen = r->chosen;
+    int emitted = 0, above = 0, written = 0;
+    memset(chosen + s0, 0, (size_t)(s1 - s0));
     if (thr >= 0)
         for (int i = s0; i < s1; i++)
             above += x[i] == mask && conf[i - pos0] > thr;
@@ -165,21 +172,25 @@ static void commit_span(brun *r, int k, int b, int pos0, int n, int s0, int s1, 
             if (x[i] == mask && (best < 0 || conf[i - pos0] > conf[best - pos0]))
                 best = i;
         for (int i = s0; i < s1; i++)
-            if (x[i] == mask && (i == best || conf[i - pos0] > thr))
-                commit(r, b, i, x0[i - pos0], &emitted);
-        emit(r, b, emitted);
-        return;
+            chosen[i] = x[i] == mask && (i == best || conf[i - pos0] > thr);
+    } else {
+        for (int j = 0; j < want; j++) { /* selection: want is at most the block */
+            int best = -1;
+            for (int i = s0; i < s1; i++)
+                if (x[i] == mask && !chosen[i] && (best < 0 || conf[i - pos0] > conf[best - pos0]))
+                    best = i;
+            if (best < 0)
+                break;
+            chosen[best] = 1;
+        }
     }
-    for (int j = 0; j < want; j++) { /* selection: want is at most the block */
-        int best = -1;
-        for (int i = s0; i < s1; i++)
-            if (x[i] == mask && (best < 0 || conf[i - pos0] > conf[best - pos0]))
-                best = i;
-        if (best < 0)
-            break;
-        commit(r, b, best, x0[best - pos0], &emitted);
-    }
+    for (int i = s0; i < s1; i++)
+        if (chosen[i]) {
+            commit(r, b, i, x0[i - pos0], &emitted);
+            written += x0[i - pos0] != mask;
+        }
     emit(r, b, emitted);
+    return written;
 }
 
 /* A request whose block [s0, s1) (or next token) holds an EOS stops:
@@ -235,11 +246,18 @@ static int decode_block(brun *r, int bs, int be, const int *sched)
             int n_rows = select_rows(r, bs, be);
             if (n_rows == 0)
                 break;
-            if (forward(r, n_rows, bs, r->bs, be, 0, 0, r->bs, 0, 1))
-                return -1;
             /* past the schedule (it sums to the block, so only when a
-             * step committed fewer than its count): every mask left */
-            int want = step < p->steps ? sched[step] : r->bs;
+             * proposed mask token left a position masked): upstream's
+             * loop fails there (its count list has no such step); this
+             * one takes every mask left, the mask token not proposed */
+            int past = step >= p->steps;
+            r->spec.suppress1 = past ? p->mask_id + 1 : 0;
+            r->stats->mask_fallbacks += past;
+            int fail = forward(r, n_rows, bs, r->bs, be, 0, 0, r->bs, 0, 1);
+            r->spec.suppress1 = 0;
+            if (fail)
+                return -1;
+            int want = past ? r->bs : sched[step];
             for (int k = 0; k < n_rows; k++)
                 commit_span(r, k, r->rows[k], bs, r->bs, bs, be, want,
                             p->sampler == TB_DLLM_SDAR_DYNAMIC ? p->threshold : -1);
@@ -258,7 +276,7 @@ static int decode_block(brun *r, int bs, int be, const int *sched)
         r->first_new[b] = i;
     }
     for (int s0 = bs; s0 < be; s0 += sb) {
-        int s1 = s0 + sb;
+        int s1 = s0 + sb, stalled = 0;
         for (;;) {
             fd2_stops(r, bs, be);
             int n_rows = select_rows(r, s0, s1);
@@ -269,11 +287,20 @@ static int decode_block(brun *r, int bs, int be, const int *sched)
                 first_masked |= row_of(r, r->rows[k])[s0] == p->mask_id;
             int whole = p->cache != TB_DLLM_CACHE_DUAL || !built || first_masked;
             int pos0 = whole ? bs : s0, n = whole ? r->bs : sb;
-            if (forward(r, n_rows, pos0, n, be, 0, s0 - pos0, sb, 1, 1))
+            /* after a step that wrote only mask tokens into some canvas
+             * (its proposals were the mask), upstream's loop would run
+             * the same forward forever; this one runs it once more
+             * without proposing the mask token */
+            r->spec.suppress1 = stalled ? p->mask_id + 1 : 0;
+            r->stats->mask_fallbacks += stalled;
+            int fail = forward(r, n_rows, pos0, n, be, 0, s0 - pos0, sb, 1, 1);
+            r->spec.suppress1 = 0;
+            if (fail)
                 return -1;
             built = 1;
+            stalled = 0;
             for (int k = 0; k < n_rows; k++)
-                commit_span(r, k, r->rows[k], pos0, n, s0, s1, -1, p->threshold);
+                stalled |= commit_span(r, k, r->rows[k], pos0, n, s0, s1, -1, p->threshold) == 0;
             r->stats->steps++;
             int rc = snapshot(r);
             if (rc)
@@ -332,8 +359,9 @@ int tb_dllm_block_generate(const tb_dllm_engine *e, const tb_dllm_params *p, int
     brun r = {.e = e, .p = p, .h = h, .stats = stats, .canvas = canvas, .B = B,
               .L = tb_dllm_canvas_length(p, prompt_len), .bs = p->block_length, .rng = seed ^ 0x5DEECE66DULL,
               .why = why, .why_size = why_size};
-    /* the mask token is never proposed: a step always commits a token */
-    r.spec = (tb_dllm_pick_spec){.conf = TB_DLLM_CONF_LLADA_PROB, .suppress1 = p->mask_id + 1};
+    /* the mask token is in the softmax and may be proposed, as upstream's
+     * (it is kept out only where upstream's loop would fail or not end) */
+    r.spec = (tb_dllm_pick_spec){.conf = TB_DLLM_CONF_LLADA_PROB};
     r.active = malloc((size_t)B * sizeof(int));
     r.rows = malloc((size_t)B * sizeof(int));
     r.P = malloc((size_t)B * sizeof(int));
@@ -342,9 +370,10 @@ int tb_dllm_block_generate(const tb_dllm_engine *e, const tb_dllm_params *p, int
     r.first_new = malloc((size_t)B * sizeof(int));
     r.x0 = malloc((size_t)B * r.L * sizeof(int32_t));
     r.conf = malloc((size_t)B * r.L * sizeof(double));
+    r.chosen = malloc((size_t)r.L);
     int *sched = malloc((size_t)(p->steps > 0 ? p->steps : 1) * sizeof(int));
     int rc = 0;
-    if (!r.active || !r.rows || !r.P || !r.G || !r.E || !r.first_new || !r.x0 || !r.conf || !sched) {
+    if (!r.active || !r.rows || !r.P || !r.G || !r.E || !r.first_new || !r.x0 || !r.conf || !r.chosen || !sched) {
         snprintf(why, why_size, "out of memory for %d canvases of %d positions", B, r.L);
         rc = -1;
     }
@@ -409,6 +438,7 @@ int tb_dllm_block_generate(const tb_dllm_engine *e, const tb_dllm_params *p, int
     free(r.first_new);
     free(r.x0);
     free(r.conf);
+    free(r.chosen);
     free(sched);
     return rc;
 }

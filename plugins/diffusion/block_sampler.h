@@ -49,14 +49,23 @@
  * Where tokbench departs from upstream: a prompt of exactly one block gets
  * fast_dllm_v2 its prefill (generate() runs none when P == block_length
  * and then never attends the prompt: a bug, not reproduced; one forward
- * more); the mask token is kept out of the softmax (below).
+ * more); where upstream's loop, the mask token proposed, would fail or
+ * never end, tokbench goes on without proposing it (below).
  * tests/engine/test_sampler_trace.c checks both samplers' forwards,
  * canvases and output against golden traces of upstream's loops
  * (tools/make_sampler_traces.py over tools/upstream/).
  * Confidence (temperature 0 only): the softmax probability of the argmax,
- * in float64, the mask token's logit taken as -inf (upstream would commit
- * a proposed mask token, leave the position masked and, with a threshold,
- * loop forever). A step commits only masked positions: upstream's top-k over
+ * in float64, over the whole vocabulary, the mask token included, as
+ * upstream's (issue 37 item 3). A proposed mask token is committed as
+ * upstream commits it: the position stays masked. Where upstream's loop
+ * then breaks, tokbench runs the forward again with the mask token kept
+ * from the proposals (tb_dllm_stats.mask_fallbacks counts those forwards,
+ * the backend logs a warning): SDAR, masks left after its steps (its count
+ * list has no further step: IndexError); Fast-dLLM v2, a step that wrote
+ * only mask tokens into a canvas (its next forward is the same one, for
+ * ever). Trained models give the mask token next to no mass; the traces'
+ * fake network gives it some, and has cases that propose it.
+ * A step commits only masked positions: upstream's top-k over
  * confidences of -inf would overwrite prompt or committed tokens when a
  * step's count exceeds the masks left (a prompt-tail block with steps <
  * block_length); the golden cases avoid that case.

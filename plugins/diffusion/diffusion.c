@@ -484,6 +484,11 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
     res->prefill_ns = t_prefilled - t0;
     res->decode_ns = t_end - t_prefilled;
     res->forward_passes = stats.forwards;
+    if (stats.mask_fallbacks > 0)
+        host->log(host, TB_LOG_WARN,
+                  "%d denoising forward(s) ran with the mask token kept from the proposals: the model proposed it "
+                  "where upstream's loop would then fail (SDAR) or repeat a forward forever (Fast-dLLM v2)",
+                  stats.mask_fallbacks);
     res->peak_device_bytes = tb_loaded_memory_peak(&c->ld); /* -1 on the CPU */
     res->energy_mj = tb_loaded_energy_mj(&c->ld, e0, t_end);     /* -1 on the CPU */
     e->work_report(c->eng.ctx, res);

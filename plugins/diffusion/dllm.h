@@ -107,6 +107,10 @@ typedef struct tb_dllm_stats {
     int steps;    /* denoising steps run (the batch moves together) */
     int forwards; /* forward() calls (CFG runs 2B canvases per call) */
     int blocks;   /* block samplers: blocks decoded (the most of any request) */
+    /* block samplers: denoising forwards run with the mask token kept from
+     * the proposals, where upstream's loop, the mask token proposed, would
+     * fail (SDAR) or repeat one forward forever (Fast-dLLM v2) */
+    int mask_fallbacks;
     /* Block samplers, when not NULL ([B], the caller's): the denoising
      * forwards each request took part in, and the blocks it decoded.
      * Kept across tb_dllm_generate's reset of the counts above. */

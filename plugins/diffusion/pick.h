@@ -28,8 +28,8 @@ typedef struct tb_dllm_pick_spec {
     int top_k;          /* Dream: 0 = off */
     double cfg_scale;   /* > 0: the canvas holds 2B rows, the last B unconditional */
     /* LLaDA family: 1 + the id of a token never proposed, its logit taken
-     * as -inf (block samplers: the mask token, so that every step commits
-     * a token and the loop ends); 0 = none */
+     * as -inf (block samplers: the mask token, only where upstream's loop
+     * would fail or not end: block_sampler.h); 0 = none */
     int32_t suppress1;
 } tb_dllm_pick_spec;
 
