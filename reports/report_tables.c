@@ -111,8 +111,14 @@ static void side_by_side(const tb_rsession *s, tb_rtables *ts)
                 char v[48];
                 put(&rw, tb_xstrdup(tb_case_dim_text(&c->dims, (tb_dim)d, v, sizeof v)));
             }
-        if (s->dims & TB_RDIM_OPTS)
-            put(&rw, tb_xstrdup(strcmp(c->options_json, "{}") ? c->options_json : "-"));
+        if (s->dims & TB_RDIM_OPTS) {
+            char *words = tb_roptions_words(c->options_json);
+            if (!*words) {
+                free(words);
+                words = tb_xstrdup("-");
+            }
+            put(&rw, words);
+        }
         for (size_t b = 0; b < s->n_backends; b++) {
             long ci = g.cell[r * s->n_backends + b];
             if (ci < 0) {

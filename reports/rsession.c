@@ -506,11 +506,41 @@ const tb_rmetric *tb_rcase_quality(const tb_rcase *c)
     return NULL;
 }
 
+static void words_append(tb_str *b, const cJSON *o, const char *outer)
+{
+    for (const cJSON *v = o->child; v; v = v->next) {
+        char *name = outer ? tb_xasprintf("%s.%s", outer, v->string) : tb_xstrdup(v->string);
+        if (cJSON_IsObject(v)) {
+            words_append(b, v, name);
+        } else {
+            char *text = cJSON_IsString(v) ? NULL : cJSON_PrintUnformatted(v);
+            tb_str_appendf(b, "%s%s %s", b->len ? ", " : "", name, text ? text : v->valuestring);
+            cJSON_free(text);
+        }
+        free(name);
+    }
+}
+
+char *tb_roptions_words(const char *options_json)
+{
+    cJSON *o = cJSON_Parse(options_json ? options_json : "");
+    if (!cJSON_IsObject(o)) {
+        cJSON_Delete(o);
+        return tb_xstrdup(options_json ? options_json : "");
+    }
+    tb_str b = {0};
+    words_append(&b, o, NULL);
+    cJSON_Delete(o);
+    return tb_str_take(&b);
+}
+
 static void dims_append(tb_str *b, const tb_rcase *c, unsigned skip)
 {
     tb_case_label_dims(b, &c->dims, skip & (TB_RDIM_OPTS - 1), TB_LABEL_WORDS);
-    if (!(skip & TB_RDIM_OPTS) && strcmp(c->options_json, "{}") != 0)
-        tb_str_appendf(b, "%s%s", b->len ? ", " : "", c->options_json);
+    char *words = skip & TB_RDIM_OPTS ? NULL : tb_roptions_words(c->options_json);
+    if (words && *words)
+        tb_str_appendf(b, "%s%s", b->len ? ", " : "", words);
+    free(words);
 }
 
 char *tb_rcase_dims(const tb_rsession *s, const tb_rcase *c)

@@ -163,6 +163,11 @@ int tb_rjson_diff(const char *a, const char *b, const char *lead, const char *pr
  * object (an old row's ""). */
 char *tb_rjson_part(const char *json, const char *const *path, size_t depth);
 
+/* A case's swept options for people: {"threshold":"0.9","steps":4} ->
+ * "threshold 0.9, steps 4" (nested objects as "outer.inner v"); "" for
+ * "{}". Not an object (an old row's ""): a copy of the text. malloc'd. */
+char *tb_roptions_words(const char *options_json);
+
 /* Numbers for people: "-" for NaN, else printf("%.*f"). Returns buf. */
 const char *tb_rfmt(char *buf, size_t size, double v, int prec);
 

@@ -152,8 +152,11 @@ static char *dims_key(const tb_row_summary *r, const int *used, int use_opts)
             tb_str_appendf(&b, "%s%s", d ? "\t" : "", /* prompt_tokens first: always shown */
                            tb_case_dim_absent(&r->dims, (tb_dim)d) ? "" : tb_case_dim_text(&r->dims, (tb_dim)d, v, sizeof v));
         }
-    if (use_opts)
-        tb_str_appendf(&b, "\t%s", r->swept_options);
+    if (use_opts) {
+        char *words = tb_roptions_words(r->swept_options);
+        tb_str_appendf(&b, "\t%s", words);
+        free(words);
+    }
     return tb_str_take(&b);
 }
 
@@ -285,8 +288,11 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out, size_t width)
                 char v[48];
                 tb_table_cell(t, tb_case_dim_text(&r->dims, (tb_dim)d, v, sizeof v));
             }
-        if (use_opts)
-            tb_table_cell(t, strcmp(r->swept_options, "{}") ? r->swept_options : "-");
+        if (use_opts) {
+            char *words = tb_roptions_words(r->swept_options);
+            tb_table_cell(t, *words ? words : "-");
+            free(words);
+        }
         tb_table_cell(t, status);
         const double tps[] = {r->req_tps_median, r->req_tps_p5, r->aggregate_tps, r->decode_tps};
         for (size_t i = 0; i < TB_ARRAY_LEN(tps); i++) /* tokens/s */
@@ -402,11 +408,16 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out, size_t width)
         for (size_t k = 0; k < n_keys; k++) {
             if (covered[k])
                 continue;
-            char *copy = tb_xstrdup(keys[k]), *save = NULL;
-            int d = 0;
-            for (char *f = strtok_r(copy, "\t", &save); d < nd; f = strtok_r(NULL, "\t", &save), d++)
-                tb_table_cell(s, f && *f && strcmp(f, "{}") ? f : "-");
-            free(copy);
+            /* the key's fields in order, empty ones included (strtok
+             * would skip them and shift the columns after one) */
+            const char *f = keys[k];
+            for (int d = 0; d < nd; d++) {
+                size_t len = f ? strcspn(f, "\t") : 0;
+                char *field = tb_xstrndup(f ? f : "", len);
+                tb_table_cell(s, *field ? field : "-");
+                free(field);
+                f = f && f[len] == '\t' ? f + len + 1 : NULL;
+            }
             for (size_t b = 0; b < n_backends && (int)(nd + b) < ns; b++)
                 tb_table_cell(s, cells[k][b] ? cells[k][b] : "");
         }

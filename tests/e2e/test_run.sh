@@ -40,6 +40,13 @@ claims=$([ "$every" = 1 ] && echo 1 || echo 0)
 [ "$(q "$tmp/default.db" "select count(*) from summary where status = 'ok' and plugin like 'diffusion %' and steps in (2, 4, 8, 16) and nfe = steps and steps_done = steps and abs(tokens_per_forward - 16.0 * batch / steps) < 1e-9")" = 8 ] \
     || fail "default suite: diffusion rows lack steps/NFE/tokens per forward"
 grep -q "side by side: .* @ accuracy, judge perplexity" "$tmp/default.out" || fail "default suite: no side-by-side table with quality"
+# the sdar rows (no block, a swept threshold): "-" under block and the
+# option in words under options, in both tables (issue 39 item 6: an empty
+# field used to shift the next one left, and options showed as JSON)
+sbs_bad=$(sed -n '/^side by side/,/^$/p' "$tmp/default.out" | awk '/threshold/ && !($5 == "-" && $6 == "threshold" && $7 ~ /^0\.[0-9]+$/)')
+[ -z "$sbs_bad" ] && [ "$(sed -n '/^side by side/,/^$/p' "$tmp/default.out" | grep -c threshold)" = 6 ] \
+    || fail "default suite: side-by-side sdar rows misaligned or not in words: $sbs_bad"
+! grep -q '{"threshold"' "$tmp/default.out" || fail "default suite: options shown as JSON: $(grep -m1 '{"threshold"' "$tmp/default.out")"
 # no open loop: no sent rate, and no warning about one (docs/METRICS.md,
 # "The rate sent")
 [ "$(q "$tmp/default.db" "select count(*) from summary where sent_per_s is not null")" = 0 ] && ! grep -q "the load sent" "$tmp/default.out" \

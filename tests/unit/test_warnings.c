@@ -226,7 +226,7 @@ static void test_contradiction(void)
     pair_init(&f, 1.30, 363.8, 2.50, 245.8, 10);
     tb_warnings w;
     tb_warnings_derive(&f.s, &w);
-    CHECK(count(&w, "sdar [prompt 32, new 16, batch 1, steps 4, {\"threshold\":\"0.9\"}]: threshold 0.9 vs 0.5: more "
+    CHECK(count(&w, "sdar [prompt 32, new 16, batch 1, steps 4, threshold 0.9]: threshold 0.9 vs 0.5: more "
                     "forwards per output token (1.30 vs 2.50 tokens/forward) yet faster (363.8 vs 245.8 tok/s "
                     "aggregate, 95% intervals apart): the reverse of what more forwards mean") == 1);
     CHECK(w.n == 1);
