@@ -25,7 +25,11 @@ void tb_request_metrics_compute(int64_t submit_ns, int64_t done_ns, uint32_t n_o
     out->done_ns = done;
     out->ttft_ns = first - submit_ns;
     out->e2e_ns = done - submit_ns;
-    out->tpot_ns = n_out >= 2 ? (double)(out->e2e_ns - out->ttft_ns) / (double)(n_out - 1) : NAN;
+    /* not streamed (the tokens came at one instant: no emission, or
+     * every emission at once): no time between tokens was seen, so none
+     * is reported (not 0) */
+    int streamed = n_em >= 2 && last > first;
+    out->tpot_ns = n_out >= 2 && streamed ? (double)(out->e2e_ns - out->ttft_ns) / (double)(n_out - 1) : NAN;
     out->tps = out->e2e_ns > 0 ? (double)n_out / ((double)out->e2e_ns * 1e-9) : NAN;
 }
 

@@ -46,6 +46,10 @@ grep -q "side by side: .* @ accuracy, judge perplexity" "$tmp/default.out" || fa
 sbs_bad=$(sed -n '/^side by side/,/^$/p' "$tmp/default.out" | awk '/threshold/ && !($5 == "-" && $6 == "threshold" && $7 ~ /^0\.[0-9]+$/)')
 [ -z "$sbs_bad" ] && [ "$(sed -n '/^side by side/,/^$/p' "$tmp/default.out" | grep -c threshold)" = 6 ] \
     || fail "default suite: side-by-side sdar rows misaligned or not in words: $sbs_bad"
+# flow does not stream: no TPOT stored, "-" shown (issue 39 item 7; it was 0)
+[ "$(q "$tmp/default.db" "select count(*) from summary where plugin like 'flow %' and tpot_ms is not null")" = 0 ] \
+    && [ "$(q "$tmp/default.db" "select count(*) from summary where plugin like 'ar %' and tpot_ms > 0")" = 2 ] \
+    || fail "default suite: TPOT stored for flow (not streamed) or missing for ar: $(q "$tmp/default.db" "select backend, tpot_ms from summary")"
 ! grep -q '{"threshold"' "$tmp/default.out" || fail "default suite: options shown as JSON: $(grep -m1 '{"threshold"' "$tmp/default.out")"
 # no open loop: no sent rate, and no warning about one (docs/METRICS.md,
 # "The rate sent")

@@ -111,7 +111,7 @@ static void test_request_no_emissions(void)
     CHECK(m.done_ns == 6000);
     CHECK(m.ttft_ns == 5000); /* TTFT = E2E */
     CHECK(m.e2e_ns == 5000);
-    CHECK(m.tpot_ns == 0);    /* (5000 - 5000) / 3 */
+    CHECK(isnan(m.tpot_ns));  /* not streamed: no time between tokens seen */
     CHECK_REL(m.tps, 800000); /* 4 / 5e-6 */
 }
 
@@ -143,7 +143,7 @@ static void test_request_zero_e2e(void)
     tb_request_metrics_compute(5000, 5000, 2, NULL, 0, &m);
     CHECK(m.ttft_ns == 0);
     CHECK(m.e2e_ns == 0);
-    CHECK(m.tpot_ns == 0); /* (0 - 0) / 1 */
+    CHECK(isnan(m.tpot_ns)); /* not streamed */
     CHECK(isnan(m.tps));
 
     /* An emission at the submit instant, done unknown: also E2E 0. */
@@ -152,6 +152,15 @@ static void test_request_zero_e2e(void)
     tb_request_metrics_compute(7000, 0, 2, em, 2, &m);
     CHECK(m.e2e_ns == 0);
     CHECK(isnan(m.tps));
+    CHECK(isnan(m.tpot_ns)); /* both tokens at one instant: not streamed */
+
+    /* One emission of every token, done reported later: still not
+     * streamed (no time between tokens was seen) */
+    const int64_t one[] = {3000};
+    poison(&m, sizeof m);
+    tb_request_metrics_compute(1000, 9000, 5, one, 1, &m);
+    CHECK(m.ttft_ns == 2000 && m.e2e_ns == 8000);
+    CHECK(isnan(m.tpot_ns));
 }
 
 /* ---------------------------------------------------- per repetition */
@@ -347,7 +356,7 @@ static ref_req ref_request(int64_t submit, int64_t done, uint32_t n_out, const i
         r.done = done;
     r.ttft = first - submit;
     r.e2e = r.done - submit;
-    r.tpot = n_out > 1 ? (double)(r.e2e - r.ttft) / (n_out - 1.0) : NAN;
+    r.tpot = n_out > 1 && n > 1 && last > first ? (double)(r.e2e - r.ttft) / (n_out - 1.0) : NAN;
     r.tps = r.e2e > 0 ? (double)n_out * 1e9 / (double)r.e2e : NAN;
     return r;
 }
