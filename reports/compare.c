@@ -161,7 +161,7 @@ static void backend_differences(const tb_rsession *a, const tb_rsession *b, cons
         tb_str_appendf(out, "%smodel: %s vs %s\n", ind, ba->model, bb->model);
     if (strcmp(ba->dtype, bb->dtype) != 0)
         tb_str_appendf(out, "%sdtype: %s vs %s (not comparable: one dtype per comparison)\n", ind,
-                       *ba->dtype ? ba->dtype : "?", *bb->dtype ? bb->dtype : "?");
+                       *ba->dtype ? ba->dtype : "not reported", *bb->dtype ? bb->dtype : "not reported");
     if (strcmp(ba->plugin, bb->plugin) != 0 || strcmp(ba->plugin_version, bb->plugin_version) != 0)
         tb_str_appendf(out, "%splugin: %s %s vs %s %s\n", ind, ba->plugin, ba->plugin_version, bb->plugin,
                        bb->plugin_version);

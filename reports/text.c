@@ -107,9 +107,11 @@ static void print_header(sqlite3 *db, int64_t session, FILE *out)
         return;
     }
     for (size_t i = 0; i < n; i++)
-        fprintf(out, "  backend %s: %s %s, model \"%s\", dtype %s, device %s%s; capabilities %s\n", b[i].label,
-                b[i].plugin, b[i].plugin_version, b[i].model, *b[i].dtype ? b[i].dtype : "?",
-                *b[i].device ? b[i].device : "?",
+        /* a server's dtype and device are its own: not reported, not
+         * shown (they were "?") */
+        fprintf(out, "  backend %s: %s %s, model \"%s\"%s%s%s%s%s; capabilities %s\n", b[i].label, b[i].plugin,
+                b[i].plugin_version, b[i].model, *b[i].dtype ? ", dtype " : "", b[i].dtype,
+                *b[i].device ? ", device " : "", b[i].device,
                 b[i].random_weights == 1 ? ", RANDOM WEIGHTS (speed only, no quality)" : "", b[i].capabilities);
     tb_row_backends_free(b, n);
 }

@@ -95,6 +95,9 @@ else
 fi
 [ "$(q "$tmp/engine.db" "select count(*) from summary where status = 'ok'")" = 4 ] \
     || fail "engine: expected 4 ok cases: $(q "$tmp/engine.db" "select backend, status, error from summary")"
+# a server's dtype and device are not reported: not shown as "?" (issue 39 item 7)
+grep -q '^  backend closed: http .*; capabilities' "$tmp/engine.out" && ! grep -q 'dtype ?\|device ?' "$tmp/engine.out" \
+    || fail "engine: the http backend's header line: $(grep '^  backend closed' "$tmp/engine.out")"
 [ "$(q "$tmp/engine.db" "select group_concat(concurrency) from summary where backend = 'closed' order by concurrency")" = "1,2,4" ] \
     || fail "engine: concurrencies not stored"
 [ "$(q "$tmp/engine.db" "select request_rate from bench_case c join backend b on b.id = c.backend_id where b.label = 'poisson'")" = 20.0 ] \
