@@ -61,7 +61,15 @@ int tb_report_sessions(sqlite3 *db, int limit, FILE *out)
         tb_table_cellf(t, "%lld", (long long)r->id);
         tb_table_cell(t, r->started_at);
         tb_table_cell(t, r->suite_name);
-        tb_table_cell(t, r->status);
+        if (r->shard_index >= 0 && r->joined_in >= 0)
+            tb_table_cellf(t, "%s, shard %d/%d of #%lld", r->status, r->shard_index, r->shard_count,
+                           (long long)r->joined_in);
+        else if (r->shard_index >= 0)
+            tb_table_cellf(t, "%s, shard %d/%d", r->status, r->shard_index, r->shard_count);
+        else if (r->shard_count > 0)
+            tb_table_cellf(t, "%s, joins %d shards", r->status, r->shard_count);
+        else
+            tb_table_cell(t, r->status);
         tb_table_cellf(t, "%lld", (long long)r->n_ok);
         tb_table_cellf(t, "%lld", (long long)r->n_failed);
         tb_table_cellf(t, "%lld", (long long)r->n_skipped);

@@ -210,7 +210,8 @@ int tb_read_session_list(sqlite3 *db, int limit, tb_row_session_item **out, size
         " (SELECT count(*) FROM bench_case c WHERE c.session_id = s.id AND c.status = 'ok'),"
         " (SELECT count(*) FROM bench_case c WHERE c.session_id = s.id AND c.status = 'failed'),"
         " (SELECT count(*) FROM bench_case c WHERE c.session_id = s.id AND c.status = 'skipped'),"
-        " m.hostname, m.gpu_name, s.git_commit"
+        " m.hostname, m.gpu_name, s.git_commit, s.shard_index, s.shard_count,"
+        " (SELECT min(sh.session_id) FROM shard sh WHERE sh.source_uuid = s.uuid)"
         " FROM session s JOIN machine m ON m.id = s.machine_id ORDER BY s.started_at DESC, s.id DESC LIMIT ?";
     *out = NULL;
     *n = 0;
@@ -233,6 +234,9 @@ int tb_read_session_list(sqlite3 *db, int limit, tb_row_session_item **out, size
         r->hostname = col_str(q, 7);
         r->gpu_name = col_str(q, 8);
         r->git_commit = col_str(q, 9);
+        r->shard_index = sqlite3_column_type(q, 10) == SQLITE_NULL ? -1 : sqlite3_column_int(q, 10);
+        r->shard_count = sqlite3_column_type(q, 11) == SQLITE_NULL ? 0 : sqlite3_column_int(q, 11);
+        r->joined_in = sqlite3_column_type(q, 12) == SQLITE_NULL ? -1 : sqlite3_column_int64(q, 12);
     }
     if (rc != SQLITE_DONE)
         *err = read_error(db, -1, "the sessions");
@@ -263,7 +267,12 @@ int64_t tb_read_last_session(sqlite3 *db)
 {
     sqlite3_stmt *q;
     int64_t id = -1;
-    if (sqlite3_prepare_v2(db, "SELECT id FROM session ORDER BY started_at DESC, id DESC LIMIT 1", -1, &q, NULL) ==
+    /* a shard pooled by a joined session here is not one a user made
+     * last: the join is (issue 39 item 5) */
+    if (sqlite3_prepare_v2(db,
+                           "SELECT id FROM session WHERE uuid NOT IN (SELECT source_uuid FROM shard)"
+                           " ORDER BY started_at DESC, id DESC LIMIT 1",
+                           -1, &q, NULL) ==
             SQLITE_OK &&
         sqlite3_step(q) == SQLITE_ROW && sqlite3_column_type(q, 0) != SQLITE_NULL)
         id = sqlite3_column_int64(q, 0);

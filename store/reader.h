@@ -59,13 +59,16 @@ typedef struct tb_row_session_item {
     int64_t id, n_ok, n_failed, n_skipped;
     char *started_at, *suite_name, *status, *hostname, *git_commit;
     char *gpu_name; /* "": no GPU */
+    int shard_index, shard_count; /* a shard: K of N; a join: -1 of N; else -1, 0 */
+    int64_t joined_in;            /* a shard pooled here: its joined session; else -1 */
 } tb_row_session_item;
 /* The `limit` (<= 0: all) sessions started last. */
 int tb_read_session_list(sqlite3 *db, int limit, tb_row_session_item **out, size_t *n, char **err);
 void tb_row_session_items_free(tb_row_session_item *r, size_t n);
 
 /* The session started last (ids are not in time order once a merge
- * appended older ones); -1 when there is none. */
+ * appended older ones), of those that are not shards pooled by a joined
+ * session here; -1 when there is none. */
 int64_t tb_read_last_session(sqlite3 *db);
 /* The sessions whose id is `id`, or (when there is none) whose uuid
  * starts with `uuid_prefix` (NULL: none): up to two, in *ids; how many

@@ -98,6 +98,13 @@ grep -q "shards: 0 runs joined now, 1 joined before" "$tmp/again.out" \
     || { cat "$tmp/again.out"; fail "merge again"; }
 J=$(q "$tmp/m.db" "select id from session where shard_index is null and shard_count = 4")
 [ -n "$J" ] || { fail "no joined session"; exit 1; }
+# `last` is the joined session, not a shard; `sessions` marks both (issue 39 item 5)
+"$tb" show last --db "$tmp/m.db" >"$tmp/last.out" 2>&1
+head -1 "$tmp/last.out" | grep -q "^session $J " && pass "show last: the joined session" \
+    || fail "show last after the merge: $(head -1 "$tmp/last.out"), the joined session is $J"
+"$tb" sessions --db "$tmp/m.db" >"$tmp/sessions.out" 2>&1
+[ "$(grep -c "shard [0-3]/4 of #$J" "$tmp/sessions.out")" = 4 ] && [ "$(grep -c "joins 4 shards" "$tmp/sessions.out")" = 1 ] \
+    && pass "sessions marks the shards and the join" || fail "sessions: $(cat "$tmp/sessions.out")"
 "$tb" report "$J" --format md --db "$tmp/m.db" >"$tmp/show.out" 2>&1 && grep -q "4 shards joined by db merge" "$tmp/show.out" \
     && pass "the joined session's report names its shards" || fail "report $J: $(grep -i shard "$tmp/show.out")"
 # (into a file, not a pipe: grep -q leaving early would cut the writer off
