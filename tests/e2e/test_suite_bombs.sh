@@ -15,7 +15,8 @@
 #   5. control bytes of a suite are escaped in its errors.
 # Every command runs under a 2 GiB address-space limit (the old loader
 # reached 14.7 GB) and a generous timeout (a hang guard only: each takes
-# well under a second).
+# well under a second; TB_BOMBS_GUARD_S sets it, to run the test against
+# an old build that hangs).
 #
 # usage: test_suite_bombs.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
@@ -28,7 +29,7 @@ null="$build/plugins/null/null.so"
 tbrun() {
     local name=$1
     shift
-    (ulimit -v 2097152 2>/dev/null; exec timeout -k 5 120 "$tb" "$@") >"$tmp/$name.out" 2>"$tmp/$name.err"
+    (ulimit -v 2097152 2>/dev/null; exec timeout -k 5 "${TB_BOMBS_GUARD_S:-120}" "$tb" "$@") >"$tmp/$name.out" 2>"$tmp/$name.err"
     rc=$?
 }
 # expect NAME STATUS TEXT WHAT: the run ended with STATUS and stderr holds TEXT
