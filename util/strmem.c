@@ -187,8 +187,9 @@ char *tb_read_file_max(const char *path, size_t max, size_t *len)
         goto out;
     }
     /* st_size is a hint (0 for /proc files, and a file may grow): read to
-     * the end, never past max + 1 bytes */
-    cap = (size_t)st.st_size + 1 < 4096 ? 4096 : (size_t)st.st_size + 1;
+     * the end, never past max + 1 bytes. Room for the NUL and one byte
+     * more, so a file of its size ends without growing the buffer. */
+    cap = (size_t)st.st_size + 2 < 4096 ? 4096 : (size_t)st.st_size + 2;
     for (;;) {
         if (n + 1 >= cap) {
             size_t want = cap > SIZE_MAX / 2 ? SIZE_MAX : cap * 2;

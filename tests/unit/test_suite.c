@@ -466,6 +466,13 @@ static void test_include_odd_files(void)
     free(putn("big.ini", text, big));
     free(text);
     EXPECT_ERROR("with-big.ini", "include = big.ini\n" BACKEND_OK, "big.ini\": larger than the limit of 1 MiB for a suite file", "");
+    /* exactly the limit is read */
+    text = tb_xmalloc(TB_READ_MAX_SUITE);
+    memset(text, '\n', TB_READ_MAX_SUITE);
+    free(putn("limit.ini", text, TB_READ_MAX_SUITE));
+    free(text);
+    if (load_ok("with-limit.ini", "include = limit.ini\n" BACKEND_OK, &s) == 0)
+        tb_suite_free(&s);
 }
 
 /* Issue 38 item 6: a suite's control bytes are escaped in its errors (an
