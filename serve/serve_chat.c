@@ -90,28 +90,24 @@ int tb_chat_template_load(const char *dir, tb_chat_template *t, char **why)
     if (!dir || stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
         return 0; /* a preset or a remote name: no template */
     char *path = tb_xasprintf("%s/tokenizer_config.json", dir);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        int absent = errno == ENOENT;
-        if (!absent) {
-            *why = tb_xasprintf("%s: %s", path, strerror(errno));
+    size_t len = 0;
+    char *text = tb_read_file_max(path, TB_READ_MAX_CONFIG, &len);
+    if (!text) {
+        if (errno != ENOENT) {
+            char reason[160];
+            *why = tb_xasprintf("%s: %s", path,
+                                tb_read_file_why(errno, TB_READ_MAX_CONFIG, "a tokenizer_config.json", reason,
+                                                 sizeof reason));
             free(path);
             return -1;
         }
         t->where = path;
         return 0;
     }
-    tb_str b = {0};
-    char buf[65536];
-    size_t k;
-    while ((k = fread(buf, 1, sizeof buf, f)) > 0)
-        tb_str_appendn(&b, buf, k);
-    int err = ferror(f);
-    fclose(f);
-    cJSON *j = err ? NULL : cJSON_ParseWithLength(b.s ? b.s : "", b.len);
-    tb_str_free(&b);
+    cJSON *j = cJSON_ParseWithLength(text, len);
+    free(text);
     if (!cJSON_IsObject(j)) {
-        *why = tb_xasprintf("%s: %s", path, err ? "cannot be read" : "not a JSON object");
+        *why = tb_xasprintf("%s: %s", path, "not a JSON object");
         cJSON_Delete(j);
         free(path);
         return -1;

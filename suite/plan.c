@@ -3,6 +3,7 @@
 #include "plan.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include "dims.h"
+#include "utf8.h"
 #include "util.h"
 #include "wire.h"
 
@@ -36,11 +38,16 @@ static void err_at(tb_str *errs, tb_loc loc, const char *key, const char *fmt, .
 
 static void err_at(tb_str *errs, tb_loc loc, const char *key, const char *fmt, ...)
 {
-    tb_str_appendf(errs, "%s:%d: %s: ", loc.file, loc.line, key);
+    tb_str m = {0};
+    tb_str_appendf(&m, "%s:%d: %s: ", loc.file, loc.line, key);
     va_list ap;
     va_start(ap, fmt);
-    tb_str_vappendf(errs, fmt, ap);
+    tb_str_vappendf(&m, fmt, ap);
     va_end(ap);
+    /* it quotes the suite's and plugins' bytes: escaped (the lines of a
+     * prompt set's errors stay lines) */
+    tb_utf8_append_printable(errs, m.s, m.len, 1);
+    tb_str_free(&m);
     tb_str_append(errs, "\n");
 }
 
@@ -269,10 +276,35 @@ static int expand_backend(tb_plan *plan, size_t bi, tb_str *errs)
         if (!(ops->options[opt_axes[k].opt].flags & TB_OPTF_LOAD))
             axes[n_axes++] = opt_axes[k];
 
+    /* Count before building: a few lists of values multiply into
+     * billions of cases (saturating; the suite's total is the limit). */
+    uint64_t count = 1;
+    for (size_t a = 0; a < n_axes; a++)
+        if (__builtin_mul_overflow(count, (uint64_t)axes[a].n, &count))
+            count = UINT64_MAX;
+    if (count > TB_PLAN_MAX_CASES - plan->n_cases) {
+        tb_str why = {0};
+        for (size_t a = 0; a < n_axes; a++)
+            if (axes[a].n > 1)
+                tb_str_appendf(&why, "%s%zu %s", why.len ? " x " : "", axes[a].n,
+                               axes[a].is_option ? ops->options[axes[a].opt].name : tb_dim_name(axes[a].dim));
+        char total[64] = "";
+        if (count != UINT64_MAX && plan->n_cases)
+            snprintf(total, sizeof total, ", %zu in all with the backends before it", (size_t)(count + plan->n_cases));
+        if (count == UINT64_MAX)
+            err_at(errs, sb->loc, "backend", "[backend %s] would have more than 2^64 cases (%s), more than the %d a suite may have",
+                   sb->label, why.s ? why.s : "", TB_PLAN_MAX_CASES);
+        else
+            err_at(errs, sb->loc, "backend", "[backend %s] would have %llu cases (%s)%s, more than the %d a suite may have",
+                   sb->label, (unsigned long long)count, why.s ? why.s : "", total, TB_PLAN_MAX_CASES);
+        tb_str_free(&why);
+        goto done;
+    }
+    plan->cases = tb_xrealloc(plan->cases, (plan->n_cases + (size_t)count) * sizeof *plan->cases);
+
     /* Odometer over the axes, last axis fastest. */
     size_t *idx = tb_xcalloc(n_axes + 1, sizeof(size_t));
     for (;;) {
-        plan->cases = tb_xrealloc(plan->cases, (plan->n_cases + 1) * sizeof *plan->cases);
         tb_case *c = &plan->cases[plan->n_cases];
         memset(c, 0, sizeof *c);
         c->ordinal = ++plan->n_cases;
@@ -675,10 +707,46 @@ static tb_loc option_loc(const tb_plan *plan, const tb_plan_backend *pb, const c
     return pb->sb->loc;
 }
 
+/* A path a backend will open that is neither a regular file nor a folder
+ * (a FIFO, a device, a socket): reading it would block or never end.
+ * Its kind in words, or NULL when it is fine. */
+static const char *odd_file(const struct stat *st)
+{
+    return S_ISREG(st->st_mode) || S_ISDIR(st->st_mode) ? NULL
+           : S_ISFIFO(st->st_mode)                       ? "a FIFO"
+           : S_ISCHR(st->st_mode) || S_ISBLK(st->st_mode) ? "a device"
+           : S_ISSOCK(st->st_mode)                        ? "a socket"
+                                                          : "not a regular file";
+}
+
+/* A model folder's files (config.json, tokenizer.json, weights), one
+ * level, links followed: each must be a regular file or a folder. */
+static void check_model_folder(const tb_suite_backend *sb, tb_str *errs, int *missing)
+{
+    DIR *d = opendir(sb->model);
+    if (!d)
+        return; /* the worker says why */
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.' && (!e->d_name[1] || (e->d_name[1] == '.' && !e->d_name[2])))
+            continue;
+        struct stat st;
+        const char *kind;
+        if (fstatat(dirfd(d), e->d_name, &st, 0) == 0 && (kind = odd_file(&st)) != NULL) {
+            err_at(errs, sb->model_loc, "model", "[backend %s] \"%s/%s\" is %s, not a regular file", sb->label,
+                   sb->model, e->d_name, kind);
+            *missing = 1;
+        }
+    }
+    closedir(d);
+}
+
 /* Files the backends will open, checked before anything runs (a worker
  * would find them missing only when it loads, after the cases before
  * it): the model of a backend with TB_CAP_MODEL_PATH (unless a NAME:...
- * spec such as preset:NAME), and every value of a TB_OPTF_PATH option. */
+ * spec such as preset:NAME), and every value of a TB_OPTF_PATH option.
+ * Each must exist and be a regular file or a folder (in a model folder,
+ * its files too). */
 static void check_files(tb_plan *plan, tb_str *errs, int *missing)
 {
     for (size_t i = 0; i < plan->n_backends; i++) {
@@ -698,31 +766,52 @@ static void check_files(tb_plan *plan, tb_str *errs, int *missing)
             else if (bad && !(plan->suite->models_dir && strchr(sb->model, '/'))) /* else the suite said so */
                 err_at(errs, sb->model_loc, "model", "\"%s\": %s (plugin %s loads a model folder or file here)",
                        sb->model, strerror(errno), ops->name);
+            else if (!bad && !strchr(sb->model, ':') && odd_file(&st)) {
+                err_at(errs, sb->model_loc, "model", "[backend %s] \"%s\" is %s, not a regular file or folder",
+                       sb->label, sb->model, odd_file(&st));
+                bad = 1;
+            } else if (!bad && !strchr(sb->model, ':') && S_ISDIR(st.st_mode)) {
+                check_model_folder(sb, errs, &bad);
+            }
             missing[i] |= bad;
         }
         for (uint32_t o = 0; o < ops->n_options; o++) {
             const tb_option_decl *d = &ops->options[o];
             if (!(d->flags & TB_OPTF_PATH))
                 continue;
-            /* each distinct value of this backend's cases, once */
+            /* each distinct value of this backend's cases, once (a few
+             * values, many cases: kept in a short list) */
+            const char **seen = NULL;
+            size_t n_seen = 0;
             for (size_t ci = 0; ci < plan->n_cases; ci++) {
                 const tb_case *c = &plan->cases[ci];
                 if (c->backend != i || !c->options[o].text[0])
                     continue;
                 const char *v = c->options[o].text;
-                int seen = 0;
-                for (size_t cj = 0; cj < ci && !seen; cj++)
-                    seen = plan->cases[cj].backend == i && strcmp(plan->cases[cj].options[o].text, v) == 0;
-                struct stat st;
-                if (seen || stat(v, &st) == 0)
+                size_t k = 0;
+                while (k < n_seen && strcmp(seen[k], v) != 0)
+                    k++;
+                if (k < n_seen)
                     continue;
+                seen = tb_xrealloc(seen, (n_seen + 1) * sizeof *seen);
+                seen[n_seen++] = v;
+                struct stat st;
+                tb_loc loc = option_loc(plan, pb, d->name);
+                if (stat(v, &st) == 0) {
+                    if (odd_file(&st)) {
+                        missing[i] = 1;
+                        err_at(errs, loc, d->name, "[backend %s] \"%s\" is %s, not a regular file", sb->label, v,
+                               odd_file(&st));
+                    }
+                    continue;
+                }
                 int e = errno;
                 missing[i] = 1;
-                tb_loc loc = option_loc(plan, pb, d->name);
                 char *hint = beside_hint(v, loc);
                 err_at(errs, loc, d->name, "[backend %s] \"%s\": %s%s", sb->label, v, strerror(e), hint);
                 free(hint);
             }
+            free(seen);
         }
     }
 }

@@ -141,6 +141,12 @@ uint64_t tb_case_result_bytes(const tb_plan *plan, const tb_case *c);
  * requests per call (batch, requests, concurrency) or repeat. */
 int tb_plan_check_sizes(const tb_plan *plan, char **err);
 
+/* The most cases a suite may expand into, all backends together: the
+ * product of a backend's lists of values (dimensions and swept options)
+ * is counted before any case is built, and a suite over it is an error
+ * at the backend's line that says how many cases it would have. */
+#define TB_PLAN_MAX_CASES 100000
+
 /* Default requests per call of a closed-loop serving case. */
 uint32_t tb_plan_default_requests(uint32_t concurrency);
 

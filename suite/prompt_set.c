@@ -424,15 +424,11 @@ int tb_prompt_set_load(const char *path, tb_prompt_set *out, char **err)
 {
     memset(out, 0, sizeof *out);
     errs e = {.path = path};
-    struct stat st;
     size_t len = 0;
-    char *text = NULL;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-        errno = EISDIR;
-    else
-        text = tb_read_file(path, &len);
+    char *text = tb_read_file_max(path, TB_READ_MAX_PROMPTS, &len);
     if (!text) {
-        add_err(&e, 0, "%s", strerror(errno));
+        char why[160];
+        add_err(&e, 0, "%s", tb_read_file_why(errno, TB_READ_MAX_PROMPTS, "a prompt set", why, sizeof why));
         *err = errs_take(&e);
         return -1;
     }

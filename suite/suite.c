@@ -23,10 +23,12 @@
 #include <unistd.h>
 
 #include "dims.h"
+#include "utf8.h"
 #include "util.h"
 
 #define MAX_INCLUDE_DEPTH 8
 #define MAX_ERRORS 20
+#define MAX_BACKENDS 1000 /* each has cases of its own; and labels are compared pairwise */
 
 const char *tb_dim_name(tb_dim d)
 {
@@ -96,11 +98,20 @@ typedef struct parser {
     section_kind sec;
     tb_suite_backend *be; /* current backend section (into s->backends,
                              which an include may move: see parse_file) */
-    char **stack;         /* realpaths of files being read (cycle check) */
+    /* Every file read, by realpath, each once: a file named again is
+     * refused (a cycle if it is still being read), so loading is linear
+     * in the suite's text however its includes are drawn. */
+    struct read_file { char *real; const char *name; tb_loc from; int open; } *read;
+    size_t n_read;
+    size_t *stack; /* indexes in read of the files being read, outermost first */
     size_t n_stack;
+    tb_str text;   /* the files' text, as tb_suite.text */
     /* keys seen in the current section of the suite: for duplicates */
     struct seen { char *section; char *key; tb_loc loc; } *seen;
     size_t n_seen;
+    size_t *slots; /* a hash of seen: index + 1, 0 free (a suite may have
+                      many keys: a linear search would be quadratic) */
+    size_t n_slots;
     char *cur_section; /* name of the current section as written */
     int have_suite_name;
 } parser;
@@ -112,16 +123,20 @@ static void add_error(parser *p, tb_loc loc, const char *key, const char *fmt, .
 {
     if (++p->n_errors > MAX_ERRORS)
         return;
+    tb_str m = {0};
     if (loc.line > 0)
-        tb_str_appendf(&p->errors, "%s:%d: ", loc.file, loc.line);
+        tb_str_appendf(&m, "%s:%d: ", loc.file, loc.line);
     else
-        tb_str_appendf(&p->errors, "%s: ", loc.file);
+        tb_str_appendf(&m, "%s: ", loc.file);
     if (key)
-        tb_str_appendf(&p->errors, "%s: ", key);
+        tb_str_appendf(&m, "%s: ", key);
     va_list ap;
     va_start(ap, fmt);
-    tb_str_vappendf(&p->errors, fmt, ap);
+    tb_str_vappendf(&m, fmt, ap);
     va_end(ap);
+    /* the message quotes the suite's bytes: escaped, one line */
+    tb_utf8_append_printable(&p->errors, m.s, m.len, 0);
+    tb_str_free(&m);
     tb_str_append(&p->errors, "\n");
 }
 
@@ -189,49 +204,72 @@ static tb_loc here(parser *p)
     return (tb_loc){p->rd->file, p->rd->line};
 }
 
-/* Expand ${VAR} and ${VAR:-default}. Returns malloc'd text or NULL with an
- * error recorded. */
+/* Expand ${VAR} and ${VAR:-default} in v[0, n) onto out; a default is
+ * expanded in turn, so ${A:-${B}} is B's value when A is unset. 0, or -1
+ * with an error recorded. */
+static int expand_into(parser *p, const char *key, const char *v, size_t n, tb_str *out)
+{
+    const char *end = v + n;
+    while (v < end) {
+        if (!(v[0] == '$' && v + 1 < end && v[1] == '{')) {
+            tb_str_appendn(out, v, 1);
+            v++;
+            continue;
+        }
+        /* the matching '}', past nested ${...} */
+        const char *close = v + 2;
+        for (int depth = 0; close < end; close++) {
+            if (close[0] == '$' && close + 1 < end && close[1] == '{')
+                depth++, close++;
+            else if (*close == '}' && depth-- == 0)
+                break;
+        }
+        if (close >= end) {
+            add_error(p, here(p), key, "unterminated \"${\" (expected ${NAME} or ${NAME:-default})");
+            return -1;
+        }
+        const char *name = v + 2, *dflt = NULL;
+        size_t name_len = (size_t)(close - name);
+        const char *sep = memmem(name, name_len, ":-", 2);
+        if (sep) {
+            dflt = sep + 2;
+            name_len = (size_t)(sep - name);
+        }
+        int ok = name_len > 0;
+        for (size_t k = 0; k < name_len; k++)
+            if (!(isalnum((unsigned char)name[k]) || name[k] == '_'))
+                ok = 0;
+        if (!ok) {
+            add_error(p, here(p), key, "bad environment reference \"${%.*s}\" (expected a name of letters, digits and _)",
+                      (int)(close - name), name);
+            return -1;
+        }
+        char *var = tb_xstrndup(name, name_len);
+        const char *val = getenv(var);
+        if (!val && !dflt) {
+            add_error(p, here(p), key, "environment variable %s is not set (write ${%s:-default} for a fallback)", var,
+                      var);
+            free(var);
+            return -1;
+        }
+        free(var);
+        if (val)
+            tb_str_append(out, val);
+        else if (expand_into(p, key, dflt, (size_t)(close - dflt), out) != 0)
+            return -1;
+        v = close + 1;
+    }
+    return 0;
+}
+
+/* Expand the environment references of a value. Returns malloc'd text or
+ * NULL with an error recorded. */
 static char *expand_env(parser *p, const char *key, const char *v)
 {
     tb_str out = {0};
-    while (*v) {
-        if (v[0] == '$' && v[1] == '{') {
-            const char *close = strchr(v + 2, '}');
-            if (!close) {
-                add_error(p, here(p), key, "unterminated \"${\" (expected ${NAME} or ${NAME:-default})");
-                tb_str_free(&out);
-                return NULL;
-            }
-            char *inner = tb_xstrndup(v + 2, (size_t)(close - v - 2));
-            char *dflt = strstr(inner, ":-");
-            if (dflt) {
-                *dflt = '\0';
-                dflt += 2;
-            }
-            int ok = inner[0] != '\0';
-            for (char *c = inner; *c; c++)
-                if (!(isalnum((unsigned char)*c) || *c == '_'))
-                    ok = 0;
-            if (!ok) {
-                add_error(p, here(p), key, "bad environment reference \"${%s}\" (expected a name of letters, digits and _)", inner);
-                free(inner);
-                tb_str_free(&out);
-                return NULL;
-            }
-            const char *val = getenv(inner);
-            if (!val && !dflt) {
-                add_error(p, here(p), key, "environment variable %s is not set (write ${%s:-default} for a fallback)", inner, inner);
-                free(inner);
-                tb_str_free(&out);
-                return NULL;
-            }
-            tb_str_append(&out, val ? val : dflt);
-            free(inner);
-            v = close + 1;
-        } else {
-            tb_str_appendn(&out, v, 1);
-            v++;
-        }
+    if (expand_into(p, key, v, strlen(v), &out) != 0) {
+        tb_str_free(&out);
+        return NULL;
     }
     return tb_str_take(&out);
 }
@@ -326,15 +364,43 @@ static int parse_seconds_key(parser *p, const char *key, const char *v, double *
     return 0;
 }
 
+static size_t seen_hash(const char *section, const char *key)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a over section, NUL, key */
+    for (const char *c = section;; c++) {
+        h = (h ^ (unsigned char)*c) * 1099511628211ull;
+        if (!*c)
+            break;
+    }
+    for (const char *c = key; *c; c++)
+        h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    return (size_t)h;
+}
+
 static int check_duplicate(parser *p, const char *key)
 {
-    for (size_t i = 0; i < p->n_seen; i++)
-        if (strcmp(p->seen[i].section, p->cur_section) == 0 &&
-            strcmp(p->seen[i].key, key) == 0) {
-            add_error(p, here(p), key, "set twice in [%s] (first at %s:%d)",
-                      p->cur_section, p->seen[i].loc.file, p->seen[i].loc.line);
+    if (2 * (p->n_seen + 1) > p->n_slots) { /* keep it at most half full */
+        size_t n = p->n_slots ? 2 * p->n_slots : 64;
+        free(p->slots);
+        p->slots = tb_xcalloc(n, sizeof *p->slots);
+        p->n_slots = n;
+        for (size_t i = 0; i < p->n_seen; i++) {
+            size_t h = seen_hash(p->seen[i].section, p->seen[i].key) & (n - 1);
+            while (p->slots[h])
+                h = (h + 1) & (n - 1);
+            p->slots[h] = i + 1;
+        }
+    }
+    size_t h = seen_hash(p->cur_section, key) & (p->n_slots - 1);
+    for (; p->slots[h]; h = (h + 1) & (p->n_slots - 1)) {
+        const struct seen *x = &p->seen[p->slots[h] - 1];
+        if (strcmp(x->section, p->cur_section) == 0 && strcmp(x->key, key) == 0) {
+            add_error(p, here(p), key, "set twice in [%s] (first at %s:%d)", p->cur_section, x->loc.file,
+                      x->loc.line);
             return -1;
         }
+    }
+    p->slots[h] = p->n_seen + 1;
     p->seen = tb_xrealloc(p->seen, (p->n_seen + 1) * sizeof *p->seen);
     p->seen[p->n_seen++] = (struct seen){tb_xstrdup(p->cur_section), tb_xstrdup(key), here(p)};
     return 0;
@@ -400,6 +466,12 @@ static void enter_section(parser *p, const char *name)
             return;
         }
         tb_suite *s = p->s;
+        if (s->n_backends >= MAX_BACKENDS) {
+            add_error(p, here(p), NULL, "more than %d [backend] sections (expected fewer)", MAX_BACKENDS);
+            p->sec = SEC_NONE;
+            free(orig);
+            return;
+        }
         for (size_t i = 0; i < s->n_backends; i++)
             if (strcmp(s->backends[i].label, label) == 0) {
                 add_error(p, here(p), NULL, "[backend %s] is defined twice (first at %s:%d)", label,
@@ -668,6 +740,17 @@ static int handler(void *user, const char *section, const char *name, const char
     return 1;
 }
 
+/* "a.ini -> b.ini -> a.ini": the chain of includes from the file at
+ * stack position k to `again`. malloc'd. */
+static char *include_chain(parser *p, size_t k, const char *again)
+{
+    tb_str b = {0};
+    for (; k < p->n_stack; k++)
+        tb_str_appendf(&b, "%s -> ", p->read[p->stack[k]].name);
+    tb_str_append(&b, again);
+    return tb_str_take(&b);
+}
+
 static int parse_file(parser *p, const char *path, tb_loc from)
 {
     tb_suite *s = p->s;
@@ -685,25 +768,39 @@ static int parse_file(parser *p, const char *path, tb_loc from)
         return -1;
     }
     char *real = realpath(full, NULL);
-    size_t len = 0;
-    char *text = real ? tb_read_file(full, &len) : NULL;
-    if (!text) {
-        if (from.file)
-            add_error(p, from, "include", "cannot read \"%s\": %s", full, strerror(errno));
-        else
-            add_error(p, (tb_loc){full, 0}, NULL, "cannot read suite: %s", strerror(errno));
+    for (size_t i = 0; real && i < p->n_read; i++) {
+        if (strcmp(p->read[i].real, real) != 0)
+            continue;
+        if (p->read[i].open) {
+            size_t k = 0;
+            while (p->stack[k] != i)
+                k++;
+            char *chain = include_chain(p, k, full);
+            add_error(p, from, "include", "\"%s\" includes itself (cycle: %s)", full, chain);
+            free(chain);
+        } else if (p->read[i].from.file) {
+            add_error(p, from, "include", "\"%s\" was included before, at %s:%d (a file is read once: include it in one place)",
+                      full, p->read[i].from.file, p->read[i].from.line);
+        } else {
+            add_error(p, from, "include", "\"%s\" is the suite itself (cycle)", full);
+        }
         free(real);
         free(full);
         return -1;
     }
-    for (size_t i = 0; i < p->n_stack; i++)
-        if (strcmp(p->stack[i], real) == 0) {
-            add_error(p, from, "include", "\"%s\" includes itself (cycle)", full);
-            free(real);
-            free(full);
-            free(text);
-            return -1;
-        }
+    size_t len = 0;
+    char *text = real ? tb_read_file_max(full, TB_READ_MAX_SUITE, &len) : NULL;
+    if (!text) {
+        char why[160];
+        tb_read_file_why(errno, TB_READ_MAX_SUITE, "a suite file", why, sizeof why);
+        if (from.file)
+            add_error(p, from, "include", "cannot read \"%s\": %s", full, why);
+        else
+            add_error(p, (tb_loc){full, 0}, NULL, "cannot read suite: %s", why);
+        free(real);
+        free(full);
+        return -1;
+    }
     if (strlen(text) != len) {
         add_error(p, (tb_loc){full, 0}, NULL, "contains a NUL byte (expected a text file)");
         free(real);
@@ -714,15 +811,12 @@ static int parse_file(parser *p, const char *path, tb_loc from)
 
     s->files = tb_xrealloc(s->files, (s->n_files + 1) * sizeof(char *));
     s->files[s->n_files++] = full;
-    p->stack = tb_xrealloc(p->stack, (p->n_stack + 1) * sizeof(char *));
-    p->stack[p->n_stack++] = real;
+    p->read = tb_xrealloc(p->read, (p->n_read + 1) * sizeof *p->read);
+    p->read[p->n_read] = (struct read_file){real, full, from, 1};
+    p->stack = tb_xrealloc(p->stack, (p->n_stack + 1) * sizeof *p->stack);
+    p->stack[p->n_stack++] = p->n_read++;
 
-    tb_str all = {0};
-    if (s->text)
-        tb_str_append(&all, s->text);
-    free(s->text);
-    tb_str_appendf(&all, "%s# ---- %s\n%s", all.len ? "\n" : "", full, text);
-    s->text = tb_str_take(&all);
+    tb_str_appendf(&p->text, "%s# ---- %s\n%s", p->text.len ? "\n" : "", full, text);
 
     file_reader rd = {.p = p, .file = full, .pos = text, .end = text + len};
     file_reader *outer = p->rd;
@@ -748,8 +842,7 @@ static int parse_file(parser *p, const char *path, tb_loc from)
     p->cur_section = outer_section;
     p->sec = outer_sec;
     p->be = outer_be != SIZE_MAX ? &s->backends[outer_be] : NULL;
-    p->n_stack--;
-    free(p->stack[p->n_stack]);
+    p->read[p->stack[--p->n_stack]].open = 0;
     free(text);
     return 0;
 }
@@ -890,7 +983,13 @@ int tb_suite_parse(const char *path, tb_suite *s, char **err)
         free(p.seen[i].key);
     }
     free(p.seen);
+    free(p.slots);
     free(p.stack);
+    for (size_t i = 0; i < p.n_read; i++)
+        free(p.read[i].real);
+    free(p.read);
+    s->text = p.text.len ? tb_str_take(&p.text) : NULL;
+    tb_str_free(&p.text);
     free(p.cur_section);
     if (p.n_errors) {
         *err = tb_str_take(&p.errors);

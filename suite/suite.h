@@ -23,8 +23,14 @@
  *                           that dimension)
  *   [telemetry]             metrics_url, period, metrics, nvml, timeout
  *                           (core/telemetry.h checks them)
- *   include = other.ini     anywhere; path relative to the including file
- *   ${VAR}, ${VAR:-dflt}    environment expansion in every value
+ *   include = other.ini     anywhere; path relative to the including file;
+ *                           each file is read once (a second include of
+ *                           it is an error, a cycle names its chain), a
+ *                           regular file of at most 1 MiB
+ *   ${VAR}, ${VAR:-dflt}    environment expansion in every value; a
+ *                           default is expanded too (${A:-${B}})
+ *
+ * Errors escape the suite's control bytes (\xNN): they are printed.
  *
  * This module only parses and checks what it can without plugins: syntax,
  * known sections and keys, value types of the suite and the dimensions.

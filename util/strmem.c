@@ -4,10 +4,13 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 void *tb_realloc_array(void *p, size_t n, size_t size)
 {
@@ -147,30 +150,116 @@ int64_t tb_now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-char *tb_read_file(const char *path, size_t *len)
+/* errno for a file that is not a regular one. */
+static int not_regular(mode_t m)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    return S_ISDIR(m) ? EISDIR : S_ISCHR(m) || S_ISBLK(m) ? ENODEV : ESPIPE;
+}
+
+char *tb_read_file_max(const char *path, size_t max, size_t *len)
+{
+    /* stat first: a FIFO or device is refused before any open (opening a
+     * FIFO for reading blocks until a writer comes); then open without
+     * blocking and check again what was opened, in case it was swapped. */
+    struct stat st;
+    if (stat(path, &st) != 0)
         return NULL;
-    tb_str b = {0};
-    char chunk[65536];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
-        if (tb_str_try_appendn(&b, chunk, n) != 0)
+    if (!S_ISREG(st.st_mode)) {
+        errno = not_regular(st.st_mode);
+        return NULL;
+    }
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0)
+        return NULL;
+    int e = 0;
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    if (fstat(fd, &st) != 0) {
+        e = errno;
+        goto out;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        e = not_regular(st.st_mode);
+        goto out;
+    }
+    if ((uintmax_t)st.st_size > max) {
+        e = EFBIG;
+        goto out;
+    }
+    /* st_size is a hint (0 for /proc files, and a file may grow): read to
+     * the end, never past max + 1 bytes. Room for the NUL and one byte
+     * more, so a file of its size ends without growing the buffer. */
+    cap = (size_t)st.st_size + 2 < 4096 ? 4096 : (size_t)st.st_size + 2;
+    for (;;) {
+        if (n + 1 >= cap) {
+            size_t want = cap > SIZE_MAX / 2 ? SIZE_MAX : cap * 2;
+            char *nb = realloc(buf, want);
+            if (!nb) {
+                e = ENOMEM;
+                goto out;
+            }
+            buf = nb, cap = want;
+        } else if (!buf && !(buf = malloc(cap))) {
+            e = ENOMEM;
+            goto out;
+        }
+        size_t room = cap - 1 - n;
+        if (room > max - n + 1)
+            room = max - n + 1; /* one byte past max tells it is too large */
+        ssize_t got = read(fd, buf + n, room);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0) {
+            e = EIO;
+            goto out;
+        }
+        if (got == 0)
             break;
-    int err = ferror(f), oom = b.failed;
-    fclose(f);
-    if (err || oom) {
-        tb_str_free(&b);
-        errno = oom ? ENOMEM : EIO;
+        n += (size_t)got;
+        if (n > max) {
+            e = EFBIG;
+            goto out;
+        }
+    }
+    buf[n] = '\0';
+out:
+    close(fd);
+    if (e) {
+        free(buf);
+        errno = e;
         return NULL;
     }
     if (len)
-        *len = b.len;
-    char *s = tb_str_try_take(&b);
-    if (!s)
-        errno = ENOMEM;
-    return s;
+        *len = n;
+    return buf;
+}
+
+char *tb_read_file(const char *path, size_t *len)
+{
+    return tb_read_file_max(path, SIZE_MAX - 1, len);
+}
+
+const char *tb_read_file_why(int err, size_t max, const char *what, char *buf, size_t size)
+{
+    if (err == EFBIG) {
+        if (max % (1u << 30) == 0)
+            snprintf(buf, size, "larger than the limit of %zu GiB for %s", max >> 30, what);
+        else if (max % (1u << 20) == 0)
+            snprintf(buf, size, "larger than the limit of %zu MiB for %s", max >> 20, what);
+        else
+            snprintf(buf, size, "larger than the limit of %zu bytes for %s", max, what);
+    } else if (err == EISDIR) {
+        snprintf(buf, size, "a folder, not a regular file (expected %s)", what);
+    } else if (err == ENODEV) {
+        snprintf(buf, size, "a device, not a regular file (expected %s)", what);
+    } else if (err == ESPIPE) {
+        snprintf(buf, size, "a FIFO or socket, not a regular file (expected %s)", what);
+    } else if (err == ENOMEM) {
+        snprintf(buf, size, "out of memory");
+    } else {
+        snprintf(buf, size, "%s", strerror(err));
+    }
+    return buf;
 }
 
 char *tb_trim(char *s)

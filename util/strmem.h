@@ -49,10 +49,29 @@ void tb_str_free(tb_str *b);
 /* CLOCK_MONOTONIC in ns. */
 int64_t tb_now_ns(void);
 
-/* Read a whole file: malloc'd NUL-terminated text (length in *len if len
- * != NULL), or NULL with errno set (ENOMEM when out of memory, EIO on a
- * read error, else fopen's). */
+/* Read a whole regular file of at most `max` bytes: malloc'd
+ * NUL-terminated text (length in *len if len != NULL), or NULL with errno
+ * set: EFBIG when it holds more than max bytes; EISDIR (a folder), ENODEV
+ * (a device) or ESPIPE (a FIFO or socket) when it is not a regular file,
+ * refused before it is opened for reading, so a FIFO cannot block; ENOMEM
+ * when out of memory, EIO on a read error, else open's. Every read of a
+ * file tokbench is given goes through it, with its kind's limit below. */
+char *tb_read_file_max(const char *path, size_t max, size_t *len);
+/* tb_read_file_max without a size limit: files tokbench trusts (its own
+ * test data, /proc). */
 char *tb_read_file(const char *path, size_t *len);
+/* Why tb_read_file_max failed (its errno), in words for a message that
+ * names the file: "not a regular file (a FIFO or socket)", "larger than
+ * the limit of 1 MiB for a suite file", or strerror's. `what` names the
+ * kind of file ("a suite file"). Written into buf, which is returned. */
+const char *tb_read_file_why(int err, size_t max, const char *what, char *buf, size_t size);
+
+/* The limits of tb_read_file_max by kind of file: far above any real one,
+ * far below what would exhaust memory. */
+#define TB_READ_MAX_SUITE ((size_t)1 << 20)       /* a suite INI file */
+#define TB_READ_MAX_PROMPTS ((size_t)256 << 20)   /* a [prompts] JSONL set */
+#define TB_READ_MAX_CONFIG ((size_t)16 << 20)     /* a model's config.json and its other small JSON files */
+#define TB_READ_MAX_TOKENIZER ((size_t)256 << 20) /* tokenizer.json */
 
 /* Trim ASCII whitespace in place; returns s advanced past leading space. */
 char *tb_trim(char *s);

@@ -79,3 +79,21 @@ void tb_utf8_append_quoted(tb_str *b, const char *s, size_t n, size_t max)
     }
     tb_str_append(b, "\"");
 }
+
+void tb_utf8_append_printable(tb_str *b, const char *s, size_t n, int keep_newlines)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0, run = 0; /* s[run, i) is still to append as it is */
+    while (i < n) {
+        uint32_t cp;
+        size_t l = tb_utf8_decode(u + i, n - i, &cp);
+        if (l && (cp >= 0x20 || cp == '\t' || (keep_newlines && cp == '\n')) && cp != 0x7f) {
+            i += l;
+            continue;
+        }
+        tb_str_appendn(b, s + run, i - run);
+        tb_str_appendf(b, "\\x%02x", u[i]);
+        run = ++i;
+    }
+    tb_str_appendn(b, s + run, n - run);
+}

@@ -29,4 +29,10 @@ int tb_utf8_valid(const char *s, size_t n, size_t *bad);
  * quoting it stays one readable line. */
 void tb_utf8_append_quoted(tb_str *b, const char *s, size_t n, size_t max);
 
+/* Appends s[0..n) to b as it is, but for control bytes (tab and, with
+ * keep_newlines, '\n' aside), DEL and invalid UTF-8, which become \xNN:
+ * a message that echoes a user's text cannot drive the terminal (ESC,
+ * BEL) or start a line of its own. */
+void tb_utf8_append_printable(tb_str *b, const char *s, size_t n, int keep_newlines);
+
 #endif

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <tokbench/backend.h>
 
@@ -131,9 +132,7 @@ static tb_status flow_create(const tb_host *host, const char *model, const tb_op
     if (rc == 0 && strncmp(model, "preset:", 7) != 0) {
         char path[4096];
         snprintf(path, sizeof path, "%s/tokenizer.json", model);
-        FILE *f = fopen(path, "rb");
-        if (f) {
-            fclose(f);
+        if (access(path, F_OK) == 0) { /* not fopen: a FIFO would block */
             rc = tb_tokenizer_load(path, &c->tok, err, err_size);
             if (rc == 0 && tb_tokenizer_vocab_size(c->tok) > (size_t)c->m->cfg.vocab) {
                 snprintf(err, err_size, "%s: %zu tokens, more than the model's vocabulary of %d (config.json)", path,

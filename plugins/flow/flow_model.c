@@ -3,12 +3,14 @@
 #include "flow_model.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "safetensors.h"
+#include "strmem.h"
 
 /* ------------------------------------------------------------- sizes */
 
@@ -175,28 +177,13 @@ static int get_bool(const cJSON *j, const char *key, int def, int *out, const ch
 static int parse_config(const char *path, tb_flow_config *c, char *err, size_t err_size)
 {
     memset(c, 0, sizeof *c);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(err, err_size, "%s: cannot open", path);
-        return -1;
-    }
-    char *text = NULL;
     size_t len = 0;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    if (n < 0 || n > (1 << 20) || !(text = malloc((size_t)n + 1)) || fread(text, 1, (size_t)n, f) != (size_t)n) {
-        snprintf(err, err_size, "%s: %s", path,
-                 n > (1 << 20) ? "larger than 1 MiB"
-                 : n >= 0 && !text ? "out of memory"
-                                   : "cannot read");
-        free(text);
-        fclose(f);
+    char *text = tb_read_file_max(path, TB_READ_MAX_CONFIG, &len);
+    if (!text) {
+        char why[160];
+        snprintf(err, err_size, "%s: %s", path, tb_read_file_why(errno, TB_READ_MAX_CONFIG, "a config.json", why, sizeof why));
         return -1;
     }
-    fclose(f);
-    len = (size_t)n;
-    text[len] = '\0';
     cJSON *j = cJSON_ParseWithLength(text, len);
     free(text);
     if (!cJSON_IsObject(j)) {

@@ -5,6 +5,7 @@
 #include <cjson/cJSON.h>
 #include <ctype.h>
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -36,19 +37,10 @@ static void msg(char *err, size_t size, const char *fmt, ...)
 /* A whole file, at most TB_WL_MAX_FILE bytes. NULL with err set. */
 static char *read_bounded(const char *path, const char *what, char *err, size_t size)
 {
-    struct stat st;
-    if (stat(path, &st) != 0) {
-        msg(err, size, "%s %s: %s", what, path, strerror(errno));
-        return NULL;
-    }
-    if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > TB_WL_MAX_FILE) {
-        msg(err, size, "%s %s: %s", what, path,
-            S_ISREG(st.st_mode) ? "larger than 1 GiB" : "not a regular file");
-        return NULL;
-    }
-    char *text = tb_read_file(path, NULL);
+    char why[160];
+    char *text = tb_read_file_max(path, TB_WL_MAX_FILE, NULL);
     if (!text)
-        msg(err, size, "%s %s: %s", what, path, errno == ENOMEM ? "out of memory" : strerror(errno));
+        msg(err, size, "%s %s: %s", what, path, tb_read_file_why(errno, TB_WL_MAX_FILE, "a workload file", why, sizeof why));
     return text;
 }
 
@@ -84,7 +76,7 @@ int tb_len_hist_parse(const char *name, const char *text, tb_len_hist **out, cha
     *out = NULL;
     tb_len_hist *h = calloc(1, sizeof *h);
     size_t cap = 0;
-    double total = 0, sum = 0;
+    double total = 0;
     if (!h)
         goto nomem;
     size_t line = 0;
@@ -123,7 +115,10 @@ int tb_len_hist_parse(const char *name, const char *text, tb_len_hist **out, cha
         double wgt = strtod(at, &end);
         while (isspace((unsigned char)*end))
             end++;
-        if (end == at || *end || errno || !isfinite(wgt) || wgt < 0) {
+        /* a subnormal weight is a number: strtod's ERANGE for underflow
+         * is no error (an overflow is infinite, refused below) */
+        if (end == at || *end || (errno && !(errno == ERANGE && fabs(wgt) <= DBL_MIN)) || !isfinite(wgt) ||
+            wgt < 0) {
             msg(err, size, "%s:%zu: weight \"%.40s\": expected a number >= 0", name, line, tb_trim((char *)at));
             goto fail;
         }
@@ -143,7 +138,11 @@ int tb_len_hist_parse(const char *name, const char *text, tb_len_hist **out, cha
             cap = nc;
         }
         total += wgt;
-        sum += wgt * ((double)lo + (double)hi) / 2;
+        if (!isfinite(total)) { /* else every draw lands in the last bin */
+            msg(err, size, "%s:%zu: the weights add up past the largest number a double holds (%g): scale them down",
+                name, line, DBL_MAX);
+            goto fail;
+        }
         h->lo[h->n] = lo;
         h->hi[h->n] = hi;
         h->cum[h->n] = total;
@@ -153,7 +152,10 @@ int tb_len_hist_parse(const char *name, const char *text, tb_len_hist **out, cha
         msg(err, size, "%s: no bin with a positive weight: expected lines \"TOKENS WEIGHT\" or \"LO-HI WEIGHT\"", name);
         goto fail;
     }
-    h->mean = sum / total;
+    /* by shares of the total, which cannot overflow */
+    h->mean = 0;
+    for (size_t i = 0; i < h->n; i++)
+        h->mean += (h->cum[i] - (i ? h->cum[i - 1] : 0)) / total * (((double)h->lo[i] + h->hi[i]) / 2);
     *out = h;
     return 0;
 nomem:
@@ -312,6 +314,91 @@ static char *content_text(const cJSON *c, const char **why, size_t *bad_part)
     return s;
 }
 
+/* What is wrong with a line cJSON could not parse, in words: nesting
+ * deeper than cJSON's limit, a lone UTF-16 surrogate escape, or else
+ * where it stopped. */
+static void json_problem(const char *s, size_t n, size_t at, char *buf, size_t size)
+{
+    size_t depth = 0, deepest = 0, lone = SIZE_MAX;
+    unsigned lone_cp = 0;
+    int in_str = 0;
+    for (size_t i = 0; i < n; i++) {
+        char ch = s[i];
+        if (!in_str) {
+            if (ch == '"')
+                in_str = 1;
+            else if (ch == '[' || ch == '{')
+                deepest = ++depth > deepest ? depth : deepest;
+            else if ((ch == ']' || ch == '}') && depth)
+                depth--;
+            continue;
+        }
+        if (ch == '"') {
+            in_str = 0;
+        } else if (ch == '\\' && i + 1 < n && s[i + 1] == 'u') {
+            unsigned cp = 0;
+            if (i + 6 > n || sscanf(s + i + 2, "%4x", &cp) != 1) {
+                i++;
+                continue;
+            }
+            unsigned next = 0;
+            int pair = cp >= 0xD800 && cp <= 0xDBFF && i + 12 <= n && s[i + 6] == '\\' && s[i + 7] == 'u' &&
+                       sscanf(s + i + 8, "%4x", &next) == 1 && next >= 0xDC00 && next <= 0xDFFF;
+            if (cp >= 0xD800 && cp <= 0xDFFF && !pair && lone == SIZE_MAX) {
+                lone = i;
+                lone_cp = cp;
+            }
+            i += pair ? 11 : 5;
+        } else if (ch == '\\') {
+            i++;
+        }
+    }
+    if (deepest > CJSON_NESTING_LIMIT)
+        snprintf(buf, size, "nested %zu levels deep, more than the %d a line may have", deepest, CJSON_NESTING_LIMIT);
+    else if (lone != SIZE_MAX)
+        snprintf(buf, size, "a lone UTF-16 surrogate \\u%04X at column %zu (not a character)", lone_cp, lone + 1);
+    else
+        snprintf(buf, size, "not valid JSON (at column %zu)", at + 1);
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* A key set twice in one object, anywhere in j (sorted: objects may be
+ * large), or NULL; *oom when out of memory. */
+static const char *duplicate_key(const cJSON *j, int *oom)
+{
+    if (!cJSON_IsObject(j) && !cJSON_IsArray(j))
+        return NULL;
+    const cJSON *c;
+    if (cJSON_IsObject(j)) {
+        size_t n = (size_t)cJSON_GetArraySize(j), k = 0;
+        const char **keys = tb_realloc_array(NULL, n, sizeof *keys);
+        if (!keys) {
+            *oom = 1;
+            return NULL;
+        }
+        cJSON_ArrayForEach(c, j) keys[k++] = c->string ? c->string : "";
+        qsort(keys, n, sizeof *keys, cmp_str);
+        const char *dup = NULL;
+        for (k = 1; k < n && !dup; k++)
+            if (strcmp(keys[k - 1], keys[k]) == 0)
+                dup = keys[k];
+        free(keys);
+        if (dup)
+            return dup;
+    }
+    cJSON_ArrayForEach(c, j)
+    {
+        const char *d = duplicate_key(c, oom);
+        if (d || *oom)
+            return d;
+    }
+    return NULL;
+}
+
 /* One line's conversation. 0, or -1 with err naming name:line and the
  * field. */
 static int parse_conversation(const char *name, size_t line, const char *text, size_t len, tb_conversation *c,
@@ -319,11 +406,38 @@ static int parse_conversation(const char *name, size_t line, const char *text, s
 {
     memset(c, 0, sizeof *c);
     c->line = line;
-    cJSON *j = cJSON_ParseWithLength(text, len);
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    if (!j) {
+        char why[160];
+        json_problem(text, len, end && end >= text ? (size_t)(end - text) : 0, why, sizeof why);
+        msg(err, size, "%s:%zu: %s", name, line, why);
+        return -1;
+    }
     if (!cJSON_IsObject(j)) {
         cJSON_Delete(j);
         msg(err, size, "%s:%zu: not a JSON object: expected {\"conversations\": [...]} (ShareGPT) or {\"messages\": "
             "[...]} (OpenAI chat)", name, line);
+        return -1;
+    }
+    size_t rest = (size_t)(end - text);
+    while (rest < len && isspace((unsigned char)text[rest]))
+        rest++;
+    if (rest < len) {
+        cJSON_Delete(j);
+        msg(err, size, "%s:%zu: text after the JSON object at column %zu (expected one object a line)", name, line,
+            rest + 1);
+        return -1;
+    }
+    int oom = 0;
+    const char *dup = duplicate_key(j, &oom);
+    if (dup || oom) {
+        if (oom)
+            msg(err, size, "%s:%zu: out of memory", name, line);
+        else
+            msg(err, size, "%s:%zu: key \"%.40s\" is set twice in one object (which one counts is not defined)", name,
+                line, dup);
+        cJSON_Delete(j);
         return -1;
     }
     const cJSON *conv = cJSON_GetObjectItemCaseSensitive(j, "conversations");
@@ -393,6 +507,11 @@ static int parse_conversation(const char *name, size_t line, const char *text, s
                 "message may only come first; then user and assistant alternate, the user first)",
                 name, line, lname, i, kname, role == ROLE_SYSTEM ? "system" : role == ROLE_USER ? "user" : "assistant",
                 expect == ROLE_USER ? "" : "n", expect == ROLE_USER ? "user" : "assistant");
+            goto fail;
+        } else if (role == ROLE_USER && !value[strspn(value, " \t\r\n")]) {
+            free(value);
+            msg(err, size, "%s:%zu: field %s[%d].%s: an empty user message (a prompt needs text)", name, line, lname,
+                i, vname);
             goto fail;
         } else if (role == ROLE_USER) {
             c->turns[c->n_turns++].user = value;

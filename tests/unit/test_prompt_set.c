@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -210,8 +211,16 @@ static void test_load_errors(void)
     snprintf(want, sizeof want, "%s: No such file or directory", path);
     CHECK_STR(last_err, want);
     CHECK(load(tmpdir, &ps) == -1);
-    snprintf(want, sizeof want, "%s: Is a directory", tmpdir);
+    snprintf(want, sizeof want, "%s: a folder, not a regular file (expected a prompt set)", tmpdir);
     CHECK_STR(last_err, want);
+    /* issue 38 item 1: neither read until memory runs out nor opened to
+     * block on */
+    CHECK(load("/dev/zero", &ps) == -1);
+    CHECK_STR(last_err, "/dev/zero: a device, not a regular file (expected a prompt set)");
+    snprintf(path, sizeof path, "%s/fifo.jsonl", tmpdir);
+    CHECK(mkfifo(path, 0600) == 0);
+    CHECK(load(path, &ps) == -1);
+    CHECK_CONTAINS(last_err, "/fifo.jsonl: a FIFO or socket, not a regular file (expected a prompt set)");
     CHECK_CONTAINS(load_err("empty.jsonl", ""), "empty.jsonl: no prompts: the file is empty");
     CHECK_CONTAINS(load_err("blank.jsonl", "\n  \n\t\r\n"),
                    "blank.jsonl: no prompts: every line is blank");

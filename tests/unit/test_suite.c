@@ -393,10 +393,135 @@ static void test_include_cycle(void)
     char *err = NULL;
     CHECK(tb_suite_load(path, &s, &err) == -1);
     CHECK_CONTAINS(err, "b.ini:3: include:");
-    CHECK_CONTAINS(err, "a.ini\" includes itself (cycle)");
+    /* the chain of includes is named (issue 38 item 1) */
+    char *chain = tb_xasprintf("a.ini\" includes itself (cycle: %s/a.ini -> %s/b.ini -> %s/a.ini)", g_dir, g_dir, g_dir);
+    CHECK_CONTAINS(err, chain);
+    free(chain);
     free(err);
     free(path);
-    EXPECT_ERROR("self.ini", "include = self.ini\n" BACKEND_OK, "self.ini:1: include:", "(cycle)");
+    EXPECT_ERROR("self.ini", "include = self.ini\n" BACKEND_OK, "self.ini:1: include:", "(cycle: ");
+}
+
+/* Issue 38 item 1: each file is read once. Seven files that each include
+ * all the others: the old loader read every chain of them up to the depth
+ * limit (tens of thousands of reads, each copying the text read so far);
+ * now each file is read once and every include of a file read before is
+ * one error: 7 x 6 include lines, 6 of them read a file, 36 errors. */
+static void test_include_each_file_once(void)
+{
+    for (int i = 0; i < 7; i++) {
+        tb_str b = {0};
+        for (int j = 0; j < 7; j++)
+            if (j != i)
+                tb_str_appendf(&b, "include = m%d.ini\n", j);
+        if (i == 0)
+            tb_str_append(&b, BACKEND_OK);
+        char name[16];
+        snprintf(name, sizeof name, "m%d.ini", i);
+        free(put(name, b.s));
+        tb_str_free(&b);
+    }
+    char *path = tb_xasprintf("%s/m0.ini", g_dir);
+    tb_suite s;
+    char *err = NULL;
+    CHECK(tb_suite_load(path, &s, &err) == -1);
+    /* 20 errors shown, the rest counted: 36 in all */
+    CHECK_CONTAINS(err, "... and 16 more errors\n");
+    CHECK_CONTAINS(err, "m1.ini:1: include: ");
+    CHECK_CONTAINS(err, "m0.ini\" includes itself (cycle: ");
+    free(err);
+    free(path);
+
+    /* a diamond: b and c both include d */
+    free(put("dia-d.ini", "[matrix]\nbatch = 1\n"));
+    free(put("dia-b.ini", "include = dia-d.ini\n"));
+    free(put("dia-c.ini", "include = dia-d.ini\n"));
+    char *where = tb_xasprintf("dia-c.ini:1: include: \"%s/dia-d.ini\" was included before, at %s/dia-b.ini:1 (a file "
+                               "is read once: include it in one place)", g_dir, g_dir);
+    EXPECT_ERROR("dia-a.ini", "include = dia-b.ini\ninclude = dia-c.ini\n" BACKEND_OK, where, "");
+    free(where);
+}
+
+/* Issue 38 item 1: a suite file is read only when it is a regular file,
+ * and up to a limit: /dev/zero, a FIFO (opening it would block until a
+ * writer came) and a file over 1 MiB are refused with the reason. */
+static void test_include_odd_files(void)
+{
+    EXPECT_ERROR("zero.ini", "include = /dev/zero\n" BACKEND_OK,
+                 "zero.ini:1: include: cannot read \"/dev/zero\": a device, not a regular file (expected a suite file)", "");
+    char *fifo = tb_xasprintf("%s/fifo.ini", g_dir);
+    CHECK(mkfifo(fifo, 0600) == 0);
+    EXPECT_ERROR("with-fifo.ini", "include = fifo.ini\n" BACKEND_OK, "with-fifo.ini:1: include: cannot read \"",
+                 "fifo.ini\": a FIFO or socket, not a regular file (expected a suite file)");
+    /* the suite itself */
+    tb_suite s;
+    char *err = NULL;
+    CHECK(tb_suite_load(fifo, &s, &err) == -1);
+    CHECK_CONTAINS(err, "fifo.ini: cannot read suite: a FIFO or socket, not a regular file");
+    free(err);
+    free(fifo);
+    size_t big = TB_READ_MAX_SUITE + 1;
+    char *text = tb_xmalloc(big);
+    memset(text, '\n', big);
+    free(putn("big.ini", text, big));
+    free(text);
+    EXPECT_ERROR("with-big.ini", "include = big.ini\n" BACKEND_OK, "big.ini\": larger than the limit of 1 MiB for a suite file", "");
+    /* exactly the limit is read */
+    text = tb_xmalloc(TB_READ_MAX_SUITE);
+    memset(text, '\n', TB_READ_MAX_SUITE);
+    free(putn("limit.ini", text, TB_READ_MAX_SUITE));
+    free(text);
+    if (load_ok("with-limit.ini", "include = limit.ini\n" BACKEND_OK, &s) == 0)
+        tb_suite_free(&s);
+}
+
+/* Issue 38 item 6: a suite's control bytes are escaped in its errors (an
+ * ESC or BEL would reach the terminal; a newline from the environment
+ * would start a line that looks like an error of another file). */
+static void test_error_escapes_control_bytes(void)
+{
+    char *e = load_err("ctl.ini", "[suite]\nwarmup = \x1b[31mred\x07\n" BACKEND_OK);
+    CHECK_CONTAINS(e, "ctl.ini:2: warmup: expected an integer in [0, 1000], got \"\\x1b[31mred\\x07\"");
+    CHECK(strchr(e, 0x1b) == NULL && strchr(e, 0x07) == NULL);
+    free(e);
+    setenv("TB_TEST_NL", "1\nfake.ini:1: warmup: injected", 1);
+    e = load_err("ctl-env.ini", "[suite]\nwarmup = ${TB_TEST_NL}\n" BACKEND_OK);
+    CHECK_CONTAINS(e, "got \"1\\x0afake.ini:1: warmup: injected\"");
+    CHECK(strchr(e, '\n') == e + strlen(e) - 1); /* one line */
+    free(e);
+    unsetenv("TB_TEST_NL");
+}
+
+/* Issue 38 item 6: a default is expanded in turn: ${A:-${B}} is B's value
+ * when A is unset (it was the literal text "${B}"). */
+static void test_env_nested_default(void)
+{
+    setenv("TB_TEST_B", "7", 1);
+    unsetenv("TB_TEST_A");
+    unsetenv("TB_TEST_C");
+    tb_suite s;
+    if (load_ok("nest.ini",
+                "[suite]\n"
+                "repeat = ${TB_TEST_A:-${TB_TEST_B}}\n"
+                "warmup = ${TB_TEST_A:-${TB_TEST_C:-3}}\n"
+                "description = <${TB_TEST_A:-x${TB_TEST_B}y}>${TB_TEST_B}}\n" BACKEND_OK,
+                &s) == 0) {
+        CHECK(s.repeat == 7);
+        CHECK(s.warmup == 3);
+        CHECK_STR(s.description, "<x7y>7}");
+        tb_suite_free(&s);
+    }
+    setenv("TB_TEST_A", "5", 1);
+    if (load_ok("nest2.ini", "[suite]\nrepeat = ${TB_TEST_A:-${TB_TEST_NOPE}}\n" BACKEND_OK, &s) == 0) {
+        CHECK(s.repeat == 5); /* the default is not needed: not expanded */
+        tb_suite_free(&s);
+    }
+    unsetenv("TB_TEST_A");
+    EXPECT_ERROR("nest3.ini", "[suite]\nrepeat = ${TB_TEST_A:-${TB_TEST_C}}\n" BACKEND_OK,
+                 "nest3.ini:2: repeat: environment variable TB_TEST_C is not set", "");
+    EXPECT_ERROR("nest4.ini", "[suite]\nrepeat = ${TB_TEST_A:-${TB_TEST_B}\n" BACKEND_OK,
+                 "nest4.ini:2: repeat: unterminated \"${\"", "");
+    unsetenv("TB_TEST_B");
 }
 
 static void test_include_missing_file(void)
@@ -833,6 +958,10 @@ int main(void)
     test_include_relative_path();
     test_include_before_sections_and_inside_backend();
     test_include_cycle();
+    test_include_each_file_once();
+    test_include_odd_files();
+    test_error_escapes_control_bytes();
+    test_env_nested_default();
     test_include_missing_file();
     test_include_error_names_included_file();
 

@@ -142,7 +142,7 @@ static void test_dataset(void)
     } bad[] = {
         {"{\"conversations\": []}\n", "d.jsonl:1: field conversations: expected a non-empty list"},
         {"[1]\n", "d.jsonl:1: not a JSON object"},
-        {"{\"conversations\": [{\"from\": \"human\", \"value\": \"x\"}\n", "d.jsonl:1: not a JSON object"},
+        {"{\"conversations\": [{\"from\": \"human\", \"value\": \"x\"}\n", "d.jsonl:1: not valid JSON (at column 50)"},
         {"{\"prompt\": \"x\"}\n", "d.jsonl:1: no \"conversations\" (ShareGPT) or \"messages\" (OpenAI chat) list"},
         {"\n{\"conversations\": [{\"from\": \"human\", \"value\": 3}]}\n",
          "d.jsonl:2: field conversations[0].value: expected a string"},
@@ -170,6 +170,81 @@ static void test_dataset(void)
             fprintf(stderr, "  dataset %zu: \"%s\", want \"%s\"\n", i, err, bad[i].want);
         CHECK(strstr(err, bad[i].want) != NULL);
     }
+}
+
+/* Issue 38 item 15: weights whose sum passes DBL_MAX are refused (every
+ * draw came from the last bin); a subnormal weight is a number. */
+static void test_histogram_weights(void)
+{
+    char err[512] = "";
+    tb_len_hist *h = NULL;
+    CHECK(tb_len_hist_parse("h.txt", "5 1e308\n9 1e308\n", &h, err, sizeof err) == -1 && h == NULL);
+    CHECK_CONTAINS(err, "h.txt:2: the weights add up past the largest number a double holds");
+    err[0] = '\0';
+    CHECK(tb_len_hist_parse("h.txt", "5 1e-320\n9 1e-320\n", &h, err, sizeof err) == 0);
+    if (!h) {
+        fprintf(stderr, "  subnormal weights: %s\n", err);
+        return;
+    }
+    tb_len_dist d = {.kind = TB_LEN_HISTOGRAM, .min = 1, .max = 100, .hist = h};
+    tb_arrival_rng r;
+    tb_arrival_rng_seed(&r, 7);
+    size_t fives = 0, nines = 0, n = 4000;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t x = tb_len_draw(&d, &r);
+        fives += x == 5;
+        nines += x == 9;
+    }
+    CHECK(fives + nines == n);
+    CHECK_NEAR((double)fives / n, 0.5, 0.05);
+    tb_len_hist_free(h);
+}
+
+/* Issue 38 item 15: what a dataset line must be, each fault named. */
+static void test_dataset_strict(void)
+{
+    char deep[2200];
+    size_t k = (size_t)snprintf(deep, sizeof deep, "{\"conversations\": ");
+    for (int i = 0; i < 1001; i++)
+        deep[k++] = '[';
+    for (int i = 0; i < 1001; i++)
+        deep[k++] = ']';
+    snprintf(deep + k, sizeof deep - k, "}\n");
+    const struct {
+        const char *text, *want;
+    } bad[] = {
+        {"{\"conversations\": [{\"from\": \"human\", \"value\": \"x\"}]} x\n",
+         "d.jsonl:1: text after the JSON object at column 54 (expected one object a line)"},
+        {"{\"conversations\": [{\"from\": \"human\", \"value\": \"x\"}]}{}\n", "d.jsonl:1: text after the JSON object"},
+        {"{\"conversations\": [{\"from\": \"human\", \"value\": \"x\"}], \"conversations\": []}\n",
+         "d.jsonl:1: key \"conversations\" is set twice in one object"},
+        {"{\"conversations\": [{\"from\": \"human\", \"value\": \"x\", \"value\": \"y\"}]}\n",
+         "d.jsonl:1: key \"value\" is set twice in one object"},
+        {"{\"conversations\": [{\"from\": \"human\", \"value\": \"\"}]}\n",
+         "d.jsonl:1: field conversations[0].value: an empty user message (a prompt needs text)"},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": \" \\n\"}]}\n",
+         "d.jsonl:1: field messages[0].content: an empty user message"},
+        {deep, "d.jsonl:1: nested 1002 levels deep, more than the 1000 a line may have"},
+        {"{\"conversations\": [{\"from\": \"human\", \"value\": \"a\\ud800b\"}]}\n",
+         "d.jsonl:1: a lone UTF-16 surrogate \\uD800 at column 49 (not a character)"},
+        {"{\"conversations\": [{\"from\": \"human\", \"value\": \"\\udc00\"}]}\n", "a lone UTF-16 surrogate \\uDC00"},
+    };
+    char err[512];
+    tb_dataset *d = NULL;
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        err[0] = '\0';
+        CHECK(tb_dataset_parse("d.jsonl", bad[i].text, &d, err, sizeof err) == -1 && d == NULL);
+        if (!strstr(err, bad[i].want))
+            fprintf(stderr, "  dataset %zu: \"%s\", want \"%s\"\n", i, err, bad[i].want);
+        CHECK(strstr(err, bad[i].want) != NULL);
+        tb_dataset_free(d);
+        d = NULL;
+    }
+    /* a pair of surrogates is one character, and whitespace after the
+     * object is no fault */
+    CHECK(tb_dataset_parse("d.jsonl", "{\"conversations\": [{\"from\": \"human\", \"value\": \"\\ud83d\\ude00\"}]}  \r\n",
+                           &d, err, sizeof err) == 0);
+    tb_dataset_free(d);
 }
 
 static void test_sessions(const char *tok_path)
@@ -274,6 +349,8 @@ int main(int argc, char **argv)
     test_distributions();
     test_histogram();
     test_dataset();
+    test_dataset_strict();
+    test_histogram_weights();
     if (argc > 1)
         test_sessions(argv[1]);
     else

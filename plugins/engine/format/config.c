@@ -747,10 +747,12 @@ int tb_config_parse(const char *json, const char *path, tb_model_config *cfg, ch
 int tb_config_load(const char *path, tb_model_config *cfg, char *err, size_t err_size)
 {
     size_t len;
-    char *text = tb_read_file(path, &len);
+    char *text = tb_read_file_max(path, TB_READ_MAX_CONFIG, &len);
     if (!text) {
+        char why[160];
+        tb_read_file_why(errno, TB_READ_MAX_CONFIG, "a config.json", why, sizeof why);
         memset(cfg, 0, sizeof *cfg);
-        snprintf(err, err_size, "%s: %s", path, errno == ENOMEM ? "out of memory" : strerror(errno));
+        snprintf(err, err_size, "%s: %s", path, why);
         return -1;
     }
     size_t nul = strlen(text);

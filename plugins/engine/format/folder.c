@@ -47,11 +47,12 @@ static int read_json(const char *dir, const char *name, char *path, size_t path_
     *out = NULL;
     snprintf(path, path_size, "%s/%s", dir, name);
     size_t len;
-    char *text = tb_read_file(path, &len);
+    char *text = tb_read_file_max(path, TB_READ_MAX_CONFIG, &len);
     if (!text) {
         if (errno == ENOENT)
             return 0;
-        snprintf(err, err_size, "%s: %s", path, errno == ENOMEM ? "out of memory" : strerror(errno));
+        char why[160];
+        snprintf(err, err_size, "%s: %s", path, tb_read_file_why(errno, TB_READ_MAX_CONFIG, "a model's JSON file", why, sizeof why));
         return -1;
     }
     const char *end = NULL;

@@ -533,14 +533,15 @@ int tb_weights_open(const char *model_dir, tb_weights **out, char *err, size_t e
     if (!index)
         return done(w, set_err(&e, "%s: out of memory", model_dir), out);
     size_t len;
-    char *text = tb_read_file(index, &len);
+    char *text = tb_read_file_max(index, TB_READ_MAX_CONFIG, &len);
     int rc;
     if (text) {
         rc = strlen(text) != len ? set_err(&e, "%s: not valid JSON (NUL byte)", index)
                                  : open_index(w, model_dir, index, text, &e);
         free(text);
     } else if (errno != ENOENT) {
-        rc = set_err(&e, "%s: %s", index, errno == ENOMEM ? "out of memory" : strerror(errno));
+        char why[160];
+        rc = set_err(&e, "%s: %s", index, tb_read_file_why(errno, TB_READ_MAX_CONFIG, "a safetensors index", why, sizeof why));
     } else {
         char *single = tb_asprintf("%s/model.safetensors", model_dir);
         rc = single ? map_file(w, single, &e) : set_err(&e, "%s: out of memory", model_dir);

@@ -1114,9 +1114,11 @@ int tb_tokenizer_load(const char *path, tb_tokenizer **out, char *err, size_t er
 {
     *out = NULL;
     size_t len;
-    char *text = tb_read_file(path, &len);
-    if (!text)
-        return FAIL("%s", errno == ENOMEM ? "out of memory" : strerror(errno));
+    char *text = tb_read_file_max(path, TB_READ_MAX_TOKENIZER, &len);
+    if (!text) {
+        char why[160];
+        return FAIL("%s", tb_read_file_why(errno, TB_READ_MAX_TOKENIZER, "a tokenizer.json", why, sizeof why));
+    }
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     size_t at = end ? (size_t)(end - text) : 0;
