@@ -377,10 +377,11 @@ static int stop_asked(int fd_in)
     return poll(&p, 1, 0) > 0;
 }
 
-/* One scrape, on a multi handle watched beside the runner's pipe: the
- * case's end (or Ctrl-C) stops it at once, whatever the endpoint does, so
- * a hung endpoint never holds up a case or a signal (issue 38, item 10).
- * 1: the runner asked to stop meanwhile (the scrape is abandoned). */
+/* One scrape, on a multi handle watched beside the runner's pipe: at the
+ * case's end (or Ctrl-C) a scrape in flight gets TB_TELEMETRY_GRACE_MS
+ * more (at most its timeout) and is then abandoned, whatever the endpoint
+ * does, so a hung endpoint never holds up a case or a signal (issue 38,
+ * item 10). 1: the runner asked to stop meanwhile. */
 static int scrape(sampler *sm, CURLM *m, CURL *e, int64_t t, int fd_in)
 {
     sm->scrapes++;
@@ -390,18 +391,26 @@ static int scrape(sampler *sm, CURLM *m, CURL *e, int64_t t, int fd_in)
         scrape_failed(sm, "cannot start a transfer");
         return 0;
     }
-    int running = 1, stopped = 0;
+    int running = 1, stopped = 0, abandon = 0;
+    int64_t until = 0; /* once stopped: the end of the grace */
     CURLcode rc = CURLE_OK;
     for (;;) {
-        if (curl_multi_perform(m, &running) != CURLM_OK)
+        if (curl_multi_perform(m, &running) != CURLM_OK || !running)
             break;
-        if (!running)
-            break;
-        struct curl_waitfd w = {.fd = fd_in, .events = CURL_WAIT_POLLIN};
-        curl_multi_poll(m, &w, 1, 1000, NULL);
-        if (stop_asked(fd_in)) {
-            stopped = 1;
-            break;
+        if (!stopped) {
+            struct curl_waitfd w = {.fd = fd_in, .events = CURL_WAIT_POLLIN};
+            curl_multi_poll(m, &w, 1, 1000, NULL);
+            if ((stopped = stop_asked(fd_in))) {
+                double grace_ms = fmin(TB_TELEMETRY_GRACE_MS, sm->cfg->timeout_s * 1000);
+                until = tb_now_ns() + (int64_t)(grace_ms * 1e6);
+            }
+        } else { /* the pipe stays readable: wait on the transfer alone */
+            int64_t left = until - tb_now_ns();
+            if (left <= 0) {
+                abandon = 1;
+                break;
+            }
+            curl_multi_poll(m, NULL, 0, (int)((left + 999999) / 1000000), NULL);
         }
     }
     int left;
@@ -410,7 +419,7 @@ static int scrape(sampler *sm, CURLM *m, CURL *e, int64_t t, int fd_in)
         if (msg->msg == CURLMSG_DONE)
             rc = msg->data.result;
     curl_multi_remove_handle(m, e);
-    if (stopped) { /* not a failure of the endpoint's: said apart */
+    if (abandon) { /* not a failure of the endpoint's: said apart */
         sm->scrapes--;
         sm->abandoned++;
         return 1;
@@ -419,15 +428,15 @@ static int scrape(sampler *sm, CURLM *m, CURL *e, int64_t t, int fd_in)
     curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &code);
     if (sm->too_large) {
         scrape_failed(sm, "a response larger than %u MiB", TB_TELEMETRY_MAX_BODY >> 20);
-        return 0;
+        return stopped;
     }
     if (rc != CURLE_OK) {
         scrape_failed(sm, "%s", curl_easy_strerror(rc));
-        return 0;
+        return stopped;
     }
     if (code != 200) {
         scrape_failed(sm, "HTTP %ld", code);
-        return 0;
+        return stopped;
     }
     const char *src = sm->cfg->metrics_url;
     size_t bad = 0, line_no = 0;
@@ -458,7 +467,7 @@ static int scrape(sampler *sm, CURLM *m, CURL *e, int64_t t, int fd_in)
     }
     if (bad && !sm->partial++)
         snprintf(sm->first_partial, sizeof sm->first_partial, "%zu malformed lines; first: %s", bad, first_bad);
-    return 0;
+    return stopped;
 }
 #endif
 

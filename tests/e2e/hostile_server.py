@@ -12,7 +12,8 @@ fault_server.py's healthy OpenAI-compatible server (whose paths it keeps).
                             headers and 2 chunks, then nothing
   GET  /hang_metrics        accepts, reads the request, never answers (a
                             hung Prometheus endpoint)
-  GET  /metrics             a healthy exposition (one gauge)
+  GET  /metrics             a healthy exposition (one gauge), counted
+                            ("metrics")
   GET  /stats               fault_server's, plus "x_secret" (requests that
                             carried an X-Secret header: a header injected
                             through a CR/LF in a key), "auth" (requests
@@ -30,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fault_server  # noqa: E402
 from fault_server import count, stats, stats_lock  # noqa: E402
 
-stats.update({"x_secret": 0, "auth": 0, "hang_metrics": 0})
+stats.update({"x_secret": 0, "auth": 0, "hang_metrics": 0, "metrics": 0})
 
 
 def bump(key):
@@ -49,6 +50,7 @@ class Hostile(fault_server.Handler):
             self.wait_for_client_to_leave()
             return
         if self.path == "/metrics":
+            bump("metrics")
             body = b"# TYPE up gauge\nup 1\n"
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
