@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -155,9 +156,14 @@ int cmd_run(const cli_command *cmd, const cli_args *c, const char *cmdline)
         return 2;
     }
     int rc = 1;
+    size_t n_secrets;
+    const char **secrets = tb_plan_secrets(&plan, &n_secrets);
+    if (n_secrets) /* this process and its children hold them: no core dump */
+        prctl(PR_SET_DUMPABLE, 0);
     tb_store *st = open_store(c->db, 0);
     if (!st)
         goto out;
+    tb_store_set_secrets(st, secrets, n_secrets); /* what it stores is redacted with them */
     tb_machine_info mi;
     tb_machine_info_collect(&mi);
     int64_t machine = tb_store_machine(st, &mi, &err);
@@ -233,6 +239,7 @@ int cmd_run(const cli_command *cmd, const cli_args *c, const char *cmdline)
                                                    : 0;
 out:
     tb_store_close(st);
+    free(secrets);
     tb_plan_free(&plan);
     tb_suite_free(&suite);
     return rc;

@@ -13,6 +13,15 @@
  * short calls must not spend its time drawing. */
 #define REDRAW_NS (100 * 1000000LL)
 
+/* Print one line (a newline added), redacted: no secret of the run and no
+ * URL's credentials reach the terminal or a log file (util/redact.h). */
+static void put_line(tb_progress *p, const char *text)
+{
+    char *r = tb_xredact(text, p->secrets, p->n_secrets);
+    fprintf(p->out, "%s\n", r);
+    free(r);
+}
+
 void tb_progress_init(tb_progress *p, size_t n_cases, uint64_t n_calls)
 {
     memset(p, 0, sizeof *p);
@@ -177,8 +186,10 @@ void tb_progress_done(tb_progress *p, const char *backend, const char *label, co
     free(p->label);
     p->backend = p->label = NULL;
     clear_bar(p);
-    fprintf(p->out, "[%zu/%zu] %-7s %s %s%s%s\n", p->done, p->total, status, backend, label,
-            detail && *detail ? ": " : "", detail ? detail : "");
+    char *line = tb_xasprintf("[%zu/%zu] %-7s %s %s%s%s", p->done, p->total, status, backend, label,
+                              detail && *detail ? ": " : "", detail ? detail : "");
+    put_line(p, line);
+    free(line);
     fflush(p->out);
 }
 
@@ -186,7 +197,7 @@ void tb_progress_log(tb_progress *p, const char *line)
 {
     int redraw = p->drawn;
     clear_bar(p);
-    fprintf(p->out, "%s\n", line);
+    put_line(p, line);
     if (redraw)
         draw_bar(p);
     else
@@ -196,7 +207,7 @@ void tb_progress_log(tb_progress *p, const char *line)
 void tb_progress_note(tb_progress *p, const char *msg)
 {
     clear_bar(p);
-    fprintf(p->out, "%s\n", msg);
+    put_line(p, msg);
     fflush(p->out);
 }
 

@@ -39,6 +39,10 @@ typedef struct tb_progress {
     tb_progress_case cur;
     int have_cur;
     uint32_t cur_done;    /* its calls done */
+    /* the run's secret values (tb_plan_secrets, borrowed): every line
+     * printed is redacted with them, URL credentials too (util/redact.h) */
+    const char *const *secrets;
+    size_t n_secrets;
 } tb_progress;
 
 /* n_cases cases, n_calls calls in all (warm-ups included) of those that

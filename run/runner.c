@@ -415,6 +415,10 @@ tb_run_outcome tb_runner_run(tb_plan *plan, tb_store *store, int64_t session_id,
             rs.next_ordinal = c->ordinal + 1;
     }
     tb_progress_init(&rs.progress, n_cases, calls);
+    size_t n_secrets;
+    const char **secrets = tb_plan_secrets(plan, &n_secrets); /* printed lines are redacted with them */
+    rs.progress.secrets = secrets;
+    rs.progress.n_secrets = n_secrets;
     for (size_t bi = 0; bi < plan->n_backends && !interrupted && !rs.store_failed; bi++)
         run_backend(&rs, bi);
     tb_progress_finish(&rs.progress);
@@ -425,6 +429,7 @@ tb_run_outcome tb_runner_run(tb_plan *plan, tb_store *store, int64_t session_id,
             note_error(&rs.progress, err);
     }
 
+    free(secrets);
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
     sigaction(SIGPIPE, &old_pipe, NULL);

@@ -308,6 +308,7 @@ typedef struct sampler {
     size_t dropped;           /* points past the bounds */
     size_t scrapes, failed;   /* scrapes of metrics_url; those that got nothing */
     size_t partial;           /* scrapes with malformed lines (the others kept) */
+    size_t abandoned;         /* scrapes unanswered when the runner stopped it */
     char first_partial[256];
     char first_error[256];
     char nvml_note[256];
@@ -369,25 +370,73 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *user)
     return n;
 }
 
-static void scrape(sampler *sm, CURL *e, int64_t t)
+/* Is the runner's stop (its end of the pipe closed) there? */
+static int stop_asked(int fd_in)
+{
+    struct pollfd p = {.fd = fd_in, .events = POLLIN};
+    return poll(&p, 1, 0) > 0;
+}
+
+/* One scrape, on a multi handle watched beside the runner's pipe: at the
+ * case's end (or Ctrl-C) a scrape in flight gets TB_TELEMETRY_GRACE_MS
+ * more (at most its timeout) and is then abandoned, whatever the endpoint
+ * does, so a hung endpoint never holds up a case or a signal (issue 38,
+ * item 10). 1: the runner asked to stop meanwhile. */
+static int scrape(sampler *sm, CURLM *m, CURL *e, int64_t t, int fd_in)
 {
     sm->scrapes++;
     sm->body_len = 0;
     sm->too_large = 0;
-    CURLcode rc = curl_easy_perform(e);
+    if (curl_multi_add_handle(m, e) != CURLM_OK) {
+        scrape_failed(sm, "cannot start a transfer");
+        return 0;
+    }
+    int running = 1, stopped = 0, abandon = 0;
+    int64_t until = 0; /* once stopped: the end of the grace */
+    CURLcode rc = CURLE_OK;
+    for (;;) {
+        if (curl_multi_perform(m, &running) != CURLM_OK || !running)
+            break;
+        if (!stopped) {
+            struct curl_waitfd w = {.fd = fd_in, .events = CURL_WAIT_POLLIN};
+            curl_multi_poll(m, &w, 1, 1000, NULL);
+            if ((stopped = stop_asked(fd_in))) {
+                double grace_ms = fmin(TB_TELEMETRY_GRACE_MS, sm->cfg->timeout_s * 1000);
+                until = tb_now_ns() + (int64_t)(grace_ms * 1e6);
+            }
+        } else { /* the pipe stays readable: wait on the transfer alone */
+            int64_t left = until - tb_now_ns();
+            if (left <= 0) {
+                abandon = 1;
+                break;
+            }
+            curl_multi_poll(m, NULL, 0, (int)((left + 999999) / 1000000), NULL);
+        }
+    }
+    int left;
+    CURLMsg *msg;
+    while ((msg = curl_multi_info_read(m, &left)))
+        if (msg->msg == CURLMSG_DONE)
+            rc = msg->data.result;
+    curl_multi_remove_handle(m, e);
+    if (abandon) { /* not a failure of the endpoint's: said apart */
+        sm->scrapes--;
+        sm->abandoned++;
+        return 1;
+    }
     long code = 0;
     curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &code);
     if (sm->too_large) {
         scrape_failed(sm, "a response larger than %u MiB", TB_TELEMETRY_MAX_BODY >> 20);
-        return;
+        return stopped;
     }
     if (rc != CURLE_OK) {
         scrape_failed(sm, "%s", curl_easy_strerror(rc));
-        return;
+        return stopped;
     }
     if (code != 200) {
         scrape_failed(sm, "HTTP %ld", code);
-        return;
+        return stopped;
     }
     const char *src = sm->cfg->metrics_url;
     size_t bad = 0, line_no = 0;
@@ -418,6 +467,7 @@ static void scrape(sampler *sm, CURL *e, int64_t t)
     }
     if (bad && !sm->partial++)
         snprintf(sm->first_partial, sizeof sm->first_partial, "%zu malformed lines; first: %s", bad, first_bad);
+    return stopped;
 }
 #endif
 
@@ -528,6 +578,9 @@ static void dump(sampler *sm, int fd)
     if (sm->failed)
         fprintf(f, "N\t%zu of %zu scrapes of %s failed (first: %s)\n", sm->failed, sm->scrapes,
                 sm->cfg->metrics_url, sm->first_error);
+    if (sm->abandoned && !sm->scrapes)
+        fprintf(f, "N\tno scrape of %s answered while the case ran (the last one abandoned at its end)\n",
+                sm->cfg->metrics_url);
     if (sm->partial)
         fprintf(f, "N\t%zu of %zu scrapes of %s had lines that are not the exposition format, skipped (first "
                    "scrape: %s)\n", sm->partial, sm->scrapes, sm->cfg->metrics_url, sm->first_partial);
@@ -548,9 +601,15 @@ static void child(void *arg, int fd_in, int fd_out)
         nvml_open(&nv, sm.nvml_note, sizeof sm.nvml_note);
 #ifdef TB_HAVE_CURL
     CURL *e = NULL;
+    CURLM *m = NULL;
     if (cfg->metrics_url) {
         sm.body = tb_xmalloc(TB_TELEMETRY_MAX_BODY);
         e = curl_easy_init();
+        m = curl_multi_init();
+        if (e && !m) {
+            curl_easy_cleanup(e);
+            e = NULL;
+        }
         if (e) {
             curl_easy_setopt(e, CURLOPT_URL, cfg->metrics_url);
             curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
@@ -567,8 +626,8 @@ static void child(void *arg, int fd_in, int fd_out)
         int64_t now = tb_now_ns();
         if (now >= next) {
 #ifdef TB_HAVE_CURL
-            if (e)
-                scrape(&sm, e, now - t0);
+            if (e && scrape(&sm, m, e, now - t0, fd_in))
+                break; /* stopped while scraping */
 #endif
             if (nv.lib)
                 nvml_sample(&sm, &nv, now - t0);
@@ -588,6 +647,8 @@ static void child(void *arg, int fd_in, int fd_out)
 #ifdef TB_HAVE_CURL
     if (e)
         curl_easy_cleanup(e);
+    if (m)
+        curl_multi_cleanup(m);
 #endif
     if (nv.lib)
         nv.shutdown();
@@ -628,6 +689,22 @@ int tb_telemetry_stop(tb_telemetry *t, tb_case_record *rec, char **note, char **
     *note = NULL;
     close(t->proc.to_fd); /* the child's poll wakes: it hands over and exits */
     t->proc.to_fd = -1;
+    /* It answers at once, a scrape in flight or not; a sampler that does
+     * not (stuck in NVML, say) is killed rather than waited for. */
+    int64_t until = tb_now_ns() + (int64_t)TB_TELEMETRY_STOP_S * 1000000000;
+    struct pollfd pf = {.fd = t->proc.from_fd, .events = POLLIN};
+    int ready;
+    while ((ready = poll(&pf, 1, 100)) == 0 || (ready < 0 && errno == EINTR))
+        if (tb_now_ns() >= until)
+            break;
+    if (ready <= 0) {
+        tb_proc_kill(&t->proc);
+        *err = tb_xasprintf("telemetry: the sampler did not hand over within %d s of the case's end; killed (its "
+                            "samples are lost)",
+                            TB_TELEMETRY_STOP_S);
+        free(t);
+        return -1;
+    }
     FILE *f = fdopen(dup(t->proc.from_fd), "r");
     tb_str notes = {0};
     int rc = 0;

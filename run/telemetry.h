@@ -19,7 +19,11 @@
  * it keeps what it samples in its own memory (bounded: TB_TELEMETRY_MAX_*)
  * and hands it over at the stop, so the runner, which waits on the
  * backend meanwhile, reads nothing during the case. A scrape is bounded
- * (body, line, series); one that fails is counted, not fatal. */
+ * (body, line, series); one that fails is counted, not fatal. A scrape
+ * never holds up the case: the sampler watches the runner's stop beside
+ * the scrape's socket, and a scrape in flight at the stop gets
+ * TB_TELEMETRY_GRACE_MS more, then is abandoned (a hung endpoint delays
+ * neither a case's end nor Ctrl-C by more than that). */
 #ifndef TB_TELEMETRY_H
 #define TB_TELEMETRY_H
 
@@ -33,6 +37,12 @@
 #define TB_TELEMETRY_MAX_LINE 65536       /* bytes of one exposition line */
 #define TB_TELEMETRY_MAX_SERIES 4096      /* distinct series kept per case */
 #define TB_TELEMETRY_MAX_POINTS 2000000   /* points kept per case */
+#define TB_TELEMETRY_GRACE_MS 1000       /* a scrape in flight at a case's end:
+                                             time left to it (at most its
+                                             timeout), then abandoned */
+#define TB_TELEMETRY_STOP_S 5             /* the sampler's hand-over at a case's
+                                             end, at most (it answers within
+                                             the grace above); else killed */
 
 typedef struct tb_telemetry_config {
     char *metrics_url; /* NULL: no scraping */

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -543,6 +544,15 @@ void tb_worker_main(const tb_plan *plan, size_t backend, int fd_in, int fd_out)
 
     tb_worker w = {.plan = plan, .pb = &plan->backends[backend], .fd_out = fd_out};
     tb_worker_host_init(&w);
+    /* Secrets (issue 38, item 4): a worker holding any (its plugin
+     * declares secret options, or the plan has secret values, copied in
+     * at the fork) writes no core dump, and its log lines are redacted. */
+    w.secrets = tb_plan_secrets(plan, &w.n_secrets);
+    int secret_opts = 0;
+    for (uint32_t i = 0; w.pb->plugin.ops && i < w.pb->plugin.ops->n_options; i++)
+        secret_opts |= (w.pb->plugin.ops->options[i].flags & TB_OPTF_SECRET) != 0;
+    if (secret_opts || w.n_secrets)
+        prctl(PR_SET_DUMPABLE, 0);
 
     /* The plugin is loaded here, never in the runner (which has only its
      * table's data): the table must be the one the plan was made with. */
@@ -581,6 +591,7 @@ void tb_worker_main(const tb_plan *plan, size_t backend, int fd_in, int fd_out)
     if (w.ctx)
         w.ops->destroy(w.ctx);
     free(w.scratch);
+    free(w.secrets);
     tb_worker_child_exit();
 }
 

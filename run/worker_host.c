@@ -30,6 +30,7 @@ static void host_log(const tb_host *h, tb_log_level level, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
+    tb_redact_buf(line, sizeof line, (const char *const *)w->secrets, w->n_secrets);
     fprintf(stderr, "[%s] %s: %s\n", w->pb->sb->label, names[level <= 3 ? level : 3], line);
 }
 

@@ -70,6 +70,8 @@ typedef struct tb_worker {
     uint32_t *step_map;         /* identity: emissions name slots */
     struct tb_step_end *step_ends; /* [n_slots]: step()'s report */
     tb_str step_out;            /* the step's EMIT frames, sent with STEPPED */
+    const char **secrets; /* tb_plan_secrets: log lines are redacted */
+    size_t n_secrets;
     char *scratch; /* detokenized text */
     size_t scratch_cap;
 } tb_worker;

@@ -27,6 +27,16 @@ static char *col_str_or_null(sqlite3_stmt *q, int i)
     return sqlite3_column_type(q, i) == SQLITE_NULL ? NULL : col_str(q, i);
 }
 
+/* A free text as reports render it: URL credentials redacted
+ * (util/redact.h), also in a database written before the store redacted
+ * them (the secret values themselves are not known here). */
+static char *col_free_text(sqlite3_stmt *q, int i)
+{
+    char *t = col_str(q, i), *r = tb_xredact(t, NULL, 0);
+    free(t);
+    return r;
+}
+
 static double col_num(sqlite3_stmt *q, int i)
 {
     return sqlite3_column_type(q, i) == SQLITE_NULL ? NAN : sqlite3_column_double(q, i);
@@ -154,12 +164,12 @@ int tb_read_session(sqlite3 *db, int64_t id, tb_row_session *s, char **err)
     s->suite_name = col_str(q, i++);
     s->suite_path = col_str(q, i++);
     s->suite_sha256 = col_str(q, i++);
-    s->suite_text = col_str(q, i++);
+    s->suite_text = col_free_text(q, i++);
     s->tokbench_version = col_str(q, i++);
     s->git_commit = col_str(q, i++);
     s->compiler = col_str(q, i++);
     s->cuda_build_version = col_str(q, i++);
-    s->command_line = col_str(q, i++);
+    s->command_line = col_free_text(q, i++);
     s->started_at = col_str(q, i++);
     s->finished_at = col_str(q, i++);
     s->status = col_str(q, i++);
@@ -444,7 +454,7 @@ int tb_read_cases(sqlite3 *db, int64_t session, tb_row_case **out, size_t *n, ch
         int i = dim_values(q, 3, &c->dims);
         c->options_json = col_str(q, i++);
         c->status = col_str(q, i++);
-        c->error = col_str(q, i++);
+        c->error = col_free_text(q, i++);
         c->peak_device_mib = col_num(q, i++);
         c->host_rss_mib = col_num(q, i++);
         c->energy_j_per_token = col_num(q, i++);
@@ -578,7 +588,7 @@ int tb_read_searches(sqlite3 *db, int64_t session, tb_row_search **out, size_t *
         x->ttft_p99_ms = col_num(q, 9);
         x->tpot_p99_ms = col_num(q, 10);
         x->goodput_pct = col_num(q, 11);
-        x->error = col_str_or_null(q, 12);
+        x->error = sqlite3_column_type(q, 12) == SQLITE_NULL ? NULL : col_free_text(q, 12);
     }
     if (rc != SQLITE_DONE)
         *err = read_error(db, session, "the searches of session %lld", (long long)session);
@@ -632,7 +642,7 @@ int tb_read_summary(sqlite3 *db, int64_t session, tb_row_summary **out, size_t *
         int i = dim_values(q, 1, &r->dims);
         r->swept_options = col_str(q, i++);
         r->status = col_str(q, i++);
-        r->error = col_str(q, i++);
+        r->error = col_free_text(q, i++);
         double *nums[] = {&r->req_tps_median, &r->req_tps_p5, &r->aggregate_tps, &r->decode_tps, &r->ttft_ms,
                           &r->tpot_ms, &r->e2e_ms, &r->e2e_p95_ms, &r->ttft_p99_ms, &r->nfe, &r->tokens_per_forward,
                           &r->agg_tps_cv, &r->peak_device_mib};
@@ -781,7 +791,7 @@ int tb_read_session_json(sqlite3 *db, int64_t session, char **json, char **err)
     }
     sqlite3_bind_int64(q, 1, session);
     if (sqlite3_step(q) == SQLITE_ROW)
-        *json = col_str(q, 0);
+        *json = col_free_text(q, 0);
     else /* json() of a column that is not JSON fails the whole query: name the row */
         *err = read_error(db, session, "session %lld", (long long)session);
     sqlite3_finalize(q);

@@ -25,6 +25,8 @@ extern const size_t tb_n_migrations;
 struct tb_store {
     sqlite3 *db;
     char *notice; /* what opening did that the user should hear of, or NULL */
+    const char *const *secrets; /* tb_store_set_secrets: borrowed */
+    size_t n_secrets;
 };
 
 const char *tb_store_default_path(void)
@@ -581,6 +583,21 @@ static void bind_text(sqlite3_stmt *q, int i, const char *s)
         sqlite3_bind_null(q, i);
 }
 
+void tb_store_set_secrets(tb_store *st, const char *const *secrets, size_t n)
+{
+    st->secrets = secrets;
+    st->n_secrets = n;
+}
+
+/* A free text (an error, an output, the suite's text): bound redacted
+ * (util/redact.h), so no secret enters the database by any path. */
+static void bind_free_text(const tb_store *st, sqlite3_stmt *q, int i, const char *s)
+{
+    char *r = tb_xredact(s, st->secrets, st->n_secrets);
+    bind_text(q, i, r);
+    free(r);
+}
+
 /* NaN and infinities are stored as NULL: "not measured". */
 static void bind_real(sqlite3_stmt *q, int i, double v)
 {
@@ -781,13 +798,15 @@ int64_t tb_store_session_begin(tb_store *st, const tb_session_info *si, char **e
     random_uuid(uuid);
     tb_utc_timestamp(now);
     const tb_suite *s = si->suite;
-    tb_sha256_hex(s->text, strlen(s->text), sha);
+    char *text = tb_xredact(s->text, st->secrets, st->n_secrets); /* the sha256 of what is stored */
+    tb_sha256_hex(text, strlen(text), sha);
     bind_text(q, 1, uuid);
     sqlite3_bind_int64(q, 2, si->machine_id);
     bind_text(q, 3, s->name);
     bind_text(q, 4, s->path);
     bind_text(q, 5, sha);
-    bind_text(q, 6, s->text);
+    bind_text(q, 6, text);
+    free(text);
     bind_text(q, 7, TB_VERSION);
     bind_text(q, 8, TB_GIT_COMMIT);
 #ifdef __clang__
@@ -796,7 +815,7 @@ int64_t tb_store_session_begin(tb_store *st, const tb_session_info *si, char **e
     bind_text(q, 9, "gcc " __VERSION__);
 #endif
     bind_text(q, 10, TB_CUDA_BUILD_VERSION);
-    bind_text(q, 11, si->command_line);
+    bind_free_text(st, q, 11, si->command_line);
     bind_text(q, 12, now);
     sqlite3_bind_int(q, 13, s->warmup);
     sqlite3_bind_int(q, 14, s->repeat);
@@ -953,7 +972,7 @@ int tb_store_search_end(tb_store *st, int64_t id, const tb_search_result *r, cha
         bind_real(q, 2, r->sync_rate);
         bind_real(q, 3, r->max_rate);
         bind_real(q, 4, r->slo_rate);
-        bind_text(q, 5, r->error);
+        bind_free_text(st, q, 5, r->error);
         sqlite3_bind_int64(q, 6, id);
         if (sqlite3_step(q) != SQLITE_DONE)
             why = db_error(st);
@@ -1021,7 +1040,7 @@ const size_t tb_n_request_columns = TB_ARRAY_LEN(tb_request_columns);
 /* Bind column `col` at parameter i from the record at `rec` (its field
  * at col->offset); a special one (offset unused) from the record and the
  * context: the case, the request's slot idx. */
-static void bind_column(sqlite3_stmt *q, int i, const tb_store_column *col, const void *rec,
+static void bind_column(const tb_store *st, sqlite3_stmt *q, int i, const tb_store_column *col, const void *rec,
                         const tb_case_record *cr, uint32_t idx)
 {
     const char *p = (const char *)rec + col->offset;
@@ -1067,9 +1086,9 @@ static void bind_column(sqlite3_stmt *q, int i, const tb_store_column *col, cons
         memcpy(&d, p, sizeof d);
         bind_real(q, i, d);
         return;
-    case TB_COL_TEXT:
+    case TB_COL_TEXT: /* errors, output texts */
         memcpy(&t, p, sizeof t);
-        bind_text(q, i, t);
+        bind_free_text(st, q, i, t);
         return;
     case TB_COL_HASH: {
         memcpy(&u64, p, sizeof u64);
@@ -1131,7 +1150,7 @@ static int insert_samples(tb_store *st, int64_t case_id, const tb_case_record *r
         sqlite3_reset(qs);
         sqlite3_bind_int64(qs, 1, case_id);
         for (size_t k = 0; k < tb_n_sample_columns; k++)
-            bind_column(qs, 2 + (int)k, &tb_sample_columns[k], s, rec, 0);
+            bind_column(st, qs, 2 + (int)k, &tb_sample_columns[k], s, rec, 0);
         if (sqlite3_step(qs) != SQLITE_DONE) {
             *why = db_error(st);
             ok = 0;
@@ -1143,7 +1162,7 @@ static int insert_samples(tb_store *st, int64_t case_id, const tb_case_record *r
             sqlite3_reset(qr);
             sqlite3_bind_int64(qr, 1, sample_id);
             for (size_t k = 0; k < tb_n_request_columns; k++)
-                bind_column(qr, 2 + (int)k, &tb_request_columns[k], q, rec, r);
+                bind_column(st, qr, 2 + (int)k, &tb_request_columns[k], q, rec, r);
             if (sqlite3_step(qr) != SQLITE_DONE) {
                 *why = db_error(st);
                 ok = 0;
@@ -1188,8 +1207,8 @@ static int insert_telemetry(tb_store *st, int64_t case_id, const tb_case_record 
     for (size_t i = 0; ok && i < rec->n_tseries; i++) {
         sqlite3_reset(qs);
         sqlite3_bind_int64(qs, 1, case_id);
-        bind_text(qs, 2, rec->tseries[i].source);
-        bind_text(qs, 3, rec->tseries[i].name);
+        bind_free_text(st, qs, 2, rec->tseries[i].source);
+        bind_free_text(st, qs, 3, rec->tseries[i].name);
         if (sqlite3_step(qs) != SQLITE_DONE) {
             *why = db_error(st);
             ok = 0;
@@ -1300,7 +1319,7 @@ int64_t tb_store_case(tb_store *st, const tb_case_record *rec, char **err)
         }
         bind_text(q, i++, c->swept_json);
         bind_text(q, i++, rec->status);
-        bind_text(q, i++, rec->error);
+        bind_free_text(st, q, i++, rec->error);
         bind_text(q, i++, rec->started_at);
         bind_text(q, i++, rec->finished_at);
         bind_opt_int(q, i++, rec->case_wall_ns);

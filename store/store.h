@@ -209,6 +209,13 @@ int tb_store_backend_info(tb_store *st, int64_t backend_id, const char *info_jso
  * transaction. Returns the case id, or -1 with *err (nothing written). */
 int64_t tb_store_case(tb_store *st, const tb_case_record *rec, char **err);
 
+/* The run's secret values (tb_plan_secrets; borrowed until the store is
+ * closed or they are set again): every free text the store writes from
+ * then on (case, request and search errors, output texts, the suite text
+ * and its sha256, the command line, telemetry series) is redacted with
+ * them by tb_redact (util/redact.h), URL credentials too, also with none. */
+void tb_store_set_secrets(tb_store *st, const char *const *secrets, size_t n);
+
 /* ----------------------------------------------------------- copying rows */
 
 /* A writer of rows of one table given its columns by name: how `db

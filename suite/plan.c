@@ -1190,6 +1190,31 @@ void tb_plan_free(tb_plan *plan)
     memset(plan, 0, sizeof *plan);
 }
 
+const char **tb_plan_secrets(const tb_plan *plan, size_t *n)
+{
+    const char **out = NULL;
+    *n = 0;
+    for (size_t i = 0; i <= plan->n_cases; i++) {
+        const tb_case *c = i < plan->n_cases ? &plan->cases[i] : plan->has_judge_load ? &plan->judge_load : NULL;
+        if (!c)
+            break;
+        const tb_backend_ops *ops = plan->backends[c->backend].plugin.ops;
+        for (uint32_t k = 0; ops && k < c->n_options && k < ops->n_options; k++) {
+            const char *v = c->options[k].text;
+            if (!(ops->options[k].flags & TB_OPTF_SECRET) || !v || !*v)
+                continue;
+            size_t j = 0;
+            while (j < *n && strcmp(out[j], v) != 0)
+                j++;
+            if (j == *n) {
+                out = tb_xrealloc(out, (*n + 1) * sizeof *out);
+                out[(*n)++] = v;
+            }
+        }
+    }
+    return out;
+}
+
 /* Is `key` a secret option of some backend's plugin in this plan? */
 static int secret_key(const tb_plan *plan, const char *key, size_t len)
 {

@@ -182,6 +182,13 @@ void tb_plan_print(const tb_plan *plan, FILE *out);
  * "(secret)": a key written into a suite never reaches the database. */
 void tb_plan_redact_suite_text(tb_plan *plan);
 
+/* The values of the TB_OPTF_SECRET options of the plan's cases (the
+ * judge's load case too), each non-empty value once: what tb_redact
+ * (util/redact.h) hides in every text the run prints or stores. A
+ * malloc'd array of strings borrowed from the plan (NULL when none); *n
+ * its length. */
+const char **tb_plan_secrets(const tb_plan *plan, size_t *n);
+
 void tb_plan_free(tb_plan *plan);
 
 #endif

@@ -121,3 +121,13 @@ void tb_sha256_hex(const void *data, size_t n, char out[65])
     }
     out[64] = '\0';
 }
+
+char *tb_xredact(const char *text, const char *const *secrets, size_t n)
+{
+    if (!text)
+        return NULL;
+    char *r = tb_redact(text, secrets, n);
+    if (!r)
+        out_of_memory(strlen(text));
+    return r;
+}

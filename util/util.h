@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "redact.h"
 #include "strmem.h"
 
 void *tb_xmalloc(size_t n);
@@ -27,6 +28,9 @@ void tb_str_appendf(tb_str *b, const char *fmt, ...)
 void tb_str_vappendf(tb_str *b, const char *fmt, va_list ap);
 /* Detach the buffer (never NULL; "" when empty); b is reset. */
 char *tb_str_take(tb_str *b);
+
+/* tb_redact (redact.h) that aborts when out of memory; NULL for NULL. */
+char *tb_xredact(const char *text, const char *const *secrets, size_t n);
 
 /* Wall clock as "YYYY-MM-DDTHH:MM:SS.mmmZ" (UTC) into buf[32]. */
 void tb_utc_timestamp(char buf[32]);

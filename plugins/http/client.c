@@ -17,7 +17,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "redact.h"
 #include "sse.h"
+#include "strmem.h"
 
 #define MAX_BODY ((size_t)64 << 20) /* default bound of a response, bytes */
 #define ERR_BODY ((size_t)512)      /* kept of an error response */
@@ -154,10 +156,16 @@ static void fail(xfer *x, tb_status st, const char *fmt, ...)
         return; /* the first cause is the one that counts */
     x->failed = 1;
     x->res->status = st;
+    /* whole, then redacted, then cut: a server that echoes the key (a
+     * 401 saying "Bearer sk-...") never gets it into the error */
+    char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(x->res->error, sizeof x->res->error, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    const tb_http_target *t = x->lp && x->lp->c ? x->lp->c->t : NULL;
+    tb_redact_buf(msg, sizeof msg, t ? t->secrets : NULL, t ? t->n_secrets : 0);
+    tb_strlcpy(x->res->error, msg, sizeof x->res->error);
     make_printable(x->res->error);
 }
 
@@ -373,6 +381,17 @@ static void error_message(const xfer *x, char *out, size_t size)
     tb_oai_chunk_free(&ch);
 }
 
+/* Did a connection carry this transfer (a new one or a reused one)? */
+static int connected(const xfer *x)
+{
+    curl_off_t connect_t = 0, pretransfer_t = 0;
+    long request_size = 0;
+    curl_easy_getinfo(x->easy, CURLINFO_CONNECT_TIME_T, &connect_t);
+    curl_easy_getinfo(x->easy, CURLINFO_PRETRANSFER_TIME_T, &pretransfer_t);
+    curl_easy_getinfo(x->easy, CURLINFO_REQUEST_SIZE, &request_size);
+    return x->bytes > 0 || x->mode != 0 || connect_t > 0 || pretransfer_t > 0 || request_size > 0;
+}
+
 static void classify(xfer *x, CURLcode rc)
 {
     tb_http_result *r = x->res;
@@ -387,15 +406,13 @@ static void classify(xfer *x, CURLcode rc)
         case CURLE_SSL_CONNECT_ERROR:
             fail(x, TB_ERR_IO, "connect: %s", why);
             return;
-        case CURLE_OPERATION_TIMEDOUT: {
-            curl_off_t connected = 0;
-            curl_easy_getinfo(x->easy, CURLINFO_CONNECT_TIME_T, &connected);
-            if (connected == 0)
-                fail(x, TB_ERR_TIMEOUT, "connect: %s", why);
-            else
-                fail(x, TB_ERR_TIMEOUT, "timeout: %s", why);
+        case CURLE_OPERATION_TIMEDOUT:
+            /* connect only when no connection carried the request: a
+             * reused keep-alive connection has a connect time of 0, so
+             * what happened on the wire decides (bytes received, the
+             * request sent, the transfer begun). */
+            fail(x, TB_ERR_TIMEOUT, "%s: %s", connected(x) ? "timeout" : "connect", why);
             return;
-        }
         case CURLE_UNSUPPORTED_PROTOCOL: /* "Received HTTP/0.9": not HTTP at all */
         case CURLE_WEIRD_SERVER_REPLY:
             fail(x, TB_ERR_IO, "malformed_stream: not an HTTP response: %s", why);
@@ -415,7 +432,7 @@ static void classify(xfer *x, CURLcode rc)
     curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &code);
     r->http_status = code;
     if (code < 200 || code >= 300) {
-        char msg[96];
+        char msg[ERR_BODY + 1]; /* whole: fail() redacts before it cuts */
         error_message(x, msg, sizeof msg);
         const char *cls = code == 429 ? "http_429: " : code >= 500 && code < 600 ? "http_5xx: "
                                                    : code >= 400 && code < 500   ? "http_4xx: "

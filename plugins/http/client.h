@@ -41,6 +41,10 @@ typedef struct tb_http_client tb_http_client;
 typedef struct tb_http_target {
     const char *url;                  /* the endpoint's full URL */
     const struct curl_slist *headers; /* every request's headers */
+    const char *const *secrets;       /* values no error may show (the
+                                         API key, secret headers):
+                                         redacted (util/redact.h) */
+    size_t n_secrets;
     int stream;                       /* SSE response expected */
     long connect_timeout_ms, timeout_ms;
     size_t max_response_bytes;        /* a larger body (streamed or not)

@@ -38,6 +38,8 @@
 #include "client.h"
 #include "json_options.h"
 #include "prompts.h"
+#include "redact.h"
+#include "strmem.h"
 #include "tokenizer.h"
 #include "workload.h"
 
@@ -199,6 +201,11 @@ typedef struct http_ctx {
     tb_prompt_vocab *vocab;
     tb_http_client *client;
     struct curl_slist *headers; /* holds the API key: wiped on destroy */
+    /* the API key and the secret headers' values (copies, wiped on
+     * destroy): every message of this plugin is redacted with them
+     * (util/redact.h), whatever a server echoes back */
+    char **secrets;
+    size_t n_secrets;
     char *describe_json;
     /* the last call's requests (output text lives in the client) */
     tb_http_result *results;
@@ -219,6 +226,7 @@ static void set_error(http_ctx *c, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(c->error, sizeof c->error, fmt, ap);
     va_end(ap);
+    tb_redact_buf(c->error, sizeof c->error, (const char *const *)c->secrets, c->n_secrets);
 }
 
 static const tb_option_value *opt(const tb_option_value *v, uint32_t n, int which)
@@ -290,6 +298,22 @@ static void check_options(const tb_option_value *v, uint32_t n, char *why, size_
                            "(names: HTTP tokens; values: no control characters)");
             return;
         }
+    }
+    /* The key goes into a header line: a CR or LF in it would end the
+     * line and add headers of its own (issue 38, item 4). Not quoted: it
+     * is a secret. */
+    const char *key_env_name = opt_s(v, n, OPT_API_KEY_ENV);
+    const char *env_key = *key_env_name ? getenv(key_env_name) : NULL;
+    if (!tb_http_field_value_ok(opt_s(v, n, OPT_API_KEY))) {
+        snprintf(why, size, "api_key: a control character (CR, LF, ...) in the key: refused (it would end the "
+                       "Authorization header and add others)");
+        return;
+    }
+    if (env_key && !tb_http_field_value_ok(env_key)) {
+        snprintf(why, size, "api_key_env: environment variable %s holds a control character (CR, LF, ...): "
+                       "refused (it would end the Authorization header and add others)",
+                 key_env_name);
+        return;
     }
     if (*opt_s(v, n, OPT_API_KEY) && *opt_s(v, n, OPT_API_KEY_ENV)) {
         snprintf(why, size, "api_key and api_key_env: give one of them");
@@ -466,6 +490,19 @@ static int add_header(http_ctx *c, const char *line)
     return 1;
 }
 
+/* Keep a copy of a secret value (redact.h); 0 when out of memory. */
+static int add_secret(http_ctx *c, const char *value)
+{
+    char **v = tb_realloc_array(c->secrets, c->n_secrets + 1, sizeof *v);
+    if (!v)
+        return 0;
+    c->secrets = v;
+    if (!(v[c->n_secrets] = strdup(value)))
+        return 0;
+    c->n_secrets++;
+    return 1;
+}
+
 static void wipe_headers(struct curl_slist *h)
 {
     for (struct curl_slist *it = h; it; it = it->next)
@@ -480,6 +517,11 @@ static void http_destroy(void *p)
         return;
     tb_http_client_free(c->client);
     wipe_headers(c->headers);
+    for (size_t i = 0; i < c->n_secrets; i++) {
+        explicit_bzero(c->secrets[i], strlen(c->secrets[i]));
+        free(c->secrets[i]);
+    }
+    free(c->secrets);
     tb_prompt_vocab_free(c->vocab);
     tb_tokenizer_free(c->tok);
     for (uint32_t i = 0; i < c->n_cap && c->bodies; i++)
@@ -596,10 +638,11 @@ static tb_status http_create(const tb_host *host, const char *model, const tb_op
     const char *key_opt = opt_s(options, n_options, OPT_API_KEY);
     if (ok && (*key_env || *key_opt)) {
         const char *key = *key_opt ? key_opt : getenv(key_env);
+        ok = add_secret(c, key);
         size_t len = strlen(key) + 32;
         char *line = malloc(len);
-        ok = line != NULL;
-        if (line) {
+        ok &= line != NULL;
+        if (line && ok) {
             snprintf(line, len, "Authorization: Bearer %s", key);
             ok = add_header(c, line);
             explicit_bzero(line, len);
@@ -610,8 +653,8 @@ static tb_status http_create(const tb_host *host, const char *model, const tb_op
         char **lines;
         int k = tb_http_header_lines(opt_s(options, n_options, which ? OPT_SECRET_HEADERS : OPT_HEADERS), &lines);
         ok = k >= 0; /* checked at load: -1 here is memory */
-        for (int i = 0; i < k && ok; i++)
-            ok = add_header(c, lines[i]);
+        for (int i = 0; i < k && ok; i++) /* a secret header's value: after "Name: " */
+            ok = add_header(c, lines[i]) && (!which || add_secret(c, strchr(lines[i], ':') + 2));
         tb_http_header_lines_free(lines, k);
     }
     if (ok)
@@ -906,6 +949,8 @@ static tb_status http_generate(void *ctx, const tb_request *req, tb_result *res)
     tb_http_target t = {
         .url = url,
         .headers = c->headers,
+        .secrets = (const char *const *)c->secrets,
+        .n_secrets = c->n_secrets,
         .stream = stream,
         .connect_timeout_ms = (long)(opt_f(v, nv, OPT_CONNECT_TIMEOUT) * 1000 + 0.5),
         .timeout_ms = (long)(opt_f(v, nv, OPT_TIMEOUT) * 1000 + 0.5),

@@ -57,6 +57,11 @@ static int is_field_value(const char *s)
     return 1;
 }
 
+int tb_http_field_value_ok(const char *s)
+{
+    return is_field_value(s);
+}
+
 int tb_http_header_lines(const char *text, char ***lines)
 {
     *lines = NULL;

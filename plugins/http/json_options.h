@@ -29,6 +29,10 @@ int tb_http_extra_merge(cJSON *body, const cJSON *extra);
  * when text is not such an object or memory runs out. */
 int tb_http_header_lines(const char *text, char ***lines);
 
+/* Is s a valid HTTP field value (no control character but tab)? What an
+ * API key must be before it goes into the Authorization header. */
+int tb_http_field_value_ok(const char *s);
+
 /* Free what tb_http_header_lines returned, wiping each line first
  * (the values of secret_headers live in them). */
 void tb_http_header_lines_free(char **lines, int n);

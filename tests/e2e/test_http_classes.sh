@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# End to end: the http backend classes a timeout by what happened on the
+# wire (issue 38, item 14). A request that times out on a reused
+# keep-alive connection (whose connect time curl reports as 0) is a
+# `timeout`, never a `connect` failure; one whose connection never opened
+# (a listener whose backlog is full: the SYN is dropped) stays `connect`.
+# The server is tests/e2e/hostile_server.py: per connection it answers the
+# first request and stalls each later one, before any byte
+# (/reused_stall) or after 2 chunks (/reused_stall_mid).
+#
+# usage: test_http_classes.sh BUILD_DIR SOURCE_DIR
+set -uo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+tb_init http_classes "$@"
+need_sqlite3
+python=${PYTHON:-python3}
+command -v "$python" >/dev/null || { echo "SKIP: python3 not installed"; exit 77; }
+[ -f "$build/plugins/http/http.so" ] || { echo "SKIP: no http plugin (built without libcurl)"; exit 77; }
+export TOKBENCH_PLUGIN_PATH="$build/plugins"
+
+start_server hostile "$python" "$src/tests/e2e/hostile_server.py" --quiet || tb_finish
+hport=$port
+# A listener that never accepts, its backlog filled: a connect to it hangs.
+cat >"$tmp/backlog.py" <<'PY'
+import os, select, signal, socket, sys
+l = socket.socket()
+l.bind(("127.0.0.1", 0))
+l.listen(0)
+port = l.getsockname()[1]
+fill = []
+while True:  # connect until one hangs: the queue is full
+    c = socket.socket()
+    c.setblocking(False)
+    try:
+        c.connect(("127.0.0.1", port))
+    except BlockingIOError:
+        pass
+    fill.append(c)
+    if not select.select([], [c], [], 1)[1]:
+        break
+with open(sys.argv[2] + ".tmp", "w") as f:
+    f.write("%d\n" % port)
+os.replace(sys.argv[2] + ".tmp", sys.argv[2])
+signal.sigwait([signal.SIGTERM])
+PY
+start_server backlog "$python" "$tmp/backlog.py" || tb_finish
+bport=$port
+
+cat >"$tmp/classes.ini" <<EOT
+[suite]
+name = http-classes
+warmup = 0
+repeat = 1
+case_timeout = 120   ; a backstop: each request ends by its own timeout
+[matrix]
+prompt_tokens = 8
+max_new_tokens = 6
+requests = 2
+concurrency = 1      ; the second request reuses the first's connection
+[backend reused]
+plugin = http
+url = http://127.0.0.1:$hport/reused_stall/v1
+timeout = 3
+[backend reused_mid]
+plugin = http
+url = http://127.0.0.1:$hport/reused_stall_mid/v1
+timeout = 3
+[backend no_connect]
+plugin = http
+url = http://127.0.0.1:$bport/v1
+connect_timeout = 1
+timeout = 3
+EOT
+"$tb" run "$tmp/classes.ini" --db "$tmp/c.db" >"$tmp/c.out" 2>"$tmp/c.err"
+rc=$?
+[ $rc = 1 ] || fail "expected exit 1 (cases with failed requests), got $rc: $(tail -5 "$tmp/c.err")"
+# errors_of LABEL: the requests' "status|error", in order
+errors_of() {
+    q "$tmp/c.db" "select r.status || '|' || coalesce(r.error, '') from request r join sample s on s.id = r.sample_id join bench_case c on c.id = s.case_id join backend b on b.id = c.backend_id where b.label = '$1' order by r.idx"
+}
+for b in reused reused_mid; do
+    got=$(errors_of $b | tr '\n' ';')
+    case "$got" in
+        "ok|;failed|timeout: Operation timed out"*";") pass "$b: the first request ok, the second on the reused connection a timeout: $got";;
+        *) fail "$b: expected ok then 'timeout: ...', got '$got'";;
+    esac
+done
+got=$(errors_of no_connect | tr '\n' ';')
+case "$got" in
+    "failed|connect: "*";failed|connect: "*";") pass "no_connect: both requests failed as connect: ${got:0:120}";;
+    *) fail "no_connect: expected two 'connect: ...' failures, got '$got'";;
+esac
+[ "$(q "$tmp/c.db" "select count(*) from bench_case where error like '%case_timeout%'")" = 0 ] \
+    || fail "a case ended by case_timeout, not its requests' timeouts"
+tb_finish
