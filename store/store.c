@@ -25,6 +25,12 @@ extern const size_t tb_n_migrations;
 struct tb_store {
     sqlite3 *db;
     char *notice; /* what opening did that the user should hear of, or NULL */
+    /* the wait for another process's lock (busy_handler) */
+    int64_t lock_wait_ms;
+    tb_store_wait_fn on_wait;
+    void *wait_ctx;
+    int64_t busy_since;
+    int wait_said;
 };
 
 const char *tb_store_default_path(void)
@@ -393,6 +399,45 @@ static int mark_stale_sessions(sqlite3 *db, char **ids)
 
 static int open_db(const char *path, int flags, tb_store **out, char **err);
 
+/* After this long waiting for a lock, on_wait hears of it. */
+#define WAIT_NOTE_MS 1000
+
+/* SQLite's busy handler: sleep and try again until lock_wait_ms have
+ * passed since the statement first found the database busy. */
+static int busy_handler(void *arg, int count)
+{
+    tb_store *st = arg;
+    int64_t now = tb_now_ns();
+    if (count == 0)
+        st->busy_since = now;
+    int64_t waited_ms = (now - st->busy_since) / 1000000;
+    if (waited_ms >= st->lock_wait_ms)
+        return 0;
+    if (st->on_wait && !st->wait_said && waited_ms >= WAIT_NOTE_MS) {
+        st->wait_said = 1;
+        st->on_wait(st->wait_ctx, st->lock_wait_ms);
+    }
+    sqlite3_sleep(count < 20 ? 1 : 20);
+    return 1;
+}
+
+void tb_store_set_lock_wait(tb_store *st, int64_t wait_ms, tb_store_wait_fn on_wait, void *ctx)
+{
+    st->lock_wait_ms = wait_ms > 0 ? wait_ms : BUSY_TIMEOUT_MS;
+    st->on_wait = on_wait;
+    st->wait_ctx = ctx;
+    st->wait_said = 0;
+}
+
+static tb_store *new_store(sqlite3 *db)
+{
+    tb_store *st = tb_xcalloc(1, sizeof *st);
+    st->db = db;
+    st->lock_wait_ms = BUSY_TIMEOUT_MS;
+    sqlite3_busy_handler(db, busy_handler, st);
+    return st;
+}
+
 /* A file a reader cannot write: opened read-only, never changed; an
  * older schema is read through a migrated copy in memory (as db merge
  * reads OTHER). 0, or -1 with *why. */
@@ -492,9 +537,7 @@ int tb_store_open_reader(const char *path, tb_store **out, char **err)
         free(why);
         return -1;
     }
-    tb_store *st = tb_xcalloc(1, sizeof *st);
-    st->db = db;
-    *out = st;
+    *out = new_store(db);
     return 0;
 }
 
@@ -540,8 +583,7 @@ static int open_db(const char *path, int flags, tb_store **out, char **err)
         sqlite3_close(db);
         return -1;
     }
-    tb_store *st = tb_xcalloc(1, sizeof *st);
-    st->db = db;
+    tb_store *st = new_store(db);
     char *ids = NULL;
     int stale = mark_stale_sessions(db, &ids);
     if (stale)
@@ -857,6 +899,29 @@ int tb_store_session_end(tb_store *st, int64_t session, const char *status, char
     if (!why)
         return 0;
     *err = tb_xasprintf("ending session %lld as %s failed: %s", (long long)session, status, why);
+    free(why);
+    return -1;
+}
+
+int tb_store_session_fail(tb_store *st, int64_t session, const char *error, char **err)
+{
+    char *why = NULL;
+    sqlite3_stmt *q = prepare(st, "UPDATE session SET status = 'failed', finished_at = ?, error = ? WHERE id = ?", &why);
+    if (q) {
+        char now[32];
+        tb_utc_timestamp(now);
+        bind_text(q, 1, now);
+        bind_text(q, 2, error);
+        sqlite3_bind_int64(q, 3, session);
+        if (sqlite3_step(q) != SQLITE_DONE)
+            why = db_error(st);
+        else if (sqlite3_changes(st->db) != 1)
+            why = tb_xstrdup("no such session");
+        sqlite3_finalize(q);
+    }
+    if (!why)
+        return 0;
+    *err = tb_xasprintf("ending session %lld as failed: %s", (long long)session, why);
     free(why);
     return -1;
 }
