@@ -24,6 +24,7 @@
 #include "serve.h"
 #include "shard.h"
 #include "shard_join.h"
+#include "output.h"
 #include "telemetry.h"
 #include "store.h"
 #include "suite.h"
@@ -73,13 +74,30 @@ static tb_store *open_store(const char *path, int reader)
 /* End the session; a failure is said but changes no exit status: the
  * cases are stored, and the next open of the database marks a session
  * left 'running' by a process that is gone. */
-static void end_session(tb_store *st, const char *db, int64_t session, const char *status)
+static void end_session(tb_store *st, const char *db, int64_t session, const char *status, const char *error)
 {
     char *err = NULL;
-    if (tb_store_session_end(st, session, status, &err) != 0) {
+    if ((error ? tb_store_session_fail(st, session, error, &err) : tb_store_session_end(st, session, status, &err)) !=
+        0) {
         fprintf(stderr, "tokbench: %s: %s\n", db, err);
         free(err);
     }
+}
+
+/* --start-at's announcement, once the wait's signal handlers are in
+ * place (a signal seen after it ends the session cleanly). */
+typedef struct start_note {
+    const cli_args *c;
+    const char *text;
+} start_note;
+
+static void announce_start(void *ctx)
+{
+    const start_note *sn = ctx;
+    if (sn->c->shard_n)
+        fprintf(stderr, "tokbench: shard %u/%u starts at %s\n", sn->c->shard_k, sn->c->shard_n, sn->text);
+    else
+        fprintf(stderr, "tokbench: starts at %s\n", sn->text);
 }
 
 int cmd_run(const cli_command *cmd, const cli_args *c, const char *cmdline)
@@ -183,7 +201,7 @@ int cmd_run(const cli_command *cmd, const cli_args *c, const char *cmdline)
             fprintf(stderr, "tokbench: %s: cannot record the session: %s\n", c->db, err);
             free(err);
             free(backend_ids);
-            end_session(st, c->db, session, "failed");
+            end_session(st, c->db, session, "failed", NULL);
             goto out;
         }
     }
@@ -206,12 +224,17 @@ int cmd_run(const cli_command *cmd, const cli_args *c, const char *cmdline)
     if (c->start_at >= 0) {
         tb_shard_format_time(c->start_at, start_text);
         sh.start_at = start_text;
-        if (c->shard_n)
-            fprintf(stderr, "tokbench: shard %u/%u starts at %s\n", c->shard_k, c->shard_n, start_text);
-        else
-            fprintf(stderr, "tokbench: starts at %s\n", start_text);
+        start_note sn = {c, start_text};
+        /* SIGINT/SIGTERM while waiting: the session ends interrupted */
+        if (tb_runner_wait_start(c->start_at, announce_start, &sn, &sh.start_late_ns)) {
+            free(backend_ids);
+            end_session(st, c->db, session, "interrupted", NULL);
+            fprintf(stderr, "tokbench: session %lld interrupted before its start time; no case ran; stored in %s\n",
+                    (long long)session, c->db);
+            rc = 130;
+            goto out;
+        }
     }
-    sh.start_late_ns = c->start_at >= 0 ? tb_shard_wait(c->start_at) : 0;
     sh.clock_offset_ns = tb_shard_clock_offset();
     if (tb_store_session_shard(st, session, &sh, &err) != 0) {
         fprintf(stderr, "tokbench: %s: %s\n", c->db, err);
@@ -222,17 +245,28 @@ int cmd_run(const cli_command *cmd, const cli_args *c, const char *cmdline)
     tb_run_summary sum;
     tb_run_outcome outcome = tb_runner_run(&plan, st, session, backend_ids, c->max_error_rate, &sum);
     free(backend_ids);
-    end_session(st, c->db, session, outcome == TB_RUN_COMPLETED ? "completed"
-                                   : outcome == TB_RUN_INTERRUPTED ? "interrupted" : "failed");
+    /* a store failure: the session says so, and the counts are of
+     * stored cases only (a refused case is counted apart) */
+    end_session(st, c->db, session,
+                outcome == TB_RUN_COMPLETED     ? "completed"
+                : outcome == TB_RUN_INTERRUPTED ? "interrupted"
+                                                : "failed",
+                outcome == TB_RUN_STORE_FAILED ? sum.store_error : NULL);
     tb_report_show(tb_store_db(st), session, stdout, table_width(c));
     fflush(stdout); /* the report before the last line, also when both go to one file */
-    char degraded[96] = "";
+    char degraded[96] = "", unstored[64] = "";
     if (sum.degraded)
         snprintf(degraded, sizeof degraded, " (%zu degraded: failed requests over --max-error-rate %g)", sum.degraded,
                  c->max_error_rate);
-    fprintf(stderr, "tokbench: session %lld %s: %zu ok%s, %zu failed, %zu skipped; stored in %s\n", (long long)session,
+    if (sum.unstored)
+        snprintf(unstored, sizeof unstored, ", %zu not stored", sum.unstored);
+    fprintf(stderr, "tokbench: session %lld %s: %zu ok%s, %zu failed, %zu skipped%s; stored in %s\n",
+            (long long)session,
             outcome == TB_RUN_COMPLETED ? "completed" : outcome == TB_RUN_INTERRUPTED ? "interrupted" : "failed",
-            sum.ok, degraded, sum.failed, sum.skipped, c->db);
+            sum.ok, degraded, sum.failed, sum.skipped, unstored, c->db);
+    if (sum.store_error)
+        fprintf(stderr, "tokbench: %s: the run stopped: %s\n", c->db, sum.store_error);
+    free(sum.store_error);
     rc = outcome == TB_RUN_INTERRUPTED           ? 130
          : outcome == TB_RUN_STORE_FAILED          ? 1
          : sum.failed || sum.degraded ? 1
@@ -366,56 +400,18 @@ int cmd_export(const cli_command *cmd, const cli_args *c, const char *command_li
         tb_store_close(st);
         return 1;
     }
-    FILE *out = c->output ? fopen(c->output, "w") : stdout;
-    if (!out) {
-        fprintf(stderr, "tokbench: %s: cannot write: %m\n", c->output);
-    } else {
-        rc = (strcmp(c->format, "csv") == 0 ? tb_export_csv : tb_export_json)(tb_store_db(st), id, out, &err) == 0
+    cli_output out;
+    if (cli_output_open(&out, c->output) == 0) {
+        rc = (strcmp(c->format, "csv") == 0 ? tb_export_csv : tb_export_json)(tb_store_db(st), id, out.f, &err) == 0
                  ? 0
                  : 1;
         if (err) {
             fprintf(stderr, "tokbench: %s: %s\n", c->db, err);
             free(err);
         }
-        if (out != stdout && fclose(out) != 0) {
-            fprintf(stderr, "tokbench: %s: write failed: %m\n", c->output);
-            rc = 1;
-        }
-        if (out != stdout && rc != 0)
-            remove(c->output); /* no file that looks like an export */
+        rc = cli_output_close(&out, rc);
     }
     tb_store_close(st);
-    return rc;
-}
-
-/* -o FILE, else stdout. NULL after printing why. */
-static FILE *open_output(const char *path)
-{
-    if (!path || strcmp(path, "-") == 0)
-        return stdout;
-    FILE *f = fopen(path, "w");
-    if (!f)
-        fprintf(stderr, "tokbench: %s: cannot write: %m\n", path);
-    return f;
-}
-
-/* Close -o FILE; a failed write removes the partial file. Returns rc, or 1
- * when closing failed. */
-static int close_output(FILE *f, const char *path, int rc)
-{
-    if (f == stdout) {
-        if (fflush(stdout) != 0) {
-            fprintf(stderr, "tokbench: write to stdout failed: %m\n");
-            return 1;
-        }
-        return rc;
-    }
-    if (fclose(f) != 0) {
-        fprintf(stderr, "tokbench: %s: write failed: %m\n", path);
-        rc = 1;
-    }
-    if (rc != 0)
-        remove(path);
     return rc;
 }
 
@@ -439,22 +435,22 @@ int cmd_report(const cli_command *cmd, const cli_args *c, const char *command_li
         tb_store_close(st);
         return 2;
     }
-    FILE *out = open_output(c->output);
+    cli_output out;
     int rc = 1;
-    if (out) {
+    if (cli_output_open(&out, c->output) == 0) {
         sqlite3 *db = tb_store_db(st);
         if (!strcmp(fmt, "csv"))
-            rc = tb_export_csv(db, id, out, &err) == 0 ? 0 : 1;
+            rc = tb_export_csv(db, id, out.f, &err) == 0 ? 0 : 1;
         else if (!strcmp(fmt, "json"))
-            rc = tb_export_json(db, id, out, &err) == 0 ? 0 : 1;
-        else if ((!strcmp(fmt, "md") ? tb_report_markdown : tb_report_html)(db, id, out, &err) == 0)
+            rc = tb_export_json(db, id, out.f, &err) == 0 ? 0 : 1;
+        else if ((!strcmp(fmt, "md") ? tb_report_markdown : tb_report_html)(db, id, out.f, &err) == 0)
             rc = 0;
         if (err) {
             fprintf(stderr, "tokbench: %s\n", err);
             free(err);
         }
-        rc = close_output(out, c->output, rc);
-        if (rc == 0 && out != stdout)
+        rc = cli_output_close(&out, rc);
+        if (rc == 0 && out.path)
             fprintf(stderr, "tokbench: session %lld: %s report written to %s\n", (long long)id, fmt, c->output);
     }
     tb_store_close(st);
@@ -553,16 +549,16 @@ int cmd_history(const cli_command *cmd, const cli_args *c, const char *command_l
             rc = 1;
         goto out;
     }
-    FILE *f = open_output(c->output);
+    cli_output out;
     rc = 1;
-    if (f) {
+    if (cli_output_open(&out, c->output) == 0) {
         if (!strcmp(fmt, "text"))
-            tb_history_print(&h, f);
+            tb_history_print(&h, out.f);
         else if (!strcmp(fmt, "csv"))
-            tb_history_csv(&h, f);
+            tb_history_csv(&h, out.f);
         else
-            tb_history_html(&h, f);
-        rc = close_output(f, c->output, 0);
+            tb_history_html(&h, out.f);
+        rc = cli_output_close(&out, 0);
     }
     tb_history_free(&h);
 out:

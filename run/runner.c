@@ -16,6 +16,7 @@
 #include "progress.h"
 #include "quality.h"
 #include "search.h"
+#include "shard.h"
 #include "stats.h"
 #include "telemetry.h"
 #include "util.h"
@@ -118,6 +119,18 @@ static void note_error(tb_progress *p, char *err)
     free(err);
 }
 
+/* The store waits for another process's lock (tb_store_set_lock_wait). */
+static void note_lock_wait(void *ctx, int64_t wait_ms)
+{
+    char msg[160];
+    snprintf(msg, sizeof msg, "tokbench: the database is locked by another process; waiting up to %lld s to store "
+             "the case", (long long)((wait_ms + 999) / 1000));
+    tb_progress_note(ctx, msg);
+}
+
+/* The least time a case's store waits for another process's lock. */
+#define STORE_WAIT_MIN_MS 60000
+
 typedef struct run_state {
     tb_plan *plan;
     tb_store *store;
@@ -163,14 +176,31 @@ static int64_t finish_case(run_state *rs, const tb_case *c, case_outcome *o, tb_
         err = NULL;
         o->tm = NULL;
     }
+    /* A lock held by another process is waited out for as long as the
+     * case took to measure (at least STORE_WAIT_MIN_MS): losing the case
+     * would cost that much again. */
+    int64_t wait_ms = rec->case_wall_ns > 0 ? rec->case_wall_ns / 1000000 : 0;
+    tb_store_set_lock_wait(rs->store, wait_ms > STORE_WAIT_MIN_MS ? wait_ms : STORE_WAIT_MIN_MS, note_lock_wait,
+                           &rs->progress);
     int64_t case_id = tb_store_case(rs->store, rec, &err);
-    if (case_id < 0) {
-        note_error(&rs->progress, err);
-        rs->store_failed = 1;
-    }
+    tb_store_set_lock_wait(rs->store, 0, NULL, NULL);
 
     char *label = tb_case_label(rs->plan, c);
     char detail[512] = "";
+    if (case_id < 0) {
+        /* never counted or printed as what it measured: it is not stored */
+        rs->store_failed = 1;
+        rs->sum->unstored++;
+        snprintf(detail, sizeof detail, "the database refused it: %s", err);
+        if (!rs->sum->store_error)
+            rs->sum->store_error = tb_xasprintf("case #%zu (%s %s) could not be stored: %s", c->ordinal,
+                                                pb->sb->label, label, err);
+        free(err);
+        tb_progress_done(&rs->progress, pb->sb->label, label, "unstored", detail,
+                         c->skip_reason ? 0 : case_calls(rs->plan, c));
+        free(label);
+        return -1;
+    }
     if (strcmp(o->status, "ok") == 0) {
         rs->sum->ok++;
         const tb_stats *agg = find_metric(rec, "agg_tps"), *req = find_metric(rec, "req_tps");
@@ -215,14 +245,17 @@ static void record_result(run_state *rs, const tb_case *c, case_outcome *o, cons
         char *all_failed = tb_case_all_failed(&rec);
         o->status = all_failed ? "failed" : "ok";
         o->error = all_failed;
+        int degraded = 0;
         if (!all_failed) {
             tb_request_tally t;
             tb_case_request_tally(&rec, &t);
-            rs->sum->degraded += tb_case_degraded(&t, rs->max_error_rate);
+            degraded = tb_case_degraded(&t, rs->max_error_rate);
         }
         if (point && !all_failed)
             tb_search_point_of(search, &rec, point);
         int64_t id = finish_case(rs, c, o, &rec, search);
+        if (id >= 0) /* counted only where stored */
+            rs->sum->degraded += degraded;
         if (point)
             point->case_id = id;
         free(all_failed);
@@ -382,6 +415,25 @@ static void run_backend(run_state *rs, size_t bi)
     free(bs.probe_error);
     free(bs.failed_load_key);
     free(bs.failed_load_error);
+}
+
+int tb_runner_wait_start(int64_t at_ns, void (*ready)(void *ctx), void *ctx, int64_t *late_ns)
+{
+    /* the run's own handlers: a signal during the wait ends it as one
+     * during a case does (the caller marks the session) */
+    struct sigaction sa = {0}, old_int, old_term;
+    sa.sa_handler = on_interrupt;
+    sigemptyset(&sa.sa_mask);
+    interrupted = 0;
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    if (ready)
+        ready(ctx);
+    int64_t late = tb_shard_wait(at_ns, &interrupted);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    *late_ns = late > 0 ? late : 0;
+    return late < 0;
 }
 
 tb_run_outcome tb_runner_run(tb_plan *plan, tb_store *store, int64_t session_id, const int64_t *backend_ids,

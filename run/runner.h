@@ -21,7 +21,15 @@ typedef enum tb_run_outcome {
 typedef struct tb_run_summary {
     size_t ok, failed, skipped;
     size_t degraded; /* ok cases with more failed requests than max_error_rate */
+    size_t unstored; /* cases the database refused (then the run stops) */
+    char *store_error; /* the first such refusal, in words (malloc'd), or NULL */
 } tb_run_summary;
+
+/* Wait for --start-at (CLOCK_REALTIME at_ns) under the run's signal
+ * handlers: ready(ctx), if given, is called once they are in place (to
+ * announce the wait). 0 when the time came (*late_ns: how late), 1 when
+ * SIGINT or SIGTERM ended the wait. */
+int tb_runner_wait_start(int64_t at_ns, void (*ready)(void *ctx), void *ctx, int64_t *late_ns);
 
 /* Run every case of `plan`, storing into session `session_id`;
  * backend_ids[i] is the stored row of plan->backends[i]. A case whose

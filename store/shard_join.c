@@ -598,6 +598,7 @@ static int join_run(joiner *j, tb_store *st, const shard_row *s, size_t n, const
 typedef struct run_group {
     char *sha, *start_at, *present;
     int64_t n, have, distinct;
+    int64_t outside; /* shards whose index is not in 0..n-1 */
 } run_group;
 
 int tb_shard_join(tb_store *st, tb_shard_join_result *res, char **err)
@@ -609,7 +610,7 @@ int tb_shard_join(tb_store *st, tb_shard_join_result *res, char **err)
     run_group *runs = NULL;
     size_t n_runs = 0;
     sqlite3_stmt *g = prep(&j, "SELECT suite_sha256, start_at, shard_count, count(*), count(DISTINCT shard_index),"
-                               " group_concat(shard_index) FROM session WHERE shard_index IS NOT NULL AND status ="
+                               " group_concat(shard_index), sum(shard_index < 0 OR shard_index >= shard_count) FROM session WHERE shard_index IS NOT NULL AND status ="
                                " 'completed' AND start_at IS NOT NULL GROUP BY suite_sha256, start_at, shard_count"
                                " ORDER BY start_at");
     int rc = g ? 0 : -1, step = SQLITE_DONE;
@@ -623,6 +624,7 @@ int tb_shard_join(tb_store *st, tb_shard_join_result *res, char **err)
             .n = sqlite3_column_int64(g, 2),
             .have = sqlite3_column_int64(g, 3),
             .distinct = sqlite3_column_int64(g, 4),
+            .outside = sqlite3_column_int64(g, 6),
         };
     }
     sqlite3_finalize(g);
@@ -633,6 +635,16 @@ int tb_shard_join(tb_store *st, tb_shard_join_result *res, char **err)
         int64_t n = rg->n;
         char *what = tb_xasprintf("the run of %.12s starting at %s (%lld shards)", rg->sha, rg->start_at,
                                   (long long)n);
+        /* the stored indexes are checked, not trusted: a run is n >= 2
+         * shards, exactly one of each index 0..n-1 (a database may hold
+         * what no run wrote: merged in, or edited) */
+        if (n < 2 || rg->outside) {
+            tb_str_appendf(&waiting, "%s%s: %s (shards present: %s)", waiting.len ? "; " : "", what,
+                           n < 2 ? "not a sharded run (a run has 2 shards or more)"
+                                 : "a shard index outside 0..N-1", rg->present);
+            free(what);
+            continue;
+        }
         if (rg->distinct < n || rg->have > n) {
             tb_str_appendf(&waiting, "%s%s: %s (shards present: %s)", waiting.len ? "; " : "", what,
                            rg->have > rg->distinct ? "a shard present twice" : "shards missing", rg->present);

@@ -3,6 +3,7 @@
 #include "store.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stddef.h>
 #include <math.h>
 #include <signal.h>
@@ -27,6 +28,12 @@ struct tb_store {
     char *notice; /* what opening did that the user should hear of, or NULL */
     const char *const *secrets; /* tb_store_set_secrets: borrowed */
     size_t n_secrets;
+    /* the wait for another process's lock (busy_handler) */
+    int64_t lock_wait_ms;
+    tb_store_wait_fn on_wait;
+    void *wait_ctx;
+    int64_t busy_since;
+    int wait_said;
 };
 
 const char *tb_store_default_path(void)
@@ -395,6 +402,135 @@ static int mark_stale_sessions(sqlite3 *db, char **ids)
 
 static int open_db(const char *path, int flags, tb_store **out, char **err);
 
+/* After this long waiting for a lock, on_wait hears of it. */
+#define WAIT_NOTE_MS 1000
+
+/* SQLite's busy handler: sleep and try again until lock_wait_ms have
+ * passed since the statement first found the database busy. */
+static int busy_handler(void *arg, int count)
+{
+    tb_store *st = arg;
+    int64_t now = tb_now_ns();
+    if (count == 0)
+        st->busy_since = now;
+    int64_t waited_ms = (now - st->busy_since) / 1000000;
+    if (waited_ms >= st->lock_wait_ms)
+        return 0;
+    if (st->on_wait && !st->wait_said && waited_ms >= WAIT_NOTE_MS) {
+        st->wait_said = 1;
+        st->on_wait(st->wait_ctx, st->lock_wait_ms);
+    }
+    sqlite3_sleep(count < 20 ? 1 : 20);
+    return 1;
+}
+
+void tb_store_set_lock_wait(tb_store *st, int64_t wait_ms, tb_store_wait_fn on_wait, void *ctx)
+{
+    st->lock_wait_ms = wait_ms > 0 ? wait_ms : BUSY_TIMEOUT_MS;
+    st->on_wait = on_wait;
+    st->wait_ctx = ctx;
+    st->wait_said = 0;
+}
+
+static tb_store *new_store(sqlite3 *db)
+{
+    tb_store *st = tb_xcalloc(1, sizeof *st);
+    st->db = db;
+    st->lock_wait_ms = BUSY_TIMEOUT_MS;
+    sqlite3_busy_handler(db, busy_handler, st);
+    return st;
+}
+
+/* Copy file `from` to `to`: 0, or -1 with *why. */
+static int copy_file(const char *from, const char *to, char **why)
+{
+    int in = open(from, O_RDONLY | O_CLOEXEC), out = -1, rc = -1;
+    if (in < 0 || (out = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0) {
+        *why = tb_xasprintf("%s: %s", in < 0 ? from : to, strerror(errno));
+        goto out;
+    }
+    char buf[65536];
+    for (;;) {
+        ssize_t n = read(in, buf, sizeof buf);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            *why = tb_xasprintf("%s: %s", from, strerror(errno));
+            goto out;
+        }
+        if (n == 0)
+            break;
+        for (ssize_t done = 0; done < n;) {
+            ssize_t w = write(out, buf + done, (size_t)(n - done));
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w < 0) {
+                *why = tb_xasprintf("%s: %s", to, strerror(errno));
+                goto out;
+            }
+            done += w;
+        }
+    }
+    rc = 0;
+out:
+    if (in >= 0)
+        close(in);
+    if (out >= 0 && close(out) != 0 && rc == 0) {
+        *why = tb_xasprintf("%s: %s", to, strerror(errno));
+        rc = -1;
+    }
+    return rc;
+}
+
+/* The database at `path` with its -wal file `wal`, copied into a private
+ * folder ($TMPDIR or /tmp) and read into memory there (SQLite replays
+ * the -wal on opening the copy); the folder is removed. 0 with *out, or
+ * -1 with *why. */
+static int open_private_copy(const char *path, const char *wal, sqlite3 **out, char **why)
+{
+    *out = NULL;
+    const char *tmp = getenv("TMPDIR");
+    char *dir = tb_xasprintf("%s/tokbench-ro.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir)) {
+        *why = tb_xasprintf("%s: %s", dir, strerror(errno));
+        free(dir);
+        return -1;
+    }
+    char *db_copy = tb_xasprintf("%s/db", dir), *wal_copy = tb_xasprintf("%s/db-wal", dir);
+    char *shm_copy = tb_xasprintf("%s/db-shm", dir);
+    sqlite3 *db = NULL, *mem = NULL;
+    int rc = -1;
+    if (copy_file(path, db_copy, why) != 0 || copy_file(wal, wal_copy, why) != 0)
+        goto out;
+    if (sqlite3_open_v2(db_copy, &db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
+        *why = tb_xasprintf("cannot open database: %s", sqlite3_errmsg(db));
+        goto out;
+    }
+    sqlite3_open(":memory:", &mem);
+    sqlite3_backup *b = sqlite3_backup_init(mem, "main", db, "main");
+    int brc = b ? sqlite3_backup_step(b, -1) : SQLITE_ERROR;
+    sqlite3_backup_finish(b);
+    if (brc != SQLITE_DONE) {
+        *why = tb_xasprintf("cannot read database: %s", sqlite3_errmsg(db));
+        goto out;
+    }
+    *out = mem;
+    mem = NULL;
+    rc = 0;
+out:
+    sqlite3_close(db);
+    sqlite3_close(mem);
+    unlink(db_copy);
+    unlink(wal_copy);
+    unlink(shm_copy);
+    rmdir(dir);
+    free(db_copy);
+    free(wal_copy);
+    free(shm_copy);
+    free(dir);
+    return rc;
+}
+
 /* A file a reader cannot write: opened read-only, never changed; an
  * older schema is read through a migrated copy in memory (as db merge
  * reads OTHER). 0, or -1 with *why. */
@@ -432,12 +568,35 @@ static int open_read_only(const char *path, sqlite3 **out, char **why)
             *why = tb_xasprintf("cannot open database: %s", sqlite3_errmsg(db));
         tb_str_free(&uri);
     }
+    if (v < 0 && access(wal, F_OK) == 0) {
+        /* A -wal file without the -shm it needs, in a folder we cannot
+         * write: SQLite cannot open it read-only (wal.html, "Read-Only
+         * Databases"), and `immutable` would ignore the committed
+         * transactions in the -wal. No writer holds it (a writer keeps a
+         * -shm file), so a private copy of both files recovers the -wal
+         * as opening it here would; the copy is read into memory below
+         * and removed. */
+        sqlite3_close(db);
+        db = NULL;
+        char *why2 = NULL;
+        if (open_private_copy(path, wal, &db, &why2) == 0) {
+            free(*why);
+            *why = NULL;
+            v = usable_version(db, why); /* db is in memory now */
+        } else {
+            char *w = tb_xasprintf("%s (it has a -wal file but no -shm file, and a private copy failed: %s)", *why,
+                                   why2);
+            free(*why);
+            free(why2);
+            *why = w;
+        }
+    }
     free(wal);
     if (v < 0) {
         sqlite3_close(db);
         return -1;
     }
-    if (v == (int)tb_n_migrations) {
+    if (v == (int)tb_n_migrations) { /* the file itself, or the copy in memory */
         *out = db;
         return 0;
     }
@@ -494,9 +653,7 @@ int tb_store_open_reader(const char *path, tb_store **out, char **err)
         free(why);
         return -1;
     }
-    tb_store *st = tb_xcalloc(1, sizeof *st);
-    st->db = db;
-    *out = st;
+    *out = new_store(db);
     return 0;
 }
 
@@ -542,8 +699,7 @@ static int open_db(const char *path, int flags, tb_store **out, char **err)
         sqlite3_close(db);
         return -1;
     }
-    tb_store *st = tb_xcalloc(1, sizeof *st);
-    st->db = db;
+    tb_store *st = new_store(db);
     char *ids = NULL;
     int stale = mark_stale_sessions(db, &ids);
     if (stale)
@@ -876,6 +1032,29 @@ int tb_store_session_end(tb_store *st, int64_t session, const char *status, char
     if (!why)
         return 0;
     *err = tb_xasprintf("ending session %lld as %s failed: %s", (long long)session, status, why);
+    free(why);
+    return -1;
+}
+
+int tb_store_session_fail(tb_store *st, int64_t session, const char *error, char **err)
+{
+    char *why = NULL;
+    sqlite3_stmt *q = prepare(st, "UPDATE session SET status = 'failed', finished_at = ?, error = ? WHERE id = ?", &why);
+    if (q) {
+        char now[32];
+        tb_utc_timestamp(now);
+        bind_text(q, 1, now);
+        bind_free_text(st, q, 2, error);
+        sqlite3_bind_int64(q, 3, session);
+        if (sqlite3_step(q) != SQLITE_DONE)
+            why = db_error(st);
+        else if (sqlite3_changes(st->db) != 1)
+            why = tb_xstrdup("no such session");
+        sqlite3_finalize(q);
+    }
+    if (!why)
+        return 0;
+    *err = tb_xasprintf("ending session %lld as failed: %s", (long long)session, why);
     free(why);
     return -1;
 }

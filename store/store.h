@@ -180,6 +180,17 @@ int tb_store_session_shard(tb_store *st, int64_t session, const tb_session_shard
  * error. */
 int tb_store_session_end(tb_store *st, int64_t session, const char *status, char **err);
 
+/* End a session 'failed' with why it stopped early (session.error,
+ * migration 13): a case the database refused. */
+int tb_store_session_fail(tb_store *st, int64_t session, const char *error, char **err);
+
+/* How long each write waits for another process's lock before it fails
+ * ("database is locked"): wait_ms (<= 0: the default, 10 s). After 1 s of
+ * waiting, on_wait(ctx, wait_ms), if given, hears of it once (until the
+ * next call). A writer's transaction takes the lock at its start. */
+typedef void (*tb_store_wait_fn)(void *ctx, int64_t wait_ms);
+void tb_store_set_lock_wait(tb_store *st, int64_t wait_ms, tb_store_wait_fn on_wait, void *ctx);
+
 /* Backend row for plan backend `pb`; returns its id or -1. */
 int64_t tb_store_backend(tb_store *st, int64_t session, const tb_plan_backend *pb, char **err);
 /* The prompt set's items (plan->n_prompts of them) and its path and hash,

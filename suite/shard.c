@@ -3,6 +3,7 @@
 #include "shard.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,39 +31,54 @@ int tb_shard_parse(const char *text, uint32_t *k, uint32_t *n, char **err)
     return 0;
 }
 
+/* The last second --start-at accepts, in both forms: 2261-12-31T23:59:59Z,
+ * the last whole year whose nanoseconds fit an int64 (they end in April
+ * 2262). */
+#define LAST_START_S 9214646399LL
+
 int tb_shard_parse_time(const char *text, int64_t *ns, char **err)
 {
     const char *want = "expected a UTC time such as 2026-12-01T19:00:00Z (ISO 8601, Z or +00:00) or @SECONDS "
                        "since the Unix epoch";
+    const char *range = "out of range: a time from 1970-01-01T00:00:00Z (@0) to 2261-12-31T23:59:59Z "
+                        "(@9214646399) is expected";
+    int64_t s_whole, frac = 0;
     if (text[0] == '@') {
         char *end;
         errno = 0;
         double s = strtod(text + 1, &end);
-        if (end == text + 1 || *end || errno || !(s >= 0 && s < 4e9)) {
+        if (end == text + 1 || *end || isnan(s) || (errno && errno != ERANGE)) {
             *err = tb_xasprintf("--start-at %s: %s", text, want);
             return -1;
         }
-        *ns = (int64_t)(s * 1e9 + 0.5);
-        return 0;
+        /* both forms share one range (the ISO form's) */
+        if (!(s >= 0 && s < (double)LAST_START_S + 1)) {
+            *err = tb_xasprintf("--start-at %s: %s", text, range);
+            return -1;
+        }
+        s_whole = (int64_t)s;
+        frac = (int64_t)((s - (double)s_whole) * 1e9 + 0.5);
+    } else {
+        struct tm tm = {0};
+        const char *p = strptime(text, "%Y-%m-%dT%H:%M:%S", &tm);
+        if (p && *p == '.') {
+            int64_t scale = 100000000;
+            for (p++; *p >= '0' && *p <= '9'; p++, scale /= 10)
+                frac += scale * (*p - '0');
+        }
+        if (!p || (strcmp(p, "Z") != 0 && strcmp(p, "+00:00") != 0)) {
+            *err = tb_xasprintf("--start-at %s: %s", text, want);
+            return -1;
+        }
+        errno = 0;
+        time_t t = timegm(&tm);
+        if (t < 0 || t > LAST_START_S || errno == EOVERFLOW) {
+            *err = tb_xasprintf("--start-at %s: %s", text, range);
+            return -1;
+        }
+        s_whole = (int64_t)t;
     }
-    struct tm tm = {0};
-    const char *p = strptime(text, "%Y-%m-%dT%H:%M:%S", &tm);
-    int64_t frac = 0;
-    if (p && *p == '.') {
-        int64_t scale = 100000000;
-        for (p++; *p >= '0' && *p <= '9'; p++, scale /= 10)
-            frac += scale * (*p - '0');
-    }
-    if (!p || (strcmp(p, "Z") != 0 && strcmp(p, "+00:00") != 0)) {
-        *err = tb_xasprintf("--start-at %s: %s", text, want);
-        return -1;
-    }
-    time_t t = timegm(&tm);
-    if (t < 0) {
-        *err = tb_xasprintf("--start-at %s: %s", text, want);
-        return -1;
-    }
-    *ns = (int64_t)t * 1000000000LL + frac;
+    *ns = s_whole * 1000000000LL + frac; /* at most ~9.2146e18: fits */
     return 0;
 }
 
@@ -131,11 +147,14 @@ static int64_t clock_ns(clockid_t id)
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-int64_t tb_shard_wait(int64_t at_ns)
+int64_t tb_shard_wait(int64_t at_ns, volatile int *stop)
 {
     struct timespec ts = {.tv_sec = at_ns / 1000000000LL, .tv_nsec = at_ns % 1000000000LL};
-    while (clock_nanosleep(CLOCK_REALTIME, TIMER_ABSTIME, &ts, NULL) == EINTR)
+    /* a signal handler that sets *stop interrupts the sleep (EINTR) */
+    while (!*stop && clock_nanosleep(CLOCK_REALTIME, TIMER_ABSTIME, &ts, NULL) == EINTR)
         ;
+    if (*stop)
+        return -1;
     int64_t late = clock_ns(CLOCK_REALTIME) - at_ns;
     return late > 0 ? late : 0;
 }

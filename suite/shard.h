@@ -16,7 +16,9 @@ int tb_shard_parse(const char *text, uint32_t *k, uint32_t *n, char **err);
 
 /* A wall-clock time: UTC ISO 8601 ("2026-12-01T19:00:00Z", seconds may
  * have a fraction, "Z" or "+00:00"), or "@SECONDS" since the Unix epoch
- * (a fraction allowed): CLOCK_REALTIME ns. 0, or -1 with *err. */
+ * (a fraction allowed): CLOCK_REALTIME ns. Both forms accept the same
+ * range, 1970-01-01T00:00:00Z to 2261-12-31T23:59:59Z (its ns fit an
+ * int64). 0, or -1 with *err. */
 int tb_shard_parse_time(const char *text, int64_t *ns, char **err);
 
 /* ns of CLOCK_REALTIME as "2026-12-01T19:00:00.000Z" (out: 32 bytes). */
@@ -36,8 +38,9 @@ uint64_t tb_shard_seed(uint64_t seed, uint32_t k);
 int tb_shard_apply(tb_plan *plan, uint32_t k, uint32_t n, char **err);
 
 /* Sleep until CLOCK_REALTIME reaches at_ns (at once when it has passed);
- * how late the return is after at_ns, ns (>= 0). */
-int64_t tb_shard_wait(int64_t at_ns);
+ * how late the return is after at_ns, ns (>= 0), or -1 when *stop was
+ * set (by a signal handler: the signal ends the sleep). */
+int64_t tb_shard_wait(int64_t at_ns, volatile int *stop);
 
 /* CLOCK_REALTIME - CLOCK_MONOTONIC now, ns: adding it to a host
  * monotonic time gives that host's wall-clock time. */

@@ -308,6 +308,8 @@ q "$tmp/older.db" "drop table shard; alter table session drop column shard_index
   drop table telemetry_point; drop table telemetry_series"
 # migration 11's (block diffusion)
 q "$tmp/older.db" "alter table request drop column blocks_done"
+# migration 13's (why a session stopped early)
+q "$tmp/older.db" "alter table session drop column error"
 q "$tmp/older.db" "pragma user_version = 1"
 "$tb" db merge "$tmp/older.db" --db "$tmp/z.db" >/dev/null || fail "older schema not merged"
 [ "$(q "$tmp/older.db" "pragma user_version")" = 1 ] || fail "merge modified the other database"

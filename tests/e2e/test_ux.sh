@@ -175,6 +175,8 @@ q "$tmp/ro/old.db" "drop table shard; alter table session drop column shard_inde
   drop table telemetry_point; drop table telemetry_series"
 # and what migration 11 (block diffusion) adds
 q "$tmp/ro/old.db" "alter table request drop column blocks_done"
+# and what migration 13 (why a session stopped early) adds
+q "$tmp/ro/old.db" "alter table session drop column error"
 q "$tmp/ro/old.db" "pragma user_version = 6" # migration 7 only renames view columns: it applies again
 q "$tmp/ro/cur.db" "pragma journal_mode" >/dev/null
 as_reader() { "$@"; }

@@ -334,7 +334,7 @@ static void test_fresh(void)
     CHECK(q_int(db, "SELECT count(*) FROM summary") == 0); /* the view runs */
     CHECK_TEXT(db, "wal", "PRAGMA journal_mode");
     CHECK(q_int(db, "PRAGMA foreign_keys") == 1);
-    CHECK(q_int(db, "PRAGMA busy_timeout") >= 1000);
+    /* no busy_timeout: the store's own busy handler waits (tb_store_set_lock_wait) */
     CHECK_TEXT(db, "ok", "PRAGMA integrity_check");
     tb_store_close(st);
     tb_store_close(NULL); /* harmless */
@@ -1630,6 +1630,84 @@ static void test_join_all_or_nothing(void)
     free(path);
 }
 
+/* A shard session of `start`: index k of n (stored as given, however
+ * wrong: a database may hold what no run wrote), with case #1, completed. */
+static int64_t bogus_shard(tb_store *st, int64_t machine, tb_plan_backend *pb, int64_t k, int64_t n, const char *start)
+{
+    char *err = NULL;
+    tb_session_info si = {.machine_id = machine, .suite = &test_suite, .command_line = "tokbench run --shard"};
+    int64_t session = tb_store_session_begin(st, &si, &err);
+    CHECK(session > 0);
+    int64_t backend = tb_store_backend(st, session, pb, &err);
+    CHECK(backend > 0);
+    tb_session_shard sh = {.shard_index = 0, .shard_count = 2, .start_at = start};
+    CHECK(tb_store_session_shard(st, session, &sh, &err) == 0);
+    char *sql = sqlite3_mprintf("UPDATE session SET shard_index = %lld, shard_count = %lld WHERE id = %lld",
+                                (long long)k, (long long)n, (long long)session);
+    CHECK(sqlite3_exec(tb_store_db(st), sql, NULL, NULL, NULL) == SQLITE_OK);
+    sqlite3_free(sql);
+    CHECK(write_small_case(st, session, backend, 1, &err) > 0);
+    CHECK(tb_store_session_end(st, session, "completed", &err) == 0);
+    free(err);
+    return session;
+}
+
+/* Issue 38 item 12: a join checks the stored indexes and counts. Shards
+ * 0 and 7 of 2, -1 and 1 of 2, or 0 of 1 alone are no run: nothing is
+ * joined and the merge says why; shard 0 with the genuine shard 1 is
+ * joined, once. */
+static void test_join_indexes(void)
+{
+    char *path = tmp_path("join_idx.db");
+    tb_store *st = NULL;
+    char *err = NULL;
+    CHECK(tb_store_open(path, &st, &err) == 0);
+    if (!st) {
+        free(err);
+        free(path);
+        return;
+    }
+    sqlite3 *db = tb_store_db(st);
+    tb_plan_backend pb;
+    int64_t machine, s0, b0;
+    CHECK(setup_session(st, &pb, &machine, &s0, &b0) == 0);
+    CHECK(sqlite3_exec(db, "DELETE FROM session", NULL, NULL, NULL) == SQLITE_OK);
+    const char *t1 = "2025-01-01T00:00:00.000Z", *t2 = "2025-01-02T00:00:00.000Z", *t3 = "2025-01-03T00:00:00.000Z";
+    bogus_shard(st, machine, &pb, 0, 2, t1);
+    int64_t seven = bogus_shard(st, machine, &pb, 7, 2, t1);
+    bogus_shard(st, machine, &pb, -1, 2, t2);
+    bogus_shard(st, machine, &pb, 1, 2, t2);
+    bogus_shard(st, machine, &pb, 0, 1, t3);
+
+    tb_shard_join_result res;
+    CHECK(tb_shard_join(st, &res, &err) == 0);
+    CHECK(res.joined == 0 && res.known == 0);
+    CHECK_CONTAINS(res.waiting, "2025-01-01T00:00:00.000Z (2 shards): a shard index outside 0..N-1 (shards present:");
+    CHECK_CONTAINS(res.waiting, "2025-01-02T00:00:00.000Z (2 shards): a shard index outside 0..N-1");
+    CHECK_CONTAINS(res.waiting, "2025-01-03T00:00:00.000Z (1 shards): not a sharded run");
+    tb_shard_join_result_free(&res);
+    CHECK(q_int(db, "SELECT count(*) FROM session WHERE shard_index IS NULL") == 0);
+    CHECK(q_int(db, "SELECT count(*) FROM shard") == 0);
+
+    /* the bogus shard gone and the genuine one there: joined, once */
+    char *sql = sqlite3_mprintf("DELETE FROM session WHERE id = %lld", (long long)seven);
+    CHECK(sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK);
+    sqlite3_free(sql);
+    bogus_shard(st, machine, &pb, 1, 2, t1);
+    CHECK(tb_shard_join(st, &res, &err) == 0);
+    CHECK(res.joined == 1 && res.known == 0);
+    tb_shard_join_result_free(&res);
+    CHECK(q_int(db, "SELECT count(*) FROM shard s JOIN session j ON j.id = s.session_id WHERE j.start_at ="
+                    " '2025-01-01T00:00:00.000Z'") == 2);
+    CHECK(tb_shard_join(st, &res, &err) == 0);
+    CHECK(res.joined == 0 && res.known == 1);
+    tb_shard_join_result_free(&res);
+
+    tb_plugin_close(&pb.plugin);
+    tb_store_close(st);
+    free(path);
+}
+
 int main(void)
 {
     null_path = getenv("TB_NULL_PLUGIN");
@@ -1656,6 +1734,7 @@ int main(void)
     test_nested_writes();
     test_sample_sources();
     test_join_all_or_nothing();
+    test_join_indexes();
     test_two_writers();
     test_concurrent_create();
 
