@@ -90,6 +90,7 @@ int tb_proc_spawn(tb_proc *p, tb_proc_fn child, void *arg)
     /* its end as a descriptor (Linux 5.3): a descendant holding the pipes
      * open must not hide it; without one, the pipe's end still says it */
     p->exit_fd = (int)syscall(SYS_pidfd_open, pid, 0);
+    p->has_exit = p->exit_fd >= 0;
     p->to_fd = to[1];
     p->from_fd = from[0];
     if (err[0] >= 0) {
@@ -120,8 +121,9 @@ int tb_proc_wait(tb_proc *p, int *status, struct rusage *ru)
     int e = errno;
     close(p->to_fd);
     close(p->from_fd);
-    if (p->exit_fd >= 0)
+    if (p->has_exit) /* a tb_proc not made by tb_proc_spawn has none */
         close(p->exit_fd);
+    p->has_exit = 0;
     p->exit_fd = -1;
     if (p->has_log) {
         close(p->log_fd);

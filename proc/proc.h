@@ -17,10 +17,12 @@ struct rusage;
 typedef struct tb_proc {
     pid_t pid; /* 0: none running; also its process group's id */
     int to_fd, from_fd;
-    /* A pidfd of the child (-1: none): readable once it ended, even while
-     * a descendant of it still holds its pipes open (the wire reader
-     * watches it: tb_wire_reader_watch_exit). */
+    /* A pidfd of the child, while has_exit (else -1 after a spawn):
+     * readable once it ended, even while a descendant of it still holds
+     * its pipes open (the wire reader watches it:
+     * tb_wire_reader_watch_exit). */
     int exit_fd;
+    int has_exit;
     /* Set before spawning to relay the child's stderr (and stdout, which
      * a worker points there) line by line through on_log instead of
      * letting it reach the terminal directly (worker_proc.c reads it);
