@@ -176,7 +176,9 @@ static const tb_option_decl http_options[N_OPTS] = {
                            "shared-prefix workload: sessions fall into this many groups, each sharing a system "
                            "prompt of prefix_tokens tokens (0: none)",
                            NULL, 0, 1e6, 0},
-    [OPT_PREFIX_TOKENS] = {"prefix_tokens", TB_OPT_INT, "0", "length of each group's shared system prompt, tokens",
+    [OPT_PREFIX_TOKENS] = {"prefix_tokens", TB_OPT_INT, "0",
+                           "length of each group's shared system prompt, tokens (with the longest prompt: at most "
+                           "2097152, TB_HTTP_MAX_PROMPT_TOKENS)",
                            NULL, 0, 1e9, 0},
     [OPT_TURNS] = {"turns", TB_OPT_INT, "1",
                    "multi-turn sessions: each session sends this many turns, each with the previous turns and "
