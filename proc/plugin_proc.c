@@ -86,6 +86,7 @@ int tb_plugin_call(const char *path, const char *name, double timeout_s, const c
     }
     tb_wire_reader rd;
     tb_wire_reader_init(&rd, p.from_fd);
+    tb_wire_reader_watch_exit(&rd, p.exit_fd);
     int64_t timeout_ns = (int64_t)(timeout_s * 1e9);
     int done = 0;
     while (!done && !*why) {

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -57,6 +58,11 @@ int tb_proc_spawn(tb_proc *p, tb_proc_fn child, void *arg)
         return -1;
     }
     if (pid == 0) {
+        /* A process group of its own, so that whatever a plugin forks can
+         * be ended with it (kill(-pid)); the parent sets it too, so that
+         * it holds before either side goes on. Not a terminal's foreground
+         * group: Ctrl-C reaches the parent, which stops its children. */
+        setpgid(0, 0);
         /* Die with the parent, even a SIGKILLed one: an orphan would keep
          * running (and holding a GPU) with no deadline over it. */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -77,9 +83,14 @@ int tb_proc_spawn(tb_proc *p, tb_proc_fn child, void *arg)
         child(arg, to[0], from[1]);
         tb_proc_child_exit();
     }
+    setpgid(pid, pid); /* fails harmlessly when the child did it first */
     close(to[0]);
     close(from[1]);
     p->pid = pid;
+    /* its end as a descriptor (Linux 5.3): a descendant holding the pipes
+     * open must not hide it; without one, the pipe's end still says it */
+    p->exit_fd = (int)syscall(SYS_pidfd_open, pid, 0);
+    p->has_exit = p->exit_fd >= 0;
     p->to_fd = to[1];
     p->from_fd = from[0];
     if (err[0] >= 0) {
@@ -97,6 +108,12 @@ int tb_proc_spawn(tb_proc *p, tb_proc_fn child, void *arg)
 
 int tb_proc_wait(tb_proc *p, int *status, struct rusage *ru)
 {
+    /* The group's leader ended (or ends now): end the rest of the group
+     * before reaping it, while its pid, the group's id, cannot be reused. */
+    siginfo_t si;
+    while (waitid(P_PID, (id_t)p->pid, &si, WEXITED | WNOWAIT) != 0 && errno == EINTR)
+        ;
+    kill(-p->pid, SIGKILL);
     pid_t r;
     do
         r = wait4(p->pid, status, 0, ru);
@@ -104,6 +121,10 @@ int tb_proc_wait(tb_proc *p, int *status, struct rusage *ru)
     int e = errno;
     close(p->to_fd);
     close(p->from_fd);
+    if (p->has_exit) /* a tb_proc not made by tb_proc_spawn has none */
+        close(p->exit_fd);
+    p->has_exit = 0;
+    p->exit_fd = -1;
     if (p->has_log) {
         close(p->log_fd);
         p->has_log = 0;
@@ -150,7 +171,8 @@ void tb_proc_kill(tb_proc *p)
 {
     if (!p->pid)
         return;
-    kill(p->pid, SIGKILL);
+    kill(-p->pid, SIGKILL); /* the group: the child and what it started */
+    kill(p->pid, SIGKILL);  /* the child, had it left its group */
     int status;
     struct rusage ru;
     tb_proc_wait(p, &status, &ru);

@@ -15,8 +15,14 @@ struct rusage;
 
 /* A child process as its parent sees it. */
 typedef struct tb_proc {
-    pid_t pid; /* 0: none running */
+    pid_t pid; /* 0: none running; also its process group's id */
     int to_fd, from_fd;
+    /* A pidfd of the child, while has_exit (else -1 after a spawn):
+     * readable once it ended, even while a descendant of it still holds
+     * its pipes open (the wire reader watches it:
+     * tb_wire_reader_watch_exit). */
+    int exit_fd;
+    int has_exit;
     /* Set before spawning to relay the child's stderr (and stdout, which
      * a worker points there) line by line through on_log instead of
      * letting it reach the terminal directly (worker_proc.c reads it);
@@ -33,16 +39,20 @@ typedef struct tb_proc {
  * (tb_proc_child_exit). */
 typedef void (*tb_proc_fn)(void *arg, int fd_in, int fd_out);
 
-/* Fork a child that runs child(arg, fd_in, fd_out), after: death with
- * the parent (PR_SET_PDEATHSIG, even a SIGKILLed one), and every
- * descriptor closed but stdin/stdout/stderr and its two pipe ends (a
- * server's sockets close when the server closes them, not when a child
- * dies). 0, or -1 with errno. */
+/* Fork a child that runs child(arg, fd_in, fd_out), after: a process
+ * group of its own (everything it forks is in it, and ends with it:
+ * tb_proc_wait), death with the parent (PR_SET_PDEATHSIG, even a
+ * SIGKILLed one), and every descriptor closed but stdin/stdout/stderr and
+ * its two pipe ends (a server's sockets close when the server closes
+ * them, not when a child dies). 0, or -1 with errno. */
 int tb_proc_spawn(tb_proc *p, tb_proc_fn child, void *arg);
 
-/* Wait for a child that ended (or was killed) and close its pipes (the
- * stderr relay's too, what it holds unread dropped: read it first). 0
- * with *status and *ru (wait4's), or -1 with errno. */
+/* Wait for a child that ended (or was killed), SIGKILL what is left of
+ * its process group (a plugin's forked children and theirs: nothing it
+ * started outlives it, unless it left the group with setsid or setpgid),
+ * then reap it and close its pipes (the stderr relay's too, what it
+ * holds unread dropped: read it first). 0 with *status and *ru (wait4's),
+ * or -1 with errno. */
 int tb_proc_wait(tb_proc *p, int *status, struct rusage *ru);
 
 /* A wait4 status in words: "killed by signal 11 (SIGSEGV, Segmentation
@@ -58,7 +68,8 @@ char *tb_proc_ending(int status);
  * at once), 0 when the deadline passed, -1 when interrupted. */
 int tb_proc_await_exit(const tb_proc *p, int64_t deadline_ns, volatile int *interrupted);
 
-/* SIGKILL, reap, close its pipes; nothing when none is running. */
+/* SIGKILL its process group, reap, close its pipes; nothing when none
+ * is running. */
 void tb_proc_kill(tb_proc *p);
 
 /* In the child, its end: the leak check of sanitizer builds, then

@@ -69,13 +69,18 @@ int tb_wire_send_frames(int fd, const tb_str *frames)
 
 void tb_wire_reader_init(tb_wire_reader *r, int fd)
 {
-    *r = (tb_wire_reader){.fd = fd, .side_fd = -1};
+    *r = (tb_wire_reader){.fd = fd, .side_fd = -1, .exit_fd = -1};
 }
 
 void tb_wire_reader_free(tb_wire_reader *r)
 {
     free(r->buf);
-    *r = (tb_wire_reader){.fd = -1, .side_fd = -1};
+    *r = (tb_wire_reader){.fd = -1, .side_fd = -1, .exit_fd = -1};
+}
+
+void tb_wire_reader_watch_exit(tb_wire_reader *r, int exit_fd)
+{
+    r->exit_fd = exit_fd;
 }
 
 void tb_wire_reader_watch(tb_wire_reader *r, int fd, int (*side)(void *ctx), void *ctx)
@@ -126,12 +131,19 @@ tb_wire_rc tb_wire_read(tb_wire_reader *r, int64_t deadline_ns, volatile int *in
         }
         if (interrupted && (timeout_ms < 0 || timeout_ms > 200))
             timeout_ms = 200;
-        struct pollfd pfd[2] = {{.fd = r->fd, .events = POLLIN}, {.fd = r->side_fd, .events = POLLIN}};
-        int n = poll(pfd, r->side_fd >= 0 ? 2 : 1, timeout_ms);
+        /* a negative fd is ignored by poll(): the side and the exit are optional */
+        struct pollfd pfd[3] = {{.fd = r->fd, .events = POLLIN},
+                                {.fd = r->side_fd, .events = POLLIN},
+                                {.fd = r->exit_fd, .events = POLLIN}};
+        int n = poll(pfd, 3, timeout_ms);
         if (n < 0 && errno != EINTR)
             return TB_WIRE_ERROR;
         if (n <= 0)
             continue;
+        /* The writer ended and the pipe holds nothing it wrote: its end,
+         * whoever else keeps the pipe open. */
+        if (r->exit_fd >= 0 && pfd[2].revents && !pfd[0].revents)
+            return TB_WIRE_EOF;
         /* Both ready: frames first (what the other end wrote before its
          * next side output goes first: a worker's progress before the
          * next call's log lines), then the side, in turn, so that a

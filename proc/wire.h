@@ -238,6 +238,7 @@ typedef struct tb_wire_reader {
     int (*side)(void *ctx);
     void *side_ctx;
     int side_turn; /* both were ready and the frames went first */
+    int exit_fd;   /* tb_wire_reader_watch_exit: -1 none */
 } tb_wire_reader;
 
 /* One frame: the payload points into the reader's buffer and is valid
@@ -258,6 +259,14 @@ void tb_wire_reader_free(tb_wire_reader *r);
  * relays a worker's stderr this way: worker_client.h.) Reset by
  * tb_wire_reader_init. */
 void tb_wire_reader_watch(tb_wire_reader *r, int fd, int (*side)(void *ctx), void *ctx);
+
+/* While tb_wire_read waits, also watch exit_fd (a pidfd of the writer,
+ * proc.h; -1: none): once it is readable (the writer ended) and the pipe
+ * holds nothing more, the read ends with TB_WIRE_EOF, as at the pipe's
+ * end. A descendant of the writer that keeps the pipe open (a plugin's
+ * forked child) then cannot turn the writer's crash into a timeout.
+ * Reset by tb_wire_reader_init. */
+void tb_wire_reader_watch_exit(tb_wire_reader *r, int exit_fd);
 
 /* The next frame, waiting at most until deadline_ns (tb_now_ns clock; 0 =
  * forever) and giving up early when *interrupted (may be NULL) becomes

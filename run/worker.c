@@ -17,6 +17,7 @@
 #define _GNU_SOURCE
 #include "worker.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -148,6 +149,139 @@ static size_t emission_limit(uint32_t n_req, uint32_t max_new_tokens)
     return (size_t)(lim < frame_events ? lim : frame_events);
 }
 
+/* Output positions past max_tokens that a block-decoding backend
+ * (TB_CAP_BLOCKS) may report when the case sets no block_length: its
+ * canvas is rounded up to a whole block of the model's own size, which
+ * the host does not know. No published block is near it. */
+#define BLOCK_SLACK 4096
+
+/* ms from t_call to t, for messages (in double: the plugin's t may be
+ * anything, and an int64 difference could overflow) */
+static double ms_of(int64_t t, int64_t t_call)
+{
+    return ((double)t - (double)t_call) * 1e-6;
+}
+
+/* The one check of what a plugin reports of a call (include/tokbench/
+ * backend.h's promises), before anything is derived from it: a figure
+ * no backend can measure fails its request (status TB_ERR, the reason in
+ * its error) so that it is never stored as a measurement. Requests
+ * wr[0..n) as resolved from tb_request_result (t_submit_ns never 0),
+ * the call's emissions em->ev, the host's clock around generate():
+ * [t_call, t_ret]. Counts: at most 4 x what the request asked for
+ * (max_tokens, a block backend's rounded up to a whole block) + 16; a
+ * max_tokens within the 4 x max_new_tokens the case's buffers hold; an
+ * answer within its output. Times: every one inside the call and in
+ * order (submit <= each emission <= done). A request failed here keeps
+ * no figure of its own: its times become the call's, its emissions are
+ * dropped, its ids are not read. bad[n]: scratch. */
+static void check_figures(const tb_case *c, uint32_t caps, uint32_t max_new_tokens, tb_raw_request *wr, uint32_t n,
+                          tb_request_result *rr, tb_emit_buf *em, unsigned char *bad, int64_t t_call, int64_t t_ret)
+{
+    uint64_t slack = !(caps & TB_CAP_BLOCKS) ? 0 : c->block_length ? c->block_length - 1 : BLOCK_SLACK;
+    const double call_ms = ms_of(t_ret, t_call);
+    memset(bad, 0, n);
+    for (uint32_t i = 0; i < n; i++) {
+        tb_raw_request *q = &wr[i];
+        int times_ok = q->t_submit_ns >= t_call && q->t_submit_ns <= t_ret &&
+                       (!q->t_done_ns || (q->t_done_ns >= q->t_submit_ns && q->t_done_ns <= t_ret));
+        if (q->status != TB_OK) { /* failed already: only its times made sane (2: no new reason) */
+            bad[i] = times_ok ? 0 : 2;
+            continue;
+        }
+        /* as many tokens as emissions may come (a server's usage counted
+         * in streamed chunks: plugins/http's own bound, and the flood's) */
+        uint64_t bound = EMIT_PER_TOKEN * ((uint64_t)q->max_tokens + slack) + 16;
+        char why[sizeof q->error] = "";
+        if ((uint64_t)q->max_tokens > 4 * (uint64_t)max_new_tokens) /* what the case's buffers hold */
+            snprintf(why, sizeof why, "max_tokens %u over 4 x max_new_tokens %u", q->max_tokens, max_new_tokens);
+        else if (q->n_output_tokens > bound)
+            snprintf(why, sizeof why, "%u output tokens for max_tokens %u (at most %llu)", q->n_output_tokens,
+                     q->max_tokens, (unsigned long long)bound);
+        else if (rr[i].output_ids && rr[i].n_output_ids > bound)
+            snprintf(why, sizeof why, "%u output ids for max_tokens %u (at most %llu)", rr[i].n_output_ids,
+                     q->max_tokens, (unsigned long long)bound);
+        else if (q->answer_tokens != TB_UNKNOWN_COUNT && q->answer_tokens > q->n_output_tokens)
+            snprintf(why, sizeof why, "an answer of %u tokens in %u output tokens", q->answer_tokens,
+                     q->n_output_tokens);
+        else if (q->t_submit_ns < t_call || q->t_submit_ns > t_ret)
+            snprintf(why, sizeof why, "sent at %+.3f ms of a call of %.3f ms", ms_of(q->t_submit_ns, t_call),
+                     call_ms);
+        else if (!times_ok)
+            snprintf(why, sizeof why, "done at %+.3f ms of a call of %.3f ms (sent at %+.3f ms)",
+                     ms_of(q->t_done_ns, t_call), call_ms, ms_of(q->t_submit_ns, t_call));
+        if (why[0]) {
+            bad[i] = 1;
+            snprintf(q->error, sizeof q->error, "impossible figure: %s", why);
+        }
+    }
+    for (size_t e = 0; e < em->n; e++) {
+        const tb_emission *x = &em->ev[e];
+        uint32_t i = x->request;
+        if (i >= n || bad[i])
+            continue;
+        const tb_raw_request *q = &wr[i];
+        if (x->t_ns < q->t_submit_ns || x->t_ns > (q->t_done_ns ? q->t_done_ns : t_ret)) {
+            bad[i] = q->status == TB_OK ? 1 : 2;
+            if (bad[i] == 1)
+                snprintf(wr[i].error, sizeof wr[i].error,
+                     "impossible figure: tokens emitted at %+.3f ms of a call of %.3f ms (sent at %+.3f ms%s)",
+                     ms_of(x->t_ns, t_call), call_ms, ms_of(q->t_submit_ns, t_call),
+                     q->t_done_ns ? ", done before" : "");
+        }
+    }
+    int any = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (!bad[i])
+            continue;
+        any = 1;
+        wr[i].t_submit_ns = t_call;
+        wr[i].t_done_ns = t_ret;
+        if (bad[i] == 2)
+            continue;
+        wr[i].status = rr[i].status = TB_ERR; /* its outputs are not graded either */
+        rr[i].output_ids = NULL;
+        rr[i].n_output_ids = 0;
+    }
+    if (any) {
+        size_t kept = 0;
+        for (size_t e = 0; e < em->n; e++)
+            if (em->ev[e].request >= n || !bad[em->ev[e].request])
+                em->ev[kept++] = em->ev[e];
+        em->n = kept;
+    }
+}
+
+/* A call's own figures that no backend can measure (phase times outside
+ * the call, negative counts, a non-finite roofline): NULL, or why. */
+static const char *impossible_call(const tb_result *res, int64_t elapsed, char *why, size_t n)
+{
+    const char *name = NULL;
+    int64_t v = 0;
+    if (res->prefill_ns != -1 && (res->prefill_ns < 0 || res->prefill_ns > elapsed))
+        name = "prefill_ns", v = res->prefill_ns;
+    else if (res->decode_ns != -1 && (res->decode_ns < 0 || res->decode_ns > elapsed))
+        name = "decode_ns", v = res->decode_ns;
+    else if (res->forward_passes < 0)
+        name = "forward_passes", v = res->forward_passes;
+    else if (res->peak_device_bytes < -1)
+        name = "peak_device_bytes", v = res->peak_device_bytes;
+    else if (res->energy_mj < -1)
+        name = "energy_mj", v = res->energy_mj;
+    if (name) {
+        snprintf(why, n, "%s = %lld (a call of %lld ns)", name, (long long)v, (long long)elapsed);
+        return why;
+    }
+    const double roof[] = {res->flops, res->bytes, res->peak_flops, res->peak_bytes_per_s};
+    const char *const roof_name[] = {"flops", "bytes", "peak_flops", "peak_bytes_per_s"};
+    for (int k = 0; k < 4; k++)
+        if (!(roof[k] >= 0 && isfinite(roof[k]))) {
+            snprintf(why, n, "%s = %g", roof_name[k], roof[k]);
+            return why;
+        }
+    return NULL;
+}
+
 /* What prompt request i of a call was given (tb_result.prompt_hash in
  * backend.h): the backend's own hash when it gave one, else a hash of the
  * prompt set's text, else of what the ABI makes a synthetic prompt of:
@@ -173,6 +307,7 @@ typedef struct case_bufs {
     uint64_t *phash;         /* tb_result.prompt_hash */
     uint32_t *ptok, *mtok;   /* tb_result.prompt_tokens, max_tokens */
     uint32_t *blocks;        /* tb_result.blocks_done */
+    unsigned char *bad;      /* check_figures' scratch */
     tb_request_result *rr;   /* what the plugin fills */
     tb_raw_request *wr;      /* what goes to the runner */
     tb_str texts, out;
@@ -187,6 +322,7 @@ static void case_bufs_free(case_bufs *b)
     free(b->ptok);
     free(b->mtok);
     free(b->blocks);
+    free(b->bad);
     free(b->rr);
     free(b->wr);
     tb_str_free(&b->texts);
@@ -216,6 +352,7 @@ static void run_case(tb_worker *w, const tb_case *c)
         .ptok = calloc(n_req, sizeof *b.ptok),
         .mtok = calloc(n_req, sizeof *b.mtok),
         .blocks = calloc(n_req, sizeof *b.blocks),
+        .bad = calloc(n_req, 1),
         .rr = calloc(n_req, sizeof *b.rr),
         .wr = calloc(n_req, sizeof *b.wr),
     };
@@ -231,7 +368,7 @@ static void run_case(tb_worker *w, const tb_case *c)
         }
     }
     w->em.n_requests = n_req;
-    if ((plan->n_prompts && !b.ptext) || !b.pidx || !b.scored || !b.phash || !b.ptok || !b.mtok || !b.blocks || !b.rr || !b.wr || w->em.cap < want ||
+    if ((plan->n_prompts && !b.ptext) || !b.pidx || !b.scored || !b.phash || !b.ptok || !b.mtok || !b.blocks || !b.bad || !b.rr || !b.wr || w->em.cap < want ||
         tb_str_try_appendn(&b.out, (const char *)&hdr, sizeof hdr) != 0) {
         send_status(w, TB_MSG_CASE_ERROR, TB_ERR_NO_MEMORY, 0, 0, NULL,
                     "out of memory for the case's buffers: %u requests, %zu emissions (%zu bytes)", n_req, want,
@@ -313,6 +450,12 @@ static void run_case(tb_worker *w, const tb_case *c)
                         "failed", res.n_unsent, n_req, warm ? "warm-up" : "repetition", (int)req.repetition + 1);
             goto done;
         }
+        char call_why[256];
+        if (impossible_call(&res, t_ret - t_call, call_why, sizeof call_why)) {
+            send_status(w, TB_MSG_CASE_ERROR, TB_ERR, 0, 0, NULL, "impossible figure at %s %d: %s; case failed",
+                        warm ? "warm-up" : "repetition", (int)req.repetition + 1, call_why);
+            goto done;
+        }
         uint32_t n_call = n_req - res.n_unsent;
         if (res.n_unsent) {
             size_t kept = 0;
@@ -332,12 +475,6 @@ static void run_case(tb_worker *w, const tb_case *c)
             q->steps_done = r->steps_done;
             q->blocks_done = b.blocks[i];
             q->answer_tokens = r->n_answer_tokens;
-            q->recount = r->status == TB_OK ? recount(w, r) : -1;
-            if (r->output_ids)
-                q->output_hash = fnv1a(1469598103934665603ULL, r->output_ids,
-                                       r->n_output_ids * sizeof(int32_t));
-            else if (r->output_text)
-                q->output_hash = fnv1a(1469598103934665603ULL, r->output_text, strlen(r->output_text));
             q->prompt_hash = prompt_hash(b.phash[i], b.ptext ? b.ptext[i] : NULL, req.seed, i, req.prompt_tokens);
             /* A failure always says something: the status's name at least. */
             tb_strlcpy(q->error, r->status == TB_OK || r->error[0] ? r->error : tb_status_name(r->status),
@@ -346,6 +483,18 @@ static void run_case(tb_worker *w, const tb_case *c)
             q->scored = b.scored[i];
             q->prompt_tokens = b.ptok[i];
             q->max_tokens = b.mtok[i] ? b.mtok[i] : req.max_new_tokens;
+        }
+        /* before anything reads the outputs the counts describe */
+        check_figures(c, w->ops->capabilities, req.max_new_tokens, b.wr, n_call, b.rr, &w->em, b.bad, t_call, t_ret);
+        for (uint32_t i = 0; i < n_call; i++) {
+            tb_request_result *r = &b.rr[i];
+            tb_raw_request *q = &b.wr[i];
+            q->recount = r->status == TB_OK ? recount(w, r) : -1;
+            if (r->output_ids)
+                q->output_hash = fnv1a(1469598103934665603ULL, r->output_ids,
+                                       r->n_output_ids * sizeof(int32_t));
+            else if (r->output_text)
+                q->output_hash = fnv1a(1469598103934665603ULL, r->output_text, strlen(r->output_text));
             if (b.ptext) { /* the answer text, for the scorers */
                 size_t before = b.texts.len;
                 tb_worker_answer_text(w, r, &b.texts);

@@ -131,6 +131,7 @@ tb_wc_result tb_wc_start(tb_worker_client *wc, char **why)
     }
     tb_wire_reader_free(&wc->rd); /* nothing left over from a dead worker */
     tb_wire_reader_init(&wc->rd, wc->proc.from_fd);
+    tb_wire_reader_watch_exit(&wc->rd, wc->proc.exit_fd); /* its crash, not a timeout */
     if (wc->proc.has_log)
         tb_wire_reader_watch(&wc->rd, wc->proc.log_fd, relay_log, wc);
     tb_wire_frame f;

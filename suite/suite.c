@@ -58,6 +58,12 @@ int tb_dim_parse_value(tb_dim d, const char *text, double *out, char **err)
             *err = tb_xasprintf("expected a rate in requests/s > 0, sweep or slo, got \"%s\"", text);
             return -1;
         }
+        if (v < TB_RATE_MIN) {
+            *err = tb_xasprintf("a rate of %g requests/s is below the least, %g (TB_RATE_MIN: an open loop's "
+                                "schedule of int64 nanoseconds must hold its gaps), got \"%s\"",
+                                v, TB_RATE_MIN, text);
+            return -1;
+        }
         *out = v;
         return 0;
     }

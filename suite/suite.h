@@ -64,6 +64,11 @@ const char *tb_dim_name(tb_dim d);
  * dimension's values as these negative sentinels. */
 #define TB_RATE_SWEEP (-1.0)
 #define TB_RATE_SLO (-2.0)
+/* The least request_rate, requests/s: an open loop's schedule is int64
+ * nanoseconds, and a few thousand gaps of 1/rate s must fit in it
+ * (1,601 requests at 1e-6/s span 1.6e18 ns of 9.2e18). Below it a rate
+ * would overflow the schedule (every request sent at once). */
+#define TB_RATE_MIN 1e-6
 /* TB_N_DIMS when `name` is not a dimension. */
 tb_dim tb_dim_from_name(const char *name);
 

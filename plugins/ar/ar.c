@@ -169,6 +169,17 @@ static void ar_destroy(void *p)
     free(c);
 }
 
+/* At suite load (--dry-run too): what create() would refuse of the
+ * device options, said before anything runs. */
+static tb_status ar_validate(const tb_request *req, char *why, size_t why_size)
+{
+    const tb_option_value *o = req->options;
+    uint32_t n = req->n_options;
+    return tb_load_check(tb_opt_text(o, n, ar_options, OPT_DEVICE),
+                         tb_opt_choice(o, n, ar_options, OPT_DTYPE, tb_dtype_choices) == TB_DTYPE_FP8,
+                         (int)OPT_I(o, n, OPT_TP), why, why_size);
+}
+
 static tb_status ar_create(const tb_host *host, const char *model, const tb_option_value *options, uint32_t n_options,
                            void **ctx_out, char *err, size_t err_size)
 {
@@ -801,7 +812,7 @@ static const tb_backend_ops ar_ops = {
     .describe = ar_describe,
     .tokenize = ar_tokenize,
     .detokenize = ar_detokenize,
-    .validate = NULL,
+    .validate = ar_validate,
     .loglik = ar_loglik,
     .step_open = ar_step_open,
     .step_join = ar_step_join,

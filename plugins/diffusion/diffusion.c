@@ -169,7 +169,12 @@ static tb_dllm_params params_of(const tb_request *req, int32_t mask_id, const tb
 static tb_status diffusion_validate(const tb_request *req, char *why, size_t why_size)
 {
     tb_dllm_params p = params_of(req, 0, NULL);
-    return tb_dllm_validate(&p, why, why_size) == 0 ? TB_OK : TB_ERR_INVALID;
+    if (tb_dllm_validate(&p, why, why_size) != 0)
+        return TB_ERR_INVALID;
+    const tb_option_value *o = req->options;
+    uint32_t n = req->n_options;
+    return tb_load_check(OPT_TEXT(o, n, OPT_DEVICE), OPT_CHOICE(o, n, OPT_DTYPE, tb_dtype_choices) == TB_DTYPE_FP8,
+                         (int)OPT_I(o, n, OPT_TP), why, why_size);
 }
 
 /* describe()'s JSON; NULL when out of memory (each add checked: a

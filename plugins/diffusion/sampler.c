@@ -33,6 +33,14 @@ int tb_dllm_bidir_validate(const tb_dllm_params *p, char *why, size_t n)
             return -1;
         }
         int blocks = p->gen_length / p->block_length;
+        /* upstream's schedule gives each step of a block block_length /
+         * steps-per-block tokens: past one a step, steps commit nothing
+         * (and the schedule alone holds steps ints per canvas) */
+        if (p->sampler != TB_DLLM_THRESHOLD && p->steps > p->gen_length) {
+            snprintf(why, n, "steps %d exceeds gen_length %d (max_new_tokens): a step commits at least one token",
+                     p->steps, p->gen_length);
+            return -1;
+        }
         if (p->sampler != TB_DLLM_THRESHOLD && p->steps % blocks != 0) {
             snprintf(why, n, "steps %d is not a multiple of the block count %d (gen_length %d / block_length %d)",
                      p->steps, blocks, p->gen_length, p->block_length);

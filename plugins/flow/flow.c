@@ -166,10 +166,21 @@ static int on_forward(void *ctx, int forward)
     return c->host->cancelled(c->host) ? -1 : 0;
 }
 
+/* The most denoising steps a flow case may ask for: the sampler holds a
+ * schedule of `steps` doubles and runs a forward each; published
+ * continuous-diffusion samplers use at most a few thousand, and past this
+ * a case is a typo that would run for ever (or fail out of memory). */
+#define FLOW_MAX_STEPS 65536
+
 static tb_status check_request(const tb_request *req, char *why, size_t why_size)
 {
     if (req->steps < 1) {
         snprintf(why, why_size, "the flow sampler needs steps >= 1 (got %u): add steps = ... to [matrix]", req->steps);
+        return TB_ERR_INVALID;
+    }
+    if (req->steps > FLOW_MAX_STEPS) {
+        snprintf(why, why_size, "steps %u: more than %d, the most the flow sampler takes (FLOW_MAX_STEPS)", req->steps,
+                 FLOW_MAX_STEPS);
         return TB_ERR_INVALID;
     }
     if (req->max_new_tokens < 1) {

@@ -178,7 +178,9 @@ static const tb_option_decl http_options[N_OPTS] = {
                            "shared-prefix workload: sessions fall into this many groups, each sharing a system "
                            "prompt of prefix_tokens tokens (0: none)",
                            NULL, 0, 1e6, 0},
-    [OPT_PREFIX_TOKENS] = {"prefix_tokens", TB_OPT_INT, "0", "length of each group's shared system prompt, tokens",
+    [OPT_PREFIX_TOKENS] = {"prefix_tokens", TB_OPT_INT, "0",
+                           "length of each group's shared system prompt, tokens (with the longest prompt: at most "
+                           "2097152, TB_HTTP_MAX_PROMPT_TOKENS)",
                            NULL, 0, 1e9, 0},
     [OPT_TURNS] = {"turns", TB_OPT_INT, "1",
                    "multi-turn sessions: each session sends this many turns, each with the previous turns and "
@@ -445,6 +447,28 @@ static int workload_config(const tb_request *req, wl_files *f, tb_workload *w, c
         return -1;
     }
     w->turns = (uint32_t)opt_f(v, n, OPT_TURNS);
+    if (!*ds) { /* synthetic prompts: what one number can make the client build */
+        /* every draw is clipped to [min, max]; a fixed length is the mean, clipped */
+        uint64_t user = w->prompt.max;
+        if (w->prompt.kind == TB_LEN_FIXED && w->prompt.mean < user)
+            user = w->prompt.mean > w->prompt.min ? (uint64_t)(w->prompt.mean + 0.5) : w->prompt.min;
+        uint64_t longest = w->prefix_tokens + w->turns * user + (w->turns - 1) * (uint64_t)w->output.max;
+        if (longest > TB_HTTP_MAX_PROMPT_TOKENS) {
+            snprintf(why, size,
+                     "prompts of up to %llu tokens (prefix_tokens %u + %u turn(s) of up to %llu prompt tokens%s): "
+                     "more than %u, the longest prompt tokbench makes (TB_HTTP_MAX_PROMPT_TOKENS)",
+                     (unsigned long long)longest, w->prefix_tokens, w->turns, (unsigned long long)user,
+                     w->turns > 1 ? " and the answers between them" : "", TB_HTTP_MAX_PROMPT_TOKENS);
+            return -1;
+        }
+        if (longest * req->n_requests > TB_HTTP_MAX_CALL_PROMPT_TOKENS) {
+            snprintf(why, size,
+                     "%u requests of prompts up to %llu tokens: more than %llu prompt tokens in one call, what the "
+                     "client holds at once (TB_HTTP_MAX_CALL_PROMPT_TOKENS)",
+                     req->n_requests, (unsigned long long)longest, TB_HTTP_MAX_CALL_PROMPT_TOKENS);
+            return -1;
+        }
+    }
     if (req->n_requests % w->turns) {
         snprintf(why, size, "turns = %u: the requests of a call (%u) must be a whole number of sessions of %u turns",
                  w->turns, req->n_requests, w->turns);

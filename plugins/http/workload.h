@@ -108,6 +108,15 @@ void tb_dataset_free(tb_dataset *d);
 
 /* ------------------------------------------------ sessions of a call */
 
+/* The synthetic prompts a call may make, checked at suite load (http.c's
+ * validate()): the longest request's prompt (shared prefix, and in a
+ * multi-turn session every earlier turn and answer) at most
+ * TB_HTTP_MAX_PROMPT_TOKENS, past the context of any served model; all
+ * the call's requests together at most TB_HTTP_MAX_CALL_PROMPT_TOKENS,
+ * what the client holds as text at once (up to 9 bytes a token: 2.4 GB). */
+#define TB_HTTP_MAX_PROMPT_TOKENS (1u << 21)
+#define TB_HTTP_MAX_CALL_PROMPT_TOKENS (1ull << 28)
+
 typedef struct tb_workload {
     tb_len_dist prompt;        /* a synthetic user turn's length */
     tb_len_dist output;        /* a request's max_tokens */

@@ -15,6 +15,19 @@
  *       hang          never returns, whatever signal is caught
  *       closefds_hang closes every descriptor (the host's pipes too),
  *                     then hangs
+ *       fork          (generate only) forks two children, which hold the
+ *                     host's pipes as forked children do: one lingers for
+ *                     ever (SIGTERM ignored) with a lingering child of its
+ *                     own, the other crashes (SIGSEGV); then generates
+ *       fork_crash    (generate only) the same, then crashes itself
+ *   pid_file = PATH: the lingering processes of fork and fork_crash
+ *   append their pids to PATH, one a line, before generate() goes on
+ *   (the test checks that none survives the run).
+ *   bad_figure = WHAT: generate() reports one impossible figure for its
+ *   first request (backend.h's promises broken): tokens (4294967294
+ *   output tokens), e2e (done at -9.2e18 ns), ttft (its emission 292
+ *   years after the call), submit (sent before the call began), or for
+ *   the call: prefill (prefill_ns -5).
  *   wait_file = PATH: generate() waits, polling cancelled(), until PATH
  *   exists (a test holds a run in the middle of its cases with it).
  *
@@ -23,7 +36,9 @@
 #define _GNU_SOURCE
 #include "stub.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <stdint.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -42,6 +57,66 @@ static void misbehave(const char *what)
     if (strcmp(what, "hang") == 0 || strcmp(what, "closefds_hang") == 0)
         for (;;)
             pause(); /* a caught SIGTERM returns here: hang on */
+}
+
+/* In a forked child: append this process's pid to pid_file, then tell
+ * the parent through `ready` (it waits, so the pid is on file before the
+ * host can end anything). */
+static void note_pid(const char *pid_file, int ready)
+{
+    int fd = open(pid_file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+        dprintf(fd, "%d\n", (int)getpid());
+        close(fd);
+    }
+    if (write(ready, "x", 1) != 1)
+        _exit(1);
+}
+
+static void linger(void)
+{
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGINT, SIG_IGN);
+    for (;;)
+        pause();
+}
+
+/* fork and fork_crash: a lingering child with a lingering child of its
+ * own, and a child that crashes. Returns once both lingerers are on
+ * file. */
+static void fork_children(const char *pid_file)
+{
+    int p[2];
+    if (pipe(p) != 0)
+        return;
+    pid_t a = fork();
+    if (a == 0) {
+        close(p[0]);
+        pid_t b = fork();
+        if (b == 0) {
+            note_pid(pid_file, p[1]);
+            close(p[1]);
+            linger();
+        }
+        note_pid(pid_file, p[1]);
+        close(p[1]);
+        linger();
+    }
+    if (fork() == 0) {
+        signal(SIGSEGV, SIG_DFL); /* a plain crash, without a sanitizer's report */
+        raise(SIGSEGV);
+        _exit(1);
+    }
+    close(p[1]);
+    char c[2];
+    size_t got = 0;
+    while (a > 0 && got < 2) {
+        ssize_t n = read(p[0], c, 2 - got);
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    close(p[0]);
 }
 
 /* The WHAT of TB_MISBEHAVE when its WHERE is `where`, else NULL. */
@@ -108,17 +183,40 @@ static tb_status m_generate(void *vctx, const tb_request *req, tb_result *res)
         struct timespec ts = {0, 5 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
-    misbehave(option(req->options, req->n_options, "generate_fault"));
-    return stub_generate(vctx, req, res);
+    const char *fault = option(req->options, req->n_options, "generate_fault");
+    if (fault && strncmp(fault, "fork", 4) == 0) {
+        fork_children(option(req->options, req->n_options, "pid_file"));
+        fault = strcmp(fault, "fork_crash") == 0 ? "crash" : NULL;
+    }
+    misbehave(fault);
+    const char *bad = option(req->options, req->n_options, "bad_figure");
+    int64_t now = c->host->now_ns(c->host);
+    if (strcmp(bad, "ttft") == 0) /* the first emission of request 0 */
+        c->host->emit(c->host, 0, 1, now < INT64_C(23000000000000000) ? now + INT64_C(9200000000000000000) : INT64_MAX);
+    tb_status st = stub_generate(vctx, req, res);
+    tb_request_result *r0 = &res->requests[0];
+    if (strcmp(bad, "tokens") == 0)
+        r0->n_output_tokens = 4294967294u;
+    else if (strcmp(bad, "e2e") == 0)
+        r0->t_done_ns = INT64_MIN + 1;
+    else if (strcmp(bad, "submit") == 0)
+        r0->t_submit_ns = now - INT64_C(3600000000000);
+    else if (strcmp(bad, "prefill") == 0)
+        res->prefill_ns = -5;
+    return st;
 }
 
 #define FAULTS "none|crash|exit|hang|closefds_hang"
+#define GENERATE_FAULTS FAULTS "|fork|fork_crash"
 
 static const tb_option_decl options[] = {
     {"validate_fault", TB_OPT_ENUM, "none", "what validate() does wrong", FAULTS, 0, 0, 0},
     {"create_fault", TB_OPT_ENUM, "none", "what create() does wrong", FAULTS, 0, 0, TB_OPTF_LOAD},
-    {"generate_fault", TB_OPT_ENUM, "none", "what generate() does wrong", FAULTS, 0, 0, 0},
+    {"generate_fault", TB_OPT_ENUM, "none", "what generate() does wrong", GENERATE_FAULTS, 0, 0, 0},
     {"wait_file", TB_OPT_STRING, "", "generate() waits until this file exists", NULL, 0, 0, 0},
+    {"pid_file", TB_OPT_STRING, "", "fork, fork_crash: the lingering children's pids go here", NULL, 0, 0, 0},
+    {"bad_figure", TB_OPT_ENUM, "none", "an impossible figure generate() reports",
+     "none|tokens|e2e|ttft|submit|prefill", 0, 0, 0},
 };
 
 static const tb_backend_ops ops = {
@@ -127,7 +225,7 @@ static const tb_backend_ops ops = {
     .name = "misbehave",
     .version = "0",
     .description = "test plugin: crashes, exits or hangs where it is told to",
-    .capabilities = TB_CAP_BATCH,
+    .capabilities = TB_CAP_BATCH | TB_CAP_STREAMING, /* one emission a request */
     .options = options,
     .n_options = sizeof options / sizeof options[0],
     .probe = m_probe,

@@ -63,6 +63,24 @@ static void test_schedule_deterministic(void)
     CHECK(zero);
 }
 
+/* A rate below the suite's least (TB_RATE_MIN) never wraps the int64
+ * schedule into negative offsets (issue 38 item 8: 1e-300 sent every
+ * request at once, with latencies of -9.2e15 ms): they saturate, still
+ * in order. */
+static void test_schedule_tiny_rate(void)
+{
+    int64_t a[4];
+    tb_arrivals_schedule(7, 1e-300, 1.0, 4, a);
+    CHECK(a[0] == 0);
+    for (int i = 1; i < 4; i++)
+        CHECK(a[i] > 0 && a[i] >= a[i - 1]);
+    /* at the least rate, 1,601 requests fit without saturating */
+    enum { N = 1601 };
+    static int64_t b[N];
+    tb_arrivals_schedule(7, 1e-6, 1.0, N, b);
+    CHECK(b[N - 1] > b[N - 2] && b[N - 1] < (int64_t)9.0e18);
+}
+
 /* Fresh arrivals (docs/METRICS.md, "The rate sent"): the seed of a
  * schedule changes with the repetition, the warm-up flag, the rate and
  * the wave, and only with them; the schedules of two rates are not one
@@ -215,6 +233,7 @@ int main(void)
 {
     test_schedule_moments();
     test_schedule_deterministic();
+    test_schedule_tiny_rate();
     test_schedule_seed();
     test_sent_rate_spread();
     test_gamma_small_shape();

@@ -28,10 +28,9 @@ const char *tb_loaded_dtype(const tb_loaded *l)
     return l->fp8 ? "fp8" : l->gpu ? "bf16" : "f32";
 }
 
-tb_status tb_load(const char *spec, int want_diffusion, int on_gpu, int fp8, uint64_t preset_seed, int tp, tb_loaded *out,
-                  char *err, size_t err_size)
+/* tb_load's rules of tp, on what the options resolved to. */
+static tb_status check_tp(int on_gpu, int fp8, int tp, char *err, size_t err_size)
 {
-    memset(out, 0, sizeof *out);
     if (tp != 0 && !on_gpu) {
         snprintf(err, err_size, "tp = %d: tensor parallelism runs on GPUs; set device = cuda", tp);
         return TB_ERR_UNSUPPORTED;
@@ -40,6 +39,27 @@ tb_status tb_load(const char *spec, int want_diffusion, int on_gpu, int fp8, uin
         snprintf(err, err_size, "dtype = fp8 with tp = %d: not supported (the tensor-parallel ranks hold bf16 shards)", tp);
         return TB_ERR_UNSUPPORTED;
     }
+    return TB_OK;
+}
+
+tb_status tb_load_check(const char *device, int fp8, int tp, char *err, size_t err_size)
+{
+    /* device = auto asks the GPU (a probe) only where tp needs the answer */
+    int d = tb_choice_value(tb_device_choices, device);
+    int on_gpu = d == TB_DEVICE_CUDA || (d == TB_DEVICE_AUTO && tp != 0 && tb_device_wants_gpu(device));
+    tb_status st = check_tp(on_gpu, fp8, tp, err, err_size);
+    if (st != TB_OK && d == TB_DEVICE_AUTO && tp != 0 && !on_gpu)
+        snprintf(err, err_size, "tp = %d: tensor parallelism runs on GPUs, and device = auto found none", tp);
+    return st;
+}
+
+tb_status tb_load(const char *spec, int want_diffusion, int on_gpu, int fp8, uint64_t preset_seed, int tp, tb_loaded *out,
+                  char *err, size_t err_size)
+{
+    memset(out, 0, sizeof *out);
+    tb_status st = check_tp(on_gpu, fp8, tp, err, err_size);
+    if (st != TB_OK)
+        return st;
     if (!spec || !*spec) {
         snprintf(err, err_size, "no model: set model = a Hugging Face folder or preset:NAME");
         return TB_ERR_MODEL;

@@ -55,6 +55,12 @@ tb_status tb_status_of(const char *err, tb_status otherwise);
  * with the reason in err. */
 tb_status tb_load(const char *spec, int want_diffusion, int on_gpu, int fp8, uint64_t preset_seed, int tp,
                   tb_loaded *out, char *err, size_t err_size);
+
+/* What tb_load refuses of `tp` before it reads a model (tp on the CPU,
+ * where device = auto finds no GPU too; tp with fp8), from the options'
+ * texts: so that a backend's validate() says it at suite load (--dry-run
+ * too) instead of create(). TB_OK, or TB_ERR_UNSUPPORTED with err. */
+tb_status tb_load_check(const char *device, int fp8, int tp, char *err, size_t err_size);
 /* describe()'s "dtype": "fp8", else "bf16" on the GPU, "f32" on the CPU. */
 const char *tb_loaded_dtype(const tb_loaded *l);
 
