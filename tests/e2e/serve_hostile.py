@@ -29,7 +29,7 @@ import sys
 import threading
 import time
 
-GUARD = 60  # seconds: a hang guard, never a bound the check relies on
+GUARD = 30  # seconds: a hang guard, never a bound the check relies on
 # The server's API key (environment TB_API_KEY), sent with every request
 # but those of the key check.
 KEY = os.environ.get("TB_API_KEY", "")
@@ -121,10 +121,11 @@ def half_sent(port, src, cut_body=False):
     return s
 
 
-def closed_by_server(s):
-    """Whether the server closes s (EOF or reset) within the hang guard,
-    sending nothing but perhaps an error status."""
+def closed_by_server(s, deadline):
+    """Whether the server closes s (EOF or reset) before the deadline (a
+    hang guard), sending nothing but perhaps an error status."""
     try:
+        s.settimeout(max(0.1, deadline - time.monotonic()))
         data = read_all(s)
     except socket.timeout:
         return False
@@ -143,7 +144,8 @@ def check_limits(port, pid, log, arg):
 
 def check_timeout(port, pid, log, arg):
     held = [half_sent(port, "127.0.0.2", cut_body=i % 2 == 1) for i in range(8)]
-    n = sum(closed_by_server(s) for s in held)
+    deadline = time.monotonic() + GUARD
+    n = sum(closed_by_server(s, deadline) for s in held)
     ok = say(n == 8, "%d of 8 half-sent connections (headers or body cut short) closed by the server" % n)
     for s in held:
         s.close()
@@ -225,6 +227,15 @@ def log_lines(log, word):
     return [l for l in open(log).read().splitlines() if word in l]
 
 
+def wait_log(log, word, n):
+    """Whether the log has n lines with word within the hang guard."""
+    for _ in range(GUARD * 10):
+        if len(log_lines(log, word)) >= n:
+            return True
+        time.sleep(0.1)
+    return False
+
+
 def check_slots(port, pid, log, arg):
     body = {"prompt": "hello", "max_tokens": 4000, "stream": True}
     data = json.dumps(body).encode()
@@ -241,15 +252,15 @@ def check_slots(port, pid, log, arg):
                 break
             got += b
         s.close()
+    if not say(wait_log(log, "slot is freed", 2), "two streams dropped mid-way free their slots"):
+        return False
     ok = say(answered(port), "a request is answered after two streams were dropped mid-way at --max-batch 2")
     # a stream never read, with a small receive buffer
     before = rss_kb(pid)
     s = connect(port, rcvbuf=4096)
     s.sendall(req)
-    for _ in range(GUARD * 10):
-        if len(log_lines(log, "slot is freed")) >= 3:
-            break
-        time.sleep(0.1)
+    if not say(wait_log(log, "slot is freed", 3), "a stream never read frees its slot"):
+        return False
     grown = (rss_kb(pid) - before) / 1024
     ok &= say(answered(port), "a request is answered while a stream is never read")
     s.close()

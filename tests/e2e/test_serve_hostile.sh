@@ -96,7 +96,7 @@ grep -q "warning: 0.0.0.0 is not a loopback address" "$tmp/main.log" \
 grep -q "warning" "$tmp/timeout.log" && fail "a loopback bind warned: $(grep warning "$tmp/timeout.log")"
 for bad in 'a\tb' 'a\033b' '' 'a b'; do
     printf "$bad\n" >"$tmp/bad.key"
-    out=$("$tb" serve --backend ar "$tmp/s.ini" --port 0 --api-key-file "$tmp/bad.key" 2>&1)
+    out=$(timeout 20 "$tb" serve --backend ar "$tmp/s.ini" --port 0 --api-key-file "$tmp/bad.key" 2>&1) # a guard: the old server listened
     rc=$?
     [ $rc = 2 ] && grep -q "api-key-file $tmp/bad.key: the key" <<<"$out" \
         && pass "key file $(printf %q "$bad") refused: ${out##*: }" || fail "key $(printf %q "$bad"): exit $rc: $out"
