@@ -183,9 +183,9 @@ const cli_option cli_options[] = {
      .def = "4096", .lo = 1, .hi = 65536, .what = "an integer",
      .help = "most connections open at once; more are refused"},
     {.name = "max-connections-per-ip", .arg = "N", .commands = CLI_SERVE, .kind = CLI_INT,
-     .field = FIELD(max_connections_per_ip), .def = "1024", .lo = 0, .hi = 65536, .what = "an integer",
-     .help = "most connections open at once from one client address (0: no limit), so that one client cannot take "
-             "them all"},
+     .field = FIELD(max_connections_per_ip), .def = "0", .lo = 0, .hi = 65536, .what = "an integer",
+     .help = "most connections open at once from one client address, so that one client cannot take them all (0, "
+             "the default: no limit, as a load generator opens every connection from one address)"},
     {.name = "api-key", .arg = "KEY", .commands = CLI_SERVE, .kind = CLI_STRING, .field = FIELD(api_key),
      .help = "answer only requests with `Authorization: Bearer KEY` (401 otherwise; GET /health stays open). A "
              "command line is visible to other users of the machine: prefer --api-key-file"},

@@ -267,9 +267,10 @@ int tb_serve_main(const tb_serve_options *o)
     fprintf(stderr, "tokbench serve: listening on http://%s:%u/v1 (%s batching, max batch %u); Ctrl-C stops\n",
             o->host, bound, srv.continuous ? "continuous" : "static", srv.max_batch);
     fprintf(stderr,
-            "tokbench serve: clients: at most %u connections (%u per address), --client-timeout %u s, bodies up to "
+            "tokbench serve: clients: at most %u connections (%s%.0u per address), --client-timeout %u s, bodies up to "
             "16 MiB, %s\n",
-            srv.max_connections, srv.max_connections_per_ip, srv.client_timeout,
+            srv.max_connections, srv.max_connections_per_ip ? "" : "any number", srv.max_connections_per_ip,
+            srv.client_timeout,
             api_key ? "an API key required" : "no API key");
     if ((ntohl(addr.sin_addr.s_addr) >> 24) != 127)
         fprintf(stderr,
