@@ -47,6 +47,11 @@ typedef struct cli_args {
     const char *batching;       /* serve: "continuous" or "static" */
     const char *port_file;      /* serve */
     int reuse_port;             /* serve */
+    long client_timeout;        /* serve: seconds, [1, 3600] */
+    long max_connections;       /* serve: [1, 65536] */
+    long max_connections_per_ip; /* serve: [0, 65536]; 0: no limit */
+    const char *api_key;        /* serve: never printed */
+    const char *api_key_file;   /* serve */
     double load_timeout;        /* plugins: seconds, > 0 */
     int wide;                   /* show, run: --wide */
     long width;                 /* show, run: --width N; 0 when not given */

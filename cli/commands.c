@@ -624,7 +624,11 @@ int cmd_serve(const cli_command *cmd, const cli_args *c, const char *command_lin
     }
     tb_serve_options o = {.suite = c->pos[0], .backend = c->backend, .host = c->host, .port = (uint16_t)c->port,
                           .max_batch = (uint32_t)c->max_batch, .port_file = c->port_file,
-                          .static_batching = strcmp(c->batching, "static") == 0, .reuse_port = c->reuse_port};
+                          .static_batching = strcmp(c->batching, "static") == 0, .reuse_port = c->reuse_port,
+                          .client_timeout = (unsigned)c->client_timeout,
+                          .max_connections = (unsigned)c->max_connections,
+                          .max_connections_per_ip = (unsigned)c->max_connections_per_ip,
+                          .api_key = c->api_key, .api_key_file = c->api_key_file};
     return tb_serve_main(&o);
 }
 

@@ -175,6 +175,22 @@ const cli_option cli_options[] = {
     {.name = "reuse-port", .commands = CLI_SERVE, .kind = CLI_FLAG, .field = FIELD(reuse_port),
      .help = "let other servers listen on the same port (SO_REUSEPORT): the kernel spreads connections across "
              "them, each with its own backend process (docs/PERFORMANCE.md)"},
+    {.name = "client-timeout", .arg = "S", .commands = CLI_SERVE, .kind = CLI_INT, .field = FIELD(client_timeout),
+     .def = "30", .lo = 1, .hi = 3600, .what = "seconds",
+     .help = "close a connection whose client sends or reads nothing for S seconds (half-sent requests, a stream "
+             "nobody reads); the time the backend takes does not count"},
+    {.name = "max-connections", .arg = "N", .commands = CLI_SERVE, .kind = CLI_INT, .field = FIELD(max_connections),
+     .def = "4096", .lo = 1, .hi = 65536, .what = "an integer",
+     .help = "most connections open at once; more are refused"},
+    {.name = "max-connections-per-ip", .arg = "N", .commands = CLI_SERVE, .kind = CLI_INT,
+     .field = FIELD(max_connections_per_ip), .def = "0", .lo = 0, .hi = 65536, .what = "an integer",
+     .help = "most connections open at once from one client address, so that one client cannot take them all (0, "
+             "the default: no limit, as a load generator opens every connection from one address)"},
+    {.name = "api-key", .arg = "KEY", .commands = CLI_SERVE, .kind = CLI_STRING, .field = FIELD(api_key),
+     .help = "answer only requests with `Authorization: Bearer KEY` (401 otherwise; GET /health stays open). A "
+             "command line is visible to other users of the machine: prefer --api-key-file"},
+    {.name = "api-key-file", .arg = "F", .commands = CLI_SERVE, .kind = CLI_STRING, .field = FIELD(api_key_file),
+     .help = "as --api-key, the key read from file F (one line)"},
 
     /* help */
     {.name = "markdown", .commands = CLI_HELP_CMD, .kind = CLI_FLAG, .field = FIELD(markdown),

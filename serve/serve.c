@@ -55,6 +55,83 @@ const char *tb_serve_unavailable(void)
     return NULL;
 }
 
+/* The API key of --api-key or --api-key-file (its one line, the line end
+ * dropped): 0 with *key (malloc'd), or -1 after saying why. The key is
+ * never printed. */
+static int load_api_key(const tb_serve_options *o, char **key)
+{
+    *key = NULL;
+    if (o->api_key && o->api_key_file) {
+        fprintf(stderr, "tokbench serve: --api-key and --api-key-file: give one\n");
+        return -1;
+    }
+    const char *from = o->api_key ? "--api-key" : "--api-key-file";
+    char *k;
+    if (o->api_key) {
+        k = tb_xstrdup(o->api_key);
+    } else if (o->api_key_file) {
+        FILE *f = fopen(o->api_key_file, "rb");
+        if (!f) {
+            fprintf(stderr, "tokbench serve: --api-key-file %s: %s\n", o->api_key_file, strerror(errno));
+            return -1;
+        }
+        char buf[4098]; /* a key is a line, not a file of any size */
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        int bad = ferror(f);
+        fclose(f);
+        if (bad || n == sizeof buf - 1) {
+            fprintf(stderr, "tokbench serve: --api-key-file %s: %s\n", o->api_key_file,
+                    bad ? "cannot be read" : "longer than 4096 bytes; expected one line, the key");
+            return -1;
+        }
+        buf[n] = '\0';
+        if (n && buf[n - 1] == '\n')
+            buf[--n] = '\0';
+        if (n && buf[n - 1] == '\r')
+            buf[--n] = '\0';
+        if (strlen(buf) != n) {
+            fprintf(stderr, "tokbench serve: --api-key-file %s: the key has a NUL byte\n", o->api_key_file);
+            return -1;
+        }
+        k = tb_xstrdup(buf);
+    } else {
+        return 0;
+    }
+    /* What an HTTP header can carry and a client can send back: printable
+     * ASCII (tokens, base64) or UTF-8, no control bytes, no spaces. */
+    const char *why = !*k ? "the key is empty" : NULL;
+    for (const unsigned char *p = (const unsigned char *)k; !why && *p; p++)
+        if (*p < 0x20 || *p == 0x7f)
+            why = "the key has a control byte (a line end inside it, a tab, ...)";
+        else if (*p == ' ')
+            why = "the key has a space";
+    if (why) {
+        fprintf(stderr, "tokbench serve: %s%s%s: %s\n", from, o->api_key ? "" : " ",
+                o->api_key ? "" : o->api_key_file, why);
+        free(k);
+        return -1;
+    }
+    *key = k;
+    return 0;
+}
+
+/* Open the stepped session of --max-batch slots before listening, so that
+ * what the backend cannot hold (its KV cache past the machine's memory)
+ * is said now, naming the limit, not in every answer. No smaller size is
+ * tried: a try that fits may take most of the machine's memory. 1 opened,
+ * 0 no step ops (static batches), -1 said why. */
+static int open_session_first(tb_server *s, const char *label, int asked)
+{
+    char *why = NULL;
+    int o = tb_serve_open_session(s, &why);
+    if (o >= 0)
+        return o;
+    fprintf(stderr, "tokbench serve: --max-batch %u%s: backend %s cannot hold %u requests in flight: %s\n",
+            s->max_batch, asked ? "" : " (the default)", label, s->max_batch, why);
+    free(why);
+    return -1;
+}
+
 int tb_serve_main(const tb_serve_options *o)
 {
     const char *label = o->backend;
@@ -63,6 +140,9 @@ int tb_serve_main(const tb_serve_options *o)
         fprintf(stderr, "tokbench serve: --host %s: expected an IPv4 address such as 127.0.0.1\n", o->host);
         return 2;
     }
+    char *api_key;
+    if (load_api_key(o, &api_key) != 0)
+        return 2;
 
     tb_suite suite;
     tb_plan plan;
@@ -70,12 +150,14 @@ int tb_serve_main(const tb_serve_options *o)
     if (tb_suite_load(o->suite, &suite, &err) != 0) {
         fprintf(stderr, "%s", err);
         free(err);
+        free(api_key);
         return 2;
     }
     if (tb_plan_build(&suite, &plan, &err) != 0) {
         fprintf(stderr, "%s", err);
         free(err);
         tb_suite_free(&suite);
+        free(api_key);
         return 2;
     }
     int rc = 2;
@@ -109,7 +191,11 @@ int tb_serve_main(const tb_serve_options *o)
     srv.label = label;
     srv.stop = &sig_stop;
     srv.reuse_port = o->reuse_port;
+    srv.client_timeout = o->client_timeout ? o->client_timeout : 30;
+    srv.max_connections = o->max_connections ? o->max_connections : 4096;
+    srv.max_connections_per_ip = o->max_connections_per_ip;
     srv.ops = ops;
+    srv.api_key = api_key;
     srv.events = &tb_serve_http_events;
     {
         char *why = NULL;
@@ -157,6 +243,19 @@ int tb_serve_main(const tb_serve_options *o)
         rc = 1;
         goto restore;
     }
+    if (srv.continuous) {
+        int so = open_session_first(&srv, label, o->max_batch != 0);
+        if (so < 0) {
+            tb_wc_kill(&srv.wc);
+            rc = 2;
+            goto restore;
+        }
+        srv.session_open = so;
+        if (so == 0) { /* said here, before listening */
+            fprintf(stderr, "tokbench serve: plugin %s has no step ops: static batches\n", ops->name);
+            srv.continuous = 0;
+        }
+    }
     unsigned bound;
     struct MHD_Daemon *d = tb_serve_http_start(&srv, &addr, &bound);
     if (!d) {
@@ -167,6 +266,18 @@ int tb_serve_main(const tb_serve_options *o)
     }
     fprintf(stderr, "tokbench serve: listening on http://%s:%u/v1 (%s batching, max batch %u); Ctrl-C stops\n",
             o->host, bound, srv.continuous ? "continuous" : "static", srv.max_batch);
+    fprintf(stderr,
+            "tokbench serve: clients: at most %u connections (%s%.0u per address), --client-timeout %u s, bodies up to "
+            "16 MiB, %s\n",
+            srv.max_connections, srv.max_connections_per_ip ? "" : "any number", srv.max_connections_per_ip,
+            srv.client_timeout,
+            api_key ? "an API key required" : "no API key");
+    if ((ntohl(addr.sin_addr.s_addr) >> 24) != 127)
+        fprintf(stderr,
+                "tokbench serve: warning: %s is not a loopback address: other machines can reach this server%s\n",
+                o->host,
+                api_key ? " (plain HTTP: the key crosses the network unencrypted)"
+                        : ", and with no --api-key anyone among them can use the backend");
     if (o->port_file) {
         FILE *f = fopen(o->port_file, "w");
         if (f) {
@@ -195,6 +306,7 @@ restore:
 out:
     tb_plan_free(&plan);
     tb_suite_free(&suite);
+    free(api_key);
     return rc;
 }
 

@@ -52,6 +52,12 @@ typedef struct tb_serve_options {
                               step (--batching static, for comparisons) */
     const char *port_file; /* NULL, or where to write the port once listening */
     int reuse_port;        /* SO_REUSEPORT: other servers may share the port */
+    /* Hostile clients (docs/RELIABILITY.md, issue 38 item 3). 0: the default. */
+    unsigned client_timeout;  /* seconds a client may send or read nothing (30) */
+    unsigned max_connections; /* connections open at once (4096) */
+    unsigned max_connections_per_ip; /* from one address; 0: no limit */
+    const char *api_key;      /* NULL, or the key every request must bear */
+    const char *api_key_file; /* NULL, or a file holding it (one line) */
 } tb_serve_options;
 
 /* NULL when this build can serve; else why not, a sentence for the user

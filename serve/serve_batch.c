@@ -37,6 +37,40 @@ void tb_serve_enqueue(tb_server *s, tb_sreq *r)
     pthread_cond_signal(&s->queue_cv);
 }
 
+void tb_serve_client_gone(tb_server *s, tb_sreq *r, const char *why)
+{
+    if (r->gone || r->done)
+        return;
+    r->gone = 1;
+    r->gone_why = why;
+    tb_str_free(&r->out); /* nobody will read it */
+    r->out_pos = 0;
+    pthread_cond_signal(&s->queue_cv);
+    pthread_cond_broadcast(&r->cv);
+}
+
+/* Take the requests whose clients are gone out of the queue (they never
+ * reached the backend). Under s->mu. */
+static void drop_gone_queued(tb_server *s)
+{
+    tb_sreq **link = &s->head, *last = NULL;
+    while (*link) {
+        tb_sreq *r = *link;
+        if (!r->gone) {
+            last = r;
+            link = &r->next;
+            continue;
+        }
+        *link = r->next;
+        fprintf(stderr, "tokbench serve: %s: %s before it was run; dropped from the queue\n", r->id, r->gone_why);
+        s->n_gone++;
+        r->done = 1;
+        pthread_cond_broadcast(&r->cv);
+        tb_sreq_release(r); /* the queue's reference */
+    }
+    s->tail = last;
+}
+
 void tb_serve_drain(tb_server *s)
 {
     pthread_mutex_lock(&s->mu);
@@ -105,6 +139,7 @@ static void on_emit(tb_server *s, tb_sreq **batch, uint32_t k, const char *buf, 
     if (!r)
         return; /* a slot with no request: nothing to tell */
     pthread_mutex_lock(&s->mu);
+    r->n_emits++;
     s->events->emitted(s, r, buf + sizeof e, e.text_len);
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&s->mu);
@@ -166,8 +201,8 @@ static void run_batch(tb_server *s, tb_sreq **batch, uint32_t k)
 {
     char *why = NULL;
     if (!tb_wc_running(&s->wc) && tb_serve_start_worker(s, &why) != 0) {
+        fprintf(stderr, "tokbench serve: backend unavailable: %s\n", why);
         char *msg = tb_xasprintf("http_5xx: backend unavailable: %s", why);
-        fprintf(stderr, "tokbench serve: %s\n", msg + 11);
         fail_rest(s, batch, k, msg);
         free(msg);
         free(why);
@@ -235,9 +270,7 @@ static int same_sampling(const tb_sreq *a, const tb_sreq *b)
  * iteration refills. Requests share nothing but the session: each keeps
  * its own max_tokens, sampling fields and seed. */
 
-/* Open the session on a running (or newly started) worker: 1 opened, 0
- * the backend has no step ops, -1 failed (*why). */
-static int open_session(tb_server *s, char **why)
+int tb_serve_open_session(tb_server *s, char **why)
 {
     if (!tb_wc_running(&s->wc) && tb_serve_start_worker(s, why) != 0)
         return -1;
@@ -287,6 +320,17 @@ static void fail_slots(tb_server *s, tb_sreq **slots, const char *error)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* What one step brought back, handed to the connections only after the
+ * next step was sent, so that the worker computes while the server
+ * streams. Each record names its request: a slot may be refilled by
+ * then. emits: {tb_sreq *, uint32 n, n bytes of EMIT payload}; ended:
+ * {tb_sreq *, tb_wire_gen_req, its text} (the slot's reference). */
+typedef struct step_news {
+    tb_str emits, ended;
+    tb_str left; /* tb_sreq *: requests ended by step_leave (the slot's
+                    reference, released after the news is handed over) */
+} step_news;
+
 /* Add the stepped session's join of r in `slot` to the STEP message b. */
 static void put_join(tb_server *s, tb_str *b, uint32_t slot, const tb_sreq *r)
 {
@@ -300,14 +344,30 @@ static void put_join(tb_server *s, tb_str *b, uint32_t slot, const tb_sreq *r)
         tb_str_appendn(b, r->stop[k], strlen(r->stop[k]) + 1);
 }
 
-/* Send one STEP: the oldest waiting requests join the free slots (their
- * queue reference becomes the slot's). */
-static tb_wc_result send_step(tb_server *s, tb_sreq **slots, char **why)
+/* Send one STEP: the requests whose clients are gone leave their slots
+ * (to n->left), then the oldest waiting requests join the free slots
+ * (their queue reference becomes the slot's). */
+static tb_wc_result send_step(tb_server *s, tb_sreq **slots, step_news *n, char **why)
 {
     tb_str b = {0};
     tb_wire_step h = {0};
     tb_str_appendn(&b, (const char *)&h, sizeof h);
     pthread_mutex_lock(&s->mu);
+    for (uint32_t i = 0; i < s->max_batch; i++) {
+        tb_sreq *r = slots[i];
+        if (!r || !r->gone || r->done)
+            continue;
+        fprintf(stderr, "tokbench serve: %s: %s; its slot is freed after %u emissions (max_tokens %u)\n", r->id,
+                r->gone_why, r->n_emits, r->max_tokens);
+        s->n_gone++;
+        r->done = 1;
+        pthread_cond_broadcast(&r->cv);
+        tb_str_appendn(&b, (const char *)&i, sizeof i);
+        h.n_leaves++;
+        tb_str_appendn(&n->left, (const char *)&r, sizeof r);
+        slots[i] = NULL;
+    }
+    drop_gone_queued(s);
     for (uint32_t i = 0; i < s->max_batch && s->head; i++) {
         if (slots[i])
             continue;
@@ -327,14 +387,6 @@ static tb_wc_result send_step(tb_server *s, tb_sreq **slots, char **why)
     return r;
 }
 
-/* What one step brought back, handed to the connections only after the
- * next step was sent, so that the worker computes while the server
- * streams. Each record names its request: a slot may be refilled by
- * then. emits: {tb_sreq *, uint32 n, n bytes of EMIT payload}; ended:
- * {tb_sreq *, tb_wire_gen_req, its text} (the slot's reference). */
-typedef struct step_news {
-    tb_str emits, ended;
-} step_news;
 
 static void stash_emit(step_news *n, tb_sreq **slots, uint32_t n_slots, const char *buf, size_t len)
 {
@@ -398,6 +450,7 @@ static void deliver(tb_server *s, step_news *n)
         memcpy(&len, n->emits.s + at + sizeof r, sizeof len);
         const char *payload = n->emits.s + at + sizeof r + sizeof len;
         memcpy(&e, payload, sizeof e);
+        r->n_emits++;
         s->events->emitted(s, r, payload + sizeof e, e.text_len);
         pthread_cond_broadcast(&r->cv);
         at += sizeof r + sizeof len + len;
@@ -411,14 +464,19 @@ static void deliver(tb_server *s, step_news *n)
         tb_sreq_release(r);
         at += sizeof r + sizeof q + q.text_len;
     }
+    for (size_t at = 0; at < n->left.len; at += sizeof(tb_sreq *)) {
+        tb_sreq *r;
+        memcpy(&r, n->left.s + at, sizeof r);
+        tb_sreq_release(r);
+    }
     pthread_mutex_unlock(&s->mu);
-    n->emits.len = n->ended.len = 0;
+    n->emits.len = n->ended.len = n->left.len = 0;
 }
 
 /* Wait until a request waits or the server stops; 0 when stopping. */
 static int wait_for_work(tb_server *s)
 {
-    while (!s->head && !*s->stop) {
+    for (drop_gone_queued(s); !s->head && !*s->stop; drop_gone_queued(s)) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += 200000000L; /* look at the stop flag this often */
@@ -453,7 +511,8 @@ static int dispatch_continuous(tb_server *s)
 {
     tb_sreq **slots = tb_xcalloc(s->max_batch, sizeof *slots);
     step_news news = {0};
-    int open = 0, fallback = 0, in_flight = 0;
+    int open = s->session_open, fallback = 0, in_flight = 0;
+    s->session_open = 0;
     for (;;) {
         char *why = NULL;
         tb_wc_result r = TB_WC_OK;
@@ -464,14 +523,14 @@ static int dispatch_continuous(tb_server *s)
             if (!go)
                 break;
             if (!open) {
-                int o = open_session(s, &why);
+                int o = tb_serve_open_session(s, &why);
                 if (o == 0) {
                     fallback = 1;
                     break;
                 }
                 if (o < 0) { /* the waiting requests fail; the next ones retry */
+                    fprintf(stderr, "tokbench serve: backend unavailable: %s\n", why);
                     char *msg = tb_xasprintf("http_5xx: backend unavailable: %s", why);
-                    fprintf(stderr, "tokbench serve: %s\n", msg + 11);
                     fail_queue(s, msg);
                     free(msg);
                     free(why);
@@ -479,7 +538,7 @@ static int dispatch_continuous(tb_server *s)
                 }
                 open = 1;
             }
-            r = send_step(s, slots, &why);
+            r = send_step(s, slots, &news, &why);
             in_flight = r == TB_WC_OK;
         }
         /* the step's emissions and answer */
@@ -508,7 +567,7 @@ static int dispatch_continuous(tb_server *s)
             more |= s->head != NULL;
             pthread_mutex_unlock(&s->mu);
             if (more && !*s->stop) {
-                r = send_step(s, slots, &why);
+                r = send_step(s, slots, &news, &why);
                 in_flight = r == TB_WC_OK;
             }
         }
@@ -534,6 +593,7 @@ static int dispatch_continuous(tb_server *s)
         fail_slots(s, slots, "http_5xx: the server is stopping");
     tb_str_free(&news.emits);
     tb_str_free(&news.ended);
+    tb_str_free(&news.left);
     free(slots);
     return fallback;
 }

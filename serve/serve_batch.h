@@ -72,7 +72,18 @@ typedef struct tb_sreq {
     uint32_t completion_tokens;
     int64_t prompt_tokens;
     uint32_t finish; /* TB_FINISH_* */
+    uint32_t n_emits; /* emissions so far (the dispatcher's count) */
+    /* The client is gone (its connection closed, timed out, or it read
+     * nothing while TB_SERVE_MAX_PENDING bytes waited): the dispatcher
+     * ends the request at its next step (step_leave) or drops it from
+     * the queue; gone_why says which, for the log. */
+    int gone;
+    const char *gone_why;
 } tb_sreq;
+
+/* SSE bytes a streamed request may have waiting for its client before
+ * the client counts as not reading and is dropped. */
+#define TB_SERVE_MAX_PENDING ((size_t)64 << 10)
 
 typedef struct tb_server tb_server;
 
@@ -107,6 +118,10 @@ struct tb_server {
                             backend has step ops, else static */
     volatile int *stop;  /* nonzero after SIGINT/SIGTERM (serve.c) */
     int reuse_port;      /* listen with SO_REUSEPORT */
+    unsigned client_timeout; /* seconds a client may send or read nothing */
+    unsigned max_connections, max_connections_per_ip; /* 0: no per-IP limit */
+    const char *api_key; /* NULL, or what `Authorization: Bearer` must say */
+    int session_open;    /* the stepped session was opened before listening */
     const tb_sreq_events *events; /* the HTTP side's: set before the
                                      first request is queued */
     /* the dispatcher's own */
@@ -118,6 +133,7 @@ struct tb_server {
     tb_sreq *head, *tail;    /* requests waiting for a batch, oldest first */
     int stopping;            /* the dispatcher has ended: queue nothing more */
     uint64_t next_id;        /* the last response id's number */
+    uint64_t n_gone;         /* requests ended because their client was gone */
 };
 
 /* Drop one reference; the last frees r. Under s->mu. */
@@ -127,6 +143,13 @@ void tb_serve_enqueue(tb_server *s, tb_sreq *r);
 /* Fork the worker, probe, load the served case. 0, or -1 with *why
  * (malloc'd). */
 int tb_serve_start_worker(tb_server *s, char **why);
+/* Open the stepped session (continuous batching) of s->max_batch slots on
+ * a running (or newly started) worker: 1 opened, 0 the backend has no
+ * step ops, -1 failed (*why, malloc'd). */
+int tb_serve_open_session(tb_server *s, char **why);
+/* Mark r's client gone (why: for the log) and wake the dispatcher. Under
+ * s->mu. */
+void tb_serve_client_gone(tb_server *s, tb_sreq *r, const char *why);
 /* The dispatcher's loop: batches until *s->stop, each run to its end. */
 void tb_serve_dispatch(tb_server *s);
 /* After the dispatcher: stop queueing, wake and let go of the requests

@@ -8,17 +8,24 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <microhttpd.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "serve_http.h"
 #include "serve_request.h"
 
 #define MAX_BODY ((size_t)16 << 20) /* request body, bytes */
+/* The kernel's send buffer of a connection, fixed (no autotuning to
+ * megabytes): with TB_SERVE_MAX_PENDING, what a client that stops
+ * reading can make the server hold. */
+#define SEND_BUFFER (64 << 10)
 
 /* ------------------------------------------------------ JSON text */
 
@@ -140,11 +147,21 @@ static void begin(const tb_server *s, tb_sreq *r)
 
 static void emitted(const tb_server *s, tb_sreq *r, const char *text, size_t n)
 {
+    if (r->gone)
+        return;
     begin(s, r);
     if (n) {
         tb_str_appendn(&r->text, text, n);
         if (r->stream)
             sse_chunk(s, r, text, n, NULL, 0);
+    }
+    if (r->stream && r->out.len - r->out_pos > TB_SERVE_MAX_PENDING) {
+        /* A client that does not read: dropped, not buffered for. The
+         * dispatcher ends the request at its next step. */
+        r->gone = 1;
+        r->gone_why = "the client read nothing while 64 KiB of its stream waited";
+        tb_str_free(&r->out);
+        r->out_pos = 0;
     }
 }
 
@@ -184,6 +201,8 @@ static void failed(const tb_server *s, tb_sreq *r, const char *error)
 
 static void finished(const tb_server *s, tb_sreq *r, const tb_wire_gen_req *q, const char *text)
 {
+    if (r->gone)
+        return;
     /* The answer is the worker's final text. Streamed: what it adds to
      * what was sent (all of it when the plugin emitted counts only). */
     size_t have = r->text.len;
@@ -224,10 +243,30 @@ const tb_sreq_events tb_serve_http_events = {.emitted = emitted, .failed = faile
  * the closure of its streamed response). */
 typedef struct conn {
     tb_server *s;
+    struct MHD_Connection *c;
     tb_str body;
     int too_large;
     tb_sreq *r; /* once queued: the connection's reference */
 } conn;
+
+/* While the server, not the client, is slow (the request waits for the
+ * backend), the connection's inactivity timeout is off; it is set again
+ * before MHD sends or reads. */
+static void client_clock(conn *k, int on)
+{
+    MHD_set_connection_option(k->c, MHD_CONNECTION_OPTION_TIMEOUT, on ? k->s->client_timeout : 0u);
+}
+
+/* Whether the client closed its side of the connection (a request waits
+ * for its answer: nothing more is expected from it). */
+static int client_closed(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci)
+        return 0;
+    struct pollfd p = {.fd = ci->connect_fd, .events = POLLRDHUP};
+    return poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
 
 static enum MHD_Result reply(struct MHD_Connection *c, int status, const char *type, const char *body, size_t n)
 {
@@ -303,10 +342,16 @@ static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max)
     tb_server *s = k->s;
     tb_sreq *r = k->r;
     pthread_mutex_lock(&s->mu);
-    while (r->out_pos == r->out.len && !r->done && !s->stopping)
-        pthread_cond_wait(&r->cv, &s->mu);
+    if (r->out_pos == r->out.len && !r->done && !r->gone && !s->stopping) {
+        client_clock(k, 0);
+        while (r->out_pos == r->out.len && !r->done && !r->gone && !s->stopping)
+            pthread_cond_wait(&r->cv, &s->mu);
+        client_clock(k, 1);
+    }
     ssize_t n;
-    if (r->out_pos < r->out.len) {
+    if (r->gone) {
+        n = MHD_CONTENT_READER_END_WITH_ERROR; /* closes the connection */
+    } else if (r->out_pos < r->out.len) {
         size_t k = r->out.len - r->out_pos < max ? r->out.len - r->out_pos : max;
         memcpy(buf, r->out.s + r->out_pos, k);
         r->out_pos += k;
@@ -383,8 +428,20 @@ static enum MHD_Result serve_completion(tb_server *s, struct MHD_Connection *c, 
     snprintf(r->id, sizeof r->id, "%s-%llu", chat ? "chatcmpl" : "cmpl", (unsigned long long)++s->next_id);
     k->r = r;
     tb_serve_enqueue(s, r);
-    while (!s->stopping && !r->done && !(r->stream && r->started))
-        pthread_cond_wait(&r->cv, &s->mu);
+    client_clock(k, 0);
+    while (!s->stopping && !r->done && !r->gone && !(r->stream && r->started)) {
+        /* woken by progress, or each second to see whether the client left */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 1;
+        if (pthread_cond_timedwait(&r->cv, &s->mu, &ts) != 0 && client_closed(c))
+            tb_serve_client_gone(s, r, "the client closed its connection");
+    }
+    client_clock(k, 1);
+    if (r->gone) { /* nobody to answer */
+        pthread_mutex_unlock(&s->mu);
+        return MHD_NO;
+    }
     int stopping = s->stopping, done = r->done, streaming = r->stream && r->started;
     tb_sreq_fail fail = r->fail;
     int status = r->http_status;
@@ -438,6 +495,41 @@ static enum MHD_Result serve_completion(tb_server *s, struct MHD_Connection *c, 
     return ret;
 }
 
+/* What is wrong with an Authorization header value for s->api_key; NULL
+ * when it bears the key. The key is never echoed. */
+static const char *check_key(const tb_server *s, const char *auth)
+{
+    if (!auth || strncasecmp(auth, "Bearer ", 7) != 0)
+        return "You didn't provide an API key: send it as `Authorization: Bearer KEY`";
+    const char *got = auth + 7;
+    while (*got == ' ')
+        got++;
+    size_t n = strlen(got), want = strlen(s->api_key);
+    while (n && (got[n - 1] == ' ' || got[n - 1] == '\t'))
+        n--;
+    unsigned char diff = n != want;
+    for (size_t i = 0; i < want; i++) /* the same time for every wrong key of its length */
+        diff |= (unsigned char)(s->api_key[i] ^ (i < n ? got[i] : 0));
+    return diff ? "Incorrect API key provided" : NULL;
+}
+
+static enum MHD_Result reply_401(struct MHD_Connection *c, const char *why)
+{
+    tb_str b = {0};
+    tb_str_append(&b, "{\"error\":{\"message\":");
+    json_str(&b, why, strlen(why));
+    tb_str_append(&b, ",\"type\":\"invalid_request_error\",\"param\":null,\"code\":\"invalid_api_key\"}}");
+    struct MHD_Response *resp = MHD_create_response_from_buffer(b.len, b.s, MHD_RESPMEM_MUST_COPY);
+    tb_str_free(&b);
+    if (!resp)
+        return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    enum MHD_Result ret = MHD_queue_response(c, 401, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
 /* libmicrohttpd's access handler; cls is the server. */
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls)
@@ -445,10 +537,24 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     (void)version;
     tb_server *s = cls;
     conn *k = *con_cls;
-    if (!k) {
+    if (!k) { /* the headers are in, the body (if any) not yet */
         k = tb_xcalloc(1, sizeof *k);
         k->s = s;
+        k->c = c;
         *con_cls = k;
+        if (s->api_key && !(strcmp(method, "GET") == 0 && strcmp(url, "/health") == 0)) {
+            const char *why = check_key(s, MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION));
+            if (why)
+                return reply_401(c, why);
+        }
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl) { /* refused before a byte of it is read */
+            char *end;
+            errno = 0;
+            unsigned long long n = strtoull(cl, &end, 10);
+            if (errno || end == cl || n > MAX_BODY)
+                return reply_error(c, 413, "invalid_request_error", "request body larger than 16 MiB");
+        }
         return MHD_YES;
     }
     if (*upload_size) {
@@ -485,13 +591,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
 {
     (void)c;
-    (void)toe;
     tb_server *s = cls;
     conn *k = *con_cls;
     if (!k)
         return;
     if (k->r) {
         pthread_mutex_lock(&s->mu);
+        /* Ended before its answer: the client closed the connection or
+         * stopped reading (MHD's timeout); its slot is freed. */
+        if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && toe != MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN)
+            tb_serve_client_gone(s, k->r,
+                                 toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED
+                                     ? "the client read nothing for --client-timeout"
+                                     : "the client closed its connection");
         tb_sreq_release(k->r);
         pthread_mutex_unlock(&s->mu);
     }
@@ -501,6 +613,21 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
 }
 
 /* ------------------------------------------------------ the daemon */
+
+/* libmicrohttpd's NOTIFY_CONNECTION: a connection opened; its send
+ * buffer is fixed at SEND_BUFFER. */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    (void)cls;
+    (void)socket_context;
+    if (toe != MHD_CONNECTION_NOTIFY_STARTED)
+        return;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    int size = SEND_BUFFER;
+    if (ci)
+        setsockopt(ci->connect_fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof size);
+}
 
 struct MHD_Daemon *tb_serve_http_start(tb_server *s, const struct sockaddr_in *addr, unsigned *bound)
 {
@@ -514,9 +641,10 @@ struct MHD_Daemon *tb_serve_http_start(tb_server *s, const struct sockaddr_in *a
     uint16_t port = ntohs(addr->sin_port);
     struct MHD_Daemon *d = MHD_start_daemon(
         MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG, port, NULL, NULL,
-        on_request, s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_SOCK_ADDR,
-        (struct sockaddr *)addr, MHD_OPTION_CONNECTION_LIMIT, (unsigned)4096, MHD_OPTION_LISTENING_ADDRESS_REUSE,
-        (unsigned)(s->reuse_port ? 1 : 0), MHD_OPTION_END);
+        on_request, s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
+        s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)addr, MHD_OPTION_CONNECTION_LIMIT, s->max_connections,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, s->max_connections_per_ip, MHD_OPTION_CONNECTION_TIMEOUT,
+        s->client_timeout, MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)(s->reuse_port ? 1 : 0), MHD_OPTION_END);
     int saved = errno; /* for the caller's message */
     pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
     errno = saved;

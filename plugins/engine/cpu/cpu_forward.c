@@ -45,6 +45,19 @@ int tb_cpu_state_init(tb_cpu_state *st, const tb_model *m, int max_seqs, int max
                       rows * (size_t)(c->n_heads * c->head_dim), rows * 2 * (size_t)c->intermediate_size,
                       (size_t)max_rows * (size_t)max_len};
     float **ptrs[] = {&st->k_cache, &st->v_cache, &st->x, &st->xn, &st->qkv, &st->att, &st->gu, &st->scores};
+    /* More than the machine's memory is refused before allocating:
+     * malloc may promise it (overcommit) and the OOM killer collect. */
+    double need = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        need += (double)sizes[i] * sizeof(float);
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0 && need > (double)pages * (double)page) {
+        snprintf(err, err_size,
+                 "out of memory: KV cache and buffers need %.2f GB (%d sequences x %d positions), more than this "
+                 "machine's %.2f GB",
+                 need / 1e9, max_seqs, max_len, (double)pages * (double)page / 1e9);
+        return -1;
+    }
     st->seq_len = calloc((size_t)max_seqs, sizeof(int));
     st->pad = calloc((size_t)max_seqs, sizeof(int));
     st->seq_slot = calloc((size_t)max_seqs, sizeof(int));
