@@ -75,7 +75,12 @@ static int value_ok(bench *b, const char *flag, const char *key, const char *v, 
 {
     const char *why = NULL;
     size_t n = strlen(v);
-    if (!n)
+    for (size_t i = 0; i < n && !why; i++)
+        if ((unsigned char)v[i] < 0x20 || v[i] == 0x7f)
+            why = "contains a control character (a newline would start a line of its own in the suite)";
+    if (why)
+        ;
+    else if (!n)
         why = "is empty";
     else if (isspace((unsigned char)v[0]) || isspace((unsigned char)v[n - 1]))
         why = "starts or ends with a space (a suite trims it)";
@@ -87,9 +92,6 @@ static int value_ok(bench *b, const char *flag, const char *key, const char *v, 
         why = "contains ';' (a suite reads the rest of the line as a comment)";
     else if (!brackets_ok && strpbrk(v, "[]"))
         why = "contains '[' or ']' (refused in a suite's values: a section header is \"[name]\")";
-    for (size_t i = 0; !why && i < n; i++)
-        if ((unsigned char)v[i] < 0x20 || v[i] == 0x7f)
-            why = "contains a control character (a newline would start a line of its own in the suite)";
     if (why) {
         refuse(b, flag, v, "%s", why);
         return 0;
@@ -279,6 +281,10 @@ static void put_headers(bench *b, const cli_list *h)
     int ok = 1;
     for (size_t i = 0; i < h->n && ok; i++) {
         const char *text = h->v[i];
+        if (!value_ok(b, "header", "headers", text, 0)) { /* as typed: the refusal shows it */
+            ok = 0;
+            break;
+        }
         const char *colon = strchr(text, ':');
         char *name = colon ? tb_xstrndup(text, (size_t)(colon - text)) : NULL;
         char *value = colon ? tb_xstrdup(colon + 1) : NULL;
@@ -410,6 +416,7 @@ static void refuse_other_mode(bench *b, int server)
         {"requests", c->bench.requests > 0, 1},
         {"plugin", c->bench.plugin != NULL, 0},
         {"batch", c->bench.batch != NULL, 0},
+        {"steps", c->bench.steps != NULL, 0},
     };
     for (size_t i = 0; i < sizeof opts / sizeof *opts; i++)
         if (opts[i].given && opts[i].server_only != server)
@@ -541,6 +548,12 @@ static const char *engine_suite(bench *b)
     tb_str_append(&b->backend, "device = auto\n"); /* the GPU when this build and host have one */
     if (c->bench.batch)
         put_dim_list(b, "batch", c->bench.batch, TB_DIM_BATCH);
+    if (plugin && strcmp(plugin, "ar") == 0 && c->bench.steps)
+        refuse(b, "steps", c->bench.steps, "the ar plugin has no steps (one forward a token)");
+    else if (c->bench.steps)
+        put_dim_list(b, "steps", c->bench.steps, TB_DIM_STEPS);
+    else if (plugin && strcmp(plugin, "flow") == 0)
+        refuse(b, "steps", NULL, "is required with the flow plugin: its Euler steps, e.g. --steps 16");
     put_length(b, "input-len", c->bench.input_len ? c->bench.input_len : "512", TB_DIM_PROMPT_TOKENS, "prompt", 0);
     put_length(b, "output-len", c->bench.output_len ? c->bench.output_len : "128", TB_DIM_MAX_NEW_TOKENS, "output",
                0);
@@ -587,7 +600,14 @@ static char *bench_suite(const cli_args *c, char **errs)
 static char *write_suite(const char *db, const char *text)
 {
     const char *slash = strrchr(db, '/');
-    char *dir = slash ? tb_xstrndup(db, (size_t)(slash - db) + (slash == db)) : tb_xstrdup(".");
+    char *named = slash ? tb_xstrndup(db, (size_t)(slash - db) + (slash == db)) : tb_xstrdup(".");
+    char *dir = realpath(named, NULL); /* the session stores the suite's path: one that holds anywhere */
+    if (!dir) {
+        fprintf(stderr, "tokbench bench: %s (the database's folder): %s\n", named, strerror(errno));
+        free(named);
+        return NULL;
+    }
+    free(named);
     char stamp[32];
     time_t now = time(NULL);
     struct tm tm;

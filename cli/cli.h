@@ -53,7 +53,7 @@ typedef struct cli_args {
     int markdown;               /* help --markdown */
     struct {                    /* bench: checked by cli/bench.c, which writes the suite */
         const char *url, *model, *plugin, *tokenizer, *dataset;
-        const char *concurrency, *request_rate, *batch; /* N[,N...] as typed */
+        const char *concurrency, *request_rate, *batch, *steps; /* N[,N...] as typed */
         const char *input_len, *output_len, *slo, *api_key_env;
         cli_list headers;       /* --header K:V each */
         double duration;        /* NaN: not given */

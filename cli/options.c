@@ -145,13 +145,16 @@ const cli_option cli_options[] = {
      .field = FIELD(bench.slo),
      .help = "with --url: the limits of the slo search (slo_ttft_p99_ms, slo_tpot_p99_ms), in milliseconds"},
     {.name = "header", .arg = "NAME:VALUE", .commands = CLI_BENCH, .kind = CLI_LIST, .field = FIELD(bench.headers),
-     .help = "with --url: a request header (repeatable); stored with the run and its command line, so no secrets: "
-             "use --api-key-env"},
+     .help = "with --url: a request header; stored with the run and its command line, so no secrets: use "
+             "--api-key-env"},
     {.name = "api-key-env", .arg = "VAR", .commands = CLI_BENCH, .kind = CLI_STRING,
      .field = FIELD(bench.api_key_env),
      .help = "with --url: the environment variable holding the API key, sent as Bearer, never stored"},
     {.name = "batch", .arg = "N[,N...]", .commands = CLI_BENCH, .kind = CLI_STRING, .field = FIELD(bench.batch),
      .help = "without --url: the engine's batch sizes, one case each (default 1)"},
+    {.name = "steps", .arg = "N[,N...]", .commands = CLI_BENCH, .kind = CLI_STRING, .field = FIELD(bench.steps),
+     .help = "diffusion and flow: denoising steps, one case each (required with flow; diffusion's default: one "
+             "token a step)"},
     {.name = "requests", .arg = "N", .commands = CLI_BENCH, .kind = CLI_INT, .field = FIELD(bench.requests), .lo = 1,
      .hi = 1000000000, .what = "a count",
      .help = "with --url: requests per load (default max(32, 4 x concurrency); an open loop: --duration's, else "
@@ -265,16 +268,16 @@ const cli_command cli_commands[] = {
      .epilog = "Exit status: 0 when every case ran ok (not degraded) or was skipped, 1 when a case failed or is "
                "degraded, 2 on bad input, 130 when interrupted."},
     {.name = "bench", .bit = CLI_BENCH, .run = cmd_bench,
-     .forms = (const cli_form[]){{"--url URL [options]", "a server (plugins/http)"},
-                                 {"--model FOLDER|preset:NAME [--plugin ar|diffusion|flow] [options]",
-                                  "tokbench's own engine"},
+     .forms = (const cli_form[]){{"--url URL", "a server (plugins/http)"},
+                                 {"--model FOLDER|preset:NAME", "tokbench's own engine (--plugin ar|diffusion|flow)"},
                                  {NULL, NULL}},
      .summary = "benchmark a server or a model in one command: the suite made from options",
      .about = "Write the suite the options describe (an ordinary INI suite: --print-suite prints it and runs "
               "nothing), then run it as `tokbench run` does, stored like any run with the suite's text. The suite "
               "is written next to the database (bench-TIME.ini; `tokbench run` runs it again). Each value is "
               "checked, and refused with the option named when it is not what the option takes or could not be "
-              "written into the suite as it is (a newline, ';', '[' or ']', \"${\", a line too long for a suite).",
+              "written into the suite as it is (a control character such as a newline, ';', \"${\", '[' or ']' but in a URL's IPv6 host, a space at "
+              "either end, a line too long for a suite).",
      .epilog = "Exit status: as run's; 2 on a bad option."},
     {.name = "plugins", .bit = CLI_PLUGINS, .forms = (const cli_form[]){{"[NAME|PATH]", NULL}, {NULL, NULL}},
      .run = cmd_plugins, .summary = "list backend plugins, or one plugin's options",
