@@ -216,7 +216,7 @@ static void put_length(bench *b, const char *flag, const char *text, tb_dim d, c
         refuse(b, flag, text, "MAX %s is more than 4 x MEAN (what a case's buffers are sized for)", part[4]);
     else {
         char key[32];
-        tb_str_appendf(&b->matrix, "%s = %s\n", tb_dim_name(d), part[1]);
+        put(b, &b->matrix, flag, tb_dim_name(d), part[1]);
         snprintf(key, sizeof key, "%s_dist", prefix);
         put(b, &b->backend, flag, key, dists[dist]);
         snprintf(key, sizeof key, "%s_stdev", prefix);
@@ -370,8 +370,12 @@ static const char *plugin_of_folder(const char *dir, char **why)
     const char *plugin = NULL;
     char *text = NULL;
     cJSON *cfg = NULL;
-    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) {
-        *why = tb_xasprintf("%s: %s", path, errno ? strerror(errno) : "not a file");
+    if (stat(path, &st) != 0) {
+        *why = tb_xasprintf("%s: %s", path, strerror(errno));
+        goto out;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        *why = tb_xasprintf("%s: not a file", path);
         goto out;
     }
     if ((size_t)st.st_size > CONFIG_MAX_BYTES || !(text = tb_read_file(path, NULL))) {
@@ -388,8 +392,9 @@ static const char *plugin_of_folder(const char *dir, char **why)
         if ((*a && strcmp(a, families[i].arch) == 0) || (*t && strcasecmp(t, families[i].model_type) == 0))
             plugin = families[i].plugin;
     if (!plugin)
-        *why = tb_xasprintf("%s: %s (architectures \"%s\", model_type \"%s\") is no family bench knows", path,
-                            cfg ? "the model" : "not JSON", a, t);
+        *why = cfg ? tb_xasprintf("%s: architectures \"%s\", model_type \"%s\": a family bench does not know", path,
+                                  a, t)
+                   : tb_xasprintf("%s: not JSON", path);
 out:
     cJSON_Delete(cfg);
     free(text);

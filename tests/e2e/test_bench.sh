@@ -158,6 +158,16 @@ refused '--tokenizer: applies to a server only (--url)' "${m[@]}" --tokenizer "$
 refused '--input-len "normal:8:1": a distribution needs --url' "${m[@]}" --input-len normal:8:1
 refused '--plugin: is required with a preset' --model preset:tiny-llama
 refused "--plugin: is required: $tmp/config.json: No such file" --model "$tmp"
+mkdir -p gpt2 notjson
+echo '{"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"}' >gpt2/config.json
+echo '{"model_type": ' >notjson/config.json
+refused "--plugin: is required: $tmp/gpt2/config.json: architectures \"GPT2LMHeadModel\", model_type \"gpt2\": a family bench does not know" \
+    --model gpt2
+refused "--plugin: is required: $tmp/notjson/config.json: not JSON" --model notjson
+print gpt2 --model gpt2 --plugin ar
+has gpt2 "model = $tmp/gpt2" 'plugin = ar'
+"$tb" bench extra "${u[@]}" >out 2>err
+[ $? = 2 ] && grep -q '^usage: tokbench bench' err || fail "bench with an argument: $(head -3 err)"
 refused '--plugin ll: expected' "${m[@]}" --plugin ll
 refused '--steps "4": the ar plugin has no steps' "${m[@]}" --steps 4
 refused '--steps: is required with the flow plugin' --model "$src/models/small-flow"
