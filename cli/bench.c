@@ -34,8 +34,6 @@
 
 /* The longest line inih reads whole (suite.c reports longer ones). */
 #define LINE_MAX_CHARS (INI_MAX_LINE - 2)
-/* config.json is a few kB; a bigger one is not a model's config. */
-#define CONFIG_MAX_BYTES (16u << 20)
 
 typedef struct bench {
     const cli_args *c;
@@ -366,20 +364,13 @@ static const char *plugin_of_folder(const char *dir, char **why)
         {"", "flow", "flow"},
     };
     char *path = tb_xasprintf("%s/config.json", dir);
-    struct stat st;
     const char *plugin = NULL;
-    char *text = NULL;
     cJSON *cfg = NULL;
-    if (stat(path, &st) != 0) {
-        *why = tb_xasprintf("%s: %s", path, strerror(errno));
-        goto out;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        *why = tb_xasprintf("%s: not a file", path);
-        goto out;
-    }
-    if ((size_t)st.st_size > CONFIG_MAX_BYTES || !(text = tb_read_file(path, NULL))) {
-        *why = tb_xasprintf("%s: %s", path, text ? "larger than 16 MiB" : strerror(errno));
+    char *text = tb_read_file_max(path, TB_READ_MAX_CONFIG, NULL);
+    if (!text) {
+        char buf[160];
+        *why = tb_xasprintf("%s: %s", path, tb_read_file_why(errno, TB_READ_MAX_CONFIG, "a model's JSON file", buf,
+                                                             sizeof buf));
         goto out;
     }
     cfg = cJSON_Parse(text);
