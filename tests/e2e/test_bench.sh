@@ -164,6 +164,8 @@ echo '{"model_type": ' >notjson/config.json
 refused "--plugin: is required: $tmp/gpt2/config.json: architectures \"GPT2LMHeadModel\", model_type \"gpt2\": a family bench does not know" \
     --model gpt2
 refused "--plugin: is required: $tmp/notjson/config.json: not JSON" --model notjson
+mkdir -p fifo && mkfifo fifo/config.json # read, it would block: refused before it is opened
+refused "--plugin: is required: $tmp/fifo/config.json: a FIFO or socket, not a regular file" --model fifo
 print gpt2 --model gpt2 --plugin ar
 has gpt2 "model = $tmp/gpt2" 'plugin = ar'
 "$tb" bench extra "${u[@]}" >out 2>err
