@@ -56,6 +56,15 @@ typedef struct cli_args {
     int wide;                   /* show, run: --wide */
     long width;                 /* show, run: --width N; 0 when not given */
     int markdown;               /* help --markdown */
+    struct {                    /* bench: checked by cli/bench.c, which writes the suite */
+        const char *url, *model, *plugin, *tokenizer, *dataset;
+        const char *concurrency, *request_rate, *batch, *steps; /* N[,N...] as typed */
+        const char *input_len, *output_len, *slo, *api_key_env;
+        cli_list headers;       /* --header K:V each */
+        double duration;        /* NaN: not given */
+        long repeat, requests;  /* requests 0: not given */
+        int print_suite;
+    } bench;
     char **pos;                 /* the positional arguments */
     int n_pos;
 } cli_args;
@@ -93,6 +102,7 @@ enum {
     CLI_SERVE = 1 << 9,
     CLI_VERSION = 1 << 10,
     CLI_HELP_CMD = 1 << 11,
+    CLI_BENCH = 1 << 12,
 };
 
 /* One option of one or more commands. Two rows may share a long name
@@ -181,6 +191,7 @@ const char *cli_table_check(void);
 
 /* The commands (commands.c, main.c): cli_command.run. */
 int cmd_run(const cli_command *cmd, const cli_args *args, const char *command_line);
+int cmd_bench(const cli_command *cmd, const cli_args *args, const char *command_line);
 int cmd_plugins(const cli_command *cmd, const cli_args *args, const char *command_line);
 int cmd_sessions(const cli_command *cmd, const cli_args *args, const char *command_line);
 int cmd_show(const cli_command *cmd, const cli_args *args, const char *command_line);

@@ -71,11 +71,18 @@ static const cli_choice batching_modes[] = {
     {NULL, NULL, NULL},
 };
 
+static const cli_choice bench_plugins[] = {
+    {"ar", "autoregressive: Llama, Qwen2, Qwen3, Qwen3-MoE", NULL},
+    {"diffusion", "masked and block diffusion: LLaDA, LLaDA-MoE, Dream, SDAR, Fast-dLLM v2, LLaDA 2.x", NULL},
+    {"flow", "continuous diffusion, LangFlow layout", NULL},
+    {NULL, NULL, NULL},
+};
+
 /* The commands that read a database. */
 #define DB_READERS (CLI_SESSIONS | CLI_SHOW | CLI_REPORT | CLI_COMPARE | CLI_HISTORY | CLI_EXPORT)
 
 const cli_option cli_options[] = {
-    {.name = "db", .arg = "FILE", .commands = CLI_RUN | CLI_DB | DB_READERS, .kind = CLI_CALL, .call = db_arg,
+    {.name = "db", .arg = "FILE", .commands = CLI_RUN | CLI_BENCH | CLI_DB | DB_READERS, .kind = CLI_CALL, .call = db_arg,
      .help = "the database (default $TOKBENCH_DB, else ./tokbench.db); run and db merge create it when missing, "
              "the others only read it"},
 
@@ -85,7 +92,7 @@ const cli_option cli_options[] = {
     {.name = "filter", .arg = "KEY=V1[,V2...]", .commands = CLI_RUN, .kind = CLI_LIST, .field = FIELD(filters),
      .help = "keep the cases whose KEY (backend, a dimension such as batch, or a backend option) is one of the "
              "values"},
-    {.name = "max-error-rate", .arg = "X", .commands = CLI_RUN, .kind = CLI_DOUBLE, .field = FIELD(max_error_rate),
+    {.name = "max-error-rate", .arg = "X", .commands = CLI_RUN | CLI_BENCH, .kind = CLI_DOUBLE, .field = FIELD(max_error_rate),
      .def = "0", .lo = 0, .hi = 1, .what = "a fraction",
      .help = "a case whose failed requests are more than the fraction X of its requests is degraded (0: any failed "
              "request); a case whose every request failed is failed"},
@@ -97,10 +104,70 @@ const cli_option cli_options[] = {
      .help = "start the cases at TIME (UTC, 2026-12-01T19:00:00Z, or @UNIX_SECONDS): the N shards start together "
              "(required with --shard; it names the run the shards belong to)"},
 
+    /* bench: cli/bench.c checks each value and writes it into the suite */
+    {.name = "url", .arg = "URL", .commands = CLI_BENCH, .kind = CLI_STRING, .field = FIELD(bench.url),
+     .help = "an OpenAI-compatible server (http:// or https://; /v1/completions is appended): the suite's backend is "
+             "plugins/http"},
+    {.name = "model", .arg = "NAME|FOLDER|preset:NAME", .commands = CLI_BENCH, .kind = CLI_STRING,
+     .field = FIELD(bench.model),
+     .help = "with --url: the model name each request sends (model_name). Without --url: the engine's model, a "
+             "Hugging Face folder or preset:NAME (random weights)"},
+    {.name = "plugin", .commands = CLI_BENCH, .kind = CLI_CHOICE, .field = FIELD(bench.plugin),
+     .choices = bench_plugins,
+     .help = "the engine plugin (without --url). Default: from the folder's config.json (a Llama or Qwen family: ar; "
+             "LLaDA, Dream, SDAR, Fast-dLLM v2, LLaDA 2.x: diffusion; LangFlow: flow); required with a preset or an "
+             "unknown family"},
+    {.name = "tokenizer", .arg = "FILE", .commands = CLI_BENCH, .kind = CLI_STRING, .field = FIELD(bench.tokenizer),
+     .help = "with --url: the model's tokenizer.json, for exact prompt lengths and output token counts"},
+    {.name = "concurrency", .arg = "N[,N...]", .commands = CLI_BENCH, .kind = CLI_STRING,
+     .field = FIELD(bench.concurrency),
+     .help = "with --url: closed loops of N requests in flight, one case each (default 1,8,32 when --request-rate "
+             "is not given)"},
+    {.name = "request-rate", .arg = "sweep|slo|R[,R...]", .commands = CLI_BENCH, .kind = CLI_STRING,
+     .field = FIELD(bench.request_rate),
+     .help = "with --url: open loops at R requests/s (with --concurrency: at most N in flight), or a load search: "
+             "sweep maps latency against rate, slo finds the highest rate within --slo (the default when --slo is "
+             "given)"},
+    {.name = "input-len", .arg = "N[,N...]|DIST:MEAN:SD[:MIN:MAX]", .commands = CLI_BENCH, .kind = CLI_STRING,
+     .field = FIELD(bench.input_len),
+     .help = "prompt tokens (default 512): lengths, one case each, or with --url a distribution, DIST uniform, "
+             "normal or lognormal with mean MEAN and standard deviation SD, clipped to MIN..MAX"},
+    {.name = "output-len", .arg = "N[,N...]|DIST:MEAN:SD[:MIN:MAX]", .commands = CLI_BENCH, .kind = CLI_STRING,
+     .field = FIELD(bench.output_len),
+     .help = "output tokens (default 128), as --input-len; a distribution's MAX is at most 4 x MEAN"},
+    {.name = "dataset", .arg = "FILE", .commands = CLI_BENCH, .kind = CLI_STRING, .field = FIELD(bench.dataset),
+     .help = "with --url: the prompts from a local JSONL file of conversations (ShareGPT or OpenAI chat); output "
+             "lengths from its answers with --tokenizer and without --output-len, else from --output-len"},
+    {.name = "duration", .arg = "SECONDS", .commands = CLI_BENCH, .kind = CLI_DOUBLE, .field = FIELD(bench.duration),
+     .lo = 0, .open_lo = 1, .hi = 604800, .what = "seconds",
+     .help = "with --request-rate: each open-loop load lasts this long (open_loop_duration; default 1,601 requests)"},
+    {.name = "slo", .arg = "ttft_p99=MS[,tpot_p99=MS]", .commands = CLI_BENCH, .kind = CLI_STRING,
+     .field = FIELD(bench.slo),
+     .help = "with --url: the limits of the slo search (slo_ttft_p99_ms, slo_tpot_p99_ms), in milliseconds"},
+    {.name = "header", .arg = "NAME:VALUE", .commands = CLI_BENCH, .kind = CLI_LIST, .field = FIELD(bench.headers),
+     .help = "with --url: a request header; stored with the run and its command line, so no secrets: use "
+             "--api-key-env"},
+    {.name = "api-key-env", .arg = "VAR", .commands = CLI_BENCH, .kind = CLI_STRING,
+     .field = FIELD(bench.api_key_env),
+     .help = "with --url: the environment variable holding the API key, sent as Bearer, never stored"},
+    {.name = "batch", .arg = "N[,N...]", .commands = CLI_BENCH, .kind = CLI_STRING, .field = FIELD(bench.batch),
+     .help = "without --url: the engine's batch sizes, one case each (default 1)"},
+    {.name = "steps", .arg = "N[,N...]", .commands = CLI_BENCH, .kind = CLI_STRING, .field = FIELD(bench.steps),
+     .help = "diffusion and flow: denoising steps, one case each (required with flow; diffusion's default: one "
+             "token a step)"},
+    {.name = "requests", .arg = "N", .commands = CLI_BENCH, .kind = CLI_INT, .field = FIELD(bench.requests), .lo = 1,
+     .hi = 1000000000, .what = "a count",
+     .help = "with --url: requests per load (default max(32, 4 x concurrency); an open loop: --duration's, else "
+             "1,601)"},
+    {.name = "repeat", .arg = "N", .commands = CLI_BENCH, .kind = CLI_INT, .field = FIELD(bench.repeat), .def = "3",
+     .lo = 1, .hi = 1000, .what = "a count", .help = "measured repetitions of each case, after one warm-up"},
+    {.name = "print-suite", .commands = CLI_BENCH, .kind = CLI_FLAG, .field = FIELD(bench.print_suite),
+     .help = "print the suite and exit; runs nothing (keep it, edit it, `tokbench run` it)"},
+
     /* the case table of show and run */
-    {.name = "wide", .commands = CLI_SHOW | CLI_RUN, .kind = CLI_FLAG, .field = FIELD(wide),
+    {.name = "wide", .commands = CLI_SHOW | CLI_RUN | CLI_BENCH, .kind = CLI_FLAG, .field = FIELD(wide),
      .help = "the case table with every column, whatever the width"},
-    {.name = "width", .arg = "N", .commands = CLI_SHOW | CLI_RUN, .kind = CLI_INT, .field = FIELD(width), .lo = 20,
+    {.name = "width", .arg = "N", .commands = CLI_SHOW | CLI_RUN | CLI_BENCH, .kind = CLI_INT, .field = FIELD(width), .lo = 20,
      .hi = 100000, .what = "a width in characters",
      .help = "fit the case table to N characters, terminal or not"},
 
@@ -216,6 +283,18 @@ const cli_command cli_commands[] = {
               "in the database as it finishes, and print the results with the backends side by side.",
      .epilog = "Exit status: 0 when every case ran ok (not degraded) or was skipped, 1 when a case failed or is "
                "degraded, 2 on bad input, 130 when interrupted."},
+    {.name = "bench", .bit = CLI_BENCH, .run = cmd_bench,
+     .forms = (const cli_form[]){{"--url URL", "a server (plugins/http)"},
+                                 {"--model FOLDER|preset:NAME", "tokbench's own engine (--plugin ar|diffusion|flow)"},
+                                 {NULL, NULL}},
+     .summary = "benchmark a server or a model in one command: the suite made from options",
+     .about = "Write the suite the options describe (an ordinary INI suite: --print-suite prints it and runs "
+              "nothing), then run it as `tokbench run` does, stored like any run with the suite's text. The suite "
+              "is written next to the database (bench-TIME.ini; `tokbench run` runs it again). Each value is "
+              "checked, and refused with the option named when it is not what the option takes or could not be "
+              "written into the suite as it is (a control character such as a newline, ';', \"${\", '[' or ']' but in a URL's IPv6 host, a space at "
+              "either end, a line too long for a suite).",
+     .epilog = "Exit status: as run's; 2 on a bad option."},
     {.name = "plugins", .bit = CLI_PLUGINS, .forms = (const cli_form[]){{"[NAME|PATH]", NULL}, {NULL, NULL}},
      .run = cmd_plugins, .summary = "list backend plugins, or one plugin's options",
      .about = "Without NAME: every plugin found, with its version, capabilities and whether it can run on this "
