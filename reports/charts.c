@@ -842,7 +842,11 @@ static int telemetry_charts(sqlite3 *db, const tb_rsession *s, tb_rcharts *out, 
                             continue;
                         const char *label = strchr(ts->name, '{');
                         const char *sname = strcmp(ts->source, "nvml") == 0 ? ts->name : label ? label : ts->name;
-                        char *name = *words ? tb_xasprintf("%s: %s", words, sname) : tb_xstrdup(sname);
+                        /* a series without labels is the metric itself: the case names it */
+                        char *name = !*words ? tb_xstrdup(sname)
+                                     : sname == ts->name && strcmp(ts->source, "nvml") != 0
+                                         ? tb_xstrdup(words)
+                                         : tb_xasprintf("%s: %s", words, sname);
                         int sid = tb_chart_series(ch, name, TB_SERIES_LINE);
                         free(name);
                         for (size_t k = 0; k < ts->n; k++)

@@ -378,19 +378,24 @@ static size_t wrap(const char *s, size_t width, size_t max, char **lines)
             break;
         int last = n + 1 == max;
         size_t room = width - (last ? 1 : 0); /* the ellipsis' place */
-        size_t i = 0, chars = 0, space = 0;
+        size_t i = 0, chars = 0, space = 0, seam = 0; /* seam: after ':' or before '[' */
         while (s[i]) {
             size_t k = i + 1; /* one character */
             while (((unsigned char)s[k] & 0xC0) == 0x80)
                 k++;
             if (chars + 1 > room && !(last && chars + 1 <= width && !s[k]))
                 break;
-            if (s[i] == ' ')
+            if (s[i] == ' ') {
                 space = i;
+                if ((i > 0 && s[i - 1] == ':') || s[i + 1] == '[')
+                    seam = i;
+            }
             chars++;
             i = k;
         }
-        size_t take = !s[i] ? i : space ? space : i;
+        /* at the end; else at a seam in the line's second half (a title
+         * "metric: backend [case]" splits there), else at a space */
+        size_t take = !s[i] ? i : seam * 2 > i ? seam : space ? space : i;
         if (take == 0) /* room for nothing */
             break;
         tb_str l = {0};
