@@ -124,16 +124,36 @@ static int block_varies(const tb_rsession *s, size_t b)
     return 0;
 }
 
-/* A curve's name within a chart that groups by everything but steps and
- * block length: the backend, its steps, and its block length where the
- * backend sweeps it. */
-static char *curve_name(const tb_rsession *s, const tb_rcase *c)
+/* What the charts of one metric draw as curves rather than as charts of
+ * their own: a swept lever (steps, block length, options) or load (rate,
+ * concurrency). A chart per value would be a row of one-curve charts. */
+#define SWEPT                                                                                                   \
+    (TB_RDIM(TB_DIM_STEPS) | TB_RDIM(TB_DIM_BLOCK_LENGTH) | TB_RDIM(TB_DIM_REQUEST_RATE) |                      \
+     TB_RDIM(TB_DIM_CONCURRENCY) | TB_RDIM_OPTS)
+
+/* A curve's name within a chart whose group leaves out the dimensions in
+ * `shown`: the backend, then the case's values of those (block length
+ * only where the backend sweeps it) and, with TB_RDIM_OPTS, its swept
+ * options ("sdar-small, steps 4, threshold 0.9"). */
+static char *curve_label(const tb_rsession *s, const tb_rcase *c, unsigned shown)
 {
     tb_str b = {0};
     tb_str_append(&b, s->backends[c->backend].label);
-    uint32_t shown = TB_RDIM(TB_DIM_STEPS) | (block_varies(s, c->backend) ? TB_RDIM(TB_DIM_BLOCK_LENGTH) : 0);
-    tb_case_label_dims(&b, &c->dims, ~shown, TB_LABEL_WORDS);
+    if (!block_varies(s, c->backend))
+        shown &= ~TB_RDIM(TB_DIM_BLOCK_LENGTH);
+    tb_case_label_dims(&b, &c->dims, ~shown & ~TB_RDIM_OPTS, TB_LABEL_WORDS);
+    char *o = shown & TB_RDIM_OPTS ? tb_roptions_words(c->options_json) : NULL;
+    if (o && *o)
+        tb_str_appendf(&b, ", %s", o);
+    free(o);
     return tb_str_take(&b);
+}
+
+/* The curves of the batch and rate charts: backend, steps, block length
+ * and (batch) swept options. */
+static char *curve_name(const tb_rsession *s, const tb_rcase *c)
+{
+    return curve_label(s, c, TB_RDIM(TB_DIM_STEPS) | TB_RDIM(TB_DIM_BLOCK_LENGTH) | TB_RDIM_OPTS);
 }
 
 /* ------------------------------------------------------- tok/s vs steps */
@@ -146,9 +166,14 @@ static int keep_steps(const tb_rsession *s, const tb_rcase *c)
 
 static void steps_charts(const tb_rsession *s, tb_rcharts *out)
 {
+    /* A group: everything but steps and swept options; a curve per
+     * backend and options (llada at each step count; sdar's thresholds
+     * as curves, not charts). */
+    const unsigned gskip = TB_RDIM(TB_DIM_STEPS) | TB_RDIM_OPTS;
     keys g;
-    keys_collect(s, TB_RDIM(TB_DIM_STEPS), keep_steps, &g);
-    for (size_t gi = 0; gi < g.n && gi < MAX_GROUPS; gi++) {
+    keys_collect(s, gskip, keep_steps, &g);
+    size_t made = 0;
+    for (size_t gi = 0; gi < g.n && made < MAX_GROUPS; gi++) {
         char *title = tb_xasprintf("tokens/s vs steps: %s", g.k[gi]);
         tb_chart *ch = tb_chart_new(title, "denoising steps", "aggregate tokens/s (median, 95% CI)");
         free(title);
@@ -157,16 +182,22 @@ static void steps_charts(const tb_rsession *s, tb_rcharts *out)
         double *xt = tb_xmalloc((s->n_cases + 1) * sizeof *xt);
         size_t nxt = 0;
         const tb_rcase *any = NULL;
-        for (size_t b = 0; b < s->n_backends; b++) {
-            if (!s->backends[b].has_steps)
+        size_t *idx = tb_xmalloc((s->n_cases + 1) * sizeof *idx);
+        unsigned char *done = tb_xcalloc(s->n_cases + 1, 1);
+        for (size_t first = 0; first < s->n_cases; first++) {
+            const tb_rcase *f = &s->cases[first];
+            if (done[first] || !s->backends[f->backend].has_steps || !keep_steps(s, f) || !has_key(f, gskip, g.k[gi]))
                 continue;
-            int sid = -1;
-            /* Cases come in suite order; draw them by steps. */
-            size_t *idx = tb_xmalloc((s->n_cases + 1) * sizeof *idx), n = 0;
-            for (size_t i = 0; i < s->n_cases; i++) {
+            /* the curve of f's backend and options; cases come in suite
+             * order, drawn by steps */
+            size_t n = 0;
+            for (size_t i = first; i < s->n_cases; i++) {
                 const tb_rcase *c = &s->cases[i];
-                if (c->backend == b && keep_steps(s, c) && has_key(c, TB_RDIM(TB_DIM_STEPS), g.k[gi]))
+                if (c->backend == f->backend && strcmp(c->options_json, f->options_json) == 0 && keep_steps(s, c) &&
+                    has_key(c, gskip, g.k[gi]) && tb_rcase_metric(c, "agg_tps")) {
                     idx[n++] = i;
+                    done[i] = 1;
+                }
             }
             for (size_t i = 1; i < n; i++)
                 for (size_t k = i; k > 0 && s->cases[idx[k - 1]].dims.steps > s->cases[idx[k]].dims.steps; k--) {
@@ -174,35 +205,38 @@ static void steps_charts(const tb_rsession *s, tb_rcharts *out)
                     idx[k] = idx[k - 1];
                     idx[k - 1] = t;
                 }
+            if (n < 2) /* one step count (a block sampler at its one setting): no curve against steps */
+                continue;
+            char *name = curve_label(s, f, TB_RDIM_OPTS);
+            int sid = tb_chart_series(ch, name, TB_SERIES_LINE);
+            free(name);
             for (size_t i = 0; i < n; i++) {
                 const tb_rcase *c = &s->cases[idx[i]];
                 const tb_stats *agg = tb_rcase_metric(c, "agg_tps");
-                if (!agg)
-                    continue;
-                if (sid < 0)
-                    sid = tb_chart_series(ch, s->backends[b].label, TB_SERIES_LINE);
                 tb_chart_point_err(ch, sid, c->dims.steps, agg->median, agg->ci_lo, agg->ci_hi);
                 xt[nxt++] = c->dims.steps;
                 any = c;
             }
-            free(idx);
         }
+        free(idx);
+        free(done);
         /* Backends without steps (autoregressive) at the same other
          * dimensions: one horizontal reference each. */
         for (size_t i = 0; any && i < s->n_cases; i++) {
             const tb_rcase *c = &s->cases[i];
-            if (c->dims.steps > 0 || !ok_case(c) || !tb_rcase_generalizes(c, any))
+            if (c->dims.steps > 0 || !ok_case(c) || !tb_case_dims_generalize(&c->dims, &any->dims))
                 continue;
             double agg = tb_rcase_median(c, "agg_tps");
             if (!isfinite(agg))
                 continue;
-            char *name = tb_xasprintf("%s (no steps: reference)", s->backends[c->backend].label);
+            char *label = curve_label(s, c, TB_RDIM_OPTS);
+            char *name = tb_xasprintf("%s (no steps: reference)", label);
             tb_chart_point(ch, tb_chart_series(ch, name, TB_SERIES_HLINE), 0, agg);
             free(name);
+            free(label);
         }
         nxt = distinct(xt, nxt);
-        if (nxt < 2) { /* one step count (a block sampler at its one
-                          setting): nothing to draw against steps */
+        if (nxt < 2) { /* no curve: nothing to draw against steps */
             free(xt);
             tb_chart_free(ch);
             continue;
@@ -211,8 +245,10 @@ static void steps_charts(const tb_rsession *s, tb_rcharts *out)
         free(xt);
         add(out, "steps", ch,
             tb_xasprintf("Each diffusion backend's aggregate tokens/s (median over repetitions, whiskers: "
-                         "bootstrap 95%% CI) at each step count; dashed: backends without steps at the same "
-                         "prompt, output length and batch. %s.", g.k[gi]));
+                         "bootstrap 95%% CI) at each step count, a curve per backend and swept option; dashed: "
+                         "backends without steps at the same prompt, output length and batch. %s.",
+                         g.k[gi]));
+        made++;
     }
     keys_free(&g);
 }
@@ -239,9 +275,9 @@ static void batch_charts(const tb_rsession *s, tb_rcharts *out)
 {
     int conc = batch_x_is_conc(s);
     unsigned xskip = conc ? TB_RDIM(TB_DIM_CONCURRENCY) : TB_RDIM(TB_DIM_BATCH);
-    /* Group: everything but batch, steps and block length; a curve per
-     * backend and step count. */
-    unsigned gskip = xskip | TB_RDIM(TB_DIM_STEPS) | TB_RDIM(TB_DIM_BLOCK_LENGTH);
+    /* Group: everything but batch, steps, block length and swept
+     * options; a curve per backend, step count and options. */
+    unsigned gskip = xskip | TB_RDIM(TB_DIM_STEPS) | TB_RDIM(TB_DIM_BLOCK_LENGTH) | TB_RDIM_OPTS;
     keys g;
     keys_collect(s, gskip, keep_ok, &g);
     const char *xname = conc ? "concurrency" : "batch size";
@@ -651,24 +687,32 @@ static void pareto_chart(const tb_rsession *s, tb_rcharts *out)
 
 /* ------------------------------------------------------- ITL CDF */
 
+/* Emission times are stored in ms with 3 decimals (measure/metrics.c):
+ * a gap of at most 1 µs is zero at that resolution (several emissions
+ * at one reading: a burst of stream chunks). A log axis cannot place it;
+ * the CDF starts at their share instead, and the chart says so. */
+#define ITL_ZERO_MS 0.0015
+
 static int itl_charts(sqlite3 *db, const tb_rsession *s, tb_rcharts *out, char **err)
 {
     keys g;
-    keys_collect(s, TB_RDIM(TB_DIM_STEPS) | TB_RDIM(TB_DIM_BLOCK_LENGTH), keep_ok, &g);
+    keys_collect(s, SWEPT, keep_ok, &g);
     for (size_t gi = 0; gi < g.n && gi < MAX_GROUPS; gi++) {
         char *title = tb_xasprintf("inter-token latency (CDF): %s", g.k[gi]);
         tb_chart *ch = tb_chart_new(title, "gap between emissions, ms", "fraction of gaps ≤ x");
         free(title);
         tb_chart_log(ch, 1, 0);
         tb_chart_y_range(ch, 0, 1);
+        tb_str zeros = {0}; /* "sweep, rate 20/s 53%; ..." */
         for (size_t i = 0; i < s->n_cases; i++) {
             const tb_rcase *c = &s->cases[i];
-            if (!ok_case(c) || !has_key(c, TB_RDIM(TB_DIM_STEPS) | TB_RDIM(TB_DIM_BLOCK_LENGTH), g.k[gi]))
+            if (!ok_case(c) || !has_key(c, SWEPT, g.k[gi]))
                 continue;
             double *gaps;
             size_t n;
             if (tb_read_itl(db, s->id, c->id, &gaps, &n, err) != 0) {
                 tb_chart_free(ch);
+                tb_str_free(&zeros);
                 keys_free(&g);
                 return -1;
             }
@@ -676,15 +720,14 @@ static int itl_charts(sqlite3 *db, const tb_rsession *s, tb_rcharts *out, char *
                 free(gaps);
                 continue;
             }
-            char *name = curve_name(s, c);
+            char *name = curve_label(s, c, SWEPT);
             int sid = tb_chart_series(ch, name, TB_SERIES_STEP);
-            free(name);
-            /* Sub-millisecond zero gaps (several emissions at one clock
-             * reading) cannot sit on a log axis: start at the first
-             * positive one. */
-            size_t first = 0;
-            while (first < n && gaps[first] <= 0)
+            size_t first = 0; /* gaps sorted: the zeros first */
+            while (first < n && gaps[first] < ITL_ZERO_MS)
                 first++;
+            if (first)
+                tb_str_appendf(&zeros, "%s%s %.0f%%", zeros.len ? "; " : "", name, 100.0 * (double)first / (double)n);
+            free(name);
             size_t m = n - first < CDF_POINTS ? n - first : CDF_POINTS;
             if (m > 0)
                 tb_chart_point(ch, sid, gaps[first], (double)first / (double)n);
@@ -694,10 +737,20 @@ static int itl_charts(sqlite3 *db, const tb_rsession *s, tb_rcharts *out, char *
             }
             free(gaps);
         }
+        if (zeros.len) {
+            char *note = tb_xasprintf("Gaps of at most 1 µs (zero at the stored resolution) cannot sit on the log "
+                                      "axis: left out, each curve starts at their share (%s).",
+                                      zeros.s);
+            tb_chart_note(ch, note);
+            free(note);
+        }
+        tb_str_free(&zeros);
         add(out, "itl", ch,
             tb_xasprintf("Cumulative distribution of the gaps between consecutive emissions of a request (all "
-                         "measured requests pooled). AR emits once per decode step; diffusion once per denoising "
-                         "step that commits tokens, so fewer, larger gaps. %s.", g.k[gi]));
+                         "measured requests pooled), a curve per backend and swept setting. AR emits once per "
+                         "decode step; diffusion once per denoising step that commits tokens, so fewer, larger "
+                         "gaps. %s.",
+                         g.k[gi]));
     }
     keys_free(&g);
     return 0;
@@ -719,68 +772,117 @@ static char *metric_of(const tb_row_series *s)
     return tb_xstrndup(s->name, strcspn(s->name, "{"));
 }
 
-/* One chart per case and metric: its series (label sets, GPUs) over the
- * case's time. */
+/* A case within its telemetry group: the values of its swept dimensions
+ * and options ("rate 20/s", "steps 8, threshold 0.9"); "" when none. */
+static char *swept_words(const tb_rsession *s, const tb_rcase *c)
+{
+    char *full = curve_label(s, c, SWEPT);
+    const char *label = s->backends[c->backend].label;
+    char *w = tb_xstrdup(full + strlen(label) + (full[strlen(label)] == ',' ? 2 : 0));
+    free(full);
+    return w;
+}
+
+/* Per backend and group of cases that differ only in a swept setting
+ * (SWEPT), one chart per metric: a curve per case and series (label set,
+ * GPU), each over its case's time. */
 static int telemetry_charts(sqlite3 *db, const tb_rsession *s, tb_rcharts *out, char **err)
 {
+    enum { PER_CHART = 2 * TB_SVG_COLOURS }; /* a chart stays legible */
     size_t drawn = 0, left = 0;
-    for (size_t i = 0; i < s->n_cases; i++) {
-        const tb_rcase *c = &s->cases[i];
-        tb_row_telemetry t;
-        if (tb_read_telemetry(db, s->id, c->id, &t, err) != 0)
-            return -1;
-        int *done = tb_xcalloc(t.n ? t.n : 1, sizeof *done);
-        char *dims = tb_rcase_dims(s, c);
-        for (size_t a = 0; a < t.n; a++) {
-            if (done[a])
+    size_t *members = tb_xmalloc((s->n_cases + 1) * sizeof *members);
+    tb_row_telemetry *tel = tb_xcalloc(s->n_cases + 1, sizeof *tel);
+    unsigned char *grouped = tb_xcalloc(s->n_cases + 1, 1);
+    int rc = 0;
+    for (size_t first = 0; first < s->n_cases && rc == 0; first++) {
+        if (grouped[first])
+            continue;
+        const tb_rcase *f = &s->cases[first];
+        char *key = tb_rcase_key(f, SWEPT);
+        size_t n = 0;
+        for (size_t i = first; i < s->n_cases && rc == 0; i++) {
+            const tb_rcase *c = &s->cases[i];
+            if (grouped[i] || c->backend != f->backend || !has_key(c, SWEPT, key))
                 continue;
-            char *metric = metric_of(&t.s[a]);
-            if (drawn >= MAX_TELEMETRY_CHARTS) {
-                left++;
-                for (size_t b = a; b < t.n; b++) {
-                    char *m = metric_of(&t.s[b]);
-                    done[b] |= strcmp(m, metric) == 0;
-                    free(m);
-                }
-                free(metric);
-                continue;
-            }
-            char *title = tb_xasprintf("%s: %s [%s]", metric, s->backends[c->backend].label, dims);
-            tb_chart *ch = tb_chart_new(title, "seconds since the case's backend was ready", metric);
-            free(title);
-            size_t n_series = 0;
-            for (size_t b = a; b < t.n; b++) {
-                char *m = metric_of(&t.s[b]);
-                int same = strcmp(m, metric) == 0;
-                free(m);
-                if (!same)
-                    continue;
-                done[b] = 1;
-                if (n_series++ >= 2 * TB_SVG_COLOURS)
-                    continue; /* a chart stays legible */
-                const char *label = strchr(t.s[b].name, '{');
-                int sid = tb_chart_series(ch, strcmp(t.s[b].source, "nvml") == 0 ? t.s[b].name
-                                                  : label                       ? label
-                                                                                : t.s[b].name,
-                                          TB_SERIES_LINE);
-                for (size_t k = 0; k < t.s[b].n; k++)
-                    if (isfinite(t.s[b].v[k]))
-                        tb_chart_point(ch, sid, t.s[b].t_s[k], t.s[b].v[k]);
-            }
-            char more[48] = "";
-            if (n_series > 2 * TB_SVG_COLOURS)
-                snprintf(more, sizeof more, ", the first %d drawn", 2 * TB_SVG_COLOURS);
-            add(out, "telemetry", ch,
-                tb_xasprintf("%s sampled while the case ran (source: %s), %zu series%s; the sampler starts when "
-                             "the backend is ready and the warm-ups begin.",
-                             metric, t.s[a].source, n_series, more));
-            drawn++;
-            free(metric);
+            grouped[i] = 1;
+            if (tb_read_telemetry(db, s->id, c->id, &tel[n], err) != 0)
+                rc = -1;
+            else
+                members[n++] = i;
         }
-        free(dims);
+        /* the metrics in order of first appearance; done[m][a]: series a
+         * of member m charted */
+        unsigned char **done = tb_xcalloc(n + 1, sizeof *done);
+        for (size_t m = 0; m < n; m++)
+            done[m] = tb_xcalloc(tel[m].n + 1, 1);
+        for (size_t m0 = 0; m0 < n && rc == 0; m0++)
+            for (size_t a = 0; a < tel[m0].n; a++) {
+                if (done[m0][a])
+                    continue;
+                char *metric = metric_of(&tel[m0].s[a]);
+                const char *source = tel[m0].s[a].source;
+                tb_chart *ch = NULL;
+                if (drawn < MAX_TELEMETRY_CHARTS) {
+                    char *title = tb_xasprintf("%s: %s [%s]", metric, s->backends[f->backend].label, key);
+                    ch = tb_chart_new(title, "seconds since the case's backend was ready", metric);
+                    free(title);
+                }
+                size_t n_series = 0;
+                for (size_t m = m0; m < n; m++) {
+                    char *words = n > 1 ? swept_words(s, &s->cases[members[m]]) : tb_xstrdup("");
+                    for (size_t b = m == m0 ? a : 0; b < tel[m].n; b++) {
+                        const tb_row_series *ts = &tel[m].s[b];
+                        char *mb = metric_of(ts);
+                        int same = strcmp(mb, metric) == 0;
+                        free(mb);
+                        if (!same || done[m][b])
+                            continue;
+                        done[m][b] = 1;
+                        if (!ch || n_series++ >= PER_CHART)
+                            continue;
+                        const char *label = strchr(ts->name, '{');
+                        const char *sname = strcmp(ts->source, "nvml") == 0 ? ts->name : label ? label : ts->name;
+                        /* a series without labels is the metric itself: the case names it */
+                        char *name = !*words ? tb_xstrdup(sname)
+                                     : sname == ts->name && strcmp(ts->source, "nvml") != 0
+                                         ? tb_xstrdup(words)
+                                         : tb_xasprintf("%s: %s", words, sname);
+                        int sid = tb_chart_series(ch, name, TB_SERIES_LINE);
+                        free(name);
+                        for (size_t k = 0; k < ts->n; k++)
+                            if (isfinite(ts->v[k]))
+                                tb_chart_point(ch, sid, ts->t_s[k], ts->v[k]);
+                    }
+                    free(words);
+                }
+                if (!ch) {
+                    left++;
+                    free(metric);
+                    continue;
+                }
+                char more[48] = "";
+                if (n_series > PER_CHART)
+                    snprintf(more, sizeof more, ", the first %d drawn", PER_CHART);
+                add(out, "telemetry", ch,
+                    tb_xasprintf("%s sampled while the case%s ran (source: %s), %zu series%s; the sampler starts "
+                                 "when the backend is ready and the warm-ups begin.%s",
+                                 metric, n > 1 ? "s" : "", source, n_series, more,
+                                 n > 1 ? " A curve per case: the cases differ only in the setting named." : ""));
+                drawn++;
+                free(metric);
+            }
+        for (size_t m = 0; m < n; m++) {
+            free(done[m]);
+            tb_row_telemetry_free(&tel[m]);
+        }
         free(done);
-        tb_row_telemetry_free(&t);
+        free(key);
     }
+    free(grouped);
+    free(tel);
+    free(members);
+    if (rc != 0)
+        return -1;
     if (left && out->n && strcmp(out->v[out->n - 1].kind, "telemetry") == 0) {
         char *c = tb_xasprintf("%s (%zu more telemetry charts not drawn: the series are in the database, table "
                                "telemetry_series)", out->v[out->n - 1].caption, left);

@@ -17,9 +17,14 @@
 #include <stddef.h>
 #include <stdio.h>
 
-/* Series colours: the first this many series of a chart each have their
- * own; more repeat them (with other marker shapes). */
+/* Series colours and marker shapes: series i of a chart is drawn in
+ * colour i % TB_SVG_COLOURS with shape i % TB_SVG_SHAPES (coprime), so
+ * the first TB_SVG_STYLES series each have their own (colour, shape)
+ * pair and the first TB_SVG_COLOURS their own colour. A chart draws no
+ * more series than that: it says under its legend how many it left out. */
 #define TB_SVG_COLOURS 7
+#define TB_SVG_SHAPES 5
+#define TB_SVG_STYLES (TB_SVG_COLOURS * TB_SVG_SHAPES)
 
 typedef enum tb_series_style {
     TB_SERIES_LINE,   /* points joined in the order given, with markers */
@@ -60,10 +65,22 @@ void tb_chart_point_label(tb_chart *c, int series, double x, double y, const cha
 /* A point whose label shows only on hover (an SVG <title>), not drawn. */
 void tb_chart_point_tip(tb_chart *c, int series, double x, double y, const char *tip);
 
+/* A line of text under the legend (e.g. what a log axis leaves out);
+ * wrapped to the chart's width. Copied. */
+void tb_chart_note(tb_chart *c, const char *text);
+
 /* Number of points drawn so far in all series (0: nothing to show). */
 size_t tb_chart_points(const tb_chart *c);
 
-/* The chart as an <svg> element (no XML prolog: it is embedded in HTML). */
+/* The chart as an <svg> element (no XML prolog: it is embedded in HTML).
+ * The root tells the axes it chose, for tests and tools:
+ *   data-x-scale, data-y-scale   "linear" or "log"
+ *   data-x-lo, data-x-hi, ...    the ends of each axis, in data units
+ *   data-x-ticks, data-y-ticks   the tick values, space-separated
+ * and each series group its style: data-colour and data-marker
+ * (circle, square, triangle, diamond, triangle-down). A title longer
+ * than the width is wrapped (up to 3 lines; the rest cut with an
+ * ellipsis, whole in the <title>). */
 void tb_chart_write(const tb_chart *c, FILE *out);
 
 /* &, <, >, " and ' as entities: for SVG and HTML text and attributes. */

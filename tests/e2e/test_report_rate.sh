@@ -77,7 +77,7 @@ def stored(metric, col, rate):
 def series(fig):
     """{name: [(rate, value)]} from the hover titles, and the markers per series."""
     out, markers = {}, {}
-    for name, body in re.findall(r'<g class="series-group" data-series="([^"]*)">(.*?)</g>', fig, re.S):
+    for name, body in re.findall(r'<g class="series-group" data-series="([^"]*)"[^>]*>(.*?)</g>', fig, re.S):
         name = html.unescape(name)
         markers[name] = body.count('class="marker"')
         out[name] = [(float(r), float(v)) for r, v in
@@ -94,7 +94,7 @@ for kind, fig in figs:
         xml.etree.ElementTree.fromstring(re.search(r'<svg .*</svg>', fig, re.S).group(0))
     except Exception as e:
         bad.append("%s chart: not well-formed SVG: %s" % (kind, e))
-    title = html.unescape(re.search(r'<text class="chart-title"[^>]*>([^<]*)</text>', fig).group(1))
+    title = html.unescape(re.search(r'<svg [^>]*>\n<title>([^<]*)</title>', fig).group(1))
     metric = title.split(" vs ")[0]
     titles[metric] = 1
     s, markers = series(fig)
