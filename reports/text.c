@@ -5,6 +5,7 @@
 #include "text.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -86,24 +87,74 @@ int tb_report_sessions(sqlite3 *db, int limit, FILE *out)
     return 0;
 }
 
-static void print_header(sqlite3 *db, int64_t session, FILE *out)
+/* `text` in lines of at most `width` bytes (0: one line), broken at
+ * spaces (a word longer than a line: cut, never inside a character); the
+ * lines after the first indented by `indent` spaces. A line wider than
+ * the terminal would wrap wherever it falls, mid-number. */
+static void print_wrapped_in(FILE *out, const char *text, size_t width, size_t indent)
+{
+    size_t lead = 0;
+    while (*text) {
+        size_t n = strlen(text), room = width > lead + 8 ? width - lead : (width ? 8 : 0);
+        if (room && n > room) {
+            size_t cut = room;
+            while (cut > 0 && text[cut] != ' ')
+                cut--;
+            if (!cut) {
+                cut = room;
+                while (cut > 1 && ((unsigned char)text[cut] & 0xC0) == 0x80)
+                    cut--;
+            }
+            n = cut;
+        }
+        size_t shown = n;
+        while (shown > 0 && text[shown - 1] == ' ')
+            shown--;
+        fprintf(out, "%*s%.*s\n", (int)lead, "", (int)shown, text);
+        text += n;
+        while (*text == ' ')
+            text++;
+        lead = indent;
+    }
+}
+
+static void print_wrapped(FILE *out, const char *text, size_t width)
+{
+    print_wrapped_in(out, text, width, 0);
+}
+
+/* A line (no newline in fmt) wrapped to `width`, its continuation lines
+ * indented two more than its own leading spaces. */
+static void __attribute__((format(printf, 3, 4))) putf(FILE *out, size_t width, const char *fmt, ...)
+{
+    tb_str b = {0};
+    va_list ap;
+    va_start(ap, fmt);
+    tb_str_vappendf(&b, fmt, ap);
+    va_end(ap);
+    char *s = tb_str_take(&b);
+    print_wrapped_in(out, s, width, strspn(s, " ") + 2);
+    free(s);
+}
+
+static void print_header(sqlite3 *db, int64_t session, FILE *out, size_t width)
 {
     tb_row_session r;
     char *err = NULL;
     if (tb_read_session(db, session, &r, &err) == 0) {
-        fprintf(out, "session %lld  %s  suite %s (%s, sha256 %.12s…%s%.12s%s)\n", (long long)r.id, r.uuid,
+        putf(out, width, "session %lld  %s  suite %s (%s, sha256 %.12s…%s%.12s%s)", (long long)r.id, r.uuid,
                 r.suite_name, r.suite_path, r.suite_sha256, *r.config_sha256 ? ", configuration sha256 " : "",
                 r.config_sha256, *r.config_sha256 ? "…" : "");
-        fprintf(out, "  %s .. %s  status %s  tokbench %s (%s)  warm-up %d, %d repetitions, seed %lld\n",
+        putf(out, width, "  %s .. %s  status %s  tokbench %s (%s)  warm-up %d, %d repetitions, seed %lld",
                 r.started_at, r.finished_at, r.status, r.tokbench_version, r.git_commit, r.warmup, r.repeat,
                 (long long)r.seed);
-        fprintf(out, "  machine %s: %s (%d CPUs), %.1f GiB RAM, %s, kernel %s\n", r.hostname, r.cpu_model,
+        putf(out, width, "  machine %s: %s (%d CPUs), %.1f GiB RAM, %s, kernel %s", r.hostname, r.cpu_model,
                 r.cpu_cores, r.ram_bytes / (1u << 30), r.os, r.kernel);
         if (r.gpu_count > 0)
-            fprintf(out, "  GPU %d x %s, driver %s, CUDA driver %s, CUDA build %s\n", r.gpu_count, r.gpu_name,
+            putf(out, width, "  GPU %d x %s, driver %s, CUDA driver %s, CUDA build %s", r.gpu_count, r.gpu_name,
                     r.gpu_driver, r.cuda_driver_version, r.cuda_build_version);
         else
-            fprintf(out, "  GPU none (%s); CUDA build %s\n", r.nvml_status, r.cuda_build_version);
+            putf(out, width, "  GPU none (%s); CUDA build %s", r.nvml_status, r.cuda_build_version);
         tb_row_session_free(&r);
     }
     free(err);
@@ -117,30 +168,11 @@ static void print_header(sqlite3 *db, int64_t session, FILE *out)
     for (size_t i = 0; i < n; i++)
         /* a server's dtype and device are its own: not reported, not
          * shown (they were "?") */
-        fprintf(out, "  backend %s: %s %s, model \"%s\"%s%s%s%s%s; capabilities %s\n", b[i].label, b[i].plugin,
+        putf(out, width, "  backend %s: %s %s, model \"%s\"%s%s%s%s%s; capabilities %s", b[i].label, b[i].plugin,
                 b[i].plugin_version, b[i].model, *b[i].dtype ? ", dtype " : "", b[i].dtype,
                 *b[i].device ? ", device " : "", b[i].device,
                 b[i].random_weights == 1 ? ", RANDOM WEIGHTS (speed only, no quality)" : "", b[i].capabilities);
     tb_row_backends_free(b, n);
-}
-
-/* `text` in lines of at most `width` characters (0: one line), broken
- * at spaces. */
-static void print_wrapped(FILE *out, const char *text, size_t width)
-{
-    while (*text) {
-        size_t n = strlen(text);
-        if (width && n > width) {
-            size_t cut = width;
-            while (cut > 0 && text[cut] != ' ')
-                cut--;
-            n = cut ? cut : width;
-        }
-        fprintf(out, "%.*s\n", (int)n, text);
-        text += n;
-        while (*text == ' ')
-            text++;
-    }
 }
 
 /* Whether the terminal table has a column for dimension d: a stored one
@@ -190,9 +222,44 @@ static int key_generalizes(const char *general, const char *specific)
     }
 }
 
+/* The side-by-side table of backends [b0, b1): the rows' dimensions
+ * (head[1..nd]) but those the main table said once, then a column
+ * each; rows marked covered are left out. */
+static tb_table *side_table(const tb_table *main, const char *const *head, int nd, char **keys, const int *covered,
+                            size_t n_keys, char ***cells, char **backends, size_t b0, size_t b1)
+{
+    int shown = 0; /* the dimensions not said above the main table */
+    for (int i = 1; i <= nd; i++)
+        shown += !tb_table_hidden(main, i);
+    tb_table *s = tb_table_new(shown + (int)(b1 - b0));
+    for (int i = 1; i <= nd; i++)
+        if (!tb_table_hidden(main, i))
+            tb_table_cell(s, head[i]);
+    for (size_t b = b0; b < b1; b++)
+        tb_table_cell(s, backends[b]);
+    for (size_t k = 0; k < n_keys; k++) {
+        if (covered[k])
+            continue;
+        /* the key's fields in order, empty ones included (strtok would
+         * skip them and shift the columns after one) */
+        const char *f = keys[k];
+        for (int d = 0; d < nd; d++) {
+            size_t len = f ? strcspn(f, "\t") : 0;
+            char *field = tb_xstrndup(f ? f : "", len);
+            if (!tb_table_hidden(main, d + 1))
+                tb_table_cell(s, *field ? field : "-");
+            free(field);
+            f = f && f[len] == '\t' ? f + len + 1 : NULL;
+        }
+        for (size_t b = b0; b < b1; b++)
+            tb_table_cell(s, cells[k][b] ? cells[k][b] : "");
+    }
+    return s;
+}
+
 int tb_report_show(sqlite3 *db, int64_t session, FILE *out, size_t width)
 {
-    print_header(db, session, out);
+    print_header(db, session, out, width);
     tb_row_summary *rows;
     size_t n_rows;
     char *rerr = NULL;
@@ -213,11 +280,29 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out, size_t width)
         use_acc |= isfinite(r->accuracy);
         use_ppl |= isfinite(r->judge_ppl);
     }
-    /* Serving figures where requests are served, or some failed. */
+    /* A serving case (one with concurrency or request_rate, a server
+     * behind the http plugin, or failed requests) is read by its latency
+     * and request rate; an engine case by its tokens/s, NFE and accuracy.
+     * The columns' priorities follow (docs/REPORTS.md). */
     int use_serving = used[TB_DIM_CONCURRENCY] || used[TB_DIM_REQUEST_RATE] || use_failed;
+    /* the backends (the side-by-side table's columns) */
+    char **keys = NULL, **backends = NULL, ***cells = NULL; /* cells[key][backend] */
+    size_t n_keys = 0, n_backends = 0;
+    tb_row_backend *brows;
+    if (tb_read_backends(db, session, &brows, &n_backends, &rerr) == 0) {
+        backends = tb_xcalloc(n_backends ? n_backends : 1, sizeof *backends);
+        for (size_t b = 0; b < n_backends; b++) {
+            backends[b] = tb_xstrdup(brows[b].label);
+            use_serving |= strcmp(brows[b].plugin, "http") == 0;
+        }
+        tb_row_backends_free(brows, n_backends);
+    } else {
+        free(rerr);
+        rerr = NULL;
+    }
 
     /* Each column with its priority for fitting the terminal (0: always
-     * shown; higher: left out sooner; tb_table_fit). */
+     * shown; higher: left out sooner; tb_table_fit): engine, serving. */
     const char *head[40];
     char *dim_heads[TB_N_DIMS] = {0};
     int prio[40] = {0};
@@ -233,36 +318,41 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out, size_t width)
      * measured calls the per-call figures are medians of. */
     static const struct {
         const char *name;
-        int prio;
-    } figs[] = {{"status", 0},   {"req tok/s", 2}, {"req tok/s p5", 6}, {"agg tok/s", 0}, {"decode tok/s", 8},
-                {"TTFT ms", 3},  {"TPOT ms", 5},   {"E2E ms", 2},       {"E2E p95", 7},   {"NFE", 10},
-                {"tok/fwd", 11}, {"CV", 9},        {"calls", 12},       {"dev MiB", 13}};
+        int engine, serving;
+    } figs[] = {{"status", 0, 0},  {"req tok/s", 2, 4},  {"req tok/s p5", 6, 8}, {"agg tok/s", 0, 6},
+                {"decode tok/s", 8, 9}, {"TTFT ms", 3, 1}, {"TPOT ms", 5, 4},     {"E2E ms", 2, 4},
+                {"E2E p95", 7, 7},  {"NFE", 1, 10},      {"tok/fwd", 11, 11},    {"CV", 9, 9},
+                {"calls", 12, 12},  {"dev MiB", 13, 13}};
     for (size_t i = 0; i < TB_ARRAY_LEN(figs); i++) {
-        prio[nh] = figs[i].prio;
+        prio[nh] = use_serving ? figs[i].serving : figs[i].engine;
         head[nh++] = figs[i].name;
     }
     if (use_serving) {
         if (used[TB_DIM_REQUEST_RATE]) { /* beside the offered rate's column */
-            prio[nh] = 4;
+            prio[nh] = 5;
             head[nh++] = "sent req/s";
         }
-        prio[nh] = 4;
-        head[nh++] = "req/s";
         prio[nh] = 1;
+        head[nh++] = "req/s";
+        prio[nh] = 3;
         head[nh++] = "failed reqs";
         if (use_goodput) {
-            prio[nh] = 6;
+            prio[nh] = 2;
             head[nh++] = "goodput/s";
         }
-        prio[nh] = 7;
+        prio[nh] = 3;
         head[nh++] = "TTFT p99";
-    }
-    if (use_acc) {
         prio[nh] = 1;
-        head[nh++] = "accuracy (95% CI)";
+        head[nh++] = "TPOT p99";
+    }
+    if (use_acc) { /* two columns: the CI may be left out, the accuracy kept */
+        prio[nh] = use_serving ? 3 : 1;
+        head[nh++] = "accuracy";
+        prio[nh] = use_serving ? 8 : 6;
+        head[nh++] = "95% CI";
     }
     if (use_ppl) {
-        prio[nh] = 4;
+        prio[nh] = use_serving ? 5 : 4;
         head[nh++] = "judge ppl";
     }
     tb_table *t = tb_table_new(nh);
@@ -271,18 +361,6 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out, size_t width)
         tb_table_priority(t, i, prio[i]);
 
     /* Side-by-side: distinct case keys × backends → aggregate tok/s. */
-    char **keys = NULL, **backends = NULL, ***cells = NULL; /* cells[key][backend] */
-    size_t n_keys = 0, n_backends = 0;
-    tb_row_backend *brows;
-    if (tb_read_backends(db, session, &brows, &n_backends, &rerr) == 0) {
-        backends = tb_xcalloc(n_backends ? n_backends : 1, sizeof *backends);
-        for (size_t b = 0; b < n_backends; b++)
-            backends[b] = tb_xstrdup(brows[b].label);
-        tb_row_backends_free(brows, n_backends);
-    } else {
-        free(rerr);
-        rerr = NULL;
-    }
 
     for (size_t ri = 0; ri < n_rows; ri++) {
         const tb_row_summary *r = &rows[ri];
@@ -334,13 +412,16 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out, size_t width)
             if (use_goodput)
                 tb_table_num(t, r->goodput, 2);
             tb_table_num(t, r->ttft_p99_ms, 2);
+            tb_table_num(t, r->tpot_p99_ms, 2);
         }
         if (use_acc) {
-            if (isfinite(r->accuracy))
-                tb_table_cellf(t, "%.1f%% (%.0f-%.0f)", r->accuracy * 100, r->accuracy_ci_lo * 100,
-                               r->accuracy_ci_hi * 100);
-            else
+            if (isfinite(r->accuracy)) {
+                tb_table_cellf(t, "%.1f%%", r->accuracy * 100);
+                tb_table_cellf(t, "%.0f-%.0f", r->accuracy_ci_lo * 100, r->accuracy_ci_hi * 100);
+            } else {
                 tb_table_cell(t, "-");
+                tb_table_cell(t, "-");
+            }
         }
         if (use_ppl)
             tb_table_num(t, r->judge_ppl, 2);
@@ -369,10 +450,12 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out, size_t width)
                     tb_str_appendf(&c, "%.1f", agg);
                 else
                     tb_str_append(&c, "-");
+                /* short: "430.6 @99% ppl 3.2" (the side-by-side table
+                 * fits the terminal) */
                 if (use_acc && isfinite(acc))
-                    tb_str_appendf(&c, " @ %.0f%%", acc * 100);
+                    tb_str_appendf(&c, " @%.0f%%", acc * 100);
                 if (use_ppl && isfinite(ppl))
-                    tb_str_appendf(&c, ", ppl %.1f", ppl);
+                    tb_str_appendf(&c, " ppl %.1f", ppl);
                 if (strcmp(status, "degraded") == 0)
                     tb_str_append(&c, " (degraded)");
                 cells[ki][bi] = tb_str_take(&c);
@@ -381,9 +464,16 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out, size_t width)
     }
     tb_row_summaries_free(rows, n_rows);
     fprintf(out, "\n");
+    /* Too wide: the dimensions (and status) that are the same in every
+     * case are said once above it, then columns are left out by the
+     * case kind's priorities. */
+    free(tb_table_fit(t, 0)); /* the empty columns */
+    char *hoisted = width && tb_table_width(t) > width ? tb_table_hoist(t, 1, nd + 1) : NULL;
     char *left_out = tb_table_fit(t, width);
+    if (hoisted)
+        putf(out, width, "every case: %s", hoisted);
+    free(hoisted);
     tb_table_print(t, out);
-    tb_table_free(t);
     if (left_out) {
         char *note = tb_xasprintf("(left out to fit %zu columns: %s. Every column: tokbench show --wide; every "
                                   "figure: tokbench export SESSION --format csv)",
@@ -407,36 +497,34 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out, size_t width)
             }
 
     if (n_backends > 1) {
-        const char *sh[32];
-        int ns = 0;
-        for (int i = 1; i <= nd; i++)
-            sh[ns++] = head[i];
-        for (size_t b = 0; b < n_backends && ns < 32; b++)
-            sh[ns++] = backends[b];
-        tb_table *s = tb_table_new(ns);
-        tb_table_header(s, sh);
-        for (size_t k = 0; k < n_keys; k++) {
-            if (covered[k])
-                continue;
-            /* the key's fields in order, empty ones included (strtok
-             * would skip them and shift the columns after one) */
-            const char *f = keys[k];
-            for (int d = 0; d < nd; d++) {
-                size_t len = f ? strcspn(f, "\t") : 0;
-                char *field = tb_xstrndup(f ? f : "", len);
-                tb_table_cell(s, *field ? field : "-");
-                free(field);
-                f = f && f[len] == '\t' ? f + len + 1 : NULL;
-            }
-            for (size_t b = 0; b < n_backends && (int)(nd + b) < ns; b++)
-                tb_table_cell(s, cells[k][b] ? cells[k][b] : "");
-        }
-        fprintf(out, "\nside by side: aggregate output tokens/s (median over the calls)%s%s\n",
+        fputc('\n', out);
+        putf(out, width, "side by side: aggregate output tokens/s (median over the calls)%s%s",
                 use_acc ? " @ accuracy" : "", use_ppl ? ", judge perplexity (lower is better)" : "");
-        tb_table_print(s, out);
-        tb_table_free(s);
+        /* As many backends in a table as fit the width, the rest in more
+         * tables of the same rows: a line wider than the terminal wraps,
+         * mid-number (at least one backend a table). */
+        for (size_t b0 = 0; b0 < n_backends;) {
+            size_t b1 = width ? b0 + 1 : n_backends;
+            tb_table *s = side_table(t, head, nd, keys, covered, n_keys, cells, backends, b0, b1);
+            while (b1 < n_backends) {
+                tb_table *wider = side_table(t, head, nd, keys, covered, n_keys, cells, backends, b0, b1 + 1);
+                if (tb_table_width(wider) > width) {
+                    tb_table_free(wider);
+                    break;
+                }
+                tb_table_free(s);
+                s = wider;
+                b1++;
+            }
+            if (b0)
+                fputc('\n', out);
+            tb_table_print(s, out);
+            tb_table_free(s);
+            b0 = b1;
+        }
     }
     free(covered);
+    tb_table_free(t);
     tb_rsession rs;
     char *err = NULL;
     int read_failed = 0;
@@ -449,20 +537,23 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out, size_t width)
             size_t runs = 0;
             for (size_t k = 0; k < rs.n_cases; k++)
                 runs += rs.cases[k].search_id == x->id;
-            fprintf(out, "  %s: %s #%lld (case #%d): %s", rs.backends[x->backend].label, x->kind, (long long)x->id,
-                    x->ordinal, x->status);
+            tb_str l = {0};
+            tb_str_appendf(&l, "  %s: %s #%lld (case #%d): %s", rs.backends[x->backend].label, x->kind,
+                           (long long)x->id, x->ordinal, x->status);
             if (isfinite(x->slo_rate))
-                fprintf(out, ", slo_max_rate %.2f requests/s", x->slo_rate);
+                tb_str_appendf(&l, ", slo_max_rate %.2f requests/s", x->slo_rate);
             if (isfinite(x->sync_rate) && isfinite(x->max_rate))
-                fprintf(out, " (synchronous %.2f, throughput %.2f requests/s)", x->sync_rate, x->max_rate);
-            fprintf(out, ", %zu runs%s%s\n", runs, x->error ? ": " : "", x->error ? x->error : "");
+                tb_str_appendf(&l, " (synchronous %.2f, throughput %.2f requests/s)", x->sync_rate, x->max_rate);
+            tb_str_appendf(&l, ", %zu runs%s%s", runs, x->error ? ": " : "", x->error ? x->error : "");
+            putf(out, width, "%s", l.s);
+            tb_str_free(&l);
         }
         tb_warnings w;
         tb_warnings_derive(&rs, &w);
         if (w.n)
             fprintf(out, "\nwarnings:\n");
         for (size_t i = 0; i < w.n; i++)
-            fprintf(out, "  %s\n", w.text[i]);
+            putf(out, width, "  %s", w.text[i]);
         tb_warnings_free(&w);
         tb_rsession_free(&rs);
     } else { /* a read or JSON error: said, and the exit status says it too */

@@ -139,6 +139,30 @@ char *tb_table_fit(tb_table *t, size_t max_width)
     return dropped.len ? tb_str_take(&dropped) : NULL;
 }
 
+char *tb_table_hoist(tb_table *t, int first, int last)
+{
+    size_t n_rows = t->n_cells / (size_t)t->n_cols;
+    tb_str said = {0};
+    for (int c = first < 0 ? 0 : first; c <= last && c < t->n_cols && n_rows > 2; c++) {
+        if (t->hidden[c])
+            continue;
+        const char *v = t->cells[(size_t)t->n_cols + (size_t)c];
+        int same = 1;
+        for (size_t r = 2; r < n_rows && same; r++)
+            same = strcmp(t->cells[r * (size_t)t->n_cols + (size_t)c], v) == 0;
+        if (!same)
+            continue;
+        t->hidden[c] = 3; /* said once, not left out */
+        tb_str_appendf(&said, "%s%s %s", said.len ? ", " : "", t->cells[c], v);
+    }
+    return said.len ? tb_str_take(&said) : NULL;
+}
+
+int tb_table_hidden(const tb_table *t, int col)
+{
+    return col >= 0 && col < t->n_cols && t->hidden[col];
+}
+
 void tb_table_print(const tb_table *t, FILE *out)
 {
     size_t *w = col_widths(t);

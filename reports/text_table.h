@@ -25,6 +25,12 @@ void tb_table_priority(tb_table *t, int col, int priority);
  * the header names of the columns hidden for width, ", "-separated
  * (malloc'd), or NULL when none was. */
 char *tb_table_fit(tb_table *t, size_t width);
+/* Hide the shown columns of [first, last] that hold one value in every
+ * row (two rows at least), to be said once above the table. Returns
+ * "header value, ..." (malloc'd), or NULL when none was. */
+char *tb_table_hoist(tb_table *t, int first, int last);
+/* Whether column col is hidden (empty, left out or hoisted). */
+int tb_table_hidden(const tb_table *t, int col);
 /* Width of the printed table in characters (hidden columns left out). */
 size_t tb_table_width(const tb_table *t);
 void tb_table_print(const tb_table *t, FILE *out);

@@ -8,7 +8,16 @@
  * shares a line with the bar. On a terminal the bar shows the cases done,
  * the case in flight with its repetitions and requests done (the worker
  * reports each call: wire.h, TB_MSG_PROGRESS) and an ETA; it is cut to
- * the terminal's width (a wrapped bar could not be cleared). Output that
+ * the terminal's width (a wrapped bar could not be cleared), and so is
+ * each finished case's line, at a space (never mid-number), with the
+ * case's short label (its tag: the values that tell the cases apart)
+ * when the whole one does not fit.
+ *
+ * The ETA is of work, not of cases: each case's expected work (the
+ * runner's: calls x requests x new tokens x steps) is known before the
+ * run; the cases finished so far give the time a unit of work takes,
+ * and the work left is scaled by it. Before a case has finished there
+ * is none (no number rather than a wild one). Output that
  * is not a terminal gets no control codes: the finished cases' lines and
  * the log lines, as they come. */
 #ifndef TB_PROGRESS_H
@@ -22,6 +31,7 @@
  * per_pass, each of `requests` requests. */
 typedef struct tb_progress_case {
     uint32_t warmup, repeat, per_pass, requests;
+    uint64_t work; /* its expected work (the ETA's unit) */
 } tb_progress_case;
 
 typedef struct tb_progress {
@@ -30,13 +40,16 @@ typedef struct tb_progress {
     int width;            /* 0: the terminal's, asked at every draw */
     int64_t (*clock)(void); /* ns; tb_now_ns */
     size_t total, done;   /* cases */
-    uint64_t work_total, work_done; /* calls of the cases not skipped */
-    int64_t t0;           /* the first case's start; 0: none yet */
+    uint64_t work_total, work_done; /* work of the cases not skipped */
+    double measured_work; /* work of the finished cases that ran ... */
+    int64_t measured_ns;  /* ... and the time they took */
+    int64_t case_t0;      /* the case in flight's start */
     int64_t last_draw;
     int drawn;            /* a bar is on the current line */
     /* the case in flight */
-    char *backend, *label;
+    char *backend, *label, *tag;
     tb_progress_case cur;
+    uint64_t cur_work;    /* its expected work */
     int have_cur;
     uint32_t cur_done;    /* its calls done */
     /* the run's secret values (tb_plan_secrets, borrowed): every line
@@ -45,19 +58,24 @@ typedef struct tb_progress {
     size_t n_secrets;
 } tb_progress;
 
-/* n_cases cases, n_calls calls in all (warm-ups included) of those that
- * will run (not skipped by the plan): the ETA's measure of work. */
-void tb_progress_init(tb_progress *p, size_t n_cases, uint64_t n_calls);
-/* The case about to run (bar mode shows it); pc NULL: shape unknown. */
-void tb_progress_start(tb_progress *p, const char *backend, const char *label, const tb_progress_case *pc);
+/* n_cases cases, `work` units of expected work in all of those that
+ * will run (not skipped by the plan): the ETA's measure. */
+void tb_progress_init(tb_progress *p, size_t n_cases, uint64_t work);
+/* The case about to run (bar mode shows it) with its label and its tag
+ * (the short label, NULL: none); pc NULL: shape unknown. Its expected
+ * work is pc->work. */
+void tb_progress_start(tb_progress *p, const char *backend, const char *label, const char *tag,
+                       const tb_progress_case *pc);
 /* The case in flight finished `calls_done` of its calls. Redraws at most
  * every 100 ms. */
 void tb_progress_calls(tb_progress *p, uint32_t calls_done);
 /* A case finished with `status` ("ok", "failed", "skipped") and a short
- * figure or reason. planned_calls: the calls it was counted for in
- * n_calls (0 when none): those it did not run leave the total. */
-void tb_progress_done(tb_progress *p, const char *backend, const char *label, const char *status,
-                      const char *detail, uint64_t planned_calls);
+ * figure or reason. planned_work: the work it was counted for in init's
+ * total (0 when none): what it did not run (its calls not made) leaves
+ * the total; what it ran, with the time since its start, measures the
+ * rate of work. */
+void tb_progress_done(tb_progress *p, const char *backend, const char *label, const char *tag, const char *status,
+                      const char *detail, uint64_t planned_work);
 /* A line from a backend process (no newline): printed on its own line,
  * the bar drawn again below it. */
 void tb_progress_log(tb_progress *p, const char *line);
@@ -65,13 +83,22 @@ void tb_progress_log(tb_progress *p, const char *line);
 void tb_progress_note(tb_progress *p, const char *msg);
 void tb_progress_finish(tb_progress *p);
 
-/* The time left, ns, when `done` of `total` units took `elapsed_ns`, at
- * the same rate; -1 when not known yet (nothing done). */
-int64_t tb_progress_eta_ns(int64_t elapsed_ns, uint64_t done, uint64_t total);
+/* The time left, ns, for `work_left` units of work when `measured_work`
+ * units took `measured_ns`, at the same rate; -1 when not known yet
+ * (nothing measured). */
+int64_t tb_progress_eta_ns(int64_t measured_ns, double measured_work, double work_left);
+/* The run's ETA now: the work left (the cases not finished, the one in
+ * flight by its calls not done) at the finished cases' rate; -1: none. */
+int64_t tb_progress_eta(const tb_progress *p);
+/* `line` cut to `width` columns (0: not cut) at a boundary, never inside
+ * a number: the last ", " that fits (when it keeps half the room), else
+ * the last space; "…" marks the cut. Malloc'd. */
+char *tb_progress_fit(const char *line, size_t width);
 /* "45 s", "3 min 20 s", "2 h 05 min" into buf. */
 void tb_progress_duration(char *buf, size_t size, int64_t ns);
 /* What the case has done: "warm-up 1/1", "rep 2/5", with ", 40/100
- * requests" when its calls have more than one, into buf (empty: unknown). */
+ * requests" when its calls have more than one (the warm-up's requests in
+ * the warm-up), into buf (empty: unknown). */
 void tb_progress_case_text(char *buf, size_t size, const tb_progress_case *pc, uint32_t calls_done);
 
 #endif

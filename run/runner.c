@@ -12,6 +12,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
+#include "dims.h"
 #include "judge.h"
 #include "progress.h"
 #include "quality.h"
@@ -97,11 +100,44 @@ static tb_progress_case case_shape(const tb_plan *plan, const tb_case *c)
     };
 }
 
-/* The calls a case makes, warm-ups included (the ETA's unit of work). */
+/* The calls a case makes, warm-ups included. */
 static uint64_t case_calls(const tb_plan *plan, const tb_case *c)
 {
     tb_progress_case pc = case_shape(plan, c);
     return pc.warmup + (uint64_t)pc.repeat * pc.per_pass;
+}
+
+/* A case's expected work, the ETA's unit (progress.h): its calls x
+ * requests per call x new tokens x denoising steps (none for AR: a
+ * forward a token). A case of 16 steps costs about twice one of 8. */
+static uint64_t case_work(const tb_plan *plan, const tb_case *c)
+{
+    tb_progress_case pc = case_shape(plan, c);
+    return case_calls(plan, c) * (pc.requests ? pc.requests : 1) * (c->max_new_tokens ? c->max_new_tokens : 1) *
+           (c->steps ? c->steps : 1);
+}
+
+/* The case's label in short, for a narrow terminal: the values that
+ * tell the plan's cases apart (the dimensions that differ between them;
+ * concurrency and rate, where a search's runs differ; the swept options). */
+static char *case_tag(const tb_plan *plan, const tb_case *c)
+{
+    uint32_t skip = 0;
+    const tb_plugin *pl = &plan->backends[c->backend].plugin;
+    for (int d = 0; d < TB_N_DIMS; d++) {
+        int varies = d == TB_DIM_CONCURRENCY || d == TB_DIM_REQUEST_RATE;
+        for (size_t i = 1; i < plan->n_cases && !varies; i++)
+            varies = tb_case_dim(&plan->cases[i], (tb_dim)d) != tb_case_dim(&plan->cases[0], (tb_dim)d);
+        if (!varies || (tb_dim_defs[d].cap && !(pl->ops && (pl->ops->capabilities & tb_dim_defs[d].cap))))
+            skip |= 1u << d;
+    }
+    tb_str b = {0};
+    tb_case_label_dims(&b, c, skip, TB_LABEL_KEYS);
+    cJSON *sw = cJSON_Parse(c->swept_json);
+    cJSON *it;
+    cJSON_ArrayForEach(it, sw) tb_str_appendf(&b, "%s%s=%s", b.len ? " " : "", it->string, cJSON_GetStringValue(it));
+    cJSON_Delete(sw);
+    return b.len ? tb_str_take(&b) : tb_xstrdup("");
 }
 
 /* A line a backend process wrote to its stderr (worker_client.h). */
@@ -185,7 +221,7 @@ static int64_t finish_case(run_state *rs, const tb_case *c, case_outcome *o, tb_
     int64_t case_id = tb_store_case(rs->store, rec, &err);
     tb_store_set_lock_wait(rs->store, 0, NULL, NULL);
 
-    char *label = tb_case_label(rs->plan, c);
+    char *label = tb_case_label(rs->plan, c), *tag = case_tag(rs->plan, c);
     char detail[512] = "";
     if (case_id < 0) {
         /* never counted or printed as what it measured: it is not stored */
@@ -196,9 +232,10 @@ static int64_t finish_case(run_state *rs, const tb_case *c, case_outcome *o, tb_
             rs->sum->store_error = tb_xasprintf("case #%zu (%s %s) could not be stored: %s", c->ordinal,
                                                 pb->sb->label, label, err);
         free(err);
-        tb_progress_done(&rs->progress, pb->sb->label, label, "unstored", detail,
-                         c->skip_reason ? 0 : case_calls(rs->plan, c));
+        tb_progress_done(&rs->progress, pb->sb->label, label, tag, "unstored", detail,
+                         c->skip_reason ? 0 : case_work(rs->plan, c));
         free(label);
+        free(tag);
         return -1;
     }
     if (strcmp(o->status, "ok") == 0) {
@@ -214,9 +251,10 @@ static int64_t finish_case(run_state *rs, const tb_case *c, case_outcome *o, tb_
     } else {
         rs->sum->skipped++;
     }
-    tb_progress_done(&rs->progress, pb->sb->label, label, o->status,
-                     strcmp(o->status, "ok") == 0 ? detail : o->error, c->skip_reason ? 0 : case_calls(rs->plan, c));
+    tb_progress_done(&rs->progress, pb->sb->label, label, tag, o->status,
+                     strcmp(o->status, "ok") == 0 ? detail : o->error, c->skip_reason ? 0 : case_work(rs->plan, c));
     free(label);
+    free(tag);
     return case_id;
 }
 
@@ -308,10 +346,12 @@ static int run_one(backend_state *bs, const tb_case *c, uint32_t idx, const tb_w
     case_outcome o = {0};
     tb_utc_timestamp(o.started_at);
     o.t_start = tb_now_ns();
-    char *label = tb_case_label(plan, c);
+    char *label = tb_case_label(plan, c), *tag = case_tag(plan, c);
     tb_progress_case shape = case_shape(plan, c);
-    tb_progress_start(&rs->progress, plan->backends[bi].sb->label, label, &shape);
+    shape.work = case_work(plan, c);
+    tb_progress_start(&rs->progress, plan->backends[bi].sb->label, label, tag, &shape);
     free(label);
+    free(tag);
 
     char *why = NULL;
     tb_wc_result r = tb_wc_start(&bs->wc, &why);
@@ -455,18 +495,18 @@ tb_run_outcome tb_runner_run(tb_plan *plan, tb_store *store, int64_t session_id,
     char *terr = NULL; /* main.c reported the suite's errors before the run */
     if (tb_telemetry_config_parse(plan->suite, &rs.telemetry, &terr) != 0)
         free(terr);
-    uint64_t calls = 0;
+    uint64_t work = 0;
     size_t n_cases = 0; /* a search counts its runs (the most a bisection makes) */
     for (size_t i = 0; i < plan->n_cases; i++) {
         const tb_case *c = &plan->cases[i];
         size_t runs = c->search && !c->skip_reason ? tb_search_max_runs(plan->suite, c) : 1;
         n_cases += runs;
         if (!c->skip_reason)
-            calls += runs * case_calls(plan, c);
+            work += runs * case_work(plan, c);
         if (c->ordinal >= rs.next_ordinal)
             rs.next_ordinal = c->ordinal + 1;
     }
-    tb_progress_init(&rs.progress, n_cases, calls);
+    tb_progress_init(&rs.progress, n_cases, work);
     size_t n_secrets;
     const char **secrets = tb_plan_secrets(plan, &n_secrets); /* printed lines are redacted with them */
     rs.progress.secrets = secrets;

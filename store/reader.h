@@ -163,6 +163,7 @@ typedef struct tb_row_summary {
     double accuracy, accuracy_ci_lo, accuracy_ci_hi, judge_ppl;
     double req_per_s, error_rate, goodput;
     double sent_per_s; /* open loop: the median sent_rate; NaN: none */
+    double tpot_p99_ms; /* the p99 of tpot_ms (not in the view); NaN: none */
 } tb_row_summary;
 int tb_read_summary(sqlite3 *db, int64_t session, tb_row_summary **out, size_t *n, char **err);
 void tb_row_summaries_free(tb_row_summary *r, size_t n);

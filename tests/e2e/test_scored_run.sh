@@ -15,7 +15,7 @@ db="$tmp/s.db"
 if ! "$tb" run "$src/tests/data/suites/scored.ini" --db "$db" >"$tmp/out" 2>"$tmp/err"; then
     fail "scored suite exit $?"; cat "$tmp/err"
 fi
-grep -q "accuracy (95% CI)" "$tmp/out" || fail "no accuracy column in the report"
+grep -q "  accuracy  95% CI" "$tmp/out" || fail "no accuracy column (and its CI) in the report"
 grep -q "judge ppl" "$tmp/out" || fail "no judge ppl column in the report"
 [ "$(q "$db" "select count(*) from prompt")" = 3 ] || fail "prompt set not stored"
 [ "$(q "$db" "select prompt_set_sha256 = '$(sha256sum "$src/tests/data/prompts/mixed.jsonl" | cut -c1-64)' from session")" = 1 ] \

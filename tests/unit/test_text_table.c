@@ -1,7 +1,8 @@
 /* test_text_table.c — the terminal table's fitting (reports/text_table.c):
  * empty figure columns left out silently, then the highest priority
  * first (the rightmost of equals) until the table fits, never a column
- * of priority 0; what was left out for width named in table order. */
+ * of priority 0; what was left out for width named in table order; the
+ * columns of one value said once (tb_table_hoist). */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -124,8 +125,35 @@ static void test_priority_zero_kept_when_empty(void)
     tb_table_free(t);
 }
 
+/* The columns of one value in every row, said once (issue 39 item 8):
+ * hidden, not named as left out; a column that differs stays. */
+static void test_hoist(void)
+{
+    tb_table *t = make(); /* wide "1234567890" and mid 1.5 and tail x in both rows */
+    char *said = tb_table_hoist(t, 0, 3);
+    CHECK(said != NULL);
+    CHECK_STR(said ? said : "", "wide 1234567890, mid 1.5"); /* key differs (a, b); empty is "-", "" */
+    free(said);
+    CHECK(!tb_table_hidden(t, 0) && tb_table_hidden(t, 1) && tb_table_hidden(t, 3) && !tb_table_hidden(t, 4));
+    char *left = tb_table_fit(t, 0);
+    CHECK(left == NULL); /* hoisted columns are not "left out" */
+    char *out = print(t);
+    CHECK_CONTAINS(out, "key  tail\n");
+    free(out);
+    tb_table_free(t);
+    /* one row: nothing to say once */
+    static const char *const head[] = {"a", "b"};
+    t = tb_table_new(2);
+    tb_table_header(t, head);
+    tb_table_cell(t, "1");
+    tb_table_cell(t, "2");
+    CHECK(tb_table_hoist(t, 0, 1) == NULL);
+    tb_table_free(t);
+}
+
 int main(void)
 {
+    test_hoist();
     test_empty_columns_hidden_silently();
     test_fit_by_priority();
     test_priority_zero_kept_when_empty();
