@@ -51,6 +51,8 @@ typedef struct cli_args {
     int wide;                   /* show, run: --wide */
     long width;                 /* show, run: --width N; 0 when not given */
     int markdown;               /* help --markdown */
+    int requests;               /* export --requests: a row per request */
+    long case_ordinal;          /* export --case N; 0: every case */
     char **pos;                 /* the positional arguments */
     int n_pos;
 } cli_args;

@@ -722,6 +722,56 @@ void tb_row_table_free(tb_row_table *t)
     memset(t, 0, sizeof *t);
 }
 
+/* Every request of the session, one row each: its case (ordinal,
+ * backend), its call (repetition, warm-up), then the request columns the
+ * JSON export carries (store.h), less the JSON ones (emissions): the
+ * per-request CSV. */
+int tb_read_request_table(sqlite3 *db, int64_t session, tb_row_table *t, char **err)
+{
+    memset(t, 0, sizeof *t);
+    tb_str cols = {0};
+    for (size_t k = 0; k < tb_n_request_columns; k++)
+        if (tb_request_columns[k].export_key && !tb_request_columns[k].export_json)
+            tb_str_appendf(&cols, ", r.%s AS %s", tb_request_columns[k].column, tb_request_columns[k].export_key);
+    char *sql = tb_xasprintf("SELECT c.ordinal AS \"case\", b.label AS backend, sa.repetition AS repetition,"
+                             " sa.warmup AS warmup%s"
+                             " FROM request r JOIN sample sa ON sa.id = r.sample_id"
+                             " JOIN bench_case c ON c.id = sa.case_id JOIN backend b ON b.id = c.backend_id"
+                             " WHERE c.session_id = ? ORDER BY c.ordinal, sa.repetition, r.idx",
+                             cols.s ? cols.s : "");
+    tb_str_free(&cols);
+    sqlite3_stmt *q;
+    int rc = sqlite3_prepare_v2(db, sql, -1, &q, NULL);
+    free(sql);
+    if (rc != SQLITE_OK) {
+        *err = tb_read_error(db, session, "the requests");
+        return -1;
+    }
+    sqlite3_bind_int64(q, 1, session);
+    t->n_cols = (size_t)sqlite3_column_count(q);
+    t->names = tb_xcalloc(t->n_cols + 1, sizeof *t->names);
+    for (size_t i = 0; i < t->n_cols; i++)
+        t->names[i] = tb_xstrdup(sqlite3_column_name(q, (int)i));
+    size_t cap = 0;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        if (t->n_rows == cap) { /* doubling: a session may hold many requests */
+            cap = cap ? 2 * cap : 64;
+            t->cells = tb_xrealloc(t->cells, cap * t->n_cols * sizeof *t->cells);
+        }
+        for (size_t i = 0; i < t->n_cols; i++)
+            t->cells[t->n_rows * t->n_cols + i] = col_str_or_null(q, (int)i);
+        t->n_rows++;
+    }
+    if (rc != SQLITE_DONE)
+        *err = read_error(db, session, "the requests of session %lld", (long long)session);
+    sqlite3_finalize(q);
+    if (rc != SQLITE_DONE) {
+        tb_row_table_free(t);
+        return -1;
+    }
+    return 0;
+}
+
 static const char json_sql[] =
     "SELECT json_object("
     " 'session', (SELECT json_object('id', id, 'uuid', uuid, 'suite', suite_name, 'suite_path', suite_path,"

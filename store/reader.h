@@ -177,6 +177,12 @@ typedef struct tb_row_table {
 int tb_read_summary_table(sqlite3 *db, int64_t session, tb_row_table *out, char **err);
 void tb_row_table_free(tb_row_table *t);
 
+/* Every request of the session (warm-ups included, column warmup),
+ * by case ordinal, repetition and slot: the case, backend, repetition
+ * and warmup, then each request column the JSON export carries except
+ * the emissions (store.h). Same cells as tb_read_summary_table. */
+int tb_read_request_table(sqlite3 *db, int64_t session, tb_row_table *out, char **err);
+
 /* The whole session as one JSON document (session, machine, backends,
  * searches, cases with metrics, samples and requests), malloc'd. */
 int tb_read_session_json(sqlite3 *db, int64_t session, char **json, char **err);
