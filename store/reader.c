@@ -627,7 +627,19 @@ int tb_read_summary(sqlite3 *db, int64_t session, tb_row_summary **out, size_t *
                         " ttft_ms, tpot_ms, e2e_ms, e2e_p95_ms, ttft_p99_ms, nfe, tokens_per_forward, agg_tps_cv,"
                         " peak_device_mib, calls, count_mismatches, requests, failed_requests, accuracy,"
                         " accuracy_ci_lo, accuracy_ci_hi, judge_ppl, req_per_s, error_rate, goodput,"
-                        " sent_per_s FROM summary WHERE session = ? ORDER BY rowid");
+                        " sent_per_s,"
+                        " (SELECT b.options_json FROM backend b WHERE b.session_id = su.session"
+                        "    AND b.label = su.backend),"
+                        /* the view has no case id: the case of this backend
+                         * with these dimensions and swept options */
+                        " (SELECT mt.mean FROM metric mt JOIN bench_case c ON c.id = mt.case_id"
+                        "    JOIN backend b ON b.id = c.backend_id WHERE c.session_id = su.session"
+                        "    AND b.label = su.backend AND c.options_json IS su.swept_options");
+    for (int d = 0; d < TB_N_DIMS; d++)
+        if (tb_dim_defs[d].column)
+            tb_str_appendf(&sql, " AND c.%s IS su.%s", tb_dim_defs[d].column, tb_dim_defs[d].column);
+    tb_str_append(&sql, " AND mt.name = 'prompt_len' LIMIT 1)"
+                        " FROM summary su WHERE session = ? ORDER BY rowid");
     sqlite3_stmt *q;
     int rc = sqlite3_prepare_v2(db, sql.s, -1, &q, NULL);
     tb_str_free(&sql);
@@ -657,6 +669,8 @@ int tb_read_summary(sqlite3 *db, int64_t session, tb_row_summary **out, size_t *
                           &r->error_rate, &r->goodput, &r->sent_per_s};
         for (size_t k = 0; k < TB_ARRAY_LEN(more); k++)
             *more[k] = col_num(q, i++);
+        r->backend_options_json = col_str(q, i++);
+        r->prompt_len_mean = col_num(q, i++);
     }
     if (rc != SQLITE_DONE)
         *err = read_error(db, session, "the cases of session %lld", (long long)session);
@@ -677,6 +691,7 @@ void tb_row_summaries_free(tb_row_summary *r, size_t n)
         free(r[i].swept_options);
         free(r[i].status);
         free(r[i].error);
+        free(r[i].backend_options_json);
     }
     free(r);
 }
@@ -1139,6 +1154,7 @@ int tb_read_history(sqlite3 *db, const char *label, const char *metric, char *co
                         " c.options_json, b.options_json, s.config_sha256, s.config_json");
     stat_columns(&sql, "mt");
     dim_columns(&sql, "c.");
+    tb_str_append(&sql, ", (SELECT mean FROM metric WHERE case_id = c.id AND name = 'prompt_len')");
     tb_str_append(&sql, " FROM bench_case c JOIN backend b ON b.id = c.backend_id JOIN session s ON s.id = c.session_id"
                         " JOIN machine m ON m.id = s.machine_id"
                         " LEFT JOIN metric mt ON mt.case_id = c.id AND mt.name = ?2"
@@ -1171,7 +1187,8 @@ int tb_read_history(sqlite3 *db, const char *label, const char *metric, char *co
             for (size_t k = 0; k < TB_ARRAY_LEN(strs); k++)
                 *strs[k] = col_str(q, i++);
             p->st = stats_of(q, i);
-            dim_values(q, i + 1 + (int)tb_n_stat_columns, &p->dims);
+            int k = dim_values(q, i + 1 + (int)tb_n_stat_columns, &p->dims);
+            p->prompt_len_mean = col_num(q, k);
         }
         if (step != SQLITE_DONE) { /* an error, not the end of the cases */
             *err = read_error(db, -1, "the cases of backend \"%s\"", label);

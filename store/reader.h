@@ -163,6 +163,8 @@ typedef struct tb_row_summary {
     double accuracy, accuracy_ci_lo, accuracy_ci_hi, judge_ppl;
     double req_per_s, error_rate, goodput;
     double sent_per_s; /* open loop: the median sent_rate; NaN: none */
+    char *backend_options_json; /* every option of its backend */
+    double prompt_len_mean;     /* metric prompt_len's mean; NaN: none */
 } tb_row_summary;
 int tb_read_summary(sqlite3 *db, int64_t session, tb_row_summary **out, size_t *n, char **err);
 void tb_row_summaries_free(tb_row_summary *r, size_t n);
@@ -246,6 +248,7 @@ typedef struct tb_row_history {
     char *case_status, *options_json;
     tb_case dims;
     tb_stats st; /* n = 0 when the case has no such metric */
+    double prompt_len_mean; /* metric prompt_len's mean; NaN: none */
 } tb_row_history;
 
 /* Every case of backend `label` matching every filter "KEY=V1[,V2...]"
