@@ -205,7 +205,9 @@ const cli_command cli_commands[] = {
     {.name = "run", .bit = CLI_RUN, .forms = one_form_suite, .run = cmd_run,
      .summary = "run a suite, store every case, print the results",
      .about = "Expand SUITE (an INI file) into cases, run each backend in a process of its own, store every case "
-              "in the database as it finishes, and print the results with the backends side by side.",
+              "in the database as it finishes, and print the results with the backends side by side. SUITE "
+              "may be a name without '/' or .ini (`tokbench run quick`): the file NAME.ini of $TOKBENCH_DATA_DIR/"
+              "suites, of the source tree's suites/ (from the build tree), then of the installed suites.",
      .epilog = "Exit status: 0 when every case ran ok (not degraded) or was skipped, 1 when a case failed or is "
                "degraded, 2 on bad input, 130 when interrupted."},
     {.name = "plugins", .bit = CLI_PLUGINS, .forms = (const cli_form[]){{"[NAME|PATH]", NULL}, {NULL, NULL}},
