@@ -153,7 +153,6 @@ static char *find_suite(const char *arg)
     return found;
 }
 
-
 int cmd_run(const cli_command *cmd, const cli_args *c, const char *cmdline)
 {
     if (c->n_pos != 1) {
