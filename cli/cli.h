@@ -65,6 +65,8 @@ typedef struct cli_args {
         long repeat, requests;  /* requests 0: not given */
         int print_suite;
     } bench;
+    int requests;               /* export --requests: a row per request */
+    long case_ordinal;          /* export --case N; 0: every case */
     char **pos;                 /* the positional arguments */
     int n_pos;
 } cli_args;

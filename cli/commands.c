@@ -3,12 +3,14 @@
  * and errors to stderr. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -100,6 +102,57 @@ static void announce_start(void *ctx)
         fprintf(stderr, "tokbench: starts at %s\n", sn->text);
 }
 
+static int is_regular(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* Is this tokbench the one of its build tree (not an installed copy)? */
+static int running_from_build(void)
+{
+    char exe[PATH_MAX], build[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0 || !realpath(TB_BUILD_DIR, build))
+        return 0;
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (!slash)
+        return 0;
+    *slash = '\0';
+    return strcmp(exe, build) == 0;
+}
+
+/* `tokbench run quick`: a name that is no file, without '/' and ".ini",
+ * is a suite of $TOKBENCH_DATA_DIR/suites, of the source tree (from the
+ * build tree only), then of the installed suites
+ * (TB_DATA_INSTALL_DIR/suites). The path found (malloc'd), or NULL: the
+ * argument is the suite's path as given. */
+static char *find_suite(const char *arg)
+{
+    size_t n = strlen(arg);
+    if (!n || strchr(arg, '/') || (n >= 4 && strcmp(arg + n - 4, ".ini") == 0) || is_regular(arg))
+        return NULL;
+    const char *env = getenv("TOKBENCH_DATA_DIR");
+    char *dirs[3] = {NULL, NULL, NULL};
+    size_t k = 0;
+    if (env && *env)
+        dirs[k++] = tb_xasprintf("%s/suites", env);
+    if (running_from_build())
+        dirs[k++] = tb_xstrdup(TB_SOURCE_SUITES_DIR);
+    dirs[k++] = tb_xasprintf("%s/suites", TB_DATA_INSTALL_DIR);
+    char *found = NULL;
+    for (size_t i = 0; i < k; i++) {
+        char *p = tb_xasprintf("%s/%s.ini", dirs[i], arg);
+        if (!found && is_regular(p))
+            found = p;
+        else
+            free(p);
+        free(dirs[i]);
+    }
+    return found;
+}
+
 int cmd_run(const cli_command *cmd, const cli_args *c, const char *cmdline)
 {
     if (c->n_pos != 1) {
@@ -118,7 +171,10 @@ int cmd_run(const cli_command *cmd, const cli_args *c, const char *cmdline)
     tb_suite suite;
     char *err = NULL;
     tb_str errors = {0};
-    if (tb_suite_parse(c->pos[0], &suite, &err) != 0)
+    char *named = find_suite(c->pos[0]);
+    int parsed = tb_suite_parse(named ? named : c->pos[0], &suite, &err);
+    free(named);
+    if (parsed != 0)
         tb_str_append(&errors, err);
     free(err);
     if (c->shard_n)
@@ -380,12 +436,18 @@ int cmd_show(const cli_command *cmd, const cli_args *c, const char *command_line
     return rc;
 }
 
-/* c->format is csv or json (cli_parse). */
+/* c->format is csv, json, aiperf or vllm (cli_parse). */
 int cmd_export(const cli_command *cmd, const cli_args *c, const char *command_line)
 {
     (void)command_line;
     if (c->n_pos != 1) {
         cli_usage(cmd, stderr);
+        return 2;
+    }
+    if ((c->requests && strcmp(c->format, "csv") != 0) ||
+        (c->case_ordinal && strcmp(c->format, "aiperf") != 0 && strcmp(c->format, "vllm") != 0)) {
+        fprintf(stderr, "tokbench: export: %s goes with --format %s\n", c->requests ? "--requests" : "--case",
+                c->requests ? "csv" : "aiperf or vllm");
         return 2;
     }
     tb_store *st = open_store(c->db, 1);
@@ -402,9 +464,13 @@ int cmd_export(const cli_command *cmd, const cli_args *c, const char *command_li
     }
     cli_output out;
     if (cli_output_open(&out, c->output) == 0) {
-        rc = (strcmp(c->format, "csv") == 0 ? tb_export_csv : tb_export_json)(tb_store_db(st), id, out.f, &err) == 0
-                 ? 0
-                 : 1;
+        sqlite3 *db = tb_store_db(st);
+        if (!strcmp(c->format, "csv"))
+            rc = tb_export_csv(db, id, c->requests, out.f, &err) == 0 ? 0 : 1;
+        else if (!strcmp(c->format, "json"))
+            rc = tb_export_json(db, id, out.f, &err) == 0 ? 0 : 1;
+        else
+            rc = tb_export_tool(db, id, c->format, (int)c->case_ordinal, out.f, &err) == 0 ? 0 : 1;
         if (err) {
             fprintf(stderr, "tokbench: %s: %s\n", c->db, err);
             free(err);
@@ -440,7 +506,7 @@ int cmd_report(const cli_command *cmd, const cli_args *c, const char *command_li
     if (cli_output_open(&out, c->output) == 0) {
         sqlite3 *db = tb_store_db(st);
         if (!strcmp(fmt, "csv"))
-            rc = tb_export_csv(db, id, out.f, &err) == 0 ? 0 : 1;
+            rc = tb_export_csv(db, id, 0, out.f, &err) == 0 ? 0 : 1;
         else if (!strcmp(fmt, "json"))
             rc = tb_export_json(db, id, out.f, &err) == 0 ? 0 : 1;
         else if ((!strcmp(fmt, "md") ? tb_report_markdown : tb_report_html)(db, id, out.f, &err) == 0)

@@ -54,6 +54,8 @@ static const cli_choice report_formats[] = {
 static const cli_choice export_formats[] = {
     {"csv", "the summary view's rows for the session", NULL},
     {"json", "everything stored: session, machine, backends, cases, metrics, samples, requests, emissions", NULL},
+    {"aiperf", "each case as AIPerf's profile_export_aiperf.json: the metrics both define alike", NULL},
+    {"vllm", "each case as vLLM's `bench serve --save-result` JSON: the metrics both define alike", NULL},
     {NULL, NULL, NULL},
 };
 
@@ -198,6 +200,12 @@ const cli_option cli_options[] = {
      .choices = export_formats, .help = "what to write"},
     {.name = "format", .commands = CLI_HISTORY, .kind = CLI_CHOICE, .field = FIELD(format), .def = "text",
      .choices = history_formats, .help = "what to write"},
+    {.name = "requests", .commands = CLI_EXPORT, .kind = CLI_FLAG, .field = FIELD(requests),
+     .help = "with --format csv: one row per stored request (warm-ups too, column warmup), not per case"},
+    {.name = "case", .arg = "N", .commands = CLI_EXPORT, .kind = CLI_INT, .field = FIELD(case_ordinal), .def = "0",
+     .lo = 0, .hi = 2147483647, .what = "a case number",
+     .help = "with --format aiperf|vllm: case N's document alone (one tool run's file), not an array of every "
+             "case's"},
     {.name = "output", .letter = 'o', .arg = "FILE", .commands = CLI_REPORT | CLI_EXPORT | CLI_HISTORY,
      .kind = CLI_STRING, .field = FIELD(output),
      .help = "write to FILE instead of stdout; a failed write leaves no FILE"},
@@ -280,7 +288,9 @@ const cli_command cli_commands[] = {
     {.name = "run", .bit = CLI_RUN, .forms = one_form_suite, .run = cmd_run,
      .summary = "run a suite, store every case, print the results",
      .about = "Expand SUITE (an INI file) into cases, run each backend in a process of its own, store every case "
-              "in the database as it finishes, and print the results with the backends side by side.",
+              "in the database as it finishes, and print the results with the backends side by side. SUITE "
+              "may be a name without '/' or .ini (`tokbench run quick`): the file NAME.ini of $TOKBENCH_DATA_DIR/"
+              "suites, of the source tree's suites/ (from the build tree), then of the installed suites.",
      .epilog = "Exit status: 0 when every case ran ok (not degraded) or was skipped, 1 when a case failed or is "
                "degraded, 2 on bad input, 130 when interrupted."},
     {.name = "bench", .bit = CLI_BENCH, .run = cmd_bench,
@@ -333,7 +343,7 @@ const cli_command cli_commands[] = {
               "dtype or plugin changed.",
      .epilog = "Exit status: 0 printed, 1 error, 2 bad input or nothing matching."},
     {.name = "export", .bit = CLI_EXPORT, .forms = (const cli_form[]){{"SESSION", NULL}, {NULL, NULL}},
-     .run = cmd_export, .summary = "one session as CSV or JSON (= report --format csv|json)"},
+     .run = cmd_export, .summary = "one session as CSV (per case or per request), JSON, or AIPerf's or vLLM's result files"},
     {.name = "db", .sub = "merge", .bit = CLI_DB, .forms = (const cli_form[]){{"[OTHER.db...]", NULL}, {NULL, NULL}},
      .run = cmd_db_merge, .summary = "import other databases' sessions; join the shards of a run",
      .about = "Import each OTHER.db's sessions into the database (created if missing): sessions by uuid "

@@ -86,7 +86,7 @@ double tb_roofline_pct(double flops, double bytes, double peak_flops, double pea
 enum {
     M_REQ_TPS, M_AGG_TPS, M_DECODE_TPS, M_TTFT, M_TPOT, M_ITL, M_E2E, M_PREFILL, M_DECODE, M_WALL, M_NFE, M_TPF,
     M_STEPS, M_BLOCKS, M_ANSWER, M_SENT_RATE, M_REQ_RATE, M_ERR_RATE, M_GOODPUT, M_ROOFLINE, M_RUNNER, M_CLIENT_BUSY, M_EXPERTS,
-    M_ACTIVE_BYTES, M_COUNT
+    M_ACTIVE_BYTES, M_PROMPT_LEN, M_COUNT
 };
 
 const tb_metric_def tb_metric_defs[] = {
@@ -115,6 +115,9 @@ const tb_metric_def tb_metric_defs[] = {
     [M_CLIENT_BUSY] = {"client_busy", "%", TB_BETTER_LOWER, "calls", NULL},
     [M_EXPERTS] = {"experts_per_token", "experts", TB_BETTER_NONE, "calls", NULL},
     [M_ACTIVE_BYTES] = {"active_bytes_per_token", "bytes", TB_BETTER_LOWER, "calls", NULL},
+    /* the prompt lengths as sent: a dataset's, not the matrix's
+     * prompt_tokens (reports show its mean in the prompt column) */
+    [M_PROMPT_LEN] = {"prompt_len", "tokens", TB_BETTER_NONE, "requests", NULL},
     /* The quality metrics (quality.c, judge.c); "quality" is a score
      * another tool may store with the runs. */
     {"quality", "score", TB_BETTER_HIGHER, "samples", NULL},
@@ -328,6 +331,8 @@ static void one_call(const tb_call_view *cv, uint32_t k, const tb_case_metrics_o
                 push(&m[M_BLOCKS], q->blocks_done);
             if (q->answer_tokens != TB_UNKNOWN_COUNT)
                 push(&m[M_ANSWER], q->answer_tokens);
+            if (q->prompt_tokens)
+                push(&m[M_PROMPT_LEN], q->prompt_tokens);
             for (size_t e = 1; e < ne; e++)
                 push(&m[M_ITL], (double)((*em_t)[e] - (*em_t)[e - 1]) * 1e-6);
         }

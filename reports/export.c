@@ -4,6 +4,8 @@
 #define _GNU_SOURCE
 #include "export.h"
 
+#include <cjson/cJSON.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,14 +40,14 @@ static int check_session(sqlite3 *db, int64_t session, int with_requests, char *
     return -1;
 }
 
-int tb_export_csv(sqlite3 *db, int64_t session, FILE *out, char **err)
+int tb_export_csv(sqlite3 *db, int64_t session, int requests, FILE *out, char **err)
 {
     if (check_session(db, session, 0, err) != 0)
         return -1;
     /* Whole before a byte is written: a read error halfway must not
      * leave a CSV that looks complete. */
     tb_row_table t;
-    if (tb_read_summary_table(db, session, &t, err) != 0)
+    if ((requests ? tb_read_request_table : tb_read_summary_table)(db, session, &t, err) != 0)
         return -1;
     tb_str b = {0};
     for (size_t i = 0; i < t.n_cols; i++) {
@@ -71,5 +73,193 @@ int tb_export_json(sqlite3 *db, int64_t session, FILE *out, char **err)
     fputs(json, out);
     fputc('\n', out);
     free(json);
+    return 0;
+}
+
+/* ------------------------------------------------ AIPerf and vLLM's files
+ *
+ * Each maps the figures both tools define as tokbench does, from the
+ * stored metric rows of one case (its measured repetitions), under their
+ * field names; docs/REPORTS.md lists what is left out and why. One case
+ * is one tool run (one load setting), as either tool writes one file per
+ * run: the export is an array of one document per case, or the one
+ * document of `--case N`.
+ *
+ * AIPerf: profile_export_aiperf.json, its fields and JsonMetricResult's
+ * keys (unit, avg, p1..p99, min, max, std) from
+ * aiperf/common/models/export_models.py of ai-dynamo/aiperf at
+ * 0a791e34642bb4d8e315ab09fc5b0f8da48e4bb8; its inter_token_latency is
+ * (request_latency - ttft) / (osl - 1)
+ * (aiperf/metrics/types/inter_token_latency_metric.py): tokbench's TPOT.
+ *
+ * vLLM: `vllm bench serve --save-result`, the result dict of
+ * vllm/benchmarks/serve.py of vllm-project/vllm at
+ * 009e6d4a1cd6ba3fb2a9fc00f4ec06f5297232a1: completed, failed,
+ * request_throughput, output_throughput, and mean_/median_/pNN_ X _ms for
+ * X in ttft, tpot, itl, e2el. */
+
+typedef struct export_case {
+    const tb_row_case *c;
+    const tb_row_metric *m; /* its metrics */
+    size_t n_m;
+} export_case;
+
+static const tb_stats *case_metric(const export_case *x, const char *name)
+{
+    for (size_t i = 0; i < x->n_m; i++)
+        if (strcmp(x->m[i].name, name) == 0 && x->m[i].st.n > 0)
+            return &x->m[i].st;
+    return NULL;
+}
+
+/* A number, or null for NaN (JSON has no NaN). */
+static void add_num(cJSON *o, const char *key, double v)
+{
+    if (isfinite(v))
+        cJSON_AddNumberToObject(o, key, v);
+    else
+        cJSON_AddNullToObject(o, key);
+}
+
+/* Where the document came from: extra keys both tools' readers ignore. */
+static cJSON *provenance(int64_t session, const export_case *x)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "session", (double)session);
+    cJSON_AddNumberToObject(o, "case", x->c->ordinal);
+    cJSON_AddStringToObject(o, "backend", x->c->backend);
+    cJSON_AddStringToObject(o, "status", x->c->status);
+    const tb_case *d = &x->c->dims;
+    cJSON_AddNumberToObject(o, "prompt_tokens", d->prompt_tokens);
+    cJSON_AddNumberToObject(o, "max_new_tokens", d->max_new_tokens);
+    cJSON_AddNumberToObject(o, "batch", d->batch);
+    if (d->concurrency)
+        cJSON_AddNumberToObject(o, "concurrency", d->concurrency);
+    if (d->request_rate > 0)
+        cJSON_AddNumberToObject(o, "request_rate", d->request_rate);
+    return o;
+}
+
+static void aiperf_metric(cJSON *doc, const char *tag, const char *unit, const tb_stats *st)
+{
+    if (!st)
+        return;
+    cJSON *o = cJSON_AddObjectToObject(doc, tag);
+    cJSON_AddStringToObject(o, "unit", unit);
+    add_num(o, "avg", st->mean);
+    add_num(o, "p5", st->p5);
+    add_num(o, "p50", st->median);
+    add_num(o, "p90", st->p90);
+    add_num(o, "p95", st->p95);
+    add_num(o, "p99", st->p99);
+    add_num(o, "min", st->min);
+    add_num(o, "max", st->max);
+}
+
+/* A figure AIPerf computes once over its run (avg only): tokbench's
+ * median over the case's calls. */
+static void aiperf_scalar(cJSON *doc, const char *tag, const char *unit, double v)
+{
+    if (!isfinite(v))
+        return;
+    cJSON *o = cJSON_AddObjectToObject(doc, tag);
+    cJSON_AddStringToObject(o, "unit", unit);
+    cJSON_AddNumberToObject(o, "avg", v);
+}
+
+static cJSON *aiperf_doc(int64_t session, const export_case *x)
+{
+    cJSON *doc = cJSON_CreateObject();
+    const tb_stats *rt = case_metric(x, "req_throughput"), *ot = case_metric(x, "agg_tps");
+    aiperf_scalar(doc, "request_throughput", "requests/sec", rt ? rt->median : NAN);
+    aiperf_metric(doc, "request_latency", "ms", case_metric(x, "e2e_ms"));
+    if (x->c->requests >= 0)
+        aiperf_scalar(doc, "request_count", "requests", (double)(x->c->requests - x->c->failed_requests));
+    if (x->c->failed_requests > 0)
+        aiperf_scalar(doc, "error_request_count", "requests", (double)x->c->failed_requests);
+    aiperf_metric(doc, "time_to_first_token", "ms", case_metric(x, "ttft_ms"));
+    aiperf_metric(doc, "inter_token_latency", "ms", case_metric(x, "tpot_ms"));
+    aiperf_scalar(doc, "output_token_throughput", "tokens/sec", ot ? ot->median : NAN);
+    aiperf_metric(doc, "input_sequence_length", "tokens", case_metric(x, "prompt_len"));
+    cJSON_AddItemToObject(doc, "tokbench", provenance(session, x));
+    return doc;
+}
+
+static cJSON *vllm_doc(int64_t session, const export_case *x)
+{
+    cJSON *doc = cJSON_CreateObject();
+    if (x->c->requests >= 0) {
+        cJSON_AddNumberToObject(doc, "completed", x->c->requests - x->c->failed_requests);
+        cJSON_AddNumberToObject(doc, "failed", x->c->failed_requests);
+    }
+    const tb_stats *rt = case_metric(x, "req_throughput"), *ot = case_metric(x, "agg_tps");
+    add_num(doc, "request_throughput", rt ? rt->median : NAN);
+    add_num(doc, "output_throughput", ot ? ot->median : NAN);
+    static const char *const pairs[][2] = {
+        {"ttft", "ttft_ms"}, {"tpot", "tpot_ms"}, {"itl", "itl_ms"}, {"e2el", "e2e_ms"}};
+    for (size_t k = 0; k < TB_ARRAY_LEN(pairs); k++) {
+        const tb_stats *st = case_metric(x, pairs[k][1]);
+        if (!st)
+            continue;
+        char key[32];
+        snprintf(key, sizeof key, "mean_%s_ms", pairs[k][0]);
+        add_num(doc, key, st->mean);
+        snprintf(key, sizeof key, "median_%s_ms", pairs[k][0]);
+        add_num(doc, key, st->median);
+        snprintf(key, sizeof key, "p90_%s_ms", pairs[k][0]);
+        add_num(doc, key, st->p90);
+        snprintf(key, sizeof key, "p99_%s_ms", pairs[k][0]);
+        add_num(doc, key, st->p99);
+    }
+    cJSON_AddItemToObject(doc, "tokbench", provenance(session, x));
+    return doc;
+}
+
+int tb_export_tool(sqlite3 *db, int64_t session, const char *tool, int case_ordinal, FILE *out, char **err)
+{
+    if (check_session(db, session, 0, err) != 0)
+        return -1;
+    tb_row_case *cases = NULL;
+    tb_row_metric *metrics = NULL;
+    size_t n_cases = 0, n_metrics = 0;
+    if (tb_read_cases(db, session, &cases, &n_cases, err) != 0)
+        return -1;
+    if (tb_read_metrics(db, session, &metrics, &n_metrics, err) != 0) {
+        tb_row_cases_free(cases, n_cases);
+        return -1;
+    }
+    cJSON *arr = cJSON_CreateArray(), *one = NULL;
+    for (size_t i = 0; i < n_cases; i++) {
+        if (case_ordinal > 0 && cases[i].ordinal != case_ordinal)
+            continue;
+        export_case x = {.c = &cases[i]};
+        /* metrics come in case ordinal order: this case's run */
+        for (size_t k = 0; k < n_metrics; k++)
+            if (metrics[k].case_id == cases[i].id) {
+                if (!x.m)
+                    x.m = &metrics[k];
+                x.n_m++;
+            }
+        cJSON *doc = strcmp(tool, "aiperf") == 0 ? aiperf_doc(session, &x) : vllm_doc(session, &x);
+        if (case_ordinal > 0)
+            one = doc;
+        else
+            cJSON_AddItemToArray(arr, doc);
+    }
+    tb_row_cases_free(cases, n_cases);
+    tb_row_metrics_free(metrics, n_metrics);
+    if (case_ordinal > 0) {
+        cJSON_Delete(arr);
+        if (!one) {
+            *err = tb_xasprintf("session %lld has no case %d", (long long)session, case_ordinal);
+            return -1;
+        }
+        arr = one;
+    }
+    char *text = cJSON_Print(arr);
+    cJSON_Delete(arr);
+    fputs(text, out);
+    fputc('\n', out);
+    cJSON_free(text);
     return 0;
 }

@@ -57,7 +57,9 @@ int tb_history_load(sqlite3 *db, const char *label, const char *metric, char *co
         tb_row_history *h = &rows[r];
         /* The case's key, built as the report builds it. */
         tb_rcase k = {.dims = h->dims, .options_json = h->options_json};
-        char *key = tb_rcase_key(&k, 0);
+        char *prompt = tb_rprompt_text(h->backend_options_json, h->prompt_len_mean);
+        char *key = tb_rcase_key_prompt(&k, prompt);
+        free(prompt);
         size_t si = 0;
         while (si < out->n && strcmp(out->s[si].key, key) != 0)
             si++;

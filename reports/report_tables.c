@@ -109,7 +109,8 @@ static void side_by_side(const tb_rsession *s, tb_rtables *ts)
         for (int d = 0; d < TB_N_DIMS; d++)
             if (dim_shown(s, (tb_dim)d)) {
                 char v[48];
-                put(&rw, tb_xstrdup(tb_case_dim_text(&c->dims, (tb_dim)d, v, sizeof v)));
+                char *prompt = d == TB_DIM_PROMPT_TOKENS ? tb_rcase_prompt(s, c) : NULL;
+                put(&rw, prompt ? prompt : tb_xstrdup(tb_case_dim_text(&c->dims, (tb_dim)d, v, sizeof v)));
             }
         if (s->dims & TB_RDIM_OPTS) {
             char *words = tb_roptions_words(c->options_json);

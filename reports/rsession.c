@@ -534,8 +534,35 @@ char *tb_roptions_words(const char *options_json)
     return tb_str_take(&b);
 }
 
-static void dims_append(tb_str *b, const tb_rcase *c, unsigned skip)
+char *tb_rprompt_text(const char *backend_options_json, double prompt_len_mean)
 {
+    cJSON *o = cJSON_Parse(backend_options_json ? backend_options_json : "");
+    const cJSON *ds = cJSON_GetObjectItemCaseSensitive(o, "dataset");
+    char *text = NULL;
+    if (cJSON_IsString(ds) && *ds->valuestring) {
+        const char *slash = strrchr(ds->valuestring, '/');
+        const char *name = slash && slash[1] ? slash + 1 : ds->valuestring;
+        text = isfinite(prompt_len_mean) ? tb_xasprintf("dataset %s, mean %.0f", name, prompt_len_mean)
+                                         : tb_xasprintf("dataset %s", name);
+    }
+    cJSON_Delete(o);
+    return text;
+}
+
+char *tb_rcase_prompt(const tb_rsession *s, const tb_rcase *c)
+{
+    const tb_stats *st = tb_rcase_metric(c, "prompt_len");
+    return tb_rprompt_text(s->backends[c->backend].options_json, st && st->n ? st->mean : NAN);
+}
+
+/* prompt: the prompt column's text in place of the prompt_tokens
+ * dimension (tb_rprompt_text), or NULL. */
+static void dims_append_prompt(tb_str *b, const tb_rcase *c, unsigned skip, const char *prompt)
+{
+    if (prompt && !(skip & TB_RDIM(TB_DIM_PROMPT_TOKENS))) {
+        tb_str_appendf(b, "%s%s", b->len ? ", " : "", prompt);
+        skip |= TB_RDIM(TB_DIM_PROMPT_TOKENS);
+    }
     tb_case_label_dims(b, &c->dims, skip & (TB_RDIM_OPTS - 1), TB_LABEL_WORDS);
     char *words = skip & TB_RDIM_OPTS ? NULL : tb_roptions_words(c->options_json);
     if (words && *words)
@@ -545,16 +572,24 @@ static void dims_append(tb_str *b, const tb_rcase *c, unsigned skip)
 
 char *tb_rcase_dims(const tb_rsession *s, const tb_rcase *c)
 {
-    (void)s;
     tb_str b = {0};
-    dims_append(&b, c, 0);
+    char *prompt = tb_rcase_prompt(s, c);
+    dims_append_prompt(&b, c, 0, prompt);
+    free(prompt);
     return tb_str_take(&b);
 }
 
 char *tb_rcase_key(const tb_rcase *c, unsigned skip)
 {
     tb_str b = {0};
-    dims_append(&b, c, skip);
+    dims_append_prompt(&b, c, skip, NULL);
+    return tb_str_take(&b);
+}
+
+char *tb_rcase_key_prompt(const tb_rcase *c, const char *prompt)
+{
+    tb_str b = {0};
+    dims_append_prompt(&b, c, 0, prompt);
     return tb_str_take(&b);
 }
 

@@ -126,6 +126,18 @@ double tb_rcase_median(const tb_rcase *c, const char *name);
  * NULL. Higher is better. */
 const tb_rmetric *tb_rcase_quality(const tb_rcase *c);
 
+/* The prompt column of a case whose backend sent a dataset's prompts
+ * (its `dataset` option, plugins/http), whatever prompt_tokens says:
+ * "dataset NAME, mean M" (NAME the file's name; M the measured mean
+ * prompt length, metric prompt_len; without it when NaN). NULL when the
+ * backend had no dataset: the prompt_tokens dimension stands. malloc'd.
+ * The one owner of that text: show, run, compare, history and the
+ * Markdown and HTML reports all take it from here. */
+char *tb_rprompt_text(const char *backend_options_json, double prompt_len_mean);
+
+/* The same for a case of a loaded session. */
+char *tb_rcase_prompt(const tb_rsession *s, const tb_rcase *c);
+
 /* "prompt 32, new 64, batch 4, steps 8": the dimensions that vary in the
  * session or are set, for captions and warnings. malloc'd. */
 char *tb_rcase_dims(const tb_rsession *s, const tb_rcase *c);
@@ -133,6 +145,9 @@ char *tb_rcase_dims(const tb_rsession *s, const tb_rcase *c);
 /* The same without the dimensions in `skip` (TB_RDIM() bits,
  * TB_RDIM_OPTS), for grouping: cases with equal keys differ only there. */
 char *tb_rcase_key(const tb_rcase *c, unsigned skip);
+/* tb_rcase_key(c, 0) with `prompt` (tb_rprompt_text; NULL: none) in
+ * place of the prompt_tokens dimension. */
+char *tb_rcase_key_prompt(const tb_rcase *c, const char *prompt);
 
 /* Does case a's key equal b's wherever a has a value (a may lack steps,
  * concurrency or block length: an AR backend is the reference for every

@@ -191,8 +191,13 @@ static char *dims_key(const tb_row_summary *r, const int *used, int use_opts)
     for (int d = 0; d < TB_N_DIMS; d++)
         if (dim_shown(used, d)) {
             char v[48];
+            char *prompt = d == TB_DIM_PROMPT_TOKENS ? tb_rprompt_text(r->backend_options_json, r->prompt_len_mean)
+                                                     : NULL;
             tb_str_appendf(&b, "%s%s", d ? "\t" : "", /* prompt_tokens first: always shown */
-                           tb_case_dim_absent(&r->dims, (tb_dim)d) ? "" : tb_case_dim_text(&r->dims, (tb_dim)d, v, sizeof v));
+                           prompt ? prompt
+                           : tb_case_dim_absent(&r->dims, (tb_dim)d) ? ""
+                                                                     : tb_case_dim_text(&r->dims, (tb_dim)d, v, sizeof v));
+            free(prompt);
         }
     if (use_opts) {
         char *words = tb_roptions_words(r->swept_options);
@@ -374,7 +379,10 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out, size_t width)
         for (int d = 0; d < TB_N_DIMS; d++)
             if (dim_shown(used, d)) {
                 char v[48];
-                tb_table_cell(t, tb_case_dim_text(&r->dims, (tb_dim)d, v, sizeof v));
+                char *prompt = d == TB_DIM_PROMPT_TOKENS ? tb_rprompt_text(r->backend_options_json, r->prompt_len_mean)
+                                                         : NULL;
+                tb_table_cell(t, prompt ? prompt : tb_case_dim_text(&r->dims, (tb_dim)d, v, sizeof v));
+                free(prompt);
             }
         if (use_opts) {
             char *words = tb_roptions_words(r->swept_options);

@@ -627,7 +627,19 @@ int tb_read_summary(sqlite3 *db, int64_t session, tb_row_summary **out, size_t *
                         " ttft_ms, tpot_ms, e2e_ms, e2e_p95_ms, ttft_p99_ms, nfe, tokens_per_forward, agg_tps_cv,"
                         " peak_device_mib, calls, count_mismatches, requests, failed_requests, accuracy,"
                         " accuracy_ci_lo, accuracy_ci_hi, judge_ppl, req_per_s, error_rate, goodput,"
-                        " sent_per_s FROM summary WHERE session = ? ORDER BY rowid");
+                        " sent_per_s,"
+                        " (SELECT b.options_json FROM backend b WHERE b.session_id = su.session"
+                        "    AND b.label = su.backend),"
+                        /* the view has no case id: the case of this backend
+                         * with these dimensions and swept options */
+                        " (SELECT mt.mean FROM metric mt JOIN bench_case c ON c.id = mt.case_id"
+                        "    JOIN backend b ON b.id = c.backend_id WHERE c.session_id = su.session"
+                        "    AND b.label = su.backend AND c.options_json IS su.swept_options");
+    for (int d = 0; d < TB_N_DIMS; d++)
+        if (tb_dim_defs[d].column)
+            tb_str_appendf(&sql, " AND c.%s IS su.%s", tb_dim_defs[d].column, tb_dim_defs[d].column);
+    tb_str_append(&sql, " AND mt.name = 'prompt_len' LIMIT 1)"
+                        " FROM summary su WHERE session = ? ORDER BY rowid");
     sqlite3_stmt *q;
     int rc = sqlite3_prepare_v2(db, sql.s, -1, &q, NULL);
     tb_str_free(&sql);
@@ -658,6 +670,8 @@ int tb_read_summary(sqlite3 *db, int64_t session, tb_row_summary **out, size_t *
         for (size_t k = 0; k < TB_ARRAY_LEN(more); k++)
             *more[k] = col_num(q, i++);
         r->tpot_p99_ms = NAN;
+        r->backend_options_json = col_str(q, i++);
+        r->prompt_len_mean = col_num(q, i++);
     }
     if (rc != SQLITE_DONE)
         *err = read_error(db, session, "the cases of session %lld", (long long)session);
@@ -704,6 +718,7 @@ void tb_row_summaries_free(tb_row_summary *r, size_t n)
         free(r[i].swept_options);
         free(r[i].status);
         free(r[i].error);
+        free(r[i].backend_options_json);
     }
     free(r);
 }
@@ -747,6 +762,56 @@ void tb_row_table_free(tb_row_table *t)
     free(t->names);
     free(t->cells);
     memset(t, 0, sizeof *t);
+}
+
+/* Every request of the session, one row each: its case (ordinal,
+ * backend), its call (repetition, warm-up), then the request columns the
+ * JSON export carries (store.h), less the JSON ones (emissions): the
+ * per-request CSV. */
+int tb_read_request_table(sqlite3 *db, int64_t session, tb_row_table *t, char **err)
+{
+    memset(t, 0, sizeof *t);
+    tb_str cols = {0};
+    for (size_t k = 0; k < tb_n_request_columns; k++)
+        if (tb_request_columns[k].export_key && !tb_request_columns[k].export_json)
+            tb_str_appendf(&cols, ", r.%s AS %s", tb_request_columns[k].column, tb_request_columns[k].export_key);
+    char *sql = tb_xasprintf("SELECT c.ordinal AS \"case\", b.label AS backend, sa.repetition AS repetition,"
+                             " sa.warmup AS warmup%s"
+                             " FROM request r JOIN sample sa ON sa.id = r.sample_id"
+                             " JOIN bench_case c ON c.id = sa.case_id JOIN backend b ON b.id = c.backend_id"
+                             " WHERE c.session_id = ? ORDER BY c.ordinal, sa.repetition, r.idx",
+                             cols.s ? cols.s : "");
+    tb_str_free(&cols);
+    sqlite3_stmt *q;
+    int rc = sqlite3_prepare_v2(db, sql, -1, &q, NULL);
+    free(sql);
+    if (rc != SQLITE_OK) {
+        *err = tb_read_error(db, session, "the requests");
+        return -1;
+    }
+    sqlite3_bind_int64(q, 1, session);
+    t->n_cols = (size_t)sqlite3_column_count(q);
+    t->names = tb_xcalloc(t->n_cols + 1, sizeof *t->names);
+    for (size_t i = 0; i < t->n_cols; i++)
+        t->names[i] = tb_xstrdup(sqlite3_column_name(q, (int)i));
+    size_t cap = 0;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        if (t->n_rows == cap) { /* doubling: a session may hold many requests */
+            cap = cap ? 2 * cap : 64;
+            t->cells = tb_xrealloc(t->cells, cap * t->n_cols * sizeof *t->cells);
+        }
+        for (size_t i = 0; i < t->n_cols; i++)
+            t->cells[t->n_rows * t->n_cols + i] = col_str_or_null(q, (int)i);
+        t->n_rows++;
+    }
+    if (rc != SQLITE_DONE)
+        *err = read_error(db, session, "the requests of session %lld", (long long)session);
+    sqlite3_finalize(q);
+    if (rc != SQLITE_DONE) {
+        tb_row_table_free(t);
+        return -1;
+    }
+    return 0;
 }
 
 static const char json_sql[] =
@@ -1116,6 +1181,7 @@ int tb_read_history(sqlite3 *db, const char *label, const char *metric, char *co
                         " c.options_json, b.options_json, s.config_sha256, s.config_json");
     stat_columns(&sql, "mt");
     dim_columns(&sql, "c.");
+    tb_str_append(&sql, ", (SELECT mean FROM metric WHERE case_id = c.id AND name = 'prompt_len')");
     tb_str_append(&sql, " FROM bench_case c JOIN backend b ON b.id = c.backend_id JOIN session s ON s.id = c.session_id"
                         " JOIN machine m ON m.id = s.machine_id"
                         " LEFT JOIN metric mt ON mt.case_id = c.id AND mt.name = ?2"
@@ -1148,7 +1214,8 @@ int tb_read_history(sqlite3 *db, const char *label, const char *metric, char *co
             for (size_t k = 0; k < TB_ARRAY_LEN(strs); k++)
                 *strs[k] = col_str(q, i++);
             p->st = stats_of(q, i);
-            dim_values(q, i + 1 + (int)tb_n_stat_columns, &p->dims);
+            int k = dim_values(q, i + 1 + (int)tb_n_stat_columns, &p->dims);
+            p->prompt_len_mean = col_num(q, k);
         }
         if (step != SQLITE_DONE) { /* an error, not the end of the cases */
             *err = read_error(db, -1, "the cases of backend \"%s\"", label);

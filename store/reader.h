@@ -164,6 +164,8 @@ typedef struct tb_row_summary {
     double req_per_s, error_rate, goodput;
     double sent_per_s; /* open loop: the median sent_rate; NaN: none */
     double tpot_p99_ms; /* the p99 of tpot_ms (not in the view); NaN: none */
+    char *backend_options_json; /* every option of its backend */
+    double prompt_len_mean;     /* metric prompt_len's mean; NaN: none */
 } tb_row_summary;
 int tb_read_summary(sqlite3 *db, int64_t session, tb_row_summary **out, size_t *n, char **err);
 void tb_row_summaries_free(tb_row_summary *r, size_t n);
@@ -177,6 +179,12 @@ typedef struct tb_row_table {
 } tb_row_table;
 int tb_read_summary_table(sqlite3 *db, int64_t session, tb_row_table *out, char **err);
 void tb_row_table_free(tb_row_table *t);
+
+/* Every request of the session (warm-ups included, column warmup),
+ * by case ordinal, repetition and slot: the case, backend, repetition
+ * and warmup, then each request column the JSON export carries except
+ * the emissions (store.h). Same cells as tb_read_summary_table. */
+int tb_read_request_table(sqlite3 *db, int64_t session, tb_row_table *out, char **err);
 
 /* The whole session as one JSON document (session, machine, backends,
  * searches, cases with metrics, samples and requests), malloc'd. */
@@ -241,6 +249,7 @@ typedef struct tb_row_history {
     char *case_status, *options_json;
     tb_case dims;
     tb_stats st; /* n = 0 when the case has no such metric */
+    double prompt_len_mean; /* metric prompt_len's mean; NaN: none */
 } tb_row_history;
 
 /* Every case of backend `label` matching every filter "KEY=V1[,V2...]"

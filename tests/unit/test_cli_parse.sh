@@ -66,13 +66,13 @@ expect 2 "--max-error-rate nan: expected a fraction in [0, 1]" run x.ini --max-e
 
 # choices: the command's own set, an alias
 expect 2 "tokbench report: --format pdf: expected md, html, csv or json" report --format pdf
-expect 2 "--format md: expected csv or json" export 1 --format md
+expect 2 "--format md: expected csv, json, aiperf or vllm" export 1 --format md
 expect 2 "--format json: expected text, csv or html" history --backend b --format json
 expect 1 "no such database" report --format markdown
 expect 1 "no such database" export 1 --format json
 
 # required options, multi-value options
-expect 2 "tokbench export: --format csv|json is required" export 1
+expect 2 "tokbench export: --format csv|json|aiperf|vllm is required" export 1
 expect 2 "tokbench history: --backend LABEL is required" history
 expect 2 "--backends takes 2 labels: --backends X Y" compare 1 --backends x
 expect 2 "--backends takes 2 labels: --backends X Y" compare 1 --backends x y --backends z
