@@ -24,6 +24,9 @@ tb_init failures "$@"
 need_sqlite3
 [ -f "$build/plugins/http/http.so" ] || { echo "SKIP: http plugin not built (libcurl missing)"; exit 77; }
 export TOKBENCH_PLUGIN_PATH="$build/plugins"
+mark=0
+# passed TEXT: pass, when no check failed since the last one
+passed() { [ "$failures" = "$mark" ] && pass "$1"; mark=$failures; }
 pty() { env -u COLUMNS python3 "$src/tests/e2e/pty_run.py" "$@"; } # COLUMNS OUT COMMAND...
 
 start_server fault python3 "$src/tests/e2e/fault_server.py" --quiet || tb_finish
@@ -45,7 +48,7 @@ esac
 grep -q "^\[1/1\] failed  dead .*no server answers at http://127.0.0.1:$dead/v1: connect: " "$tmp/dead.err" \
     || fail "nothing listening: the progress line lacks the reason: $(cat "$tmp/dead.err")"
 grep -q "saturated" "$tmp/dead.out" && fail "nothing listening: a saturation warning"
-pass "nothing listening: the case fails before the load, with the connection's error"
+passed "nothing listening: the case fails before the load, with the connection's error"
 
 # the check skipped: every request fails at once; still no saturation warning
 printf "$head"'[backend dead]\nplugin = http\npreflight = false\nurl = http://127.0.0.1:%s/v1\n' "$dead" >"$tmp/dead2.ini"
@@ -57,7 +60,7 @@ esac
 grep -q "saturated" "$tmp/dead2.out" && fail "preflight = false: a saturation warning on a case that measured nothing"
 "$tb" show --db "$tmp/dead2.db" >"$tmp/dead2.show" 2>&1
 grep -q "saturated" "$tmp/dead2.show" && fail "preflight = false: show warns of saturation"
-pass "preflight = false: every request fails, no saturation warning"
+passed "preflight = false: every request fails, no saturation warning"
 
 # a server that answers the check with an error: its answer, in words
 printf "$head"'[backend busy]\nplugin = http\nurl = http://127.0.0.1:%s/http429/v1\n' "$fport" >"$tmp/busy.ini"
@@ -67,7 +70,7 @@ case "$(q "$tmp/busy.db" "select status || '|' || error from bench_case")" in
 *) fail "refused check: case $(q "$tmp/busy.db" "select status || '|' || error from bench_case")" ;;
 esac
 [ "$(q "$tmp/busy.db" "select count(*) from request")" = 0 ] || fail "refused check: requests were measured"
-pass "a server that refuses the 1-token request fails the case with its answer"
+passed "a server that refuses the 1-token request fails the case with its answer"
 
 # ------------------------------------------------------------------ 3, 4
 printf "$head"'[backend chat]\nplugin = http\nurl = http://127.0.0.1:%s/no_template/v1\nendpoint = chat\nturns = 2\n[telemetry]\nmetrics_url = http://127.0.0.1:%s/metrics\nperiod = 0.05\nnvml = off\n' "$fport" "$fport" >"$tmp/chat.ini"
@@ -85,14 +88,14 @@ for cols in 80 120; do
     grep -aq "^  chat \[.*\]: telemetry: \([0-9]*\) of \1 scrapes of the metrics_url failed (first: HTTP 404)" "$tmp/tty$cols.out" \
         || fail "telemetry 404, $cols columns: run's warnings lack the failed scrapes"
 done
-pass "no chat template: degraded in the progress line at 80 and 120 columns; the first message in run's warnings"
+passed "no chat template: degraded in the progress line at 80 and 120 columns; the first message in run's warnings"
 
 # the whole message stored (tb_request_result.error holds 127 bytes)
 [ "$(q "$tmp/chat.db" "select count(*) from request r join sample s on s.id = r.sample_id where not s.warmup and r.error like 'http_4xx: HTTP 400: As of%$end' and length(r.error) > 300")" = 16 ] \
     || fail "request.error is not the whole message: $(q "$tmp/chat.db" "select length(error), error from request where error is not null limit 1")"
 [ "$(q "$tmp/chat.db" "select scrapes > 0 and scrapes = scrapes_failed, scrape_error from bench_case")" = "1|HTTP 404" ] \
     || fail "the scrape tally is not stored: $(q "$tmp/chat.db" "select scrapes, scrapes_failed, scrape_error from bench_case")"
-pass "the whole message in request.error; the scrape tally in bench_case"
+passed "the whole message in request.error; the scrape tally in bench_case"
 
 "$tb" show --db "$tmp/chat.db" >"$tmp/show.out" 2>&1 || fail "show: $(tail -3 "$tmp/show.out")"
 grep -q "^chat .* degraded " "$tmp/show.out" || fail "show: the case is not degraded in the table"
@@ -108,6 +111,6 @@ grep -q "telemetry: [0-9]* of [0-9]* scrapes of the metrics\\\\_url failed (firs
 grep -q "first http_4xx failure: HTTP 400: As of transformers v4.44, .*rendered (END)" "$tmp/r.html" || fail "the HTML report lacks the first message"
 grep -q "telemetry: [0-9]* of [0-9]* scrapes of the metrics_url failed (first: HTTP 404)" "$tmp/r.html" \
     || fail "the HTML report lacks the failed scrapes"
-pass "show and the Markdown and HTML reports: the first message and the failed scrapes"
+passed "show and the Markdown and HTML reports: the first message and the failed scrapes"
 
 tb_finish
