@@ -772,6 +772,8 @@ static tb_status preflight_once(http_ctx *c, const tb_option_value *v, uint32_t 
         return TB_OK;
     }
     tb_status st = preflight(c, v, n, why, why_size);
+    if (st != TB_OK) /* whatever a server echoes (a model list, a message) */
+        tb_redact_buf(why, why_size, (const char *const *)c->secrets, c->n_secrets);
     free(c->checked);
     c->checked = st == TB_OK ? key : NULL;
     if (st != TB_OK)
