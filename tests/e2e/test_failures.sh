@@ -80,7 +80,10 @@ for cols in 80 120; do
     pty "$cols" "$tmp/tty$cols.out" "$tb" run "$tmp/chat.ini" --db "$tmp/chat.db"
     rc=$?
     [ $rc = 1 ] || fail "no chat template, $cols columns: exit $rc, expected 1 (degraded)"
-    grep -aq "\[1/1\] degraded chat .*: 16 of 32 requests failed (http_4xx 16); " "$tmp/tty$cols.out" \
+    # (a line wider than the terminal may be cut: the counts at 120 only)
+    want="\[1/1\] degraded chat "
+    [ "$cols" = 120 ] && want="$want.*16 of 32 requests failed (http_4xx 16)"
+    grep -aq "$want" "$tmp/tty$cols.out" \
         || fail "no chat template, $cols columns: the progress line does not say degraded: $(tr '\r' '\n' <"$tmp/tty$cols.out" | grep -a '\[1/1\]')"
     grep -aq "\[1/1\] ok" "$tmp/tty$cols.out" && fail "no chat template, $cols columns: the progress line says ok"
     grep -aq "^  chat \[.*\]: first http_4xx failure: HTTP 400: As of transformers v4.44, .*$end" "$tmp/tty$cols.out" \
