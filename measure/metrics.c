@@ -441,7 +441,10 @@ void tb_case_request_tally(const tb_case_record *rec, tb_request_tally *t)
             t->requests++;
             if (s->requests[r].status != TB_OK) {
                 t->failed++;
-                t->per_class[tb_error_class(s->requests[r].error)]++;
+                size_t k = tb_error_class(s->requests[r].error);
+                t->per_class[k]++;
+                if (!t->first[k])
+                    t->first[k] = s->requests[r].error;
             }
         }
     }
@@ -474,4 +477,19 @@ char *tb_case_all_failed(const tb_case_record *rec)
 int tb_case_degraded(const tb_request_tally *t, double max_error_rate)
 {
     return t->failed > 0 && (double)t->failed > max_error_rate * (double)t->requests;
+}
+
+char *tb_first_errors_text(const char *const *first, size_t n_classes, const char *skip)
+{
+    tb_str b = {0};
+    for (size_t k = 0; k < n_classes && k < tb_n_error_classes; k++) {
+        if (!first[k] || (skip && strstr(skip, first[k])))
+            continue;
+        const char *m = first[k];
+        size_t n = strlen(tb_error_classes[k]);
+        if (strncmp(m, tb_error_classes[k], n) == 0 && strncmp(m + n, ": ", 2) == 0)
+            m += n + 2; /* the class is said already */
+        tb_str_appendf(&b, "%sfirst %s failure: %s", b.len ? "\n" : "", tb_error_classes[k], m);
+    }
+    return b.len ? tb_str_take(&b) : NULL;
 }

@@ -34,6 +34,12 @@ typedef struct tb_raw_call {
     double expert_reads, moe_tokens; /* tb_result's (MoE); 0: not reported */
 } tb_raw_call;
 
+/* Bytes of a failed request's message kept (its NUL included): the
+ * whole of what a plugin says, through tb_host.request_error when it is
+ * longer than tb_request_result.error (backend.h); the http backend keeps
+ * 512 bytes of a server's error body. */
+#define TB_RAW_ERROR_SIZE 768
+
 /* The raw figures of one request of a call. */
 typedef struct tb_raw_request {
     int64_t t_submit_ns; /* resolved: 0 from the plugin -> t_call_ns */
@@ -55,7 +61,9 @@ typedef struct tb_raw_request {
     uint32_t max_tokens;  /* output tokens it asked for (resolved: the
                              call's max_new_tokens unless the backend
                              said otherwise) */
-    char error[128];      /* "class: message" when status is not ok */
+    char error[TB_RAW_ERROR_SIZE]; /* "class: message" when status is not ok:
+                                      the whole message (a server's JSON
+                                      message included), up to this */
 } tb_raw_request;
 
 
@@ -158,6 +166,9 @@ size_t tb_error_class(const char *error);
 typedef struct tb_request_tally {
     size_t requests, failed;
     size_t per_class[16];
+    /* each class's first failed request's message (borrowed from the
+     * record; NULL where the class has none) */
+    const char *first[16];
 } tb_request_tally;
 void tb_case_request_tally(const tb_case_record *rec, tb_request_tally *t);
 
@@ -170,6 +181,13 @@ char *tb_case_all_failed(const tb_case_record *rec);
 /* Is a case degraded: some measured request failed, more than the
  * fraction max_error_rate (0: any failure) of them? */
 int tb_case_degraded(const tb_request_tally *t, double max_error_rate);
+
+/* "first http_4xx failure: HTTP 400: ...", one line for each class of
+ * first[n_classes] (tb_error_classes order) that has a message, each
+ * joined by "\n"; `skip`: text that says some already (a failed case's
+ * reason names its first): a message found in it is not repeated. malloc'd; NULL
+ * when there is none. `run`, `show` and the reports say it alike. */
+char *tb_first_errors_text(const char *const *first, size_t n_classes, const char *skip);
 
 /* One decoded call: the raw figures, its requests, emissions and texts. */
 typedef struct tb_call_view {

@@ -39,6 +39,9 @@ void tb_case_record_free(tb_case_record *rec)
     rec->tseries = NULL;
     rec->tpoints = NULL;
     rec->n_tseries = rec->n_tpoints = 0;
+    free(rec->scrape_error);
+    rec->scrape_error = NULL;
+    rec->scrapes = rec->scrapes_failed = 0;
     rec->samples = NULL;
     rec->n_samples = 0;
     rec->metrics = NULL;

@@ -113,6 +113,11 @@ typedef struct tb_case_record {
     size_t n_tseries;
     tb_telemetry_point *tpoints;
     size_t n_tpoints;
+    /* scrapes of the telemetry's metrics_url (run/telemetry.h): made,
+     * failed, the first failure's reason (owned; NULL: none); scrapes 0:
+     * none made (nothing stored) */
+    int64_t scrapes, scrapes_failed;
+    char *scrape_error;
 } tb_case_record;
 
 /* Append a metric row; returns it (name and unit borrowed). */

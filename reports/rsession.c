@@ -358,8 +358,11 @@ static int load_cases(sqlite3 *db, tb_rsession *s, char **err)
             .search_id = r->search_id,
             .search_role = r->search_role,
             .search_pass = r->search_pass,
+            .scrapes = r->scrapes,
+            .scrapes_failed = r->scrapes_failed,
+            .scrape_error = r->scrape_error,
         };
-        r->options_json = r->status = r->error = r->search_role = NULL; /* taken */
+        r->options_json = r->status = r->error = r->search_role = r->scrape_error = NULL; /* taken */
         for (int d = 0; d < TB_N_DIMS; d++)
             if (tb_dim_defs[d].column && !tb_case_dim_absent(&c->dims, (tb_dim)d))
                 s->dims |= TB_RDIM(d);
@@ -369,6 +372,23 @@ static int load_cases(sqlite3 *db, tb_rsession *s, char **err)
             s->backends[c->backend].has_steps = 1;
     }
     tb_row_cases_free(rows, n);
+
+    tb_row_request_error *es;
+    if (tb_read_first_errors(db, s->id, &es, &n, err) != 0)
+        return -1;
+    for (size_t k = 0; k < n; k++) { /* few: at most a row per class per case */
+        size_t ci = 0;
+        while (ci < s->n_cases && s->cases[ci].id != es[k].case_id)
+            ci++;
+        if (ci == s->n_cases)
+            continue;
+        size_t cls = tb_error_class(es[k].error);
+        if (!s->cases[ci].first_error[cls]) { /* unknown words are all "other": the first */
+            s->cases[ci].first_error[cls] = es[k].error;
+            es[k].error = NULL; /* taken */
+        }
+    }
+    tb_row_request_errors_free(es, n);
 
     tb_row_metric *ms;
     if (tb_read_metrics(db, s->id, &ms, &n, err) != 0)
@@ -464,6 +484,9 @@ void tb_rsession_free(tb_rsession *s)
         free(c->status);
         free(c->error);
         free(c->search_role);
+        free(c->scrape_error);
+        for (size_t k = 0; k < 16; k++)
+            free(c->first_error[k]);
         for (size_t k = 0; k < c->n_metrics; k++) {
             free(c->metrics[k].name);
             free(c->metrics[k].unit);

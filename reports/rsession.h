@@ -61,6 +61,13 @@ typedef struct tb_rcase {
     int64_t search_id;                    /* a load search's run; 0: none */
     char *search_role;                    /* NULL: none */
     int search_pass;                      /* a probe's verdict; -1: none */
+    /* each error class's first failed measured request's whole message
+     * (tb_error_classes order; NULL: none) */
+    char *first_error[16];
+    /* the telemetry's scrapes of metrics_url: made (-1: none stored),
+     * failed, the first failure's reason (NULL: none) */
+    int64_t scrapes, scrapes_failed;
+    char *scrape_error;
 } tb_rcase;
 
 /* A load search of the session (core/search.h; table search). */

@@ -197,6 +197,7 @@ void tb_warnings_derive(const tb_rsession *s, tb_warnings *w)
         char *dims = tb_rcase_dims(s, c);
         if (strcmp(c->status, "ok") != 0)
             add(w, tb_xasprintf("%s %s [%s]: %s", label, c->status, dims, *c->error ? c->error : "(no reason)"));
+        int failed_warned = strcmp(c->status, "ok") != 0;
         if (tb_case_noisy(s, c))
             add(w, tb_xasprintf("%s [%s]: noisy, aggregate tok/s CV %.1f%% > %.0f%%: check the environment "
                                 "(other load, clocks, thermals) first",
@@ -205,9 +206,31 @@ void tb_warnings_derive(const tb_rsession *s, tb_warnings *w)
             char *f = failed_requests(c);
             add(w, tb_xasprintf("%s [%s]: %s", label, dims, f));
             free(f);
+            failed_warned = 1;
         }
+        /* what each class of failure said, once: the server's own words
+         * (a failed case's reason quotes its first already) */
+        char *firsts = failed_warned ? tb_first_errors_text((const char *const *)c->first_error, 16,
+                                                            strcmp(c->status, "ok") != 0 ? c->error : NULL)
+                                     : NULL;
+        for (char *line = firsts, *next; line; line = next) {
+            next = strchr(line, '\n');
+            if (next)
+                *next++ = '\0';
+            add(w, tb_xasprintf("%s [%s]: %s", label, dims, line));
+        }
+        free(firsts);
+        if (c->scrapes_failed > 0)
+            add(w, tb_xasprintf("%s [%s]: telemetry: %lld of %lld scrapes of the metrics_url failed (first: %s): "
+                                "the server's series are missing or partial for this case",
+                                label, dims, (long long)c->scrapes_failed, (long long)c->scrapes,
+                                c->scrape_error ? c->scrape_error : "no reason stored"));
+        /* Saturation is a ceiling on figures that were measured: a case
+         * whose requests all failed (nothing listening: each fails at
+         * once, and the loop spins) measured none. */
         const tb_stats *busy = tb_rcase_metric(c, "client_busy");
-        if (busy && busy->n && isfinite(busy->median) && busy->median >= TB_CLIENT_SATURATED_PCT)
+        if (strcmp(c->status, "ok") == 0 && busy && busy->n && isfinite(busy->median) &&
+            busy->median >= TB_CLIENT_SATURATED_PCT)
             add(w, tb_xasprintf("%s [%s]: the client was saturated (client_busy %.0f%% >= %.0f%%): the figures "
                                 "are the client's own ceiling, not the server's; give it more loops or cores "
                                 "(loops = K, --shard K/N on more machines)",

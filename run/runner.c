@@ -238,12 +238,35 @@ static int64_t finish_case(run_state *rs, const tb_case *c, case_outcome *o, tb_
         free(tag);
         return -1;
     }
+    const char *shown = o->status;
     if (strcmp(o->status, "ok") == 0) {
         rs->sum->ok++;
         const tb_stats *agg = find_metric(rec, "agg_tps"), *req = find_metric(rec, "req_tps");
+        /* An ok case with failed requests says so first: `degraded`, as
+         * show and the reports say it (tb_case_degraded at threshold 0;
+         * the classes' first messages follow in the warnings). */
+        tb_request_tally t;
+        tb_case_request_tally(rec, &t);
+        int n = 0;
+        if (tb_case_degraded(&t, 0)) {
+            shown = "degraded";
+            n = snprintf(detail, sizeof detail, "%zu of %zu requests failed (", t.failed, t.requests);
+            const char *sep = "";
+            for (size_t k = 0; k < tb_n_error_classes && n > 0 && (size_t)n < sizeof detail; k++)
+                if (t.per_class[k]) {
+                    n += snprintf(detail + n, sizeof detail - (size_t)n, "%s%s %zu", sep, tb_error_classes[k],
+                                  t.per_class[k]);
+                    sep = ", ";
+                }
+            if (n > 0 && (size_t)n < sizeof detail)
+                n += snprintf(detail + n, sizeof detail - (size_t)n, "); ");
+        }
+        if (n < 0 || (size_t)n >= sizeof detail)
+            n = (int)strlen(detail);
         /* Each median says what it is the median of (the registry's
          * samples: calls, requests). */
-        snprintf(detail, sizeof detail, "%.1f tok/s aggregate (median of %zu %s), %.1f tok/s per request (median of %zu %s)",
+        snprintf(detail + n, sizeof detail - (size_t)n,
+                 "%.1f tok/s aggregate (median of %zu %s), %.1f tok/s per request (median of %zu %s)",
                  agg ? agg->median : NAN, agg ? agg->n : 0, tb_metric_find("agg_tps")->samples,
                  req ? req->median : NAN, req ? req->n : 0, tb_metric_find("req_tps")->samples);
     } else if (strcmp(o->status, "failed") == 0) {
@@ -251,7 +274,7 @@ static int64_t finish_case(run_state *rs, const tb_case *c, case_outcome *o, tb_
     } else {
         rs->sum->skipped++;
     }
-    tb_progress_done(&rs->progress, pb->sb->label, label, tag, o->status,
+    tb_progress_done(&rs->progress, pb->sb->label, label, tag, shown,
                      strcmp(o->status, "ok") == 0 ? detail : o->error, c->skip_reason ? 0 : case_work(rs->plan, c));
     free(label);
     free(tag);
@@ -268,6 +291,7 @@ static void record_simple(run_state *rs, const tb_case *c, const char *status, c
     o->status = status;
     o->error = error;
     finish_case(rs, c, o, &rec, search);
+    tb_case_record_free(&rec); /* what the sampler handed over */
     free(error);
 }
 

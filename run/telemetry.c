@@ -565,6 +565,7 @@ static void nvml_sample(sampler *sm, nvml_api *a, int64_t t)
 /* What the child hands back, text lines:
  *   S <id> <source> <name>     a series (tab-separated)
  *   P <id> <t_ns> <value>      a point
+ *   T <made> <failed> <first>  the scrapes of metrics_url
  *   N <note>                   a note for the user */
 static void dump(sampler *sm, int fd)
 {
@@ -575,6 +576,11 @@ static void dump(sampler *sm, int fd)
         fprintf(f, "S\t%zu\t%s\t%s\n", i, sm->s[i].source, sm->s[i].name);
     for (size_t i = 0; i < sm->n_p; i++)
         fprintf(f, "P\t%u\t%lld\t%.17g\n", sm->p[i].series, (long long)sm->p[i].t_ns, sm->p[i].value);
+    /* the tally, stored with the case (a result: warnings.c) */
+    if (sm->scrapes)
+        fprintf(f, "T\t%zu\t%zu\t%s\n", sm->scrapes, sm->failed, sm->failed ? sm->first_error : "");
+    else if (sm->abandoned)
+        fprintf(f, "T\t%zu\t%zu\tunanswered at the case's end (abandoned)\n", sm->abandoned, sm->abandoned);
     if (sm->failed)
         fprintf(f, "N\t%zu of %zu scrapes of %s failed (first: %s)\n", sm->failed, sm->scrapes,
                 sm->cfg->metrics_url, sm->first_error);
@@ -738,6 +744,15 @@ int tb_telemetry_stop(tb_telemetry *t, tb_case_record *rec, char **note, char **
                     rec->tpoints = tb_xrealloc(rec->tpoints, (rec->n_tpoints ? 2 * rec->n_tpoints : 1) *
                                                                  sizeof *rec->tpoints);
                 rec->tpoints[rec->n_tpoints++] = (tb_telemetry_point){id, ts, strtod(v, NULL)};
+            } else if (line[0] == 'T' && line[1] == '\t') {
+                char *end;
+                long long made = strtoll(line + 2, &end, 10), failed = *end == '\t' ? strtoll(end + 1, &end, 10) : -1;
+                if (made > 0 && failed >= 0 && failed <= made && *end == '\t') {
+                    rec->scrapes = made;
+                    rec->scrapes_failed = failed;
+                    free(rec->scrape_error);
+                    rec->scrape_error = end[1] ? tb_xstrdup(end + 1) : NULL;
+                }
             } else if (line[0] == 'N' && line[1] == '\t') {
                 static int said_nvml; /* a machine without NVML: said once a run */
                 if (strncmp(line + 2, "NVML not sampled", 16) == 0 && said_nvml++)

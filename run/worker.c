@@ -300,6 +300,15 @@ static uint64_t prompt_hash(uint64_t reported, const char *text, uint64_t seed, 
 }
 
 /* The buffers of one case, sized before its first call. */
+/* Forget the whole messages of the last call (tb_host.request_error). */
+static void clear_errors(tb_emit_buf *b)
+{
+    for (uint32_t i = 0; b->errors && i < b->n_requests; i++)
+        free(b->errors[i]);
+    free(b->errors);
+    b->errors = NULL;
+}
+
 typedef struct case_bufs {
     const char **ptext;      /* prompt set texts of the call's requests */
     int32_t *pidx;           /* their items; -1: synthetic */
@@ -413,6 +422,7 @@ static void run_case(tb_worker *w, const tb_case *c)
         w->em.flood = 0;
         w->em.nomem = 0;
 
+        clear_errors(&w->em);
         int64_t t_call = tb_now_ns();
         tb_status st = w->ops->generate(w->ctx, &req, &res);
         int64_t t_ret = tb_now_ns();
@@ -477,7 +487,10 @@ static void run_case(tb_worker *w, const tb_case *c)
             q->answer_tokens = r->n_answer_tokens;
             q->prompt_hash = prompt_hash(b.phash[i], b.ptext ? b.ptext[i] : NULL, req.seed, i, req.prompt_tokens);
             /* A failure always says something: the status's name at least. */
-            tb_strlcpy(q->error, r->status == TB_OK || r->error[0] ? r->error : tb_status_name(r->status),
+            const char *whole = r->status != TB_OK && w->em.errors ? w->em.errors[i] : NULL;
+            tb_strlcpy(q->error, whole               ? whole
+                                 : r->status == TB_OK || r->error[0] ? r->error
+                                                                     : tb_status_name(r->status),
                        sizeof q->error);
             q->prompt_idx = b.pidx[i];
             q->scored = b.scored[i];
@@ -553,6 +566,7 @@ static void run_case(tb_worker *w, const tb_case *c)
     if (tb_wire_send(w->fd_out, TB_MSG_RESULT, b.out.s, b.out.len) != 0)
         _exit(3);
 done:
+    clear_errors(&w->em); /* sized for this case's n_requests */
     case_bufs_free(&b);
 }
 

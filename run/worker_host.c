@@ -4,11 +4,13 @@
  * (worker.c sizes it per case) or, when serving, out at once
  * (worker_serve.c). It stands above live serving, whose emissions it
  * hands on, and below the loop (worker.c) that fills it in. */
+#define _GNU_SOURCE
 #include "worker_host.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "worker_proc.h"
 #include "worker_serve.h"
@@ -77,6 +79,20 @@ static void host_emit_output(const tb_host *h, uint32_t request, uint32_t n_toke
         host_emit(h, request, n_tokens, t_ns); /* measuring: the count only */
 }
 
+/* A request's whole failure message, kept for the call's results
+ * (worker.c): bounded by tb_raw_request.error. */
+static void host_request_error(const tb_host *h, uint32_t request, const char *text)
+{
+    tb_worker *w = h->host_data;
+    tb_emit_buf *b = &w->em;
+    if (w->live || !text || request >= b->n_requests)
+        return;
+    if (!b->errors && !(b->errors = calloc(b->n_requests, sizeof *b->errors)))
+        return; /* no memory: the cut message stays */
+    free(b->errors[request]);
+    b->errors[request] = strndup(text, TB_RAW_ERROR_SIZE - 1);
+}
+
 static int host_cancelled(const tb_host *h)
 {
     const tb_worker *w = h->host_data;
@@ -94,5 +110,6 @@ void tb_worker_host_init(tb_worker *w)
         .cancelled = host_cancelled,
         .host_data = w,
         .emit_output = host_emit_output,
+        .request_error = host_request_error,
     };
 }

@@ -37,6 +37,9 @@ typedef struct tb_emit_buf {
                          plugin asked to stop (flood_stop) */
     uint32_t n_requests;
     uint32_t dropped; /* emissions naming a request out of range */
+    /* [n_requests] or NULL: the whole messages a plugin gave through
+     * tb_host.request_error in the call in progress (malloc'd each) */
+    char **errors;
     /* A flood asked the plugin to stop (host->cancelled() is true); unlike
      * the cancel signal, cleared after the call. */
     int flood_stop;

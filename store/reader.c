@@ -435,7 +435,7 @@ int tb_read_cases(sqlite3 *db, int64_t session, tb_row_case **out, size_t *n, ch
                   "    WHERE sa.case_id = c.id AND sa.warmup = 0),"
                   " (SELECT count(*) FROM request r JOIN sample sa ON r.sample_id = sa.id"
                   "    WHERE sa.case_id = c.id AND sa.warmup = 0 AND r.status <> 'ok'),"
-                  " c.search_id, c.search_role, c.search_pass"
+                  " c.search_id, c.search_role, c.search_pass, c.scrapes, c.scrapes_failed, c.scrape_error"
                   " FROM bench_case c JOIN backend b ON b.id = c.backend_id WHERE c.session_id = ?"
                   " ORDER BY c.ordinal");
     sqlite3_stmt *q;
@@ -464,7 +464,12 @@ int tb_read_cases(sqlite3 *db, int64_t session, tb_row_case **out, size_t *n, ch
         c->failed_requests = sqlite3_column_int(q, i++);
         c->search_id = sqlite3_column_int64(q, i++);
         c->search_role = col_str_or_null(q, i++);
-        c->search_pass = col_int_or(q, i, -1);
+        c->search_pass = col_int_or(q, i++, -1);
+        c->scrapes = sqlite3_column_type(q, i) == SQLITE_NULL ? -1 : sqlite3_column_int64(q, i);
+        i++;
+        c->scrapes_failed = sqlite3_column_type(q, i) == SQLITE_NULL ? -1 : sqlite3_column_int64(q, i);
+        i++;
+        c->scrape_error = sqlite3_column_type(q, i) == SQLITE_NULL ? NULL : col_free_text(q, i);
     }
     if (rc != SQLITE_DONE)
         *err = read_error(db, session, "the cases of session %lld", (long long)session);
@@ -486,8 +491,54 @@ void tb_row_cases_free(tb_row_case *c, size_t n)
         free(c[i].status);
         free(c[i].error);
         free(c[i].search_role);
+        free(c[i].scrape_error);
     }
     free(c);
+}
+
+int tb_read_first_errors(sqlite3 *db, int64_t session, tb_row_request_error **out, size_t *n, char **err)
+{
+    *out = NULL;
+    *n = 0;
+    /* the smallest request id of each (case, word): requests are stored
+     * in order, repetition by repetition */
+    static const char sql[] =
+        "SELECT sa.case_id, r.error FROM request r JOIN sample sa ON sa.id = r.sample_id WHERE r.id IN"
+        " (SELECT min(r.id) FROM request r JOIN sample sa ON sa.id = r.sample_id"
+        "  JOIN bench_case c ON c.id = sa.case_id"
+        "  WHERE c.session_id = ? AND sa.warmup = 0 AND r.status <> 'ok' AND r.error IS NOT NULL"
+        "  GROUP BY sa.case_id, CASE WHEN instr(r.error, ': ') > 0 THEN substr(r.error, 1, instr(r.error, ': ') - 1)"
+        "  ELSE '' END)"
+        " ORDER BY sa.case_id, r.id";
+    sqlite3_stmt *q;
+    if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK) {
+        *err = read_error(db, session, "the failed requests of session %lld", (long long)session);
+        return -1;
+    }
+    sqlite3_bind_int64(q, 1, session);
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        tb_row_request_error *e = grow(out, n, sizeof *e);
+        e->case_id = sqlite3_column_int64(q, 0);
+        e->error = col_free_text(q, 1);
+    }
+    if (rc != SQLITE_DONE)
+        *err = read_error(db, session, "the failed requests of session %lld", (long long)session);
+    sqlite3_finalize(q);
+    if (rc != SQLITE_DONE) {
+        tb_row_request_errors_free(*out, *n);
+        *out = NULL;
+        *n = 0;
+        return -1;
+    }
+    return 0;
+}
+
+void tb_row_request_errors_free(tb_row_request_error *e, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(e[i].error);
+    free(e);
 }
 
 /* ", m.n, m.median, ...": metric table alias `alias`'s n and statistics

@@ -119,11 +119,26 @@ typedef struct tb_row_case {
     int64_t search_id;                    /* 0: not a search's run */
     char *search_role;                    /* NULL: none */
     int search_pass;                      /* -1: none */
+    int64_t scrapes, scrapes_failed;      /* telemetry scrapes (migration
+                                             14); -1: none stored */
+    char *scrape_error;                   /* the first failed one's; NULL */
 } tb_row_case;
 
 /* Session `session`'s cases by ordinal. */
 int tb_read_cases(sqlite3 *db, int64_t session, tb_row_case **out, size_t *n, char **err);
 void tb_row_cases_free(tb_row_case *c, size_t n);
+
+/* A failed measured request's whole message: for each case of the
+ * session, the first (by repetition, then request) of each distinct
+ * word before its first ": " (its error class, metrics.h). */
+typedef struct tb_row_request_error {
+    int64_t case_id;
+    char *error;
+} tb_row_request_error;
+
+/* Those of session `session`, by case id, then first to last. */
+int tb_read_first_errors(sqlite3 *db, int64_t session, tb_row_request_error **out, size_t *n, char **err);
+void tb_row_request_errors_free(tb_row_request_error *e, size_t n);
 
 typedef struct tb_row_metric {
     int64_t case_id;

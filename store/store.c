@@ -1475,7 +1475,8 @@ int64_t tb_store_case(tb_store *st, const tb_case_record *rec, char **err)
             tb_str_append(&marks, ",?");
         }
     tb_str_appendf(&sql, ", options_json, status, error, started_at, finished_at, case_wall_ns, host_peak_rss_bytes,"
-                         " search_id, search_role, search_pass) VALUES (?,?,?%s,?,?,?,?,?,?,?,?,?,?)",
+                         " search_id, search_role, search_pass, scrapes, scrapes_failed, scrape_error)"
+                         " VALUES (?,?,?%s,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                    marks.s);
     sqlite3_stmt *q = prepare(st, sql.s, &why);
     tb_str_free(&sql);
@@ -1505,7 +1506,10 @@ int64_t tb_store_case(tb_store *st, const tb_case_record *rec, char **err)
         bind_opt_int(q, i++, rec->host_peak_rss);
         bind_opt_int(q, i++, rec->search_id > 0 ? rec->search_id : -1);
         bind_text(q, i++, rec->search_id > 0 ? rec->search_role : NULL);
-        bind_opt_int(q, i, rec->search_id > 0 && rec->search_pass >= 0 ? rec->search_pass : -1);
+        bind_opt_int(q, i++, rec->search_id > 0 && rec->search_pass >= 0 ? rec->search_pass : -1);
+        bind_opt_int(q, i++, rec->scrapes > 0 ? rec->scrapes : -1);
+        bind_opt_int(q, i++, rec->scrapes > 0 ? rec->scrapes_failed : -1);
+        bind_free_text(st, q, i, rec->scrapes > 0 ? rec->scrape_error : NULL);
         if (sqlite3_step(q) == SQLITE_DONE)
             case_id = sqlite3_last_insert_rowid(st->db);
         else

@@ -229,6 +229,20 @@ typedef struct tb_host {
     void (*emit_output)(const struct tb_host *host, uint32_t request,
                         uint32_t n_tokens, int64_t t_ns, const int32_t *ids,
                         const char *text, size_t text_len);
+
+    /* --- appended in ABI 1; test TB_STRUCT_HAS(host, tb_host,
+     *     request_error) before calling it (an older host lacks it) ---- */
+
+    /* The whole message of request `request`'s failure in the generate()
+     * call in progress, when it is longer than tb_request_result.error
+     * holds (a server's JSON message, say): the host stores it in place
+     * of the cut one (at least its first 512 bytes). Same form as error
+     * ("class: ..."); set the request's status and error as well. Call it
+     * from the thread that called generate(), before generate() returns;
+     * `text` is read before it returns. A plugin keeps secrets out of it
+     * as out of error. */
+    void (*request_error)(const struct tb_host *host, uint32_t request,
+                          const char *text);
 } tb_host;
 
 /* -------------------------------------------------------------- requests */
@@ -290,7 +304,9 @@ typedef struct tb_request_result {
     uint32_t n_answer_tokens;
     /* Output text or NULL; same ownership as output_ids. */
     const char *output_text;
-    char error[128];             /* short failure text when status != OK */
+    char error[128];             /* short failure text when status != OK
+                                    (the whole of a longer one: through
+                                    tb_host.request_error) */
 } tb_request_result;
 
 /* Figures of one generate() call. Fields not measured stay at their zeroed

@@ -282,7 +282,9 @@ static int on_event(void *user, const tb_sse_event *ev)
             }
             x->res->chunks++;
             const tb_host *h = x->c->host;
-            if (x->c->defer) {
+            if (x->c->t->no_emit) {
+                /* a request outside the measurement (the preflight) */
+            } else if (x->c->defer) {
                 if (x->n_em == x->cap_em) {
                     uint32_t cap = x->cap_em ? 2 * x->cap_em : 64;
                     int64_t *p = realloc(x->em_t, cap * sizeof *p);
@@ -906,7 +908,7 @@ tb_status tb_http_client_run(tb_http_client *c, const tb_http_target *t, uint32_
             c->cpu.busiest_loop = busy;
     }
     c->cpu.process_share = wall > 0 ? (double)c->cpu.process_cpu_ns / ((double)wall * c->cpu.cores) : 0;
-    if (c->defer) /* one timeline: every request's chunks, by the one clock */
+    if (c->defer && !t->no_emit) /* one timeline: every request's chunks, by the one clock */
         for (uint32_t i = 0; i < n; i++)
             for (uint32_t e = 0; e < c->x[i].n_em; e++)
                 h->emit(h, t->first_request + i, 1, c->x[i].em_t[e]);

@@ -65,6 +65,9 @@ typedef struct tb_http_target {
                                          first_request + i (a multi-turn
                                          load runs the client once per
                                          wave, each on its slice) */
+    int no_emit;                      /* nothing reaches tb_host.emit: a
+                                         request outside the measurement
+                                         (http.c's preflight) */
 } tb_http_target;
 
 typedef struct tb_http_result {
@@ -72,7 +75,9 @@ typedef struct tb_http_result {
     int64_t t_sent_ns;   /* when the client really sent it */
     int64_t t_done_ns;   /* response complete, or the failure noticed */
     tb_status status;
-    char error[128];     /* "class: ..." when status != TB_OK */
+    char error[640];     /* "class: ..." when status != TB_OK: the
+                            whole message (a server's, up to 512 bytes
+                            of its error body) */
     long http_status;    /* 0: no response */
     uint32_t chunks;     /* streamed chunks with text (= emissions) */
     int64_t usage_completion_tokens; /* the server's usage; -1: none */

@@ -80,6 +80,7 @@ enum {
     OPT_TURNS,
     OPT_DURATION,
     OPT_LOOPS,
+    OPT_PREFLIGHT,
     N_OPTS
 };
 
@@ -194,6 +195,10 @@ static const tb_option_decl http_options[N_OPTS] = {
                    "client event loops, each a thread of its own (0: one per CPU this process may run on); "
                    "requests are spread across them, on one clock",
                    NULL, 0, 256, 0},
+    [OPT_PREFLIGHT] = {"preflight", TB_OPT_BOOL, "true",
+                       "before a case's first request: GET /v1/models, then one 1-token completion (not measured); "
+                       "a server that fails it fails the case with its answer; false: no such request",
+                       NULL, 1, 0, 0},
 };
 
 typedef struct http_ctx {
@@ -218,7 +223,9 @@ typedef struct http_ctx {
     uint32_t *max_tokens;      /* [n_cap] what each request asked for */
     uint32_t n_cap;
     struct wl_files *files;    /* the workload's files, kept across calls */
-    char error[512];
+    char *checked;             /* what the preflight passed with (its key);
+                                  NULL: none yet */
+    char error[1024];
 } http_ctx;
 
 static void set_error(http_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -561,6 +568,7 @@ static void http_destroy(void *p)
     wl_files_free(c->files);
     free(c->model);
     free(c->describe_json);
+    free(c->checked);
     free(c);
 }
 
@@ -615,6 +623,186 @@ static char *make_description(const http_ctx *c, const tb_option_value *v, uint3
     char *s = ok ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
     return s;
+}
+
+/* ------------------------------------------------------ preflight */
+
+static char *endpoint_url(const char *base, int chat);
+static char *make_body(const http_ctx *c, const tb_request *req, const char *prompt, const tb_session *sess,
+                       uint32_t turn, uint32_t max_tokens, const cJSON *extra);
+
+#define PREFLIGHT_MODELS_MAX ((size_t)1 << 20) /* bytes of /v1/models read */
+
+static size_t models_write(char *ptr, size_t size, size_t nmemb, void *user)
+{
+    tb_str *b = user;
+    size_t n = size * nmemb;
+    if (b->len + n > PREFLIGHT_MODELS_MAX || tb_str_try_appendn(b, ptr, n) != 0)
+        return 0; /* a list that large is not one: abort, and do without it */
+    return n;
+}
+
+/* GET /v1/models: 0, with the ids listed ("a, b", at most a few) in
+ * ids[ids_size] ("" when none or no such endpoint: many servers lack
+ * it); -1 when no connection could be made (curl's reason in why). */
+static int list_models(http_ctx *c, const char *base, long connect_ms, long timeout_ms, char *ids, size_t ids_size,
+                       char *why, size_t why_size)
+{
+    ids[0] = '\0';
+    size_t n = strlen(base);
+    while (n && base[n - 1] == '/')
+        n--;
+    int has_v1 = n >= 3 && memcmp(base + n - 3, "/v1", 3) == 0;
+    char *url = malloc(n + 16);
+    CURL *e = url ? curl_easy_init() : NULL;
+    if (!e) {
+        free(url);
+        return 0; /* memory: the completion decides */
+    }
+    snprintf(url, n + 16, "%.*s%s", (int)n, base, has_v1 ? "/models" : "/v1/models");
+    tb_str body = {0};
+    char errbuf[CURL_ERROR_SIZE] = "";
+    curl_easy_setopt(e, CURLOPT_URL, url);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, c->headers);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, connect_ms);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, timeout_ms);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, errbuf);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, models_write);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, &body);
+    CURLcode rc = curl_easy_perform(e);
+    long code = 0;
+    curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &code);
+    curl_easy_cleanup(e);
+    free(url);
+    int refused = rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST ||
+                  rc == CURLE_COULDNT_RESOLVE_PROXY || (rc == CURLE_OPERATION_TIMEDOUT && code == 0);
+    if (refused) {
+        snprintf(why, why_size, "connect: %s", errbuf[0] ? errbuf : curl_easy_strerror(rc));
+        tb_str_free(&body);
+        return -1;
+    }
+    cJSON *j = rc == CURLE_OK && code >= 200 && code < 300 && body.s ? cJSON_ParseWithLength(body.s, body.len) : NULL;
+    cJSON *data = cJSON_GetObjectItemCaseSensitive(j, "data"), *m;
+    if (!cJSON_IsArray(data))
+        data = NULL;
+    size_t used = 0, shown = 0, total = 0;
+    cJSON_ArrayForEach(m, data)
+    {
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(m, "id");
+        if (!cJSON_IsString(id))
+            continue;
+        total++;
+        if (shown < 5 && used + strlen(id->valuestring) + 3 < ids_size) {
+            used += (size_t)snprintf(ids + used, ids_size - used, "%s%s", shown ? ", " : "", id->valuestring);
+            shown++;
+        }
+    }
+    if (total > shown && used + 16 < ids_size)
+        snprintf(ids + used, ids_size - used, " and %zu more", total - shown);
+    cJSON_Delete(j);
+    tb_str_free(&body);
+    return 0;
+}
+
+/* What the preflight depends on: a case that differs in it is checked
+ * again. malloc'd; NULL when out of memory. */
+static char *preflight_key(const tb_option_value *v, uint32_t n)
+{
+    tb_str k = {0};
+    tb_str_try_appendf(&k, "%s\n%s\n%s\n%d\n%s", opt_s(v, n, OPT_URL), opt_s(v, n, OPT_ENDPOINT),
+                       opt_s(v, n, OPT_MODEL_NAME), opt_b(v, n, OPT_STREAM), opt_s(v, n, OPT_EXTRA_JSON));
+    return tb_str_try_take(&k);
+}
+
+/* Before any measured request (issue 39): is a server there, and does it
+ * answer one 1-token request as the case will send it (endpoint, model,
+ * stream, extra_json)? TB_OK, or a status with the server's answer in
+ * why (the connection's error, or the HTTP status and its message). The
+ * models list only helps the message: many servers lack /v1/models. */
+static tb_status preflight(http_ctx *c, const tb_option_value *v, uint32_t n, char *why, size_t why_size)
+{
+    const char *base = opt_s(v, n, OPT_URL);
+    long connect_ms = (long)(opt_f(v, n, OPT_CONNECT_TIMEOUT) * 1000 + 0.5);
+    long timeout_ms = (long)(opt_f(v, n, OPT_TIMEOUT) * 1000 + 0.5);
+    char ids[256], err[512];
+    char *shown = redact_url(base);
+    if (list_models(c, base, connect_ms, timeout_ms, ids, sizeof ids, err, sizeof err) != 0) {
+        snprintf(why, why_size, "no server answers at %s: %s (preflight = false skips this check)",
+                 shown ? shown : "the url", err);
+        free(shown);
+        return TB_ERR_IO;
+    }
+    int chat = strcmp(opt_s(v, n, OPT_ENDPOINT), "chat") == 0;
+    const char *extra_text = opt_s(v, n, OPT_EXTRA_JSON);
+    cJSON *extra = *extra_text ? tb_http_extra_json(extra_text) : NULL;
+    tb_request one = {.struct_size = sizeof one, .n_requests = 1, .max_new_tokens = 1, .batch = 1,
+                      .options = v, .n_options = n};
+    char *url = endpoint_url(base, chat);
+    char *body = url && (!*extra_text || extra) ? make_body(c, &one, "Hello", NULL, 0, 1, extra) : NULL;
+    cJSON_Delete(extra);
+    if (!body) {
+        free(url);
+        free(shown);
+        snprintf(why, why_size, "out of memory");
+        return TB_ERR_NO_MEMORY;
+    }
+    tb_http_target t = {
+        .url = url,
+        .headers = c->headers,
+        .secrets = (const char *const *)c->secrets,
+        .n_secrets = c->n_secrets,
+        .stream = opt_b(v, n, OPT_STREAM),
+        .connect_timeout_ms = connect_ms,
+        .timeout_ms = timeout_ms,
+        .max_response_bytes = (size_t)(opt_f(v, n, OPT_MAX_RESPONSE_MB) * 1048576.0),
+        .max_chunks = 64,
+        .max_usage_tokens = 64,
+        .no_emit = 1,
+    };
+    tb_http_result r;
+    memset(&r, 0, sizeof r);
+    char *bodies[1] = {body};
+    tb_status st = tb_http_client_run(c->client, &t, 1, bodies, NULL, 1, 1, &r);
+    free(body);
+    if (st == TB_OK && r.status != TB_OK) {
+        st = r.status;
+        snprintf(why, why_size, "the server at %s failed a 1-token %s request before the load: %s%s%s "
+                 "(preflight = false skips this check)",
+                 shown ? shown : "the url", chat ? "chat" : "completion", r.error,
+                 *ids ? "; it lists the models " : "", ids);
+    } else if (st != TB_OK) {
+        snprintf(why, why_size, "the 1-token request before the load did not finish: %s",
+                 st == TB_ERR_CANCELLED ? "cancelled" : "out of memory");
+    }
+    free(url);
+    free(shown);
+    return st;
+}
+
+/* The preflight, once for each key (a case's url, endpoint, model,
+ * stream and extra_json) unless preflight = false. */
+static tb_status preflight_once(http_ctx *c, const tb_option_value *v, uint32_t n, char *why, size_t why_size)
+{
+    if (!opt_b(v, n, OPT_PREFLIGHT))
+        return TB_OK;
+    char *key = preflight_key(v, n);
+    if (!key) {
+        snprintf(why, why_size, "out of memory");
+        return TB_ERR_NO_MEMORY;
+    }
+    if (c->checked && strcmp(c->checked, key) == 0) {
+        free(key);
+        return TB_OK;
+    }
+    tb_status st = preflight(c, v, n, why, why_size);
+    if (st != TB_OK) /* whatever a server echoes (a model list, a message) */
+        tb_redact_buf(why, why_size, (const char *const *)c->secrets, c->n_secrets);
+    free(c->checked);
+    c->checked = st == TB_OK ? key : NULL;
+    if (st != TB_OK)
+        free(key);
+    return st;
 }
 
 static tb_status http_create(const tb_host *host, const char *model, const tb_option_value *options,
@@ -691,6 +879,15 @@ static tb_status http_create(const tb_host *host, const char *model, const tb_op
     if (c->tok)
         host->log(host, TB_LOG_INFO, "tokenizer %s: %zu one-token words for synthetic prompts", tok,
                   tb_prompt_vocab_size(c->vocab));
+    /* A server that is not there, or that refuses the request as the
+     * cases will send it, fails here with its answer: before any measured
+     * request, for every case of this load. */
+    tb_status pst = preflight_once(c, options, n_options, c->error, sizeof c->error);
+    if (pst != TB_OK) {
+        snprintf(err, err_size, "%s", c->error);
+        http_destroy(c);
+        return pst;
+    }
     *ctx_out = c;
     return TB_OK;
 }
@@ -912,6 +1109,22 @@ static void report_client_cpu(http_ctx *c, uint32_t first, uint32_t n, tb_result
                  chunks ? cpu * 1e6 / (double)chunks : 0.0);
 }
 
+/* Request r's failure: what error[] holds (cut at a character's start),
+ * and the whole message through the host, where it takes it. */
+static void set_request_error(const tb_host *host, uint32_t r, tb_request_result *q, const char *msg)
+{
+    size_t n = strlen(msg);
+    if (n >= sizeof q->error) {
+        n = sizeof q->error - 1;
+        while (n && ((unsigned char)msg[n] & 0xc0) == 0x80) /* msg[n]: the first byte left out */
+            n--;
+        if (TB_STRUCT_HAS(host, tb_host, request_error) && host->request_error)
+            host->request_error(host, r, msg);
+    }
+    memcpy(q->error, msg, n);
+    q->error[n] = '\0';
+}
+
 static tb_status http_generate(void *ctx, const tb_request *req, tb_result *res)
 {
     http_ctx *c = ctx;
@@ -930,6 +1143,12 @@ static tb_status http_generate(void *ctx, const tb_request *req, tb_result *res)
         set_error(c, "out of memory");
         return TB_ERR_NO_MEMORY;
     }
+    /* a case that sweeps url, endpoint, model_name, stream or extra_json
+     * is checked with its own values (the first call: a warm-up, unless
+     * warmup = 0) */
+    st = preflight_once(c, v, nv, c->error, sizeof c->error);
+    if (st != TB_OK)
+        return st;
     tb_workload w;
     char why[512];
     if (workload_config(req, c->files, &w, why, sizeof why) != 0) {
@@ -1075,7 +1294,7 @@ static tb_status http_generate(void *ctx, const tb_request *req, tb_result *res)
             }
         }
         if (h->status != TB_OK)
-            snprintf(q->error, sizeof q->error, "%s", h->error);
+            set_request_error(host, r, q, h->error);
         else if (h->usage_completion_tokens < 0)
             no_usage++;
         if (h->status == TB_OK && !chat && c->prompt_counted[r] >= 0 && c->tok && h->usage_prompt_tokens >= 0 &&

@@ -90,8 +90,9 @@ typedef struct tb_oai_chunk {
     int finished;              /* choices[0].finish_reason is set */
     int64_t completion_tokens; /* usage; -1 when absent or null */
     int64_t prompt_tokens;     /* usage; -1 when absent or null */
-    char message[160];         /* ERROR: the server's message;
-                                  MALFORMED: what is wrong */
+    char message[600];         /* ERROR: the server's message (whole:
+                                  client.c keeps 512 bytes of an error
+                                  body); MALFORMED: what is wrong */
     void *json_;               /* internal */
     char *joined_;             /* internal */
 } tb_oai_chunk;

@@ -27,6 +27,10 @@ base URL, e.g. url = http://127.0.0.1:PORT/stall/v1.
                         true count (a 32-bit count would wrap to the truth)
   /over_usage/v1/...    healthy, but usage.completion_tokens is 3e9 (fits
                         32 bits unsigned; far more than max_tokens allows)
+  /no_template/v1/...   a chat endpoint without a chat template: a request
+                        of one message is healthy; one of more (a second
+                        turn) gets HTTP 400 with a long JSON message that
+                        ends in "(END)"
 
 GET /stats answers {"requests": N, "by_fault": {...}, "sent_bytes": N}.
 
@@ -49,7 +53,11 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 FAULTS = {"ok", "reset", "reset_early", "stall", "http500", "http429", "garbage",
-          "garbage_sse", "garbage_http", "big", "big_event", "huge_usage", "over_usage"}
+          "garbage_sse", "garbage_http", "big", "big_event", "huge_usage", "over_usage", "no_template"}
+NO_TEMPLATE = ("As of transformers v4.44, default chat template is no longer allowed, so you must provide a chat "
+               "template if the tokenizer does not define one. This server was started without --chat-template, "
+               "and the model's tokenizer_config.json has none: a conversation of more than one message cannot "
+               "be rendered (END)")
 BIG_BYTES = 100 * 1000 * 1000
 PIECE = 256 * 1024
 
@@ -192,6 +200,9 @@ class Handler(BaseHTTPRequestHandler):
             usage["completion_tokens"] = 3000000000
         rng = random.Random(len(raw_key(req)))
 
+        if fault == "no_template" and chat and len(req.get("messages") or []) > 1:
+            self.send_json(400, {"error": {"message": NO_TEMPLATE, "type": "BadRequestError", "code": 400}})
+            return
         if fault == "http500":
             self.send_json(500, {"error": {"message": "scripted fault: internal server error", "type": "server_error"}})
             return

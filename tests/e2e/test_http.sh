@@ -186,10 +186,10 @@ requests = 4
 concurrency = 2
 EOF
     for f in http500 http429 drop garbage stall; do
-        printf '[backend %s]\nplugin = http\nurl = http://127.0.0.1:%s\ntimeout = 0.5\n' "$f" "${fport[$f]}"
+        printf '[backend %s]\nplugin = http\npreflight = false\nurl = http://127.0.0.1:%s\ntimeout = 0.5\n' "$f" "${fport[$f]}"
     done
-    printf '[backend refused]\nplugin = http\nurl = http://127.0.0.1:%s\n' "$gone_port"
-    printf '[backend nostream]\nplugin = http\nurl = http://127.0.0.1:%s\nstream = false\n' "${fport[http429]}"
+    printf '[backend refused]\nplugin = http\npreflight = false\nurl = http://127.0.0.1:%s\n' "$gone_port"
+    printf '[backend nostream]\nplugin = http\npreflight = false\nurl = http://127.0.0.1:%s\nstream = false\n' "${fport[http429]}"
     printf '[backend keyed]\nplugin = http\nurl = http://127.0.0.1:%s\napi_key_env = TB_TEST_API_KEY\n' "${fport[timing]}"
     printf '[backend direct]\nplugin = %s\nconcurrency = none\nrequests = none\nbatch = 4\nfault = http_429\nfault_every = 2\n' "$null"
 } >"$tmp/faults.ini"

@@ -59,14 +59,17 @@ requests = 2
 concurrency = 1      ; the second request reuses the first's connection
 [backend reused]
 plugin = http
+preflight = false    ; the second request must be the connection's second
 url = http://127.0.0.1:$hport/reused_stall/v1
 timeout = 3
 [backend reused_mid]
 plugin = http
+preflight = false    ; the second request must be the connection's second
 url = http://127.0.0.1:$hport/reused_stall_mid/v1
 timeout = 3
 [backend no_connect]
 plugin = http
+preflight = false    ; each request's own connect failure
 url = http://127.0.0.1:$bport/v1
 connect_timeout = 1
 timeout = 3

@@ -310,6 +310,9 @@ q "$tmp/older.db" "drop table shard; alter table session drop column shard_index
 q "$tmp/older.db" "alter table request drop column blocks_done"
 # migration 13's (why a session stopped early)
 q "$tmp/older.db" "alter table session drop column error"
+# migration 14's (the telemetry's scrape tally)
+q "$tmp/older.db" "alter table bench_case drop column scrapes; alter table bench_case drop column scrapes_failed;
+  alter table bench_case drop column scrape_error"
 q "$tmp/older.db" "pragma user_version = 1"
 "$tb" db merge "$tmp/older.db" --db "$tmp/z.db" >/dev/null || fail "older schema not merged"
 [ "$(q "$tmp/older.db" "pragma user_version")" = 1 ] || fail "merge modified the other database"

@@ -86,16 +86,23 @@ plugin = $build/tests/plugins/misbehave.so
 wait_file = $tmp/go
 [backend literal]
 plugin = http
+preflight = false   ; each request echoes the key
 url = http://127.0.0.1:$port/echo_key/v1
 api_key = $lit
 [backend env]
 plugin = http
+preflight = false   ; each request echoes the key
 url = http://127.0.0.1:$port/echo_key/v1
 api_key_env = TB_ECHO_KEY
 [backend long]
 plugin = http
+preflight = false   ; each request echoes the key
 url = http://127.0.0.1:$port/echo_key/v1
 api_key = $long
+[backend checked]       ; the preflight's 1-token request gets the echo: the case's reason
+plugin = http
+url = http://127.0.0.1:$port/echo_key/v1
+api_key = $lit
 [backend leaky]
 plugin = $secret_so
 token = $tok
@@ -117,6 +124,9 @@ rc=$?
 n=$(q "$tmp/e.db" "select count(*) from request where error like 'http_4xx: HTTP 401: Incorrect API key provided: Bearer (secret)%'")
 [ "$n" = 6 ] && pass "6 echoed keys stored as 'Bearer (secret)'" \
     || fail "echoed keys: $n of 6 redacted: $(q "$tmp/e.db" "select distinct error from request")"
+[ "$(q "$tmp/e.db" "select count(*) from bench_case where status = 'failed' and error like '%before the load: http_4xx: HTTP 401: Incorrect API key provided: Bearer (secret)%'")" = 1 ] \
+    && pass "the preflight's echoed key stored as 'Bearer (secret)'" \
+    || fail "the preflight's echo: $(q "$tmp/e.db" "select error from bench_case where error like '%before the load%'")"
 [ "$(q "$tmp/e.db" "select count(*) from request where error = 'http_4xx: HTTP 401: bad key (secret)'")" -ge 1 ] \
     && pass "the plugin's leaked token stored as (secret)" || fail "leaky plugin errors: $(q "$tmp/e.db" "select distinct r.error from request r")"
 grep -q "leaking the token: (secret)" "$tmp/e.err" && pass "the plugin's log line redacted" \

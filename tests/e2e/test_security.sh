@@ -96,6 +96,7 @@ prompt_tokens = 4
 max_new_tokens = 4
 [backend remote]
 plugin = http
+preflight = false   ; the requests' own errors
 url = http://127.0.0.1:9
 api_key = $hsecret
 secret_headers = {"X-Api-Key": "$hsecret-2"}

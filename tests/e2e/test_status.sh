@@ -100,11 +100,12 @@ rc=$?
 [ $? = 2 ] || fail "a negative --fail-if-p99-ttft-above is bad input"
 pass "compare --fail-if-p99-ttft-above"
 
-# 4. A dead server: every request 'connect', the case failed, exit 1.
+# 4. A dead server, its check skipped (preflight = false: test_failures.sh
+# has the check): every request 'connect', the case failed, exit 1.
 http="$build/plugins/http/http.so"
 if [ -f "$http" ]; then
     port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-    printf '[suite]\nwarmup = 0\nrepeat = 2\n[matrix]\nprompt_tokens = 8\nmax_new_tokens = 4\nconcurrency = 2\n[backend dead]\nplugin = %s\nurl = http://127.0.0.1:%s\nrequests = 4\ntimeout = 5\n' "$http" "$port" >"$tmp/dead.ini"
+    printf '[suite]\nwarmup = 0\nrepeat = 2\n[matrix]\nprompt_tokens = 8\nmax_new_tokens = 4\nconcurrency = 2\n[backend dead]\nplugin = %s\npreflight = false\nurl = http://127.0.0.1:%s\nrequests = 4\ntimeout = 5\n' "$http" "$port" >"$tmp/dead.ini"
     "$tb" run "$tmp/dead.ini" --db "$tmp/d.db" >"$tmp/dead.out" 2>"$tmp/dead.err"
     rc=$?
     [ $rc = 1 ] || fail "dead server: exit $rc, expected 1"

@@ -177,6 +177,9 @@ q "$tmp/ro/old.db" "drop table shard; alter table session drop column shard_inde
 q "$tmp/ro/old.db" "alter table request drop column blocks_done"
 # and what migration 13 (why a session stopped early) adds
 q "$tmp/ro/old.db" "alter table session drop column error"
+# and what migration 14 (the telemetry's scrape tally) adds
+q "$tmp/ro/old.db" "alter table bench_case drop column scrapes; alter table bench_case drop column scrapes_failed;
+  alter table bench_case drop column scrape_error"
 q "$tmp/ro/old.db" "pragma user_version = 6" # migration 7 only renames view columns: it applies again
 q "$tmp/ro/cur.db" "pragma journal_mode" >/dev/null
 as_reader() { "$@"; }

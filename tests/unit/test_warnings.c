@@ -122,6 +122,51 @@ static void test_client_saturated(void)
     tb_warnings_derive(&f.s, &w);
     CHECK(w.n == 0);
     tb_warnings_free(&w);
+    /* issue 39: every request failed at once (nothing listening): the
+     * loop spun, and there are no figures for it to cap */
+    f.m[1] = metric("client_busy", 10, 98, 0);
+    f.c.status = (char *)"failed";
+    f.c.error = (char *)"every request failed: 32 of 32 (connect 32); first: connect: refused";
+    tb_warnings_derive(&f.s, &w);
+    CHECK(count(&w, "saturated") == 0);
+    CHECK(count(&w, "eng failed [prompt 32, new 16, batch 1]: every request failed") == 1);
+    tb_warnings_free(&w);
+}
+
+/* Issue 39: each error class's first message, whole, once per case (a
+ * failed case's reason quotes its first: not repeated); failed
+ * telemetry scrapes. */
+static void test_first_errors(void)
+{
+    fixture f;
+    fixture_init(&f, 10, 0.02);
+    f.c.requests = 32;
+    f.c.failed_requests = 16;
+    char long_msg[400];
+    snprintf(long_msg, sizeof long_msg, "http_4xx: HTTP 400: %0300d (END)", 0);
+    f.c.first_error[tb_error_class("http_4xx: x")] = long_msg;
+    f.c.first_error[tb_error_class("connect: x")] = (char *)"connect: refused";
+    f.c.scrapes = 8;
+    f.c.scrapes_failed = 8;
+    f.c.scrape_error = (char *)"HTTP 404";
+    tb_warnings w;
+    tb_warnings_derive(&f.s, &w);
+    char want[420];
+    snprintf(want, sizeof want, "eng [prompt 32, new 16, batch 1]: first http_4xx failure: HTTP 400: %0300d (END)", 0);
+    CHECK(count(&w, want) == 1);
+    CHECK(count(&w, "eng [prompt 32, new 16, batch 1]: first connect failure: refused") == 1);
+    CHECK(count(&w, "eng [prompt 32, new 16, batch 1]: telemetry: 8 of 8 scrapes of the metrics_url failed (first: "
+                    "HTTP 404)") == 1);
+    tb_warnings_free(&w);
+    /* a failed case: the class its reason quotes is not said again */
+    f.c.status = (char *)"failed";
+    f.c.error = (char *)"every request failed: 32 of 32 (connect 16, http_4xx 16); first: connect: refused";
+    tb_warnings_derive(&f.s, &w);
+    CHECK(count(&w, "first connect failure") == 0);
+    CHECK(count(&w, "first http_4xx failure: HTTP 400: ") == 1);
+    tb_warnings_free(&w);
+    f.c.first_error[tb_error_class("http_4xx: x")] = NULL;
+    f.c.first_error[tb_error_class("connect: x")] = NULL;
 }
 
 /* The rate an open loop sent (docs/METRICS.md, sent_rate): the rule
@@ -313,6 +358,7 @@ int main(void)
     test_noise();
     test_failed_requests();
     test_client_saturated();
+    test_first_errors();
     test_sent_rate();
     test_contradiction();
     test_other_rules();
