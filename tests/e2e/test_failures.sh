@@ -86,9 +86,14 @@ for cols in 80 120; do
     grep -aq "$want" "$tmp/tty$cols.out" \
         || fail "no chat template, $cols columns: the progress line does not say degraded: $(tr '\r' '\n' <"$tmp/tty$cols.out" | grep -a '\[1/1\]')"
     grep -aq "\[1/1\] ok" "$tmp/tty$cols.out" && fail "no chat template, $cols columns: the progress line says ok"
-    grep -aq "^  chat \[.*\]: first http_4xx failure: HTTP 400: As of transformers v4.44, .*$end" "$tmp/tty$cols.out" \
+    # the warnings wrap at the terminal's width (continuations indented 4):
+    # joined back into one line each
+    tr -d '\r' <"$tmp/tty$cols.out" \
+        | awk '/^    [^ ]/ && n { prev = prev " " substr($0, 5); next } { if (n) print prev; prev = $0; n = 1 } END { if (n) print prev }' \
+        >"$tmp/tty$cols.joined"
+    grep -aq "^  chat \[.*\]: first http_4xx failure: HTTP 400: As of transformers v4.44, .*$end" "$tmp/tty$cols.joined" \
         || fail "no chat template, $cols columns: run's warnings lack the whole first message"
-    grep -aq "^  chat \[.*\]: telemetry: \([0-9]*\) of \1 scrapes of the metrics_url failed (first: HTTP 404)" "$tmp/tty$cols.out" \
+    grep -aq "^  chat \[.*\]: telemetry: \([0-9]*\) of \1 scrapes of the metrics_url failed (first: HTTP 404)" "$tmp/tty$cols.joined" \
         || fail "telemetry 404, $cols columns: run's warnings lack the failed scrapes"
 done
 passed "no chat template: degraded in the progress line at 80 and 120 columns; the first message in run's warnings"
