@@ -29,6 +29,7 @@
 
 #include "plan.h"
 #include "serve_chat.h"
+#include "serve_metrics.h"
 #include "serve_request.h"
 #include "util.h"
 #include "wire.h"
@@ -58,11 +59,14 @@ typedef struct tb_sreq {
     uint64_t seed;
     uint32_t set;  /* TB_GEN_*: the sampling options it sets */
     double temperature, top_p;
+    uint32_t top_k;
     char id[48]; /* "cmpl-N" or "chatcmpl-N" */
     long created; /* Unix time, seconds */
     /* progress, under tb_server.mu */
     int started; /* an emission arrived (the response may begin) */
     int done;
+    int running; /* in the backend (a slot or the running batch), counted in
+                    stats.running until it ends */
     tb_sreq_fail fail;
     int http_status; /* TB_SREQ_FAIL_STATUS */
     char error[256];
@@ -133,7 +137,8 @@ struct tb_server {
     tb_sreq *head, *tail;    /* requests waiting for a batch, oldest first */
     int stopping;            /* the dispatcher has ended: queue nothing more */
     uint64_t next_id;        /* the last response id's number */
-    uint64_t n_gone;         /* requests ended because their client was gone */
+    tb_serve_stats stats;    /* GET /metrics (serve_metrics.h): kept by the
+                                dispatcher; `waiting` is counted at the scrape */
 };
 
 /* Drop one reference; the last frees r. Under s->mu. */
