@@ -13,6 +13,8 @@
  *   serve_batch.c   the dispatcher: the request queue, batches, the
  *                   worker process that runs them (worker_client.h); it
  *                   tells each request's progress through tb_sreq_events
+ *                   and keeps tb_server.stats (GET /metrics)
+ *   serve_metrics.c those figures as Prometheus text (a leaf: no server)
  *
  * Threads: libmicrohttpd runs a thread per connection; each parses its
  * request, queues it, and waits on the request's condition variable. The
