@@ -7,6 +7,8 @@
  *   POST /v1/completions        {"prompt": ..., "max_tokens": N, "stream": ...}
  *   POST /v1/chat/completions   {"messages": [...], ...}
  *   GET  /v1/models, GET /health
+ *   GET  /metrics                Prometheus text (serve_metrics.h); like
+ *                                /health, open under --api-key
  *
  * The backend runs in a worker process, as under `tokbench run` (worker.c),
  * with the options of its first case in the suite; a request's sampling
