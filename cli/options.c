@@ -356,10 +356,12 @@ const cli_command cli_commands[] = {
     {.name = "serve", .bit = CLI_SERVE, .forms = one_form_suite, .run = cmd_serve, .unavailable = tb_serve_unavailable,
      .summary = "one backend of a suite as an OpenAI-compatible endpoint",
      .about = "Serve backend LABEL of SUITE as an OpenAI-compatible endpoint: POST /v1/completions and "
-              "/v1/chat/completions (streamed or not), GET /v1/models, GET /health. The backend runs with the "
-              "options of its first case in SUITE. A request's temperature, top_p, top_k, seed and stop are "
-              "honoured; a field serve cannot honour (n > 1, logprobs, an unknown one) is refused with 400 naming "
-              "it, an unknown model with 404. Chat requests get the model folder's chat template (Llama-3 or "
+              "/v1/chat/completions (streamed or not), GET /v1/models, GET /health, and GET /metrics (Prometheus "
+              "text: requests running and waiting, KV slots, tokens, step time; open under --api-key, as /health). "
+              "The backend runs with the options of its first case in SUITE. A request's seed and stop are "
+              "honoured, and its temperature, top_p and top_k where the backend has that option (ar; diffusion: "
+              "top_k under Dream algorithms only); a field serve cannot honour (n > 1, logprobs, top_k on a "
+              "backend without it, an unknown one) is refused with 400 naming it, an unknown model with 404. Chat requests get the model folder's chat template (Llama-3 or "
               "ChatML). See docs/PLUGINS.md.",
      .epilog = "Stops on SIGINT or SIGTERM (exit 0). Exit 1 when the backend cannot load, 2 on bad input."},
     {.name = "version", .bit = CLI_VERSION, .forms = one_form_none, .run = cmd_version,

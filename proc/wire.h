@@ -127,7 +127,7 @@ typedef struct tb_wire_loglik {
 #define TB_WIRE_MAX_STOP 4
 
 /* tb_wire_gen.set: which option values the batch's requests override */
-enum { TB_GEN_TEMPERATURE = 1u << 0, TB_GEN_TOP_P = 1u << 1 };
+enum { TB_GEN_TEMPERATURE = 1u << 0, TB_GEN_TOP_P = 1u << 1, TB_GEN_TOP_K = 1u << 2 };
 
 typedef struct tb_wire_gen {
     uint32_t case_index;     /* whose options and dimensions to use */
@@ -136,8 +136,10 @@ typedef struct tb_wire_gen {
                                 rounded up to whole blocks) */
     uint32_t set;            /* TB_GEN_* */
     uint64_t seed;
-    double temperature;      /* the options "temperature" and "top_p" */
-    double top_p;            /* where `set` says */
+    double temperature;      /* the options "temperature", "top_p" and */
+    double top_p;            /* "top_k", where `set` says */
+    uint32_t top_k;
+    uint32_t pad;
 } tb_wire_gen;
 
 /* tb_wire_gen_req.finish */
@@ -187,7 +189,7 @@ typedef struct tb_wire_join {
     uint32_t slot;
     uint32_t max_new_tokens;
     uint32_t set; /* TB_GEN_* */
-    uint32_t pad;
+    uint32_t top_k; /* where set has TB_GEN_TOP_K */
     uint64_t seed;
     double temperature, top_p;
 } tb_wire_join;

@@ -222,7 +222,7 @@ static void serve_answer(tb_worker *w, const tb_request_result *r, uint32_t want
 /* The case's option values with a request's sampling fields in place of
  * those of the same names (vtext: their texts); NULL when it has none. */
 static tb_option_value *request_options(const tb_case *c, uint32_t set, double temperature, double top_p,
-                                        char vtext[2][32])
+                                        uint32_t top_k, char vtext[3][32])
 {
     tb_option_value *opts = c && c->n_options ? tb_xcalloc(c->n_options, sizeof *opts) : NULL;
     for (uint32_t i = 0; opts && i < c->n_options; i++) {
@@ -233,6 +233,9 @@ static tb_option_value *request_options(const tb_case *c, uint32_t set, double t
         } else if ((set & TB_GEN_TOP_P) && strcmp(opts[i].name, "top_p") == 0) {
             snprintf(vtext[1], 32, "%.17g", top_p);
             opts[i].f = top_p, opts[i].i = (int64_t)top_p, opts[i].text = vtext[1];
+        } else if ((set & TB_GEN_TOP_K) && strcmp(opts[i].name, "top_k") == 0) {
+            snprintf(vtext[2], 32, "%u", top_k);
+            opts[i].f = top_k, opts[i].i = top_k, opts[i].text = vtext[2];
         }
     }
     return opts;
@@ -315,8 +318,8 @@ void tb_worker_serve_generate(tb_worker *w, const char *buf, size_t len)
             steps % (c->max_new_tokens / bl) == 0)
             steps = steps / (c->max_new_tokens / bl) * (canvas / bl);
     }
-    char vtext[2][32];
-    tb_option_value *opts = request_options(c, g.set, g.temperature, g.top_p, vtext);
+    char vtext[3][32];
+    tb_option_value *opts = request_options(c, g.set, g.temperature, g.top_p, g.top_k, vtext);
     int64_t context = 0;
     int bos = 0;
     if (w->ctx)
@@ -593,9 +596,9 @@ static int join_one(tb_worker *w, const char **p, const char *end, tb_str *b, ui
         (*n_ended)++;
         return 0;
     }
-    char vtext[2][32];
+    char vtext[3][32];
     const tb_case *c = &w->plan->cases[w->step_case];
-    tb_option_value *opts = request_options(c, j.set, j.temperature, j.top_p, vtext);
+    tb_option_value *opts = request_options(c, j.set, j.temperature, j.top_p, j.top_k, vtext);
     tb_step_join sj = {.struct_size = sizeof sj, .max_new_tokens = j.max_new_tokens, .prompt_text = prompt,
                        .seed = j.seed, .options = opts, .n_options = c->n_options};
     char why[128] = "";

@@ -7,10 +7,12 @@
  *   POST /v1/completions        {"prompt": ..., "max_tokens": N, "stream": ...}
  *   POST /v1/chat/completions   {"messages": [...], ...}
  *   GET  /v1/models, GET /health
+ *   GET  /metrics                Prometheus text (serve_metrics.h); like
+ *                                /health, open under --api-key
  *
  * The backend runs in a worker process, as under `tokbench run` (worker.c),
  * with the options of its first case in the suite; a request's sampling
- * fields (temperature, top_p) replace that case's option values of
+ * fields (temperature, top_p, top_k) replace that case's option values of
  * those names, its seed the call's seed, and fields serve cannot honour
  * are refused (serve_request.h, docs/PLUGINS.md). Chat requests get the
  * model folder's chat template (serve_chat.h).

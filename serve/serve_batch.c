@@ -49,6 +49,26 @@ void tb_serve_client_gone(tb_server *s, tb_sreq *r, const char *why)
     pthread_cond_broadcast(&r->cv);
 }
 
+/* r ended (under s->mu): out of the running, counted under its outcome
+ * (stats), done, its connection woken. */
+static void end_req(tb_server *s, tb_sreq *r, uint64_t *outcome)
+{
+    if (r->running) {
+        r->running = 0;
+        s->stats.running--;
+    }
+    (*outcome)++;
+    r->done = 1;
+    pthread_cond_broadcast(&r->cv);
+}
+
+/* r enters the backend (under s->mu). */
+static void start_req(tb_server *s, tb_sreq *r)
+{
+    r->running = 1;
+    s->stats.running++;
+}
+
 /* Take the requests whose clients are gone out of the queue (they never
  * reached the backend). Under s->mu. */
 static void drop_gone_queued(tb_server *s)
@@ -63,9 +83,7 @@ static void drop_gone_queued(tb_server *s)
         }
         *link = r->next;
         fprintf(stderr, "tokbench serve: %s: %s before it was run; dropped from the queue\n", r->id, r->gone_why);
-        s->n_gone++;
-        r->done = 1;
-        pthread_cond_broadcast(&r->cv);
+        end_req(s, r, &s->stats.gone);
         tb_sreq_release(r); /* the queue's reference */
     }
     s->tail = last;
@@ -120,8 +138,7 @@ static void fail_rest(tb_server *s, tb_sreq **batch, uint32_t k, const char *err
         if (r->done)
             continue;
         s->events->failed(s, r, error);
-        r->done = 1;
-        pthread_cond_broadcast(&r->cv);
+        end_req(s, r, r->gone ? &s->stats.gone : &s->stats.failed);
     }
     pthread_mutex_unlock(&s->mu);
 }
@@ -149,8 +166,15 @@ static void on_emit(tb_server *s, tb_sreq **batch, uint32_t k, const char *buf, 
  * when it went well. Under s->mu; marks r done and wakes it. */
 static void answered(tb_server *s, tb_sreq *r, tb_wire_gen_req *q, const char *text)
 {
+    uint64_t *outcome = r->gone ? &s->stats.gone : &s->stats.failed;
     if (q->status == TB_OK) {
         s->events->finished(s, r, q, text);
+        /* what the backend generated, whether or not the client stayed */
+        int64_t pt = q->prompt_tokens >= 0 ? q->prompt_tokens : r->prompt_tokens; /* the HTTP side's count */
+        s->stats.prompt_tokens += (uint64_t)(pt > 0 ? pt : 0);
+        s->stats.generation_tokens += q->completion_tokens;
+        if (!r->gone)
+            outcome = &s->stats.ok;
     } else {
         char msg[200];
         q->error[sizeof q->error - 1] = '\0';
@@ -166,8 +190,7 @@ static void answered(tb_server *s, tb_sreq *r, tb_wire_gen_req *q, const char *t
                  e);
         s->events->failed(s, r, msg);
     }
-    r->done = 1;
-    pthread_cond_broadcast(&r->cv);
+    end_req(s, r, outcome);
 }
 
 /* The TB_MSG_GENERATED frame buf[len]: every request's end. */
@@ -211,7 +234,8 @@ static void run_batch(tb_server *s, tb_sreq **batch, uint32_t k)
     tb_str b = {0};
     const tb_sreq *h = batch[0]; /* the batch shares its sampling (same_sampling) */
     tb_wire_gen g = {.case_index = s->case_index, .n_requests = k, .max_new_tokens = h->max_tokens,
-                     .set = h->set, .temperature = h->temperature, .top_p = h->top_p};
+                     .set = h->set, .temperature = h->temperature, .top_p = h->top_p,
+                     .top_k = h->top_k};
     g.seed = h->has_seed ? h->seed : s->plan->suite->seed + s->batches;
     s->batches++;
     tb_str_appendn(&b, (const char *)&g, sizeof g);
@@ -259,7 +283,7 @@ static int same_sampling(const tb_sreq *a, const tb_sreq *b)
 {
     return a->max_tokens == b->max_tokens && !a->has_seed && !b->has_seed && a->set == b->set &&
            (!(a->set & TB_GEN_TEMPERATURE) || a->temperature == b->temperature) &&
-           (!(a->set & TB_GEN_TOP_P) || a->top_p == b->top_p);
+           (!(a->set & TB_GEN_TOP_P) || a->top_p == b->top_p) && (!(a->set & TB_GEN_TOP_K) || a->top_k == b->top_k);
 }
 
 /* ------------------------------------------------ continuous batching
@@ -311,12 +335,12 @@ static void fail_slots(tb_server *s, tb_sreq **slots, const char *error)
             continue;
         if (!r->done) {
             s->events->failed(s, r, error);
-            r->done = 1;
-            pthread_cond_broadcast(&r->cv);
+            end_req(s, r, r->gone ? &s->stats.gone : &s->stats.failed);
         }
         tb_sreq_release(r);
         slots[i] = NULL;
     }
+    s->stats.slots_used = 0;
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -331,11 +355,20 @@ typedef struct step_news {
                     reference, released after the news is handed over) */
 } step_news;
 
+/* stats.slots_used: the slots holding a request. Under s->mu. */
+static void count_slots(tb_server *s, tb_sreq *const *slots)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < s->max_batch; i++)
+        n += slots[i] != NULL;
+    s->stats.slots_used = n;
+}
+
 /* Add the stepped session's join of r in `slot` to the STEP message b. */
 static void put_join(tb_server *s, tb_str *b, uint32_t slot, const tb_sreq *r)
 {
     tb_wire_join j = {.slot = slot, .max_new_tokens = r->max_tokens, .set = r->set, .temperature = r->temperature,
-                      .top_p = r->top_p};
+                      .top_p = r->top_p, .top_k = r->top_k};
     j.seed = r->has_seed ? r->seed : s->plan->suite->seed + s->batches++;
     tb_str_appendn(b, (const char *)&j, sizeof j);
     tb_str_appendn(b, r->prompt, strlen(r->prompt) + 1);
@@ -359,9 +392,7 @@ static tb_wc_result send_step(tb_server *s, tb_sreq **slots, step_news *n, char 
             continue;
         fprintf(stderr, "tokbench serve: %s: %s; its slot is freed after %u emissions (max_tokens %u)\n", r->id,
                 r->gone_why, r->n_emits, r->max_tokens);
-        s->n_gone++;
-        r->done = 1;
-        pthread_cond_broadcast(&r->cv);
+        end_req(s, r, &s->stats.gone);
         tb_str_appendn(&b, (const char *)&i, sizeof i);
         h.n_leaves++;
         tb_str_appendn(&n->left, (const char *)&r, sizeof r);
@@ -376,10 +407,12 @@ static tb_wc_result send_step(tb_server *s, tb_sreq **slots, step_news *n, char 
         r->next = NULL;
         slots[i] = r;
         put_join(s, &b, i, r);
+        start_req(s, r);
         h.n_joins++;
     }
     if (!s->head)
         s->tail = NULL;
+    count_slots(s, slots);
     pthread_mutex_unlock(&s->mu);
     memcpy(b.s, &h, sizeof h);
     tb_wc_result r = tb_wc_send(&s->wc, TB_MSG_STEP, b.s, b.len, why);
@@ -497,8 +530,7 @@ static void fail_queue(tb_server *s, const char *error)
         tb_sreq *r = s->head;
         s->head = r->next;
         s->events->failed(s, r, error);
-        r->done = 1;
-        pthread_cond_broadcast(&r->cv);
+        end_req(s, r, r->gone ? &s->stats.gone : &s->stats.failed);
         tb_sreq_release(r);
     }
     s->tail = NULL;
@@ -512,7 +544,11 @@ static int dispatch_continuous(tb_server *s)
     tb_sreq **slots = tb_xcalloc(s->max_batch, sizeof *slots);
     step_news news = {0};
     int open = s->session_open, fallback = 0, in_flight = 0;
+    int64_t sent_ns = 0; /* when the step in flight was sent */
     s->session_open = 0;
+    pthread_mutex_lock(&s->mu);
+    s->stats.slots = s->max_batch;
+    pthread_mutex_unlock(&s->mu);
     for (;;) {
         char *why = NULL;
         tb_wc_result r = TB_WC_OK;
@@ -540,6 +576,7 @@ static int dispatch_continuous(tb_server *s)
             }
             r = send_step(s, slots, &news, &why);
             in_flight = r == TB_WC_OK;
+            sent_ns = tb_now_ns();
         }
         /* the step's emissions and answer */
         int64_t since = tb_now_ns();
@@ -554,6 +591,10 @@ static int dispatch_continuous(tb_server *s)
             }
             if (r == TB_WC_OK) {
                 status = stash_stepped(s, &news, slots, f.payload, f.len);
+                pthread_mutex_lock(&s->mu);
+                tb_serve_stats_step(&s->stats, (double)(tb_now_ns() - sent_ns) / 1e9);
+                count_slots(s, slots);
+                pthread_mutex_unlock(&s->mu);
                 break;
             }
         }
@@ -569,6 +610,7 @@ static int dispatch_continuous(tb_server *s)
             if (more && !*s->stop) {
                 r = send_step(s, slots, &news, &why);
                 in_flight = r == TB_WC_OK;
+                sent_ns = tb_now_ns();
             }
         }
         deliver(s, &news);
@@ -605,6 +647,9 @@ void tb_serve_dispatch(tb_server *s)
             return;
         fprintf(stderr, "tokbench serve: plugin %s has no step ops: static batches\n", s->ops->name);
         s->continuous = 0;
+        pthread_mutex_lock(&s->mu);
+        s->stats.slots = 0;
+        pthread_mutex_unlock(&s->mu);
     }
     tb_sreq **batch = tb_xcalloc(s->max_batch, sizeof *batch);
     for (;;) {
@@ -622,6 +667,7 @@ void tb_serve_dispatch(tb_server *s)
             if (r == head || same_sampling(head, r)) {
                 *link = r->next;
                 r->next = NULL;
+                start_req(s, r);
                 batch[k++] = r;
             } else {
                 last = r;

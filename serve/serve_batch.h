@@ -13,6 +13,8 @@
  *   serve_batch.c   the dispatcher: the request queue, batches, the
  *                   worker process that runs them (worker_client.h); it
  *                   tells each request's progress through tb_sreq_events
+ *                   and keeps tb_server.stats (GET /metrics)
+ *   serve_metrics.c those figures as Prometheus text (a leaf: no server)
  *
  * Threads: libmicrohttpd runs a thread per connection; each parses its
  * request, queues it, and waits on the request's condition variable. The
@@ -29,6 +31,7 @@
 
 #include "plan.h"
 #include "serve_chat.h"
+#include "serve_metrics.h"
 #include "serve_request.h"
 #include "util.h"
 #include "wire.h"
@@ -58,11 +61,14 @@ typedef struct tb_sreq {
     uint64_t seed;
     uint32_t set;  /* TB_GEN_*: the sampling options it sets */
     double temperature, top_p;
+    uint32_t top_k;
     char id[48]; /* "cmpl-N" or "chatcmpl-N" */
     long created; /* Unix time, seconds */
     /* progress, under tb_server.mu */
     int started; /* an emission arrived (the response may begin) */
     int done;
+    int running; /* in the backend (a slot or the running batch), counted in
+                    stats.running until it ends */
     tb_sreq_fail fail;
     int http_status; /* TB_SREQ_FAIL_STATUS */
     char error[256];
@@ -133,7 +139,8 @@ struct tb_server {
     tb_sreq *head, *tail;    /* requests waiting for a batch, oldest first */
     int stopping;            /* the dispatcher has ended: queue nothing more */
     uint64_t next_id;        /* the last response id's number */
-    uint64_t n_gone;         /* requests ended because their client was gone */
+    tb_serve_stats stats;    /* GET /metrics (serve_metrics.h): kept by the
+                                dispatcher; `waiting` is counted at the scrape */
 };
 
 /* Drop one reference; the last frees r. Under s->mu. */

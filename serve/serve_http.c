@@ -386,6 +386,8 @@ static enum MHD_Result serve_completion(tb_server *s, struct MHD_Connection *c, 
         field = "temperature";
     else if (q.has_top_p && (bad = check_sampling(s, "top_p", q.top_p, 1, why, sizeof why)))
         field = "top_p";
+    else if (q.has_top_k && (bad = check_sampling(s, "top_k", q.top_k, 0, why, sizeof why)))
+        field = "top_k";
     char *prompt = q.prompt;
     q.prompt = NULL;
     if (!bad && chat && !(prompt = tb_chat_render(&s->chat, q.messages, q.n_messages, why, sizeof why))) {
@@ -411,7 +413,9 @@ static enum MHD_Result serve_completion(tb_server *s, struct MHD_Connection *c, 
     q.n_stop = 0;
     r->has_seed = q.has_seed;
     r->seed = q.seed;
-    r->set = (q.has_temperature ? TB_GEN_TEMPERATURE : 0) | (q.has_top_p ? TB_GEN_TOP_P : 0);
+    r->set = (q.has_temperature ? TB_GEN_TEMPERATURE : 0) | (q.has_top_p ? TB_GEN_TOP_P : 0) |
+             (q.has_top_k ? TB_GEN_TOP_K : 0);
+    r->top_k = q.top_k;
     r->temperature = q.temperature;
     r->top_p = q.top_p;
     tb_serve_request_free(&q);
@@ -530,6 +534,23 @@ static enum MHD_Result reply_401(struct MHD_Connection *c, const char *why)
     return ret;
 }
 
+/* GET /metrics: the dispatcher's figures, read at once under its mutex
+ * (serve_metrics.h), as Prometheus text. */
+static enum MHD_Result serve_metrics(tb_server *s, struct MHD_Connection *c)
+{
+    pthread_mutex_lock(&s->mu);
+    tb_serve_stats st = s->stats;
+    st.waiting = 0;
+    for (const tb_sreq *r = s->head; r; r = r->next)
+        st.waiting++;
+    pthread_mutex_unlock(&s->mu);
+    tb_str b = {0};
+    tb_serve_metrics_text(&st, s->label, &b);
+    enum MHD_Result r = reply(c, 200, "text/plain; version=0.0.4; charset=utf-8", b.s, b.len);
+    tb_str_free(&b);
+    return r;
+}
+
 /* libmicrohttpd's access handler; cls is the server. */
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls)
@@ -542,7 +563,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         k->s = s;
         k->c = c;
         *con_cls = k;
-        if (s->api_key && !(strcmp(method, "GET") == 0 && strcmp(url, "/health") == 0)) {
+        /* /health and /metrics stay open, as vLLM's do: probes and
+         * Prometheus scrapers (tokbench's telemetry too) send no key, and
+         * neither says more than counts. */
+        if (s->api_key && !(strcmp(method, "GET") == 0 && (strcmp(url, "/health") == 0 || strcmp(url, "/metrics") == 0))) {
             const char *why = check_key(s, MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION));
             if (why)
                 return reply_401(c, why);
@@ -570,6 +594,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     int post = strcmp(method, "POST") == 0, get = strcmp(method, "GET") == 0;
     if (get && strcmp(url, "/health") == 0)
         return reply(c, 200, "text/plain", "ok\n", 3);
+    if (get && strcmp(url, "/metrics") == 0)
+        return serve_metrics(s, c);
     if (get && strcmp(url, "/v1/models") == 0) {
         tb_str b = {0};
         tb_str_append(&b, "{\"object\":\"list\",\"data\":[{\"id\":");
@@ -583,7 +609,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return serve_completion(s, c, k, 0);
     if (post && strcmp(url, "/v1/chat/completions") == 0)
         return serve_completion(s, c, k, 1);
-    return reply_error(c, 404, "not_found_error", "not found: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health");
+    return reply_error(c, 404, "not_found_error", "not found: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics");
 }
 
 /* libmicrohttpd's NOTIFY_COMPLETED: the connection's request is over;

@@ -184,6 +184,13 @@ static int field(const cJSON *v, int chat, tb_serve_request *r, tb_serve_error *
         r->top_p = v->valuedouble;
         return 0;
     }
+    if (IS("top_k")) {
+        if (!is_int_in(v, -1, 1e9))
+            return bad(e, "top_k", "\"top_k\" must be an integer in [-1, 1000000000] (-1 or 0: off)");
+        r->has_top_k = 1;
+        r->top_k = v->valuedouble < 0 ? 0 : (uint32_t)v->valuedouble;
+        return 0;
+    }
     if (IS("n")) {
         if (!is_int_in(v, 1, 1))
             return bad(e, "n", "\"n\": only 1 is supported (one choice per request)");

@@ -18,15 +18,15 @@
  *                {"include_usage": a boolean}; "stop": a non-empty string
  *                or an array of at most 4 of them; "seed": an integer;
  *                "temperature": a number in [0, 100]; "top_p": a number in
- *                (0, 1];
+ *                (0, 1]; "top_k": an integer in [-1, 1000000000], -1 or
+ *                0 off (vLLM's convention);
  *                "n": 1; "user": a string (nothing to do with the answer)
  *   both, only   "logprobs" false (completions: absent), "top_logprobs" 0,
  *   at neutral   "echo" false, "best_of" 1, "suffix" "",
  *   values       "presence_penalty" 0, "frequency_penalty" 0,
  *                "logit_bias" {}
- *   anything else is refused (top_k too: a backend's top_k may do nothing
- *   with some samplers). Whether the backend can honour temperature and
- *   top_p is the server's check (serve_http.c). */
+ *   anything else is refused. Whether the backend can honour
+ *   temperature, top_p and top_k is the server's check (serve_http.c). */
 #ifndef TB_SERVE_REQUEST_H
 #define TB_SERVE_REQUEST_H
 
@@ -52,8 +52,9 @@ typedef struct tb_serve_request {
     uint32_t n_stop;
     int has_seed;
     uint64_t seed;          /* the integer as two's complement */
-    int has_temperature, has_top_p;
+    int has_temperature, has_top_p, has_top_k;
     double temperature, top_p;
+    uint32_t top_k;         /* 0: off (-1 in the request) */
 } tb_serve_request;
 
 /* What is wrong with a body, for a 400 response. */

@@ -197,17 +197,17 @@ def main():
         check(text_of(a, chat) == text_of(b, chat), "seed 9 repeats on %s" % ("chat" if chat else "completions"))
     st, r = ask(null, "hello", 0, max_tokens=4, temperature=0)
     check(st == 200, "null backend (no sampling): temperature 0 accepted")
-    for field, value in (("temperature", 0.7), ("top_p", 0.5)):
+    for field, value in (("temperature", 0.7), ("top_p", 0.5), ("top_k", 5)):
         st, r = ask(null, "hello", 0, max_tokens=4, **{field: value})
         check(st == 400 and r["error"]["param"] == field and field in r["error"]["message"],
               "null backend: %s %s refused, 400 naming it: %s" % (field, value, r.get("error", {}).get("message")))
-    st, r = ask(ar, opening, 0, max_tokens=4, top_p=0.9, temperature=0.5, seed=3)
-    check(st == 200, "ar: top_p, temperature, seed accepted (its options)")
+    st, r = ask(ar, opening, 0, max_tokens=4, top_p=0.9, top_k=40, temperature=0.5, seed=3)
+    check(st == 200, "ar: top_p, top_k, temperature, seed accepted (its options)")
 
     # ---------------------------------------------------- 8: refused fields
     refusals = [("n", 2), ("logprobs", 1), ("best_of", 2), ("echo", True), ("presence_penalty", 0.5),
                 ("frequency_penalty", 1), ("logit_bias", {"5": 10}), ("suffix", "x"), ("repetition_penalty", 1.1),
-                ("min_p", 0.1), ("top_k", 5), ("response_format", {"type": "json_object"}), ("tools", []), ("temperature", 101),
+                ("min_p", 0.1), ("top_k", 1.5), ("response_format", {"type": "json_object"}), ("tools", []), ("temperature", 101),
                 ("top_p", 0), ("stop", ["a", "b", "c", "d", "e"]), ("max_tokens", 0)]
     bad = []
     for chat in (0, 1):

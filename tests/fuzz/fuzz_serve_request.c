@@ -14,7 +14,7 @@
  *   - an accepted request carries what the body says: the prompt string
  *     or the messages' roles and texts, max_tokens (16 by default,
  *     max_tokens over max_completion_tokens), stream and include_usage,
- *     the stop sequences, seed, temperature, top_p;
+ *     the stop sequences, seed, temperature, top_p, top_k;
  *   - whitespace after the body (and before it, BOM aside) changes
  *     nothing. */
 #include <math.h>
@@ -165,6 +165,13 @@ static int field_ok(const cJSON *v, int chat, tb_serve_request *w)
         w->top_p = v->valuedouble;
         return 1;
     }
+    if (!strcmp(k, "top_k")) { /* -1 and 0: off */
+        if (!integral(v, -1, 1e9))
+            return 0;
+        w->has_top_k = 1;
+        w->top_k = v->valuedouble < 0 ? 0 : (uint32_t)v->valuedouble;
+        return 1;
+    }
     if (!strcmp(k, "n") || !strcmp(k, "best_of"))
         return integral(v, 1, 1);
     if (!strcmp(k, "user"))
@@ -224,7 +231,7 @@ static int same(const tb_serve_request *a, const tb_serve_request *b)
     int ok = same_str(a->prompt, b->prompt) && same_str(a->model, b->model) && a->max_tokens == b->max_tokens &&
              a->stream == b->stream && a->include_usage == b->include_usage && a->n_stop == b->n_stop &&
              a->has_seed == b->has_seed && a->seed == b->seed && a->has_temperature == b->has_temperature &&
-             a->has_top_p == b->has_top_p &&
+             a->has_top_p == b->has_top_p && a->has_top_k == b->has_top_k && a->top_k == b->top_k &&
              (!a->has_temperature || a->temperature == b->temperature) && (!a->has_top_p || a->top_p == b->top_p) &&
              a->n_messages == b->n_messages;
     for (uint32_t i = 0; ok && i < a->n_stop; i++)

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# End to end: `tokbench serve`'s GET /metrics (docs/PLUGINS.md, "Metrics")
+# scraped by tokbench's own telemetry (docs/METRICS.md, "Telemetry"):
+#   1. a suite whose http backend loads the served small AR model, with
+#      [telemetry] metrics_url = the server's /metrics: the stored series
+#      show requests running (> 0) during the load, and generation tokens
+#      rising during the load, and by exactly what its requests received:
+#      every point of the next case (a null backend: it sends the server
+#      nothing) less the value before the run = the sum of the http case's
+#      output tokens;
+#   2. under --api-key, /metrics (like /health) answers without the key,
+#      while the API refuses a request without it (401);
+#   3. top_k: `serve --help` says where it is honoured; a request with it
+#      is answered by the ar backend and refused with 400 naming the field
+#      by the null one (which has no top_k option).
+# No wall-clock bounds: counts and values only. The load (32 requests of
+# 200 tokens, 4 at a time: 1,600 steps) spans many scrape periods (0.05 s)
+# however fast the machine; a busy one only lengthens it.
+#
+# usage: test_serve_metrics.sh BUILD_DIR SOURCE_DIR
+set -uo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+tb_init serve_metrics "$@"
+need_sqlite3
+command -v curl >/dev/null || { echo "SKIP: curl not installed"; exit 77; }
+[ -f "$build/plugins/ar/ar.so" ] || { echo "SKIP: no engine plugins in this build"; exit 77; }
+[ -f "$build/plugins/http/http.so" ] || { echo "SKIP: http plugin not built (libcurl missing)"; exit 77; }
+"$tb" serve --help >/dev/null 2>&1 || { echo "SKIP: no tokbench serve (libmicrohttpd missing)"; exit 77; }
+export TOKBENCH_PLUGIN_PATH="$build/plugins"
+
+cat >"$tmp/serve.ini" <<EOF
+[suite]
+name = serve-metrics
+seed = 42
+[matrix]
+max_new_tokens = 16
+[backend ar-small]
+plugin = ar
+model = $src/models/small-llama
+ignore_eos = true
+threads = 1
+[backend null]
+plugin = null
+EOF
+start_server ar "$tb" serve --backend ar-small "$tmp/serve.ini" --port 0 --max-batch 4 || tb_finish
+base="http://127.0.0.1:$port"
+metric() { # NAME: its value in one scrape
+    curl -sf "$base/metrics" | awk -v n="$1{model_name=\"ar-small\"}" '$1 == n {print $2}'
+}
+
+# ---------------------------------------------------------------- 1. telemetry end to end
+before=$(metric vllm:generation_tokens_total)
+[ "$before" = 0 ] && pass "a fresh server: generation_tokens_total 0" || fail "before: '$before'"
+cat >"$tmp/load.ini" <<EOF
+[suite]
+name = serve-metrics-load
+seed = 1
+warmup = 0
+repeat = 1
+[matrix]
+prompt_tokens = 8
+max_new_tokens = 200
+[backend via-http]
+plugin = http
+url = $base
+model_name = ar-small
+tokenizer = $src/models/small-llama/tokenizer.json
+concurrency = 4
+requests = 32
+[backend idle]
+plugin = null
+step_us = 2000
+[telemetry]
+metrics_url = $base/metrics
+period = 0.05
+EOF
+"$tb" run "$tmp/load.ini" --db "$tmp/load.db" >"$tmp/load.out" 2>"$tmp/load.err" || { cat "$tmp/load.err"; fail "load run"; }
+series() { # NAME BACKEND: its case's points, in time order
+    q "$tmp/load.db" "select group_concat(v, ' ') from (select p.value v from telemetry_point p
+      join telemetry_series s on s.id = p.series_id join bench_case c on c.id = s.case_id
+      join backend b on b.id = c.backend_id
+      where s.name = '$1{model_name=\"ar-small\"}' and b.label = '$2' order by p.t_ns)"
+}
+c1=via-http c2=idle
+running=$(series vllm:num_requests_running "$c1")
+max_running=$(tr ' ' '\n' <<<"$running" | sort -g | tail -1)
+awk -v m="${max_running:-0}" 'BEGIN { exit !(m > 0) }' && pass "running requests stored, up to $max_running during the load" \
+    || fail "num_requests_running series of case $c1: '$running'"
+gen1=$(series vllm:generation_tokens_total "$c1")
+gen2=$(series vllm:generation_tokens_total "$c2")
+got1=$(q "$tmp/load.db" "select sum(r.output_tokens) from request r join sample s on s.id = r.sample_id
+      join bench_case c on c.id = s.case_id join backend b on b.id = c.backend_id where b.label = '$c1' and r.status = 'ok'")
+n_ok=$(q "$tmp/load.db" "select count(*) from request r join sample s on s.id = r.sample_id
+      join bench_case c on c.id = s.case_id join backend b on b.id = c.backend_id where b.label = '$c1' and r.status = 'ok'")
+[ "$n_ok" = 32 ] && [ -n "$got1" ] && [ "$got1" -gt 0 ] && [ -n "$gen2" ] \
+    && awk -v b="$before" -v g="$got1" -v pts="$gen2" 'BEGIN { n = split(pts, p, " "); for (i = 1; i <= n; i++) if (p[i] - b != g) exit 1 }' \
+    && pass "generation tokens rose by $got1, what case $c1's 32 requests received (every point of case $c2)" \
+    || fail "generation_tokens_total: before $before, case $c2's points '$gen2', case $c1 received '$got1' ($n_ok ok); case $c1's series '$gen1'"
+awk -v a="$(awk '{print $NF}' <<<"$gen1")" -v b="$(awk '{print $1}' <<<"$gen1")" 'BEGIN { exit !(a > b) }' \
+    && pass "generation tokens rising during case $c1" || fail "generation tokens not rising during case $c1: '$gen1'"
+after=$(metric vllm:generation_tokens_total)
+[ "$after" = "$got1" ] && pass "after the run: $after = what the requests received" || fail "after: $after, requests got $got1"
+[ "$(metric vllm:num_requests_running)" = 0 ] && [ "$(metric tokbench_kv_slots)" = 4 ] \
+    && [ "$(metric tokbench_kv_slots_used)" = 0 ] && [ "$(metric tokbench_step_duration_seconds_count)" -gt 0 ] \
+    && pass "idle: 0 running, 4 slots, none used, steps timed" || fail "idle gauges: $(curl -s "$base/metrics" | grep -v '^#')"
+
+# ---------------------------------------------------------------- 3. top_k (the ar backend)
+post() { curl -s -o "$tmp/body" -w '%{http_code}' -H 'Content-Type: application/json' "$@"; }
+text() { sed 's/.*"text":"\([^"]*\)".*/\1/' "$tmp/body"; }
+code=$(post -d '{"prompt":"Once upon a time","max_tokens":8,"top_k":1,"temperature":5,"seed":7}' "$base/v1/completions")
+t1=$(text)
+[ "$code" = 200 ] && grep -q '"completion_tokens":8' "$tmp/body" && pass "ar: top_k honoured (200)" \
+    || fail "ar top_k: $code $(cat "$tmp/body")"
+post -d '{"prompt":"Once upon a time","max_tokens":8}' "$base/v1/completions" >/dev/null
+t0=$(text)
+[ -n "$t0" ] && [ "$t1" = "$t0" ] && pass "ar: top_k 1 at temperature 5 = greedy: the option reached the sampler" \
+    || fail "top_k 1 answered '$t1', greedy '$t0'"
+code=$(post -d '{"prompt":"x","top_k":1.5}' "$base/v1/completions")
+[ "$code" = 400 ] && grep -q '"param":"top_k"' "$tmp/body" && pass "top_k 1.5: 400 naming top_k" || fail "top_k 1.5: $code $(cat "$tmp/body")"
+"$tb" serve --help 2>&1 | tr '\n' ' ' | tr -s ' ' | grep -q "top_p and top_k where the backend has that option" \
+    && pass "serve --help: top_k honoured where the backend has it" || fail "help: $("$tb" serve --help 2>&1 | grep -i top_k)"
+
+# ---------------------------------------------------------------- 2. /metrics under --api-key
+start_server null "$tb" serve --backend null "$tmp/serve.ini" --port 0 --api-key sekrit || tb_finish
+nb="http://127.0.0.1:$port"
+code=$(curl -s -o "$tmp/m" -w '%{http_code}' "$nb/metrics")
+[ "$code" = 200 ] && grep -q '^# TYPE vllm:num_requests_running gauge' "$tmp/m" && pass "--api-key: /metrics open (200 without the key)" \
+    || fail "/metrics under --api-key: $code"
+[ "$(curl -s -o /dev/null -w '%{http_code}' "$nb/v1/models")" = 401 ] && pass "--api-key: the API still needs it" || fail "models without key"
+code=$(post -H 'Authorization: Bearer sekrit' -d '{"prompt":"x","top_k":5}' "$nb/v1/completions")
+[ "$code" = 400 ] && grep -q '"param":"top_k"' "$tmp/body" && grep -q 'has no top_k option' "$tmp/body" \
+    && pass "null: top_k refused with 400 naming it" || fail "null top_k: $code $(cat "$tmp/body")"
+code=$(post -H 'Authorization: Bearer sekrit' -d '{"prompt":"x","top_k":-1,"max_tokens":2}' "$nb/v1/completions")
+[ "$code" = 200 ] && pass "null: top_k -1 (off) accepted" || fail "null top_k -1: $code $(cat "$tmp/body")"
+
+tb_finish
