@@ -28,6 +28,13 @@ int tb_dllm_bidir_validate(const tb_dllm_params *p, char *why, size_t n)
         return -1;
     }
     if (llada_family(p->sampler)) {
+        /* a top_k they would ignore is refused, not dropped (a request to
+         * serve, or a suite, would read as honoured) */
+        if (p->top_k > 0) {
+            snprintf(why, n, "top_k %d: the LLaDA samplers pick by argmax (Gumbel noise with a temperature) and have "
+                             "no top-k; Dream's algorithms do", p->top_k);
+            return -1;
+        }
         if (p->block_length < 1 || p->gen_length % p->block_length != 0) {
             snprintf(why, n, "gen_length %d is not a multiple of block_length %d", p->gen_length, p->block_length);
             return -1;

@@ -67,6 +67,9 @@ model_name = ar-small
 tokenizer = $src/models/small-llama/tokenizer.json
 concurrency = 4
 requests = 32
+; the check before the load is a real request (one token): off, so the
+; server's counters hold the measured requests alone
+preflight = false
 [backend idle]
 plugin = null
 step_us = 2000

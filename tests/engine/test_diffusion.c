@@ -251,6 +251,10 @@ static void check_validation(void)
     CHECK(tb_dllm_validate(&p, why, sizeof why) != 0);
     p.threshold = 1;
     CHECK(tb_dllm_validate(&p, why, sizeof why) == 0);
+    p.top_k = 5; /* LLaDA's samplers have no top-k: refused, not ignored */
+    CHECK(tb_dllm_validate(&p, why, sizeof why) != 0);
+    CHECK_CONTAINS(why, "no top-k");
+    p.top_k = 0;
     p.sampler = TB_DLLM_ENTROPY;
     CHECK(tb_dllm_validate(&p, why, sizeof why) != 0); /* Dream algorithms have no blocks */
     p.block_length = 128;
