@@ -192,7 +192,7 @@ static void check_figures(const tb_case *c, uint32_t caps, uint32_t max_new_toke
         /* as many tokens as emissions may come (a server's usage counted
          * in streamed chunks: plugins/http's own bound, and the flood's) */
         uint64_t bound = EMIT_PER_TOKEN * ((uint64_t)q->max_tokens + slack) + 16;
-        char why[sizeof q->error] = "";
+        char why[160] = ""; /* one line of numbers: well inside q->error */
         if ((uint64_t)q->max_tokens > 4 * (uint64_t)max_new_tokens) /* what the case's buffers hold */
             snprintf(why, sizeof why, "max_tokens %u over 4 x max_new_tokens %u", q->max_tokens, max_new_tokens);
         else if (q->n_output_tokens > bound)

@@ -52,19 +52,19 @@ rss=${TB_FUZZ_RSS_MB:-2048}
 
 # TARGET: its sources besides tests/fuzz/fuzz_TARGET.c, and -max_len.
 declare -A srcs=(
-    [config]="plugins/engine/format/config.c util/util.c util/strmem.c"
-    [safetensors]="plugins/engine/format/safetensors.c util/util.c util/strmem.c"
-    [safetensors_index]="plugins/engine/format/safetensors.c util/util.c util/strmem.c"
+    [config]="plugins/engine/format/config.c util/util.c util/redact.c util/strmem.c"
+    [safetensors]="plugins/engine/format/safetensors.c util/util.c util/redact.c util/strmem.c"
+    [safetensors_index]="plugins/engine/format/safetensors.c util/util.c util/redact.c util/strmem.c"
     [sse]="plugins/http/sse.c"
     [oai]="plugins/http/sse.c"
-    [tokenizer]="plugins/engine/format/tokenizer.c util/util.c util/strmem.c"
-    [tokenizer_json]="plugins/engine/format/tokenizer.c util/util.c util/strmem.c"
-    [suite]="suite/suite.c suite/dims.c util/util.c util/strmem.c"
-    [serve_request]="serve/serve_request.c util/util.c util/strmem.c"
+    [tokenizer]="plugins/engine/format/tokenizer.c util/util.c util/redact.c util/strmem.c"
+    [tokenizer_json]="plugins/engine/format/tokenizer.c util/util.c util/redact.c util/strmem.c"
+    [suite]="suite/suite.c suite/dims.c util/utf8.c util/util.c util/redact.c util/strmem.c"
+    [serve_request]="serve/serve_request.c util/util.c util/redact.c util/strmem.c"
     [http_options]="plugins/http/json_options.c"
     [workload]="plugins/http/workload.c plugins/http/prompts.c plugins/http/arrivals.c plugins/engine/format/tokenizer.c util/strmem.c"
-    [prompts]="suite/prompt_set.c suite/scorers.c util/utf8.c util/util.c util/strmem.c"
-    [prometheus]="run/telemetry.c proc/proc.c util/util.c util/strmem.c"
+    [prompts]="suite/prompt_set.c suite/scorers.c util/utf8.c util/util.c util/redact.c util/strmem.c"
+    [prometheus]="run/telemetry.c proc/proc.c util/util.c util/redact.c util/strmem.c"
 )
 declare -A max_len=(
     [config]=4096 [safetensors]=4096 [safetensors_index]=4096 [sse]=4096 [oai]=4096
