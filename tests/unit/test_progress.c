@@ -231,6 +231,8 @@ static void test_terminal(void)
         size_t n = strcspn(s + 1, "\r\n");
         CHECK(n <= 69 + 3); /* + "\033[K" */
     }
+    tb_progress_finish(&p);
+    fclose(f);
     free(buf);
 
     /* a narrow terminal: no graphic, the counts and the label kept */
