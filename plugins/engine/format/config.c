@@ -94,7 +94,7 @@ int tb_arch_is_block_diffusion(tb_arch a)
 }
 
 /* A short rendering of a JSON value for "got ..." (never NULL). */
-static void describe(const cJSON *v, char *out, size_t size)
+void tb_json_describe(const cJSON *v, char *out, size_t size)
 {
     if (!v)
         snprintf(out, size, "nothing");
@@ -116,7 +116,7 @@ static void describe(const cJSON *v, char *out, size_t size)
 static int fail(ctx *c, const char *field, const char *expected, const cJSON *got)
 {
     char g[64];
-    describe(got, g, sizeof g);
+    tb_json_describe(got, g, sizeof g);
     snprintf(c->err, c->err_size, "%s: field %s: expected %s, got %s", c->path, field,
              expected, g);
     return -1;

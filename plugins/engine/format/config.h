@@ -142,4 +142,9 @@ int tb_config_rope_dim(const tb_model_config *cfg);
 /* Read and parse a file. */
 int tb_config_load(const char *path, tb_model_config *cfg, char *err, size_t err_size);
 
+/* A JSON value for an error message ("nothing", "null", a number, a
+ * string cut at 40 characters, "an array", "an object"), into out. */
+struct cJSON;
+void tb_json_describe(const struct cJSON *v, char *out, size_t size);
+
 #endif

@@ -9,32 +9,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "strmem.h"
 
 /* A short rendering of a JSON value for "got ..." */
-static void describe(const cJSON *v, char *out, size_t size)
-{
-    if (!v)
-        snprintf(out, size, "nothing");
-    else if (cJSON_IsNull(v))
-        snprintf(out, size, "null");
-    else if (cJSON_IsBool(v))
-        snprintf(out, size, "%s", cJSON_IsTrue(v) ? "true" : "false");
-    else if (cJSON_IsNumber(v))
-        snprintf(out, size, "%.17g", v->valuedouble);
-    else if (cJSON_IsString(v))
-        snprintf(out, size, "\"%.40s%s\"", v->valuestring, strlen(v->valuestring) > 40 ? "..." : "");
-    else if (cJSON_IsArray(v))
-        snprintf(out, size, "an array");
-    else
-        snprintf(out, size, "an object");
-}
-
 static int fail(const char *path, const char *field, const char *expected, const cJSON *got, char *err,
                 size_t err_size)
 {
     char g[64];
-    describe(got, g, sizeof g);
+    tb_json_describe(got, g, sizeof g);
     snprintf(err, err_size, "%s: field %s: expected %s, got %s", path, field, expected, g);
     return -1;
 }
