@@ -311,6 +311,23 @@ typedef struct tb_request_result {
 
 /* Figures of one generate() call. Fields not measured stay at their zeroed
  * value (-1 where a 0 would be a real measurement). */
+/* Speculative decoding (issue 40): one request's counts over a call. A
+ * verification is one target forward that checked a draft of this request:
+ * the draft's tokens d_0 .. d_{n-1} (n <= TB_SPEC_MAX_DRAFT) and the target's
+ * own token after the longest accepted prefix (the bonus), so a
+ * verification yields accepted + 1 tokens. drafted_at[i]: verifications
+ * whose draft had a position i; accepted_at[i]: those that accepted it
+ * (accepted_at[i] <= drafted_at[i], non-increasing in i). */
+#define TB_SPEC_MAX_DRAFT 64
+typedef struct tb_spec_counts {
+    uint32_t verifications;  /* target forwards that verified a draft of it */
+    uint32_t drafted;        /* draft tokens they carried, summed */
+    uint32_t accepted;       /* of those, the ones the target accepted */
+    uint32_t draft_len;      /* the most draft tokens one verification carried */
+    uint32_t drafted_at[TB_SPEC_MAX_DRAFT];
+    uint32_t accepted_at[TB_SPEC_MAX_DRAFT];
+} tb_spec_counts;
+
 typedef struct tb_result {
     uint32_t struct_size;        /* sizeof(tb_result) as the host compiled */
     uint32_t n_requests;         /* == tb_request.n_requests */
@@ -402,6 +419,17 @@ typedef struct tb_result {
      * reported. */
     double expert_reads;
     double moe_tokens;
+    /* --- appended in ABI 1 (issue 40: speculative decoding); write only
+     * when TB_STRUCT_HAS(res, tb_result, spec) and it is not NULL.
+     * n_requests elements, host-allocated and zeroed: each request's
+     * drafting and verification counts (tb_spec_counts; docs/METRICS.md,
+     * acceptance_length and the metrics after it). All zero: the request
+     * was not decoded speculatively. */
+    tb_spec_counts *spec;
+    /* The call's wall time spent drafting, ns: the drafter's forwards and
+     * the host work that makes its proposals (0: not speculative). The
+     * rest of decode_ns is verification and bookkeeping. */
+    int64_t draft_ns;
 } tb_result;
 
 /* ------------------------------------------- iteration-level serving */
