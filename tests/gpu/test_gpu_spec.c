@@ -219,6 +219,8 @@ static void check_case(tb_model *m, tb_gpu *g, int B, int n)
     CHECK(tb_gpu_verify_slots(g, x, dup, 2, 1, ag, NULL) != 0);
     CHECK(tb_gpu_verify_slots(g, x, slots, B, LEN, ag, NULL) != 0);
     CHECK(tb_gpu_truncate_slot(g, SEQS, 0) != 0);
+    int32_t bad_tok[1] = {V};
+    CHECK(tb_gpu_verify_slots(g, bad_tok, slots, 1, 1, ag, NULL) != 0);
     int bad = NL;
     CHECK(tb_gpu_set_capture(g, &bad, 1) != 0);
 

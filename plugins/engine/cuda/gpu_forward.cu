@@ -1159,6 +1159,10 @@ static int span_slots(tb_gpu *g, const int32_t *tokens, const int *slots, int B,
         attend += g->slot_len[slots[b]] + n;
     }
     int rows = B * n, nr = argmax || logits ? n : 0;
+    for (int r = 0; r < rows; r++) // k_embed trusts its ids
+        if (tokens[r] < 0 || tokens[r] >= g->cfg.vocab_size)
+            return fail(g, "%s: token %d (row %d) outside the vocabulary of %d", what, tokens[r], r,
+                        g->cfg.vocab_size);
     CK(cudaMemcpyAsync(g->tok, tokens, (size_t)rows * sizeof(int32_t), cudaMemcpyHostToDevice, g->stream));
     CK(cudaMemcpyAsync(g->d_rslot, g->h_rows, B * sizeof(int), cudaMemcpyHostToDevice, g->stream));
     CK(cudaMemcpyAsync(g->d_rpos, g->h_rows + g->seqs, B * sizeof(int), cudaMemcpyHostToDevice, g->stream));
