@@ -240,6 +240,8 @@ def train_loop(name, model, loss_fn, args, X):
         torch.cuda.synchronize()
     wall = time.time() - t0
     model.eval()
+    if args.smoke and len(losses) >= 10 and sum(losses[-5:]) >= sum(losses[:5]):
+        die("%s: the loss did not fall in the smoke run: first %r, last %r" % (name, losses[:5], losses[-5:]))
     tail = losses[-max(1, len(losses) // 20):]
     idx = sorted(set(range(0, len(losses), max(1, len(losses) // 20))) | {len(losses) - 1})
     return {"steps": step, "planned_steps": planned, "wall_s": round(wall, 1),
@@ -1124,7 +1126,7 @@ def build_parser():
     ap.add_argument("--dflash-layers", type=int, default=2)
     ap.add_argument("--dflash-block", type=int, default=16)
     ap.add_argument("--dflash-anchors", type=int, default=32, help="dflash: blocks per row")
-    ap.add_argument("--target-layers", default="1,2", help="dflash: small-llama layers whose outputs feed it")
+    ap.add_argument("--target-layers", default="0,1,2", help="dflash: small-llama layers whose outputs feed it")
     ap.add_argument("--gamma", type=float, default=7.0, help="dflash: position decay of the loss")
     return ap
 
