@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
 # train_spec.sh — trains issue 40's three drafters (tools/train_spec.py) on
-# the GPU machine, one after the other, and prints where their folders are.
+# the GPU machine, one after the other, and packs each into one file.
 #
 #   bash tools/train_spec.sh [--smoke] OUT [draft] [self] [dflash]
 #
-# --smoke: a few steps each on a slice, every check (about a minute each);
-# folders under OUT/smoke/. Without model names: all three. Needs
-# train-data/kjv.txt and train-data/brown.txt (bash tools/train_small.sh
-# makes them where apt and npm work). A full run of all three takes about
-# 10-15 minutes on one H100/H200 (self ~7, dflash ~4, draft ~2): run self
-# apart where a command may last 10 minutes at most.
+# --smoke: a few steps each on a slice, every check (under a minute each).
+# Without model names: all three. Needs train-data/kjv.txt and
+# train-data/brown.txt (bash tools/train_small.sh makes them where apt and
+# npm work). Full runs on one H100/H200, about: draft 2-3 min, dflash 4-5,
+# self 7-8 (its training stops at 400 s: fewer steps, said in its
+# TRAINING.md, where a card is slower than planned).
 #
-# Writes OUT/<folder>/{config.json, model.safetensors, tokenizer.json,
-# TRAINING.md}, OUT/<folder>.summary.json and OUT/<mode>.log; copy the
-# folders into models/ to ship them.
+# The folders are written under $TRAIN_SPEC_WORK (default /tmp/train-spec):
+# <folder>/{config.json, model.safetensors, tokenizer.json, TRAINING.md},
+# <folder>.summary.json, <mode>.log. OUT gets one archive per model,
+# OUT/[smoke-]<folder>.tgz holding those (one file each: the device tool
+# brings back 8 files at most). To ship: tar -xzf OUT/<folder>.tgz and copy
+# <folder>/ into models/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 smoke=()
@@ -29,25 +32,38 @@ modes=("$@")
 for f in train-data/kjv.txt train-data/brown.txt; do
     [ -s "$f" ] || { echo "$f missing: run bash tools/train_small.sh where apt and npm work" >&2; exit 1; }
 done
-mkdir -p "$out"
 declare -A folder=([draft]=small-llama-draft [self]=small-sdar-self [dflash]=small-llama-dflash)
-sub=$out
-[ ${#smoke[@]} -eq 0 ] || sub=$out/smoke
-status=0
 for m in "${modes[@]}"; do
     [ -n "${folder[$m]:-}" ] || { echo "unknown model $m (draft, self, dflash)" >&2; exit 2; }
+done
+work=${TRAIN_SPEC_WORK:-/tmp/train-spec}
+pre=
+sub=$work
+if [ ${#smoke[@]} -gt 0 ]; then
+    pre=smoke-
+    sub=$work/smoke
+fi
+mkdir -p "$out" "$sub"
+export PYTHONUNBUFFERED=1
+status=0
+for m in "${modes[@]}"; do
+    f=${folder[$m]}
     echo "== $m ($(date -u +%H:%M:%S))"
-    log=$out/${smoke:+smoke-}$m.log
-    if python3 tools/train_spec.py "$m" --data train-data --out "$out" "${smoke[@]}" 2>&1 | tee "$log"; then
-        echo "== $m: $sub/${folder[$m]}"
+    log=$sub/$m.log
+    rm -rf "${sub:?}/$f" "$sub/$f.summary.json"
+    if python3 tools/train_spec.py "$m" --data train-data --out "$work" "${smoke[@]}" 2>&1 | tee "$log"; then
+        echo "== $m: $sub/$f"
+        # the figures, for whoever reads the console
+        sed -n '/^## Acceptance/,/^## Reproduce/p' "$sub/$f/TRAINING.md" | grep '^|' || true
+        grep -E '^\| (AR greedy|block diffusion|small-llama)' "$sub/$f/TRAINING.md" || true
     else
         echo "== $m FAILED (log: $log)"
         status=1
     fi
-done
-echo "== folders:"
-for m in "${modes[@]}"; do
-    d=$sub/${folder[$m]}
-    if [ -f "$d/TRAINING.md" ]; then echo "   $d"; else echo "   $d (missing)"; fi
+    parts=("$m.log")
+    [ -d "$sub/$f" ] && parts+=("$f")
+    [ -f "$sub/$f.summary.json" ] && parts+=("$f.summary.json")
+    tar -czf "$out/$pre$f.tgz" -C "$sub" "${parts[@]}"
+    echo "== $m: packed $out/$pre$f.tgz (${parts[*]})"
 done
 exit $status
