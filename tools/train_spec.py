@@ -1106,7 +1106,7 @@ def build_parser():
     ap.add_argument("--task-pool-rows", type=int, default=160000)
     ap.add_argument("--time-budget", type=float, default=None,
                     help="seconds of training at most (fewer steps when the first 40 say so); "
-                         "0: off; default per mode: draft 300, self 400, dflash 300")
+                         "0: off; default per mode: draft 300, self 400, dflash 420")
     ap.add_argument("--log-every", type=int, default=250)
     ap.add_argument("--eval-per-task", type=int, default=32)
     ap.add_argument("--eval-text", type=int, default=16)
@@ -1134,7 +1134,7 @@ def build_parser():
 def main():
     args = build_parser().parse_args()
     if args.time_budget is None:
-        args.time_budget = {"draft": 300.0, "self": 400.0, "dflash": 300.0}[args.mode]
+        args.time_budget = {"draft": 300.0, "self": 400.0, "dflash": 420.0}[args.mode]
     t0 = time.time()
     {"draft": cmd_draft, "self": cmd_self, "dflash": cmd_dflash}[args.mode](args)
     log("DONE %s in %.0f s: %s" % (args.mode, time.time() - t0, os.path.join(args.out, FOLDER[args.mode])))

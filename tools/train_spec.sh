@@ -7,9 +7,12 @@
 # --smoke: a few steps each on a slice, every check (under a minute each).
 # Without model names: all three. Needs train-data/kjv.txt and
 # train-data/brown.txt (bash tools/train_small.sh makes them where apt and
-# npm work). Full runs on one H100/H200, about: draft 2-3 min, dflash 4-5,
-# self 7-8 (its training stops at 400 s: fewer steps, said in its
-# TRAINING.md, where a card is slower than planned).
+# npm work). Full runs, each alone on one H100 (2026-12-06: 7200 steps of
+# draft took 163 s of training, self 374 s): draft ~4 min, dflash ~8 (about
+# 55 ms a step: its training stops at 420 s), self ~8 (stops at 400 s).
+# A stop says so in TRAINING.md (fewer steps). Run one model a call where a
+# command may last 10 minutes at most, and not side by side on one card
+# (each step slows about 2x).
 #
 # The folders are written under $TRAIN_SPEC_WORK (default /tmp/train-spec):
 # <folder>/{config.json, model.safetensors, tokenizer.json, TRAINING.md},
