@@ -7,9 +7,10 @@
 # --smoke: a few steps each on a slice, every check (under a minute each).
 # Without model names: all three. Needs train-data/kjv.txt and
 # train-data/brown.txt (bash tools/train_small.sh makes them where apt and
-# npm work). Full runs, each alone on one H100 (2026-12-06: 7200 steps of
-# draft took 163 s of training, self 374 s): draft ~4 min, dflash ~8 (about
-# 55 ms a step: its training stops at 420 s), self ~8 (stops at 400 s).
+# npm work). On one H100 (2026-12-06, the three side by side on one card:
+# 7200 steps of draft took 163 s of training, self 374 s, dflash 110 ms a
+# step, about twice its time alone): alone, draft ~3 min, dflash ~8 (its
+# training stops at 420 s), self ~8 (stops at 400 s).
 # A stop says so in TRAINING.md (fewer steps). Run one model a call where a
 # command may last 10 minutes at most, and not side by side on one card
 # (each step slows about 2x).
