@@ -273,6 +273,13 @@ static tb_status ar_create(const tb_host *host, const char *model, const tb_opti
     /* self-speculation's target is a block-diffusion model that also runs causally */
     tb_status st = tb_load(model, kind == DRAFT_SELF, on_gpu, fp8, preset_seed, (int)OPT_I(options, n_options, OPT_TP),
                            &c->ld, err, err_size);
+    if (st != TB_OK && kind == DRAFT_SELF) {
+        char why[400];
+        snprintf(why, sizeof why, "%s", err);
+        snprintf(err, err_size,
+                 "drafter = self needs a block-diffusion model in SDAR's layout (model_type sdar with a "
+                 "mask_token_id): %s", why);
+    }
     if (st != TB_OK) {
         ar_destroy(c);
         return st;
