@@ -267,6 +267,10 @@ static int same_vocabulary(const tb_loaded *a, const tb_loaded *b, char *err, si
         int32_t id = (int32_t)i;
         int64_t la = tb_tokenizer_decode(a->tok, &id, 1, ta, sizeof ta);
         int64_t lb = tb_tokenizer_decode(b->tok, &id, 1, tb, sizeof tb);
+        if (la == TB_TOKENIZER_NO_MEMORY || lb == TB_TOKENIZER_NO_MEMORY) {
+            snprintf(err, err_size, "out of memory comparing the vocabularies");
+            return -1;
+        }
         size_t cmp = la <= 0 ? 0 : la < (int64_t)sizeof ta ? (size_t)la : sizeof ta - 1; /* what was written */
         if (la != lb || memcmp(ta, tb, cmp) != 0) {
             snprintf(err, err_size, "token %d differs from the target's (a drafter must share its vocabulary)", id);
