@@ -42,114 +42,13 @@
 #include "plugin_host.h"
 #include "sampling.h"
 #include "spec.h"
-
-#define MAX_OPTS 32
-#define MAX_R 16
-#define MAX_N 64
+#include "spec_check.h"
 
 static const char *models, *golden;
 
 static void path_of(char *out, size_t size, const char *dir, const char *name)
 {
     snprintf(out, size, "%s/%s", dir, name);
-}
-
-/* ---- the plugin through its ABI */
-
-typedef struct run {
-    tb_status st;
-    uint32_t n_out[MAX_R];
-    int32_t ids[MAX_R][MAX_N];
-    tb_spec_counts spec[MAX_R];
-    uint32_t emitted[MAX_R];
-    int64_t forwards, draft_ns;
-    char error[512];
-} run;
-
-static void *open_ctx(const char *model, const test_option *set, size_t n_set, char *err, size_t err_size,
-                      tb_status *st_out)
-{
-    const tb_backend_ops *ops = tokbench_backend_entry();
-    tb_option_value v[MAX_OPTS];
-    uint32_t n = test_options(ops, set, n_set, v, MAX_OPTS);
-    void *ctx = NULL;
-    tb_status st = ops->create(&test_host, model, v, n, &ctx, err, err_size);
-    if (st_out)
-        *st_out = st;
-    return st == TB_OK ? ctx : NULL;
-}
-
-/* generate() of R text prompts, N new tokens; options as set. */
-static void generate(void *ctx, const char *const *texts, uint32_t R, uint32_t N, uint64_t seed, const test_option *set,
-                     size_t n_set, run *out)
-{
-    const tb_backend_ops *ops = tokbench_backend_entry();
-    tb_option_value v[MAX_OPTS];
-    uint32_t n = test_options(ops, set, n_set, v, MAX_OPTS);
-    tb_request_result rr[MAX_R];
-    tb_spec_counts sc[MAX_R];
-    memset(rr, 0, sizeof rr);
-    memset(sc, 0, sizeof sc);
-    for (uint32_t r = 0; r < R; r++)
-        rr[r].n_answer_tokens = TB_UNKNOWN_COUNT;
-    tb_request rq = {.struct_size = sizeof rq, .n_requests = R, .max_new_tokens = N, .batch = R, .seed = seed,
-                     .prompt_text = texts, .options = v, .n_options = n};
-    tb_result res = {.struct_size = sizeof res, .n_requests = R, .requests = rr, .spec = sc};
-    memset(test_emitted, 0, sizeof test_emitted);
-    memset(out, 0, sizeof *out);
-    out->st = ops->generate(ctx, &rq, &res);
-    snprintf(out->error, sizeof out->error, "%s", ops->last_error(ctx));
-    for (uint32_t r = 0; r < R; r++) {
-        out->n_out[r] = rr[r].n_output_ids < MAX_N ? rr[r].n_output_ids : MAX_N;
-        if (rr[r].output_ids)
-            memcpy(out->ids[r], rr[r].output_ids, out->n_out[r] * sizeof(int32_t));
-        out->spec[r] = sc[r];
-        out->emitted[r] = test_emitted[r];
-    }
-    out->forwards = res.forward_passes;
-    out->draft_ns = res.draft_ns;
-}
-
-/* The counts of one request hang together; exact: nothing was cut. */
-static void check_counts(const run *g, uint32_t r, int k, int exact)
-{
-    const tb_spec_counts *s = &g->spec[r];
-    CHECK(g->emitted[r] == g->n_out[r]); /* one emission per token */
-    CHECK(s->verifications > 0 || g->n_out[r] <= 1);
-    CHECK(s->drafted == (uint32_t)k * s->verifications);
-    CHECK(s->draft_len == (s->verifications ? (uint32_t)k : 0));
-    uint32_t sum_acc = 0, sum_dr = 0;
-    for (int i = 0; i < TB_SPEC_MAX_DRAFT; i++) {
-        sum_acc += s->accepted_at[i];
-        sum_dr += s->drafted_at[i];
-        CHECK(s->accepted_at[i] <= s->drafted_at[i]);
-        if (i > 0)
-            CHECK(s->accepted_at[i] <= s->accepted_at[i - 1]);
-        CHECK(s->drafted_at[i] == (i < k ? s->verifications : 0));
-    }
-    CHECK(sum_acc == s->accepted);
-    CHECK(sum_dr == s->drafted);
-    uint32_t made = s->accepted + s->verifications + 1; /* the prefill's token, then accepted + bonus each */
-    if (exact)
-        CHECK(made == g->n_out[r]);
-    else
-        CHECK(made >= g->n_out[r] && made <= g->n_out[r] + (uint32_t)k);
-}
-
-static int same_ids(const run *a, const run *b, uint32_t R, const char *what)
-{
-    int same = 1;
-    for (uint32_t r = 0; r < R; r++) {
-        int eq = a->n_out[r] == b->n_out[r] && memcmp(a->ids[r], b->ids[r], a->n_out[r] * sizeof(int32_t)) == 0;
-        if (!eq) {
-            fprintf(stderr, "%s: request %u differs (%u vs %u tokens):", what, r, a->n_out[r], b->n_out[r]);
-            for (uint32_t i = 0; i < a->n_out[r] && i < b->n_out[r]; i++)
-                fprintf(stderr, " %d/%d", a->ids[r][i], b->ids[r][i]);
-            fprintf(stderr, "\n");
-        }
-        same &= eq;
-    }
-    return same;
 }
 
 static const char *ragged[4] = {"the cat sat on the mat", "x", "a much longer prompt about many things, told slowly",
@@ -398,46 +297,6 @@ static int resample_from_p(const int32_t *d, const float *p, const float *q, int
     return k;
 }
 
-/* Pearson's chi-square of counts against exact probabilities, the cells
- * expected fewer than 5 times pooled into one (so that a rare cell's
- * single hit does not dominate); *dof its degrees of freedom. A count in a
- * cell of probability 0 makes it infinite. */
-static double chi_square(const double *count, const double *prob, int cells, double n, int *dof)
-{
-    double x = 0, pool_n = 0, pool_e = 0;
-    int bins = 0;
-    for (int c = 0; c < cells; c++) {
-        if (prob[c] <= 0) {
-            if (count[c] > 0)
-                return INFINITY;
-            continue;
-        }
-        double e = n * prob[c];
-        if (e < 5) {
-            pool_n += count[c];
-            pool_e += e;
-            continue;
-        }
-        x += (count[c] - e) * (count[c] - e) / e;
-        bins++;
-    }
-    if (pool_e > 0) {
-        x += (pool_n - pool_e) * (pool_n - pool_e) / pool_e;
-        bins++;
-    }
-    if (dof)
-        *dof = bins - 1;
-    return x;
-}
-
-/* Far past chance for dof degrees of freedom (about 7 standard deviations
- * above the mean: p < 1e-7 at these sizes), yet far below what a wrong
- * rule gives at these sample counts. */
-static double chi_limit(int dof)
-{
-    return dof + 7 * sqrt(2.0 * dof) + 10;
-}
-
 /* The joint of the first three output tokens after token 0, by the
  * speculative loop with rule `fn` and draft length k, over `n` runs:
  * chi-square against the target's own chain. */
@@ -500,71 +359,9 @@ static void test_rule_in_distribution(void)
 
 /* ---- sampled end to end on the tiny models */
 
-/* The target's exact joint of its first three sampled tokens after
- * `text` (top_k 3: 27 cells), through the engine and sampling.h's rule;
- * cells[c] = its three ids. */
-static int exact_joint(const char *model, int diffusion, const char *text, const tb_sampling *smp, double *prob,
-                       int32_t (*cells)[3])
-{
-    tb_loaded ld;
-    char err[512];
-    CHECK(tb_load(model, diffusion, 0, 0, 0, 0, &ld, err, sizeof err) == TB_OK);
-    int V = ld.model.cfg.vocab_size;
-    int32_t **ids = NULL;
-    int64_t *lens = NULL;
-    size_t P;
-    CHECK(tb_tokenize_prompts(&ld, &text, 1, &ids, &lens, &P, err, sizeof err) == TB_OK);
-    tb_engine eng;
-    CHECK(tb_engine_open(&eng, &ld, 1) == 0);
-    const tb_engine_iface *e = eng.iface;
-    CHECK(e->reserve(eng.ctx, 1, (int)P + 3, (int)P + 3, err, sizeof err) == 0);
-    CHECK(e->set_padding(eng.ctx, NULL, 0) == 0);
-    int32_t *seq = calloc(P + 3, sizeof *seq);
-    float *logits = malloc((P + 3) * (size_t)V * sizeof *logits), *scratch = malloc(2 * (size_t)V * sizeof *scratch);
-    float *d0 = malloc((size_t)V * sizeof *d0), *d1 = malloc((size_t)V * sizeof *d1), *d2 = malloc((size_t)V * sizeof *d2);
-    memcpy(seq, ids[0], P * sizeof *seq);
-    int n = 0;
-    /* logits_all appends to what the engine holds: forgotten before each */
-    CHECK(e->logits_all(eng.ctx, seq, (int)P, logits) == 0);
-    tb_sample_dist(logits + (P - 1) * V, V, smp, d0, scratch);
-    for (int a = 0; a < V; a++) {
-        if (d0[a] <= 0)
-            continue;
-        seq[P] = a;
-        CHECK(e->set_padding(eng.ctx, NULL, 0) == 0);
-        CHECK(e->logits_all(eng.ctx, seq, (int)P + 1, logits) == 0);
-        tb_sample_dist(logits + P * V, V, smp, d1, scratch);
-        for (int b = 0; b < V; b++) {
-            if (d1[b] <= 0)
-                continue;
-            seq[P + 1] = b;
-            CHECK(e->set_padding(eng.ctx, NULL, 0) == 0);
-            CHECK(e->logits_all(eng.ctx, seq, (int)P + 2, logits) == 0);
-            tb_sample_dist(logits + (P + 1) * V, V, smp, d2, scratch);
-            for (int c = 0; c < V; c++) {
-                if (d2[c] <= 0 || n >= 27)
-                    continue;
-                prob[n] = (double)d0[a] * d1[b] * d2[c];
-                cells[n][0] = a, cells[n][1] = b, cells[n][2] = c;
-                n++;
-            }
-        }
-    }
-    free(seq);
-    free(logits);
-    free(scratch);
-    free(d0);
-    free(d1);
-    free(d2);
-    tb_free_prompts(ids, lens, 1);
-    tb_engine_close(&eng);
-    tb_loaded_free(&ld);
-    return n;
-}
-
 static void test_sampled_end_to_end(void)
 {
-    char tiny[1024], sdar[1024], tied[1100], same[1100], err[512] = "";
+    char tiny[1024], sdar[1024], tied[1100], same[1100];
     path_of(tiny, sizeof tiny, models, "tiny-llama-random");
     path_of(sdar, sizeof sdar, models, "small-sdar");
     snprintf(tied, sizeof tied, "ar:%s/llama-tied", golden);
@@ -573,62 +370,13 @@ static void test_sampled_end_to_end(void)
      * whose top 3 never meet: the residual max(0, p - q)), every draft
      * accepted (the target for itself, p = q), and both (self-speculation
      * on the trained small-sdar) */
-    struct {
-        const char *model, *drafter, *text;
-        int diffusion, paths; /* 0: none accepted, 1: all, 2: some */
-    } cases[3] = {{tiny, tied, "the cat", 0, 0}, {tiny, same, "the cat", 0, 1}, {sdar, "self", "add 12 34 =", 1, 2}};
-    tb_sampling smp = {1.0, 3, 1};
-    for (int ci = 0; ci < 3; ci++) {
-        double prob[27];
-        int32_t cells[27][3];
-        int n_cells = exact_joint(cases[ci].model, cases[ci].diffusion, cases[ci].text, &smp, prob, cells);
-        CHECK(n_cells == 27);
-        test_option set[] = {{"device", "cpu"}, {"threads", "1"}, {"drafter", cases[ci].drafter}};
-        void *ctx = open_ctx(cases[ci].model, set, 3, err, sizeof err, NULL);
-        if (!ctx) {
-            fprintf(stderr, "create: %s\n", err);
-            CHECK(0);
-            return;
-        }
-        test_option s[] = {{"device", "cpu"}, {"threads", "1"}, {"drafter", cases[ci].drafter}, {"draft_len", "2"},
-                           {"temperature", "1"}, {"top_k", "3"}};
-        const char *texts[MAX_R];
-        for (int r = 0; r < MAX_R; r++)
-            texts[r] = cases[ci].text;
-        double count[27] = {0}, n = 0, outside = 0;
-        uint64_t acc = 0, drafted = 0;
-        static run got;
-        for (uint64_t seed = 1; seed <= 250; seed++) {
-            generate(ctx, texts, MAX_R, 3, seed, s, 6, &got);
-            CHECK(got.st == TB_OK);
-            for (int r = 0; r < MAX_R; r++) {
-                int c = 0;
-                while (c < n_cells && memcmp(cells[c], got.ids[r], sizeof cells[c]) != 0)
-                    c++;
-                if (c < n_cells)
-                    count[c]++;
-                else
-                    outside++;
-                n++;
-                acc += got.spec[r].accepted;
-                drafted += got.spec[r].drafted;
-            }
-        }
-        int dof = 0;
-        double x = outside > 0 ? INFINITY : chi_square(count, prob, n_cells, n, &dof);
-        fprintf(stderr, "sampled, %s drafting for %s: chi-square %.1f (%d dof, limit %.1f) over %.0f runs, %llu of "
-                        "%llu drafts accepted\n",
-                cases[ci].drafter, cases[ci].model, x, dof, chi_limit(dof), n, (unsigned long long)acc,
-                (unsigned long long)drafted);
-        CHECK(x < chi_limit(dof));
-        if (cases[ci].paths == 0)
-            CHECK(acc == 0 && drafted > 0);
-        else if (cases[ci].paths == 1)
-            CHECK(acc == drafted && drafted > 0);
-        else
-            CHECK(acc > 100 && acc < drafted - 100); /* each path many times */
-        tokbench_backend_entry()->destroy(ctx);
-    }
+    uint64_t acc, drafted;
+    CHECK(sampled_case("cpu", tiny, 0, tied, "the cat", &acc, &drafted));
+    CHECK(acc == 0 && drafted > 0);
+    CHECK(sampled_case("cpu", tiny, 0, same, "the cat", &acc, &drafted));
+    CHECK(acc == drafted && drafted > 0);
+    CHECK(sampled_case("cpu", sdar, 1, "self", "add 12 34 =", &acc, &drafted));
+    CHECK(acc > 100 && acc < drafted - 100); /* each path many times */
 }
 
 /* ---- refusals */
