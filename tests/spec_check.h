@@ -26,6 +26,7 @@
 #define MAX_OPTS 32
 #define MAX_R 16
 #define MAX_N 64
+#define NSET(a) (sizeof (a) / sizeof *(a))
 
 /* ---- the plugin through its ABI */
 
@@ -231,8 +232,8 @@ static int exact_joint(const char *model, int diffusion, int on_gpu, const char 
  * (temperature 1, top_k 3, draft_len 2) on `device` with `drafter`: 1
  * when the joint of the three tokens passes the chi-square against the
  * target's exact joint (exact_joint); the drafts accepted and drafted. */
-static int sampled_case(const char *device, const char *model, int diffusion, const char *drafter, const char *text,
-                        uint64_t *acc, uint64_t *drafted)
+static int sampled_case(const char *device, const char *model, int diffusion, const char *drafter,
+                        const char *draft_model, const char *text, uint64_t *acc, uint64_t *drafted)
 {
     tb_sampling smp = {1.0, 3, 1};
     double prob[27];
@@ -241,21 +242,21 @@ static int sampled_case(const char *device, const char *model, int diffusion, co
     *acc = *drafted = 0;
     int n_cells = exact_joint(model, diffusion, strcmp(device, "cuda") == 0, text, &smp, prob, cells);
     CHECK(n_cells == 27);
-    test_option set[] = {{"device", device}, {"threads", "1"}, {"drafter", drafter}};
-    void *ctx = open_ctx(model, set, 3, err, sizeof err, NULL);
+    test_option set[] = {{"device", device}, {"threads", "1"}, {"drafter", drafter}, {"draft_model", draft_model}};
+    void *ctx = open_ctx(model, set, NSET(set), err, sizeof err, NULL);
     if (!ctx) {
         fprintf(stderr, "create: %s\n", err);
         return 0;
     }
-    test_option s[] = {{"device", device}, {"threads", "1"}, {"drafter", drafter}, {"draft_len", "2"},
-                       {"temperature", "1"}, {"top_k", "3"}};
+    test_option s[] = {{"device", device},    {"threads", "1"}, {"drafter", drafter}, {"draft_model", draft_model},
+                       {"draft_len", "2"},   {"temperature", "1"}, {"top_k", "3"}};
     const char *texts[MAX_R];
     for (int r = 0; r < MAX_R; r++)
         texts[r] = text;
     double count[27] = {0}, n = 0, outside = 0;
     static run got;
     for (uint64_t seed = 1; seed <= 250; seed++) {
-        generate(ctx, texts, MAX_R, 3, seed, s, 6, &got);
+        generate(ctx, texts, MAX_R, 3, seed, s, NSET(s), &got);
         CHECK(got.st == TB_OK);
         for (int r = 0; r < MAX_R; r++) {
             int c = 0;
@@ -272,9 +273,9 @@ static int sampled_case(const char *device, const char *model, int diffusion, co
     }
     int dof = 0;
     double x = outside > 0 ? INFINITY : chi_square(count, prob, n_cells, n, &dof);
-    fprintf(stderr, "sampled on %s, %s drafting for %s: chi-square %.1f (%d dof, limit %.1f) over %.0f runs, %llu of "
-                    "%llu drafts accepted\n",
-            device, drafter, model, x, dof, chi_limit(dof), n, (unsigned long long)*acc, (unsigned long long)*drafted);
+    fprintf(stderr, "sampled on %s, drafter %s %s for %s: chi-square %.1f (%d dof, limit %.1f) over %.0f runs, %llu "
+                    "of %llu drafts accepted\n",
+            device, drafter, draft_model, model, x, dof, chi_limit(dof), n, (unsigned long long)*acc, (unsigned long long)*drafted);
     tokbench_backend_entry()->destroy(ctx);
     return x < chi_limit(dof);
 }

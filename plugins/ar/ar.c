@@ -40,8 +40,14 @@
 
 enum {
     OPT_DEVICE, OPT_THREADS, OPT_TEMPERATURE, OPT_TOP_K, OPT_TOP_P, OPT_IGNORE_EOS, OPT_PRESET_SEED, OPT_DTYPE, OPT_TP,
-    OPT_DRAFTER, OPT_DRAFT_LEN, OPT_FORCED_ACCEPTANCE, N_OPTS
+    OPT_DRAFTER, OPT_DRAFT_MODEL, OPT_DRAFT_LEN, OPT_FORCED_ACCEPTANCE, N_OPTS
 };
+
+/* `drafter`: speculative decoding's drafter kind (drafter.h); an enum, so
+ * that a suite sweeps it (a string option is one value) */
+#define AR_DRAFTER_LIST(X, SEP) X(DRAFT_NONE, "none") SEP X(DRAFT_AR, "ar") SEP X(DRAFT_SELF, "self") SEP X(DRAFT_DFLASH, "dflash")
+typedef enum { TB_CHOICES_ENUM(AR_DRAFTER_LIST) } draft_kind;
+static const tb_choice draft_choices[] = TB_CHOICES_TABLE(AR_DRAFTER_LIST);
 
 static const tb_option_decl ar_options[N_OPTS] = {
     [OPT_DEVICE] = TB_OPT_DECL_DEVICE("cpu (float32, OpenBLAS), cuda (bf16 weights, cuBLAS, CUDA graphs; in CUDA builds), "
@@ -58,11 +64,15 @@ static const tb_option_decl ar_options[N_OPTS] = {
     [OPT_PRESET_SEED] = TB_OPT_DECL_PRESET_SEED,
     [OPT_DTYPE] = TB_OPT_DECL_DTYPE,
     [OPT_TP] = TB_OPT_DECL_TP,
-    [OPT_DRAFTER] = {"drafter", TB_OPT_STRING, "none",
-                     "speculative decoding: none (plain AR), ar:PATH (a small AR model folder or preset:NAME sharing "
-                     "the target's vocabulary), self (the target drafts for itself: a block-diffusion model in SDAR's "
-                     "layout, one shared cache) or dflash:PATH (a DFlash drafter: not yet)",
-                     NULL, 0, 0, TB_OPTF_LOAD},
+    [OPT_DRAFTER] = {"drafter", TB_OPT_ENUM, "none",
+                     "speculative decoding: none (plain AR), ar (draft_model: a small AR model sharing the target's "
+                     "vocabulary), self (the target drafts for itself: a block-diffusion model in SDAR's layout, one "
+                     "shared cache) or dflash (draft_model: a DFlash drafter; not yet)",
+                     TB_CHOICES_TEXT(AR_DRAFTER_LIST), 1, 0, TB_OPTF_LOAD},
+    [OPT_DRAFT_MODEL] = {"draft_model", TB_OPT_STRING, "",
+                         "the drafter's model for drafter = ar or dflash: a Hugging Face folder or preset:NAME "
+                         "(ignored with drafter = none)",
+                         NULL, 0, 0, TB_OPTF_LOAD},
     [OPT_DRAFT_LEN] = {"draft_len", TB_OPT_INT, "0",
                        "draft tokens per verification with a drafter; 0 = the drafter's own (self, dflash: its block "
                        "size - 1; ar: 4)",
@@ -70,30 +80,33 @@ static const tb_option_decl ar_options[N_OPTS] = {
     [OPT_FORCED_ACCEPTANCE] = {"forced_acceptance", TB_OPT_INT, "0",
                                "cost figures on random weights: every verification accepts exactly min(N, "
                                "draft_len) draft tokens, whatever the target says (the output is then not the "
-                               "target's); 0 = off (the real rule)",
+                               "target's); 0 = off (the real rule); ignored with drafter = none",
                                NULL, 0, TB_SPEC_MAX_DRAFT, TB_OPTF_LOAD},
 };
 
-/* `drafter`'s kinds, from the text before its ':' */
-typedef enum { DRAFT_NONE, DRAFT_AR, DRAFT_SELF, DRAFT_DFLASH } draft_kind;
-
-/* The kind `text` names, *path what follows "ar:" or "dflash:"; -1 with
- * why when it names none. */
-static int draft_kind_of(const char *text, const char **path, char *why, size_t why_size)
+/* The drafter kind the options name, *model its draft_model; -1 with why
+ * when they do not fit together (a model for ar and dflash, none for self;
+ * none ignores it, so that `drafter = none, ar` sweeps with one model). */
+static int draft_kind_of(const tb_option_value *o, uint32_t n, const char **model, char *why, size_t why_size)
 {
-    *path = NULL;
-    if (!text || !*text || strcmp(text, "none") == 0)
-        return DRAFT_NONE;
-    if (strcmp(text, "self") == 0)
-        return DRAFT_SELF;
-    int kind = strncmp(text, "ar:", 3) == 0 ? DRAFT_AR : strncmp(text, "dflash:", 7) == 0 ? DRAFT_DFLASH : -1;
-    if (kind >= 0) {
-        *path = strchr(text, ':') + 1;
-        if (**path)
-            return kind;
+    int kind = tb_opt_choice(o, n, ar_options, OPT_DRAFTER, draft_choices);
+    *model = tb_opt_text(o, n, ar_options, OPT_DRAFT_MODEL);
+    int wants = kind == DRAFT_AR || kind == DRAFT_DFLASH, has = *model && **model;
+    if (kind < 0) {
+        snprintf(why, why_size, "drafter: expected one of %s", TB_CHOICES_TEXT(AR_DRAFTER_LIST));
+        return -1;
     }
-    snprintf(why, why_size, "drafter = %s: expected none, self, ar:PATH or dflash:PATH", text);
-    return -1;
+    if (wants && !has) {
+        snprintf(why, why_size, "drafter = %s needs draft_model = a model folder or preset:NAME",
+                 tb_choice_name(draft_choices, kind));
+        return -1;
+    }
+    if (kind == DRAFT_SELF && has) {
+        snprintf(why, why_size, "draft_model = %s: drafter = self drafts with the target itself (ar and dflash "
+                 "take a draft_model)", *model);
+        return -1;
+    }
+    return kind;
 }
 
 /* One request of a stepped session (continuous batching, step_* ops). */
@@ -237,14 +250,9 @@ static tb_status ar_validate(const tb_request *req, char *why, size_t why_size)
     const tb_option_value *o = req->options;
     uint32_t n = req->n_options;
     const char *path;
-    int kind = draft_kind_of(tb_opt_text(o, n, ar_options, OPT_DRAFTER), &path, why, why_size);
+    int kind = draft_kind_of(o, n, &path, why, why_size);
     if (kind < 0)
         return TB_ERR_INVALID;
-    if (OPT_I(o, n, OPT_FORCED_ACCEPTANCE) > 0 && kind == DRAFT_NONE) {
-        snprintf(why, why_size, "forced_acceptance = %lld needs a drafter (drafter = none)",
-                 (long long)OPT_I(o, n, OPT_FORCED_ACCEPTANCE));
-        return TB_ERR_INVALID;
-    }
     return tb_load_check(tb_opt_text(o, n, ar_options, OPT_DEVICE),
                          tb_opt_choice(o, n, ar_options, OPT_DTYPE, tb_dtype_choices) == TB_DTYPE_FP8,
                          (int)OPT_I(o, n, OPT_TP), why, why_size);
@@ -264,7 +272,7 @@ static tb_status ar_create(const tb_host *host, const char *model, const tb_opti
     int on_gpu = tb_device_wants_gpu(tb_opt_text(options, n_options, ar_options, OPT_DEVICE));
     int fp8 = tb_opt_choice(options, n_options, ar_options, OPT_DTYPE, tb_dtype_choices) == TB_DTYPE_FP8;
     const char *draft_path;
-    int kind = draft_kind_of(tb_opt_text(options, n_options, ar_options, OPT_DRAFTER), &draft_path, err, err_size);
+    int kind = draft_kind_of(options, n_options, &draft_path, err, err_size);
     if (kind < 0) {
         ar_destroy(c);
         return TB_ERR_INVALID;

@@ -291,12 +291,12 @@ int ar_drafter_open_ar(ar_drafter *dr, const char *spec, const tb_loaded *target
     char why[400];
     tb_status st = tb_load(spec, 0, on_gpu, fp8, preset_seed, 0, &d->ld, why, sizeof why);
     if (st != TB_OK) {
-        snprintf(err, err_size, "drafter = ar:%s: %s", spec, why);
+        snprintf(err, err_size, "draft_model = %s: %s", spec, why);
         dar_free(d);
         return -1;
     }
     if (same_vocabulary(target, &d->ld, why, sizeof why) != 0) {
-        snprintf(err, err_size, "drafter = ar:%s: %s", spec, why);
+        snprintf(err, err_size, "draft_model = %s: %s", spec, why);
         dar_free(d);
         return -1;
     }
@@ -304,12 +304,12 @@ int ar_drafter_open_ar(ar_drafter *dr, const char *spec, const tb_loaded *target
     d->threads = threads;
     d->scratch = malloc(2 * (size_t)d->V * sizeof *d->scratch);
     if (!d->scratch || tb_engine_open(&d->eng, &d->ld, threads) != 0) {
-        snprintf(err, err_size, "drafter = ar:%s: out of memory", spec);
+        snprintf(err, err_size, "draft_model = %s: out of memory", spec);
         dar_free(d);
         return -1;
     }
     if (!d->eng.iface->verify_slots || !d->eng.iface->truncate_slot) {
-        snprintf(err, err_size, "drafter = ar:%s: this engine has no verify_slots/truncate_slot", spec);
+        snprintf(err, err_size, "draft_model = %s: this engine has no verify_slots/truncate_slot", spec);
         dar_free(d);
         return -1;
     }

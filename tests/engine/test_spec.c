@@ -20,8 +20,8 @@
  *     drafter and end to end on the tiny models; planted wrong rules
  *     (accept always; resample from p instead of max(0, p - q)) fail it;
  *   - refusals: another vocabulary, self on a plain llama, dflash (not
- *     yet), a malformed drafter, forced_acceptance without a drafter,
- *     stepped sessions with a drafter.
+ *     yet), ar without a draft_model, self with one, a draft model that
+ *     does not load, stepped sessions with a drafter.
  *
  *   test_spec MODELS_DIR GOLDEN_DIR
  *
@@ -60,11 +60,11 @@ static void test_ar_drafter_lossless(void)
 {
     char target[1024], draft[1100], err[512] = "";
     path_of(target, sizeof target, models, "tiny-llama-random");
-    snprintf(draft, sizeof draft, "ar:%s/llama-tied", golden);
+    snprintf(draft, sizeof draft, "%s/llama-tied", golden);
     test_option plain_set[] = {{"device", "cpu"}, {"threads", "1"}};
-    test_option spec_set[] = {{"device", "cpu"}, {"threads", "1"}, {"drafter", draft}};
+    test_option spec_set[] = {{"device", "cpu"}, {"threads", "1"}, {"drafter", "ar"}, {"draft_model", draft}};
     void *plain = open_ctx(target, plain_set, 2, err, sizeof err, NULL);
-    void *spec = open_ctx(target, spec_set, 3, err, sizeof err, NULL);
+    void *spec = open_ctx(target, spec_set, NSET(spec_set), err, sizeof err, NULL);
     if (!plain || !spec) {
         fprintf(stderr, "create: %s\n", err);
         CHECK(0);
@@ -82,10 +82,10 @@ static void test_ar_drafter_lossless(void)
     const char *ks[] = {"1", "3", "8"};
     uint64_t acc_total = 0;
     for (size_t i = 0; i < 3; i++) {
-        test_option s[] = {{"device", "cpu"}, {"threads", "1"}, {"drafter", draft}, {"draft_len", ks[i]}};
+        test_option s[] = {{"device", "cpu"}, {"threads", "1"}, {"drafter", "ar"}, {"draft_model", draft}, {"draft_len", ks[i]}};
         int k = atoi(ks[i]);
         for (uint32_t r = 0; r < 4; r++) {
-            generate(spec, &ragged[r], 1, N, 1, s, 4, &got);
+            generate(spec, &ragged[r], 1, N, 1, s, NSET(s), &got);
             CHECK(got.st == TB_OK);
             if (got.st != TB_OK)
                 fprintf(stderr, "generate: %s\n", got.error);
@@ -93,7 +93,7 @@ static void test_ar_drafter_lossless(void)
             check_counts(&got, 0, k, 0);
             CHECK(got.forwards == 1 + (int64_t)got.spec[0].verifications);
         }
-        generate(spec, ragged, 4, N, 1, s, 4, &got);
+        generate(spec, ragged, 4, N, 1, s, NSET(s), &got);
         CHECK(got.st == TB_OK);
         CHECK(same_ids(&got, &want4, 4, "ar drafter, batch 4"));
         /* ragged prompts: one prefill forward per distinct length (4 here) */
@@ -151,7 +151,7 @@ static void test_self_lossless(void)
     char model[1024], err[512] = "";
     path_of(model, sizeof model, models, "small-sdar");
     test_option set[] = {{"device", "cpu"}, {"threads", "1"}, {"drafter", "self"}};
-    void *ctx = open_ctx(model, set, 3, err, sizeof err, NULL);
+    void *ctx = open_ctx(model, set, NSET(set), err, sizeof err, NULL);
     if (!ctx) {
         fprintf(stderr, "create: %s\n", err);
         CHECK(0);
@@ -172,7 +172,7 @@ static void test_self_lossless(void)
         test_option s[] = {{"device", "cpu"}, {"threads", "1"}, {"drafter", "self"}, {"draft_len", ks[i]}};
         int k = i == 0 ? 3 : atoi(ks[i]); /* small-sdar's block_size is 4 */
         for (uint32_t r = 0; r < 4; r++) {
-            generate(ctx, &prompts[r], 1, N, 1, s, 4, &got);
+            generate(ctx, &prompts[r], 1, N, 1, s, NSET(s), &got);
             CHECK(got.st == TB_OK);
             if (got.st != TB_OK)
                 fprintf(stderr, "generate: %s\n", got.error);
@@ -182,7 +182,7 @@ static void test_self_lossless(void)
             CHECK(same_ids(&got, &one, 1, "self, batch 1"));
             check_counts(&got, 0, k, 0);
         }
-        generate(ctx, prompts, 4, N, 1, s, 4, &got);
+        generate(ctx, prompts, 4, N, 1, s, NSET(s), &got);
         CHECK(got.st == TB_OK);
         CHECK(same_ids(&got, &want, 4, "self, batch 4"));
         for (uint32_t r = 0; r < 4; r++) {
@@ -202,11 +202,11 @@ static void test_equal_and_forced(void)
 {
     char model[1024], draft[1100], err[512] = "";
     path_of(model, sizeof model, models, "small-llama");
-    snprintf(draft, sizeof draft, "ar:%s", model);
-    test_option set[] = {{"device", "cpu"}, {"threads", "1"}, {"drafter", draft}};
-    void *ctx = open_ctx(model, set, 3, err, sizeof err, NULL);
-    test_option fset[] = {{"device", "cpu"}, {"threads", "1"}, {"drafter", draft}, {"forced_acceptance", "2"}};
-    void *forced = open_ctx(model, fset, 4, err, sizeof err, NULL);
+    snprintf(draft, sizeof draft, "%s", model);
+    test_option set[] = {{"device", "cpu"}, {"threads", "1"}, {"drafter", "ar"}, {"draft_model", draft}};
+    void *ctx = open_ctx(model, set, NSET(set), err, sizeof err, NULL);
+    test_option fset[] = {{"device", "cpu"}, {"threads", "1"}, {"drafter", "ar"}, {"draft_model", draft}, {"forced_acceptance", "2"}};
+    void *forced = open_ctx(model, fset, NSET(fset), err, sizeof err, NULL);
     if (!ctx || !forced) {
         fprintf(stderr, "create: %s\n", err);
         CHECK(0);
@@ -224,8 +224,8 @@ static void test_equal_and_forced(void)
         tokbench_backend_entry()->destroy(plain);
     }
     /* k = 3: each verification yields 4 tokens; N = 1 + 4 x 7: nothing cut */
-    test_option s[] = {{"device", "cpu"}, {"threads", "1"}, {"drafter", draft}, {"draft_len", "3"}};
-    generate(ctx, prompts, 4, 29, 1, s, 4, &got);
+    test_option s[] = {{"device", "cpu"}, {"threads", "1"}, {"drafter", "ar"}, {"draft_model", draft}, {"draft_len", "3"}};
+    generate(ctx, prompts, 4, 29, 1, s, NSET(s), &got);
     CHECK(got.st == TB_OK);
     CHECK(same_ids(&got, &want, 4, "small-llama drafting for itself"));
     for (uint32_t r = 0; r < 4; r++) {
@@ -236,9 +236,9 @@ static void test_equal_and_forced(void)
     }
     /* forced_acceptance 2 with k = 5: each verification accepts exactly 2,
      * yields 3; N = 1 + 3 x 6 */
-    test_option fs[] = {{"device", "cpu"}, {"threads", "1"}, {"drafter", draft}, {"forced_acceptance", "2"},
+    test_option fs[] = {{"device", "cpu"}, {"threads", "1"}, {"drafter", "ar"}, {"draft_model", draft}, {"forced_acceptance", "2"},
                         {"draft_len", "5"}};
-    generate(forced, prompts, 4, 19, 1, fs, 5, &got);
+    generate(forced, prompts, 4, 19, 1, fs, NSET(fs), &got);
     CHECK(got.st == TB_OK);
     for (uint32_t r = 0; r < 4; r++) {
         CHECK(got.n_out[r] == 19);
@@ -247,9 +247,9 @@ static void test_equal_and_forced(void)
         check_counts(&got, r, 5, 1);
     }
     /* forced above k: min(a, k) */
-    test_option f1[] = {{"device", "cpu"}, {"threads", "1"}, {"drafter", draft}, {"forced_acceptance", "2"},
+    test_option f1[] = {{"device", "cpu"}, {"threads", "1"}, {"drafter", "ar"}, {"draft_model", draft}, {"forced_acceptance", "2"},
                         {"draft_len", "1"}};
-    generate(forced, prompts, 1, 9, 1, f1, 5, &got);
+    generate(forced, prompts, 1, 9, 1, f1, NSET(f1), &got);
     CHECK(got.st == TB_OK && got.spec[0].verifications == 4 && got.spec[0].accepted == 4);
     check_counts(&got, 0, 1, 1);
     const tb_backend_ops *ops = tokbench_backend_entry();
@@ -361,21 +361,20 @@ static void test_rule_in_distribution(void)
 
 static void test_sampled_end_to_end(void)
 {
-    char tiny[1024], sdar[1024], tied[1100], same[1100];
+    char tiny[1024], sdar[1024], tied[1100];
     path_of(tiny, sizeof tiny, models, "tiny-llama-random");
     path_of(sdar, sizeof sdar, models, "small-sdar");
-    snprintf(tied, sizeof tied, "ar:%s/llama-tied", golden);
-    snprintf(same, sizeof same, "ar:%s", tiny);
+    snprintf(tied, sizeof tied, "%s/llama-tied", golden);
     /* three paths of the rule: every draft rejected (tiny random llamas
      * whose top 3 never meet: the residual max(0, p - q)), every draft
      * accepted (the target for itself, p = q), and both (self-speculation
      * on the trained small-sdar) */
     uint64_t acc, drafted;
-    CHECK(sampled_case("cpu", tiny, 0, tied, "the cat", &acc, &drafted));
+    CHECK(sampled_case("cpu", tiny, 0, "ar", tied, "the cat", &acc, &drafted));
     CHECK(acc == 0 && drafted > 0);
-    CHECK(sampled_case("cpu", tiny, 0, same, "the cat", &acc, &drafted));
+    CHECK(sampled_case("cpu", tiny, 0, "ar", tiny, "the cat", &acc, &drafted));
     CHECK(acc == drafted && drafted > 0);
-    CHECK(sampled_case("cpu", sdar, 1, "self", "add 12 34 =", &acc, &drafted));
+    CHECK(sampled_case("cpu", sdar, 1, "self", "", "add 12 34 =", &acc, &drafted));
     CHECK(acc > 100 && acc < drafted - 100); /* each path many times */
 }
 
@@ -383,42 +382,47 @@ static void test_sampled_end_to_end(void)
 
 static void test_refusals(void)
 {
-    char tiny[1024], small[1024], bad[1100], err[512] = "";
+    char tiny[1024], small[1024], err[512] = "";
     path_of(tiny, sizeof tiny, models, "tiny-llama-random");
     path_of(small, sizeof small, models, "small-llama");
-    snprintf(bad, sizeof bad, "ar:%s", small);
     tb_status st;
-    test_option v1[] = {{"device", "cpu"}, {"drafter", bad}};
-    CHECK(open_ctx(tiny, v1, 2, err, sizeof err, &st) == NULL && strstr(err, "vocabulary"));
+    test_option v1[] = {{"device", "cpu"}, {"drafter", "ar"}, {"draft_model", small}};
+    CHECK(open_ctx(tiny, v1, NSET(v1), err, sizeof err, &st) == NULL && strstr(err, "vocabulary"));
     test_option v2[] = {{"device", "cpu"}, {"drafter", "self"}};
-    CHECK(open_ctx(tiny, v2, 2, err, sizeof err, &st) == NULL && strstr(err, "SDAR"));
-    test_option v3[] = {{"device", "cpu"}, {"drafter", "dflash:somewhere"}};
-    CHECK(open_ctx(tiny, v3, 2, err, sizeof err, &st) == NULL && st == TB_ERR_UNSUPPORTED && strstr(err, "not yet"));
-    test_option v4[] = {{"device", "cpu"}, {"drafter", "eagle"}};
-    CHECK(open_ctx(tiny, v4, 2, err, sizeof err, &st) == NULL && st == TB_ERR_INVALID && strstr(err, "ar:PATH"));
-    test_option v5[] = {{"device", "cpu"}, {"drafter", "ar:"}};
-    CHECK(open_ctx(tiny, v5, 2, err, sizeof err, &st) == NULL && st == TB_ERR_INVALID);
+    CHECK(open_ctx(tiny, v2, NSET(v2), err, sizeof err, &st) == NULL && strstr(err, "SDAR"));
+    test_option v3[] = {{"device", "cpu"}, {"drafter", "dflash"}, {"draft_model", "somewhere"}};
+    CHECK(open_ctx(tiny, v3, NSET(v3), err, sizeof err, &st) == NULL && st == TB_ERR_UNSUPPORTED &&
+          strstr(err, "not yet"));
+    test_option v4[] = {{"device", "cpu"}, {"drafter", "ar"}};
+    CHECK(open_ctx(tiny, v4, NSET(v4), err, sizeof err, &st) == NULL && st == TB_ERR_INVALID &&
+          strstr(err, "needs draft_model"));
+    test_option v5[] = {{"device", "cpu"}, {"drafter", "self"}, {"draft_model", small}};
+    CHECK(open_ctx(tiny, v5, NSET(v5), err, sizeof err, &st) == NULL && st == TB_ERR_INVALID &&
+          strstr(err, "drafts with the target itself"));
+    test_option v6[] = {{"device", "cpu"}, {"drafter", "ar"}, {"draft_model", "/no/such/folder"}};
+    CHECK(open_ctx(tiny, v6, NSET(v6), err, sizeof err, &st) == NULL && strstr(err, "draft_model = /no/such/folder"));
     /* validate(): at suite load */
     const tb_backend_ops *ops = tokbench_backend_entry();
     tb_option_value v[MAX_OPTS];
-    test_option fa[] = {{"forced_acceptance", "2"}};
-    uint32_t n = test_options(ops, fa, 1, v, MAX_OPTS);
+    test_option dr[] = {{"drafter", "ar"}};
+    uint32_t n = test_options(ops, dr, NSET(dr), v, MAX_OPTS);
     tb_request rq = {.struct_size = sizeof rq, .n_requests = 1, .max_new_tokens = 4, .batch = 1, .options = v,
                      .n_options = n};
     char why[256] = "";
-    CHECK(ops->validate(&rq, why, sizeof why) == TB_ERR_INVALID && strstr(why, "needs a drafter"));
-    test_option dr[] = {{"drafter", "what:ever"}};
-    n = test_options(ops, dr, 1, v, MAX_OPTS);
-    rq.n_options = n;
-    CHECK(ops->validate(&rq, why, sizeof why) == TB_ERR_INVALID && strstr(why, "drafter"));
+    CHECK(ops->validate(&rq, why, sizeof why) == TB_ERR_INVALID && strstr(why, "draft_model"));
+    test_option good[] = {{"drafter", "ar"}, {"draft_model", "preset:llama-3.2-1b"}, {"forced_acceptance", "3"}};
+    rq.n_options = test_options(ops, good, NSET(good), v, MAX_OPTS);
+    CHECK(ops->validate(&rq, why, sizeof why) == TB_OK);
+    /* none ignores draft_model and forced_acceptance: `drafter = none, ar` sweeps */
+    test_option sweep[] = {{"drafter", "none"}, {"draft_model", small}, {"forced_acceptance", "3"}};
+    rq.n_options = test_options(ops, sweep, NSET(sweep), v, MAX_OPTS);
+    CHECK(ops->validate(&rq, why, sizeof why) == TB_OK);
     /* a stepped session with a drafter */
-    char self[1100];
-    snprintf(self, sizeof self, "ar:%s", small);
-    test_option ok[] = {{"device", "cpu"}, {"threads", "1"}, {"drafter", self}};
-    void *ctx = open_ctx(small, ok, 3, err, sizeof err, NULL);
+    test_option ok[] = {{"device", "cpu"}, {"threads", "1"}, {"drafter", "ar"}, {"draft_model", small}};
+    void *ctx = open_ctx(small, ok, NSET(ok), err, sizeof err, NULL);
     CHECK(ctx != NULL);
     if (ctx) {
-        n = test_options(ops, ok, 3, v, MAX_OPTS);
+        n = test_options(ops, ok, NSET(ok), v, MAX_OPTS);
         tb_request shape = {.struct_size = sizeof shape, .n_requests = 1, .max_new_tokens = 8, .batch = 1,
                             .options = v, .n_options = n};
         CHECK(ops->step_open(ctx, &shape, 2) == TB_ERR_UNSUPPORTED && strstr(ops->last_error(ctx), "drafter"));

@@ -162,9 +162,11 @@ static const char *ragged[4] = {"the cat sat on the mat", "x", "a much longer pr
                                 "hello world"};
 static const char *tasks[4] = {"add 12 34 =", "copy abc =", "sort 3 1 2 =", "lookup b in a:1 b:2 ="};
 
-/* Lossless on the device: model (diffusion: self) with `drafter`, the
- * reference from plain ar (or, for self, the engine alone). */
-static void lossless(const char *model, int diffusion, const char *drafter, const char *const *texts, uint32_t N)
+/* Lossless on the device: model with `drafter` (and its draft_model, ""
+ * for self, whose model is diffusion), the reference from plain ar (for
+ * self: the engine alone). */
+static void lossless(const char *model, int diffusion, const char *drafter, const char *draft_model,
+                     const char *const *texts, uint32_t N)
 {
     char err[512] = "";
     target t;
@@ -196,8 +198,8 @@ static void lossless(const char *model, int diffusion, const char *drafter, cons
         memcpy(ref4, got.ids, sizeof ref4);
         tokbench_backend_entry()->destroy(plain);
     }
-    test_option set[] = {{"device", "cuda"}, {"drafter", drafter}};
-    void *ctx = open_ctx(model, set, 2, err, sizeof err, NULL);
+    test_option set[] = {{"device", "cuda"}, {"drafter", drafter}, {"draft_model", draft_model}};
+    void *ctx = open_ctx(model, set, NSET(set), err, sizeof err, NULL);
     CHECK(ctx != NULL);
     if (!ctx) {
         fprintf(stderr, "create: %s\n", err);
@@ -206,22 +208,22 @@ static void lossless(const char *model, int diffusion, const char *drafter, cons
     }
     const char *ks[] = {"1", "3", "8"};
     for (size_t i = 0; i < 3; i++) {
-        test_option s[] = {{"device", "cuda"}, {"drafter", drafter}, {"draft_len", ks[i]}};
+        test_option s[] = {{"device", "cuda"}, {"drafter", drafter}, {"draft_model", draft_model}, {"draft_len", ks[i]}};
         int k = atoi(ks[i]);
         uint64_t acc = 0, drafted = 0;
         char what[256];
         for (uint32_t r = 0; r < 4; r++) {
-            generate(ctx, &texts[r], 1, N, 1, s, 3, &got);
+            generate(ctx, &texts[r], 1, N, 1, s, NSET(s), &got);
             CHECK(got.st == TB_OK);
             if (got.st != TB_OK)
                 fprintf(stderr, "generate: %s\n", got.error);
-            snprintf(what, sizeof what, "%s, %s, k %d, batch 1", model, drafter, k);
+            snprintf(what, sizeof what, "%s, drafter %s %s, k %d, batch 1", model, drafter, draft_model, k);
             compare(&t, &texts[r], 1, &got, &ref1[r], N, what);
             check_counts(&got, 0, k, 0);
         }
-        generate(ctx, texts, 4, N, 1, s, 3, &got);
+        generate(ctx, texts, 4, N, 1, s, NSET(s), &got);
         CHECK(got.st == TB_OK);
-        snprintf(what, sizeof what, "%s, %s, k %d, batch 4", model, drafter, k);
+        snprintf(what, sizeof what, "%s, drafter %s %s, k %d, batch 4", model, drafter, draft_model, k);
         compare(&t, texts, 4, &got, ref4, N, what);
         for (uint32_t r = 0; r < 4; r++) {
             check_counts(&got, r, k, 0);
@@ -237,20 +239,23 @@ static void lossless(const char *model, int diffusion, const char *drafter, cons
 
 static void equal_and_forced(void)
 {
-    char model[4200], draft[4300], err[512] = "";
+    char model[4200], err[512] = "";
     snprintf(model, sizeof model, "%s/small-llama", models);
-    snprintf(draft, sizeof draft, "ar:%s", model);
-    test_option set[] = {{"device", "cuda"}, {"drafter", draft}, {"draft_len", "3"}};
-    test_option fset[] = {{"device", "cuda"}, {"drafter", draft}, {"forced_acceptance", "2"}, {"draft_len", "5"}};
-    void *ctx = open_ctx(model, set, 3, err, sizeof err, NULL);
-    void *forced = open_ctx(model, fset, 4, err, sizeof err, NULL);
+    test_option set[] = {{"device", "cuda"}, {"drafter", "ar"}, {"draft_model", model}, {"draft_len", "3"}};
+    test_option fset[] = {{"device", "cuda"},
+                          {"drafter", "ar"},
+                          {"draft_model", model},
+                          {"forced_acceptance", "2"},
+                          {"draft_len", "5"}};
+    void *ctx = open_ctx(model, set, NSET(set), err, sizeof err, NULL);
+    void *forced = open_ctx(model, fset, NSET(fset), err, sizeof err, NULL);
     CHECK(ctx && forced);
     if (!ctx || !forced) {
         fprintf(stderr, "create: %s\n", err);
         return;
     }
     static run got;
-    generate(ctx, tasks, 4, 29, 1, set, 3, &got);
+    generate(ctx, tasks, 4, 29, 1, set, NSET(set), &got);
     CHECK(got.st == TB_OK);
     uint64_t acc = 0, drafted = 0;
     for (uint32_t r = 0; r < 4; r++) {
@@ -261,7 +266,7 @@ static void equal_and_forced(void)
     fprintf(stderr, "small-llama drafting for itself on the GPU: %llu of %llu drafts accepted\n",
             (unsigned long long)acc, (unsigned long long)drafted);
     CHECK(acc * 10 >= drafted * 9);
-    generate(forced, tasks, 4, 19, 1, fset, 4, &got);
+    generate(forced, tasks, 4, 19, 1, fset, NSET(fset), &got);
     CHECK(got.st == TB_OK);
     for (uint32_t r = 0; r < 4; r++) {
         CHECK(got.n_out[r] == 19);
@@ -282,20 +287,19 @@ int main(void)
     const char *src = getenv("TB_SOURCE_ROOT");
     snprintf(models, sizeof models, "%s/models", src ? src : ".");
     snprintf(golden, sizeof golden, "%s/tests/data/golden", src ? src : ".");
-    char tiny[4200], small[4200], sdar[4200], tied[4300], same[4300];
+    char tiny[4200], small[4200], sdar[4200], tied[4300];
     snprintf(tiny, sizeof tiny, "%s/tiny-llama-random", models);
     snprintf(small, sizeof small, "%s/small-llama", models);
     snprintf(sdar, sizeof sdar, "%s/small-sdar", models);
-    snprintf(tied, sizeof tied, "ar:%s/llama-tied", golden);
-    snprintf(same, sizeof same, "ar:%s", small);
-    lossless(tiny, 0, tied, ragged, 40);
-    lossless(small, 0, same, tasks, 40);
-    lossless(sdar, 1, "self", tasks, 32);
+    snprintf(tied, sizeof tied, "%s/llama-tied", golden);
+    lossless(tiny, 0, "ar", tied, ragged, 40);
+    lossless(small, 0, "ar", small, tasks, 40);
+    lossless(sdar, 1, "self", "", tasks, 32);
     equal_and_forced();
     uint64_t acc, drafted;
-    CHECK(sampled_case("cuda", tiny, 0, tied, "the cat", &acc, &drafted));
+    CHECK(sampled_case("cuda", tiny, 0, "ar", tied, "the cat", &acc, &drafted));
     CHECK(drafted > 0);
-    CHECK(sampled_case("cuda", sdar, 1, "self", "add 12 34 =", &acc, &drafted));
+    CHECK(sampled_case("cuda", sdar, 1, "self", "", "add 12 34 =", &acc, &drafted));
     CHECK(acc > 100 && acc < drafted - 100);
     fprintf(stderr, "near-ties that ended a comparison: %d\n", near_ties);
     return check_done();
