@@ -21,7 +21,6 @@
 typedef struct draft_ar {
     tb_loaded ld;
     tb_engine eng;
-    int threads;
     int seqs, len, k;  /* reserved */
     int V;
     int *fresh;        /* [seqs] 1: the slot's cache is empty (its first proposal prefills) */
@@ -84,6 +83,12 @@ static int dar_reserve(void *ctx, int seqs, int len, int prompt, int k)
     }
     d->k = k;
     return 0;
+}
+
+static void dar_set_threads(void *ctx, int n)
+{
+    draft_ar *d = ctx;
+    d->eng.iface->set_threads(d->eng.ctx, n);
 }
 
 static void dar_reset(void *ctx)
@@ -233,6 +238,7 @@ static const char *dar_error(void *ctx)
 static const ar_drafter_ops dar_ops = {
     .kind = "ar",
     .reserve = dar_reserve,
+    .set_threads = dar_set_threads,
     .reset = dar_reset,
     .propose = dar_propose,
     .commit = dar_commit,
@@ -301,7 +307,6 @@ int ar_drafter_open_ar(ar_drafter *dr, const char *spec, const tb_loaded *target
         return -1;
     }
     d->V = d->ld.model.cfg.vocab_size;
-    d->threads = threads;
     d->scratch = malloc(2 * (size_t)d->V * sizeof *d->scratch);
     if (!d->scratch || tb_engine_open(&d->eng, &d->ld, threads) != 0) {
         snprintf(err, err_size, "draft_model = %s: out of memory", spec);

@@ -62,6 +62,11 @@ static int ds_reserve(void *ctx, int seqs, int len, int prompt, int k)
     return 0;
 }
 
+static void ds_set_threads(void *ctx, int n)
+{
+    (void)ctx, (void)n; /* the target's engine: the loop sets them */
+}
+
 static void ds_reset(void *ctx)
 {
     (void)ctx;
@@ -142,6 +147,7 @@ static const char *ds_error(void *ctx)
 static const ar_drafter_ops ds_ops = {
     .kind = "self",
     .reserve = ds_reserve,
+    .set_threads = ds_set_threads,
     .reset = ds_reset,
     .propose = ds_propose,
     .commit = ds_commit,

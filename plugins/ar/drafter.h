@@ -33,6 +33,8 @@ typedef struct ar_drafter_ops {
      * engine reserved (the self drafter shares it). 0, or -1 with
      * error(). */
     int (*reserve)(void *ctx, int seqs, int len, int prompt, int k);
+    /* CPU threads from now on (n > 0), as the target's engine. */
+    void (*set_threads)(void *ctx, int n);
     /* A new call: every slot forgotten. */
     void (*reset)(void *ctx);
     /* k draft tokens for each of B slots into draft [B][k]. Greedy

@@ -124,8 +124,10 @@ tb_status ar_spec_generate(const ar_spec_call *c, tb_result *res, char *err, siz
     size_t rows = R * P > (size_t)R * w ? R * P : (size_t)R * w;
     if (e->reserve(ec, (int)R, (int)len, (int)rows, err, err_size) != 0)
         return tb_status_of(err, TB_ERR);
-    if (c->threads > 0)
+    if (c->threads > 0) {
         e->set_threads(ec, c->threads);
+        dops->set_threads(dc, c->threads);
+    }
     if (e->set_padding(ec, NULL, 0) != 0) {
         snprintf(err, err_size, "%s", e->error(ec));
         return TB_ERR;
@@ -142,7 +144,7 @@ tb_status ar_spec_generate(const ar_spec_call *c, tb_result *res, char *err, siz
     s.n_out = calloc(R, sizeof *s.n_out);
     s.done = calloc(R, sizeof *s.done);
     s.past_eos = calloc(R, sizeof *s.past_eos);
-    uint64_t *rng = malloc(R * sizeof *rng);
+    uint64_t *rng = malloc(R * sizeof *rng), *brng = malloc(R * sizeof *brng); /* brng: the round's, by slot order */
     int *slots = malloc(R * sizeof *slots), *ns = malloc(R * sizeof *ns);
     const int32_t **seqs = malloc(R * sizeof *seqs);
     int32_t *draft = malloc((size_t)R * k * sizeof *draft);
@@ -158,7 +160,7 @@ tb_status ar_spec_generate(const ar_spec_call *c, tb_result *res, char *err, siz
         scratch = malloc(2 * (size_t)V * sizeof *scratch);
     }
     tb_status rc = TB_OK;
-    if (!s.seq || !s.n || !s.n_out || !s.done || !s.past_eos || !rng || !slots || !ns || !seqs || !draft ||
+    if (!s.seq || !s.n || !s.n_out || !s.done || !s.past_eos || !rng || !brng || !slots || !ns || !seqs || !draft ||
         !tokens || !targ || !counts || (sampled && (!logits || !q || !p || !resid || !scratch))) {
         snprintf(err, err_size, "out of memory for a speculative batch of %u x %zu positions", R, len);
         rc = TB_ERR_NO_MEMORY;
@@ -233,12 +235,6 @@ tb_status ar_spec_generate(const ar_spec_call *c, tb_result *res, char *err, siz
             break;
         }
         /* the drafter's rng of slot b is rng[slots[b]]: gathered, then back */
-        uint64_t *brng = malloc((size_t)B * sizeof *brng);
-        if (!brng) {
-            snprintf(err, err_size, "out of memory");
-            rc = TB_ERR_NO_MEMORY;
-            break;
-        }
         for (int b = 0; b < B; b++)
             brng[b] = rng[slots[b]];
         int64_t td = host->now_ns(host);
@@ -246,7 +242,6 @@ tb_status ar_spec_generate(const ar_spec_call *c, tb_result *res, char *err, siz
         draft_ns += host->now_ns(host) - td;
         for (int b = 0; b < B; b++)
             rng[slots[b]] = brng[b];
-        free(brng);
         if (derr) {
             snprintf(err, err_size, "%s", dops->error(dc));
             rc = tb_status_of(err, TB_ERR);
@@ -337,6 +332,7 @@ out:
     free(s.done);
     free(s.past_eos);
     free(rng);
+    free(brng);
     free(slots);
     free(ns);
     free(seqs);

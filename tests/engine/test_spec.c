@@ -234,6 +234,24 @@ static void test_equal_and_forced(void)
         CHECK(got.spec[r].accepted == got.spec[r].drafted); /* every draft */
         check_counts(&got, r, 3, 1);
     }
+    /* EOS ends a request (ignore_eos = false) inside a verification's
+     * accepted tokens, as plain ar ends it */
+    test_option pe[] = {{"device", "cpu"}, {"threads", "1"}, {"ignore_eos", "false"}};
+    test_option se[] = {{"device", "cpu"}, {"threads", "1"}, {"drafter", "ar"}, {"draft_model", draft},
+                        {"draft_len", "3"}, {"ignore_eos", "false"}};
+    plain = open_ctx(model, plain_set, 2, err, sizeof err, NULL);
+    CHECK(plain != NULL);
+    if (plain) {
+        generate(plain, prompts, 4, 60, 1, pe, NSET(pe), &want);
+        tokbench_backend_entry()->destroy(plain);
+    }
+    generate(ctx, prompts, 4, 60, 1, se, NSET(se), &got);
+    CHECK(got.st == TB_OK);
+    CHECK(same_ids(&got, &want, 4, "ignore_eos = false"));
+    for (uint32_t r = 0; r < 4; r++) {
+        CHECK(got.n_out[r] < 60 && got.n_out[r] > 0 && got.ids[r][got.n_out[r] - 1] == 1022); /* stopped at its EOS */
+        check_counts(&got, r, 3, 0);
+    }
     /* forced_acceptance 2 with k = 5: each verification accepts exactly 2,
      * yields 3; N = 1 + 3 x 6 */
     test_option fs[] = {{"device", "cpu"}, {"threads", "1"}, {"drafter", "ar"}, {"draft_model", draft}, {"forced_acceptance", "2"},
