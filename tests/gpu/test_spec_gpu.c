@@ -7,8 +7,9 @@
  *     engine's own causal prefill and decode for small-sdar, whose model
  *     plain ar does not load), token for token: the ar drafter (tiny
  *     random llamas: every draft rejected; small-llama for itself: every
- *     draft accepted) and self-speculation (small-sdar: some), batch 1
- *     and batch 4 of ragged prompts, draft_len 1, 3, 8. The GPU computes
+ *     draft accepted; small-llama-draft for small-llama: some) and
+ *     self-speculation (small-sdar, small-sdar-self: some), batch 1 and
+ *     batch 4 of ragged prompts, draft_len 1, 3, 8. The GPU computes
  *     in bf16, and a verification's rows run through other kernels than a
  *     decode step's: where the outputs part, the target's own top-1/top-2
  *     margin at that position (its logits on this device) must be inside
@@ -292,9 +293,14 @@ int main(void)
     snprintf(small, sizeof small, "%s/small-llama", models);
     snprintf(sdar, sizeof sdar, "%s/small-sdar", models);
     snprintf(tied, sizeof tied, "%s/llama-tied", golden);
+    char draft[4200], sdar_self[4200];
+    snprintf(draft, sizeof draft, "%s/small-llama-draft", models);
+    snprintf(sdar_self, sizeof sdar_self, "%s/small-sdar-self", models);
     lossless(tiny, 0, "ar", tied, ragged, 40);
     lossless(small, 0, "ar", small, tasks, 40);
+    lossless(small, 0, "ar", draft, tasks, 40);
     lossless(sdar, 1, "self", "", tasks, 32);
+    lossless(sdar_self, 1, "self", "", tasks, 32);
     equal_and_forced();
     uint64_t acc, drafted;
     CHECK(sampled_case("cuda", tiny, 0, "ar", tied, "the cat", &acc, &drafted));
