@@ -1,5 +1,5 @@
 /* spec_check.h — what the speculative-decoding tests share
- * (tests/engine/test_spec.c on the CPU, tests/gpu/test_spec_gpu.c on
+ * (tests/engine/test_spec.c on the CPU, tests/gpu/test_ar_spec_gpu.c on
  * CUDA): the ar plugin driven through its ABI (its sources linked in,
  * plugin_host.h's host), the checks on tb_spec_counts, the chi-square of
  * sampled outputs and the target's exact joint of three sampled tokens.

@@ -1,4 +1,4 @@
-/* test_spec_gpu.c — the ar backend's speculative decoding on CUDA
+/* test_ar_spec_gpu.c — the ar backend's speculative decoding on CUDA
  * (plugins/ar/spec.h, drafter.h over engine_cuda.c's verify_slots,
  * truncate_slot and draft_span_slots). Exit 77 (skip) without a device.
  *
@@ -22,7 +22,7 @@
  *   - sampled: the output's joint of three tokens against the target's
  *     exact joint (chi-square, fixed seeds), on both paths of the rule.
  *
- *   TB_SOURCE_ROOT=$PWD build-gpu/tests/test_spec_gpu
+ *   TB_SOURCE_ROOT=$PWD build-gpu/tests/test_ar_spec_gpu
  *
  * Built with plugins/ar's sources linked in. */
 #define _GNU_SOURCE
