@@ -169,8 +169,8 @@ static double chi_limit(int dof)
 /* The target's exact joint of its first three sampled tokens after
  * `text` (top_k 3: 27 cells), through the engine and sampling.h's rule;
  * cells[c] = its three ids. */
-static int exact_joint(const char *model, int diffusion, int on_gpu, const char *text, const tb_sampling *smp, double *prob,
-                       int32_t (*cells)[3])
+static int exact_joint(const char *model, int diffusion, int on_gpu, const char *text, const tb_sampling *smp,
+                       double *prob, int32_t (*cells)[3])
 {
     tb_loaded ld;
     char err[512];
@@ -187,7 +187,8 @@ static int exact_joint(const char *model, int diffusion, int on_gpu, const char 
     CHECK(e->set_padding(eng.ctx, NULL, 0) == 0);
     int32_t *seq = calloc(P + 3, sizeof *seq);
     float *logits = malloc((P + 3) * (size_t)V * sizeof *logits), *scratch = malloc(2 * (size_t)V * sizeof *scratch);
-    float *d0 = malloc((size_t)V * sizeof *d0), *d1 = malloc((size_t)V * sizeof *d1), *d2 = malloc((size_t)V * sizeof *d2);
+    float *d0 = malloc((size_t)V * sizeof *d0), *d1 = malloc((size_t)V * sizeof *d1),
+          *d2 = malloc((size_t)V * sizeof *d2);
     memcpy(seq, ids[0], P * sizeof *seq);
     int n = 0;
     /* logits_all appends to what the engine holds: forgotten before each */
@@ -273,9 +274,11 @@ static int sampled_case(const char *device, const char *model, int diffusion, co
     }
     int dof = 0;
     double x = outside > 0 ? INFINITY : chi_square(count, prob, n_cells, n, &dof);
-    fprintf(stderr, "sampled on %s, drafter %s %s for %s: chi-square %.1f (%d dof, limit %.1f) over %.0f runs, %llu "
-                    "of %llu drafts accepted\n",
-            device, drafter, draft_model, model, x, dof, chi_limit(dof), n, (unsigned long long)*acc, (unsigned long long)*drafted);
+    fprintf(stderr,
+            "sampled on %s, drafter %s %s for %s: chi-square %.1f (%d dof, limit %.1f) over %.0f runs, %llu "
+            "of %llu drafts accepted\n",
+            device, drafter, draft_model, model, x, dof, chi_limit(dof), n, (unsigned long long)*acc,
+            (unsigned long long)*drafted);
     tokbench_backend_entry()->destroy(ctx);
     return x < chi_limit(dof);
 }

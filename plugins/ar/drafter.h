@@ -82,10 +82,11 @@ static inline int ar_drafter_open_dflash(ar_drafter *d, const char *spec, const 
                                          char *err, size_t err_size)
 {
     (void)d, (void)target, (void)eng;
-    snprintf(err, err_size,
-             "drafter = dflash (draft_model = %s): not yet: the DFlash drafter's model and forward are still being built "
-             "(issue 40, item 2a); use drafter = ar or self",
-             spec);
+    snprintf(
+        err, err_size,
+        "drafter = dflash (draft_model = %s): not yet: the DFlash drafter's model and forward are still being built "
+        "(issue 40, item 2a); use drafter = ar or self",
+        spec);
     return -1;
 }
 

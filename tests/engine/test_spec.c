@@ -85,7 +85,8 @@ static void test_ar_drafter_lossless(const char *target, const char *draft, cons
     const char *ks[] = {"1", "3", "8"};
     uint64_t acc_total = 0, dr_total = 0;
     for (size_t i = 0; i < 3; i++) {
-        test_option s[] = {{"device", "cpu"}, {"threads", "1"}, {"drafter", "ar"}, {"draft_model", draft}, {"draft_len", ks[i]}};
+        test_option s[] = {
+            {"device", "cpu"}, {"threads", "1"}, {"drafter", "ar"}, {"draft_model", draft}, {"draft_len", ks[i]}};
         int k = atoi(ks[i]);
         for (uint32_t r = 0; r < 4; r++) {
             generate(spec, &prompts[r], 1, N, 1, s, NSET(s), &got);
@@ -213,7 +214,8 @@ static void test_equal_and_forced(void)
     snprintf(draft, sizeof draft, "%s", model);
     test_option set[] = {{"device", "cpu"}, {"threads", "1"}, {"drafter", "ar"}, {"draft_model", draft}};
     void *ctx = open_ctx(model, set, NSET(set), err, sizeof err, NULL);
-    test_option fset[] = {{"device", "cpu"}, {"threads", "1"}, {"drafter", "ar"}, {"draft_model", draft}, {"forced_acceptance", "2"}};
+    test_option fset[] = {
+        {"device", "cpu"}, {"threads", "1"}, {"drafter", "ar"}, {"draft_model", draft}, {"forced_acceptance", "2"}};
     void *forced = open_ctx(model, fset, NSET(fset), err, sizeof err, NULL);
     if (!ctx || !forced) {
         fprintf(stderr, "create: %s\n", err);
@@ -232,7 +234,8 @@ static void test_equal_and_forced(void)
         tokbench_backend_entry()->destroy(plain);
     }
     /* k = 3: each verification yields 4 tokens; N = 1 + 4 x 7: nothing cut */
-    test_option s[] = {{"device", "cpu"}, {"threads", "1"}, {"drafter", "ar"}, {"draft_model", draft}, {"draft_len", "3"}};
+    test_option s[] = {
+        {"device", "cpu"}, {"threads", "1"}, {"drafter", "ar"}, {"draft_model", draft}, {"draft_len", "3"}};
     generate(ctx, prompts, 4, 29, 1, s, NSET(s), &got);
     CHECK(got.st == TB_OK);
     CHECK(same_ids(&got, &want, 4, "small-llama drafting for itself"));
@@ -262,8 +265,8 @@ static void test_equal_and_forced(void)
     }
     /* forced_acceptance 2 with k = 5: each verification accepts exactly 2,
      * yields 3; N = 1 + 3 x 6 */
-    test_option fs[] = {{"device", "cpu"}, {"threads", "1"}, {"drafter", "ar"}, {"draft_model", draft}, {"forced_acceptance", "2"},
-                        {"draft_len", "5"}};
+    test_option fs[] = {{"device", "cpu"},      {"threads", "1"},           {"drafter", "ar"},
+                        {"draft_model", draft}, {"forced_acceptance", "2"}, {"draft_len", "5"}};
     generate(forced, prompts, 4, 19, 1, fs, NSET(fs), &got);
     CHECK(got.st == TB_OK);
     for (uint32_t r = 0; r < 4; r++) {
@@ -273,8 +276,8 @@ static void test_equal_and_forced(void)
         check_counts(&got, r, 5, 1);
     }
     /* forced above k: min(a, k) */
-    test_option f1[] = {{"device", "cpu"}, {"threads", "1"}, {"drafter", "ar"}, {"draft_model", draft}, {"forced_acceptance", "2"},
-                        {"draft_len", "1"}};
+    test_option f1[] = {{"device", "cpu"},      {"threads", "1"},           {"drafter", "ar"},
+                        {"draft_model", draft}, {"forced_acceptance", "2"}, {"draft_len", "1"}};
     generate(forced, prompts, 1, 9, 1, f1, NSET(f1), &got);
     CHECK(got.st == TB_OK && got.spec[0].verifications == 4 && got.spec[0].accepted == 4);
     check_counts(&got, 0, 1, 1);

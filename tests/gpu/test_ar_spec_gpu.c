@@ -209,7 +209,8 @@ static void lossless(const char *model, int diffusion, const char *drafter, cons
     }
     const char *ks[] = {"1", "3", "8"};
     for (size_t i = 0; i < 3; i++) {
-        test_option s[] = {{"device", "cuda"}, {"drafter", drafter}, {"draft_model", draft_model}, {"draft_len", ks[i]}};
+        test_option s[] = {
+            {"device", "cuda"}, {"drafter", drafter}, {"draft_model", draft_model}, {"draft_len", ks[i]}};
         int k = atoi(ks[i]);
         uint64_t acc = 0, drafted = 0;
         char what[256];
