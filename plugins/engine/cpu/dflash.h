@@ -29,6 +29,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #include "model.h"
 
 typedef struct tb_dflash_state {
@@ -76,5 +80,9 @@ int tb_dflash_ctx_len(const tb_dflash_state *st, int slot);
  * changed. -1 when the call does not fit. */
 int tb_dflash_draft(tb_dflash_state *st, const int *slots, int n_seqs, const int32_t *anchors, int L, float *logits,
                     int32_t *draft);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
