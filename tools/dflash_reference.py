@@ -514,5 +514,5 @@ def build_tiny_target(out_dir, arch="llama", vocab=256, hidden=64, layers=6, hea
     model = model.float().eval()
     randomize(model, seed, std)
     if out_dir:
-        model.save_pretrained(out_dir, safe_serialization=True)
+        model.save_pretrained(out_dir)  # safetensors by default (4.x and 5.x)
     return model
