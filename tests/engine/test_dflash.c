@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "config.h"
@@ -258,6 +259,74 @@ static int read_ints(const cJSON *arr, int32_t *dst, int n)
     return i == n ? 0 : -1;
 }
 
+/* The golden drafter's weights under a config.json changed by `edit`, in a
+ * temporary folder: tb_dflash_load's message must name `want`. */
+static void check_broken(const char *drafter_dir, void (*edit)(cJSON *), const char *want)
+{
+    char tmp[] = "/tmp/tb_dflash_XXXXXX", path[8192], src[8192], err[512];
+    if (!mkdtemp(tmp)) {
+        CHECK(0);
+        return;
+    }
+    snprintf(path, sizeof path, "%s/config.json", drafter_dir);
+    char *text = tb_read_file(path, NULL);
+    cJSON *cfg = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    CHECK(cfg != NULL);
+    if (cfg) {
+        edit(cfg);
+        char *out = cJSON_Print(cfg);
+        snprintf(path, sizeof path, "%s/config.json", tmp);
+        FILE *f = fopen(path, "w");
+        CHECK(f && out && fputs(out, f) >= 0);
+        if (f)
+            fclose(f);
+        free(out);
+        cJSON_Delete(cfg);
+        snprintf(src, sizeof src, "%s/model.safetensors", drafter_dir);
+        snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+        if (src[0] != '/') { /* a relative folder: the link from tmp needs the absolute path */
+            char *abs = realpath(src, NULL);
+            snprintf(src, sizeof src, "%s", abs ? abs : "");
+            free(abs);
+        }
+        CHECK(symlink(src, path) == 0);
+        tb_model m;
+        snprintf(path, sizeof path, "%s", tmp);
+        CHECK(tb_dflash_load(path, &m, err, sizeof err) == -1);
+        CHECK_CONTAINS(err, want);
+        fprintf(stderr, "refused as expected: %s\n", err);
+        snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+        unlink(path);
+        snprintf(path, sizeof path, "%s/config.json", tmp);
+        unlink(path);
+    }
+    rmdir(tmp);
+}
+
+static void two_ids(cJSON *cfg)
+{
+    cJSON *dc = cJSON_GetObjectItem(cfg, "dflash_config");
+    cJSON_ReplaceItemInObject(dc, "target_layer_ids", cJSON_CreateIntArray((const int[]){0, 1}, 2));
+}
+
+static void no_dflash_config(cJSON *cfg)
+{
+    cJSON_DeleteItemFromObject(cfg, "dflash_config");
+}
+
+static void wider_mlp(cJSON *cfg)
+{
+    cJSON_ReplaceItemInObject(cfg, "intermediate_size", cJSON_CreateNumber(100));
+}
+
+static void check_broken_drafter(const char *drafter_dir)
+{
+    check_broken(drafter_dir, two_ids, "fc.weight: shape");
+    check_broken(drafter_dir, no_dflash_config, "config.json: field dflash_config");
+    check_broken(drafter_dir, wider_mlp, "mlp.gate_proj.weight: shape");
+}
+
 static int test_golden(const char *dir)
 {
     char path[8192], err[512];
@@ -293,6 +362,7 @@ static int test_golden(const char *dir)
         cJSON_Delete(all);
         return check_done();
     }
+    check_broken_drafter(path);
     const tb_model_config *dc = &d.cfg;
     const cJSON *ids = cJSON_GetObjectItem(all, "target_layer_ids");
     CHECK(dc->arch == TB_ARCH_DFLASH && dc->block_size == cJSON_GetObjectItem(all, "block_size")->valueint);
