@@ -20,7 +20,8 @@ API (import it: sys.path.insert(0, "tools"); import dflash_reference as dr)
   d.bind(embed_weight, lm_head_weight)   the TARGET's [vocab][hidden]
         embedding and LM head, held as plain (unregistered) tensors: the
         drafter shares them and never trains them; state_dict() holds only
-        the drafter's own published tensors.
+        the drafter's own published tensors. Plain attributes do not follow
+        .to(device): bind after moving the module.
   feats = dr.target_features(hidden_states, d.target_layer_ids)
         hidden_states: transformers' output_hidden_states tuple (index 0 is
         the embeddings, index i+1 the output of decoder layer i) -> raw
