@@ -225,6 +225,16 @@ static const weight_names dflash_names = {
     "self_attn.q_norm.weight", "self_attn.k_norm.weight", NULL, NULL,
 };
 
+/* The same under "model." (checkpoints saved from a wrapper; SGLang's
+ * loader takes both spellings) */
+static const weight_names dflash_model_names = {
+    NULL, "model.norm.weight", NULL, "model.layers.%d.",
+    "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+    "self_attn.o_proj.weight", "post_attention_layernorm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
+    "mlp.down_proj.weight", "self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias",
+    "self_attn.q_norm.weight", "self_attn.k_norm.weight", NULL, NULL,
+};
+
 static int load_folder(const char *dir, tb_model *m, int drafter, char *err, size_t err_size)
 {
     memset(m, 0, sizeof *m);
@@ -259,15 +269,21 @@ static int load_folder(const char *dir, tb_model *m, int drafter, char *err, siz
     }
     const char *base = strrchr(dir, '/');
     snprintf(m->name, sizeof m->name, "%s", base && base[1] ? base + 1 : dir);
-    const tb_tensor *emb = tb_weights_find(w, drafter ? "fc.weight" : nm->embed);
+    /* a drafter: "fc.weight" ..., or all of them under "model." */
+    int model_prefix = drafter && !tb_weights_find(w, "fc.weight") && tb_weights_find(w, "model.fc.weight");
+    if (model_prefix)
+        nm = &dflash_model_names;
+    const char *fc_name = model_prefix ? "model.fc.weight" : "fc.weight";
+    const char *hn_name = model_prefix ? "model.hidden_norm.weight" : "hidden_norm.weight";
+    const tb_tensor *emb = tb_weights_find(w, drafter ? fc_name : nm->embed);
     snprintf(m->source_dtype, sizeof m->source_dtype, "%s", emb ? tb_dtype_name(emb->dtype) : "?");
 
     int64_t h = c->hidden_size, hd = c->head_dim, inter = c->intermediate_size;
     int64_t qd = (int64_t)c->n_heads * hd, kvd = (int64_t)c->n_kv_heads * hd;
     int rc;
     if (drafter) { /* fc [hidden][ids x hidden], hidden_norm [hidden] */
-        rc = take(w, "fc.weight", h, (int64_t)c->n_target_ids * h, m->fc, err, err_size) ||
-             take(w, "hidden_norm.weight", h, 0, m->hidden_norm, err, err_size);
+        rc = take(w, fc_name, h, (int64_t)c->n_target_ids * h, m->fc, err, err_size) ||
+             take(w, hn_name, h, 0, m->hidden_norm, err, err_size);
     } else {
         rc = take(w, nm->embed, c->vocab_size, h, m->embed, err, err_size);
         if (!rc && !c->tie_word_embeddings)
