@@ -67,7 +67,8 @@ static const tb_option_decl ar_options[N_OPTS] = {
     [OPT_DRAFTER] = {"drafter", TB_OPT_ENUM, "none",
                      "speculative decoding: none (plain AR), ar (draft_model: a small AR model sharing the target's "
                      "vocabulary), self (the target drafts for itself: a block-diffusion model in SDAR's layout, one "
-                     "shared cache) or dflash (draft_model: a DFlash drafter; not yet)",
+                     "shared cache) or dflash (draft_model: a DFlash drafter conditioned on the target's hidden "
+                     "states)",
                      TB_CHOICES_TEXT(AR_DRAFTER_LIST), 1, 0, TB_OPTF_LOAD},
     [OPT_DRAFT_MODEL] = {"draft_model", TB_OPT_STRING, "",
                          "the drafter's model for drafter = ar or dflash: a Hugging Face folder or preset:NAME "
@@ -303,10 +304,10 @@ static tb_status ar_create(const tb_host *host, const char *model, const tb_opti
     else if (kind == DRAFT_SELF)
         dr = ar_drafter_open_self(&c->drafter, &c->ld, &c->eng, err, err_size);
     else if (kind == DRAFT_DFLASH)
-        dr = ar_drafter_open_dflash(&c->drafter, draft_path, &c->ld, &c->eng, err, err_size);
+        dr = ar_drafter_open_dflash(&c->drafter, draft_path, &c->ld, &c->eng, preset_seed, err, err_size);
     if (dr != 0) {
         ar_destroy(c);
-        return tb_status_of(err, kind == DRAFT_DFLASH ? TB_ERR_UNSUPPORTED : TB_ERR_MODEL);
+        return tb_status_of(err, TB_ERR_MODEL);
     }
     c->forced = kind == DRAFT_NONE ? 0 : (int)OPT_I(options, n_options, OPT_FORCED_ACCEPTANCE);
     c->describe_json = make_description(c);

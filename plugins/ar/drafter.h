@@ -8,8 +8,10 @@
  *   self    the target itself, a block-diffusion model (SDAR's layout)
  *           that also runs causally (draft_self.c): one bidirectional
  *           forward over [last token, mask x k] in the target's own cache;
- *   dflash  a DFlash drafter conditioned on the target's hidden states:
- *           not yet (ar_drafter_open_dflash says so).
+ *   dflash  a DFlash drafter conditioned on the target's hidden states
+ *           (draft_dflash.c): its context cache follows the target's
+ *           verified positions' features (engine.h's captured); one
+ *           forward over [last token, mask x k].
  *
  * A slot is one request's sequence, the same slot number in the target's
  * engine and the drafter's. seq[b] holds slot slots[b]'s n[b] verified
@@ -37,6 +39,11 @@ typedef struct ar_drafter_ops {
     void (*set_threads)(void *ctx, int n);
     /* A new call: every slot forgotten. */
     void (*reset)(void *ctx);
+    /* Optional (NULL: not wanted): after each of the target's prefills,
+     * prompts of P tokens into slots[B] (spec.c prefills those of one
+     * length together); the target's engine still holds that call's
+     * capture. */
+    int (*prefilled)(void *ctx, const int *slots, int B, int P);
     /* k draft tokens for each of B slots into draft [B][k]. Greedy
      * (smp->temperature 0): each the drafter's argmax, q unused. Sampled:
      * each drawn from the drafter's distribution under smp's rules (the
@@ -46,7 +53,9 @@ typedef struct ar_drafter_ops {
                    const tb_sampling *smp, uint64_t *rng, int32_t *draft, float *q);
     /* After the verification: slot slots[b] now holds n[b] verified
      * tokens (the accepted drafts and the target's bonus appended); the
-     * drafter rolls back what of its own cache the rejected drafts wrote. */
+     * drafter rolls back what of its own cache the rejected drafts wrote.
+     * slots[] is the verification's, in its order, and the target's engine
+     * still holds its capture (only truncate_slot ran since). */
     int (*commit)(void *ctx, const int *slots, int B, const int *n);
     /* For describe(): the draft model's name ("" for self). */
     const char *(*model_name)(void *ctx);
@@ -74,21 +83,14 @@ int ar_drafter_open_ar(ar_drafter *d, const char *spec, const tb_loaded *target,
 /* The self drafter on the target's own engine and weights: the target
  * must be block diffusion in SDAR's layout with a mask token. */
 int ar_drafter_open_self(ar_drafter *d, const tb_loaded *target, tb_engine *eng, char *err, size_t err_size);
-/* The DFlash drafter: the hook its module (draft_dflash.c, issue 40 item
- * 2(a), built elsewhere) replaces with its own ar_drafter_open_dflash,
- * conditioned on the target's hidden states (engine.h's set_capture and
- * captured). Until then: -1 with "not yet" in err. */
-static inline int ar_drafter_open_dflash(ar_drafter *d, const char *spec, const tb_loaded *target, tb_engine *eng,
-                                         char *err, size_t err_size)
-{
-    (void)d, (void)target, (void)eng;
-    snprintf(
-        err, err_size,
-        "drafter = dflash (draft_model = %s): not yet: the DFlash drafter's model and forward are still being built "
-        "(issue 40, item 2a); use drafter = ar or self",
-        spec);
-    return -1;
-}
+/* The DFlash drafter (draft_dflash.c): `spec` a DFlash drafter folder
+ * (tb_dflash_load) or preset:NAME (tb_dflash_preset, seeded by
+ * preset_seed; on a GPU target made on the device), checked against the
+ * target (vocabulary, hidden size, num_target_layers, target_layer_ids),
+ * on the target's device. It asks the target's engine eng to capture its
+ * target_layer_ids (set_capture). 0, or -1 with err. */
+int ar_drafter_open_dflash(ar_drafter *d, const char *spec, const tb_loaded *target, tb_engine *eng,
+                           uint64_t preset_seed, char *err, size_t err_size);
 
 static inline void ar_drafter_close(ar_drafter *d)
 {

@@ -203,6 +203,12 @@ tb_status ar_spec_generate(const ar_spec_call *c, tb_result *res, char *err, siz
                 break;
             }
             forwards++;
+            /* the drafter reads this prefill's capture before the next one */
+            if (dops->prefilled && dops->prefilled(dc, slots, B, L) != 0) {
+                snprintf(err, err_size, "%s", dops->error(dc));
+                rc = tb_status_of(err, TB_ERR);
+                break;
+            }
             for (int b = 0; b < B; b++) {
                 uint32_t r = (uint32_t)slots[b];
                 ns[r] = sampled ? tb_sample(logits + (size_t)b * V, V, &c->smp, &rng[r], scratch)

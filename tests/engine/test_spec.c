@@ -20,8 +20,8 @@
  *     fixed seeds: deterministic), on a synthetic Markov target and
  *     drafter and end to end on the tiny models; planted wrong rules
  *     (accept always; resample from p instead of max(0, p - q)) fail it;
- *   - refusals: another vocabulary, self on a plain llama, dflash (not
- *     yet), ar without a draft_model, self with one, a draft model that
+ *   - refusals: another vocabulary, self on a plain llama, dflash
+ *     without a loadable drafter, ar without a draft_model, self with one, a draft model that
  *     does not load, stepped sessions with a drafter.
  *
  *   test_spec MODELS_DIR GOLDEN_DIR
@@ -420,8 +420,8 @@ static void test_refusals(void)
     test_option v2[] = {{"device", "cpu"}, {"drafter", "self"}};
     CHECK(open_ctx(tiny, v2, NSET(v2), err, sizeof err, &st) == NULL && strstr(err, "SDAR"));
     test_option v3[] = {{"device", "cpu"}, {"drafter", "dflash"}, {"draft_model", "somewhere"}};
-    CHECK(open_ctx(tiny, v3, NSET(v3), err, sizeof err, &st) == NULL && st == TB_ERR_UNSUPPORTED &&
-          strstr(err, "not yet"));
+    CHECK(open_ctx(tiny, v3, NSET(v3), err, sizeof err, &st) == NULL && st == TB_ERR_MODEL &&
+          strstr(err, "draft_model = somewhere")); /* test_spec_dflash has dflash's own */
     test_option v4[] = {{"device", "cpu"}, {"drafter", "ar"}};
     CHECK(open_ctx(tiny, v4, NSET(v4), err, sizeof err, &st) == NULL && st == TB_ERR_INVALID &&
           strstr(err, "needs draft_model"));

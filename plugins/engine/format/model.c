@@ -562,21 +562,48 @@ static const preset dflash_presets[] = {
                      .rms_eps = 1e-6, .rope_theta = 10000, .max_position_embeddings = 2048, .qk_norm = 1,
                      .block_size = 8, .n_target_ids = 2, .target_layer_ids = {0, 1}, .n_target_layers = 2,
                      .bos_id = -1, .mask_id = 510, .torch_dtype = "float32"}},
+    /* DFlash's published shape for Qwen3-8B (z-lab/Qwen3-8B-DFlash-b16's
+     * config.json): 5 Qwen3 layers at the target's widths, block 16, five
+     * target layers spread over its 36, mask <|MASK|> = 151669. */
+    {"dflash-qwen3-8b", {.arch = TB_ARCH_DFLASH, .arch_name = "DFlashDraftModel", .vocab_size = 151936,
+                         .hidden_size = 4096, .intermediate_size = 12288, .n_layers = 5, .n_heads = 32,
+                         .n_kv_heads = 8, .head_dim = 128, .rms_eps = 1e-6, .rope_theta = 1000000,
+                         .max_position_embeddings = 40960, .qk_norm = 1, .block_size = 16, .n_target_ids = 5,
+                         .target_layer_ids = {1, 9, 17, 25, 33}, .n_target_layers = 36, .bos_id = -1,
+                         .mask_id = 151669, .torch_dtype = "bfloat16"}},
+    /* The same for Llama-3.1-8B (z-lab/LLaMA3.1-8B-Instruct-DFlash-UltraChat):
+     * 5 Qwen3-style layers at Llama-3.1-8B's widths, block 16, the spread
+     * 1, 8, 15, 22, 29 of its 32 layers; mask: a reserved special token
+     * (random weights: any unused id serves). */
+    {"dflash-llama-3-8b", {.arch = TB_ARCH_DFLASH, .arch_name = "DFlashDraftModel", .vocab_size = 128256,
+                           .hidden_size = 4096, .intermediate_size = 14336, .n_layers = 5, .n_heads = 32,
+                           .n_kv_heads = 8, .head_dim = 128, .rms_eps = 1e-5, .rope_theta = 500000,
+                           .max_position_embeddings = 131072, .qk_norm = 1, .block_size = 16, .n_target_ids = 5,
+                           .target_layer_ids = {1, 8, 15, 22, 29}, .n_target_layers = 32, .bos_id = -1,
+                           .mask_id = 128002, .torch_dtype = "bfloat16"}},
 };
+
+int tb_dflash_preset_config(const char *name, tb_model_config *cfg, char *err, size_t err_size)
+{
+    for (size_t i = 0; i < sizeof dflash_presets / sizeof dflash_presets[0]; i++)
+        if (strcmp(dflash_presets[i].name, name) == 0) {
+            *cfg = dflash_presets[i].cfg;
+            cfg->random_weights = 1;
+            return 0;
+        }
+    snprintf(err, err_size,
+             "unknown DFlash drafter preset \"%s\" (presets: tiny-dflash, dflash-qwen3-8b, dflash-llama-3-8b)", name);
+    return -1;
+}
 
 static int make_preset(const char *name, uint64_t seed, tb_model *m, char *err, size_t err_size);
 
 int tb_dflash_preset(const char *name, uint64_t seed, tb_model *m, char *err, size_t err_size)
 {
     memset(m, 0, sizeof *m);
-    for (size_t i = 0; i < sizeof dflash_presets / sizeof dflash_presets[0]; i++)
-        if (strcmp(dflash_presets[i].name, name) == 0) {
-            m->cfg = dflash_presets[i].cfg;
-            m->cfg.random_weights = 1;
-            return make_preset(name, seed, m, err, err_size);
-        }
-    snprintf(err, err_size, "unknown DFlash drafter preset \"%s\" (presets: tiny-dflash)", name);
-    return -1;
+    if (tb_dflash_preset_config(name, &m->cfg, err, err_size) != 0)
+        return -1;
+    return make_preset(name, seed, m, err, err_size);
 }
 
 int tb_model_preset(const char *name, uint64_t seed, tb_model *m, char *err, size_t err_size)

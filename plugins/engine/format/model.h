@@ -72,8 +72,12 @@ int tb_preset_config(const char *name, tb_model_config *cfg, char *err, size_t e
 int tb_model_preset(const char *name, uint64_t seed, tb_model *m, char *err, size_t err_size);
 
 /* A DFlash drafter with seeded random weights ("tiny-dflash": drafts for
- * "tiny-llama"); -1 with the list when unknown. */
+ * "tiny-llama"; "dflash-qwen3-8b", "dflash-llama-3-8b": DFlash's published
+ * shapes for the qwen3-8b and llama-3-8b presets); -1 with the list when
+ * unknown. tb_dflash_preset_config: its config only (the GPU makes the
+ * weights on the device). */
 int tb_dflash_preset(const char *name, uint64_t seed, tb_model *m, char *err, size_t err_size);
+int tb_dflash_preset_config(const char *name, tb_model_config *cfg, char *err, size_t err_size);
 
 /* Bytes the CPU model needs (float32 weights). */
 size_t tb_model_cpu_bytes(const tb_model_config *cfg);
