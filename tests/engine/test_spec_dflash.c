@@ -17,7 +17,9 @@
  *     chi-square over three tokens, fixed seeds);
  *   - refusals: a drafter whose hidden size, vocabulary, num_target_layers
  *     or target_layer_ids do not fit the target, naming the file and key;
- *     draft_len past the block; an AR model as a DFlash drafter;
+ *     draft_len past the block; an AR model as a DFlash drafter; the
+ *     preset pair tiny-llama / tiny-dflash under forced acceptance; the
+ *     8B presets' configs fit their targets';
  *   - with GOLDEN_DIR (tests/data/golden-dflash, made on the GPU machine by
  *     tools/make_dflash_golden.py): its target drafted by its drafter in
  *     the loop (spec.c's ar_spec_generate) proposes exactly the golden
@@ -266,6 +268,46 @@ static int edited_drafter(const char *dir, const char *key, const char *json)
     return rc;
 }
 
+/* The preset pair tiny-llama / tiny-dflash on the CPU, through spec.c's
+ * loop (presets have no tokenizer: token-id prompts): random weights, so
+ * forced acceptance (3 of 7), the counts exact. */
+static void preset_pair(void)
+{
+    tb_loaded ld;
+    tb_engine eng;
+    ar_drafter dr = {0};
+    char err[1024] = "";
+    CHECK(tb_load("preset:tiny-llama", 0, 0, 0, 1, 0, &ld, err, sizeof err) == TB_OK);
+    CHECK(tb_engine_open(&eng, &ld, 1) == 0);
+    int rc = ar_drafter_open_dflash(&dr, "preset:tiny-dflash", &ld, &eng, 1, err, sizeof err);
+    if (rc)
+        fprintf(stderr, "open: %s\n", err);
+    CHECK(rc == 0);
+    if (rc == 0) {
+        enum { R = 3, P = 5, N = 17 };
+        int32_t prompt[R * P] = {0, 0, 7, 8, 9, 1, 2, 3, 4, 5, 0, 11, 12, 13, 14}, out[R * N];
+        int pad[R] = {2, 0, 1};
+        tb_request_result rr[R];
+        tb_spec_counts sc[R];
+        memset(rr, 0, sizeof rr);
+        memset(sc, 0, sizeof sc);
+        tb_result res = {.struct_size = sizeof res, .n_requests = R, .requests = rr, .spec = sc};
+        ar_spec_call c = {.host = &test_host, .ld = &ld, .eng = &eng, .drafter = &dr, .R = R, .prompt = prompt,
+                          .P = P, .pad = pad, .N = N, .k = 7, .forced = 3, .smp = {0, 0, 1}, .ignore_eos = 1,
+                          .threads = 1, .seed = 1, .out = out};
+        tb_status st = ar_spec_generate(&c, &res, err, sizeof err);
+        if (st != TB_OK)
+            fprintf(stderr, "generate: %s\n", err);
+        CHECK(st == TB_OK);
+        for (int r = 0; r < R; r++)
+            CHECK(rr[r].n_output_tokens == N && sc[r].verifications == 4 && sc[r].accepted == 12);
+        CHECK(res.forward_passes == 3 + 4); /* three prompt lengths, four verifications */
+        ar_drafter_close(&dr);
+    }
+    tb_engine_close(&eng);
+    tb_loaded_free(&ld);
+}
+
 static void test_refusals(const char *models)
 {
     char err[1024] = "", dir[1024], tmp[] = "/tmp/tb_spec_dflash_XXXXXX";
@@ -316,6 +358,7 @@ static void test_refusals(const char *models)
         CHECK(got.st != TB_OK && strstr(got.error, "draft_len 16"));
         tokbench_backend_entry()->destroy(c);
     }
+    preset_pair();
     /* the 8B presets fit the 8B targets' configs */
     tb_model_config d, t;
     CHECK(tb_dflash_preset_config("dflash-qwen3-8b", &d, err, sizeof err) == 0);

@@ -20,7 +20,12 @@
  *     accepts at least 90% of its drafts (bf16 near-ties aside, all);
  *     forced_acceptance gives exactly min(a, k);
  *   - sampled: the output's joint of three tokens against the target's
- *     exact joint (chi-square, fixed seeds), on both paths of the rule.
+ *     exact joint (chi-square, fixed seeds), on both paths of the rule;
+ *   - the DFlash drafter (draft_dflash.c): small-llama drafted by the
+ *     trained small-llama-dflash lossless as above (draft_len 3, 7, 15),
+ *     the features handed device to device; the 8B presets (qwen3-8b with
+ *     dflash-qwen3-8b, llama-3-8b with dflash-llama-3-8b) under
+ *     forced_acceptance, counts exact.
  *
  *   TB_SOURCE_ROOT=$PWD build-gpu/tests/test_ar_spec_gpu
  *
@@ -207,7 +212,9 @@ static void lossless(const char *model, int diffusion, const char *drafter, cons
         target_close(&t);
         return;
     }
-    const char *ks[] = {"1", "3", "8"};
+    /* dflash: its trained block's range (block 16: up to 15) */
+    const char *ks_ar[] = {"1", "3", "8"}, *ks_dflash[] = {"3", "7", "15"};
+    const char **ks = strcmp(drafter, "dflash") == 0 ? ks_dflash : ks_ar;
     for (size_t i = 0; i < 3; i++) {
         test_option s[] = {
             {"device", "cuda"}, {"drafter", drafter}, {"draft_model", draft_model}, {"draft_len", ks[i]}};
@@ -237,6 +244,39 @@ static void lossless(const char *model, int diffusion, const char *drafter, cons
     }
     tokbench_backend_entry()->destroy(ctx);
     target_close(&t);
+}
+
+/* DFlash at the published 8B shapes (random weights made on the device):
+ * the cost path of the GPU figures. forced_acceptance fixes what each
+ * verification keeps, so the counts are exact. */
+static void dflash_presets(void)
+{
+    const char *pairs[][2] = {{"preset:qwen3-8b", "preset:dflash-qwen3-8b"},
+                              {"preset:llama-3-8b", "preset:dflash-llama-3-8b"}};
+    for (size_t i = 0; i < 2; i++) {
+        char err[512] = "";
+        test_option set[] = {{"device", "cuda"},         {"drafter", "dflash"}, {"draft_model", pairs[i][1]},
+                             {"forced_acceptance", "6"}, {"draft_len", "15"}};
+        void *ctx = open_ctx(pairs[i][0], set, NSET(set), err, sizeof err, NULL);
+        CHECK(ctx != NULL);
+        if (!ctx) {
+            fprintf(stderr, "create %s with %s: %s\n", pairs[i][0], pairs[i][1], err);
+            continue;
+        }
+        static run got;
+        generate(ctx, ragged, 4, 36, 1, set, NSET(set), &got);
+        CHECK(got.st == TB_OK);
+        if (got.st != TB_OK)
+            fprintf(stderr, "generate: %s\n", got.error);
+        for (uint32_t r = 0; r < 4; r++) {
+            CHECK(got.n_out[r] == 36);
+            CHECK(got.spec[r].verifications == 5 && got.spec[r].accepted == 30); /* 1 + 5 x 7 */
+            check_counts(&got, r, 15, 1);
+        }
+        fprintf(stderr, "%s drafted by %s: forced 6 of 15, %lld forwards\n", pairs[i][0], pairs[i][1],
+                (long long)got.forwards);
+        tokbench_backend_entry()->destroy(ctx);
+    }
 }
 
 static void equal_and_forced(void)
@@ -302,6 +342,13 @@ int main(void)
     lossless(small, 0, "ar", draft, tasks, 40);
     lossless(sdar, 1, "self", "", tasks, 32);
     lossless(sdar_self, 1, "self", "", tasks, 32);
+    /* the DFlash drafter (plugins/ar/draft_dflash.c): the trained pair, the 8B shapes */
+    static const char *digits[4] = {"93+45=", "sort 9 7 3 1 =", "copy vmoa =", "f=3 a=5 y=1 o=7 d=3 ; d?"};
+    char dflash[4200];
+    snprintf(dflash, sizeof dflash, "%s/small-llama-dflash", models);
+    lossless(small, 0, "dflash", dflash, digits, 40);
+    lossless(small, 0, "dflash", dflash, ragged, 40);
+    dflash_presets();
     equal_and_forced();
     uint64_t acc, drafted;
     CHECK(sampled_case("cuda", tiny, 0, "ar", tied, "the cat", &acc, &drafted));
