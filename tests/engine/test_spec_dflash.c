@@ -457,14 +457,24 @@ static int test_golden(const char *dir)
     CHECK(st == TB_OK);
     /* the output is the golden sequence (upstream's loop is lossless too) */
     CHECK(memcmp(out, tok + P, (size_t)(T - P) * sizeof *out) == 0);
-    /* each golden step: the same anchor position, the same drafts */
+    /* each golden step: the loop's proposal at the same anchor position
+     * drafts the same tokens (a draft depends on the context's features
+     * and the anchor, not on how the appends were cut: the golden steps
+     * advance 1, 3 and 5 positions, the loop as its verifications accept) */
     int i = 0;
     for (const cJSON *s = cJSON_GetObjectItem(all, "steps")->child; s; s = s->next, i++) {
-        int start = cJSON_GetObjectItem(s, "start")->valueint;
+        int start = cJSON_GetObjectItem(s, "start")->valueint, p = 0;
         const cJSON *d = cJSON_GetObjectItem(s, "draft");
-        CHECK(i < rec.n && rec.start[i] == start);
-        for (int j = 0; j < k && i < rec.n; j++)
-            CHECK(rec.draft[i][j] == cJSON_GetArrayItem(d, j)->valueint);
+        while (p < rec.n && rec.start[p] != start)
+            p++;
+        CHECK(p < rec.n);
+        if (p >= rec.n)
+            continue;
+        int same = 1;
+        for (int j = 0; j < k; j++)
+            same &= rec.draft[p][j] == cJSON_GetArrayItem(d, j)->valueint;
+        fprintf(stderr, "golden step at %d: the loop's draft %s\n", start, same ? "equal" : "differs");
+        CHECK(same);
     }
     fprintf(stderr, "golden: %d steps, %d proposals in the loop, %u of %u drafts accepted\n", i, rec.n, sc.accepted,
             sc.drafted);
