@@ -4,8 +4,9 @@
  * plugin_host.h's host), the checks on tb_spec_counts, the chi-square of
  * sampled outputs and the target's exact joint of three sampled tokens.
  *
- * Header-only, static: each test includes it once, after check.h,
- * plugin_host.h and the engine's headers. */
+ * Header-only, static inline (a test need not use every helper): each
+ * test includes it once, after check.h, plugin_host.h and the engine's
+ * headers. */
 #ifndef TB_TEST_SPEC_CHECK_H
 #define TB_TEST_SPEC_CHECK_H
 
@@ -40,7 +41,7 @@ typedef struct run {
     char error[512];
 } run;
 
-static void *open_ctx(const char *model, const test_option *set, size_t n_set, char *err, size_t err_size,
+static inline void *open_ctx(const char *model, const test_option *set, size_t n_set, char *err, size_t err_size,
                       tb_status *st_out)
 {
     const tb_backend_ops *ops = tokbench_backend_entry();
@@ -54,8 +55,8 @@ static void *open_ctx(const char *model, const test_option *set, size_t n_set, c
 }
 
 /* generate() of R text prompts, N new tokens; options as set. */
-static void generate(void *ctx, const char *const *texts, uint32_t R, uint32_t N, uint64_t seed, const test_option *set,
-                     size_t n_set, run *out)
+static inline void generate(void *ctx, const char *const *texts, uint32_t R, uint32_t N, uint64_t seed,
+                            const test_option *set, size_t n_set, run *out)
 {
     const tb_backend_ops *ops = tokbench_backend_entry();
     tb_option_value v[MAX_OPTS];
@@ -85,7 +86,7 @@ static void generate(void *ctx, const char *const *texts, uint32_t R, uint32_t N
 }
 
 /* The counts of one request hang together; exact: nothing was cut. */
-static void check_counts(const run *g, uint32_t r, int k, int exact)
+static inline void check_counts(const run *g, uint32_t r, int k, int exact)
 {
     const tb_spec_counts *s = &g->spec[r];
     CHECK(g->emitted[r] == g->n_out[r]); /* one emission per token */
@@ -110,7 +111,7 @@ static void check_counts(const run *g, uint32_t r, int k, int exact)
         CHECK(made >= g->n_out[r] && made <= g->n_out[r] + (uint32_t)k);
 }
 
-static int same_ids(const run *a, const run *b, uint32_t R, const char *what)
+static inline int same_ids(const run *a, const run *b, uint32_t R, const char *what)
 {
     int same = 1;
     for (uint32_t r = 0; r < R; r++) {
@@ -130,7 +131,7 @@ static int same_ids(const run *a, const run *b, uint32_t R, const char *what)
  * expected fewer than 5 times pooled into one (so that a rare cell's
  * single hit does not dominate); *dof its degrees of freedom. A count in a
  * cell of probability 0 makes it infinite. */
-static double chi_square(const double *count, const double *prob, int cells, double n, int *dof)
+static inline double chi_square(const double *count, const double *prob, int cells, double n, int *dof)
 {
     double x = 0, pool_n = 0, pool_e = 0;
     int bins = 0;
@@ -161,7 +162,7 @@ static double chi_square(const double *count, const double *prob, int cells, dou
 /* Far past chance for dof degrees of freedom (about 7 standard deviations
  * above the mean: p < 1e-7 at these sizes), yet far below what a wrong
  * rule gives at these sample counts. */
-static double chi_limit(int dof)
+static inline double chi_limit(int dof)
 {
     return dof + 7 * sqrt(2.0 * dof) + 10;
 }
@@ -169,7 +170,7 @@ static double chi_limit(int dof)
 /* The target's exact joint of its first three sampled tokens after
  * `text` (top_k 3: 27 cells), through the engine and sampling.h's rule;
  * cells[c] = its three ids. */
-static int exact_joint(const char *model, int diffusion, int on_gpu, const char *text, const tb_sampling *smp,
+static inline int exact_joint(const char *model, int diffusion, int on_gpu, const char *text, const tb_sampling *smp,
                        double *prob, int32_t (*cells)[3])
 {
     tb_loaded ld;
@@ -233,7 +234,7 @@ static int exact_joint(const char *model, int diffusion, int on_gpu, const char 
  * (temperature 1, top_k 3, draft_len 2) on `device` with `drafter`: 1
  * when the joint of the three tokens passes the chi-square against the
  * target's exact joint (exact_joint); the drafts accepted and drafted. */
-static int sampled_case(const char *device, const char *model, int diffusion, const char *drafter,
+static inline int sampled_case(const char *device, const char *model, int diffusion, const char *drafter,
                         const char *draft_model, const char *text, uint64_t *acc, uint64_t *drafted)
 {
     tb_sampling smp = {1.0, 3, 1};
