@@ -64,6 +64,60 @@ typedef struct tb_engine_iface {
     int (*forward_span)(void *ctx, const int32_t *tokens, int B, int pos0, int n, int n_attend, float *logits);
     int (*forward_span_rows)(void *ctx, const int32_t *tokens, const int *slots, int B, int pos0, int n,
                              int n_attend, int mask_block, int head_row0, int head_rows, float *logits);
+    /* Speculative decoding (issue 40), over the slots above; tokens
+     * [B][n] of B distinct slots, each slot at its own length len_b
+     * (ragged). Row r = b * n + i of a call is token i of slot slots[b],
+     * at position len_b + i. Outputs, each NULL when not wanted: argmax
+     * [B][n], every row's greedy token (first maximum, as tb_argmax; on
+     * CUDA chosen on the device, only the ids come back); logits
+     * [B][n][vocab] on the host (CUDA copies them only when asked). Padding
+     * must be clear. n <= the reserved rows / B and len_b + n <= the
+     * reserved length.
+     *
+     * verify_slots: the target's verification of a drafted block: the n
+     * tokens are appended to each slot, causal (row i sees the slot's
+     * prefix and rows 0 .. i of its own slot), and each slot's length grows
+     * by n. Equal to n decode_slots steps (within float rounding; the
+     * argmax equal where the top two logits are not that close).
+     * truncate_slot: roll slot back to its first len positions (0 <= len
+     * <= its length): what was after is forgotten, overwritten by the next
+     * call, and never read before; a rollback then the same call again
+     * gives bit-identical outputs to the first time. decode_slots and
+     * verify_slots continue from len.
+     * draft_span_slots: self-speculation's draft on a block-diffusion
+     * model: the n tokens sit at positions [len_b, len_b + n) of each slot,
+     * attend to the slot's prefix [0, len_b) and bidirectionally to each
+     * other (mask block 0 over the span: tb_cpu_forward_rows with
+     * mask_block 0, pos0 len_b, n_attend len_b + n); their keys and values
+     * are written there, but the slot's length does not grow (the
+     * verification that follows overwrites them). Each row's own output,
+     * unshifted: a shifted model's caller reads row i - 1 for token i.
+     *
+     * Target features for a DFlash drafter: set_capture(layers[n_layers])
+     * makes every later prefill_slots and verify_slots call keep, for each
+     * row of the call, the residual stream after decoder layer layers[j]
+     * (counted from 0: the output of model.layers[l], before the final
+     * norm, which is transformers' hidden_states[l + 1], index 0 being the
+     * embeddings; DFlash's target_layer_ids index the same way, reading
+     * hidden_states[l + 1]. The last layer differs: transformers' last
+     * entry is after the final norm, ours is not). Layers distinct or not,
+     * any order, each 0 <= l < n_layers of the model; n_layers 0 turns it
+     * off (no cost; decode_slots, draft_span_slots and the others never
+     * capture). captured: the last capturing call's states, float32
+     * [rows][n_layers][hidden] (row r as above: b * n + i; a prefill's
+     * rows b * P + i), *rows set to their count; valid until the next
+     * capturing call or set_capture. CPU: a host pointer. CUDA: a device
+     * pointer (in the device model's context, written on its stream, done
+     * when the call returns). NULL with *rows 0 when nothing is captured.
+     * All five optional in the iface's type (NULL: unsupported); both
+     * engines here have them. */
+    int (*verify_slots)(void *ctx, const int32_t *tokens, const int *slots, int B, int n, int32_t *argmax,
+                        float *logits);
+    int (*truncate_slot)(void *ctx, int slot, int len);
+    int (*draft_span_slots)(void *ctx, const int32_t *tokens, const int *slots, int B, int n, int32_t *argmax,
+                            float *logits);
+    int (*set_capture)(void *ctx, const int *layers, int n_layers);
+    const float *(*captured)(void *ctx, int *rows);
     /* The roofline's work and the MoE counts of a call: work_start before
      * it forgets earlier work; work_report after it fills the fields of
      * res that this engine measures (tb_result's flops, bytes, ceilings,

@@ -13,6 +13,10 @@ typedef struct cpu_engine {
     tb_cpu_state st; /* allocated by reserve (st.m set then) */
     int threads;
     float *scratch;  /* [st.max_seqs][vocab]: logits of a greedy choice */
+    float *span;     /* [span_rows][vocab]: a speculative call's logits when
+                        the caller wants only the argmax (grown on demand) */
+    size_t span_rows;
+    int *capture, n_capture; /* set_capture's layers, kept across reserves */
     char error[256];
 } cpu_engine;
 
@@ -44,6 +48,10 @@ static int cpu_reserve(void *ctx, int seqs, int len, int rows, char *err, size_t
     if (tb_cpu_state_init(st, c->m, seqs, len, rows, c->threads, err, err_size) != 0) {
         tb_cpu_state_free(st);
         memset(st, 0, sizeof *st);
+        return -1;
+    }
+    if (c->n_capture > 0 && tb_cpu_set_capture(st, c->capture, c->n_capture) != 0) {
+        snprintf(err, err_size, "out of memory for the hidden states of %d layers x %d rows", c->n_capture, rows);
         return -1;
     }
     return 0;
@@ -109,7 +117,7 @@ static int cpu_prefill_slots(void *ctx, const int32_t *tokens, const int *slots,
     cpu_engine *c = ctx;
     for (int b = 0; b < B; b++)
         tb_cpu_slot_reset(&c->st, slots[b]);
-    if (tb_cpu_forward_slots(&c->st, tokens, slots, B, P, out_of(c, logits)) != 0) {
+    if (tb_cpu_forward_ragged(&c->st, tokens, slots, B, P, 1, 1, 0, 1, out_of(c, logits)) != 0) {
         snprintf(c->error, sizeof c->error, "prefill of %d x %d tokens failed", B, P);
         return -1;
     }
@@ -160,6 +168,107 @@ static int cpu_forward_span_rows(void *ctx, const int32_t *tokens, const int *sl
     return 0;
 }
 
+/* verify_slots and draft_span_slots: every row's logits into the
+ * caller's buffer or the span scratch, then every row's argmax. */
+static int cpu_spec_call(cpu_engine *c, const char *what, const int32_t *tokens, const int *slots, int B, int n,
+                         int causal, int32_t *argmax, float *logits)
+{
+    tb_cpu_state *st = &c->st;
+    if (!st->m || B < 1 || n < 1 || B > st->max_seqs || (long)B * n > st->max_rows) {
+        snprintf(c->error, sizeof c->error, "%s of %d x %d tokens: more than the %d sequences x %d rows reserved",
+                 what, B, n, st->max_seqs, st->max_rows);
+        return -1;
+    }
+    size_t rows = (size_t)B * (size_t)n, V = (size_t)vocab(c);
+    float *out = logits;
+    if (!out && argmax) {
+        if (c->span_rows < rows) {
+            free(c->span);
+            c->span_rows = 0;
+            c->span = malloc(rows * V * sizeof(float));
+            if (!c->span) {
+                snprintf(c->error, sizeof c->error, "out of memory for the logits of %zu rows", rows);
+                return -1;
+            }
+            c->span_rows = rows;
+        }
+        out = c->span;
+    }
+    /* verification: causal, grows, captures; a draft span: none of these */
+    if (tb_cpu_forward_ragged(st, tokens, slots, B, n, causal, causal, 1, causal, out) != 0) {
+        snprintf(c->error, sizeof c->error,
+                 "%s of %d x %d tokens failed (slots out of range, repeated, or past the %d positions reserved)",
+                 what, B, n, st->max_len);
+        return -1;
+    }
+    for (size_t r = 0; argmax && r < rows; r++)
+        argmax[r] = tb_argmax(out + r * V, (int)V);
+    return 0;
+}
+
+static int cpu_verify_slots(void *ctx, const int32_t *tokens, const int *slots, int B, int n, int32_t *argmax,
+                            float *logits)
+{
+    return cpu_spec_call(ctx, "verification", tokens, slots, B, n, 1, argmax, logits);
+}
+
+static int cpu_draft_span_slots(void *ctx, const int32_t *tokens, const int *slots, int B, int n, int32_t *argmax,
+                                float *logits)
+{
+    return cpu_spec_call(ctx, "draft span", tokens, slots, B, n, 0, argmax, logits);
+}
+
+static int cpu_truncate_slot(void *ctx, int slot, int len)
+{
+    cpu_engine *c = ctx;
+    if (!c->st.m || tb_cpu_slot_truncate(&c->st, slot, len) != 0) {
+        snprintf(c->error, sizeof c->error, "truncate of slot %d to %d positions: no such slot, or it holds fewer",
+                 slot, len);
+        return -1;
+    }
+    return 0;
+}
+
+static int cpu_set_capture(void *ctx, const int *layers, int n_layers)
+{
+    cpu_engine *c = ctx;
+    for (int j = 0; j < n_layers; j++)
+        if (layers[j] < 0 || layers[j] >= c->m->cfg.n_layers) {
+            snprintf(c->error, sizeof c->error, "capture of layer %d: the model has layers 0 .. %d", layers[j],
+                     c->m->cfg.n_layers - 1);
+            return -1;
+        }
+    free(c->capture);
+    c->capture = NULL;
+    c->n_capture = 0;
+    if (n_layers > 0) {
+        c->capture = malloc((size_t)n_layers * sizeof(int));
+        if (!c->capture) {
+            snprintf(c->error, sizeof c->error, "out of memory for a capture of %d layers", n_layers);
+            return -1;
+        }
+        memcpy(c->capture, layers, (size_t)n_layers * sizeof(int));
+        c->n_capture = n_layers;
+    }
+    if (c->st.m && tb_cpu_set_capture(&c->st, layers, n_layers) != 0) {
+        free(c->capture);
+        c->capture = NULL;
+        c->n_capture = 0;
+        snprintf(c->error, sizeof c->error, "out of memory for the hidden states of %d layers x %d rows", n_layers,
+                 c->st.max_rows);
+        return -1;
+    }
+    return 0;
+}
+
+static const float *cpu_captured(void *ctx, int *rows)
+{
+    cpu_engine *c = ctx;
+    int on = c->st.m && c->st.n_capture > 0 && c->st.capture_rows > 0;
+    *rows = on ? c->st.capture_rows : 0;
+    return on ? c->st.capture : NULL;
+}
+
 static void cpu_work_start(void *ctx)
 {
     cpu_engine *c = ctx;
@@ -207,6 +316,8 @@ static void cpu_free(void *ctx)
         return;
     tb_cpu_state_free(&c->st);
     free(c->scratch);
+    free(c->span);
+    free(c->capture);
     free(c);
 }
 
@@ -221,6 +332,11 @@ static const tb_engine_iface cpu_iface = {
     .logits_all = cpu_logits_all,
     .forward_span = cpu_forward_span,
     .forward_span_rows = cpu_forward_span_rows,
+    .verify_slots = cpu_verify_slots,
+    .truncate_slot = cpu_truncate_slot,
+    .draft_span_slots = cpu_draft_span_slots,
+    .set_capture = cpu_set_capture,
+    .captured = cpu_captured,
     .work_start = cpu_work_start,
     .work_report = cpu_work_report,
     .device_name = cpu_device_name,

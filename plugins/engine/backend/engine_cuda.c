@@ -64,6 +64,34 @@ static int cuda_forward_span(void *ctx, const int32_t *tokens, int B, int pos0, 
     return tb_gpu_logits(gpu_of(ctx), tokens, B, pos0, n, n_attend, 0, logits);
 }
 
+static int cuda_verify_slots(void *ctx, const int32_t *tokens, const int *slots, int B, int n, int32_t *argmax,
+                             float *logits)
+{
+    return tb_gpu_verify_slots(gpu_of(ctx), tokens, slots, B, n, argmax, logits);
+}
+
+static int cuda_truncate_slot(void *ctx, int slot, int len)
+{
+    return tb_gpu_truncate_slot(gpu_of(ctx), slot, len);
+}
+
+static int cuda_draft_span_slots(void *ctx, const int32_t *tokens, const int *slots, int B, int n, int32_t *argmax,
+                                 float *logits)
+{
+    return tb_gpu_draft_slots(gpu_of(ctx), tokens, slots, B, n, argmax, logits);
+}
+
+static int cuda_set_capture(void *ctx, const int *layers, int n_layers)
+{
+    return tb_gpu_set_capture(gpu_of(ctx), layers, n_layers);
+}
+
+/* a device pointer (engine.h) */
+static const float *cuda_captured(void *ctx, int *rows)
+{
+    return tb_gpu_captured(gpu_of(ctx), rows);
+}
+
 static void cuda_work_start(void *ctx)
 {
     tb_loaded_work_start(((cuda_engine *)ctx)->ld);
@@ -117,6 +145,11 @@ static const tb_engine_iface cuda_iface = {
     .logits_all = cuda_logits_all,
     .forward_span = cuda_forward_span,
     .forward_span_rows = NULL, /* block diffusion picks on the device */
+    .verify_slots = cuda_verify_slots,
+    .truncate_slot = cuda_truncate_slot,
+    .draft_span_slots = cuda_draft_span_slots,
+    .set_capture = cuda_set_capture,
+    .captured = cuda_captured,
     .work_start = cuda_work_start,
     .work_report = cuda_work_report,
     .device_name = cuda_device_name,

@@ -122,6 +122,8 @@ void tb_cpu_state_free(tb_cpu_state *st)
     free(st->gu);
     free(st->scores);
     free(st->moe_out);
+    free(st->capture_layers);
+    free(st->capture);
     tb_moe_scratch_free(&st->moe);
     memset(st, 0, sizeof *st);
 }
@@ -331,8 +333,8 @@ static int check_fit(const tb_cpu_state *st, int n_seqs, int pos0, int n_new, in
 
 /* The layers for sequences laid out in st->seq_slot/seq_pos0/seq_attend
  * (checked against the state). */
-static int forward_seqs(tb_cpu_state *st, const int32_t *tokens, int n_seqs, int n_new, int mask_block,
-                        int n_layers)
+static int forward_seqs_capture(tb_cpu_state *st, const int32_t *tokens, int n_seqs, int n_new, int mask_block,
+                                int n_layers, int capture)
 {
     const tb_model_config *c = &st->m->cfg;
     for (int b = 0; b < n_seqs; b++)
@@ -348,9 +350,24 @@ static int forward_seqs(tb_cpu_state *st, const int32_t *tokens, int n_seqs, int
             return -1;
         memcpy(st->x + (size_t)r * h, st->m->embed + (size_t)t * h, (size_t)h * sizeof(float));
     }
-    for (int l = 0; l < n_layers && l < c->n_layers; l++)
+    capture = capture && st->n_capture > 0;
+    for (int l = 0; l < n_layers && l < c->n_layers; l++) {
         layer_forward(st, l, n_seqs, n_new, mask_block);
+        for (int j = 0; capture && j < st->n_capture; j++)
+            if (st->capture_layers[j] == l)
+                for (int r = 0; r < rows; r++)
+                    memcpy(st->capture + ((size_t)r * st->n_capture + j) * h, st->x + (size_t)r * h,
+                           (size_t)h * sizeof(float));
+    }
+    if (capture)
+        st->capture_rows = rows;
     return 0;
+}
+
+static int forward_seqs(tb_cpu_state *st, const int32_t *tokens, int n_seqs, int n_new, int mask_block,
+                        int n_layers)
+{
+    return forward_seqs_capture(st, tokens, n_seqs, n_new, mask_block, n_layers, 0);
 }
 
 /* Sequences 0 .. n_seqs - 1 in slots of the same index, all at pos0. */
@@ -412,8 +429,8 @@ int tb_cpu_forward(tb_cpu_state *st, const int32_t *tokens, int n_seqs, int n_ne
     return 0;
 }
 
-int tb_cpu_forward_slots(tb_cpu_state *st, const int32_t *tokens, const int *slots, int n_seqs, int n_new,
-                         float *logits)
+int tb_cpu_forward_ragged(tb_cpu_state *st, const int32_t *tokens, const int *slots, int n_seqs, int n_new,
+                          int mask_block, int grow, int all_logits, int capture, float *logits)
 {
     if (n_seqs < 1 || n_seqs > st->max_seqs)
         return -1;
@@ -427,11 +444,54 @@ int tb_cpu_forward_slots(tb_cpu_state *st, const int32_t *tokens, const int *slo
         st->seq_pos0[b] = st->seq_len[slots[b]];
         st->seq_attend[b] = st->seq_len[slots[b]] + n_new;
     }
-    if (forward_seqs(st, tokens, n_seqs, n_new, 1, st->m->cfg.n_layers) != 0)
+    /* mask_block 0 counts from each slot's own position 0, so the span
+     * [len_b, len_b + n_new) is all visible to itself over n_attend */
+    if (forward_seqs_capture(st, tokens, n_seqs, n_new, mask_block, st->m->cfg.n_layers, capture) != 0)
         return -1;
-    for (int b = 0; b < n_seqs; b++)
+    for (int b = 0; grow && b < n_seqs; b++)
         st->seq_len[slots[b]] += n_new;
-    head(st, n_seqs, n_new, 0, logits);
+    if (logits)
+        head(st, n_seqs, n_new, all_logits, logits);
+    return 0;
+}
+
+int tb_cpu_forward_slots(tb_cpu_state *st, const int32_t *tokens, const int *slots, int n_seqs, int n_new,
+                         float *logits)
+{
+    return tb_cpu_forward_ragged(st, tokens, slots, n_seqs, n_new, 1, 1, 0, 0, logits);
+}
+
+int tb_cpu_slot_truncate(tb_cpu_state *st, int slot, int len)
+{
+    if (slot < 0 || slot >= st->max_seqs || len < 0 || len > st->seq_len[slot])
+        return -1;
+    st->seq_len[slot] = len;
+    return 0;
+}
+
+int tb_cpu_set_capture(tb_cpu_state *st, const int *layers, int n)
+{
+    free(st->capture_layers);
+    free(st->capture);
+    st->capture_layers = NULL;
+    st->capture = NULL;
+    st->n_capture = st->capture_rows = 0;
+    if (n <= 0)
+        return 0;
+    for (int j = 0; j < n; j++)
+        if (layers[j] < 0 || layers[j] >= st->m->cfg.n_layers)
+            return -1;
+    st->capture_layers = malloc((size_t)n * sizeof(int));
+    st->capture = malloc((size_t)st->max_rows * (size_t)n * (size_t)st->m->cfg.hidden_size * sizeof(float) + 1);
+    if (!st->capture_layers || !st->capture) {
+        free(st->capture_layers);
+        free(st->capture);
+        st->capture_layers = NULL;
+        st->capture = NULL;
+        return -1;
+    }
+    memcpy(st->capture_layers, layers, (size_t)n * sizeof(int));
+    st->n_capture = n;
     return 0;
 }
 

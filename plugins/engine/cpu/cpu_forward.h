@@ -62,6 +62,12 @@ typedef struct tb_cpu_state {
      * power-of-two scale per row) before the product, as the device's FP8
      * kernels read them */
     int fp8_act;
+    /* Captured hidden states (tb_cpu_set_capture), off when n_capture 0:
+     * the layers, and [max_rows][n_capture][hidden] of the last capturing
+     * call's capture_rows rows */
+    int *capture_layers, n_capture;
+    float *capture;
+    int capture_rows;
     int n_threads;
     size_t bytes;   /* allocated, for reporting */
 } tb_cpu_state;
@@ -97,6 +103,29 @@ int tb_cpu_forward_slots(tb_cpu_state *st, const int32_t *tokens, const int *slo
                          float *logits);
 /* Forget slot's sequence (length and padding 0), for the next request. */
 void tb_cpu_slot_reset(tb_cpu_state *st, int slot);
+
+/* Speculative decoding (engine.h's verify_slots and draft_span_slots):
+ * sequence b of the call is cache slot slots[b] (distinct), its n_new
+ * tokens sit at positions [len_b, len_b + n_new), len_b = what the slot
+ * holds (ragged), their keys and values written there, attending to [0,
+ * len_b + n_new) under mask_block relative to the slot's positions (1:
+ * causal; 0: the span bidirectional over the prefix). grow: each slot's
+ * length grows by n_new (else it stays: a draft that the next call
+ * overwrites). logits: all rows [n_seqs][n_new][vocab] when all_logits,
+ * else each sequence's last row [n_seqs][vocab]; NULL runs no LM head.
+ * capture: keep the hidden states of tb_cpu_set_capture's layers. 0, or
+ * -1 when the call does not fit. */
+int tb_cpu_forward_ragged(tb_cpu_state *st, const int32_t *tokens, const int *slots, int n_seqs, int n_new,
+                          int mask_block, int grow, int all_logits, int capture, float *logits);
+/* Roll slot back to its first len positions (0 <= len <= its length):
+ * later calls overwrite what was after and never read it first. -1 when
+ * out of range. */
+int tb_cpu_slot_truncate(tb_cpu_state *st, int slot, int len);
+/* From now on a capturing forward keeps, for each of its rows, the
+ * residual stream after each layer layers[j] (0-based, before the final
+ * norm): st->capture [rows][n][hidden], st->capture_rows rows. n 0: off.
+ * -1 (out of memory, a layer out of range) leaves it off. */
+int tb_cpu_set_capture(tb_cpu_state *st, const int *layers, int n);
 
 /* Bidirectional forward of a span, for diffusion: the n_new tokens of each
  * sequence sit at positions [pos0, pos0 + n_new); their keys and values

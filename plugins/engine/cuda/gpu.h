@@ -116,6 +116,33 @@ int tb_gpu_prefill_slots(tb_gpu *g, const int32_t *tokens, int B, int P, const i
                          float *logits_out);
 int tb_gpu_decode_slots(tb_gpu *g, const int *slots, int B, int32_t *next, float *logits_out);
 
+/* Speculative decoding (engine.h's verify_slots, draft_span_slots,
+ * truncate_slot, set_capture, captured; the slots of prefill_slots and
+ * decode_slots): tokens [B][n] of B distinct slots, each at its own
+ * length len_b (ragged), row b * n + i at position len_b + i.
+ * tb_gpu_verify_slots: causal (a row sees its slot's prefix and its own
+ * span up to itself); each slot's length grows by n; captures (below).
+ * tb_gpu_draft_slots: the span sees the prefix and all of itself
+ * (bidirectional); keys and values written, lengths unchanged; no capture.
+ * argmax [B][n] (chosen on the device; only the ids come back) and logits
+ * (host [B][n][vocab], copied only when given), each NULL when not wanted.
+ * Padding must be clear. Not under tensor parallelism.
+ * tb_gpu_truncate_slot: the slot keeps its first len positions (len <= its
+ * length); nothing reads what was after before it is written again.
+ * tb_gpu_set_capture: from now on tb_gpu_prefill_slots and
+ * tb_gpu_verify_slots keep every row's residual stream after decoder
+ * layers layers[n] (0-based; before the final norm), float32 on the device
+ * [rows][n][hidden]; n 0 turns it off (at most TB_GPU_MAX_CAPTURE).
+ * tb_gpu_captured: the last capturing call's states (a device pointer,
+ * complete when that call returned) and *rows; NULL and 0 when none. */
+int tb_gpu_verify_slots(tb_gpu *g, const int32_t *tokens, const int *slots, int B, int n, int32_t *argmax,
+                        float *logits);
+int tb_gpu_draft_slots(tb_gpu *g, const int32_t *tokens, const int *slots, int B, int n, int32_t *argmax,
+                       float *logits);
+int tb_gpu_truncate_slot(tb_gpu *g, int slot, int len);
+int tb_gpu_set_capture(tb_gpu *g, const int *layers, int n);
+const float *tb_gpu_captured(const tb_gpu *g, int *rows);
+
 /* Diffusion: run positions [pos0, pos0 + n) of `rows` canvases ([rows][L]
  * host ids), attending to [0, n_attend), and for the first B rows return
  * per position the argmax token and its confidence (kind: 0 LLaDA float64

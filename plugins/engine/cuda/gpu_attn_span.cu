@@ -9,6 +9,8 @@
 //   visible = n_attend, or for causal k >= 1 the end of its block of k
 //             positions (k = 1: itself), at most n_attend;
 //   lo      = pad[sequence] for a real row (pos0 + t >= pad), else 0.
+// Speculative decoding's ragged spans give each sequence its own pos0 and
+// n_attend = pos0 + n (gpu_forward.cu's span_slots).
 //
 // The products run on the tensor cores (mma.sync m16n8k16, bf16 in, float
 // sums). A block takes 64 query rows of one (sequence, head), a warp 16 of
@@ -109,12 +111,16 @@ __device__ __forceinline__ void row_keys(int t, int pos0, int causal, int n_atte
 // Grid (ceil(n / 16 W), nh, B); 32 W threads; fa_smem<HD, W, BN>() bytes.
 // q, out: [B][n][nh][HD] (row stride nh HD); the keys and values of span
 // sequence b are cache sequence rslot[b] (or slot0 + b) of kc / vc
-// ([seqs][len][nkv][HD], this layer's), keys [0, n_attend).
+// ([seqs][len][nkv][HD], this layer's), keys [0, n_attend). Ragged
+// (speculative decoding's spans: rpos given): sequence b's rows start at
+// position rpos[b] and see keys [0, rpos[b] + n), the causal mask counted
+// from there; pos0 and n_attend are then unused.
 template <int HD, int W, int BN>
 __global__ void __launch_bounds__(32 * W)
     k_attn_span(const bf16 *__restrict__ q, const bf16 *__restrict__ kc, const bf16 *__restrict__ vc,
                 bf16 *__restrict__ out, int n, int n_attend, int pos0, int causal, const int *__restrict__ pad,
-                const int *__restrict__ rslot, int slot0, int nh, int nkv, int len, float scale_log2)
+                const int *__restrict__ rslot, const int *__restrict__ rpos, int slot0, int nh, int nkv, int len,
+                float scale_log2)
 {
     constexpr int LD = fa_ld<HD>(), KC = HD / 16, NT = BN / 8, DT = HD / 8, FA_BM = 16 * W, FA_BN = BN;
     extern __shared__ __align__(16) unsigned char fa_raw[];
@@ -125,6 +131,10 @@ __global__ void __launch_bounds__(32 * W)
     int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * FA_BM;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gid = lane / 4, tid = lane % 4;
     int seq = rslot ? rslot[b] : slot0 + b, p = pad[seq];
+    if (rpos) {
+        pos0 = rpos[b];
+        n_attend = pos0 + n;
+    }
     size_t qstride = (size_t)nh * HD, kvstride = (size_t)nkv * HD;
     const bf16 *qb = q + (size_t)b * n * qstride + (size_t)h * HD;
     size_t kv_off = (size_t)seq * len * kvstride + (size_t)(h / (nh / nkv)) * HD;
@@ -271,10 +281,10 @@ template <int HD, int W, int BN> int launch_shape(tb_gpu *g, int l, int B, int s
     size_t layer_off = (size_t)l * g->seqs * g->len * c->n_kv_heads * HD;
     dim3 grid((n + 16 * W - 1) / (16 * W), c->n_heads, B);
     // the span's padding and cache sequences: by slot (g->span_slots, in
-    // d_rslot) or slot0 + b
+    // d_rslot) or slot0 + b; ragged positions (g->span_pos) in d_rpos
     k_attn_span<HD, W, BN><<<grid, 32 * W, fa_smem<HD, W, BN>(), g->stream>>>(
         g->q, g->kc + layer_off, g->vc + layer_off, g->att, n, n_attend, pos0, causal, g->d_pad,
-        g->span_slots ? g->d_rslot : NULL, slot0, c->n_heads, c->n_kv_heads, g->len,
+        g->span_slots ? g->d_rslot : NULL, g->span_pos ? g->d_rpos : NULL, slot0, c->n_heads, c->n_kv_heads, g->len,
         (float)(1.4426950408889634 / sqrt((double)HD)));
     CK(cudaGetLastError());
     return 0;

@@ -6,7 +6,10 @@
 // head, forward_head (forward_hidden and the head); then the roofline's
 // count of the work, and the entry points: autoregressive (tb_gpu_prefill, tb_gpu_decode: as
 // tb_cpu_forward) and spans (tb_gpu_logits, tb_gpu_forward_pick,
-// tb_gpu_forward_logits: as tb_cpu_forward_at).
+// tb_gpu_forward_logits: as tb_cpu_forward_at), and speculative
+// decoding's ragged spans over the slots (tb_gpu_verify_slots,
+// tb_gpu_draft_slots: as tb_cpu_forward_ragged) with the rollback and the
+// captured hidden states.
 #include "gpu_internal.cuh"
 
 #include <cuda_profiler_api.h>
@@ -132,7 +135,7 @@ namespace tbgpu {
 void free_buffers(tb_gpu *g)
 {
     void *bufs[] = {g->kc, g->vc, g->x, g->xn, g->qkv, g->q, g->att, g->gu, g->act, g->logits, g->scores,
-                    g->probs, g->tok, g->out_tok, g->out_conf, g->d_pos, g->d_pad, g->d_rslot, g->d_rpos, g->ptrs, g->att_part, g->att_count, g->pick_parts, g->logits_part, g->gath, g->xq, g->xs, g->xdq, g->fp8_t};
+                    g->probs, g->tok, g->out_tok, g->out_conf, g->d_pos, g->d_pad, g->d_rslot, g->d_rpos, g->ptrs, g->att_part, g->att_count, g->pick_parts, g->logits_part, g->gath, g->xq, g->xs, g->xdq, g->fp8_t, g->capture};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         dfree(g, bufs[i]);
     moe_free(g);
@@ -174,6 +177,8 @@ void free_buffers(tb_gpu *g)
     g->xdq = NULL;
     g->fp8_t = NULL;
     g->fp8_t_floats = 0;
+    g->capture = NULL;
+    g->capture_cap = g->capture_rows = 0;
     g->h_tok = NULL;
     g->h_conf = NULL;
     g->graph = NULL;
@@ -376,6 +381,7 @@ extern "C" int tb_gpu_product(tb_gpu *g, const float *w, const float *x, int row
 // Attention of a span: S = Q K^T / sqrt(hd), softmax, O = P V, for every
 // (sequence, head); in one kernel where it fits (g->span_fused), else with
 // batched GEMMs around softmax_span.
+static int attn_span_ragged(tb_gpu *g, int l, int B, int n, int causal);
 static int attn_span(tb_gpu *g, int l, int B, int slot0, int pos0, int n, int n_attend, int causal)
 {
     if (g->span_fused && B <= 65535) // one kernel, no scores in memory (gpu_attn_span.cu; B: its grid's z)
@@ -383,6 +389,8 @@ static int attn_span(tb_gpu *g, int l, int B, int slot0, int pos0, int n, int n_
     if ((!g->scores && dalloc(g, (void **)&g->scores, g->score_elems * sizeof(float))) ||
         (!g->probs && dalloc(g, (void **)&g->probs, g->score_elems * sizeof(bf16))))
         return -1;
+    if (g->span_pos)
+        return attn_span_ragged(g, l, B, n, causal);
     const tb_model_config *c = &g->cfg;
     int nh = c->n_heads, hd = c->head_dim, kvd = c->n_kv_heads * hd, nq = nh * hd, group = nh / c->n_kv_heads;
     int batch = B * nh;
@@ -420,6 +428,48 @@ static int attn_span(tb_gpu *g, int l, int B, int slot0, int pos0, int n, int n_
                            (const void **)(dp + 3 * batch), CUDA_R_16BF, kvd, (const void **)(dp + 4 * batch),
                            CUDA_R_16BF, n_attend, &zero, dp + 5 * batch,
                            CUDA_R_16BF, nq, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return 0;
+}
+
+// attn_span's batched GEMMs for a ragged span (g->span_pos: sequence b at
+// its own position, keys [0, span_pos[b] + n)), where the one-kernel path
+// does not run: a sequence at a time, its heads batched, so no key past a
+// sequence's own is read (the cache there is stale or never written).
+// Pointer arrays in layer l's region of the staging, sequence b's part.
+static int attn_span_ragged(tb_gpu *g, int l, int B, int n, int causal)
+{
+    const tb_model_config *c = &g->cfg;
+    int nh = c->n_heads, hd = c->head_dim, kvd = c->n_kv_heads * hd, nq = nh * hd, group = nh / c->n_kv_heads;
+    size_t layer_off = (size_t)l * g->seqs * g->len * kvd;
+    float alpha = 1.0f / sqrtf((float)hd), zero = 0.0f, one = 1.0f;
+    for (int b = 0; b < B; b++) {
+        int pos0 = g->span_pos[b], n_attend = pos0 + n;
+        size_t seq = (size_t)g->span_slots[b];
+        void **hp = g->hptrs + (size_t)6 * nh * ((size_t)l * B + b);
+        void **dp = g->ptrs + (size_t)6 * nh * ((size_t)l * B + b);
+        for (int h = 0; h < nh; h++) {
+            int kvh = h / group;
+            const bf16 *kb = g->kc + layer_off + seq * g->len * kvd + kvh * hd;
+            const bf16 *vb = g->vc + layer_off + seq * g->len * kvd + kvh * hd;
+            hp[h] = (void *)kb;
+            hp[nh + h] = g->q + (size_t)b * n * nq + h * hd;
+            hp[2 * nh + h] = g->scores + (size_t)h * n * n_attend;
+            hp[3 * nh + h] = (void *)vb;
+            hp[4 * nh + h] = g->probs + (size_t)h * n * n_attend;
+            hp[5 * nh + h] = g->att + (size_t)b * n * nq + h * hd;
+        }
+        CK(cudaMemcpyAsync(dp, hp, (size_t)6 * nh * sizeof(void *), cudaMemcpyHostToDevice, g->stream));
+        CB(cublasGemmBatchedEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, n_attend, n, hd, &alpha, (const void **)dp,
+                               CUDA_R_16BF, kvd, (const void **)(dp + nh), CUDA_R_16BF, nq, &zero, dp + 2 * nh,
+                               CUDA_R_32F, n_attend, nh, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        // one sequence: its slot is d_rslot[b] (the kernel's sequence 0)
+        softmax_span(g, g->scores, g->probs, (size_t)nh * n, n, n_attend, pos0, causal, g->d_pad, g->d_rslot + b, nh);
+        LAUNCHED();
+        CB(cublasGemmBatchedEx(g->blas, CUBLAS_OP_N, CUBLAS_OP_N, hd, n, n_attend, &one,
+                               (const void **)(dp + 3 * nh), CUDA_R_16BF, kvd, (const void **)(dp + 4 * nh),
+                               CUDA_R_16BF, n_attend, &zero, dp + 5 * nh, CUDA_R_16BF, nq, nh, CUBLAS_COMPUTE_32F,
+                               CUBLAS_GEMM_DEFAULT));
+    }
     return 0;
 }
 
@@ -674,7 +724,7 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
     // a span's sequences start at cache sequence slot0
     size_t span_off = mode == FWD_SPAN ? (size_t)slot0 * g->len * kvd : 0;
     const int *rslot = mode == FWD_SLOTS || g->span_slots ? g->d_rslot : NULL;
-    const int *rpos = mode == FWD_SLOTS ? g->d_rpos : NULL;
+    const int *rpos = mode == FWD_SLOTS || g->span_pos ? g->d_rpos : NULL;
     if (g->span_slots)
         span_off = 0; // the slots are in d_rslot
     launch(g, qkv.rounded ? k_qkv_post_bf16 : k_qkv_post, post_grid, dim3(QKV_POST_WARPS * 32), post_smem, pdl,
@@ -771,12 +821,23 @@ static int forward_head(tb_gpu *g, int B, int slot0, int pos0, int n, int n_atte
     const tb_model_config *c = &g->cfg;
     int rows = B * n, h = c->hidden_size, L = c->n_layers;
     int kept = last_layer_rows(g, mode, n, nr);
+    for (int j = 0; g->capture_on && j < g->n_capture; j++)
+        if (g->capture_layers[j] == L - 1) // every row's output of the last layer
+            kept = n;
     k_embed<<<rows, 256, 0, g->stream>>>(g->tok, g->embed, g->x, h);
     LAUNCHED();
-    for (int l = 0; l < L; l++)
+    for (int l = 0; l < L; l++) {
         if (layer_forward(g, l, B, slot0, pos0, n, n_attend, causal, mode, l + 1 < L || kept == n ? 0 : r0,
                           l + 1 < L ? n : kept))
             return -1;
+        // the residual stream after layer l into its column of the capture
+        // ([rows][n_capture][h])
+        for (int j = 0; g->capture_on && j < g->n_capture; j++)
+            if (g->capture_layers[j] == l)
+                CK(cudaMemcpy2DAsync(g->capture + (size_t)j * h, (size_t)g->n_capture * h * sizeof(float), g->x,
+                                     (size_t)h * sizeof(float), (size_t)h * sizeof(float), rows,
+                                     cudaMemcpyDeviceToDevice, g->stream));
+    }
     return kept == n ? head(g, B, n, r0, nr, norm_in_gemv(g, rows)) : head(g, B, nr, 0, nr, 0);
 }
 
@@ -954,6 +1015,32 @@ extern "C" int tb_gpu_decode(tb_gpu *g, int32_t *next, int B, float *logits_out)
     return 0;
 }
 
+// A capturing call (prefill_slots, verify) of `rows` rows: room for their
+// hidden states, and capture_on for its forward; capture_end: off again,
+// and their count kept where the forward ran (else none).
+static int capture_begin(tb_gpu *g, int rows)
+{
+    if (g->n_capture == 0)
+        return 0;
+    if (g->capture_cap < rows) {
+        dfree(g, g->capture);
+        g->capture = NULL;
+        g->capture_cap = g->capture_rows = 0;
+        if (dalloc(g, (void **)&g->capture, (size_t)rows * g->n_capture * g->cfg.hidden_size * sizeof(float)))
+            return -1;
+        g->capture_cap = rows;
+    }
+    g->capture_on = 1;
+    return 0;
+}
+
+static void capture_end(tb_gpu *g, int rc, int rows)
+{
+    if (g->capture_on)
+        g->capture_rows = rc ? 0 : rows;
+    g->capture_on = 0;
+}
+
 extern "C" int tb_gpu_prefill_slots(tb_gpu *g, const int32_t *tokens, int B, int P, const int *slots, int32_t *next,
                                     float *logits_out)
 {
@@ -971,9 +1058,12 @@ extern "C" int tb_gpu_prefill_slots(tb_gpu *g, const int32_t *tokens, int B, int
     }
     CK(cudaMemcpyAsync(g->tok, tokens, (size_t)B * P * sizeof(int32_t), cudaMemcpyHostToDevice, g->stream));
     CK(cudaMemcpyAsync(g->d_rslot, g->h_rows, B * sizeof(int), cudaMemcpyHostToDevice, g->stream));
+    if (capture_begin(g, B * P))
+        return -1;
     g->span_slots = slots;
     int rc = forward_head(g, B, 0, 0, P, P, 1, FWD_SPAN, P - 1, 1);
     g->span_slots = NULL;
+    capture_end(g, rc, B * P);
     if (rc)
         return -1;
     account(g, B, P, P, 1);
@@ -1042,6 +1132,112 @@ extern "C" int tb_gpu_decode_slots(tb_gpu *g, const int *slots, int B, int32_t *
     CK(cudaStreamSynchronize(g->stream));
     memcpy(next, g->h_tok, B * sizeof(int32_t));
     return 0;
+}
+
+// Speculative decoding's spans (gpu.h): B distinct slots, n rows each at
+// the slot's own length, causal (a verification: the lengths grow,
+// captures) or bidirectional over the span (a draft: they stay).
+static int span_slots(tb_gpu *g, const int32_t *tokens, const int *slots, int B, int n, int causal, int32_t *argmax,
+                      float *logits)
+{
+    const char *what = causal ? "verification" : "draft span";
+    if (g->ranks)
+        return fail(g, "%s: not under tensor parallelism", what);
+    if (B < 1 || B > g->seqs || n < 1 || (long)B * n > g->rows)
+        return fail(g, "%s of %d x %d tokens does not fit the reserved %d sequences x %d rows", what, B, n, g->seqs,
+                    g->rows);
+    long attend = 0;
+    for (int b = 0; b < B; b++) {
+        if (slots[b] < 0 || slots[b] >= g->seqs || g->slot_len[slots[b]] + n > g->len)
+            return fail(g, "%s of %d tokens in slot %d: past its %d reserved positions (or no such slot)", what, n,
+                        slots[b], g->len);
+        for (int a = 0; a < b; a++)
+            if (slots[a] == slots[b])
+                return fail(g, "slot %d twice in one %s", slots[b], what);
+        g->h_rows[b] = slots[b];
+        g->h_rows[g->seqs + b] = g->slot_len[slots[b]];
+        attend += g->slot_len[slots[b]] + n;
+    }
+    int rows = B * n, nr = argmax || logits ? n : 0;
+    for (int r = 0; r < rows; r++) // k_embed trusts its ids
+        if (tokens[r] < 0 || tokens[r] >= g->cfg.vocab_size)
+            return fail(g, "%s: token %d (row %d) outside the vocabulary of %d", what, tokens[r], r,
+                        g->cfg.vocab_size);
+    CK(cudaMemcpyAsync(g->tok, tokens, (size_t)rows * sizeof(int32_t), cudaMemcpyHostToDevice, g->stream));
+    CK(cudaMemcpyAsync(g->d_rslot, g->h_rows, B * sizeof(int), cudaMemcpyHostToDevice, g->stream));
+    CK(cudaMemcpyAsync(g->d_rpos, g->h_rows + g->seqs, B * sizeof(int), cudaMemcpyHostToDevice, g->stream));
+    if (causal && capture_begin(g, rows))
+        return -1;
+    g->span_slots = slots;
+    g->span_pos = g->h_rows + g->seqs;
+    int rc = forward_head(g, B, 0, 0, n, 0, causal, FWD_SPAN, 0, nr);
+    g->span_slots = g->span_pos = NULL;
+    capture_end(g, rc, rows);
+    if (rc)
+        return -1;
+    account(g, B, n, (int)((attend + B - 1) / B), nr); // attention work is linear in keys: their mean
+    for (int b = 0; causal && b < B; b++)
+        g->slot_len[slots[b]] += n;
+    size_t V = g->cfg.vocab_size;
+    if (argmax) {
+        k_argmax<<<rows, 1024, 0, g->stream>>>(g->logits, (int)V, g->out_tok);
+        LAUNCHED();
+        CK(cudaMemcpyAsync(g->h_tok, g->out_tok, (size_t)rows * sizeof(int32_t), cudaMemcpyDeviceToHost, g->stream));
+    }
+    if (logits)
+        CK(cudaMemcpyAsync(logits, g->logits, (size_t)rows * V * sizeof(float), cudaMemcpyDeviceToHost, g->stream));
+    // (also before the next call rewrites the pinned row staging)
+    CK(cudaStreamSynchronize(g->stream));
+    if (argmax)
+        memcpy(argmax, g->h_tok, (size_t)rows * sizeof(int32_t));
+    return 0;
+}
+
+extern "C" int tb_gpu_verify_slots(tb_gpu *g, const int32_t *tokens, const int *slots, int B, int n, int32_t *argmax,
+                                   float *logits)
+{
+    return span_slots(g, tokens, slots, B, n, 1, argmax, logits);
+}
+
+extern "C" int tb_gpu_draft_slots(tb_gpu *g, const int32_t *tokens, const int *slots, int B, int n, int32_t *argmax,
+                                  float *logits)
+{
+    return span_slots(g, tokens, slots, B, n, 0, argmax, logits);
+}
+
+extern "C" int tb_gpu_truncate_slot(tb_gpu *g, int slot, int len)
+{
+    if (g->ranks)
+        return fail(g, "truncate: not under tensor parallelism");
+    if (slot < 0 || slot >= g->seqs || len < 0 || len > g->slot_len[slot])
+        return fail(g, "truncate of slot %d to %d positions: no such slot, or it holds fewer", slot, len);
+    g->slot_len[slot] = len;
+    return 0;
+}
+
+extern "C" int tb_gpu_set_capture(tb_gpu *g, const int *layers, int n)
+{
+    if (g->ranks && n > 0)
+        return fail(g, "capture: not under tensor parallelism");
+    if (n < 0 || n > TB_GPU_MAX_CAPTURE)
+        return fail(g, "capture of %d layers: at most %d", n, TB_GPU_MAX_CAPTURE);
+    for (int j = 0; j < n; j++)
+        if (layers[j] < 0 || layers[j] >= g->cfg.n_layers)
+            return fail(g, "capture of layer %d: the model has layers 0 .. %d", layers[j], g->cfg.n_layers - 1);
+    // the buffer's row width changes: the next capturing call makes it anew
+    dfree(g, g->capture);
+    g->capture = NULL;
+    g->capture_cap = g->capture_rows = 0;
+    memcpy(g->capture_layers, layers, (size_t)n * sizeof(int));
+    g->n_capture = n;
+    return 0;
+}
+
+extern "C" const float *tb_gpu_captured(const tb_gpu *g, int *rows)
+{
+    int on = g->n_capture > 0 && g->capture_rows > 0;
+    *rows = on ? g->capture_rows : 0;
+    return on ? g->capture : NULL;
 }
 
 static int span(tb_gpu *g, const int32_t *tokens, int B, int pos0, int n, int n_attend, int causal, int r0, int nr)

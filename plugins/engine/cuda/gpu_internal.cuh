@@ -64,6 +64,9 @@ struct fp8_gemm_cache; // gpu_gemm_fp8.cu
 // gate-up, down, head)
 #define TB_GPU_GEMV_SHAPES 8
 
+// the most layers tb_gpu_set_capture keeps (DFlash drafters read 5)
+#define TB_GPU_MAX_CAPTURE 32
+
 struct tb_gpu {
     tb_model_config cfg;
     cudaDeviceProp prop;
@@ -108,6 +111,19 @@ struct tb_gpu {
     int *slot_len;     // [seqs] host: positions each slot holds (tb_gpu_prefill_slots, tb_gpu_decode_slots)
     const int *span_slots; // host [B], set during tb_gpu_prefill_slots and tb_gpu_forward_pick_rows: span
                            // sequence b is slot span_slots[b] (d_rslot holds the same); NULL: slot0 + b
+    // speculative decoding's ragged spans (tb_gpu_span_slots): host [B],
+    // sequence b's rows sit at positions [span_pos[b], + n) of its slot
+    // and see keys [0, span_pos[b] + n) (d_rpos holds the same); NULL: every
+    // sequence at the call's pos0
+    const int *span_pos;
+    // captured hidden states (tb_gpu_set_capture): the residual stream after
+    // layers capture_layers[n_capture], device [capture_cap rows][n_capture]
+    // [hidden] float (allocated by the first capturing call that needs
+    // them), capture_rows of the last capturing call; capture_on: the call
+    // running now captures
+    int capture_layers[TB_GPU_MAX_CAPTURE];
+    int n_capture, capture_on, capture_cap, capture_rows;
+    float *capture;
     void **ptrs;       // batched-GEMM pointer arrays, every layer (device)
     void **hptrs;      // pinned host staging for them
     size_t ptr_cap;
@@ -269,6 +285,8 @@ void free_buffers(tb_gpu *g);
 int attn_span_fused_fits(const tb_gpu *g);
 int attn_span_fused_init(tb_gpu *g);
 int attn_span_fused(tb_gpu *g, int l, int B, int slot0, int pos0, int n, int n_attend, int causal);
+// (g->span_pos set: each sequence at its own position, d_rpos, seeing
+// keys [0, its position + n); pos0 and n_attend unused)
 // The MoE feed-forward (gpu_moe.cu): refuse what it does not compute, its
 // buffers for `rows` rows, and layer l's FFN over g->xn added into g->x
 // (graphable: no host wait, the grouped GEMV whatever the rows); the
