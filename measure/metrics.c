@@ -179,10 +179,10 @@ const tb_metric_def tb_metric_defs[] = {
     [M_ACTIVE_BYTES] = {"active_bytes_per_token", "bytes", TB_BETTER_LOWER, "calls", NULL},
     /* speculative decoding (absent from other cases); acceptance_at_I
      * follows the prompt length, with the prefixes */
-    [M_ACC_LEN] = {"acceptance_length", "tokens", TB_BETTER_HIGHER, "requests", NULL},
-    [M_ACC_RATE] = {"acceptance_rate", "fraction", TB_BETTER_HIGHER, "requests", NULL},
-    [M_DRAFT_SHARE] = {"draft_time_share", "fraction", TB_BETTER_LOWER, "calls", NULL},
-    [M_TARGET_FPT] = {"target_forwards_per_token", "forwards", TB_BETTER_LOWER, "calls", NULL},
+    [M_ACC_LEN] = {"acceptance_length", "tokens", TB_BETTER_HIGHER, "requests", "median:acceptance_length"},
+    [M_ACC_RATE] = {"acceptance_rate", "fraction", TB_BETTER_HIGHER, "requests", "median:acceptance_rate"},
+    [M_DRAFT_SHARE] = {"draft_time_share", "fraction", TB_BETTER_LOWER, "calls", "median:draft_time_share"},
+    [M_TARGET_FPT] = {"target_forwards_per_token", "forwards", TB_BETTER_LOWER, "calls", "median:target_forwards_per_token"},
     /* the prompt lengths as sent: a dataset's, not the matrix's
      * prompt_tokens (reports show its mean in the prompt column) */
     [M_PROMPT_LEN] = {"prompt_len", "tokens", TB_BETTER_NONE, "requests", NULL},
