@@ -595,3 +595,83 @@ char *tb_first_errors_text(const char *const *first, size_t n_classes, const cha
     }
     return b.len ? tb_str_take(&b) : NULL;
 }
+
+/* ------------------------------------------- speculative counters */
+
+/* A series name "base{labels}" against a counter's base name, with or
+ * without the exposition's "_total" suffix. */
+static int series_is(const char *name, const char *base)
+{
+    size_t n = strlen(base), m = strcspn(name, "{");
+    return strncmp(name, base, n) == 0 && (m == n || (m == n + 6 && strncmp(name + n, "_total", 6) == 0));
+}
+
+void tb_case_spec_counters(tb_case_record *rec, uint64_t seed)
+{
+    tb_metric_record *len = NULL, *rate = NULL;
+    for (size_t i = 0; i < rec->n_metrics; i++) {
+        if (strcmp(rec->metrics[i].name, "acceptance_length") == 0)
+            len = &rec->metrics[i];
+        else if (strcmp(rec->metrics[i].name, "acceptance_rate") == 0)
+            rate = &rec->metrics[i];
+    }
+    if (!len || !rate || len->st.n || !rec->n_tseries)
+        return; /* per-request counts win; no counters without telemetry */
+    /* each series' first and last values (points arrive in time order
+     * per series: the sampler appends) */
+    double *first = tb_xmalloc(rec->n_tseries * sizeof *first), *last = tb_xmalloc(rec->n_tseries * sizeof *last);
+    for (size_t i = 0; i < rec->n_tseries; i++)
+        first[i] = last[i] = NAN;
+    for (size_t k = 0; k < rec->n_tpoints; k++) {
+        const tb_telemetry_point *p = &rec->tpoints[k];
+        if (p->series >= rec->n_tseries || !isfinite(p->value))
+            continue;
+        if (isnan(first[p->series]))
+            first[p->series] = p->value;
+        last[p->series] = p->value;
+    }
+    double drafts = 0, draft_tokens = 0, accepted = 0, at[TB_SPEC_MAX_DRAFT] = {0};
+    uint32_t k = 0; /* positions seen */
+    for (size_t i = 0; i < rec->n_tseries; i++) {
+        const char *name = rec->tseries[i].name;
+        double d = last[i] - first[i]; /* a counter's growth over the case */
+        if (!name || !isfinite(d) || d < 0)
+            continue;
+        if (series_is(name, "vllm:spec_decode_num_drafts"))
+            drafts += d;
+        else if (series_is(name, "vllm:spec_decode_num_draft_tokens"))
+            draft_tokens += d;
+        else if (series_is(name, "vllm:spec_decode_num_accepted_tokens"))
+            accepted += d;
+        else if (series_is(name, "vllm:spec_decode_num_accepted_tokens_per_pos")) {
+            const char *pos = strstr(name, "position=\"");
+            char *end;
+            unsigned long p = pos ? strtoul(pos + 10, &end, 10) : TB_SPEC_MAX_DRAFT;
+            if (pos && *end == '"' && p < TB_SPEC_MAX_DRAFT) {
+                at[p] += d;
+                if (p + 1 > k)
+                    k = (uint32_t)p + 1;
+            }
+        }
+    }
+    free(first);
+    free(last);
+    if (!(drafts > 0))
+        return;
+    /* one value for the case, from the server's counters */
+    double v = (accepted + drafts) / drafts;
+    tb_stats_compute_ci(&v, 1, seed, 0, &len->st);
+    if (draft_tokens > 0 && accepted <= draft_tokens) {
+        v = accepted / draft_tokens;
+        tb_stats_compute_ci(&v, 1, seed, 0, &rate->st);
+    }
+    for (uint32_t p = 0; p < k; p++) {
+        if (at[p] > drafts)
+            continue;
+        char *name = tb_xasprintf(TB_ACCEPTANCE_AT_PREFIX "%u", p + 1);
+        tb_metric_record *mr = tb_case_record_add_metric(rec, name, tb_metric_unit(name));
+        mr->name_buf = name;
+        v = at[p] / drafts;
+        tb_stats_compute_ci(&v, 1, seed, 0, &mr->st);
+    }
+}

@@ -200,6 +200,17 @@ extern const char *const tb_error_classes[];
 extern const size_t tb_n_error_classes;
 size_t tb_error_class(const char *error);
 
+/* A server that reports speculative decoding only as Prometheus counters
+ * (vLLM's vllm:spec_decode_num_drafts, _num_draft_tokens,
+ * _num_accepted_tokens, _num_accepted_tokens_per_pos{position="i"},
+ * each with or without "_total"): when rec has no per-request
+ * acceptance_length and its telemetry (rec->tseries) has these counters,
+ * their growth over the case gives acceptance_length, acceptance_rate
+ * and acceptance_at_(i+1) of the case, one value each (n 1). The
+ * counters are the server's: every request it served while the case
+ * ran (warm-ups and other clients' included). */
+void tb_case_spec_counters(tb_case_record *rec, uint64_t seed);
+
 /* ------------------------------------------------------ one case */
 
 /* The measured (not warm-up) requests of a case: how many, how many
