@@ -176,7 +176,8 @@ preflight = false
 EOT
     "$tb" run "$tmp/h.ini" --db "$tmp/h.db" >"$tmp/h.out" 2>"$tmp/h.err"
     for b in sglang sglang_once; do
-        for m in "acceptance_length 4|3.0" "acceptance_rate 4|0.5" "acceptance_at_1 4|0.75" "acceptance_at_4 4|0.25"; do
+        for m in "acceptance_length 4|3.0" "acceptance_rate 4|0.5" "acceptance_at_1 4|0.75" "acceptance_at_2 4|0.5" \
+                 "acceptance_at_3 4|0.5" "acceptance_at_4 4|0.25"; do
             set -- $m
             [ "$(metric "$tmp/h.db" $b "$1")" = "$2" ] && pass "http $b: $1 = $2" \
                 || fail "http $b: $1 is '$(metric "$tmp/h.db" $b "$1")', want $2 ($(tail -3 "$tmp/h.err"))"
