@@ -187,6 +187,11 @@ static const struct json_column {
      " WHERE c.session_id = ?1))",
      "'request row ' || id || (SELECT ' (case #' || c.ordinal || ' of session ' || c.session_id || ')'"
      " FROM sample sa JOIN bench_case c ON c.id = sa.case_id WHERE sa.id = sample_id)", 1},
+    {"request", "spec_at", "array", /* migration 15: [[drafted_at, accepted_at], ...] */
+     "(?1 < 0 OR sample_id IN (SELECT sa.id FROM sample sa JOIN bench_case c ON c.id = sa.case_id"
+     " WHERE c.session_id = ?1))",
+     "'request row ' || id || (SELECT ' (case #' || c.ordinal || ' of session ' || c.session_id || ')'"
+     " FROM sample sa JOIN bench_case c ON c.id = sa.case_id WHERE sa.id = sample_id)", 1},
 };
 
 /* Does `table` have `column` (an older schema may lack it)? -1: cannot

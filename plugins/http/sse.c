@@ -292,7 +292,7 @@ static int parse_spec(const cJSON *meta, tb_oai_chunk *c)
                 c->kind = TB_OAI_MALFORMED;
                 return -1;
             }
-            s->hist[j] = (int64_t)v;
+            s->hist[j] = (uint32_t)v;
         }
         s->n_hist = (uint32_t)n;
     }

@@ -90,7 +90,7 @@ typedef struct tb_oai_spec {
     int64_t accept_tokens; /* accepted draft tokens */
     int64_t draft_tokens;  /* drafted tokens */
     double accept_length;  /* completion tokens / verify_ct; NaN: absent */
-    int64_t hist[TB_OAI_SPEC_HIST]; /* verifications that accepted j tokens */
+    uint32_t hist[TB_OAI_SPEC_HIST]; /* verifications that accepted j tokens */
     uint32_t n_hist;
 } tb_oai_spec;
 

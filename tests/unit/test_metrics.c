@@ -719,6 +719,51 @@ static void test_case_spec(void)
     tb_case_record_free(&rec);
 }
 
+/* vLLM's counters (tb_case_spec_counters): their growth over the case's
+ * scrapes, summed over label sets, gives the case's figures, one value
+ * each; per-request counts win; no counters, nothing. */
+static void test_case_spec_counters(void)
+{
+    tb_case_record rec = {0};
+    tb_metric_record *len = tb_case_record_add_metric(&rec, "acceptance_length", "tokens");
+    tb_metric_record *rate = tb_case_record_add_metric(&rec, "acceptance_rate", "fraction");
+    tb_case_spec_counters(&rec, 1); /* no telemetry */
+    CHECK(len->st.n == 0 && rate->st.n == 0 && rec.n_metrics == 2);
+    tb_telemetry_series ts[] = {
+        {"u", "vllm:spec_decode_num_drafts_total{engine=\"0\"}"},
+        {"u", "vllm:spec_decode_num_drafts_total{engine=\"1\"}"},
+        {"u", "vllm:spec_decode_num_draft_tokens_total{engine=\"0\"}"},
+        {"u", "vllm:spec_decode_num_accepted_tokens{engine=\"0\"}"}, /* without _total */
+        {"u", "vllm:spec_decode_num_accepted_tokens_per_pos_total{engine=\"0\",position=\"0\"}"},
+        {"u", "vllm:spec_decode_num_accepted_tokens_per_pos_total{engine=\"0\",position=\"1\"}"},
+        {"u", "vllm:spec_decode_num_drafts_totally{engine=\"0\"}"}, /* not a counter of ours */
+    };
+    /* engine 0: drafts 100 -> 103, engine 1: 50 -> 51 (4 drafts); 16
+     * draft tokens; 8 accepted; position 0 accepted 3 times, 1 twice */
+    tb_telemetry_point tp[] = {
+        {0, 1, 100}, {1, 1, 50}, {2, 1, 400}, {3, 1, 200}, {4, 1, 75}, {5, 1, 50}, {6, 1, 0},
+        {0, 2, 101}, {6, 2, 1e6},
+        {0, 3, 103}, {1, 3, 51}, {2, 3, 416}, {3, 3, 208}, {4, 3, 78}, {5, 3, 52}, {6, 3, 1e9},
+    };
+    rec.tseries = ts;
+    rec.n_tseries = sizeof ts / sizeof *ts;
+    rec.tpoints = tp;
+    rec.n_tpoints = sizeof tp / sizeof *tp;
+    tb_case_spec_counters(&rec, 1);
+    len = &rec.metrics[0], rate = &rec.metrics[1];
+    CHECK(len->st.n == 1 && rate->st.n == 1);
+    CHECK_REL(len->st.mean, 3.0);  /* (8 + 4) / 4 */
+    CHECK_REL(rate->st.mean, 0.5); /* 8 / 16 */
+    const tb_stats *st;
+    CHECK((st = metric_of(&rec, "acceptance_at_1")) && st->n == 1);
+    CHECK_REL(st->mean, 0.75);
+    CHECK((st = metric_of(&rec, "acceptance_at_2")) && st->n == 1);
+    CHECK_REL(st->mean, 0.5);
+    CHECK(metric_of(&rec, "acceptance_at_3") == NULL);
+    rec.tseries = NULL, rec.tpoints = NULL, rec.n_tseries = rec.n_tpoints = 0;
+    tb_case_record_free(&rec);
+}
+
 static void test_case_measured_only(void)
 {
     fake_case f;
@@ -1306,6 +1351,7 @@ int main(void)
     test_case_moe();
     test_spec_formulas();
     test_case_spec();
+    test_case_spec_counters();
     test_case_client_busy();
     test_case_sent_rate();
     test_case_goodput();
