@@ -725,8 +725,9 @@ static void test_case_spec(void)
 static void test_case_spec_counters(void)
 {
     tb_case_record rec = {0};
-    tb_metric_record *len = tb_case_record_add_metric(&rec, "acceptance_length", "tokens");
-    tb_metric_record *rate = tb_case_record_add_metric(&rec, "acceptance_rate", "fraction");
+    tb_case_record_add_metric(&rec, "acceptance_length", "tokens");
+    tb_case_record_add_metric(&rec, "acceptance_rate", "fraction");
+    tb_metric_record *len = &rec.metrics[0], *rate = &rec.metrics[1]; /* the array grows: after the adds */
     tb_case_spec_counters(&rec, 1); /* no telemetry */
     CHECK(len->st.n == 0 && rate->st.n == 0 && rec.n_metrics == 2);
     tb_telemetry_series ts[] = {
