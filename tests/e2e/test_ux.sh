@@ -180,6 +180,11 @@ q "$tmp/ro/old.db" "alter table session drop column error"
 # and what migration 14 (the telemetry's scrape tally) adds
 q "$tmp/ro/old.db" "alter table bench_case drop column scrapes; alter table bench_case drop column scrapes_failed;
   alter table bench_case drop column scrape_error"
+# and what migration 15 (speculative decoding) adds
+q "$tmp/ro/old.db" "alter table request drop column spec_verifications; alter table request drop column spec_drafted;
+  alter table request drop column spec_accepted; alter table request drop column spec_draft_len;
+  alter table request drop column spec_at; alter table request drop column acceptance_length;
+  alter table request drop column acceptance_rate; alter table sample drop column draft_ns"
 q "$tmp/ro/old.db" "pragma user_version = 6" # migration 7 only renames view columns: it applies again
 q "$tmp/ro/cur.db" "pragma journal_mode" >/dev/null
 as_reader() { "$@"; }
