@@ -4,7 +4,11 @@
  * One generate() call = one batch: prefill every prompt in one forward,
  * then one forward per decode step for the whole batch. Each decode step's
  * token is an emission; benchmarks default to fixed output lengths
- * (ignore_eos = true), so every request produces exactly max_new_tokens. */
+ * (ignore_eos = true), so every request produces exactly max_new_tokens.
+ *
+ * With a drafter (option `drafter`), the decode is speculative: spec.h's
+ * loop, drafter.h's drafters; the output stays the target's (lossless)
+ * unless forced_acceptance fixes the acceptance for cost figures. */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -16,9 +20,11 @@
 #include <tokbench/backend.h>
 
 #include "backend_common.h"
+#include "drafter.h"
 #include "engine.h"
 #include "model.h"
 #include "sampling.h"
+#include "spec.h"
 #include "tokenizer.h"
 
 #define AR_VERSION "0.1.0"
@@ -32,7 +38,16 @@
 #define AR_GPU_CAPS 0
 #endif
 
-enum { OPT_DEVICE, OPT_THREADS, OPT_TEMPERATURE, OPT_TOP_K, OPT_TOP_P, OPT_IGNORE_EOS, OPT_PRESET_SEED, OPT_DTYPE, OPT_TP, N_OPTS };
+enum {
+    OPT_DEVICE, OPT_THREADS, OPT_TEMPERATURE, OPT_TOP_K, OPT_TOP_P, OPT_IGNORE_EOS, OPT_PRESET_SEED, OPT_DTYPE, OPT_TP,
+    OPT_DRAFTER, OPT_DRAFT_MODEL, OPT_DRAFT_LEN, OPT_FORCED_ACCEPTANCE, N_OPTS
+};
+
+/* `drafter`: speculative decoding's drafter kind (drafter.h); an enum, so
+ * that a suite sweeps it (a string option is one value) */
+#define AR_DRAFTER_LIST(X, SEP) X(DRAFT_NONE, "none") SEP X(DRAFT_AR, "ar") SEP X(DRAFT_SELF, "self") SEP X(DRAFT_DFLASH, "dflash")
+typedef enum { TB_CHOICES_ENUM(AR_DRAFTER_LIST) } draft_kind;
+static const tb_choice draft_choices[] = TB_CHOICES_TABLE(AR_DRAFTER_LIST);
 
 static const tb_option_decl ar_options[N_OPTS] = {
     [OPT_DEVICE] = TB_OPT_DECL_DEVICE("cpu (float32, OpenBLAS), cuda (bf16 weights, cuBLAS, CUDA graphs; in CUDA builds), "
@@ -49,7 +64,50 @@ static const tb_option_decl ar_options[N_OPTS] = {
     [OPT_PRESET_SEED] = TB_OPT_DECL_PRESET_SEED,
     [OPT_DTYPE] = TB_OPT_DECL_DTYPE,
     [OPT_TP] = TB_OPT_DECL_TP,
+    [OPT_DRAFTER] = {"drafter", TB_OPT_ENUM, "none",
+                     "speculative decoding: none (plain AR), ar (draft_model: a small AR model sharing the target's "
+                     "vocabulary), self (the target drafts for itself: a block-diffusion model in SDAR's layout, one "
+                     "shared cache) or dflash (draft_model: a DFlash drafter; not yet)",
+                     TB_CHOICES_TEXT(AR_DRAFTER_LIST), 1, 0, TB_OPTF_LOAD},
+    [OPT_DRAFT_MODEL] = {"draft_model", TB_OPT_STRING, "",
+                         "the drafter's model for drafter = ar or dflash: a Hugging Face folder or preset:NAME "
+                         "(ignored with drafter = none)",
+                         NULL, 0, 0, TB_OPTF_LOAD},
+    [OPT_DRAFT_LEN] = {"draft_len", TB_OPT_INT, "0",
+                       "draft tokens per verification with a drafter; 0 = the drafter's own (self, dflash: its block "
+                       "size - 1; ar: 4)",
+                       NULL, 0, TB_SPEC_MAX_DRAFT, 0},
+    [OPT_FORCED_ACCEPTANCE] = {"forced_acceptance", TB_OPT_INT, "0",
+                               "cost figures on random weights: every verification accepts exactly min(N, "
+                               "draft_len) draft tokens, whatever the target says (the output is then not the "
+                               "target's); 0 = off (the real rule); ignored with drafter = none",
+                               NULL, 0, TB_SPEC_MAX_DRAFT, TB_OPTF_LOAD},
 };
+
+/* The drafter kind the options name, *model its draft_model; -1 with why
+ * when they do not fit together (a model for ar and dflash, none for self;
+ * none ignores it, so that `drafter = none, ar` sweeps with one model). */
+static int draft_kind_of(const tb_option_value *o, uint32_t n, const char **model, char *why, size_t why_size)
+{
+    int kind = tb_opt_choice(o, n, ar_options, OPT_DRAFTER, draft_choices);
+    *model = tb_opt_text(o, n, ar_options, OPT_DRAFT_MODEL);
+    int wants = kind == DRAFT_AR || kind == DRAFT_DFLASH, has = *model && **model;
+    if (kind < 0) {
+        snprintf(why, why_size, "drafter: expected one of %s", TB_CHOICES_TEXT(AR_DRAFTER_LIST));
+        return -1;
+    }
+    if (wants && !has) {
+        snprintf(why, why_size, "drafter = %s needs draft_model = a model folder or preset:NAME",
+                 tb_choice_name(draft_choices, kind));
+        return -1;
+    }
+    if (kind == DRAFT_SELF && has) {
+        snprintf(why, why_size, "draft_model = %s: drafter = self drafts with the target itself (ar and dflash "
+                 "take a draft_model)", *model);
+        return -1;
+    }
+    return kind;
+}
 
 /* One request of a stepped session (continuous batching, step_* ops). */
 typedef struct ar_slot {
@@ -93,6 +151,8 @@ typedef struct ar_ctx {
     size_t cap_r, cap_n, cap_p;
     char *describe_json;
     char error[512];
+    ar_drafter drafter;     /* speculative decoding's, when drafter != none */
+    int forced;             /* forced_acceptance (a load option: describe() says it) */
     ar_session step;        /* a stepped session (tokbench serve), when open */
 } ar_ctx;
 
@@ -139,6 +199,19 @@ static char *make_description(const ar_ctx *c)
         ok &= cJSON_AddNumberToObject(o, "context_length", cfg->max_position_embeddings) != NULL;
     ok &= cJSON_AddBoolToObject(o, "prompt_bos", tb_prompt_bos(cfg) >= 0) != NULL;
     ok &= cJSON_AddStringToObject(o, "energy", c->ld.energy_note) != NULL;
+    if (c->drafter.ops) { /* speculative decoding */
+        const ar_drafter_ops *d = c->drafter.ops;
+        ok &= cJSON_AddStringToObject(o, "drafter", d->kind) != NULL;
+        if (*d->model_name(c->drafter.ctx))
+            ok &= cJSON_AddStringToObject(o, "draft_model", d->model_name(c->drafter.ctx)) != NULL;
+        ok &= cJSON_AddNumberToObject(o, "draft_len_default", d->default_len(c->drafter.ctx)) != NULL;
+        if (c->forced > 0) {
+            ok &= cJSON_AddNumberToObject(o, "forced_acceptance", c->forced) != NULL;
+            ok &= cJSON_AddStringToObject(o, "forced_acceptance_note",
+                                          "each verification accepts a fixed count of draft tokens whatever the "
+                                          "target says: a cost figure; the output is not the target's") != NULL;
+        }
+    }
     if (c->ld.peak_flops > 0) { /* the roofline's ceilings, measured at load */
         char key[32]; /* peak_tflops_bf16, or _fp8 when dtype = fp8's products run on FP8 tensor cores */
         snprintf(key, sizeof key, "peak_tflops_%s", c->ld.peak_flops_dtype ? c->ld.peak_flops_dtype : "bf16");
@@ -158,6 +231,7 @@ static void ar_destroy(void *p)
     if (!c)
         return;
     ar_step_close(c);
+    ar_drafter_close(&c->drafter);
     tb_engine_close(&c->eng);
     tb_loaded_free(&c->ld);
     free(c->prompt);
@@ -175,6 +249,10 @@ static tb_status ar_validate(const tb_request *req, char *why, size_t why_size)
 {
     const tb_option_value *o = req->options;
     uint32_t n = req->n_options;
+    const char *path;
+    int kind = draft_kind_of(o, n, &path, why, why_size);
+    if (kind < 0)
+        return TB_ERR_INVALID;
     return tb_load_check(tb_opt_text(o, n, ar_options, OPT_DEVICE),
                          tb_opt_choice(o, n, ar_options, OPT_DTYPE, tb_dtype_choices) == TB_DTYPE_FP8,
                          (int)OPT_I(o, n, OPT_TP), why, why_size);
@@ -193,8 +271,23 @@ static tb_status ar_create(const tb_host *host, const char *model, const tb_opti
     c->threads = (int)OPT_I(options, n_options, OPT_THREADS);
     int on_gpu = tb_device_wants_gpu(tb_opt_text(options, n_options, ar_options, OPT_DEVICE));
     int fp8 = tb_opt_choice(options, n_options, ar_options, OPT_DTYPE, tb_dtype_choices) == TB_DTYPE_FP8;
-    tb_status st = tb_load(model, 0, on_gpu, fp8, (uint64_t)OPT_I(options, n_options, OPT_PRESET_SEED),
-                           (int)OPT_I(options, n_options, OPT_TP), &c->ld, err, err_size);
+    const char *draft_path;
+    int kind = draft_kind_of(options, n_options, &draft_path, err, err_size);
+    if (kind < 0) {
+        ar_destroy(c);
+        return TB_ERR_INVALID;
+    }
+    uint64_t preset_seed = (uint64_t)OPT_I(options, n_options, OPT_PRESET_SEED);
+    /* self-speculation's target is a block-diffusion model that also runs causally */
+    tb_status st = tb_load(model, kind == DRAFT_SELF, on_gpu, fp8, preset_seed, (int)OPT_I(options, n_options, OPT_TP),
+                           &c->ld, err, err_size);
+    if (st != TB_OK && kind == DRAFT_SELF) {
+        char why[400];
+        snprintf(why, sizeof why, "%s", err);
+        snprintf(err, err_size,
+                 "drafter = self needs a block-diffusion model in SDAR's layout (model_type sdar with a "
+                 "mask_token_id): %s", why);
+    }
     if (st != TB_OK) {
         ar_destroy(c);
         return st;
@@ -204,6 +297,18 @@ static tb_status ar_create(const tb_host *host, const char *model, const tb_opti
         ar_destroy(c);
         return TB_ERR_NO_MEMORY;
     }
+    int dr = 0;
+    if (kind == DRAFT_AR)
+        dr = ar_drafter_open_ar(&c->drafter, draft_path, &c->ld, on_gpu, fp8, preset_seed, c->threads, err, err_size);
+    else if (kind == DRAFT_SELF)
+        dr = ar_drafter_open_self(&c->drafter, &c->ld, &c->eng, err, err_size);
+    else if (kind == DRAFT_DFLASH)
+        dr = ar_drafter_open_dflash(&c->drafter, draft_path, &c->ld, &c->eng, err, err_size);
+    if (dr != 0) {
+        ar_destroy(c);
+        return tb_status_of(err, kind == DRAFT_DFLASH ? TB_ERR_UNSUPPORTED : TB_ERR_MODEL);
+    }
+    c->forced = kind == DRAFT_NONE ? 0 : (int)OPT_I(options, n_options, OPT_FORCED_ACCEPTANCE);
     c->describe_json = make_description(c);
     if (!c->describe_json) {
         snprintf(err, err_size, "out of memory");
@@ -212,6 +317,11 @@ static tb_status ar_create(const tb_host *host, const char *model, const tb_opti
     }
     host->log(host, TB_LOG_INFO, "loaded %s: %s, %lld parameters%s", c->ld.model.name, c->ld.model.cfg.arch_name,
               (long long)c->ld.model.n_params, c->ld.model.cfg.random_weights ? " (random weights)" : "");
+    if (c->forced > 0)
+        host->log(host, TB_LOG_WARN,
+                  "forced_acceptance = %d: every verification accepts min(%d, draft_len) draft tokens whatever the "
+                  "target says; the figures are the cost of drafting and verifying, the output is not the target's",
+                  c->forced, c->forced);
     *ctx_out = c;
     return TB_OK;
 }
@@ -242,21 +352,6 @@ static tb_status reserve_buffers(ar_ctx *c, size_t R, size_t P, size_t N)
     }
     return TB_OK;
 }
-
-/* One decode step's token of request r: with its id when the host takes
- * them (tokbench serve streams the text), else the count alone. id is
- * NULL for the EOS that ends the answer and for any token after it
- * (ignore_eos): they are no part of the answer a server streams. The
- * per-request state `done` is 0 while the answer runs, 1 after its EOS
- * (stopped), 2 after its EOS with ignore_eos (still generating). */
-static void emit_token(const tb_host *h, uint32_t r, const int32_t *id, int64_t now)
-{
-    if (TB_STRUCT_HAS(h, tb_host, emit_output) && h->emit_output)
-        h->emit_output(h, r, 1, now, id, NULL, 0);
-    else
-        h->emit(h, r, 1, now);
-}
-
 
 /* One batch on the engine: prefill every prompt (c->prompt [R][P]) in one
  * forward, then one forward per decode step for the whole batch; each
@@ -326,7 +421,7 @@ static tb_status decode_loop(ar_ctx *c, tb_result *res, uint32_t R, size_t P, ui
             t_prefill_end = now;
         for (uint32_t r = 0; r < R; r++)
             if (fresh[r]) /* the answer's tokens with their ids; its EOS and after: counted only */
-                emit_token(host, r, fresh[r] == 1 ? &c->out[(size_t)r * N + n_out[r] - 1] : NULL, now);
+                ar_emit_token(host, r, fresh[r] == 1 ? &c->out[(size_t)r * N + n_out[r] - 1] : NULL, now);
         if (!active)
             break;
     }
@@ -419,8 +514,21 @@ static tb_status ar_generate(void *ctx, const tb_request *req, tb_result *res)
     }
     tb_free_prompts(text_ids, text_len, R);
 
-    uint64_t rng = req->seed ^ 0xA0761D6478BD642FULL;
-    tb_status rc = decode_loop(c, res, R, P, N, pad, threads, &smp, ignore_eos, &rng);
+    tb_status rc;
+    if (c->drafter.ops) {
+        int k = (int)OPT_I(req->options, req->n_options, OPT_DRAFT_LEN);
+        if (k <= 0)
+            k = c->drafter.ops->default_len(c->drafter.ctx);
+        k = k < 1 ? 1 : k > TB_SPEC_MAX_DRAFT ? TB_SPEC_MAX_DRAFT : k;
+        ar_spec_call sc = {.host = c->host, .ld = &c->ld, .eng = &c->eng, .drafter = &c->drafter, .R = R,
+                           .prompt = c->prompt, .P = P, .pad = pad, .N = N, .k = k, .forced = c->forced,
+                           .smp = smp, .ignore_eos = ignore_eos, .threads = threads, .seed = req->seed,
+                           .out = c->out};
+        rc = ar_spec_generate(&sc, res, c->error, sizeof c->error);
+    } else {
+        uint64_t rng = req->seed ^ 0xA0761D6478BD642FULL;
+        rc = decode_loop(c, res, R, P, N, pad, threads, &smp, ignore_eos, &rng);
+    }
     free(pad);
     return rc;
 }
@@ -578,6 +686,10 @@ static tb_status ar_step_open(void *ctx, const tb_request *shape, uint32_t max_s
         set_error(c, "serving text needs a tokenizer.json; this model has none");
         return TB_ERR_UNSUPPORTED;
     }
+    if (c->drafter.ops) {
+        set_error(c, "stepped sessions (tokbench serve) decode without a drafter: set drafter = none");
+        return TB_ERR_UNSUPPORTED;
+    }
     size_t len = cfg->max_position_embeddings > 0 ? (size_t)cfg->max_position_embeddings : AR_STEP_MAX_LEN;
     if (len > AR_STEP_MAX_LEN)
         len = AR_STEP_MAX_LEN;
@@ -685,7 +797,7 @@ static void slot_token(ar_ctx *c, uint32_t slot, int32_t t, int64_t now, tb_step
     L->out[L->n_out++] = t;
     L->next = t;
     /* the answer's tokens with their ids; its EOS and after: counted only */
-    emit_token(c->host, slot, L->past_eos || eos ? NULL : &L->out[L->n_out - 1], now);
+    ar_emit_token(c->host, slot, L->past_eos || eos ? NULL : &L->out[L->n_out - 1], now);
     if (eos)
         L->past_eos = 1;
     if (L->n_out >= L->max_new || (eos && !L->ignore_eos)) {

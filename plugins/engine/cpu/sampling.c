@@ -34,12 +34,11 @@ static int by_prob_desc(const void *a, const void *b, void *keys)
     return *(const int32_t *)a - *(const int32_t *)b;
 }
 
-int32_t tb_sample(const float *logits, int n, const tb_sampling *s, uint64_t *rng, float *scratch)
+/* The candidates tb_sample draws from: p[n] the softmax of logits / T,
+ * idx[0..keep) the ids kept by top-k then top-p (sorted by probability
+ * when either is on, else every id in order). Returns keep. */
+static int candidates(const float *logits, int n, const tb_sampling *s, float *p, int32_t *idx)
 {
-    if (s->temperature <= 0)
-        return tb_argmax(logits, n);
-    float *p = scratch;                      /* probabilities */
-    int32_t *idx = (int32_t *)(scratch + n); /* candidate ids, sorted */
     float mx = logits[tb_argmax(logits, n)];
     double sum = 0;
     for (int i = 0; i < n; i++) {
@@ -66,6 +65,16 @@ int32_t tb_sample(const float *logits, int n, const tb_sampling *s, uint64_t *rn
             keep = k;
         }
     }
+    return keep;
+}
+
+int32_t tb_sample(const float *logits, int n, const tb_sampling *s, uint64_t *rng, float *scratch)
+{
+    if (s->temperature <= 0)
+        return tb_argmax(logits, n);
+    float *p = scratch;                      /* probabilities */
+    int32_t *idx = (int32_t *)(scratch + n); /* candidate ids, sorted */
+    int keep = candidates(logits, n, s, p, idx);
     double mass = 0;
     for (int k = 0; k < keep; k++)
         mass += p[idx[k]];
@@ -76,4 +85,22 @@ int32_t tb_sample(const float *logits, int n, const tb_sampling *s, uint64_t *rn
             return idx[k];
     }
     return idx[keep - 1];
+}
+
+void tb_sample_dist(const float *logits, int n, const tb_sampling *s, float *probs, float *scratch)
+{
+    if (s->temperature <= 0) {
+        memset(probs, 0, (size_t)n * sizeof *probs);
+        probs[tb_argmax(logits, n)] = 1;
+        return;
+    }
+    float *p = scratch;
+    int32_t *idx = (int32_t *)(scratch + n);
+    int keep = candidates(logits, n, s, p, idx);
+    double mass = 0;
+    for (int k = 0; k < keep; k++)
+        mass += p[idx[k]];
+    memset(probs, 0, (size_t)n * sizeof *probs);
+    for (int k = 0; k < keep; k++)
+        probs[idx[k]] = (float)(p[idx[k]] / mass);
 }
