@@ -20,7 +20,8 @@ API (import it: sys.path.insert(0, "tools"); import dflash_reference as dr)
   d.bind(embed_weight, lm_head_weight)   the TARGET's [vocab][hidden]
         embedding and LM head, held as plain (unregistered) tensors: the
         drafter shares them and never trains them; state_dict() holds only
-        the drafter's own published tensors.
+        the drafter's own published tensors. Plain attributes do not follow
+        .to(device): bind after moving the module.
   feats = dr.target_features(hidden_states, d.target_layer_ids)
         hidden_states: transformers' output_hidden_states tuple (index 0 is
         the embeddings, index i+1 the output of decoder layer i) -> raw
@@ -64,8 +65,15 @@ Training note (not upstream code, which is unpublished): DFlash trains on
 blocks whose anchor is a real token of the sequence, the other rows masked,
 the block seeing the target features of every position before the anchor
 (the context) and the whole block bidirectionally; the loss is on rows
-1..L-1 against the true next tokens. attn_mask lets one forward hold many
-such blocks of one sequence.
+1..L-1 against the true next tokens. Many blocks of one sequence fit one
+forward: block_ids [B, n*L] (the blocks side by side), positions = the C
+context positions then each block's own [a_j, a_j + L), and attn_mask
+[B, n*L, C + n*L] letting block j's rows see context rows < a_j and its own
+L rows only. Target layers: upstream's default spread needs a target of at
+least 5 layers (and never picks the last, whose transformers hidden state
+is the normed one); for a shallower target (models/small-llama: 4 layers)
+pass target_layer_ids explicitly, e.g. [0, 1, 2]. The engine (config.c)
+refuses a drafter without target_layer_ids whose target is shallower.
 
 Published layout
 ----------------
@@ -514,5 +522,5 @@ def build_tiny_target(out_dir, arch="llama", vocab=256, hidden=64, layers=6, hea
     model = model.float().eval()
     randomize(model, seed, std)
     if out_dir:
-        model.save_pretrained(out_dir, safe_serialization=True)
+        model.save_pretrained(out_dir)  # safetensors by default (4.x and 5.x)
     return model

@@ -45,6 +45,9 @@ static const struct arch_info {
     {"Qwen3MoeForCausalLM", "qwen3_moe", TB_ARCH_QWEN3_MOE},
     {"LLaDAMoEModelLM", "lladamoe", TB_ARCH_LLADA_MOE},
     {"LLaDA2MoeModelLM", "llada2_moe", TB_ARCH_LLADA2_MOE},
+    /* z-lab's drafters say model_type "qwen3" (that fallback finds Qwen3);
+     * "dflash" is vLLM's name for the class */
+    {"DFlashDraftModel", "dflash", TB_ARCH_DFLASH},
 };
 
 int tb_config_layer_is_moe(const tb_model_config *cfg, int l)
@@ -313,7 +316,8 @@ static int parse_arch(ctx *c, const cJSON *root, tb_model_config *cfg)
 {
     const cJSON *list = cJSON_GetObjectItemCaseSensitive(root, "architectures");
     const char *names = "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, LLaDAModelLM, "
-                        "LLaDAMoEModelLM, LLaDA2MoeModelLM, DreamModel, SDARForCausalLM or Fast_dLLM_QwenForCausalLM";
+                        "LLaDAMoEModelLM, LLaDA2MoeModelLM, DreamModel, SDARForCausalLM, Fast_dLLM_QwenForCausalLM "
+                        "or DFlashDraftModel";
     if (list && !cJSON_IsNull(list)) {
         const cJSON *a = cJSON_IsArray(list) ? list->child : NULL;
         if (!cJSON_IsString(a))
@@ -521,6 +525,83 @@ static int parse_llada2(ctx *c, const cJSON *root, tb_model_config *cfg)
     return 0;
 }
 
+/* Upstream's default target layers (dflash/model.py build_target_layer_ids):
+ * one per drafter layer, spread over [1, n_target - 3]; the middle one for
+ * a single layer. */
+static void dflash_default_ids(tb_model_config *cfg)
+{
+    int n = cfg->n_layers, t = cfg->n_target_layers;
+    cfg->n_target_ids = n;
+    if (n == 1) {
+        cfg->target_layer_ids[0] = t / 2;
+        return;
+    }
+    for (int i = 0; i < n; i++) /* Python's round(): halves to even, as nearbyint */
+        cfg->target_layer_ids[i] = (int)nearbyint(1.0 + (double)i * (t - 4) / (n - 1));
+}
+
+/* DFlash's keys (DFlashDraftModel reads config.block_size and
+ * config.dflash_config; Qwen3's attention reads layer_types): block_size
+ * and dflash_config.mask_token_id required (the model has no default for
+ * either), dflash_config.target_layer_ids or else num_target_layers for
+ * the default spread; every layer "full_attention" (sliding-window drafter
+ * layers are not computed here). */
+static int parse_dflash(ctx *c, const cJSON *root, tb_model_config *cfg)
+{
+    if (get_int(c, root, NAMES("block_size"), 2, MAX_COUNT, 1, &cfg->block_size) < 0 ||
+        get_int(c, root, NAMES("num_target_layers"), 1, MAX_COUNT, 0, &cfg->n_target_layers) < 0)
+        return -1;
+    const cJSON *dc = cJSON_GetObjectItemCaseSensitive(root, "dflash_config");
+    if (!cJSON_IsObject(dc))
+        return fail(c, "dflash_config", "an object with mask_token_id (and target_layer_ids)", dc);
+    if (check_duplicates(c, dc, "dflash_config."))
+        return -1;
+    const cJSON *mk = cJSON_GetObjectItemCaseSensitive(dc, "mask_token_id");
+    if (!cJSON_IsNumber(mk) || mk->valuedouble != floor(mk->valuedouble) || mk->valuedouble < 0 ||
+        mk->valuedouble >= cfg->vocab_size) {
+        char e[64];
+        snprintf(e, sizeof e, "a token id in [0, %d)", cfg->vocab_size);
+        return fail(c, "dflash_config.mask_token_id", e, mk);
+    }
+    cfg->mask_id = (int32_t)mk->valuedouble;
+    const cJSON *ids = cJSON_GetObjectItemCaseSensitive(dc, "target_layer_ids");
+    if (!ids || cJSON_IsNull(ids)) {
+        const cJSON *nt = cJSON_GetObjectItemCaseSensitive(root, "num_target_layers");
+        if (cfg->n_target_layers == 0)
+            return fail(c, "num_target_layers", "an integer (dflash_config names no target_layer_ids)", nt);
+        if (cfg->n_layers > TB_MAX_TARGET_IDS || (cfg->n_layers > 1 && cfg->n_target_layers < 5))
+            return fail(c, "num_target_layers", "a target of >= 5 layers (the default layer spread)", nt);
+        dflash_default_ids(cfg);
+    } else {
+        int n = cJSON_IsArray(ids) ? cJSON_GetArraySize(ids) : 0;
+        if (n < 1 || n > TB_MAX_TARGET_IDS)
+            return fail(c, "dflash_config.target_layer_ids", "a list of 1 to 64 layer indices", ids);
+        int hi = cfg->n_target_layers > 0 ? cfg->n_target_layers : MAX_COUNT;
+        char e[80];
+        snprintf(e, sizeof e, "layer indices in [0, %d)%s", hi,
+                 cfg->n_target_layers > 0 ? " (num_target_layers)" : "");
+        for (const cJSON *x = ids->child; x; x = x->next) {
+            if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) || x->valuedouble < 0 ||
+                x->valuedouble >= hi)
+                return fail(c, "dflash_config.target_layer_ids", e, x);
+            cfg->target_layer_ids[cfg->n_target_ids++] = (int)x->valuedouble;
+        }
+    }
+    if ((long long)cfg->n_target_ids * cfg->hidden_size > MAX_WIDTH)
+        return fail(c, "dflash_config.target_layer_ids", "at most 1048576 feature columns (ids x hidden_size)",
+                    ids);
+    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
+    if (lt && !cJSON_IsNull(lt)) {
+        if (!cJSON_IsArray(lt))
+            return fail(c, "layer_types", "a list of \"full_attention\"", lt);
+        for (const cJSON *x = lt->child; x; x = x->next)
+            if (!cJSON_IsString(x) || strcmp(x->valuestring, "full_attention") != 0)
+                return fail(c, "layer_types",
+                            "\"full_attention\" throughout (sliding-window drafter layers are not supported)", x);
+    }
+    return 0;
+}
+
 static int parse_root(ctx *c, const cJSON *root, tb_model_config *cfg)
 {
     if (check_duplicates(c, root, ""))
@@ -539,7 +620,8 @@ static int parse_root(ctx *c, const cJSON *root, tb_model_config *cfg)
     /* LLaDA and Dream split d_model across the heads; the others (block
      * diffusion included) read an explicit head_dim as transformers does */
     int split_heads = llada || lladamoe || cfg->arch == TB_ARCH_DREAM;
-    int qwen3 = cfg->arch == TB_ARCH_QWEN3 || cfg->arch == TB_ARCH_SDAR || cfg->arch == TB_ARCH_QWEN3_MOE;
+    int dflash = cfg->arch == TB_ARCH_DFLASH;
+    int qwen3 = cfg->arch == TB_ARCH_QWEN3 || cfg->arch == TB_ARCH_SDAR || cfg->arch == TB_ARCH_QWEN3_MOE || dflash;
     if (llada ? check_llada(c, root) : check_hf(c, root, cfg))
         return -1;
 
@@ -686,13 +768,17 @@ static int parse_root(ctx *c, const cJSON *root, tb_model_config *cfg)
         return -1;
     if (llada2 && parse_llada2(c, root, cfg))
         return -1;
+    if (dflash && parse_dflash(c, root, cfg))
+        return -1;
 
     int n_bos = 0;
     if (get_ids(c, root, "eos_token_id", cfg->vocab_size, cfg->eos_ids, TB_MAX_EOS,
                 &cfg->n_eos) < 0 ||
         get_ids(c, root, "bos_token_id", cfg->vocab_size, &cfg->bos_id, 1, &n_bos) < 0 ||
-        get_ids(c, root, "mask_token_id", cfg->vocab_size, &cfg->mask_id, 1, &r) < 0)
+        (!dflash && get_ids(c, root, "mask_token_id", cfg->vocab_size, &cfg->mask_id, 1, &r) < 0))
         return -1;
+    if (dflash)
+        r = 1; /* dflash_config.mask_token_id, read above */
     if (!n_bos)
         cfg->bos_id = -1;
     cfg->prompt_bos = tb_config_default_bos(cfg);

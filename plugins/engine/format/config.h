@@ -3,7 +3,9 @@
  * Qwen3ForCausalLM, Qwen3MoeForCausalLM (AR); LLaDA (LLaMA blocks, bidirectional), LLaDA-MoE
  * (OLMoE blocks, bidirectional) and Dream (Qwen2 blocks, bidirectional) for the diffusion backend; and the block
  * diffusion models, causal across blocks and bidirectional inside one:
- * SDAR (Qwen3 blocks) and Fast-dLLM v2 (Qwen2 blocks). */
+ * SDAR (Qwen3 blocks) and Fast-dLLM v2 (Qwen2 blocks); and DFlash's
+ * drafter (DFlashDraftModel: Qwen3 blocks that draft for a target, its
+ * target's embedding and LM head shared: cpu/dflash.h). */
 #ifndef TB_ENGINE_CONFIG_H
 #define TB_ENGINE_CONFIG_H
 
@@ -39,7 +41,13 @@ typedef enum tb_arch {
                               the first first_k_dense_replace layers dense;
                               block diffusion (block-causal mask, its
                               generate()'s block_length 32) */
+    TB_ARCH_DFLASH = 11, /* DFlashDraftModel (z-lab DFlash; model_type
+                            qwen3): Qwen3 layers without embedding or LM
+                            head (the target's), fc + hidden_norm over
+                            the target's features (cpu/dflash.h) */
 } tb_arch;
+
+#define TB_MAX_TARGET_IDS 64 /* DFlash: target layers whose outputs the drafter reads */
 
 #define TB_MAX_MLP_ONLY 64 /* Qwen3-MoE mlp_only_layers entries (LLaDA-MoE: moe_layer_freq's zeros) */
 
@@ -96,6 +104,12 @@ typedef struct tb_model_config {
                                   tb_config_default_bos; a folder with a
                                   tokenizer.json: what its tokenizer adds
                                   (folder.h) */
+    /* DFlash drafter (dflash_config.target_layer_ids, num_target_layers):
+     * the 0-based target layers whose outputs, concatenated in this order,
+     * form the features [n_target_ids x hidden] fc reads; num_target_layers
+     * is the target's layer count the drafter was made for (0: not said).
+     * block_size is its block (anchor included), mask_id its mask token. */
+    int n_target_ids, target_layer_ids[TB_MAX_TARGET_IDS], n_target_layers;
     int32_t mask_id;           /* diffusion mask token (config.json's
                                   mask_token_id, else folder.h's), -1: none */
     int mask_is_default;       /* mask_id is tb_config_default_mask's, not

@@ -38,11 +38,20 @@ static size_t layer_floats(const tb_model_config *c, int l)
            mlp_floats(c, l);
 }
 
+/* A DFlash drafter's fc and hidden_norm */
+static size_t dflash_floats(const tb_model_config *c)
+{
+    size_t h = (size_t)c->hidden_size;
+    return h * (size_t)c->n_target_ids * h + h;
+}
+
 static size_t model_floats(const tb_model_config *c)
 {
     size_t vh = (size_t)c->vocab_size * (size_t)c->hidden_size, n = 0;
     for (int l = 0; l < c->n_layers; l++)
         n += layer_floats(c, l);
+    if (c->arch == TB_ARCH_DFLASH) /* no embedding, no LM head: the target's */
+        return dflash_floats(c) + (size_t)c->hidden_size + n + (size_t)c->head_dim / 2;
     return vh * (c->tie_word_embeddings ? 1 : 2) + (size_t)c->hidden_size + n + (size_t)c->head_dim / 2;
 }
 
@@ -77,8 +86,13 @@ static int layout(tb_model *m, char *err, size_t err_size)
     size_t h = (size_t)c->hidden_size, vh = (size_t)c->vocab_size * h;
     size_t q = (size_t)c->n_heads * (size_t)c->head_dim, inter = (size_t)c->intermediate_size;
     size_t rows = (size_t)qkv_rows(c);
-    m->embed = p, p += vh;
-    m->lm_head = c->tie_word_embeddings ? m->embed : (p += vh, p - vh);
+    if (c->arch == TB_ARCH_DFLASH) {
+        m->fc = p, p += h * (size_t)c->n_target_ids * h;
+        m->hidden_norm = p, p += h;
+    } else {
+        m->embed = p, p += vh;
+        m->lm_head = c->tie_word_embeddings ? m->embed : (p += vh, p - vh);
+    }
     m->final_norm = p, p += h;
     for (int l = 0; l < c->n_layers; l++) {
         tb_layer *L = &m->layers[l];
@@ -200,7 +214,28 @@ static const weight_names llada2_names = {
     "attention.query_key_value.bias",
 };
 
-int tb_model_load(const char *dir, tb_model *m, char *err, size_t err_size)
+/* DFlash's drafter (z-lab dflash/model.py DFlashDraftModel's modules): the
+ * Qwen3 layer names without "model.", the final norm "norm", no embedding
+ * and no LM head; fc.weight and hidden_norm.weight loaded apart. */
+static const weight_names dflash_names = {
+    NULL, "norm.weight", NULL, "layers.%d.",
+    "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+    "self_attn.o_proj.weight", "post_attention_layernorm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
+    "mlp.down_proj.weight", "self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias",
+    "self_attn.q_norm.weight", "self_attn.k_norm.weight", NULL, NULL,
+};
+
+/* The same under "model." (checkpoints saved from a wrapper; SGLang's
+ * loader takes both spellings) */
+static const weight_names dflash_model_names = {
+    NULL, "model.norm.weight", NULL, "model.layers.%d.",
+    "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+    "self_attn.o_proj.weight", "post_attention_layernorm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
+    "mlp.down_proj.weight", "self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias",
+    "self_attn.q_norm.weight", "self_attn.k_norm.weight", NULL, NULL,
+};
+
+static int load_folder(const char *dir, tb_model *m, int drafter, char *err, size_t err_size)
 {
     memset(m, 0, sizeof *m);
     char path[4096];
@@ -208,13 +243,23 @@ int tb_model_load(const char *dir, tb_model *m, char *err, size_t err_size)
     if (tb_config_load(path, &m->cfg, err, err_size) != 0)
         return -1;
     const tb_model_config *c = &m->cfg;
+    if ((c->arch == TB_ARCH_DFLASH) != (drafter != 0)) {
+        snprintf(err, err_size,
+                 drafter ? "%s: field architectures: expected DFlashDraftModel (a DFlash drafter), got %s"
+                         : "%s: %s is a DFlash drafter: it drafts for a target model and does not run alone",
+                 path, c->arch_name);
+        memset(m, 0, sizeof *m);
+        return -1;
+    }
     if (c->o_bias) {
         snprintf(err, err_size, "%s: %s = true (a bias on the o projection) is not supported by this engine", path,
                  c->arch == TB_ARCH_LLADA2_MOE ? "use_bias" : "attention_bias");
         return -1;
     }
-    const weight_names *nm =
-        c->arch == TB_ARCH_LLADA ? &llada_names : c->arch == TB_ARCH_LLADA2_MOE ? &llada2_names : &hf_names;
+    const weight_names *nm = c->arch == TB_ARCH_LLADA        ? &llada_names
+                             : c->arch == TB_ARCH_LLADA2_MOE ? &llada2_names
+                             : drafter                       ? &dflash_names
+                                                             : &hf_names;
     tb_weights *w = NULL;
     if (tb_weights_open(dir, &w, err, err_size) != 0)
         return -1;
@@ -224,14 +269,26 @@ int tb_model_load(const char *dir, tb_model *m, char *err, size_t err_size)
     }
     const char *base = strrchr(dir, '/');
     snprintf(m->name, sizeof m->name, "%s", base && base[1] ? base + 1 : dir);
-    const tb_tensor *emb = tb_weights_find(w, nm->embed);
+    /* a drafter: "fc.weight" ..., or all of them under "model." */
+    int model_prefix = drafter && !tb_weights_find(w, "fc.weight") && tb_weights_find(w, "model.fc.weight");
+    if (model_prefix)
+        nm = &dflash_model_names;
+    const char *fc_name = model_prefix ? "model.fc.weight" : "fc.weight";
+    const char *hn_name = model_prefix ? "model.hidden_norm.weight" : "hidden_norm.weight";
+    const tb_tensor *emb = tb_weights_find(w, drafter ? fc_name : nm->embed);
     snprintf(m->source_dtype, sizeof m->source_dtype, "%s", emb ? tb_dtype_name(emb->dtype) : "?");
 
     int64_t h = c->hidden_size, hd = c->head_dim, inter = c->intermediate_size;
     int64_t qd = (int64_t)c->n_heads * hd, kvd = (int64_t)c->n_kv_heads * hd;
-    int rc = take(w, nm->embed, c->vocab_size, h, m->embed, err, err_size);
-    if (!rc && !c->tie_word_embeddings)
-        rc = take(w, nm->lm_head, c->vocab_size, h, m->lm_head, err, err_size);
+    int rc;
+    if (drafter) { /* fc [hidden][ids x hidden], hidden_norm [hidden] */
+        rc = take(w, fc_name, h, (int64_t)c->n_target_ids * h, m->fc, err, err_size) ||
+             take(w, hn_name, h, 0, m->hidden_norm, err, err_size);
+    } else {
+        rc = take(w, nm->embed, c->vocab_size, h, m->embed, err, err_size);
+        if (!rc && !c->tie_word_embeddings)
+            rc = take(w, nm->lm_head, c->vocab_size, h, m->lm_head, err, err_size);
+    }
     if (!rc)
         rc = take(w, nm->final_norm, h, 0, m->final_norm, err, err_size);
     for (int l = 0; l < c->n_layers && !rc; l++) {
@@ -289,7 +346,15 @@ int tb_model_load(const char *dir, tb_model *m, char *err, size_t err_size)
     return 0;
 }
 
+int tb_model_load(const char *dir, tb_model *m, char *err, size_t err_size)
+{
+    return load_folder(dir, m, 0, err, err_size);
+}
 
+int tb_dflash_load(const char *dir, tb_model *m, char *err, size_t err_size)
+{
+    return load_folder(dir, m, 1, err, err_size);
+}
 
 /* ------------------------------------------------------------- presets */
 
@@ -488,11 +553,43 @@ static void fill_const(float *p, size_t n, float v)
         p[i] = v;
 }
 
+/* DFlash drafters for tests (tb_dflash_preset), apart from the models
+ * above: a drafter does not run alone. tiny-dflash drafts for tiny-llama
+ * (its two layers' outputs as features). */
+static const preset dflash_presets[] = {
+    {"tiny-dflash", {.arch = TB_ARCH_DFLASH, .arch_name = "DFlashDraftModel", .vocab_size = 512, .hidden_size = 64,
+                     .intermediate_size = 96, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .head_dim = 16,
+                     .rms_eps = 1e-6, .rope_theta = 10000, .max_position_embeddings = 2048, .qk_norm = 1,
+                     .block_size = 8, .n_target_ids = 2, .target_layer_ids = {0, 1}, .n_target_layers = 2,
+                     .bos_id = -1, .mask_id = 510, .torch_dtype = "float32"}},
+};
+
+static int make_preset(const char *name, uint64_t seed, tb_model *m, char *err, size_t err_size);
+
+int tb_dflash_preset(const char *name, uint64_t seed, tb_model *m, char *err, size_t err_size)
+{
+    memset(m, 0, sizeof *m);
+    for (size_t i = 0; i < sizeof dflash_presets / sizeof dflash_presets[0]; i++)
+        if (strcmp(dflash_presets[i].name, name) == 0) {
+            m->cfg = dflash_presets[i].cfg;
+            m->cfg.random_weights = 1;
+            return make_preset(name, seed, m, err, err_size);
+        }
+    snprintf(err, err_size, "unknown DFlash drafter preset \"%s\" (presets: tiny-dflash)", name);
+    return -1;
+}
+
 int tb_model_preset(const char *name, uint64_t seed, tb_model *m, char *err, size_t err_size)
 {
     memset(m, 0, sizeof *m);
     if (tb_preset_config(name, &m->cfg, err, err_size) != 0)
         return -1;
+    return make_preset(name, seed, m, err, err_size);
+}
+
+/* Seeded random weights for m->cfg. */
+static int make_preset(const char *name, uint64_t seed, tb_model *m, char *err, size_t err_size)
+{
     if (layout(m, err, err_size) != 0)
         return -1;
     snprintf(m->name, sizeof m->name, "preset:%s", name);
@@ -501,9 +598,14 @@ int tb_model_preset(const char *name, uint64_t seed, tb_model *m, char *err, siz
     uint64_t s = seed ^ 0x746F6B62656E6368ULL; /* "tokbench" */
     size_t h = (size_t)c->hidden_size, inter = (size_t)c->intermediate_size;
     size_t q = (size_t)c->n_heads * (size_t)c->head_dim, rows = (size_t)qkv_rows(c);
-    fill_random(m->embed, (size_t)c->vocab_size * h, 0.02, &s);
-    if (!c->tie_word_embeddings)
-        fill_random(m->lm_head, (size_t)c->vocab_size * h, 0.02, &s);
+    if (m->fc) { /* a DFlash drafter */
+        fill_random(m->fc, h * (size_t)c->n_target_ids * h, 0.02, &s);
+        fill_const(m->hidden_norm, h, 1.0f);
+    } else {
+        fill_random(m->embed, (size_t)c->vocab_size * h, 0.02, &s);
+        if (!c->tie_word_embeddings)
+            fill_random(m->lm_head, (size_t)c->vocab_size * h, 0.02, &s);
+    }
     fill_const(m->final_norm, h, 1.0f);
     for (int l = 0; l < c->n_layers; l++) {
         tb_layer *L = &m->layers[l];

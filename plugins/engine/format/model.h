@@ -35,9 +35,12 @@ typedef struct tb_layer {
 typedef struct tb_model {
     tb_model_config cfg;
     char name[256];      /* folder base name or "preset:NAME" */
-    float *embed;        /* [vocab][hidden] */
+    float *embed;        /* [vocab][hidden]; NULL in a DFlash drafter (the target's) */
     float *final_norm;   /* [hidden] */
-    float *lm_head;      /* [vocab][hidden]; == embed when tied */
+    float *lm_head;      /* [vocab][hidden]; == embed when tied; NULL in a DFlash drafter */
+    /* DFlash drafter only (TB_ARCH_DFLASH; NULL otherwise): the features'
+     * projection fc [hidden][n_target_ids hidden] and its hidden_norm [hidden] */
+    float *fc, *hidden_norm;
     int lm_head_rows;    /* 0: lm_head has all vocab rows; else a tensor-parallel
                             rank's slice of them (tp_split.h): its logits' width */
     tb_layer *layers;    /* [n_layers] */
@@ -54,6 +57,12 @@ typedef struct tb_model {
  * a message naming the file and tensor. */
 int tb_model_load(const char *dir, tb_model *m, char *err, size_t err_size);
 
+/* Load a DFlash drafter folder (config.json with DFlashDraftModel,
+ * model.safetensors in its published names: fc, hidden_norm, layers.N.*,
+ * norm; no embedding, no LM head). tb_model_load refuses such a folder and
+ * this one every other. Returns 0 or -1 naming the file and tensor. */
+int tb_dflash_load(const char *dir, tb_model *m, char *err, size_t err_size);
+
 /* The config of a preset (deterministic random weights): "llama-3-8b",
  * "qwen2.5-7b", "qwen3-8b", "llada-8b", "dream-7b", "sdar-8b",
  * "fast-dllm-v2-7b", "qwen3-30b-a3b", "llada-moe-7b-a1b", "llada2-mini", and tiny ones for tests ("tiny-llama", "tiny-qwen2",
@@ -61,6 +70,10 @@ int tb_model_load(const char *dir, tb_model *m, char *err, size_t err_size);
 int tb_preset_config(const char *name, tb_model_config *cfg, char *err, size_t err_size);
 /* Build a preset model on the CPU (float32, seeded random weights). */
 int tb_model_preset(const char *name, uint64_t seed, tb_model *m, char *err, size_t err_size);
+
+/* A DFlash drafter with seeded random weights ("tiny-dflash": drafts for
+ * "tiny-llama"); -1 with the list when unknown. */
+int tb_dflash_preset(const char *name, uint64_t seed, tb_model *m, char *err, size_t err_size);
 
 /* Bytes the CPU model needs (float32 weights). */
 size_t tb_model_cpu_bytes(const tb_model_config *cfg);
