@@ -317,8 +317,33 @@ static int good(const tb_request_metrics *m, const tb_case_metrics_opts *o)
 }
 
 /* One call into its sample record; measured calls add to the sets. */
+/* A case's speculative counts summed over its measured good requests: the
+ * case's acceptance figures are pooled (total tokens / total
+ * verifications), as upstream's loops and servers report them, so a short
+ * request weighs by its verifications, not as much as a long one. */
+typedef struct spec_pool {
+    tb_spec_counts sum;
+    int any;
+} spec_pool;
+
+static void spec_pool_add(spec_pool *p, const tb_spec_counts *c)
+{
+    if (!tb_spec_any(c))
+        return;
+    p->any = 1;
+    p->sum.verifications += c->verifications;
+    p->sum.drafted += c->drafted;
+    p->sum.accepted += c->accepted;
+    if (c->draft_len > p->sum.draft_len)
+        p->sum.draft_len = c->draft_len;
+    for (uint32_t i = 0; i < TB_SPEC_MAX_DRAFT; i++) {
+        p->sum.drafted_at[i] += c->drafted_at[i];
+        p->sum.accepted_at[i] += c->accepted_at[i];
+    }
+}
+
 static void one_call(const tb_call_view *cv, uint32_t k, const tb_case_metrics_opts *o, tb_sample_record *s,
-                     dvec m[M_COUNT], dvec *cls, dvec at[TB_SPEC_MAX_DRAFT], int64_t **em_t, size_t *em_cap)
+                     dvec m[M_COUNT], dvec *cls, spec_pool *pool, int64_t **em_t, size_t *em_cap)
 {
     const tb_raw_call *call = &cv->call;
     const int streaming = (o->capabilities & TB_CAP_STREAMING) != 0;
@@ -405,14 +430,7 @@ static void one_call(const tb_call_view *cv, uint32_t k, const tb_case_metrics_o
                 push(&m[M_ANSWER], q->answer_tokens);
             if (q->prompt_tokens)
                 push(&m[M_PROMPT_LEN], q->prompt_tokens);
-            double al = tb_acceptance_length(&q->spec), ar = tb_acceptance_rate(&q->spec);
-            if (!isnan(al))
-                push(&m[M_ACC_LEN], al);
-            if (!isnan(ar))
-                push(&m[M_ACC_RATE], ar);
-            for (uint32_t i = 0; i < q->spec.draft_len && i < TB_SPEC_MAX_DRAFT; i++)
-                if (q->spec.drafted_at[i])
-                    push(&at[i], tb_acceptance_at(&q->spec, i));
+            spec_pool_add(pool, &q->spec);
             for (size_t e = 1; e < ne; e++)
                 push(&m[M_ITL], (double)((*em_t)[e] - (*em_t)[e - 1]) * 1e-6);
         }
@@ -490,13 +508,25 @@ void tb_case_metrics(const tb_call_view *calls, size_t n_calls, const tb_case_me
                      tb_case_record *rec)
 {
     dvec m[M_COUNT] = {{0}};
-    dvec at[TB_SPEC_MAX_DRAFT] = {{0}}; /* acceptance_at_(i+1) */
+    spec_pool pool = {0};
     dvec *cls = tb_xcalloc(tb_n_error_classes, sizeof *cls);
     int64_t *em_t = NULL;
     size_t em_cap = 0;
     rec->samples = tb_xcalloc(n_calls ? n_calls : 1, sizeof *rec->samples);
     for (size_t k = 0; k < n_calls; k++)
-        one_call(&calls[k], (uint32_t)k, o, &rec->samples[rec->n_samples++], m, cls, at, &em_t, &em_cap);
+        one_call(&calls[k], (uint32_t)k, o, &rec->samples[rec->n_samples++], m, cls, &pool, &em_t, &em_cap);
+    /* the pooled acceptance figures: one value each (n 1) */
+    dvec at[TB_SPEC_MAX_DRAFT] = {{0}}; /* acceptance_at_(i+1) */
+    if (pool.any) {
+        double al = tb_acceptance_length(&pool.sum), ar = tb_acceptance_rate(&pool.sum);
+        if (!isnan(al))
+            push(&m[M_ACC_LEN], al);
+        if (!isnan(ar))
+            push(&m[M_ACC_RATE], ar);
+        for (uint32_t i = 0; i < pool.sum.draft_len && i < TB_SPEC_MAX_DRAFT; i++)
+            if (pool.sum.drafted_at[i])
+                push(&at[i], tb_acceptance_at(&pool.sum, i));
+    }
     for (int k = 0; k < M_COUNT; k++) {
         tb_metric_record *mr = tb_case_record_add_metric(rec, tb_metric_defs[k].name, tb_metric_defs[k].unit);
         /* Pooled gaps are correlated within a request: no bootstrap CI. */

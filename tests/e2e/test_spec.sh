@@ -73,8 +73,8 @@ got=$(q "$tmp/n.db" "select group_concat(x, ' ') from (select distinct r.spec_ve
 [ "$(q "$tmp/n.db" "select count(*) from sample s join bench_case c on c.id = s.case_id join backend b
       on b.id = c.backend_id where b.label = 'spec' and s.draft_ns > 0 and s.draft_ns <= s.decode_ns")" = 3 ] \
     && pass "per call: draft_ns stored, within decode_ns" || fail "draft_ns"
-for m in "acceptance_length 4|3.0" "acceptance_rate 4|0.5" "acceptance_at_1 4|0.75" "acceptance_at_2 4|0.5" \
-         "acceptance_at_3 4|0.5" "acceptance_at_4 4|0.25" "target_forwards_per_token 2|0.208333"; do
+for m in "acceptance_length 1|3.0" "acceptance_rate 1|0.5" "acceptance_at_1 1|0.75" "acceptance_at_2 1|0.5" \
+         "acceptance_at_3 1|0.5" "acceptance_at_4 1|0.25" "target_forwards_per_token 2|0.208333"; do
     set -- $m
     [ "$(metric "$tmp/n.db" spec "$1")" = "$2" ] && pass "spec: $1 = $2 (n|mean)" \
         || fail "spec: $1 is '$(metric "$tmp/n.db" spec "$1")', want $2"
@@ -176,14 +176,14 @@ preflight = false
 EOT
     "$tb" run "$tmp/h.ini" --db "$tmp/h.db" >"$tmp/h.out" 2>"$tmp/h.err"
     for b in sglang sglang_once; do
-        for m in "acceptance_length 4|3.0" "acceptance_rate 4|0.5" "acceptance_at_1 4|0.75" "acceptance_at_2 4|0.5" \
-                 "acceptance_at_3 4|0.5" "acceptance_at_4 4|0.25"; do
+        for m in "acceptance_length 1|3.0" "acceptance_rate 1|0.5" "acceptance_at_1 1|0.75" "acceptance_at_2 1|0.5" \
+                 "acceptance_at_3 1|0.5" "acceptance_at_4 1|0.25"; do
             set -- $m
             [ "$(metric "$tmp/h.db" $b "$1")" = "$2" ] && pass "http $b: $1 = $2" \
                 || fail "http $b: $1 is '$(metric "$tmp/h.db" $b "$1")', want $2 ($(tail -3 "$tmp/h.err"))"
         done
     done
-    [ "$(metric "$tmp/h.db" sglang_len acceptance_length)" = "4|3.0" ] && [ -z "$(metric "$tmp/h.db" sglang_len acceptance_rate)" ] \
+    [ "$(metric "$tmp/h.db" sglang_len acceptance_length)" = "1|3.0" ] && [ -z "$(metric "$tmp/h.db" sglang_len acceptance_rate)" ] \
         && pass "http sglang_len: a length from spec_accept_length, no rate" \
         || fail "sglang_len: '$(metric "$tmp/h.db" sglang_len acceptance_length)' '$(metric "$tmp/h.db" sglang_len acceptance_rate)'"
     e=$(q "$tmp/h.db" "select r.error from request r join sample s on s.id = r.sample_id join bench_case c on c.id = s.case_id
