@@ -279,7 +279,7 @@ static tb_status ar_create(const tb_host *host, const char *model, const tb_opti
     }
     uint64_t preset_seed = (uint64_t)OPT_I(options, n_options, OPT_PRESET_SEED);
     /* self-speculation's target is a block-diffusion model that also runs causally */
-    tb_status st = tb_load(model, kind == DRAFT_SELF, on_gpu, fp8, preset_seed, (int)OPT_I(options, n_options, OPT_TP),
+    tb_status st = tb_load(model, kind == DRAFT_SELF ? 1 : TB_LOAD_AR_OR_SDAR, on_gpu, fp8, preset_seed, (int)OPT_I(options, n_options, OPT_TP),
                            &c->ld, err, err_size);
     if (st != TB_OK && kind == DRAFT_SELF) {
         char why[400];
