@@ -71,8 +71,8 @@ static const tb_option_decl ar_options[N_OPTS] = {
                      TB_CHOICES_TEXT(AR_DRAFTER_LIST), 1, 0, TB_OPTF_LOAD},
     [OPT_DRAFT_MODEL] = {"draft_model", TB_OPT_STRING, "",
                          "the drafter's model for drafter = ar or dflash: a Hugging Face folder or preset:NAME "
-                         "(ignored with drafter = none)",
-                         NULL, 0, 0, TB_OPTF_LOAD},
+                         "(ignored with drafter = none); a path is relative to the suite file",
+                         NULL, 0, 0, TB_OPTF_LOAD | TB_OPTF_MODEL},
     [OPT_DRAFT_LEN] = {"draft_len", TB_OPT_INT, "0",
                        "draft tokens per verification with a drafter; 0 = the drafter's own (self, dflash: its block "
                        "size - 1; ar: 4)",
