@@ -712,7 +712,7 @@ static void acceptance_charts(const tb_rsession *s, tb_rcharts *out)
             free(ticks);
             add(out, "acceptance", ch,
                 tb_xstrdup("Acceptance by position: the share of verifications that accepted draft position 1, "
-                           "2, ... (mean over requests). Acceptance can only fall along a draft: a position is "
+                           "2, ... (pooled over the requests). Acceptance can only fall along a draft: a position is "
                            "accepted only when every one before it was."));
             ch = NULL;
             curves = 0;
@@ -723,7 +723,7 @@ static void acceptance_charts(const tb_rsession *s, tb_rcharts *out)
             continue;
         if (!ch) {
             ch = tb_chart_new("acceptance by draft position", "draft position",
-                              "share accepted (acceptance_at_I, mean over requests)");
+                              "share accepted (acceptance_at_I, pooled over the requests)");
             tb_chart_y_range(ch, 0, 1);
         }
         char *name = curve_label(s, c, ~0u);

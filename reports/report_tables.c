@@ -240,7 +240,7 @@ static void work(const tb_rsession *s, tb_rtables *ts)
 }
 
 /* "0.75 0.50 0.50 0.25": a case's acceptance at draft positions 1 .. k
- * (mean over requests; "-" where a position has none). */
+ * (pooled over the requests; "-" where a position has none). */
 static char *by_position(const tb_rcase *c)
 {
     uint32_t k = tb_rcase_positions(c);
@@ -269,24 +269,22 @@ static void speculative(const tb_rsession *s, tb_rtables *ts)
     tb_rtable *t = table_new(
         ts, "speculative", "Speculative decoding",
         tb_xstrdup("Acceptance length: tokens a verification yields (accepted draft tokens plus the target's "
-                   "bonus token), median and mean over requests; acceptance rate: accepted / drafted draft tokens; "
-                   "by position: the share of verifications that accepted draft position 1, 2, ... (mean over "
-                   "requests; the chart \"acceptance by position\"); draft time: the share of the decode phase "
-                   "spent drafting; target forwards/token: the target's forwards per output token (docs/METRICS.md)."));
-    static const char *const head[] = {"backend",    "case",         "acceptance length", "mean",
+                   "bonus token); acceptance rate: accepted / drafted draft tokens; by position: the share of "
+                   "verifications that accepted draft position 1, 2, ... (the chart \"acceptance by position\"); "
+                   "all three pooled over the case's requests; draft time: the share of the decode phase spent "
+                   "drafting; target forwards/token: the target's forwards per output token (docs/METRICS.md)."));
+    static const char *const head[] = {"backend",          "case",          "acceptance length",
                                        "acceptance rate", "draft positions", "by position", "draft time share",
                                        "target forwards/token", "tokens/forward", "aggregate tok/s"};
     for (size_t i = 0; i < TB_ARRAY_LEN(head); i++)
-        column(t, head[i], i >= 2 && i != 6);
+        column(t, head[i], i >= 2 && i != 5);
     for (size_t i = 0; i < s->n_cases; i++) {
         const tb_rcase *c = &s->cases[i];
         if (!tb_rcase_spec(c))
             continue;
         row r = {0};
         case_cells(s, c, &r);
-        const tb_stats *al = tb_rcase_metric(c, "acceptance_length");
         putf_num(&r, stat_of(c, "acceptance_length", 'm'), 2);
-        putf_num(&r, al ? al->mean : NAN, 2);
         putf_num(&r, stat_of(c, "acceptance_rate", 'm'), 3);
         uint32_t k = tb_rcase_positions(c);
         putf_num(&r, k ? (double)k : NAN, 0);
