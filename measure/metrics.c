@@ -2,6 +2,7 @@
 #include "metrics.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -80,13 +81,74 @@ double tb_roofline_pct(double flops, double bytes, double peak_flops, double pea
     return 100.0 * (t_compute > t_memory ? t_compute : t_memory) / ((double)wall_ns * 1e-9);
 }
 
+/* ------------------------------------------- speculative decoding */
+
+const char *tb_spec_check(const tb_spec_counts *s, char *why, size_t n)
+{
+    if (s->draft_len > TB_SPEC_MAX_DRAFT) {
+        snprintf(why, n, "draft_len %u > %d", s->draft_len, TB_SPEC_MAX_DRAFT);
+        return why;
+    }
+    if (s->drafted && s->accepted > s->drafted) {
+        snprintf(why, n, "accepted %u > drafted %u", s->accepted, s->drafted);
+        return why;
+    }
+    if (!s->verifications && (s->accepted || s->drafted)) {
+        snprintf(why, n, "%u drafted, %u accepted in 0 verifications", s->drafted, s->accepted);
+        return why;
+    }
+    for (uint32_t i = 0; i < TB_SPEC_MAX_DRAFT; i++) {
+        uint32_t d = s->drafted_at[i], a = s->accepted_at[i];
+        if (i >= s->draft_len && (d || a))
+            snprintf(why, n, "drafted_at[%u] %u, accepted_at[%u] %u past draft_len %u", i, d, i, a, s->draft_len);
+        else if (a > d)
+            snprintf(why, n, "accepted_at[%u] %u > drafted_at[%u] %u", i, a, i, d);
+        else if (d > s->verifications)
+            snprintf(why, n, "drafted_at[%u] %u > verifications %u", i, d, s->verifications);
+        else
+            continue;
+        return why;
+    }
+    return NULL;
+}
+
+int tb_spec_any(const tb_spec_counts *s)
+{
+    return s->verifications || s->drafted || s->accepted || s->draft_len;
+}
+
+double tb_acceptance_length(const tb_spec_counts *s)
+{
+    return s->verifications ? ((double)s->accepted + (double)s->verifications) / (double)s->verifications : NAN;
+}
+
+double tb_acceptance_rate(const tb_spec_counts *s)
+{
+    return s->drafted ? (double)s->accepted / (double)s->drafted : NAN;
+}
+
+double tb_acceptance_at(const tb_spec_counts *s, uint32_t i)
+{
+    return i < TB_SPEC_MAX_DRAFT && s->drafted_at[i] ? (double)s->accepted_at[i] / (double)s->drafted_at[i] : NAN;
+}
+
+double tb_draft_time_share(int64_t draft_ns, int64_t decode_ns)
+{
+    return draft_ns > 0 && decode_ns > 0 ? (double)draft_ns / (double)decode_ns : NAN;
+}
+
+double tb_target_forwards_per_token(int64_t forward_passes, uint64_t output_tokens)
+{
+    return forward_passes > 0 && output_tokens > 0 ? (double)forward_passes / (double)output_tokens : NAN;
+}
+
 /* ------------------------------------------------------ the registry */
 
 /* Indices of the metrics tb_case_metrics computes, in registry order. */
 enum {
     M_REQ_TPS, M_AGG_TPS, M_DECODE_TPS, M_TTFT, M_TPOT, M_ITL, M_E2E, M_PREFILL, M_DECODE, M_WALL, M_NFE, M_TPF,
     M_STEPS, M_BLOCKS, M_ANSWER, M_SENT_RATE, M_REQ_RATE, M_ERR_RATE, M_GOODPUT, M_ROOFLINE, M_RUNNER, M_CLIENT_BUSY, M_EXPERTS,
-    M_ACTIVE_BYTES, M_PROMPT_LEN, M_COUNT
+    M_ACTIVE_BYTES, M_ACC_LEN, M_ACC_RATE, M_DRAFT_SHARE, M_TARGET_FPT, M_PROMPT_LEN, M_COUNT
 };
 
 const tb_metric_def tb_metric_defs[] = {
@@ -115,9 +177,17 @@ const tb_metric_def tb_metric_defs[] = {
     [M_CLIENT_BUSY] = {"client_busy", "%", TB_BETTER_LOWER, "calls", NULL},
     [M_EXPERTS] = {"experts_per_token", "experts", TB_BETTER_NONE, "calls", NULL},
     [M_ACTIVE_BYTES] = {"active_bytes_per_token", "bytes", TB_BETTER_LOWER, "calls", NULL},
+    /* speculative decoding (absent from other cases); acceptance_at_I
+     * follows the prompt length, with the prefixes */
+    [M_ACC_LEN] = {"acceptance_length", "tokens", TB_BETTER_HIGHER, "requests", "median:acceptance_length"},
+    [M_ACC_RATE] = {"acceptance_rate", "fraction", TB_BETTER_HIGHER, "requests", "median:acceptance_rate"},
+    [M_DRAFT_SHARE] = {"draft_time_share", "fraction", TB_BETTER_LOWER, "calls", "median:draft_time_share"},
+    [M_TARGET_FPT] = {"target_forwards_per_token", "forwards", TB_BETTER_LOWER, "calls", "median:target_forwards_per_token"},
     /* the prompt lengths as sent: a dataset's, not the matrix's
      * prompt_tokens (reports show its mean in the prompt column) */
     [M_PROMPT_LEN] = {"prompt_len", "tokens", TB_BETTER_NONE, "requests", NULL},
+    /* acceptance_at_1 .. _k: the share of draft position I accepted */
+    {TB_ACCEPTANCE_AT_PREFIX, "fraction", TB_BETTER_HIGHER, "requests", NULL},
     /* The quality metrics (quality.c, judge.c); "quality" is a score
      * another tool may store with the runs. */
     {"quality", "score", TB_BETTER_HIGHER, "samples", NULL},
@@ -247,8 +317,33 @@ static int good(const tb_request_metrics *m, const tb_case_metrics_opts *o)
 }
 
 /* One call into its sample record; measured calls add to the sets. */
+/* A case's speculative counts summed over its measured good requests: the
+ * case's acceptance figures are pooled (total tokens / total
+ * verifications), as upstream's loops and servers report them, so a short
+ * request weighs by its verifications, not as much as a long one. */
+typedef struct spec_pool {
+    tb_spec_counts sum;
+    int any;
+} spec_pool;
+
+static void spec_pool_add(spec_pool *p, const tb_spec_counts *c)
+{
+    if (!tb_spec_any(c))
+        return;
+    p->any = 1;
+    p->sum.verifications += c->verifications;
+    p->sum.drafted += c->drafted;
+    p->sum.accepted += c->accepted;
+    if (c->draft_len > p->sum.draft_len)
+        p->sum.draft_len = c->draft_len;
+    for (uint32_t i = 0; i < TB_SPEC_MAX_DRAFT; i++) {
+        p->sum.drafted_at[i] += c->drafted_at[i];
+        p->sum.accepted_at[i] += c->accepted_at[i];
+    }
+}
+
 static void one_call(const tb_call_view *cv, uint32_t k, const tb_case_metrics_opts *o, tb_sample_record *s,
-                     dvec m[M_COUNT], dvec *cls, int64_t **em_t, size_t *em_cap)
+                     dvec m[M_COUNT], dvec *cls, spec_pool *pool, int64_t **em_t, size_t *em_cap)
 {
     const tb_raw_call *call = &cv->call;
     const int streaming = (o->capabilities & TB_CAP_STREAMING) != 0;
@@ -264,6 +359,7 @@ static void one_call(const tb_call_view *cv, uint32_t k, const tb_case_metrics_o
         .energy_mj = o->capabilities & TB_CAP_ENERGY ? call->energy_mj : -1,
         .n_emissions = streaming ? call->n_emissions : 0,
         .runner_ns = call->runner_ns,
+        .draft_ns = call->draft_ns > 0 ? call->draft_ns : 0,
         .requests = tb_xcalloc(n ? n : 1, sizeof *s->requests),
     };
     uint32_t *n_out = tb_xcalloc(n ? n : 1, sizeof *n_out);
@@ -310,6 +406,7 @@ static void one_call(const tb_call_view *cv, uint32_t k, const tb_case_metrics_o
             .prompt_tokens = w->prompt_tokens,
             .max_tokens = w->max_tokens,
             .emissions_json = emissions_json(cv, &ix, r, streaming),
+            .spec = w->spec,
         };
         for (int i = 0; i < TB_N_SCORES; i++)
             q->scores[i] = NAN;
@@ -333,6 +430,7 @@ static void one_call(const tb_call_view *cv, uint32_t k, const tb_case_metrics_o
                 push(&m[M_ANSWER], q->answer_tokens);
             if (q->prompt_tokens)
                 push(&m[M_PROMPT_LEN], q->prompt_tokens);
+            spec_pool_add(pool, &q->spec);
             for (size_t e = 1; e < ne; e++)
                 push(&m[M_ITL], (double)((*em_t)[e] - (*em_t)[e - 1]) * 1e-6);
         }
@@ -383,10 +481,21 @@ static void one_call(const tb_call_view *cv, uint32_t k, const tb_case_metrics_o
         if (call->expert_reads > 0 && call->moe_tokens > 0)
             push(&m[M_EXPERTS], call->expert_reads / call->moe_tokens);
         uint64_t out_tokens = 0;
-        for (uint32_t r = 0; r < n; r++)
+        int spec = call->draft_ns > 0;
+        for (uint32_t r = 0; r < n; r++) {
             out_tokens += n_out[r];
+            spec |= tb_spec_any(&cv->req[r].spec);
+        }
         if (call->bytes > 0 && isfinite(call->bytes) && out_tokens > 0)
             push(&m[M_ACTIVE_BYTES], call->bytes / (double)out_tokens);
+        /* a speculative call's own figures (its output tokens: every
+         * request's, as tokens_per_forward counts them) */
+        double share = tb_draft_time_share(call->draft_ns, call->decode_ns);
+        double tfpt = tb_target_forwards_per_token(call->forward_passes, s->m.output_tokens);
+        if (spec && !isnan(share))
+            push(&m[M_DRAFT_SHARE], share);
+        if (spec && !isnan(tfpt))
+            push(&m[M_TARGET_FPT], tfpt);
     }
     free(n_out);
     free(ok);
@@ -399,17 +508,40 @@ void tb_case_metrics(const tb_call_view *calls, size_t n_calls, const tb_case_me
                      tb_case_record *rec)
 {
     dvec m[M_COUNT] = {{0}};
+    spec_pool pool = {0};
     dvec *cls = tb_xcalloc(tb_n_error_classes, sizeof *cls);
     int64_t *em_t = NULL;
     size_t em_cap = 0;
     rec->samples = tb_xcalloc(n_calls ? n_calls : 1, sizeof *rec->samples);
     for (size_t k = 0; k < n_calls; k++)
-        one_call(&calls[k], (uint32_t)k, o, &rec->samples[rec->n_samples++], m, cls, &em_t, &em_cap);
+        one_call(&calls[k], (uint32_t)k, o, &rec->samples[rec->n_samples++], m, cls, &pool, &em_t, &em_cap);
+    /* the pooled acceptance figures: one value each (n 1) */
+    dvec at[TB_SPEC_MAX_DRAFT] = {{0}}; /* acceptance_at_(i+1) */
+    if (pool.any) {
+        double al = tb_acceptance_length(&pool.sum), ar = tb_acceptance_rate(&pool.sum);
+        if (!isnan(al))
+            push(&m[M_ACC_LEN], al);
+        if (!isnan(ar))
+            push(&m[M_ACC_RATE], ar);
+        for (uint32_t i = 0; i < pool.sum.draft_len && i < TB_SPEC_MAX_DRAFT; i++)
+            if (pool.sum.drafted_at[i])
+                push(&at[i], tb_acceptance_at(&pool.sum, i));
+    }
     for (int k = 0; k < M_COUNT; k++) {
         tb_metric_record *mr = tb_case_record_add_metric(rec, tb_metric_defs[k].name, tb_metric_defs[k].unit);
         /* Pooled gaps are correlated within a request: no bootstrap CI. */
         tb_stats_compute_ci(m[k].v, m[k].n, o->seed, k != M_ITL, &mr->st);
         free(m[k].v);
+    }
+    /* A draft position gets a row only when some measured request drafted it. */
+    for (uint32_t i = 0; i < TB_SPEC_MAX_DRAFT; i++) {
+        if (at[i].n) {
+            char *name = tb_xasprintf(TB_ACCEPTANCE_AT_PREFIX "%u", i + 1);
+            tb_metric_record *mr = tb_case_record_add_metric(rec, name, tb_metric_unit(name));
+            mr->name_buf = name;
+            tb_stats_compute_ci(at[i].v, at[i].n, o->seed, 1, &mr->st);
+        }
+        free(at[i].v);
     }
     /* A class gets a row only when some measured call had such a failure. */
     for (size_t k = 0; k < tb_n_error_classes; k++) {
@@ -492,4 +624,84 @@ char *tb_first_errors_text(const char *const *first, size_t n_classes, const cha
         tb_str_appendf(&b, "%sfirst %s failure: %s", b.len ? "\n" : "", tb_error_classes[k], m);
     }
     return b.len ? tb_str_take(&b) : NULL;
+}
+
+/* ------------------------------------------- speculative counters */
+
+/* A series name "base{labels}" against a counter's base name, with or
+ * without the exposition's "_total" suffix. */
+static int series_is(const char *name, const char *base)
+{
+    size_t n = strlen(base), m = strcspn(name, "{");
+    return strncmp(name, base, n) == 0 && (m == n || (m == n + 6 && strncmp(name + n, "_total", 6) == 0));
+}
+
+void tb_case_spec_counters(tb_case_record *rec, uint64_t seed)
+{
+    tb_metric_record *len = NULL, *rate = NULL;
+    for (size_t i = 0; i < rec->n_metrics; i++) {
+        if (strcmp(rec->metrics[i].name, "acceptance_length") == 0)
+            len = &rec->metrics[i];
+        else if (strcmp(rec->metrics[i].name, "acceptance_rate") == 0)
+            rate = &rec->metrics[i];
+    }
+    if (!len || !rate || len->st.n || !rec->n_tseries)
+        return; /* per-request counts win; no counters without telemetry */
+    /* each series' first and last values (points arrive in time order
+     * per series: the sampler appends) */
+    double *first = tb_xmalloc(rec->n_tseries * sizeof *first), *last = tb_xmalloc(rec->n_tseries * sizeof *last);
+    for (size_t i = 0; i < rec->n_tseries; i++)
+        first[i] = last[i] = NAN;
+    for (size_t k = 0; k < rec->n_tpoints; k++) {
+        const tb_telemetry_point *p = &rec->tpoints[k];
+        if (p->series >= rec->n_tseries || !isfinite(p->value))
+            continue;
+        if (isnan(first[p->series]))
+            first[p->series] = p->value;
+        last[p->series] = p->value;
+    }
+    double drafts = 0, draft_tokens = 0, accepted = 0, at[TB_SPEC_MAX_DRAFT] = {0};
+    uint32_t k = 0; /* positions seen */
+    for (size_t i = 0; i < rec->n_tseries; i++) {
+        const char *name = rec->tseries[i].name;
+        double d = last[i] - first[i]; /* a counter's growth over the case */
+        if (!name || !isfinite(d) || d < 0)
+            continue;
+        if (series_is(name, "vllm:spec_decode_num_drafts"))
+            drafts += d;
+        else if (series_is(name, "vllm:spec_decode_num_draft_tokens"))
+            draft_tokens += d;
+        else if (series_is(name, "vllm:spec_decode_num_accepted_tokens"))
+            accepted += d;
+        else if (series_is(name, "vllm:spec_decode_num_accepted_tokens_per_pos")) {
+            const char *pos = strstr(name, "position=\"");
+            char *end;
+            unsigned long p = pos ? strtoul(pos + 10, &end, 10) : TB_SPEC_MAX_DRAFT;
+            if (pos && *end == '"' && p < TB_SPEC_MAX_DRAFT) {
+                at[p] += d;
+                if (p + 1 > k)
+                    k = (uint32_t)p + 1;
+            }
+        }
+    }
+    free(first);
+    free(last);
+    if (!(drafts > 0))
+        return;
+    /* one value for the case, from the server's counters */
+    double v = (accepted + drafts) / drafts;
+    tb_stats_compute_ci(&v, 1, seed, 0, &len->st);
+    if (draft_tokens > 0 && accepted <= draft_tokens) {
+        v = accepted / draft_tokens;
+        tb_stats_compute_ci(&v, 1, seed, 0, &rate->st);
+    }
+    for (uint32_t p = 0; p < k; p++) {
+        if (at[p] > drafts)
+            continue;
+        char *name = tb_xasprintf(TB_ACCEPTANCE_AT_PREFIX "%u", p + 1);
+        tb_metric_record *mr = tb_case_record_add_metric(rec, name, tb_metric_unit(name));
+        mr->name_buf = name;
+        v = at[p] / drafts;
+        tb_stats_compute_ci(&v, 1, seed, 0, &mr->st);
+    }
 }

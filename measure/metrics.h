@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "record.h"
+#include "tokbench/backend.h"
 
 /* One emission event: n_tokens of request `request` available at t_ns. */
 typedef struct tb_emission {
@@ -32,6 +33,8 @@ typedef struct tb_raw_call {
     double flops, bytes, peak_flops, peak_bytes_per_s; /* the roofline; 0: not reported */
     double client_busy;  /* tb_result.client_busy, 0..1; 0: not reported */
     double expert_reads, moe_tokens; /* tb_result's (MoE); 0: not reported */
+    int64_t draft_ns;    /* tb_result.draft_ns: the call's drafting time;
+                            0: not speculative (or not reported) */
 } tb_raw_call;
 
 /* Bytes of a failed request's message kept (its NUL included): the
@@ -64,6 +67,9 @@ typedef struct tb_raw_request {
     char error[TB_RAW_ERROR_SIZE]; /* "class: message" when status is not ok:
                                       the whole message (a server's JSON
                                       message included), up to this */
+    tb_spec_counts spec;  /* tb_result.spec[i]; all 0: not speculative
+                             (tb_spec_check holds: the worker checked it,
+                             the runner's decode checks it again) */
 } tb_raw_request;
 
 
@@ -104,6 +110,41 @@ int tb_request_good(const tb_request_metrics *m, double goodput_ttft_ms, double 
  * missing (<= 0). */
 double tb_roofline_pct(double flops, double bytes, double peak_flops, double peak_bytes_per_s,
                        int64_t wall_ns);
+
+/* ------------------------------------------- speculative decoding */
+
+/* Is a request's tb_spec_counts possible (backend.h's promises)? NULL,
+ * or why not, written into why[n] ("accepted 9 > drafted 8"). Checked:
+ * draft_len <= TB_SPEC_MAX_DRAFT; accepted <= drafted when drafted is
+ * reported (a server may give accepted counts without drafted ones);
+ * no verification, nothing accepted or drafted; and at every position
+ * i: accepted_at[i] <= drafted_at[i] <= verifications, both 0 from
+ * draft_len on. All zero (not speculative) holds. */
+const char *tb_spec_check(const tb_spec_counts *s, char *why, size_t n);
+
+/* Is the request speculative (some verification, or a count of one)? */
+int tb_spec_any(const tb_spec_counts *s);
+
+/* The speculative metrics (docs/METRICS.md); NaN where not defined:
+ *   acceptance_length = (accepted + verifications) / verifications
+ *       (the mean tokens a verification yields: its accepted draft
+ *       tokens plus the target's own bonus token); NaN: no verification
+ *   acceptance_rate   = accepted / drafted; NaN: nothing drafted
+ *   acceptance_at(i)  = accepted_at[i] / drafted_at[i], i 0-based (the
+ *       metric acceptance_at_<i+1>); NaN: position i never drafted
+ *   draft_time_share  = draft_ns / decode_ns of a call; NaN: draft_ns or
+ *       decode_ns not > 0
+ *   target_forwards_per_token = forward_passes / output tokens of a
+ *       speculative call (its forward_passes count the target's
+ *       forwards: backend.h); NaN: either not > 0 */
+double tb_acceptance_length(const tb_spec_counts *s);
+double tb_acceptance_rate(const tb_spec_counts *s);
+double tb_acceptance_at(const tb_spec_counts *s, uint32_t i);
+double tb_draft_time_share(int64_t draft_ns, int64_t decode_ns);
+double tb_target_forwards_per_token(int64_t forward_passes, uint64_t output_tokens);
+
+/* The per-position metric's name prefix: acceptance_at_1 .. _k. */
+#define TB_ACCEPTANCE_AT_PREFIX "acceptance_at_"
 
 /* A client backend whose client_busy (docs/METRICS.md) reaches this
  * percentage in a case's median call was saturated: its figures are its
@@ -158,6 +199,17 @@ const char *tb_metric_unit(const char *name);
 extern const char *const tb_error_classes[];
 extern const size_t tb_n_error_classes;
 size_t tb_error_class(const char *error);
+
+/* A server that reports speculative decoding only as Prometheus counters
+ * (vLLM's vllm:spec_decode_num_drafts, _num_draft_tokens,
+ * _num_accepted_tokens, _num_accepted_tokens_per_pos{position="i"},
+ * each with or without "_total"): when rec has no per-request
+ * acceptance_length and its telemetry (rec->tseries) has these counters,
+ * their growth over the case gives acceptance_length, acceptance_rate
+ * and acceptance_at_(i+1) of the case, one value each (n 1). The
+ * counters are the server's: every request it served while the case
+ * ran (warm-ups and other clients' included). */
+void tb_case_spec_counters(tb_case_record *rec, uint64_t seed);
 
 /* ------------------------------------------------------ one case */
 

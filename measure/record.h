@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "stats.h"
+#include "tokbench/backend.h"
 
 struct tb_case; /* plan.h */
 
@@ -58,6 +59,8 @@ typedef struct tb_request_record {
     uint32_t max_tokens;     /* output tokens asked for */
     char *output_text;       /* the answer text (prompt sets), or NULL */
     double scores[TB_N_SCORES]; /* NaN: not applicable */
+    tb_spec_counts spec;     /* drafting and verification counts; all 0:
+                                not speculative (docs/METRICS.md) */
 } tb_request_record;
 
 typedef struct tb_sample_record {
@@ -72,6 +75,7 @@ typedef struct tb_sample_record {
     int64_t runner_ns;
     int64_t start_ns;        /* the call's first submit, host monotonic ns */
     double client_busy;      /* tb_result.client_busy, 0..1; 0: not reported */
+    int64_t draft_ns;        /* tb_result.draft_ns; 0: not speculative */
     tb_request_record *requests;
 } tb_sample_record;
 

@@ -159,6 +159,8 @@ char *tb_plugin_check_data(const tb_backend_ops *o)
             return tb_xasprintf("enum option \"%s\" has no choices", d->name);
         if ((d->flags & TB_OPTF_PATH) && d->type != TB_OPT_STRING)
             return tb_xasprintf("option \"%s\" is a path (TB_OPTF_PATH) but not a string", d->name);
+        if ((d->flags & TB_OPTF_MODEL) && d->type != TB_OPT_STRING)
+            return tb_xasprintf("option \"%s\" is a model (TB_OPTF_MODEL) but not a string", d->name);
         if (!d->default_value)
             return tb_xasprintf("option \"%s\" has no default value", d->name);
         tb_option_value v;

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -176,6 +177,22 @@ void tb_wire_result_free(tb_call_view *calls, size_t n_calls)
     free(calls);
 }
 
+/* The worker checked the plugin's speculative counts (worker.c,
+ * check_figures); a worker whose memory the plugin overwrote may still
+ * send impossible ones: the request fails here as it would have there,
+ * its counts dropped. */
+static void spec_checked(tb_raw_request *q)
+{
+    char why[120];
+    if (!tb_spec_check(&q->spec, why, sizeof why))
+        return;
+    memset(&q->spec, 0, sizeof q->spec);
+    if (q->status != TB_OK)
+        return;
+    q->status = TB_ERR;
+    snprintf(q->error, sizeof q->error, "impossible figure: speculative counts: %s", why);
+}
+
 int tb_wire_decode_result(const char *buf, size_t len, uint32_t want_requests, tb_call_view **calls,
                           size_t *n_calls, int64_t *host_peak_rss, char **err)
 {
@@ -228,6 +245,13 @@ int tb_wire_decode_result(const char *buf, size_t len, uint32_t want_requests, t
         for (uint32_t r = 0; r < c->call.n_requests; r++) {
             req[r].error[sizeof req[r].error - 1] = '\0';
             text_bytes += req[r].text_len;
+            spec_checked(&req[r]);
+        }
+        if (c->call.draft_ns < 0 ||
+            (c->call.draft_ns > 0 && c->call.draft_ns > c->call.t_return_ns - c->call.t_call_ns)) {
+            n++; /* its arrays are to be freed */
+            why = "draft_ns outside the call";
+            break;
         }
         if ((size_t)(end - p) < text_bytes) {
             n++; /* its arrays are to be freed */

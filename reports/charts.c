@@ -5,6 +5,7 @@
 #include "charts.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -685,6 +686,66 @@ static void pareto_chart(const tb_rsession *s, tb_rcharts *out)
                    "point for its case)."));
 }
 
+/* ------------------------------------------- acceptance by position */
+
+/* Speculative decoding (docs/METRICS.md): x the draft position 1 .. k,
+ * y the share of verifications that accepted it (acceptance_at_I, mean
+ * over requests), one curve per speculative case; as many curves a
+ * chart as the palette has colours, then another chart. Each point
+ * names its case, position and share on hover. */
+static void acceptance_charts(const tb_rsession *s, tb_rcharts *out)
+{
+    if (!s->has_spec)
+        return;
+    tb_chart *ch = NULL;
+    size_t curves = 0, charts = 0;
+    uint32_t most = 0;
+    for (size_t i = 0; i <= s->n_cases && charts < MAX_GROUPS; i++) {
+        const tb_rcase *c = i < s->n_cases ? &s->cases[i] : NULL;
+        uint32_t k = c && ok_case(c) ? tb_rcase_positions(c) : 0;
+        if (ch && (!c || (k && curves == TB_SVG_COLOURS))) { /* the chart is full, or the cases are done */
+            double *ticks = tb_xmalloc(most * sizeof *ticks);
+            size_t n_ticks = 0;
+            for (uint32_t p = 1; p <= most; p += most > 16 ? (most + 7) / 8 : 1)
+                ticks[n_ticks++] = p;
+            tb_chart_x_ticks(ch, ticks, NULL, n_ticks);
+            free(ticks);
+            add(out, "acceptance", ch,
+                tb_xstrdup("Acceptance by position: the share of verifications that accepted draft position 1, "
+                           "2, ... (pooled over the requests). Acceptance can only fall along a draft: a position is "
+                           "accepted only when every one before it was."));
+            ch = NULL;
+            curves = 0;
+            most = 0;
+            charts++;
+        }
+        if (!k)
+            continue;
+        if (!ch) {
+            ch = tb_chart_new("acceptance by draft position", "draft position",
+                              "share accepted (acceptance_at_I, pooled over the requests)");
+            tb_chart_y_range(ch, 0, 1);
+        }
+        char *name = curve_label(s, c, ~0u);
+        int sid = tb_chart_series(ch, name, TB_SERIES_LINE);
+        for (uint32_t p = 1; p <= k; p++) {
+            char metric[32];
+            snprintf(metric, sizeof metric, TB_ACCEPTANCE_AT_PREFIX "%u", p);
+            const tb_stats *st = tb_rcase_metric(c, metric);
+            if (!st || !st->n || !isfinite(st->mean))
+                continue;
+            char *tip = tb_xasprintf("%s: position %u, %.3f accepted (%zu requests)", name, p, st->mean, st->n);
+            tb_chart_point_tip(ch, sid, p, st->mean, tip);
+            free(tip);
+        }
+        free(name);
+        if (k > most)
+            most = k;
+        curves++;
+    }
+    tb_chart_free(ch); /* more than MAX_GROUPS charts: the tables have the rest */
+}
+
 /* ------------------------------------------------------- ITL CDF */
 
 /* Emission times are stored in ms with 3 decimals (measure/metrics.c):
@@ -953,6 +1014,7 @@ int tb_charts_session(sqlite3 *db, const tb_rsession *s, tb_rcharts *out, char *
     batch_charts(s, out);
     rate_charts(s, out);
     pareto_chart(s, out);
+    acceptance_charts(s, out);
     if (itl_charts(db, s, out, err) != 0 || telemetry_charts(db, s, out, err) != 0 ||
         history_charts(db, s, out, err) != 0) {
         tb_rcharts_free(out);

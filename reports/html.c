@@ -156,7 +156,7 @@ int tb_report_html(sqlite3 *db, int64_t session, FILE *out, char **err)
     if (!cs.n)
         fputs("<p>Nothing to draw: no case finished.</p>\n", out);
     static const char *const k_steps[] = {"steps"}, *const k_batch[] = {"latency", "throughput"},
-                             *const k_rate[] = {"rate", "goodput"}, *const k_pareto[] = {"pareto"},
+                             *const k_rate[] = {"rate", "goodput"}, *const k_pareto[] = {"pareto"}, *const k_acc[] = {"acceptance"},
                              *const k_itl[] = {"itl"}, *const k_tel[] = {"telemetry"},
                              *const k_hist[] = {"history"};
     charts(out, &cs, k_steps, 1, "Tokens/s against denoising steps",
@@ -170,6 +170,9 @@ int tb_report_html(sqlite3 *db, int64_t session, FILE *out, char **err)
            "at each rate, and the requests/s the server achieved (and goodput, where the suite sets its "
            "limits). Where the tails turn up and achieved falls below offered, the server is saturated.");
     charts(out, &cs, k_pareto, 1, "Quality against speed", "Who is faster at the same quality.");
+    charts(out, &cs, k_acc, 1, "Speculative decoding: acceptance by position",
+           "For each speculative case, the share of verifications that accepted each draft position: where "
+           "its drafter stops being right.");
     charts(out, &cs, k_itl, 1, "Inter-token latency", "How evenly tokens arrive.");
     charts(out, &cs, k_tel, 1, "Telemetry",
            "What the server (its Prometheus /metrics: queue depth, KV-cache use, running requests) and the "

@@ -3,9 +3,11 @@
 #include "report_tables.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "metrics.h"
 #include "util.h"
 #include "warnings.h"
 
@@ -237,6 +239,64 @@ static void work(const tb_rsession *s, tb_rtables *ts)
     }
 }
 
+/* "0.75 0.50 0.50 0.25": a case's acceptance at draft positions 1 .. k
+ * (pooled over the requests; "-" where a position has none). */
+static char *by_position(const tb_rcase *c)
+{
+    uint32_t k = tb_rcase_positions(c);
+    if (!k)
+        return tb_xstrdup("-");
+    tb_str b = {0};
+    for (uint32_t i = 1; i <= k; i++) {
+        char name[32];
+        snprintf(name, sizeof name, TB_ACCEPTANCE_AT_PREFIX "%u", i);
+        const tb_stats *st = tb_rcase_metric(c, name);
+        if (st && st->n && isfinite(st->mean))
+            tb_str_appendf(&b, "%s%.2f", i > 1 ? " " : "", st->mean);
+        else
+            tb_str_appendf(&b, "%s-", i > 1 ? " " : "");
+    }
+    return tb_str_take(&b);
+}
+
+/* Speculative decoding (docs/METRICS.md): its own table, of the cases
+ * that decoded speculatively only, so that other sessions' tables keep
+ * their width. */
+static void speculative(const tb_rsession *s, tb_rtables *ts)
+{
+    if (!s->has_spec)
+        return;
+    tb_rtable *t = table_new(
+        ts, "speculative", "Speculative decoding",
+        tb_xstrdup("Acceptance length: tokens a verification yields (accepted draft tokens plus the target's "
+                   "bonus token); acceptance rate: accepted / drafted draft tokens; by position: the share of "
+                   "verifications that accepted draft position 1, 2, ... (the chart \"acceptance by position\"); "
+                   "all three pooled over the case's requests; draft time: the share of the decode phase spent "
+                   "drafting; target forwards/token: the target's forwards per output token (docs/METRICS.md)."));
+    static const char *const head[] = {"backend",          "case",          "acceptance length",
+                                       "acceptance rate", "draft positions", "by position", "draft time share",
+                                       "target forwards/token", "tokens/forward", "aggregate tok/s"};
+    for (size_t i = 0; i < TB_ARRAY_LEN(head); i++)
+        column(t, head[i], i >= 2 && i != 5);
+    for (size_t i = 0; i < s->n_cases; i++) {
+        const tb_rcase *c = &s->cases[i];
+        if (!tb_rcase_spec(c))
+            continue;
+        row r = {0};
+        case_cells(s, c, &r);
+        putf_num(&r, stat_of(c, "acceptance_length", 'm'), 2);
+        putf_num(&r, stat_of(c, "acceptance_rate", 'm'), 3);
+        uint32_t k = tb_rcase_positions(c);
+        putf_num(&r, k ? (double)k : NAN, 0);
+        put(&r, by_position(c));
+        putf_num(&r, stat_of(c, "draft_time_share", 'm'), 3);
+        putf_num(&r, stat_of(c, "target_forwards_per_token", 'm'), 3);
+        putf_num(&r, stat_of(c, "tokens_per_forward", 'm'), 2);
+        putf_num(&r, stat_of(c, "agg_tps", 'm'), 1);
+        end_row(t, &r);
+    }
+}
+
 static void quality(const tb_rsession *s, tb_rtables *ts)
 {
     if (!s->has_quality)
@@ -373,6 +433,7 @@ void tb_rtables_build(const tb_rsession *s, tb_rtables *out)
     throughput(s, out);
     latency(s, out);
     work(s, out);
+    speculative(s, out);
     quality(s, out);
     statistics(s, out);
 }

@@ -9,7 +9,8 @@
 #include "rsession.h"
 
 typedef struct tb_rtable {
-    const char *id;    /* "side-by-side", "throughput", "latency", "work", "quality", "statistics" */
+    const char *id;    /* "side-by-side", "throughput", "latency", "work", "speculative",
+                          "quality", "statistics" */
     const char *title;
     char *note;        /* how to read it; may be "" */
     size_t n_cols, n_rows;

@@ -278,7 +278,14 @@ static int cmp_metric(const void *a, const void *b)
 {
     const tb_rmetric *x = a, *y = b;
     int rx = metric_rank(x->name), ry = metric_rank(y->name);
-    return rx != ry ? rx - ry : strcmp(x->name, y->name);
+    if (rx != ry)
+        return rx - ry;
+    /* draft positions in number order: acceptance_at_2 before _10 */
+    size_t p = strlen(TB_ACCEPTANCE_AT_PREFIX), lx = strlen(x->name), ly = strlen(y->name);
+    if (lx != ly && strncmp(x->name, TB_ACCEPTANCE_AT_PREFIX, p) == 0 &&
+        strncmp(y->name, TB_ACCEPTANCE_AT_PREFIX, p) == 0)
+        return lx < ly ? -1 : 1;
+    return strcmp(x->name, y->name);
 }
 
 /* Index of backend `label` in s, or s->n_backends. */
@@ -411,6 +418,8 @@ static int load_cases(sqlite3 *db, tb_rsession *s, char **err)
             qsort(c->metrics, c->n_metrics, sizeof *c->metrics, cmp_metric);
         if (tb_rcase_quality(c))
             s->has_quality = 1;
+        if (tb_rcase_spec(c))
+            s->has_spec = 1;
     }
     return 0;
 }
@@ -517,6 +526,31 @@ double tb_rcase_median(const tb_rcase *c, const char *name)
 {
     const tb_stats *st = tb_rcase_metric(c, name);
     return st ? st->median : NAN;
+}
+
+int tb_rcase_spec(const tb_rcase *c)
+{
+    static const char *const names[] = {"acceptance_length", "acceptance_rate", "draft_time_share",
+                                        TB_ACCEPTANCE_AT_PREFIX "1"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        const tb_stats *st = tb_rcase_metric(c, names[i]);
+        if (st && st->n)
+            return 1;
+    }
+    return 0;
+}
+
+uint32_t tb_rcase_positions(const tb_rcase *c)
+{
+    uint32_t k = 0;
+    for (uint32_t i = 1; i <= TB_SPEC_MAX_DRAFT; i++) {
+        char name[32];
+        snprintf(name, sizeof name, TB_ACCEPTANCE_AT_PREFIX "%u", i);
+        const tb_stats *st = tb_rcase_metric(c, name);
+        if (st && st->n)
+            k = i;
+    }
+    return k;
 }
 
 const tb_rmetric *tb_rcase_quality(const tb_rcase *c)

@@ -106,6 +106,7 @@ typedef struct tb_rsession {
     tb_rsearch *searches; /* by id */
     size_t n_searches;
     int has_quality; /* some case has a quality metric */
+    int has_spec;    /* some case decoded speculatively (tb_rcase_spec) */
     int has_prompt_set; /* the session ran a [prompts] set */
 } tb_rsession;
 
@@ -132,6 +133,14 @@ double tb_rcase_median(const tb_rcase *c, const char *name);
 /* The quality score of a case (metric "quality", else "accuracy"), or
  * NULL. Higher is better. */
 const tb_rmetric *tb_rcase_quality(const tb_rcase *c);
+
+/* Did a case decode speculatively: a speculative metric (docs/METRICS.md,
+ * "Speculative decoding") with a value? */
+int tb_rcase_spec(const tb_rcase *c);
+
+/* The draft positions with an acceptance_at_I value: the largest such I
+ * (0: none). */
+uint32_t tb_rcase_positions(const tb_rcase *c);
 
 /* The prompt column of a case whose backend sent a dataset's prompts
  * (its `dataset` option, plugins/http), whatever prompt_tokens says:

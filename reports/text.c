@@ -12,6 +12,7 @@
 #include "dims.h"
 #include "metrics.h"
 #include "reader.h"
+#include "report_tables.h"
 #include "rsession.h"
 #include "text_table.h"
 #include "util.h"
@@ -260,6 +261,36 @@ static tb_table *side_table(const tb_table *main, const char *const *head, int n
             tb_table_cell(s, cells[k][b] ? cells[k][b] : "");
     }
     return s;
+}
+
+/* The report's table `id` (report_tables.c), printed as text under its
+ * title, fitted to width (the case column first left whole); nothing
+ * when the session has no such table. */
+static void print_rtable(const tb_rsession *rs, const char *id, FILE *out, size_t width)
+{
+    tb_rtables ts;
+    tb_rtables_build(rs, &ts);
+    for (size_t i = 0; i < ts.n; i++) {
+        const tb_rtable *rt = &ts.v[i];
+        if (strcmp(rt->id, id) != 0 || !rt->n_rows)
+            continue;
+        tb_table *t = tb_table_new((int)rt->n_cols);
+        tb_table_header(t, (const char *const *)rt->head);
+        for (size_t c = 2; c < rt->n_cols; c++) /* right to left as the width asks */
+            tb_table_priority(t, (int)c, (int)c);
+        for (size_t k = 0; k < rt->n_rows * rt->n_cols; k++)
+            tb_table_cell(t, rt->cells[k][0] ? rt->cells[k] : "-");
+        fputc('\n', out);
+        putf(out, width, "%s:", rt->title);
+        char *left_out = tb_table_fit(t, width);
+        tb_table_print(t, out);
+        if (left_out)
+            putf(out, width, "(left out to fit %zu columns: %s; tokbench report --format html has them)", width,
+                 left_out);
+        free(left_out);
+        tb_table_free(t);
+    }
+    tb_rtables_free(&ts);
 }
 
 int tb_report_show(sqlite3 *db, int64_t session, FILE *out, size_t width)
@@ -537,6 +568,8 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out, size_t width)
     char *err = NULL;
     int read_failed = 0;
     if (tb_rsession_load(db, session, &rs, &err) == 0) {
+        if (rs.has_spec) /* its own table: the others keep their width */
+            print_rtable(&rs, "speculative", out, width);
         /* the answers of the load searches (docs/METRICS.md) */
         if (rs.n_searches)
             fprintf(out, "\nload searches (runs: the cases above):\n");

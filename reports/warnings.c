@@ -89,6 +89,13 @@ static int one_difference(const tb_rcase *a, const tb_rcase *b, tb_str *what)
     return n == 1;
 }
 
+/* A speculative case: one with acceptance or drafting figures. */
+static int is_speculative(const tb_rcase *c)
+{
+    const tb_stats *l = tb_rcase_metric(c, "acceptance_length"), *d = tb_rcase_metric(c, "draft_time_share");
+    return (l && l->n) || (d && d->n);
+}
+
 /* Two cases of one backend that differ in one swept dimension or option,
  * where the one with more forwards per output token is the faster beyond
  * the noise (TB_NFE_MARGIN, warnings.h). */
@@ -98,6 +105,11 @@ static void contradictions(const tb_rsession *s, tb_warnings *w)
         for (size_t j = i + 1; j < s->n_cases; j++) {
             const tb_rcase *a = &s->cases[i], *b = &s->cases[j];
             if (a->backend != b->backend || strcmp(a->status, "ok") != 0 || strcmp(b->status, "ok") != 0)
+                continue;
+            /* Speculative decoding counts the target's forwards only: a
+             * longer draft cuts them and may still be slower (the drafter's
+             * own forwards are the price), which is no contradiction. */
+            if (is_speculative(a) || is_speculative(b))
                 continue;
             /* the mean over the calls, not the median: over a prompt set the
              * calls' values are few and discrete, and two cases whose

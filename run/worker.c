@@ -186,6 +186,9 @@ static void check_figures(const tb_case *c, uint32_t caps, uint32_t max_new_toke
         int times_ok = q->t_submit_ns >= t_call && q->t_submit_ns <= t_ret &&
                        (!q->t_done_ns || (q->t_done_ns >= q->t_submit_ns && q->t_done_ns <= t_ret));
         if (q->status != TB_OK) { /* failed already: only its times made sane (2: no new reason) */
+            char ignored[120];
+            if (tb_spec_check(&q->spec, ignored, sizeof ignored))
+                memset(&q->spec, 0, sizeof q->spec);
             bad[i] = times_ok ? 0 : 2;
             continue;
         }
@@ -193,6 +196,7 @@ static void check_figures(const tb_case *c, uint32_t caps, uint32_t max_new_toke
          * in streamed chunks: plugins/http's own bound, and the flood's) */
         uint64_t bound = EMIT_PER_TOKEN * ((uint64_t)q->max_tokens + slack) + 16;
         char why[160] = ""; /* one line of numbers: well inside q->error */
+        char spec_why[120];
         if ((uint64_t)q->max_tokens > 4 * (uint64_t)max_new_tokens) /* what the case's buffers hold */
             snprintf(why, sizeof why, "max_tokens %u over 4 x max_new_tokens %u", q->max_tokens, max_new_tokens);
         else if (q->n_output_tokens > bound)
@@ -210,6 +214,8 @@ static void check_figures(const tb_case *c, uint32_t caps, uint32_t max_new_toke
         else if (!times_ok)
             snprintf(why, sizeof why, "done at %+.3f ms of a call of %.3f ms (sent at %+.3f ms)",
                      ms_of(q->t_done_ns, t_call), call_ms, ms_of(q->t_submit_ns, t_call));
+        else if (tb_spec_check(&q->spec, spec_why, sizeof spec_why))
+            snprintf(why, sizeof why, "speculative counts: %s", spec_why);
         if (why[0]) {
             bad[i] = 1;
             snprintf(q->error, sizeof q->error, "impossible figure: %s", why);
@@ -237,6 +243,7 @@ static void check_figures(const tb_case *c, uint32_t caps, uint32_t max_new_toke
         any = 1;
         wr[i].t_submit_ns = t_call;
         wr[i].t_done_ns = t_ret;
+        memset(&wr[i].spec, 0, sizeof wr[i].spec); /* no figure of its own */
         if (bad[i] == 2)
             continue;
         wr[i].status = rr[i].status = TB_ERR; /* its outputs are not graded either */
@@ -268,6 +275,9 @@ static const char *impossible_call(const tb_result *res, int64_t elapsed, char *
         name = "peak_device_bytes", v = res->peak_device_bytes;
     else if (res->energy_mj < -1)
         name = "energy_mj", v = res->energy_mj;
+    else if (res->draft_ns < 0 || res->draft_ns > elapsed ||
+             (res->decode_ns > 0 && res->draft_ns > res->decode_ns))
+        name = "draft_ns", v = res->draft_ns;
     if (name) {
         snprintf(why, n, "%s = %lld (a call of %lld ns)", name, (long long)v, (long long)elapsed);
         return why;
@@ -316,6 +326,7 @@ typedef struct case_bufs {
     uint64_t *phash;         /* tb_result.prompt_hash */
     uint32_t *ptok, *mtok;   /* tb_result.prompt_tokens, max_tokens */
     uint32_t *blocks;        /* tb_result.blocks_done */
+    tb_spec_counts *spec;    /* tb_result.spec */
     unsigned char *bad;      /* check_figures' scratch */
     tb_request_result *rr;   /* what the plugin fills */
     tb_raw_request *wr;      /* what goes to the runner */
@@ -331,6 +342,7 @@ static void case_bufs_free(case_bufs *b)
     free(b->ptok);
     free(b->mtok);
     free(b->blocks);
+    free(b->spec);
     free(b->bad);
     free(b->rr);
     free(b->wr);
@@ -361,6 +373,7 @@ static void run_case(tb_worker *w, const tb_case *c)
         .ptok = calloc(n_req, sizeof *b.ptok),
         .mtok = calloc(n_req, sizeof *b.mtok),
         .blocks = calloc(n_req, sizeof *b.blocks),
+        .spec = calloc(n_req, sizeof *b.spec),
         .bad = calloc(n_req, 1),
         .rr = calloc(n_req, sizeof *b.rr),
         .wr = calloc(n_req, sizeof *b.wr),
@@ -377,7 +390,7 @@ static void run_case(tb_worker *w, const tb_case *c)
         }
     }
     w->em.n_requests = n_req;
-    if ((plan->n_prompts && !b.ptext) || !b.pidx || !b.scored || !b.phash || !b.ptok || !b.mtok || !b.blocks || !b.bad || !b.rr || !b.wr || w->em.cap < want ||
+    if ((plan->n_prompts && !b.ptext) || !b.pidx || !b.scored || !b.phash || !b.ptok || !b.mtok || !b.blocks || !b.spec || !b.bad || !b.rr || !b.wr || w->em.cap < want ||
         tb_str_try_appendn(&b.out, (const char *)&hdr, sizeof hdr) != 0) {
         send_status(w, TB_MSG_CASE_ERROR, TB_ERR_NO_MEMORY, 0, 0, NULL,
                     "out of memory for the case's buffers: %u requests, %zu emissions (%zu bytes)", n_req, want,
@@ -411,12 +424,14 @@ static void run_case(tb_worker *w, const tb_case *c)
         memset(b.ptok, 0, n_req * sizeof *b.ptok);
         memset(b.mtok, 0, n_req * sizeof *b.mtok);
         memset(b.blocks, 0, n_req * sizeof *b.blocks);
+        memset(b.spec, 0, n_req * sizeof *b.spec);
         for (uint32_t i = 0; i < n_req; i++)
             b.rr[i].n_answer_tokens = TB_UNKNOWN_COUNT;
         tb_result res = {.struct_size = sizeof res, .n_requests = n_req, .requests = b.rr,
                          .prefill_ns = -1, .decode_ns = -1, .forward_passes = 0,
                          .peak_device_bytes = -1, .energy_mj = -1, .prompt_hash = b.phash,
-                         .prompt_tokens = b.ptok, .max_tokens = b.mtok, .blocks_done = b.blocks};
+                         .prompt_tokens = b.ptok, .max_tokens = b.mtok, .blocks_done = b.blocks,
+                         .spec = b.spec, .draft_ns = 0};
         w->em.n = 0;
         w->em.dropped = 0;
         w->em.flood = 0;
@@ -484,6 +499,7 @@ static void run_case(tb_worker *w, const tb_case *c)
             q->n_output_tokens = r->n_output_tokens;
             q->steps_done = r->steps_done;
             q->blocks_done = b.blocks[i];
+            q->spec = b.spec[i];
             q->answer_tokens = r->n_answer_tokens;
             q->prompt_hash = prompt_hash(b.phash[i], b.ptext ? b.ptext[i] : NULL, req.seed, i, req.prompt_tokens);
             /* A failure always says something: the status's name at least. */
@@ -532,6 +548,7 @@ static void run_case(tb_worker *w, const tb_case *c)
             .client_busy = res.client_busy > 0 && res.client_busy < 1e6 ? res.client_busy : 0,
             .expert_reads = res.expert_reads > 0 && res.moe_tokens > 0 ? res.expert_reads : 0,
             .moe_tokens = res.expert_reads > 0 && res.moe_tokens > 0 ? res.moe_tokens : 0,
+            .draft_ns = res.draft_ns,
         };
         wc.runner_ns = (t_call - t_setup) + (tb_now_ns() - t_ret);
         /* The whole case is one message: past TB_WIRE_MAX_FRAME the runner

@@ -196,6 +196,35 @@ static uint64_t col_hash(sqlite3_stmt *q, int c)
     return h ? strtoull(h, NULL, 16) : 0;
 }
 
+/* A stored request's speculative counts (migration 15) from columns
+ * c .. c + 4 (verifications, drafted, accepted, draft_len, spec_at);
+ * counts that do not parse or are impossible are dropped (all 0). */
+static void spec_read(sqlite3_stmt *q, int c, tb_spec_counts *s)
+{
+    memset(s, 0, sizeof *s);
+    if (sqlite3_column_type(q, c) == SQLITE_NULL)
+        return;
+    s->verifications = (uint32_t)col_int(q, c, 0);
+    s->drafted = (uint32_t)col_int(q, c + 1, 0);
+    s->accepted = (uint32_t)col_int(q, c + 2, 0);
+    s->draft_len = (uint32_t)col_int(q, c + 3, 0);
+    const char *at = (const char *)sqlite3_column_text(q, c + 4);
+    uint32_t i = 0;
+    for (const char *p = at ? strchr(at, '[') : NULL; p && i < TB_SPEC_MAX_DRAFT;) {
+        unsigned d, a;
+        int used = 0;
+        p = strchr(p + 1, '[');
+        if (!p || sscanf(p, "[%u,%u]%n", &d, &a, &used) != 2 || !used)
+            break;
+        s->drafted_at[i] = d;
+        s->accepted_at[i++] = a;
+        p += used - 1;
+    }
+    char why[120];
+    if (i != s->draft_len || tb_spec_check(s, why, sizeof why))
+        memset(s, 0, sizeof *s);
+}
+
 /* Pool repetition `rep` of the n shard cases into *p: the raw call that
  * the figures of tb_case_metrics() come from. 0 or -1. */
 static int pool_call(joiner *j, const int64_t *cases, const int64_t *offsets, size_t n, int rep, pooled_call *p)
@@ -236,7 +265,8 @@ static int pool_call(joiner *j, const int64_t *cases, const int64_t *offsets, si
         char *sql = sqlite3_mprintf("SELECT status, error, submit_offset_ns, ttft_ns, e2e_ns, tpot_ns, tps,"
                                     " requested_tokens, output_tokens, recount_tokens, steps_done, answer_tokens,"
                                     " output_hash, emissions_json, prompt_idx, scored, output_text, prompt_hash,"
-                                    " prompt_tokens, blocks_done FROM request WHERE sample_id = %lld ORDER BY idx",
+                                    " prompt_tokens, blocks_done, spec_verifications, spec_drafted, spec_accepted,"
+                                    " spec_draft_len, spec_at FROM request WHERE sample_id = %lld ORDER BY idx",
                                     (long long)samples[k]);
         sqlite3_stmt *q = prep(j, sql);
         sqlite3_free(sql);
@@ -279,6 +309,7 @@ static int pool_call(joiner *j, const int64_t *cases, const int64_t *offsets, si
                 .max_tokens = (uint32_t)sqlite3_column_int64(q, 7),
             };
             snprintf(w->error, sizeof w->error, "%s", error ? error : "");
+            spec_read(q, 20, &w->spec);
             if (text)
                 tb_str_append(&p->texts, text);
             add_emissions(p, (const char *)sqlite3_column_text(q, 13), r, submit);

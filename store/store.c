@@ -17,6 +17,7 @@
 #include "git_version.h"
 #include "tb_config.h"
 #include "dims.h"
+#include "metrics.h"
 #include "plan.h"
 #include "util.h"
 
@@ -182,6 +183,11 @@ static const struct json_column {
     {"search", "limits_json", "object", "(?1 < 0 OR session_id = ?1)",
      "'search row ' || id || ' (case #' || ordinal || ' of session ' || session_id || ')'", 0},
     {"request", "emissions_json", "array",
+     "(?1 < 0 OR sample_id IN (SELECT sa.id FROM sample sa JOIN bench_case c ON c.id = sa.case_id"
+     " WHERE c.session_id = ?1))",
+     "'request row ' || id || (SELECT ' (case #' || c.ordinal || ' of session ' || c.session_id || ')'"
+     " FROM sample sa JOIN bench_case c ON c.id = sa.case_id WHERE sa.id = sample_id)", 1},
+    {"request", "spec_at", "array", /* migration 15: [[drafted_at, accepted_at], ...] */
      "(?1 < 0 OR sample_id IN (SELECT sa.id FROM sample sa JOIN bench_case c ON c.id = sa.case_id"
      " WHERE c.session_id = ?1))",
      "'request row ' || id || (SELECT ' (case #' || c.ordinal || ' of session ' || c.session_id || ')'"
@@ -1185,6 +1191,7 @@ const tb_store_column tb_sample_columns[] = {
     SC(runner_ns, I64, runner_ns),
     SC_LOCAL(start_ns, I64, start_ns),
     {"client_busy", TB_COL_SPECIAL, 0, NULL, 0}, /* percent of the call; 0: not reported */
+    SC(draft_ns, I64_POS, draft_ns),
 };
 const size_t tb_n_sample_columns = TB_ARRAY_LEN(tb_sample_columns);
 
@@ -1213,8 +1220,50 @@ const tb_store_column tb_request_columns[] = {
     RC_LOCAL(scored, INT, scored),
     RC_LOCAL(output_text, TEXT, output_text),
     RC_LOCAL(blocks_done, U32_OPT, blocks_done),
+    /* speculative decoding (tb_spec_counts): NULL when not speculative */
+    {"spec_verifications", TB_COL_SPECIAL, 0, "spec_verifications", 0},
+    {"spec_drafted", TB_COL_SPECIAL, 0, "spec_drafted", 0},
+    {"spec_accepted", TB_COL_SPECIAL, 0, "spec_accepted", 0},
+    {"spec_draft_len", TB_COL_SPECIAL, 0, "spec_draft_len", 0},
+    {"spec_at", TB_COL_SPECIAL, 0, "spec_at", 1}, /* [[drafted_at, accepted_at], ...] */
+    {"acceptance_length", TB_COL_SPECIAL, 0, "acceptance_length", 0},
+    {"acceptance_rate", TB_COL_SPECIAL, 0, "acceptance_rate", 0},
 };
 const size_t tb_n_request_columns = TB_ARRAY_LEN(tb_request_columns);
+
+/* A request's speculative column (migration 15), NULL when it was not
+ * speculative; the request's acceptance figures as metrics.c defines them. */
+static void bind_spec(sqlite3_stmt *q, int i, const char *column, const tb_spec_counts *c)
+{
+    if (!tb_spec_any(c)) {
+        sqlite3_bind_null(q, i);
+        return;
+    }
+    if (strcmp(column, "spec_verifications") == 0)
+        sqlite3_bind_int64(q, i, c->verifications);
+    else if (strcmp(column, "spec_drafted") == 0)
+        bind_opt_int(q, i, c->drafted ? (int64_t)c->drafted : -1);
+    else if (strcmp(column, "spec_accepted") == 0)
+        sqlite3_bind_int64(q, i, c->accepted);
+    else if (strcmp(column, "spec_draft_len") == 0)
+        bind_opt_int(q, i, c->draft_len ? (int64_t)c->draft_len : -1);
+    else if (strcmp(column, "acceptance_length") == 0)
+        bind_real(q, i, tb_acceptance_length(c));
+    else if (strcmp(column, "acceptance_rate") == 0)
+        bind_real(q, i, tb_acceptance_rate(c));
+    else { /* spec_at */
+        tb_str js = {0};
+        tb_str_append(&js, "[");
+        for (uint32_t p = 0; p < c->draft_len && p < TB_SPEC_MAX_DRAFT; p++)
+            tb_str_appendf(&js, "%s[%u,%u]", p ? "," : "", c->drafted_at[p], c->accepted_at[p]);
+        tb_str_append(&js, "]");
+        if (c->draft_len)
+            sqlite3_bind_text(q, i, js.s, (int)js.len, SQLITE_TRANSIENT);
+        else
+            sqlite3_bind_null(q, i);
+        tb_str_free(&js);
+    }
+}
 
 /* Bind column `col` at parameter i from the record at `rec` (its field
  * at col->offset); a special one (offset unused) from the record and the
@@ -1285,6 +1334,10 @@ static void bind_column(const tb_store *st, sqlite3_stmt *q, int i, const tb_sto
         return;
     }
     const tb_request_record *r = rec;
+    if (strncmp(col->column, "spec_", 5) == 0 || strncmp(col->column, "acceptance_", 11) == 0) {
+        bind_spec(q, i, col->column, &r->spec);
+        return;
+    }
     if (strcmp(col->column, "idx") == 0)
         sqlite3_bind_int(q, i, (int)idx);
     else if (strcmp(col->column, "status") == 0)

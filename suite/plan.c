@@ -99,6 +99,15 @@ static size_t parse_values(const tb_option_decl *decl, const tb_list *l, tb_opti
             ok = 0;
             break;
         }
+        const char *t = (*out)[i].text;
+        if ((decl->flags & TB_OPTF_MODEL) && t[0] && t[0] != '/' && !strchr(t, ':') && l->loc.file &&
+            strrchr(l->loc.file, '/')) {
+            /* a model path is relative to the suite file that names it */
+            const char *slash = strrchr(l->loc.file, '/');
+            char *near = tb_xasprintf("%.*s/%s", (int)(slash - l->loc.file), l->loc.file, t);
+            free((char *)(*out)[i].text);
+            (*out)[i].text = near;
+        }
         for (size_t j = 0; j < i; j++)
             if (strcmp((*out)[j].text, (*out)[i].text) == 0) {
                 err_at(errs, l->loc, key, "value %s is listed twice", items[i]);
@@ -744,7 +753,8 @@ static void check_model_folder(const tb_suite_backend *sb, tb_str *errs, int *mi
 /* Files the backends will open, checked before anything runs (a worker
  * would find them missing only when it loads, after the cases before
  * it): the model of a backend with TB_CAP_MODEL_PATH (unless a NAME:...
- * spec such as preset:NAME), and every value of a TB_OPTF_PATH option.
+ * spec such as preset:NAME), and every value of a TB_OPTF_PATH option
+ * or TB_OPTF_MODEL option (but a NAME:... spec).
  * Each must exist and be a regular file or a folder (in a model folder,
  * its files too). */
 static void check_files(tb_plan *plan, tb_str *errs, int *missing)
@@ -777,7 +787,7 @@ static void check_files(tb_plan *plan, tb_str *errs, int *missing)
         }
         for (uint32_t o = 0; o < ops->n_options; o++) {
             const tb_option_decl *d = &ops->options[o];
-            if (!(d->flags & TB_OPTF_PATH))
+            if (!(d->flags & (TB_OPTF_PATH | TB_OPTF_MODEL)))
                 continue;
             /* each distinct value of this backend's cases, once (a few
              * values, many cases: kept in a short list) */
@@ -788,6 +798,8 @@ static void check_files(tb_plan *plan, tb_str *errs, int *missing)
                 if (c->backend != i || !c->options[o].text[0])
                     continue;
                 const char *v = c->options[o].text;
+                if ((d->flags & TB_OPTF_MODEL) && strchr(v, ':'))
+                    continue; /* a NAME:... spec (preset:NAME): the backend's to resolve */
                 size_t k = 0;
                 while (k < n_seen && strcmp(seen[k], v) != 0)
                     k++;

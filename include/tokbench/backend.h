@@ -144,6 +144,11 @@ enum {
      * relative to the working directory as the backend will open it, and
      * reports a missing one at the suite's file:line. */
     TB_OPTF_PATH = 1u << 2,
+    /* A TB_OPT_STRING naming a model as `model =` does: NAME:... (a
+     * preset:NAME) as written, else a path on disk that the host takes
+     * relative to the suite file that sets it (as `model =`) and checks to
+     * exist when it loads the suite (issue 40: draft_model). */
+    TB_OPTF_MODEL = 1u << 3,
 };
 
 /* One option a backend declares. The host checks every option a suite sets

@@ -72,8 +72,8 @@ static const tb_option_decl ar_options[N_OPTS] = {
                      TB_CHOICES_TEXT(AR_DRAFTER_LIST), 1, 0, TB_OPTF_LOAD},
     [OPT_DRAFT_MODEL] = {"draft_model", TB_OPT_STRING, "",
                          "the drafter's model for drafter = ar or dflash: a Hugging Face folder or preset:NAME "
-                         "(ignored with drafter = none)",
-                         NULL, 0, 0, TB_OPTF_LOAD},
+                         "(ignored with drafter = none); a path is relative to the suite file",
+                         NULL, 0, 0, TB_OPTF_LOAD | TB_OPTF_MODEL},
     [OPT_DRAFT_LEN] = {"draft_len", TB_OPT_INT, "0",
                        "draft tokens per verification with a drafter; 0 = the drafter's own (self, dflash: its block "
                        "size - 1; ar: 4)",
@@ -280,7 +280,7 @@ static tb_status ar_create(const tb_host *host, const char *model, const tb_opti
     }
     uint64_t preset_seed = (uint64_t)OPT_I(options, n_options, OPT_PRESET_SEED);
     /* self-speculation's target is a block-diffusion model that also runs causally */
-    tb_status st = tb_load(model, kind == DRAFT_SELF, on_gpu, fp8, preset_seed, (int)OPT_I(options, n_options, OPT_TP),
+    tb_status st = tb_load(model, kind == DRAFT_SELF ? 1 : TB_LOAD_AR_OR_SDAR, on_gpu, fp8, preset_seed, (int)OPT_I(options, n_options, OPT_TP),
                            &c->ld, err, err_size);
     if (st != TB_OK && kind == DRAFT_SELF) {
         char why[400];

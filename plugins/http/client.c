@@ -310,6 +310,8 @@ static int on_event(void *user, const tb_sse_event *ev)
             x->res->usage_completion_tokens = ch.completion_tokens;
         if (ch.prompt_tokens >= 0)
             x->res->usage_prompt_tokens = ch.prompt_tokens;
+        if (ch.spec.verify_ct >= 0)
+            x->res->spec = ch.spec;
         x->finished |= ch.finished;
         break;
     case TB_OAI_ERROR:
@@ -469,6 +471,7 @@ static void classify(xfer *x, CURLcode rc)
             break;
         r->usage_completion_tokens = ch.completion_tokens;
         r->usage_prompt_tokens = ch.prompt_tokens;
+        r->spec = ch.spec;
         if (!ch.text && !x->failed)
             fail(x, TB_ERR_IO, "malformed_stream: a response without choices[0] text");
         break;
@@ -837,6 +840,7 @@ tb_status tb_http_client_run(tb_http_client *c, const tb_http_target *t, uint32_
         tb_sse_init(&x->sse, 0);
         memset(x->res, 0, sizeof *x->res);
         x->res->usage_completion_tokens = x->res->usage_prompt_tokens = -1;
+        x->res->spec.verify_ct = x->res->spec.accept_tokens = x->res->spec.draft_tokens = -1;
         x->res->text = "";
     }
     if (!offsets && max_inflight < 1)

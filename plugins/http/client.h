@@ -34,6 +34,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sse.h"
+
 #include <tokbench/backend.h>
 
 typedef struct tb_http_client tb_http_client;
@@ -82,6 +84,8 @@ typedef struct tb_http_result {
     uint32_t chunks;     /* streamed chunks with text (= emissions) */
     int64_t usage_completion_tokens; /* the server's usage; -1: none */
     int64_t usage_prompt_tokens;
+    tb_oai_spec spec;    /* the server's speculative counts (the last
+                            chunk that had some); verify_ct -1: none */
     const char *text;    /* output text; owned by the client until the
                             next run */
     size_t text_len;

@@ -26,6 +26,7 @@
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
 #include <stdarg.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1125,6 +1126,51 @@ static void set_request_error(const tb_host *host, uint32_t r, tb_request_result
     q->error[n] = '\0';
 }
 
+/* A server's per-request speculative counts (tb_oai_spec, SGLang's
+ * meta_info) as tb_spec_counts (docs/METRICS.md): verifications =
+ * spec_verify_ct; accepted = spec_accept_token_num, else from
+ * spec_accept_length (tokens per verification: accepted + verifications
+ * = length x verifications), else from the histogram; drafted =
+ * spec_draft_token_num (0: not said). The histogram's buckets (hist[j]:
+ * verifications that accepted j draft tokens, j = 0 .. k) give the
+ * positions when they count every verification: each drafted k tokens,
+ * and position i was accepted by the verifications that accepted more
+ * than i. Nothing when the server said no verification or no accepted
+ * count; the runner checks what is filled (impossible counts fail the
+ * request). */
+static void spec_from_server(const tb_oai_spec *o, tb_spec_counts *out)
+{
+    memset(out, 0, sizeof *out);
+    if (o->verify_ct <= 0 || o->verify_ct > UINT32_MAX)
+        return;
+    int64_t v = o->verify_ct, acc = o->accept_tokens, hist_sum = 0, hist_acc = 0;
+    for (uint32_t j = 0; j < o->n_hist; j++) {
+        hist_sum += o->hist[j];
+        hist_acc += (int64_t)j * o->hist[j];
+    }
+    uint32_t k = o->n_hist > 1 && hist_sum == v ? o->n_hist - 1 : 0;
+    if (acc < 0 && isfinite(o->accept_length))
+        acc = llround(o->accept_length * (double)v) - v;
+    if (acc < 0 && k)
+        acc = hist_acc;
+    if (acc < 0 || acc > UINT32_MAX)
+        return;
+    out->verifications = (uint32_t)v;
+    out->accepted = (uint32_t)acc;
+    out->drafted = o->draft_tokens > 0 && o->draft_tokens <= UINT32_MAX ? (uint32_t)o->draft_tokens : 0;
+    if (!k || k > TB_SPEC_MAX_DRAFT || (out->drafted && out->drafted != (uint64_t)v * k) || hist_acc != acc)
+        return;
+    out->draft_len = k;
+    if (!out->drafted && (uint64_t)v * k <= UINT32_MAX)
+        out->drafted = (uint32_t)(v * k);
+    int64_t more = v; /* verifications that accepted at least i + 1 */
+    for (uint32_t i = 0; i < k; i++) {
+        more -= o->hist[i];
+        out->drafted_at[i] = (uint32_t)v;
+        out->accepted_at[i] = (uint32_t)more;
+    }
+}
+
 static tb_status http_generate(void *ctx, const tb_request *req, tb_result *res)
 {
     http_ctx *c = ctx;
@@ -1297,6 +1343,8 @@ static tb_status http_generate(void *ctx, const tb_request *req, tb_result *res)
             set_request_error(host, r, q, h->error);
         else if (h->usage_completion_tokens < 0)
             no_usage++;
+        if (TB_STRUCT_HAS(res, tb_result, draft_ns) && res->spec)
+            spec_from_server(&h->spec, &res->spec[r]);
         if (h->status == TB_OK && !chat && c->prompt_counted[r] >= 0 && c->tok && h->usage_prompt_tokens >= 0 &&
             h->usage_prompt_tokens != c->prompt_counted[r] && prompt_diff_req == UINT32_MAX)
             prompt_diff_req = r;

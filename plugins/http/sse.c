@@ -2,6 +2,7 @@
 #include "sse.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -233,6 +234,71 @@ static int usage_count(const cJSON *usage, const char *name, int64_t *out, tb_oa
     return 0;
 }
 
+/* A speculative count of meta_info: like a usage count (absent or null:
+ * -1; not an integer in [0, TB_OAI_MAX_COUNT]: MALFORMED, named). */
+static int spec_count(const cJSON *meta, const char *name, int64_t *out, tb_oai_chunk *c)
+{
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(meta, name);
+    if (!it || cJSON_IsNull(it))
+        return 0;
+    double v = cJSON_IsNumber(it) ? it->valuedouble : -1;
+    if (!(v >= 0 && v <= (double)TB_OAI_MAX_COUNT) || v != (double)(int64_t)v) {
+        char *text = cJSON_PrintUnformatted(it);
+        snprintf(c->message, sizeof c->message, "meta_info.%s %.40s is not a count (expected an integer in [0, %lu])",
+                 name, text ? text : "(?)", (unsigned long)TB_OAI_MAX_COUNT);
+        free(text);
+        c->kind = TB_OAI_MALFORMED;
+        return -1;
+    }
+    *out = (int64_t)v;
+    return 0;
+}
+
+/* SGLang's per-request speculative fields, wherever the chunk carries an
+ * object of them: meta_info at the top level or in choices[0], or usage.
+ * Names across its versions: spec_accept_token_num (spec_num_correct_drafts,
+ * spec_accepted_drafts), spec_draft_token_num (spec_num_proposed_drafts,
+ * spec_proposed_drafts). 0, or -1 with the chunk MALFORMED. */
+static int parse_spec(const cJSON *meta, tb_oai_chunk *c)
+{
+    if (!cJSON_IsObject(meta))
+        return 0;
+    static const char *const acc[] = {"spec_accept_token_num", "spec_num_correct_drafts", "spec_accepted_drafts"};
+    static const char *const drf[] = {"spec_draft_token_num", "spec_num_proposed_drafts", "spec_proposed_drafts"};
+    tb_oai_spec *s = &c->spec;
+    if (spec_count(meta, "spec_verify_ct", &s->verify_ct, c) != 0)
+        return -1;
+    for (size_t i = 0; i < 3; i++)
+        if ((s->accept_tokens < 0 && spec_count(meta, acc[i], &s->accept_tokens, c) != 0) ||
+            (s->draft_tokens < 0 && spec_count(meta, drf[i], &s->draft_tokens, c) != 0))
+            return -1;
+    const cJSON *len = cJSON_GetObjectItemCaseSensitive(meta, "spec_accept_length");
+    if (cJSON_IsNumber(len) && isfinite(len->valuedouble) && len->valuedouble >= 1)
+        s->accept_length = len->valuedouble;
+    const cJSON *hist = cJSON_GetObjectItemCaseSensitive(meta, "spec_accept_histogram");
+    if (hist && !cJSON_IsNull(hist)) {
+        int n = cJSON_IsArray(hist) ? cJSON_GetArraySize(hist) : -1;
+        if (n < 0 || n > TB_OAI_SPEC_HIST) {
+            snprintf(c->message, sizeof c->message,
+                     "meta_info.spec_accept_histogram is not an array of at most %d counts", TB_OAI_SPEC_HIST);
+            c->kind = TB_OAI_MALFORMED;
+            return -1;
+        }
+        for (int j = 0; j < n; j++) {
+            const cJSON *it = cJSON_GetArrayItem(hist, j);
+            double v = cJSON_IsNumber(it) ? it->valuedouble : -1;
+            if (!(v >= 0 && v <= (double)TB_OAI_MAX_COUNT) || v != (double)(int64_t)v) {
+                snprintf(c->message, sizeof c->message, "meta_info.spec_accept_histogram[%d] is not a count", j);
+                c->kind = TB_OAI_MALFORMED;
+                return -1;
+            }
+            s->hist[j] = (uint32_t)v;
+        }
+        s->n_hist = (uint32_t)n;
+    }
+    return 0;
+}
+
 static void parse_error(const cJSON *root, const cJSON *err, tb_oai_chunk *c)
 {
     const char *m = NULL;
@@ -249,6 +315,8 @@ tb_oai_kind tb_oai_parse(const char *data, size_t len, tb_oai_chunk *c)
 {
     memset(c, 0, sizeof *c);
     c->completion_tokens = c->prompt_tokens = -1;
+    c->spec.verify_ct = c->spec.accept_tokens = c->spec.draft_tokens = -1;
+    c->spec.accept_length = NAN;
     size_t a = 0, b = len;
     while (a < b && (data[a] == ' ' || data[a] == '\t' || data[a] == '\n' || data[a] == '\r'))
         a++;
@@ -296,10 +364,13 @@ tb_oai_kind tb_oai_parse(const char *data, size_t len, tb_oai_chunk *c)
             return c->kind;
         }
         if (usage_count(usage, "completion_tokens", &c->completion_tokens, c) != 0 ||
-            usage_count(usage, "prompt_tokens", &c->prompt_tokens, c) != 0)
+            usage_count(usage, "prompt_tokens", &c->prompt_tokens, c) != 0 || parse_spec(usage, c) != 0)
             return c->kind;
     }
     const cJSON *c0 = choices ? cJSON_GetArrayItem(choices, 0) : NULL;
+    if (parse_spec(cJSON_GetObjectItemCaseSensitive(root, "meta_info"), c) != 0 ||
+        (cJSON_IsObject(c0) && parse_spec(cJSON_GetObjectItemCaseSensitive(c0, "meta_info"), c) != 0))
+        return c->kind;
     if (c0) {
         if (!cJSON_IsObject(c0)) {
             set_msg(c, TB_OAI_MALFORMED, "choices[0] is not an object");

@@ -80,6 +80,20 @@ typedef enum tb_oai_kind {
     TB_OAI_MALFORMED = 3, /* not JSON, or not the expected shape */
 } tb_oai_kind;
 
+/* A server's per-request speculative decoding counts (SGLang's
+ * meta_info: spec_verify_ct, spec_accept_token_num, spec_draft_token_num,
+ * spec_accept_length, spec_accept_histogram; docs/PLUGINS.md), where the
+ * chunk has them: -1 (n_hist 0) when absent. */
+#define TB_OAI_SPEC_HIST 65 /* accepted counts 0 .. TB_SPEC_MAX_DRAFT */
+typedef struct tb_oai_spec {
+    int64_t verify_ct;     /* verifications */
+    int64_t accept_tokens; /* accepted draft tokens */
+    int64_t draft_tokens;  /* drafted tokens */
+    double accept_length;  /* completion tokens / verify_ct; NaN: absent */
+    uint32_t hist[TB_OAI_SPEC_HIST]; /* verifications that accepted j tokens */
+    uint32_t n_hist;
+} tb_oai_spec;
+
 typedef struct tb_oai_chunk {
     tb_oai_kind kind;
     /* Output text of choices[0]: "text" (completions), "delta.content"
@@ -90,6 +104,8 @@ typedef struct tb_oai_chunk {
     int finished;              /* choices[0].finish_reason is set */
     int64_t completion_tokens; /* usage; -1 when absent or null */
     int64_t prompt_tokens;     /* usage; -1 when absent or null */
+    tb_oai_spec spec;          /* meta_info's (top level, choices[0] or
+                                  usage); verify_ct -1: none */
     char message[600];         /* ERROR: the server's message (whole:
                                   client.c keeps 512 bytes of an error
                                   body); MALFORMED: what is wrong */

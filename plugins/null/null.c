@@ -87,6 +87,10 @@ enum {
     OPT_PEAK_FLOPS,
     OPT_PEAK_BYTES_PER_S,
     OPT_LOG_LINES,
+    OPT_SPEC_ACCEPT,
+    OPT_SPEC_DRAFT,
+    OPT_SPEC_DRAFT_SHARE,
+    OPT_SPEC_FAULT,
     N_OPTS
 };
 
@@ -233,6 +237,22 @@ static const tb_option_decl null_options[N_OPTS] = {
                        "other one through the host's log, the others straight to stderr (as a library would); "
                        "0 = none",
                        NULL, 0, 1000, 0},
+    /* Scripted speculative decoding (tb_result.spec, draft_ns): the
+     * counts an engine verifying drafts would report, so the runner's
+     * speculative metrics can be checked without a model. */
+    [OPT_SPEC_ACCEPT] = {"spec_accept", TB_OPT_STRING, "",
+                         "speculative counts: draft tokens accepted per verification, a comma-separated pattern "
+                         "cycled (request r starts at its r-th entry), each 0..spec_draft; a verification yields "
+                         "accepted + 1 tokens; empty = not speculative",
+                         NULL, 0, 0, 0},
+    [OPT_SPEC_DRAFT] = {"spec_draft", TB_OPT_INT, "4", "spec_accept: draft tokens per verification",
+                        NULL, 1, TB_SPEC_MAX_DRAFT, 0},
+    [OPT_SPEC_DRAFT_SHARE] = {"spec_draft_share", TB_OPT_FLOAT, "0.25",
+                              "spec_accept: draft_ns reported as this share of decode_ns", NULL, 0, 1, 0},
+    [OPT_SPEC_FAULT] = {"spec_fault", TB_OPT_ENUM, "none",
+                        "spec_accept: request 0 reports impossible counts (accepted over drafted, a position "
+                        "accepted more than drafted, draft_len over the ABI's maximum)",
+                        "none|accepted|position|draft_len", 1, 0, 0},
 };
 
 typedef struct null_config {
@@ -253,6 +273,13 @@ typedef struct null_config {
     int64_t flood;   /* extra emissions per request per decode step */
     double work_flops, work_bytes, peak_flops, peak_bytes_per_s; /* roofline figures to report */
     int64_t log_lines; /* per call */
+    /* spec_accept parsed: n_spec entries (0: not speculative); spec_bad:
+     * the value did not parse (generate() fails, saying why) */
+    uint32_t spec_accept[TB_SPEC_MAX_DRAFT], n_spec;
+    int spec_bad;
+    int64_t spec_draft;
+    double spec_draft_share;
+    int spec_fault; /* 0 none, 1 accepted, 2 position, 3 draft_len */
 } null_config;
 
 static const null_config null_defaults = {
@@ -261,7 +288,28 @@ static const null_config null_defaults = {
     .tokens_per_step = 1,
     .fault_every = 1,
     .fault_stall_us = 10000000,
+    .spec_draft = 4,
+    .spec_draft_share = 0.25,
 };
+
+/* spec_accept's pattern into c: up to TB_SPEC_MAX_DRAFT numbers 0..64
+ * (checked against spec_draft in generate()); a bad one sets spec_bad. */
+static void spec_parse(null_config *c, const char *text)
+{
+    c->n_spec = 0;
+    c->spec_bad = 0;
+    for (const char *p = text ? text : ""; *p;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 0 || v > TB_SPEC_MAX_DRAFT || c->n_spec == TB_SPEC_MAX_DRAFT ||
+            (*end && *end != ',')) {
+            c->spec_bad = 1;
+            return;
+        }
+        c->spec_accept[c->n_spec++] = (uint32_t)v;
+        p = *end ? end + 1 : end;
+    }
+}
 
 /* Apply option values (matched by name; unknown names are ignored: the host
  * has already checked them against the declarations). */
@@ -305,6 +353,16 @@ static void config_apply(null_config *c, const tb_option_value *v, uint32_t n)
         case OPT_PEAK_FLOPS: c->peak_flops = v[k].f; break;
         case OPT_PEAK_BYTES_PER_S: c->peak_bytes_per_s = v[k].f; break;
         case OPT_LOG_LINES: c->log_lines = v[k].i; break;
+        case OPT_SPEC_ACCEPT: spec_parse(c, v[k].text); break;
+        case OPT_SPEC_DRAFT: c->spec_draft = v[k].i; break;
+        case OPT_SPEC_DRAFT_SHARE: c->spec_draft_share = v[k].f; break;
+        case OPT_SPEC_FAULT:
+            c->spec_fault = !v[k].text                        ? 0
+                            : strcmp(v[k].text, "accepted") == 0 ? 1
+                            : strcmp(v[k].text, "position") == 0 ? 2
+                            : strcmp(v[k].text, "draft_len") == 0 ? 3
+                                                                  : 0;
+            break;
         default: break;
         }
     }
@@ -321,6 +379,8 @@ static void config_apply(null_config *c, const tb_option_value *v, uint32_t n)
         c->leak_mb = 0;
     if (c->flood < 0)
         c->flood = 0;
+    if (c->spec_draft < 1 || c->spec_draft > TB_SPEC_MAX_DRAFT)
+        c->spec_draft = 4;
 }
 
 /* ---------------------------------------------------------------- context */
@@ -660,6 +720,47 @@ static uint32_t step_tokens(const tb_request *req, const null_config *cfg,
                : (uint32_t)cfg->tokens_per_step;
 }
 
+/* The counts of a speculative decode that produced each request's
+ * tokens (spec_accept's pattern, request r from its r-th entry): one
+ * verification of spec_draft tokens yields accepted + 1 tokens; the last
+ * may overshoot, as a real one's surplus is cut at max_tokens. The
+ * target's forwards: the prompt's and the longest request's
+ * verifications (the batch verifies together); draft_ns the
+ * spec_draft_share of decode_ns. spec_fault spoils request 0's counts. */
+static void spec_report(const null_config *cfg, uint32_t R, tb_result *res)
+{
+    if (!TB_STRUCT_HAS(res, tb_result, draft_ns) || !res->spec)
+        return;
+    uint32_t k = (uint32_t)cfg->spec_draft, most = 0;
+    for (uint32_t r = 0; r < R; r++) {
+        tb_spec_counts *c = &res->spec[r];
+        memset(c, 0, sizeof *c);
+        c->draft_len = k;
+        for (uint64_t made = 0, j = r; made < res->requests[r].n_output_tokens; j++) {
+            uint32_t a = cfg->spec_accept[j % cfg->n_spec];
+            made += a + 1;
+            c->verifications++;
+            c->drafted += k;
+            c->accepted += a;
+            for (uint32_t i = 0; i < k; i++) {
+                c->drafted_at[i]++;
+                c->accepted_at[i] += i < a;
+            }
+        }
+        if (c->verifications > most)
+            most = c->verifications;
+    }
+    res->forward_passes = 1 + (int64_t)most;
+    res->draft_ns = res->decode_ns > 0 ? (int64_t)(cfg->spec_draft_share * (double)res->decode_ns) : 0;
+    tb_spec_counts *c0 = &res->spec[0];
+    if (cfg->spec_fault == 1)
+        c0->accepted = c0->drafted + 1;
+    else if (cfg->spec_fault == 2)
+        c0->accepted_at[0] = c0->drafted_at[0] + 1;
+    else if (cfg->spec_fault == 3)
+        c0->draft_len = TB_SPEC_MAX_DRAFT + 1;
+}
+
 static tb_status null_generate(void *vctx, const tb_request *req,
                                tb_result *res)
 {
@@ -706,6 +807,18 @@ static tb_status null_generate(void *vctx, const tb_request *req,
                   (unsigned long long)call);
         return TB_ERR;
     }
+
+    if (cfg.spec_bad) {
+        set_error(ctx, "spec_accept: not a comma-separated list of at most %d numbers 0..%d", TB_SPEC_MAX_DRAFT,
+                  TB_SPEC_MAX_DRAFT);
+        return TB_ERR_INVALID;
+    }
+    for (uint32_t j = 0; j < cfg.n_spec; j++)
+        if (cfg.spec_accept[j] > (uint64_t)cfg.spec_draft) {
+            set_error(ctx, "spec_accept: entry %u accepts %u draft tokens of spec_draft = %lld", j + 1,
+                      cfg.spec_accept[j], (long long)cfg.spec_draft);
+            return TB_ERR_INVALID;
+        }
 
     uint32_t R = req->n_requests, n = req->max_new_tokens;
     if (R == 0 || !res->requests || res->n_requests < R) {
@@ -861,6 +974,8 @@ out:
             rr->error[len] = '\0';
         }
     }
+    if (st == TB_OK && cfg.n_spec)
+        spec_report(&cfg, R, res);
     return st;
 }
 

@@ -313,6 +313,11 @@ q "$tmp/older.db" "alter table session drop column error"
 # migration 14's (the telemetry's scrape tally)
 q "$tmp/older.db" "alter table bench_case drop column scrapes; alter table bench_case drop column scrapes_failed;
   alter table bench_case drop column scrape_error"
+# migration 15's (speculative decoding)
+q "$tmp/older.db" "alter table request drop column spec_verifications; alter table request drop column spec_drafted;
+  alter table request drop column spec_accepted; alter table request drop column spec_draft_len;
+  alter table request drop column spec_at; alter table request drop column acceptance_length;
+  alter table request drop column acceptance_rate; alter table sample drop column draft_ns"
 q "$tmp/older.db" "pragma user_version = 1"
 "$tb" db merge "$tmp/older.db" --db "$tmp/z.db" >/dev/null || fail "older schema not merged"
 [ "$(q "$tmp/older.db" "pragma user_version")" = 1 ] || fail "merge modified the other database"

@@ -14,7 +14,8 @@
 #      never cut inside a number; no ETA before the first case has ended;
 #      the warm-up counts its requests.
 # The ETA's arithmetic is tests/unit/test_progress.c (scripted works and
-# times). Nothing here depends on timing.
+# times). Nothing here depends on timing. The fixture's part runs last:
+# the others run while the fixture may still be running.
 #
 # usage: test_tables.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
@@ -41,35 +42,6 @@ EOF
 
 # header FILE: the case table's header line (the first that starts "backend ")
 header() { tr -d '\r' <"$1" | grep -m1 '^backend '; }
-
-# --- 1. the engine suite: the quick.ini fixture (a copy)
-if fixture=$(bash "$src/tests/e2e/quick_fixture.sh" check "$build" "$src"); then
-    cp "$fixture" "$tmp/quick.db"
-    backends=$(q "$tmp/quick.db" "select label from backend order by id")
-    [ "$(echo "$backends" | wc -l)" -ge 4 ] || fail "the fixture has not four backends: $backends"
-    for w in 80 120; do
-        pty $w "$tmp/quick$w.out" "$tb" show --db "$tmp/quick.db" || fail "show on $w columns"
-        wide=$(check_width $w "$tmp/quick$w.out") || fail "show on $w columns: lines wider: $wide"
-        head=$(header "$tmp/quick$w.out")
-        for want in "agg tok/s" "NFE" "accuracy"; do
-            [[ "$head" == *"$want"* ]] || fail "show on $w columns: the engine table left out \"$want\": $head"
-        done
-        # the side-by-side: every backend in a header of its tables, every
-        # table of the same rows (as many as the first)
-        tr -d '\r' <"$tmp/quick$w.out" | sed -n '/^side by side/,/^req tok\/s:/p' >"$tmp/sbs$w.txt"
-        for b in $backends; do
-            grep -qE "^(prompt|new|batch|steps)  .*  $b( |$)" "$tmp/sbs$w.txt" \
-                || fail "show on $w columns: $b in no side-by-side table: $(head -5 "$tmp/sbs$w.txt")"
-        done
-        rows=$(awk '/^-/ {if (n) print n; n = 0; t = 1; next} /^$/ {if (t && n) print n; n = 0; t = 0; next} t {n++} END {if (t && n) print n}' "$tmp/sbs$w.txt" | sort -u)
-        [ "$(echo "$rows" | wc -l)" = 1 ] || fail "show on $w columns: side-by-side tables of different rows: $rows"
-    done
-    [ "$(grep -c '^-' "$tmp/sbs80.txt")" -ge 2 ] || fail "show on 80 columns: the side-by-side not split"
-    grep -qE '[0-9]+\.[0-9] @[0-9]+% ppl [0-9]+\.[0-9]' "$tmp/sbs80.txt" || fail "side-by-side cells not short: $(sed -n 4p "$tmp/sbs80.txt")"
-    pass "engine suite (the fixture): show within 80 and 120 columns, agg tok/s, NFE and accuracy kept; side by side split into tables of the same rows"
-else
-    fail "the quick.ini fixture: $fixture"
-fi
 
 # --- 2. a serving suite: plugins/http against an instant server
 if [ -f "$build/plugins/http/http.so" ]; then
@@ -151,5 +123,35 @@ sys.exit(1 if bad else 0)
 EOF
 done
 pass "live lines within 80 and 120 columns, the backend and the swept values kept, never cut inside a number, no ETA before a case ends"
+
+
+# --- 1. the engine suite: the quick.ini fixture (a copy)
+if fixture=$(bash "$src/tests/e2e/quick_fixture.sh" check "$build" "$src"); then
+    cp "$fixture" "$tmp/quick.db"
+    backends=$(q "$tmp/quick.db" "select label from backend order by id")
+    [ "$(echo "$backends" | wc -l)" -ge 4 ] || fail "the fixture has not four backends: $backends"
+    for w in 80 120; do
+        pty $w "$tmp/quick$w.out" "$tb" show --db "$tmp/quick.db" || fail "show on $w columns"
+        wide=$(check_width $w "$tmp/quick$w.out") || fail "show on $w columns: lines wider: $wide"
+        head=$(header "$tmp/quick$w.out")
+        for want in "agg tok/s" "NFE" "accuracy"; do
+            [[ "$head" == *"$want"* ]] || fail "show on $w columns: the engine table left out \"$want\": $head"
+        done
+        # the side-by-side: every backend in a header of its tables, every
+        # table of the same rows (as many as the first)
+        tr -d '\r' <"$tmp/quick$w.out" | sed -n '/^side by side/,/^req tok\/s:/p' >"$tmp/sbs$w.txt"
+        for b in $backends; do
+            grep -qE "^(prompt|new|batch|steps)  .*  $b( |$)" "$tmp/sbs$w.txt" \
+                || fail "show on $w columns: $b in no side-by-side table: $(head -5 "$tmp/sbs$w.txt")"
+        done
+        rows=$(awk '/^-/ {if (n) print n; n = 0; t = 1; next} /^$/ {if (t && n) print n; n = 0; t = 0; next} t {n++} END {if (t && n) print n}' "$tmp/sbs$w.txt" | sort -u)
+        [ "$(echo "$rows" | wc -l)" = 1 ] || fail "show on $w columns: side-by-side tables of different rows: $rows"
+    done
+    [ "$(grep -c '^-' "$tmp/sbs80.txt")" -ge 2 ] || fail "show on 80 columns: the side-by-side not split"
+    grep -qE '[0-9]+\.[0-9] @[0-9]+% ppl [0-9]+\.[0-9]' "$tmp/sbs80.txt" || fail "side-by-side cells not short: $(sed -n 4p "$tmp/sbs80.txt")"
+    pass "engine suite (the fixture): show within 80 and 120 columns, agg tok/s, NFE and accuracy kept; side by side split into tables of the same rows"
+else
+    fail "the quick.ini fixture: $fixture"
+fi
 
 tb_finish

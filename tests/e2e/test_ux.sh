@@ -180,6 +180,11 @@ q "$tmp/ro/old.db" "alter table session drop column error"
 # and what migration 14 (the telemetry's scrape tally) adds
 q "$tmp/ro/old.db" "alter table bench_case drop column scrapes; alter table bench_case drop column scrapes_failed;
   alter table bench_case drop column scrape_error"
+# and what migration 15 (speculative decoding) adds
+q "$tmp/ro/old.db" "alter table request drop column spec_verifications; alter table request drop column spec_drafted;
+  alter table request drop column spec_accepted; alter table request drop column spec_draft_len;
+  alter table request drop column spec_at; alter table request drop column acceptance_length;
+  alter table request drop column acceptance_rate; alter table sample drop column draft_ns"
 q "$tmp/ro/old.db" "pragma user_version = 6" # migration 7 only renames view columns: it applies again
 q "$tmp/ro/cur.db" "pragma journal_mode" >/dev/null
 as_reader() { "$@"; }
@@ -261,6 +266,11 @@ plugin = $ar
 model = ../models/none
 [backend p]
 plugin = nosuch
+[backend d]
+plugin = $ar
+model = preset:tiny-llama
+drafter = ar
+draft_model = ../models/nodraft
 EOF
 want=(
     "bad.ini:2: repeat: expected an integer"
@@ -269,12 +279,14 @@ want=(
     "bad.ini:10: step_us: expected an int"
     "bad.ini:13: model: \"$tmp/s/../models/none\": No such file or directory (plugin ar loads a model folder or file here)"
     "bad.ini:7: file: \"nope.jsonl\": No such file or directory (expected a JSONL prompt set)"
+    # a model option (TB_OPTF_MODEL) is relative to the suite file, as model = is
+    "bad.ini:20: draft_model: [backend d] \"$tmp/s/../models/nodraft\": No such file or directory"
 )
 if [ -f "$http" ]; then
     printf '[backend t]\nplugin = %s\ntokenizer = sub/tokenizer.json\n' "$http" >>"$tmp/s/bad.ini"
     cp "$src/models/tiny-llama-random/tokenizer.json" "$tmp/s/sub/"
     # a path of an option is opened from the working directory; the hint names the one beside the suite
-    want+=("bad.ini:18: tokenizer: [backend t] \"sub/tokenizer.json\": No such file or directory (a path of an option is opened from the working directory; \"$tmp/s/sub/tokenizer.json\" exists: write that)")
+    want+=("bad.ini:23: tokenizer: [backend t] \"sub/tokenizer.json\": No such file or directory (a path of an option is opened from the working directory; \"$tmp/s/sub/tokenizer.json\" exists: write that)")
 fi
 (cd "$tmp" && "$tb" run "$tmp/s/bad.ini" --db "$tmp/bad.db" >"$tmp/bad.out" 2>"$tmp/bad.err")
 rc=$?

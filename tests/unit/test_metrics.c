@@ -589,6 +589,183 @@ static void test_case_moe(void)
     tb_case_record_free(&rec);
 }
 
+/* Speculative decoding (docs/METRICS.md, "Speculative decoding"): the
+ * formulas on hand-worked counts, the bounds, and a case's rows. */
+static tb_spec_counts spec_of(uint32_t k, const uint32_t *accepted, uint32_t n_verif)
+{
+    /* n_verif verifications of k draft tokens, the j-th accepting
+     * accepted[j] (a prefix of its draft) */
+    tb_spec_counts c = {.draft_len = k};
+    for (uint32_t j = 0; j < n_verif; j++) {
+        c.verifications++;
+        c.drafted += k;
+        c.accepted += accepted[j];
+        for (uint32_t i = 0; i < k; i++) {
+            c.drafted_at[i]++;
+            c.accepted_at[i] += i < accepted[j];
+        }
+    }
+    return c;
+}
+
+static void test_spec_formulas(void)
+{
+    /* 4 verifications of 4 drafted, accepting 4, 0, 3, 1: 8 of 16
+     * accepted; they yield 5 + 1 + 4 + 2 = 12 tokens, 3 a verification */
+    const uint32_t acc[] = {4, 0, 3, 1};
+    tb_spec_counts c = spec_of(4, acc, 4);
+    CHECK(c.accepted == 8 && c.drafted == 16);
+    CHECK_REL(tb_acceptance_length(&c), 3.0);
+    CHECK_REL(tb_acceptance_rate(&c), 0.5);
+    /* position 1 accepted by 3 of 4 (4, 3, 1), 2 by 2, 3 by 2, 4 by 1 */
+    CHECK_REL(tb_acceptance_at(&c, 0), 0.75);
+    CHECK_REL(tb_acceptance_at(&c, 1), 0.5);
+    CHECK_REL(tb_acceptance_at(&c, 2), 0.5);
+    CHECK_REL(tb_acceptance_at(&c, 3), 0.25);
+    CHECK(isnan(tb_acceptance_at(&c, 4)) && isnan(tb_acceptance_at(&c, TB_SPEC_MAX_DRAFT + 3)));
+    /* none accepted: 1 token a verification (the bonus), rate 0 */
+    const uint32_t none[] = {0, 0};
+    tb_spec_counts z = spec_of(2, none, 2);
+    CHECK_REL(tb_acceptance_length(&z), 1.0);
+    CHECK(tb_acceptance_rate(&z) == 0);
+    /* not speculative: undefined, not 0 */
+    tb_spec_counts zero = {0};
+    CHECK(isnan(tb_acceptance_length(&zero)) && isnan(tb_acceptance_rate(&zero)) && !tb_spec_any(&zero));
+    /* accepted counts without drafted ones (a server's): a length, no rate */
+    tb_spec_counts srv = {.verifications = 10, .accepted = 25};
+    CHECK_REL(tb_acceptance_length(&srv), 3.5);
+    CHECK(isnan(tb_acceptance_rate(&srv)) && tb_spec_any(&srv));
+    CHECK_REL(tb_draft_time_share(250, 1000), 0.25);
+    CHECK(isnan(tb_draft_time_share(0, 1000)) && isnan(tb_draft_time_share(10, -1)));
+    CHECK_REL(tb_target_forwards_per_token(5, 24), 5.0 / 24);
+    CHECK(isnan(tb_target_forwards_per_token(0, 24)) && isnan(tb_target_forwards_per_token(5, 0)));
+
+    /* the bounds: each impossible count named */
+    char why[120];
+    CHECK(tb_spec_check(&c, why, sizeof why) == NULL);
+    CHECK(tb_spec_check(&zero, why, sizeof why) == NULL);
+    CHECK(tb_spec_check(&srv, why, sizeof why) == NULL);
+    tb_spec_counts b = c;
+    b.accepted = 17;
+    CHECK(tb_spec_check(&b, why, sizeof why) && strcmp(why, "accepted 17 > drafted 16") == 0);
+    b = c;
+    b.accepted_at[1] = 4; /* as many as drafted: possible */
+    CHECK(tb_spec_check(&b, why, sizeof why) == NULL);
+    b.accepted_at[1] = 5;
+    CHECK(tb_spec_check(&b, why, sizeof why) && strcmp(why, "accepted_at[1] 5 > drafted_at[1] 4") == 0);
+    b = c;
+    b.drafted_at[2] = 5, b.accepted_at[2] = 5;
+    CHECK(tb_spec_check(&b, why, sizeof why) && strcmp(why, "drafted_at[2] 5 > verifications 4") == 0);
+    b = c;
+    b.draft_len = TB_SPEC_MAX_DRAFT + 1;
+    CHECK(tb_spec_check(&b, why, sizeof why) && strcmp(why, "draft_len 65 > 64") == 0);
+    b = c;
+    b.draft_len = 3; /* position 4 drafted past it */
+    CHECK(tb_spec_check(&b, why, sizeof why) &&
+          strcmp(why, "drafted_at[3] 4, accepted_at[3] 1 past draft_len 3") == 0);
+    b = (tb_spec_counts){.accepted = 1};
+    CHECK(tb_spec_check(&b, why, sizeof why) && strcmp(why, "0 drafted, 1 accepted in 0 verifications") == 0);
+}
+
+/* A case's speculative rows: per request over the measured good ones,
+ * per call over the measured speculative ones; none in a plain case. */
+static void test_case_spec(void)
+{
+    fake_case f;
+    fake_case_build(&f);
+    tb_case_metrics_opts o = {.capabilities = TB_CAP_STREAMING, .seed = 1};
+    tb_case_record rec = {0};
+    tb_case_metrics(f.v, 3, &o, &rec);
+    const tb_stats *st;
+    CHECK((st = metric_of(&rec, "acceptance_length")) && st->n == 0);
+    CHECK((st = metric_of(&rec, "acceptance_rate")) && st->n == 0);
+    CHECK((st = metric_of(&rec, "draft_time_share")) && st->n == 0);
+    CHECK((st = metric_of(&rec, "target_forwards_per_token")) && st->n == 0);
+    CHECK(metric_of(&rec, "acceptance_at_1") == NULL);
+    tb_case_record_free(&rec);
+
+    const uint32_t a40[] = {4, 0, 3, 1}, a2[] = {2, 2, 2}, junk[] = {1, 1};
+    f.req[0][0].spec = spec_of(2, junk, 2); /* warm-up: left out */
+    f.req[1][0].spec = spec_of(4, a40, 4);  /* length 3, rate 0.5 */
+    f.req[1][1].spec = spec_of(3, a2, 3);   /* length 3, rate 2/3, 3 positions */
+    f.req[2][0].spec = spec_of(4, a40, 2);  /* 4, 0: length 3, rate 0.5 */
+    f.req[2][1].spec = spec_of(4, junk, 2); /* failed: left out */
+    f.v[0].call.draft_ns = 90, f.v[0].call.decode_ns = 100;
+    f.v[1].call.draft_ns = 100, f.v[1].call.decode_ns = 400;
+    f.v[2].call.decode_ns = 400; /* no draft time reported: no share */
+    f.v[1].call.forward_passes = 1 + 4; /* 6 tokens */
+    f.v[2].call.forward_passes = 1 + 2; /* 3 tokens (its other request failed) */
+    rec = (tb_case_record){0};
+    tb_case_metrics(f.v, 3, &o, &rec);
+    /* pooled over the three measured good requests: 9 verifications, 33
+     * drafted, 18 accepted; position 1 drafted 9 times, accepted 3 + 3 +
+     * 1; position 4 drafted 4 + 2 times (the 3-token drafts have none),
+     * accepted 1 + 1 */
+    CHECK((st = metric_of(&rec, "acceptance_length")) && st->n == 1 && st->median == 3);
+    CHECK((st = metric_of(&rec, "acceptance_rate")) && st->n == 1);
+    CHECK_REL(st->median, 18.0 / 33);
+    CHECK((st = metric_of(&rec, "acceptance_at_1")) && st->n == 1);
+    CHECK_REL(st->median, 7.0 / 9);
+    CHECK((st = metric_of(&rec, "acceptance_at_4")) && st->n == 1);
+    CHECK_REL(st->median, 2.0 / 6);
+    CHECK(metric_of(&rec, "acceptance_at_5") == NULL);
+    CHECK((st = metric_of(&rec, "draft_time_share")) && st->n == 1 && st->median == 0.25);
+    CHECK((st = metric_of(&rec, "target_forwards_per_token")) && st->n == 2);
+    CHECK_REL(st->max, 1.0);     /* 3 forwards / 3 tokens */
+    CHECK_REL(st->min, 5.0 / 6); /* 5 forwards / 6 tokens */
+    for (size_t i = 0; i < rec.n_metrics; i++)
+        if (strncmp(rec.metrics[i].name, "acceptance_at_", 14) == 0)
+            CHECK_STR(rec.metrics[i].unit, "fraction");
+    CHECK(rec.samples[1].draft_ns == 100 && rec.samples[1].requests[1].spec.draft_len == 3);
+    tb_case_record_free(&rec);
+}
+
+/* vLLM's counters (tb_case_spec_counters): their growth over the case's
+ * scrapes, summed over label sets, gives the case's figures, one value
+ * each; per-request counts win; no counters, nothing. */
+static void test_case_spec_counters(void)
+{
+    tb_case_record rec = {0};
+    tb_case_record_add_metric(&rec, "acceptance_length", "tokens");
+    tb_case_record_add_metric(&rec, "acceptance_rate", "fraction");
+    tb_metric_record *len = &rec.metrics[0], *rate = &rec.metrics[1]; /* the array grows: after the adds */
+    tb_case_spec_counters(&rec, 1); /* no telemetry */
+    CHECK(len->st.n == 0 && rate->st.n == 0 && rec.n_metrics == 2);
+    tb_telemetry_series ts[] = {
+        {"u", "vllm:spec_decode_num_drafts_total{engine=\"0\"}"},
+        {"u", "vllm:spec_decode_num_drafts_total{engine=\"1\"}"},
+        {"u", "vllm:spec_decode_num_draft_tokens_total{engine=\"0\"}"},
+        {"u", "vllm:spec_decode_num_accepted_tokens{engine=\"0\"}"}, /* without _total */
+        {"u", "vllm:spec_decode_num_accepted_tokens_per_pos_total{engine=\"0\",position=\"0\"}"},
+        {"u", "vllm:spec_decode_num_accepted_tokens_per_pos_total{engine=\"0\",position=\"1\"}"},
+        {"u", "vllm:spec_decode_num_drafts_totally{engine=\"0\"}"}, /* not a counter of ours */
+    };
+    /* engine 0: drafts 100 -> 103, engine 1: 50 -> 51 (4 drafts); 16
+     * draft tokens; 8 accepted; position 0 accepted 3 times, 1 twice */
+    tb_telemetry_point tp[] = {
+        {0, 1, 100}, {1, 1, 50}, {2, 1, 400}, {3, 1, 200}, {4, 1, 75}, {5, 1, 50}, {6, 1, 0},
+        {0, 2, 101}, {6, 2, 1e6},
+        {0, 3, 103}, {1, 3, 51}, {2, 3, 416}, {3, 3, 208}, {4, 3, 78}, {5, 3, 52}, {6, 3, 1e9},
+    };
+    rec.tseries = ts;
+    rec.n_tseries = sizeof ts / sizeof *ts;
+    rec.tpoints = tp;
+    rec.n_tpoints = sizeof tp / sizeof *tp;
+    tb_case_spec_counters(&rec, 1);
+    len = &rec.metrics[0], rate = &rec.metrics[1];
+    CHECK(len->st.n == 1 && rate->st.n == 1);
+    CHECK_REL(len->st.mean, 3.0);  /* (8 + 4) / 4 */
+    CHECK_REL(rate->st.mean, 0.5); /* 8 / 16 */
+    const tb_stats *st;
+    CHECK((st = metric_of(&rec, "acceptance_at_1")) && st->n == 1);
+    CHECK_REL(st->mean, 0.75);
+    CHECK((st = metric_of(&rec, "acceptance_at_2")) && st->n == 1);
+    CHECK_REL(st->mean, 0.5);
+    CHECK(metric_of(&rec, "acceptance_at_3") == NULL);
+    rec.tseries = NULL, rec.tpoints = NULL, rec.n_tseries = rec.n_tpoints = 0;
+    tb_case_record_free(&rec);
+}
+
 static void test_case_measured_only(void)
 {
     fake_case f;
@@ -854,7 +1031,11 @@ static void registry_row(size_t i, char *out, size_t cap)
     const tb_metric_def *d = &tb_metric_defs[i];
     size_t n = strlen(d->name);
     snprintf(out, cap, "| `%s%s` | %s | %s | %s | %s%s%s |", d->name,
-             d->name[n - 1] != '_' ? "" : strcmp(d->name, "errors_") == 0 ? "CLASS" : "TAG", d->unit,
+             d->name[n - 1] != '_'                ? ""
+             : strcmp(d->name, "errors_") == 0        ? "CLASS"
+             : strcmp(d->name, "acceptance_at_") == 0 ? "I"
+                                                      : "TAG",
+             d->unit,
              better_word(d->better), d->samples, d->summary ? "`" : "", d->summary ? d->summary : "-",
              d->summary ? "`" : "");
 }
@@ -1170,6 +1351,9 @@ int main(void)
     test_random_reps();
     test_case_measured_only();
     test_case_moe();
+    test_spec_formulas();
+    test_case_spec();
+    test_case_spec_counters();
     test_case_client_busy();
     test_case_sent_rate();
     test_case_goodput();

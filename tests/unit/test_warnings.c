@@ -325,6 +325,20 @@ static void test_contradiction(void)
     tb_warnings_free(&w);
     pair_init(&f, NAN, 363.8, NAN, 245.8, 10);
     CHECK(contradictions_of(&f) == 0);
+    /* speculative cases (draft_len 3 vs 7): forwards count the target's
+     * only, and the longer draft may cost more than it saves: nothing */
+    pair_init(&f, 1.30, 363.8, 2.50, 245.8, 10);
+    tb_rmetric spec[2][3];
+    for (int k = 0; k < 2; k++) {
+        spec[k][0] = f.m[k][0];
+        spec[k][1] = f.m[k][1];
+        spec[k][2] = metric("acceptance_length", 1, 3.0, 0);
+        f.c[k].metrics = spec[k];
+        f.c[k].n_metrics = 3;
+    }
+    CHECK(contradictions_of(&f) == 0);
+    f.c[0].n_metrics = f.c[1].n_metrics = 2; /* the same pair, not speculative: found */
+    CHECK(contradictions_of(&f) == 1);
 }
 
 static void test_other_rules(void)

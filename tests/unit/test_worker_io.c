@@ -11,7 +11,11 @@
  * $TB_NULL_PLUGIN) does with a frame its message table cannot take: a
  * known type of another size (a CASE that carries a search's run, the
  * old form of CASE_LOAD) or an unknown type is refused, never misread:
- * the worker says so on its stderr (through the relay) and ends. */
+ * the worker says so on its stderr (through the relay) and ends.
+ *
+ * And the RESULT frame's decode (proc/wire.c): a request whose
+ * speculative counts are impossible fails with the reason, its counts
+ * dropped; the call's draft_ns outside the call is a malformed result. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdio.h>
@@ -229,8 +233,58 @@ static void test_frames_refused(void)
     free(path);
 }
 
+/* One call of 3 requests as a worker sends it: request 0's counts
+ * possible, 1's accepted > drafted, 2's (already failed) a position past
+ * draft_len. */
+static void test_result_spec_bounds(void)
+{
+    struct {
+        tb_wire_case wc;
+        tb_raw_call call;
+        tb_raw_request req[3];
+    } m;
+    memset(&m, 0, sizeof m);
+    m.wc.n_calls = 1;
+    m.call.n_requests = 3;
+    m.call.t_call_ns = 1000, m.call.t_return_ns = 5000;
+    m.call.draft_ns = 1000;
+    tb_spec_counts ok = {.verifications = 2, .drafted = 4, .accepted = 3, .draft_len = 2,
+                         .drafted_at = {2, 2}, .accepted_at = {2, 1}};
+    for (int r = 0; r < 3; r++) {
+        m.req[r].status = TB_OK;
+        m.req[r].spec = ok;
+    }
+    m.req[1].spec.accepted = 5;
+    m.req[2].status = TB_ERR;
+    snprintf(m.req[2].error, sizeof m.req[2].error, "http_5xx: HTTP 500");
+    m.req[2].spec.drafted_at[3] = 1;
+    tb_call_view *calls;
+    size_t n;
+    int64_t rss;
+    char *err = NULL;
+    CHECK(tb_wire_decode_result((const char *)&m, sizeof m, 3, &calls, &n, &rss, &err) == 0 && n == 1);
+    if (n == 1) {
+        const tb_raw_request *q = calls[0].req;
+        CHECK(q[0].status == TB_OK && q[0].spec.accepted == 3 && q[0].spec.drafted_at[1] == 2);
+        CHECK(q[1].status == TB_ERR && q[1].spec.accepted == 0 && q[1].spec.verifications == 0);
+        CHECK_STR(q[1].error, "impossible figure: speculative counts: accepted 5 > drafted 4");
+        CHECK(q[2].status == TB_ERR && q[2].spec.drafted_at[3] == 0);
+        CHECK_STR(q[2].error, "http_5xx: HTTP 500"); /* its own reason kept */
+    }
+    tb_wire_result_free(calls, n);
+    m.call.draft_ns = 4001; /* longer than the call */
+    CHECK(tb_wire_decode_result((const char *)&m, sizeof m, 3, &calls, &n, &rss, &err) == -1);
+    CHECK(err && strstr(err, "draft_ns outside the call"));
+    free(err);
+    err = NULL;
+    m.call.draft_ns = -1;
+    CHECK(tb_wire_decode_result((const char *)&m, sizeof m, 3, &calls, &n, &rss, &err) == -1);
+    free(err);
+}
+
 int main(void)
 {
+    test_result_spec_bounds();
     test_lines_then_last_words();
     test_long_line();
     test_pipe_held_open();

@@ -82,7 +82,11 @@ tb_status tb_load(const char *spec, int want_diffusion, int on_gpu, int fp8, uin
     } else {
         rc = tb_model_load(spec, m, err, err_size);
     }
-    if (rc == 0 && tb_arch_is_diffusion(m->cfg.arch) != (want_diffusion != 0)) {
+    /* the ar backend also runs SDAR's layout causally (its AR mode) */
+    int causal_block = want_diffusion == TB_LOAD_AR_OR_SDAR && m->cfg.arch == TB_ARCH_SDAR;
+    if (want_diffusion == TB_LOAD_AR_OR_SDAR)
+        want_diffusion = 0;
+    if (rc == 0 && !causal_block && tb_arch_is_diffusion(m->cfg.arch) != (want_diffusion != 0)) {
         snprintf(err, err_size, "%s: %s is %s model: use plugin = %s", spec, m->cfg.arch_name,
                  want_diffusion ? "not a diffusion (LLaDA or Dream)" : "a diffusion", want_diffusion ? "ar" : "diffusion");
         rc = -1;

@@ -43,8 +43,10 @@ typedef struct tb_loaded {
  * messages say so), else `otherwise`. */
 tb_status tb_status_of(const char *err, tb_status otherwise);
 
-/* Load `spec` for a backend that runs diffusion models (want_diffusion)
- * or autoregressive ones, on the GPU (on_gpu, CUDA builds) or the CPU.
+/* Load `spec` for a backend that runs diffusion models (want_diffusion
+ * 1) or autoregressive ones (0), or either an autoregressive model or a
+ * block-diffusion model in SDAR's layout run causally, its AR mode
+ * (TB_LOAD_AR_OR_SDAR: the ar backend), on the GPU (on_gpu, CUDA builds) or the CPU.
  * A preset's random weights are made where they run. fp8 (the `dtype`
  * option's fp8): the projection weights in E4M3 with per-channel scales
  * (model.h's tb_model_round_fp8 on the CPU; the GPU keeps the codes).
@@ -53,6 +55,7 @@ tb_status tb_status_of(const char *err, tb_status otherwise);
  * with fp8). Returns TB_OK, TB_ERR_NO_MEMORY, TB_ERR_UNSUPPORTED (fp8 of a
  * model it does not cover, tp on the CPU, tp with fp8) or TB_ERR_MODEL
  * with the reason in err. */
+#define TB_LOAD_AR_OR_SDAR 2
 tb_status tb_load(const char *spec, int want_diffusion, int on_gpu, int fp8, uint64_t preset_seed, int tp,
                   tb_loaded *out, char *err, size_t err_size);
 
