@@ -224,7 +224,11 @@ for r in reports:
         what = "%s: %s chart %r" % (r, c["kind"], c["title"])
         if not (c["w"] >= 600 and c["h"] >= 300):
             bad.append("%s laid out at %dx%d" % (what, c["w"], c["h"]))
-        if not (c["curves"] >= 1 and c["length"] >= 100):
+        # a Pareto front of measured points may be one point (one case
+        # faster and better than the rest on this machine) or two close
+        # ones: its drawn length is the data's, not the renderer's
+        min_len = 0 if c["kind"] == "pareto" and r == "quick" else 100
+        if not (c["curves"] >= 1 and c["length"] >= min_len):
             bad.append("%s: %d curves, %d px drawn" % (what, c["curves"], c["length"]))
         if c["ticks"] < 4:
             bad.append("%s: %d tick labels" % (what, c["ticks"]))
@@ -258,7 +262,7 @@ if "report" in charts:
 if "quick" in charts:
     # sdar's thresholds: curves of the batch and ITL charts (one ITL chart
     # per batch), never a chart of their own
-    if kinds("quick") != {"steps": 4, "latency": 1, "throughput": 1, "itl": 2, "pareto": 1}:
+    if kinds("quick") != {"steps": 4, "latency": 1, "throughput": 1, "itl": 2, "pareto": 1, "acceptance": 1}:
         bad.append("quick: charts %s" % kinds("quick"))
     for c in charts["quick"]:
         if "threshold" in c["title"]:

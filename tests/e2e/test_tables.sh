@@ -139,7 +139,8 @@ if fixture=$(bash "$src/tests/e2e/quick_fixture.sh" check "$build" "$src"); then
         done
         # the side-by-side: every backend in a header of its tables, every
         # table of the same rows (as many as the first)
-        tr -d '\r' <"$tmp/quick$w.out" | sed -n '/^side by side/,/^req tok\/s:/p' >"$tmp/sbs$w.txt"
+        # (up to the tables after it: speculative decoding, warnings, the legend)
+        tr -d '\r' <"$tmp/quick$w.out" | awk '/^side by side/ {on = 1} /^(Speculative decoding:|warnings:|req tok\/s:)/ {on = 0} on' >"$tmp/sbs$w.txt"
         for b in $backends; do
             grep -qE "^(prompt|new|batch|steps)  .*  $b( |$)" "$tmp/sbs$w.txt" \
                 || fail "show on $w columns: $b in no side-by-side table: $(head -5 "$tmp/sbs$w.txt")"
