@@ -54,7 +54,9 @@ static inline void *open_ctx(const char *model, const test_option *set, size_t n
     return st == TB_OK ? ctx : NULL;
 }
 
-/* generate() of R text prompts, N new tokens; options as set. */
+/* generate() of R text prompts (texts NULL: synthetic prompts of 16
+ * tokens, for presets, which have no tokenizer), N new tokens; options as
+ * set. */
 static inline void generate(void *ctx, const char *const *texts, uint32_t R, uint32_t N, uint64_t seed,
                             const test_option *set, size_t n_set, run *out)
 {
@@ -68,7 +70,7 @@ static inline void generate(void *ctx, const char *const *texts, uint32_t R, uin
     for (uint32_t r = 0; r < R; r++)
         rr[r].n_answer_tokens = TB_UNKNOWN_COUNT;
     tb_request rq = {.struct_size = sizeof rq, .n_requests = R, .max_new_tokens = N, .batch = R, .seed = seed,
-                     .prompt_text = texts, .options = v, .n_options = n};
+                     .prompt_text = texts, .prompt_tokens = texts ? 0 : 16, .options = v, .n_options = n};
     tb_result res = {.struct_size = sizeof res, .n_requests = R, .requests = rr, .spec = sc};
     memset(test_emitted, 0, sizeof test_emitted);
     memset(out, 0, sizeof *out);

@@ -264,7 +264,7 @@ static void dflash_presets(void)
             continue;
         }
         static run got;
-        generate(ctx, ragged, 4, 36, 1, set, NSET(set), &got);
+        generate(ctx, NULL, 4, 36, 1, set, NSET(set), &got); /* a preset has no tokenizer */
         CHECK(got.st == TB_OK);
         if (got.st != TB_OK)
             fprintf(stderr, "generate: %s\n", got.error);
