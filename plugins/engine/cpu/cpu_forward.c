@@ -130,7 +130,7 @@ void tb_cpu_state_free(tb_cpu_state *st)
 
 /* y[r] = x[r] / rms(x[r]) * w, over rows of width n (as transformers'
  * LlamaRMSNorm: mean of squares in float32, then rsqrt(. + eps)). */
-static void rmsnorm(float *y, const float *x, const float *w, int rows, int n, double eps)
+void tb_cpu_rmsnorm(float *y, const float *x, const float *w, int rows, int n, double eps)
 {
     for (int r = 0; r < rows; r++) {
         const float *xr = x + (size_t)r * n;
@@ -177,7 +177,7 @@ static void fp8_act_round(const tb_cpu_state *st, float *a, int rows, int cols, 
 /* Half-split (NeoX) rotary embedding of the first rope_dim dims of one
  * head vector at position pos (the rest, partial rotary, unchanged):
  * x' = x cos + rotate_half(x) sin, rotate_half(x) = [-x2, x1]. */
-static void rope(float *v, int rope_dim, int pos, const float *inv_freq)
+void tb_cpu_rope(float *v, int rope_dim, int pos, const float *inv_freq)
 {
     int half = rope_dim / 2;
     for (int i = 0; i < half; i++) {
@@ -216,7 +216,7 @@ static void layer_forward(tb_cpu_state *st, int l, int n_seqs, int n_new, int ma
     size_t layer_off = (size_t)l * (size_t)st->max_seqs * (size_t)st->max_len * (size_t)kvd;
 
     /* attention block */
-    rmsnorm(st->xn, st->x, L->attn_norm, rows, h, c->rms_eps);
+    tb_cpu_rmsnorm(st->xn, st->x, L->attn_norm, rows, h, c->rms_eps);
     fp8_act_round(st, st->xn, rows, h, h);
     matmul_t(st->qkv, st->xn, L->wqkv, rows, qkvd, h, 0);
     for (int r = 0; r < rows; r++) {
@@ -227,13 +227,13 @@ static void layer_forward(tb_cpu_state *st, int l, int n_seqs, int n_new, int ma
             for (int i = 0; i < qkvd; i++)
                 q[i] += L->bqkv[i];
         if (L->q_norm) { /* Qwen3: RMSNorm of each q and k head, before RoPE */
-            rmsnorm(q, q, L->q_norm, c->n_heads, hd, c->rms_eps);
-            rmsnorm(q + nq, q + nq, L->k_norm, c->n_kv_heads, hd, c->rms_eps);
+            tb_cpu_rmsnorm(q, q, L->q_norm, c->n_heads, hd, c->rms_eps);
+            tb_cpu_rmsnorm(q + nq, q + nq, L->k_norm, c->n_kv_heads, hd, c->rms_eps);
         }
         for (int hh = 0; hh < c->n_heads; hh++)
-            rope(q + hh * hd, rd, rpos, m->rope_inv_freq);
+            tb_cpu_rope(q + hh * hd, rd, rpos, m->rope_inv_freq);
         for (int hh = 0; hh < c->n_kv_heads; hh++)
-            rope(q + nq + hh * hd, rd, rpos, m->rope_inv_freq);
+            tb_cpu_rope(q + nq + hh * hd, rd, rpos, m->rope_inv_freq);
         /* append k, v to this sequence's cache */
         size_t at = layer_off + ((size_t)slot * st->max_len + (size_t)pos) * kvd;
         memcpy(st->k_cache + at, q + nq, (size_t)kvd * sizeof(float));
@@ -290,7 +290,7 @@ static void layer_forward(tb_cpu_state *st, int l, int n_seqs, int n_new, int ma
     }
 
     /* MLP block: x += down(silu(gate(xn)) * up(xn)), or the experts' */
-    rmsnorm(st->xn, st->x, L->mlp_norm, rows, h, c->rms_eps);
+    tb_cpu_rmsnorm(st->xn, st->x, L->mlp_norm, rows, h, c->rms_eps);
     if (L->router) {
         tb_moe_weights w = {.router = L->router, .score_bias = L->score_bias, .gate_up = L->experts_gate_up,
                             .down = L->experts_down, .shared_gate_up = L->shared_gate_up,
@@ -405,14 +405,14 @@ static void head(tb_cpu_state *st, int n_seqs, int n_new, int all_logits, float 
     int h = c->hidden_size;
     if (all_logits) {
         int rows = n_seqs * n_new;
-        rmsnorm(st->xn, st->x, m->final_norm, rows, h, c->rms_eps);
+        tb_cpu_rmsnorm(st->xn, st->x, m->final_norm, rows, h, c->rms_eps);
         matmul_t(logits, st->xn, m->lm_head, rows, logit_width(m), h, 0);
     } else {
         /* only each sequence's last position: gather, norm, one GEMM */
         for (int b = 0; b < n_seqs; b++)
             memcpy(st->xn + (size_t)b * h, st->x + ((size_t)b * n_new + (size_t)n_new - 1) * h,
                    (size_t)h * sizeof(float));
-        rmsnorm(st->xn, st->xn, m->final_norm, n_seqs, h, c->rms_eps);
+        tb_cpu_rmsnorm(st->xn, st->xn, m->final_norm, n_seqs, h, c->rms_eps);
         matmul_t(logits, st->xn, m->lm_head, n_seqs, logit_width(m), h, 0);
     }
 }
@@ -534,7 +534,7 @@ int tb_cpu_forward_rows(tb_cpu_state *st, const int32_t *tokens, const int *slot
     for (int b = 0; b < n_seqs; b++) /* gather the head rows (in place: never ahead of the source) */
         memmove(st->xn + (size_t)b * head_rows * h, st->x + ((size_t)b * n_new + head_row0) * h,
                 (size_t)head_rows * h * sizeof(float));
-    rmsnorm(st->xn, st->xn, m->final_norm, rows, h, m->cfg.rms_eps);
+    tb_cpu_rmsnorm(st->xn, st->xn, m->final_norm, rows, h, m->cfg.rms_eps);
     matmul_t(logits, st->xn, m->lm_head, rows, logit_width(m), h, 0);
     return 0;
 }

@@ -149,6 +149,14 @@ int tb_cpu_forward_at(tb_cpu_state *st, const int32_t *tokens, int n_seqs, int p
 int tb_cpu_forward_rows(tb_cpu_state *st, const int32_t *tokens, const int *slots, int n_seqs, int pos0, int n_new,
                         int n_attend, int mask_block, int head_row0, int head_rows, float *logits);
 
+/* The element-wise steps every CPU forward shares (the engine's and the
+ * DFlash drafter's, dflash.c): y[r] = x[r] / rms(x[r]) * w over rows of
+ * width n (transformers' RMSNorm: mean of squares in float32, then
+ * rsqrt(. + eps)); half-split (NeoX) rotary embedding of the first
+ * rope_dim dims of one head vector at position pos. */
+void tb_cpu_rmsnorm(float *y, const float *x, const float *w, int rows, int n, double eps);
+void tb_cpu_rope(float *v, int rope_dim, int pos, const float *inv_freq);
+
 /* The layers without the LM head: after the call st->x holds the final
  * hidden states (before the final norm) of the n_seqs * n_new rows. For
  * tests that compare per-layer states: stop after `n_layers` layers. */

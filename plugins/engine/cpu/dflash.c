@@ -1,8 +1,11 @@
-/* dflash.c — see dflash.h. The element-wise steps (RMSNorm, RoPE,
- * softmax, SwiGLU) are cpu_forward.c's, in the same float32 order, so the
- * drafter and the target round alike; the products are OpenBLAS. */
+/* dflash.c — see dflash.h. RMSNorm and RoPE are cpu_forward.c's
+ * (tb_cpu_rmsnorm, tb_cpu_rope); softmax and SwiGLU follow its float32
+ * order, so the drafter and the target round alike; the products are
+ * OpenBLAS. */
 #define _GNU_SOURCE
 #include "dflash.h"
+
+#include "cpu_forward.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -14,38 +17,11 @@
 /* Rows of one append's scratch: a longer append runs in chunks */
 #define APPEND_CHUNK 256
 
-static void rmsnorm(float *y, const float *x, const float *w, int rows, int n, double eps)
-{
-    for (int r = 0; r < rows; r++) {
-        const float *xr = x + (size_t)r * n;
-        float *yr = y + (size_t)r * n;
-        float ss = 0;
-        for (int i = 0; i < n; i++)
-            ss += xr[i] * xr[i];
-        float inv = 1.0f / sqrtf(ss / (float)n + (float)eps);
-        for (int i = 0; i < n; i++)
-            yr[i] = w[i] * (xr[i] * inv);
-    }
-}
-
 /* C[rows][out] (+)= A[rows][in] (row stride lda) . W[out][in]^T */
 static void matmul_t(float *c, const float *a, int lda, const float *w, int rows, int out, int in, int accumulate)
 {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out, in, 1.0f, a, lda, w, in,
                 accumulate ? 1.0f : 0.0f, c, out);
-}
-
-/* Half-split rotary embedding of one head vector (cpu_forward.c's) */
-static void rope(float *v, int rope_dim, int pos, const float *inv_freq)
-{
-    int half = rope_dim / 2;
-    for (int i = 0; i < half; i++) {
-        float angle = (float)pos * inv_freq[i];
-        float cs = cosf(angle), sn = sinf(angle);
-        float a = v[i], b = v[i + half];
-        v[i] = a * cs - b * sn;
-        v[i + half] = b * cs + a * sn;
-    }
 }
 
 int tb_dflash_check_target(const tb_model_config *d, const tb_model_config *t, char *err, size_t err_size)
@@ -194,7 +170,7 @@ int tb_dflash_append(tb_dflash_state *st, int slot, const float *features, int n
         int rows = n - r0 < st->chunk ? n - r0 : st->chunk, pos0 = st->ctx_len[slot];
         /* ctx = hidden_norm(fc(features)): once, shared by every layer */
         matmul_t(st->ctx, features + (size_t)r0 * st->feat, st->feat, d->fc, rows, h, st->feat, 0);
-        rmsnorm(st->ctx, st->ctx, d->hidden_norm, rows, h, c->rms_eps);
+        tb_cpu_rmsnorm(st->ctx, st->ctx, d->hidden_norm, rows, h, c->rms_eps);
         for (int l = 0; l < c->n_layers; l++) {
             const tb_layer *L = &d->layers[l];
             /* k and v rows of the fused projection: [2 kvd][h] after the q rows */
@@ -205,9 +181,9 @@ int tb_dflash_append(tb_dflash_state *st, int slot, const float *features, int n
                 if (L->bqkv)
                     for (int i = 0; i < 2 * kvd; i++)
                         k[i] += L->bqkv[nq + i];
-                rmsnorm(k, k, L->k_norm, c->n_kv_heads, hd, c->rms_eps);
+                tb_cpu_rmsnorm(k, k, L->k_norm, c->n_kv_heads, hd, c->rms_eps);
                 for (int hh = 0; hh < c->n_kv_heads; hh++)
-                    rope(k + hh * hd, rd, pos0 + r, d->rope_inv_freq);
+                    tb_cpu_rope(k + hh * hd, rd, pos0 + r, d->rope_inv_freq);
                 memcpy(st->k_cache + off + (size_t)(pos0 + r) * kvd, k, (size_t)kvd * sizeof(float));
                 memcpy(st->v_cache + off + (size_t)(pos0 + r) * kvd, v, (size_t)kvd * sizeof(float));
             }
@@ -227,7 +203,7 @@ static void layer_forward(tb_dflash_state *st, int l, const int *slots, int n_se
     int kvd = c->n_kv_heads * hd, qkvd = nq + 2 * kvd, inter = c->intermediate_size;
     int group = c->n_heads / c->n_kv_heads, rd = tb_config_rope_dim(c);
 
-    rmsnorm(st->xn, st->x, W->attn_norm, rows, h, c->rms_eps);
+    tb_cpu_rmsnorm(st->xn, st->x, W->attn_norm, rows, h, c->rms_eps);
     matmul_t(st->qkv, st->xn, h, W->wqkv, rows, qkvd, h, 0);
     for (int r = 0; r < rows; r++) {
         float *q = st->qkv + (size_t)r * qkvd;
@@ -235,12 +211,12 @@ static void layer_forward(tb_dflash_state *st, int l, const int *slots, int n_se
         if (W->bqkv)
             for (int i = 0; i < qkvd; i++)
                 q[i] += W->bqkv[i];
-        rmsnorm(q, q, W->q_norm, c->n_heads, hd, c->rms_eps);
-        rmsnorm(q + nq, q + nq, W->k_norm, c->n_kv_heads, hd, c->rms_eps);
+        tb_cpu_rmsnorm(q, q, W->q_norm, c->n_heads, hd, c->rms_eps);
+        tb_cpu_rmsnorm(q + nq, q + nq, W->k_norm, c->n_kv_heads, hd, c->rms_eps);
         for (int hh = 0; hh < c->n_heads; hh++)
-            rope(q + hh * hd, rd, pos, d->rope_inv_freq);
+            tb_cpu_rope(q + hh * hd, rd, pos, d->rope_inv_freq);
         for (int hh = 0; hh < c->n_kv_heads; hh++)
-            rope(q + nq + hh * hd, rd, pos, d->rope_inv_freq);
+            tb_cpu_rope(q + nq + hh * hd, rd, pos, d->rope_inv_freq);
     }
     /* per (sequence, head): keys = the slot's C cached context positions,
      * then the block's L rows; no mask */
@@ -280,7 +256,7 @@ static void layer_forward(tb_dflash_state *st, int l, const int *slots, int n_se
     }
     matmul_t(st->x, st->att, nq, W->wo, rows, h, nq, 1); /* residual add */
 
-    rmsnorm(st->xn, st->x, W->mlp_norm, rows, h, c->rms_eps);
+    tb_cpu_rmsnorm(st->xn, st->x, W->mlp_norm, rows, h, c->rms_eps);
     matmul_t(st->gu, st->xn, h, W->w_gate_up, rows, 2 * inter, h, 0);
     for (int r = 0; r < rows; r++) {
         float *g = st->gu + (size_t)r * 2 * inter, *u = g + inter;
@@ -311,7 +287,7 @@ int tb_dflash_draft(tb_dflash_state *st, const int *slots, int n_seqs, const int
     }
     for (int l = 0; l < c->n_layers; l++)
         layer_forward(st, l, slots, n_seqs, L);
-    rmsnorm(st->xn, st->x, st->d->final_norm, rows, h, c->rms_eps);
+    tb_cpu_rmsnorm(st->xn, st->x, st->d->final_norm, rows, h, c->rms_eps);
     float *out = logits ? logits : st->logits;
     matmul_t(out, st->xn, h, st->lm_head, rows, st->vocab, h, 0);
     if (draft)
