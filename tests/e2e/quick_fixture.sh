@@ -89,9 +89,11 @@ run)
         # over them: its relative paths made absolute, its prompt file ours
         awk -v n="$every" '(NR - 1) % n == 0' "$src/suites/data/quick.jsonl" >"$dir/prompts.jsonl"
         run_suite=$dir/quick-sample.ini
-        sed -e "s|^model = \.\./models/|model = $src/models/|" -e "s|^file = data/quick\.jsonl|file = $dir/prompts.jsonl|" \
-            "$suite" >"$run_suite"
-        [ "$(grep -c "^model = $src/models/\|^file = $dir/prompts.jsonl" "$run_suite")" = 5 ] \
+        # (model = and draft_model = lines: every model path the suite names)
+        sed -e "s|^\(draft_\)\{0,1\}model = \.\./models/|\1model = $src/models/|" \
+            -e "s|^file = data/quick\.jsonl|file = $dir/prompts.jsonl|" "$suite" >"$run_suite"
+        want=$(grep -c "^\(draft_\)\{0,1\}model = \.\./models/\|^file = data/quick\.jsonl" "$suite")
+        [ "$want" -ge 5 ] && [ "$(grep -c "^\(draft_\)\{0,1\}model = $src/models/\|^file = $dir/prompts.jsonl" "$run_suite")" = "$want" ] \
             || { echo "FAIL: quick.ini's model or prompt lines changed: $run_suite"; exit 1; }
     fi
     "$build/tokbench" run "$run_suite" --db "$dir/quick.db.partial" >"$dir/quick.out" 2>"$dir/quick.err"
