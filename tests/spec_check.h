@@ -38,6 +38,7 @@ typedef struct run {
     tb_spec_counts spec[MAX_R];
     uint32_t emitted[MAX_R];
     int64_t forwards, draft_ns;
+    double flops, bytes; /* the roofline's work (the GPU reports it) */
     char error[512];
 } run;
 
@@ -85,6 +86,8 @@ static inline void generate(void *ctx, const char *const *texts, uint32_t R, uin
     }
     out->forwards = res.forward_passes;
     out->draft_ns = res.draft_ns;
+    out->flops = res.flops;
+    out->bytes = res.bytes;
 }
 
 /* The counts of one request hang together; exact: nothing was cut. */

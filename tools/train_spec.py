@@ -1134,7 +1134,7 @@ def build_parser():
 def main():
     args = build_parser().parse_args()
     if args.time_budget is None:
-        args.time_budget = {"draft": 300.0, "self": 400.0, "dflash": 420.0}[args.mode]
+        args.time_budget = {"draft": 300.0, "self": 400.0, "dflash": 460.0}[args.mode]
     t0 = time.time()
     {"draft": cmd_draft, "self": cmd_self, "dflash": cmd_dflash}[args.mode](args)
     log("DONE %s in %.0f s: %s" % (args.mode, time.time() - t0, os.path.join(args.out, FOLDER[args.mode])))

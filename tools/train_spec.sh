@@ -10,7 +10,7 @@
 # npm work). On one H100 (2026-12-06, the three side by side on one card:
 # 7200 steps of draft took 163 s of training, self 374 s, dflash 110 ms a
 # step, about twice its time alone): alone, draft ~3 min, dflash ~8 (its
-# training stops at 420 s), self ~8 (stops at 400 s).
+# training stops at 460 s), self ~8 (stops at 400 s).
 # A stop says so in TRAINING.md (fewer steps). Run one model a call where a
 # command may last 10 minutes at most, and not side by side on one card
 # (each step slows about 2x).

@@ -230,6 +230,11 @@ static void dar_memory_start(void *ctx)
     tb_loaded_memory_start(&((draft_ar *)ctx)->ld);
 }
 
+static void dar_take_work(void *ctx, double *flops, double *bytes)
+{
+    tb_loaded_take_work(&((draft_ar *)ctx)->ld, flops, bytes);
+}
+
 static const char *dar_error(void *ctx)
 {
     return ((draft_ar *)ctx)->error;
@@ -246,6 +251,7 @@ static const ar_drafter_ops dar_ops = {
     .default_len = dar_default_len,
     .memory_peak = dar_memory_peak,
     .memory_start = dar_memory_start,
+    .take_work = dar_take_work,
     .error = dar_error,
     .free = dar_free,
 };

@@ -43,7 +43,7 @@ typedef struct draft_dflash {
     int V, feat;
     int *base;               /* [seqs] n of the slot at its last proposal */
     int32_t *anchors;        /* [seqs] */
-    float *logits;           /* [seqs][k + 1][vocab] sampled proposals (CPU) */
+    float *logits;           /* [seqs][block][vocab] a sampled proposal's logits (host) */
     float *scratch;          /* [2 vocab] sampling */
     char error[600];
 } draft_dflash;
@@ -146,8 +146,8 @@ static int ddf_reserve(void *ctx, int seqs, int len, int prompt, int k)
     d->seqs = d->len = 0;
     d->base = calloc((size_t)s, sizeof *d->base);
     d->anchors = malloc((size_t)s * sizeof *d->anchors);
-    d->logits = d->on_gpu ? NULL : malloc((size_t)s * (size_t)c->block_size * (size_t)d->V * sizeof *d->logits);
-    if (!d->base || !d->anchors || (!d->on_gpu && !d->logits)) {
+    d->logits = malloc((size_t)s * (size_t)c->block_size * (size_t)d->V * sizeof *d->logits);
+    if (!d->base || !d->anchors || !d->logits) {
         set_err(d, "out of memory");
         return -1;
     }
@@ -230,22 +230,18 @@ static int ddf_propose(void *ctx, const int *slots, int B, const int32_t *const 
         d->anchors[b] = seq[b][n[b] - 1];
         d->base[slots[b]] = n[b];
     }
-    const int L = k + 1, V = d->V;
+    const int L = k + 1, V = d->V, sampled = smp->temperature > 0;
 #ifdef TB_HAVE_CUDA
     if (d->on_gpu) {
-        if (smp->temperature > 0) {
-            set_err(d, "sampled drafting (temperature > 0) on CUDA: not yet; the CPU drafts sampled, CUDA greedy");
-            return -1;
-        }
-        if (tb_gpu_dflash_draft(d->g, slots, B, d->anchors, L, draft) != 0) {
+        /* the greedy draft is the device's argmax; a sampled one is drawn
+         * on the host from the drafted rows' logits, as the CPU's */
+        if (tb_gpu_dflash_draft(d->g, slots, B, d->anchors, L, draft, sampled ? d->logits : NULL) != 0) {
             set_err(d, tb_gpu_dflash_error(d->g));
             return -1;
         }
-        return 0;
-    }
+    } else
 #endif
-    int sampled = smp->temperature > 0;
-    if (tb_dflash_draft(&d->st, slots, B, d->anchors, L, sampled ? d->logits : NULL, sampled ? NULL : draft) != 0) {
+        if (tb_dflash_draft(&d->st, slots, B, d->anchors, L, sampled ? d->logits : NULL, sampled ? NULL : draft) != 0) {
         set_err(d, "the draft does not fit what was reserved");
         return -1;
     }
@@ -304,6 +300,18 @@ static void ddf_memory_start(void *ctx)
     (void)ctx;
 }
 
+static void ddf_take_work(void *ctx, double *flops, double *bytes)
+{
+    draft_dflash *d = ctx;
+    *flops = *bytes = 0;
+#ifdef TB_HAVE_CUDA
+    if (d->on_gpu && d->reserved)
+        tb_gpu_dflash_take_work(d->g, flops, bytes);
+#else
+    (void)d;
+#endif
+}
+
 static const char *ddf_error(void *ctx)
 {
     return ((draft_dflash *)ctx)->error;
@@ -321,6 +329,7 @@ static const ar_drafter_ops ddf_ops = {
     .default_len = ddf_default_len,
     .memory_peak = ddf_memory_peak,
     .memory_start = ddf_memory_start,
+    .take_work = ddf_take_work,
     .error = ddf_error,
     .free = ddf_free,
 };

@@ -65,6 +65,11 @@ typedef struct ar_drafter_ops {
      * own model and cache; 0 when it shares the target's, -1 on the CPU). */
     int64_t (*memory_peak)(void *ctx);
     void (*memory_start)(void *ctx);
+    /* The device work of the drafter's own forwards since the last call
+     * (the roofline's FLOPs and bytes, docs/METRICS.md), then zeroed; 0
+     * and 0 where it has none of its own: on the CPU, and the self
+     * drafter, whose forwards the target's engine counts. */
+    void (*take_work)(void *ctx, double *flops, double *bytes);
     const char *(*error)(void *ctx);
     void (*free)(void *ctx);
 } ar_drafter_ops;

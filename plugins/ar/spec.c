@@ -176,6 +176,8 @@ tb_status ar_spec_generate(const ar_spec_call *c, tb_result *res, char *err, siz
     int64_t t0 = host->now_ns(host), t_prefill_end = 0, forwards = 0, draft_ns = 0;
     tb_energy_mark e0 = tb_loaded_energy_mark(c->ld, t0);
     e->work_start(ec);
+    double dflops, dbytes;
+    dops->take_work(dc, &dflops, &dbytes); /* forgets the drafter's earlier work */
 
     /* Prefill: each request into its slot, those of one length in one
      * forward (prefill_slots takes one length); the first tokens. */
@@ -318,6 +320,12 @@ tb_status ar_spec_generate(const ar_spec_call *c, tb_result *res, char *err, siz
     res->peak_device_bytes = peak >= 0 && dpeak > 0 ? peak + dpeak : peak; /* -1 on the CPU */
     res->energy_mj = tb_loaded_energy_mj(c->ld, e0, t_end);
     e->work_report(ec, res);
+    /* the roofline counts the drafter's forwards beside the target's */
+    dops->take_work(dc, &dflops, &dbytes);
+    if (TB_STRUCT_HAS(res, tb_result, peak_bytes_per_s) && res->bytes > 0) {
+        res->flops += dflops;
+        res->bytes += dbytes;
+    }
     if (TB_STRUCT_HAS(res, tb_result, draft_ns))
         res->draft_ns = draft_ns;
 out:

@@ -20,7 +20,8 @@
  *     accepts at least 90% of its drafts (bf16 near-ties aside, all);
  *     forced_acceptance gives exactly min(a, k);
  *   - sampled: the output's joint of three tokens against the target's
- *     exact joint (chi-square, fixed seeds), on both paths of the rule;
+ *     exact joint (chi-square, fixed seeds), on both paths of the rule,
+ *     for the AR, self and DFlash drafters;
  *   - the DFlash drafter (draft_dflash.c): small-llama drafted by the
  *     trained small-llama-dflash lossless as above (draft_len 3, 7, 15),
  *     the features handed device to device; the 8B presets (qwen3-8b with
@@ -315,6 +316,22 @@ static void equal_and_forced(void)
         CHECK(got.spec[r].verifications == 6 && got.spec[r].accepted == 12);
         check_counts(&got, r, 5, 1);
     }
+    /* the roofline counts the drafter's work: here the drafter is the
+     * target's own weights, read in 30 draft steps beside 6 verifications
+     * and the prefill, where plain decoding reads them in 19 steps; the
+     * target's work alone would be about 7 reads */
+    test_option pset[] = {{"device", "cuda"}};
+    void *plain = open_ctx(model, pset, NSET(pset), err, sizeof err, NULL);
+    CHECK(plain != NULL);
+    if (plain) {
+        double spec_bytes = got.bytes;
+        generate(plain, tasks, 4, 19, 1, pset, NSET(pset), &got);
+        CHECK(got.st == TB_OK);
+        fprintf(stderr, "roofline bytes: forced speculation %.3g (target and drafter), plain decoding %.3g\n",
+                spec_bytes, got.bytes);
+        CHECK(got.bytes > 0 && spec_bytes > 1.5 * got.bytes);
+        tokbench_backend_entry()->destroy(plain);
+    }
     tokbench_backend_entry()->destroy(ctx);
     tokbench_backend_entry()->destroy(forced);
 }
@@ -354,6 +371,9 @@ int main(void)
     CHECK(sampled_case("cuda", tiny, 0, "ar", tied, "the cat", &acc, &drafted));
     CHECK(drafted > 0);
     CHECK(sampled_case("cuda", sdar, 1, "self", "", "add 12 34 =", &acc, &drafted));
+    CHECK(acc > 100 && acc < drafted - 100);
+    /* the DFlash drafter sampled: drawn on the host from its device logits */
+    CHECK(sampled_case("cuda", small, 0, "dflash", dflash, "and the", &acc, &drafted));
     CHECK(acc > 100 && acc < drafted - 100);
     fprintf(stderr, "near-ties that ended a comparison: %d\n", near_ties);
     return check_done();

@@ -94,7 +94,7 @@ static void check_pair(const char *name, tb_model *t, tb_model *d)
     CHECK(tb_gpu_dflash_append(gd, 0, feat, 20, 0) == 0);
     CHECK(tb_dflash_draft(&cs, &s0, 1, anchors, Lb, lc, dc) == 0);
     CHECK(tb_gpu_dflash_logits(gd, anchors[0], Lb, lg) == 0);
-    CHECK(tb_gpu_dflash_draft(gd, &s0, 1, anchors, Lb, dg) == 0);
+    CHECK(tb_gpu_dflash_draft(gd, &s0, 1, anchors, Lb, dg, NULL) == 0);
     double ref = 0, diff = 0;
     for (size_t i = 0; i < (size_t)Lb * V; i++) {
         ref = fmax(ref, fabs(lc[i]));
@@ -104,6 +104,13 @@ static void check_pair(const char *name, tb_model *t, tb_model *d)
     fprintf(stderr, "%s: block logits max |cpu| %.3g, max |gpu - cpu| %.3g (bound %.3g)\n", name, ref, diff, tol);
     CHECK(diff <= tol);
     CHECK(drafts_agree(lc, Lb, V, dg, tol));
+    /* the roofline's work: the appends' and drafts' FLOPs and bytes (at
+     * least the LM head's bf16 weights, read by every draft), then none */
+    double wf = 0, wb = 0;
+    tb_gpu_dflash_take_work(gd, &wf, &wb);
+    CHECK(wf > 0 && wb >= 2.0 * V * t->cfg.hidden_size);
+    tb_gpu_dflash_take_work(gd, &wf, &wb);
+    CHECK(wf == 0 && wb == 0);
 
     /* pieces, then one more row rolled back: the same drafts */
     CHECK(tb_gpu_dflash_append(gd, 0, feat + 20 * F, 7, 0) == 0 && tb_gpu_dflash_append(gd, 0, feat + 27 * F, 1, 0) == 0);
@@ -116,9 +123,20 @@ static void check_pair(const char *name, tb_model *t, tb_model *d)
     CHECK(tb_dflash_append(&cs, 1, feat, N) == 0);
     CHECK(tb_gpu_dflash_append(gd, 1, feat, N, 0) == 0);
     CHECK(tb_dflash_draft(&cs, slots, 2, anchors, Lb, lc, dc) == 0);
-    CHECK(tb_gpu_dflash_draft(gd, slots, 2, anchors, Lb, dg) == 0);
+    float *lb = malloc((size_t)2 * Lb * V * sizeof(float));
+    CHECK(tb_gpu_dflash_draft(gd, slots, 2, anchors, Lb, dg, lb) == 0);
     CHECK(drafts_agree(lc, Lb, V, dg, tol));
     CHECK(drafts_agree(lc + (size_t)Lb * V, Lb, V, dg + Lb - 1, tol));
+    /* the drafted rows' logits (sampling's input): each block's rows 1 .. Lb - 1 */
+    double bdiff = 0;
+    for (int b = 0; b < 2; b++)
+        for (size_t i = V; i < (size_t)Lb * V; i++) {
+            size_t at = (size_t)b * Lb * V + i;
+            bdiff = fmax(bdiff, isnan(lb[at]) ? INFINITY : fabs(lc[at] - lb[at]));
+        }
+    fprintf(stderr, "%s: a batch of two blocks' drafted logits, max |gpu - cpu| %.3g (bound %.3g)\n", name, bdiff, tol);
+    CHECK(bdiff <= tol);
+    free(lb);
 
     /* the same 300 rows from device memory: the same drafts exactly */
     float *dfeat = NULL;
@@ -127,14 +145,14 @@ static void check_pair(const char *name, tb_model *t, tb_model *d)
     CHECK(cudaMemcpy(dfeat, feat, (size_t)N * F * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
     CHECK(tb_gpu_dflash_rollback(gd, 1, 0) == 0);
     CHECK(tb_gpu_dflash_append(gd, 1, dfeat, N, 1) == 0);
-    CHECK(tb_gpu_dflash_draft(gd, slots + 1, 1, anchors + 1, Lb, dd) == 0);
+    CHECK(tb_gpu_dflash_draft(gd, slots + 1, 1, anchors + 1, Lb, dd, NULL) == 0);
     CHECK(memcmp(dd, dg + Lb - 1, (size_t)(Lb - 1) * sizeof *dd) == 0);
     cudaFree(dfeat);
 
     /* refused, with a message */
     CHECK(tb_gpu_dflash_append(gd, 1, feat, 101, 0) != 0);
     CHECK(strlen(tb_gpu_dflash_error(gd)) > 0);
-    CHECK(tb_gpu_dflash_draft(gd, slots, 1, anchors, Lb + 1, dg) != 0);
+    CHECK(tb_gpu_dflash_draft(gd, slots, 1, anchors, Lb + 1, dg, NULL) != 0);
 
     free(feat);
     free(lc);

@@ -206,6 +206,17 @@ void tb_loaded_work_report(tb_loaded *l, tb_result *res)
 #endif
 }
 
+void tb_loaded_take_work(tb_loaded *l, double *flops, double *bytes)
+{
+    *flops = *bytes = 0;
+#ifdef TB_HAVE_CUDA
+    if (l->gpu)
+        tb_gpu_take_work(l->gpu, flops, bytes, NULL, NULL);
+#else
+    (void)l;
+#endif
+}
+
 void tb_loaded_memory_start(tb_loaded *l)
 {
 #ifdef TB_HAVE_CUDA

@@ -87,6 +87,9 @@ int64_t tb_loaded_energy_mj(tb_loaded *l, tb_energy_mark start, int64_t now_ns);
  * No-ops on the CPU path. */
 void tb_loaded_work_start(tb_loaded *l);
 void tb_loaded_work_report(tb_loaded *l, tb_result *res);
+/* The FLOPs and bytes since the last take or start, then zeroed (0 and 0
+ * on the CPU): a second model's work added to a call's (a drafter). */
+void tb_loaded_take_work(tb_loaded *l, double *flops, double *bytes);
 
 /* Peak device memory of a call (gpu.h: what it counts): tb_loaded_memory_start
  * at the call's start, before it reserves anything, forgets earlier peaks;

@@ -275,13 +275,19 @@ extern "C" int tb_gpu_dflash_append(tb_gpu_dflash *d, int slot, const float *fea
             LAUNCHED();
         }
         d->ctx_len[slot] += rows;
+        // the roofline's work (docs/METRICS.md): fc and each layer's K/V
+        // rows of wqkv, bf16, read once a chunk; the float32 features
+        // read; each layer's keys and values written (bf16)
+        double w = (double)h * d->feat + (double)c->n_layers * 2 * kvd * h;
+        g->work_flops += 2.0 * rows * w;
+        g->work_bytes += 2 * w + 4.0 * rows * d->feat + 2.0 * c->n_layers * rows * 2 * kvd;
     }
     CK(cudaStreamSynchronize(g->stream)); // the staging is reused by the next call
     return 0;
 }
 
 extern "C" int tb_gpu_dflash_draft(tb_gpu_dflash *d, const int *slots, int n_seqs, const int32_t *anchors, int L,
-                                   int32_t *draft)
+                                   int32_t *draft, float *logits)
 {
     tb_gpu *g = d->g;
     if (n_seqs < 1 || n_seqs > d->max_seqs || L < 2 || L > d->block)
@@ -306,6 +312,11 @@ extern "C" int tb_gpu_dflash_draft(tb_gpu_dflash *d, const int *slots, int n_seq
                                      d->conf) != 0)
             return -1;
         memcpy(draft + (size_t)b * (L - 1), d->x0 + 1, (size_t)(L - 1) * sizeof(int32_t));
+        if (logits) { // the head ran on the drafted rows 1 .. L - 1 alone: g->logits [L - 1][V]
+            CK(cudaMemcpyAsync(logits + ((size_t)b * L + 1) * V, g->logits, (size_t)(L - 1) * V * sizeof(float),
+                               cudaMemcpyDeviceToHost, g->stream));
+            CK(cudaStreamSynchronize(g->stream));
+        }
     }
     return 0;
 }
@@ -325,6 +336,11 @@ extern "C" int tb_gpu_dflash_logits(tb_gpu_dflash *d, int32_t anchor, int L, flo
     int rc = tb_gpu_logits(g, tok, 1, C, L, C + L, 0, logits);
     free(tok);
     return rc;
+}
+
+extern "C" void tb_gpu_dflash_take_work(tb_gpu_dflash *d, double *flops, double *bytes)
+{
+    tb_gpu_take_work(d->g, flops, bytes, NULL, NULL);
 }
 
 extern "C" const char *tb_gpu_dflash_error(const tb_gpu_dflash *d)

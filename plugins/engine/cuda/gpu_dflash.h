@@ -45,12 +45,20 @@ int tb_gpu_dflash_append(tb_gpu_dflash *d, int slot, const float *features, int 
 int tb_gpu_dflash_rollback(tb_gpu_dflash *d, int slot, int n_keep);
 int tb_gpu_dflash_ctx_len(const tb_gpu_dflash *d, int slot);
 
-/* Greedy drafts for n_seqs distinct slots (as tb_dflash_draft; draft
- * [n_seqs][L - 1], the argmax on the device). */
+/* Drafts for n_seqs distinct slots (as tb_dflash_draft): the greedy
+ * draft [n_seqs][L - 1] (the argmax on the device) and, when logits is
+ * not NULL, the drafted rows' logits for sampling on the host: logits is
+ * [n_seqs][L][vocab] as the CPU's, rows 1 .. L - 1 of each block written
+ * (row 0, the anchor's, is not a draft). */
 int tb_gpu_dflash_draft(tb_gpu_dflash *d, const int *slots, int n_seqs, const int32_t *anchors, int L,
-                        int32_t *draft);
+                        int32_t *draft, float *logits);
 /* Every row's logits of slot 0's block (host [L][vocab]): tests. */
 int tb_gpu_dflash_logits(tb_gpu_dflash *d, int32_t anchor, int L, float *logits);
+
+/* The drafter's device work since the last call (its drafts' forwards,
+ * as tb_gpu_take_work counts them, and its appends' feature projections),
+ * then zeroed: the roofline's FLOPs and bytes. */
+void tb_gpu_dflash_take_work(tb_gpu_dflash *d, double *flops, double *bytes);
 
 const char *tb_gpu_dflash_error(const tb_gpu_dflash *d);
 
