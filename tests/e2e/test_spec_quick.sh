@@ -7,7 +7,8 @@
 #      against its drafter = none), at batch 1 and 8;
 #   2. their acceptance is what tools/spec_eval.py measured in Python when
 #      the drafters were trained (each models/*/TRAINING.md's "all (176)"
-#      row at the suite's draft_len: the verifications exactly, the
+#      row at each of the suite's draft lengths (ar-small-dflash sweeps
+#      3, 7, 15): the verifications exactly, the
 #      acceptance length to its two decimals): tokbench counts what
 #      upstream's loop counts. Over the whole prompt set only: the
 #      sanitizer build's fixture samples every 11th prompt, and then this
@@ -34,9 +35,10 @@ cp "$fixture" "$tmp/q.db"
 db=$tmp/q.db
 
 # each measured request's output text, keyed by prompt, of one case
-outputs() { # backend batch [drafter]
+outputs() { # backend batch [drafter] [draft_len, where swept]
     local extra=""
     [ -n "${3:-}" ] && extra="and json_extract(c.options_json, '\$.drafter') = '$3'"
+    [ -n "${4:-}" ] && extra="$extra and json_extract(c.options_json, '\$.draft_len') = '$4'"
     q "$db" "select r.prompt_idx || char(9) || coalesce(r.output_text, '') from request r
         join sample s on s.id = r.sample_id join bench_case c on c.id = s.case_id
         join backend b on b.id = c.backend_id
@@ -49,12 +51,14 @@ for batch in 1 8; do
     outputs ar-small $batch >"$tmp/ar.$batch"
     n=$(wc -l <"$tmp/ar.$batch")
     [ "$n" -gt 0 ] || fail "ar-small batch $batch: no outputs"
-    for be in ar-small-draft ar-small-dflash; do
-        outputs $be $batch >"$tmp/$be.$batch"
-        if [ "$(wc -l <"$tmp/$be.$batch")" = "$n" ] && cmp -s "$tmp/ar.$batch" "$tmp/$be.$batch"; then
+    # ar-small-dflash sweeps its draft length: each case against ar-small
+    for be in "ar-small-draft" "ar-small-dflash 3" "ar-small-dflash 7" "ar-small-dflash 15"; do
+        set -- $be
+        outputs "$1" $batch "" "${2:-}" >"$tmp/spec.$batch"
+        if [ "$(wc -l <"$tmp/spec.$batch")" = "$n" ] && cmp -s "$tmp/ar.$batch" "$tmp/spec.$batch"; then
             pass "$be batch $batch: $n outputs, each ar-small's"
         else
-            fail "$be batch $batch: outputs differ from ar-small's: $(diff "$tmp/ar.$batch" "$tmp/$be.$batch" | head -4)"
+            fail "$be batch $batch: outputs differ from ar-small's: $(diff "$tmp/ar.$batch" "$tmp/spec.$batch" | head -4)"
         fi
     done
     outputs sdar-self $batch none >"$tmp/none.$batch"
@@ -75,7 +79,8 @@ sums() { # backend draft_len
         where b.label = '$1' and c.batch = 1 and s.warmup = 0 and r.status = 'ok' and r.spec_draft_len = $2"
 }
 n_prompts=$(wc -l <"$src/suites/data/quick.jsonl")
-for spec in "ar-small-draft 3 small-llama-draft" "ar-small-dflash 7 small-llama-dflash" "sdar-self 7 small-sdar-self"; do
+for spec in "ar-small-draft 3 small-llama-draft" "ar-small-dflash 3 small-llama-dflash" \
+    "ar-small-dflash 7 small-llama-dflash" "ar-small-dflash 15 small-llama-dflash" "sdar-self 7 small-sdar-self"; do
     set -- $spec
     read -r verif acc n <<<"$(sums "$1" "$2")"
     [ -n "$verif" ] && [ "$verif" -gt 0 ] || {
@@ -86,7 +91,8 @@ for spec in "ar-small-draft 3 small-llama-draft" "ar-small-dflash 7 small-llama-
     len=$(awk -v a="$acc" -v v="$verif" 'BEGIN { printf "%.2f", (a + v) / v }')
     stored=$(q "$db" "select printf('%.2f', m.median) from metric m join bench_case c on c.id = m.case_id
         join backend b on b.id = c.backend_id where b.label = '$1' and c.batch = 1
-        and m.name = 'acceptance_length' and coalesce(json_extract(c.options_json, '\$.drafter'), '') != 'none'")
+        and m.name = 'acceptance_length' and coalesce(json_extract(c.options_json, '\$.drafter'), '') != 'none'
+        and coalesce(json_extract(c.options_json, '\$.draft_len'), '$2') = '$2'")
     [ "$stored" = "$len" ] && pass "$1: the case's acceptance_length $stored pools its requests" \
         || fail "$1: case acceptance_length $stored, its requests pool to $len"
     if [ "$n" != "$n_prompts" ]; then
