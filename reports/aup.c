@@ -75,7 +75,9 @@ void tb_aup_session(const tb_rsession *s, tb_aup_rows *out)
             r++;
         if (r == out->n) {
             out->v = tb_xrealloc(out->v, (out->n + 1) * sizeof *out->v);
-            out->v[out->n++] = (tb_aup_row){.backend = c->backend, .condition = cond, .y_max = -INFINITY};
+            out->v[out->n++] = (tb_aup_row){.backend = c->backend, .condition = cond,
+                                            .task = tb_rcase_key(c, LEVER | TB_RDIM(TB_DIM_BLOCK_LENGTH)),
+                                            .y_max = -INFINITY};
             cond = NULL;
         }
         free(cond);
@@ -83,11 +85,10 @@ void tb_aup_session(const tb_rsession *s, tb_aup_rows *out)
         row->pts = tb_xrealloc(row->pts, (row->n_pts + 1) * sizeof *row->pts);
         row->pts[row->n_pts++] = pt;
     }
-    /* y_max: the best accuracy on the task, i.e. of any backend under the
-     * same condition */
+    /* y_max: the best accuracy on the task, of any backend */
     for (size_t r = 0; r < out->n; r++)
         for (size_t q = 0; q < out->n; q++)
-            if (strcmp(out->v[r].condition, out->v[q].condition) == 0)
+            if (strcmp(out->v[r].task, out->v[q].task) == 0)
                 for (size_t k = 0; k < out->v[q].n_pts; k++)
                     if (out->v[q].pts[k].y > out->v[r].y_max)
                         out->v[r].y_max = out->v[q].pts[k].y;
@@ -99,6 +100,7 @@ void tb_aup_rows_free(tb_aup_rows *r)
 {
     for (size_t i = 0; i < r->n; i++) {
         free(r->v[i].condition);
+        free(r->v[i].task);
         free(r->v[i].pts);
     }
     free(r->v);

@@ -37,13 +37,16 @@ double tb_aup(tb_aup_point *p, size_t n, double y_max);
 
 /* One curve of a session: a backend under one condition (the case's
  * dimensions but steps, and without its swept options: those are the
- * lever the curve sweeps). */
+ * lever the curve sweeps). y_max spans every backend's cases on the same
+ * task: the condition but block length (an AR engine has none). */
 typedef struct tb_aup_row {
     size_t backend;    /* index into tb_rsession.backends */
     char *condition;   /* "prompt set, new 16, batch 1" (tb_rcase_key) */
     tb_aup_point *pts; /* sorted by rho */
     size_t n_pts;
-    double y_max;      /* best accuracy (%) of any backend's case under the condition */
+    char *task;        /* the condition without block length, a diffusion
+                          backend's own dimension: y_max's scope */
+    double y_max;      /* best accuracy (%) of any backend's case on the task */
     double aup;
 } tb_aup_row;
 

@@ -346,7 +346,7 @@ static void aup(const tb_rsession *s, tb_rtables *ts)
                      "more than %g points below the first (fewest tokens per forward) dropped. It starts at the "
                      "first point's tokens per forward x accuracy, so a backend with one point (an AR engine: "
                      "about batch tokens per forward) scores just that. y_max: the best accuracy of any backend "
-                     "under the condition (docs/METRICS.md).",
+                     "under the condition, block length aside (docs/METRICS.md).",
                      TB_AUP_ALPHA, TB_AUP_DROP));
     /* the points last: `show` leaves out columns from the right to fit */
     static const char *const head[] = {"backend", "condition", "AUP", "y_max %", "points used",

@@ -2,7 +2,8 @@
  * points worked out by hand (e^-0.075 = 0.9277434863, e^-1/3 =
  * 0.7165313106, e^-11/30 = 0.6930406201), and the session's curves: one
  * per backend and condition, the lever (steps, swept options) swept
- * inside a curve, y_max over every backend of the condition. */
+ * inside a curve, y_max over every backend on the task (the condition
+ * but block length). */
 #define _POSIX_C_SOURCE 200809L
 #include "aup.h"
 
@@ -88,7 +89,8 @@ static void test_session(void)
         m[i][k++] = (tb_rmetric){.name = (char *)"tokens_per_forward", .unit = (char *)"tokens",
                                  .st = {.n = 5, .median = cs[i].tpf}};
         c[i] = (tb_rcase){.ordinal = (int)i + 1, .backend = cs[i].backend,
-                          .dims = {.max_new_tokens = 16, .batch = cs[i].batch, .steps = cs[i].steps},
+                          .dims = {.max_new_tokens = 16, .batch = cs[i].batch, .steps = cs[i].steps,
+                                   .block_length = cs[i].backend == 0 ? 16 : 0},
                           .options_json = (char *)cs[i].options, .status = (char *)cs[i].status,
                           .error = (char *)"", .metrics = m[i], .n_metrics = k};
     }
@@ -99,8 +101,8 @@ static void test_session(void)
     if (a.n == 4) {
         const tb_aup_row *d = &a.v[0], *d8 = &a.v[1], *ar = &a.v[2], *thr = &a.v[3];
         CHECK(d->backend == 0 && d->n_pts == 3);
-        CHECK_STR(d->condition, "prompt set, new 16, batch 1");
-        CHECK_NEAR(d->y_max, 95, 1e-12); /* the AR's, under the same condition */
+        CHECK_STR(d->condition, "prompt set, new 16, batch 1, block 16");
+        CHECK_NEAR(d->y_max, 95, 1e-12); /* the AR's, on the same task (the AR has no block) */
         /* sorted: (2, 90), (4, 88), (8, 80); 80 < 90 - 5: dropped.
          * 2*90 + (4-2)/2 (88 W(88) + 90 W(90)), y_max 95 */
         double w88 = exp(-3 * (1 - 88.0 / 95)), w90 = exp(-3 * (1 - 90.0 / 95));
