@@ -9,7 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "aup.h"
 #include "reader.h"
+#include "rsession.h"
 #include "store.h"
 #include "util.h"
 
@@ -65,13 +67,63 @@ int tb_export_csv(sqlite3 *db, int64_t session, int requests, FILE *out, char **
     return 0;
 }
 
+/* The session's AUP rows (aup.h) as a JSON array: a report-level
+ * figure, not a stored row, so the export adds it to what SQLite built. */
+static char *aup_json(const tb_rsession *s)
+{
+    tb_aup_rows a;
+    tb_aup_session(s, &a);
+    cJSON *arr = cJSON_CreateArray();
+    for (size_t i = 0; arr && i < a.n; i++) {
+        const tb_aup_row *x = &a.v[i];
+        cJSON *o = cJSON_CreateObject(), *pts = cJSON_CreateArray();
+        cJSON_AddItemToArray(arr, o);
+        cJSON_AddStringToObject(o, "backend", s->backends[x->backend].label);
+        cJSON_AddStringToObject(o, "condition", x->condition);
+        cJSON_AddNumberToObject(o, "aup", x->aup);
+        cJSON_AddNumberToObject(o, "y_max_pct", x->y_max);
+        cJSON_AddItemToObject(o, "points", pts);
+        for (size_t k = 0; pts && k < x->n_pts; k++) {
+            cJSON *p = cJSON_CreateObject();
+            cJSON_AddItemToArray(pts, p);
+            cJSON_AddNumberToObject(p, "case", x->pts[k].ordinal);
+            cJSON_AddNumberToObject(p, "tokens_per_forward", x->pts[k].rho);
+            cJSON_AddNumberToObject(p, "accuracy_pct", x->pts[k].y);
+            cJSON_AddBoolToObject(p, "used", x->pts[k].used);
+        }
+    }
+    tb_aup_rows_free(&a);
+    char *text = arr ? cJSON_PrintUnformatted(arr) : NULL;
+    cJSON_Delete(arr);
+    return text;
+}
+
 int tb_export_json(sqlite3 *db, int64_t session, FILE *out, char **err)
 {
     char *json;
     if (tb_read_session_json(db, session, &json, err) != 0)
         return -1;
-    fputs(json, out);
-    fputc('\n', out);
+    tb_rsession s;
+    if (tb_rsession_load(db, session, &s, err) != 0) {
+        free(json);
+        return -1;
+    }
+    char *aup = aup_json(&s);
+    tb_rsession_free(&s);
+    size_t n = strlen(json);
+    while (n && (json[n - 1] == '\n' || json[n - 1] == ' '))
+        n--;
+    if (!aup || !n || json[n - 1] != '}') { /* SQLite's json_object() always ends so */
+        *err = tb_xasprintf("session %lld: exporting JSON: %s", (long long)session,
+                            aup ? "the session's JSON is not an object" : "out of memory");
+        free(aup);
+        free(json);
+        return -1;
+    }
+    /* "aup": the accuracy-under-parallelism rows (docs/METRICS.md) */
+    fwrite(json, 1, n - 1, out);
+    fprintf(out, "%s\"aup\":%s}\n", n > 2 ? "," : "", aup);
+    free(aup);
     free(json);
     return 0;
 }

@@ -170,6 +170,13 @@ int tb_report_html(sqlite3 *db, int64_t session, FILE *out, char **err)
            "at each rate, and the requests/s the server achieved (and goodput, where the suite sets its "
            "limits). Where the tails turn up and achieved falls below offered, the server is saturated.");
     charts(out, &cs, k_pareto, 1, "Quality against speed", "Who is faster at the same quality.");
+    const tb_rtable *aup = find_table(&ts, "aup"); /* its one number per backend, beside the chart */
+    if (aup) {
+        fputs("<h3 id=\"aup\">", out);
+        esc(out, aup->title);
+        fputs("</h3>\n", out);
+        table(out, aup);
+    }
     charts(out, &cs, k_acc, 1, "Speculative decoding: acceptance by position",
            "For each speculative case, the share of verifications that accepted each draft position: where "
            "its drafter stops being right.");
@@ -182,7 +189,7 @@ int tb_report_html(sqlite3 *db, int64_t session, FILE *out, char **err)
 
     for (size_t i = 0; i < ts.n; i++) {
         const tb_rtable *t = &ts.v[i];
-        if (t == sbs)
+        if (t == sbs || t == aup)
             continue;
         int big = strcmp(t->id, "statistics") == 0;
         fprintf(out, "<h2 id=\"%s\">", t->id);

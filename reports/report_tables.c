@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "aup.h"
 #include "metrics.h"
 #include "util.h"
 #include "warnings.h"
@@ -329,6 +330,46 @@ static void quality(const tb_rsession *s, tb_rtables *ts)
     }
 }
 
+/* Accuracy under parallelism (aup.h, docs/METRICS.md): one score per
+ * backend and condition, beside the quality table and the Pareto chart. */
+static void aup(const tb_rsession *s, tb_rtables *ts)
+{
+    tb_aup_rows a;
+    tb_aup_session(s, &a);
+    if (!a.n)
+        return;
+    tb_rtable *t = table_new(
+        ts, "aup", "Accuracy under parallelism (AUP)",
+        tb_xasprintf("One score per backend and condition for \"faster at what quality\" (d3LLM's AUP): the "
+                     "area under accuracy (%%) against tokens per forward, over the backend's sweep of steps or "
+                     "swept options, each point's accuracy weighted by min(exp(-%g (1 - y / y_max)), 1), points "
+                     "more than %g points below the first (fewest tokens per forward) dropped. It starts at the "
+                     "first point's tokens per forward x accuracy, so a backend with one point (an AR engine: "
+                     "about batch tokens per forward) scores just that. y_max: the best accuracy of any backend "
+                     "under the condition, block length aside (docs/METRICS.md).",
+                     TB_AUP_ALPHA, TB_AUP_DROP));
+    /* the points last: `show` leaves out columns from the right to fit */
+    static const char *const head[] = {"backend", "condition", "AUP", "y_max %", "points used",
+                                       "points (tokens/forward: accuracy)"};
+    for (size_t i = 0; i < TB_ARRAY_LEN(head); i++)
+        column(t, head[i], i >= 2 && i <= 4);
+    for (size_t i = 0; i < a.n; i++) {
+        const tb_aup_row *x = &a.v[i];
+        size_t used = 0;
+        for (size_t k = 0; k < x->n_pts; k++)
+            used += (size_t)x->pts[k].used;
+        row r = {0};
+        put(&r, tb_xstrdup(s->backends[x->backend].label));
+        put(&r, tb_xstrdup(x->condition));
+        putf_num(&r, x->aup, 1);
+        putf_num(&r, x->y_max, 1);
+        put(&r, tb_xasprintf("%zu of %zu", used, x->n_pts));
+        put(&r, tb_aup_points_text(x));
+        end_row(t, &r);
+    }
+    tb_aup_rows_free(&a);
+}
+
 static void statistics(const tb_rsession *s, tb_rtables *ts)
 {
     tb_rtable *t = table_new(ts, "statistics", "Every metric of every case",
@@ -435,6 +476,7 @@ void tb_rtables_build(const tb_rsession *s, tb_rtables *out)
     work(s, out);
     speculative(s, out);
     quality(s, out);
+    aup(s, out);
     statistics(s, out);
 }
 

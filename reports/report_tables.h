@@ -10,7 +10,7 @@
 
 typedef struct tb_rtable {
     const char *id;    /* "side-by-side", "throughput", "latency", "work", "speculative",
-                          "quality", "statistics" */
+                          "quality", "aup", "statistics" */
     const char *title;
     char *note;        /* how to read it; may be "" */
     size_t n_cols, n_rows;

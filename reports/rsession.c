@@ -238,6 +238,7 @@ static int load_backends(sqlite3 *db, tb_rsession *s, char **err)
         b->model = tb_xstrdup(r->model);
         b->capabilities = tb_xstrdup(r->capabilities);
         b->options_json = tb_xstrdup(r->options_json);
+        b->info_json = tb_xstrdup(r->info_json ? r->info_json : "");
         b->dtype = tb_xstrdup(r->dtype);
         b->device = tb_xstrdup(r->device);
         b->random_weights = r->random_weights;
@@ -482,6 +483,7 @@ void tb_rsession_free(tb_rsession *s)
         free(b->model);
         free(b->capabilities);
         free(b->options_json);
+        free(b->info_json);
         free(b->dtype);
         free(b->device);
         kvs_free(&b->info);

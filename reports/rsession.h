@@ -32,6 +32,7 @@ typedef struct tb_rmetric {
 typedef struct tb_rbackend {
     char *label, *plugin, *plugin_version, *model, *capabilities;
     char *options_json;   /* every option's value (backend.options_json) */
+    char *info_json;      /* its describe() (backend.info_json); "" when none */
     char *dtype, *device; /* "" when the backend did not say */
     int random_weights;   /* 1 yes, 0 no, -1 not said */
     int has_steps;        /* some case of it has a steps dimension */

@@ -570,6 +570,7 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out, size_t width)
     if (tb_rsession_load(db, session, &rs, &err) == 0) {
         if (rs.has_spec) /* its own table: the others keep their width */
             print_rtable(&rs, "speculative", out, width);
+        print_rtable(&rs, "aup", out, width); /* nothing without accuracy */
         /* the answers of the load searches (docs/METRICS.md) */
         if (rs.n_searches)
             fprintf(out, "\nload searches (runs: the cases above):\n");

@@ -170,6 +170,41 @@ static int case_turns(const tb_rsession *s, const tb_rcase *c)
     return 1;
 }
 
+/* Did case c run a content-dependent sampler on random-token prompts?
+ * The sampler: the case's swept `sampler`, else its backend's; content-
+ * dependent when the backend's describe() lists it under
+ * content_dependent_samplers (the plugin owns that fact). Random tokens:
+ * synthetic prompts (prompt_tokens > 0), neither a prompt set nor a
+ * dataset. Returns the sampler's name (malloc'd) or NULL. */
+static char *random_prompts_sampler(const tb_rsession *s, const tb_rcase *c)
+{
+    const tb_rbackend *b = &s->backends[c->backend];
+    if (strcmp(c->status, "ok") != 0 || c->dims.prompt_tokens == 0 || !b->info_json || !*b->info_json)
+        return NULL;
+    char *prompt = tb_rcase_prompt(s, c); /* a dataset's prompts: not random */
+    int dataset = prompt != NULL;
+    free(prompt);
+    if (dataset)
+        return NULL;
+    cJSON *info = cJSON_Parse(b->info_json);
+    const cJSON *list = cJSON_GetObjectItem(info, "content_dependent_samplers");
+    char *found = NULL;
+    const char *from[2] = {c->options_json, b->options_json};
+    for (int k = 0; k < 2 && cJSON_IsArray(list) && !found; k++) {
+        cJSON *o = from[k] ? cJSON_Parse(from[k]) : NULL;
+        const cJSON *v = cJSON_GetObjectItem(o, "sampler");
+        int named = cJSON_IsString(v); /* the case's sampler, when swept, is the one it ran */
+        for (const cJSON *e = named ? list->child : NULL; e && !found; e = e->next)
+            if (cJSON_IsString(e) && strcmp(e->valuestring, v->valuestring) == 0)
+                found = tb_xstrdup(v->valuestring);
+        cJSON_Delete(o);
+        if (named)
+            break;
+    }
+    cJSON_Delete(info);
+    return found;
+}
+
 void tb_warnings_derive(const tb_rsession *s, tb_warnings *w)
 {
     memset(w, 0, sizeof *w);
@@ -264,6 +299,15 @@ void tb_warnings_derive(const tb_rsession *s, tb_warnings *w)
             add(w, tb_xasprintf("%s [%s]: %d prompt(s) produced different outputs in different repetitions "
                                 "with the same seed: the speed measured is not of the same work",
                                 label, dims, c->varying_outputs));
+        char *adaptive = random_prompts_sampler(s, c);
+        if (adaptive)
+            add(w, tb_xasprintf("%s [%s]: sampler %s commits (or stops) as the model's confidence allows, but its "
+                                "prompts were random tokens, which no model is confident about: the speed measured "
+                                "is the slow worst case, not the speed on text; give it text prompts ([prompts] "
+                                "file = data/text.jsonl, as suites/gpu-8b-text.ini does; docs/METRICS.md, "
+                                "\"Content-dependent samplers\")",
+                                label, dims, adaptive));
+        free(adaptive);
         if (c->count_mismatches) {
             mismatch[c->backend] += c->count_mismatches;
             mismatch_cases[c->backend]++;

@@ -198,6 +198,13 @@ static char *make_description(const dctx *c)
     ok &= cJSON_AddBoolToObject(o, "shifted_logits", c->shifted || cfg->arch == TB_ARCH_FAST_DLLM_V2) != NULL;
     if (cfg->block_size > 0)
         ok &= cJSON_AddNumberToObject(o, "model_block_size", cfg->block_size) != NULL;
+    /* the samplers whose speed depends on the prompt's content: a case
+     * of one on random-token prompts gets a warning (reports/warnings.c) */
+    cJSON *adaptive = cJSON_AddArrayToObject(o, "content_dependent_samplers");
+    ok &= adaptive != NULL;
+    for (size_t i = 0; ok && tb_dllm_sampler_choices[i].name; i++)
+        if (tb_dllm_content_dependent((tb_dllm_sampler)tb_dllm_sampler_choices[i].value))
+            ok &= cJSON_AddItemToArray(adaptive, cJSON_CreateString(tb_dllm_sampler_choices[i].name));
     ok &= cJSON_AddStringToObject(o, "engine_version", DIFFUSION_VERSION) != NULL;
     ok &= cJSON_AddBoolToObject(o, "tokenizer", c->ld.tok != NULL) != NULL;
     /* for a server's context check (tokbench serve): the positions the

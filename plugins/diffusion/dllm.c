@@ -9,6 +9,11 @@ int tb_dllm_is_block_sampler(tb_dllm_sampler s)
     return s == TB_DLLM_SDAR_STATIC || s == TB_DLLM_SDAR_DYNAMIC || s == TB_DLLM_FAST_DLLM_V2;
 }
 
+int tb_dllm_content_dependent(tb_dllm_sampler s)
+{
+    return s == TB_DLLM_THRESHOLD || s == TB_DLLM_SDAR_DYNAMIC || s == TB_DLLM_FAST_DLLM_V2;
+}
+
 int tb_dllm_canvas_length(const tb_dllm_params *p, int prompt_len)
 {
     int L = prompt_len + p->gen_length, bl = p->block_length;

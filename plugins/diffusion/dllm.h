@@ -128,6 +128,14 @@ int tb_dllm_canvas_length(const tb_dllm_params *p, int prompt_len);
 /* Whether s is a block sampler (block_sampler.h). */
 int tb_dllm_is_block_sampler(tb_dllm_sampler s);
 
+/* Whether s's work depends on the content: how many positions a forward
+ * commits (or when it stops) follows the model's confidence (threshold,
+ * sdar_dynamic, fast_dllm_v2), not a fixed schedule. Its speed on
+ * random-token prompts, which a model is never confident about, is the
+ * slow worst case (docs/METRICS.md, "Content-dependent samplers");
+ * describe() lists these samplers. */
+int tb_dllm_content_dependent(tb_dllm_sampler s);
+
 /* The transfer counts of one LLaDA block: n masked positions over S steps,
  * out[i] = n / S + (i < n % S). */
 void tb_dllm_llada_schedule(int n, int S, int *out);

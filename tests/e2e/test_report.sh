@@ -373,6 +373,41 @@ if fixture=$(bash "$src/tests/e2e/quick_fixture.sh" check "$build" "$src"); then
         || fail "cpu md lacks the batch-8 diffusion row ($n prompts in $calls8 calls)"
     grep -q "| llada-small | prompt set, new 16, batch 1, steps 2, block 16 | accuracy | fraction | $tasks |" "$tmp/cpu.md" \
         || fail "cpu md lacks the accuracy row: $(grep accuracy "$tmp/cpu.md" | head -3)"
+    # accuracy under parallelism (issue 41 item 3): one row per backend and
+    # batch in the md, under the Pareto chart in the html, and in the JSON
+    # export, whose points are the stored medians and whose score is the
+    # published formula recomputed here (docs/METRICS.md)
+    [ "$(sed -n '/^## Accuracy under parallelism/,/^## /p' "$tmp/cpu.md" | grep -c '^| [a-z-]* | prompt set, new 16, batch [18]')" = 14 ] \
+        || fail "cpu md: AUP rows: $(sed -n '/^## Accuracy under parallelism/,/^## /p' "$tmp/cpu.md" | head -5)"
+    python3 -c 'import sys; t = open(sys.argv[1]).read(); p, a = t.find("data-kind=\"pareto\""), t.find("id=\"aup\"");
+sys.exit(0 if 0 <= p < a and t.find("<h2", p, a) < 0 else 1)' "$tmp/cpu.html" || fail "cpu html: the AUP table is not under the Pareto chart"
+    "$tb" export last --db "$tmp/cpu.db" --format json -o "$tmp/cpu.json" || fail "export json of quick.ini"
+    python3 - "$tmp/cpu.json" "$tmp/cpu.db" <<'PYEOF' || fail "cpu json: AUP"
+import json, math, re, sqlite3, sys
+doc, db = json.load(open(sys.argv[1])), sqlite3.connect(sys.argv[2])
+med = {(o, n): v for o, n, v in db.execute("select c.ordinal, m.name, m.median from metric m join bench_case c "
+                                            "on c.id = m.case_id where m.name in ('accuracy', 'tokens_per_forward')")}
+rows = doc["aup"]
+assert len(rows) == 14, len(rows)
+for r in rows:
+    pts = r["points"]
+    for p in pts:  # the stored medians, accuracy in %
+        assert math.isclose(p["tokens_per_forward"], med[(p["case"], "tokens_per_forward")], rel_tol=1e-12), p
+        assert math.isclose(p["accuracy_pct"], 100 * med[(p["case"], "accuracy")], rel_tol=1e-12), p
+    task = lambda c: re.sub(r", block [0-9]+", "", c)  # y_max spans the task: block length aside
+    ymax = max(p["accuracy_pct"] for q in rows if task(q["condition"]) == task(r["condition"]) for p in q["points"])
+    assert math.isclose(r["y_max_pct"], ymax, rel_tol=1e-12), r
+    # the blog's AUP: sorted by tokens per forward, points within 5 of y_1
+    s = sorted(((p["tokens_per_forward"], p["accuracy_pct"]) for p in pts), key=lambda x: x[0])
+    kept = [x for x in s if x[1] >= s[0][1] - 5]
+    w = lambda y: min(math.exp(-3 * (1 - y / ymax)), 1)
+    aup = kept[0][0] * kept[0][1] + sum(0.5 * (b[0] - a[0]) * (b[1] * w(b[1]) + a[1] * w(a[1]))
+                                        for a, b in zip(kept, kept[1:]))
+    assert math.isclose(r["aup"], aup, rel_tol=1e-9), (r, aup)
+    assert sum(p["used"] for p in pts) == len(kept), r
+PYEOF
+    # no sampler of the default suite runs on random tokens: no such warning
+    grep -q "but its prompts were random tokens" "$tmp/cpu.md" && fail "the default suite warns of random-token prompts"
     "$tb" compare 1 --backends ar-small llada-small --db "$tmp/cpu.db" --metric agg_tps >"$tmp/cc.out" || fail "compare cpu backends"
     # AR against each of 4 step counts, at 2 batches
     [ "$(grep -c '^ar-small vs llada-small ' "$tmp/cc.out")" = 8 ] || fail "compare cpu: $(cat "$tmp/cc.out")"

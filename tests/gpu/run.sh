@@ -23,14 +23,17 @@ echo "== the bf16 GEMM ceiling held for 6 s (the power limit; docs/PERFORMANCE.m
 echo "== tokbench suites/gpu-8b.ini"
 "$build/tokbench" run suites/gpu-8b.ini --db "$out/gpu.db" >"$out/gpu-8b.txt" 2>"$out/gpu-8b.err"
 echo "tokbench exit $?"
+echo "== tokbench suites/gpu-8b-text.ini (the threshold rows, on text)"
+"$build/tokbench" run suites/gpu-8b-text.ini --db "$out/gpu.db" >"$out/gpu-8b-text.txt" 2>"$out/gpu-8b-text.err"
+echo "tokbench exit $?"
 if [ $peers = 1 ]; then
     echo "== peers"
     python3 tools/peer_hf_generate.py 2>&1 | grep -E "^peer|Error" | tee "$out/peers.txt"
     python3 tools/peer_llada.py --batches 1,8 2>&1 | grep -E "^peer|Error" | tee -a "$out/peers.txt"
 fi
 echo "== summary (test_gpu exit $gpu_rc)"
-sed -n '/^backend  /,/^$/p' "$out/gpu-8b.txt" | cut -c1-200
-grep -E "failed|error" "$out/gpu-8b.err" | head -5
+sed -n '/^backend  /,/^$/p' "$out/gpu-8b.txt" "$out/gpu-8b-text.txt" | cut -c1-200
+grep -E "failed|error" "$out/gpu-8b.err" "$out/gpu-8b-text.err" | head -5
 echo "== the plugins' CUDA path on shipped folder models (load, upload, describe)"
 cat >"$out/tiny-cuda.ini" <<EOT
 [suite]

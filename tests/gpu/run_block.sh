@@ -23,7 +23,10 @@ tar -C "$out/golden" -czf "$out/golden.tar.gz" . && rm -rf "$out/golden"
 echo "== tokbench suites/gpu-block.ini"
 "$build/tokbench" run suites/gpu-block.ini --db "$out/block.db" >"$out/block.txt" 2>"$out/block.err"
 echo "tokbench exit $?"
+echo "== tokbench suites/gpu-block-text.ini (Fast-dLLM v2, on text)"
+"$build/tokbench" run suites/gpu-block-text.ini --db "$out/block.db" >"$out/block-text.txt" 2>"$out/block-text.err"
+echo "tokbench exit $?"
 rm -f "$out/block.db"
 python3 tools/peer_sdar.py --runs 2 2>&1 | grep -E "^peer|Error" | tee "$out/peer.txt"
 grep -E "exit|checks|FAIL" "$out/tests.log"
-sed -n '/^backend  /,/^$/p' "$out/block.txt" | cut -c1-220
+sed -n '/^backend  /,/^$/p' "$out/block.txt" "$out/block-text.txt" | cut -c1-220

@@ -42,7 +42,7 @@ gpu_rc=$?
 grep -E "llada2|FAIL|fail" "$out/test_gpu.log" | cut -c1-220
 echo "test_gpu exit $gpu_rc"
 echo "== tokbench suites/gpu-llada2.ini"
-timeout 50 "$build/tokbench" run "$here/suites/gpu-llada2.ini" --db "$out/gpu-llada2.db" \
+timeout 120 "$build/tokbench" run "$here/suites/gpu-llada2.ini" --db "$out/gpu-llada2.db" \
     >"$out/gpu-llada2.txt" 2>"$out/gpu-llada2.err"
 echo "tokbench exit $?"
 if [ $peers = 1 ]; then

@@ -366,6 +366,56 @@ static void test_other_rules(void)
     tb_warnings_free(&w);
 }
 
+/* A content-dependent sampler (the backend's describe() lists it) on
+ * random-token prompts: the warning names the case and the fix; quiet on
+ * a prompt set (prompt_tokens 0), on a fixed-schedule sampler, without
+ * the list, and when the case's swept sampler is another. */
+static void test_random_prompts(void)
+{
+    fixture f;
+    fixture_init(&f, 10, 0.02);
+    f.b.info_json = (char *)"{\"content_dependent_samplers\":[\"threshold\",\"sdar_dynamic\"]}";
+    f.b.options_json = (char *)"{\"sampler\":\"sdar_dynamic\",\"threshold\":0.9}";
+    tb_warnings w;
+    tb_warnings_derive(&f.s, &w);
+    CHECK(count(&w, "eng [prompt 32, new 16, batch 1]: sampler sdar_dynamic commits (or stops) as the model's "
+                    "confidence allows, but its prompts were random tokens") == 1);
+    CHECK(count(&w, "give it text prompts ([prompts] file = data/text.jsonl") == 1);
+    CHECK(w.n == 1);
+    tb_warnings_free(&w);
+    f.c.dims.prompt_tokens = 0; /* a prompt set's text */
+    f.s.has_prompt_set = 1;
+    tb_warnings_derive(&f.s, &w);
+    CHECK(count(&w, "random tokens") == 0);
+    tb_warnings_free(&w);
+    f.c.dims.prompt_tokens = 32;
+    f.s.has_prompt_set = 0;
+    f.b.options_json = (char *)"{\"sampler\":\"low_confidence\"}"; /* a fixed schedule */
+    tb_warnings_derive(&f.s, &w);
+    CHECK(w.n == 0);
+    tb_warnings_free(&w);
+    f.c.options_json = (char *)"{\"sampler\":\"threshold\"}"; /* swept: the case's wins */
+    tb_warnings_derive(&f.s, &w);
+    CHECK(count(&w, "sampler threshold commits") == 1);
+    tb_warnings_free(&w);
+    f.b.options_json = (char *)"{\"sampler\":\"threshold\"}";
+    f.c.options_json = (char *)"{\"sampler\":\"low_confidence\"}";
+    tb_warnings_derive(&f.s, &w);
+    CHECK(w.n == 0);
+    tb_warnings_free(&w);
+    f.c.options_json = (char *)"{}";
+    f.b.info_json = (char *)"{\"model_name\":\"x\"}"; /* a plugin that lists none */
+    tb_warnings_derive(&f.s, &w);
+    CHECK(w.n == 0);
+    tb_warnings_free(&w);
+    f.b.info_json = (char *)"{\"content_dependent_samplers\":[\"threshold\"]}";
+    f.c.status = (char *)"failed"; /* nothing measured */
+    f.c.error = (char *)"boom";
+    tb_warnings_derive(&f.s, &w);
+    CHECK(count(&w, "random tokens") == 0);
+    tb_warnings_free(&w);
+}
+
 int main(void)
 {
     test_quiet();
@@ -376,5 +426,6 @@ int main(void)
     test_sent_rate();
     test_contradiction();
     test_other_rules();
+    test_random_prompts();
     return check_done();
 }
