@@ -215,10 +215,11 @@ static int parse_text(pctx *c, const cJSON *t, tb_dgemma_config *cfg)
     if (cfg->hd_sliding % 2 || cfg->hd_full % 2)
         return fail(c, cfg->hd_sliding % 2 ? "head_dim" : "global_head_dim", "an even head size (rotate-half RoPE)",
                     item(t, cfg->hd_sliding % 2 ? "head_dim" : "global_head_dim"));
+    /* the LM head always divides by it: null would fail in transformers too */
     const cJSON *cap = cJSON_GetObjectItemCaseSensitive(t, "final_logit_softcapping");
     if (cap && cJSON_IsNull(cap))
-        cfg->softcap = 0;
-    else if (get_num(c, t, "final_logit_softcapping", 0, 1e6, &cfg->softcap))
+        return fail(c, "final_logit_softcapping", "a number (the LM head always softcaps)", cap);
+    if (get_num(c, t, "final_logit_softcapping", 0, 1e6, &cfg->softcap))
         return -1;
     if (parse_layer_types(c, t, cfg) || parse_rope(c, t, cfg))
         return -1;
@@ -243,9 +244,10 @@ static int parse_root(pctx *c, const cJSON *root, tb_dgemma_config *cfg)
 {
     const cJSON *mt = item(root, "model_type");
     const cJSON *ar = item(root, "architectures");
+    /* transformers dispatches on model_type; architectures when it is absent */
     int ours = cJSON_IsString(mt) && strcmp(mt->valuestring, "diffusion_gemma") == 0;
-    if (cJSON_IsArray(ar) && cJSON_IsString(ar->child))
-        ours = ours || strcmp(ar->child->valuestring, "DiffusionGemmaForBlockDiffusion") == 0;
+    if (!mt && cJSON_IsArray(ar) && cJSON_IsString(ar->child))
+        ours = strcmp(ar->child->valuestring, "DiffusionGemmaForBlockDiffusion") == 0;
     if (!ours)
         return fail(c, "model_type", "\"diffusion_gemma\" (or architectures [\"DiffusionGemmaForBlockDiffusion\"])", mt);
     const cJSON *t = item(root, "text_config");
@@ -294,8 +296,8 @@ int tb_dgemma_is_config(const char *json)
         const cJSON *mt = item(root, "model_type");
         const cJSON *ar = item(root, "architectures");
         ours = cJSON_IsString(mt) && strcmp(mt->valuestring, "diffusion_gemma") == 0;
-        if (cJSON_IsArray(ar) && cJSON_IsString(ar->child))
-            ours = ours || strcmp(ar->child->valuestring, "DiffusionGemmaForBlockDiffusion") == 0;
+        if (!mt && cJSON_IsArray(ar) && cJSON_IsString(ar->child))
+            ours = strcmp(ar->child->valuestring, "DiffusionGemmaForBlockDiffusion") == 0;
     }
     cJSON_Delete(root);
     return ours;
