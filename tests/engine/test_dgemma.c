@@ -385,6 +385,26 @@ static void test_forward(const tb_dgemma_model *m)
     /* the second pass reads the same cache: the same logits */
     CHECK(tb_dgemma_denoise(&a, canvas, 8, NULL, lc) == 0);
     CHECK(max_diff(la, lc, 8 * 128) == 0);
+    /* the canvas is bidirectional: row 0 reads row 5; the encoder is
+     * causal: rows before a changed prompt token keep their outputs */
+    int32_t c2[8];
+    memcpy(c2, canvas, sizeof c2);
+    c2[5] = (c2[5] + 1) % c->vocab;
+    CHECK(tb_dgemma_denoise(&a, c2, 8, NULL, lc) == 0);
+    CHECK(max_diff(la, lc, 128) > 1e-4);
+    {
+        tb_dgemma_state e2;
+        int32_t p2[20];
+        memcpy(p2, prompt, sizeof p2);
+        p2[10] = (p2[10] + 1) % c->vocab;
+        float *h2 = malloc(20 * 32 * 4);
+        CHECK(tb_dgemma_state_init(&e2, m, 64, 8, err, sizeof err) == 0);
+        CHECK(tb_dgemma_encode(&e2, p2, 20, h2) == 0);
+        CHECK(max_diff(ha, h2, 10 * 32) == 0);
+        CHECK(max_diff(ha + 10 * 32, h2 + 10 * 32, 32) > 1e-4);
+        tb_dgemma_state_free(&e2);
+        free(h2);
+    }
     /* self-conditioning changes the input */
     CHECK(tb_dgemma_denoise(&a, canvas, 8, la, lc) == 0);
     CHECK(max_diff(la, lc, 8 * 128) > 1e-3);
