@@ -99,6 +99,8 @@ class DGemma:
         rot = 1.0 / (f["rope_theta"] ** (torch.arange(0, 2 * angles, 2, dtype=torch.int64).float() / hf))
         self.inv_f = torch.cat([rot, torch.zeros(hf // 2 - angles)]) / f.get("factor", 1.0)
         self.scale = torch.tensor(self.H ** 0.5, dtype=torch.float32)
+        self.image_id = cfg.get("image_token_id", 258880)
+        self.pad = tc.get("pad_token_id", 0)
         self.reset()
 
     # ------------------------------------------------------------ pieces
@@ -209,6 +211,8 @@ class DGemma:
         """The causal pass over tokens after the cache; returns the final-norm output."""
         tokens = torch.as_tensor(tokens, dtype=torch.long)
         pos = torch.arange(self.length, self.length + tokens.numel())
+        # DiffusionGemmaEncoderModel: image placeholders become pad (no pixels here)
+        tokens = torch.where(tokens == self.image_id, torch.full_like(tokens, self.pad), tokens)
         x = self.w("embed_tokens.weight")[tokens] * self.scale
         for l in range(self.L):
             x = self.layer(l, x, pos, "encode")

@@ -29,7 +29,8 @@ transcription disagree, and writes under --out (about 0.8 MB):
                            layer_scalars differ from the decoder's, so a pass
                            that reads the wrong one fails)
   expected.json
-    prompt [P=20]          (longer than the window)
+    prompt [P=20]          (longer than the window; position 7 the image token,
+                           which the encoder embeds as pad)
     encoder_hidden [P][H]  the encoder pass's final-norm output
     canvas0, logits0       the first canvas step (no self-conditioning)
     sc0, logits_sc0        the same canvas with self-conditioning logits sc0
@@ -279,7 +280,13 @@ def main():
 
     model, cfg_dict = build(tf)
     perturb(model)
+    if not torch.equal(model.lm_head.weight, model.model.decoder.embed_tokens.weight):
+        raise SystemExit("FAILED: lm_head is not tied to model.decoder.embed_tokens after perturbing")
     tensors = published_tensors(model)
+    for l in range(TEXT["num_hidden_layers"]):
+        for k in (f"model.encoder.language_model.layers.{l}.layer_scalar", f"model.decoder.layers.{l}.layer_scalar"):
+            if k not in tensors:
+                raise SystemExit(f"FAILED: state_dict has no {k}")
     out = args.out
     os.makedirs(os.path.join(out, "model"), exist_ok=True)
     from safetensors.torch import save_file
@@ -312,7 +319,8 @@ def main():
     settled("temperature schedule (float32) equals t_min + (t_max - t_min) s / 48", True)
 
     rng = np.random.RandomState(SEEDS["inputs"])
-    prompt = rng.randint(3, V, size=P).tolist()
+    prompt = rng.randint(3, V - 3, size=P).tolist()
+    prompt[7] = V - 1  # the image token: the encoder embeds it as pad
     canvas0 = rng.randint(0, V, size=C).tolist()
     committed = rng.randint(3, V, size=C).tolist()
     canvas1 = rng.randint(0, V, size=C).tolist()

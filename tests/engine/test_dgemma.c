@@ -97,7 +97,7 @@ static void test_config(void)
     CHECK(memcmp(c.full, p.full, sizeof c.full) == 0);
     CHECK(c.full[5] && c.full[29] && !c.full[0] && !c.full[28]);
     CHECK(c.n_eos == 3 && c.eos[0] == 1 && c.eos[1] == 106 && c.eos[2] == 50);
-    CHECK(c.bf16 && p.bf16 && c.pad_id == 0);
+    CHECK(c.bf16 && p.bf16 && c.pad_id == 0 && c.image_id == 258880 && p.image_id == 258880);
     CHECK(tb_dgemma_n_params(&c) > 24000000000LL && tb_dgemma_n_params(&c) < 27000000000LL);
     CHECK(tb_dgemma_n_active(&c) > 3000000000LL && tb_dgemma_n_active(&c) < 4500000000LL);
     fprintf(stderr, "published shape: %.2fB parameters, %.2fB active\n", tb_dgemma_n_params(&c) / 1e9,
@@ -404,6 +404,24 @@ static void test_forward(const tb_dgemma_model *m)
         CHECK(max_diff(ha + 10 * 32, h2 + 10 * 32, 32) > 1e-4);
         tb_dgemma_state_free(&e2);
         free(h2);
+    }
+    /* the encoder embeds the image token as pad; the canvas pass does not */
+    {
+        tb_dgemma_model mi = *m; /* shares m's weights */
+        mi.cfg.image_id = 77;
+        tb_dgemma_state e1, e2;
+        int32_t img[3] = {9, 77, 10}, pad[3] = {9, 0, 10};
+        float h1[3 * 32], h2[3 * 32];
+        CHECK(tb_dgemma_state_init(&e1, &mi, 64, 8, err, sizeof err) == 0);
+        CHECK(tb_dgemma_state_init(&e2, &mi, 64, 8, err, sizeof err) == 0);
+        CHECK(tb_dgemma_encode(&e1, img, 3, h1) == 0 && tb_dgemma_encode(&e2, pad, 3, h2) == 0);
+        CHECK(max_diff(h1, h2, 3 * 32) == 0);
+        int32_t ci[8] = {77, 1, 2, 3, 4, 5, 6, 7}, cp[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+        float *l1 = malloc(8 * 128 * 4), *l2 = malloc(8 * 128 * 4);
+        CHECK(tb_dgemma_denoise(&e1, ci, 8, NULL, l1) == 0 && tb_dgemma_denoise(&e2, cp, 8, NULL, l2) == 0);
+        CHECK(max_diff(l1, l2, 8 * 128) > 1e-4);
+        tb_dgemma_state_free(&e1), tb_dgemma_state_free(&e2);
+        free(l1), free(l2);
     }
     /* self-conditioning changes the input */
     CHECK(tb_dgemma_denoise(&a, canvas, 8, la, lc) == 0);

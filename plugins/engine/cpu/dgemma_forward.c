@@ -317,11 +317,15 @@ static int check_ids(const tb_dgemma_state *st, const int32_t *t, int n)
     return 0;
 }
 
-static void embed(tb_dgemma_state *st, const int32_t *t, int n)
+/* mode ENCODE: the image token is embedded as pad (DiffusionGemmaEncoderModel
+ * puts the vision tower's features in those slots; text only here) */
+static void embed(tb_dgemma_state *st, const int32_t *t, int n, pass mode)
 {
-    int H = st->m->cfg.hidden;
+    const tb_dgemma_config *c = &st->m->cfg;
+    int H = c->hidden;
     for (int i = 0; i < n; i++) {
-        const float *e = st->m->embed + (size_t)t[i] * H;
+        int32_t id = mode == ENCODE && t[i] == c->image_id && c->pad_id >= 0 ? c->pad_id : t[i];
+        const float *e = st->m->embed + (size_t)id * H;
         for (int j = 0; j < H; j++)
             st->x[(size_t)i * H + j] = e[j] * st->m->embed_scale;
     }
@@ -334,7 +338,7 @@ int tb_dgemma_encode(tb_dgemma_state *st, const int32_t *tokens, int n, float *h
         return -1;
     for (int done = 0; done < n;) {
         int rows = n - done < st->max_rows ? n - done : st->max_rows;
-        embed(st, tokens + done, rows);
+        embed(st, tokens + done, rows, ENCODE);
         for (int l = 0; l < c->n_layers; l++)
             layer(st, l, rows, st->len, ENCODE);
         if (hidden)
@@ -390,7 +394,7 @@ int tb_dgemma_denoise(tb_dgemma_state *st, const int32_t *canvas, int n, const f
     int H = c->hidden, V = c->vocab;
     if (n < 1 || n > st->max_rows || check_ids(st, canvas, n))
         return -1;
-    embed(st, canvas, n);
+    embed(st, canvas, n, DENOISE);
     if (sc) {
         self_condition(st, sc, n);
         for (size_t i = 0; i < (size_t)n * H; i++)

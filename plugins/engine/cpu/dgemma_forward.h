@@ -6,7 +6,8 @@
  * One set of weights, two passes over one KV cache of `len` positions:
  *   encode   the causal pass (prefill; committing a finished canvas):
  *            tokens at positions [len, len + n) are embedded (x sqrt(H)),
- *            their keys and values appended to the cache; a sliding layer's
+ *            their keys and values appended to the cache (image_token_id
+ *            embedded as pad, as transformers' encoder does without pixels); a sliding layer's
  *            query at i sees keys j with i - j < W, a full layer's every j
  *            <= i. Its own outputs are not needed (hidden: optional).
  *   denoise  the bidirectional canvas pass: C canvas tokens at positions

@@ -264,8 +264,10 @@ static int parse_root(pctx *c, const cJSON *root, tb_dgemma_config *cfg)
     if (parse_text(&ct, t, cfg))
         return -1;
     set_dtype(cfg, t);
-    /* the root's eos list (the released config's [1, 106, 50]) wins */
     int n = 0;
+    if (get_ids(c, root, "image_token_id", cfg->vocab, &cfg->image_id, 1, &n))
+        return -1;
+    /* the root's eos list (the released config's [1, 106, 50]) wins */
     int32_t eos[TB_DG_MAX_EOS];
     if (get_ids(c, root, "eos_token_id", cfg->vocab, eos, TB_DG_MAX_EOS, &n))
         return -1;
@@ -285,7 +287,7 @@ static void defaults(tb_dgemma_config *cfg)
                               .kv_sliding = 4, .hd_sliding = 256, .hd_full = 512, .sliding_window = 512,
                               .rms_eps = 1e-6, .theta_sliding = 10000.0, .theta_full = 1000000.0,
                               .rope_factor_full = 1.0, .softcap = 30.0, .canvas = 256, .max_pos = 131072,
-                              .eos = {1}, .n_eos = 1, .pad_id = 0, .bos_id = 2};
+                              .eos = {1}, .n_eos = 1, .pad_id = 0, .bos_id = 2, .image_id = 258880};
 }
 
 int tb_dgemma_is_config(const char *json)
@@ -544,7 +546,7 @@ static const preset presets[] = {
       .hd_sliding = 256, .kv_full = 2, .hd_full = 512, .n_experts = 128, .top_k = 8, .moe_inter = 704,
       .sliding_window = 1024, .rms_eps = 1e-6, .theta_sliding = 10000.0, .theta_full = 1000000.0,
       .rope_factor_full = 1.0, .rope_angles_full = 64, .softcap = 30.0, .canvas = 256, .max_pos = 262144,
-      .full = DG26_FULL, .eos = {1, 106, 50}, .n_eos = 3, .pad_id = 0, .bos_id = 2, .bf16 = 1,
+      .full = DG26_FULL, .eos = {1, 106, 50}, .n_eos = 3, .pad_id = 0, .bos_id = 2, .image_id = 258880, .bf16 = 1,
       .dtype = "bfloat16"}},
     /* tests: 3 layers (sliding, sliding, full), window 6, canvas 8 */
     {"tiny-diffusiongemma",
@@ -552,7 +554,7 @@ static const preset presets[] = {
       .kv_full = 1, .hd_full = 32, .n_experts = 4, .top_k = 2, .moe_inter = 16, .sliding_window = 6,
       .rms_eps = 1e-6, .theta_sliding = 10000.0, .theta_full = 1000000.0, .rope_factor_full = 1.0,
       .rope_angles_full = 4, .softcap = 30.0, .canvas = 8, .max_pos = 4096, .full = {[2] = 1}, .eos = {1},
-      .n_eos = 1, .pad_id = 0, .bos_id = 2, .dtype = "float32"}},
+      .n_eos = 1, .pad_id = 0, .bos_id = 2, .image_id = -1, .dtype = "float32"}},
 };
 
 int tb_dgemma_preset_config(const char *name, tb_dgemma_config *cfg, char *err, size_t err_size)

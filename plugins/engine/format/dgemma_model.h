@@ -70,6 +70,9 @@ typedef struct tb_dgemma_config {
     int32_t eos[TB_DG_MAX_EOS];
     int n_eos;
     int32_t pad_id, bos_id;   /* -1: none */
+    int32_t image_id;         /* image_token_id (258880): the encoder pass embeds
+                                 it as pad_id (the vision tower's slots; text
+                                 only here); -1: none */
     int bf16;                 /* dtype bfloat16: rounds as transformers does in bf16 */
     char dtype[16];
 } tb_dgemma_config;
