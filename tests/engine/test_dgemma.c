@@ -439,6 +439,7 @@ static void test_forward(const tb_dgemma_model *m)
     CHECK(tb_dgemma_encode(&a, prompt, 20, NULL) == 0 && tb_dgemma_encode(&a, prompt, 20, NULL) == 0);
     CHECK(tb_dgemma_encode(&a, prompt, 20, NULL) == -1); /* 80 > 64 */
     CHECK(a.len == 60);
+    tb_dgemma_state_free(&b);
     CHECK(tb_dgemma_state_init(&b, m, 64, 4, err, sizeof err) == -1); /* rows below the canvas */
     CHECK_CONTAINS(err, "canvas");
     tb_dgemma_state_free(&a);
