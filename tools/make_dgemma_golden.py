@@ -249,13 +249,20 @@ def hf_generate(tf, gen, model, prompt, seed, max_new, **kw):
     S.accept_canvas, S.renoise_canvas, crit.__call__ = accept, renoise, stop
     torch.randint, torch.multinomial = r1, m1
     try:
-        res = model.generate(input_ids=torch.tensor([prompt]), max_new_tokens=max_new, return_dict_in_generate=True,
-                             pad_token_id=0, **kw)
+        try:
+            res = model.generate(input_ids=torch.tensor([prompt]), max_new_tokens=max_new,
+                                 return_dict_in_generate=True, pad_token_id=0, **kw)
+        except (TypeError, ValueError) as e:  # no return_dict_in_generate: plain ids
+            log(f"  generate(return_dict_in_generate=True) failed ({e}); again without")
+            stream.n, calls[:], steps[:] = 0, [], []
+            res = model.generate(input_ids=torch.tensor([prompt]), max_new_tokens=max_new, pad_token_id=0, **kw)
     finally:
         torch.randint, torch.multinomial = r0, m0
         S.accept_canvas, S.renoise_canvas, crit.__call__ = orig_accept, orig_renoise, orig_stop
-    seq = res.sequences[0, len(prompt):].tolist()
-    tpf = float(res.tokens_per_forward[0]) if getattr(res, "tokens_per_forward", None) is not None else None
+    ids = res if isinstance(res, torch.Tensor) else res.sequences
+    seq = ids[0, len(prompt):].tolist()
+    tpf = getattr(res, "tokens_per_forward", None)
+    tpf = float(tpf[0]) if tpf is not None else None
     return seq, steps, calls, tpf
 
 
@@ -297,17 +304,27 @@ def main():
 
     # ---- facts the research note left open
     dec = model.model.decoder
-    rot = dec.rotary_emb
-    check("sliding inv_freq (default rope over head_dim)", ours.inv_s, rot.sliding_attention_inv_freq, 0)
+
+    def inv_freq(kind):
+        for name, b in dec.rotary_emb.named_buffers():
+            if kind in name and "inv_freq" in name and "original" not in name:
+                return b
+        raise SystemExit(f"FAILED: no {kind} inv_freq buffer in the rotary embedding: "
+                         f"{[n for n, _ in dec.rotary_emb.named_buffers()]}")
+
+    check("sliding inv_freq (default rope over head_dim)", ours.inv_s, inv_freq("sliding_attention"), 0)
     check("full inv_freq (proportional: exponent over global_head_dim, zeros after the rotated pairs)", ours.inv_f,
-          rot.full_attention_inv_freq, 0)
-    settled("full layers' rotated pairs", int((rot.full_attention_inv_freq != 0).sum()))
+          inv_freq("full_attention"), 0)
+    settled("full layers' rotated pairs", int((inv_freq("full_attention") != 0).sum()))
     settled("embed_scale (float32 model)", float(dec.embed_tokens.embed_scale.to(torch.float32)))
     settled("attention implementation", str(model.config._attn_implementation))
     for l in range(TEXT["num_hidden_layers"]):
         a = dec.layers[l].self_attn
-        settled(f"layer {l} head_dim / kv heads / v_proj", f"{a.head_dim} / {a.k_proj.out_features // a.head_dim} / "
-                f"{a.v_proj is not None}")
+        try:
+            settled(f"layer {l} q / k / v projections", f"{tuple(a.q_proj.weight.shape)} / {tuple(a.k_proj.weight.shape)}"
+                    f" / {None if getattr(a, 'v_proj', None) is None else tuple(a.v_proj.weight.shape)}")
+        except AttributeError as e:
+            log(f"  layer {l}: {e}")
     proc = gen.LinearTemperatureScheduleLogitsProcessor(t_min=0.4, t_max=0.8, max_denoising_steps=48)
     one = torch.ones(1, 1)
     temps = []
