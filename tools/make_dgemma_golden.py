@@ -25,7 +25,8 @@ transcription disagree, and writes under --out (about 0.8 MB):
                            experts of 16, 2 a token; shared MLP 48)
   model/model.safetensors  model.decoder.* and the encoder's layer_scalars,
                            every norm, router scale, per-expert scale and
-                           layer_scalar perturbed away from 1 (the encoder's
+                           layer_scalar perturbed away from 1 (the branches'
+                           output norms around 0.4; the encoder's
                            layer_scalars differ from the decoder's, so a pass
                            that reads the wrong one fails)
   expected.json
@@ -151,6 +152,12 @@ def perturb(model):
     for name, p in dec.named_parameters():
         if "norm" in name or name.endswith("router.scale") or name.endswith("per_expert_scale"):
             p.copy_(1 + 0.6 * (torch.rand(p.shape, generator=g) - 0.5))
+            # the branches' output norms at 0.4 x (1 +- 0.3): the residual keeps
+            # more of the canvas, so some canvases settle before the cap with a
+            # part of each step accepted (tried on our transcription: 6-13 of
+            # 16 accepted on early steps, 18-33 steps a canvas)
+            if name.endswith("post_attention_layernorm.weight") or name.endswith("post_feedforward_layernorm.weight"):
+                p.mul_(0.4)
         elif "embed_tokens" in name:
             p.copy_(0.8 * torch.randn(p.shape, generator=g))
         else:
@@ -424,13 +431,13 @@ def main():
     eos = cand[3 % len(cand)] if cand else seqA[C]
     seqB, _ = run("eos", 1234, 3 * C, [eos])
     settled("EOS run: canvases / pads after the EOS", f"{len(seqB) // C} / {seqB[C:].count(0)}")
-    early = False
-    for i, kw in enumerate(({"t_max": 0.05, "t_min": 0.02}, {"t_max": 0.02, "t_min": 0.01},
-                            {"t_max": 0.05, "t_min": 0.02, "stability_threshold": 0})):
-        _, per = run(f"early_stop_{i}", 99, 2 * C, [V + 72], **kw)
-        if any(n < 48 for n in per):
-            early = True
+    _, per = run("seed_99", 99, 2 * C, [V + 72])
+    early = any(n < 48 for r in runs for n in r["steps_per_canvas"])
+    for i, kw in enumerate(({"t_max": 0.05, "t_min": 0.02}, {"t_max": 0.05, "t_min": 0.02, "stability_threshold": 0})):
+        if early:
             break
+        _, per = run(f"early_stop_{i}", 99, 2 * C, [V + 72], **kw)
+        early = any(n < 48 for n in per)
     settled("an adaptive stop happened before 48 steps", early)
     if not early:
         raise SystemExit("FAILED: no run stopped early: the stop rule is not exercised")
