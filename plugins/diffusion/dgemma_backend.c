@@ -3,6 +3,7 @@
 #include "dgemma_backend.h"
 
 #include <cblas.h>
+#include <errno.h>
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,8 +40,11 @@ int tb_dg_backend_claims(const char *spec)
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", spec);
     size_t len;
+    errno = 0;
     char *text = tb_read_file_max(path, TB_READ_MAX_CONFIG, &len);
-    int ours = text && strlen(text) == len && tb_dgemma_is_config(text);
+    if (!text)
+        return errno == ENOMEM ? -1 : 0; /* no config.json: tb_load says what is missing */
+    int ours = strlen(text) == len ? tb_dgemma_is_config(text) : 0;
     free(text);
     return ours;
 }

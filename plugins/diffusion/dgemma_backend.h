@@ -19,7 +19,7 @@
 typedef struct tb_dg_backend tb_dg_backend;
 
 /* 1 when spec names a DiffusionGemma preset or a folder holding its
- * config.json. */
+ * config.json, 0 when not, -1 when out of memory deciding. */
 int tb_dg_backend_claims(const char *spec);
 
 /* Load spec (on_gpu, fp8 and tp > 1 are refused). *tok gets the folder's

@@ -251,7 +251,13 @@ static tb_status diffusion_create(const tb_host *host, const char *model, const 
     c->threads = (int)OPT_I(options, n_options, OPT_THREADS);
     int on_gpu = tb_device_wants_gpu(OPT_TEXT(options, n_options, OPT_DEVICE));
     int fp8 = OPT_CHOICE(options, n_options, OPT_DTYPE, tb_dtype_choices) == TB_DTYPE_FP8;
-    if (tb_dg_backend_claims(model)) { /* DiffusionGemma: device = auto means the CPU it runs on so far */
+    int dgemma = tb_dg_backend_claims(model);
+    if (dgemma < 0) {
+        snprintf(err, err_size, "out of memory");
+        diffusion_destroy(c);
+        return TB_ERR_NO_MEMORY;
+    }
+    if (dgemma) { /* DiffusionGemma: device = auto means the CPU it runs on so far */
         int cuda = strcmp(OPT_TEXT(options, n_options, OPT_DEVICE), "cuda") == 0;
         tb_status ds = tb_dg_backend_create(host, model, cuda, fp8, (int)OPT_I(options, n_options, OPT_TP),
                                             (uint64_t)OPT_I(options, n_options, OPT_PRESET_SEED), c->threads,

@@ -276,6 +276,18 @@ static int parse_root(pctx *c, const cJSON *root, tb_dgemma_config *cfg)
         cfg->n_eos = n;
     }
     cfg->bf16 = strcmp(cfg->dtype, "bfloat16") == 0;
+    /* class defaults a tiny vocabulary does not hold: none */
+    if (cfg->bos_id >= cfg->vocab)
+        cfg->bos_id = -1;
+    if (cfg->image_id >= cfg->vocab)
+        cfg->image_id = -1;
+    if (cfg->pad_id >= cfg->vocab)
+        cfg->pad_id = -1;
+    int k = 0;
+    for (int e = 0; e < cfg->n_eos; e++)
+        if (cfg->eos[e] < cfg->vocab)
+            cfg->eos[k++] = cfg->eos[e];
+    cfg->n_eos = k;
     return 0;
 }
 
@@ -292,7 +304,10 @@ static void defaults(tb_dgemma_config *cfg)
 
 int tb_dgemma_is_config(const char *json)
 {
-    cJSON *root = cJSON_Parse(json);
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithOpts(json, &end, 1);
+    if (!root && !end) /* cJSON's sign of a failed allocation */
+        return -1;
     int ours = 0;
     if (cJSON_IsObject(root)) {
         const cJSON *mt = item(root, "model_type");

@@ -120,7 +120,8 @@ typedef struct tb_dgemma_model {
 } tb_dgemma_model;
 
 /* Whether a config.json text is DiffusionGemma's (model_type
- * diffusion_gemma or architectures DiffusionGemmaForBlockDiffusion). */
+ * diffusion_gemma, or architectures DiffusionGemmaForBlockDiffusion
+ * without a model_type): 1, 0, or -1 when out of memory. */
 int tb_dgemma_is_config(const char *json);
 
 /* Parse config.json text (root + text_config); `path` names the file in
