@@ -19,6 +19,7 @@
 
 #include "backend_common.h"
 #include "cpu_engine.h"
+#include "dgemma_backend.h"
 #include "folder.h"
 #ifdef TB_HAVE_CUDA
 #include "cuda_engine.h"
@@ -51,7 +52,7 @@ static const tb_option_decl diffusion_options[N_OPTS] = {
     [OPT_SAMPLER] = {"sampler", TB_OPT_ENUM, "low_confidence",
                      "LLaDA remasking (low_confidence, random), Fast-dLLM threshold, Dream's origin, "
                      "maskgit_plus, topk_margin, entropy; block diffusion: SDAR's sdar_static, sdar_dynamic "
-                     "(SDAR models), fast_dllm_v2 (Fast-dLLM v2 models)",
+                     "(SDAR models), fast_dllm_v2 (Fast-dLLM v2 models); entropy_bound (DiffusionGemma)",
                      TB_CHOICES_TEXT(TB_DLLM_SAMPLER_LIST), 1, 0, 0},
     [OPT_THRESHOLD] = {"threshold", TB_OPT_FLOAT, "0.9",
                        "threshold, sdar_dynamic, fast_dllm_v2: commit every masked position of the block (or "
@@ -114,6 +115,7 @@ typedef struct dctx {
     /* Why the last forward failed (the sampler's message says only
      * where), appended to that message: the binding's */
     char *forward_error;
+    tb_dg_backend *dg; /* DiffusionGemma (dgemma_backend.h): its own load and sampler; NULL otherwise */
     char *describe_json;
     char error[512];
 } dctx;
@@ -237,6 +239,7 @@ static void diffusion_destroy(void *p)
     tb_dllm_cuda_free(&c->cuda_binding);
 #endif
     tb_engine_close(&c->eng);
+    tb_dg_backend_free(c->dg);
     free(c->req_steps);
     free(c->describe_json);
     free(c);
@@ -255,6 +258,28 @@ static tb_status diffusion_create(const tb_host *host, const char *model, const 
     c->threads = (int)OPT_I(options, n_options, OPT_THREADS);
     int on_gpu = tb_device_wants_gpu(OPT_TEXT(options, n_options, OPT_DEVICE));
     int fp8 = OPT_CHOICE(options, n_options, OPT_DTYPE, tb_dtype_choices) == TB_DTYPE_FP8;
+    int dgemma = tb_dg_backend_claims(model);
+    if (dgemma < 0) {
+        snprintf(err, err_size, "out of memory");
+        diffusion_destroy(c);
+        return TB_ERR_NO_MEMORY;
+    }
+    if (dgemma) { /* DiffusionGemma: device = auto means the CPU it runs on so far */
+        int cuda = strcmp(OPT_TEXT(options, n_options, OPT_DEVICE), "cuda") == 0;
+        tb_status ds = tb_dg_backend_create(host, model, cuda, fp8, (int)OPT_I(options, n_options, OPT_TP),
+                                            (uint64_t)OPT_I(options, n_options, OPT_PRESET_SEED), c->threads,
+                                            &c->ld.tok, &c->dg, err, err_size);
+        if (ds == TB_OK && !(c->describe_json = strdup(tb_dg_backend_describe(c->dg)))) {
+            snprintf(err, err_size, "out of memory");
+            ds = TB_ERR_NO_MEMORY;
+        }
+        if (ds != TB_OK) {
+            diffusion_destroy(c);
+            return ds;
+        }
+        *ctx_out = c;
+        return TB_OK;
+    }
     tb_status st = tb_load(model, 1, on_gpu, fp8,
                            (uint64_t)OPT_I(options, n_options, OPT_PRESET_SEED), (int)OPT_I(options, n_options, OPT_TP),
                            &c->ld, err, err_size);
@@ -387,6 +412,17 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
     const tb_host *host = c->host;
     const tb_model_config *cfg = &c->ld.model.cfg;
     c->error[0] = '\0';
+    if (c->dg) { /* DiffusionGemma takes its own sampler, and only it */
+        int s = (int)OPT_CHOICE(req->options, req->n_options, OPT_SAMPLER, tb_dllm_sampler_choices);
+        if (s != TB_DLLM_ENTROPY_BOUND) {
+            set_error(c, "sampler %s does not fit DiffusionGemma (it takes entropy_bound)",
+                      tb_choice_name(tb_dllm_sampler_choices, s));
+            return TB_ERR_INVALID;
+        }
+        return tb_dg_backend_generate(c->dg, host, c->ld.tok, req, (int)OPT_I(req->options, req->n_options, OPT_IGNORE_EOS),
+                                      (int)OPT_I(req->options, req->n_options, OPT_THREADS), res, c->error,
+                                      sizeof c->error);
+    }
     int64_t t0 = host->now_ns(host);
     tb_energy_mark e0 = tb_loaded_energy_mark(&c->ld, t0);
     c->eng.iface->work_start(c->eng.ctx);

@@ -21,7 +21,8 @@
     SEP X(TB_DLLM_ENTROPY, "entropy")                                                                           \
     SEP X(TB_DLLM_SDAR_STATIC, "sdar_static")   /* SDAR low_confidence_static */                                \
     SEP X(TB_DLLM_SDAR_DYNAMIC, "sdar_dynamic") /* SDAR low_confidence_dynamic */                               \
-    SEP X(TB_DLLM_FAST_DLLM_V2, "fast_dllm_v2") /* Fast-dLLM v2: threshold per sub-block */
+    SEP X(TB_DLLM_FAST_DLLM_V2, "fast_dllm_v2") /* Fast-dLLM v2: threshold per sub-block */                        \
+    SEP X(TB_DLLM_ENTROPY_BOUND, "entropy_bound") /* DiffusionGemma (dgemma_sampler.h) */
 typedef enum tb_dllm_sampler { TB_CHOICES_ENUM(TB_DLLM_SAMPLER_LIST) } tb_dllm_sampler;
 
 /* Fast-dLLM's KV caches (sampler.h) */

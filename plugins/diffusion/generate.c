@@ -14,6 +14,8 @@ int tb_dllm_validate(const tb_dllm_params *p, char *why, size_t why_size)
                  tb_choice_name(tb_dllm_sampler_choices, p->sampler));
         return -1;
     }
+    if (p->sampler == TB_DLLM_ENTROPY_BOUND) /* DiffusionGemma's: dgemma_sampler.h checks its parameters */
+        return 0;
     return tb_dllm_is_block_sampler(p->sampler) ? tb_dllm_block_validate(p, why, why_size)
                                                 : tb_dllm_bidir_validate(p, why, why_size);
 }
@@ -25,6 +27,10 @@ int tb_dllm_generate(const tb_dllm_engine *e, const tb_dllm_params *p, int32_t *
                              .request_tokens = stats->request_tokens};
     if (tb_dllm_validate(p, why, why_size) != 0)
         return -1;
+    if (p->sampler == TB_DLLM_ENTROPY_BOUND) {
+        snprintf(why, why_size, "sampler entropy_bound is DiffusionGemma's (uniform renoising, no mask token)");
+        return -1;
+    }
     return tb_dllm_is_block_sampler(p->sampler)
                ? tb_dllm_block_generate(e, p, canvas, B, prompt_len, seed, h, stats, why, why_size)
                : tb_dllm_bidir_generate(e, p, canvas, B, prompt_len, seed, h, stats, why, why_size);

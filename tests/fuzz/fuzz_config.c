@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "dgemma_model.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -36,6 +37,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                (c.prompt_bos != -1 && c.prompt_bos != c.bos_id) || (c.mask_is_default && c.mask_id < 0)) {
         abort();
     }
+    /* DiffusionGemma's parser (format/dgemma_model.c) reads the same files */
+    tb_dgemma_config g;
+    if (tb_dgemma_config_parse(text, "fuzz/config.json", &g, err, sizeof err) != 0) {
+        if (strncmp(err, "fuzz/config.json: ", 18) != 0)
+            abort();
+    } else if (g.vocab < 1 || g.hidden < 2 || g.n_layers < 1 || g.n_layers > TB_DG_MAX_LAYERS || g.n_heads < 1 ||
+               g.n_heads % g.kv_sliding != 0 || g.n_heads % g.kv_full != 0 || g.hd_sliding % 2 != 0 ||
+               g.hd_full % 2 != 0 || g.rope_angles_full < 0 || g.rope_angles_full > g.hd_full / 2 ||
+               !g.full[g.n_layers - 1] || g.top_k < 1 || g.top_k > g.n_experts || g.canvas < 1 ||
+               g.sliding_window < 1 || g.n_eos < 0 || g.n_eos > TB_DG_MAX_EOS || g.bos_id >= g.vocab ||
+               g.pad_id >= g.vocab || g.image_id >= g.vocab || !(g.rms_eps > 0) || !(g.softcap > 0)) {
+        abort();
+    }
+    for (int e = 0; e < g.n_eos; e++)
+        if (g.eos[e] < 0 || g.eos[e] >= g.vocab)
+            abort();
     free(text);
     return 0;
 }

@@ -1,0 +1,41 @@
+/* dgemma_backend.h — DiffusionGemma inside the diffusion backend:
+ * diffusion.c hands a model it claims (preset:diffusiongemma-26b-a4b,
+ * preset:tiny-diffusiongemma, or a folder whose config.json is
+ * DiffusionGemma's) to this file, which loads it on the CPU and runs one
+ * request per call with the entropy-bound sampler (dgemma_sampler.h) over
+ * the CPU passes (cpu/dgemma_forward.h). Each committed canvas is one
+ * emission of its non-pad tokens. Not yet: CUDA, fp8, tensor
+ * parallelism, batches of more than one request (refused, saying so). */
+#ifndef TB_DIFFUSION_DGEMMA_BACKEND_H
+#define TB_DIFFUSION_DGEMMA_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <tokbench/backend.h>
+
+#include "tokenizer.h"
+
+typedef struct tb_dg_backend tb_dg_backend;
+
+/* 1 when spec names a DiffusionGemma preset or a folder holding its
+ * config.json, 0 when not, -1 when out of memory deciding. */
+int tb_dg_backend_claims(const char *spec);
+
+/* Load spec (on_gpu, fp8 and tp > 1 are refused). *tok gets the folder's
+ * tokenizer.json when tokbench reads it (else NULL: synthetic prompts
+ * only; the reason is logged); the caller owns it. */
+tb_status tb_dg_backend_create(const tb_host *host, const char *spec, int on_gpu, int fp8, int tp,
+                               uint64_t preset_seed, int threads, tb_tokenizer **tok, tb_dg_backend **out, char *err,
+                               size_t err_size);
+void tb_dg_backend_free(tb_dg_backend *b);
+/* describe()'s JSON (owned by b). */
+const char *tb_dg_backend_describe(const tb_dg_backend *b);
+
+/* One generate() call: req's one request (synthetic prompt from req->seed
+ * or its text through tok), max_new_tokens, steps (0: the model's 48) as
+ * the step cap, EOS unless ignore_eos. */
+tb_status tb_dg_backend_generate(tb_dg_backend *b, const tb_host *host, const tb_tokenizer *tok, const tb_request *req,
+                                 int ignore_eos, int threads, tb_result *res, char *err, size_t err_size);
+
+#endif

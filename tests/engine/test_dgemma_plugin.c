@@ -1,0 +1,79 @@
+/* test_dgemma_plugin.c — DiffusionGemma through the diffusion backend
+ * (diffusion.c hands it to dgemma_backend.c): preset:tiny-diffusiongemma
+ * loads, sampler = entropy_bound generates whole canvases with one
+ * emission per committed canvas, the same seed gives the same output;
+ * refused with the reason: another sampler, a batch of two, device = cuda,
+ * entropy_bound on another model. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+#include "plugin_host.h"
+
+static tb_status gen(const tb_backend_ops *ops, void *ctx, const tb_option_value *o, uint32_t n, uint32_t B,
+                     uint64_t seed, tb_request_result *rr)
+{
+    memset(rr, 0, 2 * sizeof *rr);
+    tb_request req = {.struct_size = sizeof req, .n_requests = B, .prompt_tokens = 12, .max_new_tokens = 16,
+                      .batch = B, .steps = 6, .seed = seed, .options = o, .n_options = n};
+    tb_result res = {.struct_size = sizeof res, .n_requests = B, .requests = rr};
+    memset(test_emitted, 0, sizeof test_emitted);
+    tb_status st = ops->generate(ctx, &req, &res);
+    if (st == TB_OK)
+        CHECK(res.forward_passes >= 2 + 2 && res.prefill_ns >= 0 && res.decode_ns > 0);
+    return st;
+}
+
+int main(void)
+{
+    const tb_backend_ops *ops = tokbench_backend_entry();
+    tb_option_value o[64];
+    const test_option eb[] = {{"sampler", "entropy_bound"}};
+    uint32_t n = test_options(ops, eb, 1, o, 64);
+    void *ctx = NULL;
+    char err[512] = "";
+    tb_status st = ops->create(&test_host, "preset:tiny-diffusiongemma", o, n, &ctx, err, sizeof err);
+    CHECK(st == TB_OK);
+    if (st != TB_OK) {
+        fprintf(stderr, "create: %s\n", err);
+        return check_done();
+    }
+    CHECK_CONTAINS(ops->describe(ctx), "\"architecture\":\"DiffusionGemmaForBlockDiffusion\"");
+    tb_request_result rr[2], r2[2];
+    CHECK(gen(ops, ctx, o, n, 1, 7, rr) == TB_OK);
+    CHECK(rr[0].status == TB_OK && rr[0].n_output_tokens == 16 && rr[0].n_output_ids == 16);
+    CHECK(rr[0].steps_done >= 2 && rr[0].steps_done <= 12);
+    int32_t first[16];
+    memcpy(first, rr[0].output_ids, sizeof first);
+    uint32_t valid = 0;
+    for (int i = 0; i < 16; i++) {
+        CHECK(first[i] >= 0 && first[i] < 128);
+        valid += first[i] != 0;
+    }
+    CHECK(test_emitted[0] == valid); /* the committed non-pad tokens, canvas by canvas */
+    CHECK(gen(ops, ctx, o, n, 1, 7, r2) == TB_OK);
+    CHECK(memcmp(first, r2[0].output_ids, sizeof first) == 0);
+    /* refusals, with the reason */
+    CHECK(gen(ops, ctx, o, n, 2, 7, rr) == TB_ERR_UNSUPPORTED);
+    CHECK_CONTAINS(ops->last_error(ctx), "batch 1");
+    const test_option lc[] = {{"sampler", "low_confidence"}};
+    tb_option_value o2[64];
+    uint32_t n2 = test_options(ops, lc, 1, o2, 64);
+    CHECK(gen(ops, ctx, o2, n2, 1, 7, rr) == TB_ERR_INVALID);
+    CHECK_CONTAINS(ops->last_error(ctx), "does not fit DiffusionGemma (it takes entropy_bound)");
+    ops->destroy(ctx);
+    const test_option cu[] = {{"sampler", "entropy_bound"}, {"device", "cuda"}};
+    n2 = test_options(ops, cu, 2, o2, 64);
+    ctx = NULL;
+    CHECK(ops->create(&test_host, "preset:tiny-diffusiongemma", o2, n2, &ctx, err, sizeof err) == TB_ERR_UNSUPPORTED);
+    CHECK_CONTAINS(err, "device = cuda");
+    /* entropy_bound on a masked-diffusion model */
+    CHECK(ops->create(&test_host, "preset:tiny-llada", o, n, &ctx, err, sizeof err) == TB_OK);
+    if (ctx) {
+        CHECK(gen(ops, ctx, o, n, 1, 7, rr) != TB_OK);
+        CHECK_CONTAINS(ops->last_error(ctx), "entropy_bound is DiffusionGemma's");
+        ops->destroy(ctx);
+    }
+    return check_done();
+}
