@@ -825,7 +825,7 @@ static void test_case_measured_only(void)
         if (!d)
             continue;
         size_t want = !strcmp(d->samples, "calls") ? 2 : !strcmp(d->samples, "requests") ? 3
-                    : !strcmp(d->samples, "gaps") ? 6 : 0;
+                    : !strcmp(d->samples, "gaps") ? 6 : !strcmp(d->samples, "chunks") ? 9 : 0;
         if (!strcmp(d->name, "steps_done") || !strcmp(d->name, "answer_tokens"))
             want = 2;
         size_t n = rec.metrics[i].st.n;
