@@ -184,6 +184,12 @@ int tb_stream_bursty(const uint32_t *tok, size_t n, double *median_tokens);
  * samples: canvas records, or canvas-bursty streams. The one rule the
  * tables apply; canvas_gap_n is that metric's n. */
 int tb_case_is_canvas(size_t canvas_gap_n);
+/* The note under a table whose TPOT cell of a canvas case holds the
+ * canvas gap instead, marked TB_CANVAS_TPOT_MARK. */
+#define TB_CANVAS_TPOT_MARK "*"
+#define TB_CANVAS_TPOT_NOTE                                                                                   \
+    "* a canvas model (docs/METRICS.md, \"Canvas models\"): its tokens come a canvas at a time, so TPOT "     \
+    "over them is no time a token took; the column shows the median canvas gap (canvas_gap_ms) instead"
 
 /* The per-position metric's name prefix: acceptance_at_1 .. _k. */
 #define TB_ACCEPTANCE_AT_PREFIX "acceptance_at_"
