@@ -289,11 +289,11 @@ const tb_metric_def tb_metric_defs[] = {
     [M_DRAFT_SHARE] = {"draft_time_share", "fraction", TB_BETTER_LOWER, "calls", "median:draft_time_share"},
     [M_TARGET_FPT] = {"target_forwards_per_token", "forwards", TB_BETTER_LOWER, "calls", "median:target_forwards_per_token"},
     /* canvas models (absent from other cases); docs/METRICS.md */
-    [M_STEPS_CANVAS] = {"steps_per_canvas", "steps", TB_BETTER_NONE, "canvases", NULL},
-    [M_COMMIT_STEP] = {"committed_per_step", "tokens", TB_BETTER_HIGHER, "canvases", NULL},
-    [M_CANVAS_GAP] = {"canvas_gap_ms", "ms", TB_BETTER_LOWER, "gaps", NULL},
-    [M_POS_TOKEN] = {"positions_per_token", "positions", TB_BETTER_LOWER, "case", NULL},
-    [M_TOK_CHUNK] = {"tokens_per_chunk", "tokens", TB_BETTER_NONE, "chunks", NULL},
+    [M_STEPS_CANVAS] = {"steps_per_canvas", "steps", TB_BETTER_NONE, "canvases", "median:steps_per_canvas"},
+    [M_COMMIT_STEP] = {"committed_per_step", "tokens", TB_BETTER_HIGHER, "canvases", "median:committed_per_step"},
+    [M_CANVAS_GAP] = {"canvas_gap_ms", "ms", TB_BETTER_LOWER, "gaps", "median:canvas_gap_ms"},
+    [M_POS_TOKEN] = {"positions_per_token", "positions", TB_BETTER_LOWER, "case", "median:positions_per_token"},
+    [M_TOK_CHUNK] = {"tokens_per_chunk", "tokens", TB_BETTER_NONE, "chunks", "median:tokens_per_chunk"},
     /* the prompt lengths as sent: a dataset's, not the matrix's
      * prompt_tokens (reports show its mean in the prompt column) */
     [M_PROMPT_LEN] = {"prompt_len", "tokens", TB_BETTER_NONE, "requests", NULL},
