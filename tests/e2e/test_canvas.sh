@@ -14,7 +14,12 @@
 #      rule's documented limit);
 #   4. the reports: the TPOT cell of the bursty cases holds their median
 #      canvas gap, marked "*", with the note under the table (show, and the
-#      Markdown report's latency table); the other cases' TPOT unmarked.
+#      Markdown report's latency table); the other cases' TPOT unmarked;
+#   5. the diffusion backends in-process (the small trained models, a
+#      masked sampler at two step counts, a block sampler at two
+#      thresholds, flow): every request's canvases add up to its output
+#      tokens and steps_done, and the HTML report's "canvas" chart has a
+#      point per case, a series per backend.
 # Counts and flags only: no wall-clock bounds (the server's pacing only
 # spreads the chunks out).
 #
@@ -117,4 +122,60 @@ grep -qE "^\| *burst .*\| *$(printf '%.3f' "$(metric burst canvas_gap_ms | cut -
 grep -qE "^\| *token .*\*" "$tmp/r.md" && fail "markdown: token's row marked: $(grep -E '^\| *token ' "$tmp/r.md")" \
     || pass "markdown: token's row unmarked"
 grep -q 'a canvas model (docs/METRICS.md' "$tmp/r.md" && pass "markdown: the note" || fail "markdown: no note"
+
+# ---------------------------------------------------------------- 5. diffusion in-process, the chart
+cat >"$tmp/d.ini" <<EOT
+[suite]
+name = canvas-diffusion
+warmup = 0
+repeat = 1
+seed = 3
+[matrix]
+prompt_tokens = 8
+max_new_tokens = 16
+batch = 2
+[backend llada]
+plugin = diffusion
+model = $src/models/small-llada
+sampler = low_confidence
+block_length = 4
+steps = 8, 16
+threads = 1
+[backend sdar]
+plugin = diffusion
+model = $src/models/small-sdar
+sampler = sdar_dynamic
+threshold = 0.9, 0.5
+threads = 1
+[backend flow]
+plugin = flow
+model = $src/models/small-flow
+solver = euler
+steps = 4
+threads = 1
+EOT
+"$tb" run "$tmp/d.ini" --db "$tmp/d.db" >"$tmp/d.out" 2>"$tmp/d.err"
+[ "$(q "$tmp/d.db" "select count(*) from bench_case where status = 'ok'")" = 5 ] && pass "diffusion: 5 cases ran" \
+    || { fail "diffusion run: $(tail -5 "$tmp/d.err")"; tb_finish; }
+# llada: 4 canvases (blocks of 4) of 16 tokens; flow one; sdar its blocks of 4
+got=$(q "$tmp/d.db" "select group_concat(x, ' ') from (select distinct b.label || ':' || r.canvases || ':' ||
+    (r.canvas_committed = r.output_tokens) || (r.canvas_steps = r.steps_done) ||
+    (json_array_length(r.canvases_json) = r.canvases) as x from request r join sample s on s.id = r.sample_id
+    join bench_case c on c.id = s.case_id join backend b on b.id = c.backend_id order by x)")
+[ "$got" = "flow:1:111 llada:4:111 sdar:4:111" ] \
+    && pass "diffusion: canvases add up to output tokens and steps_done ($got)" || fail "diffusion canvases: $got"
+"$tb" report 1 --db "$tmp/d.db" --format html -o "$tmp/d.html" 2>/dev/null || fail "html report"
+python3 - "$tmp/d.html" <<'PY' && pass "html: one canvas chart, a series per backend, a point per case" || fail "canvas chart"
+import re, sys
+doc = open(sys.argv[1]).read()
+figs = re.findall(r'<figure class="chart" data-kind="canvas">(.*?)</figure>', doc, re.S)
+assert len(figs) == 1, f"{len(figs)} canvas charts"
+series = re.findall(r'<g class="series-group" data-series="([^"]*)"', figs[0])
+assert series == ["llada", "sdar", "flow"], series
+tips = re.findall(r'<title>([^<:]*): ([0-9.]+) steps a canvas, ([0-9.]+) tokens committed a step', figs[0])
+cases = [t[0] for t in tips]
+assert cases == ["llada, steps 8", "llada, steps 16", "sdar, threshold 0.9", "sdar, threshold 0.5", "flow, steps 4"], tips
+# llada's blocks of 4 at 8 and 16 steps: 2 and 4 steps a block, 2 and 1 tokens a step; flow: 4 steps, 4 tokens a step
+assert [t[1:] for t in tips[:2] + tips[4:]] == [("2", "2"), ("4", "1"), ("4", "4")], tips
+PY
 tb_finish

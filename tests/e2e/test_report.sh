@@ -355,8 +355,10 @@ if fixture=$(bash "$src/tests/e2e/quick_fixture.sh" check "$build" "$src"); then
     # ITL chart per batch, one latency and one throughput chart against
     # the batch (the swept threshold: curves, not charts of their own,
     # issue 39 item 9); one Pareto chart
-    # and the speculative rows' acceptance by draft position (issue 40)
-    [ "$k" = 'data-kind="acceptance"=1 data-kind="itl"=2 data-kind="latency"=1 data-kind="pareto"=1 data-kind="steps"=4 data-kind="throughput"=1' ] \
+    # and the speculative rows' acceptance by draft position (issue 40);
+    # per batch a chart of the diffusion cases' committed tokens per step
+    # against steps per canvas (issue 41)
+    [ "$k" = 'data-kind="acceptance"=1 data-kind="canvas"=2 data-kind="itl"=2 data-kind="latency"=1 data-kind="pareto"=1 data-kind="steps"=4 data-kind="throughput"=1' ] \
         || fail "cpu report charts: $k"
     [ "$(grep -c 'data-series="ar-small (no steps: reference)"' "$tmp/cpu.html")" = 4 ] || fail "a cpu steps chart lacks the AR line"
     [ "$(grep -c '<g class="series-group" data-series="flow-small" [^>]*><path class="series" d="M' "$tmp/cpu.html")" = 2 ] \
