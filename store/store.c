@@ -1239,7 +1239,7 @@ const tb_store_column tb_request_columns[] = {
     RC(canvas_steps, I64_POS, canvas_steps),
     RC(canvas_committed, I64_POS, canvas_committed),
     RC(canvas_positions, I64_POS, canvas_positions),
-    {"canvases_json", TB_COL_TEXT, offsetof(tb_request_record, canvases_json), "canvases", 1},
+    {"canvases_json", TB_COL_TEXT, offsetof(tb_request_record, canvases_json), "canvas_list", 1},
     RC(tokens_per_chunk, REAL, tokens_per_chunk),
     RC(chunk_gap_ms, REAL, chunk_gap_ms),
     RC(bursty, INT, bursty),
