@@ -13,7 +13,7 @@
  *   acceptance
  *            speculative decoding: the share accepted by draft position;
  *   canvas   diffusion samplers: committed tokens per step against
- *            steps per canvas, a point per case, a series per backend;
+ *            steps per canvas, a point per case, a line per backend;
  *   itl      the distribution (CDF) of inter-token latencies;
  *   telemetry
  *            per case, each metric sampled while it ran (a server's

@@ -318,6 +318,11 @@ q "$tmp/older.db" "alter table request drop column spec_verifications; alter tab
   alter table request drop column spec_accepted; alter table request drop column spec_draft_len;
   alter table request drop column spec_at; alter table request drop column acceptance_length;
   alter table request drop column acceptance_rate; alter table sample drop column draft_ns"
+# migration 16's (canvas models)
+q "$tmp/older.db" "alter table request drop column canvases; alter table request drop column canvas_steps;
+  alter table request drop column canvas_committed; alter table request drop column canvas_positions;
+  alter table request drop column canvases_json; alter table request drop column tokens_per_chunk;
+  alter table request drop column chunk_gap_ms; alter table request drop column bursty"
 q "$tmp/older.db" "pragma user_version = 1"
 "$tb" db merge "$tmp/older.db" --db "$tmp/z.db" >/dev/null || fail "older schema not merged"
 [ "$(q "$tmp/older.db" "pragma user_version")" = 1 ] || fail "merge modified the other database"

@@ -262,7 +262,8 @@ if "report" in charts:
 if "quick" in charts:
     # sdar's thresholds: curves of the batch and ITL charts (one ITL chart
     # per batch), never a chart of their own
-    if kinds("quick") != {"steps": 4, "latency": 1, "throughput": 1, "itl": 2, "pareto": 1, "acceptance": 1}:
+    if kinds("quick") != {"steps": 4, "latency": 1, "throughput": 1, "itl": 2, "pareto": 1, "acceptance": 1,
+                          "canvas": 2}:
         bad.append("quick: charts %s" % kinds("quick"))
     for c in charts["quick"]:
         if "threshold" in c["title"]:
