@@ -64,6 +64,10 @@ static char *make_describe(const tb_dg_backend *b, int tokenizer)
     ok &= cJSON_AddNumberToObject(o, "active_params", (double)tb_dgemma_n_active(c)) != NULL;
     ok &= cJSON_AddNumberToObject(o, "canvas_length", c->canvas) != NULL;
     ok &= cJSON_AddStringToObject(o, "sampler", "entropy_bound") != NULL;
+    /* its stop depends on the content (dllm.c's tb_dllm_content_dependent):
+     * random-token prompts get the warning (reports/warnings.c) */
+    cJSON *adaptive = cJSON_AddArrayToObject(o, "content_dependent_samplers");
+    ok &= adaptive != NULL && cJSON_AddItemToArray(adaptive, cJSON_CreateString("entropy_bound"));
     ok &= cJSON_AddNumberToObject(o, "context_length", c->max_pos) != NULL;
     ok &= cJSON_AddBoolToObject(o, "tokenizer", tokenizer) != NULL;
     char *s = ok ? cJSON_PrintUnformatted(o) : NULL;

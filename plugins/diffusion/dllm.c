@@ -11,7 +11,10 @@ int tb_dllm_is_block_sampler(tb_dllm_sampler s)
 
 int tb_dllm_content_dependent(tb_dllm_sampler s)
 {
-    return s == TB_DLLM_THRESHOLD || s == TB_DLLM_SDAR_DYNAMIC || s == TB_DLLM_FAST_DLLM_V2;
+    /* entropy_bound: DiffusionGemma's canvas stops when its argmax is
+     * stable and its mean entropy low, which random tokens never reach */
+    return s == TB_DLLM_THRESHOLD || s == TB_DLLM_SDAR_DYNAMIC || s == TB_DLLM_FAST_DLLM_V2 ||
+           s == TB_DLLM_ENTROPY_BOUND;
 }
 
 int tb_dllm_canvas_length(const tb_dllm_params *p, int prompt_len)

@@ -35,7 +35,7 @@ EOT
 
 "$tb" run "$tmp/random.ini" --db "$tmp/r.db" >"$tmp/r.out" 2>"$tmp/r.err" || fail "random run: $(tail -3 "$tmp/r.err")"
 list=$(q "$tmp/r.db" "select json_extract(info_json, '\$.content_dependent_samplers') from backend")
-[ "$list" = '["threshold","sdar_dynamic","fast_dllm_v2"]' ] && pass "describe() lists the samplers" ||
+[ "$list" = '["threshold","sdar_dynamic","fast_dllm_v2","entropy_bound"]' ] && pass "describe() lists the samplers" ||
     fail "stored content_dependent_samplers: $list"
 "$tb" show last --db "$tmp/r.db" >"$tmp/show.out" 2>&1 || fail "show"
 for f in r.out show.out; do

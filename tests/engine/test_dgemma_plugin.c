@@ -43,6 +43,7 @@ int main(void)
         return check_done();
     }
     CHECK_CONTAINS(ops->describe(ctx), "\"architecture\":\"DiffusionGemmaForBlockDiffusion\"");
+    CHECK_CONTAINS(ops->describe(ctx), "\"content_dependent_samplers\":[\"entropy_bound\"]");
     tb_request_result rr[2], r2[2];
     CHECK(gen(ops, ctx, o, n, 1, 7, rr) == TB_OK);
     CHECK(rr[0].status == TB_OK && rr[0].n_output_tokens == 16 && rr[0].n_output_ids == 16);
