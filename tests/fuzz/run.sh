@@ -52,7 +52,7 @@ rss=${TB_FUZZ_RSS_MB:-2048}
 
 # TARGET: its sources besides tests/fuzz/fuzz_TARGET.c, and -max_len.
 declare -A srcs=(
-    [config]="plugins/engine/format/config.c util/util.c util/redact.c util/strmem.c"
+    [config]="plugins/engine/format/config.c plugins/engine/format/dgemma_model.c plugins/engine/format/safetensors.c util/util.c util/redact.c util/strmem.c"
     [safetensors]="plugins/engine/format/safetensors.c util/util.c util/redact.c util/strmem.c"
     [safetensors_index]="plugins/engine/format/safetensors.c util/util.c util/redact.c util/strmem.c"
     [sse]="plugins/http/sse.c"
