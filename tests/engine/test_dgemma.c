@@ -613,7 +613,7 @@ static void test_generate(void)
     tb_dg_hooks h = {.on_commit = on_commit};
     /* peaked and canvas-independent: stable at step 2 and confident: 2 steps a canvas */
     fake f = {CC, VV, 0, 0, 0, 0, 0, {0}, 0, 0, 0};
-    tb_dg_engine e = {&f, VV, CC, f_encode, f_denoise};
+    tb_dg_engine e = {&f, VV, CC, f_encode, f_denoise, NULL};
     n_steps_seen = 0;
     CHECK(tb_dg_generate(&e, &p, prompt, 5, 1, NULL, &h, out, &n_out, &st, why, sizeof why) == 0);
     CHECK(n_out == 3 * CC && st.canvases == 3 && st.steps == 6 && steps_seen[0] == 2 && steps_seen[2] == 2);
