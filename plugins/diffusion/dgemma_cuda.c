@@ -3,7 +3,7 @@
 
 static int encode(void *ctx, const int32_t *tokens, int n)
 {
-    return tb_gpu_dgemma_encode(ctx, tokens, n);
+    return tb_gpu_dgemma_encode(ctx, tokens, n, NULL);
 }
 
 static int denoise(void *ctx, const int32_t *canvas, const float *sc, float *logits)

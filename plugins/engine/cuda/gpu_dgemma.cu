@@ -935,7 +935,7 @@ static int embed(tb_gpu_dgemma *d, const int32_t *t, int n, pass mode)
     return 0;
 }
 
-extern "C" int tb_gpu_dgemma_encode(tb_gpu_dgemma *d, const int32_t *tokens, int n)
+extern "C" int tb_gpu_dgemma_encode(tb_gpu_dgemma *d, const int32_t *tokens, int n, float *hidden)
 {
     tb_gpu *g = d->g;
     if (n < 0 || d->len + n > d->max_ctx)
@@ -949,6 +949,15 @@ extern "C" int tb_gpu_dgemma_encode(tb_gpu_dgemma *d, const int32_t *tokens, int
         for (int l = 0; l < d->cfg.n_layers; l++)
             if (layer(d, l, rows, d->len, ENCODE))
                 return -1;
+        if (hidden) { // the final norm's output, through h2
+            int H = d->cfg.hidden;
+            k_dg_rms<<<rows, DG_THREADS, 0, g->stream>>>(d->x, d->final_norm, 1.0f, NULL, d->h2, NULL, H,
+                                                         (float)d->cfg.rms_eps);
+            LAUNCHED();
+            CK(cudaMemcpyAsync(hidden + (size_t)done * H, d->h2, (size_t)rows * H * sizeof(float),
+                               cudaMemcpyDeviceToHost, g->stream));
+            CK(cudaStreamSynchronize(g->stream));
+        }
         d->len += rows;
         done += rows;
     }

@@ -59,8 +59,9 @@ void tb_gpu_dgemma_reset(tb_gpu_dgemma *d);
 int tb_gpu_dgemma_len(const tb_gpu_dgemma *d);
 
 /* The causal pass over n host tokens at [len, len + n) (in chunks of the
- * canvas length); the cache grows by n. */
-int tb_gpu_dgemma_encode(tb_gpu_dgemma *d, const int32_t *tokens, int n);
+ * canvas length); the cache grows by n. hidden (host [n][H], NULL: not
+ * wanted) gets the final norm's output, as the CPU's. */
+int tb_gpu_dgemma_encode(tb_gpu_dgemma *d, const int32_t *tokens, int n, float *hidden);
 
 /* The canvas pass over the canvas_length host ids `canvas`, the cache
  * unchanged. Self-conditioning input: sc (host [C][V], the previous step's
