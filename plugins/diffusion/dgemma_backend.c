@@ -258,7 +258,23 @@ tb_status tb_dg_backend_generate(tb_dg_backend *b, const tb_host *host, const tb
         return TB_ERR_INVALID;
     /* the prompt: text through the tokenizer (BOS first), else synthetic */
     int P;
-    if (req->prompt_text) {
+    if (req->prompt_text && !tok && strncmp(b->m.name, "preset:", 7) == 0) {
+        /* a preset has no tokenizer: the text's UTF-8 bytes stand in for
+         * its tokens (BOS, then 3 + byte: past pad, EOS and BOS; modulo a
+         * vocabulary smaller than that), so a text
+         * suite runs a preset on prompts of the text's length and bytes;
+         * tools/peer_dgemma.py feeds its peer the same ids */
+        const char *text = req->prompt_text[0];
+        size_t n = strlen(text) + 1;
+        if (grow(&b->prompt, &b->prompt_cap, n)) {
+            snprintf(err, err_size, "out of memory");
+            return TB_ERR_NO_MEMORY;
+        }
+        b->prompt[0] = c->bos_id >= 0 ? c->bos_id : 2;
+        for (size_t i = 0; i + 1 < n; i++)
+            b->prompt[i + 1] = 3 + (int32_t)((unsigned char)text[i] % (unsigned)(c->vocab > 3 ? c->vocab - 3 : 1));
+        P = (int)n;
+    } else if (req->prompt_text) {
         if (!tok) {
             snprintf(err, err_size, "text prompts need a tokenizer.json tokbench reads; this model has none");
             return TB_ERR_UNSUPPORTED;
