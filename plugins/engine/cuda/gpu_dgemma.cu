@@ -631,12 +631,13 @@ extern "C" int tb_gpu_dgemma_create(tb_gpu_dgemma **out, const tb_dgemma_config 
     const tb_dgemma_config *c = cfg;
     if (c->hd_sliding > DG_MAX_HD || c->hd_full > DG_MAX_HD || c->hd_sliding % 2 || c->hd_full % 2 ||
         c->n_experts > TB_MOE_MAX_EXPERTS || c->n_experts < 1 || c->top_k < 1 || c->top_k > c->n_experts ||
-        c->n_layers < 1 || c->n_layers > TB_DG_MAX_LAYERS || c->canvas < 1) {
+        c->n_layers < 1 || c->n_layers > TB_DG_MAX_LAYERS || c->canvas < 1 || c->kv_sliding < 1 || c->kv_full < 1 ||
+        c->n_heads % c->kv_sliding || c->n_heads % c->kv_full) {
         snprintf(err, err_size,
                  "DiffusionGemma on CUDA: head sizes %d and %d (even, at most %d), %d experts (1 .. %d), top_k %d, "
-                 "%d layers, canvas %d",
+                 "%d layers, canvas %d, %d heads over %d and %d KV heads (a whole group each)",
                  c->hd_sliding, c->hd_full, DG_MAX_HD, c->n_experts, TB_MOE_MAX_EXPERTS, c->top_k, c->n_layers,
-                 c->canvas);
+                 c->canvas, c->n_heads, c->kv_sliding, c->kv_full);
         return -1;
     }
     tb_gpu_dgemma *d = (tb_gpu_dgemma *)calloc(1, sizeof *d);
