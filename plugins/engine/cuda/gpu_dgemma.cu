@@ -21,7 +21,6 @@ __global__ void k_moe_route(const float *logits, int E, int k, int sigmoid, cons
 __global__ void k_moe_group(const int *idx, int n, int E, int *off, int *order, int *pos,
                             unsigned long long *touched);
 __global__ void k_moe_gather(const bf16 *xn, const int *order, int k, int h, int n, bf16 *xg);
-__global__ void k_moe_combine(float *x, const float *y, const int *pos, const float *w, int k, int h);
 
 // threads of the row kernels (a block per row)
 #define DG_THREADS 256
@@ -68,10 +67,12 @@ struct tb_gpu_dgemma {
     float *rlog, *w;          // [R][E], [R k]
     int *idx, *off, *order, *pos; // [R k], [E + 1], [R k], [R k]
     bf16 *xg;                 // [R k][H]
-    float *egu;               // [R k][2 mi]
+    bf16 *egu;                // [R k][2 mi]
     bf16 *eact;               // [R k][mi]
-    float *ey;                // [R k][H]
+    bf16 *ey;                 // [R k][H]
     int *h_off;               // pinned [E + 1]
+    void **h_ptrs, **d_ptrs;  // pinned and device [6 E]: the grouped GEMMs' operands
+    int grouped_failed;       // cuBLAS refused the grouped GEMM: one GEMM an expert
     float *logits;            // [R][V]: softcapped logits, z after decide
     bf16 *soft;               // [R][V]: self-conditioning's probabilities
     int32_t *d_ids;           // [2 R]: sampled, argmax
@@ -279,6 +280,28 @@ __global__ void k_dg_geglu(const float *gu, bf16 *act, int inter, size_t n)
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n * inter; e += (size_t)gridDim.x * blockDim.x) {
         size_t r = e / inter, i = e % inter;
         act[e] = __float2bfloat16(dg_gelu(gu[r * 2 * inter + i]) * gu[r * 2 * inter + inter + i]);
+    }
+}
+
+// the same over bf16 products (the experts' grouped GEMMs)
+__global__ void k_dg_geglu_b(const bf16 *gu, bf16 *act, int inter, size_t n)
+{
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n * inter; e += (size_t)gridDim.x * blockDim.x) {
+        size_t r = e / inter, i = e % inter;
+        act[e] = __float2bfloat16(dg_gelu(__bfloat162float(gu[r * 2 * inter + i])) *
+                                  __bfloat162float(gu[r * 2 * inter + inter + i]));
+    }
+}
+
+// x[r][h] = sum_t w[r k + t] y[pos[r k + t]][h] (y bf16), a block per row
+__global__ void k_dg_combine(float *x, const bf16 *y, const int *pos, const float *w, int k, int h)
+{
+    int r = blockIdx.x;
+    for (int d = threadIdx.x; d < h; d += blockDim.x) {
+        float s = 0;
+        for (int t = 0; t < k; t++)
+            s += w[r * k + t] * __bfloat162float(y[(size_t)pos[r * k + t] * h + d]);
+        x[(size_t)r * h + d] = s;
     }
 }
 
@@ -513,10 +536,14 @@ static void dg_free_buffers(tb_gpu_dgemma *d)
     }
     if (d->h_off)
         cudaFreeHost(d->h_off);
+    if (d->h_ptrs)
+        cudaFreeHost(d->h_ptrs);
+    dfree(g, d->d_ptrs);
+    d->h_ptrs = d->d_ptrs = NULL;
     d->tok = NULL, d->idx = d->off = d->order = d->pos = d->h_off = NULL;
-    d->x = d->r = d->h1 = d->h2 = d->qf = d->kf = d->vf = d->S = d->gu = d->rlog = d->w = d->egu = d->ey = NULL;
+    d->x = d->r = d->h1 = d->h2 = d->qf = d->kf = d->vf = d->S = d->gu = d->rlog = d->w = NULL;
     d->logits = d->d_ent = NULL;
-    d->xn = d->qb = d->att = d->P = d->act = d->xg = d->eact = d->soft = NULL;
+    d->xn = d->qb = d->att = d->P = d->act = d->xg = d->eact = d->soft = d->egu = d->ey = NULL;
     d->d_ids = NULL;
     d->max_ctx = d->cap = d->len = 0;
     d->have_z = 0;
@@ -736,8 +763,10 @@ extern "C" int tb_gpu_dgemma_reserve(tb_gpu_dgemma *d, int max_ctx)
     A(d->soft, R * V);
     A(d->d_ids, 2 * R);
     A(d->d_ent, R);
+    A(d->d_ptrs, 6 * E);
 #undef A
-    if (!rc && cudaMallocHost((void **)&d->h_off, (E + 1) * sizeof(int)) != cudaSuccess)
+    if (!rc && (cudaMallocHost((void **)&d->h_off, (E + 1) * sizeof(int)) != cudaSuccess ||
+                cudaMallocHost((void **)&d->h_ptrs, 6 * E * sizeof(void *)) != cudaSuccess))
         rc = fail(g, "cannot allocate pinned host memory");
     if (rc) {
         dg_free_buffers(d);
@@ -837,27 +866,56 @@ static int moe(tb_gpu_dgemma *d, const dg_layer *L, int rows)
     CK(cudaStreamSynchronize(g->stream));
     const int *off = d->h_off;
     int touched = 0;
-    for (int e = 0; e < E; e++) { // each chosen expert's rows as one product
-        int n = off[e + 1] - off[e];
-        if (n == 0)
-            continue;
-        touched++;
-        CB(cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, 2 * mi, n, H, &one, L->ex_gu + (size_t)e * 2 * mi * H,
-                        CUDA_R_16BF, H, d->xg + (size_t)off[e] * H, CUDA_R_16BF, H, &zero,
-                        d->egu + (size_t)off[e] * 2 * mi, CUDA_R_32F, 2 * mi, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    }
-    k_dg_geglu<<<blocks_for((size_t)P * mi), 256, 0, g->stream>>>(d->egu, d->eact, mi, (size_t)P);
-    LAUNCHED();
+    // the chosen experts, group i: expert e's rows [off[e], off[e + 1])
+    int gm[2][TB_MOE_MAX_EXPERTS], gn[TB_MOE_MAX_EXPERTS], gk[2][TB_MOE_MAX_EXPERTS], ones[TB_MOE_MAX_EXPERTS];
+    float alpha[TB_MOE_MAX_EXPERTS], beta[TB_MOE_MAX_EXPERTS];
+    cublasOperation_t opT[TB_MOE_MAX_EXPERTS], opN[TB_MOE_MAX_EXPERTS];
+    void **hp = d->h_ptrs;
     for (int e = 0; e < E; e++) {
         int n = off[e + 1] - off[e];
         if (n == 0)
-            continue;
-        CB(cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, H, n, mi, &one, L->ex_down + (size_t)e * H * mi,
-                        CUDA_R_16BF, mi, d->eact + (size_t)off[e] * mi, CUDA_R_16BF, mi, &zero,
-                        d->ey + (size_t)off[e] * H, CUDA_R_32F, H, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+            continue; // an expert no row chose is never read
+        int i = touched++;
+        gm[0][i] = 2 * mi, gk[0][i] = H, gm[1][i] = H, gk[1][i] = mi, gn[i] = n, ones[i] = 1;
+        alpha[i] = 1.0f, beta[i] = 0.0f, opT[i] = CUBLAS_OP_T, opN[i] = CUBLAS_OP_N;
+        hp[i] = L->ex_gu + (size_t)e * 2 * mi * H;
+        hp[E + i] = d->xg + (size_t)off[e] * H;
+        hp[2 * E + i] = d->egu + (size_t)off[e] * 2 * mi;
+        hp[3 * E + i] = L->ex_down + (size_t)e * H * mi;
+        hp[4 * E + i] = d->eact + (size_t)off[e] * mi;
+        hp[5 * E + i] = d->ey + (size_t)off[e] * H;
     }
-    CK(cudaMemsetAsync(d->h2, 0, (size_t)rows * H * sizeof(float), g->stream));
-    k_moe_combine<<<rows, 256, 0, g->stream>>>(d->h2, d->ey, d->pos, d->w, K, H);
+    // each chosen expert's rows as one product: all experts in one grouped
+    // GEMM (bf16 out), or where cuBLAS has none for these types, a GEMM each
+    int grouped = !d->grouped_failed;
+    void **dp = d->d_ptrs;
+    if (grouped) {
+        CK(cudaMemcpyAsync(dp, hp, 6 * (size_t)E * sizeof(void *), cudaMemcpyHostToDevice, g->stream));
+        cublasStatus_t st = cublasGemmGroupedBatchedEx(
+            g->blas, opT, opN, gm[0], gn, gk[0], alpha, (const void *const *)dp, CUDA_R_16BF, gk[0],
+            (const void *const *)(dp + E), CUDA_R_16BF, gk[0], beta, dp + 2 * E, CUDA_R_16BF, gm[0], touched, ones,
+            CUBLAS_COMPUTE_32F);
+        if (st != CUBLAS_STATUS_SUCCESS)
+            d->grouped_failed = 1, grouped = 0;
+    }
+    if (!grouped)
+        for (int i = 0; i < touched; i++)
+            CB(cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, 2 * mi, gn[i], H, &one, hp[i], CUDA_R_16BF, H,
+                            hp[E + i], CUDA_R_16BF, H, &zero, hp[2 * E + i], CUDA_R_16BF, 2 * mi, CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT));
+    k_dg_geglu_b<<<blocks_for((size_t)P * mi), 256, 0, g->stream>>>(d->egu, d->eact, mi, (size_t)P);
+    LAUNCHED();
+    if (grouped)
+        CB(cublasGemmGroupedBatchedEx(g->blas, opT, opN, gm[1], gn, gk[1], alpha,
+                                      (const void *const *)(dp + 3 * E), CUDA_R_16BF, gk[1],
+                                      (const void *const *)(dp + 4 * E), CUDA_R_16BF, gk[1], beta, dp + 5 * E,
+                                      CUDA_R_16BF, gm[1], touched, ones, CUBLAS_COMPUTE_32F));
+    else
+        for (int i = 0; i < touched; i++)
+            CB(cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, H, gn[i], mi, &one, hp[3 * E + i], CUDA_R_16BF, mi,
+                            hp[4 * E + i], CUDA_R_16BF, mi, &zero, hp[5 * E + i], CUDA_R_16BF, H, CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT));
+    k_dg_combine<<<rows, 256, 0, g->stream>>>(d->h2, d->ey, d->pos, d->w, K, H);
     LAUNCHED();
     // the roofline: active experts only (docs/METRICS.md's active bytes)
     g->work_flops += 2.0 * P * 3.0 * H * mi;
