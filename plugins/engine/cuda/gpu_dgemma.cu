@@ -348,7 +348,7 @@ __device__ __forceinline__ float dg_round_bf16(float f) { return __bfloat162floa
 // Self-conditioning's probabilities, row blockIdx.x: softmax of z (rounded
 // to bf16 first in a bf16 model, as transformers' cast to the embedding
 // dtype), float64 sum, into bf16.
-__global__ void k_dg_sc_soft(const float *z, bf16 *soft, int V, int round)
+__global__ void __launch_bounds__(1024) k_dg_sc_soft(const float *z, bf16 *soft, int V, int round)
 {
     __shared__ float shv[32];
     __shared__ int shi[32];
@@ -388,7 +388,7 @@ __device__ __forceinline__ float dg_exp_noise(uint64_t seed, uint64_t n)
 // (first of equal maxima); entropy from log_softmax in float64; the draw
 // argmax_v (exp(z - mx) / sum) / q_v with q the stream's Exp(1) values n0 +
 // row V + v (first of equal ratios).
-__global__ void k_dg_decide(float *l, int V, float T, uint64_t seed, uint64_t n0, int32_t *sampled, int32_t *argmax,
+__global__ void __launch_bounds__(1024) k_dg_decide(float *l, int V, float T, uint64_t seed, uint64_t n0, int32_t *sampled, int32_t *argmax,
                             float *entropy)
 {
     __shared__ float shv[32];
