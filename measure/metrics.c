@@ -142,13 +142,118 @@ double tb_target_forwards_per_token(int64_t forward_passes, uint64_t output_toke
     return forward_passes > 0 && output_tokens > 0 ? (double)forward_passes / (double)output_tokens : NAN;
 }
 
+/* ------------------------------------------------- canvas models */
+
+static const char *canvas_one(const tb_canvas *k, uint32_t count, int64_t *t_prev, int64_t t_lo, int64_t t_hi,
+                              const char *what, uint32_t i, char *why, size_t n)
+{
+    if (k->steps < count)
+        snprintf(why, n, "%s %u: %u steps", what, i, k->steps);
+    else if (k->positions < k->steps)
+        snprintf(why, n, "%s %u: %llu positions in %u steps", what, i, (unsigned long long)k->positions, k->steps);
+    else if (k->t_done_ns < t_lo || k->t_done_ns > t_hi)
+        snprintf(why, n, "%s %u: committed at %+.3f ms, outside the request", what, i,
+                 (double)(k->t_done_ns - t_lo) * 1e-6);
+    else if (k->t_done_ns < *t_prev)
+        snprintf(why, n, "%s %u: committed %.3f ms before the one before it", what, i,
+                 (double)(*t_prev - k->t_done_ns) * 1e-6);
+    else {
+        *t_prev = k->t_done_ns;
+        return NULL;
+    }
+    return why;
+}
+
+void tb_canvas_total(const tb_canvas_counts *c, tb_canvas_sum *s)
+{
+    memset(s, 0, sizeof *s);
+    uint32_t n = c->n < TB_CANVAS_MAX ? c->n : TB_CANVAS_MAX;
+    for (uint32_t i = 0; i < n; i++) {
+        s->steps += c->at[i].steps;
+        s->committed += c->at[i].committed;
+        s->positions += c->at[i].positions;
+    }
+    s->canvases = (uint64_t)n + c->n_past;
+    s->steps += c->past.steps;
+    s->committed += c->past.committed;
+    s->positions += c->past.positions;
+}
+
+const char *tb_canvas_check(const tb_canvas_counts *c, uint32_t n_out, uint32_t steps_done, int64_t t_lo,
+                            int64_t t_hi, char *why, size_t n)
+{
+    static const tb_canvas zero;
+    if (c->n > TB_CANVAS_MAX) {
+        snprintf(why, n, "%u canvases > %d", c->n, TB_CANVAS_MAX);
+        return why;
+    }
+    if (c->n_past && c->n < TB_CANVAS_MAX) {
+        snprintf(why, n, "%u canvases past the cap with %u of %d kept", c->n_past, c->n, TB_CANVAS_MAX);
+        return why;
+    }
+    if (!c->n_past && memcmp(&c->past, &zero, sizeof zero) != 0) {
+        snprintf(why, n, "figures of canvases past the cap, and none counted");
+        return why;
+    }
+    int64_t t_prev = t_lo;
+    for (uint32_t i = 0; i < c->n; i++)
+        if (canvas_one(&c->at[i], 1, &t_prev, t_lo, t_hi, "canvas", i, why, n))
+            return why;
+    if (c->n_past && canvas_one(&c->past, c->n_past, &t_prev, t_lo, t_hi, "canvases past the cap, after", c->n, why, n))
+        return why;
+    tb_canvas_sum t;
+    tb_canvas_total(c, &t);
+    if (t.committed > n_out)
+        snprintf(why, n, "canvases committed %llu tokens of %u output", (unsigned long long)t.committed, n_out);
+    else if (steps_done && t.steps > steps_done)
+        snprintf(why, n, "canvases took %llu steps of %u done", (unsigned long long)t.steps, steps_done);
+    else
+        return NULL;
+    return why;
+}
+
+double tb_committed_per_step(const tb_canvas *k)
+{
+    return k->steps ? (double)k->committed / (double)k->steps : NAN;
+}
+
+double tb_positions_per_token(uint64_t positions, uint64_t committed)
+{
+    return committed ? (double)positions / (double)committed : NAN;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+int tb_stream_bursty(const uint32_t *tok, size_t n, double *median_tokens)
+{
+    *median_tokens = NAN;
+    if (!n)
+        return 0;
+    uint32_t *v = tb_xmalloc(n * sizeof *v);
+    memcpy(v, tok, n * sizeof *v);
+    qsort(v, n, sizeof *v, cmp_u32);
+    *median_tokens = n % 2 ? v[n / 2] : 0.5 * ((double)v[n / 2 - 1] + (double)v[n / 2]);
+    free(v);
+    return n >= TB_BURST_MIN_CHUNKS && *median_tokens >= TB_BURST_MIN_TOKENS;
+}
+
+int tb_case_is_canvas(size_t canvas_gap_n)
+{
+    return canvas_gap_n > 0;
+}
+
 /* ------------------------------------------------------ the registry */
 
 /* Indices of the metrics tb_case_metrics computes, in registry order. */
 enum {
     M_REQ_TPS, M_AGG_TPS, M_DECODE_TPS, M_TTFT, M_TPOT, M_ITL, M_E2E, M_PREFILL, M_DECODE, M_WALL, M_NFE, M_TPF,
     M_STEPS, M_BLOCKS, M_ANSWER, M_SENT_RATE, M_REQ_RATE, M_ERR_RATE, M_GOODPUT, M_ROOFLINE, M_RUNNER, M_CLIENT_BUSY, M_EXPERTS,
-    M_ACTIVE_BYTES, M_ACC_LEN, M_ACC_RATE, M_DRAFT_SHARE, M_TARGET_FPT, M_PROMPT_LEN, M_COUNT
+    M_ACTIVE_BYTES, M_ACC_LEN, M_ACC_RATE, M_DRAFT_SHARE, M_TARGET_FPT, M_STEPS_CANVAS, M_COMMIT_STEP, M_CANVAS_GAP,
+    M_POS_TOKEN, M_TOK_CHUNK, M_PROMPT_LEN, M_COUNT
 };
 
 const tb_metric_def tb_metric_defs[] = {
@@ -183,6 +288,12 @@ const tb_metric_def tb_metric_defs[] = {
     [M_ACC_RATE] = {"acceptance_rate", "fraction", TB_BETTER_HIGHER, "requests", "median:acceptance_rate"},
     [M_DRAFT_SHARE] = {"draft_time_share", "fraction", TB_BETTER_LOWER, "calls", "median:draft_time_share"},
     [M_TARGET_FPT] = {"target_forwards_per_token", "forwards", TB_BETTER_LOWER, "calls", "median:target_forwards_per_token"},
+    /* canvas models (absent from other cases); docs/METRICS.md */
+    [M_STEPS_CANVAS] = {"steps_per_canvas", "steps", TB_BETTER_NONE, "canvases", "median:steps_per_canvas"},
+    [M_COMMIT_STEP] = {"committed_per_step", "tokens", TB_BETTER_HIGHER, "canvases", "median:committed_per_step"},
+    [M_CANVAS_GAP] = {"canvas_gap_ms", "ms", TB_BETTER_LOWER, "gaps", "median:canvas_gap_ms"},
+    [M_POS_TOKEN] = {"positions_per_token", "positions", TB_BETTER_LOWER, "case", "median:positions_per_token"},
+    [M_TOK_CHUNK] = {"tokens_per_chunk", "tokens", TB_BETTER_NONE, "chunks", "median:tokens_per_chunk"},
     /* the prompt lengths as sent: a dataset's, not the matrix's
      * prompt_tokens (reports show its mean in the prompt column) */
     [M_PROMPT_LEN] = {"prompt_len", "tokens", TB_BETTER_NONE, "requests", NULL},
@@ -302,6 +413,56 @@ static char *emissions_json(const tb_call_view *cv, const em_index *ix, uint32_t
     return tb_str_take(&js);
 }
 
+/* Request r's chunk sizes (tokens per emission) into *tok (grown). */
+static size_t emission_tokens(const tb_call_view *cv, const em_index *ix, uint32_t r, uint32_t **tok, size_t *cap)
+{
+    size_t n = 0;
+    for (uint32_t k = ix->first[r]; k < ix->first[r + 1]; k++) {
+        if (n == *cap) {
+            *cap = *cap ? 2 * *cap : 256;
+            *tok = tb_xrealloc(*tok, *cap * sizeof **tok);
+        }
+        (*tok)[n++] = cv->em[ix->idx[k]].n_tokens;
+    }
+    return n;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median gap of t[n] (ms); NaN with fewer than 2. */
+static double median_gap_ms(const int64_t *t, size_t n)
+{
+    if (n < 2)
+        return NAN;
+    double *g = tb_xmalloc((n - 1) * sizeof *g);
+    for (size_t e = 1; e < n; e++)
+        g[e - 1] = (double)(t[e] - t[e - 1]) * 1e-6;
+    qsort(g, n - 1, sizeof *g, cmp_double);
+    size_t m = n - 1;
+    double v = m % 2 ? g[m / 2] : 0.5 * (g[m / 2 - 1] + g[m / 2]);
+    free(g);
+    return v;
+}
+
+/* A request's kept canvases as [[steps, committed, positions, ms since
+ * submit], ...]; NULL when it has none. */
+static char *canvases_json(const tb_canvas_counts *c, int64_t submit_ns)
+{
+    if (!c->n)
+        return NULL;
+    tb_str js = {0};
+    tb_str_append(&js, "[");
+    for (uint32_t i = 0; i < c->n && i < TB_CANVAS_MAX; i++)
+        tb_str_appendf(&js, "%s[%u,%u,%llu,%.3f]", i ? "," : "", c->at[i].steps, c->at[i].committed,
+                       (unsigned long long)c->at[i].positions, (double)(c->at[i].t_done_ns - submit_ns) * 1e-6);
+    tb_str_append(&js, "]");
+    return tb_str_take(&js);
+}
+
 /* Does request r meet the suite's goodput limits (an unset one holds;
  * TPOT undefined for a one-token answer holds)? */
 int tb_request_good(const tb_request_metrics *m, double goodput_ttft_ms, double goodput_tpot_ms)
@@ -343,7 +504,8 @@ static void spec_pool_add(spec_pool *p, const tb_spec_counts *c)
 }
 
 static void one_call(const tb_call_view *cv, uint32_t k, const tb_case_metrics_opts *o, tb_sample_record *s,
-                     dvec m[M_COUNT], dvec *cls, spec_pool *pool, int64_t **em_t, size_t *em_cap)
+                     dvec m[M_COUNT], dvec *cls, spec_pool *pool, uint64_t canvas_pool[2], int64_t **em_t,
+                     size_t *em_cap, uint32_t **em_tok, size_t *tok_cap)
 {
     const tb_raw_call *call = &cv->call;
     const int streaming = (o->capabilities & TB_CAP_STREAMING) != 0;
@@ -407,7 +569,19 @@ static void one_call(const tb_call_view *cv, uint32_t k, const tb_case_metrics_o
             .max_tokens = w->max_tokens,
             .emissions_json = emissions_json(cv, &ix, r, streaming),
             .spec = w->spec,
+            .canvases_json = canvases_json(&w->canvas, w->t_submit_ns),
+            .tokens_per_chunk = NAN,
+            .chunk_gap_ms = NAN,
         };
+        tb_canvas_sum cs;
+        tb_canvas_total(&w->canvas, &cs);
+        q->canvases = (int64_t)cs.canvases, q->canvas_steps = (int64_t)cs.steps;
+        q->canvas_committed = (int64_t)cs.committed, q->canvas_positions = (int64_t)cs.positions;
+        size_t nt = streaming ? emission_tokens(cv, &ix, r, em_tok, tok_cap) : 0;
+        if (nt) {
+            q->bursty = tb_stream_bursty(*em_tok, nt, &q->tokens_per_chunk);
+            q->chunk_gap_ms = median_gap_ms(*em_t, ne);
+        }
         for (int i = 0; i < TB_N_SCORES; i++)
             q->scores[i] = NAN;
         if (o->keep_texts && w->prompt_idx >= 0)
@@ -431,6 +605,20 @@ static void one_call(const tb_call_view *cv, uint32_t k, const tb_case_metrics_o
             if (q->prompt_tokens)
                 push(&m[M_PROMPT_LEN], q->prompt_tokens);
             spec_pool_add(pool, &q->spec);
+            /* canvas models: each kept canvas, the gaps between commits
+             * (a bursty stream without records: between its chunks) */
+            const tb_canvas_counts *cc = &w->canvas;
+            for (uint32_t i = 0; i < cc->n && i < TB_CANVAS_MAX; i++) {
+                push(&m[M_STEPS_CANVAS], cc->at[i].steps);
+                push(&m[M_COMMIT_STEP], tb_committed_per_step(&cc->at[i]));
+                if (i)
+                    push(&m[M_CANVAS_GAP], (double)(cc->at[i].t_done_ns - cc->at[i - 1].t_done_ns) * 1e-6);
+            }
+            canvas_pool[0] += cs.positions, canvas_pool[1] += cs.committed;
+            for (size_t e = 1; !cc->n && q->bursty && e < ne; e++)
+                push(&m[M_CANVAS_GAP], (double)((*em_t)[e] - (*em_t)[e - 1]) * 1e-6);
+            for (size_t e = 0; e < nt; e++)
+                push(&m[M_TOK_CHUNK], (*em_tok)[e]);
             for (size_t e = 1; e < ne; e++)
                 push(&m[M_ITL], (double)((*em_t)[e] - (*em_t)[e - 1]) * 1e-6);
         }
@@ -509,12 +697,20 @@ void tb_case_metrics(const tb_call_view *calls, size_t n_calls, const tb_case_me
 {
     dvec m[M_COUNT] = {{0}};
     spec_pool pool = {0};
+    uint64_t canvas_pool[2] = {0, 0}; /* positions, committed */
+    uint32_t *em_tok = NULL;
+    size_t tok_cap = 0;
     dvec *cls = tb_xcalloc(tb_n_error_classes, sizeof *cls);
     int64_t *em_t = NULL;
     size_t em_cap = 0;
     rec->samples = tb_xcalloc(n_calls ? n_calls : 1, sizeof *rec->samples);
     for (size_t k = 0; k < n_calls; k++)
-        one_call(&calls[k], (uint32_t)k, o, &rec->samples[rec->n_samples++], m, cls, &pool, &em_t, &em_cap);
+        one_call(&calls[k], (uint32_t)k, o, &rec->samples[rec->n_samples++], m, cls, &pool, canvas_pool, &em_t,
+                 &em_cap, &em_tok, &tok_cap);
+    /* positions_per_token, pooled: one value for the case */
+    double ppt = tb_positions_per_token(canvas_pool[0], canvas_pool[1]);
+    if (!isnan(ppt))
+        push(&m[M_POS_TOKEN], ppt);
     /* the pooled acceptance figures: one value each (n 1) */
     dvec at[TB_SPEC_MAX_DRAFT] = {{0}}; /* acceptance_at_(i+1) */
     if (pool.any) {
@@ -530,7 +726,7 @@ void tb_case_metrics(const tb_call_view *calls, size_t n_calls, const tb_case_me
     for (int k = 0; k < M_COUNT; k++) {
         tb_metric_record *mr = tb_case_record_add_metric(rec, tb_metric_defs[k].name, tb_metric_defs[k].unit);
         /* Pooled gaps are correlated within a request: no bootstrap CI. */
-        tb_stats_compute_ci(m[k].v, m[k].n, o->seed, k != M_ITL, &mr->st);
+        tb_stats_compute_ci(m[k].v, m[k].n, o->seed, k != M_ITL && k != M_CANVAS_GAP && k != M_TOK_CHUNK, &mr->st);
         free(m[k].v);
     }
     /* A draft position gets a row only when some measured request drafted it. */
@@ -558,6 +754,7 @@ void tb_case_metrics(const tb_call_view *calls, size_t n_calls, const tb_case_me
     }
     free(cls);
     free(em_t);
+    free(em_tok);
 }
 
 void tb_case_request_tally(const tb_case_record *rec, tb_request_tally *t)

@@ -70,6 +70,8 @@ typedef struct tb_raw_request {
     tb_spec_counts spec;  /* tb_result.spec[i]; all 0: not speculative
                              (tb_spec_check holds: the worker checked it,
                              the runner's decode checks it again) */
+    tb_canvas_counts canvas; /* tb_result.canvas[i]; all 0: not a canvas
+                                model (tb_canvas_check holds, as spec) */
 } tb_raw_request;
 
 
@@ -142,6 +144,52 @@ double tb_acceptance_rate(const tb_spec_counts *s);
 double tb_acceptance_at(const tb_spec_counts *s, uint32_t i);
 double tb_draft_time_share(int64_t draft_ns, int64_t decode_ns);
 double tb_target_forwards_per_token(int64_t forward_passes, uint64_t output_tokens);
+
+/* ------------------------------------------- canvas models */
+
+/* Is a request's tb_canvas_counts possible (backend.h's promises)? NULL,
+ * or why not, into why[n]. Checked: n <= TB_CANVAS_MAX, n_past only once
+ * at[] is full and `past` zero without it; every canvas has a step and
+ * at least one position a step (past: n_past of each); commit times
+ * inside [t_lo, t_hi] and in order; the committed tokens sum to at most
+ * n_out, the steps to at most steps_done (when it is reported, > 0).
+ * All zero (not a canvas model) holds. */
+const char *tb_canvas_check(const tb_canvas_counts *c, uint32_t n_out, uint32_t steps_done, int64_t t_lo,
+                            int64_t t_hi, char *why, size_t n);
+
+/* A request's canvases in total (at[] and past): count, steps, committed
+ * tokens, positions. */
+typedef struct tb_canvas_sum {
+    uint64_t canvases, steps, committed, positions;
+} tb_canvas_sum;
+void tb_canvas_total(const tb_canvas_counts *c, tb_canvas_sum *s);
+
+/* The canvas metrics (docs/METRICS.md); NaN where not defined:
+ *   committed_per_step(k) = committed / steps of one canvas
+ *   positions_per_token   = sum positions / sum committed (pooled: a case
+ *       sums its requests first); NaN: nothing committed */
+double tb_committed_per_step(const tb_canvas *k);
+double tb_positions_per_token(uint64_t positions, uint64_t committed);
+
+/* A stream is canvas-bursty (docs/METRICS.md, "Canvas models") when it
+ * has at least TB_BURST_MIN_CHUNKS chunks (emissions) and the median
+ * tokens per chunk is at least TB_BURST_MIN_TOKENS. tok[n]: the tokens of
+ * each chunk, in order (not changed). The one rule. */
+#define TB_BURST_MIN_CHUNKS 2
+#define TB_BURST_MIN_TOKENS 8.0
+int tb_stream_bursty(const uint32_t *tok, size_t n, double *median_tokens);
+
+/* Is a case a canvas model, whose TPOT reports must not print as if it
+ * were per token (docs/METRICS.md)? Yes when its canvas_gap_ms has
+ * samples: canvas records, or canvas-bursty streams. The one rule the
+ * tables apply; canvas_gap_n is that metric's n. */
+int tb_case_is_canvas(size_t canvas_gap_n);
+/* The note under a table whose TPOT cell of a canvas case holds the
+ * canvas gap instead, marked TB_CANVAS_TPOT_MARK. */
+#define TB_CANVAS_TPOT_MARK "*"
+#define TB_CANVAS_TPOT_NOTE                                                                                   \
+    "* a canvas model (docs/METRICS.md, \"Canvas models\"): its tokens come a canvas at a time, so TPOT "     \
+    "over them is no time a token took; the column shows the median canvas gap (canvas_gap_ms) instead"
 
 /* The per-position metric's name prefix: acceptance_at_1 .. _k. */
 #define TB_ACCEPTANCE_AT_PREFIX "acceptance_at_"

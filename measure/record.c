@@ -22,6 +22,7 @@ void tb_case_record_free(tb_case_record *rec)
         for (uint32_t r = 0; s->requests && r < s->n_requests; r++) {
             free(s->requests[r].error);
             free(s->requests[r].emissions_json);
+            free(s->requests[r].canvases_json);
             free(s->requests[r].output_text);
         }
         free(s->requests);

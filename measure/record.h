@@ -61,6 +61,15 @@ typedef struct tb_request_record {
     double scores[TB_N_SCORES]; /* NaN: not applicable */
     tb_spec_counts spec;     /* drafting and verification counts; all 0:
                                 not speculative (docs/METRICS.md) */
+    /* canvas models (docs/METRICS.md, "Canvas models"): the request's
+     * canvases in total (0: none reported) and each one kept, as
+     * [[steps, committed, positions, ms since submit], ...] (NULL: none) */
+    int64_t canvases, canvas_steps, canvas_committed, canvas_positions;
+    char *canvases_json;
+    /* its stream: median tokens per chunk and median gap between chunks
+     * (ms; NaN: fewer than 2 chunks, or not streamed), canvas-bursty 0/1 */
+    double tokens_per_chunk, chunk_gap_ms;
+    int bursty;
 } tb_request_record;
 
 typedef struct tb_sample_record {

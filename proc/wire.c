@@ -193,6 +193,20 @@ static void spec_checked(tb_raw_request *q)
     snprintf(q->error, sizeof q->error, "impossible figure: speculative counts: %s", why);
 }
 
+/* The same for its canvases (tb_canvas_check), inside the call. */
+static void canvas_checked(tb_raw_request *q, int64_t t_call, int64_t t_ret)
+{
+    char why[120];
+    if (!tb_canvas_check(&q->canvas, q->n_output_tokens, q->steps_done, q->t_submit_ns < t_call ? t_call : q->t_submit_ns,
+                         t_ret, why, sizeof why))
+        return;
+    memset(&q->canvas, 0, sizeof q->canvas);
+    if (q->status != TB_OK)
+        return;
+    q->status = TB_ERR;
+    snprintf(q->error, sizeof q->error, "impossible figure: canvases: %s", why);
+}
+
 int tb_wire_decode_result(const char *buf, size_t len, uint32_t want_requests, tb_call_view **calls,
                           size_t *n_calls, int64_t *host_peak_rss, char **err)
 {
@@ -246,6 +260,7 @@ int tb_wire_decode_result(const char *buf, size_t len, uint32_t want_requests, t
             req[r].error[sizeof req[r].error - 1] = '\0';
             text_bytes += req[r].text_len;
             spec_checked(&req[r]);
+            canvas_checked(&req[r], c->call.t_call_ns, c->call.t_return_ns);
         }
         if (c->call.draft_ns < 0 ||
             (c->call.draft_ns > 0 && c->call.draft_ns > c->call.t_return_ns - c->call.t_call_ns)) {

@@ -746,6 +746,71 @@ static void acceptance_charts(const tb_rsession *s, tb_rcharts *out)
     tb_chart_free(ch); /* more than MAX_GROUPS charts: the tables have the rest */
 }
 
+/* ------------------------------------------------- canvas models */
+
+static int keep_canvas(const tb_rsession *s, const tb_rcase *c)
+{
+    (void)s;
+    const tb_stats *k = tb_rcase_metric(c, "committed_per_step");
+    return ok_case(c) && k && k->n && isfinite(k->median) && isfinite(tb_rcase_median(c, "steps_per_canvas"));
+}
+
+/* Canvas models (docs/METRICS.md, "Canvas models"): per group of cases
+ * that differ only in a swept setting (steps, block length, options), x
+ * the median denoising steps a canvas took (steps_per_canvas), y the
+ * median committed tokens per step (committed_per_step; its p5 and p95
+ * over the canvases on hover); one point per case, a line per diffusion
+ * backend through its cases by x. Each point names its case on hover. */
+static void canvas_charts(const tb_rsession *s, tb_rcharts *out)
+{
+    keys g;
+    keys_collect(s, SWEPT, keep_canvas, &g);
+    for (size_t gi = 0; gi < g.n && gi < MAX_GROUPS; gi++) {
+        char *title = tb_xasprintf("committed tokens per step: %s", g.k[gi]);
+        tb_chart *ch = tb_chart_new(title, "denoising steps per canvas (median)",
+                                    "committed tokens per step (median over canvases)");
+        free(title);
+        tb_chart_log(ch, 1, 0);
+        size_t *idx = tb_xmalloc((s->n_cases + 1) * sizeof *idx);
+        for (size_t b = 0; b < s->n_backends; b++) {
+            /* the backend's cases, by steps a canvas: its line */
+            size_t n = 0;
+            for (size_t i = 0; i < s->n_cases; i++)
+                if (s->cases[i].backend == b && keep_canvas(s, &s->cases[i]) && has_key(&s->cases[i], SWEPT, g.k[gi]))
+                    idx[n++] = i;
+            for (size_t i = 1; i < n; i++)
+                for (size_t k = i; k > 0 && tb_rcase_median(&s->cases[idx[k - 1]], "steps_per_canvas") >
+                                                tb_rcase_median(&s->cases[idx[k]], "steps_per_canvas");
+                     k--) {
+                    size_t t = idx[k];
+                    idx[k] = idx[k - 1];
+                    idx[k - 1] = t;
+                }
+            int sid = n ? tb_chart_series(ch, s->backends[b].label, TB_SERIES_LINE) : -1;
+            for (size_t j = 0; j < n; j++) {
+                const tb_rcase *c = &s->cases[idx[j]];
+                const tb_stats *k = tb_rcase_metric(c, "committed_per_step");
+                double x = tb_rcase_median(c, "steps_per_canvas");
+                char *name = curve_label(s, c, SWEPT);
+                char *tip = tb_xasprintf("%s: %.3g steps a canvas, %.3g tokens committed a step (p5 %.3g, p95 "
+                                         "%.3g; %zu canvases)",
+                                         name, x, k->median, k->p5, k->p95, k->n);
+                tb_chart_point_tip(ch, sid, x, k->median, tip);
+                free(tip);
+                free(name);
+            }
+        }
+        free(idx);
+        add(out, "canvas", ch,
+            tb_xasprintf("How a diffusion sampler spends its steps: each case's median denoising steps a canvas "
+                         "took (x) and tokens committed a step (y), a line per backend through its cases; hover "
+                         "over a point for its case and the spread over its canvases (p5, p95). Up and left: fewer "
+                         "forwards a token. %s.",
+                         g.k[gi]));
+    }
+    keys_free(&g);
+}
+
 /* ------------------------------------------------------- ITL CDF */
 
 /* Emission times are stored in ms with 3 decimals (measure/metrics.c):
@@ -1015,6 +1080,7 @@ int tb_charts_session(sqlite3 *db, const tb_rsession *s, tb_rcharts *out, char *
     rate_charts(s, out);
     pareto_chart(s, out);
     acceptance_charts(s, out);
+    canvas_charts(s, out);
     if (itl_charts(db, s, out, err) != 0 || telemetry_charts(db, s, out, err) != 0 ||
         history_charts(db, s, out, err) != 0) {
         tb_rcharts_free(out);

@@ -10,6 +10,10 @@
  *            rate, and achieved requests/s and goodput against it;
  *   pareto   quality against tokens/s with the Pareto front (only when a
  *            quality metric is stored);
+ *   acceptance
+ *            speculative decoding: the share accepted by draft position;
+ *   canvas   diffusion samplers: committed tokens per step against
+ *            steps per canvas, a point per case, a line per backend;
  *   itl      the distribution (CDF) of inter-token latencies;
  *   telemetry
  *            per case, each metric sampled while it ran (a server's
@@ -25,8 +29,8 @@
 #include "svg.h"
 
 typedef struct tb_rchart {
-    const char *kind; /* "steps", "latency", "throughput", "rate", "goodput", "pareto", "itl", "telemetry",
-                         "history" */
+    const char *kind; /* "steps", "latency", "throughput", "rate", "goodput", "pareto", "acceptance",
+                         "canvas", "itl", "telemetry", "history" */
     char *caption;    /* what the chart shows and how to read it */
     tb_chart *chart;
 } tb_rchart;

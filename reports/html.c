@@ -157,7 +157,7 @@ int tb_report_html(sqlite3 *db, int64_t session, FILE *out, char **err)
         fputs("<p>Nothing to draw: no case finished.</p>\n", out);
     static const char *const k_steps[] = {"steps"}, *const k_batch[] = {"latency", "throughput"},
                              *const k_rate[] = {"rate", "goodput"}, *const k_pareto[] = {"pareto"}, *const k_acc[] = {"acceptance"},
-                             *const k_itl[] = {"itl"}, *const k_tel[] = {"telemetry"},
+                             *const k_canvas[] = {"canvas"}, *const k_itl[] = {"itl"}, *const k_tel[] = {"telemetry"},
                              *const k_hist[] = {"history"};
     charts(out, &cs, k_steps, 1, "Tokens/s against denoising steps",
            "Steps are the diffusion speed/quality lever; the autoregressive backends, which have no steps, are "
@@ -180,6 +180,9 @@ int tb_report_html(sqlite3 *db, int64_t session, FILE *out, char **err)
     charts(out, &cs, k_acc, 1, "Speculative decoding: acceptance by position",
            "For each speculative case, the share of verifications that accepted each draft position: where "
            "its drafter stops being right.");
+    charts(out, &cs, k_canvas, 1, "Diffusion: tokens committed a step",
+           "For each diffusion case, the denoising steps a canvas took and the tokens it committed a step: "
+           "what an adaptive sampler saves, and what a fixed schedule costs.");
     charts(out, &cs, k_itl, 1, "Inter-token latency", "How evenly tokens arrive.");
     charts(out, &cs, k_tel, 1, "Telemetry",
            "What the server (its Prometheus /metrics: queue depth, KV-cache use, running requests) and the "

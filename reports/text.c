@@ -297,6 +297,7 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out, size_t width)
 {
     print_header(db, session, out, width);
     tb_row_summary *rows;
+    int any_canvas = 0; /* a canvas case: the note under the table */
     size_t n_rows;
     char *rerr = NULL;
     if (tb_read_summary(db, session, &rows, &n_rows, &rerr) != 0) {
@@ -425,8 +426,14 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out, size_t width)
         for (size_t i = 0; i < TB_ARRAY_LEN(tps); i++) /* tokens/s */
             tb_table_num(t, tps[i], 1);
         const double ms[] = {r->ttft_ms, r->tpot_ms, r->e2e_ms, r->e2e_p95_ms};
-        for (size_t i = 0; i < TB_ARRAY_LEN(ms); i++)
-            tb_table_num(t, ms[i], 2);
+        int canvas = tb_case_is_canvas(r->canvas_gap_n > 0 ? (size_t)r->canvas_gap_n : 0);
+        any_canvas |= canvas;
+        for (size_t i = 0; i < TB_ARRAY_LEN(ms); i++) {
+            if (i == 1 && canvas && isfinite(r->canvas_gap_ms)) /* TPOT over a canvas means nothing */
+                tb_table_cellf(t, "%.2f" TB_CANVAS_TPOT_MARK, r->canvas_gap_ms);
+            else
+                tb_table_num(t, ms[i], 2);
+        }
         tb_table_num(t, r->nfe, 0);
         tb_table_num(t, r->tokens_per_forward, 2);
         double cv = r->agg_tps_cv;
@@ -521,6 +528,8 @@ int tb_report_show(sqlite3 *db, int64_t session, FILE *out, size_t width)
         free(note);
     }
     free(left_out);
+    if (any_canvas)
+        print_wrapped(out, TB_CANVAS_TPOT_NOTE, width);
 
     /* A backend without a dimension (an AR engine has no steps) is a
      * reference for every value of it: fill its figure into the rows that

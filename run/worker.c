@@ -189,6 +189,9 @@ static void check_figures(const tb_case *c, uint32_t caps, uint32_t max_new_toke
             char ignored[120];
             if (tb_spec_check(&q->spec, ignored, sizeof ignored))
                 memset(&q->spec, 0, sizeof q->spec);
+            if (!times_ok || tb_canvas_check(&q->canvas, q->n_output_tokens, q->steps_done, q->t_submit_ns, t_ret,
+                                             ignored, sizeof ignored))
+                memset(&q->canvas, 0, sizeof q->canvas);
             bad[i] = times_ok ? 0 : 2;
             continue;
         }
@@ -216,6 +219,9 @@ static void check_figures(const tb_case *c, uint32_t caps, uint32_t max_new_toke
                      ms_of(q->t_done_ns, t_call), call_ms, ms_of(q->t_submit_ns, t_call));
         else if (tb_spec_check(&q->spec, spec_why, sizeof spec_why))
             snprintf(why, sizeof why, "speculative counts: %s", spec_why);
+        else if (tb_canvas_check(&q->canvas, q->n_output_tokens, q->steps_done, q->t_submit_ns, t_ret, spec_why,
+                                 sizeof spec_why))
+            snprintf(why, sizeof why, "canvases: %s", spec_why);
         if (why[0]) {
             bad[i] = 1;
             snprintf(q->error, sizeof q->error, "impossible figure: %s", why);
@@ -244,6 +250,7 @@ static void check_figures(const tb_case *c, uint32_t caps, uint32_t max_new_toke
         wr[i].t_submit_ns = t_call;
         wr[i].t_done_ns = t_ret;
         memset(&wr[i].spec, 0, sizeof wr[i].spec); /* no figure of its own */
+        memset(&wr[i].canvas, 0, sizeof wr[i].canvas);
         if (bad[i] == 2)
             continue;
         wr[i].status = rr[i].status = TB_ERR; /* its outputs are not graded either */
@@ -327,6 +334,7 @@ typedef struct case_bufs {
     uint32_t *ptok, *mtok;   /* tb_result.prompt_tokens, max_tokens */
     uint32_t *blocks;        /* tb_result.blocks_done */
     tb_spec_counts *spec;    /* tb_result.spec */
+    tb_canvas_counts *canvas; /* tb_result.canvas */
     unsigned char *bad;      /* check_figures' scratch */
     tb_request_result *rr;   /* what the plugin fills */
     tb_raw_request *wr;      /* what goes to the runner */
@@ -343,6 +351,7 @@ static void case_bufs_free(case_bufs *b)
     free(b->mtok);
     free(b->blocks);
     free(b->spec);
+    free(b->canvas);
     free(b->bad);
     free(b->rr);
     free(b->wr);
@@ -374,6 +383,7 @@ static void run_case(tb_worker *w, const tb_case *c)
         .mtok = calloc(n_req, sizeof *b.mtok),
         .blocks = calloc(n_req, sizeof *b.blocks),
         .spec = calloc(n_req, sizeof *b.spec),
+        .canvas = calloc(n_req, sizeof *b.canvas),
         .bad = calloc(n_req, 1),
         .rr = calloc(n_req, sizeof *b.rr),
         .wr = calloc(n_req, sizeof *b.wr),
@@ -390,7 +400,7 @@ static void run_case(tb_worker *w, const tb_case *c)
         }
     }
     w->em.n_requests = n_req;
-    if ((plan->n_prompts && !b.ptext) || !b.pidx || !b.scored || !b.phash || !b.ptok || !b.mtok || !b.blocks || !b.spec || !b.bad || !b.rr || !b.wr || w->em.cap < want ||
+    if ((plan->n_prompts && !b.ptext) || !b.pidx || !b.scored || !b.phash || !b.ptok || !b.mtok || !b.blocks || !b.spec || !b.canvas || !b.bad || !b.rr || !b.wr || w->em.cap < want ||
         tb_str_try_appendn(&b.out, (const char *)&hdr, sizeof hdr) != 0) {
         send_status(w, TB_MSG_CASE_ERROR, TB_ERR_NO_MEMORY, 0, 0, NULL,
                     "out of memory for the case's buffers: %u requests, %zu emissions (%zu bytes)", n_req, want,
@@ -425,13 +435,14 @@ static void run_case(tb_worker *w, const tb_case *c)
         memset(b.mtok, 0, n_req * sizeof *b.mtok);
         memset(b.blocks, 0, n_req * sizeof *b.blocks);
         memset(b.spec, 0, n_req * sizeof *b.spec);
+        memset(b.canvas, 0, n_req * sizeof *b.canvas);
         for (uint32_t i = 0; i < n_req; i++)
             b.rr[i].n_answer_tokens = TB_UNKNOWN_COUNT;
         tb_result res = {.struct_size = sizeof res, .n_requests = n_req, .requests = b.rr,
                          .prefill_ns = -1, .decode_ns = -1, .forward_passes = 0,
                          .peak_device_bytes = -1, .energy_mj = -1, .prompt_hash = b.phash,
                          .prompt_tokens = b.ptok, .max_tokens = b.mtok, .blocks_done = b.blocks,
-                         .spec = b.spec, .draft_ns = 0};
+                         .spec = b.spec, .draft_ns = 0, .canvas = b.canvas};
         w->em.n = 0;
         w->em.dropped = 0;
         w->em.flood = 0;
@@ -500,6 +511,7 @@ static void run_case(tb_worker *w, const tb_case *c)
             q->steps_done = r->steps_done;
             q->blocks_done = b.blocks[i];
             q->spec = b.spec[i];
+            q->canvas = b.canvas[i];
             q->answer_tokens = r->n_answer_tokens;
             q->prompt_hash = prompt_hash(b.phash[i], b.ptext ? b.ptext[i] : NULL, req.seed, i, req.prompt_tokens);
             /* A failure always says something: the status's name at least. */

@@ -721,6 +721,7 @@ int tb_read_summary(sqlite3 *db, int64_t session, tb_row_summary **out, size_t *
         for (size_t k = 0; k < TB_ARRAY_LEN(more); k++)
             *more[k] = col_num(q, i++);
         r->tpot_p99_ms = NAN;
+        r->canvas_gap_ms = NAN;
         r->backend_options_json = col_str(q, i++);
         r->prompt_len_mean = col_num(q, i++);
     }
@@ -737,26 +738,33 @@ int tb_read_summary(sqlite3 *db, int64_t session, tb_row_summary **out, size_t *
      * column): the cases in the view's order (ordinal), matched by
      * position and backend; none when they differ. */
     if (sqlite3_prepare_v2(db,
-                           "SELECT (SELECT p99 FROM metric WHERE case_id = c.id AND name = 'tpot_ms'), b.label"
+                           "SELECT (SELECT p99 FROM metric WHERE case_id = c.id AND name = 'tpot_ms'), b.label,"
+                           " (SELECT median FROM metric WHERE case_id = c.id AND name = 'canvas_gap_ms'),"
+                           " (SELECT n FROM metric WHERE case_id = c.id AND name = 'canvas_gap_ms')"
                            " FROM bench_case c JOIN backend b ON b.id = c.backend_id"
                            " WHERE c.session_id = ? ORDER BY c.ordinal",
                            -1, &q, NULL) == SQLITE_OK) {
         sqlite3_bind_int64(q, 1, session);
         size_t k = 0;
         int same = 1;
-        double *p99 = tb_xcalloc(*n ? *n : 1, sizeof *p99);
+        double *p99 = tb_xcalloc(*n ? *n : 1, sizeof *p99), *gap = tb_xcalloc(*n ? *n : 1, sizeof *gap);
+        int64_t *gap_n = tb_xcalloc(*n ? *n : 1, sizeof *gap_n);
         while (sqlite3_step(q) == SQLITE_ROW && k <= *n) {
             const unsigned char *label = sqlite3_column_text(q, 1);
             if (k < *n) {
                 p99[k] = col_num(q, 0);
+                gap[k] = col_num(q, 2);
+                gap_n[k] = sqlite3_column_int64(q, 3);
                 same &= label && strcmp((const char *)label, (*out)[k].backend) == 0;
             }
             k++;
         }
         if (k == *n && same)
             for (k = 0; k < *n; k++)
-                (*out)[k].tpot_p99_ms = p99[k];
+                (*out)[k].tpot_p99_ms = p99[k], (*out)[k].canvas_gap_ms = gap[k], (*out)[k].canvas_gap_n = gap_n[k];
         free(p99);
+        free(gap);
+        free(gap_n);
         sqlite3_finalize(q);
     }
     return 0;

@@ -179,6 +179,8 @@ typedef struct tb_row_summary {
     double req_per_s, error_rate, goodput;
     double sent_per_s; /* open loop: the median sent_rate; NaN: none */
     double tpot_p99_ms; /* the p99 of tpot_ms (not in the view); NaN: none */
+    double canvas_gap_ms; /* canvas_gap_ms's median (not in the view); NaN: none */
+    int64_t canvas_gap_n; /* and its n; 0: none (tb_case_is_canvas) */
     char *backend_options_json; /* every option of its backend */
     double prompt_len_mean;     /* metric prompt_len's mean; NaN: none */
 } tb_row_summary;

@@ -225,6 +225,62 @@ static void spec_read(sqlite3_stmt *q, int c, tb_spec_counts *s)
         memset(s, 0, sizeof *s);
 }
 
+/* A stored request's canvases (migration 16) from columns c .. c + 4
+ * (canvases, canvas_steps, canvas_committed, canvas_positions,
+ * canvases_json: [[steps, committed, positions, ms since submit], ...])
+ * on the pooled clock: the kept ones from the JSON, those past the cap
+ * as the totals less the kept ones, committed at the last kept one's time
+ * (the store keeps no time of their own). Commit times are clamped into
+ * [submit, done] (the JSON keeps microseconds). Figures that do not parse
+ * or are impossible are dropped (all 0), as the runner drops them. */
+static void canvas_read(sqlite3_stmt *q, int c, int64_t submit, int64_t done, uint32_t n_out, uint32_t steps_done,
+                        tb_canvas_counts *k)
+{
+    memset(k, 0, sizeof *k);
+    if (sqlite3_column_type(q, c) == SQLITE_NULL || col_int(q, c, 0) <= 0)
+        return;
+    cJSON *a = cJSON_Parse((const char *)sqlite3_column_text(q, c + 4)), *e;
+    int ok = cJSON_IsArray(a);
+    tb_canvas_sum kept = {0};
+    cJSON_ArrayForEach(e, a)
+    {
+        double v[4];
+        for (int i = 0; i < 4; i++) {
+            cJSON *x = cJSON_GetArrayItem(e, i);
+            v[i] = cJSON_IsNumber(x) ? x->valuedouble : -1;
+        }
+        if (k->n == TB_CANVAS_MAX || v[0] < 0 || v[0] > UINT32_MAX || v[1] < 0 || v[1] > UINT32_MAX || v[2] < 0 ||
+            v[2] > 1e18 || !(v[3] >= 0 && v[3] < 1e12)) {
+            ok = 0;
+            break;
+        }
+        int64_t t = submit + llround(v[3] * 1e6);
+        tb_canvas_push(k, (uint32_t)v[0], (uint32_t)v[1], (uint64_t)v[2], t < submit ? submit : t > done ? done : t);
+        kept.steps += (uint32_t)v[0], kept.committed += (uint32_t)v[1], kept.positions += (uint64_t)v[2];
+    }
+    cJSON_Delete(a);
+    int64_t n = col_int(q, c, 0), steps = col_int(q, c + 1, 0), committed = col_int(q, c + 2, 0),
+            positions = col_int(q, c + 3, 0);
+    if (ok && n > k->n) { /* the ones past the cap, summed */
+        if (k->n < TB_CANVAS_MAX || n - k->n > UINT32_MAX || steps < (int64_t)kept.steps ||
+            committed < (int64_t)kept.committed || positions < (int64_t)kept.positions) {
+            ok = 0;
+        } else {
+            k->n_past = (uint32_t)(n - k->n);
+            k->past = (tb_canvas){.steps = (uint32_t)(steps - (int64_t)kept.steps),
+                                  .committed = (uint32_t)(committed - (int64_t)kept.committed),
+                                  .positions = (uint64_t)(positions - (int64_t)kept.positions),
+                                  .t_done_ns = k->at[k->n - 1].t_done_ns};
+        }
+    } else if (ok && (n != k->n || steps != (int64_t)kept.steps || committed != (int64_t)kept.committed ||
+                      positions != (int64_t)kept.positions)) {
+        ok = 0; /* the totals and the kept ones disagree */
+    }
+    char why[120];
+    if (!ok || tb_canvas_check(k, n_out, steps_done, submit, done, why, sizeof why))
+        memset(k, 0, sizeof *k);
+}
+
 /* Pool repetition `rep` of the n shard cases into *p: the raw call that
  * the figures of tb_case_metrics() come from. 0 or -1. */
 static int pool_call(joiner *j, const int64_t *cases, const int64_t *offsets, size_t n, int rep, pooled_call *p)
@@ -266,7 +322,8 @@ static int pool_call(joiner *j, const int64_t *cases, const int64_t *offsets, si
                                     " requested_tokens, output_tokens, recount_tokens, steps_done, answer_tokens,"
                                     " output_hash, emissions_json, prompt_idx, scored, output_text, prompt_hash,"
                                     " prompt_tokens, blocks_done, spec_verifications, spec_drafted, spec_accepted,"
-                                    " spec_draft_len, spec_at FROM request WHERE sample_id = %lld ORDER BY idx",
+                                    " spec_draft_len, spec_at, canvases, canvas_steps, canvas_committed, canvas_positions,"
+                                    " canvases_json FROM request WHERE sample_id = %lld ORDER BY idx",
                                     (long long)samples[k]);
         sqlite3_stmt *q = prep(j, sql);
         sqlite3_free(sql);
@@ -310,6 +367,7 @@ static int pool_call(joiner *j, const int64_t *cases, const int64_t *offsets, si
             };
             snprintf(w->error, sizeof w->error, "%s", error ? error : "");
             spec_read(q, 20, &w->spec);
+            canvas_read(q, 25, submit, m->done_ns, w->n_output_tokens, w->steps_done, &w->canvas);
             if (text)
                 tb_str_append(&p->texts, text);
             add_emissions(p, (const char *)sqlite3_column_text(q, 13), r, submit);

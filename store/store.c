@@ -192,6 +192,11 @@ static const struct json_column {
      " WHERE c.session_id = ?1))",
      "'request row ' || id || (SELECT ' (case #' || c.ordinal || ' of session ' || c.session_id || ')'"
      " FROM sample sa JOIN bench_case c ON c.id = sa.case_id WHERE sa.id = sample_id)", 1},
+    {"request", "canvases_json", "array", /* migration 16: [[steps, committed, positions, ms], ...] */
+     "(?1 < 0 OR sample_id IN (SELECT sa.id FROM sample sa JOIN bench_case c ON c.id = sa.case_id"
+     " WHERE c.session_id = ?1))",
+     "'request row ' || id || (SELECT ' (case #' || c.ordinal || ' of session ' || c.session_id || ')'"
+     " FROM sample sa JOIN bench_case c ON c.id = sa.case_id WHERE sa.id = sample_id)", 1},
 };
 
 /* Does `table` have `column` (an older schema may lack it)? -1: cannot
@@ -1228,6 +1233,16 @@ const tb_store_column tb_request_columns[] = {
     {"spec_at", TB_COL_SPECIAL, 0, "spec_at", 1}, /* [[drafted_at, accepted_at], ...] */
     {"acceptance_length", TB_COL_SPECIAL, 0, "acceptance_length", 0},
     {"acceptance_rate", TB_COL_SPECIAL, 0, "acceptance_rate", 0},
+    /* canvas models (migration 16): NULL when the request has no canvas
+     * records; its stream's chunks (NULL: not streamed) */
+    RC(canvases, I64_POS, canvases),
+    RC(canvas_steps, I64_POS, canvas_steps),
+    RC(canvas_committed, I64_POS, canvas_committed),
+    RC(canvas_positions, I64_POS, canvas_positions),
+    {"canvases_json", TB_COL_TEXT, offsetof(tb_request_record, canvases_json), "canvas_list", 1},
+    RC(tokens_per_chunk, REAL, tokens_per_chunk),
+    RC(chunk_gap_ms, REAL, chunk_gap_ms),
+    RC(bursty, INT, bursty),
 };
 const size_t tb_n_request_columns = TB_ARRAY_LEN(tb_request_columns);
 

@@ -333,6 +333,54 @@ typedef struct tb_spec_counts {
     uint32_t accepted_at[TB_SPEC_MAX_DRAFT];
 } tb_spec_counts;
 
+/* Canvas models (issue 41: diffusion samplers): a canvas is the unit a
+ * sampler finishes and commits as a whole -- a block of a block sampler
+ * or of a semi-autoregressive masked sampler, the whole generation of a
+ * single-block sampler (Dream, flow), DiffusionGemma's 256-token canvas.
+ * One canvas of one request:
+ *   steps      its denoising steps (forwards whose proposals it used);
+ *              the request's canvases' steps sum to its steps_done
+ *   committed  the output positions it finalised (of the n_output_tokens
+ *              the request reports: they sum to it)
+ *   positions  the canvas positions the forwards evaluated for it (rows
+ *              computed for this request, summed over its steps; a
+ *              forward over prompt + canvas counts every row it ran, a
+ *              cached one only the rows it ran, classifier-free guidance
+ *              twice); a block's store or commit forward is not a step
+ *   t_done_ns  host clock (tb_host.now_ns) when it was committed.
+ * How a sampler fills it (docs/METRICS.md, steps_per_canvas and after):
+ * when TB_STRUCT_HAS(res, tb_result, canvas) and res->canvas is not NULL,
+ * call tb_canvas_push(&res->canvas[i], steps, committed, positions,
+ * now_ns) once per canvas of request i, in commit order. The first
+ * TB_CANVAS_MAX canvases are kept one by one; later ones are counted in
+ * n_past and summed into `past`. All zero: not a canvas model. */
+#define TB_CANVAS_MAX 256
+typedef struct tb_canvas {
+    uint32_t steps;
+    uint32_t committed;
+    uint64_t positions;
+    int64_t t_done_ns;
+} tb_canvas;
+typedef struct tb_canvas_counts {
+    uint32_t n;        /* canvases in at[] (<= TB_CANVAS_MAX) */
+    uint32_t n_past;   /* canvases finished after at[] was full */
+    tb_canvas past;    /* those summed; t_done_ns: the last one's */
+    tb_canvas at[TB_CANVAS_MAX];
+} tb_canvas_counts;
+
+static inline void tb_canvas_push(tb_canvas_counts *c, uint32_t steps, uint32_t committed, uint64_t positions,
+                                  int64_t t_done_ns)
+{
+    if (c->n < TB_CANVAS_MAX) {
+        tb_canvas *k = &c->at[c->n++];
+        k->steps = steps, k->committed = committed, k->positions = positions, k->t_done_ns = t_done_ns;
+        return;
+    }
+    c->n_past++;
+    c->past.steps += steps, c->past.committed += committed, c->past.positions += positions;
+    c->past.t_done_ns = t_done_ns;
+}
+
 typedef struct tb_result {
     uint32_t struct_size;        /* sizeof(tb_result) as the host compiled */
     uint32_t n_requests;         /* == tb_request.n_requests */
@@ -435,6 +483,11 @@ typedef struct tb_result {
      * the host work that makes its proposals (0: not speculative). The
      * rest of decode_ns is verification and bookkeeping. */
     int64_t draft_ns;
+    /* --- appended in ABI 1 (issue 41: canvas models); write only when
+     * TB_STRUCT_HAS(res, tb_result, canvas) and it is not NULL.
+     * n_requests elements, host-allocated and zeroed: each request's
+     * canvases (tb_canvas_counts, filled by tb_canvas_push). */
+    tb_canvas_counts *canvas;
 } tb_result;
 
 /* ------------------------------------------- iteration-level serving */

@@ -69,6 +69,11 @@ typedef struct brun {
     int *first_new;     /* [B]: Fast-dLLM v2: the block's first position
                            that was a mask when the block began */
     int *active;        /* [B]: 1 while the request decodes */
+    /* the canvas in progress (tb_dllm_hooks.on_canvas), [B]: its steps,
+     * positions its step forwards ran, whether the request decodes the
+     * block, and the output position its last canvas reached */
+    int *cv_steps, *cv_on, *cv_done;
+    int64_t *cv_pos;
     int *rows;          /* [B]: the canvases of one forward */
     int32_t *x0;        /* [B][L] */
     double *conf;       /* [B][L] */
@@ -115,6 +120,10 @@ static int forward(brun *r, int n_rows, int pos0, int n, int n_attend, int mask_
     if (denoise && r->stats->request_steps)
         for (int i = 0; i < n_rows; i++)
             r->stats->request_steps[r->rows[i]]++;
+    for (int i = 0; i < n_rows && denoise; i++) {
+        r->cv_steps[r->rows[i]]++;
+        r->cv_pos[r->rows[i]] += n;
+    }
     if (r->e->forward_rows(r->e->ctx, r->canvas, r->L, r->rows, n_rows, pos0, n, n_attend, mask_block, pick0, npick,
                            shifted, &r->spec, &r->rng, r->x0, r->conf) != 0) {
         snprintf(r->why, r->why_size, "forward failed (positions %d..%d of %d, %d canvases)", pos0, pos0 + n, r->L,
@@ -241,6 +250,8 @@ static int decode_block(brun *r, int bs, int be, const int *sched)
     int n_decoding = select_rows(r, bs, be);
     for (int k = 0; k < n_decoding && r->stats->request_blocks; k++)
         r->stats->request_blocks[r->rows[k]]++;
+    for (int k = 0; k < n_decoding; k++)
+        r->cv_on[r->rows[k]] = 1;
     if (p->sampler != TB_DLLM_FAST_DLLM_V2) {
         for (int step = 0;; step++) {
             int n_rows = select_rows(r, bs, be);
@@ -349,6 +360,29 @@ static int store_block(brun *r, int bs, int be)
     return snapshot(r);
 }
 
+/* After block [bs, be) and its store: each request that decoded it has
+ * a canvas, the block. Its tokens: the output positions from where its
+ * last canvas ended through be (Fast-dLLM v2: be too, when the commit
+ * forward filled it), cut at the request's output end. */
+static void canvases_done(brun *r, int bs, int be)
+{
+    (void)bs;
+    for (int b = 0; b < r->B; b++) {
+        if (!r->cv_on[b])
+            continue;
+        int out_end = r->stats->request_tokens ? r->P[b] + r->stats->request_tokens[b] : r->G[b];
+        int cover = be + (r->p->sampler == TB_DLLM_FAST_DLLM_V2 && be < r->L && row_of(r, b)[be] != r->p->mask_id);
+        int end = cover < out_end ? cover : out_end, from = r->cv_done[b] > r->P[b] ? r->cv_done[b] : r->P[b];
+        int committed = end > from ? end - from : 0;
+        if (end > r->cv_done[b])
+            r->cv_done[b] = end;
+        if (r->h && r->h->on_canvas)
+            r->h->on_canvas(r->h->ctx, b, r->cv_steps[b], committed, r->cv_pos[b]);
+        r->cv_on[b] = r->cv_steps[b] = 0;
+        r->cv_pos[b] = 0;
+    }
+}
+
 int tb_dllm_block_generate(const tb_dllm_engine *e, const tb_dllm_params *p, int32_t *canvas, int B, int prompt_len,
                            uint64_t seed, const tb_dllm_hooks *h, tb_dllm_stats *stats, char *why, size_t why_size)
 {
@@ -368,12 +402,16 @@ int tb_dllm_block_generate(const tb_dllm_engine *e, const tb_dllm_params *p, int
     r.G = malloc((size_t)B * sizeof(int));
     r.E = malloc((size_t)B * sizeof(int));
     r.first_new = malloc((size_t)B * sizeof(int));
+    r.cv_steps = calloc((size_t)B, sizeof(int));
+    r.cv_on = calloc((size_t)B, sizeof(int));
+    r.cv_done = calloc((size_t)B, sizeof(int));
+    r.cv_pos = calloc((size_t)B, sizeof(int64_t));
     r.x0 = malloc((size_t)B * r.L * sizeof(int32_t));
     r.conf = malloc((size_t)B * r.L * sizeof(double));
     r.chosen = malloc((size_t)r.L);
     int *sched = malloc((size_t)(p->steps > 0 ? p->steps : 1) * sizeof(int));
     int rc = 0;
-    if (!r.active || !r.rows || !r.P || !r.G || !r.E || !r.first_new || !r.x0 || !r.conf || !r.chosen || !sched) {
+    if (!r.active || !r.rows || !r.P || !r.G || !r.E || !r.first_new || !r.cv_steps || !r.cv_on || !r.cv_done || !r.cv_pos || !r.x0 || !r.conf || !r.chosen || !sched) {
         snprintf(why, why_size, "out of memory for %d canvases of %d positions", B, r.L);
         rc = -1;
     }
@@ -429,6 +467,8 @@ int tb_dllm_block_generate(const tb_dllm_engine *e, const tb_dllm_params *p, int
         rc = decode_block(&r, bs, bs + r.bs, sched);
         if (rc == 0)
             rc = store_block(&r, bs, bs + r.bs);
+        if (rc == 0)
+            canvases_done(&r, bs, bs + r.bs);
     }
     free(r.active);
     free(r.rows);
@@ -436,6 +476,10 @@ int tb_dllm_block_generate(const tb_dllm_engine *e, const tb_dllm_params *p, int
     free(r.G);
     free(r.E);
     free(r.first_new);
+    free(r.cv_steps);
+    free(r.cv_on);
+    free(r.cv_done);
+    free(r.cv_pos);
     free(r.x0);
     free(r.conf);
     free(r.chosen);

@@ -203,6 +203,8 @@ const char *tb_dg_backend_describe(const tb_dg_backend *b)
 typedef struct emit_ctx {
     const tb_host *host;
     int64_t t_prefill;
+    tb_canvas_counts *canvas; /* the request's canvas records, or NULL (an older host) */
+    int C;                    /* canvas_length */
 } emit_ctx;
 
 static void on_prefill(void *ctx)
@@ -214,9 +216,15 @@ static void on_prefill(void *ctx)
 static void on_commit(void *ctx, int canvas, const int32_t *tokens, int n_valid, int steps)
 {
     emit_ctx *e = ctx;
-    (void)canvas, (void)tokens, (void)steps;
+    (void)canvas, (void)tokens;
+    int64_t now = e->host->now_ns(e->host);
     if (n_valid > 0)
-        e->host->emit(e->host, 0, (uint32_t)n_valid, e->host->now_ns(e->host));
+        e->host->emit(e->host, 0, (uint32_t)n_valid, now);
+    /* the canvas record (backend.h): every one of its C positions is
+     * committed (n_out counts whole canvases), each of its steps evaluated
+     * all C */
+    if (e->canvas)
+        tb_canvas_push(e->canvas, (uint32_t)steps, (uint32_t)e->C, (uint64_t)steps * (uint64_t)e->C, now);
 }
 
 static int on_cancel(void *ctx)
@@ -345,7 +353,7 @@ tb_status tb_dg_backend_generate(tb_dg_backend *b, const tb_host *host, const tb
         tb_dgemma_reset(&b->st);
         e = tb_dg_cpu_engine(&b->st);
     }
-    emit_ctx ec = {host, 0};
+    emit_ctx ec = {host, 0, TB_STRUCT_HAS(res, tb_result, canvas) ? res->canvas : NULL, c->canvas};
     tb_dg_hooks h = {.ctx = &ec, .on_commit = on_commit, .on_prefill = on_prefill, .cancelled = on_cancel};
     tb_dg_stats stats;
     int n_out = 0;

@@ -333,7 +333,17 @@ static tb_status diffusion_create(const tb_host *host, const char *model, const 
 typedef struct hook_ctx {
     dctx *c;
     int64_t t_prefill; /* block samplers: when the prompt's prefill returned; 0 = none ran */
+    tb_canvas_counts *canvas; /* tb_result.canvas, or NULL (a host without it) */
 } hook_ctx;
+
+/* A canvas of request b committed: its record, timed now (backend.h). */
+static void on_canvas(void *ctx, int b, int steps, int committed, int64_t positions)
+{
+    hook_ctx *hc = ctx;
+    if (hc->canvas)
+        tb_canvas_push(&hc->canvas[b], (uint32_t)steps, (uint32_t)committed, (uint64_t)positions,
+                       hc->c->host->now_ns(hc->c->host));
+}
 
 static void on_prefill(void *ctx)
 {
@@ -505,8 +515,9 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
         }
     }
     memset(c->req_steps, 0, 3 * (size_t)B * sizeof(int));
-    hook_ctx hc = {c, 0};
-    tb_dllm_hooks hooks = {.ctx = &hc, .on_commit = on_commit, .cancelled = on_cancel, .on_prefill = on_prefill};
+    hook_ctx hc = {c, 0, TB_STRUCT_HAS(res, tb_result, canvas) ? res->canvas : NULL};
+    tb_dllm_hooks hooks = {.ctx = &hc, .on_commit = on_commit, .cancelled = on_cancel, .on_prefill = on_prefill,
+                           .on_canvas = on_canvas};
     tb_dllm_stats stats = {
         .request_steps = c->req_steps, .request_tokens = c->req_steps + B, .request_blocks = c->req_steps + 2 * B};
     c->forward_error[0] = '\0';

@@ -102,6 +102,12 @@ typedef struct tb_dllm_hooks {
     /* block samplers: the prompt's prefill forward has returned (called
      * once, before any denoising; also when the prompt has no whole block) */
     void (*on_prefill)(void *ctx);
+    /* request b's canvas (a block; the whole generation of a one-block
+     * sampler) is committed: its denoising steps, the output tokens it
+     * finalised, the positions its step forwards evaluated for b
+     * (backend.h's tb_canvas). In commit order; the canvases' steps sum
+     * to the request's steps_done, their tokens to its output tokens. */
+    void (*on_canvas)(void *ctx, int b, int steps, int committed, int64_t positions);
 } tb_dllm_hooks;
 
 typedef struct tb_dllm_stats {

@@ -139,6 +139,12 @@ typedef struct run {
     char *used;    /* [L]: scratch of the position pickers */
     double *w;     /* [L]: sample_k_indices' weights */
     int32_t *cfg_canvas; /* [2B][L] */
+    /* the canvas in progress (tb_dllm_hooks.on_canvas): the batch's step
+     * forwards and the rows each ran per request (every request runs
+     * every forward here), and the tokens each request committed ([B]) */
+    int cv_steps;
+    int64_t cv_pos;
+    int *cv_commit;
     uint64_t rng;
     tb_dllm_stats *stats;
     char *why;
@@ -148,6 +154,8 @@ typedef struct run {
 static int do_forward(run *r, int pos0, int n, int n_attend, int pick0, int npick)
 {
     r->stats->forwards++;
+    r->cv_steps++;
+    r->cv_pos += (int64_t)n * (r->p->cfg_scale > 0 ? 2 : 1);
     const int32_t *canvas = r->canvas;
     if (r->p->cfg_scale > 0) {
         /* the canvases, then the same with their prompts masked */
@@ -196,9 +204,22 @@ static void llada_commit(run *r, int pos0, int n, int bs, int be, const int *wan
             x[r->pick[j]] = x0[r->pick[j] - pos0];
             committed++;
         }
+        r->cv_commit[b] += committed;
         if (committed && r->h && r->h->on_commit)
             r->h->on_commit(r->h->ctx, b, committed);
     }
+}
+
+/* Every request's canvas in progress is committed. */
+static void canvas_done(run *r)
+{
+    for (int b = 0; b < r->B; b++) {
+        if (r->h && r->h->on_canvas)
+            r->h->on_canvas(r->h->ctx, b, r->cv_steps, r->cv_commit[b], r->cv_pos);
+        r->cv_commit[b] = 0;
+    }
+    r->cv_steps = 0;
+    r->cv_pos = 0;
 }
 
 static int block_has_mask(const run *r, int bs, int be)
@@ -314,6 +335,8 @@ static int run_llada(run *r)
                 break;
             }
         }
+        if (rc == 0)
+            canvas_done(r);
     }
     free(sched);
     free(want);
@@ -354,11 +377,14 @@ static int run_dream(run *r)
                     x[r->pick[j]] = x0[r->pick[j]];
                 committed = got;
             }
+            r->cv_commit[b] += committed;
             if (committed && r->h && r->h->on_commit)
                 r->h->on_commit(r->h->ctx, b, committed);
         }
         rc = step_done(r);
     }
+    if (rc == 0) /* one canvas: the whole generation */
+        canvas_done(r);
     return rc;
 }
 
@@ -384,8 +410,9 @@ int tb_dllm_bidir_generate(const tb_dllm_engine *e, const tb_dllm_params *p, int
     r.used = malloc((size_t)r.L);
     r.w = malloc((size_t)r.L * sizeof(double));
     r.cfg_canvas = cfg > 1 ? malloc((size_t)2 * B * r.L * sizeof(int32_t)) : NULL;
+    r.cv_commit = calloc((size_t)B, sizeof(int));
     int rc;
-    if (!r.x0 || !r.conf || !r.cand || !r.pick || !r.used || !r.w || (cfg > 1 && !r.cfg_canvas)) {
+    if (!r.x0 || !r.conf || !r.cand || !r.pick || !r.used || !r.w || !r.cv_commit || (cfg > 1 && !r.cfg_canvas)) {
         snprintf(why, why_size, "out of memory for %d canvases of %d positions", cfg * B, r.L);
         rc = -1;
     } else {
@@ -398,5 +425,6 @@ int tb_dllm_bidir_generate(const tb_dllm_engine *e, const tb_dllm_params *p, int
     free(r.used);
     free(r.w);
     free(r.cfg_canvas);
+    free(r.cv_commit);
     return rc;
 }

@@ -341,6 +341,10 @@ static tb_status flow_generate(void *ctx, const tb_request *req, tb_result *res)
                 q->n_answer_tokens = ans;
                 q->steps_done = req->steps;
                 q->status = TB_OK;
+                /* one canvas, the whole generation: its forwards each ran
+                 * the request's L rows (backend.h, tb_canvas) */
+                if (TB_STRUCT_HAS(res, tb_result, canvas) && res->canvas)
+                    tb_canvas_push(&res->canvas[r], req->steps, N, (uint64_t)w.forwards * L, now);
             }
         }
     }

@@ -52,7 +52,15 @@ typedef struct xfer {
      * emitted by the calling thread once the loops have joined
      * (tb_host.emit may be called from that thread only). */
     int64_t *em_t;
+    uint32_t *em_n; /* [n_em]: each chunk's tokens */
     uint32_t n_em, cap_em;
+    /* Tokens per chunk (docs/METRICS.md, tokens_per_chunk): while every
+     * chunk with text has carried a cumulative usage.completion_tokens
+     * (vLLM's and SGLang's stream_options.continuous_usage_stats), a
+     * chunk's tokens are its growth over usage_at, the last one seen;
+     * once one came without it (usage_gap), 1 a chunk. */
+    int64_t usage_at;
+    int usage_gap;
     char errbuf[CURL_ERROR_SIZE];
 } xfer;
 
@@ -203,6 +211,7 @@ static void free_xfers(tb_http_client *c)
         free(c->x[i].body.s);
         free(c->x[i].text.s);
         free(c->x[i].em_t);
+        free(c->x[i].em_n);
     }
     free(c->x);
     c->x = NULL;
@@ -266,6 +275,10 @@ static int on_event(void *user, const tb_sse_event *ev)
         x->done_seen = 1;
         break;
     case TB_OAI_CHUNK:
+        if (implausible_usage(x, &ch)) { /* before its count is used */
+            stop = 1;
+            break;
+        }
         if (ch.text && ch.text_len) {
             if (buf_add(&x->text, ch.text, ch.text_len) != 0) {
                 fail(x, TB_ERR_NO_MEMORY, "out of memory for the output text");
@@ -281,6 +294,11 @@ static int on_event(void *user, const tb_sse_event *ev)
                 break;
             }
             x->res->chunks++;
+            uint32_t n_tok = 1;
+            if (ch.completion_tokens < 0)
+                x->usage_gap = 1;
+            else if (!x->usage_gap && ch.completion_tokens > x->usage_at)
+                n_tok = (uint32_t)(ch.completion_tokens - x->usage_at); /* <= max_usage: checked above */
             const tb_host *h = x->c->host;
             if (x->c->t->no_emit) {
                 /* a request outside the measurement (the preflight) */
@@ -288,26 +306,26 @@ static int on_event(void *user, const tb_sse_event *ev)
                 if (x->n_em == x->cap_em) {
                     uint32_t cap = x->cap_em ? 2 * x->cap_em : 64;
                     int64_t *p = realloc(x->em_t, cap * sizeof *p);
-                    if (!p) {
+                    if (p)
+                        x->em_t = p;
+                    uint32_t *pn = p ? realloc(x->em_n, cap * sizeof *pn) : NULL;
+                    if (!pn) {
                         fail(x, TB_ERR_NO_MEMORY, "out of memory for the chunks' times");
                         stop = 1;
                         break;
                     }
-                    x->em_t = p;
+                    x->em_n = pn;
                     x->cap_em = cap;
                 }
+                x->em_n[x->n_em] = n_tok;
                 x->em_t[x->n_em++] = x->now;
             } else if (x->c->has_emit_output)
-                h->emit_output(h, x->c->t->first_request + x->idx, 1, x->now, NULL, ch.text, ch.text_len);
+                h->emit_output(h, x->c->t->first_request + x->idx, n_tok, x->now, NULL, ch.text, ch.text_len);
             else
-                h->emit(h, x->c->t->first_request + x->idx, 1, x->now);
-        }
-        if (implausible_usage(x, &ch)) {
-            stop = 1;
-            break;
+                h->emit(h, x->c->t->first_request + x->idx, n_tok, x->now);
         }
         if (ch.completion_tokens >= 0)
-            x->res->usage_completion_tokens = ch.completion_tokens;
+            x->res->usage_completion_tokens = x->usage_at = ch.completion_tokens;
         if (ch.prompt_tokens >= 0)
             x->res->usage_prompt_tokens = ch.prompt_tokens;
         if (ch.spec.verify_ct >= 0)
@@ -915,7 +933,7 @@ tb_status tb_http_client_run(tb_http_client *c, const tb_http_target *t, uint32_
     if (c->defer && !t->no_emit) /* one timeline: every request's chunks, by the one clock */
         for (uint32_t i = 0; i < n; i++)
             for (uint32_t e = 0; e < c->x[i].n_em; e++)
-                h->emit(h, t->first_request + i, 1, c->x[i].em_t[e]);
+                h->emit(h, t->first_request + i, c->x[i].em_n[e], c->x[i].em_t[e]);
     if (status != TB_OK) {
         int64_t now = h->now_ns(h);
         for (uint32_t i = 0; i < n; i++) {

@@ -6,7 +6,8 @@
 # aiperf|vllm` (AIPerf's profile_export_aiperf.json and vLLM's `bench
 # serve --save-result` field names: parse, and carry the numbers of
 # `export --format json` for every mapped field), on a small null-plugin
-# suite of two cases.
+# suite of two cases; and (issue 41) a diffusion backend's canvas figures
+# in csv --requests, json and the summary csv.
 set -euo pipefail
 build=${1:?usage: test_export.sh BUILD_DIR SOURCE_DIR}
 tb=$build/tokbench
@@ -98,6 +99,69 @@ assert json.load(open(f"{tmp}/vllm2.json")) == vllm[1], "--case 2 is not the arr
 assert json.load(open(f"{tmp}/aiperf1.json")) == aiperf[0], "--case 1 is not the array's first document"
 assert checked >= 40, f"only {checked} fields compared"
 print(f"{len(body)} request rows; {checked} mapped fields equal to the JSON export's")
+PY
+
+# Issue 41: a diffusion backend's canvas figures in the exports: per
+# request in csv --requests and json (the kept canvases as canvas_list),
+# per case in the summary csv and json's metrics, each equal to the
+# stored row; no JSON object with a key twice.
+src=${2:?usage: test_export.sh BUILD_DIR SOURCE_DIR}
+cat >"$tmp/d.ini" <<SUITE
+[suite]
+name = export-canvas
+warmup = 0
+repeat = 2
+seed = 7
+[matrix]
+prompt_tokens = 8
+max_new_tokens = 16
+batch = 2
+[backend llada]
+plugin = diffusion
+model = $src/models/small-llada
+sampler = low_confidence
+block_length = 4
+steps = 8
+threads = 1
+SUITE
+TOKBENCH_PLUGIN_PATH="$build/plugins" "$tb" run "$tmp/d.ini" --db "$tmp/d.db" >"$tmp/d.log" 2>&1 \
+    || { cat "$tmp/d.log"; fail "diffusion run: exit $?"; }
+"$tb" export last --db "$tmp/d.db" --format csv --requests -o "$tmp/dreq.csv" || fail "export csv --requests (diffusion)"
+"$tb" export last --db "$tmp/d.db" --format csv -o "$tmp/dcase.csv" || fail "export csv (diffusion)"
+"$tb" export last --db "$tmp/d.db" --format json -o "$tmp/d.json" || fail "export json (diffusion)"
+python3 - "$tmp" <<'PY' || fail "the canvas figures in the exports (above)"
+import csv, json, math, sqlite3, sys
+tmp = sys.argv[1]
+db = sqlite3.connect(f"{tmp}/d.db")
+cols = ("canvases", "canvas_steps", "canvas_committed", "canvas_positions", "tokens_per_chunk", "chunk_gap_ms", "bursty")
+stored = db.execute(f"SELECT {', '.join('r.' + c for c in cols)}, r.canvases_json FROM request r JOIN sample sa"
+                    " ON sa.id = r.sample_id ORDER BY sa.repetition, r.idx").fetchall()
+assert len(stored) == 4 and all(r[0] == 4 for r in stored), stored  # 16 tokens in blocks of 4
+rows = list(csv.DictReader(open(f"{tmp}/dreq.csv", newline="")))
+assert len(rows) == len(stored)
+for r, s in zip(rows, stored):
+    for c, v in zip(cols, s):
+        # (CSV: the text SQLite gives a REAL, 15 significant digits)
+        assert math.isclose(float(r[c]), float(v), rel_tol=1e-13), f"csv {c}: {r[c]}, stored {v}"
+def no_twice(pairs):
+    keys = [k for k, _ in pairs]
+    assert len(keys) == len(set(keys)), f"a key twice in a JSON object: {keys}"
+    return dict(pairs)
+doc = json.load(open(f"{tmp}/d.json"), object_pairs_hook=no_twice)
+reqs = [q for c in doc["cases"] for sa in c["samples"] for q in sa["requests"]]
+assert len(reqs) == len(stored)
+for q, s in zip(reqs, stored):
+    for c, v in zip(cols, s):
+        assert q[c] == v or math.isclose(q[c], v, rel_tol=1e-13), f"json {c}: {q[c]}, stored {v}"
+    assert q["canvas_list"] == json.loads(s[-1]) and len(q["canvas_list"]) == q["canvases"], q
+    assert sum(k[1] for k in q["canvas_list"]) == q["output_tokens"], q
+m = doc["cases"][0]["metrics"]
+summary = list(csv.DictReader(open(f"{tmp}/dcase.csv", newline="")))
+assert len(summary) == 1
+for name in ("steps_per_canvas", "committed_per_step", "canvas_gap_ms", "positions_per_token", "tokens_per_chunk"):
+    assert m[name]["n"] > 0 and math.isclose(float(summary[0][name]), m[name]["median"], rel_tol=1e-13), f"{name}: {summary[0][name]} vs {m[name]}"
+assert m["positions_per_token"]["n"] == 1 and m["steps_per_canvas"]["n"] == 16, m["steps_per_canvas"]
+print("canvas figures: csv --requests, json (canvas_list) and the summary csv agree with the store")
 PY
 
 rc=0; "$tb" export last --db "$tmp/t.db" --format vllm --case 9 >"$tmp/o" 2>"$tmp/e" || rc=$?

@@ -318,6 +318,11 @@ q "$tmp/older.db" "alter table request drop column spec_verifications; alter tab
   alter table request drop column spec_accepted; alter table request drop column spec_draft_len;
   alter table request drop column spec_at; alter table request drop column acceptance_length;
   alter table request drop column acceptance_rate; alter table sample drop column draft_ns"
+# migration 16's (canvas models)
+q "$tmp/older.db" "alter table request drop column canvases; alter table request drop column canvas_steps;
+  alter table request drop column canvas_committed; alter table request drop column canvas_positions;
+  alter table request drop column canvases_json; alter table request drop column tokens_per_chunk;
+  alter table request drop column chunk_gap_ms; alter table request drop column bursty"
 q "$tmp/older.db" "pragma user_version = 1"
 "$tb" db merge "$tmp/older.db" --db "$tmp/z.db" >/dev/null || fail "older schema not merged"
 [ "$(q "$tmp/older.db" "pragma user_version")" = 1 ] || fail "merge modified the other database"
@@ -356,14 +361,22 @@ if fixture=$(bash "$src/tests/e2e/quick_fixture.sh" check "$build" "$src"); then
     # the batch (the swept threshold: curves, not charts of their own,
     # issue 39 item 9); one Pareto chart
     # and the speculative rows' acceptance by draft position (issue 40: ten
-    # curves, two charts: ar-small-dflash sweeps its draft length)
-    [ "$k" = 'data-kind="acceptance"=2 data-kind="itl"=2 data-kind="latency"=1 data-kind="pareto"=1 data-kind="steps"=4 data-kind="throughput"=1' ] \
+    # curves, two charts: ar-small-dflash sweeps its draft length); per
+    # batch a chart of the diffusion cases' committed tokens per step
+    # against steps per canvas (issue 41)
+    [ "$k" = 'data-kind="acceptance"=2 data-kind="canvas"=2 data-kind="itl"=2 data-kind="latency"=1 data-kind="pareto"=1 data-kind="steps"=4 data-kind="throughput"=1' ] \
         || fail "cpu report charts: $k"
     [ "$(grep -c 'data-series="ar-small (no steps: reference)"' "$tmp/cpu.html")" = 4 ] || fail "a cpu steps chart lacks the AR line"
-    [ "$(grep -c '<g class="series-group" data-series="flow-small" [^>]*><path class="series" d="M' "$tmp/cpu.html")" = 2 ] \
-        || fail "a cpu steps chart lacks the flow curve"
-    [ "$(grep -c '<g class="series-group" data-series="llada-small" [^>]*><path class="series" d="M' "$tmp/cpu.html")" = 2 ] \
-        || fail "a cpu steps chart lacks the diffusion curve"
+    # (the steps charts' curves: the canvas charts have a line per backend too)
+    steps_curves() { python3 -c 'import re, sys
+doc = open(sys.argv[1]).read()
+figs = re.findall(r"<figure class=\"chart\" data-kind=\"steps\">(.*?)</figure>", doc, re.S)
+print(sum(len(re.findall(r"<g class=\"series-group\" data-series=\"%s\" [^>]*><path class=\"series\" d=\"M" % sys.argv[2], f))
+          for f in figs))' "$tmp/cpu.html" "$1"; }
+    [ "$(steps_curves flow-small)" = 2 ] || fail "a cpu steps chart lacks the flow curve"
+    [ "$(steps_curves llada-small)" = 2 ] || fail "a cpu steps chart lacks the diffusion curve"
+    [ "$(grep -c '<g class="series-group" data-series="llada-small" [^>]*><path class="series" d="M' "$tmp/cpu.html")" = 4 ] \
+        || fail "the cpu canvas charts lack the diffusion line"
     grep -q 'RANDOM WEIGHTS' "$tmp/cpu.html" && fail "trained models flagged as random weights"
     grep -q 'Quality next to speed' "$tmp/cpu.html" || fail "no quality table in the cpu report"
     "$tb" report --db "$tmp/cpu.db" >"$tmp/cpu.md"

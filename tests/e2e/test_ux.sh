@@ -185,6 +185,11 @@ q "$tmp/ro/old.db" "alter table request drop column spec_verifications; alter ta
   alter table request drop column spec_accepted; alter table request drop column spec_draft_len;
   alter table request drop column spec_at; alter table request drop column acceptance_length;
   alter table request drop column acceptance_rate; alter table sample drop column draft_ns"
+# and what migration 16 (canvas models) adds
+q "$tmp/ro/old.db" "alter table request drop column canvases; alter table request drop column canvas_steps;
+  alter table request drop column canvas_committed; alter table request drop column canvas_positions;
+  alter table request drop column canvases_json; alter table request drop column tokens_per_chunk;
+  alter table request drop column chunk_gap_ms; alter table request drop column bursty"
 q "$tmp/ro/old.db" "pragma user_version = 6" # migration 7 only renames view columns: it applies again
 q "$tmp/ro/cur.db" "pragma journal_mode" >/dev/null
 as_reader() { "$@"; }

@@ -11,13 +11,16 @@
 #include "check.h"
 #include "plugin_host.h"
 
+static tb_canvas_counts canvases[2]; /* the last call's canvas records */
+
 static tb_status gen(const tb_backend_ops *ops, void *ctx, const tb_option_value *o, uint32_t n, uint32_t B,
                      uint64_t seed, tb_request_result *rr)
 {
     memset(rr, 0, 2 * sizeof *rr);
     tb_request req = {.struct_size = sizeof req, .n_requests = B, .prompt_tokens = 12, .max_new_tokens = 16,
                       .batch = B, .steps = 6, .seed = seed, .options = o, .n_options = n};
-    tb_result res = {.struct_size = sizeof res, .n_requests = B, .requests = rr};
+    memset(canvases, 0, sizeof canvases);
+    tb_result res = {.struct_size = sizeof res, .n_requests = B, .requests = rr, .canvas = canvases};
     memset(test_emitted, 0, sizeof test_emitted);
     tb_status st = ops->generate(ctx, &req, &res);
     if (st == TB_OK)
@@ -52,6 +55,18 @@ int main(void)
         valid += first[i] != 0;
     }
     CHECK(test_emitted[0] == valid); /* the committed non-pad tokens, canvas by canvas */
+    /* the canvas records (backend.h): two whole canvases of 8 (the tiny
+     * preset's canvas_length), their steps adding up to steps_done, every
+     * step evaluating all 8 positions */
+    uint32_t steps = 0, committed = 0;
+    CHECK(canvases[0].n == 2 && canvases[0].n_past == 0);
+    for (uint32_t k = 0; k < canvases[0].n; k++) {
+        const tb_canvas *cv = &canvases[0].at[k];
+        CHECK(cv->steps >= 2 && cv->positions == 8ull * cv->steps && cv->committed == 8);
+        CHECK(k == 0 || cv->t_done_ns >= canvases[0].at[k - 1].t_done_ns);
+        steps += cv->steps, committed += cv->committed;
+    }
+    CHECK(steps == rr[0].steps_done && committed == rr[0].n_output_tokens);
     CHECK(gen(ops, ctx, o, n, 1, 7, r2) == TB_OK);
     CHECK(memcmp(first, r2[0].output_ids, sizeof first) == 0);
     /* refusals, with the reason */

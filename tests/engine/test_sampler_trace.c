@@ -47,7 +47,20 @@ typedef struct fake {
     int q0[MAX_FWD], q1[MAX_FWD], k1[MAX_FWD];
     int32_t fed[MAX_FWD][MAX_L];   /* the canvas each forward saw */
     int L;
+    int64_t step_rows;             /* rows the denoising forwards ran */
 } fake;
+
+/* the sampler's canvas records (tb_dllm_hooks.on_canvas), summed */
+typedef struct canvases {
+    int n, steps, committed;
+    int64_t positions;
+} canvases;
+static void on_canvas(void *ctx, int b, int steps, int committed, int64_t positions)
+{
+    canvases *c = ctx;
+    (void)b;
+    c->n++, c->steps += steps, c->committed += committed, c->positions += positions;
+}
 
 static void fake_row(const fake *f, int q, int ctx, float *row)
 {
@@ -75,6 +88,8 @@ static int fake_rows(void *ctx, const int32_t *canvas, int L, const int *rows, i
      * pick alone, unshifted: the next token */
     int store = npick == 0 || (npick == 1 && pick0 == n - 1 && !shifted && n > 1);
     f->kind[k] = mask_block > 0 ? 'p' : store ? 's' : 'd';
+    if (f->kind[k] == 'd')
+        f->step_rows += (int64_t)n * n_rows;
     f->q0[k] = pos0, f->q1[k] = pos0 + n, f->k1[k] = n_attend;
     memcpy(f->fed[k], canvas, (size_t)L * sizeof(int32_t));
     f->L = L;
@@ -131,10 +146,20 @@ static int check_case(const cJSON *c)
     int req_tokens = 0, req_steps = 0, req_blocks = 0;
     tb_dllm_stats st = {.request_tokens = &req_tokens, .request_steps = &req_steps, .request_blocks = &req_blocks};
     char why[256] = "";
-    int rc = tb_dllm_generate(&e, &p, canvas, 1, P, 0, NULL, &st, why, sizeof why);
+    canvases cv = {0};
+    tb_dllm_hooks h = {.ctx = &cv, .on_canvas = on_canvas};
+    int rc = tb_dllm_generate(&e, &p, canvas, 1, P, 0, &h, &st, why, sizeof why);
     if (rc != 0)
         fprintf(stderr, "%s: %s\n", name, why);
     CHECK(rc == 0);
+    /* its canvases (the blocks it decoded) add up: tokens to its output,
+     * steps to its denoising forwards, positions to the rows those ran */
+    if (cv.n != req_blocks || cv.committed != req_tokens || cv.steps != req_steps || cv.positions != f->step_rows) {
+        fprintf(stderr, "%s: %d canvases, %d steps, %d tokens, %lld positions; blocks %d, steps %d, tokens %d, "
+                        "rows stepped %lld\n", name, cv.n, cv.steps, cv.committed, (long long)cv.positions,
+                req_blocks, req_steps, req_tokens, (long long)f->step_rows);
+        CHECK(0);
+    }
     int bad = 0, want = cJSON_GetArraySize(fwds);
     if (fails ? f->n <= want - !strcmp(fails, "IndexError") || st.mask_fallbacks < 1
               : f->n != want || st.forwards != want || st.mask_fallbacks != 0) {

@@ -825,7 +825,7 @@ static void test_case_measured_only(void)
         if (!d)
             continue;
         size_t want = !strcmp(d->samples, "calls") ? 2 : !strcmp(d->samples, "requests") ? 3
-                    : !strcmp(d->samples, "gaps") ? 6 : 0;
+                    : !strcmp(d->samples, "gaps") ? 6 : !strcmp(d->samples, "chunks") ? 9 : 0;
         if (!strcmp(d->name, "steps_done") || !strcmp(d->name, "answer_tokens"))
             want = 2;
         size_t n = rec.metrics[i].st.n;
@@ -1335,8 +1335,105 @@ static void test_registry_summary(void)
     free(path);
 }
 
+/* Canvas models by hand: the bounds, the bursty rule, and a case's rows. */
+static void test_canvas(void)
+{
+    char why[120];
+    tb_canvas_counts c = {0};
+    CHECK(tb_canvas_check(&c, 0, 0, 0, 100, why, sizeof why) == NULL); /* none: holds */
+    tb_canvas_push(&c, 4, 8, 32, 10);
+    tb_canvas_push(&c, 2, 8, 16, 30);
+    tb_canvas_push(&c, 6, 4, 48, 70);
+    CHECK(tb_canvas_check(&c, 20, 12, 0, 100, why, sizeof why) == NULL);
+    CHECK(tb_canvas_check(&c, 19, 12, 0, 100, why, sizeof why) && strstr(why, "committed 20 tokens of 19"));
+    CHECK(tb_canvas_check(&c, 20, 11, 0, 100, why, sizeof why) && strstr(why, "12 steps of 11"));
+    CHECK(tb_canvas_check(&c, 20, 0, 0, 100, why, sizeof why) == NULL); /* steps_done not reported */
+    CHECK(tb_canvas_check(&c, 20, 12, 0, 60, why, sizeof why) && strstr(why, "canvas 2: committed"));
+    tb_canvas_counts d = c;
+    d.at[1].t_done_ns = 5; /* before canvas 0 */
+    CHECK(tb_canvas_check(&d, 20, 12, 0, 100, why, sizeof why) && strstr(why, "before the one before"));
+    d = c, d.at[0].steps = 0;
+    CHECK(tb_canvas_check(&d, 20, 12, 0, 100, why, sizeof why) && strstr(why, "canvas 0: 0 steps"));
+    d = c, d.at[0].positions = 3;
+    CHECK(tb_canvas_check(&d, 20, 12, 0, 100, why, sizeof why) && strstr(why, "3 positions in 4 steps"));
+    d = c, d.n_past = 1;
+    CHECK(tb_canvas_check(&d, 20, 12, 0, 100, why, sizeof why) && strstr(why, "past the cap"));
+    d = c, d.past.committed = 1;
+    CHECK(tb_canvas_check(&d, 20, 12, 0, 100, why, sizeof why) && strstr(why, "none counted"));
+    d = c, d.n = TB_CANVAS_MAX + 1;
+    CHECK(tb_canvas_check(&d, 20, 12, 0, 100, why, sizeof why) != NULL);
+    /* past the cap: counted and summed, the totals whole */
+    tb_canvas_counts *big = calloc(1, sizeof *big);
+    for (int i = 0; i < TB_CANVAS_MAX + 2; i++)
+        tb_canvas_push(big, 1, 2, 3, i);
+    tb_canvas_sum t;
+    tb_canvas_total(big, &t);
+    CHECK(big->n == TB_CANVAS_MAX && big->n_past == 2 && big->past.committed == 4 && big->past.t_done_ns == TB_CANVAS_MAX + 1);
+    CHECK(t.canvases == TB_CANVAS_MAX + 2 && t.steps == TB_CANVAS_MAX + 2 && t.committed == 2 * (TB_CANVAS_MAX + 2) &&
+          t.positions == 3 * (TB_CANVAS_MAX + 2));
+    CHECK(tb_canvas_check(big, 2 * (TB_CANVAS_MAX + 2), 0, 0, 1000, why, sizeof why) == NULL);
+    free(big);
+    CHECK(tb_committed_per_step(&c.at[0]) == 2.0 && tb_committed_per_step(&c.at[2]) == 4.0 / 6.0);
+    CHECK(tb_positions_per_token(96, 20) == 4.8 && isnan(tb_positions_per_token(5, 0)));
+    /* bursty: >= 2 chunks and a median of >= 8 tokens */
+    double med;
+    uint32_t burst[] = {32, 1, 32, 16}, ar[] = {1, 1, 2, 1, 1}, one[] = {64}, edge[] = {8, 7, 9};
+    CHECK(tb_stream_bursty(burst, 4, &med) && med == 24);
+    CHECK(!tb_stream_bursty(ar, 5, &med) && med == 1);
+    CHECK(!tb_stream_bursty(one, 1, &med) && med == 64);
+    CHECK(tb_stream_bursty(edge, 3, &med) && med == 8);
+    CHECK(tb_case_is_canvas(1) && !tb_case_is_canvas(0));
+
+    /* a case: the fake case's requests get canvases (call k, request 0:
+     * two canvases 4 steps/2 tokens at +1000 ns and 1 step/1 token at
+     * +4000); positions 10 and 2 */
+    fake_case f;
+    fake_case_build(&f);
+    for (int k = 0; k < 3; k++) {
+        int64_t base = (int64_t)(k + 1) * 1000000000LL;
+        tb_canvas_push(&f.req[k][0].canvas, 4, 2, 10, base + 1000);
+        tb_canvas_push(&f.req[k][0].canvas, 1, 1, 2, base + 4000);
+    }
+    tb_case_metrics_opts o = {.capabilities = TB_CAP_STREAMING, .seed = 1};
+    tb_case_record rec = {0};
+    tb_case_metrics(f.v, 3, &o, &rec);
+    const tb_stats *st;
+    /* 2 measured calls x 2 canvases */
+    CHECK((st = metric_of(&rec, "steps_per_canvas")) && st->n == 4 && st->min == 1 && st->max == 4);
+    CHECK((st = metric_of(&rec, "committed_per_step")) && st->n == 4 && st->min == 0.5 && st->max == 1);
+    CHECK((st = metric_of(&rec, "canvas_gap_ms")) && st->n == 2 && st->median == 0.003 && isnan(st->ci_lo));
+    /* pooled: (12 + 12) / (3 + 3), one value */
+    CHECK((st = metric_of(&rec, "positions_per_token")) && st->n == 1 && st->median == 4.0);
+    /* 1 token a chunk, 9 chunks of the 3 measured good requests */
+    CHECK((st = metric_of(&rec, "tokens_per_chunk")) && st->n == 9 && st->median == 1);
+    const tb_request_record *q = &rec.samples[1].requests[0];
+    CHECK(q->canvases == 2 && q->canvas_steps == 5 && q->canvas_committed == 3 && q->canvas_positions == 12);
+    CHECK_STR(q->canvases_json, "[[4,2,10,0.001],[1,1,2,0.004]]");
+    CHECK(q->tokens_per_chunk == 1 && q->bursty == 0 && q->chunk_gap_ms == 0.0015);
+    CHECK(rec.samples[1].requests[1].canvases == 0 && rec.samples[1].requests[1].canvases_json == NULL);
+    tb_case_record_free(&rec);
+
+    /* a bursty stream without records: its chunk gaps are canvas gaps */
+    fake_case_build(&f);
+    for (int k = 0; k < 3; k++)
+        for (uint32_t e = 0; e < f.v[k].call.n_emissions; e++)
+            f.em[k][e].n_tokens = 16;
+    tb_case_metrics(f.v, 3, &o, &rec);
+    CHECK((st = metric_of(&rec, "canvas_gap_ms")) && st->n == 6 && st->min == 0.001 && st->max == 0.002);
+    CHECK((st = metric_of(&rec, "steps_per_canvas")) && st->n == 0);
+    CHECK((st = metric_of(&rec, "positions_per_token")) && st->n == 0);
+    CHECK(rec.samples[1].requests[0].bursty == 1 && rec.samples[1].requests[0].tokens_per_chunk == 16);
+    tb_case_record_free(&rec);
+    /* the plain fake case: no canvas model */
+    fake_case_build(&f);
+    tb_case_metrics(f.v, 3, &o, &rec);
+    CHECK((st = metric_of(&rec, "canvas_gap_ms")) && st->n == 0);
+    tb_case_record_free(&rec);
+}
+
 int main(void)
 {
+    test_canvas();
     test_request_basic();
     test_request_unordered();
     test_request_done_later();

@@ -1630,6 +1630,129 @@ static void test_join_all_or_nothing(void)
     free(path);
 }
 
+/* A case of one measured request that reports canvases (issue 41) and
+ * streams in bursts, as shard k stores it: shard 0 four canvases of 16
+ * tokens (4 steps, 128 positions each), a chunk each, 10 ms apart;
+ * shard 1 258 canvases of one token (1 step, 2 positions; the last two
+ * past TB_CANVAS_MAX, counted in the totals only) in two chunks of 129. */
+static int64_t write_canvas_case(tb_store *st, int64_t session, int64_t backend, int k, char **err)
+{
+    tb_case c;
+    fill_case(&c, 1);
+    c.batch = 1;
+    const uint32_t n_can = k ? 258 : 4, per = k ? 1 : 16, steps = k ? 1 : 4, pos = k ? 2 : 128;
+    const uint32_t n_out = n_can * per;
+    const int64_t submit = 1000000, em0[] = {submit + 2000000, submit + 12000000, submit + 22000000,
+                                             submit + 32000000};
+    const int64_t em1[] = {submit + 10000000, submit + 30000000};
+    tb_str js = {0};
+    tb_str_append(&js, "[");
+    for (uint32_t i = 0; i < n_can && i < TB_CANVAS_MAX; i++) /* ms since submit */
+        tb_str_appendf(&js, "%s[%u,%u,%u,%.3f]", i ? "," : "", steps, per, pos, k ? 0.1 * i : 2.0 + 10.0 * i);
+    tb_str_append(&js, "]");
+    tb_request_record rq = {.status = 0, .n_out = n_out, .recount = (int32_t)n_out, .steps_done = n_can * steps,
+                            .emissions_json = k ? "[[10,129],[30,129]]" : "[[2,16],[12,16],[22,16],[32,16]]",
+                            .canvases = n_can, .canvas_steps = n_can * steps, .canvas_committed = n_out,
+                            .canvas_positions = (int64_t)n_can * pos, .canvases_json = js.s,
+                            .tokens_per_chunk = k ? 129 : 16, .chunk_gap_ms = k ? 20 : 10, .bursty = 1};
+    tb_request_metrics_compute(submit, 0, n_out, k ? em1 : em0, k ? 2 : 4, &rq.m);
+    tb_sample_record s = {.repetition = 0, .n_requests = 1, .prefill_ns = -1, .decode_ns = -1,
+                          .forward_passes = n_can * steps, .peak_device_bytes = -1, .energy_mj = -1,
+                          .recount_tokens = n_out, .n_emissions = k ? 2 : 4, .runner_ns = 10, .start_ns = submit,
+                          .requests = &rq};
+    const int ok = 1;
+    tb_rep_metrics_compute(&rq.m, &n_out, &ok, 1, s.prefill_ns, s.forward_passes, &s.m);
+    tb_case_record rec = {.session_id = session, .backend_id = backend, .c = &c, .status = "ok",
+                          .started_at = "2025-01-01T00:00:00.000Z", .finished_at = "2025-01-01T00:00:01.000Z",
+                          .case_wall_ns = 50000000, .host_peak_rss = 1 << 20, .samples = &s, .n_samples = 1};
+    int64_t id = tb_store_case(st, &rec, err);
+    tb_str_free(&js);
+    return id;
+}
+
+/* Issue 41: a shard join carries the canvas figures. The joined request
+ * rows keep each shard's canvases (the kept ones and those past the cap)
+ * and the stream's chunks; the joined case's canvas metrics pool both
+ * shards' canvases and chunks, as one machine's run would. */
+static void test_join_canvas(void)
+{
+    char *path = tmp_path("join_canvas.db");
+    tb_store *st = NULL;
+    char *err = NULL;
+    CHECK(tb_store_open(path, &st, &err) == 0);
+    if (!st) {
+        free(err);
+        free(path);
+        return;
+    }
+    sqlite3 *db = tb_store_db(st);
+    tb_plan_backend pb;
+    int64_t machine, session[2], backend[2];
+    CHECK(setup_session(st, &pb, &machine, &session[0], &backend[0]) == 0);
+    tb_session_info si = {.machine_id = machine, .suite = &test_suite, .command_line = "tokbench run --shard 1/2"};
+    session[1] = tb_store_session_begin(st, &si, &err);
+    CHECK(session[1] > 0);
+    backend[1] = tb_store_backend(st, session[1], &pb, &err);
+    CHECK(backend[1] > 0);
+    for (int k = 0; k < 2; k++) {
+        tb_session_shard sh = {.shard_index = (uint32_t)k, .shard_count = 2, .start_at = "2025-01-01T00:00:00.000Z"};
+        CHECK(tb_store_session_shard(st, session[k], &sh, &err) == 0);
+        CHECK(write_canvas_case(st, session[k], backend[k], k, &err) > 0);
+        CHECK(tb_store_session_end(st, session[k], "completed", &err) == 0);
+    }
+    tb_shard_join_result res;
+    CHECK(tb_shard_join(st, &res, &err) == 0);
+    CHECK(res.joined == 1);
+    tb_shard_join_result_free(&res);
+    int64_t J = q_int(db, "SELECT id FROM session WHERE shard_index IS NULL AND shard_count = 2");
+    CHECK(J > 0);
+#define JOINED_REQ " FROM request r JOIN sample sa ON sa.id = r.sample_id JOIN bench_case c ON c.id = sa.case_id" \
+                   " WHERE c.session_id = %lld"
+    /* the request rows: each shard's canvases, those past the cap too */
+    CHECK(q_int(db, "SELECT count(*)" JOINED_REQ, (long long)J) == 2);
+    char *got = q_text(db, "SELECT group_concat(canvases || '/' || canvas_steps || '/' || canvas_committed || '/' ||"
+                           " canvas_positions || '/' || json_array_length(canvases_json), ' ') FROM (SELECT r.*"
+                           JOINED_REQ " ORDER BY r.canvases)",
+                       (long long)J);
+    CHECK(got && strcmp(got, "4/16/64/512/4 258/258/258/516/256") == 0);
+    if (got && strcmp(got, "4/16/64/512/4 258/258/258/516/256") != 0)
+        fprintf(stderr, "  joined canvases: %s\n", got);
+    free(got);
+    /* the commit times as stored: ms since the request's submit */
+    CHECK(q_real(db, "SELECT json_extract(canvases_json, '$[3][3]')" JOINED_REQ " AND r.canvases = 4",
+                 (long long)J) == 32.0);
+    got = q_text(db, "SELECT group_concat(tokens_per_chunk || '/' || chunk_gap_ms || '/' || bursty, ' ') FROM"
+                     " (SELECT r.*" JOINED_REQ " ORDER BY r.tokens_per_chunk)",
+                 (long long)J);
+    CHECK(got && strcmp(got, "16.0/10.0/1 129.0/20.0/1") == 0);
+    if (got && strcmp(got, "16.0/10.0/1 129.0/20.0/1") != 0)
+        fprintf(stderr, "  joined chunks: %s\n", got);
+    free(got);
+    /* the joined case's metrics pool both shards' canvases and chunks:
+     * 4 + 256 kept canvases, 3 + 255 gaps, (512 + 516) / (64 + 258)
+     * positions a token, 4 + 2 chunks */
+#define JOINED_METRIC(stat, name)                                                                             \
+    "SELECT m." stat " FROM metric m JOIN bench_case c ON c.id = m.case_id WHERE c.session_id = %lld AND m.name = '" \
+    name "'", (long long)J
+    CHECK(q_int(db, JOINED_METRIC("n", "steps_per_canvas")) == 260);
+    CHECK(q_int(db, JOINED_METRIC("n", "committed_per_step")) == 260);
+    CHECK(q_int(db, JOINED_METRIC("n", "canvas_gap_ms")) == 258);
+    CHECK(q_real(db, JOINED_METRIC("max", "canvas_gap_ms")) == 10.0);
+    CHECK(q_int(db, JOINED_METRIC("n", "positions_per_token")) == 1);
+    CHECK(fabs(q_real(db, JOINED_METRIC("median", "positions_per_token")) - 1028.0 / 322.0) < 1e-12);
+    CHECK(q_int(db, JOINED_METRIC("n", "tokens_per_chunk")) == 6);
+    CHECK(q_real(db, JOINED_METRIC("max", "tokens_per_chunk")) == 129.0);
+    /* and the summary view's columns (the per-case CSV) */
+    CHECK(q_real(db, "SELECT positions_per_token FROM summary WHERE session = %lld", (long long)J) ==
+          q_real(db, JOINED_METRIC("median", "positions_per_token")));
+    CHECK(q_real(db, "SELECT steps_per_canvas FROM summary WHERE session = %lld", (long long)J) == 1.0);
+#undef JOINED_METRIC
+#undef JOINED_REQ
+    tb_plugin_close(&pb.plugin);
+    tb_store_close(st);
+    free(path);
+}
+
 /* A shard session of `start`: index k of n (stored as given, however
  * wrong: a database may hold what no run wrote), with case #1, completed. */
 static int64_t bogus_shard(tb_store *st, int64_t machine, tb_plan_backend *pb, int64_t k, int64_t n, const char *start)
@@ -1735,6 +1858,7 @@ int main(void)
     test_sample_sources();
     test_join_all_or_nothing();
     test_join_indexes();
+    test_join_canvas();
     test_two_writers();
     test_concurrent_create();
 

@@ -279,7 +279,25 @@ static void test_result_spec_bounds(void)
     err = NULL;
     m.call.draft_ns = -1;
     CHECK(tb_wire_decode_result((const char *)&m, sizeof m, 3, &calls, &n, &rss, &err) == -1);
-    free(err);
+    free(err);    err = NULL;
+    /* impossible canvases: the request fails, its records dropped */
+    m.call.draft_ns = 0;
+    m.req[1].spec.accepted = 3;
+    for (int r = 0; r < 3; r++) {
+        m.req[r].n_output_tokens = 8;
+        m.req[r].t_submit_ns = 1000;
+        tb_canvas_push(&m.req[r].canvas, 2, 4, 8, 2000);
+        tb_canvas_push(&m.req[r].canvas, 2, 4, 8, 3000);
+    }
+    m.req[1].n_output_tokens = 7;
+    CHECK(tb_wire_decode_result((const char *)&m, sizeof m, 3, &calls, &n, &rss, &err) == 0 && n == 1);
+    if (n == 1) {
+        const tb_raw_request *q = calls[0].req;
+        CHECK(q[0].status == TB_OK && q[0].canvas.n == 2);
+        CHECK(q[1].status == TB_ERR && q[1].canvas.n == 0);
+        CHECK_STR(q[1].error, "impossible figure: canvases: canvases committed 8 tokens of 7 output");
+    }
+    tb_wire_result_free(calls, n);
 }
 
 int main(void)
