@@ -16,10 +16,22 @@
 #include "dgemma_model.h"
 #include "dgemma_sampler.h"
 #include "strmem.h"
+#ifdef TB_HAVE_CUDA
+#include "dgemma_cuda.h"
+#include "gpu_dgemma.h"
+#endif
+
+/* A preset whose float32 weights pass this on the host is made on the
+ * device instead (device = cuda): diffusiongemma-26b-a4b's 100 GB. */
+#define TB_DG_HOST_PRESET_BYTES 8e9
 
 struct tb_dg_backend {
-    tb_dgemma_model m;
+    tb_dgemma_model m; /* on the GPU: its config, name and counts only (the weights are the device's) */
     tb_dgemma_state st;
+#ifdef TB_HAVE_CUDA
+    tb_gpu_dgemma *gpu; /* device = cuda; NULL on the CPU */
+    double peak_flops, peak_bytes_per_s; /* the roofline's ceilings, measured at load (0: none) */
+#endif
     int st_ctx;        /* positions st holds (0: none yet) */
     int32_t *prompt;   /* [prompt_cap] */
     size_t prompt_cap;
@@ -56,9 +68,26 @@ static char *make_describe(const tb_dg_backend *b, int tokenizer)
     int ok = o != NULL;
     ok &= cJSON_AddStringToObject(o, "model_name", b->m.name) != NULL;
     ok &= cJSON_AddStringToObject(o, "architecture", "DiffusionGemmaForBlockDiffusion") != NULL;
-    ok &= cJSON_AddStringToObject(o, "dtype", "float32") != NULL;
+    int gpu = 0;
+#ifdef TB_HAVE_CUDA
+    gpu = b->gpu != NULL;
+#endif
+    ok &= cJSON_AddStringToObject(o, "dtype", gpu ? "bfloat16" : "float32") != NULL;
     ok &= cJSON_AddStringToObject(o, "checkpoint_dtype", b->m.source_dtype) != NULL;
-    ok &= cJSON_AddStringToObject(o, "device", "cpu") != NULL;
+    ok &= cJSON_AddStringToObject(o, "device", gpu ? "cuda" : "cpu") != NULL;
+#ifdef TB_HAVE_CUDA
+    if (gpu) {
+        ok &= cJSON_AddStringToObject(o, "device_name", tb_gpu_device_name(tb_gpu_dgemma_gpu(b->gpu))) != NULL;
+        ok &= cJSON_AddStringToObject(o, "kernels",
+                                      "cuBLAS bf16 GEMMs (fp32 accumulate), experts grouped by expert, attention as "
+                                      "batched GEMMs around a masked softmax; the sampler's softmax, entropy, argmax "
+                                      "and Gumbel draw on the GPU") != NULL;
+        if (b->peak_flops > 0) {
+            ok &= cJSON_AddNumberToObject(o, "peak_tflops_bf16", b->peak_flops / 1e12) != NULL;
+            ok &= cJSON_AddNumberToObject(o, "peak_tb_per_s", b->peak_bytes_per_s / 1e12) != NULL;
+        }
+    }
+#endif
     ok &= cJSON_AddBoolToObject(o, "random_weights", strncmp(b->m.name, "preset:", 7) == 0) != NULL;
     ok &= cJSON_AddNumberToObject(o, "params", (double)b->m.n_params) != NULL;
     ok &= cJSON_AddNumberToObject(o, "active_params", (double)tb_dgemma_n_active(c)) != NULL;
@@ -81,9 +110,15 @@ tb_status tb_dg_backend_create(const tb_host *host, const char *spec, int on_gpu
 {
     *out = NULL;
     *tok = NULL;
-    if (on_gpu || fp8 || tp > 1) {
-        snprintf(err, err_size, "%s: DiffusionGemma runs on the CPU in float32 so far (%s is not supported yet)", spec,
-                 on_gpu ? "device = cuda" : fp8 ? "dtype = fp8" : "tp > 1");
+#ifndef TB_HAVE_CUDA
+    if (on_gpu) {
+        snprintf(err, err_size, "device = cuda: this tokbench was built without CUDA");
+        return TB_ERR_UNSUPPORTED;
+    }
+#endif
+    if (fp8 || tp > 1) {
+        snprintf(err, err_size, "%s: DiffusionGemma runs in float32 (CPU) or bf16 (CUDA) on one device so far (%s is "
+                 "not supported yet)", spec, fp8 ? "dtype = fp8" : "tp > 1");
         return TB_ERR_UNSUPPORTED;
     }
     tb_dg_backend *b = calloc(1, sizeof *b);
@@ -92,10 +127,38 @@ tb_status tb_dg_backend_create(const tb_host *host, const char *spec, int on_gpu
         return TB_ERR_NO_MEMORY;
     }
     int preset = strncmp(spec, "preset:", 7) == 0;
-    int rc = preset ? tb_dgemma_preset(spec + 7, preset_seed, &b->m, err, err_size)
+    int rc;
+#ifdef TB_HAVE_CUDA
+    tb_dgemma_config pc;
+    if (on_gpu && preset && tb_dgemma_preset_config(spec + 7, &pc, err, err_size) == 0 &&
+        4.0 * (double)tb_dgemma_n_params(&pc) > TB_DG_HOST_PRESET_BYTES) {
+        /* a preset too large for host float32 (the published shape): made on the device */
+        b->m.cfg = pc;
+        snprintf(b->m.name, sizeof b->m.name, "%s", spec);
+        snprintf(b->m.source_dtype, sizeof b->m.source_dtype, "random");
+        b->m.n_params = tb_dgemma_n_params(&b->m.cfg);
+        rc = tb_gpu_dgemma_create(&b->gpu, &b->m.cfg, NULL, preset_seed, err, err_size);
+    } else
+#endif
+        rc = preset ? tb_dgemma_preset(spec + 7, preset_seed, &b->m, err, err_size)
                     : tb_dgemma_load(spec, &b->m, err, err_size);
+#ifdef TB_HAVE_CUDA
+    if (!rc && on_gpu && !b->gpu) { /* the host weights, rounded to bf16 on the device; then only the config stays */
+        rc = tb_gpu_dgemma_create(&b->gpu, NULL, &b->m, 0, err, err_size);
+        tb_dgemma_model keep = b->m;
+        free(b->m.arena), free(b->m.layers);
+        memset(&b->m, 0, sizeof b->m);
+        b->m.cfg = keep.cfg, b->m.n_params = keep.n_params;
+        memcpy(b->m.name, keep.name, sizeof b->m.name);
+        memcpy(b->m.source_dtype, keep.source_dtype, sizeof b->m.source_dtype);
+    }
+    if (!rc && b->gpu && tb_gpu_measure_ceilings(tb_gpu_dgemma_gpu(b->gpu), &b->peak_flops, &b->peak_bytes_per_s)) {
+        host->log(host, TB_LOG_WARN, "%s: no roofline ceilings: %s", spec, tb_gpu_dgemma_error(b->gpu));
+        b->peak_flops = b->peak_bytes_per_s = 0;
+    }
+#endif
     if (rc) {
-        free(b);
+        tb_dg_backend_free(b);
         return tb_status_of(err, TB_ERR_MODEL);
     }
     if (threads > 0)
@@ -129,6 +192,9 @@ void tb_dg_backend_free(tb_dg_backend *b)
         return;
     tb_dgemma_state_free(&b->st);
     tb_dgemma_free(&b->m);
+#ifdef TB_HAVE_CUDA
+    tb_gpu_dgemma_free(b->gpu);
+#endif
     free(b->prompt), free(b->out), free(b->describe);
     free(b);
 }
@@ -204,7 +270,23 @@ tb_status tb_dg_backend_generate(tb_dg_backend *b, const tb_host *host, const tb
         return TB_ERR_INVALID;
     /* the prompt: text through the tokenizer (BOS first), else synthetic */
     int P;
-    if (req->prompt_text) {
+    if (req->prompt_text && !tok && strncmp(b->m.name, "preset:", 7) == 0) {
+        /* a preset has no tokenizer: the text's UTF-8 bytes stand in for
+         * its tokens (BOS, then 3 + byte: past pad, EOS and BOS; modulo a
+         * vocabulary smaller than that), so a text
+         * suite runs a preset on prompts of the text's length and bytes;
+         * tools/peer_dgemma.py feeds its peer the same ids */
+        const char *text = req->prompt_text[0];
+        size_t n = strlen(text) + 1;
+        if (grow(&b->prompt, &b->prompt_cap, n)) {
+            snprintf(err, err_size, "out of memory");
+            return TB_ERR_NO_MEMORY;
+        }
+        b->prompt[0] = c->bos_id >= 0 ? c->bos_id : 2;
+        for (size_t i = 0; i + 1 < n; i++)
+            b->prompt[i + 1] = 3 + (int32_t)((unsigned char)text[i] % (unsigned)(c->vocab > 3 ? c->vocab - 3 : 1));
+        P = (int)n;
+    } else if (req->prompt_text) {
         if (!tok) {
             snprintf(err, err_size, "text prompts need a tokenizer.json tokbench reads; this model has none");
             return TB_ERR_UNSUPPORTED;
@@ -245,26 +327,48 @@ tb_status tb_dg_backend_generate(tb_dg_backend *b, const tb_host *host, const tb
                  "(max_position_embeddings)", P, n_max, (long long)ctx, c->max_pos);
         return TB_ERR_INVALID;
     }
-    if (ctx > b->st_ctx) {
-        tb_dgemma_state_free(&b->st);
-        b->st_ctx = 0;
-        if (tb_dgemma_state_init(&b->st, &b->m, (int)ctx, c->canvas, err, err_size))
-            return TB_ERR_NO_MEMORY;
-        b->st_ctx = (int)ctx;
-    }
     if (grow(&b->out, &b->out_cap, (size_t)n_max)) {
         snprintf(err, err_size, "out of memory");
         return TB_ERR_NO_MEMORY;
     }
-    tb_dgemma_reset(&b->st);
-    tb_dg_engine e = tb_dg_cpu_engine(&b->st);
+    tb_dg_engine e;
+#ifdef TB_HAVE_CUDA
+    tb_gpu *g = b->gpu ? tb_gpu_dgemma_gpu(b->gpu) : NULL;
+    if (g) {
+        if (tb_gpu_dgemma_reserve(b->gpu, (int)ctx)) {
+            snprintf(err, err_size, "%s", tb_gpu_dgemma_error(b->gpu));
+            return tb_status_of(err, TB_ERR_NO_MEMORY);
+        }
+        tb_gpu_dgemma_reset(b->gpu);
+        double f, by;
+        tb_gpu_dgemma_take_work(b->gpu, &f, &by, NULL, NULL); /* this call's work from here */
+        tb_gpu_reset_peak(g);
+        e = tb_dg_cuda_engine(b->gpu, c);
+    } else
+#endif
+    {
+        if (ctx > b->st_ctx) {
+            tb_dgemma_state_free(&b->st);
+            b->st_ctx = 0;
+            if (tb_dgemma_state_init(&b->st, &b->m, (int)ctx, c->canvas, err, err_size))
+                return TB_ERR_NO_MEMORY;
+            b->st_ctx = (int)ctx;
+        }
+        tb_dgemma_reset(&b->st);
+        e = tb_dg_cpu_engine(&b->st);
+    }
     emit_ctx ec = {host, 0, TB_STRUCT_HAS(res, tb_result, canvas) ? res->canvas : NULL, c->canvas};
     tb_dg_hooks h = {.ctx = &ec, .on_commit = on_commit, .on_prefill = on_prefill, .cancelled = on_cancel};
     tb_dg_stats stats;
     int n_out = 0;
     /* the request's own noise: its seed, as the other samplers take it */
-    if (tb_dg_generate(&e, &p, b->prompt, P, req->seed, NULL, &h, b->out, &n_out, &stats, err, err_size))
+    if (tb_dg_generate(&e, &p, b->prompt, P, req->seed, NULL, &h, b->out, &n_out, &stats, err, err_size)) {
+#ifdef TB_HAVE_CUDA
+        if (b->gpu && strcmp(err, "cancelled") != 0) /* the device's reason after the sampler's */
+            snprintf(err + strlen(err), err_size - strlen(err), ": %s", tb_gpu_dgemma_error(b->gpu));
+#endif
         return strcmp(err, "cancelled") == 0 ? TB_ERR_CANCELLED : tb_status_of(err, TB_ERR);
+    }
     int64_t t_end = host->now_ns(host);
     int64_t t_pre = ec.t_prefill ? ec.t_prefill : t0;
     res->prefill_ns = t_pre - t0;
@@ -272,6 +376,21 @@ tb_status tb_dg_backend_generate(tb_dg_backend *b, const tb_host *host, const tb
     res->forward_passes = stats.steps + stats.encodes;
     res->peak_device_bytes = -1;
     res->energy_mj = -1;
+#ifdef TB_HAVE_CUDA
+    if (g) { /* the roofline's work (gpu_dgemma.h counts it) and the device's high-water mark */
+        res->peak_device_bytes = (int64_t)tb_gpu_peak_bytes(g);
+        if (TB_STRUCT_HAS(res, tb_result, peak_bytes_per_s)) {
+            double reads = 0, rows = 0;
+            tb_gpu_dgemma_take_work(b->gpu, &res->flops, &res->bytes, &reads, &rows);
+            res->peak_flops = b->peak_flops > 0 ? b->peak_flops : 0;
+            res->peak_bytes_per_s = b->peak_bytes_per_s > 0 ? b->peak_bytes_per_s : 0;
+            if (TB_STRUCT_HAS(res, tb_result, moe_tokens)) {
+                res->expert_reads = reads;
+                res->moe_tokens = rows;
+            }
+        }
+    }
+#endif
     tb_request_result *q = &res->requests[0];
     q->n_output_tokens = (uint32_t)n_out;
     q->output_ids = b->out;

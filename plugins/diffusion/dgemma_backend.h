@@ -3,9 +3,12 @@
  * preset:tiny-diffusiongemma, or a folder whose config.json is
  * DiffusionGemma's) to this file, which loads it on the CPU and runs one
  * request per call with the entropy-bound sampler (dgemma_sampler.h) over
- * the CPU passes (cpu/dgemma_forward.h). Each committed canvas is one
- * emission of its non-pad tokens. Not yet: CUDA, fp8, tensor
- * parallelism, batches of more than one request (refused, saying so). */
+ * the CPU passes (cpu/dgemma_forward.h), or with device = cuda over the
+ * GPU's (cuda/gpu_dgemma.h: bf16 weights, the sampler's per-position work
+ * on the device; a preset too large for host float32 made there with
+ * random weights). Each committed canvas is one emission of its non-pad
+ * tokens. Not yet: fp8, tensor parallelism, batches of more than one
+ * request (refused, saying so). */
 #ifndef TB_DIFFUSION_DGEMMA_BACKEND_H
 #define TB_DIFFUSION_DGEMMA_BACKEND_H
 
@@ -22,7 +25,7 @@ typedef struct tb_dg_backend tb_dg_backend;
  * config.json, 0 when not, -1 when out of memory deciding. */
 int tb_dg_backend_claims(const char *spec);
 
-/* Load spec (on_gpu, fp8 and tp > 1 are refused). *tok gets the folder's
+/* Load spec (on the GPU when on_gpu; fp8 and tp > 1 are refused). *tok gets the folder's
  * tokenizer.json when tokbench reads it (else NULL: synthetic prompts
  * only; the reason is logged); the caller owns it. */
 tb_status tb_dg_backend_create(const tb_host *host, const char *spec, int on_gpu, int fp8, int tp,

@@ -93,7 +93,6 @@ void tb_dg_decide(const tb_dg_params *p, int C, int V, int remaining, float *log
                   unsigned char *accept, float *entropy, int32_t *next, double *mean_entropy, int *order)
 {
     float T = tb_dg_temperature(p, remaining);
-    double total = 0;
     for (int i = 0; i < C; i++) {
         float *z = logits + (size_t)i * V;
         const float *qi = q + (size_t)i * V;
@@ -124,13 +123,21 @@ void tb_dg_decide(const tb_dg_params *p, int C, int V, int remaining, float *log
         }
         sampled[i] = best;
         entropy[i] = (float)h;
-        total += entropy[i];
     }
+    tb_dg_settle(p, C, entropy, sampled, renoise, accept, next, mean_entropy, order);
+    (void)input;
+}
+
+void tb_dg_settle(const tb_dg_params *p, int C, const float *entropy, const int32_t *sampled, const int32_t *renoise,
+                  unsigned char *accept, int32_t *next, double *mean_entropy, int *order)
+{
+    double total = 0;
+    for (int i = 0; i < C; i++)
+        total += entropy[i];
     *mean_entropy = total / C;
     tb_dg_accept(p->entropy_bound, entropy, C, accept, order);
     for (int i = 0; i < C; i++)
         next[i] = accept[i] ? sampled[i] : renoise[i];
-    (void)input;
 }
 
 /* ------------------------------------------------------------ a request */
@@ -182,7 +189,11 @@ int tb_dg_generate(const tb_dg_engine *e, const tb_dg_params *p, const int32_t *
         return -1;
     int C = e->canvas, V = e->vocab, S = p->stability;
     size_t cv = (size_t)C * V;
-    float *logits = malloc(cv * sizeof *logits), *sc = malloc(cv * sizeof *sc), *q = malloc(cv * sizeof *q);
+    /* the engine's device decides unless another noise source draws the Exp(1) values */
+    int on_device = e->denoise_decide && !(noise && noise->exp);
+    size_t host_cv = on_device ? 1 : cv; /* the [C][V] buffers: only on the host path */
+    float *logits = malloc(host_cv * sizeof *logits), *sc = malloc(host_cv * sizeof *sc);
+    float *q = malloc(host_cv * sizeof *q);
     float *entropy = malloc((size_t)C * sizeof *entropy);
     int32_t *ids = malloc((size_t)C * 6 * sizeof *ids);
     int32_t *hist = malloc(((size_t)S + 1) * C * sizeof *hist);
@@ -222,15 +233,29 @@ int tb_dg_generate(const tb_dg_engine *e, const tb_dg_params *p, const int32_t *
                 snprintf(why, why_size, "cancelled");
                 goto done;
             }
-            if (e->denoise(e->ctx, canvas, have_sc ? sc : NULL, logits)) {
-                snprintf(why, why_size, "DiffusionGemma: the canvas pass failed (canvas %d, step %d)", k, steps);
-                goto done;
-            }
-            steps++, stats->steps++;
-            draw_exp(&d, q, cv);
-            draw_ids(&d, renoise, C, V);
             double mean;
-            tb_dg_decide(p, C, V, s, logits, q, canvas, renoise, sampled, argmax, accept, entropy, next, &mean, order);
+            if (on_device) { /* the per-position work there; the Exp(1) values are the stream's next cv */
+                uint64_t n0 = d.rng.n;
+                d.rng.n += cv;
+                if (e->denoise_decide(e->ctx, canvas, have_sc, tb_dg_temperature(p, s), d.rng.seed, n0, sampled,
+                                      argmax, entropy)) {
+                    snprintf(why, why_size, "DiffusionGemma: the canvas pass failed (canvas %d, step %d)", k, steps);
+                    goto done;
+                }
+                steps++, stats->steps++;
+                draw_ids(&d, renoise, C, V);
+                tb_dg_settle(p, C, entropy, sampled, renoise, accept, next, &mean, order);
+            } else {
+                if (e->denoise(e->ctx, canvas, have_sc ? sc : NULL, logits)) {
+                    snprintf(why, why_size, "DiffusionGemma: the canvas pass failed (canvas %d, step %d)", k, steps);
+                    goto done;
+                }
+                steps++, stats->steps++;
+                draw_exp(&d, q, cv);
+                draw_ids(&d, renoise, C, V);
+                tb_dg_decide(p, C, V, s, logits, q, canvas, renoise, sampled, argmax, accept, entropy, next, &mean,
+                             order);
+            }
             int stable = 1;
             for (int j = 0; j < S && stable; j++)
                 stable = memcmp(hist + (size_t)j * C, argmax, (size_t)C * sizeof *argmax) == 0;
@@ -242,12 +267,13 @@ int tb_dg_generate(const tb_dg_engine *e, const tb_dg_params *p, const int32_t *
             int stop = (stable && confident) || s == 1;
             if (h->on_step) {
                 tb_dg_step v = {k, steps - 1, s, tb_dg_temperature(p, s), canvas, sampled, argmax, next, accept,
-                                entropy, mean, stable, confident, stop, logits};
+                                entropy, mean, stable, confident, stop, on_device ? NULL : logits};
                 h->on_step(h->ctx, &v);
             }
             memcpy(committed, argmax, (size_t)C * sizeof *argmax);
             memcpy(canvas, next, (size_t)C * sizeof *next);
-            memcpy(sc, logits, cv * sizeof *sc);
+            if (!on_device) /* (the device keeps its own z) */
+                memcpy(sc, logits, cv * sizeof *sc);
             have_sc = 1;
             if (stop)
                 break;

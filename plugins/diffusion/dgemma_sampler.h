@@ -83,6 +83,11 @@ typedef struct tb_dg_noise {
 void tb_dg_decide(const tb_dg_params *p, int C, int V, int remaining, float *logits, const float *q,
                   const int32_t *input, const int32_t *renoise, int32_t *sampled, int32_t *argmax,
                   unsigned char *accept, float *entropy, int32_t *next, double *mean_entropy, int *order);
+/* The step's host decisions from its per-position results (the tail of
+ * tb_dg_decide; an engine that computes sampled and entropy on its device
+ * hands them here): *mean_entropy, accept[C], next[C]. */
+void tb_dg_settle(const tb_dg_params *p, int C, const float *entropy, const int32_t *sampled, const int32_t *renoise,
+                  unsigned char *accept, int32_t *next, double *mean_entropy, int *order);
 /* Entropy-bound acceptance alone: accept[C] from entropy[C]. */
 void tb_dg_accept(double bound, const float *entropy, int C, unsigned char *accept, int *order);
 
@@ -97,7 +102,7 @@ typedef struct tb_dg_step {
     const float *entropy;
     double mean_entropy;
     int stable, confident, stop;
-    const float *logits; /* [C][V], z = l / T */
+    const float *logits; /* [C][V], z = l / T; NULL when the engine decided on its device */
 } tb_dg_step;
 
 typedef struct tb_dg_engine {
@@ -108,6 +113,16 @@ typedef struct tb_dg_engine {
     /* the canvas pass over `canvas` tokens after the cache, sc [C][V] or
      * NULL; logits [C][V] softcapped */
     int (*denoise)(void *ctx, const int32_t *canvas, const float *sc, float *logits);
+    /* optional (NULL: the host decides over denoise's logits): the canvas
+     * pass and the step's per-position work on the engine's device, as
+     * tb_dg_decide computes it before its acceptance: z = l / T (kept
+     * there: with use_sc the next call's self-conditioning input),
+     * argmax, entropy, and sampled with the Exp(1) values n0 .. n0 + C V - 1
+     * of tb_dg_rng's stream seeded with seed (position i, id v: n0 + i V
+     * + v). Only [C] arrays come back. Used unless tb_dg_generate's noise
+     * draws the Exp(1) values itself. */
+    int (*denoise_decide)(void *ctx, const int32_t *canvas, int use_sc, float temperature, uint64_t seed, uint64_t n0,
+                          int32_t *sampled, int32_t *argmax, float *entropy);
 } tb_dg_engine;
 
 typedef struct tb_dg_hooks {

@@ -264,7 +264,7 @@ static tb_status diffusion_create(const tb_host *host, const char *model, const 
         diffusion_destroy(c);
         return TB_ERR_NO_MEMORY;
     }
-    if (dgemma) { /* DiffusionGemma: device = auto means the CPU it runs on so far */
+    if (dgemma) { /* DiffusionGemma: device = cuda runs it on the GPU; auto means the CPU so far */
         int cuda = strcmp(OPT_TEXT(options, n_options, OPT_DEVICE), "cuda") == 0;
         tb_status ds = tb_dg_backend_create(host, model, cuda, fp8, (int)OPT_I(options, n_options, OPT_TP),
                                             (uint64_t)OPT_I(options, n_options, OPT_PRESET_SEED), c->threads,

@@ -613,7 +613,7 @@ static void test_generate(void)
     tb_dg_hooks h = {.on_commit = on_commit};
     /* peaked and canvas-independent: stable at step 2 and confident: 2 steps a canvas */
     fake f = {CC, VV, 0, 0, 0, 0, 0, {0}, 0, 0, 0};
-    tb_dg_engine e = {&f, VV, CC, f_encode, f_denoise};
+    tb_dg_engine e = {&f, VV, CC, f_encode, f_denoise, NULL};
     n_steps_seen = 0;
     CHECK(tb_dg_generate(&e, &p, prompt, 5, 1, NULL, &h, out, &n_out, &st, why, sizeof why) == 0);
     CHECK(n_out == 3 * CC && st.canvases == 3 && st.steps == 6 && steps_seen[0] == 2 && steps_seen[2] == 2);
@@ -675,6 +675,103 @@ static void test_generate(void)
     CHECK_CONTAINS(why, "max_steps");
 }
 
+/* An engine that decides "on its device" (tb_dg_engine.denoise_decide) by
+ * the host's own rules: the CPU passes, z kept between steps, the Exp(1)
+ * values drawn from the stream at n0. generate() through it must equal
+ * generate() through the plain CPU engine bit for bit: the sampler's
+ * device path (the stream's bookkeeping, the self-conditioning flag, the
+ * host's settle) is the host path. */
+typedef struct dev_emu {
+    tb_dgemma_state *st;
+    int C, V, calls;
+    float *z, *q;
+    int32_t *scratch; /* [3 C] */
+    unsigned char *acc;
+    int *order;
+} dev_emu;
+
+static int emu_encode(void *ctx, const int32_t *t, int n)
+{
+    return tb_dgemma_encode(((dev_emu *)ctx)->st, t, n, NULL);
+}
+
+static int emu_denoise_decide(void *ctx, const int32_t *canvas, int use_sc, float temperature, uint64_t seed,
+                              uint64_t n0, int32_t *sampled, int32_t *argmax, float *entropy)
+{
+    dev_emu *d = ctx;
+    size_t cv = (size_t)d->C * d->V;
+    float *l = malloc(cv * sizeof *l);
+    if (!l || tb_dgemma_denoise(d->st, canvas, d->C, use_sc ? d->z : NULL, l)) {
+        free(l);
+        return -1;
+    }
+    tb_dg_rng r;
+    tb_dg_rng_seed(&r, seed);
+    r.n = n0;
+    tb_dg_rng_exp(&r, d->q, cv);
+    /* tb_dg_decide at the step whose temperature this is: z in place */
+    tb_dg_params p;
+    tb_dg_params_default(&p);
+    int s = 1;
+    while (s < p.max_steps && tb_dg_temperature(&p, s) != temperature)
+        s++;
+    double mean;
+    tb_dg_decide(&p, d->C, d->V, s, l, d->q, canvas, d->scratch, sampled, argmax, d->acc, entropy,
+                 d->scratch + d->C, &mean, d->order);
+    memcpy(d->z, l, cv * sizeof *l);
+    free(l);
+    d->calls++;
+    return 0;
+}
+
+typedef struct step_log {
+    int n;
+    int32_t ids[512];
+    float ent[256];
+} step_log;
+
+static void log_step(void *ctx, const tb_dg_step *s)
+{
+    step_log *g = ctx;
+    for (int i = 0; i < 8 && g->n < 64; i++) {
+        g->ids[g->n * 8 + i] = s->sampled[i] * 3 + s->accept[i];
+        g->ent[(g->n * 8 + i) % 256] = s->entropy[i];
+    }
+    g->n++;
+}
+
+static void test_device_path(const tb_dgemma_model *m)
+{
+    const tb_dgemma_config *c = &m->cfg;
+    int C = c->canvas, V = c->vocab;
+    char err[256];
+    tb_dgemma_state st;
+    CHECK(tb_dgemma_state_init(&st, m, 64, C, err, sizeof err) == 0);
+    dev_emu d = {&st, C, V, 0, malloc((size_t)C * V * sizeof(float)), malloc((size_t)C * V * sizeof(float)),
+                 calloc((size_t)3 * C, sizeof(int32_t)), malloc((size_t)C), malloc((size_t)C * sizeof(int))};
+    CHECK(d.z && d.q && d.scratch && d.acc && d.order);
+    tb_dg_engine host = tb_dg_cpu_engine(&st);
+    tb_dg_engine dev = {.ctx = &d, .vocab = V, .canvas = C, .encode = emu_encode, .denoise_decide = emu_denoise_decide};
+    tb_dg_params p;
+    tb_dg_params_default(&p);
+    p.max_steps = 6, p.max_new_tokens = 3 * C, p.n_eos = 0;
+    int32_t prompt[9] = {2, 10, 11, 12, 13, 14, 15, 16, 17}, oa[64], ob[64];
+    int na = 0, nb = 0;
+    tb_dg_stats sa, sb;
+    step_log la = {0}, lb = {0};
+    tb_dg_hooks ha = {.ctx = &la, .on_step = log_step}, hb = {.ctx = &lb, .on_step = log_step};
+    tb_dgemma_reset(&st);
+    CHECK(tb_dg_generate(&host, &p, prompt, 9, 99, NULL, &ha, oa, &na, &sa, err, sizeof err) == 0);
+    tb_dgemma_reset(&st);
+    CHECK(tb_dg_generate(&dev, &p, prompt, 9, 99, NULL, &hb, ob, &nb, &sb, err, sizeof err) == 0);
+    CHECK(d.calls == sb.steps && sb.steps > 3); /* the device path ran, and past a canvas */
+    CHECK(na == nb && memcmp(oa, ob, (size_t)na * sizeof *oa) == 0);
+    CHECK(sa.steps == sb.steps && sa.canvases == sb.canvases && sa.encodes == sb.encodes);
+    CHECK(la.n == lb.n && memcmp(la.ids, lb.ids, sizeof la.ids) == 0 && memcmp(la.ent, lb.ent, sizeof la.ent) == 0);
+    tb_dgemma_state_free(&st);
+    free(d.z), free(d.q), free(d.scratch), free(d.acc), free(d.order);
+}
+
 /* The CPU binding end to end on the tiny preset: runs, deterministic. */
 static void test_cpu_generate(const tb_dgemma_model *m)
 {
@@ -710,6 +807,7 @@ int main(void)
     test_rng();
     test_generate();
     test_cpu_generate(&m);
+    test_device_path(&m);
     tb_dgemma_free(&m);
     return check_done();
 }

@@ -439,23 +439,25 @@ static int layout(tb_dgemma_model *m, char *err, size_t err_size)
     return 0;
 }
 
-/* RoPE frequencies (modeling_rope_utils: default and proportional) and the
- * embedding scale, from the config. */
-static void derive(tb_dgemma_model *m)
+void tb_dgemma_derive(const tb_dgemma_config *c, float *inv_freq_sliding, float *inv_freq_full, float *embed_scale)
 {
-    const tb_dgemma_config *c = &m->cfg;
     for (int i = 0; i < c->hd_sliding / 2; i++)
-        m->inv_freq_sliding[i] = (float)(1.0 / pow(c->theta_sliding, (double)(2 * i) / c->hd_sliding));
+        inv_freq_sliding[i] = (float)(1.0 / pow(c->theta_sliding, (double)(2 * i) / c->hd_sliding));
     /* proportional: the exponent divides by the full head size; the pairs
      * past rope_angles get frequency 0 and stay as they are */
     for (int i = 0; i < c->hd_full / 2; i++)
-        m->inv_freq_full[i] = i < c->rope_angles_full
-                                  ? (float)(1.0 / pow(c->theta_full, (double)(2 * i) / c->hd_full)) /
-                                        (float)c->rope_factor_full
-                                  : 0.0f;
+        inv_freq_full[i] = i < c->rope_angles_full
+                               ? (float)(1.0 / pow(c->theta_full, (double)(2 * i) / c->hd_full)) /
+                                     (float)c->rope_factor_full
+                               : 0.0f;
     /* DiffusionGemmaTextScaledWordEmbedding: embed_scale.to(weight dtype) */
     float s = (float)sqrt((double)c->hidden);
-    m->embed_scale = c->bf16 ? tb_bf16_to_f32(tb_f32_to_bf16(s)) : s;
+    *embed_scale = c->bf16 ? tb_bf16_to_f32(tb_f32_to_bf16(s)) : s;
+}
+
+static void derive(tb_dgemma_model *m)
+{
+    tb_dgemma_derive(&m->cfg, m->inv_freq_sliding, m->inv_freq_full, &m->embed_scale);
 }
 
 /* ------------------------------------------------------------ loading */

@@ -145,6 +145,13 @@ int tb_dgemma_load(const char *dir, tb_dgemma_model *m, char *err, size_t err_si
 int tb_dgemma_preset_config(const char *name, tb_dgemma_config *cfg, char *err, size_t err_size);
 int tb_dgemma_preset(const char *name, uint64_t seed, tb_dgemma_model *m, char *err, size_t err_size);
 
+/* RoPE frequencies (modeling_rope_utils: default for sliding layers,
+ * proportional for full ones: zeros past rope_angles_full) into
+ * [hd_sliding / 2] and [hd_full / 2], and the embedding scale sqrt(H)
+ * (rounded to bf16 in a bf16 model), from the config alone: what a
+ * loader derives, and what the GPU's preset needs without host weights. */
+void tb_dgemma_derive(const tb_dgemma_config *c, float *inv_freq_sliding, float *inv_freq_full, float *embed_scale);
+
 /* Parameters as the checkpoint counts them (text only). */
 int64_t tb_dgemma_n_params(const tb_dgemma_config *cfg);
 /* Parameters one token reads (top_k of n_experts experts). */

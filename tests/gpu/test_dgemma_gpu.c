@@ -1,0 +1,542 @@
+/* test_dgemma_gpu.c — DiffusionGemma on the GPU (cuda/gpu_dgemma.h, the
+ * sampler's device binding diffusion/dgemma_cuda.h) against the CPU
+ * (cpu/dgemma_forward.h, golden-tested against transformers in
+ * tests/engine/test_dgemma_golden.c). Exit 77 (skip) without a CUDA device.
+ * The argument: tests/data/golden-dgemma (its model/ is used when present).
+ *
+ * Both paths run the same weights: the CPU model's are rounded to bf16
+ * first, as the GPU stores them. The GPU keeps bf16 activations at GEMM
+ * inputs (float32 accumulation and residual), so values agree to bf16
+ * precision: max |gpu - cpu| <= BF16_TOL x max(1, max |cpu|), as
+ * tests/gpu/test_gpu.c bounds them. Checked, on tiny-diffusiongemma and
+ * the golden model:
+ *   - the encoder pass's final-norm output and the logits it gives (a
+ *     prompt longer than the window and than the canvas: chunked, windowed);
+ *   - the canvas pass's logits: first step, with self-conditioning from the
+ *     host, with the z the device's own decide left, and after more tokens
+ *     were encoded;
+ *   - the device's decide (argmax, Gumbel draw from the shared noise
+ *     stream, entropy) against tb_dg_decide's on the CPU's logits;
+ *   - the cache is the canvas pass's to read only: a canvas pass between
+ *     two encodes changes nothing after it (bit for bit), and the cached
+ *     length stays;
+ *   - whole generate() runs, CPU engine against the device engine, step by
+ *     step (canvas read, sampled, argmax, acceptance, stop). A near-tie is
+ *     a step where the two part only where the CPU's own margin is within
+ *     the bound: an argmax whose CPU top-1/top-2 z gap is below it, a draw
+ *     whose CPU log-ratio gap (z - log q) is below it, an acceptance that
+ *     differs while every entropy agrees within the bound, a stop that
+ *     differs while the mean entropy is within the bound of the confidence
+ *     threshold. The comparison ends there, reported; a difference beyond
+ *     that fails.
+ * And the preset at the published shape (diffusiongemma-26b-a4b, random
+ * bf16 weights made on the device, ~50 GB) loads, encodes a prompt of 300
+ * tokens (two chunks) and runs one canvas step: its weights' bytes, the
+ * roofline's FLOPs of the canvas pass against its active parameters,
+ * finite softcapped logits, ids and entropies in range. Skipped, saying
+ * so, when the device has less free memory than it needs. */
+#define _GNU_SOURCE
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "check.h"
+#include "dgemma_cpu.h"
+#include "dgemma_cuda.h"
+#include "dgemma_forward.h"
+#include "dgemma_model.h"
+#include "dgemma_sampler.h"
+#include "gpu.h"
+#include "gpu_dgemma.h"
+#include "safetensors.h"
+
+#define BF16_TOL 2e-2
+
+static void round_model(tb_dgemma_model *m)
+{
+    for (size_t i = 0; i < m->arena_floats; i++)
+        m->arena[i] = tb_bf16_to_f32(tb_f32_to_bf16(m->arena[i]));
+    /* the RoPE tables and the scale as the loader derives them (not weights) */
+    tb_dgemma_derive(&m->cfg, m->inv_freq_sliding, m->inv_freq_full, &m->embed_scale);
+}
+
+static double max_abs(const float *a, size_t n)
+{
+    double m = 0;
+    for (size_t i = 0; i < n; i++)
+        m = fmax(m, fabs(a[i]));
+    return m;
+}
+
+static double max_diff(const float *a, const float *b, size_t n)
+{
+    double m = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        m = d > m || d != d ? (d != d ? INFINITY : d) : m;
+    }
+    return m;
+}
+
+/* gpu within the bf16 bound of cpu; prints the figures */
+static int close_to(const char *name, const char *what, const float *gpu, const float *cpu, size_t n)
+{
+    double ref = max_abs(cpu, n), diff = max_diff(gpu, cpu, n), bound = BF16_TOL * (ref > 1 ? ref : 1);
+    fprintf(stderr, "%s: %s: max |cpu| %.3f, max diff %.3g (bound %.3g)\n", name, what, ref, diff, bound);
+    return diff <= bound;
+}
+
+/* softcap(hidden . embed^T): the logits an encoder row would give */
+static void head(const tb_dgemma_model *m, const float *hidden, int n, float *logits)
+{
+    const tb_dgemma_config *c = &m->cfg;
+    for (int r = 0; r < n; r++)
+        for (int v = 0; v < c->vocab; v++) {
+            double s = 0;
+            for (int i = 0; i < c->hidden; i++)
+                s += (double)hidden[(size_t)r * c->hidden + i] * m->embed[(size_t)v * c->hidden + i];
+            logits[(size_t)r * c->vocab + v] = c->softcap > 0 ? (float)(tanh(s / c->softcap) * c->softcap) : (float)s;
+        }
+}
+
+static void ids(int32_t *t, int n, int V, unsigned salt)
+{
+    for (int i = 0; i < n; i++)
+        t[i] = 3 + (int32_t)((i * 37u + salt * 101u + 7u) % (unsigned)(V - 3));
+}
+
+/* ------------------------------------------------------------ passes */
+
+static void passes(const char *name, const tb_dgemma_model *m)
+{
+    const tb_dgemma_config *c = &m->cfg;
+    int C = c->canvas, V = c->vocab, H = c->hidden, W = c->sliding_window;
+    int P = W + C + 3, more = 5, ctx = P + more + 8; /* longer than the window and than a chunk */
+    char err[512];
+    tb_gpu_dgemma *d = NULL;
+    tb_dgemma_state st;
+    if (tb_gpu_dgemma_create(&d, NULL, m, 0, err, sizeof err) || tb_gpu_dgemma_reserve(d, ctx)) {
+        fprintf(stderr, "%s: %s\n", name, d ? tb_gpu_dgemma_error(d) : err);
+        CHECK(0);
+        tb_gpu_dgemma_free(d);
+        return;
+    }
+    CHECK(tb_dgemma_state_init(&st, m, ctx, C, err, sizeof err) == 0);
+    size_t cv = (size_t)C * V;
+    int32_t *prompt = malloc((size_t)(P + more) * sizeof *prompt), *c1 = malloc((size_t)C * sizeof *c1);
+    int32_t *c2 = malloc((size_t)C * sizeof *c2);
+    float *hc = malloc((size_t)P * H * sizeof *hc), *hg = malloc((size_t)P * H * sizeof *hg);
+    float *lc = malloc((size_t)P * V * sizeof *lc), *lg = malloc((size_t)P * V * sizeof *lg);
+    float *dc = malloc(cv * sizeof *dc), *dg = malloc(cv * sizeof *dg), *z = malloc(cv * sizeof *z);
+    float *da = malloc(cv * sizeof *da), *db = malloc(cv * sizeof *db);
+    if (!prompt || !c1 || !c2 || !hc || !hg || !lc || !lg || !dc || !dg || !z || !da || !db) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    ids(prompt, P + more, V, 1);
+    if (c->bos_id >= 0)
+        prompt[0] = c->bos_id;
+    ids(c1, C, V, 2);
+    ids(c2, C, V, 3);
+
+    /* the encoder pass */
+    CHECK(tb_dgemma_encode(&st, prompt, P, hc) == 0);
+    CHECK(tb_gpu_dgemma_encode(d, prompt, P, hg) == 0);
+    CHECK(tb_gpu_dgemma_len(d) == P);
+    CHECK(close_to(name, "encoder final-norm output", hg, hc, (size_t)P * H));
+    head(m, hc, P, lc);
+    head(m, hg, P, lg);
+    CHECK(close_to(name, "encoder logits", lg, lc, (size_t)P * V));
+
+    /* the canvas pass: no signal; then self-conditioning from the host */
+    CHECK(tb_dgemma_denoise(&st, c1, C, NULL, dc) == 0);
+    CHECK(tb_gpu_dgemma_denoise(d, c1, NULL, 0, dg) == 0);
+    CHECK(close_to(name, "canvas logits, first step", dg, dc, cv));
+    for (size_t i = 0; i < cv; i++)
+        z[i] = dc[i] / 0.7f;
+    CHECK(tb_dgemma_denoise(&st, c1, C, z, dc) == 0);
+    CHECK(tb_gpu_dgemma_denoise(d, c1, z, 0, dg) == 0);
+    CHECK(close_to(name, "canvas logits, self-conditioned", dg, dc, cv));
+
+    /* the device's decide on its logits against tb_dg_decide on the CPU's */
+    tb_dg_params p;
+    tb_dg_params_default(&p);
+    float T = tb_dg_temperature(&p, p.max_steps);
+    uint64_t seed = 77, n0 = 1234;
+    float *q = malloc(cv * sizeof *q), *ec = malloc((size_t)C * sizeof *ec), *eg = malloc((size_t)C * sizeof *eg);
+    int32_t *w = malloc((size_t)C * 8 * sizeof *w);
+    unsigned char *acc = malloc((size_t)C);
+    int *order = malloc((size_t)C * sizeof *order);
+    if (!q || !ec || !eg || !w || !acc || !order) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    int32_t *sc_ = w, *ac = w + C, *sg = w + 2 * C, *ag = w + 3 * C, *renoise = w + 4 * C, *next = w + 5 * C;
+    tb_dg_rng r;
+    tb_dg_rng_seed(&r, seed);
+    r.n = n0;
+    tb_dg_rng_exp(&r, q, cv);
+    for (int i = 0; i < C; i++)
+        renoise[i] = 0;
+    memcpy(z, dc, cv * sizeof *z); /* tb_dg_decide turns it into z in place */
+    double mean;
+    tb_dg_decide(&p, C, V, p.max_steps, z, q, c1, renoise, sc_, ac, acc, ec, next, &mean, order);
+    CHECK(tb_gpu_dgemma_decide(d, T, seed, n0, sg, ag, eg) == 0);
+    int parted = 0, ties = 0;
+    double zref = max_abs(z, cv), ztol = BF16_TOL * (zref > 1 ? zref : 1);
+    for (int i = 0; i < C; i++) {
+        const float *zi = z + (size_t)i * V, *qi = q + (size_t)i * V;
+        /* CPU margins: top-1/top-2 of z, and of z - log q (the draw) */
+        double z1 = -INFINITY, z2 = -INFINITY, g1 = -INFINITY, g2 = -INFINITY;
+        for (int v = 0; v < V; v++) {
+            double a = zi[v], b = zi[v] - log((double)qi[v]);
+            if (a > z1)
+                z2 = z1, z1 = a;
+            else if (a > z2)
+                z2 = a;
+            if (b > g1)
+                g2 = g1, g1 = b;
+            else if (b > g2)
+                g2 = b;
+        }
+        if (ag[i] != ac[i] || sg[i] != sc_[i]) {
+            int tie = (ag[i] == ac[i] || z1 - z2 <= ztol) && (sg[i] == sc_[i] || g1 - g2 <= ztol);
+            ties += tie;
+            parted += !tie;
+        }
+        if (!(fabs((double)eg[i] - ec[i]) <= ztol))
+            parted++;
+    }
+    fprintf(stderr, "%s: decide on the device: %d of %d positions part at near-ties, %d beyond\n", name, ties, C,
+            parted);
+    CHECK(parted == 0);
+    /* with the device's own z as the signal, against the CPU's z */
+    CHECK(tb_dgemma_denoise(&st, c1, C, z, dc) == 0);
+    CHECK(tb_gpu_dgemma_denoise(d, c1, NULL, 1, dg) == 0);
+    CHECK(close_to(name, "canvas logits, self-conditioned on the device's z", dg, dc, cv));
+    CHECK(tb_gpu_dgemma_denoise(d, c1, NULL, 1, dg) == -1); /* that z is gone: the pass overwrote it */
+
+    /* the cache: a canvas pass between two encodes changes nothing after it */
+    tb_gpu_dgemma_reset(d);
+    CHECK(tb_gpu_dgemma_encode(d, prompt, P, NULL) == 0);
+    CHECK(tb_gpu_dgemma_denoise(d, c2, NULL, 0, NULL) == 0);
+    CHECK(tb_gpu_dgemma_len(d) == P);
+    CHECK(tb_gpu_dgemma_encode(d, prompt + P, more, NULL) == 0);
+    CHECK(tb_gpu_dgemma_denoise(d, c1, NULL, 0, da) == 0);
+    tb_gpu_dgemma_reset(d);
+    CHECK(tb_gpu_dgemma_encode(d, prompt, P, NULL) == 0);
+    CHECK(tb_gpu_dgemma_encode(d, prompt + P, more, NULL) == 0);
+    CHECK(tb_gpu_dgemma_denoise(d, c1, NULL, 0, db) == 0);
+    CHECK(memcmp(da, db, cv * sizeof *da) == 0);
+    fprintf(stderr, "%s: a canvas pass between encodes left the cache as it was: %s\n", name,
+            memcmp(da, db, cv * sizeof *da) == 0 ? "yes" : "NO");
+    /* and after those tokens, against the CPU (its cache: the prompt) */
+    CHECK(tb_dgemma_encode(&st, prompt + P, more, NULL) == 0);
+    CHECK(tb_dgemma_denoise(&st, c1, C, NULL, dc) == 0);
+    CHECK(close_to(name, "canvas logits after more encoded tokens", db, dc, cv));
+    /* refusals: a cache overflow, an id outside the vocabulary */
+    CHECK(tb_gpu_dgemma_encode(d, prompt, ctx, NULL) == -1);
+    c2[3] = V;
+    CHECK(tb_gpu_dgemma_denoise(d, c2, NULL, 0, NULL) == -1);
+
+    tb_dgemma_state_free(&st);
+    tb_gpu_dgemma_free(d);
+    free(prompt), free(c1), free(c2), free(hc), free(hg), free(lc), free(lg), free(dc), free(dg), free(z);
+    free(da), free(db), free(q), free(ec), free(eg), free(w), free(acc), free(order);
+}
+
+/* ------------------------------------------------------------ generate */
+
+typedef struct rec {
+    int C, V, cap, n;
+    int32_t *input, *sampled, *argmax, *next; /* [cap][C] */
+    unsigned char *accept;                    /* [cap][C] */
+    float *entropy;                           /* [cap][C] */
+    double *mean;                             /* [cap] */
+    int *stop, *canvas, *step;                /* [cap] */
+    float *z;                                 /* [cap][C][V] (CPU only) */
+    uint64_t *n0;                             /* [cap]: the stream's index of the step's first Exp(1) value */
+    uint64_t drawn;                           /* stream values drawn so far */
+} rec;
+
+static int rec_init(rec *r, int C, int V, int cap, int keep_z)
+{
+    memset(r, 0, sizeof *r);
+    r->C = C, r->V = V, r->cap = cap;
+    size_t n = (size_t)cap * C;
+    r->input = malloc(n * 4 * sizeof(int32_t));
+    r->accept = malloc(n);
+    r->entropy = malloc(n * sizeof(float));
+    r->mean = malloc((size_t)cap * sizeof(double));
+    r->stop = malloc((size_t)cap * 3 * sizeof(int));
+    r->n0 = malloc((size_t)cap * sizeof(uint64_t));
+    r->z = keep_z ? malloc(n * V * sizeof(float)) : NULL;
+    if (!r->input || !r->accept || !r->entropy || !r->mean || !r->stop || !r->n0 || (keep_z && !r->z))
+        return -1;
+    r->sampled = r->input + n, r->argmax = r->input + 2 * n, r->next = r->input + 3 * n;
+    r->canvas = r->stop + cap, r->step = r->stop + 2 * cap;
+    return 0;
+}
+
+static void rec_free(rec *r)
+{
+    free(r->input), free(r->accept), free(r->entropy), free(r->mean), free(r->stop), free(r->n0), free(r->z);
+}
+
+static void on_step(void *ctx, const tb_dg_step *s)
+{
+    rec *r = ctx;
+    int C = r->C;
+    if (s->step == 0)
+        r->drawn += (uint64_t)C; /* the canvas's ids */
+    if (r->n >= r->cap)
+        return;
+    size_t o = (size_t)r->n * C;
+    memcpy(r->input + o, s->input, (size_t)C * sizeof(int32_t));
+    memcpy(r->sampled + o, s->sampled, (size_t)C * sizeof(int32_t));
+    memcpy(r->argmax + o, s->argmax, (size_t)C * sizeof(int32_t));
+    memcpy(r->next + o, s->next, (size_t)C * sizeof(int32_t));
+    memcpy(r->accept + o, s->accept, (size_t)C);
+    memcpy(r->entropy + o, s->entropy, (size_t)C * sizeof(float));
+    if (r->z && s->logits)
+        memcpy(r->z + o * r->V, s->logits, (size_t)C * r->V * sizeof(float));
+    r->mean[r->n] = s->mean_entropy;
+    r->stop[r->n] = s->stop;
+    r->canvas[r->n] = s->canvas;
+    r->step[r->n] = s->step;
+    r->n0[r->n] = r->drawn;
+    r->drawn += (uint64_t)C * r->V + (uint64_t)C; /* the step's Exp(1) values, then its ids */
+    r->n++;
+}
+
+/* Step t of the CPU run against the GPU's: 0 equal, 1 parted at a
+ * near-tie (reported), -1 parted beyond one. */
+static int compare_step(const char *name, const tb_dg_params *p, const rec *a, const rec *b, int t, uint64_t seed)
+{
+    int C = a->C, V = a->V;
+    size_t o = (size_t)t * C;
+    if (memcmp(a->input + o, b->input + o, (size_t)C * sizeof(int32_t)) != 0) {
+        fprintf(stderr, "%s: step %d reads different canvases with no difference before\n", name, t);
+        return -1;
+    }
+    const float *z = a->z + o * V;
+    double zref = max_abs(z, (size_t)C * V), tol = BF16_TOL * (zref > 1 ? zref : 1);
+    float *q = malloc((size_t)V * sizeof *q);
+    if (!q)
+        return -1;
+    int beyond = 0, tied = 0, entropies_close = 1;
+    for (int i = 0; i < C; i++)
+        if (!(fabs((double)a->entropy[o + i] - b->entropy[o + i]) <= tol)) {
+            entropies_close = 0;
+            beyond++;
+            fprintf(stderr, "%s: step %d position %d: entropy %.6g (cpu) vs %.6g\n", name, t, i, a->entropy[o + i],
+                    b->entropy[o + i]);
+        }
+    for (int i = 0; i < C; i++) {
+        int am = a->argmax[o + i] != b->argmax[o + i], sm = a->sampled[o + i] != b->sampled[o + i];
+        if (!am && !sm)
+            continue;
+        const float *zi = z + (size_t)i * V;
+        tb_dg_rng r;
+        tb_dg_rng_seed(&r, seed);
+        r.n = a->n0[t] + (uint64_t)i * V;
+        tb_dg_rng_exp(&r, q, (size_t)V);
+        double z1 = -INFINITY, z2 = -INFINITY, g1 = -INFINITY, g2 = -INFINITY;
+        for (int v = 0; v < V; v++) {
+            double x = zi[v], y = zi[v] - log((double)q[v]);
+            if (x > z1)
+                z2 = z1, z1 = x;
+            else if (x > z2)
+                z2 = x;
+            if (y > g1)
+                g2 = g1, g1 = y;
+            else if (y > g2)
+                g2 = y;
+        }
+        if ((am && z1 - z2 > tol) || (sm && g1 - g2 > tol)) {
+            beyond++;
+            fprintf(stderr, "%s: step %d position %d: argmax %d/%d (cpu margin %.3g), sampled %d/%d (cpu margin %.3g), "
+                    "bound %.3g\n", name, t, i, a->argmax[o + i], b->argmax[o + i], z1 - z2, a->sampled[o + i],
+                    b->sampled[o + i], g1 - g2, tol);
+        } else {
+            tied++;
+        }
+    }
+    free(q);
+    /* acceptance: a function of the entropies; apart only where they agree within the bound */
+    int acc = memcmp(a->accept + o, b->accept + o, (size_t)C) != 0;
+    if (acc && entropies_close)
+        tied++;
+    /* the stop: near the confidence threshold, or following an argmax that parted */
+    int stop = a->stop[t] != b->stop[t];
+    if (stop && (fabs(a->mean[t] - p->confidence) <= tol || tied))
+        tied++;
+    else if (stop)
+        beyond++;
+    if (beyond)
+        return -1;
+    if (tied) {
+        fprintf(stderr, "%s: canvas %d step %d: the runs part at a near-tie (%d positions or decisions within the "
+                "bound %.3g); compared up to here\n", name, a->canvas[t], a->step[t], tied, tol);
+        return 1;
+    }
+    return memcmp(a->next + o, b->next + o, (size_t)C * sizeof(int32_t)) == 0 ? 0 : -1;
+}
+
+static void generate_runs(const char *name, const tb_dgemma_model *m, uint64_t seed, int max_steps)
+{
+    const tb_dgemma_config *c = &m->cfg;
+    int C = c->canvas, V = c->vocab, P = c->sliding_window + 3, canvases = 2;
+    char err[512];
+    tb_dg_params p;
+    tb_dg_params_default(&p);
+    p.max_steps = max_steps;
+    p.max_new_tokens = canvases * C;
+    p.eos_ids = c->eos, p.n_eos = c->n_eos, p.pad_id = c->pad_id >= 0 ? c->pad_id : 0;
+    int ctx = P + canvases * C;
+    tb_gpu_dgemma *d = NULL;
+    tb_dgemma_state st;
+    if (tb_gpu_dgemma_create(&d, NULL, m, 0, err, sizeof err) || tb_gpu_dgemma_reserve(d, ctx) ||
+        tb_dgemma_state_init(&st, m, ctx, C, err, sizeof err)) {
+        fprintf(stderr, "%s: %s\n", name, d ? tb_gpu_dgemma_error(d) : err);
+        CHECK(0);
+        tb_gpu_dgemma_free(d);
+        return;
+    }
+    int32_t *prompt = malloc((size_t)P * sizeof *prompt);
+    int n_max = tb_dg_max_output(&p, C);
+    int32_t *oc = malloc((size_t)n_max * sizeof *oc), *og = malloc((size_t)n_max * sizeof *og);
+    rec a, b;
+    if (!prompt || !oc || !og || rec_init(&a, C, V, canvases * max_steps, 1) || rec_init(&b, C, V, canvases * max_steps, 0)) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    ids(prompt, P, V, 5);
+    if (c->bos_id >= 0)
+        prompt[0] = c->bos_id;
+    tb_dg_engine ec = tb_dg_cpu_engine(&st), eg = tb_dg_cuda_engine(d, c);
+    CHECK(eg.denoise_decide != NULL); /* the device decides */
+    tb_dg_hooks ha = {.ctx = &a, .on_step = on_step}, hb = {.ctx = &b, .on_step = on_step};
+    tb_dg_stats sa, sb;
+    int na = 0, nb = 0;
+    CHECK(tb_dg_generate(&ec, &p, prompt, P, seed, NULL, &ha, oc, &na, &sa, err, sizeof err) == 0);
+    CHECK(tb_dg_generate(&eg, &p, prompt, P, seed, NULL, &hb, og, &nb, &sb, err, sizeof err) == 0);
+    int t = 0, verdict = 0;
+    for (; t < a.n && t < b.n && verdict == 0; t++)
+        verdict = compare_step(name, &p, &a, &b, t, seed);
+    CHECK(verdict >= 0);
+    if (verdict == 0) { /* no near-tie: the runs are the same */
+        CHECK(a.n == b.n);
+        CHECK(na == nb && memcmp(oc, og, (size_t)na * sizeof *oc) == 0);
+        CHECK(sa.steps == sb.steps && sa.canvases == sb.canvases && sa.committed == sb.committed);
+    }
+    fprintf(stderr, "%s: generate(), seed %llu, %d steps at most a canvas: CPU %d steps, GPU %d; %d compared, %s\n",
+            name, (unsigned long long)seed, max_steps, a.n, b.n, t,
+            verdict == 0 ? "equal" : verdict > 0 ? "ended at a near-tie" : "PARTED beyond the bound");
+    rec_free(&a), rec_free(&b);
+    free(prompt), free(oc), free(og);
+    tb_dgemma_state_free(&st);
+    tb_gpu_dgemma_free(d);
+}
+
+/* ------------------------------------------------------------ the published shape */
+
+static void published_shape(void)
+{
+    const char *name = "diffusiongemma-26b-a4b";
+    tb_dgemma_config cfg;
+    char err[512];
+    CHECK(tb_dgemma_preset_config(name, &cfg, err, sizeof err) == 0);
+    double weights = 2.0 * (double)tb_dgemma_n_params(&cfg);
+    size_t free_b = 0, total = 0;
+    cudaMemGetInfo(&free_b, &total);
+    if ((double)free_b < weights + 8e9) {
+        fprintf(stderr, "%s: skipped: %.1f GB free, %.1f GB of weights\n", name, free_b / 1e9, weights / 1e9);
+        return;
+    }
+    tb_gpu_dgemma *d = NULL;
+    if (tb_gpu_dgemma_create(&d, &cfg, NULL, 1, err, sizeof err) || tb_gpu_dgemma_reserve(d, 1024)) {
+        fprintf(stderr, "%s: %s\n", name, d ? tb_gpu_dgemma_error(d) : err);
+        CHECK(0);
+        tb_gpu_dgemma_free(d);
+        return;
+    }
+    tb_gpu *g = tb_gpu_dgemma_gpu(d);
+    double held = (double)tb_gpu_bytes(g);
+    fprintf(stderr, "%s on %s: %.2f GB held (%.2f GB of bf16 weights)\n", name, tb_gpu_device_name(g), held / 1e9,
+            weights / 1e9);
+    CHECK(held >= weights);
+    int C = cfg.canvas, V = cfg.vocab, P = 300;
+    int32_t *prompt = malloc((size_t)P * sizeof *prompt), *canvas = malloc((size_t)C * 3 * sizeof *canvas);
+    float *ent = malloc((size_t)C * sizeof *ent), *logits = malloc((size_t)C * V * sizeof *logits);
+    if (!prompt || !canvas || !ent || !logits) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    ids(prompt, P, V, 9);
+    prompt[0] = cfg.bos_id;
+    ids(canvas, C, V, 10);
+    CHECK(tb_gpu_dgemma_encode(d, prompt, P, NULL) == 0);
+    double f, by, reads, rows;
+    tb_gpu_dgemma_take_work(d, &f, &by, &reads, &rows);
+    CHECK(tb_gpu_dgemma_denoise(d, canvas, NULL, 0, NULL) == 0);
+    tb_gpu_dgemma_take_work(d, &f, &by, &reads, &rows);
+    double active = 2.0 * C * (double)tb_dgemma_n_active(&cfg);
+    fprintf(stderr, "%s: one canvas pass: %.1f GFLOP (2 C x active parameters: %.1f), %.2f GB, %.1f experts a MoE "
+            "layer call, %.0f rows through them\n", name, f / 1e9, active / 1e9, by / 1e9,
+            reads / cfg.n_layers, rows);
+    CHECK(f > 0.8 * active && f < 1.5 * active);
+    CHECK(by > 0 && by < 1.1 * weights); /* at most every weight, the KV cache read beside */
+    CHECK(rows == (double)C * cfg.n_layers);
+    int32_t *sampled = canvas + C, *argmax = canvas + 2 * C;
+    CHECK(tb_gpu_dgemma_decide(d, 0.8f, 5, 0, sampled, argmax, ent) == 0);
+    int bad = 0;
+    for (int i = 0; i < C; i++)
+        bad += sampled[i] < 0 || sampled[i] >= V || argmax[i] < 0 || argmax[i] >= V || !(ent[i] >= 0) ||
+               !(ent[i] <= log((double)V) + 1e-3);
+    CHECK(bad == 0);
+    CHECK(tb_gpu_dgemma_denoise(d, canvas, NULL, 1, logits) == 0);
+    for (size_t i = 0; i < (size_t)C * V; i++)
+        bad += !(fabsf(logits[i]) <= (float)cfg.softcap);
+    CHECK(bad == 0);
+    fprintf(stderr, "%s: encode %d, canvas pass, decide, self-conditioned canvas pass: %s; peak %.2f GB\n", name, P,
+            bad ? "BAD values" : "finite, in range", (double)tb_gpu_peak_bytes(g) / 1e9);
+    free(prompt), free(canvas), free(ent), free(logits);
+    tb_gpu_dgemma_free(d);
+}
+
+int main(int argc, char **argv)
+{
+    char why[256];
+    if (tb_gpu_probe(why, sizeof why) != 0) {
+        fprintf(stderr, "skipped: %s\n", why);
+        return 77;
+    }
+    char err[512];
+    tb_dgemma_model m;
+    CHECK(tb_dgemma_preset("tiny-diffusiongemma", 3, &m, err, sizeof err) == 0);
+    round_model(&m);
+    passes("tiny-diffusiongemma", &m);
+    generate_runs("tiny-diffusiongemma", &m, 11, 12);
+    generate_runs("tiny-diffusiongemma", &m, 12, 48);
+    tb_dgemma_free(&m);
+    if (argc > 1) {
+        char dir[4096];
+        struct stat sb;
+        snprintf(dir, sizeof dir, "%s/model", argv[1]);
+        if (stat(dir, &sb) == 0) {
+            CHECK(tb_dgemma_load(dir, &m, err, sizeof err) == 0);
+            round_model(&m);
+            passes("golden-dgemma", &m);
+            generate_runs("golden-dgemma", &m, 11, 12);
+            tb_dgemma_free(&m);
+        } else {
+            fprintf(stderr, "golden-dgemma: no %s (tools/make_dgemma_golden.py makes it)\n", dir);
+        }
+    }
+    published_shape();
+    return check_done();
+}
