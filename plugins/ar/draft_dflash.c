@@ -146,8 +146,8 @@ static int ddf_reserve(void *ctx, int seqs, int len, int prompt, int k)
     d->seqs = d->len = 0;
     d->base = calloc((size_t)s, sizeof *d->base);
     d->anchors = malloc((size_t)s * sizeof *d->anchors);
-    d->logits = malloc((size_t)s * (size_t)c->block_size * (size_t)d->V * sizeof *d->logits);
-    if (!d->base || !d->anchors || !d->logits) {
+    d->logits = NULL; /* a sampled proposal's, allocated by the first one (greedy drafting needs none) */
+    if (!d->base || !d->anchors) {
         set_err(d, "out of memory");
         return -1;
     }
@@ -231,6 +231,11 @@ static int ddf_propose(void *ctx, const int *slots, int B, const int32_t *const 
         d->base[slots[b]] = n[b];
     }
     const int L = k + 1, V = d->V, sampled = smp->temperature > 0;
+    if (sampled && !d->logits &&
+        !(d->logits = malloc((size_t)d->seqs * (size_t)d->dm.cfg.block_size * (size_t)V * sizeof *d->logits))) {
+        set_err(d, "out of memory");
+        return -1;
+    }
 #ifdef TB_HAVE_CUDA
     if (d->on_gpu) {
         /* the greedy draft is the device's argmax; a sampled one is drawn

@@ -5,6 +5,7 @@
 #include <cblas.h>
 #include <errno.h>
 #include <cjson/cJSON.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -302,7 +303,17 @@ tb_status tb_dg_backend_generate(tb_dg_backend *b, const tb_host *host, const tb
         if (bos < 0 && c->bos_id >= 0)
             b->prompt[off++] = c->bos_id;
         int64_t n = tb_tokenizer_encode(tok, text, strlen(text), b->prompt + off, cap - (size_t)off);
-        if (n < 0) {
+        /* the count may exceed the room given (nothing written past it):
+         * grow to it and encode again */
+        if (n > (int64_t)(cap - (size_t)off) && n < INT32_MAX - 1) {
+            cap = (size_t)off + (size_t)n;
+            if (grow(&b->prompt, &b->prompt_cap, cap)) {
+                snprintf(err, err_size, "out of memory");
+                return TB_ERR_NO_MEMORY;
+            }
+            n = tb_tokenizer_encode(tok, text, strlen(text), b->prompt + off, cap - (size_t)off);
+        }
+        if (n < 0 || n > (int64_t)(cap - (size_t)off)) {
             snprintf(err, err_size, "the tokenizer failed on the prompt");
             return TB_ERR;
         }

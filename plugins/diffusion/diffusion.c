@@ -429,6 +429,29 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
                       tb_choice_name(tb_dllm_sampler_choices, s));
             return TB_ERR_INVALID;
         }
+        /* the other samplers' options mean nothing to entropy_bound: one set
+         * away from its default would label runs that are all the same */
+        static const int unused[] = {OPT_THRESHOLD, OPT_CACHE,   OPT_CFG_SCALE, OPT_TEMPERATURE, OPT_TOP_K,
+                                     OPT_ALG_TEMP,  OPT_EPS,     OPT_MASK_ID,   OPT_SUB_BLOCK,   OPT_FINAL_STORE};
+        for (size_t i = 0; i < sizeof unused / sizeof unused[0]; i++) {
+            const tb_option_decl *d = &diffusion_options[unused[i]];
+            int set = d->type == TB_OPT_ENUM   ? strcmp(OPT_TEXT(req->options, req->n_options, unused[i]),
+                                                        d->default_value) != 0
+                      : d->type == TB_OPT_BOOL ? OPT_I(req->options, req->n_options, unused[i]) !=
+                                                     (strcmp(d->default_value, "true") == 0)
+                                               : OPT_F(req->options, req->n_options, unused[i]) !=
+                                                     strtod(d->default_value, NULL);
+            if (set) {
+                set_error(c, "%s: DiffusionGemma's sampler (entropy_bound) does not use it; leave it at %s",
+                          d->name, d->default_value);
+                return TB_ERR_INVALID;
+            }
+        }
+        if (req->block_length) {
+            set_error(c, "block_length %u: DiffusionGemma's canvas is its config's canvas_length",
+                      req->block_length);
+            return TB_ERR_INVALID;
+        }
         return tb_dg_backend_generate(c->dg, host, c->ld.tok, req, (int)OPT_I(req->options, req->n_options, OPT_IGNORE_EOS),
                                       (int)OPT_I(req->options, req->n_options, OPT_THREADS), res, c->error,
                                       sizeof c->error);

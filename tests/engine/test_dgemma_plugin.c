@@ -78,12 +78,25 @@ int main(void)
     uint32_t n2 = test_options(ops, lc, 1, o2, 64);
     CHECK(gen(ops, ctx, o2, n2, 1, 7, rr) == TB_ERR_INVALID);
     CHECK_CONTAINS(ops->last_error(ctx), "does not fit DiffusionGemma (it takes entropy_bound)");
+    /* another sampler's option set is refused, not dropped */
+    const test_option th[] = {{"sampler", "entropy_bound"}, {"threshold", "0.5"}};
+    n2 = test_options(ops, th, 2, o2, 64);
+    CHECK(gen(ops, ctx, o2, n2, 1, 7, rr) == TB_ERR_INVALID);
+    CHECK_CONTAINS(ops->last_error(ctx), "threshold: DiffusionGemma's sampler (entropy_bound) does not use it");
+    const test_option tp[] = {{"sampler", "entropy_bound"}, {"temperature", "0.8"}};
+    n2 = test_options(ops, tp, 2, o2, 64);
+    CHECK(gen(ops, ctx, o2, n2, 1, 7, rr) == TB_ERR_INVALID);
+    const test_option fs[] = {{"sampler", "entropy_bound"}, {"final_store", "false"}};
+    n2 = test_options(ops, fs, 2, o2, 64);
+    CHECK(gen(ops, ctx, o2, n2, 1, 7, rr) == TB_ERR_INVALID);
     ops->destroy(ctx);
+#ifndef TB_HAVE_CUDA /* a CUDA build runs it on the device (tests/gpu/test_dgemma_gpu.c) */
     const test_option cu[] = {{"sampler", "entropy_bound"}, {"device", "cuda"}};
     n2 = test_options(ops, cu, 2, o2, 64);
     ctx = NULL;
     CHECK(ops->create(&test_host, "preset:tiny-diffusiongemma", o2, n2, &ctx, err, sizeof err) == TB_ERR_UNSUPPORTED);
     CHECK_CONTAINS(err, "device = cuda");
+#endif
     /* entropy_bound on a masked-diffusion model */
     CHECK(ops->create(&test_host, "preset:tiny-llada", o, n, &ctx, err, sizeof err) == TB_OK);
     if (ctx) {

@@ -887,8 +887,13 @@ static int moe(tb_gpu_dgemma *d, const dg_layer *L, int rows)
     }
     // each chosen expert's rows as one product: all experts in one grouped
     // GEMM (bf16 out), or where cuBLAS has none for these types, a GEMM each
+#if CUBLAS_VERSION >= 120500 // cublasGemmGroupedBatchedEx came with cuBLAS 12.5
     int grouped = !d->grouped_failed;
+#else
+    int grouped = 0;
+#endif
     void **dp = d->d_ptrs;
+#if CUBLAS_VERSION >= 120500
     if (grouped) {
         CK(cudaMemcpyAsync(dp, hp, 6 * (size_t)E * sizeof(void *), cudaMemcpyHostToDevice, g->stream));
         cublasStatus_t st = cublasGemmGroupedBatchedEx(
@@ -898,6 +903,7 @@ static int moe(tb_gpu_dgemma *d, const dg_layer *L, int rows)
         if (st != CUBLAS_STATUS_SUCCESS)
             d->grouped_failed = 1, grouped = 0;
     }
+#endif
     if (!grouped)
         for (int i = 0; i < touched; i++)
             CB(cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, 2 * mi, gn[i], H, &one, hp[i], CUDA_R_16BF, H,
@@ -905,12 +911,14 @@ static int moe(tb_gpu_dgemma *d, const dg_layer *L, int rows)
                             CUBLAS_GEMM_DEFAULT));
     k_dg_geglu_b<<<blocks_for((size_t)P * mi), 256, 0, g->stream>>>(d->egu, d->eact, mi, (size_t)P);
     LAUNCHED();
+#if CUBLAS_VERSION >= 120500
     if (grouped)
         CB(cublasGemmGroupedBatchedEx(g->blas, opT, opN, gm[1], gn, gk[1], alpha,
                                       (const void *const *)(dp + 3 * E), CUDA_R_16BF, gk[1],
                                       (const void *const *)(dp + 4 * E), CUDA_R_16BF, gk[1], beta, dp + 5 * E,
                                       CUDA_R_16BF, gm[1], touched, ones, CUBLAS_COMPUTE_32F));
     else
+#endif
         for (int i = 0; i < touched; i++)
             CB(cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, H, gn[i], mi, &one, hp[3 * E + i], CUDA_R_16BF, mi,
                             hp[4 * E + i], CUDA_R_16BF, mi, &zero, hp[5 * E + i], CUDA_R_16BF, H, CUBLAS_COMPUTE_32F,
