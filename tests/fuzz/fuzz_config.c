@@ -49,10 +49,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                g.sliding_window < 1 || g.n_eos < 0 || g.n_eos > TB_DG_MAX_EOS || g.bos_id >= g.vocab ||
                g.pad_id >= g.vocab || g.image_id >= g.vocab || !(g.rms_eps > 0) || !(g.softcap > 0)) {
         abort();
+    } else {
+        for (int e = 0; e < g.n_eos; e++) /* a parsed config's EOS ids (a refused one's are not read) */
+            if (g.eos[e] < 0 || g.eos[e] >= g.vocab)
+                abort();
     }
-    for (int e = 0; e < g.n_eos; e++)
-        if (g.eos[e] < 0 || g.eos[e] >= g.vocab)
-            abort();
     free(text);
     return 0;
 }
