@@ -38,16 +38,21 @@ if [ $suite = 1 ]; then
     echo "== tokbench suites/gpu-dgemma.ini"
     timeout ${SUITE_TIMEOUT:-300} "$build/tokbench" run "$here/suites/gpu-dgemma.ini" --db "$out/gpu-dgemma.db" \
         >"$out/gpu-dgemma.txt" 2>"$out/gpu-dgemma.err"
-    echo "tokbench exit $?"
+    suite_rc=$?
+    echo "tokbench exit $suite_rc"
 fi
 if [ $peer = 1 ]; then
     echo "== peer (transformers)"
     timeout ${PEER_TIMEOUT:-300} python3 "$here/tools/peer_dgemma.py" --runs ${PEER_RUNS:-1} \
         --limit ${PEER_LIMIT:-4} >"$out/peer.txt" 2>&1
-    echo "peer exit $?"
+    peer_rc=$?
+    echo "peer exit $peer_rc"
     grep -E "^peer|Error|error" "$out/peer.txt" | cut -c1-300
 fi
 echo "== summary (test_dgemma_gpu exit $test_rc)"
 [ -f "$out/gpu-dgemma.txt" ] && sed -n '/^backend  /,/^$/p' "$out/gpu-dgemma.txt" | cut -c1-260
 [ -f "$out/gpu-dgemma.err" ] && grep -E "failed|error" "$out/gpu-dgemma.err" | head -5
+# a failed part fails the script (a skipped test, 77, is not a failure here)
+case $test_rc in 0 | 77 | -) ;; *) exit 1 ;; esac
+[ "${suite_rc:-0}" = 0 ] && [ "${peer_rc:-0}" = 0 ] || exit 1
 exit 0
