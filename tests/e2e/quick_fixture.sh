@@ -81,21 +81,29 @@ run)
     mkdir -p "$dir" || exit 1
     inputs | xargs -d '\n' sha256sum >"$dir/inputs.sha256" || { echo "FAIL: an input is missing"; exit 1; }
     echo "$every" >"$dir/every"
-    run_suite=$suite
+    # quick.ini as it is but for three things, in a copy beside the
+    # prompts: its relative paths made absolute, its prompt file ours
+    # (every Nth prompt of the set, each task's and the text's, where
+    # every > 1), and one thread a backend (threads = 1): meson test runs
+    # the fixture beside another test on a 2-core machine, where
+    # OpenBLAS's idle workers spin on sched_yield against that test (the
+    # flow rows took 2.5x as long as on one thread: 69 s against 27 on
+    # one loaded core). The figures the consumers check do not depend on
+    # the thread count (sgemm does not split the sum over K).
     if [ "$every" = 1 ]; then
         cp "$src/suites/data/quick.jsonl" "$dir/prompts.jsonl"
     else
-        # every Nth prompt (each task's and the text's), and quick.ini
-        # over them: its relative paths made absolute, its prompt file ours
         awk -v n="$every" '(NR - 1) % n == 0' "$src/suites/data/quick.jsonl" >"$dir/prompts.jsonl"
-        run_suite=$dir/quick-sample.ini
-        # (model = and draft_model = lines: every model path the suite names)
-        sed -e "s|^\(draft_\)\{0,1\}model = \.\./models/|\1model = $src/models/|" \
-            -e "s|^file = data/quick\.jsonl|file = $dir/prompts.jsonl|" "$suite" >"$run_suite"
-        want=$(grep -c "^\(draft_\)\{0,1\}model = \.\./models/\|^file = data/quick\.jsonl" "$suite")
-        [ "$want" -ge 5 ] && [ "$(grep -c "^\(draft_\)\{0,1\}model = $src/models/\|^file = $dir/prompts.jsonl" "$run_suite")" = "$want" ] \
-            || { echo "FAIL: quick.ini's model or prompt lines changed: $run_suite"; exit 1; }
     fi
+    run_suite=$dir/quick-run.ini
+    # (model = and draft_model = lines: every model path the suite names)
+    sed -e "s|^\(draft_\)\{0,1\}model = \.\./models/|\1model = $src/models/|" \
+        -e "s|^file = data/quick\.jsonl|file = $dir/prompts.jsonl|" \
+        -e "s/^threads = 0\( \|$\)/threads = 1\1/" "$suite" >"$run_suite"
+    want=$(grep -c "^\(draft_\)\{0,1\}model = \.\./models/\|^file = data/quick\.jsonl\|^threads = 0\( \|$\)" "$suite")
+    [ "$want" -ge 5 ] && [ "$(grep -c "^\(draft_\)\{0,1\}model = $src/models/\|^file = $dir/prompts.jsonl\|^threads = 1\( \|$\)" "$run_suite")" = "$want" ] \
+        && [ "$(grep -c "^threads" "$run_suite")" = "$(grep -c "^threads = 1\( \|$\)" "$run_suite")" ] \
+        || { echo "FAIL: quick.ini's model, prompt or threads lines changed: $run_suite"; exit 1; }
     "$build/tokbench" run "$run_suite" --db "$dir/quick.db.partial" >"$dir/quick.out" 2>"$dir/quick.err"
     rc=$?
     echo "$rc" >"$dir/quick.rc"
