@@ -36,6 +36,54 @@ char *tb_strndup(const char *s, size_t n)
     return p;
 }
 
+struct tb_strpool_block {
+    struct tb_strpool_block *next;
+    char data[];
+};
+
+enum { STRPOOL_BLOCK = 64 << 10 };
+
+char *tb_strpool_dup(tb_strpool *p, const char *s, size_t n)
+{
+    if (n >= SIZE_MAX - sizeof(struct tb_strpool_block) - STRPOOL_BLOCK) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    char *dst;
+    if (p->head && p->cap - p->used > n) {
+        dst = p->head->data + p->used;
+        p->used += n + 1;
+    } else {
+        size_t cap = n + 1 > STRPOOL_BLOCK ? n + 1 : STRPOOL_BLOCK;
+        struct tb_strpool_block *b = malloc(sizeof *b + cap);
+        if (!b)
+            return NULL;
+        dst = b->data;
+        if (cap > STRPOOL_BLOCK && p->head) {
+            /* a long string's own block, behind the one being filled */
+            b->next = p->head->next;
+            p->head->next = b;
+        } else {
+            b->next = p->head;
+            p->head = b;
+            p->used = n + 1;
+            p->cap = cap;
+        }
+    }
+    memcpy(dst, s, n);
+    dst[n] = '\0';
+    return dst;
+}
+
+void tb_strpool_free(tb_strpool *p)
+{
+    for (struct tb_strpool_block *b = p->head, *next; b; b = next) {
+        next = b->next;
+        free(b);
+    }
+    *p = (tb_strpool){0};
+}
+
 char *tb_vasprintf(const char *fmt, va_list ap)
 {
     tb_str b = {0};

@@ -46,6 +46,21 @@ int tb_str_try_vappendf(tb_str *b, const char *fmt, va_list ap);
 char *tb_str_try_take(tb_str *b);
 void tb_str_free(tb_str *b);
 
+/* A pool of string copies that live until the pool is freed, carved from
+ * blocks of 64 KiB (a longer string gets a block of its own): a table of
+ * many short strings (a tokenizer's vocabulary) costs a few allocations,
+ * not one a string. Zero-initialize to start. */
+typedef struct tb_strpool {
+    struct tb_strpool_block *head; /* the block being filled; a list */
+    size_t used, cap;              /* bytes of head's data */
+} tb_strpool;
+
+/* A copy of s[0, n) plus a NUL in the pool, or NULL (errno ENOMEM, the
+ * pool as it was). */
+char *tb_strpool_dup(tb_strpool *p, const char *s, size_t n);
+/* Free every copy; p is reset. */
+void tb_strpool_free(tb_strpool *p);
+
 /* CLOCK_MONOTONIC in ns. */
 int64_t tb_now_ns(void);
 

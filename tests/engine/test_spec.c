@@ -20,7 +20,8 @@
  *     fixed seeds: deterministic), on a synthetic Markov target and
  *     drafter and end to end on the tiny models; planted wrong rules
  *     (accept always; resample from p instead of max(0, p - q)) fail it;
- *   - refusals: another vocabulary, self on a plain llama, dflash
+ *   - refusals: another vocabulary (of another size; of the same size
+ *     with two byte tokens swapped, which decode alike), self on a plain llama, dflash
  *     without a loadable drafter, ar without a draft_model, self with one, a draft model that
  *     does not load, stepped sessions with a drafter.
  *
@@ -34,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <tokbench/backend.h>
 
@@ -44,6 +46,7 @@
 #include "sampling.h"
 #include "spec.h"
 #include "spec_check.h"
+#include "strmem.h"
 
 static const char *models, *golden;
 
@@ -409,6 +412,41 @@ static void test_sampled_end_to_end(void)
 
 /* ---- refusals */
 
+/* A copy of small-llama-draft (links to its files) whose tokenizer has
+ * the ids of the byte tokens 0x80 and 0x81 ("Ģ" and "ģ" in ByteLevel's
+ * alphabet) swapped: decoded alone, each is an invalid UTF-8 byte that
+ * decode turns into U+FFFD, so only a comparison of the ids' bytes finds
+ * the difference. Written under dir (a mkdtemp folder); 0 or -1. */
+static int swapped_byte_tokens(const char *dir)
+{
+    char src[1024], from[1200], to[1200];
+    path_of(src, sizeof src, models, "small-llama-draft");
+    const char *links[] = {"config.json", "model.safetensors", "generation_config.json"};
+    for (size_t i = 0; i < sizeof links / sizeof *links; i++) {
+        snprintf(from, sizeof from, "%s/%s", src, links[i]);
+        snprintf(to, sizeof to, "%s/%s", dir, links[i]);
+        if (symlink(from, to) != 0)
+            return -1;
+    }
+    snprintf(from, sizeof from, "%s/tokenizer.json", src);
+    size_t len = 0;
+    char *text = tb_read_file(from, &len);
+    char *a = text ? strstr(text, "\"\xc4\xa2\": 222") : NULL; /* "Ģ": 222 */
+    char *b = text ? strstr(text, "\"\xc4\xa3\": 223") : NULL; /* "ģ": 223 */
+    if (!a || !b) {
+        free(text);
+        return -1;
+    }
+    memcpy(a + 6, "223", 3); /* past the quote, two bytes, the quote, ": " */
+    memcpy(b + 6, "222", 3);
+    snprintf(to, sizeof to, "%s/tokenizer.json", dir);
+    FILE *f = fopen(to, "wb");
+    int ok = f && fwrite(text, 1, len, f) == len;
+    ok &= f && fclose(f) == 0;
+    free(text);
+    return ok ? 0 : -1;
+}
+
 static void test_refusals(void)
 {
     char tiny[1024], small[1024], err[512] = "";
@@ -417,6 +455,20 @@ static void test_refusals(void)
     tb_status st;
     test_option v1[] = {{"device", "cpu"}, {"drafter", "ar"}, {"draft_model", small}};
     CHECK(open_ctx(tiny, v1, NSET(v1), err, sizeof err, &st) == NULL && strstr(err, "vocabulary"));
+    /* the same size, two byte tokens swapped */
+    char swapped[] = "/tmp/test_spec.XXXXXX";
+    CHECK(mkdtemp(swapped) != NULL && swapped_byte_tokens(swapped) == 0);
+    char small_target[1024];
+    path_of(small_target, sizeof small_target, models, "small-llama");
+    test_option vs[] = {{"device", "cpu"}, {"threads", "1"}, {"drafter", "ar"}, {"draft_model", swapped}};
+    CHECK(open_ctx(small_target, vs, NSET(vs), err, sizeof err, &st) == NULL && strstr(err, "token 222 differs"));
+    const char *names[] = {"config.json", "model.safetensors", "generation_config.json", "tokenizer.json"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        char p[1100];
+        snprintf(p, sizeof p, "%s/%s", swapped, names[i]);
+        unlink(p);
+    }
+    rmdir(swapped);
     test_option v2[] = {{"device", "cpu"}, {"drafter", "self"}};
     CHECK(open_ctx(tiny, v2, NSET(v2), err, sizeof err, &st) == NULL && strstr(err, "SDAR"));
     test_option v3[] = {{"device", "cpu"}, {"drafter", "dflash"}, {"draft_model", "somewhere"}};

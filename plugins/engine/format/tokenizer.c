@@ -259,6 +259,7 @@ typedef struct strmap_slot {
 typedef struct strmap {
     strmap_slot *slots;
     size_t mask, n;
+    tb_strpool keys; /* the slots' keys */
 } strmap;
 
 /* 0, or -1 (m untouched) when out of memory. */
@@ -312,7 +313,7 @@ static int strmap_put(strmap *m, const char *k, size_t n, int32_t val)
     uint64_t h = hash_bytes(k, n);
     strmap_slot *s = strmap_slot_for(m, k, n, h);
     if (!s->key) {
-        if (!(s->key = tb_strndup(k, n)))
+        if (!(s->key = tb_strpool_dup(&m->keys, k, n)))
             return -1;
         s->len = (uint32_t)n;
         s->hash = (uint32_t)h;
@@ -324,11 +325,9 @@ static int strmap_put(strmap *m, const char *k, size_t n, int32_t val)
 
 static void strmap_free(strmap *m)
 {
-    if (m->slots)
-        for (size_t i = 0; i <= m->mask; i++)
-            free(m->slots[i].key);
     free(m->slots);
     m->slots = NULL;
+    tb_strpool_free(&m->keys);
 }
 
 /* (left id, right id) -> (rank, merged id): the merge table. */
@@ -512,6 +511,7 @@ struct tb_tokenizer {
     int32_t template_bos; /* what the post_processor puts before a text, -1: nothing */
     char **id_bytes;      /* [vocab_size] what decode writes for the id, or NULL */
     uint32_t *id_len;     /* [vocab_size] */
+    tb_strpool id_text;   /* id_bytes' strings */
 };
 
 static int load_fail(char *err, size_t err_size, const char *path, const char *fmt, ...)
@@ -1001,8 +1001,6 @@ static int load_decoder(tb_tokenizer *t, const cJSON *d, const char *path, char 
                     continue; /* the first of two tokens with one id */
             } else {
                 s = t->added[i].content, len = t->added[i].len, id = t->added[i].id;
-                free(t->id_bytes[id]);
-                t->id_bytes[id] = NULL;
             }
             b.len = 0;
             bool mapped = utf8_is_valid(s, len);
@@ -1021,7 +1019,7 @@ static int load_decoder(tb_tokenizer *t, const cJSON *d, const char *path, char 
                 b.len = 0;
                 tb_str_try_appendn(&b, s, len);
             }
-            if (b.failed || !(t->id_bytes[id] = tb_strndup(b.s ? b.s : "", b.len))) {
+            if (b.failed || !(t->id_bytes[id] = tb_strpool_dup(&t->id_text, b.s ? b.s : "", b.len))) {
                 tb_str_free(&b);
                 return FAIL("out of memory");
             }
@@ -1185,10 +1183,8 @@ void tb_tokenizer_free(tb_tokenizer *t)
     for (size_t i = 0; i < t->n_steps; i++)
         pcre2_code_free(t->steps[i].re);
     free(t->steps);
-    if (t->id_bytes)
-        for (size_t i = 0; i < t->vocab_size; i++)
-            free(t->id_bytes[i]);
     free(t->id_bytes);
+    tb_strpool_free(&t->id_text);
     free(t->id_len);
     free(t);
 }
@@ -1665,6 +1661,14 @@ int64_t tb_tokenizer_encode(const tb_tokenizer *t, const char *text, size_t len,
 }
 
 /* ---- decode */
+
+const char *tb_tokenizer_id_bytes(const tb_tokenizer *t, int32_t id, size_t *len)
+{
+    if (id < 0 || (size_t)id >= t->vocab_size || !t->id_bytes[id])
+        return NULL;
+    *len = t->id_len[id];
+    return t->id_bytes[id];
+}
 
 int64_t tb_tokenizer_decode(const tb_tokenizer *t, const int32_t *ids, size_t n, char *out,
                             size_t cap)

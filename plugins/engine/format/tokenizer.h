@@ -38,6 +38,11 @@ int64_t tb_tokenizer_decode(const tb_tokenizer *t, const int32_t *ids, size_t n,
                             size_t cap);
 
 size_t tb_tokenizer_vocab_size(const tb_tokenizer *t); /* max id + 1 */
+/* The bytes one id stands for (what decode joins before its lossy UTF-8
+ * cleanup: a byte-level token may be part of a character, so two ids that
+ * decode alike can differ here): *len bytes, NUL-terminated; NULL for an
+ * id outside the vocabulary. Allocates nothing. */
+const char *tb_tokenizer_id_bytes(const tb_tokenizer *t, int32_t id, size_t *len);
 /* The token the post_processor puts before a single text (a
  * TemplateProcessing whose "single" template is [SpecialToken, $A], alone
  * or in a Sequence; its id as the template's special_tokens give it), or
