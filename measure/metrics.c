@@ -536,8 +536,10 @@ static void one_call(const tb_call_view *cv, uint32_t k, const tb_case_metrics_o
     s->start_ns = n ? first_submit : 0;
     s->client_busy = call->client_busy;
     const char *text = cv->texts;
+    static const tb_canvas_counts no_canvas; /* all 0: not a canvas model */
     for (uint32_t r = 0; r < n; r++) {
         const tb_raw_request *w = &cv->req[r];
+        const tb_canvas_counts *cc = w->has_canvas && cv->canvas && cv->canvas[r] ? cv->canvas[r] : &no_canvas;
         /* A backend that does not stream has no first token before its
          * last: its emissions (if any) are not timings. */
         size_t ne = streaming ? emission_times(cv, &ix, r, em_t, em_cap) : 0;
@@ -569,12 +571,12 @@ static void one_call(const tb_call_view *cv, uint32_t k, const tb_case_metrics_o
             .max_tokens = w->max_tokens,
             .emissions_json = emissions_json(cv, &ix, r, streaming),
             .spec = w->spec,
-            .canvases_json = canvases_json(&w->canvas, w->t_submit_ns),
+            .canvases_json = canvases_json(cc, w->t_submit_ns),
             .tokens_per_chunk = NAN,
             .chunk_gap_ms = NAN,
         };
         tb_canvas_sum cs;
-        tb_canvas_total(&w->canvas, &cs);
+        tb_canvas_total(cc, &cs);
         q->canvases = (int64_t)cs.canvases, q->canvas_steps = (int64_t)cs.steps;
         q->canvas_committed = (int64_t)cs.committed, q->canvas_positions = (int64_t)cs.positions;
         size_t nt = streaming ? emission_tokens(cv, &ix, r, em_tok, tok_cap) : 0;
@@ -607,7 +609,6 @@ static void one_call(const tb_call_view *cv, uint32_t k, const tb_case_metrics_o
             spec_pool_add(pool, &q->spec);
             /* canvas models: each kept canvas, the gaps between commits
              * (a bursty stream without records: between its chunks) */
-            const tb_canvas_counts *cc = &w->canvas;
             for (uint32_t i = 0; i < cc->n && i < TB_CANVAS_MAX; i++) {
                 push(&m[M_STEPS_CANVAS], cc->at[i].steps);
                 push(&m[M_COMMIT_STEP], tb_committed_per_step(&cc->at[i]));

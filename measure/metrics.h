@@ -70,9 +70,17 @@ typedef struct tb_raw_request {
     tb_spec_counts spec;  /* tb_result.spec[i]; all 0: not speculative
                              (tb_spec_check holds: the worker checked it,
                              the runner's decode checks it again) */
-    tb_canvas_counts canvas; /* tb_result.canvas[i]; all 0: not a canvas
-                                model (tb_canvas_check holds, as spec) */
+    uint32_t has_canvas;  /* 1: a canvas model's record of this request
+                             (tb_result.canvas[i]; tb_canvas_check holds,
+                             as for spec) follows the call's emissions on
+                             the wire (tb_call_view.canvas[i]); 0: none. A
+                             record is ~6 KB, so only canvas models carry
+                             one, and only on the wire */
 } tb_raw_request;
+
+/* Bytes of a request's canvas record on the wire: tb_canvas_counts up to
+ * at[], then its n kept canvases. */
+#define TB_CANVAS_WIRE_BYTES(n) (offsetof(tb_canvas_counts, at) + (size_t)(n) * sizeof(tb_canvas))
 
 
 /* Metrics of one request from its submit time, reported completion time
@@ -294,6 +302,9 @@ typedef struct tb_call_view {
     tb_raw_call call;
     const tb_raw_request *req; /* [call.n_requests] */
     const tb_emission *em;     /* [call.n_emissions], arrival order */
+    /* NULL, or [call.n_requests]: each request's canvases, NULL where it
+     * has none (req[r].has_canvas 0: not a canvas model) */
+    tb_canvas_counts *const *canvas;
     const char *texts;         /* req[r].text_len bytes each, request order */
     /* NULL, or the requests' figures as measured before ([n_requests]): a
      * join of stored shards (shard_join.c) pools each request as stored,

@@ -173,6 +173,9 @@ void tb_wire_result_free(tb_call_view *calls, size_t n_calls)
     for (size_t i = 0; calls && i < n_calls; i++) {
         free((void *)calls[i].req);
         free((void *)calls[i].em);
+        for (uint32_t r = 0; calls[i].canvas && r < calls[i].call.n_requests; r++)
+            free(calls[i].canvas[r]);
+        free((void *)calls[i].canvas);
     }
     free(calls);
 }
@@ -193,18 +196,51 @@ static void spec_checked(tb_raw_request *q)
     snprintf(q->error, sizeof q->error, "impossible figure: speculative counts: %s", why);
 }
 
-/* The same for its canvases (tb_canvas_check), inside the call. */
-static void canvas_checked(tb_raw_request *q, int64_t t_call, int64_t t_ret)
+/* The same for its canvases k (tb_canvas_check), inside the call; 0, or
+ * -1 when they were dropped (the caller frees k). */
+static int canvas_checked(tb_raw_request *q, const tb_canvas_counts *k, int64_t t_call, int64_t t_ret)
 {
     char why[120];
-    if (!tb_canvas_check(&q->canvas, q->n_output_tokens, q->steps_done, q->t_submit_ns < t_call ? t_call : q->t_submit_ns,
+    if (!tb_canvas_check(k, q->n_output_tokens, q->steps_done, q->t_submit_ns < t_call ? t_call : q->t_submit_ns,
                          t_ret, why, sizeof why))
-        return;
-    memset(&q->canvas, 0, sizeof q->canvas);
+        return 0;
+    q->has_canvas = 0;
     if (q->status != TB_OK)
-        return;
+        return -1;
     q->status = TB_ERR;
     snprintf(q->error, sizeof q->error, "impossible figure: canvases: %s", why);
+    return -1;
+}
+
+/* Request canvas records of call c from [*p, end) (TB_CANVAS_WIRE_BYTES
+ * each, for the requests with has_canvas, in request order), checked;
+ * NULL, or why the message is malformed. */
+static const char *canvases_read(tb_call_view *c, tb_raw_request *req, const char **p, const char *end)
+{
+    tb_canvas_counts **cv = NULL;
+    for (uint32_t r = 0; r < c->call.n_requests; r++) {
+        if (!req[r].has_canvas)
+            continue;
+        if (req[r].has_canvas != 1)
+            return "has_canvas";
+        tb_canvas_counts head;
+        size_t head_bytes = TB_CANVAS_WIRE_BYTES(0);
+        if ((size_t)(end - *p) < head_bytes)
+            return "truncated canvases";
+        memcpy(&head, *p, head_bytes);
+        if (head.n > TB_CANVAS_MAX || (size_t)(end - *p) < TB_CANVAS_WIRE_BYTES(head.n))
+            return "truncated canvases";
+        if (!cv)
+            c->canvas = cv = tb_xcalloc(c->call.n_requests, sizeof *cv);
+        cv[r] = tb_xcalloc(1, sizeof *cv[r]);
+        memcpy(cv[r], *p, TB_CANVAS_WIRE_BYTES(head.n));
+        *p += TB_CANVAS_WIRE_BYTES(head.n);
+        if (canvas_checked(&req[r], cv[r], c->call.t_call_ns, c->call.t_return_ns) != 0) {
+            free(cv[r]);
+            cv[r] = NULL;
+        }
+    }
+    return NULL;
 }
 
 int tb_wire_decode_result(const char *buf, size_t len, uint32_t want_requests, tb_call_view **calls,
@@ -260,7 +296,10 @@ int tb_wire_decode_result(const char *buf, size_t len, uint32_t want_requests, t
             req[r].error[sizeof req[r].error - 1] = '\0';
             text_bytes += req[r].text_len;
             spec_checked(&req[r]);
-            canvas_checked(&req[r], c->call.t_call_ns, c->call.t_return_ns);
+        }
+        if ((why = canvases_read(c, req, &p, end))) {
+            n++; /* its arrays are to be freed */
+            break;
         }
         if (c->call.draft_ns < 0 ||
             (c->call.draft_ns > 0 && c->call.draft_ns > c->call.t_return_ns - c->call.t_call_ns)) {
@@ -301,9 +340,9 @@ static uint64_t add_sat(uint64_t a, uint64_t b)
     return a > UINT64_MAX - b ? UINT64_MAX : a + b;
 }
 
-uint64_t tb_wire_result_bytes(uint64_t calls, uint64_t n_requests, uint64_t emissions)
+uint64_t tb_wire_result_bytes(uint64_t calls, uint64_t n_requests, uint64_t emissions, uint64_t canvas)
 {
-    uint64_t per_request = add_sat(sizeof(tb_raw_request), mul_sat(emissions, sizeof(tb_emission)));
+    uint64_t per_request = add_sat(add_sat(sizeof(tb_raw_request), canvas), mul_sat(emissions, sizeof(tb_emission)));
     uint64_t per_call = add_sat(sizeof(tb_raw_call), mul_sat(n_requests, per_request));
     return add_sat(sizeof(tb_wire_case), mul_sat(calls, per_call));
 }

@@ -101,11 +101,13 @@ int tb_wire_decode_result(const char *buf, size_t len, uint32_t want_requests, t
 void tb_wire_result_free(tb_call_view *calls, size_t n_calls);
 
 /* Bytes of a RESULT payload of `calls` calls of n_requests requests with
- * `emissions` emissions per request (output texts not counted);
- * UINT64_MAX when that does not fit in 64 bits. The whole payload is one
- * frame, so a case whose result exceeds TB_WIRE_MAX_FRAME cannot reach
- * the runner: the plan refuses it (plan.c). */
-uint64_t tb_wire_result_bytes(uint64_t calls, uint64_t n_requests, uint64_t emissions);
+ * `emissions` emissions per request and at most `canvas` bytes of canvas
+ * record each (a canvas model's: TB_CANVAS_WIRE_BYTES(TB_CANVAS_MAX);
+ * else 0) (output texts not counted); UINT64_MAX when that does not fit
+ * in 64 bits. The whole payload is one frame, so a case whose result
+ * exceeds TB_WIRE_MAX_FRAME cannot reach the runner: the plan refuses it
+ * (plan.c). */
+uint64_t tb_wire_result_bytes(uint64_t calls, uint64_t n_requests, uint64_t emissions, uint64_t canvas);
 
 /* JUDGE payload header. */
 #define TB_WIRE_JUDGE_LOAD UINT32_MAX

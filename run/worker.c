@@ -174,9 +174,12 @@ static double ms_of(int64_t t, int64_t t_call)
  * answer within its output. Times: every one inside the call and in
  * order (submit <= each emission <= done). A request failed here keeps
  * no figure of its own: its times become the call's, its emissions are
- * dropped, its ids are not read. bad[n]: scratch. */
+ * dropped, its ids are not read. canvas: NULL (not a canvas model), or
+ * the requests' canvases [n] (wr[i].has_canvas says which have any). bad[n]:
+ * scratch. */
 static void check_figures(const tb_case *c, uint32_t caps, uint32_t max_new_tokens, tb_raw_request *wr, uint32_t n,
-                          tb_request_result *rr, tb_emit_buf *em, unsigned char *bad, int64_t t_call, int64_t t_ret)
+                          tb_canvas_counts *canvas, tb_request_result *rr, tb_emit_buf *em, unsigned char *bad,
+                          int64_t t_call, int64_t t_ret)
 {
     uint64_t slack = !(caps & TB_CAP_BLOCKS) ? 0 : c->block_length ? c->block_length - 1 : BLOCK_SLACK;
     const double call_ms = ms_of(t_ret, t_call);
@@ -189,9 +192,9 @@ static void check_figures(const tb_case *c, uint32_t caps, uint32_t max_new_toke
             char ignored[120];
             if (tb_spec_check(&q->spec, ignored, sizeof ignored))
                 memset(&q->spec, 0, sizeof q->spec);
-            if (!times_ok || tb_canvas_check(&q->canvas, q->n_output_tokens, q->steps_done, q->t_submit_ns, t_ret,
-                                             ignored, sizeof ignored))
-                memset(&q->canvas, 0, sizeof q->canvas);
+            if (q->has_canvas && (!times_ok || tb_canvas_check(&canvas[i], q->n_output_tokens, q->steps_done,
+                                                               q->t_submit_ns, t_ret, ignored, sizeof ignored)))
+                q->has_canvas = 0;
             bad[i] = times_ok ? 0 : 2;
             continue;
         }
@@ -219,8 +222,8 @@ static void check_figures(const tb_case *c, uint32_t caps, uint32_t max_new_toke
                      ms_of(q->t_done_ns, t_call), call_ms, ms_of(q->t_submit_ns, t_call));
         else if (tb_spec_check(&q->spec, spec_why, sizeof spec_why))
             snprintf(why, sizeof why, "speculative counts: %s", spec_why);
-        else if (tb_canvas_check(&q->canvas, q->n_output_tokens, q->steps_done, q->t_submit_ns, t_ret, spec_why,
-                                 sizeof spec_why))
+        else if (q->has_canvas && tb_canvas_check(&canvas[i], q->n_output_tokens, q->steps_done, q->t_submit_ns,
+                                                  t_ret, spec_why, sizeof spec_why))
             snprintf(why, sizeof why, "canvases: %s", spec_why);
         if (why[0]) {
             bad[i] = 1;
@@ -250,7 +253,7 @@ static void check_figures(const tb_case *c, uint32_t caps, uint32_t max_new_toke
         wr[i].t_submit_ns = t_call;
         wr[i].t_done_ns = t_ret;
         memset(&wr[i].spec, 0, sizeof wr[i].spec); /* no figure of its own */
-        memset(&wr[i].canvas, 0, sizeof wr[i].canvas);
+        wr[i].has_canvas = 0;
         if (bad[i] == 2)
             continue;
         wr[i].status = rr[i].status = TB_ERR; /* its outputs are not graded either */
@@ -383,7 +386,8 @@ static void run_case(tb_worker *w, const tb_case *c)
         .mtok = calloc(n_req, sizeof *b.mtok),
         .blocks = calloc(n_req, sizeof *b.blocks),
         .spec = calloc(n_req, sizeof *b.spec),
-        .canvas = calloc(n_req, sizeof *b.canvas),
+        /* a canvas model's records (~6 KB a request): TB_CAP_STEPS only */
+        .canvas = w->ops->capabilities & TB_CAP_STEPS ? calloc(n_req, sizeof *b.canvas) : NULL,
         .bad = calloc(n_req, 1),
         .rr = calloc(n_req, sizeof *b.rr),
         .wr = calloc(n_req, sizeof *b.wr),
@@ -400,7 +404,7 @@ static void run_case(tb_worker *w, const tb_case *c)
         }
     }
     w->em.n_requests = n_req;
-    if ((plan->n_prompts && !b.ptext) || !b.pidx || !b.scored || !b.phash || !b.ptok || !b.mtok || !b.blocks || !b.spec || !b.canvas || !b.bad || !b.rr || !b.wr || w->em.cap < want ||
+    if ((plan->n_prompts && !b.ptext) || !b.pidx || !b.scored || !b.phash || !b.ptok || !b.mtok || !b.blocks || !b.spec || (!b.canvas && (w->ops->capabilities & TB_CAP_STEPS)) || !b.bad || !b.rr || !b.wr || w->em.cap < want ||
         tb_str_try_appendn(&b.out, (const char *)&hdr, sizeof hdr) != 0) {
         send_status(w, TB_MSG_CASE_ERROR, TB_ERR_NO_MEMORY, 0, 0, NULL,
                     "out of memory for the case's buffers: %u requests, %zu emissions (%zu bytes)", n_req, want,
@@ -435,7 +439,8 @@ static void run_case(tb_worker *w, const tb_case *c)
         memset(b.mtok, 0, n_req * sizeof *b.mtok);
         memset(b.blocks, 0, n_req * sizeof *b.blocks);
         memset(b.spec, 0, n_req * sizeof *b.spec);
-        memset(b.canvas, 0, n_req * sizeof *b.canvas);
+        if (b.canvas)
+            memset(b.canvas, 0, n_req * sizeof *b.canvas);
         for (uint32_t i = 0; i < n_req; i++)
             b.rr[i].n_answer_tokens = TB_UNKNOWN_COUNT;
         tb_result res = {.struct_size = sizeof res, .n_requests = n_req, .requests = b.rr,
@@ -511,7 +516,7 @@ static void run_case(tb_worker *w, const tb_case *c)
             q->steps_done = r->steps_done;
             q->blocks_done = b.blocks[i];
             q->spec = b.spec[i];
-            q->canvas = b.canvas[i];
+            q->has_canvas = b.canvas && (b.canvas[i].n || b.canvas[i].n_past);
             q->answer_tokens = r->n_answer_tokens;
             q->prompt_hash = prompt_hash(b.phash[i], b.ptext ? b.ptext[i] : NULL, req.seed, i, req.prompt_tokens);
             /* A failure always says something: the status's name at least. */
@@ -526,7 +531,8 @@ static void run_case(tb_worker *w, const tb_case *c)
             q->max_tokens = b.mtok[i] ? b.mtok[i] : req.max_new_tokens;
         }
         /* before anything reads the outputs the counts describe */
-        check_figures(c, w->ops->capabilities, req.max_new_tokens, b.wr, n_call, b.rr, &w->em, b.bad, t_call, t_ret);
+        check_figures(c, w->ops->capabilities, req.max_new_tokens, b.wr, n_call, b.canvas, b.rr, &w->em, b.bad, t_call,
+                      t_ret);
         for (uint32_t i = 0; i < n_call; i++) {
             tb_request_result *r = &b.rr[i];
             tb_raw_request *q = &b.wr[i];
@@ -567,13 +573,21 @@ static void run_case(tb_worker *w, const tb_case *c)
          * would refuse it (the plan's estimate counts one emission per
          * token and no texts; this call brought more). */
         size_t add = sizeof wc + n_call * sizeof *b.wr + w->em.n * sizeof *w->em.ev + b.texts.len;
+        for (uint32_t i = 0; i < n_call; i++)
+            add += b.wr[i].has_canvas ? TB_CANVAS_WIRE_BYTES(b.canvas[i].n) : 0;
         const char *why = NULL;
         if (add > TB_WIRE_MAX_FRAME - b.out.len)
             why = "more than the 1 GiB a message from the backend process may carry";
         else if (tb_str_try_appendn(&b.out, (const char *)&wc, sizeof wc) != 0 ||
                  tb_str_try_appendn(&b.out, (const char *)b.wr, n_call * sizeof *b.wr) != 0 ||
-                 tb_str_try_appendn(&b.out, (const char *)w->em.ev, w->em.n * sizeof *w->em.ev) != 0 ||
-                 (b.texts.len && tb_str_try_appendn(&b.out, b.texts.s, b.texts.len) != 0))
+                 tb_str_try_appendn(&b.out, (const char *)w->em.ev, w->em.n * sizeof *w->em.ev) != 0)
+            why = "out of memory";
+        /* then the canvas records (tb_wire_decode_result's order) */
+        for (uint32_t i = 0; !why && i < n_call; i++)
+            if (b.wr[i].has_canvas &&
+                tb_str_try_appendn(&b.out, (const char *)&b.canvas[i], TB_CANVAS_WIRE_BYTES(b.canvas[i].n)) != 0)
+                why = "out of memory";
+        if (!why && b.texts.len && tb_str_try_appendn(&b.out, b.texts.s, b.texts.len) != 0)
             why = "out of memory";
         if (why) {
             send_status(w, TB_MSG_CASE_ERROR, why[0] == 'o' ? TB_ERR_NO_MEMORY : TB_ERR, 0, 0, NULL,

@@ -155,10 +155,14 @@ typedef struct pooled_call {
     tb_request_metrics *rm; /* [call.n_requests]: as each shard stored them */
     tb_emission *em;        /* [call.n_emissions] */
     tb_str texts;           /* req[r].text_len bytes each */
+    tb_canvas_counts **canvas; /* [call.n_requests]: NULL, or its canvases */
 } pooled_call;
 
 static void pooled_call_free(pooled_call *p)
 {
+    for (uint32_t r = 0; p->canvas && r < p->call.n_requests; r++)
+        free(p->canvas[r]);
+    free(p->canvas);
     free(p->req);
     free(p->rm);
     free(p->em);
@@ -334,6 +338,8 @@ static int pool_call(joiner *j, const int64_t *cases, const int64_t *offsets, si
             uint32_t r = p->call.n_requests++;
             p->req = tb_xrealloc(p->req, (size_t)p->call.n_requests * sizeof *p->req);
             p->rm = tb_xrealloc(p->rm, (size_t)p->call.n_requests * sizeof *p->rm);
+            p->canvas = tb_xrealloc(p->canvas, (size_t)p->call.n_requests * sizeof *p->canvas);
+            p->canvas[r] = NULL;
             int64_t submit = t0[k] + sqlite3_column_int64(q, 2);
             tb_request_metrics *m = &p->rm[r];
             *m = (tb_request_metrics){
@@ -367,7 +373,14 @@ static int pool_call(joiner *j, const int64_t *cases, const int64_t *offsets, si
             };
             snprintf(w->error, sizeof w->error, "%s", error ? error : "");
             spec_read(q, 20, &w->spec);
-            canvas_read(q, 25, submit, m->done_ns, w->n_output_tokens, w->steps_done, &w->canvas);
+            tb_canvas_counts *cc = tb_xmalloc(sizeof *cc);
+            canvas_read(q, 25, submit, m->done_ns, w->n_output_tokens, w->steps_done, cc);
+            if (cc->n || cc->n_past) {
+                p->canvas[r] = cc;
+                w->has_canvas = 1;
+            } else {
+                free(cc);
+            }
             if (text)
                 tb_str_append(&p->texts, text);
             add_emissions(p, (const char *)sqlite3_column_text(q, 13), r, submit);
@@ -401,7 +414,8 @@ static int pool_case(joiner *j, const int64_t *cases, const int64_t *offsets, si
     for (int r = 0; rc == 0 && r < reps; r++) {
         rc = pool_call(j, cases, offsets, n, r, &pc[r]);
         v[r] = (tb_call_view){.call = pc[r].call, .req = pc[r].req, .em = pc[r].em,
-                              .texts = pc[r].texts.s ? pc[r].texts.s : "", .measured = pc[r].rm};
+                              .texts = pc[r].texts.s ? pc[r].texts.s : "", .measured = pc[r].rm,
+                              .canvas = pc[r].canvas};
     }
     if (rc == 0)
         tb_case_metrics(v, (size_t)reps, o, rec);

@@ -548,11 +548,18 @@ static uint32_t max_requests(const tb_plan *plan, const tb_case *c)
     return c->requests;
 }
 
+/* The most canvas record a request of c can carry: a canvas model's
+ * (TB_CAP_STEPS: the host hands tb_result.canvas to those only), else 0. */
+static uint64_t canvas_bytes(const tb_plan *plan, const tb_case *c)
+{
+    return plan->backends[c->backend].plugin.ops->capabilities & TB_CAP_STEPS ? TB_CANVAS_WIRE_BYTES(TB_CANVAS_MAX) : 0;
+}
+
 uint64_t tb_case_result_bytes(const tb_plan *plan, const tb_case *c)
 {
     const tb_suite *s = plan->suite;
     uint64_t calls = (uint64_t)s->warmup + (uint64_t)s->repeat * tb_plan_calls_per_pass(plan, c);
-    return tb_wire_result_bytes(calls, max_requests(plan, c), tb_case_emissions(plan, c));
+    return tb_wire_result_bytes(calls, max_requests(plan, c), tb_case_emissions(plan, c), canvas_bytes(plan, c));
 }
 
 /* "1.5 GiB" */
@@ -601,7 +608,8 @@ static void check_sizes(const tb_plan *plan, tb_str *errs)
         uint64_t calls = (uint64_t)s->warmup + (uint64_t)s->repeat * tb_plan_calls_per_pass(plan, c);
         tb_loc loc = pb->sb->loc;
         const char *key = "backend";
-        if (tb_wire_result_bytes(1, max_requests(plan, c), em) <= TB_WIRE_MAX_FRAME && s->repeat_loc.line) {
+        if (tb_wire_result_bytes(1, max_requests(plan, c), em, canvas_bytes(plan, c)) <= TB_WIRE_MAX_FRAME &&
+            s->repeat_loc.line) {
             loc = s->repeat_loc;
             key = "repeat";
         } else {

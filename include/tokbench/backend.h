@@ -486,7 +486,9 @@ typedef struct tb_result {
     /* --- appended in ABI 1 (issue 41: canvas models); write only when
      * TB_STRUCT_HAS(res, tb_result, canvas) and it is not NULL.
      * n_requests elements, host-allocated and zeroed: each request's
-     * canvases (tb_canvas_counts, filled by tb_canvas_push). */
+     * canvases (tb_canvas_counts, filled by tb_canvas_push). tokbench
+     * passes it to backends that declare TB_CAP_STEPS (canvas models:
+     * ~6 KB a request) and NULL to the others. */
     tb_canvas_counts *canvas;
 } tb_result;
 

@@ -1389,10 +1389,15 @@ static void test_canvas(void)
      * +4000); positions 10 and 2 */
     fake_case f;
     fake_case_build(&f);
+    static tb_canvas_counts kept[3];
+    static tb_canvas_counts *per_req[3][2];
     for (int k = 0; k < 3; k++) {
         int64_t base = (int64_t)(k + 1) * 1000000000LL;
-        tb_canvas_push(&f.req[k][0].canvas, 4, 2, 10, base + 1000);
-        tb_canvas_push(&f.req[k][0].canvas, 1, 1, 2, base + 4000);
+        tb_canvas_push(&kept[k], 4, 2, 10, base + 1000);
+        tb_canvas_push(&kept[k], 1, 1, 2, base + 4000);
+        f.req[k][0].has_canvas = 1;
+        per_req[k][0] = &kept[k];
+        f.v[k].canvas = per_req[k];
     }
     tb_case_metrics_opts o = {.capabilities = TB_CAP_STREAMING, .seed = 1};
     tb_case_record rec = {0};

@@ -838,20 +838,25 @@ static void test_large_cases_pass(void)
     const tb_case *a = &fx.plan.cases[0], *d = &fx.plan.cases[1];
     CHECK(tb_case_emissions(&fx.plan, a) == 32768);
     CHECK(tb_case_emissions(&fx.plan, d) == 1000);
-    /* 6 calls (1 warm-up, 5 measured) of 256 requests of 32768 emissions */
-    uint64_t want = sizeof(tb_wire_case) +
-                    6 * (sizeof(tb_raw_call) + 256 * (sizeof(tb_raw_request) + 32768ull * sizeof(tb_emission)));
+    /* 6 calls (1 warm-up, 5 measured) of 256 requests of 32768 emissions
+     * and a canvas record (the null plugin declares TB_CAP_STEPS: a canvas
+     * model's record a request) */
+    uint64_t want = sizeof(tb_wire_case) + 6 * (sizeof(tb_raw_call) +
+                                                256 * (sizeof(tb_raw_request) + TB_CANVAS_WIRE_BYTES(TB_CANVAS_MAX) +
+                                                       32768ull * sizeof(tb_emission)));
     CHECK(tb_case_result_bytes(&fx.plan, a) == want);
     CHECK(want < TB_WIRE_MAX_FRAME);
     CHECK(tb_case_result_bytes(&fx.plan, d) ==
-          sizeof(tb_wire_case) + 6 * (sizeof(tb_raw_call) + 64 * (sizeof(tb_raw_request) + 1000 * sizeof(tb_emission))));
+          sizeof(tb_wire_case) + 6 * (sizeof(tb_raw_call) + 64 * (sizeof(tb_raw_request) + TB_CANVAS_WIRE_BYTES(TB_CANVAS_MAX) +
+                                                                  1000 * sizeof(tb_emission))));
     char *err = NULL;
     CHECK(tb_plan_check_sizes(&fx.plan, &err) == 0 && err == NULL);
     free(err);
     fixture_free(&fx);
     /* saturating, never wrapping */
-    CHECK(tb_wire_result_bytes(UINT64_MAX, 2, 2) == UINT64_MAX);
-    CHECK(tb_wire_result_bytes(1000000000, 1000000000, 1000000000) == UINT64_MAX);
+    CHECK(tb_wire_result_bytes(UINT64_MAX, 2, 2, 0) == UINT64_MAX);
+    CHECK(tb_wire_result_bytes(1000000000, 1000000000, 1000000000, 0) == UINT64_MAX);
+    CHECK(tb_wire_result_bytes(1, 1, 1, UINT64_MAX) == UINT64_MAX);
 }
 
 /* ------------------------------------------------ configuration */

@@ -280,23 +280,66 @@ static void test_result_spec_bounds(void)
     m.call.draft_ns = -1;
     CHECK(tb_wire_decode_result((const char *)&m, sizeof m, 3, &calls, &n, &rss, &err) == -1);
     free(err);    err = NULL;
-    /* impossible canvases: the request fails, its records dropped */
+    /* canvases: each request's record after the call's emissions (none
+     * here), for the requests with has_canvas; impossible ones fail their
+     * request and are dropped */
     m.call.draft_ns = 0;
     m.req[1].spec.accepted = 3;
+    tb_canvas_counts k = {0};
+    tb_canvas_push(&k, 2, 4, 8, 2000);
+    tb_canvas_push(&k, 2, 4, 8, 3000);
     for (int r = 0; r < 3; r++) {
         m.req[r].n_output_tokens = 8;
         m.req[r].t_submit_ns = 1000;
-        tb_canvas_push(&m.req[r].canvas, 2, 4, 8, 2000);
-        tb_canvas_push(&m.req[r].canvas, 2, 4, 8, 3000);
+        m.req[r].has_canvas = 1;
     }
     m.req[1].n_output_tokens = 7;
-    CHECK(tb_wire_decode_result((const char *)&m, sizeof m, 3, &calls, &n, &rss, &err) == 0 && n == 1);
+    tb_str b = {0};
+    tb_str_appendn(&b, (const char *)&m, sizeof m);
+    for (int r = 0; r < 3; r++)
+        tb_str_appendn(&b, (const char *)&k, TB_CANVAS_WIRE_BYTES(k.n));
+    CHECK(TB_CANVAS_WIRE_BYTES(2) < 100); /* not the whole 6 KB record */
+    CHECK(sizeof(tb_raw_request) < sizeof(tb_canvas_counts)); /* nor inside every request */
+    CHECK(tb_wire_decode_result(b.s, b.len, 3, &calls, &n, &rss, &err) == 0 && n == 1);
     if (n == 1) {
         const tb_raw_request *q = calls[0].req;
-        CHECK(q[0].status == TB_OK && q[0].canvas.n == 2);
-        CHECK(q[1].status == TB_ERR && q[1].canvas.n == 0);
+        CHECK(calls[0].canvas && calls[0].canvas[0] && calls[0].canvas[0]->n == 2 &&
+              calls[0].canvas[0]->at[1].t_done_ns == 3000);
+        CHECK(q[0].status == TB_OK && q[0].has_canvas == 1);
+        CHECK(q[1].status == TB_ERR && q[1].has_canvas == 0 && calls[0].canvas && !calls[0].canvas[1]);
         CHECK_STR(q[1].error, "impossible figure: canvases: canvases committed 8 tokens of 7 output");
     }
+    tb_wire_result_free(calls, n);
+    /* a record cut short, a record of more than TB_CANVAS_MAX canvases, a
+     * has_canvas that is not 0 or 1: malformed */
+    CHECK(tb_wire_decode_result(b.s, b.len - 1, 3, &calls, &n, &rss, &err) == -1 && err &&
+          strstr(err, "truncated canvases"));
+    free(err);
+    err = NULL;
+    m.req[2].has_canvas = 0; /* one record more than the requests say: trailing */
+    memcpy(b.s, &m, sizeof m);
+    CHECK(tb_wire_decode_result(b.s, b.len, 3, &calls, &n, &rss, &err) == -1 && err && strstr(err, "trailing"));
+    free(err);
+    err = NULL;
+    m.req[2].has_canvas = 2;
+    memcpy(b.s, &m, sizeof m);
+    CHECK(tb_wire_decode_result(b.s, b.len, 3, &calls, &n, &rss, &err) == -1 && err && strstr(err, "has_canvas"));
+    free(err);
+    err = NULL;
+    m.req[2].has_canvas = 1;
+    memcpy(b.s, &m, sizeof m);
+    uint32_t too_many = TB_CANVAS_MAX + 1;
+    memcpy(b.s + sizeof m, &too_many, sizeof too_many); /* request 0's n */
+    CHECK(tb_wire_decode_result(b.s, b.len, 3, &calls, &n, &rss, &err) == -1 && err &&
+          strstr(err, "truncated canvases"));
+    free(err);
+    err = NULL;
+    tb_str_free(&b);
+    /* none has a record: no canvas array */
+    for (int r = 0; r < 3; r++)
+        m.req[r].has_canvas = 0;
+    CHECK(tb_wire_decode_result((const char *)&m, sizeof m, 3, &calls, &n, &rss, &err) == 0 && n == 1);
+    CHECK(n == 1 && calls[0].canvas == NULL);
     tb_wire_result_free(calls, n);
 }
 
