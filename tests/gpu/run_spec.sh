@@ -9,6 +9,7 @@
 #   bash tests/gpu/run_spec.sh [build-gpu]
 # SPEC_QUICK=0 leaves out quick.ini's rows (run them after a retraining).
 set -uo pipefail
+. "$(dirname "$0")/parts.sh"
 build=${1:-build-gpu}
 out=${OUT:-/tmp}
 export LD_LIBRARY_PATH="$PWD/$build/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
@@ -18,20 +19,22 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | 
     for t in test_gpu_spec:50 test_dflash_gpu:40 test_ar_spec_gpu:90; do
         echo "== ${t%%:*}"
         timeout "${t##*:}" "$build/tests/${t%%:*}" 2>&1 | tail -25
-        echo "${t%%:*} exit ${PIPESTATUS[0]}"
+        part_status "${t%%:*}" "${PIPESTATUS[0]}"
     done
 } >"$out/tests.log" 2>&1
 grep -E "exit|FAIL" "$out/tests.log"
 echo "== tokbench suites/gpu-spec.ini"
 timeout 120 "$build/tokbench" run suites/gpu-spec.ini --db "$out/spec.db" >"$out/spec.txt" 2>"$out/spec.err"
-echo "tokbench exit $?"
+part_status "tokbench gpu-spec.ini" $?
 echo "== peers"
-timeout 90 python3 tools/peer_spec.py --accept 3,7,15 --runs 2 2>&1 | grep -E "^peer|Error" | tee "$out/peer.txt"
+timeout 90 python3 tools/peer_spec.py --accept 3,7,15 --runs 2 >"$out/peer.log" 2>&1
+part_status peer_spec.py $?
+grep -E "^peer|Error" "$out/peer.log" | tee "$out/peer.txt"
 if [ "${SPEC_QUICK:-1}" = 1 ]; then
     echo "== the speculative rows of suites/quick.ini on the GPU"
     timeout 40 "$build/tokbench" run suites/quick.ini --filter backend=ar-small,ar-small-draft,ar-small-dflash,sdar-self \
         --db "$out/quick.db" >"$out/quick.txt" 2>"$out/quick.err"
-    echo "tokbench exit $?"
+    part_status "tokbench quick.ini" $?
 fi
 echo "== summary"
 sed -n '/^backend  /,/^$/p' "$out/spec.txt" | cut -c1-220
@@ -41,5 +44,7 @@ grep -iE "error|failed" "$out/spec.err" | head -5
 [ -f "$out/quick.err" ] && grep -iE "error|failed" "$out/quick.err" | head -5
 echo "== the engine's GPU test (the span attention kernel changed)"
 timeout 60 "$build/tests/test_gpu" >"$out/test_gpu.log" 2>&1
-echo "test_gpu exit $?"
+part_status test_gpu $?
 tail -2 "$out/test_gpu.log"
+# the tests' statuses were recorded inside the log's braces, in this shell
+parts_exit
