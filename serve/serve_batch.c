@@ -379,12 +379,16 @@ static void put_join(tb_server *s, tb_str *b, uint32_t slot, const tb_sreq *r)
 
 /* Send one STEP: the requests whose clients are gone leave their slots
  * (to n->left), then the oldest waiting requests join the free slots
- * (their queue reference becomes the slot's). */
-static tb_wc_result send_step(tb_server *s, tb_sreq **slots, step_news *n, char **why)
+ * (their queue reference becomes the slot's), but for those left in this
+ * same STEP: the step before it, still in flight, may yet emit for the
+ * request that left, and its emissions name the slot. left_now: scratch
+ * [max_batch]. */
+static tb_wc_result send_step(tb_server *s, tb_sreq **slots, step_news *n, unsigned char *left_now, char **why)
 {
     tb_str b = {0};
     tb_wire_step h = {0};
     tb_str_appendn(&b, (const char *)&h, sizeof h);
+    memset(left_now, 0, s->max_batch);
     pthread_mutex_lock(&s->mu);
     for (uint32_t i = 0; i < s->max_batch; i++) {
         tb_sreq *r = slots[i];
@@ -397,10 +401,11 @@ static tb_wc_result send_step(tb_server *s, tb_sreq **slots, step_news *n, char 
         h.n_leaves++;
         tb_str_appendn(&n->left, (const char *)&r, sizeof r);
         slots[i] = NULL;
+        left_now[i] = 1;
     }
     drop_gone_queued(s);
     for (uint32_t i = 0; i < s->max_batch && s->head; i++) {
-        if (slots[i])
+        if (slots[i] || left_now[i])
             continue;
         tb_sreq *r = s->head;
         s->head = r->next;
@@ -537,14 +542,65 @@ static void fail_queue(tb_server *s, const char *error)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* Whether the session has work: a request in a slot or in the queue. */
+static int has_work(tb_server *s, tb_sreq *const *slots)
+{
+    int more = 0;
+    for (uint32_t i = 0; i < s->max_batch; i++)
+        more |= slots[i] != NULL;
+    pthread_mutex_lock(&s->mu);
+    more |= s->head != NULL;
+    pthread_mutex_unlock(&s->mu);
+    return more && !*s->stop;
+}
+
+/* Read the answer of the oldest STEP in flight: its emissions (stashed,
+ * unless discard) and its STEPPED. *status: the step's (not OK: the
+ * worker closed the session). */
+static tb_wc_result await_stepped(tb_server *s, tb_sreq **slots, step_news *news, int discard, int32_t *status,
+                                  char **why)
+{
+    static const uint32_t answers[] = {TB_MSG_EMIT, TB_MSG_STEPPED};
+    int64_t since = tb_now_ns();
+    for (;;) {
+        tb_wire_frame f;
+        tb_wc_result r = tb_wc_await(&s->wc, since, answers, 2, &f, why);
+        if (r != TB_WC_OK)
+            return r;
+        if (f.type == TB_MSG_EMIT) {
+            if (!discard)
+                stash_emit(news, slots, s->max_batch, f.payload, f.len);
+            continue;
+        }
+        if (!discard) {
+            *status = stash_stepped(s, news, slots, f.payload, f.len);
+        } else { /* the session had ended: its requests failed already */
+            tb_wire_stepped d;
+            *status = f.len >= sizeof d ? (memcpy(&d, f.payload, sizeof d), d.status) : TB_ERR;
+        }
+        return TB_WC_OK;
+    }
+}
+
 /* The continuous dispatcher. Returns 0 when it served until the stop, 1
- * when the backend has no step ops (the static dispatcher takes over). */
+ * when the backend has no step ops (the static dispatcher takes over).
+ *
+ * Two STEPs in flight while there is work: the worker finds the next
+ * STEP waiting when it finishes one, so it never idles through the round
+ * trip to the server and back (what made continuous batching at
+ * concurrency 1 slower than static, docs/PERFORMANCE.md). The cost: a
+ * request that arrives joins the STEP after the one already queued, one
+ * step later than with a single STEP in flight; a slot that a request
+ * left or ended in is refilled one STEP later for the same reason
+ * (send_step; the ended ones are known only from the STEPPED). */
 static int dispatch_continuous(tb_server *s)
 {
     tb_sreq **slots = tb_xcalloc(s->max_batch, sizeof *slots);
+    unsigned char *left_now = tb_xcalloc(s->max_batch, 1);
     step_news news = {0};
     int open = s->session_open, fallback = 0, in_flight = 0;
-    int64_t sent_ns = 0; /* when the step in flight was sent */
+    int64_t sent_ns[2] = {0, 0}; /* when the steps in flight were sent, oldest first */
+    int64_t last_done_ns = 0;    /* when the last STEPPED arrived */
     s->session_open = 0;
     pthread_mutex_lock(&s->mu);
     s->stats.slots = s->max_batch;
@@ -574,49 +630,47 @@ static int dispatch_continuous(tb_server *s)
                 }
                 open = 1;
             }
-            r = send_step(s, slots, &news, &why);
-            in_flight = r == TB_WC_OK;
-            sent_ns = tb_now_ns();
         }
-        /* the step's emissions and answer */
-        int64_t since = tb_now_ns();
-        static const uint32_t answers[] = {TB_MSG_EMIT, TB_MSG_STEPPED};
+        /* up to two steps in flight while there is work */
+        while (r == TB_WC_OK && in_flight < 2 && has_work(s, slots)) {
+            r = send_step(s, slots, &news, left_now, &why);
+            if (r == TB_WC_OK)
+                sent_ns[in_flight++] = tb_now_ns();
+        }
+        /* the oldest step's emissions and answer */
         int32_t status = TB_OK;
-        while (r == TB_WC_OK) {
-            tb_wire_frame f;
-            r = tb_wc_await(&s->wc, since, answers, 2, &f, &why);
-            if (r == TB_WC_OK && f.type == TB_MSG_EMIT) {
-                stash_emit(&news, slots, s->max_batch, f.payload, f.len);
-                continue;
-            }
+        if (r == TB_WC_OK && in_flight) {
+            r = await_stepped(s, slots, &news, 0, &status, &why);
             if (r == TB_WC_OK) {
-                status = stash_stepped(s, &news, slots, f.payload, f.len);
+                /* its own time: from when the worker could start it (sent,
+                 * and the step before it answered) to its answer */
+                int64_t now = tb_now_ns(), began = sent_ns[0] > last_done_ns ? sent_ns[0] : last_done_ns;
+                last_done_ns = now;
                 pthread_mutex_lock(&s->mu);
-                tb_serve_stats_step(&s->stats, (double)(tb_now_ns() - sent_ns) / 1e9);
+                tb_serve_stats_step(&s->stats, (double)(now - began) / 1e9);
                 count_slots(s, slots);
                 pthread_mutex_unlock(&s->mu);
-                break;
+                sent_ns[0] = sent_ns[1];
+                in_flight--;
             }
         }
-        in_flight = 0;
-        if (r == TB_WC_OK && status == TB_OK) {
-            /* the next step goes out before the news is handed over */
-            int more = 0;
-            for (uint32_t i = 0; i < s->max_batch; i++)
-                more |= slots[i] != NULL;
-            pthread_mutex_lock(&s->mu);
-            more |= s->head != NULL;
-            pthread_mutex_unlock(&s->mu);
-            if (more && !*s->stop) {
-                r = send_step(s, slots, &news, &why);
-                in_flight = r == TB_WC_OK;
-                sent_ns = tb_now_ns();
-            }
+        /* the next step goes out before the news is handed over */
+        while (r == TB_WC_OK && status == TB_OK && in_flight < 2 && has_work(s, slots)) {
+            r = send_step(s, slots, &news, left_now, &why);
+            if (r == TB_WC_OK)
+                sent_ns[in_flight++] = tb_now_ns();
         }
         deliver(s, &news);
         if (r == TB_WC_OK && status == TB_OK)
             continue;
-        /* the session is over: its requests fail, the next ones reopen */
+        /* the session is over: its requests fail, the next ones reopen;
+         * a step still in flight is answered (the worker closed the
+         * session: a malformed STEP) and read past */
+        while (r == TB_WC_OK && in_flight) {
+            int32_t ignored;
+            r = await_stepped(s, slots, &news, 1, &ignored, &why);
+            in_flight--;
+        }
         const char *what = r == TB_WC_INTERRUPTED ? "the server is stopping"
                            : r == TB_WC_OK        ? "the backend's step failed"
                                                   : why;
@@ -629,6 +683,7 @@ static int dispatch_continuous(tb_server *s)
         free(msg);
         free(why);
         in_flight = 0;
+        last_done_ns = 0;
         open = 0;
     }
     if (!fallback)
@@ -636,6 +691,7 @@ static int dispatch_continuous(tb_server *s)
     tb_str_free(&news.emits);
     tb_str_free(&news.ended);
     tb_str_free(&news.left);
+    free(left_now);
     free(slots);
     return fallback;
 }

@@ -8,7 +8,7 @@
 #
 #   --build DIR    work folder (default build-fuzz): objects, binaries,
 #                  logs/, corpus copies (run/), crashes/
-#   --seconds N    time per target (default $TB_FUZZ_SECONDS, else 20)
+#   --seconds N    time per target (default $TB_FUZZ_SECONDS, else 10)
 #   --jobs N       targets fuzzed at once (default: the CPU count, <= 4)
 #   TARGET...      some of: config safetensors safetensors_index sse oai
 #                  tokenizer tokenizer_json suite serve_request
@@ -28,7 +28,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 
 build=build-fuzz
-seconds=${TB_FUZZ_SECONDS:-20}
+seconds=${TB_FUZZ_SECONDS:-10}
 jobs=
 targets=()
 while [ $# -gt 0 ]; do
