@@ -40,7 +40,7 @@
 
 enum {
     OPT_DEVICE, OPT_THREADS, OPT_TEMPERATURE, OPT_TOP_K, OPT_TOP_P, OPT_IGNORE_EOS, OPT_PRESET_SEED, OPT_DTYPE, OPT_TP,
-    OPT_DRAFTER, OPT_DRAFT_MODEL, OPT_DRAFT_LEN, OPT_FORCED_ACCEPTANCE, N_OPTS
+    OPT_DRAFTER, OPT_DRAFT_MODEL, OPT_DRAFT_LEN, OPT_FORCED_ACCEPTANCE, OPT_TOKENIZER, N_OPTS
 };
 
 /* `drafter`: speculative decoding's drafter kind (drafter.h); an enum, so
@@ -83,6 +83,13 @@ static const tb_option_decl ar_options[N_OPTS] = {
                                "draft_len) draft tokens, whatever the target says (the output is then not the "
                                "target's); 0 = off (the real rule); ignored with drafter = none",
                                NULL, 0, TB_SPEC_MAX_DRAFT, TB_OPTF_LOAD},
+    [OPT_TOKENIZER] = {"tokenizer", TB_OPT_STRING, "",
+                       "a preset's tokenizer (a tokenizer.json or a model folder holding one): prompts are "
+                       "tokenized with it and tokens are chosen among its ids only (every logit is still "
+                       "computed: the preset's work), so that every output token is text that streams (tokbench "
+                       "serve); not with a model folder (its own), a drafter or tp; a path is relative to the "
+                       "suite file",
+                       NULL, 0, 0, TB_OPTF_LOAD | TB_OPTF_MODEL},
 };
 
 /* The drafter kind the options name, *model its draft_model; -1 with why
@@ -194,6 +201,8 @@ static char *make_description(const ar_ctx *c)
     ok &= cJSON_AddStringToObject(o, "engine_version", AR_VERSION) != NULL;
     ok &= cJSON_AddStringToObject(o, "blas", "OpenBLAS") != NULL;
     ok &= cJSON_AddBoolToObject(o, "tokenizer", c->ld.tok != NULL) != NULL;
+    if (c->ld.pick_vocab > 0) /* a preset's tokenizer: tokens among its ids only */
+        ok &= cJSON_AddNumberToObject(o, "chosen_among_ids", c->ld.pick_vocab) != NULL;
     /* for a server's context check (tokbench serve): the positions the
      * model has, and whether a prompt gets a BOS before its tokens */
     if (cfg->max_position_embeddings > 0)
@@ -244,6 +253,18 @@ static void ar_destroy(void *p)
     free(c);
 }
 
+/* Whether the tokenizer option is set with what it cannot go with (a
+ * drafter kind, tp), why in why. */
+static int tokenizer_conflict(const tb_option_value *o, uint32_t n, int kind, char *why, size_t why_size)
+{
+    const char *tok = tb_opt_text(o, n, ar_options, OPT_TOKENIZER);
+    if (!tok[0] || (kind == DRAFT_NONE && OPT_I(o, n, OPT_TP) <= 0))
+        return 0;
+    snprintf(why, why_size, "tokenizer = %s: not with %s", tok,
+             kind != DRAFT_NONE ? "a drafter (the drafts would choose among every id)" : "tp");
+    return 1;
+}
+
 /* At suite load (--dry-run too): what create() would refuse of the
  * device options, said before anything runs. */
 static tb_status ar_validate(const tb_request *req, char *why, size_t why_size)
@@ -254,6 +275,8 @@ static tb_status ar_validate(const tb_request *req, char *why, size_t why_size)
     int kind = draft_kind_of(o, n, &path, why, why_size);
     if (kind < 0)
         return TB_ERR_INVALID;
+    if (tokenizer_conflict(o, n, kind, why, why_size))
+        return TB_ERR_UNSUPPORTED;
     return tb_load_check(tb_opt_text(o, n, ar_options, OPT_DEVICE),
                          tb_opt_choice(o, n, ar_options, OPT_DTYPE, tb_dtype_choices) == TB_DTYPE_FP8,
                          (int)OPT_I(o, n, OPT_TP), why, why_size);
@@ -292,6 +315,18 @@ static tb_status ar_create(const tb_host *host, const char *model, const tb_opti
     if (st != TB_OK) {
         ar_destroy(c);
         return st;
+    }
+    const char *tok_path = tb_opt_text(options, n_options, ar_options, OPT_TOKENIZER);
+    if (tokenizer_conflict(options, n_options, kind, err, err_size)) {
+        ar_destroy(c);
+        return TB_ERR_UNSUPPORTED;
+    }
+    if (tok_path[0]) {
+        st = tb_loaded_set_tokenizer(&c->ld, tok_path, err, err_size);
+        if (st != TB_OK) {
+            ar_destroy(c);
+            return st;
+        }
     }
     if (tb_engine_open(&c->eng, &c->ld, c->threads) != 0) {
         snprintf(err, err_size, "out of memory");
@@ -407,7 +442,7 @@ static tb_status decode_loop(ar_ctx *c, tb_result *res, uint32_t R, size_t P, ui
         int active = 0;
         for (uint32_t r = 0; r < R; r++) {
             if (logits)
-                c->next[r] = tb_sample(logits + r * V, (int)V, smp, rng, c->scratch);
+                c->next[r] = tb_sample(logits + r * V, tb_loaded_pick_vocab(&c->ld), smp, rng, c->scratch);
             int32_t t = c->next[r];
             fresh[r] = done[r] == 1 ? 0 : done[r] == 2 || tb_is_eos(cfg, t) ? 2 : 1;
             if (done[r] == 1)
@@ -622,11 +657,13 @@ static tb_status ar_loglik(void *ctx, const char *context, const char *continuat
         double sum = 0;
         size_t first = n_ctx ? n_ctx : 1; /* no context, no BOS: token 0 is not scored */
         for (size_t i = first; i < total; i++) {
+            /* over the ids a token is chosen among (a preset's tokenizer's) */
             const float *row = logits + (i - 1) * (size_t)cfg->vocab_size;
+            const int pick = tb_loaded_pick_vocab(&c->ld);
             double mx = row[0], z = 0;
-            for (int v = 1; v < cfg->vocab_size; v++)
+            for (int v = 1; v < pick; v++)
                 mx = row[v] > mx ? row[v] : mx;
-            for (int v = 0; v < cfg->vocab_size; v++)
+            for (int v = 0; v < pick; v++)
                 z += exp((double)row[v] - mx);
             sum += (double)row[seq[i]] - mx - log(z);
         }
@@ -884,7 +921,7 @@ static tb_status ar_step(void *ctx, tb_step_end *ends, uint32_t *n_ends)
                 slot_failed(c, slot, tb_status_of(c->error, TB_ERR), ends, n_ends);
                 continue;
             }
-            int32_t t = samples ? tb_sample(c->logits + (size_t)q * V, (int)V, &L->smp, &L->rng, c->scratch)
+            int32_t t = samples ? tb_sample(c->logits + (size_t)q * V, tb_loaded_pick_vocab(&c->ld), &L->smp, &L->rng, c->scratch)
                                 : S->join_next[q];
             slot_token(c, slot, t, now, ends, n_ends);
         }
@@ -902,7 +939,7 @@ static tb_status ar_step(void *ctx, tb_step_end *ends, uint32_t *n_ends)
     int64_t now = c->host->now_ns(c->host);
     for (uint32_t r = 0; r < k; r++) {
         ar_slot *L = &S->slots[S->run_slots[r]];
-        int32_t t = sampling ? tb_sample(c->logits + r * V, (int)V, &L->smp, &L->rng, c->scratch) : S->run_tokens[r];
+        int32_t t = sampling ? tb_sample(c->logits + r * V, tb_loaded_pick_vocab(&c->ld), &L->smp, &L->rng, c->scratch) : S->run_tokens[r];
         slot_token(c, (uint32_t)S->run_slots[r], t, now, ends, n_ends);
     }
     return TB_OK;

@@ -881,7 +881,7 @@ extern "C" int tb_flow_gpu_sample(tb_flow_gpu *g, const tb_flow_params *p, int32
     }
 #undef FORWARD
     if (rc == 0) {
-        k_argmax<<<(unsigned)R, 1024, 0, g->stream>>>(g->logits, V, g->out_tok);
+        k_argmax<<<(unsigned)R, 1024, 0, g->stream>>>(g->logits, V, V, g->out_tok);
         int32_t *out = (int32_t *)malloc(R * sizeof(int32_t));
         TRY(!out);
         TRY(cudaMemcpyAsync(out, g->out_tok, R * sizeof(int32_t), cudaMemcpyDeviceToHost, g->stream) != cudaSuccess);

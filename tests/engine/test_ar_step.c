@@ -10,9 +10,16 @@
  *     hold; a freed slot is reused by the next request;
  *   - emissions name the request's slot, one per token;
  *   - refusals: a prompt that does not fit, a busy slot, generate() while
- *     a session is open; step_leave frees a slot at once.
+ *     a session is open; step_leave frees a slot at once;
+ *   - a preset served with a tokenizer (the tokenizer option): the
+ *     tiny-llama preset (512 ids) given tests/data/bytes-tokenizer (259):
+ *     text prompts, and every token chosen, greedy, sampled and stepped,
+ *     among the tokenizer's ids (without the option its greedy choices go
+ *     past them); refused with a model folder's own tokenizer, a
+ *     tokenizer larger than the vocabulary, a drafter. On the CPU, and on
+ *     the GPU too where this build has CUDA and finds one.
  *
- *   test_ar_step MODEL_DIR
+ *   test_ar_step MODEL_DIR BYTES_TOKENIZER_DIR
  *
  * Built with plugins/ar/ar.c linked in (tokbench_backend_entry is its). */
 #define _GNU_SOURCE
@@ -25,6 +32,7 @@
 #include <tokbench/backend.h>
 
 #include "check.h"
+#include "engine_options.h"
 #include "plugin_host.h"
 
 #define MAX_SLOTS 4 /* the sessions' slots (<= TEST_HOST_REQUESTS: emissions are counted per slot) */
@@ -103,10 +111,107 @@ static void step(const tb_backend_ops *ops, void *ctx, req **in_slot, uint32_t n
     }
 }
 
+/* ---- a preset served with a tokenizer */
+
+/* Request r's ids of a generate() of 4 requests x 48 tokens: the largest
+ * id into *max_id; with text, each answer detokenizes. */
+static void preset_generate(const tb_backend_ops *ops, void *ctx, const tb_option_value *v, uint32_t n, int text,
+                            int32_t *max_id)
+{
+    const char *texts[4] = {"the cat sat", "x", "add 12 34 =", "hello world, again"};
+    tb_request_result rr[4] = {{0}};
+    tb_request rq = {.struct_size = sizeof rq, .n_requests = 4, .max_new_tokens = 48, .batch = 4, .seed = 3,
+                     .prompt_text = text ? texts : NULL, .prompt_tokens = text ? 0 : 8, .options = v,
+                     .n_options = n};
+    tb_result res = {.struct_size = sizeof res, .n_requests = 4, .requests = rr};
+    CHECK(ops->generate(ctx, &rq, &res) == TB_OK);
+    *max_id = -1;
+    for (int r = 0; r < 4; r++) {
+        CHECK(rr[r].n_output_ids == 48);
+        for (uint32_t i = 0; i < rr[r].n_output_ids; i++)
+            *max_id = rr[r].output_ids[i] > *max_id ? rr[r].output_ids[i] : *max_id;
+        char out[1024];
+        if (text)
+            CHECK(ops->detokenize(ctx, rr[r].output_ids, rr[r].n_output_ids, out, sizeof out) >= 0);
+    }
+}
+
+static void preset_tokenizer(const tb_backend_ops *ops, const char *device, const char *tok, const char *small_llama)
+{
+    enum { TOK_IDS = 259 }; /* tests/data/bytes-tokenizer's */
+    tb_option_value v[MAX_OPTS];
+    void *ctx = NULL;
+    char err[512] = "";
+    int32_t max_id;
+    /* without the option: the preset's own ids, past the tokenizer's */
+    test_option plain[] = {{"device", device}, {"threads", "1"}, {"ignore_eos", "true"}};
+    uint32_t n = test_options(ops, plain, sizeof plain / sizeof *plain, v, MAX_OPTS);
+    CHECK(ops->create(&test_host, "preset:tiny-llama", v, n, &ctx, err, sizeof err) == TB_OK);
+    if (ctx) {
+        preset_generate(ops, ctx, v, n, 0, &max_id);
+        CHECK(max_id >= TOK_IDS);
+        ops->destroy(ctx);
+        ctx = NULL;
+    }
+    /* with it: text in, every choice among its ids */
+    test_option set[] = {{"device", device}, {"threads", "1"}, {"ignore_eos", "true"}, {"tokenizer", tok}};
+    n = test_options(ops, set, sizeof set / sizeof *set, v, MAX_OPTS);
+    if (ops->create(&test_host, "preset:tiny-llama", v, n, &ctx, err, sizeof err) != TB_OK) {
+        fprintf(stderr, "create on %s with tokenizer = %s: %s\n", device, tok, err);
+        CHECK(0);
+        return;
+    }
+    CHECK(strstr(ops->describe(ctx), "\"chosen_among_ids\":259") != NULL);
+    preset_generate(ops, ctx, v, n, 1, &max_id);
+    CHECK(max_id >= 0 && max_id < TOK_IDS);
+    test_option hot[] = {{"device", device}, {"threads", "1"}, {"ignore_eos", "true"}, {"tokenizer", tok},
+                         {"temperature", "2"}};
+    uint32_t n_hot = test_options(ops, hot, sizeof hot / sizeof *hot, v, MAX_OPTS);
+    preset_generate(ops, ctx, v, n_hot, 1, &max_id); /* sampled, hot: the whole range in play */
+    CHECK(max_id >= 0 && max_id < TOK_IDS);
+    /* stepped, as tokbench serve runs it */
+    n = test_options(ops, set, sizeof set / sizeof *set, v, MAX_OPTS);
+    tb_request shape = {.struct_size = sizeof shape, .n_requests = 2, .max_new_tokens = 48, .batch = 2, .options = v,
+                        .n_options = n};
+    CHECK(ops->step_open(ctx, &shape, 2) == TB_OK);
+    req a = {.prompt = "the cat sat", .max_new = 40, .ignore_eos = "true"};
+    req b = {.prompt = "add 12 34 =", .max_new = 24, .ignore_eos = "true"};
+    req *in_slot[MAX_SLOTS] = {&a, &b};
+    join(ops, ctx, 0, &a);
+    join(ops, ctx, 1, &b);
+    for (uint32_t k = 1; (in_slot[0] || in_slot[1]) && k < 100; k++)
+        step(ops, ctx, in_slot, k);
+    CHECK(a.ended && b.ended && a.n_got == 40 && b.n_got == 24);
+    int outside = 0;
+    for (uint32_t i = 0; i < a.n_got; i++)
+        outside += a.got[i] >= TOK_IDS;
+    for (uint32_t i = 0; i < b.n_got; i++)
+        outside += b.got[i] >= TOK_IDS;
+    CHECK(outside == 0);
+    ops->step_close(ctx);
+    ops->destroy(ctx);
+    ctx = NULL;
+    /* refusals: a model folder's own tokenizer, more ids than the model
+     * has, a drafter (validate, at suite load) */
+    CHECK(ops->create(&test_host, small_llama, v, n, &ctx, err, sizeof err) == TB_ERR_INVALID && !ctx &&
+          strstr(err, "of its own"));
+    char big[1200];
+    snprintf(big, sizeof big, "%s/tokenizer.json", small_llama); /* 1,024 ids > tiny-llama's 512 */
+    test_option too_big[] = {{"device", "cpu"}, {"threads", "1"}, {"tokenizer", big}};
+    uint32_t n_big = test_options(ops, too_big, sizeof too_big / sizeof *too_big, v, MAX_OPTS);
+    CHECK(ops->create(&test_host, "preset:tiny-llama", v, n_big, &ctx, err, sizeof err) == TB_ERR_INVALID && !ctx &&
+          strstr(err, "more than the model's vocabulary of 512"));
+    test_option drafted[] = {{"tokenizer", tok}, {"drafter", "ar"}, {"draft_model", "preset:tiny-llama"}};
+    uint32_t n_dr = test_options(ops, drafted, sizeof drafted / sizeof *drafted, v, MAX_OPTS);
+    tb_request rq = {.struct_size = sizeof rq, .n_requests = 1, .max_new_tokens = 4, .batch = 1, .options = v,
+                     .n_options = n_dr};
+    CHECK(ops->validate(&rq, err, sizeof err) == TB_ERR_UNSUPPORTED && strstr(err, "not with a drafter"));
+}
+
 int main(int argc, char **argv)
 {
-    if (argc < 2) {
-        fprintf(stderr, "usage: test_ar_step MODEL_DIR\n");
+    if (argc < 3) {
+        fprintf(stderr, "usage: test_ar_step MODEL_DIR BYTES_TOKENIZER_DIR\n");
         return 2;
     }
     const tb_backend_ops *ops = tokbench_backend_entry();
@@ -228,5 +333,10 @@ int main(int argc, char **argv)
     alone(ops, ctx, &again);
     CHECK(again.n_want == third.n_want && memcmp(again.want, third.want, third.n_want * sizeof(int32_t)) == 0);
     ops->destroy(ctx);
+
+    preset_tokenizer(ops, "cpu", argv[2], argv[1]);
+    /* and the device's argmax, where this build has CUDA and a GPU */
+    if (tb_device_wants_gpu("auto"))
+        preset_tokenizer(ops, "cuda", argv[2], argv[1]);
     return check_done();
 }

@@ -238,6 +238,47 @@ int64_t tb_loaded_memory_peak(const tb_loaded *l)
     return -1;
 }
 
+int tb_loaded_pick_vocab(const tb_loaded *l)
+{
+    return l->pick_vocab > 0 ? l->pick_vocab : l->model.cfg.vocab_size;
+}
+
+tb_status tb_loaded_set_tokenizer(tb_loaded *l, const char *path, char *err, size_t err_size)
+{
+    if (l->tok) {
+        snprintf(err, err_size, "tokenizer = %s: the model has a tokenizer.json of its own (the option is for "
+                                "presets)", path);
+        return TB_ERR_INVALID;
+    }
+    char file[4096];
+    struct stat sb;
+    int dir = stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+    if (snprintf(file, sizeof file, dir ? "%s/tokenizer.json" : "%s", path) >= (int)sizeof file) {
+        snprintf(err, err_size, "tokenizer = %.200s...: path too long", path);
+        return TB_ERR_INVALID;
+    }
+    char why[512] = "";
+    tb_tokenizer *tok = NULL;
+    if (tb_tokenizer_load(file, &tok, why, sizeof why) != 0) {
+        snprintf(err, err_size, "tokenizer = %s: %s", path, why);
+        return tb_status_of(why, TB_ERR_MODEL);
+    }
+    size_t n = tb_tokenizer_vocab_size(tok);
+    if (n < 1 || n > (size_t)l->model.cfg.vocab_size) {
+        snprintf(err, err_size, "tokenizer = %s: %zu ids, more than the model's vocabulary of %d", path, n,
+                 l->model.cfg.vocab_size);
+        tb_tokenizer_free(tok);
+        return TB_ERR_INVALID;
+    }
+    l->tok = tok;
+    l->pick_vocab = (int)n;
+#ifdef TB_HAVE_CUDA
+    if (l->gpu)
+        tb_gpu_set_pick_vocab(l->gpu, l->pick_vocab);
+#endif
+    return TB_OK;
+}
+
 void tb_loaded_free(tb_loaded *l)
 {
     tb_energy_close(l->energy);

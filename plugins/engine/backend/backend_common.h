@@ -36,7 +36,23 @@ typedef struct tb_loaded {
     double peak_flops, peak_bytes_per_s;
     const char *peak_flops_dtype;
     int fp8; /* dtype = fp8: E4M3 projection weights (fp8.h) */
+    /* Tokens are chosen among ids [0, pick_vocab) only (the greedy argmax,
+     * sampling, loglik's normalisation); 0: the whole vocabulary. Set by
+     * tb_loaded_set_tokenizer: a preset served with a smaller tokenizer
+     * emits only ids that are text. */
+    int pick_vocab;
 } tb_loaded;
+
+/* The ids a token is chosen among: pick_vocab, else the vocabulary. */
+int tb_loaded_pick_vocab(const tb_loaded *l);
+/* A preset's tokenizer (ar's `tokenizer` option): `path`, a tokenizer.json
+ * or a folder holding one, becomes l's, and tokens are chosen among its
+ * ids only (pick_vocab = its vocabulary size; the model computes every
+ * logit still, so its work is the preset's). Before tb_engine_open.
+ * TB_OK; TB_ERR_INVALID when l has a tokenizer already (a model folder's)
+ * or the tokenizer's vocabulary is larger than the model's; TB_ERR_MODEL
+ * (or TB_ERR_NO_MEMORY) when it does not load; the reason in err. */
+tb_status tb_loaded_set_tokenizer(tb_loaded *l, const char *path, char *err, size_t err_size);
 
 /* TB_ERR_NO_MEMORY when the error text err says an allocation failed ("out
  * of memory", "out of device memory", "out of host memory": the engine's

@@ -9,7 +9,10 @@ int tb_engine_open(tb_engine *e, tb_loaded *ld, int threads)
     if (ld->gpu)
         return tb_engine_open_cuda(e, ld);
 #endif
-    return tb_engine_open_cpu(e, &ld->model, threads);
+    if (tb_engine_open_cpu(e, &ld->model, threads) != 0)
+        return -1;
+    tb_engine_cpu_pick_vocab(e, ld->pick_vocab);
+    return 0;
 }
 
 void tb_engine_close(tb_engine *e)

@@ -151,6 +151,9 @@ int tb_engine_open_cuda(tb_engine *e, tb_loaded *ld);
 #endif
 /* Free e's context (an engine never opened, or closed: nothing). */
 void tb_engine_close(tb_engine *e);
+/* The CPU engine's greedy choice among ids [0, n) only (tb_loaded's
+ * pick_vocab; tb_engine_open sets it; <= 0: the whole vocabulary). */
+void tb_engine_cpu_pick_vocab(tb_engine *e, int n);
 /* Tests: the CPU engine's state (the MoE router's margins), NULL for
  * another engine or before its first reserve. */
 struct tb_cpu_state *tb_engine_cpu_state(const tb_engine *e);

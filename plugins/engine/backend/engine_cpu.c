@@ -17,6 +17,7 @@ typedef struct cpu_engine {
                         the caller wants only the argmax (grown on demand) */
     size_t span_rows;
     int *capture, n_capture; /* set_capture's layers, kept across reserves */
+    int pick;                /* the greedy choice's ids: [0, pick) */
     char error[256];
 } cpu_engine;
 
@@ -86,7 +87,7 @@ static void pick_greedy(cpu_engine *c, const float *logits, int B, int32_t *next
         return;
     int V = vocab(c);
     for (int b = 0; b < B; b++)
-        next[b] = tb_argmax(c->scratch + (size_t)b * V, V);
+        next[b] = tb_argmax(c->scratch + (size_t)b * V, c->pick);
 }
 
 static int cpu_prefill(void *ctx, const int32_t *tokens, int B, int P, int32_t *next, float *logits)
@@ -202,7 +203,7 @@ static int cpu_spec_call(cpu_engine *c, const char *what, const int32_t *tokens,
         return -1;
     }
     for (size_t r = 0; argmax && r < rows; r++)
-        argmax[r] = tb_argmax(out + r * V, (int)V);
+        argmax[r] = tb_argmax(out + r * V, c->pick);
     return 0;
 }
 
@@ -353,9 +354,17 @@ int tb_engine_open_cpu(tb_engine *e, const tb_model *m, int threads)
         return -1;
     c->m = m;
     c->threads = threads;
+    c->pick = m->cfg.vocab_size;
     e->iface = &cpu_iface;
     e->ctx = c;
     return 0;
+}
+
+void tb_engine_cpu_pick_vocab(tb_engine *e, int n)
+{
+    cpu_engine *c = e->iface == &cpu_iface ? e->ctx : NULL;
+    if (c)
+        c->pick = n > 0 && n <= vocab(c) ? n : vocab(c);
 }
 
 tb_cpu_state *tb_engine_cpu_state(const tb_engine *e)

@@ -50,6 +50,11 @@ int tb_gpu_probe(char *why, size_t why_size);
 int tb_gpu_create_dtype(tb_gpu **out, const tb_model_config *cfg, const tb_model *cpu, uint64_t seed, int fp8,
                         char *err, size_t err_size);
 void tb_gpu_free(tb_gpu *g);
+/* The greedy argmax chooses among ids [0, n) of the vocabulary only
+ * (backend_common.h's pick_vocab: a preset given a smaller tokenizer); n
+ * in [1, vocab_size]. Before the first forward (a captured CUDA graph
+ * keeps the range it was captured with). */
+void tb_gpu_set_pick_vocab(tb_gpu *g, int n);
 
 /* Tensor parallelism over devices 0 .. tp - 1 of this host (gpu_tp.cu,
  * tp_split.h's split; NCCL loaded at run time): a group context whose entry

@@ -174,6 +174,7 @@ int tbgpu::create_on(tb_gpu **out, const tb_model_config *cfg, const tb_model *c
         return -1;
     }
     g->cfg = *cfg;
+    g->pick_vocab = cfg->vocab_size;
     g->device = device;
     g->head_rows = head_rows;
     g->tp = 1;
@@ -511,6 +512,11 @@ extern "C" int tb_gpu_pci_bus_id(const tb_gpu *g, char *buf, int len)
 // a tensor-parallel group's: its ranks' summed (per rank: tb_gpu_rank_peak_bytes)
 extern "C" size_t tb_gpu_bytes(const tb_gpu *g) { return g->ranks ? tp_bytes(g, 0) : g->bytes_now; }
 extern "C" size_t tb_gpu_peak_bytes(const tb_gpu *g) { return g->ranks ? tp_bytes(g, 1) : g->bytes_peak; }
+extern "C" void tb_gpu_set_pick_vocab(tb_gpu *g, int n)
+{
+    g->pick_vocab = n >= 1 && n <= g->cfg.vocab_size ? n : g->cfg.vocab_size;
+}
+
 extern "C" void tb_gpu_reset_peak(tb_gpu *g)
 {
     for (int r = 0; r < g->n_ranks; r++)

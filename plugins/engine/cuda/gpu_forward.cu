@@ -929,7 +929,7 @@ static void profile_end(tb_gpu *g)
 
 static int fetch_next(tb_gpu *g, int B, int32_t *next, float *logits_out)
 {
-    k_argmax<<<B, 1024, 0, g->stream>>>(g->logits, g->cfg.vocab_size, g->out_tok);
+    k_argmax<<<B, 1024, 0, g->stream>>>(g->logits, g->cfg.vocab_size, g->pick_vocab, g->out_tok);
     LAUNCHED();
     CK(cudaMemcpyAsync(g->h_tok, g->out_tok, B * sizeof(int32_t), cudaMemcpyDeviceToHost, g->stream));
     if (logits_out)
@@ -974,7 +974,7 @@ static int capture_decode(tb_gpu *g, int B)
     CK(cudaStreamBeginCapture(g->stream, cudaStreamCaptureModeThreadLocal));
     int rc = forward_head(g, B, 0, 0, 1, 0, 1, FWD_DECODE, 0, 1);
     if (rc == 0) {
-        k_argmax<<<B, 1024, 0, g->stream>>>(g->logits, g->cfg.vocab_size, g->out_tok);
+        k_argmax<<<B, 1024, 0, g->stream>>>(g->logits, g->cfg.vocab_size, g->pick_vocab, g->out_tok);
         cudaMemcpyAsync(g->tok, g->out_tok, B * sizeof(int32_t), cudaMemcpyDeviceToDevice, g->stream);
         k_incr<<<1, 1, 0, g->stream>>>(g->d_pos);
     }
@@ -1085,7 +1085,7 @@ static int capture_decode_slots(tb_gpu *g, int B)
     CK(cudaStreamBeginCapture(g->stream, cudaStreamCaptureModeThreadLocal));
     int rc = forward_head(g, B, 0, 0, 1, 0, 1, FWD_SLOTS, 0, 1);
     if (rc == 0)
-        k_argmax<<<B, 1024, 0, g->stream>>>(g->logits, g->cfg.vocab_size, g->out_tok);
+        k_argmax<<<B, 1024, 0, g->stream>>>(g->logits, g->cfg.vocab_size, g->pick_vocab, g->out_tok);
     cudaError_t e = cudaStreamEndCapture(g->stream, &graph);
     if (rc != 0 || e != cudaSuccess)
         (void)cudaGetLastError();
@@ -1180,7 +1180,7 @@ static int span_slots(tb_gpu *g, const int32_t *tokens, const int *slots, int B,
         g->slot_len[slots[b]] += n;
     size_t V = g->cfg.vocab_size;
     if (argmax) {
-        k_argmax<<<rows, 1024, 0, g->stream>>>(g->logits, (int)V, g->out_tok);
+        k_argmax<<<rows, 1024, 0, g->stream>>>(g->logits, (int)V, g->pick_vocab, g->out_tok);
         LAUNCHED();
         CK(cudaMemcpyAsync(g->h_tok, g->out_tok, (size_t)rows * sizeof(int32_t), cudaMemcpyDeviceToHost, g->stream));
     }

@@ -69,6 +69,9 @@ struct fp8_gemm_cache; // gpu_gemm_fp8.cu
 
 struct tb_gpu {
     tb_model_config cfg;
+    // the greedy argmax's range: ids [0, pick_vocab) of each row of
+    // vocab_size logits (tb_gpu_set_pick_vocab; vocab_size unless set)
+    int pick_vocab;
     cudaDeviceProp prop;
     cublasHandle_t blas;
     cudaStream_t stream;

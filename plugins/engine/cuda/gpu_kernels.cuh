@@ -58,7 +58,7 @@ __global__ void k_softmax(const float *sc, bf16 *p, int n, int n_keys, int pos0,
 __global__ void k_softmax_slots(const float *sc, bf16 *p, int n, int n_keys, int pos0, int causal, const int *pad,
                                 const int *row_slot, int nh);
 __global__ void k_swiglu(const float *gu, bf16 *act, int inter, size_t n, const float *sx, const float *sw);
-__global__ void k_argmax(const float *logits, int V, int32_t *out);
+__global__ void k_argmax(const float *logits, int stride, int V, int32_t *out);
 __global__ void k_incr(int *p);
 __global__ void k_fp8_quantize_rows(const bf16 *w, int in, uint8_t *q, float *scale);
 #define FP8_QUANT_THREADS 512

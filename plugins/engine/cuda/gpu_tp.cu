@@ -218,6 +218,7 @@ extern "C" int tb_gpu_create_tp(tb_gpu **out, const tb_model_config *cfg, const 
         return -1;
     }
     g->cfg = *cfg;
+    g->pick_vocab = cfg->vocab_size;
     g->ranks = ranks;
     g->n_ranks = tp;
     g->tp = tp;

@@ -4,15 +4,17 @@
 #include "gpu_internal.cuh"
 #include "kernels_device.cuh"
 
-// First maximum of each row (torch.argmax), into out[row]; one block per
+// First maximum of each row's first V entries (torch.argmax), into
+// out[row]; rows `stride` floats apart (the vocabulary; V < stride: a
+// preset's ids beyond its tokenizer's are never chosen). One block per
 // row, each thread with 4 independent loads in flight (in index order,
 // so a thread keeps its first maximum), then a reduction that prefers
 // the smaller index on ties.
-__global__ void k_argmax(const float *logits, int V, int32_t *out)
+__global__ void k_argmax(const float *logits, int stride, int V, int32_t *out)
 {
     __shared__ float bv[1024];
     __shared__ int bi[1024];
-    const float *x = logits + (size_t)blockIdx.x * V;
+    const float *x = logits + (size_t)blockIdx.x * stride;
     float best = -INFINITY;
     int idx = 0, n = blockDim.x, v = threadIdx.x;
     for (; v + 3 * n < V; v += 4 * n) {

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# A preset in-process and behind `tokbench serve`, same conditions, same
+# call (issue 42, item 5: the serving overhead): the ar backend on PRESET
+# (random weights at a published shape) with a shipped tokenizer (the ar
+# backend's `tokenizer` option: tokens are chosen among its ids only, so
+# every output token is text that streams), ignore_eos, prompts of 32
+# tokens, 128 out;
+#   1. in-process: `tokbench run` at batch 1 and 32;
+#   2. through HTTP: `tokbench serve` (continuous batching, --max-batch 32)
+#      measured by plugins/http at concurrency 1 and 32 (closed loop);
+# then one row each: output tokens/s, TPOT p50, and HTTP / in-process.
+#
+#   tools/serve_preset.sh BUILD [DEVICE] [PRESET] [TOKENIZER]
+#   e.g. tools/serve_preset.sh build-gpu cuda preset:llama-3-8b models/small-llama
+#        tools/serve_preset.sh build cpu preset:tiny-llama tests/data/bytes-tokenizer
+set -uo pipefail
+build=${1:-build}
+device=${2:-cpu}
+preset=${3:-preset:llama-3-8b}
+src=$(cd "$(dirname "$0")/.." && pwd)
+tok=${4:-$src/models/small-llama}
+case $tok in /*) ;; *) tok=$PWD/$tok ;; esac
+tb="$build/tokbench"
+export TOKBENCH_PLUGIN_PATH="$build/plugins"
+tmp=$(mktemp -d)
+pid=
+trap '[ -n "$pid" ] && kill $pid 2>/dev/null; wait 2>/dev/null; [ -n "${KEEP:-}" ] || rm -rf "$tmp"' EXIT
+backend="plugin = ar
+model = $preset
+tokenizer = $tok
+device = $device
+ignore_eos = true"
+cat >"$tmp/inproc.ini" <<EOT
+[suite]
+name = preset-inproc
+warmup = 1
+repeat = 3
+case_timeout = 600
+[matrix]
+prompt_tokens = 32
+max_new_tokens = 128
+batch = 1, 32
+[backend inproc]
+$backend
+EOT
+cat >"$tmp/server.ini" <<EOT
+[suite]
+name = preset-served
+[backend served]
+$backend
+EOT
+"$tb" run "$tmp/inproc.ini" --db "$tmp/p.db" >"$tmp/inproc.out" 2>"$tmp/inproc.err" \
+    || { echo "in-process run failed:"; tail -20 "$tmp/inproc.err"; exit 1; }
+"$tb" serve --backend served "$tmp/server.ini" --port 0 --max-batch 32 --port-file "$tmp/port" \
+    >"$tmp/serve.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 600); do [ -s "$tmp/port" ] && break; sleep 0.1; done
+[ -s "$tmp/port" ] || { echo "serve did not start:"; tail -20 "$tmp/serve.log"; exit 1; }
+cat >"$tmp/client.ini" <<EOT
+[suite]
+name = preset-http
+warmup = 1
+repeat = 3
+case_timeout = 600
+[matrix]
+prompt_tokens = 32
+max_new_tokens = 128
+concurrency = 1, 32
+[backend http]
+plugin = http
+url = http://127.0.0.1:$(cat "$tmp/port")
+model_name = served
+tokenizer = $tok/tokenizer.json
+EOT
+[ -d "$tok" ] || sed -i "s|^tokenizer = .*|tokenizer = $tok|" "$tmp/client.ini"
+"$tb" run "$tmp/client.ini" --db "$tmp/p.db" >"$tmp/http.out" 2>"$tmp/http.err" \
+    || { echo "HTTP run failed:"; tail -20 "$tmp/http.err"; exit 1; }
+[ -n "${PRESET_OUT:-}" ] && cp "$tmp/p.db" "$tmp/inproc.out" "$tmp/http.out" "$tmp/serve.log" "$PRESET_OUT/"
+echo "$preset with $(basename "$tok")'s tokenizer on $device; $(grep -m1 'loaded' "$tmp/serve.log" | cut -c1-120)"
+echo "path | batch or concurrency | output tok/s | TPOT ms p50 | HTTP / in-process"
+python3 - "$tmp/p.db" <<'EOT'
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+rows = db.execute("""select backend, coalesce(concurrency, batch), aggregate_tps, tpot_ms from summary
+                     order by backend = 'http', coalesce(concurrency, batch)""").fetchall()
+inproc = {n: tps for b, n, tps, _ in rows if b == 'inproc'}
+for b, n, tps, tpot in rows:
+    ratio = f"{tps / inproc[n]:.3f}" if b == 'http' and inproc.get(n) else ""
+    print(f"{b} | {n} | {tps:.1f} | {tpot:.3f} | {ratio}")
+EOT
