@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# `tokbench serve`'s continuous batching with two steps in flight
+# (serve/serve_batch.c), against tests/plugins/stepper.so, a backend with
+# step ops whose answers follow from their prompts alone:
+#   1. 16 concurrent requests, streamed and not, of different lengths,
+#      beside two streams whose clients leave after two chunks: every
+#      answer is its own prompt's (a token handed to the request of
+#      another slot, or a slot refilled while the step before still ran
+#      for the request that left it, would show), and a request after
+#      them is answered;
+#   2. slow steps, two slots held by streams whose clients leave while four
+#      streamed requests wait: the left slots are refilled in a later STEP
+#      than the one that leaves them, and every stream is its prompt's;
+#   3. the backend's 5th step fails under a request that needs 30 (a
+#      second STEP queued behind it): it fails with a 5xx, the server
+#      reads past the queued step's answer, opens a new session, and the
+#      requests after it are answered.
+#
+# usage: test_serve_steps.sh BUILD_DIR SOURCE_DIR
+set -uo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+tb_init serve_steps "$@"
+command -v python3 >/dev/null || { echo "SKIP: python3 not installed"; exit 77; }
+"$tb" serve --help >/dev/null 2>&1 || { echo "SKIP: no tokbench serve (libmicrohttpd missing)"; exit 77; }
+stepper="$build/tests/plugins/stepper.so"
+[ -f "$stepper" ] || { echo "FAIL: $stepper not built"; exit 1; }
+
+cat >"$tmp/s.ini" <<EOT
+[suite]
+name = serve-steps
+[matrix]
+max_new_tokens = 16
+[backend s]
+plugin = $stepper
+[backend slow]
+plugin = $stepper
+step_us = 500
+[backend fails]
+plugin = $stepper
+fail_at_step = 5
+EOT
+start_server s "$tb" serve --backend s "$tmp/s.ini" --port 0 --max-batch 4 && ps=$port
+start_server slow "$tb" serve --backend slow "$tmp/s.ini" --port 0 --max-batch 2 && pw=$port
+start_server fails "$tb" serve --backend fails "$tmp/s.ini" --port 0 --max-batch 4 && pf=$port
+grep -q "continuous batching" "$tmp/s.log" || fail "not served continuously: $(grep -i batch "$tmp/s.log")"
+
+if [ -n "${ps:-}" ]; then
+    if out=$(python3 "$src/tests/e2e/serve_steps.py" "$ps" answers s 2>&1); then
+        pass "16 concurrent requests and 2 that left: every answer its own prompt's"
+    else
+        fail "answers: $out"
+    fi
+fi
+if [ -n "${pw:-}" ]; then
+    if out=$(python3 "$src/tests/e2e/serve_steps.py" "$pw" refill slow 2>&1); then
+        pass "two slots left by their clients, refilled: every stream its own prompt's"
+    else
+        fail "refill: $out"
+    fi
+    grep -q "its slot is freed" "$tmp/slow.log" || fail "no client was seen leaving: $(tail -5 "$tmp/slow.log")"
+fi
+if [ -n "${pf:-}" ]; then
+    if out=$(python3 "$src/tests/e2e/serve_steps.py" "$pf" failing fails 2>&1); then
+        pass "a failed step: its request fails with a 5xx, the next session answers"
+    else
+        fail "failing: $out"
+    fi
+    grep -q "step() failed" "$tmp/fails.log" || fail "the failed step is not in the server's log: $(tail -5 "$tmp/fails.log")"
+fi
+tb_finish
