@@ -446,6 +446,93 @@ static void test_forward(const tb_dgemma_model *m)
     free(ha), free(hb), free(la), free(lb), free(lc);
 }
 
+/* The router's margin and the test-only replay (dgemma_forward.h): what
+ * tests/gpu/test_dgemma_gpu.c relies on to compare another engine's
+ * passes across routing near-ties. */
+static void test_routes(void)
+{
+    tb_dgemma_model m;
+    char err[256];
+    CHECK(tb_dgemma_preset("tiny-diffusiongemma", 5, &m, err, sizeof err) == 0);
+    const tb_dgemma_config *c = &m.cfg;
+    int E = c->n_experts, K = c->top_k, H = c->hidden, L = c->n_layers;
+    int32_t prompt[20], canvas[8];
+    for (int i = 0; i < 20; i++)
+        prompt[i] = (i * 37 + 5) % c->vocab;
+    for (int i = 0; i < 8; i++)
+        canvas[i] = (i * 53 + 11) % c->vocab;
+    float *la = malloc(8 * 128 * 4), *lb = malloc(8 * 128 * 4);
+    size_t nf = (size_t)L * 8 * K;
+    int32_t *f01 = malloc(nf * sizeof *f01), *f10 = malloc(nf * sizeof *f10), *f23 = malloc(nf * sizeof *f23);
+    for (size_t i = 0; i < nf; i += (size_t)K)
+        f01[i] = 0, f01[i + 1] = 1, f10[i] = 1, f10[i + 1] = 0, f23[i] = 2, f23[i + 1] = 3;
+    tb_dgemma_state a;
+    CHECK(tb_dgemma_state_init(&a, &m, 64, 8, err, sizeof err) == 0);
+    /* random weights: a margin in (0, 1), each pass's own (the 20-row
+     * encode's smallest is below the 8-row canvas pass's here) */
+    CHECK(tb_dgemma_encode(&a, prompt, 20, NULL) == 0);
+    double genc = a.route_gap;
+    int32_t c2[8];
+    for (int i = 0; i < 8; i++)
+        c2[i] = (i * 29 + 3) % c->vocab;
+    CHECK(tb_dgemma_denoise(&a, c2, 8, NULL, la) == 0);
+    double gc2 = a.route_gap;
+    CHECK(tb_dgemma_denoise(&a, canvas, 8, NULL, la) == 0);
+    fprintf(stderr, "route margins: encode %.3g, canvas %.3g, another canvas %.3g\n", genc, a.route_gap, gc2);
+    CHECK(genc > 0 && genc < 1e-2 && gc2 > genc && a.route_gap > 0 && a.route_gap < gc2);
+    CHECK(a.route_replaced == 0 && a.route_replaced_gap == 0);
+    /* replay: another set where the router chose otherwise; counted, with
+     * the largest margin it overrode; the order within a set is no matter */
+    a.route_force = f23, a.route_force_n = nf;
+    CHECK(tb_dgemma_denoise(&a, canvas, 8, NULL, lb) == 0);
+    CHECK(max_diff(la, lb, 8 * 128) > 1e-4);
+    int rep23 = a.route_replaced;
+    CHECK(rep23 > 0 && rep23 < L * 8 && a.route_replaced_gap > a.route_gap && a.route_replaced_gap < 1);
+    a.route_force = f01;
+    CHECK(tb_dgemma_denoise(&a, canvas, 8, NULL, la) == 0);
+    a.route_force = f10;
+    CHECK(tb_dgemma_denoise(&a, canvas, 8, NULL, lb) == 0);
+    CHECK(max_diff(la, lb, 8 * 128) == 0);
+    /* a replay of the wrong length or naming no expert: refused */
+    a.route_force_n = nf - 1;
+    CHECK(tb_dgemma_denoise(&a, canvas, 8, NULL, lb) == -1);
+    a.route_force_n = nf;
+    f10[5] = E;
+    CHECK(tb_dgemma_denoise(&a, canvas, 8, NULL, lb) == -1);
+    a.route_force = NULL;
+    tb_dgemma_state_free(&a);
+    /* a router of one live row, 3 of 4 experts taken: the other three
+     * tie, so where expert 0 leads the 3rd and the one left out are equal
+     * (margin 0; the 1st and the one left out are not); where it trails,
+     * the margin is theirs to it */
+    for (int l = 0; l < L; l++)
+        for (int i = 0; i < E * H; i++)
+            m.layers[l].router[i] = i < H ? m.layers[l].router[i] * 100 : 0;
+    m.cfg.top_k = 3;
+    CHECK(tb_dgemma_state_init(&a, &m, 64, 8, err, sizeof err) == 0);
+    CHECK(tb_dgemma_encode(&a, prompt, 20, NULL) == 0);
+    CHECK(a.route_gap == 0);
+    tb_dgemma_state_free(&a);
+    m.cfg.top_k = K;
+    /* all tie: replaying the router's own choice (ties to the lower index)
+     * replaces nothing and changes no bit */
+    CHECK(tb_dgemma_state_init(&a, &m, 64, 8, err, sizeof err) == 0);
+    CHECK(tb_dgemma_encode(&a, prompt, 20, NULL) == 0);
+    for (int l = 0; l < L; l++) /* all tie */
+        memset(m.layers[l].router, 0, (size_t)E * H * sizeof(float));
+    CHECK(tb_dgemma_denoise(&a, canvas, 8, NULL, la) == 0);
+    CHECK(a.route_gap == 0);
+    a.route_force = f01, a.route_force_n = nf;
+    CHECK(tb_dgemma_denoise(&a, canvas, 8, NULL, lb) == 0);
+    CHECK(a.route_replaced == 0 && max_diff(la, lb, 8 * 128) == 0);
+    a.route_force = f23;
+    CHECK(tb_dgemma_denoise(&a, canvas, 8, NULL, lb) == 0);
+    CHECK(a.route_replaced == L * 8 && a.route_replaced_gap == 0);
+    tb_dgemma_state_free(&a);
+    tb_dgemma_free(&m);
+    free(la), free(lb), free(f01), free(f10), free(f23);
+}
+
 /* ------------------------------------------------------------ sampler */
 
 static void test_schedule(void)
@@ -801,6 +888,7 @@ int main(void)
     CHECK(tb_dgemma_preset("tiny-diffusiongemma", 5, &m, err, sizeof err) == 0);
     test_loader(&m);
     test_forward(&m);
+    test_routes();
     test_schedule();
     test_accept();
     test_decide();

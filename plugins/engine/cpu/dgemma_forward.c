@@ -235,6 +235,34 @@ static void moe(tb_dgemma_state *st, const tb_dgemma_layer *L, int rows)
             }
             idx[k] = best, w[k] = p[best], tot += p[best];
         }
+        /* the margin to the best one left out (none when every expert is taken) */
+        float out = -1;
+        for (int e = 0; e < E; e++) {
+            int taken = 0;
+            for (int j = 0; j < K; j++)
+                taken |= idx[j] == e;
+            out = !taken && p[e] > out ? p[e] : out;
+        }
+        double gap = out >= 0 ? (double)p[idx[K - 1]] - out : 1.0;
+        st->route_gap = gap < st->route_gap ? gap : st->route_gap;
+        if (st->route_force) { /* replay: the given set, weighted by this pass's probabilities */
+            const int32_t *f = st->route_force + st->route_force_at;
+            st->route_force_at += (size_t)K;
+            int same = 1;
+            for (int k = 0; k < K; k++) {
+                int in = 0;
+                for (int j = 0; j < K; j++)
+                    in |= f[k] == idx[j];
+                same &= in;
+            }
+            if (!same) {
+                st->route_replaced++;
+                st->route_replaced_gap = gap > st->route_replaced_gap ? gap : st->route_replaced_gap;
+            }
+            tot = 0;
+            for (int k = 0; k < K; k++)
+                idx[k] = f[k], w[k] = p[f[k]], tot += w[k];
+        }
         for (int k = 0; k < K; k++)
             w[k] = w[k] / tot * L->expert_scale[idx[k]];
     }
@@ -317,6 +345,23 @@ static int check_ids(const tb_dgemma_state *st, const int32_t *t, int n)
     return 0;
 }
 
+/* A pass of n rows starts: the router's records restart; a replay must
+ * hold exactly the pass's sets, each id an expert. */
+static int route_start(tb_dgemma_state *st, int n)
+{
+    const tb_dgemma_config *c = &st->m->cfg;
+    st->route_gap = 1.0, st->route_force_at = 0, st->route_replaced = 0, st->route_replaced_gap = 0;
+    if (!st->route_force)
+        return 0;
+    size_t need = (size_t)c->n_layers * (size_t)n * (size_t)c->top_k;
+    if (st->route_force_n != need)
+        return -1;
+    for (size_t i = 0; i < need; i++)
+        if (st->route_force[i] < 0 || st->route_force[i] >= c->n_experts)
+            return -1;
+    return 0;
+}
+
 /* mode ENCODE: the image token is embedded as pad (DiffusionGemmaEncoderModel
  * puts the vision tower's features in those slots; text only here) */
 static void embed(tb_dgemma_state *st, const int32_t *t, int n, pass mode)
@@ -334,7 +379,7 @@ static void embed(tb_dgemma_state *st, const int32_t *t, int n, pass mode)
 int tb_dgemma_encode(tb_dgemma_state *st, const int32_t *tokens, int n, float *hidden)
 {
     const tb_dgemma_config *c = &st->m->cfg;
-    if (n < 0 || st->len + n > st->max_ctx || check_ids(st, tokens, n))
+    if (n < 0 || st->len + n > st->max_ctx || check_ids(st, tokens, n) || route_start(st, n))
         return -1;
     for (int done = 0; done < n;) {
         int rows = n - done < st->max_rows ? n - done : st->max_rows;
@@ -392,7 +437,7 @@ int tb_dgemma_denoise(tb_dgemma_state *st, const int32_t *canvas, int n, const f
     const tb_dgemma_model *m = st->m;
     const tb_dgemma_config *c = &m->cfg;
     int H = c->hidden, V = c->vocab;
-    if (n < 1 || n > st->max_rows || check_ids(st, canvas, n))
+    if (n < 1 || n > st->max_rows || check_ids(st, canvas, n) || route_start(st, n))
         return -1;
     embed(st, canvas, n, DENOISE);
     if (sc) {

@@ -58,6 +58,21 @@ typedef struct tb_dgemma_state {
     float *w;           /* [max_rows][top_k] */
     float *y;           /* [H]: one expert's output */
     size_t bytes;
+    /* The router's margin, for tests that compare another engine's passes
+     * (whose rounding may flip a near-tie): the last encode or denoise
+     * call's smallest p_k - p_(k+1) over its rows and layers, p sorted
+     * routing probabilities, k = top_k (1 where top_k = n_experts). */
+    double route_gap;
+    /* Test-only replay: route_force non-NULL makes each pass use these
+     * top-k sets, in the order the pass routes them ([chunk][layer][rows]
+     * [top_k]: the order tb_gpu_dgemma's route log has), not its own; a
+     * pass needs exactly route_force_n = n_layers x n x top_k ids (else -1).
+     * route_replaced counts the rows whose given set differs from its own;
+     * route_replaced_gap is the largest own margin among them (0: none). */
+    const int32_t *route_force;
+    size_t route_force_n, route_force_at;
+    int route_replaced;
+    double route_replaced_gap;
 } tb_dgemma_state;
 
 /* Room for max_ctx cached positions and forwards of up to max_rows rows

@@ -78,6 +78,9 @@ struct tb_gpu_dgemma {
     int32_t *d_ids;           // [2 R]: sampled, argmax
     float *d_ent;             // [R]
     int have_z;               // logits hold a decide's z
+    int have_logits;          // logits hold the last canvas pass's logits, not yet decided
+    int32_t *route_log;       // test-only (tb_gpu_dgemma_log_routes): the pass's top-k sets, host
+    size_t route_cap, route_n;
     double expert_reads, moe_rows;
 };
 
@@ -546,7 +549,7 @@ static void dg_free_buffers(tb_gpu_dgemma *d)
     d->xn = d->qb = d->att = d->P = d->act = d->xg = d->eact = d->soft = d->egu = d->ey = NULL;
     d->d_ids = NULL;
     d->max_ctx = d->cap = d->len = 0;
-    d->have_z = 0;
+    d->have_z = d->have_logits = 0;
 }
 
 extern "C" void tb_gpu_dgemma_free(tb_gpu_dgemma *d)
@@ -589,8 +592,11 @@ static int upload(tb_gpu_dgemma *d, const tb_dgemma_model *m)
     size_t H = c->hidden, V = c->vocab, I = c->inter, E = c->n_experts, mi = c->moe_inter, nh = c->n_heads;
     size_t hdm = c->hd_sliding > c->hd_full ? c->hd_sliding : c->hd_full;
     size_t big = V * H;
-    size_t cand[] = {2 * I * H, E * 2 * mi * H, nh * hdm * H};
-    for (size_t i = 0; i < 3; i++)
+    size_t kvd = (size_t)(c->kv_sliding * c->hd_sliding > c->kv_full * c->hd_full ? c->kv_sliding * c->hd_sliding
+                                                                                    : c->kv_full * c->hd_full);
+    // every upload's float staging: the largest weight (the router's E H too: E > V is legal)
+    size_t cand[] = {2 * I * H, H * I, E * 2 * mi * H, E * mi * H, nh * hdm * H, kvd * H, E * H};
+    for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++)
         big = cand[i] > big ? cand[i] : big;
     float *stage = NULL;
     if (dalloc(g, (void **)&stage, big * sizeof(float)))
@@ -775,13 +781,24 @@ extern "C" int tb_gpu_dgemma_reserve(tb_gpu_dgemma *d, int max_ctx)
     d->max_ctx = max_ctx;
     d->cap = (int)cap;
     d->len = 0;
+    d->have_z = d->have_logits = 0;
     return 0;
 }
 
 extern "C" void tb_gpu_dgemma_reset(tb_gpu_dgemma *d)
 {
     d->len = 0;
-    d->have_z = 0;
+    d->have_z = d->have_logits = 0;
+}
+
+extern "C" void tb_gpu_dgemma_log_routes(tb_gpu_dgemma *d, int32_t *log, size_t cap)
+{
+    d->route_log = log, d->route_cap = log ? cap : 0, d->route_n = 0;
+}
+
+extern "C" size_t tb_gpu_dgemma_routes_logged(const tb_gpu_dgemma *d)
+{
+    return d->route_n;
 }
 
 extern "C" int tb_gpu_dgemma_len(const tb_gpu_dgemma *d)
@@ -863,6 +880,13 @@ static int moe(tb_gpu_dgemma *d, const dg_layer *L, int rows)
     k_moe_gather<<<P < 65535 ? P : 65535, 256, 0, g->stream>>>(d->xn, d->order, K, H, P, d->xg);
     LAUNCHED();
     CK(cudaMemcpyAsync(d->h_off, d->off, (size_t)(E + 1) * sizeof(int), cudaMemcpyDeviceToHost, g->stream));
+    if (d->route_log) { // a test's record of the sets, in the order the CPU's replay reads them
+        if (d->route_n + (size_t)P > d->route_cap)
+            return fail(g, "DiffusionGemma route log: %zu ids, room for %zu", d->route_n + (size_t)P, d->route_cap);
+        CK(cudaMemcpyAsync(d->route_log + d->route_n, d->idx, (size_t)P * sizeof(int), cudaMemcpyDeviceToHost,
+                           g->stream));
+        d->route_n += (size_t)P;
+    }
     CK(cudaStreamSynchronize(g->stream));
     const int *off = d->h_off;
     int touched = 0;
@@ -1009,6 +1033,8 @@ extern "C" int tb_gpu_dgemma_encode(tb_gpu_dgemma *d, const int32_t *tokens, int
         return fail(g, "DiffusionGemma encode of %d positions after %d: the cache holds %d", n, d->len, d->max_ctx);
     if (check_ids(d, tokens, n))
         return -1;
+    d->route_n = 0;
+    d->have_z = d->have_logits = 0; // a new canvas starts without self-conditioning
     for (int done = 0; done < n;) {
         int rows = n - done < d->R ? n - done : d->R;
         if (embed(d, tokens + done, rows, ENCODE))
@@ -1028,7 +1054,6 @@ extern "C" int tb_gpu_dgemma_encode(tb_gpu_dgemma *d, const int32_t *tokens, int
         d->len += rows;
         done += rows;
     }
-    d->have_z = 0; // a new canvas starts without self-conditioning
     CK(cudaStreamSynchronize(g->stream));
     return 0;
 }
@@ -1072,6 +1097,10 @@ extern "C" int tb_gpu_dgemma_denoise(tb_gpu_dgemma *d, const int32_t *canvas, co
         return -1;
     if (!sc && use_device_sc && !d->have_z)
         return fail(g, "DiffusionGemma: no z on the device for self-conditioning (no decide since the last pass)");
+    // from here logits are overwritten: neither the z nor the logits stay
+    // usable if the pass fails part-way
+    d->have_z = d->have_logits = 0;
+    d->route_n = 0;
     if (sc)
         CK(cudaMemcpyAsync(d->logits, sc, (size_t)n * V * sizeof(float), cudaMemcpyHostToDevice, g->stream));
     if (embed(d, canvas, n, DENOISE))
@@ -1095,10 +1124,10 @@ extern "C" int tb_gpu_dgemma_denoise(tb_gpu_dgemma *d, const int32_t *canvas, co
     }
     g->work_flops += 2.0 * n * (double)V * H;
     g->work_bytes += 2.0 * (double)V * H;
-    d->have_z = 0;
     if (logits)
         CK(cudaMemcpyAsync(logits, d->logits, (size_t)n * V * sizeof(float), cudaMemcpyDeviceToHost, g->stream));
     CK(cudaStreamSynchronize(g->stream));
+    d->have_logits = 1;
     return 0;
 }
 
@@ -1107,8 +1136,10 @@ extern "C" int tb_gpu_dgemma_decide(tb_gpu_dgemma *d, float temperature, uint64_
 {
     tb_gpu *g = d->g;
     int n = d->R, V = d->cfg.vocab;
-    if (d->max_ctx < 1 || !(temperature > 0))
-        return fail(g, "DiffusionGemma decide: no logits, or temperature %g", (double)temperature);
+    if (d->max_ctx < 1 || !d->have_logits || !(temperature > 0))
+        return fail(g, "DiffusionGemma decide: no canvas pass's logits to decide (%s), or temperature %g",
+                    d->have_logits ? "have them" : "none since the last pass, encode or decide", (double)temperature);
+    d->have_logits = 0; // decide turns them into z in place: a second decide would divide again
     k_dg_decide<<<n, 1024, 0, g->stream>>>(d->logits, V, temperature, seed, n0, d->d_ids, d->d_ids + n, d->d_ent);
     LAUNCHED();
     CK(cudaMemcpyAsync(sampled, d->d_ids, (size_t)n * sizeof(int32_t), cudaMemcpyDeviceToHost, g->stream));

@@ -57,6 +57,13 @@ int tb_gpu_dgemma_reserve(tb_gpu_dgemma *d, int max_ctx);
 void tb_gpu_dgemma_reset(tb_gpu_dgemma *d);
 /* Cached positions. */
 int tb_gpu_dgemma_len(const tb_gpu_dgemma *d);
+/* Test-only: each later encode or denoise call writes the top-k sets its
+ * router chose into log (host, cap ids; NULL: stop), in the order the
+ * CPU's replay reads them (dgemma_forward.h's route_force: [chunk][layer]
+ * [rows][top_k]); a pass that would write more fails. routes_logged: the
+ * last call's count. */
+void tb_gpu_dgemma_log_routes(tb_gpu_dgemma *d, int32_t *log, size_t cap);
+size_t tb_gpu_dgemma_routes_logged(const tb_gpu_dgemma *d);
 
 /* The causal pass over n host tokens at [len, len + n) (in chunks of the
  * canvas length); the cache grows by n. hidden (host [n][H], NULL: not
@@ -72,7 +79,9 @@ int tb_gpu_dgemma_encode(tb_gpu_dgemma *d, const int32_t *tokens, int n, float *
 int tb_gpu_dgemma_denoise(tb_gpu_dgemma *d, const int32_t *canvas, const float *sc, int use_device_sc, float *logits);
 
 /* The step's per-position work over the logits the last denoise left
- * (dgemma_sampler.h's tb_dg_decide before its acceptance): z = l / T in
+ * (-1 when none are left: no denoise since the last encode, reset,
+ * reserve or decide; dgemma_sampler.h's tb_dg_decide before its
+ * acceptance): z = l / T in
  * place, argmax[C] (first of equal maxima), entropy[C] (nats, float64
  * sums), sampled[C] = argmax_v softmax(z)_v / q_v with q[i][v] the Exp(1)
  * value n0 + i V + v of tb_dg_rng's stream seeded with seed. */
