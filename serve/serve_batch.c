@@ -377,18 +377,15 @@ static void put_join(tb_server *s, tb_str *b, uint32_t slot, const tb_sreq *r)
         tb_str_appendn(b, r->stop[k], strlen(r->stop[k]) + 1);
 }
 
-/* Send one STEP: the requests whose clients are gone leave their slots
- * (to n->left), then the oldest waiting requests join the free slots
- * (their queue reference becomes the slot's), but for those left in this
- * same STEP: the step before it, still in flight, may yet emit for the
- * request that left, and its emissions name the slot. left_now: scratch
- * [max_batch]. */
-static tb_wc_result send_step(tb_server *s, tb_sreq **slots, step_news *n, unsigned char *left_now, char **why)
+/* Compose one STEP into *b (emptied first): the requests whose clients
+ * are gone leave their slots (to n->left), then, where joins is set, the
+ * oldest waiting requests join the free slots (their queue reference
+ * becomes the slot's). */
+static void compose_step(tb_server *s, tb_sreq **slots, step_news *n, int joins, tb_str *b)
 {
-    tb_str b = {0};
     tb_wire_step h = {0};
-    tb_str_appendn(&b, (const char *)&h, sizeof h);
-    memset(left_now, 0, s->max_batch);
+    b->len = 0;
+    tb_str_appendn(b, (const char *)&h, sizeof h);
     pthread_mutex_lock(&s->mu);
     for (uint32_t i = 0; i < s->max_batch; i++) {
         tb_sreq *r = slots[i];
@@ -397,21 +394,20 @@ static tb_wc_result send_step(tb_server *s, tb_sreq **slots, step_news *n, unsig
         fprintf(stderr, "tokbench serve: %s: %s; its slot is freed after %u emissions (max_tokens %u)\n", r->id,
                 r->gone_why, r->n_emits, r->max_tokens);
         end_req(s, r, &s->stats.gone);
-        tb_str_appendn(&b, (const char *)&i, sizeof i);
+        tb_str_appendn(b, (const char *)&i, sizeof i);
         h.n_leaves++;
         tb_str_appendn(&n->left, (const char *)&r, sizeof r);
         slots[i] = NULL;
-        left_now[i] = 1;
     }
     drop_gone_queued(s);
-    for (uint32_t i = 0; i < s->max_batch && s->head; i++) {
-        if (slots[i] || left_now[i])
+    for (uint32_t i = 0; joins && i < s->max_batch && s->head; i++) {
+        if (slots[i])
             continue;
         tb_sreq *r = s->head;
         s->head = r->next;
         r->next = NULL;
         slots[i] = r;
-        put_join(s, &b, i, r);
+        put_join(s, b, i, r);
         start_req(s, r);
         h.n_joins++;
     }
@@ -419,12 +415,8 @@ static tb_wc_result send_step(tb_server *s, tb_sreq **slots, step_news *n, unsig
         s->tail = NULL;
     count_slots(s, slots);
     pthread_mutex_unlock(&s->mu);
-    memcpy(b.s, &h, sizeof h);
-    tb_wc_result r = tb_wc_send(&s->wc, TB_MSG_STEP, b.s, b.len, why);
-    tb_str_free(&b);
-    return r;
+    memcpy(b->s, &h, sizeof h);
 }
-
 
 static void stash_emit(step_news *n, tb_sreq **slots, uint32_t n_slots, const char *buf, size_t len)
 {
@@ -554,6 +546,15 @@ static int has_work(tb_server *s, tb_sreq *const *slots)
     return more && !*s->stop;
 }
 
+/* Whether a request waits for a slot. */
+static int queued(tb_server *s)
+{
+    pthread_mutex_lock(&s->mu);
+    int q = s->head != NULL;
+    pthread_mutex_unlock(&s->mu);
+    return q;
+}
+
 /* Read the answer of the oldest STEP in flight: its emissions (stashed,
  * unless discard) and its STEPPED. *status: the step's (not OK: the
  * worker closed the session). */
@@ -582,22 +583,63 @@ static tb_wc_result await_stepped(tb_server *s, tb_sreq **slots, step_news *news
     }
 }
 
+/* A STEP sent while another is in flight is at most this long: the one
+ * before it, which the worker reads whole before it writes its answer,
+ * has left the pipe by the time the worker can block writing, and a
+ * pipe holds at least a page (4 KiB), so this write never blocks while
+ * the worker blocks writing to us (neither would read again). */
+#define SECOND_STEP_MAX 2048
+
+/* Send what may go now: a held STEP once no step is in flight, then
+ * STEPs while there is work, up to two in flight: a first that joins
+ * waiting requests, a second, while none waits, that only leaves slots
+ * (held for later when it is over SECOND_STEP_MAX). sent_ns[]: their
+ * send times, after those of the steps in flight. */
+static tb_wc_result send_steps(tb_server *s, tb_sreq **slots, step_news *news, tb_str *msg, tb_str *held,
+                               int64_t *sent_ns, int *in_flight, char **why)
+{
+    if (!*in_flight && held->len) {
+        tb_wc_result r = tb_wc_send(&s->wc, TB_MSG_STEP, held->s, held->len, why);
+        held->len = 0;
+        if (r != TB_WC_OK)
+            return r;
+        sent_ns[(*in_flight)++] = tb_now_ns();
+    }
+    while (*in_flight < 2 && !held->len && has_work(s, slots)) {
+        int second = *in_flight == 1;
+        if (second && queued(s))
+            break; /* a request waits: it joins once the step in flight answers */
+        compose_step(s, slots, news, !second, msg);
+        if (second && msg->len > SECOND_STEP_MAX) {
+            tb_str_appendn(held, msg->s, msg->len); /* many leaves at once */
+            break;
+        }
+        tb_wc_result r = tb_wc_send(&s->wc, TB_MSG_STEP, msg->s, msg->len, why);
+        if (r != TB_WC_OK)
+            return r;
+        sent_ns[(*in_flight)++] = tb_now_ns();
+    }
+    return TB_WC_OK;
+}
+
 /* The continuous dispatcher. Returns 0 when it served until the stop, 1
  * when the backend has no step ops (the static dispatcher takes over).
  *
- * Two STEPs in flight while there is work: the worker finds the next
- * STEP waiting when it finishes one, so it never idles through the round
- * trip to the server and back (what made continuous batching at
- * concurrency 1 slower than static, docs/PERFORMANCE.md). The cost: a
- * request that arrives joins the STEP after the one already queued, one
- * step later than with a single STEP in flight; a slot that a request
- * left or ended in is refilled one STEP later for the same reason
- * (send_step; the ended ones are known only from the STEPPED). */
+ * While no request waits for a slot, a second STEP goes out behind the
+ * one the worker is running, so the worker finds it waiting when it
+ * answers the last and never idles through the round trip to the server
+ * (what made continuous batching at concurrency 1 slower than static,
+ * docs/PERFORMANCE.md). That second STEP only leaves slots (clients
+ * gone), it never joins: joins are composed with no step in flight,
+ * knowing every slot that ended. So a request that waits turns the
+ * dispatcher back to one STEP at a time until it has joined (a slot
+ * that ends is refilled by the very next STEP), and it joins at most one
+ * step later than with one STEP in flight. */
 static int dispatch_continuous(tb_server *s)
 {
     tb_sreq **slots = tb_xcalloc(s->max_batch, sizeof *slots);
-    unsigned char *left_now = tb_xcalloc(s->max_batch, 1);
     step_news news = {0};
+    tb_str msg = {0}, held = {0}; /* a STEP being sent; one held for no step in flight */
     int open = s->session_open, fallback = 0, in_flight = 0;
     int64_t sent_ns[2] = {0, 0}; /* when the steps in flight were sent, oldest first */
     int64_t last_done_ns = 0;    /* when the last STEPPED arrived */
@@ -608,7 +650,7 @@ static int dispatch_continuous(tb_server *s)
     for (;;) {
         char *why = NULL;
         tb_wc_result r = TB_WC_OK;
-        if (!in_flight) { /* nothing runs: wait for a request */
+        if (!in_flight && !held.len) { /* nothing runs: wait for a request */
             pthread_mutex_lock(&s->mu);
             int go = wait_for_work(s);
             pthread_mutex_unlock(&s->mu);
@@ -622,28 +664,24 @@ static int dispatch_continuous(tb_server *s)
                 }
                 if (o < 0) { /* the waiting requests fail; the next ones retry */
                     fprintf(stderr, "tokbench serve: backend unavailable: %s\n", why);
-                    char *msg = tb_xasprintf("http_5xx: backend unavailable: %s", why);
-                    fail_queue(s, msg);
-                    free(msg);
+                    char *msg_text = tb_xasprintf("http_5xx: backend unavailable: %s", why);
+                    fail_queue(s, msg_text);
+                    free(msg_text);
                     free(why);
                     continue;
                 }
                 open = 1;
             }
         }
-        /* up to two steps in flight while there is work */
-        while (r == TB_WC_OK && in_flight < 2 && has_work(s, slots)) {
-            r = send_step(s, slots, &news, left_now, &why);
-            if (r == TB_WC_OK)
-                sent_ns[in_flight++] = tb_now_ns();
-        }
+        r = send_steps(s, slots, &news, &msg, &held, sent_ns, &in_flight, &why);
         /* the oldest step's emissions and answer */
         int32_t status = TB_OK;
         if (r == TB_WC_OK && in_flight) {
             r = await_stepped(s, slots, &news, 0, &status, &why);
             if (r == TB_WC_OK) {
-                /* its own time: from when the worker could start it (sent,
-                 * and the step before it answered) to its answer */
+                /* its own time, as the server sees it: from when the worker
+                 * could start it (sent, and the step before it answered) to
+                 * its answer */
                 int64_t now = tb_now_ns(), began = sent_ns[0] > last_done_ns ? sent_ns[0] : last_done_ns;
                 last_done_ns = now;
                 pthread_mutex_lock(&s->mu);
@@ -655,32 +693,30 @@ static int dispatch_continuous(tb_server *s)
             }
         }
         /* the next step goes out before the news is handed over */
-        while (r == TB_WC_OK && status == TB_OK && in_flight < 2 && has_work(s, slots)) {
-            r = send_step(s, slots, &news, left_now, &why);
-            if (r == TB_WC_OK)
-                sent_ns[in_flight++] = tb_now_ns();
-        }
+        if (r == TB_WC_OK && status == TB_OK)
+            r = send_steps(s, slots, &news, &msg, &held, sent_ns, &in_flight, &why);
         deliver(s, &news);
         if (r == TB_WC_OK && status == TB_OK)
             continue;
-        /* the session is over: its requests fail, the next ones reopen;
-         * a step still in flight is answered (the worker closed the
-         * session: a malformed STEP) and read past */
+        /* the session is over: its requests fail, the next ones reopen. A
+         * STEP still in flight (it only leaves slots) is answered, as a
+         * malformed STEP when the worker closed the session, and read past */
         while (r == TB_WC_OK && in_flight) {
             int32_t ignored;
             r = await_stepped(s, slots, &news, 1, &ignored, &why);
             in_flight--;
         }
+        held.len = 0; /* its leavers were in news.left, released by deliver */
         const char *what = r == TB_WC_INTERRUPTED ? "the server is stopping"
                            : r == TB_WC_OK        ? "the backend's step failed"
                                                   : why;
-        char *msg = tb_xasprintf("%s: %s", r == TB_WC_TIMEOUT ? "timeout" : "http_5xx", what);
+        char *msg_text = tb_xasprintf("%s: %s", r == TB_WC_TIMEOUT ? "timeout" : "http_5xx", what);
         if (r != TB_WC_OK && r != TB_WC_INTERRUPTED)
             fprintf(stderr, "tokbench serve: %s\n", why);
         if (r != TB_WC_OK)
             tb_wc_kill(&s->wc);
-        fail_slots(s, slots, msg);
-        free(msg);
+        fail_slots(s, slots, msg_text);
+        free(msg_text);
         free(why);
         in_flight = 0;
         last_done_ns = 0;
@@ -691,7 +727,8 @@ static int dispatch_continuous(tb_server *s)
     tb_str_free(&news.emits);
     tb_str_free(&news.ended);
     tb_str_free(&news.left);
-    free(left_now);
+    tb_str_free(&msg);
+    tb_str_free(&held);
     free(slots);
     return fallback;
 }

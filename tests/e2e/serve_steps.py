@@ -13,6 +13,10 @@ usage: serve_steps.py PORT MODE MODEL
        prompt's answer (a slot refilled in the STEP that leaves it would
        hand the step before's token of the request that left to the
        request that joined)
+  MODE crossing: large answers (token_bytes = 1000) ending one a step
+       while a request with an 80 KB prompt waits for a slot: every answer
+       comes (a STEP of that join sent while the worker writes a STEPPED
+       larger than the pipe deadlocked the two processes)
   MODE failing: the backend's 5th step fails (fail_at_step = 5): the
        first request, which needs 30 steps, fails with a 5xx; requests
        after it are answered (the server opened a new session)
@@ -28,13 +32,13 @@ import time
 MODEL = "s"  # the served backend's label (argv[3])
 
 
-def want(prompt, n):
+def want(prompt, n, width=1):
     s = sum(prompt.encode())
-    return "".join(chr(ord("a") + (s + i) % 26) for i in range(n))
+    return "".join(chr(ord("a") + (s + i) % 26) * width for i in range(n))
 
 
-def post(port, body):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+def post(port, body, timeout=600):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     c.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
     r = c.getresponse()
     if r.status != 200:
@@ -133,6 +137,31 @@ def refill(port):
     return not bad
 
 
+def crossing(port):
+    bodies = [{"model": MODEL, "prompt": "big %d" % k, "max_tokens": 95 + k} for k in range(11)]
+    bodies.append({"model": MODEL, "prompt": "c" * 80000, "max_tokens": 5})
+    got = [None] * len(bodies)
+
+    def one(k):
+        try:
+            got[k] = post(port, bodies[k], timeout=60)
+        except OSError as e:  # a deadlocked server answers nothing
+            got[k] = ("no answer", str(e))
+    threads = [threading.Thread(target=one, args=(k,)) for k in range(11)]
+    for t in threads:
+        t.start()
+    time.sleep(0.15)  # the 11 hold every slot (~0.5 s of 5 ms steps); the long prompt waits
+    threads.append(threading.Thread(target=one, args=(11,)))
+    threads[-1].start()
+    for t in threads:
+        t.join()
+    bad = [(b["prompt"][:12], str(g)[:80]) for b, g in zip(bodies, got)
+           if g != (200, want(b["prompt"], b["max_tokens"], 1000))]
+    for p, g in bad:
+        print("request %r: %s" % (p, g))
+    return not bad
+
+
 def failing(port):
     ok = True
     first = post(port, {"model": MODEL, "prompt": "first", "max_tokens": 30})
@@ -158,7 +187,7 @@ def failing(port):
 def main():
     global MODEL
     port, mode, MODEL = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-    ok = {"answers": answers, "refill": refill, "failing": failing}[mode](port)
+    ok = {"answers": answers, "refill": refill, "crossing": crossing, "failing": failing}[mode](port)
     print("ok" if ok else "FAILED")
     sys.exit(0 if ok else 1)
 

@@ -11,7 +11,10 @@
 #   2. slow steps, two slots held by streams whose clients leave while four
 #      streamed requests wait: the left slots are refilled in a later STEP
 #      than the one that leaves them, and every stream is its prompt's;
-#   3. the backend's 5th step fails under a request that needs 30 (a
+#   3. large answers (over the pipe's 64 KiB) ending while a request with
+#      an 80 KB prompt waits: every answer comes (a STEP joining it, sent
+#      while the worker wrote such an answer, deadlocked both processes);
+#   4. the backend's 5th step fails under a request that needs 30 (a
 #      second STEP queued behind it): it fails with a 5xx, the server
 #      reads past the queued step's answer, opens a new session, and the
 #      requests after it are answered.
@@ -20,6 +23,7 @@
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 tb_init serve_steps "$@"
+tb_kill_signal=KILL # a deadlocked server (the crossing case, were it broken) ignores SIGTERM
 command -v python3 >/dev/null || { echo "SKIP: python3 not installed"; exit 77; }
 "$tb" serve --help >/dev/null 2>&1 || { echo "SKIP: no tokbench serve (libmicrohttpd missing)"; exit 77; }
 stepper="$build/tests/plugins/stepper.so"
@@ -35,12 +39,17 @@ plugin = $stepper
 [backend slow]
 plugin = $stepper
 step_us = 500
+[backend big]
+plugin = $stepper
+step_us = 5000
+token_bytes = 1000
 [backend fails]
 plugin = $stepper
 fail_at_step = 5
 EOT
 start_server s "$tb" serve --backend s "$tmp/s.ini" --port 0 --max-batch 4 && ps=$port
 start_server slow "$tb" serve --backend slow "$tmp/s.ini" --port 0 --max-batch 2 && pw=$port
+start_server big "$tb" serve --backend big "$tmp/s.ini" --port 0 --max-batch 11 && pb=$port
 start_server fails "$tb" serve --backend fails "$tmp/s.ini" --port 0 --max-batch 4 && pf=$port
 grep -q "continuous batching" "$tmp/s.log" || fail "not served continuously: $(grep -i batch "$tmp/s.log")"
 
@@ -58,6 +67,13 @@ if [ -n "${pw:-}" ]; then
         fail "refill: $out"
     fi
     grep -q "its slot is freed" "$tmp/slow.log" || fail "no client was seen leaving: $(tail -5 "$tmp/slow.log")"
+fi
+if [ -n "${pb:-}" ]; then
+    if out=$(python3 "$src/tests/e2e/serve_steps.py" "$pb" crossing big 2>&1); then
+        pass "answers over the pipe's size crossing a long prompt's join: every answer comes"
+    else
+        fail "crossing: $out"
+    fi
 fi
 if [ -n "${pf:-}" ]; then
     if out=$(python3 "$src/tests/e2e/serve_steps.py" "$pf" failing fails 2>&1); then

@@ -28,12 +28,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <tokbench/backend.h>
 
 #include "check.h"
 #include "engine_options.h"
 #include "plugin_host.h"
+#include "strmem.h"
 
 #define MAX_SLOTS 4 /* the sessions' slots (<= TEST_HOST_REQUESTS: emissions are counted per slot) */
 
@@ -201,6 +203,27 @@ static void preset_tokenizer(const tb_backend_ops *ops, const char *device, cons
     uint32_t n_big = test_options(ops, too_big, sizeof too_big / sizeof *too_big, v, MAX_OPTS);
     CHECK(ops->create(&test_host, "preset:tiny-llama", v, n_big, &ctx, err, sizeof err) == TB_ERR_INVALID && !ctx &&
           strstr(err, "more than the model's vocabulary of 512"));
+    /* a vocabulary with a gap: "\xc4\x8c" (a byte token) moved from id 200 to 300 */
+    char gap_dir[] = "/tmp/test_ar_step.XXXXXX", gap[1200], src_tok[1200];
+    CHECK(mkdtemp(gap_dir) != NULL);
+    snprintf(src_tok, sizeof src_tok, "%s/tokenizer.json", tok);
+    snprintf(gap, sizeof gap, "%s/tokenizer.json", gap_dir);
+    size_t len = 0;
+    char *text = tb_read_file(src_tok, &len);
+    char *at = text ? strstr(text, "\"\xc4\x8c\": 200,") : NULL;
+    CHECK(at != NULL);
+    if (at) {
+        memcpy(at + 6, "300", 3); /* past the quote, two bytes, the quote, ": " */
+        FILE *f = fopen(gap, "wb");
+        CHECK(f && fwrite(text, 1, len, f) == len && fclose(f) == 0);
+        test_option gapped[] = {{"device", "cpu"}, {"threads", "1"}, {"tokenizer", gap}};
+        uint32_t n_gap = test_options(ops, gapped, sizeof gapped / sizeof *gapped, v, MAX_OPTS);
+        CHECK(ops->create(&test_host, "preset:tiny-llama", v, n_gap, &ctx, err, sizeof err) == TB_ERR_INVALID &&
+              !ctx && strstr(err, "id 200 of its 301 has no token"));
+    }
+    free(text);
+    unlink(gap);
+    rmdir(gap_dir);
     test_option drafted[] = {{"tokenizer", tok}, {"drafter", "ar"}, {"draft_model", "preset:tiny-llama"}};
     uint32_t n_dr = test_options(ops, drafted, sizeof drafted / sizeof *drafted, v, MAX_OPTS);
     tb_request rq = {.struct_size = sizeof rq, .n_requests = 1, .max_new_tokens = 4, .batch = 1, .options = v,

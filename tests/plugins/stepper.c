@@ -12,7 +12,10 @@
  *   (TB_ERR, as an engine's failure does: the host closes the session);
  *   the count goes on, so the session the host opens next works;
  *   step_us = N: each step() sleeps N µs first (slow steps keep a request
- *   running while a test's client leaves it; nothing is timed).
+ *   running while a test's client leaves it; nothing is timed);
+ *   token_bytes = N: a token's text is its letter N times (detokenize),
+ *   so that answers, and the worker's messages that carry them, are
+ *   large.
  *
  * generate() (the static path) gives the same answers, one emission a
  * token. */
@@ -36,6 +39,7 @@ typedef struct sctx {
     const tb_host *host;
     int64_t fail_at; /* 0: never */
     int64_t step_us; /* sleep per step() */
+    int64_t token_bytes; /* a token's text: its letter this many times */
     int64_t steps;   /* step() calls so far */
     slot *slots;
     uint32_t n_slots;
@@ -86,6 +90,8 @@ static tb_status s_create(const tb_host *host, const char *model, const tb_optio
     c->fail_at = f ? strtoll(f, NULL, 10) : 0;
     const char *us = option(options, n_options, "step_us");
     c->step_us = us ? strtoll(us, NULL, 10) : 0;
+    const char *tbs = option(options, n_options, "token_bytes");
+    c->token_bytes = tbs && strtoll(tbs, NULL, 10) > 0 ? strtoll(tbs, NULL, 10) : 1;
     *ctx_out = c;
     return TB_OK;
 }
@@ -157,16 +163,17 @@ static int64_t s_tokenize(void *vctx, const char *text, int32_t *ids, size_t cap
 static int64_t s_detokenize(void *vctx, const int32_t *ids, size_t n, char *out, size_t cap)
 {
     sctx *c = vctx;
+    size_t w = (size_t)c->token_bytes, len = n * w;
     for (size_t i = 0; i < n; i++)
         if (ids[i] < 1 || ids[i] > 255) {
             snprintf(c->error, sizeof c->error, "id %d is not a byte", ids[i]);
             return -1;
         }
-    for (size_t i = 0; i < n && i + 1 < cap; i++)
-        out[i] = (char)ids[i];
+    for (size_t i = 0; i < len && i + 1 < cap; i++)
+        out[i] = (char)ids[i / w];
     if (cap)
-        out[n < cap ? n : cap - 1] = '\0';
-    return (int64_t)n;
+        out[len < cap ? len : cap - 1] = '\0';
+    return (int64_t)len;
 }
 
 static tb_status s_step_open(void *vctx, const tb_request *shape, uint32_t max_slots)
@@ -236,6 +243,7 @@ static void s_step_leave(void *vctx, uint32_t k)
 static const tb_option_decl options[] = {
     {"fail_at_step", TB_OPT_INT, "0", "the process's N-th step() fails (0: none)", NULL, 0, 1e9, TB_OPTF_LOAD},
     {"step_us", TB_OPT_INT, "0", "each step() sleeps this long first, µs", NULL, 0, 1e6, TB_OPTF_LOAD},
+    {"token_bytes", TB_OPT_INT, "1", "a token's text: its letter this many times", NULL, 1, 65536, TB_OPTF_LOAD},
 };
 
 static const tb_backend_ops ops = {

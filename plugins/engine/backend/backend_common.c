@@ -270,6 +270,16 @@ tb_status tb_loaded_set_tokenizer(tb_loaded *l, const char *path, char *err, siz
         tb_tokenizer_free(tok);
         return TB_ERR_INVALID;
     }
+    /* every id chosen must be text: a vocabulary with a gap is refused */
+    for (size_t id = 0; id < n; id++) {
+        size_t len;
+        if (!tb_tokenizer_id_bytes(tok, (int32_t)id, &len)) {
+            snprintf(err, err_size, "tokenizer = %s: id %zu of its %zu has no token (tokens are chosen among "
+                                    "every id below the largest)", path, id, n);
+            tb_tokenizer_free(tok);
+            return TB_ERR_INVALID;
+        }
+    }
     l->tok = tok;
     l->pick_vocab = (int)n;
 #ifdef TB_HAVE_CUDA

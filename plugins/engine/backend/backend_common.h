@@ -49,8 +49,9 @@ int tb_loaded_pick_vocab(const tb_loaded *l);
  * or a folder holding one, becomes l's, and tokens are chosen among its
  * ids only (pick_vocab = its vocabulary size; the model computes every
  * logit still, so its work is the preset's). Before tb_engine_open.
- * TB_OK; TB_ERR_INVALID when l has a tokenizer already (a model folder's)
- * or the tokenizer's vocabulary is larger than the model's; TB_ERR_MODEL
+ * TB_OK; TB_ERR_INVALID when l has a tokenizer already (a model folder's),
+ * the tokenizer's vocabulary is larger than the model's or has an id
+ * without a token below its largest; TB_ERR_MODEL
  * (or TB_ERR_NO_MEMORY) when it does not load; the reason in err. */
 tb_status tb_loaded_set_tokenizer(tb_loaded *l, const char *path, char *err, size_t err_size);
 
