@@ -154,7 +154,9 @@ static void product_bound(void)
 
 /* tb_model_round_fp8 on a preset: the four projections rounded (each
  * row's values E4M3 x its power of two), embeddings, norms and LM head
- * untouched; the forward still close to float32's; MoE refused. */
+ * untouched; the forward still close to float32's; then MoE (moe_case). */
+static void moe_case(void);
+
 static void model_cases(void)
 {
     char err[256];
@@ -226,13 +228,98 @@ static void model_cases(void)
     free(la), free(lb);
     tb_model_free(&a);
     tb_model_free(&b);
-    /* mixture of experts: refused, naming why */
-    tb_model m;
-    CHECK(tb_model_preset("tiny-qwen3-moe", 3, &m, err, sizeof err) == 0);
-    err[0] = 0;
-    CHECK(tb_model_round_fp8(&m, err, sizeof err) == -1 && m.fp8 == 0);
-    CHECK_CONTAINS(err, "dtype = fp8: Qwen3MoeForCausalLM has mixture-of-experts layers");
-    tb_model_free(&m);
+    moe_case();
+}
+
+/* Rows of w [rows][cols] are fp8.h's rounding of orig's (each row's E4M3
+ * values x its power of two), and not all equal to orig. */
+static int rounded_from(const float *orig, const float *w, size_t rows, size_t cols)
+{
+    size_t n = rows * cols;
+    uint8_t *q = malloc(n);
+    float *s = malloc(rows * sizeof(float)), *dq = malloc(n * sizeof(float));
+    tb_fp8_quantize_rows(orig, rows, cols, q, s);
+    tb_fp8_dequantize_rows(q, s, rows, cols, dq);
+    int ok = memcmp(dq, w, n * sizeof(float)) == 0 && memcmp(orig, w, n * sizeof(float)) != 0;
+    free(q), free(s), free(dq);
+    return ok;
+}
+
+/* A mixture of experts (tiny-qwen3-moe; tiny-llada2: shared experts, a
+ * dense first layer): every routed and shared expert's rows rounded, the
+ * router untouched; the forward rounds each expert's input rows and its
+ * activations (moe.c's fp8_act): close to float32's, and other than the
+ * same FP8 weights over float32 inputs. */
+static void moe_case(void)
+{
+    const char *names[2] = {"tiny-qwen3-moe", "tiny-llada2"};
+    for (int t = 0; t < 2; t++) {
+        char err[256];
+        tb_model a, b;
+        CHECK(tb_model_preset(names[t], 3, &a, err, sizeof err) == 0);
+        CHECK(tb_model_preset(names[t], 3, &b, err, sizeof err) == 0);
+        CHECK(tb_model_round_fp8(&b, err, sizeof err) == 0 && b.fp8 == 1);
+        const tb_model_config *c = &a.cfg;
+        size_t h = c->hidden_size, E = c->n_experts, mi = c->moe_intermediate_size;
+        size_t S = (size_t)c->n_shared_experts * mi, I = c->intermediate_size;
+        int routers = 1, experts = 1, shared = 1, dense = 1, n_moe = 0, n_shared = 0, n_dense = 0;
+        for (int l = 0; l < c->n_layers; l++) {
+            const tb_layer *A = &a.layers[l], *B = &b.layers[l];
+            if (A->router) {
+                n_moe++;
+                routers &= memcmp(A->router, B->router, E * h * sizeof(float)) == 0;
+                experts &= rounded_from(A->experts_gate_up, B->experts_gate_up, E * 2 * mi, h) &&
+                           rounded_from(A->experts_down, B->experts_down, E * h, mi);
+                if (A->shared_gate_up) {
+                    n_shared++;
+                    shared &= rounded_from(A->shared_gate_up, B->shared_gate_up, 2 * S, h) &&
+                              rounded_from(A->shared_down, B->shared_down, h, S);
+                }
+            } else {
+                n_dense++;
+                dense &= rounded_from(A->w_gate_up, B->w_gate_up, 2 * I, h) && rounded_from(A->w_down, B->w_down, h, I);
+            }
+        }
+        fprintf(stderr, "%s fp8: %d MoE layers (%d with shared experts), %d dense\n", names[t], n_moe, n_shared,
+                n_dense);
+        CHECK(n_moe > 0 && routers && experts && shared && dense);
+        CHECK(t == 0 || (n_shared > 0 && n_dense > 0)); /* tiny-llada2 covers both */
+        tb_cpu_state sa, sb, sw;
+        int V = c->vocab_size, P = 6;
+        int32_t toks[6] = {1, 17, 99, 50, 3, 42};
+        float *la = malloc((size_t)P * V * sizeof(float)), *lb = malloc((size_t)P * V * sizeof(float));
+        float *lw = malloc((size_t)P * V * sizeof(float));
+        CHECK(tb_cpu_state_init(&sa, &a, 1, P, P, 1, err, sizeof err) == 0);
+        CHECK(tb_cpu_state_init(&sb, &b, 1, P, P, 1, err, sizeof err) == 0);
+        CHECK(tb_cpu_state_init(&sw, &b, 1, P, P, 1, err, sizeof err) == 0);
+        CHECK(sb.moe.fp8_act == 1 && sa.moe.fp8_act == 0);
+        sw.fp8_act = sw.moe.fp8_act = 0; /* the FP8 weights over float32 inputs */
+        CHECK(tb_cpu_forward(&sa, toks, 1, P, 1, 1, la) == 0);
+        CHECK(tb_cpu_forward(&sb, toks, 1, P, 1, 1, lb) == 0);
+        CHECK(tb_cpu_forward(&sw, toks, 1, P, 1, 1, lw) == 0);
+        /* the experts' input rounding alone: weights-only logits with
+         * only the attention and dense inputs rounded */
+        tb_cpu_state se;
+        float *le = malloc((size_t)P * V * sizeof(float));
+        CHECK(tb_cpu_state_init(&se, &b, 1, P, P, 1, err, sizeof err) == 0);
+        se.moe.fp8_act = 0;
+        CHECK(tb_cpu_forward(&se, toks, 1, P, 1, 1, le) == 0);
+        double ref = 0, diff = 0, dw = 0, de = 0;
+        for (size_t i = 0; i < (size_t)P * V; i++) {
+            ref = fabs(la[i]) > ref ? fabs(la[i]) : ref;
+            diff = fabs(la[i] - lb[i]) > diff ? fabs(la[i] - lb[i]) : diff;
+            dw = fabs(lw[i] - lb[i]) > dw ? fabs(lw[i] - lb[i]) : dw;
+            de = fabs(le[i] - lb[i]) > de ? fabs(le[i] - lb[i]) : de;
+        }
+        fprintf(stderr, "%s fp8 vs f32 logits: max |f32| %.4f, max diff %.4g; weights only %.4g; experts' inputs "
+                        "unrounded %.4g\n", names[t], ref, diff, dw, de);
+        CHECK(diff > 0 && diff < 0.1 * ref);
+        CHECK(dw > 0 && de > 0);
+        tb_cpu_state_free(&sa), tb_cpu_state_free(&sb), tb_cpu_state_free(&sw), tb_cpu_state_free(&se);
+        free(la), free(lb), free(lw), free(le);
+        tb_model_free(&a);
+        tb_model_free(&b);
+    }
 }
 
 int main(void)

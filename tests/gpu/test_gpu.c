@@ -133,7 +133,7 @@ static int load_pair(const char *sub, const char *name, tb_model *m, tb_gpu **g)
 
 /* dtype = fp8: the device's codes and scales of every projection equal
  * the CPU quantizer's of the same weights (fp8.h; the GPU quantizes the
- * bf16 copy of what tb_model_round_fp8 rounded); a MoE model is refused. */
+ * bf16 copy of what tb_model_round_fp8 rounded). */
 static void check_fp8_codes(const char *name)
 {
     tb_model m;
@@ -192,19 +192,6 @@ static void check_fp8_codes(const char *name)
     }
     tb_gpu_free(g);
     tb_model_free(&m);
-    /* MoE: refused by the device context itself */
-    char dir[8192], err[512] = "";
-    snprintf(dir, sizeof dir, "%s/golden/qwen3-moe", root);
-    if (tb_model_load(dir, &m, err, sizeof err) == 0) {
-        g = NULL;
-        CHECK(tb_gpu_create_dtype(&g, &m.cfg, &m, 0, 1, err, sizeof err) != 0 && !g);
-        CHECK(strstr(err, "mixture-of-experts") != NULL);
-        fprintf(stderr, "qwen3-moe, dtype fp8: %s\n", err);
-        tb_model_free(&m);
-    } else {
-        fprintf(stderr, "qwen3-moe: %s\n", err);
-        CHECK(0);
-    }
 }
 
 /* dtype = fp8's products (fp8.h: E4M3 weights and inputs, one
@@ -1553,13 +1540,16 @@ static void check_trim_last(const char *name, int shifted)
  * a one-row forward reads: the other experts of the last MoE layer
  * poisoned with NaN (after the CPU found which it chose) leave the GPU's
  * logits finite and equal to the CPU's. */
-static void check_moe(void)
+static void check_moe(int fp8)
 {
     char err[512];
     tb_model m;
     tb_gpu *g;
-    if (preset_pair("tiny-qwen3-moe", &m, &g) != 0)
+    fp8_mode = fp8; /* dtype = fp8: both sides' experts E4M3 (GPU_TOL follows) */
+    if (preset_pair("tiny-qwen3-moe", &m, &g) != 0) {
+        fp8_mode = 0;
         return;
+    }
     const tb_model_config *c = &m.cfg;
     int V = c->vocab_size, B = 2, n = 16, k = c->n_experts_per_tok, Lm = 0;
     for (int l = 0; l < c->n_layers; l++)
@@ -1580,8 +1570,9 @@ static void check_moe(void)
         tb_gpu_set_moe_gemv_rows(g, gemv_rows[p]);
         CHECK(tb_gpu_logits(g, tok, B, 0, n, n, 1, gl) == 0);
         double diff = max_diff(gl, cl, (size_t)B * n * V);
-        fprintf(stderr, "tiny-qwen3-moe: %d-row span by %s: max |cpu| %.3f, max diff %.3g (bound %.3g)\n", B * n,
-                p ? "cuBLAS per expert" : "the grouped GEMV", ref, diff, GPU_TOL * (ref > 1 ? ref : 1));
+        fprintf(stderr, "tiny-qwen3-moe%s: %d-row span by %s: max |cpu| %.3f, max diff %.3g (bound %.3g)\n",
+                fp8 ? " fp8" : "", B * n, p ? "cuBLAS per expert" : "the grouped GEMV", ref, diff,
+                GPU_TOL * (ref > 1 ? ref : 1));
         CHECK(diff <= GPU_TOL * (ref > 1 ? ref : 1));
     }
     tb_gpu_set_moe_gemv_rows(g, TB_GPU_MOE_GEMV_ROWS);
@@ -1608,12 +1599,23 @@ static void check_moe(void)
         tb_model_moe_config(c, &mc);
         double h = c->hidden_size, kvd = (double)c->n_kv_heads * c->head_dim, nq = (double)c->n_heads * c->head_dim;
         double attn = (nq + 2 * kvd) * h + h * nq, L = c->n_layers;
-        double expect = 2 * (attn * L + (double)V * h) + 2 * L * (2.0 * 5 * kvd + 2 * kvd) + 2 * h +
-                        tb_moe_active_bytes_sum(&mc, Lm, reads, 2.0);
-        fprintf(stderr, "tiny-qwen3-moe: decode step bytes %.0f, expected %.0f\n", b, expect);
+        /* fp8: the attention projections' codes and row scales, the
+         * experts' as tb_moe_active_bytes_fp8 defines them */
+        double proj = fp8 ? attn * L + 4.0 * L * (nq + 2 * kvd + h) : 2 * attn * L;
+        double expect = proj + 2.0 * V * h + 2 * L * (2.0 * 5 * kvd + 2 * kvd) + 2 * h +
+                        (fp8 ? tb_moe_active_bytes_fp8(&mc, Lm, reads) : tb_moe_active_bytes_sum(&mc, Lm, reads, 2.0));
+        fprintf(stderr, "tiny-qwen3-moe%s: decode step bytes %.0f, expected %.0f\n", fp8 ? " fp8" : "", b, expect);
         CHECK(fabs(b - expect) <= 1e-9 * expect);
     }
     tb_gpu_free(g);
+    if (fp8) { /* the poisoning below writes NaN into float weights, which E4M3 codes cannot hold */
+        free(gl);
+        free(cl);
+        tb_cpu_state_free(&st);
+        tb_model_free(&m);
+        fp8_mode = 0;
+        return;
+    }
 
     /* poison: the CPU's choice for one row at the last MoE layer (its
      * scratch holds the last layer's routes) */
@@ -1730,6 +1732,19 @@ int main(void)
     if (getenv("TB_TEST_GPU_ONLY") && strcmp(getenv("TB_TEST_GPU_ONLY"), "decode") == 0) {
         check_decode_attention(128, 4);
         check_decode_attention(64, 2);
+        return check_done();
+    }
+    if (getenv("TB_TEST_GPU_ONLY") && strcmp(getenv("TB_TEST_GPU_ONLY"), "moe-fp8") == 0) { /* MoE under dtype = fp8 */
+        check_moe(1);
+        fp8_mode = 1;
+        check_ar("qwen3-moe", 0);
+        check_ar("qwen3-moe", 3);
+        check_block("tiny-llada2", 0);
+        setenv("TB_GPU_FP8_GEMM", "0", 1);
+        check_ar("qwen3-moe", 3);
+        check_block("tiny-llada2", 0);
+        unsetenv("TB_GPU_FP8_GEMM");
+        fp8_mode = 0;
         return check_done();
     }
     if (getenv("TB_TEST_GPU_ONLY") && strcmp(getenv("TB_TEST_GPU_ONLY"), "moe") == 0) { /* MoE against the CPU and HF */
@@ -1889,7 +1904,7 @@ int main(void)
     check_ar("qwen3-moe", 3);
     check_ar_slots("qwen3-moe", TB_GPU_FUSE_DEFAULT);
     check_golden("qwen3-moe");
-    check_moe();
+    check_moe(0);
     /* dtype = fp8 (issue 20): the device's codes equal the CPU's; then
      * each product against the CPU's; then the forwards against the CPU's
      * FP8 path (round_fp8): batch 1 reads the codes with the FP8 GEMV
@@ -1914,10 +1929,20 @@ int main(void)
     check_diffusion("dream-tiny", 1);
     check_diffusion_padded("llada-tiny", 7);
     check_block("tiny-sdar", 0);
+    /* mixture of experts (the experts' and shared experts' codes; the
+     * router bf16): both expert paths, the roofline's bytes; forwards
+     * against the CPU; LLaDA 2.x's shared experts and dense first layer */
+    check_moe(1);
+    check_ar("qwen3-moe", 0);
+    check_ar("qwen3-moe", 3);
+    check_block("tiny-llada2", 0);
     /* spans through the bf16 GEMM over dequantized codes (a device
-     * without FP8 GEMMs, or TB_GPU_FP8_GEMM=0) */
+     * without FP8 GEMMs, or TB_GPU_FP8_GEMM=0; the experts then by the
+     * FP8 GEMV at any length) */
     setenv("TB_GPU_FP8_GEMM", "0", 1);
     check_ar("qwen2-bias", 3);
+    check_ar("qwen3-moe", 3);
+    check_block("tiny-llada2", 0);
     check_diffusion("llada-tiny", 0);
     unsetenv("TB_GPU_FP8_GEMM");
     fp8_mode = 0;

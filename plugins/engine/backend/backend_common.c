@@ -92,15 +92,9 @@ tb_status tb_load(const char *spec, int want_diffusion, int on_gpu, int fp8, uin
         rc = -1;
     }
     if (rc == 0 && fp8) { /* refused before anything is made on the device */
-        rc = preset && on_gpu ? tb_config_check_fp8(&m->cfg, err, err_size) : tb_model_round_fp8(m, err, err_size);
-        const tb_model_config *fc = &m->cfg;
-        if (rc == 0 && on_gpu &&
-            (fc->hidden_size % 16 || (fc->n_heads * fc->head_dim) % 16 || fc->intermediate_size % 16)) {
-            /* the device's FP8 kernels' shape rule (gpu_context.cu), checked before any upload */
-            snprintf(err, err_size, "dtype = fp8: the FP8 kernels need hidden, heads x head_dim and intermediate "
-                                    "sizes that are multiples of 16");
-            rc = -1;
-        }
+        rc = preset && on_gpu ? 0 : tb_model_round_fp8(m, err, err_size);
+        if (rc == 0 && on_gpu) /* the device's FP8 kernels' shape rule, before any upload */
+            rc = tb_config_check_fp8(&m->cfg, err, err_size);
         if (rc != 0) {
             tb_loaded_free(out);
             return TB_ERR_UNSUPPORTED;

@@ -73,6 +73,7 @@ int tb_cpu_state_init(tb_cpu_state *st, const tb_model *m, int max_seqs, int max
         tb_model_moe_config(c, &st->moe_cfg);
         st->moe_out = malloc(rows * h * sizeof(float) + 1);
         ok = st->moe_out && tb_moe_scratch_init(&st->moe, &st->moe_cfg, max_rows, err, err_size) == 0;
+        st->moe.fp8_act = m->fp8;
         st->bytes += rows * h * sizeof(float) + st->moe.bytes;
     }
     if (!ok) {

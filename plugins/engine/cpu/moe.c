@@ -1,5 +1,6 @@
 /* moe.c — see moe.h. */
 #include "moe.h"
+#include "fp8.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -167,6 +168,15 @@ double tb_moe_active_bytes_sum(const tb_moe_config *c, double calls, double touc
     return bytes_per_weight * (calls * ((double)c->n_experts * D + shared) + touched_sum * per_expert);
 }
 
+double tb_moe_active_bytes_fp8(const tb_moe_config *c, double calls, double touched_sum)
+{
+    double D = c->hidden, mi = c->expert_inter, S = c->shared_inter;
+    double per_expert = 3.0 * D * mi + 4.0 * (2 * mi + D); /* codes, then a float scale an output row */
+    double shared = S > 0 ? 3.0 * D * S + 4.0 * (2 * S + D) : 0;
+    double bf16 = 2.0 * ((double)c->n_experts * D + (c->shared_gate ? D : 0)); /* router, shared gate */
+    return calls * (bf16 + shared) + touched_sum * per_expert;
+}
+
 double tb_moe_active_bytes(const tb_moe_config *c, int touched, double bytes_per_weight)
 {
     return tb_moe_active_bytes_sum(c, 1, touched, bytes_per_weight);
@@ -212,6 +222,15 @@ void tb_moe_scratch_free(tb_moe_scratch *s)
     free(s->yg);
     free(s->seen);
     memset(s, 0, sizeof *s);
+}
+
+/* dtype = fp8: rows of width cols at stride ld rounded in place (fp8.h) */
+static void fp8_rows(const tb_moe_scratch *s, float *a, int rows, int cols, int ld)
+{
+    if (!s->fp8_act)
+        return;
+    for (int r = 0; r < rows; r++)
+        tb_fp8_round_rows(a + (size_t)r * ld, 1, (size_t)cols);
 }
 
 /* gu[n][2 In] (gate | up, In = the intermediate size) -> gu[n][0..In) = silu(gate) * up, row stride 2 In */
@@ -283,9 +302,11 @@ int tb_moe_forward(const tb_moe_config *c, const tb_moe_weights *wt, tb_moe_scra
         const int *pairs = s->order + s->count[e];
         for (int j = 0; j < n; j++)
             memcpy(s->xg + (size_t)j * D, x + (size_t)(pairs[j] / k) * D, sizeof(float) * (size_t)D);
+        fp8_rows(s, s->xg, n, D, D);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, 2 * In, D, 1.0f, s->xg, D,
                     wt->gate_up + (size_t)e * 2 * In * D, D, 0.0f, s->gu, 2 * In);
         swiglu_rows(s->gu, n, In);
+        fp8_rows(s, s->gu, n, In, 2 * In);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, D, In, 1.0f, s->gu, 2 * In,
                     wt->down + (size_t)e * D * In, In, 0.0f, s->yg, D);
         for (int j = 0; j < n; j++) {
@@ -298,9 +319,16 @@ int tb_moe_forward(const tb_moe_config *c, const tb_moe_weights *wt, tb_moe_scra
     }
     int S = c->shared_inter;
     if (S > 0) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, 2 * S, D, 1.0f, x, D, wt->shared_gate_up, D, 0.0f,
+        const float *xs = x;
+        if (s->fp8_act) { /* the rounded rows in xg (free now: rows k D >= rows D floats) */
+            memcpy(s->xg, x, sizeof(float) * (size_t)rows * D);
+            fp8_rows(s, s->xg, rows, D, D);
+            xs = s->xg;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, 2 * S, D, 1.0f, xs, D, wt->shared_gate_up, D, 0.0f,
                     s->gu, 2 * S);
         swiglu_rows(s->gu, rows, S);
+        fp8_rows(s, s->gu, rows, S, 2 * S);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, D, S, 1.0f, s->gu, 2 * S, wt->shared_down, S, 0.0f,
                     s->yg, D);
         for (int r = 0; r < rows; r++) {

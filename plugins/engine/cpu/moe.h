@@ -76,6 +76,10 @@ double tb_moe_active_bytes(const tb_moe_config *c, int touched, double bytes_per
  * distinct experts in all (the one definition; the one above is calls =
  * 1). docs/METRICS.md, "active bytes". */
 double tb_moe_active_bytes_sum(const tb_moe_config *c, double calls, double touched_sum, double bytes_per_weight);
+/* The same under dtype = fp8 (fp8.h): the experts' and shared experts'
+ * weights one byte each plus a float scale an output row; the router
+ * (and a shared gate) bf16. */
+double tb_moe_active_bytes_fp8(const tb_moe_config *c, double calls, double touched_sum);
 
 /* Scratch for up to max_rows rows. */
 typedef struct tb_moe_scratch {
@@ -100,6 +104,11 @@ typedef struct tb_moe_scratch {
      * router's margin is a lower bound on the logit change that flips its
      * choice, from the choice scores (moe.c's route_rows). */
     float min_gap;
+    /* dtype = fp8 (fp8.h): each expert's input rows and its SwiGLU
+     * activations, and the shared experts' likewise, rounded per row to
+     * their E4M3 form before the product (the weights were rounded at
+     * load: model.h's tb_model_round_fp8); the router reads x unrounded */
+    int fp8_act;
 } tb_moe_scratch;
 
 int tb_moe_scratch_init(tb_moe_scratch *s, const tb_moe_config *c, int max_rows, char *err, size_t err_size);

@@ -39,14 +39,16 @@ int tb_gpu_probe(char *why, size_t why_size);
 /* Build the device model: from a CPU model (weights rounded to bf16), or,
  * when cpu == NULL, seeded random weights for cfg made on the device;
  * with dtype = fp8 when fp8 (fp8.h): each layer's QKV, output,
- * gate-up and down projections are quantized on the device (from the bf16
+ * gate-up and down projections (a MoE layer's experts and shared experts
+ * too; not its router) are quantized on the device (from the bf16
  * weights, fp8.h's rule: a CPU model already rounded by tb_model_round_fp8
  * gives back its own codes) and held as E4M3 codes + per-row scales only.
  * Each projection's input is quantized per row too (W8A8, fp8.h): batch-1
  * products with an FP8 GEMV (float32 accumulation), larger spans with
  * FP8 tensor-core GEMMs (gpu_gemm_fp8.cu), or where the device has none
- * both sides dequantized to bf16 (exact) for the bf16 GEMM. Refuses MoE
- * models (as tb_config_check_fp8). */
+ * both sides dequantized to bf16 (exact) for the bf16 GEMM; the experts
+ * as gpu_moe.cu says. Refuses shapes its kernels cannot take
+ * (tb_config_check_fp8). */
 int tb_gpu_create_dtype(tb_gpu **out, const tb_model_config *cfg, const tb_model *cpu, uint64_t seed, int fp8,
                         char *err, size_t err_size);
 void tb_gpu_free(tb_gpu *g);

@@ -133,6 +133,8 @@ static int alloc_wdq(tb_gpu *g)
     size_t qkv = (size_t)(c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
     size_t most = 2 * I * h > qkv * h ? 2 * I * h : qkv * h;
     most = h * nq > most ? h * nq : most;
+    size_t S = g->moe.shared_inter; // the shared experts' products go this way too
+    most = 2 * S * h > most ? 2 * S * h : most;
     return g->wdq ? 0 : dalloc(g, (void **)&g->wdq, most * sizeof(bf16));
 }
 
@@ -236,6 +238,9 @@ int tbgpu::create_on(tb_gpu **out, const tb_model_config *cfg, const tb_model *c
         for (int l = 0; l < c->n_layers; l++)
             g->n_moe_layers += tb_config_layer_is_moe(c, l);
         g->moe_gemv_max_rows = TB_GPU_MOE_GEMV_ROWS;
+        // TB_GPU_MOE_GRID=all: the grouped GEMVs' grids over every expert
+        // even where fewer are chosen (gpu_moe.cu; the measurement's baseline)
+        g->moe_grid_all = getenv("TB_GPU_MOE_GRID") && strcmp(getenv("TB_GPU_MOE_GRID"), "all") == 0;
     }
     if (c->head_dim % 2 || c->head_dim > 256) {
         fail(g, "head_dim %d: the CUDA attention kernels need an even head_dim <= 256", c->head_dim);
@@ -376,10 +381,7 @@ int tbgpu::create_on(tb_gpu **out, const tb_model_config *cfg, const tb_model *c
         TRY(rc);
     }
     if (fp8) {
-        if (tb_config_check_fp8(c, g->error, sizeof g->error) != 0 || h % 16 || nq % 16 || I % 16) {
-            if (!g->error[0])
-                fail(g, "dtype = fp8: the FP8 kernels need hidden, heads x head_dim and intermediate sizes that are "
-                        "multiples of 16");
+        if (tb_config_check_fp8(c, g->error, sizeof g->error) != 0) {
             rc = -1;
             goto done;
         }
@@ -388,8 +390,19 @@ int tbgpu::create_on(tb_gpu **out, const tb_model_config *cfg, const tb_model *c
             gpu_layer *G = &g->layers[l];
             TRY(quantize_fp8(g, &G->wqkv, &G->qqkv, &G->sqkv, rows, h));
             TRY(quantize_fp8(g, &G->wo, &G->qo, &G->so, h, nq));
-            TRY(quantize_fp8(g, &G->wgu, &G->qgu, &G->sgu, 2 * I, h));
-            TRY(quantize_fp8(g, &G->wdown, &G->qdown, &G->sdown, h, I));
+            if (G->wgu) { // a dense feed-forward
+                TRY(quantize_fp8(g, &G->wgu, &G->qgu, &G->sgu, 2 * I, h));
+                TRY(quantize_fp8(g, &G->wdown, &G->qdown, &G->sdown, h, I));
+            }
+            if (G->ex_gu) { // a MoE layer's experts, every expert's rows one matrix (the router stays bf16)
+                size_t E = g->moe.n_experts, mi = g->moe.expert_inter, S = g->moe.shared_inter;
+                TRY(quantize_fp8(g, &G->ex_gu, &G->qex_gu, &G->sex_gu, E * 2 * mi, h));
+                TRY(quantize_fp8(g, &G->ex_down, &G->qex_down, &G->sex_down, E * h, mi));
+                if (G->sh_gu) {
+                    TRY(quantize_fp8(g, &G->sh_gu, &G->qsh_gu, &G->ssh_gu, 2 * S, h));
+                    TRY(quantize_fp8(g, &G->sh_down, &G->qsh_down, &G->ssh_down, h, S));
+                }
+            }
         }
         // FP8 tensor-core GEMMs for spans where the device and cuBLASLt have
         // them (TB_GPU_FP8_GEMM=0 says no: the dequantizing path, measured
@@ -477,7 +490,8 @@ extern "C" void tb_gpu_free(tb_gpu *g)
             void *p[] = {G->attn_norm, G->mlp_norm, G->wqkv,  G->bqkv,   G->q_norm, G->k_norm, G->wo,
                          G->wgu,       G->wdown,    G->router, G->ex_gu, G->ex_down, G->qqkv,  G->qo,
                          G->qgu,       G->qdown,    G->sqkv,  G->so,     G->sgu,     G->sdown,
-                         G->score_bias, G->sh_gu,   G->sh_down};
+                         G->score_bias, G->sh_gu,   G->sh_down, G->qex_gu, G->qex_down, G->qsh_gu,
+                         G->qsh_down,  G->sex_gu,   G->sex_down, G->ssh_gu, G->ssh_down};
             for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
                 dfree(g, p[i]);
         }

@@ -63,12 +63,16 @@ extern "C" int tb_gpu_reserve(tb_gpu *g, int seqs, int len, int rows, char *err,
              dalloc(g, (void **)&g->pick_parts, R * PICK_MAX_CHUNKS * sizeof(pick_part)) ||
              moe_reserve(g, rows);
     if (rc == 0 && g->fp8 && rows > 1) { // a span's projection inputs as E4M3 (gpu_internal.cuh)
-        size_t in = h > nq ? h : nq;
+        size_t in = h > nq ? h : nq, S = g->moe.shared_inter, mi = g->moe.expert_inter;
         in = (size_t)c->intermediate_size > in ? (size_t)c->intermediate_size : in;
+        in = S > in ? S : in; // the shared experts' down product
         // fp8_t: a small span's unscaled product, of any projection (the
-        // forward sends only o and down this way, out = hidden; tests all)
+        // forward sends only o and down this way, out = hidden; tests all;
+        // gpu_moe.cu's experts, one GEMM an expert, both)
         size_t out = qkv_dim(c) > 2 * c->intermediate_size ? qkv_dim(c) : 2 * (size_t)c->intermediate_size;
         out = h > out ? h : out;
+        out = 2 * S > out ? 2 * S : out;
+        out = 2 * mi > out ? 2 * mi : out;
         g->fp8_t_floats = (R < FP8_SCALAR_ROWS ? R : FP8_SCALAR_ROWS) * out;
         rc = dalloc(g, (void **)&g->xq, R * in) || dalloc(g, (void **)&g->xs, R * sizeof(float)) ||
              (!g->fp8_gemm && dalloc(g, (void **)&g->xdq, R * in * sizeof(bf16))) ||
@@ -763,11 +767,12 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
             return 0;
         // the shared experts (LLaDA 2.x): one SwiGLU of S over every row, added unscaled
         int S = g->moe.shared_inter;
-        if (matmul_t(g, g->gu, g->xn, G->sh_gu, rows, 2 * S, h, 0.0f))
+        proj sgu = {G->sh_gu, G->qsh_gu, G->ssh_gu}, sdown = {G->sh_down, G->qsh_down, G->ssh_down};
+        if (matmul_p(g, g->gu, g->xn, sgu, rows, 2 * S, h, 0.0f))
             return -1;
         swiglu_act(g, g->gu, g->act, S, (size_t)rows * S, NULL, NULL);
         LAUNCHED();
-        return matmul_t(g, g->x, g->act, G->sh_down, rows, h, S, 1.0f);
+        return matmul_p(g, g->x, g->act, sdown, rows, h, S, 1.0f);
     }
     if (swiglu) { // gate-up with SwiGLU in its epilogue
         gemv_args gu = {G->wgu, g->xn, NULL, g->act, NULL, NULL, 0.0f, I, h, 0.0f};
@@ -872,7 +877,7 @@ static void account(tb_gpu *g, int B, int n, int n_attend, int nr)
     g->work_flops -= 2 * cut * (h * nq + (last_moe ? routed : dense_ffn)) + 4.0 * cut * nh * n_attend * hd;
     g->work_moe_rows -= last_moe ? cut : 0;
     // dtype = fp8: the projections' E4M3 bytes and their float row scales
-    double proj_bytes = g->fp8 ? attn * L + dense_ffn * Ld + 4.0 * L * (qkv_dim(c) + 2 * h + 2 * I)
+    double proj_bytes = g->fp8 ? attn * L + dense_ffn * Ld + 4.0 * (L * (qkv_dim(c) + h) + Ld * (2 * I + h))
                                : 2 * (attn * L + dense_ffn * Ld);
     g->work_bytes += proj_bytes + 2 * V * h +
                      2 * L * (2.0 * B * n_attend * kvd + 2 * rows * kvd) + 2 * rows * h;
@@ -900,8 +905,10 @@ extern "C" void tb_gpu_take_work(tb_gpu *g, double *flops, double *bytes, double
     if (g->n_moe_layers > 0 && moe_take_touched(g, &touched) != 0)
         touched = 0; // the error stays in g->error; the next CUDA call reports it
     *flops = g->work_flops;
-    // plus the MoE layer calls' routers and touched experts, bf16 (2 bytes)
-    *bytes = g->work_bytes + tb_moe_active_bytes_sum(&g->moe, g->work_moe_calls, touched, 2.0);
+    // plus the MoE layer calls' routers and touched experts (moe.c: bf16,
+    // or under dtype = fp8 the experts' codes and scales)
+    *bytes = g->work_bytes + (g->fp8 ? tb_moe_active_bytes_fp8(&g->moe, g->work_moe_calls, touched)
+                                     : tb_moe_active_bytes_sum(&g->moe, g->work_moe_calls, touched, 2.0));
     if (expert_reads)
         *expert_reads = touched;
     if (moe_rows)

@@ -46,6 +46,11 @@ struct gpu_layer {
     float *score_bias; // [E] (LLaDA 2.x's expert_bias) or NULL
     bf16 *sh_gu;       // [2 S][h] shared experts (S = moe.shared_inter) or NULL
     bf16 *sh_down;     // [h][S]
+    // dtype = fp8: the experts' and shared experts' E4M3 codes (layouts
+    // as above) and float scales, one per output row ([E 2 mi], [E h],
+    // [2 S], [h]); the bf16 pointers above then NULL. The router stays bf16.
+    uint8_t *qex_gu, *qex_down, *qsh_gu, *qsh_down;
+    float *sex_gu, *sex_down, *ssh_gu, *ssh_down;
 };
 
 // One device allocation made through dalloc.
@@ -210,6 +215,7 @@ struct tb_gpu {
     tb_moe_config moe;
     int n_moe_layers;
     int moe_gemv_max_rows;
+    int moe_grid_all; // TB_GPU_MOE_GRID=all (gpu_moe.cu's moe_grid_rows)
     float *moe_logits;   // [rows][E]
     int *moe_idx;        // [P] experts chosen
     float *moe_w;        // [P] their weights
@@ -220,6 +226,10 @@ struct tb_gpu {
     float *moe_gu;       // [P][2 mi]
     bf16 *moe_act;       // [P][mi]
     float *moe_y;        // [P][h]
+    // dtype = fp8: the layer's input rows and the pairs' activations as
+    // E4M3 codes with a scale a row (fp8.h), and the spans' gathered rows
+    uint8_t *moe_xq, *moe_aq, *moe_xgq; // [rows][h], [P][mi], [P][h]
+    float *moe_xs, *moe_as, *moe_xgs;   // [rows], [P], [P]
     unsigned long long *moe_touched; // device: distinct experts summed over MoE layer calls (roofline)
     int *h_moe_off;      // pinned [E + 1]
     double work_moe_rows;  // rows through MoE layers since tb_gpu_take_work (host count)

@@ -10,20 +10,31 @@
 //               device (off[E + 1], order[j] = pair, pos[pair] = j), and the
 //               count of distinct experts added to the roofline's counter
 //   experts     two ways over the same groups (moe_ffn chooses by rows):
-//               - k_moe_gemv: one grid over (output tiles, experts); the
-//                 blocks of an expert no row chose return at once, so only
-//                 the chosen experts' weights are read, and the expert ids
-//                 come from device memory: the decode step's CUDA graph
-//                 replays it whatever the router picks
+//               - k_moe_gemv: one grid over (output tiles, experts), or
+//                 where the pairs are fewer than the experts over (output
+//                 tiles, pairs), each block row finding its chosen expert
+//                 (moe_block_expert); only the chosen experts' weights are
+//                 read, and the expert ids come from device memory: the
+//                 decode step's CUDA graph replays it whatever the router
+//                 picks
 //               - cuBLAS per expert over its gathered rows (a grouped GEMM
 //                 one group at a time), for long spans (prefill): the
 //                 host reads the group offsets, so never inside a graph
 //   combine     k_moe_combine: x[r] += sum_t w[r][t] y[pos[r k + t]]
+//   fp8         dtype = fp8 (fp8.h): the experts' weights are E4M3 codes
+//               with a scale an output row (gpu_context.cu), their inputs
+//               (the layer's rows, the pairs' SwiGLU activations) are
+//               quantized per row by k_fp8_quant_act; the same two ways:
+//               k_moe_gemv_fp8, or for long spans FP8 tensor-core GEMMs
+//               one expert at a time (gemm_fp8, gpu_gemm_fp8.cu) over the
+//               gathered codes (k_moe_gather_q); without FP8 GEMMs on the
+//               device, k_moe_gemv_fp8 at any length. The router stays bf16
 //
 //   shared      the shared experts (LLaDA 2.x): a dense SwiGLU over every
 //               row, added after the routed ones (gpu_forward.cu's
 //               layer_forward, with the dense layers' GEMMs)
 #include "gpu_internal.cuh"
+#include "kernels_device.cuh"
 
 #include <math.h>
 #include <stdio.h>
@@ -164,21 +175,60 @@ __global__ void k_moe_group(const int *idx, int n, int E, int *off, int *order, 
     }
 }
 
+// The expert a grouped GEMV's block row y works on. A grid of E rows:
+// expert y (its blocks return at once when no pair chose it). A grid of
+// fewer rows (moe_grid_rows: as many as there are pairs, when that is
+// less than E; batch-1 decode launches 8 rows, not 128): the y-th expert,
+// ascending, that some pair chose, or -1 past the last; each warp finds
+// it from off[E + 1] (a few cached loads, a ballot per 32 experts).
+// Every lane of the warp must call it.
+__device__ __forceinline__ int moe_block_expert(const int *off, int E, int y)
+{
+    if ((int)gridDim.y >= E)
+        return y;
+    int lane = threadIdx.x % 32, seen = 0;
+    for (int e0 = 0; e0 < E; e0 += 32) {
+        int e = e0 + lane;
+        bool chosen = e < E && off[e + 1] > off[e];
+        unsigned m = __ballot_sync(0xffffffffu, chosen);
+        int n = __popc(m);
+        if (y < seen + n) { // the (y - seen)-th set bit of m
+            int pick = chosen && __popc(m & ((1u << lane) - 1)) == y - seen ? e : -1;
+            for (int o = 16; o > 0; o >>= 1)
+                pick = max(pick, __shfl_xor_sync(0xffffffffu, pick, o));
+            return pick;
+        }
+        seen += n;
+    }
+    return -1;
+}
+
+// Grid rows for the grouped GEMVs over P (row, slot) pairs: at most one
+// per distinct expert chosen (all E under TB_GPU_MOE_GRID=all, the way
+// before session 19, kept to measure against).
+static unsigned moe_grid_rows(const tb_gpu *g, int P, int E)
+{
+    return (unsigned)(P < E && !g->moe_grid_all ? P : E);
+}
+
 // Grouped products over the experts' weights W[E][out][in] (bf16):
-// Y[j][out] = W[e] x_j for every grouped position j of expert e =
-// blockIdx.y, where x_j is X[order[j] / k] (gather: the layer's input
-// rows) or X[j] (!gather: rows already grouped). Each warp computes
-// MOE_ROWS outputs for MOE_VECS vectors at a time, lanes striding over
-// 16-byte chunks (8 bf16) of the weight rows. Blocks of an expert with no
-// pairs return before reading anything.
+// Y[j][out] = W[e] x_j for every grouped position j of expert e (the
+// block row's: moe_block_expert), where x_j is X[order[j] / k] (gather:
+// the layer's input rows) or X[j] (!gather: rows already grouped). Each
+// warp computes MOE_ROWS outputs for MOE_VECS vectors at a time, lanes
+// striding over 16-byte chunks (8 bf16) of the weight rows. Blocks of an
+// expert with no pairs return before reading any weight.
 #define MOE_WARPS 8
 #define MOE_ROWS 2
 #define MOE_VECS 4
 __global__ void __launch_bounds__(MOE_WARPS * 32)
     k_moe_gemv(const bf16 *__restrict__ W, const bf16 *__restrict__ X, const int *__restrict__ off,
-               const int *__restrict__ order, int k, int gather, float *__restrict__ Y, int out, int in)
+               const int *__restrict__ order, int k, int gather, float *__restrict__ Y, int out, int in, int E)
 {
-    int e = blockIdx.y, j0 = off[e], j1 = off[e + 1];
+    int e = moe_block_expert(off, E, blockIdx.y);
+    if (e < 0)
+        return;
+    int j0 = off[e], j1 = off[e + 1];
     if (j0 == j1)
         return;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -226,6 +276,96 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
                 if (lane == 0 && v < nv && row0 + r < out)
                     Y[(size_t)(j + v) * out + row0 + r] = s;
             }
+    }
+}
+
+// k_moe_gemv under dtype = fp8: W[E][out][in] E4M3 codes with scales
+// WS[E out] (one an output row), X[.][in] E4M3 codes with scales XS[.]
+// (one a row): Y[j][o] = WS[e out + o] XS[x_j] sum_i W[e][o][i] X[x_j][i],
+// products and sums in float32. Lanes stride over 16-byte chunks (16
+// codes); in % 16 == 0.
+__global__ void __launch_bounds__(MOE_WARPS * 32)
+    k_moe_gemv_fp8(const uint8_t *__restrict__ W, const float *__restrict__ WS, const uint8_t *__restrict__ X,
+                   const float *__restrict__ XS, const int *__restrict__ off, const int *__restrict__ order, int k,
+                   int gather, float *__restrict__ Y, int out, int in, int E)
+{
+    int e = moe_block_expert(off, E, blockIdx.y);
+    if (e < 0)
+        return;
+    int j0 = off[e], j1 = off[e + 1];
+    if (j0 == j1)
+        return;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int row0 = (blockIdx.x * MOE_WARPS + warp) * MOE_ROWS;
+    if (row0 >= out)
+        return;
+    int chunks = in / 16;
+    const uint4 *wr[MOE_ROWS];
+    for (int r = 0; r < MOE_ROWS; r++)
+        wr[r] = reinterpret_cast<const uint4 *>(W + ((size_t)e * out + (row0 + r < out ? row0 + r : row0)) * in);
+    for (int j = j0; j < j1; j += MOE_VECS) {
+        int nv = j1 - j < MOE_VECS ? j1 - j : MOE_VECS;
+        const uint4 *xv[MOE_VECS];
+        float xs[MOE_VECS];
+        for (int v = 0; v < MOE_VECS; v++) {
+            int jj = j + (v < nv ? v : 0);
+            size_t xr = gather ? (size_t)(order[jj] / k) : (size_t)jj;
+            xv[v] = reinterpret_cast<const uint4 *>(X + xr * in);
+            xs[v] = XS[xr];
+        }
+        float acc[MOE_ROWS][MOE_VECS] = {};
+        for (int c = lane; c < chunks; c += 32) {
+            float wf[MOE_ROWS][16];
+            for (int r = 0; r < MOE_ROWS; r++) {
+                uint4 wq = __ldg(wr[r] + c);
+                const unsigned short *p = reinterpret_cast<const unsigned short *>(&wq);
+                for (int q = 0; q < 8; q++) {
+                    float2 f = e4m3x2_to_float2(p[q]);
+                    wf[r][2 * q] = f.x, wf[r][2 * q + 1] = f.y;
+                }
+            }
+            for (int v = 0; v < MOE_VECS; v++) {
+                if (v >= nv)
+                    break;
+                uint4 xq = xv[v][c];
+                const unsigned short *p = reinterpret_cast<const unsigned short *>(&xq);
+                float xf[16];
+                for (int q = 0; q < 8; q++) {
+                    float2 f = e4m3x2_to_float2(p[q]);
+                    xf[2 * q] = f.x, xf[2 * q + 1] = f.y;
+                }
+                for (int r = 0; r < MOE_ROWS; r++) {
+                    float s = 0;
+                    for (int q = 0; q < 16; q++)
+                        s += wf[r][q] * xf[q];
+                    acc[r][v] += s;
+                }
+            }
+        }
+        for (int r = 0; r < MOE_ROWS; r++)
+            for (int v = 0; v < MOE_VECS; v++) {
+                float s = acc[r][v];
+                for (int o = 16; o > 0; o >>= 1)
+                    s += __shfl_xor_sync(0xffffffffu, s, o);
+                if (lane == 0 && v < nv && row0 + r < out)
+                    Y[(size_t)(j + v) * out + row0 + r] = s * WS[(size_t)e * out + row0 + r] * xs[v];
+            }
+    }
+}
+
+// The codes and scales of each grouped pair's row together for the
+// experts' FP8 GEMMs: xgq[j][h] = xq[order[j] / k][h], xgs[j] likewise.
+__global__ void k_moe_gather_q(const uint8_t *xq, const float *xs, const int *order, int k, int h, int n,
+                               uint8_t *xgq, float *xgs)
+{
+    for (int j = blockIdx.x; j < n; j += gridDim.x) {
+        size_t r = (size_t)(order[j] / k);
+        const uint4 *src = reinterpret_cast<const uint4 *>(xq + r * h);
+        uint4 *dst = reinterpret_cast<uint4 *>(xgq + (size_t)j * h);
+        for (int d = threadIdx.x; d < h / 16; d += blockDim.x)
+            dst[d] = src[d];
+        if (threadIdx.x == 0)
+            xgs[j] = xs[r];
     }
 }
 
@@ -277,7 +417,11 @@ int moe_reserve(tb_gpu *g, int rows)
              dalloc(g, (void **)&g->moe_gu, P * 2 * mi * sizeof(float)) ||
              dalloc(g, (void **)&g->moe_act, P * mi * sizeof(bf16)) ||
              dalloc(g, (void **)&g->moe_y, P * h * sizeof(float)) ||
-             dalloc(g, (void **)&g->moe_touched, sizeof(unsigned long long));
+             dalloc(g, (void **)&g->moe_touched, sizeof(unsigned long long)) ||
+             (g->fp8 && (dalloc(g, (void **)&g->moe_xq, R * h) || dalloc(g, (void **)&g->moe_xs, R * sizeof(float)) ||
+                         dalloc(g, (void **)&g->moe_aq, P * mi) || dalloc(g, (void **)&g->moe_as, P * sizeof(float)) ||
+                         dalloc(g, (void **)&g->moe_xgq, P * h) ||
+                         dalloc(g, (void **)&g->moe_xgs, P * sizeof(float))));
     if (rc == 0 && cudaMallocHost((void **)&g->h_moe_off, (E + 1) * sizeof(int)) != cudaSuccess)
         rc = fail(g, "cannot allocate pinned host memory");
     if (rc == 0 && (cudaMemsetAsync(g->moe_touched, 0, sizeof(unsigned long long), g->stream) != cudaSuccess ||
@@ -289,7 +433,8 @@ int moe_reserve(tb_gpu *g, int rows)
 void moe_free(tb_gpu *g)
 {
     void *bufs[] = {g->moe_logits, g->moe_idx, g->moe_w,  g->moe_off, g->moe_order, g->moe_pos,
-                    g->moe_xg,     g->moe_gu,  g->moe_act, g->moe_y,  g->moe_touched};
+                    g->moe_xg,     g->moe_gu,  g->moe_act, g->moe_y,  g->moe_touched, g->moe_xq,
+                    g->moe_xs,     g->moe_aq,  g->moe_as,  g->moe_xgq, g->moe_xgs};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         dfree(g, bufs[i]);
     if (g->h_moe_off)
@@ -298,6 +443,77 @@ void moe_free(tb_gpu *g)
     g->moe_idx = g->moe_off = g->moe_order = g->moe_pos = g->h_moe_off = NULL;
     g->moe_xg = g->moe_act = NULL;
     g->moe_touched = NULL;
+    g->moe_xq = g->moe_aq = g->moe_xgq = NULL;
+    g->moe_xs = g->moe_as = g->moe_xgs = NULL;
+}
+
+// One expert's FP8 GEMM over its n gathered rows: y[n][out] = xs[r] ws[o]
+// (XQ WQ^T), the bare products from gemm_fp8's unscaled route, then
+// k_fp8_scale_out in place (a group's scales start at any float, where
+// cuBLASLt's scale vectors would want them aligned).
+static int expert_fp8(tb_gpu *g, float *y, const uint8_t *xq, const float *xs, const uint8_t *wq, const float *ws,
+                      int n, int out, int in)
+{
+    int deferred = 0;
+    if (gemm_fp8(g, y, xq, xs, wq, ws, n, out, in, 0.0f, &deferred))
+        return -1;
+    if (!deferred)
+        return fail(g, "the experts' FP8 GEMM applied its scales itself");
+    size_t cnt = (size_t)n * out;
+    k_fp8_scale_out<<<(unsigned)((cnt + 255) / 256 < 4096 ? (cnt + 255) / 256 : 4096), 256, 0, g->stream>>>(
+        y, xs, ws, y, n, out, 0.0f);
+    LAUNCHED();
+    return 0;
+}
+
+// dtype = fp8's experts (the file's head says how): into g->moe_y.
+static int moe_experts_fp8(tb_gpu *g, const gpu_layer *G, int rows, int graphable)
+{
+    const tb_moe_config *m = &g->moe;
+    int E = m->n_experts, k = m->top_k, h = m->hidden, mi = m->expert_inter, P = rows * k;
+    k_fp8_quant_act<<<rows, FP8_QUANT_THREADS, 0, g->stream>>>(g->xn, h, g->moe_xq, g->moe_xs);
+    LAUNCHED();
+    if (graphable || rows <= g->moe_gemv_max_rows || !g->fp8_gemm) {
+        dim3 gu_grid((2 * mi + MOE_WARPS * MOE_ROWS - 1) / (MOE_WARPS * MOE_ROWS), moe_grid_rows(g, P, E));
+        k_moe_gemv_fp8<<<gu_grid, MOE_WARPS * 32, 0, g->stream>>>(G->qex_gu, G->sex_gu, g->moe_xq, g->moe_xs,
+                                                                  g->moe_off, g->moe_order, k, 1, g->moe_gu, 2 * mi, h,
+                                                                  E);
+        LAUNCHED();
+        k_swiglu<<<blocks_for((size_t)P * mi), 256, 0, g->stream>>>(g->moe_gu, g->moe_act, mi, (size_t)P * mi, NULL, NULL);
+        LAUNCHED();
+        k_fp8_quant_act<<<P, FP8_QUANT_THREADS, 0, g->stream>>>(g->moe_act, mi, g->moe_aq, g->moe_as);
+        LAUNCHED();
+        dim3 down_grid((h + MOE_WARPS * MOE_ROWS - 1) / (MOE_WARPS * MOE_ROWS), moe_grid_rows(g, P, E));
+        k_moe_gemv_fp8<<<down_grid, MOE_WARPS * 32, 0, g->stream>>>(G->qex_down, G->sex_down, g->moe_aq, g->moe_as,
+                                                                    g->moe_off, NULL, k, 0, g->moe_y, h, mi, E);
+        LAUNCHED();
+        return 0;
+    }
+    // the group offsets on the host: one wait per MoE layer of a span
+    CK(cudaMemcpyAsync(g->h_moe_off, g->moe_off, (size_t)(E + 1) * sizeof(int), cudaMemcpyDeviceToHost, g->stream));
+    CK(cudaStreamSynchronize(g->stream));
+    k_moe_gather_q<<<P < 65535 ? P : 65535, 128, 0, g->stream>>>(g->moe_xq, g->moe_xs, g->moe_order, k, h, P,
+                                                                g->moe_xgq, g->moe_xgs);
+    LAUNCHED();
+    const int *off = g->h_moe_off;
+    for (int e = 0; e < E; e++) {
+        int n = off[e + 1] - off[e];
+        if (n > 0 && expert_fp8(g, g->moe_gu + (size_t)off[e] * 2 * mi, g->moe_xgq + (size_t)off[e] * h,
+                                g->moe_xgs + off[e], G->qex_gu + (size_t)e * 2 * mi * h, G->sex_gu + (size_t)e * 2 * mi,
+                                n, 2 * mi, h))
+            return -1;
+    }
+    k_swiglu<<<blocks_for((size_t)P * mi), 256, 0, g->stream>>>(g->moe_gu, g->moe_act, mi, (size_t)P * mi, NULL, NULL);
+    LAUNCHED();
+    k_fp8_quant_act<<<P, FP8_QUANT_THREADS, 0, g->stream>>>(g->moe_act, mi, g->moe_aq, g->moe_as);
+    LAUNCHED();
+    for (int e = 0; e < E; e++) {
+        int n = off[e + 1] - off[e];
+        if (n > 0 && expert_fp8(g, g->moe_y + (size_t)off[e] * h, g->moe_aq + (size_t)off[e] * mi, g->moe_as + off[e],
+                                G->qex_down + (size_t)e * h * mi, G->sex_down + (size_t)e * h, n, h, mi))
+            return -1;
+    }
+    return 0;
 }
 
 int moe_ffn(tb_gpu *g, int l, int rows, int graphable)
@@ -316,16 +532,19 @@ int moe_ffn(tb_gpu *g, int l, int rows, int graphable)
     k_moe_group<<<1, 1024, 0, g->stream>>>(g->moe_idx, P, E, g->moe_off, g->moe_order, g->moe_pos,
                                            g->moe_touched);
     LAUNCHED();
-    if (graphable || rows <= g->moe_gemv_max_rows) {
-        dim3 gu_grid((2 * mi + MOE_WARPS * MOE_ROWS - 1) / (MOE_WARPS * MOE_ROWS), E);
+    if (g->fp8) {
+        if (moe_experts_fp8(g, G, rows, graphable))
+            return -1;
+    } else if (graphable || rows <= g->moe_gemv_max_rows) {
+        dim3 gu_grid((2 * mi + MOE_WARPS * MOE_ROWS - 1) / (MOE_WARPS * MOE_ROWS), moe_grid_rows(g, P, E));
         k_moe_gemv<<<gu_grid, MOE_WARPS * 32, 0, g->stream>>>(G->ex_gu, g->xn, g->moe_off, g->moe_order, k, 1,
-                                                              g->moe_gu, 2 * mi, h);
+                                                              g->moe_gu, 2 * mi, h, E);
         LAUNCHED();
         k_swiglu<<<blocks_for((size_t)P * mi), 256, 0, g->stream>>>(g->moe_gu, g->moe_act, mi, (size_t)P * mi, NULL, NULL);
         LAUNCHED();
-        dim3 down_grid((h + MOE_WARPS * MOE_ROWS - 1) / (MOE_WARPS * MOE_ROWS), E);
+        dim3 down_grid((h + MOE_WARPS * MOE_ROWS - 1) / (MOE_WARPS * MOE_ROWS), moe_grid_rows(g, P, E));
         k_moe_gemv<<<down_grid, MOE_WARPS * 32, 0, g->stream>>>(G->ex_down, g->moe_act, g->moe_off, NULL, k, 0,
-                                                                g->moe_y, h, mi);
+                                                                g->moe_y, h, mi, E);
         LAUNCHED();
     } else {
         // the group offsets on the host: one wait per MoE layer of a span

@@ -86,13 +86,15 @@ int64_t tb_config_n_params(const tb_model_config *cfg);
 void tb_model_free(tb_model *m);
 
 /* dtype = fp8 (fp8.h): every layer's projection matrices (QKV, output,
- * gate-up, down) become the float32 values of their E4M3 form, one
- * power-of-two scale per output channel; embeddings, norms, biases and
- * the LM head stay as they are (the serving stacks' FP8 recipe leaves
- * them in 16 bits too). -1 with the reason for a model it does not cover
- * (mixture-of-experts layers). */
+ * gate-up, down; in a MoE layer each routed expert's gate-up and down and
+ * the shared experts') become the float32 values of their E4M3 form, one
+ * power-of-two scale per output channel; embeddings, norms, biases, the
+ * MoE router and the LM head stay as they are (the serving stacks' FP8
+ * recipe leaves them in 16 bits too). Returns 0 (err: for a layout it
+ * would not cover; none today). */
 int tb_model_round_fp8(tb_model *m, char *err, size_t err_size);
-/* The same refusal from the config alone (a preset made on the device). */
+/* The device's FP8 kernels' shape rule (16-byte rows of E4M3 codes): 0,
+ * or -1 with the sizes that break it (checked before any upload). */
 int tb_config_check_fp8(const tb_model_config *cfg, char *err, size_t err_size);
 
 

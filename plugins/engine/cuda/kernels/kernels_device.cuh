@@ -6,6 +6,7 @@
 #define TB_ENGINE_KERNELS_DEVICE_CUH
 
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
@@ -55,6 +56,14 @@ static __device__ __forceinline__ float4 ld_f4(const bf16 *p)
     return make_float4(a.x, a.y, b.x, b.y);
 }
 
+
+// Two E4M3 bytes (low byte first) to floats: the hardware conversion to
+// half (exact: every E4M3 value is a half), then to float.
+static __device__ __forceinline__ float2 e4m3x2_to_float2(unsigned short v)
+{
+    __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)v, __NV_E4M3);
+    return __half22float2(*reinterpret_cast<__half2 *>(&h));
+}
 
 // Warps of the batch-1 GEMVs' blocks (k_gemv, k_gemv_fp8)
 #define GEMV_WARPS 4

@@ -36,14 +36,6 @@ __global__ void k_fp8_quantize_rows(const bf16 *w, int in, uint8_t *q, float *sc
         q[(size_t)blockIdx.x * in + i] = tb_e4m3_encode(ldexpf(__bfloat162float(wr[i]), -k));
 }
 
-// Two E4M3 bytes (low byte first) to floats: the hardware conversion to
-// half (exact: every E4M3 value is a half), then to float.
-__device__ __forceinline__ float2 e4m3x2_to_float2(unsigned short v)
-{
-    __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)v, __NV_E4M3);
-    return __half22float2(*reinterpret_cast<__half2 *>(&h));
-}
-
 // v / 2^k as two exact power-of-two steps (2^-k alone overflows a float
 // below k = -127, for rows whose largest magnitude is under 2^-119, where
 // the CPU's ldexpf stays finite): (d1, d2) = fp8_unscale(k).
