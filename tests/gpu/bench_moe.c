@@ -1,7 +1,8 @@
 /* bench_moe.c — the two expert paths of gpu_moe.cu timed on the
  * qwen3-30b-a3b preset (random bf16 weights made on the device), to choose
  * TB_GPU_MOE_GEMV_ROWS: a prefill of B x 128 tokens (each expert's rows by
- * the grouped GEMV, or by cuBLAS per expert) for B = 1, 4, 32, and the
+ * the grouped GEMV, by cuBLAS per expert, or by the grouped tensor-core
+ * GEMM) for B = 1, 4, 32 (not with a second argument "decode"), and the
  * decode step (always the GEMV: it is captured in a CUDA graph) at B = 1
  * and 32 with the roofline's count of what one step reads. Median of 5
  * after a warm-up, host clock around calls that end in a stream sync.
@@ -43,10 +44,13 @@ int main(int argc, char **argv)
     for (int i = 0; i < 32 * 128; i++)
         tok[i] = (i * 7919) % (cfg.vocab_size - 1);
     const int Bs[3] = {1, 4, 32};
-    for (int bi = 0; bi < 3; bi++)
-        for (int path = 0; path < 2; path++) {
+    const char *paths[3] = {"the grouped GEMV", "cuBLAS per expert", "the grouped GEMM"};
+    int decode_only = argc > 2 && strcmp(argv[2], "decode") == 0;
+    for (int bi = 0; bi < 3 && !decode_only; bi++)
+        for (int path = 0; path < 3; path++) {
             int B = Bs[bi];
             tb_gpu_set_moe_gemv_rows(g, path == 0 ? B * 128 : 0);
+            tb_gpu_set_moe_span_grouped(g, path == 2);
             double t[6];
             for (int r = 0; r < 6; r++) {
                 double t0 = now_s();
@@ -58,9 +62,10 @@ int main(int argc, char **argv)
             }
             qsort(t + 1, 5, sizeof t[0], cmp);
             printf("bench_moe %s prefill %d x 128 by %-18s %8.2f ms  (%.0f prompt tok/s)\n", preset, B,
-                   path == 0 ? "the grouped GEMV" : "cuBLAS per expert", t[3] * 1e3, B * 128 / t[3]);
+                   paths[path], t[3] * 1e3, B * 128 / t[3]);
         }
     tb_gpu_set_moe_gemv_rows(g, TB_GPU_MOE_GEMV_ROWS);
+    tb_gpu_set_moe_span_grouped(g, 0);
     const int Ds[2] = {1, 32};
     for (int di = 0; di < 2; di++) {
         int B = Ds[di];

@@ -1565,17 +1565,21 @@ static void check_moe(int fp8)
     CHECK(tb_cpu_state_init(&st, &m, B, 2 * n, B * n, 1, err, sizeof err) == 0);
     CHECK(tb_cpu_forward(&st, tok, B, n, 1, 1, cl) == 0);
     double ref = max_abs(cl, (size_t)B * n * V);
-    const int gemv_rows[2] = {B * n, 0}; /* all spans by the GEMV; all by cuBLAS */
-    for (int p = 0; p < 2; p++) {
+    /* all spans by the GEMV; all by cuBLAS per expert (fp8: FP8 GEMMs per
+     * expert); all by the grouped tensor-core GEMM (bf16 only) */
+    const int gemv_rows[3] = {B * n, 0, 0};
+    const char *path[3] = {"the grouped GEMV", "cuBLAS per expert", "the grouped GEMM"};
+    for (int p = 0; p < (fp8 ? 2 : 3); p++) {
         tb_gpu_set_moe_gemv_rows(g, gemv_rows[p]);
+        tb_gpu_set_moe_span_grouped(g, p == 2);
         CHECK(tb_gpu_logits(g, tok, B, 0, n, n, 1, gl) == 0);
         double diff = max_diff(gl, cl, (size_t)B * n * V);
         fprintf(stderr, "tiny-qwen3-moe%s: %d-row span by %s: max |cpu| %.3f, max diff %.3g (bound %.3g)\n",
-                fp8 ? " fp8" : "", B * n, p ? "cuBLAS per expert" : "the grouped GEMV", ref, diff,
-                GPU_TOL * (ref > 1 ? ref : 1));
+                fp8 ? " fp8" : "", B * n, path[p], ref, diff, GPU_TOL * (ref > 1 ? ref : 1));
         CHECK(diff <= GPU_TOL * (ref > 1 ? ref : 1));
     }
     tb_gpu_set_moe_gemv_rows(g, TB_GPU_MOE_GEMV_ROWS);
+    tb_gpu_set_moe_span_grouped(g, 0);
     /* batch 1: prefill 4 tokens, then one graph decode step: each MoE
      * layer reads exactly top_k distinct experts */
     double f, b, reads, rows;
@@ -1647,12 +1651,13 @@ static void check_moe(int fp8)
         CHECK(0);
     } else {
         CHECK(tb_gpu_reserve(g, 1, 4, 4, err, sizeof err) == 0);
-        for (int p = 0; p < 2; p++) {
+        for (int p = 0; p < 3; p++) {
             tb_gpu_set_moe_gemv_rows(g, p ? 0 : 1);
+            tb_gpu_set_moe_span_grouped(g, p == 2);
             CHECK(tb_gpu_logits(g, tok, 1, 0, 1, 1, 1, gl) == 0);
             double diff = max_diff(gl, cl, (size_t)V), r1 = max_abs(cl, V);
             fprintf(stderr, "tiny-qwen3-moe: %d unchosen experts NaN, one row by %s: max diff %.3g\n", poisoned,
-                    p ? "cuBLAS" : "the GEMV", diff);
+                    p == 2 ? "the grouped GEMM" : p ? "cuBLAS" : "the GEMV", diff);
             CHECK(diff <= GPU_TOL * (r1 > 1 ? r1 : 1));
         }
         tb_gpu_free(g);
@@ -1753,6 +1758,7 @@ int main(void)
         check_golden("qwen3-moe");
         check_diffusion("llada-moe-tiny", 0);
         check_block("tiny-llada2", 0);
+        check_moe(0); /* the three expert paths, the roofline's count, the poisoned experts */
         return check_done();
     }
     /* the batch-1 GEMV against the bandwidth it is bound by (a

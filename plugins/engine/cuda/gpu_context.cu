@@ -241,6 +241,7 @@ int tbgpu::create_on(tb_gpu **out, const tb_model_config *cfg, const tb_model *c
         // TB_GPU_MOE_GRID=all: the grouped GEMVs' grids over every expert
         // even where fewer are chosen (gpu_moe.cu; the measurement's baseline)
         g->moe_grid_all = getenv("TB_GPU_MOE_GRID") && strcmp(getenv("TB_GPU_MOE_GRID"), "all") == 0;
+        g->moe_span_grouped = getenv("TB_GPU_MOE_SPAN") && strcmp(getenv("TB_GPU_MOE_SPAN"), "grouped") == 0;
     }
     if (c->head_dim % 2 || c->head_dim > 256) {
         fail(g, "head_dim %d: the CUDA attention kernels need an even head_dim <= 256", c->head_dim);

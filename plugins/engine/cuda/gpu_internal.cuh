@@ -216,6 +216,8 @@ struct tb_gpu {
     int n_moe_layers;
     int moe_gemv_max_rows;
     int moe_grid_all; // TB_GPU_MOE_GRID=all (gpu_moe.cu's moe_grid_rows)
+    int moe_span_grouped; // spans above moe_gemv_max_rows by k_moe_gemm (gpu_tune.h)
+    int *moe_tile_e, *moe_tile_j, *moe_ntiles; // k_moe_tiles' list: [max tiles] x 2, [1]
     float *moe_logits;   // [rows][E]
     int *moe_idx;        // [P] experts chosen
     float *moe_w;        // [P] their weights

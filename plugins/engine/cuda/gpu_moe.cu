@@ -20,6 +20,10 @@
 //               - cuBLAS per expert over its gathered rows (a grouped GEMM
 //                 one group at a time), for long spans (prefill): the
 //                 host reads the group offsets, so never inside a graph
+//               - or for those spans k_moe_gemm: one tensor-core GEMM
+//                 over every expert's tiles, the tiles listed on the
+//                 device (k_moe_tiles), no host wait (gpu_tune.h's
+//                 tb_gpu_set_moe_span_grouped; TB_GPU_MOE_SPAN=grouped)
 //   combine     k_moe_combine: x[r] += sum_t w[r][t] y[pos[r k + t]]
 //   fp8         dtype = fp8 (fp8.h): the experts' weights are E4M3 codes
 //               with a scale an output row (gpu_context.cu), their inputs
@@ -35,6 +39,8 @@
 //               layer_forward, with the dense layers' GEMMs)
 #include "gpu_internal.cuh"
 #include "kernels_device.cuh"
+
+#include <mma.h>
 
 #include <math.h>
 #include <stdio.h>
@@ -369,6 +375,103 @@ __global__ void k_moe_gather_q(const uint8_t *xq, const float *xs, const int *or
     }
 }
 
+// The grouped GEMM's tiles (k_moe_gemm): every expert's group of pairs cut
+// into tiles of MOE_BM grouped positions; tile t covers positions
+// [tile_j[t], tile_j[t] + MOE_BM) of expert tile_e[t] (clipped at the
+// group's end), ntiles[0] of them, experts ascending. One thread: E is at
+// most TB_MOE_MAX_EXPERTS.
+#define MOE_BM 64
+#define MOE_BN 64
+#define MOE_BK 32
+__global__ void k_moe_tiles(const int *off, int E, int *tile_e, int *tile_j, int *ntiles)
+{
+    int t = 0;
+    for (int e = 0; e < E; e++)
+        for (int j = off[e]; j < off[e + 1]; j += MOE_BM)
+            tile_e[t] = e, tile_j[t++] = j;
+    ntiles[0] = t;
+}
+
+// The most tiles P pairs over E experts make: P / MOE_BM whole tiles plus
+// at most one partial tile an expert.
+static int moe_max_tiles(int P, int E) { return P / MOE_BM + (P < E ? P : E); }
+
+// Grouped GEMM over every expert in one launch, on bf16 tensor cores
+// (WMMA 16x16x16, float32 accumulation): Y[j][o] = sum_i x_j[i] W[e][o][i]
+// for the grouped positions j of tile blockIdx.y (k_moe_tiles), output
+// columns [blockIdx.x MOE_BN, + MOE_BN); x_j as in k_moe_gemv (gather:
+// X[order[j] / k], else X[j]). Blocks past the tile count return at once,
+// so the grid is sized by moe_max_tiles and the launch needs no host
+// wait (a CUDA graph can hold it). Four warps, each a 32 x 32 quarter of
+// the 64 x 64 tile; operands staged through shared memory MOE_BK wide;
+// in % 8 == 0 (16-byte loads), tails of rows and columns zero-filled.
+__global__ void __launch_bounds__(128)
+    k_moe_gemm(const bf16 *__restrict__ W, const bf16 *__restrict__ X, const int *__restrict__ off,
+               const int *__restrict__ order, int k, int gather, const int *__restrict__ tile_e,
+               const int *__restrict__ tile_j, const int *__restrict__ ntiles, float *__restrict__ Y, int out, int in)
+{
+    using namespace nvcuda;
+    const int LDS = MOE_BK + 8, LDC = MOE_BN + 4; // padded rows (bf16, float)
+    __shared__ __align__(32) unsigned char smem[MOE_BM * LDC * sizeof(float)];
+    bf16 *As = reinterpret_cast<bf16 *>(smem), *Bs = As + MOE_BM * LDS;
+    float *Cs = reinterpret_cast<float *>(smem); // after the K loop
+    int t = blockIdx.y;
+    if (t >= ntiles[0])
+        return;
+    int e = tile_e[t], j0 = tile_j[t], jn = off[e + 1] - j0;
+    jn = jn < MOE_BM ? jn : MOE_BM;
+    int o0 = blockIdx.x * MOE_BN;
+    int warp = threadIdx.x / 32, wm = warp / 2, wn = warp % 2;
+    // this thread's two 16-byte chunks of each operand tile (64 rows x 4 chunks)
+    const bf16 *arow[2], *brow[2];
+    int ar[2], ac[2];
+    for (int q = 0; q < 2; q++) {
+        int idx = threadIdx.x + q * 128;
+        ar[q] = idx / 4, ac[q] = idx % 4 * 8;
+        int j = j0 + ar[q];
+        arow[q] = ar[q] < jn ? X + (size_t)(gather ? order[j] / k : j) * in : NULL;
+        int o = o0 + ar[q];
+        brow[q] = o < out ? W + ((size_t)e * out + o) * in : NULL;
+    }
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 2; b++)
+            wmma::fill_fragment(acc[a][b], 0.0f);
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    for (int k0 = 0; k0 < in; k0 += MOE_BK) {
+        for (int q = 0; q < 2; q++) {
+            int c = k0 + ac[q];
+            uint4 va = arow[q] && c < in ? *reinterpret_cast<const uint4 *>(arow[q] + c) : zero;
+            uint4 vb = brow[q] && c < in ? __ldg(reinterpret_cast<const uint4 *>(brow[q] + c)) : zero;
+            *reinterpret_cast<uint4 *>(As + ar[q] * LDS + ac[q]) = va;
+            *reinterpret_cast<uint4 *>(Bs + ar[q] * LDS + ac[q]) = vb;
+        }
+        __syncthreads();
+        for (int kk = 0; kk < MOE_BK; kk += 16) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa[2];
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> fb[2];
+            for (int a = 0; a < 2; a++)
+                wmma::load_matrix_sync(fa[a], As + (wm * 32 + a * 16) * LDS + kk, LDS);
+            for (int b = 0; b < 2; b++) // W's rows are B's columns: col-major K x N
+                wmma::load_matrix_sync(fb[b], Bs + (wn * 32 + b * 16) * LDS + kk, LDS);
+            for (int a = 0; a < 2; a++)
+                for (int b = 0; b < 2; b++)
+                    wmma::mma_sync(acc[a][b], fa[a], fb[b], acc[a][b]);
+        }
+        __syncthreads();
+    }
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 2; b++)
+            wmma::store_matrix_sync(Cs + (wm * 32 + a * 16) * LDC + wn * 32 + b * 16, acc[a][b], LDC,
+                                    wmma::mem_row_major);
+    __syncthreads();
+    for (int i = threadIdx.x; i < MOE_BM * MOE_BN; i += blockDim.x) {
+        int r = i / MOE_BN, c = i % MOE_BN;
+        if (r < jn && o0 + c < out)
+            Y[(size_t)(j0 + r) * out + o0 + c] = Cs[r * LDC + c];
+    }
+}
+
 // xg[j][h] = xn[order[j] / k][h] (bf16): the rows of each expert together
 // for its GEMM.
 __global__ void k_moe_gather(const bf16 *xn, const int *order, int k, int h, int n, bf16 *xg)
@@ -418,6 +521,9 @@ int moe_reserve(tb_gpu *g, int rows)
              dalloc(g, (void **)&g->moe_act, P * mi * sizeof(bf16)) ||
              dalloc(g, (void **)&g->moe_y, P * h * sizeof(float)) ||
              dalloc(g, (void **)&g->moe_touched, sizeof(unsigned long long)) ||
+             dalloc(g, (void **)&g->moe_tile_e, (size_t)moe_max_tiles((int)P, (int)E) * sizeof(int)) ||
+             dalloc(g, (void **)&g->moe_tile_j, (size_t)moe_max_tiles((int)P, (int)E) * sizeof(int)) ||
+             dalloc(g, (void **)&g->moe_ntiles, sizeof(int)) ||
              (g->fp8 && (dalloc(g, (void **)&g->moe_xq, R * h) || dalloc(g, (void **)&g->moe_xs, R * sizeof(float)) ||
                          dalloc(g, (void **)&g->moe_aq, P * mi) || dalloc(g, (void **)&g->moe_as, P * sizeof(float)) ||
                          dalloc(g, (void **)&g->moe_xgq, P * h) ||
@@ -434,7 +540,8 @@ void moe_free(tb_gpu *g)
 {
     void *bufs[] = {g->moe_logits, g->moe_idx, g->moe_w,  g->moe_off, g->moe_order, g->moe_pos,
                     g->moe_xg,     g->moe_gu,  g->moe_act, g->moe_y,  g->moe_touched, g->moe_xq,
-                    g->moe_xs,     g->moe_aq,  g->moe_as,  g->moe_xgq, g->moe_xgs};
+                    g->moe_xs,     g->moe_aq,  g->moe_as,  g->moe_xgq, g->moe_xgs, g->moe_tile_e,
+                    g->moe_tile_j, g->moe_ntiles};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         dfree(g, bufs[i]);
     if (g->h_moe_off)
@@ -445,6 +552,7 @@ void moe_free(tb_gpu *g)
     g->moe_touched = NULL;
     g->moe_xq = g->moe_aq = g->moe_xgq = NULL;
     g->moe_xs = g->moe_as = g->moe_xgs = NULL;
+    g->moe_tile_e = g->moe_tile_j = g->moe_ntiles = NULL;
 }
 
 // One expert's FP8 GEMM over its n gathered rows: y[n][out] = xs[r] ws[o]
@@ -546,6 +654,19 @@ int moe_ffn(tb_gpu *g, int l, int rows, int graphable)
         k_moe_gemv<<<down_grid, MOE_WARPS * 32, 0, g->stream>>>(G->ex_down, g->moe_act, g->moe_off, NULL, k, 0,
                                                                 g->moe_y, h, mi, E);
         LAUNCHED();
+    } else if (g->moe_span_grouped) { // one grouped GEMM a projection, sized on the device
+        k_moe_tiles<<<1, 1, 0, g->stream>>>(g->moe_off, E, g->moe_tile_e, g->moe_tile_j, g->moe_ntiles);
+        LAUNCHED();
+        unsigned T = (unsigned)moe_max_tiles(P, E);
+        dim3 gu_grid((2 * mi + MOE_BN - 1) / MOE_BN, T), down_grid((h + MOE_BN - 1) / MOE_BN, T);
+        k_moe_gemm<<<gu_grid, 128, 0, g->stream>>>(G->ex_gu, g->xn, g->moe_off, g->moe_order, k, 1, g->moe_tile_e,
+                                                   g->moe_tile_j, g->moe_ntiles, g->moe_gu, 2 * mi, h);
+        LAUNCHED();
+        k_swiglu<<<blocks_for((size_t)P * mi), 256, 0, g->stream>>>(g->moe_gu, g->moe_act, mi, (size_t)P * mi, NULL, NULL);
+        LAUNCHED();
+        k_moe_gemm<<<down_grid, 128, 0, g->stream>>>(G->ex_down, g->moe_act, g->moe_off, NULL, k, 0, g->moe_tile_e,
+                                                     g->moe_tile_j, g->moe_ntiles, g->moe_y, h, mi);
+        LAUNCHED();
     } else {
         // the group offsets on the host: one wait per MoE layer of a span
         CK(cudaMemcpyAsync(g->h_moe_off, g->moe_off, (size_t)(E + 1) * sizeof(int), cudaMemcpyDeviceToHost,
@@ -599,4 +720,11 @@ extern "C" void tb_gpu_set_moe_gemv_rows(tb_gpu *g, int max_rows)
     for (int r = 0; r < g->n_ranks; r++) // a tensor-parallel group's ranks (no MoE: tp_split.h refuses it)
         g->ranks[r]->moe_gemv_max_rows = max_rows;
     g->moe_gemv_max_rows = max_rows;
+}
+
+extern "C" void tb_gpu_set_moe_span_grouped(tb_gpu *g, int grouped)
+{
+    for (int r = 0; r < g->n_ranks; r++)
+        g->ranks[r]->moe_span_grouped = grouped;
+    g->moe_span_grouped = grouped;
 }

@@ -79,6 +79,10 @@ int tb_gpu_tp_time_allreduce(tb_gpu *g, size_t count, int iters, double *us);
  * TB_GPU_MOE_GEMV_ROWS; tests and measurements set both ways. */
 #define TB_GPU_MOE_GEMV_ROWS 64
 void tb_gpu_set_moe_gemv_rows(tb_gpu *g, int max_rows);
+/* Those longer spans' experts: 0, cuBLAS per expert (the default); 1, one
+ * grouped tensor-core GEMM over all experts a projection (gpu_moe.cu's
+ * k_moe_gemm: no host wait; TB_GPU_MOE_SPAN=grouped at load). */
+void tb_gpu_set_moe_span_grouped(tb_gpu *g, int grouped);
 
 /* Decode fusion for one-row forwards (batch-1 decode), a mask of
  * TB_GPU_FUSE_*: SWIGLU computes SwiGLU inside the gate-up GEMV (no
