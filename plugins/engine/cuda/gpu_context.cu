@@ -470,6 +470,8 @@ extern "C" int tb_gpu_fp8_weights(tb_gpu *g, int l, int which, uint8_t *q, float
     const uint8_t *dq[4] = {G->qqkv, G->qo, G->qgu, G->qdown};
     const float *ds[4] = {G->sqkv, G->so, G->sgu, G->sdown};
     size_t rows[4] = {(size_t)qkv_dim(c), h, 2 * I, h}, in[4] = {h, nq, h, I};
+    if (!dq[which]) // a MoE layer's feed-forward: its experts are not one projection
+        return fail(g, "layer %d has no dense projection %d", l, which);
     CK(cudaMemcpyAsync(q, dq[which], rows[which] * in[which], cudaMemcpyDeviceToHost, g->stream));
     CK(cudaMemcpyAsync(scale, ds[which], rows[which] * sizeof(float), cudaMemcpyDeviceToHost, g->stream));
     CK(cudaStreamSynchronize(g->stream));

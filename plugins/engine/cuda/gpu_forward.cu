@@ -318,6 +318,8 @@ extern "C" int tb_gpu_fp8_product(tb_gpu *g, int l, int which, const float *x, i
                     g->rows);
     int h = c->hidden_size, I = c->intermediate_size, nq = c->n_heads * c->head_dim;
     const gpu_layer *G = &g->layers[l];
+    if (!layer_proj(G, which).q) // a MoE layer's feed-forward: its experts are not one projection
+        return fail(g, "tb_gpu_fp8_product: layer %d has no dense projection %d", l, which);
     int outs[4] = {qkv_dim(c), h, 2 * I, h}, ins[4] = {h, nq, h, I};
     int out = outs[which], in = ins[which];
     size_t nx = (size_t)rows * in, ny = (size_t)rows * out;
