@@ -33,6 +33,7 @@ struct tb_dg_backend {
     tb_gpu_dgemma *gpu; /* device = cuda; NULL on the CPU */
     double peak_flops, peak_bytes_per_s; /* the roofline's ceilings, measured at load (0: none) */
 #endif
+    int fp8;           /* dtype = fp8 (dgemma_model.h's tb_dgemma_round_fp8; on CUDA E4M3 codes) */
     int st_ctx;        /* positions st holds (0: none yet) */
     int32_t *prompt;   /* [prompt_cap] */
     size_t prompt_cap;
@@ -73,18 +74,28 @@ static char *make_describe(const tb_dg_backend *b, int tokenizer)
 #ifdef TB_HAVE_CUDA
     gpu = b->gpu != NULL;
 #endif
-    ok &= cJSON_AddStringToObject(o, "dtype", gpu ? "bfloat16" : "float32") != NULL;
+    ok &= cJSON_AddStringToObject(o, "dtype", b->fp8 ? "fp8" : gpu ? "bfloat16" : "float32") != NULL;
     ok &= cJSON_AddStringToObject(o, "checkpoint_dtype", b->m.source_dtype) != NULL;
     ok &= cJSON_AddStringToObject(o, "device", gpu ? "cuda" : "cpu") != NULL;
 #ifdef TB_HAVE_CUDA
     if (gpu) {
         ok &= cJSON_AddStringToObject(o, "device_name", tb_gpu_device_name(tb_gpu_dgemma_gpu(b->gpu))) != NULL;
-        ok &= cJSON_AddStringToObject(o, "kernels",
-                                      "cuBLAS bf16 GEMMs (fp32 accumulate), experts grouped by expert, attention as "
-                                      "batched GEMMs around a masked softmax; the sampler's softmax, entropy, argmax "
-                                      "and Gumbel draw on the GPU") != NULL;
+        const char *gemm = tb_gpu_gemm_dtype(tb_gpu_dgemma_gpu(b->gpu)); /* "fp8": FP8 GEMMs run the projections */
+        ok &= cJSON_AddStringToObject(
+                  o, "kernels",
+                  !b->fp8 ? "cuBLAS bf16 GEMMs (fp32 accumulate), experts grouped by expert, attention as batched GEMMs "
+                            "around a masked softmax; the sampler's softmax, entropy, argmax and Gumbel draw on the GPU"
+                  : strcmp(gemm, "fp8") == 0
+                      ? "W8A8: E4M3 projections and inputs (per-row scales) on cuBLASLt FP8 GEMMs (fp32 accumulate), "
+                        "one GEMM per chosen expert, the FP8 GEMV for one row; router, LM head and attention bf16; "
+                        "the sampler's per-position work on the GPU"
+                      : "W8A8: E4M3 projections and inputs (per-row scales) dequantized to bf16 for cuBLAS bf16 "
+                        "GEMMs (no FP8 GEMM on this device); router, LM head and attention bf16; the sampler's "
+                        "per-position work on the GPU") != NULL;
         if (b->peak_flops > 0) {
-            ok &= cJSON_AddNumberToObject(o, "peak_tflops_bf16", b->peak_flops / 1e12) != NULL;
+            char key[32]; /* peak_tflops_bf16, or _fp8 when FP8 GEMMs run the projections */
+            snprintf(key, sizeof key, "peak_tflops_%s", gemm);
+            ok &= cJSON_AddNumberToObject(o, key, b->peak_flops / 1e12) != NULL;
             ok &= cJSON_AddNumberToObject(o, "peak_tb_per_s", b->peak_bytes_per_s / 1e12) != NULL;
         }
     }
@@ -117,9 +128,8 @@ tb_status tb_dg_backend_create(const tb_host *host, const char *spec, int on_gpu
         return TB_ERR_UNSUPPORTED;
     }
 #endif
-    if (fp8 || tp > 1) {
-        snprintf(err, err_size, "%s: DiffusionGemma runs in float32 (CPU) or bf16 (CUDA) on one device so far (%s is "
-                 "not supported yet)", spec, fp8 ? "dtype = fp8" : "tp > 1");
+    if (tp > 1) {
+        snprintf(err, err_size, "%s: DiffusionGemma runs on one device so far (tp > 1 is not supported yet)", spec);
         return TB_ERR_UNSUPPORTED;
     }
     tb_dg_backend *b = calloc(1, sizeof *b);
@@ -129,23 +139,38 @@ tb_status tb_dg_backend_create(const tb_host *host, const char *spec, int on_gpu
     }
     int preset = strncmp(spec, "preset:", 7) == 0;
     int rc;
+    b->fp8 = fp8;
 #ifdef TB_HAVE_CUDA
     tb_dgemma_config pc;
     if (on_gpu && preset && tb_dgemma_preset_config(spec + 7, &pc, err, err_size) == 0 &&
         4.0 * (double)tb_dgemma_n_params(&pc) > TB_DG_HOST_PRESET_BYTES) {
         /* a preset too large for host float32 (the published shape): made on the device */
+        if (fp8 && tb_dgemma_check_fp8_gpu(&pc, err, err_size)) { /* the FP8 kernels' shapes: before any upload */
+            tb_dg_backend_free(b);
+            return TB_ERR_UNSUPPORTED;
+        }
         b->m.cfg = pc;
         snprintf(b->m.name, sizeof b->m.name, "%s", spec);
         snprintf(b->m.source_dtype, sizeof b->m.source_dtype, "random");
         b->m.n_params = tb_dgemma_n_params(&b->m.cfg);
-        rc = tb_gpu_dgemma_create(&b->gpu, &b->m.cfg, NULL, preset_seed, err, err_size);
+        rc = tb_gpu_dgemma_create_dtype(&b->gpu, &b->m.cfg, NULL, preset_seed, fp8, err, err_size);
     } else
 #endif
         rc = preset ? tb_dgemma_preset(spec + 7, preset_seed, &b->m, err, err_size)
                     : tb_dgemma_load(spec, &b->m, err, err_size);
 #ifdef TB_HAVE_CUDA
+    if (!rc && on_gpu && !b->gpu && fp8 && tb_dgemma_check_fp8_gpu(&b->m.cfg, err, err_size)) {
+        tb_dg_backend_free(b); /* the FP8 kernels' shapes: refused before any upload */
+        return TB_ERR_UNSUPPORTED;
+    }
+#endif
+    /* dtype = fp8: the host weights rounded to their E4M3 values (the CPU
+     * path's; on CUDA the device then quantizes them to the same codes) */
+    if (!rc && fp8 && b->m.arena)
+        tb_dgemma_round_fp8(&b->m);
+#ifdef TB_HAVE_CUDA
     if (!rc && on_gpu && !b->gpu) { /* the host weights, rounded to bf16 on the device; then only the config stays */
-        rc = tb_gpu_dgemma_create(&b->gpu, NULL, &b->m, 0, err, err_size);
+        rc = tb_gpu_dgemma_create_dtype(&b->gpu, NULL, &b->m, 0, fp8, err, err_size);
         tb_dgemma_model keep = b->m;
         free(b->m.arena), free(b->m.layers);
         memset(&b->m, 0, sizeof b->m);

@@ -6,9 +6,12 @@
  * the CPU passes (cpu/dgemma_forward.h), or with device = cuda over the
  * GPU's (cuda/gpu_dgemma.h: bf16 weights, the sampler's per-position work
  * on the device; a preset too large for host float32 made there with
- * random weights). Each committed canvas is one emission of its non-pad
- * tokens. Not yet: fp8, tensor parallelism, batches of more than one
- * request (refused, saying so). */
+ * random weights). dtype = fp8 (W8A8, fp8.h) on both: the projections'
+ * weights and inputs E4M3 with per-row scales (dgemma_model.h's
+ * tb_dgemma_round_fp8 says which; router, embedding and LM head as auto).
+ * Each committed canvas is one emission of its non-pad tokens. Not yet:
+ * tensor parallelism, batches of more than one request (refused, saying
+ * so). */
 #ifndef TB_DIFFUSION_DGEMMA_BACKEND_H
 #define TB_DIFFUSION_DGEMMA_BACKEND_H
 
@@ -25,7 +28,9 @@ typedef struct tb_dg_backend tb_dg_backend;
  * config.json, 0 when not, -1 when out of memory deciding. */
 int tb_dg_backend_claims(const char *spec);
 
-/* Load spec (on the GPU when on_gpu; fp8 and tp > 1 are refused). *tok gets the folder's
+/* Load spec (on the GPU when on_gpu; dtype = fp8 when fp8, on the GPU
+ * refused for a shape its FP8 kernels cannot take, before any upload:
+ * tb_dgemma_check_fp8_gpu; tp > 1 refused). *tok gets the folder's
  * tokenizer.json when tokbench reads it (else NULL: synthetic prompts
  * only; the reason is logged); the caller owns it. */
 tb_status tb_dg_backend_create(const tb_host *host, const char *spec, int on_gpu, int fp8, int tp,

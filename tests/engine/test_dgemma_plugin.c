@@ -3,7 +3,9 @@
  * loads, sampler = entropy_bound generates whole canvases with one
  * emission per committed canvas, the same seed gives the same output;
  * refused with the reason: another sampler, a batch of two, device = cuda,
- * entropy_bound on another model. */
+ * entropy_bound on another model. dtype = fp8 loads (the metadata says
+ * fp8), generates in range and deterministically, and commits other
+ * tokens than float32 on the same seed. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <string.h>
@@ -89,7 +91,34 @@ int main(void)
     const test_option fs[] = {{"sampler", "entropy_bound"}, {"final_store", "false"}};
     n2 = test_options(ops, fs, 2, o2, 64);
     CHECK(gen(ops, ctx, o2, n2, 1, 7, rr) == TB_ERR_INVALID);
+    CHECK_CONTAINS(ops->describe(ctx), "\"dtype\":\"float32\"");
     ops->destroy(ctx);
+    /* dtype = fp8 (the CPU's W8A8 path, cpu/dgemma_forward.h) */
+    {
+        const test_option f8[] = {{"sampler", "entropy_bound"}, {"dtype", "fp8"}};
+        tb_option_value o8[64];
+        uint32_t n8 = test_options(ops, f8, 2, o8, 64);
+        ctx = NULL;
+        st = ops->create(&test_host, "preset:tiny-diffusiongemma", o8, n8, &ctx, err, sizeof err);
+        CHECK(st == TB_OK);
+        if (st == TB_OK) {
+            CHECK_CONTAINS(ops->describe(ctx), "\"dtype\":\"fp8\"");
+            CHECK(gen(ops, ctx, o8, n8, 1, 7, rr) == TB_OK);
+            CHECK(rr[0].status == TB_OK && rr[0].n_output_tokens == 16);
+            int32_t f8out[16];
+            memcpy(f8out, rr[0].output_ids, sizeof f8out);
+            int in_range = 1;
+            for (int i = 0; i < 16; i++)
+                in_range &= f8out[i] >= 0 && f8out[i] < 128;
+            CHECK(in_range);
+            CHECK(memcmp(first, f8out, sizeof first) != 0); /* FP8 moves the logits: other tokens */
+            CHECK(gen(ops, ctx, o8, n8, 1, 7, r2) == TB_OK);
+            CHECK(memcmp(f8out, r2[0].output_ids, sizeof f8out) == 0);
+            ops->destroy(ctx);
+        } else {
+            fprintf(stderr, "create fp8: %s\n", err);
+        }
+    }
 #ifndef TB_HAVE_CUDA /* a CUDA build runs it on the device (tests/gpu/test_dgemma_gpu.c) */
     const test_option cu[] = {{"sampler", "entropy_bound"}, {"device", "cuda"}};
     n2 = test_options(ops, cu, 2, o2, 64);

@@ -35,7 +35,19 @@
  * tokens (two chunks) and runs one canvas step: its weights' bytes, the
  * roofline's FLOPs of the canvas pass against its active parameters,
  * finite softcapped logits, ids and entropies in range. Skipped, saying
- * so, when the device has less free memory than it needs. */
+ * so, when the device has less free memory than it needs.
+ *
+ * dtype = fp8 (gpu_dgemma.h's tb_gpu_dgemma_create_dtype): the same passes
+ * on tiny-diffusiongemma rounded by tb_dgemma_round_fp8, against the CPU's
+ * FP8 twin (cpu/dgemma_forward.h's fp8_act), with the bounds below: on the
+ * FP8 GEMM (canvas 8: products of at most 64 rows, gemm_fp8's unscaled
+ * route and k_fp8_scale_out), with the canvas widened to 96 (its
+ * outer-vector route), and with TB_GPU_FP8_GEMM=0 (both sides dequantized
+ * to bf16); the generate() runs stay bf16's (FP8's roundings part the two
+ * runs at the first step on this model's small logits: see the bounds), a
+ * GPU-only FP8 generate() runs to its end. The published shape under fp8:
+ * its E4M3 weights' bytes held (about half of bf16's), the roofline's bytes
+ * a weight one, the FP8 GEMM's ceiling, the same FLOPs, values in range. */
 #define _GNU_SOURCE
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -73,6 +85,26 @@
  * the CPU replaying the GPU's sets (route_force) instead. */
 #define REL_TOL 5e-2
 #define ROUTE_TIE 1e-3
+/* dtype = fp8: the same emulation with the CPU's FP8 path (tb_dgemma_round_fp8,
+ * fp8_act) under the GPU's bf16 roundings (and its experts' float FP8
+ * products) against the CPU's FP8 path alone, routes replayed, tiny preset,
+ * seeds 1-300. The two round each projection's input to E4M3 from values
+ * that differ at bf16's level, and wherever that moves a value across the
+ * middle of two E4M3 values they round it a whole E4M3 step (1/16) apart
+ * (docs/PERFORMANCE.md saw the same on the dense engine): relative RMS
+ * encoder output / canvas logits / self-conditioned, seed 3 (this test's)
+ * 0.119 / 0.159 / 0.141; over the 300 seeds median 0.110 / 0.115 / 0.116,
+ * 99th percentile 0.21 / 0.27 / 0.24, worst 0.21 / 0.37 / 0.26; the
+ * dequantizing route (bf16 expert products) worst 0.23 / 0.33 / 0.27; canvas
+ * 96, seeds 1-60, worst 0.21 / 0.22 / 0.21. REL_TOL_FP8: 0.4, above the worst
+ * (a wrong scale, row or expert is a power of two off: far beyond it).
+ * Routing probabilities: max |gpu - cpu| median 1.8e-3, worst 9.0e-3; where
+ * the sets differ the CPU's own margin was at most 5.6e-3 (2.4e-3 on seed 3
+ * of the dequantizing route). ROUTE_TIE_FP8: 1e-2. */
+#define REL_TOL_FP8 0.4
+#define ROUTE_TIE_FP8 1e-2
+/* the bounds in force: bf16's, or fp8's for the fp8 sections */
+static double rel_tol = REL_TOL, route_tie = ROUTE_TIE;
 /* generate(): runs compared step by step must agree on this many steps
  * before they may part (at a near-tie) */
 #define MIN_STEPS 2
@@ -121,8 +153,8 @@ static int close_to(const char *name, const char *what, const float *gpu, const 
     if (strstr(what, "logits") && diff > logit_err)
         logit_err = diff;
     fprintf(stderr, "%s: %s: relative RMS %.4f (bound %.2g); max |cpu| %.3f, max diff %.3g\n", name, what, rr,
-            (double)REL_TOL, ref, diff);
-    return rr <= REL_TOL;
+            rel_tol, ref, diff);
+    return rr <= rel_tol;
 }
 
 /* The GPU's last pass's routes replayed on the CPU: set after a GPU pass,
@@ -137,8 +169,8 @@ static int routes_ok(const char *name, const char *what, const tb_dgemma_state *
 {
     fprintf(stderr, "%s: %s: routing margin %.2e; the GPU chose otherwise in %d rows, the largest CPU margin "
             "there %.2e (bound %.0e)\n", name, what, st->route_gap, st->route_replaced, st->route_replaced_gap,
-            (double)ROUTE_TIE);
-    return st->route_replaced_gap <= ROUTE_TIE;
+            route_tie);
+    return st->route_replaced_gap <= route_tie;
 }
 
 /* softcap(hidden . embed^T): the logits an encoder row would give */
@@ -170,13 +202,21 @@ static void passes(const char *name, const tb_dgemma_model *m)
     char err[512];
     tb_gpu_dgemma *d = NULL;
     tb_dgemma_state st;
-    if (tb_gpu_dgemma_create(&d, NULL, m, 0, err, sizeof err) || tb_gpu_dgemma_reserve(d, ctx)) {
+    if (tb_gpu_dgemma_create_dtype(&d, NULL, m, 0, m->fp8, err, sizeof err) || tb_gpu_dgemma_reserve(d, ctx)) {
         fprintf(stderr, "%s: %s\n", name, d ? tb_gpu_dgemma_error(d) : err);
         CHECK(0);
         tb_gpu_dgemma_free(d);
         return;
     }
     CHECK(tb_dgemma_state_init(&st, m, ctx, C, err, sizeof err) == 0);
+    CHECK(st.fp8_act == m->fp8); /* the CPU's FP8 twin under an FP8 model */
+    if (m->fp8) { /* which GEMM runs the products: the FP8 one where the device has it, unless turned off */
+        const char *gemm = tb_gpu_gemm_dtype(tb_gpu_dgemma_gpu(d)), *env = getenv("TB_GPU_FP8_GEMM");
+        struct cudaDeviceProp prop;
+        int cc = cudaGetDeviceProperties(&prop, 0) == cudaSuccess ? prop.major * 10 + prop.minor : 0;
+        fprintf(stderr, "%s: products on the %s GEMM (compute capability %d)\n", name, gemm, cc);
+        CHECK(strcmp(gemm, (env && strcmp(env, "0") == 0) || cc < 89 ? "bf16" : "fp8") == 0);
+    }
     route_cap = (size_t)c->n_layers * (size_t)(P + more) * (size_t)c->top_k;
     route_log = malloc(route_cap * sizeof *route_log);
     int32_t *route_more = malloc(route_cap * sizeof *route_more);
@@ -569,15 +609,72 @@ static void generate_runs(const char *name, const tb_dgemma_model *m, uint64_t s
     tb_gpu_dgemma_free(d);
 }
 
+/* dtype = fp8: generate() on the device alone (its passes are compared
+ * above), two canvases to their end: ids in the vocabulary, the steps
+ * within the cap */
+static void generate_fp8(const char *name, const tb_dgemma_model *m)
+{
+    const tb_dgemma_config *c = &m->cfg;
+    int C = c->canvas, V = c->vocab, P = c->sliding_window + 3;
+    char err[512];
+    tb_dg_params p;
+    tb_dg_params_default(&p);
+    p.max_steps = 12;
+    p.max_new_tokens = 2 * C;
+    p.eos_ids = c->eos, p.n_eos = 0, p.pad_id = c->pad_id >= 0 ? c->pad_id : 0;
+    tb_gpu_dgemma *d = NULL;
+    if (tb_gpu_dgemma_create_dtype(&d, NULL, m, 0, 1, err, sizeof err) || tb_gpu_dgemma_reserve(d, P + 2 * C)) {
+        fprintf(stderr, "%s: %s\n", name, d ? tb_gpu_dgemma_error(d) : err);
+        CHECK(0);
+        tb_gpu_dgemma_free(d);
+        return;
+    }
+    int32_t *prompt = malloc((size_t)P * sizeof *prompt), *out = malloc((size_t)2 * C * sizeof *out);
+    if (!prompt || !out) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    ids(prompt, P, V, 5);
+    tb_dg_engine e = tb_dg_cuda_engine(d, c);
+    tb_dg_stats st;
+    int n = 0, bad = 0;
+    CHECK(tb_dg_generate(&e, &p, prompt, P, 11, NULL, NULL, out, &n, &st, err, sizeof err) == 0);
+    for (int i = 0; i < n; i++)
+        bad += out[i] < 0 || out[i] >= V;
+    CHECK(n == 2 * C && bad == 0 && st.canvases == 2 && st.steps >= 2 && st.steps <= 2 * p.max_steps);
+    fprintf(stderr, "%s: generate() on the device: %d tokens, %d canvases, %d steps\n", name, n, st.canvases,
+            st.steps);
+    free(prompt), free(out);
+    tb_gpu_dgemma_free(d);
+}
+
 /* ------------------------------------------------------------ the published shape */
 
-static void published_shape(void)
+/* Bytes of a dtype = fp8 model's weights on the device: its projections one
+ * a weight and a float scale an output row; the embedding, the router, the
+ * norms and scales bf16 or float as in bf16 (counted 2 a parameter) */
+static double fp8_weight_bytes(const tb_dgemma_config *c)
 {
-    const char *name = "diffusiongemma-26b-a4b";
+    double H = c->hidden, I = c->inter, E = c->n_experts, mi = c->moe_inter, proj = 3.0 * I * H, rows = 2.0 * I + H;
+    for (int l = 0; l < c->n_layers; l++) {
+        double hd = c->full[l] ? c->hd_full : c->hd_sliding, kvd = hd * (c->full[l] ? c->kv_full : c->kv_sliding);
+        double nv = c->full[l] ? 1 : 2, q = (double)c->n_heads * hd;
+        proj += H * (2 * q + nv * kvd + 3 * I) + E * 3 * mi * H;
+        rows += q + nv * kvd + H + 2 * I + H + E * (2 * mi + H);
+    }
+    return proj + 4 * rows + 2.0 * ((double)tb_dgemma_n_params(c) - proj);
+}
+
+/* the bf16 run's canvas pass bytes (the fp8 run's are about half) */
+static double bf16_pass_bytes;
+
+static void published_shape(int fp8)
+{
+    const char *name = fp8 ? "diffusiongemma-26b-a4b fp8" : "diffusiongemma-26b-a4b";
     tb_dgemma_config cfg;
     char err[512];
-    CHECK(tb_dgemma_preset_config(name, &cfg, err, sizeof err) == 0);
-    double weights = 2.0 * (double)tb_dgemma_n_params(&cfg);
+    CHECK(tb_dgemma_preset_config("diffusiongemma-26b-a4b", &cfg, err, sizeof err) == 0);
+    double weights = fp8 ? fp8_weight_bytes(&cfg) : 2.0 * (double)tb_dgemma_n_params(&cfg);
     size_t free_b = 0, total = 0;
     cudaMemGetInfo(&free_b, &total);
     if ((double)free_b < weights + 8e9) {
@@ -585,7 +682,7 @@ static void published_shape(void)
         return;
     }
     tb_gpu_dgemma *d = NULL;
-    if (tb_gpu_dgemma_create(&d, &cfg, NULL, 1, err, sizeof err) || tb_gpu_dgemma_reserve(d, 1024)) {
+    if (tb_gpu_dgemma_create_dtype(&d, &cfg, NULL, 1, fp8, err, sizeof err) || tb_gpu_dgemma_reserve(d, 1024)) {
         fprintf(stderr, "%s: %s\n", name, d ? tb_gpu_dgemma_error(d) : err);
         CHECK(0);
         tb_gpu_dgemma_free(d);
@@ -593,9 +690,17 @@ static void published_shape(void)
     }
     tb_gpu *g = tb_gpu_dgemma_gpu(d);
     double held = (double)tb_gpu_bytes(g);
-    fprintf(stderr, "%s on %s: %.2f GB held (%.2f GB of bf16 weights)\n", name, tb_gpu_device_name(g), held / 1e9,
-            weights / 1e9);
+    fprintf(stderr, "%s on %s: %.2f GB held (%.2f GB of %s weights)\n", name, tb_gpu_device_name(g), held / 1e9,
+            weights / 1e9, fp8 ? "E4M3 (bf16 embedding and router)" : "bf16");
     CHECK(held >= weights);
+    if (fp8) { /* the bf16 copies freed as quantized: about half of bf16's held, and the FP8 GEMM's ceiling */
+        CHECK(held < 0.6 * 2.0 * (double)tb_dgemma_n_params(&cfg));
+        CHECK(strcmp(tb_gpu_gemm_dtype(g), "fp8") == 0);
+        double pf = 0, pb = 0;
+        CHECK(tb_gpu_measure_ceilings(g, &pf, &pb) == 0);
+        fprintf(stderr, "%s: products on the %s GEMM, its ceiling %.0f TFLOP/s, %.2f TB/s\n", name,
+                tb_gpu_gemm_dtype(g), pf / 1e12, pb / 1e12);
+    }
     int C = cfg.canvas, V = cfg.vocab, P = 300;
     int32_t *prompt = malloc((size_t)P * sizeof *prompt), *canvas = malloc((size_t)C * 3 * sizeof *canvas);
     float *ent = malloc((size_t)C * sizeof *ent), *logits = malloc((size_t)C * V * sizeof *logits);
@@ -618,6 +723,12 @@ static void published_shape(void)
     CHECK(f > 0.8 * active && f < 1.5 * active);
     CHECK(by > 0 && by < 1.1 * weights); /* at most every weight, the KV cache read beside */
     CHECK(rows == (double)C * cfg.n_layers);
+    if (!fp8)
+        bf16_pass_bytes = by;
+    else if (bf16_pass_bytes > 0) { /* one byte a projection weight: about half (the embedding stays bf16) */
+        fprintf(stderr, "%s: the canvas pass's bytes %.3f of bf16's\n", name, by / bf16_pass_bytes);
+        CHECK(by < 0.6 * bf16_pass_bytes && by > 0.4 * bf16_pass_bytes);
+    }
     int32_t *sampled = canvas + C, *argmax = canvas + 2 * C;
     CHECK(tb_gpu_dgemma_decide(d, 0.8f, 5, 0, sampled, argmax, ent) == 0);
     int bad = 0;
@@ -664,6 +775,20 @@ int main(int argc, char **argv)
             fprintf(stderr, "golden-dgemma: no %s (tools/make_dgemma_golden.py makes it)\n", dir);
         }
     }
-    published_shape();
+    /* dtype = fp8 against the CPU's FP8 twin, fp8's bounds (and its own logit error for decide's window) */
+    rel_tol = REL_TOL_FP8, route_tie = ROUTE_TIE_FP8, logit_err = 0;
+    CHECK(tb_dgemma_preset("tiny-diffusiongemma", 3, &m, err, sizeof err) == 0);
+    round_model(&m);
+    tb_dgemma_round_fp8(&m); /* bf16 values rounded to E4M3: the device's codes are these */
+    passes("tiny-diffusiongemma fp8", &m);
+    setenv("TB_GPU_FP8_GEMM", "0", 1);
+    passes("tiny-diffusiongemma fp8 dequantized to bf16", &m);
+    unsetenv("TB_GPU_FP8_GEMM");
+    generate_fp8("tiny-diffusiongemma fp8", &m);
+    m.cfg.canvas = 96; /* products of more than 64 rows: the FP8 GEMM's outer-vector route */
+    passes("tiny-diffusiongemma fp8 canvas 96", &m);
+    tb_dgemma_free(&m);
+    published_shape(0);
+    published_shape(1);
     return check_done();
 }

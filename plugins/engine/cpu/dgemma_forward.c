@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fp8.h"
 #include "safetensors.h"
 
 typedef enum { ENCODE, DENOISE } pass;
@@ -16,6 +17,22 @@ typedef enum { ENCODE, DENOISE } pass;
 static void matmul_t(float *c, const float *a, int lda, const float *w, int rows, int out, int in)
 {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out, in, 1.0f, a, lda, w, in, 0.0f, c, out);
+}
+
+/* dtype = fp8: a projection's input, rows of width cols at stride ld,
+ * rounded in place to bf16 and then to its E4M3 form, one power-of-two
+ * scale a row (fp8.h; cpu_forward.c's fp8_act_round, the dense AR path's
+ * rule: the device quantizes the bf16 activation it holds). */
+static void fp8_act(const tb_dgemma_state *st, float *a, int rows, int cols, int ld)
+{
+    if (!st->fp8_act)
+        return;
+    for (int r = 0; r < rows; r++) {
+        float *ar = a + (size_t)r * ld;
+        for (int i = 0; i < cols; i++)
+            ar[i] = tb_bf16_to_f32(tb_f32_to_bf16(ar[i]));
+        tb_fp8_round_rows(ar, 1, (size_t)cols);
+    }
 }
 
 /* DiffusionGemmaRMSNorm: y = x (mean(x^2) + eps)^-0.5 [* w]; no +1 offset;
@@ -78,7 +95,7 @@ int tb_dgemma_state_init(tb_dgemma_state *st, const tb_dgemma_model *m, int max_
                  max_rows, c->canvas, max_ctx);
         return -1;
     }
-    st->m = m, st->max_ctx = max_ctx, st->max_rows = max_rows;
+    st->m = m, st->max_ctx = max_ctx, st->max_rows = max_rows, st->fp8_act = m->fp8;
     size_t R = (size_t)max_rows, H = (size_t)c->hidden, hd = (size_t)max_i(c->hd_sliding, c->hd_full);
     size_t kvd = (size_t)max_i(c->kv_sliding, c->kv_full) * hd, qd = (size_t)c->n_heads * hd;
     size_t gu = 2 * (size_t)max_i(c->inter, c->moe_inter);
@@ -267,6 +284,7 @@ static void moe(tb_dgemma_state *st, const tb_dgemma_layer *L, int rows)
             w[k] = w[k] / tot * L->expert_scale[idx[k]];
     }
     rms(st->xn, st->r, L->pre_ffn_norm2, rows, H, c->rms_eps);
+    fp8_act(st, st->xn, rows, H, H); /* each row is every one of its experts' input */
     memset(st->h2, 0, (size_t)rows * H * sizeof(float));
     float *gu = st->gu, *y = st->y;
     for (int r = 0; r < rows; r++) {
@@ -280,6 +298,7 @@ static void moe(tb_dgemma_state *st, const tb_dgemma_layer *L, int rows)
                 cblas_sgemv(CblasRowMajor, CblasNoTrans, 2 * mi, H, 1.0f, wgu, H, st->xn + (size_t)r * H, 1, 0.0f,
                             gu, 1);
                 geglu(gu, 1, mi);
+                fp8_act(st, gu, 1, mi, mi);
                 cblas_sgemv(CblasRowMajor, CblasNoTrans, H, mi, 1.0f, wd, mi, gu, 1, 0.0f, y, 1);
                 float wk = st->w[(size_t)r * K + k];
                 for (int i = 0; i < H; i++)
@@ -297,6 +316,7 @@ static void layer(tb_dgemma_state *st, int l, int rows, int pos0, pass mode)
     const float *inv_freq = L->full ? st->m->inv_freq_full : st->m->inv_freq_sliding;
 
     rms(st->xn, st->x, L->attn_norm, rows, H, eps);
+    fp8_act(st, st->xn, rows, H, H);
     matmul_t(st->q, st->xn, H, L->wq, rows, nh * hd, H);
     float *kd = mode == ENCODE ? st->k[l] + (size_t)pos0 * kvd : st->kn;
     float *vd = mode == ENCODE ? st->v[l] + (size_t)pos0 * kvd : st->vn;
@@ -315,6 +335,7 @@ static void layer(tb_dgemma_state *st, int l, int rows, int pos0, pass mode)
             rope(kd + ((size_t)i * L->kv + h) * hd, hd, pos0 + i, inv_freq);
     }
     attend(st, l, rows, pos0, mode);
+    fp8_act(st, st->att, rows, nh * hd, nh * hd);
     matmul_t(st->h1, st->att, nh * hd, L->wo, rows, H, nh * hd);
     rms(st->h1, st->h1, L->post_attn_norm, rows, H, eps);
     for (size_t i = 0; i < (size_t)rows * H; i++)
@@ -322,8 +343,10 @@ static void layer(tb_dgemma_state *st, int l, int rows, int pos0, pass mode)
 
     /* the shared MLP over pre_feedforward_layernorm(r) */
     rms(st->xn, st->r, L->pre_ffn_norm, rows, H, eps);
+    fp8_act(st, st->xn, rows, H, H);
     matmul_t(st->gu, st->xn, H, L->gate_up, rows, 2 * NI, H);
     geglu(st->gu, rows, NI);
+    fp8_act(st, st->gu, rows, NI, 2 * NI);
     matmul_t(st->h1, st->gu, 2 * NI, L->down, rows, H, NI);
     rms(st->h1, st->h1, L->post_ffn_norm1, rows, H, eps);
     /* the experts, routed from r */
@@ -427,8 +450,10 @@ static void self_condition(tb_dgemma_state *st, const float *sc, int n)
     for (size_t i = 0; i < (size_t)n * H; i++)
         st->h2[i] *= m->embed_scale;
     rms(st->xn, st->h2, m->sc_pre_norm, n, H, c->rms_eps);
+    fp8_act(st, st->xn, n, H, H);
     matmul_t(st->gu, st->xn, H, m->sc_gate_up, n, 2 * NI, H);
     geglu(st->gu, n, NI);
+    fp8_act(st, st->gu, n, NI, 2 * NI);
     matmul_t(st->h1, st->gu, 2 * NI, m->sc_down, n, H, NI);
 }
 

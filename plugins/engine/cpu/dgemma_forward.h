@@ -26,7 +26,10 @@
  * pre_feedforward_layernorm(r), the experts over pre_feedforward_layernorm_2
  * (r) routed from r itself, each branch normed, summed, normed, added to r;
  * the whole residual times layer_scalar (the encoder pass's or the decoder
- * pass's). */
+ * pass's).
+ * dtype = fp8 (dgemma_model.h's tb_dgemma_round_fp8, fp8_act below): the
+ * projections multiply E4M3 weights by E4M3 inputs; this is the reference
+ * the GPU's FP8 path is tested against. */
 #ifndef TB_ENGINE_DGEMMA_FORWARD_H
 #define TB_ENGINE_DGEMMA_FORWARD_H
 
@@ -58,6 +61,13 @@ typedef struct tb_dgemma_state {
     float *w;           /* [max_rows][top_k] */
     float *y;           /* [H]: one expert's output */
     size_t bytes;
+    /* dtype = fp8 (set from m->fp8 at init; tb_dgemma_round_fp8 rounded
+     * the projections' weights): each projection's input rows are rounded
+     * to bf16, then to their E4M3 form (fp8.h: one power-of-two scale a
+     * row) before the product, as the device's FP8 kernels read them (the
+     * dense AR path's rule, cpu_forward.c). Not the router's input, nor
+     * the LM head's or the soft embedding's. */
+    int fp8_act;
     /* The router's margin, for tests that compare another engine's passes
      * (whose rounding may flip a near-tie): the last encode or denoise
      * call's smallest p_k - p_(k+1) over its rows and layers, p sorted

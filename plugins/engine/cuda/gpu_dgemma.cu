@@ -3,7 +3,9 @@
 // is a bare tb_gpu (device, stream, cuBLAS, dalloc's accounting, the
 // engine's GEMMs) holding no model of its own: this file owns the
 // weights, the cache and the buffers. The MoE's route, grouping, gather
-// and combine are gpu_moe.cu's kernels.
+// and combine are gpu_moe.cu's kernels. dtype = fp8 runs the projections
+// on the engine's FP8 machinery (kernels_fp8.cu, gpu_gemm_fp8.cu; CPU
+// twin: tb_dgemma_round_fp8 and dgemma_forward.c's fp8_act).
 #include "gpu_dgemma.h"
 #include "gpu_internal.cuh"
 #include "kernels_device.cuh"
@@ -27,19 +29,28 @@ __global__ void k_moe_gather(const bf16 *xn, const int *order, int k, int h, int
 // the largest head a qkv block holds in shared memory
 #define DG_MAX_HD 512
 
+// A projection's weights W[out][in]: bf16 w, or under dtype = fp8 (fp8.h)
+// its E4M3 codes q [out][in] and one float scale a row s [out], made from
+// the bf16 weights at load (w then freed: NULL).
+struct dg_proj {
+    bf16 *w;
+    uint8_t *q;
+    float *s;
+};
+
 struct dg_layer {
     int full, hd, kv;
     float *attn_norm, *q_norm, *k_norm, *post_attn_norm, *pre_ffn_norm, *post_ffn_norm1, *pre_ffn_norm2;
     float *router_scale, *expert_scale, *post_ffn_norm2, *post_ffn_norm; // [H], [hd], [E]
-    bf16 *wq;      // [nh hd][H]
-    bf16 *wk;      // [kv hd][H]
-    bf16 *wv;      // [kv hd][H]; NULL in a full layer (V = raw k_proj output)
-    bf16 *wo;      // [H][nh hd]
-    bf16 *gate_up; // [2 I][H]
-    bf16 *down;    // [H][I]
-    bf16 *router;  // [E][H]
-    bf16 *ex_gu;   // [E][2 mi][H]
-    bf16 *ex_down; // [E][H][mi]
+    dg_proj wq;      // [nh hd][H]
+    dg_proj wk;      // [kv hd][H]
+    dg_proj wv;      // [kv hd][H]; none in a full layer (V = raw k_proj output)
+    dg_proj wo;      // [H][nh hd]
+    dg_proj gate_up; // [2 I][H]
+    dg_proj down;    // [H][I]
+    bf16 *router;    // [E][H]: bf16 under fp8 too (the top-k turns on small margins)
+    dg_proj ex_gu;   // [E][2 mi][H] (fp8: a scale per row of each expert, [E][2 mi])
+    dg_proj ex_down; // [E][H][mi]
     float scalar_enc, scalar_dec;
     bf16 *kc, *vc; // [cap][kv hd]: k after k_norm and RoPE, v after its weightless norm
 };
@@ -50,7 +61,7 @@ struct tb_gpu_dgemma {
     dg_layer *L;
     bf16 *embed;              // [V][H], the LM head too
     float *final_norm, *sc_pre_norm; // [H]
-    bf16 *sc_gu, *sc_down;    // [2 I][H], [H][I]
+    dg_proj sc_gu, sc_down;   // [2 I][H], [H][I]
     float *inv_sl, *inv_full; // [hd_sliding / 2], [hd_full / 2]
     float embed_scale;
     int R;                    // rows of one pass: the canvas
@@ -82,6 +93,19 @@ struct tb_gpu_dgemma {
     int32_t *route_log;       // test-only (tb_gpu_dgemma_log_routes): the pass's top-k sets, host
     size_t route_cap, route_n;
     double expert_reads, moe_rows;
+    // dtype = fp8 (g->fp8 too): each projection's input rows quantized into
+    // xq [R k][largest in] / xs [R k] (k_fp8_quant_act), then the FP8 GEMM
+    // (g->fp8_gemm: gpu_gemm_fp8.cu), the experts one GEMM each over their
+    // gathered rows with the scales left to the kernel after (egu_f, ey_f
+    // unscaled, rexp the expert of each gathered row); without an FP8 GEMM
+    // both sides dequantized to bf16 (xdq, wdq: exact) for the bf16 GEMMs.
+    int fp8;
+    uint8_t *xq;              // [R k][largest in]
+    float *xs;                // [R k]
+    bf16 *xdq;                // [R][largest dense in]: no FP8 GEMM only
+    bf16 *wdq;                // the largest projection (all of a layer's experts): no FP8 GEMM only
+    float *egu_f, *ey_f;      // [R k][2 mi], [R k][H]: the experts' unscaled products (FP8 GEMM)
+    int *rexp;                // [R k]
 };
 
 // ------------------------------------------------------------ kernels
@@ -308,6 +332,54 @@ __global__ void k_dg_combine(float *x, const bf16 *y, const int *pos, const floa
     }
 }
 
+// dtype = fp8: rexp[p] = the expert whose gathered rows [off[e], off[e + 1])
+// hold row p (off [E + 1] ascending, off[0] = 0, off[E] = P)
+__global__ void k_dg_row_expert(const int *off, int E, int P, int *rexp)
+{
+    int p = blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= P)
+        return;
+    int lo = 0, hi = E; // off[lo] <= p < off[hi]
+    while (hi - lo > 1) {
+        int mid = (lo + hi) / 2;
+        if (off[mid] <= p)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    rexp[p] = lo;
+}
+
+// dtype = fp8: k_dg_geglu over the experts' unscaled FP8 products gu
+// [n][2 inter], each row scaled here by its input's scale xs[r] and its
+// expert's row scales sw [E][2 inter] (rexp[r]: the expert)
+__global__ void k_dg_geglu_fp8(const float *gu, const float *xs, const float *sw, const int *rexp, bf16 *act,
+                               int inter, size_t n)
+{
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n * inter; e += (size_t)gridDim.x * blockDim.x) {
+        size_t r = e / inter, i = e % inter;
+        const float *s = sw + (size_t)rexp[r] * 2 * inter;
+        float g = gu[r * 2 * inter + i] * xs[r] * s[i], u = gu[r * 2 * inter + inter + i] * xs[r] * s[inter + i];
+        act[e] = __float2bfloat16(dg_gelu(g) * u);
+    }
+}
+
+// dtype = fp8: k_dg_combine over the experts' unscaled FP8 products y
+// [P][h] (row p scaled by xs[p] and its expert's row scales sw [E][h])
+__global__ void k_dg_combine_fp8(float *x, const float *y, const int *pos, const float *w, const float *xs,
+                                 const float *sw, const int *rexp, int k, int h)
+{
+    int r = blockIdx.x;
+    for (int d = threadIdx.x; d < h; d += blockDim.x) {
+        float s = 0;
+        for (int t = 0; t < k; t++) {
+            int p = pos[r * k + t];
+            s += w[r * k + t] * (y[(size_t)p * h + d] * xs[p] * sw[(size_t)rexp[p] * h + d]);
+        }
+        x[(size_t)r * h + d] = s;
+    }
+}
+
 // w[p] *= per_expert_scale[idx[p]]
 __global__ void k_dg_expert_scale(const int *idx, float *w, const float *scale, int n)
 {
@@ -449,6 +521,74 @@ static int mm(tb_gpu *g, float *y, const bf16 *x, const bf16 *w, int rows, int o
     return 0;
 }
 
+// y[rows][out] (beta: +)= x W^T over a projection: mm for bf16 weights;
+// under dtype = fp8 (fp8.h: E4M3 weights and inputs, each row its own
+// scale) the FP8 GEMV for one row (it quantizes x itself), else x's rows
+// quantized (xq, xs), then the FP8 GEMM with the scales applied (its
+// outer-vector route above FP8_SCALAR_ROWS rows, else unscaled into
+// g->fp8_t and k_fp8_scale_out), or without one both sides dequantized to
+// bf16 for mm: gpu_forward.cu's matmul_p, without its deferred scales.
+static int mm_p(tb_gpu_dgemma *d, float *y, const bf16 *x, const dg_proj &p, int rows, int out, int in, float beta)
+{
+    tb_gpu *g = d->g;
+    if (!p.q)
+        return mm(g, y, x, p.w, rows, out, in, beta);
+    if (rows == 1) {
+        gemv_fp8(g, p.q, p.s, x, y, out, in, beta);
+        LAUNCHED();
+        return 0;
+    }
+    k_fp8_quant_act<<<rows, FP8_QUANT_THREADS, 0, g->stream>>>(x, in, d->xq, d->xs);
+    LAUNCHED();
+    if (g->fp8_gemm)
+        return gemm_fp8(g, y, d->xq, d->xs, p.q, p.s, rows, out, in, beta, NULL);
+    size_t nx = (size_t)rows * in, n = (size_t)out * in;
+    k_fp8_dequant<<<blocks_for(nx / 16), 256, 0, g->stream>>>(d->xq, d->xs, in, nx, d->xdq);
+    LAUNCHED();
+    k_fp8_dequant<<<blocks_for(n / 16), 256, 0, g->stream>>>(p.q, p.s, in, n, d->wdq);
+    LAUNCHED();
+    return mm(g, y, d->xdq, d->wdq, rows, out, in, beta);
+}
+
+// dtype = fp8: W [rows][in] (p->w, bf16) replaced by its E4M3 codes and
+// row scales (k_fp8_quantize_rows: fp8.h's rule, the CPU's bytes for the
+// same values); the bf16 copy freed at once, so the load's peak is the
+// FP8 weights plus one matrix in bf16.
+static int quantize(tb_gpu *g, dg_proj *p, size_t rows, size_t in)
+{
+    if (dalloc(g, (void **)&p->q, rows * in) || dalloc(g, (void **)&p->s, rows * sizeof(float)))
+        return -1;
+    k_fp8_quantize_rows<<<(unsigned)rows, 256, 0, g->stream>>>(p->w, (int)in, p->q, p->s);
+    LAUNCHED();
+    CK(cudaStreamSynchronize(g->stream));
+    dfree(g, p->w);
+    p->w = NULL;
+    return 0;
+}
+
+// dtype = fp8: layer l's projections (all but the router), once made in bf16
+static int quantize_layer(tb_gpu_dgemma *d, int l)
+{
+    tb_gpu *g = d->g;
+    const tb_dgemma_config *c = &d->cfg;
+    dg_layer *L = &d->L[l];
+    size_t H = c->hidden, I = c->inter, E = c->n_experts, mi = c->moe_inter, q = (size_t)c->n_heads * L->hd;
+    size_t kvd = (size_t)L->kv * L->hd;
+    return quantize(g, &L->wq, q, H) || quantize(g, &L->wk, kvd, H) || (!L->full && quantize(g, &L->wv, kvd, H)) ||
+                   quantize(g, &L->wo, H, q) || quantize(g, &L->gate_up, 2 * I, H) || quantize(g, &L->down, H, I) ||
+                   quantize(g, &L->ex_gu, E * 2 * mi, H) || quantize(g, &L->ex_down, E * H, mi)
+               ? -1
+               : 0;
+}
+
+static void free_proj(tb_gpu *g, dg_proj *p)
+{
+    dfree(g, p->w);
+    dfree(g, p->q);
+    dfree(g, p->s);
+    p->w = NULL, p->q = NULL, p->s = NULL;
+}
+
 static int up_f32(tb_gpu *g, float **dst, const float *src, size_t n)
 {
     if (dalloc(g, (void **)dst, n * sizeof(float)))
@@ -529,7 +669,8 @@ static void dg_free_buffers(tb_gpu_dgemma *d)
     tb_gpu *g = d->g;
     void *p[] = {d->tok, d->x,   d->r,  d->h1,  d->h2,  d->xn,  d->qf,  d->kf,     d->vf,   d->qb,   d->att,
                  d->S,   d->P,   d->gu, d->act, d->rlog, d->w,  d->idx, d->off,    d->order, d->pos, d->xg,
-                 d->egu, d->eact, d->ey, d->logits, d->soft, d->d_ids, d->d_ent};
+                 d->egu, d->eact, d->ey, d->logits, d->soft, d->d_ids, d->d_ent, d->xq, d->xs, d->xdq,
+                 d->egu_f, d->ey_f, d->rexp, g->fp8_t};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
         dfree(g, p[i]);
     for (int l = 0; d->L && l < d->cfg.n_layers; l++) {
@@ -548,6 +689,8 @@ static void dg_free_buffers(tb_gpu_dgemma *d)
     d->logits = d->d_ent = NULL;
     d->xn = d->qb = d->att = d->P = d->act = d->xg = d->eact = d->soft = d->egu = d->ey = NULL;
     d->d_ids = NULL;
+    d->xq = NULL, d->xs = NULL, d->xdq = NULL, d->egu_f = d->ey_f = NULL, d->rexp = NULL;
+    g->fp8_t = NULL, g->fp8_t_floats = 0; // this context's (gpu_gemm_fp8.cu's small spans), made by reserve
     d->max_ctx = d->cap = d->len = 0;
     d->have_z = d->have_logits = 0;
 }
@@ -564,13 +707,18 @@ extern "C" void tb_gpu_dgemma_free(tb_gpu_dgemma *d)
             dg_layer *L = &d->L[l];
             void *p[] = {L->attn_norm, L->q_norm, L->k_norm, L->post_attn_norm, L->pre_ffn_norm, L->post_ffn_norm1,
                          L->pre_ffn_norm2, L->router_scale, L->expert_scale, L->post_ffn_norm2, L->post_ffn_norm,
-                         L->wq, L->wk, L->wv, L->wo, L->gate_up, L->down, L->router, L->ex_gu, L->ex_down};
+                         L->router};
             for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
                 dfree(g, p[i]);
+            dg_proj *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate_up, &L->down, &L->ex_gu, &L->ex_down};
+            for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
+                free_proj(g, w[i]);
         }
-        void *p[] = {d->embed, d->final_norm, d->sc_pre_norm, d->sc_gu, d->sc_down, d->inv_sl, d->inv_full};
+        void *p[] = {d->embed, d->final_norm, d->sc_pre_norm, d->inv_sl, d->inv_full, d->wdq};
         for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
             dfree(g, p[i]);
+        free_proj(g, &d->sc_gu);
+        free_proj(g, &d->sc_down);
         tb_gpu_free(g);
     }
     free(d->L);
@@ -602,24 +750,29 @@ static int upload(tb_gpu_dgemma *d, const tb_dgemma_model *m)
     if (dalloc(g, (void **)&stage, big * sizeof(float)))
         return -1;
     int rc = up_bf16(g, &d->embed, m->embed, V * H, stage) || up_f32(g, &d->final_norm, m->final_norm, H) ||
-             up_f32(g, &d->sc_pre_norm, m->sc_pre_norm, H) || up_bf16(g, &d->sc_gu, m->sc_gate_up, 2 * I * H, stage) ||
-             up_bf16(g, &d->sc_down, m->sc_down, H * I, stage);
+             up_f32(g, &d->sc_pre_norm, m->sc_pre_norm, H) ||
+             up_bf16(g, &d->sc_gu.w, m->sc_gate_up, 2 * I * H, stage) || up_bf16(g, &d->sc_down.w, m->sc_down, H * I, stage);
+    if (!rc && d->fp8)
+        rc = quantize(g, &d->sc_gu, 2 * I, H) || quantize(g, &d->sc_down, H, I);
     for (int l = 0; l < c->n_layers && !rc; l++) {
         const tb_dgemma_layer *S = &m->layers[l];
         dg_layer *L = &d->L[l];
         size_t hd = L->hd, kvd = (size_t)L->kv * hd, q = nh * hd;
-        rc = up_f32(g, &L->attn_norm, S->attn_norm, H) || up_bf16(g, &L->wq, S->wq, q * H, stage) ||
-             up_bf16(g, &L->wk, S->wk, kvd * H, stage) || (S->wv && up_bf16(g, &L->wv, S->wv, kvd * H, stage)) ||
+        rc = up_f32(g, &L->attn_norm, S->attn_norm, H) || up_bf16(g, &L->wq.w, S->wq, q * H, stage) ||
+             up_bf16(g, &L->wk.w, S->wk, kvd * H, stage) || (S->wv && up_bf16(g, &L->wv.w, S->wv, kvd * H, stage)) ||
              up_f32(g, &L->q_norm, S->q_norm, hd) || up_f32(g, &L->k_norm, S->k_norm, hd) ||
-             up_bf16(g, &L->wo, S->wo, H * q, stage) || up_f32(g, &L->post_attn_norm, S->post_attn_norm, H) ||
-             up_f32(g, &L->pre_ffn_norm, S->pre_ffn_norm, H) || up_bf16(g, &L->gate_up, S->gate_up, 2 * I * H, stage) ||
-             up_bf16(g, &L->down, S->down, H * I, stage) || up_f32(g, &L->post_ffn_norm1, S->post_ffn_norm1, H) ||
-             up_f32(g, &L->pre_ffn_norm2, S->pre_ffn_norm2, H) || up_bf16(g, &L->router, S->router, E * H, stage) ||
-             up_f32(g, &L->router_scale, S->router_scale, H) || up_f32(g, &L->expert_scale, S->expert_scale, E) ||
-             up_bf16(g, &L->ex_gu, S->experts_gate_up, E * 2 * mi * H, stage) ||
-             up_bf16(g, &L->ex_down, S->experts_down, E * H * mi, stage) ||
+             up_bf16(g, &L->wo.w, S->wo, H * q, stage) || up_f32(g, &L->post_attn_norm, S->post_attn_norm, H) ||
+             up_f32(g, &L->pre_ffn_norm, S->pre_ffn_norm, H) ||
+             up_bf16(g, &L->gate_up.w, S->gate_up, 2 * I * H, stage) || up_bf16(g, &L->down.w, S->down, H * I, stage) ||
+             up_f32(g, &L->post_ffn_norm1, S->post_ffn_norm1, H) || up_f32(g, &L->pre_ffn_norm2, S->pre_ffn_norm2, H) ||
+             up_bf16(g, &L->router, S->router, E * H, stage) || up_f32(g, &L->router_scale, S->router_scale, H) ||
+             up_f32(g, &L->expert_scale, S->expert_scale, E) ||
+             up_bf16(g, &L->ex_gu.w, S->experts_gate_up, E * 2 * mi * H, stage) ||
+             up_bf16(g, &L->ex_down.w, S->experts_down, E * H * mi, stage) ||
              up_f32(g, &L->post_ffn_norm2, S->post_ffn_norm2, H) || up_f32(g, &L->post_ffn_norm, S->post_ffn_norm, H);
         L->scalar_enc = S->scalar_enc, L->scalar_dec = S->scalar_dec;
+        if (!rc && d->fp8) // layer by layer: the bf16 copies never all at once
+            rc = quantize_layer(d, l);
     }
     dfree(g, stage);
     return rc ? -1 : 0;
@@ -633,35 +786,81 @@ static int randomize(tb_gpu_dgemma *d, uint64_t seed)
     const float w = 0.035f, nrm = 0.2f; // tb_dgemma_preset's ranges
     uint64_t s = seed ^ 0x746F6B62656E6368ULL;
     int rc = rnd_bf16(g, &d->embed, V * H, &s, 0, w) || rnd_f32(g, &d->final_norm, H, &s, 1, nrm) ||
-             rnd_f32(g, &d->sc_pre_norm, H, &s, 1, nrm) || rnd_bf16(g, &d->sc_gu, 2 * I * H, &s, 0, w) ||
-             rnd_bf16(g, &d->sc_down, H * I, &s, 0, w);
+             rnd_f32(g, &d->sc_pre_norm, H, &s, 1, nrm) || rnd_bf16(g, &d->sc_gu.w, 2 * I * H, &s, 0, w) ||
+             rnd_bf16(g, &d->sc_down.w, H * I, &s, 0, w);
+    if (!rc && d->fp8)
+        rc = quantize(g, &d->sc_gu, 2 * I, H) || quantize(g, &d->sc_down, H, I);
     for (int l = 0; l < c->n_layers && !rc; l++) {
         dg_layer *L = &d->L[l];
         size_t hd = L->hd, kvd = (size_t)L->kv * hd, q = nh * hd;
-        rc = rnd_f32(g, &L->attn_norm, H, &s, 1, nrm) || rnd_bf16(g, &L->wq, q * H, &s, 0, w) ||
-             rnd_bf16(g, &L->wk, kvd * H, &s, 0, w) || (!L->full && rnd_bf16(g, &L->wv, kvd * H, &s, 0, w)) ||
+        rc = rnd_f32(g, &L->attn_norm, H, &s, 1, nrm) || rnd_bf16(g, &L->wq.w, q * H, &s, 0, w) ||
+             rnd_bf16(g, &L->wk.w, kvd * H, &s, 0, w) || (!L->full && rnd_bf16(g, &L->wv.w, kvd * H, &s, 0, w)) ||
              rnd_f32(g, &L->q_norm, hd, &s, 1, nrm) || rnd_f32(g, &L->k_norm, hd, &s, 1, nrm) ||
-             rnd_bf16(g, &L->wo, H * q, &s, 0, w) || rnd_f32(g, &L->post_attn_norm, H, &s, 1, nrm) ||
-             rnd_f32(g, &L->pre_ffn_norm, H, &s, 1, nrm) || rnd_bf16(g, &L->gate_up, 2 * I * H, &s, 0, w) ||
-             rnd_bf16(g, &L->down, H * I, &s, 0, w) || rnd_f32(g, &L->post_ffn_norm1, H, &s, 1, nrm) ||
+             rnd_bf16(g, &L->wo.w, H * q, &s, 0, w) || rnd_f32(g, &L->post_attn_norm, H, &s, 1, nrm) ||
+             rnd_f32(g, &L->pre_ffn_norm, H, &s, 1, nrm) || rnd_bf16(g, &L->gate_up.w, 2 * I * H, &s, 0, w) ||
+             rnd_bf16(g, &L->down.w, H * I, &s, 0, w) || rnd_f32(g, &L->post_ffn_norm1, H, &s, 1, nrm) ||
              rnd_f32(g, &L->pre_ffn_norm2, H, &s, 1, nrm) || rnd_bf16(g, &L->router, E * H, &s, 0, w) ||
              rnd_f32(g, &L->router_scale, H, &s, 1, nrm) || rnd_f32(g, &L->expert_scale, E, &s, 1, nrm) ||
-             rnd_bf16(g, &L->ex_gu, E * 2 * mi * H, &s, 0, w) || rnd_bf16(g, &L->ex_down, E * H * mi, &s, 0, w) ||
+             rnd_bf16(g, &L->ex_gu.w, E * 2 * mi * H, &s, 0, w) || rnd_bf16(g, &L->ex_down.w, E * H * mi, &s, 0, w) ||
              rnd_f32(g, &L->post_ffn_norm2, H, &s, 1, nrm) || rnd_f32(g, &L->post_ffn_norm, H, &s, 1, nrm);
         L->scalar_dec = L->scalar_enc = 1.0f + nrm * (2.0f * (float)(mix64(&s) >> 40) / 16777216.0f - 1.0f);
+        if (!rc && d->fp8) // layer by layer: the preset's 50 GB of bf16 never all at once
+            rc = quantize_layer(d, l);
     }
     if (!rc && cudaStreamSynchronize(g->stream) != cudaSuccess)
         rc = fail(g, "random weights: %s", cudaGetErrorString(cudaGetLastError()));
     return rc;
 }
 
+// dtype = fp8: whether the FP8 GEMM runs here (gpu_gemm_fp8.cu's
+// gemm_fp8_available, which plans the four projection shapes of g->cfg:
+// given DiffusionGemma's sliding layers' q/k/v (as one), o, gate-up and
+// down for the probe, then the bare context's empty cfg again); the
+// environment's TB_GPU_FP8_GEMM=0 says no, as for the dense engine. The
+// other shapes are planned on first use (a refusal fails its call by name).
+static int fp8_gemm_probe(tb_gpu_dgemma *d)
+{
+    tb_gpu *g = d->g;
+    const char *env = getenv("TB_GPU_FP8_GEMM");
+    if (env && strcmp(env, "0") == 0)
+        return 0;
+    const tb_dgemma_config *c = &d->cfg;
+    tb_model_config *m = &g->cfg;
+    m->hidden_size = c->hidden, m->n_heads = c->n_heads, m->head_dim = c->hd_sliding;
+    m->n_kv_heads = c->kv_sliding, m->intermediate_size = c->inter;
+    int ok = gemm_fp8_available(g);
+    memset(m, 0, sizeof *m);
+    return ok;
+}
+
+// dtype = fp8 without the FP8 GEMM: room for the largest projection
+// dequantized (a layer's experts, all at once, or a dense one)
+static int alloc_wdq(tb_gpu_dgemma *d)
+{
+    const tb_dgemma_config *c = &d->cfg;
+    size_t H = c->hidden, I = c->inter, hdm = c->hd_sliding > c->hd_full ? c->hd_sliding : c->hd_full;
+    size_t most = (size_t)c->n_experts * 2 * c->moe_inter * H, cand[] = {2 * I * H, c->n_heads * hdm * H};
+    for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++)
+        most = cand[i] > most ? cand[i] : most;
+    return dalloc(d->g, (void **)&d->wdq, most * sizeof(bf16));
+}
+
 extern "C" int tb_gpu_dgemma_create(tb_gpu_dgemma **out, const tb_dgemma_config *cfg, const tb_dgemma_model *cpu,
                                     uint64_t seed, char *err, size_t err_size)
+{
+    return tb_gpu_dgemma_create_dtype(out, cfg, cpu, seed, 0, err, err_size);
+}
+
+extern "C" int tb_gpu_dgemma_create_dtype(tb_gpu_dgemma **out, const tb_dgemma_config *cfg,
+                                          const tb_dgemma_model *cpu, uint64_t seed, int fp8, char *err,
+                                          size_t err_size)
 {
     *out = NULL;
     if (cpu)
         cfg = &cpu->cfg;
     const tb_dgemma_config *c = cfg;
+    if (fp8 && tb_dgemma_check_fp8_gpu(c, err, err_size)) // refused before anything is made on the device
+        return -1;
     if (c->hd_sliding > DG_MAX_HD || c->hd_full > DG_MAX_HD || c->hd_sliding % 2 || c->hd_full % 2 ||
         c->n_experts > TB_MOE_MAX_EXPERTS || c->n_experts < 1 || c->top_k < 1 || c->top_k > c->n_experts ||
         c->n_layers < 1 || c->n_layers > TB_DG_MAX_LAYERS || c->canvas < 1 || c->kv_sliding < 1 || c->kv_full < 1 ||
@@ -686,6 +885,13 @@ extern "C" int tb_gpu_dgemma_create(tb_gpu_dgemma **out, const tb_dgemma_config 
     }
     tb_gpu *g = d->g;
     int rc = 0;
+    if (fp8) {
+        d->fp8 = g->fp8 = 1; // g->fp8: the FLOP/s ceiling is of the FP8 GEMM (gpu_ceilings.cu)
+        g->fp8_variant = TB_GPU_FP8_GEMV_DEFAULT;
+        g->fp8_gemm = fp8_gemm_probe(d);
+        if (!g->fp8_gemm)
+            rc = alloc_wdq(d);
+    }
     d->L = (dg_layer *)calloc((size_t)c->n_layers, sizeof *d->L);
     float *inv_sl = (float *)malloc((size_t)c->hd_sliding / 2 * sizeof(float) + 4);
     float *inv_full = (float *)malloc((size_t)c->hd_full / 2 * sizeof(float) + 4);
@@ -770,6 +976,27 @@ extern "C" int tb_gpu_dgemma_reserve(tb_gpu_dgemma *d, int max_ctx)
     A(d->d_ids, 2 * R);
     A(d->d_ent, R);
     A(d->d_ptrs, 6 * E);
+    if (d->fp8) {
+        // the largest projection input: a dense one (R rows) or an expert's (R k rows)
+        size_t din = H > nh * hdm ? H : nh * hdm;
+        din = I > din ? I : din;
+        size_t xin = R * din > Pn * (H > mi ? H : mi) ? R * din : Pn * (H > mi ? H : mi);
+        A(d->xq, xin);
+        A(d->xs, Pn);
+        if (!g->fp8_gemm) {
+            A(d->xdq, R * din);
+        } else {
+            A(d->egu_f, Pn * 2 * mi);
+            A(d->ey_f, Pn * H);
+            A(d->rexp, Pn);
+            // gemm_fp8's small products (FP8_SCALAR_ROWS rows and fewer) before their scales
+            size_t out = nh * hdm > 2 * I ? nh * hdm : 2 * I;
+            out = H > out ? H : out;
+            out = kvm > out ? kvm : out;
+            g->fp8_t_floats = (R < FP8_SCALAR_ROWS ? R : FP8_SCALAR_ROWS) * out;
+            A(g->fp8_t, g->fp8_t_floats);
+        }
+    }
 #undef A
     if (!rc && (cudaMallocHost((void **)&d->h_off, (E + 1) * sizeof(int)) != cudaSuccess ||
                 cudaMallocHost((void **)&d->h_ptrs, 6 * E * sizeof(void *)) != cudaSuccess))
@@ -853,14 +1080,18 @@ static int attend(tb_gpu_dgemma *d, int l, int rows, int pos0, pass mode)
     return 0;
 }
 
+static int experts_bf16(tb_gpu_dgemma *d, const dg_layer *L, int rows, const int *off, int *n_touched);
+static int experts_fp8(tb_gpu_dgemma *d, const dg_layer *L, int rows, const int *off, int *n_touched);
+
 // DiffusionGemmaTextRouter and the experts, from the residual r into h2
-// (before post_feedforward_layernorm_2).
+// (before post_feedforward_layernorm_2). Under dtype = fp8 the router
+// stays bf16 (its input is not quantized); the experts' inputs are.
 static int moe(tb_gpu_dgemma *d, const dg_layer *L, int rows)
 {
     tb_gpu *g = d->g;
     const tb_dgemma_config *c = &d->cfg;
     int H = c->hidden, E = c->n_experts, K = c->top_k, mi = c->moe_inter, P = rows * K;
-    float eps = (float)c->rms_eps, one = 1.0f, zero = 0.0f;
+    float eps = (float)c->rms_eps;
     // the router's input: weightless norm x scale x H^-0.5
     k_dg_rms<<<rows, DG_THREADS, 0, g->stream>>>(d->r, L->router_scale, (float)pow((double)H, -0.5), NULL, NULL,
                                                  d->xn, H, eps);
@@ -890,6 +1121,41 @@ static int moe(tb_gpu_dgemma *d, const dg_layer *L, int rows)
     CK(cudaStreamSynchronize(g->stream));
     const int *off = d->h_off;
     int touched = 0;
+    if (d->fp8 && g->fp8_gemm) {
+        if (experts_fp8(d, L, rows, off, &touched))
+            return -1;
+    } else {
+        if (d->fp8) { // no FP8 GEMM: the E4M3 input values, in place, for the bf16 GEMMs
+            k_fp8_quant_act<<<P, FP8_QUANT_THREADS, 0, g->stream>>>(d->xg, H, d->xq, d->xs);
+            LAUNCHED();
+            k_fp8_dequant<<<blocks_for((size_t)P * H / 16), 256, 0, g->stream>>>(d->xq, d->xs, H, (size_t)P * H, d->xg);
+            LAUNCHED();
+        }
+        if (experts_bf16(d, L, rows, off, &touched))
+            return -1;
+    }
+    // the roofline: active experts only (docs/METRICS.md's active bytes;
+    // fp8: 1 byte a weight and a float scale an output row)
+    g->work_flops += 2.0 * P * 3.0 * H * mi;
+    g->work_bytes += touched * (d->fp8 ? 3.0 * H * mi + 4.0 * (2.0 * mi + H) : 2.0 * 3.0 * H * mi);
+    d->expert_reads += touched;
+    d->moe_rows += rows;
+    return 0;
+}
+
+// The experts in bf16 over the gathered rows xg (moe's): each chosen
+// expert's rows as one product, all experts in one grouped GEMM (bf16 out)
+// where cuBLAS has it, else a GEMM each; then GeGLU, down, and the combine
+// into h2. Under dtype = fp8 without the FP8 GEMM, xg holds the E4M3
+// values already and each weight table is dequantized into wdq first.
+static int experts_bf16(tb_gpu_dgemma *d, const dg_layer *L, int rows, const int *off, int *n_touched)
+{
+    tb_gpu *g = d->g;
+    const tb_dgemma_config *c = &d->cfg;
+    int H = c->hidden, E = c->n_experts, K = c->top_k, mi = c->moe_inter, P = rows * K;
+    float one = 1.0f, zero = 0.0f;
+    int touched = 0;
+    const bf16 *wgu = d->fp8 ? d->wdq : L->ex_gu.w, *wdown = d->fp8 ? d->wdq : L->ex_down.w;
     // the chosen experts, group i: expert e's rows [off[e], off[e + 1])
     int gm[2][TB_MOE_MAX_EXPERTS], gn[TB_MOE_MAX_EXPERTS], gk[2][TB_MOE_MAX_EXPERTS], ones[TB_MOE_MAX_EXPERTS];
     float alpha[TB_MOE_MAX_EXPERTS], beta[TB_MOE_MAX_EXPERTS];
@@ -902,15 +1168,19 @@ static int moe(tb_gpu_dgemma *d, const dg_layer *L, int rows)
         int i = touched++;
         gm[0][i] = 2 * mi, gk[0][i] = H, gm[1][i] = H, gk[1][i] = mi, gn[i] = n, ones[i] = 1;
         alpha[i] = 1.0f, beta[i] = 0.0f, opT[i] = CUBLAS_OP_T, opN[i] = CUBLAS_OP_N;
-        hp[i] = L->ex_gu + (size_t)e * 2 * mi * H;
+        hp[i] = (void *)(wgu + (size_t)e * 2 * mi * H);
         hp[E + i] = d->xg + (size_t)off[e] * H;
         hp[2 * E + i] = d->egu + (size_t)off[e] * 2 * mi;
-        hp[3 * E + i] = L->ex_down + (size_t)e * H * mi;
+        hp[3 * E + i] = (void *)(wdown + (size_t)e * H * mi);
         hp[4 * E + i] = d->eact + (size_t)off[e] * mi;
         hp[5 * E + i] = d->ey + (size_t)off[e] * H;
     }
-    // each chosen expert's rows as one product: all experts in one grouped
-    // GEMM (bf16 out), or where cuBLAS has none for these types, a GEMM each
+    *n_touched = touched;
+    if (d->fp8) { // every expert's gate-up rows as bf16 (exact), one pass
+        size_t n = (size_t)E * 2 * mi * H;
+        k_fp8_dequant<<<blocks_for(n / 16), 256, 0, g->stream>>>(L->ex_gu.q, L->ex_gu.s, H, n, d->wdq);
+        LAUNCHED();
+    }
 #if CUBLAS_VERSION >= 120500 // cublasGemmGroupedBatchedEx came with cuBLAS 12.5
     int grouped = !d->grouped_failed;
 #else
@@ -935,6 +1205,15 @@ static int moe(tb_gpu_dgemma *d, const dg_layer *L, int rows)
                             CUBLAS_GEMM_DEFAULT));
     k_dg_geglu_b<<<blocks_for((size_t)P * mi), 256, 0, g->stream>>>(d->egu, d->eact, mi, (size_t)P);
     LAUNCHED();
+    if (d->fp8) { // the down products' E4M3 inputs and bf16 weights, as above
+        k_fp8_quant_act<<<P, FP8_QUANT_THREADS, 0, g->stream>>>(d->eact, mi, d->xq, d->xs);
+        LAUNCHED();
+        k_fp8_dequant<<<blocks_for((size_t)P * mi / 16), 256, 0, g->stream>>>(d->xq, d->xs, mi, (size_t)P * mi, d->eact);
+        LAUNCHED();
+        size_t n = (size_t)E * H * mi;
+        k_fp8_dequant<<<blocks_for(n / 16), 256, 0, g->stream>>>(L->ex_down.q, L->ex_down.s, mi, n, d->wdq);
+        LAUNCHED();
+    }
 #if CUBLAS_VERSION >= 120500
     if (grouped)
         CB(cublasGemmGroupedBatchedEx(g->blas, opT, opN, gm[1], gn, gk[1], alpha,
@@ -949,11 +1228,55 @@ static int moe(tb_gpu_dgemma *d, const dg_layer *L, int rows)
                             CUBLAS_GEMM_DEFAULT));
     k_dg_combine<<<rows, 256, 0, g->stream>>>(d->h2, d->ey, d->pos, d->w, K, H);
     LAUNCHED();
-    // the roofline: active experts only (docs/METRICS.md's active bytes)
-    g->work_flops += 2.0 * P * 3.0 * H * mi;
-    g->work_bytes += 2.0 * touched * 3.0 * H * mi;
-    d->expert_reads += touched;
-    d->moe_rows += rows;
+    return 0;
+}
+
+// dtype = fp8 on the FP8 GEMM: the gathered rows xg quantized once (one
+// scale a row, as the CPU rounds each row once for all its experts), then
+// one FP8 GEMM per chosen expert over its rows (cuBLAS's grouped GEMM takes
+// no FP8), unscaled into egu_f (the deferred route: gpu_gemm_fp8.cu), the
+// scales applied by the GeGLU; the same for down into ey_f, the scales
+// applied by the combine into h2.
+static int experts_fp8(tb_gpu_dgemma *d, const dg_layer *L, int rows, const int *off, int *n_touched)
+{
+    tb_gpu *g = d->g;
+    const tb_dgemma_config *c = &d->cfg;
+    int H = c->hidden, E = c->n_experts, K = c->top_k, mi = c->moe_inter, P = rows * K;
+    k_dg_row_expert<<<(P + 255) / 256, 256, 0, g->stream>>>(d->off, E, P, d->rexp);
+    LAUNCHED();
+    k_fp8_quant_act<<<P, FP8_QUANT_THREADS, 0, g->stream>>>(d->xg, H, d->xq, d->xs);
+    LAUNCHED();
+    int touched = 0;
+    for (int e = 0; e < E; e++) {
+        int n = off[e + 1] - off[e], deferred = 0;
+        if (n == 0)
+            continue; // an expert no row chose is never read
+        touched++;
+        if (gemm_fp8(g, d->egu_f + (size_t)off[e] * 2 * mi, d->xq + (size_t)off[e] * H, d->xs + off[e],
+                     L->ex_gu.q + (size_t)e * 2 * mi * H, L->ex_gu.s + (size_t)e * 2 * mi, n, 2 * mi, H, 0.0f,
+                     &deferred))
+            return -1;
+        if (!deferred)
+            return fail(g, "DiffusionGemma fp8: the experts' GEMM did not leave its scales");
+    }
+    *n_touched = touched;
+    k_dg_geglu_fp8<<<blocks_for((size_t)P * mi), 256, 0, g->stream>>>(d->egu_f, d->xs, L->ex_gu.s, d->rexp, d->eact,
+                                                                     mi, (size_t)P);
+    LAUNCHED();
+    k_fp8_quant_act<<<P, FP8_QUANT_THREADS, 0, g->stream>>>(d->eact, mi, d->xq, d->xs);
+    LAUNCHED();
+    for (int e = 0; e < E; e++) {
+        int n = off[e + 1] - off[e], deferred = 0;
+        if (n == 0)
+            continue;
+        if (gemm_fp8(g, d->ey_f + (size_t)off[e] * H, d->xq + (size_t)off[e] * mi, d->xs + off[e],
+                     L->ex_down.q + (size_t)e * H * mi, L->ex_down.s + (size_t)e * H, n, H, mi, 0.0f, &deferred))
+            return -1;
+        if (!deferred)
+            return fail(g, "DiffusionGemma fp8: the experts' GEMM did not leave its scales");
+    }
+    k_dg_combine_fp8<<<rows, 256, 0, g->stream>>>(d->h2, d->ey_f, d->pos, d->w, d->xs, L->ex_down.s, d->rexp, K, H);
+    LAUNCHED();
     return 0;
 }
 
@@ -966,16 +1289,16 @@ static int layer(tb_gpu_dgemma *d, int l, int rows, int pos0, pass mode)
     float eps = (float)c->rms_eps;
     k_dg_rms<<<rows, DG_THREADS, 0, g->stream>>>(d->x, L->attn_norm, 1.0f, NULL, NULL, d->xn, H, eps);
     LAUNCHED();
-    if (mm(g, d->qf, d->xn, L->wq, rows, nh * hd, H, 0.0f) || mm(g, d->kf, d->xn, L->wk, rows, kvd, H, 0.0f) ||
-        (L->wv && mm(g, d->vf, d->xn, L->wv, rows, kvd, H, 0.0f)))
+    if (mm_p(d, d->qf, d->xn, L->wq, rows, nh * hd, H, 0.0f) || mm_p(d, d->kf, d->xn, L->wk, rows, kvd, H, 0.0f) ||
+        (!L->full && mm_p(d, d->vf, d->xn, L->wv, rows, kvd, H, 0.0f)))
         return -1;
     // q, k normed and turned, v normed; k and v into the cache at pos0 (a
     // canvas's into the slots after the cached positions)
     k_dg_qkv<<<dim3(rows, nh + 2 * L->kv), 128, 0, g->stream>>>(
-        d->qf, d->kf, L->wv ? d->vf : d->kf, L->q_norm, L->k_norm, L->full ? d->inv_full : d->inv_sl, pos0, nh, L->kv,
+        d->qf, d->kf, !L->full ? d->vf : d->kf, L->q_norm, L->k_norm, L->full ? d->inv_full : d->inv_sl, pos0, nh, L->kv,
         hd, eps, d->qb, L->kc, L->vc);
     LAUNCHED();
-    if (attend(d, l, rows, pos0, mode) || mm(g, d->h1, d->att, L->wo, rows, H, nh * hd, 0.0f))
+    if (attend(d, l, rows, pos0, mode) || mm_p(d, d->h1, d->att, L->wo, rows, H, nh * hd, 0.0f))
         return -1;
     // r = x + post_attention_layernorm(attn)
     k_dg_rms<<<rows, DG_THREADS, 0, g->stream>>>(d->h1, L->post_attn_norm, 1.0f, d->x, d->r, NULL, H, eps);
@@ -983,11 +1306,11 @@ static int layer(tb_gpu_dgemma *d, int l, int rows, int pos0, pass mode)
     // the shared MLP over pre_feedforward_layernorm(r), normed into h1
     k_dg_rms<<<rows, DG_THREADS, 0, g->stream>>>(d->r, L->pre_ffn_norm, 1.0f, NULL, NULL, d->xn, H, eps);
     LAUNCHED();
-    if (mm(g, d->gu, d->xn, L->gate_up, rows, 2 * I, H, 0.0f))
+    if (mm_p(d, d->gu, d->xn, L->gate_up, rows, 2 * I, H, 0.0f))
         return -1;
     k_dg_geglu<<<blocks_for((size_t)rows * I), 256, 0, g->stream>>>(d->gu, d->act, I, (size_t)rows);
     LAUNCHED();
-    if (mm(g, d->h1, d->act, L->down, rows, H, I, 0.0f))
+    if (mm_p(d, d->h1, d->act, L->down, rows, H, I, 0.0f))
         return -1;
     k_dg_rms<<<rows, DG_THREADS, 0, g->stream>>>(d->h1, L->post_ffn_norm1, 1.0f, NULL, d->h1, NULL, H, eps);
     LAUNCHED();
@@ -996,11 +1319,14 @@ static int layer(tb_gpu_dgemma *d, int l, int rows, int pos0, pass mode)
     k_dg_ffn_out<<<rows, DG_THREADS, 0, g->stream>>>(d->x, d->r, d->h1, d->h2, L->post_ffn_norm2, L->post_ffn_norm,
                                                      mode == ENCODE ? L->scalar_enc : L->scalar_dec, H, eps);
     LAUNCHED();
-    // the roofline: the dense products' weights (bf16) once, 2 FLOPs a
-    // weight a row; the rows' keys and values written
-    double dense = (double)H * (2.0 * nh * hd + (L->wv ? 2.0 : 1.0) * kvd + 3.0 * I + E);
-    g->work_flops += 2.0 * rows * dense;
-    g->work_bytes += 2.0 * dense + 2.0 * 2 * rows * kvd;
+    // the roofline: the dense products' weights once, 2 FLOPs a weight a
+    // row (bf16: 2 bytes a weight; fp8: the projections 1 byte a weight
+    // plus a float scale an output row, the router still bf16); the rows'
+    // keys and values written
+    double nv = L->full ? 1.0 : 2.0, proj = (double)H * (2.0 * nh * hd + nv * kvd + 3.0 * I), router = (double)E * H;
+    double proj_rows = (double)nh * hd + nv * kvd + H + 2.0 * I + H;
+    g->work_flops += 2.0 * rows * (proj + router);
+    g->work_bytes += (d->fp8 ? proj + 4.0 * proj_rows : 2.0 * proj) + 2.0 * router + 2.0 * 2 * rows * kvd;
     return 0;
 }
 
@@ -1073,14 +1399,15 @@ static int self_condition(tb_gpu_dgemma *d, int n)
                     CUDA_R_16BF, V, &zero, d->h2, CUDA_R_32F, H, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     k_dg_rms<<<n, DG_THREADS, 0, g->stream>>>(d->h2, d->sc_pre_norm, 1.0f, NULL, NULL, d->xn, H, eps);
     LAUNCHED();
-    if (mm(g, d->gu, d->xn, d->sc_gu, n, 2 * I, H, 0.0f))
+    if (mm_p(d, d->gu, d->xn, d->sc_gu, n, 2 * I, H, 0.0f))
         return -1;
     k_dg_geglu<<<blocks_for((size_t)n * I), 256, 0, g->stream>>>(d->gu, d->act, I, (size_t)n);
     LAUNCHED();
-    if (mm(g, d->x, d->act, d->sc_down, n, H, I, 1.0f)) // x += the signal
+    if (mm_p(d, d->x, d->act, d->sc_down, n, H, I, 1.0f)) // x += the signal
         return -1;
     g->work_flops += 2.0 * n * (double)V * H + 2.0 * n * 3.0 * H * I;
-    g->work_bytes += 2.0 * (double)V * H + 2.0 * 3.0 * H * I;
+    // the soft embedding's bf16 table; the MLP's weights as layer()'s
+    g->work_bytes += 2.0 * (double)V * H + (d->fp8 ? 3.0 * H * I + 4.0 * (2.0 * I + H) : 2.0 * 3.0 * H * I);
     return 0;
 }
 

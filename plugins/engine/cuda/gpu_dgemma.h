@@ -9,7 +9,8 @@
  * file's own kernels: norms (with and without weight, per head), RoPE,
  * GeGLU, the router (gpu_moe.cu's route and grouping, then per-expert
  * GEMMs over each expert's rows), attention as two batched GEMMs around a
- * masked softmax, the softcapped LM head and self-conditioning.
+ * masked softmax, the softcapped LM head and self-conditioning. Under
+ * dtype = fp8 (tb_gpu_dgemma_create_dtype) the projections are E4M3.
  *
  * The KV cache holds, per layer, its own head size and KV heads (sliding
  * layers: head_dim x num_key_value_heads; full layers: global_head_dim x
@@ -48,6 +49,23 @@ typedef struct tb_gpu_dgemma tb_gpu_dgemma;
  * ranges; not the same values). -1 with the reason in err. */
 int tb_gpu_dgemma_create(tb_gpu_dgemma **out, const tb_dgemma_config *cfg, const tb_dgemma_model *cpu, uint64_t seed,
                          char *err, size_t err_size);
+/* dtype = fp8 when fp8 (fp8.h, W8A8): every projection (all but the
+ * router; dgemma_model.h's tb_dgemma_round_fp8 says which) as E4M3 codes
+ * with a float scale per output row, quantized on the device from the
+ * bf16 weights (cpu's, best rounded by tb_dgemma_round_fp8 first so the
+ * codes are the CPU twin's; or the preset's random ones), layer by layer,
+ * each bf16 copy freed at once (the published shape's preset holds about
+ * 27 GB). Each projection's input is quantized per row on the fly: one
+ * row through the FP8 GEMV, more through cuBLASLt's FP8 GEMM (one GEMM a
+ * chosen expert over its gathered rows: cuBLAS's grouped GEMM takes no
+ * FP8), or where the device or cuBLAS has none (or TB_GPU_FP8_GEMM=0) both
+ * sides dequantized to bf16 for the bf16 GEMMs. The embedding, LM head,
+ * router, norms and attention stay bf16/float. -1 before anything is made
+ * on the device for a shape the FP8 kernels cannot take
+ * (tb_dgemma_check_fp8_gpu). The FLOP/s ceiling is then the FP8 GEMM's
+ * (tb_gpu_gemm_dtype "fp8"). */
+int tb_gpu_dgemma_create_dtype(tb_gpu_dgemma **out, const tb_dgemma_config *cfg, const tb_dgemma_model *cpu,
+                               uint64_t seed, int fp8, char *err, size_t err_size);
 void tb_gpu_dgemma_free(tb_gpu_dgemma *d);
 
 /* Room for max_ctx cached positions (the canvas's own slots come on top).
@@ -89,8 +107,8 @@ int tb_gpu_dgemma_decide(tb_gpu_dgemma *d, float temperature, uint64_t seed, uin
                          int32_t *argmax, float *entropy);
 
 /* The roofline's work of the passes since the last call (docs/METRICS.md:
- * every dense product's bf16 weights once a pass and 2 rows x out x in
- * FLOPs; attention 4 rows x heads x keys x head_dim FLOPs and its K/V
+ * every dense product's bf16 weights once a pass (fp8: a projection's one
+ * byte a weight and 4 an output row's scale) and 2 rows x out x in FLOPs; attention 4 rows x heads x keys x head_dim FLOPs and its K/V
  * read and written; the routed experts as active bytes, the distinct
  * experts each MoE layer call read; the LM head, and self-conditioning's
  * [C x V] x [V x H] product and MLP), then zeroed. expert_reads: those

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "fp8.h"
 #include "safetensors.h"
 #include "strmem.h"
 
@@ -645,6 +646,55 @@ int tb_dgemma_preset(const char *name, uint64_t seed, tb_dgemma_model *m, char *
         L->scalar_enc = L->scalar_dec;
     }
     derive(m);
+    return 0;
+}
+
+/* ------------------------------------------------------------ fp8 */
+
+void tb_dgemma_round_fp8(tb_dgemma_model *m)
+{
+    const tb_dgemma_config *c = &m->cfg;
+    size_t h = (size_t)c->hidden, I = (size_t)c->inter, E = (size_t)c->n_experts, mi = (size_t)c->moe_inter;
+    tb_fp8_round_rows(m->sc_gate_up, 2 * I, h);
+    tb_fp8_round_rows(m->sc_down, h, I);
+    for (int l = 0; l < c->n_layers; l++) {
+        tb_dgemma_layer *L = &m->layers[l];
+        size_t q = (size_t)c->n_heads * L->hd, kvd = (size_t)L->kv * L->hd;
+        tb_fp8_round_rows(L->wq, q, h);
+        tb_fp8_round_rows(L->wk, kvd, h);
+        if (L->wv)
+            tb_fp8_round_rows(L->wv, kvd, h);
+        tb_fp8_round_rows(L->wo, h, q);
+        tb_fp8_round_rows(L->gate_up, 2 * I, h);
+        tb_fp8_round_rows(L->down, h, I);
+        /* [E][2 mi][H] and [E][H][mi]: every expert's rows are rows of one matrix */
+        tb_fp8_round_rows(L->experts_gate_up, E * 2 * mi, h);
+        tb_fp8_round_rows(L->experts_down, E * h, mi);
+    }
+    m->fp8 = 1;
+}
+
+int tb_dgemma_check_fp8_gpu(const tb_dgemma_config *c, char *err, size_t err_size)
+{
+    struct {
+        const char *what;
+        long long n;
+    } w[] = {{"hidden_size", c->hidden},
+             {"num_attention_heads x head_dim", (long long)c->n_heads * c->hd_sliding},
+             {"num_attention_heads x global_head_dim", (long long)c->n_heads * c->hd_full},
+             {"num_key_value_heads x head_dim", (long long)c->kv_sliding * c->hd_sliding},
+             {"num_global_key_value_heads x global_head_dim", (long long)c->kv_full * c->hd_full},
+             {"intermediate_size", c->inter},
+             {"moe_intermediate_size", c->moe_inter}};
+    int sliding = 0; /* the sliding layers' widths only where the model has one */
+    for (int l = 0; l < c->n_layers; l++)
+        sliding |= !c->full[l];
+    for (size_t i = 0; i < TB_ARRAY_LEN(w); i++)
+        if (w[i].n % 16 && (sliding || (i != 1 && i != 3))) {
+            snprintf(err, err_size, "dtype = fp8 on CUDA: the FP8 kernels need every projection's widths to be "
+                     "multiples of 16; %s is %lld", w[i].what, w[i].n);
+            return -1;
+        }
     return 0;
 }
 

@@ -117,6 +117,7 @@ typedef struct tb_dgemma_model {
     size_t arena_floats;
     int64_t n_params;
     char source_dtype[8];
+    int fp8;                  /* tb_dgemma_round_fp8 was applied */
 } tb_dgemma_model;
 
 /* Whether a config.json text is DiffusionGemma's (model_type
@@ -151,6 +152,21 @@ int tb_dgemma_preset(const char *name, uint64_t seed, tb_dgemma_model *m, char *
  * (rounded to bf16 in a bf16 model), from the config alone: what a
  * loader derives, and what the GPU's preset needs without host weights. */
 void tb_dgemma_derive(const tb_dgemma_config *c, float *inv_freq_sliding, float *inv_freq_full, float *embed_scale);
+
+/* dtype = fp8 (fp8.h: W8A8, E4M3 with one power-of-two scale per row):
+ * every projection becomes the float32 values of its E4M3 form, one scale
+ * per output row: q, k, v, o, the shared MLP's gate-up and down, each
+ * expert's gate-up and down (per row of each expert), and the
+ * self-conditioning MLP's gate-up and down. The router, the embedding
+ * (the LM head and the soft embedding too), the norms and the scalars keep
+ * their precision, as the serving stacks' FP8 leaves them (the router's
+ * top-k is decided by small margins). Any shape on the CPU. */
+void tb_dgemma_round_fp8(tb_dgemma_model *m);
+/* The device's FP8 kernels' shape rule (gpu_dgemma.cu): every projection's
+ * input and output width a multiple of 16 (hidden, heads x head_dim of both
+ * layer kinds, KV heads x head_dim of both, intermediate_size,
+ * moe_intermediate_size). 0, or -1 naming the first that is not. */
+int tb_dgemma_check_fp8_gpu(const tb_dgemma_config *c, char *err, size_t err_size);
 
 /* Parameters as the checkpoint counts them (text only). */
 int64_t tb_dgemma_n_params(const tb_dgemma_config *cfg);
