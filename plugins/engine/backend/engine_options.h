@@ -73,9 +73,9 @@ typedef enum tb_dtype_option { TB_DTYPE_AUTO, TB_DTYPE_FP8 } tb_dtype_option;
 extern const tb_choice tb_dtype_choices[];
 #define TB_OPT_DECL_DTYPE                                                                                       \
     {"dtype", TB_OPT_ENUM, "auto",                                                                              \
-     "auto (the device's own: float32 on the CPU, bf16 on the GPU) or fp8 (E4M3 projection weights with a "     \
-     "per-output-channel scale made at load; embeddings, norms and LM head as auto; not for mixture-of-experts " \
-     "models)",                                                                                                 \
+     "auto (the device's own: float32 on the CPU, bf16 on the GPU) or fp8 (E4M3 projection weights, the "       \
+     "experts' too, with a per-output-channel scale made at load, and E4M3 inputs per row; embeddings, norms, " \
+     "MoE routers and LM head as auto)",                                                                        \
      TB_CHOICES_TEXT(TB_DTYPE_LIST), 1, 0, TB_OPTF_LOAD}
 
 /* `tp` (ar, diffusion): tensor parallelism (tb_load's tp) */
