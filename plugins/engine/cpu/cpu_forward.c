@@ -156,23 +156,12 @@ static void matmul_t(float *c, const float *a, const float *w, int rows, int out
                 accumulate ? 1.0f : 0.0f, c, out);
 }
 
-/* dtype = fp8: a projection's input, rows of width cols at stride ld,
- * rounded in place to its E4M3 form with one scale per row (fp8.h), so
- * the product that follows is one over E4M3 codes on both sides. From
- * the bf16 value, as the device holds activations: E4M3 of bf16(x) and
- * of x differ where x lies near the middle of two E4M3 values, and a
- * rounding taken the other way there is a whole E4M3 step (1/16 of the
- * value), which would part the two paths far more than bf16 does. */
+/* dtype = fp8: a projection's input rows rounded to their E4M3 form
+ * (fp8.h's tb_fp8_round_input_rows) */
 static void fp8_act_round(const tb_cpu_state *st, float *a, int rows, int cols, int ld)
 {
-    if (!st->fp8_act)
-        return;
-    for (int r = 0; r < rows; r++) {
-        float *ar = a + (size_t)r * ld;
-        for (int i = 0; i < cols; i++)
-            ar[i] = tb_bf16_to_f32(tb_f32_to_bf16(ar[i]));
-        tb_fp8_round_rows(ar, 1, (size_t)cols);
-    }
+    if (st->fp8_act)
+        tb_fp8_round_input_rows(a, (size_t)rows, (size_t)cols, (size_t)ld);
 }
 
 /* Half-split (NeoX) rotary embedding of the first rope_dim dims of one

@@ -19,20 +19,12 @@ static void matmul_t(float *c, const float *a, int lda, const float *w, int rows
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out, in, 1.0f, a, lda, w, in, 0.0f, c, out);
 }
 
-/* dtype = fp8: a projection's input, rows of width cols at stride ld,
- * rounded in place to bf16 and then to its E4M3 form, one power-of-two
- * scale a row (fp8.h; cpu_forward.c's fp8_act_round, the dense AR path's
- * rule: the device quantizes the bf16 activation it holds). */
+/* dtype = fp8: a projection's input rows rounded to their E4M3 form
+ * (fp8.h's tb_fp8_round_input_rows: from bf16, as the device holds them) */
 static void fp8_act(const tb_dgemma_state *st, float *a, int rows, int cols, int ld)
 {
-    if (!st->fp8_act)
-        return;
-    for (int r = 0; r < rows; r++) {
-        float *ar = a + (size_t)r * ld;
-        for (int i = 0; i < cols; i++)
-            ar[i] = tb_bf16_to_f32(tb_f32_to_bf16(ar[i]));
-        tb_fp8_round_rows(ar, 1, (size_t)cols);
-    }
+    if (st->fp8_act)
+        tb_fp8_round_input_rows(a, (size_t)rows, (size_t)cols, (size_t)ld);
 }
 
 /* DiffusionGemmaRMSNorm: y = x (mean(x^2) + eps)^-0.5 [* w]; no +1 offset;

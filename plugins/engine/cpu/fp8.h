@@ -92,5 +92,14 @@ void tb_fp8_dequantize_rows(const uint8_t *q, const float *scale, size_t rows, s
  * then compute exactly what products over the E4M3 codes and scales
  * would, dequantized to float32 as they are read). No allocation. */
 void tb_fp8_round_rows(float *w, size_t rows, size_t cols);
+/* dtype = fp8: a projection's input, rows of width cols at stride ld,
+ * rounded in place to its E4M3 form with one scale per row, so the
+ * product that follows is one over E4M3 codes on both sides (the CPU
+ * twins: cpu_forward.c, moe.c, dgemma_forward.c). From the bf16 value,
+ * as the device holds activations: E4M3 of bf16(x) and of x differ where
+ * x lies near the middle of two E4M3 values, and a rounding taken the
+ * other way there is a whole E4M3 step (1/16 of the value), which would
+ * part the two paths far more than bf16 does. */
+void tb_fp8_round_input_rows(float *a, size_t rows, size_t cols, size_t ld);
 
 #endif

@@ -224,13 +224,12 @@ void tb_moe_scratch_free(tb_moe_scratch *s)
     memset(s, 0, sizeof *s);
 }
 
-/* dtype = fp8: rows of width cols at stride ld rounded in place (fp8.h) */
+/* dtype = fp8: an expert's input rows rounded to their E4M3 form (fp8.h's
+ * tb_fp8_round_input_rows: from bf16, as the device holds them) */
 static void fp8_rows(const tb_moe_scratch *s, float *a, int rows, int cols, int ld)
 {
-    if (!s->fp8_act)
-        return;
-    for (int r = 0; r < rows; r++)
-        tb_fp8_round_rows(a + (size_t)r * ld, 1, (size_t)cols);
+    if (s->fp8_act)
+        tb_fp8_round_input_rows(a, (size_t)rows, (size_t)cols, (size_t)ld);
 }
 
 /* gu[n][2 In] (gate | up, In = the intermediate size) -> gu[n][0..In) = silu(gate) * up, row stride 2 In */
