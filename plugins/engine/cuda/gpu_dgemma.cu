@@ -813,24 +813,19 @@ static int randomize(tb_gpu_dgemma *d, uint64_t seed)
 }
 
 // dtype = fp8: whether the FP8 GEMM runs here (gpu_gemm_fp8.cu's
-// gemm_fp8_available, which plans the four projection shapes of g->cfg:
-// given DiffusionGemma's sliding layers' q/k/v (as one), o, gate-up and
-// down for the probe, then the bare context's empty cfg again); the
-// environment's TB_GPU_FP8_GEMM=0 says no, as for the dense engine. The
-// other shapes are planned on first use (a refusal fails its call by name).
+// gemm_fp8_available_for, over the sliding layers' q, k, v and o, and the
+// dense gate-up and down); the environment's TB_GPU_FP8_GEMM=0 says no,
+// as for the dense engine. The other shapes are planned on first use (a
+// refusal fails its call by name).
 static int fp8_gemm_probe(tb_gpu_dgemma *d)
 {
-    tb_gpu *g = d->g;
     const char *env = getenv("TB_GPU_FP8_GEMM");
     if (env && strcmp(env, "0") == 0)
         return 0;
     const tb_dgemma_config *c = &d->cfg;
-    tb_model_config *m = &g->cfg;
-    m->hidden_size = c->hidden, m->n_heads = c->n_heads, m->head_dim = c->hd_sliding;
-    m->n_kv_heads = c->kv_sliding, m->intermediate_size = c->inter;
-    int ok = gemm_fp8_available(g);
-    memset(m, 0, sizeof *m);
-    return ok;
+    int H = c->hidden, hd = c->hd_sliding, I = c->inter;
+    int outs[4] = {(c->n_heads + 2 * c->kv_sliding) * hd, H, 2 * I, H}, ins[4] = {H, c->n_heads * hd, H, I};
+    return gemm_fp8_available_for(d->g, 4, outs, ins);
 }
 
 // dtype = fp8 without the FP8 GEMM: room for the largest projection

@@ -180,6 +180,14 @@ static cublasStatus_t set_scales(fp8_gemm_cache *c, const float *ws, const float
 
 int gemm_fp8_available(tb_gpu *g)
 {
+    const tb_model_config *m = &g->cfg;
+    int h = m->hidden_size, nq = m->n_heads * m->head_dim, I = m->intermediate_size;
+    int outs[4] = {(m->n_heads + 2 * m->n_kv_heads) * m->head_dim, h, 2 * I, h}, ins[4] = {h, nq, h, I};
+    return gemm_fp8_available_for(g, 4, outs, ins);
+}
+
+int gemm_fp8_available_for(tb_gpu *g, int n, const int *outs, const int *ins)
+{
     if (g->prop.major * 10 + g->prop.minor < 89) // FP8 tensor cores: Ada and Hopper on
         return 0;
     if (!g->gemm_fp8) {
@@ -188,16 +196,13 @@ int gemm_fp8_available(tb_gpu *g)
             return 0;
         }
     }
-    // the model's four projection shapes must plan on every route (then a
+    // the model's projection shapes must plan on every route (then a
     // forward's products find algorithms; a rows count cuBLASLt refused
     // later would fail its call by name). cuBLASLt offers outer-vector
     // scaling only once the scale pointers are set (measured: none
     // without), so any device address stands in here
-    const tb_model_config *m = &g->cfg;
-    int h = m->hidden_size, nq = m->n_heads * m->head_dim, I = m->intermediate_size;
-    int outs[4] = {(m->n_heads + 2 * m->n_kv_heads) * m->head_dim, h, 2 * I, h}, ins[4] = {h, nq, h, I};
     int ok = set_scales(g->gemm_fp8, (const float *)g->blas_ws, (const float *)g->blas_ws) == CUBLAS_STATUS_SUCCESS;
-    for (int k = 0; k < 4 && ok; k++)
+    for (int k = 0; k < n && ok; k++)
         ok = plan(g, g->gemm_fp8, FP8_SCALAR_ROWS, outs[k], ins[k], 0, 0) &&
              plan(g, g->gemm_fp8, FP8_SCALAR_ROWS + 1, outs[k], ins[k], 0, 1) &&
              plan(g, g->gemm_fp8, FP8_SCALAR_ROWS + 1, outs[k], ins[k], 1, 1);
@@ -254,6 +259,8 @@ void gemm_fp8_free(tb_gpu *g)
 #else // cuBLAS before 12.9: no outer-vector scales; dtype = fp8 spans dequantize
 
 int gemm_fp8_available(tb_gpu *) { return 0; }
+
+int gemm_fp8_available_for(tb_gpu *, int, const int *, const int *) { return 0; }
 
 int gemm_fp8(tb_gpu *g, float *, const uint8_t *, const float *, const uint8_t *, const float *, int, int, int, float,
              int *)

@@ -289,6 +289,9 @@ int gemm_tuning(tb_gpu *g);
 // 0, y = the bare products and *deferred = 1: the caller's next kernel
 // applies xs and ws; its plans' release.
 int gemm_fp8_available(tb_gpu *g);
+// the same for n shapes (outs[i] x ins[i]) other than g->cfg's four
+// projections (gpu_dgemma.cu's bare context)
+int gemm_fp8_available_for(tb_gpu *g, int n, const int *outs, const int *ins);
 int gemm_fp8(tb_gpu *g, float *y, const uint8_t *xq, const float *xs, const uint8_t *wq, const float *ws, int rows,
              int out, int in, float beta, int *deferred);
 void gemm_fp8_free(tb_gpu *g);
