@@ -1566,10 +1566,10 @@ static void check_moe(int fp8)
     CHECK(tb_cpu_forward(&st, tok, B, n, 1, 1, cl) == 0);
     double ref = max_abs(cl, (size_t)B * n * V);
     /* all spans by the GEMV; all by cuBLAS per expert (fp8: FP8 GEMMs per
-     * expert); all by the grouped tensor-core GEMM (bf16 only) */
+     * expert); all by the grouped tensor-core GEMM */
     const int gemv_rows[3] = {B * n, 0, 0};
     const char *path[3] = {"the grouped GEMV", "cuBLAS per expert", "the grouped GEMM"};
-    for (int p = 0; p < (fp8 ? 2 : 3); p++) {
+    for (int p = 0; p < 3; p++) {
         tb_gpu_set_moe_gemv_rows(g, gemv_rows[p]);
         tb_gpu_set_moe_span_grouped(g, p == 2);
         CHECK(tb_gpu_logits(g, tok, B, 0, n, n, 1, gl) == 0);

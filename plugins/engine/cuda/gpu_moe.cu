@@ -31,8 +31,10 @@
 //               quantized per row by k_fp8_quant_act; the same two ways:
 //               k_moe_gemv_fp8, or for long spans FP8 tensor-core GEMMs
 //               one expert at a time (gemm_fp8, gpu_gemm_fp8.cu) over the
-//               gathered codes (k_moe_gather_q); without FP8 GEMMs on the
-//               device, k_moe_gemv_fp8 at any length. The router stays bf16
+//               gathered codes (k_moe_gather_q), or k_moe_gemm<true> (the
+//               grouped GEMM over the codes' bf16 values, when spans are
+//               grouped); without FP8 GEMMs on the device and not grouped,
+//               k_moe_gemv_fp8 at any length. The router stays bf16
 //
 //   shared      the shared experts (LLaDA 2.x): a dense SwiGLU over every
 //               row, added after the routed ones (gpu_forward.cu's
@@ -396,6 +398,17 @@ __global__ void k_moe_tiles(const int *off, int E, int *tile_e, int *tile_j, int
 // at most one partial tile an expert.
 static int moe_max_tiles(int P, int E) { return P / MOE_BM + (P < E ? P : E); }
 
+// 16 E4M3 codes as 16 bf16 values (exact: every E4M3 value is a bf16)
+__device__ __forceinline__ void e4m3x16_to_bf16(uint4 v, uint4 *out2)
+{
+    const unsigned short *p = reinterpret_cast<const unsigned short *>(&v);
+    __nv_bfloat162 *o = reinterpret_cast<__nv_bfloat162 *>(out2);
+    for (int q = 0; q < 8; q++) {
+        float2 f = e4m3x2_to_float2(p[q]);
+        o[q] = __floats2bfloat162_rn(f.x, f.y);
+    }
+}
+
 // Grouped GEMM over every expert in one launch, on bf16 tensor cores
 // (WMMA 16x16x16, float32 accumulation): Y[j][o] = sum_i x_j[i] W[e][o][i]
 // for the grouped positions j of tile blockIdx.y (k_moe_tiles), output
@@ -404,17 +417,26 @@ static int moe_max_tiles(int P, int E) { return P / MOE_BM + (P < E ? P : E); }
 // so the grid is sized by moe_max_tiles and the launch needs no host
 // wait (a CUDA graph can hold it). Four warps, each a 32 x 32 quarter of
 // the 64 x 64 tile; operands staged through shared memory MOE_BK wide;
-// in % 8 == 0 (16-byte loads), tails of rows and columns zero-filled.
+// in % 8 == 0 (16-byte loads; FP8: in % 16), tails of rows and columns
+// zero-filled. FP8 (dtype = fp8): W and X are E4M3 codes, staged as their
+// exact bf16 values, and the products scaled at the end by WS[e out + o]
+// and XS[x_j's row] (k_moe_gemv_fp8's result, on tensor cores).
+template <bool FP8>
 __global__ void __launch_bounds__(128)
-    k_moe_gemm(const bf16 *__restrict__ W, const bf16 *__restrict__ X, const int *__restrict__ off,
-               const int *__restrict__ order, int k, int gather, const int *__restrict__ tile_e,
-               const int *__restrict__ tile_j, const int *__restrict__ ntiles, float *__restrict__ Y, int out, int in)
+    k_moe_gemm(const void *__restrict__ Wv, const void *__restrict__ Xv, const float *__restrict__ WS,
+               const float *__restrict__ XS, const int *__restrict__ off, const int *__restrict__ order, int k,
+               int gather, const int *__restrict__ tile_e, const int *__restrict__ tile_j,
+               const int *__restrict__ ntiles, float *__restrict__ Y, int out, int in)
 {
     using namespace nvcuda;
     const int LDS = MOE_BK + 8, LDC = MOE_BN + 4; // padded rows (bf16, float)
+    const int EB = FP8 ? 1 : 2;                    // bytes an element in global memory
+    const int CH = 16 / EB;                        // elements a 16-byte chunk
+    const int NCH = MOE_BM * MOE_BK / CH / 128;    // chunks a thread stages per operand
     __shared__ __align__(32) unsigned char smem[MOE_BM * LDC * sizeof(float)];
     bf16 *As = reinterpret_cast<bf16 *>(smem), *Bs = As + MOE_BM * LDS;
     float *Cs = reinterpret_cast<float *>(smem); // after the K loop
+    const unsigned char *W = static_cast<const unsigned char *>(Wv), *X = static_cast<const unsigned char *>(Xv);
     int t = blockIdx.y;
     if (t >= ntiles[0])
         return;
@@ -422,16 +444,16 @@ __global__ void __launch_bounds__(128)
     jn = jn < MOE_BM ? jn : MOE_BM;
     int o0 = blockIdx.x * MOE_BN;
     int warp = threadIdx.x / 32, wm = warp / 2, wn = warp % 2;
-    // this thread's two 16-byte chunks of each operand tile (64 rows x 4 chunks)
-    const bf16 *arow[2], *brow[2];
-    int ar[2], ac[2];
-    for (int q = 0; q < 2; q++) {
+    // this thread's 16-byte chunks of each operand tile (64 rows x MOE_BK / CH chunks)
+    const unsigned char *arow[NCH], *brow[NCH];
+    int ar[NCH], ac[NCH];
+    for (int q = 0; q < NCH; q++) {
         int idx = threadIdx.x + q * 128;
-        ar[q] = idx / 4, ac[q] = idx % 4 * 8;
+        ar[q] = idx / (MOE_BK / CH), ac[q] = idx % (MOE_BK / CH) * CH;
         int j = j0 + ar[q];
-        arow[q] = ar[q] < jn ? X + (size_t)(gather ? order[j] / k : j) * in : NULL;
+        arow[q] = ar[q] < jn ? X + (size_t)(gather ? order[j] / k : j) * in * EB : NULL;
         int o = o0 + ar[q];
-        brow[q] = o < out ? W + ((size_t)e * out + o) * in : NULL;
+        brow[q] = o < out ? W + ((size_t)e * out + o) * in * EB : NULL;
     }
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
     for (int a = 0; a < 2; a++)
@@ -439,12 +461,17 @@ __global__ void __launch_bounds__(128)
             wmma::fill_fragment(acc[a][b], 0.0f);
     const uint4 zero = make_uint4(0, 0, 0, 0);
     for (int k0 = 0; k0 < in; k0 += MOE_BK) {
-        for (int q = 0; q < 2; q++) {
+        for (int q = 0; q < NCH; q++) {
             int c = k0 + ac[q];
-            uint4 va = arow[q] && c < in ? *reinterpret_cast<const uint4 *>(arow[q] + c) : zero;
-            uint4 vb = brow[q] && c < in ? __ldg(reinterpret_cast<const uint4 *>(brow[q] + c)) : zero;
-            *reinterpret_cast<uint4 *>(As + ar[q] * LDS + ac[q]) = va;
-            *reinterpret_cast<uint4 *>(Bs + ar[q] * LDS + ac[q]) = vb;
+            uint4 va = arow[q] && c < in ? *reinterpret_cast<const uint4 *>(arow[q] + (size_t)c * EB) : zero;
+            uint4 vb = brow[q] && c < in ? __ldg(reinterpret_cast<const uint4 *>(brow[q] + (size_t)c * EB)) : zero;
+            if (FP8) {
+                e4m3x16_to_bf16(va, reinterpret_cast<uint4 *>(As + ar[q] * LDS + ac[q]));
+                e4m3x16_to_bf16(vb, reinterpret_cast<uint4 *>(Bs + ar[q] * LDS + ac[q]));
+            } else {
+                *reinterpret_cast<uint4 *>(As + ar[q] * LDS + ac[q]) = va;
+                *reinterpret_cast<uint4 *>(Bs + ar[q] * LDS + ac[q]) = vb;
+            }
         }
         __syncthreads();
         for (int kk = 0; kk < MOE_BK; kk += 16) {
@@ -467,8 +494,14 @@ __global__ void __launch_bounds__(128)
     __syncthreads();
     for (int i = threadIdx.x; i < MOE_BM * MOE_BN; i += blockDim.x) {
         int r = i / MOE_BN, c = i % MOE_BN;
-        if (r < jn && o0 + c < out)
-            Y[(size_t)(j0 + r) * out + o0 + c] = Cs[r * LDC + c];
+        if (r < jn && o0 + c < out) {
+            float v = Cs[r * LDC + c];
+            if (FP8) {
+                int j = j0 + r;
+                v *= WS[(size_t)e * out + o0 + c] * XS[gather ? order[j] / k : j];
+            }
+            Y[(size_t)(j0 + r) * out + o0 + c] = v;
+        }
     }
 }
 
@@ -581,7 +614,7 @@ static int moe_experts_fp8(tb_gpu *g, const gpu_layer *G, int rows, int graphabl
     int E = m->n_experts, k = m->top_k, h = m->hidden, mi = m->expert_inter, P = rows * k;
     k_fp8_quant_act<<<rows, FP8_QUANT_THREADS, 0, g->stream>>>(g->xn, h, g->moe_xq, g->moe_xs);
     LAUNCHED();
-    if (graphable || rows <= g->moe_gemv_max_rows || !g->fp8_gemm) {
+    if (graphable || rows <= g->moe_gemv_max_rows || (!g->fp8_gemm && !g->moe_span_grouped)) {
         dim3 gu_grid((2 * mi + MOE_WARPS * MOE_ROWS - 1) / (MOE_WARPS * MOE_ROWS), moe_grid_rows(g, P, E));
         k_moe_gemv_fp8<<<gu_grid, MOE_WARPS * 32, 0, g->stream>>>(G->qex_gu, G->sex_gu, g->moe_xq, g->moe_xs,
                                                                   g->moe_off, g->moe_order, k, 1, g->moe_gu, 2 * mi, h,
@@ -594,6 +627,25 @@ static int moe_experts_fp8(tb_gpu *g, const gpu_layer *G, int rows, int graphabl
         dim3 down_grid((h + MOE_WARPS * MOE_ROWS - 1) / (MOE_WARPS * MOE_ROWS), moe_grid_rows(g, P, E));
         k_moe_gemv_fp8<<<down_grid, MOE_WARPS * 32, 0, g->stream>>>(G->qex_down, G->sex_down, g->moe_aq, g->moe_as,
                                                                     g->moe_off, NULL, k, 0, g->moe_y, h, mi, E);
+        LAUNCHED();
+        return 0;
+    }
+    if (g->moe_span_grouped) { // one grouped GEMM a projection, sized on the device
+        k_moe_tiles<<<1, 1, 0, g->stream>>>(g->moe_off, E, g->moe_tile_e, g->moe_tile_j, g->moe_ntiles);
+        LAUNCHED();
+        unsigned T = (unsigned)moe_max_tiles(P, E);
+        dim3 gu_grid((2 * mi + MOE_BN - 1) / MOE_BN, T), down_grid((h + MOE_BN - 1) / MOE_BN, T);
+        k_moe_gemm<true><<<gu_grid, 128, 0, g->stream>>>(G->qex_gu, g->moe_xq, G->sex_gu, g->moe_xs, g->moe_off,
+                                                         g->moe_order, k, 1, g->moe_tile_e, g->moe_tile_j,
+                                                         g->moe_ntiles, g->moe_gu, 2 * mi, h);
+        LAUNCHED();
+        k_swiglu<<<blocks_for((size_t)P * mi), 256, 0, g->stream>>>(g->moe_gu, g->moe_act, mi, (size_t)P * mi, NULL, NULL);
+        LAUNCHED();
+        k_fp8_quant_act<<<P, FP8_QUANT_THREADS, 0, g->stream>>>(g->moe_act, mi, g->moe_aq, g->moe_as);
+        LAUNCHED();
+        k_moe_gemm<true><<<down_grid, 128, 0, g->stream>>>(G->qex_down, g->moe_aq, G->sex_down, g->moe_as,
+                                                           g->moe_off, NULL, k, 0, g->moe_tile_e, g->moe_tile_j,
+                                                           g->moe_ntiles, g->moe_y, h, mi);
         LAUNCHED();
         return 0;
     }
@@ -659,13 +711,15 @@ int moe_ffn(tb_gpu *g, int l, int rows, int graphable)
         LAUNCHED();
         unsigned T = (unsigned)moe_max_tiles(P, E);
         dim3 gu_grid((2 * mi + MOE_BN - 1) / MOE_BN, T), down_grid((h + MOE_BN - 1) / MOE_BN, T);
-        k_moe_gemm<<<gu_grid, 128, 0, g->stream>>>(G->ex_gu, g->xn, g->moe_off, g->moe_order, k, 1, g->moe_tile_e,
-                                                   g->moe_tile_j, g->moe_ntiles, g->moe_gu, 2 * mi, h);
+        k_moe_gemm<false><<<gu_grid, 128, 0, g->stream>>>(G->ex_gu, g->xn, NULL, NULL, g->moe_off, g->moe_order, k, 1,
+                                                          g->moe_tile_e, g->moe_tile_j, g->moe_ntiles, g->moe_gu,
+                                                          2 * mi, h);
         LAUNCHED();
         k_swiglu<<<blocks_for((size_t)P * mi), 256, 0, g->stream>>>(g->moe_gu, g->moe_act, mi, (size_t)P * mi, NULL, NULL);
         LAUNCHED();
-        k_moe_gemm<<<down_grid, 128, 0, g->stream>>>(G->ex_down, g->moe_act, g->moe_off, NULL, k, 0, g->moe_tile_e,
-                                                     g->moe_tile_j, g->moe_ntiles, g->moe_y, h, mi);
+        k_moe_gemm<false><<<down_grid, 128, 0, g->stream>>>(G->ex_down, g->moe_act, NULL, NULL, g->moe_off, NULL, k,
+                                                            0, g->moe_tile_e, g->moe_tile_j, g->moe_ntiles, g->moe_y,
+                                                            h, mi);
         LAUNCHED();
     } else {
         // the group offsets on the host: one wait per MoE layer of a span
