@@ -320,6 +320,14 @@ static void moe_case(void)
         tb_model_free(&a);
         tb_model_free(&b);
     }
+    /* the device's shape rule names the expert width that breaks it */
+    tb_model_config cfg;
+    char err[256] = "";
+    CHECK(tb_preset_config("tiny-qwen3-moe", &cfg, err, sizeof err) == 0);
+    CHECK(tb_config_check_fp8(&cfg, err, sizeof err) == 0);
+    cfg.moe_intermediate_size = 40;
+    CHECK(tb_config_check_fp8(&cfg, err, sizeof err) == -1);
+    CHECK_CONTAINS(err, "expert intermediate (40)");
 }
 
 int main(void)
