@@ -52,7 +52,7 @@ rss=${TB_FUZZ_RSS_MB:-2048}
 
 # TARGET: its sources besides tests/fuzz/fuzz_TARGET.c, and -max_len.
 declare -A srcs=(
-    [config]="plugins/engine/format/config.c plugins/engine/format/dgemma_model.c plugins/engine/format/safetensors.c util/util.c util/redact.c util/strmem.c"
+    [config]="plugins/engine/format/config.c plugins/engine/format/dgemma_model.c plugins/engine/format/safetensors.c plugins/engine/cpu/fp8.c util/util.c util/redact.c util/strmem.c"
     [safetensors]="plugins/engine/format/safetensors.c util/util.c util/redact.c util/strmem.c"
     [safetensors_index]="plugins/engine/format/safetensors.c util/util.c util/redact.c util/strmem.c"
     [sse]="plugins/http/sse.c"
@@ -97,7 +97,7 @@ pc_libs=$(pkg-config --libs $pkgs)
 # ---- build
 cflags=(-std=c11 -g -O1 -fno-omit-frame-pointer -Wall -Wextra
         -fsanitize=address,undefined -fno-sanitize-recover=undefined
-        -I"$root/include" -I"$root/util" -I"$root/measure" -I"$root/proc" -I"$root/suite" -I"$root/run" -I"$root/serve" -I"$root/plugins/engine/format" -I"$root/plugins/http"
+        -I"$root/include" -I"$root/util" -I"$root/measure" -I"$root/proc" -I"$root/suite" -I"$root/run" -I"$root/serve" -I"$root/plugins/engine/format" -I"$root/plugins/engine/cpu" -I"$root/plugins/http"
         $pc_cflags)
 mkdir -p "$build/obj" "$build/logs" "$build/tmp"
 declare -A want_src=()
