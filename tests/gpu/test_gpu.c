@@ -1350,6 +1350,13 @@ static void check_memory(void)
 
 
 /* A preset with random weights (rounded to bf16; fp8_mode: to FP8) on both paths. */
+/* preset_pair: the routed experts' rows scaled by powers of two that
+ * differ from row to row and expert to expert, 2^((e + o) % 5 - 2), so
+ * that under dtype = fp8 each has its own E4M3 scale (the preset's random
+ * rows all get one: a kernel reading another row's or expert's scale
+ * would pass) */
+static int vary_expert_scales;
+
 static int preset_pair(const char *name, tb_model *m, tb_gpu **g)
 {
     char err[512];
@@ -1358,6 +1365,20 @@ static int preset_pair(const char *name, tb_model *m, tb_gpu **g)
         fprintf(stderr, "%s: %s\n", name, err);
         CHECK(0);
         return -1;
+    }
+    for (int l = 0; vary_expert_scales && l < m->cfg.n_layers; l++) {
+        tb_layer *L = &m->layers[l];
+        size_t E = m->cfg.n_experts, h = m->cfg.hidden_size, mi = m->cfg.moe_intermediate_size;
+        if (!L->experts_gate_up)
+            continue;
+        for (size_t e = 0; e < E; e++) {
+            for (size_t o = 0; o < 2 * mi; o++)
+                for (size_t i = 0; i < h; i++)
+                    L->experts_gate_up[(e * 2 * mi + o) * h + i] *= ldexpf(1.0f, (int)((e + o) % 5) - 2);
+            for (size_t o = 0; o < h; o++)
+                for (size_t i = 0; i < mi; i++)
+                    L->experts_down[(e * h + o) * mi + i] *= ldexpf(1.0f, (int)((e + o) % 5) - 2);
+        }
     }
     if (fp8_mode && tb_model_round_fp8(m, err, sizeof err) != 0) {
         fprintf(stderr, "%s: %s\n", name, err);
@@ -1545,9 +1566,13 @@ static void check_moe(int fp8)
     char err[512];
     tb_model m;
     tb_gpu *g;
-    fp8_mode = fp8; /* dtype = fp8: both sides' experts E4M3 (GPU_TOL follows) */
-    if (preset_pair("tiny-qwen3-moe", &m, &g) != 0) {
-        fp8_mode = 0;
+    int saved_mode = fp8_mode; /* restored on return: the caller's block may be an fp8 one */
+    fp8_mode = fp8;            /* dtype = fp8: both sides' experts E4M3 (GPU_TOL follows) */
+    vary_expert_scales = fp8;  /* each expert's rows their own scales (preset_pair) */
+    int rc = preset_pair("tiny-qwen3-moe", &m, &g);
+    vary_expert_scales = 0;
+    if (rc != 0) {
+        fp8_mode = saved_mode;
         return;
     }
     const tb_model_config *c = &m.cfg;
@@ -1617,7 +1642,7 @@ static void check_moe(int fp8)
         free(cl);
         tb_cpu_state_free(&st);
         tb_model_free(&m);
-        fp8_mode = 0;
+        fp8_mode = saved_mode;
         return;
     }
 
@@ -1666,6 +1691,7 @@ static void check_moe(int fp8)
     free(cl);
     tb_cpu_state_free(&st);
     tb_model_free(&m);
+    fp8_mode = saved_mode;
 }
 
 /* The GPU against transformers' own logits (tests/data/golden/NAME,

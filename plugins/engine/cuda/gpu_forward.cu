@@ -63,16 +63,16 @@ extern "C" int tb_gpu_reserve(tb_gpu *g, int seqs, int len, int rows, char *err,
              dalloc(g, (void **)&g->pick_parts, R * PICK_MAX_CHUNKS * sizeof(pick_part)) ||
              moe_reserve(g, rows);
     if (rc == 0 && g->fp8 && rows > 1) { // a span's projection inputs as E4M3 (gpu_internal.cuh)
-        size_t in = h > nq ? h : nq, S = g->moe.shared_inter, mi = g->moe.expert_inter;
+        size_t in = h > nq ? h : nq, S = g->moe.shared_inter;
         in = (size_t)c->intermediate_size > in ? (size_t)c->intermediate_size : in;
         in = S > in ? S : in; // the shared experts' down product
         // fp8_t: a small span's unscaled product, of any projection (the
         // forward sends only o and down this way, out = hidden; tests all;
-        // gpu_moe.cu's experts, one GEMM an expert, both)
+        // the shared experts' products too; the routed experts' never:
+        // gpu_moe.cu's expert_fp8 takes the deferred route)
         size_t out = qkv_dim(c) > 2 * c->intermediate_size ? qkv_dim(c) : 2 * (size_t)c->intermediate_size;
         out = h > out ? h : out;
         out = 2 * S > out ? 2 * S : out;
-        out = 2 * mi > out ? 2 * mi : out;
         g->fp8_t_floats = (R < FP8_SCALAR_ROWS ? R : FP8_SCALAR_ROWS) * out;
         rc = dalloc(g, (void **)&g->xq, R * in) || dalloc(g, (void **)&g->xs, R * sizeof(float)) ||
              (!g->fp8_gemm && dalloc(g, (void **)&g->xdq, R * in * sizeof(bf16))) ||

@@ -180,10 +180,19 @@ static cublasStatus_t set_scales(fp8_gemm_cache *c, const float *ws, const float
 
 int gemm_fp8_available(tb_gpu *g)
 {
+    // the products the model runs: attention's; the dense feed-forward's
+    // where a layer has one; the experts' and shared experts' (gpu_moe.cu)
     const tb_model_config *m = &g->cfg;
     int h = m->hidden_size, nq = m->n_heads * m->head_dim, I = m->intermediate_size;
-    int outs[4] = {(m->n_heads + 2 * m->n_kv_heads) * m->head_dim, h, 2 * I, h}, ins[4] = {h, nq, h, I};
-    return gemm_fp8_available_for(g, 4, outs, ins);
+    int mi = g->moe.expert_inter, S = g->moe.shared_inter, dense = g->n_moe_layers < m->n_layers;
+    int outs[8] = {(m->n_heads + 2 * m->n_kv_heads) * m->head_dim, h}, ins[8] = {h, nq}, n = 2;
+    if (dense)
+        outs[n] = 2 * I, ins[n++] = h, outs[n] = h, ins[n++] = I;
+    if (g->n_moe_layers > 0)
+        outs[n] = 2 * mi, ins[n++] = h, outs[n] = h, ins[n++] = mi;
+    if (g->n_moe_layers > 0 && S > 0)
+        outs[n] = 2 * S, ins[n++] = h, outs[n] = h, ins[n++] = S;
+    return gemm_fp8_available_for(g, n, outs, ins);
 }
 
 int gemm_fp8_available_for(tb_gpu *g, int n, const int *outs, const int *ins)

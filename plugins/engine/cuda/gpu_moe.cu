@@ -545,6 +545,8 @@ int moe_reserve(tb_gpu *g, int rows)
         return 0;
     const tb_moe_config *m = &g->moe;
     size_t R = rows, E = m->n_experts, P = R * m->top_k, h = m->hidden, mi = m->expert_inter;
+    if (moe_max_tiles((int)P, (int)E) > 65535) // the grouped GEMM's grid rows
+        return fail(g, "MoE: %zu (row, expert) pairs a forward, more than the grouped GEMM's grid takes", P);
     int rc = dalloc(g, (void **)&g->moe_logits, R * E * sizeof(float)) ||
              dalloc(g, (void **)&g->moe_idx, P * sizeof(int)) || dalloc(g, (void **)&g->moe_w, P * sizeof(float)) ||
              dalloc(g, (void **)&g->moe_off, (E + 1) * sizeof(int)) ||

@@ -676,8 +676,10 @@ void tb_model_free(tb_model *m)
 
 int tb_config_check_fp8(const tb_model_config *c, char *err, size_t err_size)
 {
-    int nq = c->n_heads * c->head_dim, mi = c->n_experts > 0 ? c->moe_intermediate_size : 0;
-    if (c->hidden_size % 16 || nq % 16 || c->intermediate_size % 16 || mi % 16) {
+    int nq = c->n_heads * c->head_dim, mi = c->n_experts > 0 ? c->moe_intermediate_size : 0, dense = 0;
+    for (int l = 0; l < c->n_layers; l++) /* intermediate_size only where a layer is dense */
+        dense |= !tb_config_layer_is_moe(c, l);
+    if (c->hidden_size % 16 || nq % 16 || (dense && c->intermediate_size % 16) || mi % 16) {
         snprintf(err, err_size,
                  "dtype = fp8: the FP8 kernels need hidden (%d), heads x head_dim (%d), intermediate (%d) and expert "
                  "intermediate (%d) sizes that are multiples of 16",
