@@ -551,7 +551,7 @@ int moe_reserve(tb_gpu *g, int rows)
              dalloc(g, (void **)&g->moe_idx, P * sizeof(int)) || dalloc(g, (void **)&g->moe_w, P * sizeof(float)) ||
              dalloc(g, (void **)&g->moe_off, (E + 1) * sizeof(int)) ||
              dalloc(g, (void **)&g->moe_order, P * sizeof(int)) || dalloc(g, (void **)&g->moe_pos, P * sizeof(int)) ||
-             dalloc(g, (void **)&g->moe_xg, P * h * sizeof(bf16)) ||
+             (!g->fp8 && dalloc(g, (void **)&g->moe_xg, P * h * sizeof(bf16))) || // the bf16 cuBLAS path's
              dalloc(g, (void **)&g->moe_gu, P * 2 * mi * sizeof(float)) ||
              dalloc(g, (void **)&g->moe_act, P * mi * sizeof(bf16)) ||
              dalloc(g, (void **)&g->moe_y, P * h * sizeof(float)) ||
@@ -561,8 +561,8 @@ int moe_reserve(tb_gpu *g, int rows)
              dalloc(g, (void **)&g->moe_ntiles, sizeof(int)) ||
              (g->fp8 && (dalloc(g, (void **)&g->moe_xq, R * h) || dalloc(g, (void **)&g->moe_xs, R * sizeof(float)) ||
                          dalloc(g, (void **)&g->moe_aq, P * mi) || dalloc(g, (void **)&g->moe_as, P * sizeof(float)) ||
-                         dalloc(g, (void **)&g->moe_xgq, P * h) ||
-                         dalloc(g, (void **)&g->moe_xgs, P * sizeof(float))));
+                         (g->fp8_gemm && (dalloc(g, (void **)&g->moe_xgq, P * h) || // per-expert FP8 GEMMs'
+                                          dalloc(g, (void **)&g->moe_xgs, P * sizeof(float))))));
     if (rc == 0 && cudaMallocHost((void **)&g->h_moe_off, (E + 1) * sizeof(int)) != cudaSuccess)
         rc = fail(g, "cannot allocate pinned host memory");
     if (rc == 0 && (cudaMemsetAsync(g->moe_touched, 0, sizeof(unsigned long long), g->stream) != cudaSuccess ||
