@@ -30,15 +30,17 @@ model = $preset
 tokenizer = $tok
 device = $device
 ignore_eos = true"
-cat >"$tmp/inproc.ini" <<EOT
-[suite]
-name = preset-inproc
-warmup = 1
+# the conditions both measurements share (one text, so they cannot drift apart)
+same="warmup = 1
 repeat = 3
 case_timeout = 600
 [matrix]
 prompt_tokens = 32
-max_new_tokens = 128
+max_new_tokens = 128"
+cat >"$tmp/inproc.ini" <<EOT
+[suite]
+name = preset-inproc
+$same
 batch = 1, 32
 [backend inproc]
 $backend
@@ -59,12 +61,7 @@ for _ in $(seq 1 600); do [ -s "$tmp/port" ] && break; sleep 0.1; done
 cat >"$tmp/client.ini" <<EOT
 [suite]
 name = preset-http
-warmup = 1
-repeat = 3
-case_timeout = 600
-[matrix]
-prompt_tokens = 32
-max_new_tokens = 128
+$same
 concurrency = 1, 32
 [backend http]
 plugin = http

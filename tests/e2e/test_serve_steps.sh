@@ -53,34 +53,24 @@ start_server big "$tb" serve --backend big "$tmp/s.ini" --port 0 --max-batch 11 
 start_server fails "$tb" serve --backend fails "$tmp/s.ini" --port 0 --max-batch 4 && pf=$port
 grep -q "continuous batching" "$tmp/s.log" || fail "not served continuously: $(grep -i batch "$tmp/s.log")"
 
-if [ -n "${ps:-}" ]; then
-    if out=$(python3 "$src/tests/e2e/serve_steps.py" "$ps" answers s 2>&1); then
-        pass "16 concurrent requests and 2 that left: every answer its own prompt's"
+# serve_steps.py's MODE against the server on PORT (BACKEND): pass with
+# MESSAGE, else fail with the client's output (no server: start_server
+# has failed the test)
+steps_case() {
+    local port=$1 mode=$2 backend=$3 message=$4 out
+    [ -n "$port" ] || return 0 # start_server failed it already
+    if out=$(python3 "$src/tests/e2e/serve_steps.py" "$port" "$mode" "$backend" 2>&1); then
+        pass "$message"
     else
-        fail "answers: $out"
+        fail "$mode: $out"
     fi
-fi
-if [ -n "${pw:-}" ]; then
-    if out=$(python3 "$src/tests/e2e/serve_steps.py" "$pw" refill slow 2>&1); then
-        pass "two slots left by their clients, refilled: every stream its own prompt's"
-    else
-        fail "refill: $out"
-    fi
-    grep -q "its slot is freed" "$tmp/slow.log" || fail "no client was seen leaving: $(tail -5 "$tmp/slow.log")"
-fi
-if [ -n "${pb:-}" ]; then
-    if out=$(python3 "$src/tests/e2e/serve_steps.py" "$pb" crossing big 2>&1); then
-        pass "answers over the pipe's size crossing a long prompt's join: every answer comes"
-    else
-        fail "crossing: $out"
-    fi
-fi
-if [ -n "${pf:-}" ]; then
-    if out=$(python3 "$src/tests/e2e/serve_steps.py" "$pf" failing fails 2>&1); then
-        pass "a failed step: its request fails with a 5xx, the next session answers"
-    else
-        fail "failing: $out"
-    fi
-    grep -q "step() failed" "$tmp/fails.log" || fail "the failed step is not in the server's log: $(tail -5 "$tmp/fails.log")"
-fi
+}
+steps_case "${ps:-}" answers s "16 concurrent requests and 2 that left: every answer its own prompt's"
+steps_case "${pw:-}" refill slow "two slots left by their clients, refilled: every stream its own prompt's"
+[ -z "${pw:-}" ] || grep -q "its slot is freed" "$tmp/slow.log" ||
+    fail "no client was seen leaving: $(tail -5 "$tmp/slow.log")"
+steps_case "${pb:-}" crossing big "answers over the pipe's size crossing a long prompt's join: every answer comes"
+steps_case "${pf:-}" failing fails "a failed step: its request fails with a 5xx, the next session answers"
+[ -z "${pf:-}" ] || grep -q "step() failed" "$tmp/fails.log" ||
+    fail "the failed step is not in the server's log: $(tail -5 "$tmp/fails.log")"
 tb_finish
