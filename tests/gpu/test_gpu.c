@@ -1337,6 +1337,16 @@ static void check_memory(void)
     size_t gemv = (size_t)8 * 4096 * 1024 * 2 + 1024 * 2 + 4096 * 4;
     CHECK(tb_gpu_bytes(g) == weights + big);
     CHECK(tb_gpu_peak_bytes(g) == weights + big + gemv);
+    /* the FP8 GEMV's calibration likewise (codes, scales, x, y), every
+     * variant timed */
+    tb_gpu_reset_peak(g);
+    double gbs8[TB_GPU_FP8_GEMV_VARIANTS];
+    CHECK(tb_gpu_bench_gemv_fp8(g, 4096, 1024, gbs8) > 0);
+    for (int v = 0; v < TB_GPU_FP8_GEMV_VARIANTS; v++)
+        CHECK(gbs8[v] > 0);
+    size_t gemv8 = (size_t)8 * 4096 * 1024 + 4096 * 4 + 1024 * 2 + 4096 * 4;
+    CHECK(tb_gpu_bytes(g) == weights + big);
+    CHECK(tb_gpu_peak_bytes(g) == weights + big + gemv8);
     /* the ceilings: 2 x 1 GiB copies and an 8192^2 float32 product */
     tb_gpu_reset_peak(g);
     double flops, bps;
@@ -1745,6 +1755,40 @@ static void check_golden(const char *name)
     tb_model_free(&m);
 }
 
+/* dtype = fp8 (issue 20) on the dense models (also TB_TEST_GPU_ONLY=fp8's
+ * run): the device's codes equal the CPU's; then each product against the
+ * CPU's; then the forwards against the CPU's FP8 path (round_fp8): batch
+ * 1 reads the codes with the FP8 GEMV (decode; fused as each mask says),
+ * prefill and batch 2 with the FP8 GEMM. Leaves fp8_mode 0. */
+static void check_fp8_dense(void)
+{
+    fprintf(stderr, "-- dtype fp8 --\n");
+    check_fp8_codes("llama-gqa");
+    check_fp8_codes("qwen2-bias");
+    check_fp8_products("llama-gqa");
+    check_fp8_products("qwen2-bias");
+    fp8_mode = 1;
+    check_ar_with("llama-gqa", 0, 1, TB_GPU_FUSE_DEFAULT, TB_GPU_PDL_DEFAULT);
+    check_ar_with("llama-gqa", 0, 1, TB_GPU_FUSE_SWIGLU | TB_GPU_FUSE_SPLIT_ATTN | TB_GPU_FUSE_NORM, 1);
+    check_ar("llama-gqa", 0);
+    check_ar("qwen2-bias", 3);
+    check_ar_with("llama-tied", 0, 1, 0, 0);
+    /* the other FP8 GEMV shapes, batch 1, alone and with both fusions
+     * (a one-row shape's SwiGLU takes its two-row form) */
+    for (fp8_gemv = 0; fp8_gemv < 5; fp8_gemv++)
+        if (fp8_gemv != TB_GPU_FP8_GEMV_DEFAULT) {
+            check_ar_with("llama-gqa", 0, 1, 0, 0);
+            check_ar_with("llama-gqa", 0, 1, TB_GPU_FUSE_SWIGLU | TB_GPU_FUSE_NORM, 0);
+        }
+    fp8_gemv = TB_GPU_FP8_GEMV_DEFAULT;
+    check_ar_slots("llama-gqa", TB_GPU_FUSE_DEFAULT);
+    check_diffusion("llada-tiny", 0);
+    check_diffusion("dream-tiny", 1);
+    check_diffusion_padded("llada-tiny", 7);
+    check_block("tiny-sdar", 0);
+    fp8_mode = 0;
+}
+
 int main(void)
 {
     char why[256];
@@ -1763,6 +1807,10 @@ int main(void)
     if (getenv("TB_TEST_GPU_ONLY") && strcmp(getenv("TB_TEST_GPU_ONLY"), "decode") == 0) {
         check_decode_attention(128, 4);
         check_decode_attention(64, 2);
+        return check_done();
+    }
+    if (getenv("TB_TEST_GPU_ONLY") && strcmp(getenv("TB_TEST_GPU_ONLY"), "fp8") == 0) { /* dense models under dtype = fp8 */
+        check_fp8_dense();
         return check_done();
     }
     if (getenv("TB_TEST_GPU_ONLY") && strcmp(getenv("TB_TEST_GPU_ONLY"), "moe-fp8") == 0) { /* MoE under dtype = fp8 */
@@ -1937,30 +1985,8 @@ int main(void)
     check_ar_slots("qwen3-moe", TB_GPU_FUSE_DEFAULT);
     check_golden("qwen3-moe");
     check_moe(0);
-    /* dtype = fp8 (issue 20): the device's codes equal the CPU's; then
-     * each product against the CPU's; then the forwards against the CPU's
-     * FP8 path (round_fp8): batch 1 reads the codes with the FP8 GEMV
-     * (decode), prefill and batch 2 with the FP8 GEMM */
-    fprintf(stderr, "-- dtype fp8 --\n");
-    check_fp8_codes("llama-gqa");
-    check_fp8_codes("qwen2-bias");
-    check_fp8_products("llama-gqa");
-    check_fp8_products("qwen2-bias");
+    check_fp8_dense();
     fp8_mode = 1;
-    check_ar_with("llama-gqa", 0, 1, TB_GPU_FUSE_DEFAULT, TB_GPU_PDL_DEFAULT);
-    check_ar_with("llama-gqa", 0, 1, TB_GPU_FUSE_SWIGLU | TB_GPU_FUSE_SPLIT_ATTN | TB_GPU_FUSE_NORM, 1);
-    check_ar("llama-gqa", 0);
-    check_ar("qwen2-bias", 3);
-    check_ar_with("llama-tied", 0, 1, 0, 0);
-    for (fp8_gemv = 0; fp8_gemv < 5; fp8_gemv++) /* the other FP8 GEMV shapes, batch 1 */
-        if (fp8_gemv != TB_GPU_FP8_GEMV_DEFAULT)
-            check_ar_with("llama-gqa", 0, 1, 0, 0);
-    fp8_gemv = TB_GPU_FP8_GEMV_DEFAULT;
-    check_ar_slots("llama-gqa", TB_GPU_FUSE_DEFAULT);
-    check_diffusion("llada-tiny", 0);
-    check_diffusion("dream-tiny", 1);
-    check_diffusion_padded("llada-tiny", 7);
-    check_block("tiny-sdar", 0);
     /* mixture of experts (the experts' and shared experts' codes; the
      * router bf16): both expert paths, the roofline's bytes; forwards
      * against the CPU; LLaDA 2.x's shared experts and dense first layer */

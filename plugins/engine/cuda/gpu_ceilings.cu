@@ -204,6 +204,49 @@ int process_pick(int device, int out, int in, int v)
 // flip a shape's rounding from one process to the next.
 #define GEMV_SPLIT_MARGIN 0.03
 
+// Copies of a weight matrix of `bytes` cycled in a GEMV's timing so reads
+// come from DRAM, not the 50 MB L2: 8 of a small one, fewer of a large
+// one (the head: 1 GB, one copy).
+static int timing_copies(size_t bytes)
+{
+    int copies = (int)((256u << 20) / bytes + 1);
+    return copies > 8 ? 8 : copies;
+}
+
+// GB/s of weight bytes (w_bytes a copy) read by each of nv variants of a
+// batch-1 product, into gbs (0: not run): run(v, i) launches variant v on
+// copy i, or says false (this variant cannot take the shape). A warm-up
+// over every copy, then 64 launches between two events. Returns the best.
+template <typename Run>
+static double time_variants(tb_gpu *g, int nv, int copies, size_t w_bytes, Run run, double *gbs)
+{
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    double best = 0;
+    for (int v = 0; v < nv; v++) {
+        gbs[v] = 0;
+        int ok = 1;
+        for (int i = 0; i < copies && ok; i++) // warm-up
+            ok = run(v, i);
+        if (!ok)
+            continue;
+        cudaEventRecord(a, g->stream);
+        const int iters = 64;
+        for (int i = 0; i < iters; i++)
+            run(v, i % copies);
+        cudaEventRecord(b, g->stream);
+        cudaEventSynchronize(b);
+        float ms = 0;
+        cudaEventElapsedTime(&ms, a, b);
+        gbs[v] = (double)iters * w_bytes / (ms * 1e-3) / 1e9;
+        best = gbs[v] > best ? gbs[v] : best;
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    return best;
+}
+
 // Time every GEMV variant on W[out][in] (random bf16, several copies so
 // the reads come from DRAM, not L2) and keep the fastest for this shape
 // (GEMV_SPLIT_MARGIN; the process's earlier pick for it, if any); returns
@@ -215,11 +258,8 @@ extern "C" double tb_gpu_bench_gemv(tb_gpu *g, int out, int in, double gbs[TB_GP
         (void)cudaSetDevice(g->ranks[0]->device);
         return tb_gpu_bench_gemv(g->ranks[0], out, in, gbs);
     }
-    // copies of W cycled so reads come from DRAM, not the 50 MB L2: 8 of
-    // a small W, fewer of a large one (the head: 1 GB, one copy)
     size_t n = (size_t)out * in;
-    int copies = (int)((256u << 20) / (n * sizeof(bf16)) + 1);
-    copies = copies > 8 ? 8 : copies;
+    int copies = timing_copies(n * sizeof(bf16));
     bf16 *w = NULL, *x = NULL;
     float *y = NULL;
     if (dalloc(g, (void **)&w, copies * n * sizeof(bf16)) || dalloc(g, (void **)&x, in * sizeof(bf16)) ||
@@ -230,27 +270,15 @@ extern "C" double tb_gpu_bench_gemv(tb_gpu *g, int out, int in, double gbs[TB_GP
     }
     k_init_uniform<<<4096, 256, 0, g->stream>>>(w, copies * n, 1, 0.03f);
     k_init_uniform<<<64, 256, 0, g->stream>>>(x, in, 2, 1.0f);
-    cudaEvent_t a, b;
-    cudaEventCreate(&a);
-    cudaEventCreate(&b);
-    double best = 0;
-    for (int v = 0; v < TB_GPU_GEMV_VARIANTS; v++) {
-        gbs[v] = 0;
-        if (v >= 4 && out > g->gemv_part_out) // split-K needs partials this wide: not run
-            continue;
-        for (int i = 0; i < copies; i++) // warm-up
+    double best = time_variants(
+        g, TB_GPU_GEMV_VARIANTS, copies, n * sizeof(bf16),
+        [&](int v, int i) {
+            if (v >= 4 && out > g->gemv_part_out) // split-K needs partials this wide: not run
+                return false;
             gemv(g, w + (size_t)i * n, x, y, out, in, 0, v);
-        cudaEventRecord(a, g->stream);
-        const int iters = 64;
-        for (int i = 0; i < iters; i++)
-            gemv(g, w + (size_t)(i % copies) * n, x, y, out, in, 0, v);
-        cudaEventRecord(b, g->stream);
-        cudaEventSynchronize(b);
-        float ms = 0;
-        cudaEventElapsedTime(&ms, a, b);
-        gbs[v] = (double)iters * n * sizeof(bf16) / (ms * 1e-3) / 1e9;
-        best = gbs[v] > best ? gbs[v] : best;
-    }
+            return true;
+        },
+        gbs);
     int base = 0; // the fastest of variants 0-3 (one rounding)
     for (int v = 1; v < 4; v++)
         base = gbs[v] > gbs[base] ? v : base;
@@ -259,8 +287,6 @@ extern "C" double tb_gpu_bench_gemv(tb_gpu *g, int out, int in, double gbs[TB_GP
         if (gbs[v] > gbs[base] * (1.0 + GEMV_SPLIT_MARGIN) && gbs[v] > gbs[pick])
             pick = v;
     pick = process_pick(g->device, out, in, pick);
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
     dfree(g, w);
     dfree(g, x);
     dfree(g, y);
@@ -275,5 +301,66 @@ extern "C" double tb_gpu_bench_gemv(tb_gpu *g, int out, int in, double gbs[TB_GP
     else if (i == g->n_gemv_shapes)
         g->n_gemv_shapes++;
     g->gemv_shapes[i].out = out, g->gemv_shapes[i].in = in, g->gemv_shapes[i].variant = pick;
+    return cudaGetLastError() == cudaSuccess ? best : -1;
+}
+
+// Random E4M3 codes for timing: any byte but the two NaNs (bit 3 cleared
+// keeps the exponent below 15).
+__global__ void k_init_codes(uint8_t *q, size_t n, uint32_t seed)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+        h ^= h >> 15;
+        h *= 0x2c1b3c6du;
+        h ^= h >> 12;
+        q[i] = (uint8_t)(h & 0xf7u);
+    }
+}
+
+// As tb_gpu_bench_gemv for the FP8 GEMV (gpu_tune.h): no margin, the
+// variants rounding alike; the pick kept in g->fp8_shapes.
+extern "C" double tb_gpu_bench_gemv_fp8(tb_gpu *g, int out, int in, double gbs[TB_GPU_FP8_GEMV_VARIANTS])
+{
+    if (g->ranks) {
+        (void)cudaSetDevice(g->ranks[0]->device);
+        return tb_gpu_bench_gemv_fp8(g->ranks[0], out, in, gbs);
+    }
+    size_t n = (size_t)out * in;
+    int copies = timing_copies(n);
+    uint8_t *q = NULL;
+    float *s = NULL, *y = NULL;
+    bf16 *x = NULL;
+    if (dalloc(g, (void **)&q, copies * n) || dalloc(g, (void **)&s, out * sizeof(float)) ||
+        dalloc(g, (void **)&x, in * sizeof(bf16)) || dalloc(g, (void **)&y, out * sizeof(float))) {
+        dfree(g, q);
+        dfree(g, s);
+        dfree(g, x);
+        return -1;
+    }
+    k_init_codes<<<4096, 256, 0, g->stream>>>(q, copies * n, 3);
+    cudaMemsetAsync(s, 0, out * sizeof(float), g->stream); // the scales do not change the time
+    k_init_uniform<<<64, 256, 0, g->stream>>>(x, in, 2, 1.0f);
+    double best = time_variants(
+        g, TB_GPU_FP8_GEMV_VARIANTS, copies, n,
+        [&](int v, int i) {
+            gemv_fp8(g, q + (size_t)i * n, s, x, y, out, in, 0.0f, v);
+            return true;
+        },
+        gbs);
+    int pick = 0;
+    for (int v = 1; v < TB_GPU_FP8_GEMV_VARIANTS; v++)
+        pick = gbs[v] > gbs[pick] ? v : pick;
+    dfree(g, q);
+    dfree(g, s);
+    dfree(g, x);
+    dfree(g, y);
+    int i = 0;
+    while (i < g->n_fp8_shapes && (g->fp8_shapes[i].out != out || g->fp8_shapes[i].in != in))
+        i++;
+    if (i == TB_GPU_GEMV_SHAPES)
+        i--;
+    else if (i == g->n_fp8_shapes)
+        g->n_fp8_shapes++;
+    g->fp8_shapes[i].out = out, g->fp8_shapes[i].in = in, g->fp8_shapes[i].variant = pick;
     return cudaGetLastError() == cudaSuccess ? best : -1;
 }

@@ -222,8 +222,9 @@ int tbgpu::create_on(tb_gpu **out, const tb_model_config *cfg, const tb_model *c
     if (g->gemv_forced >= TB_GPU_GEMV_VARIANTS)
         g->gemv_forced = -1;
     g->fp8_variant = getenv("TB_GPU_FP8_GEMV") ? atoi(getenv("TB_GPU_FP8_GEMV")) : TB_GPU_FP8_GEMV_DEFAULT;
+    g->fp8_forced = getenv("TB_GPU_FP8_GEMV") != NULL;
     if (g->fp8_variant < 0 || g->fp8_variant >= TB_GPU_FP8_GEMV_VARIANTS)
-        g->fp8_variant = TB_GPU_FP8_GEMV_DEFAULT;
+        g->fp8_variant = TB_GPU_FP8_GEMV_DEFAULT, g->fp8_forced = 0;
     // decode attention keeps its scores in shared memory: above 48 KB a
     // kernel must opt in
     if (c->n_experts > 0) { // the sparse layers' config, as the CPU path's (gpu_moe.cu)
@@ -447,6 +448,20 @@ int tbgpu::create_on(tb_gpu **out, const tb_model_config *cfg, const tb_model *c
                 fprintf(stderr, "; variant %d\n", gemv_variant_for(g, shapes[i][0], shapes[i][1]));
             }
         }
+        // dtype = fp8: the FP8 GEMV's variants on the four projections'
+        // shapes (the head stays bf16); every variant rounds alike
+        double gbs8[TB_GPU_FP8_GEMV_VARIANTS];
+        for (int i = 0; i < 4 && rc == 0 && g->fp8 && !g->fp8_forced; i++) {
+            if (tb_gpu_bench_gemv_fp8(g, shapes[i][0], shapes[i][1], gbs8) < 0) {
+                fail(g, "FP8 GEMV calibration failed");
+                rc = -1;
+            } else if (getenv("TB_GPU_GEMV_LOG")) {
+                fprintf(stderr, "gemv fp8 %d x %d: GB/s by variant", shapes[i][0], shapes[i][1]);
+                for (int v = 0; v < TB_GPU_FP8_GEMV_VARIANTS; v++)
+                    fprintf(stderr, " %.0f", gbs8[v]);
+                fprintf(stderr, "; fp8 variant %d\n", fp8_variant_for(g, shapes[i][0], shapes[i][1]));
+            }
+        }
     }
 done:
 #undef TRY
@@ -545,7 +560,8 @@ extern "C" const char *tb_gpu_error(const tb_gpu *g) { return g->error; }
 
 extern "C" void tb_gpu_set_fp8_gemv(tb_gpu *g, int variant)
 {
-    g->fp8_variant = variant >= 0 && variant < TB_GPU_FP8_GEMV_VARIANTS ? variant : TB_GPU_FP8_GEMV_DEFAULT;
+    g->fp8_forced = variant >= 0 && variant < TB_GPU_FP8_GEMV_VARIANTS;
+    g->fp8_variant = g->fp8_forced ? variant : TB_GPU_FP8_GEMV_DEFAULT;
     tb_gpu_set_decode_fusion(g, g->fusion, g->pdl); // the captured decode steps hold the old kernel
 }
 

@@ -553,12 +553,13 @@ enum fwd_mode {
 };
 
 // A one-row forward (batch-1 decode) takes our GEMVs, with the fusions
-// g->fusion asks for (gpu.h, TB_GPU_FUSE_*); not under dtype = fp8 (its
-// projections go through matmul_p).
+// g->fusion asks for (gpu.h, TB_GPU_FUSE_*): the bf16 GEMV, or under
+// dtype = fp8 the FP8 GEMV (whose widths, multiples of 16, the model's
+// load checked: tb_config_check_fp8).
 static int one_row(const tb_gpu *g, int rows)
 {
     const tb_model_config *c = &g->cfg;
-    return !g->fp8 && rows == 1 && c->hidden_size % 8 == 0 && (c->n_heads * c->head_dim) % 8 == 0 &&
+    return rows == 1 && c->hidden_size % 8 == 0 && (c->n_heads * c->head_dim) % 8 == 0 &&
            c->intermediate_size % 8 == 0;
 }
 
@@ -679,13 +680,14 @@ static int keep_rows(tb_gpu *g, void *p, void *scratch, size_t row_bytes, int B,
 // the cache write only rows [r0, r0 + nr) of each sequence go on, moved to
 // the front of g->x ([B][nr][hidden]); nr = 0 stops there.
 // A product into the residual stream x (attention's o, the MLP's down):
-// x += W in, by the batch-1 GEMV when `one` (a: its fused norm; a.beta is
-// set here) or matmul_p. Tensor parallelism lives here alone: the product
+// x += W in, by the batch-1 GEMV when `one` (a: its fused norm; a.beta and
+// the weights, p's, are set here) or matmul_p. Tensor parallelism lives here alone: the product
 // is row-parallel, rank 0 adds its partial sum to x, the other ranks write
 // theirs (beta 0), and the all-reduce sums them into x on every rank.
 static int residual_product(tb_gpu *g, gemv_args a, proj p, int rows, int one, int pdl)
 {
     a.beta = g->tp_rank == 0 ? 1.0f : 0.0f;
+    a.w = p.w, a.q = p.q, a.s = p.s;
     if (one) {
         gemv_fused(g, a, pdl);
         LAUNCHED();
@@ -717,7 +719,8 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
     // the QKV product, as k_qkv_post reads it (the GEMV's: float, complete)
     product qkv = {g->qkv, 0, NULL, NULL};
     if (one) {
-        gemv_args a = {G->wqkv, g->xn, g->qkv, NULL, NULL, NULL, 0.0f, qd, h, 0.0f};
+        proj p = layer_proj(G, PROJ_QKV);
+        gemv_args a = {p.w, g->xn, g->qkv, NULL, NULL, NULL, 0.0f, qd, h, 0.0f, p.q, p.s};
         gemv_fused(g, a, pdl);
         LAUNCHED();
     } else if (consumed_product(g, &qkv, g->qkv, g->xn, layer_proj(G, PROJ_QKV), rows, qd, h, one)) {
@@ -757,7 +760,7 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
         return -1;
     }
     // (one row under NORM: also the MLP's RMSNorm into xn)
-    gemv_args o = {G->wo, g->att, g->x, NULL, norm ? g->xn : NULL, G->mlp_norm, eps, h, nq, 0.0f};
+    gemv_args o = {NULL, g->att, g->x, NULL, norm ? g->xn : NULL, G->mlp_norm, eps, h, nq, 0.0f, NULL, NULL};
     if (residual_product(g, o, layer_proj(G, PROJ_O), rows, one, pdl))
         return -1;
     if (!norm && norm_rows(g, rows, G->mlp_norm, pdl))
@@ -777,7 +780,8 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
         return matmul_p(g, g->x, g->act, sdown, rows, h, S, 1.0f);
     }
     if (swiglu) { // gate-up with SwiGLU in its epilogue
-        gemv_args gu = {G->wgu, g->xn, NULL, g->act, NULL, NULL, 0.0f, I, h, 0.0f};
+        proj p = layer_proj(G, PROJ_GU);
+        gemv_args gu = {p.w, g->xn, NULL, g->act, NULL, NULL, 0.0f, I, h, 0.0f, p.q, p.s};
         gemv_fused(g, gu, pdl);
         LAUNCHED();
     } else {
@@ -789,7 +793,7 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
     }
     // (one row under NORM: also the next layer's RMSNorm, or the final one, into xn)
     const float *next = l + 1 < c->n_layers ? g->layers[l + 1].attn_norm : g->final_norm;
-    gemv_args dn = {G->wdown, g->act, g->x, NULL, norm ? g->xn : NULL, next, eps, h, I, 0.0f};
+    gemv_args dn = {NULL, g->act, g->x, NULL, norm ? g->xn : NULL, next, eps, h, I, 0.0f, NULL, NULL};
     return residual_product(g, dn, layer_proj(G, PROJ_DOWN), rows, one, pdl);
 }
 

@@ -196,7 +196,15 @@ struct tb_gpu {
     float *fp8_t;             // [FP8_SCALAR_ROWS][largest out]: the small spans' unscaled products
     size_t fp8_t_floats;
     int gemm_fp8_failed;      // cuBLASLt could not plan it: fp8_gemm stays 0
-    int fp8_variant; // gemv_fp8's shape (kernels_fp8.cu), TB_GPU_FP8_GEMV_VARIANTS of them
+    // the batch-1 FP8 GEMV's variant (kernels_fp8.cu, TB_GPU_FP8_GEMV_VARIANTS
+    // of them) per weight shape, the fastest tb_gpu_bench_gemv_fp8 measured
+    // at load; fp8_variant for a shape not measured, and for every shape
+    // when fp8_forced (TB_GPU_FP8_GEMV, tb_gpu_set_fp8_gemv)
+    int fp8_variant, fp8_forced;
+    struct {
+        int out, in, variant;
+    } fp8_shapes[TB_GPU_GEMV_SHAPES];
+    int n_fp8_shapes;
 
     float *att_part;    // [seqs][nh][ATT_MAX_SPLIT][hd + 2] split attention's partials
     unsigned *att_count; // [seqs][nh] its arrival counters (zero between launches)
@@ -260,8 +268,6 @@ struct tb_gpu {
     int n_ranks;
     char error[512];
 };
-
-#define TB_GPU_FP8_GEMV_VARIANTS 5
 
 // Host helpers shared by the .cu files (C++ names: nothing clashes with
 // the engine's C code; hidden like the rest).

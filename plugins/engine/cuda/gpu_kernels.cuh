@@ -97,6 +97,8 @@ int gemv_variant_for(const tb_gpu *g, int out, int in);
 // whole y with weights nw, eps) for the next projection. pdl: a
 // programmatic dependent launch (graphs of the decode step). The variant
 // is gemv_variant_for's (a split-K one becomes variant 2 under SWIGLU).
+// Under dtype = fp8 (q set, w NULL): W's E4M3 codes q and row scales s,
+// by the FP8 GEMV (g->fp8_variant) with the same fusions.
 struct gemv_args {
     const bf16 *w, *x;
     float *y;
@@ -105,12 +107,18 @@ struct gemv_args {
     float eps;
     int out, in;
     float beta;
+    const uint8_t *q;
+    const float *s;
 };
 void gemv_fused(tb_gpu *g, const gemv_args &a, int pdl);
+void gemv_fp8_fused(tb_gpu *g, const gemv_args &a, int pdl);
 // dtype = fp8: y[out] (+)= scale[o] (Q[out][in] x[in]) with Q the E4M3
-// codes of W (fp8.h), at batch 1 (in % 16 == 0).
+// codes of W (fp8.h), at batch 1 (in % 16 == 0), by FP8 GEMV variant
+// `variant` (0 .. TB_GPU_FP8_GEMV_VARIANTS - 1) or, -1, the shape's
+// (fp8_variant_for: the forced one, else the fastest timed, else the default)
 void gemv_fp8(tb_gpu *g, const uint8_t *q, const float *scale, const bf16 *x, float *y, int out, int in,
-              float beta);
+              float beta, int variant = -1);
+int fp8_variant_for(const tb_gpu *g, int out, int in);
 // The span's row softmax (k_softmax_slots' contract) over n_rows =
 // sequences x heads x n rows of n_keys scores: a warp per row with the
 // row in registers when n_keys <= 1024, else k_softmax_slots.

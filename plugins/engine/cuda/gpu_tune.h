@@ -20,10 +20,14 @@ int tb_gpu_create(tb_gpu **out, const tb_model_config *cfg, const tb_model *cpu,
  * down) of a dtype = fp8 context, its codes into q[rows][in] and its row
  * scales into scale[rows] (host); -1 when the context is not fp8. */
 int tb_gpu_fp8_weights(tb_gpu *g, int l, int which, uint8_t *q, float *scale);
-/* The batch-1 FP8 GEMV's shape, 0..4 (rows per warp x loads in flight:
- * 4x4, 2x8, 1x8, 2x4, 1x16); default TB_GPU_FP8_GEMV_DEFAULT (2x4, the
- * fastest measured on the H200: docs/PERFORMANCE.md) or the environment's
- * TB_GPU_FP8_GEMV (for measurements); tests run each against the CPU. */
+/* The batch-1 FP8 GEMV's shapes, 0..4 (rows per warp x loads in flight:
+ * 4x4, 2x8, 1x8, 2x4, 1x16), which all round alike. At load a dtype = fp8
+ * model as large as tb_gpu_force_gemv_variant's comment says times each
+ * on each projection's shape and keeps the fastest per shape (tb_gpu_bench_gemv_fp8);
+ * shapes not timed take TB_GPU_FP8_GEMV_DEFAULT (2x4). The environment's
+ * TB_GPU_FP8_GEMV, or this (tests run each against the CPU), forces one
+ * for every shape; a variant out of range: back to per shape. */
+#define TB_GPU_FP8_GEMV_VARIANTS 5
 #define TB_GPU_FP8_GEMV_DEFAULT 3
 void tb_gpu_set_fp8_gemv(tb_gpu *g, int variant);
 /* dtype = fp8 above one row: on (the default where the device and
@@ -138,6 +142,10 @@ void tb_gpu_force_gemv_variant(tb_gpu *g, int variant);
  * tb_gpu_force_gemv_variant's comment); returns the fastest variant's
  * GB/s of weight reads (gbs: each variant's, 0 for one not run), or -1. */
 double tb_gpu_bench_gemv(tb_gpu *g, int out, int in, double gbs[TB_GPU_GEMV_VARIANTS]);
+/* The same for the FP8 GEMV's variants on random E4M3 codes of W[out][in]
+ * (tb_gpu_set_fp8_gemv's comment): keeps the fastest for this shape;
+ * returns its GB/s of code bytes read (gbs: each variant's), or -1. */
+double tb_gpu_bench_gemv_fp8(tb_gpu *g, int out, int in, double gbs[TB_GPU_FP8_GEMV_VARIANTS]);
 #ifdef __cplusplus
 }
 #endif

@@ -1,6 +1,7 @@
 // kernels_device.cuh — device helpers the engine's kernel files share
-// (kernels_*.cu): programmatic dependent launch, a block's sum, and loads
-// of a product's elements as float. Inline, so each kernel file compiles
+// (kernels_*.cu): programmatic dependent launch, a block's sum, loads of
+// a product's elements as float, E4M3 pairs as floats, and the batch-1
+// GEMVs' closing RMSNorm. Inline, so each kernel file compiles
 // alone (no relocatable device code).
 #ifndef TB_ENGINE_KERNELS_DEVICE_CUH
 #define TB_ENGINE_KERNELS_DEVICE_CUH
@@ -67,5 +68,52 @@ static __device__ __forceinline__ float2 e4m3x2_to_float2(unsigned short v)
 
 // Warps of the batch-1 GEMVs' blocks (k_gemv, k_gemv_fp8)
 #define GEMV_WARPS 4
+
+// RMSNorm of x[h] (float) with weights w into y (bf16) by one block,
+// k_rmsnorm's arithmetic; x is read from L2 (other blocks wrote it). One
+// block does it alone at the end of a GEMV (k_gemv, k_gemv_fp8: NORM_OUT), so its latency is the cost:
+// each thread issues all its 16-byte loads of x at once and keeps them in
+// registers (h <= 4 x 8 x blockDim.x, h % 4 == 0: 4,096 for the GEMV's
+// 128 threads; else a plain strided loop); few registers, so the GEMV
+// around it keeps its occupancy.
+#define NORM_BY_BLOCK_CHUNKS 8
+static __device__ void rmsnorm_by_block(const float *x, const float *w, float eps, int h, bf16 *y, float *red)
+{
+    int n4 = h / 4;
+    if (h % 4 == 0 && n4 <= NORM_BY_BLOCK_CHUNKS * (int)blockDim.x) {
+        float4 xv[NORM_BY_BLOCK_CHUNKS];
+        float ss = 0;
+#pragma unroll
+        for (int k = 0; k < NORM_BY_BLOCK_CHUNKS; k++) {
+            int i = threadIdx.x + k * blockDim.x;
+            xv[k] = i < n4 ? __ldcg(reinterpret_cast<const float4 *>(x) + i) : make_float4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int k = 0; k < NORM_BY_BLOCK_CHUNKS; k++)
+            ss += xv[k].x * xv[k].x + xv[k].y * xv[k].y + xv[k].z * xv[k].z + xv[k].w * xv[k].w;
+        ss = block_sum(ss, red);
+        float inv = rsqrtf(ss / h + eps);
+#pragma unroll
+        for (int k = 0; k < NORM_BY_BLOCK_CHUNKS; k++) {
+            int i = threadIdx.x + k * blockDim.x;
+            if (i < n4) {
+                float4 wv = __ldg(reinterpret_cast<const float4 *>(w) + i);
+                __nv_bfloat162 *yo = reinterpret_cast<__nv_bfloat162 *>(y) + 2 * i;
+                yo[0] = __floats2bfloat162_rn(wv.x * (xv[k].x * inv), wv.y * (xv[k].y * inv));
+                yo[1] = __floats2bfloat162_rn(wv.z * (xv[k].z * inv), wv.w * (xv[k].w * inv));
+            }
+        }
+        return;
+    }
+    float ss = 0;
+    for (int i = threadIdx.x; i < h; i += blockDim.x) {
+        float v = __ldcg(x + i);
+        ss += v * v;
+    }
+    ss = block_sum(ss, red);
+    float inv = rsqrtf(ss / h + eps);
+    for (int i = threadIdx.x; i < h; i += blockDim.x)
+        y[i] = __float2bfloat16(w[i] * (__ldcg(x + i) * inv));
+}
 
 #endif

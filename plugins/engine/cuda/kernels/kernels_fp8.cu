@@ -135,14 +135,46 @@ __global__ void k_fp8_dequant(const uint8_t *q, const float *scale, int in, size
 // 16-byte chunks, now 16 weights each, and the matching 32 bytes of x),
 // products and sums in float32, the two scales applied once at the end.
 // Half the weight bytes of the bf16 GEMV; in % 16 == 0.
-template <int FP8_ROWS, int UNROLL>
+//
+// k_gemv's two decode fusions (kernels_gemv.cu), with its contracts:
+// SWIGLU (out counts (gate, up) row pairs of the [2I][in] codes; act[i] =
+// bf16(silu(gate) up), gate and up each the float k_swiglu would have read
+// from y) and NORM_OUT (the grid's last block to finish leaves the RMSNorm
+// of the whole y in xn). So an FP8 decode step launches the kernels a bf16
+// one does. PDL: only the weights' L2 prefetch before griddep_wait().
+template <int FP8_ROWS, int UNROLL, bool SWIGLU, bool NORM_OUT>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
     k_gemv_fp8(const uint8_t *__restrict__ q, const float *__restrict__ scale, const bf16 *__restrict__ x,
-               float *__restrict__ y, int out, int in, float beta)
+               const float *__restrict__ nw, float eps, float *__restrict__ y, bf16 *__restrict__ act,
+               bf16 *__restrict__ xn, int out, int in, float beta, int prefetch, unsigned *__restrict__ done)
 {
-    __shared__ float red[GEMV_WARPS];
+    static_assert(!SWIGLU || (FP8_ROWS % 2 == 0 && !NORM_OUT), "SwiGLU pairs are whole rows of their own output");
+    __shared__ float red[32];
+    __shared__ unsigned arrived;
+    griddep_launch();
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    constexpr int P = SWIGLU ? FP8_ROWS / 2 : FP8_ROWS; // outputs per warp
+    int o0 = (blockIdx.x * GEMV_WARPS + warp) * P;
     int chunks = in / 16;
+    const uint4 *wr[FP8_ROWS];
+    float acc[FP8_ROWS];
+#pragma unroll
+    for (int r = 0; r < FP8_ROWS; r++) {
+        int o = o0 + (SWIGLU ? r % P : r);
+        o = o < out ? o : out - 1; // a tail row recomputes the last one
+        int row = SWIGLU && r >= P ? out + o : o;
+        wr[r] = reinterpret_cast<const uint4 *>(q + (size_t)row * in);
+        acc[r] = 0;
+    }
+    // the first UNROLL chunks each lane will load, into L2 (under PDL,
+    // while the kernel before drains)
+#pragma unroll
+    for (int u = 0; u < UNROLL; u++)
+#pragma unroll
+        for (int r = 0; r < FP8_ROWS; r++)
+            if (prefetch && lane + 32 * u < chunks)
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(wr[r] + lane + 32 * u));
+    griddep_wait();
     const uint4 *xv = reinterpret_cast<const uint4 *>(x);
     float amax = 0.0f;
     for (int c = threadIdx.x; c < 2 * chunks; c += blockDim.x) {
@@ -165,17 +197,9 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
         amax = fmaxf(amax, red[w]);
     int sx = tb_fp8_scale_exp(amax);
     float2 d = fp8_unscale(sx);
-    int o0 = (blockIdx.x * GEMV_WARPS + warp) * FP8_ROWS;
-    if (o0 >= out)
+    // the NORM_OUT barrier below needs every warp: none returns early then
+    if (!NORM_OUT && o0 >= out)
         return;
-    const uint4 *wr[FP8_ROWS];
-    float acc[FP8_ROWS];
-#pragma unroll
-    for (int r = 0; r < FP8_ROWS; r++) {
-        int o = o0 + r < out ? o0 + r : out - 1; // a tail row recomputes the last one
-        wr[r] = reinterpret_cast<const uint4 *>(q + (size_t)o * in);
-        acc[r] = 0;
-    }
 #pragma unroll UNROLL
     for (int c = lane; c < chunks; c += 32) {
         uint4 x0 = __ldg(xv + 2 * c), x1 = __ldg(xv + 2 * c + 1);
@@ -206,50 +230,99 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     for (int r = 0; r < FP8_ROWS; r++)
         for (int o = 16; o > 0; o >>= 1)
             acc[r] += __shfl_xor_sync(0xffffffff, acc[r], o);
-    if (lane != 0)
-        return;
     float up = ldexpf(1.0f, sx);
+    if (lane == 0)
 #pragma unroll
-    for (int r = 0; r < FP8_ROWS; r++) {
-        int o = o0 + r;
-        if (o >= out)
-            break;
-        float v = acc[r] * scale[o] * up;
-        y[o] = beta != 0.0f ? y[o] * beta + v : v;
+        for (int r = 0; r < P; r++) {
+            int o = o0 + r;
+            if (o >= out)
+                break;
+            if (SWIGLU) {
+                float gt = acc[r] * scale[o] * up, u = acc[r + P] * scale[out + o] * up;
+                act[o] = __float2bfloat16(gt / (1.0f + __expf(-gt)) * u);
+            } else {
+                float v = acc[r] * scale[o] * up;
+                y[o] = beta != 0.0f ? y[o] * beta + v : v;
+            }
+        }
+    if (NORM_OUT) {
+        // the fence orders this block's outputs before its count
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0)
+            arrived = atomicAdd(done, 1u);
+        __syncthreads();
+        if (arrived != gridDim.x - 1)
+            return;
+        __threadfence();
+        if (threadIdx.x == 0)
+            *done = 0; // ready for the next launch
+        rmsnorm_by_block(y, nw, eps, out, xn, red);
     }
 }
 
 namespace tbgpu {
 
-template <int R, int U>
-static void gemv_fp8_launch(tb_gpu *g, const uint8_t *q, const float *scale, const bf16 *x, float *y, int out,
-                            int in, float beta)
+template <int R, int U, bool SWIGLU, bool NORM_OUT>
+static void gemv_fp8_launch(tb_gpu *g, const gemv_args &a, int pdl)
 {
-    unsigned blocks = (unsigned)((out + R * GEMV_WARPS - 1) / (R * GEMV_WARPS));
-    k_gemv_fp8<R, U><<<blocks, GEMV_WARPS * 32, 0, g->stream>>>(q, scale, x, y, out, in, beta);
+    constexpr int P = SWIGLU ? R / 2 : R;
+    unsigned blocks = (unsigned)((a.out + P * GEMV_WARPS - 1) / (P * GEMV_WARPS));
+    launch(g, k_gemv_fp8<R, U, SWIGLU, NORM_OUT>, dim3(blocks), dim3(GEMV_WARPS * 32), 0, pdl, a.q, a.s, a.x, a.nw,
+           a.eps, a.y, a.act, a.xn, a.out, a.in, a.beta, pdl, g->gemv_count + g->gemv_part_out);
 }
 
-// The FP8 GEMV's variants (rows per warp, loads in flight per lane):
-// g->fp8_variant (gpu.h: TB_GPU_FP8_GEMV_DEFAULT; docs/PERFORMANCE.md has
-// the measurement that chose it).
-void gemv_fp8(tb_gpu *g, const uint8_t *q, const float *scale, const bf16 *x, float *y, int out, int in, float beta)
+// The FP8 GEMV's variants (rows per warp, loads in flight per lane;
+// gpu_tune.h's tb_gpu_set_fp8_gemv). A SwiGLU pair needs two rows a warp,
+// so the one-row shapes take their two-row form there.
+template <bool SWIGLU, bool NORM_OUT>
+static void gemv_fp8_pick(tb_gpu *g, const gemv_args &a, int variant, int pdl)
 {
-    switch (g->fp8_variant) {
+    switch (variant) {
     case 1:
-        gemv_fp8_launch<2, 8>(g, q, scale, x, y, out, in, beta);
+        gemv_fp8_launch<2, 8, SWIGLU, NORM_OUT>(g, a, pdl);
         break;
     case 2:
-        gemv_fp8_launch<1, 8>(g, q, scale, x, y, out, in, beta);
+        gemv_fp8_launch<SWIGLU ? 2 : 1, 8, SWIGLU, NORM_OUT>(g, a, pdl);
         break;
     case 3:
-        gemv_fp8_launch<2, 4>(g, q, scale, x, y, out, in, beta);
+        gemv_fp8_launch<2, 4, SWIGLU, NORM_OUT>(g, a, pdl);
         break;
     case 4:
-        gemv_fp8_launch<1, 16>(g, q, scale, x, y, out, in, beta);
+        gemv_fp8_launch<SWIGLU ? 2 : 1, 16, SWIGLU, NORM_OUT>(g, a, pdl);
         break;
     default:
-        gemv_fp8_launch<4, 4>(g, q, scale, x, y, out, in, beta);
+        gemv_fp8_launch<4, 4, SWIGLU, NORM_OUT>(g, a, pdl);
     }
+}
+
+int fp8_variant_for(const tb_gpu *g, int out, int in)
+{
+    if (g->fp8_forced)
+        return g->fp8_variant;
+    for (int i = 0; i < g->n_fp8_shapes; i++)
+        if (g->fp8_shapes[i].out == out && g->fp8_shapes[i].in == in)
+            return g->fp8_shapes[i].variant;
+    return g->fp8_variant;
+}
+
+void gemv_fp8(tb_gpu *g, const uint8_t *q, const float *scale, const bf16 *x, float *y, int out, int in, float beta,
+              int variant)
+{
+    gemv_args a = {NULL, x, y, NULL, NULL, NULL, 0.0f, out, in, beta, q, scale};
+    gemv_fp8_pick<false, false>(g, a, variant >= 0 ? variant : fp8_variant_for(g, out, in), 0);
+}
+
+void gemv_fp8_fused(tb_gpu *g, const gemv_args &a, int pdl)
+{
+    // a SwiGLU GEMV's codes have 2 out rows
+    int variant = fp8_variant_for(g, a.act ? 2 * a.out : a.out, a.in);
+    if (a.act)
+        gemv_fp8_pick<true, false>(g, a, variant, pdl);
+    else if (a.xn)
+        gemv_fp8_pick<false, true>(g, a, variant, pdl);
+    else
+        gemv_fp8_pick<false, false>(g, a, variant, pdl);
 }
 
 } // namespace tbgpu

@@ -82,54 +82,6 @@ __global__ void k_swiglu_bf16(const bf16 *gu, bf16 *act, int inter, size_t n)
 // PDL: everything before griddep_wait() touches only the weights, which
 // nothing writes.
 
-// RMSNorm of x[h] (float) with weights w into y (bf16) by one block,
-// k_rmsnorm's arithmetic; x is read from L2 (other blocks wrote it). One
-// block does it alone at the end of a GEMV, so its latency is the cost:
-// each thread issues all its 16-byte loads of x at once and keeps them in
-// registers (h <= 4 x 8 x blockDim.x, h % 4 == 0: 4,096 for the GEMV's
-// 128 threads; else a plain strided loop); few registers, so the GEMV
-// around it keeps its occupancy.
-#define NORM_BY_BLOCK_CHUNKS 8
-__device__ void rmsnorm_by_block(const float *x, const float *w, float eps, int h, bf16 *y, float *red)
-{
-    int n4 = h / 4;
-    if (h % 4 == 0 && n4 <= NORM_BY_BLOCK_CHUNKS * (int)blockDim.x) {
-        float4 xv[NORM_BY_BLOCK_CHUNKS];
-        float ss = 0;
-#pragma unroll
-        for (int k = 0; k < NORM_BY_BLOCK_CHUNKS; k++) {
-            int i = threadIdx.x + k * blockDim.x;
-            xv[k] = i < n4 ? __ldcg(reinterpret_cast<const float4 *>(x) + i) : make_float4(0, 0, 0, 0);
-        }
-#pragma unroll
-        for (int k = 0; k < NORM_BY_BLOCK_CHUNKS; k++)
-            ss += xv[k].x * xv[k].x + xv[k].y * xv[k].y + xv[k].z * xv[k].z + xv[k].w * xv[k].w;
-        ss = block_sum(ss, red);
-        float inv = rsqrtf(ss / h + eps);
-#pragma unroll
-        for (int k = 0; k < NORM_BY_BLOCK_CHUNKS; k++) {
-            int i = threadIdx.x + k * blockDim.x;
-            if (i < n4) {
-                float4 wv = __ldg(reinterpret_cast<const float4 *>(w) + i);
-                __nv_bfloat162 *yo = reinterpret_cast<__nv_bfloat162 *>(y) + 2 * i;
-                yo[0] = __floats2bfloat162_rn(wv.x * (xv[k].x * inv), wv.y * (xv[k].y * inv));
-                yo[1] = __floats2bfloat162_rn(wv.z * (xv[k].z * inv), wv.w * (xv[k].w * inv));
-            }
-        }
-        return;
-    }
-    float ss = 0;
-    for (int i = threadIdx.x; i < h; i += blockDim.x) {
-        float v = __ldcg(x + i);
-        ss += v * v;
-    }
-    ss = block_sum(ss, red);
-    float inv = rsqrtf(ss / h + eps);
-    for (int i = threadIdx.x; i < h; i += blockDim.x)
-        y[i] = __float2bfloat16(w[i] * (__ldcg(x + i) * inv));
-}
-
-#define GEMV_WARPS 4
 template <int GEMV_ROWS, int UNROLL, bool SWIGLU, int KS, bool NORM_OUT>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
     k_gemv(const bf16 *__restrict__ w, const bf16 *__restrict__ x, const float *__restrict__ nw, float eps,
@@ -316,7 +268,7 @@ int gemv_variant_for(const tb_gpu *g, int out, int in)
 
 void gemv(tb_gpu *g, const bf16 *w, const bf16 *x, float *y, int out, int in, float beta, int variant)
 {
-    gemv_args a = {w, x, y, NULL, NULL, NULL, 0.0f, out, in, beta};
+    gemv_args a = {w, x, y, NULL, NULL, NULL, 0.0f, out, in, beta, NULL, NULL};
     gemv_pick<false, false>(g, a, variant, 0);
 }
 
@@ -332,6 +284,10 @@ void swiglu_act(tb_gpu *g, const bf16 *gu, bf16 *act, int inter, size_t n)
 
 void gemv_fused(tb_gpu *g, const gemv_args &a, int pdl)
 {
+    if (a.q) {
+        gemv_fp8_fused(g, a, pdl);
+        return;
+    }
     // a SwiGLU GEMV's W has 2 out rows
     int variant = gemv_variant_for(g, a.act ? 2 * a.out : a.out, a.in);
     if (a.act)
