@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine: ncu's per-kernel time and DRAM bytes of one decode
 # step of the Llama-3-8B preset (the second, a graph replay: batch 1 and
-# 32, prompt 128) and of one LLaDA-8B forward over the suite's 384 rows
+# 32, prompt 128; Qwen3-30B-A3B's the same as moe1, moe32) and of one LLaDA-8B forward over the suite's 384 rows
 # (prompt 352 + one 32-row block picked: the shape of suites/gpu-8b.ini's
 # forwards). Build and carry as tests/gpu/run.sh says, then:
 #   bash tests/gpu/profile.sh [build-gpu]
@@ -43,6 +43,8 @@ for w in ${TB_PROFILE_WHAT:-ar1 ar32 llada}; do
     ar1) args="llama-3-8b 1 128 4 0" call=2 ;;
     ar32) args="llama-3-8b 32 128 4 0" call=2 ;;
     llada) args="llada-8b 1 352 32 0" call=1 ;;
+    moe1) args="qwen3-30b-a3b 1 128 4 0" call=2 ;;
+    moe32) args="qwen3-30b-a3b 32 128 4 0" call=2 ;;
     *) echo "unknown: $w" >&2; continue ;;
     esac
     TB_GPU_PROFILE_CALL=$call timeout "${TB_PROFILE_TIMEOUT:-150}" "$ncu" --profile-from-start off \
