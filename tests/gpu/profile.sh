@@ -15,8 +15,9 @@
 # device library's METHOD.md). Extra environment (TB_GPU_FUSION,
 # TB_GPU_PDL; TB_BENCH_DTYPE=fp8 for dtype = fp8) passes through; TB_PROFILE_WHAT (default "ar1 ar32 llada")
 # picks, TB_PROFILE_METRICS adds metrics (each may cost a replay pass),
-# TB_PROFILE_TIMEOUT is each run's limit (s); TB_GPU_GEMV_PICKS (else
-# taken from a run without ncu, below) the GEMV variants. Prints the tables
+# TB_PROFILE_TIMEOUT is each run's limit (s); TB_GPU_GEMV_PICKS and
+# TB_GPU_FP8_PICKS (else taken from runs without ncu, below) the GEMV
+# variants. Prints the tables
 # (tools/ncu_summary.py); the CSVs go to $OUT.
 set -uo pipefail
 build=${1:-build-gpu}
@@ -26,17 +27,22 @@ ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 bench=$build/tests/bench_tp
 [ -x "$bench" ] || bench=$build/bench_tp
 metrics=gpu__time_duration.sum,launch__grid_size${TB_PROFILE_METRICS:+,$TB_PROFILE_METRICS}
-# the batch-1 GEMV variants a run without ncu picks for the five weight
-# shapes (gpu_context.cu; ncu's own timings would pick others), for the
-# profiled runs
-if [ -z "${TB_GPU_GEMV_PICKS:-}" ]; then
-    picks=$(TB_GPU_GEMV_LOG=1 timeout 60 "$bench" llama-3-8b 1 8 2 0 2>&1 | sed -n 's/.*; variant \([0-9]*\)$/\1/p' | paste -sd,)
-    echo "GEMV variants by shape (qkv, o, gate-up, down, head), timed without ncu: $picks"
-    if [ "$(echo "$picks" | tr ',' '\n' | grep -c .)" = 5 ]; then
-        export TB_GPU_GEMV_PICKS=$picks
-    else
-        echo "profile.sh: not 5 picks; the profiled runs time the GEMV variants under ncu" >&2
-    fi
+# the batch-1 GEMV variants a run without ncu picks for each weight shape
+# of the profiled presets (gpu_context.cu; ncu's own timings would pick
+# others), passed to the profiled runs as "OUTxIN=V" lists: bf16's
+# (TB_GPU_GEMV_PICKS) and, under TB_BENCH_DTYPE=fp8, the FP8 GEMV's
+# (TB_GPU_FP8_PICKS)
+if [ -z "${TB_GPU_GEMV_PICKS:-}${TB_GPU_FP8_PICKS:-}" ]; then
+    log=$(mktemp)
+    for preset in $(for w in ${TB_PROFILE_WHAT:-ar1 ar32 llada}; do
+        case $w in ar*) echo llama-3-8b ;; llada) echo llada-8b ;; moe*) echo qwen3-30b-a3b ;; esac
+    done | sort -u); do
+        TB_GPU_GEMV_LOG=1 timeout 90 "$bench" "$preset" 1 8 2 0 >>"$log" 2>&1
+    done
+    export TB_GPU_GEMV_PICKS=$(sed -n 's/^gemv \([0-9]*x[0-9]*\):.*; variant \([0-9]*\)$/\1=\2/p' "$log" | sort -u | paste -sd,)
+    export TB_GPU_FP8_PICKS=$(sed -n 's/^gemv fp8 \([0-9]*x[0-9]*\):.*; variant \([0-9]*\)$/\1=\2/p' "$log" | sort -u | paste -sd,)
+    echo "GEMV variants by shape, timed without ncu: bf16 ${TB_GPU_GEMV_PICKS:-none}; fp8 ${TB_GPU_FP8_PICKS:-none}"
+    rm -f "$log"
 fi
 for w in ${TB_PROFILE_WHAT:-ar1 ar32 llada}; do
     case $w in

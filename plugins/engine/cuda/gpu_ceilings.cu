@@ -5,6 +5,8 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 using namespace tbgpu;
 
@@ -205,12 +207,17 @@ int process_pick(int device, int out, int in, int v)
 #define GEMV_SPLIT_MARGIN 0.03
 
 // Copies of a weight matrix of `bytes` cycled in a GEMV's timing so reads
-// come from DRAM, not the 50 MB L2: 8 of a small one, fewer of a large
-// one (the head: 1 GB, one copy).
-static int timing_copies(size_t bytes)
+// come from DRAM, not L2: together more than 256 MB and four times the
+// L2 (50-60 MB on Hopper), at most 64 (an FP8 matrix of 4 MB: 64), one of
+// a large one (the head: 1 GB).
+extern "C" int tb_gpu_timing_copies(const tb_gpu *g, size_t bytes)
 {
-    int copies = (int)((256u << 20) / bytes + 1);
-    return copies > 8 ? 8 : copies;
+    if (g->ranks)
+        g = g->ranks[0];
+    size_t want = (size_t)4 * g->prop.l2CacheSize;
+    want = want > ((size_t)256 << 20) ? want : (size_t)256 << 20;
+    size_t copies = want / (bytes ? bytes : 1) + 1;
+    return (int)(copies > 64 ? 64 : copies);
 }
 
 // GB/s of weight bytes (w_bytes a copy) read by each of nv variants of a
@@ -259,7 +266,7 @@ extern "C" double tb_gpu_bench_gemv(tb_gpu *g, int out, int in, double gbs[TB_GP
         return tb_gpu_bench_gemv(g->ranks[0], out, in, gbs);
     }
     size_t n = (size_t)out * in;
-    int copies = timing_copies(n * sizeof(bf16));
+    int copies = tb_gpu_timing_copies(g, n * sizeof(bf16));
     bf16 *w = NULL, *x = NULL;
     float *y = NULL;
     if (dalloc(g, (void **)&w, copies * n * sizeof(bf16)) || dalloc(g, (void **)&x, in * sizeof(bf16)) ||
@@ -290,17 +297,9 @@ extern "C" double tb_gpu_bench_gemv(tb_gpu *g, int out, int in, double gbs[TB_GP
     dfree(g, w);
     dfree(g, x);
     dfree(g, y);
-    // keep it for this shape (a shape measured again: its entry replaced;
-    // a full table: the last entry's), and as the default for others
+    // keep it for this shape, and as the default for others
     g->gemv_variant = pick;
-    int i = 0;
-    while (i < g->n_gemv_shapes && (g->gemv_shapes[i].out != out || g->gemv_shapes[i].in != in))
-        i++;
-    if (i == TB_GPU_GEMV_SHAPES)
-        i--;
-    else if (i == g->n_gemv_shapes)
-        g->n_gemv_shapes++;
-    g->gemv_shapes[i].out = out, g->gemv_shapes[i].in = in, g->gemv_shapes[i].variant = pick;
+    keep_shape_pick(g->gemv_shapes, &g->n_gemv_shapes, out, in, pick);
     return cudaGetLastError() == cudaSuccess ? best : -1;
 }
 
@@ -326,7 +325,7 @@ extern "C" double tb_gpu_bench_gemv_fp8(tb_gpu *g, int out, int in, double gbs[T
         return tb_gpu_bench_gemv_fp8(g->ranks[0], out, in, gbs);
     }
     size_t n = (size_t)out * in;
-    int copies = timing_copies(n);
+    int copies = tb_gpu_timing_copies(g, n);
     uint8_t *q = NULL;
     float *s = NULL, *y = NULL;
     bf16 *x = NULL;
@@ -354,13 +353,59 @@ extern "C" double tb_gpu_bench_gemv_fp8(tb_gpu *g, int out, int in, double gbs[T
     dfree(g, s);
     dfree(g, x);
     dfree(g, y);
+    keep_shape_pick(g->fp8_shapes, &g->n_fp8_shapes, out, in, pick);
+    return cudaGetLastError() == cudaSuccess ? best : -1;
+}
+
+namespace tbgpu {
+
+void keep_shape_pick(gemv_shape_pick *t, int *n, int out, int in, int v)
+{
     int i = 0;
-    while (i < g->n_fp8_shapes && (g->fp8_shapes[i].out != out || g->fp8_shapes[i].in != in))
+    while (i < *n && (t[i].out != out || t[i].in != in))
         i++;
     if (i == TB_GPU_GEMV_SHAPES)
         i--;
-    else if (i == g->n_fp8_shapes)
-        g->n_fp8_shapes++;
-    g->fp8_shapes[i].out = out, g->fp8_shapes[i].in = in, g->fp8_shapes[i].variant = pick;
-    return cudaGetLastError() == cudaSuccess ? best : -1;
+    else if (i == *n)
+        (*n)++;
+    t[i].out = out, t[i].in = in, t[i].variant = v;
 }
+
+// The variant "OUTxIN=V,..." (TB_GPU_GEMV_PICKS, TB_GPU_FP8_PICKS) gives
+// for shape out x in, or -1.
+static int given_pick(const char *list, int out, int in)
+{
+    for (const char *p = list; p && *p;) {
+        int o, i, v, used = 0;
+        if (sscanf(p, "%dx%d=%d%n", &o, &i, &v, &used) == 3 && o == out && i == in)
+            return v;
+        p = strchr(p, ',');
+        p = p ? p + 1 : NULL;
+    }
+    return -1;
+}
+
+int calibrate_gemv_shape(tb_gpu *g, int fp8, int out, int in)
+{
+    int nv = fp8 ? TB_GPU_FP8_GEMV_VARIANTS : TB_GPU_GEMV_VARIANTS;
+    int v = given_pick(getenv(fp8 ? "TB_GPU_FP8_PICKS" : "TB_GPU_GEMV_PICKS"), out, in);
+    if (v >= 0 && v < nv) {
+        if (fp8)
+            keep_shape_pick(g->fp8_shapes, &g->n_fp8_shapes, out, in, v);
+        else
+            keep_shape_pick(g->gemv_shapes, &g->n_gemv_shapes, out, in, v);
+        return 0;
+    }
+    double gbs[TB_GPU_GEMV_VARIANTS > TB_GPU_FP8_GEMV_VARIANTS ? TB_GPU_GEMV_VARIANTS : TB_GPU_FP8_GEMV_VARIANTS];
+    if ((fp8 ? tb_gpu_bench_gemv_fp8(g, out, in, gbs) : tb_gpu_bench_gemv(g, out, in, gbs)) < 0)
+        return fail(g, "%s calibration failed on %d x %d", fp8 ? "FP8 GEMV" : "GEMV", out, in);
+    if (getenv("TB_GPU_GEMV_LOG")) { // measurements (docs/PERFORMANCE.md; tests/gpu/profile.sh reads the picks)
+        fprintf(stderr, "gemv%s %dx%d: GB/s by variant", fp8 ? " fp8" : "", out, in);
+        for (int k = 0; k < nv; k++)
+            fprintf(stderr, " %.0f", gbs[k]);
+        fprintf(stderr, "; variant %d\n", fp8 ? fp8_variant_for(g, out, in) : gemv_variant_for(g, out, in));
+    }
+    return 0;
+}
+
+} // namespace tbgpu

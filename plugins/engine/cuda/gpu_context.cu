@@ -419,48 +419,21 @@ int tbgpu::create_on(tb_gpu **out, const tb_model_config *cfg, const tb_model *c
         rc = -1;
     }
     if (rc == 0 && (size_t)c->intermediate_size * c->hidden_size >= (1u << 24)) {
-        /* pick the fastest batch-1 GEMV for this device on each of the
-         * model's weight shapes (a fraction of a second at load): a
-         * narrow one (o, down: h rows) wants another shape than gate-up */
+        /* pick the fastest batch-1 GEMV for this device on each weight
+         * shape a decode step reads with one (a fraction of a second at
+         * load): a narrow one (o, down: h rows) wants another shape than
+         * gate-up. The dense FFN's shapes only where a layer is dense;
+         * under dtype = fp8 the projections' FP8 GEMV (its variants round
+         * alike; not when TB_GPU_FP8_GEMV forces one) and the head's bf16 */
         int shapes[5][2] = {{(int)rows, (int)h}, {(int)h, (int)nq}, {2 * (int)I, (int)h}, {(int)h, (int)I},
                             {(int)Vh, (int)h}};
-        double gbs[TB_GPU_GEMV_VARIANTS];
-        // TB_GPU_GEMV_PICKS=a,b,c,d,e: these variants for the five shapes,
-        // not timed (tests/gpu/profile.sh: under ncu the timings are ncu's,
-        // so its run takes the picks of a run without it)
-        const char *picks = getenv("TB_GPU_GEMV_PICKS");
-        int pick[5], npick = picks ? sscanf(picks, "%d,%d,%d,%d,%d", &pick[0], &pick[1], &pick[2], &pick[3], &pick[4])
-                                   : 0;
+        int dense = g->n_moe_layers < c->n_layers;
         for (int i = 0; i < 5 && rc == 0; i++) {
-            if (npick == 5 && pick[i] >= 0 && pick[i] < TB_GPU_GEMV_VARIANTS && g->n_gemv_shapes < TB_GPU_GEMV_SHAPES) {
-                g->gemv_shapes[g->n_gemv_shapes].out = shapes[i][0];
-                g->gemv_shapes[g->n_gemv_shapes].in = shapes[i][1];
-                g->gemv_shapes[g->n_gemv_shapes++].variant = pick[i];
+            if (i >= 2 && i <= 3 && !dense)
                 continue;
-            }
-            if (tb_gpu_bench_gemv(g, shapes[i][0], shapes[i][1], gbs) < 0) {
-                fail(g, "GEMV calibration failed");
-                rc = -1;
-            } else if (getenv("TB_GPU_GEMV_LOG")) { // measurements (docs/PERFORMANCE.md)
-                fprintf(stderr, "gemv %d x %d: GB/s by variant", shapes[i][0], shapes[i][1]);
-                for (int v = 0; v < TB_GPU_GEMV_VARIANTS; v++)
-                    fprintf(stderr, " %.0f", gbs[v]);
-                fprintf(stderr, "; variant %d\n", gemv_variant_for(g, shapes[i][0], shapes[i][1]));
-            }
-        }
-        // dtype = fp8: the FP8 GEMV's variants on the four projections'
-        // shapes (the head stays bf16); every variant rounds alike
-        double gbs8[TB_GPU_FP8_GEMV_VARIANTS];
-        for (int i = 0; i < 4 && rc == 0 && g->fp8 && !g->fp8_forced; i++) {
-            if (tb_gpu_bench_gemv_fp8(g, shapes[i][0], shapes[i][1], gbs8) < 0) {
-                fail(g, "FP8 GEMV calibration failed");
-                rc = -1;
-            } else if (getenv("TB_GPU_GEMV_LOG")) {
-                fprintf(stderr, "gemv fp8 %d x %d: GB/s by variant", shapes[i][0], shapes[i][1]);
-                for (int v = 0; v < TB_GPU_FP8_GEMV_VARIANTS; v++)
-                    fprintf(stderr, " %.0f", gbs8[v]);
-                fprintf(stderr, "; fp8 variant %d\n", fp8_variant_for(g, shapes[i][0], shapes[i][1]));
-            }
+            int fp8 = g->fp8 && i < 4;
+            if (!(fp8 && g->fp8_forced))
+                rc = calibrate_gemv_shape(g, fp8, shapes[i][0], shapes[i][1]);
         }
     }
 done:

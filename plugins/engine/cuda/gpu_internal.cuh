@@ -68,6 +68,10 @@ struct fp8_gemm_cache; // gpu_gemm_fp8.cu
 // weight shapes whose GEMV variant is kept (a model has 5: qkv, o,
 // gate-up, down, head)
 #define TB_GPU_GEMV_SHAPES 8
+// a batch-1 GEMV's variant kept for the weight shape out x in
+struct gemv_shape_pick {
+    int out, in, variant;
+};
 
 // the most layers tb_gpu_set_capture keeps (DFlash drafters read 5)
 #define TB_GPU_MAX_CAPTURE 32
@@ -147,9 +151,7 @@ struct tb_gpu {
     // for a shape not measured (the last measured one's); gemv_forced >= 0
     // makes every GEMV that variant (tests: tb_gpu_force_gemv_variant)
     int gemv_variant;
-    struct {
-        int out, in, variant;
-    } gemv_shapes[TB_GPU_GEMV_SHAPES];
+    gemv_shape_pick gemv_shapes[TB_GPU_GEMV_SHAPES];
     int n_gemv_shapes, gemv_forced;
     // the split-K variants' partial sums [4][gemv_part_out] and arrival
     // counters, one per row group (zero between launches)
@@ -201,9 +203,7 @@ struct tb_gpu {
     // at load; fp8_variant for a shape not measured, and for every shape
     // when fp8_forced (TB_GPU_FP8_GEMV, tb_gpu_set_fp8_gemv)
     int fp8_variant, fp8_forced;
-    struct {
-        int out, in, variant;
-    } fp8_shapes[TB_GPU_GEMV_SHAPES];
+    gemv_shape_pick fp8_shapes[TB_GPU_GEMV_SHAPES];
     int n_fp8_shapes;
 
     float *att_part;    // [seqs][nh][ATT_MAX_SPLIT][hd + 2] split attention's partials
@@ -367,6 +367,14 @@ inline void launch(tb_gpu *g, void (*k)(KArgs...), dim3 grid, dim3 block, size_t
     cfg.numAttrs = pdl ? 1 : 0;
     (void)cudaLaunchKernelEx(&cfg, k, ((KArgs)args)...);
 }
+
+// Keep variant v for shape out x in in a table of *n picks (a shape
+// measured again: its entry replaced; a full table: the last entry's).
+void keep_shape_pick(gemv_shape_pick *t, int *n, int out, int in, int v);
+// The GEMVs' calibration at load (gpu_ceilings.cu): shape out x in timed,
+// fp8's variants or bf16's, and the fastest kept; or the variant
+// TB_GPU_GEMV_PICKS / TB_GPU_FP8_PICKS gives for the shape, not timed.
+int calibrate_gemv_shape(tb_gpu *g, int fp8, int out, int in);
 
 inline int qkv_dim(const tb_model_config *c) { return (c->n_heads + 2 * c->n_kv_heads) * c->head_dim; }
 // Blocks of 256 threads for n elements (grid-stride kernels cap it).

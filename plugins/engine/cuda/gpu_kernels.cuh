@@ -98,7 +98,7 @@ int gemv_variant_for(const tb_gpu *g, int out, int in);
 // programmatic dependent launch (graphs of the decode step). The variant
 // is gemv_variant_for's (a split-K one becomes variant 2 under SWIGLU).
 // Under dtype = fp8 (q set, w NULL): W's E4M3 codes q and row scales s,
-// by the FP8 GEMV (g->fp8_variant) with the same fusions.
+// by the FP8 GEMV (fp8_variant_for's variant) with the same fusions.
 struct gemv_args {
     const bf16 *w, *x;
     float *y;

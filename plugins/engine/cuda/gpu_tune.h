@@ -146,6 +146,9 @@ double tb_gpu_bench_gemv(tb_gpu *g, int out, int in, double gbs[TB_GPU_GEMV_VARI
  * (tb_gpu_set_fp8_gemv's comment): keeps the fastest for this shape;
  * returns its GB/s of code bytes read (gbs: each variant's), or -1. */
 double tb_gpu_bench_gemv_fp8(tb_gpu *g, int out, int in, double gbs[TB_GPU_FP8_GEMV_VARIANTS]);
+/* How many copies of a weight matrix of `bytes` both timings cycle, so
+ * their reads come from DRAM and not from L2 (their transient memory). */
+int tb_gpu_timing_copies(const tb_gpu *g, size_t bytes);
 #ifdef __cplusplus
 }
 #endif
