@@ -1757,11 +1757,11 @@ static void check_golden(const char *name)
     tb_model_free(&m);
 }
 
-/* The batch-1 decode logits of an fp8 context (fusion mask, FP8 GEMV
- * variant): prefill P tokens, then N steps fed fixed tokens (not greedy:
+/* The batch-1 decode logits of a context (fp8_mode's dtype; fusion mask,
+ * FP8 GEMV variant, -1: per shape): prefill P tokens, then N steps fed fixed tokens (not greedy:
  * every run reads the same inputs). Returns the logits [N][*V] (malloc'd)
  * or NULL. */
-static float *fp8_decode_logits(const char *name, int fusion, int variant, int P, int N, int *V)
+static float *decode_logits(const char *name, int fusion, int variant, int P, int N, int *V)
 {
     char err[512];
     tb_model m;
@@ -1801,12 +1801,12 @@ static void check_fp8_exact(const char *name)
     enum { P = 6, N = 8 };
     int V = 0;
     fp8_mode = 1;
-    float *base = fp8_decode_logits(name, 0, 0, P, N, &V);
+    float *base = decode_logits(name, 0, 0, P, N, &V);
     CHECK(base != NULL);
     for (int v = 0; v < TB_GPU_FP8_GEMV_VARIANTS && base; v++)
         for (int f = 0; f < 3; f++) {
             int mask = (int[]){0, TB_GPU_FUSE_SWIGLU, TB_GPU_FUSE_SWIGLU | TB_GPU_FUSE_NORM}[f];
-            float *other = fp8_decode_logits(name, mask, v, P, N, &V);
+            float *other = decode_logits(name, mask, v, P, N, &V);
             CHECK(other != NULL);
             if (!other)
                 continue;
@@ -1825,6 +1825,23 @@ static void check_fp8_exact(const char *name)
         }
     free(base);
     fp8_mode = 0;
+}
+
+/* MoE decode (bf16): the gate-up GEMV's SwiGLU epilogue computes what
+ * k_swiglu does (TB_GPU_FUSE_SWIGLU): logits equal to the bit. */
+static void check_moe_swiglu_exact(const char *name)
+{
+    enum { P = 6, N = 8 };
+    int V = 0;
+    float *base = decode_logits(name, 0, -1, P, N, &V), *fused = decode_logits(name, TB_GPU_FUSE_SWIGLU, -1, P, N, &V);
+    CHECK(base && fused);
+    if (base && fused) {
+        int exact = memcmp(base, fused, (size_t)N * V * sizeof(float)) == 0;
+        fprintf(stderr, "%s decode, the experts' SwiGLU fused: %s\n", name, exact ? "identical" : "differs");
+        CHECK(exact);
+    }
+    free(base);
+    free(fused);
 }
 
 /* dtype = fp8 (issue 20) on the dense models (also TB_TEST_GPU_ONLY=fp8's
@@ -1907,6 +1924,8 @@ int main(void)
         check_diffusion("llada-moe-tiny", 0);
         check_block("tiny-llada2", 0);
         check_moe(0); /* the three expert paths, the roofline's count, the poisoned experts */
+        check_ar_with("qwen3-moe", 0, 1, 0, 0);
+        check_moe_swiglu_exact("qwen3-moe");
         return check_done();
     }
     /* the batch-1 GEMV against the bandwidth it is bound by (a
@@ -2059,6 +2078,8 @@ int main(void)
     check_ar_slots("qwen3-moe", TB_GPU_FUSE_DEFAULT);
     check_golden("qwen3-moe");
     check_moe(0);
+    check_ar_with("qwen3-moe", 0, 1, 0, 0);
+    check_moe_swiglu_exact("qwen3-moe");
     check_fp8_dense();
     fp8_mode = 1;
     /* mixture of experts (the experts' and shared experts' codes; the

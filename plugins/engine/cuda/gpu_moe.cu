@@ -226,13 +226,21 @@ static unsigned moe_grid_rows(const tb_gpu *g, int P, int E)
 // warp computes MOE_ROWS outputs for MOE_VECS vectors at a time, lanes
 // striding over 16-byte chunks (8 bf16) of the weight rows. Blocks of an
 // expert with no pairs return before reading any weight.
+// SWIGLU (the gate-up product, TB_GPU_FUSE_SWIGLU): W[E][2 out][in], a
+// warp's two rows are gate row o and up row out + o, and it writes
+// act[j][o] = bf16(silu(gate) up) (k_swiglu's arithmetic) instead of Y:
+// no k_swiglu launch, no float [P][2 out] round trip.
 #define MOE_WARPS 8
 #define MOE_ROWS 2
 #define MOE_VECS 4
+template <bool SWIGLU>
 __global__ void __launch_bounds__(MOE_WARPS * 32)
     k_moe_gemv(const bf16 *__restrict__ W, const bf16 *__restrict__ X, const int *__restrict__ off,
-               const int *__restrict__ order, int k, int gather, float *__restrict__ Y, int out, int in, int E)
+               const int *__restrict__ order, int k, int gather, float *__restrict__ Y, bf16 *__restrict__ act,
+               int out, int in, int E)
 {
+    constexpr int P = SWIGLU ? 1 : MOE_ROWS; // outputs per warp
+    int rows_e = SWIGLU ? 2 * out : out;     // W's rows per expert
     int e = moe_block_expert(off, E, blockIdx.y);
     if (e < 0)
         return;
@@ -240,13 +248,15 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
     if (j0 == j1)
         return;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    int row0 = (blockIdx.x * MOE_WARPS + warp) * MOE_ROWS;
+    int row0 = (blockIdx.x * MOE_WARPS + warp) * P;
     if (row0 >= out)
         return;
     int chunks = in / 8;
     const uint4 *wr[MOE_ROWS];
-    for (int r = 0; r < MOE_ROWS; r++)
-        wr[r] = reinterpret_cast<const uint4 *>(W + ((size_t)e * out + (row0 + r < out ? row0 + r : row0)) * in);
+    for (int r = 0; r < MOE_ROWS; r++) {
+        int row = SWIGLU ? row0 + r * out : (row0 + r < out ? row0 + r : row0);
+        wr[r] = reinterpret_cast<const uint4 *>(W + ((size_t)e * rows_e + row) * in);
+    }
     for (int j = j0; j < j1; j += MOE_VECS) {
         int nv = j1 - j < MOE_VECS ? j1 - j : MOE_VECS;
         const uint4 *xv[MOE_VECS];
@@ -277,12 +287,19 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
             }
         }
         for (int r = 0; r < MOE_ROWS; r++)
-            for (int v = 0; v < MOE_VECS; v++) {
-                float s = acc[r][v];
+            for (int v = 0; v < MOE_VECS; v++)
                 for (int o = 16; o > 0; o >>= 1)
-                    s += __shfl_xor_sync(0xffffffffu, s, o);
-                if (lane == 0 && v < nv && row0 + r < out)
-                    Y[(size_t)(j + v) * out + row0 + r] = s;
+                    acc[r][v] += __shfl_xor_sync(0xffffffffu, acc[r][v], o);
+        if (lane == 0)
+            for (int v = 0; v < nv; v++) {
+                if (SWIGLU) {
+                    float gt = acc[0][v], up = acc[1][v];
+                    act[(size_t)(j + v) * out + row0] = __float2bfloat16(gt / (1.0f + __expf(-gt)) * up);
+                } else {
+                    for (int r = 0; r < MOE_ROWS; r++)
+                        if (row0 + r < out)
+                            Y[(size_t)(j + v) * out + row0 + r] = acc[r][v];
+                }
             }
     }
 }
@@ -698,15 +715,23 @@ int moe_ffn(tb_gpu *g, int l, int rows, int graphable)
         if (moe_experts_fp8(g, G, rows, graphable))
             return -1;
     } else if (graphable || rows <= g->moe_gemv_max_rows) {
-        dim3 gu_grid((2 * mi + MOE_WARPS * MOE_ROWS - 1) / (MOE_WARPS * MOE_ROWS), moe_grid_rows(g, P, E));
-        k_moe_gemv<<<gu_grid, MOE_WARPS * 32, 0, g->stream>>>(G->ex_gu, g->xn, g->moe_off, g->moe_order, k, 1,
-                                                              g->moe_gu, 2 * mi, h, E);
-        LAUNCHED();
-        k_swiglu<<<blocks_for((size_t)P * mi), 256, 0, g->stream>>>(g->moe_gu, g->moe_act, mi, (size_t)P * mi, NULL, NULL);
-        LAUNCHED();
+        if (g->fusion & TB_GPU_FUSE_SWIGLU) { // gate-up with SwiGLU in its epilogue: a warp a (gate, up) pair
+            dim3 gu_grid((mi + MOE_WARPS - 1) / MOE_WARPS, moe_grid_rows(g, P, E));
+            k_moe_gemv<true><<<gu_grid, MOE_WARPS * 32, 0, g->stream>>>(G->ex_gu, g->xn, g->moe_off, g->moe_order, k,
+                                                                        1, NULL, g->moe_act, mi, h, E);
+            LAUNCHED();
+        } else {
+            dim3 gu_grid((2 * mi + MOE_WARPS * MOE_ROWS - 1) / (MOE_WARPS * MOE_ROWS), moe_grid_rows(g, P, E));
+            k_moe_gemv<false><<<gu_grid, MOE_WARPS * 32, 0, g->stream>>>(G->ex_gu, g->xn, g->moe_off, g->moe_order,
+                                                                         k, 1, g->moe_gu, NULL, 2 * mi, h, E);
+            LAUNCHED();
+            k_swiglu<<<blocks_for((size_t)P * mi), 256, 0, g->stream>>>(g->moe_gu, g->moe_act, mi, (size_t)P * mi,
+                                                                       NULL, NULL);
+            LAUNCHED();
+        }
         dim3 down_grid((h + MOE_WARPS * MOE_ROWS - 1) / (MOE_WARPS * MOE_ROWS), moe_grid_rows(g, P, E));
-        k_moe_gemv<<<down_grid, MOE_WARPS * 32, 0, g->stream>>>(G->ex_down, g->moe_act, g->moe_off, NULL, k, 0,
-                                                                g->moe_y, h, mi, E);
+        k_moe_gemv<false><<<down_grid, MOE_WARPS * 32, 0, g->stream>>>(G->ex_down, g->moe_act, g->moe_off, NULL, k,
+                                                                       0, g->moe_y, NULL, h, mi, E);
         LAUNCHED();
     } else if (g->moe_span_grouped) { // one grouped GEMM a projection, sized on the device
         k_moe_tiles<<<1, 1, 0, g->stream>>>(g->moe_off, E, g->moe_tile_e, g->moe_tile_j, g->moe_ntiles);

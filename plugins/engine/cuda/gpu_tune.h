@@ -90,7 +90,8 @@ void tb_gpu_set_moe_span_grouped(tb_gpu *g, int grouped);
 
 /* Decode fusion for one-row forwards (batch-1 decode), a mask of
  * TB_GPU_FUSE_*: SWIGLU computes SwiGLU inside the gate-up GEMV (no
- * k_swiglu, no float [2I] round trip); SPLIT_ATTN splits decode attention
+ * k_swiglu, no float [2I] round trip; also the MoE experts' grouped GEMV
+ * wherever that runs, bf16; and dtype = fp8's FP8 GEMV); SPLIT_ATTN splits decode attention
  * over the keys when (sequence, head) pairs alone would leave the chip
  * idle (any batch; tb_gpu_set_attn_splits) where the kernel by query
  * group does not run (batch 1, or a model without it: gpu_forward.cu's
