@@ -1828,20 +1828,27 @@ static void check_fp8_exact(const char *name)
 }
 
 /* MoE decode (bf16): the gate-up GEMV's SwiGLU epilogue computes what
- * k_swiglu does (TB_GPU_FUSE_SWIGLU): logits equal to the bit. */
-static void check_moe_swiglu_exact(const char *name)
+ * k_swiglu does (TB_GPU_FUSE_SWIGLU), the down GEMV's combine what
+ * k_moe_combine does (TB_GPU_FUSE_MOE_COMBINE): logits equal to the bit,
+ * each alone and both. */
+static void check_moe_fusions_exact(const char *name)
 {
     enum { P = 6, N = 8 };
     int V = 0;
-    float *base = decode_logits(name, 0, -1, P, N, &V), *fused = decode_logits(name, TB_GPU_FUSE_SWIGLU, -1, P, N, &V);
-    CHECK(base && fused);
-    if (base && fused) {
-        int exact = memcmp(base, fused, (size_t)N * V * sizeof(float)) == 0;
-        fprintf(stderr, "%s decode, the experts' SwiGLU fused: %s\n", name, exact ? "identical" : "differs");
-        CHECK(exact);
+    float *base = decode_logits(name, 0, -1, P, N, &V);
+    CHECK(base != NULL);
+    int masks[3] = {TB_GPU_FUSE_SWIGLU, TB_GPU_FUSE_MOE_COMBINE, TB_GPU_FUSE_SWIGLU | TB_GPU_FUSE_MOE_COMBINE};
+    for (int i = 0; i < 3 && base; i++) {
+        float *fused = decode_logits(name, masks[i], -1, P, N, &V);
+        CHECK(fused != NULL);
+        if (fused) {
+            int exact = memcmp(base, fused, (size_t)N * V * sizeof(float)) == 0;
+            fprintf(stderr, "%s decode, fusion mask %d against 0: %s\n", name, masks[i], exact ? "identical" : "differs");
+            CHECK(exact);
+        }
+        free(fused);
     }
     free(base);
-    free(fused);
 }
 
 /* dtype = fp8 (issue 20) on the dense models (also TB_TEST_GPU_ONLY=fp8's
@@ -1925,7 +1932,7 @@ int main(void)
         check_block("tiny-llada2", 0);
         check_moe(0); /* the three expert paths, the roofline's count, the poisoned experts */
         check_ar_with("qwen3-moe", 0, 1, 0, 0);
-        check_moe_swiglu_exact("qwen3-moe");
+        check_moe_fusions_exact("qwen3-moe");
         return check_done();
     }
     /* the batch-1 GEMV against the bandwidth it is bound by (a
@@ -2079,7 +2086,7 @@ int main(void)
     check_golden("qwen3-moe");
     check_moe(0);
     check_ar_with("qwen3-moe", 0, 1, 0, 0);
-    check_moe_swiglu_exact("qwen3-moe");
+    check_moe_fusions_exact("qwen3-moe");
     check_fp8_dense();
     fp8_mode = 1;
     /* mixture of experts (the experts' and shared experts' codes; the

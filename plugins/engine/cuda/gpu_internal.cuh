@@ -241,6 +241,7 @@ struct tb_gpu {
     uint8_t *moe_xq, *moe_aq, *moe_xgq; // [rows][h], [P][mi], [P][h]
     float *moe_xs, *moe_as, *moe_xgs;   // [rows], [P], [P]
     unsigned long long *moe_touched; // device: distinct experts summed over MoE layer calls (roofline)
+    unsigned *moe_count; // the down GEMV's combine: arrivals per column of blocks (zero between launches)
     int *h_moe_off;      // pinned [E + 1]
     double work_moe_rows;  // rows through MoE layers since tb_gpu_take_work (host count)
     double work_moe_calls; // MoE layer calls since then

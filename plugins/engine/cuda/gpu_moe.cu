@@ -24,6 +24,9 @@
 //                 over every expert's tiles, the tiles listed on the
 //                 device (k_moe_tiles), no host wait (gpu_tune.h's
 //                 tb_gpu_set_moe_span_grouped; TB_GPU_MOE_SPAN=grouped)
+//               (k_moe_gemv's gate-up writes the SwiGLU activations
+//               itself under TB_GPU_FUSE_SWIGLU, and its down product
+//               does the combine under TB_GPU_FUSE_MOE_COMBINE)
 //   combine     k_moe_combine: x[r] += sum_t w[r][t] y[pos[r k + t]]
 //   fp8         dtype = fp8 (fp8.h): the experts' weights are E4M3 codes
 //               with a scale an output row (gpu_context.cu), their inputs
@@ -230,14 +233,18 @@ static unsigned moe_grid_rows(const tb_gpu *g, int P, int E)
 // warp's two rows are gate row o and up row out + o, and it writes
 // act[j][o] = bf16(silu(gate) up) (k_swiglu's arithmetic) instead of Y:
 // no k_swiglu launch, no float [P][2 out] round trip.
+// COMBINE (the down product, TB_GPU_FUSE_MOE_COMBINE): then the last
+// block of each column of blocks adds its MOE_TILE outputs of every row
+// into the residual, as k_moe_combine (moe_combine_tile).
 #define MOE_WARPS 8
 #define MOE_ROWS 2
 #define MOE_VECS 4
+#define MOE_TILE (MOE_WARPS * MOE_ROWS) // a block's outputs (not SWIGLU)
 template <bool SWIGLU>
-__global__ void __launch_bounds__(MOE_WARPS * 32)
-    k_moe_gemv(const bf16 *__restrict__ W, const bf16 *__restrict__ X, const int *__restrict__ off,
-               const int *__restrict__ order, int k, int gather, float *__restrict__ Y, bf16 *__restrict__ act,
-               int out, int in, int E)
+__device__ __forceinline__ void moe_gemv_block(const bf16 *__restrict__ W, const bf16 *__restrict__ X,
+                                               const int *__restrict__ off, const int *__restrict__ order, int k,
+                                               int gather, float *__restrict__ Y, bf16 *__restrict__ act, int out,
+                                               int in, int E)
 {
     constexpr int P = SWIGLU ? 1 : MOE_ROWS; // outputs per warp
     int rows_e = SWIGLU ? 2 * out : out;     // W's rows per expert
@@ -302,6 +309,49 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
                 }
             }
     }
+}
+
+// k_moe_combine's sum for outputs [blockIdx.x MOE_TILE, + MOE_TILE) of
+// every row, by the last block of this column of the grid to finish its
+// products (count[blockIdx.x], reset by it): x[r][d] += sum_t w[r k + t]
+// Y[pos[r k + t]][d], t in order (the same arithmetic). Every thread of
+// the block calls it.
+__device__ void moe_combine_tile(float *x, const float *Y, const int *pos, const float *w, const int *off, int E,
+                                 int k, int h, unsigned *count)
+{
+    __shared__ unsigned arrived;
+    __threadfence(); // this block's products before its count
+    __syncthreads();
+    if (threadIdx.x == 0)
+        arrived = atomicAdd(count + blockIdx.x, 1u);
+    __syncthreads();
+    if (arrived != gridDim.y - 1)
+        return;
+    __threadfence();
+    if (threadIdx.x == 0)
+        count[blockIdx.x] = 0; // ready for the next launch
+    int rows = off[E] / k, d0 = blockIdx.x * MOE_TILE;
+    for (int i = threadIdx.x; i < rows * MOE_TILE; i += blockDim.x) {
+        int r = i / MOE_TILE, d = d0 + i % MOE_TILE;
+        if (d >= h)
+            continue;
+        float s = 0;
+        for (int t = 0; t < k; t++) // L2 reads: other blocks wrote Y
+            s += w[r * k + t] * __ldcg(Y + (size_t)pos[r * k + t] * h + d);
+        x[(size_t)r * h + d] += s;
+    }
+}
+
+template <bool SWIGLU, bool COMBINE>
+__global__ void __launch_bounds__(MOE_WARPS * 32)
+    k_moe_gemv(const bf16 *__restrict__ W, const bf16 *__restrict__ X, const int *__restrict__ off,
+               const int *__restrict__ order, int k, int gather, float *__restrict__ Y, bf16 *__restrict__ act,
+               int out, int in, int E, float *x, const int *pos, const float *w, unsigned *count)
+{
+    static_assert(!(SWIGLU && COMBINE), "the combine sums the down product");
+    moe_gemv_block<SWIGLU>(W, X, off, order, k, gather, Y, act, out, in, E);
+    if (COMBINE)
+        moe_combine_tile(x, Y, pos, w, off, E, k, out, count);
 }
 
 // k_moe_gemv under dtype = fp8: W[E][out][in] E4M3 codes with scales
@@ -576,6 +626,7 @@ int moe_reserve(tb_gpu *g, int rows)
              dalloc(g, (void **)&g->moe_tile_e, (size_t)moe_max_tiles((int)P, (int)E) * sizeof(int)) ||
              dalloc(g, (void **)&g->moe_tile_j, (size_t)moe_max_tiles((int)P, (int)E) * sizeof(int)) ||
              dalloc(g, (void **)&g->moe_ntiles, sizeof(int)) ||
+             dalloc(g, (void **)&g->moe_count, (h + MOE_TILE - 1) / MOE_TILE * sizeof(unsigned)) ||
              (g->fp8 && (dalloc(g, (void **)&g->moe_xq, R * h) || dalloc(g, (void **)&g->moe_xs, R * sizeof(float)) ||
                          dalloc(g, (void **)&g->moe_aq, P * mi) || dalloc(g, (void **)&g->moe_as, P * sizeof(float)) ||
                          (g->fp8_gemm && (dalloc(g, (void **)&g->moe_xgq, P * h) || // per-expert FP8 GEMMs'
@@ -583,6 +634,8 @@ int moe_reserve(tb_gpu *g, int rows)
     if (rc == 0 && cudaMallocHost((void **)&g->h_moe_off, (E + 1) * sizeof(int)) != cudaSuccess)
         rc = fail(g, "cannot allocate pinned host memory");
     if (rc == 0 && (cudaMemsetAsync(g->moe_touched, 0, sizeof(unsigned long long), g->stream) != cudaSuccess ||
+                    cudaMemsetAsync(g->moe_count, 0, (h + MOE_TILE - 1) / MOE_TILE * sizeof(unsigned), g->stream) !=
+                        cudaSuccess ||
                     cudaStreamSynchronize(g->stream) != cudaSuccess))
         rc = fail(g, "cudaMemsetAsync failed");
     return rc;
@@ -593,7 +646,7 @@ void moe_free(tb_gpu *g)
     void *bufs[] = {g->moe_logits, g->moe_idx, g->moe_w,  g->moe_off, g->moe_order, g->moe_pos,
                     g->moe_xg,     g->moe_gu,  g->moe_act, g->moe_y,  g->moe_touched, g->moe_xq,
                     g->moe_xs,     g->moe_aq,  g->moe_as,  g->moe_xgq, g->moe_xgs, g->moe_tile_e,
-                    g->moe_tile_j, g->moe_ntiles};
+                    g->moe_tile_j, g->moe_ntiles, g->moe_count};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         dfree(g, bufs[i]);
     if (g->h_moe_off)
@@ -605,6 +658,7 @@ void moe_free(tb_gpu *g)
     g->moe_xq = g->moe_aq = g->moe_xgq = NULL;
     g->moe_xs = g->moe_as = g->moe_xgs = NULL;
     g->moe_tile_e = g->moe_tile_j = g->moe_ntiles = NULL;
+    g->moe_count = NULL;
 }
 
 // One expert's FP8 GEMM over its n gathered rows: y[n][out] = xs[r] ws[o]
@@ -700,6 +754,7 @@ int moe_ffn(tb_gpu *g, int l, int rows, int graphable)
     const tb_moe_config *m = &g->moe;
     const gpu_layer *G = &g->layers[l];
     int E = m->n_experts, k = m->top_k, h = m->hidden, mi = m->expert_inter, P = rows * k;
+    int combined = 0; // the down GEMV added the experts' outputs into x
     float one = 1.0f, zero = 0.0f;
     // the router's logits, float32 (bf16 inputs and weights, as every GEMM)
     CB(cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, E, rows, h, &one, G->router, CUDA_R_16BF, h, g->xn,
@@ -717,21 +772,28 @@ int moe_ffn(tb_gpu *g, int l, int rows, int graphable)
     } else if (graphable || rows <= g->moe_gemv_max_rows) {
         if (g->fusion & TB_GPU_FUSE_SWIGLU) { // gate-up with SwiGLU in its epilogue: a warp a (gate, up) pair
             dim3 gu_grid((mi + MOE_WARPS - 1) / MOE_WARPS, moe_grid_rows(g, P, E));
-            k_moe_gemv<true><<<gu_grid, MOE_WARPS * 32, 0, g->stream>>>(G->ex_gu, g->xn, g->moe_off, g->moe_order, k,
-                                                                        1, NULL, g->moe_act, mi, h, E);
+            k_moe_gemv<true, false><<<gu_grid, MOE_WARPS * 32, 0, g->stream>>>(
+                G->ex_gu, g->xn, g->moe_off, g->moe_order, k, 1, NULL, g->moe_act, mi, h, E, NULL, NULL, NULL, NULL);
             LAUNCHED();
         } else {
             dim3 gu_grid((2 * mi + MOE_WARPS * MOE_ROWS - 1) / (MOE_WARPS * MOE_ROWS), moe_grid_rows(g, P, E));
-            k_moe_gemv<false><<<gu_grid, MOE_WARPS * 32, 0, g->stream>>>(G->ex_gu, g->xn, g->moe_off, g->moe_order,
-                                                                         k, 1, g->moe_gu, NULL, 2 * mi, h, E);
+            k_moe_gemv<false, false><<<gu_grid, MOE_WARPS * 32, 0, g->stream>>>(
+                G->ex_gu, g->xn, g->moe_off, g->moe_order, k, 1, g->moe_gu, NULL, 2 * mi, h, E, NULL, NULL, NULL,
+                NULL);
             LAUNCHED();
             k_swiglu<<<blocks_for((size_t)P * mi), 256, 0, g->stream>>>(g->moe_gu, g->moe_act, mi, (size_t)P * mi,
                                                                        NULL, NULL);
             LAUNCHED();
         }
-        dim3 down_grid((h + MOE_WARPS * MOE_ROWS - 1) / (MOE_WARPS * MOE_ROWS), moe_grid_rows(g, P, E));
-        k_moe_gemv<false><<<down_grid, MOE_WARPS * 32, 0, g->stream>>>(G->ex_down, g->moe_act, g->moe_off, NULL, k,
-                                                                       0, g->moe_y, NULL, h, mi, E);
+        dim3 down_grid((h + MOE_TILE - 1) / MOE_TILE, moe_grid_rows(g, P, E));
+        combined = (g->fusion & TB_GPU_FUSE_MOE_COMBINE) != 0;
+        if (combined)
+            k_moe_gemv<false, true><<<down_grid, MOE_WARPS * 32, 0, g->stream>>>(
+                G->ex_down, g->moe_act, g->moe_off, NULL, k, 0, g->moe_y, NULL, h, mi, E, g->x, g->moe_pos, g->moe_w,
+                g->moe_count);
+        else
+            k_moe_gemv<false, false><<<down_grid, MOE_WARPS * 32, 0, g->stream>>>(
+                G->ex_down, g->moe_act, g->moe_off, NULL, k, 0, g->moe_y, NULL, h, mi, E, NULL, NULL, NULL, NULL);
         LAUNCHED();
     } else if (g->moe_span_grouped) { // one grouped GEMM a projection, sized on the device
         k_moe_tiles<<<1, 1, 0, g->stream>>>(g->moe_off, E, g->moe_tile_e, g->moe_tile_j, g->moe_ntiles);
@@ -776,8 +838,10 @@ int moe_ffn(tb_gpu *g, int l, int rows, int graphable)
                             g->moe_y + (size_t)off[e] * h, CUDA_R_32F, h, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
         }
     }
-    k_moe_combine<<<rows, 256, 0, g->stream>>>(g->x, g->moe_y, g->moe_pos, g->moe_w, k, h);
-    LAUNCHED();
+    if (!combined) {
+        k_moe_combine<<<rows, 256, 0, g->stream>>>(g->x, g->moe_y, g->moe_pos, g->moe_w, k, h);
+        LAUNCHED();
+    }
     return 0;
 }
 

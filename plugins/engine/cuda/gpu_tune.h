@@ -98,7 +98,9 @@ void tb_gpu_set_moe_span_grouped(tb_gpu *g, int grouped);
  * attn_decode); NORM has the last block of
  * each GEMV that writes the residual (o, down) compute the next RMSNorm
  * (no k_rmsnorm but layer 0's; not under tensor parallelism or with MoE
- * layers). (Until 2026-12-02 NORM staged the norm inside every block of
+ * layers); MOE_COMBINE has the experts' grouped down GEMV add their
+ * weighted outputs into the residual itself (its last block per column,
+ * k_moe_combine's sums: no k_moe_combine launch). (Until 2026-12-02 NORM staged the norm inside every block of
  * the GEMV after it: 16% slower on the H200, docs/PERFORMANCE.md.) pdl:
  * the decode graph's batch-1 kernels are programmatic dependent launches
  * (each may start while the one before drains; its GEMV prefetches its
@@ -109,7 +111,8 @@ void tb_gpu_set_moe_span_grouped(tb_gpu *g, int grouped);
 #define TB_GPU_FUSE_SWIGLU 1
 #define TB_GPU_FUSE_SPLIT_ATTN 2
 #define TB_GPU_FUSE_NORM 4
-#define TB_GPU_FUSE_DEFAULT (TB_GPU_FUSE_SWIGLU | TB_GPU_FUSE_SPLIT_ATTN)
+#define TB_GPU_FUSE_MOE_COMBINE 8
+#define TB_GPU_FUSE_DEFAULT (TB_GPU_FUSE_SWIGLU | TB_GPU_FUSE_SPLIT_ATTN | TB_GPU_FUSE_MOE_COMBINE)
 #define TB_GPU_PDL_DEFAULT 0
 /* Tests: y[rows][out] (+ y when accumulate) = x[rows][in] W[out][in]^T as
  * the forward's products run (W and x rounded to bf16; the batch-1 GEMV at
