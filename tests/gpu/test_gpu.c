@@ -1757,30 +1757,34 @@ static void check_golden(const char *name)
     tb_model_free(&m);
 }
 
-/* The batch-1 decode logits of a context (fp8_mode's dtype; fusion mask,
- * FP8 GEMV variant, -1: per shape): prefill P tokens, then N steps fed fixed tokens (not greedy:
- * every run reads the same inputs). Returns the logits [N][*V] (malloc'd)
- * or NULL. */
-static float *decode_logits(const char *name, int fusion, int variant, int P, int N, int *V)
+/* The decode logits of B sequences (1 or 2) of a context (fp8_mode's
+ * dtype; fusion mask, FP8 GEMV variant, -1: per shape; the bf16 GEMV's
+ * variant 0, so that no split-K rounding enters): prefill P tokens, then
+ * N steps fed fixed tokens (not greedy: every run reads the same inputs).
+ * Returns the logits [N][B][*V] (malloc'd) or NULL. */
+static float *decode_logits(const char *name, int B, int fusion, int variant, int P, int N, int *V)
 {
     char err[512];
     tb_model m;
     tb_gpu *g;
-    if (P + N > 64 || load_pair("golden", name, &m, &g) != 0)
+    if (B < 1 || B > 2 || P + N > 32 || load_pair("golden", name, &m, &g) != 0)
         return NULL;
     tb_gpu_set_decode_fusion(g, fusion, 0);
     tb_gpu_set_fp8_gemv(g, variant);
+    tb_gpu_force_gemv_variant(g, 0);
     *V = m.cfg.vocab_size;
-    float *out = malloc((size_t)N * *V * sizeof(float));
-    int rc = out ? tb_gpu_reserve(g, 1, P + N, P, err, sizeof err) : -1;
-    int32_t tok[64], next;
+    float *out = malloc((size_t)N * B * *V * sizeof(float));
+    int rc = out ? tb_gpu_reserve(g, B, P + N, B * P, err, sizeof err) : -1;
+    int32_t prompt[2 * 32], step[2 * 32], next[2]; /* step[s][b]: sequence b's token at step s */
     uint64_t rng = 11;
-    for (int i = 0; i < P + N; i++)
-        tok[i] = (int32_t)(tb_rng_uniform(&rng) * 500);
+    for (int i = 0; i < B * P; i++)
+        prompt[i] = (int32_t)(tb_rng_uniform(&rng) * 500);
+    for (int i = 0; i < B * N; i++)
+        step[i] = (int32_t)(tb_rng_uniform(&rng) * 500);
     if (rc == 0)
-        rc = tb_gpu_prefill(g, tok, 1, P, &next, NULL);
+        rc = tb_gpu_prefill(g, prompt, B, P, next, NULL);
     for (int s = 0; s < N && rc == 0; s++)
-        rc = tb_gpu_decode(g, &tok[P + s], 1, out + (size_t)s * *V);
+        rc = tb_gpu_decode(g, &step[s * B], B, out + (size_t)s * B * *V);
     tb_gpu_free(g);
     tb_model_free(&m);
     if (rc != 0) {
@@ -1801,12 +1805,12 @@ static void check_fp8_exact(const char *name)
     enum { P = 6, N = 8 };
     int V = 0;
     fp8_mode = 1;
-    float *base = decode_logits(name, 0, 0, P, N, &V);
+    float *base = decode_logits(name, 1, 0, 0, P, N, &V);
     CHECK(base != NULL);
     for (int v = 0; v < TB_GPU_FP8_GEMV_VARIANTS && base; v++)
         for (int f = 0; f < 3; f++) {
             int mask = (int[]){0, TB_GPU_FUSE_SWIGLU, TB_GPU_FUSE_SWIGLU | TB_GPU_FUSE_NORM}[f];
-            float *other = decode_logits(name, mask, v, P, N, &V);
+            float *other = decode_logits(name, 1, mask, v, P, N, &V);
             CHECK(other != NULL);
             if (!other)
                 continue;
@@ -1830,25 +1834,29 @@ static void check_fp8_exact(const char *name)
 /* MoE decode (bf16): the gate-up GEMV's SwiGLU epilogue computes what
  * k_swiglu does (TB_GPU_FUSE_SWIGLU), the down GEMV's combine what
  * k_moe_combine does (TB_GPU_FUSE_MOE_COMBINE): logits equal to the bit,
- * each alone and both. */
+ * each alone and both, at batch 1 and 2 (two rows' pairs may share an
+ * expert: block rows of the compact grid with none, which still count). */
 static void check_moe_fusions_exact(const char *name)
 {
     enum { P = 6, N = 8 };
-    int V = 0;
-    float *base = decode_logits(name, 0, -1, P, N, &V);
-    CHECK(base != NULL);
     int masks[3] = {TB_GPU_FUSE_SWIGLU, TB_GPU_FUSE_MOE_COMBINE, TB_GPU_FUSE_SWIGLU | TB_GPU_FUSE_MOE_COMBINE};
-    for (int i = 0; i < 3 && base; i++) {
-        float *fused = decode_logits(name, masks[i], -1, P, N, &V);
-        CHECK(fused != NULL);
-        if (fused) {
-            int exact = memcmp(base, fused, (size_t)N * V * sizeof(float)) == 0;
-            fprintf(stderr, "%s decode, fusion mask %d against 0: %s\n", name, masks[i], exact ? "identical" : "differs");
-            CHECK(exact);
+    for (int B = 1; B <= 2; B++) {
+        int V = 0;
+        float *base = decode_logits(name, B, 0, -1, P, N, &V);
+        CHECK(base != NULL);
+        for (int i = 0; i < 3 && base; i++) {
+            float *fused = decode_logits(name, B, masks[i], -1, P, N, &V);
+            CHECK(fused != NULL);
+            if (fused) {
+                int exact = memcmp(base, fused, (size_t)N * B * V * sizeof(float)) == 0;
+                fprintf(stderr, "%s decode, batch %d, fusion mask %d against 0: %s\n", name, B, masks[i],
+                        exact ? "identical" : "differs");
+                CHECK(exact);
+            }
+            free(fused);
         }
-        free(fused);
+        free(base);
     }
-    free(base);
 }
 
 /* dtype = fp8 (issue 20) on the dense models (also TB_TEST_GPU_ONLY=fp8's

@@ -239,7 +239,7 @@ static unsigned moe_grid_rows(const tb_gpu *g, int P, int E)
 #define MOE_WARPS 8
 #define MOE_ROWS 2
 #define MOE_VECS 4
-#define MOE_TILE (MOE_WARPS * MOE_ROWS) // a block's outputs (not SWIGLU)
+#define MOE_TILE (MOE_WARPS * MOE_ROWS) // a block's outputs: the down product's column width
 template <bool SWIGLU>
 __device__ __forceinline__ void moe_gemv_block(const bf16 *__restrict__ W, const bf16 *__restrict__ X,
                                                const int *__restrict__ off, const int *__restrict__ order, int k,

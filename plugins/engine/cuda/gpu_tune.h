@@ -90,8 +90,9 @@ void tb_gpu_set_moe_span_grouped(tb_gpu *g, int grouped);
 
 /* Decode fusion for one-row forwards (batch-1 decode), a mask of
  * TB_GPU_FUSE_*: SWIGLU computes SwiGLU inside the gate-up GEMV (no
- * k_swiglu, no float [2I] round trip; also the MoE experts' grouped GEMV
- * wherever that runs, bf16; and dtype = fp8's FP8 GEMV); SPLIT_ATTN splits decode attention
+ * k_swiglu, no float [2I] round trip; dtype = fp8's FP8 GEMV too; and the
+ * MoE experts' grouped GEMV wherever that runs, bf16: any decode batch,
+ * spans up to tb_gpu_set_moe_gemv_rows); SPLIT_ATTN splits decode attention
  * over the keys when (sequence, head) pairs alone would leave the chip
  * idle (any batch; tb_gpu_set_attn_splits) where the kernel by query
  * group does not run (batch 1, or a model without it: gpu_forward.cu's
@@ -100,7 +101,9 @@ void tb_gpu_set_moe_span_grouped(tb_gpu *g, int grouped);
  * (no k_rmsnorm but layer 0's; not under tensor parallelism or with MoE
  * layers); MOE_COMBINE has the experts' grouped down GEMV add their
  * weighted outputs into the residual itself (its last block per column,
- * k_moe_combine's sums: no k_moe_combine launch). (Until 2026-12-02 NORM staged the norm inside every block of
+ * k_moe_combine's sums: no k_moe_combine launch; where the grouped GEMV
+ * runs, as SWIGLU's; bit 8 since 2026-12-07, so masks written before,
+ * 3 and 7, leave it out). (Until 2026-12-02 NORM staged the norm inside every block of
  * the GEMV after it: 16% slower on the H200, docs/PERFORMANCE.md.) pdl:
  * the decode graph's batch-1 kernels are programmatic dependent launches
  * (each may start while the one before drains; its GEMV prefetches its
