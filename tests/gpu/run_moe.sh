@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine: the GPU tests (MoE included), the MoE expert paths
 # timed (bench_moe: the three span paths; the decode step with the compact
-# grid and with TB_GPU_MOE_GRID=all), suites/gpu-moe.ini (bf16 and fp8) and its PyTorch peer
+# grid and with TB_GPU_MOE_GRID=all; with its epilogues unfused,
+# TB_GPU_FUSION=2), suites/gpu-moe.ini (bf16 and fp8) and its PyTorch peer
 # (tools/peer_hf_moe.py) in the same call; a short table last. Build as
 # tests/gpu/run.sh says, then (device tool) carry build-gpu and run:
 #   bash tests/gpu/run_moe.sh [build-gpu] [--no-peers]
@@ -26,6 +27,8 @@ echo "== bench_moe"
 "$build/tests/bench_moe" 2>&1 | tee "$out/bench_moe.txt"
 echo "== bench_moe decode over every expert's blocks (TB_GPU_MOE_GRID=all: the grid before session 19)"
 TB_GPU_MOE_GRID=all "$build/tests/bench_moe" qwen3-30b-a3b decode 2>&1 | tee "$out/bench_moe_grid_all.txt"
+echo "== bench_moe decode with the MoE epilogues unfused (TB_GPU_FUSION=2: the kernels before session 20)"
+TB_GPU_FUSION=2 "$build/tests/bench_moe" qwen3-30b-a3b decode 2>&1 | tee "$out/bench_moe_unfused.txt"
 echo "== tokbench suites/gpu-moe.ini"
 "$build/tokbench" run suites/gpu-moe.ini --db "$out/gpu-moe.db" >"$out/gpu-moe.txt" 2>"$out/gpu-moe.err"
 echo "tokbench exit $?"
