@@ -1831,15 +1831,17 @@ static void check_fp8_exact(const char *name)
     fp8_mode = 0;
 }
 
-/* MoE decode (bf16): the gate-up GEMV's SwiGLU epilogue computes what
- * k_swiglu does (TB_GPU_FUSE_SWIGLU), the down GEMV's combine what
- * k_moe_combine does (TB_GPU_FUSE_MOE_COMBINE): logits equal to the bit,
- * each alone and both, at batch 1 and 2 (two rows' pairs may share an
- * expert: block rows of the compact grid with none, which still count). */
+/* MoE decode (fp8_mode's dtype): the gate-up GEMV's SwiGLU epilogue
+ * computes what k_swiglu does (TB_GPU_FUSE_SWIGLU), the down GEMV's
+ * combine what k_moe_combine does (TB_GPU_FUSE_MOE_COMBINE): logits equal
+ * to the bit, each alone and both, at batch 1 and 2 (two rows' pairs may
+ * share an expert: block rows of the compact grid with none, which still
+ * count). */
 static void check_moe_fusions_exact(const char *name)
 {
     enum { P = 6, N = 8 };
     int masks[3] = {TB_GPU_FUSE_SWIGLU, TB_GPU_FUSE_MOE_COMBINE, TB_GPU_FUSE_SWIGLU | TB_GPU_FUSE_MOE_COMBINE};
+    fprintf(stderr, "-- %s: the MoE epilogues fused against not%s --\n", name, fp8_mode ? ", dtype fp8" : "");
     for (int B = 1; B <= 2; B++) {
         int V = 0;
         float *base = decode_logits(name, B, 0, -1, P, N, &V);
@@ -1922,6 +1924,7 @@ int main(void)
     if (getenv("TB_TEST_GPU_ONLY") && strcmp(getenv("TB_TEST_GPU_ONLY"), "moe-fp8") == 0) { /* MoE under dtype = fp8 */
         check_moe(1);
         fp8_mode = 1;
+        check_moe_fusions_exact("qwen3-moe");
         check_ar("qwen3-moe", 0);
         check_ar("qwen3-moe", 3);
         check_block("tiny-llada2", 0);
@@ -2101,6 +2104,7 @@ int main(void)
      * router bf16): both expert paths, the roofline's bytes; forwards
      * against the CPU; LLaDA 2.x's shared experts and dense first layer */
     check_moe(1);
+    check_moe_fusions_exact("qwen3-moe");
     check_ar("qwen3-moe", 0);
     check_ar("qwen3-moe", 3);
     check_block("tiny-llada2", 0);

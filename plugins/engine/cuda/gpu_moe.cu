@@ -358,12 +358,17 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 // WS[E out] (one an output row), X[.][in] E4M3 codes with scales XS[.]
 // (one a row): Y[j][o] = WS[e out + o] XS[x_j] sum_i W[e][o][i] X[x_j][i],
 // products and sums in float32. Lanes stride over 16-byte chunks (16
-// codes); in % 16 == 0.
-__global__ void __launch_bounds__(MOE_WARPS * 32)
-    k_moe_gemv_fp8(const uint8_t *__restrict__ W, const float *__restrict__ WS, const uint8_t *__restrict__ X,
-                   const float *__restrict__ XS, const int *__restrict__ off, const int *__restrict__ order, int k,
-                   int gather, float *__restrict__ Y, int out, int in, int E)
+// codes); in % 16 == 0. SWIGLU and COMBINE as k_moe_gemv's (the gate and
+// up values each scaled as Y's would be).
+template <bool SWIGLU>
+__device__ __forceinline__ void moe_gemv_fp8_block(const uint8_t *__restrict__ W, const float *__restrict__ WS,
+                                                   const uint8_t *__restrict__ X, const float *__restrict__ XS,
+                                                   const int *__restrict__ off, const int *__restrict__ order, int k,
+                                                   int gather, float *__restrict__ Y, bf16 *__restrict__ act, int out,
+                                                   int in, int E)
 {
+    constexpr int P = SWIGLU ? 1 : MOE_ROWS; // outputs per warp
+    int rows_e = SWIGLU ? 2 * out : out;     // W's rows per expert
     int e = moe_block_expert(off, E, blockIdx.y);
     if (e < 0)
         return;
@@ -371,13 +376,17 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
     if (j0 == j1)
         return;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    int row0 = (blockIdx.x * MOE_WARPS + warp) * MOE_ROWS;
+    int row0 = (blockIdx.x * MOE_WARPS + warp) * P;
     if (row0 >= out)
         return;
     int chunks = in / 16;
     const uint4 *wr[MOE_ROWS];
-    for (int r = 0; r < MOE_ROWS; r++)
-        wr[r] = reinterpret_cast<const uint4 *>(W + ((size_t)e * out + (row0 + r < out ? row0 + r : row0)) * in);
+    size_t wrow[MOE_ROWS]; // the rows' indices into WS
+    for (int r = 0; r < MOE_ROWS; r++) {
+        int row = SWIGLU ? row0 + r * out : (row0 + r < out ? row0 + r : row0);
+        wrow[r] = (size_t)e * rows_e + row;
+        wr[r] = reinterpret_cast<const uint4 *>(W + wrow[r] * in);
+    }
     for (int j = j0; j < j1; j += MOE_VECS) {
         int nv = j1 - j < MOE_VECS ? j1 - j : MOE_VECS;
         const uint4 *xv[MOE_VECS];
@@ -418,14 +427,34 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
             }
         }
         for (int r = 0; r < MOE_ROWS; r++)
-            for (int v = 0; v < MOE_VECS; v++) {
-                float s = acc[r][v];
+            for (int v = 0; v < MOE_VECS; v++)
                 for (int o = 16; o > 0; o >>= 1)
-                    s += __shfl_xor_sync(0xffffffffu, s, o);
-                if (lane == 0 && v < nv && row0 + r < out)
-                    Y[(size_t)(j + v) * out + row0 + r] = s * WS[(size_t)e * out + row0 + r] * xs[v];
+                    acc[r][v] += __shfl_xor_sync(0xffffffffu, acc[r][v], o);
+        if (lane == 0)
+            for (int v = 0; v < nv; v++) {
+                if (SWIGLU) {
+                    float gt = acc[0][v] * WS[wrow[0]] * xs[v], up = acc[1][v] * WS[wrow[1]] * xs[v];
+                    act[(size_t)(j + v) * out + row0] = __float2bfloat16(gt / (1.0f + __expf(-gt)) * up);
+                } else {
+                    for (int r = 0; r < MOE_ROWS; r++)
+                        if (row0 + r < out)
+                            Y[(size_t)(j + v) * out + row0 + r] = acc[r][v] * WS[wrow[r]] * xs[v];
+                }
             }
     }
+}
+
+template <bool SWIGLU, bool COMBINE>
+__global__ void __launch_bounds__(MOE_WARPS * 32)
+    k_moe_gemv_fp8(const uint8_t *__restrict__ W, const float *__restrict__ WS, const uint8_t *__restrict__ X,
+                   const float *__restrict__ XS, const int *__restrict__ off, const int *__restrict__ order, int k,
+                   int gather, float *__restrict__ Y, bf16 *__restrict__ act, int out, int in, int E, float *x,
+                   const int *pos, const float *w, unsigned *count)
+{
+    static_assert(!(SWIGLU && COMBINE), "the combine sums the down product");
+    moe_gemv_fp8_block<SWIGLU>(W, WS, X, XS, off, order, k, gather, Y, act, out, in, E);
+    if (COMBINE)
+        moe_combine_tile(x, Y, pos, w, off, E, k, out, count);
 }
 
 // The codes and scales of each grouped pair's row together for the
@@ -681,25 +710,43 @@ static int expert_fp8(tb_gpu *g, float *y, const uint8_t *xq, const float *xs, c
 }
 
 // dtype = fp8's experts (the file's head says how): into g->moe_y.
-static int moe_experts_fp8(tb_gpu *g, const gpu_layer *G, int rows, int graphable)
+// The experts under dtype = fp8 into moe_y, or (*combined set) added into
+// x already (the GEMV's COMBINE).
+static int moe_experts_fp8(tb_gpu *g, const gpu_layer *G, int rows, int graphable, int *combined)
 {
     const tb_moe_config *m = &g->moe;
     int E = m->n_experts, k = m->top_k, h = m->hidden, mi = m->expert_inter, P = rows * k;
     k_fp8_quant_act<<<rows, FP8_QUANT_THREADS, 0, g->stream>>>(g->xn, h, g->moe_xq, g->moe_xs);
     LAUNCHED();
     if (graphable || rows <= g->moe_gemv_max_rows || (!g->fp8_gemm && !g->moe_span_grouped)) {
-        dim3 gu_grid((2 * mi + MOE_WARPS * MOE_ROWS - 1) / (MOE_WARPS * MOE_ROWS), moe_grid_rows(g, P, E));
-        k_moe_gemv_fp8<<<gu_grid, MOE_WARPS * 32, 0, g->stream>>>(G->qex_gu, G->sex_gu, g->moe_xq, g->moe_xs,
-                                                                  g->moe_off, g->moe_order, k, 1, g->moe_gu, 2 * mi, h,
-                                                                  E);
-        LAUNCHED();
-        k_swiglu<<<blocks_for((size_t)P * mi), 256, 0, g->stream>>>(g->moe_gu, g->moe_act, mi, (size_t)P * mi, NULL, NULL);
-        LAUNCHED();
+        if (g->fusion & TB_GPU_FUSE_SWIGLU) { // as the bf16 path's
+            dim3 gu_grid((mi + MOE_WARPS - 1) / MOE_WARPS, moe_grid_rows(g, P, E));
+            k_moe_gemv_fp8<true, false><<<gu_grid, MOE_WARPS * 32, 0, g->stream>>>(
+                G->qex_gu, G->sex_gu, g->moe_xq, g->moe_xs, g->moe_off, g->moe_order, k, 1, NULL, g->moe_act, mi, h,
+                E, NULL, NULL, NULL, NULL);
+            LAUNCHED();
+        } else {
+            dim3 gu_grid((2 * mi + MOE_TILE - 1) / MOE_TILE, moe_grid_rows(g, P, E));
+            k_moe_gemv_fp8<false, false><<<gu_grid, MOE_WARPS * 32, 0, g->stream>>>(
+                G->qex_gu, G->sex_gu, g->moe_xq, g->moe_xs, g->moe_off, g->moe_order, k, 1, g->moe_gu, NULL, 2 * mi,
+                h, E, NULL, NULL, NULL, NULL);
+            LAUNCHED();
+            k_swiglu<<<blocks_for((size_t)P * mi), 256, 0, g->stream>>>(g->moe_gu, g->moe_act, mi, (size_t)P * mi,
+                                                                       NULL, NULL);
+            LAUNCHED();
+        }
         k_fp8_quant_act<<<P, FP8_QUANT_THREADS, 0, g->stream>>>(g->moe_act, mi, g->moe_aq, g->moe_as);
         LAUNCHED();
-        dim3 down_grid((h + MOE_WARPS * MOE_ROWS - 1) / (MOE_WARPS * MOE_ROWS), moe_grid_rows(g, P, E));
-        k_moe_gemv_fp8<<<down_grid, MOE_WARPS * 32, 0, g->stream>>>(G->qex_down, G->sex_down, g->moe_aq, g->moe_as,
-                                                                    g->moe_off, NULL, k, 0, g->moe_y, h, mi, E);
+        dim3 down_grid((h + MOE_TILE - 1) / MOE_TILE, moe_grid_rows(g, P, E));
+        *combined = (g->fusion & TB_GPU_FUSE_MOE_COMBINE) != 0;
+        if (*combined)
+            k_moe_gemv_fp8<false, true><<<down_grid, MOE_WARPS * 32, 0, g->stream>>>(
+                G->qex_down, G->sex_down, g->moe_aq, g->moe_as, g->moe_off, NULL, k, 0, g->moe_y, NULL, h, mi, E,
+                g->x, g->moe_pos, g->moe_w, g->moe_count);
+        else
+            k_moe_gemv_fp8<false, false><<<down_grid, MOE_WARPS * 32, 0, g->stream>>>(
+                G->qex_down, G->sex_down, g->moe_aq, g->moe_as, g->moe_off, NULL, k, 0, g->moe_y, NULL, h, mi, E,
+                NULL, NULL, NULL, NULL);
         LAUNCHED();
         return 0;
     }
@@ -767,7 +814,7 @@ int moe_ffn(tb_gpu *g, int l, int rows, int graphable)
                                            g->moe_touched);
     LAUNCHED();
     if (g->fp8) {
-        if (moe_experts_fp8(g, G, rows, graphable))
+        if (moe_experts_fp8(g, G, rows, graphable, &combined))
             return -1;
     } else if (graphable || rows <= g->moe_gemv_max_rows) {
         if (g->fusion & TB_GPU_FUSE_SWIGLU) { // gate-up with SwiGLU in its epilogue: a warp a (gate, up) pair
