@@ -18,8 +18,7 @@
 using namespace tbgpu;
 
 // gpu_moe.cu's kernels (their contracts are said there)
-__global__ void k_moe_route(const float *logits, int E, int k, int sigmoid, const float *bias, int n_group,
-                            int topk_group, int mask_inf, int norm_topk, float scale, int *idx, float *w);
+__global__ void k_moe_route(const float *logits, const moe_route_args a, int *idx, float *w);
 __global__ void k_moe_group(const int *idx, int n, int E, int *off, int *order, int *pos,
                             unsigned long long *touched);
 __global__ void k_moe_gather(const bf16 *xn, const int *order, int k, int h, int n, bf16 *xg);
@@ -1094,7 +1093,8 @@ static int moe(tb_gpu_dgemma *d, const dg_layer *L, int rows)
     if (mm(g, d->rlog, d->xn, L->router, rows, E, H, 0.0f))
         return -1;
     // softmax over all experts, top-k (ties to the lower index), renormalised
-    k_moe_route<<<rows, 32, 0, g->stream>>>(d->rlog, E, K, 0, NULL, 1, 1, 0, 1, 1.0f, d->idx, d->w);
+    moe_route_args ra = {E, K, 0, NULL, 1, 1, 0, 1, 1.0f}; // softmax, top-K renormalised, no groups
+    k_moe_route<<<rows, 32, 0, g->stream>>>(d->rlog, ra, d->idx, d->w);
     LAUNCHED();
     k_dg_expert_scale<<<(P + 255) / 256, 256, 0, g->stream>>>(d->idx, d->w, L->expert_scale, P);
     LAUNCHED();

@@ -68,6 +68,16 @@ struct fp8_gemm_cache; // gpu_gemm_fp8.cu
 // weight shapes whose GEMV variant is kept (a model has 5: qkv, o,
 // gate-up, down, head)
 #define TB_GPU_GEMV_SHAPES 8
+// The MoE router's settings as its kernels take them (gpu_moe.cu's
+// k_moe_route, k_moe_router; moe.c's tb_moe_config): E experts, top k,
+// sigmoid scores (else softmax) with a per-expert choice bias, groups,
+// renormalisation, the routed scale
+struct moe_route_args {
+    int E, k, sigmoid;
+    const float *bias;
+    int n_group, topk_group, mask_inf, norm_topk;
+    float scale;
+};
 // a batch-1 GEMV's variant kept for the weight shape out x in
 struct gemv_shape_pick {
     int out, in, variant;
@@ -241,7 +251,7 @@ struct tb_gpu {
     uint8_t *moe_xq, *moe_aq, *moe_xgq; // [rows][h], [P][mi], [P][h]
     float *moe_xs, *moe_as, *moe_xgs;   // [rows], [P], [P]
     unsigned long long *moe_touched; // device: distinct experts summed over MoE layer calls (roofline)
-    unsigned *moe_count; // the down GEMV's combine: arrivals per column of blocks (zero between launches)
+    unsigned *moe_count; // arrivals (zero between launches): per column of the down GEMV's blocks, then k_moe_router's
     int *h_moe_off;      // pinned [E + 1]
     double work_moe_rows;  // rows through MoE layers since tb_gpu_take_work (host count)
     double work_moe_calls; // MoE layer calls since then

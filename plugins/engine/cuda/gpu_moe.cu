@@ -53,31 +53,33 @@
 
 using namespace tbgpu;
 
-// One warp per row: the router's choice for row blockIdx.x from its
-// logits [rows][E] into idx[rows][k], w[rows][k] (moe.c's tb_moe_route:
-// float32 scores, the softmax's sum in double, ties to the lower index).
-__global__ void k_moe_route(const float *logits, int E, int k, int sigmoid, const float *bias, int n_group,
-                            int topk_group, int mask_inf, int norm_topk, float scale, int *idx, float *w)
+// One warp: the router's choice for row r from its logits [rows][E] into
+// idx[rows][k], w[rows][k] (moe.c's tb_moe_route: float32 scores, the
+// softmax's sum in double, ties to the lower index). score, choice,
+// gscore: the warp's scratch, E floats each (shared memory).
+__device__ void moe_route_row(const float *logits, const moe_route_args a, int r, int *idx, float *w, float *score,
+                              float *choice, float *gscore)
 {
-    __shared__ float score[TB_MOE_MAX_EXPERTS], choice[TB_MOE_MAX_EXPERTS], gscore[TB_MOE_MAX_EXPERTS];
-    int lane = threadIdx.x, r = blockIdx.x;
+    int E = a.E, k = a.k, n_group = a.n_group, topk_group = a.topk_group, mask_inf = a.mask_inf;
+    const float *bias = a.bias;
+    int lane = threadIdx.x % 32;
     const float *l = logits + (size_t)r * E;
-    if (!sigmoid) {
+    if (!a.sigmoid) {
         float mx = -INFINITY;
         for (int e = lane; e < E; e += 32)
-            mx = fmaxf(mx, l[e]);
+            mx = fmaxf(mx, __ldcg(l + e)); // L2 reads: k_moe_router's other blocks wrote them
         for (int o = 16; o > 0; o >>= 1)
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
         double z = 0;
         for (int e = lane; e < E; e += 32)
-            z += (score[e] = expf(l[e] - mx));
+            z += (score[e] = expf(__ldcg(l + e) - mx));
         for (int o = 16; o > 0; o >>= 1)
             z += __shfl_xor_sync(0xffffffffu, z, o);
         for (int e = lane; e < E; e += 32)
             score[e] = (float)(score[e] / z);
     } else {
         for (int e = lane; e < E; e += 32)
-            score[e] = 1.0f / (1.0f + expf(-l[e]));
+            score[e] = 1.0f / (1.0f + expf(-__ldcg(l + e)));
     }
     for (int e = lane; e < E; e += 32)
         choice[e] = score[e] + (bias ? bias[e] : 0.0f);
@@ -143,20 +145,28 @@ __global__ void k_moe_route(const float *logits, int E, int k, int sigmoid, cons
         for (int t = 0; t < k; t++)
             sum += rw[t];
         for (int t = 0; t < k; t++) {
-            if (norm_topk)
+            if (a.norm_topk)
                 rw[t] /= sum;
-            rw[t] *= scale;
+            rw[t] *= a.scale;
         }
     }
+    __syncwarp();
+}
+
+// One warp per row (blockIdx.x) over the logits cuBLAS wrote.
+__global__ void k_moe_route(const float *logits, const moe_route_args a, int *idx, float *w)
+{
+    __shared__ float score[TB_MOE_MAX_EXPERTS], choice[TB_MOE_MAX_EXPERTS], gscore[TB_MOE_MAX_EXPERTS];
+    moe_route_row(logits, a, blockIdx.x, idx, w, score, choice, gscore);
 }
 
 // One block: the n pairs idx[n] grouped by expert. off[E + 1]: group
 // starts; order[j]: the pair at grouped position j; pos[p]: pair p's
 // position. *touched += the distinct experts (the roofline's count).
-__global__ void k_moe_group(const int *idx, int n, int E, int *off, int *order, int *pos,
-                            unsigned long long *touched)
+// cnt, fill: the block's scratch, E + 1 and E ints (shared memory).
+__device__ void moe_group_pairs(const int *idx, int n, int E, int *off, int *order, int *pos,
+                                unsigned long long *touched, int *cnt, int *fill)
 {
-    __shared__ int cnt[TB_MOE_MAX_EXPERTS + 1], fill[TB_MOE_MAX_EXPERTS];
     for (int e = threadIdx.x; e < E; e += blockDim.x)
         cnt[e] = 0, fill[e] = 0;
     __syncthreads();
@@ -184,6 +194,68 @@ __global__ void k_moe_group(const int *idx, int n, int E, int *off, int *order, 
         order[j] = p;
         pos[p] = j;
     }
+}
+
+__global__ void k_moe_group(const int *idx, int n, int E, int *off, int *order, int *pos,
+                            unsigned long long *touched)
+{
+    __shared__ int cnt[TB_MOE_MAX_EXPERTS + 1], fill[TB_MOE_MAX_EXPERTS];
+    moe_group_pairs(idx, n, E, off, order, pos, touched, cnt, fill);
+}
+
+// The router of a few rows in one kernel (TB_GPU_FUSE_MOE_ROUTER): each
+// warp one logit (row, expert) at a time, xn[r] . W_r[e] over 16-byte
+// chunks in float32 (bf16 inputs and weights, as cuBLAS's product, in
+// another order), into logits [rows][E]; then the grid's last block to
+// finish (count, reset by it) routes the rows, a warp a row at a time
+// (moe_route_row, its scratch 3 E floats a warp), and groups the pairs
+// (moe_group_pairs): no cuBLAS call, no k_moe_route or k_moe_group
+// launch. Dynamic shared memory: MOE_ROUTER_WARPS 3 E floats + 2 E + 1
+// ints. h % 8 == 0.
+#define MOE_ROUTER_WARPS 8
+__global__ void __launch_bounds__(MOE_ROUTER_WARPS * 32)
+    k_moe_router(const bf16 *__restrict__ W, const bf16 *__restrict__ xn, int rows, int h, float *logits,
+                 const moe_route_args a, int *idx, float *w, int *off, int *order, int *pos,
+                 unsigned long long *touched, unsigned *count)
+{
+    extern __shared__ float router_smem[];
+    __shared__ unsigned arrived;
+    int E = a.E, warp = threadIdx.x / 32, lane = threadIdx.x % 32, chunks = h / 8;
+    for (int q = blockIdx.x * MOE_ROUTER_WARPS + warp; q < rows * E; q += gridDim.x * MOE_ROUTER_WARPS) {
+        const uint4 *wr = reinterpret_cast<const uint4 *>(W + (size_t)(q % E) * h);
+        const uint4 *xr = reinterpret_cast<const uint4 *>(xn + (size_t)(q / E) * h);
+        float acc = 0;
+        for (int c = lane; c < chunks; c += 32) {
+            uint4 wv = __ldg(wr + c), xv = xr[c];
+            const __nv_bfloat162 *we = reinterpret_cast<const __nv_bfloat162 *>(&wv);
+            const __nv_bfloat162 *xe = reinterpret_cast<const __nv_bfloat162 *>(&xv);
+            for (int i = 0; i < 4; i++) {
+                float2 p = __bfloat1622float2(we[i]), s = __bfloat1622float2(xe[i]);
+                acc += p.x * s.x + p.y * s.y;
+            }
+        }
+        for (int o = 16; o > 0; o >>= 1)
+            acc += __shfl_xor_sync(0xffffffffu, acc, o);
+        if (lane == 0)
+            logits[q] = acc;
+    }
+    __threadfence(); // this block's logits before its count
+    __syncthreads();
+    if (threadIdx.x == 0)
+        arrived = atomicAdd(count, 1u);
+    __syncthreads();
+    if (arrived != gridDim.x - 1)
+        return;
+    __threadfence();
+    if (threadIdx.x == 0)
+        *count = 0; // ready for the next launch
+    float *mine = router_smem + (size_t)warp * 3 * E;
+    for (int r = warp; r < rows; r += MOE_ROUTER_WARPS) // L2 reads: other blocks wrote the logits
+        moe_route_row(logits, a, r, idx, w, mine, mine + E, mine + 2 * E);
+    __threadfence_block();
+    __syncthreads();
+    int *cnt = reinterpret_cast<int *>(router_smem + (size_t)MOE_ROUTER_WARPS * 3 * E);
+    moe_group_pairs(idx, rows * a.k, E, off, order, pos, touched, cnt, cnt + E + 1);
 }
 
 // The expert a grouped GEMV's block row y works on. A grid of E rows:
@@ -240,6 +312,9 @@ static unsigned moe_grid_rows(const tb_gpu *g, int P, int E)
 #define MOE_ROWS 2
 #define MOE_VECS 4
 #define MOE_TILE (MOE_WARPS * MOE_ROWS) // a block's outputs: the down product's column width
+// the down product's columns of blocks over h outputs (moe_count holds a
+// counter each, then the router's)
+static inline int moe_columns(int h) { return (h + MOE_TILE - 1) / MOE_TILE; }
 template <bool SWIGLU>
 __device__ __forceinline__ void moe_gemv_block(const bf16 *__restrict__ W, const bf16 *__restrict__ X,
                                                const int *__restrict__ off, const int *__restrict__ order, int k,
@@ -655,7 +730,7 @@ int moe_reserve(tb_gpu *g, int rows)
              dalloc(g, (void **)&g->moe_tile_e, (size_t)moe_max_tiles((int)P, (int)E) * sizeof(int)) ||
              dalloc(g, (void **)&g->moe_tile_j, (size_t)moe_max_tiles((int)P, (int)E) * sizeof(int)) ||
              dalloc(g, (void **)&g->moe_ntiles, sizeof(int)) ||
-             dalloc(g, (void **)&g->moe_count, (h + MOE_TILE - 1) / MOE_TILE * sizeof(unsigned)) ||
+             dalloc(g, (void **)&g->moe_count, (moe_columns((int)h) + 1) * sizeof(unsigned)) ||
              (g->fp8 && (dalloc(g, (void **)&g->moe_xq, R * h) || dalloc(g, (void **)&g->moe_xs, R * sizeof(float)) ||
                          dalloc(g, (void **)&g->moe_aq, P * mi) || dalloc(g, (void **)&g->moe_as, P * sizeof(float)) ||
                          (g->fp8_gemm && (dalloc(g, (void **)&g->moe_xgq, P * h) || // per-expert FP8 GEMMs'
@@ -663,7 +738,7 @@ int moe_reserve(tb_gpu *g, int rows)
     if (rc == 0 && cudaMallocHost((void **)&g->h_moe_off, (E + 1) * sizeof(int)) != cudaSuccess)
         rc = fail(g, "cannot allocate pinned host memory");
     if (rc == 0 && (cudaMemsetAsync(g->moe_touched, 0, sizeof(unsigned long long), g->stream) != cudaSuccess ||
-                    cudaMemsetAsync(g->moe_count, 0, (h + MOE_TILE - 1) / MOE_TILE * sizeof(unsigned), g->stream) !=
+                    cudaMemsetAsync(g->moe_count, 0, (moe_columns((int)h) + 1) * sizeof(unsigned), g->stream) !=
                         cudaSuccess ||
                     cudaStreamSynchronize(g->stream) != cudaSuccess))
         rc = fail(g, "cudaMemsetAsync failed");
@@ -803,16 +878,25 @@ int moe_ffn(tb_gpu *g, int l, int rows, int graphable)
     int E = m->n_experts, k = m->top_k, h = m->hidden, mi = m->expert_inter, P = rows * k;
     int combined = 0; // the down GEMV added the experts' outputs into x
     float one = 1.0f, zero = 0.0f;
-    // the router's logits, float32 (bf16 inputs and weights, as every GEMM)
-    CB(cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, E, rows, h, &one, G->router, CUDA_R_16BF, h, g->xn,
-                    CUDA_R_16BF, h, &zero, g->moe_logits, CUDA_R_32F, E, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    k_moe_route<<<rows, 32, 0, g->stream>>>(g->moe_logits, E, k, m->scoring == TB_MOE_SIGMOID, G->score_bias,
-                                           m->n_group, m->topk_group, m->group_mask_inf, m->norm_topk,
-                                           m->routed_scale, g->moe_idx, g->moe_w);
-    LAUNCHED();
-    k_moe_group<<<1, 1024, 0, g->stream>>>(g->moe_idx, P, E, g->moe_off, g->moe_order, g->moe_pos,
-                                           g->moe_touched);
-    LAUNCHED();
+    moe_route_args ra = {E,           k,          m->scoring == TB_MOE_SIGMOID, G->score_bias, m->n_group, m->topk_group,
+                         m->group_mask_inf, m->norm_topk, m->routed_scale};
+    if ((g->fusion & TB_GPU_FUSE_MOE_ROUTER) && rows <= TB_GPU_MOE_GEMV_ROWS && E <= 256 && h % 8 == 0) {
+        size_t smem = (size_t)MOE_ROUTER_WARPS * 3 * E * sizeof(float) + (2 * (size_t)E + 1) * sizeof(int);
+        unsigned blocks = (unsigned)((rows * E + MOE_ROUTER_WARPS - 1) / MOE_ROUTER_WARPS);
+        k_moe_router<<<blocks, MOE_ROUTER_WARPS * 32, smem, g->stream>>>(
+            G->router, g->xn, rows, h, g->moe_logits, ra, g->moe_idx, g->moe_w, g->moe_off, g->moe_order, g->moe_pos,
+            g->moe_touched, g->moe_count + moe_columns(h));
+        LAUNCHED();
+    } else {
+        // the router's logits, float32 (bf16 inputs and weights, as every GEMM)
+        CB(cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, E, rows, h, &one, G->router, CUDA_R_16BF, h, g->xn,
+                        CUDA_R_16BF, h, &zero, g->moe_logits, CUDA_R_32F, E, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        k_moe_route<<<rows, 32, 0, g->stream>>>(g->moe_logits, ra, g->moe_idx, g->moe_w);
+        LAUNCHED();
+        k_moe_group<<<1, 1024, 0, g->stream>>>(g->moe_idx, P, E, g->moe_off, g->moe_order, g->moe_pos,
+                                               g->moe_touched);
+        LAUNCHED();
+    }
     if (g->fp8) {
         if (moe_experts_fp8(g, G, rows, graphable, &combined))
             return -1;

@@ -102,8 +102,13 @@ void tb_gpu_set_moe_span_grouped(tb_gpu *g, int grouped);
  * layers); MOE_COMBINE has the experts' grouped down GEMV add their
  * weighted outputs into the residual itself (its last block per column,
  * k_moe_combine's sums: no k_moe_combine launch; where the grouped GEMV
- * runs, as SWIGLU's; bit 8 since 2026-12-07, so masks written before,
- * 3 and 7, leave it out). (Until 2026-12-02 NORM staged the norm inside every block of
+ * runs, as SWIGLU's); MOE_ROUTER computes the router's logits, its
+ * choice and the grouping in one kernel where a forward has at most
+ * TB_GPU_MOE_GEMV_ROWS rows and at most 256 experts (gpu_moe.cu's
+ * k_moe_router: no cuBLAS call, no k_moe_route, no k_moe_group; the
+ * logits' sums in another order than cuBLAS's). MOE_COMBINE and
+ * MOE_ROUTER are bits 8 and 16 since 2026-12-07, so masks written
+ * before, 3 and 7, leave them out. (Until 2026-12-02 NORM staged the norm inside every block of
  * the GEMV after it: 16% slower on the H200, docs/PERFORMANCE.md.) pdl:
  * the decode graph's batch-1 kernels are programmatic dependent launches
  * (each may start while the one before drains; its GEMV prefetches its
@@ -115,7 +120,9 @@ void tb_gpu_set_moe_span_grouped(tb_gpu *g, int grouped);
 #define TB_GPU_FUSE_SPLIT_ATTN 2
 #define TB_GPU_FUSE_NORM 4
 #define TB_GPU_FUSE_MOE_COMBINE 8
-#define TB_GPU_FUSE_DEFAULT (TB_GPU_FUSE_SWIGLU | TB_GPU_FUSE_SPLIT_ATTN | TB_GPU_FUSE_MOE_COMBINE)
+#define TB_GPU_FUSE_MOE_ROUTER 16
+#define TB_GPU_FUSE_DEFAULT                                                                                         \
+    (TB_GPU_FUSE_SWIGLU | TB_GPU_FUSE_SPLIT_ATTN | TB_GPU_FUSE_MOE_COMBINE | TB_GPU_FUSE_MOE_ROUTER)
 #define TB_GPU_PDL_DEFAULT 0
 /* Tests: y[rows][out] (+ y when accumulate) = x[rows][in] W[out][in]^T as
  * the forward's products run (W and x rounded to bf16; the batch-1 GEMV at
