@@ -1,7 +1,7 @@
 // gpu_moe.cu — the mixture-of-experts feed-forward on the device (issue
 // 22), as moe.c computes it on the CPU (the reference, tests/gpu/):
 //
-//   router      logits[rows][E] = xn W_r^T (matmul_t), then k_moe_route:
+//   router      logits[rows][E] = xn W_r^T (cuBLAS), then k_moe_route:
 //               softmax (or sigmoid, plus a per-expert bias for the
 //               choice), the group-limited choice when n_group > 1, top-k
 //               (ties to the lower index), renormalised when norm_topk,
@@ -9,6 +9,9 @@
 //   grouping    k_moe_group: the (row, slot) pairs sorted by expert on the
 //               device (off[E + 1], order[j] = pair, pos[pair] = j), and the
 //               count of distinct experts added to the roofline's counter
+//               (for up to TB_GPU_MOE_GEMV_ROWS rows and 256 experts, under
+//               TB_GPU_FUSE_MOE_ROUTER: k_moe_router, the three in one
+//               kernel, the same route and grouping code)
 //   experts     two ways over the same groups (moe_ffn chooses by rows):
 //               - k_moe_gemv: one grid over (output tiles, experts), or
 //                 where the pairs are fewer than the experts over (output
@@ -455,12 +458,11 @@ __device__ __forceinline__ void moe_gemv_fp8_block(const uint8_t *__restrict__ W
     if (row0 >= out)
         return;
     int chunks = in / 16;
+    const float *ws = WS + (size_t)e * rows_e + row0; // row r's scale: ws[r] (SWIGLU: gate ws[0], up ws[out])
     const uint4 *wr[MOE_ROWS];
-    size_t wrow[MOE_ROWS]; // the rows' indices into WS
     for (int r = 0; r < MOE_ROWS; r++) {
         int row = SWIGLU ? row0 + r * out : (row0 + r < out ? row0 + r : row0);
-        wrow[r] = (size_t)e * rows_e + row;
-        wr[r] = reinterpret_cast<const uint4 *>(W + wrow[r] * in);
+        wr[r] = reinterpret_cast<const uint4 *>(W + ((size_t)e * rows_e + row) * in);
     }
     for (int j = j0; j < j1; j += MOE_VECS) {
         int nv = j1 - j < MOE_VECS ? j1 - j : MOE_VECS;
@@ -508,12 +510,12 @@ __device__ __forceinline__ void moe_gemv_fp8_block(const uint8_t *__restrict__ W
         if (lane == 0)
             for (int v = 0; v < nv; v++) {
                 if (SWIGLU) {
-                    float gt = acc[0][v] * WS[wrow[0]] * xs[v], up = acc[1][v] * WS[wrow[1]] * xs[v];
+                    float gt = acc[0][v] * ws[0] * xs[v], up = acc[1][v] * ws[out] * xs[v];
                     act[(size_t)(j + v) * out + row0] = __float2bfloat16(gt / (1.0f + __expf(-gt)) * up);
                 } else {
                     for (int r = 0; r < MOE_ROWS; r++)
                         if (row0 + r < out)
-                            Y[(size_t)(j + v) * out + row0 + r] = acc[r][v] * WS[wrow[r]] * xs[v];
+                            Y[(size_t)(j + v) * out + row0 + r] = acc[r][v] * ws[r] * xs[v];
                 }
             }
     }
@@ -813,7 +815,9 @@ static int moe_experts_fp8(tb_gpu *g, const gpu_layer *G, int rows, int graphabl
         k_fp8_quant_act<<<P, FP8_QUANT_THREADS, 0, g->stream>>>(g->moe_act, mi, g->moe_aq, g->moe_as);
         LAUNCHED();
         dim3 down_grid((h + MOE_TILE - 1) / MOE_TILE, moe_grid_rows(g, P, E));
-        *combined = (g->fusion & TB_GPU_FUSE_MOE_COMBINE) != 0;
+        // (not over long spans, which come here on a device without FP8
+        // GEMMs: the combine's last blocks would take every row)
+        *combined = (g->fusion & TB_GPU_FUSE_MOE_COMBINE) && (graphable || rows <= g->moe_gemv_max_rows);
         if (*combined)
             k_moe_gemv_fp8<false, true><<<down_grid, MOE_WARPS * 32, 0, g->stream>>>(
                 G->qex_down, G->sex_down, g->moe_aq, g->moe_as, g->moe_off, NULL, k, 0, g->moe_y, NULL, h, mi, E,
