@@ -1757,6 +1757,21 @@ static void check_golden(const char *name)
     tb_model_free(&m);
 }
 
+/* The MoE router at the published expert counts (LLaDA2.0-mini's 256 in
+ * 8 groups, sigmoid scores with a choice bias): block diffusion against
+ * the CPU with k_moe_router (up to 64 rows a forward: 48-row spans route
+ * 6 rows a warp in its last block) and again with cuBLAS, k_moe_route and
+ * k_moe_group (TB_GPU_FUSION without TB_GPU_FUSE_MOE_ROUTER). */
+static void check_router(const char *name)
+{
+    char mask[16];
+    check_block(name, 0);
+    snprintf(mask, sizeof mask, "%d", TB_GPU_FUSE_DEFAULT & ~TB_GPU_FUSE_MOE_ROUTER);
+    setenv("TB_GPU_FUSION", mask, 1);
+    check_block(name, 0);
+    unsetenv("TB_GPU_FUSION");
+}
+
 /* The decode logits of B sequences (1 or 2) of a context (fp8_mode's
  * dtype; fusion mask, FP8 GEMV variant, -1: per shape; the bf16 GEMV's
  * variant 0, so that no split-K rounding enters): prefill P tokens, then
@@ -1941,6 +1956,7 @@ int main(void)
         check_golden("qwen3-moe");
         check_diffusion("llada-moe-tiny", 0);
         check_block("tiny-llada2", 0);
+        check_router("tiny-llada2-wide");
         check_moe(0); /* the three expert paths, the roofline's count, the poisoned experts */
         check_ar_with("qwen3-moe", 0, 1, 0, 0);
         check_moe_fusions_exact("qwen3-moe");
@@ -2090,6 +2106,7 @@ int main(void)
      * expert bias and groups, the shared expert */
     check_block("tiny-llada2", 0);
     check_diffusion("preset:tiny-llada2", 0);
+    check_router("tiny-llada2-wide");
     /* mixture of experts (issue 22) */
     check_ar("qwen3-moe", 0);
     check_ar("qwen3-moe", 3);

@@ -493,6 +493,17 @@ static const preset presets[] = {
                      .decoder_sparse_step = 1, .n_shared_experts = 1, .n_group = 4, .topk_group = 2,
                      .first_k_dense = 1, .routed_scale = 2.5, .eos_ids = {508}, .n_eos = 1, .bos_id = 507,
                      .mask_id = 510, .torch_dtype = "float32"}},
+    /* LLaDA2.0-mini's routing (256 experts in 8 groups, 4 groups and 8
+     * experts a token) at the tiny width: the router's kernels at the
+     * published expert count (tests/gpu) */
+    {"tiny-llada2-wide", {.arch = TB_ARCH_LLADA2_MOE, .arch_name = "LLaDA2MoeModelLM", .vocab_size = 512,
+                          .hidden_size = 64, .intermediate_size = 128, .n_layers = 3, .n_heads = 4, .n_kv_heads = 2,
+                          .head_dim = 16, .rope_dim = 8, .rms_eps = 1e-6, .rope_theta = 600000,
+                          .max_position_embeddings = 4096, .qk_norm = 1, .block_size = 8, .n_experts = 256,
+                          .n_experts_per_tok = 8, .moe_intermediate_size = 16, .norm_topk_prob = 1,
+                          .decoder_sparse_step = 1, .n_shared_experts = 1, .n_group = 8, .topk_group = 4,
+                          .first_k_dense = 1, .routed_scale = 2.5, .eos_ids = {508}, .n_eos = 1, .bos_id = 507,
+                          .mask_id = 510, .torch_dtype = "float32"}},
     {"tiny-llama", {.arch = TB_ARCH_LLAMA, .arch_name = "LlamaForCausalLM", .vocab_size = 512,
                     .hidden_size = 64, .intermediate_size = 160, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2,
                     .head_dim = 16, .rms_eps = 1e-5, .rope_theta = 10000, .max_position_embeddings = 2048,
