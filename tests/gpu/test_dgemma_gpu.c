@@ -106,8 +106,13 @@
 /* the bounds in force: bf16's, or fp8's for the fp8 sections */
 static double rel_tol = REL_TOL, route_tie = ROUTE_TIE;
 /* generate(): runs compared step by step must agree on this many steps
- * before they may part (at a near-tie) */
+ * before they part at an argmax near-tie, on one of up to
+ * GENERATE_SEEDS seeds (a near-tie of the Gumbel-perturbed scores within
+ * the window may come at the first steps of a seed: on the tiny model,
+ * whose logits span 0.4 and err by 0.01, seeds 11 and 12 part at step 1
+ * on the H100) */
 #define MIN_STEPS 2
+#define GENERATE_SEEDS 6
 
 static void round_model(tb_dgemma_model *m)
 {
@@ -541,7 +546,9 @@ static int compare_step(const char *name, const tb_dg_params *p, const rec *a, c
     return memcmp(a->next + o, b->next + o, (size_t)C * sizeof(int32_t)) == 0 ? 0 : -1;
 }
 
-static void generate_runs(const char *name, const tb_dgemma_model *m, uint64_t seed, int max_steps)
+/* Returns the steps compared equal before the runs part at an argmax
+ * near-tie (every step when they do not: then they must be the same) */
+static int generate_runs(const char *name, const tb_dgemma_model *m, uint64_t seed, int max_steps)
 {
     const tb_dgemma_config *c = &m->cfg;
     int C = c->canvas, V = c->vocab, P = c->sliding_window + 3, canvases = 2;
@@ -559,7 +566,7 @@ static void generate_runs(const char *name, const tb_dgemma_model *m, uint64_t s
         fprintf(stderr, "%s: %s\n", name, d ? tb_gpu_dgemma_error(d) : err);
         CHECK(0);
         tb_gpu_dgemma_free(d);
-        return;
+        return 0;
     }
     int32_t *prompt = malloc((size_t)P * sizeof *prompt);
     int n_max = tb_dg_max_output(&p, C);
@@ -591,9 +598,8 @@ static void generate_runs(const char *name, const tb_dgemma_model *m, uint64_t s
     for (; t < a.n && t < b.n && verdict == 0; t++)
         verdict = compare_step(name, &p, &a, &b, t, seed, tol);
     CHECK(verdict >= 0);
-    /* a parting at an argmax near-tie needs MIN_STEPS equal steps first
-     * (not one after a routing near-tie, which may come at any step) */
-    CHECK(verdict != 1 || t > MIN_STEPS);
+    /* (a routing near-tie may come at any step: it counts as covered) */
+    int covered = verdict == 1 ? t - 1 : a.n;
     if (verdict == 0) { /* no near-tie: the runs are the same */
         CHECK(a.n == b.n);
         CHECK(na == nb && memcmp(oc, og, (size_t)na * sizeof *oc) == 0);
@@ -607,6 +613,22 @@ static void generate_runs(const char *name, const tb_dgemma_model *m, uint64_t s
     free(prompt), free(oc), free(og);
     tb_dgemma_state_free(&st);
     tb_gpu_dgemma_free(d);
+    return covered;
+}
+
+/* generate_runs on seed, seed + 1000, ... until one compares MIN_STEPS
+ * steps equal before an argmax near-tie parts the runs (or none does),
+ * GENERATE_SEEDS at most */
+static void generate_covered(const char *name, const tb_dgemma_model *m, uint64_t seed, int max_steps)
+{
+    int best = 0;
+    for (int i = 0; i < GENERATE_SEEDS && best < MIN_STEPS; i++) {
+        int n = generate_runs(name, m, seed + 1000 * (uint64_t)i, max_steps);
+        best = n > best ? n : best;
+    }
+    fprintf(stderr, "%s: generate(), %d steps at most a canvas: the longest comparison before a near-tie %d steps "
+            "(%d needed)\n", name, max_steps, best, MIN_STEPS);
+    CHECK(best >= MIN_STEPS);
 }
 
 /* dtype = fp8: generate() on the device alone (its passes are compared
@@ -758,8 +780,8 @@ int main(int argc, char **argv)
     CHECK(tb_dgemma_preset("tiny-diffusiongemma", 3, &m, err, sizeof err) == 0);
     round_model(&m);
     passes("tiny-diffusiongemma", &m);
-    generate_runs("tiny-diffusiongemma", &m, 11, 12);
-    generate_runs("tiny-diffusiongemma", &m, 12, 48);
+    generate_covered("tiny-diffusiongemma", &m, 11, 12);
+    generate_covered("tiny-diffusiongemma", &m, 12, 48);
     tb_dgemma_free(&m);
     if (argc > 1) {
         char dir[4096];
@@ -769,7 +791,7 @@ int main(int argc, char **argv)
             CHECK(tb_dgemma_load(dir, &m, err, sizeof err) == 0);
             round_model(&m);
             passes("golden-dgemma", &m);
-            generate_runs("golden-dgemma", &m, 11, 12);
+            generate_covered("golden-dgemma", &m, 11, 12);
             tb_dgemma_free(&m);
         } else {
             fprintf(stderr, "golden-dgemma: no %s (tools/make_dgemma_golden.py makes it)\n", dir);
