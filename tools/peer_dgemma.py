@@ -19,6 +19,7 @@ denoising steps per canvas.
 
 usage: python3 tools/peer_dgemma.py [--limit 4] [--runs 3] [--lengths 32,256] [--steps 48,16]"""
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -74,9 +75,14 @@ def root_config(vision):
 
 
 def build(tf):
+    # transformers 5.17 wants a vision_config (make_dgemma_golden.py
+    # settled it), so that way first. A failed try keeps only its message:
+    # the exception's frames would hold the half-built model's ~50 GB on
+    # the card (on an H100 the next try then ran out of memory).
     last = None
-    for vision in (None, VISION):
+    for vision in (VISION, None):
         for attn in ("sdpa", "eager"):
+            model = None
             try:
                 cfg = tf.DiffusionGemmaConfig.from_dict(json.loads(json.dumps(root_config(vision))))
                 torch.manual_seed(0)
@@ -86,10 +92,11 @@ def build(tf):
                 print(f"peer: built with vision_config={'small' if vision else None}, attention {attn}", flush=True)
                 return model.eval()
             except Exception as e:  # noqa: BLE001 - report, try the next way
-                last = e
-                print(f"peer: building (vision {vision is not None}, {attn}) failed: {type(e).__name__}: {e}",
-                      flush=True)
-                torch.cuda.empty_cache()
+                last = f"{type(e).__name__}: {e}"
+                print(f"peer: building (vision {vision is not None}, {attn}) failed: {last}", flush=True)
+            model = None
+            gc.collect()
+            torch.cuda.empty_cache()
     raise SystemExit(f"peer: FAILED: could not build DiffusionGemmaForBlockDiffusion: {last}")
 
 
