@@ -3,8 +3,8 @@
  * TB_GPU_MOE_GEMV_ROWS: a prefill of B x 128 tokens (each expert's rows by
  * the grouped GEMV, by cuBLAS per expert, or by the grouped tensor-core
  * GEMM) for B = 1, 4, 32 (not with a second argument "decode"), and the
- * decode step (always the GEMV: it is captured in a CUDA graph) at B = 1
- * and 32 with the roofline's count of what one step reads. Median of 5
+ * decode step (always the GEMV: it is captured in a CUDA graph) at B = 1,
+ * 2, 4, 8, 16 and 32 with the roofline's count of what one step reads. Median of 5
  * after a warm-up, host clock around calls that end in a stream sync.
  * Not a test: figures only (tests/gpu/run_moe.sh). */
 #define _GNU_SOURCE
@@ -66,8 +66,8 @@ int main(int argc, char **argv)
         }
     tb_gpu_set_moe_gemv_rows(g, TB_GPU_MOE_GEMV_ROWS);
     tb_gpu_set_moe_span_grouped(g, 0);
-    const int Ds[2] = {1, 32};
-    for (int di = 0; di < 2; di++) {
+    const int Ds[6] = {1, 2, 4, 8, 16, 32};
+    for (int di = 0; di < 6; di++) {
         int B = Ds[di];
         if (tb_gpu_prefill(g, tok, B, 128, next, NULL) != 0)
             return 1;
