@@ -1759,9 +1759,10 @@ static void check_golden(const char *name)
 
 /* The MoE router at the published expert counts (LLaDA2.0-mini's 256 in
  * 8 groups, sigmoid scores with a choice bias): block diffusion against
- * the CPU with k_moe_router (up to 64 rows a forward: 48-row spans route
- * 6 rows a warp in its last block) and again with cuBLAS, k_moe_route and
- * k_moe_group (TB_GPU_FUSION without TB_GPU_FUSE_MOE_ROUTER). */
+ * the CPU with k_moe_router (forwards of up to TB_GPU_MOE_FUSE_ROWS rows:
+ * the 8-row blocks of two sequences; the 32-row prefill by cuBLAS) and
+ * again with cuBLAS, k_moe_route and k_moe_group throughout (TB_GPU_FUSION
+ * without TB_GPU_FUSE_MOE_ROUTER). */
 static void check_router(const char *name)
 {
     char mask[16];

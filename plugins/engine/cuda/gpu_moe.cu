@@ -9,7 +9,7 @@
 //   grouping    k_moe_group: the (row, slot) pairs sorted by expert on the
 //               device (off[E + 1], order[j] = pair, pos[pair] = j), and the
 //               count of distinct experts added to the roofline's counter
-//               (for up to TB_GPU_MOE_GEMV_ROWS rows and 256 experts, under
+//               (for up to TB_GPU_MOE_FUSE_ROWS rows and 256 experts, under
 //               TB_GPU_FUSE_MOE_ROUTER: k_moe_router, the three in one
 //               kernel, the same route and grouping code)
 //   experts     two ways over the same groups (moe_ffn chooses by rows):
@@ -815,9 +815,7 @@ static int moe_experts_fp8(tb_gpu *g, const gpu_layer *G, int rows, int graphabl
         k_fp8_quant_act<<<P, FP8_QUANT_THREADS, 0, g->stream>>>(g->moe_act, mi, g->moe_aq, g->moe_as);
         LAUNCHED();
         dim3 down_grid((h + MOE_TILE - 1) / MOE_TILE, moe_grid_rows(g, P, E));
-        // (not over long spans, which come here on a device without FP8
-        // GEMMs: the combine's last blocks would take every row)
-        *combined = (g->fusion & TB_GPU_FUSE_MOE_COMBINE) && (graphable || rows <= g->moe_gemv_max_rows);
+        *combined = (g->fusion & TB_GPU_FUSE_MOE_COMBINE) && rows <= TB_GPU_MOE_FUSE_ROWS;
         if (*combined)
             k_moe_gemv_fp8<false, true><<<down_grid, MOE_WARPS * 32, 0, g->stream>>>(
                 G->qex_down, G->sex_down, g->moe_aq, g->moe_as, g->moe_off, NULL, k, 0, g->moe_y, NULL, h, mi, E,
@@ -884,7 +882,7 @@ int moe_ffn(tb_gpu *g, int l, int rows, int graphable)
     float one = 1.0f, zero = 0.0f;
     moe_route_args ra = {E,           k,          m->scoring == TB_MOE_SIGMOID, G->score_bias, m->n_group, m->topk_group,
                          m->group_mask_inf, m->norm_topk, m->routed_scale};
-    if ((g->fusion & TB_GPU_FUSE_MOE_ROUTER) && rows <= TB_GPU_MOE_GEMV_ROWS && E <= 256 && h % 8 == 0) {
+    if ((g->fusion & TB_GPU_FUSE_MOE_ROUTER) && rows <= TB_GPU_MOE_FUSE_ROWS && E <= 256 && h % 8 == 0) {
         size_t smem = (size_t)MOE_ROUTER_WARPS * 3 * E * sizeof(float) + (2 * (size_t)E + 1) * sizeof(int);
         unsigned blocks = (unsigned)((rows * E + MOE_ROUTER_WARPS - 1) / MOE_ROUTER_WARPS);
         k_moe_router<<<blocks, MOE_ROUTER_WARPS * 32, smem, g->stream>>>(
@@ -921,7 +919,7 @@ int moe_ffn(tb_gpu *g, int l, int rows, int graphable)
             LAUNCHED();
         }
         dim3 down_grid((h + MOE_TILE - 1) / MOE_TILE, moe_grid_rows(g, P, E));
-        combined = (g->fusion & TB_GPU_FUSE_MOE_COMBINE) != 0;
+        combined = (g->fusion & TB_GPU_FUSE_MOE_COMBINE) && rows <= TB_GPU_MOE_FUSE_ROWS;
         if (combined)
             k_moe_gemv<false, true><<<down_grid, MOE_WARPS * 32, 0, g->stream>>>(
                 G->ex_down, g->moe_act, g->moe_off, NULL, k, 0, g->moe_y, NULL, h, mi, E, g->x, g->moe_pos, g->moe_w,

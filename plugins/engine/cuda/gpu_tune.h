@@ -102,9 +102,9 @@ void tb_gpu_set_moe_span_grouped(tb_gpu *g, int grouped);
  * layers); MOE_COMBINE has the experts' grouped down GEMV add their
  * weighted outputs into the residual itself (its last block per column,
  * k_moe_combine's sums: no k_moe_combine launch; where the grouped GEMV
- * runs, as SWIGLU's); MOE_ROUTER computes the router's logits, its
- * choice and the grouping in one kernel where a forward has at most
- * TB_GPU_MOE_GEMV_ROWS rows and at most 256 experts (gpu_moe.cu's
+ * runs, as SWIGLU's, up to TB_GPU_MOE_FUSE_ROWS rows); MOE_ROUTER
+ * computes the router's logits, its choice and the grouping in one kernel
+ * where a forward has at most TB_GPU_MOE_FUSE_ROWS rows and 256 experts (gpu_moe.cu's
  * k_moe_router: no cuBLAS call, no k_moe_route, no k_moe_group; the
  * logits' sums in another order than cuBLAS's). MOE_COMBINE and
  * MOE_ROUTER are bits 8 and 16 since 2026-12-07, so masks written
@@ -121,6 +121,13 @@ void tb_gpu_set_moe_span_grouped(tb_gpu *g, int grouped);
 #define TB_GPU_FUSE_NORM 4
 #define TB_GPU_FUSE_MOE_COMBINE 8
 #define TB_GPU_FUSE_MOE_ROUTER 16
+/* MOE_COMBINE and MOE_ROUTER act on forwards of at most this many rows:
+ * on the H100 (docs/PERFORMANCE.md, 2026-12-07) both made a Qwen3-30B-A3B
+ * decode step faster at batch 1 (199 -> 217 tok/s with SWIGLU) and slower
+ * at batch 32 (1,318 -> 1,245): the last blocks' serial work grows with
+ * the rows (the router routes rows / 8 a warp). Between, not measured:
+ * at 8 rows a warp routes one row, as at batch 1. */
+#define TB_GPU_MOE_FUSE_ROWS 8
 #define TB_GPU_FUSE_DEFAULT                                                                                         \
     (TB_GPU_FUSE_SWIGLU | TB_GPU_FUSE_SPLIT_ATTN | TB_GPU_FUSE_MOE_COMBINE | TB_GPU_FUSE_MOE_ROUTER)
 #define TB_GPU_PDL_DEFAULT 0
