@@ -242,16 +242,8 @@ __global__ void __launch_bounds__(MOE_ROUTER_WARPS * 32)
         if (lane == 0)
             logits[q] = acc;
     }
-    __threadfence(); // this block's logits before its count
-    __syncthreads();
-    if (threadIdx.x == 0)
-        arrived = atomicAdd(count, 1u);
-    __syncthreads();
-    if (arrived != gridDim.x - 1)
+    if (!last_block_to_arrive(count, gridDim.x, &arrived))
         return;
-    __threadfence();
-    if (threadIdx.x == 0)
-        *count = 0; // ready for the next launch
     float *mine = router_smem + (size_t)warp * 3 * E;
     for (int r = warp; r < rows; r += MOE_ROUTER_WARPS) // L2 reads: other blocks wrote the logits
         moe_route_row(logits, a, r, idx, w, mine, mine + E, mine + 2 * E);
@@ -398,16 +390,8 @@ __device__ void moe_combine_tile(float *x, const float *Y, const int *pos, const
                                  int k, int h, unsigned *count)
 {
     __shared__ unsigned arrived;
-    __threadfence(); // this block's products before its count
-    __syncthreads();
-    if (threadIdx.x == 0)
-        arrived = atomicAdd(count + blockIdx.x, 1u);
-    __syncthreads();
-    if (arrived != gridDim.y - 1)
+    if (!last_block_to_arrive(count + blockIdx.x, gridDim.y, &arrived))
         return;
-    __threadfence();
-    if (threadIdx.x == 0)
-        count[blockIdx.x] = 0; // ready for the next launch
     int rows = off[E] / k, d0 = blockIdx.x * MOE_TILE;
     for (int i = threadIdx.x; i < rows * MOE_TILE; i += blockDim.x) {
         int r = i / MOE_TILE, d = d0 + i % MOE_TILE;

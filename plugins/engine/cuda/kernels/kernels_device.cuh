@@ -66,6 +66,28 @@ static __device__ __forceinline__ float2 e4m3x2_to_float2(unsigned short v)
     return __half22float2(*reinterpret_cast<__half2 *>(&h));
 }
 
+// Whether this block is the last of n to arrive at *count (zero between
+// launches; the last one resets it), for the kernels whose last block
+// finishes what the others wrote (split-K sums, the GEMVs' closing norm,
+// the MoE combine and router). Every thread of the block calls it, after
+// this block's writes: the fence orders them before the count, and the
+// last block's reads after it (which read other blocks' writes from L2:
+// __ldcg). arrived: a __shared__ unsigned of the caller's.
+static __device__ __forceinline__ bool last_block_to_arrive(unsigned *count, unsigned n, unsigned *arrived)
+{
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0)
+        *arrived = atomicAdd(count, 1u);
+    __syncthreads();
+    if (*arrived != n - 1)
+        return false;
+    __threadfence();
+    if (threadIdx.x == 0)
+        *count = 0; // ready for the next launch
+    return true;
+}
+
 // Warps of the batch-1 GEMVs' blocks (k_gemv, k_gemv_fp8)
 #define GEMV_WARPS 4
 

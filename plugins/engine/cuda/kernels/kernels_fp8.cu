@@ -245,20 +245,8 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
                 y[o] = beta != 0.0f ? y[o] * beta + v : v;
             }
         }
-    if (NORM_OUT) {
-        // the fence orders this block's outputs before its count
-        __threadfence();
-        __syncthreads();
-        if (threadIdx.x == 0)
-            arrived = atomicAdd(done, 1u);
-        __syncthreads();
-        if (arrived != gridDim.x - 1)
-            return;
-        __threadfence();
-        if (threadIdx.x == 0)
-            *done = 0; // ready for the next launch
+    if (NORM_OUT && last_block_to_arrive(done, gridDim.x, &arrived))
         rmsnorm_by_block(y, nw, eps, out, xn, red);
-    }
 }
 
 namespace tbgpu {

@@ -150,17 +150,8 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
             for (int r = 0; r < P; r++)
                 if (o0 + r < out)
                     part[(size_t)blockIdx.y * out + o0 + r] = acc[r];
-        // the fence orders this block's partials before its count
-        __threadfence();
-        __syncthreads();
-        if (threadIdx.x == 0)
-            arrived = atomicAdd(count + blockIdx.x, 1u);
-        __syncthreads();
-        if (arrived != KS - 1)
+        if (!last_block_to_arrive(count + blockIdx.x, KS, &arrived))
             return;
-        __threadfence();
-        if (threadIdx.x == 0)
-            count[blockIdx.x] = 0; // ready for the next launch
 #pragma unroll
         for (int r = 0; r < P; r++) { // the KS partials, in slice order (L2 reads: other blocks wrote them)
             acc[r] = 0.0f;
@@ -181,20 +172,8 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
                 y[o0 + r] = beta != 0.0f ? y[o0 + r] * beta + acc[r] : acc[r];
             }
         }
-    if (NORM_OUT) {
-        // the fence orders this block's outputs before its count
-        __threadfence();
-        __syncthreads();
-        if (threadIdx.x == 0)
-            arrived = atomicAdd(done, 1u);
-        __syncthreads();
-        if (arrived != gridDim.x - 1)
-            return;
-        __threadfence();
-        if (threadIdx.x == 0)
-            *done = 0; // ready for the next launch
+    if (NORM_OUT && last_block_to_arrive(done, gridDim.x, &arrived))
         rmsnorm_by_block(y, nw, eps, out, xn, red);
-    }
 }
 
 namespace tbgpu {
