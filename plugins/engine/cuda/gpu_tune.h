@@ -122,11 +122,12 @@ void tb_gpu_set_moe_span_grouped(tb_gpu *g, int grouped);
 #define TB_GPU_FUSE_MOE_COMBINE 8
 #define TB_GPU_FUSE_MOE_ROUTER 16
 /* MOE_COMBINE and MOE_ROUTER act on forwards of at most this many rows:
- * on the H100 (docs/PERFORMANCE.md, 2026-12-07) both made a Qwen3-30B-A3B
- * decode step faster at batch 1 (199 -> 217 tok/s with SWIGLU) and slower
- * at batch 32 (1,318 -> 1,245): the last blocks' serial work grows with
- * the rows (the router routes rows / 8 a warp). Between, not measured:
- * at 8 rows a warp routes one row, as at batch 1. */
+ * on the H100 (docs/PERFORMANCE.md, 2026-12-07) the three MoE fusions
+ * made a Qwen3-30B-A3B decode step faster at batch 1 (199 -> 217 tok/s
+ * against none) and slower at batch 32 (1,318 -> 1,245; without the
+ * router 1,292, without the combine 1,275): their last blocks' serial
+ * work grows with the rows (the router routes rows / 8 a warp). Between,
+ * not measured: at 8 rows a warp routes one row, as at batch 1. */
 #define TB_GPU_MOE_FUSE_ROWS 8
 #define TB_GPU_FUSE_DEFAULT                                                                                         \
     (TB_GPU_FUSE_SWIGLU | TB_GPU_FUSE_SPLIT_ATTN | TB_GPU_FUSE_MOE_COMBINE | TB_GPU_FUSE_MOE_ROUTER)
