@@ -76,9 +76,16 @@ def root_config(vision):
 
 def build(tf):
     # transformers 5.17 wants a vision_config (make_dgemma_golden.py
-    # settled it), so that way first. A failed try keeps only its message:
-    # the exception's frames would hold the half-built model's ~50 GB on
-    # the card (on an H100 the next try then ran out of memory).
+    # settled it), so that way first. The encoder's text weights are the
+    # decoder's (tied objects: 84 / 0 in the golden data's VERSIONS.json),
+    # but tied only after both are built: about 100 GB at the peak, which an
+    # 80 GB H100 does not hold. So where the card holds less than twice the
+    # weights the model is built in host memory (bf16, its own random
+    # init), tied there, then moved (.to keeps tied parameters shared). A
+    # failed try keeps only its message: the exception's frames would hold
+    # the half-built model.
+    total = torch.cuda.mem_get_info()[1]
+    place = "cuda" if total > 2.2 * 50.6e9 else "cpu"
     last = None
     for vision in (VISION, None):
         for attn in ("sdpa", "eager"):
@@ -86,14 +93,24 @@ def build(tf):
             try:
                 cfg = tf.DiffusionGemmaConfig.from_dict(json.loads(json.dumps(root_config(vision))))
                 torch.manual_seed(0)
-                with torch.device("cuda"):
+                t0 = time.perf_counter()
+                with torch.device(place):
                     model = tf.DiffusionGemmaForBlockDiffusion._from_config(cfg, attn_implementation=attn,
                                                                              dtype=torch.bfloat16)
-                print(f"peer: built with vision_config={'small' if vision else None}, attention {attn}", flush=True)
+                if place != "cuda":
+                    model = model.to("cuda")
+                print(f"peer: built with vision_config={'small' if vision else None}, attention {attn}, in "
+                      f"{place} memory ({total / 2**30:.0f} GiB on the card), {time.perf_counter() - t0:.0f} s",
+                      flush=True)
+                dec = dict(model.model.decoder.named_parameters())
+                enc = model.model.encoder.language_model.named_parameters()
+                pairs = [(n, p) for n, p in enc if n in dec]
+                shared = sum(p.data_ptr() == dec[n].data_ptr() for n, p in pairs)
+                print(f"peer: encoder text weights shared with the decoder's: {shared} of {len(pairs)}", flush=True)
                 return model.eval()
             except Exception as e:  # noqa: BLE001 - report, try the next way
-                last = f"{type(e).__name__}: {e}"
-                print(f"peer: building (vision {vision is not None}, {attn}) failed: {last}", flush=True)
+                last = f"{type(e).__name__}: {e}"[:400]
+                print(f"peer: building (vision {vision is not None}, {attn}, {place}) failed: {last}", flush=True)
             model = None
             gc.collect()
             torch.cuda.empty_cache()

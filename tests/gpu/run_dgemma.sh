@@ -9,14 +9,18 @@
 #      last. Logs under $OUT (dgemma-logs.tgz).
 # Build as tests/gpu/run.sh says, carry the build folder, and run from the
 # repository root:
-#   bash tests/gpu/run_dgemma.sh build-gpu [--no-tests] [--no-suite] [--no-peer]
+#   bash tests/gpu/run_dgemma.sh build-gpu [--no-tests] [--no-suite] [--no-peer] [--short]
+# --short: vLLM's published condition alone (step cap 16, a reply of 256 =
+# one canvas), the first 2 prompts, suite and peer alike: a few minutes of
+# device time where the whole suite and its peer take about ten.
 set -uo pipefail
 build=${1:-build-gpu}
-tests=1 suite=1 peer=1
+tests=1 suite=1 peer=1 short=0
 for a in "${@:2}"; do
     [ "$a" = "--no-tests" ] && tests=0
     [ "$a" = "--no-suite" ] && suite=0
     [ "$a" = "--no-peer" ] && peer=0
+    [ "$a" = "--short" ] && short=1
 done
 here=$(cd "$(dirname "$0")/../.." && pwd)
 out=${DGEMMA_WORK:-$(mktemp -d /tmp/dgemma.XXXXXX)}
@@ -35,16 +39,28 @@ if [ $tests = 1 ]; then
     echo "test_dgemma_gpu exit $test_rc"
 fi
 if [ $suite = 1 ]; then
-    echo "== tokbench suites/gpu-dgemma.ini"
-    timeout ${SUITE_TIMEOUT:-300} "$build/tokbench" run "$here/suites/gpu-dgemma.ini" --db "$out/gpu-dgemma.db" \
+    ini=$here/suites/gpu-dgemma.ini
+    if [ $short = 1 ]; then # the same suite at one condition (the keys as the file writes them)
+        sed -e 's/^max_new_tokens = 32, 256/max_new_tokens = 256/' -e 's/^limit = 4 /limit = 2 /' \
+            -e 's/^steps = 48, 16 /steps = 16 /' -e 's/^name = gpu-dgemma$/name = gpu-dgemma-short/' \
+            -e "s|^file = data/|file = $here/suites/data/|" \
+            "$ini" >"$out/gpu-dgemma-short.ini"
+        for k in "max_new_tokens = 256" "limit = 2 " "steps = 16 " "name = gpu-dgemma-short" "file = /"; do
+            grep -q "^$k" "$out/gpu-dgemma-short.ini" || { echo "run_dgemma.sh: --short: no '$k' made" >&2; exit 2; }
+        done
+        ini=$out/gpu-dgemma-short.ini
+    fi
+    echo "== tokbench $ini"
+    timeout ${SUITE_TIMEOUT:-300} "$build/tokbench" run "$ini" --db "$out/gpu-dgemma.db" \
         >"$out/gpu-dgemma.txt" 2>"$out/gpu-dgemma.err"
     suite_rc=$?
     echo "tokbench exit $suite_rc"
 fi
 if [ $peer = 1 ]; then
     echo "== peer (transformers)"
-    timeout ${PEER_TIMEOUT:-300} python3 "$here/tools/peer_dgemma.py" --runs ${PEER_RUNS:-1} \
-        --limit ${PEER_LIMIT:-4} >"$out/peer.txt" 2>&1
+    peer_args=(--runs ${PEER_RUNS:-1} --limit ${PEER_LIMIT:-4})
+    [ $short = 1 ] && peer_args=(--runs 1 --limit 2 --lengths 256 --steps 16)
+    timeout ${PEER_TIMEOUT:-300} python3 "$here/tools/peer_dgemma.py" "${peer_args[@]}" >"$out/peer.txt" 2>&1
     peer_rc=$?
     echo "peer exit $peer_rc"
     grep -E "^peer|Error|error" "$out/peer.txt" | cut -c1-300

@@ -93,18 +93,20 @@ struct tb_gpu_dgemma {
     size_t route_cap, route_n;
     double expert_reads, moe_rows;
     // dtype = fp8 (g->fp8 too): each projection's input rows quantized into
-    // xq [R k][largest in] / xs [R k] (k_fp8_quant_act), then the FP8 GEMM
-    // (g->fp8_gemm: gpu_gemm_fp8.cu), the experts one GEMM each over their
-    // gathered rows with the scales left to the kernel after (egu_f, ey_f
-    // unscaled, rexp the expert of each gathered row); without an FP8 GEMM
-    // both sides dequantized to bf16 (xdq, wdq: exact) for the bf16 GEMMs.
+    // xq [R k][largest in] / xs [R k] (k_fp8_quant_act), then the dense
+    // projections on the FP8 GEMM (g->fp8_gemm: gpu_gemm_fp8.cu) or,
+    // without one, both sides dequantized to bf16 (xdq, wdq: exact) for the
+    // bf16 GEMMs; the experts on gpu_moe.cu's grouped GEMM over the codes
+    // (either way: k_moe_gemm<true>, one launch a projection, its float
+    // products scaled into egu_f, ey_f; its tile list in tile_e, tile_j,
+    // ntiles).
     int fp8;
     uint8_t *xq;              // [R k][largest in]
     float *xs;                // [R k]
     bf16 *xdq;                // [R][largest dense in]: no FP8 GEMM only
-    bf16 *wdq;                // the largest projection (all of a layer's experts): no FP8 GEMM only
-    float *egu_f, *ey_f;      // [R k][2 mi], [R k][H]: the experts' unscaled products (FP8 GEMM)
-    int *rexp;                // [R k]
+    bf16 *wdq;                // the largest dense projection: no FP8 GEMM only
+    float *egu_f, *ey_f;      // [R k][2 mi], [R k][H]: the experts' products
+    int *tile_e, *tile_j, *ntiles; // [moe_max_tiles(R k, E)] x 2, [1]
 };
 
 // ------------------------------------------------------------ kernels
@@ -331,50 +333,15 @@ __global__ void k_dg_combine(float *x, const bf16 *y, const int *pos, const floa
     }
 }
 
-// dtype = fp8: rexp[p] = the expert whose gathered rows [off[e], off[e + 1])
-// hold row p (off [E + 1] ascending, off[0] = 0, off[E] = P)
-__global__ void k_dg_row_expert(const int *off, int E, int P, int *rexp)
-{
-    int p = blockIdx.x * blockDim.x + threadIdx.x;
-    if (p >= P)
-        return;
-    int lo = 0, hi = E; // off[lo] <= p < off[hi]
-    while (hi - lo > 1) {
-        int mid = (lo + hi) / 2;
-        if (off[mid] <= p)
-            lo = mid;
-        else
-            hi = mid;
-    }
-    rexp[p] = lo;
-}
-
-// dtype = fp8: k_dg_geglu over the experts' unscaled FP8 products gu
-// [n][2 inter], each row scaled here by its input's scale xs[r] and its
-// expert's row scales sw [E][2 inter] (rexp[r]: the expert)
-__global__ void k_dg_geglu_fp8(const float *gu, const float *xs, const float *sw, const int *rexp, bf16 *act,
-                               int inter, size_t n)
-{
-    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n * inter; e += (size_t)gridDim.x * blockDim.x) {
-        size_t r = e / inter, i = e % inter;
-        const float *s = sw + (size_t)rexp[r] * 2 * inter;
-        float g = gu[r * 2 * inter + i] * xs[r] * s[i], u = gu[r * 2 * inter + inter + i] * xs[r] * s[inter + i];
-        act[e] = __float2bfloat16(dg_gelu(g) * u);
-    }
-}
-
-// dtype = fp8: k_dg_combine over the experts' unscaled FP8 products y
-// [P][h] (row p scaled by xs[p] and its expert's row scales sw [E][h])
-__global__ void k_dg_combine_fp8(float *x, const float *y, const int *pos, const float *w, const float *xs,
-                                 const float *sw, const int *rexp, int k, int h)
+// dtype = fp8: the same over the experts' float products (k_moe_gemm's,
+// scaled)
+__global__ void k_dg_combine_f(float *x, const float *y, const int *pos, const float *w, int k, int h)
 {
     int r = blockIdx.x;
     for (int d = threadIdx.x; d < h; d += blockDim.x) {
         float s = 0;
-        for (int t = 0; t < k; t++) {
-            int p = pos[r * k + t];
-            s += w[r * k + t] * (y[(size_t)p * h + d] * xs[p] * sw[(size_t)rexp[p] * h + d]);
-        }
+        for (int t = 0; t < k; t++)
+            s += w[r * k + t] * y[(size_t)pos[r * k + t] * h + d];
         x[(size_t)r * h + d] = s;
     }
 }
@@ -669,7 +636,7 @@ static void dg_free_buffers(tb_gpu_dgemma *d)
     void *p[] = {d->tok, d->x,   d->r,  d->h1,  d->h2,  d->xn,  d->qf,  d->kf,     d->vf,   d->qb,   d->att,
                  d->S,   d->P,   d->gu, d->act, d->rlog, d->w,  d->idx, d->off,    d->order, d->pos, d->xg,
                  d->egu, d->eact, d->ey, d->logits, d->soft, d->d_ids, d->d_ent, d->xq, d->xs, d->xdq,
-                 d->egu_f, d->ey_f, d->rexp, g->fp8_t};
+                 d->egu_f, d->ey_f, d->tile_e, d->tile_j, d->ntiles, g->fp8_t};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
         dfree(g, p[i]);
     for (int l = 0; d->L && l < d->cfg.n_layers; l++) {
@@ -688,7 +655,8 @@ static void dg_free_buffers(tb_gpu_dgemma *d)
     d->logits = d->d_ent = NULL;
     d->xn = d->qb = d->att = d->P = d->act = d->xg = d->eact = d->soft = d->egu = d->ey = NULL;
     d->d_ids = NULL;
-    d->xq = NULL, d->xs = NULL, d->xdq = NULL, d->egu_f = d->ey_f = NULL, d->rexp = NULL;
+    d->xq = NULL, d->xs = NULL, d->xdq = NULL, d->egu_f = d->ey_f = NULL;
+    d->tile_e = d->tile_j = d->ntiles = NULL;
     g->fp8_t = NULL, g->fp8_t_floats = 0; // this context's (gpu_gemm_fp8.cu's small spans), made by reserve
     d->max_ctx = d->cap = d->len = 0;
     d->have_z = d->have_logits = 0;
@@ -827,16 +795,14 @@ static int fp8_gemm_probe(tb_gpu_dgemma *d)
     return gemm_fp8_available_for(d->g, 4, outs, ins);
 }
 
-// dtype = fp8 without the FP8 GEMM: room for the largest projection
-// dequantized (a layer's experts, all at once, or a dense one)
+// dtype = fp8 without the FP8 GEMM: room for the largest dense projection
+// dequantized (the experts take the grouped GEMM over their codes)
 static int alloc_wdq(tb_gpu_dgemma *d)
 {
     const tb_dgemma_config *c = &d->cfg;
     size_t H = c->hidden, I = c->inter, hdm = c->hd_sliding > c->hd_full ? c->hd_sliding : c->hd_full;
-    size_t most = (size_t)c->n_experts * 2 * c->moe_inter * H, cand[] = {2 * I * H, c->n_heads * hdm * H};
-    for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++)
-        most = cand[i] > most ? cand[i] : most;
-    return dalloc(d->g, (void **)&d->wdq, most * sizeof(bf16));
+    size_t a = 2 * I * H, b = (size_t)c->n_heads * hdm * H;
+    return dalloc(d->g, (void **)&d->wdq, (a > b ? a : b) * sizeof(bf16));
 }
 
 extern "C" int tb_gpu_dgemma_create(tb_gpu_dgemma **out, const tb_dgemma_config *cfg, const tb_dgemma_model *cpu,
@@ -933,6 +899,9 @@ extern "C" int tb_gpu_dgemma_reserve(tb_gpu_dgemma *d, int max_ctx)
                      ? (size_t)c->kv_sliding * c->hd_sliding
                      : (size_t)c->kv_full * c->hd_full;
     size_t cap = (size_t)max_ctx + R, Pn = R * K;
+    if (d->fp8 && moe_max_tiles((int)Pn, (int)E) > 65535)
+        return fail(g, "DiffusionGemma fp8: %zu (row, expert) pairs a pass, more than the grouped GEMM's grid takes",
+                    Pn);
     int rc = 0;
     for (int l = 0; !rc && l < c->n_layers; l++) {
         size_t kvd = (size_t)d->L[l].kv * d->L[l].hd;
@@ -977,12 +946,14 @@ extern "C" int tb_gpu_dgemma_reserve(tb_gpu_dgemma *d, int max_ctx)
         size_t xin = R * din > Pn * (H > mi ? H : mi) ? R * din : Pn * (H > mi ? H : mi);
         A(d->xq, xin);
         A(d->xs, Pn);
+        A(d->egu_f, Pn * 2 * mi);
+        A(d->ey_f, Pn * H);
+        A(d->tile_e, (size_t)moe_max_tiles((int)Pn, (int)E));
+        A(d->tile_j, (size_t)moe_max_tiles((int)Pn, (int)E));
+        A(d->ntiles, 1);
         if (!g->fp8_gemm) {
             A(d->xdq, R * din);
         } else {
-            A(d->egu_f, Pn * 2 * mi);
-            A(d->ey_f, Pn * H);
-            A(d->rexp, Pn);
             // gemm_fp8's small products (FP8_SCALAR_ROWS rows and fewer) before their scales
             size_t out = nh * hdm > 2 * I ? nh * hdm : 2 * I;
             out = H > out ? H : out;
@@ -1074,8 +1045,8 @@ static int attend(tb_gpu_dgemma *d, int l, int rows, int pos0, pass mode)
     return 0;
 }
 
-static int experts_bf16(tb_gpu_dgemma *d, const dg_layer *L, int rows, const int *off, int *n_touched);
-static int experts_fp8(tb_gpu_dgemma *d, const dg_layer *L, int rows, const int *off, int *n_touched);
+static int experts_bf16(tb_gpu_dgemma *d, const dg_layer *L, int rows, const int *off);
+static int experts_fp8(tb_gpu_dgemma *d, const dg_layer *L, int rows);
 
 // DiffusionGemmaTextRouter and the experts, from the residual r into h2
 // (before post_feedforward_layernorm_2). Under dtype = fp8 the router
@@ -1103,8 +1074,6 @@ static int moe(tb_gpu_dgemma *d, const dg_layer *L, int rows)
     // the experts' input
     k_dg_rms<<<rows, DG_THREADS, 0, g->stream>>>(d->r, L->pre_ffn_norm2, 1.0f, NULL, NULL, d->xn, H, eps);
     LAUNCHED();
-    k_moe_gather<<<P < 65535 ? P : 65535, 256, 0, g->stream>>>(d->xn, d->order, K, H, P, d->xg);
-    LAUNCHED();
     CK(cudaMemcpyAsync(d->h_off, d->off, (size_t)(E + 1) * sizeof(int), cudaMemcpyDeviceToHost, g->stream));
     if (d->route_log) { // a test's record of the sets, in the order the CPU's replay reads them
         if (d->route_n + (size_t)P > d->route_cap)
@@ -1115,20 +1084,11 @@ static int moe(tb_gpu_dgemma *d, const dg_layer *L, int rows)
     }
     CK(cudaStreamSynchronize(g->stream));
     const int *off = d->h_off;
-    int touched = 0;
-    if (d->fp8 && g->fp8_gemm) {
-        if (experts_fp8(d, L, rows, off, &touched))
-            return -1;
-    } else {
-        if (d->fp8) { // no FP8 GEMM: the E4M3 input values, in place, for the bf16 GEMMs
-            k_fp8_quant_act<<<P, FP8_QUANT_THREADS, 0, g->stream>>>(d->xg, H, d->xq, d->xs);
-            LAUNCHED();
-            k_fp8_dequant<<<blocks_for((size_t)P * H / 16), 256, 0, g->stream>>>(d->xq, d->xs, H, (size_t)P * H, d->xg);
-            LAUNCHED();
-        }
-        if (experts_bf16(d, L, rows, off, &touched))
-            return -1;
-    }
+    int touched = 0; // the experts some row chose (an expert no row chose is never read)
+    for (int e = 0; e < E; e++)
+        touched += off[e + 1] > off[e];
+    if (d->fp8 ? experts_fp8(d, L, rows) : experts_bf16(d, L, rows, off))
+        return -1;
     // the roofline: active experts only (docs/METRICS.md's active bytes;
     // fp8: 1 byte a weight and a float scale an output row)
     g->work_flops += 2.0 * P * 3.0 * H * mi;
@@ -1138,19 +1098,19 @@ static int moe(tb_gpu_dgemma *d, const dg_layer *L, int rows)
     return 0;
 }
 
-// The experts in bf16 over the gathered rows xg (moe's): each chosen
-// expert's rows as one product, all experts in one grouped GEMM (bf16 out)
-// where cuBLAS has it, else a GEMM each; then GeGLU, down, and the combine
-// into h2. Under dtype = fp8 without the FP8 GEMM, xg holds the E4M3
-// values already and each weight table is dequantized into wdq first.
-static int experts_bf16(tb_gpu_dgemma *d, const dg_layer *L, int rows, const int *off, int *n_touched)
+// The experts in bf16 over the rows xn (moe's): gathered into xg, each
+// chosen expert's rows as one product, all experts in one grouped GEMM
+// (bf16 out) where cuBLAS has it, else a GEMM each; then GeGLU, down, and
+// the combine into h2.
+static int experts_bf16(tb_gpu_dgemma *d, const dg_layer *L, int rows, const int *off)
 {
     tb_gpu *g = d->g;
     const tb_dgemma_config *c = &d->cfg;
     int H = c->hidden, E = c->n_experts, K = c->top_k, mi = c->moe_inter, P = rows * K;
     float one = 1.0f, zero = 0.0f;
     int touched = 0;
-    const bf16 *wgu = d->fp8 ? d->wdq : L->ex_gu.w, *wdown = d->fp8 ? d->wdq : L->ex_down.w;
+    k_moe_gather<<<P < 65535 ? P : 65535, 256, 0, g->stream>>>(d->xn, d->order, K, H, P, d->xg);
+    LAUNCHED();
     // the chosen experts, group i: expert e's rows [off[e], off[e + 1])
     int gm[2][TB_MOE_MAX_EXPERTS], gn[TB_MOE_MAX_EXPERTS], gk[2][TB_MOE_MAX_EXPERTS], ones[TB_MOE_MAX_EXPERTS];
     float alpha[TB_MOE_MAX_EXPERTS], beta[TB_MOE_MAX_EXPERTS];
@@ -1163,18 +1123,12 @@ static int experts_bf16(tb_gpu_dgemma *d, const dg_layer *L, int rows, const int
         int i = touched++;
         gm[0][i] = 2 * mi, gk[0][i] = H, gm[1][i] = H, gk[1][i] = mi, gn[i] = n, ones[i] = 1;
         alpha[i] = 1.0f, beta[i] = 0.0f, opT[i] = CUBLAS_OP_T, opN[i] = CUBLAS_OP_N;
-        hp[i] = (void *)(wgu + (size_t)e * 2 * mi * H);
+        hp[i] = (void *)(L->ex_gu.w + (size_t)e * 2 * mi * H);
         hp[E + i] = d->xg + (size_t)off[e] * H;
         hp[2 * E + i] = d->egu + (size_t)off[e] * 2 * mi;
-        hp[3 * E + i] = (void *)(wdown + (size_t)e * H * mi);
+        hp[3 * E + i] = (void *)(L->ex_down.w + (size_t)e * H * mi);
         hp[4 * E + i] = d->eact + (size_t)off[e] * mi;
         hp[5 * E + i] = d->ey + (size_t)off[e] * H;
-    }
-    *n_touched = touched;
-    if (d->fp8) { // every expert's gate-up rows as bf16 (exact), one pass
-        size_t n = (size_t)E * 2 * mi * H;
-        k_fp8_dequant<<<blocks_for(n / 16), 256, 0, g->stream>>>(L->ex_gu.q, L->ex_gu.s, H, n, d->wdq);
-        LAUNCHED();
     }
 #if CUBLAS_VERSION >= 120500 // cublasGemmGroupedBatchedEx came with cuBLAS 12.5
     int grouped = !d->grouped_failed;
@@ -1200,15 +1154,6 @@ static int experts_bf16(tb_gpu_dgemma *d, const dg_layer *L, int rows, const int
                             CUBLAS_GEMM_DEFAULT));
     k_dg_geglu_b<<<blocks_for((size_t)P * mi), 256, 0, g->stream>>>(d->egu, d->eact, mi, (size_t)P);
     LAUNCHED();
-    if (d->fp8) { // the down products' E4M3 inputs and bf16 weights, as above
-        k_fp8_quant_act<<<P, FP8_QUANT_THREADS, 0, g->stream>>>(d->eact, mi, d->xq, d->xs);
-        LAUNCHED();
-        k_fp8_dequant<<<blocks_for((size_t)P * mi / 16), 256, 0, g->stream>>>(d->xq, d->xs, mi, (size_t)P * mi, d->eact);
-        LAUNCHED();
-        size_t n = (size_t)E * H * mi;
-        k_fp8_dequant<<<blocks_for(n / 16), 256, 0, g->stream>>>(L->ex_down.q, L->ex_down.s, mi, n, d->wdq);
-        LAUNCHED();
-    }
 #if CUBLAS_VERSION >= 120500
     if (grouped)
         CB(cublasGemmGroupedBatchedEx(g->blas, opT, opN, gm[1], gn, gk[1], alpha,
@@ -1226,51 +1171,33 @@ static int experts_bf16(tb_gpu_dgemma *d, const dg_layer *L, int rows, const int
     return 0;
 }
 
-// dtype = fp8 on the FP8 GEMM: the gathered rows xg quantized once (one
-// scale a row, as the CPU rounds each row once for all its experts), then
-// one FP8 GEMM per chosen expert over its rows (cuBLAS's grouped GEMM takes
-// no FP8), unscaled into egu_f (the deferred route: gpu_gemm_fp8.cu), the
-// scales applied by the GeGLU; the same for down into ey_f, the scales
-// applied by the combine into h2.
-static int experts_fp8(tb_gpu_dgemma *d, const dg_layer *L, int rows, const int *off, int *n_touched)
+// dtype = fp8 (with or without the FP8 GEMM): the rows xn quantized once
+// (a scale a row, as the CPU rounds each row once for all its experts),
+// then every chosen expert's rows in one grouped GEMM a projection
+// (gpu_moe.cu's k_moe_gemm over the E4M3 codes, gathering the rows itself:
+// their exact bf16 values on tensor cores, float sums, both scales
+// applied), GeGLU, the down product's inputs quantized, the combine into
+// h2. No host wait and no call per expert (the ~7,700 cuBLASLt calls a
+// canvas pass of the published shape took before).
+static int experts_fp8(tb_gpu_dgemma *d, const dg_layer *L, int rows)
 {
     tb_gpu *g = d->g;
     const tb_dgemma_config *c = &d->cfg;
     int H = c->hidden, E = c->n_experts, K = c->top_k, mi = c->moe_inter, P = rows * K;
-    k_dg_row_expert<<<(P + 255) / 256, 256, 0, g->stream>>>(d->off, E, P, d->rexp);
+    moe_tiles t = {d->tile_e, d->tile_j, d->ntiles};
+    k_fp8_quant_act<<<rows, FP8_QUANT_THREADS, 0, g->stream>>>(d->xn, H, d->xq, d->xs);
     LAUNCHED();
-    k_fp8_quant_act<<<P, FP8_QUANT_THREADS, 0, g->stream>>>(d->xg, H, d->xq, d->xs);
-    LAUNCHED();
-    int touched = 0;
-    for (int e = 0; e < E; e++) {
-        int n = off[e + 1] - off[e], deferred = 0;
-        if (n == 0)
-            continue; // an expert no row chose is never read
-        touched++;
-        if (gemm_fp8(g, d->egu_f + (size_t)off[e] * 2 * mi, d->xq + (size_t)off[e] * H, d->xs + off[e],
-                     L->ex_gu.q + (size_t)e * 2 * mi * H, L->ex_gu.s + (size_t)e * 2 * mi, n, 2 * mi, H, 0.0f,
-                     &deferred))
-            return -1;
-        if (!deferred)
-            return fail(g, "DiffusionGemma fp8: the experts' GEMM did not leave its scales");
-    }
-    *n_touched = touched;
-    k_dg_geglu_fp8<<<blocks_for((size_t)P * mi), 256, 0, g->stream>>>(d->egu_f, d->xs, L->ex_gu.s, d->rexp, d->eact,
-                                                                     mi, (size_t)P);
+    if (moe_gemm_grouped(g, 1, L->ex_gu.q, d->xq, L->ex_gu.s, d->xs, d->off, d->order, K, 1, P, E, t, 1, d->egu_f,
+                         2 * mi, H))
+        return -1;
+    k_dg_geglu<<<blocks_for((size_t)P * mi), 256, 0, g->stream>>>(d->egu_f, d->eact, mi, (size_t)P);
     LAUNCHED();
     k_fp8_quant_act<<<P, FP8_QUANT_THREADS, 0, g->stream>>>(d->eact, mi, d->xq, d->xs);
     LAUNCHED();
-    for (int e = 0; e < E; e++) {
-        int n = off[e + 1] - off[e], deferred = 0;
-        if (n == 0)
-            continue;
-        if (gemm_fp8(g, d->ey_f + (size_t)off[e] * H, d->xq + (size_t)off[e] * mi, d->xs + off[e],
-                     L->ex_down.q + (size_t)e * H * mi, L->ex_down.s + (size_t)e * H, n, H, mi, 0.0f, &deferred))
-            return -1;
-        if (!deferred)
-            return fail(g, "DiffusionGemma fp8: the experts' GEMM did not leave its scales");
-    }
-    k_dg_combine_fp8<<<rows, 256, 0, g->stream>>>(d->h2, d->ey_f, d->pos, d->w, d->xs, L->ex_down.s, d->rexp, K, H);
+    if (moe_gemm_grouped(g, 1, L->ex_down.q, d->xq, L->ex_down.s, d->xs, d->off, NULL, K, 0, P, E, t, 0, d->ey_f, H,
+                         mi))
+        return -1;
+    k_dg_combine_f<<<rows, 256, 0, g->stream>>>(d->h2, d->ey_f, d->pos, d->w, K, H);
     LAUNCHED();
     return 0;
 }

@@ -331,6 +331,20 @@ int moe_reserve(tb_gpu *g, int rows);
 void moe_free(tb_gpu *g);
 int moe_ffn(tb_gpu *g, int l, int rows, int graphable);
 int moe_take_touched(tb_gpu *g, double *touched);
+// The grouped GEMM over every expert in one launch (gpu_moe.cu's
+// k_moe_gemm): Y[j][out] = W[e] x_j (float) for the grouped positions j of
+// P pairs over E experts (off [E + 1] on the device: expert e's positions
+// [off[e], off[e + 1])), x_j = X[order[j] / k] (gather) or X[j]; fp8: W
+// and X E4M3 codes, their row scales WS [E][out] and XS applied. Its tile
+// list (k_moe_tiles: moe_max_tiles(P, E) entries in e and j, the count in
+// n) made first where make_tiles, else reused. in % 8 == 0 (fp8: % 16).
+struct moe_tiles {
+    int *e, *j, *n;
+};
+int moe_max_tiles(int P, int E);
+int moe_gemm_grouped(tb_gpu *g, int fp8, const void *W, const void *X, const float *WS, const float *XS,
+                     const int *off, const int *order, int k, int gather, int P, int E, const moe_tiles &t,
+                     int make_tiles, float *Y, int out, int in);
 // Tensor parallelism (gpu_tp.cu): a context for device `device` whose
 // lm_head has head_rows rows (tb_gpu_create's body); the collectives on
 // a rank's stream (graph-capturable): x[count] summed over the ranks in

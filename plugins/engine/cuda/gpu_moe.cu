@@ -551,9 +551,6 @@ __global__ void k_moe_tiles(const int *off, int E, int *tile_e, int *tile_j, int
     ntiles[0] = t;
 }
 
-// The most tiles P pairs over E experts make: P / MOE_BM whole tiles plus
-// at most one partial tile an expert.
-static int moe_max_tiles(int P, int E) { return P / MOE_BM + (P < E ? P : E); }
 
 // 16 E4M3 codes as 16 bf16 values (exact: every E4M3 value is a bf16)
 __device__ __forceinline__ void e4m3x16_to_bf16(uint4 v, uint4 *out2)
@@ -661,6 +658,30 @@ __global__ void __launch_bounds__(128)
         }
     }
 }
+
+namespace tbgpu {
+
+int moe_max_tiles(int P, int E) { return P / MOE_BM + (P < E ? P : E); }
+
+int moe_gemm_grouped(tb_gpu *g, int fp8, const void *W, const void *X, const float *WS, const float *XS,
+                     const int *off, const int *order, int k, int gather, int P, int E, const moe_tiles &t,
+                     int make_tiles, float *Y, int out, int in)
+{
+    if (make_tiles) {
+        k_moe_tiles<<<1, 1, 0, g->stream>>>(off, E, t.e, t.j, t.n);
+        LAUNCHED();
+    }
+    dim3 grid((unsigned)((out + MOE_BN - 1) / MOE_BN), (unsigned)moe_max_tiles(P, E));
+    if (fp8)
+        k_moe_gemm<true><<<grid, 128, 0, g->stream>>>(W, X, WS, XS, off, order, k, gather, t.e, t.j, t.n, Y, out, in);
+    else
+        k_moe_gemm<false><<<grid, 128, 0, g->stream>>>(W, X, NULL, NULL, off, order, k, gather, t.e, t.j, t.n, Y, out,
+                                                       in);
+    LAUNCHED();
+    return 0;
+}
+
+} // namespace tbgpu
 
 // xg[j][h] = xn[order[j] / k][h] (bf16): the rows of each expert together
 // for its GEMM.
@@ -812,23 +833,16 @@ static int moe_experts_fp8(tb_gpu *g, const gpu_layer *G, int rows, int graphabl
         return 0;
     }
     if (g->moe_span_grouped) { // one grouped GEMM a projection, sized on the device
-        k_moe_tiles<<<1, 1, 0, g->stream>>>(g->moe_off, E, g->moe_tile_e, g->moe_tile_j, g->moe_ntiles);
-        LAUNCHED();
-        unsigned T = (unsigned)moe_max_tiles(P, E);
-        dim3 gu_grid((2 * mi + MOE_BN - 1) / MOE_BN, T), down_grid((h + MOE_BN - 1) / MOE_BN, T);
-        k_moe_gemm<true><<<gu_grid, 128, 0, g->stream>>>(G->qex_gu, g->moe_xq, G->sex_gu, g->moe_xs, g->moe_off,
-                                                         g->moe_order, k, 1, g->moe_tile_e, g->moe_tile_j,
-                                                         g->moe_ntiles, g->moe_gu, 2 * mi, h);
-        LAUNCHED();
+        moe_tiles t = {g->moe_tile_e, g->moe_tile_j, g->moe_ntiles};
+        if (moe_gemm_grouped(g, 1, G->qex_gu, g->moe_xq, G->sex_gu, g->moe_xs, g->moe_off, g->moe_order, k, 1, P, E,
+                             t, 1, g->moe_gu, 2 * mi, h))
+            return -1;
         k_swiglu<<<blocks_for((size_t)P * mi), 256, 0, g->stream>>>(g->moe_gu, g->moe_act, mi, (size_t)P * mi, NULL, NULL);
         LAUNCHED();
         k_fp8_quant_act<<<P, FP8_QUANT_THREADS, 0, g->stream>>>(g->moe_act, mi, g->moe_aq, g->moe_as);
         LAUNCHED();
-        k_moe_gemm<true><<<down_grid, 128, 0, g->stream>>>(G->qex_down, g->moe_aq, G->sex_down, g->moe_as,
-                                                           g->moe_off, NULL, k, 0, g->moe_tile_e, g->moe_tile_j,
-                                                           g->moe_ntiles, g->moe_y, h, mi);
-        LAUNCHED();
-        return 0;
+        return moe_gemm_grouped(g, 1, G->qex_down, g->moe_aq, G->sex_down, g->moe_as, g->moe_off, NULL, k, 0, P, E, t,
+                                0, g->moe_y, h, mi);
     }
     // the group offsets on the host: one wait per MoE layer of a span
     CK(cudaMemcpyAsync(g->h_moe_off, g->moe_off, (size_t)(E + 1) * sizeof(int), cudaMemcpyDeviceToHost, g->stream));
@@ -913,20 +927,15 @@ int moe_ffn(tb_gpu *g, int l, int rows, int graphable)
                 G->ex_down, g->moe_act, g->moe_off, NULL, k, 0, g->moe_y, NULL, h, mi, E, NULL, NULL, NULL, NULL);
         LAUNCHED();
     } else if (g->moe_span_grouped) { // one grouped GEMM a projection, sized on the device
-        k_moe_tiles<<<1, 1, 0, g->stream>>>(g->moe_off, E, g->moe_tile_e, g->moe_tile_j, g->moe_ntiles);
-        LAUNCHED();
-        unsigned T = (unsigned)moe_max_tiles(P, E);
-        dim3 gu_grid((2 * mi + MOE_BN - 1) / MOE_BN, T), down_grid((h + MOE_BN - 1) / MOE_BN, T);
-        k_moe_gemm<false><<<gu_grid, 128, 0, g->stream>>>(G->ex_gu, g->xn, NULL, NULL, g->moe_off, g->moe_order, k, 1,
-                                                          g->moe_tile_e, g->moe_tile_j, g->moe_ntiles, g->moe_gu,
-                                                          2 * mi, h);
-        LAUNCHED();
+        moe_tiles t = {g->moe_tile_e, g->moe_tile_j, g->moe_ntiles};
+        if (moe_gemm_grouped(g, 0, G->ex_gu, g->xn, NULL, NULL, g->moe_off, g->moe_order, k, 1, P, E, t, 1, g->moe_gu,
+                             2 * mi, h))
+            return -1;
         k_swiglu<<<blocks_for((size_t)P * mi), 256, 0, g->stream>>>(g->moe_gu, g->moe_act, mi, (size_t)P * mi, NULL, NULL);
         LAUNCHED();
-        k_moe_gemm<false><<<down_grid, 128, 0, g->stream>>>(G->ex_down, g->moe_act, NULL, NULL, g->moe_off, NULL, k,
-                                                            0, g->moe_tile_e, g->moe_tile_j, g->moe_ntiles, g->moe_y,
-                                                            h, mi);
-        LAUNCHED();
+        if (moe_gemm_grouped(g, 0, G->ex_down, g->moe_act, NULL, NULL, g->moe_off, NULL, k, 0, P, E, t, 0, g->moe_y, h,
+                             mi))
+            return -1;
     } else {
         // the group offsets on the host: one wait per MoE layer of a span
         CK(cudaMemcpyAsync(g->h_moe_off, g->moe_off, (size_t)(E + 1) * sizeof(int), cudaMemcpyDeviceToHost,

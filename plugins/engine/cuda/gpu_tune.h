@@ -122,13 +122,11 @@ void tb_gpu_set_moe_span_grouped(tb_gpu *g, int grouped);
 #define TB_GPU_FUSE_MOE_COMBINE 8
 #define TB_GPU_FUSE_MOE_ROUTER 16
 /* MOE_COMBINE and MOE_ROUTER act on forwards of at most this many rows:
- * on the H100 (docs/PERFORMANCE.md, 2026-12-07) the three MoE fusions
- * made a Qwen3-30B-A3B decode step faster at batch 1 (199 -> 217 tok/s
- * against none) and slower at batch 32 (1,318 -> 1,245; without the
- * router 1,292, without the combine 1,275): their last blocks' serial
- * work grows with the rows (the router routes rows / 8 a warp). Between,
- * not measured: at 8 rows a warp routes one row, as at batch 1. */
-#define TB_GPU_MOE_FUSE_ROWS 8
+ * on the H100 (docs/PERFORMANCE.md, 2026-12-07, bench_moe qwen3-30b-a3b
+ * decode, TB_GPU_FUSION 27 against 3 in one call) the two made a decode
+ * step faster at batch 1, 2 and 4 (+7%, +5%, +2%) and slower at 8 and 16
+ * (-1.4%, -0.7%): their last blocks' serial work grows with the rows. */
+#define TB_GPU_MOE_FUSE_ROWS 4
 #define TB_GPU_FUSE_DEFAULT                                                                                         \
     (TB_GPU_FUSE_SWIGLU | TB_GPU_FUSE_SPLIT_ATTN | TB_GPU_FUSE_MOE_COMBINE | TB_GPU_FUSE_MOE_ROUTER)
 #define TB_GPU_PDL_DEFAULT 0
