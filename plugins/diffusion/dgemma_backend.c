@@ -87,10 +87,11 @@ static char *make_describe(const tb_dg_backend *b, int tokenizer)
                             "around a masked softmax; the sampler's softmax, entropy, argmax and Gumbel draw on the GPU"
                   : strcmp(gemm, "fp8") == 0
                       ? "W8A8: E4M3 projections and inputs (per-row scales) on cuBLASLt FP8 GEMMs (fp32 accumulate), "
-                        "one GEMM per chosen expert, the FP8 GEMV for one row; router, LM head and attention bf16; "
-                        "the sampler's per-position work on the GPU"
+                        "the experts in one grouped tensor-core GEMM a projection over their codes, the FP8 GEMV "
+                        "for one row; router, LM head and attention bf16; the sampler's per-position work on the GPU"
                       : "W8A8: E4M3 projections and inputs (per-row scales) dequantized to bf16 for cuBLAS bf16 "
-                        "GEMMs (no FP8 GEMM on this device); router, LM head and attention bf16; the sampler's "
+                        "GEMMs (no FP8 GEMM on this device), the experts in one grouped tensor-core GEMM a "
+                        "projection over their codes; router, LM head and attention bf16; the sampler's "
                         "per-position work on the GPU") != NULL;
         if (b->peak_flops > 0) {
             char key[32]; /* peak_tflops_bf16, or _fp8 when FP8 GEMMs run the projections */

@@ -42,8 +42,9 @@
  * FP8 twin (cpu/dgemma_forward.h's fp8_act), with the bounds below: on the
  * FP8 GEMM (canvas 8: products of at most 64 rows, gemm_fp8's unscaled
  * route and k_fp8_scale_out), with the canvas widened to 96 (its
- * outer-vector route), and with TB_GPU_FP8_GEMM=0 (both sides dequantized
- * to bf16); the generate() runs stay bf16's (FP8's roundings part the two
+ * outer-vector route), and with TB_GPU_FP8_GEMM=0 (the dense projections'
+ * both sides dequantized to bf16; the experts, on every route, one grouped
+ * GEMM a projection over their codes, float products); the generate() runs stay bf16's (FP8's roundings part the two
  * runs at the first step on this model's small logits: see the bounds), a
  * GPU-only FP8 generate() runs to its end. The published shape under fp8:
  * its E4M3 weights' bytes held (about half of bf16's), the roofline's bytes
@@ -95,7 +96,8 @@
  * encoder output / canvas logits / self-conditioned, seed 3 (this test's)
  * 0.119 / 0.159 / 0.141; over the 300 seeds median 0.110 / 0.115 / 0.116,
  * 99th percentile 0.21 / 0.27 / 0.24, worst 0.21 / 0.37 / 0.26; the
- * dequantizing route (bf16 expert products) worst 0.23 / 0.33 / 0.27; canvas
+ * dequantizing route (then with bf16 expert products; float since the
+ * experts' grouped GEMM, 2026-12-07) worst 0.23 / 0.33 / 0.27; canvas
  * 96, seeds 1-60, worst 0.21 / 0.22 / 0.21. REL_TOL_FP8: 0.4, above the worst
  * (a wrong scale, row or expert is a power of two off: far beyond it).
  * Routing probabilities: max |gpu - cpu| median 1.8e-3, worst 9.0e-3; where

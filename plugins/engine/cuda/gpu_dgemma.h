@@ -56,10 +56,11 @@ int tb_gpu_dgemma_create(tb_gpu_dgemma **out, const tb_dgemma_config *cfg, const
  * codes are the CPU twin's; or the preset's random ones), layer by layer,
  * each bf16 copy freed at once (the published shape's preset holds about
  * 27 GB). Each projection's input is quantized per row on the fly: one
- * row through the FP8 GEMV, more through cuBLASLt's FP8 GEMM (one GEMM a
- * chosen expert over its gathered rows: cuBLAS's grouped GEMM takes no
- * FP8), or where the device or cuBLAS has none (or TB_GPU_FP8_GEMM=0) both
- * sides dequantized to bf16 for the bf16 GEMMs. The embedding, LM head,
+ * row through the FP8 GEMV, more through cuBLASLt's FP8 GEMM, or where
+ * the device or cuBLAS has none (or TB_GPU_FP8_GEMM=0) both sides
+ * dequantized to bf16 for the bf16 GEMMs; the experts, either way, in one
+ * grouped GEMM a projection over their codes (gpu_moe.cu's k_moe_gemm:
+ * the E4M3 values exact in bf16 on tensor cores). The embedding, LM head,
  * router, norms and attention stay bf16/float. -1 before anything is made
  * on the device for a shape the FP8 kernels cannot take
  * (tb_dgemma_check_fp8_gpu). The FLOP/s ceiling is then the FP8 GEMM's
