@@ -1179,8 +1179,9 @@ static int experts_bf16(tb_gpu_dgemma *d, const dg_layer *L, int rows, const int
 // (gpu_moe.cu's k_moe_gemm over the E4M3 codes, gathering the rows itself:
 // their exact bf16 values on tensor cores, float sums, both scales
 // applied), GeGLU, the down product's inputs quantized, the combine into
-// h2. No host wait and no call per expert (the ~7,700 cuBLASLt calls a
-// canvas pass of the published shape took before).
+// h2. No call per expert (the ~7,700 cuBLASLt calls a canvas pass of the
+// published shape took before) and nothing read on the host here (moe()
+// still waits for the groups, for the roofline's count of the experts).
 static int experts_fp8(tb_gpu_dgemma *d, const dg_layer *L, int rows)
 {
     tb_gpu *g = d->g;

@@ -551,7 +551,6 @@ __global__ void k_moe_tiles(const int *off, int E, int *tile_e, int *tile_j, int
     ntiles[0] = t;
 }
 
-
 // 16 E4M3 codes as 16 bf16 values (exact: every E4M3 value is a bf16)
 __device__ __forceinline__ void e4m3x16_to_bf16(uint4 v, uint4 *out2)
 {
