@@ -434,14 +434,18 @@ static void stash_emit(step_news *n, tb_sreq **slots, uint32_t n_slots, const ch
 }
 
 /* The STEPPED frame buf[len]: the requests that ended leave their slots
- * for n->ended. Returns the step's status (not OK: the worker closed the
- * session). */
-static int32_t stash_stepped(tb_server *s, step_news *n, tb_sreq **slots, const char *buf, size_t len)
+ * for n->ended; *carried: the requests the step carried (those still in
+ * the session after it and those that ended in it). Returns the step's
+ * status (not OK: the worker closed the session). */
+static int32_t stash_stepped(tb_server *s, step_news *n, tb_sreq **slots, const char *buf, size_t len,
+                             uint32_t *carried)
 {
     tb_wire_stepped d;
+    *carried = 0;
     if (len < sizeof d)
         return TB_ERR;
     memcpy(&d, buf, sizeof d);
+    *carried = d.n_active + d.n_ended;
     const char *p = buf + sizeof d, *end = buf + len;
     for (uint32_t i = 0; i < d.n_ended; i++) {
         uint32_t slot;
@@ -557,9 +561,10 @@ static int queued(tb_server *s)
 
 /* Read the answer of the oldest STEP in flight: its emissions (stashed,
  * unless discard) and its STEPPED. *status: the step's (not OK: the
- * worker closed the session). */
+ * worker closed the session); *carried: the requests it carried (0 when
+ * discarded). */
 static tb_wc_result await_stepped(tb_server *s, tb_sreq **slots, step_news *news, int discard, int32_t *status,
-                                  char **why)
+                                  uint32_t *carried, char **why)
 {
     static const uint32_t answers[] = {TB_MSG_EMIT, TB_MSG_STEPPED};
     int64_t since = tb_now_ns();
@@ -573,8 +578,9 @@ static tb_wc_result await_stepped(tb_server *s, tb_sreq **slots, step_news *news
                 stash_emit(news, slots, s->max_batch, f.payload, f.len);
             continue;
         }
+        *carried = 0;
         if (!discard) {
-            *status = stash_stepped(s, news, slots, f.payload, f.len);
+            *status = stash_stepped(s, news, slots, f.payload, f.len, carried);
         } else { /* the session had ended: its requests failed already */
             tb_wire_stepped d;
             *status = f.len >= sizeof d ? (memcpy(&d, f.payload, sizeof d), d.status) : TB_ERR;
@@ -676,8 +682,9 @@ static int dispatch_continuous(tb_server *s)
         r = send_steps(s, slots, &news, &msg, &held, sent_ns, &in_flight, &why);
         /* the oldest step's emissions and answer */
         int32_t status = TB_OK;
+        uint32_t carried = 0;
         if (r == TB_WC_OK && in_flight) {
-            r = await_stepped(s, slots, &news, 0, &status, &why);
+            r = await_stepped(s, slots, &news, 0, &status, &carried, &why);
             if (r == TB_WC_OK) {
                 /* its own time, as the server sees it: from when the worker
                  * could start it (sent, and the step before it answered) to
@@ -685,7 +692,7 @@ static int dispatch_continuous(tb_server *s)
                 int64_t now = tb_now_ns(), began = sent_ns[0] > last_done_ns ? sent_ns[0] : last_done_ns;
                 last_done_ns = now;
                 pthread_mutex_lock(&s->mu);
-                tb_serve_stats_step(&s->stats, (double)(now - began) / 1e9);
+                tb_serve_stats_step(&s->stats, (double)(now - began) / 1e9, carried);
                 count_slots(s, slots);
                 pthread_mutex_unlock(&s->mu);
                 sent_ns[0] = sent_ns[1];
@@ -703,7 +710,8 @@ static int dispatch_continuous(tb_server *s)
          * malformed STEP when the worker closed the session, and read past */
         while (r == TB_WC_OK && in_flight) {
             int32_t ignored;
-            r = await_stepped(s, slots, &news, 1, &ignored, &why);
+            uint32_t none;
+            r = await_stepped(s, slots, &news, 1, &ignored, &none, &why);
             in_flight--;
         }
         held.len = 0; /* its leavers were in news.left, released by deliver */

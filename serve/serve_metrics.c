@@ -7,13 +7,14 @@
 static const double step_le[TB_SERVE_STEP_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                                                       0.25,  0.5,    1,     2.5,  5,     10,   30};
 
-void tb_serve_stats_step(tb_serve_stats *st, double seconds)
+void tb_serve_stats_step(tb_serve_stats *st, double seconds, uint32_t requests)
 {
     int i = 0;
     while (i < TB_SERVE_STEP_BUCKETS && seconds > step_le[i])
         i++;
     st->step_bucket[i]++;
     st->step_sum_s += seconds;
+    st->step_requests += requests;
 }
 
 /* A label value as the format escapes it: backslash, quote, line feed. */
@@ -85,4 +86,7 @@ void tb_serve_metrics_text(const tb_serve_stats *st, const char *model, tb_str *
     sample(out, name, model, NULL, v);
     snprintf(name, sizeof name, "%s_count", h);
     sample_u(out, name, model, NULL, n);
+    head(out, "tokbench_step_requests_total", "counter",
+         "The requests each step carried, summed: over the steps' count, the batch's mean size.");
+    sample_u(out, "tokbench_step_requests_total", model, NULL, st->step_requests);
 }

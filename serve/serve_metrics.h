@@ -26,6 +26,10 @@
  *   tokbench_step_duration_seconds histogram one step of the stepped
  *                                          session, sent to answered (continuous
  *                                          batching; a static batch is one call)
+ *   tokbench_step_requests_total  counter  the requests each step carried
+ *                                          (in the session during it), summed:
+ *                                          over the steps' count, the batch's
+ *                                          mean size
  */
 #ifndef TB_SERVE_METRICS_H
 #define TB_SERVE_METRICS_H
@@ -49,10 +53,11 @@ typedef struct tb_serve_stats {
      * +Inf), their sum */
     uint64_t step_bucket[TB_SERVE_STEP_BUCKETS + 1];
     double step_sum_s;
+    uint64_t step_requests; /* the requests the steps carried, summed */
 } tb_serve_stats;
 
-/* Count one step of `seconds` into the histogram. */
-void tb_serve_stats_step(tb_serve_stats *st, double seconds);
+/* Count one step of `seconds` that carried `requests` requests. */
+void tb_serve_stats_step(tb_serve_stats *st, double seconds, uint32_t requests);
 
 /* Append st as Prometheus text, every sample labelled model_name=model
  * (escaped as the format says). */

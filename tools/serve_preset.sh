@@ -8,7 +8,10 @@
 #   1. in-process: `tokbench run` at batch 1 and 32;
 #   2. through HTTP: `tokbench serve` (continuous batching, --max-batch 32)
 #      measured by plugins/http at concurrency 1 and 32 (closed loop);
-# then one row each: output tokens/s, TPOT p50, and HTTP / in-process.
+# then one row each: output tokens/s, TPOT p50, and HTTP / in-process;
+# last, how full the served batch ran: its mean size a step, from the
+# server's /metrics (tokbench_step_requests_total over the steps' count)
+# around each concurrency's client run.
 #
 #   tools/serve_preset.sh BUILD [DEVICE] [PRESET] [TOKENIZER]
 #   e.g. tools/serve_preset.sh build-gpu cuda preset:llama-3-8b models/small-llama
@@ -58,20 +61,40 @@ EOT
 pid=$!
 for _ in $(seq 1 600); do [ -s "$tmp/port" ] && break; sleep 0.1; done
 [ -s "$tmp/port" ] || { echo "serve did not start:"; tail -20 "$tmp/serve.log"; exit 1; }
-cat >"$tmp/client.ini" <<EOT
+# the server's /metrics: the requests its steps carried, summed, and the
+# steps run
+counters() {
+    python3 - "$1" <<'EOT'
+import re, sys, urllib.request
+t = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=30).read().decode()
+def val(name):
+    m = re.search(r"^" + re.escape(name) + r"\{[^}]*\} (\S+)$", t, re.M)
+    return m.group(1) if m else "nan"
+print(val("tokbench_step_requests_total"), val("tokbench_step_duration_seconds_count"))
+EOT
+}
+port=$(cat "$tmp/port")
+fill=""
+for c in 1 32; do # one client run a concurrency, so the server's counters part them
+    cat >"$tmp/client-$c.ini" <<EOT
 [suite]
 name = preset-http
 $same
-concurrency = 1, 32
+concurrency = $c
 [backend http]
 plugin = http
-url = http://127.0.0.1:$(cat "$tmp/port")
+url = http://127.0.0.1:$port
 model_name = served
 tokenizer = $tok/tokenizer.json
 EOT
-[ -d "$tok" ] || sed -i "s|^tokenizer = .*|tokenizer = $tok|" "$tmp/client.ini"
-"$tb" run "$tmp/client.ini" --db "$tmp/p.db" >"$tmp/http.out" 2>"$tmp/http.err" \
-    || { echo "HTTP run failed:"; tail -20 "$tmp/http.err"; exit 1; }
+    [ -d "$tok" ] || sed -i "s|^tokenizer = .*|tokenizer = $tok|" "$tmp/client-$c.ini"
+    before=$(counters "$port")
+    "$tb" run "$tmp/client-$c.ini" --db "$tmp/p.db" >>"$tmp/http.out" 2>>"$tmp/http.err" \
+        || { echo "HTTP run failed:"; tail -20 "$tmp/http.err"; exit 1; }
+    after=$(counters "$port")
+    # the served batch's mean size (in-process: c every step)
+    fill="$fill${fill:+, }$c: $(echo "$before $after" | awk '{ s = $4 - $2; if (s > 0) printf "%.2f", ($3 - $1) / s; else printf "n/a" }')"
+done
 [ -n "${PRESET_OUT:-}" ] && cp "$tmp/p.db" "$tmp/inproc.out" "$tmp/http.out" "$tmp/serve.log" "$PRESET_OUT/"
 echo "$preset with $(basename "$tok")'s tokenizer on $device; $(grep -m1 'loaded' "$tmp/serve.log" | cut -c1-120)"
 echo "path | batch or concurrency | output tok/s | TPOT ms p50 | HTTP / in-process"
@@ -85,3 +108,4 @@ for b, n, tps, tpot in rows:
     ratio = f"{tps / inproc[n]:.3f}" if b == 'http' and inproc.get(n) else ""
     print(f"{b} | {n} | {tps:.1f} | {tpot:.3f} | {ratio}")
 EOT
+echo "served: the batch's mean size a step, by concurrency (the in-process batch holds its size every step): $fill"

@@ -10,7 +10,8 @@
 #      output tokens;
 #   2. under --api-key, /metrics (like /health) answers without the key,
 #      while the API refuses a request without it (401);
-#   3. top_k: `serve --help` says where it is honoured; a request with it
+#   3. tokbench_step_requests_total: one request of 8 tokens alone is
+#      carried by 8 steps; top_k: `serve --help` says where it is honoured; a request with it
 #      is answered by the ar backend and refused with 400 naming the field
 #      by the null one (which has no top_k option).
 # No wall-clock bounds: counts and values only. The load (32 requests of
@@ -110,8 +111,15 @@ after=$(metric vllm:generation_tokens_total)
 # ---------------------------------------------------------------- 3. top_k (the ar backend)
 post() { curl -s -o "$tmp/body" -w '%{http_code}' -H 'Content-Type: application/json' "$@"; }
 text() { sed 's/.*"text":"\([^"]*\)".*/\1/' "$tmp/body"; }
+carried0=$(metric tokbench_step_requests_total) steps0=$(metric tokbench_step_duration_seconds_count)
 code=$(post -d '{"prompt":"Once upon a time","max_tokens":8,"top_k":1,"temperature":5,"seed":7}' "$base/v1/completions")
 t1=$(text)
+# one request alone, 8 tokens (ignore_eos): a step a token carried it, and
+# no step carried another (a step after it ended carries none)
+carried=$(($(metric tokbench_step_requests_total) - carried0)) steps=$(($(metric tokbench_step_duration_seconds_count) - steps0))
+[ "$carried" = 8 ] && [ "$steps" -ge 8 ] \
+    && pass "step_requests_total: one request of 8 tokens alone, carried by 8 steps (of $steps)" \
+    || fail "step_requests_total rose by $carried over $steps steps for one request of 8 tokens"
 [ "$code" = 200 ] && grep -q '"completion_tokens":8' "$tmp/body" && pass "ar: top_k honoured (200)" \
     || fail "ar top_k: $code $(cat "$tmp/body")"
 post -d '{"prompt":"Once upon a time","max_tokens":8}' "$base/v1/completions" >/dev/null

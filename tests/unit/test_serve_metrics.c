@@ -40,10 +40,10 @@ static void test_text(void)
 {
     tb_serve_stats st = {.running = 3, .waiting = 2, .slots = 4, .slots_used = 3, .prompt_tokens = 70,
                          .generation_tokens = 48, .ok = 5, .failed = 1, .gone = 2};
-    tb_serve_stats_step(&st, 0.0005); /* the first bucket */
-    tb_serve_stats_step(&st, 0.02);
-    tb_serve_stats_step(&st, 0.02);
-    tb_serve_stats_step(&st, 1000); /* past every bound: +Inf only */
+    tb_serve_stats_step(&st, 0.0005, 1); /* the first bucket */
+    tb_serve_stats_step(&st, 0.02, 32);
+    tb_serve_stats_step(&st, 0.02, 0); /* a step that carried none (its requests had ended) */
+    tb_serve_stats_step(&st, 1000, 7); /* past every bound: +Inf only */
     tb_str b = {0};
     tb_serve_metrics_text(&st, "ar \"small\"\\x", &b);
     CHECK(b.len > 0 && b.s[b.len - 1] == '\n');
@@ -89,7 +89,8 @@ static void test_text(void)
     const char *want[][2] = {{"vllm:num_requests_running", "gauge"},   {"vllm:num_requests_waiting", "gauge"},
                              {"tokbench_kv_slots", "gauge"},           {"tokbench_kv_slots_used", "gauge"},
                              {"vllm:prompt_tokens_total", "counter"},  {"vllm:generation_tokens_total", "counter"},
-                             {"tokbench_requests_total", "counter"},   {"tokbench_step_duration_seconds", "histogram"}};
+                             {"tokbench_requests_total", "counter"},   {"tokbench_step_duration_seconds", "histogram"},
+                             {"tokbench_step_requests_total", "counter"}};
     CHECK(n_types == (int)(sizeof want / sizeof want[0]));
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         const char *t = type_of(types, n_types, want[i][0]);
@@ -113,6 +114,7 @@ static void test_text(void)
     CHECK(V("tokbench_step_duration_seconds_bucket", ",le=\"30\"") == 3);
     CHECK(V("tokbench_step_duration_seconds_bucket", ",le=\"+Inf\"") == 4);
     CHECK(V("tokbench_step_duration_seconds_count", "") == 4);
+    CHECK(V("tokbench_step_requests_total", "") == 40); /* 1 + 32 + 0 + 7 */
     double sum = V("tokbench_step_duration_seconds_sum", "");
     CHECK(sum > 1000.04 && sum < 1000.041);
     /* buckets cumulative, in order */
