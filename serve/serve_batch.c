@@ -445,7 +445,9 @@ static int32_t stash_stepped(tb_server *s, step_news *n, tb_sreq **slots, const 
     if (len < sizeof d)
         return TB_ERR;
     memcpy(&d, buf, sizeof d);
-    *carried = d.n_active + d.n_ended;
+    /* at most the slots: the counts come from the worker */
+    uint64_t in_step = (uint64_t)d.n_active + d.n_ended;
+    *carried = in_step < s->max_batch ? (uint32_t)in_step : s->max_batch;
     const char *p = buf + sizeof d, *end = buf + len;
     for (uint32_t i = 0; i < d.n_ended; i++) {
         uint32_t slot;
