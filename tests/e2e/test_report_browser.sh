@@ -183,6 +183,23 @@ fi
 if fixture=$(bash "$src/tests/e2e/quick_fixture.sh" check "$build" "$src"); then
     "$tb" report --db "$fixture" --format html -o "$tmp/quick.html" 2>/dev/null || fail "report of quick.ini"
     reports="$reports quick"
+    # the measured cases' Pareto front (accuracy against aggregate tokens/s,
+    # from the JSON export): its points, where the chart must draw a line
+    # (a front of one point, one case faster and better than the rest on a
+    # busy machine, is a point with no line)
+    "$tb" report --db "$fixture" --format json 2>/dev/null | python3 -c '
+import json, sys
+pts = []
+for c in json.load(sys.stdin)["cases"]:
+    m = c.get("metrics") or {}
+    q, x = (m.get("accuracy") or {}).get("median"), (m.get("agg_tps") or {}).get("median")
+    if c.get("status") == "ok" and q is not None and x is not None:
+        pts.append((x, q))
+best, n = float("-inf"), 0
+for x, q in sorted(pts, reverse=True):  # fastest first: on the front when better than every faster one
+    if q > best:
+        best, n = q, n + 1
+print(n)' >"$tmp/quick.front" || fail "quick.ini: its cases from the JSON export"
 else
     fail "quick.ini fixture: $fixture"
 fi
@@ -210,6 +227,11 @@ bad = []
 charts = {}
 for r in reports:
     charts[r] = [json.loads(l) for l in open("%s/%s.probe.txt" % (tmp, r), encoding="utf-8") if l.strip()]
+# the quick fixture's measured Pareto front, in points (2 where unknown: a line is then required)
+try:
+    quick_front = int(open("%s/quick.front" % tmp).read())
+except (OSError, ValueError):
+    quick_front = 2
 
 def kinds(r):
     out = {}
@@ -228,7 +250,10 @@ for r in reports:
         # faster and better than the rest on this machine) or two close
         # ones: its drawn length is the data's, not the renderer's
         min_len = 0 if c["kind"] == "pareto" and r == "quick" else 100
-        if not (c["curves"] >= 1 and c["length"] >= min_len):
+        min_curves = 1
+        if c["kind"] == "pareto" and r == "quick" and quick_front < 2:
+            min_curves = 0  # the measured front is one point: no line to draw
+        if not (c["curves"] >= min_curves and c["length"] >= min_len):
             bad.append("%s: %d curves, %d px drawn" % (what, c["curves"], c["length"]))
         if c["ticks"] < 4:
             bad.append("%s: %d tick labels" % (what, c["ticks"]))
