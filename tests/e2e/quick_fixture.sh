@@ -2,8 +2,11 @@
 # The quick.ini fixture: suites/quick.ini (the default suite, the README's
 # first command: the trained small models, 324 s alone on the 2 cores
 # of 2026-12-07's development VM) run once per
-# `meson test` for every test that checks its results (test_run.sh,
-# test_report.sh), not once in each.
+# `meson test` that selects it (the suites quick and slow: ./dev.sh test
+# and CI; the default `meson test` leaves it and its readers out) for
+# every test that checks its results (test_run.sh, test_report.sh,
+# test_report_browser.sh, test_tables.sh, test_spec_quick.sh), not once
+# in each.
 #
 #   quick_fixture.sh run BUILD_DIR SOURCE_DIR
 #
