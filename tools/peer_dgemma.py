@@ -74,34 +74,77 @@ def root_config(vision):
     return d
 
 
+class SkipInit(torch.overrides.TorchFunctionMode):
+    """Constructing 25 G parameters with torch's and transformers' random
+    init runs serially on the CPU (minutes of a short lease); the weights
+    are filled on the card afterwards (fill_on_card). Every torch.nn.init
+    call made while constructing returns its tensor untouched: values set
+    by constructors themselves (a norm's ones) stay."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if getattr(func, "__module__", None) == "torch.nn.init":
+            return kwargs.get("tensor", args[0] if args else None)
+        return func(*args, **kwargs)
+
+
+def fill_on_card(model, std):
+    """Random weights on the GPU: every matrix (embeddings, projections,
+    the experts' 3-D stacks) N(0, std) from a fixed seed; vectors keep their
+    constructor's values, and any that came out non-finite (memory never
+    written) are set to zero. Returns (matrices, vectors, vectors zeroed)."""
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(0)
+    seen, mats, vecs, zeroed = set(), 0, 0, 0
+    with torch.no_grad():
+        for _, p in model.named_parameters():
+            if p.data_ptr() in seen:
+                continue
+            seen.add(p.data_ptr())
+            if p.dim() >= 2:
+                p.normal_(0.0, std, generator=gen)
+                mats += 1
+            else:
+                vecs += 1
+                if not torch.isfinite(p).all():
+                    p.zero_()
+                    zeroed += 1
+        for _, b in model.named_buffers():  # rotary tables etc. are computed, not random; only check them
+            if b.is_floating_point() and not torch.isfinite(b).all():
+                raise SystemExit("peer: FAILED: a buffer is not finite after the build")
+    return mats, vecs, zeroed
+
+
 def build(tf):
     # transformers 5.17 wants a vision_config (make_dgemma_golden.py
     # settled it), so that way first. The encoder's text weights are the
     # decoder's (tied objects: 84 / 0 in the golden data's VERSIONS.json),
     # but tied only after both are built: about 100 GB at the peak, which an
-    # 80 GB H100 does not hold. So where the card holds less than twice the
-    # weights the model is built in host memory (bf16, its own random
-    # init), tied there, then moved (.to keeps tied parameters shared). A
-    # failed try keeps only its message: the exception's frames would hold
-    # the half-built model.
-    total = torch.cuda.mem_get_info()[1]
-    place = "cuda" if total > 2.2 * 50.6e9 else "cpu"
+    # 80 GB H100 does not hold. So the model is built in host memory with
+    # the init skipped (SkipInit: untouched pages cost no memory), tied
+    # there, moved to the card (.to keeps tied parameters shared), and its
+    # weights drawn there (fill_on_card). A failed try keeps only its
+    # message: the exception's frames would hold the half-built model.
     last = None
     for vision in (VISION, None):
         for attn in ("sdpa", "eager"):
             model = None
             try:
                 cfg = tf.DiffusionGemmaConfig.from_dict(json.loads(json.dumps(root_config(vision))))
-                torch.manual_seed(0)
                 t0 = time.perf_counter()
-                with torch.device(place):
+                with torch.device("cpu"), SkipInit():
                     model = tf.DiffusionGemmaForBlockDiffusion._from_config(cfg, attn_implementation=attn,
                                                                              dtype=torch.bfloat16)
-                if place != "cuda":
-                    model = model.to("cuda")
-                print(f"peer: built with vision_config={'small' if vision else None}, attention {attn}, in "
-                      f"{place} memory ({total / 2**30:.0f} GiB on the card), {time.perf_counter() - t0:.0f} s",
-                      flush=True)
+                model.tie_weights()
+                t1 = time.perf_counter()
+                model = model.to("cuda")
+                std = getattr(cfg.text_config, "initializer_range", None) or 0.02
+                mats, vecs, zeroed = fill_on_card(model, std)
+                torch.cuda.synchronize()
+                print(f"peer: built with vision_config={'small' if vision else None}, attention {attn}: "
+                      f"constructed in host memory {t1 - t0:.0f} s, moved and drawn on the card "
+                      f"{time.perf_counter() - t1:.0f} s ({mats} matrices N(0, {std}), {vecs} vectors as "
+                      f"constructed, {zeroed} of them zeroed)", flush=True)
                 dec = dict(model.model.decoder.named_parameters())
                 enc = model.model.encoder.language_model.named_parameters()
                 pairs = [(n, p) for n, p in enc if n in dec]
@@ -110,7 +153,7 @@ def build(tf):
                 return model.eval()
             except Exception as e:  # noqa: BLE001 - report, try the next way
                 last = f"{type(e).__name__}: {e}"[:400]
-                print(f"peer: building (vision {vision is not None}, {attn}, {place}) failed: {last}", flush=True)
+                print(f"peer: building (vision {vision is not None}, {attn}) failed: {last}", flush=True)
             model = None
             gc.collect()
             torch.cuda.empty_cache()
