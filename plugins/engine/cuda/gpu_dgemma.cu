@@ -323,27 +323,20 @@ __global__ void k_dg_geglu_b(const bf16 *gu, bf16 *act, int inter, size_t n)
     }
 }
 
-// x[r][h] = sum_t w[r k + t] y[pos[r k + t]][h] (y bf16), a block per row
-__global__ void k_dg_combine(float *x, const bf16 *y, const int *pos, const float *w, int k, int h)
-{
-    int r = blockIdx.x;
-    for (int d = threadIdx.x; d < h; d += blockDim.x) {
-        float s = 0;
-        for (int t = 0; t < k; t++)
-            s += w[r * k + t] * __bfloat162float(y[(size_t)pos[r * k + t] * h + d]);
-        x[(size_t)r * h + d] = s;
-    }
-}
+static __device__ __forceinline__ float dg_load(const bf16 *p) { return __bfloat162float(*p); }
+static __device__ __forceinline__ float dg_load(const float *p) { return *p; }
 
-// dtype = fp8: the same over the experts' float products (k_moe_gemm's,
-// scaled)
-__global__ void k_dg_combine_f(float *x, const float *y, const int *pos, const float *w, int k, int h)
+// x[r][h] = sum_t w[r k + t] y[pos[r k + t]][h], a block per row; y: the
+// experts' products, bf16 (dtype auto's grouped GEMMs) or float (fp8's,
+// k_moe_gemm's scaled output)
+template <typename Y>
+__global__ void k_dg_combine(float *x, const Y *y, const int *pos, const float *w, int k, int h)
 {
     int r = blockIdx.x;
     for (int d = threadIdx.x; d < h; d += blockDim.x) {
         float s = 0;
         for (int t = 0; t < k; t++)
-            s += w[r * k + t] * y[(size_t)pos[r * k + t] * h + d];
+            s += w[r * k + t] * dg_load(&y[(size_t)pos[r * k + t] * h + d]);
         x[(size_t)r * h + d] = s;
     }
 }
@@ -1200,7 +1193,7 @@ static int experts_fp8(tb_gpu_dgemma *d, const dg_layer *L, int rows)
     if (moe_gemm_grouped(g, 1, L->ex_down.q, d->xq, L->ex_down.s, d->xs, d->off, NULL, K, 0, P, E, t, 0, d->ey_f, H,
                          mi))
         return -1;
-    k_dg_combine_f<<<rows, 256, 0, g->stream>>>(d->h2, d->ey_f, d->pos, d->w, K, H);
+    k_dg_combine<<<rows, 256, 0, g->stream>>>(d->h2, d->ey_f, d->pos, d->w, K, H);
     LAUNCHED();
     return 0;
 }
