@@ -4,6 +4,7 @@
 #include "flow_gpu.h"
 #include "cuda_check.cuh"  // CK, CB, LAUNCHED: failures as statuses (fail() below)
 #include "gpu.h"            // the engine's ceiling measurement
+#include "gpu_kprof.h"      // TB_GPU_KERNEL_PROFILE's kernel table
 #include "gpu_kernels.cuh"  // the engine's kernels it reuses: k_init_uniform, k_f32_to_bf16, k_softmax, k_argmax
 
 #include <cublas_v2.h>
@@ -25,6 +26,7 @@ struct tb_flow_gpu {
     tb_flow_config cfg;
     int64_t n_params;
     cudaDeviceProp prop;
+    int kprof; // TB_GPU_KERNEL_PROFILE (gpu_kprof.h): this context is in the kernel table
     cublasHandle_t blas;
     cudaStream_t stream;
     void *ws;
@@ -512,6 +514,9 @@ extern "C" int tb_flow_gpu_create(tb_flow_gpu **out, const tb_flow_model *cpu, c
         tb_flow_gpu_free(g);
         return -1;
     }
+    char what[384];
+    snprintf(what, sizeof what, "%.60s on %.256s", g->cfg.arch_name, g->prop.name);
+    g->kprof = tb_gpu_kprof_begin(what);
     *out = g;
     return 0;
 }
@@ -539,6 +544,8 @@ extern "C" void tb_flow_gpu_free(tb_flow_gpu *g)
 {
     if (!g)
         return;
+    if (g->kprof)
+        tb_gpu_kprof_end();
     free_buffers(g);
     // weights: the process ends soon after (a worker), but a test creates
     // several contexts: free what was allocated

@@ -37,6 +37,8 @@
 #include <string.h>
 
 #include <time.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -1913,6 +1915,78 @@ static void check_fp8_dense(void)
     check_fp8_exact("qwen2-bias");
 }
 
+/* TB_GPU_KERNEL_PROFILE (gpu_kprof.h): the table of a tiny model's
+ * prefill and N graph-replayed decode steps counts each kernel launch:
+ * k_incr runs once a decode step (only in the decode graph), k_argmax
+ * once a step and once after the prefill; nothing of the load's
+ * calibration; busy time within the span. Two contexts at once write one
+ * table when the second ends. */
+static long kprof_launches(const char *table, const char *kernel)
+{
+    char want[96];
+    snprintf(want, sizeof want, "\t%s\n", kernel);
+    const char *at = strstr(table, want);
+    if (!at)
+        return -1;
+    while (at > table && at[-1] != '\n')
+        at--;
+    double share, total;
+    long launches;
+    return sscanf(at, "%lf\t%lf\t%ld", &share, &total, &launches) == 3 ? launches : -1;
+}
+
+static void check_kernel_profile(void)
+{
+    char path[128], err[256];
+    snprintf(path, sizeof path, "/tmp/tb-kprof-%d.tsv", (int)getpid());
+    unlink(path);
+    setenv("TB_GPU_KERNEL_PROFILE", path, 1);
+    tb_model_config cfg;
+    tb_gpu *g = NULL, *h = NULL;
+    enum { N = 7, P = 5 };
+    int32_t toks[P] = {1, 2, 3, 4, 5}, next[1];
+    CHECK(tb_preset_config("tiny-llama", &cfg, err, sizeof err) == 0);
+    CHECK(tb_gpu_create(&g, &cfg, NULL, 1, err, sizeof err) == 0);
+    CHECK(tb_gpu_create(&h, &cfg, NULL, 2, err, sizeof err) == 0);
+    if (!g || !h) {
+        tb_gpu_free(g), tb_gpu_free(h);
+        unsetenv("TB_GPU_KERNEL_PROFILE");
+        return;
+    }
+    CHECK(tb_gpu_reserve(g, 1, P + N + 1, P, err, sizeof err) == 0);
+    CHECK(tb_gpu_prefill(g, toks, 1, P, next, NULL) == 0);
+    for (int i = 0; i < N; i++)
+        CHECK(tb_gpu_decode(g, next, 1, NULL) == 0);
+    tb_gpu_free(g);
+    struct stat st;
+    CHECK(stat(path, &st) != 0); /* h still runs: no table yet */
+    tb_gpu_free(h);
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL);
+    if (f) {
+        static char table[1 << 16];
+        size_t n = fread(table, 1, sizeof table - 1, f);
+        table[n] = 0;
+        fclose(f);
+        long incr = kprof_launches(table, "k_incr"), argmax = kprof_launches(table, "k_argmax");
+        fprintf(stderr, "kernel profile: k_incr %ld launches (want %d), k_argmax %ld (want %d)\n", incr, N, argmax,
+                N + 1);
+        CHECK(incr == N);
+        CHECK(argmax == N + 1);
+        /* the second line: "# L launches, B ms of kernel time over a span of S ms ..." */
+        double busy = 0, span = 0;
+        long all = 0;
+        const char *hdr = strstr(table, "\n# ");
+        CHECK(hdr && sscanf(hdr, "\n# %ld launches, %lf ms of kernel time over a span of %lf ms", &all, &busy,
+                            &span) == 3);
+        CHECK(all >= incr + argmax);
+        CHECK(busy > 0 && busy <= span);
+        CHECK(strstr(table, "tiny-llama") != NULL || strstr(table, "LlamaForCausalLM") != NULL);
+    }
+    unlink(path);
+    unsetenv("TB_GPU_KERNEL_PROFILE");
+}
+
 int main(void)
 {
     char why[256];
@@ -1926,6 +2000,10 @@ int main(void)
      * bug's run, a kernel's iteration) */
     if (getenv("TB_TEST_GPU_ONLY") && strcmp(getenv("TB_TEST_GPU_ONLY"), "span") == 0) {
         check_span_attention();
+        return check_done();
+    }
+    if (getenv("TB_TEST_GPU_ONLY") && strcmp(getenv("TB_TEST_GPU_ONLY"), "kprof") == 0) {
+        check_kernel_profile();
         return check_done();
     }
     if (getenv("TB_TEST_GPU_ONLY") && strcmp(getenv("TB_TEST_GPU_ONLY"), "decode") == 0) {
@@ -2075,6 +2153,7 @@ int main(void)
     check_diffusion_sampling("dream-tiny", 1);
     check_trim_last("llada-tiny", 0);
     check_trim_last("dream-tiny", 1);
+    check_kernel_profile();
     check_span_attention();
     /* the same spans by batched GEMMs around the softmax kernel (head_dim
      * the fused kernel lacks, or TB_GPU_SPAN_ATTN=0); then also with the

@@ -3,6 +3,7 @@
 // and their high-water mark), the weights (uploaded from the CPU model or
 // made on the device), and the accessors.
 #include "gpu_internal.cuh"
+#include "gpu_kprof.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -444,6 +445,10 @@ done:
         tb_gpu_free(g);
         return -1;
     }
+    // the kernel table starts after the load and its GEMV calibration
+    char what[384];
+    snprintf(what, sizeof what, "%.100s%s on %.256s", c->arch_name, fp8 ? " (dtype fp8)" : "", g->prop.name);
+    g->kprof = tb_gpu_kprof_begin(what);
     *out = g;
     return 0;
 }
@@ -474,6 +479,8 @@ extern "C" void tb_gpu_free(tb_gpu *g)
         tp_free_group(g);
         return;
     }
+    if (g->kprof)
+        tb_gpu_kprof_end();
     free_buffers(g);
     if (g->layers) {
         for (int l = 0; l < g->cfg.n_layers; l++) {

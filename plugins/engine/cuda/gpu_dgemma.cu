@@ -10,6 +10,7 @@
 // dgemma_forward.c's fp8_act.
 #include "gpu_dgemma.h"
 #include "gpu_internal.cuh"
+#include "gpu_kprof.h"
 #include "kernels_device.cuh"
 
 #include <math.h>
@@ -874,6 +875,10 @@ extern "C" int tb_gpu_dgemma_create_dtype(tb_gpu_dgemma **out, const tb_dgemma_c
         tb_gpu_dgemma_free(d);
         return -1;
     }
+    // the kernel table (gpu_kprof.h) after the weights are made; tb_gpu_free ends it
+    char what[384];
+    snprintf(what, sizeof what, "DiffusionGemma%s on %.256s", fp8 ? " (dtype fp8)" : "", g->prop.name);
+    g->kprof = tb_gpu_kprof_begin(what);
     *out = d;
     return 0;
 }

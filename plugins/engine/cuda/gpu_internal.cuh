@@ -222,6 +222,8 @@ struct tb_gpu {
     // TB_GPU_PROFILE_CALL=N (gpu_forward.cu): the N-th decode step or
     // diffusion forward is bracketed by cudaProfilerStart/Stop for ncu
     int profile_call, profile_seen;
+    // TB_GPU_KERNEL_PROFILE (gpu_kprof.h): this context is in the kernel table
+    int kprof;
     int32_t *h_tok;    // pinned [rows]
     double *h_conf;    // pinned [rows]
     // roofline: work of the forwards since tb_gpu_take_work, by count
