@@ -1919,7 +1919,8 @@ static void check_fp8_dense(void)
  * prefill and N graph-replayed decode steps counts each kernel launch:
  * k_incr runs once a decode step (only in the decode graph), k_argmax
  * once a step and once after the prefill; nothing of the load's
- * calibration; busy time within the span. Two contexts at once write one
+ * calibration or of the ceilings' measurement (its k_init_uniform);
+ * busy time within the span. Two contexts at once write one
  * table when the second ends. */
 static long kprof_launches(const char *table, const char *kernel)
 {
@@ -1955,6 +1956,8 @@ static void check_kernel_profile(void)
     }
     CHECK(tb_gpu_reserve(g, 1, P + N + 1, P, err, sizeof err) == 0);
     CHECK(tb_gpu_prefill(g, toks, 1, P, next, NULL) == 0);
+    double peak_flops = 0, peak_bytes = 0; /* its kernels (k_init_uniform, a GEMM) are left out */
+    CHECK(tb_gpu_measure_ceilings(g, &peak_flops, &peak_bytes) == 0);
     for (int i = 0; i < N; i++)
         CHECK(tb_gpu_decode(g, next, 1, NULL) == 0);
     tb_gpu_free(g);
@@ -1973,6 +1976,7 @@ static void check_kernel_profile(void)
                 N + 1);
         CHECK(incr == N);
         CHECK(argmax == N + 1);
+        CHECK(strstr(table, "\tk_init_uniform") == NULL); /* the ceilings' measurement */
         /* the second line: "# L launches, B ms of kernel time over a span of S ms ..." */
         double busy = 0, span = 0;
         long all = 0;

@@ -38,6 +38,7 @@ enum { NAME_SLOTS = 4096 };
 struct kprof_state {
     pthread_mutex_t mu;
     int users;       // contexts between begin and end
+    int paused;      // tb_gpu_kprof_pause's depth
     int failed;      // CUPTI could not be used: said once, off for the process
     void *lib;
     cupti_api api;
@@ -49,7 +50,7 @@ struct kprof_state {
     char what[256];
 };
 
-kprof_state S = {PTHREAD_MUTEX_INITIALIZER, 0, 0, NULL, {}, NULL, 0, 0, {}, {}, 0, 0, 0, 0, {0}};
+kprof_state S = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, NULL, {}, NULL, 0, 0, {}, {}, 0, 0, 0, 0, {0}};
 
 enum { BUFFER_BYTES = 8 << 20 };
 
@@ -254,6 +255,7 @@ extern "C" int tb_gpu_kprof_begin(const char *what)
     int on = 0;
     if (!S.failed && (S.lib || open_cupti())) {
         if (S.users > 0 || S.api.enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) == CUPTI_SUCCESS) {
+            S.paused = S.users > 0 ? S.paused : 0;
             on = 1;
             S.users++;
             size_t n = strlen(S.what);
@@ -265,6 +267,19 @@ extern "C" int tb_gpu_kprof_begin(const char *what)
     }
     pthread_mutex_unlock(&S.mu);
     return on;
+}
+
+extern "C" void tb_gpu_kprof_pause(int pause)
+{
+    pthread_mutex_lock(&S.mu);
+    if (S.users > 0) {
+        // launches before the disable are recorded as they end; none after it
+        if (pause && S.paused++ == 0)
+            S.api.disable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+        else if (!pause && S.paused > 0 && --S.paused == 0)
+            S.api.enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    }
+    pthread_mutex_unlock(&S.mu);
 }
 
 extern "C" void tb_gpu_kprof_end(void)

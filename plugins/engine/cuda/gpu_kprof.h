@@ -26,6 +26,11 @@ extern "C" {
  * stderr, once). */
 int tb_gpu_kprof_begin(const char *what);
 
+/* The ceilings' measurement (gpu_ceilings.cu) launches copies and the
+ * forward's own GEMM kernels: between pause(1) and pause(0) no launch is
+ * recorded. Nests; a no-op while profiling is off. */
+void tb_gpu_kprof_pause(int pause);
+
 /* That context is done: the last one flushes the records and appends the
  * table to TB_GPU_KERNEL_PROFILE's file. */
 void tb_gpu_kprof_end(void);
