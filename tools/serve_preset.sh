@@ -7,11 +7,17 @@
 # tokens, 128 out;
 #   1. in-process: `tokbench run` at batch 1 and 32;
 #   2. through HTTP: `tokbench serve` (continuous batching, --max-batch 32)
-#      measured by plugins/http at concurrency 1 and 32 (closed loop);
-# then one row each: output tokens/s, TPOT p50, and HTTP / in-process;
-# last, how full the served batch ran: its mean size a step, from the
-# server's /metrics (tokbench_step_requests_total over the steps' count)
-# around each concurrency's client run.
+#      measured by plugins/http, closed loop: concurrency 1 (a load of 32
+#      requests, one after another); concurrency 32 with a load of 32
+#      requests (all sent at once: the in-process batch's work, one wave)
+#      and of 128 (the http backend's default load, max(32, 4 x 32): each
+#      request that ends is followed by the next, which joins a step after
+#      its slot freed, and the last wave drains);
+# then one row each: output tokens/s, TPOT p50, and HTTP / in-process at
+# the same batch or concurrency; last, how full the served batch ran: its
+# mean size a step, from the server's /metrics
+# (tokbench_step_requests_total over the steps' count) around each client
+# run.
 #
 #   tools/serve_preset.sh BUILD [DEVICE] [PRESET] [TOKENIZER]
 #   e.g. tools/serve_preset.sh build-gpu cuda preset:llama-3-8b models/small-llama
@@ -75,37 +81,40 @@ EOT
 }
 port=$(cat "$tmp/port")
 fill=""
-for c in 1 32; do # one client run a concurrency, so the server's counters part them
-    cat >"$tmp/client-$c.ini" <<EOT
+for run in 1:32 32:32 32:128; do # concurrency:requests; one client run each, so the server's counters part them
+    c=${run%%:*} n=${run##*:}
+    cat >"$tmp/client-$c-$n.ini" <<EOT
 [suite]
 name = preset-http
 $same
 concurrency = $c
+requests = $n
 [backend http]
 plugin = http
 url = http://127.0.0.1:$port
 model_name = served
 tokenizer = $tok/tokenizer.json
 EOT
-    [ -d "$tok" ] || sed -i "s|^tokenizer = .*|tokenizer = $tok|" "$tmp/client-$c.ini"
+    [ -d "$tok" ] || sed -i "s|^tokenizer = .*|tokenizer = $tok|" "$tmp/client-$c-$n.ini"
     before=$(counters "$port")
-    "$tb" run "$tmp/client-$c.ini" --db "$tmp/p.db" >>"$tmp/http.out" 2>>"$tmp/http.err" \
+    "$tb" run "$tmp/client-$c-$n.ini" --db "$tmp/p.db" >>"$tmp/http.out" 2>>"$tmp/http.err" \
         || { echo "HTTP run failed:"; tail -20 "$tmp/http.err"; exit 1; }
     after=$(counters "$port")
     # the served batch's mean size (in-process: c every step)
-    fill="$fill${fill:+, }$c: $(echo "$before $after" | awk '{ s = $4 - $2; if (s > 0) printf "%.2f", ($3 - $1) / s; else printf "n/a" }')"
+    fill="$fill${fill:+, }$c x $n: $(echo "$before $after" | awk '{ s = $4 - $2; if (s > 0) printf "%.2f", ($3 - $1) / s; else printf "n/a" }')"
 done
 [ -n "${PRESET_OUT:-}" ] && cp "$tmp/p.db" "$tmp/inproc.out" "$tmp/http.out" "$tmp/serve.log" "$PRESET_OUT/"
 echo "$preset with $(basename "$tok")'s tokenizer on $device; $(grep -m1 'loaded' "$tmp/serve.log" | cut -c1-120)"
-echo "path | batch or concurrency | output tok/s | TPOT ms p50 | HTTP / in-process"
+echo "path | batch or concurrency | requests a call | output tok/s | TPOT ms p50 | HTTP / in-process"
 python3 - "$tmp/p.db" <<'EOT'
 import sqlite3, sys
 db = sqlite3.connect(sys.argv[1])
-rows = db.execute("""select backend, coalesce(concurrency, batch), aggregate_tps, tpot_ms from summary
-                     order by backend = 'http', coalesce(concurrency, batch)""").fetchall()
-inproc = {n: tps for b, n, tps, _ in rows if b == 'inproc'}
-for b, n, tps, tpot in rows:
+# requests: the case's timed requests, over its 3 repetitions
+rows = db.execute("""select backend, coalesce(concurrency, batch), requests / 3, aggregate_tps, tpot_ms from summary
+                     order by backend = 'http', coalesce(concurrency, batch), requests""").fetchall()
+inproc = {n: tps for b, n, _, tps, _ in rows if b == 'inproc'}
+for b, n, reqs, tps, tpot in rows:
     ratio = f"{tps / inproc[n]:.3f}" if b == 'http' and inproc.get(n) else ""
-    print(f"{b} | {n} | {tps:.1f} | {tpot:.3f} | {ratio}")
+    print(f"{b} | {n} | {reqs} | {tps:.1f} | {tpot:.3f} | {ratio}")
 EOT
-echo "served: the batch's mean size a step, by concurrency (the in-process batch holds its size every step): $fill"
+echo "served: the batch's mean size a step, by concurrency x requests (the in-process batch holds its size every step): $fill"
