@@ -422,6 +422,7 @@ static int preset_config(const char *name, tb_flow_config *c, tb_flow_gpu *g)
 extern "C" int tb_flow_gpu_create(tb_flow_gpu **out, const tb_flow_model *cpu, const char *preset, uint64_t seed,
                                   char *err, size_t err_size)
 {
+    kprof_paused loading; // a load is not in TB_GPU_KERNEL_PROFILE's table
     *out = NULL;
     tb_flow_gpu *g = (tb_flow_gpu *)calloc(1, sizeof *g);
     if (!g) {

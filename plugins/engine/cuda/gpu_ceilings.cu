@@ -16,14 +16,6 @@ using namespace tbgpu;
 // the best of 5 cuBLAS GEMMs of 8192^3, bf16 inputs, float32 accumulation
 // and output as our own GEMMs (under dtype = fp8 with FP8 GEMMs: of our
 // FP8 GEMM instead, tb_gpu_gemm_dtype). Transient buffers: 2 GiB + 256 MiB.
-// TB_GPU_KERNEL_PROFILE's table (gpu_kprof.h) leaves the measurement out
-struct kprof_paused {
-    kprof_paused() { tb_gpu_kprof_pause(1); }
-    ~kprof_paused() { tb_gpu_kprof_pause(0); }
-    kprof_paused(const kprof_paused &) = delete;
-    kprof_paused &operator=(const kprof_paused &) = delete;
-};
-
 static const size_t CEIL_COPY = (size_t)1 << 30; // bytes a copy moves (read, and again written)
 static const int CEIL_M = 8192;                  // the GEMM's M = N = K
 

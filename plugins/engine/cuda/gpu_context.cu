@@ -170,6 +170,7 @@ extern "C" int tb_gpu_create_dtype(tb_gpu **out, const tb_model_config *cfg, con
 int tbgpu::create_on(tb_gpu **out, const tb_model_config *cfg, const tb_model *cpu, uint64_t seed, int device,
                      int head_rows, int fp8, char *err, size_t err_size)
 {
+    kprof_paused loading; // a load is not in TB_GPU_KERNEL_PROFILE's table
     *out = NULL;
     tb_gpu *g = (tb_gpu *)calloc(1, sizeof *g);
     if (!g) {

@@ -811,6 +811,7 @@ extern "C" int tb_gpu_dgemma_create_dtype(tb_gpu_dgemma **out, const tb_dgemma_c
                                           const tb_dgemma_model *cpu, uint64_t seed, int fp8, char *err,
                                           size_t err_size)
 {
+    kprof_paused loading; // a load is not in TB_GPU_KERNEL_PROFILE's table
     *out = NULL;
     if (cpu)
         cfg = &cpu->cfg;

@@ -35,13 +35,18 @@ struct kernel_sum {
 // the raw name pointers CUPTI hands out (one a function) to their sums
 enum { NAME_SLOTS = 4096 };
 
+// Two locks: ctl over who profiles and every CUPTI call that turns
+// recording on or off or flushes; mu over the sums alone, the one lock the
+// buffer callback takes (CUPTI calls it on its own threads holding a lock
+// of its own, so no CUPTI call is made while mu is held).
 struct kprof_state {
-    pthread_mutex_t mu;
-    int users;       // contexts between begin and end
-    int paused;      // tb_gpu_kprof_pause's depth
-    int failed;      // CUPTI could not be used: said once, off for the process
+    pthread_mutex_t ctl, mu;
+    int users;       // contexts between begin and end (ctl)
+    int paused;      // tb_gpu_kprof_pause's depth (ctl)
+    int failed;      // CUPTI could not be used: said once, off for the process (ctl)
     void *lib;
     cupti_api api;
+    char path[4096]; // TB_GPU_KERNEL_PROFILE at the first begin
     kernel_sum *sums;
     size_t n_sums, cap_sums;
     const char *raw[NAME_SLOTS]; // open addressing: raw name -> sums index
@@ -50,7 +55,7 @@ struct kprof_state {
     char what[256];
 };
 
-kprof_state S = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, NULL, {}, NULL, 0, 0, {}, {}, 0, 0, 0, 0, {0}};
+kprof_state S = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, NULL, {}, {0}, NULL, 0, 0, {}, {}, 0, 0, 0, 0, {0}};
 
 enum { BUFFER_BYTES = 8 << 20 };
 
@@ -61,25 +66,32 @@ void CUPTIAPI on_request(uint8_t **buffer, size_t *size, size_t *max_records)
     *max_records = 0;
 }
 
-// "void k_gemv<4, (bool)1>(const bf16 *, ...)" -> "k_gemv<4, (bool)1>"
+// "void (anonymous namespace)::k_attn_span<128, (bool)1>(const bf16 *, ...)"
+// -> "k_attn_span<128, (bool)1>": the return type, the anonymous
+// namespace's qualifier and the argument list go
 char *short_name(const char *raw)
 {
     int status = 0;
     char *d = abi::__cxa_demangle(raw, NULL, NULL, &status);
-    const char *s = status == 0 && d ? d : raw;
-    if (strncmp(s, "void ", 5) == 0)
-        s += 5;
+    char *s = strdup(status == 0 && d ? d : raw);
+    free(d);
+    if (!s)
+        return NULL;
+    static const char anon[] = "(anonymous namespace)::";
+    for (char *at; (at = strstr(s, anon)) != NULL;)
+        memmove(at, at + sizeof anon - 1, strlen(at + sizeof anon - 1) + 1);
+    const char *from = strncmp(s, "void ", 5) == 0 ? s + 5 : s;
     size_t n = 0;
-    for (int depth = 0; s[n]; n++) {
-        if (s[n] == '<')
+    for (int depth = 0; from[n]; n++) {
+        if (from[n] == '<')
             depth++;
-        else if (s[n] == '>')
+        else if (from[n] == '>')
             depth--;
-        else if (s[n] == '(' && depth == 0)
+        else if (from[n] == '(' && depth == 0)
             break;
     }
-    char *out = strndup(s, n);
-    free(d);
+    char *out = strndup(from, n);
+    free(s);
     return out;
 }
 
@@ -122,17 +134,23 @@ int sum_of(const char *raw)
 
 void CUPTIAPI on_complete(CUcontext ctx, uint32_t stream, uint8_t *buffer, size_t size, size_t valid)
 {
-    (void)ctx, (void)stream, (void)size;
+    (void)size;
+    size_t lost = 0;
+    if (S.api.dropped && S.api.dropped(ctx, stream, &lost) != CUPTI_SUCCESS)
+        lost = 0;
     pthread_mutex_lock(&S.mu);
+    S.dropped += lost, S.records += lost;
     CUpti_Activity *rec = NULL;
     while (S.api.next_record && S.api.next_record(buffer, valid, &rec) == CUPTI_SUCCESS) {
         if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL)
             continue;
         const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)rec;
-        if (k->end < k->start || !k->name)
-            continue;
-        int at = sum_of(k->name);
         S.records++;
+        if (!k->start || !k->end || k->end < k->start || !k->name) { // unfinished at a forced flush
+            S.dropped++;
+            continue;
+        }
+        int at = sum_of(k->name);
         if (at < 0) {
             S.dropped++;
             continue;
@@ -157,7 +175,7 @@ int said_off(const char *why)
     return 0;
 }
 
-// open libcupti, check its version, register the buffers (S.mu held)
+// open libcupti, check its version, register the buffers (S.ctl held)
 int open_cupti(void)
 {
     // the version is checked below, whichever name opened
@@ -251,27 +269,31 @@ extern "C" int tb_gpu_kprof_begin(const char *what)
     const char *path = getenv("TB_GPU_KERNEL_PROFILE");
     if (!path || !*path)
         return 0;
-    pthread_mutex_lock(&S.mu);
+    pthread_mutex_lock(&S.ctl);
     int on = 0;
     if (!S.failed && (S.lib || open_cupti())) {
         if (S.users > 0 || S.api.enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) == CUPTI_SUCCESS) {
-            S.paused = S.users > 0 ? S.paused : 0;
             on = 1;
-            S.users++;
+            if (S.users++ == 0) {
+                S.paused = 0;
+                snprintf(S.path, sizeof S.path, "%s", path);
+            }
+            pthread_mutex_lock(&S.mu);
             size_t n = strlen(S.what);
             if (n + 3 < sizeof S.what)
                 snprintf(S.what + n, sizeof S.what - n, "%s%s", n ? "; " : "", what);
+            pthread_mutex_unlock(&S.mu);
         } else {
             said_off("cuptiActivityEnable failed");
         }
     }
-    pthread_mutex_unlock(&S.mu);
+    pthread_mutex_unlock(&S.ctl);
     return on;
 }
 
 extern "C" void tb_gpu_kprof_pause(int pause)
 {
-    pthread_mutex_lock(&S.mu);
+    pthread_mutex_lock(&S.ctl);
     if (S.users > 0) {
         // launches before the disable are recorded as they end; none after it
         if (pause && S.paused++ == 0)
@@ -279,24 +301,20 @@ extern "C" void tb_gpu_kprof_pause(int pause)
         else if (!pause && S.paused > 0 && --S.paused == 0)
             S.api.enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
     }
-    pthread_mutex_unlock(&S.mu);
+    pthread_mutex_unlock(&S.ctl);
 }
 
 extern "C" void tb_gpu_kprof_end(void)
 {
-    (void)cudaDeviceSynchronize(); // the kernels' records are complete once they ran
-    pthread_mutex_lock(&S.mu);
-    int last = S.users > 0 && --S.users == 0;
-    pthread_mutex_unlock(&S.mu);
-    if (!last)
-        return;
-    // the flush calls on_complete, which takes S.mu
-    S.api.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-    S.api.disable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
-    pthread_mutex_lock(&S.mu);
-    if (S.users == 0) {
-        write_table(getenv("TB_GPU_KERNEL_PROFILE"));
+    pthread_mutex_lock(&S.ctl);
+    if (S.users > 0 && --S.users == 0) {
+        (void)cudaDeviceSynchronize(); // every launch has ended: its record is complete
+        S.api.disable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+        S.api.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED); // calls on_complete, which takes S.mu
+        pthread_mutex_lock(&S.mu);
+        write_table(S.path);
         clear_sums();
+        pthread_mutex_unlock(&S.mu);
     }
-    pthread_mutex_unlock(&S.mu);
+    pthread_mutex_unlock(&S.ctl);
 }

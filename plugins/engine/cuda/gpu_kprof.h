@@ -37,6 +37,16 @@ void tb_gpu_kprof_end(void);
 
 #ifdef __cplusplus
 }
+
+// A scope whose launches stay out of the table: a context's load (its
+// random weights, the GEMV calibration) while another context profiles,
+// the ceilings' measurement.
+struct kprof_paused {
+    kprof_paused() { tb_gpu_kprof_pause(1); }
+    ~kprof_paused() { tb_gpu_kprof_pause(0); }
+    kprof_paused(const kprof_paused &) = delete;
+    kprof_paused &operator=(const kprof_paused &) = delete;
+};
 #endif
 
 #endif
