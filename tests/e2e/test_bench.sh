@@ -222,14 +222,14 @@ if [ -n "${port:-}" ]; then
     # the stored text: each file read, after a line naming it
     [ "$(q $db 'select suite_text from session')" = "$(printf '# ---- %s\n' "$tmp/$file"; cat "$file")" ] \
         || fail "the stored suite text is not the file's: $(q $db 'select suite_text from session' | head -3)"
-    q $db 'select command_line from session' | grep -q " bench --url http://127.0.0.1:$port/v1 --model ar-tiny " \
+    grep -q " bench --url http://127.0.0.1:$port/v1 --model ar-tiny " <<<"$(q $db 'select command_line from session')" \
         || fail "the stored command line: $(q $db 'select command_line from session')"
     got=$(q $db "select group_concat(concurrency || ':' || status || ':' || prompt_tokens || ':' || max_new_tokens, ' ')
                  from (select * from bench_case order by ordinal)")
     [ "$got" = "1:ok:8:4 2:ok:8:4" ] || fail "bench --url: cases $got"
     got=$(q $db "select count(*) from request r join sample s on r.sample_id = s.id where r.status = 'ok' and not s.warmup")
     [ "$got" = 8 ] || fail "bench --url: $got measured requests ok, expected 4 per case"
-    q $db 'select options_json from backend' | grep -qF 'X-Bench' || fail "the header is not in the stored options"
+    grep -qF 'X-Bench' <<<"$(q $db 'select options_json from backend')" || fail "the header is not in the stored options"
     pass "bench --url against tokbench serve: 2 cases ok, the session has the suite file's text and path"
 
     "$tb" run "$tmp/$file" --db srv/s.db >rerun.out 2>&1 || fail "run of the written suite: $(tail -5 rerun.out)"
@@ -243,7 +243,7 @@ if [ -n "${port:-}" ]; then
     [ $rc = 0 ] || fail "bench --slo: exit $rc: $(tail -5 slo.err)"
     got=$(q srv/slo.db "select kind || ' ' || status from search")
     [ "$got" = "slo above" ] || fail "bench --slo: the search: $got ($(q srv/slo.db 'select error from search'))"
-    q srv/slo.db 'select suite_text from session' | grep -qx 'request_rate = slo' || fail "bench --slo: the stored suite"
+    grep -qx 'request_rate = slo' <<<"$(q srv/slo.db 'select suite_text from session')" || fail "bench --slo: the stored suite"
     pass "bench --slo: an slo search stored (above: the limits hold at the throughput rate)"
 fi
 
@@ -261,7 +261,7 @@ got=$(q $db "select s.status, b.label, b.plugin, c.status, c.prompt_tokens, c.ma
 [ "$got" = "completed|ar|ar|ok|8|4|1|$tmp/$file" ] || fail "bench --model: $got"
 [ "$(q $db 'select suite_text from session')" = "$(printf '# ---- %s\n' "$tmp/$file"; cat "$file")" ] \
     || fail "bench --model: the stored suite text"
-q $db 'select command_line from session' | grep -q ' bench --model ' || fail "bench --model: the command line"
+grep -q ' bench --model ' <<<"$(q $db 'select command_line from session')" || fail "bench --model: the command line"
 pass "bench --model small-llama --plugin ar: one case ok, stored with its suite"
 
 [ -e "$TOKBENCH_DB" ] && fail "a command with --db wrote \$TOKBENCH_DB"

@@ -109,7 +109,7 @@ for b in burst burst_loops; do
 done
 for b in token plain; do
     row=$(grep "^$b " "$tmp/show.txt")
-    echo "$row" | grep -q " $(tpot $b) " && ! echo "$row" | grep -q '\*' && pass "show: $b's TPOT $(tpot $b), unmarked" \
+    grep -q " $(tpot $b) " <<<"$row" && ! grep -q '\*' <<<"$row" && pass "show: $b's TPOT $(tpot $b), unmarked" \
         || fail "show: $b's row: $row (TPOT $(tpot $b))"
 done
 [ "$(grep -c 'a canvas model (docs/METRICS.md' "$tmp/show.txt")" = 1 ] && pass "show: the note, once" \

@@ -128,7 +128,7 @@ t0=$(text)
     || fail "top_k 1 answered '$t1', greedy '$t0'"
 code=$(post -d '{"prompt":"x","top_k":1.5}' "$base/v1/completions")
 [ "$code" = 400 ] && grep -q '"param":"top_k"' "$tmp/body" && pass "top_k 1.5: 400 naming top_k" || fail "top_k 1.5: $code $(cat "$tmp/body")"
-"$tb" serve --help 2>&1 | tr '\n' ' ' | tr -s ' ' | grep -q "top_p and top_k where the backend has that option" \
+grep -q "top_p and top_k where the backend has that option" <<<"$("$tb" serve --help 2>&1 | tr '\n' ' ' | tr -s ' ')" \
     && pass "serve --help: top_k honoured where the backend has it" || fail "help: $("$tb" serve --help 2>&1 | grep -i top_k)"
 
 # ---------------------------------------------------------------- 2. /metrics under --api-key

@@ -100,14 +100,14 @@ for f in "accepted|accepted 17 > drafted 16" "position|accepted_at\[0\] 5 > draf
     ok1=$(q "$tmp/n.db" "select count(*) from request r join sample s on s.id = r.sample_id join bench_case c
         on c.id = s.case_id join backend b on b.id = c.backend_id where b.label = '$b' and r.idx = 1
         and r.status = 'ok' and r.spec_accepted = 8")
-    echo "$e" | grep -q "^impossible figure: speculative counts: $want" && [ "$ok1" = 3 ] \
+    grep -q "^impossible figure: speculative counts: $want" <<<"$e" && [ "$ok1" = 3 ] \
         && pass "$b: request 0 failed ($e), request 1 kept" || fail "$b: '$e', request 1 ok $ok1 of 3"
 done
 
 # ---------------------------------------------------------------- 3. reports
 "$tb" show --db "$tmp/n.db" 1 >"$tmp/show.txt" 2>&1 || fail "show: $(cat "$tmp/show.txt")"
 main=$(grep -m1 '^backend ' "$tmp/show.txt")
-[ -n "$main" ] && ! echo "$main" | grep -qi "accept\|draft" && pass "the main table has no speculative column" \
+[ -n "$main" ] && ! grep -qi "accept\|draft" <<<"$main" && pass "the main table has no speculative column" \
     || fail "the main table's header: $main"
 sed -n '/^Speculative decoding:/,/^$/p' "$tmp/show.txt" >"$tmp/spec_table.txt"
 grep -q "^spec .* 3\.00 *0\.500 *4 *0\.75 0\.50 0\.50 0\.25 *0\.25[0-9] *0\.208 " "$tmp/spec_table.txt" \
@@ -192,7 +192,7 @@ EOT
         || fail "http bad: '$e'"
     e=$(q "$tmp/h.db" "select r.error from request r join sample s on s.id = r.sample_id join bench_case c on c.id = s.case_id
         join backend b on b.id = c.backend_id where b.label = 'malformed' limit 1")
-    echo "$e" | grep -q '^malformed_stream: .*meta_info.spec_verify_ct "four" is not a count' \
+    grep -q '^malformed_stream: .*meta_info.spec_verify_ct "four" is not a count' <<<"$e" \
         && pass "http malformed: named: $e" || fail "http malformed: '$e'"
 
     cat >"$tmp/v.ini" <<EOT

@@ -19,10 +19,10 @@ cat >"$tmp/time.csv" <<'EOT'
 EOT
 out=$(python3 "$src/tools/ncu_summary.py" "$tmp/time.csv")
 echo "$out"
-echo "$out" | grep -Eq '^k_gemv grid 512 +2 +51\.3 ' || fail "the two 512-block GEMVs: 2 launches, 51.3 us"
-echo "$out" | grep -Eq '^k_gemv grid 3,584 +1 +58\.1 ' || fail "the 3,584-block GEMV apart"
-echo "$out" | grep -Eq '^k_rmsnorm grid 1 +1 +5\.3 ' || fail "k_rmsnorm"
-echo "$out" | grep -Eq '^all +4 +114\.7 ' || fail "the sum: 4 launches, 114.7 us"
+grep -Eq '^k_gemv grid 512 +2 +51\.3 ' <<<"$out" || fail "the two 512-block GEMVs: 2 launches, 51.3 us"
+grep -Eq '^k_gemv grid 3,584 +1 +58\.1 ' <<<"$out" || fail "the 3,584-block GEMV apart"
+grep -Eq '^k_rmsnorm grid 1 +1 +5\.3 ' <<<"$out" || fail "k_rmsnorm"
+grep -Eq '^all +4 +114\.7 ' <<<"$out" || fail "the sum: 4 launches, 114.7 us"
 [ "$(echo "$out" | sed -n 2p | cut -c1-6)" = "k_gemv" ] || fail "largest time first"
 # with DRAM bytes: GB/s = bytes / ns
 cat >"$tmp/bytes.csv" <<'EOT'
@@ -32,7 +32,7 @@ cat >"$tmp/bytes.csv" <<'EOT'
 EOT
 out=$(python3 "$src/tools/ncu_summary.py" "$tmp/bytes.csv")
 echo "$out"
-echo "$out" | grep -Eq '^k_gemv grid 768 +1 +16\.0 .* 50\.0 .* 3125$' || fail "50 MB in 16 us = 3125 GB/s"
+grep -Eq '^k_gemv grid 768 +1 +16\.0 .* 50\.0 .* 3125$' <<<"$out" || fail "50 MB in 16 us = 3125 GB/s"
 # nothing profiled: a clear refusal, not a traceback
 printf '==PROF== Connected to process 1\n==WARNING== No kernels were profiled.\n' >"$tmp/none.csv"
 if python3 "$src/tools/ncu_summary.py" "$tmp/none.csv" >"$tmp/none.out" 2>&1; then
