@@ -95,6 +95,7 @@ struct tb_gpu_dgemma {
     int32_t *route_log;       // test-only (tb_gpu_dgemma_log_routes): the pass's top-k sets, host
     size_t route_cap, route_n;
     double expert_reads, moe_rows;
+    unsigned long long *d_touched; // device: distinct experts summed over MoE layer calls since the last fold
     // dtype = fp8 (g->fp8 too): each projection's input rows quantized into
     // xq [R k][largest in] / xs [R k] (k_fp8_quant_act), then the dense
     // projections on the FP8 GEMM (g->fp8_gemm: gpu_gemm_fp8.cu) or,
@@ -626,6 +627,8 @@ static int bare_context(tb_gpu **out, char *err, size_t err_size)
     return 0;
 }
 
+static int fold_touched(tb_gpu_dgemma *d);
+
 static void dg_free_buffers(tb_gpu_dgemma *d)
 {
     tb_gpu *g = d->g;
@@ -645,7 +648,9 @@ static void dg_free_buffers(tb_gpu_dgemma *d)
     if (d->h_ptrs)
         cudaFreeHost(d->h_ptrs);
     dfree(g, d->d_ptrs);
+    dfree(g, d->d_touched);
     d->h_ptrs = d->d_ptrs = NULL;
+    d->d_touched = NULL;
     d->tok = NULL, d->idx = d->off = d->order = d->pos = d->h_off = NULL;
     d->x = d->r = d->h1 = d->h2 = d->qf = d->kf = d->vf = d->S = d->gu = d->rlog = d->w = NULL;
     d->logits = d->d_ent = NULL;
@@ -892,6 +897,8 @@ extern "C" int tb_gpu_dgemma_reserve(tb_gpu_dgemma *d, int max_ctx)
     if (max_ctx <= d->max_ctx)
         return 0;
     CK(cudaStreamSynchronize(g->stream));
+    if (fold_touched(d)) // the count so far, before its buffer goes
+        return -1;
     dg_free_buffers(d);
     const tb_dgemma_config *c = &d->cfg;
     size_t R = d->R, H = c->hidden, V = c->vocab, I = c->inter, E = c->n_experts, K = c->top_k, mi = c->moe_inter;
@@ -931,15 +938,18 @@ extern "C" int tb_gpu_dgemma_reserve(tb_gpu_dgemma *d, int max_ctx)
     A(d->off, E + 1);
     A(d->order, Pn);
     A(d->pos, Pn);
-    A(d->xg, Pn * H);
-    A(d->egu, Pn * 2 * mi);
+    if (!d->fp8) { // bf16's cuBLAS experts (fp8's grouped GEMM gathers itself, into egu_f, ey_f)
+        A(d->xg, Pn * H);
+        A(d->egu, Pn * 2 * mi);
+        A(d->ey, Pn * H);
+    }
     A(d->eact, Pn * mi);
-    A(d->ey, Pn * H);
     A(d->logits, R * V);
     A(d->soft, R * V);
     A(d->d_ids, 2 * R);
     A(d->d_ent, R);
     A(d->d_ptrs, 6 * E);
+    A(d->d_touched, 1);
     if (d->fp8) {
         // the largest projection input: a dense one (R rows) or an expert's (R k rows)
         size_t din = H > nh * hdm ? H : nh * hdm;
@@ -967,6 +977,8 @@ extern "C" int tb_gpu_dgemma_reserve(tb_gpu_dgemma *d, int max_ctx)
     if (!rc && (cudaMallocHost((void **)&d->h_off, (E + 1) * sizeof(int)) != cudaSuccess ||
                 cudaMallocHost((void **)&d->h_ptrs, 6 * E * sizeof(void *)) != cudaSuccess))
         rc = fail(g, "cannot allocate pinned host memory");
+    if (!rc && cudaMemsetAsync(d->d_touched, 0, sizeof *d->d_touched, g->stream) != cudaSuccess)
+        rc = fail(g, "cudaMemsetAsync failed");
     if (rc) {
         dg_free_buffers(d);
         return -1;
@@ -1070,32 +1082,53 @@ static int moe(tb_gpu_dgemma *d, const dg_layer *L, int rows)
     LAUNCHED();
     k_dg_expert_scale<<<(P + 255) / 256, 256, 0, g->stream>>>(d->idx, d->w, L->expert_scale, P);
     LAUNCHED();
-    k_moe_group<<<1, 1024, 0, g->stream>>>(d->idx, P, E, d->off, d->order, d->pos, NULL);
+    k_moe_group<<<1, 1024, 0, g->stream>>>(d->idx, P, E, d->off, d->order, d->pos, d->d_touched);
     LAUNCHED();
     // the experts' input
     k_dg_rms<<<rows, DG_THREADS, 0, g->stream>>>(d->r, L->pre_ffn_norm2, 1.0f, NULL, NULL, d->xn, H, eps);
     LAUNCHED();
-    CK(cudaMemcpyAsync(d->h_off, d->off, (size_t)(E + 1) * sizeof(int), cudaMemcpyDeviceToHost, g->stream));
-    if (d->route_log) { // a test's record of the sets, in the order the CPU's replay reads them
-        if (d->route_n + (size_t)P > d->route_cap)
-            return fail(g, "DiffusionGemma route log: %zu ids, room for %zu", d->route_n + (size_t)P, d->route_cap);
-        CK(cudaMemcpyAsync(d->route_log + d->route_n, d->idx, (size_t)P * sizeof(int), cudaMemcpyDeviceToHost,
-                           g->stream));
-        d->route_n += (size_t)P;
+    // the host waits for the groups only where it needs them: bf16's
+    // cuBLAS calls take host pointers, a test's route log reads the sets;
+    // dtype = fp8's grouped GEMM reads them on the device
+    if (!d->fp8 || d->route_log) {
+        CK(cudaMemcpyAsync(d->h_off, d->off, (size_t)(E + 1) * sizeof(int), cudaMemcpyDeviceToHost, g->stream));
+        if (d->route_log) { // a test's record of the sets, in the order the CPU's replay reads them
+            if (d->route_n + (size_t)P > d->route_cap)
+                return fail(g, "DiffusionGemma route log: %zu ids, room for %zu", d->route_n + (size_t)P,
+                            d->route_cap);
+            CK(cudaMemcpyAsync(d->route_log + d->route_n, d->idx, (size_t)P * sizeof(int), cudaMemcpyDeviceToHost,
+                               g->stream));
+            d->route_n += (size_t)P;
+        }
+        CK(cudaStreamSynchronize(g->stream));
     }
-    CK(cudaStreamSynchronize(g->stream));
-    const int *off = d->h_off;
-    int touched = 0; // the experts some row chose (an expert no row chose is never read)
-    for (int e = 0; e < E; e++)
-        touched += off[e + 1] > off[e];
-    if (d->fp8 ? experts_fp8(d, L, rows) : experts_bf16(d, L, rows, off))
+    if (d->fp8 ? experts_fp8(d, L, rows) : experts_bf16(d, L, rows, d->h_off))
         return -1;
-    // the roofline: active experts only (docs/METRICS.md's active bytes;
-    // fp8: 1 byte a weight and a float scale an output row)
+    // the roofline: every row's K experts' FLOPs; the bytes of the experts
+    // some row chose are counted on the device (k_moe_group's d_touched)
+    // and folded in by fold_touched
     g->work_flops += 2.0 * P * 3.0 * H * mi;
-    g->work_bytes += touched * (d->fp8 ? 3.0 * H * mi + 4.0 * (2.0 * mi + H) : 2.0 * 3.0 * H * mi);
-    d->expert_reads += touched;
     d->moe_rows += rows;
+    return 0;
+}
+
+// The distinct experts the MoE layer calls read since the last fold
+// (k_moe_group's device count; an expert no row chose is never read) into
+// expert_reads and the roofline's bytes (docs/METRICS.md's active bytes:
+// an expert's three matrices, bf16, or under fp8 a byte a weight and a
+// float scale an output row). Waits for the stream.
+static int fold_touched(tb_gpu_dgemma *d)
+{
+    tb_gpu *g = d->g;
+    if (!d->d_touched)
+        return 0;
+    unsigned long long n = 0;
+    CK(cudaMemcpyAsync(&n, d->d_touched, sizeof n, cudaMemcpyDeviceToHost, g->stream));
+    CK(cudaMemsetAsync(d->d_touched, 0, sizeof n, g->stream));
+    CK(cudaStreamSynchronize(g->stream));
+    double H = d->cfg.hidden, mi = d->cfg.moe_inter;
+    g->work_bytes += (double)n * (d->fp8 ? 3.0 * H * mi + 4.0 * (2.0 * mi + H) : 2.0 * 3.0 * H * mi);
+    d->expert_reads += (double)n;
     return 0;
 }
 
@@ -1404,6 +1437,7 @@ extern "C" int tb_gpu_dgemma_decide(tb_gpu_dgemma *d, float temperature, uint64_
 extern "C" void tb_gpu_dgemma_take_work(tb_gpu_dgemma *d, double *flops, double *bytes, double *expert_reads,
                                         double *moe_rows)
 {
+    fold_touched(d); // a failure is the context's error (its next call reports it); the count then reads low
     tb_gpu_take_work(d->g, flops, bytes, NULL, NULL);
     if (expert_reads)
         *expert_reads = d->expert_reads;

@@ -613,20 +613,31 @@ __global__ void __launch_bounds__(128)
         for (int b = 0; b < 2; b++)
             wmma::fill_fragment(acc[a][b], 0.0f);
     const uint4 zero = make_uint4(0, 0, 0, 0);
+    // the next K step's chunks are loaded into registers while the tensor
+    // cores work on this one's (the loads' latency hidden behind the MMAs)
+    uint4 va[NCH], vb[NCH];
+    for (int q = 0; q < NCH; q++) {
+        int c = ac[q];
+        va[q] = arow[q] && c < in ? *reinterpret_cast<const uint4 *>(arow[q] + (size_t)c * EB) : zero;
+        vb[q] = brow[q] && c < in ? __ldg(reinterpret_cast<const uint4 *>(brow[q] + (size_t)c * EB)) : zero;
+    }
     for (int k0 = 0; k0 < in; k0 += MOE_BK) {
         for (int q = 0; q < NCH; q++) {
-            int c = k0 + ac[q];
-            uint4 va = arow[q] && c < in ? *reinterpret_cast<const uint4 *>(arow[q] + (size_t)c * EB) : zero;
-            uint4 vb = brow[q] && c < in ? __ldg(reinterpret_cast<const uint4 *>(brow[q] + (size_t)c * EB)) : zero;
             if (FP8) {
-                e4m3x16_to_bf16(va, reinterpret_cast<uint4 *>(As + ar[q] * LDS + ac[q]));
-                e4m3x16_to_bf16(vb, reinterpret_cast<uint4 *>(Bs + ar[q] * LDS + ac[q]));
+                e4m3x16_to_bf16(va[q], reinterpret_cast<uint4 *>(As + ar[q] * LDS + ac[q]));
+                e4m3x16_to_bf16(vb[q], reinterpret_cast<uint4 *>(Bs + ar[q] * LDS + ac[q]));
             } else {
-                *reinterpret_cast<uint4 *>(As + ar[q] * LDS + ac[q]) = va;
-                *reinterpret_cast<uint4 *>(Bs + ar[q] * LDS + ac[q]) = vb;
+                *reinterpret_cast<uint4 *>(As + ar[q] * LDS + ac[q]) = va[q];
+                *reinterpret_cast<uint4 *>(Bs + ar[q] * LDS + ac[q]) = vb[q];
             }
         }
         __syncthreads();
+        if (k0 + MOE_BK < in)
+            for (int q = 0; q < NCH; q++) {
+                int c = k0 + MOE_BK + ac[q];
+                va[q] = arow[q] && c < in ? *reinterpret_cast<const uint4 *>(arow[q] + (size_t)c * EB) : zero;
+                vb[q] = brow[q] && c < in ? __ldg(reinterpret_cast<const uint4 *>(brow[q] + (size_t)c * EB)) : zero;
+            }
         for (int kk = 0; kk < MOE_BK; kk += 16) {
             wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa[2];
             wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> fb[2];
