@@ -74,18 +74,50 @@ def root_config(vision):
     return d
 
 
-class SkipInit(torch.overrides.TorchFunctionMode):
-    """Constructing 25 G parameters with torch's and transformers' random
-    init runs serially on the CPU (minutes of a short lease); the weights
-    are filled on the card afterwards (fill_on_card). Every torch.nn.init
-    call made while constructing returns its tensor untouched: values set
-    by constructors themselves (a norm's ones) stay."""
+class MetaMatrices:
+    """While constructing: every parameter of two or more dimensions is
+    registered on the meta device (no memory, and every init of it, torch's
+    or transformers', does nothing), the vectors (norms) and buffers (rotary
+    tables) stay real on the host. Constructing with the init run took
+    longer than session 22's 220 s on the host (serial draws of 25 G
+    values)."""
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if getattr(func, "__module__", None) == "torch.nn.init":
-            return kwargs.get("tensor", args[0] if args else None)
-        return func(*args, **kwargs)
+    def __enter__(self):
+        self.orig = orig = torch.nn.Module.register_parameter
+
+        def register(mod, name, param):
+            if param is not None and param.dim() >= 2 and not param.is_meta:
+                param = torch.nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
+            orig(mod, name, param)
+
+        torch.nn.Module.register_parameter = register
+        return self
+
+    def __exit__(self, *exc):
+        torch.nn.Module.register_parameter = self.orig
+        return False
+
+
+def materialize_on_card(model):
+    """Each meta parameter becomes one uninitialized tensor on the card,
+    a parameter shared by two modules (the tied text weights) one tensor
+    for both; then the rest (vectors, buffers) moves there. Returns how
+    many tensors were made."""
+    made = {}
+    for mod in model.modules():
+        for name, p in list(mod._parameters.items()):
+            if p is not None and p.is_meta:
+                q = made.get(id(p))
+                if q is None:
+                    q = torch.nn.Parameter(torch.empty(p.shape, dtype=p.dtype, device="cuda"),
+                                           requires_grad=p.requires_grad)
+                    made[id(p)] = q
+                mod._parameters[name] = q
+    model.to("cuda")
+    left = [n for n, t in list(model.named_parameters()) + list(model.named_buffers()) if t.is_meta]
+    if left:
+        raise RuntimeError(f"still on the meta device: {left[:3]}")
+    return len(made)
 
 
 def fill_on_card(model, std):
@@ -119,12 +151,12 @@ def build(tf):
     # transformers 5.17 wants a vision_config (make_dgemma_golden.py
     # settled it), so that way first. The encoder's text weights are the
     # decoder's (tied objects: 84 / 0 in the golden data's VERSIONS.json),
-    # but tied only after both are built: about 100 GB at the peak, which an
-    # 80 GB H100 does not hold. So the model is built in host memory with
-    # the init skipped (SkipInit: untouched pages cost no memory), tied
-    # there, moved to the card (.to keeps tied parameters shared), and its
-    # weights drawn there (fill_on_card). A failed try keeps only its
-    # message: the exception's frames would hold the half-built model.
+    # but tied only after both are built: about 100 GB at the peak on the
+    # card, which an 80 GB H100 does not hold (session 21). So the matrices
+    # are constructed on the meta device (MetaMatrices), tied, made on the
+    # card once each (materialize_on_card) and drawn there (fill_on_card).
+    # A failed try keeps only its message: the exception's frames would
+    # hold the half-built model.
     last = None
     for vision in (VISION, None):
         for attn in ("sdpa", "eager"):
@@ -132,17 +164,18 @@ def build(tf):
             try:
                 cfg = tf.DiffusionGemmaConfig.from_dict(json.loads(json.dumps(root_config(vision))))
                 t0 = time.perf_counter()
-                with torch.device("cpu"), SkipInit():
+                with torch.device("cpu"), MetaMatrices():
                     model = tf.DiffusionGemmaForBlockDiffusion._from_config(cfg, attn_implementation=attn,
                                                                              dtype=torch.bfloat16)
                 model.tie_weights()
                 t1 = time.perf_counter()
-                model = model.to("cuda")
+                n_made = materialize_on_card(model)
+                model.tie_weights()
                 std = getattr(cfg.text_config, "initializer_range", None) or 0.02
                 mats, vecs, zeroed = fill_on_card(model, std)
                 torch.cuda.synchronize()
                 print(f"peer: built with vision_config={'small' if vision else None}, attention {attn}: "
-                      f"constructed in host memory {t1 - t0:.0f} s, moved and drawn on the card "
+                      f"constructed {t1 - t0:.0f} s, {n_made} matrices made, drawn and the rest moved on the card "
                       f"{time.perf_counter() - t1:.0f} s ({mats} matrices N(0, {std}), {vecs} vectors as "
                       f"constructed, {zeroed} of them zeroed)", flush=True)
                 dec = dict(model.model.decoder.named_parameters())
