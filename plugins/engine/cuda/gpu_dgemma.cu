@@ -1123,9 +1123,8 @@ static int fold_touched(tb_gpu_dgemma *d)
     if (!d->d_touched)
         return 0;
     unsigned long long n = 0;
-    CK(cudaMemcpyAsync(&n, d->d_touched, sizeof n, cudaMemcpyDeviceToHost, g->stream));
-    CK(cudaMemsetAsync(d->d_touched, 0, sizeof n, g->stream));
-    CK(cudaStreamSynchronize(g->stream));
+    if (take_device_count(g, d->d_touched, &n))
+        return -1;
     double H = d->cfg.hidden, mi = d->cfg.moe_inter;
     g->work_bytes += (double)n * (d->fp8 ? 3.0 * H * mi + 4.0 * (2.0 * mi + H) : 2.0 * 3.0 * H * mi);
     d->expert_reads += (double)n;

@@ -333,6 +333,10 @@ int moe_reserve(tb_gpu *g, int rows);
 void moe_free(tb_gpu *g);
 int moe_ffn(tb_gpu *g, int l, int rows, int graphable);
 int moe_take_touched(tb_gpu *g, double *touched);
+// A device counter's value, read and set to zero on g's stream (waits for
+// it): the distinct experts counted by k_moe_group, here and in
+// gpu_dgemma.cu.
+int take_device_count(tb_gpu *g, unsigned long long *count, unsigned long long *out);
 // The grouped GEMM over every expert in one launch (gpu_moe.cu's
 // k_moe_gemm): Y[j][out] = W[e] x_j (float) for the grouped positions j of
 // P pairs over E experts (off [E + 1] on the device: expert e's positions

@@ -981,15 +981,23 @@ int moe_ffn(tb_gpu *g, int l, int rows, int graphable)
     return 0;
 }
 
+int take_device_count(tb_gpu *g, unsigned long long *count, unsigned long long *out)
+{
+    *out = 0;
+    CK(cudaMemcpyAsync(out, count, sizeof *out, cudaMemcpyDeviceToHost, g->stream));
+    CK(cudaMemsetAsync(count, 0, sizeof *out, g->stream));
+    CK(cudaStreamSynchronize(g->stream));
+    return 0;
+}
+
 int moe_take_touched(tb_gpu *g, double *touched)
 {
     *touched = 0;
     if (!g->moe_touched)
         return 0;
     unsigned long long t = 0;
-    CK(cudaMemcpyAsync(&t, g->moe_touched, sizeof t, cudaMemcpyDeviceToHost, g->stream));
-    CK(cudaMemsetAsync(g->moe_touched, 0, sizeof t, g->stream));
-    CK(cudaStreamSynchronize(g->stream));
+    if (take_device_count(g, g->moe_touched, &t))
+        return -1;
     *touched = (double)t;
     return 0;
 }
