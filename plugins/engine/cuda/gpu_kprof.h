@@ -9,7 +9,9 @@
  * launches, summed, mean, min and max time and share of all kernel time;
  * above it the kernels' summed time against the span from the first
  * kernel's start to the last one's end (host time between calls included,
- * so 1 - busy/span is the device's idle share over the run). Kernels in
+ * so 1 - busy/span is the device's idle share over the run, where no two
+ * kernels overlap: under PDL or on two streams the overlap counts twice
+ * in busy). Kernels in
  * CUDA graphs count one by one. libcupti is opened at run time
  * (dlopen), so a build or a run without the variable needs none.
  * docs/PERFORMANCE.md says how to read it. */
