@@ -1211,8 +1211,9 @@ static int experts_bf16(tb_gpu_dgemma *d, const dg_layer *L, int rows, const int
 // their exact bf16 values on tensor cores, float sums, both scales
 // applied), GeGLU, the down product's inputs quantized, the combine into
 // h2. No call per expert (the ~7,700 cuBLASLt calls a canvas pass of the
-// published shape took before) and nothing read on the host here (moe()
-// still waits for the groups, for the roofline's count of the experts).
+// published shape took before) and no host wait: the groups stay on the
+// device (moe() reads them back only for a test's route log), the
+// experts' count for the roofline too (fold_touched).
 static int experts_fp8(tb_gpu_dgemma *d, const dg_layer *L, int rows)
 {
     tb_gpu *g = d->g;
