@@ -207,6 +207,62 @@ static void check_fp8_codes(const char *name)
  * (2e-3 on FP8 tensor cores); the same product over unrounded inputs must
  * miss it tenfold (else nothing here sees whether the device quantized
  * its input). */
+/* One product of check_fp8_products: projection k of layer l over
+ * `rows` random rows, fresh (acc 0), accumulating (1) or deferred (2),
+ * against the CPU's rounding in double; returns the worst error over the
+ * allowed (tol_rel of the sum of |terms|), -1 where the device failed;
+ * *unrounded: the worst of the same product over unrounded inputs. */
+static double fp8_product_error(const char *name, tb_gpu *g, const float *W, int l, int k, int rows, int out,
+                                int in, int acc, double tol_rel, uint64_t *rng, double *unrounded)
+{
+    size_t nx = (size_t)rows * in, ny = (size_t)rows * out;
+    float *x = malloc(nx * sizeof(float)), *xr = malloc(nx * sizeof(float));
+    float *y = malloc(ny * sizeof(float)), *y0 = malloc(ny * sizeof(float));
+    double worst = 0;
+    for (size_t i = 0; i < nx; i++) { /* a wide range: some rows' maxima far above the rest */
+        double u = tb_rng_uniform(rng) - 0.5;
+        x[i] = tb_bf16_to_f32(tb_f32_to_bf16((float)(u * (i % 97 == 0 ? 40.0 : 1.0) * (1 + (int)(i / in) % 3))));
+    }
+    memcpy(xr, x, nx * sizeof(float));
+    tb_fp8_round_rows(xr, (size_t)rows, (size_t)in);
+    for (size_t i = 0; i < ny; i++)
+        y0[i] = y[i] = acc == 1 ? (float)(tb_rng_uniform(rng) - 0.5) : 0.0f;
+    if (tb_gpu_fp8_product(g, l, k, x, rows, y, acc == 1, acc == 2) != 0) {
+        fprintf(stderr, "%s: %s\n", name, tb_gpu_error(g));
+        worst = -1;
+    } else {
+        for (int r = 0; r < rows; r++)
+            for (int o = 0; o < out; o++) {
+                double dot = 0, raw = 0, mag = 0;
+                for (int i = 0; i < in; i++) {
+                    double w = W[(size_t)o * in + i];
+                    dot += (double)xr[(size_t)r * in + i] * w;
+                    raw += (double)x[(size_t)r * in + i] * w;
+                    mag += fabs((double)xr[(size_t)r * in + i] * w);
+                }
+                double got = y[(size_t)r * out + o] - (acc == 1 ? y0[(size_t)r * out + o] : 0.0);
+                double tol = tol_rel * mag + 1e-6;
+                worst = fmax(worst, fabs(got - dot) / tol);
+                *unrounded = fmax(*unrounded, fabs(raw - dot) / tol);
+            }
+    }
+    free(x), free(xr), free(y), free(y0);
+    return worst;
+}
+
+/* dtype = fp8's products (fp8.h: E4M3 weights and inputs, one
+ * power-of-two scale per weight row and per input row), each projection
+ * of each layer over 1 (the GEMV), 2, 17, 64 and 100 rows, with the FP8
+ * tensor-core GEMM and with the bf16 path, fresh, accumulating and with
+ * the scales deferred, against
+ * the CPU's: the input rounded to bf16 (as the device holds it), then to
+ * its E4M3 form by tb_fp8_round_rows, times the rounded weights, in
+ * double. The error allowed is 1e-4 of the sum of |terms| per output
+ * (2e-3 on FP8 tensor-core GEMMs); the same product over unrounded inputs
+ * must miss it tenfold (else nothing here sees whether the device
+ * quantized its input). Then the GEMV's tensor-core variants, each
+ * forced, at one row, within the tensor-core GEMMs' 2e-3 (each mma sums
+ * 32 products at the tensor core's precision; the worst is printed). */
 static void check_fp8_products(const char *name)
 {
     tb_model m;
@@ -241,42 +297,16 @@ static void check_fp8_products(const char *name)
             for (int k = 0; k < 4; k++)
                 for (int ri = 0; ri < 5; ri++)
                     for (int acc = 0; acc < 3; acc++) { /* fresh, accumulating, deferred (fresh) */
-                        int rows = row_counts[ri], out = outs[k], in = ins[k];
-                        size_t nx = (size_t)rows * in, ny = (size_t)rows * out;
-                        float *x = malloc(nx * sizeof(float)), *xr = malloc(nx * sizeof(float));
-                        float *y = malloc(ny * sizeof(float)), *y0 = malloc(ny * sizeof(float));
-                        for (size_t i = 0; i < nx; i++) { /* a wide range: some rows' maxima far above the rest */
-                            double u = tb_rng_uniform(&rng) - 0.5;
-                            x[i] = tb_bf16_to_f32(tb_f32_to_bf16((float)(u * (i % 97 == 0 ? 40.0 : 1.0) *
-                                                                         (1 + (int)(i / in) % 3))));
-                        }
-                        memcpy(xr, x, nx * sizeof(float));
-                        tb_fp8_round_rows(xr, (size_t)rows, (size_t)in);
-                        for (size_t i = 0; i < ny; i++)
-                            y0[i] = y[i] = acc == 1 ? (float)(tb_rng_uniform(&rng) - 0.5) : 0.0f;
-                        if (tb_gpu_fp8_product(g, l, k, x, rows, y, acc == 1, acc == 2) != 0) {
-                            fprintf(stderr, "%s: %s\n", name, tb_gpu_error(g));
-                            CHECK(0);
-                        } else {
-                            for (int r = 0; r < rows; r++)
-                                for (int o = 0; o < out; o++) {
-                                    double dot = 0, raw = 0, mag = 0;
-                                    for (int i = 0; i < in; i++) {
-                                        double w = W[k][(size_t)o * in + i];
-                                        dot += (double)xr[(size_t)r * in + i] * w;
-                                        raw += (double)x[(size_t)r * in + i] * w;
-                                        mag += fabs((double)xr[(size_t)r * in + i] * w);
-                                    }
-                                    double got = y[(size_t)r * out + o] - (acc == 1 ? y0[(size_t)r * out + o] : 0.0);
-                                    /* FP8 tensor cores sum each K chunk at reduced precision (cuBLASLt
-                                     * measured: 1e-4 of the sum of |terms| at K = 64, 1e-5 at 4,096) */
-                                    double tol = (gemm && rows > 1 ? 2e-3 : 1e-4) * mag + 1e-6;
-                                    worst = fmax(worst, fabs(got - dot) / tol);
-                                    unrounded = fmax(unrounded, fabs(raw - dot) / tol);
-                                }
+                        int rows = row_counts[ri];
+                        /* FP8 tensor-core GEMMs sum each K chunk at reduced precision (cuBLASLt
+                         * measured: 1e-4 of the sum of |terms| at K = 64, 1e-5 at 4,096) */
+                        double e = fp8_product_error(name, g, W[k], l, k, rows, outs[k], ins[k], acc,
+                                                     gemm && rows > 1 ? 2e-3 : 1e-4, &rng, &unrounded);
+                        CHECK(e >= 0);
+                        if (e >= 0) {
+                            worst = fmax(worst, e);
                             checked++;
                         }
-                        free(x), free(xr), free(y), free(y0);
                     }
         }
         fprintf(stderr,
@@ -285,6 +315,29 @@ static void check_fp8_products(const char *name)
                 name, gemm ? "FP8 GEMM" : "bf16 GEMM", checked, worst, unrounded);
         CHECK(checked == c->n_layers * 4 * 5 * 3 && worst <= 1.0 && unrounded > 10.0);
     }
+    for (int v = TB_GPU_FP8_GEMV_ROUNDING_ALIKE; v < TB_GPU_FP8_GEMV_VARIANTS; v++) {
+        tb_gpu_set_fp8_gemv(g, v);
+        double worst = 0, unrounded = 0;
+        int checked = 0;
+        for (int l = 0; l < c->n_layers; l++) {
+            const tb_layer *L = &m.layers[l];
+            const float *W[4] = {L->wqkv, L->wo, L->w_gate_up, L->w_down};
+            int outs[4] = {qkv, h, 2 * I, h}, ins[4] = {h, nq, h, I};
+            for (int k = 0; k < 4; k++)
+                for (int acc = 0; acc < 2; acc++) { /* the GEMV: fresh, accumulating */
+                    double e = fp8_product_error(name, g, W[k], l, k, 1, outs[k], ins[k], acc, 2e-3, &rng, &unrounded);
+                    CHECK(e >= 0);
+                    if (e >= 0) {
+                        worst = fmax(worst, e);
+                        checked++;
+                    }
+                }
+        }
+        fprintf(stderr, "%s: fp8 GEMV variant %d (tensor cores), %d checked: worst error %.3f of the allowed; "
+                "unrounded inputs would miss by %.1f\n", name, v, checked, worst, unrounded);
+        CHECK(checked == c->n_layers * 4 * 2 && worst <= 1.0 && unrounded > 10.0);
+    }
+    tb_gpu_set_fp8_gemv(g, -1);
     /* the roofline's FLOP/s ceiling is that of the context's products
      * (docs/METRICS.md): the FP8 GEMM's where spans run on it */
     CHECK(tb_gpu_set_fp8_gemm(g, gemm_modes == 2) == 0);
@@ -947,9 +1000,10 @@ static void check_attention_kernel(int hd, int shape)
 }
 
 /* Decode attention alone (tb_gpu_decode_attention): each of its kernels
- * (a block per head, whole or split over the keys: 16 splits here, some
- * of them all padding; a block per K/V head's group) at
- * head_dim hd with `group` query heads per K/V head, three sequences (the
+ * (a block per head or per K/V head's group, each whole or split over the
+ * keys: 16 splits here, some of them all padding) at
+ * head_dim hd with `group` query heads per K/V head (8: the group kernels
+ * take it as two blocks of 4), three sequences (the
  * second left-padded by 70, the third by 3) at several lengths, against a
  * double-precision softmax over keys [pad, position]; inputs uniform in
  * [-2, 2] as bf16. */
@@ -988,7 +1042,7 @@ static void check_decode_attention(int hd, int group)
             k[i] = tb_bf16_to_f32(tb_f32_to_bf16((float)(4 * tb_rng_uniform(&rng) - 2)));
             v[i] = tb_bf16_to_f32(tb_f32_to_bf16((float)(4 * tb_rng_uniform(&rng) - 2)));
         }
-        for (int kernel = 0; kernel < 3; kernel++) {
+        for (int kernel = 0; kernel < 4; kernel++) {
             if (tb_gpu_decode_attention(g, q, k, v, B, na, kernel, out) != 0) {
                 fprintf(stderr, "decode attention: %s\n", tb_gpu_error(g));
                 CHECK(0);
@@ -1812,12 +1866,16 @@ static float *decode_logits(const char *name, int B, int fusion, int variant, in
     return out;
 }
 
-/* The FP8 GEMV's claims, GPU against GPU: every variant rounds alike and
- * the SwiGLU epilogue computes what k_swiglu does (decode logits equal to
- * the bit over every variant, with and without it); the fused RMSNorm
- * within BF16_TOL of the largest logit (its sum in another order may move
- * an input's bf16 rounding by an ulp, and that its E4M3 rounding by a
- * step; a norm skipped moves the logits by more than the largest). */
+/* The FP8 GEMV's claims, GPU against GPU: variants 0-4 round alike, and
+ * each variant's SwiGLU epilogue computes what k_swiglu does (decode
+ * logits equal to the bit: variants 0-4 to variant 0 unfused, with and
+ * without it; a tensor-core variant (5-7: another order of the sum) to
+ * itself unfused, and that within FP8_TOL of variant 0: as the CPU path,
+ * an input's E4M3 rounding may move a step, check_fp8_products bounds
+ * its sums); the fused RMSNorm within BF16_TOL of the largest logit (its
+ * sum in another order may move an input's bf16 rounding by an ulp, and
+ * that its E4M3 rounding by a step; a norm skipped moves the logits by
+ * more than the largest). */
 static void check_fp8_exact(const char *name)
 {
     enum { P = 6, N = 8 };
@@ -1825,26 +1883,44 @@ static void check_fp8_exact(const char *name)
     fp8_mode = 1;
     float *base = decode_logits(name, 1, 0, 0, P, N, &V);
     CHECK(base != NULL);
-    for (int v = 0; v < TB_GPU_FP8_GEMV_VARIANTS && base; v++)
-        for (int f = 0; f < 3; f++) {
+    for (int v = 0; v < TB_GPU_FP8_GEMV_VARIANTS && base; v++) {
+        int alike = v < TB_GPU_FP8_GEMV_ROUNDING_ALIKE;
+        float *own = alike ? base : decode_logits(name, 1, 0, v, P, N, &V);
+        CHECK(own != NULL);
+        if (!own)
+            continue;
+        size_t n = (size_t)N * V;
+        double ref = max_abs(base, n);
+        if (!alike) {
+            double diff = 0;
+            for (size_t i = 0; i < n; i++)
+                diff = isnan(own[i]) ? INFINITY : fmax(diff, fabs(own[i] - base[i]));
+            fprintf(stderr, "%s fp8 decode, variant %d (tensor cores) unfused against variant 0: max diff %.3g of "
+                    "max |logit| %.3f\n", name, v, diff, ref);
+            CHECK(diff <= FP8_TOL * (ref > 1 ? ref : 1));
+        }
+        for (int f = alike ? 0 : 1; f < 3; f++) {
             int mask = (int[]){0, TB_GPU_FUSE_SWIGLU, TB_GPU_FUSE_SWIGLU | TB_GPU_FUSE_NORM}[f];
             float *other = decode_logits(name, 1, mask, v, P, N, &V);
             CHECK(other != NULL);
             if (!other)
                 continue;
-            size_t n = (size_t)N * V;
-            double ref = max_abs(base, n), diff = 0;
+            double diff = 0;
             for (size_t i = 0; i < n; i++)
-                diff = fabs(other[i] - base[i]) > diff || isnan(other[i]) ? (isnan(other[i]) ? INFINITY : fabs(other[i] - base[i])) : diff;
-            int exact = memcmp(base, other, n * sizeof(float)) == 0;
-            fprintf(stderr, "%s fp8 decode, variant %d, fusion mask %d: %s (max diff %.3g of max |logit| %.3f)\n", name,
-                    v, mask, exact ? "identical to variant 0 unfused" : "differs", diff, ref);
+                diff = isnan(other[i]) ? INFINITY : fmax(diff, fabs(other[i] - own[i]));
+            int exact = memcmp(own, other, n * sizeof(float)) == 0;
+            fprintf(stderr, "%s fp8 decode, variant %d, fusion mask %d: %s (max diff %.3g of max |logit| %.3f)\n",
+                    name, v, mask, exact ? (alike ? "identical to variant 0 unfused" : "identical to unfused")
+                                         : "differs", diff, ref);
             if (mask & TB_GPU_FUSE_NORM)
                 CHECK(diff <= BF16_TOL * (ref > 1 ? ref : 1));
             else
                 CHECK(exact);
             free(other);
         }
+        if (own != base)
+            free(own);
+    }
     free(base);
     fp8_mode = 0;
 }
@@ -1899,7 +1975,7 @@ static void check_fp8_dense(void)
     check_ar_with("llama-tied", 0, 1, 0, 0);
     /* the other FP8 GEMV shapes, batch 1, alone and with both fusions
      * (a one-row shape's SwiGLU takes its two-row form) */
-    for (fp8_gemv = 0; fp8_gemv < 5; fp8_gemv++)
+    for (fp8_gemv = 0; fp8_gemv < TB_GPU_FP8_GEMV_VARIANTS; fp8_gemv++)
         if (fp8_gemv != TB_GPU_FP8_GEMV_DEFAULT) {
             check_ar_with("llama-gqa", 0, 1, 0, 0);
             check_ar_with("llama-gqa", 0, 1, TB_GPU_FUSE_SWIGLU | TB_GPU_FUSE_NORM, 0);
@@ -2013,6 +2089,7 @@ int main(void)
     if (getenv("TB_TEST_GPU_ONLY") && strcmp(getenv("TB_TEST_GPU_ONLY"), "decode") == 0) {
         check_decode_attention(128, 4);
         check_decode_attention(64, 2);
+        check_decode_attention(128, 8);
         return check_done();
     }
     if (getenv("TB_TEST_GPU_ONLY") && strcmp(getenv("TB_TEST_GPU_ONLY"), "fp8") == 0) { /* dense models under dtype = fp8 */
@@ -2143,6 +2220,7 @@ int main(void)
     check_decode_attention(256, 4);
     check_decode_attention(16, 4);
     check_decode_attention(32, 2);
+    check_decode_attention(128, 8); /* two blocks of 4 a K/V head (Qwen3-30B-A3B's group) */
     check_products();
     check_ar_slots("llama-gqa", 0);
     check_ar_slots("qwen2-bias", 0);

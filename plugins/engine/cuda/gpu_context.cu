@@ -214,7 +214,7 @@ int tbgpu::create_on(tb_gpu **out, const tb_model_config *cfg, const tb_model *c
     cublasSetStream(g->blas, g->stream);
     // the fused decode path (tb_gpu_set_decode_fusion); the environment
     // selects others for measurements (docs/PERFORMANCE.md)
-    g->fusion = getenv("TB_GPU_FUSION") ? atoi(getenv("TB_GPU_FUSION")) & 31 : TB_GPU_FUSE_DEFAULT;
+    g->fusion = getenv("TB_GPU_FUSION") ? atoi(getenv("TB_GPU_FUSION")) & TB_GPU_FUSE_ALL : TB_GPU_FUSE_DEFAULT;
     g->pdl = getenv("TB_GPU_PDL") ? atoi(getenv("TB_GPU_PDL")) != 0 : TB_GPU_PDL_DEFAULT;
     g->profile_call = getenv("TB_GPU_PROFILE_CALL") ? atoi(getenv("TB_GPU_PROFILE_CALL")) : 0;
     g->att_splits = getenv("TB_GPU_ATT_SPLITS") ? atoi(getenv("TB_GPU_ATT_SPLITS")) : 0;

@@ -577,29 +577,35 @@ static int norm_in_gemv(const tb_gpu *g, int rows)
 // sequence (mode FWD_DECODE or FWD_SLOTS), by `kernel` (ATTN_*; -1: as
 // the forward chooses: from batch 2 by query group, one block per
 // (sequence, K/V head), where this model's head_dim and group have that
-// kernel, unless g->att_splits asks for a split; else split over the keys
-// when (sequence, head) blocks alone would leave most of the chip idle,
-// unless g->fusion says no split (g->att_splits, when set, is the number
-// of splits)).
+// kernel, unless g->att_splits asks for a split; else split over the
+// keys when (sequence, head) blocks alone would leave most of the chip
+// idle, by query group where that kernel exists and g->fusion has
+// TB_GPU_FUSE_GROUP_ATTN, else per head, unless g->fusion says no split
+// (g->att_splits, when set, is the number of splits)).
 //
 // Measured on the H200, Llama-3-8B (docs/PERFORMANCE.md): the group
 // kernel against the split per head, a step at about 256 positions 4%
 // faster at batch 2, 7% at 3, 9% at 4, 18% at 8, 28% at 16; after a
 // 4,000-token prompt 18% at batch 2 and 66% at 4 (the split kernel reads
 // each K/V row once per query head, the group kernel once per group). At
-// batch 1 the split per head stays (the group kernel split 16 ways
-// measured 2% slower).
-enum { ATTN_HEAD, ATTN_HEAD_SPLIT, ATTN_GROUP };
+// batch 1 the split per head took 13.2 us a layer at 128-384 positions on
+// the H100 (TB_GPU_KERNEL_PROFILE, 2026-12-07): each of its blocks waits
+// on the cache four times in turn (scores, their maximum, values, the
+// combine); the group kernel split the same way reads its part of the
+// keys and values in one round.
+enum { ATTN_HEAD, ATTN_HEAD_SPLIT, ATTN_GROUP, ATTN_GROUP_SPLIT };
 static int attn_decode(tb_gpu *g, size_t layer_off, int B, int mode, const int *rslot, const int *rpos, int pdl,
                        int kernel)
 {
     const tb_model_config *c = &g->cfg;
     const int *dpos = mode == FWD_DECODE ? g->d_pos : NULL;
     float scale = 1.0f / sqrtf((float)c->head_dim);
-    attn_gqa_kernel gqa =
-        c->n_heads % c->n_kv_heads == 0 ? attn_decode_gqa_kernel(c->n_heads / c->n_kv_heads, c->head_dim) : NULL;
+    // G query heads a block of the group kernels (a group of 8: two blocks of 4)
+    int G = c->n_heads % c->n_kv_heads == 0 ? attn_decode_heads_a_block(c->n_heads / c->n_kv_heads) : 0;
+    attn_gqa_kernel gqa = G ? attn_decode_gqa_kernel(G, c->head_dim, false) : NULL;
+    attn_gqa_kernel gqa_split = G ? attn_decode_gqa_kernel(G, c->head_dim, true) : NULL;
     // enough blocks for 4 a SM (at batch 1, 16 splits of Llama-3-8B's 32
-    // heads measured 3% faster than 9)
+    // heads measured 3% faster than 9); the group split as many parts
     int splits = (4 * g->prop.multiProcessorCount + B * c->n_heads - 1) / (B * c->n_heads);
     splits = splits > ATT_MAX_SPLIT ? ATT_MAX_SPLIT : splits < 2 ? 0 : splits;
     if (g->att_splits > 0)
@@ -607,7 +613,10 @@ static int attn_decode(tb_gpu *g, size_t layer_off, int B, int mode, const int *
     if (kernel < 0 && gqa && g->att_splits == 0 && B >= 2)
         kernel = ATTN_GROUP;
     else if (kernel < 0)
-        kernel = (g->fusion & TB_GPU_FUSE_SPLIT_ATTN) && splits >= 1 ? ATTN_HEAD_SPLIT : gqa ? ATTN_GROUP : ATTN_HEAD;
+        kernel = (g->fusion & TB_GPU_FUSE_SPLIT_ATTN) && splits >= 1
+                     ? ((g->fusion & TB_GPU_FUSE_GROUP_ATTN) && gqa_split ? ATTN_GROUP_SPLIT : ATTN_HEAD_SPLIT)
+                 : gqa ? ATTN_GROUP
+                       : ATTN_HEAD;
     splits = splits < 1 ? 1 : splits;
     if (kernel == ATTN_HEAD_SPLIT) {
         dim3 grid(B, c->n_heads, splits);
@@ -616,13 +625,15 @@ static int attn_decode(tb_gpu *g, size_t layer_off, int B, int mode, const int *
                (const bf16 *)(g->kc + layer_off), (const bf16 *)(g->vc + layer_off), g->att, g->len, c->n_heads,
                c->n_kv_heads, c->head_dim, dpos, rslot, rpos, (const int *)g->d_pad, scale, g->att_part,
                g->att_count);
-    } else if (kernel == ATTN_GROUP) {
-        if (!gqa)
+    } else if (kernel == ATTN_GROUP || kernel == ATTN_GROUP_SPLIT) {
+        attn_gqa_kernel k = kernel == ATTN_GROUP ? gqa : gqa_split;
+        if (!k)
             return fail(g, "decode attention: no group kernel for %d heads over %d, head_dim %d", c->n_heads,
                         c->n_kv_heads, c->head_dim);
-        launch(g, gqa, dim3(B, c->n_kv_heads), dim3(ATTG_WARPS * 32), 0, pdl, (const bf16 *)g->q,
-               (const bf16 *)(g->kc + layer_off), (const bf16 *)(g->vc + layer_off), g->att, g->len, c->n_heads,
-               c->n_kv_heads, dpos, rslot, rpos, (const int *)g->d_pad, scale);
+        launch(g, k, dim3(B, c->n_heads / G, kernel == ATTN_GROUP ? 1 : splits), dim3(ATTG_WARPS * 32), 0, pdl,
+               (const bf16 *)g->q, (const bf16 *)(g->kc + layer_off), (const bf16 *)(g->vc + layer_off), g->att,
+               g->len, c->n_heads, c->n_kv_heads, dpos, rslot, rpos, (const int *)g->d_pad, scale, g->att_part,
+               g->att_count);
     } else {
         dim3 grid(B, c->n_heads);
         k_attn_decode<<<grid, ATT_WARPS * 32, (g->len + ATT_WARPS * c->head_dim) * sizeof(float), g->stream>>>(
@@ -1417,7 +1428,7 @@ extern "C" int tb_gpu_decode_attention(tb_gpu *g, const float *q, const float *k
 {
     const tb_model_config *c = &g->cfg;
     if (g->ranks || B < 1 || B > g->seqs || B > g->rows || n_attend < 1 || n_attend > g->len || kernel < 0 ||
-        kernel > ATTN_GROUP)
+        kernel > ATTN_GROUP_SPLIT)
         return fail(g, "tb_gpu_decode_attention: %d rows over %d keys, kernel %d, do not fit (%d x %d reserved)", B,
                     n_attend, kernel, g->seqs, g->len);
     size_t nqv = (size_t)B * c->n_heads * c->head_dim;

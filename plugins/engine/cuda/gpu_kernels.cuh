@@ -46,14 +46,22 @@ __global__ void __launch_bounds__(ATT_SPLIT_WARPS * 32)
                         const int *d_pos, const int *row_slot, const int *row_pos, const int *pad, float scale,
                         float *part, unsigned *count);
 // k_attn_decode by query group (k_attn_decode_gqa): the kernel for G
-// query heads per K/V head (2 or 4) and head_dim hd (16 .. 256, a power of
-// two), NULL where there is none; its arguments (q, kc, vc, out, len, nh,
-// nkv, d_pos, row_slot, row_pos, pad, scale) as k_attn_decode's; grid
-// (sequences, K/V heads), ATTG_WARPS warps, no dynamic shared memory.
+// query heads a block (2 or 4, of one K/V head: G divides nh / nkv) and
+// head_dim hd (16 .. 256, a power of two), NULL where there is none; its
+// arguments (q, kc, vc, out, len, nh, nkv, d_pos, row_slot, row_pos, pad,
+// scale) as k_attn_decode's; grid (sequences, nh / G), ATTG_WARPS warps,
+// no dynamic shared memory. split: the same over S even parts of the
+// keys, grid (sequences, nh / G, S <= ATT_MAX_SPLIT), with
+// k_attn_decode_split's partials (part) and counters (count); the whole
+// kernel ignores both. attn_decode_heads_a_block: the G for a group of
+// `group` query heads a K/V head (4 where 4 divides it, else 2 where 2
+// does, else 0: none).
 #define ATTG_WARPS 8
 typedef void (*attn_gqa_kernel)(const bf16 *q, const bf16 *kc, const bf16 *vc, bf16 *out, int len, int nh, int nkv,
-                                const int *d_pos, const int *row_slot, const int *row_pos, const int *pad, float scale);
-attn_gqa_kernel attn_decode_gqa_kernel(int G, int hd);
+                                const int *d_pos, const int *row_slot, const int *row_pos, const int *pad, float scale,
+                                float *part, unsigned *count);
+attn_gqa_kernel attn_decode_gqa_kernel(int G, int hd, bool split);
+inline int attn_decode_heads_a_block(int group) { return group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 0; }
 __global__ void k_softmax(const float *sc, bf16 *p, int n, int n_keys, int pos0, int causal, const int *pad, int nh);
 __global__ void k_softmax_slots(const float *sc, bf16 *p, int n, int n_keys, int pos0, int causal, const int *pad,
                                 const int *row_slot, int nh);

@@ -20,14 +20,23 @@ int tb_gpu_create(tb_gpu **out, const tb_model_config *cfg, const tb_model *cpu,
  * down) of a dtype = fp8 context, its codes into q[rows][in] and its row
  * scales into scale[rows] (host); -1 when the context is not fp8. */
 int tb_gpu_fp8_weights(tb_gpu *g, int l, int which, uint8_t *q, float *scale);
-/* The batch-1 FP8 GEMV's shapes, 0..4 (rows per warp x loads in flight:
- * 4x4, 2x8, 1x8, 2x4, 1x16), which all round alike. At load a dtype = fp8
- * model as large as tb_gpu_force_gemv_variant's comment says times each
- * on each projection's shape and keeps the fastest per shape (tb_gpu_bench_gemv_fp8);
- * shapes not timed take TB_GPU_FP8_GEMV_DEFAULT (2x4). The environment's
- * TB_GPU_FP8_GEMV, or this (tests run each against the CPU), forces one
- * for every shape; a variant out of range: back to per shape. */
-#define TB_GPU_FP8_GEMV_VARIANTS 5
+/* The batch-1 FP8 GEMV's variants: 0..4 on the CUDA cores (rows per warp
+ * x loads in flight: 4x4, 2x8, 1x8, 2x4, 1x16), which all round alike; 5,
+ * 6 and 7 on the tensor cores (warps a block x steps in flight: 8x2, 8x4,
+ * 16x2),
+ * which sum in another order and so round apart from 0..4 (each within
+ * the products' bound of the CPU's; an input wider than 46 KiB runs 3).
+ * At load a dtype = fp8 model as large as tb_gpu_force_gemv_variant's
+ * comment says times each on each projection's shape and keeps the
+ * fastest per shape (tb_gpu_bench_gemv_fp8; a tensor-core one only when
+ * 3% faster than the fastest of 0..4, and the process's first pick for a
+ * shape on a device holds for every later context, as the bf16 GEMV's
+ * split-K ones); shapes not timed take TB_GPU_FP8_GEMV_DEFAULT (2x4). The
+ * environment's TB_GPU_FP8_GEMV, or this (tests run each against the
+ * CPU), forces one for every shape; a variant out of range: back to per
+ * shape. */
+#define TB_GPU_FP8_GEMV_VARIANTS 8
+#define TB_GPU_FP8_GEMV_ROUNDING_ALIKE 5 /* variants 0 .. this - 1 sum in one order */
 #define TB_GPU_FP8_GEMV_DEFAULT 3
 void tb_gpu_set_fp8_gemv(tb_gpu *g, int variant);
 /* dtype = fp8 above one row: on (the default where the device and
@@ -62,8 +71,9 @@ int tb_gpu_span_attention(tb_gpu *g, const float *q, const float *k, const float
  * gave), k and v as tb_gpu_span_attention's; q, out [B][n_heads]
  * [head_dim]. kernel 0: a block per query head, 1: the same split over
  * the keys (as the forward chooses the splits, or as
- * tb_gpu_set_attn_splits says), 2: a block per K/V head's query group
- * (-1 where this model's head_dim or group has no such kernel). */
+ * tb_gpu_set_attn_splits says), 2: a block per K/V head's query group,
+ * 3: the same split over the keys as 1 (2 and 3: -1 where this model's
+ * head_dim or group has no such kernel). */
 int tb_gpu_decode_attention(tb_gpu *g, const float *q, const float *k, const float *v, int B, int n_attend,
                             int kernel, float *out);
 
@@ -106,9 +116,13 @@ void tb_gpu_set_moe_span_grouped(tb_gpu *g, int grouped);
  * computes the router's logits, its choice and the grouping in one kernel
  * where a forward has at most TB_GPU_MOE_FUSE_ROWS rows and 256 experts (gpu_moe.cu's
  * k_moe_router: no cuBLAS call, no k_moe_route, no k_moe_group; the
- * logits' sums in another order than cuBLAS's). MOE_COMBINE and
- * MOE_ROUTER are bits 8 and 16 since 2026-12-07, so masks written
- * before, 3 and 7, leave them out. (Until 2026-12-02 NORM staged the norm inside every block of
+ * logits' sums in another order than cuBLAS's); GROUP_ATTN has SPLIT_ATTN's
+ * split run by query group (one block a K/V head's group and part of the
+ * keys, each key and value read once for the group, in one round:
+ * gpu_forward.cu's attn_decode) where the model's group and head_dim have
+ * that kernel, else per head. MOE_COMBINE and MOE_ROUTER are bits 8 and
+ * 16, GROUP_ATTN 32, since 2026-12-07, so masks written before, 3 and 7,
+ * leave them out. (Until 2026-12-02 NORM staged the norm inside every block of
  * the GEMV after it: 16% slower on the H200, docs/PERFORMANCE.md.) pdl:
  * the decode graph's batch-1 kernels are programmatic dependent launches
  * (each may start while the one before drains; its GEMV prefetches its
@@ -121,6 +135,8 @@ void tb_gpu_set_moe_span_grouped(tb_gpu *g, int grouped);
 #define TB_GPU_FUSE_NORM 4
 #define TB_GPU_FUSE_MOE_COMBINE 8
 #define TB_GPU_FUSE_MOE_ROUTER 16
+#define TB_GPU_FUSE_GROUP_ATTN 32
+#define TB_GPU_FUSE_ALL 63 /* every bit above */
 /* MOE_COMBINE and MOE_ROUTER act on forwards of at most this many rows:
  * on the H100 (docs/PERFORMANCE.md, 2026-12-07, bench_moe qwen3-30b-a3b
  * decode, TB_GPU_FUSION 27 against 3 in one call) the two made a decode
@@ -128,7 +144,8 @@ void tb_gpu_set_moe_span_grouped(tb_gpu *g, int grouped);
  * (-1.4%, -0.7%): their last blocks' serial work grows with the rows. */
 #define TB_GPU_MOE_FUSE_ROWS 4
 #define TB_GPU_FUSE_DEFAULT                                                                                         \
-    (TB_GPU_FUSE_SWIGLU | TB_GPU_FUSE_SPLIT_ATTN | TB_GPU_FUSE_MOE_COMBINE | TB_GPU_FUSE_MOE_ROUTER)
+    (TB_GPU_FUSE_SWIGLU | TB_GPU_FUSE_SPLIT_ATTN | TB_GPU_FUSE_MOE_COMBINE | TB_GPU_FUSE_MOE_ROUTER |                \
+     TB_GPU_FUSE_GROUP_ATTN)
 #define TB_GPU_PDL_DEFAULT 0
 /* Tests: y[rows][out] (+ y when accumulate) = x[rows][in] W[out][in]^T as
  * the forward's products run (W and x rounded to bf16; the batch-1 GEMV at

@@ -125,11 +125,13 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
                            [&](int d, float v) { o[d] = __float2bfloat16(v * (1.0f / sum)); });
 }
 
-// Decode attention for grouped queries (G = nh / nkv query heads per K/V
-// head, 2 or 4): one block per (sequence, K/V head) computes its G heads,
-// so each key and value row is read once for the group and the grid is G
-// times smaller than k_attn_decode's (Llama-3-8B at batch 32: 256 blocks
-// instead of 1,024, one wave on 132 SMs). Keys and masking per head as
+// Decode attention for grouped queries (G query heads a block, 2 or 4,
+// all of one K/V head: the model's group nh / nkv, or a G-th of a group
+// that G divides, 8 as two blocks of 4): one block per (sequence, G
+// heads) computes its G heads, so each key and value row is read once for
+// the G heads and the grid is G times smaller than k_attn_decode's
+// (Llama-3-8B at batch 32: 256 blocks instead of 1,024, one wave on 132
+// SMs). Keys and masking per head as
 // k_attn_decode's; the scale is applied to q, and the softmax is computed
 // online (below), so the two agree to rounding. Built for head_dim 16,
 // 32, 64, 128 and 256 (a row's 16-byte pieces must tile a warp); other
@@ -145,11 +147,19 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
 // maximum rescales what was summed); the warps' results are combined in
 // shared memory at the end. Masked positions (left padding) and those past
 // the sequence's end weigh 0.
+//
+// SPLIT (k_attn_decode_gqa_split, batch 1: one block a K/V head would be
+// 8 blocks on 132 SMs, each reading the whole cache in rounds): grid
+// (sequences, nh / G, S), block s over the s-th of S even parts of the
+// keys, writing each head's maximum, sum and unnormalised output as
+// k_attn_decode_split's partials; the last block of the group to finish
+// combines them as that kernel does, for its G heads at once.
 #define ATTG_UNROLL 4
-template <int G, int LPK>
+template <int G, int LPK, bool SPLIT>
 __device__ __forceinline__ void attn_decode_gqa(const bf16 *q, const bf16 *kc, const bf16 *vc, bf16 *out, int len,
                                                 int nh, int nkv, const int *d_pos, const int *row_slot,
-                                                const int *row_pos, const int *pad, float scale)
+                                                const int *row_pos, const int *pad, float scale, float *att_part,
+                                                unsigned *count)
 {
     constexpr int hd = 8 * LPK, KPW = 32 / LPK;          // head dim; rows a warp reads a load
     constexpr int STEP = ATTG_WARPS * KPW * ATTG_UNROLL; // positions a block covers a round
@@ -157,10 +167,13 @@ __device__ __forceinline__ void attn_decode_gqa(const bf16 *q, const bf16 *kc, c
     __shared__ float wmax[ATTG_WARPS][G], wsum[ATTG_WARPS][G];
     griddep_wait(); // (inside a decode graph with programmatic launches)
     griddep_launch();
-    int b = blockIdx.x, kvh = blockIdx.y, kvd = nkv * hd, h0 = kvh * G;
+    int b = blockIdx.x, h0 = blockIdx.y * G, kvh = h0 / (nh / nkv), kvd = nkv * hd; // heads h0 .. h0 + G - 1
     int n_keys = row_pos ? row_pos[b] + 1 : *d_pos + 1;
     int seq = row_pos ? row_slot[b] : b;
     int lo = pad[seq]; // keys [0, lo) are left padding: masked
+    // this block's keys [jb, je): all of them, or (SPLIT) its part
+    int S = SPLIT ? gridDim.z : 1, sp = SPLIT ? blockIdx.z : 0;
+    int per = (n_keys + S - 1) / S, jb = sp * per, je = min(n_keys, jb + per);
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, sub = lane / LPK, dl = lane % LPK;
     // this lane's 8 dims (8 dl ..) of key or value row j: 16 bytes
     const uint4 *kb = reinterpret_cast<const uint4 *>(kc + (size_t)seq * len * kvd + kvh * hd) + dl;
@@ -188,13 +201,13 @@ __device__ __forceinline__ void attn_decode_gqa(const bf16 *q, const bf16 *kc, c
             acc[g][i] = 0.0f;
     }
     const uint4 zero = make_uint4(0, 0, 0, 0);
-    // position j0 + u KPW + sub for u < ATTG_UNROLL; warp w starts at w KPW ATTG_UNROLL
-    for (int j0 = warp * KPW * ATTG_UNROLL; j0 < n_keys; j0 += STEP) {
+    // position j0 + u KPW + sub for u < ATTG_UNROLL; warp w starts at jb + w KPW ATTG_UNROLL
+    for (int j0 = jb + warp * KPW * ATTG_UNROLL; j0 < je; j0 += STEP) {
         uint4 kv[ATTG_UNROLL], vv[ATTG_UNROLL];
 #pragma unroll
         for (int u = 0; u < ATTG_UNROLL; u++) {
             int j = j0 + u * KPW + sub;
-            bool live = j < n_keys && j >= lo;
+            bool live = j < je && j >= lo;
             kv[u] = live ? __ldcs(kb + (size_t)j * row) : zero;
             vv[u] = live ? __ldcs(vb + (size_t)j * row) : zero;
         }
@@ -216,7 +229,7 @@ __device__ __forceinline__ void attn_decode_gqa(const bf16 *q, const bf16 *kc, c
                     d[u][g] += qf[g][2 * i] * kk.x + qf[g][2 * i + 1] * kk.y;
             }
             int j = j0 + u * KPW + sub;
-            bool live = j < n_keys && j >= lo;
+            bool live = j < je && j >= lo;
 #pragma unroll
             for (int g = 0; g < G; g++) {
 #pragma unroll
@@ -276,6 +289,8 @@ __device__ __forceinline__ void attn_decode_gqa(const bf16 *q, const bf16 *kc, c
         }
     }
     __syncthreads();
+    // a split's partials of head h0 + g: [S][hd + 2] (output, then max, sum)
+    size_t bh0 = (size_t)b * nh + h0;
     for (int i = threadIdx.x; i < G * hd; i += blockDim.x) {
         int g = i / hd, dd = i % hd;
         float mx = -INFINITY;
@@ -288,39 +303,98 @@ __device__ __forceinline__ void attn_decode_gqa(const bf16 *q, const bf16 *kc, c
                 o += e * part[w][g][dd];
                 sum += e * wsum[w][g];
             }
-        out[((size_t)b * nh + h0 + g) * hd + dd] = __float2bfloat16(o / sum);
+        if (!SPLIT) {
+            out[(bh0 + g) * hd + dd] = __float2bfloat16(o / sum);
+        } else {
+            float *mine = att_part + ((bh0 + g) * S + sp) * (hd + 2);
+            mine[dd] = o;
+            if (dd == 0) // a part of padding only: max -inf, sum 0 (the combine skips it)
+                mine[hd] = mx, mine[hd + 1] = sum;
+        }
     }
+    if (!SPLIT)
+        return;
+    // the last of the S blocks of these heads to arrive combines (count: head h0's)
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0)
+        last = atomicAdd(count + bh0, 1u) == (unsigned)S - 1;
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence();
+    // warp g < G: head g's weights e^(m_t - M) / L of the S parts (lane t:
+    // part t; L2 reads, other blocks wrote them); then every thread adds
+    // the S partial outputs of its (head, dim)s
+    __shared__ float wt[G][ATT_MAX_SPLIT];
+    if (warp < G) {
+        const float *all = att_part + (bh0 + warp) * S * (hd + 2);
+        float m = -INFINITY, l = 0.0f;
+        if (lane < S) {
+            m = __ldcg(all + lane * (hd + 2) + hd);
+            l = __ldcg(all + lane * (hd + 2) + hd + 1);
+        }
+        float M = l > 0.0f ? m : -INFINITY;
+        for (int o = 16; o > 0; o >>= 1)
+            M = fmaxf(M, __shfl_xor_sync(0xffffffff, M, o));
+        float e = l > 0.0f ? __expf(m - M) : 0.0f, L = e * l;
+        for (int o = 16; o > 0; o >>= 1)
+            L += __shfl_xor_sync(0xffffffff, L, o);
+        if (lane < S)
+            wt[warp][lane] = e / L;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < G * hd; i += blockDim.x) {
+        int g = i / hd, dd = i % hd;
+        const float *all = att_part + (bh0 + g) * S * (hd + 2);
+        float o = 0.0f;
+        for (int t = 0; t < S; t++)
+            o += wt[g][t] * __ldcg(all + t * (hd + 2) + dd);
+        out[(bh0 + g) * hd + dd] = __float2bfloat16(o);
+    }
+    if (threadIdx.x == 0)
+        count[bh0] = 0; // ready for the next step
 }
 template <int G, int LPK>
 __global__ void __launch_bounds__(ATTG_WARPS * 32, 2) // two blocks an SM: 128 registers a thread
     k_attn_decode_gqa(const bf16 *q, const bf16 *kc, const bf16 *vc, bf16 *out, int len, int nh, int nkv,
-                      const int *d_pos, const int *row_slot, const int *row_pos, const int *pad, float scale)
+                      const int *d_pos, const int *row_slot, const int *row_pos, const int *pad, float scale,
+                      float *part, unsigned *count)
 {
-    attn_decode_gqa<G, LPK>(q, kc, vc, out, len, nh, nkv, d_pos, row_slot, row_pos, pad, scale);
+    attn_decode_gqa<G, LPK, false>(q, kc, vc, out, len, nh, nkv, d_pos, row_slot, row_pos, pad, scale, part, count);
+}
+template <int G, int LPK>
+__global__ void __launch_bounds__(ATTG_WARPS * 32, 2)
+    k_attn_decode_gqa_split(const bf16 *q, const bf16 *kc, const bf16 *vc, bf16 *out, int len, int nh, int nkv,
+                            const int *d_pos, const int *row_slot, const int *row_pos, const int *pad, float scale,
+                            float *part, unsigned *count)
+{
+    attn_decode_gqa<G, LPK, true>(q, kc, vc, out, len, nh, nkv, d_pos, row_slot, row_pos, pad, scale, part, count);
 }
 
 // the instantiation for G query heads a K/V head (2, 4) and head_dim hd
-// (16 .. 256, a power of two); NULL where there is none
-template <int G> static attn_gqa_kernel gqa_kernel(int hd)
+// (16 .. 256, a power of two), whole or split; NULL where there is none
+template <int G> static attn_gqa_kernel gqa_kernel(int hd, bool split)
 {
     switch (hd) {
     case 16:
-        return k_attn_decode_gqa<G, 2>;
+        return split ? k_attn_decode_gqa_split<G, 2> : k_attn_decode_gqa<G, 2>;
     case 32:
-        return k_attn_decode_gqa<G, 4>;
+        return split ? k_attn_decode_gqa_split<G, 4> : k_attn_decode_gqa<G, 4>;
     case 64:
-        return k_attn_decode_gqa<G, 8>;
+        return split ? k_attn_decode_gqa_split<G, 8> : k_attn_decode_gqa<G, 8>;
     case 128:
-        return k_attn_decode_gqa<G, 16>;
+        return split ? k_attn_decode_gqa_split<G, 16> : k_attn_decode_gqa<G, 16>;
     case 256:
-        return k_attn_decode_gqa<G, 32>;
+        return split ? k_attn_decode_gqa_split<G, 32> : k_attn_decode_gqa<G, 32>;
     default:
         return NULL;
     }
 }
-attn_gqa_kernel attn_decode_gqa_kernel(int G, int hd)
+attn_gqa_kernel attn_decode_gqa_kernel(int G, int hd, bool split)
 {
-    return G == 2 ? gqa_kernel<2>(hd) : G == 4 ? gqa_kernel<4>(hd) : NULL;
+    return G == 2 ? gqa_kernel<2>(hd, split) : G == 4 ? gqa_kernel<4>(hd, split) : NULL;
 }
 
 

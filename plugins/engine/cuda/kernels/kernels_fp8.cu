@@ -249,6 +249,197 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
         rmsnorm_by_block(y, nw, eps, out, xn, red);
 }
 
+// The batch-1 FP8 product on tensor cores (variants 5-7): what
+// k_gemv_fp8 computes, with the products summed by mma.sync's E4M3 form
+// (m16n8k32, float32 out) in place of converting every code to float on
+// the CUDA cores (two conversions and an FMA a weight, which bound
+// k_gemv_fp8 below the bandwidth). A block holds 16 weight rows (SWIGLU:
+// 8 gate rows and their 8 up rows) and W warps split their K, 64 codes a
+// row a step: the quad of lanes q = 0..3 of group g (lane = 4 g + q) loads
+// 16 bytes of row g and of row g + 8 at k = 64 t + 16 q, the two halves of
+// which are two mma's A fragments; B is x's codes at the same k (staged in
+// shared memory by every block, from max|x| as k_gemv_fp8 takes it), in
+// every column, so each lane's D holds rows g and g + 8. Which k of the
+// 32 an A byte stands for does not matter so long as its B byte stands
+// for the same one: A's register a0 (rows g, g + 8: a1) meets B's b0, a2
+// (a3) meets b1 (PTX ISA, "Matrix fragments for mma.m16n8k32"). Each mma
+// starts from zero and its sum is added in float32 (the tensor core's
+// own accumulation of a long K keeps fewer bits). The sum's order is not
+// k_gemv_fp8's: these variants round apart from variants 0-4 (within the
+// products' test bound). in % 16 == 0; dynamic shared memory: in rounded
+// up to 64 bytes.
+const size_t FP8_MMA_MAX_IN = 46 * 1024; // x's codes in shared memory, within the 48 KB without opting in
+
+// Eight bf16 values v (16 bytes) as E4M3 codes of v / 2^k, (d1, d2) =
+// fp8_unscale(k), as k_gemv_fp8 rounds x: nearest, ties to even, +-448.
+__device__ __forceinline__ uint2 fp8_codes8(uint4 v, float2 d)
+{
+    const __nv_bfloat162 *e = reinterpret_cast<const __nv_bfloat162 *>(&v);
+    unsigned short b[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        float2 f = __bfloat1622float2(e[j]);
+        b[j] = __nv_cvt_float2_to_fp8x2(make_float2(f.x * d.x * d.y, f.y * d.x * d.y), __NV_SATFINITE, __NV_E4M3);
+    }
+    return make_uint2(b[0] | (unsigned)b[1] << 16, b[2] | (unsigned)b[3] << 16);
+}
+
+// k_gemv_fp8_mma's loads of U steps from step t0 (a warp's steps are W
+// apart): 16 bytes of rows a and b each at k = 64 t + 16 qd, zero past in.
+template <int W, int U>
+__device__ __forceinline__ void load_fp8_mma_steps(const uint8_t *wa, const uint8_t *wb, int t0, int steps, int in,
+                                                   int qd, uint4 *A, uint4 *B)
+{
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        int t = t0 + u * W;
+        bool in_k = t < steps && 64 * t + 16 * qd < in;
+        A[u] = in_k ? __ldg(reinterpret_cast<const uint4 *>(wa + 64 * t)) : make_uint4(0, 0, 0, 0);
+        B[u] = in_k ? __ldg(reinterpret_cast<const uint4 *>(wb + 64 * t)) : make_uint4(0, 0, 0, 0);
+    }
+}
+
+template <int W, int U, bool SWIGLU, bool NORM_OUT>
+__global__ void __launch_bounds__(W * 32)
+    k_gemv_fp8_mma(const uint8_t *__restrict__ q, const float *__restrict__ scale, const bf16 *__restrict__ x,
+                   const float *__restrict__ nw, float eps, float *__restrict__ y, bf16 *__restrict__ act,
+                   bf16 *__restrict__ xn, int out, int in, float beta, int prefetch, unsigned *__restrict__ done)
+{
+    static_assert(!(SWIGLU && NORM_OUT), "SwiGLU writes act, not y");
+    extern __shared__ __align__(16) uint8_t xq[]; // x's E4M3 codes
+    __shared__ float red[32];
+    __shared__ float part[W][16];
+    __shared__ unsigned arrived;
+    griddep_launch();
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, qd = lane % 4;
+    constexpr int P = SWIGLU ? 8 : 16; // outputs a block
+    int o0 = blockIdx.x * P;
+    int ra, rb; // the weight rows of tile rows g and g + 8 (a tail recomputes the last row)
+    if (SWIGLU) {
+        int o = min(o0 + g, out - 1);
+        ra = o, rb = out + o;
+    } else {
+        ra = min(o0 + g, out - 1), rb = min(o0 + g + 8, out - 1);
+    }
+    const uint8_t *wa = q + (size_t)ra * in + 16 * qd, *wb = q + (size_t)rb * in + 16 * qd;
+    int steps = (in + 63) / 64;
+    // this warp's first U steps of codes, loaded before the wait (the
+    // weights are no kernel's output, so under PDL they stream while the
+    // kernel before drains) and in flight through x's staging below
+    uint4 A[U], B[U];
+    load_fp8_mma_steps<W, U>(wa, wb, warp, steps, in, qd, A, B);
+    (void)prefetch;
+    griddep_wait();
+    // max |x|, its power-of-two scale, and x's codes into shared memory;
+    // x read once into registers where it fits (XC chunks of 8 a thread:
+    // its L2 round trips are this prologue's latency), else twice
+    const uint4 *xv = reinterpret_cast<const uint4 *>(x);
+    int chunks = in / 8;
+    constexpr int XC = 8;
+    bool held = chunks <= XC * W * 32;
+    uint4 xr[XC];
+    float amax = 0.0f;
+    if (held) {
+#pragma unroll
+        for (int j = 0; j < XC; j++) {
+            int c = threadIdx.x + j * W * 32;
+            xr[j] = c < chunks ? __ldg(xv + c) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int j = 0; j < XC; j++) {
+            const __nv_bfloat162 *e = reinterpret_cast<const __nv_bfloat162 *>(&xr[j]);
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                float2 f = __bfloat1622float2(e[k]);
+                amax = fmaxf(amax, fmaxf(fabsf(f.x), fabsf(f.y)));
+            }
+        }
+    } else {
+        for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
+            uint4 v = __ldg(xv + c);
+            const __nv_bfloat162 *e = reinterpret_cast<const __nv_bfloat162 *>(&v);
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                float2 f = __bfloat1622float2(e[k]);
+                amax = fmaxf(amax, fmaxf(fabsf(f.x), fabsf(f.y)));
+            }
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1)
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffff, amax, o));
+    if (lane == 0)
+        red[warp] = amax;
+    __syncthreads();
+    amax = red[0];
+#pragma unroll
+    for (int w = 1; w < W; w++)
+        amax = fmaxf(amax, red[w]);
+    int sx = tb_fp8_scale_exp(amax);
+    float2 d = fp8_unscale(sx);
+    if (held) {
+#pragma unroll
+        for (int j = 0; j < XC; j++) {
+            int c = threadIdx.x + j * W * 32;
+            if (c < chunks)
+                reinterpret_cast<uint2 *>(xq)[c] = fp8_codes8(xr[j], d);
+        }
+    } else {
+        for (int c = threadIdx.x; c < chunks; c += blockDim.x)
+            reinterpret_cast<uint2 *>(xq)[c] = fp8_codes8(__ldg(xv + c), d);
+    }
+    __syncthreads();
+    float sa = 0.0f, sb = 0.0f; // rows g and g + 8: this warp's part of the K sum
+    for (int t0 = warp; t0 < steps; t0 += W * U) {
+        uint4 X[U], An[U], Bn[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) { // x's codes at these steps (zero past in, as A's and B's)
+            int t = t0 + u * W;
+            X[u] = t < steps && 64 * t + 16 * qd < in ? *reinterpret_cast<const uint4 *>(xq + 64 * t + 16 * qd)
+                                                       : make_uint4(0, 0, 0, 0);
+        }
+        load_fp8_mma_steps<W, U>(wa, wb, t0 + W * U, steps, in, qd, An, Bn); // the next U steps in flight
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            float d0, d1, d2, d3;
+            asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+                         "{%8,%9}, {%10,%10,%10,%10};"
+                         : "=f"(d0), "=f"(d1), "=f"(d2), "=f"(d3)
+                         : "r"(A[u].x), "r"(B[u].x), "r"(A[u].y), "r"(B[u].y), "r"(X[u].x), "r"(X[u].y), "f"(0.0f));
+            sa += d0, sb += d2;
+            asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+                         "{%8,%9}, {%10,%10,%10,%10};"
+                         : "=f"(d0), "=f"(d1), "=f"(d2), "=f"(d3)
+                         : "r"(A[u].z), "r"(B[u].z), "r"(A[u].w), "r"(B[u].w), "r"(X[u].z), "r"(X[u].w), "f"(0.0f));
+            sa += d0, sb += d2;
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            A[u] = An[u], B[u] = Bn[u];
+    }
+    if (qd == 0) // the quad's four lanes hold the same sums (every column of B is x)
+        part[warp][g] = sa, part[warp][g + 8] = sb;
+    __syncthreads();
+    float up = ldexpf(1.0f, sx);
+    if (threadIdx.x < P) {
+        int r = threadIdx.x, o = o0 + r;
+        float v = 0.0f, v2 = 0.0f;
+#pragma unroll
+        for (int w = 0; w < W; w++) // the warps' parts in one order
+            v += part[w][r], v2 += SWIGLU ? part[w][r + 8] : 0.0f;
+        if (o < out) {
+            if (SWIGLU) {
+                float gt = v * scale[o] * up, u = v2 * scale[out + o] * up;
+                act[o] = __float2bfloat16(gt / (1.0f + __expf(-gt)) * u);
+            } else {
+                float val = v * scale[o] * up;
+                y[o] = beta != 0.0f ? y[o] * beta + val : val;
+            }
+        }
+    }
+    if (NORM_OUT && last_block_to_arrive(done, gridDim.x, &arrived))
+        rmsnorm_by_block(y, nw, eps, out, xn, red);
+}
+
 namespace tbgpu {
 
 template <int R, int U, bool SWIGLU, bool NORM_OUT>
@@ -260,9 +451,27 @@ static void gemv_fp8_launch(tb_gpu *g, const gemv_args &a, int pdl)
            a.eps, a.y, a.act, a.xn, a.out, a.in, a.beta, pdl, g->gemv_count + g->gemv_part_out);
 }
 
-// The FP8 GEMV's variants (rows per warp, loads in flight per lane;
-// gpu_tune.h's tb_gpu_set_fp8_gemv). A SwiGLU pair needs two rows a warp,
-// so the one-row shapes take their two-row form there.
+// The tensor-core FP8 GEMV (k_gemv_fp8_mma) with W warps a block and U
+// steps of loads in flight; false (nothing launched) where x's codes would
+// not fit the 48 KB of shared memory a kernel has without opting in.
+template <int W, int U, bool SWIGLU, bool NORM_OUT>
+static bool gemv_fp8_mma_launch(tb_gpu *g, const gemv_args &a, int pdl)
+{
+    size_t smem = ((size_t)a.in + 63) / 64 * 64;
+    if (smem > FP8_MMA_MAX_IN)
+        return false;
+    constexpr int P = SWIGLU ? 8 : 16;
+    unsigned blocks = (unsigned)((a.out + P - 1) / P);
+    launch(g, k_gemv_fp8_mma<W, U, SWIGLU, NORM_OUT>, dim3(blocks), dim3(W * 32), smem, pdl, a.q, a.s, a.x, a.nw,
+           a.eps, a.y, a.act, a.xn, a.out, a.in, a.beta, pdl, g->gemv_count + g->gemv_part_out);
+    return true;
+}
+
+// The FP8 GEMV's variants (rows per warp, loads in flight per lane; the
+// tensor-core ones: warps a block, steps in flight; gpu_tune.h's
+// tb_gpu_set_fp8_gemv). A SwiGLU pair needs two rows a warp, so the
+// one-row shapes take their two-row form there; a tensor-core variant
+// whose input is too wide for its shared memory runs variant 3.
 template <bool SWIGLU, bool NORM_OUT>
 static void gemv_fp8_pick(tb_gpu *g, const gemv_args &a, int variant, int pdl)
 {
@@ -278,6 +487,21 @@ static void gemv_fp8_pick(tb_gpu *g, const gemv_args &a, int variant, int pdl)
         break;
     case 4:
         gemv_fp8_launch<SWIGLU ? 2 : 1, 16, SWIGLU, NORM_OUT>(g, a, pdl);
+        break;
+    case 5:
+        if (gemv_fp8_mma_launch<8, 2, SWIGLU, NORM_OUT>(g, a, pdl))
+            break;
+        gemv_fp8_launch<2, 4, SWIGLU, NORM_OUT>(g, a, pdl);
+        break;
+    case 6:
+        if (gemv_fp8_mma_launch<8, 4, SWIGLU, NORM_OUT>(g, a, pdl))
+            break;
+        gemv_fp8_launch<2, 4, SWIGLU, NORM_OUT>(g, a, pdl);
+        break;
+    case 7:
+        if (gemv_fp8_mma_launch<16, 2, SWIGLU, NORM_OUT>(g, a, pdl))
+            break;
+        gemv_fp8_launch<2, 4, SWIGLU, NORM_OUT>(g, a, pdl);
         break;
     default:
         gemv_fp8_launch<4, 4, SWIGLU, NORM_OUT>(g, a, pdl);
