@@ -505,10 +505,7 @@ static tb_status ar_generate(void *ctx, const tb_request *req, tb_result *res)
     int32_t **text_ids = NULL;
     int64_t *text_len = NULL;
     if (req->prompt_text) {
-        if (!c->ld.tok) {
-            set_error(c, "text prompts need a tokenizer.json; this model has none");
-            return TB_ERR_UNSUPPORTED;
-        }
+        /* without a tokenizer: a preset's stand-in tokens, else refused (tb_tokenize_prompts) */
         tb_status ts = tb_tokenize_prompts(&c->ld, req->prompt_text, R, &text_ids, &text_len, &P, c->error,
                                            sizeof c->error);
         if (ts != TB_OK)

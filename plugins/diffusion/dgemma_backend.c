@@ -298,11 +298,8 @@ tb_status tb_dg_backend_generate(tb_dg_backend *b, const tb_host *host, const tb
     /* the prompt: text through the tokenizer (BOS first), else synthetic */
     int P;
     if (req->prompt_text && !tok && strncmp(b->m.name, "preset:", 7) == 0) {
-        /* a preset has no tokenizer: the text's UTF-8 bytes stand in for
-         * its tokens (BOS, then 3 + byte: past pad, EOS and BOS; modulo a
-         * vocabulary smaller than that), so a text
-         * suite runs a preset on prompts of the text's length and bytes;
-         * tools/peer_dgemma.py feeds its peer the same ids */
+        /* a preset has no tokenizer: BOS, then the text's UTF-8 bytes'
+         * stand-in tokens (tb_preset_byte_token) */
         const char *text = req->prompt_text[0];
         size_t n = strlen(text) + 1;
         if (grow(&b->prompt, &b->prompt_cap, n)) {
@@ -311,7 +308,7 @@ tb_status tb_dg_backend_generate(tb_dg_backend *b, const tb_host *host, const tb
         }
         b->prompt[0] = c->bos_id >= 0 ? c->bos_id : 2;
         for (size_t i = 0; i + 1 < n; i++)
-            b->prompt[i + 1] = 3 + (int32_t)((unsigned char)text[i] % (unsigned)(c->vocab > 3 ? c->vocab - 3 : 1));
+            b->prompt[i + 1] = tb_preset_byte_token((unsigned char)text[i], c->vocab);
         P = (int)n;
     } else if (req->prompt_text) {
         if (!tok) {

@@ -484,10 +484,7 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
     int32_t **text_ids = NULL;
     int64_t *text_len = NULL;
     if (req->prompt_text) {
-        if (!c->ld.tok) {
-            set_error(c, "text prompts need a tokenizer.json; this model has none");
-            return TB_ERR_UNSUPPORTED;
-        }
+        /* without a tokenizer: a preset's stand-in tokens, else refused (tb_tokenize_prompts) */
         size_t longest;
         tb_status ts = tb_tokenize_prompts(&c->ld, req->prompt_text, (uint32_t)B, &text_ids, &text_len, &longest,
                                            c->error, sizeof c->error);

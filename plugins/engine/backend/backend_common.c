@@ -383,9 +383,24 @@ void tb_free_prompts(int32_t **ids, int64_t *lens, uint32_t n)
     free(lens);
 }
 
+int tb_is_preset(const tb_model *m)
+{
+    return strncmp(m->name, "preset:", 7) == 0;
+}
+
+int32_t tb_preset_byte_token(unsigned char byte, int vocab)
+{
+    return 3 + (int32_t)(byte % (unsigned)(vocab > 3 ? vocab - 3 : 1));
+}
+
 tb_status tb_tokenize_prompts(const tb_loaded *l, const char *const *texts, uint32_t n, int32_t ***ids_out,
                               int64_t **lens_out, size_t *max_len, char *err, size_t err_size)
 {
+    int bytes = !l->tok; // a preset's stand-in tokens
+    if (bytes && !tb_is_preset(&l->model)) {
+        snprintf(err, err_size, "text prompts need a tokenizer.json; this model has none");
+        return TB_ERR_UNSUPPORTED;
+    }
     int32_t bos = tb_prompt_bos(&l->model.cfg);
     int32_t **ids = calloc(n, sizeof *ids);
     int64_t *lens = calloc(n, sizeof *lens);
@@ -399,7 +414,7 @@ tb_status tb_tokenize_prompts(const tb_loaded *l, const char *const *texts, uint
     size_t longest = 0;
     for (uint32_t r = 0; r < n; r++) {
         const char *t = texts[r] ? texts[r] : "";
-        int64_t k = tb_tokenizer_encode(l->tok, t, strlen(t), NULL, 0);
+        int64_t k = bytes ? (int64_t)strlen(t) : tb_tokenizer_encode(l->tok, t, strlen(t), NULL, 0);
         if (k < 0) {
             tb_free_prompts(ids, lens, n);
             if (k == TB_TOKENIZER_NO_MEMORY) {
@@ -418,7 +433,12 @@ tb_status tb_tokenize_prompts(const tb_loaded *l, const char *const *texts, uint
         }
         if (off)
             ids[r][0] = bos;
-        int64_t again = tb_tokenizer_encode(l->tok, t, strlen(t), ids[r] + off, (size_t)k);
+        int64_t again = k;
+        if (bytes)
+            for (int64_t i = 0; i < k; i++)
+                ids[r][off + i] = tb_preset_byte_token((unsigned char)t[i], l->model.cfg.vocab_size);
+        else
+            again = tb_tokenizer_encode(l->tok, t, strlen(t), ids[r] + off, (size_t)k);
         if (again != k) {
             tb_free_prompts(ids, lens, n);
             if (again == TB_TOKENIZER_NO_MEMORY) {

@@ -141,8 +141,19 @@ uint32_t tb_answer_length(const tb_model_config *cfg, const int32_t *ids, uint32
 int32_t tb_prompt_bos(const tb_model_config *cfg);
 /* The id left padding is filled with (masked: any id would do). */
 int32_t tb_filler_token(const tb_model_config *cfg);
+/* Whether the model is a preset (format/model.h: random weights at a
+ * published shape, "preset:NAME", no tokenizer.json). */
+int tb_is_preset(const tb_model *m);
+/* A preset's stand-in for a text's tokens, having no tokenizer: each of
+ * the text's UTF-8 bytes as 3 + byte (past pad, EOS and BOS; modulo a
+ * vocabulary smaller than that), so a text suite runs a preset on prompts
+ * of the text's length in bytes (its random weights read no meaning in
+ * them either way). tools/peer_dgemma.py feeds its peer the same ids. */
+int32_t tb_preset_byte_token(unsigned char byte, int vocab);
 /* Tokenize n prompts (BOS as above): ids_out[r] holds lens_out[r] tokens;
- * *max_len the longest. Free with tb_free_prompts. */
+ * *max_len the longest; a preset without a tokenizer takes the bytes'
+ * stand-in (tb_preset_byte_token); another model without one is refused.
+ * Free with tb_free_prompts. */
 tb_status tb_tokenize_prompts(const tb_loaded *l, const char *const *texts, uint32_t n, int32_t ***ids_out,
                               int64_t **lens_out, size_t *max_len, char *err, size_t err_size);
 void tb_free_prompts(int32_t **ids, int64_t *lens, uint32_t n);

@@ -69,13 +69,13 @@ __device__ void moe_route_row(const float *logits, const moe_route_args a, int r
     const float *l = logits + (size_t)r * E;
     if (!a.sigmoid) {
         float mx = -INFINITY;
-        for (int e = lane; e < E; e += 32)
-            mx = fmaxf(mx, __ldcg(l + e)); // L2 reads: k_moe_router's other blocks wrote them
+        for (int e = lane; e < E; e += 32) // L2 reads (k_moe_router's other blocks wrote them), once
+            mx = fmaxf(mx, score[e] = __ldcg(l + e));
         for (int o = 16; o > 0; o >>= 1)
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
         double z = 0;
         for (int e = lane; e < E; e += 32)
-            z += (score[e] = expf(__ldcg(l + e) - mx));
+            z += (score[e] = expf(score[e] - mx));
         for (int o = 16; o > 0; o >>= 1)
             z += __shfl_xor_sync(0xffffffffu, z, o);
         for (int e = lane; e < E; e += 32)
@@ -122,8 +122,12 @@ __device__ void moe_route_row(const float *logits, const moe_route_args a, int r
         }
         __syncwarp();
     }
+    // the k best: up to 32, the t-th kept by lane t in registers until the
+    // one write at the end; more (no model routes so many), in w itself
     int *ri = idx + (size_t)r * k;
     float *rw = w + (size_t)r * k;
+    int my_i = -1;
+    float my_w = 0.0f;
     for (int t = 0; t < k; t++) {
         int bi = -1;
         float bv = 0;
@@ -136,14 +140,28 @@ __device__ void moe_route_row(const float *logits, const moe_route_args a, int r
             if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi)))
                 bi = oi, bv = ov;
         }
+        if (k <= 32 && lane == t)
+            my_i = bi, my_w = score[bi]; // the unbiased score
         if (lane == 0) {
-            ri[t] = bi;
-            rw[t] = score[bi]; // the unbiased score
+            if (k > 32)
+                ri[t] = bi, rw[t] = score[bi];
             choice[bi] = -INFINITY;
         }
         __syncwarp();
     }
-    if (lane == 0) {
+    // the sum in the order t = 0 .. k - 1 (as the CPU's moe.c), then each
+    // weight normalised and scaled
+    if (k <= 32) {
+        float sum = 0;
+        for (int t = 0; t < k; t++)
+            sum += __shfl_sync(0xffffffffu, my_w, t);
+        if (lane < k) {
+            if (a.norm_topk)
+                my_w /= sum;
+            ri[lane] = my_i;
+            rw[lane] = my_w * a.scale;
+        }
+    } else if (lane == 0) {
         float sum = 0;
         for (int t = 0; t < k; t++)
             sum += rw[t];
@@ -176,17 +194,24 @@ __device__ void moe_group_pairs(const int *idx, int n, int E, int *off, int *ord
     for (int p = threadIdx.x; p < n; p += blockDim.x)
         atomicAdd(&cnt[idx[p]], 1);
     __syncthreads();
-    if (threadIdx.x == 0) {
-        int s = 0, nz = 0;
-        for (int e = 0; e < E; e++) {
-            int c = cnt[e];
-            off[e] = cnt[e] = s;
-            s += c;
-            nz += c > 0;
+    if (threadIdx.x < 32) { // the counts' exclusive prefix sums by warp 0, 32 experts a round
+        int lane = threadIdx.x, carry = 0, nz = 0;
+        for (int base = 0; base < E; base += 32) {
+            int e = base + lane, c = e < E ? cnt[e] : 0, incl = c;
+            for (int o = 1; o < 32; o <<= 1) {
+                int t = __shfl_up_sync(0xffffffffu, incl, o);
+                incl += lane >= o ? t : 0;
+            }
+            if (e < E)
+                off[e] = cnt[e] = carry + incl - c;
+            nz += __popc(__ballot_sync(0xffffffffu, c > 0));
+            carry += __shfl_sync(0xffffffffu, incl, 31);
         }
-        off[E] = s;
-        if (touched)
-            *touched += (unsigned long long)nz;
+        if (lane == 0) {
+            off[E] = carry;
+            if (touched)
+                *touched += (unsigned long long)nz;
+        }
     }
     __syncthreads();
     // within a group the order is whatever the atomics give: every pair's
@@ -216,6 +241,7 @@ __global__ void k_moe_group(const int *idx, int n, int E, int *off, int *order, 
 // launch. Dynamic shared memory: MOE_ROUTER_WARPS 3 E floats + 2 E + 1
 // ints. h % 8 == 0.
 #define MOE_ROUTER_WARPS 8
+#define MOE_ROUTER_LOADS 8
 __global__ void __launch_bounds__(MOE_ROUTER_WARPS * 32)
     k_moe_router(const bf16 *__restrict__ W, const bf16 *__restrict__ xn, int rows, int h, float *logits,
                  const moe_route_args a, int *idx, float *w, int *off, int *order, int *pos,
@@ -228,13 +254,27 @@ __global__ void __launch_bounds__(MOE_ROUTER_WARPS * 32)
         const uint4 *wr = reinterpret_cast<const uint4 *>(W + (size_t)(q % E) * h);
         const uint4 *xr = reinterpret_cast<const uint4 *>(xn + (size_t)(q / E) * h);
         float acc = 0;
-        for (int c = lane; c < chunks; c += 32) {
-            uint4 wv = __ldg(wr + c), xv = xr[c];
-            const __nv_bfloat162 *we = reinterpret_cast<const __nv_bfloat162 *>(&wv);
-            const __nv_bfloat162 *xe = reinterpret_cast<const __nv_bfloat162 *>(&xv);
-            for (int i = 0; i < 4; i++) {
-                float2 p = __bfloat1622float2(we[i]), s = __bfloat1622float2(xe[i]);
-                acc += p.x * s.x + p.y * s.y;
+        // MOE_ROUTER_LOADS chunks a lane loaded at once, then summed in
+        // the order of c (one wait on memory for a row of up to 8 x 256
+        // weights, where a load a chunk waited h / 256 times)
+        for (int c0 = lane; c0 < chunks; c0 += 32 * MOE_ROUTER_LOADS) {
+            uint4 wv[MOE_ROUTER_LOADS], xv[MOE_ROUTER_LOADS];
+#pragma unroll
+            for (int u = 0; u < MOE_ROUTER_LOADS; u++) {
+                int c = c0 + 32 * u;
+                wv[u] = c < chunks ? __ldg(wr + c) : make_uint4(0, 0, 0, 0);
+                xv[u] = c < chunks ? xr[c] : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int u = 0; u < MOE_ROUTER_LOADS; u++) {
+                const __nv_bfloat162 *we = reinterpret_cast<const __nv_bfloat162 *>(&wv[u]);
+                const __nv_bfloat162 *xe = reinterpret_cast<const __nv_bfloat162 *>(&xv[u]);
+                if (c0 + 32 * u < chunks)
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        float2 p = __bfloat1622float2(we[i]), s = __bfloat1622float2(xe[i]);
+                        acc += p.x * s.x + p.y * s.y;
+                    }
             }
         }
         for (int o = 16; o > 0; o >>= 1)
