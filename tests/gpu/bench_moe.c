@@ -65,7 +65,7 @@ int main(int argc, char **argv)
                    paths[path], t[3] * 1e3, B * 128 / t[3]);
         }
     tb_gpu_set_moe_gemv_rows(g, TB_GPU_MOE_GEMV_ROWS);
-    tb_gpu_set_moe_span_grouped(g, 0);
+    tb_gpu_set_moe_span_grouped(g, -1);
     const int Ds[6] = {1, 2, 4, 8, 16, 32};
     for (int di = 0; di < 6; di++) {
         int B = Ds[di];

@@ -1662,6 +1662,7 @@ static void check_moe(int fp8)
      * expert); all by the grouped tensor-core GEMM */
     const int gemv_rows[3] = {B * n, 0, 0};
     const char *path[3] = {"the grouped GEMV", "cuBLAS per expert", "the grouped GEMM"};
+    float *grouped = malloc((size_t)B * n * V * sizeof(float));
     for (int p = 0; p < 3; p++) {
         tb_gpu_set_moe_gemv_rows(g, gemv_rows[p]);
         tb_gpu_set_moe_span_grouped(g, p == 2);
@@ -1670,9 +1671,23 @@ static void check_moe(int fp8)
         fprintf(stderr, "tiny-qwen3-moe%s: %d-row span by %s: max |cpu| %.3f, max diff %.3g (bound %.3g)\n",
                 fp8 ? " fp8" : "", B * n, path[p], ref, diff, GPU_TOL * (ref > 1 ? ref : 1));
         CHECK(diff <= GPU_TOL * (ref > 1 ? ref : 1));
+        if (p == 2 && grouped)
+            memcpy(grouped, gl, (size_t)B * n * V * sizeof(float));
     }
+    /* the default (-1) picks by the span: 32 rows of top_k pairs over
+     * n_experts experts are at most TB_GPU_MOE_GROUPED_PER_EXPERT an
+     * expert, so the grouped GEMM's logits, to the bit */
+    CHECK(B * n * k <= TB_GPU_MOE_GROUPED_PER_EXPERT * c->n_experts);
+    tb_gpu_set_moe_gemv_rows(g, 0);
+    tb_gpu_set_moe_span_grouped(g, -1);
+    CHECK(tb_gpu_logits(g, tok, B, 0, n, n, 1, gl) == 0);
+    CHECK(grouped && memcmp(gl, grouped, (size_t)B * n * V * sizeof(float)) == 0);
+    fprintf(stderr, "tiny-qwen3-moe%s: %d-row span by the default choice: %s\n", fp8 ? " fp8" : "", B * n,
+            grouped && memcmp(gl, grouped, (size_t)B * n * V * sizeof(float)) == 0 ? "the grouped GEMM's logits"
+                                                                                   : "differs from the grouped GEMM");
+    free(grouped);
     tb_gpu_set_moe_gemv_rows(g, TB_GPU_MOE_GEMV_ROWS);
-    tb_gpu_set_moe_span_grouped(g, 0);
+    tb_gpu_set_moe_span_grouped(g, -1);
     /* batch 1: prefill 4 tokens, then one graph decode step: each MoE
      * layer reads exactly top_k distinct experts */
     double f, b, reads, rows;

@@ -240,11 +240,15 @@ int tbgpu::create_on(tb_gpu **out, const tb_model_config *cfg, const tb_model *c
         TRY(moe_check(g));
         for (int l = 0; l < c->n_layers; l++)
             g->n_moe_layers += tb_config_layer_is_moe(c, l);
-        g->moe_gemv_max_rows = TB_GPU_MOE_GEMV_ROWS;
+        // TB_GPU_MOE_GEMV_ROWS=N (measurements): the grouped GEMV up to N rows
+        g->moe_gemv_max_rows = getenv("TB_GPU_MOE_GEMV_ROWS") && atoi(getenv("TB_GPU_MOE_GEMV_ROWS")) >= 1
+                                   ? atoi(getenv("TB_GPU_MOE_GEMV_ROWS"))
+                                   : TB_GPU_MOE_GEMV_ROWS;
         // TB_GPU_MOE_GRID=all: the grouped GEMVs' grids over every expert
         // even where fewer are chosen (gpu_moe.cu; the measurement's baseline)
         g->moe_grid_all = getenv("TB_GPU_MOE_GRID") && strcmp(getenv("TB_GPU_MOE_GRID"), "all") == 0;
-        g->moe_span_grouped = getenv("TB_GPU_MOE_SPAN") && strcmp(getenv("TB_GPU_MOE_SPAN"), "grouped") == 0;
+        const char *span = getenv("TB_GPU_MOE_SPAN"); // grouped, cublas, else by the span (gpu_tune.h)
+        g->moe_span_grouped = span && strcmp(span, "grouped") == 0 ? 1 : span && strcmp(span, "cublas") == 0 ? 0 : -1;
     }
     if (c->head_dim % 2 || c->head_dim > 256) {
         fail(g, "head_dim %d: the CUDA attention kernels need an even head_dim <= 256", c->head_dim);

@@ -230,13 +230,13 @@ struct tb_gpu {
     double work_flops, work_bytes;
     // mixture of experts (cfg.n_experts > 0; gpu_moe.cu): the sparse
     // layers' config, the spans above moe_gemv_max_rows rows that take
-    // cuBLAS per expert, and the buffers for `rows` rows (P = rows x k
+    // the experts' GEMMs, and the buffers for `rows` rows (P = rows x k
     // (row, slot) pairs; j = a pair's position grouped by expert)
     tb_moe_config moe;
     int n_moe_layers;
     int moe_gemv_max_rows;
     int moe_grid_all; // TB_GPU_MOE_GRID=all (gpu_moe.cu's moe_grid_rows)
-    int moe_span_grouped; // spans above moe_gemv_max_rows by k_moe_gemm (gpu_tune.h)
+    int moe_span_grouped; // spans above moe_gemv_max_rows by k_moe_gemm: 1, 0 (cuBLAS), -1 by the span (gpu_tune.h)
     int *moe_tile_e, *moe_tile_j, *moe_ntiles; // k_moe_tiles' list: [max tiles] x 2, [1]
     float *moe_logits;   // [rows][E]
     int *moe_idx;        // [P] experts chosen

@@ -25,8 +25,9 @@
 //                 host reads the group offsets, so never inside a graph
 //               - or for those spans k_moe_gemm: one tensor-core GEMM
 //                 over every expert's tiles, the tiles listed on the
-//                 device (k_moe_tiles), no host wait (gpu_tune.h's
-//                 tb_gpu_set_moe_span_grouped; TB_GPU_MOE_SPAN=grouped)
+//                 device (k_moe_tiles), no host wait, where a span's
+//                 pairs are few an expert (gpu_tune.h's
+//                 tb_gpu_set_moe_span_grouped; TB_GPU_MOE_SPAN)
 //               (k_moe_gemv's gate-up writes the SwiGLU activations
 //               itself under TB_GPU_FUSE_SWIGLU, and its down product
 //               does the combine under TB_GPU_FUSE_MOE_COMBINE)
@@ -841,6 +842,17 @@ static int expert_fp8(tb_gpu *g, float *y, const uint8_t *xq, const float *xs, c
     return 0;
 }
 
+// A span of `rows` rows above moe_gemv_max_rows: its experts by one
+// grouped GEMM a projection (k_moe_gemm), else by cuBLAS (or FP8 GEMMs)
+// per expert (gpu_tune.h's tb_gpu_set_moe_span_grouped: by the pairs a
+// routed expert unless set).
+static int span_grouped(const tb_gpu *g, int rows)
+{
+    if (g->moe_span_grouped >= 0)
+        return g->moe_span_grouped;
+    return (long)rows * g->moe.top_k <= (long)TB_GPU_MOE_GROUPED_PER_EXPERT * g->moe.n_experts;
+}
+
 // dtype = fp8's experts (the file's head says how): into g->moe_y.
 // The experts under dtype = fp8 into moe_y, or (*combined set) added into
 // x already (the GEMV's COMBINE).
@@ -850,7 +862,7 @@ static int moe_experts_fp8(tb_gpu *g, const gpu_layer *G, int rows, int graphabl
     int E = m->n_experts, k = m->top_k, h = m->hidden, mi = m->expert_inter, P = rows * k;
     k_fp8_quant_act<<<rows, FP8_QUANT_THREADS, 0, g->stream>>>(g->xn, h, g->moe_xq, g->moe_xs);
     LAUNCHED();
-    if (graphable || rows <= g->moe_gemv_max_rows || (!g->fp8_gemm && !g->moe_span_grouped)) {
+    if (graphable || rows <= g->moe_gemv_max_rows || (!g->fp8_gemm && !span_grouped(g, rows))) {
         if (g->fusion & TB_GPU_FUSE_SWIGLU) { // as the bf16 path's
             dim3 gu_grid((mi + MOE_WARPS - 1) / MOE_WARPS, moe_grid_rows(g, P, E));
             k_moe_gemv_fp8<true, false><<<gu_grid, MOE_WARPS * 32, 0, g->stream>>>(
@@ -882,7 +894,7 @@ static int moe_experts_fp8(tb_gpu *g, const gpu_layer *G, int rows, int graphabl
         LAUNCHED();
         return 0;
     }
-    if (g->moe_span_grouped) { // one grouped GEMM a projection, sized on the device
+    if (span_grouped(g, rows)) { // one grouped GEMM a projection, sized on the device
         moe_tiles t = {g->moe_tile_e, g->moe_tile_j, g->moe_ntiles};
         if (moe_gemm_grouped(g, 1, G->qex_gu, g->moe_xq, G->sex_gu, g->moe_xs, g->moe_off, g->moe_order, k, 1, P, E,
                              t, 1, g->moe_gu, 2 * mi, h))
@@ -976,7 +988,7 @@ int moe_ffn(tb_gpu *g, int l, int rows, int graphable)
             k_moe_gemv<false, false><<<down_grid, MOE_WARPS * 32, 0, g->stream>>>(
                 G->ex_down, g->moe_act, g->moe_off, NULL, k, 0, g->moe_y, NULL, h, mi, E, NULL, NULL, NULL, NULL);
         LAUNCHED();
-    } else if (g->moe_span_grouped) { // one grouped GEMM a projection, sized on the device
+    } else if (span_grouped(g, rows)) { // one grouped GEMM a projection, sized on the device
         moe_tiles t = {g->moe_tile_e, g->moe_tile_j, g->moe_ntiles};
         if (moe_gemm_grouped(g, 0, G->ex_gu, g->xn, NULL, NULL, g->moe_off, g->moe_order, k, 1, P, E, t, 1, g->moe_gu,
                              2 * mi, h))

@@ -86,16 +86,29 @@ size_t tb_gpu_rank_peak_bytes(const tb_gpu *g, int rank);
  * an ordinary context. */
 int tb_gpu_tp_time_allreduce(tb_gpu *g, size_t count, int iters, double *us);
 
-/* Mixture of experts: spans of more than max_rows rows run each expert
- * as a cuBLAS GEMM over its rows (the host reads the group sizes: one
- * wait per layer); up to it, and in every decode step (CUDA graphs), the
+/* Mixture of experts: spans of more than max_rows rows run their experts
+ * as GEMMs (below); up to it, and in every decode step (CUDA graphs), the
  * grouped GEMV that reads the expert ids on the device. Default
- * TB_GPU_MOE_GEMV_ROWS; tests and measurements set both ways. */
-#define TB_GPU_MOE_GEMV_ROWS 64
+ * TB_GPU_MOE_GEMV_ROWS, or the environment's TB_GPU_MOE_GEMV_ROWS (a
+ * positive count, for measurements); tests and measurements set both
+ * ways. Measured on the H100 (docs/PERFORMANCE.md, 2026-12-07): at 32
+ * rows (LLaDA2.0-mini's block) the grouped GEMM 736 tok/s against the
+ * GEMV's 529; at 128 (a Qwen3-30B-A3B prefill) 14.1 ms against 57.2. */
+#define TB_GPU_MOE_GEMV_ROWS 16
 void tb_gpu_set_moe_gemv_rows(tb_gpu *g, int max_rows);
-/* Those longer spans' experts: 0, cuBLAS per expert (the default); 1, one
- * grouped tensor-core GEMM over all experts a projection (gpu_moe.cu's
- * k_moe_gemm: no host wait; TB_GPU_MOE_SPAN=grouped at load). */
+/* Those longer spans' experts: 0, cuBLAS per expert over its gathered
+ * rows (the host reads the group sizes: one wait a layer); 1, one grouped
+ * tensor-core GEMM over all experts a projection (gpu_moe.cu's
+ * k_moe_gemm: no host wait); -1 (the default), the grouped GEMM where the
+ * span's (row, expert) pairs are at most TB_GPU_MOE_GROUPED_PER_EXPERT a
+ * routed expert on average, else cuBLAS per expert (whose GEMMs are then
+ * large). At load TB_GPU_MOE_SPAN=grouped or =cublas sets 1 or 0.
+ * Measured on the H100 (2026-12-07), grouped against cuBLAS: 8 pairs an
+ * expert (Qwen3-30B-A3B, 128 rows) 14.1 against 23.3 ms; 32 (LLaDA2.0-mini
+ * at batch 32, Qwen3 at 512 rows) 2.3x and 1.8x faster; 48 (LLaDA-MoE-7B-A1B,
+ * 384 rows) 3,963 against 4,708 tok/s; 256 (Qwen3, 4,096 rows) 160.1
+ * against 144.6 ms. */
+#define TB_GPU_MOE_GROUPED_PER_EXPERT 32
 void tb_gpu_set_moe_span_grouped(tb_gpu *g, int grouped);
 
 /* Decode fusion for one-row forwards (batch-1 decode), a mask of
