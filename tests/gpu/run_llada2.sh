@@ -5,7 +5,8 @@
 #   2. the GPU tests (test_gpu: tiny-llada2's GPU path against the CPU's
 #      among them);
 #   3. suites/gpu-llada2.ini (then its batch-32 cases again with the
-#      experts' spans by the grouped GEMM, TB_GPU_MOE_SPAN=grouped) and its
+#      experts' spans by cuBLAS per expert, TB_GPU_MOE_SPAN=cublas, against
+#      the default's grouped GEMM) and its
 #      PyTorch peer (tools/peer_llada2.py,
 #      batch 1: the published generate() decodes one sequence) in the same
 #      call; a short table last.
@@ -47,11 +48,11 @@ echo "== tokbench suites/gpu-llada2.ini"
 timeout 120 "$build/tokbench" run "$here/suites/gpu-llada2.ini" --db "$out/gpu-llada2.db" \
     >"$out/gpu-llada2.txt" 2>"$out/gpu-llada2.err"
 echo "tokbench exit $?"
-echo "== the same, batch 32, the experts' spans by the grouped GEMM (TB_GPU_MOE_SPAN=grouped)"
-TB_GPU_MOE_SPAN=grouped timeout 120 "$build/tokbench" run "$here/suites/gpu-llada2.ini" --filter batch=32 \
-    --db "$out/gpu-llada2-grouped.db" >"$out/gpu-llada2-grouped.txt" 2>&1
+echo "== the same, batch 32, the experts' spans by cuBLAS per expert (TB_GPU_MOE_SPAN=cublas; the default picks the grouped GEMM there)"
+TB_GPU_MOE_SPAN=cublas timeout 120 "$build/tokbench" run "$here/suites/gpu-llada2.ini" --filter batch=32 \
+    --db "$out/gpu-llada2-cublas.db" >"$out/gpu-llada2-cublas.txt" 2>&1
 echo "tokbench exit $?"
-sed -n '/^backend  /,/^$/p' "$out/gpu-llada2-grouped.txt" | cut -c1-260
+sed -n '/^backend  /,/^$/p' "$out/gpu-llada2-cublas.txt" | cut -c1-260
 if [ $peers = 1 ]; then
     echo "== peer"
     timeout ${PEER_TIMEOUT:-60} python3 "$here/tools/peer_llada2.py" --modelling "$modelling" --runs ${PEER_RUNS:-1} 2>&1 |

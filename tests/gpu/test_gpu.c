@@ -196,22 +196,12 @@ static void check_fp8_codes(const char *name)
     tb_model_free(&m);
 }
 
-/* dtype = fp8's products (fp8.h: E4M3 weights and inputs, one
- * power-of-two scale per weight row and per input row), each projection
- * of each layer over 1 (the GEMV), 2, 17, 64 and 100 rows, with the FP8
- * tensor-core GEMM and with the bf16 path, fresh, accumulating and with
- * the scales deferred, against
- * the CPU's: the input rounded to bf16 (as the device holds it), then to
- * its E4M3 form by tb_fp8_round_rows, times the rounded weights, in
- * double. The error allowed is 1e-4 of the sum of |terms| per output
- * (2e-3 on FP8 tensor cores); the same product over unrounded inputs must
- * miss it tenfold (else nothing here sees whether the device quantized
- * its input). */
 /* One product of check_fp8_products: projection k of layer l over
  * `rows` random rows, fresh (acc 0), accumulating (1) or deferred (2),
  * against the CPU's rounding in double; returns the worst error over the
  * allowed (tol_rel of the sum of |terms|), -1 where the device failed;
- * *unrounded: the worst of the same product over unrounded inputs. */
+ * *unrounded: raised to the worst, over this product's outputs, of the
+ * same product over unrounded inputs (a running maximum of the caller's). */
 static double fp8_product_error(const char *name, tb_gpu *g, const float *W, int l, int k, int rows, int out,
                                 int in, int acc, double tol_rel, uint64_t *rng, double *unrounded)
 {

@@ -176,9 +176,11 @@ extern "C" const char *tb_gpu_gemm_dtype(const tb_gpu *g)
 // The GEMV picks of this process, per device and shape: the first
 // context to time a shape decides for every later one on that device, so
 // contexts compute a shape alike (two loads of a model; a tensor-parallel
-// rank at tp = 1 and one device). Variants 0-3 add each row's products
-// in the same order; the split-K ones (4-6) in another, so which is
-// picked changes float rounding. Two processes may still pick apart.
+// rank at tp = 1 and one device). The bf16 GEMV's variants 0-3 add each
+// row's products in the same order, the split-K ones (4-6) in another;
+// the FP8 GEMV's 0-4 in one order, the tensor-core ones (5-7) in others
+// (gpu_tune.h): so which is picked changes float rounding. Keyed by
+// kind (bf16 or fp8) too. Two processes may still pick apart.
 namespace {
 struct gemv_pick {
     int device, fp8, out, in, variant;

@@ -576,8 +576,9 @@ static int norm_in_gemv(const tb_gpu *g, int rows)
 // Decode attention of a layer's cache (at layer_off) for one row per
 // sequence (mode FWD_DECODE or FWD_SLOTS), by `kernel` (ATTN_*; -1: as
 // the forward chooses: from batch 2 by query group, one block per
-// (sequence, K/V head), where this model's head_dim and group have that
-// kernel, unless g->att_splits asks for a split; else split over the
+// (sequence, G heads of one K/V head: attn_decode_heads_a_block, a group
+// of 8 as two blocks of 4), where this model's head_dim and group have
+// that kernel, unless g->att_splits asks for a split; else split over the
 // keys when (sequence, head) blocks alone would leave most of the chip
 // idle, by query group where that kernel exists and g->fusion has
 // TB_GPU_FUSE_GROUP_ATTN, else per head, unless g->fusion says no split

@@ -24,8 +24,9 @@ int tb_gpu_fp8_weights(tb_gpu *g, int l, int which, uint8_t *q, float *scale);
  * x loads in flight: 4x4, 2x8, 1x8, 2x4, 1x16), which all round alike; 5,
  * 6 and 7 on the tensor cores (warps a block x steps in flight: 8x2, 8x4,
  * 16x2),
- * which sum in another order and so round apart from 0..4 (each within
- * the products' bound of the CPU's; an input wider than 46 KiB runs 3).
+ * which sum in another order and so round apart from 0..4 (tested within
+ * the FP8 tensor-core GEMM's bound of the CPU's, 2e-3 of the sum of
+ * |terms|, where 0..4 are held to 1e-4; an input wider than 46 KiB runs 3).
  * At load a dtype = fp8 model as large as tb_gpu_force_gemv_variant's
  * comment says times each on each projection's shape and keeps the
  * fastest per shape (tb_gpu_bench_gemv_fp8; a tensor-core one only when
@@ -130,10 +131,11 @@ void tb_gpu_set_moe_span_grouped(tb_gpu *g, int grouped);
  * where a forward has at most TB_GPU_MOE_FUSE_ROWS rows and 256 experts (gpu_moe.cu's
  * k_moe_router: no cuBLAS call, no k_moe_route, no k_moe_group; the
  * logits' sums in another order than cuBLAS's); GROUP_ATTN has SPLIT_ATTN's
- * split run by query group (one block a K/V head's group and part of the
- * keys, each key and value read once for the group, in one round:
- * gpu_forward.cu's attn_decode) where the model's group and head_dim have
- * that kernel, else per head. MOE_COMBINE and MOE_ROUTER are bits 8 and
+ * split run by query group (one block up to 4 heads of one K/V head and
+ * part of the keys, each key and value read once for those heads, in one
+ * round; a group of 8 is two blocks, each reading them: gpu_forward.cu's
+ * attn_decode) where the model's group and head_dim have that kernel,
+ * else per head. MOE_COMBINE and MOE_ROUTER are bits 8 and
  * 16, GROUP_ATTN 32, since 2026-12-07, so masks written before, 3 and 7,
  * leave them out. (Until 2026-12-02 NORM staged the norm inside every block of
  * the GEMV after it: 16% slower on the H200, docs/PERFORMANCE.md.) pdl:

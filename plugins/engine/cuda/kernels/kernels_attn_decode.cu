@@ -125,6 +125,29 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
                            [&](int d, float v) { o[d] = __float2bfloat16(v * (1.0f / sum)); });
 }
 
+// A split decode attention's combine, by one warp: the S partials of a
+// (sequence, head) at all[S][hd + 2] (output, then maximum m_t and sum
+// l_t; L2 reads, other blocks wrote them) as each part's weight
+// wt[t] = e^(m_t - M) / L, L = sum_t e^(m_t - M) l_t; a part of padding
+// only (l = 0) weighs 0. S <= 32 (lane t: part t).
+__device__ __forceinline__ void split_weights(const float *all, int S, int hd, float *wt)
+{
+    int lane = threadIdx.x % 32;
+    float m = -INFINITY, l = 0.0f;
+    if (lane < S) {
+        m = __ldcg(all + lane * (hd + 2) + hd);
+        l = __ldcg(all + lane * (hd + 2) + hd + 1);
+    }
+    float M = l > 0.0f ? m : -INFINITY;
+    for (int o = 16; o > 0; o >>= 1)
+        M = fmaxf(M, __shfl_xor_sync(0xffffffff, M, o));
+    float e = l > 0.0f ? __expf(m - M) : 0.0f, L = e * l;
+    for (int o = 16; o > 0; o >>= 1)
+        L += __shfl_xor_sync(0xffffffff, L, o);
+    if (lane < S)
+        wt[lane] = e / L;
+}
+
 // Decode attention for grouped queries (G query heads a block, 2 or 4,
 // all of one K/V head: the model's group nh / nkv, or a G-th of a group
 // that G divides, 8 as two blocks of 4): one block per (sequence, G
@@ -315,35 +338,15 @@ __device__ __forceinline__ void attn_decode_gqa(const bf16 *q, const bf16 *kc, c
     if (!SPLIT)
         return;
     // the last of the S blocks of these heads to arrive combines (count: head h0's)
-    __shared__ bool last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0)
-        last = atomicAdd(count + bh0, 1u) == (unsigned)S - 1;
-    __syncthreads();
-    if (!last)
+    __shared__ unsigned arrived;
+    if (!last_block_to_arrive(count + bh0, (unsigned)S, &arrived))
         return;
-    __threadfence();
     // warp g < G: head g's weights e^(m_t - M) / L of the S parts (lane t:
     // part t; L2 reads, other blocks wrote them); then every thread adds
     // the S partial outputs of its (head, dim)s
     __shared__ float wt[G][ATT_MAX_SPLIT];
-    if (warp < G) {
-        const float *all = att_part + (bh0 + warp) * S * (hd + 2);
-        float m = -INFINITY, l = 0.0f;
-        if (lane < S) {
-            m = __ldcg(all + lane * (hd + 2) + hd);
-            l = __ldcg(all + lane * (hd + 2) + hd + 1);
-        }
-        float M = l > 0.0f ? m : -INFINITY;
-        for (int o = 16; o > 0; o >>= 1)
-            M = fmaxf(M, __shfl_xor_sync(0xffffffff, M, o));
-        float e = l > 0.0f ? __expf(m - M) : 0.0f, L = e * l;
-        for (int o = 16; o > 0; o >>= 1)
-            L += __shfl_xor_sync(0xffffffff, L, o);
-        if (lane < S)
-            wt[warp][lane] = e / L;
-    }
+    if (warp < G)
+        split_weights(att_part + (bh0 + warp) * S * (hd + 2), S, hd, wt[warp]);
     __syncthreads();
     for (int i = threadIdx.x; i < G * hd; i += blockDim.x) {
         int g = i / hd, dd = i % hd;
@@ -353,8 +356,6 @@ __device__ __forceinline__ void attn_decode_gqa(const bf16 *q, const bf16 *kc, c
             o += wt[g][t] * __ldcg(all + t * (hd + 2) + dd);
         out[(bh0 + g) * hd + dd] = __float2bfloat16(o);
     }
-    if (threadIdx.x == 0)
-        count[bh0] = 0; // ready for the next step
 }
 template <int G, int LPK>
 __global__ void __launch_bounds__(ATTG_WARPS * 32, 2) // two blocks an SM: 128 registers a thread
@@ -423,7 +424,7 @@ __global__ void __launch_bounds__(ATT_SPLIT_WARPS * 32)
     int per = (n_keys + S - 1) / S, j0 = sp * per, j1 = min(n_keys, j0 + per);
     const bf16 *qv = q + ((size_t)b * nh + h) * hd;
     const bf16 *kb = kc + (size_t)seq * len * kvd + kvh * hd, *vb = vc + (size_t)seq * len * kvd + kvh * hd;
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int warp = threadIdx.x / 32;
     size_t bh = (size_t)b * nh + h;
     float *mine = part + (bh * S + sp) * (hd + 2); // [hd] output, then m, l
     float mx, sum;
@@ -457,21 +458,8 @@ __global__ void __launch_bounds__(ATT_SPLIT_WARPS * 32)
     // thread's dims add the S partial outputs with independent loads
     __shared__ float wt[ATT_MAX_SPLIT];
     const float *all = part + bh * S * (hd + 2);
-    if (warp == 0) {
-        float m = -INFINITY, l = 0.0f;
-        if (lane < S) {
-            m = __ldcg(all + lane * (hd + 2) + hd);
-            l = __ldcg(all + lane * (hd + 2) + hd + 1);
-        }
-        float M = l > 0.0f ? m : -INFINITY; // a split of padding only (l = 0) takes no part
-        for (int o = 16; o > 0; o >>= 1)
-            M = fmaxf(M, __shfl_xor_sync(0xffffffff, M, o));
-        float e = l > 0.0f ? __expf(m - M) : 0.0f, L = e * l;
-        for (int o = 16; o > 0; o >>= 1)
-            L += __shfl_xor_sync(0xffffffff, L, o);
-        if (lane < S)
-            wt[lane] = e / L;
-    }
+    if (warp == 0)
+        split_weights(all, S, hd, wt);
     __syncthreads();
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float o = 0;

@@ -36,12 +36,56 @@ __global__ void k_fp8_quantize_rows(const bf16 *w, int in, uint8_t *q, float *sc
         q[(size_t)blockIdx.x * in + i] = tb_e4m3_encode(ldexpf(__bfloat162float(wr[i]), -k));
 }
 
+// max(amax, |each of the eight bf16 values in v|)
+__device__ __forceinline__ float amax8(uint4 v, float amax)
+{
+    const __nv_bfloat162 *e = reinterpret_cast<const __nv_bfloat162 *>(&v);
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        float2 f = __bfloat1622float2(e[k]);
+        amax = fmaxf(amax, fmaxf(fabsf(f.x), fabsf(f.y)));
+    }
+    return amax;
+}
+
+// The block's largest of its threads' amax (every thread calls it; red:
+// the caller's __shared__ floats, one a warp) as fp8.h's power-of-two
+// scale exponent, the same in every thread.
+__device__ __forceinline__ int block_fp8_scale_exp(float amax, float *red)
+{
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int o = 16; o > 0; o >>= 1)
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffff, amax, o));
+    if (lane == 0)
+        red[warp] = amax;
+    __syncthreads();
+    amax = red[0];
+    for (int w = 1; w < (int)(blockDim.x / 32); w++)
+        amax = fmaxf(amax, red[w]);
+    return tb_fp8_scale_exp(amax);
+}
+
 // v / 2^k as two exact power-of-two steps (2^-k alone overflows a float
 // below k = -127, for rows whose largest magnitude is under 2^-119, where
 // the CPU's ldexpf stays finite): (d1, d2) = fp8_unscale(k).
 __device__ __forceinline__ float2 fp8_unscale(int k)
 {
     return make_float2(ldexpf(1.0f, -k / 2), ldexpf(1.0f, -k - -k / 2));
+}
+
+// Eight bf16 values v (16 bytes) as E4M3 codes of v / 2^k, (d1, d2) =
+// fp8_unscale(k): the hardware's conversion (nearest, ties to even,
+// saturating at +-448: what tb_e4m3_encode gives every finite value).
+__device__ __forceinline__ uint2 fp8_codes8(uint4 v, float2 d)
+{
+    const __nv_bfloat162 *e = reinterpret_cast<const __nv_bfloat162 *>(&v);
+    unsigned short b[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        float2 f = __bfloat1622float2(e[j]);
+        b[j] = __nv_cvt_float2_to_fp8x2(make_float2(f.x * d.x * d.y, f.y * d.x * d.y), __NV_SATFINITE, __NV_E4M3);
+    }
+    return make_uint2(b[0] | (unsigned)b[1] << 16, b[2] | (unsigned)b[3] << 16);
 }
 
 // A span's projection input X[rows][in] (bf16) as E4M3 codes q[rows][in]
@@ -57,39 +101,14 @@ __global__ void __launch_bounds__(FP8_QUANT_THREADS) k_fp8_quant_act(const bf16 
     uint2 *qr = reinterpret_cast<uint2 *>(q + (size_t)blockIdx.x * in);
     int chunks = in / 8;
     float amax = 0.0f;
-    for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
-        uint4 v = xr[c];
-        const __nv_bfloat162 *e = reinterpret_cast<const __nv_bfloat162 *>(&v);
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            float2 f = __bfloat1622float2(e[k]);
-            amax = fmaxf(amax, fmaxf(fabsf(f.x), fabsf(f.y)));
-        }
-    }
-    for (int o = 16; o > 0; o >>= 1)
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffff, amax, o));
-    if (threadIdx.x % 32 == 0)
-        red[threadIdx.x / 32] = amax;
-    __syncthreads();
-    amax = red[0];
-    for (int w = 1; w < (int)(blockDim.x / 32); w++)
-        amax = fmaxf(amax, red[w]);
-    int k = tb_fp8_scale_exp(amax);
+    for (int c = threadIdx.x; c < chunks; c += blockDim.x)
+        amax = amax8(xr[c], amax);
+    int k = block_fp8_scale_exp(amax, red);
     float2 d = fp8_unscale(k);
     if (threadIdx.x == 0)
         scale[blockIdx.x] = ldexpf(1.0f, k);
-    for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
-        uint4 v = xr[c];
-        const __nv_bfloat162 *e = reinterpret_cast<const __nv_bfloat162 *>(&v);
-        unsigned short b[4];
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            float2 f = __bfloat1622float2(e[j]);
-            b[j] = __nv_cvt_float2_to_fp8x2(make_float2(f.x * d.x * d.y, f.y * d.x * d.y), __NV_SATFINITE,
-                                            __NV_E4M3);
-        }
-        qr[c] = make_uint2(b[0] | (unsigned)b[1] << 16, b[2] | (unsigned)b[3] << 16);
-    }
+    for (int c = threadIdx.x; c < chunks; c += blockDim.x)
+        qr[c] = fp8_codes8(xr[c], d);
 }
 
 // The scales of an unscaled FP8 product t[rows][out] (gpu_gemm_fp8.cu's
@@ -177,25 +196,9 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     griddep_wait();
     const uint4 *xv = reinterpret_cast<const uint4 *>(x);
     float amax = 0.0f;
-    for (int c = threadIdx.x; c < 2 * chunks; c += blockDim.x) {
-        uint4 v = __ldg(xv + c);
-        const __nv_bfloat162 *e = reinterpret_cast<const __nv_bfloat162 *>(&v);
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            float2 f = __bfloat1622float2(e[k]);
-            amax = fmaxf(amax, fmaxf(fabsf(f.x), fabsf(f.y)));
-        }
-    }
-    for (int o = 16; o > 0; o >>= 1)
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffff, amax, o));
-    if (lane == 0)
-        red[warp] = amax;
-    __syncthreads();
-    amax = red[0];
-#pragma unroll
-    for (int w = 1; w < GEMV_WARPS; w++)
-        amax = fmaxf(amax, red[w]);
-    int sx = tb_fp8_scale_exp(amax);
+    for (int c = threadIdx.x; c < 2 * chunks; c += blockDim.x)
+        amax = amax8(__ldg(xv + c), amax);
+    int sx = block_fp8_scale_exp(amax, red);
     float2 d = fp8_unscale(sx);
     // the NORM_OUT barrier below needs every warp: none returns early then
     if (!NORM_OUT && o0 >= out)
@@ -265,24 +268,10 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
 // (a3) meets b1 (PTX ISA, "Matrix fragments for mma.m16n8k32"). Each mma
 // starts from zero and its sum is added in float32 (the tensor core's
 // own accumulation of a long K keeps fewer bits). The sum's order is not
-// k_gemv_fp8's: these variants round apart from variants 0-4 (within the
-// products' test bound). in % 16 == 0; dynamic shared memory: in rounded
+// k_gemv_fp8's: these variants round apart from variants 0-4 (tested
+// within the FP8 tensor-core GEMM's bound, test_gpu.c's check_fp8_products). in % 16 == 0; dynamic shared memory: in rounded
 // up to 64 bytes.
 const size_t FP8_MMA_MAX_IN = 46 * 1024; // x's codes in shared memory, within the 48 KB without opting in
-
-// Eight bf16 values v (16 bytes) as E4M3 codes of v / 2^k, (d1, d2) =
-// fp8_unscale(k), as k_gemv_fp8 rounds x: nearest, ties to even, +-448.
-__device__ __forceinline__ uint2 fp8_codes8(uint4 v, float2 d)
-{
-    const __nv_bfloat162 *e = reinterpret_cast<const __nv_bfloat162 *>(&v);
-    unsigned short b[4];
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        float2 f = __bfloat1622float2(e[j]);
-        b[j] = __nv_cvt_float2_to_fp8x2(make_float2(f.x * d.x * d.y, f.y * d.x * d.y), __NV_SATFINITE, __NV_E4M3);
-    }
-    return make_uint2(b[0] | (unsigned)b[1] << 16, b[2] | (unsigned)b[3] << 16);
-}
 
 // k_gemv_fp8_mma's loads of U steps from step t0 (a warp's steps are W
 // apart): 16 bytes of rows a and b each at k = 64 t + 16 qd, zero past in.
@@ -346,35 +335,13 @@ __global__ void __launch_bounds__(W * 32)
             xr[j] = c < chunks ? __ldg(xv + c) : make_uint4(0, 0, 0, 0);
         }
 #pragma unroll
-        for (int j = 0; j < XC; j++) {
-            const __nv_bfloat162 *e = reinterpret_cast<const __nv_bfloat162 *>(&xr[j]);
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                float2 f = __bfloat1622float2(e[k]);
-                amax = fmaxf(amax, fmaxf(fabsf(f.x), fabsf(f.y)));
-            }
-        }
+        for (int j = 0; j < XC; j++)
+            amax = amax8(xr[j], amax);
     } else {
-        for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
-            uint4 v = __ldg(xv + c);
-            const __nv_bfloat162 *e = reinterpret_cast<const __nv_bfloat162 *>(&v);
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                float2 f = __bfloat1622float2(e[k]);
-                amax = fmaxf(amax, fmaxf(fabsf(f.x), fabsf(f.y)));
-            }
-        }
+        for (int c = threadIdx.x; c < chunks; c += blockDim.x)
+            amax = amax8(__ldg(xv + c), amax);
     }
-    for (int o = 16; o > 0; o >>= 1)
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffff, amax, o));
-    if (lane == 0)
-        red[warp] = amax;
-    __syncthreads();
-    amax = red[0];
-#pragma unroll
-    for (int w = 1; w < W; w++)
-        amax = fmaxf(amax, red[w]);
-    int sx = tb_fp8_scale_exp(amax);
+    int sx = block_fp8_scale_exp(amax, red);
     float2 d = fp8_unscale(sx);
     if (held) {
 #pragma unroll
