@@ -146,9 +146,10 @@ int32_t tb_filler_token(const tb_model_config *cfg);
 int tb_is_preset(const tb_model *m);
 /* A preset's stand-in for a text's tokens, having no tokenizer: each of
  * the text's UTF-8 bytes as 3 + byte (past ids 0-2, which are pad, EOS
- * and BOS in Gemma's vocabulary; modulo a vocabulary smaller than that), so a text suite runs a preset on prompts
- * of the text's length in bytes (its random weights read no meaning in
- * them either way). tools/peer_dgemma.py feeds its peer the same ids. */
+ * and BOS in Gemma's vocabulary; modulo a vocabulary smaller than that),
+ * so a text suite runs a preset on prompts of the text's length in bytes
+ * (its random weights read no meaning in them either way).
+ * tools/peer_dgemma.py feeds its peer the same ids. */
 int32_t tb_preset_byte_token(unsigned char byte, int vocab);
 /* Tokenize n prompts (BOS as above): ids_out[r] holds lens_out[r] tokens;
  * *max_len the longest; a preset without a tokenizer takes the bytes'

@@ -12,7 +12,8 @@
 //               (for up to TB_GPU_MOE_FUSE_ROWS rows and 256 experts, under
 //               TB_GPU_FUSE_MOE_ROUTER: k_moe_router, the three in one
 //               kernel, the same route and grouping code)
-//   experts     two ways over the same groups (moe_ffn chooses by rows):
+//   experts     three ways over the same groups (moe_ffn chooses by rows
+//               and the pairs a routed expert, gpu_tune.h):
 //               - k_moe_gemv: one grid over (output tiles, experts), or
 //                 where the pairs are fewer than the experts over (output
 //                 tiles, pairs), each block row finding its chosen expert
@@ -21,8 +22,9 @@
 //                 decode step's CUDA graph replays it whatever the router
 //                 picks
 //               - cuBLAS per expert over its gathered rows (a grouped GEMM
-//                 one group at a time), for long spans (prefill): the
-//                 host reads the group offsets, so never inside a graph
+//                 one group at a time), for long spans whose experts have
+//                 many rows each: the host reads the group offsets, so
+//                 never inside a graph
 //               - or for those spans k_moe_gemm: one tensor-core GEMM
 //                 over every expert's tiles, the tiles listed on the
 //                 device (k_moe_tiles), no host wait, where a span's
