@@ -40,8 +40,9 @@ tokenizer = $tok
 device = $device
 ignore_eos = true"
 # the conditions both measurements share (one text, so they cannot drift apart)
+repeat=3
 same="warmup = 1
-repeat = 3
+repeat = $repeat
 case_timeout = 600
 [matrix]
 prompt_tokens = 32
@@ -106,12 +107,13 @@ done
 [ -n "${PRESET_OUT:-}" ] && cp "$tmp/p.db" "$tmp/inproc.out" "$tmp/http.out" "$tmp/serve.log" "$PRESET_OUT/"
 echo "$preset with $(basename "$tok")'s tokenizer on $device; $(grep -m1 'loaded' "$tmp/serve.log" | cut -c1-120)"
 echo "path | batch or concurrency | requests a call | output tok/s | TPOT ms p50 | HTTP / in-process"
-python3 - "$tmp/p.db" <<'EOT'
+python3 - "$tmp/p.db" "$repeat" <<'EOT'
 import sqlite3, sys
 db = sqlite3.connect(sys.argv[1])
-# requests: the case's timed requests, over its 3 repetitions
-rows = db.execute("""select backend, coalesce(concurrency, batch), requests / 3, aggregate_tps, tpot_ms from summary
-                     order by backend = 'http', coalesce(concurrency, batch), requests""").fetchall()
+# requests a call: the case's timed requests over its repetitions
+rows = db.execute("""select backend, coalesce(concurrency, batch), requests / ?, aggregate_tps, tpot_ms from summary
+                     order by backend = 'http', coalesce(concurrency, batch), requests""",
+                  (int(sys.argv[2]),)).fetchall()
 inproc = {n: tps for b, n, _, tps, _ in rows if b == 'inproc'}
 for b, n, reqs, tps, tpot in rows:
     ratio = f"{tps / inproc[n]:.3f}" if b == 'http' and inproc.get(n) else ""

@@ -240,6 +240,36 @@ static double fp8_product_error(const char *name, tb_gpu *g, const float *W, int
     return worst;
 }
 
+/* check_fp8_products' sweep: every projection of every layer of m over
+ * each of n_rows row counts and acc modes 0 .. n_acc - 1
+ * (fp8_product_error's), allowed tol_one at one row and tol_rows above;
+ * raises *worst and *unrounded, counts *checked. */
+static void fp8_products_sweep(const char *name, tb_gpu *g, const tb_model *m, const int *row_counts, int n_rows,
+                               int n_acc, double tol_one, double tol_rows, uint64_t *rng, double *worst,
+                               double *unrounded, int *checked)
+{
+    const tb_model_config *c = &m->cfg;
+    int h = c->hidden_size, I = c->intermediate_size, nq = c->n_heads * c->head_dim;
+    int qkv = (c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
+    for (int l = 0; l < c->n_layers; l++) {
+        const tb_layer *L = &m->layers[l];
+        const float *W[4] = {L->wqkv, L->wo, L->w_gate_up, L->w_down};
+        int outs[4] = {qkv, h, 2 * I, h}, ins[4] = {h, nq, h, I};
+        for (int k = 0; k < 4; k++)
+            for (int ri = 0; ri < n_rows; ri++)
+                for (int acc = 0; acc < n_acc; acc++) {
+                    int rows = row_counts[ri];
+                    double e = fp8_product_error(name, g, W[k], l, k, rows, outs[k], ins[k], acc,
+                                                 rows > 1 ? tol_rows : tol_one, rng, unrounded);
+                    CHECK(e >= 0);
+                    if (e >= 0) {
+                        *worst = fmax(*worst, e);
+                        (*checked)++;
+                    }
+                }
+    }
+}
+
 /* dtype = fp8's products (fp8.h: E4M3 weights and inputs, one
  * power-of-two scale per weight row and per input row), each projection
  * of each layer over 1 (the GEMV), 2, 17, 64 and 100 rows, with the FP8
@@ -264,8 +294,6 @@ static void check_fp8_products(const char *name)
     if (rc != 0)
         return;
     const tb_model_config *c = &m.cfg;
-    int h = c->hidden_size, I = c->intermediate_size, nq = c->n_heads * c->head_dim;
-    int qkv = (c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
     /* 1: the GEMV; fresh or accumulating, 2-64 the FP8 GEMM without scale
      * vectors and the scaling kernel, 100 with them; deferred (QKV's and
      * gate-up's route in the forward) the bare products at any size, the
@@ -280,25 +308,11 @@ static void check_fp8_products(const char *name)
         CHECK(tb_gpu_reserve(g, 1, 128, 100, err, sizeof err) == 0);
         double worst = 0, unrounded = 0;
         int checked = 0;
-        for (int l = 0; l < c->n_layers; l++) {
-            const tb_layer *L = &m.layers[l];
-            const float *W[4] = {L->wqkv, L->wo, L->w_gate_up, L->w_down};
-            int outs[4] = {qkv, h, 2 * I, h}, ins[4] = {h, nq, h, I};
-            for (int k = 0; k < 4; k++)
-                for (int ri = 0; ri < 5; ri++)
-                    for (int acc = 0; acc < 3; acc++) { /* fresh, accumulating, deferred (fresh) */
-                        int rows = row_counts[ri];
-                        /* FP8 tensor-core GEMMs sum each K chunk at reduced precision (cuBLASLt
-                         * measured: 1e-4 of the sum of |terms| at K = 64, 1e-5 at 4,096) */
-                        double e = fp8_product_error(name, g, W[k], l, k, rows, outs[k], ins[k], acc,
-                                                     gemm && rows > 1 ? 2e-3 : 1e-4, &rng, &unrounded);
-                        CHECK(e >= 0);
-                        if (e >= 0) {
-                            worst = fmax(worst, e);
-                            checked++;
-                        }
-                    }
-        }
+        /* fresh, accumulating, deferred (fresh); FP8 tensor-core GEMMs sum
+         * each K chunk at reduced precision (cuBLASLt measured: 1e-4 of the
+         * sum of |terms| at K = 64, 1e-5 at 4,096) */
+        fp8_products_sweep(name, g, &m, row_counts, 5, 3, 1e-4, gemm ? 2e-3 : 1e-4, &rng, &worst, &unrounded,
+                           &checked);
         fprintf(stderr,
                 "%s: fp8 products (%s), %d checked: worst error %.3f of the allowed; unrounded inputs would "
                 "miss by %.1f\n",
@@ -309,20 +323,8 @@ static void check_fp8_products(const char *name)
         tb_gpu_set_fp8_gemv(g, v);
         double worst = 0, unrounded = 0;
         int checked = 0;
-        for (int l = 0; l < c->n_layers; l++) {
-            const tb_layer *L = &m.layers[l];
-            const float *W[4] = {L->wqkv, L->wo, L->w_gate_up, L->w_down};
-            int outs[4] = {qkv, h, 2 * I, h}, ins[4] = {h, nq, h, I};
-            for (int k = 0; k < 4; k++)
-                for (int acc = 0; acc < 2; acc++) { /* the GEMV: fresh, accumulating */
-                    double e = fp8_product_error(name, g, W[k], l, k, 1, outs[k], ins[k], acc, 2e-3, &rng, &unrounded);
-                    CHECK(e >= 0);
-                    if (e >= 0) {
-                        worst = fmax(worst, e);
-                        checked++;
-                    }
-                }
-        }
+        const int one_row[1] = {1}; /* the GEMV: fresh, accumulating */
+        fp8_products_sweep(name, g, &m, one_row, 1, 2, 2e-3, 2e-3, &rng, &worst, &unrounded, &checked);
         fprintf(stderr, "%s: fp8 GEMV variant %d (tensor cores), %d checked: worst error %.3f of the allowed; "
                 "unrounded inputs would miss by %.1f\n", name, v, checked, worst, unrounded);
         CHECK(checked == c->n_layers * 4 * 2 && worst <= 1.0 && unrounded > 10.0);

@@ -659,11 +659,14 @@ __global__ void __launch_bounds__(128)
     // the next K step's chunks are loaded into registers while the tensor
     // cores work on this one's (the loads' latency hidden behind the MMAs)
     uint4 va[NCH], vb[NCH];
-    for (int q = 0; q < NCH; q++) {
-        int c = ac[q];
-        va[q] = arow[q] && c < in ? *reinterpret_cast<const uint4 *>(arow[q] + (size_t)c * EB) : zero;
-        vb[q] = brow[q] && c < in ? __ldg(reinterpret_cast<const uint4 *>(brow[q] + (size_t)c * EB)) : zero;
-    }
+    auto load_step = [&](int k0) { // this thread's chunks of the K step at k0 (zero past in)
+        for (int q = 0; q < NCH; q++) {
+            int c = k0 + ac[q];
+            va[q] = arow[q] && c < in ? *reinterpret_cast<const uint4 *>(arow[q] + (size_t)c * EB) : zero;
+            vb[q] = brow[q] && c < in ? __ldg(reinterpret_cast<const uint4 *>(brow[q] + (size_t)c * EB)) : zero;
+        }
+    };
+    load_step(0);
     for (int k0 = 0; k0 < in; k0 += MOE_BK) {
         for (int q = 0; q < NCH; q++) {
             if (FP8) {
@@ -676,11 +679,7 @@ __global__ void __launch_bounds__(128)
         }
         __syncthreads();
         if (k0 + MOE_BK < in)
-            for (int q = 0; q < NCH; q++) {
-                int c = k0 + MOE_BK + ac[q];
-                va[q] = arow[q] && c < in ? *reinterpret_cast<const uint4 *>(arow[q] + (size_t)c * EB) : zero;
-                vb[q] = brow[q] && c < in ? __ldg(reinterpret_cast<const uint4 *>(brow[q] + (size_t)c * EB)) : zero;
-            }
+            load_step(k0 + MOE_BK);
         for (int kk = 0; kk < MOE_BK; kk += 16) {
             wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa[2];
             wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> fb[2];

@@ -273,6 +273,20 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
 // up to 64 bytes.
 const size_t FP8_MMA_MAX_IN = 46 * 1024; // x's codes in shared memory, within the 48 KB without opting in
 
+// One mma.sync m16n8k32 over E4M3 (float32 out, from zero): A's fragment
+// a0..a3, B's b0 b1 (PTX ISA, "Matrix fragments for mma.m16n8k32");
+// returns D's d0 and d2 (rows groupID and groupID + 8 of the lane).
+__device__ __forceinline__ float2 mma_e4m3(unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
+                                          unsigned b1)
+{
+    float d0, d1, d2, d3;
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%10,%10,%10,%10};"
+                 : "=f"(d0), "=f"(d1), "=f"(d2), "=f"(d3)
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.0f));
+    return make_float2(d0, d2);
+}
+
 // k_gemv_fp8_mma's loads of U steps from step t0 (a warp's steps are W
 // apart): 16 bytes of rows a and b each at k = 64 t + 16 qd, zero past in.
 template <int W, int U>
@@ -366,18 +380,11 @@ __global__ void __launch_bounds__(W * 32)
         }
         load_fp8_mma_steps<W, U>(wa, wb, t0 + W * U, steps, in, qd, An, Bn); // the next U steps in flight
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-            float d0, d1, d2, d3;
-            asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-                         "{%8,%9}, {%10,%10,%10,%10};"
-                         : "=f"(d0), "=f"(d1), "=f"(d2), "=f"(d3)
-                         : "r"(A[u].x), "r"(B[u].x), "r"(A[u].y), "r"(B[u].y), "r"(X[u].x), "r"(X[u].y), "f"(0.0f));
-            sa += d0, sb += d2;
-            asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-                         "{%8,%9}, {%10,%10,%10,%10};"
-                         : "=f"(d0), "=f"(d1), "=f"(d2), "=f"(d3)
-                         : "r"(A[u].z), "r"(B[u].z), "r"(A[u].w), "r"(B[u].w), "r"(X[u].z), "r"(X[u].w), "f"(0.0f));
-            sa += d0, sb += d2;
+        for (int u = 0; u < U; u++) { // bytes 0-7 of the 16 of rows g and g + 8, then 8-15
+            float2 d = mma_e4m3(A[u].x, B[u].x, A[u].y, B[u].y, X[u].x, X[u].y);
+            float2 e = mma_e4m3(A[u].z, B[u].z, A[u].w, B[u].w, X[u].z, X[u].w);
+            sa += d.x, sb += d.y;
+            sa += e.x, sb += e.y;
         }
 #pragma unroll
         for (int u = 0; u < U; u++)
