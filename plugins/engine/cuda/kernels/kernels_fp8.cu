@@ -269,7 +269,8 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
 // starts from zero and its sum is added in float32 (the tensor core's
 // own accumulation of a long K keeps fewer bits). The sum's order is not
 // k_gemv_fp8's: these variants round apart from variants 0-4 (tested
-// within the FP8 tensor-core GEMM's bound, test_gpu.c's check_fp8_products). in % 16 == 0; dynamic shared memory: in rounded
+// within the FP8 tensor-core GEMM's bound, test_gpu.c's
+// check_fp8_products). in % 16 == 0; dynamic shared memory: in rounded
 // up to 64 bytes.
 const size_t FP8_MMA_MAX_IN = 46 * 1024; // x's codes in shared memory, within the 48 KB without opting in
 
@@ -331,7 +332,7 @@ __global__ void __launch_bounds__(W * 32)
     // kernel before drains) and in flight through x's staging below
     uint4 A[U], B[U];
     load_fp8_mma_steps<W, U>(wa, wb, warp, steps, in, qd, A, B);
-    (void)prefetch;
+    (void)prefetch; // k_gemv_fp8's L2 prefetch under PDL; these loads are made in every launch
     griddep_wait();
     // max |x|, its power-of-two scale, and x's codes into shared memory;
     // x read once into registers where it fits (XC chunks of 8 a thread:
