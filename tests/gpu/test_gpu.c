@@ -1977,6 +1977,7 @@ static void check_fp8_dense(void)
     fp8_mode = 1;
     check_ar_with("llama-gqa", 0, 1, TB_GPU_FUSE_DEFAULT, TB_GPU_PDL_DEFAULT);
     check_ar_with("llama-gqa", 0, 1, TB_GPU_FUSE_SWIGLU | TB_GPU_FUSE_SPLIT_ATTN | TB_GPU_FUSE_NORM, 1);
+    check_ar_with("llama-gqa", 0, 1, TB_GPU_FUSE_DEFAULT | TB_GPU_FUSE_L2_PREFETCH, 0); /* the codes asked of L2 */
     check_ar("llama-gqa", 0);
     check_ar("qwen2-bias", 3);
     check_ar_with("llama-tied", 0, 1, 0, 0);
@@ -2185,6 +2186,9 @@ int main(void)
     check_ar_with("llama-gqa", 0, 1, TB_GPU_FUSE_DEFAULT, TB_GPU_PDL_DEFAULT);
     check_ar_with("llama-gqa", 0, 1, TB_GPU_FUSE_SWIGLU | TB_GPU_FUSE_SPLIT_ATTN, 1);
     check_ar_with("llama-gqa", 0, 2, TB_GPU_FUSE_SPLIT_ATTN, 1);
+    /* the weights asked of L2 ahead (a hint), batch 1 and 2, with PDL */
+    check_ar_with("llama-gqa", 0, 1, TB_GPU_FUSE_DEFAULT | TB_GPU_FUSE_L2_PREFETCH, 0);
+    check_ar_with("llama-gqa", 0, 2, TB_GPU_FUSE_DEFAULT | TB_GPU_FUSE_L2_PREFETCH, 1);
     check_ar_with("llama-gqa", 0, 1, all, 1);
     check_ar_with("llama-gqa", 0, 1, all, 0);
     check_ar_with("llama-gqa", 0, 1, 0, 0);

@@ -424,7 +424,11 @@ int tbgpu::create_on(tb_gpu **out, const tb_model_config *cfg, const tb_model *c
         fail(g, "weight initialization failed: %s", cudaGetErrorString(cudaGetLastError()));
         rc = -1;
     }
-    if (rc == 0 && (size_t)c->intermediate_size * c->hidden_size >= (1u << 24)) {
+    // a layer's feed-forward weights, dense or every expert's: a MoE model's
+    // intermediate_size can be small beside them (Qwen3-30B-A3B's 6,144
+    // x 2,048 is under 2^24, its 128 experts' 201 M elements are not)
+    if (rc == 0 && ((size_t)c->intermediate_size * c->hidden_size >= (1u << 24) ||
+                    (size_t)g->moe.n_experts * g->moe.expert_inter * g->moe.hidden >= (1u << 24))) {
         /* pick the fastest batch-1 GEMV for this device on each weight
          * shape a decode step reads with one (a fraction of a second at
          * load): a narrow one (o, down: h rows) wants another shape than

@@ -78,7 +78,7 @@ struct tb_gpu_dgemma {
     float *gu;                // [R][2 I]
     bf16 *act;                // [R][I]
     float *rlog, *w;          // [R][E], [R k]
-    int *idx, *off, *order, *pos; // [R k], [E + 1], [R k], [R k]
+    int *idx, *off, *order, *pos; // [R k], [2 E + 1] (k_moe_group's starts and list), [R k], [R k]
     bf16 *xg;                 // [R k][H]
     bf16 *egu;                // [R k][2 mi]
     bf16 *eact;               // [R k][mi]
@@ -935,7 +935,7 @@ extern "C" int tb_gpu_dgemma_reserve(tb_gpu_dgemma *d, int max_ctx)
     A(d->rlog, R * E);
     A(d->w, Pn);
     A(d->idx, Pn);
-    A(d->off, E + 1);
+    A(d->off, 2 * E + 1); // k_moe_group: the starts, then its list of chosen experts
     A(d->order, Pn);
     A(d->pos, Pn);
     if (!d->fp8) { // bf16's cuBLAS experts (fp8's grouped GEMM gathers itself, into egu_f, ey_f)

@@ -241,7 +241,7 @@ struct tb_gpu {
     float *moe_logits;   // [rows][E]
     int *moe_idx;        // [P] experts chosen
     float *moe_w;        // [P] their weights
-    int *moe_off;        // [E + 1] group starts
+    int *moe_off;        // [E + 1] group starts, then [E] the chosen experts ascending (-1 past the last)
     int *moe_order;      // [P] j -> pair
     int *moe_pos;        // [P] pair -> j
     bf16 *moe_xg;        // [P][h] gathered inputs (cuBLAS path)

@@ -185,11 +185,17 @@ __global__ void k_moe_route(const float *logits, const moe_route_args a, int *id
 }
 
 // One block: the n pairs idx[n] grouped by expert. off[E + 1]: group
-// starts; order[j]: the pair at grouped position j; pos[p]: pair p's
-// position. *touched += the distinct experts (the roofline's count).
-// cnt, fill: the block's scratch, E + 1 and E ints (shared memory).
+// starts, then off[E + 1 + i] the i-th chosen expert ascending (-1 past
+// the last: moe_block_expert's list); order[j]: the pair at grouped
+// position j; pos[p]: pair p's position. *touched += the distinct
+// experts (the roofline's count). cnt, fill: the block's scratch, E + 1
+// and E ints (shared memory). pf (p NULL: none): each chosen expert e's
+// bytes [e stride, + pf.bytes) of pf.p asked of L2 as soon as it is
+// found (the experts' gate-up weights' first rows, for the GEMV next:
+// TB_GPU_FUSE_L2_PREFETCH).
 __device__ void moe_group_pairs(const int *idx, int n, int E, int *off, int *order, int *pos,
-                                unsigned long long *touched, int *cnt, int *fill)
+                                unsigned long long *touched, int *cnt, int *fill, l2_span pf = {NULL, 0},
+                                size_t stride = 0)
 {
     for (int e = threadIdx.x; e < E; e += blockDim.x)
         cnt[e] = 0, fill[e] = 0;
@@ -207,9 +213,17 @@ __device__ void moe_group_pairs(const int *idx, int n, int E, int *off, int *ord
             }
             if (e < E)
                 off[e] = cnt[e] = carry + incl - c;
-            nz += __popc(__ballot_sync(0xffffffffu, c > 0));
+            unsigned chosen = __ballot_sync(0xffffffffu, c > 0);
+            if (c > 0) {
+                off[E + 1 + nz + __popc(chosen & ((1u << lane) - 1))] = e;
+                if (pf.p)
+                    l2_prefetch((const char *)pf.p + (size_t)e * stride, pf.bytes);
+            }
+            nz += __popc(chosen);
             carry += __shfl_sync(0xffffffffu, incl, 31);
         }
+        for (int i = nz + lane; i < E; i += 32)
+            off[E + 1 + i] = -1;
         if (lane == 0) {
             off[E] = carry;
             if (touched)
@@ -248,7 +262,7 @@ __global__ void k_moe_group(const int *idx, int n, int E, int *off, int *order, 
 __global__ void __launch_bounds__(MOE_ROUTER_WARPS * 32)
     k_moe_router(const bf16 *__restrict__ W, const bf16 *__restrict__ xn, int rows, int h, float *logits,
                  const moe_route_args a, int *idx, float *w, int *off, int *order, int *pos,
-                 unsigned long long *touched, unsigned *count)
+                 unsigned long long *touched, unsigned *count, l2_span pf, size_t pf_stride)
 {
     extern __shared__ float router_smem[];
     __shared__ unsigned arrived;
@@ -293,35 +307,20 @@ __global__ void __launch_bounds__(MOE_ROUTER_WARPS * 32)
     __threadfence_block();
     __syncthreads();
     int *cnt = reinterpret_cast<int *>(router_smem + (size_t)MOE_ROUTER_WARPS * 3 * E);
-    moe_group_pairs(idx, rows * a.k, E, off, order, pos, touched, cnt, cnt + E + 1);
+    moe_group_pairs(idx, rows * a.k, E, off, order, pos, touched, cnt, cnt + E + 1, pf, pf_stride);
 }
 
 // The expert a grouped GEMV's block row y works on. A grid of E rows:
 // expert y (its blocks return at once when no pair chose it). A grid of
 // fewer rows (moe_grid_rows: as many as there are pairs, when that is
 // less than E; batch-1 decode launches 8 rows, not 128): the y-th expert,
-// ascending, that some pair chose, or -1 past the last; each warp finds
-// it from off[E + 1] (a few cached loads, a ballot per 32 experts).
-// Every lane of the warp must call it.
+// ascending, that some pair chose, or -1 past the last, from the list
+// moe_group_pairs wrote after the offsets (one load before the block's
+// first weight load, where a search of off[] took a load per 32
+// experts).
 __device__ __forceinline__ int moe_block_expert(const int *off, int E, int y)
 {
-    if ((int)gridDim.y >= E)
-        return y;
-    int lane = threadIdx.x % 32, seen = 0;
-    for (int e0 = 0; e0 < E; e0 += 32) {
-        int e = e0 + lane;
-        bool chosen = e < E && off[e + 1] > off[e];
-        unsigned m = __ballot_sync(0xffffffffu, chosen);
-        int n = __popc(m);
-        if (y < seen + n) { // the (y - seen)-th set bit of m
-            int pick = chosen && __popc(m & ((1u << lane) - 1)) == y - seen ? e : -1;
-            for (int o = 16; o > 0; o >>= 1)
-                pick = max(pick, __shfl_xor_sync(0xffffffffu, pick, o));
-            return pick;
-        }
-        seen += n;
-    }
-    return -1;
+    return (int)gridDim.y >= E ? y : off[E + 1 + y];
 }
 
 // Grid rows for the grouped GEMVs over P (row, slot) pairs: at most one
@@ -779,7 +778,7 @@ int moe_reserve(tb_gpu *g, int rows)
         return fail(g, "MoE: %zu (row, expert) pairs a forward, more than the grouped GEMM's grid takes", P);
     int rc = dalloc(g, (void **)&g->moe_logits, R * E * sizeof(float)) ||
              dalloc(g, (void **)&g->moe_idx, P * sizeof(int)) || dalloc(g, (void **)&g->moe_w, P * sizeof(float)) ||
-             dalloc(g, (void **)&g->moe_off, (E + 1) * sizeof(int)) ||
+             dalloc(g, (void **)&g->moe_off, (2 * E + 1) * sizeof(int)) ||
              dalloc(g, (void **)&g->moe_order, P * sizeof(int)) || dalloc(g, (void **)&g->moe_pos, P * sizeof(int)) ||
              (!g->fp8 && dalloc(g, (void **)&g->moe_xg, P * h * sizeof(bf16))) || // the bf16 cuBLAS path's
              dalloc(g, (void **)&g->moe_gu, P * 2 * mi * sizeof(float)) ||
@@ -946,9 +945,17 @@ int moe_ffn(tb_gpu *g, int l, int rows, int graphable)
     if ((g->fusion & TB_GPU_FUSE_MOE_ROUTER) && rows <= TB_GPU_MOE_FUSE_ROWS && E <= 256 && h % 8 == 0) {
         size_t smem = (size_t)MOE_ROUTER_WARPS * 3 * E * sizeof(float) + (2 * (size_t)E + 1) * sizeof(int);
         unsigned blocks = (unsigned)((rows * E + MOE_ROUTER_WARPS - 1) / MOE_ROUTER_WARPS);
+        // under L2_PREFETCH each chosen expert's first rows of gate-up
+        // (TB_GPU_L2_PREFETCH_HEAD over the k experts) asked of L2 as the
+        // grouping finds it; the GEMV reads them next
+        size_t gu_bytes = (size_t)2 * mi * h * (g->fp8 ? 1 : sizeof(bf16));
+        size_t head = TB_GPU_L2_PREFETCH_HEAD / k / 16 * 16;
+        l2_span pf = {NULL, 0};
+        if ((g->fusion & TB_GPU_FUSE_L2_PREFETCH) && graphable)
+            pf = {g->fp8 ? (const void *)G->qex_gu : (const void *)G->ex_gu, head < gu_bytes ? head : gu_bytes};
         k_moe_router<<<blocks, MOE_ROUTER_WARPS * 32, smem, g->stream>>>(
             G->router, g->xn, rows, h, g->moe_logits, ra, g->moe_idx, g->moe_w, g->moe_off, g->moe_order, g->moe_pos,
-            g->moe_touched, g->moe_count + moe_columns(h));
+            g->moe_touched, g->moe_count + moe_columns(h), pf, gu_bytes);
         LAUNCHED();
     } else {
         // the router's logits, float32 (bf16 inputs and weights, as every GEMM)

@@ -280,12 +280,12 @@ const size_t FP8_MMA_MAX_IN = 46 * 1024; // x's codes in shared memory, within t
 __device__ __forceinline__ float2 mma_e4m3(unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
                                           unsigned b1)
 {
-    float d0, d1, d2, d3;
+    float d[4]; // d[1], d[3]: D's odd columns, which the GEMV does not use
     asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                  "{%10,%10,%10,%10};"
-                 : "=f"(d0), "=f"(d1), "=f"(d2), "=f"(d3)
+                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.0f));
-    return make_float2(d0, d2);
+    return make_float2(d[0], d[2]);
 }
 
 // k_gemv_fp8_mma's loads of U steps from step t0 (a warp's steps are W
