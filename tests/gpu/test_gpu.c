@@ -1941,13 +1941,15 @@ static void check_fp8_exact(const char *name)
 static void check_moe_fusions_exact(const char *name)
 {
     enum { P = 6, N = 8 };
-    int masks[3] = {TB_GPU_FUSE_SWIGLU, TB_GPU_FUSE_MOE_COMBINE, TB_GPU_FUSE_SWIGLU | TB_GPU_FUSE_MOE_COMBINE};
+    /* the last: the weights asked of L2 ahead (a hint) besides */
+    int masks[4] = {TB_GPU_FUSE_SWIGLU, TB_GPU_FUSE_MOE_COMBINE, TB_GPU_FUSE_SWIGLU | TB_GPU_FUSE_MOE_COMBINE,
+                    TB_GPU_FUSE_SWIGLU | TB_GPU_FUSE_MOE_COMBINE | TB_GPU_FUSE_L2_PREFETCH};
     fprintf(stderr, "-- %s: the MoE epilogues fused against not%s --\n", name, fp8_mode ? ", dtype fp8" : "");
     for (int B = 1; B <= 2; B++) {
         int V = 0;
         float *base = decode_logits(name, B, 0, -1, P, N, &V);
         CHECK(base != NULL);
-        for (int i = 0; i < 3 && base; i++) {
+        for (int i = 0; i < 4 && base; i++) {
             float *fused = decode_logits(name, B, masks[i], -1, P, N, &V);
             CHECK(fused != NULL);
             if (fused) {
@@ -1959,6 +1961,15 @@ static void check_moe_fusions_exact(const char *name)
             free(fused);
         }
         free(base);
+        /* the default (the fused router among it) with L2_PREFETCH: its
+         * router asks L2 for the chosen experts' rows; the same logits */
+        base = decode_logits(name, B, TB_GPU_FUSE_DEFAULT, -1, P, N, &V);
+        float *ahead = decode_logits(name, B, TB_GPU_FUSE_DEFAULT | TB_GPU_FUSE_L2_PREFETCH, -1, P, N, &V);
+        CHECK(base && ahead && memcmp(base, ahead, (size_t)N * B * V * sizeof(float)) == 0);
+        fprintf(stderr, "%s decode, batch %d, the default with L2_PREFETCH against without: %s\n", name, B,
+                base && ahead && memcmp(base, ahead, (size_t)N * B * V * sizeof(float)) == 0 ? "identical" : "differs");
+        free(base);
+        free(ahead);
     }
 }
 

@@ -352,19 +352,29 @@ static unsigned moe_grid_rows(const tb_gpu *g, int P, int E)
 // the down product's columns of blocks over h outputs (moe_count holds a
 // counter each, then the router's)
 static inline int moe_columns(int h) { return (h + MOE_TILE - 1) / MOE_TILE; }
+// (TB_GPU_FUSE_L2_PREFETCH) every 16-byte chunk of a warp's R weight
+// rows asked of L2 at once (prefetch.global.L2: no register waits on
+// it), so the loop after it, which loads a chunk a row and sums it
+// before the next, waits on L2 rather than DRAM each time
+template <int R>
+__device__ __forceinline__ void moe_rows_to_l2(const uint4 *const *wr, int chunks, int lane)
+{
+#pragma unroll
+    for (int r = 0; r < R; r++)
+        for (int c = lane; c < chunks; c += 32)
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(wr[r] + c));
+}
+
 template <bool SWIGLU>
 __device__ __forceinline__ void moe_gemv_block(const bf16 *__restrict__ W, const bf16 *__restrict__ X,
                                                const int *__restrict__ off, const int *__restrict__ order, int k,
                                                int gather, float *__restrict__ Y, bf16 *__restrict__ act, int out,
-                                               int in, int E)
+                                               int in, int E, int prefetch)
 {
     constexpr int P = SWIGLU ? 1 : MOE_ROWS; // outputs per warp
     int rows_e = SWIGLU ? 2 * out : out;     // W's rows per expert
     int e = moe_block_expert(off, E, blockIdx.y);
     if (e < 0)
-        return;
-    int j0 = off[e], j1 = off[e + 1];
-    if (j0 == j1)
         return;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int row0 = (blockIdx.x * MOE_WARPS + warp) * P;
@@ -376,6 +386,15 @@ __device__ __forceinline__ void moe_gemv_block(const bf16 *__restrict__ W, const
         int row = SWIGLU ? row0 + r * out : (row0 + r < out ? row0 + r : row0);
         wr[r] = reinterpret_cast<const uint4 *>(W + ((size_t)e * rows_e + row) * in);
     }
+    // a compact grid's expert has pairs: its rows asked of L2 before the
+    // group's bounds are read; a full grid's only once they say so
+    if (prefetch && (int)gridDim.y < E)
+        moe_rows_to_l2<MOE_ROWS>(wr, chunks, lane);
+    int j0 = off[e], j1 = off[e + 1];
+    if (j0 == j1)
+        return;
+    if (prefetch && (int)gridDim.y >= E)
+        moe_rows_to_l2<MOE_ROWS>(wr, chunks, lane);
     for (int j = j0; j < j1; j += MOE_VECS) {
         int nv = j1 - j < MOE_VECS ? j1 - j : MOE_VECS;
         const uint4 *xv[MOE_VECS];
@@ -450,10 +469,10 @@ template <bool SWIGLU, bool COMBINE>
 __global__ void __launch_bounds__(MOE_WARPS * 32)
     k_moe_gemv(const bf16 *__restrict__ W, const bf16 *__restrict__ X, const int *__restrict__ off,
                const int *__restrict__ order, int k, int gather, float *__restrict__ Y, bf16 *__restrict__ act,
-               int out, int in, int E, float *x, const int *pos, const float *w, unsigned *count)
+               int out, int in, int E, float *x, const int *pos, const float *w, unsigned *count, int prefetch)
 {
     static_assert(!(SWIGLU && COMBINE), "the combine sums the down product");
-    moe_gemv_block<SWIGLU>(W, X, off, order, k, gather, Y, act, out, in, E);
+    moe_gemv_block<SWIGLU>(W, X, off, order, k, gather, Y, act, out, in, E, prefetch);
     if (COMBINE)
         moe_combine_tile(x, Y, pos, w, off, E, k, out, count);
 }
@@ -469,15 +488,12 @@ __device__ __forceinline__ void moe_gemv_fp8_block(const uint8_t *__restrict__ W
                                                    const uint8_t *__restrict__ X, const float *__restrict__ XS,
                                                    const int *__restrict__ off, const int *__restrict__ order, int k,
                                                    int gather, float *__restrict__ Y, bf16 *__restrict__ act, int out,
-                                                   int in, int E)
+                                                   int in, int E, int prefetch)
 {
     constexpr int P = SWIGLU ? 1 : MOE_ROWS; // outputs per warp
     int rows_e = SWIGLU ? 2 * out : out;     // W's rows per expert
     int e = moe_block_expert(off, E, blockIdx.y);
     if (e < 0)
-        return;
-    int j0 = off[e], j1 = off[e + 1];
-    if (j0 == j1)
         return;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int row0 = (blockIdx.x * MOE_WARPS + warp) * P;
@@ -490,6 +506,13 @@ __device__ __forceinline__ void moe_gemv_fp8_block(const uint8_t *__restrict__ W
         int row = SWIGLU ? row0 + r * out : (row0 + r < out ? row0 + r : row0);
         wr[r] = reinterpret_cast<const uint4 *>(W + ((size_t)e * rows_e + row) * in);
     }
+    if (prefetch && (int)gridDim.y < E) // as k_moe_gemv's
+        moe_rows_to_l2<MOE_ROWS>(wr, chunks, lane);
+    int j0 = off[e], j1 = off[e + 1];
+    if (j0 == j1)
+        return;
+    if (prefetch && (int)gridDim.y >= E)
+        moe_rows_to_l2<MOE_ROWS>(wr, chunks, lane);
     for (int j = j0; j < j1; j += MOE_VECS) {
         int nv = j1 - j < MOE_VECS ? j1 - j : MOE_VECS;
         const uint4 *xv[MOE_VECS];
@@ -552,10 +575,10 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
     k_moe_gemv_fp8(const uint8_t *__restrict__ W, const float *__restrict__ WS, const uint8_t *__restrict__ X,
                    const float *__restrict__ XS, const int *__restrict__ off, const int *__restrict__ order, int k,
                    int gather, float *__restrict__ Y, bf16 *__restrict__ act, int out, int in, int E, float *x,
-                   const int *pos, const float *w, unsigned *count)
+                   const int *pos, const float *w, unsigned *count, int prefetch)
 {
     static_assert(!(SWIGLU && COMBINE), "the combine sums the down product");
-    moe_gemv_fp8_block<SWIGLU>(W, WS, X, XS, off, order, k, gather, Y, act, out, in, E);
+    moe_gemv_fp8_block<SWIGLU>(W, WS, X, XS, off, order, k, gather, Y, act, out, in, E, prefetch);
     if (COMBINE)
         moe_combine_tile(x, Y, pos, w, off, E, k, out, count);
 }
@@ -862,18 +885,19 @@ static int moe_experts_fp8(tb_gpu *g, const gpu_layer *G, int rows, int graphabl
     int E = m->n_experts, k = m->top_k, h = m->hidden, mi = m->expert_inter, P = rows * k;
     k_fp8_quant_act<<<rows, FP8_QUANT_THREADS, 0, g->stream>>>(g->xn, h, g->moe_xq, g->moe_xs);
     LAUNCHED();
+    int l2_rows = (g->fusion & TB_GPU_FUSE_L2_PREFETCH) != 0; // the GEMVs' rows asked of L2 first
     if (graphable || rows <= g->moe_gemv_max_rows || (!g->fp8_gemm && !span_grouped(g, rows))) {
         if (g->fusion & TB_GPU_FUSE_SWIGLU) { // as the bf16 path's
             dim3 gu_grid((mi + MOE_WARPS - 1) / MOE_WARPS, moe_grid_rows(g, P, E));
             k_moe_gemv_fp8<true, false><<<gu_grid, MOE_WARPS * 32, 0, g->stream>>>(
                 G->qex_gu, G->sex_gu, g->moe_xq, g->moe_xs, g->moe_off, g->moe_order, k, 1, NULL, g->moe_act, mi, h,
-                E, NULL, NULL, NULL, NULL);
+                E, NULL, NULL, NULL, NULL, l2_rows);
             LAUNCHED();
         } else {
             dim3 gu_grid((2 * mi + MOE_TILE - 1) / MOE_TILE, moe_grid_rows(g, P, E));
             k_moe_gemv_fp8<false, false><<<gu_grid, MOE_WARPS * 32, 0, g->stream>>>(
                 G->qex_gu, G->sex_gu, g->moe_xq, g->moe_xs, g->moe_off, g->moe_order, k, 1, g->moe_gu, NULL, 2 * mi,
-                h, E, NULL, NULL, NULL, NULL);
+                h, E, NULL, NULL, NULL, NULL, l2_rows);
             LAUNCHED();
             k_swiglu<<<blocks_for((size_t)P * mi), 256, 0, g->stream>>>(g->moe_gu, g->moe_act, mi, (size_t)P * mi,
                                                                        NULL, NULL);
@@ -886,11 +910,11 @@ static int moe_experts_fp8(tb_gpu *g, const gpu_layer *G, int rows, int graphabl
         if (*combined)
             k_moe_gemv_fp8<false, true><<<down_grid, MOE_WARPS * 32, 0, g->stream>>>(
                 G->qex_down, G->sex_down, g->moe_aq, g->moe_as, g->moe_off, NULL, k, 0, g->moe_y, NULL, h, mi, E,
-                g->x, g->moe_pos, g->moe_w, g->moe_count);
+                g->x, g->moe_pos, g->moe_w, g->moe_count, l2_rows);
         else
             k_moe_gemv_fp8<false, false><<<down_grid, MOE_WARPS * 32, 0, g->stream>>>(
                 G->qex_down, G->sex_down, g->moe_aq, g->moe_as, g->moe_off, NULL, k, 0, g->moe_y, NULL, h, mi, E,
-                NULL, NULL, NULL, NULL);
+                NULL, NULL, NULL, NULL, l2_rows);
         LAUNCHED();
         return 0;
     }
@@ -971,16 +995,18 @@ int moe_ffn(tb_gpu *g, int l, int rows, int graphable)
         if (moe_experts_fp8(g, G, rows, graphable, &combined))
             return -1;
     } else if (graphable || rows <= g->moe_gemv_max_rows) {
+        int l2_rows = (g->fusion & TB_GPU_FUSE_L2_PREFETCH) != 0; // the GEMVs' rows asked of L2 first
         if (g->fusion & TB_GPU_FUSE_SWIGLU) { // gate-up with SwiGLU in its epilogue: a warp a (gate, up) pair
             dim3 gu_grid((mi + MOE_WARPS - 1) / MOE_WARPS, moe_grid_rows(g, P, E));
             k_moe_gemv<true, false><<<gu_grid, MOE_WARPS * 32, 0, g->stream>>>(
-                G->ex_gu, g->xn, g->moe_off, g->moe_order, k, 1, NULL, g->moe_act, mi, h, E, NULL, NULL, NULL, NULL);
+                G->ex_gu, g->xn, g->moe_off, g->moe_order, k, 1, NULL, g->moe_act, mi, h, E, NULL, NULL, NULL, NULL,
+                l2_rows);
             LAUNCHED();
         } else {
             dim3 gu_grid((2 * mi + MOE_WARPS * MOE_ROWS - 1) / (MOE_WARPS * MOE_ROWS), moe_grid_rows(g, P, E));
             k_moe_gemv<false, false><<<gu_grid, MOE_WARPS * 32, 0, g->stream>>>(
                 G->ex_gu, g->xn, g->moe_off, g->moe_order, k, 1, g->moe_gu, NULL, 2 * mi, h, E, NULL, NULL, NULL,
-                NULL);
+                NULL, l2_rows);
             LAUNCHED();
             k_swiglu<<<blocks_for((size_t)P * mi), 256, 0, g->stream>>>(g->moe_gu, g->moe_act, mi, (size_t)P * mi,
                                                                        NULL, NULL);
@@ -991,10 +1017,11 @@ int moe_ffn(tb_gpu *g, int l, int rows, int graphable)
         if (combined)
             k_moe_gemv<false, true><<<down_grid, MOE_WARPS * 32, 0, g->stream>>>(
                 G->ex_down, g->moe_act, g->moe_off, NULL, k, 0, g->moe_y, NULL, h, mi, E, g->x, g->moe_pos, g->moe_w,
-                g->moe_count);
+                g->moe_count, l2_rows);
         else
             k_moe_gemv<false, false><<<down_grid, MOE_WARPS * 32, 0, g->stream>>>(
-                G->ex_down, g->moe_act, g->moe_off, NULL, k, 0, g->moe_y, NULL, h, mi, E, NULL, NULL, NULL, NULL);
+                G->ex_down, g->moe_act, g->moe_off, NULL, k, 0, g->moe_y, NULL, h, mi, E, NULL, NULL, NULL, NULL,
+                l2_rows);
         LAUNCHED();
     } else if (span_grouped(g, rows)) { // one grouped GEMM a projection, sized on the device
         moe_tiles t = {g->moe_tile_e, g->moe_tile_j, g->moe_ntiles};

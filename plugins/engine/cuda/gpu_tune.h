@@ -160,8 +160,9 @@ void tb_gpu_set_moe_span_grouped(tb_gpu *g, int grouped);
  * epilogue (k_qkv_post) for the output projection's, up to half the L2,
  * while attention runs (gpu_forward.cu's l2_ahead); the fused MoE router
  * (k_moe_router) for each chosen expert's first TB_GPU_L2_PREFETCH_HEAD
- * / k bytes of gate-up as its grouping finds the expert. A hint: the
- * same results. */
+ * / k bytes of gate-up as its grouping finds the expert; and each warp
+ * of the experts' grouped GEMVs for all of its rows before its loop over
+ * them (prefetch.global.L2). A hint: the same results. */
 #define TB_GPU_L2_PREFETCH_HEAD (8u << 20)
 /* MOE_COMBINE and MOE_ROUTER act on forwards of at most this many rows:
  * on the H100 (docs/PERFORMANCE.md, 2026-12-07, bench_moe qwen3-30b-a3b
