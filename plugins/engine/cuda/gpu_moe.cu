@@ -365,6 +365,22 @@ __device__ __forceinline__ void moe_rows_to_l2(const uint4 *const *wr, int chunk
             asm volatile("prefetch.global.L2 [%0];" ::"l"(wr[r] + c));
 }
 
+// Expert e's grouped positions [*j0, *j1) (false: none), the warp's rows
+// wr asked of L2 under prefetch: a compact grid's expert has pairs, so
+// before its bounds are read; a full grid's only once they say so.
+__device__ __forceinline__ bool moe_expert_group(const int *off, int E, int e, const uint4 *const *wr, int chunks,
+                                                 int lane, int prefetch, int *j0, int *j1)
+{
+    if (prefetch && (int)gridDim.y < E)
+        moe_rows_to_l2<MOE_ROWS>(wr, chunks, lane);
+    *j0 = off[e], *j1 = off[e + 1];
+    if (*j0 == *j1)
+        return false;
+    if (prefetch && (int)gridDim.y >= E)
+        moe_rows_to_l2<MOE_ROWS>(wr, chunks, lane);
+    return true;
+}
+
 template <bool SWIGLU>
 __device__ __forceinline__ void moe_gemv_block(const bf16 *__restrict__ W, const bf16 *__restrict__ X,
                                                const int *__restrict__ off, const int *__restrict__ order, int k,
@@ -386,15 +402,9 @@ __device__ __forceinline__ void moe_gemv_block(const bf16 *__restrict__ W, const
         int row = SWIGLU ? row0 + r * out : (row0 + r < out ? row0 + r : row0);
         wr[r] = reinterpret_cast<const uint4 *>(W + ((size_t)e * rows_e + row) * in);
     }
-    // a compact grid's expert has pairs: its rows asked of L2 before the
-    // group's bounds are read; a full grid's only once they say so
-    if (prefetch && (int)gridDim.y < E)
-        moe_rows_to_l2<MOE_ROWS>(wr, chunks, lane);
-    int j0 = off[e], j1 = off[e + 1];
-    if (j0 == j1)
+    int j0, j1;
+    if (!moe_expert_group(off, E, e, wr, chunks, lane, prefetch, &j0, &j1))
         return;
-    if (prefetch && (int)gridDim.y >= E)
-        moe_rows_to_l2<MOE_ROWS>(wr, chunks, lane);
     for (int j = j0; j < j1; j += MOE_VECS) {
         int nv = j1 - j < MOE_VECS ? j1 - j : MOE_VECS;
         const uint4 *xv[MOE_VECS];
@@ -506,13 +516,9 @@ __device__ __forceinline__ void moe_gemv_fp8_block(const uint8_t *__restrict__ W
         int row = SWIGLU ? row0 + r * out : (row0 + r < out ? row0 + r : row0);
         wr[r] = reinterpret_cast<const uint4 *>(W + ((size_t)e * rows_e + row) * in);
     }
-    if (prefetch && (int)gridDim.y < E) // as k_moe_gemv's
-        moe_rows_to_l2<MOE_ROWS>(wr, chunks, lane);
-    int j0 = off[e], j1 = off[e + 1];
-    if (j0 == j1)
+    int j0, j1;
+    if (!moe_expert_group(off, E, e, wr, chunks, lane, prefetch, &j0, &j1))
         return;
-    if (prefetch && (int)gridDim.y >= E)
-        moe_rows_to_l2<MOE_ROWS>(wr, chunks, lane);
     for (int j = j0; j < j1; j += MOE_VECS) {
         int nv = j1 - j < MOE_VECS ? j1 - j : MOE_VECS;
         const uint4 *xv[MOE_VECS];
