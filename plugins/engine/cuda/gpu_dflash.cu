@@ -257,8 +257,7 @@ extern "C" int tb_gpu_dflash_append(tb_gpu_dflash *d, int slot, const float *fea
         // ctx = hidden_norm(fc(features)): once, every layer reads it
         if (product(g, d->ctx_f, d->feat_b, d->fc, rows, h, d->feat))
             return -1;
-        k_rmsnorm<<<rows, rows > 1 ? 256 : 1024, 0, g->stream>>>(d->ctx_f, 1, 0, 1, d->hidden_norm, d->ctx_b, h, eps,
-                                                                 l2_span{NULL, 0});
+        k_rmsnorm<<<rows, rows > 1 ? 256 : 1024, 0, g->stream>>>(d->ctx_f, 1, 0, 1, d->hidden_norm, d->ctx_b, h, eps);
         LAUNCHED();
         for (int l = 0; l < c->n_layers; l++) {
             gpu_layer *G = &g->layers[l];
@@ -272,7 +271,7 @@ extern "C" int tb_gpu_dflash_append(tb_gpu_dflash *d, int slot, const float *fea
             k_qkv_post<<<grid, QKV_POST_WARPS * 32, (size_t)tb_config_rope_dim(c) * sizeof(float), g->stream>>>(
                 d->kv, G->bqkv ? G->bqkv + nq : NULL, NULL, G->k_norm, eps, g->inv_freq, rows, pos0, NULL,
                 d->slot_ids + slot, NULL, g->d_pad, g->kc + layer_off, g->vc + layer_off, g->len, NULL, 0, nkv, hd,
-                tb_config_rope_dim(c), NULL, NULL, l2_span{NULL, 0});
+                tb_config_rope_dim(c), NULL, NULL);
             LAUNCHED();
         }
         d->ctx_len[slot] += rows;

@@ -646,29 +646,13 @@ static int attn_decode(tb_gpu *g, size_t layer_off, int B, int mode, const int *
 }
 
 // k_rmsnorm of every row of x into xn with weights w; pdl: a
-// programmatic dependent launch; pf: what it asks L2 for (l2_ahead)
-static int norm_rows(tb_gpu *g, int rows, const float *w, int pdl, l2_span pf)
+// programmatic dependent launch
+static int norm_rows(tb_gpu *g, int rows, const float *w, int pdl)
 {
     launch(g, k_rmsnorm, dim3(rows), dim3(norm_threads(rows)), 0, pdl, (const float *)g->x, 1, 0, 1, w, g->xn,
-           g->cfg.hidden_size, (float)g->cfg.rms_eps, pf);
+           g->cfg.hidden_size, (float)g->cfg.rms_eps);
     LAUNCHED();
     return 0;
-}
-
-// What a decode step's small kernel asks L2 for ahead of the product of
-// p (out x in) after it (TB_GPU_FUSE_L2_PREFETCH; a {NULL, 0} span
-// otherwise): the first `cap` bytes of the weights that product reads
-// (under dtype = fp8 the codes). The GEMV after a norm gets its first
-// TB_GPU_L2_PREFETCH_HEAD bytes (what the norm's microseconds can bring);
-// the output projection after the QKV epilogue and attention all of its
-// weights up to half the L2 (they stay there until it reads them).
-static l2_span l2_ahead(const tb_gpu *g, int mode, proj p, size_t out, size_t in, size_t cap)
-{
-    if (!(g->fusion & TB_GPU_FUSE_L2_PREFETCH) || mode == FWD_SPAN)
-        return {NULL, 0};
-    size_t bytes = out * in * (p.q ? 1 : sizeof(bf16));
-    bytes = (bytes < cap ? bytes : cap) / 16 * 16;
-    return {p.q ? (const void *)p.q : (const void *)p.w, bytes};
 }
 
 // The rows of each sequence the last layer carries past its QKV product
@@ -741,8 +725,7 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
     int swiglu = one && (g->fusion & TB_GPU_FUSE_SWIGLU) && !G->router;
     int pdl = one && g->pdl && mode != FWD_SPAN;
     if (!norm || l == 0) { // else the layer before left it in xn
-        if (norm_rows(g, rows, G->attn_norm, pdl,
-                      l2_ahead(g, mode, layer_proj(G, PROJ_QKV), qd, h, TB_GPU_L2_PREFETCH_HEAD)))
+        if (norm_rows(g, rows, G->attn_norm, pdl))
             return -1;
     }
     // the QKV product, as k_qkv_post reads it (the GEMV's: float, complete)
@@ -771,7 +754,7 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
            (const int *)(mode == FWD_DECODE ? g->d_pos : NULL), rslot, rpos,
            (const int *)(g->d_pad + (mode == FWD_SPAN ? slot0 : 0)), g->kc + layer_off + span_off,
            g->vc + layer_off + span_off, g->len, g->q, c->n_heads, c->n_kv_heads, c->head_dim, tb_config_rope_dim(c),
-           qkv.sx, qkv.sw, l2_ahead(g, mode, layer_proj(G, PROJ_O), h, nq, g->prop.l2CacheSize / 2));
+           qkv.sx, qkv.sw);
     LAUNCHED();
     if (nr < n) { // the head's rows only, from here on (one, norm and swiglu are 0: n > 1)
         if (nr == 0)
@@ -792,10 +775,7 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
     gemv_args o = {NULL, g->att, g->x, NULL, norm ? g->xn : NULL, G->mlp_norm, eps, h, nq, 0.0f, NULL, NULL};
     if (residual_product(g, o, layer_proj(G, PROJ_O), rows, one, pdl))
         return -1;
-    // (a MoE layer's router comes next: its experts are not known yet)
-    l2_span pf_gu = G->router ? l2_span{NULL, 0} : l2_ahead(g, mode, layer_proj(G, PROJ_GU), 2 * (size_t)I, h,
-                                                            TB_GPU_L2_PREFETCH_HEAD);
-    if (!norm && norm_rows(g, rows, G->mlp_norm, pdl, pf_gu))
+    if (!norm && norm_rows(g, rows, G->mlp_norm, pdl))
         return -1;
     if (G->router) { // a MoE layer: the experts' output added into x
         if (moe_ffn(g, l, rows, mode != FWD_SPAN))
@@ -845,8 +825,7 @@ static int head(tb_gpu *g, int B, int n, int r0, int nr, int norm_done)
         if (matmul_t(g, out, g->xn, g->lm_head, 1, g->head_rows, h, 0.0f))
             return -1;
     } else {
-        k_rmsnorm<<<B * nr, norm_threads(B * nr), 0, g->stream>>>(g->x, n, r0, nr, g->final_norm, g->xn, h,
-                                                                   (float)c->rms_eps, l2_span{NULL, 0});
+        k_rmsnorm<<<B * nr, norm_threads(B * nr), 0, g->stream>>>(g->x, n, r0, nr, g->final_norm, g->xn, h, (float)c->rms_eps);
         LAUNCHED();
         if (matmul_t(g, out, g->xn, g->lm_head, B * nr, g->head_rows, h, 0.0f))
             return -1;

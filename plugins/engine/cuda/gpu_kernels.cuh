@@ -22,30 +22,21 @@ typedef __nv_bfloat16 bf16;
 // k_pick_part: the most blocks one picked row is split over
 #define PICK_MAX_CHUNKS 64
 
-// Bytes of weights a kernel asks L2 for on behalf of the next one
-// (kernels_device.cuh's l2_prefetch_share; TB_GPU_FUSE_L2_PREFETCH):
-// bytes % 16 == 0, p 16-byte aligned; p NULL: none
-struct l2_span {
-    const void *p;
-    size_t bytes;
-};
-
 __global__ void k_init_uniform(bf16 *p, size_t n, uint64_t seed, float a);
 __global__ void k_f32_to_bf16(const float *src, bf16 *dst, size_t n);
 __global__ void k_embed(const int32_t *tok, const bf16 *emb, float *x, int h);
-__global__ void k_rmsnorm(const float *x, int n, int r0, int nr, const float *w, bf16 *y, int h, float eps,
-                          l2_span pf);
+__global__ void k_rmsnorm(const float *x, int n, int r0, int nr, const float *w, bf16 *y, int h, float eps);
 __global__ void __launch_bounds__(QKV_POST_WARPS * 32)
     k_qkv_post(const void *qkv, const float *bias, const float *q_norm, const float *k_norm, float eps,
                const float *inv_freq, int n_new, int pos0, const int *d_pos, const int *row_slot, const int *row_pos,
                const int *pad, bf16 *kc, bf16 *vc, int len, bf16 *q_out, int nh, int nkv, int hd, int rd,
-               const float *sx, const float *sw, l2_span pf);
+               const float *sx, const float *sw);
 // qkv: a float product (k_qkv_post) or a bf16 one (k_qkv_post_bf16: gemm_bf16_out's)
 __global__ void __launch_bounds__(QKV_POST_WARPS * 32)
     k_qkv_post_bf16(const void *qkv, const float *bias, const float *q_norm, const float *k_norm, float eps,
                     const float *inv_freq, int n_new, int pos0, const int *d_pos, const int *row_slot,
                     const int *row_pos, const int *pad, bf16 *kc, bf16 *vc, int len, bf16 *q_out, int nh, int nkv,
-                    int hd, int rd, const float *sx, const float *sw, l2_span pf);
+                    int hd, int rd, const float *sx, const float *sw);
 __global__ void __launch_bounds__(ATT_WARPS * 32)
     k_attn_decode(const bf16 *q, const bf16 *kc, const bf16 *vc, bf16 *out, int len, int nh, int nkv, int hd,
                   const int *d_pos, int n_keys_fixed, const int *row_slot, const int *row_pos, const int *pad,

@@ -189,13 +189,9 @@ __global__ void k_moe_route(const float *logits, const moe_route_args a, int *id
 // the last: moe_block_expert's list); order[j]: the pair at grouped
 // position j; pos[p]: pair p's position. *touched += the distinct
 // experts (the roofline's count). cnt, fill: the block's scratch, E + 1
-// and E ints (shared memory). pf (p NULL: none): each chosen expert e's
-// bytes [e stride, + pf.bytes) of pf.p asked of L2 as soon as it is
-// found (the experts' gate-up weights' first rows, for the GEMV next:
-// TB_GPU_FUSE_L2_PREFETCH).
+// and E ints (shared memory).
 __device__ void moe_group_pairs(const int *idx, int n, int E, int *off, int *order, int *pos,
-                                unsigned long long *touched, int *cnt, int *fill, l2_span pf = {NULL, 0},
-                                size_t stride = 0)
+                                unsigned long long *touched, int *cnt, int *fill)
 {
     for (int e = threadIdx.x; e < E; e += blockDim.x)
         cnt[e] = 0, fill[e] = 0;
@@ -214,11 +210,8 @@ __device__ void moe_group_pairs(const int *idx, int n, int E, int *off, int *ord
             if (e < E)
                 off[e] = cnt[e] = carry + incl - c;
             unsigned chosen = __ballot_sync(0xffffffffu, c > 0);
-            if (c > 0) {
+            if (c > 0)
                 off[E + 1 + nz + __popc(chosen & ((1u << lane) - 1))] = e;
-                if (pf.p)
-                    l2_prefetch((const char *)pf.p + (size_t)e * stride, pf.bytes);
-            }
             nz += __popc(chosen);
             carry += __shfl_sync(0xffffffffu, incl, 31);
         }
@@ -262,7 +255,7 @@ __global__ void k_moe_group(const int *idx, int n, int E, int *off, int *order, 
 __global__ void __launch_bounds__(MOE_ROUTER_WARPS * 32)
     k_moe_router(const bf16 *__restrict__ W, const bf16 *__restrict__ xn, int rows, int h, float *logits,
                  const moe_route_args a, int *idx, float *w, int *off, int *order, int *pos,
-                 unsigned long long *touched, unsigned *count, l2_span pf, size_t pf_stride)
+                 unsigned long long *touched, unsigned *count)
 {
     extern __shared__ float router_smem[];
     __shared__ unsigned arrived;
@@ -307,7 +300,7 @@ __global__ void __launch_bounds__(MOE_ROUTER_WARPS * 32)
     __threadfence_block();
     __syncthreads();
     int *cnt = reinterpret_cast<int *>(router_smem + (size_t)MOE_ROUTER_WARPS * 3 * E);
-    moe_group_pairs(idx, rows * a.k, E, off, order, pos, touched, cnt, cnt + E + 1, pf, pf_stride);
+    moe_group_pairs(idx, rows * a.k, E, off, order, pos, touched, cnt, cnt + E + 1);
 }
 
 // The expert a grouped GEMV's block row y works on. A grid of E rows:
@@ -352,45 +345,19 @@ static unsigned moe_grid_rows(const tb_gpu *g, int P, int E)
 // the down product's columns of blocks over h outputs (moe_count holds a
 // counter each, then the router's)
 static inline int moe_columns(int h) { return (h + MOE_TILE - 1) / MOE_TILE; }
-// (TB_GPU_FUSE_L2_PREFETCH) every 16-byte chunk of a warp's R weight
-// rows asked of L2 at once (prefetch.global.L2: no register waits on
-// it), so the loop after it, which loads a chunk a row and sums it
-// before the next, waits on L2 rather than DRAM each time
-template <int R>
-__device__ __forceinline__ void moe_rows_to_l2(const uint4 *const *wr, int chunks, int lane)
-{
-#pragma unroll
-    for (int r = 0; r < R; r++)
-        for (int c = lane; c < chunks; c += 32)
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(wr[r] + c));
-}
-
-// Expert e's grouped positions [*j0, *j1) (false: none), the warp's rows
-// wr asked of L2 under prefetch: a compact grid's expert has pairs, so
-// before its bounds are read; a full grid's only once they say so.
-__device__ __forceinline__ bool moe_expert_group(const int *off, int E, int e, const uint4 *const *wr, int chunks,
-                                                 int lane, int prefetch, int *j0, int *j1)
-{
-    if (prefetch && (int)gridDim.y < E)
-        moe_rows_to_l2<MOE_ROWS>(wr, chunks, lane);
-    *j0 = off[e], *j1 = off[e + 1];
-    if (*j0 == *j1)
-        return false;
-    if (prefetch && (int)gridDim.y >= E)
-        moe_rows_to_l2<MOE_ROWS>(wr, chunks, lane);
-    return true;
-}
-
 template <bool SWIGLU>
 __device__ __forceinline__ void moe_gemv_block(const bf16 *__restrict__ W, const bf16 *__restrict__ X,
                                                const int *__restrict__ off, const int *__restrict__ order, int k,
                                                int gather, float *__restrict__ Y, bf16 *__restrict__ act, int out,
-                                               int in, int E, int prefetch)
+                                               int in, int E)
 {
     constexpr int P = SWIGLU ? 1 : MOE_ROWS; // outputs per warp
     int rows_e = SWIGLU ? 2 * out : out;     // W's rows per expert
     int e = moe_block_expert(off, E, blockIdx.y);
     if (e < 0)
+        return;
+    int j0 = off[e], j1 = off[e + 1];
+    if (j0 == j1)
         return;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int row0 = (blockIdx.x * MOE_WARPS + warp) * P;
@@ -402,9 +369,6 @@ __device__ __forceinline__ void moe_gemv_block(const bf16 *__restrict__ W, const
         int row = SWIGLU ? row0 + r * out : (row0 + r < out ? row0 + r : row0);
         wr[r] = reinterpret_cast<const uint4 *>(W + ((size_t)e * rows_e + row) * in);
     }
-    int j0, j1;
-    if (!moe_expert_group(off, E, e, wr, chunks, lane, prefetch, &j0, &j1))
-        return;
     for (int j = j0; j < j1; j += MOE_VECS) {
         int nv = j1 - j < MOE_VECS ? j1 - j : MOE_VECS;
         const uint4 *xv[MOE_VECS];
@@ -479,10 +443,10 @@ template <bool SWIGLU, bool COMBINE>
 __global__ void __launch_bounds__(MOE_WARPS * 32)
     k_moe_gemv(const bf16 *__restrict__ W, const bf16 *__restrict__ X, const int *__restrict__ off,
                const int *__restrict__ order, int k, int gather, float *__restrict__ Y, bf16 *__restrict__ act,
-               int out, int in, int E, float *x, const int *pos, const float *w, unsigned *count, int prefetch)
+               int out, int in, int E, float *x, const int *pos, const float *w, unsigned *count)
 {
     static_assert(!(SWIGLU && COMBINE), "the combine sums the down product");
-    moe_gemv_block<SWIGLU>(W, X, off, order, k, gather, Y, act, out, in, E, prefetch);
+    moe_gemv_block<SWIGLU>(W, X, off, order, k, gather, Y, act, out, in, E);
     if (COMBINE)
         moe_combine_tile(x, Y, pos, w, off, E, k, out, count);
 }
@@ -498,12 +462,15 @@ __device__ __forceinline__ void moe_gemv_fp8_block(const uint8_t *__restrict__ W
                                                    const uint8_t *__restrict__ X, const float *__restrict__ XS,
                                                    const int *__restrict__ off, const int *__restrict__ order, int k,
                                                    int gather, float *__restrict__ Y, bf16 *__restrict__ act, int out,
-                                                   int in, int E, int prefetch)
+                                                   int in, int E)
 {
     constexpr int P = SWIGLU ? 1 : MOE_ROWS; // outputs per warp
     int rows_e = SWIGLU ? 2 * out : out;     // W's rows per expert
     int e = moe_block_expert(off, E, blockIdx.y);
     if (e < 0)
+        return;
+    int j0 = off[e], j1 = off[e + 1];
+    if (j0 == j1)
         return;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int row0 = (blockIdx.x * MOE_WARPS + warp) * P;
@@ -516,9 +483,6 @@ __device__ __forceinline__ void moe_gemv_fp8_block(const uint8_t *__restrict__ W
         int row = SWIGLU ? row0 + r * out : (row0 + r < out ? row0 + r : row0);
         wr[r] = reinterpret_cast<const uint4 *>(W + ((size_t)e * rows_e + row) * in);
     }
-    int j0, j1;
-    if (!moe_expert_group(off, E, e, wr, chunks, lane, prefetch, &j0, &j1))
-        return;
     for (int j = j0; j < j1; j += MOE_VECS) {
         int nv = j1 - j < MOE_VECS ? j1 - j : MOE_VECS;
         const uint4 *xv[MOE_VECS];
@@ -581,10 +545,10 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
     k_moe_gemv_fp8(const uint8_t *__restrict__ W, const float *__restrict__ WS, const uint8_t *__restrict__ X,
                    const float *__restrict__ XS, const int *__restrict__ off, const int *__restrict__ order, int k,
                    int gather, float *__restrict__ Y, bf16 *__restrict__ act, int out, int in, int E, float *x,
-                   const int *pos, const float *w, unsigned *count, int prefetch)
+                   const int *pos, const float *w, unsigned *count)
 {
     static_assert(!(SWIGLU && COMBINE), "the combine sums the down product");
-    moe_gemv_fp8_block<SWIGLU>(W, WS, X, XS, off, order, k, gather, Y, act, out, in, E, prefetch);
+    moe_gemv_fp8_block<SWIGLU>(W, WS, X, XS, off, order, k, gather, Y, act, out, in, E);
     if (COMBINE)
         moe_combine_tile(x, Y, pos, w, off, E, k, out, count);
 }
@@ -891,19 +855,18 @@ static int moe_experts_fp8(tb_gpu *g, const gpu_layer *G, int rows, int graphabl
     int E = m->n_experts, k = m->top_k, h = m->hidden, mi = m->expert_inter, P = rows * k;
     k_fp8_quant_act<<<rows, FP8_QUANT_THREADS, 0, g->stream>>>(g->xn, h, g->moe_xq, g->moe_xs);
     LAUNCHED();
-    int l2_rows = (g->fusion & TB_GPU_FUSE_L2_PREFETCH) != 0; // the GEMVs' rows asked of L2 first
     if (graphable || rows <= g->moe_gemv_max_rows || (!g->fp8_gemm && !span_grouped(g, rows))) {
         if (g->fusion & TB_GPU_FUSE_SWIGLU) { // as the bf16 path's
             dim3 gu_grid((mi + MOE_WARPS - 1) / MOE_WARPS, moe_grid_rows(g, P, E));
             k_moe_gemv_fp8<true, false><<<gu_grid, MOE_WARPS * 32, 0, g->stream>>>(
                 G->qex_gu, G->sex_gu, g->moe_xq, g->moe_xs, g->moe_off, g->moe_order, k, 1, NULL, g->moe_act, mi, h,
-                E, NULL, NULL, NULL, NULL, l2_rows);
+                E, NULL, NULL, NULL, NULL);
             LAUNCHED();
         } else {
             dim3 gu_grid((2 * mi + MOE_TILE - 1) / MOE_TILE, moe_grid_rows(g, P, E));
             k_moe_gemv_fp8<false, false><<<gu_grid, MOE_WARPS * 32, 0, g->stream>>>(
                 G->qex_gu, G->sex_gu, g->moe_xq, g->moe_xs, g->moe_off, g->moe_order, k, 1, g->moe_gu, NULL, 2 * mi,
-                h, E, NULL, NULL, NULL, NULL, l2_rows);
+                h, E, NULL, NULL, NULL, NULL);
             LAUNCHED();
             k_swiglu<<<blocks_for((size_t)P * mi), 256, 0, g->stream>>>(g->moe_gu, g->moe_act, mi, (size_t)P * mi,
                                                                        NULL, NULL);
@@ -916,11 +879,11 @@ static int moe_experts_fp8(tb_gpu *g, const gpu_layer *G, int rows, int graphabl
         if (*combined)
             k_moe_gemv_fp8<false, true><<<down_grid, MOE_WARPS * 32, 0, g->stream>>>(
                 G->qex_down, G->sex_down, g->moe_aq, g->moe_as, g->moe_off, NULL, k, 0, g->moe_y, NULL, h, mi, E,
-                g->x, g->moe_pos, g->moe_w, g->moe_count, l2_rows);
+                g->x, g->moe_pos, g->moe_w, g->moe_count);
         else
             k_moe_gemv_fp8<false, false><<<down_grid, MOE_WARPS * 32, 0, g->stream>>>(
                 G->qex_down, G->sex_down, g->moe_aq, g->moe_as, g->moe_off, NULL, k, 0, g->moe_y, NULL, h, mi, E,
-                NULL, NULL, NULL, NULL, l2_rows);
+                NULL, NULL, NULL, NULL);
         LAUNCHED();
         return 0;
     }
@@ -975,17 +938,9 @@ int moe_ffn(tb_gpu *g, int l, int rows, int graphable)
     if ((g->fusion & TB_GPU_FUSE_MOE_ROUTER) && rows <= TB_GPU_MOE_FUSE_ROWS && E <= 256 && h % 8 == 0) {
         size_t smem = (size_t)MOE_ROUTER_WARPS * 3 * E * sizeof(float) + (2 * (size_t)E + 1) * sizeof(int);
         unsigned blocks = (unsigned)((rows * E + MOE_ROUTER_WARPS - 1) / MOE_ROUTER_WARPS);
-        // under L2_PREFETCH each chosen expert's first rows of gate-up
-        // (TB_GPU_L2_PREFETCH_HEAD over the k experts) asked of L2 as the
-        // grouping finds it; the GEMV reads them next
-        size_t gu_bytes = (size_t)2 * mi * h * (g->fp8 ? 1 : sizeof(bf16));
-        size_t head = TB_GPU_L2_PREFETCH_HEAD / k / 16 * 16;
-        l2_span pf = {NULL, 0};
-        if ((g->fusion & TB_GPU_FUSE_L2_PREFETCH) && graphable)
-            pf = {g->fp8 ? (const void *)G->qex_gu : (const void *)G->ex_gu, head < gu_bytes ? head : gu_bytes};
         k_moe_router<<<blocks, MOE_ROUTER_WARPS * 32, smem, g->stream>>>(
             G->router, g->xn, rows, h, g->moe_logits, ra, g->moe_idx, g->moe_w, g->moe_off, g->moe_order, g->moe_pos,
-            g->moe_touched, g->moe_count + moe_columns(h), pf, gu_bytes);
+            g->moe_touched, g->moe_count + moe_columns(h));
         LAUNCHED();
     } else {
         // the router's logits, float32 (bf16 inputs and weights, as every GEMM)
@@ -1001,18 +956,16 @@ int moe_ffn(tb_gpu *g, int l, int rows, int graphable)
         if (moe_experts_fp8(g, G, rows, graphable, &combined))
             return -1;
     } else if (graphable || rows <= g->moe_gemv_max_rows) {
-        int l2_rows = (g->fusion & TB_GPU_FUSE_L2_PREFETCH) != 0; // the GEMVs' rows asked of L2 first
         if (g->fusion & TB_GPU_FUSE_SWIGLU) { // gate-up with SwiGLU in its epilogue: a warp a (gate, up) pair
             dim3 gu_grid((mi + MOE_WARPS - 1) / MOE_WARPS, moe_grid_rows(g, P, E));
             k_moe_gemv<true, false><<<gu_grid, MOE_WARPS * 32, 0, g->stream>>>(
-                G->ex_gu, g->xn, g->moe_off, g->moe_order, k, 1, NULL, g->moe_act, mi, h, E, NULL, NULL, NULL, NULL,
-                l2_rows);
+                G->ex_gu, g->xn, g->moe_off, g->moe_order, k, 1, NULL, g->moe_act, mi, h, E, NULL, NULL, NULL, NULL);
             LAUNCHED();
         } else {
             dim3 gu_grid((2 * mi + MOE_WARPS * MOE_ROWS - 1) / (MOE_WARPS * MOE_ROWS), moe_grid_rows(g, P, E));
             k_moe_gemv<false, false><<<gu_grid, MOE_WARPS * 32, 0, g->stream>>>(
                 G->ex_gu, g->xn, g->moe_off, g->moe_order, k, 1, g->moe_gu, NULL, 2 * mi, h, E, NULL, NULL, NULL,
-                NULL, l2_rows);
+                NULL);
             LAUNCHED();
             k_swiglu<<<blocks_for((size_t)P * mi), 256, 0, g->stream>>>(g->moe_gu, g->moe_act, mi, (size_t)P * mi,
                                                                        NULL, NULL);
@@ -1023,11 +976,10 @@ int moe_ffn(tb_gpu *g, int l, int rows, int graphable)
         if (combined)
             k_moe_gemv<false, true><<<down_grid, MOE_WARPS * 32, 0, g->stream>>>(
                 G->ex_down, g->moe_act, g->moe_off, NULL, k, 0, g->moe_y, NULL, h, mi, E, g->x, g->moe_pos, g->moe_w,
-                g->moe_count, l2_rows);
+                g->moe_count);
         else
             k_moe_gemv<false, false><<<down_grid, MOE_WARPS * 32, 0, g->stream>>>(
-                G->ex_down, g->moe_act, g->moe_off, NULL, k, 0, g->moe_y, NULL, h, mi, E, NULL, NULL, NULL, NULL,
-                l2_rows);
+                G->ex_down, g->moe_act, g->moe_off, NULL, k, 0, g->moe_y, NULL, h, mi, E, NULL, NULL, NULL, NULL);
         LAUNCHED();
     } else if (span_grouped(g, rows)) { // one grouped GEMM a projection, sized on the device
         moe_tiles t = {g->moe_tile_e, g->moe_tile_j, g->moe_ntiles};

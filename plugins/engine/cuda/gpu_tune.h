@@ -135,10 +135,9 @@ void tb_gpu_set_moe_span_grouped(tb_gpu *g, int grouped);
  * part of the keys, each key and value read once for those heads, in one
  * round; a group of 8 is two blocks, each reading them: gpu_forward.cu's
  * attn_decode) where the model's group and head_dim have that kernel,
- * else per head; L2_PREFETCH below. MOE_COMBINE and MOE_ROUTER are bits
- * 8 and 16, GROUP_ATTN 32, since 2026-12-07, L2_PREFETCH 64 since
- * 2026-12-07 (session 24), so masks written before, 3 and 7, leave them
- * out. (Until 2026-12-02 NORM staged the norm inside every block of
+ * else per head. MOE_COMBINE and MOE_ROUTER are bits 8 and
+ * 16, GROUP_ATTN 32, since 2026-12-07, so masks written before, 3 and 7,
+ * leave them out. (Until 2026-12-02 NORM staged the norm inside every block of
  * the GEMV after it: 16% slower on the H200, docs/PERFORMANCE.md.) pdl:
  * the decode graph's batch-1 kernels are programmatic dependent launches
  * (each may start while the one before drains; its GEMV prefetches its
@@ -152,18 +151,7 @@ void tb_gpu_set_moe_span_grouped(tb_gpu *g, int grouped);
 #define TB_GPU_FUSE_MOE_COMBINE 8
 #define TB_GPU_FUSE_MOE_ROUTER 16
 #define TB_GPU_FUSE_GROUP_ATTN 32
-#define TB_GPU_FUSE_L2_PREFETCH 64
-#define TB_GPU_FUSE_ALL 127 /* every bit above */
-/* L2_PREFETCH (any decode step, not spans): the norm before a layer's
- * QKV product, and a dense layer's before its gate-up, ask L2 for that
- * product's first TB_GPU_L2_PREFETCH_HEAD bytes of weights; the QKV
- * epilogue (k_qkv_post) for the output projection's, up to half the L2,
- * while attention runs (gpu_forward.cu's l2_ahead); the fused MoE router
- * (k_moe_router) for each chosen expert's first TB_GPU_L2_PREFETCH_HEAD
- * / k bytes of gate-up as its grouping finds the expert; and each warp
- * of the experts' grouped GEMVs for all of its rows before its loop over
- * them (prefetch.global.L2). A hint: the same results. */
-#define TB_GPU_L2_PREFETCH_HEAD (8u << 20)
+#define TB_GPU_FUSE_ALL 63 /* every bit above */
 /* MOE_COMBINE and MOE_ROUTER act on forwards of at most this many rows:
  * on the H100 (docs/PERFORMANCE.md, 2026-12-07, bench_moe qwen3-30b-a3b
  * decode, TB_GPU_FUSION 27 against 3 in one call) the two made a decode

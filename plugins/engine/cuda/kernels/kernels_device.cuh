@@ -21,33 +21,6 @@
 static __device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 static __device__ __forceinline__ void griddep_launch() { asm volatile("griddepcontrol.launch_dependents;" :::); }
 
-// The weights the next kernel reads, asked of L2 while this one runs
-// (TB_GPU_FUSE_L2_PREFETCH): thread 0 of each block hands its share of
-// s, in pieces of at most L2_PREFETCH_PIECE, to the bulk-copy unit's L2
-// prefetch (cp.async.bulk.prefetch.L2, sm_90). Nothing waits on it: the
-// kernel goes on, and may end, while the bytes arrive, so a kernel that
-// reads little from memory (a norm, the QKV epilogue, attention at
-// batch 1) keeps the memory busy for the GEMV after it. A hint: it changes
-// no result.
-#define L2_PREFETCH_PIECE (64u << 10)
-// bytes [p, p + n) by the calling thread (p 16-byte aligned, n % 16 == 0)
-static __device__ __forceinline__ void l2_prefetch(const void *p, size_t n)
-{
-    for (size_t o = 0; o < n; o += L2_PREFETCH_PIECE) {
-        unsigned piece = (unsigned)(n - o < L2_PREFETCH_PIECE ? n - o : L2_PREFETCH_PIECE);
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"((const char *)p + o), "r"(piece) : "memory");
-    }
-}
-static __device__ __forceinline__ void l2_prefetch_share(l2_span s)
-{
-    if (!s.p || threadIdx.x != 0)
-        return;
-    size_t blocks = (size_t)gridDim.x * gridDim.y, b = (size_t)blockIdx.y * gridDim.x + blockIdx.x;
-    size_t per = ((s.bytes + blocks - 1) / blocks + 15) / 16 * 16, o = b * per;
-    if (o < s.bytes)
-        l2_prefetch((const char *)s.p + o, per < s.bytes - o ? per : s.bytes - o);
-}
-
 // The sum of v over the block (every thread gets it); sh: 32 floats of
 // shared memory. blockDim.x a multiple of 32.
 static __device__ __forceinline__ float block_sum(float v, float *sh)

@@ -17,17 +17,14 @@ __device__ __forceinline__ void norm_out4(bf16 *y, int i, float4 a, float4 ww, f
 // float4s a thread keeps of its row (k_rmsnorm): 256 threads x 4 x 4 =
 // a 4096-wide row, 1024 threads a 16384-wide one
 #define NORM_KEEP 4
-// y[o] = bf16(x[r] / rms(x[r]) * w), one block per output row o (and
-// pf's share asked of L2: l2_prefetch_share): with
+// y[o] = bf16(x[r] / rms(x[r]) * w), one block per output row o: with
 // (n, r0, nr) = (1, 0, 1) every row; otherwise rows r0 .. r0 + nr - 1 of
 // each sequence of n rows (the LM head's rows). Four floats a load when
 // h % 4 == 0 (rows, w and y then 16- and 8-byte aligned), the row read
 // once when it fits NORM_KEEP a thread.
-__global__ void k_rmsnorm(const float *x, int n, int r0, int nr, const float *w, bf16 *y, int h, float eps,
-                          l2_span pf)
+__global__ void k_rmsnorm(const float *x, int n, int r0, int nr, const float *w, bf16 *y, int h, float eps)
 {
     __shared__ float sh[32];
-    l2_prefetch_share(pf); // weights only: before the wait
     griddep_wait();
     griddep_launch();
     int o = blockIdx.x;

@@ -42,10 +42,9 @@ template <typename In>
 __device__ __forceinline__ void qkv_post(const In *qkv, const float *bias, const float *q_norm, const float *k_norm, float eps,
                const float *inv_freq, int n_new, int pos0, const int *d_pos, const int *row_slot, const int *row_pos,
                const int *pad, bf16 *kc, bf16 *vc, int len, bf16 *q_out, int nh, int nkv, int hd, int rd,
-               const float *sx, const float *sw, l2_span pf)
+               const float *sx, const float *sw)
 {
     extern __shared__ float rot[]; // [rd / 2] cos, then [rd / 2] sin
-    l2_prefetch_share(pf); // weights only: before the wait
     griddep_wait();
     griddep_launch();
     int r = blockIdx.x, b = r / n_new;
@@ -134,10 +133,10 @@ __device__ __forceinline__ void qkv_post(const In *qkv, const float *bias, const
         name(const void *qkv, const float *bias, const float *q_norm, const float *k_norm, float eps,                    \
              const float *inv_freq, int n_new, int pos0, const int *d_pos, const int *row_slot, const int *row_pos,   \
              const int *pad, bf16 *kc, bf16 *vc, int len, bf16 *q_out, int nh, int nkv, int hd, int rd,               \
-             const float *sx, const float *sw, l2_span pf)                                                            \
+             const float *sx, const float *sw)                                                                        \
     {                                                                                                                  \
         qkv_post((const In *)qkv, bias, q_norm, k_norm, eps, inv_freq, n_new, pos0, d_pos, row_slot, row_pos, pad, kc, vc, len,   \
-                 q_out, nh, nkv, hd, rd, sx, sw, pf);                                                                  \
+                 q_out, nh, nkv, hd, rd, sx, sw);                                                                      \
     }
 QKV_POST_KERNEL(k_qkv_post, float)
 QKV_POST_KERNEL(k_qkv_post_bf16, bf16)
