@@ -1851,6 +1851,7 @@ static float *decode_logits(const char *name, int B, int fusion, int variant, in
     tb_gpu_set_decode_fusion(g, fusion, 0);
     tb_gpu_set_fp8_gemv(g, variant);
     tb_gpu_force_gemv_variant(g, 0);
+    tb_gpu_set_attn_splits(g, att_splits);
     *V = m.cfg.vocab_size;
     float *out = malloc((size_t)N * B * *V * sizeof(float));
     int rc = out ? tb_gpu_reserve(g, B, P + N, B * P, err, sizeof err) : -1;
@@ -1960,6 +1961,81 @@ static void check_moe_fusions_exact(const char *name)
         }
         free(base);
     }
+}
+
+/* TB_GPU_FUSE_ATTN_POST (fp8_mode's dtype): the batch-1 decode's
+ * attention kernel computes its query heads and the new key and value as
+ * k_qkv_post does (qkv_head, the same code), so the logits equal the
+ * default's without it to the bit, and the cache it writes serves every later step
+ * (N steps). Models: QKV bias (qwen2-bias, 4 heads a K/V head), QK-norm
+ * (qwen3-moe, 2; tiny-qwen3-g8, 8: two blocks a K/V head, the second
+ * of which reads the new row from its own copy), a plain group of 2
+ * (llama-gqa); with 1, 2 and 16 parts of the keys (the new row in the
+ * one part; parts of no key). */
+static void check_attn_post_exact(void)
+{
+    enum { P = 6, N = 8 };
+    const char *names[] = {"llama-gqa", "qwen2-bias", "qwen3-moe", "preset:tiny-qwen3-g8"};
+    fprintf(stderr, "-- the QKV epilogue in the decode attention against k_qkv_post%s --\n",
+            fp8_mode ? ", dtype fp8" : "");
+    for (int i = 0; i < 4; i++)
+        for (int s = 0; s < 4; s++) {
+            att_splits = (int[]){0, 1, 2, 16}[s];
+            int V = 0;
+            float *base = decode_logits(names[i], 1, TB_GPU_FUSE_DEFAULT & ~TB_GPU_FUSE_ATTN_POST, -1, P, N, &V);
+            float *post = decode_logits(names[i], 1, TB_GPU_FUSE_DEFAULT | TB_GPU_FUSE_ATTN_POST, -1, P, N, &V);
+            CHECK(base && post);
+            int exact = base && post && memcmp(base, post, (size_t)N * V * sizeof(float)) == 0;
+            fprintf(stderr, "%s decode, splits %d: %s\n", names[i], att_splits, exact ? "identical" : "differs");
+            CHECK(exact);
+            free(base);
+            free(post);
+        }
+    att_splits = 0;
+}
+
+/* TB_GPU_FUSE_ATTN_POST's checks: the fused decode against the CPU
+ * (batch 1 with and without PDL, continuous batching, the group of 8),
+ * then against the default to the bit, bf16 and fp8 */
+static void check_attn_post(void)
+{
+    const int post = TB_GPU_FUSE_DEFAULT | TB_GPU_FUSE_ATTN_POST;
+    check_ar_with("llama-gqa", 0, 1, post, 0);
+    check_ar_with("llama-gqa", 0, 1, post, 1);
+    check_ar_with("qwen2-bias", 0, 1, post, 1);
+    check_ar_with("preset:tiny-qwen3-g8", 0, 1, post, 0);
+    check_ar_with("qwen3-moe", 0, 1, post, 0);
+    check_ar_slots("qwen2-bias", post);
+    rope_dim_set = 6; /* 3 pairs a head: qkv_head's one-pair-a-lane path */
+    check_ar_with("llama-gqa", 0, 1, post, 0);
+    rope_dim_set = 0;
+    check_attn_post_exact();
+    fp8_mode = 1;
+    check_ar_with("llama-gqa", 0, 1, post, 0);
+    check_attn_post_exact();
+    fp8_mode = 0;
+}
+
+/* TB_GPU_FUSE_MOE_NORM: the fused router makes the MLP's RMSNorm of
+ * its row itself at batch 1 (k_rmsnorm's arithmetic, the sum of squares
+ * in another order, so against the CPU as every forward): Qwen3-MoE
+ * decode at batch 1, and at 2 (left padding) where k_rmsnorm stays;
+ * LLaDA 2.x's blocks (sigmoid router with groups and bias; 256 experts;
+ * the shared expert), whose spans keep k_rmsnorm; bf16 and fp8 */
+static void check_moe_norm(void)
+{
+    const int f = TB_GPU_FUSE_DEFAULT | TB_GPU_FUSE_MOE_NORM;
+    char mask[16];
+    snprintf(mask, sizeof mask, "%d", f);
+    for (fp8_mode = 0; fp8_mode <= 1; fp8_mode++) {
+        check_ar_with("qwen3-moe", 0, 1, f, 0);
+        check_ar_with("qwen3-moe", 3, 2, f, 0);
+        setenv("TB_GPU_FUSION", mask, 1);
+        check_block("tiny-llada2", 0);
+        check_block("tiny-llada2-wide", 0);
+        unsetenv("TB_GPU_FUSION");
+    }
+    fp8_mode = 0;
 }
 
 /* dtype = fp8 (issue 20) on the dense models (also TB_TEST_GPU_ONLY=fp8's
@@ -2097,6 +2173,14 @@ int main(void)
         check_decode_attention(128, 4);
         check_decode_attention(64, 2);
         check_decode_attention(128, 8);
+        return check_done();
+    }
+    if (getenv("TB_TEST_GPU_ONLY") && strcmp(getenv("TB_TEST_GPU_ONLY"), "post") == 0) { /* TB_GPU_FUSE_ATTN_POST */
+        check_attn_post();
+        return check_done();
+    }
+    if (getenv("TB_TEST_GPU_ONLY") && strcmp(getenv("TB_TEST_GPU_ONLY"), "moenorm") == 0) { /* TB_GPU_FUSE_MOE_NORM */
+        check_moe_norm();
         return check_done();
     }
     if (getenv("TB_TEST_GPU_ONLY") && strcmp(getenv("TB_TEST_GPU_ONLY"), "fp8") == 0) { /* dense models under dtype = fp8 */
@@ -2284,6 +2368,8 @@ int main(void)
     check_moe(0);
     check_ar_with("qwen3-moe", 0, 1, 0, 0);
     check_moe_fusions_exact("qwen3-moe");
+    check_attn_post();
+    check_moe_norm();
     check_fp8_dense();
     fp8_mode = 1;
     /* mixture of experts (the experts' and shared experts' codes; the

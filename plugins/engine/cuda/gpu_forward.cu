@@ -595,16 +595,19 @@ static int norm_in_gemv(const tb_gpu *g, int rows)
 // combine); the group kernel split the same way reads its part of the
 // keys and values in one round.
 enum { ATTN_HEAD, ATTN_HEAD_SPLIT, ATTN_GROUP, ATTN_GROUP_SPLIT };
-static int attn_decode(tb_gpu *g, size_t layer_off, int B, int mode, const int *rslot, const int *rpos, int pdl,
-                       int kernel)
+// G query heads a block of the group kernels (a group of 8: two blocks of 4; 0: none)
+static int attn_group_heads(const tb_model_config *c)
+{
+    return c->n_heads % c->n_kv_heads == 0 ? attn_decode_heads_a_block(c->n_heads / c->n_kv_heads) : 0;
+}
+// The kernel attn_decode runs for B rows (`kernel` >= 0: that one), and
+// its splits of the keys (1: none)
+static int attn_decode_kind(const tb_gpu *g, int B, int kernel, int *splits_out)
 {
     const tb_model_config *c = &g->cfg;
-    const int *dpos = mode == FWD_DECODE ? g->d_pos : NULL;
-    float scale = 1.0f / sqrtf((float)c->head_dim);
-    // G query heads a block of the group kernels (a group of 8: two blocks of 4)
-    int G = c->n_heads % c->n_kv_heads == 0 ? attn_decode_heads_a_block(c->n_heads / c->n_kv_heads) : 0;
-    attn_gqa_kernel gqa = G ? attn_decode_gqa_kernel(G, c->head_dim, false) : NULL;
-    attn_gqa_kernel gqa_split = G ? attn_decode_gqa_kernel(G, c->head_dim, true) : NULL;
+    int G = attn_group_heads(c);
+    bool gqa = G && attn_decode_gqa_kernel(G, c->head_dim, false);
+    bool gqa_split = G && attn_decode_gqa_kernel(G, c->head_dim, true);
     // enough blocks for 4 a SM (at batch 1, 16 splits of Llama-3-8B's 32
     // heads measured 3% faster than 9); the group split as many parts
     int splits = (4 * g->prop.multiProcessorCount + B * c->n_heads - 1) / (B * c->n_heads);
@@ -618,7 +621,46 @@ static int attn_decode(tb_gpu *g, size_t layer_off, int B, int mode, const int *
                      ? ((g->fusion & TB_GPU_FUSE_GROUP_ATTN) && gqa_split ? ATTN_GROUP_SPLIT : ATTN_HEAD_SPLIT)
                  : gqa ? ATTN_GROUP
                        : ATTN_HEAD;
-    splits = splits < 1 ? 1 : splits;
+    *splits_out = splits < 1 ? 1 : splits;
+    return kernel;
+}
+
+// TB_GPU_FUSE_ATTN_POST: whether a forward of `rows` rows in `mode` has
+// its decode attention do k_qkv_post's work (batch 1, where the split
+// kernel by query group runs and has a POST build for this head_dim; not
+// under tensor parallelism, whose ranks' runs no test covers)
+static int attn_takes_post(const tb_gpu *g, int rows, int mode)
+{
+    const tb_model_config *c = &g->cfg;
+    int splits, G = attn_group_heads(c);
+    return one_row(g, rows) && mode != FWD_SPAN && (g->fusion & TB_GPU_FUSE_ATTN_POST) && !g->comm && G &&
+           attn_decode_gqa_post_kernel(G, c->head_dim) && tb_config_rope_dim(c) <= c->head_dim &&
+           attn_decode_kind(g, 1, -1, &splits) == ATTN_GROUP_SPLIT;
+}
+
+// pa (NULL: none): k_qkv_post's work, done by the split group kernel
+// (attn_takes_post said so)
+static int attn_decode(tb_gpu *g, size_t layer_off, int B, int mode, const int *rslot, const int *rpos, int pdl,
+                       int kernel, const qkv_post_args *pa)
+{
+    const tb_model_config *c = &g->cfg;
+    const int *dpos = mode == FWD_DECODE ? g->d_pos : NULL;
+    float scale = 1.0f / sqrtf((float)c->head_dim);
+    int G = attn_group_heads(c);
+    attn_gqa_kernel gqa = G ? attn_decode_gqa_kernel(G, c->head_dim, false) : NULL;
+    attn_gqa_kernel gqa_split = G ? attn_decode_gqa_kernel(G, c->head_dim, true) : NULL;
+    int splits;
+    kernel = attn_decode_kind(g, B, kernel, &splits);
+    if (pa) {
+        attn_gqa_post_kernel k = kernel == ATTN_GROUP_SPLIT ? attn_decode_gqa_post_kernel(G, c->head_dim) : NULL;
+        if (!k)
+            return fail(g, "decode attention: no kernel that applies the QKV epilogue here");
+        launch(g, k, dim3(B, c->n_heads / G, splits), dim3(ATTG_WARPS * 32), 0, pdl, (const bf16 *)g->q,
+               (const bf16 *)(g->kc + layer_off), (const bf16 *)(g->vc + layer_off), g->att, g->len, c->n_heads,
+               c->n_kv_heads, dpos, rslot, rpos, (const int *)g->d_pad, scale, g->att_part, g->att_count, *pa);
+        LAUNCHED();
+        return 0;
+    }
     if (kernel == ATTN_HEAD_SPLIT) {
         dim3 grid(B, c->n_heads, splits);
         size_t smem = ((g->len + splits - 1) / splits + ATT_SPLIT_WARPS * c->head_dim) * sizeof(float);
@@ -748,14 +790,20 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
     const int *rpos = mode == FWD_SLOTS || g->span_pos ? g->d_rpos : NULL;
     if (g->span_slots)
         span_off = 0; // the slots are in d_rslot
-    launch(g, qkv.rounded ? k_qkv_post_bf16 : k_qkv_post, post_grid, dim3(QKV_POST_WARPS * 32), post_smem, pdl,
-           (const void *)qkv.y, (const float *)G->bqkv,
-           (const float *)G->q_norm, (const float *)G->k_norm, eps, (const float *)g->inv_freq, n, pos0,
-           (const int *)(mode == FWD_DECODE ? g->d_pos : NULL), rslot, rpos,
-           (const int *)(g->d_pad + (mode == FWD_SPAN ? slot0 : 0)), g->kc + layer_off + span_off,
-           g->vc + layer_off + span_off, g->len, g->q, c->n_heads, c->n_kv_heads, c->head_dim, tb_config_rope_dim(c),
-           qkv.sx, qkv.sw);
-    LAUNCHED();
+    // (TB_GPU_FUSE_ATTN_POST at batch 1: the attention kernel does this
+    // work for its own heads, from the GEMV's float product)
+    int post_in_attn = attn_takes_post(g, rows, mode);
+    qkv_post_args post = {g->qkv,      G->bqkv, G->q_norm, G->k_norm, g->inv_freq, eps, tb_config_rope_dim(c),
+                          g->kc + layer_off, g->vc + layer_off};
+    if (!post_in_attn) {
+        launch(g, qkv.rounded ? k_qkv_post_bf16 : k_qkv_post, post_grid, dim3(QKV_POST_WARPS * 32), post_smem, pdl,
+               (const void *)qkv.y, (const float *)G->bqkv, (const float *)G->q_norm, (const float *)G->k_norm, eps,
+               (const float *)g->inv_freq, n, pos0, (const int *)(mode == FWD_DECODE ? g->d_pos : NULL), rslot, rpos,
+               (const int *)(g->d_pad + (mode == FWD_SPAN ? slot0 : 0)), g->kc + layer_off + span_off,
+               g->vc + layer_off + span_off, g->len, g->q, c->n_heads, c->n_kv_heads, c->head_dim,
+               tb_config_rope_dim(c), qkv.sx, qkv.sw);
+        LAUNCHED();
+    }
     if (nr < n) { // the head's rows only, from here on (one, norm and swiglu are 0: n > 1)
         if (nr == 0)
             return 0;
@@ -766,7 +814,7 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
         pos0 += r0, n = nr, rows = B * nr;
     }
     if (mode != FWD_SPAN) {
-        if (attn_decode(g, layer_off, B, mode, rslot, rpos, pdl, -1))
+        if (attn_decode(g, layer_off, B, mode, rslot, rpos, pdl, -1, post_in_attn ? &post : NULL))
             return -1;
     } else if (attn_span(g, l, B, slot0, pos0, n, n_attend, causal)) {
         return -1;
@@ -775,10 +823,12 @@ static int layer_forward(tb_gpu *g, int l, int B, int slot0, int pos0, int n, in
     gemv_args o = {NULL, g->att, g->x, NULL, norm ? g->xn : NULL, G->mlp_norm, eps, h, nq, 0.0f, NULL, NULL};
     if (residual_product(g, o, layer_proj(G, PROJ_O), rows, one, pdl))
         return -1;
-    if (!norm && norm_rows(g, rows, G->mlp_norm, pdl))
+    // (TB_GPU_FUSE_MOE_NORM: a MoE layer's fused router makes xn itself)
+    int router_norm = G->router && moe_router_norms(g, rows);
+    if (!norm && !router_norm && norm_rows(g, rows, G->mlp_norm, pdl))
         return -1;
     if (G->router) { // a MoE layer: the experts' output added into x
-        if (moe_ffn(g, l, rows, mode != FWD_SPAN))
+        if (moe_ffn(g, l, rows, mode != FWD_SPAN, router_norm ? G->mlp_norm : NULL))
             return -1;
         if (!G->sh_gu)
             return 0;
@@ -1443,7 +1493,7 @@ extern "C" int tb_gpu_decode_attention(tb_gpu *g, const float *q, const float *k
     if (rc == 0 && cudaMemsetAsync(g->att, 0xFF, nqv * sizeof(bf16), g->stream) != cudaSuccess)
         rc = fail(g, "tb_gpu_decode_attention: memset failed");
     if (rc == 0)
-        rc = attn_decode(g, 0, B, FWD_DECODE, NULL, NULL, 0, kernel);
+        rc = attn_decode(g, 0, B, FWD_DECODE, NULL, NULL, 0, kernel, NULL);
     if (rc == 0 && (cudaMemcpyAsync(hq, g->att, nqv * sizeof(bf16), cudaMemcpyDeviceToHost, g->stream) != cudaSuccess ||
                     cudaStreamSynchronize(g->stream) != cudaSuccess))
         rc = fail(g, "tb_gpu_decode_attention: %s", cudaGetErrorString(cudaGetLastError()));

@@ -326,12 +326,15 @@ int attn_span_fused(tb_gpu *g, int l, int B, int slot0, int pos0, int n, int n_a
 // keys [0, its position + n); pos0 and n_attend unused)
 // The MoE feed-forward (gpu_moe.cu): refuse what it does not compute, its
 // buffers for `rows` rows, and layer l's FFN over g->xn added into g->x
-// (graphable: no host wait, the grouped GEMV whatever the rows); the
+// (graphable: no host wait, the grouped GEMV whatever the rows; norm_w
+// given: xn is not made yet, the fused router computes it from g->x with
+// these RMSNorm weights, which moe_router_norms must have allowed); the
 // distinct experts counted since the last take (then reset).
 int moe_check(tb_gpu *g);
 int moe_reserve(tb_gpu *g, int rows);
 void moe_free(tb_gpu *g);
-int moe_ffn(tb_gpu *g, int l, int rows, int graphable);
+int moe_router_norms(const tb_gpu *g, int rows);
+int moe_ffn(tb_gpu *g, int l, int rows, int graphable, const float *norm_w);
 int moe_take_touched(tb_gpu *g, double *touched);
 // A device counter's value, read and set to zero on g's stream (waits for
 // it): the distinct experts counted by k_moe_group, here and in

@@ -61,6 +61,23 @@ typedef void (*attn_gqa_kernel)(const bf16 *q, const bf16 *kc, const bf16 *vc, b
                                 const int *d_pos, const int *row_slot, const int *row_pos, const int *pad, float scale,
                                 float *part, unsigned *count);
 attn_gqa_kernel attn_decode_gqa_kernel(int G, int hd, bool split);
+// The split kernel that also does k_qkv_post's work for its heads
+// (batch-1 decode, TB_GPU_FUSE_ATTN_POST; kernels_attn_decode.cu): the
+// same arguments (q unread), then the one row's QKV product and what
+// k_qkv_post applies to it, and the layer's cache for the new row.
+struct qkv_post_args {
+    const float *qkv;                    // [nh + 2 nkv][hd]: the batch-1 GEMV's product, float
+    const float *bias, *q_norm, *k_norm; // NULL: none (k_qkv_post's)
+    const float *inv_freq;               // [rd / 2]: RoPE's
+    float eps;                           // the QK-norm's
+    int rd;                              // the rotated dims of a head
+    bf16 *kc, *vc;                       // the layer's cache (as kc, vc)
+};
+typedef void (*attn_gqa_post_kernel)(const bf16 *q, const bf16 *kc, const bf16 *vc, bf16 *out, int len, int nh,
+                                     int nkv, const int *d_pos, const int *row_slot, const int *row_pos,
+                                     const int *pad, float scale, float *part, unsigned *count,
+                                     const qkv_post_args pa);
+attn_gqa_post_kernel attn_decode_gqa_post_kernel(int G, int hd);
 inline int attn_decode_heads_a_block(int group) { return group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 0; }
 __global__ void k_softmax(const float *sc, bf16 *p, int n, int n_keys, int pos0, int causal, const int *pad, int nh);
 __global__ void k_softmax_slots(const float *sc, bf16 *p, int n, int n_keys, int pos0, int causal, const int *pad,

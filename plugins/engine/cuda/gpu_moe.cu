@@ -248,31 +248,67 @@ __global__ void k_moe_group(const int *idx, int n, int E, int *off, int *order, 
 // finish (count, reset by it) routes the rows, a warp a row at a time
 // (moe_route_row, its scratch 3 E floats a warp), and groups the pairs
 // (moe_group_pairs): no cuBLAS call, no k_moe_route or k_moe_group
-// launch. Dynamic shared memory: MOE_ROUTER_WARPS 3 E floats + 2 E + 1
-// ints. h % 8 == 0.
+// launch. NORM (TB_GPU_FUSE_MOE_NORM, nw given): the rows' RMSNorm too,
+// from the residual x with weights nw: each block normalizes them into
+// its shared memory (rmsnorm_by_block: k_rmsnorm's arithmetic, the sum of
+// squares in another order) while its warps' first weight loads are in
+// flight, and block 0 also writes them to xn for the experts after it; no
+// k_rmsnorm launch. Dynamic shared memory (moe_router_smem): the
+// normalized rows (NORM: rows h bf16), then MOE_ROUTER_WARPS 3 E floats
+// + 2 E + 1 ints. h % 8 == 0.
 #define MOE_ROUTER_WARPS 8
 #define MOE_ROUTER_LOADS 8
-__global__ void __launch_bounds__(MOE_ROUTER_WARPS * 32)
-    k_moe_router(const bf16 *__restrict__ W, const bf16 *__restrict__ xn, int rows, int h, float *logits,
-                 const moe_route_args a, int *idx, float *w, int *off, int *order, int *pos,
-                 unsigned long long *touched, unsigned *count)
+static size_t moe_router_smem(int rows, int h, int E, bool norm)
 {
-    extern __shared__ float router_smem[];
+    return (norm ? (size_t)rows * h * sizeof(bf16) : 0) + (size_t)MOE_ROUTER_WARPS * 3 * E * sizeof(float) +
+           (2 * (size_t)E + 1) * sizeof(int);
+}
+__global__ void __launch_bounds__(MOE_ROUTER_WARPS * 32)
+    k_moe_router(const bf16 *__restrict__ W, bf16 *__restrict__ xn, int rows, int h, float *logits,
+                 const moe_route_args a, int *idx, float *w, int *off, int *order, int *pos,
+                 unsigned long long *touched, unsigned *count, const float *__restrict__ x,
+                 const float *__restrict__ nw, float eps)
+{
+    extern __shared__ __align__(16) unsigned char router_raw[];
     __shared__ unsigned arrived;
+    __shared__ float red[32];
     int E = a.E, warp = threadIdx.x / 32, lane = threadIdx.x % 32, chunks = h / 8;
-    for (int q = blockIdx.x * MOE_ROUTER_WARPS + warp; q < rows * E; q += gridDim.x * MOE_ROUTER_WARPS) {
+    const bf16 *xs = xn; // the normalized rows the logits read
+    float *router_smem = reinterpret_cast<float *>(router_raw + (nw ? (size_t)rows * h * sizeof(bf16) : 0));
+    // NORM: the warp's first weight loads issued before the norm, which
+    // reads x from L2 meanwhile
+    int q0 = blockIdx.x * MOE_ROUTER_WARPS + warp;
+    uint4 wpre[MOE_ROUTER_LOADS];
+    if (nw) {
+#pragma unroll
+        for (int u = 0; u < MOE_ROUTER_LOADS; u++) {
+            int c = lane + 32 * u;
+            wpre[u] = q0 < rows * E && c < chunks ? __ldg(reinterpret_cast<const uint4 *>(W + (size_t)(q0 % E) * h) + c)
+                                                  : make_uint4(0, 0, 0, 0);
+        }
+        bf16 *xsm = reinterpret_cast<bf16 *>(router_raw);
+        for (int r = 0; r < rows; r++) // L2 reads: the GEMV before wrote x
+            rmsnorm_by_block(x + (size_t)r * h, nw, eps, h, xsm + (size_t)r * h, red);
+        __syncthreads();
+        if (blockIdx.x == 0)
+            for (int i = threadIdx.x; i < rows * h / 8; i += blockDim.x)
+                reinterpret_cast<uint4 *>(xn)[i] = reinterpret_cast<const uint4 *>(xsm)[i];
+        xs = xsm;
+    }
+    for (int q = q0; q < rows * E; q += gridDim.x * MOE_ROUTER_WARPS) {
         const uint4 *wr = reinterpret_cast<const uint4 *>(W + (size_t)(q % E) * h);
-        const uint4 *xr = reinterpret_cast<const uint4 *>(xn + (size_t)(q / E) * h);
+        const uint4 *xr = reinterpret_cast<const uint4 *>(xs + (size_t)(q / E) * h);
         float acc = 0;
         // MOE_ROUTER_LOADS chunks a lane loaded at once, then summed in
         // the order of c (one wait on memory for a row of up to 8 x 256
         // weights, where a load a chunk waited h / 256 times)
         for (int c0 = lane; c0 < chunks; c0 += 32 * MOE_ROUTER_LOADS) {
             uint4 wv[MOE_ROUTER_LOADS], xv[MOE_ROUTER_LOADS];
+            bool pre = nw && q == q0 && c0 == lane; // loaded before the norm
 #pragma unroll
             for (int u = 0; u < MOE_ROUTER_LOADS; u++) {
                 int c = c0 + 32 * u;
-                wv[u] = c < chunks ? __ldg(wr + c) : make_uint4(0, 0, 0, 0);
+                wv[u] = pre ? wpre[u] : c < chunks ? __ldg(wr + c) : make_uint4(0, 0, 0, 0);
                 xv[u] = c < chunks ? xr[c] : make_uint4(0, 0, 0, 0);
             }
 #pragma unroll
@@ -926,7 +962,24 @@ static int moe_experts_fp8(tb_gpu *g, const gpu_layer *G, int rows, int graphabl
     return 0;
 }
 
-int moe_ffn(tb_gpu *g, int l, int rows, int graphable)
+// The fused router's conditions (TB_GPU_FUSE_MOE_ROUTER): few rows, at
+// most 256 experts, h % 8 == 0; with the norm (`norm`) its shared memory
+// within the 48 KB a launch gets without asking
+static bool router_fused(const tb_gpu *g, int rows, bool norm)
+{
+    const tb_moe_config *m = &g->moe;
+    return (g->fusion & TB_GPU_FUSE_MOE_ROUTER) && rows <= TB_GPU_MOE_FUSE_ROWS && m->n_experts <= 256 &&
+           m->hidden % 8 == 0 && (!norm || moe_router_smem(rows, m->hidden, m->n_experts, true) <= 48 * 1024);
+}
+
+// TB_GPU_FUSE_MOE_NORM: one row only (at 4 rows, each block normalizing
+// every row, a decode step measured 0.8% slower: gpu_tune.h)
+int moe_router_norms(const tb_gpu *g, int rows)
+{
+    return rows == 1 && (g->fusion & TB_GPU_FUSE_MOE_NORM) && router_fused(g, rows, true);
+}
+
+int moe_ffn(tb_gpu *g, int l, int rows, int graphable, const float *norm_w)
 {
     const tb_moe_config *m = &g->moe;
     const gpu_layer *G = &g->layers[l];
@@ -935,12 +988,14 @@ int moe_ffn(tb_gpu *g, int l, int rows, int graphable)
     float one = 1.0f, zero = 0.0f;
     moe_route_args ra = {E,           k,          m->scoring == TB_MOE_SIGMOID, G->score_bias, m->n_group, m->topk_group,
                          m->group_mask_inf, m->norm_topk, m->routed_scale};
-    if ((g->fusion & TB_GPU_FUSE_MOE_ROUTER) && rows <= TB_GPU_MOE_FUSE_ROWS && E <= 256 && h % 8 == 0) {
-        size_t smem = (size_t)MOE_ROUTER_WARPS * 3 * E * sizeof(float) + (2 * (size_t)E + 1) * sizeof(int);
+    if (norm_w && !moe_router_norms(g, rows))
+        return fail(g, "MoE layer %d: the router cannot apply the norm here", l);
+    if (router_fused(g, rows, norm_w != NULL)) {
+        size_t smem = moe_router_smem(rows, h, E, norm_w != NULL);
         unsigned blocks = (unsigned)((rows * E + MOE_ROUTER_WARPS - 1) / MOE_ROUTER_WARPS);
         k_moe_router<<<blocks, MOE_ROUTER_WARPS * 32, smem, g->stream>>>(
             G->router, g->xn, rows, h, g->moe_logits, ra, g->moe_idx, g->moe_w, g->moe_off, g->moe_order, g->moe_pos,
-            g->moe_touched, g->moe_count + moe_columns(h));
+            g->moe_touched, g->moe_count + moe_columns(h), g->x, norm_w, (float)g->cfg.rms_eps);
         LAUNCHED();
     } else {
         // the router's logits, float32 (bf16 inputs and weights, as every GEMM)

@@ -135,9 +135,16 @@ void tb_gpu_set_moe_span_grouped(tb_gpu *g, int grouped);
  * part of the keys, each key and value read once for those heads, in one
  * round; a group of 8 is two blocks, each reading them: gpu_forward.cu's
  * attn_decode) where the model's group and head_dim have that kernel,
- * else per head. MOE_COMBINE and MOE_ROUTER are bits 8 and
- * 16, GROUP_ATTN 32, since 2026-12-07, so masks written before, 3 and 7,
- * leave them out. (Until 2026-12-02 NORM staged the norm inside every block of
+ * else per head; ATTN_POST has that split kernel by query group, at
+ * batch 1, also do k_qkv_post's work for its own heads (bias, QK-norm,
+ * RoPE, the new key and value into the cache: no k_qkv_post launch; the
+ * same values, tested to the bit); MOE_NORM has the fused router, at
+ * batch 1, make the MLP's RMSNorm of its row itself (no k_rmsnorm launch
+ * before it; its sum of squares in another order; at batch 4, where each
+ * of its blocks normalizes every row, it measured 0.8% slower). MOE_COMBINE and MOE_ROUTER are bits
+ * 8 and 16, GROUP_ATTN 32, since 2026-12-07, ATTN_POST 128 and MOE_NORM
+ * 256 since session 25 (64 was session 24's L2 prefetch, removed), so
+ * masks written before, 3 and 7, leave them out. (Until 2026-12-02 NORM staged the norm inside every block of
  * the GEMV after it: 16% slower on the H200, docs/PERFORMANCE.md.) pdl:
  * the decode graph's batch-1 kernels are programmatic dependent launches
  * (each may start while the one before drains; its GEMV prefetches its
@@ -151,16 +158,22 @@ void tb_gpu_set_moe_span_grouped(tb_gpu *g, int grouped);
 #define TB_GPU_FUSE_MOE_COMBINE 8
 #define TB_GPU_FUSE_MOE_ROUTER 16
 #define TB_GPU_FUSE_GROUP_ATTN 32
-#define TB_GPU_FUSE_ALL 63 /* every bit above */
+/* (64: session 24's L2 prefetch, measured slower and removed: not reused) */
+#define TB_GPU_FUSE_ATTN_POST 128
+#define TB_GPU_FUSE_MOE_NORM 256
+#define TB_GPU_FUSE_ALL (63 | TB_GPU_FUSE_ATTN_POST | TB_GPU_FUSE_MOE_NORM) /* every bit above */
 /* MOE_COMBINE and MOE_ROUTER act on forwards of at most this many rows:
  * on the H100 (docs/PERFORMANCE.md, 2026-12-07, bench_moe qwen3-30b-a3b
  * decode, TB_GPU_FUSION 27 against 3 in one call) the two made a decode
  * step faster at batch 1, 2 and 4 (+7%, +5%, +2%) and slower at 8 and 16
  * (-1.4%, -0.7%): their last blocks' serial work grows with the rows. */
 #define TB_GPU_MOE_FUSE_ROWS 4
+/* ATTN_POST and MOE_NORM in the default since session 25 (one H200 call,
+ * docs/PERFORMANCE.md #fusions-s25): Llama-3-8B batch 1 +1.2% bf16,
+ * +1.9% fp8; Qwen3-30B-A3B batch 1 +2.9% with both */
 #define TB_GPU_FUSE_DEFAULT                                                                                         \
     (TB_GPU_FUSE_SWIGLU | TB_GPU_FUSE_SPLIT_ATTN | TB_GPU_FUSE_MOE_COMBINE | TB_GPU_FUSE_MOE_ROUTER |                \
-     TB_GPU_FUSE_GROUP_ATTN)
+     TB_GPU_FUSE_GROUP_ATTN | TB_GPU_FUSE_ATTN_POST | TB_GPU_FUSE_MOE_NORM)
 #define TB_GPU_PDL_DEFAULT 0
 /* Tests: y[rows][out] (+ y when accumulate) = x[rows][in] W[out][in]^T as
  * the forward's products run (W and x rounded to bf16; the batch-1 GEMV at

@@ -430,6 +430,13 @@ static const preset presets[] = {
                     .head_dim = 32, .rms_eps = 1e-6, .rope_theta = 1000000, .max_position_embeddings = 2048,
                     .qk_norm = 1, .eos_ids = {1}, .n_eos = 1, .bos_id = -1, .mask_id = -1,
                     .torch_dtype = "float32"}},
+    /* a group of 8 query heads a K/V head (Qwen3-30B-A3B's), tiny: the
+     * GPU's decode attention takes it as two blocks of 4 heads */
+    {"tiny-qwen3-g8", {.arch = TB_ARCH_QWEN3, .arch_name = "Qwen3ForCausalLM", .vocab_size = 512,
+                       .hidden_size = 64, .intermediate_size = 128, .n_layers = 2, .n_heads = 8, .n_kv_heads = 1,
+                       .head_dim = 16, .rms_eps = 1e-6, .rope_theta = 1000000, .max_position_embeddings = 2048,
+                       .qk_norm = 1, .eos_ids = {1}, .n_eos = 1, .bos_id = -1, .mask_id = -1,
+                       .torch_dtype = "float32"}},
     {"tiny-sdar", {.arch = TB_ARCH_SDAR, .arch_name = "SDARForCausalLM", .vocab_size = 512, .hidden_size = 64,
                    .intermediate_size = 128, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .head_dim = 32,
                    .rms_eps = 1e-6, .rope_theta = 1000000, .max_position_embeddings = 4096, .qk_norm = 1,

@@ -177,12 +177,22 @@ __device__ __forceinline__ void split_weights(const float *all, int S, int hd, f
 // keys, writing each head's maximum, sum and unnormalised output as
 // k_attn_decode_split's partials; the last block of the group to finish
 // combines them as that kernel does, for its G heads at once.
+//
+// POST (k_attn_decode_gqa_split_post, TB_GPU_FUSE_ATTN_POST: batch-1
+// decode): k_qkv_post's work for this block's heads, so that kernel is
+// not launched: from the QKV product (pa.qkv) each block computes its G
+// query heads (qkv_head: bias, QK-norm, RoPE at the row's position) into
+// shared memory, and the block whose part of the keys holds the new
+// position also that position's key and value of its K/V head, which it
+// reads from shared memory in its loop; the first block of the K/V head
+// (by query heads) writes them into the cache for later steps. The same
+// values as k_qkv_post's by the same code, so the same output.
 #define ATTG_UNROLL 4
-template <int G, int LPK, bool SPLIT>
+template <int G, int LPK, bool SPLIT, bool POST>
 __device__ __forceinline__ void attn_decode_gqa(const bf16 *q, const bf16 *kc, const bf16 *vc, bf16 *out, int len,
                                                 int nh, int nkv, const int *d_pos, const int *row_slot,
                                                 const int *row_pos, const int *pad, float scale, float *att_part,
-                                                unsigned *count)
+                                                unsigned *count, const qkv_post_args pa)
 {
     constexpr int hd = 8 * LPK, KPW = 32 / LPK;          // head dim; rows a warp reads a load
     constexpr int STEP = ATTG_WARPS * KPW * ATTG_UNROLL; // positions a block covers a round
@@ -202,10 +212,37 @@ __device__ __forceinline__ void attn_decode_gqa(const bf16 *q, const bf16 *kc, c
     const uint4 *kb = reinterpret_cast<const uint4 *>(kc + (size_t)seq * len * kvd + kvh * hd) + dl;
     const uint4 *vb = reinterpret_cast<const uint4 *>(vc + (size_t)seq * len * kvd + kvh * hd) + dl;
     const size_t row = kvd / 8; // uint4s from one position to the next
+    // POST: the query heads, and the new position's key and value
+    // (kvn[0], kvn[1]) where this block's keys hold it (pos: -1 if not)
+    __shared__ __align__(16) bf16 qs[POST ? G : 1][POST ? hd : 8], kvn[POST ? 2 : 1][POST ? hd : 8];
+    __shared__ __align__(16) float rot[POST ? hd : 2]; // [rd / 2] cos, then sin
+    int pos = POST && n_keys - 1 >= jb && n_keys - 1 < je ? n_keys - 1 : -1;
+    if (POST) {
+        int rpos = n_keys - 1 >= lo ? n_keys - 1 - lo : 0, half = pa.rd / 2; // as k_qkv_post's
+        for (int i = threadIdx.x; i < half; i += blockDim.x) {
+            float ang = (float)rpos * pa.inv_freq[i];
+            rot[i] = cosf(ang);
+            rot[half + i] = sinf(ang);
+        }
+        __syncthreads();
+        const float *prow = pa.qkv + (size_t)b * (nh + 2 * nkv) * hd; // the row's product
+        int head = warp < G ? h0 + warp : warp == G ? nh + kvh : nh + nkv + kvh;
+        if (warp < G || (pos >= 0 && warp < G + 2))
+            qkv_head(prow + (size_t)head * hd, pa.bias ? pa.bias + (size_t)head * hd : NULL, (const float *)NULL,
+                     1.0f, warp < G ? pa.q_norm : warp == G ? pa.k_norm : NULL, pa.eps, warp <= G ? rot : NULL, hd,
+                     pa.rd, warp < G ? qs[warp] : kvn[warp - G], lane);
+        __syncthreads();
+        if (pos >= 0 && h0 % (nh / nkv) == 0 && threadIdx.x < 2 * LPK) { // the cache's new row: 16 bytes a thread
+            int which = threadIdx.x / LPK, piece = threadIdx.x % LPK;
+            uint4 *dst = reinterpret_cast<uint4 *>((which ? pa.vc : pa.kc) + ((size_t)seq * len + pos) * kvd + kvh * hd);
+            dst[piece] = reinterpret_cast<const uint4 *>(kvn[which])[piece];
+        }
+    }
     float qf[G][8];
 #pragma unroll
     for (int g = 0; g < G; g++) {
-        uint4 qv = *(reinterpret_cast<const uint4 *>(q + ((size_t)b * nh + h0 + g) * hd) + dl);
+        uint4 qv = POST ? reinterpret_cast<const uint4 *>(qs[g])[dl]
+                        : *(reinterpret_cast<const uint4 *>(q + ((size_t)b * nh + h0 + g) * hd) + dl);
         const __nv_bfloat162 *qe = reinterpret_cast<const __nv_bfloat162 *>(&qv);
 #pragma unroll
         for (int i = 0; i < 4; i++) {
@@ -231,8 +268,13 @@ __device__ __forceinline__ void attn_decode_gqa(const bf16 *q, const bf16 *kc, c
         for (int u = 0; u < ATTG_UNROLL; u++) {
             int j = j0 + u * KPW + sub;
             bool live = j < je && j >= lo;
-            kv[u] = live ? __ldcs(kb + (size_t)j * row) : zero;
-            vv[u] = live ? __ldcs(vb + (size_t)j * row) : zero;
+            if (POST && j == pos) { // not in the cache yet
+                kv[u] = reinterpret_cast<const uint4 *>(kvn[0])[dl];
+                vv[u] = reinterpret_cast<const uint4 *>(kvn[1])[dl];
+            } else {
+                kv[u] = live ? __ldcs(kb + (size_t)j * row) : zero;
+                vv[u] = live ? __ldcs(vb + (size_t)j * row) : zero;
+            }
         }
         float d[ATTG_UNROLL][G], mr[G]; // scores (scaled), the round's maximum
 #pragma unroll
@@ -363,7 +405,8 @@ __global__ void __launch_bounds__(ATTG_WARPS * 32, 2) // two blocks an SM: 128 r
                       const int *d_pos, const int *row_slot, const int *row_pos, const int *pad, float scale,
                       float *part, unsigned *count)
 {
-    attn_decode_gqa<G, LPK, false>(q, kc, vc, out, len, nh, nkv, d_pos, row_slot, row_pos, pad, scale, part, count);
+    attn_decode_gqa<G, LPK, false, false>(q, kc, vc, out, len, nh, nkv, d_pos, row_slot, row_pos, pad, scale, part,
+                                          count, qkv_post_args{});
 }
 template <int G, int LPK>
 __global__ void __launch_bounds__(ATTG_WARPS * 32, 2)
@@ -371,7 +414,17 @@ __global__ void __launch_bounds__(ATTG_WARPS * 32, 2)
                             const int *d_pos, const int *row_slot, const int *row_pos, const int *pad, float scale,
                             float *part, unsigned *count)
 {
-    attn_decode_gqa<G, LPK, true>(q, kc, vc, out, len, nh, nkv, d_pos, row_slot, row_pos, pad, scale, part, count);
+    attn_decode_gqa<G, LPK, true, false>(q, kc, vc, out, len, nh, nkv, d_pos, row_slot, row_pos, pad, scale, part,
+                                         count, qkv_post_args{});
+}
+template <int G, int LPK>
+__global__ void __launch_bounds__(ATTG_WARPS * 32, 2)
+    k_attn_decode_gqa_split_post(const bf16 *q, const bf16 *kc, const bf16 *vc, bf16 *out, int len, int nh,
+                                 int nkv, const int *d_pos, const int *row_slot, const int *row_pos, const int *pad,
+                                 float scale, float *part, unsigned *count, const qkv_post_args pa)
+{
+    attn_decode_gqa<G, LPK, true, true>(q, kc, vc, out, len, nh, nkv, d_pos, row_slot, row_pos, pad,
+                                        scale, part, count, pa);
 }
 
 // the instantiation for G query heads a K/V head (2, 4) and head_dim hd
@@ -396,6 +449,27 @@ template <int G> static attn_gqa_kernel gqa_kernel(int hd, bool split)
 attn_gqa_kernel attn_decode_gqa_kernel(int G, int hd, bool split)
 {
     return G == 2 ? gqa_kernel<2>(hd, split) : G == 4 ? gqa_kernel<4>(hd, split) : NULL;
+}
+template <int G> static attn_gqa_post_kernel gqa_post_kernel(int hd)
+{
+    switch (hd) {
+    case 16:
+        return k_attn_decode_gqa_split_post<G, 2>;
+    case 32:
+        return k_attn_decode_gqa_split_post<G, 4>;
+    case 64:
+        return k_attn_decode_gqa_split_post<G, 8>;
+    case 128:
+        return k_attn_decode_gqa_split_post<G, 16>;
+    case 256:
+        return k_attn_decode_gqa_split_post<G, 32>;
+    default:
+        return NULL;
+    }
+}
+attn_gqa_post_kernel attn_decode_gqa_post_kernel(int G, int hd)
+{
+    return G == 2 ? gqa_post_kernel<2>(hd) : G == 4 ? gqa_post_kernel<4>(hd) : NULL;
 }
 
 

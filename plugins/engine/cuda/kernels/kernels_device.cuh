@@ -1,7 +1,7 @@
 // kernels_device.cuh — device helpers the engine's kernel files share
 // (kernels_*.cu): programmatic dependent launch, a block's sum, loads of
-// a product's elements as float, E4M3 pairs as floats, and the batch-1
-// GEMVs' closing RMSNorm. Inline, so each kernel file compiles
+// a product's elements as float, E4M3 pairs as floats, the batch-1
+// GEMVs' closing RMSNorm, and one head's QKV epilogue. Inline, so each kernel file compiles
 // alone (no relocatable device code).
 #ifndef TB_ENGINE_KERNELS_DEVICE_CUH
 #define TB_ENGINE_KERNELS_DEVICE_CUH
@@ -136,6 +136,94 @@ static __device__ void rmsnorm_by_block(const float *x, const float *w, float ep
     float inv = rsqrtf(ss / h + eps);
     for (int i = threadIdx.x; i < h; i += blockDim.x)
         y[i] = __float2bfloat16(w[i] * (__ldcg(x + i) * inv));
+}
+
+// (sw NULL) qkv is the product; under dtype = fp8 (sw, sx given) the bare
+// FP8 product, times its row's scale sx[r] and each column's sw[col] here
+// (gpu_gemm_fp8.cu's deferred scales).
+template <typename In>
+static __device__ __forceinline__ float qkv_at(const In *v, const float *sw, float sxr, const float *bb, int i)
+{
+    float a = sw ? ld_f(v + i) * sxr * sw[i] : ld_f(v + i);
+    return bb ? a + bb[i] : a;
+}
+// qkv_at of dims i, i + 1 (i even; v, sw, bb aligned there)
+template <typename In>
+static __device__ __forceinline__ float2 qkv_at2(const In *v, const float *sw, float sxr, const float *bb, int i)
+{
+    float2 a = ld_f2(v + i);
+    if (sw) {
+        float2 w = *(const float2 *)(sw + i);
+        a.x = a.x * sxr * w.x, a.y = a.y * sxr * w.y;
+    }
+    if (bb) {
+        float2 c = *(const float2 *)(bb + i);
+        a.x += c.x, a.y += c.y;
+    }
+    return a;
+}
+
+// One warp (lane: its lane): one head of a row's QKV product after the
+// GEMM, as every path applies it (k_qkv_post; k_attn_decode_gqa_split_post
+// for its own heads): v the head's hd values, bb its bias (NULL: none),
+// swh and sxr the FP8 product's scales (swh NULL: none), then Qwen3's
+// QK-norm (nw: the head's norm weights, NULL for none: RMSNorm over its
+// dims with eps), then the half-split RoPE over its first rd dims (rot:
+// [rd / 2] cos, then [rd / 2] sin of the row's angles; NULL for a v
+// head: none), into dst as bf16.
+template <typename In>
+static __device__ __forceinline__ void qkv_head(const In *v, const float *bb, const float *swh, float sxr,
+                                                const float *nw, float eps, const float *rot, int hd, int rd,
+                                                bf16 *dst, int lane)
+{
+    int half = rd / 2;
+    float inv = 1.0f;
+    if (nw) {
+        float ss = 0;
+        for (int i = lane; i < hd; i += 32) {
+            float a = qkv_at(v, swh, sxr, bb, i);
+            ss += a * a;
+        }
+        for (int o = 16; o > 0; o >>= 1)
+            ss += __shfl_xor_sync(0xffffffff, ss, o);
+        inv = rsqrtf(ss / hd + eps);
+    }
+    if (half % 2 == 0) { // two adjacent pairs a lane: 8-byte loads, 4-byte stores (the same values)
+        for (int i = 2 * lane; i < half; i += 64) {
+            float2 a = qkv_at2(v, swh, sxr, bb, i), c = qkv_at2(v, swh, sxr, bb, i + half);
+            if (nw) {
+                a.x = nw[i] * (a.x * inv), a.y = nw[i + 1] * (a.y * inv);
+                c.x = nw[i + half] * (c.x * inv), c.y = nw[i + half + 1] * (c.y * inv);
+            }
+            if (rot) {
+                float2 cs = *(const float2 *)(rot + i), sn = *(const float2 *)(rot + half + i);
+                float2 ra = {a.x * cs.x - c.x * sn.x, a.y * cs.y - c.y * sn.y};
+                float2 rc = {c.x * cs.x + a.x * sn.x, c.y * cs.y + a.y * sn.y};
+                a = ra, c = rc;
+            }
+            *(__nv_bfloat162 *)(dst + i) = __floats2bfloat162_rn(a.x, a.y);
+            *(__nv_bfloat162 *)(dst + i + half) = __floats2bfloat162_rn(c.x, c.y);
+        }
+    } else {
+        for (int i = lane; i < half; i += 32) {
+            float a = qkv_at(v, swh, sxr, bb, i), c = qkv_at(v, swh, sxr, bb, i + half);
+            if (nw)
+                a = nw[i] * (a * inv), c = nw[i + half] * (c * inv);
+            if (rot) { /* q or k: rotate */
+                float cs = rot[i], sn = rot[half + i];
+                float ra = a * cs - c * sn, rc = c * cs + a * sn;
+                a = ra, c = rc;
+            }
+            dst[i] = __float2bfloat16(a);
+            dst[i + half] = __float2bfloat16(c);
+        }
+    }
+    for (int i = rd + lane; i < hd; i += 32) { // the unrotated dims
+        float a = qkv_at(v, swh, sxr, bb, i);
+        if (nw)
+            a = nw[i] * (a * inv);
+        dst[i] = __float2bfloat16(a);
+    }
 }
 
 #endif

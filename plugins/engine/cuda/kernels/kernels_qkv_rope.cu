@@ -13,31 +13,6 @@
 // Positions pos0 + (row % n_new), or *d_pos in decode. A left-padded
 // sequence's RoPE positions start at its first real token (pos - pad[b]),
 // as on the CPU; the cache slot stays pos.
-// (sw NULL) qkv is the product; under dtype = fp8 (sw, sx given) the bare
-// FP8 product, times its row's scale sx[r] and each column's sw[col] here
-// (gpu_gemm_fp8.cu's deferred scales).
-template <typename In>
-__device__ __forceinline__ float qkv_at(const In *v, const float *sw, float sxr, const float *bb, int i)
-{
-    float a = sw ? ld_f(v + i) * sxr * sw[i] : ld_f(v + i);
-    return bb ? a + bb[i] : a;
-}
-// qkv_at of dims i, i + 1 (i even; v, sw, bb aligned there)
-template <typename In>
-__device__ __forceinline__ float2 qkv_at2(const In *v, const float *sw, float sxr, const float *bb, int i)
-{
-    float2 a = ld_f2(v + i);
-    if (sw) {
-        float2 w = *(const float2 *)(sw + i);
-        a.x = a.x * sxr * w.x, a.y = a.y * sxr * w.y;
-    }
-    if (bb) {
-        float2 c = *(const float2 *)(bb + i);
-        a.x += c.x, a.y += c.y;
-    }
-    return a;
-}
-
 template <typename In>
 __device__ __forceinline__ void qkv_post(const In *qkv, const float *bias, const float *q_norm, const float *k_norm, float eps,
                const float *inv_freq, int n_new, int pos0, const int *d_pos, const int *row_slot, const int *row_pos,
@@ -74,56 +49,8 @@ __device__ __forceinline__ void qkv_post(const In *qkv, const float *bias, const
     bf16 *dst = head < nh         ? q_out + (size_t)r * nq + (size_t)head * hd
                 : head < nh + nkv ? kc + at + (size_t)(head - nh) * hd
                                   : vc + at + (size_t)(head - nh - nkv) * hd;
-    // Qwen3's QK-norm: RMSNorm over the head's dims (after the bias),
-    // weights q_norm or k_norm; uniform per warp
-    const float *nw = head < nh ? q_norm : head < nh + nkv ? k_norm : NULL;
-    float inv = 1.0f;
-    if (nw) {
-        float ss = 0;
-        for (int i = lane; i < hd; i += 32) {
-            float a = qkv_at(v, swh, sxr, bb, i);
-            ss += a * a;
-        }
-        for (int o = 16; o > 0; o >>= 1)
-            ss += __shfl_xor_sync(0xffffffff, ss, o);
-        inv = rsqrtf(ss / hd + eps);
-    }
-    if (half % 2 == 0) { // two adjacent pairs a lane: 8-byte loads, 4-byte stores (the same values)
-        for (int i = 2 * lane; i < half; i += 64) {
-            float2 a = qkv_at2(v, swh, sxr, bb, i), c = qkv_at2(v, swh, sxr, bb, i + half);
-            if (nw) {
-                a.x = nw[i] * (a.x * inv), a.y = nw[i + 1] * (a.y * inv);
-                c.x = nw[i + half] * (c.x * inv), c.y = nw[i + half + 1] * (c.y * inv);
-            }
-            if (head < nh + nkv) {
-                float2 cs = *(const float2 *)(rot + i), sn = *(const float2 *)(rot + half + i);
-                float2 ra = {a.x * cs.x - c.x * sn.x, a.y * cs.y - c.y * sn.y};
-                float2 rc = {c.x * cs.x + a.x * sn.x, c.y * cs.y + a.y * sn.y};
-                a = ra, c = rc;
-            }
-            *(__nv_bfloat162 *)(dst + i) = __floats2bfloat162_rn(a.x, a.y);
-            *(__nv_bfloat162 *)(dst + i + half) = __floats2bfloat162_rn(c.x, c.y);
-        }
-    } else {
-        for (int i = lane; i < half; i += 32) {
-            float a = qkv_at(v, swh, sxr, bb, i), c = qkv_at(v, swh, sxr, bb, i + half);
-            if (nw)
-                a = nw[i] * (a * inv), c = nw[i + half] * (c * inv);
-            if (head < nh + nkv) { /* q or k: rotate */
-                float cs = rot[i], sn = rot[half + i];
-                float ra = a * cs - c * sn, rc = c * cs + a * sn;
-                a = ra, c = rc;
-            }
-            dst[i] = __float2bfloat16(a);
-            dst[i + half] = __float2bfloat16(c);
-        }
-    }
-    for (int i = rd + lane; i < hd; i += 32) { // the unrotated dims
-        float a = qkv_at(v, swh, sxr, bb, i);
-        if (nw)
-            a = nw[i] * (a * inv);
-        dst[i] = __float2bfloat16(a);
-    }
+    qkv_head(v, bb, swh, sxr, head < nh ? q_norm : head < nh + nkv ? k_norm : NULL, eps,
+             head < nh + nkv ? rot : NULL, hd, rd, dst, lane);
 }
 // k_qkv_post over the product as float (the FP8 GEMM's, the GEMV's, or
 // with TB_GPU_BF16_OUT=0) or as bf16 (gemm_bf16_out's): one signature, so
