@@ -1942,13 +1942,16 @@ static void check_fp8_exact(const char *name)
 static void check_moe_fusions_exact(const char *name)
 {
     enum { P = 6, N = 8 };
-    int masks[3] = {TB_GPU_FUSE_SWIGLU, TB_GPU_FUSE_MOE_COMBINE, TB_GPU_FUSE_SWIGLU | TB_GPU_FUSE_MOE_COMBINE};
+    /* the last: batch 1's down product and combine by k_moe_down1 (bf16;
+     * batch 2 and fp8 keep k_moe_gemv's) */
+    int masks[4] = {TB_GPU_FUSE_SWIGLU, TB_GPU_FUSE_MOE_COMBINE, TB_GPU_FUSE_SWIGLU | TB_GPU_FUSE_MOE_COMBINE,
+                    TB_GPU_FUSE_SWIGLU | TB_GPU_FUSE_MOE_COMBINE | TB_GPU_FUSE_MOE_DOWN1};
     fprintf(stderr, "-- %s: the MoE epilogues fused against not%s --\n", name, fp8_mode ? ", dtype fp8" : "");
     for (int B = 1; B <= 2; B++) {
         int V = 0;
         float *base = decode_logits(name, B, 0, -1, P, N, &V);
         CHECK(base != NULL);
-        for (int i = 0; i < 3 && base; i++) {
+        for (int i = 0; i < 4 && base; i++) {
             float *fused = decode_logits(name, B, masks[i], -1, P, N, &V);
             CHECK(fused != NULL);
             if (fused) {
@@ -2029,6 +2032,7 @@ static void check_moe_norm(void)
     snprintf(mask, sizeof mask, "%d", f);
     for (fp8_mode = 0; fp8_mode <= 1; fp8_mode++) {
         check_ar_with("qwen3-moe", 0, 1, f, 0);
+        check_ar_with("qwen3-moe", 0, 1, f | TB_GPU_FUSE_MOE_DOWN1, 0); /* k_moe_down1 too (bf16) */
         check_ar_with("qwen3-moe", 3, 2, f, 0);
         setenv("TB_GPU_FUSION", mask, 1);
         check_block("tiny-llada2", 0);
@@ -2181,6 +2185,7 @@ int main(void)
     }
     if (getenv("TB_TEST_GPU_ONLY") && strcmp(getenv("TB_TEST_GPU_ONLY"), "moenorm") == 0) { /* TB_GPU_FUSE_MOE_NORM */
         check_moe_norm();
+        check_moe_fusions_exact("qwen3-moe");
         return check_done();
     }
     if (getenv("TB_TEST_GPU_ONLY") && strcmp(getenv("TB_TEST_GPU_ONLY"), "fp8") == 0) { /* dense models under dtype = fp8 */

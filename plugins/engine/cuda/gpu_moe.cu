@@ -32,7 +32,9 @@
 //                 tb_gpu_set_moe_span_grouped; TB_GPU_MOE_SPAN)
 //               (k_moe_gemv's gate-up writes the SwiGLU activations
 //               itself under TB_GPU_FUSE_SWIGLU, and its down product
-//               does the combine under TB_GPU_FUSE_MOE_COMBINE)
+//               does the combine under TB_GPU_FUSE_MOE_COMBINE; at batch
+//               1 under TB_GPU_FUSE_MOE_DOWN1 k_moe_down1 does both, a
+//               block over every expert of the row)
 //   combine     k_moe_combine: x[r] += sum_t w[r][t] y[pos[r k + t]]
 //   fp8         dtype = fp8 (fp8.h): the experts' weights are E4M3 codes
 //               with a scale an output row (gpu_context.cu), their inputs
@@ -381,6 +383,21 @@ static unsigned moe_grid_rows(const tb_gpu *g, int P, int E)
 // the down product's columns of blocks over h outputs (moe_count holds a
 // counter each, then the router's)
 static inline int moe_columns(int h) { return (h + MOE_TILE - 1) / MOE_TILE; }
+// One 16-byte chunk's products: 8 bf16 weights by 8 bf16 inputs, summed
+// in float32 in this order (every bf16 grouped GEMV's, so that their
+// fused forms give the same bits)
+__device__ __forceinline__ float moe_chunk_dot(uint4 wq, uint4 xq)
+{
+    const __nv_bfloat162 *wp = reinterpret_cast<const __nv_bfloat162 *>(&wq);
+    const __nv_bfloat162 *xp = reinterpret_cast<const __nv_bfloat162 *>(&xq);
+    float s = 0;
+    for (int q = 0; q < 4; q++) {
+        float2 a = __bfloat1622float2(wp[q]), b = __bfloat1622float2(xp[q]);
+        s += a.x * b.x + a.y * b.y;
+    }
+    return s;
+}
+
 template <bool SWIGLU>
 __device__ __forceinline__ void moe_gemv_block(const bf16 *__restrict__ W, const bf16 *__restrict__ X,
                                                const int *__restrict__ off, const int *__restrict__ order, int k,
@@ -422,16 +439,8 @@ __device__ __forceinline__ void moe_gemv_block(const bf16 *__restrict__ W, const
                 if (v >= nv)
                     break;
                 uint4 xq = xv[v][c];
-                const __nv_bfloat162 *xp = reinterpret_cast<const __nv_bfloat162 *>(&xq);
-                for (int r = 0; r < MOE_ROWS; r++) {
-                    const __nv_bfloat162 *wp = reinterpret_cast<const __nv_bfloat162 *>(&wq[r]);
-                    float s = 0;
-                    for (int q = 0; q < 4; q++) {
-                        float2 a = __bfloat1622float2(wp[q]), b = __bfloat1622float2(xp[q]);
-                        s += a.x * b.x + a.y * b.y;
-                    }
-                    acc[r][v] += s;
-                }
+                for (int r = 0; r < MOE_ROWS; r++)
+                    acc[r][v] += moe_chunk_dot(wq[r], xq);
             }
         }
         for (int r = 0; r < MOE_ROWS; r++)
@@ -472,6 +481,70 @@ __device__ void moe_combine_tile(float *x, const float *Y, const int *pos, const
         for (int t = 0; t < k; t++) // L2 reads: other blocks wrote Y
             s += w[r * k + t] * __ldcg(Y + (size_t)pos[r * k + t] * h + d);
         x[(size_t)r * h + d] += s;
+    }
+}
+
+// The experts' down product and the combine of one row in one kernel
+// (TB_GPU_FUSE_MOE_DOWN1, batch-1 decode, top_k <= MOE_WARPS): block b
+// owns outputs [b MOE_DOWN1_ROWS, + MOE_DOWN1_ROWS) of x, warp t the
+// row's t-th pair (expert idx[t], its activations act[pos[t]]); each
+// lane loads MOE_DOWN1_LOADS chunks of MOE_DOWN1_BATCH rows at once and
+// sums them in chunk order (moe_chunk_dot, then the warp's sum: each
+// output Y_t[d] as k_moe_gemv computes it), into shared memory; then
+// thread d adds sum_t w[t] Y_t[d], t in order, into x (moe_combine_tile's
+// sum). One block a 16 outputs over every chosen expert, where
+// k_moe_gemv<false, true> runs a block a (16 outputs, expert) and its
+// last block a column sums the experts' outputs after an arrival count.
+#define MOE_DOWN1_ROWS 16
+#define MOE_DOWN1_BATCH 4
+#define MOE_DOWN1_LOADS 4
+__global__ void __launch_bounds__(MOE_WARPS * 32)
+    k_moe_down1(const bf16 *__restrict__ W, const bf16 *__restrict__ act, const int *__restrict__ idx,
+                const int *__restrict__ pos, const float *__restrict__ w, int k, int h, int mi, float *__restrict__ x)
+{
+    __shared__ float y[MOE_WARPS][MOE_DOWN1_ROWS];
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, d0 = blockIdx.x * MOE_DOWN1_ROWS, chunks = mi / 8;
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    if (warp < k) {
+        const uint4 *wt = reinterpret_cast<const uint4 *>(W + (size_t)idx[warp] * h * mi); // expert's [h][mi]
+        const uint4 *ar = reinterpret_cast<const uint4 *>(act + (size_t)pos[warp] * mi);
+        for (int r0 = 0; r0 < MOE_DOWN1_ROWS; r0 += MOE_DOWN1_BATCH) {
+            float acc[MOE_DOWN1_BATCH] = {};
+            for (int c0 = lane; c0 < chunks; c0 += 32 * MOE_DOWN1_LOADS) {
+                uint4 wq[MOE_DOWN1_LOADS][MOE_DOWN1_BATCH], xq[MOE_DOWN1_LOADS];
+#pragma unroll
+                for (int u = 0; u < MOE_DOWN1_LOADS; u++) {
+                    int c = c0 + 32 * u;
+                    xq[u] = c < chunks ? ar[c] : zero;
+#pragma unroll
+                    for (int r = 0; r < MOE_DOWN1_BATCH; r++) {
+                        int d = d0 + r0 + r;
+                        wq[u][r] = c < chunks && d < h ? __ldg(wt + (size_t)d * chunks + c) : zero;
+                    }
+                }
+#pragma unroll
+                for (int u = 0; u < MOE_DOWN1_LOADS; u++)
+                    if (c0 + 32 * u < chunks)
+#pragma unroll
+                        for (int r = 0; r < MOE_DOWN1_BATCH; r++)
+                            acc[r] += moe_chunk_dot(wq[u][r], xq[u]);
+            }
+#pragma unroll
+            for (int r = 0; r < MOE_DOWN1_BATCH; r++) {
+                for (int o = 16; o > 0; o >>= 1)
+                    acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+                if (lane == 0)
+                    y[warp][r0 + r] = acc[r];
+            }
+        }
+    }
+    __syncthreads();
+    int d = d0 + (int)threadIdx.x;
+    if (threadIdx.x < MOE_DOWN1_ROWS && d < h) {
+        float s = 0;
+        for (int t = 0; t < k; t++)
+            s += w[t] * y[t][threadIdx.x];
+        x[d] += s;
     }
 }
 
@@ -1028,7 +1101,11 @@ int moe_ffn(tb_gpu *g, int l, int rows, int graphable, const float *norm_w)
         }
         dim3 down_grid((h + MOE_TILE - 1) / MOE_TILE, moe_grid_rows(g, P, E));
         combined = (g->fusion & TB_GPU_FUSE_MOE_COMBINE) && rows <= TB_GPU_MOE_FUSE_ROWS;
-        if (combined)
+        if (rows == 1 && (g->fusion & TB_GPU_FUSE_MOE_DOWN1) && k <= MOE_WARPS) { // the row's experts a block
+            k_moe_down1<<<(h + MOE_DOWN1_ROWS - 1) / MOE_DOWN1_ROWS, MOE_WARPS * 32, 0, g->stream>>>(
+                G->ex_down, g->moe_act, g->moe_idx, g->moe_pos, g->moe_w, k, h, mi, g->x);
+            combined = 1;
+        } else if (combined)
             k_moe_gemv<false, true><<<down_grid, MOE_WARPS * 32, 0, g->stream>>>(
                 G->ex_down, g->moe_act, g->moe_off, NULL, k, 0, g->moe_y, NULL, h, mi, E, g->x, g->moe_pos, g->moe_w,
                 g->moe_count);

@@ -141,7 +141,10 @@ void tb_gpu_set_moe_span_grouped(tb_gpu *g, int grouped);
  * same values, tested to the bit); MOE_NORM has the fused router, at
  * batch 1, make the MLP's RMSNorm of its row itself (no k_rmsnorm launch
  * before it; its sum of squares in another order; at batch 4, where each
- * of its blocks normalizes every row, it measured 0.8% slower). MOE_COMBINE and MOE_ROUTER are bits
+ * of its blocks normalizes every row, it measured 0.8% slower); MOE_DOWN1
+ * (off by default: not yet measured) has batch 1's experts' down product
+ * and combine run a block per 16 outputs over all the row's experts
+ * (gpu_moe.cu's k_moe_down1: the same sums, no arrival count). MOE_COMBINE and MOE_ROUTER are bits
  * 8 and 16, GROUP_ATTN 32, since 2026-12-07, ATTN_POST 128 and MOE_NORM
  * 256 since session 25 (64 was session 24's L2 prefetch, removed), so
  * masks written before, 3 and 7, leave them out. (Until 2026-12-02 NORM staged the norm inside every block of
@@ -161,7 +164,8 @@ void tb_gpu_set_moe_span_grouped(tb_gpu *g, int grouped);
 /* (64: session 24's L2 prefetch, measured slower and removed: not reused) */
 #define TB_GPU_FUSE_ATTN_POST 128
 #define TB_GPU_FUSE_MOE_NORM 256
-#define TB_GPU_FUSE_ALL (63 | TB_GPU_FUSE_ATTN_POST | TB_GPU_FUSE_MOE_NORM) /* every bit above */
+#define TB_GPU_FUSE_MOE_DOWN1 512
+#define TB_GPU_FUSE_ALL (63 | TB_GPU_FUSE_ATTN_POST | TB_GPU_FUSE_MOE_NORM | TB_GPU_FUSE_MOE_DOWN1) /* every bit above */
 /* MOE_COMBINE and MOE_ROUTER act on forwards of at most this many rows:
  * on the H100 (docs/PERFORMANCE.md, 2026-12-07, bench_moe qwen3-30b-a3b
  * decode, TB_GPU_FUSION 27 against 3 in one call) the two made a decode
