@@ -1036,13 +1036,15 @@ static int moe_experts_fp8(tb_gpu *g, const gpu_layer *G, int rows, int graphabl
 }
 
 // The fused router's conditions (TB_GPU_FUSE_MOE_ROUTER): few rows, at
-// most 256 experts, h % 8 == 0; with the norm (`norm`) its shared memory
+// most 256 experts, h % 8 == 0; with the norm (`norm`) its shared memory,
+// dynamic and the kernel's own (a few hundred bytes: 1 KB allowed),
 // within the 48 KB a launch gets without asking
 static bool router_fused(const tb_gpu *g, int rows, bool norm)
 {
     const tb_moe_config *m = &g->moe;
     return (g->fusion & TB_GPU_FUSE_MOE_ROUTER) && rows <= TB_GPU_MOE_FUSE_ROWS && m->n_experts <= 256 &&
-           m->hidden % 8 == 0 && (!norm || moe_router_smem(rows, m->hidden, m->n_experts, true) <= 48 * 1024);
+           m->hidden % 8 == 0 &&
+           (!norm || moe_router_smem(rows, m->hidden, m->n_experts, true) + 1024 <= 48 * 1024);
 }
 
 // TB_GPU_FUSE_MOE_NORM: one row only (at 4 rows, each block normalizing

@@ -461,6 +461,15 @@ static const preset presets[] = {
                         .qk_norm = 1, .n_experts = 8, .n_experts_per_tok = 2, .moe_intermediate_size = 32,
                         .norm_topk_prob = 1, .decoder_sparse_step = 1, .eos_ids = {1}, .n_eos = 1, .bos_id = -1,
                         .mask_id = -1, .torch_dtype = "float32"}},
+    /* a tiny one whose experts' widths are not round: hidden 200 (a
+     * multiple of 8, not of 16), experts of 1,056 (132 chunks of 8), 8 of
+     * 8 chosen: every warp and every bound of the GPU's batch-1 kernels */
+    {"tiny-qwen3-moe-wide", {.arch = TB_ARCH_QWEN3_MOE, .arch_name = "Qwen3MoeForCausalLM", .vocab_size = 512,
+                             .hidden_size = 200, .intermediate_size = 256, .n_layers = 2, .n_heads = 4,
+                             .n_kv_heads = 2, .head_dim = 32, .rms_eps = 1e-6, .rope_theta = 1000000,
+                             .max_position_embeddings = 2048, .qk_norm = 1, .n_experts = 8, .n_experts_per_tok = 8,
+                             .moe_intermediate_size = 1056, .norm_topk_prob = 1, .decoder_sparse_step = 1,
+                             .eos_ids = {1}, .n_eos = 1, .bos_id = -1, .mask_id = -1, .torch_dtype = "float32"}},
     /* LLaDA-MoE-7B-A1B's shape (inclusionAI/LLaDA-MoE-7B-A1B-Base: OLMoE
      * blocks with per-head q/k norms, every layer 64 experts, 8 a token,
      * weights not renormalised; mask 156895 as its generation code) and a
