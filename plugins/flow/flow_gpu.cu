@@ -5,7 +5,8 @@
 #include "cuda_check.cuh"  // CK, CB, LAUNCHED: failures as statuses (fail() below)
 #include "gpu.h"            // the engine's ceiling measurement
 #include "gpu_kprof.h"      // TB_GPU_KERNEL_PROFILE's kernel table
-#include "gpu_kernels.cuh"  // the engine's kernels it reuses: k_init_uniform, k_f32_to_bf16, k_softmax, k_argmax
+#include "gpu_kernels.cuh"  // the engine's kernels it reuses: k_init_uniform, k_f32_to_bf16, k_softmax, k_argmax,
+                            // and its one-kernel span attention (tbgpu::attn_span_rows)
 
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -27,6 +28,7 @@ struct tb_flow_gpu {
     int64_t n_params;
     cudaDeviceProp prop;
     int kprof; // TB_GPU_KERNEL_PROFILE (gpu_kprof.h): this context is in the kernel table
+    int span_fused; // attention by the engine's one-kernel path (tb_flow_gpu_set_fused_attention)
     cublasHandle_t blas;
     cudaStream_t stream;
     void *ws;
@@ -138,15 +140,16 @@ __global__ void k_ln_mod(const float *x, const float *w, const float *mod, int m
         y[(size_t)r * D + i] = __float2bfloat16((xr[i] - mean) * inv * w[i] * (1.0f + m[off_scale + i]) + m[off_shift + i]);
 }
 
-// qkv [rows][3D] -> q, k, v [B][H][L][hd] bf16, RoPE (rotate-half) on q, k
-// from each canvas's first real position.
-__global__ void k_rope_split(const float *qkv, const float *inv_freq, const int *pad, int L, int H, int hd, bf16 *q,
-                             bf16 *k, bf16 *v)
+// qkv [rows][3D] -> q, k, v bf16, RoPE (rotate-half) on q, k from each
+// canvas's first real position; by_head: [B][H][L][hd] (the batched GEMMs'
+// operands), else [B][L][H][hd] (the one-kernel attention's).
+__global__ void k_rope_split(const float *qkv, const float *inv_freq, const int *pad, int L, int H, int hd,
+                             int by_head, bf16 *q, bf16 *k, bf16 *v)
 {
     int r = blockIdx.x, h = blockIdx.y, b = r / L, t = r % L, D = H * hd, half = hd / 2;
     int pos = t >= pad[b] ? t - pad[b] : 0;
     const float *src = qkv + (size_t)r * 3 * D + (size_t)h * hd;
-    size_t at = (((size_t)b * H + h) * L + t) * hd;
+    size_t at = by_head ? (((size_t)b * H + h) * L + t) * hd : ((size_t)r * H + h) * hd;
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
         float ang = (float)pos * inv_freq[i], cs = cosf(ang), sn = sinf(ang);
         float a = src[i], c = src[i + half];
@@ -447,6 +450,11 @@ extern "C" int tb_flow_gpu_create(tb_flow_gpu **out, const tb_flow_model *cpu, c
         rc = preset_config(preset, &g->cfg, g);
     const tb_flow_config *c = &g->cfg;
     size_t D = c->hidden, V = c->vocab, C = c->cond_dim, F = c->mlp_dim, Fq = c->freq_dim;
+    // the one-kernel attention where the engine has it for this head_dim
+    // (TB_GPU_SPAN_ATTN=0: the batched GEMMs, as the engine's own spans)
+    const char *span_env = getenv("TB_GPU_SPAN_ATTN");
+    g->span_fused = rc == 0 && !(span_env && atoi(span_env) == 0) &&
+                    tbgpu::attn_span_rows_ready(c->head_dim, g->prop.sharedMemPerBlockOptin) == cudaSuccess;
     g->blocks = rc == 0 ? (fblock *)calloc(c->n_blocks, sizeof *g->blocks) : NULL;
     g->t_w1 = (float *)malloc(C * Fq * sizeof(float));
     g->t_b1 = (float *)malloc(C * sizeof(float));
@@ -604,6 +612,16 @@ extern "C" int tb_flow_gpu_noise(tb_flow_gpu *g, const uint64_t *states, int B, 
     return rc;
 }
 
+extern "C" int tb_flow_gpu_set_fused_attention(tb_flow_gpu *g, int fused)
+{
+    if (fused && tbgpu::attn_span_rows_ready(g->cfg.head_dim, g->prop.sharedMemPerBlockOptin) != cudaSuccess)
+        return fail(g, "no one-kernel attention for head_dim %d on this device", g->cfg.head_dim);
+    if ((fused != 0) != (g->span_fused != 0))
+        free_buffers(g); // the batched path's buffers come and go with it (reserve)
+    g->span_fused = fused != 0;
+    return 0;
+}
+
 extern "C" int tb_flow_gpu_ceilings(tb_flow_gpu *g, double *peak_flops, double *peak_bytes_per_s)
 {
     return tb_gpu_device_ceilings(g->stream, g->blas, peak_flops, peak_bytes_per_s, g->error, sizeof g->error);
@@ -618,19 +636,22 @@ static int reserve(tb_flow_gpu *g, int B, int L)
     const tb_flow_config *c = &g->cfg;
     size_t R = (size_t)B * L, D = c->hidden, V = c->vocab, F = c->mlp_dim, H = c->n_heads;
     size_t fl = sizeof(float), hb = sizeof(bf16);
+    // the batched attention's scores, probabilities and per-head output:
+    // only where it may run (forward's attention_fused)
+    bool batched = !g->span_fused || c->prompt_attends_prompt;
     int rc = dalloc(g, (void **)&g->z, R * D * fl) || dalloc(g, (void **)&g->xsc, R * D * fl) ||
              dalloc(g, (void **)&g->x0, R * D * fl) || dalloc(g, (void **)&g->y2, R * D * fl) ||
              dalloc(g, (void **)&g->e1, R * D * fl) || dalloc(g, (void **)&g->noise, R * D * fl) ||
              dalloc(g, (void **)&g->x, R * D * fl) || dalloc(g, (void **)&g->y, R * (F > 3 * D ? F : 3 * D) * fl) ||
              dalloc(g, (void **)&g->qkv, R * 3 * D * fl) || dalloc(g, (void **)&g->logits, R * V * fl) ||
-             dalloc(g, (void **)&g->scores, (size_t)B * H * L * L * fl) ||
+             (batched && dalloc(g, (void **)&g->scores, (size_t)B * H * L * L * fl)) ||
              dalloc(g, (void **)&g->mod, 2 * 6 * D * fl) || dalloc(g, (void **)&g->cond, 2 * (size_t)c->cond_dim * fl) ||
              dalloc(g, (void **)&g->zb, R * D * hb) || dalloc(g, (void **)&g->xb, R * D * hb) ||
              dalloc(g, (void **)&g->h, R * D * hb) || dalloc(g, (void **)&g->q, R * D * hb) ||
              dalloc(g, (void **)&g->k, R * D * hb) || dalloc(g, (void **)&g->v, R * D * hb) ||
-             dalloc(g, (void **)&g->o, R * D * hb) || dalloc(g, (void **)&g->att, R * D * hb) ||
+             (batched && dalloc(g, (void **)&g->o, R * D * hb)) || dalloc(g, (void **)&g->att, R * D * hb) ||
              dalloc(g, (void **)&g->u, R * F * hb) || dalloc(g, (void **)&g->probs, R * V * hb) ||
-             dalloc(g, (void **)&g->pr, (size_t)B * H * L * L * hb) ||
+             (batched && dalloc(g, (void **)&g->pr, (size_t)B * H * L * L * hb)) ||
              dalloc(g, (void **)&g->condb, 2 * (size_t)c->cond_dim * hb) ||
              dalloc(g, (void **)&g->tok, R * sizeof(int32_t)) || dalloc(g, (void **)&g->out_tok, R * sizeof(int32_t)) ||
              dalloc(g, (void **)&g->pad, (size_t)B * sizeof(int)) ||
@@ -706,6 +727,9 @@ static int forward(tb_flow_gpu *g, const float *zz, double gamma, int B, int L, 
          gemm_nt(g, g->x, g->xb, D, g->sc_w + D, 2 * D, R, D, D, 1, 1)))
         return -1;
     float alpha = 1.0f / sqrtf((float)hd), one = 1.0f, zero = 0.0f;
+    // the one-kernel attention, unless prompt rows see only the prompt
+    // (a mask it does not have)
+    bool fused = g->span_fused && !(c->prompt_attends_prompt && gen0 > 0);
     for (int l = 0; l < c->n_blocks; l++) {
         fblock *bl = &g->blocks[l];
         // modulation [nc][6D] = cond W_ada^T + b_ada
@@ -716,27 +740,33 @@ static int forward(tb_flow_gpu *g, const float *zz, double gamma, int B, int L, 
         LAUNCHED();
         if (gemm_nt(g, g->qkv, g->h, D, bl->wqkv, D, R, 3 * D, D, 1, 0))
             return -1;
-        k_rope_split<<<dim3(R, H), 64, 0, g->stream>>>(g->qkv, g->inv_freq, g->pad, L, H, hd, g->q, g->k, g->v);
-        LAUNCHED();
-        // S = Q K^T / sqrt(hd) per (canvas, head): column-major K^T Q
-        long long sq = (long long)L * hd, ss = (long long)L * L;
-        CB(cublasGemmStridedBatchedEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, L, L, hd, &alpha, g->k, CUDA_R_16BF, hd, sq,
-                                      g->q, CUDA_R_16BF, hd, sq, &zero, g->scores, CUDA_R_32F, L, ss, B * H,
-                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-        if (c->prompt_attends_prompt && gen0 > 0) {
-            k_mask_prompt_rows<<<dim3((unsigned)(B * H), (unsigned)gen0), 128, 0, g->stream>>>(g->scores, L, gen0);
+        if (fused) { // softmax(Q K^T / sqrt(hd)) V in one kernel, straight into att [R][D]
+            k_rope_split<<<dim3(R, H), 64, 0, g->stream>>>(g->qkv, g->inv_freq, g->pad, L, H, hd, 0, g->q, g->k, g->v);
+            LAUNCHED();
+            CK(tbgpu::attn_span_rows(g->stream, g->q, g->k, g->v, g->att, B, L, L, 0, 0, g->pad, 0, H, H, L, hd));
+        } else {
+            k_rope_split<<<dim3(R, H), 64, 0, g->stream>>>(g->qkv, g->inv_freq, g->pad, L, H, hd, 1, g->q, g->k, g->v);
+            LAUNCHED();
+            // S = Q K^T / sqrt(hd) per (canvas, head): column-major K^T Q
+            long long sq = (long long)L * hd, ss = (long long)L * L;
+            CB(cublasGemmStridedBatchedEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, L, L, hd, &alpha, g->k, CUDA_R_16BF, hd,
+                                          sq, g->q, CUDA_R_16BF, hd, sq, &zero, g->scores, CUDA_R_32F, L, ss, B * H,
+                                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+            if (c->prompt_attends_prompt && gen0 > 0) {
+                k_mask_prompt_rows<<<dim3((unsigned)(B * H), (unsigned)gen0), 128, 0, g->stream>>>(g->scores, L, gen0);
+                LAUNCHED();
+            }
+            k_softmax<<<(unsigned)((size_t)B * H * L), 256, 0, g->stream>>>(g->scores, g->pr, L, L, 0, 0, g->pad, H);
+            LAUNCHED();
+            // O = P V
+            CB(cublasGemmStridedBatchedEx(g->blas, CUBLAS_OP_N, CUBLAS_OP_N, hd, L, L, &one, g->v, CUDA_R_16BF, hd,
+                                          sq, g->pr, CUDA_R_16BF, L, ss, &zero, g->o, CUDA_R_16BF, hd, sq, B * H,
+                                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+            k_merge_heads<<<dim3(R, H), 64, 0, g->stream>>>(g->o, L, H, hd, g->att);
             LAUNCHED();
         }
-        k_softmax<<<(unsigned)((size_t)B * H * L), 256, 0, g->stream>>>(g->scores, g->pr, L, L, 0, 0, g->pad, H);
-        LAUNCHED();
-        // O = P V
-        CB(cublasGemmStridedBatchedEx(g->blas, CUBLAS_OP_N, CUBLAS_OP_N, hd, L, L, &one, g->v, CUDA_R_16BF, hd, sq,
-                                      g->pr, CUDA_R_16BF, L, ss, &zero, g->o, CUDA_R_16BF, hd, sq, B * H,
-                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
         g->flops += 4.0 * B * H * (double)L * L * hd;
         g->bytes += 2.0 * 2 * 2 * (double)R * D; // K and V (bf16), written by k_rope_split, read here
-        k_merge_heads<<<dim3(R, H), 64, 0, g->stream>>>(g->o, L, H, hd, g->att);
-        LAUNCHED();
         if (gemm_nt(g, g->y, g->att, D, bl->wo, D, R, D, D, 1, 0))
             return -1;
         k_gate_add<<<grid_for(n), 256, 0, g->stream>>>(g->x, g->y, NULL, g->mod, 6 * D, 2 * D, L, gp, D, n);

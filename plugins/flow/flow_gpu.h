@@ -37,6 +37,15 @@ const char *tb_flow_gpu_error(const tb_flow_gpu *g);
  * states[B] (host), into out[B][n] (host). */
 int tb_flow_gpu_noise(tb_flow_gpu *g, const uint64_t *states, int B, size_t n, float *out);
 
+/* Tests: each block's attention by the engine's one-kernel span attention
+ * (fused 1: the default where head_dim is 16, 32, 64 or 128, and not
+ * TB_GPU_SPAN_ATTN=0 at creation; a call whose prompt rows attend to the
+ * prompt only runs the other path, whose mask it lacks) or by two batched
+ * GEMMs around a row softmax (0). Both round alike to bf16, not bit for
+ * bit. -1 (the message in tb_flow_gpu_error) where the one kernel cannot
+ * run. */
+int tb_flow_gpu_set_fused_attention(tb_flow_gpu *g, int fused);
+
 /* The device's roofline ceilings (the engine's measurement, gpu.h's
  * tb_gpu_device_ceilings: bf16 GEMM FLOP/s and copy bytes/s); 0, or -1
  * with the reason in tb_flow_gpu_error. */

@@ -767,6 +767,105 @@ static void check_flow(void)
     tb_flow_model_free(&m);
 }
 
+/* The flow backend's attention by the engine's one-kernel span attention
+ * (tb_flow_gpu_set_fused_attention; the golden flow-tiny's head_dim, 8,
+ * has none, so check_flow runs the batched path): the flow-tiny preset
+ * (head_dim 16), two canvases of 80 rows (two query blocks, two key
+ * tiles; one canvas left-padded), each path against the CPU (final
+ * logits within the bf16 bound, every clear token equal) and against
+ * each other; then the model read with "prompt_attention": "prompt",
+ * whose calls with a prompt take the batched path although the fused
+ * one is on (its mask). */
+static void check_flow_fused(void)
+{
+    char err[512];
+    tb_flow_model m;
+    if (tb_flow_model_preset("flow-tiny", 3, &m, err, sizeof err) != 0) {
+        fprintf(stderr, "flow-tiny preset: %s\n", err);
+        CHECK(0);
+        return;
+    }
+    for (size_t i = 0; i + (size_t)m.cfg.head_dim / 2 < m.arena_floats; i++) /* as check_flow */
+        m.arena[i] = tb_bf16_to_f32(tb_f32_to_bf16(m.arena[i]));
+    enum { B = 2, L = 80, GEN0 = 6 };
+    int D = m.cfg.hidden, V = m.cfg.vocab, pad[B] = {0, 3};
+    int32_t tok0[B * L];
+    uint64_t rng = 11;
+    for (int i = 0; i < B * L; i++)
+        tok0[i] = (int32_t)(tb_rng_uniform(&rng) * (V - 1));
+    float *noise = malloc((size_t)B * L * D * sizeof(float));
+    uint64_t ns = 78;
+    tb_flow_gaussian(&ns, noise, (size_t)B * L * D);
+    tb_flow_cpu st;
+    CHECK(tb_flow_cpu_init(&st, &m, B, L, 1, err, sizeof err) == 0);
+    flow_last_n = (size_t)B * L * V;
+    flow_last = malloc(flow_last_n * sizeof(float));
+    float *glog[2] = {malloc(flow_last_n * sizeof(float)), malloc(flow_last_n * sizeof(float))};
+    tb_flow_engine e = {.ctx = &st, .forward = flow_keep_forward, .x0 = flow_cpu_x0};
+    for (int pm = 0; pm < 2; pm++) {
+        m.cfg.prompt_gamma_min = pm, m.cfg.prompt_attends_prompt = pm;
+        tb_flow_gpu *g = NULL;
+        if (tb_flow_gpu_create(&g, &m, NULL, 0, err, sizeof err) != 0) {
+            fprintf(stderr, "flow-tiny preset on the GPU: %s\n", err);
+            CHECK(0);
+            break;
+        }
+        tb_flow_params p = {.steps = 4, .solver = TB_FLOW_EULER, .prompt = TB_FLOW_PROMPT_NOISED};
+        int32_t ct[B * L];
+        memcpy(ct, tok0, sizeof ct);
+        int cf = 0;
+        CHECK(tb_flow_sample(&m, &e, &p, ct, pad, B, L, GEN0, noise, &cf, NULL, NULL) == 0);
+        double ref = max_abs(flow_last, flow_last_n), bound = 4 * GPU_TOL * (ref > 1 ? ref : 1);
+        for (int fused = 1; fused >= 0; fused--) {
+            int32_t gt[B * L];
+            memcpy(gt, tok0, sizeof gt);
+            int gf = 0;
+            int rc = tb_flow_gpu_set_fused_attention(g, fused);
+            if (rc == 0)
+                rc = tb_flow_gpu_sample(g, &p, gt, pad, B, L, GEN0, noise, NULL, &gf, NULL, NULL, glog[fused], NULL,
+                                        NULL, NULL);
+            if (rc)
+                fprintf(stderr, "flow-tiny preset, fused %d: %s\n", fused, tb_flow_gpu_error(g));
+            CHECK(rc == 0 && gf == cf);
+            double diff = 0;
+            int clear = 0, same = 0;
+            for (int b = 0; b < B; b++)
+                for (int i = pad[b]; i < L; i++) {
+                    const float *c = flow_last + ((size_t)b * L + i) * V;
+                    for (int v = 0; v < V; v++) {
+                        double d = fabs(glog[fused][((size_t)b * L + i) * V + v] - c[v]);
+                        diff = isnan(d) ? INFINITY : d > diff ? d : diff;
+                    }
+                    int32_t best;
+                    double gap;
+                    margin(c, V, &best, &gap);
+                    if (i >= GEN0 && gap > bound) {
+                        clear++;
+                        same += gt[b * L + i] == ct[b * L + i];
+                    }
+                }
+            fprintf(stderr, "flow-tiny preset (head_dim %d)%s, attention %s: final logits max diff %.3g (bound %.3g), "
+                            "tokens %d of %d clear ones\n",
+                    m.cfg.head_dim, pm ? " prompt_attention=prompt" : "", fused ? "in one kernel" : "batched", diff,
+                    bound, same, clear);
+            CHECK(diff <= bound && same == clear);
+        }
+        double both = max_diff(glog[0], glog[1], flow_last_n);
+        fprintf(stderr, "flow-tiny preset%s: the two attention paths' final logits max diff %.3g\n",
+                pm ? " prompt_attention=prompt" : "", both);
+        CHECK(both <= bound);
+        if (pm) /* a prompt limited to itself: both calls took the batched path, the same bits */
+            CHECK(both == 0);
+        tb_flow_gpu_free(g);
+    }
+    free(noise);
+    free(flow_last);
+    flow_last = NULL;
+    free(glog[0]), free(glog[1]);
+    tb_flow_cpu_free(&st);
+    tb_flow_model_free(&m);
+}
+
 /* A MoE model's comparison beyond the bound after a CPU routing margin
  * below ROUTE_TOL ends as a reported near-tie (see the top); 1 then. */
 static int route_near_tie(const char *name, const tb_model *m, const tb_cpu_state *st, int beyond)
@@ -2175,6 +2274,11 @@ int main(void)
         check_span_attention();
         return check_done();
     }
+    if (getenv("TB_TEST_GPU_ONLY") && strcmp(getenv("TB_TEST_GPU_ONLY"), "flow") == 0) { /* the flow backend */
+        check_flow();
+        check_flow_fused();
+        return check_done();
+    }
     if (getenv("TB_TEST_GPU_ONLY") && strcmp(getenv("TB_TEST_GPU_ONLY"), "kprof") == 0) {
         check_kernel_profile();
         return check_done();
@@ -2331,6 +2435,7 @@ int main(void)
     check_ar_with("llama-gqa", 5, 2, 0, 0);
     check_ar_with("qwen2-bias", 3, 2, TB_GPU_FUSE_SWIGLU, 0);
     check_flow();
+    check_flow_fused();
     check_diffusion("llada-tiny", 0);
     check_diffusion("dream-tiny", 1);
     check_diffusion_padded("llada-tiny", 7);

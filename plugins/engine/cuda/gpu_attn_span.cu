@@ -275,25 +275,41 @@ __global__ void __launch_bounds__(32 * W)
 #define FA_SHAPES(X) X(4, 64) X(2, 32) X(4, 32) X(2, 64)
 constexpr int FA_N_SHAPES = 4;
 
+// One launch of k_attn_span<HD, W, BN> (attn_span_rows's arguments; rslot,
+// rpos: k_attn_span's)
+template <int HD, int W, int BN>
+cudaError_t launch_raw(cudaStream_t s, const bf16 *q, const bf16 *kc, const bf16 *vc, bf16 *out, int B, int n,
+                       int n_attend, int pos0, int causal, const int *pad, const int *rslot, const int *rpos,
+                       int slot0, int nh, int nkv, int len)
+{
+    dim3 grid((n + 16 * W - 1) / (16 * W), nh, B);
+    k_attn_span<HD, W, BN><<<grid, 32 * W, fa_smem<HD, W, BN>(), s>>>(
+        q, kc, vc, out, n, n_attend, pos0, causal, pad, rslot, rpos, slot0, nh, nkv, len,
+        (float)(1.4426950408889634 / sqrt((double)HD)));
+    return cudaGetLastError();
+}
+
 template <int HD, int W, int BN> int launch_shape(tb_gpu *g, int l, int B, int slot0, int pos0, int n, int n_attend, int causal)
 {
     const tb_model_config *c = &g->cfg;
     size_t layer_off = (size_t)l * g->seqs * g->len * c->n_kv_heads * HD;
-    dim3 grid((n + 16 * W - 1) / (16 * W), c->n_heads, B);
     // the span's padding and cache sequences: by slot (g->span_slots, in
     // d_rslot) or slot0 + b; ragged positions (g->span_pos) in d_rpos
-    k_attn_span<HD, W, BN><<<grid, 32 * W, fa_smem<HD, W, BN>(), g->stream>>>(
-        g->q, g->kc + layer_off, g->vc + layer_off, g->att, n, n_attend, pos0, causal, g->d_pad,
-        g->span_slots ? g->d_rslot : NULL, g->span_pos ? g->d_rpos : NULL, slot0, c->n_heads, c->n_kv_heads, g->len,
-        (float)(1.4426950408889634 / sqrt((double)HD)));
-    CK(cudaGetLastError());
+    CK((launch_raw<HD, W, BN>(g->stream, g->q, g->kc + layer_off, g->vc + layer_off, g->att, B, n, n_attend, pos0,
+                              causal, g->d_pad, g->span_slots ? g->d_rslot : NULL, g->span_pos ? g->d_rpos : NULL,
+                              slot0, c->n_heads, c->n_kv_heads, g->len)));
     return 0;
+}
+
+template <int HD, int W, int BN> cudaError_t raise_raw()
+{
+    return cudaFuncSetAttribute(k_attn_span<HD, W, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                (int)fa_smem<HD, W, BN>());
 }
 
 template <int HD, int W, int BN> int raise_smem(tb_gpu *g)
 {
-    CK(cudaFuncSetAttribute(k_attn_span<HD, W, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                            (int)fa_smem<HD, W, BN>()));
+    CK((raise_raw<HD, W, BN>()));
     return 0;
 }
 
@@ -334,6 +350,32 @@ int attn_span_fused(tb_gpu *g, int l, int B, int slot0, int pos0, int n, int n_a
         return fail(g, "attn_span_fused: shape %d", g->span_shape);
     }
     default: return fail(g, "attn_span_fused: head_dim %d", g->cfg.head_dim);
+    }
+}
+
+cudaError_t attn_span_rows_ready(int hd, size_t smem_optin)
+{
+    if (fa_smem<128, 4, 64>() > smem_optin)
+        return cudaErrorInvalidValue;
+    switch (hd) {
+    case 16: return raise_raw<16, 4, 64>();
+    case 32: return raise_raw<32, 4, 64>();
+    case 64: return raise_raw<64, 4, 64>();
+    case 128: return raise_raw<128, 4, 64>();
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+cudaError_t attn_span_rows(cudaStream_t s, const bf16 *q, const bf16 *kc, const bf16 *vc, bf16 *out, int B, int n,
+                           int n_attend, int pos0, int causal, const int *pad, int slot0, int nh, int nkv, int len,
+                           int hd)
+{
+    switch (hd) {
+    case 16: return launch_raw<16, 4, 64>(s, q, kc, vc, out, B, n, n_attend, pos0, causal, pad, NULL, NULL, slot0, nh, nkv, len);
+    case 32: return launch_raw<32, 4, 64>(s, q, kc, vc, out, B, n, n_attend, pos0, causal, pad, NULL, NULL, slot0, nh, nkv, len);
+    case 64: return launch_raw<64, 4, 64>(s, q, kc, vc, out, B, n, n_attend, pos0, causal, pad, NULL, NULL, slot0, nh, nkv, len);
+    case 128: return launch_raw<128, 4, 64>(s, q, kc, vc, out, B, n, n_attend, pos0, causal, pad, NULL, NULL, slot0, nh, nkv, len);
+    default: return cudaErrorInvalidValue;
     }
 }
 

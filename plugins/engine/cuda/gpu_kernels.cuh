@@ -109,6 +109,20 @@ __global__ void k_pick_combine(const pick_part *part, int n_picks, int chunks, i
 
 struct tb_gpu;
 namespace tbgpu {
+// Attention of spans in one kernel, for a caller without a tb_gpu (the
+// flow backend): gpu_attn_span.cu's k_attn_span (online softmax, tensor
+// cores; its masks are k_softmax's) with its default shape. q, out
+// [B][n][nh][hd] bf16; kc, vc [seqs][len][nkv][hd] bf16, span b's keys
+// those of sequence slot0 + b, [0, n_attend); pad[slot0 + b] its padding;
+// pos0 and causal as k_softmax's. hd 16, 32, 64 or 128.
+// attn_span_rows_ready(hd, the device's opt-in shared memory a block)
+// sets the kernel's shared memory for the current device once, before
+// the first launch; an error where hd has no kernel or the device too
+// little shared memory (the caller keeps its own path then).
+cudaError_t attn_span_rows_ready(int hd, size_t smem_optin);
+cudaError_t attn_span_rows(cudaStream_t s, const bf16 *q, const bf16 *kc, const bf16 *vc, bf16 *out, int B, int n,
+                           int n_attend, int pos0, int causal, const int *pad, int slot0, int nh, int nkv, int len,
+                           int hd);
 // The batch-1 product y[out] (+)= W[out][in] x[in] with GEMV variant
 // `variant` (0 .. TB_GPU_GEMV_VARIANTS - 1, gpu.h) on g's stream;
 // gemv_variant_for gives the one tb_gpu_bench_gemv found fastest for the
