@@ -120,13 +120,55 @@ __device__ __forceinline__ int mod_row(size_t r, int L, int gp)
 }
 
 // y[r] = LN(x[r]) w (1 + scale) + shift, shift/scale of row r's level
-// at mod + mod_row(r) * mstride + off_shift / off_scale; bf16 out.
+// at mod + mod_row(r) * mstride + off_shift / off_scale; bf16 out. A
+// block a row. Where D % 4 == 0 and D <= 4 LN_CHUNKS blockDim, the row
+// is read once into registers (16-byte loads; every preset's D), else
+// three times (the second and third from L1/L2).
+#define LN_CHUNKS 4
 __global__ void k_ln_mod(const float *x, const float *w, const float *mod, int mstride, int off_shift, int off_scale,
                          int L, int gp, int D, float eps, bf16 *y)
 {
     __shared__ float red[32];
     int r = blockIdx.x;
     const float *xr = x + (size_t)r * D;
+    const float *m = mod + (size_t)mod_row(r, L, gp) * mstride;
+    int n4 = D / 4;
+    if (D % 4 == 0 && n4 <= LN_CHUNKS * (int)blockDim.x) {
+        float4 v[LN_CHUNKS];
+        float s = 0;
+#pragma unroll
+        for (int c = 0; c < LN_CHUNKS; c++) {
+            int i = threadIdx.x + c * blockDim.x;
+            v[c] = i < n4 ? reinterpret_cast<const float4 *>(xr)[i] : make_float4(0, 0, 0, 0);
+            s += v[c].x + v[c].y + v[c].z + v[c].w;
+        }
+        float mean = block_sum(s, red) / D, q = 0;
+#pragma unroll
+        for (int c = 0; c < LN_CHUNKS; c++)
+            if (threadIdx.x + c * blockDim.x < n4) {
+                float a = v[c].x - mean, b = v[c].y - mean, d = v[c].z - mean, e = v[c].w - mean;
+                q += a * a + b * b + d * d + e * e;
+            }
+        float inv = rsqrtf(block_sum(q, red) / D + eps);
+#pragma unroll
+        for (int c = 0; c < LN_CHUNKS; c++) {
+            int i = threadIdx.x + c * blockDim.x;
+            if (i >= n4)
+                continue;
+            float4 wv = reinterpret_cast<const float4 *>(w)[i];
+            float4 sc = reinterpret_cast<const float4 *>(m + off_scale)[i];
+            float4 sh = reinterpret_cast<const float4 *>(m + off_shift)[i];
+            __nv_bfloat162 lo = __floats2bfloat162_rn((v[c].x - mean) * inv * wv.x * (1.0f + sc.x) + sh.x,
+                                                      (v[c].y - mean) * inv * wv.y * (1.0f + sc.y) + sh.y);
+            __nv_bfloat162 hi = __floats2bfloat162_rn((v[c].z - mean) * inv * wv.z * (1.0f + sc.z) + sh.z,
+                                                      (v[c].w - mean) * inv * wv.w * (1.0f + sc.w) + sh.w);
+            uint2 o;
+            o.x = *reinterpret_cast<unsigned *>(&lo);
+            o.y = *reinterpret_cast<unsigned *>(&hi);
+            reinterpret_cast<uint2 *>(y + (size_t)r * D)[i] = o;
+        }
+        return;
+    }
     float s = 0;
     for (int i = threadIdx.x; i < D; i += blockDim.x)
         s += xr[i];
@@ -135,7 +177,6 @@ __global__ void k_ln_mod(const float *x, const float *w, const float *mod, int m
     for (int i = threadIdx.x; i < D; i += blockDim.x)
         v += (xr[i] - mean) * (xr[i] - mean);
     float inv = rsqrtf(block_sum(v, red) / D + eps);
-    const float *m = mod + (size_t)mod_row(r, L, gp) * mstride;
     for (int i = threadIdx.x; i < D; i += blockDim.x)
         y[(size_t)r * D + i] = __float2bfloat16((xr[i] - mean) * inv * w[i] * (1.0f + m[off_scale + i]) + m[off_shift + i]);
 }
@@ -172,9 +213,24 @@ __global__ void k_merge_heads(const bf16 *o, int L, int H, int hd, bf16 *att)
 }
 
 // x[r] += g (y[r] + bias), g of row r's level at mod + mod_row(r) * mstride + off
+// (n = rows x D); four a thread where D % 4 == 0 (16-byte loads and
+// stores, the same arithmetic: launch over n / 4 threads then)
 __global__ void k_gate_add(float *x, const float *y, const float *bias, const float *mod, int mstride, int off, int L,
                            int gp, int D, size_t n)
 {
+    if (D % 4 == 0) {
+        const float4 zero = make_float4(0, 0, 0, 0);
+        for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n / 4; e += (size_t)gridDim.x * blockDim.x) {
+            size_t r = e * 4 / D;
+            int i = (int)(e * 4 % D);
+            float4 g = *reinterpret_cast<const float4 *>(mod + (size_t)mod_row(r, L, gp) * mstride + off + i);
+            float4 b = bias ? *reinterpret_cast<const float4 *>(bias + i) : zero;
+            float4 yv = reinterpret_cast<const float4 *>(y)[e], xv = reinterpret_cast<float4 *>(x)[e];
+            xv.x += g.x * (yv.x + b.x), xv.y += g.y * (yv.y + b.y), xv.z += g.z * (yv.z + b.z), xv.w += g.w * (yv.w + b.w);
+            reinterpret_cast<float4 *>(x)[e] = xv;
+        }
+        return;
+    }
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
         size_t r = e / D;
         int i = (int)(e % D);
@@ -182,13 +238,30 @@ __global__ void k_gate_add(float *x, const float *y, const float *bias, const fl
     }
 }
 
-// u = gelu_tanh(u + b) -> bf16
+__device__ __forceinline__ float gelu_tanh(float v)
+{
+    return 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+}
+
+// u = gelu_tanh(u + b) -> bf16 (n = rows x F); four a thread where
+// F % 4 == 0 (launch over n / 4 threads then)
 __global__ void k_bias_gelu(const float *u, const float *b, int F, size_t n, bf16 *out)
 {
-    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
-        float v = u[e] + b[e % F];
-        out[e] = __float2bfloat16(0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v))));
+    if (F % 4 == 0) {
+        for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n / 4; e += (size_t)gridDim.x * blockDim.x) {
+            float4 v = reinterpret_cast<const float4 *>(u)[e];
+            float4 bv = *reinterpret_cast<const float4 *>(b + e * 4 % F);
+            __nv_bfloat162 lo = __floats2bfloat162_rn(gelu_tanh(v.x + bv.x), gelu_tanh(v.y + bv.y));
+            __nv_bfloat162 hi = __floats2bfloat162_rn(gelu_tanh(v.z + bv.z), gelu_tanh(v.w + bv.w));
+            uint2 o;
+            o.x = *reinterpret_cast<unsigned *>(&lo);
+            o.y = *reinterpret_cast<unsigned *>(&hi);
+            reinterpret_cast<uint2 *>(out)[e] = o;
+        }
+        return;
     }
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x)
+        out[e] = __float2bfloat16(gelu_tanh(u[e] + b[e % F]));
 }
 
 __global__ void k_add_rowbias(float *x, const float *b, int n_cols, size_t n)
@@ -769,17 +842,20 @@ static int forward(tb_flow_gpu *g, const float *zz, double gamma, int B, int L, 
         g->bytes += 2.0 * 2 * 2 * (double)R * D; // K and V (bf16), written by k_rope_split, read here
         if (gemm_nt(g, g->y, g->att, D, bl->wo, D, R, D, D, 1, 0))
             return -1;
-        k_gate_add<<<grid_for(n), 256, 0, g->stream>>>(g->x, g->y, NULL, g->mod, 6 * D, 2 * D, L, gp, D, n);
+        k_gate_add<<<grid_for(D % 4 ? n : n / 4), 256, 0, g->stream>>>(g->x, g->y, NULL, g->mod, 6 * D, 2 * D, L, gp, D,
+                                                                      n);
         k_ln_mod<<<R, 256, 0, g->stream>>>(g->x, bl->norm2, g->mod, 6 * D, 3 * D, 4 * D, L, gp, D, (float)c->norm_eps,
                                            g->h);
         LAUNCHED();
         if (gemm_nt(g, g->y, g->h, D, bl->w_up, D, R, F, D, 1, 0))
             return -1;
-        k_bias_gelu<<<grid_for((size_t)R * F), 256, 0, g->stream>>>(g->y, bl->b_up, F, (size_t)R * F, g->u);
+        k_bias_gelu<<<grid_for((size_t)R * F / (F % 4 ? 1 : 4)), 256, 0, g->stream>>>(g->y, bl->b_up, F, (size_t)R * F,
+                                                                                     g->u);
         LAUNCHED();
         if (gemm_nt(g, g->y, g->u, F, bl->w_down, F, R, D, F, 1, 0))
             return -1;
-        k_gate_add<<<grid_for(n), 256, 0, g->stream>>>(g->x, g->y, bl->b_down, g->mod, 6 * D, 5 * D, L, gp, D, n);
+        k_gate_add<<<grid_for(D % 4 ? n : n / 4), 256, 0, g->stream>>>(g->x, g->y, bl->b_down, g->mod, 6 * D, 5 * D, L,
+                                                                      gp, D, n);
         LAUNCHED();
     }
     // output layer
