@@ -142,12 +142,12 @@ void tb_gpu_set_moe_span_grouped(tb_gpu *g, int grouped);
  * batch 1, make the MLP's RMSNorm of its row itself (no k_rmsnorm launch
  * before it; its sum of squares in another order; at batch 4, where each
  * of its blocks normalizes every row, it measured 0.8% slower); MOE_DOWN1
- * (off by default: not yet measured) has batch 1's experts' down product
- * and combine run a block per 16 outputs over all the row's experts
- * (gpu_moe.cu's k_moe_down1: the same sums, no arrival count). MOE_COMBINE and MOE_ROUTER are bits
- * 8 and 16, GROUP_ATTN 32, since 2026-12-07, ATTN_POST 128 and MOE_NORM
- * 256 since session 25 (64 was session 24's L2 prefetch, removed), so
- * masks written before, 3 and 7, leave them out. (Until 2026-12-02 NORM staged the norm inside every block of
+ * has batch 1's experts' down product and combine run a block per 16
+ * outputs over all the row's experts (gpu_moe.cu's k_moe_down1: the same
+ * sums, no arrival count). MOE_COMBINE and MOE_ROUTER are bits 8 and 16,
+ * GROUP_ATTN 32, since 2026-12-07, ATTN_POST 128 and MOE_NORM 256 since
+ * session 25 (64 was session 24's L2 prefetch, removed), MOE_DOWN1 512
+ * since session 26, so masks written before, 3 and 7, leave them out. (Until 2026-12-02 NORM staged the norm inside every block of
  * the GEMV after it: 16% slower on the H200, docs/PERFORMANCE.md.) pdl:
  * the decode graph's batch-1 kernels are programmatic dependent launches
  * (each may start while the one before drains; its GEMV prefetches its
@@ -174,10 +174,12 @@ void tb_gpu_set_moe_span_grouped(tb_gpu *g, int grouped);
 #define TB_GPU_MOE_FUSE_ROWS 4
 /* ATTN_POST and MOE_NORM in the default since session 25 (one H200 call,
  * docs/PERFORMANCE.md #fusions-s25): Llama-3-8B batch 1 +1.2% bf16,
- * +1.9% fp8; Qwen3-30B-A3B batch 1 +2.9% with both */
+ * +1.9% fp8; Qwen3-30B-A3B batch 1 +2.9% with both. MOE_DOWN1 since
+ * session 26 (one H100 call, #s26): Qwen3-30B-A3B batch 1 4.196 / 4.214
+ * against 4.063 / 4.038 ms a step (+3.8%), batch 4 and 32 unchanged */
 #define TB_GPU_FUSE_DEFAULT                                                                                         \
     (TB_GPU_FUSE_SWIGLU | TB_GPU_FUSE_SPLIT_ATTN | TB_GPU_FUSE_MOE_COMBINE | TB_GPU_FUSE_MOE_ROUTER |                \
-     TB_GPU_FUSE_GROUP_ATTN | TB_GPU_FUSE_ATTN_POST | TB_GPU_FUSE_MOE_NORM)
+     TB_GPU_FUSE_GROUP_ATTN | TB_GPU_FUSE_ATTN_POST | TB_GPU_FUSE_MOE_NORM | TB_GPU_FUSE_MOE_DOWN1)
 #define TB_GPU_PDL_DEFAULT 0
 /* Tests: y[rows][out] (+ y when accumulate) = x[rows][in] W[out][in]^T as
  * the forward's products run (W and x rounded to bf16; the batch-1 GEMV at
