@@ -710,7 +710,7 @@ static int reserve(tb_flow_gpu *g, int B, int L)
     size_t R = (size_t)B * L, D = c->hidden, V = c->vocab, F = c->mlp_dim, H = c->n_heads;
     size_t fl = sizeof(float), hb = sizeof(bf16);
     // the batched attention's scores, probabilities and per-head output:
-    // only where it may run (forward's attention_fused)
+    // only where that path may run (forward's `fused` false)
     bool batched = !g->span_fused || c->prompt_attends_prompt;
     int rc = dalloc(g, (void **)&g->z, R * D * fl) || dalloc(g, (void **)&g->xsc, R * D * fl) ||
              dalloc(g, (void **)&g->x0, R * D * fl) || dalloc(g, (void **)&g->y2, R * D * fl) ||
