@@ -592,6 +592,47 @@ static int flow_keep_forward(void *ctx, const float *z, const float *x_sc, const
     return rc;
 }
 
+/* A flow check's inputs: m's weights rounded to bf16 as the GPU holds them
+ * (not RoPE's frequencies, the arena's last head_dim / 2 floats: the GPU
+ * keeps them in float32), B x L random tokens into tok0 and the starting
+ * noise [B][L][D] (returned, malloc'd), each from its seed. */
+static float *flow_inputs(tb_flow_model *m, int B, int L, uint64_t tok_seed, uint64_t noise_seed, int32_t *tok0)
+{
+    for (size_t i = 0; i + (size_t)m->cfg.head_dim / 2 < m->arena_floats; i++)
+        m->arena[i] = tb_bf16_to_f32(tb_f32_to_bf16(m->arena[i]));
+    for (int i = 0; i < B * L; i++)
+        tok0[i] = (int32_t)(tb_rng_uniform(&tok_seed) * (m->cfg.vocab - 1));
+    size_t n = (size_t)B * L * m->cfg.hidden;
+    float *noise = malloc(n * sizeof(float));
+    tb_flow_gaussian(&noise_seed, noise, n);
+    return noise;
+}
+
+/* A flow sample's final logits glog against the CPU's (flow_last): the
+ * largest difference over every real row (*diff), and of the generated
+ * rows whose CPU margin exceeds bound (*clear) those whose GPU token (gt)
+ * equals the CPU's (ct) (*same). */
+static void flow_against_cpu(const float *glog, const int32_t *gt, const int32_t *ct, const int *pad, int B, int L,
+                             int V, int gen0, double bound, double *diff, int *clear, int *same)
+{
+    *diff = 0, *clear = 0, *same = 0;
+    for (int b = 0; b < B; b++)
+        for (int i = pad[b]; i < L; i++) {
+            const float *c = flow_last + ((size_t)b * L + i) * V;
+            for (int v = 0; v < V; v++) {
+                double d = fabs(glog[((size_t)b * L + i) * V + v] - c[v]);
+                *diff = isnan(d) ? INFINITY : d > *diff ? d : *diff;
+            }
+            int32_t best;
+            double gap;
+            margin(c, V, &best, &gap);
+            if (i >= gen0 && gap > bound) {
+                (*clear)++;
+                *same += gt[b * L + i] == ct[b * L + i];
+            }
+        }
+}
+
 static void check_flow(void)
 {
     char dir[8192], err[512];
@@ -609,20 +650,10 @@ static void check_flow(void)
         tb_flow_model_free(&m);
         return;
     }
-    /* the CPU computes with the bf16-rounded weights the GPU holds (not
-     * RoPE's frequencies, the arena's last head_dim / 2 floats: the GPU
-     * keeps them in float32) */
-    for (size_t i = 0; i + (size_t)m.cfg.head_dim / 2 < m.arena_floats; i++)
-        m.arena[i] = tb_bf16_to_f32(tb_f32_to_bf16(m.arena[i]));
     enum { B = 2, L = 14, GEN0 = 6 };
     int D = m.cfg.hidden, V = m.cfg.vocab, pad[B] = {0, 2};
     int32_t tok0[B * L];
-    uint64_t rng = 5;
-    for (int i = 0; i < B * L; i++)
-        tok0[i] = (int32_t)(tb_rng_uniform(&rng) * (V - 1));
-    float *noise = malloc((size_t)B * L * D * sizeof(float));
-    uint64_t ns = 77;
-    tb_flow_gaussian(&ns, noise, (size_t)B * L * D);
+    float *noise = flow_inputs(&m, B, L, 5, 77, tok0);
     tb_flow_cpu st;
     CHECK(tb_flow_cpu_init(&st, &m, B, L, 1, err, sizeof err) == 0);
     flow_last_n = (size_t)B * L * V;
@@ -671,25 +702,10 @@ static void check_flow(void)
                     fprintf(stderr, "flow gpu bytes %.0f, want %.0f\n", bytes, want);
                 CHECK(fabs(bytes - want) <= 1e-9 * want);
             }
-            double ref = max_abs(flow_last, flow_last_n), diff = 0;
-            for (int b = 0; b < B; b++)
-                for (int i = pad[b]; i < L; i++)
-                    for (int v = 0; v < V; v++) {
-                        size_t k = ((size_t)b * L + i) * V + v;
-                        double d = fabs(glog[k] - flow_last[k]);
-                        diff = isnan(d) ? INFINITY : d > diff ? d : diff;
-                    }
-            int clear = 0, same = 0;
-            for (int b = 0; b < B; b++)
-                for (int i = GEN0; i < L; i++) {
-                    int32_t best;
-                    double gap;
-                    margin(flow_last + ((size_t)b * L + i) * V, V, &best, &gap);
-                    if (gap > 4 * GPU_TOL * (ref > 1 ? ref : 1)) {
-                        clear++;
-                        same += gt[b * L + i] == ct[b * L + i];
-                    }
-                }
+            double ref = max_abs(flow_last, flow_last_n), diff;
+            int clear, same;
+            flow_against_cpu(glog, gt, ct, pad, B, L, V, GEN0, 4 * GPU_TOL * (ref > 1 ? ref : 1), &diff, &clear,
+                             &same);
             fprintf(stderr, "flow-tiny %s %s%s 4 steps: %d forwards, final logits max diff %.3g (|cpu| %.2f, bound %.3g), "
                             "tokens %d of %d clear ones\n",
                     solver ? "heun" : "euler", mode ? "noised" : "clean",
@@ -785,17 +801,10 @@ static void check_flow_fused(void)
         CHECK(0);
         return;
     }
-    for (size_t i = 0; i + (size_t)m.cfg.head_dim / 2 < m.arena_floats; i++) /* as check_flow */
-        m.arena[i] = tb_bf16_to_f32(tb_f32_to_bf16(m.arena[i]));
     enum { B = 2, L = 80, GEN0 = 6 };
-    int D = m.cfg.hidden, V = m.cfg.vocab, pad[B] = {0, 3};
+    int V = m.cfg.vocab, pad[B] = {0, 3};
     int32_t tok0[B * L];
-    uint64_t rng = 11;
-    for (int i = 0; i < B * L; i++)
-        tok0[i] = (int32_t)(tb_rng_uniform(&rng) * (V - 1));
-    float *noise = malloc((size_t)B * L * D * sizeof(float));
-    uint64_t ns = 78;
-    tb_flow_gaussian(&ns, noise, (size_t)B * L * D);
+    float *noise = flow_inputs(&m, B, L, 11, 78, tok0);
     tb_flow_cpu st;
     CHECK(tb_flow_cpu_init(&st, &m, B, L, 1, err, sizeof err) == 0);
     flow_last_n = (size_t)B * L * V;
@@ -827,23 +836,9 @@ static void check_flow_fused(void)
             if (rc)
                 fprintf(stderr, "flow-tiny preset, fused %d: %s\n", fused, tb_flow_gpu_error(g));
             CHECK(rc == 0 && gf == cf);
-            double diff = 0;
-            int clear = 0, same = 0;
-            for (int b = 0; b < B; b++)
-                for (int i = pad[b]; i < L; i++) {
-                    const float *c = flow_last + ((size_t)b * L + i) * V;
-                    for (int v = 0; v < V; v++) {
-                        double d = fabs(glog[fused][((size_t)b * L + i) * V + v] - c[v]);
-                        diff = isnan(d) ? INFINITY : d > diff ? d : diff;
-                    }
-                    int32_t best;
-                    double gap;
-                    margin(c, V, &best, &gap);
-                    if (i >= GEN0 && gap > bound) {
-                        clear++;
-                        same += gt[b * L + i] == ct[b * L + i];
-                    }
-                }
+            double diff;
+            int clear, same;
+            flow_against_cpu(glog[fused], gt, ct, pad, B, L, V, GEN0, bound, &diff, &clear, &same);
             fprintf(stderr, "flow-tiny preset (head_dim %d)%s, attention %s: final logits max diff %.3g (bound %.3g), "
                             "tokens %d of %d clear ones\n",
                     m.cfg.head_dim, pm ? " prompt_attention=prompt" : "", fused ? "in one kernel" : "batched", diff,
