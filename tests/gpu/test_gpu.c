@@ -1863,6 +1863,61 @@ static void check_moe(int fp8)
     fp8_mode = saved_mode;
 }
 
+/* The grouped GEMM's three tile forms (gpu_tune.h's TB_GPU_MOE_TILES_*:
+ * 64-row tiles with a K step's loads in registers, the same tiles
+ * pipelined by cp.async, 16-row tiles pipelined) over one span of n rows:
+ * the same tiles' sums in the same order, so logits equal to the bit, and
+ * within the bound of the CPU's; the default's pick among them too.
+ * tiny-qwen3-moe-wide: hidden 200 (a K step's tail), experts of 1,056
+ * (2,112 gate-up columns: a partial column tile of either width; the
+ * down product 33 K steps), 8 of 8 chosen, so 32 rows give every expert
+ * 32 pairs (two 16-row tiles); tiny-qwen3-moe at 16 rows: 32 pairs over
+ * 8 experts (the narrow tiles by default), its hidden 64 fewer K steps
+ * than the pipeline's depth. */
+static void check_moe_tiles(const char *preset, int n)
+{
+    char err[512];
+    tb_model m;
+    tb_gpu *g;
+    if (preset_pair(preset, &m, &g) != 0)
+        return;
+    int V = m.cfg.vocab_size;
+    CHECK(tb_gpu_reserve(g, 1, n, n, err, sizeof err) == 0);
+    int32_t *tok = malloc(sizeof(int32_t) * n);
+    uint64_t rng = 29;
+    for (int i = 0; i < n; i++)
+        tok[i] = (int32_t)(tb_rng_uniform(&rng) * V);
+    float *cl = malloc((size_t)n * V * sizeof(float)), *lg[4];
+    tb_cpu_state st;
+    CHECK(tb_cpu_state_init(&st, &m, 1, n, n, 1, err, sizeof err) == 0);
+    CHECK(tb_cpu_forward(&st, tok, 1, n, 1, 1, cl) == 0);
+    double ref = max_abs(cl, (size_t)n * V), bound = GPU_TOL * (ref > 1 ? ref : 1);
+    const char *form[4] = {"64-row tiles, loads in registers", "64-row tiles pipelined", "16-row tiles pipelined",
+                           "the default's pick"};
+    tb_gpu_set_moe_gemv_rows(g, 0);
+    tb_gpu_set_moe_span_grouped(g, 1);
+    for (int s = 0; s < 4; s++) {
+        lg[s] = malloc((size_t)n * V * sizeof(float));
+        tb_gpu_set_moe_gemm_tiles(g, s < 3 ? s : -1);
+        CHECK(tb_gpu_logits(g, tok, 1, 0, n, n, 1, lg[s]) == 0);
+        double diff = max_diff(lg[s], cl, (size_t)n * V);
+        int same = memcmp(lg[s], lg[0], (size_t)n * V * sizeof(float)) == 0;
+        fprintf(stderr, "%s: %d-row span by the grouped GEMM, %s: max diff %.3g (bound %.3g), %s\n", preset, n,
+                form[s], diff, bound, same ? "equal to the first form's to the bit" : "differs from the first form's");
+        CHECK(diff <= bound && same);
+    }
+    tb_gpu_set_moe_gemm_tiles(g, -1);
+    tb_gpu_set_moe_span_grouped(g, -1);
+    tb_gpu_set_moe_gemv_rows(g, TB_GPU_MOE_GEMV_ROWS);
+    for (int s = 0; s < 4; s++)
+        free(lg[s]);
+    free(cl);
+    free(tok);
+    tb_cpu_state_free(&st);
+    tb_gpu_free(g);
+    tb_model_free(&m);
+}
+
 /* The GPU against transformers' own logits (tests/data/golden/NAME,
  * expected.json: float32 on the CPU from the bf16 checkpoint), within the
  * GPU's bf16 bound. */
@@ -2321,6 +2376,8 @@ int main(void)
         check_block("tiny-llada2", 0);
         check_router("tiny-llada2-wide");
         check_moe(0); /* the three expert paths, the roofline's count, the poisoned experts */
+        check_moe_tiles("tiny-qwen3-moe-wide", 32);
+        check_moe_tiles("tiny-qwen3-moe", 16);
         check_ar_with("qwen3-moe", 0, 1, 0, 0);
         check_moe_fusions_exact("qwen3-moe");
         return check_done();
@@ -2479,6 +2536,8 @@ int main(void)
     check_ar_slots("qwen3-moe", TB_GPU_FUSE_DEFAULT);
     check_golden("qwen3-moe");
     check_moe(0);
+    check_moe_tiles("tiny-qwen3-moe-wide", 32); /* the grouped GEMM's tile forms, to the bit */
+    check_moe_tiles("tiny-qwen3-moe", 16);
     check_ar_with("qwen3-moe", 0, 1, 0, 0);
     check_moe_fusions_exact("qwen3-moe");
     check_attn_post();

@@ -21,6 +21,7 @@
 // two paths agree to bf16 rounding, not bit for bit; tests/gpu compare both
 // with the CPU.
 #include "gpu_internal.cuh"
+#include "kernels_device.cuh"
 
 #include <math.h>
 #include <stdlib.h>
@@ -42,17 +43,6 @@ template <int HD, int W, int BN> __host__ __device__ constexpr size_t fa_smem()
 {
     return (size_t)(16 * W + 4 * BN) * fa_ld<HD>() * sizeof(bf16);
 }
-
-__device__ __forceinline__ unsigned smem_addr(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
-
-// 16 bytes global -> shared, zero-filled when !valid (src is then not read)
-__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-                 "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 __device__ __forceinline__ void ldmatrix_x4(unsigned r[4], const void *p)
 {

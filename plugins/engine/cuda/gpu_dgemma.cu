@@ -110,7 +110,7 @@ struct tb_gpu_dgemma {
     bf16 *xdq;                // [R][largest dense in]: no FP8 GEMM only
     bf16 *wdq;                // the largest dense projection: no FP8 GEMM only
     float *egu_f, *ey_f;      // [R k][2 mi], [R k][H]: the experts' products
-    int *tile_e, *tile_j, *ntiles; // [moe_max_tiles(R k, E)] x 2, [1]
+    int *tile_e, *tile_j, *ntiles; // [moe_tile_capacity(R k, E)] x 2, [1]
 };
 
 // ------------------------------------------------------------ kernels
@@ -907,7 +907,7 @@ extern "C" int tb_gpu_dgemma_reserve(tb_gpu_dgemma *d, int max_ctx)
                      ? (size_t)c->kv_sliding * c->hd_sliding
                      : (size_t)c->kv_full * c->hd_full;
     size_t cap = (size_t)max_ctx + R, Pn = R * K;
-    if (d->fp8 && moe_max_tiles((int)Pn, (int)E) > 65535)
+    if (d->fp8 && !moe_grouped_fits((int)Pn, (int)E))
         return fail(g, "DiffusionGemma fp8: %zu (row, expert) pairs a pass, more than the grouped GEMM's grid takes",
                     Pn);
     int rc = 0;
@@ -959,8 +959,8 @@ extern "C" int tb_gpu_dgemma_reserve(tb_gpu_dgemma *d, int max_ctx)
         A(d->xs, Pn);
         A(d->egu_f, Pn * 2 * mi);
         A(d->ey_f, Pn * H);
-        A(d->tile_e, (size_t)moe_max_tiles((int)Pn, (int)E));
-        A(d->tile_j, (size_t)moe_max_tiles((int)Pn, (int)E));
+        A(d->tile_e, (size_t)moe_tile_capacity((int)Pn, (int)E));
+        A(d->tile_j, (size_t)moe_tile_capacity((int)Pn, (int)E));
         A(d->ntiles, 1);
         if (!g->fp8_gemm) {
             A(d->xdq, R * din);

@@ -237,6 +237,7 @@ struct tb_gpu {
     int moe_gemv_max_rows;
     int moe_grid_all; // TB_GPU_MOE_GRID=all (gpu_moe.cu's moe_grid_rows)
     int moe_span_grouped; // spans above moe_gemv_max_rows by k_moe_gemm: 1, 0 (cuBLAS), -1 by the span (gpu_tune.h)
+    int moe_gemm_tiles;   // the grouped GEMM's tiles (bf16): TB_GPU_MOE_TILES_*, -1 by the span (gpu_tune.h)
     int *moe_tile_e, *moe_tile_j, *moe_ntiles; // k_moe_tiles' list: [max tiles] x 2, [1]
     float *moe_logits;   // [rows][E]
     int *moe_idx;        // [P] experts chosen
@@ -341,16 +342,19 @@ int moe_take_touched(tb_gpu *g, double *touched);
 // gpu_dgemma.cu.
 int take_device_count(tb_gpu *g, unsigned long long *count, unsigned long long *out);
 // The grouped GEMM over every expert in one launch (gpu_moe.cu's
-// k_moe_gemm): Y[j][out] = W[e] x_j (float) for the grouped positions j of
-// P pairs over E experts (off [E + 1] on the device: expert e's positions
-// [off[e], off[e + 1])), x_j = X[order[j] / k] (gather) or X[j]; fp8: W
-// and X E4M3 codes, their row scales WS [E][out] and XS applied. Its tile
-// list (k_moe_tiles: moe_max_tiles(P, E) entries in e and j, the count in
-// n) made first where make_tiles, else reused. in % 8 == 0 (fp8: % 16).
+// k_moe_gemm, k_moe_gemm_async): Y[j][out] = W[e] x_j (float) for the
+// grouped positions j of P pairs over E experts (off [E + 1] on the
+// device: expert e's positions [off[e], off[e + 1])), x_j = X[order[j] /
+// k] (gather) or X[j]; fp8: W and X E4M3 codes, their row scales WS
+// [E][out] and XS applied. Its tile list (k_moe_tiles: up to
+// moe_tile_capacity(P, E) entries in e and j, the count in n) made first
+// where make_tiles, else reused (the same P: the same tile shape). in % 8
+// == 0 (fp8: % 16). moe_grouped_fits: whether P pairs' tiles fit a grid.
 struct moe_tiles {
     int *e, *j, *n;
 };
-int moe_max_tiles(int P, int E);
+int moe_tile_capacity(int P, int E);
+bool moe_grouped_fits(int P, int E);
 int moe_gemm_grouped(tb_gpu *g, int fp8, const void *W, const void *X, const float *WS, const float *XS,
                      const int *off, const int *order, int k, int gather, int P, int E, const moe_tiles &t,
                      int make_tiles, float *Y, int out, int in);

@@ -25,11 +25,13 @@
 //                 one group at a time), for long spans whose experts have
 //                 many rows each: the host reads the group offsets, so
 //                 never inside a graph
-//               - or for those spans k_moe_gemm: one tensor-core GEMM
-//                 over every expert's tiles, the tiles listed on the
-//                 device (k_moe_tiles), no host wait, where a span's
-//                 pairs are few an expert (gpu_tune.h's
-//                 tb_gpu_set_moe_span_grouped; TB_GPU_MOE_SPAN)
+//               - or for those spans one tensor-core GEMM over every
+//                 expert's tiles, the tiles listed on the device
+//                 (k_moe_tiles), no host wait, where a span's pairs are
+//                 few an expert (gpu_tune.h's tb_gpu_set_moe_span_grouped;
+//                 TB_GPU_MOE_SPAN): k_moe_gemm_async, its tiles 16 or 64
+//                 rows by the pairs an expert (tb_gpu_set_moe_gemm_tiles),
+//                 or k_moe_gemm (FP8, and the first form)
 //               (k_moe_gemv's gate-up writes the SwiGLU activations
 //               itself under TB_GPU_FUSE_SWIGLU, and its down product
 //               does the combine under TB_GPU_FUSE_MOE_COMBINE; at batch
@@ -692,9 +694,10 @@ __global__ void k_moe_gather_q(const uint8_t *xq, const float *xs, const int *or
     }
 }
 
-// The grouped GEMM's tiles (k_moe_gemm): every expert's group of pairs cut
-// into tiles of MOE_BM grouped positions; tile t covers positions
-// [tile_j[t], tile_j[t] + MOE_BM) of expert tile_e[t] (clipped at the
+// The grouped GEMM's tiles (k_moe_gemm, k_moe_gemm_async): every
+// expert's group of pairs cut into tiles of bm grouped positions (MOE_BM,
+// or MOE_BM_NARROW for the narrow shape); tile t covers positions
+// [tile_j[t], tile_j[t] + bm) of expert tile_e[t] (clipped at the
 // group's end), ntiles[0] of them, experts ascending. One block of
 // MOE_TILES_THREADS, a thread an expert (E is at most TB_MOE_MAX_EXPERTS):
 // its tile count, their exclusive prefix sum over the block (where one
@@ -703,13 +706,16 @@ __global__ void k_moe_gather_q(const uint8_t *xq, const float *xs, const int *or
 #define MOE_BM 64
 #define MOE_BN 64
 #define MOE_BK 32
+#define MOE_BM_NARROW 16
+#define MOE_BN_NARROW 128
+#define MOE_STAGES 4
 #define MOE_TILES_THREADS TB_MOE_MAX_EXPERTS
 __global__ void __launch_bounds__(MOE_TILES_THREADS)
-    k_moe_tiles(const int *off, int E, int *tile_e, int *tile_j, int *ntiles)
+    k_moe_tiles(const int *off, int E, int bm, int *tile_e, int *tile_j, int *ntiles)
 {
     __shared__ int warp_sum[MOE_TILES_THREADS / 32];
     int e = threadIdx.x, lane = e % 32, warp = e / 32;
-    int n = e < E ? (off[e + 1] - off[e] + MOE_BM - 1) / MOE_BM : 0, incl = n;
+    int n = e < E ? (off[e + 1] - off[e] + bm - 1) / bm : 0, incl = n;
     for (int o = 1; o < 32; o <<= 1) { // inclusive sum within the warp
         int v = __shfl_up_sync(0xffffffffu, incl, o);
         incl += lane >= o ? v : 0;
@@ -722,7 +728,7 @@ __global__ void __launch_bounds__(MOE_TILES_THREADS)
         before += warp_sum[w];
     int t = before + incl - n;
     for (int i = 0; i < n; i++)
-        tile_e[t + i] = e, tile_j[t + i] = off[e] + i * MOE_BM;
+        tile_e[t + i] = e, tile_j[t + i] = off[e] + i * bm;
     if (e == MOE_TILES_THREADS - 1)
         ntiles[0] = before + incl;
 }
@@ -844,20 +850,161 @@ __global__ void __launch_bounds__(128)
     }
 }
 
+// The bf16 grouped GEMM pipelined: k_moe_gemm<false>'s product (the same
+// tiles, the same K steps of MOE_BK in the same order, the same WMMA
+// sums: equal to the bit), its operand tiles copied global -> shared by
+// cp.async MOE_STAGES - 1 K steps ahead (k_moe_gemm holds one step in
+// registers: at 1-4 pairs an expert it streams the weights with one 4 KB
+// step in flight a block). Two shapes, four warps a block:
+//   BM 64 x BN 64  (warps 2 x 2, each 32 x 32): many pairs an expert
+//   BM 16 x BN 128 (warps 1 x 4, each 16 x 32): few (a batch-1 block of
+//                  LLaDA2.0-mini: 32 rows' 256 pairs over 256 experts),
+//                  where a 64-row tile would be mostly zero rows: a
+//                  quarter of the padded MMAs, twice the columns a block
+// Shared memory: MOE_STAGES stages of A [BM][LDS] then B [BN][LDS] bf16
+// (46 KB narrow, 40 KB wide), reused for C [BM][BN + 4] floats at the end.
+template <int BM, int BN, int WARPS_M>
+__global__ void __launch_bounds__(128)
+    k_moe_gemm_async(const bf16 *__restrict__ W, const bf16 *__restrict__ X, const int *__restrict__ off,
+                     const int *__restrict__ order, int k, int gather, const int *__restrict__ tile_e,
+                     const int *__restrict__ tile_j, const int *__restrict__ ntiles, float *__restrict__ Y, int out,
+                     int in)
+{
+    using namespace nvcuda;
+    constexpr int WARPS_N = 4 / WARPS_M, FM = BM / WARPS_M / 16, FN = BN / WARPS_N / 16;
+    constexpr int LDS = MOE_BK + 8, LDC = BN + 4;      // padded rows (bf16, float)
+    constexpr int STAGE = (BM + BN) * LDS;              // bf16 a stage
+    constexpr int KCH = MOE_BK / 8;                     // 16-byte chunks a row of a K step
+    constexpr int ACH = (BM * KCH + 127) / 128, BCH = BN * KCH / 128; // a thread's chunks a stage
+    static_assert(BN * KCH % 128 == 0 && FM >= 1 && FN >= 1, "tile shape");
+    static_assert((size_t)MOE_STAGES * STAGE * sizeof(bf16) >= (size_t)BM * LDC * sizeof(float), "C fits");
+    __shared__ __align__(128) bf16 smem[MOE_STAGES * STAGE];
+    int t = blockIdx.y;
+    if (t >= ntiles[0])
+        return;
+    int e = tile_e[t], j0 = tile_j[t], jn = off[e + 1] - j0;
+    jn = jn < BM ? jn : BM;
+    int o0 = blockIdx.x * BN;
+    int warp = threadIdx.x / 32, wm = warp / WARPS_N, wn = warp % WARPS_N;
+    // this thread's chunks: the source row (NULL past the group or the
+    // columns) and the offset in a stage
+    const bf16 *asrc[ACH], *bsrc[BCH];
+    int adst[ACH], bdst[BCH], acol[ACH], bcol[BCH];
+    for (int q = 0; q < ACH; q++) {
+        int idx = threadIdx.x + q * 128, r = idx / KCH;
+        acol[q] = idx % KCH * 8, adst[q] = r * LDS + acol[q];
+        asrc[q] = idx < BM * KCH && r < jn ? X + (size_t)(gather ? order[j0 + r] / k : j0 + r) * in : NULL;
+        if (idx >= BM * KCH)
+            adst[q] = -1; // no chunk (BM KCH under 128)
+    }
+    for (int q = 0; q < BCH; q++) {
+        int idx = threadIdx.x + q * 128, r = idx / KCH;
+        bcol[q] = idx % KCH * 8, bdst[q] = BM * LDS + r * LDS + bcol[q];
+        bsrc[q] = o0 + r < out ? W + ((size_t)e * out + o0 + r) * in : NULL;
+    }
+    auto load_stage = [&](int s, int k0) { // K step k0's chunks into stage s (zeros past in, jn, out)
+        bf16 *st = smem + s * STAGE;
+        for (int q = 0; q < ACH; q++)
+            if (adst[q] >= 0) {
+                int c = k0 + acol[q];
+                bool ok = asrc[q] && c < in;
+                cp_async16(st + adst[q], ok ? asrc[q] + c : X, ok);
+            }
+        for (int q = 0; q < BCH; q++) {
+            int c = k0 + bcol[q];
+            bool ok = bsrc[q] && c < in;
+            cp_async16(st + bdst[q], ok ? bsrc[q] + c : W, ok);
+        }
+    };
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[FM][FN];
+    for (int a = 0; a < FM; a++)
+        for (int b = 0; b < FN; b++)
+            wmma::fill_fragment(acc[a][b], 0.0f);
+    int nk = (in + MOE_BK - 1) / MOE_BK;
+    for (int s = 0; s < MOE_STAGES - 1; s++) { // the first stages in flight (a group each, empty past nk)
+        if (s < nk)
+            load_stage(s, s * MOE_BK);
+        cp_async_commit();
+    }
+    for (int kt = 0; kt < nk; kt++) {
+        cp_async_wait<MOE_STAGES - 2>(); // this thread's copies of step kt landed
+        __syncthreads();                 // everyone's; and step kt - 1's stage is free
+        int nx = kt + MOE_STAGES - 1;
+        if (nx < nk)
+            load_stage(nx % MOE_STAGES, nx * MOE_BK);
+        cp_async_commit();
+        const bf16 *As = smem + (kt % MOE_STAGES) * STAGE, *Bs = As + BM * LDS;
+        for (int kk = 0; kk < MOE_BK; kk += 16) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa[FM];
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> fb[FN];
+            for (int a = 0; a < FM; a++)
+                wmma::load_matrix_sync(fa[a], As + (wm * FM * 16 + a * 16) * LDS + kk, LDS);
+            for (int b = 0; b < FN; b++) // W's rows are B's columns: col-major K x N
+                wmma::load_matrix_sync(fb[b], Bs + (wn * FN * 16 + b * 16) * LDS + kk, LDS);
+            for (int a = 0; a < FM; a++)
+                for (int b = 0; b < FN; b++)
+                    wmma::mma_sync(acc[a][b], fa[a], fb[b], acc[a][b]);
+        }
+    }
+    cp_async_wait<0>();
+    __syncthreads(); // every stage read: C takes their place
+    float *Cs = reinterpret_cast<float *>(smem);
+    for (int a = 0; a < FM; a++)
+        for (int b = 0; b < FN; b++)
+            wmma::store_matrix_sync(Cs + (wm * FM * 16 + a * 16) * LDC + wn * FN * 16 + b * 16, acc[a][b], LDC,
+                                    wmma::mem_row_major);
+    __syncthreads();
+    for (int i = threadIdx.x; i < BM * BN; i += blockDim.x) {
+        int r = i / BN, c = i % BN;
+        if (r < jn && o0 + c < out)
+            Y[(size_t)(j0 + r) * out + o0 + c] = Cs[r * LDC + c];
+    }
+}
+
 namespace tbgpu {
 
-int moe_max_tiles(int P, int E) { return P / MOE_BM + (P < E ? P : E); }
+// tiles of bm rows P pairs over E experts make at most (a grid's rows)
+static int moe_max_tiles(int P, int E, int bm) { return P / bm + (P < E ? P : E); }
+
+int moe_tile_capacity(int P, int E) { return moe_max_tiles(P, E, MOE_BM_NARROW); }
+
+bool moe_grouped_fits(int P, int E) { return moe_max_tiles(P, E, MOE_BM) <= 65535; }
+
+// The grouped GEMM's tile shape for a span of P pairs (bf16; FP8 always
+// k_moe_gemm's): g->moe_gemm_tiles if set, else the narrow tiles where
+// the pairs are at most TB_GPU_MOE_NARROW_PER_EXPERT a routed expert on
+// average, else the wide; the narrow only where its grid rows fit.
+static int gemm_tiles(const tb_gpu *g, int fp8, int P, int E)
+{
+    if (fp8)
+        return TB_GPU_MOE_TILES_REGS;
+    int s = g->moe_gemm_tiles >= 0 ? g->moe_gemm_tiles
+            : (long)P <= (long)TB_GPU_MOE_NARROW_PER_EXPERT * E ? TB_GPU_MOE_TILES_NARROW
+                                                                : TB_GPU_MOE_TILES_WIDE;
+    return s == TB_GPU_MOE_TILES_NARROW && moe_max_tiles(P, E, MOE_BM_NARROW) > 65535 ? TB_GPU_MOE_TILES_WIDE : s;
+}
 
 int moe_gemm_grouped(tb_gpu *g, int fp8, const void *W, const void *X, const float *WS, const float *XS,
                      const int *off, const int *order, int k, int gather, int P, int E, const moe_tiles &t,
                      int make_tiles, float *Y, int out, int in)
 {
-    if (make_tiles) {
-        k_moe_tiles<<<1, MOE_TILES_THREADS, 0, g->stream>>>(off, E, t.e, t.j, t.n);
+    int shape = gemm_tiles(g, fp8, P, E), bm = shape == TB_GPU_MOE_TILES_NARROW ? MOE_BM_NARROW : MOE_BM;
+    if (make_tiles) { // the gate-up's call; the down product's (same P, same shape) reuses them
+        k_moe_tiles<<<1, MOE_TILES_THREADS, 0, g->stream>>>(off, E, bm, t.e, t.j, t.n);
         LAUNCHED();
     }
-    dim3 grid((unsigned)((out + MOE_BN - 1) / MOE_BN), (unsigned)moe_max_tiles(P, E));
-    if (fp8)
+    if (shape == TB_GPU_MOE_TILES_NARROW) {
+        dim3 grid((unsigned)((out + MOE_BN_NARROW - 1) / MOE_BN_NARROW), (unsigned)moe_max_tiles(P, E, bm));
+        k_moe_gemm_async<MOE_BM_NARROW, MOE_BN_NARROW, 1><<<grid, 128, 0, g->stream>>>(
+            (const bf16 *)W, (const bf16 *)X, off, order, k, gather, t.e, t.j, t.n, Y, out, in);
+        LAUNCHED();
+        return 0;
+    }
+    dim3 grid((unsigned)((out + MOE_BN - 1) / MOE_BN), (unsigned)moe_max_tiles(P, E, bm));
+    if (shape == TB_GPU_MOE_TILES_WIDE)
+        k_moe_gemm_async<MOE_BM, MOE_BN, 2><<<grid, 128, 0, g->stream>>>((const bf16 *)W, (const bf16 *)X, off, order,
+                                                                        k, gather, t.e, t.j, t.n, Y, out, in);
+    else if (fp8)
         k_moe_gemm<true><<<grid, 128, 0, g->stream>>>(W, X, WS, XS, off, order, k, gather, t.e, t.j, t.n, Y, out, in);
     else
         k_moe_gemm<false><<<grid, 128, 0, g->stream>>>(W, X, NULL, NULL, off, order, k, gather, t.e, t.j, t.n, Y, out,
@@ -908,7 +1055,7 @@ int moe_reserve(tb_gpu *g, int rows)
         return 0;
     const tb_moe_config *m = &g->moe;
     size_t R = rows, E = m->n_experts, P = R * m->top_k, h = m->hidden, mi = m->expert_inter;
-    if (moe_max_tiles((int)P, (int)E) > 65535) // the grouped GEMM's grid rows
+    if (!moe_grouped_fits((int)P, (int)E))
         return fail(g, "MoE: %zu (row, expert) pairs a forward, more than the grouped GEMM's grid takes", P);
     int rc = dalloc(g, (void **)&g->moe_logits, R * E * sizeof(float)) ||
              dalloc(g, (void **)&g->moe_idx, P * sizeof(int)) || dalloc(g, (void **)&g->moe_w, P * sizeof(float)) ||
@@ -919,8 +1066,8 @@ int moe_reserve(tb_gpu *g, int rows)
              dalloc(g, (void **)&g->moe_act, P * mi * sizeof(bf16)) ||
              dalloc(g, (void **)&g->moe_y, P * h * sizeof(float)) ||
              dalloc(g, (void **)&g->moe_touched, sizeof(unsigned long long)) ||
-             dalloc(g, (void **)&g->moe_tile_e, (size_t)moe_max_tiles((int)P, (int)E) * sizeof(int)) ||
-             dalloc(g, (void **)&g->moe_tile_j, (size_t)moe_max_tiles((int)P, (int)E) * sizeof(int)) ||
+             dalloc(g, (void **)&g->moe_tile_e, (size_t)moe_tile_capacity((int)P, (int)E) * sizeof(int)) ||
+             dalloc(g, (void **)&g->moe_tile_j, (size_t)moe_tile_capacity((int)P, (int)E) * sizeof(int)) ||
              dalloc(g, (void **)&g->moe_ntiles, sizeof(int)) ||
              dalloc(g, (void **)&g->moe_count, (moe_columns((int)h) + 1) * sizeof(unsigned)) ||
              (g->fp8 && (dalloc(g, (void **)&g->moe_xq, R * h) || dalloc(g, (void **)&g->moe_xs, R * sizeof(float)) ||
@@ -1227,4 +1374,11 @@ extern "C" void tb_gpu_set_moe_span_grouped(tb_gpu *g, int grouped)
     for (int r = 0; r < g->n_ranks; r++)
         g->ranks[r]->moe_span_grouped = grouped;
     g->moe_span_grouped = grouped;
+}
+
+extern "C" void tb_gpu_set_moe_gemm_tiles(tb_gpu *g, int tiles)
+{
+    for (int r = 0; r < g->n_ranks; r++)
+        g->ranks[r]->moe_gemm_tiles = tiles;
+    g->moe_gemm_tiles = tiles;
 }

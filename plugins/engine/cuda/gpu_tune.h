@@ -111,6 +111,20 @@ void tb_gpu_set_moe_gemv_rows(tb_gpu *g, int max_rows);
  * against 144.6 ms. */
 #define TB_GPU_MOE_GROUPED_PER_EXPERT 32
 void tb_gpu_set_moe_span_grouped(tb_gpu *g, int grouped);
+/* The grouped GEMM's tiles (bf16 weights; FP8 always REGS):
+ * REGS, 64 x 64 tiles with one K step of loads held in registers (the
+ * first form, kept for measurements); WIDE, the same tiles pipelined
+ * (cp.async, several K steps in flight); NARROW, pipelined 16 x 128
+ * tiles, for spans of few pairs an expert (a 64-row tile of 1-4 pairs
+ * is mostly padding). -1 (the default): NARROW where the span's pairs
+ * are at most TB_GPU_MOE_NARROW_PER_EXPERT a routed expert on average,
+ * else WIDE. All three give the same sums, to the bit. At load
+ * TB_GPU_MOE_TILES=regs, wide or narrow sets one. */
+#define TB_GPU_MOE_TILES_REGS 0
+#define TB_GPU_MOE_TILES_WIDE 1
+#define TB_GPU_MOE_TILES_NARROW 2
+#define TB_GPU_MOE_NARROW_PER_EXPERT 4
+void tb_gpu_set_moe_gemm_tiles(tb_gpu *g, int tiles);
 
 /* Decode fusion for one-row forwards (batch-1 decode), a mask of
  * TB_GPU_FUSE_*: SWIGLU computes SwiGLU inside the gate-up GEMV (no

@@ -1,7 +1,7 @@
 // kernels_device.cuh — device helpers the engine's kernel files share
 // (kernels_*.cu): programmatic dependent launch, a block's sum, loads of
 // a product's elements as float, E4M3 pairs as floats, the batch-1
-// GEMVs' closing RMSNorm, and one head's QKV epilogue. Inline, so each kernel file compiles
+// GEMVs' closing RMSNorm, one head's QKV epilogue, cp.async. Inline, so each kernel file compiles
 // alone (no relocatable device code).
 #ifndef TB_ENGINE_KERNELS_DEVICE_CUH
 #define TB_ENGINE_KERNELS_DEVICE_CUH
@@ -57,6 +57,22 @@ static __device__ __forceinline__ float4 ld_f4(const bf16 *p)
     return make_float4(a.x, a.y, b.x, b.y);
 }
 
+
+// cp.async (sm_80+): 16 bytes global -> shared without a register,
+// zero-filled when !valid (src is then not read, but must be an address);
+// a thread's copies since the last commit form one group, and
+// cp_async_wait<N> waits until at most N of its groups are in flight.
+static __device__ __forceinline__ unsigned smem_addr(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+static __device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+static __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> static __device__ __forceinline__ void cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
 
 // Two E4M3 bytes (low byte first) to floats: the hardware conversion to
 // half (exact: every E4M3 value is a half), then to float.
