@@ -119,7 +119,13 @@ void tb_gpu_set_moe_span_grouped(tb_gpu *g, int grouped);
  * is mostly padding). -1 (the default): NARROW where the span's pairs
  * are at most TB_GPU_MOE_NARROW_PER_EXPERT a routed expert on average,
  * else WIDE. All three give the same sums, to the bit. At load
- * TB_GPU_MOE_TILES=regs, wide or narrow sets one. */
+ * TB_GPU_MOE_TILES=regs, wide or narrow sets one. Measured on the H200
+ * (docs/PERFORMANCE.md #s27, one call, two runs each), LLaDA2.0-mini
+ * block 32, batch 1 (256 pairs over 256 experts) regs / wide / narrow:
+ * 838 and 846 / 893 and 888 / 976 and 980 tok/s; batch 32 regs / wide:
+ * 7,237 and 7,243 / 8,006 and 8,064. Qwen3-30B-A3B prefill of 1 / 4 / 32
+ * x 128 rows (8 pairs an expert and up) regs / wide: 12.94 / 30.19 /
+ * 155.37 against 11.28 / 25.94 / 137.42 ms. */
 #define TB_GPU_MOE_TILES_REGS 0
 #define TB_GPU_MOE_TILES_WIDE 1
 #define TB_GPU_MOE_TILES_NARROW 2
