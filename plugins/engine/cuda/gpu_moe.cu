@@ -850,9 +850,10 @@ __global__ void __launch_bounds__(128)
     }
 }
 
-// The bf16 grouped GEMM pipelined: k_moe_gemm<false>'s product (the same
-// tiles, the same K steps of MOE_BK in the same order, the same WMMA
-// sums: equal to the bit), its operand tiles copied global -> shared by
+// The bf16 grouped GEMM pipelined: k_moe_gemm<false>'s product (each
+// output summed over the same K steps of MOE_BK in the same order by the
+// same WMMA products, whatever the tile: equal to the bit; test_gpu's
+// check_moe_tiles), its operand tiles copied global -> shared by
 // cp.async MOE_STAGES - 1 K steps ahead (k_moe_gemm holds one step in
 // registers: at 1-4 pairs an expert it streams the weights with one 4 KB
 // step in flight a block). Two shapes, four warps a block:
