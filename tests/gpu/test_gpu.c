@@ -1866,7 +1866,8 @@ static void check_moe(int fp8)
 /* The grouped GEMM's three tile forms (gpu_tune.h's TB_GPU_MOE_TILES_*:
  * 64-row tiles with a K step's loads in registers, the same tiles
  * pipelined by cp.async, 16-row tiles pipelined) over one span of n rows:
- * the same tiles' sums in the same order, so logits equal to the bit, and
+ * each output summed over the same K steps in the same order by the same
+ * tensor-core products, whatever the tile, so logits equal to the bit, and
  * within the bound of the CPU's; the default's pick among them too.
  * tiny-qwen3-moe-wide: hidden 200 (a K step's tail), experts of 1,056
  * (2,112 gate-up columns: a partial column tile of either width; the
