@@ -172,28 +172,39 @@ static double ms_of(int64_t t, int64_t t_call)
  * (max_tokens, a block backend's rounded up to a whole block) + 16; a
  * max_tokens within the 4 x max_new_tokens the case's buffers hold; an
  * answer within its output. Times: every one inside the call and in
- * order (submit <= each emission <= done). A request failed here keeps
+ * order (submit <= each emission <= done; each canvas committed within
+ * [submit, done], done being the request's done time, else its last
+ * emission where they are timings, else the call's return: the done
+ * docs/METRICS.md derives). A request failed here keeps
  * no figure of its own: its times become the call's, its emissions are
  * dropped, its ids are not read. canvas: NULL (not a canvas model), or
- * the requests' canvases [n] (wr[i].has_canvas says which have any). bad[n]:
- * scratch. */
+ * the requests' canvases [n] (wr[i].has_canvas says which have any). bad[n],
+ * last_em[n]: scratch. */
 static void check_figures(const tb_case *c, uint32_t caps, uint32_t max_new_tokens, tb_raw_request *wr, uint32_t n,
                           tb_canvas_counts *canvas, tb_request_result *rr, tb_emit_buf *em, unsigned char *bad,
-                          int64_t t_call, int64_t t_ret)
+                          int64_t *last_em, int64_t t_call, int64_t t_ret)
 {
     uint64_t slack = !(caps & TB_CAP_BLOCKS) ? 0 : c->block_length ? c->block_length - 1 : BLOCK_SLACK;
     const double call_ms = ms_of(t_ret, t_call);
     memset(bad, 0, n);
+    memset(last_em, 0, n * sizeof *last_em);
+    if (caps & TB_CAP_STREAMING) /* else its emissions are no timings: done is the call's return */
+        for (size_t e = 0; e < em->n; e++)
+            if (em->ev[e].request < n && em->ev[e].t_ns > last_em[em->ev[e].request])
+                last_em[em->ev[e].request] = em->ev[e].t_ns;
     for (uint32_t i = 0; i < n; i++) {
         tb_raw_request *q = &wr[i];
         int times_ok = q->t_submit_ns >= t_call && q->t_submit_ns <= t_ret &&
                        (!q->t_done_ns || (q->t_done_ns >= q->t_submit_ns && q->t_done_ns <= t_ret));
+        /* where its canvases' commits may lie: up to its done (an emission
+         * past it fails below on its own) */
+        int64_t done = q->t_done_ns ? q->t_done_ns : last_em[i] ? last_em[i] : t_ret;
         if (q->status != TB_OK) { /* failed already: only its times made sane (2: no new reason) */
             char ignored[120];
             if (tb_spec_check(&q->spec, ignored, sizeof ignored))
                 memset(&q->spec, 0, sizeof q->spec);
             if (q->has_canvas && (!times_ok || tb_canvas_check(&canvas[i], q->n_output_tokens, q->steps_done,
-                                                               q->t_submit_ns, t_ret, ignored, sizeof ignored)))
+                                                               q->t_submit_ns, done, ignored, sizeof ignored)))
                 q->has_canvas = 0;
             bad[i] = times_ok ? 0 : 2;
             continue;
@@ -223,7 +234,7 @@ static void check_figures(const tb_case *c, uint32_t caps, uint32_t max_new_toke
         else if (tb_spec_check(&q->spec, spec_why, sizeof spec_why))
             snprintf(why, sizeof why, "speculative counts: %s", spec_why);
         else if (q->has_canvas && tb_canvas_check(&canvas[i], q->n_output_tokens, q->steps_done, q->t_submit_ns,
-                                                  t_ret, spec_why, sizeof spec_why))
+                                                  done, spec_why, sizeof spec_why))
             snprintf(why, sizeof why, "canvases: %s", spec_why);
         if (why[0]) {
             bad[i] = 1;
@@ -339,6 +350,7 @@ typedef struct case_bufs {
     tb_spec_counts *spec;    /* tb_result.spec */
     tb_canvas_counts *canvas; /* tb_result.canvas */
     unsigned char *bad;      /* check_figures' scratch */
+    int64_t *last_em;        /* check_figures' scratch */
     tb_request_result *rr;   /* what the plugin fills */
     tb_raw_request *wr;      /* what goes to the runner */
     tb_str texts, out;
@@ -356,6 +368,7 @@ static void case_bufs_free(case_bufs *b)
     free(b->spec);
     free(b->canvas);
     free(b->bad);
+    free(b->last_em);
     free(b->rr);
     free(b->wr);
     tb_str_free(&b->texts);
@@ -389,6 +402,7 @@ static void run_case(tb_worker *w, const tb_case *c)
         /* a canvas model's records (~6 KB a request): TB_CAP_STEPS only */
         .canvas = w->ops->capabilities & TB_CAP_STEPS ? calloc(n_req, sizeof *b.canvas) : NULL,
         .bad = calloc(n_req, 1),
+        .last_em = calloc(n_req, sizeof *b.last_em),
         .rr = calloc(n_req, sizeof *b.rr),
         .wr = calloc(n_req, sizeof *b.wr),
     };
@@ -404,7 +418,7 @@ static void run_case(tb_worker *w, const tb_case *c)
         }
     }
     w->em.n_requests = n_req;
-    if ((plan->n_prompts && !b.ptext) || !b.pidx || !b.scored || !b.phash || !b.ptok || !b.mtok || !b.blocks || !b.spec || (!b.canvas && (w->ops->capabilities & TB_CAP_STEPS)) || !b.bad || !b.rr || !b.wr || w->em.cap < want ||
+    if ((plan->n_prompts && !b.ptext) || !b.pidx || !b.scored || !b.phash || !b.ptok || !b.mtok || !b.blocks || !b.spec || (!b.canvas && (w->ops->capabilities & TB_CAP_STEPS)) || !b.bad || !b.last_em || !b.rr || !b.wr || w->em.cap < want ||
         tb_str_try_appendn(&b.out, (const char *)&hdr, sizeof hdr) != 0) {
         send_status(w, TB_MSG_CASE_ERROR, TB_ERR_NO_MEMORY, 0, 0, NULL,
                     "out of memory for the case's buffers: %u requests, %zu emissions (%zu bytes)", n_req, want,
@@ -531,7 +545,7 @@ static void run_case(tb_worker *w, const tb_case *c)
             q->max_tokens = b.mtok[i] ? b.mtok[i] : req.max_new_tokens;
         }
         /* before anything reads the outputs the counts describe */
-        check_figures(c, w->ops->capabilities, req.max_new_tokens, b.wr, n_call, b.canvas, b.rr, &w->em, b.bad, t_call,
+        check_figures(c, w->ops->capabilities, req.max_new_tokens, b.wr, n_call, b.canvas, b.rr, &w->em, b.bad, b.last_em, t_call,
                       t_ret);
         for (uint32_t i = 0; i < n_call; i++) {
             tb_request_result *r = &b.rr[i];

@@ -347,7 +347,10 @@ typedef struct tb_spec_counts {
  *              forward over prompt + canvas counts every row it ran, a
  *              cached one only the rows it ran, classifier-free guidance
  *              twice); a block's store or commit forward is not a step
- *   t_done_ns  host clock (tb_host.now_ns) when it was committed.
+ *   t_done_ns  host clock (tb_host.now_ns) when it was committed: the
+ *              time of the emission of its last tokens, so within the
+ *              request (a commit after the request's done, or after its
+ *              last emission when it gives no done time, fails it).
  * How a sampler fills it (docs/METRICS.md, steps_per_canvas and after):
  * when TB_STRUCT_HAS(res, tb_result, canvas) and res->canvas is not NULL,
  * call tb_canvas_push(&res->canvas[i], steps, committed, positions,

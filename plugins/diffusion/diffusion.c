@@ -108,7 +108,8 @@ typedef struct dctx {
     int *prompt_end;       /* ... = pad + 2B, [B]: where each canvas's prompt ends */
     size_t pad_cap;
     int *req_steps;        /* [3][B]: block samplers' denoising forwards, output positions decoded, blocks decoded */
-    size_t req_steps_cap;
+    int64_t *last_emit;    /* [B]: when each request's last tokens were committed (host clock, ns; 0 none yet) */
+    size_t req_steps_cap;  /* both arrays' B */
 #ifdef TB_HAVE_CUDA
     tb_dllm_cuda cuda_binding;
 #endif
@@ -241,6 +242,7 @@ static void diffusion_destroy(void *p)
     tb_engine_close(&c->eng);
     tb_dg_backend_free(c->dg);
     free(c->req_steps);
+    free(c->last_emit);
     free(c->describe_json);
     free(c);
 }
@@ -336,13 +338,16 @@ typedef struct hook_ctx {
     tb_canvas_counts *canvas; /* tb_result.canvas, or NULL (a host without it) */
 } hook_ctx;
 
-/* A canvas of request b committed: its record, timed now (backend.h). */
+/* A canvas of request b ended: its record (backend.h), timed when its last
+ * tokens were committed, not now: a block sampler's store forward runs
+ * between the two (SDAR's after the last block too, when the answer is
+ * complete), and is no part of the commit. */
 static void on_canvas(void *ctx, int b, int steps, int committed, int64_t positions)
 {
     hook_ctx *hc = ctx;
+    int64_t t = hc->c->last_emit[b] ? hc->c->last_emit[b] : hc->c->host->now_ns(hc->c->host);
     if (hc->canvas)
-        tb_canvas_push(&hc->canvas[b], (uint32_t)steps, (uint32_t)committed, (uint64_t)positions,
-                       hc->c->host->now_ns(hc->c->host));
+        tb_canvas_push(&hc->canvas[b], (uint32_t)steps, (uint32_t)committed, (uint64_t)positions, t);
 }
 
 static void on_prefill(void *ctx)
@@ -354,7 +359,8 @@ static void on_prefill(void *ctx)
 static void on_commit(void *ctx, int b, int n_tokens)
 {
     dctx *c = ((hook_ctx *)ctx)->c;
-    c->host->emit(c->host, (uint32_t)b, (uint32_t)n_tokens, c->host->now_ns(c->host));
+    c->last_emit[b] = c->host->now_ns(c->host);
+    c->host->emit(c->host, (uint32_t)b, (uint32_t)n_tokens, c->last_emit[b]);
 }
 
 static int on_cancel(void *ctx)
@@ -527,14 +533,17 @@ static tb_status diffusion_generate(void *ctx, const tb_request *req, tb_result 
     }
     if ((size_t)B > c->req_steps_cap) {
         free(c->req_steps);
+        free(c->last_emit);
         c->req_steps = malloc(3 * (size_t)B * sizeof(int));
-        c->req_steps_cap = c->req_steps ? (size_t)B : 0;
-        if (!c->req_steps) {
+        c->last_emit = malloc((size_t)B * sizeof(int64_t));
+        c->req_steps_cap = c->req_steps && c->last_emit ? (size_t)B : 0;
+        if (!c->req_steps_cap) {
             set_error(c, "out of memory for %d canvases", B);
             return TB_ERR_NO_MEMORY;
         }
     }
     memset(c->req_steps, 0, 3 * (size_t)B * sizeof(int));
+    memset(c->last_emit, 0, (size_t)B * sizeof(int64_t));
     hook_ctx hc = {c, 0, TB_STRUCT_HAS(res, tb_result, canvas) ? res->canvas : NULL};
     tb_dllm_hooks hooks = {.ctx = &hc, .on_commit = on_commit, .cancelled = on_cancel, .on_prefill = on_prefill,
                            .on_canvas = on_canvas};
