@@ -11,12 +11,54 @@
 
 #include "util.h"
 
+/* Is the file at path (links followed) an SQLite database: its 16-byte
+ * header. */
+static int is_sqlite(const char *path)
+{
+    char head[16];
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+        return 0;
+    struct stat sb;
+    int yes = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && read(fd, head, sizeof head) == (ssize_t)sizeof head &&
+              memcmp(head, "SQLite format 3", 16) == 0;
+    close(fd);
+    return yes;
+}
+
+/* Would writing path destroy a database: a database itself (the -o that
+ * names --db by a slip), or the write-ahead log, shared-memory index or
+ * journal beside one (its uncommitted pages). */
+static int is_database_file(const char *path)
+{
+    if (is_sqlite(path))
+        return 1;
+    static const char *const companion[] = {"-wal", "-shm", "-journal"};
+    size_t n = strlen(path);
+    for (size_t i = 0; i < sizeof companion / sizeof *companion; i++) {
+        size_t k = strlen(companion[i]);
+        if (n > k && strcmp(path + n - k, companion[i]) == 0) {
+            char *stem = tb_xasprintf("%.*s", (int)(n - k), path);
+            int yes = is_sqlite(stem);
+            free(stem);
+            if (yes)
+                return 1;
+        }
+    }
+    return 0;
+}
+
 int cli_output_open(cli_output *o, const char *path)
 {
     *o = (cli_output){.f = stdout};
     if (!path || strcmp(path, "-") == 0)
         return 0;
     o->path = path;
+    if (is_database_file(path)) {
+        fprintf(stderr, "tokbench: -o %s: that is an SQLite database (or its log); a report never overwrites one: "
+                        "name another file\n", path);
+        return -1;
+    }
     struct stat sb;
     int exists = lstat(path, &sb) == 0;
     if (exists && !S_ISREG(sb.st_mode)) {

@@ -5,7 +5,10 @@
  * written: a failed write leaves the old file as it was, and removes
  * only the temporary file. Anything else (a symlink, a FIFO, a device)
  * is opened and written as it is, never replaced or removed. Every write
- * is checked: stdio's error flag, then the flush and close. */
+ * is checked: stdio's error flag, then the flush and close. A PATH that
+ * is an SQLite database, or the -wal, -shm or -journal file beside one,
+ * is refused: `-o tokbench.db` would have replaced every stored session
+ * with a report. */
 #ifndef TB_CLI_OUTPUT_H
 #define TB_CLI_OUTPUT_H
 

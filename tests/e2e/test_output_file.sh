@@ -70,4 +70,21 @@ echo old >"$tmp/r.html"
 [ "$(cat "$tmp/r.html")" = old ] || fail "-o past the file size limit: the old file was changed"
 [ "$(ls "$tmp" | grep -c '^r\.html')" = 1 ] || fail "-o past the file size limit: left $(ls "$tmp")"
 [ $failures = 0 ] && pass "-o: links, FIFOs and devices written in place and kept; a regular file replaced whole or kept; a full stdout is exit 1"
+
+# --- -o naming the database (a slip: -o tokbench.db), its log, or a link to
+# it: refused by every writer, the database still a database holding its session
+sqlite3 "$db" 'pragma journal_mode = wal; select count(*) from session' >/dev/null
+ln -s "$db" "$tmp/dblink"
+n=0
+for t in "$db" "$db-wal" "$db-shm" "$tmp/dblink"; do
+    for cmd in "report --format md" "report --format html" "export last --format json" "history --backend n"; do
+        # shellcheck disable=SC2086
+        "$tb" $cmd --db "$db" -o "$t" 2>"$tmp/err" && fail "$cmd -o $t: exit 0"
+        grep -q "that is an SQLite database" "$tmp/err" || fail "$cmd -o $t: $(cat "$tmp/err")"
+        n=$((n + 1))
+    done
+done
+[ "$(sqlite3 "$db" 'select count(*) from session')" = 1 ] && [ -L "$tmp/dblink" ] \
+    && pass "-o the database, its -wal or -shm, or a link to it: refused ($n commands), the session kept" \
+    || fail "-o the database: the database lost its session"
 tb_finish
