@@ -116,6 +116,37 @@ static int usable_version(sqlite3 *db, char **err)
     return v;
 }
 
+#define EMPTY_FILE "not a tokbench database (an empty file: schema version 0); tokbench run SUITE --db FILE makes one"
+
+/* A file read at schema version 0: another program's database when it
+ * holds tables (tokbench's first migration sets version 1 in the
+ * transaction that makes its tables), 1 with *err; empty (a new file, one
+ * a writer may make tokbench's), 0; tokbench's after all (another
+ * process migrated it since the version was read: the count and the
+ * version are read in one statement, one snapshot), 2; -1 on an error,
+ * with *err. */
+static int foreign_tables(sqlite3 *db, char **err)
+{
+    sqlite3_stmt *q = NULL;
+    int n = -1, v = -1;
+    if (sqlite3_prepare_v2(db, "SELECT (SELECT count(*) FROM sqlite_master), (SELECT user_version FROM "
+                               "pragma_user_version)", -1, &q, NULL) == SQLITE_OK &&
+        sqlite3_step(q) == SQLITE_ROW)
+        n = sqlite3_column_int(q, 0), v = sqlite3_column_int(q, 1);
+    sqlite3_finalize(q);
+    if (n < 0) {
+        *err = tb_xasprintf("cannot read the schema: %s", sqlite3_errmsg(db));
+        return -1;
+    }
+    if (v > 0)
+        return 2;
+    if (n > 0)
+        *err = tb_xasprintf("not a tokbench database (schema version 0, and %d table%s or index%s of another "
+                            "program's): not changed",
+                            n, n > 1 ? "s" : "", n > 1 ? "es" : "");
+    return n > 0;
+}
+
 int tb_store_migrate(sqlite3 *db, int target, char **err)
 {
     int v = usable_version(db, err);
@@ -603,7 +634,9 @@ static int open_read_only(const char *path, sqlite3 **out, char **why)
         }
     }
     free(wal);
-    if (v < 0) {
+    if (v == 0 && foreign_tables(db, why) == 0) /* nothing to read: empty */
+        *why = tb_xstrdup(EMPTY_FILE);
+    if (v < 0 || *why) {
         sqlite3_close(db);
         return -1;
     }
@@ -690,7 +723,13 @@ static int open_db(const char *path, int flags, tb_store **out, char **err)
      * file that is not one, is refused untouched (switching to WAL would
      * already rewrite the header and leave -wal/-shm files). */
     char *why = NULL;
-    if (usable_version(db, &why) < 0) {
+    int v = usable_version(db, &why);
+    /* version 0: a writer makes a file tokbench's when it holds nothing
+     * (another program's tables are left alone); a reader (no
+     * SQLITE_OPEN_CREATE) never makes one (REPORTS.md) */
+    if (v == 0 && foreign_tables(db, &why) == 0 && !(flags & SQLITE_OPEN_CREATE))
+        why = tb_xstrdup(EMPTY_FILE);
+    if (v < 0 || why) {
         *err = tb_xasprintf("%s: %s", path, why);
         free(why);
         sqlite3_close(db);

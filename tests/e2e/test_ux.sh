@@ -158,6 +158,33 @@ for cmd in "sessions" "show" "report" "report --format html" "export last --form
     grep -q "typo.db: no such database" "$tmp/typo.err" || fail "$cmd: message $(cat "$tmp/typo.err")"
     [ -e "$tmp/typo.db" ] && { fail "$cmd created typo.db"; rm -f "$tmp/typo.db"; }
 done
+# another program's SQLite database, and an empty file: readers refuse both and
+# change neither (no schema, no WAL switch); run refuses the first and makes
+# the second tokbench's
+q "$tmp/app.db" "create table users(id integer primary key, name text); insert into users values (1, 'alice')"
+: >"$tmp/empty.db"
+app_sum=$(cksum <"$tmp/app.db")
+for cmd in "sessions" "show" "report" "export last --format csv" "history --backend n"; do
+    # shellcheck disable=SC2086
+    "$tb" $cmd --db "$tmp/app.db" >/dev/null 2>"$tmp/app.err"
+    rc=$?
+    [ $rc = 1 ] && grep -q "app.db: not a tokbench database (schema version 0, and 1 table" "$tmp/app.err" \
+        || fail "$cmd on another program's database: exit $rc: $(cat "$tmp/app.err")"
+    # shellcheck disable=SC2086
+    "$tb" $cmd --db "$tmp/empty.db" >/dev/null 2>"$tmp/empty.err"
+    rc=$?
+    [ $rc = 1 ] && grep -q "empty.db: not a tokbench database (an empty file" "$tmp/empty.err" \
+        || fail "$cmd on an empty file: exit $rc: $(cat "$tmp/empty.err")"
+done
+"$tb" run "$tmp/log.ini" --db "$tmp/app.db" >/dev/null 2>"$tmp/app.err"
+rc=$?
+[ $rc = 1 ] && grep -q "not a tokbench database" "$tmp/app.err" || fail "run into another program's database: exit $rc"
+[ "$(cksum <"$tmp/app.db")" = "$app_sum" ] && [ ! -e "$tmp/app.db-wal" ] \
+    && [ "$(q "$tmp/app.db" "pragma journal_mode")" = delete ] && [ "$(q "$tmp/app.db" "select name from users")" = alice ] \
+    || fail "another program's database was changed"
+[ -s "$tmp/empty.db" ] && fail "a reader wrote into the empty file"
+"$tb" run "$tmp/log.ini" --db "$tmp/empty.db" >/dev/null 2>&1 && "$tb" sessions --db "$tmp/empty.db" \
+    >/dev/null || fail "run into an empty file: it should become a tokbench database"
 # a file the reader cannot write: a user without write access to it and
 # its folder; an older schema (version 6) is read, not migrated
 mkdir "$tmp/ro"
