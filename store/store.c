@@ -116,8 +116,6 @@ static int usable_version(sqlite3 *db, char **err)
     return v;
 }
 
-#define EMPTY_FILE "not a tokbench database (an empty file: schema version 0); tokbench run SUITE --db FILE makes one"
-
 /* A file read at schema version 0: another program's database when it
  * holds tables (tokbench's first migration sets version 1 in the
  * transaction that makes its tables), 1 with *err; empty (a new file, one
@@ -634,9 +632,11 @@ static int open_read_only(const char *path, sqlite3 **out, char **why)
         }
     }
     free(wal);
-    if (v == 0 && foreign_tables(db, why) == 0) /* nothing to read: empty */
-        *why = tb_xstrdup(EMPTY_FILE);
-    if (v < 0 || *why) {
+    if (v == 0) { /* another program's is refused; an empty one is migrated in memory below */
+        int f = foreign_tables(db, why);
+        v = f == 1 || f < 0 ? -1 : v;
+    }
+    if (v < 0) {
         sqlite3_close(db);
         return -1;
     }
@@ -726,14 +726,28 @@ static int open_db(const char *path, int flags, tb_store **out, char **err)
     int v = usable_version(db, &why);
     /* version 0: a writer makes a file tokbench's when it holds nothing
      * (another program's tables are left alone); a reader (no
-     * SQLITE_OPEN_CREATE) never makes one (REPORTS.md) */
-    if (v == 0 && foreign_tables(db, &why) == 0 && !(flags & SQLITE_OPEN_CREATE))
-        why = tb_xstrdup(EMPTY_FILE);
+     * SQLITE_OPEN_CREATE) never makes one (REPORTS.md): it reads an
+     * empty file (a new one, or one a run is making now) as an empty
+     * database in memory, the file untouched */
+    int empty = v == 0 && foreign_tables(db, &why) == 0;
     if (v < 0 || why) {
         *err = tb_xasprintf("%s: %s", path, why);
         free(why);
         sqlite3_close(db);
         return -1;
+    }
+    if (empty && !(flags & SQLITE_OPEN_CREATE)) {
+        sqlite3_close(db);
+        db = NULL;
+        if (sqlite3_open(":memory:", &db) != SQLITE_OK || tb_store_migrate(db, (int)tb_n_migrations, &why) != 0) {
+            *err = tb_xasprintf("%s: an empty file, read as an empty database: %s", path,
+                                why ? why : sqlite3_errmsg(db));
+            free(why);
+            sqlite3_close(db);
+            return -1;
+        }
+        *out = new_store(db);
+        return 0;
     }
     char *msg = NULL;
     if (exec_retry(db, "PRAGMA journal_mode = WAL", &msg) != SQLITE_OK ||

@@ -182,6 +182,15 @@ static void scan_line(file_reader *rd, const char *line)
     char *name = tb_xstrndup(start + 1, (size_t)(end - start - 1));
     rd->prev_key = 0;
     enter_section(rd->p, name);
+    /* inih drops what follows the ']': a key written there ("[matrix]
+     * batch = 1, 4") would vanish without a word. Only a comment may. */
+    const char *after = end + 1;
+    while (*after && isspace((unsigned char)*after))
+        after++;
+    if (*after && *after != ';' && *after != '#')
+        add_error(rd->p, (tb_loc){rd->file, rd->line}, NULL,
+                  "text after the section header [%s]: \"%.*s\" (a key goes on a line of its own)", name,
+                  (int)strcspn(after, "\r\n"), after);
     free(name);
 }
 
@@ -413,6 +422,7 @@ static int check_duplicate(parser *p, const char *key)
 }
 
 static int parse_file(parser *p, const char *path, tb_loc from);
+static int check_text(parser *p, const char *file, const char *text, size_t len);
 
 /* A relative path that exists next to the file being read is taken from
  * there (suites ship with their models); otherwise it is kept as written
@@ -655,6 +665,20 @@ static int handler(void *user, const char *section, const char *name, const char
     char *v = expand_env(p, name, value);
     if (!v)
         return 1;
+    if (strchr(value, '$')) { /* the file's bytes were checked; the environment's were not */
+        size_t bad = 0, n = strlen(v), ctl = strcspn(v, "\x01\x02\x03\x04\x05\x06\x07\x08\x0a\x0b\x0c\x0d\x0e"
+                                                         "\x0f\x10\x11\x12\x13\x14\x15\x16\x17\x18\x19\x1a\x1b"
+                                                         "\x1c\x1d\x1e\x1f\x7f");
+        int valid = tb_utf8_valid(v, n, &bad);
+        if (ctl < n || !valid) {
+            size_t at = !valid && bad < ctl ? bad : ctl;
+            add_error(p, here(p), name, "the value from the environment has %s 0x%02x (a suite value is UTF-8 "
+                      "text: no control characters but tab)", at == ctl ? "control character" : "invalid UTF-8, byte",
+                      (unsigned char)v[at]);
+            free(v);
+            return 1;
+        }
+    }
 
     if (strcmp(name, "include") == 0) {
         /* parse_file saves and restores the current section. */
@@ -807,8 +831,9 @@ static int parse_file(parser *p, const char *path, tb_loc from)
         free(full);
         return -1;
     }
-    if (strlen(text) != len) {
-        add_error(p, (tb_loc){full, 0}, NULL, "contains a NUL byte (expected a text file)");
+    if (strlen(text) != len || check_text(p, full, text, len) != 0) {
+        if (strlen(text) != len)
+            add_error(p, (tb_loc){full, 0}, NULL, "contains a NUL byte (expected a text file)");
         free(real);
         free(full);
         free(text);
@@ -851,6 +876,34 @@ static int parse_file(parser *p, const char *path, tb_loc from)
     p->read[p->stack[--p->n_stack]].open = 0;
     free(text);
     return 0;
+}
+
+/* A suite is UTF-8 text: its bytes are stored (the suite's text) and
+ * shown in reports, JSON and HTML, which must be UTF-8, and on terminals,
+ * where an ESC would be obeyed. The first invalid sequence, and the
+ * first control byte but tab, CR and LF, are errors at their line. 0, or
+ * -1 with the error recorded. */
+static int check_text(parser *p, const char *file, const char *text, size_t len)
+{
+    size_t bad = 0;
+    int valid = tb_utf8_valid(text, len, &bad);
+    size_t ctl = 0;
+    while (ctl < len && !(((unsigned char)text[ctl] < 0x20 && text[ctl] != '\t' && text[ctl] != '\r' &&
+                           text[ctl] != '\n') || text[ctl] == 0x7f))
+        ctl++;
+    if (valid && ctl == len)
+        return 0;
+    size_t at = !valid && bad < ctl ? bad : ctl;
+    int line = 1;
+    for (size_t i = 0; i < at; i++)
+        line += text[i] == '\n';
+    if (at == ctl)
+        add_error(p, (tb_loc){file, line}, NULL, "control character 0x%02x (a suite is text: no control "
+                  "characters but tab)", (unsigned char)text[at]);
+    else
+        add_error(p, (tb_loc){file, line}, NULL, "invalid UTF-8 (byte 0x%02x; a suite is UTF-8 text: "
+                  "re-save it as UTF-8)", (unsigned char)text[at]);
+    return -1;
 }
 
 /* models_dir: every model that is a path on disk must resolve, symbolic

@@ -157,7 +157,7 @@ fi
 # ------------------------------------------------------------------ 5
 printf '[suite]\nwarmup = \033]0;title\007\033[31mred\n[backend n]\nplugin = %s\n' "$null" >"$tmp/ctl.ini"
 tbrun ctl run "$tmp/ctl.ini" --db "$tmp/x.db" --dry-run
-expect ctl 2 'warmup: expected an integer in [0, 1000], got "\x1b]0;title\x07\x1b[31mred"' "control bytes escaped in a suite error"
+expect ctl 2 'ctl.ini:2: control character 0x1b (a suite is text' "control bytes in a suite: an error at their line, none printed"
 LC_ALL=C grep -q $'[\033\007]' "$tmp/ctl.err" && fail "raw ESC or BEL on stderr"
 
 tb_finish

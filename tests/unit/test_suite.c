@@ -480,16 +480,38 @@ static void test_include_odd_files(void)
  * would start a line that looks like an error of another file). */
 static void test_error_escapes_control_bytes(void)
 {
-    char *e = load_err("ctl.ini", "[suite]\nwarmup = \x1b[31mred\x07\n" BACKEND_OK);
-    CHECK_CONTAINS(e, "ctl.ini:2: warmup: expected an integer in [0, 1000], got \"\\x1b[31mred\\x07\"");
+    char *e = load_err("ctl.ini", "[suite]\nwarmup = 1\n[backend a]\nplugin = null\nlabel_x = \x1b[31mred\x07\n");
+    CHECK_CONTAINS(e, "ctl.ini:5: control character 0x1b (a suite is text");
     CHECK(strchr(e, 0x1b) == NULL && strchr(e, 0x07) == NULL);
     free(e);
     setenv("TB_TEST_NL", "1\nfake.ini:1: warmup: injected", 1);
     e = load_err("ctl-env.ini", "[suite]\nwarmup = ${TB_TEST_NL}\n" BACKEND_OK);
-    CHECK_CONTAINS(e, "got \"1\\x0afake.ini:1: warmup: injected\"");
+    CHECK_CONTAINS(e, "ctl-env.ini:2: warmup: the value from the environment has control character 0x0a");
     CHECK(strchr(e, '\n') == e + strlen(e) - 1); /* one line */
     free(e);
     unsetenv("TB_TEST_NL");
+}
+
+/* A suite is UTF-8 text without control bytes (its bytes go into JSON and
+ * HTML reports, and onto terminals): a Latin-1 byte, in a value or a
+ * comment, and an ESC in the name are errors at their line; so are such
+ * bytes from the environment; tab and CRLF are text. */
+static void test_suite_is_text(void)
+{
+    EXPECT_ERROR("latin1.ini", "[suite]\nname = caf\xe9\n" BACKEND_OK, "latin1.ini:2: ",
+                 "invalid UTF-8 (byte 0xe9; a suite is UTF-8 text");
+    EXPECT_ERROR("comment.ini", "[suite]\n; r\xe9sum\xe9\nrepeat = 2\n" BACKEND_OK, "comment.ini:2: ", "invalid UTF-8");
+    EXPECT_ERROR("esc.ini", "[suite]\nrepeat = 2\nname = x\x1b]0;pwned\x07\n" BACKEND_OK, "esc.ini:3: ",
+                 "control character 0x1b");
+    setenv("TB_TEST_LATIN1", "caf\xe9", 1);
+    EXPECT_ERROR("env.ini", "[suite]\nname = ${TB_TEST_LATIN1}\n" BACKEND_OK, "env.ini:2: name: ",
+                 "the value from the environment has invalid UTF-8, byte 0xe9");
+    unsetenv("TB_TEST_LATIN1");
+    tb_suite s;
+    if (load_ok("text.ini", "[suite]\r\nname = caf\xc3\xa9\t1\r\n; \xe2\x9c\x93\r\n" BACKEND_OK, &s) != 0)
+        return;
+    CHECK_STR(s.name, "caf\xc3\xa9\t1");
+    tb_suite_free(&s);
 }
 
 /* Issue 38 item 6: a default is expanded in turn: ${A:-${B}} is B's value
@@ -784,6 +806,20 @@ static void test_suite_without_backends(void)
     EXPECT_ERROR("empty.ini", "", "empty.ini: ", "no [backend LABEL] section");
 }
 
+/* inih drops what follows a header's ']': a key there is an error at its
+ * line; a comment there is fine. */
+static void test_text_after_header(void)
+{
+    EXPECT_ERROR("hdr.ini", "[suite]\nrepeat = 2\n[matrix] batch = 1, 4\n" BACKEND_OK, "hdr.ini:3: ",
+                 "text after the section header [matrix]: \"batch = 1, 4\"");
+    EXPECT_ERROR("hdr2.ini", "[suite]x\nrepeat = 2\n" BACKEND_OK, "hdr2.ini:1: ", "[suite]: \"x\"");
+    tb_suite s;
+    if (load_ok("hdr3.ini", "[suite] ; the run\nrepeat = 2\n[matrix]  # sizes\nbatch = 1, 4\n" BACKEND_OK, &s) != 0)
+        return;
+    CHECK(s.dims[TB_DIM_BATCH].n == 2);
+    tb_suite_free(&s);
+}
+
 static void test_line_too_long(void)
 {
     /* inih reads at most 199 bytes of a line, newline included. */
@@ -982,6 +1018,8 @@ int main(void)
     test_backend_without_plugin();
     test_suite_without_backends();
     test_line_too_long();
+    test_text_after_header();
+    test_suite_is_text();
     test_line_without_equals();
     test_indented_line_is_continuation();
     test_missing_file();
