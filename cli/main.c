@@ -8,6 +8,7 @@
 #include "cli.h"
 #include "git_version.h"
 #include "store.h"
+#include "tty_safe.h"
 #include "tb_config.h"
 #include "util.h"
 
@@ -52,6 +53,7 @@ static char *join_args(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+    cli_stdout_tty_safe(); /* before anything is printed */
     const char *bad_table = cli_table_check();
     if (bad_table) { /* a mistake in options.c, which every test run meets */
         fprintf(stderr, "%s\n", bad_table);

@@ -184,8 +184,12 @@ for ((k = 1; k <= trials; k++)); do
     elif grep -q 'marked interrupted' "$tmp/open.err"; then
         fail "$what: marked a session that was not running: $(cat "$tmp/open.err")"
     fi
-    [ "$(q "$db" "select count(*) || ' ' || (select user_version from pragma_user_version()) from session where status = 'running'")" = "0 $version" ] \
-        || fail "$what: a session is still running, or the schema is not at version $version after reopening"
+    # killed before the first migration committed: an empty file, which a
+    # reader reads as an empty database and leaves as it is (REPORTS.md)
+    if [ "$(q "$db" "select count(*) || ' ' || (select user_version from pragma_user_version()) from sqlite_master")" != "0 0" ]; then
+        [ "$(q "$db" "select count(*) || ' ' || (select user_version from pragma_user_version()) from session where status = 'running'")" = "0 $version" ] \
+            || fail "$what: a session is still running, or the schema is not at version $version after reopening"
+    fi
     if [ -z "$sid" ]; then p=no-session
     elif [ "$status" = completed ]; then p=completed
     elif [ "$stored" = 0 ]; then p=no-case

@@ -250,6 +250,26 @@ fi
 [ "$(q "$tmp/ro/old.db" "pragma user_version")" = "$(q "$tmp/h.db" "pragma user_version")" ] || fail "a writable older file was not migrated"
 pass "readers: a missing database is an error, never created; a read-only file (older schema too) read unchanged"
 
+# --- 4b. stored text cannot drive a terminal: a name with ESC and BEL (a
+# database older than the suite's text check, or merged from one) is printed
+# as \xNN on a terminal, byte for byte into a pipe; UTF-8 cut by the stream's
+# buffer (a 15,000-byte name of 3-byte characters) arrives whole
+cp "$tmp/h.db" "$tmp/esc.db"
+long=$(python3 -c 'print("\u2713" * 5000)')
+q "$tmp/esc.db" "update session set suite_name = 'x' || char(27) || ']0;pwned' || char(7) where id = 1;
+  update session set suite_name = '$long' where id = 2; update backend set label = 'n' || char(27) || '[2J'"
+for cmd in "sessions" "show 1" "report 1" "compare 1 2"; do
+    # shellcheck disable=SC2086
+    pty 200 "$tmp/esc.out" "$tb" $cmd --db "$tmp/esc.db" >/dev/null 2>&1
+    LC_ALL=C grep -q $'[\033\007]' "$tmp/esc.out" && fail "$cmd on a terminal: a raw ESC or BEL"
+    grep -qF 'x\x1b]0;pwned\x07' "$tmp/esc.out" || [ "$cmd" != sessions ] || fail "$cmd on a terminal: the name not escaped"
+done
+pty 20000 "$tmp/esc.out" "$tb" sessions --db "$tmp/esc.db" >/dev/null 2>&1
+grep -qF "$long" "$tmp/esc.out" && ! grep -q 'x[89a-f][0-9a-f]' "$tmp/esc.out" || fail "a long UTF-8 name on a terminal: cut"
+"$tb" sessions --db "$tmp/esc.db" >"$tmp/esc.pipe" 2>&1
+LC_ALL=C grep -q $'\033]0;pwned\007' "$tmp/esc.pipe" || fail "sessions into a pipe: the stored bytes changed"
+pass "stored control bytes: escaped on a terminal (sessions, show, report, compare), kept in a pipe; long UTF-8 whole"
+
 # --- 5. sessions in time order after a merge; every case in the history chart
 sed 's/^name = twelve/name = older/' "$tmp/twelve.ini" >"$tmp/older.ini"
 "$tb" run "$tmp/older.ini" --db "$tmp/a.db" --filter batch=1 >/dev/null 2>&1 || fail "run older"
