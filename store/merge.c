@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "store.h"
@@ -553,6 +554,11 @@ static int open_source(const char *path, sqlite3 **out, char **why)
     sqlite3 *db = NULL;
     if (access(path, R_OK) != 0) {
         *why = tb_xasprintf("cannot read: %m");
+        return -1;
+    }
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        *why = tb_xstrdup("is a folder, not a database");
         return -1;
     }
     if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {

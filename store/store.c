@@ -701,8 +701,39 @@ int tb_store_open_reader(const char *path, tb_store **out, char **err)
     return 0;
 }
 
+/* Why a writer cannot have the database at path, or NULL: a folder, a
+ * folder that does not exist, a file or folder it may not write (the -wal
+ * and -shm files go beside the database), in the system's words
+ * (SQLite's own is "unable to open database file" for each). */
+static char *not_writable(const char *path)
+{
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return tb_xasprintf("%s: is a folder, not a database", path);
+    char *dir = tb_xstrdup(path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        strcpy(dir, ".");
+    else
+        slash[slash == dir] = '\0'; /* "/x.db": "/" */
+    char *why = NULL;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        why = tb_xasprintf("%s: its folder %s %s", path, dir,
+                           errno == ENOENT || !S_ISDIR(sb.st_mode) ? "does not exist" : strerror(errno));
+    else if (access(dir, W_OK) != 0)
+        why = tb_xasprintf("%s: cannot write in its folder %s (the database's -wal and -shm files go there): %s",
+                           path, dir, strerror(errno));
+    else if (access(path, F_OK) == 0 && access(path, W_OK) != 0)
+        why = tb_xasprintf("%s: cannot write the database: %s", path, strerror(errno));
+    free(dir);
+    return why;
+}
+
 int tb_store_open(const char *path, tb_store **out, char **err)
 {
+    *out = NULL;
+    if ((*err = not_writable(path)) != NULL)
+        return -1;
     return open_db(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, out, err);
 }
 

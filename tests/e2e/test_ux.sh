@@ -270,6 +270,29 @@ grep -qF "$long" "$tmp/esc.out" && ! grep -q 'x[89a-f][0-9a-f]' "$tmp/esc.out" |
 LC_ALL=C grep -q $'\033]0;pwned\007' "$tmp/esc.pipe" || fail "sessions into a pipe: the stored bytes changed"
 pass "stored control bytes: escaped on a terminal (sessions, show, report, compare), kept in a pipe; long UTF-8 whole"
 
+# --- 4c. a database a writer cannot have: the cause named (SQLite says
+# "unable to open database file" for each)
+said() { # WHAT EXPECTED COMMAND...: the command fails, its stderr holds EXPECTED
+    local what=$1 want=$2
+    shift 2
+    "$@" >/dev/null 2>"$tmp/said.err" && { fail "$what: exit 0"; return; }
+    grep -q -- "$want" "$tmp/said.err" || fail "$what: $(cat "$tmp/said.err")"
+}
+f0=$failures
+mkdir -p "$tmp/adir"
+said "run --db a folder" "adir: is a folder, not a database" "$tb" run "$tmp/log.ini" --db "$tmp/adir"
+said "run --db in a missing folder" "x.db: its folder $tmp/nodir does not exist" "$tb" run "$tmp/log.ini" --db "$tmp/nodir/x.db"
+said "merge into a folder" "adir: is a folder, not a database" "$tb" db merge "$tmp/h.db" --db "$tmp/adir"
+said "merge a folder" "adir: is a folder, not a database" "$tb" db merge "$tmp/adir" --db "$tmp/m4c.db"
+mkdir -p "$tmp/rofs" && cp "$tmp/h.db" "$tmp/rofs/ro.db"
+if mount --bind -o ro "$tmp/rofs" "$tmp/rofs" 2>/dev/null; then # root with mounts allowed (CI): a read-only file system
+    said "run --db on a read-only file system" "ro.db: cannot write in its folder $tmp/rofs .*Read-only file system" \
+        "$tb" run "$tmp/log.ini" --db "$tmp/rofs/ro.db"
+    "$tb" sessions --db "$tmp/rofs/ro.db" >/dev/null || fail "sessions on a read-only file system"
+    umount "$tmp/rofs"
+fi
+[ $failures = "$f0" ] && pass "a database run or merge cannot have: a folder, a missing folder, a read-only file system, each named"
+
 # --- 5. sessions in time order after a merge; every case in the history chart
 sed 's/^name = twelve/name = older/' "$tmp/twelve.ini" >"$tmp/older.ini"
 "$tb" run "$tmp/older.ini" --db "$tmp/a.db" --filter batch=1 >/dev/null 2>&1 || fail "run older"
