@@ -395,7 +395,7 @@ static int bounded(const tb_option_decl *d)
  * ("3600000000", not "3.6e+09"). */
 static char *fmt_double(double v)
 {
-    if (v == floor(v) && fabs(v) < 1e17)
+    if (v == floor(v) && fabs(v) <= 9.2e18) /* an int option's bound, in digits the parser reads back */
         return tb_xasprintf("%.0f", v);
     for (int prec = 1; prec < 17; prec++) {
         char buf[64];

@@ -27,6 +27,7 @@
 #include "util.h"
 
 #define MAX_INCLUDE_DEPTH 8
+#define TB_DIM_INT_MAX 1000000000LL /* an integer dimension's largest value (every count fits 32 bits with room) */
 #define MAX_ERRORS 20
 #define MAX_BACKENDS 1000 /* each has cases of its own; and labels are compared pairwise */
 
@@ -69,8 +70,8 @@ int tb_dim_parse_value(tb_dim d, const char *text, double *out, char **err)
     }
     long long v = strtoll(text, &end, 10);
     long long lo = tb_dim_defs[d].min;
-    if (end == text || *end || errno || v < lo || v > 1000000000LL) {
-        *err = tb_xasprintf("expected an integer >= %lld, got \"%s\"", lo, text);
+    if (end == text || *end || errno || v < lo || v > TB_DIM_INT_MAX) {
+        *err = tb_xasprintf("expected an integer in [%lld, %lld], got \"%s\"", lo, TB_DIM_INT_MAX, text);
         return -1;
     }
     *out = (double)v;

@@ -125,7 +125,7 @@ u=(--url http://127.0.0.1:9)
 m=(--model "$src/models/small-llama")
 refused 'give --url URL (a server) or --model' --input-len 8
 refused '--url "ftp://x": expected an http:// or https:// URL' --url ftp://x
-refused '--concurrency "0": expected an integer >= 1' "${u[@]}" --concurrency 0
+refused '--concurrency "0": expected an integer in [1, 1000000000]' "${u[@]}" --concurrency 0
 refused '--concurrency "1,,2": an empty item' "${u[@]}" --concurrency 1,,2
 refused '--concurrency "4, 4": value 4 is listed twice' "${u[@]}" --concurrency '4, 4'
 refused '--request-rate "0": expected a rate in requests/s > 0' "${u[@]}" --request-rate 0
@@ -143,7 +143,7 @@ refused '--input-len "gamma:5:1": unknown distribution' "${u[@]}" --input-len ga
 refused '--input-len "normal:100:-1": SD:' "${u[@]}" --input-len normal:100:-1
 refused '--input-len "normal:100:1:9:3": MIN:MAX' "${u[@]}" --input-len normal:100:1:9:3
 refused '--output-len "normal:100:10:1:500": MAX 500 is more than 4 x MEAN' "${u[@]}" --output-len normal:100:10:1:500
-refused '--output-len "x": expected an integer >= 1' "${u[@]}" --output-len x
+refused '--output-len "x": expected an integer in [1, 1000000000]' "${u[@]}" --output-len x
 refused '--input-len "8": the prompts are --dataset' "${u[@]}" --dataset "$tok" --input-len 8
 refused '--header "NoColon": expected NAME:VALUE' "${u[@]}" --header NoColon
 refused 'is not an HTTP header name' "${u[@]}" --header 'Bad Name:x'

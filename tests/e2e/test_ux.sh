@@ -347,7 +347,7 @@ draft_model = ../models/nodraft
 EOF
 want=(
     "bad.ini:2: repeat: expected an integer"
-    "bad.ini:5: batch: expected an integer >= 1, got \"x\""
+    "bad.ini:5: batch: expected an integer in [1, 1000000000], got \"x\""
     "bad.ini:15: plugin: plugin nosuch: not found"
     "bad.ini:10: step_us: expected an int"
     "bad.ini:13: model: \"$tmp/s/../models/none\": No such file or directory (plugin ar loads a model folder or file here)"

@@ -576,6 +576,8 @@ static void test_describe_type(void)
         {{"f", TB_OPT_FLOAT, "0", "", NULL, 0.1, 2.5, 0}, "float in [0.1, 2.5]"},
         {{"g", TB_OPT_FLOAT, "0", "", NULL, 1, -1, 0}, "float"},
         {{"h", TB_OPT_FLOAT, "0", "", NULL, -1e6, 1e6, 0}, "float in [-1000000, 1000000]"},
+        /* a bound past 1e17 in digits too: "1e+18" is not an int the parser reads */
+        {{"k", TB_OPT_INT, "0", "", NULL, 0, 1e18, 0}, "int in [0, 1000000000000000000]"},
         {{"i", TB_OPT_STRING, "", "", NULL, 1, 0, 0}, "string"},
         {{"j", TB_OPT_ENUM, "x", "", "x|y|z", 1, 0, 0}, "one of x|y|z"},
     };

@@ -267,7 +267,7 @@ static void test_dim_parse_value(void)
     CHECK(tb_dim_parse_value(TB_DIM_PROMPT_TOKENS, "0", &v, &err) == 0);
     CHECK_NEAR(v, 0, 0);
     CHECK(tb_dim_parse_value(TB_DIM_STEPS, "0", &v, &err) == -1);
-    CHECK_CONTAINS(err, "expected an integer >= 1, got \"0\"");
+    CHECK_CONTAINS(err, "expected an integer in [1, 1000000000], got \"0\"");
     free(err);
     err = NULL;
     CHECK(tb_dim_parse_value(TB_DIM_BATCH, "4x", &v, &err) == -1);
@@ -695,7 +695,7 @@ static void test_bad_durations(void)
 static void test_bad_dimension_values(void)
 {
     EXPECT_ERROR("b0.ini", "[matrix]\nbatch = 0\n" BACKEND_OK, "b0.ini:2: batch:",
-                 "expected an integer >= 1, got \"0\"");
+                 "expected an integer in [1, 1000000000], got \"0\"");
     EXPECT_ERROR("bempty.ini", "[matrix]\nbatch = 1,,2\n" BACKEND_OK, "bempty.ini:2: batch:",
                  "empty list item in \"1,,2\"");
     EXPECT_ERROR("btrail.ini", "[matrix]\nbatch = 1, 2,\n" BACKEND_OK, "btrail.ini:2: batch:", "empty list item");
