@@ -1228,6 +1228,48 @@ static int add_filter(tb_str *sql, const char *f, char ***vals, size_t *n_vals, 
     return 0;
 }
 
+/* Is filter f's KEY a dimension, or an option swept for backend `label`
+ * (in some case's options): 1; 0 with *err naming the key (a typo matched no case,
+ * which read as "no case matches"); -1 on a read error (*err). Its syntax
+ * is add_filter's to check. */
+static int filter_key_known(sqlite3 *db, const char *label, const char *f, char **err)
+{
+    const char *eq = strchr(f, '=');
+    if (!eq || eq == f)
+        return 1;
+    char *key = tb_xstrndup(f, (size_t)(eq - f));
+    for (int d = 0; d < TB_N_DIMS; d++)
+        if (tb_dim_defs[d].column && strcmp(key, tb_dim_defs[d].name) == 0) {
+            free(key);
+            return 1;
+        }
+    sqlite3_stmt *q = NULL;
+    int known = -1;
+    if (sqlite3_prepare_v2(db, "SELECT EXISTS (SELECT 1 FROM bench_case c JOIN backend b ON b.id = c.backend_id"
+                               " WHERE b.label = ?1 AND json_type(c.options_json, '$.\"' || ?2 || '\"') IS NOT NULL)",
+                           -1, &q, NULL) == SQLITE_OK) {
+        sqlite3_bind_text(q, 1, label, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(q, 2, key, -1, SQLITE_TRANSIENT);
+        if (sqlite3_step(q) == SQLITE_ROW)
+            known = sqlite3_column_int(q, 0);
+    }
+    sqlite3_finalize(q);
+    if (known < 0) {
+        *err = tb_read_error(db, -1, "the backend's options");
+    } else if (!known) {
+        tb_str dims = {0};
+        for (int d = 0; d < TB_N_DIMS; d++)
+            if (tb_dim_defs[d].column)
+                tb_str_appendf(&dims, "%s%s", dims.len ? ", " : "", tb_dim_defs[d].name);
+        *err = tb_xasprintf("filter \"%s\": unknown key \"%s\" (expected a dimension — %s — or an option swept for "
+                            "backend \"%s\")",
+                            f, key, dims.s, label);
+        tb_str_free(&dims);
+    }
+    free(key);
+    return known;
+}
+
 int tb_read_history(sqlite3 *db, const char *label, const char *metric, char *const *filters, size_t n_filters,
                     tb_row_history **out, size_t *n, char **err)
 {
@@ -1248,8 +1290,11 @@ int tb_read_history(sqlite3 *db, const char *label, const char *metric, char *co
     char **vals = NULL;
     size_t n_vals = 0;
     int rc = 0;
-    for (size_t i = 0; i < n_filters && rc == 0; i++)
+    for (size_t i = 0; i < n_filters && rc == 0; i++) {
         rc = add_filter(&sql, filters[i], &vals, &n_vals, err);
+        int known = rc == 0 ? filter_key_known(db, label, filters[i], err) : 1;
+        rc = rc ? rc : known == 1 ? 0 : known == 0 ? -1 : -2;
+    }
     tb_str_append(&sql, " ORDER BY s.started_at, s.id, c.ordinal");
     sqlite3_stmt *q = NULL;
     if (rc == 0 && sqlite3_prepare_v2(db, sql.s, -1, &q, NULL) != SQLITE_OK) {

@@ -237,6 +237,9 @@ grep -q 'no backend "nope" in any session (known: ar-like, diffusion-like)' "$tm
 "$tb" history --backend ar-like --metric nope --db "$db" 2>"$tmp/e"; [ $? = 2 ] || fail "unknown metric not exit 2"
 grep -q 'has no metric "nope" (known: agg_tps' "$tmp/e" || fail "history metric message: $(cat "$tmp/e")"
 "$tb" history --backend ar-like --filter steps=8 --db "$db" 2>/dev/null; [ $? = 2 ] || fail "no match not exit 2"
+"$tb" history --backend ar-like --filter bacth=1 --db "$db" 2>"$tmp/e"; [ $? = 2 ] || fail "a mistyped filter key not exit 2"
+grep -q 'filter "bacth=1": unknown key "bacth" (expected a dimension — prompt_tokens, .* or an option swept for backend "ar-like")' \
+    "$tmp/e" || fail "history, a mistyped filter key: $(cat "$tmp/e")"
 "$tb" history --db "$db" 2>/dev/null; [ $? = 2 ] || fail "history without --backend not exit 2"
 pass "history: text, csv, html, bad input"
 
