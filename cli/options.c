@@ -96,8 +96,9 @@ const cli_option cli_options[] = {
              "values"},
     {.name = "max-error-rate", .arg = "X", .commands = CLI_RUN | CLI_BENCH, .kind = CLI_DOUBLE, .field = FIELD(max_error_rate),
      .def = "0", .lo = 0, .hi = 1, .what = "a fraction",
-     .help = "a case whose failed requests are more than the fraction X of its requests is degraded (0: any failed "
-             "request); a case whose every request failed is failed"},
+     .help = "exit 1 when a case's failed requests are more than the fraction X of its requests (0: any failed "
+             "request); a case with a failed request is shown degraded whatever X, one whose every request failed "
+             "is failed"},
     {.name = "shard", .arg = "K/N", .commands = CLI_RUN, .kind = CLI_CALL, .call = shard_arg,
      .help = "run shard K (0-based) of N of every case's load: its share of the requests and of the concurrency, "
              "request_rate / N, a seed of its own; on N machines (examples/: a Kubernetes Indexed Job, a Slurm job "
