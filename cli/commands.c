@@ -426,9 +426,10 @@ int cmd_show(const cli_command *cmd, const cli_args *c, const char *command_line
     char *err = NULL;
     int64_t id = tb_report_resolve_session(tb_store_db(st), c->n_pos ? c->pos[0] : NULL, &err);
     int rc = 1;
-    if (id < 0) {
+    if (id < 0) { /* no such session: bad input, as report's and compare's */
         fprintf(stderr, "tokbench: %s\n", err);
         free(err);
+        rc = 2;
     } else {
         rc = tb_report_show(tb_store_db(st), id, stdout, table_width(c)) == 0 ? 0 : 1;
     }
@@ -456,11 +457,11 @@ int cmd_export(const cli_command *cmd, const cli_args *c, const char *command_li
     char *err = NULL;
     int rc = 1;
     int64_t id = tb_report_resolve_session(tb_store_db(st), c->pos[0], &err);
-    if (id < 0) {
+    if (id < 0) { /* no such session: bad input, as report's and compare's */
         fprintf(stderr, "tokbench: %s\n", err);
         free(err);
         tb_store_close(st);
-        return 1;
+        return 2;
     }
     cli_output out;
     if (cli_output_open(&out, c->output) == 0) {

@@ -63,7 +63,8 @@ cmp -s <(sed -n '/^backend  /,$p' "$tmp/show.out") <(sed -n '/^backend  /,$p' "$
 [ "$(sqlite3 :memory: "select json_valid(readfile('$tmp/x.json')) and json_array_length(readfile('$tmp/x.json'), '\$.cases') = $expected")" = 1 ] \
     || fail "json export invalid or incomplete"
 "$tb" export 1 --format xml --db "$db" 2>/dev/null && fail "export accepted --format xml"
-"$tb" show 999 --db "$db" 2>"$tmp/e" && fail "show of a missing session succeeded"
+"$tb" show 999 --db "$db" 2>"$tmp/e"; [ $? = 2 ] || fail "show of a missing session: not exit 2 (bad input, as report's)"
+"$tb" export 999 --format csv --db "$db" 2>/dev/null; [ $? = 2 ] || fail "export of a missing session: not exit 2"
 grep -q 'no session "999"' "$tmp/e" || fail "missing session message: $(cat "$tmp/e")"
 
 # 2. Failing plugins: each fails its own case only, with the reason stored.
