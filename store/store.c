@@ -717,9 +717,10 @@ static char *not_writable(const char *path)
     else
         slash[slash == dir] = '\0'; /* "/x.db": "/" */
     char *why = NULL;
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        why = tb_xasprintf("%s: its folder %s %s", path, dir,
-                           errno == ENOENT || !S_ISDIR(sb.st_mode) ? "does not exist" : strerror(errno));
+    if (stat(dir, &sb) != 0)
+        why = tb_xasprintf("%s: its folder %s %s", path, dir, errno == ENOENT ? "does not exist" : strerror(errno));
+    else if (!S_ISDIR(sb.st_mode))
+        why = tb_xasprintf("%s: %s is not a folder", path, dir);
     else if (access(dir, W_OK) != 0)
         why = tb_xasprintf("%s: cannot write in its folder %s (the database's -wal and -shm files go there): %s",
                            path, dir, strerror(errno));
