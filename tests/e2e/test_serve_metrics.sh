@@ -13,7 +13,10 @@
 #   3. tokbench_step_requests_total: one request of 8 tokens alone is
 #      carried by 8 steps; top_k: `serve --help` says where it is honoured; a request with it
 #      is answered by the ar backend and refused with 400 naming the field
-#      by the null one (which has no top_k option).
+#      by the null one (which has no top_k option);
+#   4. a server stopped after it closed a connection (TIME_WAIT) is
+#      restarted on its port at once; a second server on a port in use
+#      fails with "Address already in use".
 # No wall-clock bounds: counts and values only. The load (32 requests of
 # 200 tokens, 4 at a time: 1,600 steps) spans many scrape periods (0.05 s)
 # however fast the machine; a busy one only lengthens it.
@@ -143,5 +146,33 @@ code=$(post -H 'Authorization: Bearer sekrit' -d '{"prompt":"x","top_k":5}' "$nb
     && pass "null: top_k refused with 400 naming it" || fail "null top_k: $code $(cat "$tmp/body")"
 code=$(post -H 'Authorization: Bearer sekrit' -d '{"prompt":"x","top_k":-1,"max_tokens":2}' "$nb/v1/completions")
 [ "$code" = 200 ] && pass "null: top_k -1 (off) accepted" || fail "null top_k -1: $code $(cat "$tmp/body")"
+
+# ---------------------------------------------------------------- 4. a restart on the same port
+# The server closes a connection (Connection: close), so the port has a
+# socket in TIME_WAIT (~60 s); stopped, a new server on that port listens
+# at once (SO_REUSEADDR), while one beside a running server still fails,
+# saying why (no SO_REUSEPORT: two servers never share a port silently).
+start_server first "$tb" serve --backend null "$tmp/serve.ini" --port 0 || tb_finish
+p1=$port first_pid=$server_pid
+# read to the end of the stream before closing: the server's close came first
+exec 3<>"/dev/tcp/127.0.0.1/$p1"
+printf 'GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n' >&3
+grep -q '^HTTP/1.1 200' <&3 || fail "health on the first server"
+cat <&3 >/dev/null
+exec 3<&-
+"$tb" serve --backend null "$tmp/serve.ini" --port "$p1" >"$tmp/beside.log" 2>&1
+rc=$?
+[ $rc = 1 ] && grep -q "cannot listen on 127.0.0.1:$p1: Address already in use" "$tmp/beside.log" \
+    && pass "a second server on a port in use: exit 1, $(tail -1 "$tmp/beside.log")" \
+    || fail "a second server on a port in use: exit $rc: $(tail -2 "$tmp/beside.log")"
+kill -TERM "$first_pid"
+wait "$first_pid"
+if command -v ss >/dev/null; then # the case under test: else this proves nothing
+    [ -n "$(ss -Htan state time-wait sport = ":$p1")" ] && pass "the port has a connection in TIME_WAIT" \
+        || fail "no TIME_WAIT on port $p1: the restart below tests nothing"
+fi
+start_server again "$tb" serve --backend null "$tmp/serve.ini" --port "$p1" \
+    && [ "$port" = "$p1" ] && [ "$(curl -s "http://127.0.0.1:$p1/health")" = ok ] \
+    && pass "restarted on port $p1 at once" || fail "restart on port $p1: $(tail -2 "$tmp/again.log")"
 
 tb_finish
