@@ -656,8 +656,11 @@ typedef const tb_backend_ops *(*tb_backend_entry_fn)(void);
  *   http_5xx          an HTTP 5xx status
  *   server_error      an error object inside a 200 stream
  *   malformed_stream  a response that is not what the protocol says
- *                     (bad SSE, bad JSON, wrong shape)
- *   dropped           the connection closed before the response ended
+ *                     (bad SSE, bad JSON, wrong shape, a usage count
+ *                     the stream contradicts)
+ *   dropped           the connection closed before the response ended,
+ *                     or a stream ended with neither [DONE] nor a
+ *                     finish_reason
  * An error without a class counts as "other". */
 #define TB_ERROR_CLASS_SEP ": "
 

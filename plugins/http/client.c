@@ -475,9 +475,21 @@ static void classify(xfer *x, CURLcode rc)
             fail(x, TB_ERR_IO, "malformed_stream: %zu bytes of response without one SSE event", x->bytes);
             return;
         }
-        if (!x->done_seen && (pending || !x->finished))
+        /* Without [DONE], a finish_reason is the end: it comes on the
+         * answer's last chunk, and the body ended cleanly (a cut one is
+         * curl's error above), so the answer is whole. */
+        if (!x->done_seen && (pending || !x->finished)) {
             fail(x, TB_ERR_IO, "dropped: the stream ended %s",
                  pending ? "in the middle of an event" : "without [DONE] or a finish_reason");
+            return;
+        }
+        /* Each chunk with text carries one token at least: fewer tokens
+         * than such chunks is a count that contradicts the stream. */
+        if (r->usage_completion_tokens >= 0 && r->usage_completion_tokens < (int64_t)r->chunks)
+            fail(x, TB_ERR_IO,
+                 "malformed_stream: usage.completion_tokens %lld is fewer than the %u chunks with text (each carries "
+                 "one token at least)",
+                 (long long)r->usage_completion_tokens, r->chunks);
         return;
     }
     tb_oai_chunk ch;
