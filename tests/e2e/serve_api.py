@@ -175,6 +175,15 @@ def main():
         stext, sfin, suse, deltas = streamed(ask_stream(ar, p, chat, max_tokens=16, stop=cut), chat)
         check(stext == want and sfin == "stop" and suse == r["usage"],
               "stop streamed: %r (deltas %r), nothing of the stop sequence sent" % (stext, deltas))
+    # A NUL in a stop string: cJSON would cut it there (an early stop, or
+    # "\u0000" read as empty), so it is refused, naming the NUL and stop.
+    for chat in (0, 1):
+        for stop in ("t\u0000ZZZ", "\u0000", [cut, "a\u0000"]):
+            st, r = ask(ar, p, chat, max_tokens=16, stop=stop)
+            e = r.get("error") or {}
+            check(st == 400 and e.get("param") == "stop" and "U+0000 (NUL)" in e.get("message", ""),
+                  "stop %r (%s): 400 naming stop and the NUL: %s" % (stop, "chat" if chat else "completions",
+                                                                      e.get("message", r)))
 
     # ---------------------------------------------------- 8: temperature, seed
     opening = texts[0]["prompt"]
