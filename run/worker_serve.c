@@ -112,8 +112,10 @@ void tb_worker_live_emit(tb_worker *w, uint32_t request, uint32_t n_tokens, int6
         }
         memcpy(L->ids + L->n_ids, ids, n_tokens * sizeof *ids);
         L->n_ids += n_tokens;
+        /* both through tb_worker_decode_ids: special tokens' text left
+         * out of either */
         int64_t prefix = L->read_off > L->prefix_off
-                             ? w->ops->detokenize(w->ctx, L->ids + L->prefix_off, L->read_off - L->prefix_off, NULL, 0)
+                             ? tb_worker_decode_ids(w, L->ids + L->prefix_off, L->read_off - L->prefix_off)
                              : 0;
         int64_t full = tb_worker_decode_ids(w, L->ids + L->prefix_off, L->n_ids - L->prefix_off);
         if (prefix < 0 || full < 0) {

@@ -323,6 +323,31 @@ def main():
     check(bos == {"tiny-llama-random": True, "ar-small": False},
           "a BOS before tiny-llama-random's prompts, none before ar-small's: %s" % bos)
 
+    # ---------------------------------------------------- special tokens' text skipped
+    # tiny-llama-random's greedy answer to "hello world" holds
+    # <|begin_of_text|> (an added token marked special) within 16 tokens:
+    # its text is left out, streamed or not (vLLM's skip_special_tokens),
+    # a stop sequence matches the text returned only, and
+    # usage.completion_tokens still counts every token generated.
+    specials = ("<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", "<|mdm_mask|>")
+    for chat in (0, 1):
+        where = "tiny-llama-random, %s" % ("chat" if chat else "completions")
+        st, r = ask(tiny, "hello world", chat, max_tokens=16)
+        if not check(st == 200, "%s: answered: %s" % (where, r)):
+            continue
+        text, use = text_of(r, chat), r["usage"]
+        stext, sfin, suse, deltas = streamed(ask_stream(tiny, "hello world", chat, max_tokens=16), chat)
+        check(not any(s in text for s in specials) and use["completion_tokens"] == 16 and
+              r["choices"][0]["finish_reason"] == "length",
+              "%s: no special-token text in %r, completion_tokens %d (every token)" %
+              (where, text, use["completion_tokens"]))
+        check(stext == text and suse == use and not any(s in d for d in deltas for s in specials),
+              "%s: streamed the same text, no special-token text in a delta: %r" % (where, deltas))
+        st, r = ask(tiny, "hello world", chat, max_tokens=16, stop="<|begin_of_text|>")
+        check(st == 200 and text_of(r, chat) == text and r["choices"][0]["finish_reason"] == "length",
+              "%s: stop <|begin_of_text|> never matches (not in the text returned): %s" %
+              (where, r["choices"][0] if st == 200 else r))
+
     print("%d failures" % failures if failures else "all serve API checks passed")
     return 1 if failures else 0
 
