@@ -811,6 +811,7 @@ void tb_worker_main(const tb_plan *plan, size_t backend, int fd_in, int fd_out)
     if (w.ctx)
         w.ops->destroy(w.ctx);
     free(w.scratch);
+    free(w.kept);
     free(w.secrets);
     tb_worker_child_exit();
 }

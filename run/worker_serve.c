@@ -112,8 +112,10 @@ void tb_worker_live_emit(tb_worker *w, uint32_t request, uint32_t n_tokens, int6
         }
         memcpy(L->ids + L->n_ids, ids, n_tokens * sizeof *ids);
         L->n_ids += n_tokens;
+        /* both through tb_worker_decode_ids: special tokens' text left
+         * out of either */
         int64_t prefix = L->read_off > L->prefix_off
-                             ? w->ops->detokenize(w->ctx, L->ids + L->prefix_off, L->read_off - L->prefix_off, NULL, 0)
+                             ? tb_worker_decode_ids(w, L->ids + L->prefix_off, L->read_off - L->prefix_off)
                              : 0;
         int64_t full = tb_worker_decode_ids(w, L->ids + L->prefix_off, L->n_ids - L->prefix_off);
         if (prefix < 0 || full < 0) {
@@ -241,6 +243,14 @@ static tb_option_value *request_options(const tb_case *c, uint32_t set, double t
     return opts;
 }
 
+/* usage.prompt_tokens of a prompt of n_prompt tokens (-1: not counted):
+ * every token the model reads, the BOS the backend puts before the
+ * prompt included (as OpenAI and vLLM count). -1 when unknown. */
+static int32_t usage_prompt_tokens(int64_t n_prompt, int bos)
+{
+    return n_prompt < 0 || n_prompt + bos > INT32_MAX ? -1 : (int32_t)(n_prompt + bos);
+}
+
 /* A request whose prompt (n_prompt tokens, + BOS) and output (max_tokens,
  * as a canvas of `canvas`) do not fit the model's context: refused with
  * the figures, before any work. */
@@ -326,7 +336,7 @@ void tb_worker_serve_generate(tb_worker *w, const char *buf, size_t len)
         model_limits(w, &context, &bos);
     for (uint32_t i = 0; i < n; i++) {
         lens[i] = tok && w->ctx ? w->ops->tokenize(w->ctx, prompts[i], NULL, 0) : -1;
-        res[i].prompt_tokens = lens[i] > INT32_MAX ? -1 : (int32_t)lens[i];
+        res[i].prompt_tokens = usage_prompt_tokens(lens[i], bos);
         if (context > 0 && lens[i] >= 0 && lens[i] + bos + canvas > context) {
             taken[i] = 1; /* refused before any work */
             refuse_context(&res[i], context, lens[i], bos, g.max_new_tokens, canvas);
@@ -587,9 +597,9 @@ static int join_one(tb_worker *w, const char **p, const char *end, tb_str *b, ui
     tb_wire_gen_req o = {0};
     int tok = (w->ops->capabilities & TB_CAP_TOKENIZER) != 0;
     int64_t n_prompt = tok ? w->ops->tokenize(w->ctx, prompt, NULL, 0) : -1;
-    o.prompt_tokens = n_prompt > INT32_MAX ? -1 : (int32_t)n_prompt;
     int64_t context = w->step_context;
     int bos = w->step_bos;
+    o.prompt_tokens = usage_prompt_tokens(n_prompt, bos);
     if (context > 0 && n_prompt >= 0 && n_prompt + bos + j.max_new_tokens > context) {
         refuse_context(&o, context, n_prompt, bos, j.max_new_tokens, j.max_new_tokens);
         put_ended(b, j.slot, &o, NULL);

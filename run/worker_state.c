@@ -5,6 +5,18 @@
 
 int64_t tb_worker_decode_ids(tb_worker *w, const int32_t *ids, size_t n)
 {
+    if (TB_STRUCT_HAS(w->ops, tb_backend_ops, is_special) && w->ops->is_special) {
+        if (n > w->kept_cap) {
+            w->kept_cap = n + 256;
+            w->kept = tb_xrealloc(w->kept, w->kept_cap * sizeof *w->kept);
+        }
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++)
+            if (!w->ops->is_special(w->ctx, ids[i]))
+                w->kept[k++] = ids[i];
+        ids = w->kept;
+        n = k;
+    }
     int64_t need = w->ops->detokenize(w->ctx, ids, n, NULL, 0);
     if (need < 0)
         return -1;

@@ -77,9 +77,13 @@ typedef struct tb_worker {
     size_t n_secrets;
     char *scratch; /* detokenized text */
     size_t scratch_cap;
+    int32_t *kept; /* the ids decoded: special tokens left out */
+    size_t kept_cap;
 } tb_worker;
 
-/* Decodes ids[n] into w->scratch; returns the length in bytes, or -1. */
+/* Decodes ids[n] into w->scratch, the text of special tokens (the
+ * backend's is_special) left out, as vLLM's skip_special_tokens; returns
+ * the length in bytes, or -1. */
 int64_t tb_worker_decode_ids(tb_worker *w, const int32_t *ids, size_t n);
 /* What a reader sees of request r: its output text, or its ids decoded up
  * to the first EOS (n_answer_tokens), appended to *out. Nothing when the

@@ -169,12 +169,15 @@ static void answered(tb_server *s, tb_sreq *r, tb_wire_gen_req *q, const char *t
     uint64_t *outcome = r->gone ? &s->stats.gone : &s->stats.failed;
     if (q->status == TB_OK) {
         s->events->finished(s, r, q, text);
-        /* what the backend generated, whether or not the client stayed */
-        int64_t pt = q->prompt_tokens >= 0 ? q->prompt_tokens : r->prompt_tokens; /* the HTTP side's count */
-        s->stats.prompt_tokens += (uint64_t)(pt > 0 ? pt : 0);
-        s->stats.generation_tokens += q->completion_tokens;
-        if (!r->gone)
+        /* The token counters count the requests that ended well (their
+         * usage): a client that left got no answer, whatever the backend
+         * generated for it (a static batch runs on without it). */
+        if (!r->gone) {
+            int64_t pt = q->prompt_tokens >= 0 ? q->prompt_tokens : r->prompt_tokens; /* the HTTP side's count */
+            s->stats.prompt_tokens += (uint64_t)(pt > 0 ? pt : 0);
+            s->stats.generation_tokens += q->completion_tokens;
             outcome = &s->stats.ok;
+        }
     } else {
         char msg[200];
         q->error[sizeof q->error - 1] = '\0';

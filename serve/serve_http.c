@@ -17,6 +17,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "serve_http.h"
 #include "serve_request.h"
@@ -655,8 +656,39 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
         setsockopt(ci->connect_fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof size);
 }
 
+/* The listening socket is made here, not by libmicrohttpd, so that its
+ * options are ours: SO_REUSEADDR always, so that a restarted server binds
+ * at once while the connections the last one closed sit in TIME_WAIT
+ * (uvicorn and TGI do the same; a port another socket listens on still
+ * fails, EADDRINUSE); SO_REUSEPORT only under --reuse-port, where servers
+ * share the port on purpose. (MHD_OPTION_LISTENING_ADDRESS_REUSE with 0
+ * means "disallow reuse" and set neither.) -1 with errno set. */
+static int listen_socket(const struct sockaddr_in *addr, int reuse_port, unsigned *bound)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return -1;
+    int on = 1;
+    struct sockaddr_in at;
+    socklen_t at_len = sizeof at;
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on) != 0 ||
+        (reuse_port && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, sizeof on) != 0) ||
+        bind(fd, (const struct sockaddr *)addr, sizeof *addr) != 0 || listen(fd, SOMAXCONN) != 0 ||
+        getsockname(fd, (struct sockaddr *)&at, &at_len) != 0) {
+        int saved = errno;
+        close(fd);
+        errno = saved;
+        return -1;
+    }
+    *bound = ntohs(at.sin_port);
+    return fd;
+}
+
 struct MHD_Daemon *tb_serve_http_start(tb_server *s, const struct sockaddr_in *addr, unsigned *bound)
 {
+    int fd = listen_socket(addr, s->reuse_port, bound);
+    if (fd < 0)
+        return NULL;
     /* Connection threads inherit a mask without SIGINT/SIGTERM: signals
      * reach the dispatcher, whose waits they interrupt. */
     sigset_t block, old_mask;
@@ -664,20 +696,17 @@ struct MHD_Daemon *tb_serve_http_start(tb_server *s, const struct sockaddr_in *a
     sigaddset(&block, SIGINT);
     sigaddset(&block, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &block, &old_mask);
-    uint16_t port = ntohs(addr->sin_port);
     struct MHD_Daemon *d = MHD_start_daemon(
-        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG, port, NULL, NULL,
-        on_request, s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
-        s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)addr, MHD_OPTION_CONNECTION_LIMIT, s->max_connections,
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG, (uint16_t)*bound, NULL,
+        NULL, on_request, s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION,
+        on_connection, s, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT, s->max_connections,
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, s->max_connections_per_ip, MHD_OPTION_CONNECTION_TIMEOUT,
-        s->client_timeout, MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)(s->reuse_port ? 1 : 0), MHD_OPTION_END);
+        s->client_timeout, MHD_OPTION_END);
     int saved = errno; /* for the caller's message */
     pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
+    /* fd is MHD's now (MHD_stop_daemon closes it); on a failure the
+     * caller exits, so it is left as MHD left it */
     errno = saved;
-    if (!d)
-        return NULL;
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
-    *bound = info ? info->port : port;
     return d;
 }
 

@@ -117,6 +117,46 @@ static int parse_stop(const cJSON *v, tb_serve_request *r, tb_serve_error *e)
     return 0;
 }
 
+/* Whether the value of member k (from 0) of the JSON object b[n], which
+ * cJSON parsed, holds a string with U+0000 in it (an escape or a raw
+ * byte): cJSON's strings end at their first NUL, so the parsed value was
+ * cut there. Keys are the strings at depth 1 after '{' or ','. */
+static int member_has_nul(const char *b, size_t n, size_t k)
+{
+    int depth = 0, want_key = 0;
+    size_t member = 0, keys = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = b[i];
+        if (c == '{' || c == '[') {
+            want_key = ++depth == 1;
+        } else if (c == '}' || c == ']') {
+            depth--;
+        } else if (c == ',' && depth == 1) {
+            want_key = 1;
+        } else if (c == '"') {
+            int nul = 0;
+            for (i++; i < n && b[i] != '"'; i++) {
+                if (b[i] == '\0')
+                    nul = 1;
+                if (b[i] != '\\')
+                    continue;
+                if (n - i > 5 && memcmp(b + i + 1, "u0000", 5) == 0)
+                    nul = 1;
+                i++; /* the escaped character: never the string's end */
+            }
+            if (depth == 1 && want_key) {
+                want_key = 0;
+                member = keys++;
+                if (member > k)
+                    return 0;
+            } else if (keys && member == k && nul) {
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
 /* One top-level field (not null). */
 static int field(const cJSON *v, int chat, tb_serve_request *r, tb_serve_error *e)
 {
@@ -266,6 +306,7 @@ int tb_serve_request_parse(const char *body, size_t n, int chat, tb_serve_reques
         }
     r->max_tokens = 16; /* OpenAI's default */
     const cJSON *v;
+    size_t k = 0; /* v's index */
     cJSON_ArrayForEach(v, j)
     {
         for (const cJSON *w = j->child; w != v; w = w->next)
@@ -275,6 +316,14 @@ int tb_serve_request_parse(const char *body, size_t n, int chat, tb_serve_reques
                 rc = bad(e, p, "\"%.100s\" appears twice", v->string);
                 goto out;
             }
+        /* a stop sequence cut at a NUL would match early ("\u0000" alone
+         * would read as empty): refused (a prompt or chat content is
+         * served cut, docs/RELIABILITY.md) */
+        if (strcmp(v->string, "stop") == 0 && member_has_nul(body, n, k)) {
+            rc = bad(e, "stop", "\"stop\" must not contain U+0000 (NUL): a stop sequence would end there");
+            goto out;
+        }
+        k++;
         if (!cJSON_IsNull(v) && (rc = field(v, chat, r, e)) != 0)
             goto out;
     }

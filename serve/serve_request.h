@@ -16,7 +16,8 @@
  *                (else "max_completion_tokens"): an integer in [1, 1000000],
  *                16 when absent; "stream": a boolean; "stream_options":
  *                {"include_usage": a boolean}; "stop": a non-empty string
- *                or an array of at most 4 of them; "seed": an integer;
+ *                without U+0000 or an array of at most 4 of them; "seed":
+ *                an integer;
  *                "temperature": a number in [0, 100]; "top_p": a number in
  *                (0, 1]; "top_k": an integer in [-1, 1000000000], -1 or
  *                0 off (vLLM's convention);

@@ -633,6 +633,16 @@ typedef struct tb_backend_ops {
     tb_status (*step)(void *ctx, tb_step_end *ends, uint32_t *n_ends);
     void (*step_leave)(void *ctx, uint32_t slot);
     void (*step_close)(void *ctx);
+
+    /* --- appended in ABI 1 (read only when TB_STRUCT_HAS says so) ---- */
+
+    /* Optional (TB_CAP_TOKENIZER). Whether token `id` is a special token
+     * (a tokenizer.json added token marked "special": BOS, EOS, a mask, a
+     * chat template's markers): 1 or 0. The host leaves such tokens' text
+     * out of the answer text it grades and `tokbench serve` returns, as
+     * vLLM's skip_special_tokens does; detokenize() still decodes them
+     * (the re-count check reads every token). NULL: none is special. */
+    int (*is_special)(void *ctx, int32_t id);
 } tb_backend_ops;
 
 /* The smallest ops table the host accepts: ABI 1 through `detokenize`. */
@@ -656,8 +666,11 @@ typedef const tb_backend_ops *(*tb_backend_entry_fn)(void);
  *   http_5xx          an HTTP 5xx status
  *   server_error      an error object inside a 200 stream
  *   malformed_stream  a response that is not what the protocol says
- *                     (bad SSE, bad JSON, wrong shape)
- *   dropped           the connection closed before the response ended
+ *                     (bad SSE, bad JSON, wrong shape, a usage count
+ *                     the stream contradicts)
+ *   dropped           the connection closed before the response ended,
+ *                     or a stream ended with neither [DONE] nor a
+ *                     finish_reason
  * An error without a class counts as "other". */
 #define TB_ERROR_CLASS_SEP ": "
 

@@ -588,6 +588,12 @@ static int64_t ar_detokenize(void *ctx, const int32_t *ids, size_t n, char *out,
     return tb_loaded_detokenize(&c->ld, ids, n, out, cap, c->error, sizeof c->error);
 }
 
+static int ar_is_special(void *ctx, int32_t id)
+{
+    ar_ctx *c = ctx;
+    return tb_loaded_is_special(&c->ld, id);
+}
+
 /* ln p(continuation | context): one causal forward over context +
  * continuation with every position's logits; position i's log-softmax
  * scores token i + 1. On the CPU, or the GPU (device = cuda/auto). */
@@ -966,6 +972,7 @@ static const tb_backend_ops ar_ops = {
     .step = ar_step,
     .step_leave = ar_step_leave,
     .step_close = ar_step_close,
+    .is_special = ar_is_special,
 };
 
 __attribute__((visibility("default"))) const tb_backend_ops *tokbench_backend_entry(void);

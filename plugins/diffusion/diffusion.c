@@ -622,6 +622,12 @@ static int64_t diffusion_detokenize(void *ctx, const int32_t *ids, size_t n, cha
     return tb_loaded_detokenize(&c->ld, ids, n, out, cap, c->error, sizeof c->error);
 }
 
+static int diffusion_is_special(void *ctx, int32_t id)
+{
+    dctx *c = ctx;
+    return tb_loaded_is_special(&c->ld, id);
+}
+
 static const tb_backend_ops diffusion_ops = {
     .abi_major = TB_ABI_MAJOR,
     .struct_size = sizeof(tb_backend_ops),
@@ -640,6 +646,7 @@ static const tb_backend_ops diffusion_ops = {
     .tokenize = diffusion_tokenize,
     .detokenize = diffusion_detokenize,
     .validate = diffusion_validate,
+    .is_special = diffusion_is_special,
 };
 
 __attribute__((visibility("default"))) const tb_backend_ops *tokbench_backend_entry(void);

@@ -403,15 +403,18 @@ static void error_message(const xfer *x, char *out, size_t size)
     tb_oai_chunk_free(&ch);
 }
 
-/* Did a connection carry this transfer (a new one or a reused one)? */
-static int connected(const xfer *x)
+const char *tb_http_timeout_class(CURL *e, int got_response)
 {
+    /* connect only when no connection carried the request: a reused
+     * keep-alive connection has a connect time of 0, so what happened on
+     * the wire decides (a response begun, the request sent, the
+     * transfer begun). */
     curl_off_t connect_t = 0, pretransfer_t = 0;
     long request_size = 0;
-    curl_easy_getinfo(x->easy, CURLINFO_CONNECT_TIME_T, &connect_t);
-    curl_easy_getinfo(x->easy, CURLINFO_PRETRANSFER_TIME_T, &pretransfer_t);
-    curl_easy_getinfo(x->easy, CURLINFO_REQUEST_SIZE, &request_size);
-    return x->bytes > 0 || x->mode != 0 || connect_t > 0 || pretransfer_t > 0 || request_size > 0;
+    curl_easy_getinfo(e, CURLINFO_CONNECT_TIME_T, &connect_t);
+    curl_easy_getinfo(e, CURLINFO_PRETRANSFER_TIME_T, &pretransfer_t);
+    curl_easy_getinfo(e, CURLINFO_REQUEST_SIZE, &request_size);
+    return got_response || connect_t > 0 || pretransfer_t > 0 || request_size > 0 ? "timeout" : "connect";
 }
 
 static void classify(xfer *x, CURLcode rc)
@@ -429,11 +432,7 @@ static void classify(xfer *x, CURLcode rc)
             fail(x, TB_ERR_IO, "connect: %s", why);
             return;
         case CURLE_OPERATION_TIMEDOUT:
-            /* connect only when no connection carried the request: a
-             * reused keep-alive connection has a connect time of 0, so
-             * what happened on the wire decides (bytes received, the
-             * request sent, the transfer begun). */
-            fail(x, TB_ERR_TIMEOUT, "%s: %s", connected(x) ? "timeout" : "connect", why);
+            fail(x, TB_ERR_TIMEOUT, "%s: %s", tb_http_timeout_class(x->easy, x->bytes > 0 || x->mode != 0), why);
             return;
         case CURLE_UNSUPPORTED_PROTOCOL: /* "Received HTTP/0.9": not HTTP at all */
         case CURLE_WEIRD_SERVER_REPLY:
@@ -475,9 +474,21 @@ static void classify(xfer *x, CURLcode rc)
             fail(x, TB_ERR_IO, "malformed_stream: %zu bytes of response without one SSE event", x->bytes);
             return;
         }
-        if (!x->done_seen && (pending || !x->finished))
+        /* Without [DONE], a finish_reason is the end: it comes on the
+         * answer's last chunk, and the body ended cleanly (a cut one is
+         * curl's error above), so the answer is whole. */
+        if (!x->done_seen && (pending || !x->finished)) {
             fail(x, TB_ERR_IO, "dropped: the stream ended %s",
                  pending ? "in the middle of an event" : "without [DONE] or a finish_reason");
+            return;
+        }
+        /* Each chunk with text carries one token at least: fewer tokens
+         * than such chunks is a count that contradicts the stream. */
+        if (r->usage_completion_tokens >= 0 && r->usage_completion_tokens < (int64_t)r->chunks)
+            fail(x, TB_ERR_IO,
+                 "malformed_stream: usage.completion_tokens %lld is fewer than the %u chunks with text (each carries "
+                 "one token at least)",
+                 (long long)r->usage_completion_tokens, r->chunks);
         return;
     }
     tb_oai_chunk ch;

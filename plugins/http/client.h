@@ -136,4 +136,11 @@ int tb_http_usable_cores(void);
 /* Largest lateness of a send against its schedule in the last run, ns. */
 int64_t tb_http_client_max_lag(const tb_http_client *c);
 
+/* The error class of a transfer on easy handle e that ended in
+ * CURLE_OPERATION_TIMEDOUT: "timeout" when a connection carried it (a new
+ * or a reused one: got_response, the request sent, the transfer begun),
+ * "connect" when none was made. For the requests and the preflight
+ * alike. */
+const char *tb_http_timeout_class(CURL *e, int got_response);
+
 #endif

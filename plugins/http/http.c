@@ -645,7 +645,8 @@ static size_t models_write(char *ptr, size_t size, size_t nmemb, void *user)
 
 /* GET /v1/models: 0, with the ids listed ("a, b", at most a few) in
  * ids[ids_size] ("" when none or no such endpoint: many servers lack
- * it); -1 when no connection could be made (curl's reason in why). */
+ * it); -1 when no connection could be made, or one was and nothing came
+ * back in time (the class and curl's reason in why). */
 static int list_models(http_ctx *c, const char *base, long connect_ms, long timeout_ms, char *ids, size_t ids_size,
                        char *why, size_t why_size)
 {
@@ -674,12 +675,17 @@ static int list_models(http_ctx *c, const char *base, long connect_ms, long time
     CURLcode rc = curl_easy_perform(e);
     long code = 0;
     curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &code);
+    /* Nothing answered in time: no connection, or a server that accepted
+     * and never answered ("timeout", the requests' own rule). */
+    const char *cls = rc == CURLE_OPERATION_TIMEDOUT && code == 0 ? tb_http_timeout_class(e, 0)
+                      : rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST ||
+                              rc == CURLE_COULDNT_RESOLVE_PROXY
+                          ? "connect"
+                          : NULL;
     curl_easy_cleanup(e);
     free(url);
-    int refused = rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST ||
-                  rc == CURLE_COULDNT_RESOLVE_PROXY || (rc == CURLE_OPERATION_TIMEDOUT && code == 0);
-    if (refused) {
-        snprintf(why, why_size, "connect: %s", errbuf[0] ? errbuf : curl_easy_strerror(rc));
+    if (cls) {
+        snprintf(why, why_size, "%s: %s", cls, errbuf[0] ? errbuf : curl_easy_strerror(rc));
         tb_str_free(&body);
         return -1;
     }

@@ -27,6 +27,13 @@ base URL, e.g. url = http://127.0.0.1:PORT/stall/v1.
                         true count (a 32-bit count would wrap to the truth)
   /over_usage/v1/...    healthy, but usage.completion_tokens is 3e9 (fits
                         32 bits unsigned; far more than max_tokens allows)
+  /under_usage/v1/...   healthy, but usage.completion_tokens is 2: fewer
+                        than the chunks that carried text
+  /zero_usage/v1/...    healthy, but usage.completion_tokens is 0
+  /no_done/v1/...       healthy, but the stream ends after its finish_reason
+                        and usage chunks, without [DONE]
+  /no_end/v1/...        the text chunks and usage, then the stream ends:
+                        neither a finish_reason nor [DONE]
   /no_template/v1/...   a chat endpoint without a chat template: a request
                         of one message is healthy; one of more (a second
                         turn) gets HTTP 400 with a long JSON message that
@@ -53,7 +60,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 FAULTS = {"ok", "reset", "reset_early", "stall", "http500", "http429", "garbage",
-          "garbage_sse", "garbage_http", "big", "big_event", "huge_usage", "over_usage", "no_template"}
+          "garbage_sse", "garbage_http", "big", "big_event", "huge_usage", "over_usage", "no_template",
+          "under_usage", "zero_usage", "no_done", "no_end"}
 NO_TEMPLATE = ("As of transformers v4.44, default chat template is no longer allowed, so you must provide a chat "
                "template if the tokenizer does not define one. This server was started without --chat-template, "
                "and the model's tokenizer_config.json has none: a conversation of more than one message cannot "
@@ -198,6 +206,10 @@ class Handler(BaseHTTPRequestHandler):
             usage["completion_tokens"] = 2 ** 32 + n
         elif fault == "over_usage":
             usage["completion_tokens"] = 3000000000
+        elif fault == "under_usage":
+            usage["completion_tokens"] = 2
+        elif fault == "zero_usage":
+            usage["completion_tokens"] = 0
         rng = random.Random(len(raw_key(req)))
 
         if fault == "no_template" and chat and len(req.get("messages") or []) > 1:
@@ -317,10 +329,12 @@ class Handler(BaseHTTPRequestHandler):
                     self.wait_for_client_to_leave()
                 return
             self.send_chunk(self.event(self.chunk_obj(chat, w if i == 0 else " " + w)))
-        self.send_chunk(self.event(self.chunk_obj(chat, None, "length")))
+        if fault != "no_end":
+            self.send_chunk(self.event(self.chunk_obj(chat, None, "length")))
         if (req.get("stream_options") or {}).get("include_usage"):
             self.send_chunk(self.event(self.chunk_obj(chat, usage=usage)))
-        self.send_chunk("data: [DONE]\n\n")
+        if fault not in ("no_done", "no_end"):
+            self.send_chunk("data: [DONE]\n\n")
         self.end_chunks()
 
 

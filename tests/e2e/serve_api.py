@@ -2,10 +2,14 @@
 """serve_api.py: what `tokbench serve` answers, checked over HTTP with the
 standard library only (tests/test_serve.sh starts the servers).
 
-usage: serve_api.py AR_PORT LLADA_PORT NULL_PORT CHATML_PORT LLAMA3_PORT TASKS_JSONL TEXT_JSONL
+usage: serve_api.py AR_PORT LLADA_PORT NULL_PORT CHATML_PORT LLAMA3_PORT TINY_PORT TASKS_JSONL TEXT_JSONL
+
+TINY_PORT serves models/tiny-llama-random (random weights, a BOS before
+every prompt, special tokens in its tokenizer).
 
 Prints "ok: ..." / "FAIL: ..." lines; exits 1 on any failure."""
 import json
+import re
 import sys
 import urllib.error
 import urllib.request
@@ -54,6 +58,15 @@ def stream(port, path, body):
             if line.startswith("data: ") and line != "data: [DONE]":
                 chunks.append(json.loads(line[6:]))
     return chunks
+
+
+def metric(port, name):
+    """A counter of the server's /metrics (its one sample)."""
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=300) as r:
+        for line in r.read().decode().split("\n"):
+            if line.startswith(name + "{"):
+                return float(line.split()[-1])
+    return None
 
 
 def text_of(resp, chat):
@@ -119,9 +132,9 @@ def answers(port, name, items, answers_ar=None):
 
 
 def main():
-    ar, llada, null, chatml, llama3 = (int(a) for a in sys.argv[1:6])
-    tasks = [json.loads(line) for line in open(sys.argv[6])]
-    texts = [json.loads(line) for line in open(sys.argv[7])]
+    ar, llada, null, chatml, llama3, tiny = (int(a) for a in sys.argv[1:7])
+    tasks = [json.loads(line) for line in open(sys.argv[7])]
+    texts = [json.loads(line) for line in open(sys.argv[8])]
     # answers that end within 16 tokens: a few of each task kind
     items = []
     for tag in ("add", "sort", "copy", "lookup", "pair"):
@@ -175,6 +188,15 @@ def main():
         stext, sfin, suse, deltas = streamed(ask_stream(ar, p, chat, max_tokens=16, stop=cut), chat)
         check(stext == want and sfin == "stop" and suse == r["usage"],
               "stop streamed: %r (deltas %r), nothing of the stop sequence sent" % (stext, deltas))
+    # A NUL in a stop string: cJSON would cut it there (an early stop, or
+    # "\u0000" read as empty), so it is refused, naming the NUL and stop.
+    for chat in (0, 1):
+        for stop in ("t\u0000ZZZ", "\u0000", [cut, "a\u0000"]):
+            st, r = ask(ar, p, chat, max_tokens=16, stop=stop)
+            e = r.get("error") or {}
+            check(st == 400 and e.get("param") == "stop" and "U+0000 (NUL)" in e.get("message", ""),
+                  "stop %r (%s): 400 naming stop and the NUL: %s" % (stop, "chat" if chat else "completions",
+                                                                      e.get("message", r)))
 
     # ---------------------------------------------------- 8: temperature, seed
     opening = texts[0]["prompt"]
@@ -279,6 +301,52 @@ def main():
           "no template: a system message refused, not joined: %s" % r.get("error"))
     got, want = prompt_tokens(ar, conv[1:]), prompt_tokens(ar, prompt="93+45=")
     check(got == want, "no template: one user message is the prompt: %s = %s" % (got, want))
+
+    # ---------------------------------------------------- usage.prompt_tokens: every token read, BOS included
+    # The context check counts the prompt as the backend reads it ("prompt
+    # N + BOS" where the backend puts a BOS before it); usage.prompt_tokens
+    # and vllm:prompt_tokens_total count the same tokens, as vLLM does.
+    bos = {}
+    for name, port in (("tiny-llama-random", tiny), ("ar-small", ar)):
+        st, r = ask(port, "hello world", 0, max_tokens=1000000)
+        m = re.search(r"\(prompt (\d+)( \+ BOS)? \+ max_tokens", (r.get("error") or {}).get("message", ""))
+        if not check(st == 400 and m, "%s: the context check's count: %s" % (name, r)):
+            continue
+        bos[name] = bool(m.group(2))
+        read = int(m.group(1)) + bos[name]
+        before = metric(port, "vllm:prompt_tokens_total")
+        st, r = ask(port, "hello world", 0, max_tokens=2)
+        after = metric(port, "vllm:prompt_tokens_total")
+        check(st == 200 and r["usage"]["prompt_tokens"] == read and after - before == read,
+              "%s: usage.prompt_tokens %s and vllm:prompt_tokens_total +%s = the tokens the context check counts, %s"
+              " (%s)" % (name, r.get("usage", {}).get("prompt_tokens"), after - before, read, m.group(0)))
+    check(bos == {"tiny-llama-random": True, "ar-small": False},
+          "a BOS before tiny-llama-random's prompts, none before ar-small's: %s" % bos)
+
+    # ---------------------------------------------------- special tokens' text skipped
+    # tiny-llama-random's greedy answer to "hello world" holds
+    # <|begin_of_text|> (an added token marked special) within 16 tokens:
+    # its text is left out, streamed or not (vLLM's skip_special_tokens),
+    # a stop sequence matches the text returned only, and
+    # usage.completion_tokens still counts every token generated.
+    specials = ("<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", "<|mdm_mask|>")
+    for chat in (0, 1):
+        where = "tiny-llama-random, %s" % ("chat" if chat else "completions")
+        st, r = ask(tiny, "hello world", chat, max_tokens=16)
+        if not check(st == 200, "%s: answered: %s" % (where, r)):
+            continue
+        text, use = text_of(r, chat), r["usage"]
+        stext, sfin, suse, deltas = streamed(ask_stream(tiny, "hello world", chat, max_tokens=16), chat)
+        check(not any(s in text for s in specials) and use["completion_tokens"] == 16 and
+              r["choices"][0]["finish_reason"] == "length",
+              "%s: no special-token text in %r, completion_tokens %d (every token)" %
+              (where, text, use["completion_tokens"]))
+        check(stext == text and suse == use and not any(s in d for d in deltas for s in specials),
+              "%s: streamed the same text, no special-token text in a delta: %r" % (where, deltas))
+        st, r = ask(tiny, "hello world", chat, max_tokens=16, stop="<|begin_of_text|>")
+        check(st == 200 and text_of(r, chat) == text and r["choices"][0]["finish_reason"] == "length",
+              "%s: stop <|begin_of_text|> never matches (not in the text returned): %s" %
+              (where, r["choices"][0] if st == 200 else r))
 
     print("%d failures" % failures if failures else "all serve API checks passed")
     return 1 if failures else 0

@@ -9,7 +9,9 @@
 #      response), a stream that stalls on an open socket, HTTP 500 and 429,
 #      garbage (in the stream, in the events, instead of HTTP), a 100 MB
 #      body (streamed, not streamed, one 100 MB event), a usage count past
-#      32 bits or past what the request allows;
+#      32 bits, past what the request allows or below the chunks of text
+#      (2, 0); a stream that ends after its finish_reason without [DONE]
+#      (ok) and one that ends with neither (dropped);
 #   3. a model file truncated while the backend process has it mapped.
 # Each asserts: the faulty case failed (or its requests failed with the
 # right class) with a clear reason in the database, the healthy cases before
@@ -195,7 +197,7 @@ if [ -f "$build/plugins/http/http.so" ]; then
         db="$tmp/http.db"
         [ $rc = 1 ] || { fail "http faults: exit $rc (expected 1: cases with failed requests)"; cat "$tmp/http.err"; }
         # every case ran to its end; those whose every request failed are failed, with the reason
-        [ "$(q "$db" "select count(*) from summary where requests > 0 and (failed_requests = requests) = (status = 'failed') and (status = 'ok' or error like 'every request failed: % of %')")" = 17 ] \
+        [ "$(q "$db" "select count(*) from summary where requests > 0 and (failed_requests = requests) = (status = 'failed') and (status = 'ok' or error like 'every request failed: % of %')")" = 21 ] \
             || fail "http faults: case statuses: $(q "$db" "select backend, status, requests, failed_requests, error from summary")"
         # requests_of LABEL: "N status class" per (status, class) of the
         # measured requests, ';'-joined
@@ -245,6 +247,12 @@ if [ -f "$build/plugins/http/http.so" ]; then
         expect_requests huge_usage malformed_stream "usage.completion_tokens 4294967302 is not a token count"
         expect_requests huge_usage_nostream malformed_stream "usage.completion_tokens 4294967302 is not a token count"
         expect_requests over_usage malformed_stream "usage.completion_tokens 3000000000 is more than the request allows"
+        # fewer tokens than chunks of text: a count the stream contradicts
+        expect_requests under_usage malformed_stream "usage.completion_tokens 2 is fewer than the 6 chunks with text"
+        expect_requests zero_usage malformed_stream "usage.completion_tokens 0 is fewer than the 6 chunks with text"
+        # a finish_reason ends a stream whole without [DONE]; neither: dropped
+        healthy no_done
+        expect_requests no_end dropped "the stream ended without [DONE] or a finish_reason"
         usage_out="select r.output_tokens from request r join sample s on s.id = r.sample_id join bench_case c on c.id = s.case_id join backend b on b.id = c.backend_id where b.label like '%_usage%' and (r.output_tokens < 0 or r.output_tokens > 6)"
         [ "$(q "$db" "select count(*) from ($usage_out)")" = 0 ] \
             || fail "http faults: a usage count out of range was stored: $(q "$db" "$usage_out limit 3")"

@@ -6,7 +6,9 @@
 # (a listener whose backlog is full: the SYN is dropped) stays `connect`.
 # The server is tests/e2e/hostile_server.py: per connection it answers the
 # first request and stalls each later one, before any byte
-# (/reused_stall) or after 2 chunks (/reused_stall_mid).
+# (/reused_stall) or after 2 chunks (/reused_stall_mid). The preflight
+# (plugins/http/http.c) classes the same way, by the same function: a
+# listener that accepts and never answers is "timeout" there too.
 #
 # usage: test_http_classes.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
@@ -95,4 +97,70 @@ case "$got" in
 esac
 [ "$(q "$tmp/c.db" "select count(*) from bench_case where error like '%case_timeout%'")" = 0 ] \
     || fail "a case ended by case_timeout, not its requests' timeouts"
+
+# The preflight classes as the requests do: a listener that accepts and
+# never answers is a timeout there too (it said "connect"), one whose
+# connection never opens stays connect; under preflight = false the same
+# listener's requests are timeouts.
+cat >"$tmp/silent.py" <<'PY'
+import os, signal, socket, sys, threading
+l = socket.socket()
+l.bind(("127.0.0.1", 0))
+l.listen(64)
+with open(sys.argv[2] + ".tmp", "w") as f:  # --port-file FILE
+    f.write("%d\n" % l.getsockname()[1])
+os.replace(sys.argv[2] + ".tmp", sys.argv[2])
+held = []
+def serve():  # accept, read, never write
+    while True:
+        c, _ = l.accept()
+        held.append(c)
+threading.Thread(target=serve, daemon=True).start()
+signal.sigwait([signal.SIGTERM])
+PY
+start_server silent "$python" "$tmp/silent.py" || tb_finish
+sport=$port
+cat >"$tmp/pre.ini" <<EOT
+[suite]
+name = http-preflight-classes
+warmup = 0
+repeat = 1
+case_timeout = 120   ; a backstop: each check ends by its own timeout
+[matrix]
+prompt_tokens = 8
+max_new_tokens = 6
+requests = 2
+concurrency = 1
+[backend silent_pre]
+plugin = http
+url = http://127.0.0.1:$sport/v1
+connect_timeout = 1
+timeout = 1
+[backend silent]
+plugin = http
+preflight = false
+url = http://127.0.0.1:$sport/v1
+connect_timeout = 1
+timeout = 1
+[backend no_connect_pre]
+plugin = http
+url = http://127.0.0.1:$bport/v1
+connect_timeout = 1
+timeout = 3
+EOT
+"$tb" run "$tmp/pre.ini" --db "$tmp/p.db" >"$tmp/p.out" 2>"$tmp/p.err"
+case_error() { q "$tmp/p.db" "select c.status || '|' || coalesce(c.error, '') from bench_case c join backend b on b.id = c.backend_id where b.label = '$1'"; }
+got=$(case_error silent_pre)
+case "$got" in
+    "failed|"*"no server answers at http://127.0.0.1:$sport/v1: timeout: Operation timed out"*) pass "silent_pre: the preflight says timeout: ${got:0:140}";;
+    *) fail "silent_pre: expected the preflight's 'timeout: Operation timed out', got '$got'";;
+esac
+got=$(q "$tmp/p.db" "select group_concat(r.status || '|' || substr(r.error, 1, 28), ';') from request r join sample s on s.id = r.sample_id join bench_case c on c.id = s.case_id join backend b on b.id = c.backend_id where b.label = 'silent'")
+[ "$got" = "failed|timeout: Operation timed out;failed|timeout: Operation timed out" ] \
+    && pass "silent, preflight = false: both requests timeouts" || fail "silent: '$got'"
+got=$(case_error no_connect_pre)
+case "$got" in
+    "failed|"*"no server answers at http://127.0.0.1:$bport/v1: connect: "*) pass "no_connect_pre: the preflight says connect: ${got:0:140}";;
+    *) fail "no_connect_pre: expected the preflight's 'connect: ...', got '$got'";;
+esac
 tb_finish

@@ -13,7 +13,12 @@
 #   3. tokbench_step_requests_total: one request of 8 tokens alone is
 #      carried by 8 steps; top_k: `serve --help` says where it is honoured; a request with it
 #      is answered by the ar backend and refused with 400 naming the field
-#      by the null one (which has no top_k option).
+#      by the null one (which has no top_k option);
+#   5. a client that leaves mid-stream (continuous: ar; static: null):
+#      outcome gone +1, prompt and generation tokens unchanged;
+#   4. a server stopped after it closed a connection (TIME_WAIT) is
+#      restarted on its port at once; a second server on a port in use
+#      fails with "Address already in use".
 # No wall-clock bounds: counts and values only. The load (32 requests of
 # 200 tokens, 4 at a time: 1,600 steps) spans many scrape periods (0.05 s)
 # however fast the machine; a busy one only lengthens it.
@@ -143,5 +148,75 @@ code=$(post -H 'Authorization: Bearer sekrit' -d '{"prompt":"x","top_k":5}' "$nb
     && pass "null: top_k refused with 400 naming it" || fail "null top_k: $code $(cat "$tmp/body")"
 code=$(post -H 'Authorization: Bearer sekrit' -d '{"prompt":"x","top_k":-1,"max_tokens":2}' "$nb/v1/completions")
 [ "$code" = 200 ] && pass "null: top_k -1 (off) accepted" || fail "null top_k -1: $code $(cat "$tmp/body")"
+
+# ---------------------------------------------------------------- 5. a client that leaves
+# A client that reads its stream's first chunk and resets the connection:
+# its request ends "gone" and its tokens are not counted (the token
+# counters count the requests that ended well), whether the backend steps
+# (ar, continuous: it leaves its slot) or runs static batches (null: the
+# batch runs on to its end, then the request ends). Waits on the server's
+# own counters.
+if command -v python3 >/dev/null; then
+    mval() { # URL LABEL NAME: its value in one scrape
+        curl -sf "$1/metrics" | awk -v n="$3{model_name=\"$2\"}" '$1 == n {print $2}'
+    }
+    gone() { # URL LABEL: requests ended gone
+        curl -sf "$1/metrics" | awk -v n="tokbench_requests_total{model_name=\"$2\",outcome=\"gone\"}" '$1 == n {print $2}'
+    }
+    for srv in "ar-small $base 200" "null $nb 5000"; do
+        read -r label url max <<<"$srv"
+        p0=$(mval "$url" "$label" vllm:prompt_tokens_total) g0=$(mval "$url" "$label" vllm:generation_tokens_total)
+        gone0=$(gone "$url" "$label")
+        python3 - "${url##*:}" "$max" <<'PY' || fail "$label: the leaving client"
+import json, socket, struct, sys
+body = json.dumps({"prompt": "Once upon a time", "max_tokens": int(sys.argv[2]), "stream": True}).encode()
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sekrit\r\n"
+          b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+got = b""
+while b"data: " not in got:  # the first chunk
+    more = s.recv(4096)
+    if not more:
+        sys.exit("closed before the first chunk: %r" % got[:200])
+    got += more
+s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close = RST
+s.close()
+PY
+        # meson's timeout is the backstop
+        until [ "$(gone "$url" "$label")" = $((${gone0:-0} + 1)) ]; do sleep 0.05; done
+        p1=$(mval "$url" "$label" vllm:prompt_tokens_total) g1=$(mval "$url" "$label" vllm:generation_tokens_total)
+        [ -n "$p0" ] && [ "$p1" = "$p0" ] && [ "$g1" = "$g0" ] \
+            && pass "$label: a client that left: outcome gone +1, prompt and generation tokens unchanged ($p0, $g0)" \
+            || fail "$label: after a client left: prompt tokens $p0 -> $p1, generation tokens $g0 -> $g1"
+    done
+fi
+
+# ---------------------------------------------------------------- 4. a restart on the same port
+# The server closes a connection (Connection: close), so the port has a
+# socket in TIME_WAIT (~60 s); stopped, a new server on that port listens
+# at once (SO_REUSEADDR), while one beside a running server still fails,
+# saying why (no SO_REUSEPORT: two servers never share a port silently).
+start_server first "$tb" serve --backend null "$tmp/serve.ini" --port 0 || tb_finish
+p1=$port first_pid=$server_pid
+# read to the end of the stream before closing: the server's close came first
+exec 3<>"/dev/tcp/127.0.0.1/$p1"
+printf 'GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n' >&3
+grep -q '^HTTP/1.1 200' <&3 || fail "health on the first server"
+cat <&3 >/dev/null
+exec 3<&-
+"$tb" serve --backend null "$tmp/serve.ini" --port "$p1" >"$tmp/beside.log" 2>&1
+rc=$?
+[ $rc = 1 ] && grep -q "cannot listen on 127.0.0.1:$p1: Address already in use" "$tmp/beside.log" \
+    && pass "a second server on a port in use: exit 1, $(tail -1 "$tmp/beside.log")" \
+    || fail "a second server on a port in use: exit $rc: $(tail -2 "$tmp/beside.log")"
+kill -TERM "$first_pid"
+wait "$first_pid"
+if command -v ss >/dev/null; then # the case under test: else this proves nothing
+    [ -n "$(ss -Htan state time-wait sport = ":$p1")" ] && pass "the port has a connection in TIME_WAIT" \
+        || fail "no TIME_WAIT on port $p1: the restart below tests nothing"
+fi
+start_server again "$tb" serve --backend null "$tmp/serve.ini" --port "$p1" \
+    && [ "$port" = "$p1" ] && [ "$(curl -s "http://127.0.0.1:$p1/health")" = ok ] \
+    && pass "restarted on port $p1 at once" || fail "restart on port $p1: $(tail -2 "$tmp/again.log")"
 
 tb_finish

@@ -10,7 +10,8 @@
  *     nothing in the request;
  *   - a request is accepted exactly when the body is valid by the rules of
  *     serve_request.h, checked here on cJSON's own parse, field by field
- *     from a table of what each field admits;
+ *     from a table of what each field admits (and no NUL in "stop",
+ *     found by parsing the body again with every NUL made U+0001);
  *   - an accepted request carries what the body says: the prompt string
  *     or the messages' roles and texts, max_tokens (16 by default,
  *     max_tokens over max_completion_tokens), stream and include_usage,
@@ -202,11 +203,32 @@ static int expected(const char *body, size_t n, int chat, tb_serve_request *want
         end++;
     ok = ok && end == body + n;
     want->max_tokens = 16;
-    for (const cJSON *v = ok ? j->child : NULL; ok && v; v = v->next) {
+    /* The body with every NUL (a \u0000 escape, a raw byte) made U+0001:
+     * a stop value that parses differently there was cut at a NUL by
+     * cJSON, and is refused. */
+    char *shown = malloc(n ? n : 1);
+    if (!shown)
+        abort();
+    memcpy(shown, body, n);
+    for (size_t i = 0; i < n; i++) {
+        if (shown[i] == '\0')
+            shown[i] = '\1';
+        else if (shown[i] == '\\') {
+            if (n - i > 5 && memcmp(shown + i + 1, "u0000", 5) == 0)
+                shown[i + 5] = '1';
+            i++;
+        }
+    }
+    cJSON *j1 = ok ? cJSON_ParseWithLength(shown, n) : NULL;
+    const cJSON *v1 = j1 ? j1->child : NULL;
+    for (const cJSON *v = ok ? j->child : NULL; ok && v; v = v->next, v1 = v1 ? v1->next : NULL) {
         for (const cJSON *u = j->child; u != v; u = u->next)
             ok = ok && strcmp(u->string, v->string) != 0; /* no field twice */
+        ok = ok && !(!strcmp(v->string, "stop") && (!v1 || !cJSON_Compare(v, v1, 1)));
         ok = ok && (cJSON_IsNull(v) || field_ok(v, chat, want));
     }
+    cJSON_Delete(j1);
+    free(shown);
     ok = ok && (chat ? want->messages != NULL : want->prompt != NULL);
     if (ok) {
         const cJSON *mt = cJSON_GetObjectItemCaseSensitive(j, "max_tokens");

@@ -320,6 +320,11 @@ int64_t tb_loaded_detokenize(const tb_loaded *l, const int32_t *ids, size_t n, c
     return len < 0 ? -1 : len;
 }
 
+int tb_loaded_is_special(const tb_loaded *l, int32_t id)
+{
+    return l->tok ? tb_tokenizer_is_special(l->tok, id) : 0;
+}
+
 void tb_synth_prompt(const tb_model_config *cfg, const tb_tokenizer *tok, int32_t avoid, uint64_t seed, uint32_t r,
                      int32_t *ids, size_t P)
 {

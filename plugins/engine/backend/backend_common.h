@@ -121,6 +121,9 @@ int64_t tb_loaded_tokenize(const tb_loaded *l, const char *text, int32_t *ids, s
                            size_t err_size);
 int64_t tb_loaded_detokenize(const tb_loaded *l, const int32_t *ids, size_t n, char *out, size_t cap, char *err,
                              size_t err_size);
+/* The ops table's is_special(): tokenizer.json's "special" mark; 0
+ * without a tokenizer. */
+int tb_loaded_is_special(const tb_loaded *l, int32_t id);
 
 /* A deterministic prompt of exactly P tokens for request r: the BOS a text
  * prompt starts with when there is one (tb_prompt_bos), then ids from the

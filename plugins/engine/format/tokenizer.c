@@ -1194,6 +1194,14 @@ size_t tb_tokenizer_vocab_size(const tb_tokenizer *t)
     return t->vocab_size;
 }
 
+int tb_tokenizer_is_special(const tb_tokenizer *t, int32_t id)
+{
+    for (size_t i = 0; i < t->n_added; i++) /* a few, or a few hundred */
+        if (t->added[i].id == id)
+            return t->added[i].special;
+    return 0;
+}
+
 int32_t tb_tokenizer_template_bos(const tb_tokenizer *t)
 {
     return t->template_bos;

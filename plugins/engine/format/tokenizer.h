@@ -38,6 +38,9 @@ int64_t tb_tokenizer_decode(const tb_tokenizer *t, const int32_t *ids, size_t n,
                             size_t cap);
 
 size_t tb_tokenizer_vocab_size(const tb_tokenizer *t); /* max id + 1 */
+/* Whether id is an added token marked "special" (BOS, EOS, a mask, a
+ * template's markers): what skip_special_tokens leaves out of a text. */
+int tb_tokenizer_is_special(const tb_tokenizer *t, int32_t id);
 /* The bytes one id stands for (what decode joins before its lossy UTF-8
  * cleanup: a byte-level token may be part of a character, so two ids that
  * decode alike can differ here): *len bytes, NUL-terminated; NULL for an
