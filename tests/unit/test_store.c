@@ -525,7 +525,7 @@ static void test_not_a_database(void)
     CHECK(tb_store_open(path, &st, &err) == -1);
     CHECK(st == NULL);
     CHECK_CONTAINS(err, path);
-    CHECK_CONTAINS(err, "cannot open");
+    CHECK_CONTAINS(err, "does not exist");
     free(err);
     free(path);
 
