@@ -29,6 +29,7 @@
 
 #include "cli.h"
 #include "suite.h"
+#include "url.h"
 #include "utf8.h"
 #include "util.h"
 
@@ -427,14 +428,26 @@ static void server_suite(bench *b)
 {
     const cli_args *c = b->c;
     const char *url = c->bench.url;
+    char why[200];
+    int credentials = 0;
+    char *shown = tb_xredact(url, NULL, 0); /* refusals never quote a password */
     if (strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0)
-        refuse(b, "url", url, "expected an http:// or https:// URL");
-    else if (value_ok(b, "url", "url", url, 1)) {
-        if (strpbrk(url, " \t"))
-            refuse(b, "url", url, "contains a space");
+        refuse(b, "url", shown, "expected an http:// or https:// URL");
+    else if (value_ok(b, "url", "url", shown, 1)) {
+        if (tb_url_check(url, &credentials, why, sizeof why) != 0)
+            refuse(b, "url", shown, "%s", why);
+        /* The suite is a file next to the database, kept to run again:
+         * a password would sit in it in plain text (and a redacted one
+         * would not run). */
+        else if (credentials)
+            refuse(b, "url", shown, "holds credentials (USER:PASS@), which the suite file would keep in plain text: "
+                                    "give a key with --api-key-env VAR (sent as Bearer), or write a suite with "
+                                    "url = http://USER:${VAR}@HOST (the password from the environment) and "
+                                    "`tokbench run` it");
         else
             tb_str_appendf(&b->backend, "url = %s\n", url);
     }
+    free(shown);
     if (c->bench.model)
         put(b, &b->backend, "model", "model_name", c->bench.model);
     if (c->bench.tokenizer) {

@@ -109,8 +109,10 @@ const cli_option cli_options[] = {
 
     /* bench: cli/bench.c checks each value and writes it into the suite */
     {.name = "url", .arg = "URL", .commands = CLI_BENCH, .kind = CLI_STRING, .field = FIELD(bench.url),
-     .help = "an OpenAI-compatible server (http:// or https://; /v1/completions is appended): the suite's backend is "
-             "plugins/http"},
+     .help = "an OpenAI-compatible server, http[s]://HOST[:PORT][/PATH] (/v1/completions is appended: no query or "
+             "fragment; a port in 1..65535): the suite's backend is plugins/http. A password (USER:PASS@) is refused: "
+             "the suite file would keep it; use --api-key-env, or a suite of your own with url = "
+             "http://USER:${VAR}@HOST"},
     {.name = "model", .arg = "NAME|FOLDER|preset:NAME", .commands = CLI_BENCH, .kind = CLI_STRING,
      .field = FIELD(bench.model),
      .help = "with --url: the model name each request sends (model_name). Without --url: the engine's model, a "

@@ -160,15 +160,20 @@ uint32_t tb_plan_open_loop_requests(const tb_suite *suite, double rate)
 }
 
 /* {"name":"value",...} of the options mask selects (all when NULL); the
- * values of TB_OPTF_SECRET options read "(secret)": this text is stored
- * and printed. vals follow the declarations, as the host passes them. */
+ * values of TB_OPTF_SECRET options read "(secret)", and a URL's
+ * credentials (user:pass@) in any value too (util/redact.h): this text is
+ * stored (backend and case options_json, config_json and its sha256) and
+ * printed. vals follow the declarations, as the host passes them. */
 static char *values_json(const tb_option_value *vals, uint32_t n, const int *mask, const tb_option_decl *decls)
 {
     cJSON *o = cJSON_CreateObject();
     for (uint32_t i = 0; i < n; i++)
-        if (!mask || mask[i])
-            cJSON_AddStringToObject(o, vals[i].name,
-                                    decls && (decls[i].flags & TB_OPTF_SECRET) ? "(secret)" : vals[i].text);
+        if (!mask || mask[i]) {
+            char *shown = decls && (decls[i].flags & TB_OPTF_SECRET) ? tb_xstrdup(TB_REDACTED)
+                                                                      : tb_xredact(vals[i].text, NULL, 0);
+            cJSON_AddStringToObject(o, vals[i].name, shown);
+            free(shown);
+        }
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     char *r = tb_xstrdup(s ? s : "{}");

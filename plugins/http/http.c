@@ -42,6 +42,7 @@
 #include "redact.h"
 #include "strmem.h"
 #include "tokenizer.h"
+#include "url.h"
 #include "workload.h"
 
 #define HTTP_VERSION "0.1.0"
@@ -87,8 +88,9 @@ enum {
 
 static const tb_option_decl http_options[N_OPTS] = {
     [OPT_URL] = {"url", TB_OPT_STRING, "http://127.0.0.1:8000",
-                 "server base URL; /v1/completions or /v1/chat/completions is appended (after /v1 if the URL "
-                 "ends there)",
+                 "server base URL, http[s]://HOST[:PORT][/PATH], no query or fragment; /v1/completions or "
+                 "/v1/chat/completions is appended (after /v1 if the URL ends there); a USER:PASS@ is sent, and "
+                 "stored and shown as (secret)",
                  NULL, 1, 0, 0},
     [OPT_ENDPOINT] = {"endpoint", TB_OPT_ENUM, "completions", "which API: /v1/completions or /v1/chat/completions",
                       "completions|chat", 1, 0, 0},
@@ -272,8 +274,11 @@ static void check_options(const tb_option_value *v, uint32_t n, char *why, size_
 {
     why[0] = '\0';
     const char *url = opt_s(v, n, OPT_URL);
-    if (strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0) {
-        snprintf(why, size, "url \"%s\": expected http://HOST[:PORT][/PATH] or https://...", url);
+    char url_why[160];
+    if (tb_url_check(url, NULL, url_why, sizeof url_why) != 0) { /* quoted without its credentials */
+        char *shown = tb_redact(url, NULL, 0);
+        snprintf(why, size, "url \"%.200s\": %s", shown ? shown : "(out of memory)", url_why);
+        free(shown);
         return;
     }
     const char *extra = opt_s(v, n, OPT_EXTRA_JSON);

@@ -125,6 +125,14 @@ u=(--url http://127.0.0.1:9)
 m=(--model "$src/models/small-llama")
 refused 'give --url URL (a server) or --model' --input-len 8
 refused '--url "ftp://x": expected an http:// or https:// URL' --url ftp://x
+refused '--url "http://h:1?x=1": a query ("?...") is not taken' --url 'http://h:1?x=1'
+refused '--url "http://h:1/#f": a fragment ("#...") is not taken' --url 'http://h:1/#f'
+refused '--url "http://": no host' --url http://
+refused '--url "http://h:99999": the port "99999": expected a number in 1..65535' --url http://h:99999
+# a password would be kept in bench-TIME.ini: refused, never quoted
+refused '--url "http://(secret)@127.0.0.1:9": holds credentials (USER:PASS@), which the suite file would keep' \
+    --url http://alice:s3cretpw@127.0.0.1:9
+grep -q s3cretpw err && fail "the refusal quotes the password: $(cat err)"
 refused '--concurrency "0": expected an integer in [1, 1000000000]' "${u[@]}" --concurrency 0
 refused '--concurrency "1,,2": an empty item' "${u[@]}" --concurrency 1,,2
 refused '--concurrency "4, 4": value 4 is listed twice' "${u[@]}" --concurrency '4, 4'

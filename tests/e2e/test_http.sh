@@ -267,6 +267,34 @@ printf '[suite]\n[backend h]\nplugin = http\nextra_json = [1]\n' >"$tmp/bad.ini"
 "$tb" run "$tmp/bad.ini" --db "$tmp/bad.db" >/dev/null 2>"$tmp/bad.err"
 [ $? = 2 ] && grep -q "bad.ini:2: backend: .*extra_json: expected a JSON object" "$tmp/bad.err" \
     || fail "bad extra_json: $(cat "$tmp/bad.err")"
+# a url the endpoint's path cannot follow is refused at load, naming url
+# (util/url.c): the plugin would POST /?x=1/v1/completions, or fail later
+# with curl's words
+while IFS='|' read -r url want; do
+    printf '[suite]\n[backend h]\nplugin = http\nurl = %s\n' "$url" >"$tmp/badurl.ini"
+    "$tb" run "$tmp/badurl.ini" --dry-run >/dev/null 2>"$tmp/badurl.err"
+    rc=$?
+    [ $rc = 2 ] && grep -qF "badurl.ini:2: backend: [backend h] " "$tmp/badurl.err" && grep -qF -- "$want" "$tmp/badurl.err" \
+        || fail "url $url: exit $rc, expected 2 and '$want': $(cat "$tmp/badurl.err")"
+done <<'EOT'
+http://h:1?x=1|url "http://h:1?x=1": a query ("?...") is not taken
+http://h:1/#frag|url "http://h:1/#frag": a fragment ("#...") is not taken
+http://|url "http://": no host
+http://:80/v1|url "http://:80/v1": no host
+http://h:99999|url "http://h:99999": the port "99999": expected a number in 1..65535
+http://h:0|the port "0": expected a number in 1..65535
+http://h:/v1|the port "": expected a number
+http://h:8x|the port "8x": expected a number
+http://[zz]:1|expected an IPv6 host as [ADDRESS]
+http://h^x:1|the host has a '^'
+ftp://h|expected http://HOST[:PORT][/PATH]
+http://bob:pw99x@h:1?q|url "http://(secret)@h:1?q": a query
+EOT
+grep -q pw99x "$tmp/badurl.err" && fail "a refused url's password quoted: $(cat "$tmp/badurl.err")"
+for url in 'http://[::1]:8000/v1' 'https://u:p@example.com:443/base/' 'http://h'; do
+    printf '[suite]\n[backend h]\nplugin = http\nurl = %s\n' "$url" >"$tmp/goodurl.ini"
+    "$tb" run "$tmp/goodurl.ini" --dry-run >/dev/null 2>"$tmp/goodurl.err" || fail "url $url refused: $(cat "$tmp/goodurl.err")"
+done
 "${serve[@]}" --backend nope "$tmp/faults-server.ini" --port 0 >/dev/null 2>"$tmp/nope.err"
 [ $? = 2 ] && grep -q "no \[backend nope\]" "$tmp/nope.err" || fail "serve of a missing backend: $(cat "$tmp/nope.err")"
 

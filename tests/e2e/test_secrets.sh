@@ -9,8 +9,10 @@
 #   2. keys a server echoes back (a 401 saying "Bearer sk-..."): api_key,
 #      api_key_env (a key only the plugin knows) and a key longer than an
 #      error's buffer; a plugin that logs its secret token and puts it in
-#      its errors; a metrics_url with user:password. None of them is in
-#      stdout, stderr, the database (SQL dump and raw files), the
+#      its errors; a metrics_url with user:password; a backend url with
+#      user:password. None of them is in stdout, stderr, `run --dry-run`,
+#      the database (SQL dump and raw files: the suite text, config_json,
+#      the backend's options_json), the
 #      Markdown, HTML and JSON reports or `show`; "(secret)" stands in;
 #   3. a backend process holding secrets writes no core dump: it says it
 #      is not dumpable (prctl), and where core_pattern writes plain files
@@ -70,6 +72,7 @@ envkey='sk-ENVONLY-3fa8b2c6d4'
 long="sk-LONG-$(printf 'a%.0s' $(seq 1 90))$(printf 'Z%.0s' $(seq 1 90))" # past every error buffer
 tok='tok-LEAKED-55e1f0a2'
 pw='pa55-W0RD-91c3'
+urlpw='u5er-PA55-6b2d0e'
 export TB_ECHO_KEY=$envkey
 cat >"$tmp/echo.ini" <<EOT
 [suite]
@@ -103,6 +106,9 @@ api_key = $long
 plugin = http
 url = http://127.0.0.1:$port/echo_key/v1
 api_key = $lit
+[backend urlpw]         ; a password in the url: the request is ok
+plugin = http
+url = http://alice:$urlpw@127.0.0.1:$port/ok/v1
 [backend leaky]
 plugin = $secret_so
 token = $tok
@@ -112,6 +118,7 @@ metrics_url = http://scraper:$pw@127.0.0.1:$port/metrics
 period = 0.05
 nvml = off
 EOT
+"$tb" run "$tmp/echo.ini" --dry-run >"$tmp/dry.out" 2>&1 || fail "echoes: run --dry-run: $(tail -3 "$tmp/dry.out")"
 "$tb" run "$tmp/echo.ini" --db "$tmp/e.db" >"$tmp/e.out" 2>"$tmp/e.err" &
 runner=$!
 pids+=("$runner")
@@ -138,22 +145,30 @@ grep -q "dumpable 0" "$tmp/e.err" && pass "a worker holding secrets is not dumpa
 [ "$(q "$tmp/e.db" "select count(*) from telemetry_series where source like 'http://(secret)@%'")" -ge 1 ] \
     && pass "telemetry series name the URL without its credentials" \
     || fail "telemetry sources: $(q "$tmp/e.db" "select distinct source from telemetry_series")"
+[ "$(q "$tmp/e.db" "select count(*) from bench_case c join backend b on b.id = c.backend_id
+                     where b.label = 'urlpw' and c.status = 'ok'")" = 1 ] \
+    || fail "url with a password: $(q "$tmp/e.db" "select b.label, c.status, c.error from bench_case c join backend b on b.id = c.backend_id where b.label = 'urlpw'")"
+got=$(q "$tmp/e.db" "select json_extract(options_json, '\$.url') from backend where label = 'urlpw'
+                     union all select json_extract(config_json, '\$.backends.urlpw.options.url') from session" | tr '\n' ' ')
+[ "$got" = "http://(secret)@127.0.0.1:$port/ok/v1 http://(secret)@127.0.0.1:$port/ok/v1 " ] \
+    && pass "a url's password: the case ran, the backend's options_json and config_json say (secret)" \
+    || fail "a url's password: stored urls: $got"
 "$tb" report --db "$tmp/e.db" --last --format md -o "$tmp/r.md" 2>>"$tmp/e.err"
 "$tb" report --db "$tmp/e.db" --last --format html -o "$tmp/r.html" 2>>"$tmp/e.err"
 "$tb" export 1 --db "$tmp/e.db" --format json -o "$tmp/r.json" 2>>"$tmp/e.err"
 "$tb" show 1 --db "$tmp/e.db" >"$tmp/show.out" 2>>"$tmp/e.err"
 sqlite3 "$tmp/e.db" .dump >"$tmp/dump.sql"
 leaks=0
-for f in "$tmp/e.out" "$tmp/e.err" "$tmp/r.md" "$tmp/r.html" "$tmp/r.json" "$tmp/show.out" "$tmp/dump.sql" "$tmp/e.db" "$tmp/e.db-wal"; do
+for f in "$tmp/dry.out" "$tmp/e.out" "$tmp/e.err" "$tmp/r.md" "$tmp/r.html" "$tmp/r.json" "$tmp/show.out" "$tmp/dump.sql" "$tmp/e.db" "$tmp/e.db-wal"; do
     [ -f "$f" ] || continue
-    for s in "$lit" "$envkey" "${long:0:16}" "$tok" "$pw"; do
+    for s in "$lit" "$envkey" "${long:0:16}" "$tok" "$pw" "$urlpw"; do
         if grep -aqF -- "$s" "$f"; then
             fail "secret '${s:0:16}' in $(basename "$f"): $(grep -aoF -m1 -- "$s" "$f" | head -c 80)"
             leaks=$((leaks + 1))
         fi
     done
 done
-[ $leaks = 0 ] && pass "no key, token or password in the output, database, reports or show"
+[ $leaks = 0 ] && pass "no key, token or password in the output, --dry-run, database, reports or show"
 grep -q "(secret)" "$tmp/r.md" && pass "the Markdown report says (secret)" || fail "the Markdown report has no (secret) in its errors"
 
 # ---------------------------------------------------------------- 3. core dumps
