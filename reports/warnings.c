@@ -284,13 +284,30 @@ void tb_warnings_derive(const tb_rsession *s, tb_warnings *w)
                                 label, dims, busy->median, TB_CLIENT_SATURATED_PCT));
         const tb_stats *sent = tb_rcase_metric(c, "sent_rate");
         double offered = c->dims.request_rate;
+        /* An open loop under a concurrency cap: its requests spent on
+         * average req/s x mean E2E in flight or waiting for a slot (over
+         * each call's window, Little's law); more than the cap means some
+         * waited: the sends went out later than sent_rate's schedule, whose
+         * own spread is then beside the point (no warning of it). */
+        const tb_stats *rps = tb_rcase_metric(c, "req_throughput"), *e2e = tb_rcase_metric(c, "e2e_ms");
+        double in_system = rps && e2e && rps->n && e2e->n ? rps->median * e2e->mean * 1e-3 : NAN;
+        int cap_held = offered > 0 && c->dims.concurrency > 0 && isfinite(in_system) &&
+                       in_system > c->dims.concurrency * (1 + TB_SENT_RATE_TOL);
+        if (cap_held)
+            add(w, tb_xasprintf("%s [%s]: the concurrency cap held the load back: it achieved %.2f requests/s of "
+                                "the offered %.2f (req/s), with at most %u in flight and on average %.1f in "
+                                "flight or waiting for a slot; its sends went out later than scheduled, so "
+                                "sent_rate (%.2f) is the schedule's rate, not the one sent, and its latencies count "
+                                "the wait (docs/METRICS.md, \"Serving: HTTP endpoints and request loads\")",
+                                label, dims, rps->median, offered, c->dims.concurrency, in_system,
+                                sent && sent->n ? sent->median : NAN));
         /* (a multi-turn load's waves pause for their answers, which its
          * sent rate counts: no rate to hold it to) */
-        if (offered > 0 && sent && sent->n && isfinite(sent->median) &&
+        if (offered > 0 && !cap_held && sent && sent->n && isfinite(sent->median) &&
             fabs(sent->median / offered - 1) > TB_SENT_RATE_TOL && case_turns(s, c) == 1)
-            add(w, tb_xasprintf("%s [%s]: the load sent %.2f requests/s, %.1f%% %s the offered %.2f (sent_rate, "
-                                "median of %zu calls of %.0f requests): so few random arrivals did not average "
-                                "out, and its figures describe the rate sent; give it more requests or "
+            add(w, tb_xasprintf("%s [%s]: the load was scheduled at %.2f requests/s, %.1f%% %s the offered %.2f "
+                                "(sent_rate, median of %zu calls of %.0f requests): so few random arrivals did not "
+                                "average out, and its figures describe the rate scheduled; give it more requests or "
                                 "open_loop_duration (docs/METRICS.md, \"The length of an open-loop load\")",
                                 label, dims, sent->median, 100 * fabs(sent->median / offered - 1),
                                 sent->median > offered ? "above" : "below", offered, sent->n,

@@ -78,7 +78,10 @@ struct loop {
     size_t n_pool, cap_pool;
     uint32_t cap, inflight; /* requests this loop may keep in flight; 0: no cap */
     uint32_t next_own;      /* open loop: its next request is id + next_own * K */
-    int64_t max_lag;
+    int64_t max_lag;        /* of sends the client was late with on its own */
+    int64_t max_held_lag;   /* of sends that waited for a slot under the cap */
+    uint32_t held;          /* sends that waited for a slot */
+    int64_t freed_ns;       /* when a slot last freed with the cap in flight */
     int64_t cpu_ns, end_ns; /* its thread's CPU time over the run; when it ended */
     int64_t runqueue_ns;    /* its thread's time runnable but not running */
     uint32_t sent;          /* requests it sent in the last run */
@@ -95,7 +98,8 @@ struct tb_http_client {
     uint32_t n_loops;
     xfer *x; /* the last run's requests (results point into them) */
     size_t n_x;
-    int64_t max_lag;
+    int64_t max_lag, max_held_lag;
+    uint32_t held;
     tb_http_cpu cpu;
     /* the run in progress, read by every loop */
     const tb_http_target *t;
@@ -234,6 +238,13 @@ void tb_http_client_free(tb_http_client *c)
 int64_t tb_http_client_max_lag(const tb_http_client *c)
 {
     return c->max_lag;
+}
+
+uint32_t tb_http_client_held(const tb_http_client *c, int64_t *max_lag)
+{
+    if (max_lag)
+        *max_lag = c->max_held_lag;
+    return c->held;
 }
 
 const tb_http_cpu *tb_http_client_cpu(const tb_http_client *c)
@@ -714,8 +725,16 @@ static void send_due(loop *lp)
         }
         lp->inflight++;
         lp->sent++;
-        if (c->offsets && x->res->t_sent_ns - due > lp->max_lag)
-            lp->max_lag = x->res->t_sent_ns - due;
+        /* Held: the loop was full when it came due, and a slot freed
+         * after that (requests go in order: it waited for that slot). */
+        int64_t late = x->res->t_sent_ns - due;
+        if (c->offsets && lp->cap && lp->freed_ns > due) {
+            lp->held++;
+            if (late > lp->max_held_lag)
+                lp->max_held_lag = late;
+        } else if (c->offsets && late > lp->max_lag) {
+            lp->max_lag = late;
+        }
     }
 }
 
@@ -742,6 +761,8 @@ static void reap(loop *lp)
         curl_multi_remove_handle(lp->multi, e);
         easy_put(lp, e);
         x->easy = NULL;
+        if (lp->cap && lp->inflight == lp->cap)
+            lp->freed_ns = x->res->t_done_ns;
         lp->inflight--;
     }
 }
@@ -852,7 +873,8 @@ tb_status tb_http_client_run(tb_http_client *c, const tb_http_target *t, uint32_
     const tb_host *h = c->host;
     free_xfers(c);
     memset(&c->cpu, 0, sizeof c->cpu);
-    c->max_lag = 0;
+    c->max_lag = c->max_held_lag = 0;
+    c->held = 0;
     c->x = calloc(n ? n : 1, sizeof *c->x);
     if (!c->x)
         return TB_ERR_NO_MEMORY;
@@ -898,7 +920,9 @@ tb_status tb_http_client_run(tb_http_client *c, const tb_http_target *t, uint32_
         lp->cap = max_inflight ? max_inflight / k + (j < max_inflight % k) : 0;
         lp->inflight = 0;
         lp->next_own = 0;
-        lp->max_lag = 0;
+        lp->max_lag = lp->max_held_lag = 0;
+        lp->held = 0;
+        lp->freed_ns = INT64_MIN;
         lp->curl_due = -1;
         lp->started = 0;
     }
@@ -925,6 +949,9 @@ tb_status tb_http_client_run(tb_http_client *c, const tb_http_target *t, uint32_
         loop *lp = c->loops[j];
         if (lp->max_lag > c->max_lag)
             c->max_lag = lp->max_lag;
+        if (lp->max_held_lag > c->max_held_lag)
+            c->max_held_lag = lp->max_held_lag;
+        c->held += lp->held;
         if (lp->end_ns - c->t0 > wall)
             wall = lp->end_ns - c->t0;
     }

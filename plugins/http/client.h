@@ -133,8 +133,14 @@ uint32_t tb_http_client_loop_sent(const tb_http_client *c, uint32_t j);
 /* CPUs this process may run on (sched_getaffinity), at least 1. */
 int tb_http_usable_cores(void);
 
-/* Largest lateness of a send against its schedule in the last run, ns. */
+/* Largest lateness of a send against its schedule in the last run, ns,
+ * among the sends the client was late with on its own (not held). */
 int64_t tb_http_client_max_lag(const tb_http_client *c);
+
+/* Open loop with a cap (max_inflight): the sends of the last run that
+ * were due while their loop had its cap in flight, so waited for a slot;
+ * *max_lag (may be NULL): the largest lateness among them, ns. */
+uint32_t tb_http_client_held(const tb_http_client *c, int64_t *max_lag);
 
 /* The error class of a transfer on easy handle e that ended in
  * CURLE_OPERATION_TIMEDOUT: "timeout" when a connection carried it (a new

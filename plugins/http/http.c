@@ -1264,7 +1264,8 @@ static tb_status http_generate(void *ctx, const tb_request *req, tb_result *res)
     int64_t loops = (int64_t)opt_f(v, nv, OPT_LOOPS);
     int64_t wall0 = host->now_ns(host);
     int64_t deadline = duration_s > 0 ? wall0 + (int64_t)(duration_s * 1e9) : 0;
-    uint32_t n_sent = 0, prompt_warned = 0;
+    uint32_t n_sent = 0, prompt_warned = 0, held = 0;
+    int64_t lag = 0, held_lag = 0; /* over the waves */
     /* One wave per turn (workload.h): turn t of every session, once turn
      * t - 1 of every session has its answer. */
     for (uint32_t turn = 0; turn < turns && st == TB_OK; turn++) {
@@ -1298,6 +1299,12 @@ static tb_status http_generate(void *ctx, const tb_request *req, tb_result *res)
         st = tb_http_client_run(c->client, &t, k, c->bodies + base, offsets, inflight,
                                 loops ? (uint32_t)loops : (uint32_t)tb_http_usable_cores(), c->results + base);
         report_client_cpu(c, base, k, res);
+        int64_t wave_held_lag = 0;
+        held += tb_http_client_held(c->client, &wave_held_lag);
+        if (wave_held_lag > held_lag)
+            held_lag = wave_held_lag;
+        if (tb_http_client_max_lag(c->client) > lag)
+            lag = tb_http_client_max_lag(c->client);
         /* closed loop under a duration: the client stops sending at the
          * deadline; what it never sent has no submit time */
         uint32_t sent = 0;
@@ -1377,10 +1384,30 @@ static tb_status http_generate(void *ctx, const tb_request *req, tb_result *res)
                   "the server counts %lld prompt tokens for a %lld-token prompt%s", (long long)got, (long long)want,
                   got == want + 1 ? " (it adds a BOS token)" : ": is `tokenizer` the server's?");
     }
-    int64_t lag = tb_http_client_max_lag(c->client);
+    /* Late sends (docs/METRICS.md, "Submit time"): the ones the cap held
+     * are the load's doing, the others the client's. */
+    if (req->request_rate > 0 && held && held_lag > 5000000) {
+        int64_t s0 = INT64_MAX, s1 = INT64_MIN, d0 = INT64_MAX, d1 = INT64_MIN;
+        for (uint32_t r = 0; r < n_sent && turns == 1; r++) {
+            const tb_http_result *h = &c->results[r];
+            s0 = h->t_sent_ns < s0 ? h->t_sent_ns : s0;
+            s1 = h->t_sent_ns > s1 ? h->t_sent_ns : s1;
+            d0 = h->t_submit_ns < d0 ? h->t_submit_ns : d0;
+            d1 = h->t_submit_ns > d1 ? h->t_submit_ns : d1;
+        }
+        char rates[160] = "";
+        if (turns == 1 && n_sent > 1 && s1 > s0 && d1 > d0)
+            snprintf(rates, sizeof rates, ": they went out at %.2f requests/s, the schedule's %.2f (sent_rate) is not "
+                     "what was sent", (n_sent - 1) / ((double)(s1 - s0) * 1e-9), (n_sent - 1) / ((double)(d1 - d0) * 1e-9));
+        host->log(host, TB_LOG_WARN, "open loop: %u of %u sends came due with concurrency = %u requests in flight "
+                  "and waited for a slot, up to %.1f ms behind schedule (inside the measured latencies): the "
+                  "concurrency cap held the sends back from request_rate = %g%s", held, n_sent, req->concurrency,
+                  (double)held_lag * 1e-6, req->request_rate, rates);
+    }
     if (req->request_rate > 0 && lag > 5000000)
-        host->log(host, TB_LOG_WARN, "open loop: sends ran up to %.1f ms behind schedule (inside the measured "
-                  "latencies): the client is near its ceiling", (double)lag * 1e-6);
+        host->log(host, TB_LOG_WARN, "open loop: %s ran up to %.1f ms behind schedule (inside the measured "
+                  "latencies): the client is near its ceiling", held ? "the sends the cap did not hold" : "sends",
+                  (double)lag * 1e-6);
     res->prefill_ns = -1;
     res->decode_ns = -1;
     res->forward_passes = 0;

@@ -279,6 +279,38 @@ done
 [ "$(reqs dur closed "count(*)")" -le 38 ] || fail "closed loop ran past its duration: $(reqs dur closed "count(*)") requests of >= 8 ms in 0.3 s"
 pass "duration: closed loop $(reqs dur closed "count(*)"), open loop $(reqs dur open "count(*)") requests of a 5000 bound, none submitted after the duration"
 
+# ------------------------------------------------------------------ 4c
+# an open loop its concurrency cap holds back (docs/METRICS.md, "Serving:
+# HTTP endpoints and request loads"): 8 requests due within 8 ms, one in
+# flight at a time, each taking >= 8 steps of 1 ms: 7 wait for the slot.
+# The plugin says the cap held them (not the client's ceiling), `show`
+# warns that the cap held the load back, naming the achieved rate, and not
+# that the schedule's rate was sent.
+cat >"$tmp/cap.ini" <<EOF
+[suite]
+name = cap
+warmup = 0
+repeat = 1
+[matrix]
+prompt_tokens = 8
+max_new_tokens = 8
+requests = 8
+[backend cap]
+plugin = http
+url = $slow
+request_rate = 1000
+concurrency = 1
+EOF
+run cap
+grep -q "\[cap\] warn: open loop: 7 of 8 sends came due with concurrency = 1 requests in flight and waited for a slot, up to .* the concurrency cap held the sends back from request_rate = 1000: they went out at .* requests/s, the schedule's .* (sent_rate) is not what was sent" "$tmp/cap.out" \
+    || fail "a capped open loop: the plugin's line: $(grep -a 'open loop' "$tmp/cap.out")"
+grep -q "client is near its ceiling" "$tmp/cap.out" && ! grep -q "the sends the cap did not hold ran" "$tmp/cap.out" \
+    && fail "a capped open loop blamed on the client: $(grep -a 'ceiling' "$tmp/cap.out")"
+grep -q "^  cap \[.*concurrency 1, rate 1000/s\]: the concurrency cap held the load back: it achieved [0-9.]* requests/s of the offered 1000.00 (req/s), with at most 1 in flight" "$tmp/cap.out" \
+    || fail "a capped open loop: no warning that the cap held it: $(sed -n '/^warnings/,$p' "$tmp/cap.out")"
+grep -q "the load was scheduled at" "$tmp/cap.out" && fail "a capped open loop said to run at its schedule's rate"
+pass "an open loop held by its concurrency cap: the plugin and show say the cap held the sends, the achieved rate named"
+
 # ------------------------------------------------------------------ 4b
 # the rate an open loop sent (docs/METRICS.md, "The rate sent" and "The
 # length of an open-loop load"): the default length (1,601 requests) and
@@ -339,7 +371,7 @@ for cid, label, rate in cases:
     if row[0] != 3 or abs(row[1] - statistics.median(sent)) > 1e-9 * row[1] or view != row[1]:
         bad.append("%s @%g: stored sent_rate n %d median %r, summary %r; from the submits %r" % (label, rate, row[0], row[1], view, sent))
     off = abs(row[1] / rate - 1) > 0.05
-    warned = re.search(r"^  %s \[[^]]*rate %g/s[^]]*\]: the load sent %.2f requests/s" % (label, rate, row[1]), out, re.M)
+    warned = re.search(r"^  %s \[[^]]*rate %g/s[^]]*\]: the load was scheduled at %.2f requests/s" % (label, rate, row[1]), out, re.M)
     if off != bool(warned):
         bad.append("%s @%g: sent %.2f, %s the warning" % (label, rate, row[1], "without" if off else "with"))
     if label == "long" and off:
@@ -368,7 +400,7 @@ EOF
 "$tb" run "$tmp/sent.ini" --filter backend=short --db "$tmp/sent2.db" >/dev/null 2>&1 || fail "rerun of the short loads"
 subs() { q "$1" "select group_concat(o) from (select r.submit_offset_ns o from request r join sample s on s.id = r.sample_id join bench_case c on c.id = s.case_id join backend b on b.id = c.backend_id where b.label = 'short' order by c.request_rate, s.repetition, r.idx)"; }
 [ -n "$(subs "$tmp/sent1.db")" ] && [ "$(subs "$tmp/sent1.db")" = "$(subs "$tmp/sent2.db")" ] || fail "a rerun with the same seed sent other arrivals"
-pass "the rate sent: 1,601 requests by default (open_loop_duration: rate x D + 1), sent_rate as the stored submits say, within 5% at the default length, warned where a short load is not ($(grep -c "the load sent" "$tmp/sent.out") warnings); fresh arrivals per repetition and rate, the same on a rerun"
+pass "the rate sent: 1,601 requests by default (open_loop_duration: rate x D + 1), sent_rate as the stored submits say, within 5% at the default length, warned where a short load is not ($(grep -c "the load was scheduled at" "$tmp/sent.out") warnings); fresh arrivals per repetition and rate, the same on a rerun"
 
 # ------------------------------------------------------------------ 5, 6
 cat >"$tmp/search.ini" <<EOF

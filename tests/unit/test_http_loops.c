@@ -209,6 +209,15 @@ int main(void)
     CHECK(load(c, url, 30, 4, 1, 0) == 30 * CHUNKS);
     CHECK(load(c, url, 6, 8, 0, 3) == 6 * CHUNKS); /* loops capped by what is in flight */
     CHECK(load(c, url, 3, 8, 1, 0) == 3 * CHUNKS); /* and by the requests */
+    int64_t held_lag = -1;
+    CHECK(tb_http_client_held(c, &held_lag) == 0); /* no cap: nothing held */
+    /* An open loop capped at 1 in flight, all 4 due at once: 3 wait for
+     * the slot, and their lateness is the cap's, not the client's. */
+    CHECK(load(c, url, 4, 1, 1, 1) == 4 * CHUNKS);
+    CHECK(tb_http_client_held(c, &held_lag) == 3);
+    CHECK(held_lag > 0);
+    load(c, url, 4, 1, 0, 1); /* a closed loop: held by definition, not counted */
+    CHECK(tb_http_client_held(c, NULL) == 0);
 
     /* A client that spends 300 us of CPU on every chunk (its one loop
      * emits inline) against a server that is never late: saturated. */
