@@ -318,6 +318,7 @@ static int expand_backend(tb_plan *plan, size_t bi, tb_str *errs)
 
     /* Odometer over the axes, last axis fastest. */
     size_t *idx = tb_xcalloc(n_axes + 1, sizeof(size_t));
+    int prompts_refused = 0;
     for (;;) {
         tb_case *c = &plan->cases[plan->n_cases];
         memset(c, 0, sizeof *c);
@@ -348,6 +349,20 @@ static int expand_backend(tb_plan *plan, size_t bi, tb_str *errs)
         }
         if (c->search)
             c->concurrency = 0;
+        /* Prompts from an option (a dataset): no prompt length of the
+         * case's own, 0 as with a [prompts] set (docs/METRICS.md); a
+         * length the suite gives it would be ignored: refused, once. */
+        for (uint32_t i = 0; i < nopt; i++)
+            if ((ops->options[i].flags & TB_OPTF_PROMPTS) && c->options[i].text && c->options[i].text[0]) {
+                const tb_list *pl = sb->dims[TB_DIM_PROMPT_TOKENS].n ? &sb->dims[TB_DIM_PROMPT_TOKENS]
+                                                                     : &s->dims[TB_DIM_PROMPT_TOKENS];
+                if (pl->n && !prompts_refused++)
+                    err_at(errs, pl->loc, "prompt_tokens",
+                           "[backend %s] takes its prompts from %s = %s: expected no prompt_tokens for it (give "
+                           "the other backends theirs in their own sections, not in [matrix])",
+                           sb->label, ops->options[i].name, c->options[i].text);
+                c->prompt_tokens = 0;
+            }
         if (c->search && !(ops->capabilities & TB_CAP_CONCURRENCY))
             c->skip_reason = tb_xasprintf("request_rate = %s runs a synchronous and a throughput load (concurrency 1 "
                                           "and all requests): plugin %s lacks the concurrency capability",
@@ -1142,13 +1157,18 @@ char *tb_case_label(const tb_plan *plan, const tb_case *c)
 {
     tb_str b = {0};
     uint32_t skip = 0;
+    /* a dimension the backend lacks the capability for is not its own
+     * (requests per call of a backend that runs `batch`) */
+    const tb_plugin *pl = c->backend < plan->n_backends ? &plan->backends[c->backend].plugin : NULL;
     if (plan->n_prompts && c->prompt_tokens == 0) {
         tb_str_appendf(&b, "prompts=%zu", plan->n_prompts);
         skip |= 1u << TB_DIM_PROMPT_TOKENS;
     }
-    /* a dimension the backend lacks the capability for is not its own
-     * (requests per call of a backend that runs `batch`) */
-    const tb_plugin *pl = c->backend < plan->n_backends ? &plan->backends[c->backend].plugin : NULL;
+    for (uint32_t i = 0; pl && pl->ops && i < c->n_options && i < pl->ops->n_options && !c->prompt_tokens; i++)
+        if ((pl->ops->options[i].flags & TB_OPTF_PROMPTS) && c->options[i].text && c->options[i].text[0]) {
+            tb_str_appendf(&b, "%s%s=%s", b.len ? " " : "", pl->ops->options[i].name, c->options[i].text);
+            skip |= 1u << TB_DIM_PROMPT_TOKENS;
+        }
     for (int d = 0; d < TB_N_DIMS; d++)
         if (tb_dim_defs[d].cap && !(pl && pl->ops && (pl->ops->capabilities & tb_dim_defs[d].cap)))
             skip |= 1u << d;

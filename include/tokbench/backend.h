@@ -149,6 +149,11 @@ enum {
      * relative to the suite file that sets it (as `model =`) and checks to
      * exist when it loads the suite (issue 40: draft_model). */
     TB_OPTF_MODEL = 1u << 3,
+    /* A TB_OPT_STRING that, when not empty, gives the requests their
+     * prompts (the http backend's `dataset`): such a case has no prompt
+     * length of its own, and stores prompt_tokens 0 as a [prompts] set's
+     * does; a suite's prompt_tokens for it is refused at load. */
+    TB_OPTF_PROMPTS = 1u << 4,
 };
 
 /* One option a backend declares. The host checks every option a suite sets

@@ -172,8 +172,8 @@ static const tb_option_decl http_options[N_OPTS] = {
                               NULL, 1, 0, TB_OPTF_PATH},
     [OPT_DATASET] = {"dataset", TB_OPT_STRING, "",
                      "a local JSONL file of conversations (ShareGPT \"conversations\" or OpenAI chat \"messages\"): "
-                     "the user turns are the prompts (never downloaded)",
-                     NULL, 1, 0, TB_OPTF_PATH},
+                     "the user turns are the prompts (never downloaded; the case has no prompt_tokens)",
+                     NULL, 1, 0, TB_OPTF_PATH | TB_OPTF_PROMPTS},
     [OPT_DATASET_OUTPUT] = {"dataset_output", TB_OPT_ENUM, "reference",
                             "with a dataset: each request's max_tokens is the reference answer's length (needs "
                             "tokenizer) or drawn from output_dist",

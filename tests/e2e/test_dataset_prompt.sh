@@ -5,7 +5,9 @@
 # the Markdown report show "dataset NAME, mean M" in the prompt column,
 # M the measured mean prompt length (metric prompt_len, from
 # request.prompt_tokens); show checked on a pseudo-terminal at 80 and 120
-# columns. A case without a dataset keeps its prompt_tokens.
+# columns. A dataset case stores prompt_tokens 0 (as a prompt set's case;
+# a prompt_tokens given to it is refused); a case without a dataset keeps
+# its prompt_tokens.
 #
 # usage: test_dataset_prompt.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
@@ -54,8 +56,26 @@ mean=$(q "$tmp/d.db" "select printf('%.0f', avg(r.prompt_tokens)) from request r
 stored=$(q "$tmp/d.db" "select printf('%.0f', m.mean) from metric m join bench_case c on c.id = m.case_id
     join backend b on b.id = c.backend_id where b.label = 'ds' and c.session_id = 2 and m.name = 'prompt_len'")
 [ -n "$mean" ] && [ "$mean" = "$stored" ] || fail "metric prompt_len mean '$stored', the requests' '$mean'"
-[ "$(q "$tmp/d.db" "select prompt_tokens from bench_case where session_id = 2 and ordinal = 1")" = 128 ] ||
-    fail "the matrix's prompt_tokens is not 128: the test checks nothing"
+# a dataset case has no prompt length of its own: 0, as a prompt set's
+# case (docs/METRICS.md, prompt_tokens), in the case and the summary view;
+# the synthetic one keeps the default 128
+got=$(q "$tmp/d.db" "select group_concat(b.label || ':' || c.prompt_tokens, ' ') from bench_case c
+    join backend b on b.id = c.backend_id where c.session_id = 2")
+[ "$got" = "ds:0 synth:128" ] || fail "bench_case.prompt_tokens: $got, expected ds:0 synth:128"
+got=$(q "$tmp/d.db" "select group_concat(backend || ':' || prompt_tokens, ' ') from summary where session = 2")
+[ "$got" = "ds:0 synth:128" ] || fail "summary.prompt_tokens: $got, expected ds:0 synth:128"
+"$tb" run "$tmp/data.ini" --dry-run >"$tmp/dry.out" 2>&1
+grep -qF "#1    dataset=$tmp/chat.jsonl max_new_tokens=8 batch=1 requests=4" "$tmp/dry.out" \
+    || fail "--dry-run: the dataset case's label: $(grep '#1' "$tmp/dry.out")"
+# a prompt length given to a dataset backend would be ignored: refused;
+# in the other backends' sections it is theirs
+sed 's/^max_new_tokens = 8$/max_new_tokens = 8\nprompt_tokens = 64/' "$tmp/data.ini" >"$tmp/pt.ini"
+"$tb" run "$tmp/pt.ini" --dry-run >"$tmp/pt.out" 2>&1
+[ $? = 2 ] && grep -qF "pt.ini:7: prompt_tokens: [backend ds] takes its prompts from dataset = $tmp/chat.jsonl: expected no prompt_tokens for it" "$tmp/pt.out" \
+    || fail "prompt_tokens with a dataset: $(cat "$tmp/pt.out")"
+printf 'prompt_tokens = 64\n' | cat "$tmp/data.ini" - >"$tmp/pt2.ini"
+"$tb" run "$tmp/pt2.ini" --dry-run >"$tmp/pt2.out" 2>&1 || fail "prompt_tokens in [backend synth]: $(cat "$tmp/pt2.out")"
+grep -qF "prompt_tokens=64 max_new_tokens=8" "$tmp/pt2.out" || fail "prompt_tokens in [backend synth]: $(grep '#' "$tmp/pt2.out")"
 want="dataset chat.jsonl, mean $mean"
 
 grep -qF "$want" "$tmp/run2.out" || fail "run: no '$want' in its table: $(cat "$tmp/run2.out")"
