@@ -11,17 +11,11 @@
 #include <stdint.h>
 
 #include "util.h"
+#include "utf8_valid.h" /* tb_utf8_decode, tb_utf8_valid */
 
 /* Longest excerpt of user text quoted in a message, in bytes. */
 #define TB_EXCERPT_MAX 40
 
-/* Decodes the sequence at s[0..n) (n >= 1): its length in bytes (1-4) and
- * *cp, or 0 when it is not valid UTF-8 (or is cut off by n). */
-size_t tb_utf8_decode(const unsigned char *s, size_t n, uint32_t *cp);
-
-/* Whether s[0..n) is valid UTF-8; when not, *bad (if bad is not NULL) is
- * the byte offset of the first bad sequence. */
-int tb_utf8_valid(const char *s, size_t n, size_t *bad);
 
 /* Appends s[0..n) to b in double quotes, at most `max` bytes of it (cut
  * at a character boundary, then "..."): '"' and '\\' get a backslash,

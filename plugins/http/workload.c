@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 
 #include "strmem.h"
+#include "utf8_valid.h"
 
 const char *const tb_len_kind_names[TB_N_LEN_KINDS] = {"fixed", "uniform", "normal", "lognormal", "histogram"};
 
@@ -481,7 +482,7 @@ static int parse_conversation(const char *name, size_t line, const char *text, s
             goto fail;
         }
         const char *why = NULL;
-        size_t part = SIZE_MAX;
+        size_t part = SIZE_MAX, bad;
         char *value = NULL;
         if (sharegpt) {
             if (cJSON_IsString(v))
@@ -497,6 +498,15 @@ static int parse_conversation(const char *name, size_t line, const char *text, s
                 msg(err, size, "%s:%zu: field %s[%d].%s[%zu]: %s", name, line, lname, i, vname, part, why);
             else
                 msg(err, size, "%s:%zu: field %s[%d].%s: %s", name, line, lname, i, vname, why);
+            goto fail;
+        }
+        /* cJSON keeps a string's bytes as they are: one that is not
+         * UTF-8 (a Latin-1 byte) makes every request's body JSON the
+         * server refuses */
+        if (!tb_utf8_valid(value, strlen(value), &bad)) {
+            msg(err, size, "%s:%zu: field %s[%d].%s: not valid UTF-8 (byte 0x%02X at byte %zu of the text)", name,
+                line, lname, i, vname, (unsigned char)value[bad], bad);
+            free(value);
             goto fail;
         }
         if (role == ROLE_SYSTEM && i == 0) {

@@ -228,6 +228,14 @@ static void test_dataset_strict(void)
         {"{\"conversations\": [{\"from\": \"human\", \"value\": \"a\\ud800b\"}]}\n",
          "d.jsonl:1: a lone UTF-16 surrogate \\uD800 at column 49 (not a character)"},
         {"{\"conversations\": [{\"from\": \"human\", \"value\": \"\\udc00\"}]}\n", "a lone UTF-16 surrogate \\uDC00"},
+        /* bytes that are not UTF-8 (the server would refuse every body) */
+        {"{\"messages\": [{\"role\": \"user\", \"content\": \"caf\xe9 au lait\"}]}\n",
+         "d.jsonl:1: field messages[0].content: not valid UTF-8 (byte 0xE9 at byte 3 of the text)"},
+        {"{\"conversations\": [{\"from\": \"system\", \"value\": \"ok\"}, {\"from\": \"human\", \"value\": \"x\"}, "
+         "{\"from\": \"gpt\", \"value\": \"\xc0\xaf\"}]}\n",
+         "d.jsonl:1: field conversations[2].value: not valid UTF-8 (byte 0xC0 at byte 0 of the text)"},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"a\xed\xa0\x80\"}]}]}\n",
+         "d.jsonl:1: field messages[0].content: not valid UTF-8 (byte 0xED at byte 1"},
     };
     char err[512];
     tb_dataset *d = NULL;
