@@ -231,13 +231,14 @@ static void put_length(bench *b, const char *flag, const char *text, tb_dim d, c
     free(copy);
 }
 
-/* --slo ttft_p99=MS[,tpot_p99=MS]: the [suite] limits of the slo search. */
-static void put_slo(bench *b, const char *text)
+/* --slo ttft_p99=MS[,tpot_p99=MS] (each given): the [suite] limits of
+ * the slo search; have[] spans the options, so repeated ones add up and
+ * a limit given twice, in one or in two, is refused. */
+static void put_slo(bench *b, const char *text, int have[2])
 {
     static const char *const names[] = {"ttft_p99", "tpot_p99"};
     static const char *const keys[] = {"slo_ttft_p99_ms", "slo_tpot_p99_ms"};
     char *copy = tb_xstrdup(text);
-    int have[2] = {0, 0};
     for (char *item = copy, *next; item; item = next) {
         next = strchr(item, ',');
         if (next)
@@ -407,7 +408,7 @@ static void refuse_other_mode(bench *b, int server)
         {"request-rate", c->bench.request_rate != NULL, 1},
         {"dataset", c->bench.dataset != NULL, 1},
         {"duration", !isnan(c->bench.duration), 1},
-        {"slo", c->bench.slo != NULL, 1},
+        {"slo", c->bench.slo.n > 0, 1},
         {"header", c->bench.headers.n > 0, 1},
         {"api-key-env", c->bench.api_key_env != NULL, 1},
         {"requests", c->bench.requests > 0, 1},
@@ -478,14 +479,15 @@ static void server_suite(bench *b)
             snprintf(rate_word, sizeof rate_word, "%s", t);
         }
         free(copy);
-    } else if (c->bench.slo) {
+    } else if (c->bench.slo.n) {
         rate = "slo"; /* limits ask for the highest rate within them */
         search = 1;
         snprintf(rate_word, sizeof rate_word, "slo");
     }
-    if (c->bench.slo && strcmp(rate_word, "slo") != 0)
-        refuse(b, "slo", c->bench.slo, "the limits are the slo search's: give --request-rate slo, or no --request-rate");
-    if (strcmp(rate_word, "slo") == 0 && !c->bench.slo)
+    if (c->bench.slo.n && strcmp(rate_word, "slo") != 0)
+        refuse(b, "slo", c->bench.slo.v[0], "the limits are the slo search's: give --request-rate slo, or no "
+                                            "--request-rate");
+    if (strcmp(rate_word, "slo") == 0 && !c->bench.slo.n)
         refuse(b, "request-rate", rate, "slo searches for the highest rate within limits: give --slo ttft_p99=MS "
                                         "and/or tpot_p99=MS");
     if (search && c->bench.concurrency)
@@ -494,8 +496,15 @@ static void server_suite(bench *b)
                rate_word);
     if (!isnan(c->bench.duration) && !rate)
         refuse(b, "duration", NULL, "sizes open loops: give --request-rate R[,R...], sweep or slo");
-    if (c->bench.slo)
-        put_slo(b, c->bench.slo);
+    int slo_have[2] = {0, 0};
+    for (size_t i = 0; i < c->bench.slo.n; i++)
+        put_slo(b, c->bench.slo.v[i], slo_have);
+    /* --requests sizes every load, open loops too (docs/METRICS.md, "The
+     * length of an open-loop load"): --duration would be ignored */
+    if (!isnan(c->bench.duration) && c->bench.requests > 0)
+        refuse(b, "duration", NULL, "--requests %ld sizes every load, open loops too, so the duration would be "
+                                    "ignored: give one of them",
+               c->bench.requests);
     if (!isnan(c->bench.duration))
         tb_str_appendf(&b->suite, "open_loop_duration = %.17g\n", c->bench.duration);
     if (c->bench.concurrency)

@@ -59,8 +59,9 @@ typedef struct cli_args {
     struct {                    /* bench: checked by cli/bench.c, which writes the suite */
         const char *url, *model, *plugin, *tokenizer, *dataset;
         const char *concurrency, *request_rate, *batch, *steps; /* N[,N...] as typed */
-        const char *input_len, *output_len, *slo, *api_key_env;
+        const char *input_len, *output_len, *api_key_env;
         cli_list headers;       /* --header K:V each */
+        cli_list slo;           /* --slo each, merged by bench.c */
         double duration;        /* NaN: not given */
         long repeat, requests;  /* requests 0: not given */
         int print_suite;

@@ -145,10 +145,12 @@ const cli_option cli_options[] = {
              "lengths from its answers with --tokenizer and without --output-len, else from --output-len"},
     {.name = "duration", .arg = "SECONDS", .commands = CLI_BENCH, .kind = CLI_DOUBLE, .field = FIELD(bench.duration),
      .lo = 0, .open_lo = 1, .hi = 604800, .what = "seconds",
-     .help = "with --request-rate: each open-loop load lasts this long (open_loop_duration; default 1,601 requests)"},
-    {.name = "slo", .arg = "ttft_p99=MS[,tpot_p99=MS]", .commands = CLI_BENCH, .kind = CLI_STRING,
+     .help = "with --request-rate: each open-loop load lasts this long (open_loop_duration; default 1,601 "
+             "requests); not with --requests, which sizes every load"},
+    {.name = "slo", .arg = "ttft_p99=MS[,tpot_p99=MS]", .commands = CLI_BENCH, .kind = CLI_LIST,
      .field = FIELD(bench.slo),
-     .help = "with --url: the limits of the slo search (slo_ttft_p99_ms, slo_tpot_p99_ms), in milliseconds"},
+     .help = "with --url: the limits of the slo search (slo_ttft_p99_ms, slo_tpot_p99_ms), in milliseconds; "
+             "repeated, the limits add up (a limit given twice is refused)"},
     {.name = "header", .arg = "NAME:VALUE", .commands = CLI_BENCH, .kind = CLI_LIST, .field = FIELD(bench.headers),
      .help = "with --url: a request header; stored with the run and its command line, so no secrets: use "
              "--api-key-env"},

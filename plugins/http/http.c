@@ -459,6 +459,11 @@ static int workload_config(const tb_request *req, wl_files *f, tb_workload *w, c
         snprintf(why, size, "prefix_groups = %u: set prefix_tokens, the shared system prompt's length", w->prefix_groups);
         return -1;
     }
+    if (w->prefix_tokens && !w->prefix_groups) { /* it would be ignored */
+        snprintf(why, size, "prefix_tokens = %u: set prefix_groups = N, the shared prefixes' count (session i "
+                 "shares group i mod N's), or leave prefix_tokens out", w->prefix_tokens);
+        return -1;
+    }
     w->turns = (uint32_t)opt_f(v, n, OPT_TURNS);
     if (!*ds) { /* synthetic prompts: what one number can make the client build */
         /* every draw is clipped to [min, max]; a fixed length is the mean, clipped */

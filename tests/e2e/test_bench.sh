@@ -50,7 +50,7 @@ has() {
 if [ $have_http = 1 ]; then
     printf '%s\n' '{"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "the"}]}' >data.jsonl
     suite all --url http://127.0.0.1:9/v1 --model served --tokenizer "$tok" --concurrency 1,8 --request-rate 2,4 \
-        --input-len normal:64:16:8:128 --output-len uniform:16:4 --duration 7.5 --header 'X-Team: bench' \
+        --input-len normal:64:16:8:128 --output-len uniform:16:4 --header 'X-Team: bench' \
         --header 'X-Quote:say "hi"' --api-key-env TB_BENCH_KEY --requests 12 --repeat 2
     diff -u - all.ini <<EOF || fail "the suite of every server option differs"
 ; Made by \`tokbench bench\` (a server, plugins/http). An ordinary suite: edit it, run it with \`tokbench run\`.
@@ -58,7 +58,6 @@ if [ $have_http = 1 ]; then
 name = bench
 warmup = 1
 repeat = 2
-open_loop_duration = 7.5
 
 [matrix]
 concurrency = 1, 8
@@ -87,6 +86,9 @@ EOF
     suite slo --url http://[::1]:8000 --slo ttft_p99=250,tpot_p99=20.5 --duration 30
     has slo 'request_rate = slo' 'slo_ttft_p99_ms = 250' 'slo_tpot_p99_ms = 20.5' 'open_loop_duration = 30' \
         'url = http://[::1]:8000'
+    # repeated --slo options add up
+    suite slo2 --url http://h:1 --slo ttft_p99=5 --slo tpot_p99=3
+    has slo2 'request_rate = slo' 'slo_ttft_p99_ms = 5' 'slo_tpot_p99_ms = 3'
     grep -q '^concurrency' slo.ini && fail "an slo search got a concurrency: $(cat slo.ini)"
     suite sweep --url http://h:1 --request-rate sweep --input-len 32,64
     has sweep 'request_rate = sweep' 'prompt_tokens = 32, 64'
@@ -145,6 +147,9 @@ refused '--slo "p50=3": expected ttft_p99=MS' "${u[@]}" --slo p50=3
 refused '--slo "ttft_p99=5,ttft_p99=6": ttft_p99 is given twice' "${u[@]}" --slo ttft_p99=5,ttft_p99=6
 refused '--slo "ttft_p99=5": the limits are the slo search' "${u[@]}" --slo ttft_p99=5 --request-rate sweep
 refused '--duration: sizes open loops' "${u[@]}" --duration 5
+refused '--duration: --requests 5 sizes every load, open loops too, so the duration would be ignored: give one' \
+    "${u[@]}" --request-rate 10 --duration 2 --requests 5
+refused '--slo "tpot_p99=4": tpot_p99 is given twice' "${u[@]}" --slo ttft_p99=5,tpot_p99=3 --slo tpot_p99=4
 refused '--duration 0: expected seconds in (0, ' "${u[@]}" --duration 0
 refused '--input-len "normal:512": expected N[,N...] or DIST:MEAN:SD' "${u[@]}" --input-len normal:512
 refused '--input-len "gamma:5:1": unknown distribution' "${u[@]}" --input-len gamma:5:1

@@ -36,6 +36,17 @@ dead=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0));
 head='[suite]\nwarmup = 1\nrepeat = 2\ncase_timeout = 120\n[matrix]\nprompt_tokens = 8\nmax_new_tokens = 4\nconcurrency = 4\nrequests = 16\n'
 
 # ------------------------------------------------------------------ 2
+# the check runs once per (url, endpoint, model, stream, extra_json), not
+# before every case (README, "A server checked first"): 3 cases of 2
+# requests, the last with other extra_json: 2 checks, 6 + 2 POSTs
+reqs() { curl -s "http://127.0.0.1:$fport/stats" | python3 -c "import json, sys; print(json.load(sys.stdin)['requests'])"; }
+before=$(reqs)
+printf '[suite]\nwarmup = 0\nrepeat = 1\n[matrix]\nprompt_tokens = 8\nmax_new_tokens = 4, 2\nrequests = 2\nconcurrency = 1\n[backend a]\nplugin = http\nurl = http://127.0.0.1:%s/v1\n[backend b]\nplugin = http\nurl = http://127.0.0.1:%s/v1\nextra_json = {"x": 1}\nmax_new_tokens = 4\n' "$fport" "$fport" >"$tmp/pf.ini"
+"$tb" run "$tmp/pf.ini" --db "$tmp/pf.db" >"$tmp/pf.out" 2>&1 || fail "preflight count: run: $(tail -3 "$tmp/pf.out")"
+after=$(reqs)
+[ "$((after - before))" = 8 ] || fail "preflight count: $((after - before)) POSTs for 3 cases of 2 requests, expected 8 (2 checks)"
+passed "the server check runs once per url, endpoint, model, stream and extra_json"
+
 printf "$head"'[backend dead]\nplugin = http\nurl = http://127.0.0.1:%s/v1\n' "$dead" >"$tmp/dead.ini"
 "$tb" run "$tmp/dead.ini" --db "$tmp/dead.db" >"$tmp/dead.out" 2>"$tmp/dead.err"
 rc=$?

@@ -291,6 +291,17 @@ ftp://h|expected http://HOST[:PORT][/PATH]
 http://bob:pw99x@h:1?q|url "http://(secret)@h:1?q": a query
 EOT
 grep -q pw99x "$tmp/badurl.err" && fail "a refused url's password quoted: $(cat "$tmp/badurl.err")"
+# a shared prefix needs both its count and its length: either alone is
+# refused (prefix_tokens alone would be ignored)
+while IFS='|' read -r opt want; do
+    printf '[suite]\n[backend h]\nplugin = http\n%s\n' "$opt" >"$tmp/prefix.ini"
+    "$tb" run "$tmp/prefix.ini" --dry-run >/dev/null 2>"$tmp/prefix.err"
+    rc=$?
+    [ $rc = 2 ] && grep -qF -- "$want" "$tmp/prefix.err" || fail "$opt: exit $rc, expected 2 and '$want': $(cat "$tmp/prefix.err")"
+done <<'EOT'
+prefix_groups = 2|prefix_groups = 2: set prefix_tokens, the shared system prompt's length
+prefix_tokens = 64|prefix_tokens = 64: set prefix_groups = N, the shared prefixes' count
+EOT
 for url in 'http://[::1]:8000/v1' 'https://u:p@example.com:443/base/' 'http://h'; do
     printf '[suite]\n[backend h]\nplugin = http\nurl = %s\n' "$url" >"$tmp/goodurl.ini"
     "$tb" run "$tmp/goodurl.ini" --dry-run >/dev/null 2>"$tmp/goodurl.err" || fail "url $url refused: $(cat "$tmp/goodurl.err")"
