@@ -193,6 +193,13 @@ else
 fi
 [ "$(grep -c "caf$(printf '\xef\xbf\xbd')" "$tmp/text.json")" -ge 1 ] && pass "the describe() and error's U+FFFD exported" \
     || fail "no U+FFFD in the export"
+# the backend row keeps one describe(): the latin-1 one alone
+sed -e 's/^describe_fault = .*/describe_fault = latin1/' -e 's/^bad_figure = .*/bad_figure = none/' "$tmp/text.ini" >"$tmp/desc.ini"
+"$tb" run "$tmp/desc.ini" --db "$tmp/desc.db" >"$tmp/desc.out" 2>"$tmp/desc.err"
+want=$(printf '{"model_name":"caf\xef\xbf\xbd"}' | hex)
+[ "$(q "$tmp/desc.db" "select hex(info_json) from backend")" = "$want" ] \
+    && pass "a describe() that is not UTF-8: stored with U+FFFD" \
+    || fail "latin-1 describe stored as $(q "$tmp/desc.db" "select hex(info_json) from backend"), expected $want"
 if "$tb" report 1 --db "$tmp/text.db" --format html -o "$tmp/text.html" >/dev/null 2>"$tmp/report.err" &&
     python3 -c 'import sys; open(sys.argv[1], "rb").read().decode("utf-8")' "$tmp/text.html"; then
     pass "the HTML report of plugin text that was not UTF-8: UTF-8"

@@ -6,6 +6,7 @@
  *   no_description  description = NULL
  *   loglik          claims TB_CAP_LOGLIK without loglik()
  *   version_latin1  a version that is not UTF-8 ("1.0\xff")
+ *   desc_latin1     a description that is not UTF-8
  *   help_latin1     an option's help that is not UTF-8
  * Unset: a valid table (the stub backend). */
 #include "stub.h"
@@ -46,6 +47,8 @@ STUB_EXPORT const tb_backend_ops *tokbench_backend_entry(void)
         ops.capabilities |= TB_CAP_LOGLIK;
     else if (strcmp(v, "version_latin1") == 0)
         ops.version = "1.0\xff";
+    else if (strcmp(v, "desc_latin1") == 0)
+        ops.description = "caf\xe9";
     else if (strcmp(v, "help_latin1") == 0)
         options[0].help = "caf\xe9";
     return &ops;

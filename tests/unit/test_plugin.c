@@ -213,6 +213,8 @@ static void test_broken_plugins(void)
     expect_refused("bad_table", (const char *const[]){"TB_CAP_LOGLIK", "lacks loglik()", NULL});
     setenv("TB_BAD_TABLE", "version_latin1", 1);
     expect_refused("bad_table", (const char *const[]){"version is not valid UTF-8 (byte 3, 0xff)", NULL});
+    setenv("TB_BAD_TABLE", "desc_latin1", 1);
+    expect_refused("bad_table", (const char *const[]){"description is not valid UTF-8 (byte 3, 0xe9)", NULL});
     setenv("TB_BAD_TABLE", "help_latin1", 1);
     expect_refused("bad_table", (const char *const[]){"option \"mode\": help is not valid UTF-8 (byte 3, 0xe9)", NULL});
     unsetenv("TB_BAD_TABLE");
