@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "tb_config.h"
+#include "utf8.h"
 #include "util.h"
 
 static int is_file(const char *path)
@@ -127,6 +128,33 @@ static int valid_option_name(const char *s)
     return 1;
 }
 
+/* The [backend] keys of a suite (suite/suite.c): its own, then the case
+ * dimensions (suite/dims.c's names, which proc, below suite, cannot
+ * read; tests/unit/test_plugin.c checks every one is here). An option
+ * named so would be shadowed: the suite's value goes to the key. */
+static const char *const reserved_keys[] = {
+    "plugin", "model", "include",
+    "prompt_tokens", "max_new_tokens", "batch", "concurrency", "request_rate", "steps", "block_length", "requests",
+};
+
+int tb_plugin_reserved_key(const char *name)
+{
+    for (size_t i = 0; i < sizeof reserved_keys / sizeof *reserved_keys; i++)
+        if (strcmp(name, reserved_keys[i]) == 0)
+            return 1;
+    return 0;
+}
+
+/* NULL when s (may be NULL) is valid UTF-8, else a reason naming `what`:
+ * the table's text is stored and exported as it is. */
+static char *not_utf8(const char *what, const char *s)
+{
+    size_t bad;
+    if (!s || tb_utf8_valid(s, strlen(s), &bad))
+        return NULL;
+    return tb_xasprintf("%s is not valid UTF-8 (byte %zu, 0x%02x)", what, bad, (unsigned char)s[bad]);
+}
+
 /* Check the data of an ops table (no method); returns a malloc'd reason
  * or NULL when it is fine. The runner checks the copy its loading
  * process sent too (plugin_proc.c). */
@@ -142,6 +170,13 @@ char *tb_plugin_check_data(const tb_backend_ops *o)
         return tb_xstrdup("no name, or a name that is not [a-z0-9_]+");
     if (!o->version)
         return tb_xstrdup("no version string");
+    if (!o->description)
+        return tb_xstrdup("no description (a one-line string: docs/PLUGINS.md)");
+    char *bad = not_utf8("version", o->version);
+    if (!bad)
+        bad = not_utf8("description", o->description);
+    if (bad)
+        return bad;
     if (o->n_options && !o->options)
         return tb_xasprintf("declares %u options but no option table", o->n_options);
     for (uint32_t i = 0; i < o->n_options; i++) {
@@ -151,8 +186,9 @@ char *tb_plugin_check_data(const tb_backend_ops *o)
         for (uint32_t j = 0; j < i; j++)
             if (strcmp(o->options[j].name, d->name) == 0)
                 return tb_xasprintf("option \"%s\" is declared twice", d->name);
-        if (!strcmp(d->name, "plugin") || !strcmp(d->name, "model") || !strcmp(d->name, "include"))
-            return tb_xasprintf("option \"%s\" collides with a suite key", d->name);
+        if (tb_plugin_reserved_key(d->name))
+            return tb_xasprintf("option \"%s\" collides with a suite key (plugin, model, include and the "
+                                "dimensions are the suite's)", d->name);
         if (d->type < TB_OPT_BOOL || d->type > TB_OPT_ENUM)
             return tb_xasprintf("option \"%s\" has unknown type %d", d->name, (int)d->type);
         if (d->type == TB_OPT_ENUM && (!d->choices || !*d->choices))
@@ -163,6 +199,14 @@ char *tb_plugin_check_data(const tb_backend_ops *o)
             return tb_xasprintf("option \"%s\" is a model (TB_OPTF_MODEL) but not a string", d->name);
         if (!d->default_value)
             return tb_xasprintf("option \"%s\" has no default value", d->name);
+        const char *const text[] = {d->default_value, d->help, d->choices};
+        const char *const text_name[] = {"default", "help", "choices"};
+        for (int k = 0; k < 3; k++)
+            if ((bad = not_utf8(text_name[k], text[k]))) {
+                char *r = tb_xasprintf("option \"%s\": %s", d->name, bad);
+                free(bad);
+                return r;
+            }
         tb_option_value v;
         char *why = NULL;
         if (tb_option_parse(d, d->default_value, &v, &why) != 0) {
@@ -186,6 +230,8 @@ static char *check_ops(const tb_backend_ops *o)
         return tb_xasprintf("required method %s is missing", missing);
     if ((o->capabilities & TB_CAP_TOKENIZER) && (!o->tokenize || !o->detokenize))
         return tb_xstrdup("claims the tokenizer capability but lacks tokenize() or detokenize()");
+    if ((o->capabilities & TB_CAP_LOGLIK) && (!TB_STRUCT_HAS(o, tb_backend_ops, loglik) || !o->loglik))
+        return tb_xstrdup("claims the loglik capability (TB_CAP_LOGLIK) but lacks loglik()");
     return tb_plugin_check_data(o);
 }
 

@@ -81,6 +81,12 @@ int tb_plugin_load(const char *path, const char *name, const tb_backend_ops **op
  * reason, or NULL when it passes. */
 char *tb_plugin_check_data(const tb_backend_ops *ops);
 
+/* Whether `name` is a key a suite's [backend] section gives a meaning of
+ * its own (plugin, model, include, and every dimension of suite/dims.c:
+ * tests/unit/test_plugin.c checks that the two lists agree), which no
+ * plugin option may take. */
+int tb_plugin_reserved_key(const char *name);
+
 /* Is `ops` (loaded by tb_plugin_load) the table `p` was planned with:
  * same name, version, capabilities and options? 0, or -1 with *err (the
  * file changed since). */

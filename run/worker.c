@@ -26,6 +26,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "utf8.h"
 #include "util.h"
 #include "wire.h"
 #include "worker_host.h"
@@ -49,14 +50,18 @@ static void send_status(tb_worker *w, uint32_t type, int32_t status, int reused,
                         const char *extra, const char *fmt, ...)
 {
     tb_wire_status st = {.status = status, .reused = reused, .load_ns = load_ns};
+    char raw[sizeof st.message];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(st.message, sizeof st.message, fmt, ap);
+    vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
+    /* plugin text (last_error(), probe's why, describe()) made valid
+     * UTF-8 here, where it enters: the store and reports bind it as is */
+    tb_utf8_copy_valid(st.message, sizeof st.message, raw, sizeof raw);
     tb_str b = {0};
     tb_str_appendn(&b, (const char *)&st, sizeof st);
     if (extra)
-        tb_str_append(&b, extra);
+        tb_utf8_append_valid(&b, extra, strlen(extra));
     if (tb_wire_send(w->fd_out, type, b.s, b.len) != 0)
         _exit(3); /* the runner is gone */
     tb_str_free(&b);
@@ -118,6 +123,7 @@ static int ensure_context(tb_worker *w, const tb_case *c)
     tb_status s = w->ops->create(&w->host, w->pb->sb->model, c->options, c->n_options, &w->ctx, err,
                                  sizeof err);
     int64_t load_ns = tb_now_ns() - t0;
+    err[sizeof err - 1] = '\0'; /* the plugin's buffer: it may not have ended it */
     if (s != TB_OK || !w->ctx) {
         if (!err[0] && w->ctx)
             tb_strlcpy(err, w->ops->last_error(w->ctx), sizeof err);
@@ -130,8 +136,17 @@ static int ensure_context(tb_worker *w, const tb_case *c)
                     err[0] ? err : "no message");
         return -1;
     }
-    w->ctx_load_key = tb_xstrdup(c->load_key);
     const char *desc = w->ops->describe ? w->ops->describe(w->ctx) : NULL;
+    /* read no further than the limit: a longer one fails the load */
+    if (desc && strnlen(desc, TB_DESCRIBE_MAX + 1) > TB_DESCRIBE_MAX) {
+        w->ops->destroy(w->ctx);
+        w->ctx = NULL;
+        send_status(w, TB_MSG_LOADED, TB_ERR, 0, load_ns, NULL,
+                    "describe() returned more than %u bytes (TB_DESCRIBE_MAX, backend.h); the load failed",
+                    (unsigned)TB_DESCRIBE_MAX);
+        return -1;
+    }
+    w->ctx_load_key = tb_xstrdup(c->load_key);
     send_status(w, TB_MSG_LOADED, TB_OK, 0, load_ns, desc ? desc : "", "loaded");
     return 0;
 }
@@ -155,6 +170,45 @@ static size_t emission_limit(uint32_t n_req, uint32_t max_new_tokens)
  * the host does not know. No published block is near it. */
 #define BLOCK_SLACK 4096
 
+/* The tokens a prompt may have past the most its text or the case makes
+ * of it: what an engine or a server's count adds (a BOS token, a
+ * tokenizer's dummy prefix). */
+#define PROMPT_SLACK 16
+/* The longest prompt a backend that draws its own workload may report
+ * (tb_result.prompt_tokens): its dataset holds at most 1 GiB of text
+ * (docs/METRICS.md, "Serving workloads"), at most a token a byte, and a
+ * conversation's history adds its answers: twice that. */
+#define PROMPT_MAX (UINT32_C(1) << 31)
+
+/* The most tokens request i's prompt can have had (tb_result.prompt_tokens,
+ * backend.h): a text the host gave (a prompt set's item) at most one a
+ * byte -- a tokenizer makes no token of less than a byte and tokenize()
+ * adds no special token --, a synthetic prompt exactly the case's
+ * prompt_tokens (tb_request), each with PROMPT_SLACK; a serving backend
+ * that draws its own lengths (a distribution, a dataset, a conversation's
+ * history: only they set their own submit times too) PROMPT_MAX. */
+static uint64_t prompt_bound(uint32_t caps, const char *text, uint32_t prompt_tokens)
+{
+    if (text)
+        return (uint64_t)strlen(text) + PROMPT_SLACK;
+    if (caps & (TB_CAP_CONCURRENCY | TB_CAP_REQUEST_RATE))
+        return PROMPT_MAX;
+    return (uint64_t)prompt_tokens + PROMPT_SLACK;
+}
+
+/* A failed request's counts that no backend can have, dropped (0: not
+ * reported): steps and blocks without their capability, more blocks
+ * than output tokens, a prompt past p_max. */
+static void drop_impossible(tb_raw_request *q, uint32_t caps, uint64_t p_max)
+{
+    if (!(caps & TB_CAP_STEPS))
+        q->steps_done = 0;
+    if (!(caps & TB_CAP_BLOCKS) || q->blocks_done > q->n_output_tokens)
+        q->blocks_done = 0;
+    if (q->prompt_tokens > p_max)
+        q->prompt_tokens = 0;
+}
+
 /* ms from t_call to t, for messages (in double: the plugin's t may be
  * anything, and an int64 difference could overflow) */
 static double ms_of(int64_t t, int64_t t_call)
@@ -171,7 +225,14 @@ static double ms_of(int64_t t, int64_t t_call)
  * [t_call, t_ret]. Counts: at most 4 x what the request asked for
  * (max_tokens, a block backend's rounded up to a whole block) + 16; a
  * max_tokens within the 4 x max_new_tokens the case's buffers hold; an
- * answer within its output. Times: every one inside the call and in
+ * answer within its output; the tokens its emissions carry within its
+ * output (every shipped backend emits each output token once at most:
+ * ar, flow, null one emission per token or canvas, diffusion each
+ * committed position once, http a chunk's usage delta or 1, and it fails
+ * a usage below its chunks); steps_done only from a TB_CAP_STEPS
+ * backend, blocks_done only from a TB_CAP_BLOCKS one and within its
+ * output (a block holds an output position at least); a prompt within
+ * prompt_bound() (ptext: the call's prompt texts, or NULL). Times: every one inside the call and in
  * order (submit <= each emission <= done; each canvas committed within
  * [submit, done], done being the request's done time, else its last
  * emission where they are timings, else the call's return: the done
@@ -179,28 +240,37 @@ static double ms_of(int64_t t, int64_t t_call)
  * no figure of its own: its times become the call's, its emissions are
  * dropped, its ids are not read. canvas: NULL (not a canvas model), or
  * the requests' canvases [n] (wr[i].has_canvas says which have any). bad[n],
- * last_em[n]: scratch. */
-static void check_figures(const tb_case *c, uint32_t caps, uint32_t max_new_tokens, tb_raw_request *wr, uint32_t n,
-                          tb_canvas_counts *canvas, tb_request_result *rr, tb_emit_buf *em, unsigned char *bad,
-                          int64_t *last_em, int64_t t_call, int64_t t_ret)
+ * last_em[n], emitted[n]: scratch. A failed request's figures that no
+ * backend can have (steps, blocks without their capability, a prompt
+ * past its bound) are dropped (0: not reported). */
+static void check_figures(const tb_case *c, uint32_t caps, uint32_t max_new_tokens, const char *const *ptext,
+                          tb_raw_request *wr, uint32_t n, tb_canvas_counts *canvas, tb_request_result *rr,
+                          tb_emit_buf *em, unsigned char *bad, int64_t *last_em, uint64_t *emitted, int64_t t_call,
+                          int64_t t_ret)
 {
     uint64_t slack = !(caps & TB_CAP_BLOCKS) ? 0 : c->block_length ? c->block_length - 1 : BLOCK_SLACK;
     const double call_ms = ms_of(t_ret, t_call);
     memset(bad, 0, n);
     memset(last_em, 0, n * sizeof *last_em);
+    memset(emitted, 0, n * sizeof *emitted);
+    for (size_t e = 0; e < em->n; e++)
+        if (em->ev[e].request < n)
+            emitted[em->ev[e].request] += em->ev[e].n_tokens;
     if (caps & TB_CAP_STREAMING) /* else its emissions are no timings: done is the call's return */
         for (size_t e = 0; e < em->n; e++)
             if (em->ev[e].request < n && em->ev[e].t_ns > last_em[em->ev[e].request])
                 last_em[em->ev[e].request] = em->ev[e].t_ns;
     for (uint32_t i = 0; i < n; i++) {
         tb_raw_request *q = &wr[i];
+        uint64_t p_max = prompt_bound(caps, ptext ? ptext[i] : NULL, c->prompt_tokens);
         int times_ok = q->t_submit_ns >= t_call && q->t_submit_ns <= t_ret &&
                        (!q->t_done_ns || (q->t_done_ns >= q->t_submit_ns && q->t_done_ns <= t_ret));
         /* where its canvases' commits may lie: up to its done (an emission
          * past it fails below on its own) */
         int64_t done = q->t_done_ns ? q->t_done_ns : last_em[i] ? last_em[i] : t_ret;
-        if (q->status != TB_OK) { /* failed already: only its times made sane (2: no new reason) */
+        if (q->status != TB_OK) { /* failed already: only its figures made sane (2: no new reason) */
             char ignored[120];
+            drop_impossible(q, caps, p_max);
             if (tb_spec_check(&q->spec, ignored, sizeof ignored))
                 memset(&q->spec, 0, sizeof q->spec);
             if (q->has_canvas && (!times_ok || tb_canvas_check(&canvas[i], q->n_output_tokens, q->steps_done,
@@ -225,6 +295,21 @@ static void check_figures(const tb_case *c, uint32_t caps, uint32_t max_new_toke
         else if (q->answer_tokens != TB_UNKNOWN_COUNT && q->answer_tokens > q->n_output_tokens)
             snprintf(why, sizeof why, "an answer of %u tokens in %u output tokens", q->answer_tokens,
                      q->n_output_tokens);
+        else if (emitted[i] > q->n_output_tokens)
+            snprintf(why, sizeof why, "%llu tokens emitted for %u output tokens", (unsigned long long)emitted[i],
+                     q->n_output_tokens);
+        else if (q->steps_done && !(caps & TB_CAP_STEPS))
+            snprintf(why, sizeof why, "steps_done %u from a backend without TB_CAP_STEPS", q->steps_done);
+        else if (q->blocks_done && !(caps & TB_CAP_BLOCKS))
+            snprintf(why, sizeof why, "blocks_done %u from a backend without TB_CAP_BLOCKS", q->blocks_done);
+        else if (q->blocks_done > q->n_output_tokens)
+            snprintf(why, sizeof why, "blocks_done %u for %u output tokens (a block holds one at least)",
+                     q->blocks_done, q->n_output_tokens);
+        else if (q->prompt_tokens > p_max)
+            snprintf(why, sizeof why, "prompt_tokens %u for a prompt of at most %llu (%s)", q->prompt_tokens,
+                     (unsigned long long)p_max,
+                     ptext && ptext[i] ? "tokens: one a byte of its text, + 16"
+                     : p_max == PROMPT_MAX ? "tokens: 1 GiB of text, twice" : "the case's prompt_tokens + 16");
         else if (q->t_submit_ns < t_call || q->t_submit_ns > t_ret)
             snprintf(why, sizeof why, "sent at %+.3f ms of a call of %.3f ms", ms_of(q->t_submit_ns, t_call),
                      call_ms);
@@ -239,6 +324,7 @@ static void check_figures(const tb_case *c, uint32_t caps, uint32_t max_new_toke
         if (why[0]) {
             bad[i] = 1;
             snprintf(q->error, sizeof q->error, "impossible figure: %s", why);
+            drop_impossible(q, caps, p_max);
         }
     }
     for (size_t e = 0; e < em->n; e++) {
@@ -280,8 +366,14 @@ static void check_figures(const tb_case *c, uint32_t caps, uint32_t max_new_toke
     }
 }
 
+/* The most client_busy (backend.h: 0..1) a call may report: 1, and the
+ * rounding of the two clocks it divides (thread CPU and the kernel's run
+ * delay over the monotonic wall); stored as at most 1. */
+#define CLIENT_BUSY_MAX 1.01
+
 /* A call's own figures that no backend can measure (phase times outside
- * the call, negative counts, a non-finite roofline): NULL, or why. */
+ * the call, negative counts, a non-finite roofline, a client busier
+ * than its CPU): NULL, or why. */
 static const char *impossible_call(const tb_result *res, int64_t elapsed, char *why, size_t n)
 {
     const char *name = NULL;
@@ -301,6 +393,10 @@ static const char *impossible_call(const tb_result *res, int64_t elapsed, char *
         name = "draft_ns", v = res->draft_ns;
     if (name) {
         snprintf(why, n, "%s = %lld (a call of %lld ns)", name, (long long)v, (long long)elapsed);
+        return why;
+    }
+    if (!(res->client_busy >= 0 && res->client_busy <= CLIENT_BUSY_MAX)) {
+        snprintf(why, n, "client_busy = %g (backend.h: 0..1)", res->client_busy);
         return why;
     }
     const double roof[] = {res->flops, res->bytes, res->peak_flops, res->peak_bytes_per_s};
@@ -351,6 +447,7 @@ typedef struct case_bufs {
     tb_canvas_counts *canvas; /* tb_result.canvas */
     unsigned char *bad;      /* check_figures' scratch */
     int64_t *last_em;        /* check_figures' scratch */
+    uint64_t *emitted;       /* check_figures' scratch */
     tb_request_result *rr;   /* what the plugin fills */
     tb_raw_request *wr;      /* what goes to the runner */
     tb_str texts, out;
@@ -369,6 +466,7 @@ static void case_bufs_free(case_bufs *b)
     free(b->canvas);
     free(b->bad);
     free(b->last_em);
+    free(b->emitted);
     free(b->rr);
     free(b->wr);
     tb_str_free(&b->texts);
@@ -403,6 +501,7 @@ static void run_case(tb_worker *w, const tb_case *c)
         .canvas = w->ops->capabilities & TB_CAP_STEPS ? calloc(n_req, sizeof *b.canvas) : NULL,
         .bad = calloc(n_req, 1),
         .last_em = calloc(n_req, sizeof *b.last_em),
+        .emitted = calloc(n_req, sizeof *b.emitted),
         .rr = calloc(n_req, sizeof *b.rr),
         .wr = calloc(n_req, sizeof *b.wr),
     };
@@ -418,7 +517,7 @@ static void run_case(tb_worker *w, const tb_case *c)
         }
     }
     w->em.n_requests = n_req;
-    if ((plan->n_prompts && !b.ptext) || !b.pidx || !b.scored || !b.phash || !b.ptok || !b.mtok || !b.blocks || !b.spec || (!b.canvas && (w->ops->capabilities & TB_CAP_STEPS)) || !b.bad || !b.last_em || !b.rr || !b.wr || w->em.cap < want ||
+    if ((plan->n_prompts && !b.ptext) || !b.pidx || !b.scored || !b.phash || !b.ptok || !b.mtok || !b.blocks || !b.spec || (!b.canvas && (w->ops->capabilities & TB_CAP_STEPS)) || !b.bad || !b.last_em || !b.emitted || !b.rr || !b.wr || w->em.cap < want ||
         tb_str_try_appendn(&b.out, (const char *)&hdr, sizeof hdr) != 0) {
         send_status(w, TB_MSG_CASE_ERROR, TB_ERR_NO_MEMORY, 0, 0, NULL,
                     "out of memory for the case's buffers: %u requests, %zu emissions (%zu bytes)", n_req, want,
@@ -512,6 +611,7 @@ static void run_case(tb_worker *w, const tb_case *c)
             goto done;
         }
         uint32_t n_call = n_req - res.n_unsent;
+        const int serving = (w->ops->capabilities & (TB_CAP_CONCURRENCY | TB_CAP_REQUEST_RATE)) != 0;
         if (res.n_unsent) {
             size_t kept = 0;
             for (size_t e = 0; e < w->em.n; e++)
@@ -523,7 +623,10 @@ static void run_case(tb_worker *w, const tb_case *c)
             tb_request_result *r = &b.rr[i];
             tb_raw_request *q = &b.wr[i];
             memset(q, 0, sizeof *q);
-            q->t_submit_ns = r->t_submit_ns ? r->t_submit_ns : t_call;
+            /* backend.h: a batch backend's requests are sent when the call
+             * starts, which the host knows best; only a serving backend
+             * (a schedule of its own) says when each was sent */
+            q->t_submit_ns = serving && r->t_submit_ns ? r->t_submit_ns : t_call;
             q->t_done_ns = r->t_done_ns;
             q->status = r->status;
             q->n_output_tokens = r->n_output_tokens;
@@ -535,18 +638,22 @@ static void run_case(tb_worker *w, const tb_case *c)
             q->prompt_hash = prompt_hash(b.phash[i], b.ptext ? b.ptext[i] : NULL, req.seed, i, req.prompt_tokens);
             /* A failure always says something: the status's name at least. */
             const char *whole = r->status != TB_OK && w->em.errors ? w->em.errors[i] : NULL;
-            tb_strlcpy(q->error, whole               ? whole
-                                 : r->status == TB_OK || r->error[0] ? r->error
-                                                                     : tb_status_name(r->status),
-                       sizeof q->error);
+            /* the plugin's error[128] may lack its NUL: read within it;
+             * its text made valid UTF-8 (send_status) */
+            if (whole)
+                tb_utf8_copy_valid(q->error, sizeof q->error, whole, strlen(whole));
+            else if (r->status == TB_OK || r->error[0])
+                tb_utf8_copy_valid(q->error, sizeof q->error, r->error, sizeof r->error);
+            else
+                tb_strlcpy(q->error, tb_status_name(r->status), sizeof q->error);
             q->prompt_idx = b.pidx[i];
             q->scored = b.scored[i];
             q->prompt_tokens = b.ptok[i];
             q->max_tokens = b.mtok[i] ? b.mtok[i] : req.max_new_tokens;
         }
         /* before anything reads the outputs the counts describe */
-        check_figures(c, w->ops->capabilities, req.max_new_tokens, b.wr, n_call, b.canvas, b.rr, &w->em, b.bad, b.last_em, t_call,
-                      t_ret);
+        check_figures(c, w->ops->capabilities, req.max_new_tokens, b.ptext, b.wr, n_call, b.canvas, b.rr, &w->em, b.bad,
+                      b.last_em, b.emitted, t_call, t_ret);
         for (uint32_t i = 0; i < n_call; i++) {
             tb_request_result *r = &b.rr[i];
             tb_raw_request *q = &b.wr[i];
@@ -577,7 +684,7 @@ static void run_case(tb_worker *w, const tb_case *c)
             .bytes = res.bytes,
             .peak_flops = res.peak_flops,
             .peak_bytes_per_s = res.peak_bytes_per_s,
-            .client_busy = res.client_busy > 0 && res.client_busy < 1e6 ? res.client_busy : 0,
+            .client_busy = res.client_busy < 1 ? res.client_busy : 1, /* within CLIENT_BUSY_MAX */
             .expert_reads = res.expert_reads > 0 && res.moe_tokens > 0 ? res.expert_reads : 0,
             .moe_tokens = res.expert_reads > 0 && res.moe_tokens > 0 ? res.moe_tokens : 0,
             .draft_ns = res.draft_ns,

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "utf8.h"
 #include "worker_proc.h"
 #include "worker_serve.h"
 
@@ -33,12 +34,16 @@ static void host_log(const tb_host *h, tb_log_level level, const char *fmt, ...)
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
     tb_redact_buf(line, sizeof line, (const char *const *)w->secrets, w->n_secrets);
-    fprintf(stderr, "[%s] %s: %s\n", w->pb->sb->label, names[level <= 3 ? level : 3], line);
+    char valid[sizeof line]; /* plugin text: valid UTF-8 (worker.c, send_status) */
+    tb_utf8_copy_valid(valid, sizeof valid, line, sizeof line);
+    fprintf(stderr, "[%s] %s: %s\n", w->pb->sb->label, names[level <= 3 ? level : 3], valid);
 }
 
 static void host_emit(const tb_host *h, uint32_t request, uint32_t n_tokens, int64_t t_ns)
 {
     tb_worker *w = h->host_data;
+    if (!n_tokens) /* no token became available: no emission (backend.h), for no timing */
+        return;
     if (w->live) {
         tb_worker_live_emit(w, request, n_tokens, t_ns, NULL, NULL, 0);
         return;
@@ -73,6 +78,8 @@ static void host_emit_output(const tb_host *h, uint32_t request, uint32_t n_toke
                              const int32_t *ids, const char *text, size_t text_len)
 {
     tb_worker *w = h->host_data;
+    if (!n_tokens) /* as host_emit */
+        return;
     if (w->live)
         tb_worker_live_emit(w, request, n_tokens, t_ns, ids, text, text_len);
     else
@@ -90,7 +97,9 @@ static void host_request_error(const tb_host *h, uint32_t request, const char *t
     if (!b->errors && !(b->errors = calloc(b->n_requests, sizeof *b->errors)))
         return; /* no memory: the cut message stays */
     free(b->errors[request]);
-    b->errors[request] = strndup(text, TB_RAW_ERROR_SIZE - 1);
+    b->errors[request] = malloc(TB_RAW_ERROR_SIZE);
+    if (b->errors[request]) /* valid UTF-8, cut whole (worker.c reads it) */
+        tb_utf8_copy_valid(b->errors[request], TB_RAW_ERROR_SIZE, text, strnlen(text, TB_RAW_ERROR_SIZE * 3));
 }
 
 static int host_cancelled(const tb_host *h)

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "utf8.h"
 #include "wire.h"
 
 /* What was streamed of one request so far. */
@@ -394,9 +395,10 @@ void tb_worker_serve_generate(tb_worker *w, const char *buf, size_t len)
             o->status = st != TB_OK ? (int32_t)st : (int32_t)rr[q].status;
             o->n_output_tokens = rr[q].n_output_tokens;
             if (st != TB_OK)
-                snprintf(o->error, sizeof o->error, "%s", le && *le ? le : tb_status_name(st));
-            else if (rr[q].status != TB_OK)
-                tb_strlcpy(o->error, rr[q].error[0] ? rr[q].error : tb_status_name(rr[q].status), sizeof o->error);
+                tb_utf8_copy_valid(o->error, sizeof o->error, le && *le ? le : tb_status_name(st), SIZE_MAX);
+            else if (rr[q].status != TB_OK) /* within the plugin's error[128], made valid UTF-8 */
+                tb_utf8_copy_valid(o->error, sizeof o->error, rr[q].error[0] ? rr[q].error : tb_status_name(rr[q].status),
+                                   rr[q].error[0] ? sizeof rr[q].error : SIZE_MAX);
             if (st == TB_OK && rr[q].status == TB_OK)
                 serve_answer(w, &rr[q], g.max_new_tokens, stops[map[q]], n_stops[map[q]], &texts[map[q]], o);
             free(w->live[q].ids);
@@ -536,8 +538,10 @@ void tb_worker_serve_step_open(tb_worker *w, const char *buf, size_t len)
         out.status = st;
         if (st != TB_OK) {
             const char *le = w->ops->last_error(w->ctx);
-            snprintf(out.message, sizeof out.message, "step_open(%u slots) failed (%s): %s", o.max_slots,
-                     tb_status_name(st), le && *le ? le : "no message");
+            char raw[sizeof out.message];
+            snprintf(raw, sizeof raw, "step_open(%u slots) failed (%s): %s", o.max_slots, tb_status_name(st),
+                     le && *le ? le : "no message");
+            tb_utf8_copy_valid(out.message, sizeof out.message, raw, sizeof raw); /* plugin text */
         } else {
             w->n_slots = o.max_slots;
             w->step_case = o.case_index;
@@ -616,7 +620,7 @@ static int join_one(tb_worker *w, const char **p, const char *end, tb_str *b, ui
     free(opts);
     if (st != TB_OK) {
         o.status = st;
-        tb_strlcpy(o.error, why[0] ? why : tb_status_name(st), sizeof o.error);
+        tb_utf8_copy_valid(o.error, sizeof o.error, why[0] ? why : tb_status_name(st), why[0] ? sizeof why : SIZE_MAX);
         put_ended(b, j.slot, &o, NULL);
         (*n_ended)++;
         return 0;
@@ -672,8 +676,9 @@ void tb_worker_serve_step(tb_worker *w, const char *buf, size_t len)
     if (st != TB_OK) { /* the session is over: every request in it failed */
         const char *le = w->ops->last_error(w->ctx);
         done.status = st;
-        snprintf(done.message, sizeof done.message, "step() failed (%s): %s", tb_status_name(st),
-                 le && *le ? le : "no message");
+        char raw[sizeof done.message];
+        snprintf(raw, sizeof raw, "step() failed (%s): %s", tb_status_name(st), le && *le ? le : "no message");
+        tb_utf8_copy_valid(done.message, sizeof done.message, raw, sizeof raw); /* plugin text */
         n_ends = 0;
     }
     for (uint32_t e = 0; e < n_ends && e < w->n_slots; e++) {
@@ -690,8 +695,8 @@ void tb_worker_serve_step(tb_worker *w, const char *buf, size_t len)
                                     .n_answer_tokens = E->n_answer_tokens};
             serve_answer(w, &rr, S->max_tokens, (const char *const *)S->stop, S->n_stop, &text, &o);
         } else {
-            tb_strlcpy(o.error, strnlen(E->error, sizeof E->error) ? E->error : tb_status_name(E->status),
-                       sizeof o.error);
+            tb_utf8_copy_valid(o.error, sizeof o.error, E->error[0] ? E->error : tb_status_name(E->status),
+                               E->error[0] ? sizeof E->error : SIZE_MAX);
         }
         put_ended(&b, E->slot, &o, &text);
         tb_str_free(&text);

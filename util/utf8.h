@@ -29,4 +29,19 @@ void tb_utf8_append_quoted(tb_str *b, const char *s, size_t n, size_t max);
  * BEL) or start a line of its own. */
 void tb_utf8_append_printable(tb_str *b, const char *s, size_t n, int keep_newlines);
 
+/* What invalid UTF-8 in a plugin's text becomes (run/worker.c: errors,
+ * describe(), last_error(), log lines): U+FFFD, the replacement
+ * character, for each byte of a bad sequence -- valid inside a JSON
+ * string, as \xNN is not. */
+#define TB_UTF8_REPLACEMENT "\xef\xbf\xbd"
+
+/* Copies s[0..n) (n bytes at most: stops at a NUL before) into dst[cap]
+ * (cap >= 1) as valid UTF-8: each byte of an invalid sequence becomes
+ * U+FFFD; cut at a character boundary to fit; always NUL-terminated.
+ * Returns the bytes written (without the NUL). */
+size_t tb_utf8_copy_valid(char *dst, size_t cap, const char *s, size_t n);
+
+/* The same into a tb_str (appended), without a cut. */
+void tb_utf8_append_valid(tb_str *b, const char *s, size_t n);
+
 #endif

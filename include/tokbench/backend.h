@@ -209,6 +209,8 @@ typedef struct tb_host {
     /* Record an emission: `n_tokens` new output tokens of request `request`
      * (index into tb_request's requests) became available at `t_ns`
      * (read from now_ns when they became available on the host).
+     * n_tokens 0 is no emission: no token became available, and the host
+     * ignores it (no TTFT, no inter-token gap, not in the emission list).
      * AR: once per decode step per request; diffusion: once per denoising
      * step that committed tokens; HTTP: once per streamed chunk. Cheap: it
      * appends to a preallocated buffer and never blocks. */
@@ -293,10 +295,12 @@ typedef struct tb_request {
  * this struct never grows within a major version: a change here bumps
  * TB_ABI_MAJOR. */
 typedef struct tb_request_result {
-    /* Host clock, ns: when the request was sent (for batch backends, the
-     * start of the generate() call; for serving backends, the scheduled
-     * send time, so a slow client cannot hide a slow server). 0 = the host
-     * uses the time it called generate(). */
+    /* Host clock, ns: when the request was sent. A serving backend
+     * (TB_CAP_CONCURRENCY or TB_CAP_REQUEST_RATE: a schedule of its own)
+     * sets the scheduled send time, so a slow client cannot hide a slow
+     * server; 0 = the time the host called generate(). A batch backend's
+     * requests are sent when generate() is called: the host sets that
+     * time itself, and ignores what such a backend writes here. */
     int64_t t_submit_ns;
     /* Host clock, ns: when the last output token was available. 0 = the
      * host uses the request's last emission. */
@@ -307,7 +311,8 @@ typedef struct tb_request_result {
      * plugin, valid until the next generate() or destroy(). */
     const int32_t *output_ids;
     uint32_t n_output_ids;
-    uint32_t steps_done;         /* denoising steps actually run, or 0 */
+    uint32_t steps_done;         /* denoising steps actually run, or 0
+                                    (TB_CAP_STEPS backends only) */
     /* Output tokens before the first EOS (the answer a user reads), for
      * backends that fill fixed-length canvases (diffusion). The host sets
      * it to TB_UNKNOWN_COUNT before the call; leave it when not known. */
@@ -444,7 +449,8 @@ typedef struct tb_result {
      * itself (a length distribution, a conversation dataset, a shared
      * prefix, a multi-turn session) says what each request was given:
      * prompt_tokens[i], the prompt's length as sent, tokens (0: unknown:
-     * the host stores NULL); max_tokens[i], the output tokens request i
+     * the host stores NULL; at most one a byte of a prompt_text, else the
+     * call's prompt_tokens, + 16, unless the backend serves: docs/PLUGINS.md); max_tokens[i], the output tokens request i
      * asked for (0: the call's max_new_tokens). n_requests elements each,
      * host-allocated and zeroed. */
     uint32_t *prompt_tokens;
@@ -461,14 +467,16 @@ typedef struct tb_result {
      * event loop's thread CPU time over the load's wall time and (b) its
      * process's CPU time over wall time x the CPUs it may run on. Near 1
      * the figures are the client's ceiling, not the server's
-     * (docs/METRICS.md, client_busy). 0 = not measured. */
+     * (docs/METRICS.md, client_busy). 0 = not measured. Outside 0..1
+     * (beyond the clocks' rounding) it fails the case. */
     double client_busy;
     /* --- appended in ABI 1 (issue 19: block diffusion); write only when
      * TB_STRUCT_HAS(res, tb_result, blocks_done) and it is not NULL.
      * n_requests elements, host-allocated and zeroed: the blocks request i
      * decoded (a block sampler's blocks that held a masked position of the
      * request's canvas, through the one where it stopped; docs/METRICS.md,
-     * blocks_done). 0: not a block-decoding backend. */
+     * blocks_done). 0: not a block-decoding backend; only a TB_CAP_BLOCKS
+     * backend reports more, at most the request's output tokens. */
     uint32_t *blocks_done;
     /* --- appended in ABI 1 (issue 22: mixture of experts); write only
      * when TB_STRUCT_HAS(res, tb_result, moe_tokens). An engine whose model
@@ -570,7 +578,8 @@ typedef struct tb_backend_ops {
      * run: {"model_name":..., "dtype":"bf16", "device":"NVIDIA H200",
      * "random_weights":true, "engine_version":..., "params":8030261248}.
      * Owned by ctx. Keys "dtype", "device" and "random_weights" are shown
-     * in reports. */
+     * in reports. At most TB_DESCRIBE_MAX bytes: a longer one fails the
+     * load. */
     const char *(*describe)(void *ctx);
 
     /* Optional (TB_CAP_TOKENIZER). Tokenize `text` (no special tokens
@@ -649,6 +658,9 @@ typedef struct tb_backend_ops {
      * (the re-count check reads every token). NULL: none is special. */
     int (*is_special)(void *ctx, int32_t id);
 } tb_backend_ops;
+
+/* The longest describe() text the host takes, bytes (1 MiB). */
+#define TB_DESCRIBE_MAX (1u << 20)
 
 /* The smallest ops table the host accepts: ABI 1 through `detokenize`. */
 #define TB_OPS_MIN_SIZE                                                       \

@@ -114,4 +114,19 @@ n=$(sqlite3 "$tmp/t.db" "select count(*) from sample where warmup = 0") ||
     fail "sqlite3 query of $tmp/t.db failed"
 [[ $n == 2 ]] || fail_log "$tmp/run.log" "expected 2 stored samples, found '$n'"
 
-echo "PASS: out-of-tree echo plugin built with pkg-config, listed and run ($n samples)"
+# 5. examples/plugin/README.md: the same example built against the build
+#    tree, not installed (its meson-uninstalled/tokbench-uninstalled.pc).
+unset PKG_CONFIG_SYSROOT_DIR
+treebuild=$tmp/echo-tree
+mkdir -p "$treebuild"
+cp -R "$src/examples/plugin/." "$treebuild/"
+rm -f "$treebuild/echo.so"
+PKG_CONFIG_LIBDIR=$build/meson-uninstalled make -C "$treebuild" PKG_CONFIG_PATH="$build/meson-uninstalled" \
+    CFLAGS="-O2 -g -Wall -Wextra -Werror" >"$tmp/make-tree.log" 2>&1 ||
+    fail_log "$tmp/make-tree.log" "make PKG_CONFIG_PATH=$build/meson-uninstalled in $treebuild"
+"$build/tokbench" plugins "$treebuild/echo.so" >"$tmp/plugins-tree.log" 2>&1 ||
+    fail_log "$tmp/plugins-tree.log" "tokbench plugins $treebuild/echo.so: exit $?"
+grep -q delay_us "$tmp/plugins-tree.log" ||
+    fail_log "$tmp/plugins-tree.log" "the build-tree echo.so: no 'delay_us' in the output"
+
+echo "PASS: out-of-tree echo plugin built with pkg-config (installed and build tree), listed and run ($n samples)"

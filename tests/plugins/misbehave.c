@@ -5,7 +5,9 @@
  *
  *   TB_MISBEHAVE=WHERE:WHAT in the environment, WHERE one of
  *       constructor   the library's constructor (at dlopen)
- *       entry         tokbench_backend_entry()
+ *       entry         tokbench_backend_entry() (WHAT serving: no fault, the
+ *                     table with TB_CAP_CONCURRENCY, whose submit
+ *                     times are its own)
  *       probe         probe()
  *   and the options validate_fault, create_fault, generate_fault for
  *   validate(), create() and generate(); WHAT (and each option's value)
@@ -26,8 +28,20 @@
  *   bad_figure = WHAT: generate() reports one impossible figure for its
  *   first request (backend.h's promises broken): tokens (4294967294
  *   output tokens), e2e (done at -9.2e18 ns), ttft (its emission 292
- *   years after the call), submit (sent before the call began), or for
- *   the call: prefill (prefill_ns -5).
+ *   years after the call), submit (sent before the call began),
+ *   late_submit (20 ms into the call, every request sent at its first
+ *   token, which a batch backend may not say), zero_emit (an emission
+ *   of 0 tokens at the call's start, its tokens 20 ms later), big_emit
+ *   (its emission of 1,000,000 tokens), zero_tokens (0 output tokens
+ *   after its emission of max_new_tokens), steps (steps_done 4e9 without
+ *   TB_CAP_STEPS), blocks (blocks_done 4e9 without TB_CAP_BLOCKS),
+ *   prompt (prompt_tokens 4e9), error_nonul (failed, its error[128] all
+ *   'Z', no NUL, request 1's submit time after it holding bytes), or
+ *   error_latin1 (failed with "other: caf\xe9 \xff\xfe", not UTF-8); or
+ *   for the call: prefill (prefill_ns -5), client_busy (500).
+ *   describe_fault = WHAT (a load option): describe() returns big (1 MiB
+ *   + 1 byte, past TB_DESCRIBE_MAX), max (exactly TB_DESCRIBE_MAX) or
+ *   latin1 ({"model_name":"caf\xe9"}, not UTF-8).
  *   wait_file = PATH: generate() waits, polling cancelled(), until PATH
  *   exists (a test holds a run in the middle of its cases with it).
  *
@@ -144,7 +158,26 @@ typedef struct mctx {
     const tb_host *host; /* first, as in stub_ctx: stub_generate reads it */
     char generate_fault[32];
     char wait_file[256];
+    char *describe; /* describe_fault's text, or NULL */
 } mctx;
+
+static const char *m_describe(void *vctx)
+{
+    return ((mctx *)vctx)->describe;
+}
+
+static void m_destroy(void *vctx)
+{
+    free(((mctx *)vctx)->describe);
+    free(vctx);
+}
+
+static void nap_ms(long ms)
+{
+    struct timespec ts = {0, ms * 1000 * 1000};
+    while (nanosleep(&ts, &ts) != 0)
+        ; /* at least that long, whatever signal comes */
+}
 
 static tb_status m_probe(char *why, size_t why_size)
 {
@@ -171,6 +204,19 @@ static tb_status m_create(const tb_host *host, const char *model, const tb_optio
         return TB_ERR_NO_MEMORY;
     }
     c->host = host;
+    const char *d = option(options, n_options, "describe_fault");
+    if (d && (strcmp(d, "big") == 0 || strcmp(d, "max") == 0)) {
+        size_t n = TB_DESCRIBE_MAX + (strcmp(d, "big") == 0); /* the JSON's bytes */
+        c->describe = malloc(n + 1);
+        if (c->describe) {
+            memset(c->describe, 'x', n);
+            memcpy(c->describe, "{\"model_name\":\"", 15);
+            memcpy(c->describe + n - 2, "\"}", 2);
+            c->describe[n] = '\0';
+        }
+    } else if (d && strcmp(d, "latin1") == 0) {
+        c->describe = strdup("{\"model_name\":\"caf\xe9\"}");
+    }
     *ctx_out = c;
     return TB_OK;
 }
@@ -193,10 +239,41 @@ static tb_status m_generate(void *vctx, const tb_request *req, tb_result *res)
     int64_t now = c->host->now_ns(c->host);
     if (strcmp(bad, "ttft") == 0) /* the first emission of request 0 */
         c->host->emit(c->host, 0, 1, now < INT64_C(23000000000000000) ? now + INT64_C(9200000000000000000) : INT64_MAX);
+    if (strcmp(bad, "zero_emit") == 0)
+        c->host->emit(c->host, 0, 0, now);
+    if (strcmp(bad, "zero_emit") == 0 || strcmp(bad, "late_submit") == 0)
+        nap_ms(20); /* a prefill: the tokens come 20 ms into the call */
+    int64_t t_first = c->host->now_ns(c->host);
+    if (strcmp(bad, "big_emit") == 0)
+        c->host->emit(c->host, 0, 1000000, t_first);
     tb_status st = stub_generate(vctx, req, res);
     tb_request_result *r0 = &res->requests[0];
+    if (strcmp(bad, "ttft") == 0)
+        r0->n_output_tokens++; /* its one token more: only its time is impossible */
+    if (strcmp(bad, "late_submit") == 0)
+        for (uint32_t r = 0; r < req->n_requests; r++)
+            res->requests[r].t_submit_ns = t_first;
     if (strcmp(bad, "tokens") == 0)
         r0->n_output_tokens = 4294967294u;
+    else if (strcmp(bad, "zero_tokens") == 0)
+        r0->n_output_tokens = 0;
+    else if (strcmp(bad, "steps") == 0)
+        r0->steps_done = 4000000000u;
+    else if (strcmp(bad, "blocks") == 0 && TB_STRUCT_HAS(res, tb_result, blocks_done) && res->blocks_done)
+        res->blocks_done[0] = 4000000000u;
+    else if (strcmp(bad, "prompt") == 0 && TB_STRUCT_HAS(res, tb_result, prompt_tokens) && res->prompt_tokens)
+        res->prompt_tokens[0] = 4000000000u;
+    else if (strcmp(bad, "client_busy") == 0 && TB_STRUCT_HAS(res, tb_result, client_busy))
+        res->client_busy = 500.0;
+    else if (strcmp(bad, "error_nonul") == 0) {
+        r0->status = TB_ERR;
+        memset(r0->error, 'Z', sizeof r0->error);
+        if (req->n_requests > 1) /* bytes right after the field: a reader past it would take them */
+            res->requests[1].t_submit_ns = now | INT64_C(0x4141414141);
+    } else if (strcmp(bad, "error_latin1") == 0) {
+        r0->status = TB_ERR;
+        snprintf(r0->error, sizeof r0->error, "other: caf\xe9 \xff\xfe");
+    }
     else if (strcmp(bad, "e2e") == 0)
         r0->t_done_ns = INT64_MIN + 1;
     else if (strcmp(bad, "submit") == 0)
@@ -216,7 +293,10 @@ static const tb_option_decl options[] = {
     {"wait_file", TB_OPT_STRING, "", "generate() waits until this file exists", NULL, 0, 0, 0},
     {"pid_file", TB_OPT_STRING, "", "fork, fork_crash: the lingering children's pids go here", NULL, 0, 0, 0},
     {"bad_figure", TB_OPT_ENUM, "none", "an impossible figure generate() reports",
-     "none|tokens|e2e|ttft|submit|prefill", 0, 0, 0},
+     "none|tokens|e2e|ttft|submit|prefill|late_submit|zero_emit|big_emit|zero_tokens|steps|blocks|prompt|"
+     "client_busy|error_nonul|error_latin1", 0, 0, 0},
+    {"describe_fault", TB_OPT_ENUM, "none", "what describe() returns wrong", "none|big|max|latin1", 0, 0,
+     TB_OPTF_LOAD},
 };
 
 static const tb_backend_ops ops = {
@@ -230,15 +310,23 @@ static const tb_backend_ops ops = {
     .n_options = sizeof options / sizeof options[0],
     .probe = m_probe,
     .create = m_create,
-    .destroy = stub_destroy,
+    .destroy = m_destroy,
     .generate = m_generate,
     .last_error = stub_last_error,
     .validate = m_validate,
+    .describe = m_describe,
 };
 
 STUB_EXPORT const tb_backend_ops *tokbench_backend_entry(void);
 STUB_EXPORT const tb_backend_ops *tokbench_backend_entry(void)
 {
-    misbehave(fault_at("entry"));
+    const char *entry = fault_at("entry");
+    if (entry && strcmp(entry, "serving") == 0) { /* a serving backend: its own submit times */
+        static tb_backend_ops serving;
+        serving = ops;
+        serving.capabilities |= TB_CAP_CONCURRENCY;
+        return &serving;
+    }
+    misbehave(entry);
     return &ops;
 }

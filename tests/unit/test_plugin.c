@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "dims.h"
 #include "tb_config.h"
 #include "util.h"
 
@@ -191,6 +192,42 @@ static void test_broken_plugins(void)
 
     expect_refused("bad_option", (const char *const[]){"plugin bad_option (", "\"mode\"", "no choices", NULL});
     expect_refused("dup_option", (const char *const[]){"option \"delay_us\" is declared twice", NULL});
+
+    /* An option named like a key of the suite's [backend] section (its
+     * own, every dimension of suite/dims.c): the suite's value would go
+     * to the key, never to the option. */
+    const char *own[] = {"plugin", "model", "include"};
+    for (int d = 0; d < TB_N_DIMS + 3; d++) {
+        const char *key = d < 3 ? own[d] : tb_dim_defs[d - 3].name;
+        CHECK(tb_plugin_reserved_key(key));
+        char *env = tb_xasprintf("option:%s", key), *want = tb_xasprintf("option \"%s\" collides with a suite key", key);
+        setenv("TB_BAD_TABLE", env, 1);
+        expect_refused("bad_table", (const char *const[]){"plugin bad_table (", want, NULL});
+        free(env);
+        free(want);
+    }
+    CHECK(!tb_plugin_reserved_key("batch_size"));
+    setenv("TB_BAD_TABLE", "no_description", 1);
+    expect_refused("bad_table", (const char *const[]){"no description", NULL});
+    setenv("TB_BAD_TABLE", "loglik", 1);
+    expect_refused("bad_table", (const char *const[]){"TB_CAP_LOGLIK", "lacks loglik()", NULL});
+    setenv("TB_BAD_TABLE", "version_latin1", 1);
+    expect_refused("bad_table", (const char *const[]){"version is not valid UTF-8 (byte 3, 0xff)", NULL});
+    setenv("TB_BAD_TABLE", "desc_latin1", 1);
+    expect_refused("bad_table", (const char *const[]){"description is not valid UTF-8 (byte 3, 0xe9)", NULL});
+    setenv("TB_BAD_TABLE", "help_latin1", 1);
+    expect_refused("bad_table", (const char *const[]){"option \"mode\": help is not valid UTF-8 (byte 3, 0xe9)", NULL});
+    unsetenv("TB_BAD_TABLE");
+    { /* unset: the same file loads */
+        char *path = tb_xasprintf("%s/bad_table.so", broken_dir);
+        tb_plugin p;
+        char *err = NULL;
+        CHECK(tb_plugin_open(path, 60, NULL, 0, &p, &err) == 0);
+        if (!err)
+            tb_plugin_close(&p);
+        free(err);
+        free(path);
+    }
 
     /* A file that is not a shared object: dlopen's own reason. */
     char *junk = tb_xasprintf("%s/junk.so", tmp_root);
@@ -376,12 +413,12 @@ static void test_scan(void)
     size_t n = tb_plugin_scan(&paths);
     /* The env folders in order, each sorted; a later null.so is a
      * duplicate of the first; the build/install folders may add more. */
-    const char *want_broken[] = {"bad_abi.so",     "bad_option.so", "dup_option.so",  "misbehave.so",
-                                 "no_entry.so",    "no_generate.so", "secret_opt.so", "small_struct.so"};
-    CHECK(n >= 9);
-    if (n >= 9) {
+    const char *want_broken[] = {"bad_abi.so",  "bad_option.so",  "bad_table.so",  "dup_option.so",  "misbehave.so",
+                                 "no_entry.so", "no_generate.so", "secret_opt.so", "small_struct.so"};
+    CHECK(n >= 10);
+    if (n >= 10) {
         CHECK_STR(paths[0], s1);
-        for (size_t i = 0; i < 8; i++) {
+        for (size_t i = 0; i < 9; i++) {
             char *w = tb_xasprintf("%s/%s", broken_dir, want_broken[i]);
             CHECK_STR(paths[1 + i], w);
             free(w);

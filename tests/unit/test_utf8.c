@@ -71,10 +71,44 @@ static void test_quoted(void)
     tb_str_free(&b);
 }
 
+/* A plugin's text made valid (run/worker.c): each byte of a bad sequence
+ * one U+FFFD, control bytes kept, never past the field it was given (no
+ * NUL read past n), cut whole into dst. */
+#define FFFD "\xef\xbf\xbd"
+static void test_copy_valid(void)
+{
+    char d[32];
+    CHECK(tb_utf8_copy_valid(d, sizeof d, "caf\xe9 \xff\xfe\n\xc3\xa9", 11) == 16);
+    CHECK_STR(d, "caf" FFFD " " FFFD FFFD "\n\xc3\xa9");
+    CHECK(tb_utf8_valid(d, strlen(d), NULL));
+    /* a field of n bytes without a NUL: nothing after it is read */
+    const char field[8] = {'Z', 'Z', 'Z', 'Z', 'Z', 'Z', 'Z', 'Z'};
+    tb_utf8_copy_valid(d, sizeof d, field, sizeof field);
+    CHECK_STR(d, "ZZZZZZZZ");
+    /* stops at a NUL before n */
+    tb_utf8_copy_valid(d, sizeof d, "ab\0cd", 5);
+    CHECK_STR(d, "ab");
+    /* cut at a character boundary: "é" (2 bytes) does not fit in 2 + NUL */
+    CHECK(tb_utf8_copy_valid(d, 4, "a\xc3\xa9", 3) == 3);
+    CHECK_STR(d, "a\xc3\xa9");
+    CHECK(tb_utf8_copy_valid(d, 3, "a\xc3\xa9", 3) == 1);
+    CHECK_STR(d, "a");
+    CHECK(tb_utf8_copy_valid(d, 3, "a\xff", 2) == 1); /* U+FFFD is 3 bytes */
+    CHECK_STR(d, "a");
+    /* a sequence cut off by n is invalid too */
+    tb_utf8_copy_valid(d, sizeof d, "\xc3\xa9", 1);
+    CHECK_STR(d, FFFD);
+    tb_str b = {0};
+    tb_utf8_append_valid(&b, "x\xff\xc3\xa9y", 5);
+    CHECK_STR(b.s, "x" FFFD "\xc3\xa9y");
+    tb_str_free(&b);
+}
+
 int main(void)
 {
     test_decode();
     test_valid();
     test_quoted();
+    test_copy_valid();
     return check_done();
 }
