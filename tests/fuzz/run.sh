@@ -59,11 +59,11 @@ declare -A srcs=(
     [oai]="plugins/http/sse.c"
     [tokenizer]="plugins/engine/format/tokenizer.c util/util.c util/redact.c util/strmem.c"
     [tokenizer_json]="plugins/engine/format/tokenizer.c util/util.c util/redact.c util/strmem.c"
-    [suite]="suite/suite.c suite/dims.c util/utf8.c util/util.c util/redact.c util/strmem.c"
+    [suite]="suite/suite.c suite/dims.c util/utf8.c util/utf8_valid.c util/util.c util/redact.c util/strmem.c"
     [serve_request]="serve/serve_request.c util/util.c util/redact.c util/strmem.c"
     [http_options]="plugins/http/json_options.c"
-    [workload]="plugins/http/workload.c plugins/http/prompts.c plugins/http/arrivals.c plugins/engine/format/tokenizer.c util/strmem.c"
-    [prompts]="suite/prompt_set.c suite/scorers.c util/utf8.c util/util.c util/redact.c util/strmem.c"
+    [workload]="plugins/http/workload.c plugins/http/prompts.c plugins/http/arrivals.c plugins/engine/format/tokenizer.c util/utf8_valid.c util/strmem.c"
+    [prompts]="suite/prompt_set.c suite/scorers.c util/utf8.c util/utf8_valid.c util/util.c util/redact.c util/strmem.c"
     [prometheus]="run/telemetry.c proc/proc.c util/util.c util/redact.c util/strmem.c"
 )
 declare -A max_len=(
