@@ -271,6 +271,7 @@ void cli_args_free(cli_args *a)
     free(a->filters.v);
     free(a->backends.v);
     free(a->bench.headers.v);
+    free(a->bench.slo.v);
     free(a->pos);
     memset(a, 0, sizeof *a);
 }
