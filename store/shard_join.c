@@ -432,6 +432,7 @@ typedef struct shard_row {
     int64_t id;
     char *uuid;
     int64_t clock_offset;
+    char *started; /* session.started_at */
 } shard_row;
 
 /* The joined session's uuid: from the shards' uuids (in shard order), so
@@ -696,38 +697,112 @@ static int join_run(joiner *j, tb_store *st, const shard_row *s, size_t n, const
     return rc;
 }
 
-/* A run of shard sessions: completed sessions of one suite text, start
- * time and shard count. */
+/* A run of shard sessions: the sessions (any status) of one suite text,
+ * start time and shard count. */
 typedef struct run_group {
     char *sha, *start_at, *present;
-    int64_t n, have, distinct;
+    int64_t n;
     int64_t outside; /* shards whose index is not in 0..n-1 */
 } run_group;
+
+/* The shards of one run to join: for each index 0..n-1 its newest
+ * completed session (by start, then id) into s[k]; the older completed
+ * copies are left stored, not joined, and *notes says which copy was
+ * taken. 0 when every index has one, else 1 with *why (malloc'd): each
+ * index with no completed session, named interrupted (or failed, or
+ * still running) when a session of it is stored, else missing. -1 on a
+ * database error. */
+static int pick_shards(joiner *j, const run_group *rg, shard_row *s, char **why, tb_str *notes, const char *what)
+{
+    int64_t n = rg->n;
+    int64_t *copies = tb_xcalloc((size_t)n, sizeof *copies);
+    char **other = tb_xcalloc((size_t)n, sizeof *other); /* newest non-completed: "interrupted (session U)" */
+    char *sql = sqlite3_mprintf("SELECT shard_index, status, id, uuid, coalesce(clock_offset_ns, 0), started_at FROM"
+                                " session WHERE suite_sha256 = %Q AND start_at = %Q AND shard_count = %lld AND"
+                                " shard_index IS NOT NULL ORDER BY shard_index, started_at DESC, id DESC",
+                                rg->sha, rg->start_at, (long long)n);
+    sqlite3_stmt *q = prep(j, sql);
+    sqlite3_free(sql);
+    int step = SQLITE_ERROR;
+    while (q && (step = sqlite3_step(q)) == SQLITE_ROW) {
+        int64_t k = sqlite3_column_int64(q, 0);
+        const char *status = (const char *)sqlite3_column_text(q, 1);
+        const char *uuid = (const char *)sqlite3_column_text(q, 3);
+        if (k < 0 || k >= n)
+            continue;
+        if (strcmp(status, "completed") != 0) {
+            if (!other[k])
+                other[k] = tb_xasprintf("shard %lld %s (session %s)", (long long)k, status, uuid ? uuid : "?");
+            continue;
+        }
+        if (copies[k]++ == 0) {
+            s[k].id = sqlite3_column_int64(q, 2);
+            s[k].uuid = tb_xstrdup(uuid ? uuid : "");
+            s[k].clock_offset = sqlite3_column_int64(q, 4);
+            s[k].started = tb_xstrdup(sqlite3_column_text(q, 5) ? (const char *)sqlite3_column_text(q, 5) : "?");
+        }
+    }
+    sqlite3_finalize(q);
+    int rc = 0;
+    if (!q || step != SQLITE_DONE) {
+        rc = fail_db(j, "reading the shard sessions");
+    } else {
+        tb_str w = {0}, missing = {0}, done = {0};
+        for (int64_t k = 0; k < n; k++) {
+            if (copies[k])
+                tb_str_appendf(&done, "%s%lld", done.len ? "," : "", (long long)k);
+            else if (other[k])
+                tb_str_appendf(&w, "%s%s", w.len ? "; " : "", other[k]);
+            else
+                tb_str_appendf(&missing, "%s%lld", missing.len ? "," : "", (long long)k);
+        }
+        if (w.len || missing.len) {
+            if (missing.len)
+                tb_str_appendf(&w, "%sshards missing: %s", w.len ? "; " : "", missing.s);
+            tb_str_appendf(&w, " (shards completed: %s)", done.len ? done.s : "none");
+            *why = tb_str_take(&w);
+            rc = 1;
+        } else {
+            for (int64_t k = 0; k < n; k++)
+                if (copies[k] > 1)
+                    tb_str_appendf(notes, "%s%s: shard %lld: took its newest completed session, %s (started %s); "
+                                   "%lld older cop%s stored, not joined", notes->len ? "\n" : "", what,
+                                   (long long)k, s[k].uuid, s[k].started, (long long)(copies[k] - 1),
+                                   copies[k] == 2 ? "y" : "ies");
+        }
+        tb_str_free(&w);
+        tb_str_free(&missing);
+        tb_str_free(&done);
+    }
+    for (int64_t k = 0; k < n; k++)
+        free(other[k]);
+    free(other);
+    free(copies);
+    return rc;
+}
 
 int tb_shard_join(tb_store *st, tb_shard_join_result *res, char **err)
 {
     memset(res, 0, sizeof *res);
     joiner j = {.db = tb_store_db(st)};
-    tb_str waiting = {0}, joined = {0};
+    tb_str waiting = {0}, joined = {0}, notes = {0};
     /* the runs, read whole before anything is written */
     run_group *runs = NULL;
     size_t n_runs = 0;
-    sqlite3_stmt *g = prep(&j, "SELECT suite_sha256, start_at, shard_count, count(*), count(DISTINCT shard_index),"
-                               " group_concat(shard_index), sum(shard_index < 0 OR shard_index >= shard_count) FROM session WHERE shard_index IS NOT NULL AND status ="
-                               " 'completed' AND start_at IS NOT NULL GROUP BY suite_sha256, start_at, shard_count"
+    sqlite3_stmt *g = prep(&j, "SELECT suite_sha256, start_at, shard_count, group_concat(DISTINCT shard_index),"
+                               " sum(shard_index < 0 OR shard_index >= shard_count) FROM session WHERE shard_index"
+                               " IS NOT NULL AND start_at IS NOT NULL GROUP BY suite_sha256, start_at, shard_count"
                                " ORDER BY start_at");
     int rc = g ? 0 : -1, step = SQLITE_DONE;
     while (g && (step = sqlite3_step(g)) == SQLITE_ROW) {
         runs = tb_xrealloc(runs, (n_runs + 1) * sizeof *runs);
-        const char *present = (const char *)sqlite3_column_text(g, 5);
+        const char *present = (const char *)sqlite3_column_text(g, 3);
         runs[n_runs++] = (run_group){
             .sha = tb_xstrdup((const char *)sqlite3_column_text(g, 0)),
             .start_at = tb_xstrdup((const char *)sqlite3_column_text(g, 1)),
             .present = tb_xstrdup(present ? present : ""),
             .n = sqlite3_column_int64(g, 2),
-            .have = sqlite3_column_int64(g, 3),
-            .distinct = sqlite3_column_int64(g, 4),
-            .outside = sqlite3_column_int64(g, 6),
+            .outside = sqlite3_column_int64(g, 4),
         };
     }
     sqlite3_finalize(g);
@@ -739,8 +814,8 @@ int tb_shard_join(tb_store *st, tb_shard_join_result *res, char **err)
         char *what = tb_xasprintf("the run of %.12s starting at %s (%lld shards)", rg->sha, rg->start_at,
                                   (long long)n);
         /* the stored indexes are checked, not trusted: a run is n >= 2
-         * shards, exactly one of each index 0..n-1 (a database may hold
-         * what no run wrote: merged in, or edited) */
+         * shards, indexes 0..n-1 (a database may hold what no run wrote:
+         * merged in, or edited) */
         if (n < 2 || rg->outside) {
             tb_str_appendf(&waiting, "%s%s: %s (shards present: %s)", waiting.len ? "; " : "", what,
                            n < 2 ? "not a sharded run (a run has 2 shards or more)"
@@ -748,24 +823,20 @@ int tb_shard_join(tb_store *st, tb_shard_join_result *res, char **err)
             free(what);
             continue;
         }
-        if (rg->distinct < n || rg->have > n) {
-            tb_str_appendf(&waiting, "%s%s: %s (shards present: %s)", waiting.len ? "; " : "", what,
-                           rg->have > rg->distinct ? "a shard present twice" : "shards missing", rg->present);
-            free(what);
-            continue;
-        }
         shard_row *s = tb_xcalloc((size_t)n, sizeof *s);
-        char *sql = sqlite3_mprintf("SELECT id, uuid, coalesce(clock_offset_ns, 0) FROM session WHERE suite_sha256 ="
-                                    " %Q AND start_at = %Q AND shard_count = %lld AND shard_index IS NOT NULL AND"
-                                    " status = 'completed' ORDER BY shard_index", rg->sha, rg->start_at, (long long)n);
-        sqlite3_stmt *q = prep(&j, sql);
-        sqlite3_free(sql);
-        for (int64_t k = 0; q && k < n && sqlite3_step(q) == SQLITE_ROW; k++) {
-            s[k].id = sqlite3_column_int64(q, 0);
-            s[k].uuid = tb_xstrdup((const char *)sqlite3_column_text(q, 1));
-            s[k].clock_offset = sqlite3_column_int64(q, 2);
+        tb_str took = {0};
+        char *not_yet = NULL;
+        int picked = pick_shards(&j, rg, s, &not_yet, &took, what);
+        if (picked != 0) {
+            if (picked < 0)
+                rc = -1;
+            else
+                tb_str_appendf(&waiting, "%s%s: %s", waiting.len ? "; " : "", what, not_yet);
+            free(not_yet);
+            tb_str_free(&took);
+            free(what);
+            goto next;
         }
-        sqlite3_finalize(q);
         char uuid[40];
         joined_uuid(s, (size_t)n, uuid);
         /* each run all or nothing: the joined session with its shard,
@@ -777,6 +848,7 @@ int tb_shard_join(tb_store *st, tb_shard_join_result *res, char **err)
             j.err = tb_xasprintf("joining %s: %s", what, why);
             free(why);
             free(what);
+            tb_str_free(&took);
             rc = -1;
             goto next;
         }
@@ -803,15 +875,20 @@ int tb_shard_join(tb_store *st, tb_shard_join_result *res, char **err)
         if (tb_store_txn_end(st, &t, ok, ok ? &why : NULL) == 0) {
             res->joined++;
             tb_str_appendf(&joined, "%s%s", joined.len ? " " : "", uuid);
+            if (took.len)
+                tb_str_appendf(&notes, "%s%s", notes.len ? "\n" : "", took.s);
         } else if (ok) {
             j.err = tb_xasprintf("joining %s: %s", what, why);
             free(why);
             rc = -1;
         }
+        tb_str_free(&took);
         free(what);
     next:
-        for (int64_t k = 0; k < n; k++)
+        for (int64_t k = 0; k < n; k++) {
             free(s[k].uuid);
+            free(s[k].started);
+        }
         free(s);
     }
     for (size_t i = 0; i < n_runs; i++) {
@@ -822,8 +899,10 @@ int tb_shard_join(tb_store *st, tb_shard_join_result *res, char **err)
     free(runs);
     res->waiting = waiting.len ? tb_str_take(&waiting) : NULL;
     res->joined_uuids = joined.len ? tb_str_take(&joined) : NULL;
+    res->notes = notes.len ? tb_str_take(&notes) : NULL;
     tb_str_free(&waiting);
     tb_str_free(&joined);
+    tb_str_free(&notes);
     if (rc != 0) {
         *err = j.err ? j.err : tb_xstrdup("joining shards failed");
         return -1;
@@ -836,5 +915,6 @@ void tb_shard_join_result_free(tb_shard_join_result *res)
 {
     free(res->waiting);
     free(res->joined_uuids);
-    res->waiting = res->joined_uuids = NULL;
+    free(res->notes);
+    res->waiting = res->joined_uuids = res->notes = NULL;
 }

@@ -1831,6 +1831,69 @@ static void test_join_indexes(void)
     free(path);
 }
 
+/* Audit H item 5: of each shard index the join takes the newest
+ * completed session. Shard 1 interrupted, with shard 0 completed: not
+ * joined, shard 1 named interrupted (not missing); shard 1 run again
+ * twice into the database: joined from the newest copy of shard 1 (its
+ * uuid in the shard table), the older copies and the interrupted one
+ * still stored, and the merge says which copy it took. */
+static void test_join_copies(void)
+{
+    char *path = tmp_path("join_copies.db");
+    tb_store *st = NULL;
+    char *err = NULL;
+    CHECK(tb_store_open(path, &st, &err) == 0);
+    if (!st) {
+        free(err);
+        free(path);
+        return;
+    }
+    sqlite3 *db = tb_store_db(st);
+    tb_plan_backend pb;
+    int64_t machine, s0, b0;
+    CHECK(setup_session(st, &pb, &machine, &s0, &b0) == 0);
+    CHECK(sqlite3_exec(db, "DELETE FROM session", NULL, NULL, NULL) == SQLITE_OK);
+    const char *t = "2025-02-01T00:00:00.000Z";
+    bogus_shard(st, machine, &pb, 0, 2, t);
+    int64_t cut = bogus_shard(st, machine, &pb, 1, 2, t);
+    char *sql = sqlite3_mprintf("UPDATE session SET status = 'interrupted' WHERE id = %lld", (long long)cut);
+    CHECK(sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK);
+    sqlite3_free(sql);
+    tb_shard_join_result res;
+    CHECK(tb_shard_join(st, &res, &err) == 0);
+    CHECK(res.joined == 0);
+    char *cut_uuid = q_text(db, "SELECT uuid FROM session WHERE id = %lld", (long long)cut);
+    char *want = tb_xasprintf("(2 shards): shard 1 interrupted (session %s) (shards completed: 0)", cut_uuid);
+    CHECK_CONTAINS(res.waiting, want);
+    CHECK(res.waiting && !strstr(res.waiting, "missing"));
+    free(want);
+    tb_shard_join_result_free(&res);
+
+    int64_t older = bogus_shard(st, machine, &pb, 1, 2, t);
+    int64_t newer = bogus_shard(st, machine, &pb, 1, 2, t);
+    CHECK(older > 0 && newer > older);
+    CHECK(tb_shard_join(st, &res, &err) == 0);
+    CHECK(res.joined == 1 && !res.waiting);
+    char *new_uuid = q_text(db, "SELECT uuid FROM session WHERE id = %lld", (long long)newer);
+    want = tb_xasprintf("shard 1: took its newest completed session, %s (started ", new_uuid);
+    CHECK_CONTAINS(res.notes, want);
+    CHECK_CONTAINS(res.notes, "1 older copy stored, not joined");
+    free(want);
+    tb_shard_join_result_free(&res);
+    char *taken = q_text(db, "SELECT source_uuid FROM shard WHERE shard_index = 1");
+    CHECK(taken && new_uuid && strcmp(taken, new_uuid) == 0);
+    CHECK(q_int(db, "SELECT count(*) FROM session WHERE shard_index = 1") == 3);
+    CHECK(tb_shard_join(st, &res, &err) == 0);
+    CHECK(res.joined == 0 && res.known == 1 && !res.notes);
+    tb_shard_join_result_free(&res);
+    free(taken);
+    free(new_uuid);
+    free(cut_uuid);
+    tb_plugin_close(&pb.plugin);
+    tb_store_close(st);
+    free(path);
+}
+
 int main(void)
 {
     null_path = getenv("TB_NULL_PLUGIN");
@@ -1858,6 +1921,7 @@ int main(void)
     test_sample_sources();
     test_join_all_or_nothing();
     test_join_indexes();
+    test_join_copies();
     test_join_canvas();
     test_two_writers();
     test_concurrent_create();
