@@ -682,6 +682,12 @@ int cmd_db_merge(const cli_command *cmd, const cli_args *c, const char *command_
                 nl = strchr(line, '\n');
                 fprintf(stderr, "tokbench: db merge: %.*s\n", nl ? (int)(nl - line) : (int)strlen(line), line);
             }
+        if (j.warnings)
+            for (char *line = j.warnings, *nl; line; line = nl ? nl + 1 : NULL) {
+                nl = strchr(line, '\n');
+                fprintf(stderr, "tokbench: db merge: warning: %.*s\n", nl ? (int)(nl - line) : (int)strlen(line),
+                        line);
+            }
         if (j.waiting)
             fprintf(stderr, "tokbench: db merge: not joined: %s\n", j.waiting);
         tb_shard_join_result_free(&j);

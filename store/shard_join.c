@@ -487,10 +487,142 @@ static char *mismatch(joiner *j, const shard_row *s, size_t n)
     return NULL;
 }
 
+/* ------------------------------------------------------ the windows */
+
+/* One shard's window of one measured call: its first submit and last
+ * completion on the wall clock. */
+typedef struct shard_window {
+    int64_t ordinal, rep, start, end;
+} shard_window;
+
+/* How far apart the shards' windows of each joined measured call were
+ * (from the stored submit and completion times): lag[k] is the most shard
+ * k's window began after the earliest shard's (ns), lag_frac[k] the most
+ * that was of the joined window; worst_overlap the smallest share of a
+ * joined window that every shard's window covered (0: some never
+ * overlapped), in case worst_ordinal, repetition worst_rep. */
+typedef struct run_windows {
+    int64_t *lag;
+    double *lag_frac;
+    double worst_overlap;
+    int64_t worst_ordinal, worst_rep, calls;
+} run_windows;
+
+static int measure_windows(joiner *j, const shard_row *s, size_t n, run_windows *w)
+{
+    shard_window **win = tb_xcalloc(n, sizeof *win);
+    size_t *n_win = tb_xcalloc(n, sizeof *n_win);
+    w->lag = tb_xcalloc(n, sizeof *w->lag);
+    w->lag_frac = tb_xcalloc(n, sizeof *w->lag_frac);
+    w->worst_overlap = 1;
+    int rc = 0;
+    for (size_t k = 0; rc == 0 && k < n; k++) {
+        char *sql = sqlite3_mprintf("SELECT c.ordinal, sa.repetition, sa.start_ns + min(r.submit_offset_ns),"
+                                    " sa.start_ns + max(r.submit_offset_ns + coalesce(r.e2e_ns, 0)) FROM sample sa"
+                                    " JOIN bench_case c ON c.id = sa.case_id JOIN request r ON r.sample_id = sa.id"
+                                    " WHERE c.session_id = %lld AND sa.warmup = 0 AND sa.start_ns IS NOT NULL"
+                                    " GROUP BY sa.id ORDER BY c.ordinal, sa.repetition", (long long)s[k].id);
+        sqlite3_stmt *q = prep(j, sql);
+        sqlite3_free(sql);
+        int step = SQLITE_ERROR;
+        while (q && (step = sqlite3_step(q)) == SQLITE_ROW) {
+            win[k] = tb_xrealloc(win[k], (n_win[k] + 1) * sizeof **win);
+            win[k][n_win[k]++] = (shard_window){
+                .ordinal = sqlite3_column_int64(q, 0),
+                .rep = sqlite3_column_int64(q, 1),
+                .start = sqlite3_column_int64(q, 2) + s[k].clock_offset,
+                .end = sqlite3_column_int64(q, 3) + s[k].clock_offset,
+            };
+        }
+        sqlite3_finalize(q);
+        if (!q || step != SQLITE_DONE)
+            rc = fail_db(j, "reading the shards' windows");
+    }
+    /* the calls every shard ran, matched by case and repetition */
+    const shard_window **at = tb_xcalloc(n, sizeof *at);
+    for (size_t i = 0; rc == 0 && i < n_win[0]; i++) {
+        at[0] = &win[0][i];
+        size_t k = 1;
+        for (; k < n; k++) {
+            at[k] = NULL;
+            for (size_t m = 0; m < n_win[k] && !at[k]; m++)
+                if (win[k][m].ordinal == at[0]->ordinal && win[k][m].rep == at[0]->rep)
+                    at[k] = &win[k][m];
+            if (!at[k])
+                break;
+        }
+        if (k < n)
+            continue;
+        int64_t first = INT64_MAX, last = INT64_MIN, last_start = INT64_MIN, first_end = INT64_MAX;
+        for (k = 0; k < n; k++) {
+            first = at[k]->start < first ? at[k]->start : first;
+            last = at[k]->end > last ? at[k]->end : last;
+            last_start = at[k]->start > last_start ? at[k]->start : last_start;
+            first_end = at[k]->end < first_end ? at[k]->end : first_end;
+        }
+        double wall = last > first ? (double)(last - first) : 1;
+        double overlap = first_end > last_start ? (double)(first_end - last_start) / wall : 0;
+        w->calls++;
+        if (overlap < w->worst_overlap) {
+            w->worst_overlap = overlap;
+            w->worst_ordinal = at[0]->ordinal;
+            w->worst_rep = at[0]->rep;
+        }
+        for (k = 0; k < n; k++) {
+            int64_t lag = at[k]->start - first;
+            if (lag > w->lag[k])
+                w->lag[k] = lag;
+            if ((double)lag / wall > w->lag_frac[k])
+                w->lag_frac[k] = (double)lag / wall;
+        }
+    }
+    free(at);
+    for (size_t k = 0; k < n; k++)
+        free(win[k]);
+    free(win);
+    free(n_win);
+    return rc;
+}
+
+static void run_windows_free(run_windows *w)
+{
+    free(w->lag);
+    free(w->lag_frac);
+    memset(w, 0, sizeof *w);
+}
+
+/* The warning of a run whose shards' windows did not coincide (a joined
+ * window less than TB_SHARD_MIN_OVERLAP covered by every shard), naming
+ * each shard that lagged by TB_SHARD_MAX_LAG of a joined window or more,
+ * with how late it started; NULL when they were simultaneous enough. */
+#define TB_SHARD_MIN_OVERLAP 0.9
+#define TB_SHARD_MAX_LAG 0.1
+static char *windows_warning(joiner *j, const shard_row *s, size_t n, const run_windows *w, const char *what)
+{
+    if (!w->calls || w->worst_overlap >= TB_SHARD_MIN_OVERLAP)
+        return NULL;
+    tb_str b = {0};
+    tb_str_appendf(&b, "%s: the shards' measured calls were not simultaneous (case #%lld, repetition %lld: every "
+                   "shard's window covered %.0f%% of the joined window):", what, (long long)w->worst_ordinal,
+                   (long long)w->worst_rep, 100 * w->worst_overlap);
+    for (size_t k = 0; k < n; k++) {
+        if (w->lag_frac[k] < TB_SHARD_MAX_LAG)
+            continue;
+        int64_t late = q_int(j, sqlite3_mprintf("SELECT start_late_ns FROM session WHERE id = %lld",
+                                                (long long)s[k].id), -1);
+        tb_str_appendf(&b, " shard %zu began up to %.1f ms (%.0f%% of a joined window) after the first shard's "
+                       "window (it started %.1f ms after --start-at);", k, (double)w->lag[k] * 1e-6,
+                       100 * w->lag_frac[k], late >= 0 ? (double)late * 1e-6 : NAN);
+    }
+    tb_str_appendf(&b, " the joined aggregate, request rate and sent rate are of a load never sent at once (below "
+                   "the suite's), its latencies of a lighter one (docs/METRICS.md, \"Sharded runs\")");
+    return tb_str_take(&b);
+}
+
 /* The joined session's own rows: the session (shard 0's, completed as
  * its shards are, pooling n shards, on the realtime clock), its shard
  * rows and its backends (by label). Its id, or -1. */
-static int64_t begin_session(joiner *j, const shard_row *s, size_t n, const char *uuid)
+static int64_t begin_session(joiner *j, const shard_row *s, size_t n, const char *uuid, const run_windows *w)
 {
     int64_t *ids = tb_xcalloc(n, sizeof *ids);
     for (size_t k = 0; k < n; k++)
@@ -517,9 +649,10 @@ static int64_t begin_session(joiner *j, const shard_row *s, size_t n, const char
         if (insert_selected(j, "shard",
                             sqlite3_mprintf("SELECT %lld AS session_id, s.shard_index, s.uuid AS source_uuid,"
                                             " m.hostname, s.seed, s.clock_offset_ns, s.clock_offset_ns - %lld AS"
-                                            " offset_to_first_ns, s.start_late_ns FROM session s JOIN machine m ON"
-                                            " m.id = s.machine_id WHERE s.id = %lld",
-                                            (long long)session, (long long)s[0].clock_offset, (long long)s[k].id)) < 0)
+                                            " offset_to_first_ns, s.start_late_ns, %lld AS window_lag_ns FROM"
+                                            " session s JOIN machine m ON m.id = s.machine_id WHERE s.id = %lld",
+                                            (long long)session, (long long)s[0].clock_offset,
+                                            (long long)w->lag[k], (long long)s[k].id)) < 0)
             session = -1;
     if (session >= 0) {
         char *sql = sqlite3_mprintf("SELECT id FROM backend WHERE session_id = %lld ORDER BY id", (long long)s[0].id);
@@ -650,9 +783,9 @@ out:
 /* Join one run's n shards into a new session of the given uuid: its own
  * rows (begin_session), then each case through the store as the runner
  * stores one. In the caller's transaction: a failure is rolled back. */
-static int join_run(joiner *j, tb_store *st, const shard_row *s, size_t n, const char *uuid)
+static int join_run(joiner *j, tb_store *st, const shard_row *s, size_t n, const char *uuid, const run_windows *w)
 {
-    int64_t session = begin_session(j, s, n, uuid);
+    int64_t session = begin_session(j, s, n, uuid, w);
     if (session < 0)
         return -1;
     /* what tb_case_metrics needs of the run: the goodput limits the shards
@@ -785,7 +918,7 @@ int tb_shard_join(tb_store *st, tb_shard_join_result *res, char **err)
 {
     memset(res, 0, sizeof *res);
     joiner j = {.db = tb_store_db(st)};
-    tb_str waiting = {0}, joined = {0}, notes = {0};
+    tb_str waiting = {0}, joined = {0}, notes = {0}, warnings = {0};
     /* the runs, read whole before anything is written */
     run_group *runs = NULL;
     size_t n_runs = 0;
@@ -858,11 +991,12 @@ int tb_shard_join(tb_store *st, tb_shard_join_result *res, char **err)
                                                   " 'completed'", uuid), 0);
         why = known ? NULL : mismatch(&j, s, (size_t)n);
         int ok = 0;
+        run_windows win = {0};
         if (known) {
             res->known++;
         } else if (why) {
             tb_str_appendf(&waiting, "%s%s: %s", waiting.len ? "; " : "", what, why);
-        } else if (join_run(&j, st, s, (size_t)n, uuid) != 0) {
+        } else if (measure_windows(&j, s, (size_t)n, &win) != 0 || join_run(&j, st, s, (size_t)n, uuid, &win) != 0) {
             char *e = tb_xasprintf("joining %s: %s", what, j.err ? j.err : "failed");
             free(j.err);
             j.err = e;
@@ -877,11 +1011,16 @@ int tb_shard_join(tb_store *st, tb_shard_join_result *res, char **err)
             tb_str_appendf(&joined, "%s%s", joined.len ? " " : "", uuid);
             if (took.len)
                 tb_str_appendf(&notes, "%s%s", notes.len ? "\n" : "", took.s);
+            char *late = windows_warning(&j, s, (size_t)n, &win, what);
+            if (late)
+                tb_str_appendf(&warnings, "%s%s", warnings.len ? "\n" : "", late);
+            free(late);
         } else if (ok) {
             j.err = tb_xasprintf("joining %s: %s", what, why);
             free(why);
             rc = -1;
         }
+        run_windows_free(&win);
         tb_str_free(&took);
         free(what);
     next:
@@ -900,6 +1039,8 @@ int tb_shard_join(tb_store *st, tb_shard_join_result *res, char **err)
     res->waiting = waiting.len ? tb_str_take(&waiting) : NULL;
     res->joined_uuids = joined.len ? tb_str_take(&joined) : NULL;
     res->notes = notes.len ? tb_str_take(&notes) : NULL;
+    res->warnings = warnings.len ? tb_str_take(&warnings) : NULL;
+    tb_str_free(&warnings);
     tb_str_free(&waiting);
     tb_str_free(&joined);
     tb_str_free(&notes);
@@ -916,5 +1057,6 @@ void tb_shard_join_result_free(tb_shard_join_result *res)
     free(res->waiting);
     free(res->joined_uuids);
     free(res->notes);
-    res->waiting = res->joined_uuids = res->notes = NULL;
+    free(res->warnings);
+    res->waiting = res->joined_uuids = res->notes = res->warnings = NULL;
 }

@@ -49,6 +49,12 @@ typedef struct tb_shard_join_result {
     char *notes;    /* of the runs joined now, each shard stored more
                        than once completed: which copy was taken, one a
                        line (malloc'd; NULL when none) */
+    char *warnings; /* of the runs joined now, those whose shards' measured
+                       calls were not simultaneous (the windows joined
+                       into one call overlapped less than 90%): which
+                       shards lagged, by how much, how late each started,
+                       one run a line (malloc'd; NULL when none); each
+                       shard's lag is stored (shard.window_lag_ns) */
 } tb_shard_join_result;
 
 /* Join every complete run of st's shard sessions not joined yet, each
