@@ -276,10 +276,19 @@ int cmd_run(const cli_command *cmd, const cli_args *c, const char *cmdline)
      * this host's monotonic clock; the offset makes them wall-clock
      * times, on which the shards of a run are joined. */
     char start_text[32] = "";
-    tb_session_shard sh = {.shard_index = c->shard_k, .shard_count = c->shard_n};
+    tb_session_shard sh = {.shard_index = c->shard_k, .shard_count = c->shard_n, .start_late_ns = -1};
     if (c->start_at >= 0) {
         tb_shard_format_time(c->start_at, start_text);
         sh.start_at = start_text;
+        /* the shard's identity from the start: a shard interrupted while
+         * it waits is still a shard of its run (how late it began: once
+         * it has) */
+        sh.clock_offset_ns = tb_shard_clock_offset();
+        if (tb_store_session_shard(st, session, &sh, &err) != 0) {
+            fprintf(stderr, "tokbench: %s: %s\n", c->db, err);
+            free(err);
+            err = NULL;
+        }
         start_note sn = {c, start_text};
         /* SIGINT/SIGTERM while waiting: the session ends interrupted */
         if (tb_runner_wait_start(c->start_at, announce_start, &sn, &sh.start_late_ns)) {
@@ -668,6 +677,17 @@ int cmd_db_merge(const cli_command *cmd, const cli_args *c, const char *command_
         if (j.joined || j.known || j.waiting)
             printf("shards: %zu run%s joined now, %zu joined before%s%s\n", j.joined, j.joined == 1 ? "" : "s",
                    j.known, j.joined_uuids ? "; new sessions: " : "", j.joined_uuids ? j.joined_uuids : "");
+        if (j.notes)
+            for (char *line = j.notes, *nl; line; line = nl ? nl + 1 : NULL) {
+                nl = strchr(line, '\n');
+                fprintf(stderr, "tokbench: db merge: %.*s\n", nl ? (int)(nl - line) : (int)strlen(line), line);
+            }
+        if (j.warnings)
+            for (char *line = j.warnings, *nl; line; line = nl ? nl + 1 : NULL) {
+                nl = strchr(line, '\n');
+                fprintf(stderr, "tokbench: db merge: warning: %.*s\n", nl ? (int)(nl - line) : (int)strlen(line),
+                        line);
+            }
         if (j.waiting)
             fprintf(stderr, "tokbench: db merge: not joined: %s\n", j.waiting);
         tb_shard_join_result_free(&j);

@@ -93,7 +93,7 @@ const cli_option cli_options[] = {
      .help = "print the expanded cases and exit; runs nothing"},
     {.name = "filter", .arg = "KEY=V1[,V2...]", .commands = CLI_RUN, .kind = CLI_LIST, .field = FIELD(filters),
      .help = "keep the cases whose KEY (backend, a dimension such as batch, or a backend option) is one of the "
-             "values"},
+             "values (with --shard, the suite's values, not the shard's share)"},
     {.name = "max-error-rate", .arg = "X", .commands = CLI_RUN | CLI_BENCH, .kind = CLI_DOUBLE, .field = FIELD(max_error_rate),
      .def = "0", .lo = 0, .hi = 1, .what = "a fraction",
      .help = "exit 1 when a case's failed requests are more than the fraction X of its requests (0: any failed "
@@ -102,10 +102,12 @@ const cli_option cli_options[] = {
     {.name = "shard", .arg = "K/N", .commands = CLI_RUN, .kind = CLI_CALL, .call = shard_arg,
      .help = "run shard K (0-based) of N of every case's load: its share of the requests and of the concurrency, "
              "request_rate / N, a seed of its own; on N machines (examples/: a Kubernetes Indexed Job, a Slurm job "
-             "array), then `db merge` joins the N sessions into one (serving backends only)"},
+             "array), then `db merge` joins the N sessions into one (serving backends only; N >= 2; no load search: "
+             "request_rate = sweep | slo is refused)"},
     {.name = "start-at", .arg = "TIME", .commands = CLI_RUN, .kind = CLI_CALL, .call = start_at_arg,
-     .help = "start the cases at TIME (UTC, 2026-12-01T19:00:00Z, or @UNIX_SECONDS): the N shards start together "
-             "(required with --shard; it names the run the shards belong to)"},
+     .help = "start the cases at TIME (UTC, 2026-12-01T19:00:00Z, or @UNIX_SECONDS): the N shards' first calls "
+             "start together, later ones at each shard's pace (db merge says how far apart they ran; required with "
+             "--shard; it names the run the shards belong to)"},
 
     /* bench: cli/bench.c checks each value and writes it into the suite */
     {.name = "url", .arg = "URL", .commands = CLI_BENCH, .kind = CLI_STRING, .field = FIELD(bench.url),
@@ -355,8 +357,10 @@ const cli_command cli_commands[] = {
               "(one already present is skipped, so merging twice is merging once), machines by fingerprint, "
               "every row remapped, each file in one transaction. OTHER.db is only read; an older schema is "
               "migrated in memory, a newer one refused. Then the shards of a run (`run --shard K/N --start-at "
-              "TIME`) whose N sessions are all in the database are joined into one session that pools every "
-              "request (docs/METRICS.md, \"Sharded runs\"); without OTHER.db, only that.",
+              "TIME`) each of whose N shards has a completed session in the database are joined into one session "
+              "that pools every request (of a shard stored more than once, its newest completed session, said; an "
+              "interrupted shard named; shards whose calls were not simultaneous warned of: docs/METRICS.md, "
+              "\"Sharded runs\"); without OTHER.db, only that.",
      .epilog = "Exit status: 0 merged, 1 error, 2 bad input."},
     {.name = "serve", .bit = CLI_SERVE, .forms = one_form_suite, .run = cmd_serve, .unavailable = tb_serve_unavailable,
      .summary = "one backend of a suite as an OpenAI-compatible endpoint",

@@ -432,6 +432,7 @@ typedef struct shard_row {
     int64_t id;
     char *uuid;
     int64_t clock_offset;
+    char *started; /* session.started_at */
 } shard_row;
 
 /* The joined session's uuid: from the shards' uuids (in shard order), so
@@ -486,10 +487,142 @@ static char *mismatch(joiner *j, const shard_row *s, size_t n)
     return NULL;
 }
 
+/* ------------------------------------------------------ the windows */
+
+/* One shard's window of one measured call: its first submit and last
+ * completion on the wall clock. */
+typedef struct shard_window {
+    int64_t ordinal, rep, start, end;
+} shard_window;
+
+/* How far apart the shards' windows of each joined measured call were
+ * (from the stored submit and completion times): lag[k] is the most shard
+ * k's window began after the earliest shard's (ns), lag_frac[k] the most
+ * that was of the joined window; worst_overlap the smallest share of a
+ * joined window that every shard's window covered (0: some never
+ * overlapped), in case worst_ordinal, repetition worst_rep. */
+typedef struct run_windows {
+    int64_t *lag;
+    double *lag_frac;
+    double worst_overlap;
+    int64_t worst_ordinal, worst_rep, calls;
+} run_windows;
+
+static int measure_windows(joiner *j, const shard_row *s, size_t n, run_windows *w)
+{
+    shard_window **win = tb_xcalloc(n, sizeof *win);
+    size_t *n_win = tb_xcalloc(n, sizeof *n_win);
+    w->lag = tb_xcalloc(n, sizeof *w->lag);
+    w->lag_frac = tb_xcalloc(n, sizeof *w->lag_frac);
+    w->worst_overlap = 1;
+    int rc = 0;
+    for (size_t k = 0; rc == 0 && k < n; k++) {
+        char *sql = sqlite3_mprintf("SELECT c.ordinal, sa.repetition, sa.start_ns + min(r.submit_offset_ns),"
+                                    " sa.start_ns + max(r.submit_offset_ns + coalesce(r.e2e_ns, 0)) FROM sample sa"
+                                    " JOIN bench_case c ON c.id = sa.case_id JOIN request r ON r.sample_id = sa.id"
+                                    " WHERE c.session_id = %lld AND sa.warmup = 0 AND sa.start_ns IS NOT NULL"
+                                    " GROUP BY sa.id ORDER BY c.ordinal, sa.repetition", (long long)s[k].id);
+        sqlite3_stmt *q = prep(j, sql);
+        sqlite3_free(sql);
+        int step = SQLITE_ERROR;
+        while (q && (step = sqlite3_step(q)) == SQLITE_ROW) {
+            win[k] = tb_xrealloc(win[k], (n_win[k] + 1) * sizeof **win);
+            win[k][n_win[k]++] = (shard_window){
+                .ordinal = sqlite3_column_int64(q, 0),
+                .rep = sqlite3_column_int64(q, 1),
+                .start = sqlite3_column_int64(q, 2) + s[k].clock_offset,
+                .end = sqlite3_column_int64(q, 3) + s[k].clock_offset,
+            };
+        }
+        sqlite3_finalize(q);
+        if (!q || step != SQLITE_DONE)
+            rc = fail_db(j, "reading the shards' windows");
+    }
+    /* the calls every shard ran, matched by case and repetition */
+    const shard_window **at = tb_xcalloc(n, sizeof *at);
+    for (size_t i = 0; rc == 0 && i < n_win[0]; i++) {
+        at[0] = &win[0][i];
+        size_t k = 1;
+        for (; k < n; k++) {
+            at[k] = NULL;
+            for (size_t m = 0; m < n_win[k] && !at[k]; m++)
+                if (win[k][m].ordinal == at[0]->ordinal && win[k][m].rep == at[0]->rep)
+                    at[k] = &win[k][m];
+            if (!at[k])
+                break;
+        }
+        if (k < n)
+            continue;
+        int64_t first = INT64_MAX, last = INT64_MIN, last_start = INT64_MIN, first_end = INT64_MAX;
+        for (k = 0; k < n; k++) {
+            first = at[k]->start < first ? at[k]->start : first;
+            last = at[k]->end > last ? at[k]->end : last;
+            last_start = at[k]->start > last_start ? at[k]->start : last_start;
+            first_end = at[k]->end < first_end ? at[k]->end : first_end;
+        }
+        double wall = last > first ? (double)(last - first) : 1;
+        double overlap = first_end > last_start ? (double)(first_end - last_start) / wall : 0;
+        w->calls++;
+        if (overlap < w->worst_overlap) {
+            w->worst_overlap = overlap;
+            w->worst_ordinal = at[0]->ordinal;
+            w->worst_rep = at[0]->rep;
+        }
+        for (k = 0; k < n; k++) {
+            int64_t lag = at[k]->start - first;
+            if (lag > w->lag[k])
+                w->lag[k] = lag;
+            if ((double)lag / wall > w->lag_frac[k])
+                w->lag_frac[k] = (double)lag / wall;
+        }
+    }
+    free(at);
+    for (size_t k = 0; k < n; k++)
+        free(win[k]);
+    free(win);
+    free(n_win);
+    return rc;
+}
+
+static void run_windows_free(run_windows *w)
+{
+    free(w->lag);
+    free(w->lag_frac);
+    memset(w, 0, sizeof *w);
+}
+
+/* The warning of a run whose shards' windows did not coincide (a joined
+ * window less than TB_SHARD_MIN_OVERLAP covered by every shard), naming
+ * each shard that lagged by TB_SHARD_MAX_LAG of a joined window or more,
+ * with how late it started; NULL when they were simultaneous enough. */
+#define TB_SHARD_MIN_OVERLAP 0.9
+#define TB_SHARD_MAX_LAG 0.1
+static char *windows_warning(joiner *j, const shard_row *s, size_t n, const run_windows *w, const char *what)
+{
+    if (!w->calls || w->worst_overlap >= TB_SHARD_MIN_OVERLAP)
+        return NULL;
+    tb_str b = {0};
+    tb_str_appendf(&b, "%s: the shards' measured calls were not simultaneous (case #%lld, repetition %lld: every "
+                   "shard's window covered %.0f%% of the joined window):", what, (long long)w->worst_ordinal,
+                   (long long)w->worst_rep, 100 * w->worst_overlap);
+    for (size_t k = 0; k < n; k++) {
+        if (w->lag_frac[k] < TB_SHARD_MAX_LAG)
+            continue;
+        int64_t late = q_int(j, sqlite3_mprintf("SELECT start_late_ns FROM session WHERE id = %lld",
+                                                (long long)s[k].id), -1);
+        tb_str_appendf(&b, " shard %zu began up to %.1f ms (%.0f%% of a joined window) after the first shard's "
+                       "window (it started %.1f ms after --start-at);", k, (double)w->lag[k] * 1e-6,
+                       100 * w->lag_frac[k], late >= 0 ? (double)late * 1e-6 : NAN);
+    }
+    tb_str_appendf(&b, " the joined aggregate, request rate and sent rate are of a load never sent at once (below "
+                   "the suite's), its latencies of a lighter one (docs/METRICS.md, \"Sharded runs\")");
+    return tb_str_take(&b);
+}
+
 /* The joined session's own rows: the session (shard 0's, completed as
  * its shards are, pooling n shards, on the realtime clock), its shard
  * rows and its backends (by label). Its id, or -1. */
-static int64_t begin_session(joiner *j, const shard_row *s, size_t n, const char *uuid)
+static int64_t begin_session(joiner *j, const shard_row *s, size_t n, const char *uuid, const run_windows *w)
 {
     int64_t *ids = tb_xcalloc(n, sizeof *ids);
     for (size_t k = 0; k < n; k++)
@@ -516,9 +649,10 @@ static int64_t begin_session(joiner *j, const shard_row *s, size_t n, const char
         if (insert_selected(j, "shard",
                             sqlite3_mprintf("SELECT %lld AS session_id, s.shard_index, s.uuid AS source_uuid,"
                                             " m.hostname, s.seed, s.clock_offset_ns, s.clock_offset_ns - %lld AS"
-                                            " offset_to_first_ns, s.start_late_ns FROM session s JOIN machine m ON"
-                                            " m.id = s.machine_id WHERE s.id = %lld",
-                                            (long long)session, (long long)s[0].clock_offset, (long long)s[k].id)) < 0)
+                                            " offset_to_first_ns, s.start_late_ns, %lld AS window_lag_ns FROM"
+                                            " session s JOIN machine m ON m.id = s.machine_id WHERE s.id = %lld",
+                                            (long long)session, (long long)s[0].clock_offset,
+                                            (long long)w->lag[k], (long long)s[k].id)) < 0)
             session = -1;
     if (session >= 0) {
         char *sql = sqlite3_mprintf("SELECT id FROM backend WHERE session_id = %lld ORDER BY id", (long long)s[0].id);
@@ -649,9 +783,9 @@ out:
 /* Join one run's n shards into a new session of the given uuid: its own
  * rows (begin_session), then each case through the store as the runner
  * stores one. In the caller's transaction: a failure is rolled back. */
-static int join_run(joiner *j, tb_store *st, const shard_row *s, size_t n, const char *uuid)
+static int join_run(joiner *j, tb_store *st, const shard_row *s, size_t n, const char *uuid, const run_windows *w)
 {
-    int64_t session = begin_session(j, s, n, uuid);
+    int64_t session = begin_session(j, s, n, uuid, w);
     if (session < 0)
         return -1;
     /* what tb_case_metrics needs of the run: the goodput limits the shards
@@ -696,38 +830,112 @@ static int join_run(joiner *j, tb_store *st, const shard_row *s, size_t n, const
     return rc;
 }
 
-/* A run of shard sessions: completed sessions of one suite text, start
- * time and shard count. */
+/* A run of shard sessions: the sessions (any status) of one suite text,
+ * start time and shard count. */
 typedef struct run_group {
     char *sha, *start_at, *present;
-    int64_t n, have, distinct;
+    int64_t n;
     int64_t outside; /* shards whose index is not in 0..n-1 */
 } run_group;
+
+/* The shards of one run to join: for each index 0..n-1 its newest
+ * completed session (by start, then id) into s[k]; the older completed
+ * copies are left stored, not joined, and *notes says which copy was
+ * taken. 0 when every index has one, else 1 with *why (malloc'd): each
+ * index with no completed session, named interrupted (or failed, or
+ * still running) when a session of it is stored, else missing. -1 on a
+ * database error. */
+static int pick_shards(joiner *j, const run_group *rg, shard_row *s, char **why, tb_str *notes, const char *what)
+{
+    int64_t n = rg->n;
+    int64_t *copies = tb_xcalloc((size_t)n, sizeof *copies);
+    char **other = tb_xcalloc((size_t)n, sizeof *other); /* newest non-completed: "interrupted (session U)" */
+    char *sql = sqlite3_mprintf("SELECT shard_index, status, id, uuid, coalesce(clock_offset_ns, 0), started_at FROM"
+                                " session WHERE suite_sha256 = %Q AND start_at = %Q AND shard_count = %lld AND"
+                                " shard_index IS NOT NULL ORDER BY shard_index, started_at DESC, id DESC",
+                                rg->sha, rg->start_at, (long long)n);
+    sqlite3_stmt *q = prep(j, sql);
+    sqlite3_free(sql);
+    int step = SQLITE_ERROR;
+    while (q && (step = sqlite3_step(q)) == SQLITE_ROW) {
+        int64_t k = sqlite3_column_int64(q, 0);
+        const char *status = (const char *)sqlite3_column_text(q, 1);
+        const char *uuid = (const char *)sqlite3_column_text(q, 3);
+        if (k < 0 || k >= n)
+            continue;
+        if (strcmp(status, "completed") != 0) {
+            if (!other[k])
+                other[k] = tb_xasprintf("shard %lld %s (session %s)", (long long)k, status, uuid ? uuid : "?");
+            continue;
+        }
+        if (copies[k]++ == 0) {
+            s[k].id = sqlite3_column_int64(q, 2);
+            s[k].uuid = tb_xstrdup(uuid ? uuid : "");
+            s[k].clock_offset = sqlite3_column_int64(q, 4);
+            s[k].started = tb_xstrdup(sqlite3_column_text(q, 5) ? (const char *)sqlite3_column_text(q, 5) : "?");
+        }
+    }
+    sqlite3_finalize(q);
+    int rc = 0;
+    if (!q || step != SQLITE_DONE) {
+        rc = fail_db(j, "reading the shard sessions");
+    } else {
+        tb_str w = {0}, missing = {0}, done = {0};
+        for (int64_t k = 0; k < n; k++) {
+            if (copies[k])
+                tb_str_appendf(&done, "%s%lld", done.len ? "," : "", (long long)k);
+            else if (other[k])
+                tb_str_appendf(&w, "%s%s", w.len ? "; " : "", other[k]);
+            else
+                tb_str_appendf(&missing, "%s%lld", missing.len ? "," : "", (long long)k);
+        }
+        if (w.len || missing.len) {
+            if (missing.len)
+                tb_str_appendf(&w, "%sshards missing: %s", w.len ? "; " : "", missing.s);
+            tb_str_appendf(&w, " (shards completed: %s)", done.len ? done.s : "none");
+            *why = tb_str_take(&w);
+            rc = 1;
+        } else {
+            for (int64_t k = 0; k < n; k++)
+                if (copies[k] > 1)
+                    tb_str_appendf(notes, "%s%s: shard %lld: took its newest completed session, %s (started %s); "
+                                   "%lld older cop%s stored, not joined", notes->len ? "\n" : "", what,
+                                   (long long)k, s[k].uuid, s[k].started, (long long)(copies[k] - 1),
+                                   copies[k] == 2 ? "y" : "ies");
+        }
+        tb_str_free(&w);
+        tb_str_free(&missing);
+        tb_str_free(&done);
+    }
+    for (int64_t k = 0; k < n; k++)
+        free(other[k]);
+    free(other);
+    free(copies);
+    return rc;
+}
 
 int tb_shard_join(tb_store *st, tb_shard_join_result *res, char **err)
 {
     memset(res, 0, sizeof *res);
     joiner j = {.db = tb_store_db(st)};
-    tb_str waiting = {0}, joined = {0};
+    tb_str waiting = {0}, joined = {0}, notes = {0}, warnings = {0};
     /* the runs, read whole before anything is written */
     run_group *runs = NULL;
     size_t n_runs = 0;
-    sqlite3_stmt *g = prep(&j, "SELECT suite_sha256, start_at, shard_count, count(*), count(DISTINCT shard_index),"
-                               " group_concat(shard_index), sum(shard_index < 0 OR shard_index >= shard_count) FROM session WHERE shard_index IS NOT NULL AND status ="
-                               " 'completed' AND start_at IS NOT NULL GROUP BY suite_sha256, start_at, shard_count"
+    sqlite3_stmt *g = prep(&j, "SELECT suite_sha256, start_at, shard_count, group_concat(DISTINCT shard_index),"
+                               " sum(shard_index < 0 OR shard_index >= shard_count) FROM session WHERE shard_index"
+                               " IS NOT NULL AND start_at IS NOT NULL GROUP BY suite_sha256, start_at, shard_count"
                                " ORDER BY start_at");
     int rc = g ? 0 : -1, step = SQLITE_DONE;
     while (g && (step = sqlite3_step(g)) == SQLITE_ROW) {
         runs = tb_xrealloc(runs, (n_runs + 1) * sizeof *runs);
-        const char *present = (const char *)sqlite3_column_text(g, 5);
+        const char *present = (const char *)sqlite3_column_text(g, 3);
         runs[n_runs++] = (run_group){
             .sha = tb_xstrdup((const char *)sqlite3_column_text(g, 0)),
             .start_at = tb_xstrdup((const char *)sqlite3_column_text(g, 1)),
             .present = tb_xstrdup(present ? present : ""),
             .n = sqlite3_column_int64(g, 2),
-            .have = sqlite3_column_int64(g, 3),
-            .distinct = sqlite3_column_int64(g, 4),
-            .outside = sqlite3_column_int64(g, 6),
+            .outside = sqlite3_column_int64(g, 4),
         };
     }
     sqlite3_finalize(g);
@@ -739,8 +947,8 @@ int tb_shard_join(tb_store *st, tb_shard_join_result *res, char **err)
         char *what = tb_xasprintf("the run of %.12s starting at %s (%lld shards)", rg->sha, rg->start_at,
                                   (long long)n);
         /* the stored indexes are checked, not trusted: a run is n >= 2
-         * shards, exactly one of each index 0..n-1 (a database may hold
-         * what no run wrote: merged in, or edited) */
+         * shards, indexes 0..n-1 (a database may hold what no run wrote:
+         * merged in, or edited) */
         if (n < 2 || rg->outside) {
             tb_str_appendf(&waiting, "%s%s: %s (shards present: %s)", waiting.len ? "; " : "", what,
                            n < 2 ? "not a sharded run (a run has 2 shards or more)"
@@ -748,24 +956,20 @@ int tb_shard_join(tb_store *st, tb_shard_join_result *res, char **err)
             free(what);
             continue;
         }
-        if (rg->distinct < n || rg->have > n) {
-            tb_str_appendf(&waiting, "%s%s: %s (shards present: %s)", waiting.len ? "; " : "", what,
-                           rg->have > rg->distinct ? "a shard present twice" : "shards missing", rg->present);
-            free(what);
-            continue;
-        }
         shard_row *s = tb_xcalloc((size_t)n, sizeof *s);
-        char *sql = sqlite3_mprintf("SELECT id, uuid, coalesce(clock_offset_ns, 0) FROM session WHERE suite_sha256 ="
-                                    " %Q AND start_at = %Q AND shard_count = %lld AND shard_index IS NOT NULL AND"
-                                    " status = 'completed' ORDER BY shard_index", rg->sha, rg->start_at, (long long)n);
-        sqlite3_stmt *q = prep(&j, sql);
-        sqlite3_free(sql);
-        for (int64_t k = 0; q && k < n && sqlite3_step(q) == SQLITE_ROW; k++) {
-            s[k].id = sqlite3_column_int64(q, 0);
-            s[k].uuid = tb_xstrdup((const char *)sqlite3_column_text(q, 1));
-            s[k].clock_offset = sqlite3_column_int64(q, 2);
+        tb_str took = {0};
+        char *not_yet = NULL;
+        int picked = pick_shards(&j, rg, s, &not_yet, &took, what);
+        if (picked != 0) {
+            if (picked < 0)
+                rc = -1;
+            else
+                tb_str_appendf(&waiting, "%s%s: %s", waiting.len ? "; " : "", what, not_yet);
+            free(not_yet);
+            tb_str_free(&took);
+            free(what);
+            goto next;
         }
-        sqlite3_finalize(q);
         char uuid[40];
         joined_uuid(s, (size_t)n, uuid);
         /* each run all or nothing: the joined session with its shard,
@@ -777,6 +981,7 @@ int tb_shard_join(tb_store *st, tb_shard_join_result *res, char **err)
             j.err = tb_xasprintf("joining %s: %s", what, why);
             free(why);
             free(what);
+            tb_str_free(&took);
             rc = -1;
             goto next;
         }
@@ -786,11 +991,12 @@ int tb_shard_join(tb_store *st, tb_shard_join_result *res, char **err)
                                                   " 'completed'", uuid), 0);
         why = known ? NULL : mismatch(&j, s, (size_t)n);
         int ok = 0;
+        run_windows win = {0};
         if (known) {
             res->known++;
         } else if (why) {
             tb_str_appendf(&waiting, "%s%s: %s", waiting.len ? "; " : "", what, why);
-        } else if (join_run(&j, st, s, (size_t)n, uuid) != 0) {
+        } else if (measure_windows(&j, s, (size_t)n, &win) != 0 || join_run(&j, st, s, (size_t)n, uuid, &win) != 0) {
             char *e = tb_xasprintf("joining %s: %s", what, j.err ? j.err : "failed");
             free(j.err);
             j.err = e;
@@ -803,15 +1009,25 @@ int tb_shard_join(tb_store *st, tb_shard_join_result *res, char **err)
         if (tb_store_txn_end(st, &t, ok, ok ? &why : NULL) == 0) {
             res->joined++;
             tb_str_appendf(&joined, "%s%s", joined.len ? " " : "", uuid);
+            if (took.len)
+                tb_str_appendf(&notes, "%s%s", notes.len ? "\n" : "", took.s);
+            char *late = windows_warning(&j, s, (size_t)n, &win, what);
+            if (late)
+                tb_str_appendf(&warnings, "%s%s", warnings.len ? "\n" : "", late);
+            free(late);
         } else if (ok) {
             j.err = tb_xasprintf("joining %s: %s", what, why);
             free(why);
             rc = -1;
         }
+        run_windows_free(&win);
+        tb_str_free(&took);
         free(what);
     next:
-        for (int64_t k = 0; k < n; k++)
+        for (int64_t k = 0; k < n; k++) {
             free(s[k].uuid);
+            free(s[k].started);
+        }
         free(s);
     }
     for (size_t i = 0; i < n_runs; i++) {
@@ -822,8 +1038,12 @@ int tb_shard_join(tb_store *st, tb_shard_join_result *res, char **err)
     free(runs);
     res->waiting = waiting.len ? tb_str_take(&waiting) : NULL;
     res->joined_uuids = joined.len ? tb_str_take(&joined) : NULL;
+    res->notes = notes.len ? tb_str_take(&notes) : NULL;
+    res->warnings = warnings.len ? tb_str_take(&warnings) : NULL;
+    tb_str_free(&warnings);
     tb_str_free(&waiting);
     tb_str_free(&joined);
+    tb_str_free(&notes);
     if (rc != 0) {
         *err = j.err ? j.err : tb_xstrdup("joining shards failed");
         return -1;
@@ -836,5 +1056,7 @@ void tb_shard_join_result_free(tb_shard_join_result *res)
 {
     free(res->waiting);
     free(res->joined_uuids);
-    res->waiting = res->joined_uuids = NULL;
+    free(res->notes);
+    free(res->warnings);
+    res->waiting = res->joined_uuids = res->notes = res->warnings = NULL;
 }

@@ -2,10 +2,15 @@
  * K/N --start-at TIME` on N machines, shard.h) joined into one session
  * whose statistics pool every request (docs/METRICS.md, "Sharded runs").
  *
- * The shards of a run are the completed sessions with the same suite
- * text (sha256), start time and shard count; a run is joined once all N
- * are present (one each), by `tokbench db merge`, and never twice (the
- * joined session's uuid is derived from the shards' uuids). The joined
+ * The shards of a run are the sessions with the same suite text
+ * (sha256), start time and shard count; of each shard index the join
+ * takes the newest completed session (a shard run again into the same
+ * database: the older copies stay stored, not joined, and the join says
+ * which it took). A run is joined once every index 0..N-1 has a
+ * completed session, by `tokbench db merge`; an index with none is named
+ * interrupted (failed, running) when a session of it is stored, else
+ * missing. The same sessions are never joined twice (the joined
+ * session's uuid is derived from the uuids of the sessions taken). The joined
  * session copies shard 0's session, backends and cases (a case's
  * concurrency and request_rate summed over the shards); repetition r of
  * a case pools repetition r of every shard: its requests are every
@@ -39,8 +44,17 @@ typedef struct tb_shard_join_result {
                            (malloc'd; NULL when none) */
     size_t known;   /* runs joined before */
     char *waiting;  /* runs not (yet) joinable, in words (malloc'd; NULL
-                       when none): shards missing or duplicated, shards
-                       that differ */
+                       when none): shards missing, interrupted (failed,
+                       running), shards that differ */
+    char *notes;    /* of the runs joined now, each shard stored more
+                       than once completed: which copy was taken, one a
+                       line (malloc'd; NULL when none) */
+    char *warnings; /* of the runs joined now, those whose shards' measured
+                       calls were not simultaneous (the windows joined
+                       into one call overlapped less than 90%): which
+                       shards lagged, by how much, how late each started,
+                       one run a line (malloc'd; NULL when none); each
+                       shard's lag is stored (shard.window_lag_ns) */
 } tb_shard_join_result;
 
 /* Join every complete run of st's shard sessions not joined yet, each

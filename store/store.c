@@ -1092,7 +1092,7 @@ int tb_store_session_shard(tb_store *st, int64_t session, const tb_session_shard
             sqlite3_bind_int64(q, 1, sh->shard_index), sqlite3_bind_int64(q, 2, sh->shard_count);
         bind_text(q, 3, sh->start_at);
         sqlite3_bind_int64(q, 4, sh->clock_offset_ns);
-        if (sh->start_at)
+        if (sh->start_at && sh->start_late_ns >= 0)
             sqlite3_bind_int64(q, 5, sh->start_late_ns);
         sqlite3_bind_int64(q, 6, session);
         if (sqlite3_step(q) != SQLITE_DONE)

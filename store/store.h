@@ -172,7 +172,8 @@ typedef struct tb_session_shard {
     uint32_t shard_index, shard_count; /* shard_count 0: not a shard */
     const char *start_at;              /* UTC ISO 8601, or NULL */
     int64_t clock_offset_ns;           /* CLOCK_REALTIME - CLOCK_MONOTONIC */
-    int64_t start_late_ns;             /* its start after start_at */
+    int64_t start_late_ns;             /* its start after start_at; < 0:
+                                          not started yet (NULL) */
 } tb_session_shard;
 int tb_store_session_shard(tb_store *st, int64_t session, const tb_session_shard *sh, char **err);
 

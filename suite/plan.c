@@ -545,6 +545,17 @@ static void validate_cases(tb_plan *plan, tb_str *errs, const int *skip_backend)
     }
 }
 
+int tb_plan_validate(tb_plan *plan, char **err)
+{
+    tb_str errs = {0};
+    int *none = tb_xcalloc(plan->n_backends ? plan->n_backends : 1, sizeof *none);
+    validate_cases(plan, &errs, none);
+    free(none);
+    *err = errs.len ? tb_str_take(&errs) : NULL;
+    tb_str_free(&errs);
+    return *err ? -1 : 0;
+}
+
 uint32_t tb_case_emissions(const tb_plan *plan, const tb_case *c)
 {
     const tb_backend_ops *ops = plan->backends[c->backend].plugin.ops;
@@ -1064,7 +1075,12 @@ static int case_matches(const tb_plan *plan, const tb_case *c, const char *key, 
         return 0;
     }
     if (d != TB_N_DIMS) {
-        double v = tb_case_dim(c, d);
+        /* a shard's case by the suite's value, not its share */
+        double v = !c->shard_count              ? tb_case_dim(c, d)
+                   : d == TB_DIM_REQUESTS       ? c->suite_requests
+                   : d == TB_DIM_CONCURRENCY    ? c->suite_concurrency
+                   : d == TB_DIM_REQUEST_RATE   ? c->suite_request_rate
+                                                : tb_case_dim(c, d);
         for (size_t i = 0; i < nv; i++) {
             char *end;
             double w = strtod(vals[i], &end);

@@ -59,6 +59,13 @@ typedef struct tb_case {
     char *load_key;   /* values of TB_OPTF_LOAD options: equal keys share
                          one backend context */
     char *skip_reason; /* NULL: run it */
+    /* --shard K/N (shard.h) applied: requests, concurrency and
+     * request_rate above are this shard's share; the suite's values, which
+     * --filter matches (one command line selects the same case on every
+     * shard), are kept here. shard_count 0: not split. */
+    uint32_t shard_count;
+    uint32_t suite_requests, suite_concurrency;
+    double suite_request_rate;
 } tb_case;
 
 typedef struct tb_plan {
@@ -107,9 +114,16 @@ typedef struct tb_plan {
 int tb_plan_build(tb_suite *suite, tb_plan *plan, char **err);
 
 /* Keep only cases matching every filter "KEY=V1[,V2...]", KEY being
- * "backend", a dimension or an option name. Ordinals are kept. Returns 0,
+ * "backend", a dimension or an option name; a split case (--shard)
+ * matches by the suite's requests, concurrency and request_rate, not its
+ * share. Ordinals are kept. Returns 0,
  * or -1 with *err for a malformed filter. */
 int tb_plan_filter(tb_plan *plan, char *const *filters, size_t n, char **err);
+
+/* Each runnable case's validate() by its plugin (as tb_plan_build does)
+ * again: for cases changed after the build (a shard's share, shard.h).
+ * 0, or -1 with *err (every case at fault, file:line: key: reason). */
+int tb_plan_validate(tb_plan *plan, char **err);
 
 /* Generate calls of one measured pass of case c: 1 with synthetic
  * prompts; with a prompt set, ceil(n_prompts / requests) (the last call is

@@ -22,8 +22,13 @@ int tb_shard_parse(const char *text, uint32_t *k, uint32_t *n, char **err)
     }
     const char *p = end + 1;
     unsigned long b = strtoul(p, &end, 10);
-    if (end == p || *end || p[0] == '-' || errno || b < 1 || b > 65536 || a >= b) {
+    if (end == p || *end || p[0] == '-' || errno || b > 65536 || a >= b) {
         *err = tb_xasprintf("--shard %s: expected K/N with 0 <= K < N <= 65536 (shard K of N, 0-based)", text);
+        return -1;
+    }
+    if (b < 2) { /* one shard is the whole load: no run to join */
+        *err = tb_xasprintf("--shard %s: expected N >= 2 shards (a run of one shard is the whole load, never "
+                            "joined: run it without --shard)", text);
         return -1;
     }
     *k = (uint32_t)a;
@@ -70,8 +75,18 @@ int tb_shard_parse_time(const char *text, int64_t *ns, char **err)
             *err = tb_xasprintf("--start-at %s: %s", text, want);
             return -1;
         }
+        /* a date that does not exist (2026-02-30) is refused, not carried
+         * into the next month: the fields must survive the round trip */
+        struct tm want_tm = tm;
         errno = 0;
         time_t t = timegm(&tm);
+        if (tm.tm_year != want_tm.tm_year || tm.tm_mon != want_tm.tm_mon || tm.tm_mday != want_tm.tm_mday ||
+            tm.tm_hour != want_tm.tm_hour || tm.tm_min != want_tm.tm_min || tm.tm_sec != want_tm.tm_sec) {
+            *err = tb_xasprintf("--start-at %s: no such time (day %d of month %d, %02d:%02d:%02d): %s", text,
+                                want_tm.tm_mday, want_tm.tm_mon + 1, want_tm.tm_hour, want_tm.tm_min, want_tm.tm_sec,
+                                want);
+            return -1;
+        }
         if (t < 0 || t > LAST_START_S || errno == EOVERFLOW) {
             *err = tb_xasprintf("--start-at %s: %s", text, range);
             return -1;
@@ -94,7 +109,9 @@ void tb_shard_format_time(int64_t ns, char *out)
 
 uint64_t tb_shard_seed(uint64_t seed, uint32_t k)
 {
-    return seed + (uint64_t)k * 0x9E3779B97F4A7C15ull; /* k = 0: the suite's own */
+    /* 63 bits: a seed a suite can take back (seed = 0 .. 2^63 - 1), stored
+     * and printed as one number everywhere; k = 0: the suite's own */
+    return (seed + (uint64_t)k * 0x9E3779B97F4A7C15ull) & (uint64_t)INT64_MAX;
 }
 
 /* shard k's part of x split n ways */
@@ -103,9 +120,29 @@ static uint32_t share(uint32_t x, uint32_t k, uint32_t n)
     return x / n + (k < x % n);
 }
 
+/* Shard k of n of case c (its share), remembering the suite's values. */
+static tb_case share_of(const tb_case *c, uint32_t k, uint32_t n)
+{
+    tb_case s = *c;
+    s.shard_count = n;
+    s.suite_requests = c->requests;
+    s.suite_concurrency = c->concurrency;
+    s.suite_request_rate = c->request_rate;
+    s.requests = share(c->requests, k, n);
+    if (c->concurrency)
+        s.concurrency = share(c->concurrency, k, n);
+    s.request_rate = c->request_rate / n;
+    return s;
+}
+
 int tb_shard_apply(tb_plan *plan, uint32_t k, uint32_t n, char **err)
 {
     tb_str errs = {0};
+    /* every shard's share of every case (at most 3 distinct ones a case:
+     * shard 0's, and the first to lose the extra request or the extra
+     * slot of concurrency), for the plugin's own check */
+    tb_case *shares = NULL;
+    size_t n_shares = 0;
     for (size_t i = 0; i < plan->n_cases; i++) {
         tb_case *c = &plan->cases[i];
         if (c->skip_reason)
@@ -117,26 +154,51 @@ int tb_shard_apply(tb_plan *plan, uint32_t k, uint32_t n, char **err)
             tb_str_appendf(&errs, "--shard: case #%zu (%s %s): backend %s (plugin %s) serves no load to split "
                            "(only serving backends, with concurrency or request_rate, can be sharded)\n",
                            c->ordinal, pb->sb->label, label, pb->sb->label, pb->plugin.ops->name);
+        else if (c->search != TB_SEARCH_NONE)
+            tb_str_appendf(&errs, "--shard: case #%zu (%s %s): request_rate = %s is a load search, which cannot be "
+                           "split: each shard would search on its own, and their rates would not add up to one load "
+                           "(run the search whole, or shard fixed request_rate values)\n",
+                           c->ordinal, pb->sb->label, label, c->search == TB_SEARCH_SWEEP ? "sweep" : "slo");
         else if (c->requests < n || (c->concurrency && c->concurrency < n))
             tb_str_appendf(&errs, "--shard: case #%zu (%s %s): %s %u cannot be split over %u shards (each needs "
                            "at least one)\n", c->ordinal, pb->sb->label, label,
                            c->requests < n ? "requests" : "concurrency",
                            c->requests < n ? c->requests : c->concurrency, n);
         else {
-            c->requests = share(c->requests, k, n);
-            if (c->concurrency)
-                c->concurrency = share(c->concurrency, k, n);
-            c->request_rate /= n;
+            uint32_t firsts[3] = {0, c->requests % n, c->concurrency ? c->concurrency % n : 0};
+            for (int f = 0; f < 3; f++) {
+                if (firsts[f] >= n || (f && firsts[f] == 0) || (f == 2 && firsts[2] == firsts[1]))
+                    continue;
+                shares = tb_xrealloc(shares, (n_shares + 1) * sizeof *shares);
+                shares[n_shares++] = share_of(c, firsts[f], n);
+            }
         }
         free(label);
     }
     if (plan->n_prompts)
         tb_str_appendf(&errs, "--shard: a suite with a prompt set cannot be sharded (its items are graded per "
                        "case; run it whole)\n");
+    /* a share the plugin refuses (a multi-turn load's requests that are
+     * not a whole number of sessions): refused now, on every shard alike,
+     * not when the case runs after the --start-at wait */
+    if (!errs.len && n_shares) {
+        tb_plan part = *plan;
+        part.cases = shares;
+        part.n_cases = n_shares;
+        char *why = NULL;
+        if (tb_plan_validate(&part, &why) != 0)
+            tb_str_appendf(&errs, "--shard %u/%u: a shard's share of a case is refused by its plugin (every "
+                           "shard's share is checked, so that the %u shards refuse alike):\n%s", k, n, n, why);
+        free(why);
+    }
+    free(shares); /* copies: the cases own what they point to */
     if (errs.len) {
         *err = tb_str_take(&errs);
         return -1;
     }
+    for (size_t i = 0; i < plan->n_cases; i++)
+        if (!plan->cases[i].skip_reason)
+            plan->cases[i] = share_of(&plan->cases[i], k, n);
     return 0;
 }
 

@@ -83,7 +83,7 @@ seeds=$(for k in 0 1 2 3; do q "$tmp/out/shard-$k.db" "select seed from session"
 # ---------------------------------------------------------------- 2. the join
 "$tb" db merge "$tmp/out/shard-0.db" "$tmp/out/shard-1.db" "$tmp/out/shard-2.db" --db "$tmp/three.db" \
     >"$tmp/three.out" 2>"$tmp/three.err" || fail "merge of 3 shards"
-grep -q "not joined: .*shards missing (shards present: 0,1,2)" "$tmp/three.err" \
+grep -q "not joined: .*shards missing: 3 (shards completed: 0,1,2)" "$tmp/three.err" \
     && [ "$(q "$tmp/three.db" "select count(*) from session where shard_count is not null and shard_index is null")" = 0 ] \
     && pass "3 of 4 shards: not joined, said why" || { cat "$tmp/three.err"; fail "3 of 4 shards"; }
 "$tb" db merge "$tmp/out/shard-3.db" --db "$tmp/three.db" >"$tmp/four.out" 2>&1 \

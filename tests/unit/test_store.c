@@ -1831,6 +1831,131 @@ static void test_join_indexes(void)
     free(path);
 }
 
+/* Audit H item 5: of each shard index the join takes the newest
+ * completed session. Shard 1 interrupted, with shard 0 completed: not
+ * joined, shard 1 named interrupted (not missing); shard 1 run again
+ * twice into the database: joined from the newest copy of shard 1 (its
+ * uuid in the shard table), the older copies and the interrupted one
+ * still stored, and the merge says which copy it took. */
+static void test_join_copies(void)
+{
+    char *path = tmp_path("join_copies.db");
+    tb_store *st = NULL;
+    char *err = NULL;
+    CHECK(tb_store_open(path, &st, &err) == 0);
+    if (!st) {
+        free(err);
+        free(path);
+        return;
+    }
+    sqlite3 *db = tb_store_db(st);
+    tb_plan_backend pb;
+    int64_t machine, s0, b0;
+    CHECK(setup_session(st, &pb, &machine, &s0, &b0) == 0);
+    CHECK(sqlite3_exec(db, "DELETE FROM session", NULL, NULL, NULL) == SQLITE_OK);
+    const char *t = "2025-02-01T00:00:00.000Z";
+    bogus_shard(st, machine, &pb, 0, 2, t);
+    int64_t cut = bogus_shard(st, machine, &pb, 1, 2, t);
+    char *sql = sqlite3_mprintf("UPDATE session SET status = 'interrupted' WHERE id = %lld", (long long)cut);
+    CHECK(sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK);
+    sqlite3_free(sql);
+    tb_shard_join_result res;
+    CHECK(tb_shard_join(st, &res, &err) == 0);
+    CHECK(res.joined == 0);
+    char *cut_uuid = q_text(db, "SELECT uuid FROM session WHERE id = %lld", (long long)cut);
+    char *want = tb_xasprintf("(2 shards): shard 1 interrupted (session %s) (shards completed: 0)", cut_uuid);
+    CHECK_CONTAINS(res.waiting, want);
+    CHECK(res.waiting && !strstr(res.waiting, "missing"));
+    free(want);
+    tb_shard_join_result_free(&res);
+
+    int64_t older = bogus_shard(st, machine, &pb, 1, 2, t);
+    int64_t newer = bogus_shard(st, machine, &pb, 1, 2, t);
+    CHECK(older > 0 && newer > older);
+    CHECK(tb_shard_join(st, &res, &err) == 0);
+    CHECK(res.joined == 1 && !res.waiting);
+    char *new_uuid = q_text(db, "SELECT uuid FROM session WHERE id = %lld", (long long)newer);
+    want = tb_xasprintf("shard 1: took its newest completed session, %s (started ", new_uuid);
+    CHECK_CONTAINS(res.notes, want);
+    CHECK_CONTAINS(res.notes, "1 older copy stored, not joined");
+    free(want);
+    tb_shard_join_result_free(&res);
+    char *taken = q_text(db, "SELECT source_uuid FROM shard WHERE shard_index = 1");
+    CHECK(taken && new_uuid && strcmp(taken, new_uuid) == 0);
+    CHECK(q_int(db, "SELECT count(*) FROM session WHERE shard_index = 1") == 3);
+    CHECK(tb_shard_join(st, &res, &err) == 0);
+    CHECK(res.joined == 0 && res.known == 1 && !res.notes);
+    tb_shard_join_result_free(&res);
+    free(taken);
+    free(new_uuid);
+    free(cut_uuid);
+    tb_plugin_close(&pb.plugin);
+    tb_store_close(st);
+    free(path);
+}
+
+/* Audit H item 4: the join measures how far apart the shards' windows of
+ * each joined measured call were. Two runs of 2 shards, one request each
+ * (submit 1 us into its call, done 6 us later): run A's shards start
+ * their calls together (no warning, lags 0); run B's shard 1 starts its
+ * call 3 us after shard 0's (windows [1, 7] and [4, 10] us: 33% of the
+ * joined 9 us covered by both): the merge warns, naming shard 1, its lag
+ * and how late it started, and stores each shard's lag. */
+static void test_join_windows(void)
+{
+    char *path = tmp_path("join_windows.db");
+    tb_store *st = NULL;
+    char *err = NULL;
+    CHECK(tb_store_open(path, &st, &err) == 0);
+    if (!st) {
+        free(err);
+        free(path);
+        return;
+    }
+    sqlite3 *db = tb_store_db(st);
+    tb_plan_backend pb;
+    int64_t machine, s0, b0;
+    CHECK(setup_session(st, &pb, &machine, &s0, &b0) == 0);
+    CHECK(sqlite3_exec(db, "DELETE FROM session", NULL, NULL, NULL) == SQLITE_OK);
+    const char *ta = "2025-03-01T00:00:00.000Z", *tb = "2025-03-02T00:00:00.000Z";
+    int64_t a0 = bogus_shard(st, machine, &pb, 0, 2, ta), a1 = bogus_shard(st, machine, &pb, 1, 2, ta);
+    int64_t b0s = bogus_shard(st, machine, &pb, 0, 2, tb), b1s = bogus_shard(st, machine, &pb, 1, 2, tb);
+    const int64_t start[4][2] = {{a0, 0}, {a1, 0}, {b0s, 0}, {b1s, 3000}};
+    for (int i = 0; i < 4; i++) {
+        char *sql = sqlite3_mprintf("UPDATE sample SET start_ns = %lld WHERE case_id IN (SELECT id FROM bench_case"
+                                    " WHERE session_id = %lld); UPDATE request SET submit_offset_ns = 1000, e2e_ns ="
+                                    " 6000 WHERE sample_id IN (SELECT s.id FROM sample s JOIN bench_case c ON c.id ="
+                                    " s.case_id WHERE c.session_id = %lld); UPDATE session SET start_late_ns = %lld"
+                                    " WHERE id = %lld", (long long)start[i][1], (long long)start[i][0],
+                                    (long long)start[i][0], (long long)(i == 3 ? 2500000 : 0),
+                                    (long long)start[i][0]);
+        CHECK(sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK);
+        sqlite3_free(sql);
+    }
+    tb_shard_join_result res;
+    CHECK(tb_shard_join(st, &res, &err) == 0);
+    CHECK(res.joined == 2);
+    CHECK_CONTAINS(res.warnings, "starting at 2025-03-02T00:00:00.000Z (2 shards): the shards' measured calls were "
+                                 "not simultaneous (case #1, repetition 0: every shard's window covered 33% of the "
+                                 "joined window): shard 1 began up to 0.0 ms (33% of a joined window) after the "
+                                 "first shard's window (it started 2.5 ms after --start-at);");
+    CHECK(res.warnings && !strstr(res.warnings, "2025-03-01") && !strstr(res.warnings, "shard 0 began"));
+    tb_shard_join_result_free(&res);
+    char *lags_b = q_text(db, "SELECT group_concat(window_lag_ns, ' ') FROM (SELECT h.window_lag_ns FROM shard h JOIN"
+                              " session j ON j.id = h.session_id WHERE j.start_at = '2025-03-02T00:00:00.000Z' ORDER"
+                              " BY h.shard_index)");
+    char *lags_a = q_text(db, "SELECT group_concat(window_lag_ns, ' ') FROM (SELECT h.window_lag_ns FROM shard h JOIN"
+                              " session j ON j.id = h.session_id WHERE j.start_at = '2025-03-01T00:00:00.000Z' ORDER"
+                              " BY h.shard_index)");
+    CHECK(lags_b && strcmp(lags_b, "0 3000") == 0);
+    CHECK(lags_a && strcmp(lags_a, "0 0") == 0);
+    free(lags_a);
+    free(lags_b);
+    tb_plugin_close(&pb.plugin);
+    tb_store_close(st);
+    free(path);
+}
+
 int main(void)
 {
     null_path = getenv("TB_NULL_PLUGIN");
@@ -1858,6 +1983,8 @@ int main(void)
     test_sample_sources();
     test_join_all_or_nothing();
     test_join_indexes();
+    test_join_copies();
+    test_join_windows();
     test_join_canvas();
     test_two_writers();
     test_concurrent_create();
