@@ -156,6 +156,8 @@ static int load_session(sqlite3 *db, int64_t id, tb_rsession *s, char **err)
     s->has_prompt_set = r.prompt_set_path != NULL;
     s->config_sha256 = tb_xstrdup(r.config_sha256);
     s->config_json = tb_xstrdup(r.config_json);
+    s->shard_index = r.shard_index;
+    s->shard_count = r.shard_count;
 
     tb_rkvs *k = &s->session;
     kv_add(k, "session", tb_xasprintf("%lld (%s)", (long long)id, s->uuid));
@@ -591,6 +593,17 @@ char *tb_roptions_words(const char *options_json)
     words_append(&b, o, NULL);
     cJSON_Delete(o);
     return tb_str_take(&b);
+}
+
+const char *tb_rshard_words(int64_t shard_index, int64_t shard_count, char *buf, size_t size)
+{
+    if (shard_count <= 0)
+        snprintf(buf, size, "one machine");
+    else if (shard_index < 0)
+        snprintf(buf, size, "%lld shards joined", (long long)shard_count);
+    else
+        snprintf(buf, size, "shard %lld of %lld", (long long)shard_index, (long long)shard_count);
+    return buf;
 }
 
 char *tb_rprompt_text(const char *backend_options_json, double prompt_len_mean)

@@ -109,6 +109,9 @@ typedef struct tb_rsession {
     int has_quality; /* some case has a quality metric */
     int has_spec;    /* some case decoded speculatively (tb_rcase_spec) */
     int has_prompt_set; /* the session ran a [prompts] set */
+    /* a shard of a run split over machines (K of N), the session joining
+     * them (-1 of N), or neither (-1, -1) */
+    int64_t shard_index, shard_count;
 } tb_rsession;
 
 /* Load session `id`. 0, or -1 with *err (malloc'd): no such session, a
@@ -151,6 +154,12 @@ uint32_t tb_rcase_positions(const tb_rcase *c);
  * The one owner of that text: show, run, compare, history and the
  * Markdown and HTML reports all take it from here. */
 char *tb_rprompt_text(const char *backend_options_json, double prompt_len_mean);
+
+/* What load a session measured, in words (the one text compare and
+ * history use): "one machine" (count <= 0), "2 shards joined" (index <
+ * 0: a joined session, docs/METRICS.md "Sharded runs"), or "shard 1 of 2"
+ * (a shard's own session: its share of the load). Into buf. */
+const char *tb_rshard_words(int64_t shard_index, int64_t shard_count, char *buf, size_t size);
 
 /* The same for a case of a loaded session. */
 char *tb_rcase_prompt(const tb_rsession *s, const tb_rcase *c);

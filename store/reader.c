@@ -1337,6 +1337,8 @@ int tb_read_history(sqlite3 *db, const char *label, const char *metric, char *co
     stat_columns(&sql, "mt");
     dim_columns(&sql, "c.");
     tb_str_append(&sql, ", (SELECT mean FROM metric WHERE case_id = c.id AND name = 'prompt_len')");
+    tb_str_append(&sql, ", coalesce(s.shard_index, -1), coalesce(s.shard_count, -1),"
+                        " coalesce((SELECT min(sh.session_id) FROM shard sh WHERE sh.source_uuid = s.uuid), -1)");
     tb_str_append(&sql, " FROM bench_case c JOIN backend b ON b.id = c.backend_id JOIN session s ON s.id = c.session_id"
                         " JOIN machine m ON m.id = s.machine_id"
                         " LEFT JOIN metric mt ON mt.case_id = c.id AND mt.name = ?2"
@@ -1379,6 +1381,9 @@ int tb_read_history(sqlite3 *db, const char *label, const char *metric, char *co
             p->st = stats_of(q, i);
             int k = dim_values(q, i + 1 + (int)tb_n_stat_columns, &p->dims);
             p->prompt_len_mean = col_num(q, k);
+            p->shard_index = sqlite3_column_int64(q, k + 1);
+            p->shard_count = sqlite3_column_int64(q, k + 2);
+            p->joined_in = sqlite3_column_int64(q, k + 3);
         }
         if (step != SQLITE_DONE) { /* an error, not the end of the cases */
             *err = read_error(db, -1, "the cases of backend \"%s\"", label);
