@@ -512,6 +512,21 @@ void tb_rsession_free(tb_rsession *s)
 
 /* ---------------------------------------------------------- queries */
 
+int tb_rcase_cut_off(const tb_rsession *s, const tb_rcase *c)
+{
+    const tb_rsearch *x = tb_rcase_search(s, c);
+    if (!x || !c->search_role || strcmp(c->search_role, "probe") != 0)
+        return 0;
+    if (c->search_pass < 0)
+        return 1;
+    if (strcmp(x->status, "interrupted") != 0 || strcmp(c->status, "failed") != 0)
+        return 0;
+    for (size_t i = 0; i < s->n_cases; i++) /* its search's last run? */
+        if (s->cases[i].search_id == c->search_id && s->cases[i].ordinal > c->ordinal)
+            return 0;
+    return 1;
+}
+
 const tb_stats *tb_rcase_metric(const tb_rcase *c, const char *name)
 {
     for (size_t i = 0; i < c->n_metrics; i++)

@@ -124,6 +124,12 @@ void tb_rsession_free(tb_rsession *s);
 /* The search case c is a run of, or NULL. */
 const tb_rsearch *tb_rcase_search(const tb_rsession *s, const tb_rcase *c);
 
+/* Is c an SLO probe cut off by Ctrl-C or SIGTERM, so without a verdict
+ * (docs/METRICS.md, "Load searches")? Stored with no search_pass; or, by
+ * a tokbench before that rule, failed as the last run of an interrupted
+ * search with search_pass 0. */
+int tb_rcase_cut_off(const tb_rsession *s, const tb_rcase *c);
+
 /* The status to show: the stored one, or "degraded" for an ok case with
  * failed requests (metrics.h's tb_case_degraded at threshold 0). */
 const char *tb_rcase_status(const tb_rcase *c);

@@ -555,6 +555,21 @@ else:
 EOF
 pass "slo: limits no run meets: below after 1/2 and 1/4 of the synchronous rate, no answer, why in words; bisection ($(q "$tmp/bisect.db" "select status || ' ' || coalesce(round(slo_rate, 1), '-') from search")): every verdict and the answer as the stored runs say"
 
+# a probe cut off (Ctrl-C: stored failed, no figures, search_pass NULL
+# by run/search.c, tests/unit/test_search.c; a tokbench before that
+# stored 0) has no verdict: the runs table says so, never "not met"
+verdicts() { "$tb" report --db "$1" 2>/dev/null | sed -n '/^## Load searches: the runs/,/^## /p' | grep '| probe |' | sed 's/.*| \([^|]*\) |$/\1/' | paste -sd,; }
+[ "$(verdicts "$tmp/slo.db")" = "not met,not met,not met,not met" ] || fail "the runs table's verdicts: $(verdicts "$tmp/slo.db")"
+for stored in NULL 0; do
+    cp "$tmp/slo.db" "$tmp/cut.db"
+    q "$tmp/cut.db" "update search set status = 'interrupted', slo_rate = NULL, error = NULL;
+        delete from metric where case_id = (select max(id) from bench_case);
+        update bench_case set status = 'failed', error = 'interrupted (Ctrl-C or SIGTERM) while running', search_pass = $stored where id = (select max(id) from bench_case)"
+    [ "$(verdicts "$tmp/cut.db")" = "not met,not met,not met,interrupted (no verdict)" ] \
+        || fail "a cut-off probe (search_pass $stored): $(verdicts "$tmp/cut.db")"
+done
+pass "the runs table: each probe's verdict as stored; a probe cut off: interrupted (no verdict)"
+
 # ------------------------------------------------------------------ 7
 for name in search bisect; do
     "$tb" report --db "$tmp/$name.db" --format html -o "$tmp/$name.html" 2>"$tmp/$name.report.err" || fail "report $name"
