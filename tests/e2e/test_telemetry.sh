@@ -110,6 +110,29 @@ n_metrics=$(q "$tmp/a.db" "select count(distinct substr(s.name, 1, instr(s.name 
 "$tb" db merge "$tmp/a.db" --db "$tmp/m.db" >/dev/null 2>&1 || fail "merge"
 [ "$(q "$tmp/m.db" "select count(*) from telemetry_point")" = "$(q "$tmp/a.db" "select count(*) from telemetry_point")" ] \
     && pass "db merge carries the series" || fail "merge telemetry"
+# export --format json (docs/REPORTS.md: everything stored): each case's
+# scrape counts and first error, every series with every point, as the
+# database holds them; a run whose scrapes failed has its count and reason
+for db in a h; do
+    "$tb" export --format json last --db "$tmp/$db.db" >"$tmp/$db.json" 2>"$tmp/$db.json.err" || fail "export json $db: $(cat "$tmp/$db.json.err")"
+    python3 - "$tmp/$db.db" "$tmp/$db.json" <<'PY' || fail "export json $db: telemetry or scrapes differ from the database"
+import json, sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+doc = json.load(open(sys.argv[2]))
+assert doc["cases"], doc
+for c in doc["cases"]:
+    cid, scrapes, failed, error = db.execute("select id, scrapes, scrapes_failed, scrape_error from bench_case where ordinal = ?", (c["ordinal"],)).fetchone()
+    assert (c["scrapes"], c["scrapes_failed"], c["scrape_error"]) == (scrapes, failed, error), (c["scrapes"], c["scrapes_failed"], c["scrape_error"], scrapes, failed, error)
+    assert scrapes and scrapes > 0, scrapes
+    want = [{"source": src, "name": name, "points": [[t, v] for t, v in db.execute("select t_ns, value from telemetry_point where series_id = ? order by t_ns", (sid,))]}
+            for sid, src, name in db.execute("select id, source, name from telemetry_series where case_id = ? order by id", (cid,))]
+    assert c["telemetry"] == want, (len(c["telemetry"]), len(want))
+print(sum(len(c["telemetry"]) for c in doc["cases"]), "series", file=sys.stderr)
+PY
+done
+python3 -c "import json, sys; c = json.load(open(sys.argv[1]))['cases'][0]; assert c['scrapes_failed'] > 0 and 'larger than 4 MiB' in c['scrape_error'] and c['telemetry'] == [], c" "$tmp/h.json" \
+    && python3 -c "import json, sys; c = json.load(open(sys.argv[1]))['cases'][0]; assert len(c['telemetry']) > 3 and any(p[1] is None for s in c['telemetry'] for p in s['points']), c" "$tmp/a.json" \
+    && pass "export json: scrapes, their failures and every telemetry point as stored" || fail "export json: telemetry"
 printf '[suite]\nname = x\n[backend n]\nplugin = null\n[telemetry]\nperiod = 0\ncolour = red\n' >"$tmp/bad.ini"
 "$tb" run "$tmp/bad.ini" --db "$tmp/bad.db" >/dev/null 2>"$tmp/bad.err"
 [ $? = 2 ] && grep -q "bad.ini:6: period: expected seconds between samples" "$tmp/bad.err" \
