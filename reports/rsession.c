@@ -371,8 +371,10 @@ static int load_cases(sqlite3 *db, tb_rsession *s, char **err)
             .scrapes = r->scrapes,
             .scrapes_failed = r->scrapes_failed,
             .scrape_error = r->scrape_error,
+            .telemetry_unmatched = r->telemetry_unmatched,
         };
         r->options_json = r->status = r->error = r->search_role = r->scrape_error = NULL; /* taken */
+        r->telemetry_unmatched = NULL;
         for (int d = 0; d < TB_N_DIMS; d++)
             if (tb_dim_defs[d].column && !tb_case_dim_absent(&c->dims, (tb_dim)d))
                 s->dims |= TB_RDIM(d);
@@ -498,6 +500,7 @@ void tb_rsession_free(tb_rsession *s)
         free(c->error);
         free(c->search_role);
         free(c->scrape_error);
+        free(c->telemetry_unmatched);
         for (size_t k = 0; k < 16; k++)
             free(c->first_error[k]);
         for (size_t k = 0; k < c->n_metrics; k++) {

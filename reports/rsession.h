@@ -69,6 +69,7 @@ typedef struct tb_rcase {
      * failed, the first failure's reason (NULL: none) */
     int64_t scrapes, scrapes_failed;
     char *scrape_error;
+    char *telemetry_unmatched; /* tb_row_case's */
 } tb_rcase;
 
 /* A load search of the session (core/search.h; table search). */

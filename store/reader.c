@@ -436,7 +436,9 @@ int tb_read_cases(sqlite3 *db, int64_t session, tb_row_case **out, size_t *n, ch
                   "    WHERE sa.case_id = c.id AND sa.warmup = 0),"
                   " (SELECT count(*) FROM request r JOIN sample sa ON r.sample_id = sa.id"
                   "    WHERE sa.case_id = c.id AND sa.warmup = 0 AND r.status <> 'ok'),"
-                  " c.search_id, c.search_role, c.search_pass, c.scrapes, c.scrapes_failed, c.scrape_error"
+                  " c.search_id, c.search_role, c.search_pass, c.scrapes, c.scrapes_failed, c.scrape_error,"
+                  " (SELECT group_concat(ts.name, ', ') FROM telemetry_series ts WHERE ts.case_id = c.id"
+                  "    AND NOT EXISTS (SELECT 1 FROM telemetry_point p WHERE p.series_id = ts.id))"
                   " FROM bench_case c JOIN backend b ON b.id = c.backend_id WHERE c.session_id = ?"
                   " ORDER BY c.ordinal");
     sqlite3_stmt *q;
@@ -471,6 +473,8 @@ int tb_read_cases(sqlite3 *db, int64_t session, tb_row_case **out, size_t *n, ch
         c->scrapes_failed = sqlite3_column_type(q, i) == SQLITE_NULL ? -1 : sqlite3_column_int64(q, i);
         i++;
         c->scrape_error = sqlite3_column_type(q, i) == SQLITE_NULL ? NULL : col_free_text(q, i);
+        i++;
+        c->telemetry_unmatched = col_free_text(q, i);
     }
     if (rc != SQLITE_DONE)
         *err = read_error(db, session, "the cases of session %lld", (long long)session);
@@ -493,6 +497,7 @@ void tb_row_cases_free(tb_row_case *c, size_t n)
         free(c[i].error);
         free(c[i].search_role);
         free(c[i].scrape_error);
+        free(c[i].telemetry_unmatched);
     }
     free(c);
 }

@@ -122,6 +122,8 @@ typedef struct tb_row_case {
     int64_t scrapes, scrapes_failed;      /* telemetry scrapes (migration
                                              14); -1: none stored */
     char *scrape_error;                   /* the first failed one's; NULL */
+    char *telemetry_unmatched; /* `metrics =` names no scrape had (series
+                                  stored without points), "a, b"; NULL */
 } tb_row_case;
 
 /* Session `session`'s cases by ordinal. */

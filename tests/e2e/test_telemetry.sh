@@ -80,6 +80,23 @@ suite "$tmp/b.ini" "$url" "metrics = vllm:gpu_cache_usage_perc"
 [ "$(q "$tmp/b.db" "select group_concat(name) from telemetry_series")" = 'vllm:gpu_cache_usage_perc{model_name="m"}' ] \
     && pass "metrics = keeps the series named" || fail "filter: $(q "$tmp/b.db" "select group_concat(name) from telemetry_series")"
 
+# a name that no scrape has (a typo): said by the run, with the close names
+# the endpoint offered, stored as a series without points, warned by show
+suite "$tmp/t.ini" "$url" "metrics = vllm:gpu_cache_usage_perc, vllm:gpu_cache_usge_perc"
+"$tb" run "$tmp/t.ini" --db "$tmp/t.db" >"$tmp/t.out" 2>"$tmp/t.err" || fail "run with a misspelt metric"
+grep -q "telemetry: metrics = vllm:gpu_cache_usge_perc matched no sample in the [0-9]* answered scrapes of $url: no points stored for it (close names it offered: vllm:gpu_cache_usage_perc)" "$tmp/t.err" \
+    || fail "the run's note on a misspelt metric: $(grep telemetry "$tmp/t.err")"
+grep -q "metrics = vllm:gpu_cache_usage_perc matched" "$tmp/t.err" && fail "a metric that matched said to match nothing"
+[ "$(q "$tmp/t.db" "select group_concat(name || ':' || (n > 0), ' ') from (select s.name, (select count(*) from telemetry_point p where p.series_id = s.id) n from telemetry_series s order by s.id)")" \
+  = 'vllm:gpu_cache_usage_perc{model_name="m"}:1 vllm:gpu_cache_usge_perc:0' ] \
+    || fail "stored series: $(q "$tmp/t.db" "select name from telemetry_series")"
+for out in "$tmp/t.out" "$tmp/t.show"; do
+    [ "$out" = "$tmp/t.show" ] && "$tb" show --db "$tmp/t.db" >"$out" 2>&1
+    grep -q "n \[.*\]: telemetry: metrics = vllm:gpu_cache_usge_perc matched no sample in any scrape of the metrics_url: no points stored for it" "$out" \
+        || fail "the warning in $(basename "$out"): $(sed -n '/^warnings/,$p' "$out")"
+done
+pass "metrics = a name no scrape had: said with the close name offered, stored without points, warned at the run's end and by show"
+
 # ---------------------------------------------------------------- 3. bounded and timed out
 server huge h
 suite "$tmp/h.ini" "http://127.0.0.1:$(cat "$tmp/h.port")/metrics"
