@@ -131,6 +131,12 @@ static void session_differences(const tb_rsession *a, const tb_rsession *b, cons
         if (fa && fb && strcmp(fa, fb) != 0)
             tb_str_appendf(out, "%smachine: %s vs %s (different hardware or software: not a like-for-like run)\n",
                            ind, a->hostname, b->hostname);
+        char wa[64], wb[64];
+        tb_rshard_words(a->shard_index, a->shard_count, wa, sizeof wa);
+        tb_rshard_words(b->shard_index, b->shard_count, wb, sizeof wb);
+        if (strcmp(wa, wb) != 0)
+            tb_str_appendf(out, "%sshards: %s vs %s (the load sent from other clients: not a like-for-like run)\n",
+                           ind, wa, wb);
         if (strcmp(a->git_commit, b->git_commit) != 0)
             tb_str_appendf(out, "%stokbench commit: %s vs %s\n", ind, a->git_commit, b->git_commit);
         if (strcmp(a->suite_sha256, b->suite_sha256) != 0)

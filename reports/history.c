@@ -53,8 +53,18 @@ int tb_history_load(sqlite3 *db, const char *label, const char *metric, char *co
         tb_history_free(out);
         return rc;
     }
+    tb_str left = {0};
     for (size_t r = 0; r < n; r++) {
         tb_row_history *h = &rows[r];
+        /* A shard's own session whose run a joined session here pools:
+         * its load is in that session's figures; said once a session. */
+        if (h->shard_index >= 0 && h->joined_in >= 0) {
+            char *one = tb_xasprintf("#%lld (joined in #%lld)", (long long)h->session, (long long)h->joined_in);
+            if (!left.len || !strstr(left.s, one))
+                tb_str_appendf(&left, "%s%s", left.len ? ", " : "", one);
+            free(one);
+            continue;
+        }
         /* The case's key, built as the report builds it. */
         tb_rcase k = {.dims = h->dims, .options_json = h->options_json};
         char *prompt = tb_rprompt_text(h->backend_options_json, h->prompt_len_mean);
@@ -88,11 +98,15 @@ int tb_history_load(sqlite3 *db, const char *label, const char *metric, char *co
             .config_sha256 = h->config_sha256,
             .config_json = h->config_json,
             .st = h->st,
+            .shard_index = h->shard_index,
+            .shard_count = h->shard_count,
         };
         free(h->options_json);
         memset(h, 0, sizeof *h); /* its strings taken */
     }
     tb_row_history_free(rows, n);
+    out->left_out = left.len ? tb_str_take(&left) : NULL;
+    tb_str_free(&left);
     if (out->n == 0) {
         *err = tb_xasprintf("no case of backend \"%s\" matches the filters", label);
         tb_history_free(out);
@@ -131,6 +145,7 @@ void tb_history_free(tb_history *h)
     free(h->backend);
     free(h->metric);
     free(h->unit);
+    free(h->left_out);
     memset(h, 0, sizeof *h);
 }
 
@@ -168,8 +183,13 @@ static void config_changes(const tb_hpoint *prev, const tb_hpoint *p, const char
 static char *changes(const tb_hpoint *prev, const tb_hpoint *p)
 {
     tb_str b = {0};
+    char wa[64], wb[64];
+    if (strcmp(tb_rshard_words(prev->shard_index, prev->shard_count, wa, sizeof wa),
+               tb_rshard_words(p->shard_index, p->shard_count, wb, sizeof wb)) != 0)
+        tb_str_appendf(&b, "shards %s -> %s", wa, wb);
     if (strcmp(prev->fingerprint, p->fingerprint) != 0)
-        tb_str_appendf(&b, "machine %s (%s) -> %s (%s)", prev->host, prev->hardware, p->host, p->hardware);
+        tb_str_appendf(&b, "%smachine %s (%s) -> %s (%s)", b.len ? "; " : "", prev->host, prev->hardware, p->host,
+                       p->hardware);
     if (strcmp(prev->model, p->model) != 0)
         tb_str_appendf(&b, "%smodel %s -> %s", b.len ? "; " : "", prev->model, p->model);
     if (strcmp(prev->dtype, p->dtype) != 0)
@@ -191,6 +211,16 @@ static char *changes(const tb_hpoint *prev, const tb_hpoint *p)
     if (!b.len)
         return NULL;
     return tb_str_take(&b);
+}
+
+/* The status column: the case's, with what load a sharded session
+ * measured ("ok, 2 shards joined", "ok, shard 1 of 2"). */
+static char *status_text(const tb_hpoint *p)
+{
+    char w[64];
+    if (p->shard_count <= 0)
+        return tb_xstrdup(p->case_status);
+    return tb_xasprintf("%s, %s", p->case_status, tb_rshard_words(p->shard_index, p->shard_count, w, sizeof w));
 }
 
 void tb_history_print(const tb_history *h, FILE *out)
@@ -216,7 +246,9 @@ void tb_history_print(const tb_history *h, FILE *out)
             tb_table_cell(t, p->version);
             tb_table_cell(t, p->host);
             tb_table_cell(t, p->hardware);
-            tb_table_cell(t, p->case_status);
+            char *status = status_text(p);
+            tb_table_cell(t, status);
+            free(status);
             tb_table_cellf(t, "%zu", p->st.n);
             tb_table_num(t, p->st.median, 2);
             tb_table_num(t, p->st.p5, 2);
@@ -225,7 +257,8 @@ void tb_history_print(const tb_history *h, FILE *out)
                 tb_table_cellf(t, "[%.2f, %.2f]", p->st.ci_lo, p->st.ci_hi);
             else
                 tb_table_cell(t, "-");
-            if (prev && isfinite(prev->st.median) && isfinite(p->st.median) && prev->st.median != 0) {
+            int share = p->shard_index >= 0; /* a shard's own session: a share of the load */
+            if (!share && prev && isfinite(prev->st.median) && isfinite(p->st.median) && prev->st.median != 0) {
                 double pct = (p->st.median / prev->st.median - 1) * 100;
                 int better = dir == TB_BETTER_HIGHER ? pct > 0 : pct < 0;
                 tb_table_cellf(t, "%+.1f%%%s", pct,
@@ -233,14 +266,19 @@ void tb_history_print(const tb_history *h, FILE *out)
             } else {
                 tb_table_cell(t, "-");
             }
-            if (prev) {
+            if (share) {
+                char w[64];
+                tb_str_appendf(&notes, "  session %lld: %s, not joined here: its share of the load, compared with "
+                                       "no session\n",
+                               (long long)p->session, tb_rshard_words(p->shard_index, p->shard_count, w, sizeof w));
+            } else if (prev) {
                 char *c = changes(prev, p);
                 if (c)
                     tb_str_appendf(&notes, "  session %lld: %s: not comparable with the session before\n",
                                    (long long)p->session, c);
                 free(c);
             }
-            if (isfinite(p->st.median))
+            if (isfinite(p->st.median) && !share)
                 prev = p;
         }
         tb_table_print(t, out);
@@ -249,6 +287,8 @@ void tb_history_print(const tb_history *h, FILE *out)
             fprintf(out, "notes:\n%s", notes.s);
         tb_str_free(&notes);
     }
+    if (h->left_out)
+        fprintf(out, "\nleft out: shard sessions %s, whose load the joined session's figures pool\n", h->left_out);
 }
 
 static void csv_field(FILE *out, const char *s)
@@ -269,7 +309,7 @@ static void csv_field(FILE *out, const char *s)
 void tb_history_csv(const tb_history *h, FILE *out)
 {
     fputs("backend,case,metric,unit,session,started_at,commit,version,host,hardware,machine_fingerprint,model,"
-          "dtype,plugin_version,status,n,median,p5,p95,mean,stdev,cv,min,max,ci_lo,ci_hi\r\n", out);
+          "dtype,plugin_version,status,n,median,p5,p95,mean,stdev,cv,min,max,ci_lo,ci_hi,shards\r\n", out);
     for (size_t i = 0; i < h->n; i++)
         for (size_t k = 0; k < h->s[i].n; k++) {
             const tb_hpoint *p = &h->s[i].p[k];
@@ -294,6 +334,9 @@ void tb_history_csv(const tb_history *h, FILE *out)
                 else
                     fputc(',', out);
             }
+            char w[64];
+            fputc(',', out);
+            csv_field(out, tb_rshard_words(p->shard_index, p->shard_count, w, sizeof w));
             fputs("\r\n", out);
         }
 }
@@ -403,12 +446,14 @@ void tb_history_html(const tb_history *h, FILE *out)
             const tb_hpoint *p = &h->s[i].p[k];
             char a[32], b[32], c2[32], d[32], e[32];
             fprintf(out, "<tr><td>%lld</td><td>", (long long)p->session);
-            const char *cells[] = {p->started_at, p->commit, p->version, p->host, p->hardware, p->case_status};
+            char *status = status_text(p);
+            const char *cells[] = {p->started_at, p->commit, p->version, p->host, p->hardware, status};
             for (size_t j = 0; j < TB_ARRAY_LEN(cells); j++) {
                 if (j)
                     fputs("</td><td>", out);
                 tb_xml_escape(out, cells[j]);
             }
+            free(status);
             fprintf(out, "</td><td class=\"num\">%zu</td><td class=\"num\">%s</td><td class=\"num\">%s</td>"
                          "<td class=\"num\">%s</td><td class=\"num\">%s – %s</td></tr>\n",
                     p->st.n, tb_rfmt(a, sizeof a, p->st.median, 2), tb_rfmt(b, sizeof b, p->st.p5, 2),

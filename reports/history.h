@@ -21,6 +21,10 @@ typedef struct tb_hpoint {
                                           configuration; "" before schema 6 */
     char *case_status; /* "ok", "failed", "skipped" */
     tb_stats st;       /* the metric in that case; n = 0 when not stored */
+    /* what load the session measured (tb_rshard_words): a joined
+     * session of N shards (-1 of N), a shard not joined in this database
+     * (K of N: a share of the load, never compared), else -1, -1 */
+    int64_t shard_index, shard_count;
 } tb_hpoint;
 
 typedef struct tb_hseries {
@@ -33,6 +37,8 @@ typedef struct tb_history {
     char *backend, *metric, *unit;
     tb_hseries *s; /* one per distinct case, in order of first appearance */
     size_t n;
+    char *left_out; /* "#2, #3 (joined in #4)": shard sessions a joined
+                       session of this database pools, left out; NULL: none */
 } tb_history;
 
 /* Load `metric` of backend `label` over all sessions. filters are

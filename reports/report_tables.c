@@ -473,7 +473,10 @@ static void searches(const tb_rsession *s, tb_rtables *ts)
             putf_num(&r, ttft ? ttft->p99 : NAN, 3);
             putf_num(&r, tpot ? tpot->p99 : NAN, 3);
             putf_num(&r, (double)c->failed_requests, 0);
-            put(&r, tb_xstrdup(c->search_pass == 1 ? "met" : c->search_pass == 0 ? "not met" : ""));
+            put(&r, tb_xstrdup(tb_rcase_cut_off(s, c) ? "interrupted (no verdict)"
+                               : c->search_pass == 1                  ? "met"
+                               : c->search_pass == 0                  ? "not met"
+                                                                      : ""));
             end_row(t, &r);
         }
 }

@@ -156,6 +156,8 @@ static int load_session(sqlite3 *db, int64_t id, tb_rsession *s, char **err)
     s->has_prompt_set = r.prompt_set_path != NULL;
     s->config_sha256 = tb_xstrdup(r.config_sha256);
     s->config_json = tb_xstrdup(r.config_json);
+    s->shard_index = r.shard_index;
+    s->shard_count = r.shard_count;
 
     tb_rkvs *k = &s->session;
     kv_add(k, "session", tb_xasprintf("%lld (%s)", (long long)id, s->uuid));
@@ -369,8 +371,10 @@ static int load_cases(sqlite3 *db, tb_rsession *s, char **err)
             .scrapes = r->scrapes,
             .scrapes_failed = r->scrapes_failed,
             .scrape_error = r->scrape_error,
+            .telemetry_unmatched = r->telemetry_unmatched,
         };
         r->options_json = r->status = r->error = r->search_role = r->scrape_error = NULL; /* taken */
+        r->telemetry_unmatched = NULL;
         for (int d = 0; d < TB_N_DIMS; d++)
             if (tb_dim_defs[d].column && !tb_case_dim_absent(&c->dims, (tb_dim)d))
                 s->dims |= TB_RDIM(d);
@@ -496,6 +500,7 @@ void tb_rsession_free(tb_rsession *s)
         free(c->error);
         free(c->search_role);
         free(c->scrape_error);
+        free(c->telemetry_unmatched);
         for (size_t k = 0; k < 16; k++)
             free(c->first_error[k]);
         for (size_t k = 0; k < c->n_metrics; k++) {
@@ -509,6 +514,21 @@ void tb_rsession_free(tb_rsession *s)
 }
 
 /* ---------------------------------------------------------- queries */
+
+int tb_rcase_cut_off(const tb_rsession *s, const tb_rcase *c)
+{
+    const tb_rsearch *x = tb_rcase_search(s, c);
+    if (!x || !c->search_role || strcmp(c->search_role, "probe") != 0)
+        return 0;
+    if (c->search_pass < 0)
+        return 1;
+    if (strcmp(x->status, "interrupted") != 0 || strcmp(c->status, "failed") != 0)
+        return 0;
+    for (size_t i = 0; i < s->n_cases; i++) /* its search's last run? */
+        if (s->cases[i].search_id == c->search_id && s->cases[i].ordinal > c->ordinal)
+            return 0;
+    return 1;
+}
 
 const tb_stats *tb_rcase_metric(const tb_rcase *c, const char *name)
 {
@@ -591,6 +611,17 @@ char *tb_roptions_words(const char *options_json)
     words_append(&b, o, NULL);
     cJSON_Delete(o);
     return tb_str_take(&b);
+}
+
+const char *tb_rshard_words(int64_t shard_index, int64_t shard_count, char *buf, size_t size)
+{
+    if (shard_count <= 0)
+        snprintf(buf, size, "one machine");
+    else if (shard_index < 0)
+        snprintf(buf, size, "%lld shards joined", (long long)shard_count);
+    else
+        snprintf(buf, size, "shard %lld of %lld", (long long)shard_index, (long long)shard_count);
+    return buf;
 }
 
 char *tb_rprompt_text(const char *backend_options_json, double prompt_len_mean)

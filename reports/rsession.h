@@ -69,6 +69,7 @@ typedef struct tb_rcase {
      * failed, the first failure's reason (NULL: none) */
     int64_t scrapes, scrapes_failed;
     char *scrape_error;
+    char *telemetry_unmatched; /* tb_row_case's */
 } tb_rcase;
 
 /* A load search of the session (core/search.h; table search). */
@@ -109,6 +110,9 @@ typedef struct tb_rsession {
     int has_quality; /* some case has a quality metric */
     int has_spec;    /* some case decoded speculatively (tb_rcase_spec) */
     int has_prompt_set; /* the session ran a [prompts] set */
+    /* a shard of a run split over machines (K of N), the session joining
+     * them (-1 of N), or neither (-1, -1) */
+    int64_t shard_index, shard_count;
 } tb_rsession;
 
 /* Load session `id`. 0, or -1 with *err (malloc'd): no such session, a
@@ -120,6 +124,12 @@ void tb_rsession_free(tb_rsession *s);
 
 /* The search case c is a run of, or NULL. */
 const tb_rsearch *tb_rcase_search(const tb_rsession *s, const tb_rcase *c);
+
+/* Is c an SLO probe cut off by Ctrl-C or SIGTERM, so without a verdict
+ * (docs/METRICS.md, "Load searches")? Stored with no search_pass; or, by
+ * a tokbench before that rule, failed as the last run of an interrupted
+ * search with search_pass 0. */
+int tb_rcase_cut_off(const tb_rsession *s, const tb_rcase *c);
 
 /* The status to show: the stored one, or "degraded" for an ok case with
  * failed requests (metrics.h's tb_case_degraded at threshold 0). */
@@ -151,6 +161,12 @@ uint32_t tb_rcase_positions(const tb_rcase *c);
  * The one owner of that text: show, run, compare, history and the
  * Markdown and HTML reports all take it from here. */
 char *tb_rprompt_text(const char *backend_options_json, double prompt_len_mean);
+
+/* What load a session measured, in words (the one text compare and
+ * history use): "one machine" (count <= 0), "2 shards joined" (index <
+ * 0: a joined session, docs/METRICS.md "Sharded runs"), or "shard 1 of 2"
+ * (a shard's own session: its share of the load). Into buf. */
+const char *tb_rshard_words(int64_t shard_index, int64_t shard_count, char *buf, size_t size);
 
 /* The same for a case of a loaded session. */
 char *tb_rcase_prompt(const tb_rsession *s, const tb_rcase *c);

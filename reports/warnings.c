@@ -272,6 +272,11 @@ void tb_warnings_derive(const tb_rsession *s, tb_warnings *w)
                                 "the server's series are missing or partial for this case",
                                 label, dims, (long long)c->scrapes_failed, (long long)c->scrapes,
                                 c->scrape_error ? c->scrape_error : "no reason stored"));
+        if (c->telemetry_unmatched)
+            add(w, tb_xasprintf("%s [%s]: telemetry: metrics = %s matched no sample in any scrape of the "
+                                "metrics_url: no points stored for it (a misspelt name, or one the server does not "
+                                "serve)",
+                                label, dims, c->telemetry_unmatched));
         /* Saturation is a ceiling on figures that were measured: a case
          * whose requests all failed (nothing listening: each fails at
          * once, and the loop spins) measured none. */

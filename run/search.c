@@ -166,11 +166,27 @@ static char *limits_json(const tb_suite *suite, int kind)
 
 typedef struct search_state {
     tb_search_ctx s;
+    tb_store *store;
     size_t *next_ordinal;
     tb_search_run_fn run_fn;
     void *ctx;
     int stopped;
 } search_state;
+
+/* Probe `ordinal` of search `id`: no verdict (search_pass NULL). */
+static void no_verdict(tb_store *store, int64_t id, size_t ordinal)
+{
+    sqlite3_stmt *q = NULL;
+    if (sqlite3_prepare_v2(tb_store_db(store),
+                           "UPDATE bench_case SET search_pass = NULL WHERE search_id = ? AND ordinal = ?"
+                           " AND search_role = 'probe'",
+                           -1, &q, NULL) == SQLITE_OK) {
+        sqlite3_bind_int64(q, 1, id);
+        sqlite3_bind_int64(q, 2, (sqlite3_int64)ordinal);
+        sqlite3_step(q);
+    }
+    sqlite3_finalize(q);
+}
 
 /* One run: the template at this concurrency or rate. */
 static tb_search_point run(search_state *st, const char *role, uint32_t concurrency, double rate)
@@ -185,8 +201,15 @@ static tb_search_point run(search_state *st, const char *role, uint32_t concurre
     st->s.role = role;
     tb_search_point p;
     tb_search_point_init(&p);
-    if (!st->stopped && st->run_fn(st->ctx, &c, &st->s, &p) != 0)
+    if (!st->stopped && st->run_fn(st->ctx, &c, &st->s, &p) != 0) {
         st->stopped = 1;
+        /* A probe cut off (Ctrl-C, SIGTERM) has no figures and no verdict:
+         * the search decided nothing on it. The runner stored it failed
+         * with the rule's "not met" (tb_search_mark); its verdict is
+         * NULL. One that finished after the signal keeps its verdict. */
+        if (is_probe(&st->s) && !p.ran && !p.measured)
+            no_verdict(st->store, st->s.search_id, c.ordinal);
+    }
     return p;
 }
 
@@ -200,7 +223,7 @@ int tb_search_run(const tb_plan *plan, const tb_case *tmpl, tb_store *store, int
     free(limits);
     if (id < 0)
         return -1;
-    search_state st = {.s = {.plan = plan, .tmpl = tmpl, .search_id = id}, .next_ordinal = next_ordinal,
+    search_state st = {.s = {.plan = plan, .tmpl = tmpl, .search_id = id}, .store = store, .next_ordinal = next_ordinal,
                        .run_fn = run_fn, .ctx = ctx};
     tb_search_result res = {.status = "interrupted", .sync_rate = NAN, .max_rate = NAN, .slo_rate = NAN};
 
@@ -252,9 +275,13 @@ int tb_search_run(const tb_plan *plan, const tb_case *tmpl, tb_store *store, int
                 if (!st.stopped && isnan(good)) {
                     char *why = tb_search_why_not(suite, &low);
                     res.status = "below";
+                    /* lo is the lower bound: the synchronous run's rate,
+                     * or the throughput run's when that achieved less */
                     res.error = tb_xasprintf("no rate met the limits: the lowest tried, %.2f requests/s (1/%d of "
-                                             "the synchronous %.2f), had %s",
-                                             rate, 1 << TB_SEARCH_DOWN_STEPS, lo, why);
+                                             "the %s %.2f), had %s",
+                                             rate, 1 << TB_SEARCH_DOWN_STEPS,
+                                             thr.req_throughput < sync.req_throughput ? "throughput" : "synchronous",
+                                             lo, why);
                     free(why);
                 }
             }

@@ -316,7 +316,41 @@ typedef struct sampler {
     char *body;
     size_t body_len;
     int too_large;
+    /* `metrics =`: which names some answered scrape had (matched[i] of
+     * cfg->metrics[i]), after how many answered scrapes, and the
+     * distinct names the endpoint offered (for the close ones) */
+    unsigned char *matched; /* cfg->n_metrics of them */
+    size_t answered;
+    char **offered;
+    size_t n_offered;
 } sampler;
+
+/* Edit distance of a and b (bounded: 0..255 characters each), or a large
+ * number past that. */
+static size_t distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 255 || lb > 255)
+        return SIZE_MAX;
+    size_t row[256];
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j];
+            size_t best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best)
+                best = up + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
 
 static uint32_t series_id(sampler *sm, const char *source, const char *name)
 {
@@ -440,6 +474,7 @@ static int scrape(sampler *sm, CURLM *m, CURL *e, int64_t t, int fd_in)
     }
     const char *src = sm->cfg->metrics_url;
     size_t bad = 0, line_no = 0;
+    sm->answered++;
     char why[160], first_bad[200] = "";
     for (size_t at = 0; at < sm->body_len;) {
         const char *l = sm->body + at;
@@ -458,6 +493,17 @@ static int scrape(sampler *sm, CURLM *m, CURL *e, int64_t t, int fd_in)
             if (!bad++)
                 snprintf(first_bad, sizeof first_bad, "line %zu: %s", line_no, why);
             continue;
+        }
+        if (r == 1 && sm->cfg->n_metrics) {
+            for (size_t i = 0; i < sm->cfg->n_metrics; i++)
+                sm->matched[i] |= strcmp(sm->cfg->metrics[i], ps.name) == 0;
+            size_t k = 0;
+            while (k < sm->n_offered && strcmp(sm->offered[k], ps.name) != 0)
+                k++;
+            if (k == sm->n_offered && sm->n_offered < TB_TELEMETRY_MAX_SERIES) {
+                sm->offered = tb_xrealloc(sm->offered, (sm->n_offered + 1) * sizeof *sm->offered);
+                sm->offered[sm->n_offered++] = tb_xstrdup(ps.name);
+            }
         }
         if (r == 0 || !tb_telemetry_keep(sm->cfg, ps.name))
             continue;
@@ -572,6 +618,25 @@ static void dump(sampler *sm, int fd)
     FILE *f = fdopen(fd, "w");
     if (!f)
         return;
+    /* a `metrics =` name no answered scrape had (a typo, or a metric
+     * the server does not serve): a series without points, stored with
+     * the case (warnings.c says it), and a note naming the close names
+     * the endpoint offered */
+    for (size_t i = 0; sm->answered && i < sm->cfg->n_metrics; i++) {
+        if (sm->matched[i])
+            continue;
+        const char *want = sm->cfg->metrics[i];
+        series_id(sm, sm->cfg->metrics_url, want);
+        tb_str close = {0};
+        size_t limit = strlen(want) / 4 + 1;
+        for (size_t k = 0; k < sm->n_offered; k++)
+            if (distance(want, sm->offered[k]) <= limit)
+                tb_str_appendf(&close, "%s%s", close.len ? ", " : "", sm->offered[k]);
+        fprintf(f, "N\tmetrics = %s matched no sample in the %zu answered scrapes of %s: no points stored for it%s%s%s\n",
+                want, sm->answered, sm->cfg->metrics_url, close.len ? " (close names it offered: " : "",
+                close.len ? close.s : "", close.len ? ")" : "");
+        tb_str_free(&close);
+    }
     for (size_t i = 0; i < sm->n_s; i++)
         fprintf(f, "S\t%zu\t%s\t%s\n", i, sm->s[i].source, sm->s[i].name);
     for (size_t i = 0; i < sm->n_p; i++)
@@ -601,7 +666,7 @@ static void dump(sampler *sm, int fd)
 static void child(void *arg, int fd_in, int fd_out)
 {
     const tb_telemetry_config *cfg = arg;
-    sampler sm = {.cfg = cfg};
+    sampler sm = {.cfg = cfg, .matched = tb_xcalloc(cfg->n_metrics + 1, 1)};
     nvml_api nv = {0};
     if (cfg->nvml)
         nvml_open(&nv, sm.nvml_note, sizeof sm.nvml_note);

@@ -3,6 +3,7 @@
 #include "reader.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <math.h>
@@ -435,7 +436,9 @@ int tb_read_cases(sqlite3 *db, int64_t session, tb_row_case **out, size_t *n, ch
                   "    WHERE sa.case_id = c.id AND sa.warmup = 0),"
                   " (SELECT count(*) FROM request r JOIN sample sa ON r.sample_id = sa.id"
                   "    WHERE sa.case_id = c.id AND sa.warmup = 0 AND r.status <> 'ok'),"
-                  " c.search_id, c.search_role, c.search_pass, c.scrapes, c.scrapes_failed, c.scrape_error"
+                  " c.search_id, c.search_role, c.search_pass, c.scrapes, c.scrapes_failed, c.scrape_error,"
+                  " (SELECT group_concat(ts.name, ', ') FROM telemetry_series ts WHERE ts.case_id = c.id"
+                  "    AND NOT EXISTS (SELECT 1 FROM telemetry_point p WHERE p.series_id = ts.id))"
                   " FROM bench_case c JOIN backend b ON b.id = c.backend_id WHERE c.session_id = ?"
                   " ORDER BY c.ordinal");
     sqlite3_stmt *q;
@@ -470,6 +473,8 @@ int tb_read_cases(sqlite3 *db, int64_t session, tb_row_case **out, size_t *n, ch
         c->scrapes_failed = sqlite3_column_type(q, i) == SQLITE_NULL ? -1 : sqlite3_column_int64(q, i);
         i++;
         c->scrape_error = sqlite3_column_type(q, i) == SQLITE_NULL ? NULL : col_free_text(q, i);
+        i++;
+        c->telemetry_unmatched = col_free_text(q, i);
     }
     if (rc != SQLITE_DONE)
         *err = read_error(db, session, "the cases of session %lld", (long long)session);
@@ -492,6 +497,7 @@ void tb_row_cases_free(tb_row_case *c, size_t n)
         free(c[i].error);
         free(c[i].search_role);
         free(c[i].scrape_error);
+        free(c[i].telemetry_unmatched);
     }
     free(c);
 }
@@ -894,6 +900,11 @@ static const char json_sql[] =
     "   'started_at', c.started_at, 'finished_at', c.finished_at, 'case_wall_ns', c.case_wall_ns,"
     "   'host_peak_rss_bytes', c.host_peak_rss_bytes, 'search_id', c.search_id, 'search_role', c.search_role,"
     "   'search_pass', c.search_pass,"
+    "   'scrapes', c.scrapes, 'scrapes_failed', c.scrapes_failed, 'scrape_error', c.scrape_error,"
+    "   'telemetry', (SELECT json_group_array(json_object('source', ts.source, 'name', ts.name,"
+    "       'points', (SELECT json_group_array(json_array(p.t_ns, p.value))"
+    "         FROM (SELECT * FROM telemetry_point WHERE series_id = ts.id ORDER BY t_ns) p)))"
+    "     FROM (SELECT * FROM telemetry_series WHERE case_id = c.id ORDER BY id) ts),"
     "   'metrics', (SELECT json_group_object(name, json_object('unit', unit, 'n', n%s)) FROM metric"
     "     WHERE case_id = c.id),"
     "   'samples', (SELECT json_group_array(json_object(%s,"
@@ -1187,6 +1198,49 @@ int tb_read_metric_unit(sqlite3 *db, const char *label, const char *metric, char
     return found;
 }
 
+/* A typed number: the whole text, finite (1), else 0. */
+static int typed_number(const char *text, double *v)
+{
+    char *end;
+    errno = 0;
+    *v = strtod(text, &end);
+    return end != text && !*end && !errno && isfinite(*v);
+}
+
+/* SQL tb_filter_eq(STORED, TYPED, DIM): does a history filter's value
+ * TYPED match the stored value (docs/REPORTS.md, "tokbench history")?
+ * DIM >= 0, a dimension (a number): the typed number equals the stored
+ * one exactly, or the stored one as show and history print it
+ * (tb_case_dim_text) reads back as the typed number: "40" and "40.0"
+ * match a rate of 40, "4.0" a concurrency of 4, "88.5879" a probe at
+ * 88.58791234. DIM < 0, an option: text as text, a number stored as a
+ * number compared as a number. */
+static void filter_eq_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    (void)argc;
+    int type = sqlite3_value_type(argv[0]);
+    const char *typed = (const char *)sqlite3_value_text(argv[1]);
+    int dim = sqlite3_value_int(argv[2]);
+    int eq = 0;
+    double want, got;
+    if (type == SQLITE_NULL || !typed) {
+        eq = 0;
+    } else if (type == SQLITE_TEXT || type == SQLITE_BLOB) {
+        eq = strcmp((const char *)sqlite3_value_text(argv[0]), typed) == 0;
+    } else if (typed_number(typed, &want)) {
+        got = sqlite3_value_double(argv[0]);
+        eq = got == want;
+        if (!eq && dim >= 0 && dim < TB_N_DIMS) {
+            tb_case c = {0};
+            char text[48];
+            double shown;
+            tb_case_dim_set(&c, (tb_dim)dim, got);
+            eq = typed_number(tb_case_dim_text(&c, (tb_dim)dim, text, sizeof text), &shown) && shown == want;
+        }
+    }
+    sqlite3_result_int(ctx, eq);
+}
+
 /* Append " AND ..." for one "KEY=V1,V2" filter; values are bound later in
  * order (collected in *vals). -1 with *err on a malformed filter. */
 static int add_filter(tb_str *sql, const char *f, char ***vals, size_t *n_vals, char **err)
@@ -1204,28 +1258,38 @@ static int add_filter(tb_str *sql, const char *f, char ***vals, size_t *n_vals, 
             return -1;
         }
     const char *col = NULL;
+    int dim = -1;
     for (int d = 0; d < TB_N_DIMS; d++)
-        if (tb_dim_defs[d].column && strcmp(key, tb_dim_defs[d].name) == 0)
+        if (tb_dim_defs[d].column && strcmp(key, tb_dim_defs[d].name) == 0) {
             col = tb_dim_defs[d].column;
+            dim = d;
+        }
     char *expr = col ? tb_xasprintf("c.%s", col) : tb_xasprintf("json_extract(c.options_json, '$.\"%s\"')", key);
-    free(key);
     tb_str_appendf(sql, " AND (0");
     char *copy = tb_xstrdup(eq + 1), *save = NULL;
-    for (char *v = strtok_r(copy, ",", &save); v; v = strtok_r(NULL, ",", &save)) {
+    int rc = 0;
+    for (char *v = strtok_r(copy, ",", &save); v && rc == 0; v = strtok_r(NULL, ",", &save)) {
         v = tb_trim(v);
+        double num;
         if (strcmp(v, "none") == 0 || strcmp(v, "-") == 0) {
             tb_str_appendf(sql, " OR %s IS NULL", expr);
             continue;
         }
-        /* Compare as text, so "8" matches 8 and "greedy" matches a string. */
-        tb_str_appendf(sql, " OR CAST(%s AS TEXT) = ?", expr);
+        if (dim >= 0 && !typed_number(v, &num)) {
+            *err = tb_xasprintf("filter \"%s\": %s is a number (or none), got \"%s\"", f, key, v);
+            rc = -1;
+            break;
+        }
+        /* A dimension as a number, an option's text as text (filter_eq_fn). */
+        tb_str_appendf(sql, " OR tb_filter_eq(%s, ?, %d)", expr, dim);
         *vals = tb_xrealloc(*vals, (*n_vals + 1) * sizeof **vals);
         (*vals)[(*n_vals)++] = tb_xstrdup(v);
     }
+    free(key);
     free(copy);
     free(expr);
     tb_str_append(sql, ")");
-    return 0;
+    return rc;
 }
 
 /* Is filter f's KEY a dimension, or an option swept for backend `label`
@@ -1283,6 +1347,8 @@ int tb_read_history(sqlite3 *db, const char *label, const char *metric, char *co
     stat_columns(&sql, "mt");
     dim_columns(&sql, "c.");
     tb_str_append(&sql, ", (SELECT mean FROM metric WHERE case_id = c.id AND name = 'prompt_len')");
+    tb_str_append(&sql, ", coalesce(s.shard_index, -1), coalesce(s.shard_count, -1),"
+                        " coalesce((SELECT min(sh.session_id) FROM shard sh WHERE sh.source_uuid = s.uuid), -1)");
     tb_str_append(&sql, " FROM bench_case c JOIN backend b ON b.id = c.backend_id JOIN session s ON s.id = c.session_id"
                         " JOIN machine m ON m.id = s.machine_id"
                         " LEFT JOIN metric mt ON mt.case_id = c.id AND mt.name = ?2"
@@ -1290,6 +1356,11 @@ int tb_read_history(sqlite3 *db, const char *label, const char *metric, char *co
     char **vals = NULL;
     size_t n_vals = 0;
     int rc = 0;
+    if (n_filters && sqlite3_create_function_v2(db, "tb_filter_eq", 3, SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL,
+                                                filter_eq_fn, NULL, NULL, NULL) != SQLITE_OK) {
+        *err = tb_read_error(db, -1, "the history's filters");
+        rc = -2;
+    }
     for (size_t i = 0; i < n_filters && rc == 0; i++) {
         rc = add_filter(&sql, filters[i], &vals, &n_vals, err);
         int known = rc == 0 ? filter_key_known(db, label, filters[i], err) : 1;
@@ -1320,6 +1391,9 @@ int tb_read_history(sqlite3 *db, const char *label, const char *metric, char *co
             p->st = stats_of(q, i);
             int k = dim_values(q, i + 1 + (int)tb_n_stat_columns, &p->dims);
             p->prompt_len_mean = col_num(q, k);
+            p->shard_index = sqlite3_column_int64(q, k + 1);
+            p->shard_count = sqlite3_column_int64(q, k + 2);
+            p->joined_in = sqlite3_column_int64(q, k + 3);
         }
         if (step != SQLITE_DONE) { /* an error, not the end of the cases */
             *err = read_error(db, -1, "the cases of backend \"%s\"", label);

@@ -122,6 +122,8 @@ typedef struct tb_row_case {
     int64_t scrapes, scrapes_failed;      /* telemetry scrapes (migration
                                              14); -1: none stored */
     char *scrape_error;                   /* the first failed one's; NULL */
+    char *telemetry_unmatched; /* `metrics =` names no scrape had (series
+                                  stored without points), "a, b"; NULL */
 } tb_row_case;
 
 /* Session `session`'s cases by ordinal. */
@@ -267,6 +269,9 @@ typedef struct tb_row_history {
     tb_case dims;
     tb_stats st; /* n = 0 when the case has no such metric */
     double prompt_len_mean; /* metric prompt_len's mean; NaN: none */
+    /* the session: a shard (K of N; joined_in its joined session in this
+     * database, else -1), a joined session (-1 of N), neither (-1, -1) */
+    int64_t shard_index, shard_count, joined_in;
 } tb_row_history;
 
 /* Every case of backend `label` matching every filter "KEY=V1[,V2...]"

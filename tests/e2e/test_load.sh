@@ -457,6 +457,29 @@ read -r status rate maxr probes passed <<<"$(q "$db" "select x.status, x.slo_rat
     || fail "slo above: status $status, rate $rate (higher bound $maxr), $probes probes, $passed met"
 pass "sweep: synchronous, throughput, 3 rates between their stored requests/s; slo with limits every run meets: answer = the higher bound"
 
+# history --filter compares a dimension as a number (docs/REPORTS.md,
+# "tokbench history"): every rate history prints ("rate 187.323/s", %g of
+# 187.3228...) typed back matches its case alone; so do the whole stored
+# double, a REAL rate of 800 typed "800" and "800.0", a concurrency typed
+# "12.0"; a word where a number belongs is an error
+"$tb" history --backend sweep --db "$db" >"$tmp/hs.out" 2>&1 || fail "history of the sweep: $(cat "$tmp/hs.out")"
+shown=$(sed -n 's/^agg_tps .*, rate \([^/]*\)\/s: .*/\1/p' "$tmp/hs.out")
+[ "$(wc -l <<<"$shown")" = 3 ] || fail "history of the sweep: the rates shown: $shown"
+for r in $shown $(python3 -c "import sqlite3, sys; print(repr(sqlite3.connect(sys.argv[1]).execute(\"select request_rate from bench_case where search_role = 'rate'\").fetchone()[0]))" "$db"); do
+    "$tb" history --backend sweep --db "$db" --filter "request_rate=$r" >"$tmp/hf.out" 2>&1 || fail "history --filter request_rate=$r: $(cat "$tmp/hf.out")"
+    [ "$(grep -c '^agg_tps' "$tmp/hf.out")" = 1 ] || fail "history --filter request_rate=$r: $(grep '^agg_tps' "$tmp/hf.out")"
+done
+for r in 800 800.0 8e2; do
+    "$tb" history --backend long --db "$tmp/sent.db" --filter "request_rate=$r" >"$tmp/hf.out" 2>&1 || fail "history --filter request_rate=$r of a stored 800.0: $(cat "$tmp/hf.out")"
+    grep -q '^agg_tps .*, rate 800/s: 1 session' "$tmp/hf.out" || fail "history --filter request_rate=$r: $(cat "$tmp/hf.out")"
+done
+"$tb" history --backend sweep --db "$db" --filter concurrency=12.0 >"$tmp/hf.out" 2>&1 && grep -q '^agg_tps .*, concurrency 12: 1 session' "$tmp/hf.out" \
+    || fail "history --filter concurrency=12.0: $(cat "$tmp/hf.out")"
+"$tb" history --backend sweep --db "$db" --filter request_rate=fast >"$tmp/hf.out" 2>&1; rc=$?
+[ $rc = 2 ] && grep -q 'filter "request_rate=fast": request_rate is a number (or none), got "fast"' "$tmp/hf.out" \
+    || fail "history --filter request_rate=fast: exit $rc, $(cat "$tmp/hf.out")"
+pass "history --filter: each rate as printed ($(tr '\n' ' ' <<<"$shown")), the stored double, 800 and 800.0 of a REAL 800, concurrency 12.0: one case each"
+
 # below: a p99 TPOT no run can meet (each token waits a 1 ms step);
 # bisect: a p99 TTFT of 7 ms, which the synchronous rate may meet on the
 # slow server (one 1 ms step to the first token) and a queue at the
@@ -531,6 +554,21 @@ else:
         assert abs(answer - max(r for _, r, ok, *_ in probes if ok)) < 1e-9 * hi, answer
 EOF
 pass "slo: limits no run meets: below after 1/2 and 1/4 of the synchronous rate, no answer, why in words; bisection ($(q "$tmp/bisect.db" "select status || ' ' || coalesce(round(slo_rate, 1), '-') from search")): every verdict and the answer as the stored runs say"
+
+# a probe cut off (Ctrl-C: stored failed, no figures, search_pass NULL
+# by run/search.c, tests/unit/test_search.c; a tokbench before that
+# stored 0) has no verdict: the runs table says so, never "not met"
+verdicts() { "$tb" report --db "$1" 2>/dev/null | sed -n '/^## Load searches: the runs/,/^## /p' | grep '| probe |' | sed 's/.*| \([^|]*\) |$/\1/' | paste -sd,; }
+[ "$(verdicts "$tmp/slo.db")" = "not met,not met,not met,not met" ] || fail "the runs table's verdicts: $(verdicts "$tmp/slo.db")"
+for stored in NULL 0; do
+    cp "$tmp/slo.db" "$tmp/cut.db"
+    q "$tmp/cut.db" "update search set status = 'interrupted', slo_rate = NULL, error = NULL;
+        delete from metric where case_id = (select max(id) from bench_case);
+        update bench_case set status = 'failed', error = 'interrupted (Ctrl-C or SIGTERM) while running', search_pass = $stored where id = (select max(id) from bench_case)"
+    [ "$(verdicts "$tmp/cut.db")" = "not met,not met,not met,interrupted (no verdict)" ] \
+        || fail "a cut-off probe (search_pass $stored): $(verdicts "$tmp/cut.db")"
+done
+pass "the runs table: each probe's verdict as stored; a probe cut off: interrupted (no verdict)"
 
 # ------------------------------------------------------------------ 7
 for name in search bisect; do

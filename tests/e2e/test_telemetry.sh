@@ -80,6 +80,23 @@ suite "$tmp/b.ini" "$url" "metrics = vllm:gpu_cache_usage_perc"
 [ "$(q "$tmp/b.db" "select group_concat(name) from telemetry_series")" = 'vllm:gpu_cache_usage_perc{model_name="m"}' ] \
     && pass "metrics = keeps the series named" || fail "filter: $(q "$tmp/b.db" "select group_concat(name) from telemetry_series")"
 
+# a name that no scrape has (a typo): said by the run, with the close names
+# the endpoint offered, stored as a series without points, warned by show
+suite "$tmp/t.ini" "$url" "metrics = vllm:gpu_cache_usage_perc, vllm:gpu_cache_usge_perc"
+"$tb" run "$tmp/t.ini" --db "$tmp/t.db" >"$tmp/t.out" 2>"$tmp/t.err" || fail "run with a misspelt metric"
+grep -q "telemetry: metrics = vllm:gpu_cache_usge_perc matched no sample in the [0-9]* answered scrapes of $url: no points stored for it (close names it offered: vllm:gpu_cache_usage_perc)" "$tmp/t.err" \
+    || fail "the run's note on a misspelt metric: $(grep telemetry "$tmp/t.err")"
+grep -q "metrics = vllm:gpu_cache_usage_perc matched" "$tmp/t.err" && fail "a metric that matched said to match nothing"
+[ "$(q "$tmp/t.db" "select group_concat(name || ':' || (n > 0), ' ') from (select s.name, (select count(*) from telemetry_point p where p.series_id = s.id) n from telemetry_series s order by s.id)")" \
+  = 'vllm:gpu_cache_usage_perc{model_name="m"}:1 vllm:gpu_cache_usge_perc:0' ] \
+    || fail "stored series: $(q "$tmp/t.db" "select name from telemetry_series")"
+for out in "$tmp/t.out" "$tmp/t.show"; do
+    [ "$out" = "$tmp/t.show" ] && "$tb" show --db "$tmp/t.db" >"$out" 2>&1
+    grep -q "n \[.*\]: telemetry: metrics = vllm:gpu_cache_usge_perc matched no sample in any scrape of the metrics_url: no points stored for it" "$out" \
+        || fail "the warning in $(basename "$out"): $(sed -n '/^warnings/,$p' "$out")"
+done
+pass "metrics = a name no scrape had: said with the close name offered, stored without points, warned at the run's end and by show"
+
 # ---------------------------------------------------------------- 3. bounded and timed out
 server huge h
 suite "$tmp/h.ini" "http://127.0.0.1:$(cat "$tmp/h.port")/metrics"
@@ -110,6 +127,29 @@ n_metrics=$(q "$tmp/a.db" "select count(distinct substr(s.name, 1, instr(s.name 
 "$tb" db merge "$tmp/a.db" --db "$tmp/m.db" >/dev/null 2>&1 || fail "merge"
 [ "$(q "$tmp/m.db" "select count(*) from telemetry_point")" = "$(q "$tmp/a.db" "select count(*) from telemetry_point")" ] \
     && pass "db merge carries the series" || fail "merge telemetry"
+# export --format json (docs/REPORTS.md: everything stored): each case's
+# scrape counts and first error, every series with every point, as the
+# database holds them; a run whose scrapes failed has its count and reason
+for db in a h; do
+    "$tb" export --format json last --db "$tmp/$db.db" >"$tmp/$db.json" 2>"$tmp/$db.json.err" || fail "export json $db: $(cat "$tmp/$db.json.err")"
+    python3 - "$tmp/$db.db" "$tmp/$db.json" <<'PY' || fail "export json $db: telemetry or scrapes differ from the database"
+import json, sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+doc = json.load(open(sys.argv[2]))
+assert doc["cases"], doc
+for c in doc["cases"]:
+    cid, scrapes, failed, error = db.execute("select id, scrapes, scrapes_failed, scrape_error from bench_case where ordinal = ?", (c["ordinal"],)).fetchone()
+    assert (c["scrapes"], c["scrapes_failed"], c["scrape_error"]) == (scrapes, failed, error), (c["scrapes"], c["scrapes_failed"], c["scrape_error"], scrapes, failed, error)
+    assert scrapes and scrapes > 0, scrapes
+    want = [{"source": src, "name": name, "points": [[t, v] for t, v in db.execute("select t_ns, value from telemetry_point where series_id = ? order by t_ns", (sid,))]}
+            for sid, src, name in db.execute("select id, source, name from telemetry_series where case_id = ? order by id", (cid,))]
+    assert c["telemetry"] == want, (len(c["telemetry"]), len(want))
+print(sum(len(c["telemetry"]) for c in doc["cases"]), "series", file=sys.stderr)
+PY
+done
+python3 -c "import json, sys; c = json.load(open(sys.argv[1]))['cases'][0]; assert c['scrapes_failed'] > 0 and 'larger than 4 MiB' in c['scrape_error'] and c['telemetry'] == [], c" "$tmp/h.json" \
+    && python3 -c "import json, sys; c = json.load(open(sys.argv[1]))['cases'][0]; assert len(c['telemetry']) > 3 and any(p[1] is None for s in c['telemetry'] for p in s['points']), c" "$tmp/a.json" \
+    && pass "export json: scrapes, their failures and every telemetry point as stored" || fail "export json: telemetry"
 printf '[suite]\nname = x\n[backend n]\nplugin = null\n[telemetry]\nperiod = 0\ncolour = red\n' >"$tmp/bad.ini"
 "$tb" run "$tmp/bad.ini" --db "$tmp/bad.db" >/dev/null 2>"$tmp/bad.err"
 [ $? = 2 ] && grep -q "bad.ini:6: period: expected seconds between samples" "$tmp/bad.err" \

@@ -38,6 +38,9 @@ typedef struct fake {
     double knee;              /* p99 TTFT is 10 ms below this rate, 500 above */
     int fail_role_sync;       /* the synchronous run fails */
     size_t stop_after;        /* ask the search to stop after this many runs (0: never) */
+    int stop_cut;             /* that last run was cut off: no figures (else it finished) */
+    tb_store *st;             /* set: each run stored as the runner stores it (a bench_case
+                                 row with its search, role and tb_search_mark's verdict) */
     run_log log[64];
     size_t n;
 } fake;
@@ -47,7 +50,8 @@ static int fake_run(void *ctx, const tb_case *run, const tb_search_ctx *s, tb_se
     fake *f = ctx;
     tb_search_point_init(p);
     int sync = strcmp(s->role, "synchronous") == 0, thr = strcmp(s->role, "throughput") == 0;
-    if (!(sync && f->fail_role_sync)) {
+    int cut = f->stop_after && f->n + 1 >= f->stop_after && f->stop_cut;
+    if (!(sync && f->fail_role_sync) && !cut) {
         p->ran = 1;
         p->measured = 10;
         p->req_throughput = sync ? f->sync_rps : thr ? f->max_rps : fmin(run->request_rate, f->max_rps);
@@ -55,6 +59,26 @@ static int fake_run(void *ctx, const tb_case *run, const tb_search_ctx *s, tb_se
         p->ttft_p99_ms = load < f->knee ? 10 : 500;
         p->tpot_p99_ms = 1;
         p->pass = strcmp(s->role, "probe") == 0 ? tb_search_meets(f->suite, p) : -1;
+    }
+    if (f->st) { /* as runner.c's finish_case: a cut-off run failed, without samples */
+        tb_case_record rec = {.status = cut ? "failed" : "ok"};
+        tb_search_mark(s, &rec);
+        if (!cut && rec.search_pass >= 0) /* the runner's: from the record's figures */
+            rec.search_pass = p->pass;
+        sqlite3_stmt *q;
+        sqlite3_prepare_v2(tb_store_db(f->st),
+                           "INSERT INTO bench_case (session_id, backend_id, ordinal, prompt_tokens, max_new_tokens,"
+                           " batch, options_json, status, search_id, search_role, search_pass)"
+                           " VALUES (1, 1, ?, 8, 8, 1, '{}', ?, ?, ?, ?)",
+                           -1, &q, NULL);
+        sqlite3_bind_int64(q, 1, (int64_t)run->ordinal);
+        sqlite3_bind_text(q, 2, rec.status, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(q, 3, rec.search_id);
+        sqlite3_bind_text(q, 4, rec.search_role, -1, SQLITE_STATIC);
+        if (rec.search_pass >= 0)
+            sqlite3_bind_int(q, 5, rec.search_pass);
+        CHECK(sqlite3_step(q) == SQLITE_DONE);
+        sqlite3_finalize(q);
     }
     run_log *l = &f->log[f->n++];
     snprintf(l->role, sizeof l->role, "%s", s->role);
@@ -245,6 +269,15 @@ static void test_slo_edges(tb_store *st)
     CHECK_STR(why, "no rate met the limits: the lowest tried, 25.00 requests/s (1/4 of the synchronous 100.00), "
                    "had TTFT p99 500.00 ms > 100 ms");
     free(why);
+    /* the throughput run achieved less than the synchronous one: the
+     * lower bound, and the one the words name, is the throughput's */
+    fake t = {.sync_rps = 100, .max_rps = 80, .knee = 0};
+    CHECK(run_search(st, &suite, TB_SEARCH_SLO, &t, &next) == 0);
+    CHECK_NEAR(t.log[3].rate, 80, 0);
+    why = search_error(st, last_search(st));
+    CHECK_STR(why, "no rate met the limits: the lowest tried, 20.00 requests/s (1/4 of the throughput 80.00), "
+                   "had TTFT p99 500.00 ms > 100 ms");
+    free(why);
     /* a bound that gives no requests/s: failed, with why, nothing more run */
     fake h = {.sync_rps = 100, .max_rps = 1000, .knee = 640, .fail_role_sync = 1};
     CHECK(run_search(st, &suite, TB_SEARCH_SLO, &h, &next) == 0);
@@ -259,6 +292,28 @@ static void test_slo_edges(tb_store *st)
     read_search(st, last_search(st), status, sizeof status, &sync, &max, &slo, &has_error);
     CHECK_STR(status, "interrupted");
     CHECK(isnan(slo));
+    /* the probe in flight cut off (docs/METRICS.md, "Load searches"): no
+     * figures, so no verdict: its stored search_pass is NULL, never 0
+     * ("not met"); the probes before it keep theirs. One that finished
+     * after the signal keeps its verdict. */
+    for (int cut = 1; cut >= 0; cut--) {
+        fake c = {.sync_rps = 100, .max_rps = 1000, .knee = 640, .stop_after = 4, .stop_cut = cut, .st = st};
+        CHECK(run_search(st, &suite, TB_SEARCH_SLO, &c, &next) == 0);
+        CHECK(c.n == 4);
+        int64_t id = last_search(st);
+        read_search(st, id, status, sizeof status, &sync, &max, &slo, &has_error);
+        CHECK_STR(status, "interrupted");
+        sqlite3_stmt *q;
+        sqlite3_prepare_v2(tb_store_db(st),
+                           "SELECT group_concat(coalesce(search_pass, 'null'), ',') FROM (SELECT search_pass"
+                           " FROM bench_case WHERE search_id = ? AND search_role = 'probe' ORDER BY ordinal)",
+                           -1, &q, NULL);
+        sqlite3_bind_int64(q, 1, id);
+        CHECK(sqlite3_step(q) == SQLITE_ROW);
+        /* the probe at 1000 misses the knee at 640; the one at 100 meets it */
+        CHECK_STR((const char *)sqlite3_column_text(q, 0), cut ? "0,null" : "0,1");
+        sqlite3_finalize(q);
+    }
 }
 
 /* Searching down (docs/METRICS.md, "Load searches"): the synchronous
