@@ -173,21 +173,6 @@ typedef struct search_state {
     int stopped;
 } search_state;
 
-/* Probe `ordinal` of search `id`: no verdict (search_pass NULL). */
-static void no_verdict(tb_store *store, int64_t id, size_t ordinal)
-{
-    sqlite3_stmt *q = NULL;
-    if (sqlite3_prepare_v2(tb_store_db(store),
-                           "UPDATE bench_case SET search_pass = NULL WHERE search_id = ? AND ordinal = ?"
-                           " AND search_role = 'probe'",
-                           -1, &q, NULL) == SQLITE_OK) {
-        sqlite3_bind_int64(q, 1, id);
-        sqlite3_bind_int64(q, 2, (sqlite3_int64)ordinal);
-        sqlite3_step(q);
-    }
-    sqlite3_finalize(q);
-}
-
 /* One run: the template at this concurrency or rate. */
 static tb_search_point run(search_state *st, const char *role, uint32_t concurrency, double rate)
 {
@@ -207,8 +192,12 @@ static tb_search_point run(search_state *st, const char *role, uint32_t concurre
          * the search decided nothing on it. The runner stored it failed
          * with the rule's "not met" (tb_search_mark); its verdict is
          * NULL. One that finished after the signal keeps its verdict. */
-        if (is_probe(&st->s) && !p.ran && !p.measured)
-            no_verdict(st->store, st->s.search_id, c.ordinal);
+        if (is_probe(&st->s) && !p.ran && !p.measured) {
+            char *why = NULL;
+            if (tb_store_search_no_verdict(st->store, st->s.search_id, c.ordinal, &why) != 0)
+                fprintf(stderr, "tokbench: %s\n", why); /* the probe stays stored, as failed */
+            free(why);
+        }
     }
     return p;
 }

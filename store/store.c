@@ -1236,6 +1236,27 @@ int64_t tb_store_search_begin(tb_store *st, int64_t session, int64_t backend_id,
     return id;
 }
 
+int tb_store_search_no_verdict(tb_store *st, int64_t id, size_t ordinal, char **err)
+{
+    sqlite3_stmt *q = NULL;
+    int rc = sqlite3_prepare_v2(st->db,
+                                "UPDATE bench_case SET search_pass = NULL WHERE search_id = ? AND ordinal = ?"
+                                " AND search_role = 'probe'",
+                                -1, &q, NULL);
+    if (rc == SQLITE_OK) {
+        sqlite3_bind_int64(q, 1, id);
+        sqlite3_bind_int64(q, 2, (sqlite3_int64)ordinal);
+        rc = sqlite3_step(q);
+    }
+    sqlite3_finalize(q);
+    if (rc != SQLITE_DONE) {
+        *err = tb_xasprintf("clearing the verdict of search %lld's probe %zu failed: %s", (long long)id, ordinal,
+                            sqlite3_errmsg(st->db));
+        return -1;
+    }
+    return 0;
+}
+
 int tb_store_search_end(tb_store *st, int64_t id, const tb_search_result *r, char **err)
 {
     char *why = NULL;

@@ -212,6 +212,10 @@ typedef struct tb_search_result {
     char *error;
 } tb_search_result;
 int tb_store_search_end(tb_store *st, int64_t id, const tb_search_result *r, char **err);
+/* Probe `ordinal` of search `id` has no verdict (search_pass NULL): it
+ * was cut off (Ctrl-C, SIGTERM) before it had figures. 0, or -1 with
+ * *err. */
+int tb_store_search_no_verdict(tb_store *st, int64_t id, size_t ordinal, char **err);
 
 /* The backend's describe() text (stored as JSON, or wrapped when it is
  * not JSON). No such backend row is an error. */
