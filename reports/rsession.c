@@ -158,6 +158,7 @@ static int load_session(sqlite3 *db, int64_t id, tb_rsession *s, char **err)
     s->config_json = tb_xstrdup(r.config_json);
     s->shard_index = r.shard_index;
     s->shard_count = r.shard_count;
+    s->shard_window_lag_ns = r.shard_window_lag_ns;
 
     tb_rkvs *k = &s->session;
     kv_add(k, "session", tb_xasprintf("%lld (%s)", (long long)id, s->uuid));

@@ -113,6 +113,7 @@ typedef struct tb_rsession {
     /* a shard of a run split over machines (K of N), the session joining
      * them (-1 of N), or neither (-1, -1) */
     int64_t shard_index, shard_count;
+    int64_t shard_window_lag_ns; /* joined: tb_row_session's; -1 unknown */
 } tb_rsession;
 
 /* Load session `id`. 0, or -1 with *err (malloc'd): no such session, a

@@ -308,7 +308,21 @@ void tb_warnings_derive(const tb_rsession *s, tb_warnings *w)
                                 sent && sent->n ? sent->median : NAN));
         /* (a multi-turn load's waves pause for their answers, which its
          * sent rate counts: no rate to hold it to) */
-        if (offered > 0 && !cap_held && sent && sent->n && isfinite(sent->median) &&
+        /* A joined run whose shards' windows of a call lay apart
+         * (shard.window_lag_ns, the join's measure): its rates are of a
+         * load never sent at once; the schedule's spread is beside the
+         * point then (no warning of it). */
+        const tb_stats *wall = tb_rcase_metric(c, "wall_ms");
+        int apart = s->shard_index < 0 && s->shard_count > 1 && s->shard_window_lag_ns > 0 && wall && wall->n &&
+                    isfinite(wall->median) && s->shard_window_lag_ns * 1e-6 >= TB_SHARD_APART * wall->median;
+        if (apart)
+            add(w, tb_xasprintf("%s [%s]: joined from %lld shards whose windows lay up to %.1f ms apart (%.0f%% of "
+                                "a call's median %.1f ms): its aggregate, request and sent rates are of a load "
+                                "never sent at once, below the suite's (docs/METRICS.md, \"How simultaneous the "
+                                "shards were\")",
+                                label, dims, (long long)s->shard_count, s->shard_window_lag_ns * 1e-6,
+                                100 * s->shard_window_lag_ns * 1e-6 / wall->median, wall->median));
+        if (offered > 0 && !cap_held && !apart && sent && sent->n && isfinite(sent->median) &&
             fabs(sent->median / offered - 1) > TB_SENT_RATE_TOL && case_turns(s, c) == 1)
             add(w, tb_xasprintf("%s [%s]: the load was scheduled at %.2f requests/s, %.1f%% %s the offered %.2f "
                                 "(sent_rate, median of %zu calls of %.0f requests): so few random arrivals did not "

@@ -17,6 +17,12 @@
  * (docs/METRICS.md, sent_rate): its figures describe another load. */
 #define TB_SENT_RATE_TOL 0.05
 
+/* A joined (sharded) session whose shards' windows of a call lay apart by
+ * this share of a case's median wall time or more gets a warning
+ * (docs/METRICS.md, "How simultaneous the shards were"): the 10% by
+ * which `db merge` names a lagging shard. */
+#define TB_SHARD_APART 0.10
+
 /* Two cases of a backend that differ in one swept dimension or option,
  * where the one that runs more forwards per output token (1 / the mean
  * of tokens_per_forward over its calls, by more than this fraction) is the faster in

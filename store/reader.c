@@ -115,12 +115,14 @@ static void read_shard(sqlite3 *db, int64_t id, tb_row_session *s)
 {
     s->shard_count = -1;
     s->shard_index = -1;
+    s->shard_window_lag_ns = -1;
     s->start_at = tb_xstrdup("");
     s->shard_hosts = tb_xstrdup("");
     sqlite3_stmt *q;
     if (sqlite3_prepare_v2(db, "SELECT shard_index, shard_count, start_at, start_late_ns,"
                                " (SELECT group_concat(hostname || ' ' || (offset_to_first_ns / 1000) || ' us', ', ')"
-                               "  FROM (SELECT * FROM shard WHERE session_id = ?1 ORDER BY shard_index))"
+                               "  FROM (SELECT * FROM shard WHERE session_id = ?1 ORDER BY shard_index)),"
+                               " (SELECT max(window_lag_ns) FROM shard WHERE session_id = ?1)"
                                " FROM session WHERE id = ?1", -1, &q, NULL) != SQLITE_OK)
         return; /* a database before migration 8 */
     sqlite3_bind_int64(q, 1, id);
@@ -132,6 +134,7 @@ static void read_shard(sqlite3 *db, int64_t id, tb_row_session *s)
         s->start_late_ns = sqlite3_column_int64(q, 3);
         free(s->shard_hosts);
         s->shard_hosts = col_str(q, 4);
+        s->shard_window_lag_ns = sqlite3_column_type(q, 5) == SQLITE_NULL ? -1 : sqlite3_column_int64(q, 5);
     }
     sqlite3_finalize(q);
 }

@@ -46,6 +46,9 @@ typedef struct tb_row_session {
      * them (migration 8); shard_count -1: neither (or an older database) */
     int64_t shard_index; /* -1: the joined session */
     int64_t shard_count, start_late_ns;
+    /* joined: the largest lag of a shard's window behind the first
+     * shard's in a joined call (shard.window_lag_ns, ns); -1 unknown */
+    int64_t shard_window_lag_ns;
     char *start_at;    /* "" when not stored */
     char *shard_hosts; /* joined: "host OFFSET us, ..." from shard 0 */
 } tb_row_session;

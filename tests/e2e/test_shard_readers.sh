@@ -99,4 +99,19 @@ head -1 "$tmp/h.csv" | grep -q ',ci_lo,ci_hi,shards' || fail "history csv header
 [ "$(grep -c ',2 shards joined' "$tmp/h.csv")" = 1 ] && [ "$(grep -c ',one machine' "$tmp/h.csv")" = 2 ] \
     && [ "$(grep -c ',shard [01] of 4' "$tmp/h.csv")" = 2 ] || fail "history csv shards column: $(cat "$tmp/h.csv")"
 pass "history: joins marked, their shards left out and named, the shard count's change noted, unjoined shards marked and not compared"
+
+# 3. show warns of a joined session whose shards' windows lay apart (the
+# join's stored measure, shard.window_lag_ns, set in copies: 0, no
+# warning; a lag far past 10% of a call, the warning; the shards' own lag
+# here is whatever the machine's load made it)
+cp "$db" "$tmp/nolag.db"
+q "$tmp/nolag.db" "update shard set window_lag_ns = 0 where session_id = $J2"
+"$tb" show "$J2" --db "$tmp/nolag.db" >"$tmp/j2.out" 2>&1
+grep -q "whose windows lay up to" "$tmp/j2.out" && fail "show: a lag warning for shards stored simultaneous"
+cp "$db" "$tmp/lag.db"
+q "$tmp/lag.db" "update shard set window_lag_ns = 5000000000 where session_id = $J2 and shard_index = 1"
+"$tb" show "$J2" --db "$tmp/lag.db" >"$tmp/lag.out" 2>&1
+grep -q "client \[.*\]: joined from 2 shards whose windows lay up to 5000.0 ms apart" "$tmp/lag.out" \
+    && pass "show: a joined session whose shards lay apart is said to be one" \
+    || fail "show: no warning of shards apart: $(grep -A30 '^warnings' "$tmp/lag.out")"
 tb_finish
