@@ -662,6 +662,19 @@ static int open_read_only(const char *path, sqlite3 **out, char **why)
     return 0;
 }
 
+/* The folder a database's -wal and -shm files go in (malloc'd): path's
+ * folder, "." for a bare name, "/" for "/x.db". */
+static char *folder_of(const char *path)
+{
+    char *dir = tb_xstrdup(path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        strcpy(dir, ".");
+    else
+        slash[slash == dir] = '\0';
+    return dir;
+}
+
 int tb_store_open_reader(const char *path, tb_store **out, char **err)
 {
     *out = NULL;
@@ -680,12 +693,7 @@ int tb_store_open_reader(const char *path, tb_store **out, char **err)
         return -1;
     }
     /* Writable: the file, and its folder for the -wal and -shm files. */
-    char *dir = tb_xstrdup(path);
-    char *slash = strrchr(dir, '/');
-    if (!slash)
-        strcpy(dir, ".");
-    else
-        slash[slash == dir] = '\0'; /* "/x.db": "/" */
+    char *dir = folder_of(path);
     int writable = access(path, W_OK) == 0 && access(dir, W_OK) == 0;
     free(dir);
     if (writable)
@@ -710,12 +718,7 @@ static char *not_writable(const char *path)
     struct stat sb;
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
         return tb_xasprintf("%s: is a folder, not a database", path);
-    char *dir = tb_xstrdup(path);
-    char *slash = strrchr(dir, '/');
-    if (!slash)
-        strcpy(dir, ".");
-    else
-        slash[slash == dir] = '\0'; /* "/x.db": "/" */
+    char *dir = folder_of(path);
     char *why = NULL;
     if (stat(dir, &sb) != 0)
         why = tb_xasprintf("%s: its folder %s %s", path, dir, errno == ENOENT ? "does not exist" : strerror(errno));
