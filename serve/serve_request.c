@@ -2,6 +2,7 @@
 #include "serve_request.h"
 
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -117,10 +118,20 @@ static int parse_stop(const cJSON *v, tb_serve_request *r, tb_serve_error *e)
     return 0;
 }
 
+/* Is b[0..4) four hex digits (a \u escape's)? */
+static int hex4(const char *b)
+{
+    for (int i = 0; i < 4; i++)
+        if (!isxdigit((unsigned char)b[i]))
+            return 0;
+    return 1;
+}
+
 /* Whether the value of member k (from 0) of the JSON object b[n], which
  * cJSON parsed, holds a string with U+0000 in it (an escape or a raw
- * byte): cJSON's strings end at their first NUL, so the parsed value was
- * cut there. Keys are the strings at depth 1 after '{' or ','. */
+ * byte, or a \u escape without four hex digits, which cJSON decodes as
+ * U+0000): cJSON's strings end at their first NUL, so the parsed value
+ * was cut there. Keys are the strings at depth 1 after '{' or ','. */
 static int member_has_nul(const char *b, size_t n, size_t k)
 {
     int depth = 0, want_key = 0;
@@ -140,7 +151,7 @@ static int member_has_nul(const char *b, size_t n, size_t k)
                     nul = 1;
                 if (b[i] != '\\')
                     continue;
-                if (n - i > 5 && memcmp(b + i + 1, "u0000", 5) == 0)
+                if (n - i > 1 && b[i + 1] == 'u' && (n - i <= 5 || !hex4(b + i + 2) || !memcmp(b + i + 2, "0000", 4)))
                     nul = 1;
                 i++; /* the escaped character: never the string's end */
             }

@@ -11,13 +11,16 @@
  *   - a request is accepted exactly when the body is valid by the rules of
  *     serve_request.h, checked here on cJSON's own parse, field by field
  *     from a table of what each field admits (and no NUL in "stop",
- *     found by parsing the body again with every NUL made U+0001);
+ *     found by parsing the body again with every NUL made U+0001, and
+ *     every \u escape without four hex digits, which cJSON decodes as
+ *     U+0000, made a backslash);
  *   - an accepted request carries what the body says: the prompt string
  *     or the messages' roles and texts, max_tokens (16 by default,
  *     max_tokens over max_completion_tokens), stream and include_usage,
  *     the stop sequences, seed, temperature, top_p, top_k;
  *   - whitespace after the body (and before it, BOM aside) changes
  *     nothing. */
+#include <ctype.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -214,8 +217,13 @@ static int expected(const char *body, size_t n, int chat, tb_serve_request *want
         if (shown[i] == '\0')
             shown[i] = '\1';
         else if (shown[i] == '\\') {
+            int hex = n - i > 5 && shown[i + 1] == 'u';
+            for (size_t d = 2; hex && d < 6; d++)
+                hex = isxdigit((unsigned char)shown[i + d]);
             if (n - i > 5 && memcmp(shown + i + 1, "u0000", 5) == 0)
                 shown[i + 5] = '1';
+            else if (n - i > 1 && shown[i + 1] == 'u' && !hex)
+                shown[i + 1] = '\\'; /* cJSON decodes \u without 4 hex digits as U+0000: here, a backslash */
             i++;
         }
     }
