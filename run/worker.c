@@ -253,13 +253,15 @@ static void check_figures(const tb_case *c, uint32_t caps, uint32_t max_new_toke
     memset(bad, 0, n);
     memset(last_em, 0, n * sizeof *last_em);
     memset(emitted, 0, n * sizeof *emitted);
-    for (size_t e = 0; e < em->n; e++)
-        if (em->ev[e].request < n)
-            emitted[em->ev[e].request] += em->ev[e].n_tokens;
-    if (caps & TB_CAP_STREAMING) /* else its emissions are no timings: done is the call's return */
-        for (size_t e = 0; e < em->n; e++)
-            if (em->ev[e].request < n && em->ev[e].t_ns > last_em[em->ev[e].request])
-                last_em[em->ev[e].request] = em->ev[e].t_ns;
+    for (size_t e = 0; e < em->n; e++) {
+        const tb_emission *x = &em->ev[e];
+        if (x->request >= n)
+            continue;
+        emitted[x->request] += x->n_tokens;
+        /* without streaming its emissions are no timings: done is the call's return */
+        if ((caps & TB_CAP_STREAMING) && x->t_ns > last_em[x->request])
+            last_em[x->request] = x->t_ns;
+    }
     for (uint32_t i = 0; i < n; i++) {
         tb_raw_request *q = &wr[i];
         uint64_t p_max = prompt_bound(caps, ptext ? ptext[i] : NULL, c->prompt_tokens);
