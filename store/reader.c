@@ -477,7 +477,8 @@ int tb_read_cases(sqlite3 *db, int64_t session, tb_row_case **out, size_t *n, ch
         i++;
         c->scrape_error = sqlite3_column_type(q, i) == SQLITE_NULL ? NULL : col_free_text(q, i);
         i++;
-        c->telemetry_unmatched = col_free_text(q, i);
+        /* NULL: every series had points (or none was asked for) */
+        c->telemetry_unmatched = sqlite3_column_type(q, i) == SQLITE_NULL ? NULL : col_free_text(q, i);
     }
     if (rc != SQLITE_DONE)
         *err = read_error(db, session, "the cases of session %lld", (long long)session);
