@@ -1863,14 +1863,15 @@ static void check_moe(int fp8)
     fp8_mode = saved_mode;
 }
 
-/* The grouped GEMM's three tile forms (gpu_tune.h's TB_GPU_MOE_TILES_*:
+/* The grouped GEMM's four tile forms (gpu_tune.h's TB_GPU_MOE_TILES_*:
  * 64-row tiles with a K step's loads in registers, the same tiles
- * pipelined by cp.async, 16-row tiles pipelined) over one span of n rows:
- * each output summed over the same K steps in the same order by the same
- * tensor-core products, whatever the tile, so logits equal to the bit, and
+ * pipelined by cp.async, 16-row and 128-row tiles pipelined) over one
+ * span of n rows: each output summed over the same K steps in the same
+ * order by the same tensor-core products, whatever the tile, so logits
+ * equal to the bit, and
  * within the bound of the CPU's; the default's pick among them too.
  * tiny-qwen3-moe-wide: hidden 200 (a K step's tail), experts of 1,056
- * (2,112 gate-up columns: a partial column tile of either width; the
+ * (2,112 gate-up columns: a partial column tile of every width; the
  * down product 33 K steps), 8 of 8 chosen, so 32 rows give every expert
  * 32 pairs (two 16-row tiles); tiny-qwen3-moe at 16 rows: 32 pairs over
  * 8 experts (the narrow tiles by default), its hidden 64 fewer K steps
@@ -1888,18 +1889,18 @@ static void check_moe_tiles(const char *preset, int n)
     uint64_t rng = 29;
     for (int i = 0; i < n; i++)
         tok[i] = (int32_t)(tb_rng_uniform(&rng) * V);
-    float *cl = malloc((size_t)n * V * sizeof(float)), *lg[4];
+    float *cl = malloc((size_t)n * V * sizeof(float)), *lg[5];
     tb_cpu_state st;
     CHECK(tb_cpu_state_init(&st, &m, 1, n, n, 1, err, sizeof err) == 0);
     CHECK(tb_cpu_forward(&st, tok, 1, n, 1, 1, cl) == 0);
     double ref = max_abs(cl, (size_t)n * V), bound = GPU_TOL * (ref > 1 ? ref : 1);
-    const char *form[4] = {"64-row tiles, loads in registers", "64-row tiles pipelined", "16-row tiles pipelined",
-                           "the default's pick"};
+    const char *form[5] = {"64-row tiles, loads in registers", "64-row tiles pipelined", "16-row tiles pipelined",
+                           "128-row tiles pipelined", "the default's pick"};
     tb_gpu_set_moe_gemv_rows(g, 0);
     tb_gpu_set_moe_span_grouped(g, 1);
-    for (int s = 0; s < 4; s++) {
+    for (int s = 0; s < 5; s++) {
         lg[s] = malloc((size_t)n * V * sizeof(float));
-        tb_gpu_set_moe_gemm_tiles(g, s < 3 ? s : -1);
+        tb_gpu_set_moe_gemm_tiles(g, s < 4 ? s : -1);
         CHECK(tb_gpu_logits(g, tok, 1, 0, n, n, 1, lg[s]) == 0);
         double diff = max_diff(lg[s], cl, (size_t)n * V);
         int same = memcmp(lg[s], lg[0], (size_t)n * V * sizeof(float)) == 0;
@@ -1910,7 +1911,7 @@ static void check_moe_tiles(const char *preset, int n)
     tb_gpu_set_moe_gemm_tiles(g, -1);
     tb_gpu_set_moe_span_grouped(g, -1);
     tb_gpu_set_moe_gemv_rows(g, TB_GPU_MOE_GEMV_ROWS);
-    for (int s = 0; s < 4; s++)
+    for (int s = 0; s < 5; s++)
         free(lg[s]);
     free(cl);
     free(tok);
@@ -1984,6 +1985,49 @@ static void check_router(const char *name)
     setenv("TB_GPU_FUSION", mask, 1);
     check_block(name, 0);
     unsetenv("TB_GPU_FUSION");
+}
+
+/* The route's two forms (gpu_moe.cu's moe_route_row: the scores in
+ * registers where E <= 256 and k, n_group <= 32; in shared memory under
+ * TB_GPU_MOE_ROUTE=smem, read at load) pick the same experts with the
+ * same weights: span logits of 32 rows (cuBLAS and k_moe_route), 4 and 1
+ * (k_moe_router) equal to the bit. tiny-llada2-wide: sigmoid scores
+ * with a choice bias, 256 experts in 8 groups; tiny-qwen3-moe: softmax,
+ * no groups. */
+static void check_route_forms(const char *name)
+{
+    enum { N = 32 };
+    const int spans[3] = {32, 4, 1};
+    char err[512];
+    float *lg[2] = {NULL, NULL};
+    int V = 0;
+    for (int f = 0; f < 2; f++) {
+        tb_model m;
+        tb_gpu *g;
+        if (f)
+            setenv("TB_GPU_MOE_ROUTE", "smem", 1);
+        int rc = preset_pair(name, &m, &g);
+        unsetenv("TB_GPU_MOE_ROUTE");
+        if (rc != 0)
+            break;
+        V = m.cfg.vocab_size;
+        lg[f] = malloc((size_t)(32 + 4 + 1) * V * sizeof(float));
+        int32_t tok[N];
+        uint64_t rng = 31;
+        for (int i = 0; i < N; i++)
+            tok[i] = (int32_t)(tb_rng_uniform(&rng) * 500);
+        CHECK(tb_gpu_reserve(g, 1, N, N, err, sizeof err) == 0);
+        for (int s = 0, at = 0; s < 3; at += spans[s], s++)
+            CHECK(tb_gpu_logits(g, tok, 1, 0, spans[s], spans[s], 1, lg[f] + (size_t)at * V) == 0);
+        tb_gpu_free(g);
+        tb_model_free(&m);
+    }
+    int same = lg[0] && lg[1] && memcmp(lg[0], lg[1], (size_t)(32 + 4 + 1) * V * sizeof(float)) == 0;
+    fprintf(stderr, "%s: spans of 32, 4 and 1 rows, the route in registers against shared memory: %s\n", name,
+            same ? "identical" : "differ");
+    CHECK(same);
+    free(lg[0]);
+    free(lg[1]);
 }
 
 /* The decode logits of B sequences (1 or 2) of a context (fp8_mode's
@@ -2376,6 +2420,8 @@ int main(void)
         check_diffusion("llada-moe-tiny", 0);
         check_block("tiny-llada2", 0);
         check_router("tiny-llada2-wide");
+        check_route_forms("tiny-llada2-wide");
+        check_route_forms("tiny-qwen3-moe");
         check_moe(0); /* the three expert paths, the roofline's count, the poisoned experts */
         check_moe_tiles("tiny-qwen3-moe-wide", 32);
         check_moe_tiles("tiny-qwen3-moe", 16);
@@ -2531,6 +2577,8 @@ int main(void)
     check_block("tiny-llada2", 0);
     check_diffusion("preset:tiny-llada2", 0);
     check_router("tiny-llada2-wide");
+    check_route_forms("tiny-llada2-wide"); /* the route's two forms, to the bit */
+    check_route_forms("tiny-qwen3-moe");
     /* mixture of experts (issue 22) */
     check_ar("qwen3-moe", 0);
     check_ar("qwen3-moe", 3);

@@ -77,6 +77,7 @@ struct moe_route_args {
     const float *bias;
     int n_group, topk_group, mask_inf, norm_topk;
     float scale;
+    int smem; // 1: the shared-memory form even where the registers' fits (TB_GPU_MOE_ROUTE=smem, measurements)
 };
 // a batch-1 GEMV's variant kept for the weight shape out x in
 struct gemv_shape_pick {
@@ -238,6 +239,7 @@ struct tb_gpu {
     int moe_grid_all; // TB_GPU_MOE_GRID=all (gpu_moe.cu's moe_grid_rows)
     int moe_span_grouped; // spans above moe_gemv_max_rows by k_moe_gemm: 1, 0 (cuBLAS), -1 by the span (gpu_tune.h)
     int moe_gemm_tiles;   // the grouped GEMM's tiles (bf16): TB_GPU_MOE_TILES_*, -1 by the span (gpu_tune.h)
+    int moe_route_smem;   // TB_GPU_MOE_ROUTE=smem: moe_route_args.smem (gpu_moe.cu)
     int *moe_tile_e, *moe_tile_j, *moe_ntiles; // k_moe_tiles' list: [max tiles] x 2, [1]
     float *moe_logits;   // [rows][E]
     int *moe_idx;        // [P] experts chosen
@@ -354,6 +356,7 @@ struct moe_tiles {
     int *e, *j, *n;
 };
 int moe_tile_capacity(int P, int E);
+int moe_gemm_prepare(tb_gpu *g); // the kernels' shared-memory limits, once a context
 bool moe_grouped_fits(int P, int E);
 int moe_gemm_grouped(tb_gpu *g, int fp8, const void *W, const void *X, const float *WS, const float *XS,
                      const int *off, const int *order, int k, int gather, int P, int E, const moe_tiles &t,
