@@ -1992,8 +1992,8 @@ static void check_router(const char *name)
  * TB_GPU_MOE_ROUTE=smem, read at load) pick the same experts with the
  * same weights: span logits of 32 rows (cuBLAS and k_moe_route), 4 and 1
  * (k_moe_router) equal to the bit. tiny-llada2-wide: sigmoid scores
- * with a choice bias, 256 experts in 8 groups; tiny-qwen3-moe: softmax,
- * no groups. */
+ * with a choice bias, 256 experts in 8 groups; tiny-llada2: 8 experts in
+ * 4 groups of 2 (lanes past E); tiny-qwen3-moe: softmax, no groups. */
 static void check_route_forms(const char *name)
 {
     enum { N = 32 };
@@ -2421,6 +2421,7 @@ int main(void)
         check_block("tiny-llada2", 0);
         check_router("tiny-llada2-wide");
         check_route_forms("tiny-llada2-wide");
+        check_route_forms("tiny-llada2");
         check_route_forms("tiny-qwen3-moe");
         check_moe(0); /* the three expert paths, the roofline's count, the poisoned experts */
         check_moe_tiles("tiny-qwen3-moe-wide", 32);
@@ -2578,6 +2579,7 @@ int main(void)
     check_diffusion("preset:tiny-llada2", 0);
     check_router("tiny-llada2-wide");
     check_route_forms("tiny-llada2-wide"); /* the route's two forms, to the bit */
+    check_route_forms("tiny-llada2");
     check_route_forms("tiny-qwen3-moe");
     /* mixture of experts (issue 22) */
     check_ar("qwen3-moe", 0);

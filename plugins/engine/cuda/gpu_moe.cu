@@ -1118,16 +1118,16 @@ int moe_tile_capacity(int P, int E) { return moe_max_tiles(P, E, MOE_BM_NARROW);
 bool moe_grouped_fits(int P, int E) { return moe_max_tiles(P, E, MOE_BM) <= 65535; }
 
 // The grouped GEMM's tile shape for a span of P pairs (bf16; FP8 always
-// k_moe_gemm's): g->moe_gemm_tiles if set, else by the pairs a routed
+// k_moe_gemm's): g->moe_gemm_tiles if one, else by the pairs a routed
 // expert on average (gpu_tune.h); a shape only where its grid rows fit.
 static int gemm_tiles(const tb_gpu *g, int fp8, int P, int E)
 {
     if (fp8)
         return TB_GPU_MOE_TILES_REGS;
-    int s = g->moe_gemm_tiles >= 0                                         ? g->moe_gemm_tiles
-            : (long)P <= (long)TB_GPU_MOE_NARROW_PER_EXPERT * E             ? TB_GPU_MOE_TILES_NARROW
-            : (long)P >= (long)TB_GPU_MOE_BIG_PER_EXPERT * E                ? TB_GPU_MOE_TILES_BIG
-                                                                            : TB_GPU_MOE_TILES_WIDE;
+    int s = g->moe_gemm_tiles >= TB_GPU_MOE_TILES_REGS && g->moe_gemm_tiles <= TB_GPU_MOE_TILES_BIG
+                ? g->moe_gemm_tiles
+            : (long)P <= (long)TB_GPU_MOE_NARROW_PER_EXPERT * E ? TB_GPU_MOE_TILES_NARROW
+                                                                : TB_GPU_MOE_TILES_WIDE;
     return s == TB_GPU_MOE_TILES_NARROW && moe_max_tiles(P, E, MOE_BM_NARROW) > 65535 ? TB_GPU_MOE_TILES_WIDE : s;
 }
 

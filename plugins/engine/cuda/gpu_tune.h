@@ -116,12 +116,12 @@ void tb_gpu_set_moe_span_grouped(tb_gpu *g, int grouped);
  * first form, kept for measurements); WIDE, the same tiles pipelined
  * (cp.async, several K steps in flight); NARROW, pipelined 16 x 128
  * tiles, for spans of few pairs an expert (a 64-row tile of 1-4 pairs
- * is mostly padding); BIG, pipelined 128 x 128 tiles of 8 warps. -1 (the
- * default): NARROW where the span's pairs are at most
- * TB_GPU_MOE_NARROW_PER_EXPERT a routed expert on average, BIG where at
- * least TB_GPU_MOE_BIG_PER_EXPERT, else WIDE. All four give the same
- * sums, to the bit. At load TB_GPU_MOE_TILES=regs, wide, narrow or big
- * sets one. Measured on the H200
+ * is mostly padding); BIG, pipelined 128 x 128 tiles of 8 warps (not
+ * in the default until measured). -1 (the default; any value not a
+ * form): NARROW where the span's pairs are at most
+ * TB_GPU_MOE_NARROW_PER_EXPERT a routed expert on average, else WIDE.
+ * All four give the same sums, to the bit. At load
+ * TB_GPU_MOE_TILES=regs, wide, narrow or big sets one. Measured on the H200
  * (docs/PERFORMANCE.md #s27, one call, two runs each), LLaDA2.0-mini
  * block 32, batch 1 (256 pairs over 256 experts) regs / wide / narrow:
  * 838 and 846 / 893 and 888 / 976 and 980 tok/s; batch 32 regs / wide:
@@ -133,7 +133,6 @@ void tb_gpu_set_moe_span_grouped(tb_gpu *g, int grouped);
 #define TB_GPU_MOE_TILES_NARROW 2
 #define TB_GPU_MOE_TILES_BIG 3
 #define TB_GPU_MOE_NARROW_PER_EXPERT 4
-#define TB_GPU_MOE_BIG_PER_EXPERT 64
 void tb_gpu_set_moe_gemm_tiles(tb_gpu *g, int tiles);
 
 /* Decode fusion for one-row forwards (batch-1 decode), a mask of
