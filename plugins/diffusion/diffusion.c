@@ -216,12 +216,7 @@ static char *make_description(const dctx *c)
         ok &= cJSON_AddNumberToObject(o, "context_length", cfg->max_position_embeddings) != NULL;
     ok &= cJSON_AddBoolToObject(o, "prompt_bos", tb_prompt_bos(cfg) >= 0) != NULL;
     ok &= cJSON_AddStringToObject(o, "energy", c->ld.energy_note) != NULL;
-    if (c->ld.peak_flops > 0) { /* the roofline's ceilings, measured at load */
-        char key[32]; /* peak_tflops_bf16, or _fp8 when dtype = fp8's products run on FP8 tensor cores */
-        snprintf(key, sizeof key, "peak_tflops_%s", c->ld.peak_flops_dtype ? c->ld.peak_flops_dtype : "bf16");
-        ok &= cJSON_AddNumberToObject(o, key, c->ld.peak_flops / 1e12) != NULL;
-        ok &= cJSON_AddNumberToObject(o, "peak_tb_per_s", c->ld.peak_bytes_per_s / 1e12) != NULL;
-    }
+    ok &= tb_loaded_describe_device(&c->ld, o);
     char *s = ok ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
     return s;

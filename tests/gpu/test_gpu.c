@@ -1440,6 +1440,28 @@ done:
     tb_model_free(&m);
 }
 
+/* The picks a run's description keeps (gpu.h's tb_gpu_gemv_picks) after
+ * the two calibrations of a 4096 x 1024 weight: each in the syntax
+ * TB_GPU_GEMV_PICKS takes, the variant the GEMV runs, a forced one shown
+ * as forced, and a buffer too small for a shape left empty. */
+static void check_gemv_picks(tb_gpu *g)
+{
+    char buf[256];
+    int o = 0, i = 0, v = -1, used = 0;
+    CHECK(tb_gpu_gemv_picks(g, 0, buf, sizeof buf) == 1);
+    CHECK(sscanf(buf, "%dx%d=%d%n", &o, &i, &v, &used) == 3 && buf[used] == '\0');
+    CHECK(o == 4096 && i == 1024 && v >= 0 && v < TB_GPU_GEMV_VARIANTS);
+    CHECK(tb_gpu_gemv_picks(g, 1, buf, sizeof buf) == 1);
+    v = -1;
+    CHECK(sscanf(buf, "4096x1024=%d%n", &v, &used) == 1 && buf[used] == '\0');
+    CHECK(v >= 0 && v < TB_GPU_FP8_GEMV_VARIANTS);
+    tb_gpu_force_gemv_variant(g, 2);
+    CHECK(tb_gpu_gemv_picks(g, 0, buf, sizeof buf) == 1 && strcmp(buf, "4096x1024=2") == 0);
+    tb_gpu_force_gemv_variant(g, -1);
+    CHECK(tb_gpu_gemv_picks(g, 0, buf, 11) == 0 && buf[0] == '\0'); /* "4096x1024=V" needs 12 */
+    CHECK(tb_gpu_gemv_picks(g, 0, buf, 12) == 1);
+}
+
 /* The device-memory count (gpu.h): what the context holds now, and the
  * high-water mark since the last reset, transient buffers included. */
 static void check_memory(void)
@@ -1491,6 +1513,7 @@ static void check_memory(void)
     size_t gemv8 = (size_t)tb_gpu_timing_copies(g, (size_t)4096 * 1024) * 4096 * 1024 + 4096 * 4 + 1024 * 2 + 4096 * 4;
     CHECK(tb_gpu_bytes(g) == weights + big);
     CHECK(tb_gpu_peak_bytes(g) == weights + big + gemv8);
+    check_gemv_picks(g);
     /* the ceilings: 2 x 1 GiB copies and an 8192^2 float32 product */
     tb_gpu_reset_peak(g);
     double flops, bps;

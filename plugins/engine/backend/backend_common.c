@@ -2,6 +2,8 @@
 #define _GNU_SOURCE
 #include "backend_common.h"
 
+#include <cjson/cJSON.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,6 +143,8 @@ tb_status tb_load(const char *spec, int want_diffusion, int on_gpu, int fp8, uin
             if (tb_gpu_measure_ceilings(out->gpu, &out->peak_flops, &out->peak_bytes_per_s) != 0)
                 out->peak_flops = out->peak_bytes_per_s = 0;
             out->peak_flops_dtype = tb_gpu_gemm_dtype(out->gpu);
+            tb_gpu_gemv_picks(out->gpu, 0, out->gemv_picks, sizeof out->gemv_picks);
+            tb_gpu_gemv_picks(out->gpu, 1, out->fp8_gemv_picks, sizeof out->fp8_gemv_picks);
         }
     }
 #endif
@@ -230,6 +234,22 @@ int64_t tb_loaded_memory_peak(const tb_loaded *l)
     (void)l;
 #endif
     return -1;
+}
+
+int tb_loaded_describe_device(const tb_loaded *l, cJSON *o)
+{
+    int ok = 1;
+    if (l->peak_flops > 0) { /* the roofline's ceilings, measured at load */
+        char key[32]; /* peak_tflops_bf16, or _fp8 when dtype = fp8's products run on FP8 tensor cores */
+        snprintf(key, sizeof key, "peak_tflops_%s", l->peak_flops_dtype ? l->peak_flops_dtype : "bf16");
+        ok &= cJSON_AddNumberToObject(o, key, l->peak_flops / 1e12) != NULL;
+        ok &= cJSON_AddNumberToObject(o, "peak_tb_per_s", l->peak_bytes_per_s / 1e12) != NULL;
+    }
+    if (l->gemv_picks[0])
+        ok &= cJSON_AddStringToObject(o, "gemv_picks", l->gemv_picks) != NULL;
+    if (l->fp8_gemv_picks[0])
+        ok &= cJSON_AddStringToObject(o, "fp8_gemv_picks", l->fp8_gemv_picks) != NULL;
+    return ok;
 }
 
 int tb_loaded_pick_vocab(const tb_loaded *l)

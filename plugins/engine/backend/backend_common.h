@@ -35,6 +35,10 @@ typedef struct tb_loaded {
      * fp8 with FP8 GEMMs: tb_gpu_gemm_dtype); describe() names it. */
     double peak_flops, peak_bytes_per_s;
     const char *peak_flops_dtype;
+    /* The batch-1 GEMV variant each weight shape runs, timed at load
+     * (gpu.h's tb_gpu_gemv_picks: "OUTxIN=V,...", "" when none), bf16's
+     * and FP8's; describe() keeps them with the run. */
+    char gemv_picks[256], fp8_gemv_picks[256];
     int fp8; /* dtype = fp8: E4M3 projection weights (fp8.h) */
     /* Tokens are chosen among ids [0, pick_vocab) only (the greedy argmax,
      * sampling, loglik's normalisation); 0: the whole vocabulary. Set by
@@ -42,6 +46,13 @@ typedef struct tb_loaded {
      * emits only ids that are text. */
     int pick_vocab;
 } tb_loaded;
+
+struct cJSON;
+/* What describe() says of the device the model loaded on, into o: the
+ * roofline's ceilings (peak_tflops_bf16 or _fp8, peak_tb_per_s) and the
+ * GEMV picks (gemv_picks, fp8_gemv_picks), each only where measured.
+ * 1, or 0 when cJSON ran out of memory. */
+int tb_loaded_describe_device(const tb_loaded *l, struct cJSON *o);
 
 /* The ids a token is chosen among: pick_vocab, else the vocabulary. */
 int tb_loaded_pick_vocab(const tb_loaded *l);

@@ -198,6 +198,16 @@ int tb_gpu_device_ceilings(void *stream, void *blas, double *peak_flops, double 
                            size_t err_size);
 /* Which GEMM that FLOP/s ceiling is: "bf16" or "fp8". */
 const char *tb_gpu_gemm_dtype(const tb_gpu *g);
+/* The batch-1 GEMV variant each weight shape timed at load runs, as
+ * "OUTxIN=V,..." (the syntax TB_GPU_GEMV_PICKS and TB_GPU_FP8_PICKS take,
+ * so a run can be repeated with the same kernels): the bf16 GEMV's (fp8 0)
+ * or the FP8 GEMV's (fp8 1); a variant forced by TB_GPU_GEMV_VARIANT
+ * shows as that variant on every shape (under TB_GPU_FP8_GEMV the FP8
+ * shapes are not timed, so none is listed). The picks are
+ * timed per process (two processes may pick apart: gpu_ceilings.cu), so a
+ * run's description keeps them. Returns the shapes written; "" and 0 when
+ * none was timed (a small model); truncated at a shape's boundary. */
+int tb_gpu_gemv_picks(const tb_gpu *g, int fp8, char *buf, size_t size);
 
 /* Diffusion, sampling on the host: the same forward as
  * tb_gpu_forward_pick over `rows` canvases, but the logits of span rows

@@ -173,6 +173,27 @@ extern "C" const char *tb_gpu_gemm_dtype(const tb_gpu *g)
     return r->fp8 && r->fp8_gemm ? "fp8" : "bf16";
 }
 
+extern "C" int tb_gpu_gemv_picks(const tb_gpu *g, int fp8, char *buf, size_t size)
+{
+    const tb_gpu *r = g->ranks ? g->ranks[0] : g;
+    const gemv_shape_pick *t = fp8 ? r->fp8_shapes : r->gemv_shapes;
+    int n = fp8 ? r->n_fp8_shapes : r->n_gemv_shapes, written = 0;
+    size_t used = 0;
+    if (size)
+        buf[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        int v = fp8 ? fp8_variant_for(r, t[i].out, t[i].in) : gemv_variant_for(r, t[i].out, t[i].in);
+        char one[48];
+        int k = snprintf(one, sizeof one, "%s%dx%d=%d", written ? "," : "", t[i].out, t[i].in, v);
+        if (k < 0 || used + (size_t)k >= size)
+            break;
+        memcpy(buf + used, one, (size_t)k + 1);
+        used += (size_t)k;
+        written++;
+    }
+    return written;
+}
+
 // The GEMV picks of this process, per device and shape: the first
 // context to time a shape decides for every later one on that device, so
 // contexts compute a shape alike (two loads of a model; a tensor-parallel
