@@ -1931,6 +1931,18 @@ static void check_moe_tiles(const char *preset, int n)
                 form[s], diff, bound, same ? "equal to the first form's to the bit" : "differs from the first form's");
         CHECK(diff <= bound && same);
     }
+    /* the pipelined forms above ran the gate-up's SwiGLU in its epilogue
+     * (the first form has none); without the fusion, through k_swiglu */
+    tb_gpu_set_decode_fusion(g, TB_GPU_FUSE_DEFAULT & ~TB_GPU_FUSE_SWIGLU, TB_GPU_PDL_DEFAULT);
+    for (int s = 1; s < 4; s++) {
+        tb_gpu_set_moe_gemm_tiles(g, s);
+        CHECK(tb_gpu_logits(g, tok, 1, 0, n, n, 1, lg[4]) == 0);
+        int same = memcmp(lg[4], lg[0], (size_t)n * V * sizeof(float)) == 0;
+        fprintf(stderr, "%s: %d-row span by the grouped GEMM, %s, SwiGLU by k_swiglu: %s\n", preset, n, form[s],
+                same ? "equal to the first form's to the bit" : "differs from the first form's");
+        CHECK(same);
+    }
+    tb_gpu_set_decode_fusion(g, TB_GPU_FUSE_DEFAULT, TB_GPU_PDL_DEFAULT);
     tb_gpu_set_moe_gemm_tiles(g, -1);
     tb_gpu_set_moe_span_grouped(g, -1);
     tb_gpu_set_moe_gemv_rows(g, TB_GPU_MOE_GEMV_ROWS);

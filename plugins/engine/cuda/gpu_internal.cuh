@@ -361,6 +361,13 @@ bool moe_grouped_fits(int P, int E);
 int moe_gemm_grouped(tb_gpu *g, int fp8, const void *W, const void *X, const float *WS, const float *XS,
                      const int *off, const int *order, int k, int gather, int P, int E, const moe_tiles &t,
                      int make_tiles, float *Y, int out, int in);
+// bf16 gate-up product of the pairs (rows gathered by order) with its
+// SwiGLU: act [P][mi] = silu(gate) up, by the pipelined GEMM's epilogue
+// under TB_GPU_FUSE_SWIGLU (no float [P][2 mi] round trip, no k_swiglu),
+// else through gu [P][2 mi] and k_swiglu; the same bits either way
+// (test_gpu's check_moe_tiles). Makes the tiles (t) for the down product.
+int moe_gemm_gate_up(tb_gpu *g, const bf16 *W, const bf16 *X, const int *off, const int *order, int k, int P, int E,
+                     const moe_tiles &t, float *gu, bf16 *act, int mi, int in);
 // Tensor parallelism (gpu_tp.cu): a context for device `device` whose
 // lm_head has head_rows rows (tb_gpu_create's body); the collectives on
 // a rank's stream (graph-capturable): x[count] summed over the ranks in

@@ -1008,12 +1008,12 @@ __host__ __device__ constexpr size_t moe_gemm_smem()
 {
     return (size_t)MOE_STAGES * (BM + BN) * (MOE_BK + 8) * sizeof(bf16);
 }
-template <int BM, int BN, int WARPS_M, int NW>
+template <int BM, int BN, int WARPS_M, int NW, bool SWIGLU>
 __global__ void __launch_bounds__(NW * 32)
     k_moe_gemm_async(const bf16 *__restrict__ W, const bf16 *__restrict__ X, const int *__restrict__ off,
                      const int *__restrict__ order, int k, int gather, const int *__restrict__ tile_e,
-                     const int *__restrict__ tile_j, const int *__restrict__ ntiles, float *__restrict__ Y, int out,
-                     int in)
+                     const int *__restrict__ tile_j, const int *__restrict__ ntiles, float *__restrict__ Y,
+                     bf16 *__restrict__ act, int out, int in)
 {
     using namespace nvcuda;
     constexpr int T = NW * 32; // threads
@@ -1031,7 +1031,11 @@ __global__ void __launch_bounds__(NW * 32)
         return;
     int e = tile_e[t], j0 = tile_j[t], jn = off[e + 1] - j0;
     jn = jn < BM ? jn : BM;
-    int o0 = blockIdx.x * BN;
+    // SWIGLU: the block's BN columns are BN / 2 gate rows and their up
+    // rows, its outputs act's columns [o0, o0 + BN / 2) of out / 2
+    constexpr int OUTS = SWIGLU ? BN / 2 : BN;
+    const int width = SWIGLU ? out / 2 : out; // the outputs a row
+    int o0 = blockIdx.x * OUTS;
     int warp = threadIdx.x / 32, wm = warp / WARPS_N, wn = warp % WARPS_N;
     // this thread's chunks: the source row (NULL past the group or the
     // columns) and the offset in a stage
@@ -1047,7 +1051,8 @@ __global__ void __launch_bounds__(NW * 32)
     for (int q = 0; q < BCH; q++) {
         int idx = threadIdx.x + q * T, r = idx / KCH;
         bcol[q] = idx % KCH * 8, bdst[q] = BM * LDS + r * LDS + bcol[q];
-        bsrc[q] = o0 + r < out ? W + ((size_t)e * out + o0 + r) * in : NULL;
+        int o = o0 + r % OUTS, row = SWIGLU && r >= OUTS ? width + o : o; // W's row for tile column r
+        bsrc[q] = o < width ? W + ((size_t)e * out + row) * in : NULL;
     }
     auto load_stage = [&](int s, int k0) { // K step k0's chunks into stage s (zeros past in, jn, out)
         bf16 *st = smem + s * STAGE;
@@ -1101,9 +1106,14 @@ __global__ void __launch_bounds__(NW * 32)
             wmma::store_matrix_sync(Cs + (wm * FM * 16 + a * 16) * LDC + wn * FN * 16 + b * 16, acc[a][b], LDC,
                                     wmma::mem_row_major);
     __syncthreads();
-    for (int i = threadIdx.x; i < BM * BN; i += blockDim.x) {
-        int r = i / BN, c = i % BN;
-        if (r < jn && o0 + c < out)
+    for (int i = threadIdx.x; i < BM * OUTS; i += blockDim.x) {
+        int r = i / OUTS, c = i % OUTS;
+        if (r >= jn || o0 + c >= width)
+            continue;
+        if (SWIGLU) { // k_swiglu's arithmetic on the same float sums
+            float gt = Cs[r * LDC + c], up = Cs[r * LDC + OUTS + c];
+            act[(size_t)(j0 + r) * width + o0 + c] = __float2bfloat16_rn(gt / (1.0f + __expf(-gt)) * up);
+        } else
             Y[(size_t)(j0 + r) * out + o0 + c] = Cs[r * LDC + c];
     }
 }
@@ -1133,13 +1143,21 @@ static int gemm_tiles(const tb_gpu *g, int fp8, int P, int E)
 
 // one launch of k_moe_gemm_async of a shape: the grid's columns over out,
 // its rows the most tiles of BM rows P pairs can make
+// (act non-NULL: the SwiGLU epilogue, act [P][out / 2], Y untouched)
 template <int BM, int BN, int WARPS_M, int NW>
 static void launch_gemm_async(tb_gpu *g, const void *W, const void *X, const int *off, const int *order, int k,
-                              int gather, int P, int E, const moe_tiles &t, float *Y, int out, int in)
+                              int gather, int P, int E, const moe_tiles &t, float *Y, bf16 *act, int out, int in)
 {
-    dim3 grid((unsigned)((out + BN - 1) / BN), (unsigned)moe_max_tiles(P, E, BM));
-    k_moe_gemm_async<BM, BN, WARPS_M, NW><<<grid, NW * 32, moe_gemm_smem<BM, BN, WARPS_M, NW>(), g->stream>>>(
-        (const bf16 *)W, (const bf16 *)X, off, order, k, gather, t.e, t.j, t.n, Y, out, in);
+    size_t smem = moe_gemm_smem<BM, BN, WARPS_M, NW>();
+    if (act) {
+        dim3 grid((unsigned)((out / 2 + BN / 2 - 1) / (BN / 2)), (unsigned)moe_max_tiles(P, E, BM));
+        k_moe_gemm_async<BM, BN, WARPS_M, NW, true><<<grid, NW * 32, smem, g->stream>>>(
+            (const bf16 *)W, (const bf16 *)X, off, order, k, gather, t.e, t.j, t.n, NULL, act, out, in);
+    } else {
+        dim3 grid((unsigned)((out + BN - 1) / BN), (unsigned)moe_max_tiles(P, E, BM));
+        k_moe_gemm_async<BM, BN, WARPS_M, NW, false><<<grid, NW * 32, smem, g->stream>>>(
+            (const bf16 *)W, (const bf16 *)X, off, order, k, gather, t.e, t.j, t.n, Y, NULL, out, in);
+    }
 }
 #define MOE_NARROW_SHAPE MOE_BM_NARROW, MOE_BN_NARROW, 1, 4
 #define MOE_WIDE_SHAPE MOE_BM, MOE_BN, 2, 4
@@ -1149,14 +1167,18 @@ int moe_gemm_prepare(tb_gpu *g)
 {
     // the big shape's 80 KB of shared memory is over the 48 KB a launch
     // gets without asking
-    CK(cudaFuncSetAttribute(k_moe_gemm_async<MOE_BIG_SHAPE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CK(cudaFuncSetAttribute(k_moe_gemm_async<MOE_BIG_SHAPE, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            (int)moe_gemm_smem<MOE_BIG_SHAPE>()));
+    CK(cudaFuncSetAttribute(k_moe_gemm_async<MOE_BIG_SHAPE, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                             (int)moe_gemm_smem<MOE_BIG_SHAPE>()));
     return 0;
 }
 
-int moe_gemm_grouped(tb_gpu *g, int fp8, const void *W, const void *X, const float *WS, const float *XS,
-                     const int *off, const int *order, int k, int gather, int P, int E, const moe_tiles &t,
-                     int make_tiles, float *Y, int out, int in)
+// moe_gemm_grouped's body; act non-NULL (bf16, a pipelined shape): the
+// SwiGLU epilogue
+static int grouped(tb_gpu *g, int fp8, const void *W, const void *X, const float *WS, const float *XS, const int *off,
+                   const int *order, int k, int gather, int P, int E, const moe_tiles &t, int make_tiles, float *Y,
+                   bf16 *act, int out, int in)
 {
     int shape = gemm_tiles(g, fp8, P, E);
     int bm = shape == TB_GPU_MOE_TILES_NARROW ? MOE_BM_NARROW : shape == TB_GPU_MOE_TILES_BIG ? MOE_BM_BIG : MOE_BM;
@@ -1165,11 +1187,11 @@ int moe_gemm_grouped(tb_gpu *g, int fp8, const void *W, const void *X, const flo
         LAUNCHED();
     }
     if (shape == TB_GPU_MOE_TILES_NARROW)
-        launch_gemm_async<MOE_NARROW_SHAPE>(g, W, X, off, order, k, gather, P, E, t, Y, out, in);
+        launch_gemm_async<MOE_NARROW_SHAPE>(g, W, X, off, order, k, gather, P, E, t, Y, act, out, in);
     else if (shape == TB_GPU_MOE_TILES_WIDE)
-        launch_gemm_async<MOE_WIDE_SHAPE>(g, W, X, off, order, k, gather, P, E, t, Y, out, in);
+        launch_gemm_async<MOE_WIDE_SHAPE>(g, W, X, off, order, k, gather, P, E, t, Y, act, out, in);
     else if (shape == TB_GPU_MOE_TILES_BIG)
-        launch_gemm_async<MOE_BIG_SHAPE>(g, W, X, off, order, k, gather, P, E, t, Y, out, in);
+        launch_gemm_async<MOE_BIG_SHAPE>(g, W, X, off, order, k, gather, P, E, t, Y, act, out, in);
     if (shape != TB_GPU_MOE_TILES_REGS) {
         LAUNCHED();
         return 0;
@@ -1180,6 +1202,25 @@ int moe_gemm_grouped(tb_gpu *g, int fp8, const void *W, const void *X, const flo
     else
         k_moe_gemm<false><<<grid, 128, 0, g->stream>>>(W, X, NULL, NULL, off, order, k, gather, t.e, t.j, t.n, Y, out,
                                                        in);
+    LAUNCHED();
+    return 0;
+}
+
+int moe_gemm_grouped(tb_gpu *g, int fp8, const void *W, const void *X, const float *WS, const float *XS,
+                     const int *off, const int *order, int k, int gather, int P, int E, const moe_tiles &t,
+                     int make_tiles, float *Y, int out, int in)
+{
+    return grouped(g, fp8, W, X, WS, XS, off, order, k, gather, P, E, t, make_tiles, Y, NULL, out, in);
+}
+
+int moe_gemm_gate_up(tb_gpu *g, const bf16 *W, const bf16 *X, const int *off, const int *order, int k, int P, int E,
+                     const moe_tiles &t, float *gu, bf16 *act, int mi, int in)
+{
+    if ((g->fusion & TB_GPU_FUSE_SWIGLU) && gemm_tiles(g, 0, P, E) != TB_GPU_MOE_TILES_REGS)
+        return grouped(g, 0, W, X, NULL, NULL, off, order, k, 1, P, E, t, 1, NULL, act, 2 * mi, in);
+    if (grouped(g, 0, W, X, NULL, NULL, off, order, k, 1, P, E, t, 1, gu, NULL, 2 * mi, in))
+        return -1;
+    k_swiglu<<<blocks_for((size_t)P * mi), 256, 0, g->stream>>>(gu, act, mi, (size_t)P * mi, NULL, NULL);
     LAUNCHED();
     return 0;
 }
@@ -1482,11 +1523,8 @@ int moe_ffn(tb_gpu *g, int l, int rows, int graphable, const float *norm_w)
         LAUNCHED();
     } else if (span_grouped(g, rows)) { // one grouped GEMM a projection, sized on the device
         moe_tiles t = {g->moe_tile_e, g->moe_tile_j, g->moe_ntiles};
-        if (moe_gemm_grouped(g, 0, G->ex_gu, g->xn, NULL, NULL, g->moe_off, g->moe_order, k, 1, P, E, t, 1, g->moe_gu,
-                             2 * mi, h))
+        if (moe_gemm_gate_up(g, G->ex_gu, g->xn, g->moe_off, g->moe_order, k, P, E, t, g->moe_gu, g->moe_act, mi, h))
             return -1;
-        k_swiglu<<<blocks_for((size_t)P * mi), 256, 0, g->stream>>>(g->moe_gu, g->moe_act, mi, (size_t)P * mi, NULL, NULL);
-        LAUNCHED();
         if (moe_gemm_grouped(g, 0, G->ex_down, g->moe_act, NULL, NULL, g->moe_off, NULL, k, 0, P, E, t, 0, g->moe_y, h,
                              mi))
             return -1;
