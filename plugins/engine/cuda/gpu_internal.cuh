@@ -365,9 +365,12 @@ int moe_gemm_grouped(tb_gpu *g, int fp8, const void *W, const void *X, const flo
 // SwiGLU: act [P][mi] = silu(gate) up, by the pipelined GEMM's epilogue
 // under TB_GPU_FUSE_SWIGLU (no float [P][2 mi] round trip, no k_swiglu),
 // else through gu [P][2 mi] and k_swiglu; the same bits either way
-// (test_gpu's check_moe_tiles). Makes the tiles (t) for the down product.
+// (test_gpu's check_moe_tiles). make_tiles: the tiles (t) made here, for
+// the down product too (0: k_moe_route_group made them).
 int moe_gemm_gate_up(tb_gpu *g, const bf16 *W, const bf16 *X, const int *off, const int *order, int k, int P, int E,
-                     const moe_tiles &t, float *gu, bf16 *act, int mi, int in);
+                     const moe_tiles &t, int make_tiles, float *gu, bf16 *act, int mi, int in);
+// the grouped GEMM's tile rows for P pairs over E experts (its shape's)
+int moe_gemm_bm(const tb_gpu *g, int fp8, int P, int E);
 // Tensor parallelism (gpu_tp.cu): a context for device `device` whose
 // lm_head has head_rows rows (tb_gpu_create's body); the collectives on
 // a rank's stream (graph-capturable): x[count] summed over the ranks in
