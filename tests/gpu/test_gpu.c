@@ -1893,19 +1893,32 @@ static void check_moe(int fp8)
  * order by the same tensor-core products, whatever the tile, so logits
  * equal to the bit, and
  * within the bound of the CPU's; the default's pick among them too.
+ * The pipelined forms run the gate-up's SwiGLU in their epilogue (a
+ * tile's columns half gates, half their ups), and again without it
+ * (k_swiglu): equal to the bit; the kernel profile counts the launches.
  * tiny-qwen3-moe-wide: hidden 200 (a K step's tail), experts of 1,056
- * (2,112 gate-up columns: a partial column tile of every width; the
- * down product 33 K steps), 8 of 8 chosen, so 32 rows give every expert
+ * (2,112 gate-up columns: a partial column tile of the 16- and 128-row
+ * shapes, 64 columns wide, and of their epilogue's 32 gate-up pairs a
+ * block; the down product 33 K steps), 8 of 8 chosen, so 32 rows give every expert
  * 32 pairs (two 16-row tiles); tiny-qwen3-moe at 16 rows: 32 pairs over
  * 8 experts (the narrow tiles by default), its hidden 64 fewer K steps
  * than the pipeline's depth. */
+static long kprof_launches(const char *table, const char *kernel);
 static void check_moe_tiles(const char *preset, int n)
 {
-    char err[512];
+    char err[512], path[128];
     tb_model m;
     tb_gpu *g;
-    if (preset_pair(preset, &m, &g) != 0)
+    /* the kernels launched, counted by the kernel profile (written when
+     * the context is freed) */
+    snprintf(path, sizeof path, "/tmp/tb-kprof-tiles-%d.tsv", (int)getpid());
+    unlink(path);
+    setenv("TB_GPU_KERNEL_PROFILE", path, 1);
+    int rc = preset_pair(preset, &m, &g);
+    unsetenv("TB_GPU_KERNEL_PROFILE");
+    if (rc != 0)
         return;
+    tb_gpu_set_decode_fusion(g, TB_GPU_FUSE_DEFAULT, TB_GPU_PDL_DEFAULT); /* whatever TB_GPU_FUSION says */
     int V = m.cfg.vocab_size;
     CHECK(tb_gpu_reserve(g, 1, n, n, err, sizeof err) == 0);
     int32_t *tok = malloc(sizeof(int32_t) * n);
@@ -1942,10 +1955,7 @@ static void check_moe_tiles(const char *preset, int n)
                 same ? "equal to the first form's to the bit" : "differs from the first form's");
         CHECK(same);
     }
-    tb_gpu_set_decode_fusion(g, TB_GPU_FUSE_DEFAULT, TB_GPU_PDL_DEFAULT);
-    tb_gpu_set_moe_gemm_tiles(g, -1);
-    tb_gpu_set_moe_span_grouped(g, -1);
-    tb_gpu_set_moe_gemv_rows(g, TB_GPU_MOE_GEMV_ROWS);
+    int layers = m.cfg.n_layers; /* every one a MoE layer (these presets) */
     for (int s = 0; s < 5; s++)
         free(lg[s]);
     free(cl);
@@ -1953,6 +1963,27 @@ static void check_moe_tiles(const char *preset, int n)
     tb_cpu_state_free(&st);
     tb_gpu_free(g);
     tb_model_free(&m);
+    /* 8 span forwards: each MoE layer's route, grouping and tiles by
+     * k_moe_route_group alone (n <= 64 rows, the route in registers);
+     * k_swiglu only where the epilogue did not run (the first form and
+     * the three runs without the fusion) */
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL);
+    if (f) {
+        static char table[1 << 16];
+        size_t got = fread(table, 1, sizeof table - 1, f);
+        table[got] = 0;
+        fclose(f);
+        long rg = kprof_launches(table, "k_moe_route_group"), sw = kprof_launches(table, "k_swiglu");
+        long route = kprof_launches(table, "k_moe_route"), group = kprof_launches(table, "k_moe_group"),
+             tiles = kprof_launches(table, "k_moe_tiles");
+        fprintf(stderr,
+                "%s: launches over the 8 spans: k_moe_route_group %ld (want %d), k_swiglu %ld (want %d), "
+                "k_moe_route %ld, k_moe_group %ld, k_moe_tiles %ld (want none: -1)\n",
+                preset, rg, 8 * layers, sw, 4 * layers, route, group, tiles);
+        CHECK(rg == 8 * layers && sw == 4 * layers && route == -1 && group == -1 && tiles == -1);
+    }
+    unlink(path);
 }
 
 /* The GPU against transformers' own logits (tests/data/golden/NAME,
@@ -2025,8 +2056,9 @@ static void check_router(const char *name)
 /* The route's two forms (gpu_moe.cu's moe_route_row: the scores in
  * registers where E <= 256 and k, n_group <= 32; in shared memory under
  * TB_GPU_MOE_ROUTE=smem, read at load) pick the same experts with the
- * same weights: span logits of 32 rows (cuBLAS and k_moe_route), 4 and 1
- * (k_moe_router) equal to the bit. tiny-llada2-wide: sigmoid scores
+ * same weights: span logits of 32 rows (cuBLAS, then k_moe_route_group
+ * in registers, k_moe_route, k_moe_group and k_moe_tiles in shared
+ * memory), 4 and 1 (k_moe_router) equal to the bit. tiny-llada2-wide: sigmoid scores
  * with a choice bias, 256 experts in 8 groups; tiny-llada2: 8 experts in
  * 4 groups of 2 (lanes past E); tiny-qwen3-moe: softmax, no groups. */
 static void check_route_forms(const char *name)

@@ -33,7 +33,9 @@
 //                 (k_moe_tiles), no host wait, where a span's pairs are
 //                 few an expert (gpu_tune.h's tb_gpu_set_moe_span_grouped;
 //                 TB_GPU_MOE_SPAN): k_moe_gemm_async, its tiles 16 or 64
-//                 rows by the pairs an expert (tb_gpu_set_moe_gemm_tiles),
+//                 rows by the pairs an expert, 128 by TB_GPU_MOE_TILES=big
+//                 (tb_gpu_set_moe_gemm_tiles), the gate-up's SwiGLU in its
+//                 epilogue under TB_GPU_FUSE_SWIGLU,
 //                 or k_moe_gemm (FP8, and the first form)
 //               (k_moe_gemv's gate-up writes the SwiGLU activations
 //               itself under TB_GPU_FUSE_SWIGLU, and its down product
@@ -1266,7 +1268,7 @@ int moe_gemm_gate_up(tb_gpu *g, const bf16 *W, const bf16 *X, const int *off, co
         return grouped(g, 0, W, X, NULL, NULL, off, order, k, 1, P, E, t, make_tiles, NULL, act, 2 * mi, in);
     if (grouped(g, 0, W, X, NULL, NULL, off, order, k, 1, P, E, t, make_tiles, gu, NULL, 2 * mi, in))
         return -1;
-    k_swiglu<<<blocks_for((size_t)P * mi), 256, 0, g->stream>>>(gu, act, mi, (size_t)P * mi, NULL, NULL);
+    swiglu_act(g, gu, act, mi, (size_t)P * mi, NULL, NULL);
     LAUNCHED();
     return 0;
 }

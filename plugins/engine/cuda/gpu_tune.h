@@ -139,7 +139,8 @@ void tb_gpu_set_moe_gemm_tiles(tb_gpu *g, int tiles);
  * TB_GPU_FUSE_*: SWIGLU computes SwiGLU inside the gate-up GEMV (no
  * k_swiglu, no float [2I] round trip; dtype = fp8's FP8 GEMV too; and the
  * MoE experts' grouped GEMV wherever that runs, bf16: any decode batch,
- * spans up to tb_gpu_set_moe_gemv_rows); SPLIT_ATTN splits decode attention
+ * spans up to tb_gpu_set_moe_gemv_rows; and longer spans' pipelined
+ * grouped GEMM, bf16, in its epilogue); SPLIT_ATTN splits decode attention
  * over the keys when (sequence, head) pairs alone would leave the chip
  * idle (any batch; tb_gpu_set_attn_splits) where the kernel by query
  * group does not run (batch 1, or a model without it: gpu_forward.cu's
