@@ -1077,7 +1077,7 @@ static int moe(tb_gpu_dgemma *d, const dg_layer *L, int rows)
     if (mm(g, d->rlog, d->xn, L->router, rows, E, H, 0.0f))
         return -1;
     // softmax over all experts, top-k (ties to the lower index), renormalised
-    moe_route_args ra = {E, K, 0, NULL, 1, 1, 0, 1, 1.0f, 0}; // softmax, top-K renormalised, no groups
+    moe_route_args ra = {E, K, 0, NULL, 1, 1, 0, 1, 1.0f}; // softmax, top-K renormalised, no groups
     k_moe_route<<<rows, 32, 0, g->stream>>>(d->rlog, ra, d->idx, d->w);
     LAUNCHED();
     k_dg_expert_scale<<<(P + 255) / 256, 256, 0, g->stream>>>(d->idx, d->w, L->expert_scale, P);

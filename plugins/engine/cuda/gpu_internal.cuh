@@ -77,7 +77,6 @@ struct moe_route_args {
     const float *bias;
     int n_group, topk_group, mask_inf, norm_topk;
     float scale;
-    int smem; // 1: the shared-memory form even where the registers' fits (TB_GPU_MOE_ROUTE=smem, measurements)
 };
 // a batch-1 GEMV's variant kept for the weight shape out x in
 struct gemv_shape_pick {
@@ -239,7 +238,6 @@ struct tb_gpu {
     int moe_grid_all; // TB_GPU_MOE_GRID=all (gpu_moe.cu's moe_grid_rows)
     int moe_span_grouped; // spans above moe_gemv_max_rows by k_moe_gemm: 1, 0 (cuBLAS), -1 by the span (gpu_tune.h)
     int moe_gemm_tiles;   // the grouped GEMM's tiles (bf16): TB_GPU_MOE_TILES_*, -1 by the span (gpu_tune.h)
-    int moe_route_smem;   // TB_GPU_MOE_ROUTE=smem: moe_route_args.smem (gpu_moe.cu)
     int *moe_tile_e, *moe_tile_j, *moe_ntiles; // k_moe_tiles' list: [max tiles] x 2, [1]
     float *moe_logits;   // [rows][E]
     int *moe_idx;        // [P] experts chosen
@@ -365,12 +363,10 @@ int moe_gemm_grouped(tb_gpu *g, int fp8, const void *W, const void *X, const flo
 // SwiGLU: act [P][mi] = silu(gate) up, by the pipelined GEMM's epilogue
 // under TB_GPU_FUSE_SWIGLU (no float [P][2 mi] round trip, no k_swiglu),
 // else through gu [P][2 mi] and k_swiglu; the same bits either way
-// (test_gpu's check_moe_tiles). make_tiles: the tiles (t) made here, for
-// the down product too (0: k_moe_route_group made them).
+// (test_gpu's check_moe_tiles). Makes the tiles (t), for the down
+// product too.
 int moe_gemm_gate_up(tb_gpu *g, const bf16 *W, const bf16 *X, const int *off, const int *order, int k, int P, int E,
-                     const moe_tiles &t, int make_tiles, float *gu, bf16 *act, int mi, int in);
-// the grouped GEMM's tile rows for P pairs over E experts (its shape's)
-int moe_gemm_bm(const tb_gpu *g, int fp8, int P, int E);
+                     const moe_tiles &t, float *gu, bf16 *act, int mi, int in);
 // Tensor parallelism (gpu_tp.cu): a context for device `device` whose
 // lm_head has head_rows rows (tb_gpu_create's body); the collectives on
 // a rank's stream (graph-capturable): x[count] summed over the ranks in

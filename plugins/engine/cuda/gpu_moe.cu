@@ -11,10 +11,7 @@
 //               count of distinct experts added to the roofline's counter
 //               (for up to TB_GPU_MOE_FUSE_ROWS rows and 256 experts, under
 //               TB_GPU_FUSE_MOE_ROUTER: k_moe_router, the three in one
-//               kernel, the same route and grouping code; for up to
-//               MOE_ONE_LAUNCH_ROWS rows whose route fits registers,
-//               k_moe_route_group: route, grouping and the grouped GEMM's
-//               tiles in one launch after cuBLAS's logits)
+//               kernel, the same route and grouping code)
 //   experts     three ways over the same groups (moe_ffn chooses by rows
 //               and the pairs a routed expert, gpu_tune.h):
 //               - k_moe_gemv: one grid over (output tiles, experts), or
@@ -94,128 +91,6 @@ __device__ __forceinline__ void warp_argmax(int &i, float &v)
     }
 }
 
-// moe_route_row for E <= 32 MOE_ROUTE_SLOTS experts, k <= 32 and n_group
-// <= 32, its scores in registers: lane l holds experts l + 32 i. The same
-// values in the same order (the softmax's sums, each group's two best,
-// the choices with ties to the lower index), so the same choice and
-// weights to the bit; the k picks by warp arg-max over each lane's best,
-// where the shared-memory form rescans every expert for each pick.
-// choice: E floats of shared scratch (the group scores' scan).
-#define MOE_ROUTE_SLOTS 8
-__host__ __device__ inline bool route_in_registers(const moe_route_args &a)
-{
-    return a.E <= 32 * MOE_ROUTE_SLOTS && a.k <= 32 && a.n_group <= 32 && !a.smem;
-}
-__device__ void moe_route_row_regs(const float *logits, const moe_route_args a, int r, int *idx, float *w,
-                                   float *choice)
-{
-    int E = a.E, k = a.k, n_group = a.n_group, lane = threadIdx.x % 32;
-    const float *l = logits + (size_t)r * E;
-    float sc[MOE_ROUTE_SLOTS], ch[MOE_ROUTE_SLOTS];
-#pragma unroll
-    for (int i = 0; i < MOE_ROUTE_SLOTS; i++) { // L2 reads (k_moe_router's other blocks wrote them)
-        int e = lane + 32 * i;
-        sc[i] = e < E ? __ldcg(l + e) : -INFINITY;
-    }
-    if (!a.sigmoid) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int i = 0; i < MOE_ROUTE_SLOTS; i++)
-            mx = fmaxf(mx, sc[i]);
-        for (int o = 16; o > 0; o >>= 1)
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-        double z = 0;
-#pragma unroll
-        for (int i = 0; i < MOE_ROUTE_SLOTS; i++)
-            if (lane + 32 * i < E)
-                z += (sc[i] = expf(sc[i] - mx));
-        for (int o = 16; o > 0; o >>= 1)
-            z += __shfl_xor_sync(0xffffffffu, z, o);
-#pragma unroll
-        for (int i = 0; i < MOE_ROUTE_SLOTS; i++)
-            sc[i] = (float)(sc[i] / z);
-    } else {
-#pragma unroll
-        for (int i = 0; i < MOE_ROUTE_SLOTS; i++)
-            sc[i] = 1.0f / (1.0f + expf(-sc[i]));
-    }
-#pragma unroll
-    for (int i = 0; i < MOE_ROUTE_SLOTS; i++) {
-        int e = lane + 32 * i;
-        ch[i] = sc[i] + (a.bias && e < E ? a.bias[e] : 0.0f);
-    }
-    if (n_group > 1) {
-        // each group's score (the sum of its two best choice scores) by
-        // lane gi from shared memory, as moe_route_row; the topk_group
-        // best (ties to the lower group) by warp arg-max; the others'
-        // choice scores 0, or -inf (mask_inf)
-        int per = E / n_group;
-#pragma unroll
-        for (int i = 0; i < MOE_ROUTE_SLOTS; i++)
-            if (lane + 32 * i < E)
-                choice[lane + 32 * i] = ch[i];
-        __syncwarp();
-        float gs = lane < n_group ? moe_group_score(choice, lane, per) : -INFINITY;
-        __syncwarp();
-        unsigned kept = 0;
-        for (int t = 0; t < a.topk_group; t++) {
-            int bg = lane < n_group && !(kept >> lane & 1u) ? lane : -1;
-            float bv = gs;
-            warp_argmax(bg, bv);
-            if (bg >= 0) // (topk_group <= n_group: config.c checks it)
-                kept |= 1u << bg;
-        }
-#pragma unroll
-        for (int i = 0; i < MOE_ROUTE_SLOTS; i++) {
-            int e = lane + 32 * i;
-            if (e < E && !(kept >> (e / per) & 1u))
-                ch[i] = a.mask_inf ? -INFINITY : 0.0f;
-        }
-    }
-    // the k picks: each lane's best (the lowest expert of equal scores),
-    // the warp's best of those; the winner's lane drops it
-    int bi = -1;
-    float bv = 0;
-    auto lane_best = [&]() {
-        bi = -1;
-#pragma unroll
-        for (int i = 0; i < MOE_ROUTE_SLOTS; i++) {
-            int e = lane + 32 * i;
-            if (e < E && ch[i] != -INFINITY && (bi < 0 || ch[i] > bv))
-                bi = e, bv = ch[i];
-        }
-    };
-    lane_best();
-    int my_i = -1;
-    float my_w = 0.0f;
-    for (int t = 0; t < k; t++) {
-        int wi = bi;
-        float wv = bv;
-        warp_argmax(wi, wv);
-        // the winner's unbiased score, from its lane
-        float ws = 0.0f;
-#pragma unroll
-        for (int i = 0; i < MOE_ROUTE_SLOTS; i++)
-            if (lane + 32 * i == wi)
-                ws = sc[i], ch[i] = -INFINITY;
-        ws = __shfl_sync(0xffffffffu, ws, wi >= 0 ? wi % 32 : 0);
-        if (lane == t)
-            my_i = wi, my_w = ws;
-        if (wi >= 0 && wi % 32 == lane)
-            lane_best();
-    }
-    float sum = 0; // in the order t = 0 .. k - 1 (as the CPU's moe.c)
-    for (int t = 0; t < k; t++)
-        sum += __shfl_sync(0xffffffffu, my_w, t);
-    if (lane < k) {
-        if (a.norm_topk)
-            my_w /= sum;
-        idx[(size_t)r * k + lane] = my_i;
-        w[(size_t)r * k + lane] = my_w * a.scale;
-    }
-    __syncwarp();
-}
-
 // One warp: the router's choice for row r from its logits [rows][E] into
 // idx[rows][k], w[rows][k] (moe.c's tb_moe_route: float32 scores, the
 // softmax's sum in double, ties to the lower index). score, choice,
@@ -224,10 +99,6 @@ __device__ void moe_route_row(const float *logits, const moe_route_args a, int r
                               float *choice, float *gscore)
 {
     int E = a.E, k = a.k, n_group = a.n_group, topk_group = a.topk_group, mask_inf = a.mask_inf;
-    if (route_in_registers(a)) {
-        moe_route_row_regs(logits, a, r, idx, w, choice);
-        return;
-    }
     const float *bias = a.bias;
     int lane = threadIdx.x % 32;
     const float *l = logits + (size_t)r * E;
@@ -357,8 +228,8 @@ __device__ void moe_group_pairs(const int *idx, int n, int E, int *off, int *ord
     for (int e = threadIdx.x; e < E; e += blockDim.x)
         cnt[e] = 0, fill[e] = 0;
     __syncthreads();
-    for (int p = threadIdx.x; p < n; p += blockDim.x) // (L2 reads: k_moe_route_group's other blocks wrote idx)
-        atomicAdd(&cnt[__ldcg(idx + p)], 1);
+    for (int p = threadIdx.x; p < n; p += blockDim.x)
+        atomicAdd(&cnt[idx[p]], 1);
     __syncthreads();
     if (threadIdx.x < 32) { // the counts' exclusive prefix sums by warp 0, 32 experts a round
         int lane = threadIdx.x, carry = 0, nz = 0;
@@ -389,7 +260,7 @@ __device__ void moe_group_pairs(const int *idx, int n, int E, int *off, int *ord
     // products are its own (no sum across a group), so results do not
     // depend on it
     for (int p = threadIdx.x; p < n; p += blockDim.x) {
-        int e = __ldcg(idx + p), j = cnt[e] + atomicAdd(&fill[e], 1);
+        int e = idx[p], j = cnt[e] + atomicAdd(&fill[e], 1);
         order[j] = p;
         pos[p] = j;
     }
@@ -855,9 +726,10 @@ __global__ void k_moe_gather_q(const uint8_t *xq, const float *xs, const int *or
 #define MOE_BN_BIG 128
 #define MOE_STAGES 4
 #define MOE_TILES_THREADS TB_MOE_MAX_EXPERTS
-__device__ void moe_make_tiles(const int *off, int E, int bm, int *tile_e, int *tile_j, int *ntiles)
+__global__ void __launch_bounds__(MOE_TILES_THREADS)
+    k_moe_tiles(const int *off, int E, int bm, int *tile_e, int *tile_j, int *ntiles)
 {
-    __shared__ int warp_sum[32]; // (blockDim.x >= E threads, a thread an expert)
+    __shared__ int warp_sum[MOE_TILES_THREADS / 32];
     int e = threadIdx.x, lane = e % 32, warp = e / 32;
     int n = e < E ? (off[e + 1] - off[e] + bm - 1) / bm : 0, incl = n;
     for (int o = 1; o < 32; o <<= 1) { // inclusive sum within the warp
@@ -873,43 +745,8 @@ __device__ void moe_make_tiles(const int *off, int E, int bm, int *tile_e, int *
     int t = before + incl - n;
     for (int i = 0; i < n; i++)
         tile_e[t + i] = e, tile_j[t + i] = off[e] + i * bm;
-    if (e == (int)blockDim.x - 1)
+    if (e == MOE_TILES_THREADS - 1)
         ntiles[0] = before + incl;
-}
-__global__ void __launch_bounds__(MOE_TILES_THREADS)
-    k_moe_tiles(const int *off, int E, int bm, int *tile_e, int *tile_j, int *ntiles)
-{
-    moe_make_tiles(off, E, bm, tile_e, tile_j, ntiles);
-}
-
-// A span of at most MOE_ONE_LAUNCH_ROWS rows whose route fits the
-// registers' form: the route (a warp a row, moe_route_row_regs, 8 rows a
-// block), then the grid's last block to finish (count, reset by it)
-// groups the pairs (moe_group_pairs) and, bm > 0, lists the grouped
-// GEMM's tiles of bm rows (moe_make_tiles, a thread an expert: E <= 256
-// here): the same functions in the same order as k_moe_route,
-// k_moe_group and k_moe_tiles, two launches fewer a MoE layer. (One
-// block of 32 warps would route 32 rows at a fourth of the issue rate.)
-#define MOE_RG_WARPS 8
-#define MOE_ONE_LAUNCH_ROWS 64
-__global__ void __launch_bounds__(MOE_RG_WARPS * 32)
-    k_moe_route_group(const float *logits, const moe_route_args a, int rows, int *idx, float *w, int *off,
-                      int *order, int *pos, unsigned long long *touched, int bm, int *tile_e, int *tile_j,
-                      int *ntiles, unsigned *count)
-{
-    __shared__ float choice[MOE_RG_WARPS][32 * MOE_ROUTE_SLOTS];
-    __shared__ int cnt[32 * MOE_ROUTE_SLOTS + 1], fill[32 * MOE_ROUTE_SLOTS];
-    __shared__ unsigned arrived;
-    int warp = threadIdx.x / 32, r = blockIdx.x * MOE_RG_WARPS + warp;
-    if (r < rows)
-        moe_route_row_regs(logits, a, r, idx, w, choice[warp]);
-    if (!last_block_to_arrive(count, gridDim.x, &arrived))
-        return;
-    moe_group_pairs(idx, rows * a.k, a.E, off, order, pos, touched, cnt, fill);
-    if (bm > 0) {
-        __syncthreads();
-        moe_make_tiles(off, a.E, bm, tile_e, tile_j, ntiles);
-    }
 }
 
 // 16 E4M3 codes as 16 bf16 values (exact: every E4M3 value is a bf16)
@@ -1180,14 +1017,9 @@ static int gemm_tiles(const tb_gpu *g, int fp8, int P, int E)
     int s = g->moe_gemm_tiles >= TB_GPU_MOE_TILES_REGS && g->moe_gemm_tiles <= TB_GPU_MOE_TILES_BIG
                 ? g->moe_gemm_tiles
             : (long)P <= (long)TB_GPU_MOE_NARROW_PER_EXPERT * E ? TB_GPU_MOE_TILES_NARROW
+            : (long)P >= (long)TB_GPU_MOE_BIG_PER_EXPERT * E    ? TB_GPU_MOE_TILES_BIG
                                                                 : TB_GPU_MOE_TILES_WIDE;
     return s == TB_GPU_MOE_TILES_NARROW && moe_max_tiles(P, E, MOE_BM_NARROW) > 65535 ? TB_GPU_MOE_TILES_WIDE : s;
-}
-
-int moe_gemm_bm(const tb_gpu *g, int fp8, int P, int E)
-{
-    int shape = gemm_tiles(g, fp8, P, E);
-    return shape == TB_GPU_MOE_TILES_NARROW ? MOE_BM_NARROW : shape == TB_GPU_MOE_TILES_BIG ? MOE_BM_BIG : MOE_BM;
 }
 
 // one launch of k_moe_gemm_async of a shape: the grid's columns over out,
@@ -1229,7 +1061,8 @@ static int grouped(tb_gpu *g, int fp8, const void *W, const void *X, const float
                    const int *order, int k, int gather, int P, int E, const moe_tiles &t, int make_tiles, float *Y,
                    bf16 *act, int out, int in)
 {
-    int shape = gemm_tiles(g, fp8, P, E), bm = moe_gemm_bm(g, fp8, P, E);
+    int shape = gemm_tiles(g, fp8, P, E);
+    int bm = shape == TB_GPU_MOE_TILES_NARROW ? MOE_BM_NARROW : shape == TB_GPU_MOE_TILES_BIG ? MOE_BM_BIG : MOE_BM;
     if (make_tiles) { // the gate-up's call; the down product's (same P, same shape) reuses them
         k_moe_tiles<<<1, MOE_TILES_THREADS, 0, g->stream>>>(off, E, bm, t.e, t.j, t.n);
         LAUNCHED();
@@ -1262,11 +1095,11 @@ int moe_gemm_grouped(tb_gpu *g, int fp8, const void *W, const void *X, const flo
 }
 
 int moe_gemm_gate_up(tb_gpu *g, const bf16 *W, const bf16 *X, const int *off, const int *order, int k, int P, int E,
-                     const moe_tiles &t, int make_tiles, float *gu, bf16 *act, int mi, int in)
+                     const moe_tiles &t, float *gu, bf16 *act, int mi, int in)
 {
     if ((g->fusion & TB_GPU_FUSE_SWIGLU) && gemm_tiles(g, 0, P, E) != TB_GPU_MOE_TILES_REGS)
-        return grouped(g, 0, W, X, NULL, NULL, off, order, k, 1, P, E, t, make_tiles, NULL, act, 2 * mi, in);
-    if (grouped(g, 0, W, X, NULL, NULL, off, order, k, 1, P, E, t, make_tiles, gu, NULL, 2 * mi, in))
+        return grouped(g, 0, W, X, NULL, NULL, off, order, k, 1, P, E, t, 1, NULL, act, 2 * mi, in);
+    if (grouped(g, 0, W, X, NULL, NULL, off, order, k, 1, P, E, t, 1, gu, NULL, 2 * mi, in))
         return -1;
     swiglu_act(g, gu, act, mi, (size_t)P * mi, NULL, NULL);
     LAUNCHED();
@@ -1406,7 +1239,7 @@ static int span_grouped(const tb_gpu *g, int rows)
 {
     if (g->moe_span_grouped >= 0)
         return g->moe_span_grouped;
-    return (long)rows * g->moe.top_k <= (long)TB_GPU_MOE_GROUPED_PER_EXPERT * g->moe.n_experts;
+    return !g->fp8 || (long)rows * g->moe.top_k <= (long)TB_GPU_MOE_GROUPED_PER_EXPERT * g->moe.n_experts;
 }
 
 // dtype = fp8's experts (the file's head says how): into g->moe_y.
@@ -1514,10 +1347,9 @@ int moe_ffn(tb_gpu *g, int l, int rows, int graphable, const float *norm_w)
     const gpu_layer *G = &g->layers[l];
     int E = m->n_experts, k = m->top_k, h = m->hidden, mi = m->expert_inter, P = rows * k;
     int combined = 0; // the down GEMV added the experts' outputs into x
-    int tiles_bm = 0; // > 0: k_moe_route_group made the grouped GEMM's tiles
     float one = 1.0f, zero = 0.0f;
     moe_route_args ra = {E,           k,          m->scoring == TB_MOE_SIGMOID, G->score_bias, m->n_group, m->topk_group,
-                         m->group_mask_inf, m->norm_topk, m->routed_scale, g->moe_route_smem};
+                         m->group_mask_inf, m->norm_topk, m->routed_scale};
     if (norm_w && !moe_router_norms(g, rows))
         return fail(g, "MoE layer %d: the router cannot apply the norm here", l);
     if (router_fused(g, rows, norm_w != NULL)) {
@@ -1531,23 +1363,11 @@ int moe_ffn(tb_gpu *g, int l, int rows, int graphable, const float *norm_w)
         // the router's logits, float32 (bf16 inputs and weights, as every GEMM)
         CB(cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, E, rows, h, &one, G->router, CUDA_R_16BF, h, g->xn,
                         CUDA_R_16BF, h, &zero, g->moe_logits, CUDA_R_32F, E, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-        if (rows <= MOE_ONE_LAUNCH_ROWS && route_in_registers(ra)) {
-            // the bf16 grouped GEMM's tiles too where it follows; the
-            // counter k_moe_router's (never in the same layer call)
-            tiles_bm = !g->fp8 && !(graphable || rows <= g->moe_gemv_max_rows) && span_grouped(g, rows)
-                           ? moe_gemm_bm(g, 0, P, E)
-                           : 0;
-            k_moe_route_group<<<(rows + MOE_RG_WARPS - 1) / MOE_RG_WARPS, MOE_RG_WARPS * 32, 0, g->stream>>>(
-                g->moe_logits, ra, rows, g->moe_idx, g->moe_w, g->moe_off, g->moe_order, g->moe_pos, g->moe_touched,
-                tiles_bm, g->moe_tile_e, g->moe_tile_j, g->moe_ntiles, g->moe_count + moe_columns(h));
-            LAUNCHED();
-        } else {
-            k_moe_route<<<rows, 32, 0, g->stream>>>(g->moe_logits, ra, g->moe_idx, g->moe_w);
-            LAUNCHED();
-            k_moe_group<<<1, 1024, 0, g->stream>>>(g->moe_idx, P, E, g->moe_off, g->moe_order, g->moe_pos,
-                                                   g->moe_touched);
-            LAUNCHED();
-        }
+        k_moe_route<<<rows, 32, 0, g->stream>>>(g->moe_logits, ra, g->moe_idx, g->moe_w);
+        LAUNCHED();
+        k_moe_group<<<1, 1024, 0, g->stream>>>(g->moe_idx, P, E, g->moe_off, g->moe_order, g->moe_pos,
+                                               g->moe_touched);
+        LAUNCHED();
     }
     if (g->fp8) {
         if (moe_experts_fp8(g, G, rows, graphable, &combined))
@@ -1584,8 +1404,7 @@ int moe_ffn(tb_gpu *g, int l, int rows, int graphable, const float *norm_w)
         LAUNCHED();
     } else if (span_grouped(g, rows)) { // one grouped GEMM a projection, sized on the device
         moe_tiles t = {g->moe_tile_e, g->moe_tile_j, g->moe_ntiles};
-        if (moe_gemm_gate_up(g, G->ex_gu, g->xn, g->moe_off, g->moe_order, k, P, E, t, tiles_bm == 0, g->moe_gu,
-                             g->moe_act, mi, h))
+        if (moe_gemm_gate_up(g, G->ex_gu, g->xn, g->moe_off, g->moe_order, k, P, E, t, g->moe_gu, g->moe_act, mi, h))
             return -1;
         if (moe_gemm_grouped(g, 0, G->ex_down, g->moe_act, NULL, NULL, g->moe_off, NULL, k, 0, P, E, t, 0, g->moe_y, h,
                              mi))
