@@ -1783,10 +1783,9 @@ static void check_moe(int fp8)
         if (p == 2 && grouped)
             memcpy(grouped, gl, (size_t)B * n * V * sizeof(float));
     }
-    /* the default (-1): the grouped GEMM for bf16; for fp8 by the span,
-     * and 32 rows of top_k pairs over n_experts experts are at most
-     * TB_GPU_MOE_GROUPED_PER_EXPERT an expert: the grouped GEMM's
-     * logits, to the bit, either way */
+    /* the default (-1) picks by the span: 32 rows of top_k pairs over
+     * n_experts experts are at most TB_GPU_MOE_GROUPED_PER_EXPERT an
+     * expert, so the grouped GEMM's logits, to the bit */
     CHECK(B * n * k <= TB_GPU_MOE_GROUPED_PER_EXPERT * c->n_experts);
     tb_gpu_set_moe_gemv_rows(g, 0);
     tb_gpu_set_moe_span_grouped(g, -1);

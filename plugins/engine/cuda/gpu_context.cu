@@ -249,7 +249,7 @@ int tbgpu::create_on(tb_gpu **out, const tb_model_config *cfg, const tb_model *c
         g->moe_grid_all = getenv("TB_GPU_MOE_GRID") && strcmp(getenv("TB_GPU_MOE_GRID"), "all") == 0;
         const char *span = getenv("TB_GPU_MOE_SPAN"); // grouped, cublas, else by the span (gpu_tune.h)
         g->moe_span_grouped = span && strcmp(span, "grouped") == 0 ? 1 : span && strcmp(span, "cublas") == 0 ? 0 : -1;
-        const char *tiles = getenv("TB_GPU_MOE_TILES"); // regs, wide, narrow, else by the span (gpu_tune.h)
+        const char *tiles = getenv("TB_GPU_MOE_TILES"); // regs, wide, narrow, big, else by the span (gpu_tune.h)
         g->moe_gemm_tiles = !tiles                         ? -1
                             : strcmp(tiles, "regs") == 0   ? TB_GPU_MOE_TILES_REGS
                             : strcmp(tiles, "wide") == 0   ? TB_GPU_MOE_TILES_WIDE

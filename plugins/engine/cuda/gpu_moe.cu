@@ -710,7 +710,7 @@ __global__ void k_moe_gather_q(const uint8_t *xq, const float *xs, const int *or
 
 // The grouped GEMM's tiles (k_moe_gemm, k_moe_gemm_async): every
 // expert's group of pairs cut into tiles of bm grouped positions (MOE_BM,
-// or MOE_BM_NARROW for the narrow shape); tile t covers positions
+// MOE_BM_NARROW or MOE_BM_BIG by the shape); tile t covers positions
 // [tile_j[t], tile_j[t] + bm) of expert tile_e[t] (clipped at the
 // group's end), ntiles[0] of them, experts ascending. One block of
 // MOE_TILES_THREADS, a thread an expert (E is at most TB_MOE_MAX_EXPERTS):
@@ -1017,7 +1017,6 @@ static int gemm_tiles(const tb_gpu *g, int fp8, int P, int E)
     int s = g->moe_gemm_tiles >= TB_GPU_MOE_TILES_REGS && g->moe_gemm_tiles <= TB_GPU_MOE_TILES_BIG
                 ? g->moe_gemm_tiles
             : (long)P <= (long)TB_GPU_MOE_NARROW_PER_EXPERT * E ? TB_GPU_MOE_TILES_NARROW
-            : (long)P >= (long)TB_GPU_MOE_BIG_PER_EXPERT * E    ? TB_GPU_MOE_TILES_BIG
                                                                 : TB_GPU_MOE_TILES_WIDE;
     return s == TB_GPU_MOE_TILES_NARROW && moe_max_tiles(P, E, MOE_BM_NARROW) > 65535 ? TB_GPU_MOE_TILES_WIDE : s;
 }
@@ -1239,7 +1238,7 @@ static int span_grouped(const tb_gpu *g, int rows)
 {
     if (g->moe_span_grouped >= 0)
         return g->moe_span_grouped;
-    return !g->fp8 || (long)rows * g->moe.top_k <= (long)TB_GPU_MOE_GROUPED_PER_EXPERT * g->moe.n_experts;
+    return (long)rows * g->moe.top_k <= (long)TB_GPU_MOE_GROUPED_PER_EXPERT * g->moe.n_experts;
 }
 
 // dtype = fp8's experts (the file's head says how): into g->moe_y.

@@ -100,20 +100,20 @@ void tb_gpu_set_moe_gemv_rows(tb_gpu *g, int max_rows);
 /* Those longer spans' experts: 0, cuBLAS per expert over its gathered
  * rows (the host reads the group sizes: one wait a layer); 1, one grouped
  * tensor-core GEMM over all experts a projection (gpu_moe.cu's
- * k_moe_gemm: no host wait); -1 (the default), the grouped GEMM for bf16
- * weights; under dtype = fp8 where the span's (row, expert) pairs are at
- * most TB_GPU_MOE_GROUPED_PER_EXPERT a routed expert on average, else
- * cuBLAS per expert (whose GEMMs are then large). At load
- * TB_GPU_MOE_SPAN=grouped or =cublas sets 1 or 0.
+ * k_moe_gemm: no host wait); -1 (the default), the grouped GEMM where the
+ * span's (row, expert) pairs are at most TB_GPU_MOE_GROUPED_PER_EXPERT a
+ * routed expert on average, else cuBLAS per expert (whose GEMMs are then
+ * large). At load TB_GPU_MOE_SPAN=grouped or =cublas sets 1 or 0.
  * Measured on the H100 (2026-12-07), grouped against cuBLAS: 8 pairs an
  * expert (Qwen3-30B-A3B, 128 rows) 14.1 against 23.3 ms; 32 (LLaDA2.0-mini
  * at batch 32, Qwen3 at 512 rows) 2.3x and 1.8x faster; 48 (LLaDA-MoE-7B-A1B,
  * 384 rows) 3,963 against 4,708 tok/s; 256 (Qwen3, 4,096 rows) 160.1
- * against 144.6 ms. Since the pipelined bf16 GEMM (H100, #s29, one call:
+ * against 144.6 ms. With the pipelined GEMM (H100, #s29, one call:
  * bench_moe qwen3-30b-a3b) grouped against cuBLAS at 8 / 32 / 256 pairs
- * an expert: 12.36 / 27.31 / 138.39 ms (124.88 with the 128-row tiles
- * the default now takes there) against 31.91 / 87.93 / 205.44; FP8's
- * grouped GEMM (k_moe_gemm's registers form) not measured so. */
+ * an expert: 12.36 / 27.31 / 138.39 ms (124.88 with the 128-row tiles)
+ * against 31.91 / 87.93 / 205.44 and 177.54 (two processes); the rule
+ * stays until LLaDA-MoE-7B-A1B's spans (48 and 128 pairs an expert,
+ * where cuBLAS was ahead: #moe-diffusion) are measured again. */
 #define TB_GPU_MOE_GROUPED_PER_EXPERT 32
 void tb_gpu_set_moe_span_grouped(tb_gpu *g, int grouped);
 /* The grouped GEMM's tiles (bf16 weights; FP8 always REGS):
@@ -122,10 +122,10 @@ void tb_gpu_set_moe_span_grouped(tb_gpu *g, int grouped);
  * (cp.async, several K steps in flight); NARROW, pipelined 16 x 128
  * tiles, for spans of few pairs an expert (a 64-row tile of 1-4 pairs
  * is mostly padding); BIG, pipelined 128 x 128 tiles of 8 warps, for
- * spans of many pairs an expert. -1 (the default; any value not a
- * form): NARROW where the span's pairs are at most
- * TB_GPU_MOE_NARROW_PER_EXPERT a routed expert on average, BIG where
- * they are TB_GPU_MOE_BIG_PER_EXPERT or more, else WIDE.
+ * spans of many pairs an expert (not in the default: faster only where
+ * cuBLAS per expert takes the span by default). -1 (the default; any
+ * value not a form): NARROW where the span's pairs are at most
+ * TB_GPU_MOE_NARROW_PER_EXPERT a routed expert on average, else WIDE.
  * All four give the same sums, to the bit. At load
  * TB_GPU_MOE_TILES=regs, wide, narrow or big sets one. Measured on the H200
  * (docs/PERFORMANCE.md #s27, one call, two runs each), LLaDA2.0-mini
@@ -137,9 +137,7 @@ void tb_gpu_set_moe_span_grouped(tb_gpu *g, int grouped);
  * call), wide / big: Qwen3-30B-A3B prefill of 1 / 4 / 32 x 128 rows (8,
  * 32, 256 pairs an expert) 12.19 / 27.29 / 138.14 against 13.58 / 29.71
  * / 124.88 ms; LLaDA2.0-mini batch 32 (32 pairs an expert on average)
- * 7,898 against 7,659 tok/s: BIG from one tile's rows an expert (128,
- * between the slower 32 and the faster 256 measured). */
-#define TB_GPU_MOE_BIG_PER_EXPERT 128
+ * 7,898 against 7,659 tok/s. */
 #define TB_GPU_MOE_TILES_REGS 0
 #define TB_GPU_MOE_TILES_WIDE 1
 #define TB_GPU_MOE_TILES_NARROW 2
