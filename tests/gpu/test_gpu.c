@@ -1886,6 +1886,35 @@ static void check_moe(int fp8)
     fp8_mode = saved_mode;
 }
 
+/* A kernel's launches in a kernel profile's table, or -1 when absent. */
+static long kprof_launches(const char *table, const char *kernel)
+{
+    char want[96];
+    snprintf(want, sizeof want, "\t%s\n", kernel);
+    const char *at = strstr(table, want);
+    if (!at)
+        return -1;
+    while (at > table && at[-1] != '\n')
+        at--;
+    double share, total;
+    long launches;
+    return sscanf(at, "%lf\t%lf\t%ld", &share, &total, &launches) == 3 ? launches : -1;
+}
+
+/* The kernel profile's table written at path (TB_GPU_KERNEL_PROFILE), or
+ * NULL; the buffer is static. */
+static const char *kprof_table(const char *path)
+{
+    static char table[1 << 16];
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return NULL;
+    size_t n = fread(table, 1, sizeof table - 1, f);
+    table[n] = 0;
+    fclose(f);
+    return table;
+}
+
 /* The grouped GEMM's four tile forms (gpu_tune.h's TB_GPU_MOE_TILES_*:
  * 64-row tiles with a K step's loads in registers, the same tiles
  * pipelined by cp.async, 16-row and 128-row tiles pipelined) over one
@@ -1903,7 +1932,6 @@ static void check_moe(int fp8)
  * 32 pairs (two 16-row tiles); tiny-qwen3-moe at 16 rows: 32 pairs over
  * 8 experts (the narrow tiles by default), its hidden 64 fewer K steps
  * than the pipeline's depth. */
-static long kprof_launches(const char *table, const char *kernel);
 static void check_moe_tiles(const char *preset, int n)
 {
     char err[512], path[128];
@@ -1967,13 +1995,9 @@ static void check_moe_tiles(const char *preset, int n)
      * (k_moe_route, k_moe_group, k_moe_tiles: the down product reuses
      * the gate-up's tiles); k_swiglu only where the epilogue did not run
      * (the first form and the three runs without the fusion) */
-    FILE *f = fopen(path, "r");
-    CHECK(f != NULL);
-    if (f) {
-        static char table[1 << 16];
-        size_t got = fread(table, 1, sizeof table - 1, f);
-        table[got] = 0;
-        fclose(f);
+    const char *table = kprof_table(path);
+    CHECK(table != NULL);
+    if (table) {
         long sw = kprof_launches(table, "k_swiglu"), route = kprof_launches(table, "k_moe_route"),
              group = kprof_launches(table, "k_moe_group"), tiles = kprof_launches(table, "k_moe_tiles");
         fprintf(stderr,
@@ -2308,19 +2332,6 @@ static void check_fp8_dense(void)
  * calibration or of the ceilings' measurement (its k_init_uniform);
  * busy time within the span. Two contexts at once write one
  * table when the second ends. */
-static long kprof_launches(const char *table, const char *kernel)
-{
-    char want[96];
-    snprintf(want, sizeof want, "\t%s\n", kernel);
-    const char *at = strstr(table, want);
-    if (!at)
-        return -1;
-    while (at > table && at[-1] != '\n')
-        at--;
-    double share, total;
-    long launches;
-    return sscanf(at, "%lf\t%lf\t%ld", &share, &total, &launches) == 3 ? launches : -1;
-}
 
 static void check_kernel_profile(void)
 {
@@ -2350,13 +2361,9 @@ static void check_kernel_profile(void)
     struct stat st;
     CHECK(stat(path, &st) != 0); /* h still runs: no table yet */
     tb_gpu_free(h);
-    FILE *f = fopen(path, "r");
-    CHECK(f != NULL);
-    if (f) {
-        static char table[1 << 16];
-        size_t n = fread(table, 1, sizeof table - 1, f);
-        table[n] = 0;
-        fclose(f);
+    const char *table = kprof_table(path);
+    CHECK(table != NULL);
+    if (table) {
         long incr = kprof_launches(table, "k_incr"), argmax = kprof_launches(table, "k_argmax");
         fprintf(stderr, "kernel profile: k_incr %ld launches (want %d), k_argmax %ld (want %d)\n", incr, N, argmax,
                 N + 1);
