@@ -6,12 +6,13 @@
  *   - runner overhead: with every delay at 0, a case's measured time is the
  *     runner's own cost (process, emit buffer, statistics);
  *   - failure handling: fail_at / crash_at / abort_at / hang_at /
- *     fail_on_create / crash_on_create / count_skew script the faults the
- *     runner must survive and flag; leak_mb (memory leaked without bound,
- *     until an allocation fails: then abort(), as an engine's unchecked
- *     out-of-memory does) and flood (far more emissions than tokens, as
- *     fast as emit() takes them) script the faults that attack the
- *     runner's resources rather than the case;
+ *     fail_on_create / crash_on_create / count_extra script the faults the
+ *     runner must survive and flag (count_skew and text_only: outputs its
+ *     output-length check must judge rightly); leak_mb (memory leaked
+ *     without bound, until an allocation fails: then abort(), as an
+ *     engine's unchecked out-of-memory does) and flood (far more
+ *     emissions than tokens, as fast as emit() takes them) script the
+ *     faults that attack the runner's resources rather than the case;
  *   - serving faults (`fault`): requests that fail with an error class
  *     (backend.h), which `tokbench serve` turns into HTTP behaviour — a 500
  *     or 429 status, a connection dropped mid-stream, garbage chunks — and a
@@ -91,6 +92,8 @@ enum {
     OPT_SPEC_DRAFT,
     OPT_SPEC_DRAFT_SHARE,
     OPT_SPEC_FAULT,
+    OPT_COUNT_EXTRA,
+    OPT_TEXT_ONLY,
     N_OPTS
 };
 
@@ -195,7 +198,8 @@ static const tb_option_decl null_options[N_OPTS] = {
                              TB_OPTF_LOAD},
     [OPT_COUNT_SKEW] = {"count_skew", TB_OPT_INT, "0",
                         "detokenized text carries this many extra words "
-                        "(negative: drops words), so re-counts disagree",
+                        "(negative: drops words), so re-counts disagree "
+                        "with the ids (a count check only with text_only)",
                         NULL, -1e6, 1e6, 0},
     [OPT_FAULT] = {"fault", TB_OPT_ENUM, "none",
                    "faulty requests fail as HTTP 500 or 429, a dropped "
@@ -253,6 +257,17 @@ static const tb_option_decl null_options[N_OPTS] = {
                         "spec_accept: request 0 reports impossible counts (accepted over drafted, a position "
                         "accepted more than drafted, draft_len over the ABI's maximum)",
                         "none|accepted|position|draft_len", 1, 0, 0},
+    /* The output-length check's cases (docs/METRICS.md, "Output-length
+     * check"): a count that is not of the ids returned, and a backend
+     * that returns text alone. */
+    [OPT_COUNT_EXTRA] = {"count_extra", TB_OPT_INT, "0",
+                         "n_output_tokens counts this many tokens more than the output ids returned (negative: "
+                         "fewer; fewer than were emitted is an impossible figure)",
+                         NULL, -1e6, 1e6, 0},
+    [OPT_TEXT_ONLY] = {"text_only", TB_OPT_BOOL, "false",
+                       "requests return their text (the ids detokenized, count_skew included) and no ids, as a "
+                       "backend in front of a server does",
+                       NULL, 1, 0, 0},
 };
 
 typedef struct null_config {
@@ -280,6 +295,8 @@ typedef struct null_config {
     int64_t spec_draft;
     double spec_draft_share;
     int spec_fault; /* 0 none, 1 accepted, 2 position, 3 draft_len */
+    int64_t count_extra; /* n_output_tokens - n_output_ids */
+    int text_only;       /* output_text in place of output_ids */
 } null_config;
 
 static const null_config null_defaults = {
@@ -363,6 +380,8 @@ static void config_apply(null_config *c, const tb_option_value *v, uint32_t n)
                             : strcmp(v[k].text, "draft_len") == 0 ? 3
                                                                   : 0;
             break;
+        case OPT_COUNT_EXTRA: c->count_extra = v[k].i; break;
+        case OPT_TEXT_ONLY: c->text_only = v[k].i != 0; break;
         default: break;
         }
     }
@@ -393,6 +412,8 @@ typedef struct null_ctx {
     uint64_t leaked_mb; /* leak_mb: MiB leaked so far */
     int32_t *ids;       /* [n_requests][max_new_tokens] of the last call */
     size_t ids_cap;     /* elements allocated in ids */
+    char *texts;        /* text_only: the last call's texts, one after another */
+    size_t texts_cap;
     char error[256];
 } null_ctx;
 
@@ -681,6 +702,7 @@ static void null_destroy(void *vctx)
     if (!ctx)
         return;
     free(ctx->ids);
+    free(ctx->texts);
     free(ctx);
 }
 
@@ -759,6 +781,42 @@ static void spec_report(const null_config *cfg, uint32_t R, tb_result *res)
         c0->accepted_at[0] = c0->drafted_at[0] + 1;
     else if (cfg->spec_fault == 3)
         c0->draft_len = TB_SPEC_MAX_DRAFT + 1;
+}
+
+/* count_extra: the count reported for `done` ids (0 at least). */
+static uint32_t counted(uint32_t done, int64_t extra)
+{
+    int64_t k = (int64_t)done + extra;
+    return k < 0 ? 0 : k > UINT32_MAX - 1 ? UINT32_MAX - 1 : (uint32_t)k;
+}
+
+/* text_only: each request's ids detokenized (count_skew's words
+ * included), returned as its output_text in place of the ids. 0, or -1
+ * when out of memory. */
+static int texts_for_ids(null_ctx *ctx, tb_result *res, uint32_t R)
+{
+    size_t need = 0;
+    for (uint32_t r = 0; r < R; r++) {
+        const tb_request_result *rr = &res->requests[r];
+        need += (size_t)null_detokenize(ctx, rr->output_ids, rr->n_output_ids, NULL, 0) + 1;
+    }
+    if (need > ctx->texts_cap) {
+        char *t = realloc(ctx->texts, need);
+        if (!t)
+            return -1;
+        ctx->texts = t;
+        ctx->texts_cap = need;
+    }
+    size_t at = 0;
+    for (uint32_t r = 0; r < R; r++) {
+        tb_request_result *rr = &res->requests[r];
+        char *text = ctx->texts + at;
+        at += (size_t)null_detokenize(ctx, rr->output_ids, rr->n_output_ids, text, need - at) + 1;
+        rr->output_text = text;
+        rr->output_ids = NULL;
+        rr->n_output_ids = 0;
+    }
+    return 0;
 }
 
 static tb_status null_generate(void *vctx, const tb_request *req,
@@ -866,8 +924,9 @@ static tb_status null_generate(void *vctx, const tb_request *req,
 
     tb_status st = TB_OK;
     uint32_t done = 0; /* tokens each request has so far */
-    /* Hosts that serve us stream the ids' text (tb_host.emit_output). */
-    int with_ids = TB_STRUCT_HAS(host, tb_host, emit_output) && host->emit_output;
+    /* Hosts that serve us stream the ids' text (tb_host.emit_output);
+     * text_only has no ids to stream. */
+    int with_ids = TB_STRUCT_HAS(host, tb_host, emit_output) && host->emit_output && !cfg.text_only;
     int failing = null_faults[cfg.fault].error != NULL, stalled = 0;
     uint64_t fault_after = (uint64_t)cfg.fault_after;
     int64_t t0 = host->now_ns(host);
@@ -952,7 +1011,7 @@ out:
     for (uint32_t r = 0; r < R; r++) {
         tb_request_result *rr = &res->requests[r];
         rr->status = st;
-        rr->n_output_tokens = done;
+        rr->n_output_tokens = counted(done, cfg.count_extra);
         rr->output_ids = done ? ctx->ids + (size_t)r * n : NULL;
         rr->n_output_ids = done;
         rr->steps_done =
@@ -976,6 +1035,10 @@ out:
     }
     if (st == TB_OK && cfg.n_spec)
         spec_report(&cfg, R, res);
+    if (cfg.text_only && texts_for_ids(ctx, res, R) != 0) {
+        set_error(ctx, "out of memory for the output texts");
+        return TB_ERR_NO_MEMORY;
+    }
     return st;
 }
 
