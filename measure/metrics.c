@@ -472,6 +472,15 @@ int tb_request_good(const tb_request_metrics *m, double goodput_ttft_ms, double 
            (goodput_tpot_ms <= 0 || isnan(tpot_ms) || tpot_ms <= goodput_tpot_ms);
 }
 
+int tb_count_mismatch(const tb_raw_request *q)
+{
+    if (q->status != TB_OK)
+        return TB_COUNT_HELD;
+    if (q->has_ids)
+        return q->n_output_tokens != q->n_ids ? TB_COUNT_NOT_IDS : TB_COUNT_HELD;
+    return q->recount >= 0 && (uint32_t)q->recount != q->n_output_tokens ? TB_COUNT_NOT_TEXT : TB_COUNT_HELD;
+}
+
 static int good(const tb_request_metrics *m, const tb_case_metrics_opts *o)
 {
     return tb_request_good(m, o->goodput_ttft_ms, o->goodput_tpot_ms);
@@ -560,6 +569,8 @@ static void one_call(const tb_call_view *cv, uint32_t k, const tb_case_metrics_o
             .m = rm[r],
             .n_out = w->n_output_tokens,
             .recount = w->recount,
+            .output_ids = w->has_ids ? (int64_t)w->n_ids : -1,
+            .count_mismatch = tb_count_mismatch(w),
             .steps_done = w->steps_done,
             .blocks_done = w->blocks_done,
             .answer_tokens = w->answer_tokens,

@@ -50,6 +50,9 @@ typedef struct tb_raw_request {
     int32_t status;      /* tb_status */
     uint32_t n_output_tokens;
     int32_t recount;     /* detokenize -> tokenize count; -1: no tokenizer */
+    uint32_t has_ids;    /* 1: the backend returned output ids, n_ids of
+                            them; 0: text only, or nothing */
+    uint32_t n_ids;      /* tb_request_result.n_output_ids */
     uint32_t steps_done;
     uint32_t blocks_done; /* tb_result.blocks_done; 0: not reported */
     uint32_t answer_tokens; /* before the first EOS; TB_UNKNOWN_COUNT */
@@ -111,6 +114,24 @@ double tb_sent_rate(const tb_request_metrics *req, size_t n);
  * limit; a TPOT undefined for a one-token answer holds)? The one
  * definition: the goodput metric and the load searches' share. */
 int tb_request_good(const tb_request_metrics *m, double goodput_ttft_ms, double goodput_tpot_ms);
+
+/* The output-length check's verdict on a request (docs/METRICS.md,
+ * "Output-length check"), stored as request.count_mismatch. */
+enum {
+    TB_COUNT_HELD = 0,     /* the count held, or there was nothing to check */
+    TB_COUNT_NOT_IDS = 1,  /* not the number of output ids returned */
+    TB_COUNT_NOT_TEXT = 2, /* not what its text re-tokenizes to */
+};
+
+/* The check of a successful request's count (a failed one's is in no
+ * rate: held). A backend that returned output ids counts those ids: its
+ * count fails when it is not their number, whatever their text
+ * re-tokenizes to (a model may emit ids that are not the tokenizer's own
+ * split of its text). One that returned text alone (a server's usage) is
+ * held to the text's re-count, recount (< 0: not re-counted, nothing to
+ * hold it to). The one definition: the worker's calls and a shard join's
+ * both come here. */
+int tb_count_mismatch(const tb_raw_request *q);
 
 /* Roofline efficiency of one call, percent: the shortest time the device's
  * ceilings allow for the call's work, over the time it took,

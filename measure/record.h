@@ -47,6 +47,9 @@ typedef struct tb_request_record {
     tb_request_metrics m;
     uint32_t n_out;          /* engine's count */
     int32_t recount;         /* -1: not re-counted */
+    int64_t output_ids;      /* ids the backend returned; -1: none (text only) */
+    int count_mismatch;      /* the output-length check's verdict:
+                                TB_COUNT_* (tb_count_mismatch) */
     uint32_t steps_done;
     uint32_t blocks_done;    /* 0: not reported */
     uint32_t answer_tokens;  /* TB_UNKNOWN_COUNT: not reported */

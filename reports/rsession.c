@@ -362,7 +362,6 @@ static int load_cases(sqlite3 *db, tb_rsession *s, char **err)
             .peak_device_mib = r->peak_device_mib,
             .host_rss_mib = r->host_rss_mib,
             .energy_j_per_token = r->energy_j_per_token,
-            .count_mismatches = r->count_mismatches,
             .varying_outputs = r->varying_outputs,
             .requests = r->requests,
             .failed_requests = r->failed_requests,
@@ -374,6 +373,7 @@ static int load_cases(sqlite3 *db, tb_rsession *s, char **err)
             .scrape_error = r->scrape_error,
             .telemetry_unmatched = r->telemetry_unmatched,
         };
+        memcpy(c->count_mismatches, r->count_mismatches, sizeof c->count_mismatches);
         r->options_json = r->status = r->error = r->search_role = r->scrape_error = NULL; /* taken */
         r->telemetry_unmatched = NULL;
         for (int d = 0; d < TB_N_DIMS; d++)

@@ -51,7 +51,9 @@ typedef struct tb_rcase {
     size_t n_metrics;
     double peak_device_mib, host_rss_mib; /* NaN: not measured */
     double energy_j_per_token;            /* NaN: no energy counter */
-    int count_mismatches;                 /* requests whose re-count differs */
+    int count_mismatches[TB_N_COUNT_MISMATCHES]; /* measured requests whose
+                                             count failed its check, by
+                                             TB_MISMATCH_* (reader.h) */
     int varying_outputs;                  /* prompts whose output differs
                                              between measured requests
                                              (docs/METRICS.md): grouped by

@@ -237,7 +237,9 @@ void tb_warnings_derive(const tb_rsession *s, tb_warnings *w)
     if (s->has_prompt_set)
         add(w, tb_xstrdup("prompt set: every call runs different items, whose answers differ in length, so the "
                           "spread of per-call figures (CV) reflects the items as well as noise; no noise warnings"));
-    int *mismatch = tb_xcalloc(s->n_backends + 1, sizeof(int)), *mismatch_cases = tb_xcalloc(s->n_backends + 1, sizeof(int));
+    /* per backend and TB_MISMATCH_*: requests, and cases with any */
+    int(*mismatch)[TB_N_COUNT_MISMATCHES] = tb_xcalloc(s->n_backends + 1, sizeof *mismatch);
+    int(*mismatch_cases)[TB_N_COUNT_MISMATCHES] = tb_xcalloc(s->n_backends + 1, sizeof *mismatch_cases);
     for (size_t i = 0; i < s->n_cases; i++) {
         const tb_rcase *c = &s->cases[i];
         const char *label = s->backends[c->backend].label;
@@ -344,22 +346,38 @@ void tb_warnings_derive(const tb_rsession *s, tb_warnings *w)
                                 "\"Content-dependent samplers\")",
                                 label, dims, adaptive));
         free(adaptive);
-        if (c->count_mismatches) {
-            mismatch[c->backend] += c->count_mismatches;
-            mismatch_cases[c->backend]++;
-        }
+        for (int k = 0; k < TB_N_COUNT_MISMATCHES; k++)
+            if (c->count_mismatches[k]) {
+                mismatch[c->backend][k] += c->count_mismatches[k];
+                mismatch_cases[c->backend][k]++;
+            }
         free(dims);
     }
     contradictions(s, w);
+    /* What each failed check means, by TB_MISMATCH_*. Ids are what the count
+     * counts: a difference is the count's own. A text's re-count is the
+     * tokenizer's own split of it, which a model's tokens, a server's
+     * tokenizer or a cut character may not match: a hint, in either
+     * direction. */
+    static const char *const mismatch_text[TB_N_COUNT_MISMATCHES] = {
+        [TB_MISMATCH_OVER_IDS] = "count more output tokens than the output ids the backend returned: its "
+                                 "tokens/s counts tokens it never returned",
+        [TB_MISMATCH_UNDER_IDS] = "count fewer output tokens than the output ids the backend returned: its "
+                                  "tokens/s leaves out tokens it generated",
+        [TB_MISMATCH_OVER_TEXT] = "count more output tokens than their text re-tokenizes to: the count may hold "
+                                  "tokens that are not in the text (tokens/s inflated), or the model's tokens are "
+                                  "not the tokenizer's own split of the text, or the backend counts with another "
+                                  "tokenizer",
+        [TB_MISMATCH_UNDER_TEXT] = "count fewer output tokens than their text re-tokenizes to: the count may leave "
+                                   "out tokens of the text (tokens/s understated), or the text holds pieces of "
+                                   "characters (re-tokenized byte by byte), or the backend counts with another "
+                                   "tokenizer",
+    };
     for (size_t b = 0; b < s->n_backends; b++)
-        if (mismatch[b])
-            add(w, tb_xasprintf("%s: %d requests in %d cases re-count (detokenize -> tokenize) to a different "
-                                "output length than the engine reports%s",
-                                s->backends[b].label, mismatch[b], mismatch_cases[b],
-                                s->backends[b].random_weights == 1
-                                    ? " (random weights emit arbitrary token sequences, which rarely survive the "
-                                      "round trip)"
-                                    : ": tokens/s may be inflated; see docs/METRICS.md"));
+        for (int k = 0; k < TB_N_COUNT_MISMATCHES; k++)
+            if (mismatch[b][k])
+                add(w, tb_xasprintf("%s: %d requests in %d cases %s (docs/METRICS.md, \"Output-length check\")",
+                                    s->backends[b].label, mismatch[b][k], mismatch_cases[b][k], mismatch_text[k]));
     free(mismatch);
     free(mismatch_cases);
 }

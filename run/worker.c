@@ -77,8 +77,10 @@ static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
     return h;
 }
 
-/* detokenize → tokenize: the output length as the tokenizer counts it.
- * -1 when the backend has no tokenizer or a call fails. */
+/* detokenize → tokenize: the output length as the tokenizer counts it
+ * (stored; the count's check when the backend returned text alone:
+ * tb_count_mismatch). -1 when the backend has no tokenizer or a call
+ * fails. */
 static int32_t recount(tb_worker *w, const tb_request_result *r)
 {
     if (!(w->ops->capabilities & TB_CAP_TOKENIZER))
@@ -660,6 +662,10 @@ static void run_case(tb_worker *w, const tb_case *c)
             tb_request_result *r = &b.rr[i];
             tb_raw_request *q = &b.wr[i];
             q->recount = r->status == TB_OK ? recount(w, r) : -1;
+            /* what its count is held to (tb_count_mismatch): the ids it
+             * returned, else the re-count of its text */
+            q->has_ids = r->output_ids != NULL;
+            q->n_ids = r->output_ids ? r->n_output_ids : 0;
             if (r->output_ids)
                 q->output_hash = fnv1a(1469598103934665603ULL, r->output_ids,
                                        r->n_output_ids * sizeof(int32_t));

@@ -416,6 +416,27 @@ void tb_row_fields_free(tb_row_field *f, size_t n)
 
 /* ------------------------------------------------------ cases */
 
+/* tb_read_cases's columns of the case's measured requests whose count
+ * failed its check, by TB_MISMATCH_*: the verdict's check
+ * (tb_count_mismatch), and the side of what it was held to. */
+static void count_mismatch_columns(tb_str *sql)
+{
+    static const struct {
+        int verdict;
+        const char *side;
+    } kinds[TB_N_COUNT_MISMATCHES] = {
+        [TB_MISMATCH_OVER_IDS] = {TB_COUNT_NOT_IDS, "r.output_tokens > r.output_ids"},
+        [TB_MISMATCH_UNDER_IDS] = {TB_COUNT_NOT_IDS, "r.output_tokens < r.output_ids"},
+        [TB_MISMATCH_OVER_TEXT] = {TB_COUNT_NOT_TEXT, "r.output_tokens > r.recount_tokens"},
+        [TB_MISMATCH_UNDER_TEXT] = {TB_COUNT_NOT_TEXT, "r.output_tokens < r.recount_tokens"},
+    };
+    for (int k = 0; k < TB_N_COUNT_MISMATCHES; k++)
+        tb_str_appendf(sql,
+                       " (SELECT count(*) FROM request r JOIN sample sa ON r.sample_id = sa.id"
+                       "    WHERE sa.case_id = c.id AND sa.warmup = 0 AND r.count_mismatch = %d AND %s),",
+                       kinds[k].verdict, kinds[k].side);
+}
+
 int tb_read_cases(sqlite3 *db, int64_t session, tb_row_case **out, size_t *n, char **err)
 {
     *out = NULL;
@@ -428,9 +449,9 @@ int tb_read_cases(sqlite3 *db, int64_t session, tb_row_case **out, size_t *n, ch
                   " (SELECT max(peak_device_bytes) / 1048576.0 FROM sample WHERE case_id = c.id AND warmup = 0),"
                   " c.host_peak_rss_bytes / 1048576.0,"
                   " (SELECT sum(energy_mj) / 1000.0 / sum(output_tokens) FROM sample"
-                  "    WHERE case_id = c.id AND warmup = 0 AND energy_mj IS NOT NULL AND output_tokens > 0),"
-                  " (SELECT count(*) FROM request r JOIN sample sa ON r.sample_id = sa.id"
-                  "    WHERE sa.case_id = c.id AND sa.warmup = 0 AND r.count_mismatch),"
+                  "    WHERE case_id = c.id AND warmup = 0 AND energy_mj IS NOT NULL AND output_tokens > 0),");
+    count_mismatch_columns(&sql);
+    tb_str_append(&sql,
                   " (SELECT count(*) FROM (SELECT r.idx FROM request r JOIN sample sa ON sa.id = r.sample_id"
                   "    WHERE sa.case_id = c.id AND sa.warmup = 0 AND r.status = 'ok' AND r.output_hash IS NOT NULL"
                   "    GROUP BY coalesce(r.prompt_hash, r.prompt_idx, -1 - r.idx)"
@@ -464,7 +485,8 @@ int tb_read_cases(sqlite3 *db, int64_t session, tb_row_case **out, size_t *n, ch
         c->peak_device_mib = col_num(q, i++);
         c->host_rss_mib = col_num(q, i++);
         c->energy_j_per_token = col_num(q, i++);
-        c->count_mismatches = sqlite3_column_int(q, i++);
+        for (int k = 0; k < TB_N_COUNT_MISMATCHES; k++)
+            c->count_mismatches[k] = sqlite3_column_int(q, i++);
         c->varying_outputs = sqlite3_column_int(q, i++);
         c->requests = sqlite3_column_int(q, i++);
         c->failed_requests = sqlite3_column_int(q, i++);

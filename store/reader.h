@@ -103,6 +103,19 @@ void tb_row_fields_free(tb_row_field *f, size_t n);
 
 /* ------------------------------------------------------------ cases */
 
+/* Requests whose count failed the output-length check (docs/METRICS.md,
+ * "Output-length check"), by the check (request.count_mismatch,
+ * TB_COUNT_*) and the side the count lay on: of the output ids the
+ * backend returned (request.output_ids), or of its text's re-count
+ * (request.recount_tokens). */
+enum {
+    TB_MISMATCH_OVER_IDS,   /* more tokens counted than ids returned */
+    TB_MISMATCH_UNDER_IDS,  /* fewer */
+    TB_MISMATCH_OVER_TEXT,  /* more than the text re-counts to */
+    TB_MISMATCH_UNDER_TEXT, /* fewer */
+    TB_N_COUNT_MISMATCHES
+};
+
 typedef struct tb_row_case {
     int64_t id;
     int ordinal;
@@ -113,7 +126,9 @@ typedef struct tb_row_case {
     char *status, *error;
     double peak_device_mib, host_rss_mib; /* NaN: not measured */
     double energy_j_per_token;            /* NaN: no energy counter */
-    int count_mismatches;                 /* measured requests whose re-count differs */
+    int count_mismatches[TB_N_COUNT_MISMATCHES]; /* measured requests whose
+                                             count failed its check, by
+                                             TB_MISMATCH_* */
     int varying_outputs;                  /* prompts whose output differs between
                                              measured requests (docs/METRICS.md):
                                              by request.prompt_hash, else item,

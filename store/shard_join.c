@@ -327,7 +327,7 @@ static int pool_call(joiner *j, const int64_t *cases, const int64_t *offsets, si
                                     " output_hash, emissions_json, prompt_idx, scored, output_text, prompt_hash,"
                                     " prompt_tokens, blocks_done, spec_verifications, spec_drafted, spec_accepted,"
                                     " spec_draft_len, spec_at, canvases, canvas_steps, canvas_committed, canvas_positions,"
-                                    " canvases_json FROM request WHERE sample_id = %lld ORDER BY idx",
+                                    " canvases_json, output_ids FROM request WHERE sample_id = %lld ORDER BY idx",
                                     (long long)samples[k]);
         sqlite3_stmt *q = prep(j, sql);
         sqlite3_free(sql);
@@ -360,6 +360,9 @@ static int pool_call(joiner *j, const int64_t *cases, const int64_t *offsets, si
                 .status = status && strcmp(status, "ok") == 0 ? TB_OK : TB_ERR,
                 .n_output_tokens = (uint32_t)sqlite3_column_int64(q, 8),
                 .recount = (int32_t)col_int(q, 9, -1),
+                /* NULL: text alone, or stored before migration 18 */
+                .has_ids = sqlite3_column_type(q, 30) != SQLITE_NULL,
+                .n_ids = (uint32_t)col_int(q, 30, 0),
                 .steps_done = (uint32_t)col_int(q, 10, 0),
                 .blocks_done = (uint32_t)col_int(q, 19, 0),
                 .answer_tokens = (uint32_t)col_int(q, 11, TB_UNKNOWN_COUNT),

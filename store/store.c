@@ -1322,8 +1322,9 @@ const tb_store_column tb_request_columns[] = {
     RC(tps, REAL, m.tps),
     {"requested_tokens", TB_COL_SPECIAL, 0, "requested_tokens", 0}, /* max_tokens, else the case's max_new_tokens */
     RC(output_tokens, U32, n_out),
+    RC(output_ids, I64_OPT, output_ids),
     RC(recount_tokens, I32_OPT, recount),
-    {"count_mismatch", TB_COL_SPECIAL, 0, "count_mismatch", 0}, /* re-counted and different */
+    RC(count_mismatch, INT, count_mismatch), /* TB_COUNT_* (tb_count_mismatch) */
     RC(steps_done, U32_OPT, steps_done),
     RC(answer_tokens, U32_KNOWN, answer_tokens),
     RC(output_hash, HASH, output_hash),
@@ -1468,8 +1469,6 @@ static void bind_column(const tb_store *st, sqlite3_stmt *q, int i, const tb_sto
         bind_text(q, i, r->status == 0 ? "ok" : "failed");
     else if (strcmp(col->column, "requested_tokens") == 0) /* 32-bit unsigned: never wrapped */
         sqlite3_bind_int64(q, i, r->max_tokens ? r->max_tokens : cr->c->max_new_tokens);
-    else if (strcmp(col->column, "count_mismatch") == 0)
-        sqlite3_bind_int(q, i, r->recount >= 0 && (uint32_t)r->recount != r->n_out);
     else /* emissions_json */
         bind_text(q, i, r->emissions_json ? r->emissions_json : "[]");
 }

@@ -106,6 +106,10 @@ grep -q '^  backend closed: http .*; capabilities' "$tmp/engine.out" && ! grep -
 [ "$(q "$tmp/engine.db" "select count(*) from request")" = 128 ] || fail "engine: $(q "$tmp/engine.db" "select count(*) from request") requests stored, expected 128"
 [ "$(q "$tmp/engine.db" "select count(*) from request where status = 'ok' and output_tokens = 8 and recount_tokens is not null and ttft_ns > 0 and e2e_ns >= ttft_ns")" = 128 ] \
     || fail "engine: requests lack usage counts, re-counts or timings: $(q "$tmp/engine.db" "select status, error, output_tokens, recount_tokens from request limit 3")"
+# text alone, no ids: the usage count is held to the text's re-count
+# (docs/METRICS.md, "Output tokens, twice" and "Output-length check")
+[ "$(q "$tmp/engine.db" "select count(*) from request where output_ids is not null or count_mismatch <> (case when recount_tokens <> output_tokens then 2 else 0 end)")" = 0 ] \
+    || fail "engine: the usage count not held to the re-count: $(q "$tmp/engine.db" "select output_tokens, output_ids, recount_tokens, count_mismatch from request limit 3")"
 [ "$(q "$tmp/engine.db" "select count(*) from metric where name = 'error_rate' and median = 0 and n = 3")" = 4 ] || fail "engine: error_rate"
 [ "$(q "$tmp/engine.db" "select count(*) from metric where name = 'req_throughput' and median > 0")" = 4 ] || fail "engine: req_throughput"
 [ "$(q "$tmp/engine.db" "select count(*) from metric g join metric t on t.case_id = g.case_id and t.name = 'req_throughput' where g.name = 'goodput' and g.n = 3 and g.median = t.median")" = 4 ] \

@@ -42,7 +42,7 @@ prefill_us = 5000
 jitter = 0.9
 [backend skewed]
 plugin = $null
-count_skew = 2
+count_extra = 2
 [backend broken]
 plugin = $null
 fail_at = 2
@@ -81,7 +81,7 @@ pass "report md: conditions, side by side, every metric"
 grep -qF 'broken failed \[prompt 128, new 8, batch 1\]: generate() failed at repetition 2' "$tmp/w.md" \
     || fail "md lacks the failed case warning"
 grep -q 'noisy \\\[.*\\\]: noisy, aggregate tok/s CV' "$tmp/w.md" || fail "md lacks the noise warning"
-grep -q 'skewed: 6 requests in 1 cases re-count' "$tmp/w.md" || fail "md lacks the count mismatch warning"
+grep -q 'skewed: 6 requests in 1 cases count more output tokens than the output ids' "$tmp/w.md" || fail "md lacks the count mismatch warning"
 grep -q 'no warm-up run' "$tmp/w.md" || fail "md lacks the no-warm-up warning"
 grep -qF '# tokbench report: warn&lt;i&gt;&amp;"q", session 1' "$tmp/w.md" || fail "md title not escaped"
 pass "report md: failed, noisy, mismatch, warm-up warnings; escaping"
@@ -326,6 +326,8 @@ q "$tmp/older.db" "alter table request drop column canvases; alter table request
   alter table request drop column canvas_committed; alter table request drop column canvas_positions;
   alter table request drop column canvases_json; alter table request drop column tokens_per_chunk;
   alter table request drop column chunk_gap_ms; alter table request drop column bursty"
+# migration 18's (the output-length check's ids)
+q "$tmp/older.db" "alter table request drop column output_ids"
 q "$tmp/older.db" "pragma user_version = 1"
 "$tb" db merge "$tmp/older.db" --db "$tmp/z.db" >/dev/null || fail "older schema not merged"
 [ "$(q "$tmp/older.db" "pragma user_version")" = 1 ] || fail "merge modified the other database"

@@ -215,6 +215,8 @@ q "$tmp/ro/old.db" "alter table request drop column canvases; alter table reques
   alter table request drop column canvas_committed; alter table request drop column canvas_positions;
   alter table request drop column canvases_json; alter table request drop column tokens_per_chunk;
   alter table request drop column chunk_gap_ms; alter table request drop column bursty"
+# and what migration 18 (the output-length check's ids) adds
+q "$tmp/ro/old.db" "alter table request drop column output_ids"
 q "$tmp/ro/old.db" "pragma user_version = 6" # migration 7 only renames view columns: it applies again
 q "$tmp/ro/cur.db" "pragma journal_mode" >/dev/null
 as_reader() { "$@"; }

@@ -836,6 +836,65 @@ static void test_case_measured_only(void)
     tb_case_record_free(&rec);
 }
 
+/* The output-length check (docs/METRICS.md, "Output-length check"): a
+ * count of returned ids is held to their number, not to how the
+ * tokenizer re-counts their text; a count of text alone is held to the
+ * text's re-count; a failed request is not checked. The figures of the
+ * quick suite's diffusion rows: 16 ids (answer + EOS padding) that
+ * re-tokenize to 14..23. */
+static void test_count_mismatch(void)
+{
+    tb_raw_request q = {.status = TB_OK, .n_output_tokens = 16, .has_ids = 1, .n_ids = 16, .recount = 14};
+    CHECK(tb_count_mismatch(&q) == TB_COUNT_HELD);
+    q.recount = 23; /* byte pieces: more tokens again */
+    CHECK(tb_count_mismatch(&q) == TB_COUNT_HELD);
+    q.recount = -1; /* no tokenizer: the ids are still counted */
+    CHECK(tb_count_mismatch(&q) == TB_COUNT_HELD);
+    q.n_output_tokens = 17; /* a token counted that was never returned */
+    CHECK(tb_count_mismatch(&q) == TB_COUNT_NOT_IDS);
+    q.recount = 17;         /* whatever the text re-counts to */
+    CHECK(tb_count_mismatch(&q) == TB_COUNT_NOT_IDS);
+    q.n_output_tokens = 15;
+    CHECK(tb_count_mismatch(&q) == TB_COUNT_NOT_IDS);
+    q.status = TB_ERR; /* failed: in no rate */
+    CHECK(tb_count_mismatch(&q) == TB_COUNT_HELD);
+    /* text alone (a server's usage): its re-count is the check */
+    q = (tb_raw_request){.status = TB_OK, .n_output_tokens = 16, .recount = 16};
+    CHECK(tb_count_mismatch(&q) == TB_COUNT_HELD);
+    q.recount = 14;
+    CHECK(tb_count_mismatch(&q) == TB_COUNT_NOT_TEXT);
+    q.recount = 18;
+    CHECK(tb_count_mismatch(&q) == TB_COUNT_NOT_TEXT);
+    q.recount = -1; /* no tokenizer: nothing to hold it to */
+    CHECK(tb_count_mismatch(&q) == TB_COUNT_HELD);
+
+    /* Into the stored record: output_ids (-1: none) and the verdict, for
+     * each request of a case; warm-ups alike. */
+    fake_case f;
+    fake_case_build(&f);
+    for (int k = 0; k < 3; k++)
+        for (int r = 0; r < 2; r++)
+            f.req[k][r].has_ids = 1, f.req[k][r].n_ids = 3, f.req[k][r].recount = 5;
+    f.req[1][1].n_ids = 2;                               /* 3 counted of 2 ids */
+    f.req[2][0].has_ids = 0, f.req[2][0].n_ids = 0;      /* text: 3 counted, 5 re-counted */
+    f.req[0][0].has_ids = 0, f.req[0][0].recount = 3;    /* text: 3 of 3 */
+    tb_case_metrics_opts o = {.capabilities = TB_CAP_STREAMING | TB_CAP_TOKENIZER, .seed = 1};
+    tb_case_record rec = {0};
+    tb_case_metrics(f.v, 3, &o, &rec);
+    CHECK(rec.n_samples == 3);
+    if (rec.n_samples == 3) {
+        const tb_request_record *w = rec.samples[0].requests, *a = rec.samples[1].requests,
+                                *b = rec.samples[2].requests;
+        CHECK(w[0].output_ids == -1 && w[0].count_mismatch == TB_COUNT_HELD);
+        CHECK(w[1].output_ids == 3 && w[1].count_mismatch == TB_COUNT_HELD && w[1].recount == 5);
+        CHECK(a[0].output_ids == 3 && a[0].count_mismatch == TB_COUNT_HELD);
+        CHECK(a[1].output_ids == 2 && a[1].count_mismatch == TB_COUNT_NOT_IDS);
+        CHECK(b[0].output_ids == -1 && b[0].count_mismatch == TB_COUNT_NOT_TEXT && b[0].recount == 5);
+        CHECK(b[1].status == TB_ERR && b[1].count_mismatch == TB_COUNT_HELD); /* failed */
+    }
+    tb_case_record_free(&rec);
+}
+
 /* Calls already measured (a join of stored shards): each request's
  * figures are the view's `measured` ones, not recomputed from the
  * emissions; the gaps still come from the emissions, and the call's
@@ -1461,6 +1520,7 @@ int main(void)
     test_case_goodput();
     test_case_capabilities();
     test_case_measured();
+    test_count_mismatch();
     test_registry();
     test_registry_docs();
     test_registry_summary();

@@ -1,7 +1,8 @@
 /* test_rsession.c — reports/rsession.c reads back what the store wrote:
  * the per-case figures docs/METRICS.md defines in SQL there (energy per
- * token, peak device memory, request counts behind the warnings), with
- * warm-ups excluded. */
+ * token, peak device memory, request counts behind the warnings, the
+ * output-length check's failures by check and side), with warm-ups
+ * excluded. */
 #define _POSIX_C_SOURCE 200809L
 #include "rsession.h"
 
@@ -31,6 +32,7 @@ static void sample(tb_sample_record *s, tb_request_record rq[2], int warmup, int
         tb_request_metrics_compute(1000, 0, 3, em, 3, &rq[r].m);
         rq[r].n_out = 3;
         rq[r].recount = -1;
+        rq[r].output_ids = -1;
         rq[r].prompt_idx = -1;
         rq[r].emissions_json = "[]";
     }
@@ -122,12 +124,43 @@ int main(void)
     c4.ordinal = 4;
     rec.c = &c4;
     CHECK(tb_store_case(st, &rec, &err) > 0);
+    /* case 5: counts that failed the output-length check (count_mismatch,
+     * as tb_count_mismatch decided), by what they were held to and on
+     * which side (3 counted): of 2 ids returned, twice; text alone (no
+     * ids) re-counted to 2, twice, and to 5 once; in the warm-up, of 4
+     * ids, left out. A count that held while its ids re-count otherwise,
+     * or its text's re-count agrees, is no failure. */
+    tb_request_record rq5[4][2];
+    tb_sample_record s5[4];
+    for (uint32_t k = 0; k < 4; k++) {
+        sample(&s5[k], rq5[k], k == 0, -1, -1, 0);
+        s5[k].repetition = k;
+    }
+    rq5[0][0].output_ids = 4, rq5[0][0].count_mismatch = TB_COUNT_NOT_IDS;
+    rq5[0][1].output_ids = 3, rq5[0][1].recount = 5;
+    rq5[1][0].output_ids = 2, rq5[1][0].count_mismatch = TB_COUNT_NOT_IDS;
+    rq5[1][1].output_ids = 2, rq5[1][1].count_mismatch = TB_COUNT_NOT_IDS;
+    rq5[2][0].recount = 2, rq5[2][0].count_mismatch = TB_COUNT_NOT_TEXT;
+    rq5[2][1].recount = 5, rq5[2][1].count_mismatch = TB_COUNT_NOT_TEXT;
+    rq5[3][0].recount = 2, rq5[3][0].count_mismatch = TB_COUNT_NOT_TEXT;
+    rq5[3][1].recount = 3;
+    tb_case c5 = c1;
+    c5.ordinal = 5;
+    rec.c = &c5;
+    rec.samples = s5;
+    rec.n_samples = 4;
+    CHECK(tb_store_case(st, &rec, &err) > 0);
     CHECK(tb_store_session_end(st, session, "completed", &err) == 0);
 
     tb_rsession rs;
     CHECK(tb_rsession_load(tb_store_db(st), session, &rs, &err) == 0);
-    CHECK(rs.n_cases == 4);
-    if (rs.n_cases == 4) {
+    CHECK(rs.n_cases == 5);
+    if (rs.n_cases == 5) {
+        static const int want[TB_N_COUNT_MISMATCHES] = {
+            [TB_MISMATCH_OVER_IDS] = 2, [TB_MISMATCH_UNDER_IDS] = 0, /* the warm-up's left out */
+            [TB_MISMATCH_OVER_TEXT] = 2, [TB_MISMATCH_UNDER_TEXT] = 1};
+        for (int k = 0; k < TB_N_COUNT_MISMATCHES; k++)
+            CHECK(rs.cases[0].count_mismatches[k] == 0 && rs.cases[4].count_mismatches[k] == want[k]);
         CHECK(rs.cases[0].varying_outputs == 0 && rs.cases[1].varying_outputs == 0);
         CHECK(rs.cases[2].varying_outputs == 1); /* prompt 0xA only */
         CHECK(rs.cases[3].varying_outputs == 2); /* no hashes: by slot */

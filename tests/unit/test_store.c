@@ -250,7 +250,8 @@ static int64_t write_small_case(tb_store *st, int64_t session, int64_t backend, 
     fill_case(&c, ordinal);
     c.batch = 1;
     const int64_t em[] = {3000, 4000, 6000};
-    tb_request_record rq = {.status = 0, .n_out = 3, .recount = 3, .emissions_json = "[[2,1],[3,1],[5,1]]"};
+    tb_request_record rq = {.status = 0, .n_out = 3, .recount = 3, .output_ids = 3,
+                            .emissions_json = "[[2,1],[3,1],[5,1]]"};
     tb_request_metrics_compute(1000, 0, 3, em, 3, &rq.m);
     tb_sample_record s = {.repetition = 0, .n_requests = 1, .prefill_ns = 100, .decode_ns = 4900,
                           .forward_passes = 3, .peak_device_bytes = -1, .energy_mj = -1, .recount_tokens = 3,
@@ -443,6 +444,50 @@ static void test_migration_path(void)
     CHECK(q && sqlite3_step(q) == SQLITE_ROW);
     CHECK(q && sqlite3_column_count(q) >= 30);
     sqlite3_finalize(q);
+    tb_store_close(st);
+    free(path);
+}
+
+/* Migration 18 (docs/METRICS.md, "Output-length check"): a request
+ * flagged before it was flagged by the old rule, a re-count that
+ * differed, whatever the backend returned: it keeps its flag as the text
+ * check's verdict, its ids unknown (NULL); the others stay held. */
+static void test_migration_output_ids(void)
+{
+    char *path = tmp_path("v17.db");
+    sqlite3 *db = raw_open(path);
+    char *err = NULL;
+    CHECK(tb_store_migrate(db, 17, &err) == 0);
+    raw_exec(db, "INSERT INTO machine (id, fingerprint, hostname, cpu_model, cpu_cores, ram_bytes, os, kernel, arch,"
+                 " gpu_count, nvml_status, info_json) VALUES (1, 'fp', 'h', 'c', 1, 1, 'o', 'k', 'a', 0, 'n', '{}');"
+                 "INSERT INTO session (id, uuid, machine_id, suite_name, suite_path, suite_sha256, suite_text,"
+                 " tokbench_version, git_commit, compiler, cuda_build_version, command_line, started_at, status,"
+                 " warmup, repeat, seed) VALUES (1, 'u17', 1, 's', '/s.ini', 'x', 't', '0.1.0', 'abc', 'gcc', 'none',"
+                 " 'tokbench run', '2026-01-01T00:00:00.000Z', 'completed', 0, 1, 0);"
+                 "INSERT INTO backend (id, session_id, label, plugin, plugin_path, plugin_version, abi_major,"
+                 " capabilities, model, options_json) VALUES (1, 1, 'b', 'diffusion', '/d.so', '1', 1, 'tokenizer',"
+                 " 'm', '{}');"
+                 "INSERT INTO bench_case (id, session_id, backend_id, ordinal, prompt_tokens, max_new_tokens, batch,"
+                 " options_json, status) VALUES (1, 1, 1, 1, 32, 16, 2, '{}', 'ok');"
+                 "INSERT INTO sample (id, case_id, repetition, warmup, n_requests, wall_ns, output_tokens,"
+                 " recount_tokens, n_emissions, runner_ns) VALUES (1, 1, 0, 0, 2, 1000, 32, 30, 2, 1);"
+                 "INSERT INTO request (sample_id, idx, status, submit_offset_ns, requested_tokens, output_tokens,"
+                 " recount_tokens, count_mismatch, emissions_json) VALUES (1, 0, 'ok', 0, 16, 16, 14, 1, '[]'),"
+                 " (1, 1, 'ok', 0, 16, 16, 16, 0, '[]');");
+    sqlite3_close(db);
+    tb_store *st = NULL;
+    CHECK(tb_store_open(path, &st, &err) == 0);
+    if (!st) {
+        fprintf(stderr, "  %s\n", err);
+        free(err);
+        free(path);
+        return;
+    }
+    db = tb_store_db(st);
+    CHECK(q_int(db, "SELECT count_mismatch FROM request WHERE idx = 0") == TB_COUNT_NOT_TEXT);
+    CHECK(q_int(db, "SELECT count_mismatch FROM request WHERE idx = 1") == TB_COUNT_HELD);
+    CHECK(q_int(db, "SELECT count(*) FROM request WHERE output_ids IS NULL") == 2);
+    CHECK(q_int(db, "SELECT count_mismatches FROM summary") == 1);
     tb_store_close(st);
     free(path);
 }
@@ -689,12 +734,12 @@ static void test_full_session(void)
     tb_request_record w[2] = {0}, r[2] = {0};
     tb_sample_record s[2] = {0};
     const int64_t em[] = {3000, 4000, 6000};
-    /* warm-up: both ok; request 0 re-counted 9 of 3 (a mismatch, but in a
-     * warm-up), request 1 re-counted 3 of 3 (none) */
+    /* warm-up: both ok, text alone; request 0 re-counted 9 of 3 (a
+     * mismatch, but in a warm-up), request 1 re-counted 3 of 3 (none) */
     tb_request_metrics_compute(1000, 0, 3, em, 3, &w[0].m);
     tb_request_metrics_compute(1000, 0, 3, em, 3, &w[1].m);
-    w[0].n_out = 3, w[0].recount = 9;
-    w[1].n_out = 3, w[1].recount = 3;
+    w[0].n_out = 3, w[0].recount = 9, w[0].output_ids = -1, w[0].count_mismatch = TB_COUNT_NOT_TEXT;
+    w[1].n_out = 3, w[1].recount = 3, w[1].output_ids = -1;
     s[0] = (tb_sample_record){.repetition = 0, .warmup = 1, .n_requests = 2, .prefill_ns = 1000, .decode_ns = 2000,
                               .forward_passes = 3, .peak_device_bytes = INT64_C(5) << 30, .energy_mj = 42,
                               .recount_tokens = 12, .n_emissions = 6, .runner_ns = 100, .requests = w};
@@ -704,13 +749,15 @@ static void test_full_session(void)
         tb_rep_metrics_compute((tb_request_metrics[]){w[0].m, w[1].m}, n_out, okr, 2, 1000, 3, &s[0].m);
     }
     /* measured: request 0 = submit 1000, tokens at 3000/4000/6000,
-     * re-counted 4 of 3; request 1 failed after 1 token, non-streaming */
+     * 3 counted of 2 ids returned (a mismatch), re-counted 4; request 1
+     * failed after 1 token, non-streaming, no ids */
     tb_request_metrics_compute(1000, 0, 3, em, 3, &r[0].m);
-    r[0].n_out = 3, r[0].recount = 4, r[0].output_hash = 0xabc, r[0].emissions_json = "[[2,1],[3,1],[5,1]]";
+    r[0].n_out = 3, r[0].recount = 4, r[0].output_ids = 2, r[0].count_mismatch = TB_COUNT_NOT_IDS;
+    r[0].output_hash = 0xabc, r[0].emissions_json = "[[2,1],[3,1],[5,1]]";
     r[0].prompt_hash = 0xfedcba9876543210ull;
     tb_request_metrics_compute(1500, 2500, 1, NULL, 0, &r[1].m);
     r[1].status = 1 /* TB_ERR */, r[1].error = "boom", r[1].submit_offset_ns = 500;
-    r[1].n_out = 1, r[1].recount = -1, r[1].steps_done = 5;
+    r[1].n_out = 1, r[1].recount = -1, r[1].output_ids = -1, r[1].steps_done = 5;
     s[1] = (tb_sample_record){.repetition = 1, .warmup = 0, .n_requests = 2, .prefill_ns = -1, .decode_ns = 3000,
                               .forward_passes = 0, .peak_device_bytes = 2 << 20, .energy_mj = -1,
                               .recount_tokens = -1, .n_emissions = 3, .runner_ns = 200, .requests = r};
@@ -836,7 +883,8 @@ static void test_full_session(void)
     CHECK(q_int(db, RQ("requested_tokens", 0)) == 3);
     CHECK(q_int(db, RQ("output_tokens", 0)) == 3);
     CHECK(q_int(db, RQ("recount_tokens", 0)) == 4);
-    CHECK(q_int(db, RQ("count_mismatch", 0)) == 1); /* 4 != 3 */
+    CHECK(q_int(db, RQ("output_ids", 0)) == 2);
+    CHECK(q_int(db, RQ("count_mismatch", 0)) == TB_COUNT_NOT_IDS); /* as decided (tb_count_mismatch) */
     CHECK(q_is_null(db, RQ("steps_done", 0)));      /* 0: not a diffusion request */
     CHECK_TEXT(db, "0000000000000abc", RQ("output_hash", 0));
     CHECK_TEXT(db, "fedcba9876543210", RQ("prompt_hash", 0));
@@ -849,14 +897,15 @@ static void test_full_session(void)
     CHECK(q_is_null(db, RQ("tpot_ns", 1)));         /* NaN: one token */
     CHECK_NEAR(q_real(db, RQ("tps", 1)), 1e6, 1e-6);
     CHECK(q_is_null(db, RQ("recount_tokens", 1)));  /* -1 */
-    CHECK(q_int(db, RQ("count_mismatch", 1)) == 0); /* not re-counted: no mismatch */
+    CHECK(q_is_null(db, RQ("output_ids", 1)));      /* -1: none */
+    CHECK(q_int(db, RQ("count_mismatch", 1)) == 0);
     CHECK(q_int(db, RQ("steps_done", 1)) == 5);
     CHECK(q_is_null(db, RQ("output_hash", 1)));     /* 0: no hash */
     CHECK(q_is_null(db, RQ("prompt_hash", 1)));     /* 0: unknown */
     CHECK_TEXT(db, "[]", RQ("emissions_json", 1));
 #undef RQ
     CHECK(q_int(db, "SELECT sum(r.count_mismatch) FROM request r JOIN sample s ON r.sample_id = s.id"
-                    " WHERE s.case_id = %lld AND s.warmup = 1", k1) == 1); /* 9 != 3, 3 == 3 */
+                    " WHERE s.case_id = %lld AND s.warmup = 1", k1) == TB_COUNT_NOT_TEXT); /* and one held */
 
     /* metric rows: n == 0 is not stored; NaN and infinities are NULL */
     CHECK(q_int(db, "SELECT count(*) FROM metric WHERE case_id = %lld", k1) == 3);
@@ -1608,9 +1657,27 @@ static void test_join_all_or_nothing(void)
     CHECK(sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK);
     sqlite3_free(sql);
     CHECK(write_small_case(st, session[1], backend[1], 2, &err) > 0);
+    /* shard 1's requests: case #1's 3 counted of 2 ids, case #2's text
+     * alone re-counted to 4; the join holds each count to what the shard
+     * stored it returned (tb_count_mismatch), not to the shard's verdict */
+    sql = sqlite3_mprintf("UPDATE request SET output_ids = CASE c.ordinal WHEN 1 THEN 2 END, recount_tokens ="
+                          " CASE c.ordinal WHEN 1 THEN 3 ELSE 4 END FROM sample sa JOIN bench_case c ON c.id ="
+                          " sa.case_id WHERE sa.id = request.sample_id AND c.session_id = %lld",
+                          (long long)session[1]);
+    CHECK(sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK);
+    sqlite3_free(sql);
     CHECK(tb_shard_join(st, &res, &err) == 0);
     CHECK(res.joined == 1 && res.known == 0);
     tb_shard_join_result_free(&res);
+#define JOINED(ordinal, cond)                                                                                    \
+    "SELECT count(*) FROM request r JOIN sample sa ON sa.id = r.sample_id JOIN bench_case c ON c.id ="         \
+    " sa.case_id JOIN session s ON s.id = c.session_id WHERE s.shard_index IS NULL AND c.ordinal = " #ordinal \
+    " AND " cond
+    CHECK(q_int(db, JOINED(1, "r.output_ids = 3 AND r.count_mismatch = 0")) == 1);
+    CHECK(q_int(db, JOINED(1, "r.output_ids = 2 AND r.count_mismatch = 1")) == 1);
+    CHECK(q_int(db, JOINED(2, "r.output_ids = 3 AND r.count_mismatch = 0")) == 1);
+    CHECK(q_int(db, JOINED(2, "r.output_ids IS NULL AND r.recount_tokens = 4 AND r.count_mismatch = 2")) == 1);
+#undef JOINED
     CHECK(q_int(db, "SELECT count(*) FROM session WHERE shard_count = 2 AND shard_index IS NULL AND status ="
                     " 'completed'") == 1);
     CHECK(q_int(db, "SELECT count(*) FROM shard") == 2);
@@ -1973,6 +2040,7 @@ int main(void)
     test_reopen();
     test_stale_notice();
     test_migration_path();
+    test_migration_output_ids();
     test_newer_refused();
     test_not_a_database();
     test_machine();

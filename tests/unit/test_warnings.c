@@ -11,6 +11,7 @@
 
 #include "check.h"
 #include "metrics.h"
+#include "util.h"
 
 static tb_rmetric metric(const char *name, size_t n, double mean, double cv)
 {
@@ -391,11 +392,9 @@ static void test_other_rules(void)
     fixture f;
     fixture_init(&f, 10, 0.02);
     f.c.varying_outputs = 2;
-    f.c.count_mismatches = 5;
     tb_warnings w;
     tb_warnings_derive(&f.s, &w);
     CHECK(count(&w, "2 prompt(s) produced different outputs in different repetitions") == 1);
-    CHECK(count(&w, "eng: 5 requests in 1 cases re-count") == 1);
     tb_warnings_free(&w);
 
     fixture_init(&f, 3, 0.02);
@@ -415,6 +414,56 @@ static void test_other_rules(void)
  * random-token prompts: the warning names the case and the fix; quiet on
  * a prompt set (prompt_tokens 0), on a fixed-schedule sampler, without
  * the list, and when the case's swept sampler is another. */
+/* The output-length check (docs/METRICS.md, "Output-length check"): a
+ * line for each check and side that failed, which says which and what it
+ * means in its direction; random weights change nothing (a backend's
+ * ids are held to their number, whatever tokens they are). */
+static void test_count_mismatch(void)
+{
+    static const char *const said[TB_N_COUNT_MISMATCHES] = {
+        [TB_MISMATCH_OVER_IDS] = "count more output tokens than the output ids the backend returned: its "
+                                 "tokens/s counts tokens it never returned",
+        [TB_MISMATCH_UNDER_IDS] = "count fewer output tokens than the output ids the backend returned: its "
+                                  "tokens/s leaves out tokens it generated",
+        [TB_MISMATCH_OVER_TEXT] = "count more output tokens than their text re-tokenizes to: the count may hold "
+                                  "tokens that are not in the text (tokens/s inflated)",
+        [TB_MISMATCH_UNDER_TEXT] = "count fewer output tokens than their text re-tokenizes to: the count may leave "
+                                   "out tokens of the text (tokens/s understated)",
+    };
+    for (int random = 0; random <= 1; random++)
+        for (int k = 0; k < TB_N_COUNT_MISMATCHES; k++) {
+            fixture f;
+            fixture_init(&f, 10, 0.02);
+            f.b.random_weights = random;
+            f.c.count_mismatches[k] = 5;
+            tb_warnings w;
+            tb_warnings_derive(&f.s, &w);
+            char *want = tb_xasprintf("eng: 5 requests in 1 cases %s", said[k]);
+            CHECK(w.n == (size_t)(1 + random) && count(&w, want) == 1); /* + random weights' own */
+            CHECK(count(&w, "docs/METRICS.md, \"Output-length check\"") == 1);
+            CHECK(count(&w, k == TB_MISMATCH_OVER_TEXT ? "understated" : "inflated") == 0);
+            CHECK(count(&w, "round trip") == 0);
+            free(want);
+            tb_warnings_free(&w);
+        }
+    /* two cases of one backend, each side: a line each, summed */
+    fixture f;
+    fixture_init(&f, 10, 0.02);
+    tb_rcase two[2] = {f.c, f.c};
+    two[1].ordinal = 2;
+    two[0].count_mismatches[TB_MISMATCH_OVER_IDS] = 3;
+    two[1].count_mismatches[TB_MISMATCH_OVER_IDS] = 4;
+    two[1].count_mismatches[TB_MISMATCH_UNDER_TEXT] = 1;
+    f.s.cases = two;
+    f.s.n_cases = 2;
+    tb_warnings w;
+    tb_warnings_derive(&f.s, &w);
+    CHECK(w.n == 2);
+    CHECK(count(&w, "eng: 7 requests in 2 cases count more output tokens than the output ids") == 1);
+    CHECK(count(&w, "eng: 1 requests in 1 cases count fewer output tokens than their text") == 1);
+    tb_warnings_free(&w);
+}
+
 static void test_random_prompts(void)
 {
     fixture f;
@@ -472,6 +521,7 @@ int main(void)
     test_cap_held();
     test_contradiction();
     test_other_rules();
+    test_count_mismatch();
     test_random_prompts();
     return check_done();
 }
