@@ -89,7 +89,8 @@ enum {
      * equals E2E. */
     TB_CAP_STREAMING = 1u << 4,
     /* tokenize() and detokenize() are present: the runner re-counts every
-     * output by detokenize → tokenize and flags a mismatch. */
+     * output by detokenize → tokenize, and holds a count of text alone
+     * to it (docs/METRICS.md, "Output-length check"). */
     TB_CAP_TOKENIZER = 1u << 5,
     /* Measures peak device memory: sets tb_result.peak_device_bytes (see
      * there for what it counts) on every call it runs on a device, and -1
@@ -306,7 +307,9 @@ typedef struct tb_request_result {
      * host uses the request's last emission. */
     int64_t t_done_ns;
     tb_status status;            /* TB_OK, or why this request failed */
-    uint32_t n_output_tokens;    /* output tokens, as the engine counts */
+    uint32_t n_output_tokens;    /* output tokens, as the engine counts;
+                                    with output_ids, n_output_ids (the
+                                    runner flags a difference) */
     /* Output token ids (TB_CAP_TOKENIZER backends) or NULL; owned by the
      * plugin, valid until the next generate() or destroy(). */
     const int32_t *output_ids;
