@@ -1962,6 +1962,7 @@ static void check_moe_tiles(const char *preset, int n)
                            "128-row tiles pipelined", "the default's pick"};
     tb_gpu_set_moe_gemv_rows(g, 0);
     tb_gpu_set_moe_span_grouped(g, 1);
+    tb_gpu_set_moe_splits(g, 1); /* unsplit: the split's forms below */
     for (int s = 0; s < 5; s++) {
         lg[s] = malloc((size_t)n * V * sizeof(float));
         tb_gpu_set_moe_gemm_tiles(g, s < 4 ? s : -1);
@@ -1983,6 +1984,46 @@ static void check_moe_tiles(const char *preset, int n)
                 same ? "equal to the first form's to the bit" : "differs from the first form's");
         CHECK(same);
     }
+    /* The split over K (gpu_tune.h's tb_gpu_set_moe_splits): each
+     * pipelined form with its K steps in 2, 3 and 8 parts (parts past the
+     * last step included: 7 K steps in 8 parts, tiny-qwen3-moe's 2 in 3
+     * and 8), the SwiGLU in
+     * the last part's epilogue, and the 16-row form in 3 parts without it;
+     * then the default's pick by the tiles. The parts' sums meet in
+     * another order than the unsplit form's, so not its bits: within the
+     * bound of the CPU's and of the first form's, the same bits twice (a
+     * counter left short of zero would lose a tile's outputs in the
+     * second), and every forced launch split (the context's count). */
+    int spans = 8, swiglu_spans = 4;
+    for (int v = 0; v < 11; v++) {
+        static const int part_counts[3] = {2, 3, 8};
+        int s = v < 9 ? 1 + v / 3 : v == 9 ? TB_GPU_MOE_TILES_NARROW : -1;
+        int parts = v < 9 ? part_counts[v % 3] : v == 9 ? 3 : -1;
+        int fused = v != 9;
+        tb_gpu_set_decode_fusion(g, fused ? TB_GPU_FUSE_DEFAULT : TB_GPU_FUSE_DEFAULT & ~TB_GPU_FUSE_SWIGLU,
+                                 TB_GPU_PDL_DEFAULT);
+        tb_gpu_set_moe_gemm_tiles(g, s);
+        tb_gpu_set_moe_splits(g, parts);
+        long before = tb_gpu_moe_split_launches(g);
+        CHECK(tb_gpu_logits(g, tok, 1, 0, n, n, 1, lg[1]) == 0);
+        long split = tb_gpu_moe_split_launches(g) - before;
+        CHECK(tb_gpu_logits(g, tok, 1, 0, n, n, 1, lg[2]) == 0);
+        spans += 2, swiglu_spans += fused ? 0 : 2;
+        double diff = max_diff(lg[1], cl, (size_t)n * V), first = max_diff(lg[1], lg[0], (size_t)n * V);
+        int again = memcmp(lg[1], lg[2], (size_t)n * V * sizeof(float)) == 0;
+        char what[96];
+        if (parts > 0)
+            snprintf(what, sizeof what, "%s in %d parts%s", form[s], parts, fused ? "" : ", SwiGLU by k_swiglu");
+        else
+            snprintf(what, sizeof what, "the default's pick and split");
+        fprintf(stderr,
+                "%s: %d-row span by the grouped GEMM, %s: max diff %.3g (bound %.3g), %.3g from the first form's; "
+                "%ld launches split; the same bits again: %s\n",
+                preset, n, what, diff, bound, first, split, again ? "yes" : "no");
+        /* forced: both products of every layer split */
+        CHECK(diff <= bound && first <= bound && again && (parts < 0 || split == 2L * m.cfg.n_layers));
+    }
+    tb_gpu_set_moe_splits(g, TB_GPU_MOE_SPLIT_DEFAULT);
     int layers = m.cfg.n_layers; /* every one a MoE layer (these presets) */
     for (int s = 0; s < 5; s++)
         free(lg[s]);
@@ -1991,20 +2032,22 @@ static void check_moe_tiles(const char *preset, int n)
     tb_cpu_state_free(&st);
     tb_gpu_free(g);
     tb_model_free(&m);
-    /* 8 span forwards: each MoE layer's route, grouping and tiles once
+    /* the span forwards: each MoE layer's route, grouping and tiles once
      * (k_moe_route, k_moe_group, k_moe_tiles: the down product reuses
      * the gate-up's tiles); k_swiglu only where the epilogue did not run
-     * (the first form and the three runs without the fusion) */
+     * (the first form, the three runs without the fusion, the split's
+     * two) */
     const char *table = kprof_table(path);
     CHECK(table != NULL);
     if (table) {
         long sw = kprof_launches(table, "k_swiglu"), route = kprof_launches(table, "k_moe_route"),
              group = kprof_launches(table, "k_moe_group"), tiles = kprof_launches(table, "k_moe_tiles");
         fprintf(stderr,
-                "%s: launches over the 8 spans: k_swiglu %ld (want %d); k_moe_route %ld, k_moe_group %ld, "
+                "%s: launches over the %d spans: k_swiglu %ld (want %d); k_moe_route %ld, k_moe_group %ld, "
                 "k_moe_tiles %ld (want %d each)\n",
-                preset, sw, 4 * layers, route, group, tiles, 8 * layers);
-        CHECK(sw == 4 * layers && route == 8 * layers && group == 8 * layers && tiles == 8 * layers);
+                preset, spans, sw, swiglu_spans * layers, route, group, tiles, spans * layers);
+        CHECK(sw == swiglu_spans * layers && route == spans * layers && group == spans * layers &&
+              tiles == spans * layers);
     }
     unlink(path);
 }

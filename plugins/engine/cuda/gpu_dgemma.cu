@@ -1219,7 +1219,7 @@ static int experts_fp8(tb_gpu_dgemma *d, const dg_layer *L, int rows)
     tb_gpu *g = d->g;
     const tb_dgemma_config *c = &d->cfg;
     int H = c->hidden, E = c->n_experts, K = c->top_k, mi = c->moe_inter, P = rows * K;
-    moe_tiles t = {d->tile_e, d->tile_j, d->ntiles};
+    moe_tiles t = {d->tile_e, d->tile_j, d->ntiles, NULL, NULL, 0, 0}; // FP8: no split
     k_fp8_quant_act<<<rows, FP8_QUANT_THREADS, 0, g->stream>>>(d->xn, H, d->xq, d->xs);
     LAUNCHED();
     if (moe_gemm_grouped(g, 1, L->ex_gu.q, d->xq, L->ex_gu.s, d->xs, d->off, d->order, K, 1, P, E, t, 1, d->egu_f,

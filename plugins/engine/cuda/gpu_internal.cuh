@@ -239,6 +239,11 @@ struct tb_gpu {
     int moe_span_grouped; // spans above moe_gemv_max_rows by k_moe_gemm: 1, 0 (cuBLAS), -1 by the span (gpu_tune.h)
     int moe_gemm_tiles;   // the grouped GEMM's tiles (bf16): TB_GPU_MOE_TILES_*, -1 by the span (gpu_tune.h)
     int *moe_tile_e, *moe_tile_j, *moe_ntiles; // k_moe_tiles' list: [max tiles] x 2, [1]
+    int moe_splits;          // the grouped GEMM's split over K: -1 by the tiles, 1 none, 2.. that many (gpu_tune.h)
+    float *moe_part;         // the split's partial sums (moe_part_cap floats)
+    unsigned *moe_arrive;    // its counters a (tile, column), zero between launches (moe_arrive_cap)
+    size_t moe_part_cap, moe_arrive_cap;
+    long moe_split_launches; // launches of the grouped GEMM given more than one part (host count, tests)
     float *moe_logits;   // [rows][E]
     int *moe_idx;        // [P] experts chosen
     float *moe_w;        // [P] their weights
@@ -350,8 +355,16 @@ int take_device_count(tb_gpu *g, unsigned long long *count, unsigned long long *
 // moe_tile_capacity(P, E) entries in e and j, the count in n) made first
 // where make_tiles, else reused (the same P: the same tile shape). in % 8
 // == 0 (fp8: % 16). moe_grouped_fits: whether P pairs' tiles fit a grid.
+// The pipelined shapes split the K steps of a launch whose tiles are too
+// few to fill the chip (gpu_tune.h's tb_gpu_set_moe_splits): part, the
+// parts' sums [splits][P][out] (part_cap floats), and arrive, a counter
+// a (tile, column of tiles) (arrive_cap; zero between launches); NULL:
+// no split.
 struct moe_tiles {
     int *e, *j, *n;
+    float *part;
+    unsigned *arrive;
+    size_t part_cap, arrive_cap;
 };
 int moe_tile_capacity(int P, int E);
 int moe_gemm_prepare(tb_gpu *g); // the kernels' shared-memory limits, once a context

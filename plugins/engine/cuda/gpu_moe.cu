@@ -725,6 +725,15 @@ __global__ void k_moe_gather_q(const uint8_t *xq, const float *xs, const int *or
 #define MOE_BM_BIG 128
 #define MOE_BN_BIG 128
 #define MOE_STAGES 4
+// the split over K (k_moe_gemm_async): by the tiles at most
+// MOE_SPLIT_AUTO parts, as many as bring a launch to
+// MOE_SPLIT_BLOCKS_PER_SM blocks an SM (the 16-row shape's 46 KB of
+// stages: 4 fit an SM's shared memory), set up to MOE_SPLIT_MAX; spans
+// of up to MOE_SPLIT_PAIRS pairs get the parts' buffers
+#define MOE_SPLIT_AUTO 4
+#define MOE_SPLIT_MAX 8
+#define MOE_SPLIT_BLOCKS_PER_SM 4
+#define MOE_SPLIT_PAIRS 1024
 #define MOE_TILES_THREADS TB_MOE_MAX_EXPERTS
 __global__ void __launch_bounds__(MOE_TILES_THREADS)
     k_moe_tiles(const int *off, int E, int bm, int *tile_e, int *tile_j, int *ntiles)
@@ -893,7 +902,8 @@ __global__ void __launch_bounds__(NW * 32)
     k_moe_gemm_async(const bf16 *__restrict__ W, const bf16 *__restrict__ X, const int *__restrict__ off,
                      const int *__restrict__ order, int k, int gather, const int *__restrict__ tile_e,
                      const int *__restrict__ tile_j, const int *__restrict__ ntiles, float *__restrict__ Y,
-                     bf16 *__restrict__ act, int out, int in)
+                     bf16 *__restrict__ act, int out, int in, float *__restrict__ part, unsigned *__restrict__ arrive,
+                     int P, int target)
 {
     using namespace nvcuda;
     constexpr int T = NW * 32; // threads
@@ -906,9 +916,18 @@ __global__ void __launch_bounds__(NW * 32)
     static_assert(moe_gemm_smem<BM, BN, WARPS_M, NW>() >= (size_t)BM * LDC * sizeof(float), "C fits");
     extern __shared__ __align__(128) unsigned char moe_gemm_shared[];
     bf16 *smem = reinterpret_cast<bf16 *>(moe_gemm_shared);
-    int t = blockIdx.y;
-    if (t >= ntiles[0])
+    int t = blockIdx.y, nt = ntiles[0];
+    if (t >= nt)
         return;
+    // split over K: S parts of the K steps, as many as bring the blocks
+    // in work to target (at most gridDim.z); the parts past S return
+    int S = 1;
+    if (gridDim.z > 1) {
+        int want = target / (nt * (int)gridDim.x);
+        S = want < 1 ? 1 : want < (int)gridDim.z ? want : (int)gridDim.z;
+        if ((int)blockIdx.z >= S)
+            return;
+    }
     int e = tile_e[t], j0 = tile_j[t], jn = off[e + 1] - j0;
     jn = jn < BM ? jn : BM;
     // SWIGLU: the block's BN columns are BN / 2 gate rows and their up
@@ -952,10 +971,14 @@ __global__ void __launch_bounds__(NW * 32)
     for (int a = 0; a < FM; a++)
         for (int b = 0; b < FN; b++)
             wmma::fill_fragment(acc[a][b], 0.0f);
-    int nk = (in + MOE_BK - 1) / MOE_BK;
+    // this part's K steps [kb, kb + nk) of the nk_all (a part past the
+    // last step has none: its partial sums are zeros)
+    int nk_all = (in + MOE_BK - 1) / MOE_BK, per = (nk_all + S - 1) / S, kb = (int)blockIdx.z * per;
+    int nk = nk_all - kb < per ? nk_all - kb : per;
+    nk = nk > 0 ? nk : 0;
     for (int s = 0; s < MOE_STAGES - 1; s++) { // the first stages in flight (a group each, empty past nk)
         if (s < nk)
-            load_stage(s, s * MOE_BK);
+            load_stage(s, (kb + s) * MOE_BK);
         cp_async_commit();
     }
     for (int kt = 0; kt < nk; kt++) {
@@ -963,7 +986,7 @@ __global__ void __launch_bounds__(NW * 32)
         __syncthreads();                 // everyone's; and step kt - 1's stage is free
         int nx = kt + MOE_STAGES - 1;
         if (nx < nk)
-            load_stage(nx % MOE_STAGES, nx * MOE_BK);
+            load_stage(nx % MOE_STAGES, (kb + nx) * MOE_BK);
         cp_async_commit();
         const bf16 *As = smem + (kt % MOE_STAGES) * STAGE, *Bs = As + BM * LDS;
         for (int kk = 0; kk < MOE_BK; kk += 16) {
@@ -986,15 +1009,58 @@ __global__ void __launch_bounds__(NW * 32)
             wmma::store_matrix_sync(Cs + (wm * FM * 16 + a * 16) * LDC + wn * FN * 16 + b * 16, acc[a][b], LDC,
                                     wmma::mem_row_major);
     __syncthreads();
+    if (S == 1) {
+        for (int i = threadIdx.x; i < BM * OUTS; i += blockDim.x) {
+            int r = i / OUTS, c = i % OUTS;
+            if (r >= jn || o0 + c >= width)
+                continue;
+            if (SWIGLU) { // k_swiglu's arithmetic on the same float sums
+                float gt = Cs[r * LDC + c], up = Cs[r * LDC + OUTS + c];
+                act[(size_t)(j0 + r) * width + o0 + c] = __float2bfloat16_rn(gt / (1.0f + __expf(-gt)) * up);
+            } else
+                Y[(size_t)(j0 + r) * out + o0 + c] = Cs[r * LDC + c];
+        }
+        return;
+    }
+    // Split: this part's sums into part[z][j][W's row], then the last of
+    // the S parts of the tile to arrive adds them in the order z = 0, 1,
+    // ... (the same bits whichever arrives last) and writes the outputs;
+    // it sets the tile's counter back to zero for the next launch.
+    float *mine = part + (size_t)blockIdx.z * P * out;
+    for (int i = threadIdx.x; i < BM * BN; i += blockDim.x) {
+        int r = i / BN, c = i % BN, o = o0 + c % OUTS, row = SWIGLU && c >= OUTS ? width + o : o;
+        if (r < jn && o < width)
+            mine[(size_t)(j0 + r) * out + row] = Cs[r * LDC + c];
+    }
+    __threadfence(); // the sums visible device-wide before the arrival
+    __syncthreads();
+    __shared__ int last;
+    if (threadIdx.x == 0) {
+        unsigned *n = arrive + (size_t)t * gridDim.x + blockIdx.x;
+        last = atomicAdd(n, 1u) == (unsigned)S - 1;
+        if (last)
+            *n = 0;
+    }
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence();
     for (int i = threadIdx.x; i < BM * OUTS; i += blockDim.x) {
         int r = i / OUTS, c = i % OUTS;
         if (r >= jn || o0 + c >= width)
             continue;
-        if (SWIGLU) { // k_swiglu's arithmetic on the same float sums
-            float gt = Cs[r * LDC + c], up = Cs[r * LDC + OUTS + c];
+        size_t at = (size_t)(j0 + r) * out + o0 + c;
+        if (SWIGLU) {
+            float gt = 0, up = 0;
+            for (int z = 0; z < S; z++) // L2 (ld.cg): the other parts were written by other SMs
+                gt += __ldcg(part + (size_t)z * P * out + at), up += __ldcg(part + (size_t)z * P * out + at + width);
             act[(size_t)(j0 + r) * width + o0 + c] = __float2bfloat16_rn(gt / (1.0f + __expf(-gt)) * up);
-        } else
-            Y[(size_t)(j0 + r) * out + o0 + c] = Cs[r * LDC + c];
+        } else {
+            float y = 0;
+            for (int z = 0; z < S; z++)
+                y += __ldcg(part + (size_t)z * P * out + at);
+            Y[at] = y;
+        }
     }
 }
 
@@ -1021,23 +1087,48 @@ static int gemm_tiles(const tb_gpu *g, int fp8, int P, int E)
     return s == TB_GPU_MOE_TILES_NARROW && moe_max_tiles(P, E, MOE_BM_NARROW) > 65535 ? TB_GPU_MOE_TILES_WIDE : s;
 }
 
+// The grid's depth (the most parts its tiles' K steps split into), for
+// cols columns of tiles of bm rows over P pairs: g->moe_splits where set;
+// else as many as bring the fewest tiles P pairs can make (all of one
+// expert) to MOE_SPLIT_BLOCKS_PER_SM blocks an SM, at most
+// MOE_SPLIT_AUTO (the kernel takes fewer where the tiles are more); at
+// most MOE_SPLIT_MAX; 1 where the parts' sums or counters would not fit.
+static int gemm_splits(const tb_gpu *g, const moe_tiles &t, int P, int E, int bm, int cols, int out)
+{
+    int s = g->moe_splits;
+    if (s < 1) {
+        long fewest = (long)(P + bm - 1) / bm * cols;
+        long want = (long)MOE_SPLIT_BLOCKS_PER_SM * g->prop.multiProcessorCount / (fewest > 0 ? fewest : 1);
+        s = want < 1 ? 1 : want > MOE_SPLIT_AUTO ? MOE_SPLIT_AUTO : (int)want;
+    }
+    s = s > MOE_SPLIT_MAX ? MOE_SPLIT_MAX : s;
+    if (s > 1 && (!t.part || (size_t)s * P * out > t.part_cap || (size_t)moe_max_tiles(P, E, bm) * cols > t.arrive_cap))
+        s = 1;
+    return s;
+}
+
 // one launch of k_moe_gemm_async of a shape: the grid's columns over out,
-// its rows the most tiles of BM rows P pairs can make
-// (act non-NULL: the SwiGLU epilogue, act [P][out / 2], Y untouched)
+// its rows the most tiles of BM rows P pairs can make, its depth the
+// parts of the split (act non-NULL: the SwiGLU epilogue, act [P][out /
+// 2], Y untouched)
 template <int BM, int BN, int WARPS_M, int NW>
 static void launch_gemm_async(tb_gpu *g, const void *W, const void *X, const int *off, const int *order, int k,
                               int gather, int P, int E, const moe_tiles &t, float *Y, bf16 *act, int out, int in)
 {
     size_t smem = moe_gemm_smem<BM, BN, WARPS_M, NW>();
-    if (act) {
-        dim3 grid((unsigned)((out / 2 + BN / 2 - 1) / (BN / 2)), (unsigned)moe_max_tiles(P, E, BM));
+    // the blocks the kernel's split aims at (forced splits: all of them)
+    int target = g->moe_splits > 1 ? 1 << 30 : MOE_SPLIT_BLOCKS_PER_SM * g->prop.multiProcessorCount;
+    int cols = act ? (out / 2 + BN / 2 - 1) / (BN / 2) : (out + BN - 1) / BN;
+    dim3 grid((unsigned)cols, (unsigned)moe_max_tiles(P, E, BM), (unsigned)gemm_splits(g, t, P, E, BM, cols, out));
+    g->moe_split_launches += grid.z > 1;
+    if (act)
         k_moe_gemm_async<BM, BN, WARPS_M, NW, true><<<grid, NW * 32, smem, g->stream>>>(
-            (const bf16 *)W, (const bf16 *)X, off, order, k, gather, t.e, t.j, t.n, NULL, act, out, in);
-    } else {
-        dim3 grid((unsigned)((out + BN - 1) / BN), (unsigned)moe_max_tiles(P, E, BM));
+            (const bf16 *)W, (const bf16 *)X, off, order, k, gather, t.e, t.j, t.n, NULL, act, out, in, t.part,
+            t.arrive, P, target);
+    else
         k_moe_gemm_async<BM, BN, WARPS_M, NW, false><<<grid, NW * 32, smem, g->stream>>>(
-            (const bf16 *)W, (const bf16 *)X, off, order, k, gather, t.e, t.j, t.n, Y, NULL, out, in);
-    }
+            (const bf16 *)W, (const bf16 *)X, off, order, k, gather, t.e, t.j, t.n, Y, NULL, out, in, t.part,
+            t.arrive, P, target);
 }
 #define MOE_NARROW_SHAPE MOE_BM_NARROW, MOE_BN_NARROW, 1, 4
 #define MOE_WIDE_SHAPE MOE_BM, MOE_BN, 2, 4
@@ -1154,6 +1245,21 @@ int moe_check(tb_gpu *g)
     return 0;
 }
 
+// The split's buffers (k_moe_gemm_async) for spans of up to
+// MOE_SPLIT_PAIRS of P pairs: the parts' sums of the widest product
+// (gate-up 2 mi or down h outputs), a counter a (tile, column) of the
+// most tiles (16 rows) over the most columns (64 wide)
+static size_t split_part_cap(size_t P, size_t h, size_t mi)
+{
+    size_t n = P < MOE_SPLIT_PAIRS ? P : MOE_SPLIT_PAIRS, out = 2 * mi > h ? 2 * mi : h;
+    return MOE_SPLIT_MAX * n * out;
+}
+static size_t split_arrive_cap(size_t P, size_t E, size_t h, size_t mi)
+{
+    size_t n = P < MOE_SPLIT_PAIRS ? P : MOE_SPLIT_PAIRS, out = 2 * mi > h ? 2 * mi : h;
+    return (size_t)moe_max_tiles((int)n, (int)E, MOE_BM_NARROW) * ((out + MOE_BN - 1) / MOE_BN);
+}
+
 int moe_reserve(tb_gpu *g, int rows)
 {
     if (g->cfg.n_experts <= 0)
@@ -1177,14 +1283,19 @@ int moe_reserve(tb_gpu *g, int rows)
              dalloc(g, (void **)&g->moe_tile_j, (size_t)moe_tile_capacity((int)P, (int)E) * sizeof(int)) ||
              dalloc(g, (void **)&g->moe_ntiles, sizeof(int)) ||
              dalloc(g, (void **)&g->moe_count, (moe_columns((int)h) + 1) * sizeof(unsigned)) ||
+             dalloc(g, (void **)&g->moe_part, split_part_cap(P, h, mi) * sizeof(float)) ||
+             dalloc(g, (void **)&g->moe_arrive, split_arrive_cap(P, E, h, mi) * sizeof(unsigned)) ||
              (g->fp8 && (dalloc(g, (void **)&g->moe_xq, R * h) || dalloc(g, (void **)&g->moe_xs, R * sizeof(float)) ||
                          dalloc(g, (void **)&g->moe_aq, P * mi) || dalloc(g, (void **)&g->moe_as, P * sizeof(float)) ||
                          (g->fp8_gemm && (dalloc(g, (void **)&g->moe_xgq, P * h) || // per-expert FP8 GEMMs'
                                           dalloc(g, (void **)&g->moe_xgs, P * sizeof(float))))));
+    g->moe_part_cap = split_part_cap(P, h, mi), g->moe_arrive_cap = split_arrive_cap(P, E, h, mi);
     if (rc == 0 && cudaMallocHost((void **)&g->h_moe_off, (E + 1) * sizeof(int)) != cudaSuccess)
         rc = fail(g, "cannot allocate pinned host memory");
     if (rc == 0 && (cudaMemsetAsync(g->moe_touched, 0, sizeof(unsigned long long), g->stream) != cudaSuccess ||
                     cudaMemsetAsync(g->moe_count, 0, (moe_columns((int)h) + 1) * sizeof(unsigned), g->stream) !=
+                        cudaSuccess ||
+                    cudaMemsetAsync(g->moe_arrive, 0, split_arrive_cap(P, E, h, mi) * sizeof(unsigned), g->stream) !=
                         cudaSuccess ||
                     cudaStreamSynchronize(g->stream) != cudaSuccess))
         rc = fail(g, "cudaMemsetAsync failed");
@@ -1196,7 +1307,7 @@ void moe_free(tb_gpu *g)
     void *bufs[] = {g->moe_logits, g->moe_idx, g->moe_w,  g->moe_off, g->moe_order, g->moe_pos,
                     g->moe_xg,     g->moe_gu,  g->moe_act, g->moe_y,  g->moe_touched, g->moe_xq,
                     g->moe_xs,     g->moe_aq,  g->moe_as,  g->moe_xgq, g->moe_xgs, g->moe_tile_e,
-                    g->moe_tile_j, g->moe_ntiles, g->moe_count};
+                    g->moe_tile_j, g->moe_ntiles, g->moe_count, g->moe_part, g->moe_arrive};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         dfree(g, bufs[i]);
     if (g->h_moe_off)
@@ -1209,6 +1320,9 @@ void moe_free(tb_gpu *g)
     g->moe_xs = g->moe_as = g->moe_xgs = NULL;
     g->moe_tile_e = g->moe_tile_j = g->moe_ntiles = NULL;
     g->moe_count = NULL;
+    g->moe_part = NULL;
+    g->moe_arrive = NULL;
+    g->moe_part_cap = g->moe_arrive_cap = 0;
 }
 
 // One expert's FP8 GEMM over its n gathered rows: y[n][out] = xs[r] ws[o]
@@ -1283,7 +1397,7 @@ static int moe_experts_fp8(tb_gpu *g, const gpu_layer *G, int rows, int graphabl
         return 0;
     }
     if (span_grouped(g, rows)) { // one grouped GEMM a projection, sized on the device
-        moe_tiles t = {g->moe_tile_e, g->moe_tile_j, g->moe_ntiles};
+        moe_tiles t = {g->moe_tile_e, g->moe_tile_j, g->moe_ntiles, NULL, NULL, 0, 0}; // FP8: no split
         if (moe_gemm_grouped(g, 1, G->qex_gu, g->moe_xq, G->sex_gu, g->moe_xs, g->moe_off, g->moe_order, k, 1, P, E,
                              t, 1, g->moe_gu, 2 * mi, h))
             return -1;
@@ -1402,7 +1516,8 @@ int moe_ffn(tb_gpu *g, int l, int rows, int graphable, const float *norm_w)
                 G->ex_down, g->moe_act, g->moe_off, NULL, k, 0, g->moe_y, NULL, h, mi, E, NULL, NULL, NULL, NULL);
         LAUNCHED();
     } else if (span_grouped(g, rows)) { // one grouped GEMM a projection, sized on the device
-        moe_tiles t = {g->moe_tile_e, g->moe_tile_j, g->moe_ntiles};
+        moe_tiles t = {g->moe_tile_e, g->moe_tile_j, g->moe_ntiles, g->moe_part, g->moe_arrive, g->moe_part_cap,
+                       g->moe_arrive_cap};
         if (moe_gemm_gate_up(g, G->ex_gu, g->xn, g->moe_off, g->moe_order, k, P, E, t, g->moe_gu, g->moe_act, mi, h))
             return -1;
         if (moe_gemm_grouped(g, 0, G->ex_down, g->moe_act, NULL, NULL, g->moe_off, NULL, k, 0, P, E, t, 0, g->moe_y, h,
@@ -1479,6 +1594,15 @@ extern "C" void tb_gpu_set_moe_span_grouped(tb_gpu *g, int grouped)
     for (int r = 0; r < g->n_ranks; r++)
         g->ranks[r]->moe_span_grouped = grouped;
     g->moe_span_grouped = grouped;
+}
+
+extern "C" long tb_gpu_moe_split_launches(const tb_gpu *g) { return g->moe_split_launches; }
+
+extern "C" void tb_gpu_set_moe_splits(tb_gpu *g, int splits)
+{
+    for (int r = 0; r < g->n_ranks; r++)
+        g->ranks[r]->moe_splits = splits;
+    g->moe_splits = splits;
 }
 
 extern "C" void tb_gpu_set_moe_gemm_tiles(tb_gpu *g, int tiles)

@@ -144,6 +144,23 @@ void tb_gpu_set_moe_span_grouped(tb_gpu *g, int grouped);
 #define TB_GPU_MOE_TILES_BIG 3
 #define TB_GPU_MOE_NARROW_PER_EXPERT 4
 void tb_gpu_set_moe_gemm_tiles(tb_gpu *g, int tiles);
+/* The pipelined grouped GEMM's split over K (bf16): where a launch's
+ * tiles are too few to fill the chip (a batch-1 block of LLaDA2.0-mini:
+ * its 32 rows route to about 8-16 experts, 16-32 tiles of 16 rows by 8
+ * columns, one block of 4 warps an SM streaming the weights), each tile's
+ * K steps go to up to 4 blocks, as many as bring the launch to 4 blocks
+ * an SM (the count of tiles read on the device: no host wait); the
+ * parts' float sums meet in a buffer, and the last part to arrive adds
+ * them in a fixed order (the same bits run after run; not the unsplit
+ * sums' bits: the order of the float additions differs) and writes the
+ * outputs. -1: so, by the tiles; 1: never; 2-8: every launch in that many
+ * parts (tests, measurements). TB_GPU_MOE_SPLIT=off or 2-8 at load. */
+#define TB_GPU_MOE_SPLIT_DEFAULT -1
+void tb_gpu_set_moe_splits(tb_gpu *g, int splits);
+/* The grouped GEMM's launches so far given more than one part (the
+ * split's test: a forced split that fell back to one part would pass
+ * for the unsplit form). */
+long tb_gpu_moe_split_launches(const tb_gpu *g);
 
 /* Decode fusion for one-row forwards (batch-1 decode), a mask of
  * TB_GPU_FUSE_*: SWIGLU computes SwiGLU inside the gate-up GEMV (no
