@@ -256,11 +256,11 @@ int tbgpu::create_on(tb_gpu **out, const tb_model_config *cfg, const tb_model *c
                             : strcmp(tiles, "narrow") == 0 ? TB_GPU_MOE_TILES_NARROW
                             : strcmp(tiles, "big") == 0    ? TB_GPU_MOE_TILES_BIG
                                                            : -1;
-        const char *split = getenv("TB_GPU_MOE_SPLIT"); // off, 2-8, else by the tiles (gpu_tune.h)
-        g->moe_splits = !split                      ? TB_GPU_MOE_SPLIT_DEFAULT
-                        : strcmp(split, "off") == 0 ? 1
-                        : atoi(split) >= 2          ? atoi(split)
-                                                    : -1;
+        const char *split = getenv("TB_GPU_MOE_SPLIT"); // off (or 1), 2-8, auto (gpu_tune.h)
+        g->moe_splits = !split                                            ? TB_GPU_MOE_SPLIT_DEFAULT
+                        : strcmp(split, "off") == 0 || strcmp(split, "1") == 0 ? 1
+                        : atoi(split) >= 2 && atoi(split) <= 8               ? atoi(split)
+                                                                          : -1;
     }
     if (c->head_dim % 2 || c->head_dim > 256) {
         fail(g, "head_dim %d: the CUDA attention kernels need an even head_dim <= 256", c->head_dim);

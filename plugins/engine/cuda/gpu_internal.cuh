@@ -243,6 +243,7 @@ struct tb_gpu {
     float *moe_part;         // the split's partial sums (moe_part_cap floats)
     unsigned *moe_arrive;    // its counters a (tile, column), zero between launches (moe_arrive_cap)
     size_t moe_part_cap, moe_arrive_cap;
+    int moe_resident[3][2]; // blocks of the 16-, 64- and 128-row shapes (without, with SwiGLU) the chip holds at once
     long moe_split_launches; // launches of the grouped GEMM given more than one part (host count, tests)
     float *moe_logits;   // [rows][E]
     int *moe_idx;        // [P] experts chosen

@@ -726,13 +726,11 @@ __global__ void k_moe_gather_q(const uint8_t *xq, const float *xs, const int *or
 #define MOE_BN_BIG 128
 #define MOE_STAGES 4
 // the split over K (k_moe_gemm_async): by the tiles at most
-// MOE_SPLIT_AUTO parts, as many as bring a launch to
-// MOE_SPLIT_BLOCKS_PER_SM blocks an SM (the 16-row shape's 46 KB of
-// stages: 4 fit an SM's shared memory), set up to MOE_SPLIT_MAX; spans
-// of up to MOE_SPLIT_PAIRS pairs get the parts' buffers
+// MOE_SPLIT_AUTO parts, as many as bring a launch to the blocks the chip
+// holds at once (by the shape's occupancy), set up to MOE_SPLIT_MAX;
+// spans of up to MOE_SPLIT_PAIRS pairs get the parts' buffers
 #define MOE_SPLIT_AUTO 4
 #define MOE_SPLIT_MAX 8
-#define MOE_SPLIT_BLOCKS_PER_SM 4
 #define MOE_SPLIT_PAIRS 1024
 #define MOE_TILES_THREADS TB_MOE_MAX_EXPERTS
 __global__ void __launch_bounds__(MOE_TILES_THREADS)
@@ -971,11 +969,11 @@ __global__ void __launch_bounds__(NW * 32)
     for (int a = 0; a < FM; a++)
         for (int b = 0; b < FN; b++)
             wmma::fill_fragment(acc[a][b], 0.0f);
-    // this part's K steps [kb, kb + nk) of the nk_all (a part past the
-    // last step has none: its partial sums are zeros)
-    int nk_all = (in + MOE_BK - 1) / MOE_BK, per = (nk_all + S - 1) / S, kb = (int)blockIdx.z * per;
-    int nk = nk_all - kb < per ? nk_all - kb : per;
-    nk = nk > 0 ? nk : 0;
+    // this part's K steps [kb, kb + nk) of the nk_all, spread evenly (a
+    // part gets none where the parts outnumber the steps: its sums are
+    // zeros)
+    int nk_all = (in + MOE_BK - 1) / MOE_BK, z = (int)blockIdx.z;
+    int kb = z * nk_all / S, nk = (z + 1) * nk_all / S - kb;
     for (int s = 0; s < MOE_STAGES - 1; s++) { // the first stages in flight (a group each, empty past nk)
         if (s < nk)
             load_stage(s, (kb + s) * MOE_BK);
@@ -1032,19 +1030,9 @@ __global__ void __launch_bounds__(NW * 32)
         if (r < jn && o < width)
             mine[(size_t)(j0 + r) * out + row] = Cs[r * LDC + c];
     }
-    __threadfence(); // the sums visible device-wide before the arrival
-    __syncthreads();
-    __shared__ int last;
-    if (threadIdx.x == 0) {
-        unsigned *n = arrive + (size_t)t * gridDim.x + blockIdx.x;
-        last = atomicAdd(n, 1u) == (unsigned)S - 1;
-        if (last)
-            *n = 0;
-    }
-    __syncthreads();
-    if (!last)
+    __shared__ unsigned arrived;
+    if (!last_block_to_arrive(arrive + (size_t)t * gridDim.x + blockIdx.x, (unsigned)S, &arrived))
         return;
-    __threadfence();
     for (int i = threadIdx.x; i < BM * OUTS; i += blockDim.x) {
         int r = i / OUTS, c = i % OUTS;
         if (r >= jn || o0 + c >= width)
@@ -1090,15 +1078,15 @@ static int gemm_tiles(const tb_gpu *g, int fp8, int P, int E)
 // The grid's depth (the most parts its tiles' K steps split into), for
 // cols columns of tiles of bm rows over P pairs: g->moe_splits where set;
 // else as many as bring the fewest tiles P pairs can make (all of one
-// expert) to MOE_SPLIT_BLOCKS_PER_SM blocks an SM, at most
-// MOE_SPLIT_AUTO (the kernel takes fewer where the tiles are more); at
-// most MOE_SPLIT_MAX; 1 where the parts' sums or counters would not fit.
-static int gemm_splits(const tb_gpu *g, const moe_tiles &t, int P, int E, int bm, int cols, int out)
+// expert) to the resident blocks the chip holds, at most MOE_SPLIT_AUTO
+// (the kernel takes fewer where the tiles are more); at most
+// MOE_SPLIT_MAX; 1 where the parts' sums or counters would not fit.
+static int gemm_splits(const tb_gpu *g, const moe_tiles &t, int P, int E, int bm, int cols, int out, int resident)
 {
     int s = g->moe_splits;
     if (s < 1) {
         long fewest = (long)(P + bm - 1) / bm * cols;
-        long want = (long)MOE_SPLIT_BLOCKS_PER_SM * g->prop.multiProcessorCount / (fewest > 0 ? fewest : 1);
+        long want = resident / (fewest > 0 ? fewest : 1);
         s = want < 1 ? 1 : want > MOE_SPLIT_AUTO ? MOE_SPLIT_AUTO : (int)want;
     }
     s = s > MOE_SPLIT_MAX ? MOE_SPLIT_MAX : s;
@@ -1116,10 +1104,13 @@ static void launch_gemm_async(tb_gpu *g, const void *W, const void *X, const int
                               int gather, int P, int E, const moe_tiles &t, float *Y, bf16 *act, int out, int in)
 {
     size_t smem = moe_gemm_smem<BM, BN, WARPS_M, NW>();
-    // the blocks the kernel's split aims at (forced splits: all of them)
-    int target = g->moe_splits > 1 ? 1 << 30 : MOE_SPLIT_BLOCKS_PER_SM * g->prop.multiProcessorCount;
+    // the blocks the kernel's split aims at: as many as the chip holds at
+    // once (moe_gemm_prepare's count; forced splits: all of them)
+    int resident = g->moe_resident[BM == MOE_BM_NARROW ? 0 : BM == MOE_BM ? 1 : 2][act != NULL];
+    int target = g->moe_splits > 1 ? 1 << 30 : resident;
     int cols = act ? (out / 2 + BN / 2 - 1) / (BN / 2) : (out + BN - 1) / BN;
-    dim3 grid((unsigned)cols, (unsigned)moe_max_tiles(P, E, BM), (unsigned)gemm_splits(g, t, P, E, BM, cols, out));
+    dim3 grid((unsigned)cols, (unsigned)moe_max_tiles(P, E, BM),
+              (unsigned)gemm_splits(g, t, P, E, BM, cols, out, resident));
     g->moe_split_launches += grid.z > 1;
     if (act)
         k_moe_gemm_async<BM, BN, WARPS_M, NW, true><<<grid, NW * 32, smem, g->stream>>>(
@@ -1134,6 +1125,18 @@ static void launch_gemm_async(tb_gpu *g, const void *W, const void *X, const int
 #define MOE_WIDE_SHAPE MOE_BM, MOE_BN, 2, 4
 #define MOE_BIG_SHAPE MOE_BM_BIG, MOE_BN_BIG, 2, 8
 
+// the blocks of a pipelined shape the chip holds at once (its occupancy
+// an SM, at least 1, times the SMs)
+template <int BM, int BN, int WARPS_M, int NW, bool SWIGLU>
+static int gemm_resident(tb_gpu *g, int *n)
+{
+    int per_sm = 0;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_moe_gemm_async<BM, BN, WARPS_M, NW, SWIGLU>, NW * 32,
+                                                     moe_gemm_smem<BM, BN, WARPS_M, NW>()));
+    *n = (per_sm > 0 ? per_sm : 1) * g->prop.multiProcessorCount;
+    return 0;
+}
+
 int moe_gemm_prepare(tb_gpu *g)
 {
     // the big shape's 80 KB of shared memory is over the 48 KB a launch
@@ -1142,7 +1145,12 @@ int moe_gemm_prepare(tb_gpu *g)
                             (int)moe_gemm_smem<MOE_BIG_SHAPE>()));
     CK(cudaFuncSetAttribute(k_moe_gemm_async<MOE_BIG_SHAPE, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                             (int)moe_gemm_smem<MOE_BIG_SHAPE>()));
-    return 0;
+    int (*r)[2] = g->moe_resident;
+    return gemm_resident<MOE_NARROW_SHAPE, false>(g, &r[0][0]) || gemm_resident<MOE_NARROW_SHAPE, true>(g, &r[0][1]) ||
+                   gemm_resident<MOE_WIDE_SHAPE, false>(g, &r[1][0]) || gemm_resident<MOE_WIDE_SHAPE, true>(g, &r[1][1]) ||
+                   gemm_resident<MOE_BIG_SHAPE, false>(g, &r[2][0]) || gemm_resident<MOE_BIG_SHAPE, true>(g, &r[2][1])
+               ? -1
+               : 0;
 }
 
 // moe_gemm_grouped's body; act non-NULL (bf16, a pipelined shape): the
@@ -1283,20 +1291,21 @@ int moe_reserve(tb_gpu *g, int rows)
              dalloc(g, (void **)&g->moe_tile_j, (size_t)moe_tile_capacity((int)P, (int)E) * sizeof(int)) ||
              dalloc(g, (void **)&g->moe_ntiles, sizeof(int)) ||
              dalloc(g, (void **)&g->moe_count, (moe_columns((int)h) + 1) * sizeof(unsigned)) ||
-             dalloc(g, (void **)&g->moe_part, split_part_cap(P, h, mi) * sizeof(float)) ||
-             dalloc(g, (void **)&g->moe_arrive, split_arrive_cap(P, E, h, mi) * sizeof(unsigned)) ||
+             (!g->fp8 && (dalloc(g, (void **)&g->moe_part, split_part_cap(P, h, mi) * sizeof(float)) || // bf16 only
+                          dalloc(g, (void **)&g->moe_arrive, split_arrive_cap(P, E, h, mi) * sizeof(unsigned)))) ||
              (g->fp8 && (dalloc(g, (void **)&g->moe_xq, R * h) || dalloc(g, (void **)&g->moe_xs, R * sizeof(float)) ||
                          dalloc(g, (void **)&g->moe_aq, P * mi) || dalloc(g, (void **)&g->moe_as, P * sizeof(float)) ||
                          (g->fp8_gemm && (dalloc(g, (void **)&g->moe_xgq, P * h) || // per-expert FP8 GEMMs'
                                           dalloc(g, (void **)&g->moe_xgs, P * sizeof(float))))));
-    g->moe_part_cap = split_part_cap(P, h, mi), g->moe_arrive_cap = split_arrive_cap(P, E, h, mi);
+    if (!g->fp8)
+        g->moe_part_cap = split_part_cap(P, h, mi), g->moe_arrive_cap = split_arrive_cap(P, E, h, mi);
     if (rc == 0 && cudaMallocHost((void **)&g->h_moe_off, (E + 1) * sizeof(int)) != cudaSuccess)
         rc = fail(g, "cannot allocate pinned host memory");
     if (rc == 0 && (cudaMemsetAsync(g->moe_touched, 0, sizeof(unsigned long long), g->stream) != cudaSuccess ||
                     cudaMemsetAsync(g->moe_count, 0, (moe_columns((int)h) + 1) * sizeof(unsigned), g->stream) !=
                         cudaSuccess ||
-                    cudaMemsetAsync(g->moe_arrive, 0, split_arrive_cap(P, E, h, mi) * sizeof(unsigned), g->stream) !=
-                        cudaSuccess ||
+                    (g->moe_arrive &&
+                     cudaMemsetAsync(g->moe_arrive, 0, g->moe_arrive_cap * sizeof(unsigned), g->stream) != cudaSuccess) ||
                     cudaStreamSynchronize(g->stream) != cudaSuccess))
         rc = fail(g, "cudaMemsetAsync failed");
     return rc;

@@ -148,18 +148,22 @@ void tb_gpu_set_moe_gemm_tiles(tb_gpu *g, int tiles);
  * tiles are too few to fill the chip (a batch-1 block of LLaDA2.0-mini:
  * its 32 rows route to about 8-16 experts, 16-32 tiles of 16 rows by 8
  * columns, one block of 4 warps an SM streaming the weights), each tile's
- * K steps go to up to 4 blocks, as many as bring the launch to 4 blocks
- * an SM (the count of tiles read on the device: no host wait); the
- * parts' float sums meet in a buffer, and the last part to arrive adds
- * them in a fixed order (the same bits run after run; not the unsplit
- * sums' bits: the order of the float additions differs) and writes the
- * outputs. -1: so, by the tiles; 1: never; 2-8: every launch in that many
- * parts (tests, measurements). TB_GPU_MOE_SPLIT=off or 2-8 at load. */
+ * K steps go to up to 4 blocks, as many as bring the launch to the blocks
+ * the chip holds at once (the shape's occupancy; the count of tiles read
+ * on the device: no host wait); the parts' float sums meet in a buffer,
+ * and the last part to arrive adds them in a fixed order and writes the
+ * outputs. The same bits run after run, but not the unsplit sums' bits
+ * (the float additions' order differs), and a row's bits then depend on
+ * how the span's other rows route (their tiles set the parts), as a
+ * cuBLAS GEMM's depend on its rows. -1: so, by the tiles; 1: never; 2-8:
+ * every launch in that many parts (tests, measurements).
+ * TB_GPU_MOE_SPLIT=off (or 1), 2-8 or auto at load. */
 #define TB_GPU_MOE_SPLIT_DEFAULT -1
 void tb_gpu_set_moe_splits(tb_gpu *g, int splits);
-/* The grouped GEMM's launches so far given more than one part (the
- * split's test: a forced split that fell back to one part would pass
- * for the unsplit form). */
+/* The grouped GEMM's launches so far whose grid held more than one part
+ * (the split's test: a forced split that fell back to one part would
+ * pass for the unsplit form; forced, every such launch splits; by the
+ * tiles the device may still take one part). */
 long tb_gpu_moe_split_launches(const tb_gpu *g);
 
 /* Decode fusion for one-row forwards (batch-1 decode), a mask of
