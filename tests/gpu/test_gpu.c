@@ -2015,7 +2015,7 @@ static void check_moe_tiles(const char *preset, int n)
         if (parts > 0)
             snprintf(what, sizeof what, "%s in %d parts%s", form[s], parts, fused ? "" : ", SwiGLU by k_swiglu");
         else
-            snprintf(what, sizeof what, "the default's pick and split");
+            snprintf(what, sizeof what, "the default's tiles, split by the tiles");
         fprintf(stderr,
                 "%s: %d-row span by the grouped GEMM, %s: max diff %.3g (bound %.3g), %.3g from the first form's; "
                 "%ld launches split; the same bits again: %s\n",

@@ -157,8 +157,11 @@ void tb_gpu_set_moe_gemm_tiles(tb_gpu *g, int tiles);
  * how the span's other rows route (their tiles set the parts), as a
  * cuBLAS GEMM's depend on its rows. -1: so, by the tiles; 1: never; 2-8:
  * every launch in that many parts (tests, measurements).
- * TB_GPU_MOE_SPLIT=off (or 1), 2-8 or auto at load. */
-#define TB_GPU_MOE_SPLIT_DEFAULT -1
+ * TB_GPU_MOE_SPLIT=off (or 1), 2-8 or auto at load. The default is 1
+ * (never) until it is measured on a GPU (session 30 had none:
+ * tests/gpu/run_moe_split.sh is the measurement, test_gpu's
+ * check_moe_tiles its test, neither run yet). */
+#define TB_GPU_MOE_SPLIT_DEFAULT 1
 void tb_gpu_set_moe_splits(tb_gpu *g, int splits);
 /* The grouped GEMM's launches so far whose grid held more than one part
  * (the split's test: a forced split that fell back to one part would
