@@ -1948,6 +1948,7 @@ static void check_moe_tiles(const char *preset, int n)
         return;
     tb_gpu_set_decode_fusion(g, TB_GPU_FUSE_DEFAULT, TB_GPU_PDL_DEFAULT); /* whatever TB_GPU_FUSION says */
     int V = m.cfg.vocab_size;
+    tb_gpu_set_moe_splits(g, -1); /* the reserve allocates the split's buffers */
     CHECK(tb_gpu_reserve(g, 1, n, n, err, sizeof err) == 0);
     int32_t *tok = malloc(sizeof(int32_t) * n);
     uint64_t rng = 29;

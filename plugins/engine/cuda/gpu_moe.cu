@@ -1278,6 +1278,9 @@ int moe_reserve(tb_gpu *g, int rows)
     size_t R = rows, E = m->n_experts, P = R * m->top_k, h = m->hidden, mi = m->expert_inter;
     if (!moe_grouped_fits((int)P, (int)E))
         return fail(g, "MoE: %zu (row, expert) pairs a forward, more than the grouped GEMM's grid takes", P);
+    // the split's buffers (bf16 only: FP8 never splits) unless it is off
+    // at this reserve (up to 64 MiB for LLaDA2.0-mini)
+    bool split = !g->fp8 && g->moe_splits != 1;
     int rc = dalloc(g, (void **)&g->moe_logits, R * E * sizeof(float)) ||
              dalloc(g, (void **)&g->moe_idx, P * sizeof(int)) || dalloc(g, (void **)&g->moe_w, P * sizeof(float)) ||
              dalloc(g, (void **)&g->moe_off, (2 * E + 1) * sizeof(int)) ||
@@ -1291,13 +1294,13 @@ int moe_reserve(tb_gpu *g, int rows)
              dalloc(g, (void **)&g->moe_tile_j, (size_t)moe_tile_capacity((int)P, (int)E) * sizeof(int)) ||
              dalloc(g, (void **)&g->moe_ntiles, sizeof(int)) ||
              dalloc(g, (void **)&g->moe_count, (moe_columns((int)h) + 1) * sizeof(unsigned)) ||
-             (!g->fp8 && (dalloc(g, (void **)&g->moe_part, split_part_cap(P, h, mi) * sizeof(float)) || // bf16 only
-                          dalloc(g, (void **)&g->moe_arrive, split_arrive_cap(P, E, h, mi) * sizeof(unsigned)))) ||
+             (split && (dalloc(g, (void **)&g->moe_part, split_part_cap(P, h, mi) * sizeof(float)) ||
+                        dalloc(g, (void **)&g->moe_arrive, split_arrive_cap(P, E, h, mi) * sizeof(unsigned)))) ||
              (g->fp8 && (dalloc(g, (void **)&g->moe_xq, R * h) || dalloc(g, (void **)&g->moe_xs, R * sizeof(float)) ||
                          dalloc(g, (void **)&g->moe_aq, P * mi) || dalloc(g, (void **)&g->moe_as, P * sizeof(float)) ||
                          (g->fp8_gemm && (dalloc(g, (void **)&g->moe_xgq, P * h) || // per-expert FP8 GEMMs'
                                           dalloc(g, (void **)&g->moe_xgs, P * sizeof(float))))));
-    if (!g->fp8)
+    if (split)
         g->moe_part_cap = split_part_cap(P, h, mi), g->moe_arrive_cap = split_arrive_cap(P, E, h, mi);
     if (rc == 0 && cudaMallocHost((void **)&g->h_moe_off, (E + 1) * sizeof(int)) != cudaSuccess)
         rc = fail(g, "cannot allocate pinned host memory");

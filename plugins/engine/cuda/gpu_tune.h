@@ -156,8 +156,10 @@ void tb_gpu_set_moe_gemm_tiles(tb_gpu *g, int tiles);
  * (the float additions' order differs), and a row's bits then depend on
  * how the span's other rows route (their tiles set the parts), as a
  * cuBLAS GEMM's depend on its rows. -1: so, by the tiles; 1: never; 2-8:
- * every launch in that many parts (tests, measurements).
- * TB_GPU_MOE_SPLIT=off (or 1), 2-8 or auto at load. The default is 1
+ * every launch in that many parts (tests, measurements); the parts'
+ * buffers are allocated by tb_gpu_reserve where it is not 1 then, and
+ * without them no launch splits. TB_GPU_MOE_SPLIT=off (or 1), 2-8 or
+ * auto at load. The default is 1
  * (never) until it is measured on a GPU (session 30 had none:
  * tests/gpu/run_moe_split.sh is the measurement, test_gpu's
  * check_moe_tiles its test, neither run yet). */
