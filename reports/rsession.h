@@ -54,6 +54,9 @@ typedef struct tb_rcase {
     int count_mismatches[TB_N_COUNT_MISMATCHES]; /* measured requests whose
                                              count failed its check, by
                                              TB_MISMATCH_* (reader.h) */
+    int64_t text_requests, text_count, text_recount; /* reader.h's: requests held to
+                                                      their text's re-count, and
+                                                      the two sums */
     int varying_outputs;                  /* prompts whose output differs
                                              between measured requests
                                              (docs/METRICS.md): grouped by

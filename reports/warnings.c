@@ -237,9 +237,12 @@ void tb_warnings_derive(const tb_rsession *s, tb_warnings *w)
     if (s->has_prompt_set)
         add(w, tb_xstrdup("prompt set: every call runs different items, whose answers differ in length, so the "
                           "spread of per-call figures (CV) reflects the items as well as noise; no noise warnings"));
-    /* per backend and TB_MISMATCH_*: requests, and cases with any */
+    /* per backend and TB_MISMATCH_*: requests, and cases with any; and
+     * the requests held to their text's re-count, their counts and
+     * re-counts summed */
     int(*mismatch)[TB_N_COUNT_MISMATCHES] = tb_xcalloc(s->n_backends + 1, sizeof *mismatch);
     int(*mismatch_cases)[TB_N_COUNT_MISMATCHES] = tb_xcalloc(s->n_backends + 1, sizeof *mismatch_cases);
+    int64_t(*text)[3] = tb_xcalloc(s->n_backends + 1, sizeof *text);
     for (size_t i = 0; i < s->n_cases; i++) {
         const tb_rcase *c = &s->cases[i];
         const char *label = s->backends[c->backend].label;
@@ -351,14 +354,19 @@ void tb_warnings_derive(const tb_rsession *s, tb_warnings *w)
                 mismatch[c->backend][k] += c->count_mismatches[k];
                 mismatch_cases[c->backend][k]++;
             }
+        text[c->backend][0] += c->text_requests;
+        text[c->backend][1] += c->text_count;
+        text[c->backend][2] += c->text_recount;
         free(dims);
     }
     contradictions(s, w);
     /* What each failed check means, by TB_MISMATCH_*. Ids are what the count
-     * counts: a difference is the count's own. A text's re-count is the
-     * tokenizer's own split of it, which a model's tokens, a server's
-     * tokenizer or a cut character may not match: a hint, in either
-     * direction. */
+     * counts: a difference is the count's own, warned of at once. A text's
+     * re-count is the tokenizer's own split of it, which a model's tokens,
+     * a server's tokenizer or a cut character may not match, request by
+     * request, in either direction: a hint, warned of where the backend's
+     * counts in all stray from their re-counts by more than
+     * TB_COUNT_TEXT_MARGIN. */
     static const char *const mismatch_text[TB_N_COUNT_MISMATCHES] = {
         [TB_MISMATCH_OVER_IDS] = "count more output tokens than the output ids the backend returned: its "
                                  "tokens/s counts tokens it never returned",
@@ -373,11 +381,24 @@ void tb_warnings_derive(const tb_rsession *s, tb_warnings *w)
                                    "characters (re-tokenized byte by byte), or the backend counts with another "
                                    "tokenizer",
     };
-    for (size_t b = 0; b < s->n_backends; b++)
-        for (int k = 0; k < TB_N_COUNT_MISMATCHES; k++)
+    for (size_t b = 0; b < s->n_backends; b++) {
+        for (int k = TB_MISMATCH_OVER_IDS; k <= TB_MISMATCH_UNDER_IDS; k++)
             if (mismatch[b][k])
                 add(w, tb_xasprintf("%s: %d requests in %d cases %s (docs/METRICS.md, \"Output-length check\")",
                                     s->backends[b].label, mismatch[b][k], mismatch_cases[b][k], mismatch_text[k]));
+        double counted = (double)text[b][1], recounted = (double)text[b][2];
+        if (!(recounted > 0) || fabs(counted - recounted) <= TB_COUNT_TEXT_MARGIN * recounted)
+            continue;
+        int k = counted > recounted ? TB_MISMATCH_OVER_TEXT : TB_MISMATCH_UNDER_TEXT;
+        add(w, tb_xasprintf("%s: %lld requests returned text alone and %s: %.0f tokens counted in all "
+                            "against %.0f re-counted (%+.1f%%; %d requests differ: %d above, %d below) "
+                            "(docs/METRICS.md, \"Output-length check\")",
+                            s->backends[b].label, (long long)text[b][0], mismatch_text[k], counted, recounted,
+                            100 * (counted / recounted - 1),
+                            mismatch[b][TB_MISMATCH_OVER_TEXT] + mismatch[b][TB_MISMATCH_UNDER_TEXT],
+                            mismatch[b][TB_MISMATCH_OVER_TEXT], mismatch[b][TB_MISMATCH_UNDER_TEXT]));
+    }
     free(mismatch);
     free(mismatch_cases);
+    free(text);
 }

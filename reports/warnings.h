@@ -23,6 +23,15 @@
  * which `db merge` names a lagging shard. */
 #define TB_SHARD_APART 0.10
 
+/* A backend whose counts are held to their text's re-count (text alone
+ * returned: a server's usage) gets a warning where, summed over its
+ * measured requests, they stray from the re-counts by more than this
+ * fraction (docs/METRICS.md, "Output-length check"): its tokens/s by
+ * more than 2%. A request's own difference is no finding: the trained
+ * small models' honest outputs differ in 1-8% of requests, and by up to
+ * 0.7% in all. */
+#define TB_COUNT_TEXT_MARGIN 0.02
+
 /* Two cases of a backend that differ in one swept dimension or option,
  * where the one that runs more forwards per output token (1 / the mean
  * of tokens_per_forward over its calls, by more than this fraction) is the faster in

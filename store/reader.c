@@ -451,6 +451,16 @@ int tb_read_cases(sqlite3 *db, int64_t session, tb_row_case **out, size_t *n, ch
                   " (SELECT sum(energy_mj) / 1000.0 / sum(output_tokens) FROM sample"
                   "    WHERE case_id = c.id AND warmup = 0 AND energy_mj IS NOT NULL AND output_tokens > 0),");
     count_mismatch_columns(&sql);
+    /* the requests held to their text's re-count: how many, their counts
+     * and re-counts summed */
+    static const char *const held[3] = {"count(*)", "coalesce(sum(r.output_tokens), 0)",
+                                        "coalesce(sum(r.recount_tokens), 0)"};
+    for (int k = 0; k < 3; k++)
+        tb_str_appendf(&sql,
+                       " (SELECT %s FROM request r JOIN sample sa ON r.sample_id = sa.id"
+                       "    WHERE sa.case_id = c.id AND sa.warmup = 0 AND r.status = 'ok' AND r.output_ids IS NULL"
+                       "    AND r.recount_tokens IS NOT NULL),",
+                       held[k]);
     tb_str_append(&sql,
                   " (SELECT count(*) FROM (SELECT r.idx FROM request r JOIN sample sa ON sa.id = r.sample_id"
                   "    WHERE sa.case_id = c.id AND sa.warmup = 0 AND r.status = 'ok' AND r.output_hash IS NOT NULL"
@@ -487,6 +497,9 @@ int tb_read_cases(sqlite3 *db, int64_t session, tb_row_case **out, size_t *n, ch
         c->energy_j_per_token = col_num(q, i++);
         for (int k = 0; k < TB_N_COUNT_MISMATCHES; k++)
             c->count_mismatches[k] = sqlite3_column_int(q, i++);
+        c->text_requests = sqlite3_column_int64(q, i++);
+        c->text_count = sqlite3_column_int64(q, i++);
+        c->text_recount = sqlite3_column_int64(q, i++);
         c->varying_outputs = sqlite3_column_int(q, i++);
         c->requests = sqlite3_column_int(q, i++);
         c->failed_requests = sqlite3_column_int(q, i++);

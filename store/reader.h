@@ -129,6 +129,10 @@ typedef struct tb_row_case {
     int count_mismatches[TB_N_COUNT_MISMATCHES]; /* measured requests whose
                                              count failed its check, by
                                              TB_MISMATCH_* */
+    int64_t text_requests;               /* measured successful requests held
+                                            to their text's re-count (no ids
+                                            returned, a re-count stored) */
+    int64_t text_count, text_recount;    /* their counts and re-counts summed */
     int varying_outputs;                  /* prompts whose output differs between
                                              measured requests (docs/METRICS.md):
                                              by request.prompt_hash, else item,
