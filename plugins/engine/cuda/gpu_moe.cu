@@ -32,7 +32,8 @@
 //                 TB_GPU_MOE_SPAN): k_moe_gemm_async, its tiles 16 or 64
 //                 rows by the pairs an expert, 128 by TB_GPU_MOE_TILES=big
 //                 (tb_gpu_set_moe_gemm_tiles), the gate-up's SwiGLU in its
-//                 epilogue under TB_GPU_FUSE_SWIGLU,
+//                 epilogue under TB_GPU_FUSE_SWIGLU, its K steps split
+//                 where the tiles are few under TB_GPU_MOE_SPLIT,
 //                 or k_moe_gemm (FP8, and the first form)
 //               (k_moe_gemv's gate-up writes the SwiGLU activations
 //               itself under TB_GPU_FUSE_SWIGLU, and its down product
@@ -890,6 +891,12 @@ __global__ void __launch_bounds__(128)
 // Dynamic shared memory (moe_gemm_smem): MOE_STAGES stages of A [BM][LDS]
 // then B [BN][LDS] bf16 (46, 40 and 80 KB), reused for C [BM][BN + 4]
 // floats at the end.
+// Split over K (gridDim.z > 1; gemm_splits, gpu_tune.h's
+// tb_gpu_set_moe_splits): a tile's K steps in S parts, S read here from
+// the tile count (the blocks to fill: target), each part's sums through
+// part [S][P][out] to the last part to arrive, which adds them in the
+// parts' order and writes the epilogue (arrive: a counter a tile and
+// column). gridDim.z == 1 is the unsplit form, its bits as before.
 template <int BM, int BN, int WARPS_M, int NW>
 __host__ __device__ constexpr size_t moe_gemm_smem()
 {
