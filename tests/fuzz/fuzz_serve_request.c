@@ -195,8 +195,10 @@ static int field_ok(const cJSON *v, int chat, tb_serve_request *w)
     return 0;
 }
 
-/* What the rules say of body[n]: 1 and *want when valid, else 0. */
-static int expected(const char *body, size_t n, int chat, tb_serve_request *want)
+/* What the rules say of body[n]: 1 and *want when valid, else 0;
+ * *undecided set where this cannot tell (a stop's NUL behind an escape
+ * cJSON reads two ways: above). */
+static int expected(const char *body, size_t n, int chat, tb_serve_request *want, int *undecided)
 {
     memset(want, 0, sizeof *want);
     const char *end = NULL;
@@ -208,26 +210,51 @@ static int expected(const char *body, size_t n, int chat, tb_serve_request *want
     want->max_tokens = 16;
     /* The body with every NUL (a \u0000 escape, a raw byte) made U+0001:
      * a stop value that parses differently there was cut at a NUL by
-     * cJSON, and is refused. */
-    char *shown = malloc(n ? n : 1);
+     * cJSON, and is refused. A \u escape without four hex digits, which
+     * cJSON decodes as U+0000 over its 6 bytes, becomes \u0001 in its
+     * place. cJSON finds a string's end by pairing each backslash with
+     * the byte after it, but decodes the escape's 6 bytes as one: where
+     * a pair starts at the escape's last byte, the byte after the escape
+     * is skipped by the first and decoded by the second; a quote there is
+     * written \" (a quote in the string either way), a backslash leaves
+     * the body undecided (*undecided: no verdict). */
+    char *shown = malloc(2 * n + 1);
     if (!shown)
         abort();
-    memcpy(shown, body, n);
+    size_t m = 0;
     for (size_t i = 0; i < n; i++) {
-        if (shown[i] == '\0')
-            shown[i] = '\1';
-        else if (shown[i] == '\\') {
-            int hex = n - i > 5 && shown[i + 1] == 'u';
-            for (size_t d = 2; hex && d < 6; d++)
-                hex = isxdigit((unsigned char)shown[i + d]);
-            if (n - i > 5 && memcmp(shown + i + 1, "u0000", 5) == 0)
-                shown[i + 5] = '1';
-            else if (n - i > 1 && shown[i + 1] == 'u' && !hex)
-                shown[i + 1] = '\\'; /* cJSON decodes \u without 4 hex digits as U+0000: here, a backslash */
-            i++;
+        if (body[i] == '\0') {
+            shown[m++] = '\1';
+            continue;
         }
+        if (body[i] != '\\' || i + 1 >= n) {
+            shown[m++] = body[i];
+            continue;
+        }
+        int hex = n - i > 5 && body[i + 1] == 'u';
+        for (size_t d = 2; hex && d < 6; d++)
+            hex = isxdigit((unsigned char)body[i + d]);
+        if (n - i > 5 && body[i + 1] == 'u' && (!hex || memcmp(body + i + 2, "0000", 4) == 0)) {
+            memcpy(shown + m, "\\u0001", 6);
+            m += 6;
+            size_t j = i + 2; /* the string-end scan through the escape's bytes */
+            while (j < i + 6)
+                j += body[j] == '\\' ? 2 : 1;
+            if (j == i + 7 && i + 6 < n) { /* a pair from the escape's last byte took the next byte */
+                if (body[i + 6] == '\\')
+                    *undecided = 1;
+                else if (body[i + 6] == '"')
+                    shown[m++] = '\\', shown[m++] = '"';
+                else
+                    shown[m++] = body[i + 6] ? body[i + 6] : '\1';
+            }
+            i = j - 1;
+            continue;
+        }
+        shown[m++] = body[i], shown[m++] = body[i + 1]; /* an escape pair */
+        i++;
     }
-    cJSON *j1 = ok ? cJSON_ParseWithLength(shown, n) : NULL;
+    cJSON *j1 = ok ? cJSON_ParseWithLength(shown, m) : NULL;
     const cJSON *v1 = j1 ? j1->child : NULL;
     for (const cJSON *v = ok ? j->child : NULL; ok && v; v = v->next, v1 = v1 ? v1->next : NULL) {
         for (const cJSON *u = j->child; u != v; u = u->next)
@@ -312,12 +339,13 @@ static void one(const uint8_t *data, size_t size, int chat)
     }
 
     tb_serve_request want;
-    int valid = expected(exact, size, chat, &want);
-    if (valid != (rc == 0)) {
+    int undecided = 0;
+    int valid = expected(exact, size, chat, &want, &undecided);
+    if (!undecided && valid != (rc == 0)) {
         fprintf(stderr, "parser: %s\n", rc ? e.message : "accepted");
         fail(valid ? "a valid body refused" : "an invalid body accepted", chat);
     }
-    if (valid && !same(&r, &want))
+    if (!undecided && valid && rc == 0 && !same(&r, &want))
         fail("the request differs from what the body says", chat);
     tb_serve_request_free(&want);
 
