@@ -410,10 +410,6 @@ static void test_other_rules(void)
     tb_warnings_free(&w);
 }
 
-/* A content-dependent sampler (the backend's describe() lists it) on
- * random-token prompts: the warning names the case and the fix; quiet on
- * a prompt set (prompt_tokens 0), on a fixed-schedule sampler, without
- * the list, and when the case's swept sampler is another. */
 /* The output-length check (docs/METRICS.md, "Output-length check"): a
  * line for each side of the ids' check that failed, which says which and
  * what it means in its direction; random weights change nothing (a
@@ -503,6 +499,10 @@ static void test_count_mismatch(void)
     tb_warnings_free(&w);
 }
 
+/* A content-dependent sampler (the backend's describe() lists it) on
+ * random-token prompts: the warning names the case and the fix; quiet on
+ * a prompt set (prompt_tokens 0), on a fixed-schedule sampler, without
+ * the list, and when the case's swept sampler is another. */
 static void test_random_prompts(void)
 {
     fixture f;
